@@ -1,0 +1,140 @@
+//===- LayerChecks.cpp - shape and dtype rules shared by layer verifiers ---===//
+#include "dialects/LayerChecks.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace mlir;
+using namespace mlir::te;
+
+std::string mlir::te::formatShape(ArrayRef<int64_t> shape) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  llvm::interleaveComma(shape, os);
+  os << "]";
+  return text;
+}
+
+int64_t mlir::te::leadingDimsProduct(ShapedType type) {
+  int64_t product = 1;
+  for (int64_t dim : type.getShape().drop_back())
+    product *= dim;
+  return product;
+}
+
+static bool isLayerFloat(Type type) { return type.isBF16() || type.isF16() || type.isF32(); }
+
+LogicalResult LayerChecker::floatTensor(Value value, StringRef name,
+                                        int64_t minRank) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (!type.hasStaticShape())
+    return emitError() << "'" << name << "' must have a static shape, got "
+                       << type;
+  if (type.getRank() < minRank)
+    return emitError() << "'" << name << "' must have rank >= " << minRank
+                       << ", got " << type;
+  Type element = type.getElementType();
+  if (!isLayerFloat(element))
+    return emitError() << "'" << name
+                       << "' must have element type bf16, f16 or f32, got "
+                       << element;
+  if (!dtype) {
+    dtype = element;
+    dtypeSource = name.str();
+    return success();
+  }
+  if (element != dtype)
+    return emitError() << "'" << name << "' has element type " << element
+                       << " but '" << dtypeSource << "' has " << dtype
+                       << ": a layer's activations and parameters share one "
+                          "dtype";
+  return success();
+}
+
+LogicalResult LayerChecker::param(Value value, StringRef name,
+                                  ArrayRef<int64_t> expected, StringRef rule) {
+  if (failed(floatTensor(value, name)))
+    return failure();
+  ArrayRef<int64_t> shape = cast<RankedTensorType>(value.getType()).getShape();
+  if (shape != expected)
+    return emitError() << "'" << name << "' must have shape " << rule << " = "
+                       << formatShape(expected) << ", got "
+                       << formatShape(shape);
+  return success();
+}
+
+LogicalResult LayerChecker::optionalParam(Value value, StringRef name,
+                                          ArrayRef<int64_t> expected,
+                                          StringRef rule) {
+  return value ? param(value, name, expected, rule) : success();
+}
+
+LogicalResult LayerChecker::mask(Value value, ArrayRef<int64_t> expected,
+                                 StringRef rule) {
+  auto type = cast<RankedTensorType>(value.getType());
+  if (!type.getElementType().isInteger(1))
+    return emitError() << "'mask' must have element type i1 (true = masked "
+                          "out), got "
+                       << type.getElementType();
+  if (type.getShape() != expected)
+    return emitError() << "'mask' must have shape " << rule << " = "
+                       << formatShape(expected) << ", got "
+                       << formatShape(type.getShape());
+  return success();
+}
+
+LogicalResult LayerChecker::fp8Dims(FP8RecipeAttrInterface recipe,
+                                    ArrayRef<Fp8Dim> dims) {
+  if (!recipe)
+    return success();
+  for (const Fp8Dim &dim : dims)
+    if (dim.size % dim.multiple != 0)
+      return emitError() << "FP8 GEMMs need " << dim.what << " divisible by "
+                         << dim.multiple << ", got " << dim.size
+                         << " (fp8_recipe is set; pad the dim or drop the "
+                            "recipe)";
+  return success();
+}
+
+LogicalResult LayerChecker::normParams(Normalization norm, Value weight,
+                                       Value bias, StringRef weightName,
+                                       StringRef biasName, int64_t hidden) {
+  if (failed(param(weight, weightName, {hidden}, "[hidden_size]")))
+    return failure();
+  if (norm == Normalization::RMSNorm && bias)
+    return emitError() << "'" << biasName
+                       << "' is not allowed with RMSNorm (it has no bias)";
+  if (norm == Normalization::LayerNorm && !bias)
+    return emitError() << "'" << biasName << "' is required by LayerNorm";
+  return optionalParam(bias, biasName, {hidden}, "[hidden_size]");
+}
+
+FailureOr<int64_t> LayerChecker::mlpParams(Activation activation,
+                                           Value fc1Weight, Value fc1Bias,
+                                           Value fc2Weight, Value fc2Bias,
+                                           int64_t hidden) {
+  if (failed(floatTensor(fc2Weight, "fc2_weight", 2)))
+    return failure();
+  auto fc2Shape = cast<RankedTensorType>(fc2Weight.getType()).getShape();
+  int64_t ffn = fc2Shape[1];
+  if (failed(param(fc2Weight, "fc2_weight", {hidden, ffn},
+                   "[hidden_size, ffn_hidden_size]")))
+    return failure();
+  bool gated = isGatedActivation(activation);
+  int64_t fc1Rows = gated ? 2 * ffn : ffn;
+  StringRef fc1Rule = gated ? "[2 * ffn_hidden_size, hidden_size] (gated "
+                              "activation)"
+                            : "[ffn_hidden_size, hidden_size]";
+  if (failed(param(fc1Weight, "fc1_weight", {fc1Rows, hidden}, fc1Rule)))
+    return failure();
+  if (static_cast<bool>(fc1Bias) != static_cast<bool>(fc2Bias))
+    return emitError() << "'fc1_bias' and 'fc2_bias' must be both present or "
+                          "both absent";
+  if (failed(optionalParam(fc1Bias, "fc1_bias", {fc1Rows},
+                           gated ? "[2 * ffn_hidden_size]"
+                                 : "[ffn_hidden_size]")) ||
+      failed(optionalParam(fc2Bias, "fc2_bias", {hidden}, "[hidden_size]")))
+    return failure();
+  return ffn;
+}

@@ -1,0 +1,75 @@
+//===- LayerChecks.h - shape and dtype rules shared by layer verifiers -*- C++ -*-===//
+//
+// Every diagnostic names the operand (by its assembly keyword) and the rule
+// it breaks, so that a user who wrote a spec can find the field to fix.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_DIALECTS_LAYERCHECKS_H
+#define TEJIT_DIALECTS_LAYERCHECKS_H
+
+#include "dialects/TEDialect.h"
+
+namespace mlir::te {
+
+/// A dimension that FP8 GEMMs need divisible by some number.
+struct Fp8Dim {
+  StringRef what;
+  int64_t size;
+  int64_t multiple;
+};
+
+/// Checks the operands and results of one layer op. The first float tensor
+/// checked fixes the layer's dtype; every later one must match it.
+class LayerChecker {
+public:
+  explicit LayerChecker(Operation *op) : op(op) {}
+
+  /// `value` is a statically shaped bf16/f16/f32 tensor of rank >= minRank
+  /// whose element type matches the layer's.
+  LogicalResult floatTensor(Value value, StringRef name, int64_t minRank = 1);
+
+  /// floatTensor, and `value` has exactly `expected` shape; `rule` spells the
+  /// shape symbolically, e.g. "[out_features, in_features]".
+  LogicalResult param(Value value, StringRef name, ArrayRef<int64_t> expected,
+                      StringRef rule);
+
+  /// `value`, when present, satisfies param(); absent values pass.
+  LogicalResult optionalParam(Value value, StringRef name,
+                              ArrayRef<int64_t> expected, StringRef rule);
+
+  /// A boolean (i1) attention mask of the given shape; `rule` as in param().
+  LogicalResult mask(Value value, ArrayRef<int64_t> expected, StringRef rule);
+
+  /// When `recipe` is set, each dim must be divisible by its multiple.
+  LogicalResult fp8Dims(FP8RecipeAttrInterface recipe,
+                        ArrayRef<Fp8Dim> dims);
+
+  /// Checks normalization parameters: `weightName` is [hidden]; the bias is
+  /// required by LayerNorm and not allowed with RMSNorm.
+  LogicalResult normParams(Normalization norm, Value weight, Value bias,
+                           StringRef weightName, StringRef biasName,
+                           int64_t hidden);
+
+  /// Checks an MLP's FC1/FC2 parameters for `hidden` features; returns the
+  /// inner width (ffn_hidden_size).
+  FailureOr<int64_t> mlpParams(Activation activation, Value fc1Weight,
+                               Value fc1Bias, Value fc2Weight, Value fc2Bias,
+                               int64_t hidden);
+
+  InFlightDiagnostic emitError() { return op->emitOpError(); }
+
+private:
+  Operation *op;
+  Type dtype;
+  std::string dtypeSource;
+};
+
+/// Formats a shape as "[2048, 4, 4096]".
+std::string formatShape(ArrayRef<int64_t> shape);
+
+/// Product of all dims but the last: the number of tokens a GEMM sees.
+int64_t leadingDimsProduct(ShapedType type);
+
+} // namespace mlir::te
+
+#endif // TEJIT_DIALECTS_LAYERCHECKS_H

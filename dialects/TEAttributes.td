@@ -1,0 +1,97 @@
+//===- TEAttributes.td - FP8 recipe attributes -------------*- tablegen -*-===//
+#ifndef TEJIT_DIALECT_TE_ATTRIBUTES_TD
+#define TEJIT_DIALECT_TE_ATTRIBUTES_TD
+
+include "mlir/IR/AttrTypeBase.td"
+include "TEEnums.td"
+
+def TE_FP8RecipeAttrInterface : AttrInterface<"FP8RecipeAttrInterface"> {
+  let cppNamespace = "::mlir::te";
+  let description = [{
+    An FP8 scaling recipe: says how the tensors feeding a layer's GEMMs are
+    quantized to FP8 and how their scales are chosen.
+  }];
+  let methods = [
+    InterfaceMethod<"The recipe's FP8 format (e4m3 or hybrid).",
+      "::mlir::te::Fp8Format", "getFormat">
+  ];
+  let extraClassDeclaration = [{
+    /// Element type of forward-pass FP8 tensors (inputs, weights): E4M3.
+    ::mlir::FloatType getForwardType() const;
+    /// Element type of backward-pass FP8 tensors (output gradients): E5M2
+    /// under hybrid, E4M3 under e4m3.
+    ::mlir::FloatType getBackwardType() const;
+  }];
+}
+
+class TE_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<TE_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+// A bool recipe parameter written as `true`/`false`.
+class TE_BoolParameter<string desc, string default>
+    : AttrOrTypeParameter<"bool", desc> {
+  let parser = "::mlir::te::parseBoolParameter($_parser)";
+  let printer = "$_printer << ($_self ? \"true\" : \"false\")";
+  let defaultValue = default;
+}
+
+def TE_DelayedScalingAttr : TE_Attr<"DelayedScaling", "delayed_scaling",
+    [DeclareAttrInterfaceMethods<TE_FP8RecipeAttrInterface>]> {
+  let summary = "Transformer Engine's DelayedScaling recipe";
+  let description = [{
+    Scales each tensor from the amax history of earlier steps:
+    `scale = (fp8_max * 2^-margin) / amax`, where `amax` is the maximum
+    (`max`) or the latest entry (`most_recent`) of a window of
+    `amax_history_len` steps. With `reduce_amax`, amaxes are all-reduced
+    (MAX) across the data-parallel group before the update. Parameters left
+    out take Transformer Engine's defaults.
+
+    ```mlir
+    #te.delayed_scaling<fp8_format = hybrid, amax_history_len = 16, amax_compute_algo = max>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"int64_t", "0", "scale margin (power of two)">:$margin,
+    DefaultValuedParameter<"::mlir::te::Fp8Format",
+      "::mlir::te::Fp8Format::HYBRID", "FP8 format">:$fp8_format,
+    DefaultValuedParameter<"int64_t", "1024", "amax history length">:$amax_history_len,
+    DefaultValuedParameter<"::mlir::te::AmaxComputeAlgo",
+      "::mlir::te::AmaxComputeAlgo::max", "amax reduction over the history">:$amax_compute_algo,
+    TE_BoolParameter<"all-reduce amaxes across ranks", "true">:$reduce_amax
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def TE_CurrentScalingAttr : TE_Attr<"CurrentScaling", "current_scaling",
+    [DeclareAttrInterfaceMethods<TE_FP8RecipeAttrInterface>]> {
+  let summary = "Transformer Engine's Float8CurrentScaling recipe";
+  let description = [{
+    Scales each tensor from its own amax in the same step
+    (`scale = fp8_max / amax`): one pass computes the amax, a second casts.
+    With `power_2_scale`, each scale is rounded down to a power of two.
+
+    ```mlir
+    #te.current_scaling<fp8_format = hybrid>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"::mlir::te::Fp8Format",
+      "::mlir::te::Fp8Format::HYBRID", "FP8 format">:$fp8_format,
+    TE_BoolParameter<"round scales down to powers of two", "false">:$power_2_scale
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
+def TE_FP8RecipeAttr : Attr<
+    CPred<"::llvm::isa<::mlir::te::FP8RecipeAttrInterface>($_self)">,
+    "FP8 recipe (#te.delayed_scaling or #te.current_scaling)"> {
+  let storageType = "::mlir::te::FP8RecipeAttrInterface";
+  let returnType = "::mlir::te::FP8RecipeAttrInterface";
+  let convertFromStorage = "$_self";
+}
+
+#endif // TEJIT_DIALECT_TE_ATTRIBUTES_TD

@@ -1,0 +1,70 @@
+//===- TEEnums.td - enums of the te dialect ----------------*- tablegen -*-===//
+#ifndef TEJIT_DIALECT_TE_ENUMS_TD
+#define TEJIT_DIALECT_TE_ENUMS_TD
+
+include "mlir/IR/EnumAttr.td"
+include "TEDialect.td"
+
+class TE_Enum<string name, string summary, list<I32EnumAttrCase> cases>
+    : I32EnumAttr<name, summary, cases> {
+  let cppNamespace = "::mlir::te";
+  let genSpecializedAttr = 0;
+}
+
+class TE_EnumAttr<TE_Enum enumInfo, string mnemonic>
+    : EnumAttr<TE_Dialect, enumInfo, mnemonic>;
+
+// E5M2 is listed so that it parses and its verifier can explain why it is
+// not a recipe format, as Transformer Engine's Format enum also lists it.
+def TE_Fp8Format : TE_Enum<"Fp8Format", "FP8 format of a scaling recipe", [
+  I32EnumAttrCase<"E4M3", 0, "e4m3">,
+  I32EnumAttrCase<"E5M2", 1, "e5m2">,
+  I32EnumAttrCase<"HYBRID", 2, "hybrid">
+]>;
+
+def TE_AmaxComputeAlgo : TE_Enum<"AmaxComputeAlgo",
+    "how delayed scaling reduces the amax history", [
+  I32EnumAttrCase<"max", 0>,
+  I32EnumAttrCase<"most_recent", 1>
+]>;
+
+def TE_Activation : TE_Enum<"Activation", "MLP activation function", [
+  I32EnumAttrCase<"gelu", 0>,
+  I32EnumAttrCase<"geglu", 1>,
+  I32EnumAttrCase<"qgelu", 2>,
+  I32EnumAttrCase<"qgeglu", 3>,
+  I32EnumAttrCase<"relu", 4>,
+  I32EnumAttrCase<"reglu", 5>,
+  I32EnumAttrCase<"srelu", 6>,
+  I32EnumAttrCase<"sreglu", 7>,
+  I32EnumAttrCase<"silu", 8>,
+  I32EnumAttrCase<"swiglu", 9>
+]>;
+def TE_ActivationAttr : TE_EnumAttr<TE_Activation, "activation">;
+
+def TE_Normalization : TE_Enum<"Normalization", "normalization layer kind", [
+  I32EnumAttrCase<"LayerNorm", 0>,
+  I32EnumAttrCase<"RMSNorm", 1>
+]>;
+def TE_NormalizationAttr : TE_EnumAttr<TE_Normalization, "normalization">;
+
+def TE_AttnMaskType : TE_Enum<"AttnMaskType", "attention mask type", [
+  I32EnumAttrCase<"no_mask", 0>,
+  I32EnumAttrCase<"padding", 1>,
+  I32EnumAttrCase<"causal", 2>,
+  I32EnumAttrCase<"padding_causal", 3>,
+  I32EnumAttrCase<"causal_bottom_right", 4>,
+  I32EnumAttrCase<"padding_causal_bottom_right", 5>,
+  I32EnumAttrCase<"arbitrary", 6>
+]>;
+def TE_AttnMaskTypeAttr : TE_EnumAttr<TE_AttnMaskType, "attn_mask_type">;
+
+def TE_QkvFormat : TE_Enum<"QkvFormat",
+    "memory layout of attention inputs (s = sequence, b = batch, h = heads, "
+    "d = head dim)", [
+  I32EnumAttrCase<"sbhd", 0>,
+  I32EnumAttrCase<"bshd", 1>
+]>;
+def TE_QkvFormatAttr : TE_EnumAttr<TE_QkvFormat, "qkv_format">;
+
+#endif // TEJIT_DIALECT_TE_ENUMS_TD

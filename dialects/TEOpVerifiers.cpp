@@ -1,0 +1,381 @@
+//===- TEOpVerifiers.cpp - shape, dtype and option rules of layer ops ------===//
+#include "dialects/LayerChecks.h"
+#include "dialects/TEDialect.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::te;
+
+static ArrayRef<int64_t> shapeOf(Value value) {
+  return cast<ShapedType>(value.getType()).getShape();
+}
+
+static SmallVector<int64_t> withLastDim(ArrayRef<int64_t> shape, int64_t last) {
+  SmallVector<int64_t> result(shape.drop_back());
+  result.push_back(last);
+  return result;
+}
+
+static LogicalResult verifyEps(LayerChecker &checker, StringRef name,
+                               double eps) {
+  if (!(eps >= 0.0) || std::isinf(eps))
+    return checker.emitError()
+           << "'" << name << "' must be finite and >= 0, got " << eps;
+  return success();
+}
+
+static LogicalResult verifyDropout(LayerChecker &checker, StringRef name,
+                                   double rate) {
+  if (!(rate >= 0.0 && rate < 1.0))
+    return checker.emitError()
+           << "'" << name << "' must be in [0, 1), got " << rate;
+  return success();
+}
+
+static LogicalResult verifyLnOutput(LayerChecker &checker, bool requested,
+                                    Value lnOutput, ArrayRef<int64_t> shape) {
+  if (requested != static_cast<bool>(lnOutput))
+    return checker.emitError()
+           << "'ln_output' result must be present exactly when "
+              "'return_layernorm_output' is set";
+  return checker.optionalParam(lnOutput, "ln_output", shape, "like 'input'");
+}
+
+/// Token count of a GEMM fed by `input`, as FP8.md's rules name it.
+static Fp8Dim tokenDim(Value input) {
+  return {"the token count (product of the leading dims of 'input')",
+          leadingDimsProduct(cast<ShapedType>(input.getType())), 8};
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input")))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  if (failed(checker.normParams(Normalization::LayerNorm, getWeight(),
+                                getBias(), "weight", "bias", shape.back())) ||
+      failed(checker.param(getOutput(), "output", shape, "like 'input'")))
+    return failure();
+  return verifyEps(checker, "eps", getEps().convertToDouble());
+}
+
+LogicalResult RMSNormOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input")))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  if (failed(checker.normParams(Normalization::RMSNorm, getWeight(), Value(),
+                                "weight", "bias", shape.back())) ||
+      failed(checker.param(getOutput(), "output", shape, "like 'input'")))
+    return failure();
+  return verifyEps(checker, "eps", getEps().convertToDouble());
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM layers
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input", 2)) ||
+      failed(checker.floatTensor(getWeight(), "weight", 2)))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  int64_t in = shape.back(), out = shapeOf(getWeight())[0];
+  if (failed(checker.param(getWeight(), "weight", {out, in},
+                           "[out_features, in_features]")) ||
+      failed(checker.optionalParam(getBias(), "bias", {out},
+                                   "[out_features]")) ||
+      failed(checker.param(getOutput(), "output", withLastDim(shape, out),
+                           "[leading dims of 'input', out_features]")))
+    return failure();
+  return checker.fp8Dims(getFp8RecipeAttr(),
+                         {tokenDim(getInput()),
+                          {"in_features", in, 16},
+                          {"out_features", out, 16}});
+}
+
+LogicalResult LayerNormLinearOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input", 2)) ||
+      failed(checker.floatTensor(getWeight(), "weight", 2)))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  int64_t in = shape.back(), out = shapeOf(getWeight())[0];
+  if (failed(checker.normParams(getNormalization(), getLnWeight(),
+                                getLnBias(), "ln_weight", "ln_bias", in)) ||
+      failed(checker.param(getWeight(), "weight", {out, in},
+                           "[out_features, in_features]")) ||
+      failed(checker.optionalParam(getBias(), "bias", {out},
+                                   "[out_features]")) ||
+      failed(checker.param(getOutput(), "output", withLastDim(shape, out),
+                           "[leading dims of 'input', out_features]")) ||
+      failed(verifyLnOutput(checker, getReturnLayernormOutput(),
+                            getLnOutput(), shape)) ||
+      failed(verifyEps(checker, "eps", getEps().convertToDouble())))
+    return failure();
+  return checker.fp8Dims(getFp8RecipeAttr(),
+                         {tokenDim(getInput()),
+                          {"in_features", in, 16},
+                          {"out_features", out, 16}});
+}
+
+LogicalResult LayerNormMLPOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input", 2)))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  int64_t hidden = shape.back();
+  if (failed(checker.normParams(getNormalization(), getLnWeight(),
+                                getLnBias(), "ln_weight", "ln_bias", hidden)))
+    return failure();
+  FailureOr<int64_t> ffn =
+      checker.mlpParams(getActivation(), getFc1Weight(), getFc1Bias(),
+                        getFc2Weight(), getFc2Bias(), hidden);
+  if (failed(ffn) ||
+      failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
+      failed(verifyLnOutput(checker, getReturnLayernormOutput(),
+                            getLnOutput(), shape)) ||
+      failed(verifyEps(checker, "eps", getEps().convertToDouble())))
+    return failure();
+  return checker.fp8Dims(getFp8RecipeAttr(),
+                         {tokenDim(getInput()),
+                          {"hidden_size", hidden, 16},
+                          {"ffn_hidden_size", *ffn, 16}});
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+static bool maskTypeNeedsMask(AttnMaskType type) {
+  return type == AttnMaskType::padding || type == AttnMaskType::padding_causal ||
+         type == AttnMaskType::padding_causal_bottom_right ||
+         type == AttnMaskType::arbitrary;
+}
+
+/// Padding masks are [b, 1, 1, s_kv]; an arbitrary mask may broadcast its
+/// batch and head dims.
+static LogicalResult verifyMask(LayerChecker &checker, AttnMaskType type,
+                                Value mask, int64_t batch, int64_t heads,
+                                int64_t seqQ, int64_t seqKV) {
+  if (maskTypeNeedsMask(type) != static_cast<bool>(mask))
+    return checker.emitError()
+           << "attn_mask_type " << stringifyAttnMaskType(type)
+           << (mask ? " takes no 'mask' operand" : " requires a 'mask' operand");
+  if (!mask)
+    return success();
+  if (type != AttnMaskType::arbitrary)
+    return checker.mask(mask, {batch, 1, 1, seqKV}, "[b, 1, 1, s_kv]");
+  ArrayRef<int64_t> shape = shapeOf(mask);
+  int64_t b = shape.size() == 4 && shape[0] == 1 ? 1 : batch;
+  int64_t h = shape.size() == 4 && shape[1] == 1 ? 1 : heads;
+  return checker.mask(mask, {b, h, seqQ, seqKV}, "[b or 1, heads or 1, s_q, s_kv]");
+}
+
+/// Positions of the sequence and batch dims for a layout.
+static std::pair<unsigned, unsigned> seqBatchDims(QkvFormat format) {
+  return format == QkvFormat::sbhd ? std::make_pair(0u, 1u)
+                                   : std::make_pair(1u, 0u);
+}
+
+LogicalResult DotProductAttentionOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getQuery(), "query", 4)) ||
+      failed(checker.floatTensor(getKey(), "key", 4)) ||
+      failed(checker.floatTensor(getValue(), "value", 4)))
+    return failure();
+  auto [seqDim, batchDim] = seqBatchDims(getQkvFormat());
+  ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey());
+  int64_t heads = q[2], headDim = q[3], groups = k[2];
+  StringRef rule = getQkvFormat() == QkvFormat::sbhd
+                       ? "[s_kv, b, gqa_groups, head_dim]"
+                       : "[b, s_kv, gqa_groups, head_dim]";
+  SmallVector<int64_t> kvShape(k);
+  kvShape[batchDim] = q[batchDim];
+  kvShape[3] = headDim;
+  if (failed(checker.param(getKey(), "key", kvShape, rule)) ||
+      failed(checker.param(getValue(), "value", kvShape, rule)))
+    return failure();
+  if (heads % groups != 0)
+    return emitOpError() << "query heads (" << heads
+                         << ") must be a multiple of key/value heads ("
+                         << groups << ")";
+  SmallVector<int64_t> outShape(q.take_front(2));
+  outShape.push_back(heads * headDim);
+  if (failed(checker.param(getOutput(), "output", outShape,
+                           getQkvFormat() == QkvFormat::sbhd
+                               ? "[s_q, b, heads * head_dim]"
+                               : "[b, s_q, heads * head_dim]")) ||
+      failed(verifyMask(checker, getAttnMaskType(), getAttentionMask(),
+                        q[batchDim], heads, q[seqDim], k[seqDim])) ||
+      failed(verifyDropout(checker, "attention_dropout",
+                           getAttentionDropout().convertToDouble())))
+    return failure();
+  if (std::optional<APFloat> scale = getSoftmaxScale())
+    if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
+      return emitOpError() << "'softmax_scale' must be finite and > 0, got "
+                           << scale->convertToDouble();
+  return success();
+}
+
+/// I64Attr getters return unsigned values; a negative count must stay
+/// negative so that its diagnostic shows what the user wrote.
+static std::optional<int64_t> signedValue(IntegerAttr attr) {
+  return attr ? std::optional<int64_t>(attr.getInt()) : std::nullopt;
+}
+
+namespace {
+/// The self-attention block shared by MultiheadAttention and
+/// TransformerLayer.
+struct AttentionBlock {
+  Value input, qkvWeight, qkvBias, projWeight, projBias, mask, rotary;
+  int64_t heads;
+  std::optional<int64_t> groups, kvChannels;
+  AttnMaskType maskType;
+  QkvFormat format;
+  double dropout;
+};
+} // namespace
+
+/// Checks the block and appends its FP8 GEMM dims to `fp8Dims`.
+static LogicalResult verifyAttentionBlock(LayerChecker &checker,
+                                          const AttentionBlock &block,
+                                          SmallVectorImpl<Fp8Dim> &fp8Dims) {
+  ArrayRef<int64_t> shape = shapeOf(block.input);
+  if (shape.size() != 3)
+    return checker.emitError()
+           << "'input' must have rank 3 ([s, b, hidden] for sbhd, [b, s, "
+              "hidden] for bshd), got rank "
+           << shape.size();
+  int64_t hidden = shape[2];
+  if (block.heads < 1)
+    return checker.emitError()
+           << "'num_attention_heads' must be >= 1, got " << block.heads;
+  if (!block.kvChannels && hidden % block.heads != 0)
+    return checker.emitError()
+           << "hidden size (" << hidden
+           << ") must be divisible by num_attention_heads (" << block.heads
+           << ") unless kv_channels is given";
+  if (block.kvChannels && *block.kvChannels < 1)
+    return checker.emitError()
+           << "'kv_channels' must be >= 1, got " << *block.kvChannels;
+  int64_t groups = block.groups.value_or(block.heads);
+  if (groups < 1 || block.heads % groups != 0)
+    return checker.emitError()
+           << "num_attention_heads (" << block.heads
+           << ") must be divisible by num_gqa_groups (" << groups << ")";
+  int64_t headDim = block.kvChannels.value_or(hidden / block.heads);
+  int64_t qkvRows = (block.heads + 2 * groups) * headDim;
+  int64_t projIn = block.heads * headDim;
+  if (static_cast<bool>(block.qkvBias) != static_cast<bool>(block.projBias))
+    return checker.emitError() << "'qkv_bias' and 'proj_bias' must be both "
+                                  "present or both absent";
+  StringRef qkvRule = "[(num_attention_heads + 2 * num_gqa_groups) * "
+                      "kv_channels, hidden_size]";
+  if (failed(checker.param(block.qkvWeight, "qkv_weight", {qkvRows, hidden},
+                           qkvRule)) ||
+      failed(checker.optionalParam(block.qkvBias, "qkv_bias", {qkvRows},
+                                   "[(num_attention_heads + 2 * "
+                                   "num_gqa_groups) * kv_channels]")) ||
+      failed(checker.param(block.projWeight, "proj_weight", {hidden, projIn},
+                           "[hidden_size, num_attention_heads * "
+                           "kv_channels]")) ||
+      failed(checker.optionalParam(block.projBias, "proj_bias", {hidden},
+                                   "[hidden_size]")))
+    return failure();
+  auto [seqDim, batchDim] = seqBatchDims(block.format);
+  int64_t seq = shape[seqDim], batch = shape[batchDim];
+  if (failed(verifyMask(checker, block.maskType, block.mask, batch,
+                        block.heads, seq, seq)) ||
+      failed(verifyDropout(checker, "attention_dropout", block.dropout)))
+    return failure();
+  if (block.rotary) {
+    auto type = cast<RankedTensorType>(block.rotary.getType());
+    SmallVector<int64_t> expected = {seq, 1, 1, headDim};
+    if (!type.getElementType().isF32() || type.getShape() != ArrayRef<int64_t>(expected))
+      return checker.emitError()
+             << "'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] "
+                "= "
+             << formatShape(expected) << ", got " << type;
+  }
+  fp8Dims.append({tokenDim(block.input),
+                  {"hidden_size", hidden, 16},
+                  {"the QKV width ((heads + 2 * gqa_groups) * kv_channels)",
+                   qkvRows, 16},
+                  {"num_attention_heads * kv_channels", projIn, 16}});
+  return success();
+}
+
+LogicalResult MultiheadAttentionOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input")))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  if (!getLnWeight() && getLnBias())
+    return emitOpError() << "'ln_bias' needs 'ln_weight' (input "
+                            "normalization is on when 'ln_weight' is given)";
+  if (getLnWeight() &&
+      failed(checker.normParams(getNormalization(), getLnWeight(),
+                                getLnBias(), "ln_weight", "ln_bias",
+                                shape.back())))
+    return failure();
+  AttentionBlock block{getInput(),          getQkvWeight(),
+                       getQkvBias(),        getProjWeight(),
+                       getProjBias(),       getAttentionMask(),
+                       getRotaryPosEmb(),   getNumAttentionHeadsAttr().getInt(),
+                       signedValue(getNumGqaGroupsAttr()),
+                       signedValue(getKvChannelsAttr()),
+                       getAttnMaskType(),   getQkvFormat(),
+                       getAttentionDropout().convertToDouble()};
+  SmallVector<Fp8Dim> fp8Dims;
+  if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
+      failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
+      failed(verifyEps(checker, "layernorm_epsilon",
+                       getLayernormEpsilon().convertToDouble())))
+    return failure();
+  return checker.fp8Dims(getFp8RecipeAttr(), fp8Dims);
+}
+
+LogicalResult TransformerLayerOp::verify() {
+  LayerChecker checker(*this);
+  if (failed(checker.floatTensor(getInput(), "input")))
+    return failure();
+  ArrayRef<int64_t> shape = shapeOf(getInput());
+  int64_t hidden = shape.back();
+  if (failed(checker.normParams(getNormalization(), getAttnLnWeight(),
+                                getAttnLnBias(), "attn_ln_weight",
+                                "attn_ln_bias", hidden)))
+    return failure();
+  AttentionBlock block{getInput(),          getQkvWeight(),
+                       getQkvBias(),        getProjWeight(),
+                       getProjBias(),       getAttentionMask(),
+                       getRotaryPosEmb(),   getNumAttentionHeadsAttr().getInt(),
+                       signedValue(getNumGqaGroupsAttr()),
+                       signedValue(getKvChannelsAttr()),
+                       getSelfAttnMaskType(), getAttnInputFormat(),
+                       getAttentionDropout().convertToDouble()};
+  SmallVector<Fp8Dim> fp8Dims;
+  if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
+      failed(checker.normParams(getNormalization(), getMlpLnWeight(),
+                                getMlpLnBias(), "mlp_ln_weight",
+                                "mlp_ln_bias", hidden)))
+    return failure();
+  FailureOr<int64_t> ffn =
+      checker.mlpParams(getActivation(), getFc1Weight(), getFc1Bias(),
+                        getFc2Weight(), getFc2Bias(), hidden);
+  if (failed(ffn) ||
+      failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
+      failed(verifyEps(checker, "layernorm_epsilon",
+                       getLayernormEpsilon().convertToDouble())) ||
+      failed(verifyDropout(checker, "hidden_dropout",
+                           getHiddenDropout().convertToDouble())))
+    return failure();
+  fp8Dims.push_back({"ffn_hidden_size", *ffn, 16});
+  return checker.fp8Dims(getFp8RecipeAttr(), fp8Dims);
+}

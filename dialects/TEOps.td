@@ -1,0 +1,331 @@
+//===- TEOps.td - layer ops of the te dialect --------------*- tablegen -*-===//
+#ifndef TEJIT_DIALECT_TE_OPS_TD
+#define TEJIT_DIALECT_TE_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "TEAttributes.td"
+
+// Element and shape rules are checked in C++ so that each diagnostic can name
+// the operand and the rule it breaks; ODS only asks for ranked tensors.
+defvar TE_Tensor = AnyRankedTensor;
+defvar TE_Eps = DefaultValuedAttr<F64Attr, "1e-5">;
+class TE_Dropout<string default> : DefaultValuedAttr<F64Attr, default>;
+
+// Layers run in FP8 when they carry a recipe; GEMM dims must then be aligned.
+class TE_LayerOp<string mnemonic, list<Trait> traits = []>
+    : TE_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+def TE_LayerNormOp : TE_LayerOp<"layernorm"> {
+  let summary = "Layer normalization (Transformer Engine's LayerNorm)";
+  let description = [{
+    `y = (x - mean(x)) * rsqrt(var(x) + eps) * gamma + beta` over the last
+    dimension. With `zero_centered_gamma`, `gamma` is stored as `gamma - 1`.
+
+    ```mlir
+    %y = te.layernorm %x weight(%gamma) bias(%beta) {eps = 1.0e-05 : f64}
+        : (tensor<2048x4x4096xbf16>, tensor<4096xbf16>, tensor<4096xbf16>)
+          -> tensor<2048x4x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, TE_Tensor:$weight, TE_Tensor:$bias,
+                   TE_Eps:$eps, UnitAttr:$zero_centered_gamma);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $input `weight` `(` $weight `)` `bias` `(` $bias `)` attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_RMSNormOp : TE_LayerOp<"rmsnorm"> {
+  let summary = "RMS normalization (Transformer Engine's RMSNorm)";
+  let description = [{
+    `y = x * rsqrt(mean(x^2) + eps) * gamma` over the last dimension.
+
+    ```mlir
+    %y = te.rmsnorm %x weight(%gamma) {eps = 1.0e-06 : f64}
+        : (tensor<8192x4096xbf16>, tensor<4096xbf16>) -> tensor<8192x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, TE_Tensor:$weight, TE_Eps:$eps,
+                   UnitAttr:$zero_centered_gamma);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $input `weight` `(` $weight `)` attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM layers
+//===----------------------------------------------------------------------===//
+
+def TE_LinearOp : TE_LayerOp<"linear"> {
+  let summary = "Fully connected layer (Transformer Engine's Linear)";
+  let description = [{
+    `y = x W^T + b` with `W` of shape `[out_features, in_features]` and an
+    optional bias `b` of shape `[out_features]`. The input may have any
+    number of leading dimensions.
+
+    ```mlir
+    %y = te.linear %x weight(%w) bias(%b)
+        {fp8_recipe = #te.delayed_scaling<amax_history_len = 16>}
+        : (tensor<2048x4x4096xbf16>, tensor<1024x4096xbf16>, tensor<1024xbf16>)
+          -> tensor<2048x4x1024xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, TE_Tensor:$weight,
+                   Optional<TE_Tensor>:$bias,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $input `weight` `(` $weight `)` (`bias` `(` $bias^ `)`)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_LayerNormLinearOp : TE_LayerOp<"layernorm_linear",
+    [AttrSizedOperandSegments]> {
+  let summary = "Normalization followed by a Linear (LayerNormLinear)";
+  let description = [{
+    `y = norm(x) W^T + b`, where `norm` is LayerNorm (weight `ln_weight`,
+    bias `ln_bias`) or RMSNorm (weight `ln_weight` only). With
+    `return_layernorm_output`, the normalized input is a second result.
+
+    ```mlir
+    %y = te.layernorm_linear %x ln_weight(%g) ln_bias(%b) weight(%w) bias(%wb)
+        : (tensor<2048x4x4096xbf16>, tensor<4096xbf16>, tensor<4096xbf16>,
+           tensor<12288x4096xbf16>, tensor<12288xbf16>)
+          -> tensor<2048x4x12288xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, TE_Tensor:$ln_weight,
+                   Optional<TE_Tensor>:$ln_bias, TE_Tensor:$weight,
+                   Optional<TE_Tensor>:$bias,
+                   DefaultValuedAttr<TE_NormalizationAttr,
+                     "::mlir::te::Normalization::LayerNorm">:$normalization,
+                   TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
+                   UnitAttr:$return_layernorm_output,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
+  let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
+  let assemblyFormat = [{
+    $input `ln_weight` `(` $ln_weight `)` (`ln_bias` `(` $ln_bias^ `)`)?
+    `weight` `(` $weight `)` (`bias` `(` $bias^ `)`)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> {
+  let summary = "Normalization followed by a two-layer MLP (LayerNormMLP)";
+  let description = [{
+    `y = act(norm(x) W1^T + b1) W2^T + b2`. For the gated activations
+    (`geglu`, `qgeglu`, `reglu`, `sreglu`, `swiglu`) FC1 produces twice
+    `ffn_hidden_size` features `[a, b]` and the activation is `act(a) * b`.
+    `fc1_weight` is `[ffn_hidden_size (x2 if gated), hidden_size]`,
+    `fc2_weight` is `[hidden_size, ffn_hidden_size]`; the two biases are
+    both present or both absent (Transformer Engine's `bias` flag).
+
+    ```mlir
+    %y = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
+        fc1_bias(%b1) fc2_weight(%w2) fc2_bias(%b2)
+        {activation = #te.activation<gelu>}
+        : (tensor<2048x4x4096xbf16>, tensor<4096xbf16>, tensor<4096xbf16>,
+           tensor<16384x4096xbf16>, tensor<16384xbf16>,
+           tensor<4096x16384xbf16>, tensor<4096xbf16>)
+          -> tensor<2048x4x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, TE_Tensor:$ln_weight,
+                   Optional<TE_Tensor>:$ln_bias, TE_Tensor:$fc1_weight,
+                   Optional<TE_Tensor>:$fc1_bias, TE_Tensor:$fc2_weight,
+                   Optional<TE_Tensor>:$fc2_bias,
+                   DefaultValuedAttr<TE_NormalizationAttr,
+                     "::mlir::te::Normalization::LayerNorm">:$normalization,
+                   DefaultValuedAttr<TE_ActivationAttr,
+                     "::mlir::te::Activation::gelu">:$activation,
+                   TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
+                   UnitAttr:$return_layernorm_output,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
+  let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
+  let assemblyFormat = [{
+    $input `ln_weight` `(` $ln_weight `)` (`ln_bias` `(` $ln_bias^ `)`)?
+    `fc1_weight` `(` $fc1_weight `)` (`fc1_bias` `(` $fc1_bias^ `)`)?
+    `fc2_weight` `(` $fc2_weight `)` (`fc2_bias` `(` $fc2_bias^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    /// The MLP's inner width (FC2's input features).
+    int64_t getFfnHiddenSize();
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
+  let summary = "Scaled dot-product attention core (DotProductAttention)";
+  let description = [{
+    `softmax(q k^T * softmax_scale + mask) v` per head. Head counts and the
+    head dimension come from the operand shapes: with `qkv_format = sbhd`,
+    `query` is `[s_q, b, heads, head_dim]` and `key`/`value` are
+    `[s_kv, b, gqa_groups, head_dim]` (`bshd` swaps the first two dims).
+    Query heads must be a multiple of key/value heads (GQA/MQA). The output
+    is `[s_q, b, heads * head_dim]` (`[b, s_q, ...]` for `bshd`).
+
+    `attention_mask` (i1, `true` = masked out) is required by the padding
+    and arbitrary mask types and not allowed otherwise: `[b, 1, 1, s_kv]` for
+    padding masks, broadcastable to `[b, heads, s_q, s_kv]` for `arbitrary`.
+    `softmax_scale` defaults to `1/sqrt(head_dim)`.
+
+    ```mlir
+    %o = te.dot_product_attention %q, %k, %v
+        {attn_mask_type = #te.attn_mask_type<causal>}
+        : (tensor<2048x4x32x128xbf16>, tensor<2048x4x8x128xbf16>,
+           tensor<2048x4x8x128xbf16>) -> tensor<2048x4x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$query, TE_Tensor:$key, TE_Tensor:$value,
+                   Optional<TE_Tensor>:$attention_mask,
+                   DefaultValuedAttr<TE_AttnMaskTypeAttr,
+                     "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
+                   TE_Dropout<"0.0">:$attention_dropout,
+                   DefaultValuedAttr<TE_QkvFormatAttr,
+                     "::mlir::te::QkvFormat::sbhd">:$qkv_format,
+                   OptionalAttr<F64Attr>:$softmax_scale);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
+    [AttrSizedOperandSegments]> {
+  let summary = "Self-attention block (Transformer Engine's MultiheadAttention)";
+  let description = [{
+    Optional input normalization (present when `ln_weight` is given), a fused
+    QKV projection, rotary embeddings on q and k when `rotary_pos_emb` is
+    given, the attention core, and the output projection.
+
+    `qkv_weight` is `[(heads + 2 * gqa_groups) * kv_channels, hidden]`: the
+    rows of q, then k, then v. `proj_weight` is `[hidden, heads * kv_channels]`.
+    `num_gqa_groups` defaults to `num_attention_heads` and `kv_channels` to
+    `hidden / num_attention_heads`. `rotary_pos_emb` is f32
+    `[s, 1, 1, kv_channels]` (angles, as Transformer Engine passes them).
+
+    ```mlir
+    %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
+        qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 32 : i64}
+        : (tensor<2048x4x4096xbf16>, tensor<4096xbf16>, tensor<4096xbf16>,
+           tensor<12288x4096xbf16>, tensor<4096x4096xbf16>)
+          -> tensor<2048x4x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, Optional<TE_Tensor>:$ln_weight,
+                   Optional<TE_Tensor>:$ln_bias, TE_Tensor:$qkv_weight,
+                   Optional<TE_Tensor>:$qkv_bias, TE_Tensor:$proj_weight,
+                   Optional<TE_Tensor>:$proj_bias,
+                   Optional<TE_Tensor>:$attention_mask,
+                   Optional<TE_Tensor>:$rotary_pos_emb,
+                   I64Attr:$num_attention_heads,
+                   OptionalAttr<I64Attr>:$num_gqa_groups,
+                   OptionalAttr<I64Attr>:$kv_channels,
+                   DefaultValuedAttr<TE_NormalizationAttr,
+                     "::mlir::te::Normalization::LayerNorm">:$normalization,
+                   TE_Eps:$layernorm_epsilon, UnitAttr:$zero_centered_gamma,
+                   DefaultValuedAttr<TE_AttnMaskTypeAttr,
+                     "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
+                   TE_Dropout<"0.1">:$attention_dropout,
+                   DefaultValuedAttr<TE_QkvFormatAttr,
+                     "::mlir::te::QkvFormat::sbhd">:$qkv_format,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $input (`ln_weight` `(` $ln_weight^ `)`)? (`ln_bias` `(` $ln_bias^ `)`)?
+    `qkv_weight` `(` $qkv_weight `)` (`qkv_bias` `(` $qkv_bias^ `)`)?
+    `proj_weight` `(` $proj_weight `)` (`proj_bias` `(` $proj_bias^ `)`)?
+    (`mask` `(` $attention_mask^ `)`)?
+    (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    /// Key/value heads: num_gqa_groups, or num_attention_heads when unset.
+    int64_t getNumKVHeads();
+    /// Per-head width: kv_channels, or hidden / num_attention_heads.
+    int64_t getHeadDim();
+  }];
+}
+
+def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
+    [AttrSizedOperandSegments]> {
+  let summary = "Pre-norm transformer block (Transformer Engine's TransformerLayer)";
+  let description = [{
+    `h = x + dropout(attn(norm1(x)))`, `y = h + dropout(mlp(norm2(h)))`,
+    where `attn` is a self-attention block laid out as in
+    `te.multihead_attention` and `mlp` is the MLP of `te.layernorm_mlp`.
+    With `apply_residual_connection_post_layernorm`, the residuals are the
+    normalized values instead. The self-attention mask defaults to causal,
+    and both dropouts to 0.1, as in Transformer Engine.
+
+    ```mlir
+    %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
+        qkv_weight(%wqkv) qkv_bias(%bqkv) proj_weight(%wo) proj_bias(%bo)
+        mlp_ln_weight(%g2) mlp_ln_bias(%b2) fc1_weight(%w1) fc1_bias(%bf1)
+        fc2_weight(%w2) fc2_bias(%bf2) {num_attention_heads = 32 : i64}
+        : (...) -> tensor<2048x4x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input,
+                   TE_Tensor:$attn_ln_weight, Optional<TE_Tensor>:$attn_ln_bias,
+                   TE_Tensor:$qkv_weight, Optional<TE_Tensor>:$qkv_bias,
+                   TE_Tensor:$proj_weight, Optional<TE_Tensor>:$proj_bias,
+                   TE_Tensor:$mlp_ln_weight, Optional<TE_Tensor>:$mlp_ln_bias,
+                   TE_Tensor:$fc1_weight, Optional<TE_Tensor>:$fc1_bias,
+                   TE_Tensor:$fc2_weight, Optional<TE_Tensor>:$fc2_bias,
+                   Optional<TE_Tensor>:$attention_mask,
+                   Optional<TE_Tensor>:$rotary_pos_emb,
+                   I64Attr:$num_attention_heads,
+                   OptionalAttr<I64Attr>:$num_gqa_groups,
+                   OptionalAttr<I64Attr>:$kv_channels,
+                   DefaultValuedAttr<TE_NormalizationAttr,
+                     "::mlir::te::Normalization::LayerNorm">:$normalization,
+                   DefaultValuedAttr<TE_ActivationAttr,
+                     "::mlir::te::Activation::gelu">:$activation,
+                   TE_Eps:$layernorm_epsilon, UnitAttr:$zero_centered_gamma,
+                   TE_Dropout<"0.1">:$hidden_dropout,
+                   TE_Dropout<"0.1">:$attention_dropout,
+                   DefaultValuedAttr<TE_AttnMaskTypeAttr,
+                     "::mlir::te::AttnMaskType::causal">:$self_attn_mask_type,
+                   DefaultValuedAttr<TE_QkvFormatAttr,
+                     "::mlir::te::QkvFormat::sbhd">:$attn_input_format,
+                   UnitAttr:$apply_residual_connection_post_layernorm,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $input `attn_ln_weight` `(` $attn_ln_weight `)`
+    (`attn_ln_bias` `(` $attn_ln_bias^ `)`)?
+    `qkv_weight` `(` $qkv_weight `)` (`qkv_bias` `(` $qkv_bias^ `)`)?
+    `proj_weight` `(` $proj_weight `)` (`proj_bias` `(` $proj_bias^ `)`)?
+    `mlp_ln_weight` `(` $mlp_ln_weight `)`
+    (`mlp_ln_bias` `(` $mlp_ln_bias^ `)`)?
+    `fc1_weight` `(` $fc1_weight `)` (`fc1_bias` `(` $fc1_bias^ `)`)?
+    `fc2_weight` `(` $fc2_weight `)` (`fc2_bias` `(` $fc2_bias^ `)`)?
+    (`mask` `(` $attention_mask^ `)`)?
+    (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let extraClassDeclaration = [{
+    int64_t getNumKVHeads();
+    int64_t getHeadDim();
+    int64_t getFfnHiddenSize();
+  }];
+}
+
+#endif // TEJIT_DIALECT_TE_OPS_TD
