@@ -1,0 +1,155 @@
+//===- DenseLayerImport.cpp - spec layers without attention ----------------===//
+//
+// Linear, LayerNorm, RMSNorm, LayerNormLinear and LayerNormMLP. Keys and
+// parameter names follow Transformer Engine's constructor arguments and
+// state_dict names.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/spec/LayerContext.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::spec;
+using llvm::StringRef;
+
+static RankedTensorType withWidth(Value value, int64_t width) {
+  auto type = cast<RankedTensorType>(value.getType());
+  SmallVector<int64_t> shape(type.getShape());
+  shape.back() = width;
+  return RankedTensorType::get(shape, type.getElementType());
+}
+
+FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
+  SpecMap &layer = ctx.layer;
+  FailureOr<int64_t> in = layer.requirePositive("in_features");
+  FailureOr<int64_t> out = layer.requirePositive("out_features");
+  FailureOr<bool> bias = layer.getBool("bias", true);
+  if (failed(in) || failed(out) || failed(bias) || failed(layer.finish()))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("in_features", *in);
+  if (failed(input))
+    return failure();
+  LayerOpParts parts;
+  parts.add(*input);
+  parts.add(ctx.param("weight", {*out, *in}));
+  parts.addOptional(ctx.param("bias", {*out}, *bias));
+  parts.set("fp8_recipe", ctx.recipe);
+  return ctx.build(LinearOp::getOperationName(), parts,
+                   withWidth(*input, *out), /*segmented=*/false);
+}
+
+/// LayerNorm and RMSNorm share their keys; only LayerNorm has a bias.
+static FailureOr<Value> importNorm(LayerContext &ctx, Normalization norm) {
+  SpecMap &layer = ctx.layer;
+  FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
+  FailureOr<double> eps = layer.getFloat("eps", 1e-5);
+  FailureOr<bool> zeroCentered = layer.getBool("zero_centered_gamma", false);
+  if (failed(hidden) || failed(eps) || failed(zeroCentered) ||
+      failed(ctx.rejectRecipe()) || failed(layer.finish()))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
+  if (failed(input))
+    return failure();
+  bool isLayerNorm = norm == Normalization::LayerNorm;
+  LayerOpParts parts;
+  parts.add(*input);
+  parts.add(ctx.param("weight", {*hidden}));
+  parts.addOptional(ctx.param("bias", {*hidden}, isLayerNorm));
+  parts.set("eps", ctx.f64(*eps));
+  parts.set("zero_centered_gamma", ctx.flag(*zeroCentered));
+  StringRef opName = isLayerNorm ? LayerNormOp::getOperationName()
+                                 : RMSNormOp::getOperationName();
+  return ctx.build(opName, parts, input->getType(), /*segmented=*/false);
+}
+
+FailureOr<Value> tejit::spec::importLayerNorm(LayerContext &ctx) {
+  return importNorm(ctx, Normalization::LayerNorm);
+}
+
+FailureOr<Value> tejit::spec::importRMSNorm(LayerContext &ctx) {
+  return importNorm(ctx, Normalization::RMSNorm);
+}
+
+namespace {
+/// The normalization options of the fused LayerNorm* layers.
+struct FusedNormOptions {
+  Normalization normalization;
+  double eps;
+  bool zeroCentered, returnOutput;
+
+  static FailureOr<FusedNormOptions> read(LayerContext &ctx) {
+    FailureOr<Normalization> norm = ctx.readNormalization();
+    FailureOr<double> eps = ctx.layer.getFloat("eps", 1e-5);
+    FailureOr<bool> zeroCentered =
+        ctx.layer.getBool("zero_centered_gamma", false);
+    FailureOr<bool> returnOutput =
+        ctx.layer.getBool("return_layernorm_output", false);
+    if (failed(norm) || failed(eps) || failed(zeroCentered) ||
+        failed(returnOutput))
+      return failure();
+    return FusedNormOptions{*norm, *eps, *zeroCentered, *returnOutput};
+  }
+
+  /// Adds the norm parameters as operands and the options as attributes.
+  void addTo(LayerContext &ctx, LayerOpParts &parts, int64_t hidden) const {
+    parts.add(ctx.param("layer_norm_weight", {hidden}));
+    parts.addOptional(ctx.param("layer_norm_bias", {hidden},
+                                normalization == Normalization::LayerNorm));
+    parts.set("normalization",
+              NormalizationAttr::get(ctx.context(), normalization));
+    parts.set("eps", ctx.f64(eps));
+    parts.set("zero_centered_gamma", ctx.flag(zeroCentered));
+    parts.set("return_layernorm_output", ctx.flag(returnOutput));
+  }
+};
+} // namespace
+
+FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
+  SpecMap &layer = ctx.layer;
+  FailureOr<int64_t> in = layer.requirePositive("in_features");
+  FailureOr<int64_t> out = layer.requirePositive("out_features");
+  FailureOr<bool> bias = layer.getBool("bias", true);
+  FailureOr<FusedNormOptions> norm = FusedNormOptions::read(ctx);
+  if (failed(in) || failed(out) || failed(bias) || failed(norm) ||
+      failed(layer.finish()))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("in_features", *in);
+  if (failed(input))
+    return failure();
+  LayerOpParts parts;
+  parts.add(*input);
+  norm->addTo(ctx, parts, *in);
+  parts.add(ctx.param("weight", {*out, *in}));
+  parts.addOptional(ctx.param("bias", {*out}, *bias));
+  parts.set("fp8_recipe", ctx.recipe);
+  return ctx.build(LayerNormLinearOp::getOperationName(), parts,
+                   withWidth(*input, *out), /*segmented=*/true,
+                   norm->returnOutput);
+}
+
+FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
+  SpecMap &layer = ctx.layer;
+  FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
+  FailureOr<int64_t> ffn = layer.requirePositive("ffn_hidden_size");
+  FailureOr<bool> bias = layer.getBool("bias", true);
+  FailureOr<Activation> activation = ctx.readActivation();
+  FailureOr<FusedNormOptions> norm = FusedNormOptions::read(ctx);
+  if (failed(hidden) || failed(ffn) || failed(bias) || failed(activation) ||
+      failed(norm) || failed(layer.finish()))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
+  if (failed(input))
+    return failure();
+  int64_t fc1Rows = isGatedActivation(*activation) ? 2 * *ffn : *ffn;
+  LayerOpParts parts;
+  parts.add(*input);
+  norm->addTo(ctx, parts, *hidden);
+  parts.add(ctx.param("fc1_weight", {fc1Rows, *hidden}));
+  parts.addOptional(ctx.param("fc1_bias", {fc1Rows}, *bias));
+  parts.add(ctx.param("fc2_weight", {*hidden, *ffn}));
+  parts.addOptional(ctx.param("fc2_bias", {*hidden}, *bias));
+  parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
+  parts.set("fp8_recipe", ctx.recipe);
+  return ctx.build(LayerNormMLPOp::getOperationName(), parts,
+                   input->getType(), /*segmented=*/true, norm->returnOutput);
+}

@@ -1,0 +1,158 @@
+//===- ImportState.cpp - the function a layer spec is imported into --------===//
+#include "compiler/spec/ImportState.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::spec;
+using llvm::StringRef;
+
+void LayerOpParts::add(Value value) {
+  operands.push_back(value);
+  segments.push_back(1);
+}
+
+void LayerOpParts::addOptional(Value value) {
+  if (value)
+    operands.push_back(value);
+  segments.push_back(value ? 1 : 0);
+}
+
+void LayerOpParts::set(StringRef name, Attribute value) {
+  if (value)
+    attributes.set(name, value);
+}
+
+ImportState::ImportState(MLIRContext *context, Location loc,
+                         StringRef functionName)
+    : module(ModuleOp::create(loc)), builder(context) {
+  function = func::FuncOp::create(loc, functionName,
+                                  FunctionType::get(context, {}, {}));
+  module->push_back(function);
+  builder.setInsertionPointToStart(function.addEntryBlock());
+}
+
+Value ImportState::addInput(StringRef name, Type type, Location loc) {
+  auto it = inputsByName.find(name);
+  if (it != inputsByName.end())
+    return it->second;
+  Value arg = function.front().addArgument(type, loc);
+  argNames.push_back(name.str());
+  argIsParam.push_back(false);
+  inputsByName[name] = arg;
+  return arg;
+}
+
+Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
+                            Location loc) {
+  Value arg =
+      function.front().addArgument(RankedTensorType::get(shape, dtype), loc);
+  argNames.push_back(name.str());
+  argIsParam.push_back(true);
+  return arg;
+}
+
+RankedTensorType ImportState::activationType(int64_t width) const {
+  if (inputFormat == QkvFormat::sbhd)
+    return RankedTensorType::get({seqLength, batchSize, width}, dtype);
+  return RankedTensorType::get({batchSize, seqLength, width}, dtype);
+}
+
+FailureOr<Operation *> ImportState::createLayerOp(StringRef opName,
+                                                  Location loc,
+                                                  LayerOpParts &parts,
+                                                  TypeRange resultTypes,
+                                                  bool segmented) {
+  OperationState state(loc, opName);
+  state.addOperands(parts.operands);
+  state.addTypes(resultTypes);
+  state.addAttributes(parts.attributes);
+  if (segmented)
+    state.addAttribute("operandSegmentSizes",
+                       builder.getDenseI32ArrayAttr(parts.segments));
+  Operation *op = builder.create(state);
+  assert(op->getDiscardableAttrDictionary().empty() &&
+         "a layer attribute name is not one of the op's own");
+  if (failed(verify(op)))
+    return failure();
+  return op;
+}
+
+void ImportState::addResult(StringRef name, Value value) {
+  results.emplace_back(name.str(), value);
+}
+
+OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
+  SmallVector<Value> values;
+  for (auto &[name, value] : results)
+    values.push_back(value);
+  builder.create<func::ReturnOp>(loc, values);
+  function.setType(builder.getFunctionType(
+      function.front().getArgumentTypes(), ValueRange(values).getTypes()));
+  for (auto [index, name] : llvm::enumerate(argNames)) {
+    function.setArgAttr(index, "te.name", builder.getStringAttr(name));
+    if (argIsParam[index])
+      function.setArgAttr(index, "te.parameter", builder.getUnitAttr());
+  }
+  for (auto [index, result] : llvm::enumerate(results))
+    function.setResultAttr(index, "te.name",
+                           builder.getStringAttr(result.first));
+  return std::move(module);
+}
+
+FailureOr<FP8RecipeAttrInterface>
+tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
+  if (node.kind == SpecNode::Kind::Scalar &&
+      (node.isNull() || StringRef(node.text).equals_insensitive("none")))
+    return FP8RecipeAttrInterface();
+  FailureOr<SpecMap> map = SpecMap::get(node, locations, "recipe");
+  if (failed(map))
+    return failure();
+  FailureOr<std::optional<std::string>> type = map->getChoice(
+      "type", {"DelayedScaling", "Float8CurrentScaling", "delayed_scaling",
+               "current_scaling"});
+  if (failed(type))
+    return failure();
+  if (!*type)
+    return emitError(map->loc()) << "recipe needs 'type' (DelayedScaling or "
+                                    "Float8CurrentScaling)";
+  bool delayed = **type == "DelayedScaling" || **type == "delayed_scaling";
+  map->setWhat(delayed ? "DelayedScaling recipe"
+                       : "Float8CurrentScaling recipe");
+  FailureOr<std::optional<std::string>> formatName =
+      map->getChoice("fp8_format", {"HYBRID", "E4M3", "E5M2"});
+  if (failed(formatName))
+    return failure();
+  Fp8Format format = symbolizeFp8Format(
+                         StringRef(formatName->value_or("HYBRID")).lower())
+                         .value();
+  MLIRContext *context = locations.getContext();
+  auto emitRecipeError = [&] { return emitError(map->loc()); };
+
+  if (!delayed) {
+    FailureOr<bool> power2 = map->getBool("power_2_scale", false);
+    if (failed(power2) || failed(map->finish()))
+      return failure();
+    CurrentScalingAttr attr =
+        CurrentScalingAttr::getChecked(emitRecipeError, context, format, *power2);
+    if (!attr)
+      return failure();
+    return cast<FP8RecipeAttrInterface>(attr);
+  }
+  FailureOr<int64_t> margin = map->getInt("margin", 0);
+  FailureOr<int64_t> historyLen = map->getInt("amax_history_len", 1024);
+  FailureOr<std::optional<std::string>> algo =
+      map->getChoice("amax_compute_algo", {"max", "most_recent"});
+  FailureOr<bool> reduceAmax = map->getBool("reduce_amax", true);
+  if (failed(margin) || failed(historyLen) || failed(algo) ||
+      failed(reduceAmax) || failed(map->finish()))
+    return failure();
+  DelayedScalingAttr attr = DelayedScalingAttr::getChecked(
+      emitRecipeError, context, *margin, format, *historyLen,
+      symbolizeAmaxComputeAlgo(algo->value_or("max")).value(), *reduceAmax);
+  if (!attr)
+    return failure();
+  return cast<FP8RecipeAttrInterface>(attr);
+}

@@ -1,0 +1,85 @@
+//===- ImportState.h - the function a layer spec is imported into -*- C++ -*-===//
+#ifndef TEJIT_COMPILER_SPEC_IMPORTSTATE_H
+#define TEJIT_COMPILER_SPEC_IMPORTSTATE_H
+
+#include "compiler/spec/SpecMap.h"
+#include "dialects/TEDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace tejit::spec {
+
+/// Operands and inherent attributes of a layer op under construction.
+/// Optional operands are recorded with their segment sizes, so that ops with
+/// AttrSizedOperandSegments get `operandSegmentSizes` for free.
+struct LayerOpParts {
+  llvm::SmallVector<mlir::Value> operands;
+  llvm::SmallVector<int32_t> segments;
+  mlir::NamedAttrList attributes;
+
+  void add(mlir::Value value);
+  void addOptional(mlir::Value value);
+  /// Sets `name` when `value` is non-null.
+  void set(llvm::StringRef name, mlir::Attribute value);
+};
+
+/// Builds the function a spec becomes: its arguments are the activations and
+/// parameters the layers ask for, in order, each named by a `te.name`
+/// argument attribute (parameters also carry `te.parameter`).
+class ImportState {
+public:
+  ImportState(mlir::MLIRContext *context, mlir::Location loc,
+              llvm::StringRef functionName);
+
+  /// Shapes every layer shares.
+  int64_t seqLength = 0, batchSize = 0;
+  mlir::te::QkvFormat inputFormat = mlir::te::QkvFormat::sbhd;
+  mlir::Type dtype;
+
+  /// An activation argument; asking twice for one name returns the same
+  /// argument (one mask or rotary table serves every layer).
+  mlir::Value addInput(llvm::StringRef name, mlir::Type type,
+                       mlir::Location loc);
+  /// A parameter argument of the layer dtype.
+  mlir::Value addParam(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
+                       mlir::Location loc);
+  /// [s, b, width] or [b, s, width], per the input format.
+  mlir::RankedTensorType activationType(int64_t width) const;
+
+  /// Creates a layer op; fails when the op does not verify.
+  mlir::FailureOr<mlir::Operation *>
+  createLayerOp(llvm::StringRef opName, mlir::Location loc,
+                LayerOpParts &parts, mlir::TypeRange resultTypes,
+                bool segmented);
+
+  /// Adds a named function result.
+  void addResult(llvm::StringRef name, mlir::Value value);
+
+  /// Finishes the function (return op, type, names) and hands out the module.
+  mlir::OwningOpRef<mlir::ModuleOp> finish(mlir::Location loc);
+
+  mlir::OpBuilder &getBuilder() { return builder; }
+  mlir::MLIRContext *getContext() { return builder.getContext(); }
+
+private:
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  mlir::func::FuncOp function;
+  mlir::OpBuilder builder;
+  llvm::SmallVector<std::string> argNames;
+  llvm::SmallVector<bool> argIsParam;
+  llvm::StringMap<mlir::Value> inputsByName;
+  llvm::SmallVector<std::pair<std::string, mlir::Value>> results;
+};
+
+/// Reads a recipe mapping (`type: DelayedScaling | Float8CurrentScaling` and
+/// its options) or `none`. Returns a null attribute for `none`.
+mlir::FailureOr<mlir::te::FP8RecipeAttrInterface>
+readRecipe(const SpecNode &node, const SpecLocations &locations);
+
+} // namespace tejit::spec
+
+#endif // TEJIT_COMPILER_SPEC_IMPORTSTATE_H

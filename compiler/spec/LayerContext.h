@@ -1,0 +1,72 @@
+//===- LayerContext.h - what a layer importer reads and builds with -*- C++ -*-===//
+#ifndef TEJIT_COMPILER_SPEC_LAYERCONTEXT_H
+#define TEJIT_COMPILER_SPEC_LAYERCONTEXT_H
+
+#include "compiler/spec/ImportState.h"
+
+namespace tejit::spec {
+
+/// One layer being imported: its spec mapping, its name (the prefix of its
+/// parameters' names), the value flowing into it and its recipe.
+struct LayerContext {
+  ImportState &state;
+  SpecMap &layer;
+  std::string name;
+  mlir::Value input;
+  mlir::te::FP8RecipeAttrInterface recipe;
+
+  mlir::Location loc() const { return layer.loc(); }
+  mlir::MLIRContext *context() { return state.getContext(); }
+  std::string paramName(llvm::StringRef local) const {
+    return name + "." + local.str();
+  }
+
+  /// The layer's input of `width` features (read from `widthKey`): the
+  /// previous layer's output, whose width must match, or a new `input`
+  /// argument for the first layer.
+  mlir::FailureOr<mlir::Value> takeInput(llvm::StringRef widthKey,
+                                         int64_t width);
+  /// A parameter, or null when `present` is false.
+  mlir::Value param(llvm::StringRef local, llvm::ArrayRef<int64_t> shape,
+                    bool present = true);
+
+  mlir::FailureOr<mlir::te::Normalization> readNormalization();
+  mlir::FailureOr<mlir::te::Activation> readActivation();
+  mlir::FailureOr<mlir::te::AttnMaskType>
+  readMaskType(llvm::StringRef key, mlir::te::AttnMaskType fallback);
+  /// A layout key; it may only repeat the spec's input_format.
+  mlir::FailureOr<mlir::te::QkvFormat> readFormat(llvm::StringRef key);
+  /// The attention mask argument `maskType` needs, or null.
+  mlir::Value attentionMask(mlir::te::AttnMaskType maskType);
+  /// Fails unless the layer's recipe is unset: for layers without GEMMs.
+  mlir::LogicalResult rejectRecipe();
+
+  /// Creates the layer op at the layer's location and returns its first
+  /// result. With `lnOutput`, the op's second result becomes a function
+  /// result named `<layer>.ln_output`.
+  mlir::FailureOr<mlir::Value> build(llvm::StringRef opName,
+                                     LayerOpParts &parts,
+                                     mlir::Type outputType,
+                                     bool segmented, bool lnOutput = false);
+
+  /// Typed attribute helpers.
+  mlir::FloatAttr f64(double value);
+  mlir::IntegerAttr i64(int64_t value);
+  mlir::IntegerAttr i64(std::optional<int64_t> value);
+  mlir::UnitAttr flag(bool value);
+};
+
+using LayerImporter = mlir::FailureOr<mlir::Value> (*)(LayerContext &);
+
+mlir::FailureOr<mlir::Value> importLinear(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importLayerNorm(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importRMSNorm(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importLayerNormLinear(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importLayerNormMLP(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importDotProductAttention(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importMultiheadAttention(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importTransformerLayer(LayerContext &ctx);
+
+} // namespace tejit::spec
+
+#endif // TEJIT_COMPILER_SPEC_LAYERCONTEXT_H

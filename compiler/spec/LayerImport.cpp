@@ -1,0 +1,201 @@
+//===- LayerImport.cpp - spec layers: dispatch and shared field readers ----===//
+#include "compiler/spec/LayerImport.h"
+#include "compiler/spec/LayerContext.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::spec;
+using llvm::StringRef;
+
+namespace {
+struct LayerKind {
+  StringRef className;
+  StringRef opName;
+  LayerImporter import;
+};
+} // namespace
+
+static const LayerKind kLayerKinds[] = {
+    {"Linear", "linear", importLinear},
+    {"LayerNorm", "layernorm", importLayerNorm},
+    {"RMSNorm", "rmsnorm", importRMSNorm},
+    {"LayerNormLinear", "layernorm_linear", importLayerNormLinear},
+    {"LayerNormMLP", "layernorm_mlp", importLayerNormMLP},
+    {"DotProductAttention", "dot_product_attention",
+     importDotProductAttention},
+    {"MultiheadAttention", "multihead_attention", importMultiheadAttention},
+    {"TransformerLayer", "transformer_layer", importTransformerLayer},
+};
+
+ArrayRef<StringRef> tejit::spec::getLayerTypeNames() {
+  static const SmallVector<StringRef> names = [] {
+    SmallVector<StringRef> result;
+    for (const LayerKind &kind : kLayerKinds)
+      result.push_back(kind.className);
+    return result;
+  }();
+  return names;
+}
+
+FailureOr<Value> tejit::spec::importLayer(ImportState &state,
+                                          const SpecNode &node,
+                                          unsigned index, Value input,
+                                          FP8RecipeAttrInterface defaultRecipe,
+                                          const SpecLocations &locations) {
+  FailureOr<SpecMap> layer = SpecMap::get(node, locations, "a layer");
+  if (failed(layer))
+    return failure();
+  // Both Transformer Engine's class names and the te op names are accepted.
+  SmallVector<StringRef> typeNames(getLayerTypeNames());
+  for (const LayerKind &kind : kLayerKinds)
+    typeNames.push_back(kind.opName);
+  FailureOr<std::optional<std::string>> type =
+      layer->getChoice("type", typeNames);
+  if (failed(type))
+    return failure();
+  if (!*type)
+    return emitError(layer->loc())
+           << "a layer needs 'type' (one of "
+           << llvm::join(getLayerTypeNames(), ", ") << ")";
+  const LayerKind *kind = llvm::find_if(kLayerKinds, [&](const LayerKind &k) {
+    return k.className == **type || k.opName == **type;
+  });
+  layer->setWhat(kind->className);
+
+  FailureOr<std::optional<std::string>> name = layer->getString("name");
+  if (failed(name))
+    return failure();
+  FP8RecipeAttrInterface recipe = defaultRecipe;
+  if (const SpecNode *recipeNode = layer->getNode("recipe")) {
+    FailureOr<FP8RecipeAttrInterface> own = readRecipe(*recipeNode, locations);
+    if (failed(own))
+      return failure();
+    recipe = *own;
+  }
+  LayerContext ctx{state, *layer,
+                   name->value_or("layers." + std::to_string(index)), input,
+                   recipe};
+  return kind->import(ctx);
+}
+
+FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width) {
+  if (!input)
+    return state.addInput("input", state.activationType(width), loc());
+  int64_t have = cast<ShapedType>(input.getType()).getShape().back();
+  if (have != width)
+    return emitError(layer.valueLoc(widthKey))
+           << "'" << widthKey << "' of " << layer.getWhat() << " is " << width
+           << " but its input, the previous layer's output, has " << have
+           << " features";
+  return input;
+}
+
+Value LayerContext::param(StringRef local, ArrayRef<int64_t> shape,
+                          bool present) {
+  return present ? state.addParam(paramName(local), shape, loc()) : Value();
+}
+
+FailureOr<Normalization> LayerContext::readNormalization() {
+  FailureOr<std::optional<std::string>> text =
+      layer.getChoice("normalization", {"LayerNorm", "RMSNorm"});
+  if (failed(text))
+    return failure();
+  return symbolizeNormalization(text->value_or("LayerNorm")).value();
+}
+
+FailureOr<Activation> LayerContext::readActivation() {
+  SmallVector<StringRef> names;
+  for (uint32_t i = 0; i <= getMaxEnumValForActivation(); ++i)
+    names.push_back(stringifyActivation(static_cast<Activation>(i)));
+  FailureOr<std::optional<std::string>> text =
+      layer.getChoice("activation", names);
+  if (failed(text))
+    return failure();
+  return symbolizeActivation(text->value_or("gelu")).value();
+}
+
+FailureOr<AttnMaskType> LayerContext::readMaskType(StringRef key,
+                                                   AttnMaskType fallback) {
+  SmallVector<StringRef> names;
+  for (uint32_t i = 0; i <= getMaxEnumValForAttnMaskType(); ++i)
+    names.push_back(stringifyAttnMaskType(static_cast<AttnMaskType>(i)));
+  FailureOr<std::optional<std::string>> text = layer.getChoice(key, names);
+  if (failed(text))
+    return failure();
+  if (!*text)
+    return fallback;
+  return symbolizeAttnMaskType(**text).value();
+}
+
+FailureOr<QkvFormat> LayerContext::readFormat(StringRef key) {
+  FailureOr<std::optional<std::string>> text =
+      layer.getChoice(key, {"sbhd", "bshd"});
+  if (failed(text))
+    return failure();
+  if (*text && **text != stringifyQkvFormat(state.inputFormat))
+    return emitError(layer.valueLoc(key))
+           << "'" << key << "' (" << **text
+           << ") contradicts the spec's input_format ("
+           << stringifyQkvFormat(state.inputFormat)
+           << "): every layer of a spec shares one layout";
+  return state.inputFormat;
+}
+
+Value LayerContext::attentionMask(AttnMaskType maskType) {
+  int64_t b = state.batchSize, s = state.seqLength;
+  Type i1 = IntegerType::get(context(), 1);
+  switch (maskType) {
+  case AttnMaskType::padding:
+  case AttnMaskType::padding_causal:
+  case AttnMaskType::padding_causal_bottom_right:
+    return state.addInput("attention_mask",
+                          RankedTensorType::get({b, 1, 1, s}, i1), loc());
+  case AttnMaskType::arbitrary:
+    return state.addInput("arbitrary_attention_mask",
+                          RankedTensorType::get({b, 1, s, s}, i1), loc());
+  default:
+    return Value();
+  }
+}
+
+LogicalResult LayerContext::rejectRecipe() {
+  if (layer.has("recipe") && recipe)
+    return emitError(layer.keyLoc("recipe"))
+           << layer.getWhat()
+           << " runs no GEMM, so a 'recipe' does not apply to it";
+  return success();
+}
+
+FailureOr<Value> LayerContext::build(StringRef opName, LayerOpParts &parts,
+                                     Type outputType, bool segmented,
+                                     bool lnOutput) {
+  SmallVector<Type, 2> resultTypes = {outputType};
+  if (lnOutput)
+    resultTypes.push_back(parts.operands.front().getType());
+  FailureOr<Operation *> op =
+      state.createLayerOp(opName, loc(), parts, resultTypes, segmented);
+  if (failed(op))
+    return failure();
+  if (lnOutput)
+    state.addResult(paramName("ln_output"), (*op)->getResult(1));
+  return (*op)->getResult(0);
+}
+
+FloatAttr LayerContext::f64(double value) {
+  return FloatAttr::get(Float64Type::get(context()), value);
+}
+
+IntegerAttr LayerContext::i64(int64_t value) {
+  return IntegerAttr::get(IntegerType::get(context(), 64), value);
+}
+
+IntegerAttr LayerContext::i64(std::optional<int64_t> value) {
+  return value ? i64(*value) : IntegerAttr();
+}
+
+UnitAttr LayerContext::flag(bool value) {
+  return value ? UnitAttr::get(context()) : UnitAttr();
+}

@@ -1,0 +1,133 @@
+//===- SpecImporter.cpp - layer specs (YAML/JSON) into te IR ---------------===//
+#include "compiler/spec/SpecImporter.h"
+#include "compiler/spec/ImportState.h"
+#include "compiler/spec/LayerImport.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Path.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::spec;
+using llvm::StringRef;
+
+bool tejit::isLayerSpecPath(StringRef path) {
+  StringRef ext = llvm::sys::path::extension(path);
+  return ext == ".yaml" || ext == ".yml" || ext == ".json";
+}
+
+static bool isIdentifier(StringRef name) {
+  if (name.empty() || !(llvm::isAlpha(name[0]) || name[0] == '_'))
+    return false;
+  return llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+}
+
+/// The function name when the spec gives none: the file's stem, made an
+/// identifier.
+static std::string defaultFunctionName(StringRef bufferName) {
+  std::string name = llvm::sys::path::stem(bufferName).str();
+  for (char &c : name)
+    if (!llvm::isAlnum(c))
+      c = '_';
+  if (name.empty() || llvm::isDigit(name[0]))
+    name = "layer_" + name;
+  return name;
+}
+
+static FailureOr<Type> readDtype(SpecMap &spec, MLIRContext *context) {
+  FailureOr<std::optional<std::string>> name = spec.getChoice(
+      "params_dtype",
+      {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"});
+  if (failed(name))
+    return failure();
+  StringRef dtype = name->value_or("bf16");
+  if (dtype == "fp16" || dtype == "float16")
+    return Type(Float16Type::get(context));
+  if (dtype == "fp32" || dtype == "float32")
+    return Type(Float32Type::get(context));
+  return Type(BFloat16Type::get(context));
+}
+
+/// Reads the top-level keys into `state` and returns the layer list.
+static FailureOr<const SpecNode *> readTopLevel(SpecMap &spec,
+                                                ImportState &state,
+                                                FP8RecipeAttrInterface &recipe) {
+  FailureOr<Type> dtype = readDtype(spec, state.getContext());
+  FailureOr<int64_t> seq = spec.requirePositive("seq_length");
+  FailureOr<int64_t> batch = spec.requirePositive("batch_size");
+  FailureOr<std::optional<std::string>> format =
+      spec.getChoice("input_format", {"sbhd", "bshd"});
+  FailureOr<std::optional<std::string>> description =
+      spec.getString("description");
+  spec.allow({"name"});
+  const SpecNode *recipeNode = spec.getNode("recipe");
+  const SpecNode *layers = spec.getNode("layers");
+  if (failed(dtype) || failed(seq) || failed(batch) || failed(format) ||
+      failed(description) || failed(spec.finish()))
+    return failure();
+  if (recipeNode) {
+    FailureOr<FP8RecipeAttrInterface> parsed =
+        readRecipe(*recipeNode, spec.getLocations());
+    if (failed(parsed))
+      return failure();
+    recipe = *parsed;
+  }
+  if (!layers)
+    return emitError(spec.loc()) << "the spec needs 'layers', a list of one "
+                                    "or more layers";
+  if (layers->kind != SpecNode::Kind::List || layers->items.empty())
+    return emitError(spec.valueLoc("layers"))
+           << "'layers' must be a non-empty list of layers, got "
+           << (layers->kind == SpecNode::Kind::List ? "an empty list"
+                                                    : layers->describe());
+  state.dtype = *dtype;
+  state.seqLength = *seq;
+  state.batchSize = *batch;
+  state.inputFormat = symbolizeQkvFormat(format->value_or("sbhd")).value();
+  return layers;
+}
+
+OwningOpRef<ModuleOp> tejit::importLayerSpec(llvm::SourceMgr &sourceMgr,
+                                             MLIRContext *context) {
+  context->loadDialect<TEDialect, func::FuncDialect>();
+  SpecLocations locations(sourceMgr, context);
+  FailureOr<std::unique_ptr<SpecNode>> root =
+      parseSpecTree(sourceMgr, locations);
+  if (failed(root))
+    return nullptr;
+  FailureOr<SpecMap> spec = SpecMap::get(**root, locations, "the spec");
+  if (failed(spec))
+    return nullptr;
+
+  StringRef bufferName =
+      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
+          ->getBufferIdentifier();
+  FailureOr<std::optional<std::string>> name = spec->getString("name");
+  if (failed(name))
+    return nullptr;
+  if (*name && !isIdentifier(**name)) {
+    emitError(spec->valueLoc("name"))
+        << "'name' must be an identifier (letters, digits and '_', not "
+           "starting with a digit), got '"
+        << **name << "'";
+    return nullptr;
+  }
+  ImportState state(context, spec->loc(),
+                    name->value_or(defaultFunctionName(bufferName)));
+  FP8RecipeAttrInterface recipe;
+  FailureOr<const SpecNode *> layers = readTopLevel(*spec, state, recipe);
+  if (failed(layers))
+    return nullptr;
+
+  Value current;
+  for (auto [index, layer] : llvm::enumerate((*layers)->items)) {
+    FailureOr<Value> output =
+        importLayer(state, *layer, index, current, recipe, locations);
+    if (failed(output))
+      return nullptr;
+    current = *output;
+  }
+  state.addResult("output", current);
+  return state.finish(spec->loc());
+}

@@ -1,0 +1,222 @@
+//===- SpecMap.cpp - typed, located reads of one spec mapping --------------===//
+#include "compiler/spec/SpecMap.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+
+using namespace mlir;
+using namespace tejit::spec;
+using llvm::StringRef;
+
+std::optional<StringRef>
+tejit::spec::closestMatch(StringRef word, llvm::ArrayRef<StringRef> candidates) {
+  std::string lower = word.lower();
+  std::optional<StringRef> best;
+  unsigned bestDistance = ~0u;
+  for (StringRef candidate : candidates) {
+    unsigned distance =
+        StringRef(lower).edit_distance(candidate.lower(), true, bestDistance);
+    if (distance < bestDistance) {
+      bestDistance = distance;
+      best = candidate;
+    }
+  }
+  // A misspelling changes a few characters; further than that, a suggestion
+  // only misleads.
+  unsigned limit = std::max<unsigned>(2, word.size() / 3);
+  if (best && bestDistance <= limit)
+    return best;
+  return std::nullopt;
+}
+
+SpecMap::SpecMap(const SpecNode &node, const SpecLocations &locations,
+                 StringRef what)
+    : node(node), locations(locations), what(what.str()) {}
+
+FailureOr<SpecMap> SpecMap::get(const SpecNode &node,
+                                const SpecLocations &locations,
+                                StringRef what) {
+  if (node.kind != SpecNode::Kind::Mapping)
+    return emitError(locations.get(node.loc))
+           << what << " must be a mapping of keys to values, got "
+           << node.describe();
+  return SpecMap(node, locations, what);
+}
+
+const SpecEntry *SpecMap::find(StringRef key) const {
+  for (const SpecEntry &entry : node.entries)
+    if (entry.key == key)
+      return &entry;
+  return nullptr;
+}
+
+Location SpecMap::keyLoc(StringRef key) const {
+  const SpecEntry *entry = find(key);
+  return entry ? locations.get(entry->keyLoc) : loc();
+}
+
+Location SpecMap::valueLoc(StringRef key) const {
+  const SpecEntry *entry = find(key);
+  return entry ? locations.get(entry->value->loc) : loc();
+}
+
+void SpecMap::allow(llvm::ArrayRef<StringRef> keys) {
+  for (StringRef key : keys)
+    if (!llvm::is_contained(known, key))
+      known.push_back(key);
+}
+
+const SpecNode *SpecMap::getNode(StringRef key) {
+  allow(key);
+  const SpecEntry *entry = find(key);
+  return entry ? entry->value.get() : nullptr;
+}
+
+InFlightDiagnostic SpecMap::typeError(StringRef key, StringRef expected,
+                                      const SpecNode &value) {
+  InFlightDiagnostic diag = emitError(locations.get(value.loc));
+  diag << "'" << key << "' in " << what << " must be " << expected << ", got ";
+  if (value.kind == SpecNode::Kind::Scalar && !value.isNull())
+    diag << (value.quoted ? "the string " : "") << "'" << value.text << "'";
+  else
+    diag << value.describe();
+  return diag;
+}
+
+FailureOr<const SpecNode *> SpecMap::scalar(StringRef key,
+                                            StringRef expected) {
+  const SpecNode *value = getNode(key);
+  if (!value || value->isNull())
+    return static_cast<const SpecNode *>(nullptr);
+  if (value->kind != SpecNode::Kind::Scalar)
+    return typeError(key, expected, *value);
+  return value;
+}
+
+FailureOr<std::optional<int64_t>> SpecMap::getInt(StringRef key) {
+  FailureOr<const SpecNode *> value = scalar(key, "an integer");
+  if (failed(value))
+    return failure();
+  if (!*value)
+    return std::optional<int64_t>();
+  int64_t result;
+  if ((*value)->quoted || StringRef((*value)->text).getAsInteger(10, result))
+    return typeError(key, "an integer", **value);
+  return std::optional<int64_t>(result);
+}
+
+FailureOr<std::optional<double>> SpecMap::getFloat(StringRef key) {
+  FailureOr<const SpecNode *> value = scalar(key, "a number");
+  if (failed(value))
+    return failure();
+  if (!*value)
+    return std::optional<double>();
+  double result;
+  if ((*value)->quoted || StringRef((*value)->text).getAsDouble(result))
+    return typeError(key, "a number", **value);
+  return std::optional<double>(result);
+}
+
+FailureOr<std::optional<bool>> SpecMap::getBool(StringRef key) {
+  FailureOr<const SpecNode *> value = scalar(key, "true or false");
+  if (failed(value))
+    return failure();
+  if (!*value)
+    return std::optional<bool>();
+  StringRef text = (*value)->text;
+  if (!(*value)->quoted && text.equals_insensitive("true"))
+    return std::optional<bool>(true);
+  if (!(*value)->quoted && text.equals_insensitive("false"))
+    return std::optional<bool>(false);
+  return typeError(key, "true or false", **value);
+}
+
+FailureOr<std::optional<std::string>> SpecMap::getString(StringRef key) {
+  FailureOr<const SpecNode *> value = scalar(key, "a string");
+  if (failed(value))
+    return failure();
+  if (!*value)
+    return std::optional<std::string>();
+  return std::optional<std::string>((*value)->text);
+}
+
+FailureOr<std::optional<std::string>>
+SpecMap::getChoice(StringRef key, llvm::ArrayRef<StringRef> choices) {
+  FailureOr<std::optional<std::string>> text = getString(key);
+  if (failed(text) || !*text)
+    return text;
+  for (StringRef choice : choices)
+    if (choice.equals_insensitive(**text))
+      return std::optional<std::string>(choice.str());
+  InFlightDiagnostic diag = emitError(valueLoc(key));
+  diag << "'" << key << "' in " << what << " must be one of "
+       << llvm::join(choices, ", ") << "; got '" << **text << "'";
+  if (std::optional<StringRef> close = closestMatch(**text, choices))
+    diag << " (did you mean '" << *close << "'?)";
+  return diag;
+}
+
+FailureOr<int64_t> SpecMap::getInt(StringRef key, int64_t fallback) {
+  FailureOr<std::optional<int64_t>> value = getInt(key);
+  if (failed(value))
+    return failure();
+  return value->value_or(fallback);
+}
+
+FailureOr<double> SpecMap::getFloat(StringRef key, double fallback) {
+  FailureOr<std::optional<double>> value = getFloat(key);
+  if (failed(value))
+    return failure();
+  return value->value_or(fallback);
+}
+
+FailureOr<bool> SpecMap::getBool(StringRef key, bool fallback) {
+  FailureOr<std::optional<bool>> value = getBool(key);
+  if (failed(value))
+    return failure();
+  return value->value_or(fallback);
+}
+
+FailureOr<std::optional<int64_t>> SpecMap::getPositive(StringRef key) {
+  FailureOr<std::optional<int64_t>> value = getInt(key);
+  if (failed(value) || !*value)
+    return value;
+  if (**value < 1)
+    return emitError(valueLoc(key))
+           << "'" << key << "' in " << what << " must be >= 1, got " << **value;
+  return value;
+}
+
+FailureOr<int64_t> SpecMap::requireInt(StringRef key) {
+  FailureOr<std::optional<int64_t>> value = getInt(key);
+  if (failed(value))
+    return failure();
+  if (!*value)
+    return emitError(loc()) << what << " needs '" << key << "'";
+  return **value;
+}
+
+FailureOr<int64_t> SpecMap::requirePositive(StringRef key) {
+  FailureOr<std::optional<int64_t>> value = getPositive(key);
+  if (failed(value))
+    return failure();
+  if (!*value)
+    return emitError(loc()) << what << " needs '" << key << "'";
+  return **value;
+}
+
+LogicalResult SpecMap::finish() {
+  for (const SpecEntry &entry : node.entries) {
+    if (llvm::is_contained(known, entry.key))
+      continue;
+    InFlightDiagnostic diag = emitError(locations.get(entry.keyLoc));
+    diag << "unknown key '" << entry.key << "' in " << what;
+    if (std::optional<StringRef> close = closestMatch(entry.key, known))
+      diag << "; did you mean '" << *close << "'?";
+    else
+      diag << " (valid keys: " << llvm::join(known, ", ") << ")";
+    return diag;
+  }
+  return success();
+}

@@ -1,0 +1,86 @@
+//===- SpecMap.h - typed, located reads of one spec mapping ------*- C++ -*-===//
+#ifndef TEJIT_COMPILER_SPEC_SPECMAP_H
+#define TEJIT_COMPILER_SPEC_SPECMAP_H
+
+#include "compiler/spec/SpecTree.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace tejit::spec {
+
+/// Reads the fields of one mapping of a spec. Every read marks its key as
+/// known; `finish()` then rejects the keys nobody asked for, suggesting the
+/// closest known one. Errors are reported at the offending key or value.
+class SpecMap {
+public:
+  /// `what` names the mapping in messages ("TransformerLayer", "recipe").
+  SpecMap(const SpecNode &node, const SpecLocations &locations,
+          llvm::StringRef what);
+
+  /// Checks that `node` is a mapping; reports "`what` must be a mapping".
+  static mlir::FailureOr<SpecMap> get(const SpecNode &node,
+                                      const SpecLocations &locations,
+                                      llvm::StringRef what);
+
+  mlir::FailureOr<std::optional<int64_t>> getInt(llvm::StringRef key);
+  mlir::FailureOr<std::optional<double>> getFloat(llvm::StringRef key);
+  mlir::FailureOr<std::optional<bool>> getBool(llvm::StringRef key);
+  mlir::FailureOr<std::optional<std::string>> getString(llvm::StringRef key);
+  /// One of `choices`, matched case-insensitively; returns the choice as
+  /// spelled in `choices`.
+  mlir::FailureOr<std::optional<std::string>>
+  getChoice(llvm::StringRef key, llvm::ArrayRef<llvm::StringRef> choices);
+
+  mlir::FailureOr<int64_t> getInt(llvm::StringRef key, int64_t fallback);
+  mlir::FailureOr<double> getFloat(llvm::StringRef key, double fallback);
+  mlir::FailureOr<bool> getBool(llvm::StringRef key, bool fallback);
+  mlir::FailureOr<int64_t> requireInt(llvm::StringRef key);
+  /// Integer >= 1 (a size or a count).
+  mlir::FailureOr<int64_t> requirePositive(llvm::StringRef key);
+  mlir::FailureOr<std::optional<int64_t>> getPositive(llvm::StringRef key);
+
+  /// The raw node of `key`, or null; marks the key as known.
+  const SpecNode *getNode(llvm::StringRef key);
+
+  /// Marks keys that are read elsewhere (or on purpose ignored) as known.
+  void allow(llvm::ArrayRef<llvm::StringRef> keys);
+
+  /// Reports the first unknown key, with a suggestion when one is close.
+  mlir::LogicalResult finish();
+
+  bool has(llvm::StringRef key) const { return find(key) != nullptr; }
+  mlir::Location loc() const { return locations.get(node.loc); }
+  mlir::Location keyLoc(llvm::StringRef key) const;
+  mlir::Location valueLoc(llvm::StringRef key) const;
+  llvm::StringRef getWhat() const { return what; }
+  void setWhat(llvm::StringRef newWhat) { what = newWhat.str(); }
+  const SpecLocations &getLocations() const { return locations; }
+
+private:
+  const SpecEntry *find(llvm::StringRef key) const;
+  /// The scalar value of `key`, or null when absent or null; reports an
+  /// error and fails when it is a mapping or list.
+  mlir::FailureOr<const SpecNode *> scalar(llvm::StringRef key,
+                                           llvm::StringRef expected);
+  mlir::InFlightDiagnostic typeError(llvm::StringRef key,
+                                     llvm::StringRef expected,
+                                     const SpecNode &value);
+
+  const SpecNode &node;
+  const SpecLocations &locations;
+  std::string what;
+  llvm::SmallVector<llvm::StringRef> known;
+};
+
+/// The candidate closest to `word` by edit distance, if close enough to be a
+/// plausible misspelling.
+std::optional<llvm::StringRef>
+closestMatch(llvm::StringRef word, llvm::ArrayRef<llvm::StringRef> candidates);
+
+} // namespace tejit::spec
+
+#endif // TEJIT_COMPILER_SPEC_SPECMAP_H
