@@ -73,6 +73,8 @@ LogicalResult LayerChecker::optionalParam(Value value, StringRef name,
 LogicalResult LayerChecker::mask(Value value, ArrayRef<int64_t> expected,
                                  StringRef rule) {
   auto type = cast<RankedTensorType>(value.getType());
+  if (!type.hasStaticShape())
+    return emitError() << "'mask' must have a static shape, got " << type;
   if (!type.getElementType().isInteger(1))
     return emitError() << "'mask' must have element type i1 (true = masked "
                           "out), got "

@@ -11,8 +11,12 @@ class TE_Enum<string name, string summary, list<I32EnumAttrCase> cases>
   let genSpecializedAttr = 0;
 }
 
+// Printed as `#te.activation<gelu>`; EnumAttr's default format (`$value`)
+// would print `#te.activation gelu`, which the dialect parser cannot read back.
 class TE_EnumAttr<TE_Enum enumInfo, string mnemonic>
-    : EnumAttr<TE_Dialect, enumInfo, mnemonic>;
+    : EnumAttr<TE_Dialect, enumInfo, mnemonic> {
+  let assemblyFormat = "`<` $value `>`";
+}
 
 // E5M2 is listed so that it parses and its verifier can explain why it is
 // not a recipe format, as Transformer Engine's Format enum also lists it.
@@ -22,8 +26,9 @@ def TE_Fp8Format : TE_Enum<"Fp8Format", "FP8 format of a scaling recipe", [
   I32EnumAttrCase<"HYBRID", 2, "hybrid">
 ]>;
 
-def TE_AmaxComputeAlgo : TE_Enum<"AmaxComputeAlgo",
-    "how delayed scaling reduces the amax history", [
+// The summary also names the enum in parse errors ("invalid amax history
+// reduction specification: mean").
+def TE_AmaxComputeAlgo : TE_Enum<"AmaxComputeAlgo", "amax history reduction", [
   I32EnumAttrCase<"max", 0>,
   I32EnumAttrCase<"most_recent", 1>
 ]>;

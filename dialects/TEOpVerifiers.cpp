@@ -160,14 +160,15 @@ static bool maskTypeNeedsMask(AttnMaskType type) {
 }
 
 /// Padding masks are [b, 1, 1, s_kv]; an arbitrary mask may broadcast its
-/// batch and head dims.
-static LogicalResult verifyMask(LayerChecker &checker, AttnMaskType type,
-                                Value mask, int64_t batch, int64_t heads,
-                                int64_t seqQ, int64_t seqKV) {
+/// batch and head dims. `typeName` is the op's mask-type attribute.
+static LogicalResult verifyMask(LayerChecker &checker, StringRef typeName,
+                                AttnMaskType type, Value mask, int64_t batch,
+                                int64_t heads, int64_t seqQ, int64_t seqKV) {
   if (maskTypeNeedsMask(type) != static_cast<bool>(mask))
     return checker.emitError()
-           << "attn_mask_type " << stringifyAttnMaskType(type)
-           << (mask ? " takes no 'mask' operand" : " requires a 'mask' operand");
+           << typeName << " = " << stringifyAttnMaskType(type)
+           << (mask ? " takes no 'mask' operand"
+                    : " requires a 'mask' operand");
   if (!mask)
     return success();
   if (type != AttnMaskType::arbitrary)
@@ -184,13 +185,29 @@ static std::pair<unsigned, unsigned> seqBatchDims(QkvFormat format) {
                                    : std::make_pair(1u, 0u);
 }
 
+/// `value` is a float tensor of rank exactly 4, laid out as `format` says.
+static LogicalResult verifyAttentionInput(LayerChecker &checker, Value value,
+                                          StringRef name, QkvFormat format) {
+  if (failed(checker.floatTensor(value, name)))
+    return failure();
+  auto type = cast<RankedTensorType>(value.getType());
+  if (type.getRank() != 4)
+    return checker.emitError()
+           << "'" << name << "' must have rank 4 ("
+           << (format == QkvFormat::sbhd ? "[s, b, h, d] for sbhd"
+                                         : "[b, s, h, d] for bshd")
+           << "), got " << type;
+  return success();
+}
+
 LogicalResult DotProductAttentionOp::verify() {
   LayerChecker checker(*this);
-  if (failed(checker.floatTensor(getQuery(), "query", 4)) ||
-      failed(checker.floatTensor(getKey(), "key", 4)) ||
-      failed(checker.floatTensor(getValue(), "value", 4)))
+  QkvFormat format = getQkvFormat();
+  if (failed(verifyAttentionInput(checker, getQuery(), "query", format)) ||
+      failed(verifyAttentionInput(checker, getKey(), "key", format)) ||
+      failed(verifyAttentionInput(checker, getValue(), "value", format)))
     return failure();
-  auto [seqDim, batchDim] = seqBatchDims(getQkvFormat());
+  auto [seqDim, batchDim] = seqBatchDims(format);
   ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey());
   int64_t heads = q[2], headDim = q[3], groups = k[2];
   StringRef rule = getQkvFormat() == QkvFormat::sbhd
@@ -202,7 +219,7 @@ LogicalResult DotProductAttentionOp::verify() {
   if (failed(checker.param(getKey(), "key", kvShape, rule)) ||
       failed(checker.param(getValue(), "value", kvShape, rule)))
     return failure();
-  if (heads % groups != 0)
+  if (groups < 1 || heads % groups != 0)
     return emitOpError() << "query heads (" << heads
                          << ") must be a multiple of key/value heads ("
                          << groups << ")";
@@ -212,8 +229,9 @@ LogicalResult DotProductAttentionOp::verify() {
                            getQkvFormat() == QkvFormat::sbhd
                                ? "[s_q, b, heads * head_dim]"
                                : "[b, s_q, heads * head_dim]")) ||
-      failed(verifyMask(checker, getAttnMaskType(), getAttentionMask(),
-                        q[batchDim], heads, q[seqDim], k[seqDim])) ||
+      failed(verifyMask(checker, "attn_mask_type", getAttnMaskType(),
+                        getAttentionMask(), q[batchDim], heads, q[seqDim],
+                        k[seqDim])) ||
       failed(verifyDropout(checker, "attention_dropout",
                            getAttentionDropout().convertToDouble())))
     return failure();
@@ -240,6 +258,8 @@ struct AttentionBlock {
   AttnMaskType maskType;
   QkvFormat format;
   double dropout;
+  /// The op's name for `maskType`, for diagnostics.
+  StringRef maskTypeName = "attn_mask_type";
 };
 } // namespace
 
@@ -291,8 +311,8 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
     return failure();
   auto [seqDim, batchDim] = seqBatchDims(block.format);
   int64_t seq = shape[seqDim], batch = shape[batchDim];
-  if (failed(verifyMask(checker, block.maskType, block.mask, batch,
-                        block.heads, seq, seq)) ||
+  if (failed(verifyMask(checker, block.maskTypeName, block.maskType, block.mask,
+                        batch, block.heads, seq, seq)) ||
       failed(verifyDropout(checker, "attention_dropout", block.dropout)))
     return failure();
   if (block.rotary) {
@@ -360,6 +380,7 @@ LogicalResult TransformerLayerOp::verify() {
                        signedValue(getKvChannelsAttr()),
                        getSelfAttnMaskType(), getAttnInputFormat(),
                        getAttentionDropout().convertToDouble()};
+  block.maskTypeName = "self_attn_mask_type";
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(checker.normParams(getNormalization(), getMlpLnWeight(),
