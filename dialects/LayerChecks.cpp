@@ -34,6 +34,10 @@ LogicalResult LayerChecker::floatTensor(Value value, StringRef name,
   if (type.getRank() < minRank)
     return emitError() << "'" << name << "' must have rank >= " << minRank
                        << ", got " << type;
+  if (llvm::is_contained(type.getShape(), 0))
+    return emitError() << "'" << name
+                       << "' must not have a zero-size dimension, got "
+                       << type;
   Type element = type.getElementType();
   if (!isLayerFloat(element))
     return emitError() << "'" << name

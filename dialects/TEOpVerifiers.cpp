@@ -219,7 +219,7 @@ LogicalResult DotProductAttentionOp::verify() {
   if (failed(checker.param(getKey(), "key", kvShape, rule)) ||
       failed(checker.param(getValue(), "value", kvShape, rule)))
     return failure();
-  if (groups < 1 || heads % groups != 0)
+  if (heads % groups != 0)
     return emitOpError() << "query heads (" << heads
                          << ") must be a multiple of key/value heads ("
                          << groups << ")";
@@ -323,6 +323,10 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
              << "'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] "
                 "= "
              << formatShape(expected) << ", got " << type;
+    // Rotary embeddings rotate pairs of channels.
+    if (headDim % 2 != 0)
+      return checker.emitError()
+             << "'rotary_pos_emb' needs an even kv_channels, got " << headDim;
   }
   fp8Dims.append({tokenDim(block.input),
                   {"hidden_size", hidden, 16},

@@ -153,7 +153,7 @@ func.func @dpa_gqa_not_divisible(
 func.func @dpa_gqa_zero_heads(%q: tensor<16x2x4x16xbf16>,
                               %k: tensor<16x2x0x16xbf16>,
                               %v: tensor<16x2x0x16xbf16>) {
-  // expected-error @+1 {{query heads (4) must be a multiple of key/value heads (0)}}
+  // expected-error @+1 {{'key' must not have a zero-size dimension, got 'tensor<16x2x0x16xbf16>'}}
   %r = te.dot_product_attention %q, %k, %v
       : (tensor<16x2x4x16xbf16>, tensor<16x2x0x16xbf16>, tensor<16x2x0x16xbf16>)
          -> tensor<16x2x64xbf16>
@@ -1815,5 +1815,19 @@ func.func @tl_fp8_ffn(%x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>,
          tensor<192x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
          tensor<64xbf16>, tensor<200x64xbf16>, tensor<64x200xbf16>)
          -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_rotary_odd_head_dim(%x: tensor<16x2x60xbf16>,
+                                   %wqkv: tensor<180x60xbf16>,
+                                   %wo: tensor<60x60xbf16>,
+                                   %rope: tensor<16x1x1x15xf32>) {
+  // expected-error @+1 {{'rotary_pos_emb' needs an even kv_channels, got 15}}
+  %r = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      rotary_pos_emb(%rope) {num_attention_heads = 4 : i64}
+      : (tensor<16x2x60xbf16>, tensor<180x60xbf16>, tensor<60x60xbf16>,
+         tensor<16x1x1x15xf32>) -> tensor<16x2x60xbf16>
   return
 }

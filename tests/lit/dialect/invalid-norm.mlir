@@ -235,3 +235,11 @@ func.func @rmsnorm_eps_negative(%x: tensor<16x64xbf16>,
       : (tensor<16x64xbf16>, tensor<64xbf16>) -> tensor<16x64xbf16>
   return
 }
+
+// -----
+
+func.func @zero_size_dim(%x: tensor<0x64xbf16>, %w: tensor<64xbf16>) -> tensor<0x64xbf16> {
+  // expected-error @+1 {{'input' must not have a zero-size dimension, got 'tensor<0x64xbf16>'}}
+  %y = te.rmsnorm %x weight(%w) : (tensor<0x64xbf16>, tensor<64xbf16>) -> tensor<0x64xbf16>
+  return %y : tensor<0x64xbf16>
+}
