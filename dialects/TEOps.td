@@ -328,4 +328,6 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
   }];
 }
 
+include "TEPrimitiveOps.td"
+
 #endif // TEJIT_DIALECT_TE_OPS_TD

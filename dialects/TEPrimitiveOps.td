@@ -1,0 +1,290 @@
+//===- TEPrimitiveOps.td - primitive ops of the te dialect -*- tablegen -*-===//
+//
+// What te-decompose lowers layer ops to, and te-autodiff differentiates:
+// GEMMs, normalizations, activations, attention, dropout, elementwise adds and
+// shape changes, each with its backward counterpart. Tensors keep the layer's
+// dtype; normalization and softmax statistics are f32.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_DIALECT_TE_PRIMITIVE_OPS_TD
+#define TEJIT_DIALECT_TE_PRIMITIVE_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "TEAttributes.td"
+
+class TE_PrimOp<string mnemonic, list<Trait> traits = []>
+    : TE_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let hasVerifier = 1;
+}
+
+defvar TE_AnyTensor = AnyRankedTensor;
+
+//===----------------------------------------------------------------------===//
+// Shapes
+//===----------------------------------------------------------------------===//
+
+def TE_ReshapeOp : TE_PrimOp<"reshape"> {
+  let summary = "Reinterprets a tensor with a new shape of the same size";
+  let description = [{
+    Row-major reshape; no data moves.
+
+    ```mlir
+    %2 = te.reshape %x : tensor<2048x4x4096xbf16> -> tensor<8192x4096xbf16>
+    ```
+  }];
+  let arguments = (ins TE_AnyTensor:$input);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+  let hasFolder = 1;
+}
+
+def TE_TransposeOp : TE_PrimOp<"transpose"> {
+  let summary = "Swaps the two dims of a matrix";
+  let arguments = (ins TE_AnyTensor:$input);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($output)";
+}
+
+def TE_SliceOp : TE_PrimOp<"slice"> {
+  let summary = "A contiguous range of the last dim";
+  let description = [{
+    `output[..., i] = input[..., offset + i]` for `i < size`, where `size` is
+    the output's last dim. Splits fused QKV projections and gated FC1
+    outputs.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$offset);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input `[` $offset `]` attr-dict `:` type($input) `->` type($output)
+  }];
+}
+
+def TE_ConcatOp : TE_PrimOp<"concat"> {
+  let summary = "Concatenates tensors along the last dim";
+  let arguments = (ins Variadic<TE_AnyTensor>:$inputs);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$inputs attr-dict `:` type($inputs) `->` type($output)";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def TE_AddOp : TE_PrimOp<"add", [SameOperandsAndResultType]> {
+  let summary = "Elementwise sum (residual connections, gradient sums)";
+  let arguments = (ins TE_AnyTensor:$lhs, TE_AnyTensor:$rhs);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($output)";
+  let hasVerifier = 0;
+}
+
+def TE_BiasAddOp : TE_PrimOp<"bias_add"> {
+  let summary = "Adds a vector along the last dim";
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$bias);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $bias attr-dict `:` type($input) `,` type($bias) `->` type($output)
+  }];
+}
+
+def TE_BiasGradOp : TE_PrimOp<"bias_grad"> {
+  let summary = "Sums a gradient over all dims but the last (dbias)";
+  let arguments = (ins TE_AnyTensor:$grad);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
+}
+
+def TE_ActivationOp : TE_PrimOp<"act"> {
+  let summary = "Applies an MLP activation along the last dim";
+  let description = [{
+    GELU is the tanh approximation, qgelu `x * sigmoid(1.702 x)`, srelu
+    `relu(x)^2`. Gated activations split the last dim into halves `[a, b]`
+    and return `act(a) * b`, halving the last dim.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, TE_ActivationAttr:$activation);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $activation $input attr-dict `:` type($input) `->` type($output)
+  }];
+}
+
+def TE_ActivationGradOp : TE_PrimOp<"dact"> {
+  let summary = "Gradient of te.act with respect to its input";
+  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$input,
+                   TE_ActivationAttr:$activation);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $activation $grad `,` $input attr-dict `:` type($grad) `,` type($input)
+    `->` type($output)
+  }];
+}
+
+def TE_DropoutOp : TE_PrimOp<"dropout"> {
+  let summary = "Zeroes elements with probability `rate`, scales the rest";
+  let description = [{
+    `output = input * keep / (1 - rate)`, where `keep` (the second result,
+    saved for backward) is drawn from a counter-based generator keyed by the
+    `rng_state` operand (`[seed, offset]`, advanced by the runtime each step)
+    and the op's `stream`, so that every dropout site draws its own bits.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$rng_state,
+                   F64Attr:$rate, I64Attr:$stream);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$keep);
+  let assemblyFormat = [{
+    $input `,` $rng_state attr-dict `:` type($input) `,` type($rng_state)
+    `->` type($output) `,` type($keep)
+  }];
+}
+
+def TE_MaskScaleOp : TE_PrimOp<"mask_scale"> {
+  let summary = "Gradient of te.dropout: `grad * keep / (1 - rate)`";
+  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$keep, F64Attr:$rate);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $grad `,` $keep attr-dict `:` type($grad) `,` type($keep) `->` type($output)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// GEMM
+//===----------------------------------------------------------------------===//
+
+def TE_MatmulOp : TE_PrimOp<"matmul"> {
+  let summary = "Matrix product with optional transposed operands";
+  let description = [{
+    `output = op(a) * op(b)` on 2-D tensors, where `op` transposes when its
+    flag is set; accumulation is f32. A Linear's forward is
+    `te.matmul %x, %w {transpose_b}` (`Y = X W^T`), its dgrad
+    `te.matmul %dy, %w` and its wgrad `te.matmul %dy, %x {transpose_a}`.
+  }];
+  let arguments = (ins TE_AnyTensor:$a, TE_AnyTensor:$b, UnitAttr:$transpose_a,
+                   UnitAttr:$transpose_b);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $a `,` $b attr-dict `:` type($a) `,` type($b) `->` type($output)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Normalization
+//===----------------------------------------------------------------------===//
+
+def TE_LayerNormFwdOp : TE_PrimOp<"layernorm_fwd"> {
+  let summary = "LayerNorm over the last dim, with statistics for backward";
+  let description = [{
+    Returns `y`, the f32 mean and the f32 reciprocal standard deviation
+    (`rsigma = rsqrt(var + eps)`) of every row.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$gamma,
+                   TE_AnyTensor:$beta, F64Attr:$eps,
+                   UnitAttr:$zero_centered_gamma);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$mean,
+                 TE_AnyTensor:$rsigma);
+  let assemblyFormat = [{
+    $input `,` $gamma `,` $beta attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def TE_LayerNormBwdOp : TE_PrimOp<"layernorm_bwd"> {
+  let summary = "Gradients of te.layernorm_fwd: dx, dgamma, dbeta";
+  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$input,
+                   TE_AnyTensor:$mean, TE_AnyTensor:$rsigma,
+                   TE_AnyTensor:$gamma, UnitAttr:$zero_centered_gamma);
+  let results = (outs TE_AnyTensor:$input_grad, TE_AnyTensor:$gamma_grad,
+                 TE_AnyTensor:$beta_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $mean `,` $rsigma `,` $gamma attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_RMSNormFwdOp : TE_PrimOp<"rmsnorm_fwd"> {
+  let summary = "RMSNorm over the last dim, with statistics for backward";
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$gamma, F64Attr:$eps,
+                   UnitAttr:$zero_centered_gamma);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$rsigma);
+  let assemblyFormat = [{
+    $input `,` $gamma attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def TE_RMSNormBwdOp : TE_PrimOp<"rmsnorm_bwd"> {
+  let summary = "Gradients of te.rmsnorm_fwd: dx, dgamma";
+  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$input,
+                   TE_AnyTensor:$rsigma, TE_AnyTensor:$gamma,
+                   UnitAttr:$zero_centered_gamma);
+  let results = (outs TE_AnyTensor:$input_grad, TE_AnyTensor:$gamma_grad);
+  let assemblyFormat = [{
+    $grad `,` $input `,` $rsigma `,` $gamma attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def TE_RotaryOp : TE_PrimOp<"rotary"> {
+  let summary = "Rotary position embedding of q or k";
+  let description = [{
+    Rotates channel pairs `(x[i], x[i + d/2])` of each head by the angles in
+    `freqs` (`[s, 1, 1, d]` f32, the first half repeated as Transformer
+    Engine lays it out). With `inverse`, rotates by the negated angles,
+    which is the op's gradient.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$freqs,
+                   TE_QkvFormatAttr:$qkv_format, UnitAttr:$inverse);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $freqs attr-dict `:` type($input) `,` type($freqs)
+    `->` type($output)
+  }];
+}
+
+def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
+  let summary = "Fused attention core, with softmax statistics for backward";
+  let description = [{
+    `o = softmax(q k^T * softmax_scale + mask) v` per head, on 4-D q/k/v in
+    `qkv_format`; returns `o` in q's layout and the f32 log-sum-exp of each
+    softmax row (`[b, heads, s_q]`), which te.attention_bwd consumes.
+    Attention dropout draws from `rng_state` like te.dropout.
+  }];
+  let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
+                   TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
+                   Optional<TE_AnyTensor>:$rng_state,
+                   TE_AttnMaskTypeAttr:$attn_mask_type,
+                   TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$stream);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
+    (`rng` `(` $rng_state^ `)`)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
+    [AttrSizedOperandSegments]> {
+  let summary = "Gradients of te.attention: dq, dk, dv";
+  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$query,
+                   TE_AnyTensor:$key, TE_AnyTensor:$value,
+                   TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
+                   Optional<TE_AnyTensor>:$attention_mask,
+                   Optional<TE_AnyTensor>:$rng_state,
+                   TE_AttnMaskTypeAttr:$attn_mask_type,
+                   TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$stream);
+  let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
+                 TE_AnyTensor:$value_grad);
+  let assemblyFormat = [{
+    $grad `,` $query `,` $key `,` $value `,` $output `,` $softmax_lse
+    (`mask` `(` $attention_mask^ `)`)? (`rng` `(` $rng_state^ `)`)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+#endif // TEJIT_DIALECT_TE_PRIMITIVE_OPS_TD
