@@ -1,4 +1,5 @@
 //===- te-opt.cpp - parse, verify, transform and print te IR ---------------===//
+#include "compiler/passes/Passes.h"
 #include "dialects/TEDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -12,6 +13,7 @@ int main(int argc, char **argv) {
   // Generic cleanups that are handy on te IR in lit tests.
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  tejit::registerTEPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "te dialect optimizer\n", registry));
 }

@@ -1,0 +1,370 @@
+//===- Decompose.cpp - te-decompose: layer ops into primitive ops ----------===//
+//
+// Each layer op becomes the primitive ops of its Transformer Engine
+// definition. Activations are flattened to [tokens, features] once, so that
+// GEMMs, norms, bias adds and residual adds all see 2-D tensors; attention
+// reshapes to [d0, d1, heads, head_dim] in the layer's layout and back.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+namespace tejit {
+#define GEN_PASS_DEF_TEDECOMPOSE
+#include "compiler/passes/Passes.h.inc"
+} // namespace tejit
+
+using namespace mlir;
+using namespace mlir::te;
+
+namespace {
+/// Dropout sites of one layer op; the stream of site `s` of the n-th layer
+/// op is 16 * n + s (the interpreter's convention, DropoutRng.h).
+enum DropoutSite : int64_t { kAttention = 0, kAfterAttention = 1, kAfterMlp = 2 };
+
+/// The self-attention block's parameters and options, whichever layer op
+/// carries them.
+struct AttentionParams {
+  Value qkvWeight, qkvBias, projWeight, projBias, mask, rotary;
+  int64_t heads, kvHeads, headDim;
+  AttnMaskType maskType;
+  QkvFormat format;
+  double dropout;
+};
+
+/// Builds the primitive ops of one layer op, in front of it.
+class LayerLowering {
+public:
+  LayerLowering(Operation *layer, Value rngState, int64_t ordinal,
+                bool inference)
+      : builder(layer), loc(layer->getLoc()), rngState(rngState),
+        ordinal(ordinal), inference(inference) {}
+
+  /// `x` as [tokens, features].
+  Value tokens(Value x) {
+    ArrayRef<int64_t> shape = shapeOf(x);
+    int64_t rows = 1;
+    for (int64_t dim : shape.drop_back())
+      rows *= dim;
+    return reshape(x, {rows, shape.back()});
+  }
+
+  Value reshape(Value x, ArrayRef<int64_t> shape) {
+    auto type = RankedTensorType::get(shape, elementOf(x));
+    if (type == x.getType())
+      return x;
+    return builder.create<ReshapeOp>(loc, type, x);
+  }
+
+  /// `x W^T + b` on tokens.
+  Value linear(Value x, Value weight, Value bias) {
+    auto type = RankedTensorType::get(
+        {shapeOf(x)[0], shapeOf(weight)[0]}, elementOf(x));
+    auto matmul = builder.create<MatmulOp>(loc, type, x, weight);
+    matmul.setTransposeB(true);
+    if (!bias)
+      return matmul;
+    return builder.create<BiasAddOp>(loc, type, matmul, bias);
+  }
+
+  Value norm(Normalization kind, Value x, Value gamma, Value beta,
+             APFloat eps, bool zeroCentered) {
+    auto stats = RankedTensorType::get(shapeOf(x).drop_back(),
+                                       builder.getF32Type());
+    FloatAttr epsAttr = builder.getF64FloatAttr(eps.convertToDouble());
+    UnitAttr zeroCenteredAttr = zeroCentered ? builder.getUnitAttr() : nullptr;
+    if (kind == Normalization::LayerNorm)
+      return builder
+          .create<LayerNormFwdOp>(loc, x.getType(), stats, stats, x, gamma,
+                                  beta, epsAttr, zeroCenteredAttr)
+          .getOutput();
+    return builder
+        .create<RMSNormFwdOp>(loc, x.getType(), stats, x, gamma, epsAttr,
+                              zeroCenteredAttr)
+        .getOutput();
+  }
+
+  /// FC1, activation, FC2 on tokens.
+  Value mlp(Value x, Activation activation, Value fc1Weight, Value fc1Bias,
+            Value fc2Weight, Value fc2Bias) {
+    Value hidden = linear(x, fc1Weight, fc1Bias);
+    auto actType = RankedTensorType::get(
+        {shapeOf(x)[0], shapeOf(fc2Weight)[1]}, elementOf(x));
+    Value activated = builder.create<ActivationOp>(
+        loc, actType, hidden, ActivationAttr::get(ctx(), activation));
+    return linear(activated, fc2Weight, fc2Bias);
+  }
+
+  Value dropout(Value x, double rate, int64_t site) {
+    if (inference || rate == 0.0)
+      return x;
+    auto keepType = RankedTensorType::get(shapeOf(x), builder.getI1Type());
+    return builder
+        .create<DropoutOp>(loc, x.getType(), keepType, x, rngState,
+                           builder.getF64FloatAttr(rate),
+                           builder.getI64IntegerAttr(stream(site)))
+        .getOutput();
+  }
+
+  Value add(Value lhs, Value rhs) {
+    return builder.create<AddOp>(loc, lhs.getType(), lhs, rhs);
+  }
+
+  /// The attention core on 4-D q/k/v; returns the output in q's layout.
+  Value attention(Value query, Value key, Value value, Value mask,
+                  AttnMaskType maskType, QkvFormat format, double scale,
+                  double dropoutRate) {
+    ArrayRef<int64_t> q = shapeOf(query);
+    bool sbhd = format == QkvFormat::sbhd;
+    auto lseType = RankedTensorType::get(
+        {q[sbhd ? 1 : 0], q[2], q[sbhd ? 0 : 1]}, builder.getF32Type());
+    double rate = inference ? 0.0 : dropoutRate;
+    Value rng = rate > 0.0 ? rngState : Value();
+    SmallVector<Value> operands = {query, key, value};
+    if (mask)
+      operands.push_back(mask);
+    if (rng)
+      operands.push_back(rng);
+    SmallVector<NamedAttribute> attrs = {
+        builder.getNamedAttr("attn_mask_type",
+                             AttnMaskTypeAttr::get(ctx(), maskType)),
+        builder.getNamedAttr("qkv_format", QkvFormatAttr::get(ctx(), format)),
+        builder.getNamedAttr("softmax_scale", builder.getF64FloatAttr(scale)),
+        builder.getNamedAttr("operandSegmentSizes",
+                             builder.getDenseI32ArrayAttr(
+                                 {1, 1, 1, mask ? 1 : 0, rng ? 1 : 0}))};
+    if (rate > 0.0) {
+      attrs.push_back(
+          builder.getNamedAttr("dropout", builder.getF64FloatAttr(rate)));
+      attrs.push_back(builder.getNamedAttr(
+          "stream", builder.getI64IntegerAttr(stream(kAttention))));
+    }
+    auto op = builder.create<AttentionOp>(
+        loc, TypeRange{query.getType(), lseType}, operands, attrs);
+    return op.getOutput();
+  }
+
+  /// QKV projection, head split, rotary, attention and output projection on
+  /// the tokens `x` of an activation shaped like `inputShape`.
+  Value attentionBlock(Value x, ArrayRef<int64_t> inputShape,
+                       const AttentionParams &params) {
+    Value qkv = linear(x, params.qkvWeight, params.qkvBias);
+    int64_t qWidth = params.heads * params.headDim;
+    int64_t kvWidth = params.kvHeads * params.headDim;
+    auto heads = [&](int64_t offset, int64_t count) {
+      auto sliceType = RankedTensorType::get(
+          {shapeOf(qkv)[0], count * params.headDim}, elementOf(x));
+      Value slice = builder.create<SliceOp>(
+          loc, sliceType, qkv, builder.getI64IntegerAttr(offset));
+      return reshape(slice, {inputShape[0], inputShape[1], count,
+                             params.headDim});
+    };
+    Value query = heads(0, params.heads);
+    Value key = heads(qWidth, params.kvHeads);
+    Value value = heads(qWidth + kvWidth, params.kvHeads);
+    if (params.rotary) {
+      auto formatAttr = QkvFormatAttr::get(ctx(), params.format);
+      query = builder.create<RotaryOp>(loc, query.getType(), query,
+                                       params.rotary, formatAttr, nullptr);
+      key = builder.create<RotaryOp>(loc, key.getType(), key, params.rotary,
+                                     formatAttr, nullptr);
+    }
+    Value context =
+        attention(query, key, value, params.mask, params.maskType,
+                  params.format, 1.0 / std::sqrt(double(params.headDim)),
+                  params.dropout);
+    return linear(reshape(context, {shapeOf(x)[0], qWidth}),
+                  params.projWeight, params.projBias);
+  }
+
+  MLIRContext *ctx() { return builder.getContext(); }
+
+  static ArrayRef<int64_t> shapeOf(Value value) {
+    return cast<RankedTensorType>(value.getType()).getShape();
+  }
+  static Type elementOf(Value value) {
+    return cast<RankedTensorType>(value.getType()).getElementType();
+  }
+
+private:
+  int64_t stream(int64_t site) const { return 16 * ordinal + site; }
+
+  OpBuilder builder;
+  Location loc;
+  Value rngState;
+  int64_t ordinal;
+  bool inference;
+};
+
+/// `y` (tokens) reshaped like `like` with `y`'s last dim.
+Value restoreShape(LayerLowering &lower, Value y, Value like) {
+  SmallVector<int64_t> shape(LayerLowering::shapeOf(like));
+  shape.back() = LayerLowering::shapeOf(y).back();
+  return lower.reshape(y, shape);
+}
+
+SmallVector<Value> lowerLayer(LinearOp op, LayerLowering &lower) {
+  Value y = lower.linear(lower.tokens(op.getInput()), op.getWeight(),
+                         op.getBias());
+  return {restoreShape(lower, y, op.getInput())};
+}
+
+SmallVector<Value> lowerLayer(LayerNormOp op, LayerLowering &lower) {
+  Value y = lower.norm(Normalization::LayerNorm, lower.tokens(op.getInput()),
+                       op.getWeight(), op.getBias(), op.getEps(),
+                       op.getZeroCenteredGamma());
+  return {restoreShape(lower, y, op.getInput())};
+}
+
+SmallVector<Value> lowerLayer(RMSNormOp op, LayerLowering &lower) {
+  Value y = lower.norm(Normalization::RMSNorm, lower.tokens(op.getInput()),
+                       op.getWeight(), Value(), op.getEps(),
+                       op.getZeroCenteredGamma());
+  return {restoreShape(lower, y, op.getInput())};
+}
+
+SmallVector<Value> lowerLayer(LayerNormLinearOp op, LayerLowering &lower) {
+  Value normed = lower.norm(op.getNormalization(), lower.tokens(op.getInput()),
+                            op.getLnWeight(), op.getLnBias(), op.getEps(),
+                            op.getZeroCenteredGamma());
+  Value y = lower.linear(normed, op.getWeight(), op.getBias());
+  SmallVector<Value> results = {restoreShape(lower, y, op.getInput())};
+  if (op.getLnOutput())
+    results.push_back(restoreShape(lower, normed, op.getInput()));
+  return results;
+}
+
+SmallVector<Value> lowerLayer(LayerNormMLPOp op, LayerLowering &lower) {
+  Value normed = lower.norm(op.getNormalization(), lower.tokens(op.getInput()),
+                            op.getLnWeight(), op.getLnBias(), op.getEps(),
+                            op.getZeroCenteredGamma());
+  Value y = lower.mlp(normed, op.getActivation(), op.getFc1Weight(),
+                      op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
+  SmallVector<Value> results = {restoreShape(lower, y, op.getInput())};
+  if (op.getLnOutput())
+    results.push_back(restoreShape(lower, normed, op.getInput()));
+  return results;
+}
+
+SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
+  double headDim = double(LayerLowering::shapeOf(op.getQuery())[3]);
+  double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
+                                      : 1.0 / std::sqrt(headDim);
+  Value context = lower.attention(
+      op.getQuery(), op.getKey(), op.getValue(), op.getAttentionMask(),
+      op.getAttnMaskType(), op.getQkvFormat(), scale,
+      op.getAttentionDropout().convertToDouble());
+  return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
+}
+
+template <typename OpT>
+AttentionParams attentionParams(OpT op, AttnMaskType maskType,
+                                QkvFormat format) {
+  return {op.getQkvWeight(),
+          op.getQkvBias(),
+          op.getProjWeight(),
+          op.getProjBias(),
+          op.getAttentionMask(),
+          op.getRotaryPosEmb(),
+          static_cast<int64_t>(op.getNumAttentionHeads()),
+          op.getNumKVHeads(),
+          op.getHeadDim(),
+          maskType,
+          format,
+          op.getAttentionDropout().convertToDouble()};
+}
+
+SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {
+  Value x = lower.tokens(op.getInput());
+  if (op.getLnWeight())
+    x = lower.norm(op.getNormalization(), x, op.getLnWeight(), op.getLnBias(),
+                   op.getLayernormEpsilon(), op.getZeroCenteredGamma());
+  Value y = lower.attentionBlock(
+      x, LayerLowering::shapeOf(op.getInput()),
+      attentionParams(op, op.getAttnMaskType(), op.getQkvFormat()));
+  return {restoreShape(lower, y, op.getInput())};
+}
+
+SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
+  Value x = lower.tokens(op.getInput());
+  APFloat eps = op.getLayernormEpsilon();
+  bool zeroCentered = op.getZeroCenteredGamma();
+  bool postLn = op.getApplyResidualConnectionPostLayernorm();
+  double hiddenDropout = op.getHiddenDropout().convertToDouble();
+
+  Value attnIn = lower.norm(op.getNormalization(), x, op.getAttnLnWeight(),
+                            op.getAttnLnBias(), eps, zeroCentered);
+  Value attn = lower.attentionBlock(
+      attnIn, LayerLowering::shapeOf(op.getInput()),
+      attentionParams(op, op.getSelfAttnMaskType(), op.getAttnInputFormat()));
+  Value hidden = lower.add(postLn ? attnIn : x,
+                           lower.dropout(attn, hiddenDropout, kAfterAttention));
+
+  Value mlpIn = lower.norm(op.getNormalization(), hidden, op.getMlpLnWeight(),
+                           op.getMlpLnBias(), eps, zeroCentered);
+  Value mlp = lower.mlp(mlpIn, op.getActivation(), op.getFc1Weight(),
+                        op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
+  Value y = lower.add(postLn ? mlpIn : hidden,
+                      lower.dropout(mlp, hiddenDropout, kAfterMlp));
+  return {restoreShape(lower, y, op.getInput())};
+}
+
+/// Whether the layer op draws random numbers unless in eval mode.
+bool usesDropout(Operation *op) {
+  auto rate = [&](StringRef name) {
+    auto attr = op->getAttrOfType<FloatAttr>(name);
+    return attr && attr.getValueAsDouble() > 0.0;
+  };
+  return rate("attention_dropout") || rate("hidden_dropout");
+}
+
+bool isLayerOp(Operation *op) {
+  return isa<LinearOp, LayerNormOp, RMSNormOp, LayerNormLinearOp,
+             LayerNormMLPOp, DotProductAttentionOp, MultiheadAttentionOp,
+             TransformerLayerOp>(op);
+}
+
+struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
+  using TEDecomposeBase::TEDecomposeBase;
+
+  void runOnOperation() override {
+    func::FuncOp function = getOperation();
+    SmallVector<Operation *> layers;
+    function.walk([&](Operation *op) {
+      if (isLayerOp(op))
+        layers.push_back(op);
+    });
+    Value rngState;
+    if (!inference && llvm::any_of(layers, usesDropout))
+      rngState = addRngArgument(function);
+    for (auto [ordinal, layer] : llvm::enumerate(layers)) {
+      LayerLowering lowering(layer, rngState, ordinal, inference);
+      SmallVector<Value> results =
+          TypeSwitch<Operation *, SmallVector<Value>>(layer)
+              .Case<LinearOp, LayerNormOp, RMSNormOp, LayerNormLinearOp,
+                    LayerNormMLPOp, DotProductAttentionOp,
+                    MultiheadAttentionOp, TransformerLayerOp>(
+                  [&](auto op) { return lowerLayer(op, lowering); });
+      layer->replaceAllUsesWith(results);
+      layer->erase();
+    }
+  }
+
+  /// Appends the `rng_state` ([seed, offset]) argument dropout draws from.
+  static Value addRngArgument(func::FuncOp function) {
+    OpBuilder builder(function.getContext());
+    unsigned index = function.getNumArguments();
+    auto type = RankedTensorType::get({2}, builder.getI64Type());
+    function.insertArgument(
+        index, type,
+        builder.getDictionaryAttr(builder.getNamedAttr(
+            "te.name", builder.getStringAttr("rng_state"))),
+        function.getLoc());
+    return function.getArgument(index);
+  }
+};
+} // namespace
