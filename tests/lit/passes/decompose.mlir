@@ -1,0 +1,129 @@
+// RUN: te-opt %s --te-decompose | FileCheck %s
+// RUN: te-opt %s --te-decompose=inference | FileCheck %s --check-prefix=EVAL
+
+// CHECK-LABEL: func.func @linear
+// CHECK-SAME: (%[[X:.*]]: tensor<4x2x32xbf16>, %[[W:.*]]: tensor<48x32xbf16>, %[[B:.*]]: tensor<48xbf16>)
+// CHECK:      %[[X2:.*]] = te.reshape %[[X]] : tensor<4x2x32xbf16> -> tensor<8x32xbf16>
+// CHECK-NEXT: %[[MM:.*]] = te.matmul %[[X2]], %[[W]] {transpose_b} : tensor<8x32xbf16>, tensor<48x32xbf16> -> tensor<8x48xbf16>
+// CHECK-NEXT: %[[Y:.*]] = te.bias_add %[[MM]], %[[B]]
+// CHECK-NEXT: %[[OUT:.*]] = te.reshape %[[Y]] : tensor<8x48xbf16> -> tensor<4x2x48xbf16>
+// CHECK-NEXT: return %[[OUT]]
+func.func @linear(%x: tensor<4x2x32xbf16>, %w: tensor<48x32xbf16>, %b: tensor<48xbf16>) -> tensor<4x2x48xbf16> {
+  %y = te.linear %x weight(%w) bias(%b) : (tensor<4x2x32xbf16>, tensor<48x32xbf16>, tensor<48xbf16>) -> tensor<4x2x48xbf16>
+  return %y : tensor<4x2x48xbf16>
+}
+
+// A 2-D input needs no reshape; no bias, no bias_add.
+// CHECK-LABEL: func.func @linear_2d_no_bias
+// CHECK-NEXT: %[[MM:.*]] = te.matmul %arg0, %arg1 {transpose_b}
+// CHECK-NEXT: return %[[MM]]
+func.func @linear_2d_no_bias(%x: tensor<8x32xf16>, %w: tensor<16x32xf16>) -> tensor<8x16xf16> {
+  %y = te.linear %x weight(%w) : (tensor<8x32xf16>, tensor<16x32xf16>) -> tensor<8x16xf16>
+  return %y : tensor<8x16xf16>
+}
+
+// CHECK-LABEL: func.func @layernorm
+// CHECK:      %[[Y:.*]], %[[MEAN:.*]], %[[RSIGMA:.*]] = te.layernorm_fwd %{{.*}}, %arg1, %arg2 {eps = 9.9999999999999995E-7 : f64, zero_centered_gamma}
+// CHECK-SAME: -> (tensor<8x32xf32>, tensor<8xf32>, tensor<8xf32>)
+func.func @layernorm(%x: tensor<4x2x32xf32>, %g: tensor<32xf32>, %b: tensor<32xf32>) -> tensor<4x2x32xf32> {
+  %y = te.layernorm %x weight(%g) bias(%b) {eps = 1.0e-6 : f64, zero_centered_gamma} : (tensor<4x2x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<4x2x32xf32>
+  return %y : tensor<4x2x32xf32>
+}
+
+// CHECK-LABEL: func.func @rmsnorm
+// CHECK: te.rmsnorm_fwd %{{.*}}, %arg1 {eps = 1.000000e-05 : f64} : (tensor<8x32xbf16>, tensor<32xbf16>) -> (tensor<8x32xbf16>, tensor<8xf32>)
+func.func @rmsnorm(%x: tensor<8x32xbf16>, %g: tensor<32xbf16>) -> tensor<8x32xbf16> {
+  %y = te.rmsnorm %x weight(%g) : (tensor<8x32xbf16>, tensor<32xbf16>) -> tensor<8x32xbf16>
+  return %y : tensor<8x32xbf16>
+}
+
+// The normalized input is also the layer's second result.
+// CHECK-LABEL: func.func @layernorm_linear_ln_output
+// CHECK:      %[[LN:.*]], %{{.*}} = te.rmsnorm_fwd
+// CHECK-NEXT: %[[MM:.*]] = te.matmul %[[LN]], %arg2 {transpose_b}
+// CHECK-NEXT: %[[Y:.*]] = te.reshape %[[MM]] : tensor<8x16xbf16> -> tensor<4x2x16xbf16>
+// CHECK-NEXT: %[[LN3:.*]] = te.reshape %[[LN]] : tensor<8x32xbf16> -> tensor<4x2x32xbf16>
+// CHECK-NEXT: return %[[Y]], %[[LN3]]
+func.func @layernorm_linear_ln_output(%x: tensor<4x2x32xbf16>, %g: tensor<32xbf16>, %w: tensor<16x32xbf16>) -> (tensor<4x2x16xbf16>, tensor<4x2x32xbf16>) {
+  %y, %ln = te.layernorm_linear %x ln_weight(%g) weight(%w) {normalization = #te.normalization<RMSNorm>, return_layernorm_output} : (tensor<4x2x32xbf16>, tensor<32xbf16>, tensor<16x32xbf16>) -> (tensor<4x2x16xbf16>, tensor<4x2x32xbf16>)
+  return %y, %ln : tensor<4x2x16xbf16>, tensor<4x2x32xbf16>
+}
+
+// A gated activation halves FC1's output.
+// CHECK-LABEL: func.func @layernorm_mlp_swiglu
+// CHECK:      te.layernorm_fwd
+// CHECK-NEXT: %[[FC1:.*]] = te.matmul %{{.*}}, %arg3 {transpose_b} : tensor<8x32xbf16>, tensor<128x32xbf16> -> tensor<8x128xbf16>
+// CHECK-NEXT: %[[ACT:.*]] = te.act <swiglu> %[[FC1]] : tensor<8x128xbf16> -> tensor<8x64xbf16>
+// CHECK-NEXT: %[[FC2:.*]] = te.matmul %[[ACT]], %arg4 {transpose_b} : tensor<8x64xbf16>, tensor<32x64xbf16> -> tensor<8x32xbf16>
+func.func @layernorm_mlp_swiglu(%x: tensor<8x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %w1: tensor<128x32xbf16>, %w2: tensor<32x64xbf16>) -> tensor<8x32xbf16> {
+  %y = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {activation = #te.activation<swiglu>} : (tensor<8x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<128x32xbf16>, tensor<32x64xbf16>) -> tensor<8x32xbf16>
+  return %y : tensor<8x32xbf16>
+}
+
+// CHECK-LABEL: func.func @dot_product_attention
+// CHECK:      %[[O:.*]], %[[LSE:.*]] = te.attention %arg0, %arg1, %arg2 mask(%arg3) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 1.250000e-01 : f64}
+// CHECK-SAME: -> (tensor<2x16x8x16xbf16>, tensor<2x8x16xf32>)
+// CHECK-NEXT: te.reshape %[[O]] : tensor<2x16x8x16xbf16> -> tensor<2x16x128xbf16>
+func.func @dot_product_attention(%q: tensor<2x16x8x16xbf16>, %k: tensor<2x16x2x16xbf16>, %v: tensor<2x16x2x16xbf16>, %m: tensor<2x1x1x16xi1>) -> tensor<2x16x128xbf16> {
+  %o = te.dot_product_attention %q, %k, %v mask(%m) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 0.125 : f64} : (tensor<2x16x8x16xbf16>, tensor<2x16x2x16xbf16>, tensor<2x16x2x16xbf16>, tensor<2x1x1x16xi1>) -> tensor<2x16x128xbf16>
+  return %o : tensor<2x16x128xbf16>
+}
+
+// GQA (4 query heads over 2 kv heads of 8): the fused QKV output splits into
+// q [0, 32), k [32, 48), v [48, 64); rotary applies to q and k.
+// CHECK-LABEL: func.func @multihead_attention_gqa_rotary
+// CHECK:      %[[QKV:.*]] = te.matmul %{{.*}}, %arg1 {transpose_b} : tensor<32x32xbf16>, tensor<64x32xbf16> -> tensor<32x64xbf16>
+// CHECK-NEXT: %[[Q2:.*]] = te.slice %[[QKV]][0] : tensor<32x64xbf16> -> tensor<32x32xbf16>
+// CHECK-NEXT: %[[Q:.*]] = te.reshape %[[Q2]] : tensor<32x32xbf16> -> tensor<16x2x4x8xbf16>
+// CHECK-NEXT: %[[K2:.*]] = te.slice %[[QKV]][32] : tensor<32x64xbf16> -> tensor<32x16xbf16>
+// CHECK-NEXT: %[[K:.*]] = te.reshape %[[K2]] : tensor<32x16xbf16> -> tensor<16x2x2x8xbf16>
+// CHECK-NEXT: %[[V2:.*]] = te.slice %[[QKV]][48]
+// CHECK-NEXT: %[[V:.*]] = te.reshape %[[V2]]
+// CHECK-NEXT: %[[QR:.*]] = te.rotary %[[Q]], %arg3
+// CHECK-NEXT: %[[KR:.*]] = te.rotary %[[K]], %arg3
+// CHECK-NEXT: %[[O:.*]], %{{.*}} = te.attention %[[QR]], %[[KR]], %[[V]] rng(%arg4) {attn_mask_type = #te.attn_mask_type<causal>, dropout = 1.000000e-01 : f64, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.35355339059327373 : f64}
+// CHECK-NEXT: %[[O2:.*]] = te.reshape %[[O]] : tensor<16x2x4x8xbf16> -> tensor<32x32xbf16>
+// CHECK-NEXT: te.matmul %[[O2]], %arg2 {transpose_b}
+// EVAL-LABEL: func.func @multihead_attention_gqa_rotary
+// EVAL-NOT:   rng_state
+// EVAL:       te.attention %{{.*}}, %{{.*}}, %{{.*}} {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale
+func.func @multihead_attention_gqa_rotary(%x: tensor<16x2x32xbf16>, %wqkv: tensor<64x32xbf16>, %wo: tensor<32x32xbf16>, %rope: tensor<16x1x1x8xf32>) -> tensor<16x2x32xbf16> {
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo) rotary_pos_emb(%rope) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64} : (tensor<16x2x32xbf16>, tensor<64x32xbf16>, tensor<32x32xbf16>, tensor<16x1x1x8xf32>) -> tensor<16x2x32xbf16>
+  return %y : tensor<16x2x32xbf16>
+}
+
+// The block: norm, attention, dropout + residual, norm, MLP, dropout +
+// residual. Dropout streams are 16 * (layer index) + site.
+// CHECK-LABEL: func.func @transformer_layers
+// CHECK-SAME: %[[RNG:[^:]*]]: tensor<2xi64> {te.name = "rng_state"}
+// CHECK:      %[[X:.*]] = te.reshape %arg0
+// CHECK:      te.attention {{.*}} rng(%[[RNG]]) {{.*}}dropout = 1.000000e-01 : f64
+// CHECK-NOT:  stream
+// CHECK:      %[[D1:.*]], %{{.*}} = te.dropout %{{.*}}, %[[RNG]] {rate = 1.000000e-01 : f64, stream = 1 : i64}
+// CHECK-NEXT: %[[H:.*]] = te.add %[[X]], %[[D1]]
+// CHECK:      te.act <gelu>
+// CHECK:      %[[D2:.*]], %{{.*}} = te.dropout %{{.*}}, %[[RNG]] {rate = 1.000000e-01 : f64, stream = 2 : i64}
+// CHECK-NEXT: %[[Y:.*]] = te.add %[[H]], %[[D2]]
+// CHECK:      te.attention {{.*}}stream = 16 : i64
+// CHECK:      te.dropout {{.*}}stream = 17 : i64
+// CHECK:      te.dropout {{.*}}stream = 18 : i64
+// EVAL-LABEL: func.func @transformer_layers
+// EVAL-NOT:   te.dropout
+// EVAL:       return
+func.func @transformer_layers(%x: tensor<8x2x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %wqkv: tensor<96x32xbf16>, %wo: tensor<32x32xbf16>, %w1: tensor<64x32xbf16>, %w2: tensor<32x64xbf16>) -> tensor<8x2x32xbf16> {
+  %0 = te.transformer_layer %x attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 2 : i64} : (tensor<8x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<8x2x32xbf16>
+  %1 = te.transformer_layer %0 attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 2 : i64} : (tensor<8x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<8x2x32xbf16>
+  return %1 : tensor<8x2x32xbf16>
+}
+
+// With apply_residual_connection_post_layernorm the residuals are the
+// normalized values.
+// CHECK-LABEL: func.func @transformer_layer_post_ln_residual
+// CHECK:      %[[LN1:.*]], %{{.*}}, %{{.*}} = te.layernorm_fwd
+// CHECK:      %[[H:.*]] = te.add %[[LN1]], %{{.*}}
+// CHECK-NEXT: %[[LN2:.*]], %{{.*}}, %{{.*}} = te.layernorm_fwd %[[H]]
+// CHECK:      te.add %[[LN2]], %{{.*}}
+func.func @transformer_layer_post_ln_residual(%x: tensor<8x2x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %wqkv: tensor<96x32xbf16>, %wo: tensor<32x32xbf16>, %w1: tensor<64x32xbf16>, %w2: tensor<32x64xbf16>) -> tensor<8x2x32xbf16> {
+  %0 = te.transformer_layer %x attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 2 : i64, hidden_dropout = 0.0 : f64, attention_dropout = 0.0 : f64, apply_residual_connection_post_layernorm} : (tensor<8x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<8x2x32xbf16>
+  return %0 : tensor<8x2x32xbf16>
+}
