@@ -26,4 +26,23 @@ def TEDecompose : Pass<"te-decompose", "mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::te::TEDialect"];
 }
 
+def TEAutodiff : Pass<"te-autodiff", "mlir::ModuleOp"> {
+  let summary = "Derive the backward function of each forward function";
+  let description = [{
+    For every function `@f` of primitive te ops (run te-decompose first),
+    adds `@f_backward`, which takes the gradients of `@f`'s results and the
+    values the backward pass needs, and returns the gradient of every float
+    argument that influences the results (inputs and parameters).
+
+    The interface between the two is explicit: a value the backward pass
+    needs is either an argument of `@f` (the backward argument carries
+    `te.forward_arg = i`), or recomputed in `@f_backward` when it is a view
+    (reshape, slice, transpose) of an available value, or saved: `@f` then
+    returns it as an extra result named `saved.<k>`, and the backward
+    argument carries `te.forward_result = j`. Gradient arguments are named
+    `grad.<result name>`, gradient results `grad.<argument name>`.
+  }];
+  let dependentDialects = ["::mlir::te::TEDialect"];
+}
+
 #endif // TEJIT_COMPILER_PASSES_TD

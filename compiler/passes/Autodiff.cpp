@@ -1,0 +1,358 @@
+//===- Autodiff.cpp - te-autodiff: backward functions of forward ones ------===//
+//
+// Reverse-mode differentiation over the primitive ops of one block: ops are
+// visited last to first, and each adds its operands' gradient contributions.
+// Forward values the backward pass reads are made available through
+// `Differentiator::available`, which decides between forward argument,
+// recomputed view, and saved result.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+namespace tejit {
+#define GEN_PASS_DEF_TEAUTODIFF
+#include "compiler/passes/Passes.h.inc"
+} // namespace tejit
+
+using namespace mlir;
+using namespace mlir::te;
+
+namespace {
+
+RankedTensorType tensorType(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+bool isFloatTensor(Value value) {
+  return isa<FloatType>(tensorType(value).getElementType());
+}
+
+/// Builds `@f_backward` while walking `@f` backwards.
+class Differentiator {
+public:
+  Differentiator(func::FuncOp forward, func::FuncOp backward)
+      : forward(forward), backward(backward),
+        builder(OpBuilder::atBlockEnd(&backward.front())) {}
+
+  LogicalResult run();
+
+private:
+  /// The backward-side copy of forward value `value`.
+  Value available(Value value);
+  Value addArgument(Type type, NamedAttribute attr);
+
+  void addGrad(Value value, Value grad);
+  /// The complete gradient of `value`, or null if nothing flows into it.
+  Value takeGrad(Value value);
+
+  LogicalResult differentiate(Operation *op);
+  void matmulGrads(MatmulOp op, Value grad);
+  void attentionGrads(AttentionOp op, Value grad);
+
+  template <typename OpT, typename... Args>
+  OpT create(Args &&...args) {
+    return builder.create<OpT>(forwardLoc, std::forward<Args>(args)...);
+  }
+
+  func::FuncOp forward, backward;
+  OpBuilder builder;
+  Location forwardLoc = UnknownLoc::get(forward.getContext());
+  DenseMap<Value, Value> grads;
+  /// Gradients of slices, by the sliced value: (offset, gradient).
+  DenseMap<Value, SmallVector<std::pair<int64_t, Value>>> sliceGrads;
+  DenseMap<Value, Value> mapped;
+  SmallVector<Value> saved;
+  SmallVector<DictionaryAttr> backwardArgAttrs;
+};
+
+Value Differentiator::addArgument(Type type, NamedAttribute attr) {
+  backwardArgAttrs.push_back(DictionaryAttr::get(type.getContext(), {attr}));
+  return backward.front().addArgument(type, forward.getLoc());
+}
+
+Value Differentiator::available(Value value) {
+  if (Value copy = mapped.lookup(value))
+    return copy;
+  Value copy;
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    copy = addArgument(value.getType(),
+                       builder.getNamedAttr("te.forward_arg",
+                                            builder.getI64IntegerAttr(
+                                                arg.getArgNumber())));
+  } else if (isa<ReshapeOp, SliceOp, TransposeOp>(value.getDefiningOp())) {
+    // Views cost nothing to recompute; saving them would cost memory.
+    IRMapping operands;
+    Operation *view = value.getDefiningOp();
+    operands.map(view->getOperand(0), available(view->getOperand(0)));
+    copy = builder.clone(*view, operands)->getResult(0);
+  } else {
+    int64_t index = forward.getNumResults() + saved.size();
+    saved.push_back(value);
+    copy = addArgument(value.getType(),
+                       builder.getNamedAttr("te.forward_result",
+                                            builder.getI64IntegerAttr(index)));
+  }
+  mapped[value] = copy;
+  return copy;
+}
+
+void Differentiator::addGrad(Value value, Value grad) {
+  if (!grad || !isFloatTensor(value))
+    return;
+  Value &slot = grads[value];
+  slot = slot ? create<AddOp>(slot.getType(), slot, grad).getResult() : grad;
+}
+
+Value Differentiator::takeGrad(Value value) {
+  Value grad = grads.lookup(value);
+  auto slices = sliceGrads.find(value);
+  if (slices == sliceGrads.end())
+    return grad;
+  // Slices of a fused projection (q, k, v) cover it: concatenate their
+  // gradients in offset order. Gaps would need zeros, which no decomposition
+  // produces, so they are an error caught by the verifier of te.concat.
+  SmallVector<std::pair<int64_t, Value>> parts = slices->second;
+  llvm::sort(parts, llvm::less_first());
+  SmallVector<Value> pieces;
+  for (auto &part : parts)
+    pieces.push_back(part.second);
+  Value joined =
+      pieces.size() == 1
+          ? pieces.front()
+          : create<ConcatOp>(value.getType(), pieces).getResult();
+  return grad ? create<AddOp>(grad.getType(), grad, joined).getResult()
+              : joined;
+}
+
+void Differentiator::matmulGrads(MatmulOp op, Value grad) {
+  // C = op(A) op(B): dop(A) = dC op(B)^T, dop(B) = op(A)^T dC, transposed
+  // back when the operand itself was transposed.
+  bool ta = op.getTransposeA(), tb = op.getTransposeB();
+  Value a = op.getA(), b = op.getB();
+  auto matmul = [&](Value lhs, Value rhs, bool tl, bool tr, Type type) {
+    auto product = create<MatmulOp>(type, lhs, rhs);
+    product.setTransposeA(tl);
+    product.setTransposeB(tr);
+    return product.getResult();
+  };
+  if (isFloatTensor(a))
+    addGrad(a, ta ? matmul(available(b), grad, tb, true, a.getType())
+                  : matmul(grad, available(b), false, !tb, a.getType()));
+  if (isFloatTensor(b))
+    addGrad(b, tb ? matmul(grad, available(a), true, ta, b.getType())
+                  : matmul(available(a), grad, !ta, false, b.getType()));
+}
+
+void Differentiator::attentionGrads(AttentionOp op, Value grad) {
+  Value mask = op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
+  Value rng = op.getRngState() ? available(op.getRngState()) : Value();
+  SmallVector<Value> operands = {grad,
+                                 available(op.getQuery()),
+                                 available(op.getKey()),
+                                 available(op.getValue()),
+                                 available(op.getOutput()),
+                                 available(op.getSoftmaxLse())};
+  if (mask)
+    operands.push_back(mask);
+  if (rng)
+    operands.push_back(rng);
+  NamedAttrList attrs(op->getAttrDictionary());
+  attrs.set("operandSegmentSizes",
+            builder.getDenseI32ArrayAttr(
+                {1, 1, 1, 1, 1, 1, mask ? 1 : 0, rng ? 1 : 0}));
+  auto bwd = create<AttentionBwdOp>(
+      TypeRange{op.getQuery().getType(), op.getKey().getType(),
+                op.getValue().getType()},
+      operands, attrs.getAttrs());
+  addGrad(op.getQuery(), bwd.getQueryGrad());
+  addGrad(op.getKey(), bwd.getKeyGrad());
+  addGrad(op.getValue(), bwd.getValueGrad());
+}
+
+LogicalResult Differentiator::differentiate(Operation *op) {
+  forwardLoc = op->getLoc();
+  SmallVector<Value> resultGrads;
+  for (Value result : op->getResults())
+    resultGrads.push_back(takeGrad(result));
+  if (llvm::all_of(resultGrads, [](Value grad) { return !grad; }))
+    return success();
+  Value grad = resultGrads.front();
+  return TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ReshapeOp op) {
+        addGrad(op.getInput(),
+                create<ReshapeOp>(op.getInput().getType(), grad));
+        return success();
+      })
+      .Case([&](TransposeOp op) {
+        addGrad(op.getInput(),
+                create<TransposeOp>(op.getInput().getType(), grad));
+        return success();
+      })
+      .Case([&](SliceOp op) {
+        sliceGrads[op.getInput()].push_back(
+            {op.getOffsetAttr().getInt(), grad});
+        return success();
+      })
+      .Case([&](ConcatOp op) {
+        int64_t offset = 0;
+        for (Value input : op.getInputs()) {
+          addGrad(input, create<SliceOp>(input.getType(), grad,
+                                         builder.getI64IntegerAttr(offset)));
+          offset += tensorType(input).getShape().back();
+        }
+        return success();
+      })
+      .Case([&](AddOp op) {
+        addGrad(op.getLhs(), grad);
+        addGrad(op.getRhs(), grad);
+        return success();
+      })
+      .Case([&](BiasAddOp op) {
+        addGrad(op.getInput(), grad);
+        addGrad(op.getBias(),
+                create<BiasGradOp>(op.getBias().getType(), grad));
+        return success();
+      })
+      .Case([&](ActivationOp op) {
+        addGrad(op.getInput(),
+                create<ActivationGradOp>(op.getInput().getType(), grad,
+                                         available(op.getInput()),
+                                         op.getActivationAttr()));
+        return success();
+      })
+      .Case([&](DropoutOp op) {
+        addGrad(op.getInput(),
+                create<MaskScaleOp>(grad.getType(), grad,
+                                    available(op.getKeep()), op.getRateAttr()));
+        return success();
+      })
+      .Case([&](MatmulOp op) {
+        matmulGrads(op, grad);
+        return success();
+      })
+      .Case([&](LayerNormFwdOp op) {
+        auto bwd = create<LayerNormBwdOp>(
+            op.getInput().getType(), op.getGamma().getType(),
+            op.getBeta().getType(), grad, available(op.getInput()),
+            available(op.getMean()), available(op.getRsigma()),
+            available(op.getGamma()), op.getZeroCenteredGammaAttr());
+        addGrad(op.getInput(), bwd.getInputGrad());
+        addGrad(op.getGamma(), bwd.getGammaGrad());
+        addGrad(op.getBeta(), bwd.getBetaGrad());
+        return success();
+      })
+      .Case([&](RMSNormFwdOp op) {
+        auto bwd = create<RMSNormBwdOp>(
+            op.getInput().getType(), op.getGamma().getType(), grad,
+            available(op.getInput()), available(op.getRsigma()),
+            available(op.getGamma()), op.getZeroCenteredGammaAttr());
+        addGrad(op.getInput(), bwd.getInputGrad());
+        addGrad(op.getGamma(), bwd.getGammaGrad());
+        return success();
+      })
+      .Case([&](RotaryOp op) {
+        addGrad(op.getInput(),
+                create<RotaryOp>(grad.getType(), grad, available(op.getFreqs()),
+                                 op.getQkvFormatAttr(),
+                                 op.getInverse() ? nullptr
+                                                 : builder.getUnitAttr()));
+        return success();
+      })
+      .Case([&](AttentionOp op) {
+        attentionGrads(op, grad);
+        return success();
+      })
+      .Default([&](Operation *op) {
+        return op->emitOpError()
+               << "cannot be differentiated by te-autodiff (run "
+                  "te-decompose first for layer ops)";
+      });
+}
+
+LogicalResult Differentiator::run() {
+  auto returnOp = cast<func::ReturnOp>(forward.front().getTerminator());
+  MLIRContext *context = forward.getContext();
+  auto name = [&](ArrayAttr attrs, unsigned index, StringRef fallback) {
+    auto dict = attrs ? dyn_cast<DictionaryAttr>(attrs[index]) : nullptr;
+    auto attr = dict ? dict.getAs<StringAttr>("te.name") : nullptr;
+    return attr ? attr.getValue().str() : (fallback + Twine(index)).str();
+  };
+  for (auto [index, result] : llvm::enumerate(returnOp.getOperands())) {
+    if (!isFloatTensor(result))
+      continue;
+    std::string gradName =
+        "grad." + name(forward.getResAttrsAttr(), index, "result");
+    addGrad(result, addArgument(result.getType(),
+                                builder.getNamedAttr(
+                                    "te.name", builder.getStringAttr(gradName))));
+  }
+  for (Operation &op : llvm::reverse(forward.front().without_terminator()))
+    if (failed(differentiate(&op)))
+      return failure();
+
+  SmallVector<Value> inputGrads;
+  SmallVector<Attribute> resultAttrs;
+  for (BlockArgument arg : forward.getArguments()) {
+    Value grad = takeGrad(arg);
+    if (!grad)
+      continue;
+    inputGrads.push_back(grad);
+    std::string gradName =
+        "grad." + name(forward.getArgAttrsAttr(), arg.getArgNumber(), "arg");
+    resultAttrs.push_back(DictionaryAttr::get(
+        context,
+        {builder.getNamedAttr("te.name", builder.getStringAttr(gradName)),
+         builder.getNamedAttr("te.grad_of", builder.getI64IntegerAttr(
+                                                arg.getArgNumber()))}));
+  }
+  builder.create<func::ReturnOp>(forward.getLoc(), inputGrads);
+  backward.setType(FunctionType::get(
+      context, backward.front().getArgumentTypes(),
+      ValueRange(inputGrads).getTypes()));
+  backward.setAllArgAttrs(backwardArgAttrs);
+  backward.setAllResultAttrs(resultAttrs);
+
+  // The forward function hands the saved values to the backward one.
+  unsigned firstSaved = forward.getNumResults();
+  returnOp.getOperandsMutable().append(saved);
+  SmallVector<Type> resultTypes(forward.getResultTypes());
+  for (Value value : saved)
+    resultTypes.push_back(value.getType());
+  forward.setType(FunctionType::get(context, forward.getArgumentTypes(),
+                                    resultTypes));
+  for (auto [index, value] : llvm::enumerate(saved))
+    forward.setResultAttr(firstSaved + index, "te.name",
+                          builder.getStringAttr("saved." + Twine(index)));
+  return success();
+}
+
+struct AutodiffPass : public tejit::impl::TEAutodiffBase<AutodiffPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> forwards;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function->hasAttr("te.backward_of") && !function.isExternal())
+        forwards.push_back(function);
+    for (func::FuncOp forward : forwards) {
+      if (!llvm::hasSingleElement(forward.getBody())) {
+        forward.emitOpError() << "te-autodiff needs a single-block function";
+        return signalPassFailure();
+      }
+      OpBuilder builder(module.getContext());
+      builder.setInsertionPointAfter(forward);
+      auto backward = builder.create<func::FuncOp>(
+          forward.getLoc(), (forward.getName() + "_backward").str(),
+          builder.getFunctionType({}, {}));
+      backward->setAttr("te.backward_of",
+                        FlatSymbolRefAttr::get(forward.getNameAttr()));
+      backward.addEntryBlock();
+      if (failed(Differentiator(forward, backward).run()))
+        return signalPassFailure();
+    }
+  }
+};
+} // namespace

@@ -1,0 +1,73 @@
+// RUN: te-opt %s --te-autodiff | FileCheck %s
+
+// A Linear: dgrad dX = dY W, wgrad dW = dY^T X, dbias = sum(dY). X and W are
+// forward arguments; nothing needs saving.
+// CHECK-LABEL: func.func @linear(
+// CHECK-SAME:  -> (tensor<8x16xbf16> {te.name = "y"})
+// CHECK-LABEL: func.func @linear_backward(
+// CHECK-SAME:  %[[DY:.*]]: tensor<8x16xbf16> {te.name = "grad.y"},
+// CHECK-SAME:  %[[W:.*]]: tensor<16x32xbf16> {te.forward_arg = 1 : i64},
+// CHECK-SAME:  %[[X:.*]]: tensor<8x32xbf16> {te.forward_arg = 0 : i64})
+// CHECK-SAME:  -> (tensor<8x32xbf16> {te.grad_of = 0 : i64, te.name = "grad.x"}, tensor<16x32xbf16> {te.grad_of = 1 : i64, te.name = "grad.w"}, tensor<16xbf16> {te.grad_of = 2 : i64, te.name = "grad.b"})
+// CHECK-SAME:  attributes {te.backward_of = @linear}
+// CHECK-NEXT: %[[DB:.*]] = te.bias_grad %[[DY]] : tensor<8x16xbf16> -> tensor<16xbf16>
+// CHECK-NEXT: %[[DX:.*]] = te.matmul %[[DY]], %[[W]] : tensor<8x16xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+// CHECK-NEXT: %[[DW:.*]] = te.matmul %[[DY]], %[[X]] {transpose_a} : tensor<8x16xbf16>, tensor<8x32xbf16> -> tensor<16x32xbf16>
+// CHECK-NEXT: return %[[DX]], %[[DW]], %[[DB]]
+func.func @linear(%x: tensor<8x32xbf16> {te.name = "x"}, %w: tensor<16x32xbf16> {te.name = "w"}, %b: tensor<16xbf16> {te.name = "b"}) -> (tensor<8x16xbf16> {te.name = "y"}) {
+  %0 = te.matmul %x, %w {transpose_b} : tensor<8x32xbf16>, tensor<16x32xbf16> -> tensor<8x16xbf16>
+  %1 = te.bias_add %0, %b : tensor<8x16xbf16>, tensor<16xbf16> -> tensor<8x16xbf16>
+  return %1 : tensor<8x16xbf16>
+}
+
+// The activation's input is saved (an extra forward result); its gradient
+// flows into both uses of %x, which add up.
+// CHECK-LABEL: func.func @saved_activation(
+// CHECK-SAME:  -> (tensor<8x32xf32> {te.name = "y"}, tensor<8x64xf32> {te.name = "saved.0"})
+// CHECK:      return %{{.*}}, %[[FC1:.*]] : tensor<8x32xf32>, tensor<8x64xf32>
+// CHECK-LABEL: func.func @saved_activation_backward(
+// CHECK-SAME:  %[[DY:[^:]*]]: tensor<8x32xf32> {te.name = "grad.y"}
+// CHECK-SAME:  %[[SAVED:[^:]*]]: tensor<8x64xf32> {te.forward_result = 1 : i64}
+// CHECK:      te.dact <swiglu> %{{.*}}, %[[SAVED]] : tensor<8x32xf32>, tensor<8x64xf32> -> tensor<8x64xf32>
+// CHECK:      %[[SUM:.*]] = te.add %[[DY]], %{{.*}} : tensor<8x32xf32>
+// CHECK:      return %[[SUM]], %{{.*}} : tensor<8x32xf32>, tensor<64x32xf32>
+func.func @saved_activation(%x: tensor<8x32xf32> {te.name = "x"}, %w: tensor<64x32xf32> {te.name = "w"}) -> (tensor<8x32xf32> {te.name = "y"}) {
+  %0 = te.matmul %x, %w {transpose_b} : tensor<8x32xf32>, tensor<64x32xf32> -> tensor<8x64xf32>
+  %1 = te.act <swiglu> %0 : tensor<8x64xf32> -> tensor<8x32xf32>
+  %2 = te.add %x, %1 : tensor<8x32xf32>
+  return %2 : tensor<8x32xf32>
+}
+
+// Gradients of the slices of a fused projection are concatenated; views of
+// available values (the slices of argument %x) are recomputed in the
+// backward function, while the product %0 is saved.
+// CHECK-LABEL: func.func @slices(
+// CHECK-SAME:  -> (tensor<8x16xf32> {te.name = "y"}, tensor<8x8xf32> {te.name = "saved.0"})
+// CHECK-LABEL: func.func @slices_backward(
+// CHECK-SAME:  %[[X:[^:]*]]: tensor<8x32xf32> {te.forward_arg = 0 : i64}
+// CHECK-SAME:  %[[P:[^:]*]]: tensor<8x8xf32> {te.forward_result = 1 : i64}
+// CHECK:      %[[A:.*]] = te.slice %[[X]][0] : tensor<8x32xf32> -> tensor<8x16xf32>
+// CHECK:      te.matmul %[[P]], %{{.*}} {transpose_a}
+// CHECK:      te.slice %[[X]][16]
+// CHECK:      %[[DX:.*]] = te.concat %{{.*}}, %{{.*}} : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<8x32xf32>
+// CHECK-NEXT: return %[[DX]]
+func.func @slices(%x: tensor<8x32xf32> {te.name = "x"}) -> (tensor<8x16xf32> {te.name = "y"}) {
+  %a = te.slice %x[0] : tensor<8x32xf32> -> tensor<8x16xf32>
+  %b = te.slice %x[16] : tensor<8x32xf32> -> tensor<8x16xf32>
+  %0 = te.matmul %a, %b {transpose_b} : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<8x8xf32>
+  %1 = te.matmul %0, %a : tensor<8x8xf32>, tensor<8x16xf32> -> tensor<8x16xf32>
+  return %1 : tensor<8x16xf32>
+}
+
+// Norm statistics and dropout masks are saved for the backward ops.
+// CHECK-LABEL: func.func @norm_dropout(
+// CHECK-SAME:  tensor<8x32xi1> {te.name = "saved.0"}
+// CHECK-LABEL: func.func @norm_dropout_backward(
+// CHECK:      te.mask_scale %{{.*}}, %{{.*}} {rate = 2.500000e-01 : f64}
+// CHECK:      te.rmsnorm_bwd
+// CHECK:      return %{{.*}}, %{{.*}} : tensor<8x32xbf16>, tensor<32xbf16>
+func.func @norm_dropout(%x: tensor<8x32xbf16> {te.name = "x"}, %g: tensor<32xbf16> {te.name = "g"}, %rng: tensor<2xi64> {te.name = "rng_state"}) -> (tensor<8x32xbf16> {te.name = "y"}) {
+  %y, %rsigma = te.rmsnorm_fwd %x, %g {eps = 1.0e-5 : f64} : (tensor<8x32xbf16>, tensor<32xbf16>) -> (tensor<8x32xbf16>, tensor<8xf32>)
+  %d, %keep = te.dropout %y, %rng {rate = 0.25 : f64, stream = 0 : i64} : tensor<8x32xbf16>, tensor<2xi64> -> tensor<8x32xbf16>, tensor<8x32xi1>
+  return %d : tensor<8x32xbf16>
+}
