@@ -16,6 +16,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -28,18 +29,25 @@ using namespace mlir;
 namespace {
 enum class EmitStage { TE };
 
-llvm::cl::opt<std::string> inputPath(llvm::cl::Positional,
-                                     llvm::cl::desc("<spec.yaml|spec.json|ir.mlir>"),
-                                     llvm::cl::Required);
+llvm::cl::OptionCategory teCompileCategory("te-compile options");
+// MLIR's printing and diagnostic options (--mlir-print-debuginfo shows where
+// in the spec each op comes from).
+llvm::cl::OptionCategory mlirCategory("MLIR options");
+
 llvm::cl::opt<std::string>
-    outputDir("o", llvm::cl::desc("Write the output under this directory "
-                                  "instead of printing it"),
-              llvm::cl::value_desc("dir"));
+    inputPath(llvm::cl::Positional,
+              llvm::cl::desc("<spec.yaml|spec.json|ir.mlir>"),
+              llvm::cl::Required, llvm::cl::cat(teCompileCategory));
+llvm::cl::opt<std::string>
+    outputDir("o",
+              llvm::cl::desc("Write the output under this directory "
+                             "instead of printing it"),
+              llvm::cl::value_desc("dir"), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<EmitStage> emitStage(
     "emit", llvm::cl::desc("The compilation stage to output"),
     llvm::cl::values(clEnumValN(EmitStage::TE, "te",
                                 "te layer IR, as imported and verified")),
-    llvm::cl::init(EmitStage::TE));
+    llvm::cl::init(EmitStage::TE), llvm::cl::cat(teCompileCategory));
 } // namespace
 
 /// Reads `path` as a spec or as IR; diagnostics go through `sourceMgr`.
@@ -50,12 +58,20 @@ static OwningOpRef<ModuleOp> loadInput(llvm::SourceMgr &sourceMgr,
   return parseSourceFile<ModuleOp>(sourceMgr, &context);
 }
 
-/// The file name written under -o: the first function's name, else the
-/// input's stem.
+/// The file name written under -o: the first function's name, else (or
+/// when that name would not make a plain file name, as a quoted symbol of an
+/// .mlir input may not) the input's stem.
 static std::string outputFileName(ModuleOp module) {
   std::string stem = llvm::sys::path::stem(inputPath).str();
   for (auto function : module.getOps<func::FuncOp>()) {
-    stem = function.getName().str();
+    StringRef name = function.getName();
+    bool plain = !name.empty() && !name.starts_with(".") &&
+                 llvm::all_of(name, [](char c) {
+                   return llvm::isAlnum(c) || c == '_' || c == '.' ||
+                          c == '-' || c == '$';
+                 });
+    if (plain)
+      stem = name.str();
     break;
   }
   return stem + ".te.mlir";
@@ -89,6 +105,12 @@ int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   registerAsmPrinterCLOptions();
   registerMLIRContextCLOptions();
+  // The LLVM libraries register hundreds of backend options; --help lists
+  // only te-compile's and MLIR's own.
+  for (auto &option : llvm::cl::getRegisteredOptions())
+    if (option.getKey().starts_with("mlir-"))
+      option.getValue()->addCategory(mlirCategory);
+  llvm::cl::HideUnrelatedOptions({&teCompileCategory, &mlirCategory});
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
       "te-compile: compile Transformer Engine layer specs ahead of time\n");
@@ -103,8 +125,11 @@ int main(int argc, char **argv) {
   registry.insert<te::TEDialect, func::FuncDialect>();
   MLIRContext context(registry);
   // Diagnostics point into the spec or IR; a dump of the op in generic form
-  // would only bury the message.
-  context.printOpOnDiagnostic(false);
+  // would only bury the message, unless asked for.
+  llvm::cl::Option *printOp =
+      llvm::cl::getRegisteredOptions().lookup("mlir-print-op-on-diagnostic");
+  if (!printOp || !printOp->getNumOccurrences())
+    context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(*buffer), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);

@@ -44,9 +44,9 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   FailureOr<double> dropout = layer.getFloat("attention_dropout", 0.0);
   FailureOr<std::optional<double>> scale = layer.getFloat("softmax_scale");
   FailureOr<QkvFormat> format = ctx.readFormat("qkv_format");
-  if (failed(heads) || failed(headDim) || failed(groups) ||
-      failed(maskType) || failed(dropout) || failed(scale) ||
-      failed(format) || failed(ctx.rejectRecipe()) || failed(layer.finish()))
+  if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
+      failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
+      failed(format) || failed(ctx.rejectRecipe()))
     return failure();
   if (ctx.input)
     return emitError(ctx.loc())
@@ -121,17 +121,27 @@ struct AttentionOptions {
   }
 
   /// Adds the mask and rotary-embedding inputs the block asks for.
-  void addInputs(LayerContext &ctx, LayerOpParts &parts,
-                 int64_t hidden) const {
+  LogicalResult addInputs(LayerContext &ctx, LayerOpParts &parts,
+                          int64_t hidden) const {
     parts.addOptional(ctx.attentionMask(maskType));
-    Value rotaryTable;
-    if (rotary)
-      rotaryTable = ctx.state.addInput(
-          "rotary_pos_emb",
-          RankedTensorType::get({ctx.state.seqLength, 1, 1, headDim(hidden)},
-                                Float32Type::get(ctx.context())),
-          ctx.loc());
-    parts.addOptional(rotaryTable);
+    if (!rotary) {
+      parts.addOptional(Value());
+      return success();
+    }
+    auto type =
+        RankedTensorType::get({ctx.state.seqLength, 1, 1, headDim(hidden)},
+                              Float32Type::get(ctx.context()));
+    // One table serves every layer, so they must agree on its shape.
+    if (Value shared = ctx.state.lookupInput("rotary_pos_emb"))
+      if (shared.getType() != type)
+        return emitError(ctx.loc())
+               << ctx.layer.getWhat() << " needs a 'rotary_pos_emb' input of "
+               << type << " (kv_channels = " << headDim(hidden)
+               << "), but an earlier layer's is " << shared.getType()
+               << ": the layers of a spec share one rotary table, so their "
+                  "kv_channels must match";
+    parts.addOptional(ctx.state.addInput("rotary_pos_emb", type, ctx.loc()));
+    return success();
   }
 
   void addAttributes(LayerContext &ctx, LayerOpParts &parts,
@@ -186,8 +196,8 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   FailureOr<BlockNormOptions> norm = BlockNormOptions::read(ctx);
   FailureOr<AttentionOptions> attention =
       AttentionOptions::read(ctx, "attn_mask_type", "qkv_format");
-  if (failed(hidden) || failed(inputLayernorm) || failed(norm) ||
-      failed(attention) || failed(layer.finish()))
+  if (failed(layer.finish()) || failed(hidden) || failed(inputLayernorm) ||
+      failed(norm) || failed(attention))
     return failure();
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
@@ -202,7 +212,8 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   }
   attention->addProjections(ctx, parts, *hidden,
                             *inputLayernorm ? "layernorm_qkv" : "qkv", "proj");
-  attention->addInputs(ctx, parts, *hidden);
+  if (failed(attention->addInputs(ctx, parts, *hidden)))
+    return failure();
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
   norm->addAttributes(ctx, parts);
   return ctx.build(MultiheadAttentionOp::getOperationName(), parts,
@@ -222,9 +233,9 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   FailureOr<BlockNormOptions> norm = BlockNormOptions::read(ctx);
   FailureOr<AttentionOptions> attention = AttentionOptions::read(
       ctx, "self_attn_mask_type", "attn_input_format");
-  if (failed(hidden) || failed(ffn) || failed(hiddenDropout) ||
-      failed(activation) || failed(postLnResidual) || failed(layerType) ||
-      failed(norm) || failed(attention) || failed(layer.finish()))
+  if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
+      failed(hiddenDropout) || failed(activation) || failed(postLnResidual) ||
+      failed(layerType) || failed(norm) || failed(attention))
     return failure();
   if (layerType->value_or("encoder") == "decoder")
     return emitError(layer.valueLoc("layer_type"))
@@ -247,7 +258,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   parts.add(ctx.param("layernorm_mlp.fc2_weight", {*hidden, *ffn}));
   parts.addOptional(
       ctx.param("layernorm_mlp.fc2_bias", {*hidden}, attention->bias));
-  attention->addInputs(ctx, parts, *hidden);
+  if (failed(attention->addInputs(ctx, parts, *hidden)))
+    return failure();
   attention->addAttributes(ctx, parts, "self_attn_mask_type",
                            "attn_input_format");
   norm->addAttributes(ctx, parts);

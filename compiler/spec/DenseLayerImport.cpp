@@ -24,7 +24,7 @@ FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
   FailureOr<int64_t> in = layer.requirePositive("in_features");
   FailureOr<int64_t> out = layer.requirePositive("out_features");
   FailureOr<bool> bias = layer.getBool("bias", true);
-  if (failed(in) || failed(out) || failed(bias) || failed(layer.finish()))
+  if (failed(layer.finish()) || failed(in) || failed(out) || failed(bias))
     return failure();
   FailureOr<Value> input = ctx.takeInput("in_features", *in);
   if (failed(input))
@@ -44,8 +44,8 @@ static FailureOr<Value> importNorm(LayerContext &ctx, Normalization norm) {
   FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
   FailureOr<double> eps = layer.getFloat("eps", 1e-5);
   FailureOr<bool> zeroCentered = layer.getBool("zero_centered_gamma", false);
-  if (failed(hidden) || failed(eps) || failed(zeroCentered) ||
-      failed(ctx.rejectRecipe()) || failed(layer.finish()))
+  if (failed(layer.finish()) || failed(hidden) || failed(eps) ||
+      failed(zeroCentered) || failed(ctx.rejectRecipe()))
     return failure();
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
@@ -110,8 +110,8 @@ FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
   FailureOr<int64_t> out = layer.requirePositive("out_features");
   FailureOr<bool> bias = layer.getBool("bias", true);
   FailureOr<FusedNormOptions> norm = FusedNormOptions::read(ctx);
-  if (failed(in) || failed(out) || failed(bias) || failed(norm) ||
-      failed(layer.finish()))
+  if (failed(layer.finish()) || failed(in) || failed(out) || failed(bias) ||
+      failed(norm))
     return failure();
   FailureOr<Value> input = ctx.takeInput("in_features", *in);
   if (failed(input))
@@ -134,8 +134,8 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   FailureOr<bool> bias = layer.getBool("bias", true);
   FailureOr<Activation> activation = ctx.readActivation();
   FailureOr<FusedNormOptions> norm = FusedNormOptions::read(ctx);
-  if (failed(hidden) || failed(ffn) || failed(bias) || failed(activation) ||
-      failed(norm) || failed(layer.finish()))
+  if (failed(layer.finish()) || failed(hidden) || failed(ffn) || failed(bias) ||
+      failed(activation) || failed(norm))
     return failure();
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))

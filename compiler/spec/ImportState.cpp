@@ -45,6 +45,30 @@ Value ImportState::addInput(StringRef name, Type type, Location loc) {
   return arg;
 }
 
+LogicalResult ImportState::claimLayerName(StringRef name, Location loc) {
+  if (name.empty())
+    return emitError(loc) << "a layer's 'name' must not be empty: it prefixes "
+                             "the names of its parameters";
+  for (auto &[other, otherLoc] : layerNames) {
+    bool same = other == name;
+    if (!same && !StringRef(other).starts_with(name.str() + ".") &&
+        !name.starts_with(other + "."))
+      continue;
+    InFlightDiagnostic diag = emitError(loc);
+    if (same)
+      diag << "layer name '" << name << "' is already taken: each layer "
+           << "needs its own name, the prefix of its parameters' names";
+    else
+      diag << "layer name '" << name << "' and the earlier '" << other
+           << "' nest (one is a dotted prefix of the other), so their "
+              "parameters' names could coincide";
+    diag.attachNote(otherLoc) << "the earlier layer is here";
+    return diag;
+  }
+  layerNames.emplace_back(name.str(), loc);
+  return success();
+}
+
 Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
                             Location loc) {
   Value arg =
@@ -80,8 +104,8 @@ FailureOr<Operation *> ImportState::createLayerOp(StringRef opName,
   return op;
 }
 
-void ImportState::addResult(StringRef name, Value value) {
-  results.emplace_back(name.str(), value);
+void ImportState::addResult(StringRef name, Value value, bool first) {
+  results.insert(first ? results.begin() : results.end(), {name.str(), value});
 }
 
 OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
@@ -115,9 +139,12 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
                "current_scaling"});
   if (failed(type))
     return failure();
-  if (!*type)
+  if (!*type) {
+    if (failed(map->checkMisspelled("type")))
+      return failure();
     return emitError(map->loc()) << "recipe needs 'type' (DelayedScaling or "
                                     "Float8CurrentScaling)";
+  }
   bool delayed = **type == "DelayedScaling" || **type == "delayed_scaling";
   map->setWhat(delayed ? "DelayedScaling recipe"
                        : "Float8CurrentScaling recipe");
@@ -125,6 +152,13 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
       map->getChoice("fp8_format", {"HYBRID", "E4M3", "E5M2"});
   if (failed(formatName))
     return failure();
+  // Range errors are reported here, at the value; the attribute verifiers
+  // below could only point at the whole recipe.
+  if (*formatName == "E5M2")
+    return emitError(map->valueLoc("fp8_format"))
+           << "'fp8_format' E5M2 is not a valid recipe format (as in "
+              "Transformer Engine): use HYBRID (E4M3 forward, E5M2 backward) "
+              "or E4M3";
   Fp8Format format = symbolizeFp8Format(
                          StringRef(formatName->value_or("HYBRID")).lower())
                          .value();
@@ -133,7 +167,7 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
 
   if (!delayed) {
     FailureOr<bool> power2 = map->getBool("power_2_scale", false);
-    if (failed(power2) || failed(map->finish()))
+    if (failed(map->finish()) || failed(power2))
       return failure();
     CurrentScalingAttr attr =
         CurrentScalingAttr::getChecked(emitRecipeError, context, format, *power2);
@@ -142,15 +176,21 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
     return cast<FP8RecipeAttrInterface>(attr);
   }
   FailureOr<int64_t> margin = map->getInt("margin", 0);
-  FailureOr<int64_t> historyLen = map->getInt("amax_history_len", 1024);
+  if (succeeded(margin) && *margin < 0) {
+    emitError(map->valueLoc("margin"))
+        << "'margin' in " << map->getWhat() << " must be >= 0, got " << *margin;
+    margin = failure();
+  }
+  FailureOr<std::optional<int64_t>> historyLen =
+      map->getPositive("amax_history_len");
   FailureOr<std::optional<std::string>> algo =
       map->getChoice("amax_compute_algo", {"max", "most_recent"});
   FailureOr<bool> reduceAmax = map->getBool("reduce_amax", true);
-  if (failed(margin) || failed(historyLen) || failed(algo) ||
-      failed(reduceAmax) || failed(map->finish()))
+  if (failed(map->finish()) || failed(margin) || failed(historyLen) ||
+      failed(algo) || failed(reduceAmax))
     return failure();
   DelayedScalingAttr attr = DelayedScalingAttr::getChecked(
-      emitRecipeError, context, *margin, format, *historyLen,
+      emitRecipeError, context, *margin, format, historyLen->value_or(1024),
       symbolizeAmaxComputeAlgo(algo->value_or("max")).value(), *reduceAmax);
   if (!attr)
     return failure();

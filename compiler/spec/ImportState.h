@@ -44,6 +44,15 @@ public:
   /// argument (one mask or rotary table serves every layer).
   mlir::Value addInput(llvm::StringRef name, mlir::Type type,
                        mlir::Location loc);
+  /// The activation argument named `name`, or null.
+  mlir::Value lookupInput(llvm::StringRef name) const {
+    return inputsByName.lookup(name);
+  }
+  /// Records the name of the layer at `loc` (the prefix of its parameters'
+  /// names); fails unless it is non-empty and neither equal to nor a dotted
+  /// prefix of an earlier layer's name, which could make parameter names
+  /// coincide.
+  mlir::LogicalResult claimLayerName(llvm::StringRef name, mlir::Location loc);
   /// A parameter argument of the layer dtype.
   mlir::Value addParam(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                        mlir::Location loc);
@@ -56,8 +65,10 @@ public:
                 LayerOpParts &parts, mlir::TypeRange resultTypes,
                 bool segmented);
 
-  /// Adds a named function result.
-  void addResult(llvm::StringRef name, mlir::Value value);
+  /// Adds a named function result after those added so far, or before them
+  /// with `first` (the spec's `output` leads, as a layer's output leads the
+  /// tuple a Transformer Engine module returns).
+  void addResult(llvm::StringRef name, mlir::Value value, bool first = false);
 
   /// Finishes the function (return op, type, names) and hands out the module.
   mlir::OwningOpRef<mlir::ModuleOp> finish(mlir::Location loc);
@@ -72,6 +83,7 @@ private:
   llvm::SmallVector<std::string> argNames;
   llvm::SmallVector<bool> argIsParam;
   llvm::StringMap<mlir::Value> inputsByName;
+  llvm::SmallVector<std::pair<std::string, mlir::Location>> layerNames;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> results;
 };
 

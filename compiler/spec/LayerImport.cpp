@@ -56,10 +56,13 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
       layer->getChoice("type", typeNames);
   if (failed(type))
     return failure();
-  if (!*type)
+  if (!*type) {
+    if (failed(layer->checkMisspelled("type")))
+      return failure();
     return emitError(layer->loc())
            << "a layer needs 'type' (one of "
            << llvm::join(getLayerTypeNames(), ", ") << ")";
+  }
   const LayerKind *kind = llvm::find_if(kLayerKinds, [&](const LayerKind &k) {
     return k.className == **type || k.opName == **type;
   });
@@ -68,6 +71,10 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   FailureOr<std::optional<std::string>> name = layer->getString("name");
   if (failed(name))
     return failure();
+  std::string layerName = name->value_or("layers." + std::to_string(index));
+  if (failed(state.claimLayerName(layerName, *name ? layer->valueLoc("name")
+                                                   : layer->loc())))
+    return failure();
   FP8RecipeAttrInterface recipe = defaultRecipe;
   if (const SpecNode *recipeNode = layer->getNode("recipe")) {
     FailureOr<FP8RecipeAttrInterface> own = readRecipe(*recipeNode, locations);
@@ -75,9 +82,7 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
       return failure();
     recipe = *own;
   }
-  LayerContext ctx{state, *layer,
-                   name->value_or("layers." + std::to_string(index)), input,
-                   recipe};
+  LayerContext ctx{state, *layer, layerName, input, recipe};
   return kind->import(ctx);
 }
 

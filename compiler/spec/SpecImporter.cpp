@@ -14,7 +14,8 @@ using llvm::StringRef;
 
 bool tejit::isLayerSpecPath(StringRef path) {
   StringRef ext = llvm::sys::path::extension(path);
-  return ext == ".yaml" || ext == ".yml" || ext == ".json";
+  return ext.equals_insensitive(".yaml") || ext.equals_insensitive(".yml") ||
+         ext.equals_insensitive(".json");
 }
 
 static bool isIdentifier(StringRef name) {
@@ -63,8 +64,8 @@ static FailureOr<const SpecNode *> readTopLevel(SpecMap &spec,
   spec.allow({"name"});
   const SpecNode *recipeNode = spec.getNode("recipe");
   const SpecNode *layers = spec.getNode("layers");
-  if (failed(dtype) || failed(seq) || failed(batch) || failed(format) ||
-      failed(description) || failed(spec.finish()))
+  if (failed(spec.finish()) || failed(dtype) || failed(seq) || failed(batch) ||
+      failed(format) || failed(description))
     return failure();
   if (recipeNode) {
     FailureOr<FP8RecipeAttrInterface> parsed =
@@ -128,6 +129,6 @@ OwningOpRef<ModuleOp> tejit::importLayerSpec(llvm::SourceMgr &sourceMgr,
       return nullptr;
     current = *output;
   }
-  state.addResult("output", current);
+  state.addResult("output", current, /*first=*/true);
   return state.finish(spec->loc());
 }

@@ -22,9 +22,9 @@ tejit::spec::closestMatch(StringRef word, llvm::ArrayRef<StringRef> candidates) 
       best = candidate;
     }
   }
-  // A misspelling changes a few characters; further than that, a suggestion
-  // only misleads.
-  unsigned limit = std::max<unsigned>(2, word.size() / 3);
+  // A misspelling changes a few characters, about one in three; further
+  // than that, a suggestion only misleads ('thd' is not a misspelled 'sbhd').
+  unsigned limit = (word.size() + 2) / 3;
   if (best && bestDistance <= limit)
     return best;
   return std::nullopt;
@@ -185,6 +185,10 @@ FailureOr<std::optional<int64_t>> SpecMap::getPositive(StringRef key) {
   if (**value < 1)
     return emitError(valueLoc(key))
            << "'" << key << "' in " << what << " must be >= 1, got " << **value;
+  if (**value > kMaxSpecSize)
+    return emitError(valueLoc(key))
+           << "'" << key << "' in " << what << " must be <= " << kMaxSpecSize
+           << " (2^30), got " << **value;
   return value;
 }
 
@@ -192,8 +196,10 @@ FailureOr<int64_t> SpecMap::requireInt(StringRef key) {
   FailureOr<std::optional<int64_t>> value = getInt(key);
   if (failed(value))
     return failure();
-  if (!*value)
-    return emitError(loc()) << what << " needs '" << key << "'";
+  if (!*value) {
+    missing.push_back(key);
+    return failure();
+  }
   return **value;
 }
 
@@ -201,22 +207,57 @@ FailureOr<int64_t> SpecMap::requirePositive(StringRef key) {
   FailureOr<std::optional<int64_t>> value = getPositive(key);
   if (failed(value))
     return failure();
-  if (!*value)
-    return emitError(loc()) << what << " needs '" << key << "'";
+  if (!*value) {
+    missing.push_back(key);
+    return failure();
+  }
   return **value;
 }
 
+llvm::SmallVector<const SpecEntry *> SpecMap::unknownEntries() const {
+  llvm::SmallVector<const SpecEntry *> result;
+  for (const SpecEntry &entry : node.entries)
+    if (!llvm::is_contained(known, entry.key))
+      result.push_back(&entry);
+  return result;
+}
+
+void SpecMap::reportUnknown(const SpecEntry &entry,
+                            llvm::ArrayRef<StringRef> candidates,
+                            bool listValid) {
+  InFlightDiagnostic diag = emitError(locations.get(entry.keyLoc));
+  diag << "unknown key '" << entry.key << "' in " << what;
+  if (std::optional<StringRef> close = closestMatch(entry.key, candidates))
+    diag << "; did you mean '" << *close << "'?";
+  else if (listValid)
+    diag << " (valid keys: " << llvm::join(known, ", ") << ")";
+}
+
 LogicalResult SpecMap::finish() {
-  for (const SpecEntry &entry : node.entries) {
-    if (llvm::is_contained(known, entry.key))
-      continue;
-    InFlightDiagnostic diag = emitError(locations.get(entry.keyLoc));
-    diag << "unknown key '" << entry.key << "' in " << what;
-    if (std::optional<StringRef> close = closestMatch(entry.key, known))
-      diag << "; did you mean '" << *close << "'?";
-    else
-      diag << " (valid keys: " << llvm::join(known, ", ") << ")";
-    return diag;
+  llvm::SmallVector<const SpecEntry *> unknown = unknownEntries();
+  // A missing required key is most often a misspelled one: report an unknown
+  // key close to a missing one first, then any other unknown key.
+  for (const SpecEntry *entry : unknown) {
+    if (closestMatch(entry->key, missing)) {
+      reportUnknown(*entry, missing, /*listValid=*/false);
+      return failure();
+    }
+  }
+  if (!unknown.empty()) {
+    reportUnknown(*unknown.front(), known, /*listValid=*/true);
+    return failure();
+  }
+  for (StringRef key : missing)
+    emitError(loc()) << what << " needs '" << key << "'";
+  return failure(!missing.empty());
+}
+
+LogicalResult SpecMap::checkMisspelled(StringRef key) {
+  for (const SpecEntry *entry : unknownEntries()) {
+    if (closestMatch(entry->key, key)) {
+      reportUnknown(*entry, key, /*listValid=*/false);
+      return failure();
+    }
   }
   return success();
 }

@@ -12,9 +12,16 @@
 
 namespace tejit::spec {
 
+/// The largest size or count a spec may give: bounds every tensor dim so
+/// that the products the importer and the verifiers form stay in int64.
+constexpr int64_t kMaxSpecSize = int64_t(1) << 30;
+
 /// Reads the fields of one mapping of a spec. Every read marks its key as
 /// known; `finish()` then rejects the keys nobody asked for, suggesting the
-/// closest known one. Errors are reported at the offending key or value.
+/// closest known one, and then reports the required keys that are missing
+/// (so a misspelled required key is reported as such, not as missing).
+/// `finish()` must be called once all keys are read, even when reads failed.
+/// Other errors are reported at once, at the offending key or value.
 class SpecMap {
 public:
   /// `what` names the mapping in messages ("TransformerLayer", "recipe").
@@ -38,8 +45,9 @@ public:
   mlir::FailureOr<int64_t> getInt(llvm::StringRef key, int64_t fallback);
   mlir::FailureOr<double> getFloat(llvm::StringRef key, double fallback);
   mlir::FailureOr<bool> getBool(llvm::StringRef key, bool fallback);
+  /// Required keys: a missing one fails here and is reported by `finish()`.
   mlir::FailureOr<int64_t> requireInt(llvm::StringRef key);
-  /// Integer >= 1 (a size or a count).
+  /// Integer in [1, kMaxSpecSize] (a size or a count).
   mlir::FailureOr<int64_t> requirePositive(llvm::StringRef key);
   mlir::FailureOr<std::optional<int64_t>> getPositive(llvm::StringRef key);
 
@@ -49,8 +57,14 @@ public:
   /// Marks keys that are read elsewhere (or on purpose ignored) as known.
   void allow(llvm::ArrayRef<llvm::StringRef> keys);
 
-  /// Reports the first unknown key, with a suggestion when one is close.
+  /// Reports the first unknown key, with a suggestion when one is close;
+  /// else the missing required keys.
   mlir::LogicalResult finish();
+
+  /// For a key that must be read before the others are known (a `type`):
+  /// when it is missing because an unknown key is a misspelling of it,
+  /// reports that key and fails.
+  mlir::LogicalResult checkMisspelled(llvm::StringRef key);
 
   bool has(llvm::StringRef key) const { return find(key) != nullptr; }
   mlir::Location loc() const { return locations.get(node.loc); }
@@ -62,6 +76,11 @@ public:
 
 private:
   const SpecEntry *find(llvm::StringRef key) const;
+  /// The entries whose key nobody asked for.
+  llvm::SmallVector<const SpecEntry *> unknownEntries() const;
+  void reportUnknown(const SpecEntry &entry,
+                     llvm::ArrayRef<llvm::StringRef> candidates,
+                     bool listValid);
   /// The scalar value of `key`, or null when absent or null; reports an
   /// error and fails when it is a mapping or list.
   mlir::FailureOr<const SpecNode *> scalar(llvm::StringRef key,
@@ -74,6 +93,7 @@ private:
   const SpecLocations &locations;
   std::string what;
   llvm::SmallVector<llvm::StringRef> known;
+  llvm::SmallVector<llvm::StringRef> missing;
 };
 
 /// The candidate closest to `word` by edit distance, if close enough to be a
