@@ -329,5 +329,6 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
 }
 
 include "TEPrimitiveOps.td"
+include "TEQuantizedOps.td"
 
 #endif // TEJIT_DIALECT_TE_OPS_TD

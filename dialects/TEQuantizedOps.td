@@ -1,0 +1,115 @@
+//===- TEQuantizedOps.td - FP8 quantization ops of te -------*- tablegen -*-===//
+//
+// What te-place-scaling introduces: casts to FP8 that record amaxes, scaled
+// GEMMs on FP8 operands, and the per-step scale bookkeeping of the recipes.
+// Scales, scale inverses and amaxes are tensor<1xf32> values (one slot of a
+// meta vector), so that te.slice and te.concat move them in and out of the
+// tensor<Nxf32> meta state the runtime keeps on the device.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_DIALECT_TE_QUANTIZED_OPS_TD
+#define TEJIT_DIALECT_TE_QUANTIZED_OPS_TD
+
+include "TEPrimitiveOps.td"
+
+def TE_QuantizeOp : TE_PrimOp<"quantize"> {
+  let summary = "Casts to FP8 with a scale, recording the input's amax";
+  let description = [{
+    `output = fp8(input * scale)`, saturating to the FP8 type's largest
+    finite value and rounding to nearest even (NaN stays NaN); `amax` is
+    `max |input|` of the high-precision input. The FP8 type is the output's
+    element type (f8E4M3FN or f8E5M2).
+
+    ```mlir
+    %q, %amax = te.quantize %x, %scale
+        : tensor<8192x4096xbf16>, tensor<1xf32>
+          -> tensor<8192x4096xf8E4M3FN>, tensor<1xf32>
+    ```
+  }];
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$scale);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$amax);
+  let assemblyFormat = [{
+    $input `,` $scale attr-dict `:` type($input) `,` type($scale) `->`
+    type($output) `,` type($amax)
+  }];
+}
+
+def TE_AmaxOp : TE_PrimOp<"amax"> {
+  let summary = "max |input| (the first pass of current scaling)";
+  let arguments = (ins TE_AnyTensor:$input);
+  let results = (outs TE_AnyTensor:$amax);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($amax)";
+}
+
+def TE_ComputeScaleOp : TE_PrimOp<"compute_scale"> {
+  let summary = "Current scaling's scale from an amax";
+  let description = [{
+    `scale = fp8_max / amax`: 1 when amax is 0, inf or NaN; FLT_MAX when the
+    quotient overflows; with `power_2_scale`, rounded down to a power of two
+    (the mantissa masked off). `scale_inv = 1 / scale`. `fp8_max` is the
+    largest finite value of `fp8_type`.
+  }];
+  let arguments = (ins TE_AnyTensor:$amax, TypeAttr:$fp8_type,
+                   UnitAttr:$power_2_scale);
+  let results = (outs TE_AnyTensor:$scale, TE_AnyTensor:$scale_inv);
+  let assemblyFormat = [{
+    $amax attr-dict `:` type($amax) `->` type($scale) `,` type($scale_inv)
+  }];
+}
+
+def TE_ScaledMatmulOp : TE_PrimOp<"scaled_matmul"> {
+  let summary = "FP8 GEMM: `(a * a_scale_inv) (b * b_scale_inv)^T`";
+  let description = [{
+    Both FP8 operands are K-major, as Hopper's FP8 tensor cores need (TN):
+    `a` is [M, K], `b` is [N, K], and the output [M, N] is
+    `sum_k a[m,k] b[n,k] * a_scale_inv * b_scale_inv`, accumulated in f32
+    (with `fast_accum`, cuBLASLt's faster and less precise accumulation,
+    used for forward GEMMs). Never E5M2 x E5M2.
+  }];
+  let arguments = (ins TE_AnyTensor:$a, TE_AnyTensor:$b,
+                   TE_AnyTensor:$a_scale_inv, TE_AnyTensor:$b_scale_inv,
+                   UnitAttr:$fast_accum);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $a `,` $b `,` $a_scale_inv `,` $b_scale_inv attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+def TE_AmaxAllReduceOp : TE_PrimOp<"amax_allreduce",
+    [AllTypesMatch<["amaxes", "output"]>]> {
+  let summary = "MAX all-reduce of amaxes across ranks";
+  let description = [{
+    The identity in one process; over an NCCL communicator at run time.
+    DelayedScaling with `reduce_amax` and Float8CurrentScaling with a
+    tensor-parallel group reduce before their scales are computed.
+  }];
+  let arguments = (ins TE_AnyTensor:$amaxes);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$amaxes attr-dict `:` type($amaxes)";
+}
+
+def TE_DelayedScalingUpdateOp : TE_PrimOp<"delayed_scaling_update"> {
+  let summary = "One step of DelayedScaling for a vector of meta slots";
+  let description = [{
+    For every slot `i` with this step's amax `a = amaxes[i]`: when `a == 0`
+    nothing changes. Otherwise the window is `amax_history[1..len-1, i]`
+    plus `a`; `amax = max(window)` (`max`) or `a` (`most_recent`); the
+    history shifts up by one with `a` written last and row 0 cleared; and
+    `scale = (fp8_max * 2^-margin) / amax` when amax is finite and > 0
+    (FLT_MAX if that overflows), else the old scale. `scale_inv = 1/scale`.
+    `fp8_type` picks fp8_max; margin, history length and algorithm come from
+    `recipe`.
+  }];
+  let arguments = (ins TE_AnyTensor:$amax_history, TE_AnyTensor:$scale,
+                   TE_AnyTensor:$amaxes, TE_DelayedScalingAttr:$recipe,
+                   TypeAttr:$fp8_type);
+  let results = (outs TE_AnyTensor:$new_amax_history, TE_AnyTensor:$new_scale,
+                 TE_AnyTensor:$new_scale_inv);
+  let assemblyFormat = [{
+    $amax_history `,` $scale `,` $amaxes attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
+#endif // TEJIT_DIALECT_TE_QUANTIZED_OPS_TD

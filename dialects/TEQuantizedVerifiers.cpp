@@ -1,0 +1,103 @@
+//===- TEQuantizedVerifiers.cpp - rules of the FP8 quantization ops --------===//
+#include "dialects/TEDialect.h"
+
+using namespace mlir;
+using namespace mlir::te;
+
+static RankedTensorType typeOf(Value value) {
+  return cast<RankedTensorType>(value.getType());
+}
+
+static bool isFp8(Type type) {
+  return isa<Float8E4M3FNType, Float8E5M2Type>(type);
+}
+
+/// One f32 meta slot: a scale, scale_inv or amax.
+static LogicalResult expectSlot(Operation *op, Value value, StringRef name) {
+  auto slot = RankedTensorType::get({1}, Float32Type::get(op->getContext()));
+  if (value.getType() != slot)
+    return op->emitOpError() << "'" << name << "' must be " << slot << ", got "
+                             << value.getType();
+  return success();
+}
+
+static LogicalResult expectFp8Type(Operation *op, Type type) {
+  if (!isFp8(type))
+    return op->emitOpError() << "'fp8_type' must be f8E4M3FN or f8E5M2, got "
+                             << type;
+  return success();
+}
+
+LogicalResult QuantizeOp::verify() {
+  RankedTensorType in = typeOf(getInput()), out = typeOf(getOutput());
+  if (!isFp8(out.getElementType()) || out.getShape() != in.getShape())
+    return emitOpError() << "'output' must be an f8E4M3FN or f8E5M2 tensor "
+                            "shaped like 'input', got "
+                         << out;
+  if (failed(expectSlot(*this, getScale(), "scale")))
+    return failure();
+  return expectSlot(*this, getAmax(), "amax");
+}
+
+LogicalResult AmaxOp::verify() { return expectSlot(*this, getAmax(), "amax"); }
+
+LogicalResult ComputeScaleOp::verify() {
+  if (failed(expectFp8Type(*this, getFp8Type())) ||
+      failed(expectSlot(*this, getAmax(), "amax")) ||
+      failed(expectSlot(*this, getScale(), "scale")))
+    return failure();
+  return expectSlot(*this, getScaleInv(), "scale_inv");
+}
+
+LogicalResult ScaledMatmulOp::verify() {
+  RankedTensorType a = typeOf(getA()), b = typeOf(getB());
+  if (a.getRank() != 2 || b.getRank() != 2 || !isFp8(a.getElementType()) ||
+      !isFp8(b.getElementType()))
+    return emitOpError() << "operands must be FP8 matrices, got " << a
+                         << " and " << b;
+  if (isa<Float8E5M2Type>(a.getElementType()) &&
+      isa<Float8E5M2Type>(b.getElementType()))
+    return emitOpError() << "E5M2 x E5M2 GEMMs are not supported by FP8 "
+                            "tensor cores";
+  if (a.getDimSize(1) != b.getDimSize(1))
+    return emitOpError() << "'a' [M, K] and 'b' [N, K] must share K, got "
+                         << a.getDimSize(1) << " and " << b.getDimSize(1);
+  RankedTensorType out = typeOf(getOutput());
+  Type element = out.getElementType();
+  if (out.getRank() != 2 || out.getDimSize(0) != a.getDimSize(0) ||
+      out.getDimSize(1) != b.getDimSize(0) ||
+      !(element.isBF16() || element.isF16() || element.isF32()))
+    return emitOpError() << "'output' must be a bf16/f16/f32 [M, N] = ["
+                         << a.getDimSize(0) << ", " << b.getDimSize(0)
+                         << "] matrix, got " << out;
+  if (failed(expectSlot(*this, getAScaleInv(), "a_scale_inv")))
+    return failure();
+  return expectSlot(*this, getBScaleInv(), "b_scale_inv");
+}
+
+LogicalResult AmaxAllReduceOp::verify() {
+  RankedTensorType type = typeOf(getAmaxes());
+  if (type.getRank() != 1 || !type.getElementType().isF32() ||
+      getOutput().getType() != type)
+    return emitOpError() << "amaxes must be one f32 vector, got " << type;
+  return success();
+}
+
+LogicalResult DelayedScalingUpdateOp::verify() {
+  if (failed(expectFp8Type(*this, getFp8Type())))
+    return failure();
+  RankedTensorType amaxes = typeOf(getAmaxes());
+  if (amaxes.getRank() != 1 || !amaxes.getElementType().isF32())
+    return emitOpError() << "'amaxes' must be an f32 vector, got " << amaxes;
+  int64_t slots = amaxes.getDimSize(0);
+  int64_t length = getRecipe().getAmaxHistoryLen();
+  auto history = RankedTensorType::get({length, slots}, amaxes.getElementType());
+  if (getAmaxHistory().getType() != history ||
+      getNewAmaxHistory().getType() != history)
+    return emitOpError() << "'amax_history' must be " << history
+                         << " (amax_history_len x slots)";
+  for (Value value : {getScale(), getNewScale(), getNewScaleInv()})
+    if (value.getType() != amaxes)
+      return emitOpError() << "scales must be " << amaxes << " like 'amaxes'";
+  return success();
+}
