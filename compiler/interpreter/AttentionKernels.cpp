@@ -1,0 +1,209 @@
+//===- AttentionKernels.cpp - attention core, its backward, rotary --------===//
+#include "compiler/interpreter/DropoutRng.h"
+#include "compiler/interpreter/Kernels.h"
+
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+using namespace tejit::interp;
+using mlir::te::AttnMaskType;
+using mlir::te::QkvFormat;
+
+namespace {
+/// Addressing of a 4-D tensor laid out as [s, b, h, d] or [b, s, h, d].
+struct Layout {
+  int64_t seq, batch, heads, dim;
+  bool sbhd;
+
+  Layout(const Tensor &t, QkvFormat format)
+      : seq(t.shape[format == QkvFormat::sbhd ? 0 : 1]),
+        batch(t.shape[format == QkvFormat::sbhd ? 1 : 0]), heads(t.shape[2]),
+        dim(t.shape[3]), sbhd(format == QkvFormat::sbhd) {
+    assert(t.shape.size() == 4 && "attention tensors are 4-D");
+  }
+
+  /// Offset of the head vector at (batch b, position s, head h).
+  int64_t at(int64_t b, int64_t s, int64_t h) const {
+    return ((sbhd ? s * batch + b : b * seq + s) * heads + h) * dim;
+  }
+};
+
+/// The shapes of one attention problem, and its parameters.
+struct Problem {
+  Layout q, kv;
+  const AttentionParams &params;
+
+  /// The key/value head that query head `h` reads (GQA).
+  int64_t kvHead(int64_t h) const { return h / (q.heads / kv.heads); }
+
+  /// Flat index of (b, h, i) in the [b, heads, s_q] softmax statistics.
+  int64_t row(int64_t b, int64_t h, int64_t i) const {
+    return (b * q.heads + h) * q.seq + i;
+  }
+
+  /// Whether the mask hides key j from query i of batch b, head h.
+  bool isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const;
+
+  /// The dropout multiplier (0 or 1 / (1 - rate)) of probability (b, h, i, j).
+  double dropoutScale(int64_t b, int64_t h, int64_t i, int64_t j) const;
+
+  /// Scaled scores of query (b, h, i) against every key; masked ones are
+  /// -inf.
+  void scores(const Tensor &query, const Tensor &key, int64_t b, int64_t h,
+              int64_t i, std::vector<double> &out) const;
+};
+} // namespace
+
+bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
+  AttnMaskType type = params.maskType;
+  bool padding = type == AttnMaskType::padding ||
+                 type == AttnMaskType::padding_causal ||
+                 type == AttnMaskType::padding_causal_bottom_right;
+  if (padding && params.mask->data[b * kv.seq + j] != 0.0)
+    return true;
+  if (type == AttnMaskType::causal || type == AttnMaskType::padding_causal)
+    return j > i;
+  if (type == AttnMaskType::causal_bottom_right ||
+      type == AttnMaskType::padding_causal_bottom_right)
+    return j > i + (kv.seq - q.seq);
+  if (type != AttnMaskType::arbitrary)
+    return false;
+  // [b or 1, heads or 1, s_q, s_kv]: size-1 dims broadcast.
+  const Tensor &mask = *params.mask;
+  int64_t mb = mask.shape[0] == 1 ? 0 : b, mh = mask.shape[1] == 1 ? 0 : h;
+  return mask.data[((mb * mask.shape[1] + mh) * q.seq + i) * kv.seq + j] != 0.0;
+}
+
+double Problem::dropoutScale(int64_t b, int64_t h, int64_t i, int64_t j) const {
+  const DropoutKey &key = params.dropoutKey;
+  uint64_t index = row(b, h, i) * kv.seq + j;
+  return tejit::dropout::keeps(params.dropout, key.seed, key.offset, key.stream,
+                               index)
+             ? 1.0 / (1.0 - params.dropout)
+             : 0.0;
+}
+
+void Problem::scores(const Tensor &query, const Tensor &key, int64_t b,
+                     int64_t h, int64_t i, std::vector<double> &out) const {
+  out.assign(kv.seq, -std::numeric_limits<double>::infinity());
+  const double *qi = query.data.data() + q.at(b, i, h);
+  for (int64_t j = 0; j < kv.seq; ++j) {
+    if (isMasked(b, h, i, j))
+      continue;
+    const double *kj = key.data.data() + kv.at(b, j, kvHead(h));
+    double dot = 0.0;
+    for (int64_t d = 0; d < q.dim; ++d)
+      dot += qi[d] * kj[d];
+    out[j] = dot * params.softmaxScale;
+  }
+}
+
+/// log(sum(exp(scores))), -inf when every score is.
+static double logSumExp(const std::vector<double> &scores) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (double s : scores)
+    max = std::max(max, s);
+  if (std::isinf(max))
+    return max;
+  double sum = 0.0;
+  for (double s : scores)
+    sum += std::exp(s - max);
+  return max + std::log(sum);
+}
+
+AttentionOutputs tejit::interp::attention(const Tensor &query,
+                                          const Tensor &key,
+                                          const Tensor &value,
+                                          const AttentionParams &params) {
+  Problem p{Layout(query, params.format), Layout(key, params.format), params};
+  AttentionOutputs result{Tensor::zeros(query.shape),
+                          Tensor::zeros({p.q.batch, p.q.heads, p.q.seq})};
+  std::vector<double> scores;
+  for (int64_t b = 0; b < p.q.batch; ++b)
+    for (int64_t h = 0; h < p.q.heads; ++h)
+      for (int64_t i = 0; i < p.q.seq; ++i) {
+        p.scores(query, key, b, h, i, scores);
+        double lse = logSumExp(scores);
+        result.softmaxLse.data[p.row(b, h, i)] = lse;
+        double *out = result.output.data.data() + p.q.at(b, i, h);
+        for (int64_t j = 0; j < p.kv.seq && !std::isinf(lse); ++j) {
+          if (std::isinf(scores[j]))
+            continue;
+          double weight =
+              std::exp(scores[j] - lse) * p.dropoutScale(b, h, i, j);
+          const double *vj = value.data.data() + p.kv.at(b, j, p.kvHead(h));
+          for (int64_t d = 0; d < p.q.dim; ++d)
+            out[d] += weight * vj[d];
+        }
+      }
+  return result;
+}
+
+AttentionGrads
+tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
+                            const Tensor &key, const Tensor &value,
+                            const Tensor &output, const Tensor &softmaxLse,
+                            const AttentionParams &params) {
+  Problem p{Layout(query, params.format), Layout(key, params.format), params};
+  AttentionGrads result{Tensor::zeros(query.shape), Tensor::zeros(key.shape),
+                        Tensor::zeros(value.shape)};
+  std::vector<double> scores;
+  for (int64_t b = 0; b < p.q.batch; ++b)
+    for (int64_t h = 0; h < p.q.heads; ++h)
+      for (int64_t i = 0; i < p.q.seq; ++i) {
+        double lse = softmaxLse.data[p.row(b, h, i)];
+        if (std::isinf(lse))
+          continue;
+        p.scores(query, key, b, h, i, scores);
+        int64_t qOffset = p.q.at(b, i, h);
+        const double *dO = grad.data.data() + qOffset;
+        // D = rowsum(dO * O) = sum_j P_ij dP_ij.
+        double correction = 0.0;
+        for (int64_t d = 0; d < p.q.dim; ++d)
+          correction += dO[d] * output.data[qOffset + d];
+        for (int64_t j = 0; j < p.kv.seq; ++j) {
+          if (std::isinf(scores[j]))
+            continue;
+          int64_t kvOffset = p.kv.at(b, j, p.kvHead(h));
+          double prob = std::exp(scores[j] - lse);
+          double keep = p.dropoutScale(b, h, i, j);
+          // dV_j += P_ij keep dO_i; dP_ij = keep (dO_i . v_j).
+          double dProb = 0.0;
+          for (int64_t d = 0; d < p.q.dim; ++d) {
+            result.value.data[kvOffset + d] += prob * keep * dO[d];
+            dProb += dO[d] * value.data[kvOffset + d];
+          }
+          // dS_ij = P_ij (dP_ij - D); scores = scale * q . k.
+          double dScore =
+              prob * (keep * dProb - correction) * params.softmaxScale;
+          for (int64_t d = 0; d < p.q.dim; ++d) {
+            result.query.data[qOffset + d] += dScore * key.data[kvOffset + d];
+            result.key.data[kvOffset + d] += dScore * query.data[qOffset + d];
+          }
+        }
+      }
+  return result;
+}
+
+Tensor tejit::interp::rotary(const Tensor &x, const Tensor &freqs,
+                             QkvFormat format, bool inverse) {
+  Layout layout(x, format);
+  int64_t half = layout.dim / 2;
+  double sign = inverse ? -1.0 : 1.0;
+  Tensor result = Tensor::zeros(x.shape);
+  for (int64_t b = 0; b < layout.batch; ++b)
+    for (int64_t s = 0; s < layout.seq; ++s)
+      for (int64_t h = 0; h < layout.heads; ++h) {
+        const double *in = x.data.data() + layout.at(b, s, h);
+        double *out = result.data.data() + layout.at(b, s, h);
+        const double *angles = freqs.data.data() + s * layout.dim;
+        for (int64_t d = 0; d < layout.dim; ++d) {
+          // rotate_half(x) = concat(-x[d/2:], x[:d/2]).
+          double rotated = d < half ? -in[d + half] : in[d - half];
+          out[d] = in[d] * std::cos(angles[d]) +
+                   sign * rotated * std::sin(angles[d]);
+        }
+      }
+  return result;
+}

@@ -1,0 +1,56 @@
+//===- Frame.h - values of a running function; op handlers ------*- C++ -*-===//
+#ifndef TEJIT_COMPILER_INTERPRETER_FRAME_H
+#define TEJIT_COMPILER_INTERPRETER_FRAME_H
+
+#include "compiler/interpreter/DropoutRng.h"
+#include "compiler/interpreter/Kernels.h"
+
+#include "llvm/ADT/DenseMap.h"
+
+namespace tejit::interp {
+
+/// The tensors bound to the SSA values of the function being run.
+class Frame {
+public:
+  explicit Frame(const Options &options) : options(options) {}
+
+  /// The tensor of `value`, which must have been bound.
+  const Tensor &get(mlir::Value value) const;
+
+  /// The tensor of an optional operand, or null when it is absent.
+  const Tensor *getOptional(mlir::Value value) const {
+    return value ? &get(value) : nullptr;
+  }
+
+  /// Binds `value` (a result of `op`) to `tensor`; reports an error at `op`
+  /// when the tensor is not shaped as the value's type.
+  mlir::LogicalResult set(mlir::Operation *op, mlir::Value value,
+                          Tensor tensor);
+
+  /// The key of dropout `site` of the layer op being run.
+  DropoutKey layerDropoutKey(dropout::LayerDropoutSite site) const {
+    return {options.seed, options.offset,
+            dropout::layerStream(layerIndex, site)};
+  }
+
+  /// The position of the layer op being run among the function's layer ops.
+  uint64_t layerIndex = 0;
+
+private:
+  const Options &options;
+  llvm::DenseMap<mlir::Value, Tensor> values;
+};
+
+/// Whether `op` is one of the eight layer ops (TE modules), as opposed to a
+/// primitive.
+bool isLayerOp(mlir::Operation *op);
+
+/// Runs a layer op (LayerOps.cpp).
+mlir::LogicalResult runLayerOp(mlir::Operation *op, Frame &frame);
+
+/// Runs a primitive te op (PrimitiveOps.cpp); fails on other ops.
+mlir::LogicalResult runPrimitiveOp(mlir::Operation *op, Frame &frame);
+
+} // namespace tejit::interp
+
+#endif // TEJIT_COMPILER_INTERPRETER_FRAME_H

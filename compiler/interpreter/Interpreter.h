@@ -1,0 +1,76 @@
+//===- Interpreter.h - reference interpreter for te IR ----------*- C++ -*-===//
+//
+// Executes a func.func of te ops on the CPU, in double precision, with the
+// semantics of Transformer Engine's modules: the reference that shows a
+// compiler pass keeps the meaning of the IR. Element types only say how a
+// value is stored: every tensor is computed exactly (no bf16/fp16 rounding)
+// and `fp8_recipe` attributes are ignored (FP8 casts are explicit ops).
+//
+// Conventions the op definitions leave open:
+// - Layer ops run as in training: their dropouts apply, keyed by Options and
+//   the streams of DropoutRng.h (as te.dropout and te.attention are keyed by
+//   their `rng_state`).
+// - Padding masks hide keys only; a query row whose keys are all masked gives
+//   output 0 and softmax_lse -inf (and zero gradients).
+// - te.attention_bwd computes what fused kernels do: probabilities from the
+//   `softmax_lse` operand and the softmax correction rowsum(grad * output),
+//   the exact gradient when those operands come from te.attention.
+// - te.rotary with `inverse` negates the sine; that is the gradient when
+//   `freqs` repeats its first half, as Transformer Engine lays it out.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_COMPILER_INTERPRETER_INTERPRETER_H
+#define TEJIT_COMPILER_INTERPRETER_INTERPRETER_H
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace tejit::interp {
+
+/// A dense tensor, row-major. Booleans (i1) are 0 or 1; integers must be
+/// exact in a double (magnitude at most 2^53).
+struct Tensor {
+  llvm::SmallVector<int64_t> shape;
+  std::vector<double> data;
+
+  Tensor() = default;
+  Tensor(llvm::ArrayRef<int64_t> shape, std::vector<double> data)
+      : shape(shape), data(std::move(data)) {}
+
+  /// A zero-filled tensor of `shape`.
+  static Tensor zeros(llvm::ArrayRef<int64_t> shape);
+
+  /// The product of the dims (1 for a scalar).
+  int64_t numElements() const;
+};
+
+/// What a run needs besides the arguments.
+struct Options {
+  /// Seed and offset of the dropouts inside layer ops (te.dropout and
+  /// te.attention take theirs from their `rng_state` operand).
+  uint64_t seed = 0, offset = 0;
+};
+
+/// Runs `function` (te ops and a func.return in one block) on `args`, one per
+/// argument, each shaped as its ranked tensor type says. Returns the values
+/// of the func.return. Invalid IR, unsupported ops and arguments of the wrong
+/// shape are reported as MLIR diagnostics (at the op or the function).
+mlir::FailureOr<std::vector<Tensor>> run(mlir::func::FuncOp function,
+                                         llvm::ArrayRef<Tensor> args,
+                                         const Options &options = {});
+
+/// A tensor of `type` (static shape) with random elements drawn from `rng`:
+/// normal(0, stddev) for floats, 0 or 1 with equal chance for i1, uniform in
+/// [0, 2^31) for other integers.
+Tensor randomTensor(mlir::RankedTensorType type, std::mt19937_64 &rng,
+                    double stddev = 1.0);
+
+} // namespace tejit::interp
+
+#endif // TEJIT_COMPILER_INTERPRETER_INTERPRETER_H

@@ -1,0 +1,146 @@
+//===- Kernels.h - the interpreter's math on tensors ------------*- C++ -*-===//
+//
+// The computations behind te ops, on Tensors, shared by the primitive and the
+// layer ops. Callers check shapes first (the op verifiers and the
+// interpreter's own checks); kernels only assert them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_COMPILER_INTERPRETER_KERNELS_H
+#define TEJIT_COMPILER_INTERPRETER_KERNELS_H
+
+#include "compiler/interpreter/Interpreter.h"
+#include "dialects/TEDialect.h"
+
+namespace tejit::interp {
+
+//===----------------------------------------------------------------------===//
+// Shapes and GEMMs (TensorKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// `x` with `shape` (same element count), read row-major.
+Tensor reshape(Tensor x, llvm::ArrayRef<int64_t> shape);
+/// The transpose of a matrix.
+Tensor transpose(const Tensor &x);
+/// Elements [offset, offset + size) of the last dim.
+Tensor slice(const Tensor &x, int64_t offset, int64_t size);
+/// Concatenation along the last dim.
+Tensor concat(llvm::ArrayRef<const Tensor *> inputs);
+/// Elementwise sum of two tensors of one shape.
+Tensor add(const Tensor &lhs, const Tensor &rhs);
+/// `x + bias`, `bias` a vector along the last dim.
+Tensor biasAdd(const Tensor &x, const Tensor &bias);
+/// Sum over all dims but the last.
+Tensor biasGrad(const Tensor &grad);
+/// `op(a) * op(b)` on matrices, `op` transposing when its flag is set.
+Tensor matmul(const Tensor &a, const Tensor &b, bool transposeA,
+              bool transposeB);
+/// `x W^T (+ bias)` with `W` [out, in]; the leading dims of `x` are kept.
+Tensor linear(const Tensor &x, const Tensor &weight, const Tensor *bias);
+
+//===----------------------------------------------------------------------===//
+// Dropout (TensorKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// The key of one dropout site (see DropoutRng.h).
+struct DropoutKey {
+  uint64_t seed = 0, offset = 0, stream = 0;
+};
+
+/// The keep mask (1 = kept) of a dropout of `rate` over `shape`.
+Tensor dropoutKeep(llvm::ArrayRef<int64_t> shape, double rate,
+                   const DropoutKey &key);
+/// `x * keep / (1 - rate)`.
+Tensor maskScale(const Tensor &x, const Tensor &keep, double rate);
+/// Dropout of `rate` applied to `x`: maskScale(x, dropoutKeep(...), rate).
+Tensor applyDropout(const Tensor &x, double rate, const DropoutKey &key);
+
+//===----------------------------------------------------------------------===//
+// Normalization (NormKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// A normalization's output and per-row statistics (shaped as the leading
+/// dims of the input); `mean` is empty for RMSNorm.
+struct NormOutputs {
+  Tensor output, mean, rsigma;
+};
+
+/// LayerNorm over the last dim (biased variance).
+NormOutputs layerNorm(const Tensor &x, const Tensor &gamma, const Tensor &beta,
+                      double eps, bool zeroCenteredGamma);
+/// RMSNorm over the last dim.
+NormOutputs rmsNorm(const Tensor &x, const Tensor &gamma, double eps,
+                    bool zeroCenteredGamma);
+/// LayerNorm (with `beta`) or RMSNorm (`beta` unused): the output only.
+Tensor normalize(mlir::te::Normalization kind, const Tensor &x,
+                 const Tensor &gamma, const Tensor *beta, double eps,
+                 bool zeroCenteredGamma);
+
+/// Gradients of a normalization; `beta` is empty for RMSNorm.
+struct NormGrads {
+  Tensor input, gamma, beta;
+};
+
+/// Gradients of layerNorm given the output gradient and its statistics.
+NormGrads layerNormBwd(const Tensor &grad, const Tensor &x, const Tensor &mean,
+                       const Tensor &rsigma, const Tensor &gamma,
+                       bool zeroCenteredGamma);
+/// Gradients of rmsNorm given the output gradient and its statistics.
+NormGrads rmsNormBwd(const Tensor &grad, const Tensor &x, const Tensor &rsigma,
+                     const Tensor &gamma, bool zeroCenteredGamma);
+
+//===----------------------------------------------------------------------===//
+// Activations (ActivationKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// An MLP activation along the last dim; gated ones halve it.
+Tensor activation(const Tensor &x, mlir::te::Activation kind);
+/// The gradient of activation() with respect to `x`, given the output's.
+Tensor activationGrad(const Tensor &grad, const Tensor &x,
+                      mlir::te::Activation kind);
+
+//===----------------------------------------------------------------------===//
+// Attention (AttentionKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// What the attention core needs besides q, k and v.
+struct AttentionParams {
+  mlir::te::QkvFormat format = mlir::te::QkvFormat::sbhd;
+  mlir::te::AttnMaskType maskType = mlir::te::AttnMaskType::no_mask;
+  /// [b, 1, 1, s_kv] for padding masks, [b or 1, h or 1, s_q, s_kv] for
+  /// arbitrary ones; null for the others. Nonzero = masked out.
+  const Tensor *mask = nullptr;
+  double softmaxScale = 1.0;
+  double dropout = 0.0;
+  DropoutKey dropoutKey;
+};
+
+/// The attention output (q's layout) and the softmax log-sum-exp per row
+/// ([b, heads, s_q]; -inf for a fully masked row, whose output is 0).
+struct AttentionOutputs {
+  Tensor output, softmaxLse;
+};
+
+AttentionOutputs attention(const Tensor &query, const Tensor &key,
+                           const Tensor &value, const AttentionParams &params);
+
+/// Gradients of attention with respect to q, k and v.
+struct AttentionGrads {
+  Tensor query, key, value;
+};
+
+/// The attention backward as fused kernels compute it: probabilities from
+/// `softmaxLse`, the softmax correction from rowsum(grad * output). This is
+/// the exact gradient when `output` and `softmaxLse` are attention()'s.
+AttentionGrads attentionBwd(const Tensor &grad, const Tensor &query,
+                            const Tensor &key, const Tensor &value,
+                            const Tensor &output, const Tensor &softmaxLse,
+                            const AttentionParams &params);
+
+/// Rotary embedding: `x cos(f) + rotate_half(x) sin(f)` per head, `f` the
+/// angles at the element's sequence position; `inverse` negates the sine.
+Tensor rotary(const Tensor &x, const Tensor &freqs, mlir::te::QkvFormat format,
+              bool inverse);
+
+} // namespace tejit::interp
+
+#endif // TEJIT_COMPILER_INTERPRETER_KERNELS_H

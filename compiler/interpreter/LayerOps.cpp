@@ -1,0 +1,224 @@
+//===- LayerOps.cpp - the interpreter's layer ops (TE modules) ------------===//
+//
+// Each layer op is computed from the kernels, as Transformer Engine's module
+// of the same name computes it in training mode (dropouts on); the op
+// verifiers have checked the shapes.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/interpreter/Frame.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace tejit::interp;
+namespace te = mlir::te;
+namespace dropout = tejit::dropout;
+
+static double toDouble(const APFloat &value) { return value.convertToDouble(); }
+
+static LogicalResult runOp(te::LayerNormOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   layerNorm(frame.get(op.getInput()),
+                             frame.get(op.getWeight()), frame.get(op.getBias()),
+                             toDouble(op.getEps()), op.getZeroCenteredGamma())
+                       .output);
+}
+
+static LogicalResult runOp(te::RMSNormOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   rmsNorm(frame.get(op.getInput()), frame.get(op.getWeight()),
+                           toDouble(op.getEps()), op.getZeroCenteredGamma())
+                       .output);
+}
+
+static LogicalResult runOp(te::LinearOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   linear(frame.get(op.getInput()), frame.get(op.getWeight()),
+                          frame.getOptional(op.getBias())));
+}
+
+/// Binds the optional `ln_output` result of a LayerNorm* op.
+static LogicalResult setLnOutput(Operation *op, Value lnOutput, Frame &frame,
+                                 Tensor normalized) {
+  if (!lnOutput)
+    return success();
+  return frame.set(op, lnOutput, std::move(normalized));
+}
+
+static LogicalResult runOp(te::LayerNormLinearOp op, Frame &frame) {
+  Tensor normalized =
+      normalize(op.getNormalization(), frame.get(op.getInput()),
+                frame.get(op.getLnWeight()), frame.getOptional(op.getLnBias()),
+                toDouble(op.getEps()), op.getZeroCenteredGamma());
+  Tensor output = linear(normalized, frame.get(op.getWeight()),
+                         frame.getOptional(op.getBias()));
+  if (failed(frame.set(op, op.getOutput(), std::move(output))))
+    return failure();
+  return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
+}
+
+/// FC2(act(FC1(x))) of an MLP.
+static Tensor mlp(const Tensor &x, te::Activation kind, Frame &frame,
+                  Value fc1Weight, Value fc1Bias, Value fc2Weight,
+                  Value fc2Bias) {
+  Tensor hidden = linear(x, frame.get(fc1Weight), frame.getOptional(fc1Bias));
+  return linear(activation(hidden, kind), frame.get(fc2Weight),
+                frame.getOptional(fc2Bias));
+}
+
+static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {
+  Tensor normalized =
+      normalize(op.getNormalization(), frame.get(op.getInput()),
+                frame.get(op.getLnWeight()), frame.getOptional(op.getLnBias()),
+                toDouble(op.getEps()), op.getZeroCenteredGamma());
+  Tensor output = mlp(normalized, op.getActivation(), frame, op.getFc1Weight(),
+                      op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
+  if (failed(frame.set(op, op.getOutput(), std::move(output))))
+    return failure();
+  return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
+}
+
+/// A 4-D attention result [d0, d1, h, d] as the layer ops return it:
+/// [d0, d1, h * d].
+static Tensor mergeHeads(Tensor x) {
+  llvm::SmallVector<int64_t> shape = {x.shape[0], x.shape[1],
+                                      x.shape[2] * x.shape[3]};
+  return reshape(std::move(x), shape);
+}
+
+static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
+  const Tensor &query = frame.get(op.getQuery());
+  AttentionParams params;
+  params.format = op.getQkvFormat();
+  params.maskType = op.getAttnMaskType();
+  params.mask = frame.getOptional(op.getAttentionMask());
+  params.softmaxScale = op.getSoftmaxScale()
+                            ? toDouble(*op.getSoftmaxScale())
+                            : 1.0 / std::sqrt(double(query.shape[3]));
+  params.dropout = toDouble(op.getAttentionDropout());
+  params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
+  AttentionOutputs result = attention(query, frame.get(op.getKey()),
+                                      frame.get(op.getValue()), params);
+  return frame.set(op, op.getOutput(), mergeHeads(std::move(result.output)));
+}
+
+namespace {
+/// The self-attention of te.multihead_attention and te.transformer_layer.
+struct AttentionBlock {
+  Value qkvWeight, qkvBias, projWeight, projBias, rotary;
+  int64_t heads, groups, headDim;
+  AttentionParams params;
+};
+} // namespace
+
+/// The attention block of `op` (either op), with its attention dropout.
+template <typename OpT>
+static AttentionBlock attentionBlock(OpT op, Frame &frame,
+                                     te::AttnMaskType maskType,
+                                     te::QkvFormat format) {
+  AttentionBlock block{op.getQkvWeight(),
+                       op.getQkvBias(),
+                       op.getProjWeight(),
+                       op.getProjBias(),
+                       op.getRotaryPosEmb(),
+                       static_cast<int64_t>(op.getNumAttentionHeads()),
+                       op.getNumKVHeads(),
+                       op.getHeadDim(),
+                       {}};
+  block.params.format = format;
+  block.params.maskType = maskType;
+  block.params.mask = frame.getOptional(op.getAttentionMask());
+  block.params.softmaxScale = 1.0 / std::sqrt(double(block.headDim));
+  block.params.dropout = toDouble(op.getAttentionDropout());
+  block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
+  return block;
+}
+
+/// Heads [first, first + count) of a fused QKV projection [d0, d1, rows], as
+/// [d0, d1, count, headDim].
+static Tensor splitHeads(const Tensor &qkv, int64_t first, int64_t count,
+                         int64_t headDim) {
+  return reshape(slice(qkv, first * headDim, count * headDim),
+                 {qkv.shape[0], qkv.shape[1], count, headDim});
+}
+
+/// QKV projection (rows [q; k; v]), rotary embedding of q and k, attention
+/// and output projection of `x` ([s, b, hidden] or [b, s, hidden]).
+static Tensor selfAttention(const Tensor &x, const AttentionBlock &block,
+                            Frame &frame) {
+  Tensor qkv =
+      linear(x, frame.get(block.qkvWeight), frame.getOptional(block.qkvBias));
+  Tensor query = splitHeads(qkv, 0, block.heads, block.headDim);
+  Tensor key = splitHeads(qkv, block.heads, block.groups, block.headDim);
+  Tensor value =
+      splitHeads(qkv, block.heads + block.groups, block.groups, block.headDim);
+  if (const Tensor *freqs = frame.getOptional(block.rotary)) {
+    query = rotary(query, *freqs, block.params.format, /*inverse=*/false);
+    key = rotary(key, *freqs, block.params.format, /*inverse=*/false);
+  }
+  Tensor context =
+      mergeHeads(attention(query, key, value, block.params).output);
+  return linear(context, frame.get(block.projWeight),
+                frame.getOptional(block.projBias));
+}
+
+static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
+  const Tensor &input = frame.get(op.getInput());
+  Tensor normalized =
+      op.getLnWeight()
+          ? normalize(op.getNormalization(), input, frame.get(op.getLnWeight()),
+                      frame.getOptional(op.getLnBias()),
+                      toDouble(op.getLayernormEpsilon()),
+                      op.getZeroCenteredGamma())
+          : input;
+  AttentionBlock block =
+      attentionBlock(op, frame, op.getAttnMaskType(), op.getQkvFormat());
+  return frame.set(op, op.getOutput(), selfAttention(normalized, block, frame));
+}
+
+/// h = r1 + dropout(attn(ln1)), y = r2 + dropout(mlp(ln2)), where ln1/ln2
+/// normalize x and h, and the residuals r1/r2 are x and h, or ln1 and ln2
+/// with apply_residual_connection_post_layernorm.
+static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
+  const Tensor &input = frame.get(op.getInput());
+  double eps = toDouble(op.getLayernormEpsilon());
+  double rate = toDouble(op.getHiddenDropout());
+  bool postLn = op.getApplyResidualConnectionPostLayernorm();
+  Tensor ln1 = normalize(
+      op.getNormalization(), input, frame.get(op.getAttnLnWeight()),
+      frame.getOptional(op.getAttnLnBias()), eps, op.getZeroCenteredGamma());
+  AttentionBlock block = attentionBlock(op, frame, op.getSelfAttnMaskType(),
+                                        op.getAttnInputFormat());
+  Tensor attended =
+      applyDropout(selfAttention(ln1, block, frame), rate,
+                   frame.layerDropoutKey(dropout::kAttentionOutputSite));
+  Tensor hidden = add(postLn ? ln1 : input, attended);
+  Tensor ln2 = normalize(
+      op.getNormalization(), hidden, frame.get(op.getMlpLnWeight()),
+      frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
+  Tensor mlpOut =
+      applyDropout(mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
+                       op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()),
+                   rate, frame.layerDropoutKey(dropout::kMlpOutputSite));
+  return frame.set(op, op.getOutput(), add(postLn ? ln2 : hidden, mlpOut));
+}
+
+bool tejit::interp::isLayerOp(Operation *op) {
+  return isa<te::LayerNormOp, te::RMSNormOp, te::LinearOp,
+             te::LayerNormLinearOp, te::LayerNormMLPOp,
+             te::DotProductAttentionOp, te::MultiheadAttentionOp,
+             te::TransformerLayerOp>(op);
+}
+
+LogicalResult tejit::interp::runLayerOp(Operation *op, Frame &frame) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<te::LayerNormOp, te::RMSNormOp, te::LinearOp, te::LayerNormLinearOp,
+            te::LayerNormMLPOp, te::DotProductAttentionOp,
+            te::MultiheadAttentionOp, te::TransformerLayerOp>(
+          [&](auto op) { return runOp(op, frame); })
+      .Default([](Operation *op) {
+        return op->emitOpError() << "is not a te layer op";
+      });
+}

@@ -1,0 +1,257 @@
+//===- PrimitiveOps.cpp - the interpreter's primitive te ops --------------===//
+#include "compiler/interpreter/Frame.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace tejit::interp;
+namespace te = mlir::te;
+
+static ArrayRef<int64_t> shapeOf(Value value) {
+  return cast<RankedTensorType>(value.getType()).getShape();
+}
+
+/// The dropout key of an op reading `rngState` ([seed, offset]).
+static FailureOr<DropoutKey> rngKey(Operation *op, const Tensor &rngState,
+                                    int64_t stream) {
+  uint64_t words[2];
+  for (int i = 0; i < 2; ++i) {
+    double value = rngState.data[i];
+    if (value != std::trunc(value) || std::fabs(value) > 0x1.0p53)
+      return op->emitOpError()
+             << "'rng_state' element " << i << " (" << value
+             << ") is not an integer the interpreter holds exactly (|x| <= "
+                "2^53)";
+    words[i] = static_cast<uint64_t>(static_cast<int64_t>(value));
+  }
+  return DropoutKey{words[0], words[1], static_cast<uint64_t>(stream)};
+}
+
+static LogicalResult runOp(te::ReshapeOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   reshape(frame.get(op.getInput()), shapeOf(op.getOutput())));
+}
+
+static LogicalResult runOp(te::TransposeOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(), transpose(frame.get(op.getInput())));
+}
+
+static LogicalResult runOp(te::SliceOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   slice(frame.get(op.getInput()), op.getOffsetAttr().getInt(),
+                         shapeOf(op.getOutput()).back()));
+}
+
+static LogicalResult runOp(te::ConcatOp op, Frame &frame) {
+  SmallVector<const Tensor *> inputs;
+  for (Value input : op.getInputs())
+    inputs.push_back(&frame.get(input));
+  return frame.set(op, op.getOutput(), concat(inputs));
+}
+
+static LogicalResult runOp(te::AddOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   add(frame.get(op.getLhs()), frame.get(op.getRhs())));
+}
+
+static LogicalResult runOp(te::BiasAddOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   biasAdd(frame.get(op.getInput()), frame.get(op.getBias())));
+}
+
+static LogicalResult runOp(te::BiasGradOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(), biasGrad(frame.get(op.getGrad())));
+}
+
+static LogicalResult runOp(te::ActivationOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   activation(frame.get(op.getInput()), op.getActivation()));
+}
+
+static LogicalResult runOp(te::ActivationGradOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   activationGrad(frame.get(op.getGrad()),
+                                  frame.get(op.getInput()),
+                                  op.getActivation()));
+}
+
+static LogicalResult runOp(te::DropoutOp op, Frame &frame) {
+  FailureOr<DropoutKey> key =
+      rngKey(op, frame.get(op.getRngState()), op.getStreamAttr().getInt());
+  if (failed(key))
+    return failure();
+  double rate = op.getRate().convertToDouble();
+  const Tensor &input = frame.get(op.getInput());
+  Tensor keep = dropoutKeep(input.shape, rate, *key);
+  if (failed(frame.set(op, op.getOutput(), maskScale(input, keep, rate))))
+    return failure();
+  return frame.set(op, op.getKeep(), std::move(keep));
+}
+
+static LogicalResult runOp(te::MaskScaleOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   maskScale(frame.get(op.getGrad()), frame.get(op.getKeep()),
+                             op.getRate().convertToDouble()));
+}
+
+static LogicalResult runOp(te::MatmulOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   matmul(frame.get(op.getA()), frame.get(op.getB()),
+                          op.getTransposeA(), op.getTransposeB()));
+}
+
+static LogicalResult runOp(te::LayerNormFwdOp op, Frame &frame) {
+  NormOutputs result =
+      layerNorm(frame.get(op.getInput()), frame.get(op.getGamma()),
+                frame.get(op.getBeta()), op.getEps().convertToDouble(),
+                op.getZeroCenteredGamma());
+  if (failed(frame.set(op, op.getOutput(), std::move(result.output))) ||
+      failed(frame.set(op, op.getMean(), std::move(result.mean))))
+    return failure();
+  return frame.set(op, op.getRsigma(), std::move(result.rsigma));
+}
+
+static LogicalResult runOp(te::LayerNormBwdOp op, Frame &frame) {
+  NormGrads grads =
+      layerNormBwd(frame.get(op.getGrad()), frame.get(op.getInput()),
+                   frame.get(op.getMean()), frame.get(op.getRsigma()),
+                   frame.get(op.getGamma()), op.getZeroCenteredGamma());
+  if (failed(frame.set(op, op.getInputGrad(), std::move(grads.input))) ||
+      failed(frame.set(op, op.getGammaGrad(), std::move(grads.gamma))))
+    return failure();
+  return frame.set(op, op.getBetaGrad(), std::move(grads.beta));
+}
+
+static LogicalResult runOp(te::RMSNormFwdOp op, Frame &frame) {
+  NormOutputs result =
+      rmsNorm(frame.get(op.getInput()), frame.get(op.getGamma()),
+              op.getEps().convertToDouble(), op.getZeroCenteredGamma());
+  if (failed(frame.set(op, op.getOutput(), std::move(result.output))))
+    return failure();
+  return frame.set(op, op.getRsigma(), std::move(result.rsigma));
+}
+
+static LogicalResult runOp(te::RMSNormBwdOp op, Frame &frame) {
+  NormGrads grads =
+      rmsNormBwd(frame.get(op.getGrad()), frame.get(op.getInput()),
+                 frame.get(op.getRsigma()), frame.get(op.getGamma()),
+                 op.getZeroCenteredGamma());
+  if (failed(frame.set(op, op.getInputGrad(), std::move(grads.input))))
+    return failure();
+  return frame.set(op, op.getGammaGrad(), std::move(grads.gamma));
+}
+
+static LogicalResult runOp(te::RotaryOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   rotary(frame.get(op.getInput()), frame.get(op.getFreqs()),
+                          op.getQkvFormat(), op.getInverse()));
+}
+
+/// Whether `type` reads the mask operand.
+static bool usesMask(te::AttnMaskType type) {
+  return type == te::AttnMaskType::padding ||
+         type == te::AttnMaskType::padding_causal ||
+         type == te::AttnMaskType::padding_causal_bottom_right ||
+         type == te::AttnMaskType::arbitrary;
+}
+
+/// The mask operand of te.attention(_bwd), which their verifiers leave
+/// unchecked: present exactly when `type` uses it, i1, [b, 1, 1, s_kv] for the
+/// padding types, [b or 1, heads or 1, s_q, s_kv] for arbitrary.
+static LogicalResult checkMask(Operation *op, te::AttnMaskType type, Value mask,
+                               Value query, Value key, te::QkvFormat format) {
+  if (usesMask(type) != static_cast<bool>(mask))
+    return op->emitOpError()
+           << "attn_mask_type " << te::stringifyAttnMaskType(type)
+           << (mask ? " takes no mask operand" : " needs a mask operand");
+  if (!mask)
+    return success();
+  unsigned seqDim = format == te::QkvFormat::sbhd ? 0 : 1;
+  ArrayRef<int64_t> q = shapeOf(query), m = shapeOf(mask);
+  int64_t batch = q[1 - seqDim], heads = q[2];
+  int64_t seqQ = q[seqDim], seqKV = shapeOf(key)[seqDim];
+  bool ok =
+      cast<RankedTensorType>(mask.getType()).getElementType().isInteger(1) &&
+      m.size() == 4 && m[3] == seqKV;
+  if (type == te::AttnMaskType::arbitrary)
+    ok = ok && (m[0] == 1 || m[0] == batch) && (m[1] == 1 || m[1] == heads) &&
+         m[2] == seqQ;
+  else
+    ok = ok && m[0] == batch && m[1] == 1 && m[2] == 1;
+  if (!ok)
+    return op->emitOpError() << "mask must be i1 of shape "
+                             << (type == te::AttnMaskType::arbitrary
+                                     ? "[b or 1, heads or 1, s_q, s_kv]"
+                                     : "[b, 1, 1, s_kv]")
+                             << ", got " << mask.getType();
+  return success();
+}
+
+/// The parameters te.attention and te.attention_bwd share.
+template <typename AttentionOpT>
+static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
+                                                  Frame &frame) {
+  AttentionParams params;
+  params.format = op.getQkvFormat();
+  params.maskType = op.getAttnMaskType();
+  params.mask = frame.getOptional(op.getAttentionMask());
+  params.softmaxScale = op.getSoftmaxScale().convertToDouble();
+  params.dropout = op.getDropout().convertToDouble();
+  if (failed(checkMask(op, params.maskType, op.getAttentionMask(),
+                       op.getQuery(), op.getKey(), params.format)))
+    return failure();
+  if (!(params.dropout >= 0.0 && params.dropout < 1.0))
+    return op.emitOpError()
+           << "'dropout' must be in [0, 1), got " << params.dropout;
+  if (params.dropout == 0.0)
+    return params;
+  if (!op.getRngState())
+    return op.emitOpError() << "dropout needs an 'rng_state' operand";
+  FailureOr<DropoutKey> key =
+      rngKey(op, frame.get(op.getRngState()), op.getStreamAttr().getInt());
+  if (failed(key))
+    return failure();
+  params.dropoutKey = *key;
+  return params;
+}
+
+static LogicalResult runOp(te::AttentionOp op, Frame &frame) {
+  FailureOr<AttentionParams> params = attentionParams(op, frame);
+  if (failed(params))
+    return failure();
+  AttentionOutputs result =
+      attention(frame.get(op.getQuery()), frame.get(op.getKey()),
+                frame.get(op.getValue()), *params);
+  if (failed(frame.set(op, op.getOutput(), std::move(result.output))))
+    return failure();
+  return frame.set(op, op.getSoftmaxLse(), std::move(result.softmaxLse));
+}
+
+static LogicalResult runOp(te::AttentionBwdOp op, Frame &frame) {
+  FailureOr<AttentionParams> params = attentionParams(op, frame);
+  if (failed(params))
+    return failure();
+  AttentionGrads grads = attentionBwd(
+      frame.get(op.getGrad()), frame.get(op.getQuery()), frame.get(op.getKey()),
+      frame.get(op.getValue()), frame.get(op.getOutput()),
+      frame.get(op.getSoftmaxLse()), *params);
+  if (failed(frame.set(op, op.getQueryGrad(), std::move(grads.query))) ||
+      failed(frame.set(op, op.getKeyGrad(), std::move(grads.key))))
+    return failure();
+  return frame.set(op, op.getValueGrad(), std::move(grads.value));
+}
+
+LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
+            te::AddOp, te::BiasAddOp, te::BiasGradOp, te::ActivationOp,
+            te::ActivationGradOp, te::DropoutOp, te::MaskScaleOp, te::MatmulOp,
+            te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
+            te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp,
+            te::AttentionBwdOp>([&](auto op) { return runOp(op, frame); })
+      .Default([](Operation *op) {
+        return op->emitOpError() << "is not supported by the te interpreter";
+      });
+}

@@ -1,0 +1,281 @@
+//===- InterpreterGradTest.cpp - backward ops against finite differences --===//
+//
+// Every backward op (norm *_bwd, dact, attention_bwd, rotary inverse,
+// mask_scale, bias_grad, the matmul dgrad/wgrad forms) must equal the float64
+// central finite difference of its forward op for L = sum(dy * y), with dy
+// random: relative error below 1e-6.
+//
+//===----------------------------------------------------------------------===//
+#include "InterpreterTestUtils.h"
+
+using namespace tejit::testing;
+using mlir::te::Activation;
+
+namespace {
+
+/// A normalization configuration.
+struct NormCase {
+  bool rms, zeroCenteredGamma;
+};
+
+class NormGradTest : public InterpreterTest,
+                     public ::testing::WithParamInterface<NormCase> {};
+
+/// LayerNorm's forward and backward on x [3, 2, 6].
+const char *kLayerNormGrad = R"mlir(
+func.func @fwd(%x: tensor<3x2x6xf32>, %g: tensor<6xf32>, %b: tensor<6xf32>)
+    -> (tensor<3x2x6xf32>, tensor<3x2xf32>, tensor<3x2xf32>) {
+  %y, %mean, %rsigma = te.layernorm_fwd %x, %g, %b {eps = 0.01 : f64 $FWDATTR}
+      : (tensor<3x2x6xf32>, tensor<6xf32>, tensor<6xf32>)
+        -> (tensor<3x2x6xf32>, tensor<3x2xf32>, tensor<3x2xf32>)
+  return %y, %mean, %rsigma
+      : tensor<3x2x6xf32>, tensor<3x2xf32>, tensor<3x2xf32>
+}
+func.func @bwd(%dy: tensor<3x2x6xf32>, %x: tensor<3x2x6xf32>,
+               %mean: tensor<3x2xf32>, %rsigma: tensor<3x2xf32>,
+               %g: tensor<6xf32>)
+    -> (tensor<3x2x6xf32>, tensor<6xf32>, tensor<6xf32>) {
+  %dx, %dg, %db = te.layernorm_bwd %dy, %x, %mean, %rsigma, %g $BWDATTR
+      : (tensor<3x2x6xf32>, tensor<3x2x6xf32>, tensor<3x2xf32>,
+         tensor<3x2xf32>, tensor<6xf32>)
+        -> (tensor<3x2x6xf32>, tensor<6xf32>, tensor<6xf32>)
+  return %dx, %dg, %db : tensor<3x2x6xf32>, tensor<6xf32>, tensor<6xf32>
+}
+)mlir";
+
+/// RMSNorm's forward and backward on x [3, 2, 6].
+const char *kRMSNormGrad = R"mlir(
+func.func @fwd(%x: tensor<3x2x6xf32>, %g: tensor<6xf32>)
+    -> (tensor<3x2x6xf32>, tensor<3x2xf32>) {
+  %y, %rsigma = te.rmsnorm_fwd %x, %g {eps = 0.01 : f64 $FWDATTR}
+      : (tensor<3x2x6xf32>, tensor<6xf32>)
+        -> (tensor<3x2x6xf32>, tensor<3x2xf32>)
+  return %y, %rsigma : tensor<3x2x6xf32>, tensor<3x2xf32>
+}
+func.func @bwd(%dy: tensor<3x2x6xf32>, %x: tensor<3x2x6xf32>,
+               %rsigma: tensor<3x2xf32>, %g: tensor<6xf32>)
+    -> (tensor<3x2x6xf32>, tensor<6xf32>) {
+  %dx, %dg = te.rmsnorm_bwd %dy, %x, %rsigma, %g $BWDATTR
+      : (tensor<3x2x6xf32>, tensor<3x2x6xf32>, tensor<3x2xf32>, tensor<6xf32>)
+        -> (tensor<3x2x6xf32>, tensor<6xf32>)
+  return %dx, %dg : tensor<3x2x6xf32>, tensor<6xf32>
+}
+)mlir";
+
+} // namespace
+
+TEST_P(NormGradTest, BackwardMatchesFiniteDifferences) {
+  NormCase c = GetParam();
+  bool zc = c.zeroCenteredGamma;
+  std::string source =
+      substitute(c.rms ? kRMSNormGrad : kLayerNormGrad,
+                 {{"FWDATTR", zc ? ", zero_centered_gamma" : ""},
+                  {"BWDATTR", zc ? "{zero_centered_gamma}" : ""}});
+  mlir::func::FuncOp fwd = parse(source, "fwd");
+  mlir::func::FuncOp bwd =
+      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+  std::vector<Tensor> args = randomArgs(fwd);
+  std::vector<Tensor> outs = run(fwd, args);
+  ASSERT_EQ(outs.size(), c.rms ? 2u : 3u);
+  Tensor dy = randomLike(outs[0].shape);
+  // bwd takes (dy, x, [mean,] rsigma, gamma).
+  std::vector<Tensor> bwdArgs = {dy, args[0]};
+  bwdArgs.insert(bwdArgs.end(), outs.begin() + 1, outs.end());
+  bwdArgs.push_back(args[1]);
+  std::vector<Tensor> grads = run(bwd, bwdArgs);
+  ASSERT_EQ(grads.size(), args.size());
+  std::vector<Tensor> weights = {dy, Tensor(), Tensor()};
+  for (unsigned i = 0; i < args.size(); ++i)
+    EXPECT_TRUE(gradientClose(grads[i], numericGradient(fwd, args, i, weights)))
+        << "gradient of operand " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Norms, NormGradTest,
+    ::testing::Values(NormCase{false, false}, NormCase{false, true},
+                      NormCase{true, false}, NormCase{true, true}),
+    [](const ::testing::TestParamInfo<NormCase> &info) {
+      return std::string(info.param.rms ? "RMSNorm" : "LayerNorm") +
+             (info.param.zeroCenteredGamma ? "ZeroCenteredGamma" : "");
+    });
+
+namespace {
+class ActivationGradTest : public InterpreterTest,
+                           public ::testing::WithParamInterface<Activation> {};
+} // namespace
+
+TEST_P(ActivationGradTest, DactMatchesFiniteDifferences) {
+  Activation kind = GetParam();
+  int64_t out = mlir::te::isGatedActivation(kind) ? 5 : 10;
+  mlir::func::FuncOp fwd =
+      parse(substitute(R"mlir(
+func.func @fwd(%x: tensor<4x10xf32>) -> $OUT {
+  %0 = te.act <$ACT> %x : tensor<4x10xf32> -> $OUT
+  return %0 : $OUT
+}
+func.func @bwd(%dy: $OUT, %x: tensor<4x10xf32>) -> tensor<4x10xf32> {
+  %0 = te.dact <$ACT> %dy, %x : $OUT, tensor<4x10xf32> -> tensor<4x10xf32>
+  return %0 : tensor<4x10xf32>
+}
+)mlir",
+                       {{"OUT", tensorType({4, out})},
+                        {"ACT", mlir::te::stringifyActivation(kind).str()}}),
+            "fwd");
+  mlir::func::FuncOp bwd =
+      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+  std::vector<Tensor> args = randomArgs(fwd, 1.5);
+  Tensor dy = randomLike({4, out});
+  std::vector<Tensor> grads = run(bwd, {dy, args[0]});
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_TRUE(gradientClose(grads[0], numericGradient(fwd, args, 0, {dy})));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ActivationGradTest,
+    ::testing::Values(Activation::gelu, Activation::geglu, Activation::qgelu,
+                      Activation::qgeglu, Activation::relu, Activation::reglu,
+                      Activation::srelu, Activation::sreglu, Activation::silu,
+                      Activation::swiglu),
+    [](const ::testing::TestParamInfo<Activation> &info) {
+      return mlir::te::stringifyActivation(info.param).str();
+    });
+
+namespace {
+class AttentionGradTest : public InterpreterTest,
+                          public ::testing::WithParamInterface<AttentionCase> {
+};
+} // namespace
+
+TEST_P(AttentionGradTest, BackwardMatchesFiniteDifferences) {
+  const AttentionCase &c = GetParam();
+  mlir::func::FuncOp fwd = parse(c.module(), "fwd");
+  mlir::func::FuncOp bwd =
+      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+  std::vector<Tensor> args = randomArgs(fwd);
+  std::vector<Tensor> outs = run(fwd, args);
+  ASSERT_EQ(outs.size(), 2u);
+  Tensor dout = randomLike(outs[0].shape);
+  // bwd takes (grad, q, k, v, o, lse, [mask,] rng).
+  std::vector<Tensor> bwdArgs = {dout,    args[0], args[1],
+                                 args[2], outs[0], outs[1]};
+  bwdArgs.insert(bwdArgs.end(), args.begin() + 3, args.end());
+  std::vector<Tensor> grads = run(bwd, bwdArgs);
+  ASSERT_EQ(grads.size(), 3u);
+  for (unsigned i = 0; i < 3; ++i)
+    EXPECT_TRUE(gradientClose(grads[i],
+                              numericGradient(fwd, args, i, {dout, Tensor()})))
+        << "gradient of "
+        << "qkv"[i];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionGradTest, ::testing::ValuesIn(attentionCases()),
+    [](const ::testing::TestParamInfo<AttentionCase> &info) {
+      return info.param.name;
+    });
+
+TEST_F(InterpreterTest, RotaryInverseIsTheGradient) {
+  ASSERT_TRUE(parse(R"mlir(
+func.func @sbhd(%x: tensor<3x2x2x6xf32>, %f: tensor<3x1x1x6xf32>)
+    -> tensor<3x2x2x6xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<sbhd>}
+      : tensor<3x2x2x6xf32>, tensor<3x1x1x6xf32> -> tensor<3x2x2x6xf32>
+  return %0 : tensor<3x2x2x6xf32>
+}
+func.func @sbhd_inverse(%x: tensor<3x2x2x6xf32>, %f: tensor<3x1x1x6xf32>)
+    -> tensor<3x2x2x6xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<sbhd>, inverse}
+      : tensor<3x2x2x6xf32>, tensor<3x1x1x6xf32> -> tensor<3x2x2x6xf32>
+  return %0 : tensor<3x2x2x6xf32>
+}
+func.func @bshd(%x: tensor<2x3x1x6xf32>, %f: tensor<3x1x1x6xf32>)
+    -> tensor<2x3x1x6xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<bshd>}
+      : tensor<2x3x1x6xf32>, tensor<3x1x1x6xf32> -> tensor<2x3x1x6xf32>
+  return %0 : tensor<2x3x1x6xf32>
+}
+func.func @bshd_inverse(%x: tensor<2x3x1x6xf32>, %f: tensor<3x1x1x6xf32>)
+    -> tensor<2x3x1x6xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<bshd>, inverse}
+      : tensor<2x3x1x6xf32>, tensor<3x1x1x6xf32> -> tensor<2x3x1x6xf32>
+  return %0 : tensor<2x3x1x6xf32>
+}
+)mlir",
+                    "sbhd"));
+  // Angles laid out as Transformer Engine does: the first half repeated.
+  Tensor freqs = randomLike({3, 1, 1, 6}, 2.0);
+  for (int s = 0; s < 3; ++s)
+    for (int d = 0; d < 3; ++d)
+      freqs.data[s * 6 + 3 + d] = freqs.data[s * 6 + d];
+  for (const char *layout : {"sbhd", "bshd"}) {
+    mlir::func::FuncOp forward =
+        modules.back()->lookupSymbol<mlir::func::FuncOp>(layout);
+    mlir::func::FuncOp inverse =
+        modules.back()->lookupSymbol<mlir::func::FuncOp>(std::string(layout) +
+                                                         "_inverse");
+    std::vector<Tensor> args = {randomArgs(forward)[0], freqs};
+    Tensor dy = randomLike(args[0].shape);
+    std::vector<Tensor> grads = run(inverse, {dy, freqs});
+    ASSERT_EQ(grads.size(), 1u);
+    EXPECT_TRUE(
+        gradientClose(grads[0], numericGradient(forward, args, 0, {dy})))
+        << layout;
+  }
+}
+
+TEST_F(InterpreterTest, MaskScaleIsTheDropoutGradient) {
+  mlir::func::FuncOp fwd = parse(R"mlir(
+func.func @fwd(%x: tensor<6x5xf32>, %rng: tensor<2xi64>)
+    -> (tensor<6x5xf32>, tensor<6x5xi1>) {
+  %0, %keep = te.dropout %x, %rng {rate = 0.4 : f64, stream = 2 : i64}
+      : tensor<6x5xf32>, tensor<2xi64> -> tensor<6x5xf32>, tensor<6x5xi1>
+  return %0, %keep : tensor<6x5xf32>, tensor<6x5xi1>
+}
+func.func @bwd(%dy: tensor<6x5xf32>, %keep: tensor<6x5xi1>) -> tensor<6x5xf32> {
+  %0 = te.mask_scale %dy, %keep {rate = 0.4 : f64}
+      : tensor<6x5xf32>, tensor<6x5xi1> -> tensor<6x5xf32>
+  return %0 : tensor<6x5xf32>
+}
+)mlir",
+                                 "fwd");
+  mlir::func::FuncOp bwd =
+      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+  std::vector<Tensor> args = randomArgs(fwd);
+  std::vector<Tensor> outs = run(fwd, args);
+  ASSERT_EQ(outs.size(), 2u);
+  Tensor dy = randomLike({6, 5});
+  std::vector<Tensor> grads = run(bwd, {dy, outs[1]});
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_TRUE(
+      gradientClose(grads[0], numericGradient(fwd, args, 0, {dy, Tensor()})));
+}
+
+TEST_F(InterpreterTest, BiasGradAndMatmulFormsAreTheLinearGradients) {
+  mlir::func::FuncOp fwd = parse(R"mlir(
+func.func @fwd(%x: tensor<4x3xf32>, %w: tensor<5x3xf32>, %b: tensor<5xf32>)
+    -> tensor<4x5xf32> {
+  %0 = te.matmul %x, %w {transpose_b}
+      : tensor<4x3xf32>, tensor<5x3xf32> -> tensor<4x5xf32>
+  %1 = te.bias_add %0, %b : tensor<4x5xf32>, tensor<5xf32> -> tensor<4x5xf32>
+  return %1 : tensor<4x5xf32>
+}
+func.func @bwd(%dy: tensor<4x5xf32>, %x: tensor<4x3xf32>, %w: tensor<5x3xf32>)
+    -> (tensor<4x3xf32>, tensor<5x3xf32>, tensor<5xf32>) {
+  %dx = te.matmul %dy, %w : tensor<4x5xf32>, tensor<5x3xf32> -> tensor<4x3xf32>
+  %dw = te.matmul %dy, %x {transpose_a}
+      : tensor<4x5xf32>, tensor<4x3xf32> -> tensor<5x3xf32>
+  %db = te.bias_grad %dy : tensor<4x5xf32> -> tensor<5xf32>
+  return %dx, %dw, %db : tensor<4x3xf32>, tensor<5x3xf32>, tensor<5xf32>
+}
+)mlir",
+                                 "fwd");
+  mlir::func::FuncOp bwd =
+      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+  std::vector<Tensor> args = randomArgs(fwd);
+  Tensor dy = randomLike({4, 5});
+  std::vector<Tensor> grads = run(bwd, {dy, args[0], args[1]});
+  ASSERT_EQ(grads.size(), 3u);
+  for (unsigned i = 0; i < 3; ++i)
+    EXPECT_TRUE(gradientClose(grads[i], numericGradient(fwd, args, i, {dy})))
+        << "gradient of operand " << i;
+}
