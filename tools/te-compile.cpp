@@ -1,12 +1,15 @@
 //===- te-compile.cpp - compile layer specs ahead of time ------------------===//
 //
-// te-compile SPEC [-o DIR] [--emit=te]
+// te-compile SPEC [-o DIR] [--emit=STAGE] [--training|--inference]
 //
-// Reads a layer spec (.yaml, .yml, .json) or te IR (.mlir), verifies it and
-// prints the IR of the requested stage, or writes it under DIR. Bad input
-// exits with status 1 and a message located in the input.
+// Reads a layer spec (.yaml, .yml, .json) or te IR (.mlir), verifies it, runs
+// the compilation pipeline up to the requested stage and prints its IR, or
+// writes it under DIR. Bad input exits with status 1 and a message located
+// in the input.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/passes/Passes.h"
+#include "compiler/passes/Pipeline.h"
 #include "compiler/spec/SpecImporter.h"
 #include "dialects/TEDialect.h"
 
@@ -15,6 +18,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
@@ -26,8 +30,10 @@
 
 using namespace mlir;
 
+using tejit::Stage;
+
 namespace {
-enum class EmitStage { TE };
+enum class Mode { Training, Inference };
 
 llvm::cl::OptionCategory teCompileCategory("te-compile options");
 // MLIR's printing and diagnostic options (--mlir-print-debuginfo shows where
@@ -43,11 +49,27 @@ llvm::cl::opt<std::string>
               llvm::cl::desc("Write the output under this directory "
                              "instead of printing it"),
               llvm::cl::value_desc("dir"), llvm::cl::cat(teCompileCategory));
-llvm::cl::opt<EmitStage> emitStage(
+llvm::cl::opt<Stage> emitStage(
     "emit", llvm::cl::desc("The compilation stage to output"),
-    llvm::cl::values(clEnumValN(EmitStage::TE, "te",
-                                "te layer IR, as imported and verified")),
-    llvm::cl::init(EmitStage::TE), llvm::cl::cat(teCompileCategory));
+    llvm::cl::values(
+        clEnumValN(Stage::TE, "te", "te layer IR, as imported and verified"),
+        clEnumValN(Stage::Primitive, "primitive",
+                   "primitive ops (after te-decompose)"),
+        clEnumValN(Stage::Autodiff, "autodiff",
+                   "forward and backward functions (after te-autodiff; "
+                   "training only)")),
+    llvm::cl::init(Stage::TE), llvm::cl::cat(teCompileCategory));
+llvm::cl::opt<Mode> mode(
+    llvm::cl::desc("What to compile for:"),
+    llvm::cl::values(
+        clEnumValN(Mode::Training, "training",
+                   "forward and backward, dropout on (default)"),
+        clEnumValN(Mode::Inference, "inference", "forward only, no dropout")),
+    llvm::cl::init(Mode::Training), llvm::cl::cat(teCompileCategory));
+llvm::cl::opt<bool> printIRAfterAll(
+    "print-ir-after-all",
+    llvm::cl::desc("Print the IR after every pass (to stderr)"),
+    llvm::cl::init(false), llvm::cl::cat(teCompileCategory));
 } // namespace
 
 /// Reads `path` as a spec or as IR; diagnostics go through `sourceMgr`.
@@ -136,6 +158,23 @@ int main(int argc, char **argv) {
 
   OwningOpRef<ModuleOp> module = loadInput(sourceMgr, context);
   if (!module || failed(verify(*module)))
+    return 1;
+  if (mode == Mode::Inference && emitStage == Stage::Autodiff &&
+      emitStage.getNumOccurrences()) {
+    llvm::errs() << "te-compile: error: --emit=autodiff needs --training "
+                    "(inference has no backward pass)\n";
+    return 1;
+  }
+  PassManager pm(&context);
+  if (printIRAfterAll) {
+    context.disableMultithreading();
+    pm.enableIRPrinting(
+        /*shouldPrintBeforePass=*/[](Pass *, Operation *) { return false; },
+        /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
+        /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
+  }
+  tejit::buildPipeline(pm, {emitStage, mode == Mode::Training});
+  if (failed(pm.run(*module)))
     return 1;
   return failed(writeOutput(*module)) ? 1 : 0;
 }

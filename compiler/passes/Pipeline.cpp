@@ -1,0 +1,28 @@
+//===- Pipeline.cpp - the te compilation pipeline, stage by stage ----------===//
+#include "compiler/passes/Pipeline.h"
+#include "compiler/passes/Passes.h"
+
+using namespace mlir;
+
+void tejit::buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
+  if (options.stopAfter == Stage::TE)
+    return;
+  TEDecomposeOptions decompose;
+  decompose.inference = !options.training;
+  pm.addNestedPass<func::FuncOp>(createTEDecompose(decompose));
+  if (options.stopAfter == Stage::Primitive || !options.training)
+    return;
+  pm.addPass(createTEAutodiff());
+}
+
+llvm::StringRef tejit::stageName(Stage stage) {
+  switch (stage) {
+  case Stage::TE:
+    return "te";
+  case Stage::Primitive:
+    return "primitive";
+  case Stage::Autodiff:
+    return "autodiff";
+  }
+  return "";
+}

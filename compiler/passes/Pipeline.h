@@ -1,0 +1,38 @@
+//===- Pipeline.h - the te compilation pipeline, stage by stage -*- C++ -*-===//
+#ifndef TEJIT_COMPILER_PASSES_PIPELINE_H
+#define TEJIT_COMPILER_PASSES_PIPELINE_H
+
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
+
+namespace tejit {
+
+/// The stages of compilation, in order; each names the IR after it.
+enum class Stage {
+  /// Layer ops, as imported from a spec.
+  TE,
+  /// Primitive ops (te-decompose).
+  Primitive,
+  /// Primitive ops with backward functions (te-autodiff; training only).
+  Autodiff,
+};
+
+struct PipelineOptions {
+  Stage stopAfter = Stage::Autodiff;
+  /// Training: dropout on and backward functions derived. Inference: no
+  /// dropout, forward only.
+  bool training = true;
+};
+
+/// Adds the passes that take imported te IR to `options.stopAfter`. In
+/// inference, stages that only exist for training are skipped.
+void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &options);
+
+/// The stage's name as te-compile's --emit spells it.
+llvm::StringRef stageName(Stage stage);
+
+} // namespace tejit
+
+#endif // TEJIT_COMPILER_PASSES_PIPELINE_H
