@@ -1,4 +1,5 @@
 // RUN: te-opt %s --te-decompose | FileCheck %s
+// CHECK: #current_scaling = #te.current_scaling<fp8_format = e4m3>
 // RUN: te-opt %s --te-decompose=inference | FileCheck %s --check-prefix=EVAL
 
 // CHECK-LABEL: func.func @linear
@@ -131,7 +132,7 @@ func.func @transformer_layer_post_ln_residual(%x: tensor<8x2x32xbf16>, %g: tenso
 // The layer's recipe and the GEMM's role travel to the matmul, for
 // te-place-scaling.
 // CHECK-LABEL: func.func @linear_fp8
-// CHECK: te.matmul %{{.*}}, %arg1 {fp8_recipe = #te.current_scaling<fp8_format = e4m3>, role = #te.gemm_role<fprop>, transpose_b}
+// CHECK: te.matmul %{{.*}}, %arg1 {fp8_recipe = #current_scaling, role = #te.gemm_role<fprop>, transpose_b}
 func.func @linear_fp8(%x: tensor<16x32xbf16>, %w: tensor<48x32xbf16>) -> tensor<16x48xbf16> {
   %y = te.linear %x weight(%w) {fp8_recipe = #te.current_scaling<fp8_format = e4m3>} : (tensor<16x32xbf16>, tensor<48x32xbf16>) -> tensor<16x48xbf16>
   return %y : tensor<16x48xbf16>
