@@ -57,7 +57,10 @@ llvm::cl::opt<Stage> emitStage(
                    "primitive ops (after te-decompose)"),
         clEnumValN(Stage::Autodiff, "autodiff",
                    "forward and backward functions (after te-autodiff; "
-                   "training only)")),
+                   "training only)"),
+        clEnumValN(Stage::Scaled, "scaled",
+                   "FP8 GEMMs, casts and scale state (after "
+                   "te-place-scaling)")),
     llvm::cl::init(Stage::TE), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<Mode> mode(
     llvm::cl::desc("What to compile for:"),

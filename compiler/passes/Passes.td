@@ -45,4 +45,40 @@ def TEAutodiff : Pass<"te-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::te::TEDialect"];
 }
 
+def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
+  let summary = "Run GEMMs that carry an FP8 recipe in FP8, with TE's scaling";
+  let description = [{
+    Every te.matmul with an `fp8_recipe` becomes a te.scaled_matmul on FP8
+    operands: forward tensors (inputs, weights) in E4M3, gradients in E5M2
+    under HYBRID (E4M3 under E4M3), both K-major (TN) as Hopper needs, with
+    transposed FP8 copies where dgrad and wgrad read an operand transposed.
+    Fast accumulation for fprop, split accumulation for dgrad and wgrad.
+
+    Each value is quantized once per function and FP8 format; a forward
+    tensor that a backward GEMM reads (a weight for dgrad, an input for
+    wgrad) is quantized once, in the forward function, and its FP8
+    transpose is saved for the backward function (te.forward_result), so
+    that a weight is quantized once per step. Saved high-precision values
+    that no backward op reads any more are dropped from the interface.
+
+    DelayedScaling: each quantized tensor gets a slot of a meta state that
+    the function takes as arguments (`fp8_meta.fwd.scale`, `.scale_inv`,
+    `.amax_history`; `fp8_meta.bwd.*` in backward functions, one set per
+    distinct recipe) and returns updated (same names, `te.updates_arg`):
+    te.quantize records amaxes, which are gathered, all-reduced (MAX) when
+    `reduce_amax`, and fed to te.delayed_scaling_update once, at the end of
+    the function. Float8CurrentScaling: te.amax, te.compute_scale and
+    te.quantize for each tensor, no state.
+
+    `recipe` overrides the GEMMs' own recipes: an attribute such as
+    `#te.delayed_scaling<amax_history_len = 16>`, or `none` to run every
+    GEMM in high precision.
+  }];
+  let options = [
+    Option<"recipe", "recipe", "std::string", /*default=*/"\"\"",
+           "Recipe for every GEMM, overriding their own (or 'none')">
+  ];
+  let dependentDialects = ["::mlir::te::TEDialect"];
+}
+
 #endif // TEJIT_COMPILER_PASSES_TD

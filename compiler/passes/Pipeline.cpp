@@ -10,9 +10,13 @@ void tejit::buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   TEDecomposeOptions decompose;
   decompose.inference = !options.training;
   pm.addNestedPass<func::FuncOp>(createTEDecompose(decompose));
-  if (options.stopAfter == Stage::Primitive || !options.training)
+  if (options.stopAfter == Stage::Primitive)
     return;
-  pm.addPass(createTEAutodiff());
+  if (options.training)
+    pm.addPass(createTEAutodiff());
+  if (options.stopAfter == Stage::Autodiff)
+    return;
+  pm.addPass(createTEPlaceScaling());
 }
 
 llvm::StringRef tejit::stageName(Stage stage) {
@@ -23,6 +27,8 @@ llvm::StringRef tejit::stageName(Stage stage) {
     return "primitive";
   case Stage::Autodiff:
     return "autodiff";
+  case Stage::Scaled:
+    return "scaled";
   }
   return "";
 }

@@ -17,10 +17,12 @@ enum class Stage {
   Primitive,
   /// Primitive ops with backward functions (te-autodiff; training only).
   Autodiff,
+  /// FP8 GEMMs with their casts and scale state (te-place-scaling).
+  Scaled,
 };
 
 struct PipelineOptions {
-  Stage stopAfter = Stage::Autodiff;
+  Stage stopAfter = Stage::Scaled;
   /// Training: dropout on and backward functions derived. Inference: no
   /// dropout, forward only.
   bool training = true;

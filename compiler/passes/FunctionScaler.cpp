@@ -1,0 +1,149 @@
+//===- FunctionScaler.cpp - FP8 casts and scale state of one function -----===//
+#include "compiler/passes/FunctionScaler.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit;
+
+static RankedTensorType slotType(MLIRContext *context) {
+  return RankedTensorType::get({1}, Float32Type::get(context));
+}
+
+FunctionScaler::FunctionScaler(func::FuncOp function, StringRef metaPrefix)
+    : function(function), metaPrefix(metaPrefix.str()),
+      builder(function.getContext()) {}
+
+Value FunctionScaler::addArgument(Type type, StringRef name) {
+  unsigned index = function.getNumArguments();
+  function.insertArgument(
+      index, type,
+      builder.getDictionaryAttr(
+          builder.getNamedAttr("te.name", builder.getStringAttr(name))),
+      function.getLoc());
+  return function.getArgument(index);
+}
+
+FunctionScaler::MetaGroup &FunctionScaler::metaGroup(DelayedScalingAttr recipe,
+                                                     FloatType fp8Type) {
+  auto key = std::make_pair(Attribute(recipe), Type(fp8Type));
+  auto it = groups.find(key);
+  if (it != groups.end())
+    return it->second;
+  // One slot to start with; finish() widens the vectors to the slot count.
+  std::string prefix = metaPrefix;
+  if (!groups.empty())
+    prefix += "." + std::to_string(groups.size());
+  MLIRContext *context = function.getContext();
+  MetaGroup group{recipe, fp8Type, {}, {}, {}, {}, {}, {}};
+  group.scale = cast<BlockArgument>(
+      addArgument(slotType(context), prefix + ".scale"));
+  group.scaleInv = cast<BlockArgument>(
+      addArgument(slotType(context), prefix + ".scale_inv"));
+  group.history = cast<BlockArgument>(addArgument(
+      RankedTensorType::get({recipe.getAmaxHistoryLen(), 1},
+                            Float32Type::get(context)),
+      prefix + ".amax_history"));
+  return groups.insert({key, group}).first->second;
+}
+
+Value FunctionScaler::slot(Value vector, int64_t index, Location loc) {
+  return builder.create<SliceOp>(loc, slotType(function.getContext()), vector,
+                                 builder.getI64IntegerAttr(index));
+}
+
+Fp8Value FunctionScaler::quantize(Value value, FP8RecipeAttrInterface recipe,
+                                  FloatType fp8Type, Operation *user) {
+  auto key = std::make_pair(value, Type(fp8Type));
+  if (auto it = casts.find(key); it != casts.end())
+    return it->second;
+  builder.setInsertionPoint(user);
+  Location loc = user->getLoc();
+  MLIRContext *context = function.getContext();
+  auto fp8TensorType = RankedTensorType::get(
+      cast<RankedTensorType>(value.getType()).getShape(), fp8Type);
+  Fp8Value result;
+  if (auto delayed = dyn_cast<DelayedScalingAttr>(recipe)) {
+    MetaGroup &group = metaGroup(delayed, fp8Type);
+    int64_t index = group.amaxes.size();
+    Value scale = slot(group.scale, index, loc);
+    auto quantized = builder.create<QuantizeOp>(loc, fp8TensorType,
+                                                slotType(context), value, scale);
+    group.amaxes.push_back(quantized.getAmax());
+    result = {quantized.getOutput(), slot(group.scaleInv, index, loc)};
+  } else {
+    auto current = cast<CurrentScalingAttr>(recipe);
+    Value amax = builder.create<AmaxOp>(loc, slotType(context), value);
+    auto scales = builder.create<ComputeScaleOp>(
+        loc, slotType(context), slotType(context), amax,
+        TypeAttr::get(fp8Type),
+        current.getPower_2Scale() ? builder.getUnitAttr() : nullptr);
+    auto quantized = builder.create<QuantizeOp>(
+        loc, fp8TensorType, slotType(context), value, scales.getScale());
+    result = {quantized.getOutput(), scales.getScaleInv()};
+  }
+  casts[key] = result;
+  return result;
+}
+
+Fp8Value FunctionScaler::transpose(Fp8Value value) {
+  if (auto it = transposed.find(value.data); it != transposed.end())
+    return it->second;
+  builder.setInsertionPointAfterValue(value.data);
+  auto type = cast<RankedTensorType>(value.data.getType());
+  auto transposedType = RankedTensorType::get(
+      {type.getDimSize(1), type.getDimSize(0)}, type.getElementType());
+  Value data = builder.create<TransposeOp>(value.data.getLoc(),
+                                           transposedType, value.data);
+  Fp8Value result{data, value.scaleInv};
+  transposed[value.data] = result;
+  return result;
+}
+
+void FunctionScaler::addResult(Value value, StringRef name,
+                               BlockArgument updates) {
+  auto returnOp = cast<func::ReturnOp>(function.front().getTerminator());
+  returnOp.getOperandsMutable().append(value);
+  unsigned index = function.getNumResults();
+  function.insertResult(
+      index, value.getType(),
+      builder.getDictionaryAttr(
+          {builder.getNamedAttr("te.name", builder.getStringAttr(name)),
+           builder.getNamedAttr("te.updates_arg", builder.getI64IntegerAttr(
+                                                      updates.getArgNumber()))}));
+}
+
+void FunctionScaler::finish() {
+  auto returnOp = cast<func::ReturnOp>(function.front().getTerminator());
+  for (auto &[key, group] : groups) {
+    int64_t slots = group.amaxes.size();
+    auto vectorType =
+        RankedTensorType::get({slots}, Float32Type::get(function.getContext()));
+    group.scale.setType(vectorType);
+    group.scaleInv.setType(vectorType);
+    group.history.setType(RankedTensorType::get(
+        {group.recipe.getAmaxHistoryLen(), slots}, vectorType.getElementType()));
+
+    builder.setInsertionPoint(returnOp);
+    Location loc = function.getLoc();
+    Value amaxes = slots == 1 ? group.amaxes.front()
+                              : builder.create<ConcatOp>(loc, vectorType,
+                                                         group.amaxes);
+    if (group.recipe.getReduceAmax())
+      amaxes = builder.create<AmaxAllReduceOp>(loc, amaxes);
+    auto update = builder.create<DelayedScalingUpdateOp>(
+        loc, group.history.getType(), vectorType, vectorType, group.history,
+        group.scale, amaxes, group.recipe, TypeAttr::get(group.fp8Type));
+    StringRef prefix = function.getArgAttrOfType<StringAttr>(
+                                   group.scale.getArgNumber(), "te.name")
+                           .getValue()
+                           .drop_back(strlen(".scale"));
+    addResult(update.getNewAmaxHistory(), (prefix + ".amax_history").str(),
+              group.history);
+    addResult(update.getNewScale(), (prefix + ".scale").str(), group.scale);
+    addResult(update.getNewScaleInv(), (prefix + ".scale_inv").str(),
+              group.scaleInv);
+  }
+  function.setType(FunctionType::get(function.getContext(),
+                                     function.front().getArgumentTypes(),
+                                     returnOp.getOperandTypes()));
+}

@@ -1,0 +1,73 @@
+//===- FunctionScaler.h - FP8 casts and scale state of one function -*- C++ -*-===//
+//
+// The bookkeeping te-place-scaling needs per function: which values are
+// already in FP8 (each value is cast once per format), their FP8
+// transposes, and for DelayedScaling the meta state (scale, scale_inv and
+// amax history arguments) with one slot per quantized tensor and the update
+// that closes the function.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_COMPILER_PASSES_FUNCTIONSCALER_H
+#define TEJIT_COMPILER_PASSES_FUNCTIONSCALER_H
+
+#include "dialects/TEDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace tejit {
+
+/// An FP8 tensor and the scale inverse that dequantizes it.
+struct Fp8Value {
+  mlir::Value data;
+  mlir::Value scaleInv;
+};
+
+class FunctionScaler {
+public:
+  /// `metaPrefix` names the meta arguments: "fp8_meta.fwd" or
+  /// "fp8_meta.bwd".
+  FunctionScaler(mlir::func::FuncOp function, llvm::StringRef metaPrefix);
+
+  /// `value` cast to `fp8Type` under `recipe`, emitted before `user` the
+  /// first time and reused after.
+  Fp8Value quantize(mlir::Value value, mlir::te::FP8RecipeAttrInterface recipe,
+                    mlir::FloatType fp8Type, mlir::Operation *user);
+
+  /// The transpose of a 2-D FP8 value, emitted right after it once.
+  Fp8Value transpose(Fp8Value value);
+
+  /// Gathers the DelayedScaling amaxes and emits the state update before the
+  /// function's return, which then also returns the new state.
+  void finish();
+
+private:
+  /// One DelayedScaling recipe's state in this function.
+  struct MetaGroup {
+    mlir::te::DelayedScalingAttr recipe;
+    mlir::FloatType fp8Type;
+    mlir::BlockArgument scale, scaleInv, history;
+    llvm::SmallVector<mlir::Value> amaxes;
+    llvm::SmallVector<mlir::Value> scaleSlices, scaleInvSlices;
+  };
+
+  MetaGroup &metaGroup(mlir::te::DelayedScalingAttr recipe,
+                       mlir::FloatType fp8Type);
+  mlir::Value addArgument(mlir::Type type, llvm::StringRef name);
+  void addResult(mlir::Value value, llvm::StringRef name,
+                 mlir::BlockArgument updates);
+  mlir::Value slot(mlir::Value vector, int64_t index, mlir::Location loc);
+
+  mlir::func::FuncOp function;
+  std::string metaPrefix;
+  mlir::OpBuilder builder;
+  llvm::MapVector<std::pair<mlir::Attribute, mlir::Type>, MetaGroup> groups;
+  llvm::DenseMap<std::pair<mlir::Value, mlir::Type>, Fp8Value> casts;
+  llvm::DenseMap<mlir::Value, Fp8Value> transposed;
+  llvm::SmallVector<mlir::Value> metaArgs;
+};
+
+} // namespace tejit
+
+#endif // TEJIT_COMPILER_PASSES_FUNCTIONSCALER_H

@@ -1,0 +1,309 @@
+//===- PlaceScaling.cpp - te-place-scaling: FP8 GEMMs with TE's scaling ----===//
+//
+// Forward functions first: their GEMMs' operands are cast to the forward FP8
+// format. Then each backward function: the gradient operand of dgrad/wgrad
+// is cast to the backward format there, and the forward operand is found
+// back in the forward function (through the te.forward_arg/forward_result
+// interface and recomputed views), whose FP8 copy, transposed, is saved
+// for the backward GEMM.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/passes/FunctionScaler.h"
+#include "compiler/passes/Passes.h"
+
+#include "mlir/AsmParser/AsmParser.h"
+#include "llvm/ADT/BitVector.h"
+
+namespace tejit {
+#define GEN_PASS_DEF_TEPLACESCALING
+#include "compiler/passes/Passes.h.inc"
+} // namespace tejit
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit;
+
+namespace {
+
+/// A forward function's FP8 state, which its backward function reuses.
+struct ForwardState {
+  explicit ForwardState(func::FuncOp function)
+      : function(function), scaler(function, "fp8_meta.fwd") {}
+
+  func::FuncOp function;
+  FunctionScaler scaler;
+  /// The FP8 copy of each GEMM operand of the forward function.
+  DenseMap<Value, Fp8Value> operands;
+};
+
+/// `value`'s FP8 copy oriented as te.scaled_matmul wants it: K-major.
+Fp8Value kMajor(FunctionScaler &scaler, Fp8Value value, bool transposed) {
+  return transposed ? scaler.transpose(value) : value;
+}
+
+/// Rejects FP8 GEMM shapes cuBLASLt cannot run: FP8 operands need the K
+/// (leading) dim divisible by 16 and the other dim by 8.
+LogicalResult checkFp8Shape(MatmulOp matmul, Value a, Value b) {
+  auto shapeA = cast<RankedTensorType>(a.getType()).getShape();
+  auto shapeB = cast<RankedTensorType>(b.getType()).getShape();
+  StringRef role =
+      matmul.getRole() ? stringifyGemmRole(*matmul.getRole()) : "FP8";
+  if (shapeA[1] % 16 != 0)
+    return matmul.emitOpError()
+           << role << " GEMM in FP8 needs its contracting dim divisible by 16"
+           << (matmul.getRole() == GemmRole::wgrad
+                   ? " (for wgrad, the token count)"
+                   : "")
+           << ", got " << shapeA[1];
+  if (shapeA[0] % 8 != 0 || shapeB[0] % 8 != 0)
+    return matmul.emitOpError()
+           << role << " GEMM in FP8 needs its output dims divisible by 8, got "
+           << shapeA[0] << " x " << shapeB[0];
+  return success();
+}
+
+/// Replaces `matmul` by an FP8 GEMM of K-major operands `a` [M, K], `b` [N, K].
+LogicalResult replaceByScaled(MatmulOp matmul, Fp8Value a, Fp8Value b) {
+  if (failed(checkFp8Shape(matmul, a.data, b.data)))
+    return failure();
+  OpBuilder builder(matmul);
+  bool fprop = !matmul.getRole() || *matmul.getRole() == GemmRole::fprop;
+  Value scaled = builder.create<ScaledMatmulOp>(
+      matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv,
+      b.scaleInv, fprop ? builder.getUnitAttr() : nullptr);
+  matmul.replaceAllUsesWith(scaled);
+  matmul.erase();
+  return success();
+}
+
+/// Finds the forward value that backward value `value` stands for: a forward
+/// argument, a saved forward result, or a view of one recomputed backward.
+Value forwardValueOf(Value value, func::FuncOp forward) {
+  if (auto arg = dyn_cast<BlockArgument>(value)) {
+    auto backward = cast<func::FuncOp>(arg.getOwner()->getParentOp());
+    unsigned index = arg.getArgNumber();
+    if (auto attr = backward.getArgAttrOfType<IntegerAttr>(index, "te.forward_arg"))
+      return forward.getArgument(attr.getInt());
+    if (auto attr =
+            backward.getArgAttrOfType<IntegerAttr>(index, "te.forward_result"))
+      return forward.front().getTerminator()->getOperand(attr.getInt());
+    return nullptr;
+  }
+  Operation *view = value.getDefiningOp();
+  if (!isa<ReshapeOp, SliceOp, TransposeOp>(view))
+    return nullptr;
+  Value source = forwardValueOf(view->getOperand(0), forward);
+  if (!source)
+    return nullptr;
+  for (Operation *user : source.getUsers())
+    if (user->getName() == view->getName() &&
+        user->getAttrDictionary() == view->getAttrDictionary() &&
+        user->getResultTypes() == view->getResultTypes())
+      return user->getResult(0);
+  return nullptr;
+}
+
+class BackwardScaler {
+public:
+  BackwardScaler(func::FuncOp backward, ForwardState &forward)
+      : backward(backward), forward(forward), scaler(backward, "fp8_meta.bwd") {}
+
+  LogicalResult scale(MatmulOp matmul, FP8RecipeAttrInterface recipe);
+  void finish() {
+    scaler.finish();
+    pruneSavedValues();
+  }
+
+private:
+  /// A forward value as a backward argument (saved by the forward function).
+  Value save(Value value);
+  void pruneSavedValues();
+
+  func::FuncOp backward;
+  ForwardState &forward;
+  FunctionScaler scaler;
+  DenseMap<Value, Value> savedArgs;
+};
+
+Value BackwardScaler::save(Value value) {
+  if (Value arg = savedArgs.lookup(value))
+    return arg;
+  func::FuncOp function = forward.function;
+  auto returnOp = cast<func::ReturnOp>(function.front().getTerminator());
+  unsigned result = function.getNumResults();
+  OpBuilder builder(function.getContext());
+  returnOp.getOperandsMutable().append(value);
+  function.insertResult(result, value.getType(),
+                        builder.getDictionaryAttr(builder.getNamedAttr(
+                            "te.name", builder.getStringAttr(
+                                           "saved.fp8." + Twine(result)))));
+  unsigned index = backward.getNumArguments();
+  backward.insertArgument(
+      index, value.getType(),
+      builder.getDictionaryAttr(builder.getNamedAttr(
+          "te.forward_result", builder.getI64IntegerAttr(result))),
+      backward.getLoc());
+  return savedArgs[value] = backward.getArgument(index);
+}
+
+LogicalResult BackwardScaler::scale(MatmulOp matmul,
+                                    FP8RecipeAttrInterface recipe) {
+  if (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop)
+    return matmul.emitOpError()
+           << "in a backward function must be a dgrad or wgrad GEMM";
+  // dgrad (dY W) and wgrad (dY^T X): operand a is the output gradient,
+  // operand b the forward tensor.
+  Fp8Value gradient = scaler.quantize(matmul.getA(), recipe,
+                                      recipe.getBackwardType(), matmul);
+  Value source = forwardValueOf(matmul.getB(), forward.function);
+  auto it = source ? forward.operands.find(source) : forward.operands.end();
+  if (it == forward.operands.end())
+    return matmul.emitOpError()
+           << "reads a forward tensor that no FP8 forward GEMM quantized";
+  Fp8Value saved = kMajor(forward.scaler, it->second, !matmul.getTransposeB());
+  Fp8Value b{save(saved.data), save(saved.scaleInv)};
+  return replaceByScaled(
+      matmul, kMajor(scaler, gradient, matmul.getTransposeA()), b);
+}
+
+/// Erases ops whose results nobody reads: views that fed replaced GEMMs.
+void eraseDeadOps(func::FuncOp function) {
+  for (Operation &op :
+       llvm::make_early_inc_range(llvm::reverse(function.front())))
+    if (isOpTriviallyDead(&op))
+      op.erase();
+}
+
+void BackwardScaler::pruneSavedValues() {
+  // Forward tensors that only the replaced GEMMs read: high-precision saved
+  // values, and forward arguments such as weights (now read in FP8).
+  eraseDeadOps(backward);
+  func::FuncOp function = forward.function;
+  auto returnOp = cast<func::ReturnOp>(function.front().getTerminator());
+  llvm::BitVector deadResults(function.getNumResults());
+  llvm::BitVector deadArgs(backward.getNumArguments());
+  for (BlockArgument arg : backward.getArguments()) {
+    auto result = backward.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                         "te.forward_result");
+    auto name = result ? function.getResultAttrOfType<StringAttr>(
+                             result.getInt(), "te.name")
+                       : StringAttr();
+    bool forwardArg = backward.getArgAttr(arg.getArgNumber(), "te.forward_arg") != nullptr;
+    if (!arg.use_empty() || !(forwardArg || (name && name.getValue().starts_with("saved."))))
+      continue;
+    deadArgs.set(arg.getArgNumber());
+    if (result)
+      deadResults.set(result.getInt());
+  }
+  for (int index = deadResults.size() - 1; index >= 0; --index)
+    if (deadResults.test(index))
+      returnOp.getOperandsMutable().erase(index);
+  function.eraseResults(deadResults);
+  backward.eraseArguments(deadArgs);
+  eraseDeadOps(function);
+  for (BlockArgument arg : backward.getArguments()) {
+    auto result = backward.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                         "te.forward_result");
+    if (!result)
+      continue;
+    int64_t renumbered = result.getInt();
+    for (int64_t index = 0; index < result.getInt(); ++index)
+      renumbered -= deadResults.test(index);
+    backward.setArgAttr(arg.getArgNumber(), "te.forward_result",
+                        IntegerAttr::get(result.getType(), renumbered));
+  }
+}
+
+struct PlaceScalingPass
+    : public tejit::impl::TEPlaceScalingBase<PlaceScalingPass> {
+  using TEPlaceScalingBase::TEPlaceScalingBase;
+
+  void runOnOperation() override;
+
+private:
+  /// The recipe `matmul` runs under, or null for high precision.
+  FP8RecipeAttrInterface recipeOf(MatmulOp matmul) const {
+    return overridden ? overrideRecipe : matmul.getFp8RecipeAttr();
+  }
+  LogicalResult parseOverride();
+  LogicalResult scaleForward(ForwardState &state);
+
+  bool overridden = false;
+  FP8RecipeAttrInterface overrideRecipe;
+};
+
+LogicalResult PlaceScalingPass::parseOverride() {
+  if (recipe.empty())
+    return success();
+  overridden = true;
+  if (recipe == "none")
+    return success();
+  Attribute attr = parseAttribute(recipe, &getContext());
+  overrideRecipe = dyn_cast_or_null<FP8RecipeAttrInterface>(attr);
+  if (!overrideRecipe)
+    return emitError(UnknownLoc::get(&getContext()))
+           << "te-place-scaling: 'recipe' must be a #te.delayed_scaling or "
+              "#te.current_scaling attribute, or none; got '"
+           << recipe << "'";
+  return success();
+}
+
+LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
+  SmallVector<MatmulOp> matmuls(state.function.getOps<MatmulOp>());
+  for (MatmulOp matmul : matmuls) {
+    FP8RecipeAttrInterface recipe = recipeOf(matmul);
+    if (!recipe)
+      continue;
+    FloatType fp8 = recipe.getForwardType();
+    Fp8Value a = state.scaler.quantize(matmul.getA(), recipe, fp8, matmul);
+    Fp8Value b = state.scaler.quantize(matmul.getB(), recipe, fp8, matmul);
+    state.operands[matmul.getA()] = a;
+    state.operands[matmul.getB()] = b;
+    if (failed(replaceByScaled(
+            matmul, kMajor(state.scaler, a, matmul.getTransposeA()),
+            kMajor(state.scaler, b, !matmul.getTransposeB()))))
+      return failure();
+  }
+  state.scaler.finish();
+  return success();
+}
+
+void PlaceScalingPass::runOnOperation() {
+  if (failed(parseOverride()))
+    return signalPassFailure();
+  ModuleOp module = getOperation();
+  if (overridden && !overrideRecipe) {
+    // `none`: the GEMMs stay in high precision, and say so.
+    module.walk([](MatmulOp matmul) { matmul.removeFp8RecipeAttr(); });
+    return;
+  }
+  // std::map keeps ForwardState (which holds a builder) at a stable address.
+  std::map<StringRef, std::unique_ptr<ForwardState>> forwards;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    if (function->hasAttr("te.backward_of") || function.isExternal())
+      continue;
+    auto state = std::make_unique<ForwardState>(function);
+    if (failed(scaleForward(*state)))
+      return signalPassFailure();
+    forwards[function.getName()] = std::move(state);
+  }
+  for (auto backward : module.getOps<func::FuncOp>()) {
+    auto of = backward->getAttrOfType<FlatSymbolRefAttr>("te.backward_of");
+    if (!of)
+      continue;
+    auto it = forwards.find(of.getValue());
+    if (it == forwards.end()) {
+      backward.emitOpError() << "is the backward of " << of
+                             << ", which is not a function of this module";
+      return signalPassFailure();
+    }
+    BackwardScaler scaler(backward, *it->second);
+    SmallVector<MatmulOp> matmuls(backward.getOps<MatmulOp>());
+    for (MatmulOp matmul : matmuls)
+      if (FP8RecipeAttrInterface recipe = recipeOf(matmul))
+        if (failed(scaler.scale(matmul, recipe)))
+          return signalPassFailure();
+    scaler.finish();
+  }
+}
+} // namespace
