@@ -330,5 +330,6 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
 
 include "TEPrimitiveOps.td"
 include "TEQuantizedOps.td"
+include "TEKernelOps.td"
 
 #endif // TEJIT_DIALECT_TE_OPS_TD

@@ -81,4 +81,24 @@ def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::te::TEDialect"];
 }
 
+def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
+  let summary = "Group primitive ops into te.fused kernel regions";
+  let description = [{
+    Greedy producer-consumer fusion into the kernel kinds the backend emits,
+    in this order of priority:
+    `gemm`: a GEMM with the epilogues cuBLASLt fuses (bias; GELU, keeping the
+    pre-activation as aux when it is needed later; an FP8 output cast of an
+    FP8 GEMM; dGELU and the bias gradient in backward);
+    `norm_cast`: LayerNorm/RMSNorm with the FP8 cast of its output and that
+    cast's transpose (or, under current scaling, the output's amax);
+    `dact_dbias_cast`: an activation gradient with its bias gradient and FP8
+    cast + transpose; `bias_dropout_add`; `act_cast`: bias + activation +
+    FP8 cast + transpose (or amax); `cast_transpose`: a lone FP8 cast with its
+    transpose.
+    A group grows only while it stays legal: no op outside the group between
+    its first and last op may read a value computed inside it.
+  }];
+  let dependentDialects = ["::mlir::te::TEDialect"];
+}
+
 #endif // TEJIT_COMPILER_PASSES_TD

@@ -1,0 +1,267 @@
+//===- Fuse.cpp - te-fuse: primitive ops into kernel regions ---------------===//
+//
+// Patterns grow groups from an anchor op along its uses; a group becomes a
+// te.fused region placed where its last op was. Each pattern claims ops, so
+// that a later, lower-priority pattern does not take them again.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/passes/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace tejit {
+#define GEN_PASS_DEF_TEFUSE
+#include "compiler/passes/Passes.h.inc"
+} // namespace tejit
+
+using namespace mlir;
+using namespace mlir::te;
+
+namespace {
+
+/// The user of `value` of type OpT that reads it as operand `index`, if any.
+template <typename OpT>
+OpT userOf(Value value, unsigned index = 0) {
+  for (OpOperand &use : value.getUses())
+    if (auto user = dyn_cast<OpT>(use.getOwner()))
+      if (use.getOperandNumber() == index)
+        return user;
+  return nullptr;
+}
+
+bool isGelu(Activation activation) { return activation == Activation::gelu; }
+
+class Fuser {
+public:
+  explicit Fuser(func::FuncOp function) : function(function) {}
+
+  void run();
+
+private:
+  /// A group under construction, anchored at its first op.
+  struct Group {
+    SmallVector<Operation *> ops;
+    StringRef kind;
+  };
+
+  /// Adds `op` to `group` if it is free and the group stays legal.
+  bool tryAdd(Group &group, Operation *op);
+  bool isLegal(ArrayRef<Operation *> ops);
+  void commit(Group &group);
+  void materialize(const Group &group);
+
+  /// Extends `group` with the FP8 cast of `value` and its transpose, or,
+  /// failing that (current scaling), with the amax of `value`.
+  void addCast(Group &group, Value value);
+
+  void fuseGemm(Operation *gemm);
+  void fuseNorm(Operation *norm);
+  void fuseDact(ActivationGradOp dact);
+  void fuseBiasDropoutAdd(DropoutOp dropout);
+  void fuseAct(ActivationOp act);
+  void fuseCastTranspose(QuantizeOp quantize);
+
+  func::FuncOp function;
+  DenseMap<Operation *, unsigned> position;
+  DenseSet<Operation *> claimed;
+  SmallVector<Group> groups;
+};
+
+bool Fuser::isLegal(ArrayRef<Operation *> ops) {
+  DenseSet<Operation *> members(ops.begin(), ops.end());
+  unsigned first = ~0u, last = 0;
+  for (Operation *op : ops) {
+    first = std::min(first, position.lookup(op));
+    last = std::max(last, position.lookup(op));
+  }
+  // The region replaces the group at its last op: any op in between that
+  // reads a value computed inside would then read it before it exists.
+  for (Operation &op : function.front()) {
+    unsigned at = position.lookup(&op);
+    if (at <= first || at >= last || members.contains(&op))
+      continue;
+    for (Value operand : op.getOperands())
+      if (Operation *def = operand.getDefiningOp(); def && members.contains(def))
+        return false;
+  }
+  return true;
+}
+
+bool Fuser::tryAdd(Group &group, Operation *op) {
+  if (!op || claimed.contains(op) || llvm::is_contained(group.ops, op))
+    return false;
+  group.ops.push_back(op);
+  if (isLegal(group.ops))
+    return true;
+  group.ops.pop_back();
+  return false;
+}
+
+void Fuser::commit(Group &group) {
+  if (group.ops.size() < 2)
+    return;
+  for (Operation *op : group.ops)
+    claimed.insert(op);
+  groups.push_back(group);
+}
+
+void Fuser::addCast(Group &group, Value value) {
+  if (auto quantize = userOf<QuantizeOp>(value); tryAdd(group, quantize)) {
+    Value fp8 = quantize.getOutput();
+    tryAdd(group, userOf<TransposeOp>(fp8));
+    return;
+  }
+  tryAdd(group, userOf<AmaxOp>(value));
+}
+
+void Fuser::fuseGemm(Operation *gemm) {
+  Group group{{gemm}, "gemm"};
+  Value value = gemm->getResult(0);
+  // Backward: dGELU, then the bias gradient of its output.
+  if (auto dact = userOf<ActivationGradOp>(value);
+      dact && isGelu(dact.getActivation()) && value.hasOneUse() &&
+      tryAdd(group, dact)) {
+    tryAdd(group, userOf<BiasGradOp>(dact.getOutput()));
+    return commit(group);
+  }
+  // Forward: bias, then GELU (its input stays available as aux), then an
+  // FP8 output for FP8 GEMMs.
+  if (auto bias = userOf<BiasAddOp>(value);
+      bias && value.hasOneUse() && tryAdd(group, bias))
+    value = bias.getOutput();
+  if (auto act = userOf<ActivationOp>(value);
+      act && isGelu(act.getActivation()) && tryAdd(group, act)) {
+    value = act.getOutput();
+    if (isa<ScaledMatmulOp>(gemm))
+      if (auto quantize = userOf<QuantizeOp>(value))
+        tryAdd(group, quantize);
+  }
+  commit(group);
+}
+
+void Fuser::fuseNorm(Operation *norm) {
+  Group group{{norm}, "norm_cast"};
+  addCast(group, norm->getResult(0));
+  commit(group);
+}
+
+void Fuser::fuseDact(ActivationGradOp dact) {
+  Group group{{dact.getOperation()}, "dact_dbias_cast"};
+  tryAdd(group, userOf<BiasGradOp>(dact.getOutput()));
+  addCast(group, dact.getOutput());
+  commit(group);
+}
+
+void Fuser::fuseBiasDropoutAdd(DropoutOp dropout) {
+  Group group{{dropout.getOperation()}, "bias_dropout_add"};
+  if (auto bias = dropout.getInput().getDefiningOp<BiasAddOp>();
+      bias && bias.getOutput().hasOneUse())
+    tryAdd(group, bias);
+  if (dropout.getOutput().hasOneUse())
+    tryAdd(group, *dropout.getOutput().getUsers().begin());
+  // Only the add makes this pattern; bias + dropout alone is act_cast's.
+  if (llvm::any_of(group.ops, [](Operation *op) { return isa<AddOp>(op); }))
+    commit(group);
+}
+
+void Fuser::fuseAct(ActivationOp act) {
+  Group group{{act.getOperation()}, "act_cast"};
+  if (auto bias = act.getInput().getDefiningOp<BiasAddOp>();
+      bias && bias.getOutput().hasOneUse())
+    tryAdd(group, bias);
+  addCast(group, act.getOutput());
+  commit(group);
+}
+
+void Fuser::fuseCastTranspose(QuantizeOp quantize) {
+  Group group{{quantize.getOperation()}, "cast_transpose"};
+  tryAdd(group, userOf<TransposeOp>(quantize.getOutput()));
+  commit(group);
+}
+
+void Fuser::materialize(const Group &group) {
+  SmallVector<Operation *> ops(group.ops);
+  llvm::sort(ops, [&](Operation *a, Operation *b) {
+    return position.lookup(a) < position.lookup(b);
+  });
+  DenseSet<Operation *> members(ops.begin(), ops.end());
+  llvm::SetVector<Value> inputs;
+  SmallVector<Value> outputs;
+  for (Operation *op : ops) {
+    for (Value operand : op->getOperands())
+      if (!members.contains(operand.getDefiningOp()))
+        inputs.insert(operand);
+    for (Value result : op->getResults())
+      if (llvm::any_of(result.getUsers(), [&](Operation *user) {
+            return !members.contains(user);
+          }))
+        outputs.push_back(result);
+  }
+  OpBuilder builder(ops.back());
+  auto fused = builder.create<FusedOp>(
+      ops.back()->getLoc(), ValueRange(outputs).getTypes(),
+      inputs.getArrayRef(), builder.getStringAttr(group.kind));
+  Block *body = builder.createBlock(&fused.getBody());
+  IRMapping mapping;
+  for (Value input : inputs)
+    mapping.map(input, body->addArgument(input.getType(), input.getLoc()));
+  for (Operation *op : ops)
+    builder.clone(*op, mapping);
+  SmallVector<Value> yielded;
+  for (Value output : outputs)
+    yielded.push_back(mapping.lookup(output));
+  builder.create<YieldOp>(fused.getLoc(), yielded);
+  for (auto [output, result] : llvm::zip(outputs, fused.getResults()))
+    output.replaceUsesWithIf(result, [&](OpOperand &use) {
+      return !members.contains(use.getOwner());
+    });
+  for (Operation *op : llvm::reverse(ops))
+    op->erase();
+}
+
+void Fuser::run() {
+  unsigned index = 0;
+  for (Operation &op : function.front())
+    position[&op] = index++;
+  SmallVector<Operation *> ops;
+  for (Operation &op : function.front())
+    ops.push_back(&op);
+  auto each = [&](auto fuse) {
+    for (Operation *op : ops)
+      if (!claimed.contains(op))
+        fuse(op);
+  };
+  each([&](Operation *op) {
+    if (isa<MatmulOp, ScaledMatmulOp>(op))
+      fuseGemm(op);
+  });
+  each([&](Operation *op) {
+    if (isa<LayerNormFwdOp, RMSNormFwdOp>(op))
+      fuseNorm(op);
+  });
+  each([&](Operation *op) {
+    if (auto dact = dyn_cast<ActivationGradOp>(op))
+      fuseDact(dact);
+  });
+  each([&](Operation *op) {
+    if (auto dropout = dyn_cast<DropoutOp>(op))
+      fuseBiasDropoutAdd(dropout);
+  });
+  each([&](Operation *op) {
+    if (auto act = dyn_cast<ActivationOp>(op))
+      fuseAct(act);
+  });
+  each([&](Operation *op) {
+    if (auto quantize = dyn_cast<QuantizeOp>(op))
+      fuseCastTranspose(quantize);
+  });
+  for (const Group &group : groups)
+    materialize(group);
+}
+
+struct FusePass : public tejit::impl::TEFuseBase<FusePass> {
+  void runOnOperation() override { Fuser(getOperation()).run(); }
+};
+} // namespace
