@@ -60,7 +60,9 @@ llvm::cl::opt<Stage> emitStage(
                    "training only)"),
         clEnumValN(Stage::Scaled, "scaled",
                    "FP8 GEMMs, casts and scale state (after "
-                   "te-place-scaling)")),
+                   "te-place-scaling)"),
+        clEnumValN(Stage::Fused, "fused",
+                   "kernel regions (after te-fuse)")),
     llvm::cl::init(Stage::TE), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<Mode> mode(
     llvm::cl::desc("What to compile for:"),

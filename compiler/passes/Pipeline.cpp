@@ -17,6 +17,9 @@ void tejit::buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   if (options.stopAfter == Stage::Autodiff)
     return;
   pm.addPass(createTEPlaceScaling());
+  if (options.stopAfter == Stage::Scaled)
+    return;
+  pm.addNestedPass<func::FuncOp>(createTEFuse());
 }
 
 llvm::StringRef tejit::stageName(Stage stage) {
@@ -29,6 +32,8 @@ llvm::StringRef tejit::stageName(Stage stage) {
     return "autodiff";
   case Stage::Scaled:
     return "scaled";
+  case Stage::Fused:
+    return "fused";
   }
   return "";
 }

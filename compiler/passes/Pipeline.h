@@ -19,10 +19,12 @@ enum class Stage {
   Autodiff,
   /// FP8 GEMMs with their casts and scale state (te-place-scaling).
   Scaled,
+  /// Kernel regions (te-fuse).
+  Fused,
 };
 
 struct PipelineOptions {
-  Stage stopAfter = Stage::Scaled;
+  Stage stopAfter = Stage::Fused;
   /// Training: dropout on and backward functions derived. Inference: no
   /// dropout, forward only.
   bool training = true;

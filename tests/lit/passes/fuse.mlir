@@ -1,0 +1,107 @@
+// RUN: te-opt %s --te-fuse --split-input-file | FileCheck %s
+
+// LayerNorm + FP8 cast + transpose run as one kernel; the norm statistics
+// and output stay available outside because others read them.
+// CHECK-LABEL: func.func @norm_cast
+// CHECK:      %[[K:.*]]:4 = te.fused "norm_cast"(%arg0, %arg1, %arg2, %arg3)
+// CHECK:        te.layernorm_fwd
+// CHECK-NEXT:   te.quantize
+// CHECK-NEXT:   te.transpose
+// CHECK-NEXT:   te.yield
+// CHECK:      return %[[K]]#{{.*}}
+func.func @norm_cast(%x: tensor<16x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %s: tensor<1xf32>) -> (tensor<16x32xf8E4M3FN>, tensor<32x16xf8E4M3FN>, tensor<1xf32>, tensor<16xf32>) {
+  %y, %mean, %rsigma = te.layernorm_fwd %x, %g, %b {eps = 1.0e-5 : f64} : (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<16xf32>, tensor<16xf32>)
+  %q, %amax = te.quantize %y, %s : tensor<16x32xbf16>, tensor<1xf32> -> tensor<16x32xf8E4M3FN>, tensor<1xf32>
+  %t = te.transpose %q : tensor<16x32xf8E4M3FN> -> tensor<32x16xf8E4M3FN>
+  return %q, %t, %amax, %rsigma : tensor<16x32xf8E4M3FN>, tensor<32x16xf8E4M3FN>, tensor<1xf32>, tensor<16xf32>
+}
+
+// -----
+
+// A GEMM takes its bias and GELU as cuBLASLt epilogues, keeps the
+// pre-activation (aux) that backward reads, and writes FP8 directly.
+// CHECK-LABEL: func.func @gemm_epilogue
+// CHECK:      %[[K:.*]]:3 = te.fused "gemm"(%arg0, %arg1, %arg2, %arg3)
+// CHECK:        %[[MM:.*]] = te.scaled_matmul
+// CHECK-NEXT:   %[[B:.*]] = te.bias_add %[[MM]]
+// CHECK-NEXT:   %[[A:.*]] = te.act <gelu> %[[B]]
+// CHECK-NEXT:   %[[Q:.*]], %[[AM:.*]] = te.quantize %[[A]]
+// CHECK-NEXT:   te.yield %[[B]], %[[Q]], %[[AM]]
+func.func @gemm_epilogue(%a: tensor<16x32xf8E4M3FN>, %w: tensor<64x32xf8E4M3FN>, %s: tensor<1xf32>, %bias: tensor<64xbf16>) -> (tensor<16x64xbf16>, tensor<16x64xf8E4M3FN>, tensor<1xf32>) {
+  %0 = te.scaled_matmul %a, %w, %s, %s {fast_accum} : (tensor<16x32xf8E4M3FN>, tensor<64x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>) -> tensor<16x64xbf16>
+  %1 = te.bias_add %0, %bias : tensor<16x64xbf16>, tensor<64xbf16> -> tensor<16x64xbf16>
+  %2 = te.act <gelu> %1 : tensor<16x64xbf16> -> tensor<16x64xbf16>
+  %q, %amax = te.quantize %2, %s : tensor<16x64xbf16>, tensor<1xf32> -> tensor<16x64xf8E4M3FN>, tensor<1xf32>
+  return %1, %q, %amax : tensor<16x64xbf16>, tensor<16x64xf8E4M3FN>, tensor<1xf32>
+}
+
+// -----
+
+// Backward: dGELU and the bias gradient as epilogues of the dgrad GEMM.
+// CHECK-LABEL: func.func @gemm_dgelu_bgrad
+// CHECK:      te.fused "gemm"
+// CHECK:        te.matmul
+// CHECK-NEXT:   te.dact <gelu>
+// CHECK-NEXT:   te.bias_grad
+func.func @gemm_dgelu_bgrad(%dy: tensor<16x32xbf16>, %w: tensor<32x64xbf16>, %aux: tensor<16x64xbf16>) -> (tensor<16x64xbf16>, tensor<64xbf16>) {
+  %0 = te.matmul %dy, %w : tensor<16x32xbf16>, tensor<32x64xbf16> -> tensor<16x64xbf16>
+  %1 = te.dact <gelu> %0, %aux : tensor<16x64xbf16>, tensor<16x64xbf16> -> tensor<16x64xbf16>
+  %2 = te.bias_grad %1 : tensor<16x64xbf16> -> tensor<64xbf16>
+  return %1, %2 : tensor<16x64xbf16>, tensor<64xbf16>
+}
+
+// -----
+
+// Other activations are not cuBLASLt epilogues: a dact + dbias + cast +
+// transpose kernel.
+// CHECK-LABEL: func.func @dact_dbias_cast
+// CHECK:      te.matmul
+// CHECK-NEXT: te.fused "dact_dbias_cast"
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   te.dact <swiglu>
+// CHECK-NEXT:   te.bias_grad
+// CHECK-NEXT:   te.quantize
+// CHECK-NEXT:   te.transpose
+func.func @dact_dbias_cast(%dy: tensor<16x32xbf16>, %w: tensor<32x32xbf16>, %x: tensor<16x64xbf16>, %s: tensor<1xf32>) -> (tensor<64xbf16>, tensor<16x64xf8E5M2>, tensor<64x16xf8E5M2>, tensor<1xf32>) {
+  %0 = te.matmul %dy, %w : tensor<16x32xbf16>, tensor<32x32xbf16> -> tensor<16x32xbf16>
+  %1 = te.dact <swiglu> %0, %x : tensor<16x32xbf16>, tensor<16x64xbf16> -> tensor<16x64xbf16>
+  %2 = te.bias_grad %1 : tensor<16x64xbf16> -> tensor<64xbf16>
+  %q, %amax = te.quantize %1, %s : tensor<16x64xbf16>, tensor<1xf32> -> tensor<16x64xf8E5M2>, tensor<1xf32>
+  %t = te.transpose %q : tensor<16x64xf8E5M2> -> tensor<64x16xf8E5M2>
+  return %2, %q, %t, %amax : tensor<64xbf16>, tensor<16x64xf8E5M2>, tensor<64x16xf8E5M2>, tensor<1xf32>
+}
+
+// -----
+
+// Under current scaling the cast needs the scale of the whole tensor, which
+// the amax of the norm's output gives: fusing the cast would read the scale
+// before it exists, so the norm kernel takes the amax instead.
+// CHECK-LABEL: func.func @norm_amax
+// CHECK:      %[[K:.*]]:2 = te.fused "norm_cast"
+// CHECK:        te.rmsnorm_fwd
+// CHECK-NEXT:   te.amax
+// CHECK:      te.compute_scale %[[K]]#1
+// CHECK:      te.quantize %[[K]]#0
+func.func @norm_amax(%x: tensor<16x32xbf16>, %g: tensor<32xbf16>) -> tensor<16x32xf8E4M3FN> {
+  %y, %rsigma = te.rmsnorm_fwd %x, %g {eps = 1.0e-5 : f64} : (tensor<16x32xbf16>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<16xf32>)
+  %a = te.amax %y : tensor<16x32xbf16> -> tensor<1xf32>
+  %s, %si = te.compute_scale %a {fp8_type = f8E4M3FN} : tensor<1xf32> -> tensor<1xf32>, tensor<1xf32>
+  %q, %amax = te.quantize %y, %s : tensor<16x32xbf16>, tensor<1xf32> -> tensor<16x32xf8E4M3FN>, tensor<1xf32>
+  return %q : tensor<16x32xf8E4M3FN>
+}
+
+// -----
+
+// bias + dropout + residual add.
+// CHECK-LABEL: func.func @bias_dropout_add
+// CHECK:      te.fused "bias_dropout_add"
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   te.bias_add
+// CHECK-NEXT:   te.dropout
+// CHECK-NEXT:   te.add
+func.func @bias_dropout_add(%x: tensor<16x32xbf16>, %b: tensor<32xbf16>, %res: tensor<16x32xbf16>, %rng: tensor<2xi64>) -> (tensor<16x32xbf16>, tensor<16x32xi1>) {
+  %0 = te.bias_add %x, %b : tensor<16x32xbf16>, tensor<32xbf16> -> tensor<16x32xbf16>
+  %1, %keep = te.dropout %0, %rng {rate = 0.1 : f64, stream = 1 : i64} : tensor<16x32xbf16>, tensor<2xi64> -> tensor<16x32xbf16>, tensor<16x32xi1>
+  %2 = te.add %res, %1 : tensor<16x32xbf16>
+  return %2, %keep : tensor<16x32xbf16>, tensor<16x32xi1>
+}
