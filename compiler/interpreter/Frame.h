@@ -48,8 +48,12 @@ bool isLayerOp(mlir::Operation *op);
 /// Runs a layer op (LayerOps.cpp).
 mlir::LogicalResult runLayerOp(mlir::Operation *op, Frame &frame);
 
-/// Runs a primitive te op (PrimitiveOps.cpp); fails on other ops.
+/// Runs a primitive te op (PrimitiveOps.cpp), handing the FP8 quantization
+/// ops to runQuantizedOp; fails on other ops.
 mlir::LogicalResult runPrimitiveOp(mlir::Operation *op, Frame &frame);
+
+/// Runs an FP8 quantization op (QuantizedOps.cpp); fails on other ops.
+mlir::LogicalResult runQuantizedOp(mlir::Operation *op, Frame &frame);
 
 } // namespace tejit::interp
 

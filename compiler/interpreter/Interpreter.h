@@ -17,6 +17,9 @@
 //   the exact gradient when those operands come from te.attention.
 // - te.rotary with `inverse` negates the sine; that is the gradient when
 //   `freqs` repeats its first half, as Transformer Engine lays it out.
+// - FP8 tensors (f8E4M3FN, f8E5M2) hold doubles that their type represents;
+//   scale bookkeeping (te.compute_scale, te.delayed_scaling_update) runs in
+//   float32 to be bit-exact (QuantizedOps.cpp, ScalingKernels.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_COMPILER_INTERPRETER_INTERPRETER_H

@@ -8,6 +8,7 @@
 #ifndef TEJIT_COMPILER_INTERPRETER_KERNELS_H
 #define TEJIT_COMPILER_INTERPRETER_KERNELS_H
 
+#include "compiler/interpreter/Fp8.h"
 #include "compiler/interpreter/Interpreter.h"
 #include "dialects/TEDialect.h"
 
@@ -140,6 +141,51 @@ AttentionGrads attentionBwd(const Tensor &grad, const Tensor &query,
 /// angles at the element's sequence position; `inverse` negates the sine.
 Tensor rotary(const Tensor &x, const Tensor &freqs, mlir::te::QkvFormat format,
               bool inverse);
+
+//===----------------------------------------------------------------------===//
+// FP8 quantization and scaling (ScalingKernels.cpp)
+//===----------------------------------------------------------------------===//
+
+/// `roundToFp8(x * scale, kind)` per element, the product taken in double.
+Tensor quantize(const Tensor &x, double scale, Fp8Kind kind);
+/// max |x| over all elements: NaN when one is NaN, 0 for an empty tensor.
+double absMax(const Tensor &x);
+
+/// A scale and its inverse, both float32 values.
+struct Fp8Scale {
+  float scale, scaleInv;
+};
+
+/// Current scaling's scale for `amax` (read as a float32): fp8_max / amax in
+/// float32; 1 for amax 0, inf or NaN; FLT_MAX when the quotient overflows;
+/// with `power2`, the mantissa masked off. scaleInv = 1 / scale in float32.
+Fp8Scale currentScale(double amax, Fp8Kind kind, bool power2);
+
+/// The FP8 GEMM `(a * aScaleInv) (b * bScaleInv)^T`, a [M, K] and b [N, K]:
+/// the float64 matmul of the dequantized operands.
+Tensor scaledMatmul(const Tensor &a, const Tensor &b, double aScaleInv,
+                    double bScaleInv);
+
+/// What a DelayedScaling update needs from its recipe and FP8 type.
+struct DelayedScalingParams {
+  Fp8Kind kind = Fp8Kind::E4M3;
+  int64_t margin = 0;
+  /// amax_compute_algo: `most_recent` (true) or `max` (false).
+  bool mostRecent = false;
+};
+
+/// The meta state after a DelayedScaling update: history [len, slots], scale
+/// and scale_inv [slots], all float32 values.
+struct DelayedScalingState {
+  Tensor amaxHistory, scale, scaleInv;
+};
+
+/// One step of DelayedScaling for every slot, given this step's `amaxes`
+/// (see te.delayed_scaling_update and ScalingKernels.cpp for the details).
+DelayedScalingState delayedScalingUpdate(const Tensor &amaxHistory,
+                                         const Tensor &scale,
+                                         const Tensor &amaxes,
+                                         const DelayedScalingParams &params);
 
 } // namespace tejit::interp
 

@@ -251,7 +251,5 @@ LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
             te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
             te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp,
             te::AttentionBwdOp>([&](auto op) { return runOp(op, frame); })
-      .Default([](Operation *op) {
-        return op->emitOpError() << "is not supported by the te interpreter";
-      });
+      .Default([&](Operation *op) { return runQuantizedOp(op, frame); });
 }

@@ -1,0 +1,100 @@
+//===- QuantizedOps.cpp - the interpreter's FP8 quantization ops ----------===//
+//
+// te.quantize, te.amax, te.compute_scale, te.scaled_matmul,
+// te.amax_allreduce and te.delayed_scaling_update, on the kernels of
+// ScalingKernels.cpp. Conventions:
+// - An FP8 tensor is a tensor of doubles holding values its FP8 type
+//   represents; te.quantize produces them, and shape ops (te.transpose,
+//   te.reshape, te.slice, ...) move them like any other tensor. Operands of
+//   te.scaled_matmul are trusted to be representable, not checked.
+// - Amaxes are computed exactly, in double (te.quantize and te.amax);
+//   te.compute_scale and te.delayed_scaling_update read their f32 operands
+//   as float32 values and compute in float32, so that scales are bit-exact.
+// - te.amax_allreduce is the identity: the interpreter is one process.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/interpreter/Frame.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace tejit::interp;
+namespace te = mlir::te;
+
+/// The FP8 format of an FP8 element type (the verifiers allow only these two).
+static Fp8Kind fp8KindOf(Type type) {
+  return isa<Float8E5M2Type>(type) ? Fp8Kind::E5M2 : Fp8Kind::E4M3;
+}
+
+/// The element type of a tensor value.
+static Type elementTypeOf(Value value) {
+  return cast<RankedTensorType>(value.getType()).getElementType();
+}
+
+/// The value of a one-element meta slot (a scale, scale_inv or amax).
+static double slotValue(const Tensor &slot) { return slot.data.front(); }
+
+/// A tensor<1xf32> meta slot holding `value`.
+static Tensor makeSlot(double value) { return Tensor({1}, {value}); }
+
+static LogicalResult runOp(te::QuantizeOp op, Frame &frame) {
+  const Tensor &input = frame.get(op.getInput());
+  Fp8Kind kind = fp8KindOf(elementTypeOf(op.getOutput()));
+  Tensor output = quantize(input, slotValue(frame.get(op.getScale())), kind);
+  if (failed(frame.set(op, op.getOutput(), std::move(output))))
+    return failure();
+  return frame.set(op, op.getAmax(), makeSlot(absMax(input)));
+}
+
+static LogicalResult runOp(te::AmaxOp op, Frame &frame) {
+  return frame.set(op, op.getAmax(),
+                   makeSlot(absMax(frame.get(op.getInput()))));
+}
+
+static LogicalResult runOp(te::ComputeScaleOp op, Frame &frame) {
+  Fp8Scale scale =
+      currentScale(slotValue(frame.get(op.getAmax())),
+                   fp8KindOf(op.getFp8Type()), op.getPower_2Scale());
+  if (failed(frame.set(op, op.getScale(), makeSlot(scale.scale))))
+    return failure();
+  return frame.set(op, op.getScaleInv(), makeSlot(scale.scaleInv));
+}
+
+static LogicalResult runOp(te::ScaledMatmulOp op, Frame &frame) {
+  // fast_accum only changes how a GPU accumulates; the reference is exact.
+  return frame.set(op, op.getOutput(),
+                   scaledMatmul(frame.get(op.getA()), frame.get(op.getB()),
+                                slotValue(frame.get(op.getAScaleInv())),
+                                slotValue(frame.get(op.getBScaleInv()))));
+}
+
+static LogicalResult runOp(te::AmaxAllReduceOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(), frame.get(op.getAmaxes()));
+}
+
+static LogicalResult runOp(te::DelayedScalingUpdateOp op, Frame &frame) {
+  te::DelayedScalingAttr recipe = op.getRecipe();
+  DelayedScalingParams params;
+  params.kind = fp8KindOf(op.getFp8Type());
+  params.margin = recipe.getMargin();
+  params.mostRecent =
+      recipe.getAmaxComputeAlgo() == te::AmaxComputeAlgo::most_recent;
+  DelayedScalingState state = delayedScalingUpdate(
+      frame.get(op.getAmaxHistory()), frame.get(op.getScale()),
+      frame.get(op.getAmaxes()), params);
+  if (failed(frame.set(op, op.getNewAmaxHistory(),
+                       std::move(state.amaxHistory))) ||
+      failed(frame.set(op, op.getNewScale(), std::move(state.scale))))
+    return failure();
+  return frame.set(op, op.getNewScaleInv(), std::move(state.scaleInv));
+}
+
+LogicalResult tejit::interp::runQuantizedOp(Operation *op, Frame &frame) {
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case<te::QuantizeOp, te::AmaxOp, te::ComputeScaleOp, te::ScaledMatmulOp,
+            te::AmaxAllReduceOp, te::DelayedScalingUpdateOp>(
+          [&](auto op) { return runOp(op, frame); })
+      .Default([](Operation *op) {
+        return op->emitOpError() << "is not supported by the te interpreter";
+      });
+}
