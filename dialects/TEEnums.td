@@ -72,4 +72,11 @@ def TE_QkvFormat : TE_Enum<"QkvFormat",
 ]>;
 def TE_QkvFormatAttr : TE_EnumAttr<TE_QkvFormat, "qkv_format">;
 
+def TE_GemmRole : TE_Enum<"GemmRole", "GEMM role in a Linear's training step", [
+  I32EnumAttrCase<"fprop", 0>,
+  I32EnumAttrCase<"dgrad", 1>,
+  I32EnumAttrCase<"wgrad", 2>
+]>;
+def TE_GemmRoleAttr : TE_EnumAttr<TE_GemmRole, "gemm_role">;
+
 #endif // TEJIT_DIALECT_TE_ENUMS_TD

@@ -158,9 +158,16 @@ def TE_MatmulOp : TE_PrimOp<"matmul"> {
     flag is set; accumulation is f32. A Linear's forward is
     `te.matmul %x, %w {transpose_b}` (`Y = X W^T`), its dgrad
     `te.matmul %dy, %w` and its wgrad `te.matmul %dy, %x {transpose_a}`.
+
+    `fp8_recipe` (from the layer op) asks te-place-scaling to run the GEMM
+    in FP8; `role` says which GEMM of a Linear's training step it is, which
+    decides the FP8 formats (the gradient operand of dgrad and wgrad is a
+    backward tensor) and the accumulation (fast for fprop).
   }];
   let arguments = (ins TE_AnyTensor:$a, TE_AnyTensor:$b, UnitAttr:$transpose_a,
-                   UnitAttr:$transpose_b);
+                   UnitAttr:$transpose_b,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe,
+                   OptionalAttr<TE_GemmRoleAttr>:$role);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
     $a `,` $b attr-dict `:` type($a) `,` type($b) `->` type($output)

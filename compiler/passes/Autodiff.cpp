@@ -133,18 +133,26 @@ void Differentiator::matmulGrads(MatmulOp op, Value grad) {
   // back when the operand itself was transposed.
   bool ta = op.getTransposeA(), tb = op.getTransposeB();
   Value a = op.getA(), b = op.getB();
-  auto matmul = [&](Value lhs, Value rhs, bool tl, bool tr, Type type) {
-    auto product = create<MatmulOp>(type, lhs, rhs);
-    product.setTransposeA(tl);
-    product.setTransposeB(tr);
-    return product.getResult();
+  // The input's gradient is the dgrad GEMM, the weight's the wgrad GEMM;
+  // both inherit the forward GEMM's recipe.
+  auto matmul = [&](Value lhs, Value rhs, bool tl, bool tr, Type type,
+                    GemmRole role) {
+    UnitAttr unit = builder.getUnitAttr();
+    return create<MatmulOp>(type, lhs, rhs, tl ? unit : nullptr,
+                            tr ? unit : nullptr, op.getFp8RecipeAttr(),
+                            GemmRoleAttr::get(op.getContext(), role))
+        .getResult();
   };
   if (isFloatTensor(a))
-    addGrad(a, ta ? matmul(available(b), grad, tb, true, a.getType())
-                  : matmul(grad, available(b), false, !tb, a.getType()));
+    addGrad(a, ta ? matmul(available(b), grad, tb, true, a.getType(),
+                           GemmRole::dgrad)
+                  : matmul(grad, available(b), false, !tb, a.getType(),
+                           GemmRole::dgrad));
   if (isFloatTensor(b))
-    addGrad(b, tb ? matmul(grad, available(a), true, ta, b.getType())
-                  : matmul(available(a), grad, !ta, false, b.getType()));
+    addGrad(b, tb ? matmul(grad, available(a), true, ta, b.getType(),
+                           GemmRole::wgrad)
+                  : matmul(available(a), grad, !ta, false, b.getType(),
+                           GemmRole::wgrad));
 }
 
 void Differentiator::attentionGrads(AttentionOp op, Value grad) {

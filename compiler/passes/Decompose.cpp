@@ -42,6 +42,7 @@ public:
   LayerLowering(Operation *layer, Value rngState, int64_t ordinal,
                 bool inference)
       : builder(layer), loc(layer->getLoc()), rngState(rngState),
+        recipe(layer->getAttrOfType<FP8RecipeAttrInterface>("fp8_recipe")),
         ordinal(ordinal), inference(inference) {}
 
   /// `x` as [tokens, features].
@@ -60,12 +61,13 @@ public:
     return builder.create<ReshapeOp>(loc, type, x);
   }
 
-  /// `x W^T + b` on tokens.
+  /// `x W^T + b` on tokens, in FP8 under the layer's recipe.
   Value linear(Value x, Value weight, Value bias) {
     auto type = RankedTensorType::get(
         {shapeOf(x)[0], shapeOf(weight)[0]}, elementOf(x));
-    auto matmul = builder.create<MatmulOp>(loc, type, x, weight);
-    matmul.setTransposeB(true);
+    auto matmul = builder.create<MatmulOp>(
+        loc, type, x, weight, /*transpose_a=*/nullptr, builder.getUnitAttr(),
+        recipe, GemmRoleAttr::get(ctx(), GemmRole::fprop));
     if (!bias)
       return matmul;
     return builder.create<BiasAddOp>(loc, type, matmul, bias);
@@ -196,6 +198,7 @@ private:
   OpBuilder builder;
   Location loc;
   Value rngState;
+  FP8RecipeAttrInterface recipe;
   int64_t ordinal;
   bool inference;
 };

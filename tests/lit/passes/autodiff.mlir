@@ -11,8 +11,8 @@
 // CHECK-SAME:  -> (tensor<8x32xbf16> {te.grad_of = 0 : i64, te.name = "grad.x"}, tensor<16x32xbf16> {te.grad_of = 1 : i64, te.name = "grad.w"}, tensor<16xbf16> {te.grad_of = 2 : i64, te.name = "grad.b"})
 // CHECK-SAME:  attributes {te.backward_of = @linear}
 // CHECK-NEXT: %[[DB:.*]] = te.bias_grad %[[DY]] : tensor<8x16xbf16> -> tensor<16xbf16>
-// CHECK-NEXT: %[[DX:.*]] = te.matmul %[[DY]], %[[W]] : tensor<8x16xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
-// CHECK-NEXT: %[[DW:.*]] = te.matmul %[[DY]], %[[X]] {transpose_a} : tensor<8x16xbf16>, tensor<8x32xbf16> -> tensor<16x32xbf16>
+// CHECK-NEXT: %[[DX:.*]] = te.matmul %[[DY]], %[[W]] {role = #te.gemm_role<dgrad>} : tensor<8x16xbf16>, tensor<16x32xbf16> -> tensor<8x32xbf16>
+// CHECK-NEXT: %[[DW:.*]] = te.matmul %[[DY]], %[[X]] {role = #te.gemm_role<wgrad>, transpose_a} : tensor<8x16xbf16>, tensor<8x32xbf16> -> tensor<16x32xbf16>
 // CHECK-NEXT: return %[[DX]], %[[DW]], %[[DB]]
 func.func @linear(%x: tensor<8x32xbf16> {te.name = "x"}, %w: tensor<16x32xbf16> {te.name = "w"}, %b: tensor<16xbf16> {te.name = "b"}) -> (tensor<8x16xbf16> {te.name = "y"}) {
   %0 = te.matmul %x, %w {transpose_b} : tensor<8x32xbf16>, tensor<16x32xbf16> -> tensor<8x16xbf16>
@@ -47,7 +47,7 @@ func.func @saved_activation(%x: tensor<8x32xf32> {te.name = "x"}, %w: tensor<64x
 // CHECK-SAME:  %[[X:[^:]*]]: tensor<8x32xf32> {te.forward_arg = 0 : i64}
 // CHECK-SAME:  %[[P:[^:]*]]: tensor<8x8xf32> {te.forward_result = 1 : i64}
 // CHECK:      %[[A:.*]] = te.slice %[[X]][0] : tensor<8x32xf32> -> tensor<8x16xf32>
-// CHECK:      te.matmul %[[P]], %{{.*}} {transpose_a}
+// CHECK:      te.matmul %[[P]], %{{.*}} {role = #te.gemm_role<wgrad>, transpose_a}
 // CHECK:      te.slice %[[X]][16]
 // CHECK:      %[[DX:.*]] = te.concat %{{.*}}, %{{.*}} : tensor<8x16xf32>, tensor<8x16xf32> -> tensor<8x32xf32>
 // CHECK-NEXT: return %[[DX]]

@@ -1,10 +1,11 @@
 // RUN: te-opt %s --te-decompose | FileCheck %s
+// CHECK: #current_scaling = #te.current_scaling<fp8_format = e4m3>
 // RUN: te-opt %s --te-decompose=inference | FileCheck %s --check-prefix=EVAL
 
 // CHECK-LABEL: func.func @linear
 // CHECK-SAME: (%[[X:.*]]: tensor<4x2x32xbf16>, %[[W:.*]]: tensor<48x32xbf16>, %[[B:.*]]: tensor<48xbf16>)
 // CHECK:      %[[X2:.*]] = te.reshape %[[X]] : tensor<4x2x32xbf16> -> tensor<8x32xbf16>
-// CHECK-NEXT: %[[MM:.*]] = te.matmul %[[X2]], %[[W]] {transpose_b} : tensor<8x32xbf16>, tensor<48x32xbf16> -> tensor<8x48xbf16>
+// CHECK-NEXT: %[[MM:.*]] = te.matmul %[[X2]], %[[W]] {role = #te.gemm_role<fprop>, transpose_b} : tensor<8x32xbf16>, tensor<48x32xbf16> -> tensor<8x48xbf16>
 // CHECK-NEXT: %[[Y:.*]] = te.bias_add %[[MM]], %[[B]]
 // CHECK-NEXT: %[[OUT:.*]] = te.reshape %[[Y]] : tensor<8x48xbf16> -> tensor<4x2x48xbf16>
 // CHECK-NEXT: return %[[OUT]]
@@ -15,7 +16,7 @@ func.func @linear(%x: tensor<4x2x32xbf16>, %w: tensor<48x32xbf16>, %b: tensor<48
 
 // A 2-D input needs no reshape; no bias, no bias_add.
 // CHECK-LABEL: func.func @linear_2d_no_bias
-// CHECK-NEXT: %[[MM:.*]] = te.matmul %arg0, %arg1 {transpose_b}
+// CHECK-NEXT: %[[MM:.*]] = te.matmul %arg0, %arg1 {role = #te.gemm_role<fprop>, transpose_b}
 // CHECK-NEXT: return %[[MM]]
 func.func @linear_2d_no_bias(%x: tensor<8x32xf16>, %w: tensor<16x32xf16>) -> tensor<8x16xf16> {
   %y = te.linear %x weight(%w) : (tensor<8x32xf16>, tensor<16x32xf16>) -> tensor<8x16xf16>
@@ -40,7 +41,7 @@ func.func @rmsnorm(%x: tensor<8x32xbf16>, %g: tensor<32xbf16>) -> tensor<8x32xbf
 // The normalized input is also the layer's second result.
 // CHECK-LABEL: func.func @layernorm_linear_ln_output
 // CHECK:      %[[LN:.*]], %{{.*}} = te.rmsnorm_fwd
-// CHECK-NEXT: %[[MM:.*]] = te.matmul %[[LN]], %arg2 {transpose_b}
+// CHECK-NEXT: %[[MM:.*]] = te.matmul %[[LN]], %arg2 {role = #te.gemm_role<fprop>, transpose_b}
 // CHECK-NEXT: %[[Y:.*]] = te.reshape %[[MM]] : tensor<8x16xbf16> -> tensor<4x2x16xbf16>
 // CHECK-NEXT: %[[LN3:.*]] = te.reshape %[[LN]] : tensor<8x32xbf16> -> tensor<4x2x32xbf16>
 // CHECK-NEXT: return %[[Y]], %[[LN3]]
@@ -52,9 +53,9 @@ func.func @layernorm_linear_ln_output(%x: tensor<4x2x32xbf16>, %g: tensor<32xbf1
 // A gated activation halves FC1's output.
 // CHECK-LABEL: func.func @layernorm_mlp_swiglu
 // CHECK:      te.layernorm_fwd
-// CHECK-NEXT: %[[FC1:.*]] = te.matmul %{{.*}}, %arg3 {transpose_b} : tensor<8x32xbf16>, tensor<128x32xbf16> -> tensor<8x128xbf16>
+// CHECK-NEXT: %[[FC1:.*]] = te.matmul %{{.*}}, %arg3 {role = #te.gemm_role<fprop>, transpose_b} : tensor<8x32xbf16>, tensor<128x32xbf16> -> tensor<8x128xbf16>
 // CHECK-NEXT: %[[ACT:.*]] = te.act <swiglu> %[[FC1]] : tensor<8x128xbf16> -> tensor<8x64xbf16>
-// CHECK-NEXT: %[[FC2:.*]] = te.matmul %[[ACT]], %arg4 {transpose_b} : tensor<8x64xbf16>, tensor<32x64xbf16> -> tensor<8x32xbf16>
+// CHECK-NEXT: %[[FC2:.*]] = te.matmul %[[ACT]], %arg4 {role = #te.gemm_role<fprop>, transpose_b} : tensor<8x64xbf16>, tensor<32x64xbf16> -> tensor<8x32xbf16>
 func.func @layernorm_mlp_swiglu(%x: tensor<8x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %w1: tensor<128x32xbf16>, %w2: tensor<32x64xbf16>) -> tensor<8x32xbf16> {
   %y = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {activation = #te.activation<swiglu>} : (tensor<8x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<128x32xbf16>, tensor<32x64xbf16>) -> tensor<8x32xbf16>
   return %y : tensor<8x32xbf16>
@@ -72,7 +73,7 @@ func.func @dot_product_attention(%q: tensor<2x16x8x16xbf16>, %k: tensor<2x16x2x1
 // GQA (4 query heads over 2 kv heads of 8): the fused QKV output splits into
 // q [0, 32), k [32, 48), v [48, 64); rotary applies to q and k.
 // CHECK-LABEL: func.func @multihead_attention_gqa_rotary
-// CHECK:      %[[QKV:.*]] = te.matmul %{{.*}}, %arg1 {transpose_b} : tensor<32x32xbf16>, tensor<64x32xbf16> -> tensor<32x64xbf16>
+// CHECK:      %[[QKV:.*]] = te.matmul %{{.*}}, %arg1 {role = #te.gemm_role<fprop>, transpose_b} : tensor<32x32xbf16>, tensor<64x32xbf16> -> tensor<32x64xbf16>
 // CHECK-NEXT: %[[Q2:.*]] = te.slice %[[QKV]][0] : tensor<32x64xbf16> -> tensor<32x32xbf16>
 // CHECK-NEXT: %[[Q:.*]] = te.reshape %[[Q2]] : tensor<32x32xbf16> -> tensor<16x2x4x8xbf16>
 // CHECK-NEXT: %[[K2:.*]] = te.slice %[[QKV]][32] : tensor<32x64xbf16> -> tensor<32x16xbf16>
@@ -83,7 +84,7 @@ func.func @dot_product_attention(%q: tensor<2x16x8x16xbf16>, %k: tensor<2x16x2x1
 // CHECK-NEXT: %[[KR:.*]] = te.rotary %[[K]], %arg3
 // CHECK-NEXT: %[[O:.*]], %{{.*}} = te.attention %[[QR]], %[[KR]], %[[V]] rng(%arg4) {attn_mask_type = #te.attn_mask_type<causal>, dropout = 1.000000e-01 : f64, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.35355339059327373 : f64}
 // CHECK-NEXT: %[[O2:.*]] = te.reshape %[[O]] : tensor<16x2x4x8xbf16> -> tensor<32x32xbf16>
-// CHECK-NEXT: te.matmul %[[O2]], %arg2 {transpose_b}
+// CHECK-NEXT: te.matmul %[[O2]], %arg2 {role = #te.gemm_role<fprop>, transpose_b}
 // EVAL-LABEL: func.func @multihead_attention_gqa_rotary
 // EVAL-NOT:   rng_state
 // EVAL:       te.attention %{{.*}}, %{{.*}}, %{{.*}} {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale
@@ -126,4 +127,13 @@ func.func @transformer_layers(%x: tensor<8x2x32xbf16>, %g: tensor<32xbf16>, %b: 
 func.func @transformer_layer_post_ln_residual(%x: tensor<8x2x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %wqkv: tensor<96x32xbf16>, %wo: tensor<32x32xbf16>, %w1: tensor<64x32xbf16>, %w2: tensor<32x64xbf16>) -> tensor<8x2x32xbf16> {
   %0 = te.transformer_layer %x attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 2 : i64, hidden_dropout = 0.0 : f64, attention_dropout = 0.0 : f64, apply_residual_connection_post_layernorm} : (tensor<8x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<8x2x32xbf16>
   return %0 : tensor<8x2x32xbf16>
+}
+
+// The layer's recipe and the GEMM's role travel to the matmul, for
+// te-place-scaling.
+// CHECK-LABEL: func.func @linear_fp8
+// CHECK: te.matmul %{{.*}}, %arg1 {fp8_recipe = #current_scaling, role = #te.gemm_role<fprop>, transpose_b}
+func.func @linear_fp8(%x: tensor<16x32xbf16>, %w: tensor<48x32xbf16>) -> tensor<16x48xbf16> {
+  %y = te.linear %x weight(%w) {fp8_recipe = #te.current_scaling<fp8_format = e4m3>} : (tensor<16x32xbf16>, tensor<48x32xbf16>) -> tensor<16x48xbf16>
+  return %y : tensor<16x48xbf16>
 }

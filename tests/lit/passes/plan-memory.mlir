@@ -183,7 +183,7 @@ func.func private @declaration(tensor<4xf32>) -> tensor<4xf32>
 // QUICK-SAME:  te.arena_bytes = 32768 : i64, te.peak_live_bytes = 32768 : i64
 // QUICK:       te.reshape {{.*}} {te.offsets = [-1]}
 // QUICK-NEXT:  te.layernorm_fwd {{.*}} te.offsets = [-1, -1, -1]
-// QUICK-NEXT:  te.matmul {{.*}} {te.offsets = [0], transpose_b}
+// QUICK-NEXT:  te.matmul {{.*}} te.offsets = [0]
 // QUICK:       te.dropout {{.*}} te.offsets = [0, -1]
 // QUICK-LABEL: func.func @quickstart_small_backward(
 // QUICK-SAME:  te.arena_bytes = 65536 : i64
