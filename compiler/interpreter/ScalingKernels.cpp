@@ -21,11 +21,14 @@
 using namespace tejit::interp;
 
 Tensor tejit::interp::quantize(const Tensor &x, double scale, Fp8Kind kind) {
-  // The product of an f32 (or narrower) input and an f32 scale is exact in
-  // double, so this rounds once, straight to FP8.
+  // As Transformer Engine's kernels (and its bit-exact reference
+  // `(x.float() * scale).to(fp8)`) do: the product is rounded to float32
+  // first, then to FP8. Rounding once from double differs on rare ties.
   Tensor result = x;
   for (double &value : result.data)
-    value = roundToFp8(value * scale, kind);
+    value = roundToFp8(static_cast<float>(static_cast<float>(value) *
+                                          static_cast<float>(scale)),
+                       kind);
   return result;
 }
 

@@ -101,4 +101,25 @@ def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
   let dependentDialects = ["::mlir::te::TEDialect"];
 }
 
+def TEPlanMemory : Pass<"te-plan-memory", "mlir::func::FuncOp"> {
+  let summary = "Assign arena offsets to intermediates by liveness";
+  let description = [{
+    Plans the device memory of a single-block function's intermediates: every
+    op result that is neither returned nor a view owns a buffer in the
+    function's arena, sized elements x element bytes (i1 as one byte) and
+    rounded up to 256 bytes, live from its defining op through the last op
+    that reads it or a view of it. `te.reshape` is the only view: it aliases
+    its input, extending the input's live range, and owns no memory.
+    Arguments and returned values (with their views) are the caller's.
+
+    Buffers are placed largest first, each into the smallest gap between the
+    already placed buffers whose live ranges overlap its own (greedy by
+    size). Records `te.offsets` on every op with results (one i64 per result,
+    -1 where the result owns no arena memory), and `te.arena_bytes` and
+    `te.peak_live_bytes` (the largest total size live at one op, a lower
+    bound on the arena) on the function. compiler/passes/PlanMemory.h has the
+    same plan as a C++ API.
+  }];
+}
+
 #endif // TEJIT_COMPILER_PASSES_TD

@@ -148,16 +148,19 @@ TEST_F(InterpreterFp8OpsTest, QuantizeRoundsToTheNearestFp8Value) {
       for (size_t i = 0; i < x.data.size(); ++i) {
         std::uniform_int_distribution<size_t> code(0, table.size() - 2);
         size_t c = code(rng);
-        x.data[i] = i % 4 == 0 ? 0.5 * (table[c] + table[c + 1]) / scale
-                               : logUniform(-24, 20) / std::sqrt(scale);
+        // Inputs are float32 values, as a bf16/f32 tensor holds.
+        x.data[i] = float(i % 4 == 0 ? 0.5 * (table[c] + table[c + 1]) / scale
+                                     : logUniform(-24, 20) / std::sqrt(scale));
       }
       std::vector<Tensor> out = run(f, {x, slot(scale)});
       ASSERT_EQ(out.size(), 5u);
       Tensor byTable = x, byRounding = x;
       double amax = 0.0;
       for (size_t i = 0; i < x.data.size(); ++i) {
-        byTable.data[i] = nearestFp8(table, x.data[i] * scale);
-        byRounding.data[i] = roundToFp8(x.data[i] * scale, type.kind);
+        // TE's reference: (x.float() * scale) in float32, then to FP8.
+        double product = float(float(x.data[i]) * float(scale));
+        byTable.data[i] = nearestFp8(table, product);
+        byRounding.data[i] = roundToFp8(product, type.kind);
         amax = std::max(amax, std::fabs(x.data[i]));
       }
       EXPECT_TRUE(allClose(out[0], byTable, 0, 0)) << type.name << " " << scale;
