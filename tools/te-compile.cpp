@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/passes/Passes.h"
 #include "compiler/passes/Pipeline.h"
+#include "compiler/passes/Stats.h"
 #include "compiler/spec/SpecImporter.h"
 #include "dialects/TEDialect.h"
 
@@ -20,6 +21,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/Statistic.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -61,8 +63,9 @@ llvm::cl::opt<Stage> emitStage(
         clEnumValN(Stage::Scaled, "scaled",
                    "FP8 GEMMs, casts and scale state (after "
                    "te-place-scaling)"),
-        clEnumValN(Stage::Fused, "fused",
-                   "kernel regions (after te-fuse)")),
+        clEnumValN(Stage::Fused, "fused", "kernel regions (after te-fuse)"),
+        clEnumValN(Stage::Planned, "planned",
+                   "arena offsets of intermediates (after te-plan-memory)")),
     llvm::cl::init(Stage::TE), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<Mode> mode(
     llvm::cl::desc("What to compile for:"),
@@ -137,6 +140,13 @@ int main(int argc, char **argv) {
   for (auto &option : llvm::cl::getRegisteredOptions())
     if (option.getKey().starts_with("mlir-"))
       option.getValue()->addCategory(mlirCategory);
+  if (llvm::cl::Option *stats = llvm::cl::getRegisteredOptions().lookup("stats")) {
+    stats->setDescription("Print kernel, GEMM and attention counts and memory "
+                          "per function instead of the IR (compiles to the "
+                          "last stage unless --emit says otherwise)");
+    stats->addCategory(teCompileCategory);
+    stats->setHiddenFlag(llvm::cl::NotHidden);
+  }
   llvm::cl::HideUnrelatedOptions({&teCompileCategory, &mlirCategory});
   llvm::cl::ParseCommandLineOptions(
       argc, argv,
@@ -178,8 +188,14 @@ int main(int argc, char **argv) {
         /*shouldPrintAfterPass=*/[](Pass *, Operation *) { return true; },
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false);
   }
-  tejit::buildPipeline(pm, {emitStage, mode == Mode::Training});
+  // --stats is LLVM's own option (libLLVM registers it), given our meaning.
+  bool printStats = llvm::AreStatisticsEnabled();
+  Stage stage = printStats && !emitStage.getNumOccurrences() ? Stage::Planned
+                                                             : emitStage;
+  tejit::buildPipeline(pm, {stage, mode == Mode::Training});
   if (failed(pm.run(*module)))
     return 1;
+  if (printStats)
+    return failed(tejit::printStats(*module, llvm::outs())) ? 1 : 0;
   return failed(writeOutput(*module)) ? 1 : 0;
 }

@@ -20,6 +20,9 @@ void tejit::buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   if (options.stopAfter == Stage::Scaled)
     return;
   pm.addNestedPass<func::FuncOp>(createTEFuse());
+  if (options.stopAfter == Stage::Fused)
+    return;
+  pm.addNestedPass<func::FuncOp>(createTEPlanMemory());
 }
 
 llvm::StringRef tejit::stageName(Stage stage) {
@@ -34,6 +37,8 @@ llvm::StringRef tejit::stageName(Stage stage) {
     return "scaled";
   case Stage::Fused:
     return "fused";
+  case Stage::Planned:
+    return "planned";
   }
   return "";
 }

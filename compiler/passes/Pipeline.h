@@ -21,10 +21,12 @@ enum class Stage {
   Scaled,
   /// Kernel regions (te-fuse).
   Fused,
+  /// Arena offsets of intermediates (te-plan-memory).
+  Planned,
 };
 
 struct PipelineOptions {
-  Stage stopAfter = Stage::Fused;
+  Stage stopAfter = Stage::Planned;
   /// Training: dropout on and backward functions derived. Inference: no
   /// dropout, forward only.
   bool training = true;

@@ -61,13 +61,14 @@ FailureOr<int64_t> bufferBytes(Value value) {
   return llvm::alignTo(bytes, kBufferAlignment);
 }
 
-/// Checks what te-plan-memory can handle: one block, no nested regions.
+/// Checks what te-plan-memory can handle: one block, no nested regions but
+/// te.fused kernels, whose inner values live in registers and shared memory.
 LogicalResult checkStructure(func::FuncOp function) {
   if (!llvm::hasSingleElement(function.getBody()))
     return function.emitOpError()
            << "te-plan-memory needs a single-block function";
   for (Operation &op : function.front())
-    if (op.getNumRegions() != 0)
+    if (op.getNumRegions() != 0 && !isa<te::FusedOp>(op))
       return op.emitOpError()
              << "has regions, which te-plan-memory does not handle";
   return success();

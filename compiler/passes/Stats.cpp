@@ -1,0 +1,76 @@
+//===- Stats.cpp - what a compiled function costs to run -------------------===//
+#include "compiler/passes/Stats.h"
+#include "compiler/passes/PlanMemory.h"
+#include "dialects/TEDialect.h"
+
+#include "llvm/Support/Format.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit;
+
+static int64_t bytesOf(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  int64_t elementBytes =
+      (tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8;
+  return tensor.getNumElements() * elementBytes;
+}
+
+/// A te.slice that reads one scale or amax of a meta vector: a pointer
+/// offset at run time, not a kernel.
+static bool isSlotRead(Operation *op) {
+  auto slice = dyn_cast<SliceOp>(op);
+  return slice &&
+         cast<RankedTensorType>(slice.getInput().getType()).getRank() == 1;
+}
+
+FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
+  FunctionStats stats;
+  stats.name = function.getName().str();
+  function.walk([&](Operation *op) {
+    if (isa<MatmulOp, ScaledMatmulOp>(op)) {
+      ++stats.gemms;
+      stats.fp8Gemms += isa<ScaledMatmulOp>(op);
+    }
+    if (isa<AttentionOp, AttentionBwdOp>(op))
+      ++stats.attentions;
+  });
+  for (Operation &op : function.front()) {
+    bool libraryCall = isa<MatmulOp, ScaledMatmulOp, AttentionOp,
+                           AttentionBwdOp>(op);
+    if (auto fused = dyn_cast<FusedOp>(op))
+      libraryCall = fused.getKind() == "gemm";
+    if (!libraryCall && !isa<ReshapeOp, func::ReturnOp>(op) &&
+        !isSlotRead(&op))
+      ++stats.kernels;
+  }
+  for (unsigned i = 0; i < function.getNumResults(); ++i)
+    if (auto name = function.getResultAttrOfType<StringAttr>(i, "te.name");
+        name && name.getValue().starts_with("saved."))
+      stats.savedBytes += bytesOf(function.getResultTypes()[i]);
+  FailureOr<MemoryPlan> plan = planMemory(function);
+  if (failed(plan))
+    return failure();
+  stats.arenaBytes = plan->arenaBytes;
+  return stats;
+}
+
+LogicalResult tejit::printStats(ModuleOp module, llvm::raw_ostream &os) {
+  os << llvm::format("%-28s %8s %6s %9s %10s %12s %12s\n",
+                     (const char *)"function",
+                     (const char *)"kernels", (const char *)"GEMMs",
+                     (const char *)"FP8 GEMMs", (const char *)"attention",
+                     (const char *)"arena MiB", (const char *)"saved MiB");
+  for (auto function : module.getOps<func::FuncOp>()) {
+    FailureOr<FunctionStats> stats = computeStats(function);
+    if (failed(stats))
+      return failure();
+    os << llvm::format("%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f\n",
+                       stats->name.c_str(), (long long)stats->kernels,
+                       (long long)stats->gemms, (long long)stats->fp8Gemms,
+                       (long long)stats->attentions,
+                       stats->arenaBytes / 1048576.0,
+                       stats->savedBytes / 1048576.0);
+  }
+  return success();
+}
