@@ -7,6 +7,8 @@
 
 #include "llvm/ADT/DenseMap.h"
 
+#include <unordered_map>
+
 namespace tejit::interp {
 
 /// The tensors bound to the SSA values of the function being run.
@@ -38,7 +40,9 @@ public:
 
 private:
   const Options &options;
-  llvm::DenseMap<mlir::Value, Tensor> values;
+  /// Node-based, so that a reference from get() stays valid while results
+  /// are bound (a DenseMap would move its tensors when it grows).
+  std::unordered_map<const void *, Tensor> values;
 };
 
 /// Whether `op` is one of the eight layer ops (TE modules), as opposed to a

@@ -23,7 +23,7 @@ int64_t Tensor::numElements() const {
 }
 
 const Tensor &Frame::get(Value value) const {
-  auto it = values.find(value);
+  auto it = values.find(value.getAsOpaquePointer());
   assert(it != values.end() && "value used before it was computed");
   return it->second;
 }
@@ -50,7 +50,7 @@ LogicalResult Frame::set(Operation *op, Value value, Tensor tensor) {
            << "computed a tensor of shape " << formatShape(tensor.shape) << " ("
            << tensor.data.size() << " elements) for a result of type "
            << value.getType();
-  values[value] = std::move(tensor);
+  values[value.getAsOpaquePointer()] = std::move(tensor);
   return success();
 }
 
@@ -72,8 +72,29 @@ static LogicalResult bindArguments(func::FuncOp function, Block &body,
   return success();
 }
 
+static LogicalResult runOp(Operation &op, Frame &frame);
+
+/// Runs a kernel region: its ops see the fused op's operands as the block's
+/// arguments, and its yielded values become the fused op's results.
+static LogicalResult runFused(te::FusedOp fused, Frame &frame) {
+  Block &body = fused.getBody().front();
+  for (auto [arg, input] : llvm::zip(body.getArguments(), fused.getInputs()))
+    if (failed(frame.set(fused, arg, frame.get(input))))
+      return failure();
+  for (Operation &op : body.without_terminator())
+    if (failed(runOp(op, frame)))
+      return failure();
+  for (auto [result, yielded] :
+       llvm::zip(fused.getResults(), body.getTerminator()->getOperands()))
+    if (failed(frame.set(fused, result, frame.get(yielded))))
+      return failure();
+  return success();
+}
+
 /// Runs one op of the function body.
 static LogicalResult runOp(Operation &op, Frame &frame) {
+  if (auto fused = dyn_cast<te::FusedOp>(op))
+    return runFused(fused, frame);
   if (isLayerOp(&op)) {
     LogicalResult status = runLayerOp(&op, frame);
     ++frame.layerIndex;

@@ -41,9 +41,11 @@ static LogicalResult runOp(te::QuantizeOp op, Frame &frame) {
   const Tensor &input = frame.get(op.getInput());
   Fp8Kind kind = fp8KindOf(elementTypeOf(op.getOutput()));
   Tensor output = quantize(input, slotValue(frame.get(op.getScale())), kind);
+  // Computed before any result is bound: binding may move `input`.
+  Tensor amax = makeSlot(absMax(input));
   if (failed(frame.set(op, op.getOutput(), std::move(output))))
     return failure();
-  return frame.set(op, op.getAmax(), makeSlot(absMax(input)));
+  return frame.set(op, op.getAmax(), std::move(amax));
 }
 
 static LogicalResult runOp(te::AmaxOp op, Frame &frame) {
