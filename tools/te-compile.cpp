@@ -74,6 +74,12 @@ llvm::cl::opt<Mode> mode(
                    "forward and backward, dropout on (default)"),
         clEnumValN(Mode::Inference, "inference", "forward only, no dropout")),
     llvm::cl::init(Mode::Training), llvm::cl::cat(teCompileCategory));
+llvm::cl::opt<std::string> recipeOverride(
+    "recipe",
+    llvm::cl::desc("FP8 recipe for every GEMM, overriding the spec's: "
+                   "delayed, current, none, or an attribute such as "
+                   "'#te.delayed_scaling<amax_history_len = 16>'"),
+    llvm::cl::value_desc("recipe"), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<bool> printIRAfterAll(
     "print-ir-after-all",
     llvm::cl::desc("Print the IR after every pass (to stderr)"),
@@ -192,7 +198,13 @@ int main(int argc, char **argv) {
   bool printStats = llvm::AreStatisticsEnabled();
   Stage stage = printStats && !emitStage.getNumOccurrences() ? Stage::Planned
                                                              : emitStage;
-  tejit::buildPipeline(pm, {stage, mode == Mode::Training});
+  // Shorthands for TE's default recipes.
+  std::string recipe = recipeOverride;
+  if (recipe == "delayed")
+    recipe = "#te.delayed_scaling<>";
+  else if (recipe == "current")
+    recipe = "#te.current_scaling<>";
+  tejit::buildPipeline(pm, {stage, mode == Mode::Training, recipe});
   if (failed(pm.run(*module)))
     return 1;
   if (printStats)

@@ -16,7 +16,9 @@ void tejit::buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
     pm.addPass(createTEAutodiff());
   if (options.stopAfter == Stage::Autodiff)
     return;
-  pm.addPass(createTEPlaceScaling());
+  TEPlaceScalingOptions scaling;
+  scaling.recipe = options.recipeOverride;
+  pm.addPass(createTEPlaceScaling(scaling));
   if (options.stopAfter == Stage::Scaled)
     return;
   pm.addNestedPass<func::FuncOp>(createTEFuse());

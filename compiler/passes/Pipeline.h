@@ -6,6 +6,7 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <optional>
+#include <string>
 
 namespace tejit {
 
@@ -30,6 +31,10 @@ struct PipelineOptions {
   /// Training: dropout on and backward functions derived. Inference: no
   /// dropout, forward only.
   bool training = true;
+  /// When set, the recipe of every GEMM (te-place-scaling's `recipe`
+  /// option): a #te.delayed_scaling / #te.current_scaling attribute, or
+  /// "none" for high precision.
+  std::string recipeOverride;
 };
 
 /// Adds the passes that take imported te IR to `options.stopAfter`. In
