@@ -1,4 +1,5 @@
-//===- LayerChecks.cpp - shape and dtype rules shared by layer verifiers ---===//
+//===- LayerChecks.cpp - shape and dtype rules shared by layer verifiers
+//---===//
 #include "dialects/LayerChecks.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -23,7 +24,9 @@ int64_t mlir::te::leadingDimsProduct(ShapedType type) {
   return product;
 }
 
-static bool isLayerFloat(Type type) { return type.isBF16() || type.isF16() || type.isF32(); }
+static bool isLayerFloat(Type type) {
+  return type.isBF16() || type.isF16() || type.isF32();
+}
 
 LogicalResult LayerChecker::floatTensor(Value value, StringRef name,
                                         int64_t minRank) {
@@ -36,8 +39,7 @@ LogicalResult LayerChecker::floatTensor(Value value, StringRef name,
                        << ", got " << type;
   if (llvm::is_contained(type.getShape(), 0))
     return emitError() << "'" << name
-                       << "' must not have a zero-size dimension, got "
-                       << type;
+                       << "' must not have a zero-size dimension, got " << type;
   Type element = type.getElementType();
   if (!isLayerFloat(element))
     return emitError() << "'" << name

@@ -1,4 +1,5 @@
-//===- LayerChecks.h - shape and dtype rules shared by layer verifiers -*- C++ -*-===//
+//===- LayerChecks.h - shape and dtype rules shared by layer verifiers -*- C++
+//-*-===//
 //
 // Every diagnostic names the operand (by its assembly keyword) and the rule
 // it breaks, so that a user who wrote a spec can find the field to fix.
@@ -41,8 +42,7 @@ public:
   LogicalResult mask(Value value, ArrayRef<int64_t> expected, StringRef rule);
 
   /// When `recipe` is set, each dim must be divisible by its multiple.
-  LogicalResult fp8Dims(FP8RecipeAttrInterface recipe,
-                        ArrayRef<Fp8Dim> dims);
+  LogicalResult fp8Dims(FP8RecipeAttrInterface recipe, ArrayRef<Fp8Dim> dims);
 
   /// Checks normalization parameters: `weightName` is [hidden]; the bias is
   /// required by LayerNorm and not allowed with RMSNorm.

@@ -1,4 +1,5 @@
-//===- TEAttributes.cpp - FP8 recipe attributes and enums ------------------===//
+//===- TEAttributes.cpp - FP8 recipe attributes and enums
+//------------------===//
 #include "dialects/TEDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -44,8 +45,9 @@ FloatType FP8RecipeAttrInterface::getBackwardType() const {
 
 /// Both recipes accept e4m3 and hybrid; like Transformer Engine, neither
 /// runs pure E5M2 (its 2-bit mantissa is too coarse for forward tensors).
-static LogicalResult verifyRecipeFormat(function_ref<InFlightDiagnostic()> emitError,
-                                        Fp8Format format) {
+static LogicalResult
+verifyRecipeFormat(function_ref<InFlightDiagnostic()> emitError,
+                   Fp8Format format) {
   if (format == Fp8Format::E5M2)
     return emitError() << "fp8_format = e5m2 is not a valid recipe format: "
                           "use hybrid (E4M3 forward, E5M2 backward) or e4m3";

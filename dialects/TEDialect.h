@@ -1,4 +1,5 @@
-//===- TEDialect.h - the te dialect: enums, recipes and layer ops -*- C++ -*-===//
+//===- TEDialect.h - the te dialect: enums, recipes and layer ops -*- C++
+//-*-===//
 #ifndef TEJIT_DIALECTS_TEDIALECT_H
 #define TEJIT_DIALECTS_TEDIALECT_H
 

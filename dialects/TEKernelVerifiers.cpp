@@ -1,4 +1,5 @@
-//===- TEKernelVerifiers.cpp - rules of te.fused regions -------------------===//
+//===- TEKernelVerifiers.cpp - rules of te.fused regions
+//-------------------===//
 #include "dialects/TEDialect.h"
 
 using namespace mlir;

@@ -1,4 +1,5 @@
-//===- TEOpVerifiers.cpp - shape, dtype and option rules of layer ops ------===//
+//===- TEOpVerifiers.cpp - shape, dtype and option rules of layer ops
+//------===//
 #include "dialects/LayerChecks.h"
 #include "dialects/TEDialect.h"
 
@@ -89,15 +90,14 @@ LogicalResult LinearOp::verify() {
   int64_t in = shape.back(), out = shapeOf(getWeight())[0];
   if (failed(checker.param(getWeight(), "weight", {out, in},
                            "[out_features, in_features]")) ||
-      failed(checker.optionalParam(getBias(), "bias", {out},
-                                   "[out_features]")) ||
+      failed(
+          checker.optionalParam(getBias(), "bias", {out}, "[out_features]")) ||
       failed(checker.param(getOutput(), "output", withLastDim(shape, out),
                            "[leading dims of 'input', out_features]")))
     return failure();
-  return checker.fp8Dims(getFp8RecipeAttr(),
-                         {tokenDim(getInput()),
-                          {"in_features", in, 16},
-                          {"out_features", out, 16}});
+  return checker.fp8Dims(getFp8RecipeAttr(), {tokenDim(getInput()),
+                                              {"in_features", in, 16},
+                                              {"out_features", out, 16}});
 }
 
 LogicalResult LayerNormLinearOp::verify() {
@@ -107,22 +107,21 @@ LogicalResult LayerNormLinearOp::verify() {
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
   int64_t in = shape.back(), out = shapeOf(getWeight())[0];
-  if (failed(checker.normParams(getNormalization(), getLnWeight(),
-                                getLnBias(), "ln_weight", "ln_bias", in)) ||
+  if (failed(checker.normParams(getNormalization(), getLnWeight(), getLnBias(),
+                                "ln_weight", "ln_bias", in)) ||
       failed(checker.param(getWeight(), "weight", {out, in},
                            "[out_features, in_features]")) ||
-      failed(checker.optionalParam(getBias(), "bias", {out},
-                                   "[out_features]")) ||
+      failed(
+          checker.optionalParam(getBias(), "bias", {out}, "[out_features]")) ||
       failed(checker.param(getOutput(), "output", withLastDim(shape, out),
                            "[leading dims of 'input', out_features]")) ||
-      failed(verifyLnOutput(checker, getReturnLayernormOutput(),
-                            getLnOutput(), shape)) ||
+      failed(verifyLnOutput(checker, getReturnLayernormOutput(), getLnOutput(),
+                            shape)) ||
       failed(verifyEps(checker, "eps", getEps().convertToDouble())))
     return failure();
-  return checker.fp8Dims(getFp8RecipeAttr(),
-                         {tokenDim(getInput()),
-                          {"in_features", in, 16},
-                          {"out_features", out, 16}});
+  return checker.fp8Dims(getFp8RecipeAttr(), {tokenDim(getInput()),
+                                              {"in_features", in, 16},
+                                              {"out_features", out, 16}});
 }
 
 LogicalResult LayerNormMLPOp::verify() {
@@ -131,22 +130,21 @@ LogicalResult LayerNormMLPOp::verify() {
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
   int64_t hidden = shape.back();
-  if (failed(checker.normParams(getNormalization(), getLnWeight(),
-                                getLnBias(), "ln_weight", "ln_bias", hidden)))
+  if (failed(checker.normParams(getNormalization(), getLnWeight(), getLnBias(),
+                                "ln_weight", "ln_bias", hidden)))
     return failure();
   FailureOr<int64_t> ffn =
       checker.mlpParams(getActivation(), getFc1Weight(), getFc1Bias(),
                         getFc2Weight(), getFc2Bias(), hidden);
   if (failed(ffn) ||
       failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
-      failed(verifyLnOutput(checker, getReturnLayernormOutput(),
-                            getLnOutput(), shape)) ||
+      failed(verifyLnOutput(checker, getReturnLayernormOutput(), getLnOutput(),
+                            shape)) ||
       failed(verifyEps(checker, "eps", getEps().convertToDouble())))
     return failure();
-  return checker.fp8Dims(getFp8RecipeAttr(),
-                         {tokenDim(getInput()),
-                          {"hidden_size", hidden, 16},
-                          {"ffn_hidden_size", *ffn, 16}});
+  return checker.fp8Dims(getFp8RecipeAttr(), {tokenDim(getInput()),
+                                              {"hidden_size", hidden, 16},
+                                              {"ffn_hidden_size", *ffn, 16}});
 }
 
 //===----------------------------------------------------------------------===//
@@ -154,7 +152,8 @@ LogicalResult LayerNormMLPOp::verify() {
 //===----------------------------------------------------------------------===//
 
 static bool maskTypeNeedsMask(AttnMaskType type) {
-  return type == AttnMaskType::padding || type == AttnMaskType::padding_causal ||
+  return type == AttnMaskType::padding ||
+         type == AttnMaskType::padding_causal ||
          type == AttnMaskType::padding_causal_bottom_right ||
          type == AttnMaskType::arbitrary;
 }
@@ -176,7 +175,8 @@ static LogicalResult verifyMask(LayerChecker &checker, StringRef typeName,
   ArrayRef<int64_t> shape = shapeOf(mask);
   int64_t b = shape.size() == 4 && shape[0] == 1 ? 1 : batch;
   int64_t h = shape.size() == 4 && shape[1] == 1 ? 1 : heads;
-  return checker.mask(mask, {b, h, seqQ, seqKV}, "[b or 1, heads or 1, s_q, s_kv]");
+  return checker.mask(mask, {b, h, seqQ, seqKV},
+                      "[b or 1, heads or 1, s_q, s_kv]");
 }
 
 /// Positions of the sequence and batch dims for a layout.
@@ -318,7 +318,8 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
   if (block.rotary) {
     auto type = cast<RankedTensorType>(block.rotary.getType());
     SmallVector<int64_t> expected = {seq, 1, 1, headDim};
-    if (!type.getElementType().isF32() || type.getShape() != ArrayRef<int64_t>(expected))
+    if (!type.getElementType().isF32() ||
+        type.getShape() != ArrayRef<int64_t>(expected))
       return checker.emitError()
              << "'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] "
                 "= "
@@ -328,11 +329,11 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
       return checker.emitError()
              << "'rotary_pos_emb' needs an even kv_channels, got " << headDim;
   }
-  fp8Dims.append({tokenDim(block.input),
-                  {"hidden_size", hidden, 16},
-                  {"the QKV width ((heads + 2 * gqa_groups) * kv_channels)",
-                   qkvRows, 16},
-                  {"num_attention_heads * kv_channels", projIn, 16}});
+  fp8Dims.append(
+      {tokenDim(block.input),
+       {"hidden_size", hidden, 16},
+       {"the QKV width ((heads + 2 * gqa_groups) * kv_channels)", qkvRows, 16},
+       {"num_attention_heads * kv_channels", projIn, 16}});
   return success();
 }
 
@@ -345,17 +346,21 @@ LogicalResult MultiheadAttentionOp::verify() {
     return emitOpError() << "'ln_bias' needs 'ln_weight' (input "
                             "normalization is on when 'ln_weight' is given)";
   if (getLnWeight() &&
-      failed(checker.normParams(getNormalization(), getLnWeight(),
-                                getLnBias(), "ln_weight", "ln_bias",
-                                shape.back())))
+      failed(checker.normParams(getNormalization(), getLnWeight(), getLnBias(),
+                                "ln_weight", "ln_bias", shape.back())))
     return failure();
-  AttentionBlock block{getInput(),          getQkvWeight(),
-                       getQkvBias(),        getProjWeight(),
-                       getProjBias(),       getAttentionMask(),
-                       getRotaryPosEmb(),   getNumAttentionHeadsAttr().getInt(),
+  AttentionBlock block{getInput(),
+                       getQkvWeight(),
+                       getQkvBias(),
+                       getProjWeight(),
+                       getProjBias(),
+                       getAttentionMask(),
+                       getRotaryPosEmb(),
+                       getNumAttentionHeadsAttr().getInt(),
                        signedValue(getNumGqaGroupsAttr()),
                        signedValue(getKvChannelsAttr()),
-                       getAttnMaskType(),   getQkvFormat(),
+                       getAttnMaskType(),
+                       getQkvFormat(),
                        getAttentionDropout().convertToDouble()};
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
@@ -376,20 +381,25 @@ LogicalResult TransformerLayerOp::verify() {
                                 getAttnLnBias(), "attn_ln_weight",
                                 "attn_ln_bias", hidden)))
     return failure();
-  AttentionBlock block{getInput(),          getQkvWeight(),
-                       getQkvBias(),        getProjWeight(),
-                       getProjBias(),       getAttentionMask(),
-                       getRotaryPosEmb(),   getNumAttentionHeadsAttr().getInt(),
+  AttentionBlock block{getInput(),
+                       getQkvWeight(),
+                       getQkvBias(),
+                       getProjWeight(),
+                       getProjBias(),
+                       getAttentionMask(),
+                       getRotaryPosEmb(),
+                       getNumAttentionHeadsAttr().getInt(),
                        signedValue(getNumGqaGroupsAttr()),
                        signedValue(getKvChannelsAttr()),
-                       getSelfAttnMaskType(), getAttnInputFormat(),
+                       getSelfAttnMaskType(),
+                       getAttnInputFormat(),
                        getAttentionDropout().convertToDouble()};
   block.maskTypeName = "self_attn_mask_type";
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(checker.normParams(getNormalization(), getMlpLnWeight(),
-                                getMlpLnBias(), "mlp_ln_weight",
-                                "mlp_ln_bias", hidden)))
+                                getMlpLnBias(), "mlp_ln_weight", "mlp_ln_bias",
+                                hidden)))
     return failure();
   FailureOr<int64_t> ffn =
       checker.mlpParams(getActivation(), getFc1Weight(), getFc1Bias(),

@@ -1,4 +1,5 @@
-//===- TEOps.cpp - te layer op definitions and derived sizes ---------------===//
+//===- TEOps.cpp - te layer op definitions and derived sizes
+//---------------===//
 #include "dialects/TEDialect.h"
 
 #include "mlir/IR/Builders.h"

@@ -1,4 +1,5 @@
-//===- TEPrimitiveVerifiers.cpp - shape rules of primitive te ops ----------===//
+//===- TEPrimitiveVerifiers.cpp - shape rules of primitive te ops
+//----------===//
 //
 // Primitive ops are produced by passes rather than written by users, so
 // these checks guard the passes: each message still names the operand.
@@ -76,9 +77,8 @@ LogicalResult SliceOp::verify() {
     return emitOpError() << "'output' must match 'input' in all dims but the "
                             "last";
   if (offset < 0 || offset + out.back() > in.back())
-    return emitOpError() << "slice [" << offset << ", "
-                         << offset + out.back() << ") is outside the last dim ("
-                         << in.back() << ")";
+    return emitOpError() << "slice [" << offset << ", " << offset + out.back()
+                         << ") is outside the last dim (" << in.back() << ")";
   return success();
 }
 
@@ -113,9 +113,9 @@ static FailureOr<int64_t> activationWidth(Operation *op, Activation activation,
   if (!isGatedActivation(activation))
     return inputWidth;
   if (inputWidth % 2 != 0)
-    return op->emitOpError() << "gated activation "
-                             << stringifyActivation(activation)
-                             << " needs an even last dim, got " << inputWidth;
+    return op->emitOpError()
+           << "gated activation " << stringifyActivation(activation)
+           << " needs an even last dim, got " << inputWidth;
   return inputWidth / 2;
 }
 
@@ -131,9 +131,8 @@ LogicalResult ActivationOp::verify() {
 LogicalResult ActivationGradOp::verify() {
   FailureOr<int64_t> width =
       activationWidth(*this, getActivation(), shapeOf(getInput()).back());
-  if (failed(width) ||
-      failed(expectType(*this, getGrad(), "grad",
-                        withLastDim(getInput(), *width))))
+  if (failed(width) || failed(expectType(*this, getGrad(), "grad",
+                                         withLastDim(getInput(), *width))))
     return failure();
   return expectType(*this, getOutput(), "output", getInput().getType());
 }
@@ -178,20 +177,19 @@ LogicalResult MatmulOp::verify() {
   int64_t m = getTransposeA() ? a[1] : a[0], k = getTransposeA() ? a[0] : a[1];
   int64_t kb = getTransposeB() ? b[1] : b[0], n = getTransposeB() ? b[0] : b[1];
   if (k != kb)
-    return emitOpError() << "contracting dims differ: " << k << " (a) vs "
-                         << kb << " (b)";
+    return emitOpError() << "contracting dims differ: " << k << " (a) vs " << kb
+                         << " (b)";
   ArrayRef<int64_t> out = shapeOf(getOutput());
   if (out.size() != 2 || out[0] != m || out[1] != n)
-    return emitOpError() << "'output' must be [" << m << ", " << n
-                         << "], got " << getOutput().getType();
+    return emitOpError() << "'output' must be [" << m << ", " << n << "], got "
+                         << getOutput().getType();
   return success();
 }
 
 /// Norm parameters are vectors of the input's width and dtype.
 static LogicalResult verifyNormParam(Operation *op, Value input, Value param,
                                      StringRef name) {
-  return expectType(op, param, name,
-                    withShape(input, {shapeOf(input).back()}));
+  return expectType(op, param, name, withShape(input, {shapeOf(input).back()}));
 }
 
 LogicalResult LayerNormFwdOp::verify() {
@@ -228,13 +226,12 @@ LogicalResult RMSNormFwdOp::verify() {
 LogicalResult RMSNormBwdOp::verify() {
   if (failed(verifyNormParam(*this, getInput(), getGamma(), "gamma")) ||
       failed(expectType(*this, getGrad(), "grad", getInput().getType())) ||
-      failed(expectType(*this, getRsigma(), "rsigma",
-                        rowStatsType(getInput()))) ||
+      failed(
+          expectType(*this, getRsigma(), "rsigma", rowStatsType(getInput()))) ||
       failed(expectType(*this, getInputGrad(), "input_grad",
                         getInput().getType())))
     return failure();
-  return expectType(*this, getGammaGrad(), "gamma_grad",
-                    getGamma().getType());
+  return expectType(*this, getGammaGrad(), "gamma_grad", getGamma().getType());
 }
 
 LogicalResult RotaryOp::verify() {
@@ -244,8 +241,8 @@ LogicalResult RotaryOp::verify() {
                             "even d, got "
                          << getInput().getType();
   int64_t seq = in[getQkvFormat() == QkvFormat::sbhd ? 0 : 1];
-  auto freqsType = RankedTensorType::get({seq, 1, 1, in[3]},
-                                         Float32Type::get(getContext()));
+  auto freqsType =
+      RankedTensorType::get({seq, 1, 1, in[3]}, Float32Type::get(getContext()));
   if (failed(expectType(*this, getFreqs(), "freqs", freqsType)))
     return failure();
   return expectType(*this, getOutput(), "output", getInput().getType());
@@ -266,9 +263,8 @@ verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
       q[2] % k[2] != 0)
     return op->emitOpError() << "key/value must share query's batch and head "
                                 "dim, with query heads a multiple of theirs";
-  if (rngState &&
-      failed(expectType(op, rngState, "rng_state",
-                        rngStateType(op->getContext()))))
+  if (rngState && failed(expectType(op, rngState, "rng_state",
+                                    rngStateType(op->getContext()))))
     return failure();
   return SmallVector<int64_t>{q[batchDim], q[2], q[seqDim]};
 }
@@ -279,8 +275,9 @@ LogicalResult AttentionOp::verify() {
   if (failed(stats) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())))
     return failure();
-  return expectType(*this, getSoftmaxLse(), "softmax_lse",
-                    RankedTensorType::get(*stats, Float32Type::get(getContext())));
+  return expectType(
+      *this, getSoftmaxLse(), "softmax_lse",
+      RankedTensorType::get(*stats, Float32Type::get(getContext())));
 }
 
 LogicalResult AttentionBwdOp::verify() {
@@ -289,9 +286,9 @@ LogicalResult AttentionBwdOp::verify() {
   if (failed(stats) ||
       failed(expectType(*this, getGrad(), "grad", getQuery().getType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())) ||
-      failed(expectType(*this, getSoftmaxLse(), "softmax_lse",
-                        RankedTensorType::get(
-                            *stats, Float32Type::get(getContext())))) ||
+      failed(expectType(
+          *this, getSoftmaxLse(), "softmax_lse",
+          RankedTensorType::get(*stats, Float32Type::get(getContext())))) ||
       failed(expectType(*this, getQueryGrad(), "query_grad",
                         getQuery().getType())) ||
       failed(expectType(*this, getKeyGrad(), "key_grad", getKey().getType())))

@@ -1,4 +1,5 @@
-//===- TEQuantizedVerifiers.cpp - rules of the FP8 quantization ops --------===//
+//===- TEQuantizedVerifiers.cpp - rules of the FP8 quantization ops
+//--------===//
 #include "dialects/TEDialect.h"
 
 using namespace mlir;
@@ -23,8 +24,8 @@ static LogicalResult expectSlot(Operation *op, Value value, StringRef name) {
 
 static LogicalResult expectFp8Type(Operation *op, Type type) {
   if (!isFp8(type))
-    return op->emitOpError() << "'fp8_type' must be f8E4M3FN or f8E5M2, got "
-                             << type;
+    return op->emitOpError()
+           << "'fp8_type' must be f8E4M3FN or f8E5M2, got " << type;
   return success();
 }
 
@@ -91,7 +92,8 @@ LogicalResult DelayedScalingUpdateOp::verify() {
     return emitOpError() << "'amaxes' must be an f32 vector, got " << amaxes;
   int64_t slots = amaxes.getDimSize(0);
   int64_t length = getRecipe().getAmaxHistoryLen();
-  auto history = RankedTensorType::get({length, slots}, amaxes.getElementType());
+  auto history =
+      RankedTensorType::get({length, slots}, amaxes.getElementType());
   if (getAmaxHistory().getType() != history ||
       getNewAmaxHistory().getType() != history)
     return emitOpError() << "'amax_history' must be " << history

@@ -1,4 +1,5 @@
-//===- te-opt.cpp - parse, verify, transform and print te IR ---------------===//
+//===- te-opt.cpp - parse, verify, transform and print te IR
+//---------------===//
 #include "compiler/passes/Passes.h"
 #include "dialects/TEDialect.h"
 

@@ -1,4 +1,5 @@
-//===- Autodiff.cpp - te-autodiff: backward functions of forward ones ------===//
+//===- Autodiff.cpp - te-autodiff: backward functions of forward ones
+//------===//
 //
 // Reverse-mode differentiation over the primitive ops of one block: ops are
 // visited last to first, and each adds its operands' gradient contributions.
@@ -53,8 +54,7 @@ private:
   void matmulGrads(MatmulOp op, Value grad);
   void attentionGrads(AttentionOp op, Value grad);
 
-  template <typename OpT, typename... Args>
-  OpT create(Args &&...args) {
+  template <typename OpT, typename... Args> OpT create(Args &&...args) {
     return builder.create<OpT>(forwardLoc, std::forward<Args>(args)...);
   }
 
@@ -79,10 +79,10 @@ Value Differentiator::available(Value value) {
     return copy;
   Value copy;
   if (auto arg = dyn_cast<BlockArgument>(value)) {
-    copy = addArgument(value.getType(),
-                       builder.getNamedAttr("te.forward_arg",
-                                            builder.getI64IntegerAttr(
-                                                arg.getArgNumber())));
+    copy = addArgument(
+        value.getType(),
+        builder.getNamedAttr("te.forward_arg",
+                             builder.getI64IntegerAttr(arg.getArgNumber())));
   } else if (isa<ReshapeOp, SliceOp, TransposeOp>(value.getDefiningOp())) {
     // Views cost nothing to recompute; saving them would cost memory.
     IRMapping operands;
@@ -120,10 +120,9 @@ Value Differentiator::takeGrad(Value value) {
   SmallVector<Value> pieces;
   for (auto &part : parts)
     pieces.push_back(part.second);
-  Value joined =
-      pieces.size() == 1
-          ? pieces.front()
-          : create<ConcatOp>(value.getType(), pieces).getResult();
+  Value joined = pieces.size() == 1
+                     ? pieces.front()
+                     : create<ConcatOp>(value.getType(), pieces).getResult();
   return grad ? create<AddOp>(grad.getType(), grad, joined).getResult()
               : joined;
 }
@@ -156,7 +155,8 @@ void Differentiator::matmulGrads(MatmulOp op, Value grad) {
 }
 
 void Differentiator::attentionGrads(AttentionOp op, Value grad) {
-  Value mask = op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
+  Value mask =
+      op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
   Value rng = op.getRngState() ? available(op.getRngState()) : Value();
   SmallVector<Value> operands = {grad,
                                  available(op.getQuery()),
@@ -172,10 +172,10 @@ void Differentiator::attentionGrads(AttentionOp op, Value grad) {
   attrs.set("operandSegmentSizes",
             builder.getDenseI32ArrayAttr(
                 {1, 1, 1, 1, 1, 1, mask ? 1 : 0, rng ? 1 : 0}));
-  auto bwd = create<AttentionBwdOp>(
-      TypeRange{op.getQuery().getType(), op.getKey().getType(),
-                op.getValue().getType()},
-      operands, attrs.getAttrs());
+  auto bwd = create<AttentionBwdOp>(TypeRange{op.getQuery().getType(),
+                                              op.getKey().getType(),
+                                              op.getValue().getType()},
+                                    operands, attrs.getAttrs());
   addGrad(op.getQuery(), bwd.getQueryGrad());
   addGrad(op.getKey(), bwd.getKeyGrad());
   addGrad(op.getValue(), bwd.getValueGrad());
@@ -221,8 +221,7 @@ LogicalResult Differentiator::differentiate(Operation *op) {
       })
       .Case([&](BiasAddOp op) {
         addGrad(op.getInput(), grad);
-        addGrad(op.getBias(),
-                create<BiasGradOp>(op.getBias().getType(), grad));
+        addGrad(op.getBias(), create<BiasGradOp>(op.getBias().getType(), grad));
         return success();
       })
       .Case([&](ActivationOp op) {
@@ -294,9 +293,10 @@ LogicalResult Differentiator::run() {
       continue;
     std::string gradName =
         "grad." + name(forward.getResAttrsAttr(), index, "result");
-    addGrad(result, addArgument(result.getType(),
-                                builder.getNamedAttr(
-                                    "te.name", builder.getStringAttr(gradName))));
+    addGrad(result,
+            addArgument(result.getType(),
+                        builder.getNamedAttr("te.name",
+                                             builder.getStringAttr(gradName))));
   }
   for (Operation &op : llvm::reverse(forward.front().without_terminator()))
     if (failed(differentiate(&op)))
@@ -314,13 +314,13 @@ LogicalResult Differentiator::run() {
     resultAttrs.push_back(DictionaryAttr::get(
         context,
         {builder.getNamedAttr("te.name", builder.getStringAttr(gradName)),
-         builder.getNamedAttr("te.grad_of", builder.getI64IntegerAttr(
-                                                arg.getArgNumber()))}));
+         builder.getNamedAttr("te.grad_of",
+                              builder.getI64IntegerAttr(arg.getArgNumber()))}));
   }
   builder.create<func::ReturnOp>(forward.getLoc(), inputGrads);
-  backward.setType(FunctionType::get(
-      context, backward.front().getArgumentTypes(),
-      ValueRange(inputGrads).getTypes()));
+  backward.setType(FunctionType::get(context,
+                                     backward.front().getArgumentTypes(),
+                                     ValueRange(inputGrads).getTypes()));
   backward.setAllArgAttrs(backwardArgAttrs);
   backward.setAllResultAttrs(resultAttrs);
 
@@ -330,8 +330,8 @@ LogicalResult Differentiator::run() {
   SmallVector<Type> resultTypes(forward.getResultTypes());
   for (Value value : saved)
     resultTypes.push_back(value.getType());
-  forward.setType(FunctionType::get(context, forward.getArgumentTypes(),
-                                    resultTypes));
+  forward.setType(
+      FunctionType::get(context, forward.getArgumentTypes(), resultTypes));
   for (auto [index, value] : llvm::enumerate(saved))
     forward.setResultAttr(firstSaved + index, "te.name",
                           builder.getStringAttr("saved." + Twine(index)));

@@ -1,4 +1,5 @@
-//===- Decompose.cpp - te-decompose: layer ops into primitive ops ----------===//
+//===- Decompose.cpp - te-decompose: layer ops into primitive ops
+//----------===//
 //
 // Each layer op becomes the primitive ops of its Transformer Engine
 // definition. Activations are flattened to [tokens, features] once, so that
@@ -24,7 +25,11 @@ using namespace mlir::te;
 namespace {
 /// Dropout sites of one layer op; the stream of site `s` of the n-th layer
 /// op is 16 * n + s (the interpreter's convention, DropoutRng.h).
-enum DropoutSite : int64_t { kAttention = 0, kAfterAttention = 1, kAfterMlp = 2 };
+enum DropoutSite : int64_t {
+  kAttention = 0,
+  kAfterAttention = 1,
+  kAfterMlp = 2
+};
 
 /// The self-attention block's parameters and options, whichever layer op
 /// carries them.
@@ -63,8 +68,8 @@ public:
 
   /// `x W^T + b` on tokens, in FP8 under the layer's recipe.
   Value linear(Value x, Value weight, Value bias) {
-    auto type = RankedTensorType::get(
-        {shapeOf(x)[0], shapeOf(weight)[0]}, elementOf(x));
+    auto type = RankedTensorType::get({shapeOf(x)[0], shapeOf(weight)[0]},
+                                      elementOf(x));
     auto matmul = builder.create<MatmulOp>(
         loc, type, x, weight, /*transpose_a=*/nullptr, builder.getUnitAttr(),
         recipe, GemmRoleAttr::get(ctx(), GemmRole::fprop));
@@ -73,10 +78,10 @@ public:
     return builder.create<BiasAddOp>(loc, type, matmul, bias);
   }
 
-  Value norm(Normalization kind, Value x, Value gamma, Value beta,
-             APFloat eps, bool zeroCentered) {
-    auto stats = RankedTensorType::get(shapeOf(x).drop_back(),
-                                       builder.getF32Type());
+  Value norm(Normalization kind, Value x, Value gamma, Value beta, APFloat eps,
+             bool zeroCentered) {
+    auto stats =
+        RankedTensorType::get(shapeOf(x).drop_back(), builder.getF32Type());
     FloatAttr epsAttr = builder.getF64FloatAttr(eps.convertToDouble());
     UnitAttr zeroCenteredAttr = zeroCentered ? builder.getUnitAttr() : nullptr;
     if (kind == Normalization::LayerNorm)
@@ -94,8 +99,8 @@ public:
   Value mlp(Value x, Activation activation, Value fc1Weight, Value fc1Bias,
             Value fc2Weight, Value fc2Bias) {
     Value hidden = linear(x, fc1Weight, fc1Bias);
-    auto actType = RankedTensorType::get(
-        {shapeOf(x)[0], shapeOf(fc2Weight)[1]}, elementOf(x));
+    auto actType = RankedTensorType::get({shapeOf(x)[0], shapeOf(fc2Weight)[1]},
+                                         elementOf(x));
     Value activated = builder.create<ActivationOp>(
         loc, actType, hidden, ActivationAttr::get(ctx(), activation));
     return linear(activated, fc2Weight, fc2Bias);
@@ -160,10 +165,10 @@ public:
     auto heads = [&](int64_t offset, int64_t count) {
       auto sliceType = RankedTensorType::get(
           {shapeOf(qkv)[0], count * params.headDim}, elementOf(x));
-      Value slice = builder.create<SliceOp>(
-          loc, sliceType, qkv, builder.getI64IntegerAttr(offset));
-      return reshape(slice, {inputShape[0], inputShape[1], count,
-                             params.headDim});
+      Value slice = builder.create<SliceOp>(loc, sliceType, qkv,
+                                            builder.getI64IntegerAttr(offset));
+      return reshape(slice,
+                     {inputShape[0], inputShape[1], count, params.headDim});
     };
     Value query = heads(0, params.heads);
     Value key = heads(qWidth, params.kvHeads);
@@ -175,12 +180,11 @@ public:
       key = builder.create<RotaryOp>(loc, key.getType(), key, params.rotary,
                                      formatAttr, nullptr);
     }
-    Value context =
-        attention(query, key, value, params.mask, params.maskType,
-                  params.format, 1.0 / std::sqrt(double(params.headDim)),
-                  params.dropout);
-    return linear(reshape(context, {shapeOf(x)[0], qWidth}),
-                  params.projWeight, params.projBias);
+    Value context = attention(
+        query, key, value, params.mask, params.maskType, params.format,
+        1.0 / std::sqrt(double(params.headDim)), params.dropout);
+    return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
+                  params.projBias);
   }
 
   MLIRContext *ctx() { return builder.getContext(); }
@@ -211,8 +215,8 @@ Value restoreShape(LayerLowering &lower, Value y, Value like) {
 }
 
 SmallVector<Value> lowerLayer(LinearOp op, LayerLowering &lower) {
-  Value y = lower.linear(lower.tokens(op.getInput()), op.getWeight(),
-                         op.getBias());
+  Value y =
+      lower.linear(lower.tokens(op.getInput()), op.getWeight(), op.getBias());
   return {restoreShape(lower, y, op.getInput())};
 }
 
@@ -257,10 +261,10 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
   double headDim = double(LayerLowering::shapeOf(op.getQuery())[3]);
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
-  Value context = lower.attention(
-      op.getQuery(), op.getKey(), op.getValue(), op.getAttentionMask(),
-      op.getAttnMaskType(), op.getQkvFormat(), scale,
-      op.getAttentionDropout().convertToDouble());
+  Value context = lower.attention(op.getQuery(), op.getKey(), op.getValue(),
+                                  op.getAttentionMask(), op.getAttnMaskType(),
+                                  op.getQkvFormat(), scale,
+                                  op.getAttentionDropout().convertToDouble());
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 
@@ -349,8 +353,8 @@ struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
       SmallVector<Value> results =
           TypeSwitch<Operation *, SmallVector<Value>>(layer)
               .Case<LinearOp, LayerNormOp, RMSNormOp, LayerNormLinearOp,
-                    LayerNormMLPOp, DotProductAttentionOp,
-                    MultiheadAttentionOp, TransformerLayerOp>(
+                    LayerNormMLPOp, DotProductAttentionOp, MultiheadAttentionOp,
+                    TransformerLayerOp>(
                   [&](auto op) { return lowerLayer(op, lowering); });
       layer->replaceAllUsesWith(results);
       layer->erase();
@@ -362,11 +366,10 @@ struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
     OpBuilder builder(function.getContext());
     unsigned index = function.getNumArguments();
     auto type = RankedTensorType::get({2}, builder.getI64Type());
-    function.insertArgument(
-        index, type,
-        builder.getDictionaryAttr(builder.getNamedAttr(
-            "te.name", builder.getStringAttr("rng_state"))),
-        function.getLoc());
+    function.insertArgument(index, type,
+                            builder.getDictionaryAttr(builder.getNamedAttr(
+                                "te.name", builder.getStringAttr("rng_state"))),
+                            function.getLoc());
     return function.getArgument(index);
   }
 };

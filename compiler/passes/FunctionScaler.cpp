@@ -15,11 +15,10 @@ FunctionScaler::FunctionScaler(func::FuncOp function, StringRef metaPrefix)
 
 Value FunctionScaler::addArgument(Type type, StringRef name) {
   unsigned index = function.getNumArguments();
-  function.insertArgument(
-      index, type,
-      builder.getDictionaryAttr(
-          builder.getNamedAttr("te.name", builder.getStringAttr(name))),
-      function.getLoc());
+  function.insertArgument(index, type,
+                          builder.getDictionaryAttr(builder.getNamedAttr(
+                              "te.name", builder.getStringAttr(name))),
+                          function.getLoc());
   return function.getArgument(index);
 }
 
@@ -35,14 +34,14 @@ FunctionScaler::MetaGroup &FunctionScaler::metaGroup(DelayedScalingAttr recipe,
     prefix += "." + std::to_string(groups.size());
   MLIRContext *context = function.getContext();
   MetaGroup group{recipe, fp8Type, {}, {}, {}, {}, {}, {}};
-  group.scale = cast<BlockArgument>(
-      addArgument(slotType(context), prefix + ".scale"));
+  group.scale =
+      cast<BlockArgument>(addArgument(slotType(context), prefix + ".scale"));
   group.scaleInv = cast<BlockArgument>(
       addArgument(slotType(context), prefix + ".scale_inv"));
-  group.history = cast<BlockArgument>(addArgument(
-      RankedTensorType::get({recipe.getAmaxHistoryLen(), 1},
-                            Float32Type::get(context)),
-      prefix + ".amax_history"));
+  group.history = cast<BlockArgument>(
+      addArgument(RankedTensorType::get({recipe.getAmaxHistoryLen(), 1},
+                                        Float32Type::get(context)),
+                  prefix + ".amax_history"));
   return groups.insert({key, group}).first->second;
 }
 
@@ -66,16 +65,15 @@ Fp8Value FunctionScaler::quantize(Value value, FP8RecipeAttrInterface recipe,
     MetaGroup &group = metaGroup(delayed, fp8Type);
     int64_t index = group.amaxes.size();
     Value scale = slot(group.scale, index, loc);
-    auto quantized = builder.create<QuantizeOp>(loc, fp8TensorType,
-                                                slotType(context), value, scale);
+    auto quantized = builder.create<QuantizeOp>(
+        loc, fp8TensorType, slotType(context), value, scale);
     group.amaxes.push_back(quantized.getAmax());
     result = {quantized.getOutput(), slot(group.scaleInv, index, loc)};
   } else {
     auto current = cast<CurrentScalingAttr>(recipe);
     Value amax = builder.create<AmaxOp>(loc, slotType(context), value);
     auto scales = builder.create<ComputeScaleOp>(
-        loc, slotType(context), slotType(context), amax,
-        TypeAttr::get(fp8Type),
+        loc, slotType(context), slotType(context), amax, TypeAttr::get(fp8Type),
         current.getPower_2Scale() ? builder.getUnitAttr() : nullptr);
     auto quantized = builder.create<QuantizeOp>(
         loc, fp8TensorType, slotType(context), value, scales.getScale());
@@ -92,8 +90,8 @@ Fp8Value FunctionScaler::transpose(Fp8Value value) {
   auto type = cast<RankedTensorType>(value.data.getType());
   auto transposedType = RankedTensorType::get(
       {type.getDimSize(1), type.getDimSize(0)}, type.getElementType());
-  Value data = builder.create<TransposeOp>(value.data.getLoc(),
-                                           transposedType, value.data);
+  Value data = builder.create<TransposeOp>(value.data.getLoc(), transposedType,
+                                           value.data);
   Fp8Value result{data, value.scaleInv};
   transposed[value.data] = result;
   return result;
@@ -108,8 +106,9 @@ void FunctionScaler::addResult(Value value, StringRef name,
       index, value.getType(),
       builder.getDictionaryAttr(
           {builder.getNamedAttr("te.name", builder.getStringAttr(name)),
-           builder.getNamedAttr("te.updates_arg", builder.getI64IntegerAttr(
-                                                      updates.getArgNumber()))}));
+           builder.getNamedAttr(
+               "te.updates_arg",
+               builder.getI64IntegerAttr(updates.getArgNumber()))}));
 }
 
 void FunctionScaler::finish() {
@@ -120,23 +119,25 @@ void FunctionScaler::finish() {
         RankedTensorType::get({slots}, Float32Type::get(function.getContext()));
     group.scale.setType(vectorType);
     group.scaleInv.setType(vectorType);
-    group.history.setType(RankedTensorType::get(
-        {group.recipe.getAmaxHistoryLen(), slots}, vectorType.getElementType()));
+    group.history.setType(
+        RankedTensorType::get({group.recipe.getAmaxHistoryLen(), slots},
+                              vectorType.getElementType()));
 
     builder.setInsertionPoint(returnOp);
     Location loc = function.getLoc();
-    Value amaxes = slots == 1 ? group.amaxes.front()
-                              : builder.create<ConcatOp>(loc, vectorType,
-                                                         group.amaxes);
+    Value amaxes =
+        slots == 1 ? group.amaxes.front()
+                   : builder.create<ConcatOp>(loc, vectorType, group.amaxes);
     if (group.recipe.getReduceAmax())
       amaxes = builder.create<AmaxAllReduceOp>(loc, amaxes);
     auto update = builder.create<DelayedScalingUpdateOp>(
         loc, group.history.getType(), vectorType, vectorType, group.history,
         group.scale, amaxes, group.recipe, TypeAttr::get(group.fp8Type));
-    StringRef prefix = function.getArgAttrOfType<StringAttr>(
-                                   group.scale.getArgNumber(), "te.name")
-                           .getValue()
-                           .drop_back(strlen(".scale"));
+    StringRef prefix =
+        function
+            .getArgAttrOfType<StringAttr>(group.scale.getArgNumber(), "te.name")
+            .getValue()
+            .drop_back(strlen(".scale"));
     addResult(update.getNewAmaxHistory(), (prefix + ".amax_history").str(),
               group.history);
     addResult(update.getNewScale(), (prefix + ".scale").str(), group.scale);

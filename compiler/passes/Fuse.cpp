@@ -1,4 +1,5 @@
-//===- Fuse.cpp - te-fuse: primitive ops into kernel regions ---------------===//
+//===- Fuse.cpp - te-fuse: primitive ops into kernel regions
+//---------------===//
 //
 // Patterns grow groups from an anchor op along its uses; a group becomes a
 // te.fused region placed where its last op was. Each pattern claims ops, so
@@ -22,8 +23,7 @@ using namespace mlir::te;
 namespace {
 
 /// The user of `value` of type OpT that reads it as operand `index`, if any.
-template <typename OpT>
-OpT userOf(Value value, unsigned index = 0) {
+template <typename OpT> OpT userOf(Value value, unsigned index = 0) {
   for (OpOperand &use : value.getUses())
     if (auto user = dyn_cast<OpT>(use.getOwner()))
       if (use.getOperandNumber() == index)
@@ -83,7 +83,8 @@ bool Fuser::isLegal(ArrayRef<Operation *> ops) {
     if (at <= first || at >= last || members.contains(&op))
       continue;
     for (Value operand : op.getOperands())
-      if (Operation *def = operand.getDefiningOp(); def && members.contains(def))
+      if (Operation *def = operand.getDefiningOp();
+          def && members.contains(def))
         return false;
   }
   return true;

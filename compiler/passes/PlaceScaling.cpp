@@ -1,4 +1,5 @@
-//===- PlaceScaling.cpp - te-place-scaling: FP8 GEMMs with TE's scaling ----===//
+//===- PlaceScaling.cpp - te-place-scaling: FP8 GEMMs with TE's scaling
+//----===//
 //
 // Forward functions first: their GEMMs' operands are cast to the forward FP8
 // format. Then each backward function: the gradient operand of dgrad/wgrad
@@ -69,8 +70,8 @@ LogicalResult replaceByScaled(MatmulOp matmul, Fp8Value a, Fp8Value b) {
   OpBuilder builder(matmul);
   bool fprop = !matmul.getRole() || *matmul.getRole() == GemmRole::fprop;
   Value scaled = builder.create<ScaledMatmulOp>(
-      matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv,
-      b.scaleInv, fprop ? builder.getUnitAttr() : nullptr);
+      matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv, b.scaleInv,
+      fprop ? builder.getUnitAttr() : nullptr);
   matmul.replaceAllUsesWith(scaled);
   matmul.erase();
   return success();
@@ -82,7 +83,8 @@ Value forwardValueOf(Value value, func::FuncOp forward) {
   if (auto arg = dyn_cast<BlockArgument>(value)) {
     auto backward = cast<func::FuncOp>(arg.getOwner()->getParentOp());
     unsigned index = arg.getArgNumber();
-    if (auto attr = backward.getArgAttrOfType<IntegerAttr>(index, "te.forward_arg"))
+    if (auto attr =
+            backward.getArgAttrOfType<IntegerAttr>(index, "te.forward_arg"))
       return forward.getArgument(attr.getInt());
     if (auto attr =
             backward.getArgAttrOfType<IntegerAttr>(index, "te.forward_result"))
@@ -106,7 +108,8 @@ Value forwardValueOf(Value value, func::FuncOp forward) {
 class BackwardScaler {
 public:
   BackwardScaler(func::FuncOp backward, ForwardState &forward)
-      : backward(backward), forward(forward), scaler(backward, "fp8_meta.bwd") {}
+      : backward(backward), forward(forward), scaler(backward, "fp8_meta.bwd") {
+  }
 
   LogicalResult scale(MatmulOp matmul, FP8RecipeAttrInterface recipe);
   void finish() {
@@ -133,10 +136,10 @@ Value BackwardScaler::save(Value value) {
   unsigned result = function.getNumResults();
   OpBuilder builder(function.getContext());
   returnOp.getOperandsMutable().append(value);
-  function.insertResult(result, value.getType(),
-                        builder.getDictionaryAttr(builder.getNamedAttr(
-                            "te.name", builder.getStringAttr(
-                                           "saved.fp8." + Twine(result)))));
+  function.insertResult(
+      result, value.getType(),
+      builder.getDictionaryAttr(builder.getNamedAttr(
+          "te.name", builder.getStringAttr("saved.fp8." + Twine(result)))));
   unsigned index = backward.getNumArguments();
   backward.insertArgument(
       index, value.getType(),
@@ -153,8 +156,8 @@ LogicalResult BackwardScaler::scale(MatmulOp matmul,
            << "in a backward function must be a dgrad or wgrad GEMM";
   // dgrad (dY W) and wgrad (dY^T X): operand a is the output gradient,
   // operand b the forward tensor.
-  Fp8Value gradient = scaler.quantize(matmul.getA(), recipe,
-                                      recipe.getBackwardType(), matmul);
+  Fp8Value gradient =
+      scaler.quantize(matmul.getA(), recipe, recipe.getBackwardType(), matmul);
   Value source = forwardValueOf(matmul.getB(), forward.function);
   auto it = source ? forward.operands.find(source) : forward.operands.end();
   if (it == forward.operands.end())
@@ -162,8 +165,8 @@ LogicalResult BackwardScaler::scale(MatmulOp matmul,
            << "reads a forward tensor that no FP8 forward GEMM quantized";
   Fp8Value saved = kMajor(forward.scaler, it->second, !matmul.getTransposeB());
   Fp8Value b{save(saved.data), save(saved.scaleInv)};
-  return replaceByScaled(
-      matmul, kMajor(scaler, gradient, matmul.getTransposeA()), b);
+  return replaceByScaled(matmul,
+                         kMajor(scaler, gradient, matmul.getTransposeA()), b);
 }
 
 /// Erases ops whose results nobody reads: views that fed replaced GEMMs.
@@ -188,8 +191,10 @@ void BackwardScaler::pruneSavedValues() {
     auto name = result ? function.getResultAttrOfType<StringAttr>(
                              result.getInt(), "te.name")
                        : StringAttr();
-    bool forwardArg = backward.getArgAttr(arg.getArgNumber(), "te.forward_arg") != nullptr;
-    if (!arg.use_empty() || !(forwardArg || (name && name.getValue().starts_with("saved."))))
+    bool forwardArg =
+        backward.getArgAttr(arg.getArgNumber(), "te.forward_arg") != nullptr;
+    if (!arg.use_empty() ||
+        !(forwardArg || (name && name.getValue().starts_with("saved."))))
       continue;
     deadArgs.set(arg.getArgNumber());
     if (result)

@@ -1,4 +1,5 @@
-//===- Stats.cpp - what a compiled function costs to run -------------------===//
+//===- Stats.cpp - what a compiled function costs to run
+//-------------------===//
 #include "compiler/passes/Stats.h"
 #include "compiler/passes/PlanMemory.h"
 #include "dialects/TEDialect.h"
@@ -36,12 +37,11 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       ++stats.attentions;
   });
   for (Operation &op : function.front()) {
-    bool libraryCall = isa<MatmulOp, ScaledMatmulOp, AttentionOp,
-                           AttentionBwdOp>(op);
+    bool libraryCall =
+        isa<MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp>(op);
     if (auto fused = dyn_cast<FusedOp>(op))
       libraryCall = fused.getKind() == "gemm";
-    if (!libraryCall && !isa<ReshapeOp, func::ReturnOp>(op) &&
-        !isSlotRead(&op))
+    if (!libraryCall && !isa<ReshapeOp, func::ReturnOp>(op) && !isSlotRead(&op))
       ++stats.kernels;
   }
   for (unsigned i = 0; i < function.getNumResults(); ++i)
@@ -57,20 +57,19 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
 
 LogicalResult tejit::printStats(ModuleOp module, llvm::raw_ostream &os) {
   os << llvm::format("%-28s %8s %6s %9s %10s %12s %12s\n",
-                     (const char *)"function",
-                     (const char *)"kernels", (const char *)"GEMMs",
-                     (const char *)"FP8 GEMMs", (const char *)"attention",
-                     (const char *)"arena MiB", (const char *)"saved MiB");
+                     (const char *)"function", (const char *)"kernels",
+                     (const char *)"GEMMs", (const char *)"FP8 GEMMs",
+                     (const char *)"attention", (const char *)"arena MiB",
+                     (const char *)"saved MiB");
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<FunctionStats> stats = computeStats(function);
     if (failed(stats))
       return failure();
-    os << llvm::format("%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f\n",
-                       stats->name.c_str(), (long long)stats->kernels,
-                       (long long)stats->gemms, (long long)stats->fp8Gemms,
-                       (long long)stats->attentions,
-                       stats->arenaBytes / 1048576.0,
-                       stats->savedBytes / 1048576.0);
+    os << llvm::format(
+        "%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f\n", stats->name.c_str(),
+        (long long)stats->kernels, (long long)stats->gemms,
+        (long long)stats->fp8Gemms, (long long)stats->attentions,
+        stats->arenaBytes / 1048576.0, stats->savedBytes / 1048576.0);
   }
   return success();
 }

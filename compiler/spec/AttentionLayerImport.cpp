@@ -1,4 +1,5 @@
-//===- AttentionLayerImport.cpp - spec layers with attention ---------------===//
+//===- AttentionLayerImport.cpp - spec layers with attention
+//---------------===//
 //
 // DotProductAttention, MultiheadAttention and TransformerLayer. Keys and
 // parameter names follow Transformer Engine's constructor arguments and
@@ -54,10 +55,10 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
               "only be the first layer of a spec";
   int64_t kvHeads = groups->value_or(*heads);
   LayerOpParts parts;
-  parts.add(ctx.state.addInput("query", headsType(ctx, *heads, *headDim),
-                               ctx.loc()));
-  parts.add(ctx.state.addInput("key", headsType(ctx, kvHeads, *headDim),
-                               ctx.loc()));
+  parts.add(
+      ctx.state.addInput("query", headsType(ctx, *heads, *headDim), ctx.loc()));
+  parts.add(
+      ctx.state.addInput("key", headsType(ctx, kvHeads, *headDim), ctx.loc()));
   parts.add(ctx.state.addInput("value", headsType(ctx, kvHeads, *headDim),
                                ctx.loc()));
   parts.addOptional(ctx.attentionMask(*maskType));
@@ -81,8 +82,7 @@ struct AttentionOptions {
   bool bias, rotary;
   QkvFormat format;
 
-  static FailureOr<AttentionOptions> read(LayerContext &ctx,
-                                          StringRef maskKey,
+  static FailureOr<AttentionOptions> read(LayerContext &ctx, StringRef maskKey,
                                           StringRef formatKey) {
     SpecMap &layer = ctx.layer;
     FailureOr<int64_t> heads = layer.requirePositive("num_attention_heads");
@@ -97,8 +97,8 @@ struct AttentionOptions {
     FailureOr<bool> rotary = layer.getBool("rotary_pos_emb", false);
     FailureOr<QkvFormat> format = ctx.readFormat(formatKey);
     if (failed(heads) || failed(groups) || failed(kvChannels) ||
-        failed(maskType) || failed(dropout) || failed(bias) ||
-        failed(rotary) || failed(format))
+        failed(maskType) || failed(dropout) || failed(bias) || failed(rotary) ||
+        failed(format))
       return failure();
     return AttentionOptions{*heads,   *groups, *kvChannels, *maskType,
                             *dropout, *bias,   *rotary,     *format};
@@ -144,8 +144,8 @@ struct AttentionOptions {
     return success();
   }
 
-  void addAttributes(LayerContext &ctx, LayerOpParts &parts,
-                     StringRef maskName, StringRef formatName) const {
+  void addAttributes(LayerContext &ctx, LayerOpParts &parts, StringRef maskName,
+                     StringRef formatName) const {
     parts.set("num_attention_heads", ctx.i64(heads));
     parts.set("num_gqa_groups", ctx.i64(groups));
     parts.set("kv_channels", ctx.i64(kvChannels));
@@ -231,8 +231,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   FailureOr<std::optional<std::string>> layerType =
       layer.getChoice("layer_type", {"encoder", "decoder"});
   FailureOr<BlockNormOptions> norm = BlockNormOptions::read(ctx);
-  FailureOr<AttentionOptions> attention = AttentionOptions::read(
-      ctx, "self_attn_mask_type", "attn_input_format");
+  FailureOr<AttentionOptions> attention =
+      AttentionOptions::read(ctx, "self_attn_mask_type", "attn_input_format");
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
       failed(hiddenDropout) || failed(activation) || failed(postLnResidual) ||
       failed(layerType) || failed(norm) || failed(attention))
@@ -248,8 +248,7 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   LayerOpParts parts;
   parts.add(*input);
   norm->addParams(ctx, parts, "self_attention.layernorm_qkv", *hidden);
-  attention->addProjections(ctx, parts, *hidden,
-                            "self_attention.layernorm_qkv",
+  attention->addProjections(ctx, parts, *hidden, "self_attention.layernorm_qkv",
                             "self_attention.proj");
   norm->addParams(ctx, parts, "layernorm_mlp", *hidden);
   parts.add(ctx.param("layernorm_mlp.fc1_weight", {fc1Rows, *hidden}));

@@ -1,4 +1,5 @@
-//===- DenseLayerImport.cpp - spec layers without attention ----------------===//
+//===- DenseLayerImport.cpp - spec layers without attention
+//----------------===//
 //
 // Linear, LayerNorm, RMSNorm, LayerNormLinear and LayerNormMLP. Keys and
 // parameter names follow Transformer Engine's constructor arguments and
@@ -34,8 +35,8 @@ FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
   parts.add(ctx.param("weight", {*out, *in}));
   parts.addOptional(ctx.param("bias", {*out}, *bias));
   parts.set("fp8_recipe", ctx.recipe);
-  return ctx.build(LinearOp::getOperationName(), parts,
-                   withWidth(*input, *out), /*segmented=*/false);
+  return ctx.build(LinearOp::getOperationName(), parts, withWidth(*input, *out),
+                   /*segmented=*/false);
 }
 
 /// LayerNorm and RMSNorm share their keys; only LayerNorm has a bias.
@@ -150,6 +151,6 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   parts.addOptional(ctx.param("fc2_bias", {*hidden}, *bias));
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
   parts.set("fp8_recipe", ctx.recipe);
-  return ctx.build(LayerNormMLPOp::getOperationName(), parts,
-                   input->getType(), /*segmented=*/true, norm->returnOutput);
+  return ctx.build(LayerNormMLPOp::getOperationName(), parts, input->getType(),
+                   /*segmented=*/true, norm->returnOutput);
 }

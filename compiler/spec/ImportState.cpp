@@ -1,4 +1,5 @@
-//===- ImportState.cpp - the function a layer spec is imported into --------===//
+//===- ImportState.cpp - the function a layer spec is imported into
+//--------===//
 #include "compiler/spec/ImportState.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -84,11 +85,9 @@ RankedTensorType ImportState::activationType(int64_t width) const {
   return RankedTensorType::get({batchSize, seqLength, width}, dtype);
 }
 
-FailureOr<Operation *> ImportState::createLayerOp(StringRef opName,
-                                                  Location loc,
-                                                  LayerOpParts &parts,
-                                                  TypeRange resultTypes,
-                                                  bool segmented) {
+FailureOr<Operation *>
+ImportState::createLayerOp(StringRef opName, Location loc, LayerOpParts &parts,
+                           TypeRange resultTypes, bool segmented) {
   OperationState state(loc, opName);
   state.addOperands(parts.operands);
   state.addTypes(resultTypes);
@@ -113,8 +112,8 @@ OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
   for (auto &[name, value] : results)
     values.push_back(value);
   builder.create<func::ReturnOp>(loc, values);
-  function.setType(builder.getFunctionType(
-      function.front().getArgumentTypes(), ValueRange(values).getTypes()));
+  function.setType(builder.getFunctionType(function.front().getArgumentTypes(),
+                                           ValueRange(values).getTypes()));
   for (auto [index, name] : llvm::enumerate(argNames)) {
     function.setArgAttr(index, "te.name", builder.getStringAttr(name));
     if (argIsParam[index])
@@ -134,9 +133,9 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
   FailureOr<SpecMap> map = SpecMap::get(node, locations, "recipe");
   if (failed(map))
     return failure();
-  FailureOr<std::optional<std::string>> type = map->getChoice(
-      "type", {"DelayedScaling", "Float8CurrentScaling", "delayed_scaling",
-               "current_scaling"});
+  FailureOr<std::optional<std::string>> type =
+      map->getChoice("type", {"DelayedScaling", "Float8CurrentScaling",
+                              "delayed_scaling", "current_scaling"});
   if (failed(type))
     return failure();
   if (!*type) {
@@ -159,9 +158,9 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
            << "'fp8_format' E5M2 is not a valid recipe format (as in "
               "Transformer Engine): use HYBRID (E4M3 forward, E5M2 backward) "
               "or E4M3";
-  Fp8Format format = symbolizeFp8Format(
-                         StringRef(formatName->value_or("HYBRID")).lower())
-                         .value();
+  Fp8Format format =
+      symbolizeFp8Format(StringRef(formatName->value_or("HYBRID")).lower())
+          .value();
   MLIRContext *context = locations.getContext();
   auto emitRecipeError = [&] { return emitError(map->loc()); };
 
@@ -169,8 +168,8 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
     FailureOr<bool> power2 = map->getBool("power_2_scale", false);
     if (failed(map->finish()) || failed(power2))
       return failure();
-    CurrentScalingAttr attr =
-        CurrentScalingAttr::getChecked(emitRecipeError, context, format, *power2);
+    CurrentScalingAttr attr = CurrentScalingAttr::getChecked(
+        emitRecipeError, context, format, *power2);
     if (!attr)
       return failure();
     return cast<FP8RecipeAttrInterface>(attr);

@@ -1,4 +1,5 @@
-//===- ImportState.h - the function a layer spec is imported into -*- C++ -*-===//
+//===- ImportState.h - the function a layer spec is imported into -*- C++
+//-*-===//
 #ifndef TEJIT_COMPILER_SPEC_IMPORTSTATE_H
 #define TEJIT_COMPILER_SPEC_IMPORTSTATE_H
 
@@ -61,9 +62,8 @@ public:
 
   /// Creates a layer op; fails when the op does not verify.
   mlir::FailureOr<mlir::Operation *>
-  createLayerOp(llvm::StringRef opName, mlir::Location loc,
-                LayerOpParts &parts, mlir::TypeRange resultTypes,
-                bool segmented);
+  createLayerOp(llvm::StringRef opName, mlir::Location loc, LayerOpParts &parts,
+                mlir::TypeRange resultTypes, bool segmented);
 
   /// Adds a named function result after those added so far, or before them
   /// with `first` (the spec's `output` leads, as a layer's output leads the

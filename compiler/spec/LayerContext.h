@@ -1,4 +1,5 @@
-//===- LayerContext.h - what a layer importer reads and builds with -*- C++ -*-===//
+//===- LayerContext.h - what a layer importer reads and builds with -*- C++
+//-*-===//
 #ifndef TEJIT_COMPILER_SPEC_LAYERCONTEXT_H
 #define TEJIT_COMPILER_SPEC_LAYERCONTEXT_H
 
@@ -45,8 +46,7 @@ struct LayerContext {
   /// result. With `lnOutput`, the op's second result becomes a function
   /// result named `<layer>.ln_output`.
   mlir::FailureOr<mlir::Value> build(llvm::StringRef opName,
-                                     LayerOpParts &parts,
-                                     mlir::Type outputType,
+                                     LayerOpParts &parts, mlir::Type outputType,
                                      bool segmented, bool lnOutput = false);
 
   /// Typed attribute helpers.

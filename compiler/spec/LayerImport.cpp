@@ -1,4 +1,5 @@
-//===- LayerImport.cpp - spec layers: dispatch and shared field readers ----===//
+//===- LayerImport.cpp - spec layers: dispatch and shared field readers
+//----===//
 #include "compiler/spec/LayerImport.h"
 #include "compiler/spec/LayerContext.h"
 
@@ -24,8 +25,7 @@ static const LayerKind kLayerKinds[] = {
     {"RMSNorm", "rmsnorm", importRMSNorm},
     {"LayerNormLinear", "layernorm_linear", importLayerNormLinear},
     {"LayerNormMLP", "layernorm_mlp", importLayerNormMLP},
-    {"DotProductAttention", "dot_product_attention",
-     importDotProductAttention},
+    {"DotProductAttention", "dot_product_attention", importDotProductAttention},
     {"MultiheadAttention", "multihead_attention", importMultiheadAttention},
     {"TransformerLayer", "transformer_layer", importTransformerLayer},
 };
@@ -41,8 +41,8 @@ ArrayRef<StringRef> tejit::spec::getLayerTypeNames() {
 }
 
 FailureOr<Value> tejit::spec::importLayer(ImportState &state,
-                                          const SpecNode &node,
-                                          unsigned index, Value input,
+                                          const SpecNode &node, unsigned index,
+                                          Value input,
                                           FP8RecipeAttrInterface defaultRecipe,
                                           const SpecLocations &locations) {
   FailureOr<SpecMap> layer = SpecMap::get(node, locations, "a layer");

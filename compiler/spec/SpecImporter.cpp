@@ -1,4 +1,5 @@
-//===- SpecImporter.cpp - layer specs (YAML/JSON) into te IR ---------------===//
+//===- SpecImporter.cpp - layer specs (YAML/JSON) into te IR
+//---------------===//
 #include "compiler/spec/SpecImporter.h"
 #include "compiler/spec/ImportState.h"
 #include "compiler/spec/LayerImport.h"
@@ -21,7 +22,8 @@ bool tejit::isLayerSpecPath(StringRef path) {
 static bool isIdentifier(StringRef name) {
   if (name.empty() || !(llvm::isAlpha(name[0]) || name[0] == '_'))
     return false;
-  return llvm::all_of(name, [](char c) { return llvm::isAlnum(c) || c == '_'; });
+  return llvm::all_of(name,
+                      [](char c) { return llvm::isAlnum(c) || c == '_'; });
 }
 
 /// The function name when the spec gives none: the file's stem, made an
@@ -37,9 +39,9 @@ static std::string defaultFunctionName(StringRef bufferName) {
 }
 
 static FailureOr<Type> readDtype(SpecMap &spec, MLIRContext *context) {
-  FailureOr<std::optional<std::string>> name = spec.getChoice(
-      "params_dtype",
-      {"bf16", "fp16", "fp32", "bfloat16", "float16", "float32"});
+  FailureOr<std::optional<std::string>> name =
+      spec.getChoice("params_dtype", {"bf16", "fp16", "fp32", "bfloat16",
+                                      "float16", "float32"});
   if (failed(name))
     return failure();
   StringRef dtype = name->value_or("bf16");
@@ -51,9 +53,9 @@ static FailureOr<Type> readDtype(SpecMap &spec, MLIRContext *context) {
 }
 
 /// Reads the top-level keys into `state` and returns the layer list.
-static FailureOr<const SpecNode *> readTopLevel(SpecMap &spec,
-                                                ImportState &state,
-                                                FP8RecipeAttrInterface &recipe) {
+static FailureOr<const SpecNode *>
+readTopLevel(SpecMap &spec, ImportState &state,
+             FP8RecipeAttrInterface &recipe) {
   FailureOr<Type> dtype = readDtype(spec, state.getContext());
   FailureOr<int64_t> seq = spec.requirePositive("seq_length");
   FailureOr<int64_t> batch = spec.requirePositive("batch_size");
@@ -101,9 +103,8 @@ OwningOpRef<ModuleOp> tejit::importLayerSpec(llvm::SourceMgr &sourceMgr,
   if (failed(spec))
     return nullptr;
 
-  StringRef bufferName =
-      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
-          ->getBufferIdentifier();
+  StringRef bufferName = sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
+                             ->getBufferIdentifier();
   FailureOr<std::optional<std::string>> name = spec->getString("name");
   if (failed(name))
     return nullptr;

@@ -1,4 +1,5 @@
-//===- SpecMap.cpp - typed, located reads of one spec mapping --------------===//
+//===- SpecMap.cpp - typed, located reads of one spec mapping
+//--------------===//
 #include "compiler/spec/SpecMap.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -10,7 +11,8 @@ using namespace tejit::spec;
 using llvm::StringRef;
 
 std::optional<StringRef>
-tejit::spec::closestMatch(StringRef word, llvm::ArrayRef<StringRef> candidates) {
+tejit::spec::closestMatch(StringRef word,
+                          llvm::ArrayRef<StringRef> candidates) {
   std::string lower = word.lower();
   std::optional<StringRef> best;
   unsigned bestDistance = ~0u;
@@ -84,8 +86,7 @@ InFlightDiagnostic SpecMap::typeError(StringRef key, StringRef expected,
   return diag;
 }
 
-FailureOr<const SpecNode *> SpecMap::scalar(StringRef key,
-                                            StringRef expected) {
+FailureOr<const SpecNode *> SpecMap::scalar(StringRef key, StringRef expected) {
   const SpecNode *value = getNode(key);
   if (!value || value->isNull())
     return static_cast<const SpecNode *>(nullptr);

@@ -1,4 +1,5 @@
-//===- SpecTree.cpp - a layer spec's YAML/JSON document as a small tree ----===//
+//===- SpecTree.cpp - a layer spec's YAML/JSON document as a small tree
+//----===//
 #include "compiler/spec/SpecTree.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
@@ -125,8 +126,9 @@ private:
     for (llvm::yaml::KeyValueNode &entry : *map) {
       auto *key = dyn_cast_or_null<llvm::yaml::ScalarNode>(entry.getKey());
       if (!key) {
-        llvm::SMLoc loc = entry.getKey() ? entry.getKey()->getSourceRange().Start
-                                         : entry.getSourceRange().Start;
+        llvm::SMLoc loc = entry.getKey()
+                              ? entry.getKey()->getSourceRange().Start
+                              : entry.getSourceRange().Start;
         emitError(locations.get(flowStart(loc)))
             << "mapping keys must be plain strings";
         return nullptr;

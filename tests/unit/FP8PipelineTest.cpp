@@ -1,4 +1,5 @@
-//===- FP8PipelineTest.cpp - FP8 training steps against high precision -----===//
+//===- FP8PipelineTest.cpp - FP8 training steps against high precision
+//-----===//
 //
 // Each spec is compiled twice: to primitive ops with backward functions in
 // high precision (the reference), and through the whole pipeline (FP8 GEMMs
@@ -45,7 +46,8 @@ public:
         named[resultName(forward, i)] = results[i];
     if (!backward)
       return named;
-    std::vector<Tensor> grads = call(backward, backwardArgs(args, results, outputGrads));
+    std::vector<Tensor> grads =
+        call(backward, backwardArgs(args, results, outputGrads));
     update(backward, grads);
     for (unsigned i = 0; i < backward.getNumResults(); ++i)
       named[resultName(backward, i)] = grads[i];
@@ -81,7 +83,8 @@ private:
   }
 
   void update(func::FuncOp function, const std::vector<Tensor> &results) {
-    for (unsigned i = 0; i < results.size() && i < function.getNumResults(); ++i)
+    for (unsigned i = 0; i < results.size() && i < function.getNumResults();
+         ++i)
       if (function.getResultAttr(i, "te.updates_arg"))
         state[resultName(function, i)] = results[i];
   }
@@ -106,7 +109,8 @@ private:
     std::vector<Tensor> args;
     size_t nextGrad = 0;
     for (unsigned i = 0; i < backward.getNumArguments(); ++i) {
-      if (auto arg = backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
+      if (auto arg =
+              backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
         args.push_back(forwardArgs[arg.getInt()]);
       else if (auto result = backward.getArgAttrOfType<IntegerAttr>(
                    i, "te.forward_result"))
@@ -139,7 +143,8 @@ batch_size: 4
 recipe: {type: DelayedScaling, fp8_format: HYBRID, amax_history_len: 4}
 layers:
   - {type: Linear, in_features: 64, out_features: 48}
-)", 0.06, 0.12},
+)",
+     0.06, 0.12},
     {"mlp_delayed_e4m3_most_recent", R"(
 seq_length: 8
 batch_size: 4
@@ -147,7 +152,8 @@ recipe: {type: DelayedScaling, fp8_format: E4M3, amax_compute_algo: most_recent,
 layers:
   - {type: LayerNormMLP, hidden_size: 32, ffn_hidden_size: 64}
   - {type: LayerNormLinear, in_features: 32, out_features: 16, normalization: RMSNorm}
-)", 0.1, 0.25},
+)",
+     0.1, 0.25},
     {"transformer_current_scaling", R"(
 seq_length: 16
 batch_size: 2
@@ -155,7 +161,8 @@ recipe: {type: Float8CurrentScaling}
 layers:
   - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 64,
      num_attention_heads: 2, hidden_dropout: 0.1, attention_dropout: 0.1}
-)", 0.1, 0.3},
+)",
+     0.1, 0.3},
     {"llama_current_power2", R"(
 seq_length: 16
 batch_size: 2
@@ -165,7 +172,8 @@ layers:
      num_attention_heads: 4, num_gqa_groups: 2, normalization: RMSNorm,
      activation: swiglu, bias: false, hidden_dropout: 0.0,
      attention_dropout: 0.0, rotary_pos_emb: true}
-)", 0.1, 0.3},
+)",
+     0.1, 0.3},
 };
 
 class Fp8Pipeline : public ::testing::TestWithParam<Fp8Case> {
@@ -221,8 +229,9 @@ TEST_P(Fp8Pipeline, TrainingStepsStayWithinFp8Error) {
       continue; // Saved values differ by design (FP8 copies).
     ASSERT_TRUE(actual.count(name)) << name;
     double error = normRelativeError(actual[name], tensor);
-    double bound = StringRef(name).starts_with("grad.") ? GetParam().gradBound
-                                                        : GetParam().outputBound;
+    double bound = StringRef(name).starts_with("grad.")
+                       ? GetParam().gradBound
+                       : GetParam().outputBound;
     EXPECT_LT(error, bound) << name;
     if (getenv("TEJIT_PRINT_ERRORS"))
       llvm::errs() << GetParam().name << " " << name << " " << error << "\n";
@@ -254,7 +263,6 @@ TEST_P(Fp8Pipeline, FusionChangesNoValue) {
   ASSERT_EQ(actual.size(), expected.size());
   for (auto &[name, tensor] : expected)
     EXPECT_EQ(actual[name].data, tensor.data) << name;
-
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, Fp8Pipeline, ::testing::ValuesIn(kCases),

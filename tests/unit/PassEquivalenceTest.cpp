@@ -1,4 +1,5 @@
-//===- PassEquivalenceTest.cpp - passes keep the meaning of te IR ----------===//
+//===- PassEquivalenceTest.cpp - passes keep the meaning of te IR
+//----------===//
 //
 // Each example spec (and a few variants) is imported, run through the
 // reference interpreter at the layer level, decomposed and run again: the
@@ -93,17 +94,18 @@ double relativeError(const Tensor &a, const Tensor &b) {
 
 class PassEquivalence : public ::testing::TestWithParam<std::string> {
 protected:
-  PassEquivalence() : handler(&context, [](Diagnostic &diag) {
-      ADD_FAILURE() << diag.str();
-      return success();
-    }) {
+  PassEquivalence()
+      : handler(&context, [](Diagnostic &diag) {
+          ADD_FAILURE() << diag.str();
+          return success();
+        }) {
     context.loadDialect<te::TEDialect, func::FuncDialect>();
   }
 
   OwningOpRef<ModuleOp> importSpec(StringRef text, StringRef name) {
     llvm::SourceMgr sourceMgr;
-    sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(text, name),
-                                 llvm::SMLoc());
+    sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBufferCopy(text, name), llvm::SMLoc());
     return tejit::importLayerSpec(sourceMgr, &context);
   }
 
@@ -112,8 +114,8 @@ protected:
     for (const auto &[variant, text] : kVariants)
       if (name == variant)
         return importSpec(text, (name + ".yaml").str());
-    auto buffer = llvm::MemoryBuffer::getFile(
-        std::string(TEJIT_EXAMPLES_DIR) + "/" + name.str());
+    auto buffer = llvm::MemoryBuffer::getFile(std::string(TEJIT_EXAMPLES_DIR) +
+                                              "/" + name.str());
     EXPECT_TRUE(bool(buffer)) << name.str();
     return importSpec((*buffer)->getBuffer(), name);
   }
@@ -237,8 +239,8 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
   for (unsigned i = 0; i < backward.getNumArguments(); ++i) {
     if (auto arg = backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
       backwardArgs.push_back(args[arg.getInt()]);
-    else if (auto result = backward.getArgAttrOfType<IntegerAttr>(
-                 i, "te.forward_result"))
+    else if (auto result =
+                 backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_result"))
       backwardArgs.push_back(forwardResults[result.getInt()]);
     else {
       outputGrads.push_back(tejit::interp::randomTensor(
@@ -267,28 +269,24 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
       arg.data[element] = saved;
       double numeric = (plus - minus) / (2 * step);
       double analytic = grads[r].data[element];
-      EXPECT_NEAR(analytic, numeric,
-                  1e-5 * std::max(1.0, std::fabs(numeric)))
+      EXPECT_NEAR(analytic, numeric, 1e-5 * std::max(1.0, std::fabs(numeric)))
           << "d output / d arg " << argIndex << "[" << element << "]";
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Examples, PassEquivalence,
-                         ::testing::Values("quickstart_small.yaml",
-                                           "llama_small.json",
-                                           "all_layers_small.yaml",
-                                           "attention_small.yaml",
-                                           "transformer_bshd_mqa",
-                                           "transformer_kv_channels_silu",
-                                           "mlp_variants",
-                                           "attention_bshd_causal_bottom_right"),
-                         [](const auto &info) {
-                           std::string name = info.param;
-                           for (char &c : name)
-                             if (!isalnum(static_cast<unsigned char>(c)))
-                               c = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Examples, PassEquivalence,
+    ::testing::Values("quickstart_small.yaml", "llama_small.json",
+                      "all_layers_small.yaml", "attention_small.yaml",
+                      "transformer_bshd_mqa", "transformer_kv_channels_silu",
+                      "mlp_variants", "attention_bshd_causal_bottom_right"),
+    [](const auto &info) {
+      std::string name = info.param;
+      for (char &c : name)
+        if (!isalnum(static_cast<unsigned char>(c)))
+          c = '_';
+      return name;
+    });
 
 } // namespace
