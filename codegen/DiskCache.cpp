@@ -17,6 +17,9 @@ using namespace tejit::codegen;
 namespace fs = llvm::sys::fs;
 
 static constexpr llvm::StringLiteral kEntryExtension = ".tkc";
+static constexpr llvm::StringLiteral kTempPrefix = ".tmp-";
+/// No write takes this long, so an older temp file is a killed writer's.
+static constexpr std::chrono::hours kStaleTempAge(1);
 
 DiskCache::DiskCache(std::string directory, uint64_t maxBytes,
                      CacheWarningHandler warn)
@@ -86,7 +89,7 @@ std::error_code DiskCache::writeAtomically(llvm::StringRef key,
   // Same folder as the entry so that rename is atomic; the pid keeps names of
   // concurrent processes apart even if they share a random seed after fork.
   llvm::SmallString<256> model(directory);
-  llvm::sys::path::append(model, ".tmp-" + key.take_front(16) + "-" +
+  llvm::sys::path::append(model, kTempPrefix + key.take_front(16) + "-" +
                                      llvm::Twine(::getpid()) + "-%%%%%%%%");
   llvm::SmallString<256> tempPath;
   int fd;
@@ -118,12 +121,20 @@ std::vector<DiskCache::Entry> DiskCache::listEntries(uint64_t &total) const {
   std::error_code error;
   for (fs::directory_iterator it(directory, error), end; it != end && !error;
        it.increment(error)) {
-    // Temp files are skipped: they belong to writers still at work.
-    if (llvm::sys::path::extension(it->path()) != kEntryExtension)
+    llvm::StringRef name = llvm::sys::path::filename(it->path());
+    bool isTemp = name.starts_with(kTempPrefix);
+    if (!isTemp && llvm::sys::path::extension(name) != kEntryExtension)
       continue;
     llvm::ErrorOr<fs::basic_file_status> status = it->status();
     if (!status) // Removed by another process since the listing.
       continue;
+    // Temp files belong to writers at work, unless a killed one left them.
+    if (isTemp) {
+      if (std::chrono::system_clock::now() - status->getLastModificationTime() >
+          kStaleTempAge)
+        fs::remove(it->path());
+      continue;
+    }
     total += status->getSize();
     entries.push_back(
         {it->path(), status->getSize(), status->getLastModificationTime()});

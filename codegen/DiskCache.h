@@ -7,7 +7,8 @@
 // or none, never a partial one; when two processes write one key, the last
 // rename wins and both contents are valid. Readers bump the entry's mtime,
 // and after each write the oldest entries (by mtime) are removed until the
-// folder is under its size bound.
+// folder is under its size bound; temp files older than an hour, left by
+// killed writers, go then too.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_CODEGEN_DISKCACHE_H
@@ -56,7 +57,8 @@ private:
     uint64_t size;
     llvm::sys::TimePoint<> lastUse;
   };
-  /// Lists the entries in the folder and sums their sizes into \p total.
+  /// Lists the entries in the folder and sums their sizes into \p total;
+  /// removes stale temp files on the way.
   std::vector<Entry> listEntries(uint64_t &total) const;
   /// Writes \p bytes to a temp file and renames it to \p path.
   std::error_code writeAtomically(llvm::StringRef key, llvm::StringRef path,

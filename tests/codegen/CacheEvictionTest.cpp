@@ -9,6 +9,7 @@
 #include "codegen/CacheEntry.h"
 
 #include <thread>
+#include <unistd.h>
 
 using namespace tejit::codegen;
 using namespace tejit::codegen::testing;
@@ -72,3 +73,28 @@ TEST_F(CacheEvictionTest, OtherFilesAreNotCountedOrRemoved) {
 }
 
 } // namespace
+
+/// Creates \p path with a modification time \p age ago.
+void writeAged(llvm::StringRef path, std::chrono::minutes age) {
+  writeFile(path, "partial");
+  int fd;
+  ASSERT_FALSE(llvm::sys::fs::openFileForWrite(path, fd,
+                                               llvm::sys::fs::CD_OpenExisting));
+  auto when = std::chrono::time_point_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now() - age);
+  EXPECT_FALSE(llvm::sys::fs::setLastAccessAndModificationTime(fd, when));
+  ::close(fd);
+}
+
+TEST_F(CacheEvictionTest, StaleTempFilesOfKilledWritersAreRemoved) {
+  ASSERT_FALSE(llvm::sys::fs::create_directories(cacheDir));
+  std::string stale = cacheDir + "/.tmp-0123456789abcdef-42-abcdefgh";
+  std::string fresh = cacheDir + "/.tmp-0123456789abcdef-43-abcdefgh";
+  writeAged(stale, std::chrono::minutes(61));
+  writeAged(fresh, std::chrono::minutes(59));
+  auto cache = makeCache();
+  get(*cache, kernel('a'));
+  EXPECT_FALSE(llvm::sys::fs::exists(stale));
+  EXPECT_TRUE(llvm::sys::fs::exists(fresh)) << "may be a writer at work";
+  EXPECT_EQ(cache->stats().entriesOnDisk, 1u);
+}
