@@ -30,6 +30,18 @@ TEST_F(KernelCacheTest, SecondLookupIsAMemoryHit) {
   EXPECT_TRUE(warnings.empty());
 }
 
+TEST_F(KernelCacheTest, StatsPrintOneCounterPerLine) {
+  auto cache = makeCache();
+  get(*cache, makeKey("k1"));
+  get(*cache, makeKey("k1"));
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  cache->stats().print(os);
+  EXPECT_EQ(os.str(), "memory hits: 1\ndisk hits: 0\nmisses: 1\n"
+                      "corrupt entries: 0\nevictions: 0\nentries on disk: 1\n"
+                      "bytes on disk: 122\ndisk cache: on\n");
+}
+
 TEST_F(KernelCacheTest, NewProcessHitsTheDisk) {
   KernelCacheKey key = makeKey("k1");
   EXPECT_EQ(get(*makeCache(), key), "bin:k1");
