@@ -13,7 +13,6 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/ThreadPool.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <optional>
