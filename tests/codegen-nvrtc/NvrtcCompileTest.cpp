@@ -14,7 +14,9 @@
 #include "gtest/gtest.h"
 
 #include <cstdlib>
+#include <optional>
 #include <regex>
+#include <thread>
 
 using namespace tejit::codegen;
 using ::testing::HasSubstr;
@@ -296,6 +298,31 @@ TEST_F(Nvrtc, CompileAllReportsEveryFailure) {
   EXPECT_THAT(message, HasSubstr("scale5.cu(7): error"));
   for (int good : {0, 1, 3, 4, 6, 7})
     EXPECT_THAT(message, Not(HasSubstr("'scale" + std::to_string(good))));
+}
+
+TEST_F(Nvrtc, ConcurrentCompileAllCallsDoNotMix) {
+  // The runtime may compile two layers' kernels from two threads at once.
+  auto batch = [](const std::string &prefix) {
+    std::vector<KernelSource> kernels;
+    for (int i = 0; i < 3; ++i) {
+      std::string name = prefix + std::to_string(i);
+      kernels.push_back({name, scaleKernel(name, i), "sm_90a", {}});
+    }
+    return kernels;
+  };
+  std::vector<KernelSource> first = batch("first"), second = batch("second");
+  std::optional<llvm::Expected<std::vector<CompiledKernel>>> a, b;
+  std::thread other([&] { b.emplace(compiler->compileAll(second)); });
+  a.emplace(compiler->compileAll(first));
+  other.join();
+  for (auto *result : {&a, &b})
+    ASSERT_TRUE(static_cast<bool>(**result))
+        << llvm::toString((*result)->takeError());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ((**a)[i].name, "first" + std::to_string(i));
+    EXPECT_EQ((**b)[i].name, "second" + std::to_string(i));
+    EXPECT_THAT((**b)[i].binary, HasSubstr("second" + std::to_string(i)));
+  }
 }
 
 TEST(NvrtcLoad, MissingLibraryIsAClearError) {
