@@ -156,44 +156,13 @@ struct AttentionOptions {
   }
 };
 
-/// LayerNorm/RMSNorm options named as MultiheadAttention and
-/// TransformerLayer name them (`layernorm_epsilon`).
-struct BlockNormOptions {
-  Normalization normalization;
-  double eps;
-  bool zeroCentered;
-
-  static FailureOr<BlockNormOptions> read(LayerContext &ctx) {
-    FailureOr<Normalization> norm = ctx.readNormalization();
-    FailureOr<double> eps = ctx.layer.getFloat("layernorm_epsilon", 1e-5);
-    FailureOr<bool> zeroCentered =
-        ctx.layer.getBool("zero_centered_gamma", false);
-    if (failed(norm) || failed(eps) || failed(zeroCentered))
-      return failure();
-    return BlockNormOptions{*norm, *eps, *zeroCentered};
-  }
-
-  void addParams(LayerContext &ctx, LayerOpParts &parts, StringRef prefix,
-                 int64_t hidden) const {
-    parts.add(ctx.param((prefix + ".layer_norm_weight").str(), {hidden}));
-    parts.addOptional(ctx.param((prefix + ".layer_norm_bias").str(), {hidden},
-                                normalization == Normalization::LayerNorm));
-  }
-
-  void addAttributes(LayerContext &ctx, LayerOpParts &parts) const {
-    parts.set("normalization",
-              NormalizationAttr::get(ctx.context(), normalization));
-    parts.set("layernorm_epsilon", ctx.f64(eps));
-    parts.set("zero_centered_gamma", ctx.flag(zeroCentered));
-  }
-};
 } // namespace
 
 FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
   FailureOr<bool> inputLayernorm = layer.getBool("input_layernorm", false);
-  FailureOr<BlockNormOptions> norm = BlockNormOptions::read(ctx);
+  FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
   FailureOr<AttentionOptions> attention =
       AttentionOptions::read(ctx, "attn_mask_type", "qkv_format");
   if (failed(layer.finish()) || failed(hidden) || failed(inputLayernorm) ||
@@ -205,7 +174,7 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   LayerOpParts parts;
   parts.add(*input);
   if (*inputLayernorm) {
-    norm->addParams(ctx, parts, "layernorm_qkv", *hidden);
+    norm->addParams(ctx, parts, "layernorm_qkv.", *hidden);
   } else {
     parts.addOptional(Value());
     parts.addOptional(Value());
@@ -230,7 +199,7 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
       layer.getBool("apply_residual_connection_post_layernorm", false);
   FailureOr<std::optional<std::string>> layerType =
       layer.getChoice("layer_type", {"encoder", "decoder"});
-  FailureOr<BlockNormOptions> norm = BlockNormOptions::read(ctx);
+  FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
   FailureOr<AttentionOptions> attention =
       AttentionOptions::read(ctx, "self_attn_mask_type", "attn_input_format");
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
@@ -247,10 +216,10 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   int64_t fc1Rows = isGatedActivation(*activation) ? 2 * *ffn : *ffn;
   LayerOpParts parts;
   parts.add(*input);
-  norm->addParams(ctx, parts, "self_attention.layernorm_qkv", *hidden);
+  norm->addParams(ctx, parts, "self_attention.layernorm_qkv.", *hidden);
   attention->addProjections(ctx, parts, *hidden, "self_attention.layernorm_qkv",
                             "self_attention.proj");
-  norm->addParams(ctx, parts, "layernorm_mlp", *hidden);
+  norm->addParams(ctx, parts, "layernorm_mlp.", *hidden);
   parts.add(ctx.param("layernorm_mlp.fc1_weight", {fc1Rows, *hidden}));
   parts.addOptional(
       ctx.param("layernorm_mlp.fc1_bias", {fc1Rows}, attention->bias));

@@ -71,46 +71,25 @@ FailureOr<Value> tejit::spec::importRMSNorm(LayerContext &ctx) {
   return importNorm(ctx, Normalization::RMSNorm);
 }
 
-namespace {
-/// The normalization options of the fused LayerNorm* layers.
-struct FusedNormOptions {
-  Normalization normalization;
-  double eps;
-  bool zeroCentered, returnOutput;
-
-  static FailureOr<FusedNormOptions> read(LayerContext &ctx) {
-    FailureOr<Normalization> norm = ctx.readNormalization();
-    FailureOr<double> eps = ctx.layer.getFloat("eps", 1e-5);
-    FailureOr<bool> zeroCentered =
-        ctx.layer.getBool("zero_centered_gamma", false);
-    FailureOr<bool> returnOutput =
-        ctx.layer.getBool("return_layernorm_output", false);
-    if (failed(norm) || failed(eps) || failed(zeroCentered) ||
-        failed(returnOutput))
-      return failure();
-    return FusedNormOptions{*norm, *eps, *zeroCentered, *returnOutput};
-  }
-
-  /// Adds the norm parameters as operands and the options as attributes.
-  void addTo(LayerContext &ctx, LayerOpParts &parts, int64_t hidden) const {
-    parts.add(ctx.param("layer_norm_weight", {hidden}));
-    parts.addOptional(ctx.param("layer_norm_bias", {hidden},
-                                normalization == Normalization::LayerNorm));
-    parts.set("normalization",
-              NormalizationAttr::get(ctx.context(), normalization));
-    parts.set("eps", ctx.f64(eps));
-    parts.set("zero_centered_gamma", ctx.flag(zeroCentered));
-    parts.set("return_layernorm_output", ctx.flag(returnOutput));
-  }
-};
-} // namespace
+/// Reads the options of a LayerNorm* layer's normalization; adds
+/// `return_layernorm_output`'s value to `returnOutput`.
+static FailureOr<NormOptions> readFusedNorm(LayerContext &ctx,
+                                            bool &returnOutput) {
+  FailureOr<bool> ret = ctx.layer.getBool("return_layernorm_output", false);
+  FailureOr<NormOptions> norm = NormOptions::read(ctx, "eps");
+  if (failed(ret) || failed(norm))
+    return failure();
+  returnOutput = *ret;
+  return norm;
+}
 
 FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> in = layer.requirePositive("in_features");
   FailureOr<int64_t> out = layer.requirePositive("out_features");
   FailureOr<bool> bias = layer.getBool("bias", true);
-  FailureOr<FusedNormOptions> norm = FusedNormOptions::read(ctx);
+  bool returnOutput = false;
+  FailureOr<NormOptions> norm = readFusedNorm(ctx, returnOutput);
   if (failed(layer.finish()) || failed(in) || failed(out) || failed(bias) ||
       failed(norm))
     return failure();
@@ -119,13 +98,14 @@ FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
     return failure();
   LayerOpParts parts;
   parts.add(*input);
-  norm->addTo(ctx, parts, *in);
+  norm->addParams(ctx, parts, "", *in);
   parts.add(ctx.param("weight", {*out, *in}));
   parts.addOptional(ctx.param("bias", {*out}, *bias));
+  norm->addAttributes(ctx, parts);
+  parts.set("return_layernorm_output", ctx.flag(returnOutput));
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(LayerNormLinearOp::getOperationName(), parts,
-                   withWidth(*input, *out), /*segmented=*/true,
-                   norm->returnOutput);
+                   withWidth(*input, *out), /*segmented=*/true, returnOutput);
 }
 
 FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
@@ -134,7 +114,8 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   FailureOr<int64_t> ffn = layer.requirePositive("ffn_hidden_size");
   FailureOr<bool> bias = layer.getBool("bias", true);
   FailureOr<Activation> activation = ctx.readActivation();
-  FailureOr<FusedNormOptions> norm = FusedNormOptions::read(ctx);
+  bool returnOutput = false;
+  FailureOr<NormOptions> norm = readFusedNorm(ctx, returnOutput);
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) || failed(bias) ||
       failed(activation) || failed(norm))
     return failure();
@@ -144,13 +125,15 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   int64_t fc1Rows = isGatedActivation(*activation) ? 2 * *ffn : *ffn;
   LayerOpParts parts;
   parts.add(*input);
-  norm->addTo(ctx, parts, *hidden);
+  norm->addParams(ctx, parts, "", *hidden);
   parts.add(ctx.param("fc1_weight", {fc1Rows, *hidden}));
   parts.addOptional(ctx.param("fc1_bias", {fc1Rows}, *bias));
   parts.add(ctx.param("fc2_weight", {*hidden, *ffn}));
   parts.addOptional(ctx.param("fc2_bias", {*hidden}, *bias));
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
+  norm->addAttributes(ctx, parts);
+  parts.set("return_layernorm_output", ctx.flag(returnOutput));
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(LayerNormMLPOp::getOperationName(), parts, input->getType(),
-                   /*segmented=*/true, norm->returnOutput);
+                   /*segmented=*/true, returnOutput);
 }

@@ -56,6 +56,24 @@ struct LayerContext {
   mlir::UnitAttr flag(bool value);
 };
 
+/// A layer's LayerNorm/RMSNorm options. `epsKey` names eps in the spec and
+/// on the op: "eps" for the LayerNorm* layers, "layernorm_epsilon" for
+/// MultiheadAttention and TransformerLayer, as Transformer Engine names it.
+struct NormOptions {
+  mlir::te::Normalization normalization;
+  double eps;
+  bool zeroCentered;
+  llvm::StringRef epsKey;
+
+  static mlir::FailureOr<NormOptions> read(LayerContext &ctx,
+                                           llvm::StringRef epsKey);
+  /// Adds `<prefix>layer_norm_weight` and, for LayerNorm,
+  /// `<prefix>layer_norm_bias` as operands.
+  void addParams(LayerContext &ctx, LayerOpParts &parts, llvm::StringRef prefix,
+                 int64_t hidden) const;
+  void addAttributes(LayerContext &ctx, LayerOpParts &parts) const;
+};
+
 using LayerImporter = mlir::FailureOr<mlir::Value> (*)(LayerContext &);
 
 mlir::FailureOr<mlir::Value> importLinear(LayerContext &ctx);

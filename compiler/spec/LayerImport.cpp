@@ -189,6 +189,30 @@ FailureOr<Value> LayerContext::build(StringRef opName, LayerOpParts &parts,
   return (*op)->getResult(0);
 }
 
+FailureOr<NormOptions> NormOptions::read(LayerContext &ctx, StringRef epsKey) {
+  FailureOr<Normalization> norm = ctx.readNormalization();
+  FailureOr<double> eps = ctx.layer.getFloat(epsKey, 1e-5);
+  FailureOr<bool> zeroCentered =
+      ctx.layer.getBool("zero_centered_gamma", false);
+  if (failed(norm) || failed(eps) || failed(zeroCentered))
+    return failure();
+  return NormOptions{*norm, *eps, *zeroCentered, epsKey};
+}
+
+void NormOptions::addParams(LayerContext &ctx, LayerOpParts &parts,
+                            StringRef prefix, int64_t hidden) const {
+  parts.add(ctx.param((prefix + "layer_norm_weight").str(), {hidden}));
+  parts.addOptional(ctx.param((prefix + "layer_norm_bias").str(), {hidden},
+                              normalization == Normalization::LayerNorm));
+}
+
+void NormOptions::addAttributes(LayerContext &ctx, LayerOpParts &parts) const {
+  parts.set("normalization",
+            NormalizationAttr::get(ctx.context(), normalization));
+  parts.set(epsKey, ctx.f64(eps));
+  parts.set("zero_centered_gamma", ctx.flag(zeroCentered));
+}
+
 FloatAttr LayerContext::f64(double value) {
   return FloatAttr::get(Float64Type::get(context()), value);
 }

@@ -95,42 +95,52 @@ FailureOr<const SpecNode *> SpecMap::scalar(StringRef key, StringRef expected) {
   return value;
 }
 
-FailureOr<std::optional<int64_t>> SpecMap::getInt(StringRef key) {
-  FailureOr<const SpecNode *> value = scalar(key, "an integer");
+template <typename T>
+FailureOr<std::optional<T>>
+SpecMap::readScalar(StringRef key, StringRef expected,
+                    llvm::function_ref<std::optional<T>(StringRef)> parse) {
+  FailureOr<const SpecNode *> value = scalar(key, expected);
   if (failed(value))
     return failure();
   if (!*value)
-    return std::optional<int64_t>();
-  int64_t result;
-  if ((*value)->quoted || StringRef((*value)->text).getAsInteger(10, result))
-    return typeError(key, "an integer", **value);
-  return std::optional<int64_t>(result);
+    return std::optional<T>();
+  // A quoted value is a string, even when its text would parse.
+  std::optional<T> result =
+      (*value)->quoted ? std::nullopt : parse((*value)->text);
+  if (!result)
+    return typeError(key, expected, **value);
+  return result;
+}
+
+FailureOr<std::optional<int64_t>> SpecMap::getInt(StringRef key) {
+  return readScalar<int64_t>(key, "an integer",
+                             [](StringRef text) -> std::optional<int64_t> {
+                               int64_t result;
+                               if (text.getAsInteger(10, result))
+                                 return std::nullopt;
+                               return result;
+                             });
 }
 
 FailureOr<std::optional<double>> SpecMap::getFloat(StringRef key) {
-  FailureOr<const SpecNode *> value = scalar(key, "a number");
-  if (failed(value))
-    return failure();
-  if (!*value)
-    return std::optional<double>();
-  double result;
-  if ((*value)->quoted || StringRef((*value)->text).getAsDouble(result))
-    return typeError(key, "a number", **value);
-  return std::optional<double>(result);
+  return readScalar<double>(key, "a number",
+                            [](StringRef text) -> std::optional<double> {
+                              double result;
+                              if (text.getAsDouble(result))
+                                return std::nullopt;
+                              return result;
+                            });
 }
 
 FailureOr<std::optional<bool>> SpecMap::getBool(StringRef key) {
-  FailureOr<const SpecNode *> value = scalar(key, "true or false");
-  if (failed(value))
-    return failure();
-  if (!*value)
-    return std::optional<bool>();
-  StringRef text = (*value)->text;
-  if (!(*value)->quoted && text.equals_insensitive("true"))
-    return std::optional<bool>(true);
-  if (!(*value)->quoted && text.equals_insensitive("false"))
-    return std::optional<bool>(false);
-  return typeError(key, "true or false", **value);
+  return readScalar<bool>(key, "true or false",
+                          [](StringRef text) -> std::optional<bool> {
+                            if (text.equals_insensitive("true"))
+                              return true;
+                            if (text.equals_insensitive("false"))
+                              return false;
+                            return std::nullopt;
+                          });
 }
 
 FailureOr<std::optional<std::string>> SpecMap::getString(StringRef key) {

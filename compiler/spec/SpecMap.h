@@ -6,6 +6,7 @@
 #include "compiler/spec/SpecTree.h"
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
@@ -86,6 +87,12 @@ private:
   /// error and fails when it is a mapping or list.
   mlir::FailureOr<const SpecNode *> scalar(llvm::StringRef key,
                                            llvm::StringRef expected);
+  /// Reads `key` as a bare scalar that `parse` turns into a T; `expected`
+  /// names the type in errors ("an integer").
+  template <typename T>
+  mlir::FailureOr<std::optional<T>>
+  readScalar(llvm::StringRef key, llvm::StringRef expected,
+             llvm::function_ref<std::optional<T>(llvm::StringRef)> parse);
   mlir::InFlightDiagnostic typeError(llvm::StringRef key,
                                      llvm::StringRef expected,
                                      const SpecNode &value);
