@@ -386,7 +386,7 @@ void writeTransposedStores(CudaWriter &w, const PointwiseBody &body) {
   w.line("__syncthreads();");
   w.line("#pragma unroll");
   w.open("for (int chunk = threadIdx.x; chunk < kTileCols * kTileRows / 8; "
-         "chunk += kThreads)");
+         "chunk += blockDim.x)");
   w.line("const int c = chunk % 8 + chunk / 64 * 8, r = chunk / 8 % 8 * 8;");
   w.open("if (col0 + c < kCols && row0 + r < kRows)");
   for (const auto &t : body.transposes) {
@@ -471,9 +471,9 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width)
              .str());
   if (tiled)
-    w.line(formatv("constexpr int kThreads = {0}, kThreadsX = {1}, "
-                   "kRowsPerPass = {2}, kTileRows = {3}, kTileCols = {4};",
-                   kThreads, kThreadsX, kRowsPerPass, kTileRows, tileCols)
+    w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
+                   "kTileRows = {2}, kTileCols = {3};",
+                   kThreadsX, kRowsPerPass, kTileRows, tileCols)
                .str());
   for (const std::string &line : body.prologue)
     w.line(line);

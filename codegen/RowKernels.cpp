@@ -111,7 +111,8 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
   if (quantize)
     w.line("const float scale_v = " + builder.param(quantize.getScale()).str() +
            "[0];");
-  w.line("float amax0 = 0.f;");
+  if (amaxValue)
+    w.line("float amax0 = 0.f;");
   w.open("if (row < kRows)");
   writeRowLoad(w, "x_in", builder.param(x).str() + " + row * kCols");
   if (layerNorm) {
@@ -133,7 +134,9 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
   w.open("for (int k = 0; k < kChunks; ++k)");
   w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
   w.open("if (col < kCols)");
-  w.line("float gamma_k[kVec], beta_k[kVec], y_out[kVec], q_out[kVec];");
+  w.line(std::string("float gamma_k[kVec], y_out[kVec]") +
+         (layerNorm ? ", beta_k[kVec]" : "") + (quantize ? ", q_out[kVec]" : "") +
+         ";");
   w.line("tj_load(gamma_k, " + builder.param(gamma).str() + " + col);");
   if (layerNorm)
     w.line("tj_load(beta_k, " + builder.param(layerNorm.getBeta()).str() +

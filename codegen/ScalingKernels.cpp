@@ -42,21 +42,21 @@ EmittedKernel writeComputeScale(KernelBuilder &builder, ComputeScaleOp op) {
   w.line("const tj_i64 slot = static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
          "threadIdx.x;");
   w.line("if (slot >= kSlots) return;");
-  w.line("const float amax = " + builder.param(op.getAmax()).str() + "[slot];");
-  w.line("float scale = 1.f;");
-  w.open("if (amax > 0.f && amax < __int_as_float(0x7f800000))");
-  w.line("scale = " + floatLiteral(fp8Max(op.getFp8Type())) + " / amax;");
-  w.line("if (scale == __int_as_float(0x7f800000)) scale = "
+  w.line("const float amax_f = " + builder.param(op.getAmax()).str() + "[slot];");
+  w.line("float scale_f = 1.f;");
+  w.open("if (amax_f > 0.f && amax_f < __int_as_float(0x7f800000))");
+  w.line("scale_f = " + floatLiteral(fp8Max(op.getFp8Type())) + " / amax_f;");
+  w.line("if (scale_f == __int_as_float(0x7f800000)) scale_f = "
          "__int_as_float(0x7f7fffff);  // FLT_MAX");
   if (op.getPower_2Scale())
-    w.line("scale = __int_as_float(__float_as_int(scale) & 0xff800000);");
+    w.line("scale_f = __int_as_float(__float_as_int(scale_f) & 0xff800000);");
   w.close();
-  w.line(builder.param(op.getScale()).str() + "[slot] = scale;");
-  w.line(builder.param(op.getScaleInv()).str() + "[slot] = 1.f / scale;");
+  w.line(builder.param(op.getScale()).str() + "[slot] = scale_f;");
+  w.line(builder.param(op.getScaleInv()).str() + "[slot] = 1.f / scale_f;");
   return builder.finish(w, gridFor(slots), {kThreads, 1, 1});
 }
 
-/// TE's amax-and-scale update, one thread per slot; row 0 of the history is
+/// TE's amax-and-scale_f update, one thread per slot; row 0 of the history is
 /// this step's slot, which `amaxes` supplies.
 EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
                                  DelayedScalingUpdateOp op) {
@@ -68,7 +68,7 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
                                         std::pow(2.0, -double(recipe.getMargin())));
   std::string in = builder.param(op.getAmaxHistory()).str();
   std::string out = builder.param(op.getNewAmaxHistory()).str();
-  std::string scale = builder.param(op.getScale()).str();
+  std::string scale_f = builder.param(op.getScale()).str();
   std::string newScale = builder.param(op.getNewScale()).str();
   CudaWriter w;
   builder.writeSignature(w, kThreads);
@@ -77,32 +77,32 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   w.line("const tj_i64 slot = static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
          "threadIdx.x;");
   w.line("if (slot >= kSlots) return;");
-  w.line("const float last = " + builder.param(op.getAmaxes()).str() + "[slot];");
-  w.line("float scale = " + scale + "[slot];");
-  w.open("if (last == 0.f)");
+  w.line("const float last_f = " + builder.param(op.getAmaxes()).str() + "[slot];");
+  w.line("float scale_f = " + scale_f + "[slot];");
+  w.open("if (last_f == 0.f)");
   w.line("// Nothing recorded this step: history and scale stay.");
   w.line("for (tj_i64 r = 0; r < kLength; ++r) " + out + "[r * kSlots + slot] = " +
          in + "[r * kSlots + slot];");
   w.close();
   w.open("else");
-  w.line("float amax = " + std::string(mostRecent ? "last" : "fmaxf(0.f, last)") +
+  w.line("float amax_f = " + std::string(mostRecent ? "last_f" : "fmaxf(0.f, last_f)") +
          ";");
   w.open("for (tj_i64 r = 1; r < kLength; ++r)");
   w.line("const float entry = " + in + "[r * kSlots + slot];");
   if (!mostRecent)
-    w.line("amax = fmaxf(amax, entry);");
+    w.line("amax_f = fmaxf(amax_f, entry);");
   w.line("if (r > 1) " + out + "[(r - 1) * kSlots + slot] = entry;");
   w.close();
-  w.line("if (kLength > 1) " + out + "[(kLength - 1) * kSlots + slot] = last;");
+  w.line("if (kLength > 1) " + out + "[(kLength - 1) * kSlots + slot] = last_f;");
   w.line(out + "[slot] = 0.f;");
-  w.open("if (amax > 0.f && amax < __int_as_float(0x7f800000))");
-  w.line("scale = " + floatLiteral(scaledMax) + " / amax;");
-  w.line("if (scale == __int_as_float(0x7f800000)) scale = "
+  w.open("if (amax_f > 0.f && amax_f < __int_as_float(0x7f800000))");
+  w.line("scale_f = " + floatLiteral(scaledMax) + " / amax_f;");
+  w.line("if (scale_f == __int_as_float(0x7f800000)) scale_f = "
          "__int_as_float(0x7f7fffff);  // FLT_MAX");
   w.close();
   w.close();
-  w.line(newScale + "[slot] = scale;");
-  w.line(builder.param(op.getNewScaleInv()).str() + "[slot] = 1.f / scale;");
+  w.line(newScale + "[slot] = scale_f;");
+  w.line(builder.param(op.getNewScaleInv()).str() + "[slot] = 1.f / scale_f;");
   return builder.finish(w, gridFor(slots), {kThreads, 1, 1});
 }
 
