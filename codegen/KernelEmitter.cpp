@@ -83,9 +83,9 @@ int64_t tejit::codegen::vectorWidth(ArrayRef<int64_t> widths,
 }
 
 llvm::Error tejit::codegen::noEmitter(Operation *op, StringRef why) {
-  std::string message = ("te-emit: no CUDA emitter for " +
-                         op->getName().getStringRef() + " yet")
-                            .str();
+  std::string message =
+      ("te-emit: no CUDA emitter for " + op->getName().getStringRef() + " yet")
+          .str();
   if (auto fused = dyn_cast<FusedOp>(op))
     message += (" (kind '" + fused.getKind() + "')").str();
   if (!why.empty())
@@ -133,7 +133,8 @@ KernelBuilder::KernelBuilder(const KernelGroup &group, std::string name,
     std::string base = valueName(group.outerOf(inner));
     if (output) {
       std::string innerName = valueName(inner);
-      if (!llvm::isDigit(innerName[1]) && !StringRef(innerName).starts_with("arg"))
+      if (!llvm::isDigit(innerName[1]) &&
+          !StringRef(innerName).starts_with("arg"))
         base = innerName;
     }
     std::string unique = base;
@@ -203,7 +204,8 @@ static KernelGroup groupOf(FusedOp fused) {
   group.op = fused;
   group.kind = fused.getKind().str();
   Block &body = fused.getBody().front();
-  for (auto [arg, operand] : llvm::zip(body.getArguments(), fused.getInputs())) {
+  for (auto [arg, operand] :
+       llvm::zip(body.getArguments(), fused.getInputs())) {
     group.inputs.push_back(arg);
     group.outer[arg] = operand;
   }
@@ -232,8 +234,8 @@ static KernelGroup groupOf(Operation *op) {
 /// Ops that launch nothing here: views, library calls (cuBLASLt, cuDNN),
 /// and the amax all-reduce (the identity in one process, NCCL later).
 static bool needsNoKernel(Operation *op) {
-  return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp,
-             AttentionBwdOp, AmaxAllReduceOp, func::ReturnOp>(op) ||
+  return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp,
+             AmaxAllReduceOp, func::ReturnOp>(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");
 }
 

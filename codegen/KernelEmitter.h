@@ -55,7 +55,8 @@ struct EmittedKernel {
 /// The kernels of `function`, in program order. Fails with
 /// "te-emit: no CUDA emitter for <op> yet" for an op that needs a kernel the
 /// emitter cannot write.
-llvm::Expected<std::vector<EmittedKernel>> emitKernels(mlir::func::FuncOp function);
+llvm::Expected<std::vector<EmittedKernel>>
+emitKernels(mlir::func::FuncOp function);
 
 /// The kernels of every function of `module`.
 llvm::Expected<std::vector<EmittedKernel>> emitKernels(mlir::ModuleOp module);

@@ -205,8 +205,9 @@ std::string PointwiseBody::outArray(Value value, int half, CudaWriter &w) {
   auto key = std::make_pair(value.getAsOpaquePointer(), half);
   if (auto it = outArrays.find(key); it != outArrays.end())
     return it->second;
-  std::string base = group.isOutput(value) ? builder.param(value).str()
-                                           : "r" + std::to_string(outArrays.size());
+  std::string base = group.isOutput(value)
+                         ? builder.param(value).str()
+                         : "r" + std::to_string(outArrays.size());
   std::string name = base + (half ? "_hi_out" : "_out");
   w.line("float " + name + "[kVec];");
   return outArrays[key] = name;
@@ -229,7 +230,7 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
     if (auto transpose = dyn_cast<TransposeOp>(op))
       for (int h = 0; h < halves(transpose.getInput()); ++h)
         if (!llvm::is_contained(stored,
-                                 std::make_pair(Value(transpose.getInput()), h)))
+                                std::make_pair(Value(transpose.getInput()), h)))
           tiles.push_back({transpose.getInput(), h});
   std::map<std::pair<void *, int>, std::string> arrays;
   for (auto [value, h] : llvm::concat<std::pair<Value, int>>(stored, tiles))
@@ -242,7 +243,8 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
     std::string amaxOut, sumOut;
     if (auto quantize = dyn_cast<QuantizeOp>(op);
         quantize && group.isOutput(quantize.getAmax()))
-      amaxOf = quantize.getInput(), amaxOut = builder.param(quantize.getAmax()).str();
+      amaxOf = quantize.getInput(),
+      amaxOut = builder.param(quantize.getAmax()).str();
     if (auto amax = dyn_cast<AmaxOp>(op))
       amaxOf = amax.getInput(), amaxOut = builder.param(amax.getAmax()).str();
     if (amaxOf) {
@@ -258,16 +260,17 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
       std::string out = builder.param(biasGrad.getOutput()).str();
       for (int h = 0; h < halves(grad); ++h) {
         std::string acc = out + (h ? "_hi_acc" : "_acc");
-        columnSums.push_back({acc, out, offset(h),
-                              elementTypeName(tensorType(biasGrad.getOutput())
-                                                  .getElementType())});
+        columnSums.push_back(
+            {acc, out, offset(h),
+             elementTypeName(
+                 tensorType(biasGrad.getOutput()).getElementType())});
         w.line(acc + "[i] += " + at(grad, h, w) + ";");
       }
     }
   }
   for (auto [value, h] : llvm::concat<std::pair<Value, int>>(stored, tiles))
-    w.line(arrays[{value.getAsOpaquePointer(), h}] + "[i] = " + at(value, h, w) +
-           ";");
+    w.line(arrays[{value.getAsOpaquePointer(), h}] +
+           "[i] = " + at(value, h, w) + ";");
   w.close();
   for (auto [value, h] : stored)
     w.line(formatv("tj_store({0} + row * {1} + col{2}, {3});",
@@ -293,9 +296,10 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
                  .str());
       w.line("#pragma unroll");
       w.open("for (int word = 0; word < kVec / 4; ++word)");
-      w.line(formatv("*reinterpret_cast<tj_u32 *>(&{0}[row - row0][col - col0 "
-                     "+ 4 * word]) = reinterpret_cast<const tj_u32 *>(&{1})[word];",
-                     tile, packed)
+      w.line(formatv(
+                 "*reinterpret_cast<tj_u32 *>(&{0}[row - row0][col - col0 "
+                 "+ 4 * word]) = reinterpret_cast<const tj_u32 *>(&{1})[word];",
+                 tile, packed)
                  .str());
       w.close();
     }
@@ -413,7 +417,8 @@ void writeColumnSums(CudaWriter &w, const PointwiseBody &body) {
     w.line("__shared__ float " + s.acc + "_rows[kRowsPerPass][kTileCols + 1];");
     w.line("#pragma unroll");
     w.line("for (int i = 0; i < kVec; ++i) " + s.acc +
-           "_rows[threadIdx.x / kThreadsX][threadIdx.x % kThreadsX * kVec + i] = " +
+           "_rows[threadIdx.x / kThreadsX][threadIdx.x % kThreadsX * kVec + i] "
+           "= " +
            s.acc + "[i];");
     w.line("__syncthreads();");
     w.open("if (threadIdx.x < kTileCols && col0 + threadIdx.x < kCols)");
@@ -449,8 +454,8 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   });
   bool transposes = llvm::any_of(
       group.ops, [](Operation *op) { return isa<TransposeOp>(op); });
-  bool reduces = llvm::any_of(group.ops,
-                              [](Operation *op) { return isa<BiasGradOp>(op); });
+  bool reduces = llvm::any_of(
+      group.ops, [](Operation *op) { return isa<BiasGradOp>(op); });
   int64_t vec = vectorWidth({width}, minBytes);
   if (transposes && (vec % 4 != 0 || rows % 8 != 0))
     return noEmitter(group.op, "a transpose needs rows % 8 == 0 and a last "
@@ -468,8 +473,8 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   w.line(formatv("constexpr int kVec = {0}, kUnroll = {1};", vec,
                  tiled ? kPasses : kUnroll)
              .str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width)
-             .str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width).str());
   if (tiled)
     w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
                    "kTileRows = {2}, kTileCols = {3};",

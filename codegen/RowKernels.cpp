@@ -23,10 +23,10 @@ namespace {
 constexpr int64_t kWarps = 4, kMaxChunks = 32;
 
 /// The user of `value` inside the group of type OpT.
-template <typename OpT>
-OpT userIn(const KernelGroup &group, Value value) {
+template <typename OpT> OpT userIn(const KernelGroup &group, Value value) {
   for (Operation *user : value.getUsers())
-    if (auto op = dyn_cast<OpT>(user); op && llvm::is_contained(group.ops, user))
+    if (auto op = dyn_cast<OpT>(user);
+        op && llvm::is_contained(group.ops, user))
       return op;
   return nullptr;
 }
@@ -38,7 +38,8 @@ void writeRowPrologue(CudaWriter &w, int64_t vec, int64_t rows, int64_t cols) {
   w.line(formatv("constexpr int kVec = {0}, kChunks = {1}, kWarps = {2};", vec,
                  chunks, kWarps)
              .str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
   w.line("const tj_i64 row = static_cast<tj_i64>(blockIdx.x) * kWarps + "
          "threadIdx.x / 32;");
   w.line("const int lane = threadIdx.x % 32;");
@@ -50,7 +51,8 @@ void writeRowLoad(CudaWriter &w, StringRef array, StringRef rowPointer) {
   w.line("#pragma unroll");
   w.open("for (int k = 0; k < kChunks; ++k)");
   w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
-  w.line("if (col < kCols) tj_load(" + array + "[k], " + rowPointer + " + col);");
+  w.line("if (col < kCols) tj_load(" + array + "[k], " + rowPointer +
+         " + col);");
   w.line("else for (int i = 0; i < kVec; ++i) " + array + "[k][i] = 0.f;");
   w.close();
 }
@@ -76,8 +78,9 @@ std::string gammaExpr(bool zeroCentered) {
 
 } // namespace
 
-llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
-                                            std::vector<EmittedKernel> &kernels) {
+llvm::Error
+tejit::codegen::emitNormForward(KernelBuilder &builder,
+                                std::vector<EmittedKernel> &kernels) {
   const KernelGroup &group = builder.group;
   Operation *norm = group.ops.front();
   auto layerNorm = dyn_cast<LayerNormFwdOp>(norm);
@@ -88,7 +91,8 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
   Value y = norm->getResult(0);
   Value mean = layerNorm ? layerNorm.getMean() : Value();
   Value rsigma = layerNorm ? layerNorm.getRsigma() : rmsNorm.getRsigma();
-  double eps = (layerNorm ? layerNorm.getEps() : rmsNorm.getEps()).convertToDouble();
+  double eps =
+      (layerNorm ? layerNorm.getEps() : rmsNorm.getEps()).convertToDouble();
   bool zeroCentered = layerNorm ? layerNorm.getZeroCenteredGamma()
                                 : rmsNorm.getZeroCenteredGamma();
   QuantizeOp quantize = userIn<QuantizeOp>(group, y);
@@ -99,14 +103,17 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
   if (handled != group.ops.size())
     return noEmitter(group.op, "ops other than a cast after the norm");
   int64_t rows = rowsOf(x), cols = colsOf(x);
-  int64_t vec = vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
   if ((cols + 32 * vec - 1) / (32 * vec) > kMaxChunks)
     return noEmitter(group.op, "rows wider than a warp's registers");
 
   CudaWriter w;
   builder.writeSignature(w, 32 * kWarps);
   writeRowPrologue(w, vec, rows, cols);
-  Value amaxValue = quantize ? quantize.getAmax() : amax ? amax.getAmax() : Value();
+  Value amaxValue = quantize ? quantize.getAmax()
+                    : amax   ? amax.getAmax()
+                             : Value();
   bool writesAmax = amaxValue && group.isOutput(amaxValue);
   if (quantize)
     w.line("const float scale_v = " + builder.param(quantize.getScale()).str() +
@@ -135,8 +142,8 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
   w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
   w.open("if (col < kCols)");
   w.line(std::string("float gamma_k[kVec], y_out[kVec]") +
-         (layerNorm ? ", beta_k[kVec]" : "") + (quantize ? ", q_out[kVec]" : "") +
-         ";");
+         (layerNorm ? ", beta_k[kVec]" : "") +
+         (quantize ? ", q_out[kVec]" : "") + ";");
   w.line("tj_load(gamma_k, " + builder.param(gamma).str() + " + col);");
   if (layerNorm)
     w.line("tj_load(beta_k, " + builder.param(layerNorm.getBeta()).str() +
@@ -152,7 +159,8 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
     w.line("q_out[i] = y_out[i] * scale_v;");
   w.close();
   if (group.isOutput(y))
-    w.line("tj_store(" + builder.param(y).str() + " + row * kCols + col, y_out);");
+    w.line("tj_store(" + builder.param(y).str() +
+           " + row * kCols + col, y_out);");
   if (quantize && group.isOutput(quantize.getOutput()))
     w.line("tj_store(" + builder.param(quantize.getOutput()).str() +
            " + row * kCols + col, q_out);");
@@ -190,11 +198,12 @@ llvm::Error tejit::codegen::emitNormForward(KernelBuilder &builder,
 namespace {
 /// dx = rs * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma', one
 /// warp per row; mean(g) is LayerNorm's only.
-EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x,
-                          Value mean, Value rsigma, Value gamma, Value dx,
+EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
+                          Value rsigma, Value gamma, Value dx,
                           bool zeroCentered) {
   int64_t rows = rowsOf(x), cols = colsOf(x);
-  int64_t vec = vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
   CudaWriter w;
   builder.writeSignature(w, 32 * kWarps);
   writeRowPrologue(w, vec, rows, cols);
@@ -223,7 +232,8 @@ EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x,
   w.line("#pragma unroll");
   w.line("for (int i = 0; i < kVec; ++i) dx_out[i] = rs * (" + g +
          " - mean_g - " + xhat + " * mean_gx);");
-  w.line("tj_store(" + builder.param(dx).str() + " + row * kCols + col, dx_out);");
+  w.line("tj_store(" + builder.param(dx).str() +
+         " + row * kCols + col, dx_out);");
   w.close();
   w.close();
   w.close();
@@ -236,16 +246,19 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
                               Value mean, Value rsigma, Value dgamma,
                               Value dbeta) {
   int64_t rows = rowsOf(x), cols = colsOf(x);
-  int64_t vec = vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
   CudaWriter w;
   builder.writeSignature(w, 256);
   w.line(formatv("constexpr int kVec = {0}, kRowsAtOnce = 8;", vec).str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
   w.line("const tj_i64 col = (static_cast<tj_i64>(blockIdx.x) * 32 + "
          "threadIdx.x % 32) * kVec;");
   w.line("float dgamma_acc[kVec] = {}, dbeta_acc[kVec] = {};");
   w.open("if (col < kCols)");
-  w.open("for (tj_i64 row = threadIdx.x / 32; row < kRows; row += kRowsAtOnce)");
+  w.open(
+      "for (tj_i64 row = threadIdx.x / 32; row < kRows; row += kRowsAtOnce)");
   w.line("float dy_v[kVec], x_v[kVec];");
   w.line("tj_load(dy_v, " + builder.param(dy).str() + " + row * kCols + col);");
   w.line("tj_load(x_v, " + builder.param(x).str() + " + row * kCols + col);");
@@ -264,8 +277,9 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
     if (!value)
       continue;
     std::string type = elementTypeName(tensorType(value).getElementType());
-    w.line(formatv("__shared__ float {0}_rows[kRowsAtOnce][32 * kVec + 1];", name)
-               .str());
+    w.line(
+        formatv("__shared__ float {0}_rows[kRowsAtOnce][32 * kVec + 1];", name)
+            .str());
     w.line(formatv("for (int i = 0; i < kVec; ++i) {0}_rows[threadIdx.x / 32]"
                    "[threadIdx.x % 32 * kVec + i] = {0}_acc[i];",
                    name)
@@ -273,11 +287,13 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
     w.line("__syncthreads();");
     w.open(formatv("for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x)")
                .str());
-    w.line("const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * 32 * kVec + c;");
+    w.line(
+        "const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * 32 * kVec + c;");
     w.line("float sum = 0.f;");
-    w.line(formatv("for (int r = 0; r < kRowsAtOnce; ++r) sum += {0}_rows[r][c];",
-                   name)
-               .str());
+    w.line(
+        formatv("for (int r = 0; r < kRowsAtOnce; ++r) sum += {0}_rows[r][c];",
+                name)
+            .str());
     w.line(formatv("if (out < kCols) {0}[out] = tj_convert<{1}>::from(sum);",
                    builder.param(value), type)
                .str());
@@ -288,8 +304,9 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
 }
 } // namespace
 
-llvm::Error tejit::codegen::emitNormBackward(KernelBuilder &builder,
-                                             std::vector<EmittedKernel> &kernels) {
+llvm::Error
+tejit::codegen::emitNormBackward(KernelBuilder &builder,
+                                 std::vector<EmittedKernel> &kernels) {
   const KernelGroup &group = builder.group;
   Operation *op = group.ops.front();
   Value dy, x, mean, rsigma, gamma, dx, dgamma, dbeta;
@@ -297,16 +314,19 @@ llvm::Error tejit::codegen::emitNormBackward(KernelBuilder &builder,
   if (auto ln = dyn_cast<LayerNormBwdOp>(op)) {
     dy = ln.getGrad(), x = ln.getInput(), mean = ln.getMean();
     rsigma = ln.getRsigma(), gamma = ln.getGamma();
-    dx = ln.getInputGrad(), dgamma = ln.getGammaGrad(), dbeta = ln.getBetaGrad();
+    dx = ln.getInputGrad(), dgamma = ln.getGammaGrad(),
+    dbeta = ln.getBetaGrad();
     zeroCentered = ln.getZeroCenteredGamma();
   } else {
     auto rms = cast<RMSNormBwdOp>(op);
     dy = rms.getGrad(), x = rms.getInput(), rsigma = rms.getRsigma();
-    gamma = rms.getGamma(), dx = rms.getInputGrad(), dgamma = rms.getGammaGrad();
+    gamma = rms.getGamma(), dx = rms.getInputGrad(),
+    dgamma = rms.getGammaGrad();
     zeroCentered = rms.getZeroCenteredGamma();
   }
   int64_t cols = colsOf(x);
-  int64_t vec = vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
   if ((cols + 32 * vec - 1) / (32 * vec) > kMaxChunks)
     return noEmitter(op, "rows wider than a warp's registers");
   // Each kernel binds only what it uses: two groups over the same op.

@@ -30,7 +30,9 @@ double fp8Max(Type type) {
       .convertToDouble();
 }
 
-Dim3 gridFor(int64_t items) { return {(items + kThreads - 1) / kThreads, 1, 1}; }
+Dim3 gridFor(int64_t items) {
+  return {(items + kThreads - 1) / kThreads, 1, 1};
+}
 
 /// scale = fp8_max / amax (1 for 0, inf, NaN; FLT_MAX on overflow; power-of-2
 /// rounding masks the mantissa after the FLT_MAX substitution, as TE).
@@ -42,7 +44,8 @@ EmittedKernel writeComputeScale(KernelBuilder &builder, ComputeScaleOp op) {
   w.line("const tj_i64 slot = static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
          "threadIdx.x;");
   w.line("if (slot >= kSlots) return;");
-  w.line("const float amax_f = " + builder.param(op.getAmax()).str() + "[slot];");
+  w.line("const float amax_f = " + builder.param(op.getAmax()).str() +
+         "[slot];");
   w.line("float scale_f = 1.f;");
   w.open("if (amax_f > 0.f && amax_f < __int_as_float(0x7f800000))");
   w.line("scale_f = " + floatLiteral(fp8Max(op.getFp8Type())) + " / amax_f;");
@@ -64,8 +67,8 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   int64_t length = history.getShape()[0], slots = history.getShape()[1];
   DelayedScalingAttr recipe = op.getRecipe();
   bool mostRecent = recipe.getAmaxComputeAlgo() == AmaxComputeAlgo::most_recent;
-  double scaledMax = static_cast<float>(fp8Max(op.getFp8Type()) *
-                                        std::pow(2.0, -double(recipe.getMargin())));
+  double scaledMax = static_cast<float>(
+      fp8Max(op.getFp8Type()) * std::pow(2.0, -double(recipe.getMargin())));
   std::string in = builder.param(op.getAmaxHistory()).str();
   std::string out = builder.param(op.getNewAmaxHistory()).str();
   std::string scale_f = builder.param(op.getScale()).str();
@@ -77,23 +80,25 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   w.line("const tj_i64 slot = static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
          "threadIdx.x;");
   w.line("if (slot >= kSlots) return;");
-  w.line("const float last_f = " + builder.param(op.getAmaxes()).str() + "[slot];");
+  w.line("const float last_f = " + builder.param(op.getAmaxes()).str() +
+         "[slot];");
   w.line("float scale_f = " + scale_f + "[slot];");
   w.open("if (last_f == 0.f)");
   w.line("// Nothing recorded this step: history and scale stay.");
-  w.line("for (tj_i64 r = 0; r < kLength; ++r) " + out + "[r * kSlots + slot] = " +
-         in + "[r * kSlots + slot];");
+  w.line("for (tj_i64 r = 0; r < kLength; ++r) " + out +
+         "[r * kSlots + slot] = " + in + "[r * kSlots + slot];");
   w.close();
   w.open("else");
-  w.line("float amax_f = " + std::string(mostRecent ? "last_f" : "fmaxf(0.f, last_f)") +
-         ";");
+  w.line("float amax_f = " +
+         std::string(mostRecent ? "last_f" : "fmaxf(0.f, last_f)") + ";");
   w.open("for (tj_i64 r = 1; r < kLength; ++r)");
   w.line("const float entry = " + in + "[r * kSlots + slot];");
   if (!mostRecent)
     w.line("amax_f = fmaxf(amax_f, entry);");
   w.line("if (r > 1) " + out + "[(r - 1) * kSlots + slot] = entry;");
   w.close();
-  w.line("if (kLength > 1) " + out + "[(kLength - 1) * kSlots + slot] = last_f;");
+  w.line("if (kLength > 1) " + out +
+         "[(kLength - 1) * kSlots + slot] = last_f;");
   w.line(out + "[slot] = 0.f;");
   w.open("if (amax_f > 0.f && amax_f < __int_as_float(0x7f800000))");
   w.line("scale_f = " + floatLiteral(scaledMax) + " / amax_f;");
@@ -146,7 +151,8 @@ llvm::Error tejit::codegen::emitCopy(KernelBuilder &builder,
   CudaWriter w;
   builder.writeSignature(w, kThreads);
   w.line(formatv("constexpr int kVec = {0};", vec).str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
   w.line("const tj_i64 v = static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
          "threadIdx.x;");
   w.line("if (v >= kRows * (kCols / kVec)) return;");
@@ -157,11 +163,11 @@ llvm::Error tejit::codegen::emitCopy(KernelBuilder &builder,
   for (auto [index, piece] : llvm::enumerate(pieces)) {
     auto [input, first, offset] = piece;
     int64_t last = first + colsOf(input) - (pieces.size() == 1 ? 0 : 0);
-    std::string load = formatv("*reinterpret_cast<const tj_vec<{0}, kVec> *>("
-                               "{1} + row * {2} + col - {3} + {4})",
-                               type, builder.param(input), colsOf(input), first,
-                               offset)
-                           .str();
+    std::string load =
+        formatv("*reinterpret_cast<const tj_vec<{0}, kVec> *>("
+                "{1} + row * {2} + col - {3} + {4})",
+                type, builder.param(input), colsOf(input), first, offset)
+            .str();
     if (pieces.size() == 1)
       w.line(store + load + ";");
     else
@@ -169,6 +175,7 @@ llvm::Error tejit::codegen::emitCopy(KernelBuilder &builder,
                      store, load)
                  .str());
   }
-  kernels.push_back(builder.finish(w, gridFor(rows * cols / vec), {kThreads, 1, 1}));
+  kernels.push_back(
+      builder.finish(w, gridFor(rows * cols / vec), {kThreads, 1, 1}));
   return llvm::Error::success();
 }

@@ -54,9 +54,7 @@ std::vector<Case> allCases() {
 class EmitExamples : public testing::TestWithParam<Case> {};
 
 /// Specs whose layers need te.rotary, which has no emitter yet.
-bool needsRotary(StringRef spec) {
-  return spec.contains("llama");
-}
+bool needsRotary(StringRef spec) { return spec.contains("llama"); }
 
 TEST_P(EmitExamples, EveryKernelSelfContained) {
   const Case &c = GetParam();
@@ -69,7 +67,8 @@ TEST_P(EmitExamples, EveryKernelSelfContained) {
   OwningOpRef<ModuleOp> module = tejit::importLayerSpec(sourceMgr, &context);
   ASSERT_TRUE(module);
   PassManager pm(&context);
-  std::string recipe = c.recipe == "current" ? "#te.current_scaling<>" : c.recipe;
+  std::string recipe =
+      c.recipe == "current" ? "#te.current_scaling<>" : c.recipe;
   tejit::buildPipeline(pm, {tejit::Stage::Planned, c.training, recipe});
   ASSERT_TRUE(succeeded(pm.run(*module)));
 
