@@ -3,14 +3,16 @@
 // te-compile SPEC [-o DIR] [--emit=STAGE] [--training|--inference]
 //
 // Reads a layer spec (.yaml, .yml, .json) or te IR (.mlir), verifies it, runs
-// the compilation pipeline up to the requested stage and prints its IR, or
-// writes it under DIR. Bad input exits with status 1 and a message located
+// the compilation pipeline up to the requested stage and prints its IR (or,
+// for --emit=cuda, the CUDA C++ of every generated kernel), or writes it
+// under DIR. Bad input exits with status 1 and a message located
 // in the input.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/passes/Passes.h"
 #include "compiler/passes/Pipeline.h"
 #include "compiler/passes/Stats.h"
+#include "codegen/KernelEmitter.h"
 #include "compiler/spec/SpecImporter.h"
 #include "dialects/TEDialect.h"
 
@@ -65,7 +67,10 @@ llvm::cl::opt<Stage> emitStage(
                    "te-place-scaling)"),
         clEnumValN(Stage::Fused, "fused", "kernel regions (after te-fuse)"),
         clEnumValN(Stage::Planned, "planned",
-                   "arena offsets of intermediates (after te-plan-memory)")),
+                   "arena offsets of intermediates (after te-plan-memory)"),
+        clEnumValN(Stage::Cuda, "cuda",
+                   "CUDA C++ of every generated kernel, with its launch "
+                   "geometry")),
     llvm::cl::init(Stage::TE), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<Mode> mode(
     llvm::cl::desc("What to compile for:"),
@@ -137,6 +142,29 @@ static LogicalResult writeOutput(ModuleOp module) {
   return success();
 }
 
+/// Prints every generated kernel of `module`: a comment with its launch
+/// geometry and parameters, then its source.
+static LogicalResult printKernels(ModuleOp module) {
+  auto kernels = tejit::codegen::emitKernels(module);
+  if (!kernels) {
+    llvm::errs() << "te-compile: error: " << llvm::toString(kernels.takeError())
+                 << "\n";
+    return failure();
+  }
+  for (const tejit::codegen::EmittedKernel &kernel : *kernels) {
+    llvm::outs() << "// ===== kernel " << kernel.name << ": grid ("
+                 << kernel.grid.x << ", " << kernel.grid.y << ", "
+                 << kernel.grid.z << "), block (" << kernel.block.x << ", "
+                 << kernel.block.y << ", " << kernel.block.z << "), shared "
+                 << kernel.sharedBytes << " bytes\n// params:";
+    for (const tejit::codegen::KernelParam &param : kernel.params)
+      llvm::outs() << " " << (param.isOutput ? "out " : "in ") << param.name
+                   << (param.zeroBeforeLaunch ? " (zeroed)" : "") << ";";
+    llvm::outs() << "\n" << kernel.source << "\n";
+  }
+  return success();
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   registerAsmPrinterCLOptions();
@@ -204,9 +232,12 @@ int main(int argc, char **argv) {
     recipe = "#te.delayed_scaling<>";
   else if (recipe == "current")
     recipe = "#te.current_scaling<>";
-  tejit::buildPipeline(pm, {stage, mode == Mode::Training, recipe});
+  Stage pipelineStage = stage == Stage::Cuda ? Stage::Planned : stage;
+  tejit::buildPipeline(pm, {pipelineStage, mode == Mode::Training, recipe});
   if (failed(pm.run(*module)))
     return 1;
+  if (stage == Stage::Cuda && !printStats)
+    return failed(printKernels(*module)) ? 1 : 0;
   if (printStats)
     return failed(tejit::printStats(*module, llvm::outs())) ? 1 : 0;
   return failed(writeOutput(*module)) ? 1 : 0;

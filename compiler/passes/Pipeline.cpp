@@ -41,6 +41,8 @@ llvm::StringRef tejit::stageName(Stage stage) {
     return "fused";
   case Stage::Planned:
     return "planned";
+  case Stage::Cuda:
+    return "cuda";
   }
   return "";
 }

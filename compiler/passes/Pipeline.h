@@ -24,6 +24,9 @@ enum class Stage {
   Fused,
   /// Arena offsets of intermediates (te-plan-memory).
   Planned,
+  /// CUDA C++ of the generated kernels (codegen/, after the Planned
+  /// pipeline; not an IR stage).
+  Cuda,
 };
 
 struct PipelineOptions {

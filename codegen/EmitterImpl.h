@@ -1,0 +1,88 @@
+//===- EmitterImpl.h - what the kernel family emitters share ----*- C++ -*-===//
+#ifndef TEJIT_CODEGEN_EMITTERIMPL_H
+#define TEJIT_CODEGEN_EMITTERIMPL_H
+
+#include "codegen/CudaWriter.h"
+#include "codegen/KernelEmitter.h"
+
+#include "mlir/IR/AsmState.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+
+namespace tejit::codegen {
+
+/// The ops of one kernel: a te.fused body, or a single standalone op. Values
+/// are the ones the ops use ("inner"); `outer` maps region arguments and
+/// yielded values to the function's values that the parameters bind.
+struct KernelGroup {
+  mlir::Operation *op = nullptr;
+  /// The te.fused kind, or the standalone op's name without `te.`.
+  std::string kind;
+  llvm::SmallVector<mlir::Operation *> ops;
+  llvm::SmallVector<mlir::Value> inputs, outputs;
+  llvm::DenseMap<mlir::Value, mlir::Value> outer;
+
+  mlir::Value outerOf(mlir::Value inner) const {
+    return outer.lookup(inner) ? outer.lookup(inner) : inner;
+  }
+  bool isOutput(mlir::Value inner) const {
+    return llvm::is_contained(outputs, inner);
+  }
+};
+
+/// Names the parameters of a kernel after the IR and writes its signature.
+class KernelBuilder {
+public:
+  KernelBuilder(const KernelGroup &group, std::string name,
+                mlir::AsmState &asmState);
+
+  /// The parameter name of a group input or output.
+  llvm::StringRef param(mlir::Value inner) const;
+  /// A readable base name for a value (te.name, else its SSA name).
+  std::string valueName(mlir::Value value);
+  /// Writes the device helpers and the `extern "C"` signature, opening the
+  /// kernel body.
+  void writeSignature(CudaWriter &w, int64_t threadsPerBlock);
+  /// Closes the body and returns the kernel.
+  EmittedKernel finish(CudaWriter &w, Dim3 grid, Dim3 block);
+
+  mlir::AsmState &state() const { return asmState; }
+
+  const KernelGroup &group;
+  std::string name;
+
+private:
+  mlir::AsmState &asmState;
+  std::vector<KernelParam> params;
+  llvm::DenseMap<mlir::Value, unsigned> paramIndex;
+};
+
+/// The C++ storage type of a tensor element type, or "" when unsupported.
+std::string elementTypeName(mlir::Type type);
+int64_t elementBytes(mlir::Type type);
+mlir::RankedTensorType tensorType(mlir::Value value);
+/// Product of all dims but the last (1 for vectors).
+int64_t rowsOf(mlir::Value value);
+int64_t colsOf(mlir::Value value);
+/// A float literal that reads back to the same float.
+std::string floatLiteral(double value);
+/// The widest vector of elements (at most 16 bytes, at most 8 elements) that
+/// divides every width in `widths`.
+int64_t vectorWidth(llvm::ArrayRef<int64_t> widths, int64_t elementBytes);
+llvm::Error noEmitter(mlir::Operation *op, llvm::StringRef why = "");
+
+/// Kernel families; each appends its kernels for `group` to `kernels`.
+llvm::Error emitPointwise(KernelBuilder &builder,
+                          std::vector<EmittedKernel> &kernels);
+llvm::Error emitNormForward(KernelBuilder &builder,
+                            std::vector<EmittedKernel> &kernels);
+llvm::Error emitNormBackward(KernelBuilder &builder,
+                             std::vector<EmittedKernel> &kernels);
+llvm::Error emitScaling(KernelBuilder &builder,
+                        std::vector<EmittedKernel> &kernels);
+llvm::Error emitCopy(KernelBuilder &builder,
+                     std::vector<EmittedKernel> &kernels);
+
+} // namespace tejit::codegen
+
+#endif // TEJIT_CODEGEN_EMITTERIMPL_H

@@ -1,0 +1,519 @@
+//===- PointwiseKernels.cpp - elementwise kernels, casts, transposes ------===//
+//
+// One family for every group of elementwise ops (bias, activations and
+// their gradients, dropout, adds, FP8 casts, amaxes), with two layouts:
+// - flat: each thread loads kUnroll vectors of kVec elements (16 bytes of
+//   bf16) before computing any, so that several loads are in flight;
+// - tiled, when the group transposes or reduces over rows: a block owns a
+//   column strip of kTileCols and walks tiles of kTileRows rows; transposed
+//   FP8 bytes go through a shared tile padded by 4 bytes per row, so the
+//   column reads of the transposed write fall in distinct banks; bias
+//   gradients sum in registers and once across the block at the end.
+// Gated activations split the last dim in halves [a, b]: the iteration
+// space is the narrower width and a value twice as wide is read and written
+// at `col` and `col + width` ("half" 1).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/EmitterImpl.h"
+
+#include "dialects/TEDialect.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::codegen;
+using llvm::formatv;
+
+namespace {
+
+constexpr int64_t kThreads = 256, kUnroll = 4;
+/// Tiled layout: 8 threads across a row of the tile, 32 rows per pass.
+constexpr int64_t kThreadsX = 8, kRowsPerPass = kThreads / kThreadsX,
+                  kPasses = 2, kTileRows = kRowsPerPass * kPasses;
+
+/// The device functions of an activation: value, derivative.
+std::pair<std::string, std::string> activationFunctions(Activation kind) {
+  switch (kind) {
+  case Activation::gelu:
+  case Activation::geglu:
+    return {"tj_gelu", "tj_dgelu"};
+  case Activation::qgelu:
+  case Activation::qgeglu:
+    return {"tj_qgelu", "tj_dqgelu"};
+  case Activation::relu:
+  case Activation::reglu:
+    return {"tj_relu", "tj_drelu"};
+  case Activation::srelu:
+  case Activation::sreglu:
+    return {"tj_srelu", "tj_dsrelu"};
+  case Activation::silu:
+  case Activation::swiglu:
+    return {"tj_silu", "tj_dsilu"};
+  }
+  llvm_unreachable("unknown activation");
+}
+
+/// The per-element code of a group for one vector at (row, col).
+class PointwiseBody {
+public:
+  PointwiseBody(KernelBuilder &builder, int64_t width)
+      : builder(builder), group(builder.group), width(width) {}
+
+  /// Writes the code of vector `u` (loads already done into `*_in[u]`).
+  llvm::Error writeVector(CudaWriter &w);
+
+  /// Kernel-start lines: scalars read once, dropout keys, accumulators.
+  std::vector<std::string> prologue;
+  /// Register arrays to load: name, pointer expression, element count.
+  std::vector<std::pair<std::string, std::string>> loads;
+  /// Amax accumulators and the output each one folds into.
+  std::vector<std::pair<std::string, std::string>> amaxes;
+  /// Bias gradient accumulators: accumulator, output, column offset, type.
+  struct ColumnSum {
+    std::string acc, output, offset, type;
+  };
+  std::vector<ColumnSum> columnSums;
+  /// Transposed outputs: shared tile, output, column offset, type.
+  struct Transposed {
+    std::string tile, output, offset, type;
+  };
+  std::vector<Transposed> transposes;
+
+private:
+  std::string at(Value value, int half, CudaWriter &w);
+  std::string input(Value value, int half);
+  std::string temp(CudaWriter &w, const std::string &expr);
+  std::string dropoutKeep(DropoutOp dropout, int half, CudaWriter &w);
+  int halves(Value value) const { return colsOf(value) / width; }
+  std::string offset(int half) const {
+    return half ? " + " + std::to_string(width) : "";
+  }
+  /// The register array holding (value, half) for a store.
+  std::string outArray(Value value, int half, CudaWriter &w);
+
+  KernelBuilder &builder;
+  const KernelGroup &group;
+  int64_t width;
+  std::map<std::pair<void *, int>, std::string> memo, outArrays;
+  unsigned temps = 0;
+};
+
+std::string PointwiseBody::temp(CudaWriter &w, const std::string &expr) {
+  std::string name = "t" + std::to_string(temps++);
+  w.line("const float " + name + " = " + expr + ";");
+  return name;
+}
+
+std::string PointwiseBody::input(Value value, int half) {
+  std::string p = builder.param(value).str();
+  auto type = tensorType(value);
+  if (type.getNumElements() == 1) {
+    // A tensor<1xf32> scale: read once per thread.
+    std::string name = p + "_v";
+    prologue.push_back("const float " + name + " = tj_to_float(" + p + "[0]);");
+    return name;
+  }
+  std::string array = p + (half ? "_hi_in" : "_in");
+  std::string pointer =
+      type.getRank() == 1
+          ? p + " + col" + offset(half)
+          : formatv("{0} + row * {1} + col{2}", p, colsOf(value), offset(half))
+                .str();
+  loads.push_back({array, pointer});
+  return array + "[u][i]";
+}
+
+std::string PointwiseBody::dropoutKeep(DropoutOp dropout, int half,
+                                       CudaWriter &w) {
+  auto key = std::make_pair(dropout.getKeep().getAsOpaquePointer(), half + 2);
+  if (memo.count(key))
+    return memo[key];
+  std::string rng = builder.param(dropout.getRngState()).str();
+  std::string keyName = "key" + std::to_string(prologue.size());
+  prologue.push_back(
+      formatv("const tj_u64 {0} = tj_dropout_key({1}[0], {1}[1], {2}ull);",
+              keyName, rng, dropout.getStream())
+          .str());
+  // u >= rate  <=>  (h >> 11) >= ceil(rate * 2^53), exactly.
+  double threshold = std::ceil(dropout.getRate().convertToDouble() * 0x1p53);
+  std::string name = "keep" + std::to_string(temps++);
+  w.line(formatv("const bool {0} = tj_dropout_keeps({1}, static_cast<tj_u64>("
+                 "row * {2} + col{3} + i), {4}ull);",
+                 name, keyName, colsOf(dropout.getInput()), offset(half),
+                 static_cast<uint64_t>(threshold))
+             .str());
+  return memo[key] = name;
+}
+
+std::string PointwiseBody::at(Value value, int half, CudaWriter &w) {
+  auto key = std::make_pair(value.getAsOpaquePointer(), half);
+  if (auto it = memo.find(key); it != memo.end())
+    return it->second;
+  std::string expr;
+  Operation *op = value.getDefiningOp();
+  if (!op || !llvm::is_contained(group.ops, op)) {
+    return memo[key] = input(value, half);
+  }
+  if (auto bias = dyn_cast<BiasAddOp>(op)) {
+    expr = at(bias.getInput(), half, w) + " + " + at(bias.getBias(), half, w);
+  } else if (auto act = dyn_cast<ActivationOp>(op)) {
+    auto [f, df] = activationFunctions(act.getActivation());
+    expr = isGatedActivation(act.getActivation())
+               ? f + "(" + at(act.getInput(), 0, w) + ") * " +
+                     at(act.getInput(), 1, w)
+               : f + "(" + at(act.getInput(), half, w) + ")";
+  } else if (auto dact = dyn_cast<ActivationGradOp>(op)) {
+    auto [f, df] = activationFunctions(dact.getActivation());
+    if (!isGatedActivation(dact.getActivation()))
+      expr = at(dact.getGrad(), half, w) + " * " + df + "(" +
+             at(dact.getInput(), half, w) + ")";
+    else if (half == 0) // y = f(a) b: da = dy f'(a) b
+      expr = at(dact.getGrad(), 0, w) + " * " + df + "(" +
+             at(dact.getInput(), 0, w) + ") * " + at(dact.getInput(), 1, w);
+    else // db = dy f(a)
+      expr = at(dact.getGrad(), 0, w) + " * " + f + "(" +
+             at(dact.getInput(), 0, w) + ")";
+  } else if (auto add = dyn_cast<AddOp>(op)) {
+    expr = at(add.getLhs(), half, w) + " + " + at(add.getRhs(), half, w);
+  } else if (auto dropout = dyn_cast<DropoutOp>(op)) {
+    std::string keep = dropoutKeep(dropout, half, w);
+    double rate = dropout.getRate().convertToDouble();
+    expr = value == dropout.getKeep()
+               ? keep + " ? 1.f : 0.f"
+               : keep + " ? " + at(dropout.getInput(), half, w) + " * " +
+                     floatLiteral(1.0 / (1.0 - rate)) + " : 0.f";
+  } else if (auto mask = dyn_cast<MaskScaleOp>(op)) {
+    double rate = mask.getRate().convertToDouble();
+    expr = at(mask.getKeep(), half, w) + " != 0.f ? " +
+           at(mask.getGrad(), half, w) + " * " +
+           floatLiteral(1.0 / (1.0 - rate)) + " : 0.f";
+  } else if (auto quantize = dyn_cast<QuantizeOp>(op)) {
+    // Rounded to float32 first, then to FP8 by the store (as TE).
+    expr = at(quantize.getInput(), half, w) + " * " +
+           at(quantize.getScale(), 0, w);
+  } else {
+    llvm_unreachable("not a per-element value");
+  }
+  return memo[key] = temp(w, expr);
+}
+
+std::string PointwiseBody::outArray(Value value, int half, CudaWriter &w) {
+  auto key = std::make_pair(value.getAsOpaquePointer(), half);
+  if (auto it = outArrays.find(key); it != outArrays.end())
+    return it->second;
+  std::string base = group.isOutput(value)
+                         ? builder.param(value).str()
+                         : "r" + std::to_string(outArrays.size());
+  std::string name = base + (half ? "_hi_out" : "_out");
+  w.line("float " + name + "[kVec];");
+  return outArrays[key] = name;
+}
+
+llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
+  // What the element loop must produce: stored values, transposed values,
+  // amaxes and column sums.
+  SmallVector<std::pair<Value, int>> stored, tiles;
+  for (Value output : group.outputs) {
+    Operation *def = output.getDefiningOp();
+    if (!def || isa<TransposeOp, BiasGradOp, AmaxOp>(def) ||
+        tensorType(output).getNumElements() == 1 ||
+        tensorType(output).getRank() < 2)
+      continue;
+    for (int h = 0; h < halves(output); ++h)
+      stored.push_back({output, h});
+  }
+  for (Operation *op : group.ops)
+    if (auto transpose = dyn_cast<TransposeOp>(op))
+      for (int h = 0; h < halves(transpose.getInput()); ++h)
+        if (!llvm::is_contained(stored,
+                                std::make_pair(Value(transpose.getInput()), h)))
+          tiles.push_back({transpose.getInput(), h});
+  std::map<std::pair<void *, int>, std::string> arrays;
+  for (auto [value, h] : llvm::concat<std::pair<Value, int>>(stored, tiles))
+    arrays[{value.getAsOpaquePointer(), h}] = outArray(value, h, w);
+
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  for (Operation *op : group.ops) {
+    Value amaxOf, sumOf;
+    std::string amaxOut, sumOut;
+    if (auto quantize = dyn_cast<QuantizeOp>(op);
+        quantize && group.isOutput(quantize.getAmax()))
+      amaxOf = quantize.getInput(),
+      amaxOut = builder.param(quantize.getAmax()).str();
+    if (auto amax = dyn_cast<AmaxOp>(op))
+      amaxOf = amax.getInput(), amaxOut = builder.param(amax.getAmax()).str();
+    if (amaxOf) {
+      std::string acc = "amax" + std::to_string(amaxes.size());
+      amaxes.push_back({acc, amaxOut});
+      for (int h = 0; h < halves(amaxOf); ++h)
+        w.line(acc + " = fmaxf(" + acc + ", fabsf(" + at(amaxOf, h, w) + "));");
+    }
+    if (auto biasGrad = dyn_cast<BiasGradOp>(op)) {
+      Value grad = biasGrad.getGrad();
+      if (!group.isOutput(biasGrad.getOutput()))
+        return noEmitter(group.op, "a bias gradient the kernel does not write");
+      std::string out = builder.param(biasGrad.getOutput()).str();
+      for (int h = 0; h < halves(grad); ++h) {
+        std::string acc = out + (h ? "_hi_acc" : "_acc");
+        columnSums.push_back(
+            {acc, out, offset(h),
+             elementTypeName(
+                 tensorType(biasGrad.getOutput()).getElementType())});
+        w.line(acc + "[i] += " + at(grad, h, w) + ";");
+      }
+    }
+  }
+  for (auto [value, h] : llvm::concat<std::pair<Value, int>>(stored, tiles))
+    w.line(arrays[{value.getAsOpaquePointer(), h}] +
+           "[i] = " + at(value, h, w) + ";");
+  w.close();
+  for (auto [value, h] : stored)
+    w.line(formatv("tj_store({0} + row * {1} + col{2}, {3});",
+                   builder.param(value), colsOf(value), offset(h),
+                   arrays[{value.getAsOpaquePointer(), h}])
+               .str());
+  for (Operation *op : group.ops) {
+    auto transpose = dyn_cast<TransposeOp>(op);
+    if (!transpose)
+      continue;
+    if (!group.isOutput(transpose.getOutput()))
+      return noEmitter(group.op, "a transpose the kernel does not write");
+    Value in = transpose.getInput();
+    std::string type = elementTypeName(tensorType(in).getElementType());
+    std::string out = builder.param(transpose.getOutput()).str();
+    for (int h = 0; h < halves(in); ++h) {
+      std::string tile = out + (h ? "_hi_tile" : "_tile");
+      std::string packed = tile + "_bytes";
+      transposes.push_back({tile, out, offset(h), type});
+      w.line(formatv("tj_vec<{0}, kVec> {1};", type, packed).str());
+      w.line(formatv("tj_pack({0}, {1});", packed,
+                     arrays[{in.getAsOpaquePointer(), h}])
+                 .str());
+      w.line("#pragma unroll");
+      w.open("for (int word = 0; word < kVec / 4; ++word)");
+      w.line(formatv(
+                 "*reinterpret_cast<tj_u32 *>(&{0}[row - row0][col - col0 "
+                 "+ 4 * word]) = reinterpret_cast<const tj_u32 *>(&{1})[word];",
+                 tile, packed)
+                 .str());
+      w.close();
+    }
+  }
+  return llvm::Error::success();
+}
+
+/// The iteration width: the narrowest last dim of the group's matrices
+/// (transposed results aside, whose dims are swapped).
+int64_t iterationWidth(const KernelGroup &group, int64_t &rows,
+                       int64_t &minBytes) {
+  int64_t width = INT64_MAX;
+  rows = -1;
+  minBytes = 16;
+  auto visit = [&](Value value) {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type || type.getRank() < 2 || type.getElementType().isInteger(64))
+      return;
+    if (Operation *def = value.getDefiningOp(); def && isa<TransposeOp>(def))
+      return;
+    width = std::min(width, colsOf(value));
+    rows = std::max(rows, rowsOf(value));
+    minBytes = std::min(minBytes, elementBytes(type.getElementType()));
+  };
+  for (Value input : group.inputs)
+    visit(input);
+  for (Operation *op : group.ops)
+    for (Value result : op->getResults())
+      visit(result);
+  return width;
+}
+
+/// The lines every thread runs before its loads: the vector indices it owns.
+void writeFlatIndices(CudaWriter &w) {
+  w.line("tj_i64 rows_[kUnroll], cols_[kUnroll];");
+  w.line("bool ok_[kUnroll];");
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("const tj_i64 v = (static_cast<tj_i64>(blockIdx.x) * kUnroll + u) * "
+         "blockDim.x + threadIdx.x;");
+  w.line("ok_[u] = v < kRows * (kCols / kVec);");
+  w.line("rows_[u] = v / (kCols / kVec);");
+  w.line("cols_[u] = v % (kCols / kVec) * kVec;");
+  w.close();
+}
+
+void writeTiledIndices(CudaWriter &w) {
+  w.line("tj_i64 rows_[kUnroll], cols_[kUnroll];");
+  w.line("bool ok_[kUnroll];");
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("rows_[u] = row0 + threadIdx.x / kThreadsX + u * kRowsPerPass;");
+  w.line("cols_[u] = col0 + threadIdx.x % kThreadsX * kVec;");
+  w.line("ok_[u] = rows_[u] < kRows && cols_[u] < kCols;");
+  w.close();
+}
+
+/// Loads every register array of `body` for all kUnroll vectors, then runs
+/// the compute of each: `compute` holds the code of one vector.
+void writeLoadsThenCompute(CudaWriter &w, const PointwiseBody &body,
+                           const std::string &compute) {
+  for (auto &[array, pointer] : body.loads)
+    w.line("float " + array + "[kUnroll][kVec];");
+  w.line("// Every load of every vector is issued before the first use.");
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.open("if (ok_[u])");
+  w.line("const tj_i64 row = rows_[u], col = cols_[u];");
+  for (auto &[array, pointer] : body.loads)
+    w.line("tj_load(" + array + "[u], " + pointer + ");");
+  w.close();
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.open("if (ok_[u])");
+  w.line("[[maybe_unused]] const tj_i64 row = rows_[u], col = cols_[u];");
+  w.raw(compute);
+  w.close();
+  w.close();
+}
+
+/// The transposed write of each tile: 8 rows of one column per thread as one
+/// 8-byte store; lanes cover 8 columns x 4 row groups, which the 4-byte row
+/// padding spreads over 8 distinct banks.
+void writeTransposedStores(CudaWriter &w, const PointwiseBody &body) {
+  if (body.transposes.empty())
+    return;
+  w.line("__syncthreads();");
+  w.line("#pragma unroll");
+  w.open("for (int chunk = threadIdx.x; chunk < kTileCols * kTileRows / 8; "
+         "chunk += blockDim.x)");
+  w.line("const int c = chunk % 8 + chunk / 64 * 8, r = chunk / 8 % 8 * 8;");
+  w.open("if (col0 + c < kCols && row0 + r < kRows)");
+  for (const auto &t : body.transposes) {
+    w.line(formatv("tj_vec<{0}, 8> {1}_column;", t.type, t.tile).str());
+    w.line("#pragma unroll");
+    w.line(formatv("for (int k = 0; k < 8; ++k) {0}_column.v[k].bits = "
+                   "{0}[r + k][c];",
+                   t.tile)
+               .str());
+    w.line(formatv("*reinterpret_cast<tj_vec<{0}, 8> *>({1} + (col0 + c{2}) * "
+                   "kRows + row0 + r) = {3}_column;",
+                   t.type, t.output, t.offset, t.tile)
+               .str());
+  }
+  w.close();
+  w.close();
+  w.line("__syncthreads();");
+}
+
+/// Column sums of the bias gradients: 32 partial rows per block in shared
+/// memory (padded by one word), then one thread per column.
+void writeColumnSums(CudaWriter &w, const PointwiseBody &body) {
+  for (const auto &s : body.columnSums) {
+    w.line("__shared__ float " + s.acc + "_rows[kRowsPerPass][kTileCols + 1];");
+    w.line("#pragma unroll");
+    w.line("for (int i = 0; i < kVec; ++i) " + s.acc +
+           "_rows[threadIdx.x / kThreadsX][threadIdx.x % kThreadsX * kVec + i] "
+           "= " +
+           s.acc + "[i];");
+    w.line("__syncthreads();");
+    w.open("if (threadIdx.x < kTileCols && col0 + threadIdx.x < kCols)");
+    w.line("float sum = 0.f;");
+    w.line("for (int r = 0; r < kRowsPerPass; ++r) sum += " + s.acc +
+           "_rows[r][threadIdx.x];");
+    w.line(s.output + "[col0 + threadIdx.x" + s.offset + "] = tj_convert<" +
+           s.type + ">::from(sum);");
+    w.close();
+  }
+}
+
+void writeAmaxes(CudaWriter &w, const PointwiseBody &body) {
+  for (auto &[acc, output] : body.amaxes) {
+    w.line("// One atomic per block: the block's max, by warp shuffles.");
+    w.line("const float " + acc + "_block = tj_block_max(" + acc + ");");
+    w.line("if (threadIdx.x == 0) tj_atomic_amax(" + output + ", " + acc +
+           "_block);");
+  }
+}
+
+} // namespace
+
+llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
+                                          std::vector<EmittedKernel> &kernels) {
+  const KernelGroup &group = builder.group;
+  int64_t rows, minBytes;
+  int64_t width = iterationWidth(group, rows, minBytes);
+  if (width == INT64_MAX)
+    return noEmitter(group.op, "no matrix operand");
+  bool tiled = llvm::any_of(group.ops, [](Operation *op) {
+    return isa<TransposeOp, BiasGradOp>(op);
+  });
+  bool transposes = llvm::any_of(
+      group.ops, [](Operation *op) { return isa<TransposeOp>(op); });
+  bool reduces = llvm::any_of(
+      group.ops, [](Operation *op) { return isa<BiasGradOp>(op); });
+  int64_t vec = vectorWidth({width}, minBytes);
+  if (transposes && (vec % 4 != 0 || rows % 8 != 0))
+    return noEmitter(group.op, "a transpose needs rows % 8 == 0 and a last "
+                               "dim % 4 == 0");
+  PointwiseBody body(builder, width);
+  // The code of one vector sits in `for u`, `if (ok_[u])` (and the row-tile
+  // loop when tiled); its loads and prologue are known once it is written.
+  CudaWriter compute(tiled ? 4 : 3);
+  if (llvm::Error error = body.writeVector(compute))
+    return error;
+
+  CudaWriter w;
+  builder.writeSignature(w, kThreads);
+  int64_t tileCols = kThreadsX * vec;
+  w.line(formatv("constexpr int kVec = {0}, kUnroll = {1};", vec,
+                 tiled ? kPasses : kUnroll)
+             .str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width).str());
+  if (tiled)
+    w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
+                   "kTileRows = {2}, kTileCols = {3};",
+                   kThreadsX, kRowsPerPass, kTileRows, tileCols)
+               .str());
+  for (const std::string &line : body.prologue)
+    w.line(line);
+  for (auto &[acc, output] : body.amaxes)
+    w.line("float " + acc + " = 0.f;");
+  for (const auto &s : body.columnSums)
+    w.line("float " + s.acc + "[kVec] = {};");
+  for (const auto &t : body.transposes)
+    w.line("__shared__ __align__(16) tj_u8 " + t.tile +
+           "[kTileRows][kTileCols + 4];  // +4 bytes a row: no bank conflicts");
+  if (tiled) {
+    w.line("const tj_i64 col0 = static_cast<tj_i64>(blockIdx.x) * kTileCols;");
+    w.open("for (tj_i64 row0 = static_cast<tj_i64>(blockIdx.y) * kTileRows; "
+           "row0 < kRows; row0 += static_cast<tj_i64>(gridDim.y) * kTileRows)");
+    writeTiledIndices(w);
+  } else {
+    writeFlatIndices(w);
+  }
+  writeLoadsThenCompute(w, body, compute.str());
+  if (tiled) {
+    writeTransposedStores(w, body);
+    w.close();
+  }
+  writeColumnSums(w, body);
+  writeAmaxes(w, body);
+
+  Dim3 grid, block{kThreads, 1, 1};
+  if (tiled) {
+    grid.x = (width + tileCols - 1) / tileCols;
+    // A bias gradient sums all rows in one block per column strip.
+    grid.y = reduces ? 1 : (rows + kTileRows - 1) / kTileRows;
+  } else {
+    int64_t vectors = rows * width / vec;
+    grid.x = (vectors + kThreads * kUnroll - 1) / (kThreads * kUnroll);
+  }
+  kernels.push_back(builder.finish(w, grid, block));
+  return llvm::Error::success();
+}

@@ -1,0 +1,354 @@
+//===- RowKernels.cpp - normalizations: a warp per row --------------------===//
+//
+// LayerNorm and RMSNorm forward (with their FP8 cast and amax) keep a row in
+// the registers of one warp and reduce with shuffles, so a row is read once.
+// A transposed FP8 copy is a second, tiled kernel over the cast output.
+// The backward pass is a row kernel for dx and a column kernel for dgamma
+// and dbeta (sums over rows, with no atomics, so they are deterministic).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/EmitterImpl.h"
+
+#include "dialects/TEDialect.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::codegen;
+using llvm::formatv;
+
+namespace {
+
+constexpr int64_t kWarps = 4, kMaxChunks = 32;
+
+/// The user of `value` inside the group of type OpT.
+template <typename OpT> OpT userIn(const KernelGroup &group, Value value) {
+  for (Operation *user : value.getUsers())
+    if (auto op = dyn_cast<OpT>(user);
+        op && llvm::is_contained(group.ops, user))
+      return op;
+  return nullptr;
+}
+
+/// Row-kernel constants and the registers of one row: `kChunks` vectors of
+/// kVec per lane, lane-interleaved so that a warp's loads are contiguous.
+void writeRowPrologue(CudaWriter &w, int64_t vec, int64_t rows, int64_t cols) {
+  int64_t chunks = (cols + 32 * vec - 1) / (32 * vec);
+  w.line(formatv("constexpr int kVec = {0}, kChunks = {1}, kWarps = {2};", vec,
+                 chunks, kWarps)
+             .str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line("const tj_i64 row = static_cast<tj_i64>(blockIdx.x) * kWarps + "
+         "threadIdx.x / 32;");
+  w.line("const int lane = threadIdx.x % 32;");
+}
+
+/// Loads `array[kChunks][kVec]` of a row of `pointer` (zeros past the end).
+void writeRowLoad(CudaWriter &w, StringRef array, StringRef rowPointer) {
+  w.line("float " + array + "[kChunks][kVec];");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
+  w.line("if (col < kCols) tj_load(" + array + "[k], " + rowPointer +
+         " + col);");
+  w.line("else for (int i = 0; i < kVec; ++i) " + array + "[k][i] = 0.f;");
+  w.close();
+}
+
+/// A sum over the row's registers: `expr` of element (k, i), past the end
+/// excluded.
+void writeRowSum(CudaWriter &w, StringRef name, StringRef expr) {
+  w.line("float " + name + " = 0.f;");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  w.line("#pragma unroll");
+  w.line("for (int i = 0; i < kVec; ++i) if ((lane + 32 * k) * kVec < kCols) " +
+         name + " += " + expr + ";");
+  w.close();
+  w.line(name + " = tj_warp_sum(" + name + ");");
+}
+
+Dim3 rowGrid(int64_t rows) { return {(rows + kWarps - 1) / kWarps, 1, 1}; }
+
+std::string gammaExpr(bool zeroCentered) {
+  return zeroCentered ? "(1.f + gamma_in[k][i])" : "gamma_in[k][i]";
+}
+
+} // namespace
+
+llvm::Error
+tejit::codegen::emitNormForward(KernelBuilder &builder,
+                                std::vector<EmittedKernel> &kernels) {
+  const KernelGroup &group = builder.group;
+  Operation *norm = group.ops.front();
+  auto layerNorm = dyn_cast<LayerNormFwdOp>(norm);
+  auto rmsNorm = dyn_cast<RMSNormFwdOp>(norm);
+  if (!layerNorm && !rmsNorm)
+    return noEmitter(group.op, "the norm must come first");
+  Value x = norm->getOperand(0), gamma = norm->getOperand(1);
+  Value y = norm->getResult(0);
+  Value mean = layerNorm ? layerNorm.getMean() : Value();
+  Value rsigma = layerNorm ? layerNorm.getRsigma() : rmsNorm.getRsigma();
+  double eps =
+      (layerNorm ? layerNorm.getEps() : rmsNorm.getEps()).convertToDouble();
+  bool zeroCentered = layerNorm ? layerNorm.getZeroCenteredGamma()
+                                : rmsNorm.getZeroCenteredGamma();
+  QuantizeOp quantize = userIn<QuantizeOp>(group, y);
+  AmaxOp amax = userIn<AmaxOp>(group, y);
+  TransposeOp transpose =
+      quantize ? userIn<TransposeOp>(group, quantize.getOutput()) : nullptr;
+  unsigned handled = 1 + !!quantize + !!amax + !!transpose;
+  if (handled != group.ops.size())
+    return noEmitter(group.op, "ops other than a cast after the norm");
+  int64_t rows = rowsOf(x), cols = colsOf(x);
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  if ((cols + 32 * vec - 1) / (32 * vec) > kMaxChunks)
+    return noEmitter(group.op, "rows wider than a warp's registers");
+
+  CudaWriter w;
+  builder.writeSignature(w, 32 * kWarps);
+  writeRowPrologue(w, vec, rows, cols);
+  Value amaxValue = quantize ? quantize.getAmax()
+                    : amax   ? amax.getAmax()
+                             : Value();
+  bool writesAmax = amaxValue && group.isOutput(amaxValue);
+  if (quantize)
+    w.line("const float scale_v = " + builder.param(quantize.getScale()).str() +
+           "[0];");
+  if (amaxValue)
+    w.line("float amax0 = 0.f;");
+  w.open("if (row < kRows)");
+  writeRowLoad(w, "x_in", builder.param(x).str() + " + row * kCols");
+  if (layerNorm) {
+    writeRowSum(w, "mu", "x_in[k][i]");
+    w.line("mu /= kCols;");
+    writeRowSum(w, "var", "(x_in[k][i] - mu) * (x_in[k][i] - mu)");
+  } else {
+    w.line("const float mu = 0.f;");
+    writeRowSum(w, "var", "x_in[k][i] * x_in[k][i]");
+  }
+  w.line("const float rs = rsqrtf(var / kCols + " + floatLiteral(eps) + ");");
+  w.open("if (lane == 0)");
+  if (mean && group.isOutput(mean))
+    w.line(builder.param(mean).str() + "[row] = mu;");
+  if (group.isOutput(rsigma))
+    w.line(builder.param(rsigma).str() + "[row] = rs;");
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
+  w.open("if (col < kCols)");
+  w.line(std::string("float gamma_k[kVec], y_out[kVec]") +
+         (layerNorm ? ", beta_k[kVec]" : "") +
+         (quantize ? ", q_out[kVec]" : "") + ";");
+  w.line("tj_load(gamma_k, " + builder.param(gamma).str() + " + col);");
+  if (layerNorm)
+    w.line("tj_load(beta_k, " + builder.param(layerNorm.getBeta()).str() +
+           " + col);");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  std::string g = zeroCentered ? "(1.f + gamma_k[i])" : "gamma_k[i]";
+  w.line("y_out[i] = (x_in[k][i] - mu) * rs * " + g +
+         (layerNorm ? " + beta_k[i];" : ";"));
+  if (amaxValue)
+    w.line("amax0 = fmaxf(amax0, fabsf(y_out[i]));");
+  if (quantize)
+    w.line("q_out[i] = y_out[i] * scale_v;");
+  w.close();
+  if (group.isOutput(y))
+    w.line("tj_store(" + builder.param(y).str() +
+           " + row * kCols + col, y_out);");
+  if (quantize && group.isOutput(quantize.getOutput()))
+    w.line("tj_store(" + builder.param(quantize.getOutput()).str() +
+           " + row * kCols + col, q_out);");
+  w.close();
+  w.close();
+  w.close();
+  if (writesAmax) {
+    w.line("// One atomic per block: the block's max, by warp shuffles.");
+    w.line("const float amax0_block = tj_block_max(amax0);");
+    w.line("if (threadIdx.x == 0) tj_atomic_amax(" +
+           builder.param(amaxValue).str() + ", amax0_block);");
+  }
+  kernels.push_back(builder.finish(w, rowGrid(rows), {32 * kWarps, 1, 1}));
+  if (!transpose)
+    return llvm::Error::success();
+
+  // The transposed copy reads the FP8 output back, so that must be written.
+  if (!group.isOutput(quantize.getOutput()))
+    return noEmitter(group.op, "a transpose of an FP8 value not written");
+  KernelGroup copy;
+  copy.op = group.op;
+  copy.kind = group.kind + "_transpose";
+  copy.ops = {transpose};
+  copy.inputs = {quantize.getOutput()};
+  copy.outputs = {transpose.getOutput()};
+  copy.outer = group.outer;
+  KernelBuilder copyBuilder(copy, builder.name + "_transpose", builder.state());
+  return emitPointwise(copyBuilder, kernels);
+}
+
+//===----------------------------------------------------------------------===//
+// Backward
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// dx = rs * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma', one
+/// warp per row; mean(g) is LayerNorm's only.
+EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
+                          Value rsigma, Value gamma, Value dx,
+                          bool zeroCentered) {
+  int64_t rows = rowsOf(x), cols = colsOf(x);
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  CudaWriter w;
+  builder.writeSignature(w, 32 * kWarps);
+  writeRowPrologue(w, vec, rows, cols);
+  w.open("if (row < kRows)");
+  w.line("const float mu = " +
+         (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
+         ", rs = " + builder.param(rsigma).str() + "[row];");
+  writeRowLoad(w, "dy_in", builder.param(dy).str() + " + row * kCols");
+  writeRowLoad(w, "x_in", builder.param(x).str() + " + row * kCols");
+  writeRowLoad(w, "gamma_in", builder.param(gamma).str());
+  std::string g = "dy_in[k][i] * " + gammaExpr(zeroCentered);
+  std::string xhat = "(x_in[k][i] - mu) * rs";
+  if (mean) {
+    writeRowSum(w, "mean_g", g);
+    w.line("mean_g /= kCols;");
+  } else {
+    w.line("const float mean_g = 0.f;");
+  }
+  writeRowSum(w, "mean_gx", g + " * " + xhat);
+  w.line("mean_gx /= kCols;");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
+  w.open("if (col < kCols)");
+  w.line("float dx_out[kVec];");
+  w.line("#pragma unroll");
+  w.line("for (int i = 0; i < kVec; ++i) dx_out[i] = rs * (" + g +
+         " - mean_g - " + xhat + " * mean_gx);");
+  w.line("tj_store(" + builder.param(dx).str() +
+         " + row * kCols + col, dx_out);");
+  w.close();
+  w.close();
+  w.close();
+  return builder.finish(w, rowGrid(rows), {32 * kWarps, 1, 1});
+}
+
+/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy: a block sums a
+/// strip of 32 * kVec columns over all rows, 8 rows at a time.
+EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
+                              Value mean, Value rsigma, Value dgamma,
+                              Value dbeta) {
+  int64_t rows = rowsOf(x), cols = colsOf(x);
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  CudaWriter w;
+  builder.writeSignature(w, 256);
+  w.line(formatv("constexpr int kVec = {0}, kRowsAtOnce = 8;", vec).str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line("const tj_i64 col = (static_cast<tj_i64>(blockIdx.x) * 32 + "
+         "threadIdx.x % 32) * kVec;");
+  w.line("float dgamma_acc[kVec] = {}, dbeta_acc[kVec] = {};");
+  w.open("if (col < kCols)");
+  w.open(
+      "for (tj_i64 row = threadIdx.x / 32; row < kRows; row += kRowsAtOnce)");
+  w.line("float dy_v[kVec], x_v[kVec];");
+  w.line("tj_load(dy_v, " + builder.param(dy).str() + " + row * kCols + col);");
+  w.line("tj_load(x_v, " + builder.param(x).str() + " + row * kCols + col);");
+  w.line("const float mu = " +
+         (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
+         ", rs = " + builder.param(rsigma).str() + "[row];");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  w.line("dgamma_acc[i] += dy_v[i] * (x_v[i] - mu) * rs;");
+  w.line("dbeta_acc[i] += dy_v[i];");
+  w.close();
+  w.close();
+  w.close();
+  for (auto [name, value] : {std::pair<StringRef, Value>{"dgamma", dgamma},
+                             std::pair<StringRef, Value>{"dbeta", dbeta}}) {
+    if (!value)
+      continue;
+    std::string type = elementTypeName(tensorType(value).getElementType());
+    w.line(
+        formatv("__shared__ float {0}_rows[kRowsAtOnce][32 * kVec + 1];", name)
+            .str());
+    w.line(formatv("for (int i = 0; i < kVec; ++i) {0}_rows[threadIdx.x / 32]"
+                   "[threadIdx.x % 32 * kVec + i] = {0}_acc[i];",
+                   name)
+               .str());
+    w.line("__syncthreads();");
+    w.open(formatv("for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x)")
+               .str());
+    w.line(
+        "const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * 32 * kVec + c;");
+    w.line("float sum = 0.f;");
+    w.line(
+        formatv("for (int r = 0; r < kRowsAtOnce; ++r) sum += {0}_rows[r][c];",
+                name)
+            .str());
+    w.line(formatv("if (out < kCols) {0}[out] = tj_convert<{1}>::from(sum);",
+                   builder.param(value), type)
+               .str());
+    w.close();
+  }
+  return builder.finish(w, {(cols + 32 * vec - 1) / (32 * vec), 1, 1},
+                        {256, 1, 1});
+}
+} // namespace
+
+llvm::Error
+tejit::codegen::emitNormBackward(KernelBuilder &builder,
+                                 std::vector<EmittedKernel> &kernels) {
+  const KernelGroup &group = builder.group;
+  Operation *op = group.ops.front();
+  Value dy, x, mean, rsigma, gamma, dx, dgamma, dbeta;
+  bool zeroCentered;
+  if (auto ln = dyn_cast<LayerNormBwdOp>(op)) {
+    dy = ln.getGrad(), x = ln.getInput(), mean = ln.getMean();
+    rsigma = ln.getRsigma(), gamma = ln.getGamma();
+    dx = ln.getInputGrad(), dgamma = ln.getGammaGrad(),
+    dbeta = ln.getBetaGrad();
+    zeroCentered = ln.getZeroCenteredGamma();
+  } else {
+    auto rms = cast<RMSNormBwdOp>(op);
+    dy = rms.getGrad(), x = rms.getInput(), rsigma = rms.getRsigma();
+    gamma = rms.getGamma(), dx = rms.getInputGrad(),
+    dgamma = rms.getGammaGrad();
+    zeroCentered = rms.getZeroCenteredGamma();
+  }
+  int64_t cols = colsOf(x);
+  int64_t vec =
+      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  if ((cols + 32 * vec - 1) / (32 * vec) > kMaxChunks)
+    return noEmitter(op, "rows wider than a warp's registers");
+  // Each kernel binds only what it uses: two groups over the same op.
+  KernelGroup rowGroup = group, columnGroup = group;
+  rowGroup.inputs = {dy, x};
+  if (mean)
+    rowGroup.inputs.push_back(mean);
+  rowGroup.inputs.append({rsigma, gamma});
+  rowGroup.outputs = {dx};
+  columnGroup.inputs = {dy, x};
+  if (mean)
+    columnGroup.inputs.push_back(mean);
+  columnGroup.inputs.push_back(rsigma);
+  columnGroup.outputs = {dgamma};
+  if (dbeta)
+    columnGroup.outputs.push_back(dbeta);
+  KernelBuilder rowBuilder(rowGroup, builder.name + "_dx", builder.state());
+  kernels.push_back(
+      writeNormDx(rowBuilder, dy, x, mean, rsigma, gamma, dx, zeroCentered));
+  KernelBuilder columnBuilder(columnGroup, builder.name + "_dgamma",
+                              builder.state());
+  kernels.push_back(
+      writeNormDgamma(columnBuilder, dy, x, mean, rsigma, dgamma, dbeta));
+  return llvm::Error::success();
+}

@@ -1,0 +1,56 @@
+//===- math.cuh - MLP activations, their derivatives, the dropout RNG -----===//
+//
+// The formulas of compiler/interpreter/ActivationKernels.cpp and the RNG
+// convention of compiler/interpreter/DropoutRng.h, in float on the device.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_MATH_CUH
+#define TEJIT_MATH_CUH
+
+/// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+__device__ __forceinline__ float tj_gelu(float x) {
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  const float t = tanhf(c * (x + a * x * x * x));
+  return 0.5f * x * (1.f + t);
+}
+__device__ __forceinline__ float tj_dgelu(float x) {
+  const float c = 0.7978845608028654f, a = 0.044715f;
+  const float t = tanhf(c * (x + a * x * x * x));
+  return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * c * (1.f + 3.f * a * x * x);
+}
+__device__ __forceinline__ float tj_sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+/// x sigmoid(k x): qgelu (k = 1.702) and silu (k = 1).
+__device__ __forceinline__ float tj_xsigmoid(float x, float k) { return x * tj_sigmoid(k * x); }
+__device__ __forceinline__ float tj_dxsigmoid(float x, float k) {
+  const float s = tj_sigmoid(k * x);
+  return s + k * x * s * (1.f - s);
+}
+__device__ __forceinline__ float tj_qgelu(float x) { return tj_xsigmoid(x, 1.702f); }
+__device__ __forceinline__ float tj_dqgelu(float x) { return tj_dxsigmoid(x, 1.702f); }
+__device__ __forceinline__ float tj_silu(float x) { return tj_xsigmoid(x, 1.f); }
+__device__ __forceinline__ float tj_dsilu(float x) { return tj_dxsigmoid(x, 1.f); }
+__device__ __forceinline__ float tj_relu(float x) { return x > 0.f ? x : 0.f; }
+__device__ __forceinline__ float tj_drelu(float x) { return x > 0.f ? 1.f : 0.f; }
+/// relu(x)^2.
+__device__ __forceinline__ float tj_srelu(float x) { return x > 0.f ? x * x : 0.f; }
+__device__ __forceinline__ float tj_dsrelu(float x) { return x > 0.f ? 2.f * x : 0.f; }
+
+/// SplitMix64's output function (DropoutRng.h).
+__device__ __forceinline__ tj_u64 tj_splitmix64(tj_u64 x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+/// sm(sm(sm(seed) ^ offset) ^ stream): the part of the chain shared by
+/// every element of one dropout.
+__device__ __forceinline__ tj_u64 tj_dropout_key(tj_u64 seed, tj_u64 offset, tj_u64 stream) {
+  return tj_splitmix64(tj_splitmix64(tj_splitmix64(seed) ^ offset) ^ stream);
+}
+/// Whether element `index` is kept: u = (h >> 11) * 2^-53 >= rate, compared
+/// exactly as integers against `threshold` = ceil(rate * 2^53).
+__device__ __forceinline__ bool tj_dropout_keeps(tj_u64 key, tj_u64 index, tj_u64 threshold) {
+  return (tj_splitmix64(key ^ index) >> 11) >= threshold;
+}
+
+#endif // TEJIT_MATH_CUH

@@ -1,0 +1,33 @@
+"""Compiles every kernel te-compile --emit=cuda prints for each spec with
+nvcc for sm_90a; fails on the first error or warning, with the log."""
+import concurrent.futures, os, subprocess, sys, tempfile
+
+nvcc, te_compile, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+marker = "// ===== kernel "
+with tempfile.TemporaryDirectory() as tmp:
+    sources = []
+    for spec in specs:
+        out = subprocess.run([te_compile, spec, "--emit=cuda"], check=True,
+                             capture_output=True, text=True).stdout
+        for chunk in out.split(marker)[1:]:
+            name = chunk.split(":")[0]
+            path = os.path.join(tmp, name + ".cu")
+            with open(path, "w") as f:
+                f.write(chunk.split("\n", 2)[2])
+            sources.append(path)
+
+    def compile_one(path):
+        result = subprocess.run(
+            [nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-cubin",
+             "-Werror", "all-warnings", "-o", path + ".cubin", path],
+            capture_output=True, text=True)
+        return path, result.returncode, result.stdout + result.stderr
+
+    failures = 0
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for path, rc, log in pool.map(compile_one, sources):
+            if rc != 0:
+                failures += 1
+                print(f"FAIL {os.path.basename(path)}\n{log}")
+    print(f"{len(sources) - failures}/{len(sources)} kernels compiled")
+    sys.exit(1 if failures or not sources else 0)
