@@ -5,6 +5,7 @@
 
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -231,11 +232,13 @@ static KernelGroup groupOf(Operation *op) {
   return group;
 }
 
-/// Ops that launch nothing here: views, library calls (cuBLASLt, cuDNN),
-/// and the amax all-reduce (the identity in one process, NCCL later).
+/// Ops that launch nothing here: views (reshapes, meta slot reads), library
+/// calls (cuBLASLt, cuDNN), and the amax all-reduce (the identity in one
+/// process, NCCL later).
 static bool needsNoKernel(Operation *op) {
   return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp,
              AmaxAllReduceOp, func::ReturnOp>(op) ||
+         isMetaSlotRead(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");
 }
 
@@ -268,15 +271,18 @@ llvm::Expected<std::vector<EmittedKernel>>
 tejit::codegen::emitKernels(func::FuncOp function) {
   std::vector<EmittedKernel> kernels;
   AsmState asmState(function);
-  unsigned index = 0;
+  // Numbered per kind, so that a kernel keeps its name when kernels of
+  // other kinds come and go.
+  llvm::StringMap<unsigned> countOfKind;
   for (Operation &op : function.getBody().front()) {
     if (needsNoKernel(&op))
       continue;
     KernelGroup group =
         isa<FusedOp>(op) ? groupOf(cast<FusedOp>(op)) : groupOf(&op);
-    std::string name = identifier(
-        llvm::formatv("{0}_{1}_{2}", function.getName(), group.kind, index++)
-            .str());
+    std::string name =
+        identifier(llvm::formatv("{0}_{1}_{2}", function.getName(), group.kind,
+                                 countOfKind[group.kind]++)
+                       .str());
     KernelBuilder builder(group, name, asmState);
     if (llvm::Error error = emitGroup(builder, kernels))
       return std::move(error);

@@ -35,4 +35,10 @@ bool isGatedActivation(Activation activation);
 #define GET_OP_CLASSES
 #include "dialects/TEOps.h.inc"
 
+namespace mlir::te {
+/// Whether `op` reads one slot (a scale, scale_inv or amax) of a 1-D FP8
+/// meta vector: a pointer offset at run time, not a copy.
+bool isMetaSlotRead(Operation *op);
+} // namespace mlir::te
+
 #endif // TEJIT_DIALECTS_TEDIALECT_H

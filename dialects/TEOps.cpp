@@ -42,3 +42,9 @@ int64_t TransformerLayerOp::getHeadDim() {
 int64_t TransformerLayerOp::getFfnHiddenSize() {
   return lastDim(getFc2Weight());
 }
+
+bool mlir::te::isMetaSlotRead(Operation *op) {
+  auto slice = dyn_cast<SliceOp>(op);
+  return slice &&
+         cast<RankedTensorType>(slice.getInput().getType()).getRank() == 1;
+}

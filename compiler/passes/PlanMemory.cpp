@@ -36,8 +36,11 @@ int64_t MemoryPlan::offsetOf(Value value) const {
 
 namespace {
 
-/// Whether `op` aliases its operand instead of writing a buffer of its own.
-bool isView(Operation *op) { return isa<te::ReshapeOp>(op); }
+/// Whether `op` aliases its operand instead of writing a buffer of its own:
+/// a reshape, or a read of one FP8 meta slot (a pointer offset).
+bool isView(Operation *op) {
+  return isa<te::ReshapeOp>(op) || te::isMetaSlotRead(op);
+}
 
 /// The bytes of an op result that is a statically shaped tensor, rounded up to
 /// kBufferAlignment; fails with a diagnostic at the op for anything else.

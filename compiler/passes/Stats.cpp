@@ -17,14 +17,6 @@ static int64_t bytesOf(Type type) {
   return tensor.getNumElements() * elementBytes;
 }
 
-/// A te.slice that reads one scale or amax of a meta vector: a pointer
-/// offset at run time, not a kernel.
-static bool isSlotRead(Operation *op) {
-  auto slice = dyn_cast<SliceOp>(op);
-  return slice &&
-         cast<RankedTensorType>(slice.getInput().getType()).getRank() == 1;
-}
-
 FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
   FunctionStats stats;
   stats.name = function.getName().str();
@@ -41,7 +33,8 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
         isa<MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp>(op);
     if (auto fused = dyn_cast<FusedOp>(op))
       libraryCall = fused.getKind() == "gemm";
-    if (!libraryCall && !isa<ReshapeOp, func::ReturnOp>(op) && !isSlotRead(&op))
+    if (!libraryCall && !isa<ReshapeOp, func::ReturnOp>(op) &&
+        !isMetaSlotRead(&op))
       ++stats.kernels;
   }
   for (unsigned i = 0; i < function.getNumResults(); ++i)
