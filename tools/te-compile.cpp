@@ -1,4 +1,5 @@
-//===- te-compile.cpp - compile layer specs ahead of time ------------------===//
+//===- te-compile.cpp - compile layer specs ahead of time
+//------------------===//
 //
 // te-compile SPEC [-o DIR] [--emit=STAGE] [--training|--inference]
 //
@@ -9,10 +10,12 @@
 // in the input.
 //
 //===----------------------------------------------------------------------===//
+#include "codegen/KernelBuild.h"
+#include "codegen/KernelEmitter.h"
+#include "codegen/PlanWriter.h"
 #include "compiler/passes/Passes.h"
 #include "compiler/passes/Pipeline.h"
 #include "compiler/passes/Stats.h"
-#include "codegen/KernelEmitter.h"
 #include "compiler/spec/SpecImporter.h"
 #include "dialects/TEDialect.h"
 
@@ -27,6 +30,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -74,10 +78,10 @@ llvm::cl::opt<Stage> emitStage(
     llvm::cl::init(Stage::TE), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<Mode> mode(
     llvm::cl::desc("What to compile for:"),
-    llvm::cl::values(
-        clEnumValN(Mode::Training, "training",
-                   "forward and backward, dropout on (default)"),
-        clEnumValN(Mode::Inference, "inference", "forward only, no dropout")),
+    llvm::cl::values(clEnumValN(Mode::Training, "training",
+                                "forward and backward, dropout on (default)"),
+                     clEnumValN(Mode::Inference, "inference",
+                                "forward only, no dropout")),
     llvm::cl::init(Mode::Training), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<std::string> recipeOverride(
     "recipe",
@@ -85,10 +89,19 @@ llvm::cl::opt<std::string> recipeOverride(
                    "delayed, current, none, or an attribute such as "
                    "'#te.delayed_scaling<amax_history_len = 16>'"),
     llvm::cl::value_desc("recipe"), llvm::cl::cat(teCompileCategory));
-llvm::cl::opt<bool> printIRAfterAll(
-    "print-ir-after-all",
-    llvm::cl::desc("Print the IR after every pass (to stderr)"),
+llvm::cl::opt<std::string> targetArch(
+    "arch",
+    llvm::cl::desc("GPU arch the kernels are compiled for with --emit=cuda "
+                   "-o (default sm_90a)"),
+    llvm::cl::init("sm_90a"), llvm::cl::cat(teCompileCategory));
+llvm::cl::opt<bool> printCacheStats(
+    "cache-stats",
+    llvm::cl::desc("Print the kernel cache's hits, misses and size (stderr)"),
     llvm::cl::init(false), llvm::cl::cat(teCompileCategory));
+llvm::cl::opt<bool>
+    printIRAfterAll("print-ir-after-all",
+                    llvm::cl::desc("Print the IR after every pass (to stderr)"),
+                    llvm::cl::init(false), llvm::cl::cat(teCompileCategory));
 } // namespace
 
 /// Reads `path` as a spec or as IR; diagnostics go through `sourceMgr`.
@@ -165,6 +178,68 @@ static LogicalResult printKernels(ModuleOp module) {
   return success();
 }
 
+static LogicalResult writeFile(StringRef path, StringRef bytes) {
+  std::string errorMessage;
+  auto output = openOutputFile(path, &errorMessage);
+  if (!output) {
+    llvm::errs() << "te-compile: error: " << errorMessage << "\n";
+    return failure();
+  }
+  output->os() << bytes;
+  output->keep();
+  return success();
+}
+
+/// Compiles every kernel of `module` with NVRTC (through the kernel cache)
+/// and writes the bundle under -o: the planned IR, kernels/<name>.cu and
+/// their binaries, and plan.json (docs/plan-format.md).
+static LogicalResult writeBundle(ModuleOp module) {
+  auto fail = [](llvm::Error error) {
+    llvm::errs() << "te-compile: error: " << llvm::toString(std::move(error))
+                 << "\n";
+    return failure();
+  };
+  auto kernels = tejit::codegen::emitKernels(module);
+  if (!kernels)
+    return fail(kernels.takeError());
+  auto compiler = tejit::codegen::NvrtcCompiler::create();
+  if (!compiler)
+    return fail(compiler.takeError());
+  auto built = tejit::codegen::buildKernels(
+      *kernels, targetArch, **compiler, tejit::codegen::KernelCache::global());
+  if (!built)
+    return fail(built.takeError());
+  auto plan = tejit::codegen::writePlan(module, *built, targetArch);
+  if (!plan)
+    return fail(plan.takeError());
+  if (failed(writeOutput(module)))
+    return failure();
+  llvm::SmallString<256> kernelDir(outputDir);
+  llvm::sys::path::append(kernelDir, "kernels");
+  if (std::error_code error = llvm::sys::fs::create_directories(kernelDir))
+    return fail(llvm::createStringError(error, "cannot create '%s'",
+                                        kernelDir.c_str()));
+  for (const tejit::codegen::BuiltKernel &kernel : *built) {
+    llvm::SmallString<256> path(outputDir);
+    llvm::sys::path::append(path, "kernels", kernel.kernel->name + ".cu");
+    llvm::SmallString<256> binary(outputDir);
+    llvm::sys::path::append(binary, tejit::codegen::binaryFileName(kernel));
+    if (failed(writeFile(path, kernel.kernel->source)) ||
+        failed(writeFile(binary, kernel.binary)))
+      return failure();
+  }
+  llvm::SmallString<256> planPath(outputDir);
+  llvm::sys::path::append(planPath, "plan.json");
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::formatv("{0:2}", *plan) << "\n";
+  if (failed(writeFile(planPath, text)))
+    return failure();
+  llvm::errs() << "te-compile: wrote " << built->size() << " kernels ("
+               << targetArch << ") and " << planPath << "\n";
+  return success();
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
   registerAsmPrinterCLOptions();
@@ -174,7 +249,8 @@ int main(int argc, char **argv) {
   for (auto &option : llvm::cl::getRegisteredOptions())
     if (option.getKey().starts_with("mlir-"))
       option.getValue()->addCategory(mlirCategory);
-  if (llvm::cl::Option *stats = llvm::cl::getRegisteredOptions().lookup("stats")) {
+  if (llvm::cl::Option *stats =
+          llvm::cl::getRegisteredOptions().lookup("stats")) {
     stats->setDescription("Print kernel, GEMM and attention counts and memory "
                           "per function instead of the IR (compiles to the "
                           "last stage unless --emit says otherwise)");
@@ -224,8 +300,8 @@ int main(int argc, char **argv) {
   }
   // --stats is LLVM's own option (libLLVM registers it), given our meaning.
   bool printStats = llvm::AreStatisticsEnabled();
-  Stage stage = printStats && !emitStage.getNumOccurrences() ? Stage::Planned
-                                                             : emitStage;
+  Stage stage =
+      printStats && !emitStage.getNumOccurrences() ? Stage::Planned : emitStage;
   // Shorthands for TE's default recipes.
   std::string recipe = recipeOverride;
   if (recipe == "delayed")
@@ -236,9 +312,15 @@ int main(int argc, char **argv) {
   tejit::buildPipeline(pm, {pipelineStage, mode == Mode::Training, recipe});
   if (failed(pm.run(*module)))
     return 1;
+  int status = 0;
   if (stage == Stage::Cuda && !printStats)
-    return failed(printKernels(*module)) ? 1 : 0;
-  if (printStats)
-    return failed(tejit::printStats(*module, llvm::outs())) ? 1 : 0;
-  return failed(writeOutput(*module)) ? 1 : 0;
+    status = failed(outputDir.empty() ? printKernels(*module)
+                                      : writeBundle(*module));
+  else if (printStats)
+    status = failed(tejit::printStats(*module, llvm::outs()));
+  else
+    status = failed(writeOutput(*module));
+  if (printCacheStats)
+    tejit::codegen::KernelCache::global().stats().print(llvm::errs());
+  return status;
 }

@@ -1,4 +1,5 @@
-//===- Pipeline.cpp - the te compilation pipeline, stage by stage ----------===//
+//===- Pipeline.cpp - the te compilation pipeline, stage by stage
+//----------===//
 #include "compiler/passes/Pipeline.h"
 #include "compiler/passes/Passes.h"
 

@@ -1,0 +1,275 @@
+//===- PlanWriter.cpp - the executable plan a runtime loads ---------------===//
+#include "codegen/PlanWriter.h"
+#include "dialects/TEDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/MapVector.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::codegen;
+namespace json = llvm::json;
+
+std::string tejit::codegen::binaryFileName(const BuiltKernel &kernel) {
+  return "kernels/" + kernel.kernel->name +
+         (kernel.isCubin ? ".cubin" : ".ptx");
+}
+
+namespace {
+std::string typeString(Type type) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  type.print(os);
+  return text;
+}
+
+int64_t bytesOf(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  return tensor.getNumElements() *
+         ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+}
+
+/// Writes one function: its values (with their storage) and its steps.
+class FunctionPlan {
+public:
+  FunctionPlan(func::FuncOp function, ArrayRef<BuiltKernel> kernels)
+      : function(function) {
+    for (const BuiltKernel &built : kernels)
+      kernelsOf[built.kernel->op].push_back(&built);
+  }
+
+  llvm::Expected<json::Object> write();
+
+private:
+  int64_t id(Value value);
+  json::Object storage(Value value, unsigned index);
+  json::Array steps();
+  json::Object gemmStep(Operation *gemm, ValueRange outerOperands,
+                        ValueRange outerResults, Block *region);
+  json::Object attentionStep(Operation *op);
+
+  func::FuncOp function;
+  DenseMap<Operation *, SmallVector<const BuiltKernel *>> kernelsOf;
+  llvm::MapVector<Value, int64_t> ids;
+};
+
+int64_t FunctionPlan::id(Value value) {
+  auto [it, inserted] = ids.insert({value, int64_t(ids.size())});
+  return it->second;
+}
+
+json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
+  if (auto arg = dyn_cast<BlockArgument>(value))
+    return json::Object{{"arg", arg.getArgNumber()}};
+  auto returned = cast<func::ReturnOp>(function.front().getTerminator());
+  for (auto [index, operand] : llvm::enumerate(returned.getOperands()))
+    if (operand == value)
+      return json::Object{{"result", int64_t(index)}};
+  Operation *op = value.getDefiningOp();
+  if (isa<ReshapeOp>(op))
+    return json::Object{{"view_of", id(op->getOperand(0))}, {"byte_offset", 0}};
+  if (isMetaSlotRead(op))
+    return json::Object{
+        {"view_of", id(op->getOperand(0))},
+        {"byte_offset", cast<SliceOp>(op).getOffsetAttr().getInt() * 4}};
+  auto offsets = op->getAttrOfType<ArrayAttr>("te.offsets");
+  int64_t offset =
+      offsets ? cast<IntegerAttr>(offsets[resultIndex]).getInt() : -1;
+  return json::Object{{"arena_offset", offset}};
+}
+
+/// A GEMM and its cuBLASLt epilogue. `region` is the te.fused body (null for
+/// a lone GEMM), whose arguments stand for `outerOperands` and whose yield
+/// for `outerResults`.
+json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
+                                    ValueRange outerResults, Block *region) {
+  DenseMap<Value, Value> outer;
+  if (region) {
+    for (auto [arg, operand] : llvm::zip(region->getArguments(), outerOperands))
+      outer[arg] = operand;
+    for (auto [yielded, result] :
+         llvm::zip(region->getTerminator()->getOperands(), outerResults))
+      outer[yielded] = result;
+  }
+  auto ref = [&](Value value) -> json::Value {
+    Value mapped = outer.lookup(value);
+    if (!mapped && !region)
+      mapped = value;
+    return mapped ? json::Value(id(mapped)) : json::Value(nullptr);
+  };
+  json::Object step{{"kind", "gemm"},
+                    {"a", ref(gemm->getOperand(0))},
+                    {"b", ref(gemm->getOperand(1))},
+                    {"a_type", typeString(gemm->getOperand(0).getType())},
+                    {"b_type", typeString(gemm->getOperand(1).getType())}};
+  if (auto scaled = dyn_cast<ScaledMatmulOp>(gemm)) {
+    step["a_scale_inv"] = ref(scaled.getAScaleInv());
+    step["b_scale_inv"] = ref(scaled.getBScaleInv());
+    step["fast_accum"] = scaled.getFastAccum();
+    step["layout"] = "TN";
+  } else {
+    auto matmul = cast<MatmulOp>(gemm);
+    step["transpose_a"] = matmul.getTransposeA();
+    step["transpose_b"] = matmul.getTransposeB();
+  }
+  // The epilogue: what follows the GEMM in its region.
+  json::Object epilogue;
+  Value out = gemm->getResult(0);
+  if (region)
+    for (Operation &op : region->without_terminator()) {
+      if (auto bias = dyn_cast<BiasAddOp>(op)) {
+        epilogue["bias"] = ref(bias.getBias());
+        out = bias.getOutput();
+      } else if (auto act = dyn_cast<ActivationOp>(op)) {
+        epilogue["gelu"] = true;
+        epilogue["aux"] = ref(act.getInput());
+        out = act.getOutput();
+      } else if (auto quantize = dyn_cast<QuantizeOp>(op)) {
+        epilogue["d_scale"] = ref(quantize.getScale());
+        epilogue["amax_d"] = ref(quantize.getAmax());
+        out = quantize.getOutput();
+      } else if (auto dact = dyn_cast<ActivationGradOp>(op)) {
+        epilogue["dgelu"] = true;
+        epilogue["aux"] = ref(dact.getInput());
+        out = dact.getOutput();
+      } else if (auto bgrad = dyn_cast<BiasGradOp>(op)) {
+        epilogue["bias_grad"] = ref(bgrad.getOutput());
+      }
+    }
+  step["out"] = ref(out);
+  step["out_type"] = typeString(out.getType());
+  step["epilogue"] = std::move(epilogue);
+  return step;
+}
+
+json::Object FunctionPlan::attentionStep(Operation *op) {
+  json::Array operands, results;
+  for (Value operand : op->getOperands())
+    operands.push_back(id(operand));
+  for (Value result : op->getResults())
+    results.push_back(id(result));
+  json::Object attrs;
+  for (NamedAttribute attr : op->getAttrs())
+    if (attr.getName() != "operandSegmentSizes")
+      attrs[attr.getName().strref()] = [&] {
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        attr.getValue().print(os);
+        return text;
+      }();
+  return json::Object{{"kind", op->getName().stripDialect()},
+                      {"operands", std::move(operands)},
+                      {"results", std::move(results)},
+                      {"attributes", std::move(attrs)}};
+}
+
+json::Array FunctionPlan::steps() {
+  json::Array steps;
+  for (Operation &op : function.front().without_terminator()) {
+    for (const BuiltKernel *built : kernelsOf.lookup(&op)) {
+      json::Array args;
+      for (const KernelParam &param : built->kernel->params)
+        args.push_back(
+            json::Object{{"value", id(param.value)},
+                         {"output", param.isOutput},
+                         {"zero_before_launch", param.zeroBeforeLaunch}});
+      const EmittedKernel &k = *built->kernel;
+      steps.push_back(
+          json::Object{{"kind", "kernel"},
+                       {"name", k.name},
+                       {"binary", binaryFileName(*built)},
+                       {"grid", json::Array{k.grid.x, k.grid.y, k.grid.z}},
+                       {"block", json::Array{k.block.x, k.block.y, k.block.z}},
+                       {"shared_bytes", k.sharedBytes},
+                       {"args", std::move(args)}});
+    }
+    if (isa<MatmulOp, ScaledMatmulOp>(op))
+      steps.push_back(
+          gemmStep(&op, op.getOperands(), op.getResults(), nullptr));
+    if (auto fused = dyn_cast<FusedOp>(op);
+        fused && fused.getKind() == "gemm") {
+      Block &body = fused.getBody().front();
+      for (Operation &inner : body)
+        if (isa<MatmulOp, ScaledMatmulOp>(inner))
+          steps.push_back(
+              gemmStep(&inner, fused.getInputs(), fused.getResults(), &body));
+    }
+    if (isa<AttentionOp, AttentionBwdOp>(op))
+      steps.push_back(attentionStep(&op));
+    if (auto reduce = dyn_cast<AmaxAllReduceOp>(op))
+      steps.push_back(json::Object{{"kind", "amax_allreduce"},
+                                   {"in", id(reduce.getAmaxes())},
+                                   {"out", id(reduce.getOutput())}});
+  }
+  return steps;
+}
+
+llvm::Expected<json::Object> FunctionPlan::write() {
+  auto named = [&](DictionaryAttr attrs) {
+    json::Object object;
+    if (attrs)
+      for (NamedAttribute attr : attrs) {
+        if (auto text = dyn_cast<StringAttr>(attr.getValue()))
+          object[attr.getName().strref()] = text.getValue();
+        else if (auto number = dyn_cast<IntegerAttr>(attr.getValue()))
+          object[attr.getName().strref()] = number.getInt();
+        else if (isa<UnitAttr>(attr.getValue()))
+          object[attr.getName().strref()] = true;
+      }
+    return object;
+  };
+  json::Array arguments, results;
+  for (BlockArgument arg : function.getArguments()) {
+    json::Object object = named(function.getArgAttrDict(arg.getArgNumber()));
+    object["value"] = id(arg);
+    arguments.push_back(std::move(object));
+  }
+  auto returned = cast<func::ReturnOp>(function.front().getTerminator());
+  for (auto [index, value] : llvm::enumerate(returned.getOperands())) {
+    json::Object object = named(function.getResultAttrDict(index));
+    object["value"] = id(value);
+    results.push_back(std::move(object));
+  }
+  // Ids for every top-level value, in program order, before steps use them.
+  for (Operation &op : function.front().without_terminator())
+    for (Value result : op.getResults())
+      id(result);
+  json::Array stepList = steps();
+  json::Array values;
+  for (auto [value, valueId] : ids) {
+    unsigned resultIndex =
+        isa<OpResult>(value) ? cast<OpResult>(value).getResultNumber() : 0;
+    values.push_back(json::Object{{"id", valueId},
+                                  {"type", typeString(value.getType())},
+                                  {"bytes", bytesOf(value.getType())},
+                                  {"storage", storage(value, resultIndex)}});
+  }
+  json::Object plan{{"name", function.getName()},
+                    {"arguments", std::move(arguments)},
+                    {"results", std::move(results)},
+                    {"values", std::move(values)},
+                    {"steps", std::move(stepList)}};
+  if (auto arena = function->getAttrOfType<IntegerAttr>("te.arena_bytes"))
+    plan["arena_bytes"] = arena.getInt();
+  if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("te.backward_of"))
+    plan["backward_of"] = of.getValue();
+  return plan;
+}
+} // namespace
+
+llvm::Expected<json::Value>
+tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
+                          StringRef arch) {
+  json::Array functions;
+  for (auto function : module.getOps<func::FuncOp>()) {
+    llvm::Expected<json::Object> plan = FunctionPlan(function, kernels).write();
+    if (!plan)
+      return plan.takeError();
+    functions.push_back(std::move(*plan));
+  }
+  return json::Object{{"format", "tejit-plan"},
+                      {"version", 1},
+                      {"arch", arch},
+                      {"build_id", tejit::buildId()},
+                      {"functions", std::move(functions)}};
+}
