@@ -80,6 +80,9 @@ llvm::Error emitNormBackward(KernelBuilder &builder,
                              std::vector<EmittedKernel> &kernels);
 llvm::Error emitScaling(KernelBuilder &builder,
                         std::vector<EmittedKernel> &kernels);
+/// te.rotary, forward or inverse.
+llvm::Error emitRotary(KernelBuilder &builder,
+                       std::vector<EmittedKernel> &kernels);
 llvm::Error emitCopy(KernelBuilder &builder,
                      std::vector<EmittedKernel> &kernels);
 

@@ -258,6 +258,8 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitScaling(builder, kernels);
   if (isa<SliceOp, ConcatOp>(first))
     return emitCopy(builder, kernels);
+  if (isa<RotaryOp>(first) && group.ops.size() == 1)
+    return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {
     return isa<BiasAddOp, ActivationOp, ActivationGradOp, AddOp, DropoutOp,
                MaskScaleOp, QuantizeOp, AmaxOp, TransposeOp, BiasGradOp>(op);

@@ -45,16 +45,13 @@ std::vector<Case> allCases() {
       specs.push_back(it->path());
   std::sort(specs.begin(), specs.end());
   for (const std::string &spec : specs)
-    for (const char *recipe : {"", "none", "current"})
+    for (const char *recipe : {"", "none", "current", "delayed"})
       for (bool training : {true, false})
         cases.push_back({spec, recipe, training});
   return cases;
 }
 
 class EmitExamples : public testing::TestWithParam<Case> {};
-
-/// Specs whose layers need te.rotary, which has no emitter yet.
-bool needsRotary(StringRef spec) { return spec.contains("llama"); }
 
 TEST_P(EmitExamples, EveryKernelSelfContained) {
   const Case &c = GetParam();
@@ -67,18 +64,13 @@ TEST_P(EmitExamples, EveryKernelSelfContained) {
   OwningOpRef<ModuleOp> module = tejit::importLayerSpec(sourceMgr, &context);
   ASSERT_TRUE(module);
   PassManager pm(&context);
-  std::string recipe =
-      c.recipe == "current" ? "#te.current_scaling<>" : c.recipe;
+  std::string recipe = c.recipe == "current"   ? "#te.current_scaling<>"
+                       : c.recipe == "delayed" ? "#te.delayed_scaling<>"
+                                               : c.recipe;
   tejit::buildPipeline(pm, {tejit::Stage::Planned, c.training, recipe});
   ASSERT_TRUE(succeeded(pm.run(*module)));
 
   auto kernels = tejit::codegen::emitKernels(*module);
-  if (needsRotary(c.spec)) {
-    ASSERT_FALSE(kernels);
-    EXPECT_EQ(llvm::toString(kernels.takeError()),
-              "te-emit: no CUDA emitter for te.rotary yet");
-    return;
-  }
   ASSERT_TRUE(!!kernels) << llvm::toString(kernels.takeError());
   // The attention-only layer is all cuDNN and views: no generated kernel.
   EXPECT_EQ(kernels->empty(), StringRef(c.spec).contains("attention_small"));

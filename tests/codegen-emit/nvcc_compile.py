@@ -1,19 +1,27 @@
 """Compiles every kernel te-compile --emit=cuda prints for each spec with
-nvcc for sm_90a; fails on the first error or warning, with the log."""
-import concurrent.futures, os, subprocess, sys, tempfile
+nvcc for sm_90a; fails on the first error or warning, with the log. Kernels
+that differ only in their name and source location (the same op in several
+layers) are compiled once."""
+import concurrent.futures, os, re, subprocess, sys, tempfile
 
 nvcc, te_compile, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
 marker = "// ===== kernel "
 with tempfile.TemporaryDirectory() as tmp:
-    sources = []
+    sources, seen = [], set()
     for spec in specs:
         out = subprocess.run([te_compile, spec, "--emit=cuda"], check=True,
                              capture_output=True, text=True).stdout
         for chunk in out.split(marker)[1:]:
             name = chunk.split(":")[0]
+            source = chunk.split("\n", 2)[2]
+            key = re.sub(r"^// K: te\.\S+ at .*$", "", source.replace(name, "K"),
+                         flags=re.M)
+            if key in seen:
+                continue
+            seen.add(key)
             path = os.path.join(tmp, name + ".cu")
             with open(path, "w") as f:
-                f.write(chunk.split("\n", 2)[2])
+                f.write(source)
             sources.append(path)
 
     def compile_one(path):

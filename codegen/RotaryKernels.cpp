@@ -1,0 +1,163 @@
+//===- RotaryKernels.cpp - rotary position embeddings of q and k ----------===//
+//
+// te.rotary rotates channel pairs (x[i], x[i + d/2]) of every head by the
+// angles of its position: out = x cos(f) + rotate_half(x) sin(f), with
+// rotate_half(x) = cat(-x[d/2:], x[:d/2]); `inverse` negates sin.
+//
+// One block per position s: the angles of a position are shared by all its
+// batch x heads rows, so each thread owns one vector of kVec pairs, takes
+// their sines and cosines once (sincosf) and reuses them for every row it
+// walks. A thread reads x[i..] and x[i + d/2..] of a row together, so each
+// element is loaded once and written once, as 16-byte vectors where d/2
+// allows.
+//
+// The interpreter (compiler/interpreter/AttentionKernels.cpp) computes in
+// float64; here angles, sines, cosines and products are float, so results
+// differ from it by float rounding (before the final rounding to x's type).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/EmitterImpl.h"
+
+#include "dialects/TEDialect.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::codegen;
+using llvm::formatv;
+
+namespace {
+
+/// Rows (of batch x heads) each thread walks at least, to amortize its
+/// sincosf over rows; rows loaded before any is computed.
+constexpr int64_t kMinRowsPerThread = 4, kUnroll = 4, kMaxThreads = 256,
+                  kWarpSize = 32;
+
+/// The geometry of one te.rotary: x is [s, b, h, d] or [b, s, h, d].
+struct RotaryShape {
+  int64_t seq, batch, heads, dim;
+  bool sbhd;
+
+  explicit RotaryShape(RotaryOp op) {
+    ArrayRef<int64_t> shape = tensorType(op.getInput()).getShape();
+    sbhd = op.getQkvFormat() == QkvFormat::sbhd;
+    seq = shape[sbhd ? 0 : 1];
+    batch = shape[sbhd ? 1 : 0];
+    heads = shape[2];
+    dim = shape[3];
+  }
+};
+
+/// The offset of row `r` (= b * heads + h) at position `s`, in elements.
+std::string rowOffset(const RotaryShape &shape) {
+  if (shape.sbhd) // [s, b, h, d]: the rows of one position are contiguous.
+    return "(s * kRows + r) * kDim";
+  return "((r / kHeads * kSeq + s) * kHeads + r % kHeads) * kDim";
+}
+
+/// Sines and cosines of the thread's 2 x kVec angles. TE lays freqs out as
+/// its first half repeated, so the upper angle usually equals the lower one
+/// and reuses its sincosf (a branch every thread takes alike).
+void writeAngles(CudaWriter &w, StringRef freqs) {
+  w.line("float f_lo[kVec], f_hi[kVec], sin_lo[kVec], cos_lo[kVec], "
+         "sin_hi[kVec], cos_hi[kVec];");
+  w.line("tj_load(f_lo, " + freqs + " + s * kDim + col);");
+  w.line("tj_load(f_hi, " + freqs + " + s * kDim + kHalf + col);");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  w.line("sincosf(f_lo[i], &sin_lo[i], &cos_lo[i]);");
+  w.line("if (f_hi[i] == f_lo[i]) sin_hi[i] = sin_lo[i], cos_hi[i] = "
+         "cos_lo[i];");
+  w.line("else sincosf(f_hi[i], &sin_hi[i], &cos_hi[i]);");
+  w.close();
+}
+
+/// Loads kUnroll rows of pairs, then rotates and stores each.
+void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
+               StringRef out, bool inverse) {
+  w.open("for (tj_i64 r0 = threadIdx.x / kPairVecs; r0 < kRows; r0 += "
+         "kUnroll * kRowsPerPass)");
+  w.line("float lo[kUnroll][kVec], hi[kUnroll][kVec];");
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("const tj_i64 r = r0 + u * kRowsPerPass;");
+  w.open("if (r < kRows)");
+  w.line("const tj_i64 base = " + rowOffset(shape) + " + col;");
+  w.line("tj_load(lo[u], " + in + " + base);");
+  w.line("tj_load(hi[u], " + in + " + base + kHalf);");
+  w.close();
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("const tj_i64 r = r0 + u * kRowsPerPass;");
+  w.open("if (r < kRows)");
+  w.line("float lo_out[kVec], hi_out[kVec];");
+  // rotate_half(x)[i] = -x[i + d/2] and rotate_half(x)[i + d/2] = x[i];
+  // the inverse rotation negates sin, swapping the signs.
+  const char *loSign = inverse ? "+" : "-", *hiSign = inverse ? "-" : "+";
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  w.line(formatv("lo_out[i] = lo[u][i] * cos_lo[i] {0} hi[u][i] * sin_lo[i];",
+                 loSign)
+             .str());
+  w.line(formatv("hi_out[i] = hi[u][i] * cos_hi[i] {0} lo[u][i] * sin_hi[i];",
+                 hiSign)
+             .str());
+  w.close();
+  w.line("const tj_i64 base = " + rowOffset(shape) + " + col;");
+  w.line("tj_store(" + out + " + base, lo_out);");
+  w.line("tj_store(" + out + " + base + kHalf, hi_out);");
+  w.close();
+  w.close();
+  w.close();
+}
+
+} // namespace
+
+llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
+                                       std::vector<EmittedKernel> &kernels) {
+  auto rotary = cast<RotaryOp>(builder.group.ops.front());
+  RotaryShape shape(rotary);
+  Type element = tensorType(rotary.getInput()).getElementType();
+  if (elementTypeName(element).empty())
+    return noEmitter(rotary, "an input of an unsupported element type");
+  int64_t half = shape.dim / 2;
+  int64_t vec = vectorWidth({half}, elementBytes(element));
+  int64_t pairVecs = half / vec, rows = shape.batch * shape.heads;
+  if (pairVecs > 1024)
+    return noEmitter(rotary, "a head dim wider than a block");
+  // A whole number of rows per pass, so a thread's column never changes;
+  // few enough rows per pass that each thread walks several, but a warp at
+  // least (narrow heads would otherwise make blocks of a few threads).
+  int64_t minRows = (kWarpSize + pairVecs - 1) / pairVecs;
+  int64_t maxRows = std::max<int64_t>(minRows, kMaxThreads / pairVecs);
+  int64_t rowsPerPass = std::clamp<int64_t>(
+      (rows + kMinRowsPerThread - 1) / kMinRowsPerThread, minRows, maxRows);
+  int64_t threads = pairVecs * rowsPerPass;
+
+  CudaWriter w;
+  builder.writeSignature(w, threads);
+  w.line(
+      formatv("constexpr int kVec = {0}, kUnroll = {1};", vec, kUnroll).str());
+  w.line(formatv("constexpr tj_i64 kRows = {0}, kDim = {1}, kHalf = {2};", rows,
+                 shape.dim, half)
+             .str());
+  if (!shape.sbhd)
+    w.line(formatv("constexpr tj_i64 kSeq = {0}, kHeads = {1};", shape.seq,
+                   shape.heads)
+               .str());
+  w.line(formatv("constexpr tj_i64 kPairVecs = {0}, kRowsPerPass = {1};",
+                 pairVecs, rowsPerPass)
+             .str());
+  w.line("const tj_i64 s = blockIdx.x;");
+  w.line("const tj_i64 col = threadIdx.x % kPairVecs * kVec;");
+  writeAngles(w, builder.param(rotary.getFreqs()));
+  writeRows(w, shape, builder.param(rotary.getInput()),
+            builder.param(rotary.getOutput()), rotary.getInverse());
+  kernels.push_back(
+      builder.finish(w, Dim3{shape.seq, 1, 1}, Dim3{threads, 1, 1}));
+  return llvm::Error::success();
+}

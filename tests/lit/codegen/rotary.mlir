@@ -1,0 +1,61 @@
+// te.rotary: one block per position, one thread per vector of channel pairs
+// (i, i + d/2), sines and cosines taken once and reused over the rows; sbhd
+// and bshd addressing; the inverse (the gradient) swaps the signs of sin.
+// RUN: te-compile %s --inference --emit=cuda | FileCheck %s
+// RUN: te-compile %examples/llama_small.json --emit=cuda | FileCheck %s --check-prefix=LLAMA
+
+// CHECK-LABEL: ===== kernel rope_sbhd_rotary_0: grid (16, 1, 1), block (64, 1, 1)
+// CHECK: // params: in x; in freqs; out v0;
+// CHECK: extern "C" __global__ void __launch_bounds__(64)
+// CHECK: rope_sbhd_rotary_0(
+// CHECK-NEXT: const tj_bf16 *__restrict__ x,
+// CHECK-NEXT: const float *__restrict__ freqs,
+// CHECK-NEXT: tj_bf16 *__restrict__ v0) {
+// CHECK: constexpr int kVec = 8, kUnroll = 4;
+// CHECK: constexpr tj_i64 kRows = 32, kDim = 128, kHalf = 64;
+// CHECK: constexpr tj_i64 kPairVecs = 8, kRowsPerPass = 8;
+// CHECK: const tj_i64 s = blockIdx.x;
+// CHECK: const tj_i64 col = threadIdx.x % kPairVecs * kVec;
+// CHECK: tj_load(f_lo, freqs + s * kDim + col);
+// CHECK: tj_load(f_hi, freqs + s * kDim + kHalf + col);
+// CHECK: sincosf(f_lo[i], &sin_lo[i], &cos_lo[i]);
+// CHECK: if (f_hi[i] == f_lo[i]) sin_hi[i] = sin_lo[i], cos_hi[i] = cos_lo[i];
+// CHECK-NEXT: else sincosf(f_hi[i], &sin_hi[i], &cos_hi[i]);
+// CHECK: const tj_i64 base = (s * kRows + r) * kDim + col;
+// CHECK-NEXT: tj_load(lo[u], x + base);
+// CHECK-NEXT: tj_load(hi[u], x + base + kHalf);
+// CHECK: lo_out[i] = lo[u][i] * cos_lo[i] - hi[u][i] * sin_lo[i];
+// CHECK-NEXT: hi_out[i] = hi[u][i] * cos_hi[i] + lo[u][i] * sin_hi[i];
+// CHECK: tj_store(v0 + base, lo_out);
+// CHECK-NEXT: tj_store(v0 + base + kHalf, hi_out);
+func.func @rope_sbhd(%x: tensor<16x2x16x128xbf16> {te.name = "x"},
+                     %f: tensor<16x1x1x128xf32> {te.name = "freqs"})
+    -> tensor<16x2x16x128xbf16> {
+  %y = te.rotary %x, %f {qkv_format = #te.qkv_format<sbhd>}
+      : tensor<16x2x16x128xbf16>, tensor<16x1x1x128xf32>
+      -> tensor<16x2x16x128xbf16>
+  return %y : tensor<16x2x16x128xbf16>
+}
+
+// A narrow head still gets a warp: 6 pair vectors x 6 rows.
+// CHECK-LABEL: ===== kernel rope_bshd_inverse_rotary_0: grid (16, 1, 1), block (36, 1, 1)
+// CHECK: constexpr tj_i64 kRows = 8, kDim = 96, kHalf = 48;
+// CHECK: constexpr tj_i64 kSeq = 16, kHeads = 4;
+// CHECK: constexpr tj_i64 kPairVecs = 6, kRowsPerPass = 6;
+// CHECK: const tj_i64 base = ((r / kHeads * kSeq + s) * kHeads + r % kHeads) * kDim + col;
+// CHECK: lo_out[i] = lo[u][i] * cos_lo[i] + hi[u][i] * sin_lo[i];
+// CHECK-NEXT: hi_out[i] = hi[u][i] * cos_hi[i] - lo[u][i] * sin_hi[i];
+func.func @rope_bshd_inverse(%x: tensor<2x16x4x96xf16>,
+                             %f: tensor<16x1x1x96xf32>)
+    -> tensor<2x16x4x96xf16> {
+  %y = te.rotary %x, %f {qkv_format = #te.qkv_format<bshd>, inverse}
+      : tensor<2x16x4x96xf16>, tensor<16x1x1x96xf32> -> tensor<2x16x4x96xf16>
+  return %y : tensor<2x16x4x96xf16>
+}
+
+// Llama's q and k (sbhd, head dim 32) forward, and their gradients inverse.
+// LLAMA-LABEL: ===== kernel llama_small_rotary_9: grid (64, 1, 1), block (32, 1, 1)
+// LLAMA: lo_out[i] = lo[u][i] * cos_lo[i] - hi[u][i] * sin_lo[i];
+// LLAMA-LABEL: ===== kernel llama_small_backward_rotary_12: grid (64, 1, 1), block (32, 1, 1)
+// LLAMA: lo_out[i] = lo[u][i] * cos_lo[i] + hi[u][i] * sin_lo[i];
+// LLAMA-NEXT: hi_out[i] = hi[u][i] * cos_hi[i] - lo[u][i] * sin_hi[i];
