@@ -54,8 +54,8 @@ func.func @rope_bshd_inverse(%x: tensor<2x16x4x96xf16>,
 }
 
 // Llama's q and k (sbhd, head dim 32) forward, and their gradients inverse.
-// LLAMA-LABEL: ===== kernel llama_small_rotary_9: grid (64, 1, 1), block (32, 1, 1)
+// LLAMA-LABEL: ===== kernel llama_small_rotary_0: grid (64, 1, 1), block (32, 1, 1)
 // LLAMA: lo_out[i] = lo[u][i] * cos_lo[i] - hi[u][i] * sin_lo[i];
-// LLAMA-LABEL: ===== kernel llama_small_backward_rotary_12: grid (64, 1, 1), block (32, 1, 1)
+// LLAMA-LABEL: ===== kernel llama_small_backward_rotary_0: grid (64, 1, 1), block (32, 1, 1)
 // LLAMA: lo_out[i] = lo[u][i] * cos_lo[i] + hi[u][i] * sin_lo[i];
 // LLAMA-NEXT: hi_out[i] = hi[u][i] * cos_hi[i] - lo[u][i] * sin_hi[i];
