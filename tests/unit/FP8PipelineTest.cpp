@@ -203,19 +203,26 @@ protected:
     return results;
   }
 
+  /// Fresh layer arguments and output gradients for the spec's function.
+  bool randomStepInputs(std::vector<Tensor> &args, std::vector<Tensor> &grads) {
+    OwningOpRef<ModuleOp> layers = importSpecText(
+        context, GetParam().spec, std::string(GetParam().name) + ".yaml");
+    if (!layers)
+      return false;
+    func::FuncOp layerFunction = firstFunction(*layers);
+    args = randomLayerArgs(layerFunction, rng);
+    for (Type type : layerFunction.getResultTypes())
+      grads.push_back(interp::randomTensor(cast<RankedTensorType>(type), rng));
+    return true;
+  }
+
   MLIRContext context;
   std::mt19937_64 rng{std::random_device{}()};
 };
 
 TEST_P(Fp8Pipeline, TrainingStepsStayWithinFp8Error) {
-  OwningOpRef<ModuleOp> layers = importSpecText(
-      context, GetParam().spec, std::string(GetParam().name) + ".yaml");
-  ASSERT_TRUE(layers);
-  func::FuncOp layerFunction = firstFunction(*layers);
-  std::vector<Tensor> args = randomLayerArgs(layerFunction, rng);
-  std::vector<Tensor> grads;
-  for (Type type : layerFunction.getResultTypes())
-    grads.push_back(interp::randomTensor(cast<RankedTensorType>(type), rng));
+  std::vector<Tensor> args, grads;
+  ASSERT_TRUE(randomStepInputs(args, grads));
 
   OwningOpRef<ModuleOp> reference = compile(Stage::Autodiff);
   OwningOpRef<ModuleOp> fp8 = compile(Stage::Planned);
@@ -243,14 +250,8 @@ TEST_P(Fp8Pipeline, TrainingStepsStayWithinFp8Error) {
 }
 
 TEST_P(Fp8Pipeline, FusionChangesNoValue) {
-  OwningOpRef<ModuleOp> layers = importSpecText(
-      context, GetParam().spec, std::string(GetParam().name) + ".yaml");
-  ASSERT_TRUE(layers);
-  func::FuncOp layerFunction = firstFunction(*layers);
-  std::vector<Tensor> args = randomLayerArgs(layerFunction, rng);
-  std::vector<Tensor> grads;
-  for (Type type : layerFunction.getResultTypes())
-    grads.push_back(interp::randomTensor(cast<RankedTensorType>(type), rng));
+  std::vector<Tensor> args, grads;
+  ASSERT_TRUE(randomStepInputs(args, grads));
 
   OwningOpRef<ModuleOp> scaled = compile(Stage::Scaled);
   OwningOpRef<ModuleOp> fused = compile(Stage::Fused);

@@ -9,10 +9,7 @@
 // decomposed outputs. Inputs are fresh random data for every test.
 //
 //===----------------------------------------------------------------------===//
-#include "compiler/interpreter/Interpreter.h"
-#include "compiler/passes/Passes.h"
-#include "compiler/spec/SpecImporter.h"
-#include "dialects/TEDialect.h"
+#include "PipelineTestUtils.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -26,7 +23,7 @@
 #include <cmath>
 
 using namespace mlir;
-using tejit::interp::Tensor;
+using namespace tejit::testing;
 
 namespace {
 
@@ -75,23 +72,6 @@ layers:
 )"},
 };
 
-/// Largest |a - b| over max(|b|, 1e-3 * max|b|), elementwise.
-double relativeError(const Tensor &a, const Tensor &b) {
-  EXPECT_EQ(a.shape, b.shape);
-  double scale = 0;
-  for (double v : b.data)
-    scale = std::max(scale, std::fabs(v));
-  double worst = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    double denom = std::max(std::fabs(b.data[i]), 1e-3 * scale);
-    double error = std::fabs(a.data[i] - b.data[i]) / std::max(denom, 1e-300);
-    if (std::isnan(a.data[i]) != std::isnan(b.data[i]))
-      return INFINITY;
-    worst = std::max(worst, error);
-  }
-  return worst;
-}
-
 class PassEquivalence : public ::testing::TestWithParam<std::string> {
 protected:
   PassEquivalence()
@@ -102,61 +82,22 @@ protected:
     context.loadDialect<te::TEDialect, func::FuncDialect>();
   }
 
-  OwningOpRef<ModuleOp> importSpec(StringRef text, StringRef name) {
-    llvm::SourceMgr sourceMgr;
-    sourceMgr.AddNewSourceBuffer(
-        llvm::MemoryBuffer::getMemBufferCopy(text, name), llvm::SMLoc());
-    return tejit::importLayerSpec(sourceMgr, &context);
-  }
-
   /// An example spec by file name, or one of kVariants by its name.
   OwningOpRef<ModuleOp> importExample(StringRef name) {
     for (const auto &[variant, text] : kVariants)
       if (name == variant)
-        return importSpec(text, (name + ".yaml").str());
-    auto buffer = llvm::MemoryBuffer::getFile(std::string(TEJIT_EXAMPLES_DIR) +
-                                              "/" + name.str());
-    EXPECT_TRUE(bool(buffer)) << name.str();
-    return importSpec((*buffer)->getBuffer(), name);
+        return importSpecText(context, text, (name + ".yaml").str());
+    return importExampleFile(context, name);
   }
 
   void runPasses(ModuleOp module, bool autodiff) {
-    PassManager pm(&context);
-    pm.addNestedPass<func::FuncOp>(tejit::createTEDecompose());
-    if (autodiff)
-      pm.addPass(tejit::createTEAutodiff());
-    ASSERT_TRUE(succeeded(pm.run(module)));
+    tejit::Stage stage =
+        autodiff ? tejit::Stage::Autodiff : tejit::Stage::Primitive;
+    ASSERT_TRUE(runPipeline(module, {stage, /*training=*/true}));
   }
 
-  /// Weights scaled like a real initialization (1/sqrt(fan_in)), so that
-  /// activations stay O(1) through stacked layers and softmaxes stay smooth
-  /// enough for finite differences.
   std::vector<Tensor> randomArgs(func::FuncOp function) {
-    std::vector<Tensor> args;
-    for (Type type : function.getArgumentTypes()) {
-      auto tensor = cast<RankedTensorType>(type);
-      double stddev = tensor.getRank() == 2
-                          ? 1.0 / std::sqrt(double(tensor.getDimSize(1)))
-                          : 0.5;
-      args.push_back(tejit::interp::randomTensor(tensor, rng, stddev));
-      if (isRotaryTable(function, args.size() - 1))
-        repeatFirstHalf(args.back());
-    }
-    return args;
-  }
-
-  static bool isRotaryTable(func::FuncOp function, unsigned index) {
-    auto name = function.getArgAttrOfType<StringAttr>(index, "te.name");
-    return name && name.getValue() == "rotary_pos_emb";
-  }
-
-  /// Rotary angles come as cat(theta, theta) along the last dim, as
-  /// Transformer Engine builds them; te.rotary's gradient relies on it.
-  static void repeatFirstHalf(Tensor &freqs) {
-    int64_t width = freqs.shape.back();
-    for (size_t row = 0; row < freqs.data.size(); row += width)
-      for (int64_t i = 0; i < width / 2; ++i)
-        freqs.data[row + width / 2 + i] = freqs.data[row + i];
+    return randomLayerArgs(function, rng);
   }
 
   std::vector<Tensor> run(func::FuncOp function, ArrayRef<Tensor> args) {
@@ -179,15 +120,6 @@ protected:
   ScopedDiagnosticHandler handler;
   std::mt19937_64 rng{std::random_device{}()};
 };
-
-func::FuncOp firstFunction(ModuleOp module) {
-  return *module.getOps<func::FuncOp>().begin();
-}
-
-func::FuncOp backwardOf(ModuleOp module, func::FuncOp forward) {
-  return module.lookupSymbol<func::FuncOp>(
-      (forward.getName() + "_backward").str());
-}
 
 TEST_P(PassEquivalence, DecomposeKeepsOutputs) {
   OwningOpRef<ModuleOp> module = importExample(GetParam());
