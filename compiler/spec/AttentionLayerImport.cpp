@@ -213,19 +213,14 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
     return failure();
-  int64_t fc1Rows = isGatedActivation(*activation) ? 2 * *ffn : *ffn;
   LayerOpParts parts;
   parts.add(*input);
   norm->addParams(ctx, parts, "self_attention.layernorm_qkv.", *hidden);
   attention->addProjections(ctx, parts, *hidden, "self_attention.layernorm_qkv",
                             "self_attention.proj");
   norm->addParams(ctx, parts, "layernorm_mlp.", *hidden);
-  parts.add(ctx.param("layernorm_mlp.fc1_weight", {fc1Rows, *hidden}));
-  parts.addOptional(
-      ctx.param("layernorm_mlp.fc1_bias", {fc1Rows}, attention->bias));
-  parts.add(ctx.param("layernorm_mlp.fc2_weight", {*hidden, *ffn}));
-  parts.addOptional(
-      ctx.param("layernorm_mlp.fc2_bias", {*hidden}, attention->bias));
+  ctx.addMlpParams(parts, "layernorm_mlp.", *activation, *hidden, *ffn,
+                   attention->bias);
   if (failed(attention->addInputs(ctx, parts, *hidden)))
     return failure();
   attention->addAttributes(ctx, parts, "self_attn_mask_type",

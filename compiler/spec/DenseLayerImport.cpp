@@ -122,14 +122,10 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
     return failure();
-  int64_t fc1Rows = isGatedActivation(*activation) ? 2 * *ffn : *ffn;
   LayerOpParts parts;
   parts.add(*input);
   norm->addParams(ctx, parts, "", *hidden);
-  parts.add(ctx.param("fc1_weight", {fc1Rows, *hidden}));
-  parts.addOptional(ctx.param("fc1_bias", {fc1Rows}, *bias));
-  parts.add(ctx.param("fc2_weight", {*hidden, *ffn}));
-  parts.addOptional(ctx.param("fc2_bias", {*hidden}, *bias));
+  ctx.addMlpParams(parts, "", *activation, *hidden, *ffn, *bias);
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
   norm->addAttributes(ctx, parts);
   parts.set("return_layernorm_output", ctx.flag(returnOutput));

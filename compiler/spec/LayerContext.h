@@ -42,6 +42,12 @@ struct LayerContext {
   /// Fails unless the layer's recipe is unset: for layers without GEMMs.
   mlir::LogicalResult rejectRecipe();
 
+  /// Adds `<prefix>fc1_weight` [ffn (x2 if gated), hidden], `fc1_bias`,
+  /// `fc2_weight` [hidden, ffn] and `fc2_bias` (biases when `bias`).
+  void addMlpParams(LayerOpParts &parts, llvm::StringRef prefix,
+                    mlir::te::Activation activation, int64_t hidden,
+                    int64_t ffn, bool bias);
+
   /// Creates the layer op at the layer's location and returns its first
   /// result. With `lnOutput`, the op's second result becomes a function
   /// result named `<layer>.ln_output`.

@@ -189,6 +189,16 @@ FailureOr<Value> LayerContext::build(StringRef opName, LayerOpParts &parts,
   return (*op)->getResult(0);
 }
 
+void LayerContext::addMlpParams(LayerOpParts &parts, StringRef prefix,
+                                Activation activation, int64_t hidden,
+                                int64_t ffn, bool bias) {
+  int64_t fc1Rows = isGatedActivation(activation) ? 2 * ffn : ffn;
+  parts.add(param((prefix + "fc1_weight").str(), {fc1Rows, hidden}));
+  parts.addOptional(param((prefix + "fc1_bias").str(), {fc1Rows}, bias));
+  parts.add(param((prefix + "fc2_weight").str(), {hidden, ffn}));
+  parts.addOptional(param((prefix + "fc2_bias").str(), {hidden}, bias));
+}
+
 FailureOr<NormOptions> NormOptions::read(LayerContext &ctx, StringRef epsKey) {
   FailureOr<Normalization> norm = ctx.readNormalization();
   FailureOr<double> eps = ctx.layer.getFloat(epsKey, 1e-5);

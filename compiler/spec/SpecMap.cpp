@@ -203,8 +203,8 @@ FailureOr<std::optional<int64_t>> SpecMap::getPositive(StringRef key) {
   return value;
 }
 
-FailureOr<int64_t> SpecMap::requireInt(StringRef key) {
-  FailureOr<std::optional<int64_t>> value = getInt(key);
+FailureOr<int64_t> SpecMap::required(StringRef key,
+                                     FailureOr<std::optional<int64_t>> value) {
   if (failed(value))
     return failure();
   if (!*value) {
@@ -214,15 +214,12 @@ FailureOr<int64_t> SpecMap::requireInt(StringRef key) {
   return **value;
 }
 
+FailureOr<int64_t> SpecMap::requireInt(StringRef key) {
+  return required(key, getInt(key));
+}
+
 FailureOr<int64_t> SpecMap::requirePositive(StringRef key) {
-  FailureOr<std::optional<int64_t>> value = getPositive(key);
-  if (failed(value))
-    return failure();
-  if (!*value) {
-    missing.push_back(key);
-    return failure();
-  }
-  return **value;
+  return required(key, getPositive(key));
 }
 
 llvm::SmallVector<const SpecEntry *> SpecMap::unknownEntries() const {

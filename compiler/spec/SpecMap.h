@@ -102,6 +102,10 @@ private:
   std::string what;
   llvm::SmallVector<llvm::StringRef> known;
   llvm::SmallVector<llvm::StringRef> missing;
+
+  /// `value` of required `key`, recording the key as missing when absent.
+  mlir::FailureOr<int64_t>
+  required(llvm::StringRef key, mlir::FailureOr<std::optional<int64_t>> value);
 };
 
 /// The candidate closest to `word` by edit distance, if close enough to be a
