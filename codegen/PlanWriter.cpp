@@ -61,17 +61,32 @@ int64_t FunctionPlan::id(Value value) {
 json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
   if (auto arg = dyn_cast<BlockArgument>(value))
     return json::Object{{"arg", arg.getArgNumber()}};
-  auto returned = cast<func::ReturnOp>(function.front().getTerminator());
-  for (auto [index, operand] : llvm::enumerate(returned.getOperands()))
-    if (operand == value)
-      return json::Object{{"result", int64_t(index)}};
   Operation *op = value.getDefiningOp();
-  if (isa<ReshapeOp>(op))
-    return json::Object{{"view_of", id(op->getOperand(0))}, {"byte_offset", 0}};
+  // A slot of an FP8 meta argument stays a view even when returned (the
+  // forward saves the scale_inv it used): the runtime copies it into the
+  // result buffer after the function's steps.
   if (isMetaSlotRead(op))
     return json::Object{
         {"view_of", id(op->getOperand(0))},
         {"byte_offset", cast<SliceOp>(op).getOffsetAttr().getInt() * 4}};
+  auto returned = cast<func::ReturnOp>(function.front().getTerminator());
+  for (auto [index, operand] : llvm::enumerate(returned.getOperands()))
+    if (operand == value)
+      return json::Object{{"result", int64_t(index)}};
+  if (isa<ReshapeOp>(op))
+    return json::Object{{"view_of", id(op->getOperand(0))}, {"byte_offset", 0}};
+  // te-plan-memory leaves a buffer that reaches func.return only through
+  // reshapes out of the arena: it is the caller's result buffer.
+  SmallVector<Value> reshaped{value};
+  while (!reshaped.empty()) {
+    Value current = reshaped.pop_back_val();
+    for (OpOperand &use : current.getUses()) {
+      if (use.getOwner() == returned.getOperation())
+        return json::Object{{"result", int64_t(use.getOperandNumber())}};
+      if (isa<ReshapeOp>(use.getOwner()))
+        reshaped.push_back(use.getOwner()->getResult(0));
+    }
+  }
   auto offsets = op->getAttrOfType<ArrayAttr>("te.offsets");
   int64_t offset =
       offsets ? cast<IntegerAttr>(offsets[resultIndex]).getInt() : -1;

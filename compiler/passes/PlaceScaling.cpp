@@ -217,6 +217,18 @@ void BackwardScaler::pruneSavedValues() {
     backward.setArgAttr(arg.getArgNumber(), "te.forward_result",
                         IntegerAttr::get(result.getType(), renumbered));
   }
+  // The meta state results name the arguments they update, which moved.
+  for (unsigned index = 0; index < backward.getNumResults(); ++index) {
+    auto updates =
+        backward.getResultAttrOfType<IntegerAttr>(index, "te.updates_arg");
+    if (!updates)
+      continue;
+    int64_t renumbered = updates.getInt();
+    for (int64_t arg = 0; arg < updates.getInt(); ++arg)
+      renumbered -= deadArgs.test(arg);
+    backward.setResultAttr(index, "te.updates_arg",
+                           IntegerAttr::get(updates.getType(), renumbered));
+  }
 }
 
 struct PlaceScalingPass

@@ -1,0 +1,246 @@
+//===- train_step.cpp - the tejit C API from a C++ program ----------------===//
+//
+// Compiles a layer spec for the GPU, fills its inputs and parameters with
+// random data, and runs training steps: forward, backward, and the FP8
+// scale updates. Then captures one step in a CUDA graph, replays it, and
+// checks the replay gives the same bits as a direct step.
+//
+//   tejit-train-step [SPEC]   (default: examples/layernorm_mlp_small.yaml)
+//
+//===----------------------------------------------------------------------===//
+#include "tejit/tejit.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+#define CHECK_TEJIT(call)                                                      \
+  do {                                                                         \
+    if (tejit_status status_ = (call); status_ != TEJIT_OK) {                 \
+      std::fprintf(stderr, "%s failed (status %d): %s\n", #call,              \
+                   int(status_), tejit_last_error());                          \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+#define CHECK_CUDA(call)                                                       \
+  do {                                                                         \
+    if (cudaError_t error_ = (call); error_ != cudaSuccess) {                 \
+      std::fprintf(stderr, "%s failed: %s\n", #call,                          \
+                   cudaGetErrorString(error_));                                \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+/// A device tensor of one program slot.
+struct Tensor {
+  tejit_tensor_info info;
+  void *data = nullptr;
+};
+
+std::vector<Tensor> allocate(tejit_program *program, tejit_tensor_kind kind) {
+  std::vector<Tensor> tensors(tejit_num_tensors(program, kind));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    CHECK_TEJIT(tejit_tensor_info_get(program, kind, i, &tensors[i].info));
+    CHECK_CUDA(cudaMalloc(&tensors[i].data, tensors[i].info.bytes));
+  }
+  return tensors;
+}
+
+uint16_t toBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+float fromBf16(uint16_t value) {
+  uint32_t bits = uint32_t(value) << 16;
+  float result;
+  std::memcpy(&result, &bits, 4);
+  return result;
+}
+
+/// Normal data with standard deviation `sigma`; bf16 tensors only (the
+/// example's spec is bf16).
+void fillRandom(const Tensor &tensor, float sigma, std::mt19937 &rng) {
+  if (tensor.info.dtype != TEJIT_BF16) {
+    std::fprintf(stderr, "this example fills bf16 tensors only ('%s')\n",
+                 tensor.info.name);
+    std::exit(1);
+  }
+  std::normal_distribution<float> normal(0.f, sigma);
+  std::vector<uint16_t> host(tensor.info.bytes / 2);
+  for (uint16_t &value : host)
+    value = toBf16(normal(rng));
+  CHECK_CUDA(cudaMemcpy(tensor.data, host.data(), tensor.info.bytes,
+                        cudaMemcpyHostToDevice));
+}
+
+std::vector<uint16_t> download(const Tensor &tensor) {
+  std::vector<uint16_t> host(tensor.info.bytes / 2);
+  CHECK_CUDA(cudaMemcpy(host.data(), tensor.data, tensor.info.bytes,
+                        cudaMemcpyDeviceToHost));
+  return host;
+}
+
+std::vector<void *> pointers(const std::vector<Tensor> &tensors) {
+  std::vector<void *> result;
+  for (const Tensor &tensor : tensors)
+    result.push_back(tensor.data);
+  return result;
+}
+} // namespace
+
+int main(int argc, char **argv) {
+  const char *spec = argc > 1 ? argv[1] : "examples/layernorm_mlp_small.yaml";
+  int major = 0, minor = 0;
+  char name[128] = "";
+  if (tejit_status status =
+          tejit_device_info(0, &major, &minor, name, sizeof(name));
+      status != TEJIT_OK) {
+    std::fprintf(stderr, "tejit-train-step: cannot run here: %s\n",
+                 tejit_last_error());
+    return 1;
+  }
+  std::printf("device: %s (sm_%d%d), tejit %s\n", name, major, minor,
+              tejit_version());
+
+  tejit_compile_options options = {/*training=*/1, /*recipe=*/nullptr,
+                                   /*device=*/0};
+  tejit_program *program = nullptr;
+  CHECK_TEJIT(tejit_compile(nullptr, spec, &options, &program));
+
+  std::vector<Tensor> inputs = allocate(program, TEJIT_INPUT);
+  std::vector<Tensor> outputs = allocate(program, TEJIT_OUTPUT);
+  std::vector<Tensor> gradOutputs = allocate(program, TEJIT_GRAD_OUTPUT);
+  std::vector<Tensor> gradInputs = allocate(program, TEJIT_GRAD_INPUT);
+  std::mt19937 rng(42);
+  for (const Tensor &tensor : inputs) {
+    bool isNormWeight = std::strstr(tensor.info.name, "layer_norm_weight");
+    bool isWeight = tensor.info.is_parameter && tensor.info.rank == 2;
+    float sigma = isWeight ? 1.f / std::sqrt(float(tensor.info.shape[1]))
+                  : tensor.info.is_parameter ? 0.1f
+                                             : 1.f;
+    fillRandom(tensor, sigma, rng);
+    if (isNormWeight) { // around 1, as trained norms are
+      std::vector<uint16_t> host = download(tensor);
+      for (uint16_t &value : host)
+        value = toBf16(1.f + fromBf16(value));
+      CHECK_CUDA(cudaMemcpy(tensor.data, host.data(), tensor.info.bytes,
+                            cudaMemcpyHostToDevice));
+    }
+  }
+  for (const Tensor &tensor : gradOutputs)
+    fillRandom(tensor, 1.f, rng);
+
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  std::vector<void *> in = pointers(inputs), out = pointers(outputs),
+                      dOut = pointers(gradOutputs), dIn = pointers(gradInputs);
+  auto step = [&] {
+    CHECK_TEJIT(tejit_forward(program, stream, in.data(), out.data()));
+    CHECK_TEJIT(tejit_backward(program, stream, dOut.data(), dIn.data()));
+  };
+  for (int i = 0; i < 3; ++i)
+    step();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+
+  // The FP8 state after three steps: scales left 1.0 once amaxes arrived.
+  for (size_t i = 0; i < tejit_num_tensors(program, TEJIT_META); ++i) {
+    tejit_tensor_info info;
+    CHECK_TEJIT(tejit_tensor_info_get(program, TEJIT_META, i, &info));
+    std::vector<float> values(info.bytes / 4);
+    CHECK_TEJIT(tejit_meta_get(program, i, values.data(), info.bytes, stream));
+    if (std::strstr(info.name, "amax_history"))
+      continue;
+    std::printf("%s:", info.name);
+    for (float value : values)
+      std::printf(" %g", value);
+    std::printf("\n");
+  }
+
+  // Timing of direct steps.
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  const int iterations = 20;
+  CHECK_CUDA(cudaEventRecord(start, stream));
+  for (int i = 0; i < iterations; ++i)
+    step();
+  CHECK_CUDA(cudaEventRecord(stop, stream));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float directMs = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&directMs, start, stop));
+
+  // One step captured in a CUDA graph. The graph and a direct step start
+  // from the same FP8 state, so they must give the same bits.
+  size_t numMeta = tejit_num_tensors(program, TEJIT_META);
+  std::vector<std::vector<float>> state(numMeta);
+  auto saveState = [&] {
+    for (size_t i = 0; i < numMeta; ++i) {
+      tejit_tensor_info info;
+      CHECK_TEJIT(tejit_tensor_info_get(program, TEJIT_META, i, &info));
+      state[i].resize(info.bytes / 4);
+      CHECK_TEJIT(
+          tejit_meta_get(program, i, state[i].data(), info.bytes, stream));
+    }
+  };
+  auto restoreState = [&] {
+    for (size_t i = 0; i < numMeta; ++i)
+      CHECK_TEJIT(tejit_meta_set(program, i, state[i].data(),
+                                 state[i].size() * 4, stream));
+  };
+  saveState();
+  cudaGraph_t graph;
+  cudaGraphExec_t graphExec;
+  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  step();
+  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+  CHECK_CUDA(cudaGraphInstantiate(&graphExec, graph, 0));
+  restoreState();
+  step();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<std::vector<uint16_t>> direct;
+  for (const Tensor &tensor : outputs)
+    direct.push_back(download(tensor));
+  for (const Tensor &tensor : gradInputs)
+    direct.push_back(download(tensor));
+  restoreState();
+  CHECK_CUDA(cudaGraphLaunch(graphExec, stream));
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  size_t index = 0, mismatches = 0;
+  for (const Tensor &tensor : outputs)
+    mismatches += download(tensor) != direct[index++];
+  for (const Tensor &tensor : gradInputs)
+    mismatches += download(tensor) != direct[index++];
+
+  CHECK_CUDA(cudaEventRecord(start, stream));
+  for (int i = 0; i < iterations; ++i)
+    CHECK_CUDA(cudaGraphLaunch(graphExec, stream));
+  CHECK_CUDA(cudaEventRecord(stop, stream));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  float graphMs = 0;
+  CHECK_CUDA(cudaEventElapsedTime(&graphMs, start, stop));
+
+  std::vector<uint16_t> output = download(outputs[0]);
+  double sum = 0;
+  bool finite = true;
+  for (uint16_t value : output) {
+    sum += std::fabs(fromBf16(value));
+    finite &= std::isfinite(fromBf16(value));
+  }
+  std::printf("output mean |y| = %.4f (%s); step %.3f ms direct, %.3f ms as "
+              "a CUDA graph; graph replay %s the direct step\n",
+              sum / output.size(), finite ? "finite" : "NOT FINITE",
+              directMs / iterations, graphMs / iterations,
+              mismatches ? "DIFFERS from" : "matches");
+  CHECK_CUDA(cudaGraphExecDestroy(graphExec));
+  CHECK_CUDA(cudaGraphDestroy(graph));
+  tejit_program_destroy(program);
+  return finite && !mismatches ? 0 : 1;
+}

@@ -1,0 +1,145 @@
+/*===- tejit.h - the tejit C API -----------------------------------*- C -*-===*\
+|*                                                                            *|
+|* A plain C ABI over the tejit compiler and runtime, for the Python package  *|
+|* (ctypes) and for C/C++ programs. Every call returns a tejit_status; when   *|
+|* it is not TEJIT_OK, tejit_last_error() gives the message (per thread).     *|
+|*                                                                            *|
+|* A program is one compiled layer stack and its state: the FP8 meta state    *|
+|* (scales, amax histories), the tensors the forward saves for the backward,  *|
+|* and its scratch arena, all in device memory. Tensors cross as raw device   *|
+|* pointers in the order and with the shapes the info calls report; every     *|
+|* call runs on the CUDA stream the caller gives (NULL: the legacy default    *|
+|* stream) and does not synchronize unless it says so.                        *|
+|*                                                                            *|
+\*===----------------------------------------------------------------------===*/
+#ifndef TEJIT_TEJIT_H
+#define TEJIT_TEJIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tejit_status {
+  TEJIT_OK = 0,
+  TEJIT_ERROR_INVALID_ARGUMENT = 1, /* a null handle, an index out of range */
+  TEJIT_ERROR_COMPILE = 2,          /* the spec or IR was rejected */
+  TEJIT_ERROR_NO_DEVICE = 3,        /* no CUDA driver or no GPU */
+  TEJIT_ERROR_UNSUPPORTED_DEVICE = 4, /* FP8 needs sm_89 or newer */
+  TEJIT_ERROR_CUDA = 5,             /* a CUDA driver call failed */
+  TEJIT_ERROR_CUBLAS = 6,           /* a cuBLASLt call failed */
+  TEJIT_ERROR_UNSUPPORTED = 7,      /* not implemented (e.g. attention) */
+  TEJIT_ERROR_STATE = 8,            /* e.g. backward before forward */
+  TEJIT_ERROR_INTERNAL = 9
+} tejit_status;
+
+typedef enum tejit_dtype {
+  TEJIT_F32 = 0,
+  TEJIT_F16 = 1,
+  TEJIT_BF16 = 2,
+  TEJIT_F8E4M3 = 3,
+  TEJIT_F8E5M2 = 4,
+  TEJIT_I64 = 5,
+  TEJIT_I32 = 6,
+  TEJIT_I8 = 7,
+  TEJIT_BOOL = 8
+} tejit_dtype;
+
+/* The message of this thread's last failed call ("" if none). */
+const char *tejit_last_error(void);
+/* The tejit build id (git commit). */
+const char *tejit_version(void);
+
+/* Loads the CUDA driver and checks device `ordinal`: fills its compute
+ * capability and name (may be NULL). TEJIT_ERROR_NO_DEVICE without a driver
+ * or GPU, TEJIT_ERROR_UNSUPPORTED_DEVICE below sm_89. */
+tejit_status tejit_device_info(int ordinal, int *major, int *minor,
+                               char *name, size_t name_size);
+
+typedef struct tejit_program tejit_program;
+
+/* What tejit_compile compiles. */
+typedef struct tejit_compile_options {
+  int training;        /* 1: forward + backward; 0: inference forward only */
+  const char *recipe;  /* NULL (the spec's), "delayed", "current", "none", or
+                          a #te recipe attribute */
+  int device;          /* CUDA device ordinal; kernels are built for it */
+} tejit_compile_options;
+
+/* Compiles a layer spec (YAML or JSON text) or te IR text (`source`), or the
+ * file at `path` when source is NULL, for the GPU, through the kernel cache,
+ * and makes a program with fresh state (scales 1, histories 0). */
+tejit_status tejit_compile(const char *source, const char *path,
+                           const tejit_compile_options *options,
+                           tejit_program **program);
+/* Loads a bundle written by `te-compile --emit=cuda -o DIR`. */
+tejit_status tejit_load_bundle(const char *dir, int device,
+                               tejit_program **program);
+void tejit_program_destroy(tejit_program *program);
+
+/* The IR of a spec or IR text at a stage: "te", "primitive", "autodiff",
+ * "scaled", "fused", "planned", or "cuda" (the kernels' source). Free the
+ * text with tejit_free_string. Needs no GPU. */
+tejit_status tejit_compile_ir(const char *source, const char *path,
+                              const tejit_compile_options *options,
+                              const char *stage, char **text);
+void tejit_free_string(char *text);
+
+/* Tensors a program exchanges with the caller. */
+typedef enum tejit_tensor_kind {
+  TEJIT_INPUT = 0,      /* forward inputs: activations, then parameters */
+  TEJIT_OUTPUT = 1,     /* forward outputs */
+  TEJIT_GRAD_OUTPUT = 2,/* backward inputs: one per forward output */
+  TEJIT_GRAD_INPUT = 3, /* backward outputs: one per forward input */
+  TEJIT_META = 4        /* FP8 meta state: scale, scale_inv, amax_history */
+} tejit_tensor_kind;
+
+typedef struct tejit_tensor_info {
+  const char *name;     /* e.g. "input", "layers.0.fc1_weight" */
+  tejit_dtype dtype;
+  int rank;
+  int64_t shape[8];
+  size_t bytes;
+  int is_parameter;
+} tejit_tensor_info;
+
+size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind);
+tejit_status tejit_tensor_info_get(const tejit_program *program,
+                                   tejit_tensor_kind kind, size_t index,
+                                   tejit_tensor_info *info);
+/* 1 when the program was compiled for training (has a backward). */
+int tejit_is_training(const tejit_program *program);
+
+/* Runs the forward: `inputs` and `outputs` hold one device pointer per
+ * TEJIT_INPUT / TEJIT_OUTPUT tensor. A training program saves what its
+ * backward needs (and remembers the input pointers: keep them alive and
+ * unchanged until the backward) and updates the forward FP8 state. */
+tejit_status tejit_forward(tejit_program *program, void *stream,
+                           const void *const *inputs, void *const *outputs);
+/* Runs the backward of the last forward: `grad_outputs` one pointer per
+ * TEJIT_GRAD_OUTPUT, `grad_inputs` one per TEJIT_GRAD_INPUT (written, not
+ * accumulated). Updates the backward FP8 state. */
+tejit_status tejit_backward(tejit_program *program, void *stream,
+                            const void *const *grad_outputs,
+                            void *const *grad_inputs);
+
+/* Copies a TEJIT_META tensor to or from host memory (`bytes` long), ordered
+ * on `stream`; get synchronizes the stream. Meta tensors are float32. */
+tejit_status tejit_meta_get(tejit_program *program, size_t index,
+                            void *host, size_t bytes, void *stream);
+tejit_status tejit_meta_set(tejit_program *program, size_t index,
+                            const void *host, size_t bytes, void *stream);
+/* The device pointer of a TEJIT_META tensor (for device-side save/restore). */
+tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
+                                       void **pointer);
+
+/* The seed of the dropout random stream (offsets advance per forward). */
+tejit_status tejit_set_seed(tejit_program *program, uint64_t seed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TEJIT_TEJIT_H */

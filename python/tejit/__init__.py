@@ -1,0 +1,309 @@
+"""tejit: a JIT compiler doing Transformer Engine's job (FP8 training of
+transformer layers on Hopper GPUs), from Python.
+
+This core is framework-free: tensors cross as raw device addresses (ints) and
+CUDA streams as ints (or any object with a `cuda_stream` attribute, such as a
+torch.cuda.Stream). Framework bindings (tejit.pytorch) build on it.
+
+    import tejit
+    with tejit.Program.compile("examples/quickstart.yaml") as program:
+        print(program.inputs, program.outputs)
+        program.forward(stream, [x.data_ptr(), ...], [y.data_ptr()])
+        program.backward(stream, [dy.data_ptr()], [dx.data_ptr(), ...])
+"""
+import collections
+import ctypes
+import json
+import os
+
+from . import _capi
+from ._capi import LibraryNotFoundError, TejitError
+
+__all__ = ["Program", "TensorInfo", "DeviceInfo", "TejitError",
+           "LibraryNotFoundError", "compile_ir", "device_info", "version"]
+
+TensorInfo = collections.namedtuple(
+    "TensorInfo", ["name", "dtype", "shape", "nbytes", "is_parameter"])
+TensorInfo.__doc__ = ("A tensor a program exchanges: name, dtype ('bf16', "
+                      "'f32', 'f8e4m3', ...), shape tuple, size in bytes, and "
+                      "whether it is a parameter.")
+
+DeviceInfo = collections.namedtuple("DeviceInfo",
+                                    ["ordinal", "name", "major", "minor"])
+
+IR_STAGES = ("te", "primitive", "autodiff", "scaled", "fused", "planned",
+             "cuda")
+_SPEC_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".mlir")
+
+
+def version():
+    """The tejit build id (git commit) of the loaded library."""
+    text = _capi.lib().tejit_version()
+    return text.decode("utf-8", "replace") if text else ""
+
+
+def device_info(ordinal=0):
+    """Name and compute capability of CUDA device `ordinal`. Raises
+    TejitError (TEJIT_ERROR_NO_DEVICE / _UNSUPPORTED_DEVICE) without a usable
+    GPU (FP8 needs sm_89 or newer)."""
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    name = ctypes.create_string_buffer(256)
+    _capi.check(_capi.lib().tejit_device_info(
+        ordinal, ctypes.byref(major), ctypes.byref(minor), name,
+        ctypes.sizeof(name)))
+    return DeviceInfo(ordinal, name.value.decode("utf-8", "replace"),
+                      major.value, minor.value)
+
+
+def _source_and_path(spec):
+    """(source text, path) for tejit_compile: exactly one is not None.
+
+    A dict is a spec (sent as JSON, which the spec reader accepts); a Path, or
+    a one-line str ending in a spec/IR suffix, is a file; any other str is
+    the text itself (YAML, JSON or te IR)."""
+    if isinstance(spec, dict):
+        return json.dumps(spec), None
+    if isinstance(spec, os.PathLike):
+        return None, os.fspath(spec)
+    if isinstance(spec, bytes):
+        spec = spec.decode("utf-8")
+    if not isinstance(spec, str):
+        raise TypeError(f"spec must be a dict, a path or source text, not "
+                        f"{type(spec).__name__}")
+    looks_like_path = ("\n" not in spec and
+                       spec.strip().lower().endswith(_SPEC_FILE_SUFFIXES))
+    return (None, spec.strip()) if looks_like_path else (spec, None)
+
+
+def _options(training, recipe, device):
+    # The struct keeps a pointer to the recipe bytes: the caller must keep
+    # the returned tuple's bytes alive for the duration of the call.
+    recipe_bytes = _capi.encode(recipe)
+    options = _capi.CompileOptions(1 if training else 0, recipe_bytes,
+                                   int(device))
+    return options, recipe_bytes
+
+
+def compile_ir(spec, stage="te", training=True, recipe=None, device=0):
+    """The IR of `spec` (as Program.compile takes it) at `stage`, one of
+    IR_STAGES, as text. Needs no GPU."""
+    if stage not in IR_STAGES:
+        raise ValueError(f"stage must be one of {', '.join(IR_STAGES)}")
+    source, path = _source_and_path(spec)
+    options, _keep = _options(training, recipe, device)
+    text = ctypes.c_void_p()
+    library = _capi.lib()
+    _capi.check(library.tejit_compile_ir(
+        _capi.encode(source), _capi.encode(path), ctypes.byref(options),
+        _capi.encode(stage), ctypes.byref(text)))
+    try:
+        return ctypes.string_at(text).decode("utf-8") if text.value else ""
+    finally:
+        library.tejit_free_string(text)
+
+
+def _stream_handle(stream):
+    """A CUDA stream as the C API takes it: None/0 is the legacy default
+    stream; objects with `cuda_stream` (torch, cupy) are unwrapped."""
+    if stream is None:
+        return None
+    stream = getattr(stream, "cuda_stream", stream)
+    stream = getattr(stream, "ptr", stream)  # cupy.cuda.Stream
+    return int(stream) or None
+
+
+def _address(tensor):
+    """A device address: an int, or an object with data_ptr() (torch)."""
+    if tensor is None:
+        return None
+    data_ptr = getattr(tensor, "data_ptr", None)
+    return int(data_ptr()) if callable(data_ptr) else int(tensor)
+
+
+class Program:
+    """A compiled layer stack with its state (FP8 meta, saved tensors,
+    scratch) in device memory. Make one with Program.compile or
+    Program.load_bundle; release it with close() or a `with` block."""
+
+    def __init__(self, handle, spec=None, options=None):
+        """Wraps a tejit_program * (an int). Use the class methods instead."""
+        self._handle = ctypes.c_void_p(handle)
+        self._spec = spec          # for ir(): what it was compiled from
+        self._compile_options = options or {}
+        self._meta_uploads = {}    # host buffers of pending meta_set copies
+        self.inputs = self._infos(_capi.TEJIT_INPUT)
+        self.outputs = self._infos(_capi.TEJIT_OUTPUT)
+        self.grad_outputs = self._infos(_capi.TEJIT_GRAD_OUTPUT)
+        self.grad_inputs = self._infos(_capi.TEJIT_GRAD_INPUT)
+        self.meta = self._infos(_capi.TEJIT_META)
+
+    # --- construction ------------------------------------------------------
+
+    @classmethod
+    def compile(cls, spec, training=True, recipe=None, device=0):
+        """Compiles `spec` for GPU `device`: a dict (a layer spec, see
+        docs/spec-format.md), a path (.yaml/.yml/.json/.mlir) or source text
+        (YAML, JSON or te IR). `recipe` overrides the spec's: "delayed",
+        "current", "none" or a #te recipe attribute. `training` adds the
+        backward."""
+        source, path = _source_and_path(spec)
+        options, _keep = _options(training, recipe, device)
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.lib().tejit_compile(
+            _capi.encode(source), _capi.encode(path), ctypes.byref(options),
+            ctypes.byref(handle)))
+        return cls(handle.value, spec,
+                   dict(training=training, recipe=recipe, device=device))
+
+    @classmethod
+    def load_bundle(cls, directory, device=0):
+        """Loads a bundle written by `te-compile --emit=cuda -o DIR`."""
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.lib().tejit_load_bundle(
+            _capi.encode(os.fspath(directory)), int(device),
+            ctypes.byref(handle)))
+        return cls(handle.value)
+
+    # --- lifetime ----------------------------------------------------------
+
+    def close(self):
+        """Destroys the program (idempotent)."""
+        handle = getattr(self, "_handle", None)
+        if handle is not None and handle.value:
+            _capi.lib().tejit_program_destroy(handle)
+            handle.value = None
+        self._meta_uploads = {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __del__(self):
+        # At interpreter exit module globals may be gone already: never raise
+        # from a finalizer.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self):
+        """The tejit_program * as an int (raises once closed)."""
+        if self._handle.value is None:
+            raise ValueError("the program is closed")
+        return self._handle.value
+
+    # --- tensors -----------------------------------------------------------
+
+    def _infos(self, kind):
+        library = _capi.lib()
+        count = library.tejit_num_tensors(self.handle, kind)
+        infos = []
+        for index in range(count):
+            info = _capi.TensorInfoStruct()
+            _capi.check(library.tejit_tensor_info_get(
+                self.handle, kind, index, ctypes.byref(info)))
+            infos.append(TensorInfo(
+                name=info.name.decode("utf-8") if info.name else "",
+                dtype=_capi.DTYPE_NAMES.get(info.dtype, f"dtype{info.dtype}"),
+                shape=tuple(info.shape[i] for i in range(info.rank)),
+                nbytes=int(info.bytes),
+                is_parameter=bool(info.is_parameter)))
+        return infos
+
+    @property
+    def is_training(self):
+        return bool(_capi.lib().tejit_is_training(self.handle))
+
+    # --- running -----------------------------------------------------------
+
+    @staticmethod
+    def _pointers(what, infos, tensors):
+        tensors = list(tensors)
+        if len(tensors) != len(infos):
+            raise ValueError(f"{what}: expected {len(infos)} pointers "
+                             f"({', '.join(i.name for i in infos)}), got "
+                             f"{len(tensors)}")
+        return _capi.pointer_array([_address(t) for t in tensors])
+
+    def forward(self, stream, input_ptrs, output_ptrs):
+        """Runs the forward on `stream`, asynchronously. One device address
+        per entry of .inputs / .outputs, in order. A training program keeps
+        the input addresses for the backward: keep them alive and unchanged
+        until then."""
+        inputs = self._pointers("inputs", self.inputs, input_ptrs)
+        outputs = self._pointers("outputs", self.outputs, output_ptrs)
+        _capi.check(_capi.lib().tejit_forward(
+            self.handle, _stream_handle(stream), inputs, outputs))
+
+    def backward(self, stream, grad_output_ptrs, grad_input_ptrs):
+        """Runs the backward of the last forward on `stream`: one address per
+        .grad_outputs / .grad_inputs entry; gradients are written, not
+        accumulated."""
+        grad_outputs = self._pointers("grad_outputs", self.grad_outputs,
+                                      grad_output_ptrs)
+        grad_inputs = self._pointers("grad_inputs", self.grad_inputs,
+                                     grad_input_ptrs)
+        _capi.check(_capi.lib().tejit_backward(
+            self.handle, _stream_handle(stream), grad_outputs, grad_inputs))
+
+    # --- FP8 meta state ----------------------------------------------------
+
+    def _meta_info(self, index):
+        if not 0 <= index < len(self.meta):
+            raise IndexError(f"meta index {index} out of range "
+                             f"({len(self.meta)} meta tensors)")
+        return self.meta[index]
+
+    def meta_get(self, index, stream=None):
+        """The bytes of meta tensor `index` (float32 data, .meta[index]
+        describes it); synchronizes `stream`."""
+        info = self._meta_info(index)
+        buffer = ctypes.create_string_buffer(info.nbytes)
+        _capi.check(_capi.lib().tejit_meta_get(
+            self.handle, index, buffer, info.nbytes, _stream_handle(stream)))
+        return buffer.raw
+
+    def meta_set(self, index, data, stream=None):
+        """Overwrites meta tensor `index` with `data` (bytes of its size),
+        ordered on `stream`."""
+        info = self._meta_info(index)
+        data = bytes(data)
+        if len(data) != info.nbytes:
+            raise ValueError(f"meta tensor {info.name} is {info.nbytes} "
+                             f"bytes, got {len(data)}")
+        buffer = ctypes.create_string_buffer(data, info.nbytes)
+        # The copy is ordered on the stream and may read the host buffer
+        # later: keep it alive until this index is set again or the program
+        # closes.
+        self._meta_uploads[index] = buffer
+        _capi.check(_capi.lib().tejit_meta_set(
+            self.handle, index, buffer, info.nbytes, _stream_handle(stream)))
+
+    def meta_device_pointer(self, index):
+        """The device address of meta tensor `index`."""
+        self._meta_info(index)
+        pointer = ctypes.c_void_p()
+        _capi.check(_capi.lib().tejit_meta_device_pointer(
+            self.handle, index, ctypes.byref(pointer)))
+        return pointer.value or 0
+
+    def set_seed(self, seed):
+        """The seed of the dropout random stream."""
+        _capi.check(_capi.lib().tejit_set_seed(self.handle, int(seed)))
+
+    # --- IR ----------------------------------------------------------------
+
+    def ir(self, stage="te"):
+        """The IR of what this program was compiled from, at `stage`."""
+        if self._spec is None:
+            raise ValueError("ir() needs the spec: this program was loaded "
+                             "from a bundle")
+        return compile_ir(self._spec, stage, **self._compile_options)
+
+    def __repr__(self):
+        state = "closed" if self._handle.value is None else "open"
+        return (f"<tejit.Program {state}: {len(self.inputs)} inputs, "
+                f"{len(self.outputs)} outputs, {len(self.meta)} meta>")

@@ -1,0 +1,294 @@
+//===- CApi.cpp - the C API (include/tejit/tejit.h) -----------------------===//
+//
+// Every entry point catches its llvm::Error, turns its code into a status
+// and keeps the message for tejit_last_error() on this thread.
+//
+//===----------------------------------------------------------------------===//
+#include "tejit/tejit.h"
+
+#include "codegen/BuildId.h"
+#include "runtime/Compile.h"
+#include "runtime/Program.h"
+
+#include <cstring>
+
+using namespace tejit::runtime;
+
+struct tejit_program {
+  std::unique_ptr<Program> program;
+};
+
+namespace {
+thread_local std::string lastError;
+
+tejit_status fail(ErrorCode code, std::string message) {
+  lastError = std::move(message);
+  return static_cast<tejit_status>(code);
+}
+
+tejit_status fail(llvm::Error error,
+                  ErrorCode fallback = ErrorCode::Internal) {
+  std::string message;
+  ErrorCode code = takeError(std::move(error), message, fallback);
+  return fail(code, std::move(message));
+}
+
+tejit_status ok() {
+  lastError.clear();
+  return TEJIT_OK;
+}
+
+tejit_status invalid(const std::string &message) {
+  return fail(ErrorCode::InvalidArgument, message);
+}
+
+std::optional<CompileInput> input(const char *source, const char *path) {
+  if (source)
+    return CompileInput{source, path ? path : ""};
+  if (path)
+    return CompileInput{"", path};
+  return std::nullopt;
+}
+
+tejit_dtype dtypeOf(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return TEJIT_F32;
+  case ElementType::F16:
+    return TEJIT_F16;
+  case ElementType::BF16:
+    return TEJIT_BF16;
+  case ElementType::F8E4M3:
+    return TEJIT_F8E4M3;
+  case ElementType::F8E5M2:
+    return TEJIT_F8E5M2;
+  case ElementType::I64:
+    return TEJIT_I64;
+  case ElementType::I32:
+    return TEJIT_I32;
+  case ElementType::I8:
+    return TEJIT_I8;
+  case ElementType::I1:
+    return TEJIT_BOOL;
+  }
+  return TEJIT_I8;
+}
+
+template <typename T> std::vector<CUdeviceptr> pointers(T *const *array,
+                                                        size_t count) {
+  std::vector<CUdeviceptr> result;
+  for (size_t i = 0; i < count; ++i)
+    result.push_back(reinterpret_cast<CUdeviceptr>(array[i]));
+  return result;
+}
+} // namespace
+
+extern "C" {
+
+const char *tejit_last_error(void) { return lastError.c_str(); }
+
+const char *tejit_version(void) {
+  static const std::string id = tejit::buildId().str();
+  return id.c_str();
+}
+
+tejit_status tejit_device_info(int ordinal, int *major, int *minor, char *name,
+                               size_t name_size) {
+  auto info = useDevice(ordinal);
+  if (!info) {
+    // Describe an unsupported device too, so callers can print it.
+    if (auto described = describeDevice(ordinal)) {
+      if (major)
+        *major = described->major;
+      if (minor)
+        *minor = described->minor;
+    } else {
+      llvm::consumeError(described.takeError());
+    }
+    return fail(info.takeError());
+  }
+  if (major)
+    *major = info->major;
+  if (minor)
+    *minor = info->minor;
+  if (name && name_size) {
+    std::strncpy(name, info->name.c_str(), name_size - 1);
+    name[name_size - 1] = '\0';
+  }
+  return ok();
+}
+
+tejit_status tejit_compile(const char *source, const char *path,
+                           const tejit_compile_options *options,
+                           tejit_program **program) {
+  if (!program)
+    return invalid("tejit_compile: program is null");
+  *program = nullptr;
+  auto in = input(source, path);
+  if (!in)
+    return invalid("tejit_compile: give a source text or a path");
+  int ordinal = options ? options->device : 0;
+  // The device first: it decides the arch, and a machine without a GPU
+  // should hear so before any compile work.
+  auto device = useDevice(ordinal);
+  if (!device)
+    return fail(device.takeError());
+  CompileOptions compileOptions;
+  compileOptions.training = options ? options->training != 0 : true;
+  compileOptions.recipe = options && options->recipe ? options->recipe : "";
+  compileOptions.arch = device->arch;
+  auto bundle = compileBundle(*in, compileOptions);
+  if (!bundle)
+    return fail(bundle.takeError(), ErrorCode::Compile);
+  auto made = Program::create(std::move(*bundle), ordinal);
+  if (!made)
+    return fail(made.takeError());
+  *program = new tejit_program{std::move(*made)};
+  return ok();
+}
+
+tejit_status tejit_load_bundle(const char *dir, int device,
+                               tejit_program **program) {
+  if (!program || !dir)
+    return invalid("tejit_load_bundle: dir and program must not be null");
+  *program = nullptr;
+  auto bundle = loadBundle(dir);
+  if (!bundle)
+    return fail(bundle.takeError(), ErrorCode::InvalidArgument);
+  auto made = Program::create(std::move(*bundle), device);
+  if (!made)
+    return fail(made.takeError());
+  *program = new tejit_program{std::move(*made)};
+  return ok();
+}
+
+void tejit_program_destroy(tejit_program *program) { delete program; }
+
+tejit_status tejit_compile_ir(const char *source, const char *path,
+                              const tejit_compile_options *options,
+                              const char *stage, char **text) {
+  if (!text || !stage)
+    return invalid("tejit_compile_ir: stage and text must not be null");
+  *text = nullptr;
+  auto in = input(source, path);
+  if (!in)
+    return invalid("tejit_compile_ir: give a source text or a path");
+  CompileOptions compileOptions;
+  compileOptions.training = options ? options->training != 0 : true;
+  compileOptions.recipe = options && options->recipe ? options->recipe : "";
+  auto result = compileToText(*in, compileOptions, stage);
+  if (!result)
+    return fail(result.takeError(), ErrorCode::Compile);
+  *text = strdup(result->c_str());
+  return ok();
+}
+
+void tejit_free_string(char *text) { free(text); }
+
+size_t tejit_num_tensors(const tejit_program *program,
+                         tejit_tensor_kind kind) {
+  if (!program || kind < TEJIT_INPUT || kind > TEJIT_META)
+    return 0;
+  return program->program->tensors(static_cast<TensorKind>(kind)).size();
+}
+
+tejit_status tejit_tensor_info_get(const tejit_program *program,
+                                   tejit_tensor_kind kind, size_t index,
+                                   tejit_tensor_info *info) {
+  if (!program || !info || kind < TEJIT_INPUT || kind > TEJIT_META)
+    return invalid("tejit_tensor_info_get: null program/info or bad kind");
+  const auto &list = program->program->tensors(static_cast<TensorKind>(kind));
+  if (index >= list.size())
+    return invalid("tejit_tensor_info_get: index " + std::to_string(index) +
+                   " out of range (" + std::to_string(list.size()) +
+                   " tensors)");
+  const TensorDesc &desc = list[index];
+  if (desc.type.shape.size() > 8)
+    return fail(ErrorCode::Unsupported, "tensor '" + desc.name +
+                                            "' has rank above 8");
+  info->name = desc.name.c_str();
+  info->dtype = dtypeOf(desc.type.element);
+  info->rank = static_cast<int>(desc.type.shape.size());
+  for (size_t i = 0; i < 8; ++i)
+    info->shape[i] = i < desc.type.shape.size() ? desc.type.shape[i] : 0;
+  info->bytes = static_cast<size_t>(desc.type.bytes());
+  info->is_parameter = desc.parameter;
+  return ok();
+}
+
+int tejit_is_training(const tejit_program *program) {
+  return program && program->program->training();
+}
+
+tejit_status tejit_forward(tejit_program *program, void *stream,
+                           const void *const *inputs, void *const *outputs) {
+  if (!program)
+    return invalid("tejit_forward: program is null");
+  size_t numInputs = tejit_num_tensors(program, TEJIT_INPUT);
+  size_t numOutputs = tejit_num_tensors(program, TEJIT_OUTPUT);
+  if ((numInputs && !inputs) || (numOutputs && !outputs))
+    return invalid("tejit_forward: inputs and outputs must not be null");
+  if (llvm::Error error = program->program->forward(
+          static_cast<CUstream>(stream), pointers(inputs, numInputs),
+          pointers(outputs, numOutputs)))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_backward(tejit_program *program, void *stream,
+                            const void *const *grad_outputs,
+                            void *const *grad_inputs) {
+  if (!program)
+    return invalid("tejit_backward: program is null");
+  size_t numGradOutputs = tejit_num_tensors(program, TEJIT_GRAD_OUTPUT);
+  size_t numGradInputs = tejit_num_tensors(program, TEJIT_GRAD_INPUT);
+  if ((numGradOutputs && !grad_outputs) || (numGradInputs && !grad_inputs))
+    return invalid("tejit_backward: grad_outputs and grad_inputs must not be "
+                   "null");
+  if (llvm::Error error = program->program->backward(
+          static_cast<CUstream>(stream),
+          pointers(grad_outputs, numGradOutputs),
+          pointers(grad_inputs, numGradInputs)))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_meta_get(tejit_program *program, size_t index, void *host,
+                            size_t bytes, void *stream) {
+  if (!program || !host)
+    return invalid("tejit_meta_get: program and host must not be null");
+  if (llvm::Error error = program->program->getMeta(
+          index, host, bytes, static_cast<CUstream>(stream)))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_meta_set(tejit_program *program, size_t index,
+                            const void *host, size_t bytes, void *stream) {
+  if (!program || !host)
+    return invalid("tejit_meta_set: program and host must not be null");
+  if (llvm::Error error = program->program->setMeta(
+          index, host, bytes, static_cast<CUstream>(stream)))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
+                                       void **pointer) {
+  if (!program || !pointer)
+    return invalid("tejit_meta_device_pointer: null argument");
+  auto found = program->program->metaPointer(index);
+  if (!found)
+    return fail(found.takeError());
+  *pointer = reinterpret_cast<void *>(*found);
+  return ok();
+}
+
+tejit_status tejit_set_seed(tejit_program *program, uint64_t seed) {
+  if (!program)
+    return invalid("tejit_set_seed: program is null");
+  program->program->setSeed(seed);
+  return ok();
+}
+
+} // extern "C"

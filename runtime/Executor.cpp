@@ -1,0 +1,226 @@
+//===- Executor.cpp - running one plan function on a stream ---------------===//
+#include "runtime/Executor.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace tejit::runtime;
+using llvm::Error;
+
+ModuleSet::~ModuleSet() {
+  auto driver = CudaDriver::get();
+  if (!driver) {
+    llvm::consumeError(driver.takeError());
+    return;
+  }
+  for (auto &entry : modules)
+    driver->cuModuleUnload(entry.second);
+}
+
+llvm::Expected<CUfunction> ModuleSet::function(llvm::StringRef binary,
+                                               llvm::StringRef name) {
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
+  auto found = modules.find(binary);
+  if (found == modules.end()) {
+    auto bytes = bundle.binaries.find(binary);
+    if (bytes == bundle.binaries.end())
+      return makeError(ErrorCode::Internal,
+                       "the bundle has no binary '" + binary + "'");
+    CUmodule module;
+    if (Error error = driver->check(
+            driver->cuModuleLoadData(&module, bytes->second.data()),
+            "loading kernel binary '" + binary + "' (built for " +
+                bundle.plan.arch + ")"))
+      return std::move(error);
+    found = modules.try_emplace(binary, module).first;
+  }
+  CUfunction function;
+  if (Error error = driver->check(
+          driver->cuModuleGetFunction(&function, found->second,
+                                      name.str().c_str()),
+          "finding kernel '" + name + "' in '" + binary + "'"))
+    return std::move(error);
+  return function;
+}
+
+llvm::Expected<std::unique_ptr<Executor>>
+Executor::create(const FunctionPlan &function, ModuleSet &modules,
+                 GemmRunner &gemms) {
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
+  std::unique_ptr<Executor> executor(new Executor(function, gemms, *driver));
+  for (auto [index, step] : llvm::enumerate(function.steps)) {
+    CUfunction entry = nullptr;
+    if (const auto *kernel = std::get_if<KernelStep>(&step)) {
+      auto found = modules.function(kernel->binary, kernel->name);
+      if (!found)
+        return found.takeError();
+      entry = *found;
+      // Above 48 KiB, dynamic shared memory must be asked for.
+      if (kernel->sharedBytes > 48 * 1024)
+        if (Error error = driver->check(
+                driver->cuFuncSetAttribute(
+                    entry, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    kernel->sharedBytes),
+                "reserving shared memory for '" + kernel->name + "'"))
+          return std::move(error);
+    } else if (std::holds_alternative<AttentionStep>(step)) {
+      return makeError(
+          ErrorCode::Unsupported,
+          llvm::formatv("function '{0}', step {1}: attention is not run by "
+                        "this runtime yet (cuDNN flash attention comes with "
+                        "DotProductAttention support)",
+                        function.name, index));
+    }
+    executor->kernels.push_back(entry);
+  }
+  executor->addresses.assign(function.values.size(), 0);
+  for (auto [index, entry] : llvm::enumerate(function.results)) {
+    int64_t id = entry.value;
+    while (function.values[id].storage.kind == Storage::View)
+      id = function.values[id].storage.index;
+    if (function.values[id].storage.kind != Storage::Result)
+      executor->copiedResults.push_back(index);
+  }
+  return executor;
+}
+
+Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
+                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena) {
+  if (arguments.size() != plan.arguments.size() ||
+      results.size() != plan.results.size())
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("function '{0}' takes {1} arguments and {2} "
+                                   "results, given {3} and {4}",
+                                   plan.name, plan.arguments.size(),
+                                   plan.results.size(), arguments.size(),
+                                   results.size()));
+  // Views come after what they view only by luck of numbering, so resolve
+  // them on demand (the plan parser rejects cycles and dangling ids).
+  std::vector<bool> done(plan.values.size(), false);
+  std::function<CUdeviceptr(int64_t)> address = [&](int64_t id) {
+    if (done[id])
+      return addresses[id];
+    const ValueInfo &value = plan.values[id];
+    CUdeviceptr result = 0;
+    switch (value.storage.kind) {
+    case Storage::Argument:
+      result = arguments[value.storage.index];
+      break;
+    case Storage::Result:
+      result = results[value.storage.index];
+      break;
+    case Storage::Arena:
+      result = arena + value.storage.index;
+      break;
+    case Storage::View:
+      result = address(value.storage.index) + value.storage.byteOffset;
+      break;
+    }
+    done[id] = true;
+    return addresses[id] = result;
+  };
+  for (size_t id = 0; id < plan.values.size(); ++id)
+    address(id);
+  for (auto [index, entry] : llvm::enumerate(plan.arguments))
+    if (!arguments[index] && plan.values[entry.value].bytes)
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::formatv("function '{0}': argument {1} ('{2}') is "
+                                     "a null pointer",
+                                     plan.name, index, entry.name));
+  for (auto [index, entry] : llvm::enumerate(plan.results))
+    if (!results[index] && plan.values[entry.value].bytes)
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::formatv("function '{0}': result {1} ('{2}') is "
+                                     "a null pointer",
+                                     plan.name, index, entry.name));
+  return Error::success();
+}
+
+Error Executor::launch(const KernelStep &step, CUfunction function,
+                       CUstream stream) {
+  llvm::SmallVector<CUdeviceptr, 16> pointers;
+  llvm::SmallVector<void *, 16> params;
+  pointers.reserve(step.args.size());
+  for (const KernelArg &arg : step.args) {
+    pointers.push_back(addresses[arg.value]);
+    // Amaxes the kernel max-reduces into with atomics start from zero.
+    if (arg.zeroBeforeLaunch)
+      if (Error error = driver.check(
+              driver.cuMemsetD8Async(pointers.back(), 0,
+                                     plan.values[arg.value].bytes, stream),
+              "zeroing an amax of '" + step.name + "'"))
+        return error;
+  }
+  for (CUdeviceptr &pointer : pointers)
+    params.push_back(&pointer);
+  return driver.check(
+      driver.cuLaunchKernel(function, step.grid[0], step.grid[1], step.grid[2],
+                            step.block[0], step.block[1], step.block[2],
+                            step.sharedBytes, stream, params.data(), nullptr),
+      "launching '" + step.name + "'");
+}
+
+Error Executor::gemm(const GemmStep &step, CUstream stream) {
+  auto pointer = [&](std::optional<int64_t> id) -> void * {
+    return id ? reinterpret_cast<void *>(addresses[*id]) : nullptr;
+  };
+  GemmPointers pointers;
+  pointers.a = reinterpret_cast<const void *>(addresses[step.a]);
+  pointers.b = reinterpret_cast<const void *>(addresses[step.b]);
+  pointers.out = reinterpret_cast<void *>(addresses[step.out]);
+  pointers.aScaleInv = pointer(step.aScaleInv);
+  pointers.bScaleInv = pointer(step.bScaleInv);
+  pointers.bias = pointer(step.epilogue.bias);
+  pointers.aux = pointer(step.epilogue.aux);
+  pointers.dScale = pointer(step.epilogue.dScale);
+  pointers.amaxD = pointer(step.epilogue.amaxD);
+  pointers.biasGrad = pointer(step.epilogue.biasGrad);
+  // cuBLASLt accumulates amax_D with atomics on top of what is there.
+  if (step.epilogue.amaxD)
+    if (Error error = driver.check(
+            driver.cuMemsetD8Async(addresses[*step.epilogue.amaxD], 0,
+                                   plan.values[*step.epilogue.amaxD].bytes,
+                                   stream),
+            "zeroing a GEMM's amax_D"))
+      return error;
+  return gemms.run(step, plan, pointers, stream);
+}
+
+Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
+                    llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
+                    CUstream stream) {
+  if (Error error = bind(arguments, results, arena))
+    return error;
+  for (auto [index, step] : llvm::enumerate(plan.steps)) {
+    Error error = Error::success();
+    if (const auto *kernel = std::get_if<KernelStep>(&step)) {
+      error = launch(*kernel, kernels[index], stream);
+    } else if (const auto *gemmStep = std::get_if<GemmStep>(&step)) {
+      error = gemm(*gemmStep, stream);
+    } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
+      // One process: the reduction over ranks is a copy.
+      if (addresses[reduce->in] != addresses[reduce->out])
+        error = driver.check(
+            driver.cuMemcpyDtoDAsync(addresses[reduce->out],
+                                     addresses[reduce->in],
+                                     plan.values[reduce->in].bytes, stream),
+            "copying amaxes");
+    }
+    if (error)
+      return annotate(std::move(error),
+                      llvm::formatv("function '{0}', step {1}", plan.name,
+                                    index));
+  }
+  for (size_t index : copiedResults) {
+    int64_t id = plan.results[index].value;
+    if (Error error = driver.check(
+            driver.cuMemcpyDtoDAsync(results[index], addresses[id],
+                                     plan.values[id].bytes, stream),
+            "copying result '" + plan.results[index].name + "'"))
+      return error;
+  }
+  return Error::success();
+}

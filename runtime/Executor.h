@@ -1,0 +1,83 @@
+//===- Executor.h - running one plan function on a stream -------*- C++ -*-===//
+//
+// An executor binds a plan function's values to device memory (the caller's
+// arguments and results, views of them, and offsets into a scratch arena)
+// and enqueues its steps in order on one stream: generated kernels, cuBLASLt
+// GEMMs, and the amax reduction. It allocates nothing and never
+// synchronizes, so a run can be captured in a CUDA graph.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_EXECUTOR_H
+#define TEJIT_RUNTIME_EXECUTOR_H
+
+#include "runtime/Bundle.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Gemm.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/DenseMap.h"
+
+#include <memory>
+
+namespace tejit::runtime {
+
+/// The CUDA modules of a bundle's binaries, loaded on first use and unloaded
+/// with the set. Needs the bundle's context current.
+class ModuleSet {
+public:
+  explicit ModuleSet(const Bundle &bundle) : bundle(bundle) {}
+  ~ModuleSet();
+  ModuleSet(const ModuleSet &) = delete;
+  ModuleSet &operator=(const ModuleSet &) = delete;
+
+  /// The entry point `name` of binary `binary`.
+  llvm::Expected<CUfunction> function(llvm::StringRef binary,
+                                      llvm::StringRef name);
+
+private:
+  const Bundle &bundle;
+  llvm::StringMap<CUmodule> modules;
+};
+
+class Executor {
+public:
+  /// Loads the kernels of `function` and checks every step can run here.
+  static llvm::Expected<std::unique_ptr<Executor>>
+  create(const FunctionPlan &function, ModuleSet &modules, GemmRunner &gemms);
+
+  const FunctionPlan &function() const { return plan; }
+
+  /// Enqueues the function on `stream`. `arguments` and `results` hold one
+  /// device pointer per argument and result of the function; `arena` at
+  /// least function().arenaBytes of device memory.
+  llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
+                  llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
+                  CUstream stream);
+
+private:
+  Executor(const FunctionPlan &plan, GemmRunner &gemms,
+           const CudaDriver &driver)
+      : plan(plan), gemms(gemms), driver(driver) {}
+
+  /// Each value's address for one run.
+  llvm::Error bind(llvm::ArrayRef<CUdeviceptr> arguments,
+                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena);
+  llvm::Error launch(const KernelStep &step, CUfunction function,
+                     CUstream stream);
+  llvm::Error gemm(const GemmStep &step, CUstream stream);
+
+  const FunctionPlan &plan;
+  GemmRunner &gemms;
+  const CudaDriver &driver;
+  /// Per step: the kernel's entry point (null for other steps).
+  std::vector<CUfunction> kernels;
+  /// Results whose value lives elsewhere (a view of an argument): copied
+  /// into the result buffer after the steps.
+  std::vector<size_t> copiedResults;
+  /// Per value id: its address in the current run.
+  std::vector<CUdeviceptr> addresses;
+};
+
+} // namespace tejit::runtime
+
+#endif // TEJIT_RUNTIME_EXECUTOR_H

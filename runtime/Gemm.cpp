@@ -1,0 +1,897 @@
+//===- Gemm.cpp - plan GEMMs through cuBLASLt -----------------------------===//
+//
+// Row-major plans on column-major cuBLASLt
+// ----------------------------------------
+// A plan's GEMM is row-major: out[M,N] = op(a) op(b), op(a) [M,K], op(b)
+// [K,N]. cuBLASLt is column-major, and the bytes of a row-major [R,C] matrix
+// are those of a column-major [C,R] matrix with leading dimension C: its
+// transpose. So cuBLASLt computes out's transpose, operands swapped:
+//
+//   out^T [N,M] = op(b)^T [N,K] * op(a)^T [K,M]
+//   cuBLASLt:  D [m=N, n=M] = opA(A) * opB(B),  k = K,  A = b,  B = a
+//
+//   b as stored          cuBLASLt's A            TRANSA
+//   [K,N] (no transpose) col-major [N,K], ld N   N
+//   [N,K] (transpose_b)  col-major [K,N], ld K   T
+//   a as stored          cuBLASLt's B            TRANSB
+//   [M,K] (no transpose) col-major [K,M], ld K   N
+//   [K,M] (transpose_a)  col-major [M,K], ld M   T
+//   out [M,N]            D (and C): col-major [N,M], ld N
+//
+// FP8 GEMMs are the plan's TN layout, a [M,K] and b [N,K]: TRANSA = T,
+// TRANSB = N, lda = ldb = K, which is the layout Hopper's FP8 kernels demand
+// ("A transposed, B not"). Since cuBLASLt's A is the plan's b, its
+// A_SCALE_POINTER is b's scale_inv and B_SCALE_POINTER is a's.
+//
+// A row of cuBLASLt's D is a column of out, so the vectors cuBLASLt adds or
+// reduces per row of D (bias, bias gradient: m = N elements) are per column
+// of out: out's last dimension, as the plan's bias is. The aux matrix has
+// D's layout: column-major [N,M], ld N.
+//
+// Epilogues
+// ---------
+//   plan terms               cuBLASLt epilogue  computes (t = alpha * AB)
+//   -                        DEFAULT            D = t
+//   bias                     BIAS               D = t + bias
+//   gelu                     GELU               D = gelu(t)
+//   gelu, aux                GELU_AUX           aux = t, D = gelu(aux)
+//   bias, gelu               GELU_BIAS          D = gelu(t + bias)
+//   bias, gelu, aux          GELU_AUX_BIAS      aux = t + bias, D = gelu(aux)
+//   dgelu, aux               DGELU              D = t * gelu'(aux)
+//   dgelu, aux, bias_grad    DGELU_BGRAD        DGELU, and bias_grad = the
+//                                               row sums of D (sums over M)
+// With any of them, d_scale and amax_d when out is FP8 (the plan's quantize):
+// D is stored as d_scale * result in FP8 and amax_d gets max |result|.
+// Everything else is rejected: bias_grad without dgelu (the planner never
+// emits it; it would be BGRADA/BGRADB), dgelu with a bias, gelu and dgelu
+// together, aux without gelu or dgelu, dgelu without aux. The aux of a
+// forward GELU is its input, bias included, which is what TE keeps for the
+// backward and what DGELU reads.
+//
+// Types: FP8 GEMMs take E4M3 x E4M3 and E4M3 x E5M2 either way round (never
+// E5M2 x E5M2), compute 32F, scale type 32F, alpha 1, beta 0, and give
+// bf16/f16/f32 or, with d_scale, FP8. An FP8 D needs a 16-bit C type even
+// though beta = 0 never reads C (cuBLASLt ties it to the bias type): the
+// bias's type, else a 16-bit aux's, else bf16; C's pointer is then null.
+// Bias, bias gradient and aux of FP8 GEMMs are bf16/f16; an FP8 aux would
+// need its own scale and amax, which plans do not carry. Other GEMMs take
+// two bf16, f16 or f32 operands of one type, compute 32F (f32 operands get
+// true f32, not TF32, as the reference interpreter does) and give the
+// operand type or f32; C is D.
+//
+// Caching
+// -------
+// Everything but the pointers decides a problem: types, M, N, K,
+// transposes, epilogue, fast accumulation, which optional pointers are set,
+// and the alignment of every matrix and vector pointer (up to 256 bytes),
+// since the heuristic picks kernels for the alignment it is told (A-D) or
+// reads off the descriptor's pointers (bias, aux). The first run of a problem
+// creates its matmul descriptor and layouts, asks the heuristic once and
+// keeps all of it; later runs only set the pointer attributes and call
+// cublasLtMatmul. Both steps allocate nothing on the device and never
+// synchronize, so run() can be captured into a CUDA graph.
+//
+// The workspace is shared by every GEMM of a runner: GEMMs of one runner must
+// not run concurrently on different streams.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Gemm.h"
+
+#include "runtime/CublasLt.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/bit.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace tejit::runtime;
+using llvm::Error;
+using llvm::Expected;
+using llvm::StringRef;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Names and small helpers
+//===----------------------------------------------------------------------===//
+
+/// cuBLASLt wants its workspace aligned to 256 bytes (TE aligns it too).
+constexpr uintptr_t workspaceAlignment = 256;
+/// The largest alignment the heuristic distinguishes (its preferences
+/// default to 256): pointers aligned more strictly are all alike.
+constexpr unsigned maxAlignmentLog2 = 8;
+/// FP8 kernels need 16-byte aligned matrices and leading dimensions.
+constexpr int64_t fp8Alignment = 16;
+
+Error makePlainError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+cudaDataType_t cudaType(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return CUDA_R_32F;
+  case ElementType::F16:
+    return CUDA_R_16F;
+  case ElementType::BF16:
+    return CUDA_R_16BF;
+  case ElementType::F8E4M3:
+    return CUDA_R_8F_E4M3;
+  case ElementType::F8E5M2:
+    return CUDA_R_8F_E5M2;
+  default:
+    // Callers check types first: only the five above reach here.
+    return CUDA_R_32F;
+  }
+}
+
+bool isFloat16Or32(ElementType type) {
+  return type == ElementType::BF16 || type == ElementType::F16 ||
+         type == ElementType::F32;
+}
+bool isFloat16(ElementType type) {
+  return type == ElementType::BF16 || type == ElementType::F16;
+}
+
+StringRef epilogueName(cublasLtEpilogue_t epilogue) {
+  switch (epilogue) {
+  case CUBLASLT_EPILOGUE_DEFAULT:
+    return "DEFAULT";
+  case CUBLASLT_EPILOGUE_BIAS:
+    return "BIAS";
+  case CUBLASLT_EPILOGUE_GELU:
+    return "GELU";
+  case CUBLASLT_EPILOGUE_GELU_AUX:
+    return "GELU_AUX";
+  case CUBLASLT_EPILOGUE_GELU_BIAS:
+    return "GELU_BIAS";
+  case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+    return "GELU_AUX_BIAS";
+  case CUBLASLT_EPILOGUE_DGELU:
+    return "DGELU";
+  case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+    return "DGELU_BGRAD";
+  default:
+    return "(another epilogue)";
+  }
+}
+
+StringRef attributeName(cublasLtMatmulDescAttributes_t attribute) {
+  switch (attribute) {
+  case CUBLASLT_MATMUL_DESC_TRANSA:
+    return "TRANSA";
+  case CUBLASLT_MATMUL_DESC_TRANSB:
+    return "TRANSB";
+  case CUBLASLT_MATMUL_DESC_FAST_ACCUM:
+    return "FAST_ACCUM";
+  case CUBLASLT_MATMUL_DESC_EPILOGUE:
+    return "EPILOGUE";
+  case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+    return "BIAS_DATA_TYPE";
+  case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+    return "BIAS_POINTER";
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+    return "EPILOGUE_AUX_LD";
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+    return "EPILOGUE_AUX_DATA_TYPE";
+  case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+    return "EPILOGUE_AUX_POINTER";
+  case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+    return "A_SCALE_POINTER";
+  case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+    return "B_SCALE_POINTER";
+  case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER:
+    return "D_SCALE_POINTER";
+  case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER:
+    return "AMAX_D_POINTER";
+  default:
+    return "(another attribute)";
+  }
+}
+
+/// "tensor<128x64xbf16>", as the plan spells it.
+std::string typeString(const TensorType &type) {
+  std::string text = "tensor<";
+  for (int64_t dim : type.shape)
+    text += std::to_string(dim) + "x";
+  return text + elementTypeName(type.element).str() + ">";
+}
+
+/// "FP8 TN", "transpose_a, transpose_b", or "" for a plain NN GEMM.
+std::string layoutNote(bool scaled, bool transposeA, bool transposeB) {
+  if (scaled)
+    return "FP8 TN";
+  std::vector<StringRef> flags;
+  if (transposeA)
+    flags.push_back("transpose_a");
+  if (transposeB)
+    flags.push_back("transpose_b");
+  return llvm::join(flags, ", ");
+}
+
+/// " (a, b)" for some notes, "" for none.
+std::string parenthesized(llvm::ArrayRef<std::string> notes) {
+  std::vector<std::string> present;
+  for (const std::string &note : notes)
+    if (!note.empty())
+      present.push_back(note);
+  return present.empty() ? "" : " (" + llvm::join(present, ", ") + ")";
+}
+
+/// log2 of the alignment of `pointer`, capped at 256 bytes; null (nothing
+/// to read) counts as aligned to anything.
+uint8_t alignmentLog2(const void *pointer) {
+  auto address = reinterpret_cast<uintptr_t>(pointer);
+  if (address == 0)
+    return maxAlignmentLog2;
+  return std::min<unsigned>(maxAlignmentLog2, llvm::countr_zero(address));
+}
+
+bool isAligned(const void *pointer, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(pointer) % static_cast<uintptr_t>(bytes) ==
+         0;
+}
+
+//===----------------------------------------------------------------------===//
+// Problems
+//===----------------------------------------------------------------------===//
+
+/// Order of the pointers whose alignment is part of a problem.
+enum AlignedPointer { AlignA, AlignB, AlignC, AlignD, AlignVector, AlignAux };
+
+/// Everything that decides a problem's descriptors and algorithm. Sizes and
+/// transposes are the plan's (row-major); the cuBLASLt view follows from them.
+struct ProblemKey {
+  int64_t m = 0, n = 0, k = 0;
+  bool transposeA = false, transposeB = false;
+  bool scaled = false, fastAccum = false;
+  ElementType a = ElementType::F32, b = ElementType::F32,
+              out = ElementType::F32, c = ElementType::F32;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  /// The bias, or with DGELU_BGRAD the bias gradient (cuBLASLt's one
+  /// "bias" vector).
+  std::optional<ElementType> vector;
+  std::optional<ElementType> aux;
+  bool amaxD = false;
+  std::array<uint8_t, 6> alignments{};
+
+  auto tie() const {
+    return std::tie(m, n, k, transposeA, transposeB, scaled, fastAccum, a, b,
+                    out, c, epilogue, vector, aux, amaxD, alignments);
+  }
+  bool operator<(const ProblemKey &other) const { return tie() < other.tie(); }
+
+  bool fp8Out() const { return isFp8(out); }
+
+  /// "M=128 N=256 K=64, f8E4M3FN x f8E4M3FN -> bf16 (TN, fast accumulation),
+  /// epilogue GELU_AUX_BIAS (bias bf16, aux bf16)".
+  std::string describe() const {
+    std::string text = llvm::formatv("M={0} N={1} K={2}, {3} x {4} -> {5}", m,
+                                     n, k, elementTypeName(a),
+                                     elementTypeName(b), elementTypeName(out));
+    text += parenthesized({layoutNote(scaled, transposeA, transposeB),
+                           fastAccum ? "fast accumulation" : "",
+                           c != out ? ("C " + elementTypeName(c)).str() : ""});
+    text += ", epilogue " + epilogueName(epilogue).str();
+    std::string vectorNote;
+    if (vector)
+      vectorNote =
+          (epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD ? "bias_grad " : "bias ") +
+          elementTypeName(*vector).str();
+    text += parenthesized({vectorNote,
+                           aux ? "aux " + elementTypeName(*aux).str() : "",
+                           amaxD ? "amax_d" : ""});
+    return text;
+  }
+
+  std::string describeAlignments() const {
+    static const char *const names[] = {"A", "B", "C", "D", "bias", "aux"};
+    std::string text = "pointer alignments (bytes, up to 256):";
+    for (size_t i = 0; i < alignments.size(); ++i)
+      text += llvm::formatv(" {0} {1}", names[i], 1u << alignments[i]).str();
+    return text;
+  }
+};
+
+/// One run's problem and pointers, in cuBLASLt's terms (A is the plan's b).
+struct Request {
+  ProblemKey key;
+  const void *a = nullptr, *b = nullptr, *c = nullptr;
+  void *d = nullptr;
+  const void *aScale = nullptr, *bScale = nullptr, *dScale = nullptr;
+  void *amaxD = nullptr;
+  /// BIAS_POINTER: the bias (read) or the bias gradient (written).
+  void *vector = nullptr;
+  void *aux = nullptr;
+};
+
+/// A problem's cuBLASLt objects and algorithm, made on its first run.
+struct Problem {
+  explicit Problem(const CublasLt &lib) : lib(lib) {}
+  ~Problem() {
+    if (desc)
+      lib.cublasLtMatmulDescDestroy(desc);
+    for (cublasLtMatrixLayout_t layout : {aLayout, bLayout, cLayout, dLayout})
+      if (layout)
+        lib.cublasLtMatrixLayoutDestroy(layout);
+  }
+  Problem(const Problem &) = delete;
+  Problem &operator=(const Problem &) = delete;
+
+  const CublasLt &lib;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t aLayout = nullptr, bLayout = nullptr,
+                         cLayout = nullptr, dLayout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  /// The pointer attributes live in `desc` from setting them to
+  /// cublasLtMatmul reading them: runs of one problem on several threads
+  /// take turns.
+  std::mutex mutex;
+};
+
+template <typename T>
+Error setAttribute(const CublasLt &lib, cublasLtMatmulDesc_t desc,
+                   cublasLtMatmulDescAttributes_t attribute, const T &value) {
+  return lib.check(
+      lib.cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof(T)),
+      "cublasLtMatmulDescSetAttribute(" + attributeName(attribute) + ")");
+}
+
+/// Sets the attributes that hold this run's pointers: every one the problem
+/// uses, so none keeps a previous run's value.
+Error setPointers(const CublasLt &lib, cublasLtMatmulDesc_t desc,
+                  const Request &request) {
+  const ProblemKey &key = request.key;
+  if (key.scaled) {
+    if (Error error = setAttribute(
+            lib, desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, request.aScale))
+      return error;
+    if (Error error = setAttribute(
+            lib, desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, request.bScale))
+      return error;
+  }
+  if (key.fp8Out())
+    if (Error error = setAttribute(
+            lib, desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, request.dScale))
+      return error;
+  if (key.amaxD)
+    if (Error error = setAttribute(
+            lib, desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, request.amaxD))
+      return error;
+  if (key.vector)
+    if (Error error = setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                   request.vector))
+      return error;
+  if (key.aux)
+    if (Error error = setAttribute(
+            lib, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, request.aux))
+      return error;
+  return Error::success();
+}
+
+/// RAII for the heuristic's preference descriptor.
+struct PreferenceGuard {
+  explicit PreferenceGuard(const CublasLt &lib) : lib(lib) {}
+  ~PreferenceGuard() {
+    if (preference)
+      lib.cublasLtMatmulPreferenceDestroy(preference);
+  }
+  const CublasLt &lib;
+  cublasLtMatmulPreference_t preference = nullptr;
+};
+
+/// Makes the descriptors of `request`'s problem and picks its algorithm with
+/// the heuristic, for `workspaceBytes` of workspace.
+Expected<std::unique_ptr<Problem>> createProblem(const CublasLt &lib,
+                                                 cublasLtHandle_t handle,
+                                                 const Request &request,
+                                                 size_t workspaceBytes) {
+  const ProblemKey &key = request.key;
+  auto problem = std::make_unique<Problem>(lib);
+  cublasLtMatmulDesc_t &desc = problem->desc;
+  if (Error error = lib.check(
+          lib.cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+          "cublasLtMatmulDescCreate"))
+    return std::move(error);
+
+  // cuBLASLt's A is the plan's b, its B the plan's a (see the file comment).
+  int32_t transA = key.transposeB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  int32_t transB = key.transposeA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  uint32_t epilogue = key.epilogue;
+  if (Error error =
+          setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_TRANSA, transA))
+    return std::move(error);
+  if (Error error =
+          setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_TRANSB, transB))
+    return std::move(error);
+  if (Error error =
+          setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue))
+    return std::move(error);
+  if (key.scaled) {
+    int8_t fastAccum = key.fastAccum ? 1 : 0;
+    if (Error error =
+            setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fastAccum))
+      return std::move(error);
+  }
+  // The bias type defaults to D's, except for FP8 GEMMs, whose default
+  // depends on D's type: those always say it; others only when it differs.
+  if (key.vector && (key.scaled || *key.vector != key.out)) {
+    int32_t type = cudaType(*key.vector);
+    if (Error error =
+            setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, type))
+      return std::move(error);
+  }
+  if (key.aux) {
+    int64_t ld = key.n;
+    int32_t type = cudaType(*key.aux);
+    if (Error error =
+            setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, ld))
+      return std::move(error);
+    if (Error error = setAttribute(
+            lib, desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, type))
+      return std::move(error);
+  }
+
+  // Layouts give the stored (un-transposed) shapes: rows, columns, ld.
+  auto makeLayout = [&](cublasLtMatrixLayout_t &layout, ElementType type,
+                        int64_t rows, int64_t cols, StringRef which) {
+    return lib.check(lib.cublasLtMatrixLayoutCreate(&layout, cudaType(type),
+                                                    rows, cols, rows),
+                     "cublasLtMatrixLayoutCreate(" + which + ")");
+  };
+  int64_t m = key.m, n = key.n, k = key.k;
+  if (Error error = makeLayout(problem->aLayout, key.b, key.transposeB ? k : n,
+                               key.transposeB ? n : k, "A, the plan's b"))
+    return std::move(error);
+  if (Error error = makeLayout(problem->bLayout, key.a, key.transposeA ? m : k,
+                               key.transposeA ? k : m, "B, the plan's a"))
+    return std::move(error);
+  if (Error error = makeLayout(problem->cLayout, key.c, n, m, "C"))
+    return std::move(error);
+  if (Error error = makeLayout(problem->dLayout, key.out, n, m, "D, out"))
+    return std::move(error);
+
+  // The heuristic reads the bias and aux pointers' alignment off the
+  // descriptor; the key holds those alignments, so this run's pointers stand
+  // for every run of the problem.
+  if (Error error = setPointers(lib, desc, request))
+    return std::move(error);
+
+  PreferenceGuard guard(lib);
+  if (Error error =
+          lib.check(lib.cublasLtMatmulPreferenceCreate(&guard.preference),
+                    "cublasLtMatmulPreferenceCreate"))
+    return std::move(error);
+  uint64_t maxWorkspace = workspaceBytes;
+  if (Error error = lib.check(lib.cublasLtMatmulPreferenceSetAttribute(
+                                  guard.preference,
+                                  CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                  &maxWorkspace, sizeof(maxWorkspace)),
+                              "cublasLtMatmulPreferenceSetAttribute("
+                              "MAX_WORKSPACE_BYTES)"))
+    return std::move(error);
+  // The preferences default to 256-byte alignment, which would admit kernels
+  // that fail on less aligned matrices.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, AlignedPointer>
+      alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, AlignA},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, AlignB},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, AlignC},
+                      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, AlignD}};
+  for (auto [attribute, which] : alignments) {
+    uint32_t bytes = 1u << key.alignments[which];
+    if (Error error =
+            lib.check(lib.cublasLtMatmulPreferenceSetAttribute(
+                          guard.preference, attribute, &bytes, sizeof(bytes)),
+                      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)"))
+      return std::move(error);
+  }
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t status = lib.cublasLtMatmulAlgoGetHeuristic(
+      handle, desc, problem->aLayout, problem->bLayout, problem->cLayout,
+      problem->dLayout, guard.preference, 1, &result, &found);
+  if (status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+      result.state == CUBLAS_STATUS_SUCCESS) {
+    problem->algo = result.algo;
+    return std::move(problem);
+  }
+  // NOT_SUPPORTED is how cuBLASLt says no kernel fits: the usual causes are
+  // a type combination it lacks for this epilogue, or alignment.
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = found > 0 ? result.state : CUBLAS_STATUS_NOT_SUPPORTED;
+  return makeError(
+      ErrorCode::Cublas,
+      llvm::formatv("cuBLASLt {0} ({1}) has no algorithm for this GEMM: {2} "
+                    "(cublasLtMatmulAlgoGetHeuristic with {3} bytes of "
+                    "workspace; {4})",
+                    lib.versionString(), lib.path, lib.statusText(status),
+                    workspaceBytes, key.describeAlignments()));
+}
+
+//===----------------------------------------------------------------------===//
+// Checking a step
+//===----------------------------------------------------------------------===//
+
+/// "gemm tensor<128x64xf8E4M3FN> x tensor<256x64xf8E4M3FN> (FP8 TN) ->
+/// tensor<128x256xbf16>": names a step before its sizes are known good.
+std::string describeStep(const GemmStep &step) {
+  std::string layout = parenthesized(
+      {layoutNote(step.scaled, step.transposeA, step.transposeB)});
+  return llvm::formatv("gemm {0} x {1}{2} -> {3}", typeString(step.aType),
+                       typeString(step.bType), layout,
+                       typeString(step.outType));
+}
+
+/// Checks `step` against what cuBLASLt can run and gathers its problem key
+/// and pointers. Errors: plain ones for a step the plan parser should not
+/// have let through, ErrorCode::Unsupported for a valid GEMM cuBLASLt (or
+/// this runner) cannot run, ErrorCode::InvalidArgument for bad pointers.
+Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
+                          const GemmPointers &pointers) {
+  auto planError = [&](const llvm::Twine &why) {
+    return makePlainError(describeStep(step) + ": " + why);
+  };
+  auto unsupported = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::Unsupported, describeStep(step) + ": " + why);
+  };
+  auto badPointer = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::InvalidArgument,
+                     describeStep(step) + ": " + why);
+  };
+
+  // Sizes. FP8 GEMMs are always TN: a [M,K], b [N,K].
+  const std::vector<int64_t> &aShape = step.aType.shape,
+                             &bShape = step.bType.shape,
+                             &outShape = step.outType.shape;
+  if (aShape.size() != 2 || bShape.size() != 2 || outShape.size() != 2)
+    return planError("a, b and out must be matrices");
+  bool transposeA = !step.scaled && step.transposeA;
+  bool transposeB = step.scaled || step.transposeB;
+  int64_t m = transposeA ? aShape[1] : aShape[0];
+  int64_t k = transposeA ? aShape[0] : aShape[1];
+  int64_t kOfB = transposeB ? bShape[1] : bShape[0];
+  int64_t n = transposeB ? bShape[0] : bShape[1];
+  if (k != kOfB)
+    return planError(
+        llvm::formatv("op(a) is [{0}, {1}] but op(b) is [{2}, {3}]: K differs",
+                      m, k, kOfB, n));
+  if (outShape[0] != m || outShape[1] != n)
+    return planError(
+        llvm::formatv("out must be [{0}, {1}] (M, N)", m, n).str());
+  if (m <= 0 || n <= 0 || k <= 0)
+    return unsupported(llvm::formatv(
+        "M={0} N={1} K={2}: cuBLASLt does not take empty matrices", m, n, k));
+
+  // Operand and output types.
+  ElementType aType = step.aType.element, bType = step.bType.element,
+              outType = step.outType.element;
+  bool fp8Out = isFp8(outType);
+  if (step.scaled) {
+    if (!isFp8(aType) || !isFp8(bType))
+      return planError("a scaled (FP8) GEMM needs FP8 operands");
+    if (aType == ElementType::F8E5M2 && bType == ElementType::F8E5M2)
+      return unsupported("E5M2 x E5M2 GEMMs are not supported by FP8 tensor "
+                         "cores: one operand must be E4M3");
+    if (!isFloat16Or32(outType) && !fp8Out)
+      return planError("an FP8 GEMM's out must be bf16, f16, f32 or FP8");
+  } else {
+    if (isFp8(aType) || isFp8(bType))
+      return planError("FP8 operands need a scaled GEMM (layout TN, with "
+                       "scale_inv)");
+    if (aType != bType || !isFloat16Or32(aType))
+      return unsupported("operands must be two bf16, two f16 or two f32 "
+                         "matrices");
+    if (outType != aType && outType != ElementType::F32)
+      return unsupported(llvm::formatv(
+          "out must be {0} or f32 for {0} operands", elementTypeName(aType)));
+  }
+
+  // The epilogue.
+  const GemmEpilogue &epilogue = step.epilogue;
+  auto valueType = [&](int64_t id,
+                       StringRef role) -> Expected<const TensorType *> {
+    if (id < 0 || static_cast<size_t>(id) >= function.values.size())
+      return planError(
+          llvm::formatv("{0} is value {1}, which {2} does not have", role, id,
+                        function.name));
+    return &function.values[id].type;
+  };
+  if (epilogue.gelu && epilogue.dgelu)
+    return planError("gelu and dgelu in one epilogue");
+  if (epilogue.biasGrad && !epilogue.dgelu)
+    return unsupported("bias_grad is only fused together with dgelu "
+                       "(DGELU_BGRAD); a bias gradient alone is not a GEMM "
+                       "epilogue tejit runs");
+  if (epilogue.dgelu && epilogue.bias)
+    return unsupported("dgelu with a bias is not a cuBLASLt epilogue");
+  if (epilogue.dgelu && !epilogue.aux)
+    return planError("dgelu needs aux, the forward GELU's input");
+  if (epilogue.aux && !epilogue.gelu && !epilogue.dgelu)
+    return planError("aux without gelu or dgelu");
+
+  cublasLtEpilogue_t kind = CUBLASLT_EPILOGUE_DEFAULT;
+  if (epilogue.dgelu)
+    kind = epilogue.biasGrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                             : CUBLASLT_EPILOGUE_DGELU;
+  else if (epilogue.gelu && epilogue.bias)
+    kind = epilogue.aux ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                        : CUBLASLT_EPILOGUE_GELU_BIAS;
+  else if (epilogue.gelu)
+    kind = epilogue.aux ? CUBLASLT_EPILOGUE_GELU_AUX : CUBLASLT_EPILOGUE_GELU;
+  else if (epilogue.bias)
+    kind = CUBLASLT_EPILOGUE_BIAS;
+
+  // The bias or bias gradient: a vector of out's last dimension.
+  std::optional<ElementType> vectorType;
+  if (std::optional<int64_t> id =
+          epilogue.biasGrad ? epilogue.biasGrad : epilogue.bias) {
+    StringRef role = epilogue.biasGrad ? "bias_grad" : "bias";
+    Expected<const TensorType *> type = valueType(*id, role);
+    if (!type)
+      return type.takeError();
+    if ((*type)->shape.size() != 1 || (*type)->shape[0] != n)
+      return planError(llvm::formatv("{0} is {1}; it must be [{2}] (N)", role,
+                                     typeString(**type), n));
+    ElementType element = (*type)->element;
+    if (step.scaled ? !isFloat16(element) : !isFloat16Or32(element))
+      return unsupported(
+          llvm::formatv("{0} is {1}; {2} GEMMs take a {3} {0}", role,
+                        elementTypeName(element), step.scaled ? "FP8" : "these",
+                        step.scaled ? "bf16 or f16" : "bf16, f16 or f32"));
+    vectorType = element;
+  }
+  // aux: out's shape and layout, ld N.
+  std::optional<ElementType> auxType;
+  if (epilogue.aux) {
+    Expected<const TensorType *> type = valueType(*epilogue.aux, "aux");
+    if (!type)
+      return type.takeError();
+    if ((*type)->shape != outShape)
+      return planError(llvm::formatv("aux is {0}; it must have out's shape",
+                                     typeString(**type)));
+    ElementType element = (*type)->element;
+    if (isFp8(element))
+      return unsupported("an FP8 aux needs its own scale and amax, which "
+                         "plans do not carry");
+    if (step.scaled ? !isFloat16(element) : !isFloat16Or32(element))
+      return unsupported(
+          llvm::formatv("aux is {0}; {1} GEMMs take {2}",
+                        elementTypeName(element), step.scaled ? "FP8" : "these",
+                        step.scaled ? "bf16 or f16" : "bf16, f16 or f32"));
+    if (n % 8 != 0)
+      return unsupported(llvm::formatv(
+          "cuBLASLt needs the aux leading dimension, N = {0}, to be a "
+          "multiple of 8",
+          n));
+    auxType = element;
+  }
+  // FP8 output: the plan's quantize.
+  if (fp8Out && !epilogue.dScale)
+    return planError("an FP8 out needs d_scale");
+  if (!fp8Out && (epilogue.dScale || epilogue.amaxD))
+    return unsupported("d_scale and amax_d need an FP8 out (cuBLASLt computes "
+                       "amax_D only for FP8 outputs)");
+
+  // C: unused (beta = 0) but typed. An FP8 D takes a 16-bit C of the bias's
+  // type.
+  ElementType cType = outType;
+  if (fp8Out) {
+    if (vectorType)
+      cType = *vectorType;
+    else if (auxType && isFloat16(*auxType))
+      cType = *auxType;
+    else
+      cType = ElementType::BF16;
+  }
+
+  // FP8 kernels need 16-byte leading dimensions: K bytes for A and B, N
+  // elements of D.
+  if (step.scaled &&
+      (k % fp8Alignment != 0 ||
+       (n * static_cast<int64_t>(elementBytes(outType))) % fp8Alignment != 0))
+    return unsupported(llvm::formatv(
+        "FP8 GEMMs need 16-byte leading dimensions: K = {0} must be a "
+        "multiple of 16 and N = {1} {2} elements a multiple of 16 bytes",
+        k, n, elementTypeName(outType)));
+
+  // Pointers: present where the step names them, aligned to their element
+  // (16 bytes for FP8 GEMMs' matrices; scales and amaxes are single floats).
+  struct Check {
+    const void *pointer;
+    bool needed;
+    StringRef name;
+    int64_t alignment;
+  };
+  int64_t matrixAlignment =
+      step.scaled ? fp8Alignment : static_cast<int64_t>(elementBytes(aType));
+  const Check checks[] = {
+      {pointers.a, true, "a", matrixAlignment},
+      {pointers.b, true, "b", matrixAlignment},
+      {pointers.out, true, "out",
+       step.scaled ? fp8Alignment
+                   : static_cast<int64_t>(elementBytes(outType))},
+      {pointers.aScaleInv, step.scaled, "a_scale_inv", 4},
+      {pointers.bScaleInv, step.scaled, "b_scale_inv", 4},
+      {pointers.bias, epilogue.bias.has_value(), "bias",
+       vectorType ? static_cast<int64_t>(elementBytes(*vectorType)) : 1},
+      {pointers.aux, epilogue.aux.has_value(), "aux",
+       auxType ? static_cast<int64_t>(elementBytes(*auxType)) : 1},
+      {pointers.dScale, fp8Out, "d_scale", 4},
+      {pointers.amaxD, epilogue.amaxD.has_value(), "amax_d", 4},
+      {pointers.biasGrad, epilogue.biasGrad.has_value(), "bias_grad",
+       vectorType ? static_cast<int64_t>(elementBytes(*vectorType)) : 1},
+  };
+  for (const Check &check : checks) {
+    if (!check.needed)
+      continue;
+    if (!check.pointer)
+      return badPointer("no device pointer for " + check.name);
+    if (!isAligned(check.pointer, check.alignment))
+      return badPointer(llvm::formatv("{0} at {1} is not aligned to {2} bytes",
+                                      check.name, check.pointer,
+                                      check.alignment));
+  }
+
+  Request request;
+  ProblemKey &key = request.key;
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.transposeA = transposeA;
+  key.transposeB = transposeB;
+  key.scaled = step.scaled;
+  key.fastAccum = step.scaled && step.fastAccum;
+  key.a = aType;
+  key.b = bType;
+  key.out = outType;
+  key.c = cType;
+  key.epilogue = kind;
+  key.vector = vectorType;
+  key.aux = auxType;
+  key.amaxD = epilogue.amaxD.has_value();
+
+  request.a = pointers.b;
+  request.b = pointers.a;
+  request.d = pointers.out;
+  // beta = 0: C is never read. An FP8 D has a C of another type, so C cannot
+  // alias it; cuBLASLt takes null there.
+  request.c = fp8Out ? nullptr : pointers.out;
+  if (step.scaled) {
+    request.aScale = pointers.bScaleInv;
+    request.bScale = pointers.aScaleInv;
+  }
+  if (fp8Out) {
+    request.dScale = pointers.dScale;
+    request.amaxD = epilogue.amaxD ? pointers.amaxD : nullptr;
+  }
+  if (epilogue.biasGrad)
+    request.vector = pointers.biasGrad;
+  else if (epilogue.bias)
+    // cuBLASLt takes one attribute for the bias it reads and the bias
+    // gradient it writes; the bias is only read.
+    request.vector = const_cast<void *>(pointers.bias);
+  if (epilogue.aux)
+    request.aux = pointers.aux;
+  key.alignments = {alignmentLog2(request.a),      alignmentLog2(request.b),
+                    alignmentLog2(request.c),      alignmentLog2(request.d),
+                    alignmentLog2(request.vector), alignmentLog2(request.aux)};
+  return request;
+}
+
+//===----------------------------------------------------------------------===//
+// The runner
+//===----------------------------------------------------------------------===//
+
+class CublasLtGemmRunner final : public GemmRunner {
+public:
+  CublasLtGemmRunner(const CublasLt &lib, cublasLtHandle_t handle,
+                     void *workspace, size_t workspaceBytes)
+      : lib(lib), handle(handle), workspace(workspace),
+        workspaceBytes(workspaceBytes) {}
+
+  ~CublasLtGemmRunner() override {
+    // Descriptors first: they belong to the handle's library state.
+    problems.clear();
+    lib.cublasLtDestroy(handle);
+  }
+
+  Error run(const GemmStep &step, const FunctionPlan &function,
+            const GemmPointers &pointers, void *stream) override;
+
+private:
+  /// The cached problem of `request`, created on first use.
+  Expected<Problem *> problemFor(const Request &request);
+
+  const CublasLt &lib;
+  cublasLtHandle_t handle;
+  void *workspace;
+  size_t workspaceBytes;
+  /// Guards `problems` (the map, not the problems' descriptors).
+  std::mutex problemsMutex;
+  /// Problems are never evicted: a plan has a handful of GEMMs.
+  std::map<ProblemKey, std::unique_ptr<Problem>> problems;
+};
+
+Expected<Problem *> CublasLtGemmRunner::problemFor(const Request &request) {
+  std::lock_guard<std::mutex> lock(problemsMutex);
+  auto it = problems.find(request.key);
+  if (it != problems.end())
+    return it->second.get();
+  // Failures are not cached: the step fails again, with the same message,
+  // on every run.
+  Expected<std::unique_ptr<Problem>> created =
+      createProblem(lib, handle, request, workspaceBytes);
+  if (!created)
+    return created.takeError();
+  Problem *problem = created->get();
+  problems.emplace(request.key, std::move(*created));
+  return problem;
+}
+
+Error CublasLtGemmRunner::run(const GemmStep &step,
+                              const FunctionPlan &function,
+                              const GemmPointers &pointers, void *stream) {
+  Expected<Request> request = analyze(step, function, pointers);
+  if (!request)
+    return request.takeError();
+  auto withProblem = [&](Error error) {
+    return llvm::handleErrors(
+        std::move(error), [&](const CodedError &coded) -> Error {
+          return makeError(coded.code,
+                           llvm::formatv("{0}: {1}", request->key.describe(),
+                                         coded.message));
+        });
+  };
+  Expected<Problem *> problem = problemFor(*request);
+  if (!problem)
+    return withProblem(problem.takeError());
+
+  static const float one = 1.0f, zero = 0.0f;
+  std::lock_guard<std::mutex> lock((*problem)->mutex);
+  if (Error error = setPointers(lib, (*problem)->desc, *request))
+    return withProblem(std::move(error));
+  cublasStatus_t status = lib.cublasLtMatmul(
+      handle, (*problem)->desc, &one, request->a, (*problem)->aLayout,
+      request->b, (*problem)->bLayout, &zero, request->c, (*problem)->cLayout,
+      request->d, (*problem)->dLayout, &(*problem)->algo, workspace,
+      workspaceBytes, static_cast<cudaStream_t>(stream));
+  if (status != CUBLAS_STATUS_SUCCESS)
+    return withProblem(lib.error(status, "cublasLtMatmul"));
+  return Error::success();
+}
+
+} // namespace
+
+Expected<std::unique_ptr<GemmRunner>>
+GemmRunner::create(void *workspace, size_t workspaceBytes) {
+  Expected<const CublasLt &> lib = CublasLt::get();
+  if (!lib)
+    return lib.takeError();
+  cublasLtHandle_t handle = nullptr;
+  if (Error error = lib->check(lib->cublasLtCreate(&handle), "cublasLtCreate"))
+    return std::move(error);
+  // Trim the workspace to its 256-byte aligned part.
+  auto address = reinterpret_cast<uintptr_t>(workspace);
+  uintptr_t aligned = llvm::alignTo(address, workspaceAlignment);
+  size_t skipped = aligned - address;
+  if (!workspace || workspaceBytes <= skipped) {
+    workspace = nullptr;
+    workspaceBytes = 0;
+  } else {
+    workspace = reinterpret_cast<void *>(aligned);
+    workspaceBytes -= skipped;
+  }
+  return std::make_unique<CublasLtGemmRunner>(*lib, handle, workspace,
+                                              workspaceBytes);
+}

@@ -1,0 +1,51 @@
+//===- Gemm.h - plan GEMMs through cuBLASLt ---------------------*- C++ -*-===//
+//
+// Runs a plan's `gemm` step with cuBLASLt: FP8 (E4M3 x E4M3, E4M3 x E5M2 in
+// either order, never E5M2 x E5M2) TN GEMMs with A/B scale_inv pointers,
+// bf16/fp16/fp32 or FP8 output (D scale, amax_D), epilogues BIAS,
+// GELU_AUX(_BIAS), DGELU(_BGRAD); and plain bf16/fp16/fp32 GEMMs with
+// transposes for layers without a recipe. cuBLASLt is loaded with dlopen on
+// first use. Algorithms from the heuristic are cached per problem.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_GEMM_H
+#define TEJIT_RUNTIME_GEMM_H
+
+#include "runtime/Plan.h"
+
+#include <memory>
+
+namespace tejit::runtime {
+
+/// Device pointers for one GEMM step; those the step's epilogue does not
+/// name stay null.
+struct GemmPointers {
+  const void *a = nullptr, *b = nullptr;
+  void *out = nullptr;
+  const void *aScaleInv = nullptr, *bScaleInv = nullptr; // float[1]
+  const void *bias = nullptr;
+  void *aux = nullptr;          // written by gelu, read by dgelu
+  const void *dScale = nullptr; // float[1], FP8 output
+  void *amaxD = nullptr;        // float[1], FP8 output
+  void *biasGrad = nullptr;
+};
+
+class GemmRunner {
+public:
+  /// Loads cuBLASLt and creates its handle; the caller's CUDA context must
+  /// be current. `workspace` (device memory of `workspaceBytes`, 32 MiB is
+  /// what Hopper's best kernels want) must outlive the runner.
+  static llvm::Expected<std::unique_ptr<GemmRunner>>
+  create(void *workspace, size_t workspaceBytes);
+  virtual ~GemmRunner() = default;
+
+  /// Enqueues `step` on `stream` (a CUstream; null is the legacy default
+  /// stream). Types of the epilogue tensors come from `function`'s values.
+  /// Errors name the problem (shape, types, epilogue) and cuBLASLt's status.
+  virtual llvm::Error run(const GemmStep &step, const FunctionPlan &function,
+                          const GemmPointers &pointers, void *stream) = 0;
+};
+
+} // namespace tejit::runtime
+
+#endif // TEJIT_RUNTIME_GEMM_H

@@ -1,0 +1,1137 @@
+//===- Plan.cpp - an executable plan, parsed from plan.json ---------------===//
+//
+// Parsing checks everything the executor relies on: every value id is in
+// range, every storage lies inside its argument, result, arena or viewed
+// value, byte counts match the types, kernel launches have a geometry and
+// GEMMs have what cuBLASLt needs. Errors name where in the document the
+// problem is: "plan: function 'f', step 3 (gemm): 'a' refers to value 99
+// but the function has 44 values".
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Plan.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <limits>
+#include <tuple>
+
+using namespace tejit::runtime;
+namespace json = llvm::json;
+using llvm::Error;
+using llvm::Expected;
+using llvm::StringRef;
+using llvm::Twine;
+
+//===----------------------------------------------------------------------===//
+// Element and tensor types
+//===----------------------------------------------------------------------===//
+
+size_t tejit::runtime::elementBytes(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+  case ElementType::I32:
+    return 4;
+  case ElementType::F16:
+  case ElementType::BF16:
+    return 2;
+  case ElementType::I64:
+    return 8;
+  case ElementType::F8E4M3:
+  case ElementType::F8E5M2:
+  case ElementType::I8:
+  case ElementType::I1:
+    return 1;
+  }
+  llvm_unreachable("unknown element type");
+}
+
+StringRef tejit::runtime::elementTypeName(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return "f32";
+  case ElementType::F16:
+    return "f16";
+  case ElementType::BF16:
+    return "bf16";
+  case ElementType::F8E4M3:
+    return "f8E4M3FN";
+  case ElementType::F8E5M2:
+    return "f8E5M2";
+  case ElementType::I64:
+    return "i64";
+  case ElementType::I32:
+    return "i32";
+  case ElementType::I8:
+    return "i8";
+  case ElementType::I1:
+    return "i1";
+  }
+  llvm_unreachable("unknown element type");
+}
+
+bool tejit::runtime::isFp8(ElementType type) {
+  return type == ElementType::F8E4M3 || type == ElementType::F8E5M2;
+}
+
+int64_t TensorType::numElements() const {
+  int64_t count = 1;
+  for (int64_t size : shape)
+    count *= size;
+  return count;
+}
+
+namespace {
+std::string printType(const TensorType &type) {
+  std::string text = "tensor<";
+  for (int64_t size : type.shape)
+    text += std::to_string(size) + "x";
+  return text + elementTypeName(type.element).str() + ">";
+}
+
+bool sameType(const TensorType &a, const TensorType &b) {
+  return a.shape == b.shape && a.element == b.element;
+}
+} // namespace
+
+Expected<TensorType> tejit::runtime::parseTensorType(StringRef text) {
+  auto fail = [&](const Twine &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "invalid tensor type '" + text +
+                                       "': " + why);
+  };
+  StringRef body = text;
+  if (!body.consume_front("tensor<") || !body.consume_back(">"))
+    return fail("expected a ranked tensor type, 'tensor<...>'");
+  // Element type names contain no 'x', so the last 'x'-separated part is the
+  // element type and the others are the dimensions.
+  llvm::SmallVector<StringRef> parts;
+  body.split(parts, 'x');
+  StringRef element = parts.pop_back_val();
+  std::optional<ElementType> elementType =
+      llvm::StringSwitch<std::optional<ElementType>>(element)
+          .Case("f32", ElementType::F32)
+          .Case("f16", ElementType::F16)
+          .Case("bf16", ElementType::BF16)
+          .Case("f8E4M3FN", ElementType::F8E4M3)
+          .Case("f8E5M2", ElementType::F8E5M2)
+          .Case("i64", ElementType::I64)
+          .Case("i32", ElementType::I32)
+          .Case("i8", ElementType::I8)
+          .Case("i1", ElementType::I1)
+          .Default(std::nullopt);
+  if (!elementType)
+    return fail("unknown element type '" + element +
+                "' (expected f32, f16, bf16, f8E4M3FN, f8E5M2, i64, i32, i8 "
+                "or i1)");
+  TensorType type;
+  type.element = *elementType;
+  // The byte count must fit too, so bound the element count by the largest
+  // element size.
+  constexpr int64_t maxElements = std::numeric_limits<int64_t>::max() / 8;
+  int64_t elements = 1;
+  for (StringRef part : parts) {
+    uint64_t size;
+    // getAsInteger accepts a sign; dimensions are plain digits.
+    if (part.empty() || !llvm::all_of(part, llvm::isDigit) ||
+        part.getAsInteger(10, size) || size > uint64_t(maxElements))
+      return fail("dimension '" + part +
+                  "' is not a static size (a non-negative integer)");
+    type.shape.push_back(int64_t(size));
+    if (size != 0 && elements > maxElements / int64_t(size))
+      return fail("too many elements");
+    elements *= int64_t(size);
+  }
+  return type;
+}
+
+//===----------------------------------------------------------------------===//
+// Plan lookups
+//===----------------------------------------------------------------------===//
+
+const FunctionPlan *Plan::find(StringRef name) const {
+  for (const FunctionPlan &function : functions)
+    if (function.name == name)
+      return &function;
+  return nullptr;
+}
+
+const FunctionPlan *Plan::forward() const {
+  for (const FunctionPlan &function : functions)
+    if (function.backwardOf.empty())
+      return &function;
+  return nullptr;
+}
+
+const FunctionPlan *Plan::backwardOf(const FunctionPlan &forward) const {
+  for (const FunctionPlan &function : functions)
+    if (!function.backwardOf.empty() && function.backwardOf == forward.name)
+      return &function;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Parsing
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// A place in the document ("function 'f', step 3 (gemm)") and typed access
+/// to the fields of the JSON object there; errors name the place and field.
+class Scope {
+public:
+  /// `prefix` goes before the names of fields in errors ("args[2].").
+  explicit Scope(std::string where, std::string prefix = "")
+      : where(std::move(where)), prefix(std::move(prefix)) {}
+
+  Error error(const Twine &message) const {
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "plan: " + (where.empty() ? "" : where + ": ") + message);
+  }
+  /// "'field' <message>".
+  Error error(StringRef field, const Twine &message) const {
+    return error("'" + prefix + field + "' " + message);
+  }
+  /// The same place, with `prefix` added before field names.
+  Scope nested(const Twine &prefix) const {
+    return Scope(where, this->prefix + prefix.str());
+  }
+
+  Expected<const json::Value *> field(const json::Object &object,
+                                      StringRef key) const {
+    if (const json::Value *value = object.get(key))
+      return value;
+    return error(key, "is missing");
+  }
+
+  Expected<int64_t> integer(const json::Value &value, StringRef name) const {
+    if (std::optional<int64_t> number = value.getAsInteger())
+      return *number;
+    return error(name, "must be an integer, got " + describe(value));
+  }
+  Expected<int64_t> integer(const json::Object &object, StringRef key) const {
+    Expected<const json::Value *> value = field(object, key);
+    if (!value)
+      return value.takeError();
+    return integer(**value, key);
+  }
+  /// A required integer that is at least 0.
+  Expected<int64_t> count(const json::Object &object, StringRef key) const {
+    Expected<int64_t> number = integer(object, key);
+    if (number && *number < 0)
+      return error(key, "is " + Twine(*number) + ", which is negative");
+    return number;
+  }
+  /// A required integer that is at least 0 and fits `unsigned`.
+  Expected<unsigned> unsignedInteger(const json::Value &value,
+                                     StringRef name) const {
+    Expected<int64_t> number = integer(value, name);
+    if (!number)
+      return number.takeError();
+    if (*number < 0 || *number > std::numeric_limits<unsigned>::max())
+      return error(name, "is " + Twine(*number) + ", out of range");
+    return unsigned(*number);
+  }
+
+  Expected<StringRef> string(const json::Object &object, StringRef key) const {
+    Expected<const json::Value *> value = field(object, key);
+    if (!value)
+      return value.takeError();
+    if (std::optional<StringRef> text = (*value)->getAsString())
+      return *text;
+    return error(key, "must be a string, got " + describe(**value));
+  }
+  /// An optional boolean; `fallback` when absent.
+  Expected<bool> boolean(const json::Object &object, StringRef key,
+                         bool fallback = false) const {
+    const json::Value *value = object.get(key);
+    if (!value)
+      return fallback;
+    if (std::optional<bool> flag = value->getAsBoolean())
+      return *flag;
+    return error(key, "must be a boolean, got " + describe(*value));
+  }
+  Expected<const json::Array *> array(const json::Object &object,
+                                      StringRef key) const {
+    Expected<const json::Value *> value = field(object, key);
+    if (!value)
+      return value.takeError();
+    if (const json::Array *elements = (*value)->getAsArray())
+      return elements;
+    return error(key, "must be an array, got " + describe(**value));
+  }
+  Expected<const json::Object *> object(const json::Value &value,
+                                        StringRef name) const {
+    if (const json::Object *fields = value.getAsObject())
+      return fields;
+    return error(name, "must be an object, got " + describe(value));
+  }
+  Expected<const json::Object *> object(const json::Object &object,
+                                        StringRef key) const {
+    Expected<const json::Value *> value = field(object, key);
+    if (!value)
+      return value.takeError();
+    return this->object(**value, key);
+  }
+
+  /// A short rendering of `value` for messages.
+  static std::string describe(const json::Value &value) {
+    switch (value.kind()) {
+    case json::Value::Null:
+      return "null";
+    case json::Value::Boolean:
+      return "a boolean";
+    case json::Value::Number:
+      return "the number " + llvm::formatv("{0}", value).str();
+    case json::Value::String:
+      return "the string \"" + value.getAsString()->str() + "\"";
+    case json::Value::Array:
+      return "an array";
+    case json::Value::Object:
+      return "an object";
+    }
+    llvm_unreachable("unknown JSON kind");
+  }
+
+  std::string where, prefix;
+};
+
+/// Parses and checks one function on its own; references to other functions
+/// (backward_of and the training interface) are checked once all are read.
+class FunctionParser {
+public:
+  FunctionParser(const json::Object &source, FunctionPlan &function,
+                 std::string where)
+      : source(source), function(function), functionScope(std::move(where)) {}
+
+  Error parse();
+
+private:
+  Error parseValues(const json::Array &values);
+  Error parseValue(const json::Value &node, int64_t index);
+  Error checkViews();
+  /// Where `id`'s bytes are: the storage at the end of its chain of views
+  /// (checkViews() must have passed) and the bytes past its start.
+  std::pair<Storage, int64_t> resolve(int64_t id) const;
+  Error parseInterface(const json::Array &entries, bool results);
+  Error parseStep(const json::Value &node, size_t index);
+  Error parseKernel(const json::Object &node, const Scope &scope,
+                    KernelStep &step);
+  Error parseGemm(const json::Object &node, const Scope &scope, GemmStep &step);
+  Error parseAttention(const json::Object &node, const Scope &scope,
+                       AttentionStep &step);
+  Error parseAmaxAllReduce(const json::Object &node, const Scope &scope,
+                           AmaxAllReduceStep &step);
+
+  /// A value id of this function; `name` is how errors call the field.
+  Expected<int64_t> valueId(const json::Value &node, StringRef name,
+                            const Scope &scope) const;
+  Expected<int64_t> valueId(const json::Object &object, StringRef key,
+                            const Scope &scope) const;
+  Expected<std::vector<int64_t>>
+  valueIds(const json::Object &object, StringRef key, const Scope &scope) const;
+  /// An id whose value is a single f32 (a float[1] that cuBLASLt reads or
+  /// writes through a pointer).
+  Expected<int64_t> scalarF32(const json::Value &node, StringRef name,
+                              const Scope &scope) const;
+  Expected<TensorType> type(const json::Object &object, StringRef key,
+                            const Scope &scope) const;
+
+  /// The function's object in the document.
+  const json::Object &source;
+  FunctionPlan &function;
+  /// "function 'name'".
+  Scope functionScope;
+};
+
+Expected<int64_t> FunctionParser::valueId(const json::Value &node,
+                                          StringRef name,
+                                          const Scope &scope) const {
+  Expected<int64_t> id = scope.integer(node, name);
+  if (!id)
+    return id.takeError();
+  int64_t count = int64_t(function.values.size());
+  if (*id < 0 || *id >= count)
+    return scope.error(name, "refers to value " + Twine(*id) +
+                                 " but the function has " + Twine(count) +
+                                 " values");
+  return *id;
+}
+
+Expected<int64_t> FunctionParser::valueId(const json::Object &object,
+                                          StringRef key,
+                                          const Scope &scope) const {
+  Expected<const json::Value *> value = scope.field(object, key);
+  if (!value)
+    return value.takeError();
+  return valueId(**value, key, scope);
+}
+
+Expected<std::vector<int64_t>>
+FunctionParser::valueIds(const json::Object &object, StringRef key,
+                         const Scope &scope) const {
+  Expected<const json::Array *> array = scope.array(object, key);
+  if (!array)
+    return array.takeError();
+  std::vector<int64_t> ids;
+  for (auto [index, element] : llvm::enumerate(**array)) {
+    Expected<int64_t> id =
+        valueId(element, (key + "[" + Twine(index) + "]").str(), scope);
+    if (!id)
+      return id.takeError();
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+Expected<int64_t> FunctionParser::scalarF32(const json::Value &node,
+                                            StringRef name,
+                                            const Scope &scope) const {
+  Expected<int64_t> id = valueId(node, name, scope);
+  if (!id)
+    return id.takeError();
+  const TensorType &type = function.values[*id].type;
+  if (type.element != ElementType::F32 || type.numElements() != 1)
+    return scope.error(name, "refers to value " + Twine(*id) + " of type " +
+                                 printType(type) +
+                                 ", expected a single f32 (tensor<1xf32>)");
+  return *id;
+}
+
+Expected<TensorType> FunctionParser::type(const json::Object &object,
+                                          StringRef key,
+                                          const Scope &scope) const {
+  Expected<StringRef> text = scope.string(object, key);
+  if (!text)
+    return text.takeError();
+  Expected<TensorType> type = parseTensorType(*text);
+  if (!type)
+    return scope.error("'" + scope.prefix + key +
+                       "': " + llvm::toString(type.takeError()));
+  return type;
+}
+
+Error FunctionParser::parse() {
+  Expected<StringRef> name = functionScope.string(source, "name");
+  if (!name)
+    return name.takeError();
+  if (name->empty())
+    return functionScope.error("name", "is empty");
+  function.name = name->str();
+  functionScope.where = "function '" + function.name + "'";
+
+  if (const json::Value *of = source.get("backward_of")) {
+    std::optional<StringRef> text = of->getAsString();
+    if (!text || text->empty())
+      return functionScope.error("backward_of",
+                                 "must be a function name, got " +
+                                     Scope::describe(*of));
+    function.backwardOf = text->str();
+  }
+  // Without arena_bytes (a function te-plan-memory did not plan), no value
+  // may live in the arena.
+  if (source.get("arena_bytes")) {
+    Expected<int64_t> arena = functionScope.count(source, "arena_bytes");
+    if (!arena)
+      return arena.takeError();
+    function.arenaBytes = *arena;
+  }
+
+  // Storage indices are checked against the interface's length, so size it
+  // before the values; its entries refer to values, so fill it after them.
+  Expected<const json::Array *> arguments =
+      functionScope.array(source, "arguments");
+  if (!arguments)
+    return arguments.takeError();
+  Expected<const json::Array *> results =
+      functionScope.array(source, "results");
+  if (!results)
+    return results.takeError();
+  function.arguments.resize((*arguments)->size());
+  function.results.resize((*results)->size());
+
+  Expected<const json::Array *> values = functionScope.array(source, "values");
+  if (!values)
+    return values.takeError();
+  if (Error error = parseValues(**values))
+    return error;
+  if (Error error = parseInterface(**arguments, /*results=*/false))
+    return error;
+  if (Error error = parseInterface(**results, /*results=*/true))
+    return error;
+
+  Expected<const json::Array *> steps = functionScope.array(source, "steps");
+  if (!steps)
+    return steps.takeError();
+  for (auto [index, step] : llvm::enumerate(**steps))
+    if (Error error = parseStep(step, index))
+      return error;
+  return Error::success();
+}
+
+Error FunctionParser::parseValues(const json::Array &values) {
+  function.values.resize(values.size());
+  for (auto [index, value] : llvm::enumerate(values))
+    if (Error error = parseValue(value, int64_t(index)))
+      return error;
+  return checkViews();
+}
+
+Error FunctionParser::parseValue(const json::Value &node, int64_t index) {
+  Scope scope(functionScope.where + ", value " + std::to_string(index));
+  Expected<const json::Object *> object = scope.object(node, "values[]");
+  if (!object)
+    return object.takeError();
+  ValueInfo &value = function.values[index];
+  Expected<int64_t> id = scope.integer(**object, "id");
+  if (!id)
+    return id.takeError();
+  if (*id != index)
+    return scope.error("id", "is " + Twine(*id) +
+                                 ": values must be listed by id, densely "
+                                 "from 0 (expected " +
+                                 Twine(index) + ")");
+  value.id = *id;
+  Expected<TensorType> type = this->type(**object, "type", scope);
+  if (!type)
+    return type.takeError();
+  value.type = std::move(*type);
+  Expected<int64_t> bytes = scope.count(**object, "bytes");
+  if (!bytes)
+    return bytes.takeError();
+  value.bytes = *bytes;
+  // Views too: a view's type is how its bytes are read, so they must all be
+  // inside the viewed value. (i1 takes a byte per element, as kernels store
+  // it and as the writer counts it.)
+  if (value.bytes != value.type.bytes())
+    return scope.error("bytes", "is " + Twine(value.bytes) + " but " +
+                                    printType(value.type) + " takes " +
+                                    Twine(value.type.bytes()) + " bytes");
+
+  Expected<const json::Object *> storage = scope.object(**object, "storage");
+  if (!storage)
+    return storage.takeError();
+  const json::Object &where = **storage;
+  int kinds = 0;
+  for (StringRef key : {"arg", "result", "arena_offset", "view_of"})
+    kinds += where.get(key) != nullptr;
+  if (kinds != 1 || where.size() != (where.get("view_of") ? 2u : 1u))
+    return scope.error("storage",
+                       "must be one of {\"arg\": i}, {\"result\": i}, "
+                       "{\"arena_offset\": n} or {\"view_of\": id, "
+                       "\"byte_offset\": n}");
+  Scope fields = scope.nested("storage.");
+  Storage &place = value.storage;
+  auto interfaceIndex = [&](StringRef key, size_t count,
+                            StringRef what) -> Error {
+    Expected<int64_t> at = fields.integer(where, key);
+    if (!at)
+      return at.takeError();
+    if (*at < 0 || *at >= int64_t(count))
+      return fields.error(key, "is " + Twine(*at) + " but the function has " +
+                                   Twine(count) + " " + what);
+    place.index = *at;
+    return Error::success();
+  };
+  if (where.get("arg")) {
+    place.kind = Storage::Argument;
+    return interfaceIndex("arg", function.arguments.size(), "arguments");
+  }
+  if (where.get("result")) {
+    place.kind = Storage::Result;
+    return interfaceIndex("result", function.results.size(), "results");
+  }
+  if (where.get("arena_offset")) {
+    place.kind = Storage::Arena;
+    Expected<int64_t> offset = fields.integer(where, "arena_offset");
+    if (!offset)
+      return offset.takeError();
+    place.index = *offset;
+    if (*offset < 0)
+      return fields.error("arena_offset",
+                          "is " + Twine(*offset) +
+                              ", so the value has no place in the arena");
+    if (*offset > function.arenaBytes - value.bytes)
+      return fields.error("arena_offset",
+                          "is " + Twine(*offset) + ", and the value's " +
+                              Twine(value.bytes) + " bytes end past the " +
+                              Twine(function.arenaBytes) +
+                              " bytes of the arena ('arena_bytes')");
+    return Error::success();
+  }
+  // The viewed value may come later in the list: checkViews() checks it.
+  place.kind = Storage::View;
+  Expected<int64_t> base = fields.integer(where, "view_of");
+  if (!base)
+    return base.takeError();
+  place.index = *base;
+  Expected<int64_t> byteOffset = fields.integer(where, "byte_offset");
+  if (!byteOffset)
+    return byteOffset.takeError();
+  place.byteOffset = *byteOffset;
+  return Error::success();
+}
+
+Error FunctionParser::checkViews() {
+  int64_t count = int64_t(function.values.size());
+  for (const ValueInfo &value : function.values) {
+    if (value.storage.kind != Storage::View)
+      continue;
+    Scope scope(functionScope.where + ", value " + std::to_string(value.id));
+    int64_t base = value.storage.index;
+    if (base < 0 || base >= count)
+      return scope.error("storage.view_of", "refers to value " + Twine(base) +
+                                                " but the function has " +
+                                                Twine(count) + " values");
+    if (base == value.id)
+      return scope.error("storage.view_of", "refers to the value itself");
+    const ValueInfo &viewed = function.values[base];
+    int64_t offset = value.storage.byteOffset;
+    if (offset < 0)
+      return scope.error("storage.byte_offset",
+                         "is " + Twine(offset) + ", which is negative");
+    if (offset > viewed.bytes - value.bytes)
+      return scope.error("storage.byte_offset",
+                         "is " + Twine(offset) + ", and the view's " +
+                             Twine(value.bytes) + " bytes end past the " +
+                             Twine(viewed.bytes) + " bytes of value " +
+                             Twine(base));
+    // Views of views are fine (a reshape of a reshape); a cycle has no
+    // storage at all.
+    int64_t at = base;
+    for (int64_t hops = 0; function.values[at].storage.kind == Storage::View;
+         ++hops) {
+      at = function.values[at].storage.index;
+      if (at < 0 || at >= count)
+        break; // Reported for the value that views it.
+      if (hops > count)
+        return scope.error("storage.view_of",
+                           "starts a cycle of views through value " +
+                               Twine(base));
+    }
+  }
+  return Error::success();
+}
+
+std::pair<Storage, int64_t> FunctionParser::resolve(int64_t id) const {
+  int64_t offset = 0;
+  while (function.values[id].storage.kind == Storage::View) {
+    offset += function.values[id].storage.byteOffset;
+    id = function.values[id].storage.index;
+  }
+  return {function.values[id].storage, offset};
+}
+
+Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
+  StringRef kind = results ? "result" : "argument";
+  std::vector<InterfaceEntry> &list =
+      results ? function.results : function.arguments;
+  for (auto [index, node] : llvm::enumerate(entries)) {
+    Scope scope(functionScope.where + ", " + kind.str() + " " +
+                std::to_string(index));
+    Expected<const json::Object *> object =
+        scope.object(node, results ? "results[]" : "arguments[]");
+    if (!object)
+      return object.takeError();
+    InterfaceEntry &entry = list[index];
+    Expected<int64_t> id = valueId(**object, "value", scope);
+    if (!id)
+      return id.takeError();
+    entry.value = *id;
+    // An argument's value is the caller's buffer; a result's value is
+    // written into the caller's result buffer (maybe through views), or
+    // lives elsewhere (a view of an argument) and is copied there after the
+    // steps, but never in another result's buffer.
+    const Storage &storage = function.values[*id].storage;
+    if (!results &&
+        (storage.kind != Storage::Argument || storage.index != int64_t(index)))
+      return scope.error("value", "is value " + Twine(*id) +
+                                      ", whose storage is not {\"arg\": " +
+                                      Twine(index) + "}");
+    if (results) {
+      auto [root, offset] = resolve(*id);
+      if (root.kind == Storage::Result &&
+          (root.index != int64_t(index) || offset != 0))
+        return scope.error("value", "is value " + Twine(*id) +
+                                        ", which does not live at the start "
+                                        "of result " +
+                                        Twine(index) +
+                                        " (its storage is not {\"result\": " +
+                                        Twine(index) + "})");
+    }
+
+    if ((*object)->get("te.name")) {
+      Expected<StringRef> name = scope.string(**object, "te.name");
+      if (!name)
+        return name.takeError();
+      entry.name = name->str();
+    }
+    Expected<bool> parameter = scope.boolean(**object, "te.parameter");
+    if (!parameter)
+      return parameter.takeError();
+    entry.parameter = *parameter;
+    for (auto [key, slot] :
+         {std::pair{"te.forward_arg", &entry.forwardArg},
+          std::pair{"te.forward_result", &entry.forwardResult},
+          std::pair{"te.grad_of", &entry.gradOf},
+          std::pair{"te.updates_arg", &entry.updatesArg}}) {
+      if (!(*object)->get(key))
+        continue;
+      Expected<int64_t> number = scope.count(**object, key);
+      if (!number)
+        return number.takeError();
+      *slot = *number;
+    }
+    // te.updates_arg names the argument the runtime overwrites with this
+    // result, so both must be the same tensor. (The training interface
+    // attributes refer to the forward: checked once it is read.)
+    if (entry.updatesArg) {
+      int64_t arg = *entry.updatesArg;
+      if (arg >= int64_t(function.arguments.size()))
+        return scope.error("te.updates_arg",
+                           "is " + Twine(arg) + " but the function has " +
+                               Twine(function.arguments.size()) + " arguments");
+    }
+  }
+  return Error::success();
+}
+
+Error FunctionParser::parseStep(const json::Value &node, size_t index) {
+  Scope scope(functionScope.where + ", step " + std::to_string(index));
+  Expected<const json::Object *> object = scope.object(node, "steps[]");
+  if (!object)
+    return object.takeError();
+  Expected<StringRef> kind = scope.string(**object, "kind");
+  if (!kind)
+    return kind.takeError();
+  scope.where += " (" + kind->str() + ")";
+  if (*kind == "kernel") {
+    KernelStep step;
+    if (Error error = parseKernel(**object, scope, step))
+      return error;
+    function.steps.push_back(std::move(step));
+  } else if (*kind == "gemm") {
+    GemmStep step;
+    if (Error error = parseGemm(**object, scope, step))
+      return error;
+    function.steps.push_back(std::move(step));
+  } else if (*kind == "attention" || *kind == "attention_bwd" ||
+             *kind == "attention_backward") {
+    AttentionStep step;
+    step.backward = *kind != "attention";
+    if (Error error = parseAttention(**object, scope, step))
+      return error;
+    function.steps.push_back(std::move(step));
+  } else if (*kind == "amax_allreduce") {
+    AmaxAllReduceStep step;
+    if (Error error = parseAmaxAllReduce(**object, scope, step))
+      return error;
+    function.steps.push_back(step);
+  } else {
+    return scope.error("kind", "is unknown (expected kernel, gemm, attention, "
+                               "attention_bwd or amax_allreduce)");
+  }
+  return Error::success();
+}
+
+Error FunctionParser::parseKernel(const json::Object &node, const Scope &scope,
+                                  KernelStep &step) {
+  Expected<StringRef> name = scope.string(node, "name");
+  if (!name)
+    return name.takeError();
+  if (name->empty())
+    return scope.error("name", "is empty");
+  step.name = name->str();
+  Expected<StringRef> binary = scope.string(node, "binary");
+  if (!binary)
+    return binary.takeError();
+  if (binary->empty())
+    return scope.error("binary", "is empty");
+  step.binary = binary->str();
+
+  for (auto [key, dims] :
+       {std::pair{"grid", &step.grid}, std::pair{"block", &step.block}}) {
+    Expected<const json::Array *> array = scope.array(node, key);
+    if (!array)
+      return array.takeError();
+    if ((*array)->size() != 3)
+      return scope.error(key, "must list 3 sizes (x, y, z), got " +
+                                  Twine((*array)->size()));
+    for (auto [axis, size] : llvm::enumerate(**array)) {
+      std::string field = (Twine(key) + "[" + Twine(axis) + "]").str();
+      Expected<unsigned> value = scope.unsignedInteger(size, field);
+      if (!value)
+        return value.takeError();
+      if (*value == 0)
+        return scope.error(field, "is 0; launch sizes must be positive");
+      (*dims)[axis] = *value;
+    }
+  }
+  if (const json::Value *shared = node.get("shared_bytes")) {
+    Expected<unsigned> bytes = scope.unsignedInteger(*shared, "shared_bytes");
+    if (!bytes)
+      return bytes.takeError();
+    step.sharedBytes = *bytes;
+  }
+
+  Expected<const json::Array *> args = scope.array(node, "args");
+  if (!args)
+    return args.takeError();
+  for (auto [index, arg] : llvm::enumerate(**args)) {
+    Scope argScope = scope.nested("args[" + Twine(index) + "].");
+    Expected<const json::Object *> object =
+        scope.object(arg, ("args[" + Twine(index) + "]").str());
+    if (!object)
+      return object.takeError();
+    KernelArg kernelArg;
+    Expected<int64_t> id = valueId(**object, "value", argScope);
+    if (!id)
+      return id.takeError();
+    kernelArg.value = *id;
+    Expected<bool> output = argScope.boolean(**object, "output");
+    if (!output)
+      return output.takeError();
+    kernelArg.output = *output;
+    Expected<bool> zero = argScope.boolean(**object, "zero_before_launch");
+    if (!zero)
+      return zero.takeError();
+    kernelArg.zeroBeforeLaunch = *zero;
+    if (kernelArg.zeroBeforeLaunch && !kernelArg.output)
+      return argScope.error("zero_before_launch",
+                            "is set on an input (only outputs the kernel "
+                            "accumulates into are zeroed)");
+    step.args.push_back(kernelArg);
+  }
+  return Error::success();
+}
+
+Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
+                                GemmStep &step) {
+  // Each operand's id and type; the type must be the value's.
+  for (auto [key, typeKey, id, type] :
+       {std::tuple{"a", "a_type", &step.a, &step.aType},
+        std::tuple{"b", "b_type", &step.b, &step.bType},
+        std::tuple{"out", "out_type", &step.out, &step.outType}}) {
+    Expected<int64_t> value = valueId(node, key, scope);
+    if (!value)
+      return value.takeError();
+    *id = *value;
+    Expected<TensorType> parsed = this->type(node, typeKey, scope);
+    if (!parsed)
+      return parsed.takeError();
+    *type = std::move(*parsed);
+    const TensorType &actual = function.values[*value].type;
+    if (!sameType(*type, actual))
+      return scope.error(typeKey, "is " + printType(*type) + " but '" + key +
+                                      "' (value " + Twine(*value) + ") is " +
+                                      printType(actual));
+  }
+
+  step.scaled = node.get("a_scale_inv") || node.get("b_scale_inv") ||
+                node.get("layout") || isFp8(step.aType.element) ||
+                isFp8(step.bType.element);
+  if (step.scaled) {
+    if (!isFp8(step.aType.element) || !isFp8(step.bType.element))
+      return scope.error(
+          isFp8(step.aType.element) ? "b_type" : "a_type",
+          "must be FP8 in a scaled (FP8) GEMM, got " +
+              printType(isFp8(step.aType.element) ? step.bType : step.aType));
+    for (auto [key, slot] : {std::pair{"a_scale_inv", &step.aScaleInv},
+                             std::pair{"b_scale_inv", &step.bScaleInv}}) {
+      const json::Value *value = node.get(key);
+      if (!value)
+        return scope.error(key, "is missing; FP8 GEMMs need both scale_inv "
+                                "values");
+      Expected<int64_t> id = scalarF32(*value, key, scope);
+      if (!id)
+        return id.takeError();
+      *slot = *id;
+    }
+    if (node.get("layout")) {
+      Expected<StringRef> layout = scope.string(node, "layout");
+      if (!layout)
+        return layout.takeError();
+      if (*layout != "TN")
+        return scope.error("layout",
+                           "is \"" + *layout + "\"; FP8 GEMMs are TN");
+    }
+    Expected<bool> fastAccum = scope.boolean(node, "fast_accum");
+    if (!fastAccum)
+      return fastAccum.takeError();
+    step.fastAccum = *fastAccum;
+    for (StringRef key : {"transpose_a", "transpose_b"})
+      if (node.get(key))
+        return scope.error(key, "is given for an FP8 GEMM, which is TN");
+  } else {
+    if (node.get("fast_accum"))
+      return scope.error("fast_accum", "is given for a GEMM that is not FP8");
+    Expected<bool> transposeA = scope.boolean(node, "transpose_a");
+    if (!transposeA)
+      return transposeA.takeError();
+    Expected<bool> transposeB = scope.boolean(node, "transpose_b");
+    if (!transposeB)
+      return transposeB.takeError();
+    step.transposeA = *transposeA;
+    step.transposeB = *transposeB;
+  }
+
+  // The epilogue; the writer always writes one, if empty.
+  const json::Value *epilogueJson = node.get("epilogue");
+  if (!epilogueJson)
+    return Error::success();
+  Expected<const json::Object *> epilogue =
+      scope.object(*epilogueJson, "epilogue");
+  if (!epilogue)
+    return epilogue.takeError();
+  GemmEpilogue &terms = step.epilogue;
+  for (const auto &[key, value] : **epilogue) {
+    StringRef name = key;
+    std::string field = ("epilogue." + name).str();
+    std::optional<int64_t> *slot =
+        llvm::StringSwitch<std::optional<int64_t> *>(name)
+            .Case("bias", &terms.bias)
+            .Case("aux", &terms.aux)
+            .Case("d_scale", &terms.dScale)
+            .Case("amax_d", &terms.amaxD)
+            .Case("bias_grad", &terms.biasGrad)
+            .Default(nullptr);
+    if (name == "gelu" || name == "dgelu") {
+      std::optional<bool> flag = value.getAsBoolean();
+      if (!flag)
+        return scope.error(field,
+                           "must be a boolean, got " + Scope::describe(value));
+      (name == "gelu" ? terms.gelu : terms.dgelu) = *flag;
+      continue;
+    }
+    if (!slot)
+      return scope.error(field, "is not an epilogue term (bias, gelu, aux, "
+                                "d_scale, amax_d, dgelu, bias_grad)");
+    // A gelu whose pre-activation is not kept (inference) has a null aux.
+    if (name == "aux" && value.kind() == json::Value::Null)
+      continue;
+    Expected<int64_t> id = (name == "d_scale" || name == "amax_d")
+                               ? scalarF32(value, field, scope)
+                               : valueId(value, field, scope);
+    if (!id)
+      return id.takeError();
+    *slot = *id;
+  }
+  if (terms.gelu && terms.dgelu)
+    return scope.error("epilogue", "has both gelu and dgelu");
+  if (terms.dgelu && !terms.aux)
+    return scope.error("epilogue.aux", "is missing; dgelu reads the "
+                                       "pre-activation from it");
+  if (terms.aux && !terms.gelu && !terms.dgelu)
+    return scope.error("epilogue.aux", "is given without gelu or dgelu");
+  if (terms.aux && function.values[*terms.aux].type.shape != step.outType.shape)
+    return scope.error("epilogue.aux",
+                       "is value " + Twine(*terms.aux) + " of type " +
+                           printType(function.values[*terms.aux].type) +
+                           ", not of the GEMM output's shape (" +
+                           printType(step.outType) + ")");
+  bool fp8Out = isFp8(step.outType.element);
+  if (fp8Out && !terms.dScale)
+    return scope.error("epilogue.d_scale",
+                       "is missing; an FP8 output needs a scale");
+  if (!fp8Out && (terms.dScale || terms.amaxD))
+    return scope.error(terms.dScale ? "epilogue.d_scale" : "epilogue.amax_d",
+                       "is given but the output " + printType(step.outType) +
+                           " is not FP8");
+  return Error::success();
+}
+
+Error FunctionParser::parseAttention(const json::Object &node,
+                                     const Scope &scope, AttentionStep &step) {
+  Expected<std::vector<int64_t>> operands = valueIds(node, "operands", scope);
+  if (!operands)
+    return operands.takeError();
+  step.operands = std::move(*operands);
+  Expected<std::vector<int64_t>> results = valueIds(node, "results", scope);
+  if (!results)
+    return results.takeError();
+  step.results = std::move(*results);
+  if (!node.get("attributes"))
+    return Error::success();
+  Expected<const json::Object *> attributes = scope.object(node, "attributes");
+  if (!attributes)
+    return attributes.takeError();
+  for (const auto &[key, value] : **attributes) {
+    std::optional<StringRef> text = value.getAsString();
+    if (!text)
+      return scope.error(("attributes." + StringRef(key)).str(),
+                         "must be a string (the printed attribute), got " +
+                             Scope::describe(value));
+    step.attributes[std::string(StringRef(key))] = text->str();
+  }
+  return Error::success();
+}
+
+Error FunctionParser::parseAmaxAllReduce(const json::Object &node,
+                                         const Scope &scope,
+                                         AmaxAllReduceStep &step) {
+  Expected<int64_t> in = valueId(node, "in", scope);
+  if (!in)
+    return in.takeError();
+  Expected<int64_t> out = valueId(node, "out", scope);
+  if (!out)
+    return out.takeError();
+  step.in = *in;
+  step.out = *out;
+  const TensorType &inType = function.values[*in].type;
+  const TensorType &outType = function.values[*out].type;
+  if (inType.element != ElementType::F32 || !sameType(inType, outType))
+    return scope.error("out", "is value " + Twine(*out) + " of type " +
+                                  printType(outType) + ", but 'in' (value " +
+                                  Twine(*in) + ") is " + printType(inType) +
+                                  "; both must be the same f32 vector");
+  return Error::success();
+}
+
+/// Checks what refers to other functions: backward_of, and the training
+/// interface of each backward (te.forward_arg, te.forward_result,
+/// te.grad_of), whose entries must match the forward's types.
+Error checkFunctions(const Plan &plan) {
+  llvm::StringMap<size_t> names;
+  for (auto [index, function] : llvm::enumerate(plan.functions))
+    if (!names.try_emplace(function.name, index).second)
+      return Scope("function '" + function.name + "'")
+          .error("name", "is used by functions " + Twine(names[function.name]) +
+                             " and " + Twine(index));
+
+  llvm::StringMap<const FunctionPlan *> backwards;
+  for (const FunctionPlan &function : plan.functions) {
+    Scope scope("function '" + function.name + "'");
+    const FunctionPlan *forward = nullptr;
+    if (!function.backwardOf.empty()) {
+      forward = plan.find(function.backwardOf);
+      if (!forward)
+        return scope.error("backward_of", "names '" + function.backwardOf +
+                                              "', which is not a function of "
+                                              "the plan");
+      if (forward == &function)
+        return scope.error("backward_of", "names the function itself");
+      if (!forward->backwardOf.empty())
+        return scope.error("backward_of", "names '" + forward->name +
+                                              "', which is itself a backward");
+      auto [it, inserted] = backwards.try_emplace(forward->name, &function);
+      if (!inserted)
+        return scope.error("backward_of", "names '" + forward->name +
+                                              "', whose backward is '" +
+                                              it->second->name + "' already");
+    }
+
+    for (bool results : {false, true}) {
+      const std::vector<InterfaceEntry> &entries =
+          results ? function.results : function.arguments;
+      StringRef kind = results ? "result" : "argument";
+      for (auto [index, entry] : llvm::enumerate(entries)) {
+        Scope here(scope.where + ", " + kind.str() + " " +
+                   std::to_string(index));
+        const TensorType &type = function.values[entry.value].type;
+        if (entry.updatesArg) {
+          const TensorType &updated =
+              function.values[function.arguments[*entry.updatesArg].value].type;
+          if (!sameType(type, updated))
+            return here.error("te.updates_arg",
+                              "is " + Twine(*entry.updatesArg) +
+                                  ", an argument of type " +
+                                  printType(updated) + ", but the " + kind +
+                                  " is " + printType(type));
+        }
+        for (auto [key, slot, ofResults] :
+             {std::tuple{"te.forward_arg", &entry.forwardArg, false},
+              std::tuple{"te.forward_result", &entry.forwardResult, true},
+              std::tuple{"te.grad_of", &entry.gradOf, false}}) {
+          if (!*slot)
+            continue;
+          if (!forward)
+            return here.error(key, "is given in a function that is not a "
+                                   "backward ('backward_of' is missing)");
+          const std::vector<InterfaceEntry> &forwardEntries =
+              ofResults ? forward->results : forward->arguments;
+          StringRef forwardKind = ofResults ? "results" : "arguments";
+          int64_t at = **slot;
+          if (at >= int64_t(forwardEntries.size()))
+            return here.error(
+                key, "is " + Twine(at) + " but '" + forward->name + "' has " +
+                         Twine(forwardEntries.size()) + " " + forwardKind);
+          const TensorType &forwardType =
+              forward->values[forwardEntries[at].value].type;
+          if (!sameType(type, forwardType))
+            return here.error(key, "is " + Twine(at) + ", of type " +
+                                       printType(forwardType) + " in '" +
+                                       forward->name + "', but the " + kind +
+                                       " is " + printType(type));
+        }
+      }
+    }
+  }
+  return Error::success();
+}
+
+} // namespace
+
+Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
+  Scope scope("");
+  const json::Object *root = document.getAsObject();
+  if (!root)
+    return scope.error("must be an object, got " + Scope::describe(document));
+  Expected<StringRef> format = scope.string(*root, "format");
+  if (!format)
+    return format.takeError();
+  if (*format != "tejit-plan")
+    return scope.error("format", "is \"" + *format + "\", not \"tejit-plan\"");
+  Expected<int64_t> version = scope.integer(*root, "version");
+  if (!version)
+    return version.takeError();
+  if (*version != 1)
+    return scope.error("version",
+                       "is " + Twine(*version) + "; only version 1 is read");
+
+  Plan plan;
+  Expected<StringRef> arch = scope.string(*root, "arch");
+  if (!arch)
+    return arch.takeError();
+  plan.arch = arch->str();
+  if (root->get("build_id")) {
+    Expected<StringRef> buildId = scope.string(*root, "build_id");
+    if (!buildId)
+      return buildId.takeError();
+    plan.buildId = buildId->str();
+  }
+
+  Expected<const json::Array *> functions = scope.array(*root, "functions");
+  if (!functions)
+    return functions.takeError();
+  if ((*functions)->empty())
+    return scope.error("functions", "is empty");
+  plan.functions.resize((*functions)->size());
+  for (auto [index, function] : llvm::enumerate(**functions)) {
+    std::string where = "function " + std::to_string(index);
+    Expected<const json::Object *> object =
+        Scope(where).object(function, "functions[]");
+    if (!object)
+      return object.takeError();
+    if (Error error =
+            FunctionParser(**object, plan.functions[index], where).parse())
+      return error;
+  }
+  if (Error error = checkFunctions(plan))
+    return error;
+  return plan;
+}
+
+Expected<Plan> tejit::runtime::parsePlan(StringRef text) {
+  Expected<json::Value> document = json::parse(text);
+  if (!document)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "plan: not valid JSON: " +
+                                       llvm::toString(document.takeError()));
+  return parsePlan(*document);
+}

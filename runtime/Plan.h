@@ -1,0 +1,138 @@
+//===- Plan.h - an executable plan, parsed from plan.json -------*- C++ -*-===//
+//
+// The in-memory form of docs/plan-format.md: per function, where every
+// value lives and the steps to run. Parsing checks the whole document, so
+// the executor can trust ids, indices and sizes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_PLAN_H
+#define TEJIT_RUNTIME_PLAN_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/JSON.h"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace tejit::runtime {
+
+enum class ElementType { F32, F16, BF16, F8E4M3, F8E5M2, I64, I32, I8, I1 };
+
+/// Bytes per element (I1 is stored as one byte).
+size_t elementBytes(ElementType type);
+/// The IR spelling: "f32", "bf16", "f8E4M3FN", ...
+llvm::StringRef elementTypeName(ElementType type);
+bool isFp8(ElementType type);
+
+/// A ranked tensor type as the plan spells it: "tensor<32x1x64xbf16>".
+struct TensorType {
+  std::vector<int64_t> shape;
+  ElementType element = ElementType::F32;
+  int64_t numElements() const;
+  int64_t bytes() const { return numElements() * elementBytes(element); }
+};
+llvm::Expected<TensorType> parseTensorType(llvm::StringRef text);
+
+/// Where a value's bytes live while a function runs.
+struct Storage {
+  enum Kind { Argument, Result, Arena, View };
+  Kind kind = Arena;
+  /// Argument/result index, arena byte offset, or the viewed value's id.
+  int64_t index = 0;
+  /// For views: bytes past the start of the viewed value.
+  int64_t byteOffset = 0;
+};
+
+struct ValueInfo {
+  int64_t id = 0;
+  TensorType type;
+  int64_t bytes = 0;
+  Storage storage;
+};
+
+/// One argument or result of a function and its interface attributes.
+struct InterfaceEntry {
+  int64_t value = 0;
+  std::string name; // te.name, may be empty
+  bool parameter = false;
+  std::optional<int64_t> forwardArg, forwardResult, gradOf, updatesArg;
+};
+
+struct KernelArg {
+  int64_t value = 0;
+  bool output = false;
+  bool zeroBeforeLaunch = false;
+};
+
+struct KernelStep {
+  std::string name;   // the extern "C" entry point
+  std::string binary; // relative path, e.g. kernels/x.cubin
+  std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
+  unsigned sharedBytes = 0;
+  std::vector<KernelArg> args;
+};
+
+/// cuBLASLt epilogue terms (value ids).
+struct GemmEpilogue {
+  std::optional<int64_t> bias, aux, dScale, amaxD, biasGrad;
+  bool gelu = false, dgelu = false;
+};
+
+/// Row-major `out[M,N] = op(a) * op(b)`. FP8 (`scaled`) GEMMs are TN:
+/// a [M,K], b [N,K], with scale_inv pointers; others give transposes.
+struct GemmStep {
+  int64_t a = 0, b = 0, out = 0;
+  TensorType aType, bType, outType;
+  bool scaled = false;
+  std::optional<int64_t> aScaleInv, bScaleInv;
+  bool fastAccum = false;
+  bool transposeA = false, transposeB = false;
+  GemmEpilogue epilogue;
+};
+
+struct AttentionStep {
+  bool backward = false; // "attention_bwd"
+  std::vector<int64_t> operands, results;
+  std::map<std::string, std::string> attributes; // printed MLIR attributes
+};
+
+struct AmaxAllReduceStep {
+  int64_t in = 0, out = 0;
+};
+
+using Step = std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep>;
+
+struct FunctionPlan {
+  std::string name;
+  std::string backwardOf; // empty for forward functions
+  int64_t arenaBytes = 0;
+  std::vector<InterfaceEntry> arguments, results;
+  /// Indexed by value id (ids are dense from 0).
+  std::vector<ValueInfo> values;
+  std::vector<Step> steps;
+};
+
+struct Plan {
+  std::string arch, buildId;
+  std::vector<FunctionPlan> functions;
+  /// The function named `name`, or null.
+  const FunctionPlan *find(llvm::StringRef name) const;
+  /// The first function that is not a backward, or null.
+  const FunctionPlan *forward() const;
+  /// The backward of `forward`, or null.
+  const FunctionPlan *backwardOf(const FunctionPlan &forward) const;
+};
+
+/// Parses and checks a plan; errors name the function, step and field.
+llvm::Expected<Plan> parsePlan(const llvm::json::Value &json);
+llvm::Expected<Plan> parsePlan(llvm::StringRef text);
+
+} // namespace tejit::runtime
+
+#endif // TEJIT_RUNTIME_PLAN_H

@@ -1,0 +1,330 @@
+//===- Program.cpp - compiled layers with their state, ready to run -------===//
+#include "runtime/Program.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cstring>
+
+using namespace tejit::runtime;
+using llvm::Error;
+
+namespace {
+/// cuBLASLt's Hopper FP8 kernels want a 32 MiB workspace.
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;
+
+bool isMeta(llvm::StringRef name) { return name.starts_with("fp8_meta."); }
+} // namespace
+
+llvm::Expected<std::unique_ptr<Program>> Program::create(Bundle bundle,
+                                                         int ordinal) {
+  if (Error error = checkBinaries(bundle))
+    return std::move(error);
+  std::unique_ptr<Program> program(new Program(std::move(bundle)));
+  if (Error error = program->setUp(ordinal))
+    return std::move(error);
+  return program;
+}
+
+Program::~Program() {
+  // Executors and modules go before the memory they were bound to.
+  forwardFn.executor.reset();
+  backwardFn.executor.reset();
+  gemms.reset();
+  modules.reset();
+}
+
+Error Program::setUp(int ordinal) {
+  auto device = useDevice(ordinal);
+  if (!device)
+    return device.takeError();
+  deviceInfo = *device;
+  const Plan &plan = bundle.plan;
+  if (plan.arch != deviceInfo.arch &&
+      llvm::StringRef(plan.arch).rtrim('a') !=
+          llvm::StringRef(deviceInfo.arch).rtrim('a'))
+    return makeError(
+        ErrorCode::UnsupportedDevice,
+        llvm::formatv("the kernels were built for {0}, but device {1} ({2}) "
+                      "is {3}: compile for this device",
+                      plan.arch, ordinal, deviceInfo.name, deviceInfo.arch));
+  const FunctionPlan *forward = plan.forward();
+  if (!forward)
+    return makeError(ErrorCode::InvalidArgument,
+                     "the plan has no forward function");
+  const FunctionPlan *backward = plan.backwardOf(*forward);
+
+  auto workspaceBuffer =
+      DeviceBuffer::allocate(kGemmWorkspaceBytes, "the cuBLASLt workspace");
+  if (!workspaceBuffer)
+    return workspaceBuffer.takeError();
+  workspace = std::move(*workspaceBuffer);
+  auto runner = GemmRunner::create(reinterpret_cast<void *>(workspace.get()),
+                                   workspace.bytes());
+  if (!runner)
+    return runner.takeError();
+  gemms = std::move(*runner);
+  modules = std::make_unique<ModuleSet>(bundle);
+
+  int64_t arenaBytes = forward->arenaBytes;
+  if (backward)
+    arenaBytes = std::max(arenaBytes, backward->arenaBytes);
+  auto arenaBuffer = DeviceBuffer::allocate(arenaBytes, "the scratch arena");
+  if (!arenaBuffer)
+    return arenaBuffer.takeError();
+  arena = std::move(*arenaBuffer);
+
+  auto prepare = [&](Function &function, const FunctionPlan &functionPlan,
+                     bool isBackward) -> Error {
+    auto executor = Executor::create(functionPlan, *modules, *gemms);
+    if (!executor)
+      return executor.takeError();
+    function.executor = std::move(*executor);
+    return classify(function, functionPlan, isBackward);
+  };
+  if (Error error = prepare(forwardFn, *forward, /*isBackward=*/false))
+    return error;
+  if (backward)
+    if (Error error = prepare(backwardFn, *backward, /*isBackward=*/true))
+      return error;
+  return resetState();
+}
+
+llvm::Expected<size_t> Program::own(const ValueInfo &value,
+                                    const std::string &name) {
+  auto buffer = DeviceBuffer::allocate(value.bytes, "'" + name + "'");
+  if (!buffer)
+    return buffer.takeError();
+  owned.push_back(std::move(*buffer));
+  return owned.size() - 1;
+}
+
+Error Program::classify(Function &function, const FunctionPlan &plan,
+                        bool isBackward) {
+  auto desc = [&](const InterfaceEntry &entry) {
+    return TensorDesc{entry.name, plan.values[entry.value].type,
+                      entry.parameter};
+  };
+  for (const InterfaceEntry &entry : plan.arguments) {
+    Binding binding;
+    const ValueInfo &value = plan.values[entry.value];
+    if (isBackward && entry.forwardArg) {
+      binding = {Binding::ForwardArg, size_t(*entry.forwardArg)};
+    } else if (isBackward && entry.forwardResult) {
+      binding = {Binding::ForwardResult, size_t(*entry.forwardResult)};
+    } else if (isMeta(entry.name) ||
+               (!isBackward && entry.name == "rng_state")) {
+      auto index = own(value, entry.name);
+      if (!index)
+        return index.takeError();
+      binding = {Binding::Owned, *index};
+      if (isMeta(entry.name)) {
+        metaBuffers.push_back(*index);
+        descs[size_t(TensorKind::Meta)].push_back(desc(entry));
+      } else {
+        rngBuffer = *index;
+      }
+    } else {
+      auto &list = descs[size_t(isBackward ? TensorKind::GradOutput
+                                           : TensorKind::Input)];
+      binding = {Binding::User, list.size()};
+      list.push_back(desc(entry));
+    }
+    function.arguments.push_back(binding);
+  }
+  for (const InterfaceEntry &entry : plan.results) {
+    Binding binding;
+    bool user = isBackward ? entry.gradOf.has_value()
+                           : !entry.updatesArg &&
+                                 !llvm::StringRef(entry.name).starts_with(
+                                     "saved.");
+    if (user) {
+      auto &list = descs[size_t(isBackward ? TensorKind::GradInput
+                                           : TensorKind::Output)];
+      binding = {Binding::User, list.size()};
+      list.push_back(desc(entry));
+    } else {
+      auto index = own(plan.values[entry.value], entry.name);
+      if (!index)
+        return index.takeError();
+      binding = {Binding::Owned, *index};
+      if (entry.updatesArg) {
+        // Kernels take their operands __restrict__, so the new state is
+        // written beside the old and copied over it after the function.
+        const Binding &updated = function.arguments[*entry.updatesArg];
+        if (updated.kind != Binding::Owned)
+          return makeError(ErrorCode::Internal,
+                           "function '" + plan.name + "': result '" +
+                               entry.name +
+                               "' updates an argument the program does not "
+                               "own");
+        function.updates.push_back({*index, updated.index});
+      }
+    }
+    function.results.push_back(binding);
+  }
+  return Error::success();
+}
+
+Error Program::resetState() {
+  const CudaDriver &driver = *CudaDriver::get();
+  const auto &metas = descs[size_t(TensorKind::Meta)];
+  for (auto [index, desc] : llvm::enumerate(metas)) {
+    const DeviceBuffer &buffer = owned[metaBuffers[index]];
+    // Scales and their inverses start at 1.0f, histories at 0.
+    unsigned pattern =
+        llvm::StringRef(desc.name).ends_with("amax_history") ? 0 : 0x3f800000u;
+    if (Error error = driver.check(
+            driver.cuMemsetD32Async(buffer.get(), pattern, buffer.bytes() / 4,
+                                    nullptr),
+            "initializing '" + desc.name + "'"))
+      return error;
+  }
+  return driver.check(driver.cuStreamSynchronize(nullptr),
+                      "initializing the FP8 meta state");
+}
+
+const std::vector<TensorDesc> &Program::tensors(TensorKind kind) const {
+  return descs[size_t(kind)];
+}
+
+Error Program::run(Function &function, CUstream stream,
+                   llvm::ArrayRef<CUdeviceptr> userArgs,
+                   llvm::ArrayRef<CUdeviceptr> userResults,
+                   const Function *forwardRun) {
+  auto resolve = [&](const Binding &binding,
+                     llvm::ArrayRef<CUdeviceptr> user) -> CUdeviceptr {
+    switch (binding.kind) {
+    case Binding::User:
+      return user[binding.index];
+    case Binding::Owned:
+      return owned[binding.index].get();
+    case Binding::ForwardArg:
+      return forwardRun->argumentPointers[binding.index];
+    case Binding::ForwardResult:
+      return forwardRun->resultPointers[binding.index];
+    }
+    return 0;
+  };
+  function.argumentPointers.clear();
+  function.resultPointers.clear();
+  for (const Binding &binding : function.arguments)
+    function.argumentPointers.push_back(resolve(binding, userArgs));
+  for (const Binding &binding : function.results)
+    function.resultPointers.push_back(resolve(binding, userResults));
+  if (Error error =
+          function.executor->run(function.argumentPointers,
+                                 function.resultPointers, arena.get(), stream))
+    return error;
+  const CudaDriver &driver = *CudaDriver::get();
+  for (const CopyBack &update : function.updates)
+    if (Error error = driver.check(
+            driver.cuMemcpyDtoDAsync(owned[update.to].get(),
+                                     owned[update.from].get(),
+                                     owned[update.to].bytes(), stream),
+            "updating the FP8 meta state"))
+      return error;
+  return Error::success();
+}
+
+static Error checkCount(llvm::StringRef what, size_t given, size_t expected) {
+  if (given == expected)
+    return Error::success();
+  return makeError(ErrorCode::InvalidArgument,
+                   llvm::formatv("{0}: expected {1} pointers, given {2}", what,
+                                 expected, given));
+}
+
+Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
+                       llvm::ArrayRef<CUdeviceptr> outputs) {
+  if (Error error = llvm::joinErrors(
+          checkCount("forward inputs", inputs.size(),
+                     tensors(TensorKind::Input).size()),
+          checkCount("forward outputs", outputs.size(),
+                     tensors(TensorKind::Output).size())))
+    return error;
+  const CudaDriver &driver = *CudaDriver::get();
+  if (Error error = driver.check(driver.cuCtxSetCurrent(deviceInfo.context),
+                                 "cuCtxSetCurrent"))
+    return error;
+  if (rngBuffer) {
+    // Each forward draws from a fresh stretch of the Philox stream.
+    if (Error error = driver.check(
+            driver.cuMemcpyHtoDAsync(owned[*rngBuffer].get(), rngHost,
+                                     sizeof(rngHost), stream),
+            "setting the dropout RNG state"))
+      return error;
+    rngHost[1] += uint64_t(1) << 32;
+  }
+  if (Error error = run(forwardFn, stream, inputs, outputs, nullptr))
+    return error;
+  forwardDone = true;
+  return Error::success();
+}
+
+Error Program::backward(CUstream stream,
+                        llvm::ArrayRef<CUdeviceptr> gradOutputs,
+                        llvm::ArrayRef<CUdeviceptr> gradInputs) {
+  if (!training())
+    return makeError(ErrorCode::State,
+                     "backward: the program was compiled for inference");
+  if (!forwardDone)
+    return makeError(ErrorCode::State,
+                     "backward: no forward has run since the program was "
+                     "made (the backward reads what the forward saved)");
+  if (Error error = llvm::joinErrors(
+          checkCount("backward grad outputs", gradOutputs.size(),
+                     tensors(TensorKind::GradOutput).size()),
+          checkCount("backward grad inputs", gradInputs.size(),
+                     tensors(TensorKind::GradInput).size())))
+    return error;
+  const CudaDriver &driver = *CudaDriver::get();
+  if (Error error = driver.check(driver.cuCtxSetCurrent(deviceInfo.context),
+                                 "cuCtxSetCurrent"))
+    return error;
+  return run(backwardFn, stream, gradOutputs, gradInputs, &forwardFn);
+}
+
+llvm::Expected<CUdeviceptr> Program::metaPointer(size_t index) const {
+  if (index >= metaBuffers.size())
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("meta tensor {0} does not exist (the "
+                                   "program has {1})",
+                                   index, metaBuffers.size()));
+  return owned[metaBuffers[index]].get();
+}
+
+static Error checkBytes(const TensorDesc &desc, size_t bytes) {
+  if (bytes == size_t(desc.type.bytes()))
+    return Error::success();
+  return makeError(ErrorCode::InvalidArgument,
+                   llvm::formatv("meta tensor '{0}' has {1} bytes, given {2}",
+                                 desc.name, desc.type.bytes(), bytes));
+}
+
+Error Program::getMeta(size_t index, void *host, size_t bytes,
+                       CUstream stream) {
+  auto pointer = metaPointer(index);
+  if (!pointer)
+    return pointer.takeError();
+  if (Error error = checkBytes(tensors(TensorKind::Meta)[index], bytes))
+    return error;
+  const CudaDriver &driver = *CudaDriver::get();
+  return llvm::joinErrors(
+      driver.check(driver.cuMemcpyDtoHAsync(host, *pointer, bytes, stream),
+                   "reading the FP8 meta state"),
+      driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"));
+}
+
+Error Program::setMeta(size_t index, const void *host, size_t bytes,
+                       CUstream stream) {
+  auto pointer = metaPointer(index);
+  if (!pointer)
+    return pointer.takeError();
+  if (Error error = checkBytes(tensors(TensorKind::Meta)[index], bytes))
+    return error;
+  const CudaDriver &driver = *CudaDriver::get();
+  return llvm::joinErrors(
+      driver.check(driver.cuMemcpyHtoDAsync(*pointer, host, bytes, stream),
+                   "writing the FP8 meta state"),
+      driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"));
+}

@@ -1,0 +1,113 @@
+//===- Program.h - compiled layers with their state, ready to run -*- C++ -*-===//
+//
+// A program is what the C API hands out: a bundle's forward (and backward)
+// executors, and the state that lives between calls in device memory: the
+// FP8 meta state (scale, scale_inv, amax history per function), the tensors
+// the forward saves for the backward, the scratch arena and the cuBLASLt
+// workspace. Callers exchange only their own tensors: inputs and parameters,
+// outputs, and their gradients.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_PROGRAM_H
+#define TEJIT_RUNTIME_PROGRAM_H
+
+#include "runtime/DeviceBuffer.h"
+#include "runtime/Device.h"
+#include "runtime/Executor.h"
+
+namespace tejit::runtime {
+
+/// A tensor the caller passes or receives.
+struct TensorDesc {
+  std::string name;
+  TensorType type;
+  bool parameter = false;
+};
+
+enum class TensorKind { Input, Output, GradOutput, GradInput, Meta };
+
+class Program {
+public:
+  /// Makes a program of `bundle` on device `ordinal` (which becomes
+  /// current): loads its kernels and cuBLASLt, allocates its state, and
+  /// sets the FP8 meta state to TE's start (scales 1, histories 0).
+  static llvm::Expected<std::unique_ptr<Program>> create(Bundle bundle,
+                                                         int ordinal);
+  ~Program();
+
+  const std::vector<TensorDesc> &tensors(TensorKind kind) const;
+  bool training() const { return backwardFn.executor != nullptr; }
+  const DeviceInfo &device() const { return deviceInfo; }
+  const Plan &plan() const { return bundle.plan; }
+
+  /// Enqueues the forward on `stream`: one pointer per Input and Output.
+  llvm::Error forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
+                      llvm::ArrayRef<CUdeviceptr> outputs);
+  /// Enqueues the backward of the last forward: one pointer per
+  /// GradOutput and GradInput.
+  llvm::Error backward(CUstream stream, llvm::ArrayRef<CUdeviceptr> gradOutputs,
+                       llvm::ArrayRef<CUdeviceptr> gradInputs);
+
+  /// Meta tensor `index`'s device memory.
+  llvm::Expected<CUdeviceptr> metaPointer(size_t index) const;
+  /// Copies meta tensor `index` to/from the host, ordered on `stream`, and
+  /// waits for the copy.
+  llvm::Error getMeta(size_t index, void *host, size_t bytes, CUstream stream);
+  llvm::Error setMeta(size_t index, const void *host, size_t bytes,
+                      CUstream stream);
+  void setSeed(uint64_t seed) { rngHost[0] = seed; }
+
+private:
+  /// How one argument or result of a function is supplied.
+  struct Binding {
+    enum Kind {
+      User,          // the caller's pointer (index into its array)
+      Owned,         // a buffer of the program (index into `owned`)
+      ForwardArg,    // backward: the pointer forward argument `index` had
+      ForwardResult, // backward: the pointer forward result `index` had
+    };
+    Kind kind = User;
+    size_t index = 0;
+  };
+  /// A state update: after the function, copy owned[from] into owned[to].
+  struct CopyBack {
+    size_t from, to;
+  };
+  struct Function {
+    std::unique_ptr<Executor> executor;
+    std::vector<Binding> arguments, results;
+    std::vector<CopyBack> updates;
+    /// Pointers of the last run (the backward reads the forward's).
+    std::vector<CUdeviceptr> argumentPointers, resultPointers;
+  };
+
+  Program(Bundle bundle) : bundle(std::move(bundle)) {}
+  llvm::Error setUp(int ordinal);
+  llvm::Error classify(Function &function, const FunctionPlan &plan,
+                       bool isBackward);
+  llvm::Expected<size_t> own(const ValueInfo &value, const std::string &name);
+  llvm::Error resetState();
+  llvm::Error run(Function &function, CUstream stream,
+                  llvm::ArrayRef<CUdeviceptr> userArgs,
+                  llvm::ArrayRef<CUdeviceptr> userResults,
+                  const Function *forwardRun);
+
+  Bundle bundle;
+  DeviceInfo deviceInfo;
+  std::unique_ptr<ModuleSet> modules;
+  DeviceBuffer workspace, arena;
+  std::unique_ptr<GemmRunner> gemms;
+  Function forwardFn, backwardFn;
+  std::vector<DeviceBuffer> owned;
+  /// Owned buffers holding FP8 meta state (Meta tensors, in order) and the
+  /// dropout RNG state.
+  std::vector<size_t> metaBuffers;
+  std::optional<size_t> rngBuffer;
+  uint64_t rngHost[2] = {0x2545f4914f6cdd1dull, 0};
+  std::vector<TensorDesc> descs[5];
+  bool forwardDone = false;
+};
+
+} // namespace tejit::runtime
+
+#endif // TEJIT_RUNTIME_PROGRAM_H

@@ -1,0 +1,943 @@
+//===- PlanTest.cpp - parsing and checking plan.json ----------------------===//
+//
+// A small hand-written plan (a forward with every step kind and a backward)
+// parses into the expected structures; each check of the parser is then
+// broken in turn, and its error must name the function, step or value, and
+// the field. Last, every plan that te-compile writes for the bundled
+// examples (generated at build time under TEJIT_TEST_PLAN_DIR) must parse.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Plan.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include "gtest/gtest.h"
+
+#include <algorithm>
+#include <functional>
+
+using namespace tejit::runtime;
+namespace json = llvm::json;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Tensor types
+//===----------------------------------------------------------------------===//
+
+TEST(TensorTypeTest, ParsesShapesAndElementTypes) {
+  llvm::Expected<TensorType> type = parseTensorType("tensor<32x1x64xbf16>");
+  ASSERT_TRUE(bool(type)) << llvm::toString(type.takeError());
+  EXPECT_EQ(type->shape, (std::vector<int64_t>{32, 1, 64}));
+  EXPECT_EQ(type->element, ElementType::BF16);
+  EXPECT_EQ(type->numElements(), 32 * 64);
+  EXPECT_EQ(type->bytes(), 32 * 64 * 2);
+
+  llvm::Expected<TensorType> scalar = parseTensorType("tensor<f32>");
+  ASSERT_TRUE(bool(scalar)) << llvm::toString(scalar.takeError());
+  EXPECT_TRUE(scalar->shape.empty());
+  EXPECT_EQ(scalar->numElements(), 1);
+  EXPECT_EQ(scalar->bytes(), 4);
+
+  llvm::Expected<TensorType> empty = parseTensorType("tensor<0x8xf16>");
+  ASSERT_TRUE(bool(empty)) << llvm::toString(empty.takeError());
+  EXPECT_EQ(empty->bytes(), 0);
+}
+
+TEST(TensorTypeTest, EveryElementTypeRoundTrips) {
+  struct Want {
+    ElementType type;
+    const char *name;
+    size_t bytes;
+    bool fp8;
+  };
+  for (Want want : {Want{ElementType::F32, "f32", 4, false},
+                    Want{ElementType::F16, "f16", 2, false},
+                    Want{ElementType::BF16, "bf16", 2, false},
+                    Want{ElementType::F8E4M3, "f8E4M3FN", 1, true},
+                    Want{ElementType::F8E5M2, "f8E5M2", 1, true},
+                    Want{ElementType::I64, "i64", 8, false},
+                    Want{ElementType::I32, "i32", 4, false},
+                    Want{ElementType::I8, "i8", 1, false},
+                    // i1 takes a byte, as kernels and the writer store it.
+                    Want{ElementType::I1, "i1", 1, false}}) {
+    SCOPED_TRACE(want.name);
+    EXPECT_EQ(elementTypeName(want.type), want.name);
+    EXPECT_EQ(elementBytes(want.type), want.bytes);
+    EXPECT_EQ(isFp8(want.type), want.fp8);
+    llvm::Expected<TensorType> type =
+        parseTensorType(std::string("tensor<3x5x") + want.name + ">");
+    ASSERT_TRUE(bool(type)) << llvm::toString(type.takeError());
+    EXPECT_EQ(type->element, want.type);
+    EXPECT_EQ(type->bytes(), int64_t(15 * want.bytes));
+  }
+}
+
+TEST(TensorTypeTest, RejectsWhatIsNotAStaticRankedTensor) {
+  for (const char *text : {"tensor<3x?xf32>",
+                           "tensor<4xq7>",
+                           "memref<4xf32>",
+                           "tensor<*xf32>",
+                           "tensor<4xf32",
+                           "tensor4xf32>",
+                           "tensor<>",
+                           "tensor<4x>",
+                           "tensor<x4xf32>",
+                           "tensor<4xxf32>",
+                           "tensor<-1xf32>",
+                           "tensor<+1xf32>",
+                           "tensor<4xf32, #enc>",
+                           "tensor<4xf8E4M3>",
+                           "tensor<4xF32>",
+                           "tensor< 4xf32>",
+                           "vector<4xf32>",
+                           "f32",
+                           "tensor<99999999999x99999999999xf32>",
+                           "tensor<99999999999999999999xf32>"}) {
+    llvm::Expected<TensorType> type = parseTensorType(text);
+    EXPECT_FALSE(bool(type)) << text << " parsed";
+    if (!type) {
+      std::string message = llvm::toString(type.takeError());
+      // The message quotes the type it rejects.
+      EXPECT_NE(message.find(text), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(TensorTypeTest, ErrorsSayWhatIsWrong) {
+  auto messageOf = [](llvm::StringRef text) {
+    llvm::Expected<TensorType> type = parseTensorType(text);
+    return type ? std::string() : llvm::toString(type.takeError());
+  };
+  EXPECT_NE(messageOf("tensor<3x?xf32>").find("dimension '?'"),
+            std::string::npos);
+  EXPECT_NE(messageOf("tensor<4xq7>").find("element type 'q7'"),
+            std::string::npos);
+  EXPECT_NE(messageOf("memref<4xf32>").find("tensor<...>"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// A hand-written plan
+//===----------------------------------------------------------------------===//
+
+// A forward with a cast kernel, an FP8 GEMM (scale_inv slots are views of a
+// meta vector argument), attention, a mask kernel and an amax all-reduce;
+// and its backward with a kernel, a plain GEMM with a bias-gradient epilogue
+// and attention_bwd. Arena: forward 168 bytes, backward 80.
+constexpr const char *kPlan = R"json({
+  "format": "tejit-plan", "version": 1, "arch": "sm_90a", "build_id": "abc",
+  "functions": [
+    {
+      "name": "layer", "arena_bytes": 168,
+      "arguments": [
+        {"value": 0, "te.name": "input"},
+        {"value": 1, "te.name": "weight", "te.parameter": true},
+        {"value": 2, "te.name": "fp8_meta.fwd.scale_inv"}
+      ],
+      "results": [
+        {"value": 8, "te.name": "output"},
+        {"value": 10, "te.name": "saved.0"},
+        {"value": 12, "te.name": "fp8_meta.fwd.scale_inv",
+         "te.updates_arg": 2}
+      ],
+      "values": [
+        {"id": 0, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"arg": 0}},
+        {"id": 1, "type": "tensor<8x8xbf16>", "bytes": 128,
+         "storage": {"arg": 1}},
+        {"id": 2, "type": "tensor<2xf32>", "bytes": 8, "storage": {"arg": 2}},
+        {"id": 3, "type": "tensor<4x8xf8E4M3FN>", "bytes": 32,
+         "storage": {"arena_offset": 0}},
+        {"id": 4, "type": "tensor<8x8xf8E4M3FN>", "bytes": 64,
+         "storage": {"arena_offset": 32}},
+        {"id": 5, "type": "tensor<2xf32>", "bytes": 8,
+         "storage": {"arena_offset": 96}},
+        {"id": 6, "type": "tensor<1xf32>", "bytes": 4,
+         "storage": {"view_of": 2, "byte_offset": 0}},
+        {"id": 7, "type": "tensor<1xf32>", "bytes": 4,
+         "storage": {"view_of": 2, "byte_offset": 4}},
+        {"id": 8, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"result": 0}},
+        {"id": 9, "type": "tensor<2x2x8xbf16>", "bytes": 64,
+         "storage": {"view_of": 8, "byte_offset": 0}},
+        {"id": 10, "type": "tensor<4x8xi1>", "bytes": 32,
+         "storage": {"result": 1}},
+        {"id": 11, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"arena_offset": 104}},
+        {"id": 12, "type": "tensor<2xf32>", "bytes": 8,
+         "storage": {"result": 2}}
+      ],
+      "steps": [
+        {"kind": "kernel", "name": "layer_cast_0",
+         "binary": "kernels/layer_cast_0.cubin",
+         "grid": [2, 1, 1], "block": [128, 1, 1], "shared_bytes": 1024,
+         "args": [
+           {"value": 0, "output": false, "zero_before_launch": false},
+           {"value": 1, "output": false, "zero_before_launch": false},
+           {"value": 3, "output": true, "zero_before_launch": false},
+           {"value": 4, "output": true, "zero_before_launch": false},
+           {"value": 5, "output": true, "zero_before_launch": true}
+         ]},
+        {"kind": "gemm", "a": 3, "b": 4,
+         "a_type": "tensor<4x8xf8E4M3FN>", "b_type": "tensor<8x8xf8E4M3FN>",
+         "a_scale_inv": 6, "b_scale_inv": 7, "fast_accum": true,
+         "layout": "TN", "out": 8, "out_type": "tensor<4x8xbf16>",
+         "epilogue": {}},
+        {"kind": "attention", "operands": [9, 9, 9], "results": [11],
+         "attributes": {"qkv_format": "#te.qkv_format<sbhd>",
+                        "dropout": "0.000000e+00 : f64"}},
+        {"kind": "kernel", "name": "layer_dropout_0",
+         "binary": "kernels/layer_dropout_0.ptx",
+         "grid": [1, 1, 1], "block": [256, 1, 1], "shared_bytes": 0,
+         "args": [
+           {"value": 11, "output": false, "zero_before_launch": false},
+           {"value": 10, "output": true, "zero_before_launch": false}
+         ]},
+        {"kind": "amax_allreduce", "in": 5, "out": 12}
+      ]
+    },
+    {
+      "name": "layer_backward", "backward_of": "layer", "arena_bytes": 80,
+      "arguments": [
+        {"value": 0, "te.name": "grad.output"},
+        {"value": 1, "te.forward_arg": 0},
+        {"value": 2, "te.forward_result": 1}
+      ],
+      "results": [
+        {"value": 4, "te.name": "grad.input", "te.grad_of": 0},
+        {"value": 5, "te.name": "grad.weight", "te.grad_of": 1}
+      ],
+      "values": [
+        {"id": 0, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"arg": 0}},
+        {"id": 1, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"arg": 1}},
+        {"id": 2, "type": "tensor<4x8xi1>", "bytes": 32,
+         "storage": {"arg": 2}},
+        {"id": 3, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"arena_offset": 0}},
+        {"id": 4, "type": "tensor<4x8xbf16>", "bytes": 64,
+         "storage": {"result": 0}},
+        {"id": 5, "type": "tensor<8x8xbf16>", "bytes": 128,
+         "storage": {"result": 1}},
+        {"id": 6, "type": "tensor<8xbf16>", "bytes": 16,
+         "storage": {"arena_offset": 64}}
+      ],
+      "steps": [
+        {"kind": "kernel", "name": "layer_backward_mask_scale_0",
+         "binary": "kernels/layer_backward_mask_scale_0.cubin",
+         "grid": [1, 1, 1], "block": [256, 1, 1], "shared_bytes": 0,
+         "args": [
+           {"value": 0, "output": false, "zero_before_launch": false},
+           {"value": 2, "output": false, "zero_before_launch": false},
+           {"value": 3, "output": true, "zero_before_launch": false}
+         ]},
+        {"kind": "gemm", "a": 3, "b": 1,
+         "a_type": "tensor<4x8xbf16>", "b_type": "tensor<4x8xbf16>",
+         "transpose_a": true, "transpose_b": false,
+         "out": 5, "out_type": "tensor<8x8xbf16>",
+         "epilogue": {"bias_grad": 6}},
+        {"kind": "attention_bwd", "operands": [3, 1], "results": [4],
+         "attributes": {}}
+      ]
+    }
+  ]
+})json";
+
+json::Value basePlan() {
+  llvm::Expected<json::Value> plan = json::parse(kPlan);
+  if (!plan) {
+    ADD_FAILURE() << "kPlan is not JSON: " << llvm::toString(plan.takeError());
+    return json::Object{};
+  }
+  return std::move(*plan);
+}
+
+json::Object &root(json::Value &plan) { return *plan.getAsObject(); }
+json::Object &function(json::Value &plan, size_t index) {
+  return *(*root(plan).getArray("functions"))[index].getAsObject();
+}
+json::Object &entry(json::Value &plan, size_t fn, llvm::StringRef list,
+                    size_t index) {
+  return *(*function(plan, fn).getArray(list))[index].getAsObject();
+}
+json::Object &value(json::Value &plan, size_t fn, size_t id) {
+  return entry(plan, fn, "values", id);
+}
+json::Object &storage(json::Value &plan, size_t fn, size_t id) {
+  return *value(plan, fn, id).getObject("storage");
+}
+json::Object &step(json::Value &plan, size_t fn, size_t index) {
+  return entry(plan, fn, "steps", index);
+}
+json::Object &kernelArg(json::Value &plan, size_t fn, size_t stepIndex,
+                        size_t arg) {
+  return *(*step(plan, fn, stepIndex).getArray("args"))[arg].getAsObject();
+}
+
+TEST(PlanTest, HandWrittenPlanParses) {
+  llvm::Expected<Plan> parsed = parsePlan(basePlan());
+  ASSERT_TRUE(bool(parsed)) << llvm::toString(parsed.takeError());
+  const Plan &plan = *parsed;
+  EXPECT_EQ(plan.arch, "sm_90a");
+  EXPECT_EQ(plan.buildId, "abc");
+  ASSERT_EQ(plan.functions.size(), 2u);
+
+  const FunctionPlan *forward = plan.forward();
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(forward->name, "layer");
+  EXPECT_TRUE(forward->backwardOf.empty());
+  EXPECT_EQ(forward->arenaBytes, 168);
+  const FunctionPlan *backward = plan.backwardOf(*forward);
+  ASSERT_NE(backward, nullptr);
+  EXPECT_EQ(backward->name, "layer_backward");
+  EXPECT_EQ(backward->backwardOf, "layer");
+  EXPECT_EQ(plan.backwardOf(*backward), nullptr);
+  EXPECT_EQ(plan.find("layer_backward"), backward);
+  EXPECT_EQ(plan.find("missing"), nullptr);
+
+  // Interface.
+  ASSERT_EQ(forward->arguments.size(), 3u);
+  EXPECT_EQ(forward->arguments[1].name, "weight");
+  EXPECT_TRUE(forward->arguments[1].parameter);
+  EXPECT_FALSE(forward->arguments[0].parameter);
+  ASSERT_EQ(forward->results.size(), 3u);
+  EXPECT_EQ(forward->results[2].updatesArg, 2);
+  EXPECT_FALSE(forward->results[0].updatesArg);
+  EXPECT_EQ(backward->arguments[1].forwardArg, 0);
+  EXPECT_EQ(backward->arguments[2].forwardResult, 1);
+  EXPECT_EQ(backward->results[1].gradOf, 1);
+  EXPECT_TRUE(backward->arguments[1].name.empty());
+
+  // Values.
+  ASSERT_EQ(forward->values.size(), 13u);
+  const ValueInfo &meta = forward->values[7];
+  EXPECT_EQ(meta.id, 7);
+  EXPECT_EQ(meta.storage.kind, Storage::View);
+  EXPECT_EQ(meta.storage.index, 2);
+  EXPECT_EQ(meta.storage.byteOffset, 4);
+  EXPECT_EQ(forward->values[0].storage.kind, Storage::Argument);
+  EXPECT_EQ(forward->values[12].storage.kind, Storage::Result);
+  EXPECT_EQ(forward->values[12].storage.index, 2);
+  EXPECT_EQ(forward->values[11].storage.kind, Storage::Arena);
+  EXPECT_EQ(forward->values[11].storage.index, 104);
+  EXPECT_EQ(forward->values[10].type.element, ElementType::I1);
+  EXPECT_EQ(forward->values[10].bytes, 32);
+
+  // Steps.
+  ASSERT_EQ(forward->steps.size(), 5u);
+  const auto *cast = std::get_if<KernelStep>(&forward->steps[0]);
+  ASSERT_NE(cast, nullptr);
+  EXPECT_EQ(cast->name, "layer_cast_0");
+  EXPECT_EQ(cast->binary, "kernels/layer_cast_0.cubin");
+  EXPECT_EQ(cast->grid, (std::array<unsigned, 3>{2, 1, 1}));
+  EXPECT_EQ(cast->block, (std::array<unsigned, 3>{128, 1, 1}));
+  EXPECT_EQ(cast->sharedBytes, 1024u);
+  ASSERT_EQ(cast->args.size(), 5u);
+  EXPECT_EQ(cast->args[3].value, 4);
+  EXPECT_TRUE(cast->args[3].output);
+  EXPECT_FALSE(cast->args[0].output);
+  EXPECT_TRUE(cast->args[4].zeroBeforeLaunch);
+  EXPECT_FALSE(cast->args[3].zeroBeforeLaunch);
+
+  const auto *fprop = std::get_if<GemmStep>(&forward->steps[1]);
+  ASSERT_NE(fprop, nullptr);
+  EXPECT_TRUE(fprop->scaled);
+  EXPECT_EQ(fprop->a, 3);
+  EXPECT_EQ(fprop->b, 4);
+  EXPECT_EQ(fprop->out, 8);
+  EXPECT_EQ(fprop->aType.element, ElementType::F8E4M3);
+  EXPECT_EQ(fprop->bType.shape, (std::vector<int64_t>{8, 8}));
+  EXPECT_EQ(fprop->outType.element, ElementType::BF16);
+  EXPECT_EQ(fprop->aScaleInv, 6);
+  EXPECT_EQ(fprop->bScaleInv, 7);
+  EXPECT_TRUE(fprop->fastAccum);
+  EXPECT_FALSE(fprop->epilogue.bias || fprop->epilogue.aux ||
+               fprop->epilogue.dScale || fprop->epilogue.amaxD ||
+               fprop->epilogue.biasGrad || fprop->epilogue.gelu ||
+               fprop->epilogue.dgelu);
+
+  const auto *attention = std::get_if<AttentionStep>(&forward->steps[2]);
+  ASSERT_NE(attention, nullptr);
+  EXPECT_FALSE(attention->backward);
+  EXPECT_EQ(attention->operands, (std::vector<int64_t>{9, 9, 9}));
+  EXPECT_EQ(attention->results, (std::vector<int64_t>{11}));
+  EXPECT_EQ(attention->attributes.at("qkv_format"), "#te.qkv_format<sbhd>");
+  EXPECT_EQ(attention->attributes.size(), 2u);
+
+  const auto *reduce = std::get_if<AmaxAllReduceStep>(&forward->steps[4]);
+  ASSERT_NE(reduce, nullptr);
+  EXPECT_EQ(reduce->in, 5);
+  EXPECT_EQ(reduce->out, 12);
+
+  ASSERT_EQ(backward->steps.size(), 3u);
+  const auto *wgrad = std::get_if<GemmStep>(&backward->steps[1]);
+  ASSERT_NE(wgrad, nullptr);
+  EXPECT_FALSE(wgrad->scaled);
+  EXPECT_TRUE(wgrad->transposeA);
+  EXPECT_FALSE(wgrad->transposeB);
+  EXPECT_FALSE(wgrad->aScaleInv);
+  EXPECT_EQ(wgrad->epilogue.biasGrad, 6);
+  const auto *attentionBwd = std::get_if<AttentionStep>(&backward->steps[2]);
+  ASSERT_NE(attentionBwd, nullptr);
+  EXPECT_TRUE(attentionBwd->backward);
+  EXPECT_TRUE(attentionBwd->attributes.empty());
+}
+
+TEST(PlanTest, ParsesText) {
+  llvm::Expected<Plan> plan = parsePlan(llvm::StringRef(kPlan));
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->functions.size(), 2u);
+
+  llvm::Expected<Plan> broken = parsePlan(llvm::StringRef("{\"format\": "));
+  ASSERT_FALSE(bool(broken));
+  EXPECT_NE(llvm::toString(broken.takeError()).find("plan: not valid JSON"),
+            std::string::npos);
+}
+
+TEST(PlanTest, ForwardIsTheFirstFunctionThatIsNotABackward) {
+  json::Value document = basePlan();
+  json::Array &functions = *root(document).getArray("functions");
+  std::swap(functions[0], functions[1]);
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_NE(plan->forward(), nullptr);
+  EXPECT_EQ(plan->forward()->name, "layer");
+  ASSERT_NE(plan->backwardOf(*plan->forward()), nullptr);
+  EXPECT_EQ(plan->backwardOf(*plan->forward())->name, "layer_backward");
+}
+
+TEST(PlanTest, InferencePlanHasNoBackward) {
+  json::Value document = basePlan();
+  root(document).getArray("functions")->pop_back();
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  ASSERT_NE(plan->forward(), nullptr);
+  EXPECT_EQ(plan->backwardOf(*plan->forward()), nullptr);
+}
+
+TEST(PlanTest, AcceptsWhatTheWriterMayWrite) {
+  // attention_backward is read as attention_bwd.
+  {
+    json::Value document = basePlan();
+    step(document, 1, 2)["kind"] = "attention_backward";
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_TRUE(std::get<AttentionStep>(plan->functions[1].steps[2]).backward);
+  }
+  // A GELU whose pre-activation is not kept (inference): "aux": null.
+  {
+    json::Value document = basePlan();
+    step(document, 0, 1)["epilogue"] =
+        json::Object{{"gelu", true}, {"aux", nullptr}};
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    const auto &gemm = std::get<GemmStep>(plan->functions[0].steps[1]);
+    EXPECT_TRUE(gemm.epilogue.gelu);
+    EXPECT_FALSE(gemm.epilogue.aux);
+  }
+  // A view of a view, and a rank-0 value.
+  {
+    json::Value document = basePlan();
+    storage(document, 0, 7) = json::Object{{"view_of", 6}, {"byte_offset", 0}};
+    value(document, 0, 6)["type"] = "tensor<f32>";
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    EXPECT_TRUE(plan->functions[0].values[6].type.shape.empty());
+  }
+  // A value that lives in a result through a view (a reshape of it is
+  // returned), and one that fills the arena to its last byte.
+  {
+    json::Value document = basePlan();
+    entry(document, 0, "results", 0)["value"] = 9;
+    storage(document, 0, 9) = json::Object{{"result", 0}};
+    storage(document, 0, 8) = json::Object{{"view_of", 9}, {"byte_offset", 0}};
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Each check, broken
+//===----------------------------------------------------------------------===//
+
+struct ErrorCase {
+  std::string name;
+  std::function<void(json::Value &)> change;
+  /// Substrings of the error: where it is and which field.
+  std::vector<std::string> expected;
+};
+
+void PrintTo(const ErrorCase &errorCase, std::ostream *os) {
+  *os << errorCase.name;
+}
+
+std::vector<ErrorCase> errorCases() {
+  using V = json::Value &;
+  const std::string layer = "plan: function 'layer'";
+  const std::string layerBackward = "plan: function 'layer_backward'";
+  return {
+      // The document.
+      {"Format",
+       [](V p) { root(p)["format"] = "tejit-plans"; },
+       {"plan: 'format'", "tejit-plans"}},
+      {"Version",
+       [](V p) { root(p)["version"] = 2; },
+       {"plan: 'version' is 2"}},
+      {"VersionNotANumber",
+       [](V p) { root(p)["version"] = "1"; },
+       {"plan: 'version' must be an integer"}},
+      {"Arch", [](V p) { root(p).erase("arch"); }, {"plan: 'arch' is missing"}},
+      {"Functions",
+       [](V p) { root(p).erase("functions"); },
+       {"plan: 'functions' is missing"}},
+      {"NoFunctions",
+       [](V p) { root(p)["functions"] = json::Array{}; },
+       {"plan: 'functions' is empty"}},
+      {"FunctionName",
+       [](V p) { function(p, 1).erase("name"); },
+       {"plan: function 1: 'name' is missing"}},
+      {"DuplicateName",
+       [](V p) { function(p, 1)["name"] = "layer"; },
+       {layer, "'name' is used by functions 0 and 1"}},
+      {"BackwardOfUnknown",
+       [](V p) { function(p, 1)["backward_of"] = "nope"; },
+       {layerBackward, "'backward_of'", "'nope'"}},
+      {"BackwardOfBackward",
+       [](V p) { function(p, 1)["backward_of"] = "layer_backward"; },
+       {layerBackward, "'backward_of'", "itself"}},
+      {"ArenaBytesNegative",
+       [](V p) { function(p, 0)["arena_bytes"] = -8; },
+       {layer, "'arena_bytes' is -8"}},
+
+      // Values.
+      {"ValueIdNotDense",
+       [](V p) { value(p, 0, 3)["id"] = 7; },
+       {layer + ", value 3: 'id' is 7", "expected 3"}},
+      {"ValueType",
+       [](V p) { value(p, 0, 3)["type"] = "tensor<4x?xf8E4M3FN>"; },
+       {layer + ", value 3: 'type'", "dimension '?'"}},
+      {"ValueElementType",
+       [](V p) { value(p, 0, 3)["type"] = "tensor<4x8xf8E4M3>"; },
+       {layer + ", value 3: 'type'", "element type 'f8E4M3'"}},
+      {"ValueTypeNotTensor",
+       [](V p) { value(p, 0, 3)["type"] = "memref<4x8xf8E4M3FN>"; },
+       {layer + ", value 3: 'type'", "memref"}},
+      {"ValueBytes",
+       [](V p) { value(p, 0, 3)["bytes"] = 64; },
+       {layer + ", value 3: 'bytes' is 64", "takes 32 bytes"}},
+      {"ValueBytesI1PackedAsBits",
+       [](V p) { value(p, 0, 10)["bytes"] = 4; },
+       {layer + ", value 10: 'bytes' is 4", "tensor<4x8xi1> takes 32 bytes"}},
+      {"ViewBytes",
+       [](V p) { value(p, 0, 9)["bytes"] = 32; },
+       {layer + ", value 9: 'bytes' is 32"}},
+      {"StorageMissing",
+       [](V p) { value(p, 0, 4).erase("storage"); },
+       {layer + ", value 4: 'storage' is missing"}},
+      {"StorageTwoKinds",
+       [](V p) { storage(p, 0, 4)["result"] = 0; },
+       {layer + ", value 4: 'storage' must be one of"}},
+      {"StorageUnknownKind",
+       [](V p) {
+         storage(p, 0, 4) = json::Object{{"constant", 1}};
+       },
+       {layer + ", value 4: 'storage' must be one of"}},
+      {"ArgumentIndex",
+       [](V p) { storage(p, 0, 0)["arg"] = 3; },
+       {layer + ", value 0: 'storage.arg' is 3",
+        "the function has 3 arguments"}},
+      {"ResultIndex",
+       [](V p) { storage(p, 0, 8)["result"] = 5; },
+       {layer + ", value 8: 'storage.result' is 5",
+        "the function has 3 results"}},
+      {"ResultIndexNegative",
+       [](V p) { storage(p, 0, 8)["result"] = -1; },
+       {layer + ", value 8: 'storage.result' is -1"}},
+      {"ArenaOffsetPastEnd",
+       [](V p) { storage(p, 0, 11)["arena_offset"] = 105; },
+       {layer + ", value 11: 'storage.arena_offset' is 105",
+        "end past the 168 bytes of the arena"}},
+      {"ArenaTooSmall",
+       [](V p) { function(p, 0)["arena_bytes"] = 160; },
+       {layer + ", value 11: 'storage.arena_offset' is 104",
+        "end past the 160 bytes"}},
+      {"ArenaOffsetNegative",
+       [](V p) { storage(p, 0, 11)["arena_offset"] = -1; },
+       {layer + ", value 11: 'storage.arena_offset' is -1",
+        "no place in the arena"}},
+      {"ArenaOffsetNotANumber",
+       [](V p) { storage(p, 0, 11)["arena_offset"] = nullptr; },
+       {layer + ", value 11: 'storage.arena_offset' must be an integer"}},
+      {"ViewOfMissingValue",
+       [](V p) { storage(p, 0, 6)["view_of"] = 40; },
+       {layer + ", value 6: 'storage.view_of' refers to value 40",
+        "the function has 13 values"}},
+      {"ViewWithoutOffset",
+       [](V p) { storage(p, 0, 6).erase("byte_offset"); },
+       {layer + ", value 6: 'storage'"}},
+      {"ViewPastItsBase",
+       [](V p) { storage(p, 0, 7)["byte_offset"] = 6; },
+       {layer + ", value 7: 'storage.byte_offset' is 6",
+        "end past the 8 bytes of value 2"}},
+      {"ViewOffsetNegative",
+       [](V p) { storage(p, 0, 7)["byte_offset"] = -4; },
+       {layer + ", value 7: 'storage.byte_offset' is -4"}},
+      {"ViewOfItself",
+       [](V p) { storage(p, 0, 6)["view_of"] = 6; },
+       {layer + ", value 6: 'storage.view_of' refers to the value itself"}},
+      {"ViewCycle",
+       [](V p) {
+         storage(p, 0, 6) = json::Object{{"view_of", 7}, {"byte_offset", 0}};
+         storage(p, 0, 7) = json::Object{{"view_of", 6}, {"byte_offset", 0}};
+       },
+       {layer + ", value 6: 'storage.view_of'", "cycle"}},
+
+      // The interface.
+      {"ArgumentValueOutOfRange",
+       [](V p) { entry(p, 0, "arguments", 0)["value"] = 50; },
+       {layer + ", argument 0: 'value' refers to value 50",
+        "the function has 13 values"}},
+      {"ArgumentValueNotItsArgument",
+       [](V p) { entry(p, 0, "arguments", 1)["value"] = 0; },
+       {layer + ", argument 1: 'value' is value 0",
+        "storage is not {\"arg\": 1}"}},
+      {"ResultValueOfAnotherResult",
+       [](V p) { entry(p, 0, "results", 1)["value"] = 8; },
+       {layer + ", result 1: 'value' is value 8"}},
+      {"InterfaceName",
+       [](V p) { entry(p, 0, "arguments", 0)["te.name"] = 3; },
+       {layer + ", argument 0: 'te.name' must be a string"}},
+      {"InterfaceParameter",
+       [](V p) { entry(p, 0, "arguments", 1)["te.parameter"] = 1; },
+       {layer + ", argument 1: 'te.parameter' must be a boolean"}},
+      {"UpdatesArgOutOfRange",
+       [](V p) { entry(p, 0, "results", 2)["te.updates_arg"] = 9; },
+       {layer + ", result 2: 'te.updates_arg' is 9",
+        "the function has 3 arguments"}},
+      {"UpdatesArgOfAnotherType",
+       [](V p) { entry(p, 0, "results", 2)["te.updates_arg"] = 1; },
+       {layer + ", result 2: 'te.updates_arg' is 1", "tensor<8x8xbf16>",
+        "tensor<2xf32>"}},
+      {"UpdatesArgNegative",
+       [](V p) { entry(p, 0, "results", 2)["te.updates_arg"] = -1; },
+       {layer + ", result 2: 'te.updates_arg' is -1"}},
+      {"ForwardArgOutOfRange",
+       [](V p) { entry(p, 1, "arguments", 1)["te.forward_arg"] = 7; },
+       {layerBackward + ", argument 1: 'te.forward_arg' is 7",
+        "'layer' has 3 arguments"}},
+      {"ForwardResultOfAnotherType",
+       [](V p) { entry(p, 1, "arguments", 2)["te.forward_result"] = 0; },
+       {layerBackward + ", argument 2: 'te.forward_result' is 0",
+        "tensor<4x8xbf16>", "tensor<4x8xi1>"}},
+      {"GradOfOutOfRange",
+       [](V p) { entry(p, 1, "results", 0)["te.grad_of"] = 3; },
+       {layerBackward + ", result 0: 'te.grad_of' is 3"}},
+      {"GradOfInAForward",
+       [](V p) { entry(p, 0, "results", 0)["te.grad_of"] = 0; },
+       {layer + ", result 0: 'te.grad_of'", "not a backward"}},
+
+      // Steps.
+      {"StepKindMissing",
+       [](V p) { step(p, 0, 0).erase("kind"); },
+       {layer + ", step 0: 'kind' is missing"}},
+      {"StepKindUnknown",
+       [](V p) { step(p, 0, 4)["kind"] = "memcpy"; },
+       {layer + ", step 4 (memcpy): 'kind' is unknown"}},
+      {"KernelName",
+       [](V p) { step(p, 0, 0).erase("name"); },
+       {layer + ", step 0 (kernel): 'name' is missing"}},
+      {"KernelBinary",
+       [](V p) { step(p, 0, 3)["binary"] = ""; },
+       {layer + ", step 3 (kernel): 'binary' is empty"}},
+      {"KernelGridRank",
+       [](V p) {
+         step(p, 0, 0)["grid"] = json::Array{2, 1};
+       },
+       {layer + ", step 0 (kernel): 'grid' must list 3 sizes", "got 2"}},
+      {"KernelGridNotAnArray",
+       [](V p) { step(p, 0, 0)["grid"] = 2; },
+       {layer + ", step 0 (kernel): 'grid' must be an array"}},
+      {"KernelGridNegative",
+       [](V p) {
+         step(p, 0, 0)["grid"] = json::Array{-2, 1, 1};
+       },
+       {layer + ", step 0 (kernel): 'grid[0]' is -2"}},
+      {"KernelGridFraction",
+       [](V p) {
+         step(p, 0, 0)["grid"] = json::Array{1, 1.5, 1};
+       },
+       {layer + ", step 0 (kernel): 'grid[1]' must be an integer"}},
+      {"KernelBlockZero",
+       [](V p) {
+         step(p, 0, 3)["block"] = json::Array{256, 1, 0};
+       },
+       {layer + ", step 3 (kernel): 'block[2]' is 0", "positive"}},
+      {"KernelSharedBytes",
+       [](V p) { step(p, 0, 0)["shared_bytes"] = -1; },
+       {layer + ", step 0 (kernel): 'shared_bytes' is -1"}},
+      {"KernelArgValue",
+       [](V p) { kernelArg(p, 0, 0, 2)["value"] = 99; },
+       {layer + ", step 0 (kernel): 'args[2].value' refers to value 99 but "
+                "the function has 13 values"}},
+      {"KernelArgValueMissing",
+       [](V p) { kernelArg(p, 1, 0, 1).erase("value"); },
+       {layerBackward + ", step 0 (kernel): 'args[1].value' is missing"}},
+      {"KernelArgOutput",
+       [](V p) { kernelArg(p, 0, 0, 3)["output"] = "yes"; },
+       {layer + ", step 0 (kernel): 'args[3].output' must be a boolean"}},
+      {"KernelArgZeroedInput",
+       [](V p) { kernelArg(p, 0, 0, 0)["zero_before_launch"] = true; },
+       {layer + ", step 0 (kernel): 'args[0].zero_before_launch'", "input"}},
+      {"KernelArgs",
+       [](V p) { step(p, 0, 0).erase("args"); },
+       {layer + ", step 0 (kernel): 'args' is missing"}},
+
+      {"GemmA",
+       [](V p) { step(p, 0, 1)["a"] = 99; },
+       {layer + ", step 1 (gemm): 'a' refers to value 99 but the function "
+                "has 13 values"}},
+      {"GemmBNull",
+       [](V p) { step(p, 0, 1)["b"] = nullptr; },
+       {layer + ", step 1 (gemm): 'b' must be an integer, got null"}},
+      {"GemmOut",
+       [](V p) { step(p, 1, 1)["out"] = 7; },
+       {layerBackward + ", step 1 (gemm): 'out' refers to value 7 but the "
+                        "function has 7 values"}},
+      {"GemmATypeUnparsable",
+       [](V p) { step(p, 0, 1)["a_type"] = "tensor<4x8>"; },
+       {layer + ", step 1 (gemm): 'a_type'", "element type '8'"}},
+      {"GemmATypeNotTheValues",
+       [](V p) { step(p, 0, 1)["a_type"] = "tensor<4x8xf8E5M2>"; },
+       {layer + ", step 1 (gemm): 'a_type' is tensor<4x8xf8E5M2>", "value 3",
+        "tensor<4x8xf8E4M3FN>"}},
+      {"GemmOutTypeMissing",
+       [](V p) { step(p, 0, 1).erase("out_type"); },
+       {layer + ", step 1 (gemm): 'out_type' is missing"}},
+      {"GemmFp8WithoutAScaleInv",
+       [](V p) { step(p, 0, 1).erase("a_scale_inv"); },
+       {layer + ", step 1 (gemm): 'a_scale_inv' is missing"}},
+      {"GemmFp8WithoutBScaleInv",
+       [](V p) { step(p, 0, 1).erase("b_scale_inv"); },
+       {layer + ", step 1 (gemm): 'b_scale_inv' is missing"}},
+      {"GemmScaleInvOutOfRange",
+       [](V p) { step(p, 0, 1)["b_scale_inv"] = 13; },
+       {layer + ", step 1 (gemm): 'b_scale_inv' refers to value 13"}},
+      {"GemmScaleInvNotAScalar",
+       [](V p) { step(p, 0, 1)["a_scale_inv"] = 5; },
+       {layer + ", step 1 (gemm): 'a_scale_inv' refers to value 5",
+        "tensor<2xf32>", "tensor<1xf32>"}},
+      {"GemmLayout",
+       [](V p) { step(p, 0, 1)["layout"] = "NN"; },
+       {layer + ", step 1 (gemm): 'layout' is \"NN\""}},
+      {"GemmFp8WithTranspose",
+       [](V p) { step(p, 0, 1)["transpose_b"] = true; },
+       {layer + ", step 1 (gemm): 'transpose_b'"}},
+      {"GemmScaledWithHighPrecisionOperand",
+       [](V p) {
+         step(p, 1, 1)["a_scale_inv"] = 0;
+         step(p, 1, 1)["b_scale_inv"] = 0;
+       },
+       {layerBackward + ", step 1 (gemm): 'a_type' must be FP8"}},
+      {"GemmFastAccumWithoutFp8",
+       [](V p) { step(p, 1, 1)["fast_accum"] = true; },
+       {layerBackward + ", step 1 (gemm): 'fast_accum'", "not FP8"}},
+      {"GemmTranspose",
+       [](V p) { step(p, 1, 1)["transpose_a"] = "yes"; },
+       {layerBackward + ", step 1 (gemm): 'transpose_a' must be a boolean"}},
+      {"GemmEpilogueBias",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"bias", 77}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.bias' refers to value 77"}},
+      {"GemmEpilogueBiasGrad",
+       [](V p) {
+         step(p, 1, 1)["epilogue"] = json::Object{{"bias_grad", -2}};
+       },
+       {layerBackward + ", step 1 (gemm): 'epilogue.bias_grad' refers to "
+                        "value -2"}},
+      {"GemmEpilogueUnknownTerm",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"relu", true}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.relu' is not an epilogue term"}},
+      {"GemmEpilogueGeluNotABoolean",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"gelu", 1}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.gelu' must be a boolean"}},
+      {"GemmEpilogueDgeluWithoutAux",
+       [](V p) {
+         step(p, 1, 1)["epilogue"] = json::Object{{"dgelu", true}};
+       },
+       {layerBackward + ", step 1 (gemm): 'epilogue.aux' is missing"}},
+      {"GemmEpilogueAuxOfAnotherShape",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"gelu", true}, {"aux", 5}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.aux' is value 5"}},
+      {"GemmEpilogueAuxWithoutGelu",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"aux", 11}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.aux' is given without gelu"}},
+      {"GemmEpilogueDScaleForHighPrecisionOutput",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] =
+             json::Object{{"d_scale", 6}, {"amax_d", 7}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.d_scale'", "not FP8"}},
+      {"GemmEpilogueAmaxDNotAScalar",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"amax_d", 12}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.amax_d' refers to value 12",
+        "tensor<1xf32>"}},
+      {"GemmFp8OutputWithoutDScale",
+       [](V p) {
+         // Out is value 4 (E4M3): an FP8 output needs a D scale.
+         step(p, 0, 1)["out"] = 4;
+         step(p, 0, 1)["out_type"] = "tensor<8x8xf8E4M3FN>";
+       },
+       {layer + ", step 1 (gemm): 'epilogue.d_scale' is missing"}},
+
+      {"AttentionOperand",
+       [](V p) {
+         step(p, 0, 2)["operands"] = json::Array{9, 42, 9};
+       },
+       {layer + ", step 2 (attention): 'operands[1]' refers to value 42"}},
+      {"AttentionOperandsMissing",
+       [](V p) { step(p, 0, 2).erase("operands"); },
+       {layer + ", step 2 (attention): 'operands' is missing"}},
+      {"AttentionBwdResult",
+       [](V p) { step(p, 1, 2)["results"] = json::Array{-1}; },
+       {layerBackward +
+        ", step 2 (attention_bwd): 'results[0]' refers to value -1"}},
+      {"AttentionAttribute",
+       [](V p) { (*step(p, 0, 2).getObject("attributes"))["stream"] = 0; },
+       {layer + ", step 2 (attention): 'attributes.stream' must be a string"}},
+
+      {"AmaxAllReduceIn",
+       [](V p) { step(p, 0, 4)["in"] = 13; },
+       {layer + ", step 4 (amax_allreduce): 'in' refers to value 13 but "
+                "the function has 13 values"}},
+      {"AmaxAllReduceOutMissing",
+       [](V p) { step(p, 0, 4).erase("out"); },
+       {layer + ", step 4 (amax_allreduce): 'out' is missing"}},
+      {"AmaxAllReduceOutOfAnotherType",
+       [](V p) { step(p, 0, 4)["out"] = 11; },
+       {layer + ", step 4 (amax_allreduce): 'out' is value 11",
+        "tensor<4x8xbf16>"}},
+  };
+}
+
+class PlanErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(PlanErrorTest, NamesTheProblem) {
+  const ErrorCase &errorCase = GetParam();
+  json::Value document = basePlan();
+  errorCase.change(document);
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_FALSE(bool(plan)) << "the broken plan parsed";
+  std::string message = llvm::toString(plan.takeError());
+  for (const std::string &part : errorCase.expected)
+    EXPECT_NE(message.find(part), std::string::npos)
+        << "expected \"" << part << "\" in: " << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Checks, PlanErrorTest,
+                         ::testing::ValuesIn(errorCases()),
+                         [](const ::testing::TestParamInfo<ErrorCase> &info) {
+                           return info.param.name;
+                         });
+
+//===----------------------------------------------------------------------===//
+// The plans te-compile writes
+//===----------------------------------------------------------------------===//
+
+#ifdef TEJIT_TEST_PLAN_DIR
+/// The directories under TEJIT_TEST_PLAN_DIR that hold a plan.json, sorted.
+std::vector<std::string> planDirectories() {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (llvm::sys::fs::directory_iterator it(TEJIT_TEST_PLAN_DIR, error), end;
+       !error && it != end; it.increment(error)) {
+    llvm::SmallString<256> plan(it->path());
+    llvm::sys::path::append(plan, "plan.json");
+    if (llvm::sys::fs::exists(plan))
+      names.push_back(llvm::sys::path::filename(it->path()).str());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(RealPlansTest, WereGenerated) {
+  EXPECT_FALSE(planDirectories().empty())
+      << "no */plan.json under " << TEJIT_TEST_PLAN_DIR
+      << " (the build generates them with te-compile)";
+}
+
+class RealPlanTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RealPlanTest, Parses) {
+  llvm::SmallString<256> path(TEJIT_TEST_PLAN_DIR);
+  llvm::sys::path::append(path, GetParam(), "plan.json");
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
+      llvm::MemoryBuffer::getFile(path);
+  ASSERT_TRUE(bool(text)) << "cannot read " << path.str().str() << ": "
+                          << text.getError().message();
+  llvm::Expected<Plan> plan = parsePlan((*text)->getBuffer());
+  ASSERT_TRUE(bool(plan)) << path.str().str() << ": "
+                          << llvm::toString(plan.takeError());
+
+  // What the parser keeps agrees with the document.
+  llvm::Expected<json::Value> document = json::parse((*text)->getBuffer());
+  ASSERT_TRUE(bool(document)) << llvm::toString(document.takeError());
+  const json::Array &functions =
+      *document->getAsObject()->getArray("functions");
+  ASSERT_EQ(plan->functions.size(), functions.size());
+  for (auto [function, object] : llvm::zip(plan->functions, functions)) {
+    const json::Object &fields = *object.getAsObject();
+    EXPECT_EQ(function.values.size(), fields.getArray("values")->size());
+    ASSERT_EQ(function.steps.size(), fields.getArray("steps")->size());
+    for (auto [step, node] :
+         llvm::zip(function.steps, *fields.getArray("steps"))) {
+      llvm::StringRef kind = *node.getAsObject()->getString("kind");
+      if (kind == "kernel")
+        EXPECT_TRUE(std::holds_alternative<KernelStep>(step));
+      else if (kind == "gemm")
+        EXPECT_TRUE(std::holds_alternative<GemmStep>(step));
+      else if (kind == "amax_allreduce")
+        EXPECT_TRUE(std::holds_alternative<AmaxAllReduceStep>(step));
+      else if (const auto *attention = std::get_if<AttentionStep>(&step))
+        EXPECT_EQ(attention->backward, kind != "attention") << kind.str();
+      else
+        ADD_FAILURE() << "step kind " << kind.str();
+    }
+  }
+
+  // A forward, and a backward exactly when training.
+  const FunctionPlan *forward = plan->forward();
+  ASSERT_NE(forward, nullptr);
+  const FunctionPlan *backward = plan->backwardOf(*forward);
+  bool inference = llvm::StringRef(GetParam()).contains("inference");
+  EXPECT_EQ(backward == nullptr, inference);
+  EXPECT_EQ(plan->functions.size(), inference ? 1u : 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(TeCompile, RealPlanTest,
+                         ::testing::ValuesIn(planDirectories()),
+                         [](const ::testing::TestParamInfo<std::string> &info) {
+                           std::string name = info.param;
+                           for (char &c : name)
+                             if (!llvm::isAlnum(c))
+                               c = '_';
+                           return name;
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RealPlanTest);
+#endif // TEJIT_TEST_PLAN_DIR
+
+} // namespace
