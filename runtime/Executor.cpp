@@ -178,14 +178,7 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
   pointers.dScale = pointer(step.epilogue.dScale);
   pointers.amaxD = pointer(step.epilogue.amaxD);
   pointers.biasGrad = pointer(step.epilogue.biasGrad);
-  // cuBLASLt accumulates amax_D with atomics on top of what is there.
-  if (step.epilogue.amaxD)
-    if (Error error = driver.check(
-            driver.cuMemsetD8Async(addresses[*step.epilogue.amaxD], 0,
-                                   plan.values[*step.epilogue.amaxD].bytes,
-                                   stream),
-            "zeroing a GEMM's amax_D"))
-      return error;
+  // cuBLASLt overwrites amax_D (measured on an H200): no zeroing needed.
   return gemms.run(step, plan, pointers, stream);
 }
 

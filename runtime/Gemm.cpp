@@ -41,7 +41,8 @@
 //   dgelu, aux, bias_grad    DGELU_BGRAD        DGELU, and bias_grad = the
 //                                               row sums of D (sums over M)
 // With any of them, d_scale and amax_d when out is FP8 (the plan's quantize):
-// D is stored as d_scale * result in FP8 and amax_d gets max |result|.
+// D is stored as d_scale * result in FP8 and amax_d is set to max |result|
+// (overwritten, not folded into its old value: seen with cuBLASLt 13.1).
 // Everything else is rejected: bias_grad without dgelu (the planner never
 // emits it; it would be BGRADA/BGRADB), dgelu with a bias, gelu and dgelu
 // together, aux without gelu or dgelu, dgelu without aux. The aux of a
@@ -56,8 +57,16 @@
 // Bias, bias gradient and aux of FP8 GEMMs are bf16/f16; an FP8 aux would
 // need its own scale and amax, which plans do not carry. Other GEMMs take
 // two bf16, f16 or f32 operands of one type, compute 32F (f32 operands get
-// true f32, not TF32, as the reference interpreter does) and give the
-// operand type or f32; C is D.
+// true f32, not TF32: te.matmul accumulates in f32) and give the operand
+// type or f32; C is D.
+//
+// FP8 scalars: cuBLASLt's FP8 kernels also need the scale and amax pointers
+// 16-byte aligned (with cuBLASLt 13.1 on an H200, a 4-byte aligned scale
+// passes the heuristic and then fails cublasLtMatmul with NOT_SUPPORTED).
+// Plans read scales as slots of FP8 meta vectors, 4 bytes apart, so a
+// misaligned scalar is staged through one of four 16-byte slots at the start
+// of the workspace: a 4-byte device-to-device copy on the stream before the
+// GEMM (scales) or after it (amax_d). Aligned scalars are used in place.
 //
 // Caching
 // -------
@@ -69,7 +78,8 @@
 // creates its matmul descriptor and layouts, asks the heuristic once and
 // keeps all of it; later runs only set the pointer attributes and call
 // cublasLtMatmul. Both steps allocate nothing on the device and never
-// synchronize, so run() can be captured into a CUDA graph.
+// synchronize, so run() can be captured into a CUDA graph, even a problem's
+// first run.
 //
 // The workspace is shared by every GEMM of a runner: GEMMs of one runner must
 // not run concurrently on different streams.
@@ -78,6 +88,7 @@
 #include "runtime/Gemm.h"
 
 #include "runtime/CublasLt.h"
+#include "runtime/CudaDriver.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -110,8 +121,14 @@ constexpr uintptr_t workspaceAlignment = 256;
 /// The largest alignment the heuristic distinguishes (its preferences
 /// default to 256): pointers aligned more strictly are all alike.
 constexpr unsigned maxAlignmentLog2 = 8;
-/// FP8 kernels need 16-byte aligned matrices and leading dimensions.
+/// FP8 kernels need 16-byte aligned matrices, leading dimensions and
+/// scalars (scales, amax).
 constexpr int64_t fp8Alignment = 16;
+/// Staging slots for FP8 scalars at the start of the workspace: A scale,
+/// B scale, D scale, amax_D.
+constexpr size_t scalarSlots = 4, scalarSlotBytes = 16;
+static_assert(scalarSlots * scalarSlotBytes <= workspaceAlignment,
+              "the scalar slots must fit before cuBLASLt's workspace");
 
 Error makePlainError(const llvm::Twine &message) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
@@ -795,10 +812,11 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
 
 class CublasLtGemmRunner final : public GemmRunner {
 public:
-  CublasLtGemmRunner(const CublasLt &lib, cublasLtHandle_t handle,
+  CublasLtGemmRunner(const CublasLt &lib, const CudaDriver &driver,
+                     cublasLtHandle_t handle, CUdeviceptr scalars,
                      void *workspace, size_t workspaceBytes)
-      : lib(lib), handle(handle), workspace(workspace),
-        workspaceBytes(workspaceBytes) {}
+      : lib(lib), driver(driver), handle(handle), scalars(scalars),
+        workspace(workspace), workspaceBytes(workspaceBytes) {}
 
   ~CublasLtGemmRunner() override {
     // Descriptors first: they belong to the handle's library state.
@@ -812,9 +830,19 @@ public:
 private:
   /// The cached problem of `request`, created on first use.
   Expected<Problem *> problemFor(const Request &request);
+  /// Points `request`'s FP8 scalars that are not 16-byte aligned at the
+  /// staging slots, enqueueing the copies of the inputs into them; sets
+  /// `stagedAmax` to the amax_d that must be copied out after the GEMM.
+  Error stageScalars(Request &request, CUstream stream,
+                     CUdeviceptr &stagedAmax);
 
   const CublasLt &lib;
+  const CudaDriver &driver;
   cublasLtHandle_t handle;
+  /// Four 16-byte slots (A scale, B scale, D scale, amax_D) at the start of
+  /// the workspace, or 0 without a workspace.
+  CUdeviceptr scalars;
+  /// The rest of the workspace, for cuBLASLt.
   void *workspace;
   size_t workspaceBytes;
   /// Guards `problems` (the map, not the problems' descriptors).
@@ -839,35 +867,86 @@ Expected<Problem *> CublasLtGemmRunner::problemFor(const Request &request) {
   return problem;
 }
 
+Error CublasLtGemmRunner::stageScalars(Request &request, CUstream stream,
+                                       CUdeviceptr &stagedAmax) {
+  stagedAmax = 0;
+  struct Scalar {
+    const void **input;
+    void **output;
+    StringRef name;
+  };
+  const Scalar staged[scalarSlots] = {
+      {&request.aScale, nullptr, "b_scale_inv (cuBLASLt's A scale)"},
+      {&request.bScale, nullptr, "a_scale_inv (cuBLASLt's B scale)"},
+      {&request.dScale, nullptr, "d_scale"},
+      {nullptr, &request.amaxD, "amax_d"}};
+  for (auto [slot, scalar] : llvm::enumerate(staged)) {
+    const void *pointer = scalar.input ? *scalar.input : *scalar.output;
+    if (!pointer || isAligned(pointer, fp8Alignment))
+      continue;
+    if (!scalars)
+      return makeError(
+          ErrorCode::Unsupported,
+          llvm::formatv("{0} at {1} is not 16-byte aligned, which cuBLASLt's "
+                        "FP8 GEMMs need, and the runner has no workspace to "
+                        "stage it in",
+                        scalar.name, pointer));
+    CUdeviceptr slotAddress = scalars + slot * scalarSlotBytes;
+    if (scalar.input) {
+      if (Error error = driver.check(
+              driver.cuMemcpyDtoDAsync(slotAddress,
+                                       reinterpret_cast<CUdeviceptr>(pointer),
+                                       sizeof(float), stream),
+              "staging " + scalar.name + " for cuBLASLt"))
+        return error;
+      *scalar.input = reinterpret_cast<const void *>(slotAddress);
+    } else {
+      stagedAmax = reinterpret_cast<CUdeviceptr>(pointer);
+      *scalar.output = reinterpret_cast<void *>(slotAddress);
+    }
+  }
+  return Error::success();
+}
+
 Error CublasLtGemmRunner::run(const GemmStep &step,
                               const FunctionPlan &function,
                               const GemmPointers &pointers, void *stream) {
   Expected<Request> request = analyze(step, function, pointers);
   if (!request)
     return request.takeError();
+  // Every failure from here on names the problem.
   auto withProblem = [&](Error error) {
-    return llvm::handleErrors(
-        std::move(error), [&](const CodedError &coded) -> Error {
-          return makeError(coded.code,
-                           llvm::formatv("{0}: {1}", request->key.describe(),
-                                         coded.message));
-        });
+    return annotate(std::move(error), request->key.describe(),
+                    ErrorCode::Cublas);
   };
   Expected<Problem *> problem = problemFor(*request);
   if (!problem)
     return withProblem(problem.takeError());
 
-  static const float one = 1.0f, zero = 0.0f;
-  std::lock_guard<std::mutex> lock((*problem)->mutex);
-  if (Error error = setPointers(lib, (*problem)->desc, *request))
+  auto cuStream = static_cast<CUstream>(stream);
+  CUdeviceptr stagedAmax = 0;
+  if (Error error = stageScalars(*request, cuStream, stagedAmax))
     return withProblem(std::move(error));
-  cublasStatus_t status = lib.cublasLtMatmul(
-      handle, (*problem)->desc, &one, request->a, (*problem)->aLayout,
-      request->b, (*problem)->bLayout, &zero, request->c, (*problem)->cLayout,
-      request->d, (*problem)->dLayout, &(*problem)->algo, workspace,
-      workspaceBytes, static_cast<cudaStream_t>(stream));
-  if (status != CUBLAS_STATUS_SUCCESS)
-    return withProblem(lib.error(status, "cublasLtMatmul"));
+
+  static const float one = 1.0f, zero = 0.0f;
+  {
+    std::lock_guard<std::mutex> lock((*problem)->mutex);
+    if (Error error = setPointers(lib, (*problem)->desc, *request))
+      return withProblem(std::move(error));
+    cublasStatus_t status = lib.cublasLtMatmul(
+        handle, (*problem)->desc, &one, request->a, (*problem)->aLayout,
+        request->b, (*problem)->bLayout, &zero, request->c, (*problem)->cLayout,
+        request->d, (*problem)->dLayout, &(*problem)->algo, workspace,
+        workspaceBytes, cuStream);
+    if (status != CUBLAS_STATUS_SUCCESS)
+      return withProblem(lib.error(status, "cublasLtMatmul"));
+  }
+  if (stagedAmax)
+    return withProblem(driver.check(
+        driver.cuMemcpyDtoDAsync(stagedAmax,
+                                 reinterpret_cast<CUdeviceptr>(request->amaxD),
+                                 sizeof(float), cuStream),
+        "copying a staged amax_d out"));
   return Error::success();
 }
 
@@ -878,20 +957,28 @@ GemmRunner::create(void *workspace, size_t workspaceBytes) {
   Expected<const CublasLt &> lib = CublasLt::get();
   if (!lib)
     return lib.takeError();
+  Expected<const CudaDriver &> driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
   cublasLtHandle_t handle = nullptr;
-  if (Error error = lib->check(lib->cublasLtCreate(&handle), "cublasLtCreate"))
+  if (Error error = lib->check(lib->cublasLtCreate(&handle),
+                               "cublasLtCreate (cuBLASLt needs the CUDA "
+                               "driver and a current context)"))
     return std::move(error);
-  // Trim the workspace to its 256-byte aligned part.
+  // The 256-byte aligned part of the workspace: its first 256 bytes stage
+  // FP8 scalars, cuBLASLt gets the rest.
   auto address = reinterpret_cast<uintptr_t>(workspace);
   uintptr_t aligned = llvm::alignTo(address, workspaceAlignment);
   size_t skipped = aligned - address;
-  if (!workspace || workspaceBytes <= skipped) {
+  CUdeviceptr scalars = 0;
+  if (!workspace || workspaceBytes < skipped + workspaceAlignment) {
     workspace = nullptr;
     workspaceBytes = 0;
   } else {
-    workspace = reinterpret_cast<void *>(aligned);
-    workspaceBytes -= skipped;
+    scalars = aligned;
+    workspace = reinterpret_cast<void *>(aligned + workspaceAlignment);
+    workspaceBytes -= skipped + workspaceAlignment;
   }
-  return std::make_unique<CublasLtGemmRunner>(*lib, handle, workspace,
-                                              workspaceBytes);
+  return std::make_unique<CublasLtGemmRunner>(*lib, *driver, handle, scalars,
+                                              workspace, workspaceBytes);
 }
