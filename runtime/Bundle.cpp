@@ -28,7 +28,7 @@ llvm::Expected<Bundle> tejit::runtime::loadBundle(llvm::StringRef dir) {
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(), "%s: %s", planPath.c_str(),
         llvm::toString(plan.takeError()).c_str());
-  Bundle bundle{std::move(*plan), {}};
+  Bundle bundle{std::move(*plan), {}, std::move(*text)};
   for (const FunctionPlan &function : bundle.plan.functions)
     for (const Step &step : function.steps) {
       const auto *kernel = std::get_if<KernelStep>(&step);

@@ -14,6 +14,8 @@ namespace tejit::runtime {
 struct Bundle {
   Plan plan;
   llvm::StringMap<std::string> binaries;
+  /// The plan as JSON (docs/plan-format.md), for inspection and tools.
+  std::string planText;
 };
 
 /// Loads a bundle written by `te-compile --emit=cuda -o DIR`: DIR/plan.json

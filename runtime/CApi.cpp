@@ -185,6 +185,13 @@ tejit_status tejit_compile_ir(const char *source, const char *path,
 
 void tejit_free_string(char *text) { free(text); }
 
+tejit_status tejit_program_plan(const tejit_program *program, char **text) {
+  if (!program || !text)
+    return invalid("tejit_program_plan: program and text must not be null");
+  *text = strdup(program->program->planText().c_str());
+  return ok();
+}
+
 size_t tejit_num_tensors(const tejit_program *program,
                          tejit_tensor_kind kind) {
   if (!program || kind < TEJIT_INPUT || kind > TEJIT_META)

@@ -14,7 +14,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "llvm/ADT/StringSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/SourceMgr.h"
 
@@ -129,7 +129,10 @@ tejit::runtime::compileBundle(const CompileInput &input,
   if (!plan)
     return annotate(plan.takeError(), "reading the plan back",
                     ErrorCode::Internal);
-  Bundle bundle{std::move(*plan), {}};
+  std::string planText;
+  llvm::raw_string_ostream planOs(planText);
+  planOs << llvm::formatv("{0:2}", *json);
+  Bundle bundle{std::move(*plan), {}, std::move(planText)};
   for (const codegen::BuiltKernel &kernel : *built)
     bundle.binaries[codegen::binaryFileName(kernel)] = kernel.binary;
   return bundle;

@@ -63,10 +63,12 @@ llvm::Expected<DeviceInfo> tejit::runtime::useDevice(int ordinal) {
                       ordinal, info->name, info->major, info->minor));
   const CudaDriver &driver = *CudaDriver::get();
   CUdevice device;
-  if (llvm::Error error = llvm::joinErrors(
-          driver.check(driver.cuDeviceGet(&device, ordinal), "cuDeviceGet"),
+  if (llvm::Error error =
+          driver.check(driver.cuDeviceGet(&device, ordinal), "cuDeviceGet"))
+    return std::move(error);
+  if (llvm::Error error =
           driver.check(driver.cuDevicePrimaryCtxRetain(&info->context, device),
-                       "cuDevicePrimaryCtxRetain")))
+                       "cuDevicePrimaryCtxRetain"))
     return std::move(error);
   if (llvm::Error error = driver.check(driver.cuCtxSetCurrent(info->context),
                                        "cuCtxSetCurrent"))

@@ -309,10 +309,12 @@ Error Program::getMeta(size_t index, void *host, size_t bytes,
   if (Error error = checkBytes(tensors(TensorKind::Meta)[index], bytes))
     return error;
   const CudaDriver &driver = *CudaDriver::get();
-  return llvm::joinErrors(
-      driver.check(driver.cuMemcpyDtoHAsync(host, *pointer, bytes, stream),
-                   "reading the FP8 meta state"),
-      driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"));
+  if (Error error =
+          driver.check(driver.cuMemcpyDtoHAsync(host, *pointer, bytes, stream),
+                       "reading the FP8 meta state"))
+    return error;
+  return driver.check(driver.cuStreamSynchronize(stream),
+                      "cuStreamSynchronize");
 }
 
 Error Program::setMeta(size_t index, const void *host, size_t bytes,
@@ -323,8 +325,10 @@ Error Program::setMeta(size_t index, const void *host, size_t bytes,
   if (Error error = checkBytes(tensors(TensorKind::Meta)[index], bytes))
     return error;
   const CudaDriver &driver = *CudaDriver::get();
-  return llvm::joinErrors(
-      driver.check(driver.cuMemcpyHtoDAsync(*pointer, host, bytes, stream),
-                   "writing the FP8 meta state"),
-      driver.check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize"));
+  if (Error error =
+          driver.check(driver.cuMemcpyHtoDAsync(*pointer, host, bytes, stream),
+                       "writing the FP8 meta state"))
+    return error;
+  return driver.check(driver.cuStreamSynchronize(stream),
+                      "cuStreamSynchronize");
 }

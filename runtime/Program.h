@@ -39,6 +39,7 @@ public:
   bool training() const { return backwardFn.executor != nullptr; }
   const DeviceInfo &device() const { return deviceInfo; }
   const Plan &plan() const { return bundle.plan; }
+  const std::string &planText() const { return bundle.planText; }
 
   /// Enqueues the forward on `stream`: one pointer per Input and Output.
   llvm::Error forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,

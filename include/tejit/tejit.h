@@ -87,6 +87,11 @@ tejit_status tejit_compile_ir(const char *source, const char *path,
                               const char *stage, char **text);
 void tejit_free_string(char *text);
 
+/* The program's executable plan as JSON (docs/plan-format.md): every step
+ * with its kernel, launch geometry, GEMM shapes and buffers. Free the text
+ * with tejit_free_string. */
+tejit_status tejit_program_plan(const tejit_program *program, char **text);
+
 /* Tensors a program exchanges with the caller. */
 typedef enum tejit_tensor_kind {
   TEJIT_INPUT = 0,      /* forward inputs: activations, then parameters */

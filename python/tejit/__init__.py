@@ -303,6 +303,17 @@ class Program:
                              "from a bundle")
         return compile_ir(self._spec, stage, **self._compile_options)
 
+    def plan(self):
+        """The executable plan (docs/plan-format.md) as a dict: every step
+        with its kernel, launch geometry, GEMM shapes and buffers."""
+        library = _capi.lib()
+        text = ctypes.c_void_p()
+        _capi.check(library.tejit_program_plan(self.handle, ctypes.byref(text)))
+        try:
+            return json.loads(ctypes.string_at(text.value).decode("utf-8"))
+        finally:
+            library.tejit_free_string(text)
+
     def __repr__(self):
         state = "closed" if self._handle.value is None else "open"
         return (f"<tejit.Program {state}: {len(self.inputs)} inputs, "

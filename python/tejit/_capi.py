@@ -175,6 +175,7 @@ def _declare(lib):
         "tejit_compile_ir": (status, [c_char_p, c_char_p, P(CompileOptions),
                                       c_char_p, P(c_void_p)]),
         "tejit_free_string": (None, [c_void_p]),
+        "tejit_program_plan": (status, [program, P(c_void_p)]),
         "tejit_num_tensors": (c_size_t, [program, c_int]),
         "tejit_tensor_info_get": (status, [program, c_int, c_size_t,
                                            P(TensorInfoStruct)]),

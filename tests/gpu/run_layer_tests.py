@@ -25,6 +25,16 @@ TE's atol is absolute for unit-scale tensors; gradients here are not unit
 scale (a weight gradient sums over every token, so its rms grows like
 sqrt(tokens)), so atol is taken relative to the reference's rms. For forward
 outputs, whose rms is about 1 by construction, this is TE's absolute atol.
+
+A comparison also passes when at most 0.2% of the elements exceed that bound
+and the relative L2 error stays small (rtol / 4 for FP8, rtol / 2 for
+bf16/fp16; see MAX_OUTLIER_FRACTION). The reference and tejit
+compute the same float32 values in different orders (cuBLASLt's epilogues,
+warp reductions), so an element sitting on an FP8 (or bf16) rounding
+boundary can land on the other side and carry a full FP8 step into the sums
+after it; TE's own tests never see this because they compare TE against a
+reference that uses TE's quantized tensors. A wrong scale, slot, rounding
+point or kernel moves every element and fails the L2 bound by far.
 """
 import argparse
 import dataclasses
@@ -60,6 +70,17 @@ FP8_MAX = {"e4m3": 448.0, "e5m2": 57344.0}
 FLT_MAX = 3.4028234663852886e38
 
 # --- tolerances: (rtol, atol relative to rms(ref)) ----------------------------
+
+# Rounding-boundary outliers allowed (see the module docstring): at most
+# 0.2% of the elements, with the relative L2 error within rtol / 4 for FP8
+# results (far below FP8's own noise of 5-20%, which a skipped or misplaced
+# cast would show) and rtol / 2 for bf16/fp16 ones (cuBLASLt's GELU epilogues
+# differ from the tanh formula by a few 1e-4 relative).
+MAX_OUTLIER_FRACTION = 2e-3
+
+
+def l2_limit(rtol):
+    return rtol / 4 if rtol >= 0.1 else rtol / 2
 
 TOL_E4M3 = (0.125, 0.0675)
 TOL_E5M2 = (0.25, 0.125)
@@ -205,12 +226,15 @@ class Fp8Emulator:
         self.power_2 = recipe.get("power_2_scale", False)
         self.states = {"fwd": {}, "bwd": {}}
 
-    def quantize(self, name, x, direction, dtype):
+    def quantize(self, name, x, direction, dtype, amax_of=None):
         """`x` (the value tejit casts, float32 in its kernel) through an FP8
-        cast of `direction`'s format, dequantized to `dtype`."""
+        cast of `direction`'s format, dequantized to `dtype`. The amax comes
+        from `amax_of` when given (a fused kernel reduces its float32 values
+        but stores them rounded)."""
         fmt = self.formats[direction]
         x32 = x.float()
-        amax = x32.abs().amax().item()  # a float32 value (NaN propagates)
+        source = x32 if amax_of is None else amax_of.float()
+        amax = source.abs().amax().item()  # float32 (NaN propagates)
         if self.delayed:
             state = self.states[direction].get(name)
             if state is None:
@@ -274,11 +298,20 @@ class Ref:
             return x
         return self.emu.quantize(name, x, direction, self.dtype)
 
-    def fused_operand(self, name, x, direction):
+    def fused_operand(self, name, x, direction, amax_of_stored=False):
         """A GEMM operand that a fused kernel computes in float32: cast to FP8
         from float32 under a recipe, stored in the params dtype without."""
         if self.emu is None:
             return self.rnd(x)
+        if not self.emu.delayed:
+            # Current scaling needs the tensor's amax before the cast, so
+            # tejit (like TE) writes the value in the params dtype, with the
+            # amax of the float32 values the kernel computed (or, for GELU in
+            # a GEMM epilogue, a separate amax of the stored values), then
+            # casts the stored value.
+            stored = self.rnd(x)
+            return self.emu.quantize(name, stored, direction, self.dtype,
+                                     amax_of=stored if amax_of_stored else x)
         return self.emu.quantize(name, x, direction, self.dtype)
 
     def end_forward(self):
@@ -467,7 +500,8 @@ def mlp_forward(ref, p, cfg):
     # GELU runs in the fc1 GEMM's epilogue on the float32 accumulator; the
     # other activations run in a kernel that reads fc1's stored output.
     z = acc1 if activation == "gelu" else h
-    a = ref.fused_operand("fc2.input", act_forward(z, activation), "fwd")
+    a = ref.fused_operand("fc2.input", act_forward(z, activation), "fwd",
+                          amax_of_stored=activation == "gelu")
     w2 = ref.gemm_operand("fc2.weight", p["fc2_weight"], "fwd")
     y = a @ w2.T + (p["fc2_bias"] if bias else 0.0)
     return y, {"x": x, "w1": w1, "h": h, "a": a, "w2": w2,
@@ -689,10 +723,17 @@ class Check:
     value: float = 0.0
     limit: float = 0.0
     detail: str = ""
+    over_fraction: float = 0.0  # elements beyond the tolerance
+    rel_l2: float = 0.0  # ||got - ref|| / ||ref||
 
     @property
     def ok(self):
-        return math.isfinite(self.ratio) and self.ratio <= 1.0
+        if not math.isfinite(self.ratio):
+            return False
+        if self.ratio <= 1.0 or self.kind != "tol":
+            return self.ratio <= 1.0
+        return (self.over_fraction <= MAX_OUTLIER_FRACTION and
+                self.rel_l2 <= l2_limit(self.rtol))
 
     def describe(self):
         if self.kind == "l2":
@@ -702,7 +743,9 @@ class Check:
             return f"{self.label}: {self.detail or 'ok'}"
         return (f"{self.label}: max abs {self.max_abs:.3e}, max rel "
                 f"{self.max_rel:.3e}, {self.ratio:.2f} of the tolerance "
-                f"(rtol {self.rtol:g}, atol {self.atol:g}*rms)")
+                f"(rtol {self.rtol:g}, atol {self.atol:g}*rms), "
+                f"{self.over_fraction:.2e} of elements beyond it, relative "
+                f"L2 {self.rel_l2:.2e}")
 
 
 def compare(label, got, ref, tol):
@@ -720,7 +763,11 @@ def compare(label, got, ref, tol):
     rel_region = magnitude > floor
     max_rel = ((diff[rel_region] / magnitude[rel_region]).max().item()
                if rel_region.any().item() else 0.0)
-    return Check(label, ratio, "tol", diff.max().item(), max_rel, rtol, atol)
+    over = (diff > floor + rtol * magnitude).float().mean().item()
+    rel_l2 = (torch.linalg.vector_norm(diff) /
+              max(torch.linalg.vector_norm(ref).item(), 1e-30)).item()
+    return Check(label, ratio, "tol", diff.max().item(), max_rel, rtol, atol,
+                 over_fraction=over, rel_l2=rel_l2)
 
 
 def relative_l2(got, ref):
