@@ -12,8 +12,7 @@ static llvm::Expected<std::string> readFile(const llvm::Twine &path) {
                                             /*RequiresNullTerminator=*/false);
   if (std::error_code error = buffer.getError())
     return llvm::createStringError(error, "cannot read '%s': %s",
-                                   path.str().c_str(),
-                                   error.message().c_str());
+                                   path.str().c_str(), error.message().c_str());
   return (*buffer)->getBuffer().str();
 }
 
@@ -25,9 +24,9 @@ llvm::Expected<Bundle> tejit::runtime::loadBundle(llvm::StringRef dir) {
     return text.takeError();
   auto plan = parsePlan(llvm::StringRef(*text));
   if (!plan)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(), "%s: %s", planPath.c_str(),
-        llvm::toString(plan.takeError()).c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: %s",
+                                   planPath.c_str(),
+                                   llvm::toString(plan.takeError()).c_str());
   Bundle bundle{std::move(*plan), {}, std::move(*text)};
   for (const FunctionPlan &function : bundle.plan.functions)
     for (const Step &step : function.steps) {

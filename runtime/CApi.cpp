@@ -26,8 +26,7 @@ tejit_status fail(ErrorCode code, std::string message) {
   return static_cast<tejit_status>(code);
 }
 
-tejit_status fail(llvm::Error error,
-                  ErrorCode fallback = ErrorCode::Internal) {
+tejit_status fail(llvm::Error error, ErrorCode fallback = ErrorCode::Internal) {
   std::string message;
   ErrorCode code = takeError(std::move(error), message, fallback);
   return fail(code, std::move(message));
@@ -74,8 +73,8 @@ tejit_dtype dtypeOf(ElementType type) {
   return TEJIT_I8;
 }
 
-template <typename T> std::vector<CUdeviceptr> pointers(T *const *array,
-                                                        size_t count) {
+template <typename T>
+std::vector<CUdeviceptr> pointers(T *const *array, size_t count) {
   std::vector<CUdeviceptr> result;
   for (size_t i = 0; i < count; ++i)
     result.push_back(reinterpret_cast<CUdeviceptr>(array[i]));
@@ -192,8 +191,7 @@ tejit_status tejit_program_plan(const tejit_program *program, char **text) {
   return ok();
 }
 
-size_t tejit_num_tensors(const tejit_program *program,
-                         tejit_tensor_kind kind) {
+size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind) {
   if (!program || kind < TEJIT_INPUT || kind > TEJIT_META)
     return 0;
   return program->program->tensors(static_cast<TensorKind>(kind)).size();
@@ -211,8 +209,8 @@ tejit_status tejit_tensor_info_get(const tejit_program *program,
                    " tensors)");
   const TensorDesc &desc = list[index];
   if (desc.type.shape.size() > 8)
-    return fail(ErrorCode::Unsupported, "tensor '" + desc.name +
-                                            "' has rank above 8");
+    return fail(ErrorCode::Unsupported,
+                "tensor '" + desc.name + "' has rank above 8");
   info->name = desc.name.c_str();
   info->dtype = dtypeOf(desc.type.element);
   info->rank = static_cast<int>(desc.type.shape.size());
@@ -253,8 +251,7 @@ tejit_status tejit_backward(tejit_program *program, void *stream,
     return invalid("tejit_backward: grad_outputs and grad_inputs must not be "
                    "null");
   if (llvm::Error error = program->program->backward(
-          static_cast<CUstream>(stream),
-          pointers(grad_outputs, numGradOutputs),
+          static_cast<CUstream>(stream), pointers(grad_outputs, numGradOutputs),
           pointers(grad_inputs, numGradInputs)))
     return fail(std::move(error));
   return ok();

@@ -46,9 +46,9 @@ public:
     context.printOpOnDiagnostic(false);
   }
 
-  llvm::Expected<OwningOpRef<ModuleOp>>
-  run(const CompileInput &input, const CompileOptions &options,
-      tejit::Stage stage) {
+  llvm::Expected<OwningOpRef<ModuleOp>> run(const CompileInput &input,
+                                            const CompileOptions &options,
+                                            tejit::Stage stage) {
     std::unique_ptr<llvm::MemoryBuffer> buffer;
     std::string name = bufferName(input);
     if (input.text.empty()) {

@@ -44,8 +44,7 @@ LoadResult load() {
   driver.fn = reinterpret_cast<decltype(driver.fn)>(                           \
       dlsym(handle, TEJIT_SYMBOL_NAME(fn)));                                   \
   if (!driver.fn)                                                              \
-    missing += std::string(missing.empty() ? "" : ", ") +                      \
-               TEJIT_SYMBOL_NAME(fn);
+    missing += std::string(missing.empty() ? "" : ", ") + TEJIT_SYMBOL_NAME(fn);
   TEJIT_CUDA_DRIVER_FUNCTIONS(TEJIT_RESOLVE)
 #undef TEJIT_RESOLVE
   if (!missing.empty()) {

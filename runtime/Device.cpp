@@ -21,8 +21,8 @@ llvm::Expected<DeviceInfo> tejit::runtime::describeDevice(int ordinal) {
                                    "device(s) visible (0..{2})",
                                    ordinal, count, count - 1));
   CUdevice device;
-  if (llvm::Error error = driver->check(driver->cuDeviceGet(&device, ordinal),
-                                        "cuDeviceGet"))
+  if (llvm::Error error =
+          driver->check(driver->cuDeviceGet(&device, ordinal), "cuDeviceGet"))
     return std::move(error);
   DeviceInfo info;
   info.ordinal = ordinal;

@@ -36,10 +36,10 @@ llvm::Expected<CUfunction> ModuleSet::function(llvm::StringRef binary,
     found = modules.try_emplace(binary, module).first;
   }
   CUfunction function;
-  if (Error error = driver->check(
-          driver->cuModuleGetFunction(&function, found->second,
-                                      name.str().c_str()),
-          "finding kernel '" + name + "' in '" + binary + "'"))
+  if (Error error =
+          driver->check(driver->cuModuleGetFunction(&function, found->second,
+                                                    name.str().c_str()),
+                        "finding kernel '" + name + "' in '" + binary + "'"))
     return std::move(error);
   return function;
 }
@@ -196,16 +196,15 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
     } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
       // One process: the reduction over ranks is a copy.
       if (addresses[reduce->in] != addresses[reduce->out])
-        error = driver.check(
-            driver.cuMemcpyDtoDAsync(addresses[reduce->out],
-                                     addresses[reduce->in],
-                                     plan.values[reduce->in].bytes, stream),
-            "copying amaxes");
+        error = driver.check(driver.cuMemcpyDtoDAsync(
+                                 addresses[reduce->out], addresses[reduce->in],
+                                 plan.values[reduce->in].bytes, stream),
+                             "copying amaxes");
     }
     if (error)
-      return annotate(std::move(error),
-                      llvm::formatv("function '{0}', step {1}", plan.name,
-                                    index));
+      return annotate(
+          std::move(error),
+          llvm::formatv("function '{0}', step {1}", plan.name, index));
   }
   for (size_t index : copiedResults) {
     int64_t id = plan.results[index].value;

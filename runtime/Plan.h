@@ -106,7 +106,8 @@ struct AmaxAllReduceStep {
   int64_t in = 0, out = 0;
 };
 
-using Step = std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep>;
+using Step =
+    std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep>;
 
 struct FunctionPlan {
   std::string name;

@@ -13,6 +13,22 @@ namespace {
 constexpr size_t kGemmWorkspaceBytes = 32u << 20;
 
 bool isMeta(llvm::StringRef name) { return name.starts_with("fp8_meta."); }
+
+llvm::StringRef kindName(TensorKind kind) {
+  switch (kind) {
+  case TensorKind::Input:
+    return "inputs";
+  case TensorKind::Output:
+    return "outputs";
+  case TensorKind::GradOutput:
+    return "output gradients";
+  case TensorKind::GradInput:
+    return "input gradients";
+  case TensorKind::Meta:
+    return "meta tensors";
+  }
+  return "tensors";
+}
 } // namespace
 
 llvm::Expected<std::unique_ptr<Program>> Program::create(Bundle bundle,
@@ -133,10 +149,10 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
   }
   for (const InterfaceEntry &entry : plan.results) {
     Binding binding;
-    bool user = isBackward ? entry.gradOf.has_value()
-                           : !entry.updatesArg &&
-                                 !llvm::StringRef(entry.name).starts_with(
-                                     "saved.");
+    bool user = isBackward
+                    ? entry.gradOf.has_value()
+                    : !entry.updatesArg &&
+                          !llvm::StringRef(entry.name).starts_with("saved.");
     if (user) {
       auto &list = descs[size_t(isBackward ? TensorKind::GradInput
                                            : TensorKind::Output)];
@@ -173,10 +189,10 @@ Error Program::resetState() {
     // Scales and their inverses start at 1.0f, histories at 0.
     unsigned pattern =
         llvm::StringRef(desc.name).ends_with("amax_history") ? 0 : 0x3f800000u;
-    if (Error error = driver.check(
-            driver.cuMemsetD32Async(buffer.get(), pattern, buffer.bytes() / 4,
-                                    nullptr),
-            "initializing '" + desc.name + "'"))
+    if (Error error =
+            driver.check(driver.cuMemsetD32Async(buffer.get(), pattern,
+                                                 buffer.bytes() / 4, nullptr),
+                         "initializing '" + desc.name + "'"))
       return error;
   }
   return driver.check(driver.cuStreamSynchronize(nullptr),
@@ -217,35 +233,36 @@ Error Program::run(Function &function, CUstream stream,
     return error;
   const CudaDriver &driver = *CudaDriver::get();
   for (const CopyBack &update : function.updates)
-    if (Error error = driver.check(
-            driver.cuMemcpyDtoDAsync(owned[update.to].get(),
-                                     owned[update.from].get(),
-                                     owned[update.to].bytes(), stream),
-            "updating the FP8 meta state"))
+    if (Error error =
+            driver.check(driver.cuMemcpyDtoDAsync(
+                             owned[update.to].get(), owned[update.from].get(),
+                             owned[update.to].bytes(), stream),
+                         "updating the FP8 meta state"))
       return error;
   return Error::success();
 }
 
-static Error checkCount(llvm::StringRef what, size_t given, size_t expected) {
-  if (given == expected)
-    return Error::success();
-  return makeError(ErrorCode::InvalidArgument,
-                   llvm::formatv("{0}: expected {1} pointers, given {2}", what,
-                                 expected, given));
+Error Program::beginCall(llvm::StringRef what, size_t numIn, TensorKind in,
+                         size_t numOut, TensorKind out) {
+  for (auto [given, kind] : {std::pair{numIn, in}, std::pair{numOut, out}})
+    if (given != tensors(kind).size())
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::formatv("{0}: expected {1} pointers for {2}, "
+                                     "given {3}",
+                                     what, tensors(kind).size(), kindName(kind),
+                                     given));
+  // Callers may have switched contexts (or threads) since the last call.
+  const CudaDriver &driver = *CudaDriver::get();
+  return driver.check(driver.cuCtxSetCurrent(deviceInfo.context),
+                      "cuCtxSetCurrent");
 }
 
 Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
                        llvm::ArrayRef<CUdeviceptr> outputs) {
-  if (Error error = llvm::joinErrors(
-          checkCount("forward inputs", inputs.size(),
-                     tensors(TensorKind::Input).size()),
-          checkCount("forward outputs", outputs.size(),
-                     tensors(TensorKind::Output).size())))
+  if (Error error = beginCall("forward", inputs.size(), TensorKind::Input,
+                              outputs.size(), TensorKind::Output))
     return error;
   const CudaDriver &driver = *CudaDriver::get();
-  if (Error error = driver.check(driver.cuCtxSetCurrent(deviceInfo.context),
-                                 "cuCtxSetCurrent"))
-    return error;
   if (rngBuffer) {
     // Each forward draws from a fresh stretch of the Philox stream.
     if (Error error = driver.check(
@@ -271,15 +288,9 @@ Error Program::backward(CUstream stream,
     return makeError(ErrorCode::State,
                      "backward: no forward has run since the program was "
                      "made (the backward reads what the forward saved)");
-  if (Error error = llvm::joinErrors(
-          checkCount("backward grad outputs", gradOutputs.size(),
-                     tensors(TensorKind::GradOutput).size()),
-          checkCount("backward grad inputs", gradInputs.size(),
-                     tensors(TensorKind::GradInput).size())))
-    return error;
-  const CudaDriver &driver = *CudaDriver::get();
-  if (Error error = driver.check(driver.cuCtxSetCurrent(deviceInfo.context),
-                                 "cuCtxSetCurrent"))
+  if (Error error =
+          beginCall("backward", gradOutputs.size(), TensorKind::GradOutput,
+                    gradInputs.size(), TensorKind::GradInput))
     return error;
   return run(backwardFn, stream, gradOutputs, gradInputs, &forwardFn);
 }

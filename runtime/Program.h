@@ -1,4 +1,5 @@
-//===- Program.h - compiled layers with their state, ready to run -*- C++ -*-===//
+//===- Program.h - compiled layers with their state, ready to run -*- C++
+//-*-===//
 //
 // A program is what the C API hands out: a bundle's forward (and backward)
 // executors, and the state that lives between calls in device memory: the
@@ -11,8 +12,8 @@
 #ifndef TEJIT_RUNTIME_PROGRAM_H
 #define TEJIT_RUNTIME_PROGRAM_H
 
-#include "runtime/DeviceBuffer.h"
 #include "runtime/Device.h"
+#include "runtime/DeviceBuffer.h"
 #include "runtime/Executor.h"
 
 namespace tejit::runtime {
@@ -88,6 +89,9 @@ private:
                        bool isBackward);
   llvm::Expected<size_t> own(const ValueInfo &value, const std::string &name);
   llvm::Error resetState();
+  /// Checks the pointer counts of a call and makes the context current.
+  llvm::Error beginCall(llvm::StringRef what, size_t numIn, TensorKind in,
+                        size_t numOut, TensorKind out);
   llvm::Error run(Function &function, CUstream stream,
                   llvm::ArrayRef<CUdeviceptr> userArgs,
                   llvm::ArrayRef<CUdeviceptr> userResults,

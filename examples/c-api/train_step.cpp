@@ -22,16 +22,16 @@
 namespace {
 #define CHECK_TEJIT(call)                                                      \
   do {                                                                         \
-    if (tejit_status status_ = (call); status_ != TEJIT_OK) {                 \
-      std::fprintf(stderr, "%s failed (status %d): %s\n", #call,              \
-                   int(status_), tejit_last_error());                          \
+    if (tejit_status status_ = (call); status_ != TEJIT_OK) {                  \
+      std::fprintf(stderr, "%s failed (status %d): %s\n", #call, int(status_), \
+                   tejit_last_error());                                        \
       std::exit(1);                                                            \
     }                                                                          \
   } while (0)
 #define CHECK_CUDA(call)                                                       \
   do {                                                                         \
-    if (cudaError_t error_ = (call); error_ != cudaSuccess) {                 \
-      std::fprintf(stderr, "%s failed: %s\n", #call,                          \
+    if (cudaError_t error_ = (call); error_ != cudaSuccess) {                  \
+      std::fprintf(stderr, "%s failed: %s\n", #call,                           \
                    cudaGetErrorString(error_));                                \
       std::exit(1);                                                            \
     }                                                                          \

@@ -1,12 +1,33 @@
 #!/usr/bin/env bash
-# The GPU suite, run on the GPU machine over what pack-gpu.sh packed: every
-# bundle's kernels load, and its FP8 cast kernels match PyTorch bit for bit.
-set -euo pipefail
+# The GPU suite, run on the GPU machine over what pack-gpu.sh packed (carry
+# .gpu): every full-size bundle's kernels load and its FP8 casts match
+# PyTorch bit for bit; the C API example trains and replays a CUDA graph;
+# compute-sanitizer memcheck and racecheck over it; and the layer suite
+# (every layer x recipe, small and real sizes, against the PyTorch
+# reference). SIZES=small|real|all (default all) picks the layer suite's
+# sizes. Exits non-zero if anything fails.
+set -uo pipefail
 cd "$(dirname "$0")/../.."
+source tools/scripts/gpu-env.sh
+export TEJIT_CACHE_DIR="${TEJIT_CACHE_DIR:-/tmp/tejit-cache}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
-for bundle in .gpu/*/; do
-  echo "== $bundle"
-  python3 tools/scripts/gpu_smoke.py "$bundle" || status=1
+step() {
+  echo "== $*"
+  "$@" || { echo "FAILED: $*"; status=1; }
+}
+for bundle in .gpu/quickstart .gpu/llama; do
+  step python3 tools/scripts/gpu_smoke.py "$bundle/"
 done
+step tejit-train-step examples/layernorm_mlp_small.yaml
+step tejit-train-step examples/layernorm_mlp.yaml
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    step compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      tejit-train-step examples/layernorm_mlp_small.yaml
+  done
+else
+  echo "compute-sanitizer not found: sanitizer runs skipped"; status=1
+fi
+step python3 tests/gpu/run_layer_tests.py --sizes "${SIZES:-all}"
 exit $status

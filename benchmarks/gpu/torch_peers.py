@@ -1,0 +1,211 @@
+"""PyTorch peers of tejit's blocks, for benchmarks/gpu/bench_layers.py.
+
+- LayerNormLinear / LayerNormMLP as plain nn modules (nn.LayerNorm,
+  nn.Linear, tanh GELU), run eager or under torch.compile;
+- the same modules with FP8 linears through torch._scaled_mm: tensorwise
+  current scaling (torchao's "tensorwise" recipe), E4M3 for the forward
+  operands and E5M2 for gradients, as a custom autograd.Function;
+- raw_gemm(): one cuBLASLt call of a given shape and dtypes, the ceiling a
+  tejit GEMM step is compared with.
+
+Shapes follow tejit's: activations [seq, batch, features], weights
+[out_features, in_features].
+"""
+import torch
+import torch.nn.functional as F
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+# An all-zero tensor would give an infinite scale; torchao clamps its amax
+# the same way.
+AMAX_FLOOR = 1e-12
+
+
+# --- FP8 linear, tensorwise current scaling ------------------------------------
+
+
+def quantize_tensorwise(t, fp8_dtype):
+    """(t in FP8 scaled so its amax maps to the format's max, the float32
+    inverse scale the GEMM multiplies back). Saturates: torch's cast gives
+    NaN past the largest finite value instead."""
+    fp8_max = torch.finfo(fp8_dtype).max
+    amax = t.abs().amax().float().clamp(min=AMAX_FLOOR)
+    scale = fp8_max / amax
+    q = (t.float() * scale).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    return q, scale.reciprocal()
+
+
+def column_major(t):
+    """The same matrix stored column-major: _scaled_mm (cuBLASLt's FP8
+    kernels on Hopper) wants its second operand that way."""
+    return t.t().contiguous().t()
+
+
+class _Fp8LinearFunction(torch.autograd.Function):
+    """y = x w^T + b with both GEMM operands in E4M3; in the backward the
+    incoming gradient is E5M2 and both GEMMs (dgrad, wgrad) are FP8 too.
+    Saves the quantized operands, so the backward does not requantize
+    them (what torchao does under torch.compile)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        x2d = x.reshape(-1, x.shape[-1])
+        xq, x_inv = quantize_tensorwise(x2d, E4M3)
+        wq, w_inv = quantize_tensorwise(weight, E4M3)
+        # weight is [out, in] row-major: its transpose is column-major.
+        y = torch._scaled_mm(xq, wq.t(), scale_a=x_inv, scale_b=w_inv,
+                             bias=bias, out_dtype=x.dtype,
+                             use_fast_accum=True)
+        ctx.save_for_backward(xq, x_inv, wq, w_inv)
+        ctx.x_shape = x.shape
+        ctx.has_bias = bias is not None
+        return y.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        xq, x_inv, wq, w_inv = ctx.saved_tensors
+        dy2d = dy.reshape(-1, dy.shape[-1])
+        dyq, dy_inv = quantize_tensorwise(dy2d, E5M2)
+        # dgrad: dx [T, in] = dy [T, out] @ w [out, in]
+        dx = torch._scaled_mm(dyq, column_major(wq), scale_a=dy_inv,
+                              scale_b=w_inv, out_dtype=dy.dtype)
+        # wgrad: dw [out, in] = dy^T [out, T] @ x [T, in]
+        dw = torch._scaled_mm(dyq.t().contiguous(), column_major(xq),
+                              scale_a=dy_inv, scale_b=x_inv,
+                              out_dtype=dy.dtype)
+        db = dy2d.sum(0) if ctx.has_bias else None
+        return dx.view(ctx.x_shape), dw, db
+
+
+class Fp8Linear(torch.nn.Linear):
+    """nn.Linear whose matmuls run in FP8 (see _Fp8LinearFunction)."""
+
+    def forward(self, x):
+        return _Fp8LinearFunction.apply(x, self.weight, self.bias)
+
+
+# --- the blocks ----------------------------------------------------------------
+
+
+class LayerNormLinearBlock(torch.nn.Module):
+    """TE's LayerNormLinear: LayerNorm then one Linear (the QKV projection
+    when out = 3 * in)."""
+
+    def __init__(self, in_features, out_features, linear=torch.nn.Linear):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(in_features, eps=1e-5)
+        self.linear = linear(in_features, out_features)
+
+    def forward(self, x):
+        return self.linear(self.norm(x))
+
+
+class LayerNormMLPBlock(torch.nn.Module):
+    """TE's LayerNormMLP with GELU (tanh approximation, as TE computes it):
+    LayerNorm, fc1, gelu, fc2."""
+
+    def __init__(self, hidden, ffn_hidden, linear=torch.nn.Linear):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(hidden, eps=1e-5)
+        self.fc1 = linear(hidden, ffn_hidden)
+        self.fc2 = linear(ffn_hidden, hidden)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(self.norm(x)), approximate="tanh"))
+
+
+def make_block(kind, dims, fp8=False, dtype=torch.bfloat16):
+    """A block on the GPU in `dtype`. kind: "LayerNormLinear" (dims = (in,
+    out)) or "LayerNormMLP" (dims = (hidden, ffn_hidden))."""
+    linear = Fp8Linear if fp8 else torch.nn.Linear
+    if kind == "LayerNormLinear":
+        block = LayerNormLinearBlock(*dims, linear=linear)
+    elif kind == "LayerNormMLP":
+        block = LayerNormMLPBlock(*dims, linear=linear)
+    else:
+        raise ValueError(f"no peer for block {kind}")
+    return block.to(device="cuda", dtype=dtype)
+
+
+# --- raw GEMMs -----------------------------------------------------------------
+
+
+def _fp8_random(shape, dtype):
+    # Unit-scale data: every FP8 value in range, none saturated.
+    return torch.randn(shape, device="cuda").to(dtype)
+
+
+def _scaled_mm_call(a, b, out_dtype, bias, fast_accum):
+    """The FP8 call: a [M, K] row-major, b [N, K] row-major (so b.t() is
+    column-major [K, N]), unit scales; an FP8 output gets a unit output
+    scale."""
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    kwargs = dict(scale_a=one, scale_b=one, bias=bias, out_dtype=out_dtype,
+                  use_fast_accum=fast_accum)
+    if out_dtype in (E4M3, E5M2):
+        kwargs["scale_result"] = one
+    return lambda: torch._scaled_mm(a, b.t(), **kwargs)
+
+
+def _fp8_gemm_variants(out_dtype, bias):
+    """(out_dtype, with bias, note) to try in order: cuBLASLt through
+    _scaled_mm does not take every output/bias combination, so fall back to
+    the nearest one it does and say so."""
+    variants = [(out_dtype, bias, "")]
+    if bias:
+        variants.append((out_dtype, False, "without bias"))
+    if out_dtype != torch.bfloat16:
+        variants.append((torch.bfloat16, bias, "bf16 output"))
+        variants.append((torch.bfloat16, False, "bf16 output, without bias"))
+    return variants
+
+
+def raw_fp8_gemm(m, n, k, a_dtype, b_dtype, out_dtype, bias, fast_accum,
+                 copies=3):
+    """(list of `copies` callables, note): each runs one _scaled_mm on its
+    own operands (rotating them keeps them out of L2). Raises if no variant
+    runs."""
+    last_error = None
+    for dtype, with_bias, note in _fp8_gemm_variants(out_dtype, bias):
+        try:
+            calls = []
+            for _ in range(copies):
+                a = _fp8_random((m, k), a_dtype)
+                b = _fp8_random((n, k), b_dtype)
+                vector = (torch.randn(n, device="cuda", dtype=torch.bfloat16)
+                          if with_bias else None)
+                calls.append(_scaled_mm_call(a, b, dtype, vector, fast_accum))
+            calls[0]()  # raises here if cuBLASLt refuses the combination
+            return calls, note
+        except RuntimeError as error:
+            last_error = error
+    raise last_error
+
+
+def raw_matmul(m, n, k, dtype, transpose_a, transpose_b, bias, gelu,
+               copies=3):
+    """(callables, note) for a non-FP8 GEMM out [M, N] = op(a) op(b), with
+    a and b stored as the plan stores them (op = transpose when flagged), so
+    cuBLAS sees the same transposes. Bias (+ GELU) go through addmm /
+    _addmm_activation, which use cuBLASLt's epilogues."""
+    calls, note = [], ""
+    for _ in range(copies):
+        a = torch.randn((k, m) if transpose_a else (m, k), device="cuda",
+                        dtype=dtype)
+        b = torch.randn((n, k) if transpose_b else (k, n), device="cuda",
+                        dtype=dtype)
+        op_a = a.t() if transpose_a else a
+        op_b = b.t() if transpose_b else b
+        if bias:
+            vector = torch.randn(n, device="cuda", dtype=dtype)
+            if gelu:
+                calls.append(lambda a=op_a, b=op_b, v=vector:
+                             torch._addmm_activation(v, a, b, use_gelu=True))
+            else:
+                calls.append(lambda a=op_a, b=op_b, v=vector:
+                             torch.addmm(v, a, b))
+        else:
+            calls.append(lambda a=op_a, b=op_b: torch.matmul(a, b))
+    if gelu and not bias:
+        note = "without gelu"
+    return calls, note
