@@ -184,11 +184,13 @@ def raw_fp8_gemm(m, n, k, a_dtype, b_dtype, out_dtype, bias, fast_accum,
 
 def raw_matmul(m, n, k, dtype, transpose_a, transpose_b, bias, gelu,
                copies=3):
-    """(callables, note) for a non-FP8 GEMM out [M, N] = op(a) op(b), with
-    a and b stored as the plan stores them (op = transpose when flagged), so
-    cuBLAS sees the same transposes. Bias (+ GELU) go through addmm /
-    _addmm_activation, which use cuBLASLt's epilogues."""
-    calls, note = [], ""
+    """Callables for a non-FP8 GEMM out [M, N] = op(a) op(b), with a and b
+    stored as the plan stores them (op = transpose when flagged), so cuBLAS
+    sees the same transposes. Bias (+ GELU) go through addmm /
+    _addmm_activation, which use cuBLASLt's epilogues; GELU without a bias
+    is left out (PyTorch has no such single call). The output is in the
+    operands' dtype."""
+    calls = []
     for _ in range(copies):
         a = torch.randn((k, m) if transpose_a else (m, k), device="cuda",
                         dtype=dtype)
@@ -206,6 +208,4 @@ def raw_matmul(m, n, k, dtype, transpose_a, transpose_b, bias, gelu,
                              torch.addmm(v, a, b))
         else:
             calls.append(lambda a=op_a, b=op_b: torch.matmul(a, b))
-    if gelu and not bias:
-        note = "without gelu"
-    return calls, note
+    return calls
