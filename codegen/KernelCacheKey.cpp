@@ -1,5 +1,6 @@
 //===- KernelCacheKey.cpp - SHA-256 digest of a kernel's inputs -----------===//
 #include "codegen/KernelCacheKey.h"
+#include "codegen/KernelEmitter.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Endian.h"
@@ -26,10 +27,29 @@ static void hashField(llvm::SHA256 &hasher, llvm::StringRef field) {
   hasher.update(field);
 }
 
+/// The digest of the device helpers every generated source starts with,
+/// computed once: a key then hashes only what follows them, which keeps an
+/// in-process cache hit cheap (the helpers are most of each source's bytes).
+static llvm::StringRef helpersDigest() {
+  static const std::string digest = [] {
+    std::array<uint8_t, 32> hash = llvm::SHA256::hash(llvm::ArrayRef<uint8_t>(
+        reinterpret_cast<const uint8_t *>(deviceHelpers().data()),
+        deviceHelpers().size()));
+    return llvm::toHex(hash, /*LowerCase=*/true);
+  }();
+  return digest;
+}
+
 std::string KernelCacheKey::digest() const {
   llvm::SHA256 hasher;
   hashField(hasher, "tejit-kernel-cache-key-v1");
-  hashField(hasher, source);
+  llvm::StringRef text = source;
+  if (text.starts_with(deviceHelpers())) {
+    hashField(hasher, "device-helpers");
+    hashField(hasher, helpersDigest());
+    text = text.drop_front(deviceHelpers().size());
+  }
+  hashField(hasher, text);
   std::vector<std::string> normalized = normalizedOptions();
   hashField(hasher, std::to_string(normalized.size()));
   for (const std::string &option : normalized)

@@ -13,8 +13,9 @@ tokens; --small: 1024 / 4096 / 512 x 2), bf16 parameters:
    history 1024, max), tejit FP8 Float8CurrentScaling, tejit bf16; PyTorch
    eager bf16, torch.compile bf16, and torch.compile with FP8 linears
    through torch._scaled_mm (torch_peers.py).
-2. GEMMs: tejit steps profiled with torch.profiler; each GEMM step's kernel
-   time against a raw cuBLASLt call of the same shape and dtypes.
+2. GEMMs: tejit steps profiled with torch.profiler (after every config has
+   been timed); each GEMM step's kernel time against a raw cuBLASLt call of
+   the same shape and dtypes (torch._scaled_mm / torch.matmul).
 3. Memory-bound kernels: each generated kernel's bytes moved (its
    arguments' sizes) over its time, against a device-to-device copy
    measured in this run.
@@ -378,10 +379,10 @@ def read_trace(prof):
         with open(path) as f:
             trace = json.load(f)
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-    activities = [Activity(e["cat"], e.get("name", ""), float(e["ts"]),
-                           float(e.get("dur", 0.0)))
-                  for e in events
-                  if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES]
+    activities = [Activity(str(e["cat"]).lower(), e.get("name", ""),
+                           float(e["ts"]), float(e.get("dur", 0.0)))
+                  for e in events if e.get("ph") == "X" and
+                  str(e.get("cat", "")).lower() in GPU_CATEGORIES]
     return sorted(activities, key=lambda a: a.start)
 
 
