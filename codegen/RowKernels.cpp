@@ -240,67 +240,86 @@ EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
   return builder.finish(w, rowGrid(rows), {32 * kWarps, 1, 1});
 }
 
-/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy: a block sums a
-/// strip of 32 * kVec columns over all rows, 8 rows at a time.
+/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy. Few blocks exist
+/// (one per strip of kLanes * kVec columns), so each keeps many loads in
+/// flight: 512 threads (128 registers each), kGroups row groups of kLanes
+/// lanes, kUnroll rows per group issued before the first use. Row groups then
+/// meet in shared memory, one output at a time.
 EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
                               Value mean, Value rsigma, Value dgamma,
                               Value dbeta) {
+  constexpr int64_t kThreads = 512;
   int64_t rows = rowsOf(x), cols = colsOf(x);
   int64_t vec =
       vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  // Narrow strips give more blocks; 8 lanes still read 64-128 contiguous
+  // bytes of a row at once.
+  int64_t lanes = std::min<int64_t>(8, std::max<int64_t>(1, cols / vec));
   CudaWriter w;
-  builder.writeSignature(w, 256);
-  w.line(formatv("constexpr int kVec = {0}, kRowsAtOnce = 8;", vec).str());
+  builder.writeSignature(w, kThreads);
+  w.line(formatv("constexpr int kVec = {0}, kLanes = {1}, kGroups = {2}, "
+                 "kUnroll = 4;",
+                 vec, lanes, kThreads / lanes)
+             .str());
   w.line(
       formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
-  w.line("const tj_i64 col = (static_cast<tj_i64>(blockIdx.x) * 32 + "
-         "threadIdx.x % 32) * kVec;");
+  w.line("const int lane = threadIdx.x % kLanes, group = threadIdx.x / "
+         "kLanes;");
+  w.line("const tj_i64 col = (static_cast<tj_i64>(blockIdx.x) * kLanes + "
+         "lane) * kVec;");
   w.line("float dgamma_acc[kVec] = {}, dbeta_acc[kVec] = {};");
   w.open("if (col < kCols)");
-  w.open(
-      "for (tj_i64 row = threadIdx.x / 32; row < kRows; row += kRowsAtOnce)");
-  w.line("float dy_v[kVec], x_v[kVec];");
-  w.line("tj_load(dy_v, " + builder.param(dy).str() + " + row * kCols + col);");
-  w.line("tj_load(x_v, " + builder.param(x).str() + " + row * kCols + col);");
+  w.open("for (tj_i64 base = group; base < kRows; base += kGroups * kUnroll)");
+  w.line("float dy_v[kUnroll][kVec], x_v[kUnroll][kVec];");
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("const tj_i64 row = base + u * kGroups;");
+  w.open("if (row < kRows)");
+  w.line("tj_load(dy_v[u], " + builder.param(dy).str() +
+         " + row * kCols + col);");
+  w.line("tj_load(x_v[u], " + builder.param(x).str() +
+         " + row * kCols + col);");
+  w.close();
+  w.close();
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("const tj_i64 row = base + u * kGroups;");
+  w.line("if (row >= kRows) break;");
   w.line("const float mu = " +
          (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
          ", rs = " + builder.param(rsigma).str() + "[row];");
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kVec; ++i)");
-  w.line("dgamma_acc[i] += dy_v[i] * (x_v[i] - mu) * rs;");
-  w.line("dbeta_acc[i] += dy_v[i];");
+  w.line("dgamma_acc[i] += dy_v[u][i] * (x_v[u][i] - mu) * rs;");
+  w.line("dbeta_acc[i] += dy_v[u][i];");
   w.close();
   w.close();
   w.close();
+  w.close();
+  w.line("__shared__ float partial[kGroups][kLanes * kVec + 1];");
   for (auto [name, value] : {std::pair<StringRef, Value>{"dgamma", dgamma},
                              std::pair<StringRef, Value>{"dbeta", dbeta}}) {
     if (!value)
       continue;
     std::string type = elementTypeName(tensorType(value).getElementType());
-    w.line(
-        formatv("__shared__ float {0}_rows[kRowsAtOnce][32 * kVec + 1];", name)
-            .str());
-    w.line(formatv("for (int i = 0; i < kVec; ++i) {0}_rows[threadIdx.x / 32]"
-                   "[threadIdx.x % 32 * kVec + i] = {0}_acc[i];",
+    w.line("__syncthreads();");
+    w.line(formatv("for (int i = 0; i < kVec; ++i) partial[group][lane * "
+                   "kVec + i] = {0}_acc[i];",
                    name)
                .str());
     w.line("__syncthreads();");
-    w.open(formatv("for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x)")
-               .str());
-    w.line(
-        "const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * 32 * kVec + c;");
+    w.open("for (int c = threadIdx.x; c < kLanes * kVec; c += blockDim.x)");
+    w.line("const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * kLanes * "
+           "kVec + c;");
     w.line("float sum = 0.f;");
-    w.line(
-        formatv("for (int r = 0; r < kRowsAtOnce; ++r) sum += {0}_rows[r][c];",
-                name)
-            .str());
+    w.line("for (int g = 0; g < kGroups; ++g) sum += partial[g][c];");
     w.line(formatv("if (out < kCols) {0}[out] = tj_convert<{1}>::from(sum);",
                    builder.param(value), type)
                .str());
     w.close();
   }
-  return builder.finish(w, {(cols + 32 * vec - 1) / (32 * vec), 1, 1},
-                        {256, 1, 1});
+  return builder.finish(w, {(cols + lanes * vec - 1) / (lanes * vec), 1, 1},
+                        {kThreads, 1, 1});
 }
 } // namespace
 

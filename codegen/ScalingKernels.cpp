@@ -59,8 +59,9 @@ EmittedKernel writeComputeScale(KernelBuilder &builder, ComputeScaleOp op) {
   return builder.finish(w, gridFor(slots), {kThreads, 1, 1});
 }
 
-/// TE's amax-and-scale_f update, one thread per slot; row 0 of the history is
-/// this step's slot, which `amaxes` supplies.
+/// TE's amax-and-scale_f update, one warp per slot (a history of 1024
+/// entries read by one thread would take tens of microseconds); row 0 of the
+/// history is this step's slot, which `amaxes` supplies.
 EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
                                  DelayedScalingUpdateOp op) {
   auto history = tensorType(op.getAmaxHistory());
@@ -77,26 +78,30 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   builder.writeSignature(w, kThreads);
   w.line(formatv("constexpr tj_i64 kSlots = {0}, kLength = {1};", slots, length)
              .str());
-  w.line("const tj_i64 slot = static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
-         "threadIdx.x;");
-  w.line("if (slot >= kSlots) return;");
+  w.line("const tj_i64 slot = (static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
+         "threadIdx.x) / 32;");
+  w.line("const int lane = threadIdx.x % 32;");
+  w.line("if (slot >= kSlots) return;  // whole warps leave together");
   w.line("const float last_f = " + builder.param(op.getAmaxes()).str() +
          "[slot];");
   w.line("float scale_f = " + scale_f + "[slot];");
   w.open("if (last_f == 0.f)");
   w.line("// Nothing recorded this step: history and scale stay.");
-  w.line("for (tj_i64 r = 0; r < kLength; ++r) " + out +
+  w.line("for (tj_i64 r = lane; r < kLength; r += 32) " + out +
          "[r * kSlots + slot] = " + in + "[r * kSlots + slot];");
   w.close();
   w.open("else");
   w.line("float amax_f = " +
          std::string(mostRecent ? "last_f" : "fmaxf(0.f, last_f)") + ";");
-  w.open("for (tj_i64 r = 1; r < kLength; ++r)");
+  w.open("for (tj_i64 r = 1 + lane; r < kLength; r += 32)");
   w.line("const float entry = " + in + "[r * kSlots + slot];");
   if (!mostRecent)
     w.line("amax_f = fmaxf(amax_f, entry);");
   w.line("if (r > 1) " + out + "[(r - 1) * kSlots + slot] = entry;");
   w.close();
+  if (!mostRecent)
+    w.line("amax_f = tj_warp_max(amax_f);");
+  w.open("if (lane == 0)");
   w.line("if (kLength > 1) " + out +
          "[(kLength - 1) * kSlots + slot] = last_f;");
   w.line(out + "[slot] = 0.f;");
@@ -106,9 +111,12 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
          "__int_as_float(0x7f7fffff);  // FLT_MAX");
   w.close();
   w.close();
+  w.close();
+  w.open("if (lane == 0)");
   w.line(newScale + "[slot] = scale_f;");
   w.line(builder.param(op.getNewScaleInv()).str() + "[slot] = 1.f / scale_f;");
-  return builder.finish(w, gridFor(slots), {kThreads, 1, 1});
+  w.close();
+  return builder.finish(w, gridFor(slots * 32), {kThreads, 1, 1});
 }
 
 } // namespace
