@@ -192,7 +192,7 @@ tejit_status tejit_program_plan(const tejit_program *program, char **text) {
 }
 
 size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind) {
-  if (!program || kind < TEJIT_INPUT || kind > TEJIT_META)
+  if (!program || kind < TEJIT_INPUT || kind > TEJIT_SAVED)
     return 0;
   return program->program->tensors(static_cast<TensorKind>(kind)).size();
 }
@@ -200,7 +200,7 @@ size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind) {
 tejit_status tejit_tensor_info_get(const tejit_program *program,
                                    tejit_tensor_kind kind, size_t index,
                                    tejit_tensor_info *info) {
-  if (!program || !info || kind < TEJIT_INPUT || kind > TEJIT_META)
+  if (!program || !info || kind < TEJIT_INPUT || kind > TEJIT_SAVED)
     return invalid("tejit_tensor_info_get: null program/info or bad kind");
   const auto &list = program->program->tensors(static_cast<TensorKind>(kind));
   if (index >= list.size())
@@ -253,6 +253,58 @@ tejit_status tejit_backward(tejit_program *program, void *stream,
   if (llvm::Error error = program->program->backward(
           static_cast<CUstream>(stream), pointers(grad_outputs, numGradOutputs),
           pointers(grad_inputs, numGradInputs)))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_forward_ex(tejit_program *program, void *stream,
+                              const void *const *inputs, void *const *outputs,
+                              void *const *saved) {
+  if (!program)
+    return invalid("tejit_forward_ex: program is null");
+  size_t numSaved = tejit_num_tensors(program, TEJIT_SAVED);
+  if (numSaved && !saved)
+    return invalid("tejit_forward_ex: saved must not be null");
+  size_t numInputs = tejit_num_tensors(program, TEJIT_INPUT);
+  size_t numOutputs = tejit_num_tensors(program, TEJIT_OUTPUT);
+  if ((numInputs && !inputs) || (numOutputs && !outputs))
+    return invalid("tejit_forward_ex: inputs and outputs must not be null");
+  std::vector<CUdeviceptr> savedPointers = pointers(saved, numSaved);
+  if (llvm::Error error = program->program->forward(
+          static_cast<CUstream>(stream), pointers(inputs, numInputs),
+          pointers(outputs, numOutputs),
+          llvm::ArrayRef<CUdeviceptr>(savedPointers)))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_backward_ex(tejit_program *program, void *stream,
+                               const void *const *inputs,
+                               const void *const *outputs,
+                               const void *const *saved,
+                               const void *const *grad_outputs,
+                               void *const *grad_inputs) {
+  if (!program)
+    return invalid("tejit_backward_ex: program is null");
+  auto count = [&](tejit_tensor_kind kind) {
+    return tejit_num_tensors(program, kind);
+  };
+  for (auto [array, kind] :
+       {std::pair{(const void *)inputs, TEJIT_INPUT},
+        std::pair{(const void *)outputs, TEJIT_OUTPUT},
+        std::pair{(const void *)saved, TEJIT_SAVED},
+        std::pair{(const void *)grad_outputs, TEJIT_GRAD_OUTPUT},
+        std::pair{(const void *)grad_inputs, TEJIT_GRAD_INPUT}})
+    if (count(kind) && !array)
+      return invalid("tejit_backward_ex: a pointer array is null");
+  std::vector<CUdeviceptr> in = pointers(inputs, count(TEJIT_INPUT)),
+                           out = pointers(outputs, count(TEJIT_OUTPUT)),
+                           kept = pointers(saved, count(TEJIT_SAVED));
+  ForwardTensors forward{in, out, kept};
+  if (llvm::Error error = program->program->backward(
+          static_cast<CUstream>(stream),
+          pointers(grad_outputs, count(TEJIT_GRAD_OUTPUT)),
+          pointers(grad_inputs, count(TEJIT_GRAD_INPUT)), &forward))
     return fail(std::move(error));
   return ok();
 }

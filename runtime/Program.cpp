@@ -26,6 +26,8 @@ llvm::StringRef kindName(TensorKind kind) {
     return "input gradients";
   case TensorKind::Meta:
     return "meta tensors";
+  case TensorKind::Saved:
+    return "saved tensors";
   }
   return "tensors";
 }
@@ -149,11 +151,20 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
   }
   for (const InterfaceEntry &entry : plan.results) {
     Binding binding;
-    bool user = isBackward
-                    ? entry.gradOf.has_value()
-                    : !entry.updatesArg &&
-                          !llvm::StringRef(entry.name).starts_with("saved.");
-    if (user) {
+    bool saved = !isBackward && !entry.updatesArg &&
+                 llvm::StringRef(entry.name).starts_with("saved.");
+    bool user =
+        isBackward ? entry.gradOf.has_value() : !entry.updatesArg && !saved;
+    if (saved) {
+      // The program keeps one set for tejit_forward; tejit_forward_ex takes
+      // the caller's (several forwards may then await their backward).
+      auto index = own(plan.values[entry.value], entry.name);
+      if (!index)
+        return index.takeError();
+      auto &list = descs[size_t(TensorKind::Saved)];
+      binding = {Binding::Saved, list.size(), *index};
+      list.push_back(desc(entry));
+    } else if (user) {
       auto &list = descs[size_t(isBackward ? TensorKind::GradInput
                                            : TensorKind::Output)];
       binding = {Binding::User, list.size()};
@@ -203,33 +214,44 @@ const std::vector<TensorDesc> &Program::tensors(TensorKind kind) const {
   return descs[size_t(kind)];
 }
 
+std::vector<CUdeviceptr> Program::pointersOf(
+    llvm::ArrayRef<Binding> bindings, llvm::ArrayRef<CUdeviceptr> user,
+    llvm::ArrayRef<CUdeviceptr> saved, const ForwardPointers *forward) const {
+  std::vector<CUdeviceptr> pointers;
+  for (const Binding &binding : bindings)
+    switch (binding.kind) {
+    case Binding::User:
+      pointers.push_back(user[binding.index]);
+      break;
+    case Binding::Owned:
+      pointers.push_back(owned[binding.index].get());
+      break;
+    case Binding::Saved:
+      pointers.push_back(saved.empty() ? owned[binding.owned].get()
+                                       : saved[binding.index]);
+      break;
+    case Binding::ForwardArg:
+      pointers.push_back(forward->arguments[binding.index]);
+      break;
+    case Binding::ForwardResult:
+      pointers.push_back(forward->results[binding.index]);
+      break;
+    }
+  return pointers;
+}
+
 Error Program::run(Function &function, CUstream stream,
                    llvm::ArrayRef<CUdeviceptr> userArgs,
                    llvm::ArrayRef<CUdeviceptr> userResults,
-                   const Function *forwardRun) {
-  auto resolve = [&](const Binding &binding,
-                     llvm::ArrayRef<CUdeviceptr> user) -> CUdeviceptr {
-    switch (binding.kind) {
-    case Binding::User:
-      return user[binding.index];
-    case Binding::Owned:
-      return owned[binding.index].get();
-    case Binding::ForwardArg:
-      return forwardRun->argumentPointers[binding.index];
-    case Binding::ForwardResult:
-      return forwardRun->resultPointers[binding.index];
-    }
-    return 0;
-  };
-  function.argumentPointers.clear();
-  function.resultPointers.clear();
-  for (const Binding &binding : function.arguments)
-    function.argumentPointers.push_back(resolve(binding, userArgs));
-  for (const Binding &binding : function.results)
-    function.resultPointers.push_back(resolve(binding, userResults));
-  if (Error error =
-          function.executor->run(function.argumentPointers,
-                                 function.resultPointers, arena.get(), stream))
+                   llvm::ArrayRef<CUdeviceptr> saved,
+                   const ForwardPointers *forward) {
+  function.pointers.arguments =
+      pointersOf(function.arguments, userArgs, saved, forward);
+  function.pointers.results =
+      pointersOf(function.results, userResults, saved, forward);
+  if (Error error = function.executor->run(function.pointers.arguments,
+                                           function.pointers.results,
+                                           arena.get(), stream))
     return error;
   const CudaDriver &driver = *CudaDriver::get();
   for (const CopyBack &update : function.updates)
@@ -258,10 +280,17 @@ Error Program::beginCall(llvm::StringRef what, size_t numIn, TensorKind in,
 }
 
 Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
-                       llvm::ArrayRef<CUdeviceptr> outputs) {
+                       llvm::ArrayRef<CUdeviceptr> outputs,
+                       std::optional<llvm::ArrayRef<CUdeviceptr>> saved) {
   if (Error error = beginCall("forward", inputs.size(), TensorKind::Input,
                               outputs.size(), TensorKind::Output))
     return error;
+  if (saved && saved->size() != tensors(TensorKind::Saved).size())
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("forward: expected {0} pointers for saved "
+                                   "tensors, given {1}",
+                                   tensors(TensorKind::Saved).size(),
+                                   saved->size()));
   const CudaDriver &driver = *CudaDriver::get();
   if (rngBuffer) {
     // Each forward draws from a fresh stretch of the Philox stream.
@@ -272,27 +301,46 @@ Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
       return error;
     rngHost[1] += uint64_t(1) << 32;
   }
-  if (Error error = run(forwardFn, stream, inputs, outputs, nullptr))
+  if (Error error = run(forwardFn, stream, inputs, outputs,
+                        saved.value_or(llvm::ArrayRef<CUdeviceptr>()), nullptr))
     return error;
-  forwardDone = true;
+  // Only the program's own saved tensors make a later plain backward valid.
+  forwardDone = !saved;
   return Error::success();
 }
 
 Error Program::backward(CUstream stream,
                         llvm::ArrayRef<CUdeviceptr> gradOutputs,
-                        llvm::ArrayRef<CUdeviceptr> gradInputs) {
+                        llvm::ArrayRef<CUdeviceptr> gradInputs,
+                        const ForwardTensors *forward) {
   if (!training())
     return makeError(ErrorCode::State,
                      "backward: the program was compiled for inference");
-  if (!forwardDone)
+  if (!forward && !forwardDone)
     return makeError(ErrorCode::State,
-                     "backward: no forward has run since the program was "
-                     "made (the backward reads what the forward saved)");
+                     "backward: no forward has run with the program's own "
+                     "saved tensors (the backward reads what the forward "
+                     "saved; after tejit_forward_ex use tejit_backward_ex)");
   if (Error error =
           beginCall("backward", gradOutputs.size(), TensorKind::GradOutput,
                     gradInputs.size(), TensorKind::GradInput))
     return error;
-  return run(backwardFn, stream, gradOutputs, gradInputs, &forwardFn);
+  if (!forward)
+    return run(backwardFn, stream, gradOutputs, gradInputs, {},
+               &forwardFn.pointers);
+  for (auto [what, given, kind] :
+       {std::tuple{"inputs", forward->inputs.size(), TensorKind::Input},
+        std::tuple{"outputs", forward->outputs.size(), TensorKind::Output},
+        std::tuple{"saved tensors", forward->saved.size(), TensorKind::Saved}})
+    if (given != tensors(kind).size())
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::formatv("backward: expected {0} pointers for the "
+                                     "forward's {1}, given {2}",
+                                     tensors(kind).size(), what, given));
+  ForwardPointers pointers{
+      pointersOf(forwardFn.arguments, forward->inputs, forward->saved, nullptr),
+      pointersOf(forwardFn.results, forward->outputs, forward->saved, nullptr)};
+  return run(backwardFn, stream, gradOutputs, gradInputs, {}, &pointers);
 }
 
 llvm::Expected<CUdeviceptr> Program::metaPointer(size_t index) const {

@@ -25,7 +25,12 @@ struct TensorDesc {
   bool parameter = false;
 };
 
-enum class TensorKind { Input, Output, GradOutput, GradInput, Meta };
+enum class TensorKind { Input, Output, GradOutput, GradInput, Meta, Saved };
+
+/// What a forward saw, for a backward given the caller's saved tensors.
+struct ForwardTensors {
+  llvm::ArrayRef<CUdeviceptr> inputs, outputs, saved;
+};
 
 class Program {
 public:
@@ -42,13 +47,19 @@ public:
   const Plan &plan() const { return bundle.plan; }
   const std::string &planText() const { return bundle.planText; }
 
-  /// Enqueues the forward on `stream`: one pointer per Input and Output.
-  llvm::Error forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
-                      llvm::ArrayRef<CUdeviceptr> outputs);
-  /// Enqueues the backward of the last forward: one pointer per
-  /// GradOutput and GradInput.
+  /// Enqueues the forward on `stream`: one pointer per Input and Output,
+  /// and per Saved tensor when the caller keeps them (else the program's
+  /// own, which the next forward overwrites).
+  llvm::Error
+  forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
+          llvm::ArrayRef<CUdeviceptr> outputs,
+          std::optional<llvm::ArrayRef<CUdeviceptr>> saved = std::nullopt);
+  /// Enqueues a backward: one pointer per GradOutput and GradInput. Without
+  /// `forward`, of the last forward that used the program's saved tensors;
+  /// with it, of the forward that saw those tensors.
   llvm::Error backward(CUstream stream, llvm::ArrayRef<CUdeviceptr> gradOutputs,
-                       llvm::ArrayRef<CUdeviceptr> gradInputs);
+                       llvm::ArrayRef<CUdeviceptr> gradInputs,
+                       const ForwardTensors *forward = nullptr);
 
   /// Meta tensor `index`'s device memory.
   llvm::Expected<CUdeviceptr> metaPointer(size_t index) const;
@@ -65,11 +76,17 @@ private:
     enum Kind {
       User,          // the caller's pointer (index into its array)
       Owned,         // a buffer of the program (index into `owned`)
+      Saved,         // a saved tensor: the caller's (index) or owned[owned]
       ForwardArg,    // backward: the pointer forward argument `index` had
       ForwardResult, // backward: the pointer forward result `index` had
     };
     Kind kind = User;
     size_t index = 0;
+    size_t owned = 0;
+  };
+  /// A function's argument and result addresses in one run.
+  struct ForwardPointers {
+    std::vector<CUdeviceptr> arguments, results;
   };
   /// A state update: after the function, copy owned[from] into owned[to].
   struct CopyBack {
@@ -79,8 +96,8 @@ private:
     std::unique_ptr<Executor> executor;
     std::vector<Binding> arguments, results;
     std::vector<CopyBack> updates;
-    /// Pointers of the last run (the backward reads the forward's).
-    std::vector<CUdeviceptr> argumentPointers, resultPointers;
+    /// Addresses of the last run (a plain backward reads the forward's).
+    ForwardPointers pointers;
   };
 
   Program(Bundle bundle) : bundle(std::move(bundle)) {}
@@ -92,10 +109,15 @@ private:
   /// Checks the pointer counts of a call and makes the context current.
   llvm::Error beginCall(llvm::StringRef what, size_t numIn, TensorKind in,
                         size_t numOut, TensorKind out);
+  std::vector<CUdeviceptr> pointersOf(llvm::ArrayRef<Binding> bindings,
+                                      llvm::ArrayRef<CUdeviceptr> user,
+                                      llvm::ArrayRef<CUdeviceptr> saved,
+                                      const ForwardPointers *forward) const;
   llvm::Error run(Function &function, CUstream stream,
                   llvm::ArrayRef<CUdeviceptr> userArgs,
                   llvm::ArrayRef<CUdeviceptr> userResults,
-                  const Function *forwardRun);
+                  llvm::ArrayRef<CUdeviceptr> saved,
+                  const ForwardPointers *forward);
 
   Bundle bundle;
   DeviceInfo deviceInfo;
@@ -109,7 +131,7 @@ private:
   std::vector<size_t> metaBuffers;
   std::optional<size_t> rngBuffer;
   uint64_t rngHost[2] = {0x2545f4914f6cdd1dull, 0};
-  std::vector<TensorDesc> descs[5];
+  std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
 };
 

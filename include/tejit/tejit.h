@@ -98,7 +98,11 @@ typedef enum tejit_tensor_kind {
   TEJIT_OUTPUT = 1,     /* forward outputs */
   TEJIT_GRAD_OUTPUT = 2,/* backward inputs: one per forward output */
   TEJIT_GRAD_INPUT = 3, /* backward outputs: one per forward input */
-  TEJIT_META = 4        /* FP8 meta state: scale, scale_inv, amax_history */
+  TEJIT_META = 4,       /* FP8 meta state: scale, scale_inv, amax_history */
+  TEJIT_SAVED = 5       /* what the forward saves for the backward (FP8
+                           copies, norm statistics, pre-activations): kept by
+                           the program for tejit_forward, by the caller for
+                           tejit_forward_ex */
 } tejit_tensor_kind;
 
 typedef struct tejit_tensor_info {
@@ -129,6 +133,22 @@ tejit_status tejit_forward(tejit_program *program, void *stream,
 tejit_status tejit_backward(tejit_program *program, void *stream,
                             const void *const *grad_outputs,
                             void *const *grad_inputs);
+
+/* The forward and backward with the saved tensors in the caller's memory
+ * (one pointer per TEJIT_SAVED tensor), so several forwards may await their
+ * backward (autograd keeps them alive). The backward takes what its forward
+ * saw: the same inputs, outputs and saved tensors, unchanged. Both update
+ * the program's FP8 state as the plain calls do. (Programs with dropout keep
+ * one RNG state: their backward must follow its forward before the next.) */
+tejit_status tejit_forward_ex(tejit_program *program, void *stream,
+                              const void *const *inputs, void *const *outputs,
+                              void *const *saved);
+tejit_status tejit_backward_ex(tejit_program *program, void *stream,
+                               const void *const *inputs,
+                               const void *const *outputs,
+                               const void *const *saved,
+                               const void *const *grad_outputs,
+                               void *const *grad_inputs);
 
 /* Copies a TEJIT_META tensor to or from host memory (`bytes` long), ordered
  * on `stream`; get synchronizes the stream. Meta tensors are float32. */

@@ -136,6 +136,7 @@ class Program:
         self.grad_outputs = self._infos(_capi.TEJIT_GRAD_OUTPUT)
         self.grad_inputs = self._infos(_capi.TEJIT_GRAD_INPUT)
         self.meta = self._infos(_capi.TEJIT_META)
+        self.saved = self._infos(_capi.TEJIT_SAVED)
 
     # --- construction ------------------------------------------------------
 
@@ -248,6 +249,29 @@ class Program:
                                      grad_input_ptrs)
         _capi.check(_capi.lib().tejit_backward(
             self.handle, _stream_handle(stream), grad_outputs, grad_inputs))
+
+    def forward_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs):
+        """The forward with the tensors it saves for the backward in the
+        caller's memory: one address per .saved entry. Several such forwards
+        may await their backward (what autograd needs)."""
+        inputs = self._pointers("inputs", self.inputs, input_ptrs)
+        outputs = self._pointers("outputs", self.outputs, output_ptrs)
+        saved = self._pointers("saved", self.saved, saved_ptrs)
+        _capi.check(_capi.lib().tejit_forward_ex(
+            self.handle, _stream_handle(stream), inputs, outputs, saved))
+
+    def backward_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs,
+                    grad_output_ptrs, grad_input_ptrs):
+        """The backward of the forward_ex that saw these inputs, outputs and
+        saved tensors (unchanged since)."""
+        arrays = [self._pointers(what, infos, ptrs) for what, infos, ptrs in (
+            ("inputs", self.inputs, input_ptrs),
+            ("outputs", self.outputs, output_ptrs),
+            ("saved", self.saved, saved_ptrs),
+            ("grad_outputs", self.grad_outputs, grad_output_ptrs),
+            ("grad_inputs", self.grad_inputs, grad_input_ptrs))]
+        _capi.check(_capi.lib().tejit_backward_ex(
+            self.handle, _stream_handle(stream), *arrays))
 
     # --- FP8 meta state ----------------------------------------------------
 

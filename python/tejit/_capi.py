@@ -66,6 +66,7 @@ TEJIT_OUTPUT = 1
 TEJIT_GRAD_OUTPUT = 2
 TEJIT_GRAD_INPUT = 3
 TEJIT_META = 4
+TEJIT_SAVED = 5
 
 # --- structs -----------------------------------------------------------------
 
@@ -184,6 +185,11 @@ def _declare(lib):
                                    P(c_void_p)]),
         "tejit_backward": (status, [program, c_void_p, P(c_void_p),
                                     P(c_void_p)]),
+        "tejit_forward_ex": (status, [program, c_void_p, P(c_void_p),
+                                      P(c_void_p), P(c_void_p)]),
+        "tejit_backward_ex": (status, [program, c_void_p, P(c_void_p),
+                                       P(c_void_p), P(c_void_p), P(c_void_p),
+                                       P(c_void_p)]),
         "tejit_meta_get": (status, [program, c_size_t, c_void_p, c_size_t,
                                     c_void_p]),
         "tejit_meta_set": (status, [program, c_size_t, c_void_p, c_size_t,

@@ -811,7 +811,7 @@ class Case:
     recipe: dict = None
     size: str = "small"
     steps: int = 3
-    kind: str = "layer"  # "layer" or "scale_update"
+    kind: str = "layer"  # "layer", "scale_update" or "interleaved"
 
     @property
     def tokens(self):
@@ -933,6 +933,12 @@ def all_cases():
     cases.append(Case(f"scale_update/{layer_label(layer)}/bf16/"
                       f"{recipe_label(recipe)}/50 steps", layer, seq, batch,
                       "bf16", recipe, "small", steps=50, kind="scale_update"))
+    layer, seq, batch = SMALL_LAYERS["mlp_gelu"]
+    recipe = {"type": "Float8CurrentScaling", "fp8_format": "HYBRID"}
+    cases.append(Case(f"interleaved/{layer_label(layer)}/bf16/"
+                      f"{recipe_label(recipe)}/2 forwards then 2 backwards",
+                      layer, seq, batch, "bf16", recipe, "small",
+                      kind="interleaved"))
     for layer in REAL_LAYERS:
         for recipe in REAL_RECIPES:
             cases.append(make_case(layer, REAL_SEQ, REAL_BATCH, "bf16",
@@ -1157,6 +1163,67 @@ def check_meta_roundtrip(result, program):
                                          problems))
 
 
+def run_interleaved_case(case, result):
+    """Caller-kept saved tensors (forward_ex/backward_ex, what autograd
+    uses): two forwards, then their backwards in reverse order, must give
+    the same bits as two plain forward+backward steps. Current scaling keeps
+    no state between steps, so both orders compute the same thing."""
+    program = tejit.Program.compile(case.spec(), training=True)
+    try:
+        params = {short_name(i.name): random_input(i)
+                  for i in program.inputs if short_name(i.name) != "input"}
+        batches = []
+        for _ in range(2):
+            inputs = dict(params, input=random_input(
+                next(i for i in program.inputs
+                     if short_name(i.name) == "input")))
+            dy = {short_name(t.name): torch.randn(
+                t.shape, device="cuda").to(TORCH_DTYPES[t.dtype])
+                for t in program.grad_outputs}
+            batches.append((inputs, dy))
+        plain = [run_program(program, inputs, dy) for inputs, dy in batches]
+
+        def ptrs(infos, tensors):
+            return [tensors[short_name(t.name)].data_ptr() for t in infos]
+
+        kept = []
+        for inputs, dy in batches:
+            outputs = {short_name(t.name): poisoned(t)
+                       for t in program.outputs}
+            saved = {t.name: torch.empty(t.nbytes, dtype=torch.uint8,
+                                         device="cuda")
+                     for t in program.saved}
+            program.forward_ex(stream_handle(), ptrs(program.inputs, inputs),
+                               ptrs(program.outputs, outputs),
+                               [saved[t.name].data_ptr()
+                                for t in program.saved])
+            kept.append((inputs, dy, outputs, saved))
+        for index in (1, 0):
+            inputs, dy, outputs, saved = kept[index]
+            grads = {short_name(t.name): poisoned(t)
+                     for t in program.grad_inputs}
+            program.backward_ex(stream_handle(), ptrs(program.inputs, inputs),
+                                ptrs(program.outputs, outputs),
+                                [saved[t.name].data_ptr()
+                                 for t in program.saved],
+                                ptrs(program.grad_outputs, dy),
+                                ptrs(program.grad_inputs, grads))
+            torch.cuda.synchronize()
+            want_out, want_grads = plain[index]
+            for name, got in list(outputs.items()) + [
+                    (f"grad.{n}", g) for n, g in grads.items()]:
+                want = (want_out[name] if name in want_out
+                        else want_grads[name[len("grad."):]])
+                same = torch.equal(got.view(torch.uint8),
+                                   want.view(torch.uint8))
+                result.checks.append(Check(
+                    f"batch {index} {name}", 0.0 if same else math.inf,
+                    "state", detail="" if same else "differs from the plain "
+                    "forward+backward"))
+    finally:
+        program.close()
+
+
 def run_scale_update_case(case, result, rng):
     """50 steps of varying input and gradient magnitudes (2^U(-4, 4)): the
     DelayedScaling state must follow the emulator's after every step.
@@ -1208,6 +1275,8 @@ def run_case(case, seed):
     try:
         if case.kind == "scale_update":
             run_scale_update_case(case, result, rng)
+        elif case.kind == "interleaved":
+            run_interleaved_case(case, result)
         else:
             run_layer_case(case, result)
     except tejit.TejitError as e:
