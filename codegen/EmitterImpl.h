@@ -40,6 +40,9 @@ public:
   llvm::StringRef param(mlir::Value inner) const;
   /// A readable base name for a value (te.name, else its SSA name).
   std::string valueName(mlir::Value value);
+  /// Asks for `bytes` of zeroed device scratch, passed as a last parameter
+  /// named `tj_scratch` (a float *); call before writeSignature.
+  void requestScratch(int64_t bytes) { scratchBytes = bytes; }
   /// Writes the device helpers and the `extern "C"` signature, opening the
   /// kernel body.
   void writeSignature(CudaWriter &w, int64_t threadsPerBlock);
@@ -55,7 +58,16 @@ private:
   mlir::AsmState &asmState;
   std::vector<KernelParam> params;
   llvm::DenseMap<mlir::Value, unsigned> paramIndex;
+  int64_t scratchBytes = 0;
 };
+
+/// Column sums split over blocks: block (strip blockIdx.x, split
+/// blockIdx.y) has stored its partial sums in tj_scratch; this makes every
+/// block but the last of its strip leave, so that the last one adds the
+/// splits in order (the result does not depend on which block came last).
+/// The strips' arrival counters live at `counters` (an unsigned * into the
+/// scratch).
+void writeLastBlockOfStrip(CudaWriter &w, llvm::StringRef counters);
 
 /// The C++ storage type of a tensor element type, or "" when unsupported.
 std::string elementTypeName(mlir::Type type);

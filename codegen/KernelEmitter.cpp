@@ -172,16 +172,32 @@ void KernelBuilder::writeSignature(CudaWriter &w, int64_t threadsPerBlock) {
   w.line("extern \"C\" __global__ void __launch_bounds__(" +
          std::to_string(threadsPerBlock) + ")");
   w.line(name + "(");
-  for (auto [index, p] : llvm::enumerate(params)) {
-    std::string decl = "    " + std::string(p.isOutput ? "" : "const ") +
-                       p.elementType + " *__restrict__ " + p.name;
-    if (index + 1 == params.size())
+  std::vector<std::string> decls;
+  for (const KernelParam &p : params)
+    decls.push_back("    " + std::string(p.isOutput ? "" : "const ") +
+                    p.elementType + " *__restrict__ " + p.name);
+  if (scratchBytes)
+    decls.push_back("    float *__restrict__ tj_scratch");
+  for (auto [index, decl] : llvm::enumerate(decls)) {
+    if (index + 1 == decls.size())
       w.open(decl + ")");
     else
       w.line(decl + ",");
   }
-  if (params.empty())
+  if (decls.empty())
     w.open(")");
+}
+
+void tejit::codegen::writeLastBlockOfStrip(CudaWriter &w,
+                                           llvm::StringRef counters) {
+  w.line("__shared__ bool tj_last_block;");
+  w.line("__threadfence();  // this block's partial sums before its ticket");
+  w.line("__syncthreads();");
+  w.line("if (threadIdx.x == 0) tj_last_block = atomicAdd(&" + counters.str() +
+         "[blockIdx.x], 1u) == gridDim.y - 1;");
+  w.line("__syncthreads();");
+  w.line("if (!tj_last_block) return;");
+  w.line("__threadfence();");
 }
 
 EmittedKernel KernelBuilder::finish(CudaWriter &w, Dim3 grid, Dim3 block) {
@@ -192,6 +208,7 @@ EmittedKernel KernelBuilder::finish(CudaWriter &w, Dim3 grid, Dim3 block) {
   kernel.params = params;
   kernel.grid = grid;
   kernel.block = block;
+  kernel.scratchBytes = scratchBytes;
   kernel.op = group.op;
   return kernel;
 }

@@ -48,6 +48,9 @@ struct EmittedKernel {
   Dim3 grid, block;
   /// Dynamic shared memory; all kernels use static shared memory so far.
   int64_t sharedBytes = 0;
+  /// Device scratch the launcher passes, zeroed, as a last `float *`
+  /// argument (cross-block reductions); 0 for none.
+  int64_t scratchBytes = 0;
   /// The op it comes from (a te.fused or a standalone op).
   mlir::Operation *op = nullptr;
 };

@@ -196,6 +196,7 @@ json::Array FunctionPlan::steps() {
                        {"grid", json::Array{k.grid.x, k.grid.y, k.grid.z}},
                        {"block", json::Array{k.block.x, k.block.y, k.block.z}},
                        {"shared_bytes", k.sharedBytes},
+                       {"scratch_bytes", k.scratchBytes},
                        {"args", std::move(args)}});
     }
     if (isa<MatmulOp, ScaledMatmulOp>(op))

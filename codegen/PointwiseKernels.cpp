@@ -412,8 +412,12 @@ void writeTransposedStores(CudaWriter &w, const PointwiseBody &body) {
 
 /// Column sums of the bias gradients: 32 partial rows per block in shared
 /// memory (padded by one word), then one thread per column.
-void writeColumnSums(CudaWriter &w, const PointwiseBody &body) {
-  for (const auto &s : body.columnSums) {
+/// Bias gradients: the block's rows meet in shared memory; with several
+/// row splits (blockIdx.y), the splits' partial sums meet in scratch and the
+/// strip's last block adds them in order.
+void writeColumnSums(CudaWriter &w, const PointwiseBody &body, int64_t splits) {
+  int64_t sums = body.columnSums.size();
+  for (auto [index, s] : llvm::enumerate(body.columnSums)) {
     w.line("__shared__ float " + s.acc + "_rows[kRowsPerPass][kTileCols + 1];");
     w.line("#pragma unroll");
     w.line("for (int i = 0; i < kVec; ++i) " + s.acc +
@@ -425,10 +429,34 @@ void writeColumnSums(CudaWriter &w, const PointwiseBody &body) {
     w.line("float sum = 0.f;");
     w.line("for (int r = 0; r < kRowsPerPass; ++r) sum += " + s.acc +
            "_rows[r][threadIdx.x];");
-    w.line(s.output + "[col0 + threadIdx.x" + s.offset + "] = tj_convert<" +
-           s.type + ">::from(sum);");
+    if (splits > 1)
+      w.line(formatv("tj_scratch[(blockIdx.y * {0} + {1}) * kCols + col0 + "
+                     "threadIdx.x] = sum;",
+                     sums, index)
+                 .str());
+    else
+      w.line(s.output + "[col0 + threadIdx.x" + s.offset + "] = tj_convert<" +
+             s.type + ">::from(sum);");
     w.close();
   }
+  if (splits <= 1 || body.columnSums.empty())
+    return;
+  writeLastBlockOfStrip(
+      w, formatv("reinterpret_cast<unsigned *>(tj_scratch + {0} * kCols)",
+                 splits * sums)
+             .str());
+  w.line("const volatile float *partials = tj_scratch;");
+  w.open("if (threadIdx.x < kTileCols && col0 + threadIdx.x < kCols)");
+  for (auto [index, s] : llvm::enumerate(body.columnSums)) {
+    w.line("float " + s.acc + "_sum = 0.f;");
+    w.line(formatv("for (unsigned s = 0; s < gridDim.y; ++s) {0}_sum += "
+                   "partials[(s * {1} + {2}) * kCols + col0 + threadIdx.x];",
+                   s.acc, sums, index)
+               .str());
+    w.line(s.output + "[col0 + threadIdx.x" + s.offset + "] = tj_convert<" +
+           s.type + ">::from(" + s.acc + "_sum);");
+  }
+  w.close();
 }
 
 void writeAmaxes(CudaWriter &w, const PointwiseBody &body) {
@@ -467,9 +495,19 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   if (llvm::Error error = body.writeVector(compute))
     return error;
 
+  int64_t tileCols = kThreadsX * vec;
+  // A bias gradient splits its rows over enough blocks to fill the GPU
+  // (about two per SM), its partial sums meeting in scratch.
+  int64_t strips = (width + tileCols - 1) / tileCols, splits = 1;
+  if (reduces) {
+    splits = std::clamp<int64_t>((264 + strips - 1) / strips, 1,
+                                 (rows + kTileRows - 1) / kTileRows);
+    if (splits > 1)
+      builder.requestScratch(
+          (splits * int64_t(body.columnSums.size()) * width + strips) * 4);
+  }
   CudaWriter w;
   builder.writeSignature(w, kThreads);
-  int64_t tileCols = kThreadsX * vec;
   w.line(formatv("constexpr int kVec = {0}, kUnroll = {1};", vec,
                  tiled ? kPasses : kUnroll)
              .str());
@@ -502,14 +540,13 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
     writeTransposedStores(w, body);
     w.close();
   }
-  writeColumnSums(w, body);
   writeAmaxes(w, body);
+  writeColumnSums(w, body, splits);
 
   Dim3 grid, block{kThreads, 1, 1};
   if (tiled) {
-    grid.x = (width + tileCols - 1) / tileCols;
-    // A bias gradient sums all rows in one block per column strip.
-    grid.y = reduces ? 1 : (rows + kTileRows - 1) / kTileRows;
+    grid.x = strips;
+    grid.y = reduces ? splits : (rows + kTileRows - 1) / kTileRows;
   } else {
     int64_t vectors = rows * width / vec;
     grid.x = (vectors + kThreads * kUnroll - 1) / (kThreads * kUnroll);

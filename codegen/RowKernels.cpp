@@ -240,41 +240,58 @@ EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
   return builder.finish(w, rowGrid(rows), {32 * kWarps, 1, 1});
 }
 
-/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy. Few blocks exist
-/// (one per strip of kLanes * kVec columns), so each keeps many loads in
-/// flight: 512 threads (128 registers each), kGroups row groups of kLanes
-/// lanes, kUnroll rows per group issued before the first use. Row groups then
-/// meet in shared memory, one output at a time.
+/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy. A block sums a
+/// strip of kLanes * kVec columns over a split of the rows, with many loads
+/// in flight: 512 threads (128 registers each) in kGroups row groups of
+/// kLanes lanes, kUnroll rows per group issued before the first use. Row
+/// groups meet in shared memory; with several splits (enough blocks to fill
+/// the GPU), their partial sums meet in scratch, added by the strip's last
+/// block.
 EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
                               Value mean, Value rsigma, Value dgamma,
                               Value dbeta) {
-  constexpr int64_t kThreads = 512;
+  constexpr int64_t kThreads = 512, kUnroll = 4, kTargetBlocks = 264;
   int64_t rows = rowsOf(x), cols = colsOf(x);
   int64_t vec =
       vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
   // Narrow strips give more blocks; 8 lanes still read 64-128 contiguous
   // bytes of a row at once.
   int64_t lanes = std::min<int64_t>(8, std::max<int64_t>(1, cols / vec));
+  int64_t groups = kThreads / lanes, stripCols = lanes * vec;
+  int64_t strips = (cols + stripCols - 1) / stripCols;
+  int64_t rowsPerPass = groups * kUnroll;
+  int64_t splits = std::clamp<int64_t>((kTargetBlocks + strips - 1) / strips, 1,
+                                       (rows + rowsPerPass - 1) / rowsPerPass);
+  int64_t sums = dbeta ? 2 : 1;
+  if (splits > 1)
+    builder.requestScratch((splits * sums * cols + strips) * 4);
   CudaWriter w;
   builder.writeSignature(w, kThreads);
   w.line(formatv("constexpr int kVec = {0}, kLanes = {1}, kGroups = {2}, "
-                 "kUnroll = 4;",
-                 vec, lanes, kThreads / lanes)
+                 "kUnroll = {3};",
+                 vec, lanes, groups, kUnroll)
              .str());
-  w.line(
-      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1}, kSplitRows = "
+                 "{2};",
+                 rows, cols, (rows + splits - 1) / splits)
+             .str());
   w.line("const int lane = threadIdx.x % kLanes, group = threadIdx.x / "
          "kLanes;");
   w.line("const tj_i64 col = (static_cast<tj_i64>(blockIdx.x) * kLanes + "
          "lane) * kVec;");
+  w.line("const tj_i64 row_begin = static_cast<tj_i64>(blockIdx.y) * "
+         "kSplitRows;");
+  w.line("const tj_i64 row_end = row_begin + kSplitRows < kRows ? row_begin + "
+         "kSplitRows : kRows;");
   w.line("float dgamma_acc[kVec] = {}, dbeta_acc[kVec] = {};");
   w.open("if (col < kCols)");
-  w.open("for (tj_i64 base = group; base < kRows; base += kGroups * kUnroll)");
+  w.open("for (tj_i64 base = row_begin + group; base < row_end; base += "
+         "kGroups * kUnroll)");
   w.line("float dy_v[kUnroll][kVec], x_v[kUnroll][kVec];");
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
   w.line("const tj_i64 row = base + u * kGroups;");
-  w.open("if (row < kRows)");
+  w.open("if (row < row_end)");
   w.line("tj_load(dy_v[u], " + builder.param(dy).str() +
          " + row * kCols + col);");
   w.line("tj_load(x_v[u], " + builder.param(x).str() +
@@ -284,7 +301,7 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
   w.line("const tj_i64 row = base + u * kGroups;");
-  w.line("if (row >= kRows) break;");
+  w.line("if (row >= row_end) break;");
   w.line("const float mu = " +
          (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
          ", rs = " + builder.param(rsigma).str() + "[row];");
@@ -297,11 +314,19 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
   w.close();
   w.close();
   w.line("__shared__ float partial[kGroups][kLanes * kVec + 1];");
+  SmallVector<std::pair<StringRef, Value>> outputs;
   for (auto [name, value] : {std::pair<StringRef, Value>{"dgamma", dgamma},
-                             std::pair<StringRef, Value>{"dbeta", dbeta}}) {
-    if (!value)
-      continue;
-    std::string type = elementTypeName(tensorType(value).getElementType());
+                             std::pair<StringRef, Value>{"dbeta", dbeta}})
+    if (value)
+      outputs.push_back({name, value});
+  auto store = [&](Value value, StringRef sum) {
+    return formatv("{0}[out] = tj_convert<{1}>::from({2});",
+                   builder.param(value),
+                   elementTypeName(tensorType(value).getElementType()), sum)
+        .str();
+  };
+  for (auto [index, output] : llvm::enumerate(outputs)) {
+    auto [name, value] = output;
     w.line("__syncthreads();");
     w.line(formatv("for (int i = 0; i < kVec; ++i) partial[group][lane * "
                    "kVec + i] = {0}_acc[i];",
@@ -313,13 +338,38 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
            "kVec + c;");
     w.line("float sum = 0.f;");
     w.line("for (int g = 0; g < kGroups; ++g) sum += partial[g][c];");
-    w.line(formatv("if (out < kCols) {0}[out] = tj_convert<{1}>::from(sum);",
-                   builder.param(value), type)
-               .str());
+    if (splits > 1)
+      w.line(formatv("if (out < kCols) tj_scratch[(blockIdx.y * {0} + {1}) * "
+                     "kCols + out] = sum;",
+                     sums, index)
+                 .str());
+    else
+      w.line("if (out < kCols) " + store(value, "sum"));
     w.close();
   }
-  return builder.finish(w, {(cols + lanes * vec - 1) / (lanes * vec), 1, 1},
-                        {kThreads, 1, 1});
+  if (splits > 1) {
+    writeLastBlockOfStrip(
+        w, formatv("reinterpret_cast<unsigned *>(tj_scratch + {0})",
+                   splits * sums * cols)
+               .str());
+    w.line("const volatile float *partials = tj_scratch;");
+    w.open("for (int c = threadIdx.x; c < kLanes * kVec; c += blockDim.x)");
+    w.line("const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * kLanes * "
+           "kVec + c;");
+    w.line("if (out >= kCols) break;");
+    for (auto [index, output] : llvm::enumerate(outputs)) {
+      auto [name, value] = output;
+      std::string sum = ("sum_" + name).str();
+      w.line("float " + sum + " = 0.f;");
+      w.line(formatv("for (unsigned s = 0; s < gridDim.y; ++s) {0} += "
+                     "partials[(s * {1} + {2}) * kCols + out];",
+                     sum, sums, index)
+                 .str());
+      w.line(store(value, sum));
+    }
+    w.close();
+  }
+  return builder.finish(w, {strips, splits, 1}, {kThreads, 1, 1});
 }
 } // namespace
 

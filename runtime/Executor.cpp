@@ -139,11 +139,19 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
   return Error::success();
 }
 
+size_t Executor::scratchBytes() const {
+  size_t bytes = 0;
+  for (const Step &step : plan.steps)
+    if (const auto *kernel = std::get_if<KernelStep>(&step))
+      bytes = std::max<size_t>(bytes, kernel->scratchBytes);
+  return bytes;
+}
+
 Error Executor::launch(const KernelStep &step, CUfunction function,
-                       CUstream stream) {
+                       CUdeviceptr scratch, CUstream stream) {
   llvm::SmallVector<CUdeviceptr, 16> pointers;
   llvm::SmallVector<void *, 16> params;
-  pointers.reserve(step.args.size());
+  pointers.reserve(step.args.size() + 1);
   for (const KernelArg &arg : step.args) {
     pointers.push_back(addresses[arg.value]);
     // Amaxes the kernel max-reduces into with atomics start from zero.
@@ -153,6 +161,14 @@ Error Executor::launch(const KernelStep &step, CUfunction function,
                                      plan.values[arg.value].bytes, stream),
               "zeroing an amax of '" + step.name + "'"))
         return error;
+  }
+  // Cross-block sums take zeroed scratch (arrival counters) last.
+  if (step.scratchBytes) {
+    if (Error error = driver.check(
+            driver.cuMemsetD8Async(scratch, 0, step.scratchBytes, stream),
+            "zeroing the scratch of '" + step.name + "'"))
+      return error;
+    pointers.push_back(scratch);
   }
   for (CUdeviceptr &pointer : pointers)
     params.push_back(&pointer);
@@ -184,13 +200,13 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
 
 Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
-                    CUstream stream) {
+                    CUdeviceptr scratch, CUstream stream) {
   if (Error error = bind(arguments, results, arena))
     return error;
   for (auto [index, step] : llvm::enumerate(plan.steps)) {
     Error error = Error::success();
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
-      error = launch(*kernel, kernels[index], stream);
+      error = launch(*kernel, kernels[index], scratch, stream);
     } else if (const auto *gemmStep = std::get_if<GemmStep>(&step)) {
       error = gemm(*gemmStep, stream);
     } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {

@@ -49,10 +49,14 @@ public:
 
   /// Enqueues the function on `stream`. `arguments` and `results` hold one
   /// device pointer per argument and result of the function; `arena` at
-  /// least function().arenaBytes of device memory.
+  /// least function().arenaBytes of device memory, `scratch`
+  /// scratchBytes().
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
-                  CUstream stream);
+                  CUdeviceptr scratch, CUstream stream);
+
+  /// The most scratch any kernel step asks for.
+  size_t scratchBytes() const;
 
 private:
   Executor(const FunctionPlan &plan, GemmRunner &gemms,
@@ -63,7 +67,7 @@ private:
   llvm::Error bind(llvm::ArrayRef<CUdeviceptr> arguments,
                    llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena);
   llvm::Error launch(const KernelStep &step, CUfunction function,
-                     CUstream stream);
+                     CUdeviceptr scratch, CUstream stream);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
 
   const FunctionPlan &plan;

@@ -779,6 +779,12 @@ Error FunctionParser::parseKernel(const json::Object &node, const Scope &scope,
       return bytes.takeError();
     step.sharedBytes = *bytes;
   }
+  if (const json::Value *scratch = node.get("scratch_bytes")) {
+    Expected<unsigned> bytes = scope.unsignedInteger(*scratch, "scratch_bytes");
+    if (!bytes)
+      return bytes.takeError();
+    step.scratchBytes = *bytes;
+  }
 
   Expected<const json::Array *> args = scope.array(node, "args");
   if (!args)

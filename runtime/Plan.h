@@ -75,6 +75,8 @@ struct KernelStep {
   std::string binary; // relative path, e.g. kernels/x.cubin
   std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
   unsigned sharedBytes = 0;
+  /// Zeroed device scratch passed as a last argument (cross-block sums).
+  unsigned scratchBytes = 0;
   std::vector<KernelArg> args;
 };
 

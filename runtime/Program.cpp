@@ -104,6 +104,14 @@ Error Program::setUp(int ordinal) {
   if (backward)
     if (Error error = prepare(backwardFn, *backward, /*isBackward=*/true))
       return error;
+  size_t scratchBytes = forwardFn.executor->scratchBytes();
+  if (backwardFn.executor)
+    scratchBytes = std::max(scratchBytes, backwardFn.executor->scratchBytes());
+  auto scratchBuffer =
+      DeviceBuffer::allocate(scratchBytes, "kernel scratch (cross-block sums)");
+  if (!scratchBuffer)
+    return scratchBuffer.takeError();
+  scratch = std::move(*scratchBuffer);
   return resetState();
 }
 
@@ -251,7 +259,7 @@ Error Program::run(Function &function, CUstream stream,
       pointersOf(function.results, userResults, saved, forward);
   if (Error error = function.executor->run(function.pointers.arguments,
                                            function.pointers.results,
-                                           arena.get(), stream))
+                                           arena.get(), scratch.get(), stream))
     return error;
   const CudaDriver &driver = *CudaDriver::get();
   for (const CopyBack &update : function.updates)

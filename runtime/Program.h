@@ -122,7 +122,7 @@ private:
   Bundle bundle;
   DeviceInfo deviceInfo;
   std::unique_ptr<ModuleSet> modules;
-  DeviceBuffer workspace, arena;
+  DeviceBuffer workspace, arena, scratch;
   std::unique_ptr<GemmRunner> gemms;
   Function forwardFn, backwardFn;
   std::vector<DeviceBuffer> owned;
