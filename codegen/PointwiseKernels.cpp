@@ -310,10 +310,11 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
 /// The iteration width: the narrowest last dim of the group's matrices
 /// (transposed results aside, whose dims are swapped).
 int64_t iterationWidth(const KernelGroup &group, int64_t &rows,
-                       int64_t &minBytes) {
+                       int64_t &minBytes, int64_t &maxBytes) {
   int64_t width = INT64_MAX;
   rows = -1;
   minBytes = 16;
+  maxBytes = 0;
   auto visit = [&](Value value) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
     if (!type || type.getRank() < 2 || type.getElementType().isInteger(64))
@@ -323,6 +324,7 @@ int64_t iterationWidth(const KernelGroup &group, int64_t &rows,
     width = std::min(width, colsOf(value));
     rows = std::max(rows, rowsOf(value));
     minBytes = std::min(minBytes, elementBytes(type.getElementType()));
+    maxBytes = std::max(maxBytes, elementBytes(type.getElementType()));
   };
   for (Value input : group.inputs)
     visit(input);
@@ -473,8 +475,8 @@ void writeAmaxes(CudaWriter &w, const PointwiseBody &body) {
 llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
                                           std::vector<EmittedKernel> &kernels) {
   const KernelGroup &group = builder.group;
-  int64_t rows, minBytes;
-  int64_t width = iterationWidth(group, rows, minBytes);
+  int64_t rows, minBytes, maxBytes;
+  int64_t width = iterationWidth(group, rows, minBytes, maxBytes);
   if (width == INT64_MAX)
     return noEmitter(group.op, "no matrix operand");
   bool tiled = llvm::any_of(group.ops, [](Operation *op) {
@@ -485,6 +487,10 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   bool reduces = llvm::any_of(
       group.ops, [](Operation *op) { return isa<BiasGradOp>(op); });
   int64_t vec = vectorWidth({width}, minBytes);
+  // FP8-only copies (a transpose of a cast done elsewhere) move 16 elements
+  // a vector: 16-byte accesses, like every other kernel's.
+  if (maxBytes == 1 && width % 16 == 0)
+    vec = 16;
   if (transposes && (vec % 4 != 0 || rows % 8 != 0))
     return noEmitter(group.op, "a transpose needs rows % 8 == 0 and a last "
                                "dim % 4 == 0");

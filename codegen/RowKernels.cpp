@@ -287,7 +287,9 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
   w.open("if (col < kCols)");
   w.open("for (tj_i64 base = row_begin + group; base < row_end; base += "
          "kGroups * kUnroll)");
-  w.line("float dy_v[kUnroll][kVec], x_v[kUnroll][kVec];");
+  w.line("float dy_v[kUnroll][kVec], x_v[kUnroll][kVec], mu_v[kUnroll], "
+         "rs_v[kUnroll];");
+  w.line("// Every load, the row statistics too, before the first use.");
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
   w.line("const tj_i64 row = base + u * kGroups;");
@@ -296,18 +298,18 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
          " + row * kCols + col);");
   w.line("tj_load(x_v[u], " + builder.param(x).str() +
          " + row * kCols + col);");
+  w.line("mu_v[u] = " +
+         (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
+         ";");
+  w.line("rs_v[u] = " + builder.param(rsigma).str() + "[row];");
   w.close();
   w.close();
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
-  w.line("const tj_i64 row = base + u * kGroups;");
-  w.line("if (row >= row_end) break;");
-  w.line("const float mu = " +
-         (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
-         ", rs = " + builder.param(rsigma).str() + "[row];");
+  w.line("if (base + u * kGroups >= row_end) break;");
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kVec; ++i)");
-  w.line("dgamma_acc[i] += dy_v[u][i] * (x_v[u][i] - mu) * rs;");
+  w.line("dgamma_acc[i] += dy_v[u][i] * (x_v[u][i] - mu_v[u]) * rs_v[u];");
   w.line("dbeta_acc[i] += dy_v[u][i];");
   w.close();
   w.close();

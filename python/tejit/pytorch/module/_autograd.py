@@ -1,0 +1,64 @@
+"""The autograd Function over a training program.
+
+forward_ex/backward_ex keep the tensors the forward saves for the backward
+in PyTorch's memory, so several forwards may await their backward (gradient
+accumulation, activation checkpointing, a module called twice in a step):
+autograd owns those buffers through ctx.save_for_backward and frees them
+with the graph. Everything runs on PyTorch's current stream of the input's
+device; autograd runs a backward on the stream of its forward.
+"""
+import torch
+
+
+def _kept(tensors, keep):
+    """Tensors the backward reads; None (NULL for the program) elsewhere, so
+    that autograd does not keep, e.g., a high-precision input alive that the
+    backward only reads as its FP8 copy."""
+    return [tensor if wanted else None for tensor, wanted in zip(tensors,
+                                                                 keep)]
+
+
+class ProgramFunction(torch.autograd.Function):
+    """ProgramFunction.apply(compiled, input, *parameters): the program's
+    outputs (one tensor, or a tuple when it has several), differentiable
+    with respect to the input and every parameter. `compiled` is a
+    module/_compiled.CompiledProgram compiled for training; the tensors are
+    what CompiledProgram.check_inputs accepted."""
+
+    @staticmethod
+    def forward(ctx, compiled, inp, *parameters):
+        inputs = (inp, *parameters)
+        device = inp.device
+        outputs = compiled.new_outputs(device)
+        saved = compiled.new_saved(device)
+        compiled.program.forward_ex(torch.cuda.current_stream(device),
+                                    inputs, outputs, saved)
+        ctx.compiled = compiled
+        ctx.device = device
+        ctx.counts = (len(inputs), len(outputs))
+        ctx.save_for_backward(*_kept(inputs, compiled.keep_inputs),
+                              *_kept(outputs, compiled.keep_outputs), *saved)
+        return tuple(outputs) if len(outputs) > 1 else outputs[0]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *grad_outputs):
+        compiled, device = ctx.compiled, ctx.device
+        num_inputs, num_outputs = ctx.counts
+        tensors = ctx.saved_tensors
+        inputs = tensors[:num_inputs]
+        outputs = tensors[num_inputs:num_inputs + num_outputs]
+        saved = tensors[num_inputs + num_outputs:]
+        dys = []
+        for index, dy in enumerate(grad_outputs):
+            if dy is None:  # an output nothing downstream used
+                dy = compiled.zero_grad_output(index, device)
+            else:  # e.g. the expanded ones of a .sum(): materialize
+                dy = dy.to(compiled.output_dtype(index)).contiguous()
+            dys.append(dy)
+        grads = compiled.new_grad_inputs(device)
+        compiled.program.backward_ex(torch.cuda.current_stream(device),
+                                     inputs, outputs, saved, dys, grads)
+        # needs_input_grad[0] is `compiled`, not a tensor.
+        return (None, *[grad if needed else None for grad, needed in
+                        zip(grads, ctx.needs_input_grad[1:])])

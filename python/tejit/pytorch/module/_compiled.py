@@ -1,0 +1,174 @@
+"""A tejit.Program as the PyTorch modules use it: its tensors as torch
+dtypes and module attribute names, buffers from PyTorch's allocator, and
+what its backward reads.
+
+One CompiledProgram serves one JIT key of one module (module/base.py); the
+program's FP8 meta state belongs to that module (module/_meta.py).
+"""
+import ctypes
+
+import torch
+
+import tejit
+
+TORCH_DTYPES = {
+    "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+    "i64": torch.int64, "i32": torch.int32, "i8": torch.int8,
+    "bool": torch.bool,
+}
+
+# The single layer of a module's spec is `layers.0`: parameters arrive as
+# "layers.0.<TE state_dict name>", extra outputs as "layers.0.<name>".
+LAYER_PREFIX = "layers.0."
+
+
+def attribute_name(tensor_name):
+    """"layers.0.fc1_weight" -> "fc1_weight"; "input", "output" unchanged."""
+    if tensor_name.startswith(LAYER_PREFIX):
+        return tensor_name[len(LAYER_PREFIX):]
+    return tensor_name
+
+
+def _backward_reads(program):
+    """(input names, output names) the backward reads, from the plan
+    (docs/plan-format.md: backward arguments with te.forward_arg /
+    te.forward_result index the forward's arguments / results). Autograd
+    then keeps alive only these (as TE keeps the FP8 copies, not the
+    high-precision input, of an FP8 GEMM's operand); the others are passed
+    to the backward as NULL. A plan this code does not understand keeps
+    everything."""
+    everything = ({info.name for info in program.inputs},
+                  {info.name for info in program.outputs})
+    try:
+        functions = program.plan()["functions"]
+        forward = next(f for f in functions if not f.get("backward_of"))
+        backward = next(f for f in functions if f.get("backward_of"))
+        arguments = [a.get("te.name") for a in forward["arguments"]]
+        results = [r.get("te.name") for r in forward["results"]]
+        inputs = {arguments[a["te.forward_arg"]]
+                  for a in backward["arguments"] if "te.forward_arg" in a}
+        read = {results[a["te.forward_result"]]
+                for a in backward["arguments"] if "te.forward_result" in a}
+    except (KeyError, IndexError, StopIteration, TypeError):
+        return everything
+    if None in inputs or None in read:
+        return everything
+    return inputs, read & everything[1]
+
+
+class CompiledProgram:
+    """A compiled program with what the modules need to call it."""
+
+    def __init__(self, program, device_index):
+        self.program = program
+        self.device_index = device_index
+        self.training = program.is_training
+        inputs = program.inputs
+        if not inputs or inputs[0].name != "input":
+            raise RuntimeError(f"tejit: expected the program's first input "
+                               f"to be 'input', got "
+                               f"{[i.name for i in inputs]}")
+        # Module attributes of the parameters, in the program's order.
+        self.parameter_names = [attribute_name(i.name) for i in inputs[1:]]
+        self.output_names = [attribute_name(o.name) for o in program.outputs]
+        self._inputs = [(tuple(i.shape), TORCH_DTYPES[i.dtype])
+                        for i in inputs]
+        self._outputs = [(tuple(o.shape), TORCH_DTYPES[o.dtype])
+                         for o in program.outputs]
+        self._grad_inputs = [(tuple(g.shape), TORCH_DTYPES[g.dtype])
+                             for g in program.grad_inputs]
+        self._saved_bytes = [s.nbytes for s in program.saved]
+        if self.training:
+            read_inputs, read_outputs = _backward_reads(program)
+            self.keep_inputs = [i.name in read_inputs for i in inputs]
+            self.keep_outputs = [o.name in read_outputs
+                                 for o in program.outputs]
+        # FP8 meta tensors by name: (index for meta_get/meta_set, shape).
+        self.meta = {info.name: (index, tuple(info.shape))
+                     for index, info in enumerate(program.meta)}
+
+    # --- buffers -------------------------------------------------------------
+
+    @staticmethod
+    def _allocate(specs, device):
+        return [torch.empty(shape, dtype=dtype, device=device)
+                for shape, dtype in specs]
+
+    def new_outputs(self, device):
+        return self._allocate(self._outputs, device)
+
+    def new_saved(self, device):
+        # Byte buffers: the caching allocator aligns blocks to 512 bytes,
+        # more than any saved tensor (FP8 data, float32 scales) needs.
+        return [torch.empty(nbytes, dtype=torch.uint8, device=device)
+                for nbytes in self._saved_bytes]
+
+    def new_grad_inputs(self, device):
+        return self._allocate(self._grad_inputs, device)
+
+    def zero_grad_output(self, index, device):
+        """The gradient of an output autograd left undefined (unused)."""
+        shape, dtype = self._outputs[index]
+        return torch.zeros(shape, dtype=dtype, device=device)
+
+    def output_dtype(self, index):
+        return self._outputs[index][1]
+
+    # --- checks ----------------------------------------------------------------
+
+    def check_inputs(self, tensors, names):
+        """The program reads raw pointers: a tensor of another shape, dtype
+        or layout would be read out of bounds, so refuse it here."""
+        for tensor, (shape, dtype), name in zip(tensors, self._inputs, names):
+            if (tuple(tensor.shape) != shape or tensor.dtype != dtype
+                    or not tensor.is_cuda or not tensor.is_contiguous()):
+                raise ValueError(
+                    f"tejit: '{name}' is {tuple(tensor.shape)} "
+                    f"{tensor.dtype} on {tensor.device}"
+                    f"{'' if tensor.is_contiguous() else ' (not contiguous)'}"
+                    f"; the compiled program takes a contiguous CUDA tensor "
+                    f"{shape} {dtype}")
+
+    # --- FP8 meta state ------------------------------------------------------------
+
+    def stream(self):
+        """PyTorch's current stream on the program's device."""
+        return torch.cuda.current_stream(self.device_index)
+
+    def read_meta(self, name):
+        """Meta tensor `name` as a CPU float32 tensor; synchronizes the
+        current stream, so it holds the state after all queued steps."""
+        index, shape = self.meta[name]
+        data = bytearray(self.program.meta_get(index, self.stream()))
+        return torch.frombuffer(data, dtype=torch.float32).reshape(shape)
+
+    def write_meta(self, name, tensor):
+        """Overwrites meta tensor `name` (ordered on the current stream)."""
+        index, _ = self.meta[name]
+        host = tensor.detach().to("cpu", torch.float32).contiguous()
+        # Raw bytes without NumPy (not a PyTorch dependency).
+        self.program.meta_set(index, ctypes.string_at(
+            host.data_ptr(), host.numel() * host.element_size()),
+            self.stream())
+
+    # --- running -----------------------------------------------------------------
+
+    def infer(self, inputs):
+        """An inference forward (no autograd) on the current stream."""
+        device = inputs[0].device
+        outputs = self.new_outputs(device)
+        self.program.forward(torch.cuda.current_stream(device), inputs,
+                             outputs)
+        return outputs
+
+
+def compile_program(spec, training, device_index):
+    """tejit.Program.compile through the kernel cache (memory, then disk),
+    wrapped for the modules."""
+    program = tejit.Program.compile(spec, training=training,
+                                    device=device_index)
+    try:
+        return CompiledProgram(program, device_index)
+    except BaseException:
+        program.close()
+        raise

@@ -1,0 +1,252 @@
+"""The base of tejit's PyTorch modules: parameters, the JIT cache of
+compiled programs, the forward through autograd, and the FP8 meta state in
+the state_dict.
+
+Shapes: a module takes an input [..., features] of any leading dims, as
+TE's do. Every op of these layers works per token, so the leading dims are
+flattened into tokens and the program is compiled for seq_length = tokens,
+batch_size = 1 (input [tokens, 1, features]); outputs get the input's
+leading dims back. [s, b, h] (sbhd) and [b, s, h] (bshd) inputs of one
+token count therefore share a program.
+
+JIT: a module compiles on the first call with a new key (token count,
+activation dtype, recipe, training or inference, device) and keeps the
+program (one per key, as the program holds state); a later call with that
+key runs it without compiling. A compile runs tejit's pipeline but takes
+its kernels from the kernel cache (in memory, then on disk), so a second
+module of the same configuration, or a new process, compiles no kernels.
+
+Training or inference: a training program (forward + backward, through
+torch.autograd) when grad mode is on and the input or a parameter requires
+grad, as autograd would record the call; otherwise an inference program
+(forward only, nothing saved).
+
+Precision: the recipe of the innermost enabled fp8_autocast / autocast
+(fp8.py), else none (the GEMMs in the activation dtype). The activation
+dtype is torch.autocast's when it is enabled (input and parameters are cast
+to it, differentiably), else the input's, which must then be the
+parameters' dtype (TE's rule).
+"""
+import json
+import math
+
+import torch
+
+import tejit
+
+from .. import fp8
+from . import _autograd, _compiled, _meta
+from ._args import gamma_init
+
+SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
+               torch.float32: "fp32"}
+
+_compiles = 0
+
+
+def compile_count():
+    """Programs compiled by tejit.pytorch modules in this process."""
+    return _compiles
+
+
+def _autocast_dtype():
+    get_dtype = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4
+    return get_dtype("cuda") if get_dtype else torch.get_autocast_gpu_dtype()
+
+
+class TransformerEngineBaseModule(torch.nn.Module):
+    """What the modules share. A subclass registers its parameters with
+    _add_parameter (TE's names and initialization), describes its layer
+    with _layer_spec() (docs/spec-format.md) and _input_features(), and
+    calls _run() in forward."""
+
+    # Norm modules run no GEMM: they ignore the FP8 recipe (as TE's do), so
+    # autocast does not give them a second program.
+    _uses_fp8 = True
+
+    def __init__(self, params_dtype):
+        super().__init__()
+        self.params_dtype = (torch.get_default_dtype() if params_dtype is None
+                             else params_dtype)
+        if self.params_dtype not in SPEC_DTYPES:
+            raise TypeError(f"{type(self).__name__}: params_dtype must be "
+                            f"torch.bfloat16, torch.float16 or torch.float32, "
+                            f"got {self.params_dtype}")
+        self._programs = {}        # JIT key -> CompiledProgram
+        self._fp8_meta_state = _meta.Fp8MetaState()
+        self._initializers = {}    # parameter name -> init function
+        # return_bias: this parameter is returned, not added; the program
+        # adds zeros in its place (one program shape for both uses).
+        self._returned_bias = None
+        self._zero_biases = {}     # (shape, dtype, device) -> zeros
+
+    # --- parameters --------------------------------------------------------
+
+    def _add_parameter(self, name, shape, init, device):
+        tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
+        self.register_parameter(name, torch.nn.Parameter(tensor))
+        self._initializers[name] = init
+
+    def _add_norm_parameters(self, weight, bias, size, normalization,
+                             zero_centered_gamma, device):
+        self._add_parameter(weight, (size,), gamma_init(zero_centered_gamma),
+                            device)
+        if normalization == "LayerNorm":
+            self._add_parameter(bias, (size,), torch.nn.init.zeros_, device)
+
+    def reset_parameters(self):
+        """(Re)initializes every parameter as TE does. Parameters on the
+        meta device are left for a later call (TE's deferred init)."""
+        with torch.no_grad():
+            for name, init in self._initializers.items():
+                parameter = getattr(self, name)
+                if parameter.device.type != "meta":
+                    init(parameter)
+
+    def _bias_output(self, name, like):
+        """The bias a return_bias module returns, in the output's dtype."""
+        bias = getattr(self, name, None)
+        return None if bias is None else bias.to(like.dtype)
+
+    # --- what a subclass describes -----------------------------------------
+
+    def _layer_spec(self):
+        raise NotImplementedError
+
+    def _input_features(self):
+        raise NotImplementedError
+
+    # --- running -----------------------------------------------------------
+
+    def _activation_dtype(self, inp):
+        if torch.is_autocast_enabled():
+            return _autocast_dtype()
+        for name, parameter in self.named_parameters(recurse=False):
+            if parameter.dtype != inp.dtype:
+                raise TypeError(
+                    f"{type(self).__name__}: the input is {inp.dtype} but "
+                    f"'{name}' is {parameter.dtype}; outside torch.autocast "
+                    f"they must match (as in Transformer Engine): cast the "
+                    f"input or the module")
+        return inp.dtype
+
+    def _argument(self, name, dtype):
+        """The tensor the program takes for parameter `name`."""
+        if name == self._returned_bias:
+            parameter = getattr(self, name)
+            key = (tuple(parameter.shape), dtype, parameter.device)
+            if key not in self._zero_biases:
+                self._zero_biases[key] = torch.zeros(
+                    key[0], dtype=dtype, device=parameter.device)
+            return self._zero_biases[key]
+        parameter = getattr(self, name)
+        # Casts only under torch.autocast; autograd carries the gradient
+        # back to the parameter's dtype.
+        return parameter.to(dtype).contiguous()
+
+    def _requires_grad(self, inp):
+        return inp.requires_grad or any(
+            parameter.requires_grad
+            for name, parameter in self.named_parameters(recurse=False)
+            if name != self._returned_bias)
+
+    def _compile(self, key, spec, shape):
+        global _compiles
+        _, dtype, recipe_key, training, device_index = key
+        try:
+            compiled = _compiled.compile_program(spec, training, device_index)
+        except tejit.TejitError as error:
+            detail = str(error)
+            if detail.startswith(error.status_name + ": "):
+                detail = detail[len(error.status_name) + 2:]
+            raise tejit.TejitError(error.status, (
+                f"{type(self).__name__}: cannot compile for input "
+                f"{tuple(shape)} ({dtype}, "
+                f"{'training' if training else 'inference'}, recipe "
+                f"{recipe_key or 'none'}): {detail}")) from error
+        _compiles += 1
+        self._programs[key] = compiled
+        return compiled
+
+    def _run(self, inp):
+        """Runs the module's program on `inp` [..., features]: {output name
+        ("output", "ln_output"): tensor [..., output features]}."""
+        name = type(self).__name__
+        if not isinstance(inp, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor input, got "
+                            f"{type(inp).__name__}")
+        features = self._input_features()
+        if inp.dim() == 0 or inp.shape[-1] != features:
+            raise ValueError(f"{name}: expected an input [..., {features}], "
+                             f"got {tuple(inp.shape)}")
+        if not inp.is_cuda:
+            raise ValueError(f"{name}: the input must be a CUDA tensor, got "
+                             f"one on {inp.device}")
+        dtype = self._activation_dtype(inp)
+        if dtype not in SPEC_DTYPES:
+            raise TypeError(f"{name}: unsupported activation dtype {dtype}")
+        lead = tuple(inp.shape[:-1])
+        tokens = math.prod(lead)
+        x = inp.to(dtype).contiguous().view(tokens, 1, features)
+
+        recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
+        recipe_spec = recipe.to_spec() if recipe is not None else None
+        recipe_key = (json.dumps(recipe_spec, sort_keys=True)
+                      if recipe_spec is not None else None)
+        training = torch.is_grad_enabled() and self._requires_grad(inp)
+        key = (tokens, dtype, recipe_key, training, x.device.index)
+        compiled = self._programs.get(key)
+        if compiled is None:
+            spec = {"name": name, "params_dtype": SPEC_DTYPES[dtype],
+                    "seq_length": tokens, "batch_size": 1,
+                    "layers": [self._layer_spec()]}
+            if recipe_spec is not None:
+                spec["recipe"] = recipe_spec
+            compiled = self._compile(key, spec, inp.shape)
+
+        arguments = [x] + [self._argument(n, dtype)
+                           for n in compiled.parameter_names]
+        compiled.check_inputs(arguments, ["input"] + compiled.parameter_names)
+        self._fp8_meta_state.activate(compiled)
+        if compiled.training:
+            outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
+            if not isinstance(outputs, tuple):
+                outputs = (outputs,)
+        else:
+            outputs = compiled.infer(arguments)
+        return {output_name: out.view(*lead, out.shape[-1])
+                for output_name, out in zip(compiled.output_names, outputs)}
+
+    # --- state_dict, copies --------------------------------------------------
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        for name, tensor in self._fp8_meta_state.tensors().items():
+            destination[prefix + name] = tensor
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        meta_prefix = prefix + _meta.PREFIX
+        meta_keys = [key for key in state_dict if key.startswith(meta_prefix)]
+        if meta_keys:
+            self._fp8_meta_state.load(
+                {key[len(prefix):]: state_dict[key] for key in meta_keys},
+                prefix, unexpected_keys, error_msgs)
+            # The dotted names would read as a child module's to torch's
+            # strict check: give it the rest only.
+            taken = set(meta_keys)
+            state_dict = {key: value for key, value in state_dict.items()
+                          if key not in taken}
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def __getstate__(self):
+        # Programs own device memory through raw handles: a copy (deepcopy,
+        # pickle) takes the FP8 state as tensors and compiles its own.
+        state = self.__dict__.copy()
+        state["_programs"] = {}
+        state["_fp8_meta_state"] = self._fp8_meta_state.detached()
+        state["_zero_biases"] = {}
+        return state

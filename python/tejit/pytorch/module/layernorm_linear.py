@@ -1,0 +1,92 @@
+"""te.LayerNormLinear: a LayerNorm or RMSNorm, then a Linear, in one
+program (the norm kernel writes the FP8 GEMM operand directly)."""
+import torch
+
+from . import _args
+from .base import TransformerEngineBaseModule
+
+
+class LayerNormLinear(TransformerEngineBaseModule):
+    """Transformer Engine's LayerNormLinear, compiled by tejit. Parameters
+    `layer_norm_weight` and `layer_norm_bias` [in_features] (no bias with
+    normalization="RMSNorm"), `weight` [out_features, in_features], `bias`
+    [out_features]. forward(inp) returns the output, plus the bias with
+    return_bias (not added) and then the norm's output with
+    return_layernorm_output, as TE's. Distributed arguments only at their
+    defaults; get_rng_state_tracker, ub_name and name are unused."""
+
+    def __init__(self, in_features, out_features, eps=1e-5,
+                 sequence_parallel=False, fuse_wgrad_accumulation=False,
+                 tp_group=None, tp_size=1, get_rng_state_tracker=None,
+                 init_method=None, bias=True, normalization="LayerNorm",
+                 return_bias=False, params_dtype=None, parallel_mode=None,
+                 return_layernorm_output=False,
+                 return_layernorm_output_gathered=False,
+                 parameters_split=None, zero_centered_gamma=False,
+                 device="cuda", ub_overlap_ag=False, ub_overlap_rs=False,
+                 ub_overlap_rs_dgrad=False, ub_bulk_wgrad=False,
+                 ub_bulk_dgrad=False, ub_name=None, delay_wgrad_compute=False,
+                 symmetric_ar_type=None, name=None):
+        super().__init__(params_dtype)
+        owner = "LayerNormLinear"
+        _args.check_defaults(
+            owner, sequence_parallel=sequence_parallel,
+            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
+            tp_group=tp_group, tp_size=tp_size,
+            return_layernorm_output_gathered=return_layernorm_output_gathered,
+            parameters_split=parameters_split, ub_overlap_ag=ub_overlap_ag,
+            ub_overlap_rs=ub_overlap_rs,
+            ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
+            ub_bulk_wgrad=ub_bulk_wgrad, ub_bulk_dgrad=ub_bulk_dgrad,
+            delay_wgrad_compute=delay_wgrad_compute,
+            symmetric_ar_type=symmetric_ar_type)
+        _args.check_parallel_mode(owner, parallel_mode)
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.eps = float(eps)
+        self.normalization = _args.check_normalization(owner, normalization)
+        self.zero_centered_gamma = bool(zero_centered_gamma)
+        self.use_bias = bool(bias)
+        self.return_bias = bool(return_bias)
+        self.return_layernorm_output = bool(return_layernorm_output)
+        self._add_norm_parameters("layer_norm_weight", "layer_norm_bias",
+                                  self.in_features, self.normalization,
+                                  self.zero_centered_gamma, device)
+        self._add_parameter("weight", (self.out_features, self.in_features),
+                            init_method or _args.default_init_method(), device)
+        if self.use_bias:
+            self._add_parameter("bias", (self.out_features,),
+                                torch.nn.init.zeros_, device)
+            if self.return_bias:
+                self._returned_bias = "bias"
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def _layer_spec(self):
+        return {"type": "LayerNormLinear", "in_features": self.in_features,
+                "out_features": self.out_features, "bias": self.use_bias,
+                "normalization": self.normalization, "eps": self.eps,
+                "zero_centered_gamma": self.zero_centered_gamma,
+                "return_layernorm_output": self.return_layernorm_output}
+
+    def _input_features(self):
+        return self.in_features
+
+    def forward(self, inp, is_first_microbatch=None, fp8_output=False,
+                fp8_grad=False):
+        """`is_first_microbatch` is accepted and unused (as Linear's)."""
+        _args.check_forward("LayerNormLinear", fp8_output, fp8_grad)
+        outputs = self._run(inp)
+        out = outputs["output"]
+        result = [out]
+        if self.return_bias:
+            result.append(self._bias_output("bias", out))
+        if self.return_layernorm_output:
+            result.append(outputs["ln_output"])
+        return tuple(result) if len(result) > 1 else out
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, "
+                f"out_features={self.out_features}, bias={self.use_bias}, "
+                f"normalization={self.normalization}")

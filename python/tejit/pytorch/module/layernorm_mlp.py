@@ -1,0 +1,115 @@
+"""te.LayerNormMLP: norm, fc1, activation, fc2 in one program."""
+import torch
+
+from . import _args
+from .base import TransformerEngineBaseModule
+
+# docs/spec-format.md's activations; the gated ones split fc1's doubled
+# output into act(first half) * second half.
+ACTIVATIONS = ("gelu", "geglu", "qgelu", "qgeglu", "relu", "reglu", "srelu",
+               "sreglu", "silu", "swiglu")
+GATED = ("geglu", "qgeglu", "reglu", "sreglu", "swiglu")
+
+
+class LayerNormMLP(TransformerEngineBaseModule):
+    """Transformer Engine's LayerNormMLP, compiled by tejit. Parameters
+    `layer_norm_weight`, `layer_norm_bias` [hidden] (no bias with RMSNorm),
+    `fc1_weight` [ffn (x2 if gated), hidden], `fc1_bias`, `fc2_weight`
+    [hidden, ffn], `fc2_bias`; fc1 initialized by init_method, fc2 by
+    output_layer_init_method (both default N(0, 0.023^2)). forward(inp)
+    returns the output, plus fc2's bias with return_bias (not added) and
+    then the norm's output with return_layernorm_output, as TE's.
+    Distributed arguments only at their defaults; seq_length,
+    micro_batch_size (userbuffers sizing), set_parallel_mode (no effect with
+    tp_size 1), get_rng_state_tracker and name are accepted and unused."""
+
+    def __init__(self, hidden_size, ffn_hidden_size, eps=1e-5,
+                 sequence_parallel=False, return_bias=False,
+                 get_rng_state_tracker=None, tp_group=None, tp_size=1,
+                 init_method=None, bias=True, normalization="LayerNorm",
+                 activation="gelu", activation_params=None,
+                 output_layer_init_method=None, fuse_wgrad_accumulation=False,
+                 params_dtype=None, return_layernorm_output=False,
+                 return_layernorm_output_gathered=False, seq_length=None,
+                 micro_batch_size=None, set_parallel_mode=False,
+                 zero_centered_gamma=False, device="cuda",
+                 ub_overlap_ag=False, name=None, ub_overlap_rs=False,
+                 ub_overlap_rs_dgrad=False, ub_bulk_dgrad=False,
+                 ub_bulk_wgrad=False, delay_wgrad_compute=False,
+                 symmetric_ar_type=None, checkpoint=False):
+        super().__init__(params_dtype)
+        owner = "LayerNormMLP"
+        _args.check_defaults(
+            owner, sequence_parallel=sequence_parallel, tp_group=tp_group,
+            tp_size=tp_size, activation_params=activation_params,
+            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
+            return_layernorm_output_gathered=return_layernorm_output_gathered,
+            ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
+            ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
+            ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad,
+            delay_wgrad_compute=delay_wgrad_compute,
+            symmetric_ar_type=symmetric_ar_type, checkpoint=checkpoint)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"{owner}: activation {activation!r} is not "
+                             f"supported by tejit; choose one of "
+                             f"{', '.join(ACTIVATIONS)}")
+        self.hidden_size = int(hidden_size)
+        self.ffn_hidden_size = int(ffn_hidden_size)
+        self.eps = float(eps)
+        self.normalization = _args.check_normalization(owner, normalization)
+        self.zero_centered_gamma = bool(zero_centered_gamma)
+        self.activation = activation
+        self.use_bias = bool(bias)
+        self.return_bias = bool(return_bias)
+        self.return_layernorm_output = bool(return_layernorm_output)
+        fc1_rows = self.ffn_hidden_size * (2 if activation in GATED else 1)
+        self._add_norm_parameters("layer_norm_weight", "layer_norm_bias",
+                                  self.hidden_size, self.normalization,
+                                  self.zero_centered_gamma, device)
+        self._add_parameter("fc1_weight", (fc1_rows, self.hidden_size),
+                            init_method or _args.default_init_method(), device)
+        if self.use_bias:
+            self._add_parameter("fc1_bias", (fc1_rows,),
+                                torch.nn.init.zeros_, device)
+        else:
+            self.register_parameter("fc1_bias", None)
+        self._add_parameter("fc2_weight",
+                            (self.hidden_size, self.ffn_hidden_size),
+                            output_layer_init_method
+                            or _args.default_init_method(), device)
+        if self.use_bias:
+            self._add_parameter("fc2_bias", (self.hidden_size,),
+                                torch.nn.init.zeros_, device)
+            if self.return_bias:
+                self._returned_bias = "fc2_bias"
+        else:
+            self.register_parameter("fc2_bias", None)
+        self.reset_parameters()
+
+    def _layer_spec(self):
+        return {"type": "LayerNormMLP", "hidden_size": self.hidden_size,
+                "ffn_hidden_size": self.ffn_hidden_size,
+                "activation": self.activation, "bias": self.use_bias,
+                "normalization": self.normalization, "eps": self.eps,
+                "zero_centered_gamma": self.zero_centered_gamma,
+                "return_layernorm_output": self.return_layernorm_output}
+
+    def _input_features(self):
+        return self.hidden_size
+
+    def forward(self, inp, is_first_microbatch=None):
+        """`is_first_microbatch` is accepted and unused (as Linear's)."""
+        outputs = self._run(inp)
+        out = outputs["output"]
+        result = [out]
+        if self.return_bias:
+            result.append(self._bias_output("fc2_bias", out))
+        if self.return_layernorm_output:
+            result.append(outputs["ln_output"])
+        return tuple(result) if len(result) > 1 else out
+
+    def extra_repr(self):
+        return (f"hidden_size={self.hidden_size}, "
+                f"ffn_hidden_size={self.ffn_hidden_size}, "
+                f"activation={self.activation}, "
+                f"normalization={self.normalization}, bias={self.use_bias}")
