@@ -122,17 +122,33 @@ _REPO_BUILD_LIB = _PACKAGE_DIR.parent.parent / "build" / "lib"
 _lib = None
 
 
+def _recorded_build_lib():
+    """build/lib of the repository an installed package was built from
+    (tejit/_build_info.py, written by python/build_backend), or None when
+    running from a checkout."""
+    try:
+        from . import _build_info
+    except ImportError:
+        return None
+    return Path(_build_info.REPO) / "build" / "lib"
+
+
 def _candidates():
     """(description, path-or-name) pairs, in the order they are tried."""
     env = os.environ.get("TEJIT_LIBRARY")
     if env:
         # An explicit choice: trying anything else would hide its mistakes.
         return [("$TEJIT_LIBRARY", env)]
-    return [
+    candidates = [
         ("the package folder", str(_PACKAGE_DIR / LIBRARY_NAME)),
         ("the repository's build/lib", str(_REPO_BUILD_LIB / LIBRARY_NAME)),
-        ("the dynamic loader's search path", LIBRARY_NAME),
     ]
+    recorded = _recorded_build_lib()
+    if recorded is not None and recorded != _REPO_BUILD_LIB:
+        candidates.append(("the build/lib of the repository the package was "
+                           "built from", str(recorded / LIBRARY_NAME)))
+    candidates.append(("the dynamic loader's search path", LIBRARY_NAME))
+    return candidates
 
 
 def _load():

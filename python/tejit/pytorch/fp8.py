@@ -9,12 +9,14 @@ the exit of the outermost autocast: each compiled program updates its own
 delayed-scaling state at the end of its forward and of its backward, and
 amaxes are not reduced across ranks (tejit runs one process per model).
 """
+import contextlib
 import contextvars
 
 from ..common import recipe as _recipe
 
-__all__ = ["autocast", "fp8_autocast", "get_default_fp8_recipe",
-           "is_fp8_enabled", "get_fp8_recipe", "is_fp8_available"]
+__all__ = ["autocast", "fp8_autocast", "fp8_model_init",
+           "get_default_fp8_recipe", "is_fp8_enabled", "get_fp8_recipe",
+           "is_fp8_available"]
 
 # (enabled, recipe) of the innermost active autocast; recipe is None when
 # disabled.
@@ -86,6 +88,16 @@ def fp8_autocast(enabled=True, calibrating=False, fp8_recipe=None,
     return autocast(enabled=enabled, calibrating=calibrating,
                     recipe=fp8_recipe, amax_reduction_group=fp8_group,
                     _graph=_graph)
+
+
+def fp8_model_init(enabled=True, recipe=None,
+                   preserve_high_precision_init_val=False):
+    """TE's fp8_model_init: only enabled=False (a no-op) is supported."""
+    if enabled:
+        raise NotImplementedError(
+            "fp8_model_init(enabled=True) is not supported by tejit: "
+            "parameters stay in params_dtype and are quantized per step")
+    return contextlib.nullcontext()
 
 
 def is_fp8_available(return_reason=False):
