@@ -1,0 +1,37 @@
+"""tejit.pytorch: Transformer Engine's PyTorch API over tejit, so that TE
+code changes only its import lines:
+
+    import tejit.pytorch as te              # import transformer_engine.pytorch as te
+    from tejit.common import recipe         # from transformer_engine.common import recipe
+
+    layer = te.LayerNormMLP(4096, 16384, params_dtype=torch.bfloat16)
+    with te.fp8_autocast(enabled=True, fp8_recipe=recipe.DelayedScaling()):
+        y = layer(x)
+    y.sum().backward()
+
+Modules: Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP, with
+TE's constructor arguments and state_dict names; each compiles a program
+on its first call per shape/dtype/recipe/mode (module/base.py says how).
+FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py.
+
+Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
+not.
+"""
+try:
+    import torch  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        "tejit.pytorch needs PyTorch, which could not be imported "
+        f"({error}). Install PyTorch with CUDA support (see "
+        "https://pytorch.org); tejit itself (tejit.Program) and "
+        "tejit.common.recipe work without it.") from error
+
+from .fp8 import (autocast, fp8_autocast, fp8_model_init,  # noqa: E402
+                  get_default_fp8_recipe, is_fp8_available)
+from .module import (LayerNorm, LayerNormLinear, LayerNormMLP,  # noqa: E402
+                     Linear, RMSNorm)
+from .module.base import compile_count  # noqa: E402
+
+__all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
+           "LayerNormMLP", "fp8_autocast", "autocast", "fp8_model_init",
+           "get_default_fp8_recipe", "is_fp8_available", "compile_count"]
