@@ -49,8 +49,16 @@ def compile_count():
     return _compiles
 
 
-def _autocast_dtype():
-    get_dtype = getattr(torch, "get_autocast_dtype", None)  # torch >= 2.4
+def _torch_autocast_dtype():
+    """torch.autocast's CUDA dtype while it is enabled, else None (the
+    device-type arguments are torch >= 2.4's; older ones take none)."""
+    try:
+        enabled = torch.is_autocast_enabled("cuda")
+    except TypeError:
+        enabled = torch.is_autocast_enabled()
+    if not enabled:
+        return None
+    get_dtype = getattr(torch, "get_autocast_dtype", None)
     return get_dtype("cuda") if get_dtype else torch.get_autocast_gpu_dtype()
 
 
@@ -119,8 +127,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
     # --- running -----------------------------------------------------------
 
     def _activation_dtype(self, inp):
-        if torch.is_autocast_enabled():
-            return _autocast_dtype()
+        autocast_dtype = _torch_autocast_dtype()
+        if autocast_dtype is not None:
+            return autocast_dtype
         for name, parameter in self.named_parameters(recurse=False):
             if parameter.dtype != inp.dtype:
                 raise TypeError(
