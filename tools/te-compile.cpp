@@ -54,8 +54,10 @@ llvm::cl::opt<std::string>
               llvm::cl::Required, llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<std::string>
     outputDir("o",
-              llvm::cl::desc("Write the output under this directory "
-                             "instead of printing it"),
+              llvm::cl::desc("Write under this directory instead of "
+                             "printing: the bundle a runtime loads (planned "
+                             "IR, kernels and their binaries, plan.json), or "
+                             "with --emit the IR of that stage"),
               llvm::cl::value_desc("dir"), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<Stage> emitStage(
     "emit", llvm::cl::desc("The compilation stage to output"),
@@ -300,8 +302,13 @@ int main(int argc, char **argv) {
   }
   // --stats is LLVM's own option (libLLVM registers it), given our meaning.
   bool printStats = llvm::AreStatisticsEnabled();
-  Stage stage =
-      printStats && !emitStage.getNumOccurrences() ? Stage::Planned : emitStage;
+  // Without --emit: --stats reports on the planned IR, -o writes the whole
+  // bundle a runtime loads, and plain output is the te IR.
+  Stage stage = emitStage;
+  if (!emitStage.getNumOccurrences() && printStats)
+    stage = Stage::Planned;
+  else if (!emitStage.getNumOccurrences() && !outputDir.empty())
+    stage = Stage::Cuda;
   // Shorthands for TE's default recipes.
   std::string recipe = recipeOverride;
   if (recipe == "delayed")

@@ -19,6 +19,6 @@ if ! ls "$debs"/libllvm19_*.deb "$debs"/libz3-4_*.deb >/dev/null 2>&1; then
 fi
 cp "$debs"/libllvm19_*.deb "$debs"/libz3-4_*.deb .gpu/debs/
 for spec in quickstart.yaml llama.yaml; do
-  build/bin/te-compile "examples/$spec" --emit=cuda -o ".gpu/${spec%.*}"
+  build/bin/te-compile "examples/$spec" -o ".gpu/${spec%.*}"
 done
 du -sh .gpu
