@@ -3,9 +3,22 @@
 
 #include "llvm/Support/ThreadPool.h"
 
+#include <cstdlib>
+
 #include <mutex>
 
 using namespace tejit::codegen;
+
+/// Threads compiling at once: one per hardware thread, or
+/// $TEJIT_COMPILE_THREADS (to measure the speed-up, or to leave cores free).
+static llvm::ThreadPoolStrategy compileThreads() {
+  if (const char *text = std::getenv("TEJIT_COMPILE_THREADS")) {
+    unsigned threads = 0;
+    if (!llvm::StringRef(text).getAsInteger(10, threads) && threads > 0)
+      return llvm::heavyweight_hardware_concurrency(threads);
+  }
+  return llvm::hardware_concurrency();
+}
 
 llvm::Expected<std::vector<BuiltKernel>> tejit::codegen::buildKernels(
     llvm::ArrayRef<EmittedKernel> kernels, llvm::StringRef arch,
@@ -21,7 +34,7 @@ llvm::Expected<std::vector<BuiltKernel>> tejit::codegen::buildKernels(
   std::vector<BuiltKernel> built(kernels.size());
   std::vector<llvm::Error> errors;
   std::mutex errorsLock;
-  llvm::DefaultThreadPool pool(llvm::hardware_concurrency());
+  llvm::DefaultThreadPool pool(compileThreads());
   for (size_t i = 0; i < kernels.size(); ++i)
     pool.async([&, i] {
       const EmittedKernel &kernel = kernels[i];
