@@ -70,6 +70,15 @@ json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
         {"view_of", id(op->getOperand(0))},
         {"byte_offset", cast<SliceOp>(op).getOffsetAttr().getInt() * 4}};
   auto returned = cast<func::ReturnOp>(function.front().getTerminator());
+  // A reshape of an argument or of a value returned as it is (the forward
+  // returns the norm output both as ln_output and as a saved tensor) stays a
+  // view; when returned too, the runtime copies it into its result buffer.
+  if (auto reshape = dyn_cast<ReshapeOp>(op)) {
+    Value source = reshape->getOperand(0);
+    if (isa<BlockArgument>(source) ||
+        llvm::is_contained(returned.getOperands(), source))
+      return json::Object{{"view_of", id(source)}, {"byte_offset", 0}};
+  }
   for (auto [index, operand] : llvm::enumerate(returned.getOperands()))
     if (operand == value)
       return json::Object{{"result", int64_t(index)}};

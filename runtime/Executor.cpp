@@ -78,10 +78,13 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
   }
   executor->addresses.assign(function.values.size(), 0);
   for (auto [index, entry] : llvm::enumerate(function.results)) {
-    int64_t id = entry.value;
-    while (function.values[id].storage.kind == Storage::View)
+    int64_t id = entry.value, offset = 0;
+    while (function.values[id].storage.kind == Storage::View) {
+      offset += function.values[id].storage.byteOffset;
       id = function.values[id].storage.index;
-    if (function.values[id].storage.kind != Storage::Result)
+    }
+    const Storage &root = function.values[id].storage;
+    if (root.kind != Storage::Result || root.index != int64_t(index) || offset)
       executor->copiedResults.push_back(index);
   }
   return executor;

@@ -646,8 +646,8 @@ Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
     entry.value = *id;
     // An argument's value is the caller's buffer; a result's value is
     // written into the caller's result buffer (maybe through views), or
-    // lives elsewhere (a view of an argument) and is copied there after the
-    // steps, but never in another result's buffer.
+    // lives elsewhere (a view of an argument or of another result) and is
+    // copied there after the steps; never at an offset of its own buffer.
     const Storage &storage = function.values[*id].storage;
     if (!results &&
         (storage.kind != Storage::Argument || storage.index != int64_t(index)))
@@ -656,8 +656,8 @@ Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
                                       Twine(index) + "}");
     if (results) {
       auto [root, offset] = resolve(*id);
-      if (root.kind == Storage::Result &&
-          (root.index != int64_t(index) || offset != 0))
+      if (root.kind == Storage::Result && root.index == int64_t(index) &&
+          offset != 0)
         return scope.error("value", "is value " + Twine(*id) +
                                         ", which does not live at the start "
                                         "of result " +

@@ -39,9 +39,10 @@ def get_fp8_recipe():
     return _STATE.get()[1]
 
 
-class autocast:  # noqa: N801 (TE's name)
-    """Context manager enabling FP8 for the tejit modules called inside it,
-    with `recipe` (default: DelayedScaling()). Signature of TE 2.x's
+class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
+    """Context manager (or decorator, as TE 1.x's @contextmanager was)
+    enabling FP8 for the tejit modules called inside it, with `recipe`
+    (default: DelayedScaling()). Signature of TE 2.x's
     `transformer_engine.pytorch.autocast`.
 
     calibrating=True and an amax_reduction_group are not supported
