@@ -103,7 +103,7 @@ def _write_wheel(directory, tag, purelib, members):
     return filename
 
 
-# --- PEP 517 hooks ------------------------------------------------------------
+# --- PEP 517 hooks -----------------------------------------------------------
 
 
 def get_requires_for_build_wheel(config_settings=None):

@@ -28,8 +28,11 @@ import time
 import torch
 import torch.nn.functional as F
 
-import tejit.pytorch as te  # was: import transformer_engine.pytorch as te
-from tejit.common import recipe  # was: from transformer_engine.common import recipe
+# The two tejit-specific lines; TE's quickstart has
+# `import transformer_engine.pytorch as te` and
+# `from transformer_engine.common import recipe`.
+import tejit.pytorch as te
+from tejit.common import recipe
 
 
 class DotProductAttention(torch.nn.Module):

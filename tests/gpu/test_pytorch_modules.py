@@ -65,7 +65,7 @@ def rel_l2(got, want):
     return ((got.float() - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
-# --- the float32 reference models ------------------------------------------------
+# --- the float32 reference models --------------------------------------------
 
 
 def norm_ref(x, weight, bias, normalization, eps=1e-5,
@@ -218,7 +218,7 @@ def check_layer(factory, reference, shape, fp8_recipe):
     return f"rel L2 {detail}"
 
 
-# --- the other checks ------------------------------------------------------------
+# --- the other checks --------------------------------------------------------
 
 
 def check_jit_cache():

@@ -2,9 +2,9 @@
 # The GPU suite, run on the GPU machine over what pack-gpu.sh packed (carry
 # .gpu): every full-size bundle's kernels load and its FP8 casts match
 # PyTorch bit for bit; the C API example trains and replays a CUDA graph;
-# compute-sanitizer memcheck and racecheck over it; and the layer suite
-# (every layer x recipe, small and real sizes, against the PyTorch
-# reference). SIZES=small|real|all (default all) picks the layer suite's
+# compute-sanitizer memcheck and racecheck over it; the layer suite (every
+# layer x recipe, small and real sizes, against the PyTorch reference); and
+# tejit.pytorch (modules, the TE quickstart, a training curve, pip install). SIZES=small|real|all (default all) picks the layer suite's
 # sizes. Exits non-zero if anything fails.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,4 +30,16 @@ else
   echo "compute-sanitizer not found: sanitizer runs skipped"; status=1
 fi
 step python3 tests/gpu/run_layer_tests.py --sizes "${SIZES:-all}"
+# tejit.pytorch: modules against PyTorch, the TE quickstart with only its
+# imports changed, and an FP8 training curve against bf16.
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+step python3 tests/gpu/test_pytorch_modules.py
+step python3 tests/gpu/quickstart_te.py
+step python3 tests/gpu/quickstart_te.py --full
+step python3 tests/gpu/train_curve.py
+# pip install from the repository, offline, into a throwaway target.
+step python3 -m pip install --quiet --no-index --no-build-isolation \
+  --target /tmp/tejit-pip ./python
+step env PYTHONPATH=/tmp/tejit-pip python3 -c \
+  "import tejit, tejit.pytorch; print('pip-installed tejit', tejit.version(), tejit.device_info())"
 exit $status

@@ -1,8 +1,8 @@
 """tejit.pytorch: Transformer Engine's PyTorch API over tejit, so that TE
 code changes only its import lines:
 
-    import tejit.pytorch as te              # import transformer_engine.pytorch as te
-    from tejit.common import recipe         # from transformer_engine.common import recipe
+    import tejit.pytorch as te       # was: transformer_engine.pytorch as te
+    from tejit.common import recipe  # was: transformer_engine.common
 
     layer = te.LayerNormMLP(4096, 16384, params_dtype=torch.bfloat16)
     with te.fp8_autocast(enabled=True, fp8_recipe=recipe.DelayedScaling()):

@@ -114,7 +114,7 @@ class CompiledProgram:
     def output_dtype(self, index):
         return self._outputs[index][1]
 
-    # --- checks ----------------------------------------------------------------
+    # --- checks --------------------------------------------------------------
 
     def check_inputs(self, tensors, names):
         """The program reads raw pointers: a tensor of another shape, dtype
@@ -129,7 +129,7 @@ class CompiledProgram:
                     f"; the compiled program takes a contiguous CUDA tensor "
                     f"{shape} {dtype}")
 
-    # --- FP8 meta state ------------------------------------------------------------
+    # --- FP8 meta state ------------------------------------------------------
 
     def stream(self):
         """PyTorch's current stream on the program's device."""
@@ -151,7 +151,7 @@ class CompiledProgram:
             host.data_ptr(), host.numel() * host.element_size()),
             self.stream())
 
-    # --- running -----------------------------------------------------------------
+    # --- running -------------------------------------------------------------
 
     def infer(self, inputs):
         """An inference forward (no autograd) on the current stream."""

@@ -5,13 +5,14 @@ A module compiles one program per JIT key (shape, dtype, recipe, training);
 each program holds its own copy of the delayed-scaling state (scale,
 scale_inv, amax_history, forward and backward) in device memory. The module
 has one state: when a call runs a program other than the last one, the
-latest value of each meta tensor is copied into it first (when the shapes
-agree: a different amax_history_len, or a recipe without state, starts
-fresh), so that the scaling history continues across shapes and across
-training/inference programs. The state moves at forward time, for forward
-and backward tensors alike. Copies go through the host (tejit_meta_get
-synchronizes the stream) and only happen when the program changes, never
-on consecutive calls of one program.
+latest value of each meta tensor is copied into it first, so that the
+scaling history continues across shapes and across training/inference
+programs. Only tensors of equal shape are copied: after a change of
+amax_history_len the scales carry over and the history starts fresh. The
+state moves at forward time, for forward and backward tensors alike.
+Copies go through the host (tejit_meta_get synchronizes the stream) and
+only happen when the program changes, never on consecutive calls of one
+program.
 
 In the state_dict the state is plain float32 CPU tensors under the
 program's names, `fp8_meta.{fwd,bwd}.{scale,scale_inv,amax_history}`
