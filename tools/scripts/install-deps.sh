@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tejit builds and tests with: the LLVM/MLIR 19
 # series (pinned by package name, checked by version), fmt, GoogleTest, Google
-# Benchmark, CMake, Ninja and ccache. Installs only what is missing, so it is
+# Benchmark, CMake, Ninja, ccache and pytest. Installs only what is missing, so it is
 # cheap to run again. The CUDA toolkit is not a Debian package: later stages
 # expect it in /usr/local/cuda.
 set -euo pipefail
 
 packages=(
-  cmake ninja-build g++ ccache python3
+  cmake ninja-build g++ ccache python3 python3-pytest
   llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
   libfmt-dev libgtest-dev libbenchmark-dev
 )
