@@ -370,32 +370,30 @@ static Error checkBytes(const TensorDesc &desc, size_t bytes) {
 
 Error Program::getMeta(size_t index, void *host, size_t bytes,
                        CUstream stream) {
-  auto pointer = metaPointer(index);
-  if (!pointer)
-    return pointer.takeError();
-  if (Error error = checkBytes(tensors(TensorKind::Meta)[index], bytes))
-    return error;
-  const CudaDriver &driver = *CudaDriver::get();
-  if (Error error =
-          driver.check(driver.cuMemcpyDtoHAsync(host, *pointer, bytes, stream),
-                       "reading the FP8 meta state"))
-    return error;
-  return driver.check(driver.cuStreamSynchronize(stream),
-                      "cuStreamSynchronize");
+  return copyMeta(index, host, bytes, stream, /*toHost=*/true);
 }
 
 Error Program::setMeta(size_t index, const void *host, size_t bytes,
                        CUstream stream) {
+  return copyMeta(index, const_cast<void *>(host), bytes, stream,
+                  /*toHost=*/false);
+}
+
+Error Program::copyMeta(size_t index, void *host, size_t bytes, CUstream stream,
+                        bool toHost) {
   auto pointer = metaPointer(index);
   if (!pointer)
     return pointer.takeError();
   if (Error error = checkBytes(tensors(TensorKind::Meta)[index], bytes))
     return error;
   const CudaDriver &driver = *CudaDriver::get();
-  if (Error error =
-          driver.check(driver.cuMemcpyHtoDAsync(*pointer, host, bytes, stream),
-                       "writing the FP8 meta state"))
+  CUresult copied =
+      toHost ? driver.cuMemcpyDtoHAsync(host, *pointer, bytes, stream)
+             : driver.cuMemcpyHtoDAsync(*pointer, host, bytes, stream);
+  if (Error error = driver.check(copied, toHost ? "reading the FP8 meta state"
+                                                : "writing the FP8 meta state"))
     return error;
+  // The host buffer may go away when the call returns.
   return driver.check(driver.cuStreamSynchronize(stream),
                       "cuStreamSynchronize");
 }

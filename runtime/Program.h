@@ -106,6 +106,8 @@ private:
                        bool isBackward);
   llvm::Expected<size_t> own(const ValueInfo &value, const std::string &name);
   llvm::Error resetState();
+  llvm::Error copyMeta(size_t index, void *host, size_t bytes, CUstream stream,
+                       bool toHost);
   /// Checks the pointer counts of a call and makes the context current.
   llvm::Error beginCall(llvm::StringRef what, size_t numIn, TensorKind in,
                         size_t numOut, TensorKind out);

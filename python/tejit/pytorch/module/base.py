@@ -36,7 +36,7 @@ import tejit
 
 from .. import fp8
 from . import _autograd, _compiled, _meta
-from ._args import gamma_init
+from ._args import default_init_method, gamma_init
 
 SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
                torch.float32: "fp32"}
@@ -94,6 +94,20 @@ class TransformerEngineBaseModule(torch.nn.Module):
         tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
         self.register_parameter(name, torch.nn.Parameter(tensor))
         self._initializers[name] = init
+
+    def _add_linear_parameters(self, weight, bias, out_features, in_features,
+                               init, device, returned=False):
+        """A GEMM's weight [out, in] and, with self.use_bias, its bias (the
+        one return_bias returns when `returned`); else `bias` is None."""
+        self._add_parameter(weight, (out_features, in_features),
+                            init or default_init_method(), device)
+        if not self.use_bias:
+            self.register_parameter(bias, None)
+            return
+        self._add_parameter(bias, (out_features,), torch.nn.init.zeros_,
+                            device)
+        if returned and self.return_bias:
+            self._returned_bias = bias
 
     def _add_norm_parameters(self, weight, bias, size, normalization,
                              zero_centered_gamma, device):

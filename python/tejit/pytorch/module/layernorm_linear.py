@@ -1,6 +1,5 @@
 """te.LayerNormLinear: a LayerNorm or RMSNorm, then a Linear, in one
 program (the norm kernel writes the FP8 GEMM operand directly)."""
-import torch
 
 from . import _args
 from .base import TransformerEngineBaseModule
@@ -52,15 +51,9 @@ class LayerNormLinear(TransformerEngineBaseModule):
         self._add_norm_parameters("layer_norm_weight", "layer_norm_bias",
                                   self.in_features, self.normalization,
                                   self.zero_centered_gamma, device)
-        self._add_parameter("weight", (self.out_features, self.in_features),
-                            init_method or _args.default_init_method(), device)
-        if self.use_bias:
-            self._add_parameter("bias", (self.out_features,),
-                                torch.nn.init.zeros_, device)
-            if self.return_bias:
-                self._returned_bias = "bias"
-        else:
-            self.register_parameter("bias", None)
+        self._add_linear_parameters("weight", "bias", self.out_features,
+                                    self.in_features, init_method, device,
+                                    returned=True)
         self.reset_parameters()
 
     def _layer_spec(self):

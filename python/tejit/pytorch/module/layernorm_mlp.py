@@ -1,5 +1,4 @@
 """te.LayerNormMLP: norm, fc1, activation, fc2 in one program."""
-import torch
 
 from . import _args
 from .base import TransformerEngineBaseModule
@@ -66,24 +65,12 @@ class LayerNormMLP(TransformerEngineBaseModule):
         self._add_norm_parameters("layer_norm_weight", "layer_norm_bias",
                                   self.hidden_size, self.normalization,
                                   self.zero_centered_gamma, device)
-        self._add_parameter("fc1_weight", (fc1_rows, self.hidden_size),
-                            init_method or _args.default_init_method(), device)
-        if self.use_bias:
-            self._add_parameter("fc1_bias", (fc1_rows,),
-                                torch.nn.init.zeros_, device)
-        else:
-            self.register_parameter("fc1_bias", None)
-        self._add_parameter("fc2_weight",
-                            (self.hidden_size, self.ffn_hidden_size),
-                            output_layer_init_method
-                            or _args.default_init_method(), device)
-        if self.use_bias:
-            self._add_parameter("fc2_bias", (self.hidden_size,),
-                                torch.nn.init.zeros_, device)
-            if self.return_bias:
-                self._returned_bias = "fc2_bias"
-        else:
-            self.register_parameter("fc2_bias", None)
+        self._add_linear_parameters("fc1_weight", "fc1_bias", fc1_rows,
+                                    self.hidden_size, init_method, device)
+        self._add_linear_parameters("fc2_weight", "fc2_bias",
+                                    self.hidden_size, self.ffn_hidden_size,
+                                    output_layer_init_method, device,
+                                    returned=True)
         self.reset_parameters()
 
     def _layer_spec(self):

@@ -1,5 +1,4 @@
 """te.Linear: y = x W^T + b, W [out_features, in_features]."""
-import torch
 
 from . import _args
 from .base import TransformerEngineBaseModule
@@ -43,15 +42,9 @@ class Linear(TransformerEngineBaseModule):
         self.out_features = int(out_features)
         self.use_bias = bool(bias)
         self.return_bias = bool(return_bias)
-        self._add_parameter("weight", (self.out_features, self.in_features),
-                            init_method or _args.default_init_method(), device)
-        if self.use_bias:
-            self._add_parameter("bias", (self.out_features,),
-                                torch.nn.init.zeros_, device)
-            if self.return_bias:
-                self._returned_bias = "bias"
-        else:
-            self.register_parameter("bias", None)
+        self._add_linear_parameters("weight", "bias", self.out_features,
+                                    self.in_features, init_method, device,
+                                    returned=True)
         self.reset_parameters()
 
     def _layer_spec(self):
