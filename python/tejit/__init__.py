@@ -16,7 +16,7 @@ import ctypes
 import json
 import os
 
-from . import _capi
+from . import _capi, _tensors
 from ._capi import LibraryNotFoundError, TejitError
 
 __all__ = ["Program", "TensorInfo", "DeviceInfo", "TejitError",
@@ -112,12 +112,23 @@ def _stream_handle(stream):
     return int(stream) or None
 
 
-def _address(tensor):
-    """A device address: an int, or an object with data_ptr() (torch)."""
-    if tensor is None:
-        return None
-    data_ptr = getattr(tensor, "data_ptr", None)
-    return int(data_ptr()) if callable(data_ptr) else int(tensor)
+def _address(tensor, info=None):
+    """A device address: an int, an object with data_ptr() (torch), the CUDA
+    array interface (CuPy, Numba) or DLPack (JAX, ...). A tensor that
+    describes its shape must match `info`'s element count."""
+    pointer, shape = _tensors.address(tensor, info.name if info else "tensor")
+    if info is not None and shape is not None:
+        count = 1
+        for size in shape:
+            count *= size
+        expected = 1
+        for size in info.shape:
+            expected *= size
+        if count != expected:
+            raise ValueError(f"{info.name}: expected {expected} elements "
+                             f"(shape {tuple(info.shape)}), got shape "
+                             f"{tuple(shape)}")
+    return pointer
 
 
 class Program:
@@ -227,7 +238,8 @@ class Program:
             raise ValueError(f"{what}: expected {len(infos)} pointers "
                              f"({', '.join(i.name for i in infos)}), got "
                              f"{len(tensors)}")
-        return _capi.pointer_array([_address(t) for t in tensors])
+        return _capi.pointer_array(
+            [_address(t, info) for t, info in zip(tensors, infos)])
 
     def forward(self, stream, input_ptrs, output_ptrs):
         """Runs the forward on `stream`, asynchronously. One device address

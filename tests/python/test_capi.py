@@ -98,3 +98,39 @@ class ErrorTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TensorAddressTest(unittest.TestCase):
+    """What Program.forward accepts as a tensor, checked without a GPU."""
+
+    def test_cuda_array_interface(self):
+        from tejit import _tensors
+
+        class Fake:
+            __cuda_array_interface__ = {"data": (0x7000, False),
+                                        "shape": (4, 8), "typestr": "<f2",
+                                        "strides": None, "version": 3}
+        self.assertEqual(_tensors.address(Fake()), (0x7000, (4, 8)))
+
+        class Transposed:
+            __cuda_array_interface__ = {"data": (0x7000, False),
+                                        "shape": (4, 8), "typestr": "<f2",
+                                        "strides": (2, 8), "version": 3}
+        with self.assertRaises(ValueError) as caught:
+            _tensors.address(Transposed(), "layers.0.weight")
+        self.assertIn("not contiguous", str(caught.exception))
+
+    def test_element_count_is_checked(self):
+        class Fake:
+            __cuda_array_interface__ = {"data": (0x7000, False),
+                                        "shape": (4, 8), "typestr": "<f2",
+                                        "version": 3}
+        info = tejit.TensorInfo("input", "bf16", (4, 4), 32, False)
+        with self.assertRaises(ValueError) as caught:
+            tejit._address(Fake(), info)
+        self.assertIn("expected 16 elements", str(caught.exception))
+
+    def test_ints_and_none(self):
+        from tejit import _tensors
+        self.assertEqual(_tensors.address(1234), (1234, None))
+        self.assertEqual(_tensors.address(None), (None, None))

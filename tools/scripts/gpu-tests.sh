@@ -34,6 +34,7 @@ step python3 tests/gpu/run_layer_tests.py --sizes "${SIZES:-all}"
 # imports changed, and an FP8 training curve against bf16.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 step python3 tests/gpu/test_pytorch_modules.py
+step python3 tests/gpu/test_tensor_interop.py
 step python3 tests/gpu/quickstart_te.py
 step python3 tests/gpu/quickstart_te.py --full
 step python3 tests/gpu/train_curve.py

@@ -1,0 +1,88 @@
+"""Device addresses of the tensors callers hand to a program: an int, an
+object with data_ptr() (torch), the CUDA array interface (CuPy, Numba,
+torch), or DLPack (JAX, CuPy, torch, ...). No framework is imported."""
+import ctypes
+
+_DLPACK_CUDA = 2  # kDLCUDA
+_DLPACK_CUDA_MANAGED = 13  # kDLCUDAManaged
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    """DLPack's DLTensor, the first member of the DLManagedTensor a
+    "dltensor" capsule points to."""
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice),
+                ("ndim", ctypes.c_int), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _row_major(shape, strides):
+    """Whether element strides describe a dense row-major layout."""
+    expected = 1
+    for size, stride in reversed(list(zip(shape, strides))):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _from_cuda_array_interface(interface, what):
+    data, _read_only = interface["data"]
+    shape = tuple(interface["shape"])
+    strides = interface.get("strides")
+    if strides is not None:
+        itemsize = int(interface["typestr"][2:])
+        if not _row_major(shape, [s // itemsize for s in strides]):
+            raise ValueError(f"{what}: the tensor is not contiguous "
+                             "(row-major); make it contiguous first")
+    return int(data), shape
+
+
+def _from_dlpack(tensor, what):
+    capsule = tensor.__dlpack__()
+    dl = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    if dl.device.device_type not in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
+        raise ValueError(f"{what}: not a CUDA tensor (DLPack device type "
+                         f"{dl.device.device_type}); tejit runs on the GPU")
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    if dl.strides and not _row_major(shape,
+                                     [dl.strides[i] for i in range(dl.ndim)]):
+        raise ValueError(f"{what}: the tensor is not contiguous (row-major); "
+                         "make it contiguous first")
+    # The capsule stays unconsumed: the producer keeps owning the memory,
+    # and `tensor` (the caller's) keeps it alive.
+    return int(dl.data or 0) + int(dl.byte_offset), shape
+
+
+def address(tensor, what="tensor"):
+    """The device address of `tensor` (None stays None), and its shape when
+    the object describes one (else None)."""
+    if tensor is None:
+        return None, None
+    if isinstance(tensor, int):
+        return tensor, None
+    # torch first: its __cuda_array_interface__ refuses bf16.
+    data_ptr = getattr(tensor, "data_ptr", None)
+    if callable(data_ptr):
+        return int(data_ptr()), tuple(getattr(tensor, "shape", ())) or None
+    interface = getattr(tensor, "__cuda_array_interface__", None)
+    if interface is not None:
+        return _from_cuda_array_interface(interface, what)
+    if hasattr(tensor, "__dlpack__"):
+        return _from_dlpack(tensor, what)
+    return int(tensor), None
