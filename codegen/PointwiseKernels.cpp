@@ -386,8 +386,9 @@ void writeLoadsThenCompute(CudaWriter &w, const PointwiseBody &body,
 /// The transposed write of each tile: 8 rows of one column per thread as one
 /// 8-byte store; lanes cover 8 columns x 4 row groups, which the 4-byte row
 /// padding spreads over 8 distinct banks.
-void writeTransposedStores(CudaWriter &w, const PointwiseBody &body) {
-  if (body.transposes.empty())
+void writeTransposedStores(CudaWriter &w,
+                           llvm::ArrayRef<PointwiseBody::Transposed> tiles) {
+  if (tiles.empty())
     return;
   w.line("__syncthreads();");
   w.line("#pragma unroll");
@@ -395,7 +396,7 @@ void writeTransposedStores(CudaWriter &w, const PointwiseBody &body) {
          "chunk += blockDim.x)");
   w.line("const int c = chunk % 8 + chunk / 64 * 8, r = chunk / 8 % 8 * 8;");
   w.open("if (col0 + c < kCols && row0 + r < kRows)");
-  for (const auto &t : body.transposes) {
+  for (const auto &t : tiles) {
     w.line(formatv("tj_vec<{0}, 8> {1}_column;", t.type, t.tile).str());
     w.line("#pragma unroll");
     w.line(formatv("for (int k = 0; k < 8; ++k) {0}_column.v[k].bits = "
@@ -412,8 +413,6 @@ void writeTransposedStores(CudaWriter &w, const PointwiseBody &body) {
   w.line("__syncthreads();");
 }
 
-/// Column sums of the bias gradients: 32 partial rows per block in shared
-/// memory (padded by one word), then one thread per column.
 /// Bias gradients: the block's rows meet in shared memory; with several
 /// row splits (blockIdx.y), the splits' partial sums meet in scratch and the
 /// strip's last block adds them in order.
@@ -470,6 +469,61 @@ void writeAmaxes(CudaWriter &w, const PointwiseBody &body) {
   }
 }
 
+/// A transpose alone, of one-byte elements (an FP8 copy whose cast happened
+/// elsewhere): bytes go from 16-byte loads straight into the shared tile,
+/// with no conversion through float, which would make the kernel
+/// compute-bound (two cvt per element each way).
+EmittedKernel writeRawTranspose(KernelBuilder &builder, TransposeOp op,
+                                int64_t rows, int64_t width) {
+  constexpr int64_t kVecBytes = 16;
+  Value in = op.getInput();
+  std::string type = elementTypeName(tensorType(in).getElementType());
+  std::string input = builder.param(in).str();
+  std::string out = builder.param(op.getOutput()).str();
+  std::string tile = out + "_tile";
+  int64_t tileCols = kThreadsX * kVecBytes;
+  CudaWriter w;
+  builder.writeSignature(w, kThreads);
+  w.line(formatv("constexpr int kVec = {0}, kUnroll = {1};", kVecBytes, kPasses)
+             .str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width).str());
+  w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
+                 "kTileRows = {2}, kTileCols = {3};",
+                 kThreadsX, kRowsPerPass, kTileRows, tileCols)
+             .str());
+  w.line("__shared__ __align__(16) tj_u8 " + tile +
+         "[kTileRows][kTileCols + 4];  // +4 bytes a row: no bank conflicts");
+  w.line("const tj_i64 col0 = static_cast<tj_i64>(blockIdx.x) * kTileCols;");
+  w.open("for (tj_i64 row0 = static_cast<tj_i64>(blockIdx.y) * kTileRows; "
+         "row0 < kRows; row0 += static_cast<tj_i64>(gridDim.y) * kTileRows)");
+  writeTiledIndices(w);
+  w.line(formatv("tj_vec<{0}, kVec> bytes_[kUnroll];", type).str());
+  w.line("// Every load is issued before the first store to the tile.");
+  w.line("#pragma unroll");
+  w.line(formatv("for (int u = 0; u < kUnroll; ++u) if (ok_[u]) bytes_[u] = "
+                 "*reinterpret_cast<const tj_vec<{0}, kVec> *>({1} + rows_[u] "
+                 "* kCols + cols_[u]);",
+                 type, input)
+             .str());
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("if (!ok_[u]) continue;");
+  w.line("#pragma unroll");
+  w.line("for (int word = 0; word < kVec / 4; ++word) "
+         "*reinterpret_cast<tj_u32 *>(&" +
+         tile +
+         "[rows_[u] - row0][cols_[u] - col0 + 4 * word]) = "
+         "reinterpret_cast<const tj_u32 *>(&bytes_[u])[word];");
+  w.close();
+  writeTransposedStores(w, {PointwiseBody::Transposed{tile, out, "", type}});
+  w.close();
+  return builder.finish(w,
+                        {(width + tileCols - 1) / tileCols,
+                         (rows + kTileRows - 1) / kTileRows, 1},
+                        {kThreads, 1, 1});
+}
+
 } // namespace
 
 llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
@@ -494,6 +548,14 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   if (transposes && (vec % 4 != 0 || rows % 8 != 0))
     return noEmitter(group.op, "a transpose needs rows % 8 == 0 and a last "
                                "dim % 4 == 0");
+  if (group.ops.size() == 1 && maxBytes == 1 && width % 16 == 0)
+    if (auto transpose = dyn_cast<TransposeOp>(group.ops.front());
+        transpose && group.isOutput(transpose.getOutput()) &&
+        tensorType(transpose.getInput()).getElementType() ==
+            tensorType(transpose.getOutput()).getElementType()) {
+      kernels.push_back(writeRawTranspose(builder, transpose, rows, width));
+      return llvm::Error::success();
+    }
   PointwiseBody body(builder, width);
   // The code of one vector sits in `for u`, `if (ok_[u])` (and the row-tile
   // loop when tiled); its loads and prologue are known once it is written.
@@ -543,7 +605,7 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   }
   writeLoadsThenCompute(w, body, compute.str());
   if (tiled) {
-    writeTransposedStores(w, body);
+    writeTransposedStores(w, body.transposes);
     w.close();
   }
   writeAmaxes(w, body);
