@@ -77,14 +77,22 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
     executor->kernels.push_back(entry);
   }
   executor->addresses.assign(function.values.size(), 0);
-  for (auto [index, entry] : llvm::enumerate(function.results)) {
-    int64_t id = entry.value, offset = 0;
-    while (function.values[id].storage.kind == Storage::View) {
-      offset += function.values[id].storage.byteOffset;
-      id = function.values[id].storage.index;
+  // A view's address is its root's plus an offset, the same on every run:
+  // follow each chain once here (the plan parser rejects cycles).
+  for (const ValueInfo &value : function.values) {
+    Storage root = value.storage;
+    int64_t offset = 0;
+    while (root.kind == Storage::View) {
+      offset += root.byteOffset;
+      root = function.values[root.index].storage;
     }
-    const Storage &root = function.values[id].storage;
-    if (root.kind != Storage::Result || root.index != int64_t(index) || offset)
+    root.byteOffset = offset;
+    executor->roots.push_back(root);
+  }
+  for (auto [index, entry] : llvm::enumerate(function.results)) {
+    const Storage &root = executor->roots[entry.value];
+    if (root.kind != Storage::Result || root.index != int64_t(index) ||
+        root.byteOffset)
       executor->copiedResults.push_back(index);
   }
   return executor;
@@ -100,33 +108,23 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
                                    plan.name, plan.arguments.size(),
                                    plan.results.size(), arguments.size(),
                                    results.size()));
-  // Views come after what they view only by luck of numbering, so resolve
-  // them on demand (the plan parser rejects cycles and dangling ids).
-  std::vector<bool> done(plan.values.size(), false);
-  std::function<CUdeviceptr(int64_t)> address = [&](int64_t id) {
-    if (done[id])
-      return addresses[id];
-    const ValueInfo &value = plan.values[id];
-    CUdeviceptr result = 0;
-    switch (value.storage.kind) {
+  for (auto [id, root] : llvm::enumerate(roots)) {
+    CUdeviceptr base = 0;
+    switch (root.kind) {
     case Storage::Argument:
-      result = arguments[value.storage.index];
+      base = arguments[root.index];
       break;
     case Storage::Result:
-      result = results[value.storage.index];
+      base = results[root.index];
       break;
     case Storage::Arena:
-      result = arena + value.storage.index;
+      base = arena + root.index;
       break;
     case Storage::View:
-      result = address(value.storage.index) + value.storage.byteOffset;
-      break;
+      llvm_unreachable("roots are never views");
     }
-    done[id] = true;
-    return addresses[id] = result;
-  };
-  for (size_t id = 0; id < plan.values.size(); ++id)
-    address(id);
+    addresses[id] = base + root.byteOffset;
+  }
   for (auto [index, entry] : llvm::enumerate(plan.arguments))
     if (!arguments[index] && plan.values[entry.value].bytes)
       return makeError(ErrorCode::InvalidArgument,

@@ -78,6 +78,9 @@ private:
   /// Results whose value lives elsewhere (a view of an argument): copied
   /// into the result buffer after the steps.
   std::vector<size_t> copiedResults;
+  /// Per value id: where its bytes start (views followed to an argument,
+  /// result or arena offset, plus their byte offsets), fixed by the plan.
+  std::vector<Storage> roots;
   /// Per value id: its address in the current run.
   std::vector<CUdeviceptr> addresses;
 };
