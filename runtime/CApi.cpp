@@ -18,6 +18,27 @@ struct tejit_program {
   std::unique_ptr<Program> program;
 };
 
+// tejit_status mirrors ErrorCode (runtime/Errors.h): fail() casts one into
+// the other.
+static_assert(int(ErrorCode::InvalidArgument) == TEJIT_ERROR_INVALID_ARGUMENT &&
+                  int(ErrorCode::Compile) == TEJIT_ERROR_COMPILE &&
+                  int(ErrorCode::NoDevice) == TEJIT_ERROR_NO_DEVICE &&
+                  int(ErrorCode::UnsupportedDevice) ==
+                      TEJIT_ERROR_UNSUPPORTED_DEVICE &&
+                  int(ErrorCode::Cuda) == TEJIT_ERROR_CUDA &&
+                  int(ErrorCode::Cublas) == TEJIT_ERROR_CUBLAS &&
+                  int(ErrorCode::Unsupported) == TEJIT_ERROR_UNSUPPORTED &&
+                  int(ErrorCode::State) == TEJIT_ERROR_STATE &&
+                  int(ErrorCode::Internal) == TEJIT_ERROR_INTERNAL,
+              "ErrorCode and tejit_status disagree");
+static_assert(int(TensorKind::Input) == TEJIT_INPUT &&
+                  int(TensorKind::Output) == TEJIT_OUTPUT &&
+                  int(TensorKind::GradOutput) == TEJIT_GRAD_OUTPUT &&
+                  int(TensorKind::GradInput) == TEJIT_GRAD_INPUT &&
+                  int(TensorKind::Meta) == TEJIT_META &&
+                  int(TensorKind::Saved) == TEJIT_SAVED,
+              "TensorKind and tejit_tensor_kind disagree");
+
 namespace {
 thread_local std::string lastError;
 
