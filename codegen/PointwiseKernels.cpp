@@ -469,6 +469,35 @@ void writeAmaxes(CudaWriter &w, const PointwiseBody &body) {
   }
 }
 
+/// The constants every pointwise kernel starts with: its vector and unroll,
+/// the iteration space, and for tiled kernels the tile's shape.
+void writeConstants(CudaWriter &w, int64_t vec, int64_t unroll, int64_t rows,
+                    int64_t width, bool tiled) {
+  w.line(
+      formatv("constexpr int kVec = {0}, kUnroll = {1};", vec, unroll).str());
+  w.line(
+      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width).str());
+  if (tiled)
+    w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
+                   "kTileRows = {2}, kTileCols = {3};",
+                   kThreadsX, kRowsPerPass, kTileRows, kThreadsX * vec)
+               .str());
+}
+
+void writeTileDecl(CudaWriter &w, llvm::StringRef tile) {
+  w.line("__shared__ __align__(16) tj_u8 " + tile.str() +
+         "[kTileRows][kTileCols + 4];  // +4 bytes a row: no bank conflicts");
+}
+
+/// Opens the loop over the row tiles of a block's column strip and computes
+/// each vector's indices; the caller closes it.
+void openTileLoop(CudaWriter &w) {
+  w.line("const tj_i64 col0 = static_cast<tj_i64>(blockIdx.x) * kTileCols;");
+  w.open("for (tj_i64 row0 = static_cast<tj_i64>(blockIdx.y) * kTileRows; "
+         "row0 < kRows; row0 += static_cast<tj_i64>(gridDim.y) * kTileRows)");
+  writeTiledIndices(w);
+}
+
 /// A transpose alone, of one-byte elements (an FP8 copy whose cast happened
 /// elsewhere): bytes go from 16-byte loads straight into the shared tile,
 /// with no conversion through float, which would make the kernel
@@ -484,20 +513,9 @@ EmittedKernel writeRawTranspose(KernelBuilder &builder, TransposeOp op,
   int64_t tileCols = kThreadsX * kVecBytes;
   CudaWriter w;
   builder.writeSignature(w, kThreads);
-  w.line(formatv("constexpr int kVec = {0}, kUnroll = {1};", kVecBytes, kPasses)
-             .str());
-  w.line(
-      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width).str());
-  w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
-                 "kTileRows = {2}, kTileCols = {3};",
-                 kThreadsX, kRowsPerPass, kTileRows, tileCols)
-             .str());
-  w.line("__shared__ __align__(16) tj_u8 " + tile +
-         "[kTileRows][kTileCols + 4];  // +4 bytes a row: no bank conflicts");
-  w.line("const tj_i64 col0 = static_cast<tj_i64>(blockIdx.x) * kTileCols;");
-  w.open("for (tj_i64 row0 = static_cast<tj_i64>(blockIdx.y) * kTileRows; "
-         "row0 < kRows; row0 += static_cast<tj_i64>(gridDim.y) * kTileRows)");
-  writeTiledIndices(w);
+  writeConstants(w, kVecBytes, kPasses, rows, width, /*tiled=*/true);
+  writeTileDecl(w, tile);
+  openTileLoop(w);
   w.line(formatv("tj_vec<{0}, kVec> bytes_[kUnroll];", type).str());
   w.line("// Every load is issued before the first store to the tile.");
   w.line("#pragma unroll");
@@ -576,16 +594,7 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   }
   CudaWriter w;
   builder.writeSignature(w, kThreads);
-  w.line(formatv("constexpr int kVec = {0}, kUnroll = {1};", vec,
-                 tiled ? kPasses : kUnroll)
-             .str());
-  w.line(
-      formatv("constexpr tj_i64 kRows = {0}, kCols = {1};", rows, width).str());
-  if (tiled)
-    w.line(formatv("constexpr int kThreadsX = {0}, kRowsPerPass = {1}, "
-                   "kTileRows = {2}, kTileCols = {3};",
-                   kThreadsX, kRowsPerPass, kTileRows, tileCols)
-               .str());
+  writeConstants(w, vec, tiled ? kPasses : kUnroll, rows, width, tiled);
   for (const std::string &line : body.prologue)
     w.line(line);
   for (auto &[acc, output] : body.amaxes)
@@ -593,13 +602,9 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   for (const auto &s : body.columnSums)
     w.line("float " + s.acc + "[kVec] = {};");
   for (const auto &t : body.transposes)
-    w.line("__shared__ __align__(16) tj_u8 " + t.tile +
-           "[kTileRows][kTileCols + 4];  // +4 bytes a row: no bank conflicts");
+    writeTileDecl(w, t.tile);
   if (tiled) {
-    w.line("const tj_i64 col0 = static_cast<tj_i64>(blockIdx.x) * kTileCols;");
-    w.open("for (tj_i64 row0 = static_cast<tj_i64>(blockIdx.y) * kTileRows; "
-           "row0 < kRows; row0 += static_cast<tj_i64>(gridDim.y) * kTileRows)");
-    writeTiledIndices(w);
+    openTileLoop(w);
   } else {
     writeFlatIndices(w);
   }
