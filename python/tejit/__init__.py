@@ -115,19 +115,14 @@ def _stream_handle(stream):
 def _address(tensor, info=None):
     """A device address: an int, an object with data_ptr() (torch), the CUDA
     array interface (CuPy, Numba) or DLPack (JAX, ...). A tensor that
-    describes its shape must match `info`'s element count."""
-    pointer, shape = _tensors.address(tensor, info.name if info else "tensor")
-    if info is not None and shape is not None:
-        count = 1
-        for size in shape:
-            count *= size
-        expected = 1
-        for size in info.shape:
-            expected *= size
-        if count != expected:
-            raise ValueError(f"{info.name}: expected {expected} elements "
-                             f"(shape {tuple(info.shape)}), got shape "
-                             f"{tuple(shape)}")
+    describes its size must hold `info`'s bytes (any dtype: saved tensors
+    travel as byte buffers)."""
+    pointer, nbytes = _tensors.address(tensor,
+                                       info.name if info else "tensor")
+    if info is not None and nbytes is not None and nbytes != info.nbytes:
+        raise ValueError(f"{info.name}: expected {info.nbytes} bytes "
+                         f"(shape {tuple(info.shape)}, {info.dtype}), got a "
+                         f"tensor of {nbytes} bytes")
     return pointer
 
 

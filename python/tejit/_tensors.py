@@ -41,16 +41,23 @@ def _row_major(shape, strides):
     return True
 
 
+def _count(shape):
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
 def _from_cuda_array_interface(interface, what):
     data, _read_only = interface["data"]
     shape = tuple(interface["shape"])
+    itemsize = int(interface["typestr"][2:])
     strides = interface.get("strides")
-    if strides is not None:
-        itemsize = int(interface["typestr"][2:])
-        if not _row_major(shape, [s // itemsize for s in strides]):
-            raise ValueError(f"{what}: the tensor is not contiguous "
-                             "(row-major); make it contiguous first")
-    return int(data), shape
+    if strides is not None and not _row_major(
+            shape, [s // itemsize for s in strides]):
+        raise ValueError(f"{what}: the tensor is not contiguous "
+                         "(row-major); make it contiguous first")
+    return int(data), _count(shape) * itemsize
 
 
 def _from_dlpack(tensor, what):
@@ -66,12 +73,13 @@ def _from_dlpack(tensor, what):
                          "make it contiguous first")
     # The capsule stays unconsumed: the producer keeps owning the memory,
     # and `tensor` (the caller's) keeps it alive.
-    return int(dl.data or 0) + int(dl.byte_offset), shape
+    itemsize = dl.dtype.bits * dl.dtype.lanes // 8
+    return int(dl.data or 0) + int(dl.byte_offset), _count(shape) * itemsize
 
 
 def address(tensor, what="tensor"):
-    """The device address of `tensor` (None stays None), and its shape when
-    the object describes one (else None)."""
+    """The device address of `tensor` (None stays None), and its size in
+    bytes when the object describes one (else None)."""
     if tensor is None:
         return None, None
     if isinstance(tensor, int):
@@ -79,7 +87,8 @@ def address(tensor, what="tensor"):
     # torch first: its __cuda_array_interface__ refuses bf16.
     data_ptr = getattr(tensor, "data_ptr", None)
     if callable(data_ptr):
-        return int(data_ptr()), tuple(getattr(tensor, "shape", ())) or None
+        nbytes = getattr(tensor, "nbytes", None)  # torch: numel * itemsize
+        return int(data_ptr()), int(nbytes) if nbytes is not None else None
     interface = getattr(tensor, "__cuda_array_interface__", None)
     if interface is not None:
         return _from_cuda_array_interface(interface, what)

@@ -110,7 +110,7 @@ class TensorAddressTest(unittest.TestCase):
             __cuda_array_interface__ = {"data": (0x7000, False),
                                         "shape": (4, 8), "typestr": "<f2",
                                         "strides": None, "version": 3}
-        self.assertEqual(_tensors.address(Fake()), (0x7000, (4, 8)))
+        self.assertEqual(_tensors.address(Fake()), (0x7000, 64))
 
         class Transposed:
             __cuda_array_interface__ = {"data": (0x7000, False),
@@ -120,7 +120,7 @@ class TensorAddressTest(unittest.TestCase):
             _tensors.address(Transposed(), "layers.0.weight")
         self.assertIn("not contiguous", str(caught.exception))
 
-    def test_element_count_is_checked(self):
+    def test_size_is_checked(self):
         class Fake:
             __cuda_array_interface__ = {"data": (0x7000, False),
                                         "shape": (4, 8), "typestr": "<f2",
@@ -128,7 +128,7 @@ class TensorAddressTest(unittest.TestCase):
         info = tejit.TensorInfo("input", "bf16", (4, 4), 32, False)
         with self.assertRaises(ValueError) as caught:
             tejit._address(Fake(), info)
-        self.assertIn("expected 16 elements", str(caught.exception))
+        self.assertIn("expected 32 bytes", str(caught.exception))
 
     def test_ints_and_none(self):
         from tejit import _tensors
