@@ -1,0 +1,170 @@
+"""PyTorch peers of TE's TransformerLayer at the seed layer's sizes, for
+benchmarks/gpu/bench_transformer.py.
+
+The layer is the seed's BasicTransformerLayer (the layer TE's quickstart
+starts from): LayerNorm, QKV Linear (hidden -> 3 x hidden), attention,
+projection Linear, dropout, residual; LayerNorm, fc1, tanh GELU, fc2,
+residual. Activations are [seq, batch, hidden] (sbhd), weights
+[out_features, in_features], as in TE and tejit.
+
+What can vary:
+- attention: UnfusedAttention, the seed's bmm / softmax / dropout / bmm
+  (the score matrix is materialized), or SdpaAttention,
+  F.scaled_dot_product_attention, whose kernel (flash, cuDNN, ...) the
+  caller picks with sdpa_backend();
+- Linear: torch.nn.Linear, or torch_peers.Fp8Linear: both GEMM operands in
+  FP8 through torch._scaled_mm, tensorwise current scaling (torchao's
+  "tensorwise" recipe), E4M3 forward with fast accumulation, E5M2 output
+  gradients, FP8 dgrad and wgrad;
+- dtype: fp16 (the seed's plain layer) or bf16.
+
+Neither attention applies a mask: these are the like-for-like peers of
+TransformerLayer(self_attn_mask_type="no_mask").
+
+One difference from TE's TransformerLayer, kept from the seed: there is no
+dropout after the MLP (TE applies hidden_dropout there too), so the peers
+do one elementwise pass less than tejit.
+"""
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+
+from torch_peers import Fp8Linear
+
+DROPOUT = 0.1
+LAYERNORM_EPS = 1e-5
+
+
+def layer_flops(hidden, ffn_hidden, heads, seq, batch):
+    """Model FLOPs of one forward + backward of the layer (the seed peers'
+    count): the four Linears' GEMMs, plus QK^T and PV over the full
+    seq x seq score matrix (no mask), all x3 for the backward (dgrad +
+    wgrad). A causal mask skips about half of the attention part; the
+    count stays the no-mask one, so causal rows' TFLOP/s overstate the
+    work they did."""
+    tokens = seq * batch
+    gemm = 2 * tokens * (hidden * 3 * hidden + hidden * hidden
+                         + 2 * hidden * ffn_hidden)
+    kv_channels = hidden // heads
+    attention = 2 * 2 * batch * heads * seq * seq * kv_channels
+    return {"total": 3 * (gemm + attention), "gemm": 3 * gemm,
+            "attention": 3 * attention}
+
+
+# --- attention ------------------------------------------------------------------
+
+
+class UnfusedAttention(torch.nn.Module):
+    """softmax(q k^T / sqrt(d)) v with explicit batched matmuls, the seed's
+    plain attention: the [batch x heads, seq, seq] scores and
+    probabilities are real tensors (and saved for the backward)."""
+
+    def __init__(self, heads, kv_channels, dropout):
+        super().__init__()
+        self.heads = heads
+        self.scale = 1.0 / math.sqrt(kv_channels)
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, q, k, v):
+        # q, k, v: [seq, batch, heads, kv_channels]
+        seq, batch, heads, kv = q.shape
+        # -> [batch x heads, seq, kv]
+        q, k, v = (t.reshape(seq, batch * heads, kv).transpose(0, 1)
+                   for t in (q, k, v))
+        scores = torch.bmm(q, k.transpose(1, 2)) * self.scale
+        probs = self.dropout(torch.softmax(scores, dim=-1))
+        context = torch.bmm(probs, v)          # [batch x heads, seq, kv]
+        return (context.view(batch, heads, seq, kv).permute(2, 0, 1, 3)
+                .reshape(seq, batch, heads * kv))
+
+
+class SdpaAttention(torch.nn.Module):
+    """F.scaled_dot_product_attention over [batch, heads, seq, kv] views,
+    no mask; the kernel is whatever backend is enabled around the call
+    (sdpa_backend())."""
+
+    def __init__(self, heads, kv_channels, dropout):
+        super().__init__()
+        self.dropout = dropout
+
+    def forward(self, q, k, v):
+        seq, batch = q.shape[0], q.shape[1]
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(
+            q, k, v, dropout_p=self.dropout if self.training else 0.0)
+        return out.permute(2, 0, 1, 3).reshape(seq, batch, -1)
+
+
+ATTENTIONS = {"unfused": UnfusedAttention, "sdpa": SdpaAttention}
+
+
+def sdpa_backend(name):
+    """A context manager that restricts scaled_dot_product_attention to one
+    backend: "flash" (PyTorch's FlashAttention-2), "cudnn" (cuDNN's fused
+    attention), "efficient" (memory-efficient), "math"; None leaves
+    PyTorch's own choice. It must be active when the attention is first
+    traced (torch.compile) or called (eager): the forward's kernel fixes
+    the backward's."""
+    if name is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
+                "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
+    if name not in backends:
+        raise ValueError(f"unknown SDPA backend {name!r}; one of "
+                         f"{sorted(backends)}")
+    return sdpa_kernel([getattr(SDPBackend, backends[name])])
+
+
+# --- the layer --------------------------------------------------------------------
+
+
+class BasicTransformerLayer(torch.nn.Module):
+    """The seed's layer (see the module docstring). `linear` makes the four
+    Linears, `attention` the core attention."""
+
+    def __init__(self, hidden, ffn_hidden, heads, linear=torch.nn.Linear,
+                 attention=UnfusedAttention, dropout=DROPOUT,
+                 eps=LAYERNORM_EPS):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not a multiple of "
+                             f"{heads} heads")
+        self.heads = heads
+        self.kv_channels = hidden // heads
+        self.ln1 = torch.nn.LayerNorm(hidden, eps=eps)
+        self.qkv = linear(hidden, 3 * hidden)
+        self.attention = attention(heads, self.kv_channels, dropout)
+        self.projection = linear(hidden, hidden)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.ln2 = torch.nn.LayerNorm(hidden, eps=eps)
+        self.fc1 = linear(hidden, ffn_hidden)
+        self.fc2 = linear(ffn_hidden, hidden)
+
+    def forward(self, x):
+        residual = x
+        qkv = self.qkv(self.ln1(x))
+        # Per head: [q | k | v], each kv_channels wide (the seed's layout).
+        qkv = qkv.view(qkv.shape[0], qkv.shape[1], self.heads,
+                       3 * self.kv_channels)
+        q, k, v = torch.split(qkv, self.kv_channels, dim=3)
+        x = residual + self.dropout(self.projection(self.attention(q, k, v)))
+        residual = x
+        x = self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+        return x + residual
+
+
+def make_layer(hidden, ffn_hidden, heads, attention="sdpa", fp8=False,
+               dtype=torch.bfloat16, dropout=DROPOUT):
+    """The layer on the GPU in `dtype`, in training mode. attention:
+    "unfused" or "sdpa"; fp8: FP8 Linears (torch_peers.Fp8Linear)."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"unknown attention {attention!r}; one of "
+                         f"{sorted(ATTENTIONS)}")
+    layer = BasicTransformerLayer(
+        hidden, ffn_hidden, heads,
+        linear=Fp8Linear if fp8 else torch.nn.Linear,
+        attention=ATTENTIONS[attention], dropout=dropout)
+    return layer.to(device="cuda", dtype=dtype).train()
