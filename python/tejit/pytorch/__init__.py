@@ -9,9 +9,10 @@ code changes only its import lines:
         y = layer(x)
     y.sum().backward()
 
-Modules: Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP, with
-TE's constructor arguments and state_dict names; each compiles a program
-on its first call per shape/dtype/recipe/mode (module/base.py says how).
+Modules: Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP,
+DotProductAttention, MultiheadAttention, TransformerLayer, with TE's
+constructor arguments and state_dict names; each compiles a program on its
+first call per shape/dtype/recipe/mode (module/base.py says how).
 FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py.
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
@@ -28,10 +29,12 @@ except ImportError as error:
 
 from .fp8 import (autocast, fp8_autocast, fp8_model_init,  # noqa: E402
                   get_default_fp8_recipe, is_fp8_available)
-from .module import (LayerNorm, LayerNormLinear, LayerNormMLP,  # noqa: E402
-                     Linear, RMSNorm)
+from .module import (DotProductAttention, LayerNorm,  # noqa: E402
+                     LayerNormLinear, LayerNormMLP, Linear,
+                     MultiheadAttention, RMSNorm, TransformerLayer)
 from .module.base import compile_count  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
-           "LayerNormMLP", "fp8_autocast", "autocast", "fp8_model_init",
+           "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
+           "TransformerLayer", "fp8_autocast", "autocast", "fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count"]

@@ -1,10 +1,14 @@
 """tejit's Transformer Engine modules, one per file; base.py holds what they
 share (JIT cache, autograd, FP8 meta state)."""
+from .attention import DotProductAttention
 from .layernorm import LayerNorm
 from .layernorm_linear import LayerNormLinear
 from .layernorm_mlp import LayerNormMLP
 from .linear import Linear
+from .multi_head_attention import MultiheadAttention
 from .rmsnorm import RMSNorm
+from .transformer import TransformerLayer
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
-           "LayerNormMLP"]
+           "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
+           "TransformerLayer"]

@@ -25,6 +25,11 @@ _DEFAULTS_ONLY = {
     "return_layernorm_output_gathered": (False,),
     "activation_params": (None,),
     "checkpoint": (False,),
+    # The attention modules'.
+    "ub_tp_comm_overlap": (False,),
+    "cp_group": (None,),
+    "cp_global_ranks": (None,),
+    "cp_stream": (None,),
 }
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
@@ -91,3 +96,64 @@ def default_init_method():
 def gamma_init(zero_centered_gamma):
     """A norm weight starts at 1, or at 0 when applied as (1 + gamma)."""
     return torch.nn.init.zeros_ if zero_centered_gamma else torch.nn.init.ones_
+
+
+# --- attention --------------------------------------------------------------
+
+# TE's attention mask types, all of which the compiler takes
+# (docs/spec-format.md); "padding" ones read an attention_mask [b, 1, 1, s],
+# "arbitrary" one [b, 1, s, s].
+ATTN_MASK_TYPES = ("no_mask", "padding", "causal", "padding_causal",
+                   "causal_bottom_right", "padding_causal_bottom_right",
+                   "arbitrary")
+QKV_FORMATS = ("sbhd", "bshd")
+
+
+def check_mask_type(owner, argument, mask_type):
+    if mask_type not in ATTN_MASK_TYPES:
+        raise ValueError(f"{owner}: {argument} must be one of "
+                         f"{', '.join(ATTN_MASK_TYPES)}, got {mask_type!r}")
+    return mask_type
+
+
+def check_qkv_format(owner, argument, qkv_format):
+    if qkv_format == "thd":
+        raise NotImplementedError(
+            f"{owner}({argument}='thd') is not supported by tejit (packed "
+            f"variable-length sequences); use 'sbhd' or 'bshd' with a "
+            f"padding mask")
+    if qkv_format not in QKV_FORMATS:
+        raise ValueError(f"{owner}: {argument} must be 'sbhd' or 'bshd', "
+                         f"got {qkv_format!r}")
+    return qkv_format
+
+
+def check_window_size(owner, argument, window_size, mask_type):
+    """Only full attention: window_size None or (-1, -1), or (-1, 0) with a
+    causal mask (what TE sets it to then)."""
+    if window_size is None:
+        return
+    window = tuple(window_size)
+    if window == (-1, -1) or (window == (-1, 0) and "causal" in mask_type):
+        return
+    raise NotImplementedError(
+        f"{owner}({argument}={window_size!r}) is not supported by tejit "
+        f"(no sliding-window attention yet); leave it None")
+
+
+def check_dropout(owner, argument, probability):
+    probability = float(probability)
+    if not 0.0 <= probability < 1.0:
+        raise ValueError(f"{owner}: {argument} must be in [0, 1), got "
+                         f"{probability}")
+    return probability
+
+
+def check_unsupported(owner, **arguments):
+    """NotImplementedError naming the first argument given a value other
+    than None/False (features tejit's attention does not have)."""
+    for name, value in arguments.items():
+        if value is not None and value is not False:
+            raise NotImplementedError(
+                f"{owner}({name}=...) is not supported by tejit; leave it "
+                f"{'None' if value is not True else 'False'}")

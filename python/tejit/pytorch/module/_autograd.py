@@ -19,16 +19,17 @@ def _kept(tensors, keep):
 
 
 class ProgramFunction(torch.autograd.Function):
-    """ProgramFunction.apply(compiled, input, *parameters): the program's
-    outputs (one tensor, or a tuple when it has several), differentiable
-    with respect to the input and every parameter. `compiled` is a
-    module/_compiled.CompiledProgram compiled for training; the tensors are
-    what CompiledProgram.check_inputs accepted."""
+    """ProgramFunction.apply(compiled, *inputs): the program's outputs (one
+    tensor, or a tuple when it has several), differentiable with respect to
+    every input the program has a gradient for (activations such as
+    `input`/`query` and the parameters; not masks or rotary tables).
+    `compiled` is a module/_compiled.CompiledProgram compiled for training;
+    the inputs are in the program's order, as CompiledProgram.check_inputs
+    accepted them."""
 
     @staticmethod
-    def forward(ctx, compiled, inp, *parameters):
-        inputs = (inp, *parameters)
-        device = inp.device
+    def forward(ctx, compiled, *inputs):
+        device = inputs[0].device
         outputs = compiled.new_outputs(device)
         saved = compiled.new_saved(device)
         compiled.program.forward_ex(torch.cuda.current_stream(device),
@@ -60,5 +61,7 @@ class ProgramFunction(torch.autograd.Function):
         compiled.program.backward_ex(torch.cuda.current_stream(device),
                                      inputs, outputs, saved, dys, grads)
         # needs_input_grad[0] is `compiled`, not a tensor.
-        return (None, *[grad if needed else None for grad, needed in
-                        zip(grads, ctx.needs_input_grad[1:])])
+        return (None, *[
+            grads[index] if index is not None and needed else None
+            for index, needed in zip(compiled.grad_index,
+                                     ctx.needs_input_grad[1:])])

@@ -64,12 +64,19 @@ class CompiledProgram:
         self.device_index = device_index
         self.training = program.is_training
         inputs = program.inputs
-        if not inputs or inputs[0].name != "input":
+        if not inputs or inputs[0].is_parameter:
             raise RuntimeError(f"tejit: expected the program's first input "
-                               f"to be 'input', got "
-                               f"{[i.name for i in inputs]}")
-        # Module attributes of the parameters, in the program's order.
-        self.parameter_names = [attribute_name(i.name) for i in inputs[1:]]
+                               f"to be an activation ('input', 'query'), "
+                               f"got {[i.name for i in inputs]}")
+        # Every input in the program's order: activations by their program
+        # name ("input", "query", "attention_mask", ...), parameters by
+        # their module attribute path.
+        self.input_names = [attribute_name(i.name) for i in inputs]
+        self.is_parameter = [bool(i.is_parameter) for i in inputs]
+        # The per-token modules' programs take "input" then parameters.
+        self.parameter_names = [name for name, parameter in
+                                zip(self.input_names, self.is_parameter)
+                                if parameter]
         self.output_names = [attribute_name(o.name) for o in program.outputs]
         self._inputs = [(tuple(i.shape), TORCH_DTYPES[i.dtype])
                         for i in inputs]
@@ -77,6 +84,13 @@ class CompiledProgram:
                          for o in program.outputs]
         self._grad_inputs = [(tuple(g.shape), TORCH_DTYPES[g.dtype])
                              for g in program.grad_inputs]
+        # The gradient of input i is grad_inputs[grad_index[i]] ("grad." +
+        # its name); None for inputs without one (masks, rotary tables).
+        grads = {g.name: index for index, g in enumerate(program.grad_inputs)}
+        self.grad_index = [grads.get("grad." + i.name) for i in inputs]
+        if len(grads) == len(inputs) and None in self.grad_index:
+            # Unnamed gradients: one per input, in order.
+            self.grad_index = list(range(len(inputs)))
         self._saved_bytes = [s.nbytes for s in program.saved]
         if self.training:
             read_inputs, read_outputs = _backward_reads(program)

@@ -9,6 +9,12 @@ batch_size = 1 (input [tokens, 1, features]); outputs get the input's
 leading dims back. [s, b, h] (sbhd) and [b, s, h] (bshd) inputs of one
 token count therefore share a program.
 
+The attention modules (attention.py, multi_head_attention.py,
+transformer.py) mix tokens, so they compile for the real [s, b] (or [b, s])
+and qkv_format instead: their key holds (format, seq, batch) where the
+others' holds the token count, plus what else selects their program (mask
+type, dropout on or off, rotary embeddings); see _run_program.
+
 JIT: a module compiles on the first call with a new key (token count,
 activation dtype, recipe, training or inference, device) and keeps the
 program (one per key, as the program holds state); a later call with that
@@ -29,6 +35,7 @@ parameters' dtype (TE's rule).
 """
 import json
 import math
+import warnings
 
 import torch
 
@@ -60,6 +67,35 @@ def _torch_autocast_dtype():
         return None
     get_dtype = getattr(torch, "get_autocast_dtype", None)
     return get_dtype("cuda") if get_dtype else torch.get_autocast_gpu_dtype()
+
+
+def _dropout_seed(device):
+    """A seed for a program's dropout stream, drawn from torch's CUDA
+    generator of `device` (so torch.manual_seed makes runs repeat)."""
+    return int(torch.randint(0, 2**62, (1,), device=device).item())
+
+
+TE_EXTRA_STATE = "_extra_state"
+
+
+def skip_te_extra_state(state_dict, prefix):
+    """`state_dict` without the `<prefix>_extra_state` entry Transformer
+    Engine's modules save (their FP8 state, pickled), so that TE
+    checkpoints load: tejit keeps its FP8 state as plain tensors
+    (`fp8_meta.*`) and does not unpickle TE's; a non-empty one is reported
+    once, as the FP8 scaling then starts afresh."""
+    key = prefix + TE_EXTRA_STATE
+    if key not in state_dict:
+        return state_dict
+    value = state_dict[key]
+    size = (value.numel() if isinstance(value, torch.Tensor) else
+            len(value.getbuffer()) if hasattr(value, "getbuffer") else
+            0 if value is None else 1)
+    if size:
+        warnings.warn(f"tejit: '{key}' (Transformer Engine's pickled FP8 "
+                      f"state) is not loaded; the FP8 scaling state starts "
+                      f"afresh", stacklevel=4)
+    return {k: v for k, v in state_dict.items() if k != key}
 
 
 class TransformerEngineBaseModule(torch.nn.Module):
@@ -118,17 +154,30 @@ class TransformerEngineBaseModule(torch.nn.Module):
 
     def reset_parameters(self):
         """(Re)initializes every parameter as TE does. Parameters on the
-        meta device are left for a later call (TE's deferred init)."""
+        meta device are left for a later call (TE's deferred init).
+        Submodules that hold parameters (the attention modules' groups and
+        sublayers) reset theirs too."""
         with torch.no_grad():
             for name, init in self._initializers.items():
                 parameter = getattr(self, name)
                 if parameter.device.type != "meta":
                     init(parameter)
+        for child in self.children():
+            reset = getattr(child, "reset_parameters", None)
+            if reset is not None:
+                reset()
 
     def _bias_output(self, name, like):
         """The bias a return_bias module returns, in the output's dtype."""
-        bias = getattr(self, name, None)
+        bias = self._parameter(name)
         return None if bias is None else bias.to(like.dtype)
+
+    def _parameter(self, name):
+        """Parameter `name`, a dotted path for a submodule's; None for an
+        absent one (bias=False)."""
+        owner, _, leaf = name.rpartition(".")
+        module = self.get_submodule(owner) if owner else self
+        return getattr(module, leaf, None)
 
     # --- what a subclass describes -----------------------------------------
 
@@ -144,7 +193,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         autocast_dtype = _torch_autocast_dtype()
         if autocast_dtype is not None:
             return autocast_dtype
-        for name, parameter in self.named_parameters(recurse=False):
+        for name, parameter in self.named_parameters():
             if parameter.dtype != inp.dtype:
                 raise TypeError(
                     f"{type(self).__name__}: the input is {inp.dtype} but "
@@ -154,15 +203,21 @@ class TransformerEngineBaseModule(torch.nn.Module):
         return inp.dtype
 
     def _argument(self, name, dtype):
-        """The tensor the program takes for parameter `name`."""
+        """The tensor the program takes for parameter `name` (a dotted path
+        for a submodule's: a submodule with its own `_argument`, such as
+        the fused QKV weights, supplies it)."""
         if name == self._returned_bias:
-            parameter = getattr(self, name)
+            parameter = self._parameter(name)
             key = (tuple(parameter.shape), dtype, parameter.device)
             if key not in self._zero_biases:
                 self._zero_biases[key] = torch.zeros(
                     key[0], dtype=dtype, device=parameter.device)
             return self._zero_biases[key]
-        parameter = getattr(self, name)
+        head, _, rest = name.partition(".")
+        child = self._modules.get(head) if rest else None
+        if child is not None and hasattr(child, "_argument"):
+            return child._argument(rest, dtype)
+        parameter = self._parameter(name)
         # Casts only under torch.autocast; autograd carries the gradient
         # back to the parameter's dtype.
         return parameter.to(dtype).contiguous()
@@ -170,12 +225,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
     def _requires_grad(self, inp):
         return inp.requires_grad or any(
             parameter.requires_grad
-            for name, parameter in self.named_parameters(recurse=False)
+            for name, parameter in self.named_parameters()
             if name != self._returned_bias)
 
     def _compile(self, key, spec, shape):
         global _compiles
-        _, dtype, recipe_key, training, device_index = key
+        dtype, recipe_key, training, device_index = key[1:5]
         try:
             compiled = _compiled.compile_program(spec, training, device_index)
         except tejit.TejitError as error:
@@ -205,31 +260,76 @@ class TransformerEngineBaseModule(torch.nn.Module):
         if not inp.is_cuda:
             raise ValueError(f"{name}: the input must be a CUDA tensor, got "
                              f"one on {inp.device}")
-        dtype = self._activation_dtype(inp)
-        if dtype not in SPEC_DTYPES:
-            raise TypeError(f"{name}: unsupported activation dtype {dtype}")
+        dtype = self._checked_dtype(inp)
         lead = tuple(inp.shape[:-1])
         tokens = math.prod(lead)
         x = inp.to(dtype).contiguous().view(tokens, 1, features)
+        outputs = self._run_program(
+            {"input": x}, dtype, tokens,
+            {"seq_length": tokens, "batch_size": 1}, inp.shape)
+        return {output_name: out.view(*lead, out.shape[-1])
+                for output_name, out in outputs.items()}
 
+    def _checked_dtype(self, inp):
+        """The activation dtype of a call on `inp` (_activation_dtype),
+        checked to be one a spec takes."""
+        dtype = self._activation_dtype(inp)
+        if dtype not in SPEC_DTYPES:
+            raise TypeError(f"{type(self).__name__}: unsupported activation "
+                            f"dtype {dtype}")
+        return dtype
+
+    def _dropout_active(self):
+        """Whether the module's programs in this mode draw dropout masks:
+        then each training program is seeded from torch's CUDA generator
+        when it is compiled."""
+        return False
+
+    def _run_program(self, activations, dtype, shape_key, shape_spec, shape,
+                     layer_spec=None, variant=()):
+        """Runs the module's program for this call: `activations` maps the
+        program's non-parameter inputs ("input", or "query"/"key"/"value",
+        "attention_mask", "rotary_pos_emb") to contiguous CUDA tensors;
+        `shape_key` (hashable) and `shape_spec` (the spec's seq_length,
+        batch_size, input_format) describe their shape, `shape` is reported
+        in errors, `layer_spec` defaults to _layer_spec(), and `variant`
+        (hashable) is what else of this call selects the program (the
+        attention modules' mask type, dropout on or off, rotary
+        embeddings). Returns {output name: tensor} in the program's
+        shapes."""
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec = recipe.to_spec() if recipe is not None else None
         recipe_key = (json.dumps(recipe_spec, sort_keys=True)
                       if recipe_spec is not None else None)
-        training = torch.is_grad_enabled() and self._requires_grad(inp)
-        key = (tokens, dtype, recipe_key, training, x.device.index)
+        first = next(iter(activations.values()))
+        training = torch.is_grad_enabled() and any(
+            self._requires_grad(tensor) for tensor in activations.values()
+            if tensor is not None)
+        key = (shape_key, dtype, recipe_key, training, first.device.index,
+               variant)
         compiled = self._programs.get(key)
         if compiled is None:
-            spec = {"name": name, "params_dtype": SPEC_DTYPES[dtype],
-                    "seq_length": tokens, "batch_size": 1,
-                    "layers": [self._layer_spec()]}
+            spec = {"name": type(self).__name__,
+                    "params_dtype": SPEC_DTYPES[dtype], **shape_spec,
+                    "layers": [layer_spec or self._layer_spec()]}
             if recipe_spec is not None:
                 spec["recipe"] = recipe_spec
-            compiled = self._compile(key, spec, inp.shape)
+            compiled = self._compile(key, spec, shape)
+            if training and self._dropout_active():
+                compiled.program.set_seed(_dropout_seed(first.device))
 
-        arguments = [x] + [self._argument(n, dtype)
-                           for n in compiled.parameter_names]
-        compiled.check_inputs(arguments, ["input"] + compiled.parameter_names)
+        arguments = []
+        for input_name, parameter in zip(compiled.input_names,
+                                         compiled.is_parameter):
+            if parameter:
+                arguments.append(self._argument(input_name, dtype))
+            elif input_name in activations:
+                arguments.append(activations[input_name])
+            else:
+                raise RuntimeError(f"tejit: {type(self).__name__}'s program "
+                                   f"takes an input '{input_name}' that the "
+                                   f"module did not supply")
+        compiled.check_inputs(arguments, compiled.input_names)
         self._fp8_meta_state.activate(compiled)
         if compiled.training:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
@@ -237,8 +337,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 outputs = (outputs,)
         else:
             outputs = compiled.infer(arguments)
-        return {output_name: out.view(*lead, out.shape[-1])
-                for output_name, out in zip(compiled.output_names, outputs)}
+        return dict(zip(compiled.output_names, outputs))
 
     # --- state_dict, copies --------------------------------------------------
 
@@ -250,6 +349,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
                               strict, missing_keys, unexpected_keys,
                               error_msgs):
+        state_dict = skip_te_extra_state(state_dict, prefix)
         meta_prefix = prefix + _meta.PREFIX
         meta_keys = [key for key in state_dict if key.startswith(meta_prefix)]
         if meta_keys:

@@ -1,0 +1,94 @@
+"""What the attention modules compile, without PyTorch: the layer specs
+(docs/spec-format.md) of DotProductAttention, MultiheadAttention and
+TransformerLayer, the spec of one call, the parameter names TE registers,
+and the row order of TE's interleaved fused QKV weight.
+
+No torch import here: tests/python checks these against the compiler on
+machines without PyTorch (loading this file by path).
+"""
+
+QKV_SPLIT = ("query", "key", "value")
+
+
+def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
+    """The spec of one call: `layer` on [s, b] (sbhd) or [b, s] (bshd)
+    activations of the spec dtype `dtype` ("bf16", "fp16", "fp32"), with
+    `recipe` (a recipe's to_spec(), or None)."""
+    spec = {"name": name, "params_dtype": dtype, "seq_length": int(seq),
+            "batch_size": int(batch), "input_format": qkv_format,
+            "layers": [layer]}
+    if recipe is not None:
+        spec["recipe"] = recipe
+    return spec
+
+
+def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
+                               dropout, softmax_scale):
+    return {"type": "DotProductAttention", "num_attention_heads": heads,
+            "kv_channels": kv_channels, "num_gqa_groups": groups,
+            "attn_mask_type": mask_type, "attention_dropout": dropout,
+            "softmax_scale": softmax_scale}
+
+
+def multihead_attention_spec(hidden, heads, kv_channels, groups,
+                             input_layernorm, normalization, eps,
+                             zero_centered_gamma, mask_type, dropout, bias,
+                             rotary):
+    return {"type": "MultiheadAttention", "hidden_size": hidden,
+            "num_attention_heads": heads, "kv_channels": kv_channels,
+            "num_gqa_groups": groups, "input_layernorm": input_layernorm,
+            "normalization": normalization, "layernorm_epsilon": eps,
+            "zero_centered_gamma": zero_centered_gamma,
+            "attn_mask_type": mask_type, "attention_dropout": dropout,
+            "bias": bias, "rotary_pos_emb": rotary}
+
+
+def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
+                           normalization, zero_centered_gamma, activation,
+                           hidden_dropout, attention_dropout, mask_type,
+                           bias, post_layernorm_residual, rotary):
+    return {"type": "TransformerLayer", "hidden_size": hidden,
+            "ffn_hidden_size": ffn, "num_attention_heads": heads,
+            "num_gqa_groups": groups, "kv_channels": kv_channels,
+            "layernorm_epsilon": eps, "normalization": normalization,
+            "zero_centered_gamma": zero_centered_gamma,
+            "activation": activation, "hidden_dropout": hidden_dropout,
+            "attention_dropout": attention_dropout,
+            "self_attn_mask_type": mask_type, "bias": bias,
+            "apply_residual_connection_post_layernorm":
+                post_layernorm_residual,
+            "rotary_pos_emb": rotary}
+
+
+def qkv_parameter_names(fuse_qkv_params, bias, norm):
+    """TE's parameter names in `layernorm_qkv` / `qkv`, in registration
+    order; `norm` None, "LayerNorm" or "RMSNorm"."""
+    names = []
+    if norm is not None:
+        names.append("layer_norm_weight")
+        if norm == "LayerNorm":
+            names.append("layer_norm_bias")
+    if fuse_qkv_params:
+        return names + ["weight"] + (["bias"] if bias else [])
+    names += [f"{part}_weight" for part in QKV_SPLIT]
+    if bias:
+        names += [f"{part}_bias" for part in QKV_SPLIT]
+    return names
+
+
+def interleaved_qkv_rows(heads, groups, kv_channels):
+    """For TE's interleaved fused QKV rows [groups, heads / groups + 2,
+    kv_channels] (each group's queries, then its key, then its value): the
+    source row of each row of the q | k | v order the program takes."""
+    per_group = heads // groups
+    block = (per_group + 2) * kv_channels
+
+    def rows(group, slot):
+        start = group * block + slot * kv_channels
+        return list(range(start, start + kv_channels))
+
+    query = [row for g in range(groups) for i in range(per_group)
+             for row in rows(g, i)]
+    key = [row for g in range(groups) for row in rows(g, per_group)]
+    value = [row for g in range(groups) for row in rows(g, per_group + 1)]
+    return query + key + value

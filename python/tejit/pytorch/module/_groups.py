@@ -1,0 +1,200 @@
+"""The parameter groups of the attention modules: what TE holds in its
+sublayers `layernorm_qkv` (or `qkv`) and `proj`, with TE's state_dict names
+and initialization. A group is not callable: the attention module's one
+program reads its tensors through `_argument`.
+
+The compiler's fused QKV weight is [(heads + 2 * groups) * kv_channels,
+hidden], rows of q, then k, then v (docs/spec-format.md). TE registers it
+as
+- fuse_qkv_params=False (TE's default): `query_weight`, `key_weight`,
+  `value_weight` (and `*_bias`). Here they are views of one contiguous
+  buffer, rows q | k | v, so the program gets the buffer itself, without a
+  copy, while the three stay adjacent (_AdjacentRows); after something
+  replaced one of them (load_state_dict(assign=True), ...) they are
+  concatenated per call instead.
+- fuse_qkv_params=True: `weight` and `bias`, in TE's layout:
+  qkv_weight_interleaved=True (TE's default then) interleaves the heads by
+  key/value group, rows [groups, heads / groups + 2, kv_channels] (a
+  group's queries, its key, its value), which is permuted into q | k | v
+  per call (differentiably); with False the rows already are q | k | v.
+"""
+import torch
+
+from ._attention_specs import QKV_SPLIT
+from .base import skip_te_extra_state
+
+
+class _AdjacentRows(torch.autograd.Function):
+    """_AdjacentRows.apply(*parts): the rows of `parts` (tensors that lie
+    back to back in one storage) as one tensor, without a copy; the
+    gradient splits back into the parts."""
+
+    @staticmethod
+    def forward(ctx, *parts):
+        ctx.rows = [part.shape[0] for part in parts]
+        first = parts[0]
+        shape = (sum(ctx.rows), *first.shape[1:])
+        return first.detach().as_strided(shape, first.stride(),
+                                         first.storage_offset())
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(grad.split(ctx.rows, dim=0))
+
+
+def _storage_address(tensor):
+    """Where `tensor`'s storage starts (untyped_storage: torch >= 2.0)."""
+    storage = getattr(tensor, "untyped_storage", None)
+    return (storage() if storage else tensor.storage()).data_ptr()
+
+
+def adjacent(parts):
+    """Whether `parts` are contiguous tensors of one dtype and storage, each
+    starting where the previous one ends, with equal trailing dims."""
+    first = parts[0]
+    if first.device.type == "meta" or not first.is_contiguous():
+        return False
+    storage = _storage_address(first)
+    end = first.data_ptr() + first.numel() * first.element_size()
+    for part in parts[1:]:
+        if (part.dtype != first.dtype or part.device != first.device
+                or not part.is_contiguous()
+                or part.shape[1:] != first.shape[1:]
+                or _storage_address(part) != storage
+                or part.data_ptr() != end):
+            return False
+        end += part.numel() * part.element_size()
+    return True
+
+
+def joined_rows(parts, dtype):
+    """The rows of `parts` as one tensor in `dtype`: the storage they share
+    when adjacent, else a concatenation (both differentiable)."""
+    if all(part.dtype == dtype for part in parts) and adjacent(parts):
+        return _AdjacentRows.apply(*parts)
+    return torch.cat([part.to(dtype) for part in parts])
+
+
+class ParameterGroup(torch.nn.Module):
+    """Parameters under one TE sublayer name (`proj`, ...). `_argument`
+    gives the tensor a program takes for one of them."""
+
+    def __init__(self, params_dtype):
+        super().__init__()
+        self.params_dtype = params_dtype
+        self._initializers = {}  # parameter name -> init function
+
+    def add(self, name, shape, init, device):
+        tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
+        self.register_parameter(name, torch.nn.Parameter(tensor))
+        self._initializers[name] = init
+
+    def add_linear(self, weight, bias, out_features, in_features, init,
+                   use_bias, device):
+        self.add(weight, (out_features, in_features), init, device)
+        if use_bias:
+            self.add(bias, (out_features,), torch.nn.init.zeros_, device)
+        else:
+            self.register_parameter(bias, None)
+
+    def reset_parameters(self):
+        with torch.no_grad():
+            for name, init in self._initializers.items():
+                parameter = getattr(self, name)
+                if parameter.device.type != "meta":
+                    init(parameter)
+
+    def _argument(self, name, dtype):
+        return getattr(self, name).to(dtype).contiguous()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(
+            skip_te_extra_state(state_dict, prefix), prefix, *args, **kwargs)
+
+
+class QkvGroup(ParameterGroup):
+    """TE's `layernorm_qkv` (with the input norm's `layer_norm_weight`,
+    `layer_norm_bias`) or `qkv`: the Q, K and V projections, registered as
+    the module docstring says. `_argument("weight")` / `("bias")` give the
+    fused q | k | v tensors the program takes."""
+
+    def __init__(self, hidden_size, heads, groups, kv_channels, fuse,
+                 interleaved, use_bias, norm, init, params_dtype, device):
+        """`norm`: None, or (normalization, zero_centered_gamma, gamma
+        init) for layernorm_qkv."""
+        super().__init__(params_dtype)
+        self.heads, self.groups, self.kv_channels = heads, groups, kv_channels
+        self.fuse = bool(fuse)
+        self.interleaved = self.fuse and bool(interleaved)
+        self.use_bias = bool(use_bias)
+        if norm is not None:
+            normalization, gamma_init = norm
+            self.add("layer_norm_weight", (hidden_size,), gamma_init, device)
+            if normalization == "LayerNorm":
+                self.add("layer_norm_bias", (hidden_size,),
+                         torch.nn.init.zeros_, device)
+        rows = [heads * kv_channels, groups * kv_channels,
+                groups * kv_channels]
+        if self.fuse:
+            self.add_linear("weight", "bias", sum(rows), hidden_size, init,
+                            use_bias, device)
+            return
+        self._rows = rows
+        self._add_split("weight", (sum(rows), hidden_size), init, device)
+        if use_bias:
+            self._add_split("bias", (sum(rows),), torch.nn.init.zeros_,
+                            device)
+        else:
+            for part in QKV_SPLIT:
+                self.register_parameter(f"{part}_bias", None)
+
+    def _add_split(self, kind, shape, init, device):
+        """`query_<kind>`, `key_<kind>`, `value_<kind>`: views of one
+        buffer `shape`, rows q | k | v."""
+        buffer = torch.empty(shape, dtype=self.params_dtype, device=device)
+        for part, view in zip(QKV_SPLIT, buffer.split(self._rows)):
+            self.register_parameter(f"{part}_{kind}",
+                                    torch.nn.Parameter(view))
+            self._initializers[f"{part}_{kind}"] = init
+
+    def _split(self, kind):
+        return [getattr(self, f"{part}_{kind}") for part in QKV_SPLIT]
+
+    def _argument(self, name, dtype):
+        if name not in ("weight", "bias"):
+            return super()._argument(name, dtype)
+        if not self.fuse:
+            return joined_rows(self._split(name), dtype)
+        fused = getattr(self, name).to(dtype)
+        return self.to_qkv_rows(fused) if self.interleaved else fused
+
+    def to_qkv_rows(self, tensor):
+        """TE's interleaved rows [groups, heads / groups + 2, kv_channels]
+        of a fused weight or bias, reordered q | k | v (differentiable)."""
+        per_group = self.heads // self.groups
+        trailing = tuple(tensor.shape[1:])
+        grouped = tensor.reshape(self.groups, per_group + 2,
+                                 self.kv_channels, *trailing)
+        query = grouped[:, :per_group].reshape(-1, *trailing)
+        key = grouped[:, per_group].reshape(-1, *trailing)
+        value = grouped[:, per_group + 1].reshape(-1, *trailing)
+        return torch.cat([query, key, value])
+
+    def _apply(self, *args, **kwargs):
+        # .to()/.cuda()/.half() give every parameter its own tensor: pack
+        # the split ones into one buffer again, keeping the Parameter
+        # objects (an optimizer may hold them).
+        result = super()._apply(*args, **kwargs)
+        if not self.fuse:
+            for kind in ("weight", "bias"):
+                parts = self._split(kind)
+                if parts[0] is None or adjacent(parts):
+                    continue
+                if (len({(p.dtype, p.device) for p in parts}) != 1
+                        or parts[0].device.type == "meta"):
+                    continue
+                with torch.no_grad():
+                    buffer = torch.cat([p.data for p in parts])
+                for part, view in zip(parts, buffer.split(self._rows)):
+                    part.data = view
+        return result

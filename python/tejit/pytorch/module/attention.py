@@ -1,0 +1,337 @@
+"""te.DotProductAttention: softmax(q k^T * scale + mask) v over [s, b, h, d]
+(sbhd) or [b, s, h, d] (bshd) query/key/value, on cuDNN's fused attention
+(runtime); and what the attention modules share: the call's mask type,
+attention mask, rotary table and the forward arguments they refuse.
+
+Unlike the per-token modules these compile for the call's real sequence
+length, batch size and layout (base.py): the JIT key holds (qkv_format,
+seq, batch), and the program is further keyed by the call's mask type,
+whether dropout is on (training mode with p > 0) and whether a rotary
+table is given.
+"""
+import math
+
+import torch
+
+from . import _args, _attention_specs
+from .base import TransformerEngineBaseModule
+
+
+def _sequence_dims(qkv_format, tensor):
+    """(seq, batch) of an [s, b, ...] (sbhd) or [b, s, ...] (bshd) tensor."""
+    if qkv_format == "sbhd":
+        return tensor.shape[0], tensor.shape[1]
+    return tensor.shape[1], tensor.shape[0]
+
+
+def mask_type_of_call(owner, constructed, given):
+    """The mask type of a call: the forward's when given (TE's override),
+    else the constructor's."""
+    if given is None:
+        return constructed
+    return _args.check_mask_type(owner, "attn_mask_type", given)
+
+
+def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
+                         device):
+    """The program's mask input for `mask_type`: {"attention_mask": [b, 1,
+    1, s] bool} for the padding types, {"arbitrary_attention_mask": [b, 1,
+    s, s] bool} for "arbitrary" (broadcast from any shape that expands to
+    it), else {} -- TE ignores a mask given with the other types, and so
+    does tejit. True means masked out, as in TE."""
+    if "padding" not in mask_type and mask_type != "arbitrary":
+        return {}
+    if isinstance(attention_mask, (tuple, list)):
+        # TE's (query mask, key/value mask) pair: self-attention has one.
+        if len(attention_mask) != 2 or not (
+                attention_mask[0] is attention_mask[1]
+                or torch.equal(attention_mask[0], attention_mask[1])):
+            raise NotImplementedError(
+                f"{owner}: different query and key/value padding masks "
+                f"(cross-attention) are not supported by tejit")
+        attention_mask = attention_mask[0]
+    if attention_mask is None:
+        raise ValueError(f"{owner}: attn_mask_type={mask_type!r} needs an "
+                         f"attention_mask (bool, True = masked out)")
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(f"{owner}: attention_mask must be a torch.Tensor, "
+                        f"got {type(attention_mask).__name__}")
+    if attention_mask.dtype != torch.bool:
+        raise TypeError(f"{owner}: attention_mask must be torch.bool (True "
+                        f"= masked out), as in Transformer Engine; got "
+                        f"{attention_mask.dtype}")
+    if attention_mask.device != device:
+        raise ValueError(f"{owner}: attention_mask is on "
+                         f"{attention_mask.device}, the input on {device}")
+    if mask_type == "arbitrary":
+        shape, name = (batch, 1, seq, seq), "arbitrary_attention_mask"
+        try:
+            attention_mask = attention_mask.expand(shape)
+        except RuntimeError:
+            raise ValueError(f"{owner}: an arbitrary attention_mask must be "
+                             f"[b, 1, sq, skv] = {list(shape)} (or "
+                             f"broadcast to it), got "
+                             f"{list(attention_mask.shape)}") from None
+    else:
+        shape, name = (batch, 1, 1, seq), "attention_mask"
+        if tuple(attention_mask.shape) != shape:
+            raise ValueError(f"{owner}: a padding attention_mask must be [b, "
+                             f"1, 1, s] = {list(shape)} (True = padding), got "
+                             f"{list(attention_mask.shape)}")
+    return {name: attention_mask.contiguous()}
+
+
+def rotary_input(owner, rotary_pos_emb, seq, kv_channels, device):
+    """The program's `rotary_pos_emb` input [s, 1, 1, kv_channels] float32
+    from TE's freqs tensor [>= s, 1, 1, d] (the first s positions, as TE
+    applies them), or {} without one."""
+    if rotary_pos_emb is None:
+        return {}
+    if isinstance(rotary_pos_emb, (tuple, list)):
+        # TE's (query freqs, key freqs) pair.
+        if len(rotary_pos_emb) != 2 or not (
+                rotary_pos_emb[0] is rotary_pos_emb[1]
+                or torch.equal(rotary_pos_emb[0], rotary_pos_emb[1])):
+            raise NotImplementedError(
+                f"{owner}: different rotary embeddings for queries and keys "
+                f"are not supported by tejit; pass one freqs tensor")
+        rotary_pos_emb = rotary_pos_emb[0]
+    freqs = rotary_pos_emb
+    if (not isinstance(freqs, torch.Tensor) or freqs.dim() != 4
+            or tuple(freqs.shape[1:3]) != (1, 1) or freqs.shape[0] < seq):
+        raise ValueError(f"{owner}: rotary_pos_emb must be TE's freqs tensor "
+                         f"[s, 1, 1, d] with s >= {seq}, got "
+                         f"{getattr(freqs, 'shape', type(freqs).__name__)}")
+    if freqs.shape[3] != kv_channels:
+        raise NotImplementedError(
+            f"{owner}: rotary_pos_emb of dimension {freqs.shape[3]} "
+            f"(rotating part of each head) is not supported by tejit: it "
+            f"rotates whole heads, d = kv_channels = {kv_channels}")
+    if freqs.device != device:
+        raise ValueError(f"{owner}: rotary_pos_emb is on {freqs.device}, "
+                         f"the input on {device}")
+    return {"rotary_pos_emb":
+            freqs[:seq].detach().to(torch.float32).contiguous()}
+
+
+def check_attention_call(owner, seq, inference_params=None,
+                         core_attention_bias_type="no_bias",
+                         core_attention_bias=None, alibi_slopes=None,
+                         cu_seqlens_q=None, cu_seqlens_kv=None,
+                         cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
+                         max_seqlen_q=None, max_seqlen_kv=None,
+                         pad_between_seqs=None, encoder_output=None):
+    """Refuses forward arguments tejit's attention does not implement."""
+    if core_attention_bias_type != "no_bias":
+        raise NotImplementedError(
+            f"{owner}.forward(core_attention_bias_type="
+            f"{core_attention_bias_type!r}) is not supported by tejit (no "
+            f"attention bias); leave it 'no_bias'")
+    _args.check_unsupported(
+        f"{owner}.forward", core_attention_bias=core_attention_bias,
+        alibi_slopes=alibi_slopes, inference_params=inference_params,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+        cu_seqlens_q_padded=cu_seqlens_q_padded,
+        cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+        pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
+    for name, value in (("max_seqlen_q", max_seqlen_q),
+                        ("max_seqlen_kv", max_seqlen_kv)):
+        if value is not None and int(value) != seq:
+            raise NotImplementedError(
+                f"{owner}.forward({name}={value}) is not supported by tejit: "
+                f"sequences are padded to the input's length ({seq}); leave "
+                f"it None")
+
+
+def check_input(owner, name, tensor, rank):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{owner}: expected a torch.Tensor {name}, got "
+                        f"{type(tensor).__name__}")
+    if tensor.dim() != rank:
+        raise ValueError(f"{owner}: expected a {rank}-D {name}, got "
+                         f"{tuple(tensor.shape)}")
+    if not tensor.is_cuda:
+        raise ValueError(f"{owner}: {name} must be a CUDA tensor, got one "
+                         f"on {tensor.device}")
+
+
+class DotProductAttention(TransformerEngineBaseModule):
+    """Transformer Engine's DotProductAttention, compiled by tejit (the
+    attention itself on cuDNN's fused kernels). No parameters. forward
+    takes query [s, b, heads, kv_channels] and key/value [s, b,
+    num_gqa_groups, kv_channels] (sbhd; [b, s, ...] with bshd) and returns
+    [s, b, heads * kv_channels] (bshd: [b, s, ...]).
+
+    Masks: attn_mask_type (constructor, or the forward's, which selects
+    its own program) "no_mask", "causal", "causal_bottom_right", and
+    "padding", "padding_causal", "padding_causal_bottom_right" with
+    attention_mask [b, 1, 1, s] bool (True = padding), or "arbitrary" with
+    [b, 1, s, s]. Dropout (attention_dropout) only in training mode, from a
+    stream seeded from torch's CUDA generator. Refused (NotImplementedError
+    naming the argument): context/tensor parallelism, sliding windows,
+    attention bias, ALiBi, the thd layout and cu_seqlens, inference_params,
+    key/value of another length than the query (cross-attention), kv_channels
+    differing for k and v. Accepted and unused: layer_number,
+    get_rng_state_tracker, checkpoint_core_attention (recomputation changes
+    no result), fast_zero_fill."""
+
+    _uses_fp8 = False  # TE's attention runs in the activation dtype too
+
+    def __init__(self, num_attention_heads, kv_channels, num_gqa_groups=None,
+                 attention_dropout=0.0, qkv_format="sbhd",
+                 attn_mask_type="causal", window_size=None,
+                 sequence_parallel=False, tp_size=1,
+                 get_rng_state_tracker=None, tp_group=None,
+                 layer_number=None, attention_type="self", cp_group=None,
+                 cp_global_ranks=None, cp_stream=None, cp_comm_type="p2p",
+                 softmax_scale=None, softmax_type="vanilla",
+                 return_max_logit=False):
+        super().__init__(None)
+        owner = "DotProductAttention"
+        _args.check_defaults(owner, sequence_parallel=sequence_parallel,
+                             tp_size=tp_size, tp_group=tp_group,
+                             cp_group=cp_group,
+                             cp_global_ranks=cp_global_ranks,
+                             cp_stream=cp_stream)
+        if softmax_type != "vanilla":
+            raise NotImplementedError(
+                f"{owner}(softmax_type={softmax_type!r}) is not supported by "
+                f"tejit; leave it 'vanilla'")
+        _args.check_unsupported(owner, return_max_logit=return_max_logit)
+        if attention_type not in ("self", "cross"):
+            raise ValueError(f"{owner}: attention_type must be 'self' or "
+                             f"'cross', got {attention_type!r}")
+        if isinstance(kv_channels, (tuple, list)):
+            if len(kv_channels) != 2 or kv_channels[0] != kv_channels[1]:
+                raise NotImplementedError(
+                    f"{owner}(kv_channels={tuple(kv_channels)}): different "
+                    f"head sizes for keys and values are not supported by "
+                    f"tejit")
+            kv_channels = kv_channels[0]
+        self.num_attention_heads = int(num_attention_heads)
+        self.kv_channels = int(kv_channels)
+        self.num_gqa_groups = int(num_gqa_groups if num_gqa_groups is not None
+                                  else num_attention_heads)
+        if self.num_attention_heads % self.num_gqa_groups:
+            raise ValueError(f"{owner}: num_gqa_groups "
+                             f"({self.num_gqa_groups}) must divide "
+                             f"num_attention_heads "
+                             f"({self.num_attention_heads})")
+        self.attention_dropout = _args.check_dropout(
+            owner, "attention_dropout", attention_dropout)
+        self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
+                                                 qkv_format)
+        self.attn_mask_type = _args.check_mask_type(owner, "attn_mask_type",
+                                                    attn_mask_type)
+        _args.check_window_size(owner, "window_size", window_size,
+                                self.attn_mask_type)
+        self.attention_type = attention_type
+        self.layer_number = layer_number
+        self.softmax_scale = (float(softmax_scale) if softmax_scale is not None
+                              else 1.0 / math.sqrt(self.kv_channels))
+
+    def _dropout_active(self):
+        return self.training and self.attention_dropout > 0
+
+    def _layer_spec(self, mask_type=None):
+        return _attention_specs.dot_product_attention_spec(
+            self.num_attention_heads, self.kv_channels, self.num_gqa_groups,
+            mask_type or self.attn_mask_type,
+            self.attention_dropout if self._dropout_active() else 0.0,
+            self.softmax_scale)
+
+    def forward(self, query_layer, key_layer, value_layer,
+                attention_mask=None, qkv_format=None, cu_seqlens_q=None,
+                cu_seqlens_kv=None, cu_seqlens_q_padded=None,
+                cu_seqlens_kv_padded=None, max_seqlen_q=None,
+                max_seqlen_kv=None, attn_mask_type=None, window_size=None,
+                checkpoint_core_attention=False,
+                core_attention_bias_type="no_bias", core_attention_bias=None,
+                alibi_slopes=None, fast_zero_fill=True,
+                inference_params=None, pad_between_seqs=None,
+                fp8_output=False):
+        owner = "DotProductAttention"
+        qkv_format = _args.check_qkv_format(
+            owner, "qkv_format", qkv_format or self.qkv_format)
+        mask_type = mask_type_of_call(owner, self.attn_mask_type,
+                                      attn_mask_type)
+        _args.check_window_size(f"{owner}.forward", "window_size",
+                                window_size, mask_type)
+        _args.check_forward(owner, fp8_output, False)
+        for name, tensor in (("query_layer", query_layer),
+                             ("key_layer", key_layer),
+                             ("value_layer", value_layer)):
+            check_input(owner, name, tensor, 4)
+        seq, batch = _sequence_dims(qkv_format, query_layer)
+        check_attention_call(
+            owner, seq, inference_params, core_attention_bias_type,
+            core_attention_bias, alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
+            cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q,
+            max_seqlen_kv, pad_between_seqs)
+        heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
+                            self.kv_channels)
+        lead = (seq, batch) if qkv_format == "sbhd" else (batch, seq)
+        for name, tensor, count in (("query_layer", query_layer, heads),
+                                    ("key_layer", key_layer, groups),
+                                    ("value_layer", value_layer, groups)):
+            want = (*lead, count, d)
+            if tuple(tensor.shape) != want:
+                detail = ""
+                if (tuple(tensor.shape[2:]) == (count, d)
+                        and _sequence_dims(qkv_format, tensor)[0] != seq):
+                    detail = (" (keys and values of another length than the "
+                              "queries are not supported by tejit yet)")
+                raise ValueError(f"{owner}: expected {name} {list(want)} "
+                                 f"({qkv_format}), got "
+                                 f"{list(tensor.shape)}{detail}")
+        dtype = self._checked_dtype(query_layer)
+        activations = {
+            "query": query_layer.to(dtype).contiguous(),
+            "key": key_layer.to(dtype).contiguous(),
+            "value": value_layer.to(dtype).contiguous()}
+        activations.update(attention_mask_input(
+            owner, mask_type, attention_mask, batch, seq, query_layer.device))
+        variant = (mask_type, self._dropout_active())
+        out = self._run_program(
+            activations, dtype, (qkv_format, seq, batch),
+            {"seq_length": seq, "batch_size": batch,
+             "input_format": qkv_format},
+            query_layer.shape, self._layer_spec(mask_type), variant)
+        return out["output"]
+
+    def extra_repr(self):
+        return (f"num_attention_heads={self.num_attention_heads}, "
+                f"kv_channels={self.kv_channels}, "
+                f"num_gqa_groups={self.num_gqa_groups}, "
+                f"attn_mask_type={self.attn_mask_type}, "
+                f"qkv_format={self.qkv_format}")
+
+
+def run_attention_block(module, owner, hidden_states, hidden_size,
+                        qkv_format, mask_type, attention_mask, rotary_pos_emb,
+                        kv_channels, layer_spec, **call_arguments):
+    """Runs MultiheadAttention's or TransformerLayer's program on
+    hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
+    outputs by name, in the input's shape. `layer_spec(rotary)` is the
+    layer's spec for this call; `call_arguments` are the forward's
+    arguments check_attention_call refuses."""
+    check_input(owner, "hidden_states", hidden_states, 3)
+    if hidden_states.shape[-1] != hidden_size:
+        raise ValueError(f"{owner}: expected hidden_states "
+                         f"{'[s, b' if qkv_format == 'sbhd' else '[b, s'}, "
+                         f"{hidden_size}] ({qkv_format}), got "
+                         f"{list(hidden_states.shape)}")
+    seq, batch = _sequence_dims(qkv_format, hidden_states)
+    check_attention_call(owner, seq, **call_arguments)
+    dtype = module._checked_dtype(hidden_states)
+    device = hidden_states.device
+    activations = {"input": hidden_states.to(dtype).contiguous()}
+    activations.update(attention_mask_input(owner, mask_type, attention_mask,
+                                            batch, seq, device))
+    rotary = rotary_input(owner, rotary_pos_emb, seq, kv_channels, device)
+    activations.update(rotary)
+    variant = (mask_type, module._dropout_active(), bool(rotary))
+    return module._run_program(
+        activations, dtype, (qkv_format, seq, batch),
+        {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
+        hidden_states.shape, layer_spec(bool(rotary)), variant)

@@ -1,0 +1,183 @@
+"""te.MultiheadAttention: [norm], fused QKV projection, [rotary], dot-product
+attention, output projection, in one program."""
+
+from . import _args, _attention_specs
+from ._groups import ParameterGroup, QkvGroup
+from .attention import (DotProductAttention, mask_type_of_call,
+                        run_attention_block)
+from .base import TransformerEngineBaseModule
+
+
+class MultiheadAttention(TransformerEngineBaseModule):
+    """Transformer Engine's MultiheadAttention (self-attention), compiled by
+    tejit as one program. Parameters, with TE's names:
+    `layernorm_qkv.{layer_norm_weight, layer_norm_bias}` with
+    input_layernorm=True (no bias with RMSNorm), the QKV projection under
+    `layernorm_qkv.` (input_layernorm) or `qkv.`: `query_weight`,
+    `key_weight`, `value_weight` and `*_bias` (fuse_qkv_params=False, TE's
+    default; views of one q|k|v buffer) or `weight`/`bias`
+    (fuse_qkv_params=True, interleaved per key/value group with
+    qkv_weight_interleaved=True, TE's default) -- see _groups.py;
+    `proj.weight` [hidden, heads * kv_channels], `proj.bias`. QKV weights
+    initialized by init_method, proj's by output_layer_init_method (both
+    default N(0, 0.023^2), as TE's), biases zeros, the norm weight ones
+    (zeros with zero_centered_gamma). `core_attention` is the
+    DotProductAttention of the same configuration (no parameters).
+
+    forward(hidden_states [s, b, hidden] (qkv_format sbhd) / [b, s,
+    hidden] (bshd)) returns the same shape, plus proj's bias with
+    return_bias (not added), as TE's. attention_mask, attn_mask_type and
+    rotary_pos_emb (TE's freqs [s, 1, 1, kv_channels]) as
+    DotProductAttention. Refused (NotImplementedError naming the argument):
+    cross-attention (attention_type="cross", encoder_output),
+    return_layernorm_output, tensor/sequence parallelism, userbuffers,
+    sliding windows, attention bias, ALiBi, cu_seqlens, inference_params.
+    Accepted and unused: layer_number, get_rng_state_tracker,
+    set_parallel_mode (no effect with tp_size 1), name,
+    is_first_microbatch, checkpoint_core_attention, fast_zero_fill."""
+
+    def __init__(self, hidden_size, num_attention_heads, kv_channels=None,
+                 attention_dropout=0.1, layernorm_epsilon=1e-5,
+                 init_method=None, output_layer_init_method=None,
+                 layer_number=None, attn_mask_type="causal",
+                 window_size=None, tp_group=None, tp_size=1,
+                 num_gqa_groups=None, fuse_wgrad_accumulation=False,
+                 get_rng_state_tracker=None, sequence_parallel=False,
+                 params_dtype=None, return_bias=False,
+                 return_layernorm_output=False, input_layernorm=False,
+                 attention_type="self", set_parallel_mode=False,
+                 fuse_qkv_params=False, zero_centered_gamma=False,
+                 qkv_weight_interleaved=True, ub_overlap_ag=False,
+                 ub_overlap_rs=False, ub_overlap_rs_dgrad=False,
+                 ub_bulk_dgrad=False, ub_bulk_wgrad=False, bias=True,
+                 normalization="LayerNorm", device="cuda", qkv_format="sbhd",
+                 name=None):
+        super().__init__(params_dtype)
+        owner = "MultiheadAttention"
+        _args.check_defaults(
+            owner, tp_group=tp_group, tp_size=tp_size,
+            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
+            sequence_parallel=sequence_parallel, ub_overlap_ag=ub_overlap_ag,
+            ub_overlap_rs=ub_overlap_rs,
+            ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
+            ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad)
+        if attention_type != "self":
+            raise NotImplementedError(
+                f"{owner}(attention_type={attention_type!r}) is not "
+                f"supported by tejit (no cross-attention yet); use 'self'")
+        _args.check_unsupported(
+            owner, return_layernorm_output=return_layernorm_output)
+        self.hidden_size = int(hidden_size)
+        self.num_attention_heads = int(num_attention_heads)
+        if kv_channels is None:
+            if self.hidden_size % self.num_attention_heads:
+                raise ValueError(
+                    f"{owner}: hidden_size ({self.hidden_size}) must be "
+                    f"divisible by num_attention_heads "
+                    f"({self.num_attention_heads}) unless kv_channels is "
+                    f"given")
+            kv_channels = self.hidden_size // self.num_attention_heads
+        self.kv_channels = int(kv_channels)
+        self.num_gqa_groups = int(num_gqa_groups if num_gqa_groups is not None
+                                  else num_attention_heads)
+        self.attention_dropout = _args.check_dropout(
+            owner, "attention_dropout", attention_dropout)
+        self.layernorm_epsilon = float(layernorm_epsilon)
+        self.attn_mask_type = _args.check_mask_type(owner, "attn_mask_type",
+                                                    attn_mask_type)
+        _args.check_window_size(owner, "window_size", window_size,
+                                self.attn_mask_type)
+        self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
+                                                 qkv_format)
+        self.normalization = _args.check_normalization(owner, normalization)
+        self.zero_centered_gamma = bool(zero_centered_gamma)
+        self.input_layernorm = bool(input_layernorm)
+        self.use_bias = bool(bias)
+        self.return_bias = bool(return_bias)
+        self.fuse_qkv_params = bool(fuse_qkv_params)
+        # TE: "set to False when fuse_qkv_params=False".
+        self.qkv_weight_interleaved = (self.fuse_qkv_params
+                                       and bool(qkv_weight_interleaved))
+        self.layer_number = layer_number
+
+        norm = None
+        if self.input_layernorm:
+            norm = (self.normalization,
+                    _args.gamma_init(self.zero_centered_gamma))
+        qkv = QkvGroup(self.hidden_size, self.num_attention_heads,
+                       self.num_gqa_groups, self.kv_channels,
+                       self.fuse_qkv_params, self.qkv_weight_interleaved,
+                       self.use_bias, norm,
+                       init_method or _args.default_init_method(),
+                       self.params_dtype, device)
+        self._qkv_name = "layernorm_qkv" if self.input_layernorm else "qkv"
+        self.add_module(self._qkv_name, qkv)
+        # Its own module (TE's state_dict has its `_extra_state`), callable
+        # on query/key/value of this configuration.
+        self.core_attention = DotProductAttention(
+            self.num_attention_heads, self.kv_channels,
+            num_gqa_groups=self.num_gqa_groups,
+            attention_dropout=self.attention_dropout,
+            qkv_format=self.qkv_format, attn_mask_type=self.attn_mask_type,
+            layer_number=layer_number)
+        self.proj = ParameterGroup(self.params_dtype)
+        self.proj.add_linear(
+            "weight", "bias", self.hidden_size,
+            self.num_attention_heads * self.kv_channels,
+            output_layer_init_method or _args.default_init_method(),
+            self.use_bias, device)
+        if self.return_bias and self.use_bias:
+            self._returned_bias = "proj.bias"
+        self.reset_parameters()
+
+    def _dropout_active(self):
+        return self.training and self.attention_dropout > 0
+
+    def _layer_spec(self, mask_type=None, rotary=False):
+        return _attention_specs.multihead_attention_spec(
+            self.hidden_size, self.num_attention_heads, self.kv_channels,
+            self.num_gqa_groups, self.input_layernorm, self.normalization,
+            self.layernorm_epsilon, self.zero_centered_gamma,
+            mask_type or self.attn_mask_type,
+            self.attention_dropout if self._dropout_active() else 0.0,
+            self.use_bias, bool(rotary))
+
+    def forward(self, hidden_states, attention_mask=None,
+                encoder_output=None, attn_mask_type=None, window_size=None,
+                is_first_microbatch=None, checkpoint_core_attention=False,
+                inference_params=None, rotary_pos_emb=None,
+                core_attention_bias_type="no_bias", core_attention_bias=None,
+                alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None,
+                cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
+                max_seqlen_q=None, max_seqlen_kv=None, fast_zero_fill=True,
+                pad_between_seqs=None):
+        owner = "MultiheadAttention"
+        mask_type = mask_type_of_call(owner, self.attn_mask_type,
+                                      attn_mask_type)
+        _args.check_window_size(f"{owner}.forward", "window_size",
+                                window_size, mask_type)
+        outputs = run_attention_block(
+            self, owner, hidden_states, self.hidden_size, self.qkv_format,
+            mask_type, attention_mask, rotary_pos_emb, self.kv_channels,
+            lambda rotary: self._layer_spec(mask_type, rotary),
+            inference_params=inference_params,
+            core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias=core_attention_bias,
+            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            cu_seqlens_q_padded=cu_seqlens_q_padded,
+            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+            pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
+        out = outputs["output"]
+        if self.return_bias:
+            return out, self._bias_output("proj.bias", out)
+        return out
+
+    def extra_repr(self):
+        return (f"hidden_size={self.hidden_size}, "
+                f"num_attention_heads={self.num_attention_heads}, "
+                f"kv_channels={self.kv_channels}, "
+                f"num_gqa_groups={self.num_gqa_groups}, "
+                f"input_layernorm={self.input_layernorm}, "
+                f"attn_mask_type={self.attn_mask_type}, bias={self.use_bias}")

@@ -1,0 +1,183 @@
+"""te.TransformerLayer: self-attention block (norm, QKV, attention,
+projection, dropout + residual), then the MLP block (LayerNormMLP, dropout
++ residual), in one program."""
+
+from . import _args, _attention_specs
+from .attention import mask_type_of_call, run_attention_block
+from .base import TransformerEngineBaseModule
+from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
+from .multi_head_attention import MultiheadAttention
+
+
+class TransformerLayer(TransformerEngineBaseModule):
+    """Transformer Engine's TransformerLayer (encoder), compiled by tejit as
+    one program. Submodules and parameters have TE's names:
+    `self_attention` (a MultiheadAttention with input_layernorm: its
+    `layernorm_qkv.*` and `proj.*`) and `layernorm_mlp` (a LayerNormMLP);
+    init_method initializes QKV and fc1, output_layer_init_method proj and
+    fc2 (both default N(0, 0.023^2), as TE's). The submodules also run on
+    their own (each compiles its own program).
+
+    forward(hidden_states [s, b, hidden] (attn_input_format sbhd) / [b, s,
+    hidden] (bshd)) returns the same shape. attention_mask,
+    self_attn_mask_type and rotary_pos_emb as MultiheadAttention's.
+    hidden_dropout and attention_dropout apply in training mode only
+    (module.train()); in eval mode the layer compiles without dropout.
+    Refused (NotImplementedError naming the argument): layer_type="decoder"
+    (and encoder_output, enc_dec_attn_mask), output_layernorm,
+    parallel_attention_mlp, drop_path_rate > 0, rotary_pos_interleaved,
+    tensor/sequence parallelism, ub_tp_comm_overlap, sliding windows,
+    attention bias, ALiBi, cu_seqlens, inference_params. Accepted and
+    unused: layer_number, get_rng_state_tracker, seq_length,
+    micro_batch_size, set_parallel_mode, enc_dec_attn_mask_type, the ub_*
+    switches (they only act with ub_tp_comm_overlap), name,
+    is_first_microbatch, checkpoint_core_attention, fast_zero_fill."""
+
+    def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
+                 num_gqa_groups=None, layernorm_epsilon=1e-5,
+                 hidden_dropout=0.1, attention_dropout=0.1, init_method=None,
+                 output_layer_init_method=None, layer_number=None,
+                 kv_channels=None, self_attn_mask_type="causal",
+                 window_size=None, enc_dec_attn_mask_type="no_mask",
+                 enc_dec_window_size=None, tp_group=None, tp_size=1,
+                 params_dtype=None, get_rng_state_tracker=None,
+                 fuse_wgrad_accumulation=False, seq_length=None,
+                 micro_batch_size=None, sequence_parallel=False,
+                 apply_residual_connection_post_layernorm=False,
+                 output_layernorm=False, parallel_attention_mlp=False,
+                 layer_type="encoder", drop_path_rate=0.0,
+                 set_parallel_mode=False, fuse_qkv_params=False,
+                 rotary_pos_interleaved=False, zero_centered_gamma=False,
+                 qkv_weight_interleaved=True, ub_tp_comm_overlap=False,
+                 ub_overlap_ag=True, ub_overlap_rs=True,
+                 ub_overlap_rs_dgrad=False, ub_bulk_dgrad=True,
+                 ub_bulk_wgrad=True, bias=True, activation="gelu",
+                 activation_params=None, normalization="LayerNorm",
+                 device="cuda", attn_input_format="sbhd", name=None):
+        super().__init__(params_dtype)
+        owner = "TransformerLayer"
+        _args.check_defaults(
+            owner, tp_group=tp_group, tp_size=tp_size,
+            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
+            sequence_parallel=sequence_parallel,
+            ub_tp_comm_overlap=ub_tp_comm_overlap,
+            activation_params=activation_params)
+        if layer_type != "encoder":
+            raise NotImplementedError(
+                f"{owner}(layer_type={layer_type!r}) is not supported by "
+                f"tejit (no cross-attention yet); use 'encoder'")
+        _args.check_unsupported(
+            owner, output_layernorm=output_layernorm,
+            parallel_attention_mlp=parallel_attention_mlp,
+            rotary_pos_interleaved=rotary_pos_interleaved)
+        if drop_path_rate:
+            raise NotImplementedError(
+                f"{owner}(drop_path_rate={drop_path_rate!r}) is not "
+                f"supported by tejit (no stochastic depth); leave it 0.0")
+        _args.check_window_size(owner, "enc_dec_window_size",
+                                enc_dec_window_size, "no_mask")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"{owner}: activation {activation!r} is not "
+                             f"supported by tejit; choose one of "
+                             f"{', '.join(ACTIVATIONS)}")
+        self.hidden_size = int(hidden_size)
+        self.ffn_hidden_size = int(ffn_hidden_size)
+        self.num_attention_heads = int(num_attention_heads)
+        self.hidden_dropout = _args.check_dropout(owner, "hidden_dropout",
+                                                  hidden_dropout)
+        self.attention_dropout = _args.check_dropout(
+            owner, "attention_dropout", attention_dropout)
+        self.layernorm_epsilon = float(layernorm_epsilon)
+        self.self_attn_mask_type = _args.check_mask_type(
+            owner, "self_attn_mask_type", self_attn_mask_type)
+        _args.check_window_size(owner, "window_size", window_size,
+                                self.self_attn_mask_type)
+        self.attn_input_format = _args.check_qkv_format(
+            owner, "attn_input_format", attn_input_format)
+        self.normalization = _args.check_normalization(owner, normalization)
+        self.zero_centered_gamma = bool(zero_centered_gamma)
+        self.apply_residual_connection_post_layernorm = bool(
+            apply_residual_connection_post_layernorm)
+        self.activation = activation
+        self.use_bias = bool(bias)
+        self.layer_number = layer_number
+        self.self_attention = MultiheadAttention(
+            self.hidden_size, self.num_attention_heads,
+            kv_channels=kv_channels, attention_dropout=attention_dropout,
+            layernorm_epsilon=layernorm_epsilon, init_method=init_method,
+            output_layer_init_method=output_layer_init_method,
+            layer_number=layer_number,
+            attn_mask_type=self.self_attn_mask_type,
+            num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
+            input_layernorm=True, attention_type="self",
+            fuse_qkv_params=fuse_qkv_params,
+            zero_centered_gamma=zero_centered_gamma,
+            qkv_weight_interleaved=qkv_weight_interleaved, bias=bias,
+            normalization=normalization, device=device,
+            qkv_format=self.attn_input_format)
+        self.kv_channels = self.self_attention.kv_channels
+        self.num_gqa_groups = self.self_attention.num_gqa_groups
+        self.layernorm_mlp = LayerNormMLP(
+            self.hidden_size, self.ffn_hidden_size, eps=layernorm_epsilon,
+            init_method=init_method, bias=bias, normalization=normalization,
+            activation=activation,
+            output_layer_init_method=output_layer_init_method,
+            params_dtype=self.params_dtype,
+            zero_centered_gamma=zero_centered_gamma, device=device)
+
+    def _dropout_active(self):
+        return self.training and (self.hidden_dropout > 0
+                                  or self.attention_dropout > 0)
+
+    def _layer_spec(self, mask_type=None, rotary=False):
+        active = self._dropout_active()
+        return _attention_specs.transformer_layer_spec(
+            self.hidden_size, self.ffn_hidden_size, self.num_attention_heads,
+            self.kv_channels, self.num_gqa_groups, self.layernorm_epsilon,
+            self.normalization, self.zero_centered_gamma, self.activation,
+            self.hidden_dropout if active else 0.0,
+            self.attention_dropout if active else 0.0,
+            mask_type or self.self_attn_mask_type, self.use_bias,
+            self.apply_residual_connection_post_layernorm, bool(rotary))
+
+    def forward(self, hidden_states, attention_mask=None,
+                self_attn_mask_type=None, window_size=None,
+                encoder_output=None, enc_dec_attn_mask=None,
+                enc_dec_attn_mask_type=None, enc_dec_window_size=None,
+                is_first_microbatch=None, checkpoint_core_attention=False,
+                inference_params=None, rotary_pos_emb=None,
+                core_attention_bias_type="no_bias", core_attention_bias=None,
+                alibi_slopes=None, cu_seqlens_q=None, cu_seqlens_kv=None,
+                cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
+                max_seqlen_q=None, max_seqlen_kv=None, fast_zero_fill=True,
+                pad_between_seqs=None):
+        owner = "TransformerLayer"
+        mask_type = mask_type_of_call(owner, self.self_attn_mask_type,
+                                      self_attn_mask_type)
+        _args.check_window_size(f"{owner}.forward", "window_size",
+                                window_size, mask_type)
+        _args.check_unsupported(f"{owner}.forward",
+                                enc_dec_attn_mask=enc_dec_attn_mask)
+        outputs = run_attention_block(
+            self, owner, hidden_states, self.hidden_size,
+            self.attn_input_format, mask_type, attention_mask,
+            rotary_pos_emb, self.kv_channels,
+            lambda rotary: self._layer_spec(mask_type, rotary),
+            inference_params=inference_params,
+            core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias=core_attention_bias,
+            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            cu_seqlens_q_padded=cu_seqlens_q_padded,
+            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+            pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
+        return outputs["output"]
+
+    def extra_repr(self):
+        return (f"hidden_size={self.hidden_size}, "
+                f"ffn_hidden_size={self.ffn_hidden_size}, "
+                f"num_attention_heads={self.num_attention_heads}, "
+                f"num_gqa_groups={self.num_gqa_groups}, "
+                f"activation={self.activation}, "
+                f"normalization={self.normalization}")

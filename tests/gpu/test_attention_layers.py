@@ -1,0 +1,592 @@
+"""GPU tests of tejit.pytorch's DotProductAttention, MultiheadAttention and
+TransformerLayer: forward and backward against independent PyTorch math on
+the same inputs and parameters, dropout behaviour, and TE checkpoints.
+
+    PYTHONPATH=python python3 -m pytest tests/gpu/test_attention_layers.py
+    (-k full for the seed-size TransformerLayer step only; -x -v as usual)
+
+Data: fresh random inputs every run from one seed, printed at the start and
+in every failure message (TEJIT_TEST_SEED=N repeats a run).
+
+Comparisons (dropout 0), by relative L2 error ||got - ref|| / ||ref|| (an
+L2 bound, not elementwise: the reference rounds at other points than the
+kernels, see tests/gpu/test_pytorch_modules.py):
+- DotProductAttention vs scaled_dot_product_attention in float64 on the
+  same (rounded) q, k, v: output, dq, dk, dv below 1.6e-2 in bf16 (TE's
+  bf16 rtol) and 4e-3 in fp16; for every mask (no_mask, causal, padding,
+  padding_causal; padding compared on the valid rows only, with the output
+  gradient zero on the padded ones), head size 64 and 128, multi-head, GQA
+  and MQA, sbhd and bshd.
+- MultiheadAttention and TransformerLayer vs a float32 composition written
+  here from TE's definitions (norm, the q|k|v split of TE's parameters,
+  rotary, attention, projection, bias + residual, LayerNormMLP with the
+  activation, residual): without a recipe (bf16) below 1.6e-2; under
+  fp8_autocast(DelayedScaling(HYBRID)) after two warm-up steps (the first
+  casts with scale 1), output below 0.125 and gradients below 0.25 (TE's
+  E4M3 / E5M2 rtol, the rule of tests/gpu/quickstart_te.py).
+- The quickstart's size (hidden 4096, FFN 16384, 32 heads, seq 2048, batch
+  4): one FP8 TransformerLayer step against the float32 composition,
+  output below 0.125 and input gradient below 0.25.
+Dropout > 0: finite outputs and gradients, train and eval differ, eval is
+deterministic, two training forwards differ (fresh masks), and
+torch.manual_seed repeats them.
+"""
+import copy
+import math
+import os
+import random
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python"))
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+
+import tejit.pytorch as te  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+
+SEED = int(os.environ.get("TEJIT_TEST_SEED", random.SystemRandom().randrange(
+    1 << 31)))
+print(f"test_attention_layers: seed {SEED} (TEJIT_TEST_SEED={SEED} repeats "
+      f"this run)")
+
+BF16, FP16 = torch.bfloat16, torch.float16
+L2_DTYPE = {BF16: 1.6e-2, FP16: 4e-3}
+L2_FP8_OUTPUT = 0.125
+L2_FP8_GRAD = 0.25
+FP8_WARMUP_STEPS = 2
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed(request):
+    """Each test draws from its own stream of the run's seed."""
+    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+
+
+def hybrid():
+    return recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID,
+                                 amax_history_len=16, amax_compute_algo="max")
+
+
+def rel_l2(got, want):
+    """||got - want|| / ||want||; inf if `got` has a NaN or inf."""
+    got, want = got.double(), want.double()
+    if not torch.isfinite(got).all():
+        return math.inf
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def check_errors(errors, limits, what):
+    """errors: {name: value}; limits: {name: bound}."""
+    failed = {n: (e, limits[n]) for n, e in errors.items() if not
+              e < limits[n]}
+    report = ", ".join(f"{n} {e:.2e}" for n, e in errors.items())
+    assert not failed, (f"{what} (seed {SEED}): relative L2 over the bound: "
+                        f"{failed}; all: {report}")
+
+
+# --- reference math ----------------------------------------------------------
+
+
+def allowed_mask(mask_type, padding, seq, device):
+    """[b or 1, 1, s, s] bool, True where a query may attend to a key;
+    None for no mask. `padding`: [b, 1, 1, s] bool, True = padded."""
+    allowed = None
+    if "causal" in mask_type:
+        allowed = torch.ones(seq, seq, dtype=torch.bool,
+                             device=device).tril()[None, None]
+    if "padding" in mask_type:
+        keys = ~padding  # [b, 1, 1, s]
+        allowed = keys if allowed is None else allowed & keys
+    return allowed
+
+
+def attention_ref(q, k, v, mask_type, padding, qkv_format, scale):
+    """softmax(q k^T * scale, masked) v in q's dtype: q [.., h, d] and
+    k, v [.., g, d] in `qkv_format`; returns [s, b, h*d] / [b, s, h*d]."""
+    if qkv_format == "sbhd":
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, h, s, d]
+    else:
+        q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+    heads, groups, seq = q.shape[1], k.shape[1], q.shape[2]
+    k = k.repeat_interleave(heads // groups, dim=1)
+    v = v.repeat_interleave(heads // groups, dim=1)
+    allowed = allowed_mask(mask_type, padding, seq, q.device)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, h, s, d]
+    if qkv_format == "sbhd":
+        out = out.permute(2, 0, 1, 3)
+    else:
+        out = out.permute(0, 2, 1, 3)
+    return out.reshape(*out.shape[:2], -1)
+
+
+def random_padding(batch, seq, device):
+    """[b, 1, 1, s] bool, True on each sequence's padded tail (lengths in
+    [s/4, s], at least one sequence full)."""
+    lengths = torch.randint(seq // 4, seq + 1, (batch,))
+    lengths[0] = seq
+    positions = torch.arange(seq)
+    mask = positions[None, :] >= lengths[:, None]
+    return mask.view(batch, 1, 1, seq).to(device)
+
+
+def valid_rows(padding, qkv_format):
+    """[s, b, 1] (sbhd) / [b, s, 1] (bshd) float: 1 on valid tokens."""
+    valid = (~padding.view(padding.shape[0], -1)).float()  # [b, s]
+    valid = valid.t() if qkv_format == "sbhd" else valid
+    return valid.unsqueeze(-1)
+
+
+def norm_ref(x, weight, bias, normalization, eps, zero_centered_gamma):
+    gamma = 1 + weight if zero_centered_gamma else weight
+    if normalization == "RMSNorm":
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gamma
+    return F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
+
+
+def activation_ref(h, activation):
+    if activation in ("geglu", "qgeglu", "reglu", "sreglu", "swiglu"):
+        a, b = h.chunk(2, dim=-1)
+        return activation_ref(a, activation[:-3] + "lu" if activation !=
+                              "swiglu" else "silu") * b
+    return {"gelu": lambda t: F.gelu(t, approximate="tanh"),
+            "qgelu": lambda t: t * torch.sigmoid(1.702 * t),
+            "relu": F.relu, "srelu": lambda t: F.relu(t) ** 2,
+            "silu": F.silu}[activation](h)
+
+
+def rotary_ref(t, freqs, qkv_format):
+    """TE's non-interleaved rotary: t cos(f) + rotate_half(t) sin(f),
+    freqs [s, 1, 1, d]."""
+    seq = t.shape[0] if qkv_format == "sbhd" else t.shape[1]
+    f = freqs[:seq].float()
+    if qkv_format == "bshd":
+        f = f.transpose(0, 1)  # [1, s, 1, d]
+    half = t.shape[-1] // 2
+    rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
+    return t * torch.cos(f) + rotated * torch.sin(f)
+
+
+def split_qkv(group, p, prefix, heads, groups, kv_channels):
+    """TE's Q, K, V weights and biases from a module's parameters `p`
+    (name -> float32 tensor), written independently of tejit's code."""
+    def fused(name):
+        tensor = p[prefix + name]
+        if not group.interleaved:
+            return tensor.split([heads * kv_channels,
+                                 groups * kv_channels,
+                                 groups * kv_channels])
+        per_group = heads // groups
+        trailing = tensor.shape[1:]
+        t = tensor.view(groups, per_group + 2, kv_channels, *trailing)
+        return (t[:, :per_group].reshape(-1, *trailing),
+                t[:, per_group].reshape(-1, *trailing),
+                t[:, per_group + 1].reshape(-1, *trailing))
+    if group.fuse:
+        weights = fused("weight")
+        biases = fused("bias") if prefix + "bias" in p else (None,) * 3
+    else:
+        weights = [p[f"{prefix}{n}_weight"] for n in ("query", "key",
+                                                       "value")]
+        biases = [p.get(f"{prefix}{n}_bias") for n in ("query", "key",
+                                                        "value")]
+    return weights, biases
+
+
+def mha_ref(mha, x, p, mask_type, padding, freqs, prefix=""):
+    """MultiheadAttention in float32: (output incl. proj bias, norm
+    output or None)."""
+    fmt, h, g, d = (mha.qkv_format, mha.num_attention_heads,
+                    mha.num_gqa_groups, mha.kv_channels)
+    group_name = "layernorm_qkv." if mha.input_layernorm else "qkv."
+    group = getattr(mha, group_name[:-1])
+    ln = None
+    if mha.input_layernorm:
+        ln = norm_ref(x, p[prefix + group_name + "layer_norm_weight"],
+                      p.get(prefix + group_name + "layer_norm_bias"),
+                      mha.normalization, mha.layernorm_epsilon,
+                      mha.zero_centered_gamma)
+    inp = ln if ln is not None else x
+    weights, biases = split_qkv(group, p, prefix + group_name, h, g, d)
+    q, k, v = (F.linear(inp, w, b) for w, b in zip(weights, biases))
+    q = q.view(*q.shape[:2], h, d)
+    k = k.view(*k.shape[:2], g, d)
+    v = v.view(*v.shape[:2], g, d)
+    if freqs is not None:
+        q, k = rotary_ref(q, freqs, fmt), rotary_ref(k, freqs, fmt)
+    attn = attention_ref(q, k, v, mask_type, padding, fmt,
+                         1.0 / math.sqrt(d))
+    out = F.linear(attn, p[prefix + "proj.weight"],
+                   p.get(prefix + "proj.bias"))
+    return out, ln
+
+
+def transformer_ref(layer, x, p, mask_type, padding, freqs):
+    attn, ln = mha_ref(layer.self_attention, x, p, mask_type, padding, freqs,
+                       prefix="self_attention.")
+    post = layer.apply_residual_connection_post_layernorm
+    hidden = (ln if post else x) + attn
+    ln2 = norm_ref(hidden, p["layernorm_mlp.layer_norm_weight"],
+                   p.get("layernorm_mlp.layer_norm_bias"),
+                   layer.normalization, layer.layernorm_epsilon,
+                   layer.zero_centered_gamma)
+    fc1 = F.linear(ln2, p["layernorm_mlp.fc1_weight"],
+                   p.get("layernorm_mlp.fc1_bias"))
+    mlp = F.linear(activation_ref(fc1, layer.activation),
+                   p["layernorm_mlp.fc2_weight"],
+                   p.get("layernorm_mlp.fc2_bias"))
+    return (ln2 if post else hidden) + mlp
+
+
+def rotary_freqs(seq, dim, device):
+    """TE's RotaryPositionEmbedding table [s, 1, 1, d] float32."""
+    inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=device).float()
+                           / dim))
+    angles = torch.outer(torch.arange(seq, device=device).float(), inv)
+    return torch.cat([angles, angles], dim=-1).view(seq, 1, 1, dim)
+
+
+# --- DotProductAttention -----------------------------------------------------
+
+DPA_CASES = [(dtype, d, mask, groups, fmt)
+             for dtype in (BF16, FP16) for d in (64, 128)
+             for mask in ("no_mask", "causal", "padding", "padding_causal")
+             for groups in (8, 2, 1) for fmt in ("sbhd", "bshd")]
+
+
+@pytest.mark.parametrize(
+    "dtype,d,mask,groups,fmt", DPA_CASES,
+    ids=[f"{str(c[0])[6:]}-d{c[1]}-{c[2]}-g{c[3]}-{c[4]}" for c in DPA_CASES])
+def test_dot_product_attention(dtype, d, mask, groups, fmt):
+    heads, seq, batch = 8, 128, 2
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format=fmt, attn_mask_type=mask)
+    lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
+    q = torch.randn(*lead, heads, d, device="cuda", dtype=dtype)
+    k = torch.randn(*lead, groups, d, device="cuda", dtype=dtype)
+    v = torch.randn(*lead, groups, d, device="cuda", dtype=dtype)
+    for t in (q, k, v):
+        t.requires_grad_()
+    padding = (random_padding(batch, seq, "cuda") if "padding" in mask
+               else None)
+    out = dpa(q, k, v, attention_mask=padding)
+    assert tuple(out.shape) == (*lead, heads * d)
+    assert out.dtype == dtype
+    dy = torch.randn_like(out)
+    rows = (valid_rows(padding, fmt).to(dtype) if padding is not None else
+            torch.ones(*lead, 1, device="cuda", dtype=dtype))
+    dy = dy * rows
+    out.backward(dy)
+
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = attention_ref(q64, k64, v64, mask, padding, fmt,
+                        1.0 / math.sqrt(d))
+    ref.backward(dy.double())
+    rows64, rows4 = rows.double(), rows.double().unsqueeze(-1)
+    errors = {"output": rel_l2(out * rows, ref * rows64),
+              "dq": rel_l2(q.grad * rows4, q64.grad * rows4),
+              "dk": rel_l2(k.grad * rows4, k64.grad * rows4),
+              "dv": rel_l2(v.grad * rows4, v64.grad * rows4)}
+    limit = L2_DTYPE[dtype]
+    check_errors(errors, dict.fromkeys(errors, limit),
+                 f"DotProductAttention {dtype} d {d} {mask} groups {groups} "
+                 f"{fmt}")
+
+
+def test_dot_product_attention_forward_mask_type_override():
+    """A forward-time attn_mask_type selects its own program, as in TE."""
+    dpa = te.DotProductAttention(4, 64, attn_mask_type="causal")
+    q, k, v = (torch.randn(64, 2, 4, 64, device="cuda", dtype=BF16)
+               for _ in range(3))
+    with torch.no_grad():
+        causal = dpa(q, k, v)
+        full = dpa(q, k, v, attn_mask_type="no_mask")
+    scale = 1 / 8
+    check_errors({"causal": rel_l2(causal, attention_ref(
+        q.double(), k.double(), v.double(), "causal", None, "sbhd", scale)),
+        "no_mask": rel_l2(full, attention_ref(
+            q.double(), k.double(), v.double(), "no_mask", None, "sbhd",
+            scale))}, {"causal": 1.6e-2, "no_mask": 1.6e-2}, "override")
+    assert len(dpa._programs) == 2
+
+
+# --- MultiheadAttention / TransformerLayer -----------------------------------
+
+
+def perturb(module):
+    """Non-trivial biases and norm weights (TE starts them at 0 and 1)."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+            elif p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+
+
+def block_step(module, x, fp8_recipe, dy, **call):
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    with te.fp8_autocast(enabled=fp8_recipe is not None,
+                         fp8_recipe=fp8_recipe):
+        out = module(x, **call)
+    out.backward(dy)
+    return out.detach()
+
+
+def check_block(module, reference, fmt, fp8_recipe, mask="causal",
+                rotary=False, seq=64, batch=2, hidden=None,
+                what="", param_grads=True):
+    hidden = hidden or module.hidden_size
+    lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
+    x = torch.randn(*lead, hidden, device="cuda", dtype=BF16,
+                    requires_grad=True)
+    padding = random_padding(batch, seq, "cuda") if "padding" in mask \
+        else None
+    freqs = (rotary_freqs(seq, module.kv_channels, "cuda") if rotary
+             else None)
+    call = {}
+    if padding is not None:
+        call["attention_mask"] = padding
+    if freqs is not None:
+        call["rotary_pos_emb"] = freqs
+    rows = (valid_rows(padding, fmt) if padding is not None
+            else torch.ones(*lead, 1, device="cuda"))
+    dy = (torch.randn(*lead, hidden, device="cuda") * rows).to(BF16)
+    for _ in range(FP8_WARMUP_STEPS if fp8_recipe is not None else 0):
+        block_step(module, x, fp8_recipe, dy, **call)
+    out = block_step(module, x, fp8_recipe, dy, **call)
+    grads = {n: p.grad for n, p in module.named_parameters()}
+    dx = x.grad
+
+    params = {n: p.detach().float().requires_grad_()
+              for n, p in module.named_parameters()}
+    x32 = x.detach().float().requires_grad_()
+    ref = reference(module, x32, params, mask, padding, freqs)
+    ref.backward(dy.float())
+    errors = {"output": rel_l2(out * rows, ref * rows),
+              "input grad": rel_l2(dx * rows, x32.grad * rows)}
+    if param_grads:
+        for name, grad in grads.items():
+            assert grad is not None, f"{what}: no gradient for {name}"
+            errors[name] = rel_l2(grad, params[name].grad)
+    if fp8_recipe is None:
+        limits = dict.fromkeys(errors, L2_DTYPE[BF16])
+    else:
+        limits = dict.fromkeys(errors, L2_FP8_GRAD)
+        limits["output"] = L2_FP8_OUTPUT
+    check_errors(errors, limits, what)
+    return errors
+
+
+def mha_reference(mha, x, p, mask, padding, freqs):
+    return mha_ref(mha, x, p, mask, padding, freqs)[0]
+
+
+MHA_CASES = {
+    "LayerNorm-causal-sbhd-gqa": (dict(hidden_size=256, num_attention_heads=8,
+                                       num_gqa_groups=2, input_layernorm=True),
+                                  "causal", False),
+    "no-layernorm-no_mask-bshd-nobias": (dict(
+        hidden_size=256, num_attention_heads=4, input_layernorm=False,
+        bias=False, qkv_format="bshd"), "no_mask", False),
+    "RMSNorm-padding_causal-rotary": (dict(
+        hidden_size=256, num_attention_heads=4, input_layernorm=True,
+        normalization="RMSNorm"), "padding_causal", True),
+    "fused-interleaved-gqa-kv_channels": (dict(
+        hidden_size=256, num_attention_heads=8, num_gqa_groups=2,
+        kv_channels=64, fuse_qkv_params=True, input_layernorm=True),
+        "causal", False),
+}
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("case", list(MHA_CASES))
+def test_multihead_attention(case, fp8):
+    kwargs, mask, rotary = MHA_CASES[case]
+    mha = te.MultiheadAttention(attention_dropout=0.0, attn_mask_type=mask,
+                                params_dtype=BF16, **kwargs)
+    perturb(mha)
+    check_block(mha, mha_reference, mha.qkv_format,
+                hybrid() if fp8 else None, mask=mask, rotary=rotary,
+                what=f"MultiheadAttention {case} {'fp8' if fp8 else 'bf16'}")
+
+
+def test_multihead_attention_return_bias():
+    mha = te.MultiheadAttention(256, 4, attention_dropout=0.0,
+                                return_bias=True, params_dtype=BF16)
+    perturb(mha)
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        out, bias = mha(x)
+        params = {n: p.float() for n, p in mha.named_parameters()}
+        ref = mha_ref(mha, x.float(), params, "causal", None, None)[0]
+    assert bias is mha.proj.bias or torch.equal(bias, mha.proj.bias)
+    check_errors({"output": rel_l2(out.float() + bias.float(), ref)},
+                 {"output": 1.6e-2}, "return_bias")
+
+
+TL_CASES = {
+    "default": (dict(hidden_size=256, ffn_hidden_size=1024,
+                     num_attention_heads=4), "causal", False),
+    "llama-like-bshd": (dict(
+        hidden_size=256, ffn_hidden_size=512, num_attention_heads=8,
+        num_gqa_groups=2, normalization="RMSNorm", activation="swiglu",
+        bias=False, attn_input_format="bshd"), "padding_causal", True),
+    "post-ln-residual-zero-gamma-no_mask": (dict(
+        hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,
+        apply_residual_connection_post_layernorm=True,
+        zero_centered_gamma=True, activation="relu"), "no_mask", False),
+    "fused-qkv-padding": (dict(hidden_size=256, ffn_hidden_size=1024,
+                               num_attention_heads=8, num_gqa_groups=4,
+                               fuse_qkv_params=True), "padding", False),
+}
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("case", list(TL_CASES))
+def test_transformer_layer(case, fp8):
+    kwargs, mask, rotary = TL_CASES[case]
+    layer = te.TransformerLayer(hidden_dropout=0.0, attention_dropout=0.0,
+                                self_attn_mask_type=mask, params_dtype=BF16,
+                                **kwargs)
+    perturb(layer)
+    check_block(layer, transformer_ref, layer.attn_input_format,
+                hybrid() if fp8 else None, mask=mask, rotary=rotary,
+                what=f"TransformerLayer {case} {'fp8' if fp8 else 'bf16'}")
+
+
+def test_transformer_layer_full_size_fp8_step():
+    """The quickstart's layer at its size: one FP8 step (after the warm-up)
+    against the float32 composition, quickstart_te.py's bounds."""
+    layer = te.TransformerLayer(4096, 16384, 32, hidden_dropout=0.0,
+                                attention_dropout=0.0, params_dtype=BF16)
+    perturb(layer)
+    errors = check_block(layer, transformer_ref, "sbhd", hybrid(),
+                         seq=2048, batch=4, param_grads=False,
+                         what="TransformerLayer full size fp8")
+    print(f"full-size FP8 step: output {errors['output']:.4f}, input grad "
+          f"{errors['input grad']:.4f}")
+
+
+# --- dropout -----------------------------------------------------------------
+
+
+def dropout_checks(make, x, what, **call):
+    """make(): a module with dropout > 0 (training mode)."""
+    torch.manual_seed(SEED)
+    module = make()
+    twin = copy.deepcopy(module)  # no programs yet: compiles its own
+    torch.manual_seed(SEED + 1)
+    first = module(x, **call)
+    second = module(x, **call)
+    assert torch.isfinite(first).all() and torch.isfinite(second).all(), what
+    assert not torch.equal(first, second), f"{what}: masks repeat"
+    (first.float().square().sum() + second.float().sum()).backward()
+    for name, p in module.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), \
+            f"{what}: gradient of {name}"
+    torch.manual_seed(SEED + 1)
+    again = twin(x, **call)
+    assert torch.equal(again, first), \
+        f"{what}: torch.manual_seed does not repeat the dropout masks"
+    module.eval()
+    with torch.no_grad():
+        eval_a = module(x, **call)
+        eval_b = module(x, **call)
+    assert torch.equal(eval_a, eval_b), f"{what}: eval is not deterministic"
+    assert not torch.equal(eval_a, first), f"{what}: eval applies dropout"
+    module.train()
+    return module
+
+
+def test_dropout_transformer_layer():
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16,
+                    requires_grad=True)
+    dropout_checks(lambda: te.TransformerLayer(256, 1024, 4,
+                                               params_dtype=BF16),
+                   x, "TransformerLayer dropout")
+
+
+def test_dropout_multihead_attention():
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16,
+                    requires_grad=True)
+    dropout_checks(lambda: te.MultiheadAttention(
+        256, 4, attention_dropout=0.3, input_layernorm=True,
+        params_dtype=BF16), x, "MultiheadAttention dropout")
+
+
+def test_dropout_dot_product_attention():
+    q, k, v = (torch.randn(64, 2, 4, 64, device="cuda", dtype=BF16,
+                           requires_grad=True) for _ in range(3))
+
+    class Wrap(torch.nn.Module):  # one positional input, as the others
+        def __init__(self):
+            super().__init__()
+            self.dpa = te.DotProductAttention(4, 64, attention_dropout=0.3)
+            # a parameter so the gradient check has one to look at
+            self.scale = torch.nn.Parameter(torch.ones((), device="cuda",
+                                                       dtype=BF16))
+
+        def forward(self, x):
+            return self.dpa(x * self.scale, k, v)
+
+    dropout_checks(Wrap, q, "DotProductAttention dropout")
+
+
+def test_eval_mode_matches_dropout_free_layer():
+    """In eval mode a dropout layer computes what a dropout-free one does."""
+    layer = te.TransformerLayer(256, 1024, 4, params_dtype=BF16)
+    quiet = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                attention_dropout=0.0, params_dtype=BF16)
+    quiet.load_state_dict(layer.state_dict())
+    layer.eval()
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        assert torch.equal(layer(x), quiet(x))
+
+
+# --- TE checkpoints ----------------------------------------------------------
+
+
+def test_te_state_dict_loads():
+    """A TE-style state_dict (TE's names, `_extra_state` entries, default
+    fuse_qkv_params=False split Q/K/V) loads strictly and gives the layer
+    those weights."""
+    source = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                 attention_dropout=0.0, params_dtype=BF16)
+    perturb(source)
+    state = {name: p.detach().clone() for name, p in
+             source.named_parameters()}
+    for prefix in ("self_attention.layernorm_qkv.",
+                   "self_attention.core_attention.", "self_attention.proj.",
+                   "layernorm_mlp.", ""):
+        state[prefix + "_extra_state"] = torch.empty(0, dtype=torch.uint8)
+    expected = {"self_attention.layernorm_qkv.query_weight",
+                "self_attention.layernorm_qkv.key_weight",
+                "self_attention.layernorm_qkv.value_weight",
+                "self_attention.layernorm_qkv.query_bias",
+                "self_attention.proj.weight", "layernorm_mlp.fc1_weight",
+                "layernorm_mlp.fc2_bias"}
+    assert expected <= set(state)
+    target = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                 attention_dropout=0.0, params_dtype=BF16)
+    result = target.load_state_dict(state, strict=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        assert torch.equal(target(x), source(x))
+    # The split Q/K/V still reach the program as one buffer.
+    qkv = target.self_attention.layernorm_qkv
+    fused = target._argument("self_attention.layernorm_qkv.weight", BF16)
+    assert fused.data_ptr() == qkv.query_weight.data_ptr()

@@ -1,0 +1,491 @@
+"""tejit.pytorch's DotProductAttention, MultiheadAttention and
+TransformerLayer on the CPU (parameters on the CPU, nothing runs): TE's
+constructor arguments, the errors naming unsupported ones, parameter names
+and shapes against TE's, the fused QKV tensor the program gets (no copy
+while the split parameters are adjacent; gradients split back; TE's
+interleaved layout permuted), state_dict round trips (TE checkpoints with
+`_extra_state` included), the spec each module compiles (its inputs bind
+to the module's tensors) and the JIT key of a call. Needs PyTorch (skipped
+without it; test_attention_specs.py checks the specs without it).
+Run: python3 -m pytest tests/python"""
+import importlib.util
+import os
+import re
+import sys
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+if HAVE_TORCH:
+    import torch
+
+    import tejit
+    import tejit.pytorch as te
+    from tejit.pytorch.module import _attention_specs, attention
+    from tejit.pytorch.module.base import SPEC_DTYPES
+
+CPU = "cpu"
+_ARGUMENT = re.compile(r'%arg\d+: tensor<([^>]*)> \{te\.name = "([^"]+)"')
+
+
+def program_arguments(module, dtype="bf16", seq=8, batch=2, mask=None,
+                      rotary=False):
+    """{name: (shape tuple, dtype string)} of the forward's arguments of
+    the program `module` would compile for an [s, b] call."""
+    if isinstance(module, te.DotProductAttention):
+        layer = module._layer_spec(mask)
+        fmt = module.qkv_format
+    elif isinstance(module, te.TransformerLayer):
+        layer = module._layer_spec(mask, rotary)
+        fmt = module.attn_input_format
+    else:
+        layer = module._layer_spec(mask, rotary)
+        fmt = module.qkv_format
+    spec = _attention_specs.program_spec(type(module).__name__, dtype, fmt,
+                                         seq, batch, layer)
+    text = tejit.compile_ir(spec, "te")
+    header = next(line for line in text.splitlines() if "func.func" in line)
+    header = header.split(") -> (")[0]
+    result = {}
+    for shape, name in _ARGUMENT.findall(header):
+        *dims, element = shape.split("x")
+        result[name] = (tuple(int(d) for d in dims), element)
+    return result
+
+
+def te_names(prefix, norm="LayerNorm", fused=False, bias=True):
+    names = [prefix + n for n in _attention_specs.qkv_parameter_names(
+        fused, bias, norm)]
+    return names
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class ConstructionTest(unittest.TestCase):
+    def test_dot_product_attention_defaults(self):
+        dpa = te.DotProductAttention(8, 64)
+        self.assertEqual((dpa.num_gqa_groups, dpa.attention_dropout,
+                          dpa.qkv_format, dpa.attn_mask_type),
+                         (8, 0.0, "sbhd", "causal"))
+        self.assertAlmostEqual(dpa.softmax_scale, 0.125)
+        self.assertEqual(list(dpa.parameters()), [])
+        self.assertEqual(te.DotProductAttention(8, (64, 64)).kv_channels, 64)
+
+    def test_multihead_attention_names_and_shapes(self):
+        mha = te.MultiheadAttention(64, 4, num_gqa_groups=2,
+                                    input_layernorm=True,
+                                    params_dtype=torch.bfloat16, device=CPU)
+        names = [n for n, _ in mha.named_parameters()]
+        self.assertEqual(names, te_names("layernorm_qkv.") +
+                         ["proj.weight", "proj.bias"])
+        shapes = {n: tuple(p.shape) for n, p in mha.named_parameters()}
+        self.assertEqual(shapes["layernorm_qkv.query_weight"], (64, 64))
+        self.assertEqual(shapes["layernorm_qkv.key_weight"], (32, 64))
+        self.assertEqual(shapes["layernorm_qkv.value_bias"], (32,))
+        self.assertEqual(shapes["proj.weight"], (64, 64))
+        self.assertTrue(all(p.dtype == torch.bfloat16
+                            for p in mha.parameters()))
+        # Without the input norm: `qkv.`; fused: weight/bias.
+        plain = te.MultiheadAttention(64, 4, device=CPU)
+        self.assertEqual([n for n, _ in plain.named_parameters()],
+                         te_names("qkv.", norm=None) +
+                         ["proj.weight", "proj.bias"])
+        fused = te.MultiheadAttention(64, 4, fuse_qkv_params=True,
+                                      bias=False, device=CPU)
+        self.assertEqual([n for n, _ in fused.named_parameters()],
+                         ["qkv.weight", "proj.weight"])
+        self.assertEqual(tuple(fused.qkv.weight.shape), (192, 64))
+
+    def test_transformer_layer_names(self):
+        layer = te.TransformerLayer(64, 256, 4, normalization="RMSNorm",
+                                    activation="swiglu", device=CPU)
+        names = [n for n, _ in layer.named_parameters()]
+        self.assertEqual(names, te_names(
+            "self_attention.layernorm_qkv.", norm="RMSNorm") + [
+            "self_attention.proj.weight", "self_attention.proj.bias",
+            "layernorm_mlp.layer_norm_weight", "layernorm_mlp.fc1_weight",
+            "layernorm_mlp.fc1_bias", "layernorm_mlp.fc2_weight",
+            "layernorm_mlp.fc2_bias"])
+        self.assertEqual(tuple(layer.layernorm_mlp.fc1_weight.shape),
+                         (512, 64))
+        self.assertIsInstance(layer.self_attention, te.MultiheadAttention)
+        self.assertIsInstance(layer.self_attention.core_attention,
+                              te.DotProductAttention)
+
+    def test_initialization(self):
+        torch.manual_seed(0)
+        layer = te.TransformerLayer(256, 1024, 4, device=CPU,
+                                    zero_centered_gamma=True)
+        qkv = layer.self_attention.layernorm_qkv
+        for weight in (qkv.query_weight, qkv.key_weight,
+                       layer.self_attention.proj.weight,
+                       layer.layernorm_mlp.fc2_weight):
+            self.assertAlmostEqual(weight.float().std().item(), 0.023,
+                                   delta=0.002)
+        self.assertEqual(qkv.query_bias.abs().max().item(), 0)
+        self.assertEqual(qkv.layer_norm_weight.abs().max().item(), 0)
+        layer = te.TransformerLayer(
+            64, 256, 4, device=CPU,
+            init_method=torch.nn.init.ones_,
+            output_layer_init_method=torch.nn.init.zeros_)
+        self.assertTrue(bool((layer.self_attention.layernorm_qkv.value_weight
+                              == 1).all()))
+        self.assertTrue(bool((layer.layernorm_mlp.fc1_weight == 1).all()))
+        self.assertTrue(bool((layer.self_attention.proj.weight == 0).all()))
+        self.assertTrue(bool((layer.layernorm_mlp.fc2_weight == 0).all()))
+        self.assertTrue(bool((layer.self_attention.layernorm_qkv
+                              .layer_norm_weight == 1).all()))
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class ArgumentTest(unittest.TestCase):
+    def assertRefused(self, error, factory, *words):
+        with self.assertRaises(error) as caught:
+            factory()
+        for word in words:
+            self.assertIn(word, str(caught.exception))
+
+    def test_unsupported_constructor_arguments(self):
+        cases = [
+            (lambda: te.DotProductAttention(8, 64, tp_size=2), "tp_size"),
+            (lambda: te.DotProductAttention(8, 64, window_size=(128, 0)),
+             "window_size"),
+            (lambda: te.DotProductAttention(8, 64, qkv_format="thd"), "thd"),
+            (lambda: te.DotProductAttention(8, 64, cp_group=object()),
+             "cp_group"),
+            (lambda: te.DotProductAttention(8, (64, 32)), "kv_channels"),
+            (lambda: te.MultiheadAttention(64, 4, attention_type="cross",
+                                           device=CPU), "attention_type"),
+            (lambda: te.MultiheadAttention(64, 4, return_layernorm_output=True,
+                                           device=CPU),
+             "return_layernorm_output"),
+            (lambda: te.MultiheadAttention(64, 4, sequence_parallel=True,
+                                           device=CPU), "sequence_parallel"),
+            (lambda: te.MultiheadAttention(64, 4, ub_overlap_ag=True,
+                                           device=CPU), "ub_overlap_ag"),
+            (lambda: te.TransformerLayer(64, 256, 4, layer_type="decoder",
+                                         device=CPU), "layer_type"),
+            (lambda: te.TransformerLayer(64, 256, 4, output_layernorm=True,
+                                         device=CPU), "output_layernorm"),
+            (lambda: te.TransformerLayer(64, 256, 4,
+                                         parallel_attention_mlp=True,
+                                         device=CPU),
+             "parallel_attention_mlp"),
+            (lambda: te.TransformerLayer(64, 256, 4, drop_path_rate=0.1,
+                                         device=CPU), "drop_path_rate"),
+            (lambda: te.TransformerLayer(64, 256, 4,
+                                         rotary_pos_interleaved=True,
+                                         device=CPU),
+             "rotary_pos_interleaved"),
+            (lambda: te.TransformerLayer(64, 256, 4, ub_tp_comm_overlap=True,
+                                         device=CPU), "ub_tp_comm_overlap"),
+            (lambda: te.TransformerLayer(64, 256, 4, window_size=(64, 64),
+                                         device=CPU), "window_size"),
+        ]
+        for factory, word in cases:
+            with self.subTest(word=word):
+                self.assertRefused(NotImplementedError, factory, word)
+
+    def test_bad_values(self):
+        self.assertRefused(ValueError,
+                           lambda: te.DotProductAttention(8, 64,
+                                                          num_gqa_groups=3),
+                           "num_gqa_groups")
+        self.assertRefused(ValueError,
+                           lambda: te.DotProductAttention(
+                               8, 64, attn_mask_type="sliding"),
+                           "attn_mask_type")
+        self.assertRefused(ValueError,
+                           lambda: te.TransformerLayer(64, 256, 4,
+                                                       activation="tanh",
+                                                       device=CPU),
+                           "activation")
+        self.assertRefused(ValueError,
+                           lambda: te.MultiheadAttention(
+                               64, 4, normalization="BatchNorm", device=CPU),
+                           "normalization")
+
+    def test_accepted_defaults(self):
+        # TE's defaults (ub_* True in TransformerLayer act only with
+        # ub_tp_comm_overlap) and no-op arguments construct.
+        te.TransformerLayer(64, 256, 4, seq_length=8, micro_batch_size=2,
+                            layer_number=3, set_parallel_mode=True,
+                            window_size=(-1, 0), device=CPU, name="block")
+        te.DotProductAttention(8, 64, window_size=(-1, -1),
+                               attn_mask_type="no_mask", layer_number=1)
+
+    def test_forward_refusals(self):
+        mha = te.MultiheadAttention(64, 4, device=CPU)
+        x = torch.zeros(8, 2, 64)
+        cases = [
+            (dict(core_attention_bias_type="post_scale_bias"),
+             "core_attention_bias_type"),
+            (dict(alibi_slopes=torch.zeros(4)), "alibi_slopes"),
+            (dict(cu_seqlens_q=torch.zeros(3)), "cu_seqlens_q"),
+            (dict(inference_params=object()), "inference_params"),
+            (dict(encoder_output=x), "encoder_output"),
+            (dict(window_size=(4, 4)), "window_size"),
+        ]
+        original = attention.check_input
+        attention.check_input = lambda *args: None  # no CUDA here
+        try:
+            for kwargs, word in cases:
+                with self.subTest(word=word):
+                    self.assertRefused(NotImplementedError,
+                                       lambda: mha(x, **kwargs), word)
+            self.assertRefused(NotImplementedError,
+                               lambda: mha(x, max_seqlen_q=16),
+                               "max_seqlen_q")
+            self.assertRefused(ValueError,
+                               lambda: mha(x, attn_mask_type="padding"),
+                               "attention_mask")
+            self.assertRefused(
+                ValueError, lambda: mha(x, attn_mask_type="padding",
+                                        attention_mask=torch.zeros(
+                                            2, 1, 1, 4, dtype=torch.bool)),
+                "[2, 1, 1, 8]")
+            self.assertRefused(
+                TypeError, lambda: mha(x, attn_mask_type="padding",
+                                       attention_mask=torch.zeros(2, 1, 1, 8)),
+                "torch.bool")
+            self.assertRefused(
+                NotImplementedError,
+                lambda: mha(x, rotary_pos_emb=torch.zeros(8, 1, 1, 8)),
+                "rotary_pos_emb")
+        finally:
+            attention.check_input = original
+        self.assertRefused(ValueError, lambda: mha(x), "CUDA")
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class FusedQkvTest(unittest.TestCase):
+    def test_adjacent_views_are_passed_without_a_copy(self):
+        mha = te.MultiheadAttention(64, 4, num_gqa_groups=2, device=CPU)
+        qkv = mha.qkv
+        weight = mha._argument("qkv.weight", torch.float32)
+        self.assertEqual(tuple(weight.shape), (128, 64))
+        self.assertEqual(weight.data_ptr(), qkv.query_weight.data_ptr())
+        self.assertTrue(weight.is_contiguous())
+        self.assertTrue(torch.equal(weight, torch.cat(
+            [qkv.query_weight, qkv.key_weight, qkv.value_weight])))
+        bias = mha._argument("qkv.bias", torch.float32)
+        self.assertEqual(bias.data_ptr(), qkv.query_bias.data_ptr())
+        # Gradients split back into the three parameters.
+        grad = torch.arange(128 * 64, dtype=torch.float32).view(128, 64)
+        (weight * grad).sum().backward()
+        self.assertTrue(torch.equal(qkv.query_weight.grad, grad[:64]))
+        self.assertTrue(torch.equal(qkv.key_weight.grad, grad[64:96]))
+        self.assertTrue(torch.equal(qkv.value_weight.grad, grad[96:]))
+
+    def test_replaced_parameters_are_concatenated(self):
+        mha = te.MultiheadAttention(64, 4, device=CPU)
+        mha.qkv.key_weight = torch.nn.Parameter(
+            mha.qkv.key_weight.detach().clone())
+        weight = mha._argument("qkv.weight", torch.float32)
+        self.assertNotEqual(weight.data_ptr(), mha.qkv.query_weight.data_ptr())
+        self.assertTrue(torch.equal(weight[64:128], mha.qkv.key_weight))
+
+    def test_conversion_repacks(self):
+        mha = te.MultiheadAttention(64, 4, device=CPU)
+        query = mha.qkv.query_weight
+        mha.to(torch.float64)
+        self.assertIs(mha.qkv.query_weight, query)
+        self.assertEqual(query.dtype, torch.float64)
+        weight = mha._argument("qkv.weight", torch.float64)
+        self.assertEqual(weight.data_ptr(), query.data_ptr())
+
+    def test_interleaved_rows_are_permuted(self):
+        mha = te.MultiheadAttention(64, 4, num_gqa_groups=2, kv_channels=8,
+                                    fuse_qkv_params=True, device=CPU)
+        self.assertTrue(mha.qkv_weight_interleaved)
+        with torch.no_grad():
+            mha.qkv.weight.copy_(torch.arange(64, dtype=torch.float32)
+                                 .view(64, 1).expand(64, 64))
+            mha.qkv.bias.copy_(torch.arange(64, dtype=torch.float32))
+        rows = _attention_specs.interleaved_qkv_rows(4, 2, 8)
+        weight = mha._argument("qkv.weight", torch.float32)
+        self.assertEqual(weight[:, 0].tolist(), [float(r) for r in rows])
+        self.assertEqual(mha._argument("qkv.bias", torch.float32).tolist(),
+                         [float(r) for r in rows])
+        weight.sum().backward()
+        self.assertTrue(bool((mha.qkv.weight.grad == 1).all()))
+        # Not interleaved: the rows are q | k | v already.
+        plain = te.MultiheadAttention(64, 4, fuse_qkv_params=True,
+                                      qkv_weight_interleaved=False,
+                                      device=CPU)
+        self.assertIs(plain._argument("qkv.weight", torch.float32),
+                      plain.qkv.weight)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class StateDictTest(unittest.TestCase):
+    def test_round_trip(self):
+        a = te.TransformerLayer(64, 256, 4, device=CPU)
+        b = te.TransformerLayer(64, 256, 4, device=CPU)
+        state = a.state_dict()
+        self.assertEqual(list(state), [n for n, _ in a.named_parameters()])
+        b.load_state_dict(state)
+        for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+            self.assertTrue(torch.equal(pa, pb), name)
+        # Loading copies in place: the split views stay one buffer.
+        qkv = b.self_attention.layernorm_qkv
+        self.assertEqual(
+            b._argument("self_attention.layernorm_qkv.weight",
+                        torch.float32).data_ptr(),
+            qkv.query_weight.data_ptr())
+
+    def test_te_checkpoint_with_extra_state_loads(self):
+        layer = te.TransformerLayer(64, 256, 4, device=CPU)
+        state = {name: torch.randn_like(p)
+                 for name, p in layer.named_parameters()}
+        # TE saves each TE module's FP8 state as `_extra_state` (empty
+        # before FP8 ran).
+        for prefix in ("self_attention.layernorm_qkv.",
+                       "self_attention.core_attention.",
+                       "self_attention.proj.", "layernorm_mlp.", ""):
+            state[prefix + "_extra_state"] = torch.empty(0, dtype=torch.uint8)
+        result = layer.load_state_dict(state, strict=True)
+        self.assertEqual((result.missing_keys, result.unexpected_keys),
+                         ([], []))
+        self.assertTrue(torch.equal(layer.layernorm_mlp.fc1_weight,
+                                    state["layernorm_mlp.fc1_weight"]))
+        state["layernorm_mlp._extra_state"] = torch.ones(4, dtype=torch.uint8)
+        with self.assertWarns(UserWarning):
+            layer.load_state_dict(state)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class SpecTest(unittest.TestCase):
+    def check_binds(self, module, **call):
+        """Every parameter input of the module's program is a tensor of
+        the module of the same shape."""
+        args = program_arguments(module, **call)
+        count = 0
+        for name, (shape, element) in args.items():
+            if not name.startswith("layers.0."):
+                continue
+            tensor = module._argument(name[len("layers.0."):],
+                                      torch.bfloat16)
+            self.assertEqual(tuple(tensor.shape), shape, name)
+            count += 1
+        self.assertEqual(count, len(args) - sum(
+            1 for n in args if not n.startswith("layers.0.")))
+        return args
+
+    def test_parameters_bind(self):
+        bf16 = torch.bfloat16
+        self.check_binds(te.TransformerLayer(64, 256, 4, num_gqa_groups=2,
+                                             params_dtype=bf16, device=CPU))
+        self.check_binds(te.TransformerLayer(
+            64, 256, 4, fuse_qkv_params=True, bias=False,
+            normalization="RMSNorm", activation="swiglu", params_dtype=bf16,
+            device=CPU))
+        args = self.check_binds(te.MultiheadAttention(
+            64, 4, kv_channels=32, params_dtype=bf16, device=CPU),
+            rotary=True, mask="padding")
+        self.assertEqual(args["rotary_pos_emb"], ((8, 1, 1, 32), "f32"))
+        self.assertEqual(args["attention_mask"], ((2, 1, 1, 8), "i1"))
+        args = self.check_binds(te.DotProductAttention(4, 16,
+                                                       qkv_format="bshd"))
+        self.assertEqual(args["query"], ((2, 8, 4, 16), "bf16"))
+
+    def test_dropout_follows_the_mode(self):
+        layer = te.TransformerLayer(64, 256, 4, hidden_dropout=0.2,
+                                    device=CPU)
+        spec = layer._layer_spec()
+        self.assertEqual((spec["hidden_dropout"], spec["attention_dropout"]),
+                         (0.2, 0.1))
+        self.assertTrue(layer._dropout_active())
+        layer.eval()
+        spec = layer._layer_spec()
+        self.assertEqual((spec["hidden_dropout"], spec["attention_dropout"]),
+                         (0.0, 0.0))
+        self.assertFalse(layer._dropout_active())
+        quiet = te.TransformerLayer(64, 256, 4, hidden_dropout=0.0,
+                                    attention_dropout=0.0, device=CPU)
+        self.assertFalse(quiet._dropout_active())
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class JitKeyTest(unittest.TestCase):
+    """The key of a call, captured before anything compiles (no GPU)."""
+
+    def calls(self, module, calls):
+        seen = []
+
+        def capture(activations, dtype, shape_key, shape_spec, shape,
+                    layer_spec=None, variant=()):
+            seen.append((shape_key, dtype, variant, shape_spec,
+                         layer_spec, sorted(activations)))
+            out = torch.zeros(1)
+            return {"output": out}
+
+        module._run_program = capture
+        original = attention.check_input
+        attention.check_input = lambda *args: None
+        try:
+            for args, kwargs in calls:
+                module(*args, **kwargs)
+        finally:
+            attention.check_input = original
+        return seen
+
+    def test_transformer_layer_keys(self):
+        layer = te.TransformerLayer(64, 256, 4, device=CPU,
+                                    attn_input_format="bshd")
+        x = torch.zeros(2, 8, 64)
+        mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        freqs = torch.zeros(16, 1, 1, 16)
+        seen = self.calls(layer, [
+            ((x,), {}),
+            ((x,), dict(self_attn_mask_type="padding", attention_mask=mask)),
+            ((x,), dict(rotary_pos_emb=freqs)),
+            ((torch.zeros(3, 16, 64),), {}),
+        ])
+        self.assertEqual(seen[0][0], ("bshd", 8, 2))
+        self.assertEqual(seen[0][2], ("causal", True, False))
+        self.assertEqual(seen[0][3], {"seq_length": 8, "batch_size": 2,
+                                      "input_format": "bshd"})
+        self.assertEqual(seen[0][5], ["input"])
+        self.assertEqual(seen[1][2], ("padding", True, False))
+        self.assertEqual(seen[1][4]["self_attn_mask_type"], "padding")
+        self.assertEqual(seen[1][5], ["attention_mask", "input"])
+        self.assertEqual(seen[2][2], ("causal", True, True))
+        self.assertTrue(seen[2][4]["rotary_pos_emb"])
+        self.assertEqual(seen[3][0], ("bshd", 16, 3))
+        layer.eval()
+        seen = self.calls(layer, [((x,), {})])
+        self.assertEqual(seen[0][2], ("causal", False, False))
+        self.assertEqual(seen[0][4]["hidden_dropout"], 0.0)
+
+    def test_dot_product_attention_keys(self):
+        dpa = te.DotProductAttention(4, 16, num_gqa_groups=1)
+        q = torch.zeros(8, 2, 4, 16)
+        kv = torch.zeros(8, 2, 1, 16)
+        seen = self.calls(dpa, [((q, kv, kv), {}),
+                                ((q, kv, kv), dict(attn_mask_type="no_mask")),
+                                ((q.transpose(0, 1), kv.transpose(0, 1),
+                                  kv.transpose(0, 1)),
+                                 dict(qkv_format="bshd"))])
+        self.assertEqual(seen[0][0], ("sbhd", 8, 2))
+        self.assertEqual(seen[0][2], ("causal", False))
+        self.assertEqual(seen[1][2], ("no_mask", False))
+        self.assertEqual(seen[1][4]["attn_mask_type"], "no_mask")
+        self.assertEqual(seen[2][0], ("bshd", 8, 2))
+        self.assertEqual(seen[2][3]["input_format"], "bshd")
+        self.assertEqual(seen[0][1], torch.float32)
+        self.assertIn(torch.float32, SPEC_DTYPES)
+
+    def test_shape_errors(self):
+        dpa = te.DotProductAttention(4, 16)
+        q = torch.zeros(8, 2, 4, 16)
+        short = torch.zeros(4, 2, 4, 16)
+        with self.assertRaises(ValueError) as caught:
+            self.calls(dpa, [((q, short, short), {})])
+        self.assertIn("another length", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
