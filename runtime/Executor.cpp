@@ -44,6 +44,29 @@ llvm::Expected<CUfunction> ModuleSet::function(llvm::StringRef binary,
   return function;
 }
 
+llvm::Expected<CUfunction> ModuleSet::attentionPrep() {
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
+  constexpr llvm::StringLiteral key = "<attention prep>";
+  auto found = modules.find(key);
+  if (found == modules.end()) {
+    CUmodule module;
+    if (Error error =
+            driver->check(driver->cuModuleLoadData(&module, attentionPrepPtx()),
+                          "loading the attention prep kernel (PTX)"))
+      return std::move(error);
+    found = modules.try_emplace(key, module).first;
+  }
+  CUfunction function;
+  if (Error error =
+          driver->check(driver->cuModuleGetFunction(&function, found->second,
+                                                    "tejit_attention_prep"),
+                        "finding the attention prep kernel"))
+    return std::move(error);
+  return function;
+}
+
 llvm::Expected<std::unique_ptr<Executor>>
 Executor::create(const FunctionPlan &function, ModuleSet &modules,
                  GemmRunner &gemms) {
@@ -66,15 +89,21 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
                     kernel->sharedBytes),
                 "reserving shared memory for '" + kernel->name + "'"))
           return std::move(error);
-    } else if (std::holds_alternative<AttentionStep>(step)) {
-      return makeError(
-          ErrorCode::Unsupported,
-          llvm::formatv("function '{0}', step {1}: attention is not run by "
-                        "this runtime yet (cuDNN flash attention comes with "
-                        "DotProductAttention support)",
-                        function.name, index));
+    }
+    std::optional<AttentionLauncher> attention;
+    if (const auto *attentionStep = std::get_if<AttentionStep>(&step)) {
+      auto prep = modules.attentionPrep();
+      if (!prep)
+        return prep.takeError();
+      auto launcher =
+          AttentionLauncher::create(*attentionStep, function, *prep);
+      if (!launcher)
+        return annotate(launcher.takeError(), llvm::formatv("step {0}", index),
+                        ErrorCode::Unsupported);
+      attention = std::move(*launcher);
     }
     executor->kernels.push_back(entry);
+    executor->attentions.push_back(std::move(attention));
   }
   executor->addresses.assign(function.values.size(), 0);
   // A view's address is its root's plus an offset, the same on every run:
@@ -145,6 +174,9 @@ size_t Executor::scratchBytes() const {
   for (const Step &step : plan.steps)
     if (const auto *kernel = std::get_if<KernelStep>(&step))
       bytes = std::max<size_t>(bytes, kernel->scratchBytes);
+  for (const std::optional<AttentionLauncher> &attention : attentions)
+    if (attention)
+      bytes = std::max(bytes, attention->scratchBytes());
   return bytes;
 }
 
@@ -210,6 +242,8 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
       error = launch(*kernel, kernels[index], scratch, stream);
     } else if (const auto *gemmStep = std::get_if<GemmStep>(&step)) {
       error = gemm(*gemmStep, stream);
+    } else if (attentions[index]) {
+      error = attentions[index]->run(addresses, scratch, stream, driver);
     } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
       // One process: the reduction over ranks is a copy.
       if (addresses[reduce->in] != addresses[reduce->out])

@@ -3,13 +3,14 @@
 // An executor binds a plan function's values to device memory (the caller's
 // arguments and results, views of them, and offsets into a scratch arena)
 // and enqueues its steps in order on one stream: generated kernels, cuBLASLt
-// GEMMs, and the amax reduction. It allocates nothing and never
-// synchronizes, so a run can be captured in a CUDA graph.
+// GEMMs, cuDNN flash attention, and the amax reduction. It allocates nothing
+// and never synchronizes, so a run can be captured in a CUDA graph.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_EXECUTOR_H
 #define TEJIT_RUNTIME_EXECUTOR_H
 
+#include "runtime/AttentionLauncher.h"
 #include "runtime/Bundle.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Gemm.h"
@@ -33,6 +34,9 @@ public:
   /// The entry point `name` of binary `binary`.
   llvm::Expected<CUfunction> function(llvm::StringRef binary,
                                       llvm::StringRef name);
+  /// The attention prep kernel (runtime/kernels/AttentionPrep.cu), from
+  /// PTX the driver compiles on first use.
+  llvm::Expected<CUfunction> attentionPrep();
 
 private:
   const Bundle &bundle;
@@ -55,7 +59,7 @@ public:
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                   CUdeviceptr scratch, CUstream stream);
 
-  /// The most scratch any kernel step asks for.
+  /// The most scratch any kernel or attention step asks for.
   size_t scratchBytes() const;
 
 private:
@@ -75,6 +79,8 @@ private:
   const CudaDriver &driver;
   /// Per step: the kernel's entry point (null for other steps).
   std::vector<CUfunction> kernels;
+  /// Per step: the attention step's cuDNN call (empty for other steps).
+  std::vector<std::optional<AttentionLauncher>> attentions;
   /// Results whose value lives elsewhere (a view of an argument): copied
   /// into the result buffer after the steps.
   std::vector<size_t> copiedResults;

@@ -108,7 +108,8 @@ Error Program::setUp(int ordinal) {
   if (backwardFn.executor)
     scratchBytes = std::max(scratchBytes, backwardFn.executor->scratchBytes());
   auto scratchBuffer =
-      DeviceBuffer::allocate(scratchBytes, "kernel scratch (cross-block sums)");
+      DeviceBuffer::allocate(
+      scratchBytes, "step scratch (cross-block sums, attention workspace)");
   if (!scratchBuffer)
     return scratchBuffer.takeError();
   scratch = std::move(*scratchBuffer);

@@ -78,12 +78,23 @@ Value Differentiator::available(Value value) {
   if (Value copy = mapped.lookup(value))
     return copy;
   Value copy;
-  if (auto arg = dyn_cast<BlockArgument>(value)) {
+  auto arg = dyn_cast<BlockArgument>(value);
+  // The dropout state is saved, not re-read: the runtime moves it on at
+  // every forward, and a backward must regenerate its own forward's masks
+  // even when other forwards ran in between.
+  bool isRngState = false;
+  if (ArrayAttr argAttrs = forward.getArgAttrsAttr();
+      arg && argAttrs && arg.getArgNumber() < argAttrs.size())
+    if (auto dict = dyn_cast<DictionaryAttr>(argAttrs[arg.getArgNumber()]))
+      if (auto name = dict.getAs<StringAttr>("te.name"))
+        isRngState = name.getValue() == "rng_state";
+  if (arg && !isRngState) {
     copy = addArgument(
         value.getType(),
         builder.getNamedAttr("te.forward_arg",
                              builder.getI64IntegerAttr(arg.getArgNumber())));
-  } else if (isa<ReshapeOp, SliceOp, TransposeOp>(value.getDefiningOp())) {
+  } else if (isa_and_nonnull<ReshapeOp, SliceOp, TransposeOp>(
+                 value.getDefiningOp())) {
     // Views cost nothing to recompute; saving them would cost memory.
     IRMapping operands;
     Operation *view = value.getDefiningOp();

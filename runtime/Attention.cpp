@@ -1,0 +1,523 @@
+//===- Attention.cpp - fused flash attention through cuDNN ----------------===//
+//
+// A runner owns one problem's cuDNN operation graph (AttentionGraph.cpp) and
+// the execution plan of the first engine configuration cuDNN's heuristics
+// offer that finalizes (mode A, then the fallback list). Runners are cached
+// per (CUDA context, problem) for the life of the process, like cuDNN's
+// handles, one per context: the plan is bound to its handle.
+//
+// Running sets the stream on the context's handle and executes with a
+// variant pack of the caller's pointers, the workspace buffers the graph
+// keeps for itself and the host addresses of its by-value scalars. Handle
+// state (the stream) is shared, so executions on one context take turns.
+// Nothing allocates device memory or synchronizes; the only other work is
+// a few 32-bit memsets of the workspace for older cuDNN versions.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Attention.h"
+
+#include "runtime/AttentionGraph.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Cudnn.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+using namespace tejit::runtime;
+using llvm::Error;
+using llvm::Expected;
+
+//===----------------------------------------------------------------------===//
+// Problems
+//===----------------------------------------------------------------------===//
+
+llvm::StringRef tejit::runtime::attentionMaskName(AttentionMask mask) {
+  switch (mask) {
+  case AttentionMask::None:
+    return "none";
+  case AttentionMask::Causal:
+    return "causal";
+  case AttentionMask::Padding:
+    return "padding";
+  case AttentionMask::PaddingCausal:
+    return "padding_causal";
+  }
+  return "?";
+}
+
+llvm::StringRef tejit::runtime::attentionLayoutName(AttentionLayout layout) {
+  return layout == AttentionLayout::Sbhd ? "sbhd" : "bshd";
+}
+
+namespace {
+/// The shortest decimal form that reads back as `value`.
+std::string exactDouble(double value) {
+  for (int precision = 6; precision < 17; ++precision) {
+    std::string text =
+        llvm::formatv("{0}", llvm::format("%.*g", precision, value)).str();
+    if (std::strtod(text.c_str(), nullptr) == value)
+      return text;
+  }
+  return llvm::formatv("{0}", llvm::format("%.17g", value)).str();
+}
+} // namespace
+
+std::string AttentionProblem::key() const {
+  return llvm::formatv("{0} {1} {2} b={3} h={4} kv_heads={5} s_q={6} "
+                       "s_kv={7} d={8} mask={9} scale={10} dropout={11}",
+                       backward ? "attention_bwd" : "attention",
+                       elementTypeName(element), attentionLayoutName(layout),
+                       batch, heads, kvHeads, seqQ, seqKv, headDim,
+                       attentionMaskName(mask), exactDouble(softmaxScale),
+                       exactDouble(dropout))
+      .str();
+}
+
+Error AttentionProblem::validate() const {
+  auto unsupported = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::Unsupported, key() + ": " + why);
+  };
+  if (element != ElementType::BF16 && element != ElementType::F16)
+    return unsupported("element type " + elementTypeName(element) +
+                       " is not supported: cuDNN's fused attention takes "
+                       "bf16 or f16");
+  if (batch <= 0 || heads <= 0 || kvHeads <= 0 || seqQ <= 0 || seqKv <= 0 ||
+      headDim <= 0)
+    return unsupported("batch, heads, kv_heads, s_q, s_kv and the head dim "
+                       "must all be positive");
+  if (headDim % 8 != 0 || headDim > 128)
+    return unsupported(llvm::formatv("head dim {0} is not supported: it must "
+                                     "be a multiple of 8 and at most 128",
+                                     headDim));
+  if (heads % kvHeads != 0)
+    return unsupported(llvm::formatv("{0} heads cannot share {1} kv heads: "
+                                     "heads must be a multiple of kv_heads",
+                                     heads, kvHeads));
+  if (!(dropout >= 0.0 && dropout < 1.0))
+    return unsupported("dropout probability " + exactDouble(dropout) +
+                       " is out of range: it must be in [0, 1)");
+  if (!std::isfinite(softmaxScale) || softmaxScale == 0.0)
+    return unsupported("the softmax scale must be finite and non-zero");
+  return Error::success();
+}
+
+//===----------------------------------------------------------------------===//
+// Handles
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// One cuDNN handle per CUDA context, and the lock its stream is set under.
+struct Handle {
+  cudnnHandle_t handle = nullptr;
+  std::mutex mutex;
+};
+
+/// The handle of the current context, created on first use. Handles are
+/// never destroyed: the runners that use them live as long as the process,
+/// and destroying one at exit would race the driver's own teardown.
+Expected<Handle *> handleFor(const Cudnn &lib, CUcontext context) {
+  static std::mutex mutex;
+  static std::map<CUcontext, std::unique_ptr<Handle>> handles;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Handle> &entry = handles[context];
+  if (entry)
+    return entry.get();
+  auto handle = std::make_unique<Handle>();
+  if (cudnnStatus_t status = lib.cudnnCreate(&handle->handle);
+      status != CUDNN_STATUS_SUCCESS) {
+    handles.erase(context);
+    return lib.error(status,
+                     llvm::formatv("cudnnCreate (cuDNN {0}, {1})",
+                                   lib.versionString(), lib.path),
+                     ErrorCode::Unsupported);
+  }
+  entry = std::move(handle);
+  return entry.get();
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Execution plans
+//===----------------------------------------------------------------------===//
+
+struct AttentionRunner::Impl {
+  const Cudnn *lib = nullptr;
+  Handle *handle = nullptr;
+  AttentionProblem problem;
+  attention::Graph graph;
+  BackendDescriptor engineConfig;
+  BackendDescriptor plan;
+  /// cuDNN's workspace, after the graph's own buffers.
+  size_t cudnnWorkspaceBytes = 0;
+  int64_t engineIndex = -1;
+  const char *heuristicMode = "";
+};
+
+namespace {
+/// Reads one int64 attribute; -1 if cuDNN does not answer.
+int64_t readInt64(const Cudnn &lib, cudnnBackendDescriptor_t desc,
+                  cudnnBackendAttributeName_t name) {
+  int64_t value = -1, count = 0;
+  if (lib.cudnnBackendGetAttribute(desc, name, CUDNN_TYPE_INT64, 1, &count,
+                                   &value) != CUDNN_STATUS_SUCCESS ||
+      count != 1)
+    return -1;
+  return value;
+}
+
+/// The global index of the engine of `config`, for logs; -1 if unknown.
+int64_t engineIndexOf(const Cudnn &lib, cudnnBackendDescriptor_t config) {
+  auto engine =
+      BackendDescriptor::create(lib, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+  if (!engine) {
+    llvm::consumeError(engine.takeError());
+    return -1;
+  }
+  cudnnBackendDescriptor_t raw = engine->get();
+  int64_t count = 0;
+  if (lib.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
+                                   &raw) != CUDNN_STATUS_SUCCESS)
+    return -1;
+  return readInt64(lib, raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+}
+
+/// Tries the configurations heuristics `mode` offers for the graph, in
+/// order, until an execution plan finalizes. `tried` collects why the
+/// others did not. False if none did.
+Expected<bool> tryHeuristic(AttentionRunner::Impl &impl,
+                            cudnnBackendHeurMode_t mode, const char *modeName,
+                            std::string &tried) {
+  const Cudnn &lib = *impl.lib;
+  auto heuristic = BackendDescriptor::create(
+      lib, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
+  if (!heuristic)
+    return heuristic.takeError();
+  cudnnBackendDescriptor_t graph = impl.graph.operationGraph.get();
+  if (cudnnStatus_t status = lib.cudnnBackendSetAttribute(
+          heuristic->get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph))
+    return lib.error(status, "setting the heuristics' operation graph");
+  if (cudnnStatus_t status = lib.cudnnBackendSetAttribute(
+          heuristic->get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
+          &mode))
+    return lib.error(status, "setting the heuristics mode");
+  if (cudnnStatus_t status = lib.cudnnBackendFinalize(heuristic->get())) {
+    tried += llvm::formatv("\n  heuristics mode {0}: {1}: {2}", modeName,
+                           lib.statusText(status), lib.lastErrorString());
+    return false;
+  }
+
+  int64_t count = 0;
+  if (cudnnStatus_t status = lib.cudnnBackendGetAttribute(
+          heuristic->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr))
+    return lib.error(status, "counting the heuristics' results");
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    auto config = BackendDescriptor::create(
+        lib, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configuration");
+    if (!config)
+      return config.takeError();
+    raw.push_back(config->get());
+    configs.push_back(std::move(*config));
+  }
+  int64_t returned = 0;
+  if (count > 0)
+    if (cudnnStatus_t status = lib.cudnnBackendGetAttribute(
+            heuristic->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+            CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()))
+      return lib.error(status, "reading the heuristics' results");
+  if (returned == 0)
+    tried += llvm::formatv("\n  heuristics mode {0}: no engine configuration",
+                           modeName);
+
+  for (int64_t i = 0; i < returned; ++i) {
+    auto plan = BackendDescriptor::create(
+        lib, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
+    if (!plan)
+      return plan.takeError();
+    cudnnBackendDescriptor_t config = raw[i];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    cudnnStatus_t status = lib.cudnnBackendSetAttribute(
+        plan->get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+        &impl.handle->handle);
+#pragma GCC diagnostic pop
+    if (status == CUDNN_STATUS_SUCCESS)
+      status = lib.cudnnBackendSetAttribute(
+          plan->get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
+    if (status == CUDNN_STATUS_SUCCESS)
+      status = lib.cudnnBackendFinalize(plan->get());
+    if (status != CUDNN_STATUS_SUCCESS) {
+      tried += llvm::formatv("\n  mode {0}, configuration {1} (engine {2}): "
+                             "{3}: {4}",
+                             modeName, i, engineIndexOf(lib, config),
+                             lib.statusText(status), lib.lastErrorString());
+      continue;
+    }
+    int64_t workspace =
+        readInt64(lib, plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
+    if (workspace < 0)
+      return makeError(ErrorCode::Internal,
+                       "cuDNN did not report the execution plan's workspace "
+                       "size");
+    impl.cudnnWorkspaceBytes = static_cast<size_t>(workspace);
+    impl.engineIndex = engineIndexOf(lib, config);
+    impl.heuristicMode = modeName;
+    impl.engineConfig = std::move(configs[i]);
+    impl.plan = std::move(*plan);
+    return true;
+  }
+  return false;
+}
+
+Error makePlan(AttentionRunner::Impl &impl) {
+  std::string tried;
+  const std::pair<cudnnBackendHeurMode_t, const char *> modes[] = {
+      {CUDNN_HEUR_MODE_A, "A"}, {CUDNN_HEUR_MODE_FALLBACK, "FALLBACK"}};
+  for (auto [mode, name] : modes) {
+    Expected<bool> found = tryHeuristic(impl, mode, name, tried);
+    if (!found)
+      return found.takeError();
+    if (*found)
+      return Error::success();
+  }
+  const Cudnn &lib = *impl.lib;
+  return makeError(
+      ErrorCode::Unsupported,
+      llvm::formatv("cuDNN {0} ({1}) has no engine for {2}; what was "
+                    "tried:{3}",
+                    lib.versionString(), lib.path, impl.problem.key(), tried));
+}
+
+/// Builds a problem's runner from scratch: graph, then plan.
+Expected<std::unique_ptr<AttentionRunner::Impl>>
+buildRunner(const Cudnn &lib, Handle *handle, const AttentionProblem &problem) {
+  auto impl = std::make_unique<AttentionRunner::Impl>();
+  impl->lib = &lib;
+  impl->handle = handle;
+  impl->problem = problem;
+  Expected<attention::Graph> graph =
+      attention::buildGraph(lib, handle->handle, problem);
+  if (!graph)
+    return graph.takeError();
+  impl->graph = std::move(*graph);
+  if (Error error = makePlan(*impl))
+    return std::move(error);
+  return std::move(impl);
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Runners
+//===----------------------------------------------------------------------===//
+
+AttentionRunner::AttentionRunner(std::unique_ptr<Impl> impl)
+    : impl(std::move(impl)) {}
+AttentionRunner::~AttentionRunner() = default;
+
+const AttentionProblem &AttentionRunner::problem() const {
+  return impl->problem;
+}
+
+size_t AttentionRunner::workspaceBytes() const {
+  return impl->graph.workspaceBytes + impl->cudnnWorkspaceBytes;
+}
+
+std::string AttentionRunner::describeEngine() const {
+  std::string text = llvm::formatv(
+      "cuDNN {0} ({1}), engine {2} (heuristics mode {3}), workspace {4} "
+      "bytes",
+      impl->lib->versionString(), impl->lib->path, impl->engineIndex,
+      impl->heuristicMode, workspaceBytes());
+  if (!impl->graph.notes.empty())
+    text += "; " + impl->graph.notes;
+  return text;
+}
+
+Expected<std::shared_ptr<const AttentionRunner>>
+AttentionRunner::get(const AttentionProblem &problem) {
+  if (Error error = problem.validate())
+    return std::move(error);
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return annotate(driver.takeError(), problem.key());
+  CUcontext context = nullptr;
+  if (Error error =
+          driver->check(driver->cuCtxGetCurrent(&context), "cuCtxGetCurrent"))
+    return std::move(error);
+  if (!context)
+    return makeError(ErrorCode::State,
+                     problem.key() + ": no CUDA context is current on this "
+                                     "thread (make a device current first)");
+  auto lib = Cudnn::get();
+  if (!lib)
+    return annotate(lib.takeError(), problem.key());
+  // cudnn-frontend refuses these for bf16/f16 attention: known bugs.
+  if (lib->version == 91000 || lib->version == 91001)
+    return makeError(ErrorCode::Unsupported,
+                     llvm::formatv("{0}: cuDNN {1} ({2}) has known bugs in "
+                                   "its fused attention; use 9.10.2 or newer",
+                                   problem.key(), lib->versionString(),
+                                   lib->path));
+
+  static std::mutex mutex;
+  static std::map<std::pair<CUcontext, std::string>,
+                  std::shared_ptr<const AttentionRunner>>
+      runners;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<const AttentionRunner> &entry =
+      runners[{context, problem.key()}];
+  if (entry)
+    return entry;
+  Expected<Handle *> handle = handleFor(*lib, context);
+  if (!handle) {
+    runners.erase({context, problem.key()});
+    return handle.takeError();
+  }
+  Expected<std::unique_ptr<Impl>> impl = buildRunner(*lib, *handle, problem);
+  if (!impl) {
+    runners.erase({context, problem.key()});
+    return impl.takeError();
+  }
+  entry.reset(new AttentionRunner(std::move(*impl)));
+  return entry;
+}
+
+namespace {
+/// The caller's pointer for `slot`, and its name for errors.
+std::pair<CUdeviceptr, const char *> pointerFor(attention::Slot slot,
+                                                const AttentionPointers &p) {
+  using attention::Slot;
+  switch (slot) {
+  case Slot::Q:
+    return {p.q, "q"};
+  case Slot::K:
+    return {p.k, "k"};
+  case Slot::V:
+    return {p.v, "v"};
+  case Slot::O:
+    return {p.o, "o"};
+  case Slot::Stats:
+    return {p.stats, "stats"};
+  case Slot::GradO:
+    return {p.gradO, "gradO"};
+  case Slot::GradQ:
+    return {p.gradQ, "gradQ"};
+  case Slot::GradK:
+    return {p.gradK, "gradK"};
+  case Slot::GradV:
+    return {p.gradV, "gradV"};
+  case Slot::SeqLenQ:
+    return {p.seqLenQ, "seqLenQ"};
+  case Slot::SeqLenKv:
+    return {p.seqLenKv, "seqLenKv"};
+  case Slot::Seed:
+    return {p.seed, "seed"};
+  case Slot::Offset:
+    return {p.offset, "offset"};
+  case Slot::Workspace:
+  case Slot::Host:
+    break;
+  }
+  return {0, "?"};
+}
+} // namespace
+
+Error AttentionRunner::run(const AttentionPointers &pointers,
+                           CUdeviceptr workspace, CUstream stream) const {
+  using attention::Slot;
+  const Cudnn &lib = *impl->lib;
+  const attention::Graph &graph = impl->graph;
+  auto invalid = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::InvalidArgument,
+                     impl->problem.key() + ": " + why);
+  };
+  if (workspaceBytes() > 0 && !workspace)
+    return invalid(llvm::formatv("the workspace is null; {0} bytes needed",
+                                 workspaceBytes()));
+  if (workspace % 256 != 0)
+    return invalid("the workspace must be 256-byte aligned");
+
+  std::vector<int64_t> uids;
+  std::vector<void *> data;
+  uids.reserve(graph.bindings.size());
+  data.reserve(graph.bindings.size());
+  for (const attention::Binding &binding : graph.bindings) {
+    void *address = nullptr;
+    if (binding.slot == Slot::Workspace) {
+      address = reinterpret_cast<void *>(workspace + binding.index);
+    } else if (binding.slot == Slot::Host) {
+      address = const_cast<float *>(&graph.hostScalars[binding.index]);
+    } else {
+      auto [pointer, name] = pointerFor(binding.slot, pointers);
+      if (!pointer)
+        return invalid(llvm::Twine("pointer ") + name + " is null");
+      address = reinterpret_cast<void *>(pointer);
+    }
+    uids.push_back(binding.uid);
+    data.push_back(address);
+  }
+
+  if (!graph.fills.empty()) {
+    auto driver = CudaDriver::get();
+    if (!driver)
+      return driver.takeError();
+    for (const attention::WorkspaceFill &fill : graph.fills)
+      if (Error error = driver->check(
+              driver->cuMemsetD32Async(workspace + fill.offset, fill.value,
+                                       fill.count, stream),
+              "cuMemsetD32Async (attention workspace)"))
+        return error;
+  }
+
+  void *cudnnWorkspace =
+      impl->cudnnWorkspaceBytes
+          ? reinterpret_cast<void *>(workspace + graph.workspaceBytes)
+          : nullptr;
+  auto pack = BackendDescriptor::create(
+      lib, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack");
+  if (!pack)
+    return pack.takeError();
+  if (Error error = lib.check(
+          lib.cudnnBackendSetAttribute(
+              pack->get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
+              static_cast<int64_t>(uids.size()), uids.data()),
+          "setting the variant pack's uids"))
+    return error;
+  if (Error error =
+          lib.check(lib.cudnnBackendSetAttribute(
+                        pack->get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                        CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(data.size()),
+                        data.data()),
+                    "setting the variant pack's pointers"))
+    return error;
+  if (Error error =
+          lib.check(lib.cudnnBackendSetAttribute(
+                        pack->get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                        CUDNN_TYPE_VOID_PTR, 1, &cudnnWorkspace),
+                    "setting the variant pack's workspace"))
+    return error;
+  if (Error error = lib.check(lib.cudnnBackendFinalize(pack->get()),
+                              "finalizing the variant pack"))
+    return error;
+
+  std::lock_guard<std::mutex> lock(impl->handle->mutex);
+  if (Error error =
+          lib.check(lib.cudnnSetStream(impl->handle->handle,
+                                       reinterpret_cast<cudaStream_t>(stream)),
+                    "cudnnSetStream"))
+    return error;
+  if (cudnnStatus_t status = lib.cudnnBackendExecute(
+          impl->handle->handle, impl->plan.get(), pack->get()))
+    return lib.error(status, "cudnnBackendExecute for " + impl->problem.key(),
+                     ErrorCode::Cuda);
+  return Error::success();
+}

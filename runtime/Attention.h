@@ -1,0 +1,115 @@
+//===- Attention.h - fused flash attention through cuDNN --------*- C++ -*-===//
+//
+// Runs a plan's te.attention / te.attention_bwd steps with cuDNN's fused
+// flash-attention engines (cuDNN 9 backend API, loaded with dlopen; see
+// Cudnn.h). The cuDNN graphs are built in AttentionGraph.cpp; this header is
+// the runner the executor uses.
+//
+// Tensors, per the te.attention op: q [s_q, b, h, d] (sbhd) or [b, s_q, h, d]
+// (bshd); k, v with kv_heads heads in q's layout; o and dO in q's layout;
+// stats f32 [b, h, s_q] (contiguous), the natural-log log-sum-exp of each
+// row of scaled (and masked) scores; dq, dk, dv in q's, k's and v's layouts.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_ATTENTION_H
+#define TEJIT_RUNTIME_ATTENTION_H
+
+#include "runtime/Plan.h"
+
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+
+namespace tejit::runtime {
+
+/// Padding masks hide, per batch entry, query rows at or past seq_len_q[b]
+/// and keys at or past seq_len_kv[b]. The causal mask is top-left aligned:
+/// query i sees keys j <= i.
+enum class AttentionMask { None, Causal, Padding, PaddingCausal };
+enum class AttentionLayout { Sbhd, Bshd };
+
+/// "none", "causal", "padding", "padding_causal".
+llvm::StringRef attentionMaskName(AttentionMask mask);
+/// "sbhd", "bshd".
+llvm::StringRef attentionLayoutName(AttentionLayout layout);
+
+struct AttentionProblem {
+  int64_t batch = 0, heads = 0, kvHeads = 0, seqQ = 0, seqKv = 0, headDim = 0;
+  ElementType element = ElementType::BF16; // BF16 or F16
+  AttentionLayout layout = AttentionLayout::Sbhd;
+  AttentionMask mask = AttentionMask::None;
+  /// softmaxScale multiplies q.k; dropout is the probability of dropping a
+  /// softmax weight, in [0, 1) (kept weights are scaled by 1 / (1 - p)).
+  double softmaxScale = 1.0, dropout = 0.0;
+  bool backward = false;
+
+  bool padding() const {
+    return mask == AttentionMask::Padding ||
+           mask == AttentionMask::PaddingCausal;
+  }
+  bool causal() const {
+    return mask == AttentionMask::Causal ||
+           mask == AttentionMask::PaddingCausal;
+  }
+
+  /// Success, or an ErrorCode::Unsupported error naming the problem and
+  /// what is out of range (element type, head dim, heads, dropout, ...).
+  llvm::Error validate() const;
+  /// Everything that decides the cuDNN graph, readable and exact (doubles
+  /// printed to round-trip): "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2
+  /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1".
+  std::string key() const;
+};
+
+/// Device pointers (CUdeviceptr). o and stats are outputs in the forward and
+/// inputs in the backward.
+struct AttentionPointers {
+  CUdeviceptr q = 0, k = 0, v = 0, o = 0, stats = 0;
+  CUdeviceptr gradO = 0, gradQ = 0, gradK = 0, gradV = 0; // backward only
+  CUdeviceptr seqLenQ = 0, seqLenKv = 0; // int32 [batch], padding masks only
+  CUdeviceptr seed = 0, offset = 0;      // int64 scalars, dropout only
+};
+
+class AttentionRunner {
+public:
+  /// Builds (or finds in a process-wide cache keyed by problem and CUDA
+  /// context) the cuDNN operation graph and execution plan, for the CUDA
+  /// context current on this thread. Errors: the problem's own (validate()),
+  /// NoDevice without a driver or GPU, State without a current context,
+  /// Unsupported without a usable cuDNN or when cuDNN has no engine for the
+  /// problem (spelled out, with cuDNN's last error string).
+  static llvm::Expected<std::shared_ptr<const AttentionRunner>>
+  get(const AttentionProblem &problem);
+
+  ~AttentionRunner();
+  AttentionRunner(const AttentionRunner &) = delete;
+  AttentionRunner &operator=(const AttentionRunner &) = delete;
+
+  const AttentionProblem &problem() const;
+  /// Device memory run() needs (256-byte aligned): cuDNN's workspace plus,
+  /// in the backward, the f32 buffers its pattern keeps outside the graph.
+  size_t workspaceBytes() const;
+  /// "cuDNN 9.10.2 (/path/libcudnn.so.9), engine 8, heuristic mode A":
+  /// what runs this problem, for logs.
+  std::string describeEngine() const;
+
+  /// Enqueues the attention on `stream` (null: the legacy default stream).
+  /// No synchronization and no allocation, so it can be captured into a
+  /// CUDA graph. Pointers must be non-null where the problem uses them
+  /// (ErrorCode::InvalidArgument otherwise); `workspace` must hold
+  /// workspaceBytes(), 256-byte aligned. Runs of one runner on several
+  /// threads take turns (one cuDNN handle per context).
+  llvm::Error run(const AttentionPointers &pointers, CUdeviceptr workspace,
+                  CUstream stream) const;
+
+  struct Impl;
+
+private:
+  explicit AttentionRunner(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl;
+};
+
+} // namespace tejit::runtime
+
+#endif // TEJIT_RUNTIME_ATTENTION_H

@@ -1,0 +1,734 @@
+//===- AttentionGraph.cpp - cuDNN operation graphs for attention ----------===//
+//
+// cuDNN has single SDPA operation descriptors only from 9.13 (forward) and
+// 9.17 (backward); for every cuDNN 9 a flash attention can be described as
+// a graph of matmul, pointwise, reduction, RNG and reshape operations, which
+// the runtime fusion engines recognize as a whole. The graph must therefore
+// have exactly the structure the engines look for: the operation order, the
+// data types of the virtual tensors and the by-value scalars below follow
+// the composite pattern that NVIDIA's cudnn-frontend lowers its sdpa /
+// sdpa_backward nodes to.
+//
+// Tensors are 4-D [b, h, s, d] views of the caller's layout (strides from
+// AttentionLayout). K and V keep kv_heads heads: the matmuls broadcast them
+// over groups of heads / kv_heads query heads (GQA, MQA), and in the
+// backward dK and dV are reduced from full-head matmul results.
+//
+// Forward (S, P: [b, h, s_q, s_kv]; row tensors [b, h, s_q, 1]; all virtual
+// tensors f32 unless marked io = the bf16/f16 input type):
+//   S = matmul(Q, K^T)                 [m: seq_len_q, n: seq_len_kv]
+//   S = S * scale                      (by-value f32)
+//   padding: S = select(S, -inf, row < seq_len_q && col < seq_len_kv)
+//   causal:  S = select(S, -inf, row >= col)
+//   M = max_row(S); E = exp(S - M); Z = sum_row(E)
+//   stats = M + log(Z)                 (f32 output)
+//   P = E / Z                          (io unless dropout follows)
+//   dropout: P = P * rng_bernoulli(1 - p, seed, offset) * (1 / (1 - p)) (io)
+//   O = matmul(P, V)                   [m: seq_len_q, k: seq_len_kv]
+//
+// Backward:
+//   D = sum_row(dO * O) * (1 - p)      (f32, a workspace tensor)
+//   S = matmul(Q, K^T) * scale - stats, masked as above; E = exp(S)
+//   P = E [* mask * 1/(1-p)]; P^T = reshape(P) (io)
+//   dV = matmul(P^T, dO)               (GQA: reduce a full-head dV)
+//   dP = matmul(dO, V^T) [* mask]; dS = (dP - D) * E [* 1/(1-p)] * scale
+//   dK = matmul(reshape(dS) (io), Q)   (GQA: reduce a full-head dK)
+//   dQacc = matmul(dS, reshape(K^T))   (f32, a workspace tensor)
+//   dQ = identity(dQacc)
+//
+// Version workarounds (as cudnn-frontend applies them):
+//   * cuDNN < 9.10 wants the lowest finite float as the mask value, later
+//     versions -inf;
+//   * 9.0 <= cuDNN < 9.10 backward with a padding mask applies it twice;
+//   * cuDNN <= 9.15 backward without a padding mask needs one anyway when
+//     s_kv % 128 != 0: seq_len tensors filled with s_q and s_kv, kept in
+//     the workspace and set with a memset before each run;
+//   * cuDNN < 9.6 does not clear the dQ accumulator itself: memset to 0.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/AttentionGraph.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
+
+#include <array>
+#include <limits>
+#include <optional>
+
+using namespace tejit::runtime;
+using namespace tejit::runtime::attention;
+
+namespace {
+
+using Dims = std::array<int64_t, 4>;
+
+/// Byte alignment told to cuDNN for every tensor (cudnn-frontend's
+/// default); the caller's pointers are at least this aligned.
+constexpr int64_t tensorAlignment = 16;
+/// Alignment of the graph's own buffers in the workspace.
+constexpr size_t workspaceAlignment = 256;
+
+Dims rowMajorStrides(const Dims &dims) {
+  Dims strides{};
+  int64_t stride = 1;
+  for (int i = 3; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= dims[i];
+  }
+  return strides;
+}
+
+/// The last two dimensions swapped: a transposed view of the same bytes.
+Dims swapLast(Dims dims) {
+  std::swap(dims[2], dims[3]);
+  return dims;
+}
+
+/// A tensor descriptor of the graph and what it describes.
+struct Tensor {
+  cudnnBackendDescriptor_t desc = nullptr;
+  int64_t uid = 0;
+  Dims dims{}, strides{};
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+};
+
+/// Creates the descriptors of one graph. The first failure is kept and
+/// every later call does nothing (returning empty tensors), so the graph
+/// code reads as a straight list of operations; finish() reports it.
+class Builder {
+public:
+  Builder(const Cudnn &lib, cudnnHandle_t handle) : lib(lib), handle(handle) {}
+
+  size_t version() const { return lib.version; }
+
+  //===--------------------------------------------------------------------===//
+  // Tensors
+  //===--------------------------------------------------------------------===//
+
+  /// A non-virtual tensor bound to `slot` (`index`: see Binding).
+  Tensor bound(Slot slot, Dims dims, Dims strides, cudnnDataType_t type,
+               const char *what, size_t index = 0) {
+    Tensor tensor = make(dims, strides, type, /*isVirtual=*/false,
+                         /*byValue=*/false, what);
+    if (tensor.desc)
+      graph.bindings.push_back({tensor.uid, slot, index});
+    return tensor;
+  }
+
+  /// A buffer of the graph's own at the start of the workspace.
+  Tensor workspace(Dims dims, Dims strides, cudnnDataType_t type, size_t bytes,
+                   const char *what) {
+    size_t offset = graph.workspaceBytes;
+    graph.workspaceBytes += llvm::alignTo(bytes, workspaceAlignment);
+    return bound(Slot::Workspace, dims, strides, type, what, offset);
+  }
+
+  /// A 32-bit memset of a workspace buffer before every run.
+  void fill(const Tensor &tensor, size_t count, uint32_t value) {
+    for (const Binding &binding : graph.bindings)
+      if (binding.uid == tensor.uid && binding.slot == Slot::Workspace)
+        graph.fills.push_back({binding.index, count, value});
+  }
+
+  /// An f32 by-value scalar [1, 1, 1, 1].
+  Tensor scalar(float value, const char *what) {
+    Tensor tensor = make({1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT,
+                         /*isVirtual=*/false, /*byValue=*/true, what);
+    if (tensor.desc) {
+      graph.bindings.push_back(
+          {tensor.uid, Slot::Host, graph.hostScalars.size()});
+      graph.hostScalars.push_back(value);
+    }
+    return tensor;
+  }
+
+  Tensor virtualTensor(Dims dims, Dims strides, cudnnDataType_t type,
+                       const char *what) {
+    return make(dims, strides, type, /*isVirtual=*/true, /*byValue=*/false,
+                what);
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Operations
+  //===--------------------------------------------------------------------===//
+
+  /// y = mode(x [, b [, t]]) into an existing y; GEN_INDEX takes `axis`.
+  void pointwiseInto(cudnnPointwiseMode_t mode, const Tensor &x,
+                     const Tensor *b, const Tensor *t, const Tensor &y,
+                     const char *what, cudnnDataType_t math = CUDNN_DATA_FLOAT,
+                     std::optional<int64_t> axis = std::nullopt) {
+    cudnnBackendDescriptor_t pw =
+        create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
+    set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode,
+        what);
+    set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math,
+        what);
+    if (axis)
+      set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &*axis, what);
+    finalize(pw, what);
+
+    cudnnBackendDescriptor_t op =
+        create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x.desc, what);
+    if (b)
+      setDesc(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b->desc, what);
+    if (t)
+      setDesc(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t->desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y.desc, what);
+    float one = 1.0f;
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1, CUDNN_TYPE_FLOAT, 1, &one,
+        what);
+    set(op, CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2, CUDNN_TYPE_FLOAT, 1, &one,
+        what);
+    finishOperation(op, what);
+  }
+
+  /// A unary pointwise into a new virtual tensor shaped like x.
+  Tensor unary(cudnnPointwiseMode_t mode, const Tensor &x, const char *what,
+               cudnnDataType_t outType = CUDNN_DATA_FLOAT,
+               cudnnDataType_t math = CUDNN_DATA_FLOAT,
+               std::optional<int64_t> axis = std::nullopt) {
+    Tensor y = virtualTensor(x.dims, x.strides, outType, what);
+    pointwiseInto(mode, x, nullptr, nullptr, y, what, math, axis);
+    return y;
+  }
+
+  /// A binary pointwise into a new virtual tensor of the broadcast shape,
+  /// with the strides of the input of that shape (row-major if none).
+  Tensor binary(cudnnPointwiseMode_t mode, const Tensor &x, const Tensor &b,
+                const char *what, cudnnDataType_t outType = CUDNN_DATA_FLOAT,
+                cudnnDataType_t math = CUDNN_DATA_FLOAT) {
+    Dims dims{};
+    for (int i = 0; i < 4; ++i)
+      dims[i] = std::max(x.dims[i], b.dims[i]);
+    Dims strides = dims == x.dims   ? x.strides
+                   : dims == b.dims ? b.strides
+                                    : rowMajorStrides(dims);
+    Tensor y = virtualTensor(dims, strides, outType, what);
+    pointwiseInto(mode, x, &b, nullptr, y, what, math);
+    return y;
+  }
+
+  /// y = mask ? x : fill, shaped like x.
+  Tensor select(const Tensor &x, const Tensor &fill, const Tensor &mask,
+                const char *what) {
+    Tensor y = virtualTensor(x.dims, x.strides, CUDNN_DATA_FLOAT, what);
+    pointwiseInto(CUDNN_POINTWISE_BINARY_SELECT, x, &fill, &mask, y, what);
+    return y;
+  }
+
+  /// y = reduce(x) over the dimensions where y's size differs from x's.
+  void reduceInto(cudnnReduceTensorOp_t mode, const Tensor &x, const Tensor &y,
+                  const char *what) {
+    cudnnBackendDescriptor_t red =
+        create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
+    cudnnDataType_t math = CUDNN_DATA_FLOAT;
+    set(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+        1, &mode, what);
+    set(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math,
+        what);
+    finalize(red, what);
+    cudnnBackendDescriptor_t op =
+        create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, red, what);
+    finishOperation(op, what);
+  }
+
+  Tensor reduce(cudnnReduceTensorOp_t mode, const Tensor &x, Dims dims,
+                const char *what) {
+    Tensor y =
+        virtualTensor(dims, rowMajorStrides(dims), CUDNN_DATA_FLOAT, what);
+    reduceInto(mode, x, y, what);
+    return y;
+  }
+
+  /// c = a b (batched over the first two dimensions, f32 accumulation);
+  /// the overrides are the per-batch sizes of padded problems.
+  void matmul(const Tensor &a, const Tensor &b, const Tensor &c,
+              const Tensor *mOverride, const Tensor *nOverride,
+              const Tensor *kOverride, const char *what) {
+    cudnnBackendDescriptor_t mm = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR, what);
+    cudnnDataType_t math = CUDNN_DATA_FLOAT;
+    set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math, what);
+    finalize(mm, what);
+    cudnnBackendDescriptor_t op =
+        create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm, what);
+    if (mOverride)
+      setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC,
+              mOverride->desc, what);
+    if (nOverride)
+      setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC,
+              nOverride->desc, what);
+    if (kOverride)
+      setDesc(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC,
+              kOverride->desc, what);
+    finishOperation(op, what);
+  }
+
+  /// The same elements viewed with other dimensions and strides.
+  Tensor reshape(const Tensor &x, Dims dims, Dims strides, cudnnDataType_t type,
+                 const char *what) {
+    Tensor y = virtualTensor(dims, strides, type, what);
+    cudnnBackendDescriptor_t op =
+        create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y.desc, what);
+    finishOperation(op, what);
+    return y;
+  }
+
+  /// Philox Bernoulli samples (1 with probability `keep`) of shape `dims`,
+  /// from device seed and offset tensors.
+  Tensor rng(const Tensor &seed, const Tensor &offset, double keep, Dims dims,
+             const char *what) {
+    Tensor y =
+        virtualTensor(dims, rowMajorStrides(dims), CUDNN_DATA_FLOAT, what);
+    cudnnBackendDescriptor_t desc = create(CUDNN_BACKEND_RNG_DESCRIPTOR, what);
+    cudnnRngDistribution_t distribution = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+    set(desc, CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1,
+        &distribution, what);
+    set(desc, CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1,
+        &keep, what);
+    finalize(desc, what);
+    cudnnBackendDescriptor_t op =
+        create(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_RNG_YDESC, y.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_RNG_SEED, seed.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, offset.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_RNG_DESC, desc, what);
+    finishOperation(op, what);
+    return y;
+  }
+
+  void note(const std::string &text) {
+    graph.notes += (graph.notes.empty() ? "" : "; ") + text;
+  }
+
+  /// The finalized operation graph, or the first failure.
+  llvm::Expected<Graph> finish(const AttentionProblem &problem) {
+    const char *what = "operation graph";
+    cudnnBackendDescriptor_t desc = nullptr;
+    if (failure.empty()) {
+      auto created = BackendDescriptor::create(
+          lib, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, what);
+      if (!created)
+        return annotate(created.takeError(), context(problem));
+      graph.operationGraph = std::move(*created);
+      desc = graph.operationGraph.get();
+    }
+    // The handle attribute is deprecated in recent headers but required
+    // by the older cuDNN 9 releases tejit supports. (No handle: only the
+    // graph's structure is checked, as the CPU-only tests do.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    if (handle)
+      set(desc, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle,
+          what);
+#pragma GCC diagnostic pop
+    set(desc, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+        static_cast<int64_t>(operations.size()), operations.data(), what);
+    finalize(desc, what);
+    if (!failure.empty()) {
+      bool unsupported =
+          CUDNN_STATUS_CATEGORY(failureStatus) == CUDNN_STATUS_NOT_SUPPORTED;
+      return makeError(unsupported ? ErrorCode::Unsupported
+                                   : ErrorCode::Internal,
+                       context(problem) + ": " + failure);
+    }
+    return std::move(graph);
+  }
+
+private:
+  std::string context(const AttentionProblem &problem) const {
+    return llvm::formatv("building the cuDNN {0} graph for {1}",
+                         lib.versionString(), problem.key())
+        .str();
+  }
+
+  Tensor make(Dims dims, Dims strides, cudnnDataType_t type, bool isVirtual,
+              bool byValue, const char *what) {
+    Tensor tensor;
+    tensor.uid = nextUid++;
+    tensor.dims = dims;
+    tensor.strides = strides;
+    tensor.type = type;
+    cudnnBackendDescriptor_t desc =
+        create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
+    set(desc, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &tensor.uid,
+        what);
+    set(desc, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type,
+        what);
+    set(desc, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data(),
+        what);
+    set(desc, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data(),
+        what);
+    set(desc, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1,
+        &tensorAlignment, what);
+    if (isVirtual)
+      set(desc, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &isVirtual,
+          what);
+    if (byValue)
+      set(desc, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byValue,
+          what);
+    finalize(desc, what);
+    if (failure.empty())
+      tensor.desc = desc;
+    return tensor;
+  }
+
+  /// A new descriptor owned by the graph; null once something failed.
+  cudnnBackendDescriptor_t create(cudnnBackendDescriptorType_t type,
+                                  const char *what) {
+    if (!failure.empty())
+      return nullptr;
+    cudnnBackendDescriptor_t desc = nullptr;
+    cudnnStatus_t status = lib.cudnnBackendCreateDescriptor(type, &desc);
+    if (status != CUDNN_STATUS_SUCCESS) {
+      fail(status, llvm::formatv("creating a descriptor for {0}", what));
+      return nullptr;
+    }
+    // Owned at once, so that it is destroyed whatever happens next.
+    graph.descriptors.push_back(BackendDescriptor::adopt(lib, desc));
+    return desc;
+  }
+
+  void set(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t name,
+           cudnnBackendAttributeType_t type, int64_t count, const void *values,
+           const char *what) {
+    if (!failure.empty() || !desc)
+      return;
+    cudnnStatus_t status =
+        lib.cudnnBackendSetAttribute(desc, name, type, count, values);
+    if (status != CUDNN_STATUS_SUCCESS)
+      fail(status, llvm::formatv("setting attribute {0} of {1}",
+                                 static_cast<int>(name), what));
+  }
+
+  void setDesc(cudnnBackendDescriptor_t desc, cudnnBackendAttributeName_t name,
+               cudnnBackendDescriptor_t value, const char *what) {
+    set(desc, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value, what);
+  }
+
+  void finalize(cudnnBackendDescriptor_t desc, const char *what) {
+    if (!failure.empty() || !desc)
+      return;
+    cudnnStatus_t status = lib.cudnnBackendFinalize(desc);
+    if (status != CUDNN_STATUS_SUCCESS)
+      fail(status, llvm::formatv("finalizing {0}", what));
+  }
+
+  void finishOperation(cudnnBackendDescriptor_t op, const char *what) {
+    finalize(op, what);
+    if (failure.empty())
+      operations.push_back(op);
+  }
+
+  void fail(cudnnStatus_t status, const std::string &what) {
+    std::string last = lib.lastErrorString();
+    failure = what + ": " + lib.statusText(status) +
+              (last.empty() ? "" : ": " + last);
+    failureStatus = status;
+  }
+
+  const Cudnn &lib;
+  cudnnHandle_t handle;
+  Graph graph;
+  std::vector<cudnnBackendDescriptor_t> operations;
+  int64_t nextUid = 1;
+  std::string failure;
+  cudnnStatus_t failureStatus = CUDNN_STATUS_SUCCESS;
+};
+
+//===----------------------------------------------------------------------===//
+// The attention graphs
+//===----------------------------------------------------------------------===//
+
+cudnnDataType_t ioType(ElementType element) {
+  return element == ElementType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+}
+
+/// [b, h, s, d] dimensions and strides of a tensor with `heads` heads and
+/// `seq` positions in the problem's layout.
+std::pair<Dims, Dims> view(const AttentionProblem &p, int64_t heads,
+                           int64_t seq) {
+  int64_t b = p.batch, d = p.headDim;
+  Dims dims = {b, heads, seq, d};
+  if (p.layout == AttentionLayout::Sbhd) // [s, b, h, d]
+    return {dims, {heads * d, d, b * heads * d, 1}};
+  return {dims, {seq * heads * d, d, heads * d, 1}}; // [b, s, h, d]
+}
+
+/// The pieces the forward and backward graphs share.
+struct Common {
+  const AttentionProblem &p;
+  cudnnDataType_t io;
+  Dims q, qStrides, kv, kvStrides;
+  Dims scores, rows; // [b, h, s_q, s_kv], [b, h, s_q, 1]
+  std::optional<Tensor> seqLenQ, seqLenKv;
+  std::optional<Tensor> seed, offset;
+  /// The value masked scores get.
+  float maskValue;
+
+  Common(Builder &g, const AttentionProblem &p) : p(p), io(ioType(p.element)) {
+    std::tie(q, qStrides) = view(p, p.heads, p.seqQ);
+    std::tie(kv, kvStrides) = view(p, p.kvHeads, p.seqKv);
+    scores = {p.batch, p.heads, p.seqQ, p.seqKv};
+    rows = {p.batch, p.heads, p.seqQ, 1};
+    maskValue = g.version() < 91000 ? std::numeric_limits<float>::lowest()
+                                    : -std::numeric_limits<float>::infinity();
+    if (p.dropout > 0) {
+      seed = g.bound(Slot::Seed, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT64,
+                     "dropout seed");
+      offset = g.bound(Slot::Offset, {1, 1, 1, 1}, {1, 1, 1, 1},
+                       CUDNN_DATA_INT64, "dropout offset");
+    }
+  }
+
+  void bindSeqLens(Builder &g) {
+    seqLenQ = g.bound(Slot::SeqLenQ, {p.batch, 1, 1, 1}, {1, 1, 1, 1},
+                      CUDNN_DATA_INT32, "seq_len_q");
+    seqLenKv = g.bound(Slot::SeqLenKv, {p.batch, 1, 1, 1}, {1, 1, 1, 1},
+                       CUDNN_DATA_INT32, "seq_len_kv");
+  }
+
+  const Tensor *seqQ() const { return seqLenQ ? &*seqLenQ : nullptr; }
+  const Tensor *seqKv() const { return seqLenKv ? &*seqLenKv : nullptr; }
+
+  /// Scores of padded rows and columns become the mask value.
+  Tensor padding(Builder &g, const Tensor &s) const {
+    Tensor row = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "padding row index",
+                         CUDNN_DATA_INT32, CUDNN_DATA_INT32, 2);
+    Tensor col = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "padding column index",
+                         CUDNN_DATA_INT32, CUDNN_DATA_INT32, 3);
+    Tensor rowIn =
+        g.binary(CUDNN_POINTWISE_CMP_LT, row, *seqLenQ, "row < seq_len_q",
+                 CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+    Tensor colIn =
+        g.binary(CUDNN_POINTWISE_CMP_LT, col, *seqLenKv, "column < seq_len_kv",
+                 CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+    Tensor keep =
+        g.binary(CUDNN_POINTWISE_LOGICAL_AND, rowIn, colIn, "padding mask",
+                 CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+    return g.select(s, g.scalar(maskValue, "padding mask value"), keep,
+                    "padding select");
+  }
+
+  /// Scores above the diagonal (column > row) become the mask value.
+  Tensor causal(Builder &g, const Tensor &s) const {
+    Tensor row = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "causal row index",
+                         CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, 2);
+    Tensor col = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "causal column index",
+                         CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, 3);
+    Tensor keep = g.binary(CUDNN_POINTWISE_CMP_GE, row, col, "row >= column",
+                           CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+    return g.select(s, g.scalar(maskValue, "causal mask value"), keep,
+                    "causal select");
+  }
+
+  Tensor dropoutMask(Builder &g) const {
+    return g.rng(*seed, *offset, 1.0 - p.dropout, scores, "dropout mask");
+  }
+};
+
+void buildForward(Builder &g, const AttentionProblem &p) {
+  Common c(g, p);
+  Tensor q = g.bound(Slot::Q, c.q, c.qStrides, c.io, "q");
+  // cuDNN takes K^T [b, h_kv, d, s_kv]: the same bytes, last two swapped.
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStrides), c.io,
+                      "k (transposed)");
+  Tensor v = g.bound(Slot::V, c.kv, c.kvStrides, c.io, "v");
+  if (p.padding())
+    c.bindSeqLens(g);
+
+  Tensor s = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
+                             CUDNN_DATA_FLOAT, "q k^T");
+  g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "bmm1 q k^T");
+  s = g.binary(CUDNN_POINTWISE_MUL, s,
+               g.scalar(static_cast<float>(p.softmaxScale), "softmax scale"),
+               "scale scores");
+  if (p.padding())
+    s = c.padding(g, s);
+  if (p.causal())
+    s = c.causal(g, s);
+
+  // Softmax with its statistics.
+  Tensor max = g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, c.rows, "row max");
+  Tensor shifted = g.binary(CUDNN_POINTWISE_SUB, s, max, "scores - max");
+  Tensor e = g.unary(CUDNN_POINTWISE_EXP, shifted, "exp");
+  Tensor sum = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, c.rows, "row sum");
+  Tensor logSum = g.unary(CUDNN_POINTWISE_LOG, sum, "log(sum)");
+  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
+                         CUDNN_DATA_FLOAT, "stats");
+  g.pointwiseInto(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats,
+                  "stats = max + log(sum)");
+
+  // bmm2 reads P in the input type: the last pointwise before it writes it.
+  Tensor prob;
+  if (p.dropout > 0) {
+    prob = g.binary(CUDNN_POINTWISE_DIV, e, sum, "softmax");
+    prob = g.binary(CUDNN_POINTWISE_MUL, prob, c.dropoutMask(g),
+                    "apply dropout mask");
+    prob = g.binary(
+        CUDNN_POINTWISE_MUL, prob,
+        g.scalar(static_cast<float>(1.0 / (1.0 - p.dropout)), "dropout scale"),
+        "dropout scale", c.io);
+  } else {
+    prob = g.binary(CUDNN_POINTWISE_DIV, e, sum, "softmax", c.io);
+  }
+  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
+  g.matmul(prob, v, o, c.seqQ(), nullptr, c.seqKv(), "bmm2 p v");
+}
+
+void buildBackward(Builder &g, const AttentionProblem &p) {
+  Common c(g, p);
+  int64_t b = p.batch, h = p.heads, sq = p.seqQ, skv = p.seqKv, d = p.headDim;
+  Tensor q = g.bound(Slot::Q, c.q, c.qStrides, c.io, "q");
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStrides), c.io,
+                      "k (transposed)");
+  Tensor vT = g.bound(Slot::V, swapLast(c.kv), swapLast(c.kvStrides), c.io,
+                      "v (transposed)");
+  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
+  Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, c.io, "dO");
+  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
+                         CUDNN_DATA_FLOAT, "stats");
+  Tensor gradQ = g.bound(Slot::GradQ, c.q, c.qStrides, c.io, "dQ");
+  Tensor gradK = g.bound(Slot::GradK, c.kv, c.kvStrides, c.io, "dK");
+  Tensor gradV = g.bound(Slot::GradV, c.kv, c.kvStrides, c.io, "dV");
+
+  bool padding = p.padding();
+  if (padding) {
+    c.bindSeqLens(g);
+  } else if (skv % 128 != 0 && g.version() <= 91500) {
+    // The backward engines of these versions need the padding pattern for
+    // such lengths: full lengths, filled in the workspace before each run.
+    padding = true;
+    c.seqLenQ = g.workspace({b, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32,
+                            b * sizeof(int32_t), "seq_len_q (full)");
+    c.seqLenKv = g.workspace({b, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_INT32,
+                             b * sizeof(int32_t), "seq_len_kv (full)");
+    g.fill(*c.seqLenQ, b, static_cast<uint32_t>(sq));
+    g.fill(*c.seqLenKv, b, static_cast<uint32_t>(skv));
+    g.note("full-length padding mask (s_kv % 128 != 0)");
+  }
+
+  std::optional<Tensor> mask;
+  if (p.dropout > 0)
+    mask = c.dropoutMask(g);
+
+  // D = rowsum(dO * O) * (1 - p): kept in the workspace.
+  Tensor gradOO = g.virtualTensor({b, h, sq, d}, {h * sq * d, sq * d, h * d, 1},
+                                  CUDNN_DATA_FLOAT, "dO * o");
+  g.pointwiseInto(CUDNN_POINTWISE_MUL, gradO, &o, nullptr, gradOO, "dO * o");
+  Tensor rowDot =
+      g.reduce(CUDNN_REDUCE_TENSOR_ADD, gradOO, c.rows, "rowsum(dO * o)");
+  Tensor softmaxSum =
+      g.workspace(c.rows, rowMajorStrides(c.rows), CUDNN_DATA_FLOAT,
+                  b * h * sq * sizeof(float), "softmax sum");
+  float keep = static_cast<float>(1.0 - p.dropout);
+  Tensor keepScalar =
+      g.scalar(p.dropout > 0 ? keep : 1.0f, "dropout scale inverse");
+  g.pointwiseInto(CUDNN_POINTWISE_MUL, rowDot, &keepScalar, nullptr, softmaxSum,
+                  "softmax sum * (1 - p)");
+
+  // Recompute the probabilities from the stats.
+  Tensor s = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
+                             CUDNN_DATA_FLOAT, "q k^T");
+  g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "q k^T");
+  Tensor scale = g.scalar(static_cast<float>(p.softmaxScale), "softmax scale");
+  s = g.binary(CUDNN_POINTWISE_MUL, s, scale, "scale scores");
+  s = g.binary(CUDNN_POINTWISE_SUB, s, stats, "scores - stats");
+  if (padding) {
+    s = c.padding(g, s);
+    if (g.version() >= 90000 && g.version() < 91000) {
+      s = c.padding(g, s);
+      g.note("padding mask applied twice (cuDNN < 9.10)");
+    }
+  }
+  if (p.causal())
+    s = c.causal(g, s);
+  Tensor e = g.unary(CUDNN_POINTWISE_EXP, s, "exp");
+  Tensor prob = e;
+  std::optional<Tensor> dropoutScale;
+  if (mask) {
+    dropoutScale =
+        g.scalar(static_cast<float>(1.0 / (1.0 - p.dropout)), "dropout scale");
+    prob = g.binary(CUDNN_POINTWISE_MUL, prob, *mask, "apply dropout mask");
+    prob = g.binary(CUDNN_POINTWISE_MUL, prob, *dropoutScale, "dropout scale");
+  }
+
+  Dims transposedScores = {b, h, skv, sq};
+  Dims transposedStrides = {h * sq * skv, sq * skv, 1, skv};
+  bool grouped = p.kvHeads != p.heads;
+  Dims fullHead = {b, h, skv, d};
+
+  // dV = P^T dO.
+  Tensor probT =
+      g.reshape(prob, transposedScores, transposedStrides, c.io, "p^T");
+  if (!grouped) {
+    g.matmul(probT, gradO, gradV, c.seqKv(), nullptr, c.seqQ(), "p^T dO");
+  } else {
+    Tensor full = g.virtualTensor(fullHead, rowMajorStrides(fullHead), c.io,
+                                  "dV (all heads)");
+    g.matmul(probT, gradO, full, c.seqKv(), nullptr, c.seqQ(), "p^T dO");
+    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, full, gradV, "dV head groups");
+  }
+
+  // dS = (dP [* mask] - D) * E [* 1/(1-p)] * scale.
+  Tensor gradP = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
+                                 CUDNN_DATA_FLOAT, "dO v^T");
+  g.matmul(gradO, vT, gradP, c.seqQ(), c.seqKv(), nullptr, "dO v^T");
+  if (mask)
+    gradP = g.binary(CUDNN_POINTWISE_MUL, gradP, *mask, "dP * dropout mask");
+  Tensor gradS =
+      g.binary(CUDNN_POINTWISE_SUB, gradP, softmaxSum, "dP - softmax sum");
+  gradS = g.binary(CUDNN_POINTWISE_MUL, gradS, e, "(dP - D) * exp");
+  if (dropoutScale)
+    gradS =
+        g.binary(CUDNN_POINTWISE_MUL, gradS, *dropoutScale, "dS dropout scale");
+  gradS = g.binary(CUDNN_POINTWISE_MUL, gradS, scale, "dS softmax scale");
+
+  // dK = dS^T Q.
+  Tensor gradST =
+      g.reshape(gradS, transposedScores, transposedStrides, c.io, "dS^T");
+  if (!grouped) {
+    g.matmul(gradST, q, gradK, c.seqKv(), nullptr, c.seqQ(), "dS^T q");
+  } else {
+    Tensor full = g.virtualTensor(fullHead, rowMajorStrides(fullHead), c.io,
+                                  "dK (all heads)");
+    g.matmul(gradST, q, full, c.seqKv(), nullptr, c.seqQ(), "dS^T q");
+    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, full, gradK, "dK head groups");
+  }
+
+  // dQ = dS K, accumulated in f32 in the workspace, then converted.
+  Tensor k = g.reshape(kT, c.kv, c.kvStrides, CUDNN_DATA_FLOAT, "k");
+  Dims qDims = {b, h, sq, d};
+  Tensor accum = g.workspace(qDims, rowMajorStrides(qDims), CUDNN_DATA_FLOAT,
+                             b * h * sq * d * sizeof(float), "dQ accumulator");
+  if (g.version() < 90600) {
+    g.fill(accum, b * h * sq * d, 0);
+    g.note("dQ accumulator cleared before each run (cuDNN < 9.6)");
+  }
+  g.matmul(gradS, k, accum, c.seqQ(), nullptr, c.seqKv(), "dS k");
+  g.pointwiseInto(CUDNN_POINTWISE_IDENTITY, accum, nullptr, nullptr, gradQ,
+                  "dQ from the accumulator");
+}
+
+} // namespace
+
+llvm::Expected<Graph> attention::buildGraph(const Cudnn &lib,
+                                            cudnnHandle_t handle,
+                                            const AttentionProblem &problem) {
+  Builder builder(lib, handle);
+  if (problem.backward)
+    buildBackward(builder, problem);
+  else
+    buildForward(builder, problem);
+  return builder.finish(problem);
+}

@@ -1,0 +1,79 @@
+//===- AttentionGraph.h - cuDNN operation graphs for attention --*- C++ -*-===//
+//
+// Builds the backend operation graph of one attention problem, forward or
+// backward, in the composite form cuDNN 9 fuses into its flash-attention
+// engines. What the graph's non-virtual tensors are bound to at run time is
+// returned next to it; Attention.cpp turns the graph into an execution plan
+// and runs it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_ATTENTIONGRAPH_H
+#define TEJIT_RUNTIME_ATTENTIONGRAPH_H
+
+#include "runtime/Attention.h"
+#include "runtime/Cudnn.h"
+
+#include <vector>
+
+namespace tejit::runtime::attention {
+
+/// Where a non-virtual tensor of the graph gets its data when the graph
+/// runs: one of the caller's pointers, a buffer in the runner's workspace,
+/// or a host scalar (cuDNN's by-value tensors are read from host memory
+/// through the variant pack, like device tensors).
+enum class Slot {
+  Q,
+  K,
+  V,
+  O,
+  Stats,
+  GradO,
+  GradQ,
+  GradK,
+  GradV,
+  SeqLenQ,
+  SeqLenKv,
+  Seed,
+  Offset,
+  Workspace,
+  Host,
+};
+
+struct Binding {
+  int64_t uid = 0;
+  Slot slot = Slot::Q;
+  /// Workspace: byte offset into the workspace; Host: index into
+  /// Graph::hostScalars.
+  size_t index = 0;
+};
+
+/// `count` 32-bit words set to `value` at `offset` bytes into the
+/// workspace, enqueued before every run.
+struct WorkspaceFill {
+  size_t offset = 0, count = 0;
+  uint32_t value = 0;
+};
+
+struct Graph {
+  /// Every tensor and operation descriptor, alive as long as the graph.
+  std::vector<BackendDescriptor> descriptors;
+  BackendDescriptor operationGraph;
+  std::vector<Binding> bindings;
+  /// By-value scalars (all f32); their addresses go into the variant pack.
+  std::vector<float> hostScalars;
+  /// Bytes at the start of the workspace used by the graph's own buffers
+  /// (a multiple of 256); cuDNN's workspace follows.
+  size_t workspaceBytes = 0;
+  std::vector<WorkspaceFill> fills;
+  /// A few words on the version workarounds applied, for describeEngine().
+  std::string notes;
+};
+
+/// The finalized operation graph of `problem` (already validated) on
+/// `handle`. Errors name the operation whose descriptor cuDNN refused.
+llvm::Expected<Graph> buildGraph(const Cudnn &lib, cudnnHandle_t handle,
+                                 const AttentionProblem &problem);
+
+} // namespace tejit::runtime::attention
+
+#endif // TEJIT_RUNTIME_ATTENTIONGRAPH_H

@@ -1,0 +1,28 @@
+// Device helpers for the attention steps, compiled to PTX at build time
+// (runtime/CMakeLists.txt) and loaded by the driver's JIT on first use.
+//
+// tejit_attention_prep, one block, a thread per batch row:
+//  - padding masks (`[b, 1, 1, s]` bytes, nonzero = masked out, Transformer
+//    Engine's convention) become cuDNN's int32 sequence lengths: the count
+//    of unmasked positions, taken as a right-padded prefix as TE's fused
+//    attention does;
+//  - the program's dropout state (seed, offset) is copied with the offset
+//    moved by `offset_delta`, so each attention site of a program draws its
+//    own Philox stream instead of repeating the first site's mask.
+extern "C" __global__ void
+tejit_attention_prep(const unsigned char *mask, int batch, int seq,
+                     int *seq_lens, const unsigned long long *rng_in,
+                     unsigned long long *rng_out,
+                     unsigned long long offset_delta) {
+  for (int row = threadIdx.x; mask && row < batch; row += blockDim.x) {
+    const unsigned char *bytes = mask + (long long)row * seq;
+    int kept = 0;
+    for (int j = 0; j < seq; ++j)
+      kept += bytes[j] == 0;
+    seq_lens[row] = kept;
+  }
+  if (rng_in && threadIdx.x == 0) {
+    rng_out[0] = rng_in[0];
+    rng_out[1] = rng_in[1] + offset_delta;
+  }
+}

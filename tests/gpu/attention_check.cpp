@@ -1,0 +1,987 @@
+//===- attention_check.cpp - cuDNN fused attention against float64 --------===//
+//
+// Runs the runtime's AttentionRunner (runtime/Attention.h) forward and
+// backward on the GPU for a matrix of problems and compares o, stats, dq,
+// dk and dv with a float64 CPU reference computed from the same (rounded)
+// inputs:
+//
+//   * {bf16, f16} x head dim {64, 128} x {none, causal, padding,
+//     padding_causal} x {MHA, GQA (4 query heads per kv head), MQA} x
+//     {sbhd, bshd}, batch 2, 8 heads, s = 128; and s = 256 for d 128 MHA/GQA
+//     sbhd. Padding lengths are random per batch entry in [s/2, s]; only
+//     valid query rows and key positions are compared, and dk/dv of padded
+//     key positions must be exactly 0.
+//   * dropout p = 0.1 and 0.5: cuDNN's keep mask is read first by running
+//     the forward with q = k = 0 and v = identity (s_kv = d, so o[i, j] =
+//     keep[i, j] / ((1 - p) s_kv)); the kept fraction must be near 1 - p,
+//     then random inputs with the same seed and offset are compared against
+//     the reference using that mask; the same seed/offset must give
+//     bit-identical o, another offset a different o.
+//   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16: the
+//     reference covers a few (batch, head) slices; forward and backward are
+//     timed with CUDA events.
+//
+// Relative L2 error must stay within 1e-2 (bf16) or 5e-3 (f16). One line per
+// problem (PASS/FAIL/UNSUPPORTED), a summary, exit status 1 on any failure,
+// 77 (skipped) without a GPU.
+//
+//   tejit-attention-check [--seed N] [--filter TEXT] [--no-real]
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/Attention.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/Cudnn.h"
+#include "runtime/Device.h"
+#include "runtime/DeviceBuffer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tejit::runtime;
+
+namespace {
+
+constexpr int exitSkipped = 77;
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+[[noreturn]] void die(const std::string &message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::exit(1);
+}
+
+template <typename T> T orDie(llvm::Expected<T> value, const char *what) {
+  if (!value)
+    die(std::string(what) + ": " + llvm::toString(value.takeError()));
+  return std::move(*value);
+}
+
+void orDie(llvm::Error error, const char *what) {
+  if (error)
+    die(std::string(what) + ": " + llvm::toString(std::move(error)));
+}
+
+uint16_t toBf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  return uint16_t((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+float fromBf16(uint16_t value) {
+  uint32_t bits = uint32_t(value) << 16;
+  float result;
+  std::memcpy(&result, &bits, 4);
+  return result;
+}
+
+/// IEEE half, round to nearest even.
+uint16_t toHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  uint32_t sign = (x >> 16) & 0x8000, mantissa = x & 0x7fffff;
+  int32_t biased = int32_t((x >> 23) & 0xff);
+  if (biased == 0xff)
+    return uint16_t(sign | 0x7c00 | (mantissa ? 0x200 : 0));
+  int32_t exponent = biased - 127 + 15;
+  if (exponent >= 31)
+    return uint16_t(sign | 0x7c00);
+  if (exponent <= 0) {
+    if (exponent < -10)
+      return uint16_t(sign);
+    mantissa |= 0x800000;
+    int shift = 14 - exponent;
+    uint32_t half = mantissa >> shift, rest = mantissa & ((1u << shift) - 1),
+             middle = 1u << (shift - 1);
+    if (rest > middle || (rest == middle && (half & 1)))
+      ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | uint32_t(exponent) << 10 | mantissa >> 13;
+  uint32_t rest = mantissa & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1)))
+    ++half;
+  return uint16_t(half);
+}
+
+float fromHalf(uint16_t value) {
+  int exponent = (value >> 10) & 0x1f, mantissa = value & 0x3ff;
+  float magnitude;
+  if (exponent == 0)
+    magnitude = std::ldexp(float(mantissa), -24);
+  else if (exponent == 31)
+    magnitude = mantissa ? NAN : INFINITY;
+  else
+    magnitude = std::ldexp(float(mantissa | 0x400), exponent - 25);
+  return (value & 0x8000) ? -magnitude : magnitude;
+}
+
+/// Runs body(i) for i in [0, count) on all cores.
+template <typename Body> void parallelFor(size_t count, Body body) {
+  size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < std::min(threads, count); ++t)
+    pool.emplace_back([&] {
+      for (size_t i; (i = next++) < count;)
+        body(i);
+    });
+  for (std::thread &thread : pool)
+    thread.join();
+}
+
+//===----------------------------------------------------------------------===//
+// The device
+//===----------------------------------------------------------------------===//
+
+/// CUDA events, resolved from the already loaded driver (CudaDriver has no
+/// need for them).
+struct Events {
+  decltype(&::cuEventCreate) create = nullptr;
+  decltype(&::cuEventRecord) record = nullptr;
+  decltype(&::cuEventSynchronize) synchronize = nullptr;
+  decltype(&::cuEventElapsedTime) elapsed = nullptr;
+  decltype(&::cuEventDestroy) destroy = nullptr;
+};
+#define SYMBOL_NAME(fn) STRINGIZE(fn)
+#define STRINGIZE(fn) #fn
+
+Events loadEvents() {
+  Events events;
+  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!handle)
+    die("libcuda.so.1 is not loaded");
+  events.create = reinterpret_cast<decltype(events.create)>(
+      dlsym(handle, SYMBOL_NAME(cuEventCreate)));
+  events.record = reinterpret_cast<decltype(events.record)>(
+      dlsym(handle, SYMBOL_NAME(cuEventRecord)));
+  events.synchronize = reinterpret_cast<decltype(events.synchronize)>(
+      dlsym(handle, SYMBOL_NAME(cuEventSynchronize)));
+  events.elapsed = reinterpret_cast<decltype(events.elapsed)>(
+      dlsym(handle, SYMBOL_NAME(cuEventElapsedTime)));
+  events.destroy = reinterpret_cast<decltype(events.destroy)>(
+      dlsym(handle, SYMBOL_NAME(cuEventDestroy)));
+  if (!events.create || !events.record || !events.synchronize ||
+      !events.elapsed || !events.destroy)
+    die("the CUDA driver lacks the event functions");
+  return events;
+}
+
+struct Gpu {
+  const CudaDriver *driver = nullptr;
+  Events events;
+
+  DeviceBuffer allocate(size_t bytes, const char *what) const {
+    return orDie(DeviceBuffer::allocate(std::max<size_t>(bytes, 256), what),
+                 what);
+  }
+  void upload(const DeviceBuffer &buffer, const void *data,
+              size_t bytes) const {
+    orDie(driver->check(
+              driver->cuMemcpyHtoDAsync(buffer.get(), data, bytes, nullptr),
+              "cuMemcpyHtoDAsync"),
+          "upload");
+    synchronize();
+  }
+  void download(void *data, const DeviceBuffer &buffer, size_t bytes) const {
+    orDie(driver->check(
+              driver->cuMemcpyDtoHAsync(data, buffer.get(), bytes, nullptr),
+              "cuMemcpyDtoHAsync"),
+          "download");
+    synchronize();
+  }
+  void fill(const DeviceBuffer &buffer, uint8_t value) const {
+    orDie(driver->check(driver->cuMemsetD8Async(buffer.get(), value,
+                                                buffer.bytes(), nullptr),
+                        "cuMemsetD8Async"),
+          "fill");
+  }
+  void synchronize() const {
+    orDie(driver->check(driver->cuStreamSynchronize(nullptr),
+                        "cuStreamSynchronize"),
+          "synchronize");
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Host tensors
+//===----------------------------------------------------------------------===//
+
+/// A [b, h, s, d] tensor in the problem's layout: the device bits and the
+/// same rounded values as doubles, both in device order.
+struct HostTensor {
+  int64_t batch = 0, heads = 0, seq = 0, dim = 0;
+  AttentionLayout layout = AttentionLayout::Sbhd;
+  ElementType element = ElementType::BF16;
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+
+  HostTensor(const AttentionProblem &p, int64_t heads, int64_t seq)
+      : batch(p.batch), heads(heads), seq(seq), dim(p.headDim),
+        layout(p.layout), element(p.element),
+        bits(size_t(p.batch * heads * seq * p.headDim)), values(bits.size()) {}
+
+  size_t index(int64_t b, int64_t h, int64_t s, int64_t d) const {
+    if (layout == AttentionLayout::Sbhd)
+      return size_t(((s * batch + b) * heads + h) * dim + d);
+    return size_t(((b * seq + s) * heads + h) * dim + d);
+  }
+  double at(int64_t b, int64_t h, int64_t s, int64_t d) const {
+    return values[index(b, h, s, d)];
+  }
+  size_t bytes() const { return bits.size() * 2; }
+
+  void set(size_t i, float value) {
+    bits[i] = element == ElementType::BF16 ? toBf16(value) : toHalf(value);
+    values[i] = decode(bits[i]);
+  }
+  double decode(uint16_t raw) const {
+    return element == ElementType::BF16 ? fromBf16(raw) : fromHalf(raw);
+  }
+  void randomize(std::mt19937_64 &rng) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (size_t i = 0; i < bits.size(); ++i)
+      set(i, normal(rng));
+  }
+  /// Reads device bits back into `values`.
+  void decodeAll() {
+    for (size_t i = 0; i < bits.size(); ++i)
+      values[i] = decode(bits[i]);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The float64 reference
+//===----------------------------------------------------------------------===//
+
+/// Reference outputs in canonical [b, h, s, d] order (stats [b, h, s]).
+struct Reference {
+  std::vector<double> o, stats, dq, dk, dv;
+};
+
+struct Inputs {
+  const AttentionProblem &p;
+  const HostTensor &q, &k, &v, &gradO;
+  std::vector<int32_t> lenQ, lenKv; // per batch entry
+  /// keep[((b * h + head) * s_q + i) * s_kv + j], empty without dropout.
+  const std::vector<uint8_t> *keep = nullptr;
+};
+
+size_t canonical(const AttentionProblem &p, int64_t b, int64_t h, int64_t s,
+                 int64_t heads, int64_t seq, int64_t d) {
+  return size_t(((b * heads + h) * seq + s) * p.headDim + d);
+}
+
+/// Fills `ref` for the (batch, kv head) groups listed (all when empty).
+void reference(const Inputs &in, Reference &ref,
+               std::vector<std::pair<int64_t, int64_t>> groups) {
+  const AttentionProblem &p = in.p;
+  int64_t H = p.heads, Hk = p.kvHeads, sq = p.seqQ, skv = p.seqKv,
+          D = p.headDim, perGroup = H / Hk;
+  ref.o.assign(size_t(p.batch * H * sq * D), 0);
+  ref.stats.assign(size_t(p.batch * H * sq), 0);
+  ref.dq.assign(ref.o.size(), 0);
+  ref.dk.assign(size_t(p.batch * Hk * skv * D), 0);
+  ref.dv.assign(ref.dk.size(), 0);
+  if (groups.empty())
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t g = 0; g < Hk; ++g)
+        groups.push_back({b, g});
+  double keepScale = p.dropout > 0 ? 1.0 / (1.0 - p.dropout) : 1.0;
+
+  parallelFor(groups.size(), [&](size_t index) {
+    auto [b, g] = groups[index];
+    int64_t lq = in.lenQ[b], lk = in.lenKv[b];
+    size_t row = static_cast<size_t>(skv);
+    std::vector<double> prob(row), keep(row, 1.0), dropped(row), gradP(row);
+    for (int64_t h = g * perGroup; h < (g + 1) * perGroup; ++h) {
+      for (int64_t i = 0; i < lq; ++i) {
+        int64_t last = p.causal() ? std::min(lk, i + 1) : lk; // keys < last
+        double max = -INFINITY;
+        for (int64_t j = 0; j < last; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += in.q.at(b, h, i, d) * in.k.at(b, g, j, d);
+          prob[j] = dot * p.softmaxScale;
+          max = std::max(max, prob[j]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < last; ++j)
+          sum += std::exp(prob[j] - max);
+        double stats = max + std::log(sum);
+        ref.stats[size_t((b * H + h) * sq + i)] = stats;
+        for (int64_t j = 0; j < last; ++j) {
+          prob[j] = std::exp(prob[j] - stats);
+          if (in.keep)
+            keep[j] = (*in.keep)[size_t(((b * H + h) * sq + i) * skv + j)];
+          dropped[j] = prob[j] * keep[j] * keepScale;
+        }
+        // o and D = dO . o.
+        double rowDot = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < last; ++j)
+            acc += dropped[j] * in.v.at(b, g, j, d);
+          ref.o[canonical(p, b, h, i, H, sq, d)] = acc;
+          rowDot += acc * in.gradO.at(b, h, i, d);
+        }
+        // dP (through the dropout mask), dS, then dq, dk, dv.
+        for (int64_t j = 0; j < last; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += in.gradO.at(b, h, i, d) * in.v.at(b, g, j, d);
+          // dS = P (dP - D), dP = dO.v through the dropout mask.
+          gradP[j] = prob[j] * (dot * keep[j] * keepScale - rowDot);
+        }
+        for (int64_t j = 0; j < last; ++j) {
+          double ds = gradP[j] * p.softmaxScale;
+          for (int64_t d = 0; d < D; ++d) {
+            ref.dq[canonical(p, b, h, i, H, sq, d)] += ds * in.k.at(b, g, j, d);
+            ref.dk[canonical(p, b, g, j, Hk, skv, d)] +=
+                ds * in.q.at(b, h, i, d);
+            ref.dv[canonical(p, b, g, j, Hk, skv, d)] +=
+                dropped[j] * in.gradO.at(b, h, i, d);
+          }
+        }
+      }
+    }
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Comparison
+//===----------------------------------------------------------------------===//
+
+struct Error2 {
+  double diff = 0, norm = 0, maxAbs = 0;
+  bool nan = false;
+  void add(double got, double want) {
+    if (!std::isfinite(got))
+      nan = true;
+    diff += (got - want) * (got - want);
+    norm += want * want;
+    maxAbs = std::max(maxAbs, std::abs(got - want));
+  }
+  double rel() const {
+    if (nan)
+      return INFINITY;
+    return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+  }
+};
+
+struct Outcome {
+  std::vector<std::pair<std::string, Error2>> errors;
+  std::string problems; // extra failures, e.g. padded gradients
+  double worst() const {
+    double worst = 0;
+    for (auto &[name, error] : errors)
+      worst = std::max(worst, error.rel());
+    return worst;
+  }
+};
+
+/// Device outputs of one forward + backward.
+struct DeviceResults {
+  HostTensor o, dq, dk, dv;
+  std::vector<float> stats;
+};
+
+Outcome compare(const Inputs &in, const Reference &ref,
+                const DeviceResults &got,
+                const std::vector<std::pair<int64_t, int64_t>> &groups,
+                bool backward) {
+  const AttentionProblem &p = in.p;
+  int64_t H = p.heads, Hk = p.kvHeads, sq = p.seqQ, skv = p.seqKv,
+          D = p.headDim, perGroup = H / Hk;
+  Error2 o, stats, dq, dk, dv;
+  double paddedMax = 0;
+  auto covered = [&](int64_t b, int64_t g) {
+    if (groups.empty())
+      return true;
+    return std::find(groups.begin(), groups.end(), std::make_pair(b, g)) !=
+           groups.end();
+  };
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t g = 0; g < Hk; ++g) {
+      if (!covered(b, g))
+        continue;
+      for (int64_t h = g * perGroup; h < (g + 1) * perGroup; ++h)
+        for (int64_t i = 0; i < in.lenQ[b]; ++i) {
+          size_t row = size_t((b * H + h) * sq + i);
+          stats.add(got.stats[row], ref.stats[row]);
+          for (int64_t d = 0; d < D; ++d) {
+            size_t at = canonical(p, b, h, i, H, sq, d);
+            o.add(got.o.at(b, h, i, d), ref.o[at]);
+            if (backward)
+              dq.add(got.dq.at(b, h, i, d), ref.dq[at]);
+          }
+        }
+      if (!backward)
+        continue;
+      for (int64_t j = 0; j < skv; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          if (j >= in.lenKv[b]) {
+            paddedMax = std::max({paddedMax, std::abs(got.dk.at(b, g, j, d)),
+                                  std::abs(got.dv.at(b, g, j, d))});
+            if (std::isnan(got.dk.at(b, g, j, d)) ||
+                std::isnan(got.dv.at(b, g, j, d)))
+              paddedMax = NAN;
+            continue;
+          }
+          size_t at = canonical(p, b, g, j, Hk, skv, d);
+          dk.add(got.dk.at(b, g, j, d), ref.dk[at]);
+          dv.add(got.dv.at(b, g, j, d), ref.dv[at]);
+        }
+    }
+  Outcome outcome;
+  outcome.errors = {{"o", o}, {"stats", stats}};
+  if (backward) {
+    outcome.errors.push_back({"dq", dq});
+    outcome.errors.push_back({"dk", dk});
+    outcome.errors.push_back({"dv", dv});
+  }
+  if (!(paddedMax == 0))
+    outcome.problems += "dk/dv of padded key positions are not 0 (max |x| = " +
+                        std::to_string(paddedMax) + ", NaN: not written)";
+  return outcome;
+}
+
+//===----------------------------------------------------------------------===//
+// Running one problem
+//===----------------------------------------------------------------------===//
+
+struct Tally {
+  int passed = 0, failed = 0, unsupported = 0;
+};
+
+struct Case {
+  std::string name;
+  AttentionProblem problem; // the forward; the backward flips `backward`
+  bool mustPass = false;
+  /// (batch, kv head) groups the reference covers; all when empty.
+  std::vector<std::pair<int64_t, int64_t>> groups;
+  bool timed = false;
+};
+
+class Checker {
+public:
+  Checker(Gpu &gpu, uint64_t seed) : gpu(gpu), rng(seed) {}
+
+  Tally tally;
+
+  /// Forward + backward of `c` with random inputs, against the reference.
+  void run(const Case &c) {
+    const AttentionProblem &p = c.problem;
+    Runners runners;
+    if (!getRunners(c, runners))
+      return;
+    HostTensor q(p, p.heads, p.seqQ), k(p, p.kvHeads, p.seqKv),
+        v(p, p.kvHeads, p.seqKv), gradO(p, p.heads, p.seqQ);
+    for (HostTensor *t : {&q, &k, &v, &gradO})
+      t->randomize(rng);
+    Inputs in{p, q, k, v, gradO, lengths(p, p.seqQ), lengths(p, p.seqKv)};
+    if (!p.padding()) {
+      in.lenQ.assign(size_t(p.batch), int32_t(p.seqQ));
+      in.lenKv.assign(size_t(p.batch), int32_t(p.seqKv));
+    }
+    DeviceResults got = results(p);
+    std::string failure;
+    Timing timing;
+    if (!execute(c, runners, in, got, failure, c.timed ? &timing : nullptr)) {
+      report(false, c.name, "run failed: " + failure);
+      return;
+    }
+    Reference ref;
+    reference(in, ref, c.groups);
+    finish(c, compare(in, ref, got, c.groups, true), timing);
+  }
+
+  /// The dropout checks for keep probability 1 - p.
+  void runDropout(ElementType element, double dropout) {
+    AttentionProblem p;
+    p.batch = 2;
+    p.heads = 8;
+    p.kvHeads = 8;
+    p.headDim = 128;
+    p.seqQ = 128;
+    p.seqKv = p.headDim; // v = identity needs s_kv = d
+    p.element = element;
+    p.layout = AttentionLayout::Sbhd;
+    p.mask = AttentionMask::None;
+    p.softmaxScale = 1 / std::sqrt(double(p.headDim));
+    p.dropout = dropout;
+    char buffer[64];
+    std::snprintf(buffer, sizeof(buffer), "dropout p=%g %s d128 s128", dropout,
+                  elementTypeName(element).str().c_str());
+    Case c{buffer, p, true, {}, false};
+    Runners runners;
+    if (!getRunners(c, runners))
+      return;
+    uint64_t seedValue = rng(), offsetValue = rng() % 1000000 * 16;
+
+    // 1. The keep mask: q = k = 0, v = identity.
+    HostTensor zeros(p, p.heads, p.seqQ), zerosK(p, p.kvHeads, p.seqKv),
+        identity(p, p.kvHeads, p.seqKv), gradO(p, p.heads, p.seqQ);
+    for (size_t i = 0; i < zeros.bits.size(); ++i)
+      zeros.set(i, 0);
+    for (size_t i = 0; i < zerosK.bits.size(); ++i)
+      zerosK.set(i, 0);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.kvHeads; ++h)
+        for (int64_t j = 0; j < p.seqKv; ++j)
+          for (int64_t d = 0; d < p.headDim; ++d)
+            identity.set(identity.index(b, h, j, d), j == d ? 1.f : 0.f);
+    gradO.randomize(rng);
+    Inputs maskIn{p,
+                  zeros,
+                  zerosK,
+                  identity,
+                  gradO,
+                  std::vector<int32_t>(size_t(p.batch), int32_t(p.seqQ)),
+                  std::vector<int32_t>(size_t(p.batch), int32_t(p.seqKv))};
+    DeviceResults maskOut = results(p);
+    std::string failure;
+    if (!execute(c, runners, maskIn, maskOut, failure, nullptr, seedValue,
+                 offsetValue, /*backward=*/false)) {
+      report(false, c.name, "mask read failed: " + failure);
+      return;
+    }
+    std::vector<uint8_t> keep(size_t(p.batch * p.heads * p.seqQ * p.seqKv));
+    double worstRounding = 0;
+    size_t kept = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t h = 0; h < p.heads; ++h)
+        for (int64_t i = 0; i < p.seqQ; ++i)
+          for (int64_t j = 0; j < p.seqKv; ++j) {
+            double scaled =
+                maskOut.o.at(b, h, i, j) * (1 - dropout) * double(p.seqKv);
+            double rounded = std::round(scaled);
+            worstRounding = std::max(worstRounding, std::abs(scaled - rounded));
+            if (std::isnan(scaled))
+              worstRounding = INFINITY;
+            bool on = rounded >= 1;
+            keep[size_t(((b * p.heads + h) * p.seqQ + i) * p.seqKv + j)] = on;
+            kept += on;
+          }
+    double fraction = double(kept) / double(keep.size());
+    if (worstRounding > 0.05) {
+      report(false, c.name,
+             "the mask read gave o values that are not keep / ((1 - p) s_kv) "
+             "(worst distance from an integer multiple: " +
+                 std::to_string(worstRounding) + ")");
+      return;
+    }
+    if (std::abs(fraction - (1 - dropout)) > 0.01) {
+      report(false, c.name,
+             "kept fraction " + std::to_string(fraction) + ", expected " +
+                 std::to_string(1 - dropout));
+      return;
+    }
+
+    // 2. Random inputs, same seed and offset, against the reference.
+    HostTensor q(p, p.heads, p.seqQ), k(p, p.kvHeads, p.seqKv),
+        v(p, p.kvHeads, p.seqKv);
+    for (HostTensor *t : {&q, &k, &v})
+      t->randomize(rng);
+    Inputs in{p, q, k, v, gradO, maskIn.lenQ, maskIn.lenKv, &keep};
+    DeviceResults got = results(p);
+    if (!execute(c, runners, in, got, failure, nullptr, seedValue, offsetValue,
+                 /*backward=*/true)) {
+      report(false, c.name, "run failed: " + failure);
+      return;
+    }
+    Reference ref;
+    reference(in, ref, {});
+    Outcome outcome = compare(in, ref, got, {}, true);
+
+    // 3. Same seed/offset: the same bits; another offset: another o.
+    DeviceResults again = results(p), shifted = results(p);
+    if (!execute(c, runners, in, again, failure, nullptr, seedValue,
+                 offsetValue, false) ||
+        !execute(c, runners, in, shifted, failure, nullptr, seedValue,
+                 offsetValue + 4096, false)) {
+      report(false, c.name, "rerun failed: " + failure);
+      return;
+    }
+    if (again.o.bits != got.o.bits)
+      outcome.problems += " same seed and offset gave different o;";
+    if (shifted.o.bits == got.o.bits)
+      outcome.problems += " another offset gave the same o;";
+    char note[96];
+    std::snprintf(note, sizeof(note), " kept=%.4f", fraction);
+    finish(c, outcome, {}, note);
+  }
+
+private:
+  struct Runners {
+    std::shared_ptr<const AttentionRunner> forward, backward;
+  };
+  struct Timing {
+    double forwardMs = 0, backwardMs = 0;
+  };
+
+  Gpu &gpu;
+  std::mt19937_64 rng;
+
+  DeviceResults results(const AttentionProblem &p) {
+    return {HostTensor(p, p.heads, p.seqQ),
+            HostTensor(p, p.heads, p.seqQ),
+            HostTensor(p, p.kvHeads, p.seqKv),
+            HostTensor(p, p.kvHeads, p.seqKv),
+            {}};
+  }
+
+  std::vector<int32_t> lengths(const AttentionProblem &p, int64_t seq) {
+    std::uniform_int_distribution<int32_t> pick(int32_t(seq / 2), int32_t(seq));
+    std::vector<int32_t> result(size_t(p.batch));
+    for (int32_t &length : result)
+      length = pick(rng);
+    return result;
+  }
+
+  /// False (reported) when cuDNN refuses the problem.
+  bool getRunners(const Case &c, Runners &runners) {
+    AttentionProblem backward = c.problem;
+    backward.backward = true;
+    for (auto [problem, slot] : {std::make_pair(c.problem, &runners.forward),
+                                 std::make_pair(backward, &runners.backward)}) {
+      auto runner = AttentionRunner::get(problem);
+      if (runner) {
+        *slot = std::move(*runner);
+        continue;
+      }
+      std::string message;
+      ErrorCode code = takeError(runner.takeError(), message);
+      if (code == ErrorCode::Unsupported && !c.mustPass) {
+        std::printf("UNSUPPORTED %s: %s\n", c.name.c_str(), message.c_str());
+        ++tally.unsupported;
+      } else {
+        report(false, c.name, message);
+      }
+      return false;
+    }
+    return true;
+  }
+
+  /// Uploads, runs forward then (if `backward`) backward, downloads.
+  bool execute(const Case &c, const Runners &runners, const Inputs &in,
+               DeviceResults &got, std::string &failure, Timing *timing,
+               uint64_t seedValue = 0, uint64_t offsetValue = 0,
+               bool backward = true) {
+    const AttentionProblem &p = c.problem;
+    DeviceBuffer q = gpu.allocate(in.q.bytes(), "q"),
+                 k = gpu.allocate(in.k.bytes(), "k"),
+                 v = gpu.allocate(in.v.bytes(), "v"),
+                 gradO = gpu.allocate(in.gradO.bytes(), "dO"),
+                 o = gpu.allocate(got.o.bytes(), "o"),
+                 dq = gpu.allocate(got.dq.bytes(), "dq"),
+                 dk = gpu.allocate(got.dk.bytes(), "dk"),
+                 dv = gpu.allocate(got.dv.bytes(), "dv"),
+                 stats = gpu.allocate(size_t(p.batch * p.heads * p.seqQ) * 4,
+                                      "stats"),
+                 lenQ = gpu.allocate(size_t(p.batch) * 4, "seq_len_q"),
+                 lenKv = gpu.allocate(size_t(p.batch) * 4, "seq_len_kv"),
+                 seed = gpu.allocate(8, "seed"),
+                 offset = gpu.allocate(8, "offset");
+    size_t workspaceBytes = std::max(runners.forward->workspaceBytes(),
+                                     runners.backward->workspaceBytes());
+    DeviceBuffer workspace = gpu.allocate(workspaceBytes, "workspace");
+    gpu.upload(q, in.q.bits.data(), in.q.bytes());
+    gpu.upload(k, in.k.bits.data(), in.k.bytes());
+    gpu.upload(v, in.v.bits.data(), in.v.bytes());
+    gpu.upload(gradO, in.gradO.bits.data(), in.gradO.bytes());
+    gpu.upload(lenQ, in.lenQ.data(), in.lenQ.size() * 4);
+    gpu.upload(lenKv, in.lenKv.data(), in.lenKv.size() * 4);
+    gpu.upload(seed, &seedValue, 8);
+    gpu.upload(offset, &offsetValue, 8);
+    // Outputs start as NaN, so that anything cuDNN does not write shows.
+    for (DeviceBuffer *buffer : {&o, &dq, &dk, &dv, &stats})
+      gpu.fill(*buffer, 0xff);
+
+    AttentionPointers pointers;
+    pointers.q = q.get();
+    pointers.k = k.get();
+    pointers.v = v.get();
+    pointers.o = o.get();
+    pointers.stats = stats.get();
+    pointers.gradO = gradO.get();
+    pointers.gradQ = dq.get();
+    pointers.gradK = dk.get();
+    pointers.gradV = dv.get();
+    pointers.seqLenQ = lenQ.get();
+    pointers.seqLenKv = lenKv.get();
+    pointers.seed = seed.get();
+    pointers.offset = offset.get();
+
+    auto runOnce = [&](const AttentionRunner &runner) {
+      if (llvm::Error error = runner.run(pointers, workspace.get(), nullptr)) {
+        failure = llvm::toString(std::move(error));
+        return false;
+      }
+      return true;
+    };
+    if (!runOnce(*runners.forward))
+      return false;
+    if (backward && !runOnce(*runners.backward))
+      return false;
+    if (CUresult result = gpu.driver->cuStreamSynchronize(nullptr)) {
+      failure = llvm::toString(
+          gpu.driver->error(result, "cuStreamSynchronize after attention"));
+      return false;
+    }
+    if (timing) {
+      timing->forwardMs = time(*runners.forward, pointers, workspace.get());
+      timing->backwardMs = time(*runners.backward, pointers, workspace.get());
+    }
+
+    gpu.download(got.o.bits.data(), o, got.o.bytes());
+    got.o.decodeAll();
+    got.stats.resize(size_t(p.batch * p.heads * p.seqQ));
+    gpu.download(got.stats.data(), stats, got.stats.size() * 4);
+    if (backward) {
+      for (auto [host, device] :
+           {std::make_pair(&got.dq, &dq), std::make_pair(&got.dk, &dk),
+            std::make_pair(&got.dv, &dv)}) {
+        gpu.download(host->bits.data(), *device, host->bytes());
+        host->decodeAll();
+      }
+    }
+    return true;
+  }
+
+  /// Milliseconds per run, from CUDA events over 20 runs after 3 warm-ups.
+  double time(const AttentionRunner &runner, const AttentionPointers &pointers,
+              CUdeviceptr workspace) {
+    const Events &events = gpu.events;
+    CUevent start, stop;
+    orDie(gpu.driver->check(events.create(&start, CU_EVENT_DEFAULT),
+                            "cuEventCreate"),
+          "timing");
+    orDie(gpu.driver->check(events.create(&stop, CU_EVENT_DEFAULT),
+                            "cuEventCreate"),
+          "timing");
+    constexpr int warmups = 3, runs = 20;
+    for (int i = 0; i < warmups; ++i)
+      orDie(runner.run(pointers, workspace, nullptr), "warm-up");
+    events.record(start, nullptr);
+    for (int i = 0; i < runs; ++i)
+      orDie(runner.run(pointers, workspace, nullptr), "timed run");
+    events.record(stop, nullptr);
+    events.synchronize(stop);
+    float ms = 0;
+    events.elapsed(&ms, start, stop);
+    events.destroy(start);
+    events.destroy(stop);
+    return ms / runs;
+  }
+
+  void finish(const Case &c, const Outcome &outcome, const Timing &timing,
+              const std::string &extra = "") {
+    double tolerance = c.problem.element == ElementType::BF16 ? 1e-2 : 5e-3;
+    bool pass = outcome.worst() <= tolerance && outcome.problems.empty();
+    std::string details;
+    char buffer[160];
+    std::snprintf(buffer, sizeof(buffer), "rel_l2=%.3e", outcome.worst());
+    details += buffer;
+    for (auto &[name, error] : outcome.errors) {
+      std::snprintf(buffer, sizeof(buffer), " %s=%.2e(max_abs %.2e)",
+                    name.c_str(), error.rel(), error.maxAbs);
+      details += buffer;
+    }
+    details += extra;
+    if (c.timed) {
+      const AttentionProblem &p = c.problem;
+      double flops = 4.0 * double(p.batch * p.heads) * double(p.seqQ) *
+                     double(p.seqKv) * double(p.headDim);
+      if (p.causal())
+        flops /= 2;
+      std::snprintf(buffer, sizeof(buffer),
+                    " | fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s",
+                    timing.forwardMs, flops / timing.forwardMs / 1e9,
+                    timing.backwardMs, 2.5 * flops / timing.backwardMs / 1e9);
+      details += buffer;
+    }
+    if (!outcome.problems.empty())
+      details += " |" + outcome.problems;
+    report(pass, c.name, details);
+  }
+
+  void report(bool pass, const std::string &name, const std::string &text) {
+    std::printf("%s %s %s\n", pass ? "PASS" : "FAIL", name.c_str(),
+                text.c_str());
+    std::fflush(stdout);
+    ++(pass ? tally.passed : tally.failed);
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The problems
+//===----------------------------------------------------------------------===//
+
+std::vector<Case> smallCases() {
+  std::vector<Case> cases;
+  const AttentionMask masks[] = {AttentionMask::None, AttentionMask::Causal,
+                                 AttentionMask::Padding,
+                                 AttentionMask::PaddingCausal};
+  struct Grouping {
+    const char *name;
+    int64_t kvHeads;
+  };
+  const Grouping groupings[] = {{"mha", 8}, {"gqa", 2}, {"mqa", 1}};
+  for (int64_t seq : {128, 256})
+    for (ElementType element : {ElementType::BF16, ElementType::F16})
+      for (int64_t dim : {64, 128})
+        for (AttentionMask mask : masks)
+          for (const Grouping &grouping : groupings)
+            for (AttentionLayout layout :
+                 {AttentionLayout::Sbhd, AttentionLayout::Bshd}) {
+              // s = 256: the d 128 MHA/GQA sbhd problems only.
+              if (seq == 256 && (dim != 128 || grouping.kvHeads == 1 ||
+                                 layout != AttentionLayout::Sbhd))
+                continue;
+              AttentionProblem p;
+              p.batch = 2;
+              p.heads = 8;
+              p.kvHeads = grouping.kvHeads;
+              p.seqQ = p.seqKv = seq;
+              p.headDim = dim;
+              p.element = element;
+              p.layout = layout;
+              p.mask = mask;
+              p.softmaxScale = 1 / std::sqrt(double(dim));
+              char name[128];
+              std::snprintf(
+                  name, sizeof(name), "%s d%lld %s %s %s s%lld",
+                  elementTypeName(element).str().c_str(), (long long)dim,
+                  attentionMaskName(mask).str().c_str(), grouping.name,
+                  attentionLayoutName(layout).str().c_str(), (long long)seq);
+              bool mustPass = grouping.kvHeads != 1 &&
+                              layout == AttentionLayout::Sbhd &&
+                              (mask == AttentionMask::None ||
+                               mask == AttentionMask::Causal);
+              cases.push_back({name, p, mustPass, {}, false});
+            }
+  return cases;
+}
+
+Case realCase() {
+  AttentionProblem p;
+  p.batch = 2;
+  p.heads = 32;
+  p.kvHeads = 32;
+  p.seqQ = p.seqKv = 2048;
+  p.headDim = 128;
+  p.element = ElementType::BF16;
+  p.layout = AttentionLayout::Sbhd;
+  p.mask = AttentionMask::Causal;
+  p.softmaxScale = 1 / std::sqrt(128.0);
+  return {"real bf16 d128 causal mha sbhd b2 h32 s2048",
+          p,
+          true,
+          {{0, 0}, {1, 31}, {0, 17}, {1, 6}},
+          true};
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  uint64_t seed =
+      uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  std::string filter;
+  bool real = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--seed" && i + 1 < argc)
+      seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (arg == "--filter" && i + 1 < argc)
+      filter = argv[++i];
+    else if (arg == "--no-real")
+      real = false;
+    else {
+      std::fprintf(stderr, "usage: %s [--seed N] [--filter TEXT] [--no-real]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+
+  auto driver = CudaDriver::get();
+  if (!driver) {
+    std::printf("SKIPPED: %s\n", llvm::toString(driver.takeError()).c_str());
+    return exitSkipped;
+  }
+  auto device = useDevice(0);
+  if (!device) {
+    std::string message;
+    ErrorCode code = takeError(device.takeError(), message);
+    std::printf("SKIPPED: %s\n", message.c_str());
+    // No usable GPU is a skip; anything else is a failure.
+    return code == ErrorCode::NoDevice ? exitSkipped : 1;
+  }
+  auto cudnn = Cudnn::get();
+  if (!cudnn) {
+    std::printf("FAIL: %s\n", llvm::toString(cudnn.takeError()).c_str());
+    return 1;
+  }
+  std::printf("device %s (%s), cuDNN %s (%s), seed %llu (--seed %llu to "
+              "reproduce)\n",
+              device->name.c_str(), device->arch.c_str(),
+              cudnn->versionString().c_str(), cudnn->path.c_str(),
+              (unsigned long long)seed, (unsigned long long)seed);
+
+  Gpu gpu{&*driver, loadEvents()};
+  Checker checker(gpu, seed);
+  auto selected = [&](const std::string &name) {
+    return filter.empty() || name.find(filter) != std::string::npos;
+  };
+  for (const Case &c : smallCases())
+    if (selected(c.name))
+      checker.run(c);
+  for (ElementType element : {ElementType::BF16, ElementType::F16})
+    for (double dropout : {0.1, 0.5}) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "dropout p=%g %s", dropout,
+                    elementTypeName(element).str().c_str());
+      if (selected(name))
+        checker.runDropout(element, dropout);
+    }
+  if (real) {
+    Case c = realCase();
+    if (selected(c.name)) {
+      auto start = std::chrono::steady_clock::now();
+      checker.run(c);
+      std::printf("  (real size: %.1f s with its reference)\n",
+                  std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - start)
+                      .count());
+      auto runner = AttentionRunner::get(c.problem);
+      if (runner)
+        std::printf("  forward engine: %s\n",
+                    (*runner)->describeEngine().c_str());
+      else
+        llvm::consumeError(runner.takeError());
+      AttentionProblem backward = c.problem;
+      backward.backward = true;
+      auto bwd = AttentionRunner::get(backward);
+      if (bwd)
+        std::printf("  backward engine: %s\n",
+                    (*bwd)->describeEngine().c_str());
+      else
+        llvm::consumeError(bwd.takeError());
+    }
+  }
+  const Tally &t = checker.tally;
+  std::printf("SUMMARY: %d passed, %d failed, %d unsupported (seed %llu)\n",
+              t.passed, t.failed, t.unsupported, (unsigned long long)seed);
+  return t.failed ? 1 : 0;
+}
