@@ -364,7 +364,8 @@ tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed) {
   if (!program)
     return invalid("tejit_set_seed: program is null");
-  program->program->setSeed(seed);
+  if (llvm::Error error = program->program->setSeed(seed))
+    return fail(std::move(error));
   return ok();
 }
 

@@ -44,17 +44,17 @@ llvm::Expected<CUfunction> ModuleSet::function(llvm::StringRef binary,
   return function;
 }
 
-llvm::Expected<CUfunction> ModuleSet::attentionPrep() {
+llvm::Expected<CUfunction> ModuleSet::helper(llvm::StringRef name) {
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
-  constexpr llvm::StringLiteral key = "<attention prep>";
+  constexpr llvm::StringLiteral key = "<runtime helpers>";
   auto found = modules.find(key);
   if (found == modules.end()) {
     CUmodule module;
     if (Error error =
             driver->check(driver->cuModuleLoadData(&module, attentionPrepPtx()),
-                          "loading the attention prep kernel (PTX)"))
+                          "loading the runtime helper kernels (PTX)"))
       return std::move(error);
     found = modules.try_emplace(key, module).first;
   }
@@ -92,7 +92,7 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
     }
     std::optional<AttentionLauncher> attention;
     if (const auto *attentionStep = std::get_if<AttentionStep>(&step)) {
-      auto prep = modules.attentionPrep();
+      auto prep = modules.helper("tejit_attention_prep");
       if (!prep)
         return prep.takeError();
       auto launcher =

@@ -34,9 +34,10 @@ public:
   /// The entry point `name` of binary `binary`.
   llvm::Expected<CUfunction> function(llvm::StringRef binary,
                                       llvm::StringRef name);
-  /// The attention prep kernel (runtime/kernels/AttentionPrep.cu), from
-  /// PTX the driver compiles on first use.
-  llvm::Expected<CUfunction> attentionPrep();
+  /// A runtime helper kernel of runtime/kernels/AttentionPrep.cu
+  /// ("tejit_attention_prep", "tejit_rng_advance"), from PTX the driver
+  /// compiles on first use.
+  llvm::Expected<CUfunction> helper(llvm::StringRef name);
 
 private:
   const Bundle &bundle;

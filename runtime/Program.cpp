@@ -101,6 +101,12 @@ Error Program::setUp(int ordinal) {
   };
   if (Error error = prepare(forwardFn, *forward, /*isBackward=*/false))
     return error;
+  if (rngBuffer) {
+    auto advance = modules->helper("tejit_rng_advance");
+    if (!advance)
+      return advance.takeError();
+    rngAdvance = *advance;
+  }
   if (backward)
     if (Error error = prepare(backwardFn, *backward, /*isBackward=*/true))
       return error;
@@ -215,8 +221,28 @@ Error Program::resetState() {
                          "initializing '" + desc.name + "'"))
       return error;
   }
+  if (Error error = driver.check(driver.cuStreamSynchronize(nullptr),
+                                 "initializing the FP8 meta state"))
+    return error;
+  return rngBuffer ? setSeed(rngHost[0]) : Error::success();
+}
+
+Error Program::setSeed(uint64_t seed) {
+  rngHost[0] = seed;
+  rngHost[1] = 0;
+  if (!rngBuffer)
+    return Error::success();
+  const CudaDriver &driver = *CudaDriver::get();
+  if (Error error = driver.check(driver.cuCtxSetCurrent(deviceInfo.context),
+                                 "cuCtxSetCurrent"))
+    return error;
+  if (Error error = driver.check(
+          driver.cuMemcpyHtoDAsync(owned[*rngBuffer].get(), rngHost,
+                                   sizeof(rngHost), nullptr),
+          "setting the dropout RNG state"))
+    return error;
   return driver.check(driver.cuStreamSynchronize(nullptr),
-                      "initializing the FP8 meta state");
+                      "setting the dropout RNG state");
 }
 
 const std::vector<TensorDesc> &Program::tensors(TensorKind kind) const {
@@ -301,18 +327,22 @@ Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
                                    tensors(TensorKind::Saved).size(),
                                    saved->size()));
   const CudaDriver &driver = *CudaDriver::get();
-  if (rngBuffer) {
-    // Each forward draws from a fresh stretch of the Philox stream.
-    if (Error error = driver.check(
-            driver.cuMemcpyHtoDAsync(owned[*rngBuffer].get(), rngHost,
-                                     sizeof(rngHost), stream),
-            "setting the dropout RNG state"))
-      return error;
-    rngHost[1] += uint64_t(1) << 32;
-  }
   if (Error error = run(forwardFn, stream, inputs, outputs,
                         saved.value_or(llvm::ArrayRef<CUdeviceptr>()), nullptr))
     return error;
+  if (rngBuffer) {
+    // The next forward draws from a fresh stretch of the Philox stream; the
+    // state lives on the device (and is saved with this forward's tensors
+    // for its backward), so graph replays move it on too.
+    CUdeviceptr state = owned[*rngBuffer].get();
+    uint64_t delta = uint64_t(1) << 32;
+    void *params[] = {&state, &delta};
+    if (Error error = driver.check(driver.cuLaunchKernel(rngAdvance, 1, 1, 1,
+                                                         32, 1, 1, 0, stream,
+                                                         params, nullptr),
+                                   "advancing the dropout RNG state"))
+      return error;
+  }
   // Only the program's own saved tensors make a later plain backward valid.
   forwardDone = !saved;
   return Error::success();

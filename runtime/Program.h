@@ -68,7 +68,8 @@ public:
   llvm::Error getMeta(size_t index, void *host, size_t bytes, CUstream stream);
   llvm::Error setMeta(size_t index, const void *host, size_t bytes,
                       CUstream stream);
-  void setSeed(uint64_t seed) { rngHost[0] = seed; }
+  /// Restarts the dropout stream at (seed, offset 0); waits for the upload.
+  llvm::Error setSeed(uint64_t seed);
 
 private:
   /// How one argument or result of a function is supplied.
@@ -132,6 +133,8 @@ private:
   /// dropout RNG state.
   std::vector<size_t> metaBuffers;
   std::optional<size_t> rngBuffer;
+  /// Moves the device RNG state on after each forward.
+  CUfunction rngAdvance = nullptr;
   uint64_t rngHost[2] = {0x2545f4914f6cdd1dull, 0};
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;

@@ -190,12 +190,16 @@ int main(int argc, char **argv) {
           tejit_meta_get(program, i, state[i].data(), info.bytes, stream));
     }
   };
+  // Dropout masks follow the RNG state: restart it with the FP8 state.
+  const uint64_t seed = 2024;
   auto restoreState = [&] {
     for (size_t i = 0; i < numMeta; ++i)
       CHECK_TEJIT(tejit_meta_set(program, i, state[i].data(),
                                  state[i].size() * 4, stream));
+    CHECK_TEJIT(tejit_set_seed(program, seed));
   };
   saveState();
+  CHECK_TEJIT(tejit_set_seed(program, seed));
   cudaGraph_t graph;
   cudaGraphExec_t graphExec;
   CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));

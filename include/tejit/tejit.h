@@ -160,7 +160,9 @@ tejit_status tejit_meta_set(tejit_program *program, size_t index,
 tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
                                        void **pointer);
 
-/* The seed of the dropout random stream (offsets advance per forward). */
+/* Restarts the dropout random stream at `seed` (offset 0; each forward then
+   moves the offset on, on the device, so CUDA-graph replays draw fresh
+   masks). Waits for the upload. */
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed);
 
 #ifdef __cplusplus

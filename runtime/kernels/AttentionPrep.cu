@@ -1,4 +1,4 @@
-// Device helpers for the attention steps, compiled to PTX at build time
+// Device helpers for the attention steps and the dropout state, compiled to PTX at build time
 // (runtime/CMakeLists.txt) and loaded by the driver's JIT on first use.
 //
 // tejit_attention_prep, one block, a thread per batch row:
@@ -25,4 +25,13 @@ tejit_attention_prep(const unsigned char *mask, int batch, int seq,
     rng_out[0] = rng_in[0];
     rng_out[1] = rng_in[1] + offset_delta;
   }
+}
+
+// Moves a program's dropout state (seed, offset) on by `delta` after a
+// forward, on the device, so a forward captured in a CUDA graph draws fresh
+// masks at every replay.
+extern "C" __global__ void tejit_rng_advance(unsigned long long *state,
+                                             unsigned long long delta) {
+  if (threadIdx.x == 0)
+    state[1] += delta;
 }

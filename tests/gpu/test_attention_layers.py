@@ -84,6 +84,10 @@ def rel_l2(got, want):
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
 
 
+RELU_FAMILY = ("relu", "reglu", "srelu", "sreglu")
+L2_RELU_FC1 = 0.1
+
+
 def check_errors(errors, limits, what):
     """errors: {name: value}; limits: {name: bound}."""
     failed = {n: (e, limits[n]) for n, e in errors.items() if not
@@ -379,9 +383,26 @@ def check_block(module, reference, fmt, fp8_recipe, mask="causal",
     if param_grads:
         for name, grad in grads.items():
             assert grad is not None, f"{what}: no gradient for {name}"
-            errors[name] = rel_l2(grad, params[name].grad)
+            want = params[name].grad
+            if name.endswith("key_bias"):
+                # Its exact gradient is zero (adding q.b_k shifts a whole
+                # softmax row), so a relative error means nothing: measure
+                # it against the query bias gradient's size instead.
+                scale = params[name.replace("key_bias", "query_bias")].grad
+                errors[name] = ((grad.double() - want.double()).norm() /
+                                scale.double().norm().clamp_min(1e-30)).item()
+            else:
+                errors[name] = rel_l2(grad, want)
     if fp8_recipe is None:
         limits = dict.fromkeys(errors, L2_DTYPE[BF16])
+        if getattr(module, "activation", "") in RELU_FAMILY:
+            # ReLU's derivative is a step: where the bf16 and float32
+            # pre-activations straddle 0 (~0.3% of elements at bf16's
+            # rounding) whole gradient elements flip, which alone gives a
+            # relative L2 of sqrt(0.003) ~ 5% in fc1's gradients.
+            for name in errors:
+                if "fc1_" in name:
+                    limits[name] = L2_RELU_FC1
     else:
         limits = dict.fromkeys(errors, L2_FP8_GRAD)
         limits["output"] = L2_FP8_OUTPUT

@@ -21,6 +21,10 @@ for bundle in .gpu/quickstart .gpu/llama; do
 done
 step tejit-train-step examples/layernorm_mlp_small.yaml
 step tejit-train-step examples/layernorm_mlp.yaml
+# cuDNN flash attention against a float64 reference (every mask, GQA/MQA,
+# both layouts, dropout), then a TransformerLayer through the C API.
+step tejit-attention-check
+step tejit-train-step examples/quickstart_small.yaml
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step compute-sanitizer --tool "$tool" --error-exitcode 1 \
@@ -38,6 +42,9 @@ step python3 tests/gpu/test_tensor_interop.py
 step python3 tests/gpu/quickstart_te.py
 step python3 tests/gpu/quickstart_te.py --full
 step python3 tests/gpu/train_curve.py
+# The attention modules, and TE's quickstart with te.TransformerLayer.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
+step python3 tests/gpu/quickstart_te_layer.py --full
 # pip install from the repository, offline, into a throwaway target.
 step python3 -m pip install --quiet --no-index --no-build-isolation \
   --target /tmp/tejit-pip ./python
