@@ -61,8 +61,8 @@ llvm::Expected<CUfunction> ModuleSet::helper(llvm::StringRef name) {
   CUfunction function;
   if (Error error =
           driver->check(driver->cuModuleGetFunction(&function, found->second,
-                                                    "tejit_attention_prep"),
-                        "finding the attention prep kernel"))
+                                                    name.str().c_str()),
+                        "finding the runtime helper kernel '" + name + "'"))
     return std::move(error);
   return function;
 }

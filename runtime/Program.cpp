@@ -113,8 +113,7 @@ Error Program::setUp(int ordinal) {
   size_t scratchBytes = forwardFn.executor->scratchBytes();
   if (backwardFn.executor)
     scratchBytes = std::max(scratchBytes, backwardFn.executor->scratchBytes());
-  auto scratchBuffer =
-      DeviceBuffer::allocate(
+  auto scratchBuffer = DeviceBuffer::allocate(
       scratchBytes, "step scratch (cross-block sums, attention workspace)");
   if (!scratchBuffer)
     return scratchBuffer.takeError();
@@ -337,10 +336,10 @@ Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
     CUdeviceptr state = owned[*rngBuffer].get();
     uint64_t delta = uint64_t(1) << 32;
     void *params[] = {&state, &delta};
-    if (Error error = driver.check(driver.cuLaunchKernel(rngAdvance, 1, 1, 1,
-                                                         32, 1, 1, 0, stream,
-                                                         params, nullptr),
-                                   "advancing the dropout RNG state"))
+    if (Error error =
+            driver.check(driver.cuLaunchKernel(rngAdvance, 1, 1, 1, 32, 1, 1, 0,
+                                               stream, params, nullptr),
+                         "advancing the dropout RNG state"))
       return error;
   }
   // Only the program's own saved tensors make a later plain backward valid.
