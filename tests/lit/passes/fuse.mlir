@@ -52,6 +52,52 @@ func.func @gemm_dgelu_bgrad(%dy: tensor<16x32xbf16>, %w: tensor<32x64xbf16>, %au
 
 // -----
 
+// Behind an FP8 GEMM, dGELU is not an epilogue (cuBLASLt would run it as a
+// separate kernel): dGELU, bias gradient, cast and transpose in one kernel.
+// CHECK-LABEL: func.func @fp8_gemm_dgelu
+// CHECK:      te.scaled_matmul
+// CHECK-NEXT: te.fused "dact_dbias_cast"
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   te.dact <gelu>
+// CHECK-NEXT:   te.bias_grad
+// CHECK-NEXT:   te.quantize
+// CHECK-NEXT:   te.transpose
+func.func @fp8_gemm_dgelu(%dy: tensor<16x32xf8E5M2>, %w: tensor<64x32xf8E4M3FN>, %s: tensor<1xf32>, %aux: tensor<16x64xbf16>) -> (tensor<64xbf16>, tensor<16x64xf8E5M2>, tensor<64x16xf8E5M2>, tensor<1xf32>) {
+  %0 = te.scaled_matmul %dy, %w, %s, %s : (tensor<16x32xf8E5M2>, tensor<64x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>) -> tensor<16x64xbf16>
+  %1 = te.dact <gelu> %0, %aux : tensor<16x64xbf16>, tensor<16x64xbf16> -> tensor<16x64xbf16>
+  %2 = te.bias_grad %1 : tensor<16x64xbf16> -> tensor<64xbf16>
+  %q, %amax = te.quantize %1, %s : tensor<16x64xbf16>, tensor<1xf32> -> tensor<16x64xf8E5M2>, tensor<1xf32>
+  %t = te.transpose %q : tensor<16x64xf8E5M2> -> tensor<64x16xf8E5M2>
+  return %2, %q, %t, %amax : tensor<64xbf16>, tensor<16x64xf8E5M2>, tensor<64x16xf8E5M2>, tensor<1xf32>
+}
+
+// -----
+
+// The cast + transpose of a gradient takes in the residual add and the
+// dropout backward before it and the bias gradient beside it; the sum stays
+// available to its other reader.
+// CHECK-LABEL: func.func @cast_transpose_producers
+// CHECK:      %[[K:.*]]:5 = te.fused "cast_transpose"
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   %[[SUM:.*]] = te.add
+// CHECK-NEXT:   %[[DX:.*]] = te.mask_scale %[[SUM]]
+// CHECK-NEXT:   te.bias_grad %[[DX]]
+// CHECK-NEXT:   te.quantize %[[DX]]
+// CHECK-NEXT:   te.transpose
+// CHECK-NEXT:   te.yield %[[SUM]]
+// CHECK:      te.add %[[K]]#0
+func.func @cast_transpose_producers(%dy: tensor<16x32xbf16>, %dr: tensor<16x32xbf16>, %keep: tensor<16x32xi1>, %s: tensor<1xf32>, %other: tensor<16x32xbf16>) -> (tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>, tensor<16x32xbf16>) {
+  %0 = te.add %dy, %dr : tensor<16x32xbf16>
+  %1 = te.mask_scale %0, %keep {rate = 0.1 : f64} : tensor<16x32xbf16>, tensor<16x32xi1> -> tensor<16x32xbf16>
+  %2 = te.bias_grad %1 : tensor<16x32xbf16> -> tensor<32xbf16>
+  %q, %amax = te.quantize %1, %s : tensor<16x32xbf16>, tensor<1xf32> -> tensor<16x32xf8E5M2>, tensor<1xf32>
+  %t = te.transpose %q : tensor<16x32xf8E5M2> -> tensor<32x16xf8E5M2>
+  %3 = te.add %0, %other : tensor<16x32xbf16>
+  return %2, %q, %t, %amax, %3 : tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>, tensor<16x32xbf16>
+}
+
+// -----
+
 // Other activations are not cuBLASLt epilogues: a dact + dbias + cast +
 // transpose kernel.
 // CHECK-LABEL: func.func @dact_dbias_cast
