@@ -7,11 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CublasLt.h"
+#include "runtime/LibraryLoading.h"
 
-#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
-
-#include <dlfcn.h>
 
 using namespace tejit::runtime;
 
@@ -24,55 +22,8 @@ const char *const libraryNames[] = {"libcublasLt.so.13", "libcublasLt.so"};
 /// cuBLASLt 12.0 has every attribute and epilogue used here (FP8 scales,
 /// amax_D, aux data types, fast accumulation) with the values cublasLt.h 13
 /// gives them.
-constexpr size_t minimumVersion = 120000;
-
-std::string versionText(size_t version) {
-  return llvm::formatv("{0}.{1}.{2}", version / 10000, version / 100 % 100,
-                       version % 100)
-      .str();
-}
-
-/// Opens `name` into `lib`; "" on success, otherwise why it is not usable
-/// (and `lib` is left empty).
-std::string tryLoad(const char *name, CublasLt &lib) {
-  void *handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    const char *reason = dlerror();
-    return reason ? reason : std::string(name) + ": dlopen failed";
-  }
-  std::string missing;
-#define TEJIT_RESOLVE(fn)                                                      \
-  dlerror();                                                                   \
-  lib.fn = reinterpret_cast<decltype(lib.fn)>(dlsym(handle, #fn));             \
-  if (!lib.fn)                                                                 \
-    missing += std::string(missing.empty() ? "" : ", ") + #fn;
-  TEJIT_CUBLASLT_FUNCTIONS(TEJIT_RESOLVE)
-#undef TEJIT_RESOLVE
-  std::string failure;
-  if (!missing.empty())
-    failure = llvm::formatv("{0} is not a usable cuBLASLt: it lacks {1}", name,
-                            missing);
-  else if (size_t version = lib.cublasLtGetVersion(); version < minimumVersion)
-    failure =
-        llvm::formatv("{0} is cuBLASLt {1}; tejit needs {2} or newer", name,
-                      versionText(version), versionText(minimumVersion));
-  if (!failure.empty()) {
-    // Nothing of it runs, so it can go.
-    dlclose(handle);
-    lib = CublasLt();
-    return failure;
-  }
-  lib.version = lib.cublasLtGetVersion();
-  // The file the loader picked, for messages: the name alone does not say
-  // which of several installed copies answered.
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void *>(lib.cublasLtCreate), &info) &&
-      info.dli_fname)
-    lib.path = info.dli_fname;
-  else
-    lib.path = name;
-  return "";
-}
+constexpr VersionedLibrary cublasLt = {
+    libraryNames, "cuBLASLt", "cuBLASLt", 120000, {10000, 100}};
 
 struct LoadResult {
   CublasLt lib;
@@ -82,20 +33,21 @@ struct LoadResult {
 
 LoadResult load() {
   LoadResult result;
-  std::string tried;
-  for (const char *name : libraryNames) {
-    std::string failure = tryLoad(name, result.lib);
-    if (failure.empty())
-      return result;
-    tried += "\n  " + failure;
-  }
-  result.failure =
-      llvm::formatv("cuBLASLt could not be loaded; it runs tejit's GEMMs. "
-                    "Tried:{0}\nInstall the CUDA 13 cuBLAS libraries (the "
-                    "toolkit's lib64, or the nvidia-cublas wheel) where the "
-                    "dynamic loader finds them (e.g. LD_LIBRARY_PATH)",
-                    tried)
-          .str();
+  LoadedLibrary loaded = openFirstUsable(
+      cublasLt, result.lib, [](SymbolResolver &symbols, CublasLt &lib) {
+#define TEJIT_RESOLVE(fn) symbols.resolve(lib.fn, #fn);
+        TEJIT_CUBLASLT_FUNCTIONS(TEJIT_RESOLVE)
+#undef TEJIT_RESOLVE
+        return lib.cublasLtGetVersion;
+      });
+  if (!loaded.handle)
+    result.failure =
+        llvm::formatv("cuBLASLt could not be loaded; it runs tejit's GEMMs. "
+                      "Tried:{0}\nInstall the CUDA 13 cuBLAS libraries (the "
+                      "toolkit's lib64, or the nvidia-cublas wheel) where "
+                      "the dynamic loader finds them (e.g. LD_LIBRARY_PATH)",
+                      loaded.triedText())
+            .str();
   return result;
 }
 } // namespace
@@ -107,7 +59,9 @@ llvm::Expected<const CublasLt &> CublasLt::get() {
   return loaded.lib;
 }
 
-std::string CublasLt::versionString() const { return versionText(version); }
+std::string CublasLt::versionString() const {
+  return cublasLt.versionText(version);
+}
 
 std::string CublasLt::statusText(cublasStatus_t status) const {
   const char *name = cublasLtGetStatusName(status);

@@ -1,10 +1,8 @@
 //===- CudaDriver.cpp - the CUDA driver API, loaded on first use ----------===//
 #include "runtime/CudaDriver.h"
+#include "runtime/LibraryLoading.h"
 
 #include "llvm/Support/FormatVariadic.h"
-
-#include <dlfcn.h>
-#include <mutex>
 
 using namespace tejit::runtime;
 
@@ -27,30 +25,26 @@ LoadResult load() {
   LoadResult result;
   // The driver is never dlclose'd: CUDA keeps threads and state alive until
   // the process exits.
-  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  std::string reason;
+  void *handle = openLibrary("libcuda.so.1", reason);
   if (!handle) {
-    const char *reason = dlerror();
     result.failure =
         llvm::formatv("no CUDA driver: cannot load libcuda.so.1 ({0}); tejit "
                       "runs its kernels on an NVIDIA GPU (sm_89 or newer) "
                       "with its driver installed",
-                      reason ? reason : "not found")
+                      reason)
             .str();
     return result;
   }
   CudaDriver &driver = result.driver;
-  std::string missing;
-#define TEJIT_RESOLVE(fn)                                                      \
-  driver.fn = reinterpret_cast<decltype(driver.fn)>(                           \
-      dlsym(handle, TEJIT_SYMBOL_NAME(fn)));                                   \
-  if (!driver.fn)                                                              \
-    missing += std::string(missing.empty() ? "" : ", ") + TEJIT_SYMBOL_NAME(fn);
+  SymbolResolver symbols(handle);
+#define TEJIT_RESOLVE(fn) symbols.resolve(driver.fn, TEJIT_SYMBOL_NAME(fn));
   TEJIT_CUDA_DRIVER_FUNCTIONS(TEJIT_RESOLVE)
 #undef TEJIT_RESOLVE
-  if (!missing.empty()) {
+  if (!symbols.missing().empty()) {
     result.failure = "the CUDA driver is too old (CUDA 12 or newer needed): "
                      "libcuda.so.1 lacks " +
-                     missing;
+                     symbols.missingText();
     result.code = tejit::runtime::ErrorCode::UnsupportedDevice;
     return result;
   }

@@ -6,10 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Cudnn.h"
+#include "runtime/LibraryLoading.h"
 
 #include "llvm/Support/FormatVariadic.h"
-
-#include <dlfcn.h>
 
 using namespace tejit::runtime;
 
@@ -21,51 +20,8 @@ const char *const libraryNames[] = {"libcudnn.so.9", "libcudnn.so"};
 
 /// 9.0 brings cudnnGetLastErrorString and the flash-attention fusion
 /// patterns built in AttentionGraph.cpp.
-constexpr size_t minimumVersion = 90000;
-
-std::string versionText(size_t version) {
-  return llvm::formatv("{0}.{1}.{2}", version / 10000, version / 100 % 100,
-                       version % 100)
-      .str();
-}
-
-/// Opens `name` into `lib`; "" on success, otherwise why it is not usable
-/// (and `lib` is left empty).
-std::string tryLoad(const char *name, Cudnn &lib) {
-  void *handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
-    const char *reason = dlerror();
-    return reason ? reason : std::string(name) + ": dlopen failed";
-  }
-  std::string missing;
-#define TEJIT_RESOLVE(fn)                                                      \
-  dlerror();                                                                   \
-  lib.fn = reinterpret_cast<decltype(lib.fn)>(dlsym(handle, #fn));             \
-  if (!lib.fn)                                                                 \
-    missing += std::string(missing.empty() ? "" : ", ") + #fn;
-  TEJIT_CUDNN_FUNCTIONS(TEJIT_RESOLVE)
-#undef TEJIT_RESOLVE
-  std::string failure;
-  if (!missing.empty())
-    failure = llvm::formatv("{0} is not a usable cuDNN 9: it lacks {1}", name,
-                            missing);
-  else if (size_t version = lib.cudnnGetVersion(); version < minimumVersion)
-    failure = llvm::formatv("{0} is cuDNN {1}; tejit needs {2} or newer", name,
-                            versionText(version), versionText(minimumVersion));
-  if (!failure.empty()) {
-    dlclose(handle);
-    lib = Cudnn();
-    return failure;
-  }
-  lib.version = lib.cudnnGetVersion();
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void *>(lib.cudnnCreate), &info) &&
-      info.dli_fname)
-    lib.path = info.dli_fname;
-  else
-    lib.path = name;
-  return "";
-}
+constexpr VersionedLibrary cudnn = {
+    libraryNames, "cuDNN", "cuDNN 9", 90000, {10000, 100}};
 
 struct LoadResult {
   Cudnn lib;
@@ -75,20 +31,21 @@ struct LoadResult {
 
 LoadResult load() {
   LoadResult result;
-  std::string tried;
-  for (const char *name : libraryNames) {
-    std::string failure = tryLoad(name, result.lib);
-    if (failure.empty())
-      return result;
-    tried += "\n  " + failure;
-  }
-  result.failure =
-      llvm::formatv("cuDNN could not be loaded; it runs tejit's fused "
-                    "attention. Tried:{0}\nInstall cuDNN 9 (e.g. the "
-                    "nvidia-cudnn wheel PyTorch brings) where the dynamic "
-                    "loader finds it (e.g. LD_LIBRARY_PATH)",
-                    tried)
-          .str();
+  LoadedLibrary loaded = openFirstUsable(
+      cudnn, result.lib, [](SymbolResolver &symbols, Cudnn &lib) {
+#define TEJIT_RESOLVE(fn) symbols.resolve(lib.fn, #fn);
+        TEJIT_CUDNN_FUNCTIONS(TEJIT_RESOLVE)
+#undef TEJIT_RESOLVE
+        return lib.cudnnGetVersion;
+      });
+  if (!loaded.handle)
+    result.failure =
+        llvm::formatv("cuDNN could not be loaded; it runs tejit's fused "
+                      "attention. Tried:{0}\nInstall cuDNN 9 (e.g. the "
+                      "nvidia-cudnn wheel PyTorch brings) where the dynamic "
+                      "loader finds it (e.g. LD_LIBRARY_PATH)",
+                      loaded.triedText())
+            .str();
   return result;
 }
 } // namespace
@@ -100,7 +57,7 @@ llvm::Expected<const Cudnn &> Cudnn::get() {
   return loaded.lib;
 }
 
-std::string Cudnn::versionString() const { return versionText(version); }
+std::string Cudnn::versionString() const { return cudnn.versionText(version); }
 
 std::string Cudnn::lastErrorString() const {
   char message[1024] = {};
