@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs into .gpu/ (git-ignored; carry it with the
-# run): libtejit.so, the C API example and the attention check, the two
-# Debian packages our LLVM-linked code needs there (libLLVM 19, libz3), and
-# the compiled bundles of the full-size examples. Run after
-# tools/scripts/build.sh; then, on the GPU machine, tools/scripts/gpu-tests.sh.
+# run): libtejit.so, the C API example, the attention check, the GEMM
+# algorithm benchmark (tejit-gemm-algos), the two Debian packages our
+# LLVM-linked code needs there (libLLVM 19, libz3), and the compiled bundles
+# of the full-size examples. Run after tools/scripts/build.sh; then, on the
+# GPU machine, tools/scripts/gpu-tests.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rm -rf .gpu
 mkdir -p .gpu/lib .gpu/bin .gpu/debs
 cp build/lib/libtejit.so .gpu/lib/
 cp build/bin/tejit-train-step build/bin/tejit-attention-check build/bin/te-compile \
-  .gpu/bin/ 2>/dev/null || true
+  build/bin/tejit-gemm-algos .gpu/bin/ 2>/dev/null || true
 strip --strip-unneeded .gpu/lib/libtejit.so .gpu/bin/* 2>/dev/null || true
 # The GPU machine has no network and no LLVM: bring Debian's packages.
 debs="${TEJIT_DEB_CACHE:-$HOME/.cache/tejit-debs}"
