@@ -1,6 +1,7 @@
 //===- KernelEmitter.cpp - CUDA C++ for te kernels: groups and names ------===//
 #include "codegen/EmitterImpl.h"
 
+#include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
 #include "llvm/ADT/SetVector.h"
@@ -249,13 +250,15 @@ static KernelGroup groupOf(Operation *op) {
   return group;
 }
 
-/// Ops that launch nothing here: views (reshapes, meta slot reads), library
-/// calls (cuBLASLt, cuDNN), and the amax all-reduce (the identity in one
-/// process, NCCL later).
+/// Ops that launch nothing here: views (reshapes, meta slot reads, q/k/v
+/// slices that attention reads strided), library calls (cuBLASLt, cuDNN),
+/// the concat that attention's gradients are written into, and the amax
+/// all-reduce (the identity in one process, NCCL later).
 static bool needsNoKernel(Operation *op) {
   return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp,
              AmaxAllReduceOp, func::ReturnOp>(op) ||
-         isMetaSlotRead(op) ||
+         isMetaSlotRead(op) || isAttentionInputSlice(op) ||
+         isAttentionGradConcat(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");
 }
 

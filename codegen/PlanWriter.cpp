@@ -1,5 +1,6 @@
 //===- PlanWriter.cpp - the executable plan a runtime loads ---------------===//
 #include "codegen/PlanWriter.h"
+#include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -23,10 +24,16 @@ std::string typeString(Type type) {
   return text;
 }
 
+int64_t elementBytesOf(Type type) {
+  return (cast<RankedTensorType>(type)
+              .getElementType()
+              .getIntOrFloatBitWidth() +
+          7) /
+         8;
+}
+
 int64_t bytesOf(Type type) {
-  auto tensor = cast<RankedTensorType>(type);
-  return tensor.getNumElements() *
-         ((tensor.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+  return cast<RankedTensorType>(type).getNumElements() * elementBytesOf(type);
 }
 
 /// Writes one function: its values (with their storage) and its steps.
@@ -69,6 +76,21 @@ json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
     return json::Object{
         {"view_of", id(op->getOperand(0))},
         {"byte_offset", cast<SliceOp>(op).getOffsetAttr().getInt() * 4}};
+  // q, k and v as column ranges of the QKV projection, and attention's
+  // gradients as column ranges of their concat: strided views, which only
+  // the attention step reads or writes (with the step's token strides).
+  if (isAttentionInputSlice(op)) {
+    auto slice = cast<SliceOp>(op);
+    return json::Object{
+        {"view_of", id(slice.getInput())},
+        {"byte_offset", slice.getOffset() * elementBytesOf(value.getType())}};
+  }
+  if (auto slot = gradConcatSlot(value)) {
+    auto [concat, column] = *slot;
+    return json::Object{
+        {"view_of", id(concat.getOutput())},
+        {"byte_offset", column * elementBytesOf(value.getType())}};
+  }
   auto returned = cast<func::ReturnOp>(function.front().getTerminator());
   // A reshape of an argument or of a value returned as it is (the forward
   // returns the norm output both as ln_output and as a saved tensor) stays a
@@ -181,10 +203,32 @@ json::Object FunctionPlan::attentionStep(Operation *op) {
         attr.getValue().print(os);
         return text;
       }();
-  return json::Object{{"kind", op->getName().stripDialect()},
-                      {"operands", std::move(operands)},
-                      {"results", std::move(results)},
-                      {"attributes", std::move(attrs)}};
+  json::Object step{{"kind", op->getName().stripDialect()},
+                    {"operands", std::move(operands)},
+                    {"results", std::move(results)},
+                    {"attributes", std::move(attrs)}};
+  // Elements between consecutive tokens of the operands and results that
+  // are strided views (see dialects/AttentionViews.h).
+  json::Object strides;
+  auto note = [&](StringRef role, Value value) {
+    if (int64_t stride = attentionTokenStride(value))
+      strides[role] = stride;
+  };
+  if (auto forward = dyn_cast<AttentionOp>(op)) {
+    note("q", forward.getQuery());
+    note("k", forward.getKey());
+    note("v", forward.getValue());
+  } else if (auto backward = dyn_cast<AttentionBwdOp>(op)) {
+    note("q", backward.getQuery());
+    note("k", backward.getKey());
+    note("v", backward.getValue());
+    note("grad_q", backward.getQueryGrad());
+    note("grad_k", backward.getKeyGrad());
+    note("grad_v", backward.getValueGrad());
+  }
+  if (!strides.empty())
+    step["token_strides"] = std::move(strides);
+  return step;
 }
 
 json::Array FunctionPlan::steps() {

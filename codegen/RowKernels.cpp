@@ -197,9 +197,11 @@ tejit::codegen::emitNormForward(KernelBuilder &builder,
 
 namespace {
 /// dx = rs * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma', one
-/// warp per row; mean(g) is LayerNorm's only.
+/// warp per row; mean(g) is LayerNorm's only. With an `add` of dx, its other
+/// operand is read beside dx's columns and the sum, taken from the float dx,
+/// is stored (dx only when it is an output too).
 EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
-                          Value rsigma, Value gamma, Value dx,
+                          Value rsigma, Value gamma, Value dx, AddOp add,
                           bool zeroCentered) {
   int64_t rows = rowsOf(x), cols = colsOf(x);
   int64_t vec =
@@ -228,12 +230,28 @@ EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
   w.open("for (int k = 0; k < kChunks; ++k)");
   w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
   w.open("if (col < kCols)");
-  w.line("float dx_out[kVec];");
-  w.line("#pragma unroll");
-  w.line("for (int i = 0; i < kVec; ++i) dx_out[i] = rs * (" + g +
-         " - mean_g - " + xhat + " * mean_gx);");
-  w.line("tj_store(" + builder.param(dx).str() +
-         " + row * kCols + col, dx_out);");
+  std::string dxValue = "rs * (" + g + " - mean_g - " + xhat + " * mean_gx)";
+  if (add) {
+    Value addend = add.getLhs() == dx ? add.getRhs() : add.getLhs();
+    w.line("float dx_out[kVec], addend_k[kVec], sum_out[kVec];");
+    w.line("tj_load(addend_k, " + builder.param(addend).str() +
+           " + row * kCols + col);");
+    w.line("#pragma unroll");
+    w.open("for (int i = 0; i < kVec; ++i)");
+    w.line("dx_out[i] = " + dxValue + ";");
+    w.line("sum_out[i] = dx_out[i] + addend_k[i];");
+    w.close();
+  } else {
+    w.line("float dx_out[kVec];");
+    w.line("#pragma unroll");
+    w.line("for (int i = 0; i < kVec; ++i) dx_out[i] = " + dxValue + ";");
+  }
+  if (builder.group.isOutput(dx))
+    w.line("tj_store(" + builder.param(dx).str() +
+           " + row * kCols + col, dx_out);");
+  if (add && builder.group.isOutput(add.getOutput()))
+    w.line("tj_store(" + builder.param(add.getOutput()).str() +
+           " + row * kCols + col, sum_out);");
   w.close();
   w.close();
   w.close();
@@ -395,6 +413,12 @@ tejit::codegen::emitNormBackward(KernelBuilder &builder,
     dgamma = rms.getGammaGrad();
     zeroCentered = rms.getZeroCenteredGamma();
   }
+  // norm_bwd_add: the add of dx to another gradient, in the dx kernel.
+  AddOp add = userIn<AddOp>(group, dx);
+  if (group.ops.size() != 1u + !!add)
+    return noEmitter(group.op, "ops other than an add of dx after the norm");
+  if (add && add.getLhs() == add.getRhs())
+    return noEmitter(group.op, "an add of dx to itself");
   int64_t cols = colsOf(x);
   int64_t vec =
       vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
@@ -406,17 +430,30 @@ tejit::codegen::emitNormBackward(KernelBuilder &builder,
   if (mean)
     rowGroup.inputs.push_back(mean);
   rowGroup.inputs.append({rsigma, gamma});
-  rowGroup.outputs = {dx};
+  if (add)
+    rowGroup.inputs.push_back(add.getLhs() == dx ? add.getRhs() : add.getLhs());
+  // A standalone op writes all its results; a region, what it yields.
+  rowGroup.outputs.clear();
+  for (Value value : {dx, add ? add.getOutput() : Value()})
+    if (value && group.isOutput(value))
+      rowGroup.outputs.push_back(value);
+  if (!group.isOutput(dgamma))
+    dgamma = Value();
+  if (dbeta && !group.isOutput(dbeta))
+    dbeta = Value();
   columnGroup.inputs = {dy, x};
   if (mean)
     columnGroup.inputs.push_back(mean);
   columnGroup.inputs.push_back(rsigma);
-  columnGroup.outputs = {dgamma};
-  if (dbeta)
-    columnGroup.outputs.push_back(dbeta);
+  columnGroup.outputs.clear();
+  for (Value value : {dgamma, dbeta})
+    if (value)
+      columnGroup.outputs.push_back(value);
   KernelBuilder rowBuilder(rowGroup, builder.name + "_dx", builder.state());
-  kernels.push_back(
-      writeNormDx(rowBuilder, dy, x, mean, rsigma, gamma, dx, zeroCentered));
+  kernels.push_back(writeNormDx(rowBuilder, dy, x, mean, rsigma, gamma, dx, add,
+                                zeroCentered));
+  if (columnGroup.outputs.empty())
+    return llvm::Error::success();
   KernelBuilder columnBuilder(columnGroup, builder.name + "_dgamma",
                               builder.state());
   kernels.push_back(

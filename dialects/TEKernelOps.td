@@ -21,8 +21,11 @@ def TE_FusedOp : TE_Op<"fused", [IsolatedFromAbove,
     `norm_cast` (normalization + FP8 cast + transpose), `act_cast`
     (bias + activation + FP8 cast + transpose), `dact_dbias_cast`
     (activation gradient + bias gradient + FP8 cast + transpose),
-    `bias_dropout_add`, `cast_transpose`, and `gemm` (a GEMM with the
-    epilogue ops cuBLASLt fuses: bias, GELU, dGELU, bias gradient, FP8
+    `bias_dropout_add`, `cast_transpose` (FP8 cast + transpose, with the
+    bias gradient and the dropout backward / residual add before it),
+    `norm_bwd_add` (normalization backward whose input gradient is added to
+    a residual gradient), and `gemm` (a GEMM with the epilogue ops cuBLASLt
+    fuses: bias, GELU, dGELU and bias gradient for bf16/fp16 GEMMs, FP8
     output).
 
     ```mlir

@@ -67,14 +67,23 @@ std::string exactDouble(double value) {
 } // namespace
 
 std::string AttentionProblem::key() const {
-  return llvm::formatv("{0} {1} {2} b={3} h={4} kv_heads={5} s_q={6} "
-                       "s_kv={7} d={8} mask={9} scale={10} dropout={11}",
-                       backward ? "attention_bwd" : "attention",
-                       elementTypeName(element), attentionLayoutName(layout),
-                       batch, heads, kvHeads, seqQ, seqKv, headDim,
-                       attentionMaskName(mask), exactDouble(softmaxScale),
-                       exactDouble(dropout))
-      .str();
+  std::string text =
+      llvm::formatv("{0} {1} {2} b={3} h={4} kv_heads={5} s_q={6} "
+                    "s_kv={7} d={8} mask={9} scale={10} dropout={11}",
+                    backward ? "attention_bwd" : "attention",
+                    elementTypeName(element), attentionLayoutName(layout),
+                    batch, heads, kvHeads, seqQ, seqKv, headDim,
+                    attentionMaskName(mask), exactDouble(softmaxScale),
+                    exactDouble(dropout))
+          .str();
+  const TokenStrides &t = tokenStrides;
+  for (auto [name, stride] :
+       {std::pair{"q", t.q}, std::pair{"k", t.k}, std::pair{"v", t.v},
+        std::pair{"dq", t.gradQ}, std::pair{"dk", t.gradK},
+        std::pair{"dv", t.gradV}})
+    if (stride)
+      text += llvm::formatv(" {0}_stride={1}", name, stride).str();
+  return text;
 }
 
 Error AttentionProblem::validate() const {
@@ -102,6 +111,16 @@ Error AttentionProblem::validate() const {
                        " is out of range: it must be in [0, 1)");
   if (!std::isfinite(softmaxScale) || softmaxScale == 0.0)
     return unsupported("the softmax scale must be finite and non-zero");
+  const TokenStrides &t = tokenStrides;
+  for (auto [name, stride, count] :
+       {std::tuple{"q", t.q, heads}, std::tuple{"k", t.k, kvHeads},
+        std::tuple{"v", t.v, kvHeads}, std::tuple{"dq", t.gradQ, heads},
+        std::tuple{"dk", t.gradK, kvHeads}, std::tuple{"dv", t.gradV, kvHeads}})
+    if (stride != 0 && (stride < count * headDim || stride % 8 != 0))
+      return unsupported(llvm::formatv(
+          "the token stride of {0} ({1} elements) must hold its {2} heads of "
+          "{3} and be a multiple of 8 (16 bytes)",
+          name, stride, count, headDim));
   return Error::success();
 }
 

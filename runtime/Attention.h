@@ -43,6 +43,12 @@ struct AttentionProblem {
   /// softmax weight, in [0, 1) (kept weights are scaled by 1 / (1 - p)).
   double softmaxScale = 1.0, dropout = 0.0;
   bool backward = false;
+  /// Elements between consecutive tokens of q, k, v and (backward) their
+  /// gradients; 0 means packed (heads * head dim). A fused QKV projection's
+  /// output is read in place: q, k and v are column ranges of its rows.
+  struct TokenStrides {
+    int64_t q = 0, k = 0, v = 0, gradQ = 0, gradK = 0, gradV = 0;
+  } tokenStrides;
 
   bool padding() const {
     return mask == AttentionMask::Padding ||

@@ -455,20 +455,24 @@ cudnnDataType_t ioType(ElementType element) {
 }
 
 /// [b, h, s, d] dimensions and strides of a tensor with `heads` heads and
-/// `seq` positions in the problem's layout.
+/// `seq` positions in the problem's layout, `token` elements apart from one
+/// token to the next (0: packed, heads * d).
 std::pair<Dims, Dims> view(const AttentionProblem &p, int64_t heads,
-                           int64_t seq) {
+                           int64_t seq, int64_t token = 0) {
   int64_t b = p.batch, d = p.headDim;
+  if (token == 0)
+    token = heads * d;
   Dims dims = {b, heads, seq, d};
   if (p.layout == AttentionLayout::Sbhd) // [s, b, h, d]
-    return {dims, {heads * d, d, b * heads * d, 1}};
-  return {dims, {seq * heads * d, d, heads * d, 1}}; // [b, s, h, d]
+    return {dims, {token, d, b * token, 1}};
+  return {dims, {seq * token, d, token, 1}}; // [b, s, h, d]
 }
 
 /// The pieces the forward and backward graphs share.
 struct Common {
   const AttentionProblem &p;
   cudnnDataType_t io;
+  /// Dimensions, and strides of packed tensors (o, dO).
   Dims q, qStrides, kv, kvStrides;
   Dims scores, rows; // [b, h, s_q, s_kv], [b, h, s_q, 1]
   std::optional<Tensor> seqLenQ, seqLenKv;
@@ -489,6 +493,15 @@ struct Common {
       offset = g.bound(Slot::Offset, {1, 1, 1, 1}, {1, 1, 1, 1},
                        CUDNN_DATA_INT64, "dropout offset");
     }
+  }
+
+  /// Strides of q-shaped and k/v-shaped operands `token` elements apart
+  /// from one token to the next (0: packed).
+  Dims qStridesOf(int64_t token) const {
+    return view(p, p.heads, p.seqQ, token).second;
+  }
+  Dims kvStridesOf(int64_t token) const {
+    return view(p, p.kvHeads, p.seqKv, token).second;
   }
 
   void bindSeqLens(Builder &g) {
@@ -539,11 +552,12 @@ struct Common {
 
 void buildForward(Builder &g, const AttentionProblem &p) {
   Common c(g, p);
-  Tensor q = g.bound(Slot::Q, c.q, c.qStrides, c.io, "q");
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q");
   // cuDNN takes K^T [b, h_kv, d, s_kv]: the same bytes, last two swapped.
-  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStrides), c.io,
-                      "k (transposed)");
-  Tensor v = g.bound(Slot::V, c.kv, c.kvStrides, c.io, "v");
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
+                      c.io, "k (transposed)");
+  Tensor v = g.bound(Slot::V, c.kv, c.kvStridesOf(t.v), c.io, "v");
   if (p.padding())
     c.bindSeqLens(g);
 
@@ -589,18 +603,19 @@ void buildForward(Builder &g, const AttentionProblem &p) {
 void buildBackward(Builder &g, const AttentionProblem &p) {
   Common c(g, p);
   int64_t b = p.batch, h = p.heads, sq = p.seqQ, skv = p.seqKv, d = p.headDim;
-  Tensor q = g.bound(Slot::Q, c.q, c.qStrides, c.io, "q");
-  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStrides), c.io,
-                      "k (transposed)");
-  Tensor vT = g.bound(Slot::V, swapLast(c.kv), swapLast(c.kvStrides), c.io,
-                      "v (transposed)");
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q");
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
+                      c.io, "k (transposed)");
+  Tensor vT = g.bound(Slot::V, swapLast(c.kv), swapLast(c.kvStridesOf(t.v)),
+                      c.io, "v (transposed)");
   Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
   Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, c.io, "dO");
   Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
                          CUDNN_DATA_FLOAT, "stats");
-  Tensor gradQ = g.bound(Slot::GradQ, c.q, c.qStrides, c.io, "dQ");
-  Tensor gradK = g.bound(Slot::GradK, c.kv, c.kvStrides, c.io, "dK");
-  Tensor gradV = g.bound(Slot::GradV, c.kv, c.kvStrides, c.io, "dV");
+  Tensor gradQ = g.bound(Slot::GradQ, c.q, c.qStridesOf(t.gradQ), c.io, "dQ");
+  Tensor gradK = g.bound(Slot::GradK, c.kv, c.kvStridesOf(t.gradK), c.io, "dK");
+  Tensor gradV = g.bound(Slot::GradV, c.kv, c.kvStridesOf(t.gradV), c.io, "dV");
 
   bool padding = p.padding();
   if (padding) {
@@ -707,7 +722,7 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   }
 
   // dQ = dS K, accumulated in f32 in the workspace, then converted.
-  Tensor k = g.reshape(kT, c.kv, c.kvStrides, CUDNN_DATA_FLOAT, "k");
+  Tensor k = g.reshape(kT, c.kv, c.kvStridesOf(t.k), CUDNN_DATA_FLOAT, "k");
   Dims qDims = {b, h, sq, d};
   Tensor accum = g.workspace(qDims, rowMajorStrides(qDims), CUDNN_DATA_FLOAT,
                              b * h * sq * d * sizeof(float), "dQ accumulator");

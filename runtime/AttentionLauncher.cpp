@@ -149,6 +149,17 @@ AttentionLauncher::create(const AttentionStep &step,
   problem.seqKv = kType.shape[sbhd ? 0 : 1];
   problem.kvHeads = kType.shape[2];
   problem.element = qType.element;
+  auto strideOf = [&](const char *role) -> int64_t {
+    auto found = step.tokenStrides.find(role);
+    return found == step.tokenStrides.end() ? 0 : found->second;
+  };
+  problem.tokenStrides = {strideOf("q"),      strideOf("k"),
+                          strideOf("v"),      strideOf("grad_q"),
+                          strideOf("grad_k"), strideOf("grad_v")};
+  if (!step.backward &&
+      (problem.tokenStrides.gradQ || problem.tokenStrides.gradK ||
+       problem.tokenStrides.gradV))
+    return attributes.error("the forward has no gradients to give strides");
 
   auto maskName = attributes.enumCase("attn_mask_type");
   if (!maskName)

@@ -962,6 +962,26 @@ Error FunctionParser::parseAttention(const json::Object &node,
   if (!results)
     return results.takeError();
   step.results = std::move(*results);
+  if (node.get("token_strides")) {
+    Expected<const json::Object *> strides =
+        scope.object(node, "token_strides");
+    if (!strides)
+      return strides.takeError();
+    for (const auto &[key, value] : **strides) {
+      StringRef role = key;
+      if (!llvm::is_contained({"q", "k", "v", "grad_q", "grad_k", "grad_v"},
+                              role))
+        return scope.error(("token_strides." + role).str(),
+                           "is not a role (q, k, v, grad_q, grad_k, grad_v)");
+      Expected<int64_t> stride = scope.count(**strides, role);
+      if (!stride)
+        return stride.takeError();
+      if (*stride <= 0)
+        return scope.error(("token_strides." + role).str(),
+                           "must be positive, got " + Twine(*stride));
+      step.tokenStrides[role.str()] = *stride;
+    }
+  }
   if (!node.get("attributes"))
     return Error::success();
   Expected<const json::Object *> attributes = scope.object(node, "attributes");

@@ -102,6 +102,9 @@ struct AttentionStep {
   bool backward = false; // "attention_bwd"
   std::vector<int64_t> operands, results;
   std::map<std::string, std::string> attributes; // printed MLIR attributes
+  /// Elements between consecutive tokens of the operands and results that
+  /// are strided views, by role: q, k, v, grad_q, grad_k, grad_v.
+  std::map<std::string, int64_t> tokenStrides;
 };
 
 struct AmaxAllReduceStep {

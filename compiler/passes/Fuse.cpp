@@ -58,6 +58,7 @@ private:
 
   void fuseGemm(Operation *gemm);
   void fuseNorm(Operation *norm);
+  void fuseNormBwdAdd(Operation *normBwd);
   void fuseDact(ActivationGradOp dact);
   void fuseBiasDropoutAdd(DropoutOp dropout);
   void fuseAct(ActivationOp act);
@@ -150,6 +151,18 @@ void Fuser::fuseGemm(Operation *gemm) {
 void Fuser::fuseNorm(Operation *norm) {
   Group group{{norm}, "norm_cast"};
   addCast(group, norm->getResult(0));
+  commit(group);
+}
+
+void Fuser::fuseNormBwdAdd(Operation *normBwd) {
+  // The residual connection's gradient added to dx: in the dx kernel, where
+  // dx is still a float, instead of written, read back and added by a
+  // kernel of its own. Only when the sum is all dx is for.
+  Group group{{normBwd}, "norm_bwd_add"};
+  Value dx = normBwd->getResult(0);
+  if (dx.hasOneUse())
+    if (auto add = dyn_cast<AddOp>(*dx.getUsers().begin()))
+      tryAdd(group, add);
   commit(group);
 }
 
@@ -254,6 +267,10 @@ void Fuser::run() {
   each([&](Operation *op) {
     if (isa<LayerNormFwdOp, RMSNormFwdOp>(op))
       fuseNorm(op);
+  });
+  each([&](Operation *op) {
+    if (isa<LayerNormBwdOp, RMSNormBwdOp>(op))
+      fuseNormBwdAdd(op);
   });
   each([&](Operation *op) {
     if (auto dact = dyn_cast<ActivationGradOp>(op))

@@ -91,6 +91,9 @@ def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
     FP8 GEMM; dGELU and the bias gradient in backward);
     `norm_cast`: LayerNorm/RMSNorm with the FP8 cast of its output and that
     cast's transpose (or, under current scaling, the output's amax);
+    `norm_bwd_add`: a LayerNorm/RMSNorm backward with the add of its input
+    gradient to another gradient (the residual connection's), when that add
+    is the only reader of the input gradient;
     `dact_dbias_cast`: an activation gradient with its bias gradient and FP8
     cast + transpose; `bias_dropout_add`; `act_cast`: bias + activation +
     FP8 cast + transpose (or amax); `cast_transpose`: a lone FP8 cast with its

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/passes/PlanMemory.h"
 #include "compiler/passes/Passes.h"
+#include "dialects/AttentionViews.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/STLExtras.h"
@@ -37,9 +38,11 @@ int64_t MemoryPlan::offsetOf(Value value) const {
 namespace {
 
 /// Whether `op` aliases its operand instead of writing a buffer of its own:
-/// a reshape, or a read of one FP8 meta slot (a pointer offset).
+/// a reshape, a read of one FP8 meta slot (a pointer offset), or q, k or v
+/// sliced out of a QKV projection for attention (a strided view).
 bool isView(Operation *op) {
-  return isa<te::ReshapeOp>(op) || te::isMetaSlotRead(op);
+  return isa<te::ReshapeOp>(op) || te::isMetaSlotRead(op) ||
+         te::isAttentionInputSlice(op);
 }
 
 /// The bytes of an op result that is a statically shaped tensor, rounded up to
@@ -100,11 +103,25 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
         bufferOf[op.getResult(0)] = it->second;
       continue;
     }
-    for (Value result : op.getResults()) {
-      bufferOf[result] = buffers.size();
-      buffers.push_back({result, /*bytes=*/0, int64_t(here), int64_t(here),
+    auto newBuffer = [&](Value value) {
+      bufferOf[value] = buffers.size();
+      buffers.push_back({value, /*bytes=*/0, int64_t(here), int64_t(here),
                          /*offset=*/0});
       returned.push_back(false);
+    };
+    // Attention gradients that a concat gathers live in the concat's
+    // buffer, which starts with the first of them.
+    if (te::isAttentionGradConcat(&op))
+      continue;
+    for (Value result : op.getResults()) {
+      if (auto slot = te::gradConcatSlot(result)) {
+        Value gathered = slot->first.getOutput();
+        if (!bufferOf.count(gathered))
+          newBuffer(gathered);
+        bufferOf[result] = bufferOf[gathered];
+        continue;
+      }
+      newBuffer(result);
     }
   }
   std::vector<PlannedBuffer> arena;

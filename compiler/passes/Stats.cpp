@@ -2,6 +2,7 @@
 //-------------------===//
 #include "compiler/passes/Stats.h"
 #include "compiler/passes/PlanMemory.h"
+#include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
 #include "llvm/Support/Format.h"
@@ -33,8 +34,9 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
         isa<MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp>(op);
     if (auto fused = dyn_cast<FusedOp>(op))
       libraryCall = fused.getKind() == "gemm";
-    if (!libraryCall && !isa<ReshapeOp, func::ReturnOp>(op) &&
-        !isMetaSlotRead(&op))
+    bool view = isa<ReshapeOp>(op) || isMetaSlotRead(&op) ||
+                isAttentionInputSlice(&op) || isAttentionGradConcat(&op);
+    if (!libraryCall && !view && !isa<func::ReturnOp>(op))
       ++stats.kernels;
   }
   for (unsigned i = 0; i < function.getNumResults(); ++i)

@@ -724,6 +724,41 @@ private:
     pointers.seed = seed.get();
     pointers.offset = offset.get();
 
+    // Packed: q, k and v as column ranges of one [tokens, (h + 2 kv_h) d]
+    // buffer, as a fused QKV projection writes them, and the gradients into
+    // one such buffer: the strided views tejit's plans hand cuDNN.
+    const int64_t width = p.tokenStrides.q;
+    const int64_t tokens = p.batch * p.seqQ, qWidth = p.heads * p.headDim,
+                  kvWidth = p.kvHeads * p.headDim;
+    DeviceBuffer qkv, gradQkv;
+    std::vector<uint16_t> packed;
+    // Each token's heads are contiguous in both layouts: rows move as a whole.
+    auto eachRow = [&](auto body) {
+      for (int64_t t = 0; t < tokens; ++t) {
+        body(t, size_t(t * qWidth), size_t(t * width), qWidth, 0);
+        body(t, size_t(t * kvWidth), size_t(t * width + qWidth), kvWidth, 1);
+        body(t, size_t(t * kvWidth), size_t(t * width + qWidth + kvWidth),
+             kvWidth, 2);
+      }
+    };
+    if (width) {
+      packed.assign(size_t(tokens * width), 0);
+      const HostTensor *parts[] = {&in.q, &in.k, &in.v};
+      eachRow([&](int64_t, size_t from, size_t to, int64_t n, int part) {
+        std::copy_n(parts[part]->bits.begin() + from, n, packed.begin() + to);
+      });
+      qkv = gpu.allocate(packed.size() * 2, "packed qkv");
+      gradQkv = gpu.allocate(packed.size() * 2, "packed dqkv");
+      gpu.upload(qkv, packed.data(), packed.size() * 2);
+      gpu.fill(gradQkv, 0xff);
+      pointers.q = qkv.get();
+      pointers.k = qkv.get() + qWidth * 2;
+      pointers.v = qkv.get() + (qWidth + kvWidth) * 2;
+      pointers.gradQ = gradQkv.get();
+      pointers.gradK = gradQkv.get() + qWidth * 2;
+      pointers.gradV = gradQkv.get() + (qWidth + kvWidth) * 2;
+    }
+
     auto runOnce = [&](const AttentionRunner &runner) {
       if (llvm::Error error = runner.run(pointers, workspace.get(), nullptr)) {
         failure = llvm::toString(std::move(error));
@@ -749,7 +784,15 @@ private:
     got.o.decodeAll();
     got.stats.resize(size_t(p.batch * p.heads * p.seqQ));
     gpu.download(got.stats.data(), stats, got.stats.size() * 4);
-    if (backward) {
+    if (backward && width) {
+      gpu.download(packed.data(), gradQkv, packed.size() * 2);
+      HostTensor *parts[] = {&got.dq, &got.dk, &got.dv};
+      eachRow([&](int64_t, size_t to, size_t from, int64_t n, int part) {
+        std::copy_n(packed.begin() + from, n, parts[part]->bits.begin() + to);
+      });
+      for (HostTensor *part : parts)
+        part->decodeAll();
+    } else if (backward) {
       for (auto [host, device] :
            {std::make_pair(&got.dq, &dq), std::make_pair(&got.dk, &dk),
             std::make_pair(&got.dv, &dv)}) {
@@ -872,6 +915,29 @@ std::vector<Case> smallCases() {
                                mask == AttentionMask::Causal);
               cases.push_back({name, p, mustPass, {}, false});
             }
+  // q, k and v read in place from a fused QKV projection's output, and
+  // their gradients written into one, as tejit's plans run attention.
+  for (const Grouping &grouping : groupings)
+    for (AttentionLayout layout :
+         {AttentionLayout::Sbhd, AttentionLayout::Bshd})
+      for (AttentionMask mask : {AttentionMask::None, AttentionMask::Causal}) {
+        AttentionProblem p;
+        p.batch = 2;
+        p.heads = 8;
+        p.kvHeads = grouping.kvHeads;
+        p.seqQ = p.seqKv = 128;
+        p.headDim = 64;
+        p.layout = layout;
+        p.mask = mask;
+        p.softmaxScale = 0.125;
+        int64_t width = (p.heads + 2 * p.kvHeads) * p.headDim;
+        p.tokenStrides = {width, width, width, width, width, width};
+        char name[128];
+        std::snprintf(name, sizeof(name), "packed qkv bf16 d64 %s %s %s",
+                      attentionMaskName(mask).str().c_str(), grouping.name,
+                      attentionLayoutName(layout).str().c_str());
+        cases.push_back({name, p, true, {}, false});
+      }
   return cases;
 }
 
@@ -956,6 +1022,13 @@ int main(int argc, char **argv) {
         checker.runDropout(element, dropout);
     }
   if (real) {
+    // The real size once more with q, k and v read in place (timed too).
+    Case packed = realCase();
+    packed.name += " packed qkv";
+    int64_t width = 3 * packed.problem.heads * packed.problem.headDim;
+    packed.problem.tokenStrides = {width, width, width, width, width, width};
+    if (selected(packed.name))
+      checker.run(packed);
     Case c = realCase();
     if (selected(c.name)) {
       auto start = std::chrono::steady_clock::now();

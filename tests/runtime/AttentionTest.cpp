@@ -94,6 +94,13 @@ TEST(AttentionProblemTest, RejectsWithClearMessages) {
        "must all be positive"},
       {"s_kv -1", [](AttentionProblem &p) { p.seqKv = -1; },
        "must all be positive"},
+      // q has 8 heads of 64: a token stride of 256 cannot hold them.
+      {"q stride too small",
+       [](AttentionProblem &p) { p.tokenStrides.q = 256; },
+       "the token stride of q (256 elements) must hold its 8 heads of 64"},
+      {"dv stride unaligned",
+       [](AttentionProblem &p) { p.tokenStrides.gradV = 130; },
+       "token stride of dv (130 elements)"},
   };
   for (const Case &c : cases) {
     AttentionProblem problem = validProblem();
@@ -120,6 +127,14 @@ TEST(AttentionProblemTest, KeySpellsOutTheProblem) {
   EXPECT_EQ(forward.key(),
             "attention bf16 bshd b=2 h=8 kv_heads=2 s_q=128 s_kv=256 d=64 "
             "mask=padding_causal scale=0.11785113019775793 dropout=0.1");
+  // q, k and v read in place from a fused QKV projection's rows.
+  AttentionProblem packed = validProblem();
+  packed.tokenStrides = {768, 768, 768, 768, 768, 768};
+  EXPECT_EQ(packed.key(),
+            "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2 s_q=128 s_kv=256 d=64 "
+            "mask=causal scale=0.125 dropout=0.1 q_stride=768 k_stride=768 "
+            "v_stride=768 dq_stride=768 dk_stride=768 dv_stride=768");
+  EXPECT_FALSE(bool(packed.validate()));
 }
 
 TEST(AttentionProblemTest, KeysAreUnique) {
@@ -140,6 +155,12 @@ TEST(AttentionProblemTest, KeysAreUnique) {
       [](AttentionProblem &p) { p.dropout = 0.0; },
       [](AttentionProblem &p) { p.dropout = std::nextafter(0.1, 1.0); },
       [](AttentionProblem &p) { p.backward = false; },
+      [](AttentionProblem &p) { p.tokenStrides.q = 768; },
+      [](AttentionProblem &p) { p.tokenStrides.k = 768; },
+      [](AttentionProblem &p) { p.tokenStrides.v = 768; },
+      [](AttentionProblem &p) { p.tokenStrides.gradQ = 768; },
+      [](AttentionProblem &p) { p.tokenStrides.gradK = 768; },
+      [](AttentionProblem &p) { p.tokenStrides.gradV = 768; },
   };
   std::set<std::string> keys = {validProblem().key()};
   for (auto change : changes) {
@@ -237,6 +258,10 @@ TEST(AttentionGraphTest, EveryVariantFinalizesWithoutAGpu) {
               // s_kv 200 also takes the full-length padding workaround of
               // cuDNN <= 9.15 in the backward.
               problem.seqKv = kvHeads == 2 ? 200 : 256;
+              // GQA reads q, k and v in place from a QKV projection's rows
+              // (8 + 2 + 2 heads of 64).
+              if (kvHeads == 2)
+                problem.tokenStrides = {768, 768, 768, 768, 768, 768};
               auto graph = attention::buildGraph(*lib, nullptr, problem);
               ASSERT_TRUE(bool(graph)) << llvm::toString(graph.takeError());
               ++built;

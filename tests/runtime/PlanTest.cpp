@@ -816,6 +816,18 @@ std::vector<ErrorCase> errorCases() {
       {"AttentionAttribute",
        [](V p) { (*step(p, 0, 2).getObject("attributes"))["stream"] = 0; },
        {layer + ", step 2 (attention): 'attributes.stream' must be a string"}},
+      {"AttentionTokenStrideRole",
+       [](V p) {
+         step(p, 0, 2)["token_strides"] = json::Object{{"o", 192}};
+       },
+       {layer + ", step 2 (attention): 'token_strides.o' is not a role (q, k, "
+                "v, grad_q, grad_k, grad_v)"}},
+      {"AttentionTokenStrideZero",
+       [](V p) {
+         step(p, 0, 2)["token_strides"] = json::Object{{"q", 0}};
+       },
+       {layer + ", step 2 (attention): 'token_strides.q' must be positive, "
+                "got 0"}},
 
       {"AmaxAllReduceIn",
        [](V p) { step(p, 0, 4)["in"] = 13; },

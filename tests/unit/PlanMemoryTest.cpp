@@ -5,7 +5,9 @@
 // inference, te-decompose alone). `checkPlan` then re-derives sizes and live
 // ranges from the IR, independently of the pass, and checks the recorded
 // offsets: no two buffers live at the same time share a byte, every offset is
-// 256-aligned, and the arena is no smaller than the peak live size. The same
+// 256-aligned, and the arena is no smaller than the peak live size. Which ops
+// alias (reshapes, attention's strided q/k/v and gradients) is the rule it
+// checks against, from dialects/AttentionViews.h. The same
 // check runs on random functions of copies and views, and on deliberately
 // broken plans, to show that it can fail.
 //
@@ -13,6 +15,7 @@
 #include "compiler/passes/PlanMemory.h"
 #include "compiler/passes/Passes.h"
 #include "compiler/spec/SpecImporter.h"
+#include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -105,10 +108,18 @@ Report deriveBuffers(func::FuncOp function) {
       if (isa<func::ReturnOp>(op))
         callerOwned.insert(storage);
     }
-    bool view = isa<te::ReshapeOp>(op);
+    // Views: reshapes, and q/k/v slices only attention reads (strided).
+    bool view = isa<te::ReshapeOp>(op) || te::isAttentionInputSlice(&op);
     for (Value result : op.getResults()) {
       storageOf[result] = view ? storageOf.lookup(op.getOperand(0)) : result;
-      defined[result] = position;
+      // Attention gradients that a concat gathers are written into the
+      // concat's buffer, which is live from the first of them on.
+      if (auto slot = te::gradConcatSlot(result)) {
+        Value gathered = slot->first.getOutput();
+        storageOf[result] = gathered;
+        defined.try_emplace(gathered, position);
+      }
+      defined.try_emplace(result, position);
     }
   }
   for (Operation &op : block.without_terminator()) {

@@ -151,3 +151,76 @@ func.func @bias_dropout_add(%x: tensor<16x32xbf16>, %b: tensor<32xbf16>, %res: t
   %2 = te.add %res, %1 : tensor<16x32xbf16>
   return %2, %keep : tensor<16x32xbf16>, tensor<16x32xi1>
 }
+
+// -----
+
+// The residual connection's gradient is added to the norm's input gradient
+// in the norm backward's kernel: dx itself never reaches memory.
+// CHECK-LABEL: func.func @norm_bwd_add
+// CHECK:      %[[K:.*]]:3 = te.fused "norm_bwd_add"(%arg0, %arg1, %arg2, %arg3, %arg4, %arg5)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   %[[DX:.*]], %[[DG:.*]], %[[DB:.*]] = te.layernorm_bwd
+// CHECK-NEXT:   %[[SUM:.*]] = te.add %{{.*}}, %[[DX]]
+// CHECK-NEXT:   te.yield %[[DG]], %[[DB]], %[[SUM]]
+// CHECK-NOT:  te.add
+// CHECK:      return %[[K]]#2, %[[K]]#0, %[[K]]#1
+func.func @norm_bwd_add(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16>, %mean: tensor<16xf32>, %rsigma: tensor<16xf32>, %g: tensor<32xbf16>, %res: tensor<16x32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>) {
+  %dx, %dg, %db = te.layernorm_bwd %dy, %x, %mean, %rsigma, %g : (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>)
+  %0 = te.add %res, %dx : tensor<16x32xbf16>
+  return %0, %dg, %db : tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>
+}
+
+// -----
+
+// RMSNorm too, with dx as the add's first operand.
+// CHECK-LABEL: func.func @rmsnorm_bwd_add
+// CHECK:      te.fused "norm_bwd_add"
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   %[[DX:.*]], %{{.*}} = te.rmsnorm_bwd
+// CHECK-NEXT:   te.add %[[DX]], %{{.*}}
+func.func @rmsnorm_bwd_add(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16>, %rsigma: tensor<16xf32>, %g: tensor<32xbf16>, %res: tensor<16x32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>) {
+  %dx, %dg = te.rmsnorm_bwd %dy, %x, %rsigma, %g : (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16xf32>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>)
+  %0 = te.add %dx, %res : tensor<16x32xbf16>
+  return %0, %dg : tensor<16x32xbf16>, tensor<32xbf16>
+}
+
+// -----
+
+// dx read by another op as well must be written anyway: the add stays a
+// kernel of its own and the norm backward is not fused.
+// CHECK-LABEL: func.func @norm_bwd_dx_read_twice
+// CHECK-NOT:  te.fused
+// CHECK:      %[[DX:.*]], %{{.*}}, %{{.*}} = te.layernorm_bwd
+// CHECK-NEXT: te.add %{{.*}}, %[[DX]]
+// CHECK-NEXT: te.bias_grad %[[DX]]
+// CHECK-NOT:  te.fused
+func.func @norm_bwd_dx_read_twice(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16>, %mean: tensor<16xf32>, %rsigma: tensor<16xf32>, %g: tensor<32xbf16>, %res: tensor<16x32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<32xbf16>) {
+  %dx, %dg, %db = te.layernorm_bwd %dy, %x, %mean, %rsigma, %g : (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>)
+  %0 = te.add %res, %dx : tensor<16x32xbf16>
+  %1 = te.bias_grad %dx : tensor<16x32xbf16> -> tensor<32xbf16>
+  return %0, %dg, %db, %1 : tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<32xbf16>
+}
+
+// -----
+
+// Before the cast of dropout's gradient, the norm backward takes the add:
+// the sum is written once from the norm kernel (instead of dx, read back
+// by the cast kernel with the residual gradient), and the cast reads it.
+// CHECK-LABEL: func.func @norm_bwd_add_before_cast
+// CHECK:      %[[N:.*]]:3 = te.fused "norm_bwd_add"
+// CHECK:        te.layernorm_bwd
+// CHECK-NEXT:   te.add
+// CHECK-NEXT:   te.yield
+// CHECK:      te.fused "cast_transpose"(%[[N]]#2, %arg6, %arg7)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   te.mask_scale
+// CHECK-NEXT:   te.quantize
+// CHECK-NEXT:   te.transpose
+func.func @norm_bwd_add_before_cast(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16>, %mean: tensor<16xf32>, %rsigma: tensor<16xf32>, %g: tensor<32xbf16>, %res: tensor<16x32xbf16>, %keep: tensor<16x32xi1>, %s: tensor<1xf32>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>) {
+  %dx, %dg, %db = te.layernorm_bwd %dy, %x, %mean, %rsigma, %g : (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>)
+  %0 = te.add %res, %dx : tensor<16x32xbf16>
+  %1 = te.mask_scale %0, %keep {rate = 0.1 : f64} : tensor<16x32xbf16>, tensor<16x32xi1> -> tensor<16x32xbf16>
+  %q, %amax = te.quantize %1, %s : tensor<16x32xbf16>, tensor<1xf32> -> tensor<16x32xf8E5M2>, tensor<1xf32>
+  %t = te.transpose %q : tensor<16x32xf8E5M2> -> tensor<32x16xf8E5M2>
+  return %0, %dg, %db, %q, %t, %amax : tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>
+}

@@ -178,6 +178,54 @@ func.func @dynamic_returned(%x: tensor<?xf32>) -> tensor<?xf32> {
 }
 func.func private @declaration(tensor<4xf32>) -> tensor<4xf32>
 
+// -----
+
+// q, k and v sliced out of a QKV projection are strided views of it (it
+// stays live through the backward's reads), and the gradients attention
+// writes are column ranges of their concat, whose buffer is live from the
+// attention backward on: neither the slices nor the gradients get bytes.
+// CHECK-LABEL: func.func @attention_views
+// CHECK-SAME:  attributes {te.arena_bytes = 58368 : i64, te.peak_live_bytes = 58368 : i64}
+// CHECK:       te.add {{.*}} {te.offsets = [0]}
+// CHECK-NEXT:  te.slice {{.*}} {te.offsets = [-1]}
+// CHECK:       te.attention {{.*}} te.offsets = [49152, 57344]
+// CHECK-NEXT:  te.attention_bwd {{.*}} te.offsets = [-1, -1, -1]
+// CHECK:       te.concat {{.*}} {te.offsets = [24576]}
+func.func @attention_views(%x: tensor<64x192xbf16>, %dout: tensor<32x2x4x16xbf16>) -> tensor<64x192xbf16> {
+  %qkv = te.add %x, %x : tensor<64x192xbf16>
+  %q2 = te.slice %qkv[0] : tensor<64x192xbf16> -> tensor<64x64xbf16>
+  %q = te.reshape %q2 : tensor<64x64xbf16> -> tensor<32x2x4x16xbf16>
+  %k2 = te.slice %qkv[64] : tensor<64x192xbf16> -> tensor<64x64xbf16>
+  %k = te.reshape %k2 : tensor<64x64xbf16> -> tensor<32x2x4x16xbf16>
+  %v2 = te.slice %qkv[128] : tensor<64x192xbf16> -> tensor<64x64xbf16>
+  %v = te.reshape %v2 : tensor<64x64xbf16> -> tensor<32x2x4x16xbf16>
+  %o, %lse = te.attention %q, %k, %v {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.25 : f64} : (tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>) -> (tensor<32x2x4x16xbf16>, tensor<2x4x32xf32>)
+  %dq, %dk, %dv = te.attention_bwd %dout, %q, %k, %v, %o, %lse {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.25 : f64} : (tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<2x4x32xf32>) -> (tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>)
+  %dq2 = te.reshape %dq : tensor<32x2x4x16xbf16> -> tensor<64x64xbf16>
+  %dk2 = te.reshape %dk : tensor<32x2x4x16xbf16> -> tensor<64x64xbf16>
+  %dv2 = te.reshape %dv : tensor<32x2x4x16xbf16> -> tensor<64x64xbf16>
+  %cat = te.concat %dq2, %dk2, %dv2 : tensor<64x64xbf16>, tensor<64x64xbf16>, tensor<64x64xbf16> -> tensor<64x192xbf16>
+  %r = te.add %cat, %cat : tensor<64x192xbf16>
+  return %r : tensor<64x192xbf16>
+}
+
+// -----
+
+// A slice that anything but attention reads is a copy of its own.
+// CHECK-LABEL: func.func @attention_slice_read_elsewhere
+// CHECK:       te.slice {{.*}} {te.offsets = [{{[0-9]+}}]}
+func.func @attention_slice_read_elsewhere(%qkv: tensor<64x192xbf16>) -> (tensor<32x2x4x16xbf16>, tensor<64x64xbf16>) {
+  %q2 = te.slice %qkv[0] : tensor<64x192xbf16> -> tensor<64x64xbf16>
+  %q = te.reshape %q2 : tensor<64x64xbf16> -> tensor<32x2x4x16xbf16>
+  %k2 = te.slice %qkv[64] : tensor<64x192xbf16> -> tensor<64x64xbf16>
+  %k = te.reshape %k2 : tensor<64x64xbf16> -> tensor<32x2x4x16xbf16>
+  %o, %lse = te.attention %q, %k, %k {attn_mask_type = #te.attn_mask_type<no_mask>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.25 : f64} : (tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>, tensor<32x2x4x16xbf16>) -> (tensor<32x2x4x16xbf16>, tensor<2x4x32xf32>)
+  %sum = te.add %q2, %q2 : tensor<64x64xbf16>
+  return %o, %sum : tensor<32x2x4x16xbf16>, tensor<64x64xbf16>
+}
+
+// -----
+
 // quickstart_small's plans, which tests/unit/PlanMemoryTest.cpp checks.
 // QUICK-LABEL: func.func @quickstart_small(
 // QUICK-SAME:  te.arena_bytes = 32768 : i64, te.peak_live_bytes = 32768 : i64
@@ -188,7 +236,9 @@ func.func private @declaration(tensor<4xf32>) -> tensor<4xf32>
 // QUICK-LABEL: func.func @quickstart_small_backward(
 // QUICK-SAME:  te.arena_bytes = 65536 : i64
 // QUICK-SAME:  te.peak_live_bytes = 65536 : i64
-// QUICK:       te.attention_bwd {{.*}} te.offsets = [{{[0-9]+}}, {{[0-9]+}}, {{[0-9]+}}]
+// Attention's gradients are written into their concat's buffer.
+// QUICK:       te.attention_bwd {{.*}} te.offsets = [-1, -1, -1]
+// QUICK:       te.concat {{.*}}te.offsets = [{{[0-9]+}}]
 
 // Every function of every example gets a plan.
 // PLANNED:     func.func @{{[a-z_]+}}(
