@@ -577,6 +577,34 @@ def test_eval_mode_matches_dropout_free_layer():
         assert torch.equal(layer(x), quiet(x))
 
 
+def test_training_mode_drops_out_under_no_grad():
+    """Dropout follows the module's mode, not grad mode (as in TE): in
+    training mode under torch.no_grad() the layer still drops out, with a
+    fresh mask each call, at about the configured rate."""
+    layer = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                attention_dropout=0.5, params_dtype=BF16)
+    quiet = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                attention_dropout=0.0, params_dtype=BF16)
+    quiet.load_state_dict(layer.state_dict())
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        reference = quiet(x)
+        first, second = layer(x), layer(x)
+    assert torch.isfinite(first).all() and torch.isfinite(second).all()
+    assert not torch.equal(first, reference)
+    assert not torch.equal(first, second)
+    # The same layer recorded by autograd drops out the same way: its
+    # output is as far from the dropout-free one.
+    recorded = layer(x.clone().requires_grad_())
+    far = (first - reference).float().norm() / reference.float().norm()
+    far_recorded = ((recorded.detach() - reference).float().norm()
+                    / reference.float().norm())
+    assert 0.5 * far_recorded < far < 2.0 * far_recorded, (far, far_recorded)
+    layer.eval()
+    with torch.no_grad():
+        assert torch.equal(layer(x), reference)
+
+
 # --- TE checkpoints ----------------------------------------------------------
 
 

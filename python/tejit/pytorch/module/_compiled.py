@@ -175,6 +175,16 @@ class CompiledProgram:
                              outputs)
         return outputs
 
+    def forward_unrecorded(self, inputs):
+        """A training program's forward outside autograd (a training-mode
+        module with dropout under torch.no_grad()): the outputs; the tensors
+        saved for a backward are dropped."""
+        device = inputs[0].device
+        outputs = self.new_outputs(device)
+        self.program.forward_ex(torch.cuda.current_stream(device), inputs,
+                                outputs, self.new_saved(device))
+        return outputs
+
 
 def compile_program(spec, training, device_index):
     """tejit.Program.compile through the kernel cache (memory, then disk),

@@ -25,7 +25,10 @@ module of the same configuration, or a new process, compiles no kernels.
 Training or inference: a training program (forward + backward, through
 torch.autograd) when grad mode is on and the input or a parameter requires
 grad, as autograd would record the call; otherwise an inference program
-(forward only, nothing saved).
+(forward only, nothing saved). Dropout follows the module's mode, as in
+TE: a module in training mode that drops out runs its training program's
+forward under torch.no_grad() too (not recorded; what it saves is
+dropped).
 
 Precision: the recipe of the innermost enabled fp8_autocast / autocast
 (fp8.py), else none (the GEMMs in the activation dtype). The activation
@@ -302,9 +305,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         recipe_key = (json.dumps(recipe_spec, sort_keys=True)
                       if recipe_spec is not None else None)
         first = next(iter(activations.values()))
-        training = torch.is_grad_enabled() and any(
+        recorded = torch.is_grad_enabled() and any(
             self._requires_grad(tensor) for tensor in activations.values()
             if tensor is not None)
+        training = recorded or self._dropout_active()
         key = (shape_key, dtype, recipe_key, training, first.device.index,
                variant)
         compiled = self._programs.get(key)
@@ -331,10 +335,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
                                    f"module did not supply")
         compiled.check_inputs(arguments, compiled.input_names)
         self._fp8_meta_state.activate(compiled)
-        if compiled.training:
+        if recorded:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
             if not isinstance(outputs, tuple):
                 outputs = (outputs,)
+        elif compiled.training:
+            outputs = compiled.forward_unrecorded(arguments)
         else:
             outputs = compiled.infer(arguments)
         return dict(zip(compiled.output_names, outputs))
