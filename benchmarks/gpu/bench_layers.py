@@ -253,6 +253,17 @@ def compile_program(block, size, recipe):
                                  recipe=None if recipe else "none")
 
 
+# Programs stay loaded until the process ends: PyTorch's profiler names a
+# kernel by its CUfunction handle, and a module unloaded with its program
+# hands its handles to the next program's kernels, which then show up in
+# profiles under the old program's kernel names.
+RETIRED = []
+
+
+def retire(program):
+    RETIRED.append(program)
+
+
 def run_tejit(block, size, label, recipe, args):
     """Times one tejit config. tejit's own device memory
     (arena, saved tensors, FP8 state, cuBLASLt workspace, kernel modules)
@@ -276,7 +287,7 @@ def run_tejit(block, size, label, recipe, args):
         result["peak_torch_bytes"] = torch.cuda.max_memory_allocated() - base
         result["tejit_device_bytes"] = tejit_bytes
     finally:
-        program.close()
+        retire(program)
     return result
 
 
@@ -291,7 +302,7 @@ def run_tejit_profile(block, size, recipe, args):
             step(i % ROTATION)
         return profile_tejit(step, program.plan(), args)
     finally:
-        program.close()
+        retire(program)
 
 
 # --- PyTorch peers --------------------------------------------------------------
@@ -394,10 +405,31 @@ def profile_activities(step, steps):
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for i in range(steps):
+            # A marker kernel opens each step: activities of earlier work
+            # that CUPTI delivers late (other configs' kernels showed up in
+            # a config's profile) fall before the first marker.
+            torch.cuda._sleep(MARKER_CYCLES)
             step(i % ROTATION)
             torch.cuda.synchronize()
             time.sleep(STEP_GAP_S)
-    return split_steps(read_trace(prof), steps)
+    activities = read_trace(prof)
+    marked = split_at_markers(activities, steps)
+    return marked if marked is not None else split_steps(activities, steps)
+
+
+MARKER_CYCLES = 1000
+
+
+def split_at_markers(activities, steps):
+    """The activities after each of the `steps` marker kernels
+    (torch.cuda._sleep's spin kernel), markers left out; None when the
+    markers are not all there."""
+    marks = [i for i, a in enumerate(activities)
+             if a.category == "kernel" and "spin_kernel" in a.name]
+    if len(marks) != steps:
+        return None
+    ends = marks[1:] + [len(activities)]
+    return [activities[a + 1:b] for a, b in zip(marks, ends)]
 
 
 def split_steps(activities, steps):
