@@ -683,17 +683,26 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   bool grouped = p.kvHeads != p.heads;
   Dims fullHead = {b, h, skv, d};
 
+  // dK and dV: `lhs` [b, h, s_kv, s_q] times `rhs` [b, h, s_q, d] into
+  // `out`; with GQA/MQA, over all query heads first, then summed over each
+  // group of heads that shares a kv head.
+  auto kvGradient = [&](const Tensor &lhs, const Tensor &rhs, const Tensor &out,
+                        const char *what, const char *allHeads,
+                        const char *groups) {
+    if (!grouped) {
+      g.matmul(lhs, rhs, out, c.seqKv(), nullptr, c.seqQ(), what);
+      return;
+    }
+    Tensor full =
+        g.virtualTensor(fullHead, rowMajorStrides(fullHead), c.io, allHeads);
+    g.matmul(lhs, rhs, full, c.seqKv(), nullptr, c.seqQ(), what);
+    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, full, out, groups);
+  };
+
   // dV = P^T dO.
   Tensor probT =
       g.reshape(prob, transposedScores, transposedStrides, c.io, "p^T");
-  if (!grouped) {
-    g.matmul(probT, gradO, gradV, c.seqKv(), nullptr, c.seqQ(), "p^T dO");
-  } else {
-    Tensor full = g.virtualTensor(fullHead, rowMajorStrides(fullHead), c.io,
-                                  "dV (all heads)");
-    g.matmul(probT, gradO, full, c.seqKv(), nullptr, c.seqQ(), "p^T dO");
-    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, full, gradV, "dV head groups");
-  }
+  kvGradient(probT, gradO, gradV, "p^T dO", "dV (all heads)", "dV head groups");
 
   // dS = (dP [* mask] - D) * E [* 1/(1-p)] * scale.
   Tensor gradP = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
@@ -712,14 +721,7 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   // dK = dS^T Q.
   Tensor gradST =
       g.reshape(gradS, transposedScores, transposedStrides, c.io, "dS^T");
-  if (!grouped) {
-    g.matmul(gradST, q, gradK, c.seqKv(), nullptr, c.seqQ(), "dS^T q");
-  } else {
-    Tensor full = g.virtualTensor(fullHead, rowMajorStrides(fullHead), c.io,
-                                  "dK (all heads)");
-    g.matmul(gradST, q, full, c.seqKv(), nullptr, c.seqQ(), "dS^T q");
-    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, full, gradK, "dK head groups");
-  }
+  kvGradient(gradST, q, gradK, "dS^T q", "dK (all heads)", "dK head groups");
 
   // dQ = dS K, accumulated in f32 in the workspace, then converted.
   Tensor k = g.reshape(kT, c.kv, c.kvStridesOf(t.k), CUDNN_DATA_FLOAT, "k");
