@@ -254,6 +254,23 @@ class ArgumentTest(unittest.TestCase):
                 NotImplementedError,
                 lambda: mha(x, rotary_pos_emb=torch.zeros(8, 1, 1, 8)),
                 "rotary_pos_emb")
+            # TE's (query, key/value) pairs: one tensor twice is unwrapped
+            # (and checked as one mask), different ones are refused.
+            small = torch.zeros(2, 1, 1, 4, dtype=torch.bool)
+            self.assertRefused(
+                ValueError, lambda: mha(x, attn_mask_type="padding",
+                                        attention_mask=(small, small)),
+                "[2, 1, 1, 8]")
+            self.assertRefused(
+                NotImplementedError,
+                lambda: mha(x, attn_mask_type="padding",
+                            attention_mask=(small, ~small)),
+                "cross-attention")
+            freqs = torch.zeros(8, 1, 1, 8)
+            self.assertRefused(
+                NotImplementedError,
+                lambda: mha(x, rotary_pos_emb=(freqs, freqs + 1)),
+                "pass one freqs tensor")
         finally:
             attention.check_input = original
         self.assertRefused(ValueError, lambda: mha(x), "CUDA")

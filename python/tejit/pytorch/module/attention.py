@@ -17,6 +17,17 @@ from . import _args, _attention_specs
 from .base import TransformerEngineBaseModule
 
 
+
+def _one_of_pair(value, message):
+    """`value`, or the one tensor of a TE (query, key/value) pair of equal
+    tensors; NotImplementedError(message) for a pair of different ones."""
+    if not isinstance(value, (tuple, list)):
+        return value
+    if len(value) != 2 or not (value[0] is value[1]
+                               or torch.equal(value[0], value[1])):
+        raise NotImplementedError(message)
+    return value[0]
+
 def _sequence_dims(qkv_format, tensor):
     """(seq, batch) of an [s, b, ...] (sbhd) or [b, s, ...] (bshd) tensor."""
     if qkv_format == "sbhd":
@@ -41,15 +52,10 @@ def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
     does tejit. True means masked out, as in TE."""
     if "padding" not in mask_type and mask_type != "arbitrary":
         return {}
-    if isinstance(attention_mask, (tuple, list)):
-        # TE's (query mask, key/value mask) pair: self-attention has one.
-        if len(attention_mask) != 2 or not (
-                attention_mask[0] is attention_mask[1]
-                or torch.equal(attention_mask[0], attention_mask[1])):
-            raise NotImplementedError(
-                f"{owner}: different query and key/value padding masks "
-                f"(cross-attention) are not supported by tejit")
-        attention_mask = attention_mask[0]
+    # TE's (query mask, key/value mask) pair: self-attention has one.
+    attention_mask = _one_of_pair(
+        attention_mask, f"{owner}: different query and key/value padding "
+        f"masks (cross-attention) are not supported by tejit")
     if attention_mask is None:
         raise ValueError(f"{owner}: attn_mask_type={mask_type!r} needs an "
                          f"attention_mask (bool, True = masked out)")
@@ -87,16 +93,10 @@ def rotary_input(owner, rotary_pos_emb, seq, kv_channels, device):
     applies them), or {} without one."""
     if rotary_pos_emb is None:
         return {}
-    if isinstance(rotary_pos_emb, (tuple, list)):
-        # TE's (query freqs, key freqs) pair.
-        if len(rotary_pos_emb) != 2 or not (
-                rotary_pos_emb[0] is rotary_pos_emb[1]
-                or torch.equal(rotary_pos_emb[0], rotary_pos_emb[1])):
-            raise NotImplementedError(
-                f"{owner}: different rotary embeddings for queries and keys "
-                f"are not supported by tejit; pass one freqs tensor")
-        rotary_pos_emb = rotary_pos_emb[0]
-    freqs = rotary_pos_emb
+    # TE's (query freqs, key freqs) pair.
+    freqs = _one_of_pair(
+        rotary_pos_emb, f"{owner}: different rotary embeddings for queries "
+        f"and keys are not supported by tejit; pass one freqs tensor")
     if (not isinstance(freqs, torch.Tensor) or freqs.dim() != 4
             or tuple(freqs.shape[1:3]) != (1, 1) or freqs.shape[0] < seq):
         raise ValueError(f"{owner}: rotary_pos_emb must be TE's freqs tensor "
