@@ -18,21 +18,61 @@ func.func @norm_cast(%x: tensor<16x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32x
 
 // -----
 
-// A GEMM takes its bias and GELU as cuBLASLt epilogues, keeps the
-// pre-activation (aux) that backward reads, and writes FP8 directly.
+// A plain GEMM takes its bias and GELU as cuBLASLt epilogues and keeps the
+// pre-activation (aux) that backward reads.
 // CHECK-LABEL: func.func @gemm_epilogue
-// CHECK:      %[[K:.*]]:3 = te.fused "gemm"(%arg0, %arg1, %arg2, %arg3)
-// CHECK:        %[[MM:.*]] = te.scaled_matmul
+// CHECK:      %[[K:.*]]:2 = te.fused "gemm"(%arg0, %arg1, %arg2)
+// CHECK:        %[[MM:.*]] = te.matmul
 // CHECK-NEXT:   %[[B:.*]] = te.bias_add %[[MM]]
 // CHECK-NEXT:   %[[A:.*]] = te.act <gelu> %[[B]]
-// CHECK-NEXT:   %[[Q:.*]], %[[AM:.*]] = te.quantize %[[A]]
-// CHECK-NEXT:   te.yield %[[B]], %[[Q]], %[[AM]]
-func.func @gemm_epilogue(%a: tensor<16x32xf8E4M3FN>, %w: tensor<64x32xf8E4M3FN>, %s: tensor<1xf32>, %bias: tensor<64xbf16>) -> (tensor<16x64xbf16>, tensor<16x64xf8E4M3FN>, tensor<1xf32>) {
+// CHECK-NEXT:   te.yield %[[B]], %[[A]]
+func.func @gemm_epilogue(%a: tensor<16x32xbf16>, %w: tensor<64x32xbf16>, %bias: tensor<64xbf16>) -> (tensor<16x64xbf16>, tensor<16x64xbf16>) {
+  %0 = te.matmul %a, %w {transpose_b} : tensor<16x32xbf16>, tensor<64x32xbf16> -> tensor<16x64xbf16>
+  %1 = te.bias_add %0, %bias : tensor<16x64xbf16>, tensor<64xbf16> -> tensor<16x64xbf16>
+  %2 = te.act <gelu> %1 : tensor<16x64xbf16> -> tensor<16x64xbf16>
+  return %1, %2 : tensor<16x64xbf16>, tensor<16x64xbf16>
+}
+
+// -----
+
+// An FP8 GEMM takes only its bias: GELU, the FP8 cast and its transpose run
+// in one act_cast kernel over the bias-added output (the aux).
+// CHECK-LABEL: func.func @fp8_gemm_gelu
+// CHECK:      %[[G:.*]] = te.fused "gemm"(%arg0, %arg1, %arg2, %arg3)
+// CHECK:        %[[MM:.*]] = te.scaled_matmul
+// CHECK-NEXT:   %[[B:.*]] = te.bias_add %[[MM]]
+// CHECK-NEXT:   te.yield %[[B]]
+// CHECK:      te.fused "act_cast"(%[[G]], %arg2)
+// CHECK:        te.act <gelu>
+// CHECK-NEXT:   te.quantize
+// CHECK-NEXT:   te.transpose
+// CHECK-NEXT:   te.yield
+func.func @fp8_gemm_gelu(%a: tensor<16x32xf8E4M3FN>, %w: tensor<64x32xf8E4M3FN>, %s: tensor<1xf32>, %bias: tensor<64xbf16>) -> (tensor<16x64xbf16>, tensor<16x64xf8E4M3FN>, tensor<64x16xf8E4M3FN>, tensor<1xf32>) {
   %0 = te.scaled_matmul %a, %w, %s, %s {fast_accum} : (tensor<16x32xf8E4M3FN>, tensor<64x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>) -> tensor<16x64xbf16>
   %1 = te.bias_add %0, %bias : tensor<16x64xbf16>, tensor<64xbf16> -> tensor<16x64xbf16>
   %2 = te.act <gelu> %1 : tensor<16x64xbf16> -> tensor<16x64xbf16>
   %q, %amax = te.quantize %2, %s : tensor<16x64xbf16>, tensor<1xf32> -> tensor<16x64xf8E4M3FN>, tensor<1xf32>
-  return %1, %q, %amax : tensor<16x64xbf16>, tensor<16x64xf8E4M3FN>, tensor<1xf32>
+  %t = te.transpose %q : tensor<16x64xf8E4M3FN> -> tensor<64x16xf8E4M3FN>
+  return %1, %q, %t, %amax : tensor<16x64xbf16>, tensor<16x64xf8E4M3FN>, tensor<64x16xf8E4M3FN>, tensor<1xf32>
+}
+
+// -----
+
+// Without the transpose (inference), an FP8 GEMM takes GELU too and writes
+// FP8 directly.
+// CHECK-LABEL: func.func @fp8_gemm_gelu_inference
+// CHECK:      %[[K:.*]]:2 = te.fused "gemm"(%arg0, %arg1, %arg2, %arg3)
+// CHECK:        %[[MM:.*]] = te.scaled_matmul
+// CHECK-NEXT:   %[[B:.*]] = te.bias_add %[[MM]]
+// CHECK-NEXT:   %[[A:.*]] = te.act <gelu> %[[B]]
+// CHECK-NEXT:   %[[Q:.*]], %[[AM:.*]] = te.quantize %[[A]]
+// CHECK-NEXT:   te.yield %[[Q]], %[[AM]]
+func.func @fp8_gemm_gelu_inference(%a: tensor<16x32xf8E4M3FN>, %w: tensor<64x32xf8E4M3FN>, %s: tensor<1xf32>, %bias: tensor<64xbf16>) -> (tensor<16x64xf8E4M3FN>, tensor<1xf32>) {
+  %0 = te.scaled_matmul %a, %w, %s, %s {fast_accum} : (tensor<16x32xf8E4M3FN>, tensor<64x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>) -> tensor<16x64xbf16>
+  %1 = te.bias_add %0, %bias : tensor<16x64xbf16>, tensor<64xbf16> -> tensor<16x64xbf16>
+  %2 = te.act <gelu> %1 : tensor<16x64xbf16> -> tensor<16x64xbf16>
+  %q, %amax = te.quantize %2, %s : tensor<16x64xbf16>, tensor<1xf32> -> tensor<16x64xf8E4M3FN>, tensor<1xf32>
+  return %q, %amax : tensor<16x64xf8E4M3FN>, tensor<1xf32>
 }
 
 // -----
