@@ -12,6 +12,7 @@
 #include "dialects/TEDialect.h"
 
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::te;
@@ -258,67 +259,127 @@ EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
   return builder.finish(w, rowGrid(rows), {32 * kWarps, 1, 1});
 }
 
-/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy. A block sums a
-/// strip of kLanes * kVec columns over a split of the rows, with many loads
-/// in flight: 512 threads (128 registers each) in kGroups row groups of
-/// kLanes lanes, kUnroll rows per group issued before the first use. Row
-/// groups meet in shared memory; with several splits (enough blocks to fill
-/// the GPU), their partial sums meet in scratch, added by the strip's last
-/// block.
+/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy: a stream over dy
+/// and x (bandwidth-bound) into kVec columns per thread. A block sums a strip
+/// of kLanes * kVec columns over a split of the rows, in kGroups row groups
+/// of kLanes lanes; each thread issues the loads of kUnroll rows, the row
+/// statistics too, before their first use. The row groups of a warp meet by
+/// shuffles, the warps in shared memory; with several splits, their partial
+/// sums meet in scratch, added in split order by the strip's last block.
+/// Every sum is in a fixed order: the result is deterministic.
+///
+/// The sizes come from benchmarks/gpu/micro/dgamma_variants.cu, on an H200
+/// at 8192 x 4096 bf16 (LayerNorm; a device copy moves 4.0 TB/s), where the
+/// earlier 512-thread, 4-row, 64 x 5-block version of this kernel took 62 us
+/// (54% of the copy's bandwidth) and this one takes 40 us (84%):
+/// - Rows stay in their storage type until used: converted to float at the
+///   load, they took twice the registers and spilled (84 us instead of 44 at
+///   256 threads x 4 rows).
+/// - 256 threads with 8 rows in flight each, two blocks per SM (100-125
+///   registers; writeSignature sets no minimum of blocks, so that rests on
+///   staying under 128): as much in flight as 512 threads x 4 rows, in
+///   blocks that start and end apart.
+/// - About eight blocks per SM of 132 in all (four waves), as the pointwise
+///   bias gradients: 9, 13, 17 and 25 splits took 41.9, 41.6, 41.1 and 44.1
+///   us. A block's start and end (its first loads, the reduction, the last
+///   block's sums) cost about a microsecond, so more, shorter blocks lose
+///   (the earlier 512-thread kernel took 98 us with 33 splits), while too
+///   few leave a ragged last wave.
+/// - Warps' row groups add up by shuffles (one smem row per group instead:
+///   48 us instead of 44 at 256 x 4); 32-bit indices where they fit (64-bit
+///   ones spilled: 56 us).
+/// - The last block spreads a strip's splits over all its threads (100003 x
+///   64 rows in 390 splits: 16 us instead of 25).
 EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
                               Value mean, Value rsigma, Value dgamma,
                               Value dbeta) {
-  constexpr int64_t kThreads = 512, kUnroll = 4, kTargetBlocks = 264;
+  constexpr int64_t kThreads = 256, kUnroll = 8, kTargetBlocks = 8 * 132;
   int64_t rows = rowsOf(x), cols = colsOf(x);
-  int64_t vec =
-      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
-  // Narrow strips give more blocks; 8 lanes still read 64-128 contiguous
-  // bytes of a row at once.
-  int64_t lanes = std::min<int64_t>(8, std::max<int64_t>(1, cols / vec));
+  int64_t bytes = elementBytes(tensorType(x).getElementType());
+  int64_t vec = vectorWidth({cols}, bytes);
+  // A row group reads 128 contiguous bytes of a row (whole sectors), or the
+  // whole row when narrower; lanes divide a warp, so that the groups of a
+  // warp add up by shuffles.
+  int64_t lanes = std::min<int64_t>(
+      std::clamp<int64_t>(128 / (vec * bytes), 1, 32),
+      static_cast<int64_t>(llvm::PowerOf2Ceil((cols + vec - 1) / vec)));
   int64_t groups = kThreads / lanes, stripCols = lanes * vec;
   int64_t strips = (cols + stripCols - 1) / stripCols;
+  // Splits for about kTargetBlocks blocks, each at least a pass of rows.
   int64_t rowsPerPass = groups * kUnroll;
-  int64_t splits = std::clamp<int64_t>((kTargetBlocks + strips - 1) / strips, 1,
-                                       (rows + rowsPerPass - 1) / rowsPerPass);
-  int64_t sums = dbeta ? 2 : 1;
+  int64_t splits =
+      std::clamp<int64_t>((kTargetBlocks + strips - 1) / strips, 1,
+                          std::max<int64_t>(1, rows / rowsPerPass));
+  int64_t splitRows = (rows + splits - 1) / splits;
+  splits = (rows + splitRows - 1) / splitRows; // none empty
+  SmallVector<std::pair<StringRef, Value>> outputs;
+  for (auto [name, value] : {std::pair<StringRef, Value>{"dgamma", dgamma},
+                             std::pair<StringRef, Value>{"dbeta", dbeta}})
+    if (value)
+      outputs.push_back({name, value});
+  int64_t sums = outputs.size();
   if (splits > 1)
     builder.requestScratch((splits * sums * cols + strips) * 4);
+  // Element offsets (and the scratch's) in 32 bits when they fit.
+  StringRef indexType = rows * cols < (int64_t(1) << 31) ? "int" : "tj_i64";
+  auto vecType = [&](Value value) {
+    return formatv("tj_vec<{0}, kVec>",
+                   elementTypeName(tensorType(value).getElementType()))
+        .str();
+  };
+
   CudaWriter w;
   builder.writeSignature(w, kThreads);
   w.line(formatv("constexpr int kVec = {0}, kLanes = {1}, kGroups = {2}, "
-                 "kUnroll = {3};",
-                 vec, lanes, groups, kUnroll)
+                 "kUnroll = {3}, kWarps = {4};",
+                 vec, lanes, groups, kUnroll, kThreads / 32)
              .str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kCols = {1}, kSplitRows = "
-                 "{2};",
-                 rows, cols, (rows + splits - 1) / splits)
+  w.line(formatv("constexpr {0} kRows = {1}, kCols = {2}, kSplitRows = {3};",
+                 indexType, rows, cols, splitRows)
              .str());
   w.line("const int lane = threadIdx.x % kLanes, group = threadIdx.x / "
          "kLanes;");
-  w.line("const tj_i64 col = (static_cast<tj_i64>(blockIdx.x) * kLanes + "
-         "lane) * kVec;");
-  w.line("const tj_i64 row_begin = static_cast<tj_i64>(blockIdx.y) * "
-         "kSplitRows;");
-  w.line("const tj_i64 row_end = row_begin + kSplitRows < kRows ? row_begin + "
-         "kSplitRows : kRows;");
-  w.line("float dgamma_acc[kVec] = {}, dbeta_acc[kVec] = {};");
+  w.line(formatv("const {0} col = (static_cast<{0}>(blockIdx.x) * kLanes + "
+                 "lane) * kVec;",
+                 indexType)
+             .str());
+  w.line(formatv("const {0} row_begin = static_cast<{0}>(blockIdx.y) * "
+                 "kSplitRows;",
+                 indexType)
+             .str());
+  w.line(formatv("const {0} row_end = row_begin + kSplitRows < kRows ? "
+                 "row_begin + kSplitRows : kRows;",
+                 indexType)
+             .str());
+  std::string accs;
+  for (auto [name, value] : outputs)
+    accs += (accs.empty() ? "" : ", ") + (name + "_acc[kVec] = {}").str();
+  w.line("float " + accs + ";");
   w.open("if (col < kCols)");
-  w.open("for (tj_i64 base = row_begin + group; base < row_end; base += "
-         "kGroups * kUnroll)");
-  w.line("float dy_v[kUnroll][kVec], x_v[kUnroll][kVec], mu_v[kUnroll], "
-         "rs_v[kUnroll];");
-  w.line("// Every load, the row statistics too, before the first use.");
+  w.open(formatv("for ({0} base = row_begin + group; base < row_end; base += "
+                 "kGroups * kUnroll)",
+                 indexType)
+             .str());
+  w.line("// Every load, the row statistics too, before the first use; rows "
+         "in their");
+  w.line("// storage type (half the registers of floats for 16-bit types).");
+  w.line(vecType(dy) + " dy_v[kUnroll];");
+  w.line(vecType(x) + " x_v[kUnroll];");
+  w.line(mean ? "float mu_v[kUnroll], rs_v[kUnroll];" : "float rs_v[kUnroll];");
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
-  w.line("const tj_i64 row = base + u * kGroups;");
+  w.line(formatv("const {0} row = base + u * kGroups;", indexType).str());
   w.open("if (row < row_end)");
-  w.line("tj_load(dy_v[u], " + builder.param(dy).str() +
-         " + row * kCols + col);");
-  w.line("tj_load(x_v[u], " + builder.param(x).str() +
-         " + row * kCols + col);");
-  w.line("mu_v[u] = " +
-         (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
-         ";");
+  w.line(formatv("dy_v[u] = *reinterpret_cast<const {0} *>({1} + row * kCols "
+                 "+ col);",
+                 vecType(dy), builder.param(dy))
+             .str());
+  w.line(formatv("x_v[u] = *reinterpret_cast<const {0} *>({1} + row * kCols + "
+                 "col);",
+                 vecType(x), builder.param(x))
+             .str());
+  if (mean)
+    w.line("mu_v[u] = " + builder.param(mean).str() + "[row];");
   w.line("rs_v[u] = " + builder.param(rsigma).str() + "[row];");
   w.close();
   w.close();
@@ -327,67 +388,139 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
   w.line("if (base + u * kGroups >= row_end) break;");
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kVec; ++i)");
-  w.line("dgamma_acc[i] += dy_v[u][i] * (x_v[u][i] - mu_v[u]) * rs_v[u];");
-  w.line("dbeta_acc[i] += dy_v[u][i];");
+  w.line("const float dy_f = tj_to_float(dy_v[u].v[i]);");
+  if (dgamma)
+    w.line(std::string("dgamma_acc[i] += dy_f * ") +
+           (mean ? "(tj_to_float(x_v[u].v[i]) - mu_v[u])"
+                 : "tj_to_float(x_v[u].v[i])") +
+           " * rs_v[u];");
+  if (dbeta)
+    w.line("dbeta_acc[i] += dy_f;");
   w.close();
   w.close();
   w.close();
   w.close();
-  w.line("__shared__ float partial[kGroups][kLanes * kVec + 1];");
-  SmallVector<std::pair<StringRef, Value>> outputs;
-  for (auto [name, value] : {std::pair<StringRef, Value>{"dgamma", dgamma},
-                             std::pair<StringRef, Value>{"dbeta", dbeta}})
-    if (value)
-      outputs.push_back({name, value});
-  auto store = [&](Value value, StringRef sum) {
-    return formatv("{0}[out] = tj_convert<{1}>::from({2});",
-                   builder.param(value),
-                   elementTypeName(tensorType(value).getElementType()), sum)
-        .str();
-  };
-  for (auto [index, output] : llvm::enumerate(outputs)) {
-    auto [name, value] = output;
-    w.line("__syncthreads();");
-    w.line(formatv("for (int i = 0; i < kVec; ++i) partial[group][lane * "
-                   "kVec + i] = {0}_acc[i];",
+
+  w.line("// The row groups of a warp add up by shuffles, then the warps in "
+         "shared");
+  w.line("// memory, in a fixed order.");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  w.line("#pragma unroll");
+  w.open("for (int offset = kLanes; offset < 32; offset *= 2)");
+  for (auto [name, value] : outputs)
+    w.line(formatv("{0}_acc[i] += __shfl_xor_sync(0xffffffffu, {0}_acc[i], "
+                   "offset);",
                    name)
                .str());
-    w.line("__syncthreads();");
-    w.open("for (int c = threadIdx.x; c < kLanes * kVec; c += blockDim.x)");
-    w.line("const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * kLanes * "
-           "kVec + c;");
-    w.line("float sum = 0.f;");
-    w.line("for (int g = 0; g < kGroups; ++g) sum += partial[g][c];");
-    if (splits > 1)
-      w.line(formatv("if (out < kCols) tj_scratch[(blockIdx.y * {0} + {1}) * "
-                     "kCols + out] = sum;",
-                     sums, index)
+  w.close();
+  w.close();
+  w.line(formatv("__shared__ float partial[{0}][kWarps][kLanes * kVec];", sums)
+             .str());
+  w.open("if (threadIdx.x % 32 < kLanes)");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  for (auto [index, output] : llvm::enumerate(outputs))
+    w.line(formatv("partial[{0}][threadIdx.x / 32][lane * kVec + i] = "
+                   "{1}_acc[i];",
+                   index, output.first)
+               .str());
+  w.close();
+  w.close();
+  w.line("__syncthreads();");
+  // Thread c of the strip's sums: which sum, which column.
+  auto openSums = [&] {
+    w.open(formatv("for (int c = threadIdx.x; c < {0} * kLanes * kVec; c += "
+                   "blockDim.x)",
+                   sums)
+               .str());
+    w.line("const int sum_index = c / (kLanes * kVec);");
+    w.line(formatv("const {0} out = static_cast<{0}>(blockIdx.x) * kLanes * "
+                   "kVec + c % (kLanes * kVec);",
+                   indexType)
+               .str());
+  };
+  auto store = [&](StringRef sum) {
+    for (auto [index, output] : llvm::enumerate(outputs)) {
+      Value value = output.second;
+      w.line(formatv("{0}if (sum_index == {1}) {2}[out] = "
+                     "tj_convert<{3}>::from({4});",
+                     index ? "else " : "", index, builder.param(value),
+                     elementTypeName(tensorType(value).getElementType()), sum)
                  .str());
-    else
-      w.line("if (out < kCols) " + store(value, "sum"));
-    w.close();
-  }
+    }
+  };
+  openSums();
+  w.line("if (out >= kCols) continue;");
+  w.line("float sum = 0.f;");
+  w.line("#pragma unroll");
+  w.line("for (int w = 0; w < kWarps; ++w) sum += "
+         "partial[sum_index][w][c % (kLanes * kVec)];");
+  if (splits > 1)
+    w.line(formatv("tj_scratch[(blockIdx.y * {0} + sum_index) * kCols + out] "
+                   "= sum;",
+                   sums)
+               .str());
+  else
+    store("sum");
+  w.close();
   if (splits > 1) {
     writeLastBlockOfStrip(
         w, formatv("reinterpret_cast<unsigned *>(tj_scratch + {0})",
                    splits * sums * cols)
                .str());
     w.line("const volatile float *partials = tj_scratch;");
-    w.open("for (int c = threadIdx.x; c < kLanes * kVec; c += blockDim.x)");
-    w.line("const tj_i64 out = static_cast<tj_i64>(blockIdx.x) * kLanes * "
-           "kVec + c;");
-    w.line("if (out >= kCols) break;");
-    for (auto [index, output] : llvm::enumerate(outputs)) {
-      auto [name, value] = output;
-      std::string sum = ("sum_" + name).str();
-      w.line("float " + sum + " = 0.f;");
-      w.line(formatv("for (unsigned s = 0; s < gridDim.y; ++s) {0} += "
-                     "partials[(s * {1} + {2}) * kCols + out];",
-                     sum, sums, index)
+    // The strip's sums in split order, eight loads in flight at a time;
+    // when they are fewer than the threads, kParts threads per sum take
+    // every kParts-th split each, and meet in shared memory.
+    int64_t outs = sums * stripCols;
+    int64_t parts = outs < kThreads ? kThreads / outs : 1;
+    w.line(formatv("constexpr int kSplits = {0}, kParts = {1};", splits, parts)
+               .str());
+    auto sumSplits = [&](StringRef first) {
+      w.line("float sum = 0.f;");
+      w.open(("for (int s0 = " + first + "; s0 < kSplits; s0 += 8 * kParts)")
                  .str());
-      w.line(store(value, sum));
+      w.line("float part[8];");
+      w.line("#pragma unroll");
+      w.line(formatv("for (int j = 0; j < 8; ++j) if (s0 + j * kParts < "
+                     "kSplits) part[j] = partials[((s0 + j * kParts) * {0} + "
+                     "sum_index) * kCols + out];",
+                     sums)
+                 .str());
+      w.line("#pragma unroll");
+      w.line("for (int j = 0; j < 8; ++j) if (s0 + j * kParts < kSplits) sum "
+             "+= part[j];");
+      w.close();
+    };
+    if (parts == 1) {
+      openSums();
+      w.line("if (out >= kCols) continue;");
+      sumSplits("0");
+      store("sum");
+      w.close();
+    } else {
+      w.line(formatv("__shared__ float final_part[kParts][{0}];", outs).str());
+      w.line(formatv("const int c = threadIdx.x % {0}, first = threadIdx.x / "
+                     "{0};",
+                     outs)
+                 .str());
+      w.line("const int sum_index = c / (kLanes * kVec);");
+      w.line(formatv("const {0} out = static_cast<{0}>(blockIdx.x) * kLanes * "
+                     "kVec + c % (kLanes * kVec);",
+                     indexType)
+                 .str());
+      w.open("if (out < kCols)");
+      sumSplits("first");
+      w.line("final_part[first][c] = sum;");
+      w.close();
+      w.line("__syncthreads();");
+      w.line("if (first != 0 || out >= kCols) return;");
+      w.line("float sum = final_part[0][c];");
+      w.line("#pragma unroll");
+      w.line("for (int p = 1; p < kParts; ++p) sum += final_part[p][c];");
+      store("sum");
     }
-    w.close();
   }
   return builder.finish(w, {strips, splits, 1}, {kThreads, 1, 1});
 }

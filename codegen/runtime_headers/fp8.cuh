@@ -147,4 +147,27 @@ __device__ __forceinline__ void tj_store(T *dst, const float (&src)[N]) {
   *reinterpret_cast<tj_vec<T, N> *>(dst) = out;
 }
 
+/// Transposes an 8-row x 4-byte block of one-byte elements at `src` (rows
+/// `stride` bytes apart, 4-byte aligned): column j's rows 0-3 come back in
+/// lo[j] and rows 4-7 in hi[j], lowest row in the lowest byte. Eight 4-byte
+/// reads and sixteen byte permutes instead of 32 one-byte reads.
+__device__ __forceinline__ void tj_transpose_8x4(tj_u32 (&lo)[4], tj_u32 (&hi)[4],
+                                                 const tj_u8 *src, int stride) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    tj_u32 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      w[k] = *reinterpret_cast<const tj_u32 *>(src + (4 * half + k) * stride);
+    // Interleave bytes 0-1 and 2-3 of row pairs, then pick the columns.
+    const tj_u32 a01 = __byte_perm(w[0], w[1], 0x5140), a23 = __byte_perm(w[2], w[3], 0x5140);
+    const tj_u32 b01 = __byte_perm(w[0], w[1], 0x7362), b23 = __byte_perm(w[2], w[3], 0x7362);
+    tj_u32 (&out)[4] = half ? hi : lo;
+    out[0] = __byte_perm(a01, a23, 0x5410);
+    out[1] = __byte_perm(a01, a23, 0x7632);
+    out[2] = __byte_perm(b01, b23, 0x5410);
+    out[3] = __byte_perm(b01, b23, 0x7632);
+  }
+}
+
 #endif // TEJIT_FP8_CUH

@@ -58,10 +58,20 @@ __device__ __forceinline__ tj_u64 tj_splitmix64(tj_u64 x) {
 __device__ __forceinline__ tj_u64 tj_dropout_key(tj_u64 seed, tj_u64 offset, tj_u64 stream) {
   return tj_splitmix64(tj_splitmix64(tj_splitmix64(seed) ^ offset) ^ stream);
 }
-/// Whether element `index` is kept: u = (h >> 11) * 2^-53 >= rate, compared
-/// exactly as integers against `threshold` = ceil(rate * 2^53).
+/// The keep decisions of the pair of elements 2 pair (bit 0) and 2 pair + 1
+/// (bit 1), from one hash: the low and the high 32 bits of sm(key ^ pair),
+/// each kept iff >= `threshold` = ceil(rate * 2^32) (keepThreshold in
+/// DropoutRng.h), which keeps neither at 2^32. Compared in 32 bits: with a
+/// literal threshold the first test folds away.
+__device__ __forceinline__ unsigned tj_dropout_keeps2(tj_u64 key, tj_u64 pair, tj_u64 threshold) {
+  if (threshold > 0xFFFFFFFFull) return 0u;
+  const tj_u64 h = tj_splitmix64(key ^ pair);
+  const tj_u32 t = static_cast<tj_u32>(threshold);
+  return unsigned(static_cast<tj_u32>(h) >= t) | unsigned(static_cast<tj_u32>(h >> 32) >= t) << 1;
+}
+/// Whether element `index` is kept: its half of its pair's hash.
 __device__ __forceinline__ bool tj_dropout_keeps(tj_u64 key, tj_u64 index, tj_u64 threshold) {
-  return (tj_splitmix64(key ^ index) >> 11) >= threshold;
+  return tj_dropout_keeps2(key, index >> 1, threshold) >> (index & 1) & 1u;
 }
 
 #endif // TEJIT_MATH_CUH

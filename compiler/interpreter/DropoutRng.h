@@ -6,13 +6,18 @@
 // free of MLIR and usable from device code.
 //
 // Element `index` (its row-major flat index) of a dropout keyed by `seed`,
-// `offset` and `stream` is kept iff `u >= rate`, where
+// `offset` and `stream` is kept iff `bits >= ceil(rate * 2^32)`, where
 //
-//   h = sm(sm(sm(sm(seed) ^ offset) ^ stream) ^ index)
-//   u = (h >> 11) * 2^-53                          (uniform in [0, 1))
+//   key  = sm(sm(sm(seed) ^ offset) ^ stream)
+//   h    = sm(key ^ (index >> 1))
+//   bits = index even ? h mod 2^32 : h >> 32         (its 32 random bits)
 //
-// and `sm` is SplitMix64's output function; kept elements are scaled by
-// 1 / (1 - rate). Attention dropout indexes its probabilities as
+// and `sm` is SplitMix64's output function: one hash serves the pair of
+// elements 2k, 2k + 1 (the GPU kernels are bound by the hash's 64-bit
+// multiplies). Equivalently u = bits * 2^-32, uniform in [0, 1), is kept iff
+// u >= rate; the threshold is an integer (keepThreshold), so that the
+// device and this header compare the same bits. Kept elements are scaled
+// by 1 / (1 - rate). Attention dropout indexes its probabilities as
 // [b, heads, s_q, s_kv].
 //
 // Where the key comes from:
@@ -41,24 +46,50 @@ constexpr uint64_t splitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/// The 64 random bits of element `index`.
-constexpr uint64_t hashBits(uint64_t seed, uint64_t offset, uint64_t stream,
-                            uint64_t index) {
-  return splitMix64(splitMix64(splitMix64(splitMix64(seed) ^ offset) ^ stream) ^
-                    index);
+/// sm(sm(sm(seed) ^ offset) ^ stream): the part of the chain shared by
+/// every element of one dropout.
+constexpr uint64_t streamKey(uint64_t seed, uint64_t offset, uint64_t stream) {
+  return splitMix64(splitMix64(splitMix64(seed) ^ offset) ^ stream);
 }
 
-/// The uniform draw in [0, 1) of element `index`: the top 53 bits.
+/// The 64 random bits of elements 2 `pair` (low half) and 2 `pair` + 1
+/// (high half).
+constexpr uint64_t pairBits(uint64_t key, uint64_t pair) {
+  return splitMix64(key ^ pair);
+}
+
+/// The 32 random bits of element `index`: its half of its pair's hash.
+constexpr uint32_t hashBits(uint64_t seed, uint64_t offset, uint64_t stream,
+                            uint64_t index) {
+  uint64_t h = pairBits(streamKey(seed, offset, stream), index >> 1);
+  return static_cast<uint32_t>(index & 1 ? h >> 32 : h);
+}
+
+/// The uniform draw in [0, 1) of element `index`: bits * 2^-32 (exact).
 constexpr double uniform(uint64_t seed, uint64_t offset, uint64_t stream,
                          uint64_t index) {
-  return static_cast<double>(hashBits(seed, offset, stream, index) >> 11) *
-         0x1.0p-53;
+  return hashBits(seed, offset, stream, index) * 0x1p-32;
+}
+
+/// The least 32 random bits a dropout of `rate` keeps: ceil(rate * 2^32),
+/// exactly, so that bits >= keepThreshold(rate) iff bits * 2^-32 >= rate.
+/// 0 (rate 0) keeps every element, 2^32 (rate 1) none; the code emitter
+/// writes it into the kernels.
+constexpr uint64_t keepThreshold(double rate) {
+  if (!(rate > 0))
+    return 0;
+  if (rate >= 1)
+    return uint64_t(1) << 32;
+  // Scaling by a power of two is exact, so only the ceiling remains.
+  double scaled = rate * 0x1p32;
+  auto whole = static_cast<uint64_t>(scaled);
+  return whole + (static_cast<double>(whole) < scaled);
 }
 
 /// Whether a dropout of `rate` keeps element `index`.
 constexpr bool keeps(double rate, uint64_t seed, uint64_t offset,
                      uint64_t stream, uint64_t index) {
-  return uniform(seed, offset, stream, index) >= rate;
+  return hashBits(seed, offset, stream, index) >= keepThreshold(rate);
 }
 
 /// Dropout sites of a layer op; each layer op owns 16 consecutive streams.

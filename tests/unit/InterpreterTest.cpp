@@ -11,6 +11,7 @@
 
 #include "llvm/Support/MathExtras.h"
 
+#include <cmath>
 #include <limits>
 
 using namespace tejit::testing;
@@ -29,10 +30,17 @@ uint64_t sm(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/// u = (h >> 11) * 2^-53 with h = sm(sm(sm(sm(seed) ^ offset) ^ stream) ^ i).
+/// The 32 random bits of element i: of h = sm(sm(sm(sm(seed) ^ offset) ^
+/// stream) ^ (i / 2)), the low half for an even i, the high half for an odd.
+uint32_t drawBits(uint64_t seed, uint64_t offset, uint64_t stream,
+                  uint64_t index) {
+  uint64_t h = sm(sm(sm(sm(seed) ^ offset) ^ stream) ^ (index / 2));
+  return uint32_t(index % 2 == 0 ? h & 0xFFFFFFFFu : h >> 32);
+}
+
+/// u = bits / 2^32; the element is kept iff u >= rate.
 double draw(uint64_t seed, uint64_t offset, uint64_t stream, uint64_t index) {
-  uint64_t h = sm(sm(sm(sm(seed) ^ offset) ^ stream) ^ index);
-  return double(h >> 11) / 9007199254740992.0;
+  return drawBits(seed, offset, stream, index) / 4294967296.0;
 }
 
 /// The [seed, offset] of an rng_state tensor.
@@ -323,7 +331,13 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(DropoutRngTest, FollowsTheConvention) {
   // SplitMix64's published first output for state 0.
   EXPECT_EQ(tejit::dropout::splitMix64(0), 0xE220A8397B1DCDAFull);
-  for (uint64_t i : {0ull, 1ull, 77ull, 1ull << 40})
+  // Known answers (from a separate Python transcription): elements 0 and 1
+  // are the low and high halves of one hash, 2 and 3 of the next.
+  EXPECT_EQ(tejit::dropout::hashBits(3, 9, 17, 0), 0x26F10D73u);
+  EXPECT_EQ(tejit::dropout::hashBits(3, 9, 17, 1), 0xFD34D3C9u);
+  EXPECT_EQ(tejit::dropout::hashBits(3, 9, 17, 2), 0xCB675AC6u);
+  EXPECT_EQ(tejit::dropout::hashBits(3, 9, 17, 3), 0x6756A1FCu);
+  for (uint64_t i : {0ull, 1ull, 76ull, 77ull, 1ull << 40, (1ull << 40) + 1})
     EXPECT_EQ(tejit::dropout::uniform(3, 9, 17, i), draw(3, 9, 17, i));
   EXPECT_EQ(tejit::dropout::layerStream(2, tejit::dropout::kMlpOutputSite),
             34u);
@@ -333,6 +347,53 @@ TEST(DropoutRngTest, FollowsTheConvention) {
   EXPECT_NE(draw(1, 5, 3, 4), base);
   EXPECT_NE(draw(1, 2, 5, 4), base);
   EXPECT_NE(draw(1, 2, 3, 5), base);
+}
+
+TEST(DropoutRngTest, ThresholdIsTheExactCeiling) {
+  using tejit::dropout::keepThreshold;
+  static_assert(keepThreshold(0.0) == 0);
+  static_assert(keepThreshold(1.0) == 1ull << 32);
+  EXPECT_EQ(keepThreshold(0.5), 1ull << 31);
+  EXPECT_EQ(keepThreshold(0.1), 429496730u); // 0.1 * 2^32 = 429496729.6...
+  EXPECT_EQ(keepThreshold(0x1p-32), 1u);
+  EXPECT_EQ(keepThreshold(0x1p-40), 1u);
+  EXPECT_EQ(keepThreshold(std::nextafter(1.0, 0.0)), 1ull << 32);
+  // bits >= threshold iff bits / 2^32 >= rate, at the boundary too.
+  for (double rate : {0.1, 0.25, 1.0 / 3.0, 0.5, 0.9, 0.999999}) {
+    uint64_t t = keepThreshold(rate);
+    EXPECT_GE(double(t) / 4294967296.0, rate);
+    EXPECT_LT(double(t - 1) / 4294967296.0, rate);
+  }
+}
+
+TEST(DropoutRngTest, KeepRatesAndPairsAreUnbiased) {
+  using tejit::dropout::keeps;
+  constexpr uint64_t kPairs = 500000, kElements = 2 * kPairs;
+  for (double rate : {0.1, 0.5}) {
+    SCOPED_TRACE(rate);
+    double kept = 0, keptEven = 0, keptBoth = 0;
+    for (uint64_t pair = 0; pair < kPairs; ++pair) {
+      bool even = keeps(rate, 11, 22, 5, 2 * pair);
+      bool odd = keeps(rate, 11, 22, 5, 2 * pair + 1);
+      EXPECT_EQ(even, draw(11, 22, 5, 2 * pair) >= rate);
+      kept += even + odd;
+      keptEven += even;
+      keptBoth += even && odd;
+    }
+    // Within 5 sigma of a Bernoulli mean over n draws.
+    auto near = [](double count, double n, double p) {
+      return std::abs(count / n - p) < 5 * std::sqrt(p * (1 - p) / n);
+    };
+    double q = 1 - rate;
+    EXPECT_TRUE(near(kept, kElements, q)) << kept / kElements;
+    EXPECT_TRUE(near(keptEven, kPairs, q)) << keptEven / kPairs;
+    // The two halves of one hash are independent.
+    EXPECT_TRUE(near(keptBoth, kPairs, q * q)) << keptBoth / kPairs;
+  }
+  for (uint64_t i = 0; i < 100000; ++i) {
+    EXPECT_TRUE(keeps(0.0, 11, 22, 5, i));
+    EXPECT_FALSE(keeps(1.0, 11, 22, 5, i));
+  }
 }
 
 TEST_F(InterpreterTest, DropoutKeepsAndScalesByTheHash) {

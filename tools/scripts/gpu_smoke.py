@@ -12,8 +12,14 @@ Run on the GPU machine (PyTorch + CuPy there): python3 gpu_smoke.py DIR
    against the column sums. Kernels that also compute the cast's input from
    others (dropout backward, residual add) are left to the layer suite.
    Each run draws new data and scales.
+3. Launches every bias + dropout + residual kernel (bias_dropout_add_*) on
+   fresh random data and a random RNG state, and checks its keep mask
+   bit-exact against a NumPy re-implementation of the RNG convention
+   (compiler/interpreter/DropoutRng.h: one SplitMix64 per pair of elements,
+   32 bits each), and its output against residual + keep * x / (1 - rate).
+   The rate, stream and dropout input are read from the kernel's source.
 Prints a table; exits 1 on any mismatch."""
-import json, os, sys
+import json, os, re, sys
 
 import cupy
 import numpy as np
@@ -91,6 +97,85 @@ def check_cast_transpose(fn, step, values, rng):
     return "; ".join(bad)
 
 
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    """SplitMix64's output function on a Python int or a NumPy uint64 array
+    (whose products wrap modulo 2^64, as the device's do)."""
+    if isinstance(x, int):
+        x = (x + 0x9E3779B97F4A7C15) & MASK64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+        return x ^ (x >> 31)
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def reference_keep(seed, offset, stream, threshold, count):
+    """The keep mask of elements 0..count-1 under DropoutRng.h's convention."""
+    key = splitmix64(splitmix64(splitmix64(seed) ^ offset) ^ stream)
+    index = np.arange(count, dtype=np.uint64)
+    h = splitmix64(np.uint64(key) ^ (index >> np.uint64(1)))
+    bits = np.where(index & np.uint64(1), h >> np.uint64(32),
+                    h & np.uint64(0xFFFFFFFF))
+    return bits >= np.uint64(threshold)
+
+
+def check_bias_dropout_add(fn, step, values, source, rng):
+    signature = source.split('extern "C"', 1)[-1].split("{", 1)[0]
+    params = re.findall(r"\*__restrict__ (\w+)", signature)
+    key = re.search(r"tj_dropout_key\((\w+)\[0\], \1\[1\], (\d+)ull\)", source)
+    threshold = re.search(r"tj_dropout_keeps2?\(\w+, .*, (\d+)ull\)", source)
+    dropped = re.search(r"keep\w* \? (\w+)_in\[u\]\[i\] \* ([0-9.e+-]+)f", source)
+    if not (key and threshold and dropped) or len(params) != len(step["args"]):
+        return "kernel source not understood (RNG key, threshold, input)"
+    seed, offset = (int(v) for v in rng.integers(0, 1 << 62, 2))
+    tensors = {}
+    for name, arg in zip(params, step["args"]):
+        shape, elem = parse_type(values[arg["value"]]["type"])
+        if name == key.group(1):
+            t = torch.tensor([seed, offset], dtype=torch.int64, device="cuda")
+        elif not arg["output"]:
+            t = torch.randn(shape, device="cuda").to(DTYPES[elem])
+        else:
+            t = torch.empty(shape, dtype=DTYPES[elem], device="cuda")
+            t.view(torch.uint8).fill_(0x7F)
+        tensors[name] = t
+    fn(tuple(step["grid"]), tuple(step["block"]),
+       tuple(np.uint64(t.data_ptr()) for t in tensors.values()))
+    torch.cuda.synchronize()
+    x = tensors[dropped.group(1)]
+    residual = [t for n, t in tensors.items() if n not in
+                (dropped.group(1), key.group(1)) and
+                not step["args"][params.index(n)]["output"]]
+    outputs = [t for n, t in tensors.items()
+               if step["args"][params.index(n)]["output"]]
+    mask = [t for t in outputs if t.dtype == torch.uint8]
+    out = [t for t in outputs if t.dtype != torch.uint8]
+    if len(residual) != 1 or len(mask) != 1 or len(out) != 1:
+        return "unexpected arguments"
+    want = torch.from_numpy(reference_keep(
+        seed, offset, int(key.group(2)), int(threshold.group(1)),
+        x.numel())).to("cuda").view(x.shape)
+    bad = []
+    got = mask[0].bool()
+    if not torch.equal(got, want) or not torch.equal(mask[0].max(),
+                                                     mask[0].new_tensor(1)):
+        bad.append(f"keep mask: {int((got != want).sum())} of {want.numel()} "
+                   "differ from DropoutRng.h")
+    scale = float(dropped.group(2))
+    ref = residual[0].float() + torch.where(want, x.float() * scale, 0.0)
+    err = (out[0].float() - ref).abs().max().item()
+    if not err <= 2.0 ** -7 * ref.abs().max().item():
+        bad.append(f"output off by {err:.3g}")
+    rate = 1.0 - want.float().mean().item()
+    return "; ".join(bad) or f"mask bit-exact, output ok (drop rate {rate:.4f})"
+
+
 def main(bundle):
     plan = json.load(open(os.path.join(bundle, "plan.json")))
     print(torch.cuda.get_device_name(), "plan arch", plan["arch"], flush=True)
@@ -105,6 +190,14 @@ def main(bundle):
             module = cupy.RawModule(path=os.path.join(bundle, step["binary"]))
             fn = module.get_function(step["name"])
             loaded += 1
+            if "bias_dropout_add" in step["name"]:
+                source = open(os.path.join(
+                    bundle, step["binary"][:-len(".cubin")] + ".cu")).read()
+                verdict = check_bias_dropout_add(
+                    fn, step, function["values"], source, rng)
+                failures += not verdict.startswith("mask bit-exact")
+                rows.append((step["name"], verdict))
+                continue
             if "cast_transpose" not in step["name"]:
                 continue
             if not is_plain_cast(step, function["values"]):
@@ -114,7 +207,7 @@ def main(bundle):
             problems = check_cast_transpose(fn, step, function["values"], rng)
             failures += bool(problems)
             rows.append((step["name"], problems or "bit-exact"))
-    print(f"\nloaded {loaded} kernels\n\n| kernel | FP8 bytes, transpose, amax |\n|---|---|")
+    print(f"\nloaded {loaded} kernels\n\n| kernel | check |\n|---|---|")
     for name, verdict in rows:
         print(f"| {name} | {verdict} |")
     skipped = sum(verdict.startswith("skipped") for _, verdict in rows)
