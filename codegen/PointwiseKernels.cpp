@@ -313,25 +313,25 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
     if (!group.isOutput(transpose.getOutput()))
       return noEmitter(group.op, "a transpose the kernel does not write");
     Value in = transpose.getInput();
+    if (elementBytes(tensorType(in).getElementType()) != 1)
+      return noEmitter(group.op, "a transpose of other than FP8 elements");
     std::string type = elementTypeName(tensorType(in).getElementType());
     std::string out = builder.param(transpose.getOutput()).str();
     for (int h = 0; h < halves(in); ++h) {
       std::string tile = out + (h ? "_hi_tile" : "_tile");
-      std::string packed = tile + "_bytes";
+      std::string packed = tile + "_words";
       transposes.push_back({tile, out, offset(h), type});
       packedArrays[{in.getAsOpaquePointer(), h}] = packed;
-      w.line(formatv("tj_vec<{0}, kVec> {1};", type, packed).str());
-      w.line(formatv("tj_pack({0}, {1});", packed,
+      w.line(formatv("tj_vec<tj_u32, kVec / 4> {0};", packed).str());
+      w.line(formatv("tj_pack_words<{0}>({1}, {2});", type, packed,
                      arrays[{in.getAsOpaquePointer(), h}])
                  .str());
       w.line("#pragma unroll");
-      w.open("for (int word = 0; word < kVec / 4; ++word)");
-      w.line(formatv(
-                 "*reinterpret_cast<tj_u32 *>(&{0}[row - row0][col - col0 "
-                 "+ 4 * word]) = reinterpret_cast<const tj_u32 *>(&{1})[word];",
-                 tile, packed)
+      w.line(formatv("for (int word = 0; word < kVec / 4; ++word) "
+                     "*reinterpret_cast<tj_u32 *>(&{0}[row - row0][col - col0 "
+                     "+ 4 * word]) = {1}.v[word];",
+                     tile, packed)
                  .str());
-      w.close();
     }
   }
   for (auto [value, h] : stored) {
@@ -344,8 +344,7 @@ llvm::Error PointwiseBody::writeVector(CudaWriter &w) {
                  .str());
       continue;
     }
-    std::string type = elementTypeName(tensorType(value).getElementType());
-    w.line(formatv("*reinterpret_cast<tj_vec<{0}, kVec> *>({1}) = {2};", type,
+    w.line(formatv("*reinterpret_cast<tj_vec<tj_u32, kVec / 4> *>({0}) = {1};",
                    at, packed->second)
                .str());
   }

@@ -147,6 +147,23 @@ __device__ __forceinline__ void tj_store(T *dst, const float (&src)[N]) {
   *reinterpret_cast<tj_vec<T, N> *>(dst) = out;
 }
 
+/// Converts N floats (N % 4 == 0) to FP8 type T in N / 4 words, the lowest
+/// element in the lowest byte: the bytes of a row-major store and of a
+/// shared tile for the transposed one, converted once. (Words, not a
+/// tj_vec<T, N> read back through a tj_u32 pointer: that reinterpretation
+/// gave wrong row-major bytes on an H200.)
+template <typename T, int N>
+__device__ __forceinline__ void tj_pack_words(tj_vec<tj_u32, N / 4> &out,
+                                              const float (&src)[N]) {
+  static_assert(N % 4 == 0, "four FP8 elements a word");
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    const tj_u32 lo = tj_convert<T>::pair(src[4 * j], src[4 * j + 1]);
+    const tj_u32 hi = tj_convert<T>::pair(src[4 * j + 2], src[4 * j + 3]);
+    out.v[j] = lo | hi << 16;
+  }
+}
+
 /// Transposes an 8-row x 4-byte block of one-byte elements at `src` (rows
 /// `stride` bytes apart, 4-byte aligned): column j's rows 0-3 come back in
 /// lo[j] and rows 4-7 in hi[j], lowest row in the lowest byte. Eight 4-byte

@@ -75,16 +75,24 @@ __global__ void __launch_bounds__(256)
           amax0 = fmaxf(amax0, fabsf(t0));
           o[i] = t0 * s;
         }
-        tj_vec<tj_e5m2, kVec> bytes;
-        tj_pack(bytes, o);
-        *reinterpret_cast<tj_vec<tj_e5m2, kVec> *>(out + row * kCols + col) =
-            bytes;
-        if (!kFast)
-          tj_pack(bytes, o); // the baseline converts twice
+        tj_vec<tj_u32, kVec / 4> words;
+        if (kFast) { // converted once, as the emitter does
+          tj_pack_words<tj_e5m2>(words, o);
+        } else { // the baseline converts twice, once per layout
+          tj_vec<tj_e5m2, kVec> bytes;
+          tj_pack(bytes, o);
+          *reinterpret_cast<tj_vec<tj_e5m2, kVec> *>(out + row * kCols +
+                                                     col) = bytes;
+          tj_pack(bytes, o);
+          words = *reinterpret_cast<const tj_vec<tj_u32, kVec / 4> *>(&bytes);
+        }
+        if (kFast)
+          *reinterpret_cast<tj_vec<tj_u32, kVec / 4> *>(out + row * kCols +
+                                                        col) = words;
 #pragma unroll
         for (int w = 0; w < kVec / 4; ++w)
           *reinterpret_cast<tj_u32 *>(&tile[row - row0][col - col0 + 4 * w]) =
-              reinterpret_cast<const tj_u32 *>(&bytes)[w];
+              words.v[w];
       }
     }
     __syncthreads();
