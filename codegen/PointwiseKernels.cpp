@@ -366,35 +366,6 @@ bool fitsNarrowIndex(const KernelGroup &group) {
   return true;
 }
 
-/// How many row splits a bias gradient's column strips take: all blocks
-/// resident at once (each walks its split's tiles, so a block's work is
-/// long and a ragged last round of blocks idles most SMs), in whole rounds
-/// of one block per SM as far as the strip count allows, about four per SM.
-/// (The 8192 x 16384 dGELU + bias gradient + cast + transpose on an H200,
-/// 128-row tiles: 512 blocks, 3.9 per SM, 238 us; 1024 blocks 240 us; 256
-/// blocks 325 us; 1280 blocks of 64-row tiles 303 us.)
-int64_t reductionSplits(int64_t strips, int64_t tiles) {
-  constexpr int64_t kSMs = 132, kLow = 2 * kSMs, kHigh = 6 * kSMs,
-                    kTarget = 4 * kSMs;
-  int64_t best = std::clamp<int64_t>((kTarget + strips / 2) / strips, 1, tiles);
-  double bestFill = 0;
-  for (int64_t splits = 1; splits <= tiles && strips * splits <= kHigh;
-       ++splits) {
-    int64_t blocks = strips * splits;
-    if (blocks < kLow)
-      continue;
-    // The share of the last round of one block per SM that is busy.
-    double fill = double(blocks) / double(kSMs * ((blocks + kSMs - 1) / kSMs));
-    bool closer =
-        std::abs(blocks - kTarget) < std::abs(strips * best - kTarget);
-    if (fill > bestFill + 1e-9 || (fill > bestFill - 1e-9 && closer)) {
-      best = splits;
-      bestFill = fill;
-    }
-  }
-  return best;
-}
-
 /// The iteration width: the narrowest last dim of the group's matrices
 /// (transposed results aside, whose dims are swapped).
 int64_t iterationWidth(const KernelGroup &group, int64_t &rows,
@@ -686,9 +657,15 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
     return error;
 
   int64_t tileCols = kThreadsX * vec;
+  // A bias gradient splits its rows over enough blocks to fill the GPU,
+  // about four per SM of 132, its partial sums meeting in scratch. (The
+  // 8192 x 16384 dGELU + bias gradient + cast + transpose on an H200, 128-row
+  // tiles: 512 blocks 242 us, 1024 blocks 246 us, 256 blocks 326 us.)
+  constexpr int64_t kReduceTargetBlocks = 4 * 132;
   int64_t strips = (width + tileCols - 1) / tileCols, splits = 1;
   if (reduces) {
-    splits = reductionSplits(strips, (rows + kTileRows - 1) / kTileRows);
+    splits = std::clamp<int64_t>((kReduceTargetBlocks + strips / 2) / strips, 1,
+                                 (rows + kTileRows - 1) / kTileRows);
     if (splits > 1)
       builder.requestScratch(
           (splits * int64_t(body.columnSums.size()) * width + strips) * 4);
