@@ -429,16 +429,19 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
   w.close();
   w.line("__syncthreads();");
   // Thread c of the strip's sums: which sum, which column.
-  auto openSums = [&] {
-    w.open(formatv("for (int c = threadIdx.x; c < {0} * kLanes * kVec; c += "
-                   "blockDim.x)",
-                   sums)
-               .str());
+  auto writeSumColumn = [&] {
     w.line("const int sum_index = c / (kLanes * kVec);");
     w.line(formatv("const {0} out = static_cast<{0}>(blockIdx.x) * kLanes * "
                    "kVec + c % (kLanes * kVec);",
                    indexType)
                .str());
+  };
+  auto openSums = [&] {
+    w.open(formatv("for (int c = threadIdx.x; c < {0} * kLanes * kVec; c += "
+                   "blockDim.x)",
+                   sums)
+               .str());
+    writeSumColumn();
   };
   auto store = [&](StringRef sum) {
     for (auto [index, output] : llvm::enumerate(outputs)) {
@@ -505,11 +508,7 @@ EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
                      "{0};",
                      outs)
                  .str());
-      w.line("const int sum_index = c / (kLanes * kVec);");
-      w.line(formatv("const {0} out = static_cast<{0}>(blockIdx.x) * kLanes * "
-                     "kVec + c % (kLanes * kVec);",
-                     indexType)
-                 .str());
+      writeSumColumn();
       w.open("if (out < kCols)");
       sumSplits("first");
       w.line("final_part[first][c] = sum;");
