@@ -4,7 +4,7 @@
 // 99 us, not the template's 85 / 78; the TE-style finalize kernel (82 / 77
 // us) needs scratch shared between two plan steps, which the runtime does
 // not offer. codegen/RowKernels.cpp keeps the dx + dgamma pair; the
-// "emitted" section and emit_norm_bwd*.{py,sh} expect the unmerged kernel.
+// emitted kernel's code and the scripts that fed it here are in no commit;
 // benchmarks/RESULTS.md (Session 5) has the table.
 //
 //===- norm_bwd_fused.cu - norm backward: dx and dgamma/dbeta in one pass -===//
@@ -35,20 +35,11 @@
 // timed with CUDA events (median of 50 per-launch times after warm-up), with
 // the memsets of scratch the executor does before a step that asks for it.
 //
-// Sections: sweep (the baselines and the template's variants), emitted
-// CUBIN_DIR (te-compile's kernels, see emit_norm_bwd_specs.sh: compiled here
-// and launched with <<<>>>, and te-compile's NVRTC cubins launched through
-// the driver's cuLaunchKernel, as the executor does), probe.
+// Sections: sweep (the baselines and the template's variants), probe.
 //
 // nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a \
 //   -Icodegen/runtime_headers benchmarks/gpu/micro/norm_bwd_fused.cu \
 //   -o /tmp/n && /tmp/n sweep
-// benchmarks/gpu/micro/emit_norm_bwd_specs.sh && \
-// nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a \
-//   -Icodegen/runtime_headers -Ibuild/normbwd \
-//   -DNORM_BWD_EMITTED='"norm_bwd_emitted.inc"' \
-//   benchmarks/gpu/micro/norm_bwd_fused.cu -o /tmp/n && \
-//   /tmp/n emitted build/normbwd/cubins
 //
 // On an H200 (2026-11-21; a device copy moves 4.26 TB/s read + write),
 // 8192 x 4096 bf16 with the residual add (us, memsets included):
@@ -80,9 +71,8 @@
 // the rows' words hidden across the reduction as in the template (but
 // through shifts), 129.1 / 101.8 us; through te-compile's NVRTC cubin and
 // cuLaunchKernel the same as through nvcc. Without __restrict__ its loop
-// compiles to the template's loads, stores and barriers (variant
-// "norestrict" of emit_norm_bwd.py, not yet timed). Every emitted kernel of
-// emit_norm_bwd_specs.sh (27: the examples, odd widths, vectors of 1, fp16,
+// compiles to the template's loads, stores and barriers (not yet timed).
+// Every emitted kernel of that version (27: the examples, odd widths, vectors of 1, fp16,
 // fp32, zero-centered gamma, two stage passes, 2^31 elements with 64-bit
 // offsets) matched the reference and repeated bit for bit, through nvcc and
 // through te-compile's NVRTC cubins launched by cuLaunchKernel; other sizes
@@ -1366,189 +1356,7 @@ template <bool LN> void headline(const char *name, unsigned seed) {
   freeProblem(p);
 }
 
-//===----------------------------------------------------------------------===//
-// te-compile's kernels (emit_norm_bwd_specs.sh): compiled here and launched
-// with <<<>>>, and as te-compile's NVRTC built them, through cuLaunchKernel
-// (the driver by dlopen, as the runtime's executor).
-//===----------------------------------------------------------------------===//
-struct KernelArgs {
-  const void *dy, *x;
-  const float *mean, *rsigma;
-  const void *gamma, *addend;
-  void *dx, *sum, *dgamma, *dbeta;
-  float *scratch;
-};
-struct EmittedNormBwd {
-  const char *name, *cubin, *variant;
-  long long rows;
-  int cols;
-  DType dtype;
-  bool ln, add, dx, sum, dgamma, dbeta, zc;
-  dim3 grid, block;
-  size_t scratchBytes;
-  void (*launch)(const KernelArgs &);
-  std::vector<const char *> roles;
-};
-
-#ifdef NORM_BWD_EMITTED
-#include NORM_BWD_EMITTED
-#include <dlfcn.h>
-
-namespace {
-struct Driver {
-  int (*moduleLoad)(void **, const char *);
-  int (*moduleGetFunction)(void **, void *, const char *);
-  int (*launchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
-                      unsigned, unsigned, void *, void **, void **);
-  int (*funcGetAttribute)(int *, int, void *);
-} gDriver;
-#define DRIVER_CHECK(call)                                                     \
-  do {                                                                         \
-    int r_ = (call);                                                           \
-    if (r_ != 0) {                                                             \
-      std::fprintf(stderr, "%s:%d: %s: CUresult %d\n", __FILE__, __LINE__,     \
-                   #call, r_);                                                 \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
-
-void loadDriver() {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-  if (!lib) {
-    std::fprintf(stderr, "dlopen libcuda.so.1: %s\n", dlerror());
-    std::exit(1);
-  }
-  gDriver.moduleLoad = (decltype(gDriver.moduleLoad))dlsym(lib, "cuModuleLoad");
-  gDriver.moduleGetFunction =
-      (decltype(gDriver.moduleGetFunction))dlsym(lib, "cuModuleGetFunction");
-  gDriver.launchKernel =
-      (decltype(gDriver.launchKernel))dlsym(lib, "cuLaunchKernel");
-  gDriver.funcGetAttribute =
-      (decltype(gDriver.funcGetAttribute))dlsym(lib, "cuFuncGetAttribute");
-}
-
-KernelArgs argsOf(Problem &p) {
-  return KernelArgs{p.dDy, p.dX,   p.dMean, p.dRs, p.dGamma, p.dAddend,
-                    p.dDx, p.dSum, p.dDg,   p.dDb, gScratch};
-}
-
-Variant emittedVariant(Problem &p, const EmittedNormBwd &e) {
-  Variant v;
-  v.name = std::string("te-compile's, nvcc") +
-           (e.variant[0] ? std::string(", ") + e.variant : std::string());
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%s: grid %u x %u, scratch %zu B", e.name,
-                e.grid.x, e.block.x, e.scratchBytes);
-  v.config = buf;
-  const KernelArgs a = argsOf(p);
-  const EmittedNormBwd *ep = &e;
-  v.run = [a, ep] {
-    if (ep->scratchBytes)
-      CHECK(cudaMemsetAsync(gScratch, 0, ep->scratchBytes));
-    ep->launch(a);
-  };
-  return v;
-}
-
-/// The NVRTC cubin through cuLaunchKernel, as the executor launches it.
-Variant cubinVariant(Problem &p, const EmittedNormBwd &e,
-                     const std::string &dir) {
-  void *module, *function;
-  const std::string path = dir + "/" + e.cubin;
-  DRIVER_CHECK(gDriver.moduleLoad(&module, path.c_str()));
-  const std::string name = std::string(e.name).substr(8); // "emitted_"
-  DRIVER_CHECK(gDriver.moduleGetFunction(&function, module, name.c_str()));
-  int regs = 0, local = 0;
-  DRIVER_CHECK(gDriver.funcGetAttribute(&regs, 4 /*NUM_REGS*/, function));
-  DRIVER_CHECK(
-      gDriver.funcGetAttribute(&local, 3 /*LOCAL_SIZE_BYTES*/, function));
-  Variant v;
-  v.name = "te-compile's NVRTC cubin, cuLaunchKernel";
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "%s: %d regs, %d B local", e.cubin, regs,
-                local);
-  v.config = buf;
-  const KernelArgs a = argsOf(p);
-  const EmittedNormBwd *ep = &e;
-  v.run = [a, ep, function] {
-    std::vector<const void *> pointers;
-    for (const char *role : ep->roles) {
-      const std::string r = role;
-      pointers.push_back(r == "dy"       ? a.dy
-                         : r == "x"      ? a.x
-                         : r == "mean"   ? (const void *)a.mean
-                         : r == "rsigma" ? (const void *)a.rsigma
-                         : r == "gamma"  ? a.gamma
-                         : r == "addend" ? a.addend
-                         : r == "dx"     ? a.dx
-                         : r == "sum"    ? a.sum
-                         : r == "dgamma" ? a.dgamma
-                         : r == "dbeta"  ? a.dbeta
-                                         : (const void *)a.scratch);
-    }
-    std::vector<void *> params;
-    for (const void *&pointer : pointers)
-      params.push_back(&pointer);
-    if (ep->scratchBytes)
-      CHECK(cudaMemsetAsync(gScratch, 0, ep->scratchBytes));
-    DRIVER_CHECK(gDriver.launchKernel(
-        function, ep->grid.x, ep->grid.y, ep->grid.z, ep->block.x, ep->block.y,
-        ep->block.z, 0, nullptr, params.data(), nullptr));
-  };
-  return v;
-}
-
-void emittedSection(const std::string &cubins) {
-  loadDriver();
-  std::printf("\nte-compile's kernels (checked; timed from 2^24 elements)\n");
-  std::printf("| problem | variant | us | err/tol | det |\n");
-  unsigned seed = 100;
-  std::vector<const EmittedNormBwd *> order;
-  for (const EmittedNormBwd &e : kEmitted)
-    if (e.rows * e.cols < (1ll << 31))
-      order.push_back(&e);
-  for (const EmittedNormBwd &e : kEmitted)
-    if (e.rows * e.cols >= (1ll << 31))
-      order.push_back(&e);
-  for (size_t i = 0; i < order.size(); ++i) {
-    const EmittedNormBwd &e = *order[i];
-    if (e.variant[0])
-      continue; // with its kernel, below
-    std::string name = std::string(e.name).substr(8);
-    if (name.size() > 40)
-      name = name.substr(name.size() - 40);
-    Problem p = makeProblem(name, e.rows, e.cols, e.dtype, e.ln, e.add, e.dx,
-                            e.zc, seed++);
-    p.dgOut = e.dgamma, p.dbOut = e.dbeta;
-    const bool timed =
-        e.rows * e.cols >= (1ll << 24) && e.rows * e.cols < (1ll << 31);
-    const bool headline =
-        e.rows == 8192 && e.cols == 4096 && e.add && e.dtype == DType::BF16 &&
-        std::string(e.name).find("_0_dx") != std::string::npos;
-    if (headline)
-      measure(p, baseline(p), true);
-    measure(p, emittedVariant(p, e), timed);
-    measure(p, cubinVariant(p, e, cubins), timed);
-    for (size_t j = i + 1; j < order.size(); ++j)
-      if (order[j]->variant[0] &&
-          std::string(order[j]->name).rfind(e.name, 0) == 0)
-        measure(p, emittedVariant(p, *order[j]), timed);
-    if (headline) {
-      // Again, for the spread.
-      measure(p, baseline(p), true);
-      measure(p, emittedVariant(p, e), true);
-    }
-    if (timed)
-      std::printf("|   %.1f MB moved (inputs read + outputs written once)\n",
-                  (double(p.bytes()) * (2 + e.add + e.dx + e.sum)) / 1e6);
-    freeProblem(p);
-  }
-}
-} // namespace
-#endif
-
-/// Sections: sweep (the variants above), emitted CUBIN_DIR (te-compile's
-/// kernels), probe (starts CUDA and exits).
+/// Sections: sweep (the variants above), probe (starts CUDA and exits).
 int main(int argc, char **argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const std::string section = argc > 1 ? argv[1] : "sweep";
@@ -1640,10 +1448,6 @@ int main(int argc, char **argv) {
       freeProblem(p);
     }
   }
-#ifdef NORM_BWD_EMITTED
-  if (section == "emitted")
-    emittedSection(argc > 2 ? argv[2] : "build/normbwd/cubins");
-#endif
   std::printf("\n%s: %d failure(s)\n", failures ? "FAILED" : "all checks pass",
               failures);
   return failures != 0;
