@@ -587,13 +587,15 @@ EmittedKernel writeRawTranspose(KernelBuilder &builder, TransposeOp op,
   writeConstants(w, kVecBytes, kPasses, rows, width, /*tiled=*/true, indexing);
   writeTileDecl(w, tile);
   openTileLoop(w, indexing);
-  w.line(formatv("tj_vec<{0}, kVec> bytes_[kUnroll];", type).str());
+  // Loaded as words (as the tiled kernels pack theirs), not as a vector of
+  // FP8 structs read back through a word pointer.
+  w.line("tj_vec<tj_u32, kVec / 4> words_[kUnroll];");
   w.line("// Every load is issued before the first store to the tile.");
   w.line("#pragma unroll");
-  w.line(formatv("for (int u = 0; u < kUnroll; ++u) if (ok_[u]) bytes_[u] = "
-                 "*reinterpret_cast<const tj_vec<{0}, kVec> *>({1} + rows_[u] "
-                 "* kCols + cols_[u]);",
-                 type, input)
+  w.line(formatv("for (int u = 0; u < kUnroll; ++u) if (ok_[u]) words_[u] = "
+                 "*reinterpret_cast<const tj_vec<tj_u32, kVec / 4> *>({0} + "
+                 "rows_[u] * kCols + cols_[u]);",
+                 input)
              .str());
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
@@ -602,8 +604,7 @@ EmittedKernel writeRawTranspose(KernelBuilder &builder, TransposeOp op,
   w.line("for (int word = 0; word < kVec / 4; ++word) "
          "*reinterpret_cast<tj_u32 *>(&" +
          tile +
-         "[rows_[u] - row0][cols_[u] - col0 + 4 * word]) = "
-         "reinterpret_cast<const tj_u32 *>(&bytes_[u])[word];");
+         "[rows_[u] - row0][cols_[u] - col0 + 4 * word]) = words_[u].v[word];");
   w.close();
   writeTransposedStores(w, {PointwiseBody::Transposed{tile, out, "", type}},
                         indexing);
