@@ -25,6 +25,12 @@ CudaWriter &CudaWriter::close(llvm::StringRef tail) {
   return line("}" + tail);
 }
 
+CudaWriter &CudaWriter::reopen(const llvm::Twine &head) {
+  close(" " + head.str() + " {");
+  ++depth;
+  return *this;
+}
+
 CudaWriter &CudaWriter::raw(llvm::StringRef text) {
   os << text;
   return *this;

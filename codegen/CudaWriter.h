@@ -23,6 +23,9 @@ public:
   CudaWriter &open(const llvm::Twine &head);
   /// Ends the innermost `open` with `}` followed by `tail`.
   CudaWriter &close(llvm::StringRef tail = "");
+  /// Ends the innermost `open` and opens the next block on the same line:
+  /// `} head {` (an else branch).
+  CudaWriter &reopen(const llvm::Twine &head);
   /// Writes `text` as it is (for the embedded device headers).
   CudaWriter &raw(llvm::StringRef text);
 

@@ -40,12 +40,23 @@ public:
   llvm::StringRef param(mlir::Value inner) const;
   /// A readable base name for a value (te.name, else its SSA name).
   std::string valueName(mlir::Value value);
-  /// Asks for `bytes` of zeroed device scratch, passed as a last parameter
-  /// named `tj_scratch` (a float *); call before writeSignature.
-  void requestScratch(int64_t bytes) { scratchBytes = bytes; }
+  /// Asks for `bytes` of device scratch, passed as a last parameter named
+  /// `tj_scratch` (a float *), of which the launcher zeroes `zeroBytes` from
+  /// byte `zeroOffset` first (nothing else is zeroed); call before
+  /// writeSignature.
+  void requestScratch(int64_t bytes, int64_t zeroOffset, int64_t zeroBytes) {
+    scratch = {bytes, zeroOffset, zeroBytes, false};
+  }
+  /// Asks for the first `bytes` of the scratch as the kernel emitted just
+  /// before this one (of the same op, so the plan step before this one)
+  /// left them; call before writeSignature.
+  void requestPreviousScratch(int64_t bytes) { scratch = {bytes, 0, 0, true}; }
   /// Writes the device helpers and the `extern "C"` signature, opening the
-  /// kernel body.
-  void writeSignature(CudaWriter &w, int64_t threadsPerBlock);
+  /// kernel body. `minBlocksPerSm` > 0 goes to __launch_bounds__ (it caps
+  /// the registers a thread may take). Pointer parameters are __restrict__
+  /// unless `restrictPointers` is false.
+  void writeSignature(CudaWriter &w, int64_t threadsPerBlock,
+                      int64_t minBlocksPerSm = 0, bool restrictPointers = true);
   /// Closes the body and returns the kernel.
   EmittedKernel finish(CudaWriter &w, Dim3 grid, Dim3 block);
 
@@ -58,7 +69,10 @@ private:
   mlir::AsmState &asmState;
   std::vector<KernelParam> params;
   llvm::DenseMap<mlir::Value, unsigned> paramIndex;
-  int64_t scratchBytes = 0;
+  struct {
+    int64_t bytes = 0, zeroOffset = 0, zeroBytes = 0;
+    bool fromPreviousStep = false;
+  } scratch;
 };
 
 /// Column sums split over blocks: block (strip blockIdx.x, split
@@ -66,7 +80,8 @@ private:
 /// block but the last of its strip leave, so that the last one adds the
 /// splits in order (the result does not depend on which block came last).
 /// The strips' arrival counters live at `counters` (an unsigned * into the
-/// scratch).
+/// scratch): the part of the scratch the launcher must zero, since every
+/// partial sum is stored before it is read.
 void writeLastBlockOfStrip(CudaWriter &w, llvm::StringRef counters);
 
 /// The C++ storage type of a tensor element type, or "" when unsupported.

@@ -163,22 +163,27 @@ StringRef KernelBuilder::param(Value inner) const {
   return params[it->second].name;
 }
 
-void KernelBuilder::writeSignature(CudaWriter &w, int64_t threadsPerBlock) {
+void KernelBuilder::writeSignature(CudaWriter &w, int64_t threadsPerBlock,
+                                   int64_t minBlocksPerSm,
+                                   bool restrictPointers) {
   w.raw(deviceHelpers());
   w.line();
   std::string location;
   llvm::raw_string_ostream os(location);
   group.op->getLoc().print(os);
   w.line("// " + name + ": te." + group.kind + " at " + location);
-  w.line("extern \"C\" __global__ void __launch_bounds__(" +
-         std::to_string(threadsPerBlock) + ")");
+  std::string bounds = std::to_string(threadsPerBlock);
+  if (minBlocksPerSm > 0)
+    bounds += ", " + std::to_string(minBlocksPerSm);
+  w.line("extern \"C\" __global__ void __launch_bounds__(" + bounds + ")");
   w.line(name + "(");
+  std::string pointer = restrictPointers ? " *__restrict__ " : " *";
   std::vector<std::string> decls;
   for (const KernelParam &p : params)
     decls.push_back("    " + std::string(p.isOutput ? "" : "const ") +
-                    p.elementType + " *__restrict__ " + p.name);
-  if (scratchBytes)
-    decls.push_back("    float *__restrict__ tj_scratch");
+                    p.elementType + pointer + p.name);
+  if (scratch.bytes)
+    decls.push_back("    float" + pointer + "tj_scratch");
   for (auto [index, decl] : llvm::enumerate(decls)) {
     if (index + 1 == decls.size())
       w.open(decl + ")");
@@ -209,7 +214,10 @@ EmittedKernel KernelBuilder::finish(CudaWriter &w, Dim3 grid, Dim3 block) {
   kernel.params = params;
   kernel.grid = grid;
   kernel.block = block;
-  kernel.scratchBytes = scratchBytes;
+  kernel.scratchBytes = scratch.bytes;
+  kernel.scratchZeroOffset = scratch.zeroOffset;
+  kernel.scratchZeroBytes = scratch.zeroBytes;
+  kernel.scratchFromPreviousStep = scratch.fromPreviousStep;
   kernel.op = group.op;
   return kernel;
 }

@@ -48,9 +48,17 @@ struct EmittedKernel {
   Dim3 grid, block;
   /// Dynamic shared memory; all kernels use static shared memory so far.
   int64_t sharedBytes = 0;
-  /// Device scratch the launcher passes, zeroed, as a last `float *`
-  /// argument (cross-block reductions); 0 for none.
+  /// Device scratch the launcher passes as a last `float *` argument
+  /// (cross-block reductions); 0 for none. One buffer serves every step.
   int64_t scratchBytes = 0;
+  /// The bytes of it the launcher zeroes first, [scratchZeroOffset,
+  /// scratchZeroOffset + scratchZeroBytes): arrival counters, say; the rest
+  /// holds whatever earlier steps left.
+  int64_t scratchZeroOffset = 0, scratchZeroBytes = 0;
+  /// The kernel reads the scratch as the previous step's kernel left it (a
+  /// second kernel of the same op, the step right after the first): the
+  /// launcher zeroes none of it.
+  bool scratchFromPreviousStep = false;
   /// The op it comes from (a te.fused or a standalone op).
   mlir::Operation *op = nullptr;
 };

@@ -242,15 +242,22 @@ json::Array FunctionPlan::steps() {
                          {"output", param.isOutput},
                          {"zero_before_launch", param.zeroBeforeLaunch}});
       const EmittedKernel &k = *built->kernel;
-      steps.push_back(
-          json::Object{{"kind", "kernel"},
-                       {"name", k.name},
-                       {"binary", binaryFileName(*built)},
-                       {"grid", json::Array{k.grid.x, k.grid.y, k.grid.z}},
-                       {"block", json::Array{k.block.x, k.block.y, k.block.z}},
-                       {"shared_bytes", k.sharedBytes},
-                       {"scratch_bytes", k.scratchBytes},
-                       {"args", std::move(args)}});
+      json::Object step{{"kind", "kernel"},
+                        {"name", k.name},
+                        {"binary", binaryFileName(*built)},
+                        {"grid", json::Array{k.grid.x, k.grid.y, k.grid.z}},
+                        {"block", json::Array{k.block.x, k.block.y, k.block.z}},
+                        {"shared_bytes", k.sharedBytes},
+                        {"scratch_bytes", k.scratchBytes},
+                        {"args", std::move(args)}};
+      // What of the scratch the launcher zeroes: a byte range, or nothing
+      // when the kernel reads what the previous step's kernel left there.
+      if (k.scratchFromPreviousStep)
+        step["scratch_from_previous_step"] = true;
+      else if (k.scratchBytes)
+        step["scratch_zero"] = json::Object{{"offset", k.scratchZeroOffset},
+                                            {"bytes", k.scratchZeroBytes}};
+      steps.push_back(std::move(step));
     }
     if (isa<MatmulOp, ScaledMatmulOp>(op))
       steps.push_back(

@@ -670,9 +670,11 @@ llvm::Error tejit::codegen::emitPointwise(KernelBuilder &builder,
   if (reduces) {
     splits = std::clamp<int64_t>((kReduceTargetBlocks + strips / 2) / strips, 1,
                                  (rows + kTileRows - 1) / kTileRows);
+    // Every split stores its partial sums before it takes a ticket, so
+    // only the strips' arrival counters, after the sums, start from zero.
+    int64_t sumBytes = splits * int64_t(body.columnSums.size()) * width * 4;
     if (splits > 1)
-      builder.requestScratch(
-          (splits * int64_t(body.columnSums.size()) * width + strips) * 4);
+      builder.requestScratch(sumBytes + strips * 4, sumBytes, strips * 4);
   }
   if (tiled)
     indexing.exact = rows % kTileRows == 0 && width % tileCols == 0;

@@ -3,8 +3,9 @@
 // LayerNorm and RMSNorm forward (with their FP8 cast and amax) keep a row in
 // the registers of one warp and reduce with shuffles, so a row is read once.
 // A transposed FP8 copy is a second, tiled kernel over the cast output.
-// The backward pass is a row kernel for dx and a column kernel for dgamma
-// and dbeta (sums over rows, with no atomics, so they are deterministic).
+// The backward pass reads dy and x once: a row kernel computes dx and
+// per-block partial sums of dgamma and dbeta, and a finalize kernel adds
+// those in a fixed order (no atomics: deterministic); see "Backward".
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/EmitterImpl.h"
@@ -72,10 +73,6 @@ void writeRowSum(CudaWriter &w, StringRef name, StringRef expr) {
 }
 
 Dim3 rowGrid(int64_t rows) { return {(rows + kWarps - 1) / kWarps, 1, 1}; }
-
-std::string gammaExpr(bool zeroCentered) {
-  return zeroCentered ? "(1.f + gamma_in[k][i])" : "gamma_in[k][i]";
-}
 
 } // namespace
 
@@ -195,333 +192,435 @@ tejit::codegen::emitNormForward(KernelBuilder &builder,
 //===----------------------------------------------------------------------===//
 // Backward
 //===----------------------------------------------------------------------===//
+//
+// One pass over dy and x. A row kernel computes dx (and, for norm_bwd_add,
+// dx plus another gradient) and, while dy and xhat are in its registers,
+// the sums of dgamma (dy * xhat) and dbeta (dy) over its block's rows; each
+// block writes one partial row to the scratch ([blocks][sums][cols]
+// floats), and a small finalize kernel, the next plan step, adds them in
+// block order from the scratch as the row kernel left it (Transformer
+// Engine's way). Nothing is zeroed and no sum depends on block timing.
+//
+// The design is the "finalize kernel, 256 threads a row, 2 blocks an SM,
+// prefetch" variant of benchmarks/gpu/micro/norm_bwd_fused.cu. Measured
+// there on an H200 at 8192 x 4096 bf16 with the residual add, memsets
+// included (us, LayerNorm / RMSNorm):
+// - the earlier pair, a row kernel for dx (a warp a row, 77.8 / 78.6) and a
+//   column kernel that read dy and x again for dgamma (42.4 / 40.6), took
+//   121.2 / 120.3; this design 82.1 / 76.6.
+// - Two 16-byte vectors of a row a thread (256 threads a row at 4096 bf16)
+//   and two blocks an SM, so at most 128 registers: 128 threads a row (four
+//   vectors, 3 blocks an SM) took 122.9 / 106.4, 512 threads a row (one
+//   vector) 93.0 / 88.0, 256 threads at 3 blocks an SM (80 registers)
+//   153.5 / 92.2.
+// - The next row's loads (dy, x, its statistics) go out before this row's
+//   arithmetic (without: 104.1 / 99.2). So that they have the registers,
+//   gamma is read again for each row (from L1) rather than kept, 16-bit
+//   rows stay in their storage type across the row reduction
+//   (tj_hide_words), and norm_bwd_add's addend, needed only after the
+//   reduction, is loaded as its own row starts, not a row ahead as in the
+//   micro-benchmark. At 4096 bf16 with the add the kernel then takes 120
+//   registers (LayerNorm) and 107 (RMSNorm) without spilling (ptxas of CUDA
+//   13.0, sm_90a); with the addend a row ahead, LayerNorm took 128 and
+//   spilled 10 bytes (the micro-benchmark's kernel: 8). Where the addend is
+//   loaded has not been timed on its own.
+// - No __restrict__ on the pointers (the micro-benchmark has none): with it
+//   the compiler keeps the first phase's gamma across the reduction and
+//   loads through the non-coherent path; te-compile's earlier emitted
+//   version of this loop ran so at 106.9 / 98.9 us, as the loop without the
+//   prefetch.
+//
+//===----------------------------------------------------------------------===//
 
 namespace {
-/// dx = rs * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma', one
-/// warp per row; mean(g) is LayerNorm's only. With an `add` of dx, its other
-/// operand is read beside dx's columns and the sum, taken from the float dx,
-/// is stored (dx only when it is an output too).
-EmittedKernel writeNormDx(KernelBuilder &builder, Value dy, Value x, Value mean,
-                          Value rsigma, Value gamma, Value dx, AddOp add,
-                          bool zeroCentered) {
-  int64_t rows = rowsOf(x), cols = colsOf(x);
-  int64_t vec =
-      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
-  CudaWriter w;
-  builder.writeSignature(w, 32 * kWarps);
-  writeRowPrologue(w, vec, rows, cols);
-  w.open("if (row < kRows)");
-  w.line("const float mu = " +
-         (mean ? builder.param(mean).str() + "[row]" : std::string("0.f")) +
-         ", rs = " + builder.param(rsigma).str() + "[row];");
-  writeRowLoad(w, "dy_in", builder.param(dy).str() + " + row * kCols");
-  writeRowLoad(w, "x_in", builder.param(x).str() + " + row * kCols");
-  writeRowLoad(w, "gamma_in", builder.param(gamma).str());
-  std::string g = "dy_in[k][i] * " + gammaExpr(zeroCentered);
-  std::string xhat = "(x_in[k][i] - mu) * rs";
-  if (mean) {
-    writeRowSum(w, "mean_g", g);
-    w.line("mean_g /= kCols;");
-  } else {
-    w.line("const float mean_g = 0.f;");
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// How the row kernel covers the matrix: kRowThreads threads a row, each
+/// with kChunks vectors of kVec elements (lane-interleaved, so that a
+/// warp's accesses are contiguous); kRowGroups rows at a time in a block of
+/// kThreads; a block takes kBlockRows consecutive rows, so that the partial
+/// rows are few (one a block, about one wave of blocks). Rows narrower than
+/// 4096 bf16 take fewer threads (a warp at least) and a block of 256 runs
+/// several at a time, their sums meeting in shared memory; wider ones take
+/// 512 threads, one block an SM.
+struct RowBlocking {
+  int64_t vec, chunks, rowThreads, rowGroups, threads, minBlocks, blockRows,
+      grid;
+};
+
+RowBlocking rowBlocking(int64_t rows, int64_t cols, int64_t elementBytes) {
+  // Two vectors a thread; at least 256 threads a block, two such blocks (512
+  // threads) an SM; one wave on the 132 SMs of an H100 or H200 SXM.
+  constexpr int64_t kChunksWanted = 2, kMinThreads = 256, kThreadsPerSm = 512,
+                    kSms = 132;
+  RowBlocking b;
+  b.vec = vectorWidth({cols}, elementBytes);
+  int64_t vectors = ceilDiv(cols, b.vec);
+  b.rowThreads = std::clamp<int64_t>(
+      llvm::PowerOf2Ceil(ceilDiv(vectors, kChunksWanted)), 32, 1024);
+  b.chunks = ceilDiv(vectors, b.rowThreads);
+  b.threads = std::max(kMinThreads, b.rowThreads);
+  b.rowGroups = b.threads / b.rowThreads;
+  b.minBlocks = std::max<int64_t>(1, kThreadsPerSm / b.threads);
+  // Whole passes of the row groups, at least one.
+  int64_t perBlock = ceilDiv(rows, b.minBlocks * kSms);
+  b.blockRows =
+      std::max(b.rowGroups, ceilDiv(perBlock, b.rowGroups) * b.rowGroups);
+  b.grid = std::max<int64_t>(1, ceilDiv(rows, b.blockRows));
+  return b;
+}
+
+/// The values of a norm backward group; null where absent, and dx, the
+/// add's output, dgamma and dbeta null where the group does not write them.
+struct NormBwd {
+  Value dy, x, mean, rsigma, gamma, dx, sum, addend, dgamma, dbeta;
+  bool zeroCentered = false;
+
+  /// The column sums the group writes, by name, in partial-row order.
+  SmallVector<std::pair<StringRef, Value>> columnSums() const {
+    SmallVector<std::pair<StringRef, Value>> sums;
+    if (dgamma)
+      sums.push_back({"dgamma", dgamma});
+    if (dbeta)
+      sums.push_back({"dbeta", dbeta});
+    return sums;
   }
-  writeRowSum(w, "mean_gx", g + " * " + xhat);
-  w.line("mean_gx /= kCols;");
+};
+
+std::string vecType(Value value) {
+  return formatv("tj_vec<{0}, kVec>",
+                 elementTypeName(tensorType(value).getElementType()))
+      .str();
+}
+
+/// `const Index col = ...` of chunk k of this thread's row.
+constexpr const char *kColLine =
+    "const Index col = static_cast<Index>(t + kRowThreads * k) * kVec;";
+
+/// The end of a row in the row kernel: its sums (a warp's by shuffles, then
+/// a row's warps in shared memory, in warp order), then dx.
+void writeNormDxRowEnd(CudaWriter &w, KernelBuilder &builder, const NormBwd &n,
+                       int64_t vec, int64_t rowWarps, StringRef gamma,
+                       StringRef xhat) {
+  if (n.mean)
+    w.line("sum_g = tj_warp_sum(sum_g);");
+  w.line("sum_gx = tj_warp_sum(sum_gx);");
+  if (rowWarps > 1) {
+    w.line("// Two buffers, so that a row takes one barrier.");
+    w.open("if (t % 32 == 0)");
+    w.line("row_sums[parity][group][t / 32][0] = sum_gx;");
+    if (n.mean)
+      w.line("row_sums[parity][group][t / 32][1] = sum_g;");
+    w.close();
+    w.line("__syncthreads();");
+    w.line(n.mean ? "sum_g = 0.f, sum_gx = 0.f;" : "sum_gx = 0.f;");
+    w.line("#pragma unroll");
+    w.open("for (int w = 0; w < kRowWarps; ++w)");
+    w.line("sum_gx += row_sums[parity][group][w][0];");
+    if (n.mean)
+      w.line("sum_g += row_sums[parity][group][w][1];");
+    w.close();
+    w.line("parity ^= 1;");
+  }
+  // 16-bit rows in whole words are converted again below rather than kept
+  // as floats, which would take the next row's registers.
+  SmallVector<StringRef> hidden;
+  for (auto [field, value] : {std::pair<StringRef, Value>{"dy", n.dy},
+                              std::pair<StringRef, Value>{"x", n.x}})
+    if (elementBytes(tensorType(value).getElementType()) == 2 && vec % 2 == 0)
+      hidden.push_back(field);
+  if (!hidden.empty()) {
+    w.line("#pragma unroll");
+    w.open("for (int k = 0; k < kChunks; ++k)");
+    for (StringRef field : hidden)
+      w.line("tj_hide_words(cur." + field.str() + "[k]);");
+    w.close();
+  }
+  w.line(n.mean ? "const float mean_g = sum_g / kCols, mean_gx = sum_gx / "
+                  "kCols;"
+                : "const float mean_g = 0.f, mean_gx = sum_gx / kCols;");
+  w.line("const Index row = base + group;");
+  w.open("if (row < row_end)");
   w.line("#pragma unroll");
   w.open("for (int k = 0; k < kChunks; ++k)");
-  w.line("const tj_i64 col = static_cast<tj_i64>(lane + 32 * k) * kVec;");
+  w.line(kColLine);
   w.open("if (col < kCols)");
-  std::string dxValue = "rs * (" + g + " - mean_g - " + xhat + " * mean_gx)";
-  if (add) {
-    Value addend = add.getLhs() == dx ? add.getRhs() : add.getLhs();
-    w.line("float dx_out[kVec], addend_k[kVec], sum_out[kVec];");
-    w.line("tj_load(addend_k, " + builder.param(addend).str() +
-           " + row * kCols + col);");
-    w.line("#pragma unroll");
-    w.open("for (int i = 0; i < kVec; ++i)");
-    w.line("dx_out[i] = " + dxValue + ";");
-    w.line("sum_out[i] = dx_out[i] + addend_k[i];");
-    w.close();
-  } else {
-    w.line("float dx_out[kVec];");
-    w.line("#pragma unroll");
-    w.line("for (int i = 0; i < kVec; ++i) dx_out[i] = " + dxValue + ";");
-  }
-  if (builder.group.isOutput(dx))
-    w.line("tj_store(" + builder.param(dx).str() +
+  w.line(std::string("float gamma_k[kVec], dx_out[kVec]") +
+         (n.sum ? ", sum_out[kVec];" : ";"));
+  w.line("tj_load(gamma_k, " + builder.param(n.gamma).str() + " + col);");
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  w.line("const float dy_f = tj_to_float(cur.dy[k].v[i]);");
+  w.line("const float xhat = " + xhat.str() + ";");
+  w.line("dx_out[i] = cur.rs * (dy_f * " + gamma.str() +
+         " - mean_g - xhat * mean_gx);");
+  if (n.sum)
+    w.line("sum_out[i] = dx_out[i] + tj_to_float(addend_v[k].v[i]);");
+  w.close();
+  if (n.dx)
+    w.line("tj_store(" + builder.param(n.dx).str() +
            " + row * kCols + col, dx_out);");
-  if (add && builder.group.isOutput(add.getOutput()))
-    w.line("tj_store(" + builder.param(add.getOutput()).str() +
+  if (n.sum)
+    w.line("tj_store(" + builder.param(n.sum).str() +
            " + row * kCols + col, sum_out);");
   w.close();
   w.close();
   w.close();
-  return builder.finish(w, rowGrid(rows), {32 * kWarps, 1, 1});
 }
 
-/// dgamma = sum over rows of dy * xhat, dbeta = sum of dy: a stream over dy
-/// and x (bandwidth-bound) into kVec columns per thread. A block sums a strip
-/// of kLanes * kVec columns over a split of the rows, in kGroups row groups
-/// of kLanes lanes; each thread issues the loads of kUnroll rows, the row
-/// statistics too, before their first use. The row groups of a warp meet by
-/// shuffles, the warps in shared memory; with several splits, their partial
-/// sums meet in scratch, added in split order by the strip's last block.
-/// Every sum is in a fixed order: the result is deterministic.
-///
-/// The sizes come from benchmarks/gpu/micro/dgamma_variants.cu, on an H200
-/// at 8192 x 4096 bf16 (LayerNorm; a device copy moves 4.0 TB/s), where the
-/// earlier 512-thread, 4-row, 64 x 5-block version of this kernel took 62 us
-/// (54% of the copy's bandwidth) and this one takes 40 us (84%):
-/// - Rows stay in their storage type until used: converted to float at the
-///   load, they took twice the registers and spilled (84 us instead of 44 at
-///   256 threads x 4 rows).
-/// - 256 threads with 8 rows in flight each, two blocks per SM (100-125
-///   registers; writeSignature sets no minimum of blocks, so that rests on
-///   staying under 128): as much in flight as 512 threads x 4 rows, in
-///   blocks that start and end apart.
-/// - About eight blocks per SM of 132 in all (four waves), as the pointwise
-///   bias gradients: 9, 13, 17 and 25 splits took 41.9, 41.6, 41.1 and 44.1
-///   us. A block's start and end (its first loads, the reduction, the last
-///   block's sums) cost about a microsecond, so more, shorter blocks lose
-///   (the earlier 512-thread kernel took 98 us with 33 splits), while too
-///   few leave a ragged last wave.
-/// - Warps' row groups add up by shuffles (one smem row per group instead:
-///   48 us instead of 44 at 256 x 4); 32-bit indices where they fit (64-bit
-///   ones spilled: 56 us).
-/// - The last block spreads a strip's splits over all its threads (100003 x
-///   64 rows in 390 splits: 16 us instead of 25).
-EmittedKernel writeNormDgamma(KernelBuilder &builder, Value dy, Value x,
-                              Value mean, Value rsigma, Value dgamma,
-                              Value dbeta) {
-  constexpr int64_t kThreads = 256, kUnroll = 8, kTargetBlocks = 8 * 132;
-  int64_t rows = rowsOf(x), cols = colsOf(x);
-  int64_t bytes = elementBytes(tensorType(x).getElementType());
-  int64_t vec = vectorWidth({cols}, bytes);
-  // A row group reads 128 contiguous bytes of a row (whole sectors), or the
-  // whole row when narrower; lanes divide a warp, so that the groups of a
-  // warp add up by shuffles.
-  int64_t lanes = std::min<int64_t>(
-      std::clamp<int64_t>(128 / (vec * bytes), 1, 32),
-      static_cast<int64_t>(llvm::PowerOf2Ceil((cols + vec - 1) / vec)));
-  int64_t groups = kThreads / lanes, stripCols = lanes * vec;
-  int64_t strips = (cols + stripCols - 1) / stripCols;
-  // Splits for about kTargetBlocks blocks, each at least a pass of rows.
-  int64_t rowsPerPass = groups * kUnroll;
-  int64_t splits =
-      std::clamp<int64_t>((kTargetBlocks + strips - 1) / strips, 1,
-                          std::max<int64_t>(1, rows / rowsPerPass));
-  int64_t splitRows = (rows + splits - 1) / splits;
-  splits = (rows + splitRows - 1) / splitRows; // none empty
-  SmallVector<std::pair<StringRef, Value>> outputs;
-  for (auto [name, value] : {std::pair<StringRef, Value>{"dgamma", dgamma},
-                             std::pair<StringRef, Value>{"dbeta", dbeta}})
-    if (value)
-      outputs.push_back({name, value});
-  int64_t sums = outputs.size();
-  if (splits > 1)
-    builder.requestScratch((splits * sums * cols + strips) * 4);
-  // Element offsets (and the scratch's) in 32 bits when they fit.
-  StringRef indexType = rows * cols < (int64_t(1) << 31) ? "int" : "tj_i64";
-  auto vecType = [&](Value value) {
-    return formatv("tj_vec<{0}, kVec>",
-                   elementTypeName(tensorType(value).getElementType()))
-        .str();
+/// The block's partial sums, row blockIdx.x of [blocks][kSums][kCols]
+/// floats in the scratch; a block's row groups add up in shared memory
+/// first, in group order.
+void writeNormDxPartials(CudaWriter &w,
+                         ArrayRef<std::pair<StringRef, Value>> sums,
+                         int64_t rowGroups) {
+  auto offset = [](size_t index) {
+    return index ? std::to_string(index) + " * kCols + " : std::string();
   };
-
-  CudaWriter w;
-  builder.writeSignature(w, kThreads);
-  w.line(formatv("constexpr int kVec = {0}, kLanes = {1}, kGroups = {2}, "
-                 "kUnroll = {3}, kWarps = {4};",
-                 vec, lanes, groups, kUnroll, kThreads / 32)
-             .str());
-  w.line(formatv("constexpr {0} kRows = {1}, kCols = {2}, kSplitRows = {3};",
-                 indexType, rows, cols, splitRows)
-             .str());
-  w.line("const int lane = threadIdx.x % kLanes, group = threadIdx.x / "
-         "kLanes;");
-  w.line(formatv("const {0} col = (static_cast<{0}>(blockIdx.x) * kLanes + "
-                 "lane) * kVec;",
-                 indexType)
-             .str());
-  w.line(formatv("const {0} row_begin = static_cast<{0}>(blockIdx.y) * "
-                 "kSplitRows;",
-                 indexType)
-             .str());
-  w.line(formatv("const {0} row_end = row_begin + kSplitRows < kRows ? "
-                 "row_begin + kSplitRows : kRows;",
-                 indexType)
-             .str());
-  std::string accs;
-  for (auto [name, value] : outputs)
-    accs += (accs.empty() ? "" : ", ") + (name + "_acc[kVec] = {}").str();
-  w.line("float " + accs + ";");
-  w.open("if (col < kCols)");
-  w.open(formatv("for ({0} base = row_begin + group; base < row_end; base += "
-                 "kGroups * kUnroll)",
-                 indexType)
-             .str());
-  w.line("// Every load, the row statistics too, before the first use; rows "
-         "in their");
-  w.line("// storage type (half the registers of floats for 16-bit types).");
-  w.line(vecType(dy) + " dy_v[kUnroll];");
-  w.line(vecType(x) + " x_v[kUnroll];");
-  w.line(mean ? "float mu_v[kUnroll], rs_v[kUnroll];" : "float rs_v[kUnroll];");
+  w.line("float *partial = tj_scratch + static_cast<Index>(blockIdx.x) * "
+         "(kSums * kCols);");
+  if (rowGroups == 1) {
+    w.line("#pragma unroll");
+    w.open("for (int k = 0; k < kChunks; ++k)");
+    w.line(kColLine);
+    w.open("if (col < kCols)");
+    for (auto [index, sum] : llvm::enumerate(sums))
+      w.line("tj_store(partial + " + offset(index) + "col, " + sum.first.str() +
+             "_acc[k]);");
+    w.close();
+    w.close();
+    return;
+  }
+  w.line("__shared__ float stage[kSums * kCols];");
+  w.open("for (int j = 0; j < kRowGroups; ++j)");
+  w.open("if (group == j)");
   w.line("#pragma unroll");
-  w.open("for (int u = 0; u < kUnroll; ++u)");
-  w.line(formatv("const {0} row = base + u * kGroups;", indexType).str());
-  w.open("if (row < row_end)");
-  w.line(formatv("dy_v[u] = *reinterpret_cast<const {0} *>({1} + row * kCols "
-                 "+ col);",
-                 vecType(dy), builder.param(dy))
-             .str());
-  w.line(formatv("x_v[u] = *reinterpret_cast<const {0} *>({1} + row * kCols + "
-                 "col);",
-                 vecType(x), builder.param(x))
-             .str());
-  if (mean)
-    w.line("mu_v[u] = " + builder.param(mean).str() + "[row];");
-  w.line("rs_v[u] = " + builder.param(rsigma).str() + "[row];");
-  w.close();
-  w.close();
-  w.line("#pragma unroll");
-  w.open("for (int u = 0; u < kUnroll; ++u)");
-  w.line("if (base + u * kGroups >= row_end) break;");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  w.line(kColLine);
+  w.line("if (col >= kCols) continue;");
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kVec; ++i)");
-  w.line("const float dy_f = tj_to_float(dy_v[u].v[i]);");
-  if (dgamma)
-    w.line(std::string("dgamma_acc[i] += dy_f * ") +
-           (mean ? "(tj_to_float(x_v[u].v[i]) - mu_v[u])"
-                 : "tj_to_float(x_v[u].v[i])") +
-           " * rs_v[u];");
-  if (dbeta)
-    w.line("dbeta_acc[i] += dy_f;");
+  for (auto [index, sum] : llvm::enumerate(sums)) {
+    std::string at = "stage[" + offset(index) + "col + i]";
+    std::string acc = sum.first.str() + "_acc[k][i]";
+    w.line(at + " = j ? " + at + " + " + acc + " : " + acc + ";");
+  }
   w.close();
-  w.close();
-  w.close();
-  w.close();
-
-  w.line("// The row groups of a warp add up by shuffles, then the warps in "
-         "shared");
-  w.line("// memory, in a fixed order.");
-  w.line("#pragma unroll");
-  w.open("for (int i = 0; i < kVec; ++i)");
-  w.line("#pragma unroll");
-  w.open("for (int offset = kLanes; offset < 32; offset *= 2)");
-  for (auto [name, value] : outputs)
-    w.line(formatv("{0}_acc[i] += __shfl_xor_sync(0xffffffffu, {0}_acc[i], "
-                   "offset);",
-                   name)
-               .str());
-  w.close();
-  w.close();
-  w.line(formatv("__shared__ float partial[{0}][kWarps][kLanes * kVec];", sums)
-             .str());
-  w.open("if (threadIdx.x % 32 < kLanes)");
-  w.line("#pragma unroll");
-  w.open("for (int i = 0; i < kVec; ++i)");
-  for (auto [index, output] : llvm::enumerate(outputs))
-    w.line(formatv("partial[{0}][threadIdx.x / 32][lane * kVec + i] = "
-                   "{1}_acc[i];",
-                   index, output.first)
-               .str());
   w.close();
   w.close();
   w.line("__syncthreads();");
-  // Thread c of the strip's sums: which sum, which column.
-  auto writeSumColumn = [&] {
-    w.line("const int sum_index = c / (kLanes * kVec);");
-    w.line(formatv("const {0} out = static_cast<{0}>(blockIdx.x) * kLanes * "
-                   "kVec + c % (kLanes * kVec);",
-                   indexType)
-               .str());
-  };
-  auto openSums = [&] {
-    w.open(formatv("for (int c = threadIdx.x; c < {0} * kLanes * kVec; c += "
-                   "blockDim.x)",
-                   sums)
-               .str());
-    writeSumColumn();
-  };
-  auto store = [&](StringRef sum) {
-    for (auto [index, output] : llvm::enumerate(outputs)) {
-      Value value = output.second;
-      w.line(formatv("{0}if (sum_index == {1}) {2}[out] = "
-                     "tj_convert<{3}>::from({4});",
-                     index ? "else " : "", index, builder.param(value),
-                     elementTypeName(tensorType(value).getElementType()), sum)
-                 .str());
-    }
-  };
-  openSums();
-  w.line("if (out >= kCols) continue;");
-  w.line("float sum = 0.f;");
-  w.line("#pragma unroll");
-  w.line("for (int w = 0; w < kWarps; ++w) sum += "
-         "partial[sum_index][w][c % (kLanes * kVec)];");
-  if (splits > 1)
-    w.line(formatv("tj_scratch[(blockIdx.y * {0} + sum_index) * kCols + out] "
-                   "= sum;",
-                   sums)
-               .str());
-  else
-    store("sum");
   w.close();
-  if (splits > 1) {
-    writeLastBlockOfStrip(
-        w, formatv("reinterpret_cast<unsigned *>(tj_scratch + {0})",
-                   splits * sums * cols)
+  w.line("for (int e = threadIdx.x; e < kSums * kCols; e += blockDim.x) "
+         "partial[e] = stage[e];");
+}
+
+/// The row kernel (see above): dx = rs * (g - mean(g) - xhat * mean(g *
+/// xhat)), g = dy * gamma', xhat = (x - mu) * rs, mean(g) LayerNorm's only;
+/// with an add, its other operand is read beside dx's columns and the sum,
+/// taken from the float dx, is stored (dx only when it is written too).
+EmittedKernel writeNormDx(KernelBuilder &builder, const NormBwd &n,
+                          const RowBlocking &b) {
+  int64_t rows = rowsOf(n.x), cols = colsOf(n.x);
+  bool needsDx = n.dx || n.sum;
+  auto sums = n.columnSums();
+  int64_t sumCount = sums.size(), rowWarps = b.rowThreads / 32;
+  if (!sums.empty())
+    builder.requestScratch(b.grid * sumCount * cols * 4, 0, 0);
+  // 32-bit offsets where every one fits, the last block's row_end and the
+  // partial rows' too.
+  bool narrow = (rows + b.blockRows) * cols < (int64_t(1) << 31) &&
+                b.grid * sumCount * cols < (int64_t(1) << 31);
+  std::string gamma = n.zeroCentered ? "(1.f + gamma_k[i])" : "gamma_k[i]";
+  std::string xhat = n.mean ? "(tj_to_float(cur.x[k].v[i]) - cur.mu) * cur.rs"
+                            : "tj_to_float(cur.x[k].v[i]) * cur.rs";
+
+  CudaWriter w;
+  builder.writeSignature(w, b.threads, b.minBlocks,
+                         /*restrictPointers=*/false);
+  bool warpsMeet = needsDx && rowWarps > 1;
+  w.line(formatv("constexpr int kVec = {0}, kChunks = {1}, kRowThreads = {2}, "
+                 "kRowGroups = {3}{4}{5};",
+                 b.vec, b.chunks, b.rowThreads, b.rowGroups,
+                 warpsMeet ? ", kRowWarps = " + std::to_string(rowWarps) : "",
+                 sums.empty() ? "" : ", kSums = " + std::to_string(sumCount))
+             .str());
+  w.line(std::string("using Index = ") + (narrow ? "int;" : "tj_i64;"));
+  w.line(formatv("constexpr Index kRows = {0}, kCols = {1}, kBlockRows = {2};",
+                 rows, cols, b.blockRows)
+             .str());
+  w.line("const int t = threadIdx.x % kRowThreads, group = threadIdx.x / "
+         "kRowThreads;");
+  w.line("const Index row_begin = static_cast<Index>(blockIdx.x) * "
+         "kBlockRows;");
+  w.line("const Index row_end = row_begin + kBlockRows < kRows ? row_begin + "
+         "kBlockRows : kRows;");
+
+  // A row of this thread's columns, in the storage types.
+  SmallVector<std::pair<StringRef, Value>> rowValues = {{"dy", n.dy},
+                                                        {"x", n.x}};
+  w.open("struct Row");
+  for (auto [field, value] : rowValues)
+    w.line(vecType(value) + " " + field.str() + "[kChunks];");
+  w.line(n.mean ? "float mu, rs;" : "float rs;");
+  w.close(";");
+  w.line("// Row `row`, zeros past the block's rows and the row's end.");
+  w.open("auto load_row = [&](Row &r, Index row)");
+  w.line("const bool valid = row < row_end;");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  w.line(kColLine);
+  w.open("if (valid && col < kCols)");
+  for (auto [field, value] : rowValues)
+    w.line(formatv("r.{0}[k] = *reinterpret_cast<const {1} *>({2} + row * "
+                   "kCols + col);",
+                   field, vecType(value), builder.param(value))
                .str());
-    w.line("const volatile float *partials = tj_scratch;");
-    // The strip's sums in split order, eight loads in flight at a time;
-    // when they are fewer than the threads, kParts threads per sum take
-    // every kParts-th split each, and meet in shared memory.
-    int64_t outs = sums * stripCols;
-    int64_t parts = outs < kThreads ? kThreads / outs : 1;
-    w.line(formatv("constexpr int kSplits = {0}, kParts = {1};", splits, parts)
-               .str());
-    auto sumSplits = [&](StringRef first) {
-      w.line("float sum = 0.f;");
-      w.open(("for (int s0 = " + first + "; s0 < kSplits; s0 += 8 * kParts)")
-                 .str());
-      w.line("float part[8];");
-      w.line("#pragma unroll");
-      w.line(formatv("for (int j = 0; j < 8; ++j) if (s0 + j * kParts < "
-                     "kSplits) part[j] = partials[((s0 + j * kParts) * {0} + "
-                     "sum_index) * kCols + out];",
-                     sums)
-                 .str());
-      w.line("#pragma unroll");
-      w.line("for (int j = 0; j < 8; ++j) if (s0 + j * kParts < kSplits) sum "
-             "+= part[j];");
-      w.close();
-    };
-    if (parts == 1) {
-      openSums();
-      w.line("if (out >= kCols) continue;");
-      sumSplits("0");
-      store("sum");
-      w.close();
-    } else {
-      w.line(formatv("__shared__ float final_part[kParts][{0}];", outs).str());
-      w.line(formatv("const int c = threadIdx.x % {0}, first = threadIdx.x / "
-                     "{0};",
-                     outs)
-                 .str());
-      writeSumColumn();
-      w.open("if (out < kCols)");
-      sumSplits("first");
-      w.line("final_part[first][c] = sum;");
-      w.close();
-      w.line("__syncthreads();");
-      w.line("if (first != 0 || out >= kCols) return;");
-      w.line("float sum = final_part[0][c];");
-      w.line("#pragma unroll");
-      w.line("for (int p = 1; p < kParts; ++p) sum += final_part[p][c];");
-      store("sum");
-    }
+  w.reopen("else");
+  for (auto [field, value] : rowValues)
+    w.line("r." + field.str() + "[k] = {};");
+  w.close();
+  w.close();
+  if (n.mean)
+    w.line("r.mu = valid ? " + builder.param(n.mean).str() + "[row] : 0.f;");
+  w.line("r.rs = valid ? " + builder.param(n.rsigma).str() + "[row] : 0.f;");
+  w.close(";");
+
+  if (!sums.empty()) {
+    std::string accs;
+    for (auto [name, value] : sums)
+      accs +=
+          (accs.empty() ? "" : ", ") + name.str() + "_acc[kChunks][kVec] = {}";
+    w.line("float " + accs + ";");
   }
-  return builder.finish(w, {strips, splits, 1}, {kThreads, 1, 1});
+  // LayerNorm sums g and g * xhat over a row, RMSNorm g * xhat only.
+  int64_t rowSums = n.mean ? 2 : 1;
+  if (warpsMeet) {
+    w.line(formatv("__shared__ float row_sums[2][kRowGroups][kRowWarps][{0}];",
+                   rowSums)
+               .str());
+    w.line("int parity = 0;");
+  }
+  w.line("Row cur;");
+  w.line("load_row(cur, row_begin + group);");
+  w.open("for (Index base = row_begin; base < row_end; base += kRowGroups)");
+  w.line("// The next row's loads go out before this row's arithmetic.");
+  w.line("Row next;");
+  w.line("load_row(next, base + kRowGroups + group);");
+  if (n.sum) {
+    // Needed only after the row's sums, the addend is loaded in its own
+    // row: a second buffer of it (8 registers at 4096 bf16) made the
+    // LayerNorm kernel spill.
+    w.line(vecType(n.addend) + " addend_v[kChunks];");
+    w.line("#pragma unroll");
+    w.open("for (int k = 0; k < kChunks; ++k)");
+    w.line(kColLine);
+    w.line(formatv("if (base + group < row_end && col < kCols) addend_v[k] = "
+                   "*reinterpret_cast<const {0} *>({1} + (base + group) * "
+                   "kCols + col);",
+                   vecType(n.addend), builder.param(n.addend))
+               .str());
+    w.close();
+  }
+  if (needsDx)
+    w.line(n.mean ? "float sum_g = 0.f, sum_gx = 0.f;" : "float sum_gx = 0.f;");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kChunks; ++k)");
+  if (needsDx) {
+    w.line(kColLine);
+    w.line("float gamma_k[kVec];");
+    w.line("if (col < kCols) tj_load(gamma_k, " + builder.param(n.gamma).str() +
+           " + col);");
+    w.line("else for (int i = 0; i < kVec; ++i) gamma_k[i] = 0.f;");
+  }
+  w.line("#pragma unroll");
+  w.open("for (int i = 0; i < kVec; ++i)");
+  w.line("const float dy_f = tj_to_float(cur.dy[k].v[i]);");
+  w.line("const float xhat = " + xhat + ";");
+  if (needsDx) {
+    w.line("const float g = dy_f * " + gamma + ";");
+    if (n.mean)
+      w.line("sum_g += g;");
+    w.line("sum_gx += g * xhat;");
+  }
+  if (n.dgamma)
+    w.line("dgamma_acc[k][i] += dy_f * xhat;");
+  if (n.dbeta)
+    w.line("dbeta_acc[k][i] += dy_f;");
+  w.close();
+  w.close();
+  if (needsDx)
+    writeNormDxRowEnd(w, builder, n, b.vec, rowWarps, gamma, xhat);
+  w.line("cur = next;");
+  w.close();
+  if (!sums.empty())
+    writeNormDxPartials(w, sums, b.rowGroups);
+  return builder.finish(w, {b.grid, 1, 1}, {b.threads, 1, 1});
+}
+
+/// dgamma and dbeta from the row kernel's partial sums, [parts][sums][cols]
+/// floats in the scratch as that kernel left it: a thread takes kVec
+/// columns of one sum; warp w of a block adds the partial rows w, w + 8,
+/// w + 16, ... in order, eight loads in flight, and the warps' sums meet in
+/// shared memory in warp order: the same bits on every run.
+EmittedKernel
+writeNormDgammaFinalize(KernelBuilder &builder,
+                        ArrayRef<std::pair<StringRef, Value>> sums,
+                        int64_t cols, int64_t parts) {
+  constexpr int64_t kThreads = 256, kUnroll = 8;
+  int64_t vec = cols % 4 == 0 ? 4 : cols % 2 == 0 ? 2 : 1;
+  int64_t flat = int64_t(sums.size()) * cols;
+  builder.requestPreviousScratch(parts * flat * 4);
+  CudaWriter w;
+  builder.writeSignature(w, kThreads);
+  w.line(formatv("constexpr int kVec = {0}, kWarps = {1}, kUnroll = {2};", vec,
+                 kThreads / 32, kUnroll)
+             .str());
+  w.line(formatv("constexpr int kCols = {0}, kFlat = {1}, kParts = {2};", cols,
+                 flat, parts)
+             .str());
+  w.line("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;");
+  w.line("// Elements e.. of a partial row: columns e % kCols.. of sum e / "
+         "kCols.");
+  w.line("const int e = (static_cast<int>(blockIdx.x) * 32 + lane) * kVec;");
+  w.line("float sum[kVec] = {};");
+  w.open("if (e < kFlat)");
+  w.open("for (int p0 = warp; p0 < kParts; p0 += kWarps * kUnroll)");
+  w.line("tj_vec<float, kVec> part[kUnroll];");
+  w.line("#pragma unroll");
+  w.line("for (int u = 0; u < kUnroll; ++u) if (p0 + u * kWarps < kParts) "
+         "part[u] = *reinterpret_cast<const tj_vec<float, kVec> *>(tj_scratch "
+         "+ (p0 + u * kWarps) * kFlat + e);");
+  w.line("#pragma unroll");
+  w.open("for (int u = 0; u < kUnroll; ++u)");
+  w.line("if (p0 + u * kWarps >= kParts) break;");
+  w.line("#pragma unroll");
+  w.line("for (int i = 0; i < kVec; ++i) sum[i] += part[u].v[i];");
+  w.close();
+  w.close();
+  w.close();
+  w.line("__shared__ float warp_sums[kWarps][32 * kVec];");
+  w.line("#pragma unroll");
+  w.line("for (int i = 0; i < kVec; ++i) warp_sums[warp][lane * kVec + i] = "
+         "sum[i];");
+  w.line("__syncthreads();");
+  w.line("if (warp != 0 || e >= kFlat) return;");
+  w.line("#pragma unroll");
+  w.open("for (int v = 1; v < kWarps; ++v)");
+  w.line("#pragma unroll");
+  w.line("for (int i = 0; i < kVec; ++i) sum[i] += warp_sums[v][lane * kVec "
+         "+ i];");
+  w.close();
+  for (auto [index, sum] : llvm::enumerate(sums)) {
+    std::string first = index ? std::to_string(index) + " * kCols" : "";
+    w.line(formatv("{0}if (e < {1}kCols) tj_store({2}{3}, sum);",
+                   index ? "else " : "",
+                   index ? std::to_string(index + 1) + " * " : "",
+                   builder.param(sum.second),
+                   index ? " + e - " + first : " + e")
+               .str());
+  }
+  return builder.finish(w, {ceilDiv(flat, 32 * vec), 1, 1}, {kThreads, 1, 1});
 }
 } // namespace
 
@@ -530,65 +629,66 @@ tejit::codegen::emitNormBackward(KernelBuilder &builder,
                                  std::vector<EmittedKernel> &kernels) {
   const KernelGroup &group = builder.group;
   Operation *op = group.ops.front();
-  Value dy, x, mean, rsigma, gamma, dx, dgamma, dbeta;
-  bool zeroCentered;
+  NormBwd n;
   if (auto ln = dyn_cast<LayerNormBwdOp>(op)) {
-    dy = ln.getGrad(), x = ln.getInput(), mean = ln.getMean();
-    rsigma = ln.getRsigma(), gamma = ln.getGamma();
-    dx = ln.getInputGrad(), dgamma = ln.getGammaGrad(),
-    dbeta = ln.getBetaGrad();
-    zeroCentered = ln.getZeroCenteredGamma();
+    n.dy = ln.getGrad(), n.x = ln.getInput(), n.mean = ln.getMean();
+    n.rsigma = ln.getRsigma(), n.gamma = ln.getGamma();
+    n.dx = ln.getInputGrad(), n.dgamma = ln.getGammaGrad(),
+    n.dbeta = ln.getBetaGrad();
+    n.zeroCentered = ln.getZeroCenteredGamma();
   } else {
     auto rms = cast<RMSNormBwdOp>(op);
-    dy = rms.getGrad(), x = rms.getInput(), rsigma = rms.getRsigma();
-    gamma = rms.getGamma(), dx = rms.getInputGrad(),
-    dgamma = rms.getGammaGrad();
-    zeroCentered = rms.getZeroCenteredGamma();
+    n.dy = rms.getGrad(), n.x = rms.getInput(), n.rsigma = rms.getRsigma();
+    n.gamma = rms.getGamma(), n.dx = rms.getInputGrad(),
+    n.dgamma = rms.getGammaGrad();
+    n.zeroCentered = rms.getZeroCenteredGamma();
   }
   // norm_bwd_add: the add of dx to another gradient, in the dx kernel.
-  AddOp add = userIn<AddOp>(group, dx);
+  AddOp add = userIn<AddOp>(group, n.dx);
   if (group.ops.size() != 1u + !!add)
     return noEmitter(group.op, "ops other than an add of dx after the norm");
   if (add && add.getLhs() == add.getRhs())
     return noEmitter(group.op, "an add of dx to itself");
-  int64_t cols = colsOf(x);
-  int64_t vec =
-      vectorWidth({cols}, elementBytes(tensorType(x).getElementType()));
+  int64_t rows = rowsOf(n.x), cols = colsOf(n.x);
+  int64_t bytes = elementBytes(tensorType(n.x).getElementType());
+  int64_t vec = vectorWidth({cols}, bytes);
   if ((cols + 32 * vec - 1) / (32 * vec) > kMaxChunks)
     return noEmitter(op, "rows wider than a warp's registers");
-  // Each kernel binds only what it uses: two groups over the same op.
-  KernelGroup rowGroup = group, columnGroup = group;
-  rowGroup.inputs = {dy, x};
-  if (mean)
-    rowGroup.inputs.push_back(mean);
-  rowGroup.inputs.append({rsigma, gamma});
-  if (add)
-    rowGroup.inputs.push_back(add.getLhs() == dx ? add.getRhs() : add.getLhs());
-  // A standalone op writes all its results; a region, what it yields.
+  // Each kernel binds only what it uses: two groups over the same op. A
+  // standalone op writes all its results; a region, what it yields.
+  KernelGroup rowGroup = group, finalizeGroup = group;
+  rowGroup.inputs = {n.dy, n.x};
+  if (n.mean)
+    rowGroup.inputs.push_back(n.mean);
+  rowGroup.inputs.append({n.rsigma, n.gamma});
+  if (add && group.isOutput(add.getOutput())) {
+    n.sum = add.getOutput();
+    n.addend = add.getLhs() == n.dx ? add.getRhs() : add.getLhs();
+    rowGroup.inputs.push_back(n.addend);
+  }
+  if (!group.isOutput(n.dx))
+    n.dx = Value();
   rowGroup.outputs.clear();
-  for (Value value : {dx, add ? add.getOutput() : Value()})
-    if (value && group.isOutput(value))
-      rowGroup.outputs.push_back(value);
-  if (!group.isOutput(dgamma))
-    dgamma = Value();
-  if (dbeta && !group.isOutput(dbeta))
-    dbeta = Value();
-  columnGroup.inputs = {dy, x};
-  if (mean)
-    columnGroup.inputs.push_back(mean);
-  columnGroup.inputs.push_back(rsigma);
-  columnGroup.outputs.clear();
-  for (Value value : {dgamma, dbeta})
+  for (Value value : {n.dx, n.sum})
     if (value)
-      columnGroup.outputs.push_back(value);
+      rowGroup.outputs.push_back(value);
+  if (!group.isOutput(n.dgamma))
+    n.dgamma = Value();
+  if (n.dbeta && !group.isOutput(n.dbeta))
+    n.dbeta = Value();
+  RowBlocking blocking = rowBlocking(rows, cols, bytes);
   KernelBuilder rowBuilder(rowGroup, builder.name + "_dx", builder.state());
-  kernels.push_back(writeNormDx(rowBuilder, dy, x, mean, rsigma, gamma, dx, add,
-                                zeroCentered));
-  if (columnGroup.outputs.empty())
+  kernels.push_back(writeNormDx(rowBuilder, n, blocking));
+  auto sums = n.columnSums();
+  if (sums.empty())
     return llvm::Error::success();
-  KernelBuilder columnBuilder(columnGroup, builder.name + "_dgamma",
-                              builder.state());
+  finalizeGroup.inputs.clear();
+  finalizeGroup.outputs.clear();
+  for (auto [name, value] : sums)
+    finalizeGroup.outputs.push_back(value);
+  KernelBuilder finalizeBuilder(
+      finalizeGroup, builder.name + "_dgamma_finalize", builder.state());
   kernels.push_back(
-      writeNormDgamma(columnBuilder, dy, x, mean, rsigma, dgamma, dbeta));
+      writeNormDgammaFinalize(finalizeBuilder, sums, cols, blocking.grid));
   return llvm::Error::success();
 }

@@ -77,6 +77,17 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
   for (auto [index, step] : llvm::enumerate(function.steps)) {
     CUfunction entry = nullptr;
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
+      // Parsed plans are checked already; this guards plans built in memory.
+      if (kernel->scratchFromPreviousStep) {
+        std::string problem = previousScratchProblem(
+            llvm::ArrayRef<Step>(function.steps).take_front(index), *kernel);
+        if (!problem.empty())
+          return makeError(
+              ErrorCode::InvalidArgument,
+              llvm::formatv("function '{0}', step {1} ('{2}') reads the "
+                            "scratch as the previous step left it, but {3}",
+                            function.name, index, kernel->name, problem));
+      }
       auto found = modules.function(kernel->binary, kernel->name);
       if (!found)
         return found.takeError();
@@ -195,12 +206,16 @@ Error Executor::launch(const KernelStep &step, CUfunction function,
               "zeroing an amax of '" + step.name + "'"))
         return error;
   }
-  // Cross-block sums take zeroed scratch (arrival counters) last.
+  // Cross-block sums take the scratch last, with the bytes they ask for
+  // zeroed (arrival counters); a kernel that reads what the previous step
+  // left there asks for none.
   if (step.scratchBytes) {
-    if (Error error = driver.check(
-            driver.cuMemsetD8Async(scratch, 0, step.scratchBytes, stream),
-            "zeroing the scratch of '" + step.name + "'"))
-      return error;
+    if (!step.scratchFromPreviousStep && step.scratchZeroBytes)
+      if (Error error = driver.check(
+              driver.cuMemsetD8Async(scratch + step.scratchZeroOffset, 0,
+                                     step.scratchZeroBytes, stream),
+              "zeroing the scratch of '" + step.name + "'"))
+        return error;
     pointers.push_back(scratch);
   }
   for (CUdeviceptr &pointer : pointers)

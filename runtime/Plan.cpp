@@ -175,6 +175,22 @@ const FunctionPlan *Plan::backwardOf(const FunctionPlan &forward) const {
   return nullptr;
 }
 
+std::string tejit::runtime::previousScratchProblem(llvm::ArrayRef<Step> before,
+                                                   const KernelStep &step) {
+  if (before.empty())
+    return "there is no step before it";
+  std::string at = "step " + std::to_string(before.size() - 1);
+  const auto *previous = std::get_if<KernelStep>(&before.back());
+  if (!previous)
+    return at + ", before it, is not a kernel";
+  if (previous->scratchBytes < step.scratchBytes)
+    return (at + " ('" + previous->name + "'), before it, has " +
+            Twine(previous->scratchBytes) + " bytes of scratch, fewer than " +
+            Twine(step.scratchBytes))
+        .str();
+  return "";
+}
+
 //===----------------------------------------------------------------------===//
 // Parsing
 //===----------------------------------------------------------------------===//
@@ -323,6 +339,8 @@ private:
   Error parseStep(const json::Value &node, size_t index);
   Error parseKernel(const json::Object &node, const Scope &scope,
                     KernelStep &step);
+  Error parseScratch(const json::Object &node, const Scope &scope,
+                     KernelStep &step);
   Error parseGemm(const json::Object &node, const Scope &scope, GemmStep &step);
   Error parseAttention(const json::Object &node, const Scope &scope,
                        AttentionStep &step);
@@ -779,12 +797,8 @@ Error FunctionParser::parseKernel(const json::Object &node, const Scope &scope,
       return bytes.takeError();
     step.sharedBytes = *bytes;
   }
-  if (const json::Value *scratch = node.get("scratch_bytes")) {
-    Expected<unsigned> bytes = scope.unsignedInteger(*scratch, "scratch_bytes");
-    if (!bytes)
-      return bytes.takeError();
-    step.scratchBytes = *bytes;
-  }
+  if (Error error = parseScratch(node, scope, step))
+    return error;
 
   Expected<const json::Array *> args = scope.array(node, "args");
   if (!args)
@@ -814,6 +828,67 @@ Error FunctionParser::parseKernel(const json::Object &node, const Scope &scope,
                             "accumulates into are zeroed)");
     step.args.push_back(kernelArg);
   }
+  return Error::success();
+}
+
+/// How much scratch a kernel takes and what of it is zeroed first: the byte
+/// range "scratch_zero" (all of it when absent, as in plans written before
+/// it), or nothing when it reads what the previous step left there.
+Error FunctionParser::parseScratch(const json::Object &node, const Scope &scope,
+                                   KernelStep &step) {
+  if (const json::Value *scratch = node.get("scratch_bytes")) {
+    Expected<unsigned> bytes = scope.unsignedInteger(*scratch, "scratch_bytes");
+    if (!bytes)
+      return bytes.takeError();
+    step.scratchBytes = *bytes;
+  }
+  Expected<bool> fromPrevious =
+      scope.boolean(node, "scratch_from_previous_step");
+  if (!fromPrevious)
+    return fromPrevious.takeError();
+  step.scratchFromPreviousStep = *fromPrevious;
+  const json::Value *zero = node.get("scratch_zero");
+  if (step.scratchFromPreviousStep) {
+    if (zero)
+      return scope.error("scratch_zero",
+                         "is given, but the step reads the scratch as the "
+                         "previous step left it "
+                         "('scratch_from_previous_step')");
+    if (!step.scratchBytes)
+      return scope.error("scratch_from_previous_step",
+                         "is set, but the step takes no scratch "
+                         "('scratch_bytes')");
+    std::string problem = previousScratchProblem(function.steps, step);
+    if (!problem.empty())
+      return scope.error("scratch_from_previous_step",
+                         "is set, but " + problem);
+    return Error::success();
+  }
+  if (!zero) {
+    step.scratchZeroBytes = step.scratchBytes;
+    return Error::success();
+  }
+  Expected<const json::Object *> range = scope.object(*zero, "scratch_zero");
+  if (!range)
+    return range.takeError();
+  Scope fields = scope.nested("scratch_zero.");
+  for (auto [key, slot] : {std::pair{"offset", &step.scratchZeroOffset},
+                           std::pair{"bytes", &step.scratchZeroBytes}}) {
+    Expected<const json::Value *> value = fields.field(**range, key);
+    if (!value)
+      return value.takeError();
+    Expected<unsigned> number = fields.unsignedInteger(**value, key);
+    if (!number)
+      return number.takeError();
+    *slot = *number;
+  }
+  if (uint64_t(step.scratchZeroOffset) + step.scratchZeroBytes >
+      step.scratchBytes)
+    return scope.error("scratch_zero",
+                       "is " + Twine(step.scratchZeroBytes) +
+                           " bytes from byte " + Twine(step.scratchZeroOffset) +
+                           ", past the end of the step's " +
+                           Twine(step.scratchBytes) + " bytes of scratch");
   return Error::success();
 }
 

@@ -8,6 +8,7 @@
 #ifndef TEJIT_RUNTIME_PLAN_H
 #define TEJIT_RUNTIME_PLAN_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -75,8 +76,15 @@ struct KernelStep {
   std::string binary; // relative path, e.g. kernels/x.cubin
   std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
   unsigned sharedBytes = 0;
-  /// Zeroed device scratch passed as a last argument (cross-block sums).
+  /// Device scratch passed as a last argument (cross-block sums); one
+  /// buffer serves every step.
   unsigned scratchBytes = 0;
+  /// The bytes of it zeroed before the launch, from scratchZeroOffset
+  /// ("scratch_zero"; all of them in plans without it).
+  unsigned scratchZeroOffset = 0, scratchZeroBytes = 0;
+  /// The kernel reads the scratch as the previous step, a kernel with at
+  /// least as much scratch, left it: nothing is zeroed.
+  bool scratchFromPreviousStep = false;
   std::vector<KernelArg> args;
 };
 
@@ -134,6 +142,12 @@ struct Plan {
   /// The backward of `forward`, or null.
   const FunctionPlan *backwardOf(const FunctionPlan &forward) const;
 };
+
+/// Why `step`, which reads the scratch as the step before it left it, cannot
+/// run after `before` (the steps before it): there is none, or it is not a
+/// kernel with at least as much scratch. Empty when it can.
+std::string previousScratchProblem(llvm::ArrayRef<Step> before,
+                                   const KernelStep &step);
 
 /// Parses and checks a plan; errors name the function, step and field.
 llvm::Expected<Plan> parsePlan(const llvm::json::Value &json);

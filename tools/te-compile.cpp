@@ -171,7 +171,19 @@ static LogicalResult printKernels(ModuleOp module) {
                  << kernel.grid.x << ", " << kernel.grid.y << ", "
                  << kernel.grid.z << "), block (" << kernel.block.x << ", "
                  << kernel.block.y << ", " << kernel.block.z << "), shared "
-                 << kernel.sharedBytes << " bytes\n// params:";
+                 << kernel.sharedBytes << " bytes";
+    // The scratch, and what of it is zeroed before the launch.
+    if (kernel.scratchFromPreviousStep)
+      llvm::outs() << ", scratch " << kernel.scratchBytes
+                   << " bytes as the previous kernel left them";
+    else if (kernel.scratchBytes && !kernel.scratchZeroBytes)
+      llvm::outs() << ", scratch " << kernel.scratchBytes
+                   << " bytes, none zeroed";
+    else if (kernel.scratchBytes)
+      llvm::outs() << ", scratch " << kernel.scratchBytes << " bytes, "
+                   << kernel.scratchZeroBytes << " zeroed from byte "
+                   << kernel.scratchZeroOffset;
+    llvm::outs() << "\n// params:";
     for (const tejit::codegen::KernelParam &param : kernel.params)
       llvm::outs() << " " << (param.isOutput ? "out " : "in ") << param.name
                    << (param.zeroBeforeLaunch ? " (zeroed)" : "") << ";";

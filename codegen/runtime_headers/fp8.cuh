@@ -147,6 +147,21 @@ __device__ __forceinline__ void tj_store(T *dst, const float (&src)[N]) {
   *reinterpret_cast<tj_vec<T, N> *>(dst) = out;
 }
 
+/// Hides the value of a vector of whole words from the optimizer (an empty
+/// asm per word; no instruction), so that what was computed from it before
+/// is computed again after it rather than kept: a row of 16-bit elements
+/// stays in half the registers of the floats converted from it.
+template <typename T, int N>
+__device__ __forceinline__ void tj_hide_words(tj_vec<T, N> &v) {
+  static_assert(sizeof(v) % 4 == 0, "whole words");
+  tj_u32 words[sizeof(v) / 4];
+  memcpy(words, &v, sizeof(v));
+#pragma unroll
+  for (int j = 0; j < int(sizeof(v) / 4); ++j)
+    asm volatile("" : "+r"(words[j]));
+  memcpy(&v, words, sizeof(v));
+}
+
 /// Converts N floats (N % 4 == 0) to FP8 type T in N / 4 words, the lowest
 /// element in the lowest byte: the bytes of a row-major store and of a
 /// shared tile for the transposed one, converted once. (Words, not a

@@ -86,12 +86,33 @@ TEST_P(EmitExamples, EveryKernelSelfContained) {
     EXPECT_GE(kernel.block.x, 32);
     EXPECT_LE(kernel.block.x * kernel.block.y * kernel.block.z, 1024);
     EXPECT_FALSE(kernel.params.empty());
+    // Pointers are __restrict__ but in the norm backward's row kernel.
+    bool restricted =
+        kernel.source.find(" *__restrict__ ") != std::string::npos;
     for (const tejit::codegen::KernelParam &param : kernel.params) {
       EXPECT_TRUE(param.value);
       EXPECT_FALSE(param.elementType.empty());
-      EXPECT_NE(kernel.source.find(" *__restrict__ " + param.name),
+      EXPECT_NE(kernel.source.find((restricted ? " *__restrict__ " : " *") +
+                                   param.name),
                 std::string::npos)
           << param.name;
+    }
+    // The scratch: the zeroed bytes lie inside it; a kernel that reads it as
+    // the previous step left it follows a kernel of the same op (the plan
+    // step before it) with at least as much.
+    EXPECT_GE(kernel.scratchBytes, 0);
+    EXPECT_GE(kernel.scratchZeroOffset, 0);
+    EXPECT_LE(kernel.scratchZeroOffset + kernel.scratchZeroBytes,
+              kernel.scratchBytes);
+    EXPECT_EQ(kernel.source.find("tj_scratch") != std::string::npos,
+              kernel.scratchBytes > 0);
+    if (kernel.scratchFromPreviousStep) {
+      EXPECT_GT(kernel.scratchBytes, 0);
+      EXPECT_EQ(kernel.scratchZeroBytes, 0);
+      ASSERT_NE(&kernel, &kernels->front());
+      const tejit::codegen::EmittedKernel &previous = (&kernel)[-1];
+      EXPECT_EQ(previous.op, kernel.op);
+      EXPECT_GE(previous.scratchBytes, kernel.scratchBytes);
     }
   }
 }

@@ -387,6 +387,71 @@ TEST(PlanTest, HandWrittenPlanParses) {
   EXPECT_TRUE(attentionBwd->attributes.empty());
 }
 
+/// Inserts, right after kernel step 0 of the forward (which gets 64 bytes of
+/// scratch), a copy of it that reads the scratch as step 0 left it; returns
+/// the copy.
+json::Object &insertStepAfterTheCast(json::Value &plan) {
+  step(plan, 0, 0)["scratch_bytes"] = 64;
+  json::Object copy = step(plan, 0, 0);
+  copy["name"] = "layer_cast_0_finalize";
+  copy["scratch_from_previous_step"] = true;
+  copy.erase("scratch_zero");
+  json::Array &steps = *function(plan, 0).getArray("steps");
+  steps.insert(steps.begin() + 1, json::Value(std::move(copy)));
+  return step(plan, 0, 1);
+}
+
+TEST(PlanTest, ScratchZeroRanges) {
+  // Plans written before "scratch_zero": all of the scratch is zeroed.
+  {
+    json::Value document = basePlan();
+    step(document, 0, 0)["scratch_bytes"] = 64;
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    const auto &cast = std::get<KernelStep>(plan->functions[0].steps[0]);
+    EXPECT_EQ(cast.scratchBytes, 64u);
+    EXPECT_EQ(cast.scratchZeroOffset, 0u);
+    EXPECT_EQ(cast.scratchZeroBytes, 64u);
+    EXPECT_FALSE(cast.scratchFromPreviousStep);
+    // No scratch, nothing zeroed.
+    const auto &dropout = std::get<KernelStep>(plan->functions[0].steps[3]);
+    EXPECT_EQ(dropout.scratchBytes, 0u);
+    EXPECT_EQ(dropout.scratchZeroBytes, 0u);
+  }
+  // A range (arrival counters after the partial sums), or none at all.
+  for (int64_t bytes : {16, 0}) {
+    json::Value document = basePlan();
+    step(document, 0, 0)["scratch_bytes"] = 64;
+    step(document, 0, 0)["scratch_zero"] =
+        json::Object{{"offset", 48}, {"bytes", bytes}};
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    const auto &cast = std::get<KernelStep>(plan->functions[0].steps[0]);
+    EXPECT_EQ(cast.scratchZeroOffset, 48u);
+    EXPECT_EQ(cast.scratchZeroBytes, unsigned(bytes));
+  }
+}
+
+TEST(PlanTest, StepReadsTheScratchThePreviousStepLeft) {
+  json::Value document = basePlan();
+  step(document, 0, 0)["scratch_zero"] =
+      json::Object{{"offset", 0}, {"bytes", 0}};
+  insertStepAfterTheCast(document)["scratch_bytes"] = 48;
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const auto &finalize = std::get<KernelStep>(plan->functions[0].steps[1]);
+  EXPECT_EQ(finalize.name, "layer_cast_0_finalize");
+  EXPECT_TRUE(finalize.scratchFromPreviousStep);
+  EXPECT_EQ(finalize.scratchBytes, 48u);
+  EXPECT_EQ(finalize.scratchZeroBytes, 0u);
+  // The rule the executor checks too.
+  llvm::ArrayRef<Step> steps = plan->functions[0].steps;
+  EXPECT_EQ(previousScratchProblem(steps.take_front(1), finalize), "");
+  EXPECT_EQ(previousScratchProblem({}, finalize), "there is no step before it");
+  EXPECT_EQ(previousScratchProblem(steps.take_front(3), finalize),
+            "step 2, before it, is not a kernel");
+}
+
 TEST(PlanTest, ParsesText) {
   llvm::Expected<Plan> plan = parsePlan(llvm::StringRef(kPlan));
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
@@ -692,6 +757,81 @@ std::vector<ErrorCase> errorCases() {
       {"KernelArgs",
        [](V p) { step(p, 0, 0).erase("args"); },
        {layer + ", step 0 (kernel): 'args' is missing"}},
+      {"ScratchZeroPastTheEnd",
+       [](V p) {
+         step(p, 0, 0)["scratch_bytes"] = 64;
+         step(p, 0, 0)["scratch_zero"] =
+             json::Object{{"offset", 48}, {"bytes", 32}};
+       },
+       {layer + ", step 0 (kernel): 'scratch_zero' is 32 bytes from byte 48",
+        "past the end of the step's 64 bytes of scratch"}},
+      {"ScratchZeroWithoutScratch",
+       [](V p) {
+         step(p, 0, 0)["scratch_zero"] =
+             json::Object{{"offset", 0}, {"bytes", 4}};
+       },
+       {layer + ", step 0 (kernel): 'scratch_zero'", "0 bytes of scratch"}},
+      {"ScratchZeroOffsetNegative",
+       [](V p) {
+         step(p, 0, 0)["scratch_bytes"] = 64;
+         step(p, 0, 0)["scratch_zero"] =
+             json::Object{{"offset", -4}, {"bytes", 4}};
+       },
+       {layer + ", step 0 (kernel): 'scratch_zero.offset' is -4"}},
+      {"ScratchZeroBytesMissing",
+       [](V p) {
+         step(p, 0, 0)["scratch_bytes"] = 64;
+         step(p, 0, 0)["scratch_zero"] = json::Object{{"offset", 0}};
+       },
+       {layer + ", step 0 (kernel): 'scratch_zero.bytes' is missing"}},
+      {"ScratchZeroNotAnObject",
+       [](V p) {
+         step(p, 0, 0)["scratch_bytes"] = 64;
+         step(p, 0, 0)["scratch_zero"] = 64;
+       },
+       {layer + ", step 0 (kernel): 'scratch_zero' must be an object"}},
+      {"ScratchFromPreviousNotABoolean",
+       [](V p) { step(p, 0, 3)["scratch_from_previous_step"] = 1; },
+       {layer + ", step 3 (kernel): 'scratch_from_previous_step' must be a "
+                "boolean"}},
+      {"ScratchFromPreviousOnTheFirstStep",
+       [](V p) {
+         step(p, 1, 0)["scratch_bytes"] = 16;
+         step(p, 1, 0)["scratch_from_previous_step"] = true;
+       },
+       {layerBackward + ", step 0 (kernel): 'scratch_from_previous_step' is "
+                        "set, but there is no step before it"}},
+      {"ScratchFromPreviousAfterAttention",
+       [](V p) {
+         step(p, 0, 3)["scratch_bytes"] = 16;
+         step(p, 0, 3)["scratch_from_previous_step"] = true;
+       },
+       {layer + ", step 3 (kernel): 'scratch_from_previous_step' is set, "
+                "but step 2, before it, is not a kernel"}},
+      {"ScratchFromPreviousWithoutScratch",
+       [](V p) { insertStepAfterTheCast(p).erase("scratch_bytes"); },
+       {layer + ", step 1 (kernel): 'scratch_from_previous_step' is set, "
+                "but the step takes no scratch"}},
+      {"ScratchFromPreviousMoreThanItLeft",
+       [](V p) { insertStepAfterTheCast(p)["scratch_bytes"] = 128; },
+       {layer + ", step 1 (kernel): 'scratch_from_previous_step' is set, "
+                "but step 0 ('layer_cast_0'), before it, has 64 bytes of "
+                "scratch, fewer than 128"}},
+      {"ScratchFromPreviousAfterAKernelWithout",
+       [](V p) {
+         insertStepAfterTheCast(p);
+         step(p, 0, 0).erase("scratch_bytes");
+       },
+       {layer + ", step 1 (kernel): 'scratch_from_previous_step' is set, "
+                "but step 0 ('layer_cast_0'), before it, has 0 bytes of "
+                "scratch, fewer than 64"}},
+      {"ScratchFromPreviousWithAZeroRange",
+       [](V p) {
+         insertStepAfterTheCast(p)["scratch_zero"] =
+             json::Object{{"offset", 0}, {"bytes", 4}};
+       },
+       {layer + ", step 1 (kernel): 'scratch_zero' is given, but the step "
+                "reads the scratch as the previous step left it"}},
 
       {"GemmA",
        [](V p) { step(p, 0, 1)["a"] = 99; },

@@ -64,8 +64,9 @@ def check_cast_transpose(fn, step, values, rng):
                          ("q" if "q" not in roles else "qt"))
         tensors.append(t)
     pointers = [np.uint64(t.data_ptr()) for t in tensors]
-    # Cross-block sums (a bias gradient) take zeroed scratch, last, as the
-    # runtime passes it.
+    # Cross-block sums (a bias gradient) take scratch, last, as the runtime
+    # passes it; all of it zeroed here, where the runtime zeroes only the
+    # step's "scratch_zero" bytes (the arrival counters).
     if step.get("scratch_bytes", 0):
         scratch = torch.zeros(step["scratch_bytes"], dtype=torch.uint8,
                               device="cuda")

@@ -1,4 +1,8 @@
-"""Writes the dgamma/dbeta kernels te-compile emits for some layer specs, with
+"""(For the history of dgamma_variants.cu: te-compile no longer emits a
+separate dgamma/dbeta kernel, "_dgamma"; the norm backward's row kernel sums
+them, and "_dgamma_finalize" adds its partial sums. See codegen/RowKernels.cpp.)
+
+Writes the dgamma/dbeta kernels te-compile emits for some layer specs, with
 their launch configurations from plan.json, as an include for
 dgamma_variants.cu (compiled with -DDGAMMA_EMITTED='"FILE"'): the generated
 kernels verbatim, checked and timed on the GPU like the variants.

@@ -6,6 +6,11 @@
 // not offer. codegen/RowKernels.cpp keeps the dx + dgamma pair; the
 // emitted kernel's code and the scripts that fed it here are in no commit;
 // benchmarks/RESULTS.md (Session 5) has the table.
+// Since then the plan passes scratch from one step to the next
+// ("scratch_from_previous_step") and codegen/RowKernels.cpp emits the
+// "finalize kernel, TN 256, min 2, prefetch" variant (the addend loaded in
+// its own row, not a row ahead, so that it does not spill); the baselines
+// below are the pair it replaced.
 //
 //===- norm_bwd_fused.cu - norm backward: dx and dgamma/dbeta in one pass -===//
 //
