@@ -16,10 +16,12 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Attention.h"
 
+#include "runtime/AttentionEngines.h"
 #include "runtime/AttentionGraph.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Cudnn.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
@@ -172,37 +174,55 @@ struct AttentionRunner::Impl {
   BackendDescriptor plan;
   /// cuDNN's workspace, after the graph's own buffers.
   size_t cudnnWorkspaceBytes = 0;
-  int64_t engineIndex = -1;
+  AttentionEngineConfig config;
   const char *heuristicMode = "";
 };
 
 namespace {
-/// Reads one int64 attribute; -1 if cuDNN does not answer.
-int64_t readInt64(const Cudnn &lib, cudnnBackendDescriptor_t desc,
-                  cudnnBackendAttributeName_t name) {
-  int64_t value = -1, count = 0;
-  if (lib.cudnnBackendGetAttribute(desc, name, CUDNN_TYPE_INT64, 1, &count,
-                                   &value) != CUDNN_STATUS_SUCCESS ||
-      count != 1)
-    return -1;
-  return value;
-}
-
-/// The global index of the engine of `config`, for logs; -1 if unknown.
-int64_t engineIndexOf(const Cudnn &lib, cudnnBackendDescriptor_t config) {
-  auto engine =
-      BackendDescriptor::create(lib, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
-  if (!engine) {
-    llvm::consumeError(engine.takeError());
-    return -1;
+/// Makes the execution plan of `config` (finalized, from heuristics or
+/// buildEngineConfig) the runner's. False, with cuDNN's reason in `why`, if
+/// the plan does not finalize.
+Expected<bool> adoptPlan(AttentionRunner::Impl &impl, BackendDescriptor config,
+                         std::string &why) {
+  const Cudnn &lib = *impl.lib;
+  auto plan = BackendDescriptor::create(
+      lib, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
+  if (!plan)
+    return plan.takeError();
+  cudnnBackendDescriptor_t raw = config.get();
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  cudnnStatus_t status = lib.cudnnBackendSetAttribute(
+      plan->get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+      &impl.handle->handle);
+#pragma GCC diagnostic pop
+  if (status == CUDNN_STATUS_SUCCESS)
+    status = lib.cudnnBackendSetAttribute(
+        plan->get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+        CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw);
+  if (status == CUDNN_STATUS_SUCCESS)
+    status = lib.cudnnBackendFinalize(plan->get());
+  if (status != CUDNN_STATUS_SUCCESS) {
+    why = lib.statusText(status) + ": " + lib.lastErrorString();
+    return false;
   }
-  cudnnBackendDescriptor_t raw = engine->get();
-  int64_t count = 0;
-  if (lib.cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
-                                   &raw) != CUDNN_STATUS_SUCCESS)
-    return -1;
-  return readInt64(lib, raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX);
+  int64_t workspace = 0, count = 0;
+  if (lib.cudnnBackendGetAttribute(
+          plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+          CUDNN_TYPE_INT64, 1, &count, &workspace) != CUDNN_STATUS_SUCCESS ||
+      count != 1 || workspace < 0)
+    return makeError(ErrorCode::Internal,
+                     "cuDNN did not report the execution plan's workspace "
+                     "size");
+  Expected<AttentionEngineConfig> described =
+      attention::readEngineConfig(lib, raw);
+  if (!described)
+    return described.takeError();
+  impl.cudnnWorkspaceBytes = static_cast<size_t>(workspace);
+  impl.config = std::move(*described);
+  impl.engineConfig = std::move(config);
+  impl.plan = std::move(*plan);
+  return true;
 }
 
 /// Tries the configurations heuristics `mode` offers for the graph, in
@@ -212,87 +232,25 @@ Expected<bool> tryHeuristic(AttentionRunner::Impl &impl,
                             cudnnBackendHeurMode_t mode, const char *modeName,
                             std::string &tried) {
   const Cudnn &lib = *impl.lib;
-  auto heuristic = BackendDescriptor::create(
-      lib, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "engine heuristics");
-  if (!heuristic)
-    return heuristic.takeError();
-  cudnnBackendDescriptor_t graph = impl.graph.operationGraph.get();
-  if (cudnnStatus_t status = lib.cudnnBackendSetAttribute(
-          heuristic->get(), CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph))
-    return lib.error(status, "setting the heuristics' operation graph");
-  if (cudnnStatus_t status = lib.cudnnBackendSetAttribute(
-          heuristic->get(), CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
-          &mode))
-    return lib.error(status, "setting the heuristics mode");
-  if (cudnnStatus_t status = lib.cudnnBackendFinalize(heuristic->get())) {
-    tried += llvm::formatv("\n  heuristics mode {0}: {1}: {2}", modeName,
-                           lib.statusText(status), lib.lastErrorString());
-    return false;
-  }
-
-  int64_t count = 0;
-  if (cudnnStatus_t status = lib.cudnnBackendGetAttribute(
-          heuristic->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr))
-    return lib.error(status, "counting the heuristics' results");
-  std::vector<BackendDescriptor> configs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < count; ++i) {
-    auto config = BackendDescriptor::create(
-        lib, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine configuration");
-    if (!config)
-      return config.takeError();
-    raw.push_back(config->get());
-    configs.push_back(std::move(*config));
-  }
-  int64_t returned = 0;
-  if (count > 0)
-    if (cudnnStatus_t status = lib.cudnnBackendGetAttribute(
-            heuristic->get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-            CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &returned, raw.data()))
-      return lib.error(status, "reading the heuristics' results");
-  if (returned == 0)
-    tried += llvm::formatv("\n  heuristics mode {0}: no engine configuration",
-                           modeName);
-
-  for (int64_t i = 0; i < returned; ++i) {
-    auto plan = BackendDescriptor::create(
-        lib, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "execution plan");
-    if (!plan)
-      return plan.takeError();
-    cudnnBackendDescriptor_t config = raw[i];
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-    cudnnStatus_t status = lib.cudnnBackendSetAttribute(
-        plan->get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-        &impl.handle->handle);
-#pragma GCC diagnostic pop
-    if (status == CUDNN_STATUS_SUCCESS)
-      status = lib.cudnnBackendSetAttribute(
-          plan->get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &config);
-    if (status == CUDNN_STATUS_SUCCESS)
-      status = lib.cudnnBackendFinalize(plan->get());
-    if (status != CUDNN_STATUS_SUCCESS) {
-      tried += llvm::formatv("\n  mode {0}, configuration {1} (engine {2}): "
-                             "{3}: {4}",
-                             modeName, i, engineIndexOf(lib, config),
-                             lib.statusText(status), lib.lastErrorString());
-      continue;
+  auto configs = attention::heuristicConfigs(
+      lib, impl.graph.operationGraph.get(), mode, modeName, tried);
+  if (!configs)
+    return configs.takeError();
+  for (auto [rank, config] : llvm::enumerate(*configs)) {
+    std::string why;
+    Expected<AttentionEngineConfig> described =
+        attention::readEngineConfig(lib, config.get());
+    Expected<bool> adopted = adoptPlan(impl, std::move(config), why);
+    if (!adopted || *adopted) {
+      if (adopted)
+        impl.heuristicMode = modeName;
+      llvm::consumeError(described.takeError());
+      return adopted;
     }
-    int64_t workspace =
-        readInt64(lib, plan->get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE);
-    if (workspace < 0)
-      return makeError(ErrorCode::Internal,
-                       "cuDNN did not report the execution plan's workspace "
-                       "size");
-    impl.cudnnWorkspaceBytes = static_cast<size_t>(workspace);
-    impl.engineIndex = engineIndexOf(lib, config);
-    impl.heuristicMode = modeName;
-    impl.engineConfig = std::move(configs[i]);
-    impl.plan = std::move(*plan);
-    return true;
+    tried +=
+        llvm::formatv("\n  mode {0}, configuration {1} ({2}): {3}", modeName,
+                      rank, described ? described->str() : "unreadable", why);
+    llvm::consumeError(described.takeError());
   }
   return false;
 }
@@ -316,9 +274,32 @@ Error makePlan(AttentionRunner::Impl &impl) {
                     lib.versionString(), lib.path, impl.problem.key(), tried));
 }
 
-/// Builds a problem's runner from scratch: graph, then plan.
+/// The plan of a caller's configuration.
+Error makePlan(AttentionRunner::Impl &impl,
+               const AttentionEngineConfig &config) {
+  const Cudnn &lib = *impl.lib;
+  Expected<BackendDescriptor> built = attention::buildEngineConfig(
+      lib, impl.graph.operationGraph.get(), config);
+  if (!built)
+    return annotate(built.takeError(), impl.problem.key());
+  std::string why;
+  Expected<bool> adopted = adoptPlan(impl, std::move(*built), why);
+  if (!adopted)
+    return adopted.takeError();
+  if (!*adopted)
+    return makeError(ErrorCode::Unsupported,
+                     llvm::formatv("{0}: cuDNN {1} cannot plan {2}: {3}",
+                                   impl.problem.key(), lib.versionString(),
+                                   config.str(), why));
+  impl.heuristicMode = "caller's choice";
+  return Error::success();
+}
+
+/// Builds a problem's runner from scratch: graph, then the plan of `config`,
+/// or of the heuristics' first configuration that plans when it is null.
 Expected<std::unique_ptr<AttentionRunner::Impl>>
-buildRunner(const Cudnn &lib, Handle *handle, const AttentionProblem &problem) {
+buildRunner(const Cudnn &lib, Handle *handle, const AttentionProblem &problem,
+            const AttentionEngineConfig *config = nullptr) {
   auto impl = std::make_unique<AttentionRunner::Impl>();
   impl->lib = &lib;
   impl->handle = handle;
@@ -328,7 +309,7 @@ buildRunner(const Cudnn &lib, Handle *handle, const AttentionProblem &problem) {
   if (!graph)
     return graph.takeError();
   impl->graph = std::move(*graph);
-  if (Error error = makePlan(*impl))
+  if (Error error = config ? makePlan(*impl, *config) : makePlan(*impl))
     return std::move(error);
   return std::move(impl);
 }
@@ -351,28 +332,48 @@ size_t AttentionRunner::workspaceBytes() const {
 }
 
 std::string AttentionRunner::describeEngine() const {
-  std::string text = llvm::formatv(
-      "cuDNN {0} ({1}), engine {2} (heuristics mode {3}), workspace {4} "
-      "bytes",
-      impl->lib->versionString(), impl->lib->path, impl->engineIndex,
-      impl->heuristicMode, workspaceBytes());
+  std::string text =
+      llvm::formatv("cuDNN {0} ({1}), {2} (heuristics mode {3}), workspace {4} "
+                    "bytes",
+                    impl->lib->versionString(), impl->lib->path,
+                    impl->config.str(), impl->heuristicMode, workspaceBytes());
   if (!impl->graph.notes.empty())
     text += "; " + impl->graph.notes;
   return text;
 }
 
-Expected<std::shared_ptr<const AttentionRunner>>
-AttentionRunner::get(const AttentionProblem &problem) {
+const AttentionEngineConfig &AttentionRunner::engineConfig() const {
+  return impl->config;
+}
+
+std::string AttentionEngineConfig::str() const {
+  std::string text = llvm::formatv("engine {0}", engine).str();
+  if (!knobs.empty())
+    text += ", knobs";
+  for (auto [type, value] : knobs)
+    text += llvm::formatv(" {0}={1}", type, value).str();
+  return text;
+}
+
+namespace {
+/// What every runner needs: a valid problem, the driver, a current context,
+/// a usable cuDNN and its handle for the context.
+struct Setup {
+  const Cudnn *lib = nullptr;
+  CUcontext context = nullptr;
+};
+
+Expected<Setup> setUp(const AttentionProblem &problem) {
   if (Error error = problem.validate())
     return std::move(error);
   auto driver = CudaDriver::get();
   if (!driver)
     return annotate(driver.takeError(), problem.key());
-  CUcontext context = nullptr;
-  if (Error error =
-          driver->check(driver->cuCtxGetCurrent(&context), "cuCtxGetCurrent"))
+  Setup setup;
+  if (Error error = driver->check(driver->cuCtxGetCurrent(&setup.context),
+                                  "cuCtxGetCurrent"))
     return std::move(error);
-  if (!context)
+  if (!setup.context)
     return makeError(ErrorCode::State,
                      problem.key() + ": no CUDA context is current on this "
                                      "thread (make a device current first)");
@@ -386,28 +387,128 @@ AttentionRunner::get(const AttentionProblem &problem) {
                                    "its fused attention; use 9.10.2 or newer",
                                    problem.key(), lib->versionString(),
                                    lib->path));
+  setup.lib = &*lib;
+  return setup;
+}
+} // namespace
 
+Expected<std::shared_ptr<const AttentionRunner>>
+AttentionRunner::get(const AttentionProblem &problem) {
+  Expected<Setup> setup = setUp(problem);
+  if (!setup)
+    return setup.takeError();
   static std::mutex mutex;
   static std::map<std::pair<CUcontext, std::string>,
                   std::shared_ptr<const AttentionRunner>>
       runners;
   std::lock_guard<std::mutex> lock(mutex);
-  std::shared_ptr<const AttentionRunner> &entry =
-      runners[{context, problem.key()}];
+  auto key = std::make_pair(setup->context, problem.key());
+  std::shared_ptr<const AttentionRunner> &entry = runners[key];
   if (entry)
     return entry;
-  Expected<Handle *> handle = handleFor(*lib, context);
+  Expected<Handle *> handle = handleFor(*setup->lib, setup->context);
   if (!handle) {
-    runners.erase({context, problem.key()});
+    runners.erase(key);
     return handle.takeError();
   }
-  Expected<std::unique_ptr<Impl>> impl = buildRunner(*lib, *handle, problem);
+  Expected<std::unique_ptr<Impl>> impl =
+      buildRunner(*setup->lib, *handle, problem);
   if (!impl) {
-    runners.erase({context, problem.key()});
+    runners.erase(key);
     return impl.takeError();
   }
   entry.reset(new AttentionRunner(std::move(*impl)));
   return entry;
+}
+
+Expected<std::unique_ptr<const AttentionRunner>>
+AttentionRunner::create(const AttentionProblem &problem,
+                        const AttentionEngineConfig &config) {
+  Expected<Setup> setup = setUp(problem);
+  if (!setup)
+    return setup.takeError();
+  Expected<Handle *> handle = handleFor(*setup->lib, setup->context);
+  if (!handle)
+    return handle.takeError();
+  Expected<std::unique_ptr<Impl>> impl =
+      buildRunner(*setup->lib, *handle, problem, &config);
+  if (!impl)
+    return impl.takeError();
+  return std::unique_ptr<const AttentionRunner>(
+      new AttentionRunner(std::move(*impl)));
+}
+
+Expected<std::vector<AttentionEngineConfig>>
+AttentionRunner::candidates(const AttentionProblem &problem) {
+  Expected<Setup> setup = setUp(problem);
+  if (!setup)
+    return setup.takeError();
+  const Cudnn &lib = *setup->lib;
+  Expected<Handle *> handle = handleFor(lib, setup->context);
+  if (!handle)
+    return handle.takeError();
+  Expected<attention::Graph> graph =
+      attention::buildGraph(lib, (*handle)->handle, problem);
+  if (!graph)
+    return graph.takeError();
+  cudnnBackendDescriptor_t raw = graph->operationGraph.get();
+
+  std::vector<AttentionEngineConfig> result;
+  auto add = [&](AttentionEngineConfig config) {
+    if (llvm::find(result, config) == result.end())
+      result.push_back(std::move(config));
+  };
+  std::string tried;
+  for (auto [mode, name] :
+       {std::pair{CUDNN_HEUR_MODE_A, "A"}, std::pair{CUDNN_HEUR_MODE_B, "B"}}) {
+    auto configs = attention::heuristicConfigs(lib, raw, mode, name, tried);
+    if (!configs)
+      return configs.takeError();
+    for (const BackendDescriptor &config : *configs) {
+      Expected<AttentionEngineConfig> described =
+          attention::readEngineConfig(lib, config.get());
+      if (!described)
+        return described.takeError();
+      add(std::move(*described));
+    }
+  }
+  if (!result.empty()) {
+    const AttentionEngineConfig first = result.front();
+    auto knobs = attention::engineKnobs(lib, raw, first.engine);
+    if (!knobs)
+      return knobs.takeError();
+    // Knob ranges can be wide (a kernel index, say); 64 values each at most.
+    constexpr int64_t kMaxValuesPerKnob = 64;
+    for (const attention::KnobRange &knob : *knobs) {
+      int64_t stride = std::max<int64_t>(knob.stride, 1);
+      for (int64_t value = knob.minimum, n = 0;
+           value <= knob.maximum && n < kMaxValuesPerKnob;
+           value += stride, ++n) {
+        AttentionEngineConfig moved = first;
+        auto it = llvm::find_if(moved.knobs,
+                                [&](auto &k) { return k.first == knob.type; });
+        if (it != moved.knobs.end())
+          it->second = value;
+        else
+          moved.knobs.emplace_back(knob.type, value);
+        add(std::move(moved));
+      }
+    }
+  }
+  Expected<int64_t> engines = attention::engineCount(lib, raw);
+  if (!engines)
+    return engines.takeError();
+  for (int64_t engine = 0; engine < *engines; ++engine) {
+    auto knobs = attention::engineKnobs(lib, raw, engine);
+    if (!knobs) { // The engine does not take this graph.
+      llvm::consumeError(knobs.takeError());
+      continue;
+    }
+    AttentionEngineConfig config;
+    config.engine = engine;
+    add(std::move(config));
+  }
+  return result;
 }
 
 namespace {

@@ -20,6 +20,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tejit::runtime {
 
@@ -77,6 +79,21 @@ struct AttentionPointers {
   CUdeviceptr seed = 0, offset = 0;      // int64 scalars, dropout only
 };
 
+/// One way for cuDNN to run a problem: an engine of the problem's operation
+/// graph (cuDNN's global index) and values for the engine's knobs (pairs of
+/// cudnnBackendKnobType_t and value); knobs left out take the engine's
+/// defaults.
+struct AttentionEngineConfig {
+  int64_t engine = -1;
+  std::vector<std::pair<int64_t, int64_t>> knobs;
+
+  /// "engine 8, knobs 24=7 2=1".
+  std::string str() const;
+  bool operator==(const AttentionEngineConfig &other) const {
+    return engine == other.engine && knobs == other.knobs;
+  }
+};
+
 class AttentionRunner {
 public:
   /// Builds (or finds in a process-wide cache keyed by problem and CUDA
@@ -87,6 +104,20 @@ public:
   /// problem (spelled out, with cuDNN's last error string).
   static llvm::Expected<std::shared_ptr<const AttentionRunner>>
   get(const AttentionProblem &problem);
+
+  /// The configurations worth timing for `problem`: those cuDNN's
+  /// heuristics offer (mode A, then B), then the first of them with one knob
+  /// moved at a time through the knob's range, then the defaults of every
+  /// other engine; each once. Not all of them finalize: create() says which
+  /// do not. Errors as get().
+  static llvm::Expected<std::vector<AttentionEngineConfig>>
+  candidates(const AttentionProblem &problem);
+
+  /// A runner for `problem` with `config`, outside get()'s cache (for
+  /// benchmarks). ErrorCode::Unsupported, with cuDNN's message, when the
+  /// configuration does not finalize for the problem.
+  static llvm::Expected<std::unique_ptr<const AttentionRunner>>
+  create(const AttentionProblem &problem, const AttentionEngineConfig &config);
 
   ~AttentionRunner();
   AttentionRunner(const AttentionRunner &) = delete;
@@ -99,6 +130,8 @@ public:
   /// "cuDNN 9.10.2 (/path/libcudnn.so.9), engine 8, heuristic mode A":
   /// what runs this problem, for logs.
   std::string describeEngine() const;
+  /// The engine configuration this runner runs.
+  const AttentionEngineConfig &engineConfig() const;
 
   /// Enqueues the attention on `stream` (null: the legacy default stream).
   /// No synchronization and no allocation, so it can be captured into a

@@ -44,7 +44,12 @@ struct CudaDriver {
   X(cuMemcpyDtoHAsync)                                                         \
   X(cuMemcpyDtoDAsync)                                                         \
   X(cuStreamSynchronize)                                                       \
-  X(cuStreamIsCapturing)
+  X(cuStreamIsCapturing)                                                       \
+  X(cuEventCreate)                                                             \
+  X(cuEventRecord)                                                             \
+  X(cuEventSynchronize)                                                        \
+  X(cuEventElapsedTime)                                                        \
+  X(cuEventDestroy)
 #define TEJIT_DECLARE(fn) decltype(&::fn) fn = nullptr;
   TEJIT_CUDA_DRIVER_FUNCTIONS(TEJIT_DECLARE)
 #undef TEJIT_DECLARE

@@ -45,6 +45,9 @@ private:
   /// The backward-side copy of forward value `value`.
   Value available(Value value);
   Value addArgument(Type type, NamedAttribute attr);
+  /// The forward result that is `value` or a reshape of it, and its index;
+  /// a null value if there is none.
+  std::pair<int64_t, Value> forwardResultOf(Value value);
 
   void addGrad(Value value, Value grad);
   /// The complete gradient of `value`, or null if nothing flows into it.
@@ -100,6 +103,18 @@ Value Differentiator::available(Value value) {
     Operation *view = value.getDefiningOp();
     operands.map(view->getOperand(0), available(view->getOperand(0)));
     copy = builder.clone(*view, operands)->getResult(0);
+  } else if (auto [result, returned] = forwardResultOf(value);
+             returned && value.getDefiningOp<AttentionOp>()) {
+    // Attention's output when the forward returns it anyway, as it is or
+    // reshaped (DotProductAttention alone): the backward reads that result
+    // rather than a saved copy of it, which cost a device copy and its
+    // memory. Only attention's: a GEMM operand must stay a saved value, which
+    // te-place-scaling swaps for the FP8 copy the forward GEMM made.
+    copy = addArgument(returned.getType(),
+                       builder.getNamedAttr("te.forward_result",
+                                            builder.getI64IntegerAttr(result)));
+    if (returned != value)
+      copy = create<ReshapeOp>(value.getType(), copy);
   } else {
     int64_t index = forward.getNumResults() + saved.size();
     saved.push_back(value);
@@ -109,6 +124,16 @@ Value Differentiator::available(Value value) {
   }
   mapped[value] = copy;
   return copy;
+}
+
+std::pair<int64_t, Value> Differentiator::forwardResultOf(Value value) {
+  auto returnOp = cast<func::ReturnOp>(forward.front().getTerminator());
+  for (auto [index, operand] : llvm::enumerate(returnOp.getOperands())) {
+    auto reshape = operand.getDefiningOp<ReshapeOp>();
+    if (operand == value || (reshape && reshape->getOperand(0) == value))
+      return {int64_t(index), operand};
+  }
+  return {-1, Value()};
 }
 
 void Differentiator::addGrad(Value value, Value grad) {

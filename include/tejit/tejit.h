@@ -123,8 +123,9 @@ int tejit_is_training(const tejit_program *program);
 
 /* Runs the forward: `inputs` and `outputs` hold one device pointer per
  * TEJIT_INPUT / TEJIT_OUTPUT tensor. A training program saves what its
- * backward needs (and remembers the input pointers: keep them alive and
- * unchanged until the backward) and updates the forward FP8 state. */
+ * backward needs (and remembers the input pointers, and the output pointers
+ * when its backward reads an output, as attention's does: keep them alive
+ * and unchanged until the backward) and updates the forward FP8 state. */
 tejit_status tejit_forward(tejit_program *program, void *stream,
                            const void *const *inputs, void *const *outputs);
 /* Runs the backward of the last forward: `grad_outputs` one pointer per

@@ -199,6 +199,49 @@ TEST(AttentionRunnerTest, NoGpuIsAClearError) {
   EXPECT_NE(message.find(validProblem().key()), std::string::npos) << message;
 }
 
+TEST(AttentionEngineConfigTest, SpellsOutEngineAndKnobs) {
+  AttentionEngineConfig config;
+  config.engine = 2;
+  EXPECT_EQ(config.str(), "engine 2");
+  config.knobs = {{24, 7}, {14, 1}};
+  EXPECT_EQ(config.str(), "engine 2, knobs 24=7 14=1");
+  AttentionEngineConfig other = config;
+  EXPECT_TRUE(other == config);
+  other.knobs.back().second = 2;
+  EXPECT_FALSE(other == config);
+}
+
+/// candidates() and create() take get()'s path to a GPU: the same checks,
+/// the same clear errors.
+TEST(AttentionRunnerTest, EngineChoicesFailAsGetDoes) {
+  AttentionProblem bad = validProblem();
+  bad.headDim = 12;
+  AttentionEngineConfig config;
+  config.engine = 0;
+  llvm::Error errors[] = {AttentionRunner::candidates(bad).takeError(),
+                          AttentionRunner::create(bad, config).takeError()};
+  for (llvm::Error &error : errors) {
+    auto [code, message] = takeFailure(std::move(error));
+    EXPECT_EQ(code, ErrorCode::Unsupported);
+    EXPECT_NE(message.find("head dim 12"), std::string::npos) << message;
+  }
+  auto candidates = AttentionRunner::candidates(validProblem());
+  if (candidates) {
+    // A GPU and cuDNN: the heuristics' first is among the candidates.
+    auto runner = AttentionRunner::get(validProblem());
+    ASSERT_TRUE(bool(runner)) << llvm::toString(runner.takeError());
+    EXPECT_NE(llvm::find(*candidates, (*runner)->engineConfig()),
+              candidates->end());
+    GTEST_SKIP() << "a GPU and cuDNN are present";
+  }
+  auto [code, message] = takeFailure(candidates.takeError());
+  EXPECT_TRUE(code == ErrorCode::NoDevice || code == ErrorCode::State ||
+              code == ErrorCode::Unsupported ||
+              code == ErrorCode::UnsupportedDevice)
+      << message;
+  EXPECT_NE(message.find(validProblem().key()), std::string::npos) << message;
+}
+
 TEST(CudnnTest, LoadsOrSaysWhy) {
   auto lib = Cudnn::get();
   if (!lib) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine needs into .gpu/ (git-ignored; carry it with the
 # run): libtejit.so, the C API example, the attention check, the GEMM
-# algorithm benchmark (tejit-gemm-algos), the two Debian packages our
+# algorithm benchmark (tejit-gemm-algos), the attention engine benchmark
+# (tejit-attention-engines), the two Debian packages our
 # LLVM-linked code needs there (libLLVM 19, libz3), and the compiled bundles
 # of the full-size examples. Run after tools/scripts/build.sh; then, on the
 # GPU machine, tools/scripts/gpu-tests.sh.
@@ -11,7 +12,7 @@ rm -rf .gpu
 mkdir -p .gpu/lib .gpu/bin .gpu/debs
 cp build/lib/libtejit.so .gpu/lib/
 cp build/bin/tejit-train-step build/bin/tejit-attention-check build/bin/te-compile \
-  build/bin/tejit-gemm-algos .gpu/bin/ 2>/dev/null || true
+  build/bin/tejit-gemm-algos build/bin/tejit-attention-engines .gpu/bin/ 2>/dev/null || true
 strip --strip-unneeded .gpu/lib/libtejit.so .gpu/bin/* 2>/dev/null || true
 # The GPU machine has no network and no LLVM: bring Debian's packages.
 debs="${TEJIT_DEB_CACHE:-$HOME/.cache/tejit-debs}"

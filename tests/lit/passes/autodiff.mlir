@@ -71,3 +71,22 @@ func.func @norm_dropout(%x: tensor<8x32xbf16> {te.name = "x"}, %g: tensor<32xbf1
   %d, %keep = te.dropout %y, %rng {rate = 0.25 : f64, stream = 0 : i64} : tensor<8x32xbf16>, tensor<2xi64> -> tensor<8x32xbf16>, tensor<8x32xi1>
   return %d : tensor<8x32xbf16>
 }
+
+// Attention returned (reshaped) by the forward: the backward reads that
+// result and reshapes it back; only the softmax statistics are saved.
+// CHECK-LABEL: func.func @attention_output_read_back(
+// CHECK-SAME:  -> (tensor<2x4x32xbf16> {te.name = "o"}, tensor<2x4x4xf32> {te.name = "saved.0"})
+// CHECK:      %[[O:.*]], %[[LSE:.*]] = te.attention
+// CHECK:      %[[FLAT:.*]] = te.reshape %[[O]]
+// CHECK:      return %[[FLAT]], %[[LSE]]
+// CHECK-LABEL: func.func @attention_output_read_back_backward(
+// CHECK-SAME:  %[[DO:[^:]*]]: tensor<2x4x32xbf16> {te.name = "grad.o"}
+// CHECK-SAME:  %[[OUT:[^:]*]]: tensor<2x4x32xbf16> {te.forward_result = 0 : i64}
+// CHECK-SAME:  %[[STATS:[^:]*]]: tensor<2x4x4xf32> {te.forward_result = 1 : i64}
+// CHECK:      %[[O4:.*]] = te.reshape %[[OUT]] : tensor<2x4x32xbf16> -> tensor<2x4x4x8xbf16>
+// CHECK:      te.attention_bwd %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[O4]], %[[STATS]]
+func.func @attention_output_read_back(%q: tensor<2x4x4x8xbf16> {te.name = "q"}, %k: tensor<2x4x4x8xbf16> {te.name = "k"}, %v: tensor<2x4x4x8xbf16> {te.name = "v"}) -> (tensor<2x4x32xbf16> {te.name = "o"}) {
+  %o, %lse = te.attention %q, %k, %v {attn_mask_type = #te.attn_mask_type<no_mask>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 0.125 : f64} : (tensor<2x4x4x8xbf16>, tensor<2x4x4x8xbf16>, tensor<2x4x4x8xbf16>) -> (tensor<2x4x4x8xbf16>, tensor<2x4x4xf32>)
+  %flat = te.reshape %o : tensor<2x4x4x8xbf16> -> tensor<2x4x32xbf16>
+  return %flat : tensor<2x4x32xbf16>
+}
