@@ -144,46 +144,8 @@ double teraflops(int64_t m, int64_t n, int64_t k, double ms) {
 }
 
 //===----------------------------------------------------------------------===//
-// Entry points CudaDriver and CublasLt do not load
+// An entry point CublasLt does not load
 //===----------------------------------------------------------------------===//
-
-// Expands a cuda.h name to its versioned symbol before stringizing it:
-// cuEventDestroy -> "cuEventDestroy_v2".
-#define SYMBOL_NAME(fn) STRINGIZE(fn)
-#define STRINGIZE(fn) #fn
-
-/// CUDA events, resolved from the driver CudaDriver::get() loaded.
-struct Events {
-  decltype(&::cuEventCreate) create = nullptr;
-  decltype(&::cuEventRecord) record = nullptr;
-  decltype(&::cuEventSynchronize) synchronize = nullptr;
-  decltype(&::cuEventElapsedTime) elapsed = nullptr;
-  decltype(&::cuEventDestroy) destroy = nullptr;
-};
-
-template <typename T>
-void resolve(void *handle, T &function, const char *name,
-             std::string &missing) {
-  function = reinterpret_cast<T>(handle ? dlsym(handle, name) : nullptr);
-  if (!function)
-    missing += (missing.empty() ? "" : ", ") + std::string(name);
-}
-
-Events loadEvents() {
-  Events events;
-  // Already loaded by CudaDriver::get(): RTLD_NOLOAD only finds it.
-  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  std::string missing;
-  resolve(handle, events.create, SYMBOL_NAME(cuEventCreate), missing);
-  resolve(handle, events.record, SYMBOL_NAME(cuEventRecord), missing);
-  resolve(handle, events.synchronize, SYMBOL_NAME(cuEventSynchronize), missing);
-  resolve(handle, events.elapsed, SYMBOL_NAME(cuEventElapsedTime), missing);
-  resolve(handle, events.destroy, SYMBOL_NAME(cuEventDestroy), missing);
-  if (!missing.empty())
-    cannotRun(makeError(ErrorCode::UnsupportedDevice,
-                        "the CUDA driver lacks " + missing));
-  return events;
-}
 
 /// cublasLtMatmulAlgoConfigGetAttribute, to describe the algorithms; null
 /// when the library lacks it (the descriptions are then left out).
@@ -306,13 +268,13 @@ template <typename T> struct Destroyer {
 class Bench {
 public:
   Bench(const CudaDriver &driver, const CublasLt &lib, int requested)
-      : driver(driver), lib(lib), events(loadEvents()),
-        getConfig(loadConfigGetter(lib)), requested(requested) {
+      : driver(driver), lib(lib), getConfig(loadConfigGetter(lib)),
+        requested(requested) {
     orDie(lib.check(lib.cublasLtCreate(&handle), "cublasLtCreate"));
-    orDie(
-        driver.check(events.create(&start, CU_EVENT_DEFAULT), "cuEventCreate"));
-    orDie(
-        driver.check(events.create(&stop, CU_EVENT_DEFAULT), "cuEventCreate"));
+    orDie(driver.check(driver.cuEventCreate(&start, CU_EVENT_DEFAULT),
+                       "cuEventCreate"));
+    orDie(driver.check(driver.cuEventCreate(&stop, CU_EVENT_DEFAULT),
+                       "cuEventCreate"));
     workspace = orDie(DeviceBuffer::allocate(workspaceBytes, "the workspace"));
     // The two scales, 16 bytes apart: FP8 kernels need them 16-byte aligned.
     scales = orDie(DeviceBuffer::allocate(256, "the FP8 scales"));
@@ -320,8 +282,8 @@ public:
     upload(scales, ones, sizeof(ones));
   }
   ~Bench() {
-    events.destroy(start);
-    events.destroy(stop);
+    driver.cuEventDestroy(start);
+    driver.cuEventDestroy(stop);
     lib.cublasLtDestroy(handle);
   }
 
@@ -357,7 +319,6 @@ private:
 
   const CudaDriver &driver;
   const CublasLt &lib;
-  Events events;
   decltype(&::cublasLtMatmulAlgoConfigGetAttribute) getConfig;
   int requested;
   cublasLtHandle_t handle = nullptr;
@@ -535,15 +496,15 @@ AlgoTiming Bench::time(Problem &p,
 }
 
 double Bench::batch(Problem &p, const cublasLtMatmulAlgo_t &algo) {
-  orDie(driver.check(events.record(start, stream), "cuEventRecord"));
+  orDie(driver.check(driver.cuEventRecord(start, stream), "cuEventRecord"));
   for (int i = 0; i < launchesPerBatch; ++i)
     if (cublasStatus_t status = launch(p, algo);
         status != CUBLAS_STATUS_SUCCESS)
       die("cublasLtMatmul failed after succeeding: " + lib.statusText(status));
-  orDie(driver.check(events.record(stop, stream), "cuEventRecord"));
-  orDie(driver.check(events.synchronize(stop), "cuEventSynchronize"));
+  orDie(driver.check(driver.cuEventRecord(stop, stream), "cuEventRecord"));
+  orDie(driver.check(driver.cuEventSynchronize(stop), "cuEventSynchronize"));
   float elapsed = 0;
-  orDie(driver.check(events.elapsed(&elapsed, start, stop),
+  orDie(driver.check(driver.cuEventElapsedTime(&elapsed, start, stop),
                      "cuEventElapsedTime"));
   return elapsed / launchesPerBatch;
 }

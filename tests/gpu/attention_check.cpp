@@ -41,7 +41,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
 #include <random>
 #include <string>
 #include <thread>
@@ -145,42 +144,8 @@ template <typename Body> void parallelFor(size_t count, Body body) {
 // The device
 //===----------------------------------------------------------------------===//
 
-/// CUDA events, resolved from the already loaded driver (CudaDriver has no
-/// need for them).
-struct Events {
-  decltype(&::cuEventCreate) create = nullptr;
-  decltype(&::cuEventRecord) record = nullptr;
-  decltype(&::cuEventSynchronize) synchronize = nullptr;
-  decltype(&::cuEventElapsedTime) elapsed = nullptr;
-  decltype(&::cuEventDestroy) destroy = nullptr;
-};
-#define SYMBOL_NAME(fn) STRINGIZE(fn)
-#define STRINGIZE(fn) #fn
-
-Events loadEvents() {
-  Events events;
-  void *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!handle)
-    die("libcuda.so.1 is not loaded");
-  events.create = reinterpret_cast<decltype(events.create)>(
-      dlsym(handle, SYMBOL_NAME(cuEventCreate)));
-  events.record = reinterpret_cast<decltype(events.record)>(
-      dlsym(handle, SYMBOL_NAME(cuEventRecord)));
-  events.synchronize = reinterpret_cast<decltype(events.synchronize)>(
-      dlsym(handle, SYMBOL_NAME(cuEventSynchronize)));
-  events.elapsed = reinterpret_cast<decltype(events.elapsed)>(
-      dlsym(handle, SYMBOL_NAME(cuEventElapsedTime)));
-  events.destroy = reinterpret_cast<decltype(events.destroy)>(
-      dlsym(handle, SYMBOL_NAME(cuEventDestroy)));
-  if (!events.create || !events.record || !events.synchronize ||
-      !events.elapsed || !events.destroy)
-    die("the CUDA driver lacks the event functions");
-  return events;
-}
-
 struct Gpu {
   const CudaDriver *driver = nullptr;
-  Events events;
 
   DeviceBuffer allocate(size_t bytes, const char *what) const {
     return orDie(DeviceBuffer::allocate(std::max<size_t>(bytes, 256), what),
@@ -806,26 +771,26 @@ private:
   /// Milliseconds per run, from CUDA events over 20 runs after 3 warm-ups.
   double time(const AttentionRunner &runner, const AttentionPointers &pointers,
               CUdeviceptr workspace) {
-    const Events &events = gpu.events;
+    const CudaDriver &driver = *gpu.driver;
     CUevent start, stop;
-    orDie(gpu.driver->check(events.create(&start, CU_EVENT_DEFAULT),
-                            "cuEventCreate"),
+    orDie(driver.check(driver.cuEventCreate(&start, CU_EVENT_DEFAULT),
+                       "cuEventCreate"),
           "timing");
-    orDie(gpu.driver->check(events.create(&stop, CU_EVENT_DEFAULT),
-                            "cuEventCreate"),
+    orDie(driver.check(driver.cuEventCreate(&stop, CU_EVENT_DEFAULT),
+                       "cuEventCreate"),
           "timing");
     constexpr int warmups = 3, runs = 20;
     for (int i = 0; i < warmups; ++i)
       orDie(runner.run(pointers, workspace, nullptr), "warm-up");
-    events.record(start, nullptr);
+    driver.cuEventRecord(start, nullptr);
     for (int i = 0; i < runs; ++i)
       orDie(runner.run(pointers, workspace, nullptr), "timed run");
-    events.record(stop, nullptr);
-    events.synchronize(stop);
+    driver.cuEventRecord(stop, nullptr);
+    driver.cuEventSynchronize(stop);
     float ms = 0;
-    events.elapsed(&ms, start, stop);
-    events.destroy(start);
-    events.destroy(stop);
+    driver.cuEventElapsedTime(&ms, start, stop);
+    driver.cuEventDestroy(start);
+    driver.cuEventDestroy(stop);
     return ms / runs;
   }
 
@@ -1005,7 +970,7 @@ int main(int argc, char **argv) {
               cudnn->versionString().c_str(), cudnn->path.c_str(),
               (unsigned long long)seed, (unsigned long long)seed);
 
-  Gpu gpu{&*driver, loadEvents()};
+  Gpu gpu{&*driver};
   Checker checker(gpu, seed);
   auto selected = [&](const std::string &name) {
     return filter.empty() || name.find(filter) != std::string::npos;
