@@ -344,7 +344,7 @@ tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
     functions.push_back(std::move(*plan));
   }
   return json::Object{{"format", "tejit-plan"},
-                      {"version", 1},
+                      {"version", 2},
                       {"arch", arch},
                       {"build_id", tejit::buildId()},
                       {"functions", std::move(functions)}};

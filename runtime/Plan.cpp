@@ -1191,9 +1191,12 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
   Expected<int64_t> version = scope.integer(*root, "version");
   if (!version)
     return version.takeError();
-  if (*version != 1)
+  // Version 2 added the scratch hand-over between steps
+  // (scratch_from_previous_step): a reader of version 1 alone would zero the
+  // scratch and compute with zeros, so version-2 plans are refused there.
+  if (*version != 1 && *version != 2)
     return scope.error("version",
-                       "is " + Twine(*version) + "; only version 1 is read");
+                       "is " + Twine(*version) + "; versions 1 and 2 are read");
 
   Plan plan;
   Expected<StringRef> arch = scope.string(*root, "arch");
