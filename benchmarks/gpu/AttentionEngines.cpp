@@ -225,12 +225,6 @@ double relativeDifference(const std::vector<float> &a,
   return scale > 0 ? diff / scale : diff;
 }
 
-struct Row {
-  std::string config;
-  double planSeconds = 0, ms = -1, difference = 0;
-  std::string failure;
-};
-
 void runProblem(Bench &bench, const AttentionProblem &problem, size_t max) {
   std::printf("## %s\n\n", problem.key().c_str());
   std::fflush(stdout);
