@@ -180,9 +180,10 @@ struct AttentionRunner::Impl {
 
 namespace {
 /// Makes the execution plan of `config` (finalized, from heuristics or
-/// buildEngineConfig) the runner's. False, with cuDNN's reason in `why`, if
-/// the plan does not finalize.
-Expected<bool> adoptPlan(AttentionRunner::Impl &impl, BackendDescriptor config,
+/// buildEngineConfig) the runner's, taking `config` over. False, with cuDNN's
+/// reason in `why` and `config` left to the caller, if the plan does not
+/// finalize.
+Expected<bool> adoptPlan(AttentionRunner::Impl &impl, BackendDescriptor &config,
                          std::string &why) {
   const Cudnn &lib = *impl.lib;
   auto plan = BackendDescriptor::create(
@@ -238,15 +239,15 @@ Expected<bool> tryHeuristic(AttentionRunner::Impl &impl,
     return configs.takeError();
   for (auto [rank, config] : llvm::enumerate(*configs)) {
     std::string why;
-    Expected<AttentionEngineConfig> described =
-        attention::readEngineConfig(lib, config.get());
-    Expected<bool> adopted = adoptPlan(impl, std::move(config), why);
+    Expected<bool> adopted = adoptPlan(impl, config, why);
     if (!adopted || *adopted) {
       if (adopted)
         impl.heuristicMode = modeName;
-      llvm::consumeError(described.takeError());
       return adopted;
     }
+    // Which configuration it was, for the error if none plans.
+    Expected<AttentionEngineConfig> described =
+        attention::readEngineConfig(lib, config.get());
     tried +=
         llvm::formatv("\n  mode {0}, configuration {1} ({2}): {3}", modeName,
                       rank, described ? described->str() : "unreadable", why);
@@ -283,7 +284,7 @@ Error makePlan(AttentionRunner::Impl &impl,
   if (!built)
     return annotate(built.takeError(), impl.problem.key());
   std::string why;
-  Expected<bool> adopted = adoptPlan(impl, std::move(*built), why);
+  Expected<bool> adopted = adoptPlan(impl, *built, why);
   if (!adopted)
     return adopted.takeError();
   if (!*adopted)
