@@ -290,7 +290,7 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {
     return isa<BiasAddOp, ActivationOp, ActivationGradOp, AddOp, DropoutOp,
-               MaskScaleOp, QuantizeOp, AmaxOp, TransposeOp, BiasGradOp>(op);
+               QuantizeOp, AmaxOp, TransposeOp, BiasGradOp>(op);
   });
   if (pointwise)
     return emitPointwise(builder, kernels);

@@ -143,7 +143,9 @@ std::string PointwiseBody::input(Value value, int half) {
 
 std::string PointwiseBody::dropoutKeep(DropoutOp dropout, int half,
                                        CudaWriter &w) {
-  auto key = std::make_pair(dropout.getKeep().getAsOpaquePointer(), half + 2);
+  // Keyed by the op (no value of its own holds the mask): halves 2 and 3.
+  auto key =
+      std::make_pair(static_cast<void *>(dropout.getOperation()), half + 2);
   if (memo.count(key))
     return memo[key];
   std::string rng = builder.param(dropout.getRngState()).str();
@@ -212,16 +214,9 @@ std::string PointwiseBody::at(Value value, int half, CudaWriter &w) {
   } else if (auto add = dyn_cast<AddOp>(op)) {
     expr = at(add.getLhs(), half, w) + " + " + at(add.getRhs(), half, w);
   } else if (auto dropout = dyn_cast<DropoutOp>(op)) {
-    std::string keep = dropoutKeep(dropout, half, w);
     double rate = dropout.getRate().convertToDouble();
-    expr = value == dropout.getKeep()
-               ? keep + " ? 1.f : 0.f"
-               : keep + " ? " + at(dropout.getInput(), half, w) + " * " +
-                     floatLiteral(1.0 / (1.0 - rate)) + " : 0.f";
-  } else if (auto mask = dyn_cast<MaskScaleOp>(op)) {
-    double rate = mask.getRate().convertToDouble();
-    expr = at(mask.getKeep(), half, w) + " != 0.f ? " +
-           at(mask.getGrad(), half, w) + " * " +
+    expr = dropoutKeep(dropout, half, w) + " ? " +
+           at(dropout.getInput(), half, w) + " * " +
            floatLiteral(1.0 / (1.0 - rate)) + " : 0.f";
   } else if (auto quantize = dyn_cast<QuantizeOp>(op)) {
     // Rounded to float32 first, then to FP8 by the store (as TE).

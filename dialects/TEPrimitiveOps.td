@@ -124,26 +124,20 @@ def TE_ActivationGradOp : TE_PrimOp<"dact"> {
 def TE_DropoutOp : TE_PrimOp<"dropout"> {
   let summary = "Zeroes elements with probability `rate`, scales the rest";
   let description = [{
-    `output = input * keep / (1 - rate)`, where `keep` (the second result,
-    saved for backward) is drawn from a counter-based generator keyed by the
-    `rng_state` operand (`[seed, offset]`, advanced by the runtime each step)
-    and the op's `stream`, so that every dropout site draws its own bits.
+    `output = input * keep / (1 - rate)`, where `keep` is drawn from a
+    counter-based generator keyed by the `rng_state` operand (`[seed,
+    offset]`, advanced by the runtime each step) and the op's `stream`, so
+    that every dropout site draws its own bits. The mask is a pure function
+    of the state, the stream and the element index: the gradient of a
+    dropout is the same dropout (same state and stream) applied to the
+    output gradient, so no mask is stored between forward and backward.
   }];
   let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$rng_state,
                    F64Attr:$rate, I64Attr:$stream);
-  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$keep);
-  let assemblyFormat = [{
-    $input `,` $rng_state attr-dict `:` type($input) `,` type($rng_state)
-    `->` type($output) `,` type($keep)
-  }];
-}
-
-def TE_MaskScaleOp : TE_PrimOp<"mask_scale"> {
-  let summary = "Gradient of te.dropout: `grad * keep / (1 - rate)`";
-  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$keep, F64Attr:$rate);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
-    $grad `,` $keep attr-dict `:` type($grad) `,` type($keep) `->` type($output)
+    $input `,` $rng_state attr-dict `:` type($input) `,` type($rng_state)
+    `->` type($output)
   }];
 }
 

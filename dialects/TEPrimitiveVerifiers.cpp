@@ -148,25 +148,12 @@ static RankedTensorType rngStateType(MLIRContext *context) {
   return RankedTensorType::get({2}, IntegerType::get(context, 64));
 }
 
-static RankedTensorType keepMaskType(Value like) {
-  return RankedTensorType::get(shapeOf(like),
-                               IntegerType::get(like.getContext(), 1));
-}
-
 LogicalResult DropoutOp::verify() {
   if (failed(verifyRate(*this, getRate())) ||
       failed(expectType(*this, getRngState(), "rng_state",
-                        rngStateType(getContext()))) ||
-      failed(expectType(*this, getOutput(), "output", getInput().getType())))
+                        rngStateType(getContext()))))
     return failure();
-  return expectType(*this, getKeep(), "keep", keepMaskType(getInput()));
-}
-
-LogicalResult MaskScaleOp::verify() {
-  if (failed(verifyRate(*this, getRate())) ||
-      failed(expectType(*this, getKeep(), "keep", keepMaskType(getGrad()))))
-    return failure();
-  return expectType(*this, getOutput(), "output", getGrad().getType());
+  return expectType(*this, getOutput(), "output", getInput().getType());
 }
 
 LogicalResult MatmulOp::verify() {

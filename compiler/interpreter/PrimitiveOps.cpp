@@ -82,18 +82,9 @@ static LogicalResult runOp(te::DropoutOp op, Frame &frame) {
       rngKey(op, frame.get(op.getRngState()), op.getStreamAttr().getInt());
   if (failed(key))
     return failure();
-  double rate = op.getRate().convertToDouble();
-  const Tensor &input = frame.get(op.getInput());
-  Tensor keep = dropoutKeep(input.shape, rate, *key);
-  if (failed(frame.set(op, op.getOutput(), maskScale(input, keep, rate))))
-    return failure();
-  return frame.set(op, op.getKeep(), std::move(keep));
-}
-
-static LogicalResult runOp(te::MaskScaleOp op, Frame &frame) {
   return frame.set(op, op.getOutput(),
-                   maskScale(frame.get(op.getGrad()), frame.get(op.getKeep()),
-                             op.getRate().convertToDouble()));
+                   applyDropout(frame.get(op.getInput()),
+                                op.getRate().convertToDouble(), *key));
 }
 
 static LogicalResult runOp(te::MatmulOp op, Frame &frame) {
@@ -247,7 +238,7 @@ LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
             te::AddOp, te::BiasAddOp, te::BiasGradOp, te::ActivationOp,
-            te::ActivationGradOp, te::DropoutOp, te::MaskScaleOp, te::MatmulOp,
+            te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
             te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
             te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp,
             te::AttentionBwdOp>([&](auto op) { return runOp(op, frame); })

@@ -268,9 +268,12 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         return success();
       })
       .Case([&](DropoutOp op) {
+        // The same mask again, from the saved state: dropout's gradient is
+        // dropout, so the forward stores no mask.
         addGrad(op.getInput(),
-                create<MaskScaleOp>(grad.getType(), grad,
-                                    available(op.getKeep()), op.getRateAttr()));
+                create<DropoutOp>(grad.getType(), grad,
+                                  available(op.getRngState()), op.getRateAttr(),
+                                  op.getStreamAttr()));
         return success();
       })
       .Case([&](MatmulOp op) {

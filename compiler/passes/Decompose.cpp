@@ -109,12 +109,9 @@ public:
   Value dropout(Value x, double rate, int64_t site) {
     if (inference || rate == 0.0)
       return x;
-    auto keepType = RankedTensorType::get(shapeOf(x), builder.getI1Type());
-    return builder
-        .create<DropoutOp>(loc, x.getType(), keepType, x, rngState,
-                           builder.getF64FloatAttr(rate),
-                           builder.getI64IntegerAttr(stream(site)))
-        .getOutput();
+    return builder.create<DropoutOp>(loc, x.getType(), x, rngState,
+                                     builder.getF64FloatAttr(rate),
+                                     builder.getI64IntegerAttr(stream(site)));
   }
 
   Value add(Value lhs, Value rhs) {

@@ -203,11 +203,12 @@ void Fuser::fuseCastTranspose(QuantizeOp quantize) {
   // The bias gradient of the same tensor reads it once more: fold it in
   // (TE's cast_transpose_bgrad).
   tryAdd(group, userOf<BiasGradOp>(quantize.getInput()));
-  // Backward of dropout (and of the residual add before it): computed on
-  // the fly instead of written out and read back.
-  if (auto maskScale = quantize.getInput().getDefiningOp<MaskScaleOp>();
-      maskScale && tryAdd(group, maskScale))
-    tryAdd(group, maskScale.getGrad().getDefiningOp<AddOp>());
+  // Backward of dropout (the forward's mask drawn again, applied to the
+  // gradient) and of the residual add before it: computed on the fly
+  // instead of written out and read back.
+  if (auto dropout = quantize.getInput().getDefiningOp<DropoutOp>();
+      dropout && tryAdd(group, dropout))
+    tryAdd(group, dropout.getInput().getDefiningOp<AddOp>());
   commit(group);
 }
 

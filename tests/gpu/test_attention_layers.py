@@ -29,7 +29,9 @@ kernels, see tests/gpu/test_pytorch_modules.py):
   output below 0.125 and input gradient below 0.25.
 Dropout > 0: finite outputs and gradients, train and eval differ, eval is
 deterministic, two training forwards differ (fresh masks), and
-torch.manual_seed repeats them.
+torch.manual_seed repeats them. Hidden dropout forward and backward (bf16
+and FP8) against the composition with the masks the layer drew, read off
+its outputs (hidden_dropout_masks).
 """
 import copy
 import math
@@ -236,9 +238,14 @@ def mha_ref(mha, x, p, mask_type, padding, freqs, prefix=""):
     return out, ln
 
 
-def transformer_ref(layer, x, p, mask_type, padding, freqs):
+def transformer_ref(layer, x, p, mask_type, padding, freqs,
+                    dropout_scales=None):
+    """TransformerLayer in float32; `dropout_scales` (keep / (1 - p) after
+    the attention block and after the MLP) applies hidden dropout."""
     attn, ln = mha_ref(layer.self_attention, x, p, mask_type, padding, freqs,
                        prefix="self_attention.")
+    if dropout_scales is not None:
+        attn = attn * dropout_scales[0]
     post = layer.apply_residual_connection_post_layernorm
     hidden = (ln if post else x) + attn
     ln2 = norm_ref(hidden, p["layernorm_mlp.layer_norm_weight"],
@@ -250,6 +257,8 @@ def transformer_ref(layer, x, p, mask_type, padding, freqs):
     mlp = F.linear(activation_ref(fc1, layer.activation),
                    p["layernorm_mlp.fc2_weight"],
                    p.get("layernorm_mlp.fc2_bias"))
+    if dropout_scales is not None:
+        mlp = mlp * dropout_scales[1]
     return (ln2 if post else hidden) + mlp
 
 
@@ -350,7 +359,9 @@ def block_step(module, x, fp8_recipe, dy, **call):
 
 def check_block(module, reference, fmt, fp8_recipe, mask="causal",
                 rotary=False, seq=64, batch=2, hidden=None,
-                what="", param_grads=True):
+                what="", param_grads=True, before_step=None):
+    """One training step of `module` (after the FP8 warm-up) against
+    `reference` in float32; `before_step(x, call)` runs just before it."""
     hidden = hidden or module.hidden_size
     lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
     x = torch.randn(*lead, hidden, device="cuda", dtype=BF16,
@@ -369,6 +380,8 @@ def check_block(module, reference, fmt, fp8_recipe, mask="causal",
     dy = (torch.randn(*lead, hidden, device="cuda") * rows).to(BF16)
     for _ in range(FP8_WARMUP_STEPS if fp8_recipe is not None else 0):
         block_step(module, x, fp8_recipe, dy, **call)
+    if before_step is not None:
+        before_step(x, call)
     out = block_step(module, x, fp8_recipe, dy, **call)
     grads = {n: p.grad for n, p in module.named_parameters()}
     dx = x.grad
@@ -563,6 +576,78 @@ def test_dropout_dot_product_attention():
             return self.dpa(x * self.scale, k, v)
 
     dropout_checks(Wrap, q, "DotProductAttention dropout")
+
+
+def restart_dropout_streams(module, seed):
+    """Restarts the dropout stream of each of `module`'s programs at `seed`:
+    the next forward of any of them draws the same masks."""
+    for compiled in module._programs.values():
+        compiled.program.set_seed(seed)
+
+
+DROPOUT_PROBE = 512.0
+
+
+def hidden_dropout_masks(layer, x, seed, call):
+    """The keep masks (after the attention block, after the MLP) that a
+    TransformerLayer's forward draws from a dropout stream restarted at
+    `seed`, read off forwards without a recipe: DROPOUT_PROBE added to the
+    projection's bias (then fc2's) moves exactly the kept elements of its
+    dropout's output, by DROPOUT_PROBE / (1 - p), while what it moves
+    through the rest of the layer stays far below DROPOUT_PROBE / 2."""
+    params = dict(layer.named_parameters())
+
+    def forward():
+        restart_dropout_streams(layer, seed)
+        with torch.no_grad():
+            return layer(x, **call).float()
+
+    with torch.no_grad():
+        layer(x, **call)  # compiles the program a restart then reaches
+    base = forward()
+    masks = []
+    for name in ("self_attention.proj.bias", "layernorm_mlp.fc2_bias"):
+        bias = params[name]
+        saved = bias.detach().clone()
+        with torch.no_grad():
+            bias.add_(DROPOUT_PROBE)
+        moved = (forward() - base).abs()
+        with torch.no_grad():
+            bias.copy_(saved)
+        masks.append(moved > DROPOUT_PROBE / 2)
+    return masks
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_hidden_dropout_matches_reference(fp8):
+    """TransformerLayer with hidden dropout, forward and backward, against
+    the float32 composition with the masks the layer drew: the backward
+    must apply its forward's masks, which it draws again from the saved RNG
+    state (no mask is stored). The bounds of test_transformer_layer."""
+    rate = 0.3
+    layer = te.TransformerLayer(256, 1024, 4, hidden_dropout=rate,
+                                attention_dropout=0.0, params_dtype=BF16)
+    perturb(layer)
+    seed = SEED + 7
+    scales = []
+
+    def before_step(x, call):
+        masks = hidden_dropout_masks(layer, x, seed, call)
+        for mask in masks:
+            kept = mask.float().mean().item()
+            assert abs(kept - (1 - rate)) < 0.02, \
+                f"hidden dropout kept {kept:.3f} of the elements"
+        scales[:] = [mask.float() / (1 - rate) for mask in masks]
+        restart_dropout_streams(layer, seed)
+
+    def reference(module, x, p, mask, padding, freqs):
+        return transformer_ref(module, x, p, mask, padding, freqs,
+                               dropout_scales=scales)
+
+    check_block(layer, reference, "sbhd", hybrid() if fp8 else None,
+                before_step=before_step,
+                what=f"TransformerLayer hidden dropout "
+                     f"{'fp8' if fp8 else 'bf16'}")
 
 
 def test_eval_mode_matches_dropout_free_layer():

@@ -443,8 +443,8 @@ func.func @composed(%x: tensor<4x2x8xf32>, %g0: tensor<8xf32>,
       : tensor<8x8xf32>, tensor<8x8xf32> -> tensor<8x8xf32>
   %p = te.bias_add %p0, %bo : tensor<8x8xf32>, tensor<8xf32> -> tensor<8x8xf32>
   %p3 = te.reshape %p : tensor<8x8xf32> -> tensor<4x2x8xf32>
-  %pd, %keep1 = te.dropout %p3, %rng {rate = $HD : f64, stream = 17 : i64}
-      : tensor<4x2x8xf32>, tensor<2xi64> -> tensor<4x2x8xf32>, tensor<4x2x8xi1>
+  %pd = te.dropout %p3, %rng {rate = $HD : f64, stream = 17 : i64}
+      : tensor<4x2x8xf32>, tensor<2xi64> -> tensor<4x2x8xf32>
   %h = te.add $R1, %pd : tensor<4x2x8xf32>
   %ln2, %m2, %r2 = te.layernorm_fwd %h, %g2, %b2
       {eps = 0.001 : f64, zero_centered_gamma}
@@ -461,8 +461,8 @@ func.func @composed(%x: tensor<4x2x8xf32>, %g0: tensor<8xf32>,
   %f2b = te.bias_add %f2, %bf2
       : tensor<8x8xf32>, tensor<8xf32> -> tensor<8x8xf32>
   %m3 = te.reshape %f2b : tensor<8x8xf32> -> tensor<4x2x8xf32>
-  %md, %keep2 = te.dropout %m3, %rng {rate = $HD : f64, stream = 18 : i64}
-      : tensor<4x2x8xf32>, tensor<2xi64> -> tensor<4x2x8xf32>, tensor<4x2x8xi1>
+  %md = te.dropout %m3, %rng {rate = $HD : f64, stream = 18 : i64}
+      : tensor<4x2x8xf32>, tensor<2xi64> -> tensor<4x2x8xf32>
   %y = te.add $R2, %md : tensor<4x2x8xf32>
   return %y : tensor<4x2x8xf32>
 }
@@ -550,8 +550,8 @@ func.func @composed(%x: tensor<2x3x4xf32>, %g1: tensor<4xf32>,
   %p = te.matmul %ctx, %wo {transpose_b}
       : tensor<6x4xf32>, tensor<4x4xf32> -> tensor<6x4xf32>
   %p3 = te.reshape %p : tensor<6x4xf32> -> tensor<2x3x4xf32>
-  %pd, %keep1 = te.dropout %p3, %rng {rate = 0.1 : f64, stream = 1 : i64}
-      : tensor<2x3x4xf32>, tensor<2xi64> -> tensor<2x3x4xf32>, tensor<2x3x4xi1>
+  %pd = te.dropout %p3, %rng {rate = 0.1 : f64, stream = 1 : i64}
+      : tensor<2x3x4xf32>, tensor<2xi64> -> tensor<2x3x4xf32>
   %h = te.add %x, %pd : tensor<2x3x4xf32>
   %ln2, %r2 = te.rmsnorm_fwd %h, %g2 {eps = 1.0e-5 : f64}
       : (tensor<2x3x4xf32>, tensor<4xf32>)
@@ -563,8 +563,8 @@ func.func @composed(%x: tensor<2x3x4xf32>, %g1: tensor<4xf32>,
   %f2 = te.matmul %a, %w2 {transpose_b}
       : tensor<6x5xf32>, tensor<4x5xf32> -> tensor<6x4xf32>
   %m3 = te.reshape %f2 : tensor<6x4xf32> -> tensor<2x3x4xf32>
-  %md, %keep2 = te.dropout %m3, %rng {rate = 0.1 : f64, stream = 2 : i64}
-      : tensor<2x3x4xf32>, tensor<2xi64> -> tensor<2x3x4xf32>, tensor<2x3x4xi1>
+  %md = te.dropout %m3, %rng {rate = 0.1 : f64, stream = 2 : i64}
+      : tensor<2x3x4xf32>, tensor<2xi64> -> tensor<2x3x4xf32>
   %y = te.add %h, %md : tensor<2x3x4xf32>
   return %y : tensor<2x3x4xf32>
 }

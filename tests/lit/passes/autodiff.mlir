@@ -59,16 +59,18 @@ func.func @slices(%x: tensor<8x32xf32> {te.name = "x"}) -> (tensor<8x16xf32> {te
   return %1 : tensor<8x16xf32>
 }
 
-// Norm statistics and dropout masks are saved for the backward ops.
+// Norm statistics are saved for the backward ops; dropout saves no mask,
+// only the RNG state its backward draws the same mask from again.
 // CHECK-LABEL: func.func @norm_dropout(
-// CHECK-SAME:  tensor<8x32xi1> {te.name = "saved.0"}
+// CHECK-SAME:  -> (tensor<8x32xbf16> {te.name = "y"}, tensor<2xi64> {te.name = "saved.0"}, tensor<8xf32> {te.name = "saved.1"})
 // CHECK-LABEL: func.func @norm_dropout_backward(
-// CHECK:      te.mask_scale %{{.*}}, %{{.*}} {rate = 2.500000e-01 : f64}
+// CHECK-SAME:  %[[RNG:[^:]*]]: tensor<2xi64> {te.forward_result = 1 : i64}
+// CHECK:      te.dropout %{{.*}}, %[[RNG]] {rate = 2.500000e-01 : f64, stream = 3 : i64}
 // CHECK:      te.rmsnorm_bwd
 // CHECK:      return %{{.*}}, %{{.*}} : tensor<8x32xbf16>, tensor<32xbf16>
 func.func @norm_dropout(%x: tensor<8x32xbf16> {te.name = "x"}, %g: tensor<32xbf16> {te.name = "g"}, %rng: tensor<2xi64> {te.name = "rng_state"}) -> (tensor<8x32xbf16> {te.name = "y"}) {
   %y, %rsigma = te.rmsnorm_fwd %x, %g {eps = 1.0e-5 : f64} : (tensor<8x32xbf16>, tensor<32xbf16>) -> (tensor<8x32xbf16>, tensor<8xf32>)
-  %d, %keep = te.dropout %y, %rng {rate = 0.25 : f64, stream = 0 : i64} : tensor<8x32xbf16>, tensor<2xi64> -> tensor<8x32xbf16>, tensor<8x32xi1>
+  %d = te.dropout %y, %rng {rate = 0.25 : f64, stream = 3 : i64} : tensor<8x32xbf16>, tensor<2xi64> -> tensor<8x32xbf16>
   return %d : tensor<8x32xbf16>
 }
 

@@ -100,10 +100,10 @@ func.func @multihead_attention_gqa_rotary(%x: tensor<16x2x32xbf16>, %wqkv: tenso
 // CHECK:      %[[X:.*]] = te.reshape %arg0
 // CHECK:      te.attention {{.*}} rng(%[[RNG]]) {{.*}}dropout = 1.000000e-01 : f64
 // CHECK-NOT:  stream
-// CHECK:      %[[D1:.*]], %{{.*}} = te.dropout %{{.*}}, %[[RNG]] {rate = 1.000000e-01 : f64, stream = 1 : i64}
+// CHECK:      %[[D1:.*]] = te.dropout %{{.*}}, %[[RNG]] {rate = 1.000000e-01 : f64, stream = 1 : i64}
 // CHECK-NEXT: %[[H:.*]] = te.add %[[X]], %[[D1]]
 // CHECK:      te.act <gelu>
-// CHECK:      %[[D2:.*]], %{{.*}} = te.dropout %{{.*}}, %[[RNG]] {rate = 1.000000e-01 : f64, stream = 2 : i64}
+// CHECK:      %[[D2:.*]] = te.dropout %{{.*}}, %[[RNG]] {rate = 1.000000e-01 : f64, stream = 2 : i64}
 // CHECK-NEXT: %[[Y:.*]] = te.add %[[H]], %[[D2]]
 // CHECK:      te.attention {{.*}}stream = 16 : i64
 // CHECK:      te.dropout {{.*}}stream = 17 : i64

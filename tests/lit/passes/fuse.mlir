@@ -122,15 +122,15 @@ func.func @fp8_gemm_dgelu(%dy: tensor<16x32xf8E5M2>, %w: tensor<64x32xf8E4M3FN>,
 // CHECK:      %[[K:.*]]:5 = te.fused "cast_transpose"
 // CHECK-NEXT: ^bb0
 // CHECK-NEXT:   %[[SUM:.*]] = te.add
-// CHECK-NEXT:   %[[DX:.*]] = te.mask_scale %[[SUM]]
+// CHECK-NEXT:   %[[DX:.*]] = te.dropout %[[SUM]]
 // CHECK-NEXT:   te.bias_grad %[[DX]]
 // CHECK-NEXT:   te.quantize %[[DX]]
 // CHECK-NEXT:   te.transpose
 // CHECK-NEXT:   te.yield %[[SUM]]
 // CHECK:      te.add %[[K]]#0
-func.func @cast_transpose_producers(%dy: tensor<16x32xbf16>, %dr: tensor<16x32xbf16>, %keep: tensor<16x32xi1>, %s: tensor<1xf32>, %other: tensor<16x32xbf16>) -> (tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>, tensor<16x32xbf16>) {
+func.func @cast_transpose_producers(%dy: tensor<16x32xbf16>, %dr: tensor<16x32xbf16>, %rng: tensor<2xi64>, %s: tensor<1xf32>, %other: tensor<16x32xbf16>) -> (tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>, tensor<16x32xbf16>) {
   %0 = te.add %dy, %dr : tensor<16x32xbf16>
-  %1 = te.mask_scale %0, %keep {rate = 0.1 : f64} : tensor<16x32xbf16>, tensor<16x32xi1> -> tensor<16x32xbf16>
+  %1 = te.dropout %0, %rng {rate = 0.1 : f64, stream = 1 : i64} : tensor<16x32xbf16>, tensor<2xi64> -> tensor<16x32xbf16>
   %2 = te.bias_grad %1 : tensor<16x32xbf16> -> tensor<32xbf16>
   %q, %amax = te.quantize %1, %s : tensor<16x32xbf16>, tensor<1xf32> -> tensor<16x32xf8E5M2>, tensor<1xf32>
   %t = te.transpose %q : tensor<16x32xf8E5M2> -> tensor<32x16xf8E5M2>
@@ -187,11 +187,11 @@ func.func @norm_amax(%x: tensor<16x32xbf16>, %g: tensor<32xbf16>) -> tensor<16x3
 // CHECK-NEXT:   te.bias_add
 // CHECK-NEXT:   te.dropout
 // CHECK-NEXT:   te.add
-func.func @bias_dropout_add(%x: tensor<16x32xbf16>, %b: tensor<32xbf16>, %res: tensor<16x32xbf16>, %rng: tensor<2xi64>) -> (tensor<16x32xbf16>, tensor<16x32xi1>) {
+func.func @bias_dropout_add(%x: tensor<16x32xbf16>, %b: tensor<32xbf16>, %res: tensor<16x32xbf16>, %rng: tensor<2xi64>) -> tensor<16x32xbf16> {
   %0 = te.bias_add %x, %b : tensor<16x32xbf16>, tensor<32xbf16> -> tensor<16x32xbf16>
-  %1, %keep = te.dropout %0, %rng {rate = 0.1 : f64, stream = 1 : i64} : tensor<16x32xbf16>, tensor<2xi64> -> tensor<16x32xbf16>, tensor<16x32xi1>
+  %1 = te.dropout %0, %rng {rate = 0.1 : f64, stream = 1 : i64} : tensor<16x32xbf16>, tensor<2xi64> -> tensor<16x32xbf16>
   %2 = te.add %res, %1 : tensor<16x32xbf16>
-  return %2, %keep : tensor<16x32xbf16>, tensor<16x32xi1>
+  return %2 : tensor<16x32xbf16>
 }
 
 // -----
@@ -255,13 +255,13 @@ func.func @norm_bwd_dx_read_twice(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16
 // CHECK-NEXT:   te.yield
 // CHECK:      te.fused "cast_transpose"(%[[N]]#2, %arg6, %arg7)
 // CHECK-NEXT: ^bb0
-// CHECK-NEXT:   te.mask_scale
+// CHECK-NEXT:   te.dropout
 // CHECK-NEXT:   te.quantize
 // CHECK-NEXT:   te.transpose
-func.func @norm_bwd_add_before_cast(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16>, %mean: tensor<16xf32>, %rsigma: tensor<16xf32>, %g: tensor<32xbf16>, %res: tensor<16x32xbf16>, %keep: tensor<16x32xi1>, %s: tensor<1xf32>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>) {
+func.func @norm_bwd_add_before_cast(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf16>, %mean: tensor<16xf32>, %rsigma: tensor<16xf32>, %g: tensor<32xbf16>, %res: tensor<16x32xbf16>, %rng: tensor<2xi64>, %s: tensor<1xf32>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>) {
   %dx, %dg, %db = te.layernorm_bwd %dy, %x, %mean, %rsigma, %g : (tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16xf32>, tensor<16xf32>, tensor<32xbf16>) -> (tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>)
   %0 = te.add %res, %dx : tensor<16x32xbf16>
-  %1 = te.mask_scale %0, %keep {rate = 0.1 : f64} : tensor<16x32xbf16>, tensor<16x32xi1> -> tensor<16x32xbf16>
+  %1 = te.dropout %0, %rng {rate = 0.1 : f64, stream = 1 : i64} : tensor<16x32xbf16>, tensor<2xi64> -> tensor<16x32xbf16>
   %q, %amax = te.quantize %1, %s : tensor<16x32xbf16>, tensor<1xf32> -> tensor<16x32xf8E5M2>, tensor<1xf32>
   %t = te.transpose %q : tensor<16x32xf8E5M2> -> tensor<32x16xf8E5M2>
   return %0, %dg, %db, %q, %t, %amax : tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>

@@ -232,7 +232,7 @@ func.func @attention_slice_read_elsewhere(%qkv: tensor<64x192xbf16>) -> (tensor<
 // QUICK:       te.reshape {{.*}} {te.offsets = [-1]}
 // QUICK-NEXT:  te.layernorm_fwd {{.*}} te.offsets = [-1, -1, -1]
 // QUICK-NEXT:  te.matmul {{.*}} te.offsets = [0]
-// QUICK:       te.dropout {{.*}} te.offsets = [0, -1]
+// QUICK:       te.dropout {{.*}} te.offsets = [0]
 // QUICK-LABEL: func.func @quickstart_small_backward(
 // QUICK-SAME:  te.arena_bytes = 65536 : i64
 // QUICK-SAME:  te.peak_live_bytes = 65536 : i64
