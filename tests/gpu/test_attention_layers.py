@@ -618,14 +618,25 @@ def hidden_dropout_masks(layer, x, seed, call):
     return masks
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
-def test_hidden_dropout_matches_reference(fp8):
+HIDDEN_DROPOUT_CASES = {
+    "small-bf16": ((256, 1024, 4), 64, 2, False),
+    "small-fp8": ((256, 1024, 4), 64, 2, True),
+    # The quickstart's layer at its size.
+    "full-fp8": ((4096, 16384, 32), 2048, 4, True),
+}
+
+
+@pytest.mark.parametrize("case", list(HIDDEN_DROPOUT_CASES))
+def test_hidden_dropout_matches_reference(case):
     """TransformerLayer with hidden dropout, forward and backward, against
     the float32 composition with the masks the layer drew: the backward
     must apply its forward's masks, which it draws again from the saved RNG
-    state (no mask is stored). The bounds of test_transformer_layer."""
+    state (no mask is stored); a wrong mask moves fc2's and the projection's
+    bias gradients by about their own size. The bounds of
+    test_transformer_layer."""
+    sizes, seq, batch, fp8 = HIDDEN_DROPOUT_CASES[case]
     rate = 0.3
-    layer = te.TransformerLayer(256, 1024, 4, hidden_dropout=rate,
+    layer = te.TransformerLayer(*sizes, hidden_dropout=rate,
                                 attention_dropout=0.0, params_dtype=BF16)
     perturb(layer)
     seed = SEED + 7
@@ -644,10 +655,12 @@ def test_hidden_dropout_matches_reference(fp8):
         return transformer_ref(module, x, p, mask, padding, freqs,
                                dropout_scales=scales)
 
-    check_block(layer, reference, "sbhd", hybrid() if fp8 else None,
-                before_step=before_step,
-                what=f"TransformerLayer hidden dropout "
-                     f"{'fp8' if fp8 else 'bf16'}")
+    errors = check_block(layer, reference, "sbhd",
+                         hybrid() if fp8 else None, seq=seq, batch=batch,
+                         before_step=before_step,
+                         what=f"TransformerLayer hidden dropout {case}")
+    print(f"hidden dropout {case}: " + ", ".join(
+        f"{name} {error:.4f}" for name, error in errors.items()))
 
 
 def test_eval_mode_matches_dropout_free_layer():

@@ -145,8 +145,10 @@ def check_bias_dropout_add(fn, step, values, source, rng):
         if name == key.group(1):
             t = torch.tensor([seed, offset], dtype=torch.int64, device="cuda")
         elif name == dropped.group(1):
+            # Never 0 (torch.sign would make an exact 0 of randn one).
             r = torch.randn(shape, device="cuda")
-            t = (torch.sign(r) * (1 + r.abs())).to(DTYPES[elem])
+            t = torch.where(r < 0, -1.0 - r.abs(), 1.0 + r.abs()).to(
+                DTYPES[elem])
         elif not arg["output"]:
             t = (0.03 * torch.randn(shape, device="cuda")).clamp(
                 -0.09, 0.09).to(DTYPES[elem])
