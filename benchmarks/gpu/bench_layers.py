@@ -15,7 +15,9 @@ tokens; --small: 1024 / 4096 / 512 x 2), bf16 parameters:
    through torch._scaled_mm (torch_peers.py).
 2. GEMMs: tejit steps profiled with torch.profiler (after every config has
    been timed); each GEMM step's kernel time against a raw cuBLASLt call of
-   the same shape and dtypes (torch._scaled_mm / torch.matmul).
+   the same shape and dtypes (torch._scaled_mm / torch.matmul), timed
+   after its usual warm-up and again after RAW_SUSTAIN_S of back-to-back
+   calls (the power-capped state the profiled steps run in).
 3. Memory-bound kernels: each generated kernel's bytes moved (its
    arguments' sizes) over its time, against a device-to-device copy
    measured in this run.
@@ -86,6 +88,11 @@ QUEUE_AHEAD_S_PER_CALL = 100e-6
 
 GOAL_MLP_SPEEDUP = 1.3      # tejit FP8 LayerNormMLP over torch.compile FP8
 GOAL_GEMM_RATIO = 1.05      # tejit GEMM time / raw cuBLASLt time
+# The raw GEMM is timed twice: after its usual warm-up (a few tens of ms of
+# GEMMs, which leaves the card below its power cap) and after this much
+# back-to-back work, which brings it to the power-capped clocks a block's
+# steps run at (FP8 GEMMs back to back hold an H200 at its 700 W cap).
+RAW_SUSTAIN_S = 2.0
 GOAL_BANDWIDTH = 0.80       # generated kernels, of copy bandwidth
 
 MLIR_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16,
@@ -673,7 +680,13 @@ def raw_gemm(problem, args):
                      if problem.out != problem.a else ""]
         timing = time_steps(lambda i: calls[i](), args.warmup, args.iters,
                             len(calls), queue_ahead=True)
-        return {"us": timing["median_ms"] * 1e3, "timing": timing,
+        us = timing["median_ms"] * 1e3
+        sustained = time_steps(lambda i: calls[i](),
+                               int(RAW_SUSTAIN_S * 1e6 / us), args.iters,
+                               len(calls), queue_ahead=True)
+        return {"us": us, "timing": timing,
+                "sustained_us": sustained["median_ms"] * 1e3,
+                "sustained_timing": sustained,
                 "note": "; ".join(n for n in notes if n)}
     except Exception as error:  # noqa: BLE001 - reported in the table
         return {"error": f"{type(error).__name__}: {error}"}
@@ -708,6 +721,7 @@ def add_raw_gemms(rows, cache, args):
         row["raw"] = raw
         if row["tejit_us"] and raw.get("us"):
             row["ratio"] = row["tejit_us"] / raw["us"]
+            row["ratio_sustained"] = row["tejit_us"] / raw["sustained_us"]
 
 
 # --- generated-kernel rows --------------------------------------------------------
@@ -753,10 +767,15 @@ def gemm_summary(rows):
     tejit_us = sum(r["tejit_us"] for r in timed)
     raw_us = sum(r["raw"]["us"] for r in timed)
     worst = max(r["ratio"] for r in timed)
+    sustained_us = sum(r["raw"]["sustained_us"] for r in timed)
     return {"gemms": len(rows), "timed": len(timed), "tejit_us": tejit_us,
             "raw_us": raw_us, "total_ratio": tejit_us / raw_us,
             "worst_ratio": worst,
-            "met": worst <= GOAL_GEMM_RATIO and len(timed) == len(rows)}
+            "met": worst <= GOAL_GEMM_RATIO and len(timed) == len(rows),
+            "raw_sustained_us": sustained_us,
+            "total_ratio_sustained": tejit_us / sustained_us,
+            "worst_ratio_sustained": max(r["ratio_sustained"]
+                                         for r in timed)}
 
 
 # --- one block ------------------------------------------------------------------
@@ -918,7 +937,8 @@ def tflops(flops, us):
 def gemm_table(blocks):
     headers = ["block / config", "step", "M×N×K", "a × b → out", "epilogue",
                "fast acc", "tejit µs", "TFLOP/s", "raw µs", "raw TFLOP/s",
-               "tejit/raw", "raw differs", "tejit kernel"]
+               "tejit/raw", "raw sustained µs", "tejit/sustained",
+               "raw differs", "tejit kernel"]
     rows = []
     for name, label, profile in profiled(blocks):
         for r in profile["gemms"]:
@@ -934,6 +954,8 @@ def gemm_table(blocks):
                 cell(raw.get("us"), ".1f"),
                 cell(tflops(r["flops"], raw.get("us")), ".0f"),
                 cell(r.get("ratio"), ".3f"),
+                cell(raw.get("sustained_us"), ".1f"),
+                cell(r.get("ratio_sustained"), ".3f"),
                 raw.get("error", raw.get("note", ""))[:80] or "—",
                 " + ".join(k[:48] for k in r["kernels"]) or "—"])
     return markdown(headers, rows)
@@ -973,7 +995,10 @@ def print_goals(report):
             print(f"- GEMMs, {key}: worst tejit/raw {s['worst_ratio']:.3f}, "
                   f"all GEMMs {s['total_ratio']:.3f} ({s['timed']}/"
                   f"{s['gemms']} timed; goal <= {GOAL_GEMM_RATIO}): "
-                  f"{verdict(s['met'])}")
+                  f"{verdict(s['met'])}; against raw after "
+                  f"{RAW_SUSTAIN_S:g} s of back-to-back calls: worst "
+                  f"{s['worst_ratio_sustained']:.3f}, all "
+                  f"{s['total_ratio_sustained']:.3f}")
     for key, s in g["kernels_80pct_copy"].items():
         if s:
             print(f"- generated kernels >= 1 MiB, {key}: "
