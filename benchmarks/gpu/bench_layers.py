@@ -12,7 +12,9 @@ tokens; --small: 1024 / 4096 / 512 x 2), bf16 parameters:
    projection) and LayerNormMLP (GELU): tejit FP8 DelayedScaling (HYBRID,
    history 1024, max), tejit FP8 Float8CurrentScaling, tejit bf16; PyTorch
    eager bf16, torch.compile bf16, and torch.compile with FP8 linears
-   through torch._scaled_mm (torch_peers.py).
+   through torch._scaled_mm (torch_peers.py). With CUDA graphs: the tejit
+   delayed step captured (one graph per input buffer) against torch.compile
+   FP8 with mode="reduce-overhead".
 2. GEMMs: tejit steps profiled with torch.profiler (after every config has
    been timed); each GEMM step's kernel time against a raw cuBLASLt call of
    the same shape and dtypes (torch._scaled_mm / torch.matmul), timed
@@ -66,12 +68,18 @@ CURRENT = {"type": "Float8CurrentScaling", "fp8_format": "HYBRID"}
 TEJIT_CONFIGS = [("tejit FP8 delayed", DELAYED),
                  ("tejit FP8 current", CURRENT),
                  ("tejit bf16", None)]
-TEJIT_FP8 = [label for label, recipe in TEJIT_CONFIGS if recipe]
-# (label, FP8 linears, torch.compile)
+# The same step replayed as CUDA graphs (one per input buffer): timed, not
+# profiled (its kernels are the delayed config's).
+TEJIT_GRAPH = ("tejit FP8 delayed, CUDA graph", DELAYED)
+TEJIT_FP8 = [label for label, recipe in TEJIT_CONFIGS if recipe] + [
+    TEJIT_GRAPH[0]]
+# (label, FP8 linears, torch.compile: False, True or its mode)
 PEERS = [("torch eager bf16", False, False),
          ("torch.compile bf16", False, True),
-         ("torch.compile FP8", True, True)]
+         ("torch.compile FP8", True, True),
+         ("torch.compile FP8, CUDA graphs", True, "reduce-overhead")]
 COMPILE_FP8 = "torch.compile FP8"
+COMPILE_FP8_GRAPHS = "torch.compile FP8, CUDA graphs"
 
 ROTATION = 3            # input buffers, cycled so none stays in L2
 COPY_BYTES = 1 << 30    # the copy-bandwidth ceiling's tensor
@@ -254,6 +262,26 @@ class TejitStep:
                               self.grad_ptrs)
 
 
+class GraphedStep:
+    """A TejitStep captured as one CUDA graph per input buffer (tejit's
+    steps only enqueue work), replayed on torch's current stream."""
+
+    def __init__(self, step, rotation):
+        self.graphs = []
+        stream = step.stream
+        for i in range(rotation):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step.stream = torch.cuda.current_stream().cuda_stream
+                step(i)
+            self.graphs.append(graph)
+        step.stream = stream
+        self.step = step  # its tensors stay alive with the graphs
+
+    def __call__(self, i):
+        self.graphs[i].replay()
+
+
 def compile_program(block, size, recipe):
     return tejit.Program.compile(tejit_spec(block, size, recipe),
                                  training=True,
@@ -271,7 +299,7 @@ def retire(program):
     RETIRED.append(program)
 
 
-def run_tejit(block, size, label, recipe, args):
+def run_tejit(block, size, label, recipe, args, graphed=False):
     """Times one tejit config. tejit's own device memory
     (arena, saved tensors, FP8 state, cuBLASLt workspace, kernel modules)
     is allocated outside PyTorch's allocator, so it is measured as the drop
@@ -290,6 +318,10 @@ def run_tejit(block, size, label, recipe, args):
         free_before = device_free_bytes()
         step(0)
         tejit_bytes += free_before - device_free_bytes()
+        if graphed:
+            for i in range(1, ROTATION):  # every buffer seen before capture
+                step(i)
+            step = GraphedStep(step, ROTATION)
         result["timing"] = time_steps(step, args.warmup, args.iters)
         result["peak_torch_bytes"] = torch.cuda.max_memory_allocated() - base
         result["tejit_device_bytes"] = tejit_bytes
@@ -342,7 +374,8 @@ def run_peer(block, size, label, fp8, compiled, args):
     fn = module
     if compiled:
         reset_dynamo()  # no guards or graphs left from other peers
-        fn = torch.compile(module, mode=args.compile_mode)
+        fn = torch.compile(module, mode=compiled if isinstance(
+            compiled, str) else args.compile_mode)
     step = peer_step(fn, list(module.parameters()), inputs, dy)
     # The first step compiles (forward and backward graphs) under
     # torch.compile: time it apart from the warm-up.
@@ -789,6 +822,10 @@ def time_block(block, size, args):
         configs.append(guarded(label, run_tejit, block, size, label, recipe,
                                args))
         progress(configs[-1])
+    label, recipe = TEJIT_GRAPH
+    configs.append(guarded(label, run_tejit, block, size, label, recipe,
+                           args, True))
+    progress(configs[-1])
     for label, fp8, compiled in PEERS:
         configs.append(guarded(label, run_peer, block, size, label, fp8,
                                compiled, args))
@@ -858,6 +895,10 @@ def goals(blocks):
             out["gemm_within_5pct"][key] = profile.get("gemm_summary", {})
             out["kernels_80pct_copy"][key] = profile.get(
                 "bandwidth_summary", {})
+        # Graphs against graphs too: each side without its launch gaps.
+        graphed_peer = by_label.get(COMPILE_FP8_GRAPHS, {})
+        out.setdefault("graphs_vs_graphs", {})[block["block"]] = \
+            graphed_peer.get("tejit_fp8_speedup", {}).get(TEJIT_GRAPH[0])
     return out
 
 
@@ -990,6 +1031,9 @@ def print_goals(report):
         print(f"- LayerNormMLP, {label} vs {COMPILE_FP8}: "
               f"{cell(item['speedup'], '.2f')}x (goal >= "
               f"{GOAL_MLP_SPEEDUP}x): {verdict(item['met'])}")
+    for block, speedup in g.get("graphs_vs_graphs", {}).items():
+        print(f"- {block}, {TEJIT_GRAPH[0]} vs {COMPILE_FP8_GRAPHS}: "
+              f"{cell(speedup, '.2f')}x")
     for key, s in g["gemm_within_5pct"].items():
         if s:
             print(f"- GEMMs, {key}: worst tejit/raw {s['worst_ratio']:.3f}, "

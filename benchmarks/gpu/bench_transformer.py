@@ -26,6 +26,10 @@ Rows (--only picks some, by key; --all adds the ones marked extra):
   torch.compile bf16 + SDPA; torch.compile FP8 (torch._scaled_mm,
   tensorwise current scaling) + SDPA; eager FP8 + SDPA; extra: cuDNN SDPA
   instead of flash.
+- With CUDA graphs: tejit FP8 through tejit.pytorch.make_graphed_callables
+  (TE's API; the forward and the backward each replay as one graph), and
+  torch.compile FP8 with mode="reduce-overhead" (its CUDA graphs). The
+  goals are stated against the rows without graphs, as before.
 
 Per row: ms per step (CUDA events: warm-up, then the mean over the timed
 steps as the seed's speedometer computes it, and the median of the
@@ -106,6 +110,9 @@ class Row:
     attention: str = "sdpa"        # peers: "unfused" or "sdpa"
     sdpa: str = None               # peers: SDPA backend
     compiled: bool = False
+    # CUDA graphs: tejit.pytorch.make_graphed_callables for tejit rows,
+    # torch.compile(mode="reduce-overhead") for compiled peers.
+    graphed: bool = False
     extra: bool = False            # only with --all or --only
 
 
@@ -125,6 +132,11 @@ ROWS = [
         tejit=False, fp8=True, sdpa="flash", compiled=True),
     Row("torch-fp8-sdpa", "PyTorch FP8 (_scaled_mm) + SDPA flash",
         tejit=False, fp8=True, sdpa="flash"),
+    Row("tejit-fp8-graph", "tejit FP8 (no_mask), CUDA graph "
+        "(make_graphed_callables)", tejit=True, fp8=True, graphed=True),
+    Row("compile-fp8-sdpa-graph", "torch.compile FP8 (_scaled_mm) + SDPA "
+        "flash, CUDA graphs (reduce-overhead)", tejit=False, fp8=True,
+        sdpa="flash", compiled=True, graphed=True),
     Row("torch-bf16-cudnn", "PyTorch bf16 + SDPA cuDNN", tejit=False,
         fp8=False, sdpa="cudnn", extra=True),
     Row("compile-fp8-cudnn", "torch.compile FP8 (_scaled_mm) + SDPA cuDNN",
@@ -259,10 +271,16 @@ def make_step(row, size, batch, args):
     x = torch.rand(shape, device="cuda", dtype=row.dtype,
                    requires_grad=True)
     dy = torch.rand(shape, device="cuda", dtype=row.dtype)
-    fn = torch.compile(model, mode=args.compile_mode) if row.compiled \
-        else model
+    mode = "reduce-overhead" if row.graphed else args.compile_mode
+    fn = torch.compile(model, mode=mode) if row.compiled else model
     params = list(model.parameters())
     backend = row.sdpa if row.sdpa else None
+    if row.tejit and row.graphed:
+        # Compiles, warms up and captures here: the row's first step is a
+        # replay.
+        import tejit.pytorch as te
+        fn = te.make_graphed_callables(model, (x,), fp8_enabled=row.fp8,
+                                       fp8_recipe=recipe_for_tejit())
 
     def step():
         if not args.keep_grads:

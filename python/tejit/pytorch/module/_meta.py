@@ -87,6 +87,23 @@ class Fp8MetaState:
                 self._loaded[name] = value.detach().to(
                     "cpu", torch.float32, copy=True).contiguous()
 
+    def restore(self, snapshot):
+        """Puts `snapshot` (what tensors() returned earlier) back into the
+        program that ran last, and TE's initial state (scales 1, histories
+        0) where it has no value: what make_graphed_callables does after its
+        warm-up steps. The program keeps its device buffers, so graphs
+        captured over them start from the restored state."""
+        if self._active is None:
+            return
+        for name, (_, shape) in self._active.meta.items():
+            value = snapshot.get(name)
+            if value is None or tuple(value.shape) != shape:
+                fill = 0.0 if name.endswith("amax_history") else 1.0
+                value = torch.full(shape, fill, dtype=torch.float32)
+            self._active.write_meta(name, value)
+            self._holders[name] = self._active
+        self._loaded.clear()
+
     def detached(self):
         """A copy with every tensor loaded (no program): what a deepcopy or
         pickle of the module carries."""
