@@ -38,7 +38,9 @@ public:
 
   /// The parameter name of a group input or output.
   llvm::StringRef param(mlir::Value inner) const;
-  /// A readable base name for a value (te.name, else its SSA name).
+  /// A readable base name for a value: its te.name; for a backward
+  /// argument without one, what it is in the forward (the forward argument's
+  /// name, `rng_state`, `saved_3`); else its SSA name.
   std::string valueName(mlir::Value value);
   /// Asks for `bytes` of device scratch, passed as a last parameter named
   /// `tj_scratch` (a float *), of which the launcher zeroes `zeroBytes` from

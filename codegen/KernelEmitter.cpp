@@ -111,12 +111,45 @@ static std::string identifier(StringRef text) {
   return id;
 }
 
+/// The name of what a backward argument stands for in its forward: the
+/// forward argument it is (`te.forward_arg`), or the forward result it is
+/// (`te.forward_result`): the forward argument that result returns as it is
+/// (the dropout state), else the result's own name (`saved.3`). Null when
+/// `arg` is not a backward argument.
+static StringAttr forwardNameOf(func::FuncOp backward, BlockArgument arg) {
+  auto forwardRef =
+      backward->getAttrOfType<FlatSymbolRefAttr>("te.backward_of");
+  auto forward = forwardRef
+                     ? SymbolTable::lookupNearestSymbolFrom<func::FuncOp>(
+                           backward, forwardRef)
+                     : nullptr;
+  if (!forward)
+    return {};
+  unsigned number = arg.getArgNumber();
+  if (auto index =
+          backward.getArgAttrOfType<IntegerAttr>(number, "te.forward_arg"))
+    return forward.getArgAttrOfType<StringAttr>(index.getInt(), "te.name");
+  auto index =
+      backward.getArgAttrOfType<IntegerAttr>(number, "te.forward_result");
+  if (!index || index.getInt() >= forward.getNumResults())
+    return {};
+  Value returned = forward.front().getTerminator()->getOperand(index.getInt());
+  if (auto forwardArg = dyn_cast<BlockArgument>(returned))
+    if (auto name = forward.getArgAttrOfType<StringAttr>(
+            forwardArg.getArgNumber(), "te.name"))
+      return name;
+  return forward.getResultAttrOfType<StringAttr>(index.getInt(), "te.name");
+}
+
 std::string KernelBuilder::valueName(Value value) {
   if (auto arg = dyn_cast<BlockArgument>(value))
-    if (auto function = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp()))
+    if (auto function = dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())) {
       if (auto name = function.getArgAttrOfType<StringAttr>(arg.getArgNumber(),
                                                             "te.name"))
         return identifier(name.getValue());
+      if (StringAttr name = forwardNameOf(function, arg))
+        return identifier(name.getValue());
+    }
   std::string text;
   llvm::raw_string_ostream os(text);
   value.printAsOperand(os, asmState);
