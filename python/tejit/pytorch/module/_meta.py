@@ -102,7 +102,7 @@ class Fp8MetaState:
                 value = torch.full(shape, fill, dtype=torch.float32)
             self._active.write_meta(name, value)
             self._holders[name] = self._active
-        self._loaded.clear()
+            self._loaded.pop(name, None)
 
     def detached(self):
         """A copy with every tensor loaded (no program): what a deepcopy or
