@@ -35,30 +35,17 @@ its outputs (hidden_dropout_masks).
 """
 import copy
 import math
-import os
-import random
-import sys
 import zlib
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python"))
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+from gpu_test_support import hybrid, perturb, run_seed, torch
 
 import torch.nn.functional as F  # noqa: E402
 
 import tejit.pytorch as te  # noqa: E402
-from tejit.common import recipe  # noqa: E402
 
-SEED = int(os.environ.get("TEJIT_TEST_SEED", random.SystemRandom().randrange(
-    1 << 31)))
-print(f"test_attention_layers: seed {SEED} (TEJIT_TEST_SEED={SEED} repeats "
-      f"this run)")
+SEED = run_seed("test_attention_layers")
 
 BF16, FP16 = torch.bfloat16, torch.float16
 L2_DTYPE = {BF16: 1.6e-2, FP16: 4e-3}
@@ -71,11 +58,6 @@ FP8_WARMUP_STEPS = 2
 def fresh_seed(request):
     """Each test draws from its own stream of the run's seed."""
     torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
-
-
-def hybrid():
-    return recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID,
-                                 amax_history_len=16, amax_compute_algo="max")
 
 
 def rel_l2(got, want):
@@ -335,16 +317,6 @@ def test_dot_product_attention_forward_mask_type_override():
 
 
 # --- MultiheadAttention / TransformerLayer -----------------------------------
-
-
-def perturb(module):
-    """Non-trivial biases and norm weights (TE starts them at 0 and 1)."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            elif p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
 
 
 def block_step(module, x, fp8_recipe, dy, **call):

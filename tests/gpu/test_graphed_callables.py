@@ -13,45 +13,17 @@ untouched. With dropout, replays must draw fresh masks. Sizes: hidden 256
 and the quickstart's LayerNormMLP (hidden 4096, FFN 16384, 8192 tokens).
 """
 import copy
-import os
-import random
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python"))
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+from gpu_test_support import hybrid, perturb, run_seed, torch
 
 import tejit.pytorch as te  # noqa: E402
-from tejit.common import recipe  # noqa: E402
 
-SEED = int(os.environ.get("TEJIT_TEST_SEED", random.SystemRandom().randrange(
-    1 << 31)))
-print(f"test_graphed_callables: seed {SEED} (TEJIT_TEST_SEED={SEED} repeats "
-      f"this run)")
+SEED = run_seed("test_graphed_callables")
 BF16 = torch.bfloat16
 STEPS = 4
-
-
-def hybrid():
-    return recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID,
-                                 amax_history_len=16, amax_compute_algo="max")
-
-
-def perturb(module):
-    """Non-trivial biases and norm weights (TE starts them at 0 and 1)."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            elif p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
 
 
 def step(module, x, dy, fp8_recipe):

@@ -66,7 +66,7 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
         graphed = torch.cuda.make_graphed_callables(
             modules, sample_args, num_warmup_iters=num_warmup_iters,
             allow_unused_input=allow_unused_input, pool=pool)
+    # Ordered before the first replay: both go on the current stream.
     for module, snapshot in zip(tejit_modules, before):
         module._fp8_meta_state.restore(snapshot)
-    torch.cuda.synchronize()
     return graphed
