@@ -7,6 +7,7 @@
 #include "tejit/tejit.h"
 
 #include "codegen/BuildId.h"
+#include "runtime/AmaxReducer.h"
 #include "runtime/Compile.h"
 #include "runtime/Program.h"
 
@@ -17,6 +18,13 @@ using namespace tejit::runtime;
 struct tejit_program {
   std::unique_ptr<Program> program;
 };
+
+struct tejit_amax_group {
+  std::shared_ptr<AmaxReducer> reducer;
+};
+
+static_assert(TEJIT_AMAX_GROUP_ID_BYTES == sizeof(ncclUniqueId),
+              "an amax group id is an NCCL unique id");
 
 // tejit_status mirrors ErrorCode (runtime/Errors.h): fail() casts one into
 // the other.
@@ -367,6 +375,71 @@ tejit_status tejit_set_seed(tejit_program *program, uint64_t seed) {
   if (llvm::Error error = program->program->setSeed(seed))
     return fail(std::move(error));
   return ok();
+}
+
+tejit_status tejit_amax_group_unique_id(
+    unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]) {
+  if (!id)
+    return invalid("tejit_amax_group_unique_id: id is null");
+  auto unique = NcclAmaxReducer::uniqueId();
+  if (!unique)
+    return fail(unique.takeError());
+  std::memcpy(id, &*unique, sizeof(ncclUniqueId));
+  return ok();
+}
+
+static tejit_status newGroup(
+    llvm::Expected<std::unique_ptr<NcclAmaxReducer>> reducer,
+    tejit_amax_group **group) {
+  if (!reducer)
+    return fail(reducer.takeError());
+  *group = new tejit_amax_group{std::move(*reducer)};
+  return ok();
+}
+
+tejit_status tejit_amax_group_create(
+    const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES], int ranks, int rank,
+    int device, tejit_amax_group **group) {
+  if (!id || !group)
+    return invalid("tejit_amax_group_create: id and group must not be null");
+  ncclUniqueId unique;
+  std::memcpy(&unique, id, sizeof(unique));
+  return newGroup(NcclAmaxReducer::create(unique, ranks, rank, device), group);
+}
+
+tejit_status tejit_amax_group_from_nccl_comm(void *nccl_comm,
+                                             tejit_amax_group **group) {
+  if (!group)
+    return invalid("tejit_amax_group_from_nccl_comm: group is null");
+  return newGroup(
+      NcclAmaxReducer::borrow(static_cast<ncclComm_t>(nccl_comm)), group);
+}
+
+tejit_status tejit_amax_group_from_function(tejit_amax_reduce_fn function,
+                                            void *user_data,
+                                            tejit_amax_group **group) {
+  if (!function || !group)
+    return invalid("tejit_amax_group_from_function: function and group must "
+                   "not be null");
+  *group = new tejit_amax_group{
+      std::make_shared<CallbackAmaxReducer>(function, user_data)};
+  return ok();
+}
+
+void tejit_amax_group_destroy(tejit_amax_group *group) { delete group; }
+
+tejit_status tejit_program_set_amax_group(tejit_program *program,
+                                          tejit_amax_group *group) {
+  if (!program)
+    return invalid("tejit_program_set_amax_group: program is null");
+  if (llvm::Error error = program->program->setAmaxReducer(
+          group ? group->reducer : nullptr))
+    return fail(std::move(error));
+  return ok();
+}
+
+size_t tejit_program_amax_reductions(const tejit_program *program) {
+  return program ? program->program->amaxAllReduceSteps() : 0;
 }
 
 } // extern "C"

@@ -1,5 +1,6 @@
 //===- Executor.cpp - running one plan function on a stream ---------------===//
 #include "runtime/Executor.h"
+#include "runtime/AmaxReducer.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -260,8 +261,12 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
     } else if (attentions[index]) {
       error = attentions[index]->run(addresses, scratch, stream, driver);
     } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
+      if (amaxReducer)
+        error = amaxReducer->allReduceMax(
+            addresses[reduce->in], addresses[reduce->out],
+            plan.values[reduce->in].bytes / sizeof(float), stream);
       // One process: the reduction over ranks is a copy.
-      if (addresses[reduce->in] != addresses[reduce->out])
+      else if (addresses[reduce->in] != addresses[reduce->out])
         error = driver.check(driver.cuMemcpyDtoDAsync(
                                  addresses[reduce->out], addresses[reduce->in],
                                  plan.values[reduce->in].bytes, stream),

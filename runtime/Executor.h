@@ -22,6 +22,8 @@
 
 namespace tejit::runtime {
 
+class AmaxReducer;
+
 /// The CUDA modules of a bundle's binaries, loaded on first use and unloaded
 /// with the set. Needs the bundle's context current.
 class ModuleSet {
@@ -63,6 +65,10 @@ public:
   /// The most scratch any kernel or attention step asks for.
   size_t scratchBytes() const;
 
+  /// Who runs the amax_allreduce steps across ranks (null: one process, the
+  /// step is a copy). The reducer must outlive the runs that use it.
+  void setAmaxReducer(AmaxReducer *reducer) { amaxReducer = reducer; }
+
 private:
   Executor(const FunctionPlan &plan, GemmRunner &gemms,
            const CudaDriver &driver)
@@ -78,6 +84,7 @@ private:
   const FunctionPlan &plan;
   GemmRunner &gemms;
   const CudaDriver &driver;
+  AmaxReducer *amaxReducer = nullptr;
   /// Per step: the kernel's entry point (null for other steps).
   std::vector<CUfunction> kernels;
   /// Per step: the attention step's cuDNN call (empty for other steps).

@@ -1,5 +1,6 @@
 //===- Program.cpp - compiled layers with their state, ready to run -------===//
 #include "runtime/Program.h"
+#include "runtime/AmaxReducer.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -224,6 +225,29 @@ Error Program::resetState() {
                                  "initializing the FP8 meta state"))
     return error;
   return rngBuffer ? setSeed(rngHost[0]) : Error::success();
+}
+
+size_t Program::amaxAllReduceSteps() const {
+  size_t count = 0;
+  for (const FunctionPlan &function : bundle.plan.functions)
+    for (const Step &step : function.steps)
+      count += std::holds_alternative<AmaxAllReduceStep>(step);
+  return count;
+}
+
+Error Program::setAmaxReducer(std::shared_ptr<AmaxReducer> reducer) {
+  if (reducer && reducer->device() >= 0 &&
+      reducer->device() != deviceInfo.ordinal)
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("the amax group ({0}) is on device {1}, "
+                                   "the program on device {2}",
+                                   reducer->describe(), reducer->device(),
+                                   deviceInfo.ordinal));
+  for (Function *function : {&forwardFn, &backwardFn})
+    if (function->executor)
+      function->executor->setAmaxReducer(reducer.get());
+  amaxReducer = std::move(reducer);
+  return Error::success();
 }
 
 Error Program::setSeed(uint64_t seed) {

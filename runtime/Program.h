@@ -16,6 +16,8 @@
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Executor.h"
 
+#include <memory>
+
 namespace tejit::runtime {
 
 /// A tensor the caller passes or receives.
@@ -70,6 +72,14 @@ public:
                       CUstream stream);
   /// Restarts the dropout stream at (seed, offset 0); waits for the upload.
   llvm::Error setSeed(uint64_t seed);
+
+  /// Whether the plan reduces amaxes across ranks (DelayedScaling with
+  /// reduce_amax): how many amax_allreduce steps its functions have.
+  size_t amaxAllReduceSteps() const;
+  /// Who reduces them from the next call on (null: nobody, one process).
+  /// The program keeps the reducer alive. ErrorCode::InvalidArgument when
+  /// the reducer works on another device than the program.
+  llvm::Error setAmaxReducer(std::shared_ptr<AmaxReducer> reducer);
 
 private:
   /// How one argument or result of a function is supplied.
@@ -128,6 +138,7 @@ private:
   DeviceBuffer workspace, arena, scratch;
   std::unique_ptr<GemmRunner> gemms;
   Function forwardFn, backwardFn;
+  std::shared_ptr<AmaxReducer> amaxReducer;
   std::vector<DeviceBuffer> owned;
   /// Owned buffers holding FP8 meta state (Meta tensors, in order) and the
   /// dropout RNG state.

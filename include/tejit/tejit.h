@@ -166,6 +166,45 @@ tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
    masks). Waits for the upload. */
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed);
 
+/* Amax reduction across ranks (DelayedScaling's reduce_amax, on by
+ * default): ranks that train one model (data parallel) scale their FP8
+ * tensors from the element-wise max of their amaxes. A program reduces over
+ * the group set with tejit_program_set_amax_group before each scale update;
+ * without one it runs as one process. Every rank of a group must run the
+ * same programs' forwards and backwards in the same order (each update is a
+ * collective). A group is one of:
+ *   - an NCCL communicator tejit makes: one rank calls
+ *     tejit_amax_group_unique_id, sends the bytes to the others, and every
+ *     rank calls tejit_amax_group_create (it blocks until all have);
+ *   - the caller's NCCL communicator (an ncclComm_t), which must outlive the
+ *     group and every program that uses it;
+ *   - the caller's function, which reduces `count` float32 values at device
+ *     address `amaxes` in place (MAX) on `stream` and returns 0.
+ * Programs keep the group they use alive: destroy the handle when done. */
+typedef struct tejit_amax_group tejit_amax_group;
+#define TEJIT_AMAX_GROUP_ID_BYTES 128
+typedef int (*tejit_amax_reduce_fn)(void *user_data, void *amaxes,
+                                    size_t count, void *stream);
+
+tejit_status tejit_amax_group_unique_id(
+    unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]);
+tejit_status tejit_amax_group_create(
+    const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES], int ranks, int rank,
+    int device, tejit_amax_group **group);
+tejit_status tejit_amax_group_from_nccl_comm(void *nccl_comm,
+                                             tejit_amax_group **group);
+tejit_status tejit_amax_group_from_function(tejit_amax_reduce_fn function,
+                                            void *user_data,
+                                            tejit_amax_group **group);
+void tejit_amax_group_destroy(tejit_amax_group *group);
+/* Sets (NULL: clears) the group `program` reduces over from its next call
+ * on. Fails when the group's communicator is on another device. */
+tejit_status tejit_program_set_amax_group(tejit_program *program,
+                                          tejit_amax_group *group);
+/* How many amax reductions the program's plan has (0: its recipe has none:
+ * no DelayedScaling, or reduce_amax off). */
+size_t tejit_program_amax_reductions(const tejit_program *program);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,9 +17,10 @@ import json
 import os
 
 from . import _capi, _tensors
+from ._amax_group import AmaxGroup
 from ._capi import LibraryNotFoundError, TejitError
 
-__all__ = ["Program", "TensorInfo", "DeviceInfo", "TejitError",
+__all__ = ["Program", "AmaxGroup", "TensorInfo", "DeviceInfo", "TejitError",
            "LibraryNotFoundError", "compile_ir", "device_info", "version"]
 
 TensorInfo = collections.namedtuple(
@@ -137,6 +138,7 @@ class Program:
         self._spec = spec          # for ir(): what it was compiled from
         self._compile_options = options or {}
         self._meta_uploads = {}    # host buffers of pending meta_set copies
+        self._amax_group = None    # set_amax_group's, kept for its errors
         self.inputs = self._infos(_capi.TEJIT_INPUT)
         self.outputs = self._infos(_capi.TEJIT_OUTPUT)
         self.grad_outputs = self._infos(_capi.TEJIT_GRAD_OUTPUT)
@@ -243,7 +245,7 @@ class Program:
         until then."""
         inputs = self._pointers("inputs", self.inputs, input_ptrs)
         outputs = self._pointers("outputs", self.outputs, output_ptrs)
-        _capi.check(_capi.lib().tejit_forward(
+        self._check(_capi.lib().tejit_forward(
             self.handle, _stream_handle(stream), inputs, outputs))
 
     def backward(self, stream, grad_output_ptrs, grad_input_ptrs):
@@ -254,7 +256,7 @@ class Program:
                                       grad_output_ptrs)
         grad_inputs = self._pointers("grad_inputs", self.grad_inputs,
                                      grad_input_ptrs)
-        _capi.check(_capi.lib().tejit_backward(
+        self._check(_capi.lib().tejit_backward(
             self.handle, _stream_handle(stream), grad_outputs, grad_inputs))
 
     def forward_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs):
@@ -264,7 +266,7 @@ class Program:
         inputs = self._pointers("inputs", self.inputs, input_ptrs)
         outputs = self._pointers("outputs", self.outputs, output_ptrs)
         saved = self._pointers("saved", self.saved, saved_ptrs)
-        _capi.check(_capi.lib().tejit_forward_ex(
+        self._check(_capi.lib().tejit_forward_ex(
             self.handle, _stream_handle(stream), inputs, outputs, saved))
 
     def backward_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs,
@@ -277,7 +279,7 @@ class Program:
             ("saved", self.saved, saved_ptrs),
             ("grad_outputs", self.grad_outputs, grad_output_ptrs),
             ("grad_inputs", self.grad_inputs, grad_input_ptrs))]
-        _capi.check(_capi.lib().tejit_backward_ex(
+        self._check(_capi.lib().tejit_backward_ex(
             self.handle, _stream_handle(stream), *arrays))
 
     # --- FP8 meta state ----------------------------------------------------
@@ -320,6 +322,30 @@ class Program:
         _capi.check(_capi.lib().tejit_meta_device_pointer(
             self.handle, index, ctypes.byref(pointer)))
         return pointer.value or 0
+
+    # --- amax reduction across ranks ---------------------------------------
+
+    @property
+    def amax_reductions(self):
+        """How many amax all-reduces the plan has (0: nothing to reduce)."""
+        return _capi.lib().tejit_program_amax_reductions(self.handle)
+
+    def set_amax_group(self, group):
+        """Reduces DelayedScaling amaxes over `group` (an AmaxGroup) from the
+        next call on; None: this process alone."""
+        _capi.check(_capi.lib().tejit_program_set_amax_group(
+            self.handle, group.handle if group is not None else None))
+        self._amax_group = group
+
+    def _check(self, status):
+        """_capi.check for calls that may run the amax group's function: the
+        exception it raised comes first."""
+        if status and self._amax_group is not None:
+            try:
+                self._amax_group.raise_pending()
+            except BaseException as error:
+                raise _capi.TejitError(status, _capi.last_error()) from error
+        _capi.check(status)
 
     def set_seed(self, seed):
         """The seed of the dropout random stream."""

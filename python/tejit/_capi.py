@@ -213,6 +213,16 @@ def _declare(lib):
         "tejit_meta_device_pointer": (status, [program, c_size_t,
                                                P(c_void_p)]),
         "tejit_set_seed": (status, [program, ctypes.c_uint64]),
+        # tejit_amax_group * is a c_void_p; the id an unsigned char[128].
+        "tejit_amax_group_unique_id": (status, [c_void_p]),
+        "tejit_amax_group_create": (status, [c_void_p, c_int, c_int, c_int,
+                                             P(c_void_p)]),
+        "tejit_amax_group_from_nccl_comm": (status, [c_void_p, P(c_void_p)]),
+        "tejit_amax_group_from_function": (status, [c_void_p, c_void_p,
+                                                    P(c_void_p)]),
+        "tejit_amax_group_destroy": (None, [c_void_p]),
+        "tejit_program_set_amax_group": (status, [program, c_void_p]),
+        "tejit_program_amax_reductions": (c_size_t, [program]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

@@ -1,6 +1,7 @@
 """The C API through the Python binding, on a machine without a GPU (CI):
 IR inspection at every stage, located compile errors, and clear errors for
 anything that needs a GPU. Run: python3 -m unittest discover tests/python"""
+import ctypes
 import json
 import os
 import sys
@@ -94,6 +95,61 @@ class ErrorTest(unittest.TestCase):
 
     def test_version(self):
         self.assertTrue(tejit.version())
+
+    def test_amax_reduction_is_in_the_plan_when_the_recipe_asks(self):
+        # DelayedScaling reduces amaxes across ranks by default (TE's
+        # reduce_amax): one te.amax_allreduce before each scale update.
+        scaled = tejit.compile_ir(SMALL_MLP, "scaled")
+        self.assertEqual(scaled.count("te.amax_allreduce"), 2)  # fwd + bwd
+        local = dict(SMALL_MLP, recipe=dict(SMALL_MLP["recipe"],
+                                            reduce_amax=False))
+        self.assertNotIn("te.amax_allreduce", tejit.compile_ir(local, "scaled"))
+
+
+class AmaxGroupTest(unittest.TestCase):
+    """Amax groups without a GPU: what can be made here, clear errors for
+    what needs one."""
+
+    def test_function_group_is_made_and_released(self):
+        calls = []
+        group = tejit.AmaxGroup.from_function(
+            lambda *arguments: calls.append(arguments))
+        self.assertTrue(group.handle.value)
+        group.close()
+        group.close()  # idempotent
+        with self.assertRaises(ValueError):
+            group.handle  # noqa: B018 - the property raises once closed
+        self.assertEqual(calls, [])  # nothing ran without a program
+
+    def test_null_function_is_refused(self):
+        library = tejit._capi.lib()
+        handle = ctypes.c_void_p()
+        status = library.tejit_amax_group_from_function(
+            None, None, ctypes.byref(handle))
+        self.assertEqual(status, 1)  # TEJIT_ERROR_INVALID_ARGUMENT
+        self.assertIn("function", tejit._capi.last_error())
+        self.assertFalse(handle.value)
+
+    def test_rank_out_of_range_names_it(self):
+        with self.assertRaises(tejit.TejitError) as caught:
+            tejit.AmaxGroup.create(bytes(128), ranks=2, rank=2, device=0)
+        self.assertEqual(caught.exception.status, 1)
+        self.assertIn("rank 2 is not in [0, ranks = 2)", str(caught.exception))
+
+    def test_id_of_the_wrong_size_is_refused(self):
+        with self.assertRaises(ValueError):
+            tejit.AmaxGroup.create(b"short", ranks=2, rank=0, device=0)
+
+    @unittest.skipIf(has_gpu(), "a GPU is present")
+    def test_nccl_group_without_a_gpu_is_reported_clearly(self):
+        with self.assertRaises(tejit.TejitError) as caught:
+            tejit.AmaxGroup.create(bytes(128), ranks=2, rank=0, device=0)
+        self.assertEqual(caught.exception.status, 3)  # NO_DEVICE
+        self.assertRegex(str(caught.exception), "no CUDA (driver|device)")
+
+    def test_null_program_has_no_reductions(self):
+        self.assertEqual(
+            tejit._capi.lib().tejit_program_amax_reductions(None), 0)
 
 
 if __name__ == "__main__":

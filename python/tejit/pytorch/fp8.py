@@ -6,8 +6,10 @@ active autocast, so nesting, threads and asyncio tasks each see their own.
 A module reads it when it runs its forward: the recipe is part of the key
 of the program it compiles (module/base.py). Unlike TE, nothing happens at
 the exit of the outermost autocast: each compiled program updates its own
-delayed-scaling state at the end of its forward and of its backward, and
-amaxes are not reduced across ranks (tejit runs one process per model).
+delayed-scaling state at the end of its forward and of its backward. As in
+TE, with DelayedScaling's reduce_amax and torch.distributed initialized,
+the amaxes are first reduced (MAX) across the ranks of the autocast's
+amax_reduction_group (fp8_group), or of the default group (_distributed.py).
 """
 import contextlib
 import contextvars
@@ -16,12 +18,12 @@ from ..common import recipe as _recipe
 
 __all__ = ["autocast", "fp8_autocast", "fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_enabled", "get_fp8_recipe",
-           "is_fp8_available"]
+           "get_fp8_group", "is_fp8_available"]
 
-# (enabled, recipe) of the innermost active autocast; recipe is None when
-# disabled.
+# (enabled, recipe, amax reduction group) of the innermost active autocast;
+# recipe and group are None when disabled.
 _STATE = contextvars.ContextVar("tejit_pytorch_autocast",
-                                default=(False, None))
+                                default=(False, None, None))
 
 
 def get_default_fp8_recipe():
@@ -39,15 +41,24 @@ def get_fp8_recipe():
     return _STATE.get()[1]
 
 
+def get_fp8_group():
+    """The amax reduction group the innermost enabled autocast was given
+    (None: the default group, when torch.distributed is initialized)."""
+    return _STATE.get()[2]
+
+
 class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
     """Context manager (or decorator, as TE 1.x's @contextmanager was)
     enabling FP8 for the tejit modules called inside it, with `recipe`
     (default: DelayedScaling()). Signature of TE 2.x's
     `transformer_engine.pytorch.autocast`.
 
-    calibrating=True and an amax_reduction_group are not supported
-    (NotImplementedError); `_graph` is accepted and has no effect (programs
-    update their scales themselves, also inside CUDA graphs)."""
+    `amax_reduction_group` (a torch.distributed process group) is where
+    DelayedScaling amaxes are reduced when the recipe's reduce_amax is on;
+    None means the default group once torch.distributed is initialized.
+    calibrating=True is not supported (NotImplementedError); `_graph` is
+    accepted and has no effect (programs update their scales themselves,
+    also inside CUDA graphs)."""
 
     __slots__ = ("_state", "_tokens")
 
@@ -57,11 +68,6 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
             raise NotImplementedError(
                 "autocast(calibrating=True) is not supported by tejit: "
                 "amaxes are recorded only by programs compiled with a recipe")
-        if amax_reduction_group is not None:
-            raise NotImplementedError(
-                "autocast(amax_reduction_group=...) / fp8_autocast(fp8_group"
-                "=...) is not supported by tejit: it has no distributed "
-                "amax reduction yet; leave it None")
         if recipe is not None and not isinstance(recipe, _recipe.Recipe):
             raise TypeError(
                 f"recipe must be a tejit.common.recipe recipe (DelayedScaling "
@@ -70,7 +76,8 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
         if enabled:
             recipe = recipe if recipe is not None else get_default_fp8_recipe()
             recipe.to_spec()  # report a bad recipe here, not at a module
-        self._state = (bool(enabled), recipe if enabled else None)
+        self._state = (bool(enabled), recipe if enabled else None,
+                       amax_reduction_group if enabled else None)
         self._tokens = []  # one per active entry (the object may be reused)
 
     def __enter__(self):

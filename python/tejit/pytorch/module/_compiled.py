@@ -11,6 +11,8 @@ import torch
 
 import tejit
 
+from .. import _distributed
+
 TORCH_DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
     "i64": torch.int64, "i32": torch.int32, "i8": torch.int8,
@@ -63,6 +65,10 @@ class CompiledProgram:
         self.program = program
         self.device_index = device_index
         self.training = program.is_training
+        # DelayedScaling with reduce_amax: the process group the program
+        # reduces its amaxes over (use_amax_reduction).
+        self.amax_reductions = program.amax_reductions
+        self._reduction_group = None
         inputs = program.inputs
         if not inputs or inputs[0].is_parameter:
             raise RuntimeError(f"tejit: expected the program's first input "
@@ -166,6 +172,17 @@ class CompiledProgram:
             self.stream())
 
     # --- running -------------------------------------------------------------
+
+    def use_amax_reduction(self, process_group):
+        """Reduces the program's amaxes across `process_group` (None: this
+        process alone) from this call on; its backward reduces over the
+        group of the latest forward."""
+        if not self.amax_reductions or process_group is self._reduction_group:
+            return
+        self.program.set_amax_group(
+            _distributed.amax_group(process_group)
+            if process_group is not None else None)
+        self._reduction_group = process_group
 
     def infer(self, inputs):
         """An inference forward (no autograd) on the current stream."""

@@ -44,7 +44,7 @@ import torch
 
 import tejit
 
-from .. import fp8
+from .. import _distributed, fp8
 from . import _autograd, _compiled, _meta
 from ._args import default_init_method, gamma_init
 
@@ -335,6 +335,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
                                    f"module did not supply")
         compiled.check_inputs(arguments, compiled.input_names)
         self._fp8_meta_state.activate(compiled)
+        compiled.use_amax_reduction(_distributed.reduction_group(
+            recipe, fp8.get_fp8_group()))
         if recorded:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
             if not isinstance(outputs, tuple):
