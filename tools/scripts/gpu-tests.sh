@@ -4,7 +4,9 @@
 # PyTorch bit for bit; the C API example trains and replays a CUDA graph;
 # compute-sanitizer memcheck and racecheck over it; the layer suite (every
 # layer x recipe, small and real sizes, against the PyTorch reference); and
-# tejit.pytorch (modules, the TE quickstart, a training curve, pip install). SIZES=small|real|all (default all) picks the layer suite's
+# tejit.pytorch (modules, the TE quickstart, a training curve, the amax
+# reduction across two GPUs where there are two, pip install).
+# SIZES=small|real|all (default all) picks the layer suite's
 # sizes. Exits non-zero if anything fails.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,6 +49,15 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callables.py
 step python3 tests/gpu/quickstart_te_layer.py --full
+# DelayedScaling's amax reduction across ranks (torch.distributed, DDP and
+# tejit's own NCCL communicator): needs two GPUs.
+if (( $(nvidia-smi -L | wc -l) >= 2 )); then
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/amax_reduction_check.py --full
+else
+  echo "== amax reduction across ranks: skipped (one GPU; it runs on a" \
+    "machine with two)"
+fi
 # pip install from the repository, offline, into a throwaway target.
 step python3 -m pip install --quiet --no-index --no-build-isolation \
   --target /tmp/tejit-pip ./python
