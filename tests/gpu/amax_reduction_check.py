@@ -25,6 +25,7 @@ failed one.
 """
 import argparse
 import copy
+import datetime
 import os
 import random
 import sys
@@ -217,7 +218,9 @@ def main():
     parser.add_argument("--full", action="store_true",
                         help="also the quickstart's LayerNormMLP size")
     args = parser.parse_args()
-    dist.init_process_group("nccl")
+    # A rank that fails a check mid-collective must not hang the others
+    # for NCCL's default 10 minutes.
+    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     seeds = [int(os.environ.get("TEJIT_TEST_SEED",
