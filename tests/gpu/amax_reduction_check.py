@@ -82,9 +82,10 @@ def same_on_every_rank(state, what):
                 f"{what}: {name} differs between rank 0 and rank {rank}"
 
 
-def check_module(make, shape, seed, what):
+def check_module(make, shape, seed, what, out_shape=None):
     """The first-step max rule, state equality after STEPS steps, and the
-    default group, for one module type."""
+    default group, for one module type (input `shape`, output `out_shape`,
+    default the same)."""
     torch.manual_seed(seed)  # the same parameters on every rank
     grouped = make()
     with torch.no_grad():
@@ -97,7 +98,7 @@ def check_module(make, shape, seed, what):
     generator.manual_seed(seed * 1000 + 1 + dist.get_rank())
     steps = [(torch.randn(*shape, device="cuda", dtype=BF16,
                           generator=generator) * (1 + dist.get_rank()),
-              torch.randn(*shape, device="cuda", dtype=BF16,
+              torch.randn(*(out_shape or shape), device="cuda", dtype=BF16,
                           generator=generator))
              for _ in range(STEPS)]
     world = dist.group.WORLD
@@ -237,7 +238,7 @@ def main():
             (256, 256), seed, "LayerNormMLP")),
         ("Linear 256 -> 512, 128 tokens", lambda: check_module(
             lambda: te.Linear(256, 512, params_dtype=BF16), (128, 256),
-            seed, "Linear")),
+            seed, "Linear", out_shape=(128, 512))),
         ("TransformerLayer 256/1024/4 heads, s 128 b 2", lambda: check_module(
             lambda: te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
                                         attention_dropout=0.0,
