@@ -1,4 +1,4 @@
-//===- BuildId.cpp - the build id fixed at configure time -----------------===//
+//===- BuildId.cpp - the build id written at build time -------------------===//
 #include "codegen/BuildId.h"
 
 // Only this file includes the generated id, so a new commit rebuilds one file.

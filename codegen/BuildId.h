@@ -6,8 +6,9 @@
 
 namespace tejit {
 
-/// Identifies the tejit build (the git commit it was configured from, else
-/// the project version). Part of every kernel cache key, so that a new tejit
+/// Identifies the tejit build: the git commit of the sources it was built
+/// from, with "-dirty" when tracked files differed from that commit, else
+/// the project version. Part of every kernel cache key, so that a new tejit
 /// never reuses binaries a different one compiled.
 llvm::StringRef buildId();
 
