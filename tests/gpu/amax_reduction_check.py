@@ -14,7 +14,10 @@ from the element-wise max over the ranks:
   * without fp8_group, torch.distributed's default group is used (TE's
     default): the same state as with fp8_group=WORLD;
   * the same through tejit's own NCCL communicator (tejit.AmaxGroup.create,
-    the C API's path) on a program compiled from a spec;
+    the C API's path) on a program compiled from a spec, and through the
+    caller's communicator (from_nccl_comm, given torch's);
+  * graphs from make_graphed_callables replay the reduction: graphed steps
+    equal an eager twin's bit for bit;
   * under DistributedDataParallel, whose gradient all-reduces run on the
     same process group between the layers' reductions, training steps keep
     parameters and FP8 state equal across ranks.
@@ -191,6 +194,84 @@ def check_core_nccl(seed):
     twin.close()
 
 
+def check_borrowed_comm(seed):
+    """tejit.AmaxGroup.from_nccl_comm over the caller's communicator (here
+    the default process group's own, a private PyTorch accessor): after one
+    step, the same state as a program reducing through torch.distributed."""
+    backend = dist.group.WORLD._get_backend(torch.device("cuda"))
+    comm = backend._comm_ptr()
+    spec = {"name": "linear", "params_dtype": "bf16", "seq_length": 64,
+            "batch_size": 2, "recipe": {"type": "DelayedScaling"},
+            "layers": [{"type": "Linear", "in_features": 256,
+                        "out_features": 256}]}
+    device = torch.cuda.current_device()
+    borrowed = tejit.Program.compile(spec, device=device)
+    through_torch = tejit.Program.compile(spec, device=device)
+    borrowed.set_amax_group(tejit.AmaxGroup.from_nccl_comm(comm))
+    from tejit.pytorch import _distributed  # noqa: PLC0415
+    through_torch.set_amax_group(_distributed.amax_group(dist.group.WORLD))
+    torch.manual_seed(seed)
+    inputs = [torch.randn(*i.shape, device="cuda", dtype=BF16) * 0.05
+              for i in borrowed.inputs]
+    inputs[0] = torch.randn_like(inputs[0]) * (1 + dist.get_rank())
+    dy = [torch.randn(*i.shape, device="cuda", dtype=BF16)
+          for i in borrowed.grad_outputs]
+    stream = torch.cuda.current_stream()
+    for program in (borrowed, through_torch):
+        outputs = [torch.empty(*i.shape, device="cuda", dtype=BF16)
+                   for i in program.outputs]
+        grads = [torch.empty(*i.shape, device="cuda", dtype=BF16)
+                 for i in program.grad_inputs]
+        program.forward(stream, inputs, outputs)
+        program.backward(stream, dy, grads)
+    for index, info in enumerate(borrowed.meta):
+        got = borrowed.meta_get(index, stream)
+        assert got == through_torch.meta_get(index, stream), \
+            f"borrowed communicator: {info.name} differs"
+    history = [i for i, info in enumerate(borrowed.meta)
+               if info.name.endswith("amax_history")]
+    same_on_every_rank({borrowed.meta[i].name: torch.frombuffer(
+        bytearray(borrowed.meta_get(i, stream)), dtype=torch.float32)
+        for i in history}, "borrowed communicator")
+    borrowed.close()
+    through_torch.close()
+
+
+def check_graphed(seed):
+    """make_graphed_callables with the reduction: the graphs replay the
+    all-reduces they captured, so graphed steps equal an eager twin's bit
+    for bit (outputs, gradients, FP8 state), and the state is the same on
+    every rank."""
+    torch.manual_seed(seed)
+    eager = te.LayerNormMLP(256, 1024, params_dtype=BF16)
+    graphed = copy.deepcopy(eager)
+    sample = torch.randn(128, 256, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    graphed = te.make_graphed_callables(
+        graphed, (sample,), fp8_enabled=True, fp8_recipe=delayed(),
+        fp8_group=dist.group.WORLD)
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed + 11 + dist.get_rank())
+    for index in range(STEPS):
+        x = torch.randn(128, 256, device="cuda", dtype=BF16,
+                        generator=generator)
+        dy = torch.randn(128, 256, device="cuda", dtype=BF16,
+                         generator=generator)
+        want = train_step(eager, x, dy, delayed(),
+                          fp8_group=dist.group.WORLD)
+        got = train_step(graphed, x, dy, delayed(),
+                         fp8_group=dist.group.WORLD)
+        assert torch.equal(got, want), f"graphed: output, step {index}"
+        for (name, p), q in zip(eager.named_parameters(),
+                                graphed.parameters()):
+            assert torch.equal(q.grad, p.grad), \
+                f"graphed: gradient of {name}, step {index}"
+    want_state = meta_state(eager)
+    for name, value in meta_state(graphed).items():
+        assert torch.equal(value, want_state[name]), f"graphed: {name}"
+    same_on_every_rank(want_state, "graphed")
+
+
 def check_ddp(seed):
     """DDP + FP8 (default group): parameters and FP8 state stay equal."""
     torch.manual_seed(seed)
@@ -246,6 +327,10 @@ def main():
             (128, 2, 256), seed, "TransformerLayer")),
         ("tejit.Program + tejit's NCCL communicator",
          lambda: check_core_nccl(seed)),
+        ("the caller's NCCL communicator (torch's)",
+         lambda: check_borrowed_comm(seed)),
+        ("make_graphed_callables replays the reduction",
+         lambda: check_graphed(seed)),
         ("DistributedDataParallel training", lambda: check_ddp(seed)),
     ]
     if args.full:

@@ -12,7 +12,7 @@ for `amax_history_len` steps.
 """
 import torch
 
-from . import _distributed, fp8
+from . import fp8
 from .module.base import TransformerEngineBaseModule
 
 
@@ -41,13 +41,13 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
 
     The FP8 state of every tejit module is put back after the warm-up as it
     was before (a fresh module's: TE's initial state), so the first replay
-    is the first step. Not supported (NotImplementedError):
-    `fp8_calibrating` (as in fp8_autocast), amax reduction across ranks in
-    the graphs (DelayedScaling's reduce_amax with torch.distributed
-    initialized over more than one rank: capturing the reduction is not
-    tested yet; pass a recipe with reduce_amax=False), `fp8_weight_caching`
-    (no is_first_microbatch), and keyword arguments (`sample_kwargs`), which
-    PyTorch's capture does not take."""
+    is the first step. With DelayedScaling's reduce_amax across ranks
+    (`fp8_group`, or the default group), the graphs replay the amax
+    all-reduces they captured: every rank must replay the same graphs in
+    the same order. Not supported (NotImplementedError): `fp8_calibrating`
+    (as in fp8_autocast), `fp8_weight_caching` (no is_first_microbatch), and
+    keyword arguments (`sample_kwargs`), which PyTorch's capture does not
+    take."""
     if fp8_weight_caching:
         raise NotImplementedError(
             "make_graphed_callables(fp8_weight_caching=True) is not "
@@ -62,12 +62,6 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     autocast = fp8.fp8_autocast(enabled=fp8_enabled,
                                 calibrating=fp8_calibrating,
                                 fp8_recipe=fp8_recipe, fp8_group=fp8_group)
-    if fp8_enabled and _distributed.reduction_group(
-            fp8_recipe or fp8.get_default_fp8_recipe(), fp8_group):
-        raise NotImplementedError(
-            "make_graphed_callables with FP8 amax reduction across ranks is "
-            "not supported by tejit yet: use a DelayedScaling recipe with "
-            "reduce_amax=False, or Float8CurrentScaling")
     tejit_modules = _tejit_modules(callables)
     before = [module._fp8_meta_state.tensors() for module in tejit_modules]
     with autocast:
