@@ -18,6 +18,8 @@ from the element-wise max over the ranks:
     caller's communicator (from_nccl_comm, given torch's);
   * graphs from make_graphed_callables replay the reduction: graphed steps
     equal an eager twin's bit for bit;
+  * forwards under torch.no_grad() reduce nothing (TE's rule): ranks may
+    run different numbers of them;
   * under DistributedDataParallel, whose gradient all-reduces run on the
     same process group between the layers' reductions, training steps keep
     parameters and FP8 state equal across ranks.
@@ -272,6 +274,29 @@ def check_graphed(seed):
     same_on_every_rank(want_state, "graphed")
 
 
+def check_no_grad_is_local(seed):
+    """Under torch.no_grad() nothing is reduced (TE reduces only while
+    autograd records): ranks may run different numbers of inference
+    forwards without waiting for each other, and each keeps its own
+    amaxes."""
+    torch.manual_seed(seed)
+    module = te.LayerNormMLP(256, 1024, params_dtype=BF16).eval()
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed + 13 + dist.get_rank())
+    with torch.no_grad():
+        for _ in range(1 + dist.get_rank()):  # rank r runs r + 1 forwards
+            x = torch.randn(128, 256, device="cuda", dtype=BF16,
+                            generator=generator) * (1 + dist.get_rank())
+            with te.fp8_autocast(enabled=True, fp8_recipe=delayed(),
+                                 fp8_group=dist.group.WORLD):
+                assert torch.isfinite(module(x)).all()
+    torch.cuda.synchronize()
+    history = meta_state(module)["fp8_meta.fwd.amax_history"]
+    parts = gather(history)
+    assert any(not torch.equal(p, parts[0]) for p in parts), \
+        "no_grad forwards: the ranks' amaxes were reduced"
+
+
 def check_ddp(seed):
     """DDP + FP8 (default group): parameters and FP8 state stay equal."""
     torch.manual_seed(seed)
@@ -331,6 +356,8 @@ def main():
          lambda: check_borrowed_comm(seed)),
         ("make_graphed_callables replays the reduction",
          lambda: check_graphed(seed)),
+        ("torch.no_grad() forwards reduce nothing",
+         lambda: check_no_grad_is_local(seed)),
         ("DistributedDataParallel training", lambda: check_ddp(seed)),
     ]
     if args.full:

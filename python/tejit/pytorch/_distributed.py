@@ -32,8 +32,12 @@ class _DeviceFloats:
 def reduction_group(recipe, group):
     """The process group a program's amaxes are reduced over in this call,
     or None (nothing to reduce): `recipe` and `group` are the innermost
-    enabled autocast's."""
+    enabled autocast's. As in TE, only while autograd records (a forward
+    under torch.no_grad() reduces nothing, so ranks that serve requests
+    independently never wait for each other)."""
     if not isinstance(recipe, _recipe.DelayedScaling) or not recipe.reduce_amax:
+        return None
+    if not torch.is_grad_enabled():
         return None
     distributed = torch.distributed
     if not distributed.is_available() or not distributed.is_initialized():
