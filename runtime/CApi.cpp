@@ -438,6 +438,14 @@ tejit_status tejit_program_set_amax_group(tejit_program *program,
   return ok();
 }
 
+tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
+                                                     int enabled) {
+  if (!program)
+    return invalid("tejit_program_set_forward_state_updates: program is null");
+  program->program->setForwardUpdatesState(enabled != 0);
+  return ok();
+}
+
 size_t tejit_program_amax_reductions(const tejit_program *program) {
   return program ? program->program->amaxAllReduceSteps() : 0;
 }

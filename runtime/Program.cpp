@@ -302,15 +302,25 @@ Error Program::run(Function &function, CUstream stream,
                    llvm::ArrayRef<CUdeviceptr> userArgs,
                    llvm::ArrayRef<CUdeviceptr> userResults,
                    llvm::ArrayRef<CUdeviceptr> saved,
-                   const ForwardPointers *forward) {
+                   const ForwardPointers *forward, bool updateState) {
   function.pointers.arguments =
       pointersOf(function.arguments, userArgs, saved, forward);
   function.pointers.results =
       pointersOf(function.results, userResults, saved, forward);
-  if (Error error = function.executor->run(function.pointers.arguments,
-                                           function.pointers.results,
-                                           arena.get(), scratch.get(), stream))
-    return error;
+  // A run that leaves the state alone must not wait for other ranks: its
+  // update's results are dropped, so its amaxes are reduced over this
+  // process only.
+  if (!updateState)
+    function.executor->setAmaxReducer(nullptr);
+  Error ran = function.executor->run(function.pointers.arguments,
+                                     function.pointers.results, arena.get(),
+                                     scratch.get(), stream);
+  if (!updateState)
+    function.executor->setAmaxReducer(amaxReducer.get());
+  if (ran)
+    return ran;
+  if (!updateState)
+    return Error::success();
   const CudaDriver &driver = *CudaDriver::get();
   for (const CopyBack &update : function.updates)
     if (Error error =
@@ -351,7 +361,8 @@ Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
                                    saved->size()));
   const CudaDriver &driver = *CudaDriver::get();
   if (Error error = run(forwardFn, stream, inputs, outputs,
-                        saved.value_or(llvm::ArrayRef<CUdeviceptr>()), nullptr))
+                        saved.value_or(llvm::ArrayRef<CUdeviceptr>()), nullptr,
+                        forwardUpdatesState))
     return error;
   if (rngBuffer) {
     // The next forward draws from a fresh stretch of the Philox stream; the

@@ -76,6 +76,14 @@ public:
   /// Whether the plan reduces amaxes across ranks (DelayedScaling with
   /// reduce_amax): how many amax_allreduce steps its functions have.
   size_t amaxAllReduceSteps() const;
+  /// Whether forwards update the FP8 meta state (the default) or leave it
+  /// as it is: TE updates the forward's scales only while autograd records,
+  /// so an inference forward under torch.no_grad() scales with the state as
+  /// it stands, whatever ran before. A forward that does not update does not
+  /// reduce amaxes across ranks either. Backwards always update.
+  void setForwardUpdatesState(bool updates) { forwardUpdatesState = updates; }
+  bool forwardUpdatesStateEnabled() const { return forwardUpdatesState; }
+
   /// Who reduces them from the next call on (null: nobody, one process).
   /// The program keeps the reducer alive. ErrorCode::InvalidArgument when
   /// the reducer works on another device than the program.
@@ -126,11 +134,13 @@ private:
                                       llvm::ArrayRef<CUdeviceptr> user,
                                       llvm::ArrayRef<CUdeviceptr> saved,
                                       const ForwardPointers *forward) const;
+  /// Runs `function`; with `updateState` false its amax reduction is the
+  /// one-process copy and its state updates are not copied back.
   llvm::Error run(Function &function, CUstream stream,
                   llvm::ArrayRef<CUdeviceptr> userArgs,
                   llvm::ArrayRef<CUdeviceptr> userResults,
                   llvm::ArrayRef<CUdeviceptr> saved,
-                  const ForwardPointers *forward);
+                  const ForwardPointers *forward, bool updateState = true);
 
   Bundle bundle;
   DeviceInfo deviceInfo;
@@ -149,6 +159,7 @@ private:
   uint64_t rngHost[2] = {0x2545f4914f6cdd1dull, 0};
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
+  bool forwardUpdatesState = true;
 };
 
 } // namespace tejit::runtime

@@ -166,6 +166,14 @@ tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
    masks). Waits for the upload. */
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed);
 
+/* Whether the program's forwards update the DelayedScaling state (1, the
+ * default) or leave it as it stands (0): TE updates the forward's scales
+ * only while autograd records, so an inference forward under
+ * torch.no_grad() scales with the state as it is, whatever ran before, and
+ * reduces nothing across ranks. Backwards always update. */
+tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
+                                                     int enabled);
+
 /* Amax reduction across ranks (DelayedScaling's reduce_amax, on by
  * default): ranks that train one model (data parallel) scale their FP8
  * tensors from the element-wise max of their amaxes. A program reduces over

@@ -323,6 +323,14 @@ class Program:
             self.handle, index, ctypes.byref(pointer)))
         return pointer.value or 0
 
+    def set_forward_state_updates(self, enabled):
+        """Whether forwards update the DelayedScaling state (True, the
+        default) or leave it as it stands (TE's inference under
+        torch.no_grad(); such forwards reduce nothing across ranks either).
+        Backwards always update."""
+        _capi.check(_capi.lib().tejit_program_set_forward_state_updates(
+            self.handle, int(bool(enabled))))
+
     # --- amax reduction across ranks ---------------------------------------
 
     @property

@@ -223,6 +223,7 @@ def _declare(lib):
         "tejit_amax_group_destroy": (None, [c_void_p]),
         "tejit_program_set_amax_group": (status, [program, c_void_p]),
         "tejit_program_amax_reductions": (c_size_t, [program]),
+        "tejit_program_set_forward_state_updates": (status, [program, c_int]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

@@ -316,21 +316,60 @@ def check_state_dict_round_trip():
 def check_meta_follows_shapes():
     """The module's history continues when a new shape compiles a new
     program: after 3 steps at 128 tokens and 1 at 256, the history holds 4
-    amaxes (a fresh program would hold 1)."""
+    amaxes (a fresh program would hold 1); a forward that autograd records
+    continues it too, also without a backward (TE updates at the autocast's
+    exit while grad is enabled)."""
     module = te.Linear(256, 256, params_dtype=BF16)
     x = torch.randn(128, 256, device="cuda", dtype=BF16, requires_grad=True)
     fp8_steps(module, x, 3, hybrid())
     x2 = torch.randn(256, 256, device="cuda", dtype=BF16, requires_grad=True)
     fp8_steps(module, x2, 1, hybrid())
-    with torch.no_grad(), te.fp8_autocast(fp8_recipe=hybrid()):
-        module(x)  # an inference program continues it too
+    with te.fp8_autocast(fp8_recipe=hybrid()):
+        module(x)  # recorded (the weight requires grad), never backward
     state = module.state_dict()
     counts = {d: int((state[f"fp8_meta.{d}.amax_history"][:, 0] != 0).sum())
               for d in ("fwd", "bwd")}
     if counts != {"fwd": 5, "bwd": 4}:
         raise AssertionError(f"amaxes in the histories: {counts}, expected "
-                             f"fwd 5 (4 training + 1 inference), bwd 4")
+                             f"fwd 5 (4 steps + 1 recorded forward), bwd 4")
     return f"history rows {counts}"
+
+
+def check_no_grad_leaves_fp8_state():
+    """Inference under torch.no_grad() scales with the state as it stands
+    and leaves it alone (TE updates only while autograd records): after
+    training steps, no_grad forwards of other data change no FP8 state, and
+    the same input gives the same output bit for bit before and after them
+    (a request's result does not depend on the requests before it)."""
+    module = te.LayerNormMLP(256, 1024, params_dtype=BF16)
+    perturb(module)
+    x = torch.randn(128, 256, device="cuda", dtype=BF16, requires_grad=True)
+    fp8_steps(module, x, 3, hybrid())
+    before = {k: v.clone() for k, v in module.state_dict().items()
+              if k.startswith("fp8_meta.")}
+    probe = torch.randn(128, 256, device="cuda", dtype=BF16)
+    outputs = []
+    for mode in ("train", "eval"):
+        getattr(module, mode)()
+        with torch.no_grad(), te.fp8_autocast(fp8_recipe=hybrid()):
+            first = module(probe)
+            for scale in (10.0, 0.01):  # other data, other amaxes
+                module(scale * torch.randn_like(probe))
+            again = module(probe)
+        if not torch.equal(first, again):
+            raise AssertionError(f"{mode} mode: the probe's output changed "
+                                 f"after other no_grad forwards")
+        outputs.append(first)
+    after = module.state_dict()
+    for name, value in before.items():
+        if not torch.equal(after[name], value):
+            raise AssertionError(f"{name} changed under torch.no_grad()")
+    train_step(module, x, hybrid())  # and training moves it on again
+    if torch.equal(module.state_dict()["fp8_meta.fwd.amax_history"],
+                   before["fp8_meta.fwd.amax_history"]):
+        raise AssertionError("a training step after no_grad forwards did not "
+                             "update the state")
+    return f"{len(before)} state tensors unchanged over 6 no_grad forwards"
 
 
 def check_norms_ignore_fp8():
@@ -462,6 +501,7 @@ def all_checks():
         ("JIT cache", check_jit_cache),
         ("state_dict round trip", check_state_dict_round_trip),
         ("FP8 state follows new shapes", check_meta_follows_shapes),
+        ("no_grad leaves the FP8 state", check_no_grad_leaves_fp8_state),
         ("norm modules ignore FP8", check_norms_ignore_fp8),
         ("interleaved forwards", check_interleaved_forwards),
         ("unused ln_output", check_unused_output),

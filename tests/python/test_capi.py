@@ -148,8 +148,13 @@ class AmaxGroupTest(unittest.TestCase):
         self.assertRegex(str(caught.exception), "no CUDA (driver|device)")
 
     def test_null_program_has_no_reductions(self):
+        library = tejit._capi.lib()
+        self.assertEqual(library.tejit_program_amax_reductions(None), 0)
+        self.assertEqual(library.tejit_program_set_amax_group(None, None), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
         self.assertEqual(
-            tejit._capi.lib().tejit_program_amax_reductions(None), 0)
+            library.tejit_program_set_forward_state_updates(None, 0), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
 
 
 if __name__ == "__main__":

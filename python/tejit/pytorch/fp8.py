@@ -1,12 +1,15 @@
 """The FP8 autocast state: `autocast` (TE 2.x) and `fp8_autocast` (TE 1.x),
 and what the modules read from it.
 
-The state is a context variable holding (enabled, recipe) of the innermost
-active autocast, so nesting, threads and asyncio tasks each see their own.
+The state is a context variable holding (enabled, recipe, amax reduction
+group) of the innermost active autocast, so nesting, threads and asyncio
+tasks each see their own.
 A module reads it when it runs its forward: the recipe is part of the key
 of the program it compiles (module/base.py). Unlike TE, nothing happens at
 the exit of the outermost autocast: each compiled program updates its own
 delayed-scaling state at the end of its forward and of its backward. As in
+TE, a forward under torch.no_grad() leaves the state as it stands (an
+inference forward scales with the trained state, whatever ran before). As in
 TE, with DelayedScaling's reduce_amax and torch.distributed initialized,
 the amaxes are first reduced (MAX) across the ranks of the autocast's
 amax_reduction_group (fp8_group), or of the default group (_distributed.py).

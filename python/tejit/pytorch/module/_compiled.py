@@ -69,6 +69,7 @@ class CompiledProgram:
         # reduces its amaxes over (use_amax_reduction).
         self.amax_reductions = program.amax_reductions
         self._reduction_group = None
+        self._forward_updates_state = True
         inputs = program.inputs
         if not inputs or inputs[0].is_parameter:
             raise RuntimeError(f"tejit: expected the program's first input "
@@ -172,6 +173,13 @@ class CompiledProgram:
             self.stream())
 
     # --- running -------------------------------------------------------------
+
+    def use_forward_state_updates(self, enabled):
+        """Whether this call's forward updates the FP8 state: TE updates it
+        only while autograd records (not under torch.no_grad())."""
+        if enabled != self._forward_updates_state:
+            self.program.set_forward_state_updates(enabled)
+            self._forward_updates_state = enabled
 
     def use_amax_reduction(self, process_group):
         """Reduces the program's amaxes across `process_group` (None: this

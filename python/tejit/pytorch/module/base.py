@@ -337,6 +337,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         self._fp8_meta_state.activate(compiled)
         compiled.use_amax_reduction(_distributed.reduction_group(
             recipe, fp8.get_fp8_group()))
+        compiled.use_forward_state_updates(torch.is_grad_enabled())
         if recorded:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
             if not isinstance(outputs, tuple):
