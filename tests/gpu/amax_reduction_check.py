@@ -211,7 +211,8 @@ def check_borrowed_comm(seed):
     through_torch = tejit.Program.compile(spec, device=device)
     borrowed.set_amax_group(tejit.AmaxGroup.from_nccl_comm(comm))
     from tejit.pytorch import _distributed  # noqa: PLC0415
-    through_torch.set_amax_group(_distributed.amax_group(dist.group.WORLD))
+    through_torch.set_amax_group(
+        _distributed.amax_group(dist.group.WORLD, device))
     torch.manual_seed(seed)
     inputs = [torch.randn(*i.shape, device="cuda", dtype=BF16) * 0.05
               for i in borrowed.inputs]

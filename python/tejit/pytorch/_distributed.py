@@ -15,7 +15,8 @@ import tejit
 
 from ..common import recipe as _recipe
 
-# One tejit.AmaxGroup per torch process group, made on first use.
+# One tejit.AmaxGroup per (torch process group, CUDA device), made on first
+# use.
 _GROUPS = {}
 
 
@@ -47,19 +48,20 @@ def reduction_group(recipe, group):
     return group if distributed.get_world_size(group) > 1 else None
 
 
-def amax_group(process_group):
-    """The tejit.AmaxGroup that all-reduces over `process_group`."""
-    group = _GROUPS.get(process_group)
+def amax_group(process_group, device):
+    """The tejit.AmaxGroup that all-reduces over `process_group` the amaxes
+    of programs on CUDA device `device` (an index)."""
+    key = (process_group, device)
+    group = _GROUPS.get(key)
     if group is None:
         group = tejit.AmaxGroup.from_function(
             lambda address, count, stream: _all_reduce_max(
-                process_group, address, count, stream))
-        _GROUPS[process_group] = group
+                process_group, device, address, count, stream))
+        _GROUPS[key] = group
     return group
 
 
-def _all_reduce_max(process_group, address, count, stream):
-    device = torch.cuda.current_device()
+def _all_reduce_max(process_group, device, address, count, stream):
     amaxes = torch.as_tensor(_DeviceFloats(address, count),
                              device=torch.device("cuda", device))
     current = torch.cuda.current_stream(device)
@@ -67,6 +69,6 @@ def _all_reduce_max(process_group, address, count, stream):
         run_on = current
     else:
         run_on = torch.cuda.ExternalStream(stream or 0, device=device)
-    with torch.cuda.stream(run_on):
+    with torch.cuda.device(device), torch.cuda.stream(run_on):
         torch.distributed.all_reduce(amaxes, op=torch.distributed.ReduceOp.MAX,
                                      group=process_group)

@@ -188,7 +188,7 @@ class CompiledProgram:
         if not self.amax_reductions or process_group is self._reduction_group:
             return
         self.program.set_amax_group(
-            _distributed.amax_group(process_group)
+            _distributed.amax_group(process_group, self.device_index)
             if process_group is not None else None)
         self._reduction_group = process_group
 
