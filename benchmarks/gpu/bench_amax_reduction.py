@@ -7,10 +7,13 @@ heads, seq 2048, batch 4, dropout 0.1) and the quickstart's LayerNormMLP
 (8192 tokens) take FP8 training steps (DelayedScaling HYBRID, history 16)
 with reduce_amax off (each rank alone) and on (every te.amax_allreduce
 step all-reduces over the default process group through
-torch.distributed), in the same process. Timed with CUDA events after a
+torch.distributed, tejit.pytorch's way), and on through a communicator of
+tejit's own (tejit.AmaxGroup.create: ncclAllReduce straight on the
+compute stream, no Python in the loop), in the same process. Timed with CUDA events after a
 warm-up; rows alternate so that both see the same power state. Rank 0
 prints the mean ms per step of each rank's median.
 """
+import copy
 import datetime
 import statistics
 import sys
@@ -21,6 +24,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
+import tejit  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
@@ -61,6 +65,15 @@ def make_step(model, shape, reduce_amax):
     return step
 
 
+def use_tejit_communicator(model, group):
+    """Points the model's reducing programs at `group` (a tejit.AmaxGroup)
+    instead of the torch.distributed one tejit.pytorch gives them."""
+    for compiled in model._programs.values():
+        if compiled.amax_reductions:
+            compiled.program.set_amax_group(group)
+            compiled._reduction_group = dist.group.WORLD  # keep it set
+
+
 def main():
     dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
@@ -78,29 +91,40 @@ def main():
         print(f"# amax reduction cost: {dist.get_world_size()} ranks, "
               f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
               f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}\n")
-        print("| block | reduce_amax off ms | on ms | on / off |")
-        print("|---|---|---|---|")
+        print("| block | reduce_amax off ms | on, torch.distributed ms | "
+              "on / off | on, tejit's NCCL communicator ms | on / off |")
+        print("|---|---|---|---|---|---|")
+    ids = [tejit.AmaxGroup.unique_id() if rank == 0 else None]
+    dist.broadcast_object_list(ids, src=0)
+    own = tejit.AmaxGroup.create(ids[0], dist.get_world_size(), rank,
+                                 torch.cuda.current_device())
     for name, (model, shape) in blocks.items():
-        steps = {flag: make_step(model, shape, flag) for flag in (False, True)}
-        for flag in (False, True):
+        twin = copy.deepcopy(model)
+        steps = {"off": make_step(model, shape, False),
+                 "torch": make_step(model, shape, True),
+                 "nccl": make_step(twin, shape, True)}
+        for key, step in steps.items():
+            step()
+            if key == "nccl":
+                use_tejit_communicator(twin, own)
             for _ in range(WARMUP):
-                steps[flag]()
-        times = {False: [], True: []}
+                step()
+        times = {key: [] for key in steps}
         for _ in range(ROUNDS):
-            for flag in (False, True):
-                times[flag].append(timed(steps[flag], ITERS))
-        medians = torch.tensor([statistics.median(times[False]),
-                                statistics.median(times[True])],
-                               device="cuda")
+            for key, step in steps.items():
+                times[key].append(timed(step, ITERS))
+        medians = torch.tensor([statistics.median(times[key])
+                                for key in steps], device="cuda")
         parts = [torch.empty_like(medians)
                  for _ in range(dist.get_world_size())]
         dist.all_gather(parts, medians)
-        off, on = torch.stack(parts).mean(dim=0).tolist()
+        off, on, nccl = torch.stack(parts).mean(dim=0).tolist()
         if rank == 0:
-            print(f"| {name} | {off:.2f} | {on:.2f} | {on / off:.3f} |",
-                  flush=True)
-        del steps, model
+            print(f"| {name} | {off:.2f} | {on:.2f} | {on / off:.3f} | "
+                  f"{nccl:.2f} | {nccl / off:.3f} |", flush=True)
+        del steps, model, twin
         torch.cuda.empty_cache()
+    own.close()
     dist.destroy_process_group()
 
 
