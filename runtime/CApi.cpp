@@ -369,6 +369,14 @@ tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
   return ok();
 }
 
+tejit_status tejit_rng_state_device_pointer(tejit_program *program,
+                                            void **pointer) {
+  if (!program || !pointer)
+    return invalid("tejit_rng_state_device_pointer: null argument");
+  *pointer = reinterpret_cast<void *>(program->program->rngStatePointer());
+  return ok();
+}
+
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed) {
   if (!program)
     return invalid("tejit_set_seed: program is null");

@@ -72,6 +72,13 @@ public:
                       CUstream stream);
   /// Restarts the dropout stream at (seed, offset 0); waits for the upload.
   llvm::Error setSeed(uint64_t seed);
+  /// The device address of the dropout stream's state (two uint64: seed and
+  /// offset; each forward moves the offset on), 0 when the program draws no
+  /// dropout masks. Copying it aside and back, ordered on the stream,
+  /// rewinds the stream: a recomputed forward draws the same masks.
+  CUdeviceptr rngStatePointer() const {
+    return rngBuffer ? owned[*rngBuffer].get() : 0;
+  }
 
   /// Whether the plan reduces amaxes across ranks (DelayedScaling with
   /// reduce_amax): how many amax_allreduce steps its functions have.

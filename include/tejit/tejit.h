@@ -165,6 +165,12 @@ tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
    moves the offset on, on the device, so CUDA-graph replays draw fresh
    masks). Waits for the upload. */
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed);
+/* The device address of the dropout stream's state (two uint64: seed, then
+   offset), NULL when the program draws no dropout masks. Copying the 16
+   bytes aside and back, ordered on the stream, rewinds the stream, so that
+   a recomputed forward (activation checkpointing) draws the same masks. */
+tejit_status tejit_rng_state_device_pointer(tejit_program *program,
+                                            void **pointer);
 
 /* Whether the program's forwards update the DelayedScaling state (1, the
  * default) or leave it as it stands (0): TE updates the forward's scales

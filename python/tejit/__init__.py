@@ -359,6 +359,15 @@ class Program:
         """The seed of the dropout random stream."""
         _capi.check(_capi.lib().tejit_set_seed(self.handle, int(seed)))
 
+    def rng_state_device_pointer(self):
+        """The device address of the dropout stream's state (two uint64:
+        seed, offset), 0 when the program draws no dropout masks; copying
+        it aside and back rewinds the stream."""
+        pointer = ctypes.c_void_p()
+        _capi.check(_capi.lib().tejit_rng_state_device_pointer(
+            self.handle, ctypes.byref(pointer)))
+        return pointer.value or 0
+
     # --- IR ----------------------------------------------------------------
 
     def ir(self, stage="te"):

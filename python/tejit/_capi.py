@@ -213,6 +213,7 @@ def _declare(lib):
         "tejit_meta_device_pointer": (status, [program, c_size_t,
                                                P(c_void_p)]),
         "tejit_set_seed": (status, [program, ctypes.c_uint64]),
+        "tejit_rng_state_device_pointer": (status, [program, P(c_void_p)]),
         # tejit_amax_group * is a c_void_p; the id an unsigned char[128].
         "tejit_amax_group_unique_id": (status, [c_void_p]),
         "tejit_amax_group_create": (status, [c_void_p, c_int, c_int, c_int,

@@ -372,6 +372,70 @@ def check_no_grad_leaves_fp8_state():
     return f"{len(before)} state tensors unchanged over 6 no_grad forwards"
 
 
+def check_activation_checkpointing():
+    """te.checkpoint recomputes the forward in the backward with the first
+    forward's FP8 autocast, FP8 state and dropout masks: 3 FP8 steps of a
+    checkpointed TransformerLayer with hidden and attention dropout equal a
+    plain twin's bit for bit (outputs, input and parameter gradients, FP8
+    state after the steps); a checkpointed LayerNormMLP whose input needs
+    no gradient still gives its parameters theirs; tensor-parallel
+    arguments are refused."""
+    def run(make, shape, checkpointed, x_grad):
+        torch.manual_seed(1234)  # the same parameters and dropout seeds
+        module = make()
+        perturb(module)
+        generator = torch.Generator(device="cuda")
+        generator.manual_seed(99)
+        steps = []
+        for _ in range(3):
+            x = torch.randn(*shape, device="cuda", dtype=BF16,
+                            generator=generator).requires_grad_(x_grad)
+            dy = torch.randn(*shape, device="cuda", dtype=BF16,
+                             generator=generator)
+            module.zero_grad(set_to_none=True)
+            with te.fp8_autocast(enabled=True, fp8_recipe=hybrid()):
+                out = te.checkpoint(module, x) if checkpointed else module(x)
+            out.backward(dy)
+            steps.append([out.detach().clone()]
+                         + ([x.grad.clone()] if x_grad else [])
+                         + [p.grad.clone() for p in module.parameters()])
+        state = [v.clone() for k, v in module.state_dict().items()
+                 if k.startswith("fp8_meta.")]
+        return steps, state
+
+    cases = [
+        ("TransformerLayer with dropout", lambda: te.TransformerLayer(
+            256, 1024, 4, hidden_dropout=0.1, attention_dropout=0.1,
+            params_dtype=BF16), (64, 2, 256), True),
+        ("LayerNormMLP, input without grad", lambda: te.LayerNormMLP(
+            256, 1024, params_dtype=BF16), (128, 256), False),
+    ]
+    for what, make, shape, x_grad in cases:
+        plain = run(make, shape, False, x_grad)
+        checkpointed = run(make, shape, True, x_grad)
+        for index, (want, got) in enumerate(zip(plain[0], checkpointed[0])):
+            for number, (a, b) in enumerate(zip(want, got)):
+                if not torch.equal(a, b):
+                    raise AssertionError(f"{what}: step {index}, tensor "
+                                         f"{number} differs from the plain "
+                                         f"step's")
+        if not all(torch.equal(a, b) for a, b in zip(plain[1],
+                                                     checkpointed[1])):
+            raise AssertionError(f"{what}: FP8 state after the steps")
+        if len(plain[1]) != 6:
+            raise AssertionError(f"{what}: {len(plain[1])} FP8 state tensors")
+    module = te.Linear(64, 64, params_dtype=BF16)
+    x = torch.randn(16, 64, device="cuda", dtype=BF16, requires_grad=True)
+    for kwargs in ({"tp_group": object()},
+                   {"distribute_saved_activations": True}):
+        try:
+            te.checkpoint(module, x, **kwargs)
+        except NotImplementedError:
+            continue
+        raise AssertionError(f"checkpoint({kwargs}) was accepted")
+    return f"{len(cases)} modules x 3 steps bit-identical to plain steps"
+
+
 def check_norms_ignore_fp8():
     module = te.LayerNorm(256, params_dtype=BF16)
     x = torch.randn(128, 256, device="cuda", dtype=BF16, requires_grad=True)
@@ -502,6 +566,7 @@ def all_checks():
         ("state_dict round trip", check_state_dict_round_trip),
         ("FP8 state follows new shapes", check_meta_follows_shapes),
         ("no_grad leaves the FP8 state", check_no_grad_leaves_fp8_state),
+        ("activation checkpointing", check_activation_checkpointing),
         ("norm modules ignore FP8", check_norms_ignore_fp8),
         ("interleaved forwards", check_interleaved_forwards),
         ("unused ln_output", check_unused_output),

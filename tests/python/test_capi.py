@@ -155,6 +155,10 @@ class AmaxGroupTest(unittest.TestCase):
         self.assertEqual(
             library.tejit_program_set_forward_state_updates(None, 0), 1)
         self.assertIn("program is null", tejit._capi.last_error())
+        pointer = ctypes.c_void_p()
+        self.assertEqual(library.tejit_rng_state_device_pointer(
+            None, ctypes.byref(pointer)), 1)
+        self.assertIn("null argument", tejit._capi.last_error())
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ DotProductAttention, MultiheadAttention, TransformerLayer, with TE's
 constructor arguments and state_dict names; each compiles a program on its
 first call per shape/dtype/recipe/mode (module/base.py says how).
 FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py. CUDA graphs:
-make_graphed_callables (graph.py), TE's signature.
+make_graphed_callables (graph.py), TE's signature. Activation
+checkpointing: checkpoint (_checkpointing.py), TE's.
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -35,9 +36,10 @@ from .module import (DotProductAttention, LayerNorm,  # noqa: E402
                      MultiheadAttention, RMSNorm, TransformerLayer)
 from .module.base import compile_count  # noqa: E402
 from .graph import make_graphed_callables  # noqa: E402
+from ._checkpointing import checkpoint  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
            "TransformerLayer", "fp8_autocast", "autocast", "fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
-           "make_graphed_callables"]
+           "make_graphed_callables", "checkpoint"]

@@ -14,20 +14,11 @@ import torch
 import tejit
 
 from ..common import recipe as _recipe
+from ._device_view import device_view
 
 # One tejit.AmaxGroup per (torch process group, CUDA device), made on first
 # use.
 _GROUPS = {}
-
-
-class _DeviceFloats:
-    """`count` float32 values at a device address, as the CUDA array
-    interface describes them (torch.as_tensor wraps them without a copy)."""
-
-    def __init__(self, address, count):
-        self.__cuda_array_interface__ = {
-            "shape": (count,), "typestr": "<f4", "data": (address, False),
-            "strides": None, "version": 3}
 
 
 def reduction_group(recipe, group):
@@ -62,8 +53,7 @@ def amax_group(process_group, device):
 
 
 def _all_reduce_max(process_group, device, address, count, stream):
-    amaxes = torch.as_tensor(_DeviceFloats(address, count),
-                             device=torch.device("cuda", device))
+    amaxes = device_view(address, count, torch.float32, device)
     current = torch.cuda.current_stream(device)
     if (stream or 0) == current.cuda_stream:
         run_on = current

@@ -12,6 +12,7 @@ import torch
 import tejit
 
 from .. import _distributed
+from .._device_view import device_view
 
 TORCH_DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -173,6 +174,17 @@ class CompiledProgram:
             self.stream())
 
     # --- running -------------------------------------------------------------
+
+    def dropout_stream_rewind(self):
+        """A function that puts the program's dropout stream back where it
+        is now (both copies ordered on the current stream), or None when
+        the program draws no masks."""
+        address = self.program.rng_state_device_pointer()
+        if not address:
+            return None
+        state = device_view(address, 2, torch.int64, self.device_index)
+        saved = state.clone()
+        return lambda: state.copy_(saved)
 
     def use_forward_state_updates(self, enabled):
         """Whether this call's forward updates the FP8 state: TE updates it

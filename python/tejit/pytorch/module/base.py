@@ -44,7 +44,7 @@ import torch
 
 import tejit
 
-from .. import _distributed, fp8
+from .. import _checkpointing, _distributed, fp8
 from . import _autograd, _compiled, _meta
 from ._args import default_init_method, gamma_init
 
@@ -308,7 +308,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         recorded = torch.is_grad_enabled() and any(
             self._requires_grad(tensor) for tensor in activations.values()
             if tensor is not None)
-        training = recorded or self._dropout_active()
+        # A checkpointed function's first forward runs the training program
+        # its recomputation will run (_checkpointing.py).
+        rewinds = _checkpointing.recording()
+        training = recorded or self._dropout_active() or rewinds is not None
         key = (shape_key, dtype, recipe_key, training, first.device.index,
                variant)
         compiled = self._programs.get(key)
@@ -338,6 +341,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         compiled.use_amax_reduction(_distributed.reduction_group(
             recipe, fp8.get_fp8_group()))
         compiled.use_forward_state_updates(torch.is_grad_enabled())
+        if rewinds is not None:
+            rewind = compiled.dropout_stream_rewind()
+            if rewind is not None:
+                rewinds.append(rewind)
         if recorded:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
             if not isinstance(outputs, tuple):
