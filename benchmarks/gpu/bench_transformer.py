@@ -54,6 +54,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime
+import functools
 import gc
 import json
 import os
@@ -113,6 +114,9 @@ class Row:
     # CUDA graphs: tejit.pytorch.make_graphed_callables for tejit rows,
     # torch.compile(mode="reduce-overhead") for compiled peers.
     graphed: bool = False
+    # tejit rows: the layer under tejit.pytorch.checkpoint (activations
+    # recomputed in the backward).
+    checkpointed: bool = False
     extra: bool = False            # only with --all or --only
 
 
@@ -137,6 +141,9 @@ ROWS = [
     Row("compile-fp8-sdpa-graph", "torch.compile FP8 (_scaled_mm) + SDPA "
         "flash, CUDA graphs (reduce-overhead)", tejit=False, fp8=True,
         sdpa="flash", compiled=True, graphed=True),
+    Row("tejit-fp8-checkpoint", "tejit FP8 (no_mask), activation "
+        "checkpointing (te.checkpoint)", tejit=True, fp8=True,
+        checkpointed=True, extra=True),
     Row("torch-bf16-cudnn", "PyTorch bf16 + SDPA cuDNN", tejit=False,
         fp8=False, sdpa="cudnn", extra=True),
     Row("compile-fp8-cudnn", "torch.compile FP8 (_scaled_mm) + SDPA cuDNN",
@@ -275,6 +282,9 @@ def make_step(row, size, batch, args):
     fn = torch.compile(model, mode=mode) if row.compiled else model
     params = list(model.parameters())
     backend = row.sdpa if row.sdpa else None
+    if row.tejit and row.checkpointed:
+        import tejit.pytorch as te
+        fn = functools.partial(te.checkpoint, model)
     if row.tejit and row.graphed:
         # Compiles, warms up and captures here: the row's first step is a
         # replay.
