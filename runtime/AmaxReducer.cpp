@@ -64,8 +64,8 @@ NcclAmaxReducer::borrow(ncclComm_t comm) {
 }
 
 Error NcclAmaxReducer::describeComm() {
-  if (Error error = lib.check(lib.ncclCommCount(comm, &numRanks),
-                              "ncclCommCount", comm))
+  if (Error error =
+          lib.check(lib.ncclCommCount(comm, &numRanks), "ncclCommCount", comm))
     return error;
   if (Error error = lib.check(lib.ncclCommUserRank(comm, &thisRank),
                               "ncclCommUserRank", comm))
@@ -81,13 +81,12 @@ NcclAmaxReducer::~NcclAmaxReducer() {
 
 Error NcclAmaxReducer::allReduceMax(CUdeviceptr in, CUdeviceptr out,
                                     size_t count, CUstream stream) {
-  return lib.check(lib.ncclAllReduce(reinterpret_cast<const void *>(in),
-                                     reinterpret_cast<void *>(out), count,
-                                     ncclFloat32, ncclMax, comm,
-                                     reinterpret_cast<cudaStream_t>(stream)),
-                   llvm::formatv("ncclAllReduce of {0} amaxes ({1})", count,
-                                 describe()),
-                   comm);
+  return lib.check(
+      lib.ncclAllReduce(reinterpret_cast<const void *>(in),
+                        reinterpret_cast<void *>(out), count, ncclFloat32,
+                        ncclMax, comm, reinterpret_cast<cudaStream_t>(stream)),
+      llvm::formatv("ncclAllReduce of {0} amaxes ({1})", count, describe()),
+      comm);
 }
 
 std::string NcclAmaxReducer::describe() const {
@@ -107,8 +106,8 @@ Error CallbackAmaxReducer::allReduceMax(CUdeviceptr in, CUdeviceptr out,
             "copying amaxes"))
       return error;
   }
-  if (int status = function(userData, reinterpret_cast<void *>(out), count,
-                            stream))
+  if (int status =
+          function(userData, reinterpret_cast<void *>(out), count, stream))
     return makeError(ErrorCode::Internal,
                      llvm::formatv("the amax reduction function returned {0} "
                                    "for {1} amaxes",

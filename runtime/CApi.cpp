@@ -385,8 +385,8 @@ tejit_status tejit_set_seed(tejit_program *program, uint64_t seed) {
   return ok();
 }
 
-tejit_status tejit_amax_group_unique_id(
-    unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]) {
+tejit_status
+tejit_amax_group_unique_id(unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]) {
   if (!id)
     return invalid("tejit_amax_group_unique_id: id is null");
   auto unique = NcclAmaxReducer::uniqueId();
@@ -396,18 +396,19 @@ tejit_status tejit_amax_group_unique_id(
   return ok();
 }
 
-static tejit_status newGroup(
-    llvm::Expected<std::unique_ptr<NcclAmaxReducer>> reducer,
-    tejit_amax_group **group) {
+static tejit_status
+newGroup(llvm::Expected<std::unique_ptr<NcclAmaxReducer>> reducer,
+         tejit_amax_group **group) {
   if (!reducer)
     return fail(reducer.takeError());
   *group = new tejit_amax_group{std::move(*reducer)};
   return ok();
 }
 
-tejit_status tejit_amax_group_create(
-    const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES], int ranks, int rank,
-    int device, tejit_amax_group **group) {
+tejit_status
+tejit_amax_group_create(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES],
+                        int ranks, int rank, int device,
+                        tejit_amax_group **group) {
   if (!id || !group)
     return invalid("tejit_amax_group_create: id and group must not be null");
   ncclUniqueId unique;
@@ -419,8 +420,8 @@ tejit_status tejit_amax_group_from_nccl_comm(void *nccl_comm,
                                              tejit_amax_group **group) {
   if (!group)
     return invalid("tejit_amax_group_from_nccl_comm: group is null");
-  return newGroup(
-      NcclAmaxReducer::borrow(static_cast<ncclComm_t>(nccl_comm)), group);
+  return newGroup(NcclAmaxReducer::borrow(static_cast<ncclComm_t>(nccl_comm)),
+                  group);
 }
 
 tejit_status tejit_amax_group_from_function(tejit_amax_reduce_fn function,
@@ -440,8 +441,8 @@ tejit_status tejit_program_set_amax_group(tejit_program *program,
                                           tejit_amax_group *group) {
   if (!program)
     return invalid("tejit_program_set_amax_group: program is null");
-  if (llvm::Error error = program->program->setAmaxReducer(
-          group ? group->reducer : nullptr))
+  if (llvm::Error error =
+          program->program->setAmaxReducer(group ? group->reducer : nullptr))
     return fail(std::move(error));
   return ok();
 }

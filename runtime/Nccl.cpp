@@ -19,8 +19,8 @@ const char *const libraryNames[] = {"libnccl.so.2", "libnccl.so"};
 
 /// 2.12 is the oldest NCCL with ncclGetLastError; every NCCL since 2.9
 /// encodes its version as major * 10000 + minor * 100 + patch.
-constexpr VersionedLibrary nccl = {libraryNames, "NCCL", "NCCL 2", 21200,
-                                   {10000, 100}};
+constexpr VersionedLibrary nccl = {
+    libraryNames, "NCCL", "NCCL 2", 21200, {10000, 100}};
 
 struct LoadResult {
   Nccl lib;
@@ -41,8 +41,8 @@ size_t getVersionAdapter() {
 
 LoadResult load() {
   LoadResult result;
-  LoadedLibrary loaded = openFirstUsable(
-      nccl, result.lib, [](SymbolResolver &symbols, Nccl &lib) {
+  LoadedLibrary loaded =
+      openFirstUsable(nccl, result.lib, [](SymbolResolver &symbols, Nccl &lib) {
 #define TEJIT_RESOLVE(fn) symbols.resolve(lib.fn, #fn);
         TEJIT_NCCL_FUNCTIONS(TEJIT_RESOLVE)
 #undef TEJIT_RESOLVE
@@ -78,9 +78,8 @@ llvm::Error Nccl::check(ncclResult_t result, const llvm::Twine &what,
   const char *last = ncclGetLastError(comm);
   std::string detail = last && *last ? std::string(": ") + last : "";
   return makeError(ErrorCode::Cuda,
-                   what +
-                       llvm::formatv(": {0} (result {1}){2}",
-                                     name ? name : "NCCL error",
-                                     static_cast<int>(result), detail)
-                           .str());
+                   what + llvm::formatv(": {0} (result {1}){2}",
+                                        name ? name : "NCCL error",
+                                        static_cast<int>(result), detail)
+                              .str());
 }
