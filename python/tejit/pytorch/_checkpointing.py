@@ -53,7 +53,7 @@ def checkpoint(function, *args, **kwargs):
     for name, default in (("distribute_saved_activations", False),
                           ("get_rng_state_tracker", None),
                           ("tp_group", None)):
-        if kwargs.pop(name, default) not in (default,):
+        if kwargs.pop(name, default) is not default:
             raise NotImplementedError(
                 f"checkpoint({name}=...) is not supported by tejit: it "
                 f"serves tensor parallelism, which tejit does not do")
