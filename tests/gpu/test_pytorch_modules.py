@@ -25,6 +25,7 @@ checks the PyTorch plumbing: names, shapes, gradients reaching the right
 parameters, and state.
 """
 import argparse
+import contextlib
 import copy
 import io
 import math
@@ -424,16 +425,64 @@ def check_activation_checkpointing():
             raise AssertionError(f"{what}: FP8 state after the steps")
         if len(plain[1]) != 6:
             raise AssertionError(f"{what}: {len(plain[1])} FP8 state tensors")
-    module = te.Linear(64, 64, params_dtype=BF16)
-    x = torch.randn(16, 64, device="cuda", dtype=BF16, requires_grad=True)
-    for kwargs in ({"tp_group": object()},
-                   {"distribute_saved_activations": True}):
+    # Randomness of the caller's own under an RNG tracker (Megatron's way):
+    # the recomputation must draw what the first forward drew.
+    tracked = []
+    for checkpointed in (False, True):
+        torch.manual_seed(7)
+        module = te.Linear(64, 64, params_dtype=BF16)
+        tracker = _RngTracker(seed=11)
+
+        def function(x):
+            with tracker.fork():
+                keep = torch.rand_like(x, dtype=torch.float32) > 0.5
+            return module(x * keep)
+
+        x = torch.randn(16, 64, device="cuda", dtype=BF16, requires_grad=True)
+        with te.fp8_autocast(enabled=True, fp8_recipe=hybrid()):
+            out = (te.checkpoint(function, x,
+                                 get_rng_state_tracker=lambda: tracker,
+                                 tp_group=None)
+                   if checkpointed else function(x))
+        out.backward(torch.ones_like(out))
+        tracked.append([out.detach(), x.grad, module.weight.grad])
+    if not all(torch.equal(a, b) for a, b in zip(*tracked)):
+        raise AssertionError("an RNG tracker's draws differ in the "
+                             "recomputation")
+    try:
+        te.checkpoint(module, x, distribute_saved_activations=True)
+    except NotImplementedError:
+        pass
+    else:
+        raise AssertionError("distribute_saved_activations=True accepted")
+    return (f"{len(cases)} modules x 3 steps and an RNG tracker's draws "
+            f"bit-identical to plain steps")
+
+
+class _RngTracker:
+    """A CUDA RNG state of its own, forked into as Megatron's tracker does."""
+
+    def __init__(self, seed):
+        outer = torch.cuda.get_rng_state()
+        torch.cuda.manual_seed(seed)
+        self.state = torch.cuda.get_rng_state()
+        torch.cuda.set_rng_state(outer)
+
+    def get_states(self):
+        return {"model-parallel": self.state.clone()}
+
+    def set_states(self, states):
+        self.state = states["model-parallel"].clone()
+
+    @contextlib.contextmanager
+    def fork(self):
+        outer = torch.cuda.get_rng_state()
+        torch.cuda.set_rng_state(self.state)
         try:
-            te.checkpoint(module, x, **kwargs)
-        except NotImplementedError:
-            continue
-        raise AssertionError(f"checkpoint({kwargs}) was accepted")
-    return f"{len(cases)} modules x 3 steps bit-identical to plain steps"
+            yield
+        finally:
+            self.state = torch.cuda.get_rng_state()
+            torch.cuda.set_rng_state(outer)
 
 
 def check_norms_ignore_fp8():

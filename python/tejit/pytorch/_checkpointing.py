@@ -17,7 +17,8 @@ first one ran with:
     before the recomputation, so it draws the same masks and leaves the
     stream where a step without checkpointing leaves it;
   * torch's CPU and CUDA generators and torch.autocast, as
-    torch.utils.checkpoint restores them.
+    torch.utils.checkpoint restores them, and the states of an RNG tracker
+    (get_rng_state_tracker), as TE restores them.
 The first forward runs each module's training program (without keeping its
 saved tensors), the program the recomputation runs too.
 """
@@ -44,33 +45,37 @@ def checkpoint(function, *args, **kwargs):
     """TE's `checkpoint`: `function(*args, **kwargs)` with its activations
     recomputed in the backward pass. TE's own keyword arguments are taken
     out of kwargs: `use_reentrant` (both values run this reentrant
-    implementation), `distribute_saved_activations`, `get_rng_state_tracker`
-    and `tp_group` (tensor parallelism: NotImplementedError unless left at
-    their defaults). Returns what `function` returns (a tensor or a tuple
-    of tensors)."""
+    implementation); `get_rng_state_tracker` (a function returning an object
+    with get_states() / set_states(), such as Megatron's CUDA RNG tracker):
+    its states are saved with the first forward and restored for the
+    recomputation, as TE does; `tp_group` (used by TE only to distribute
+    saved activations); `distribute_saved_activations` (tensor-parallel
+    memory saving: NotImplementedError when True). Returns what `function`
+    returns (a tensor or a tuple of tensors)."""
     kwargs = dict(kwargs)
     kwargs.pop("use_reentrant", True)
-    for name, default in (("distribute_saved_activations", False),
-                          ("get_rng_state_tracker", None),
-                          ("tp_group", None)):
-        if kwargs.pop(name, default) is not default:
-            raise NotImplementedError(
-                f"checkpoint({name}=...) is not supported by tejit: it "
-                f"serves tensor parallelism, which tejit does not do")
+    kwargs.pop("tp_group", None)
+    tracker = kwargs.pop("get_rng_state_tracker", None)
+    if kwargs.pop("distribute_saved_activations", False):
+        raise NotImplementedError(
+            "checkpoint(distribute_saved_activations=True) is not supported "
+            "by tejit: it splits saved inputs over a tensor-parallel group, "
+            "and tejit does no tensor parallelism")
     needs_anchor = torch.is_grad_enabled() and not any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     # Without an input that requires grad the Function's outputs would not
     # either, and the parameters inside would get no gradient: an empty
     # tensor that requires grad keeps the backward.
     anchor = (torch.empty(0, requires_grad=True) if needs_anchor else None)
-    outputs = _Checkpoint.apply(function, kwargs, anchor, *args)
-    return outputs
+    return _Checkpoint.apply(function, kwargs, tracker, anchor, *args)
 
 
 class _Checkpoint(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, function, kwargs, anchor, *args):
-        ctx.function, ctx.kwargs = function, kwargs
+    def forward(ctx, function, kwargs, tracker, anchor, *args):
+        ctx.function, ctx.kwargs, ctx.tracker = function, kwargs, tracker
+        ctx.tracker_states = (tracker().get_states()
+                              if tracker is not None else None)
         ctx.fp8_state = fp8._STATE.get()
         ctx.cpu_rng = torch.get_rng_state()
         ctx.cuda_device = torch.cuda.current_device()
@@ -102,9 +107,13 @@ class _Checkpoint(torch.autograd.Function):
         # Earliest state last, for a program the function ran twice.
         for rewind in reversed(ctx.streams):
             rewind()
+        tracker = ctx.tracker() if ctx.tracker is not None else None
+        tracker_now = tracker.get_states() if tracker is not None else None
         with torch.random.fork_rng(devices=[ctx.cuda_device]):
             torch.set_rng_state(ctx.cpu_rng)
             torch.cuda.set_rng_state(ctx.cuda_rng, ctx.cuda_device)
+            if tracker is not None:
+                tracker.set_states(ctx.tracker_states)
             token = fp8._STATE.set(ctx.fp8_state)
             try:
                 with torch.enable_grad(), torch.autocast("cuda",
@@ -112,6 +121,8 @@ class _Checkpoint(torch.autograd.Function):
                     outputs = ctx.function(*args, **ctx.kwargs)
             finally:
                 fp8._STATE.reset(token)
+                if tracker is not None:
+                    tracker.set_states(tracker_now)
         if isinstance(outputs, torch.Tensor):
             outputs = (outputs,)
         pairs = [(o, g) for o, g in zip(outputs, grad_outputs)
@@ -122,4 +133,4 @@ class _Checkpoint(torch.autograd.Function):
                                     [g for _, g in pairs])
         grads = [a.grad if isinstance(a, torch.Tensor) and a.requires_grad
                  else None for a in args]
-        return (None, None, None, *grads)
+        return (None, None, None, None, *grads)
