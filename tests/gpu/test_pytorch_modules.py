@@ -33,6 +33,7 @@ import random
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -455,6 +456,25 @@ def check_activation_checkpointing():
         pass
     else:
         raise AssertionError("distribute_saved_activations=True accepted")
+    # torch.utils.checkpoint recomputes outside the FP8 autocast: warned;
+    # te.checkpoint: not.
+    import torch.utils.checkpoint as torch_checkpoint  # noqa: PLC0415
+    for use_torch, want in ((False, 0), (True, 1)):
+        module = te.LayerNormMLP(64, 256, params_dtype=BF16)
+        x = torch.randn(32, 64, device="cuda", dtype=BF16, requires_grad=True)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                with te.fp8_autocast(enabled=True, fp8_recipe=hybrid()):
+                    out = (torch_checkpoint.checkpoint(module, x,
+                                                       use_reentrant=True)
+                           if use_torch else te.checkpoint(module, x))
+                out.sum().backward()
+        got = sum("outside fp8_autocast" in str(w.message) for w in caught)
+        if got != want:
+            raise AssertionError(f"{'torch.utils' if use_torch else 'te'}"
+                                 f".checkpoint: {got} recompute warnings, "
+                                 f"expected {want}")
     return (f"{len(cases)} modules x 3 steps and an RNG tracker's draws "
             f"bit-identical to plain steps")
 
