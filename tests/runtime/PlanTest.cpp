@@ -227,8 +227,8 @@ constexpr const char *kPlan = R"json({
          "storage": {"arena_offset": 64}}
       ],
       "steps": [
-        {"kind": "kernel", "name": "layer_backward_mask_scale_0",
-         "binary": "kernels/layer_backward_mask_scale_0.cubin",
+        {"kind": "kernel", "name": "layer_backward_dropout_0",
+         "binary": "kernels/layer_backward_dropout_0.cubin",
          "grid": [1, 1, 1], "block": [256, 1, 1], "shared_bytes": 0,
          "args": [
            {"value": 0, "output": false, "zero_before_launch": false},
