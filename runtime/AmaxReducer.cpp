@@ -81,10 +81,14 @@ NcclAmaxReducer::~NcclAmaxReducer() {
 
 Error NcclAmaxReducer::allReduceMax(CUdeviceptr in, CUdeviceptr out,
                                     size_t count, CUstream stream) {
+  ncclResult_t result = lib.ncclAllReduce(
+      reinterpret_cast<const void *>(in), reinterpret_cast<void *>(out), count,
+      ncclFloat32, ncclMax, comm, reinterpret_cast<cudaStream_t>(stream));
+  // Every step calls this: the message is written only on failure.
+  if (result == ncclSuccess)
+    return Error::success();
   return lib.check(
-      lib.ncclAllReduce(reinterpret_cast<const void *>(in),
-                        reinterpret_cast<void *>(out), count, ncclFloat32,
-                        ncclMax, comm, reinterpret_cast<cudaStream_t>(stream)),
+      result,
       llvm::formatv("ncclAllReduce of {0} amaxes ({1})", count, describe()),
       comm);
 }

@@ -249,7 +249,8 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
 
 Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
-                    CUdeviceptr scratch, CUstream stream) {
+                    CUdeviceptr scratch, CUstream stream,
+                    AmaxReducer *amaxReducer) {
   if (Error error = bind(arguments, results, arena))
     return error;
   for (auto [index, step] : llvm::enumerate(plan.steps)) {

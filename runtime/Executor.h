@@ -57,17 +57,15 @@ public:
   /// Enqueues the function on `stream`. `arguments` and `results` hold one
   /// device pointer per argument and result of the function; `arena` at
   /// least function().arenaBytes of device memory, `scratch`
-  /// scratchBytes().
+  /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
+  /// ranks (null: one process, the step is a copy).
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
-                  CUdeviceptr scratch, CUstream stream);
+                  CUdeviceptr scratch, CUstream stream,
+                  AmaxReducer *amaxReducer = nullptr);
 
   /// The most scratch any kernel or attention step asks for.
   size_t scratchBytes() const;
-
-  /// Who runs the amax_allreduce steps across ranks (null: one process, the
-  /// step is a copy). The reducer must outlive the runs that use it.
-  void setAmaxReducer(AmaxReducer *reducer) { amaxReducer = reducer; }
 
 private:
   Executor(const FunctionPlan &plan, GemmRunner &gemms,
@@ -84,7 +82,6 @@ private:
   const FunctionPlan &plan;
   GemmRunner &gemms;
   const CudaDriver &driver;
-  AmaxReducer *amaxReducer = nullptr;
   /// Per step: the kernel's entry point (null for other steps).
   std::vector<CUfunction> kernels;
   /// Per step: the attention step's cuDNN call (empty for other steps).

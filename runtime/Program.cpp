@@ -243,9 +243,6 @@ Error Program::setAmaxReducer(std::shared_ptr<AmaxReducer> reducer) {
                                    "the program on device {2}",
                                    reducer->describe(), reducer->device(),
                                    deviceInfo.ordinal));
-  for (Function *function : {&forwardFn, &backwardFn})
-    if (function->executor)
-      function->executor->setAmaxReducer(reducer.get());
   amaxReducer = std::move(reducer);
   return Error::success();
 }
@@ -310,15 +307,10 @@ Error Program::run(Function &function, CUstream stream,
   // A run that leaves the state alone must not wait for other ranks: its
   // update's results are dropped, so its amaxes are reduced over this
   // process only.
-  if (!updateState)
-    function.executor->setAmaxReducer(nullptr);
-  Error ran = function.executor->run(function.pointers.arguments,
-                                     function.pointers.results, arena.get(),
-                                     scratch.get(), stream);
-  if (!updateState)
-    function.executor->setAmaxReducer(amaxReducer.get());
-  if (ran)
-    return ran;
+  if (Error error = function.executor->run(
+          function.pointers.arguments, function.pointers.results, arena.get(),
+          scratch.get(), stream, updateState ? amaxReducer.get() : nullptr))
+    return error;
   if (!updateState)
     return Error::success();
   const CudaDriver &driver = *CudaDriver::get();
