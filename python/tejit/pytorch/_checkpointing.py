@@ -30,14 +30,15 @@ from . import fp8
 
 __all__ = ["checkpoint"]
 
-# While a checkpointed function's first forward runs: the list of
-# (compiled program, dropout stream state) the modules append to.
+# While a checkpointed function's first forward runs: the list the modules
+# append to, one function per program run that rewinds its dropout stream.
 _RECORDING = contextvars.ContextVar("tejit_pytorch_checkpoint", default=None)
 
 
 def recording():
-    """The list a module appends to when it runs inside a checkpointed
-    function's first forward (then it runs its training program), or None."""
+    """The list of dropout-stream rewinds a module appends to when it runs
+    inside a checkpointed function's first forward (then it runs its
+    training program), or None."""
     return _RECORDING.get()
 
 

@@ -288,36 +288,27 @@ class TransformerEngineBaseModule(torch.nn.Module):
         when it is compiled."""
         return False
 
-    def _warn_if_recomputed_without_fp8(self, recipe):
+    def _warn_if_recomputed_without_fp8(self, recipe, dtype):
         """A forward inside a backward pass (an activation recomputation)
         without FP8 after forwards with it: torch.utils.checkpoint
         recomputes outside tejit's autocast, so the gradients would come
         from a forward in the activation dtype. te.checkpoint keeps the
         autocast; say so once per module."""
-        if not self._uses_fp8:
+        if recipe is not None:
+            self._ran_with_fp8 = True
             return
-        in_backward = getattr(torch._C, "_current_graph_task_id",
-                              lambda: -1)() != -1
-        if recipe is not None or not in_backward:
-            self._ran_with_fp8 = recipe is not None or getattr(
-                self, "_ran_with_fp8", False)
+        if (not self._uses_fp8 or not getattr(self, "_ran_with_fp8", False)
+                or getattr(self, "_warned_recompute", False)
+                or torch._C._current_graph_task_id() == -1):
             return
-        if getattr(self, "_ran_with_fp8", False) and not getattr(
-                self, "_warned_recompute", False):
-            self._warned_recompute = True
-            warnings.warn(
-                f"tejit: {type(self).__name__} ran a forward inside a "
-                f"backward pass without FP8 after forwards with FP8: an "
-                f"activation recomputation outside fp8_autocast "
-                f"(torch.utils.checkpoint?) computes its gradients in "
-                f"{self._ran_dtype_name()}. Use tejit.pytorch.checkpoint, "
-                f"which recomputes under the first forward's autocast.",
-                stacklevel=3)
-
-    def _ran_dtype_name(self):
-        parameter = next(self.parameters(), None)
-        return str(parameter.dtype).replace("torch.", "") if parameter \
-            is not None else "the activation dtype"
+        self._warned_recompute = True
+        warnings.warn(
+            f"tejit: {type(self).__name__} ran a forward inside a backward "
+            f"pass without FP8 after forwards with FP8: an activation "
+            f"recomputation outside fp8_autocast (torch.utils.checkpoint?) "
+            f"computes its gradients in {SPEC_DTYPES[dtype]}. Use "
+            f"tejit.pytorch.checkpoint, which recomputes under the first "
+            f"forward's autocast.", stacklevel=3)
 
     def _run_program(self, activations, dtype, shape_key, shape_spec, shape,
                      layer_spec=None, variant=()):
@@ -336,7 +327,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         recipe_key = (json.dumps(recipe_spec, sort_keys=True)
                       if recipe_spec is not None else None)
         first = next(iter(activations.values()))
-        self._warn_if_recomputed_without_fp8(recipe)
+        self._warn_if_recomputed_without_fp8(recipe, dtype)
         recorded = torch.is_grad_enabled() and any(
             self._requires_grad(tensor) for tensor in activations.values()
             if tensor is not None)
