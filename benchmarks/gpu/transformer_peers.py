@@ -168,3 +168,99 @@ def make_layer(hidden, ffn_hidden, heads, attention="sdpa", fp8=False,
         linear=Fp8Linear if fp8 else torch.nn.Linear,
         attention=ATTENTIONS[attention], dropout=dropout)
     return layer.to(device="cuda", dtype=dtype).train()
+
+
+# --- a Llama-style layer ----------------------------------------------------------
+
+
+def llama_flops(hidden, ffn_hidden, heads, gqa_groups, seq, batch):
+    """Model FLOPs of one forward + backward of LlamaLayer: the four
+    Linears (QKV narrowed by GQA, fc1 doubled by SwiGLU's gate), plus QK^T
+    and PV over the causal half of the score matrix (what a causal kernel
+    computes), all x3 for the backward."""
+    tokens = seq * batch
+    kv_channels = hidden // heads
+    qkv_out = (heads + 2 * gqa_groups) * kv_channels
+    gemm = 2 * tokens * (hidden * qkv_out + hidden * hidden
+                         + hidden * 2 * ffn_hidden + ffn_hidden * hidden)
+    attention = 2 * batch * heads * seq * seq * kv_channels  # causal half
+    return {"total": 3 * (gemm + attention), "gemm": 3 * gemm,
+            "attention": 3 * attention}
+
+
+def rotary_tables(seq, kv_channels, base, dtype, device):
+    """cos and sin of the non-interleaved rotary angles, [s, 1, 1, d] in
+    the layer's dtype (how Llama implementations keep them)."""
+    inv = 1.0 / base ** (torch.arange(0, kv_channels, 2, device=device,
+                                      dtype=torch.float32) / kv_channels)
+    angles = torch.outer(torch.arange(seq, device=device,
+                                      dtype=torch.float32), inv)
+    angles = torch.cat([angles, angles], dim=-1).view(seq, 1, 1, -1)
+    return torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+
+
+def apply_rotary(t, cos, sin):
+    half = t.shape[-1] // 2
+    return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+
+class LlamaLayer(torch.nn.Module):
+    """A Llama-3-style decoder layer, the peer of TE's TransformerLayer(...,
+    num_gqa_groups, normalization="RMSNorm", activation="swiglu",
+    bias=False, self_attn_mask_type="causal") with rotary_pos_emb: RMSNorm,
+    QKV Linear (GQA: hidden -> (heads + 2 groups) x kv_channels), rotary
+    on q and k, causal SDPA with enable_gqa (the kernel reads the shared
+    K/V heads; nothing is repeated), projection, residual; RMSNorm, fc1
+    (hidden -> 2 x ffn: SwiGLU's two halves), silu(first) x second, fc2,
+    residual. No dropout, no biases. Activations [seq, batch, hidden];
+    `seq` fixes the rotary tables (buffers, so a compiled forward reads
+    them as inputs)."""
+
+    def __init__(self, hidden, ffn_hidden, heads, gqa_groups, seq,
+                 linear=torch.nn.Linear, eps=LAYERNORM_EPS,
+                 rotary_base=500000.0):
+        super().__init__()
+        if hidden % heads or heads % gqa_groups:
+            raise ValueError(f"hidden {hidden}, heads {heads} and groups "
+                             f"{gqa_groups} must divide evenly")
+        self.heads, self.groups = heads, gqa_groups
+        self.kv_channels = hidden // heads
+        self.norm1 = torch.nn.RMSNorm(hidden, eps=eps)
+        self.qkv = linear(hidden, (heads + 2 * gqa_groups) * self.kv_channels,
+                          bias=False)
+        self.projection = linear(hidden, hidden, bias=False)
+        self.norm2 = torch.nn.RMSNorm(hidden, eps=eps)
+        self.fc1 = linear(hidden, 2 * ffn_hidden, bias=False)
+        self.fc2 = linear(ffn_hidden, hidden, bias=False)
+        cos, sin = rotary_tables(seq, self.kv_channels, rotary_base,
+                                 torch.float32, "cpu")
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, x):
+        seq, batch = x.shape[0], x.shape[1]
+        d = self.kv_channels
+        q, k, v = torch.split(
+            self.qkv(self.norm1(x)),
+            [self.heads * d, self.groups * d, self.groups * d], dim=-1)
+        q = apply_rotary(q.view(seq, batch, self.heads, d), self.cos,
+                         self.sin)
+        k = apply_rotary(k.view(seq, batch, self.groups, d), self.cos,
+                         self.sin)
+        v = v.view(seq, batch, self.groups, d)
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))
+        attention = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                   enable_gqa=True)
+        x = x + self.projection(
+            attention.permute(2, 0, 1, 3).reshape(seq, batch, -1))
+        gate, up = torch.chunk(self.fc1(self.norm2(x)), 2, dim=-1)
+        return x + self.fc2(F.silu(gate) * up)
+
+
+def make_llama_layer(hidden, ffn_hidden, heads, gqa_groups, seq, fp8=False,
+                     dtype=torch.bfloat16):
+    """LlamaLayer on the GPU in `dtype` (its rotary tables too), training
+    mode; fp8: FP8 Linears (torch_peers.Fp8Linear)."""
+    layer = LlamaLayer(hidden, ffn_hidden, heads, gqa_groups, seq,
+                       linear=Fp8Linear if fp8 else torch.nn.Linear)
+    return layer.to(device="cuda", dtype=dtype).train()

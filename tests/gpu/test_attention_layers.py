@@ -3,7 +3,7 @@ TransformerLayer: forward and backward against independent PyTorch math on
 the same inputs and parameters, dropout behaviour, and TE checkpoints.
 
     PYTHONPATH=python python3 -m pytest tests/gpu/test_attention_layers.py
-    (-k full for the seed-size TransformerLayer step only; -x -v as usual)
+    (-k full for the full-size TransformerLayer steps only; -x -v as usual)
 
 Data: fresh random inputs every run from one seed, printed at the start and
 in every failure message (TEJIT_TEST_SEED=N repeats a run).
@@ -25,8 +25,10 @@ kernels, see tests/gpu/test_pytorch_modules.py):
   casts with scale 1), output below 0.125 and gradients below 0.25 (TE's
   E4M3 / E5M2 rtol, the rule of tests/gpu/quickstart_te.py).
 - The quickstart's size (hidden 4096, FFN 16384, 32 heads, seq 2048, batch
-  4): one FP8 TransformerLayer step against the float32 composition,
-  output below 0.125 and input gradient below 0.25.
+  4), and a Llama-3-8B-style layer (FFN 14336, 8 GQA groups, RMSNorm,
+  SwiGLU, rotary, no biases, seq 4096, batch 2): one FP8 TransformerLayer
+  step against the float32 composition, output below 0.125 and input
+  gradient below 0.25.
 Dropout > 0: finite outputs and gradients, train and eval differ, eval is
 deterministic, two training forwards differ (fresh masks), and
 torch.manual_seed repeats them. Hidden dropout forward and backward (bf16
@@ -483,6 +485,22 @@ def test_transformer_layer_full_size_fp8_step():
                          what="TransformerLayer full size fp8")
     print(f"full-size FP8 step: output {errors['output']:.4f}, input grad "
           f"{errors['input grad']:.4f}")
+
+
+def test_llama_layer_full_size_fp8_step():
+    """A Llama-3-8B-style layer at its size (RMSNorm, 32 heads in 8 GQA
+    groups, rotary, causal, SwiGLU, no biases; seq 4096, batch 2): one FP8
+    step against the float32 composition, the same bounds."""
+    layer = te.TransformerLayer(4096, 14336, 32, num_gqa_groups=8,
+                                hidden_dropout=0.0, attention_dropout=0.0,
+                                normalization="RMSNorm", activation="swiglu",
+                                bias=False, params_dtype=BF16)
+    perturb(layer)
+    errors = check_block(layer, transformer_ref, "sbhd", hybrid(),
+                         rotary=True, seq=4096, batch=2, param_grads=False,
+                         what="Llama-style TransformerLayer full size fp8")
+    print(f"full-size Llama FP8 step: output {errors['output']:.4f}, input "
+          f"grad {errors['input grad']:.4f}")
 
 
 # --- dropout -----------------------------------------------------------------

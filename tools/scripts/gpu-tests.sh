@@ -46,6 +46,7 @@ step python3 tests/gpu/quickstart_te.py --full
 step python3 tests/gpu/train_curve.py
 # The attention modules, and TE's quickstart with te.TransformerLayer.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_rope.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callables.py
 step python3 tests/gpu/quickstart_te_layer.py --full

@@ -15,7 +15,9 @@ constructor arguments and state_dict names; each compiles a program on its
 first call per shape/dtype/recipe/mode (module/base.py says how).
 FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py. CUDA graphs:
 make_graphed_callables (graph.py), TE's signature. Activation
-checkpointing: checkpoint (_checkpointing.py), TE's.
+checkpointing: checkpoint (_checkpointing.py), TE's. Rotary embeddings:
+attention.RotaryPositionEmbedding and attention.apply_rotary_pos_emb
+(attention/rope.py), where TE keeps them.
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -37,9 +39,10 @@ from .module import (DotProductAttention, LayerNorm,  # noqa: E402
 from .module.base import compile_count  # noqa: E402
 from .graph import make_graphed_callables  # noqa: E402
 from ._checkpointing import checkpoint  # noqa: E402
+from . import attention  # noqa: E402  (TE's RotaryPositionEmbedding)
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
            "TransformerLayer", "fp8_autocast", "autocast", "fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
-           "make_graphed_callables", "checkpoint"]
+           "make_graphed_callables", "checkpoint", "attention"]

@@ -1,0 +1,7 @@
+"""tejit.pytorch.attention: where Transformer Engine keeps its attention
+helpers (transformer_engine.pytorch.attention). The rotary embedding table
+and its application live in rope.py; the attention modules themselves are
+tejit.pytorch.DotProductAttention and MultiheadAttention."""
+from .rope import RotaryPositionEmbedding, apply_rotary_pos_emb
+
+__all__ = ["RotaryPositionEmbedding", "apply_rotary_pos_emb"]
