@@ -3,8 +3,8 @@
 layer, tejit against PyTorch, on one GPU, in one process.
 
     python3 benchmarks/gpu/bench_transformer.py [--model seed|llama]
-        [--batch 4 8] [--small] [--only ROW ...] [--all] [--iters N]
-        [--warmup N] [--profile] [--json OUT]
+        [--inference] [--batch 4 8] [--small] [--only ROW ...] [--all]
+        [--iters N] [--warmup N] [--profile] [--json OUT]
     (benchmarks/gpu/run_transformer.sh sets up the library path, then
     runs this)
 
@@ -24,6 +24,11 @@ PyTorch) in the same forms as below; the rows marked seed-only (causal
 twin, plain fp16 layer, graphs, checkpointing, cuDNN SDPA) are left out.
 The issue's goals are stated for the seed layer; for this one the speed-ups
 are reported without a goal.
+
+--inference times serving instead of training: every model in eval mode
+(no dropout), the forward alone under torch.no_grad() (tejit compiles its
+inference program: no saved activations, no backward casts), the rows that
+only train (graphs, checkpointing) left out, no goals.
 
 Rows (--only picks some, by key; --all adds the ones marked extra):
 - tejit.pytorch.TransformerLayer(hidden, ffn, heads,
@@ -141,6 +146,8 @@ class Row:
     extra: bool = False            # only with --all or --only
     # Rows of the seed layer only (not run with --model llama).
     seed_only: bool = False
+    # Rows that time a training step only (not run with --inference).
+    training_only: bool = False
 
 
 ROWS = [
@@ -162,13 +169,13 @@ ROWS = [
         tejit=False, fp8=True, sdpa="flash"),
     Row("tejit-fp8-graph", "tejit FP8 (no_mask), CUDA graph "
         "(make_graphed_callables)", tejit=True, fp8=True, graphed=True,
-        seed_only=True),
+        seed_only=True, training_only=True),
     Row("compile-fp8-sdpa-graph", "torch.compile FP8 (_scaled_mm) + SDPA "
         "flash, CUDA graphs (reduce-overhead)", tejit=False, fp8=True,
         sdpa="flash", compiled=True, graphed=True, seed_only=True),
     Row("tejit-fp8-checkpoint", "tejit FP8 (no_mask), activation "
         "checkpointing (te.checkpoint)", tejit=True, fp8=True,
-        checkpointed=True, extra=True, seed_only=True),
+        checkpointed=True, extra=True, seed_only=True, training_only=True),
     Row("torch-bf16-cudnn", "PyTorch bf16 + SDPA cuDNN", tejit=False,
         fp8=False, sdpa="cudnn", extra=True, seed_only=True),
     Row("compile-fp8-cudnn", "torch.compile FP8 (_scaled_mm) + SDPA cuDNN",
@@ -333,13 +340,16 @@ def make_step(row, size, batch, args):
     """(step, what it keeps alive). A step: forward (in the row's forward
     context: fp8_autocast for tejit FP8), backward of dy; gradients set to
     None first (a training loop's zero_grad), unless --keep-grads (the seed
-    speedometer accumulates them)."""
+    speedometer accumulates them). With --inference: the model in eval
+    mode, the forward alone under torch.no_grad()."""
     torch.manual_seed(1234)
     model, forward_context, forward_kwargs = (
         build_tejit if row.tejit else build_peer)(row, size)
+    if args.inference:
+        model.eval()
     shape = (size["seq"], batch, size["hidden"])
     x = torch.rand(shape, device="cuda", dtype=row.dtype,
-                   requires_grad=True)
+                   requires_grad=not args.inference)
     dy = torch.rand(shape, device="cuda", dtype=row.dtype)
     mode = "reduce-overhead" if row.graphed else args.compile_mode
     fn = torch.compile(model, mode=mode) if row.compiled else model
@@ -357,6 +367,10 @@ def make_step(row, size, batch, args):
         fn = te.make_graphed_callables(model, (x,), fp8_enabled=row.fp8,
                                        fp8_recipe=recipe_for_tejit())
 
+    def forward():
+        with torch.no_grad(), peers.sdpa_backend(backend), forward_context():
+            return fn(x)
+
     def step():
         if not args.keep_grads:
             x.grad = None
@@ -370,7 +384,7 @@ def make_step(row, size, batch, args):
             y = y[0]
         y.backward(dy)
 
-    return step, (model, fn, x, dy, params)
+    return forward if args.inference else step, (model, fn, x, dy, params)
 
 
 def run_row(row, size, batch, args, flops):
@@ -570,7 +584,8 @@ def profile_tejit(size, batch, args):
                    "category": kernel_category(name)}
                   for name, d in kernels.items()),
                  key=lambda k: k["us_per_step"], reverse=True)
-    return {"batch": batch, "label": row_label(row, size),
+    what = " forward (inference)" if args.inference else ""
+    return {"batch": batch, "label": row_label(row, size) + what,
             "profiled_steps": len(splits), "split": median,
             "top_kernels": top[:PROFILE_TOP_KERNELS],
             "kernels_per_step": sum(len(d) for d in kernels.values()) / steps}
@@ -667,7 +682,10 @@ def print_report(report):
                  f"{DROPOUT}")
         flop_note = ("the no-mask FLOP count for every row (causal rows do "
                      "about half the attention FLOPs, so theirs overstates)")
-    print(f"Layer: {layer}; one step = forward + backward; {env['settings']['warmup']} "
+    what = ("one step = the forward alone (eval mode, torch.no_grad())"
+            if env["settings"].get("inference")
+            else "one step = forward + backward")
+    print(f"Layer: {layer}; {what}; {env['settings']['warmup']} "
           f"warm-up steps, then {env['settings']['iters']} timed (CUDA "
           f"events; mean as the seed speedometer, and the median step); "
           f"first step (JIT / torch.compile compile) timed apart. Model "
@@ -730,6 +748,10 @@ def parse_args():
                              "default); llama: a Llama-3-8B-style layer "
                              "(RMSNorm, GQA 8, rotary, causal, SwiGLU, no "
                              "bias, seq 4096, batch 2 and 4)")
+    parser.add_argument("--inference", action="store_true",
+                        help="time the forward alone (eval mode, "
+                             "torch.no_grad(): tejit compiles its inference "
+                             "program) instead of the training step")
     parser.add_argument("--only", nargs="+", metavar="ROW",
                         help="run only these rows (keys below)")
     parser.add_argument("--all", action="store_true",
@@ -756,6 +778,11 @@ def parse_args():
     if unknown:
         parser.error(f"unknown row(s) {', '.join(unknown)}; rows: "
                      f"{', '.join(ROW_BY_KEY)}")
+    training_only = [k for k in args.only or []
+                     if ROW_BY_KEY[k].training_only]
+    if args.inference and training_only:
+        parser.error(f"row(s) {', '.join(training_only)} time training "
+                     f"steps only")
     seed_only = [k for k in args.only or [] if ROW_BY_KEY[k].seed_only]
     if args.model == "llama" and seed_only:
         parser.error(f"row(s) {', '.join(seed_only)} exist for the seed "
@@ -769,7 +796,8 @@ def selected_rows(args):
     if args.only:
         return [ROW_BY_KEY[k] for k in args.only]
     return [r for r in ROWS if (args.all or not r.extra)
-            and not (args.model == "llama" and r.seed_only)]
+            and not (args.model == "llama" and r.seed_only)
+            and not (args.inference and r.training_only)]
 
 
 def driver_version():
@@ -804,6 +832,7 @@ def environment(args, size_name, size):
             "command": " ".join([sys.executable] + sys.argv),
             "model": args.model, "size": size_name, "sizes": size,
             "settings": {"warmup": args.warmup, "iters": args.iters,
+                     "inference": args.inference,
                          "keep_grads": args.keep_grads,
                          "compile_mode": args.compile_mode,
                          "dropout": DROPOUT,
@@ -839,6 +868,8 @@ def main():
     report = {"environment": env, "batches": [], "goals": []}
     for batch in batches:
         flops = layer_flops(size, batch)
+        if args.inference:  # the forward: a third of the step's FLOPs
+            flops = {k: v / 3 for k, v in flops.items()}
         print(f"\nbatch {batch}:", flush=True)
         results = []
         for row in rows:
@@ -851,7 +882,8 @@ def main():
         add_speedups(results)
         report["batches"].append({"batch": batch, "flops": flops,
                                   "results": results})
-        if not is_llama(size):  # the issue's goals are the seed layer's
+        # The issue's goals are the seed layer's training step's.
+        if not is_llama(size) and not args.inference:
             report["goals"] += goals(results, batch)
     if args.profile:
         report["profiles"] = []
