@@ -180,6 +180,11 @@ json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
         out = dact.getOutput();
       } else if (auto bgrad = dyn_cast<BiasGradOp>(op)) {
         epilogue["bias_grad"] = ref(bgrad.getOutput());
+      } else if (auto add = dyn_cast<AddOp>(op)) {
+        // out = product (+ bias) + residual: the residual is cuBLASLt's C.
+        Value residual = add.getLhs() == out ? add.getRhs() : add.getLhs();
+        epilogue["residual"] = ref(residual);
+        out = add.getOutput();
       }
     }
   step["out"] = ref(out);

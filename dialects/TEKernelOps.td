@@ -26,7 +26,7 @@ def TE_FusedOp : TE_Op<"fused", [IsolatedFromAbove,
     `norm_bwd_add` (normalization backward whose input gradient is added to
     a residual gradient), and `gemm` (a GEMM with the epilogue ops cuBLASLt
     fuses: bias, GELU, dGELU and bias gradient for bf16/fp16 GEMMs, FP8
-    output).
+    output, and a residual `te.add` of a non-FP8 output, read as C).
 
     ```mlir
     %q, %amax = te.fused "norm_cast" (%x, %g, %b, %s)

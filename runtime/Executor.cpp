@@ -243,6 +243,7 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
   pointers.dScale = pointer(step.epilogue.dScale);
   pointers.amaxD = pointer(step.epilogue.amaxD);
   pointers.biasGrad = pointer(step.epilogue.biasGrad);
+  pointers.residual = pointer(step.epilogue.residual);
   // cuBLASLt overwrites amax_D (measured on an H200): no zeroing needed.
   return gemms.run(step, plan, pointers, stream);
 }

@@ -40,6 +40,9 @@
 //   dgelu, aux               DGELU              D = t * gelu'(aux)
 //   dgelu, aux, bias_grad    DGELU_BGRAD        DGELU, and bias_grad = the
 //                                               row sums of D (sums over M)
+//   residual [, bias]        DEFAULT / BIAS     D = t + C (+ bias): C is the
+//                                               residual, beta = 1 (only
+//                                               for non-FP8 outputs)
 // With any of them, d_scale and amax_d when out is FP8 (the plan's quantize):
 // D is stored as d_scale * result in FP8 and amax_d is set to max |result|
 // (overwritten, not folded into its old value: seen with cuBLASLt 13.1).
@@ -280,11 +283,13 @@ struct ProblemKey {
   std::optional<ElementType> vector;
   std::optional<ElementType> aux;
   bool amaxD = false;
+  /// beta = 1: C is a residual added to the product (else beta = 0).
+  bool readsC = false;
   std::array<uint8_t, 6> alignments{};
 
   auto tie() const {
     return std::tie(m, n, k, transposeA, transposeB, scaled, fastAccum, a, b,
-                    out, c, epilogue, vector, aux, amaxD, alignments);
+                    out, c, epilogue, vector, aux, amaxD, readsC, alignments);
   }
   bool operator<(const ProblemKey &other) const { return tie() < other.tie(); }
 
@@ -307,7 +312,8 @@ struct ProblemKey {
           elementTypeName(*vector).str();
     text += parenthesized({vectorNote,
                            aux ? "aux " + elementTypeName(*aux).str() : "",
-                           amaxD ? "amax_d" : ""});
+                           amaxD ? "amax_d" : "",
+                           readsC ? "+ residual C" : ""});
     return text;
   }
 
@@ -693,6 +699,25 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
           n));
     auxType = element;
   }
+  // residual: out's type and shape, read as C with beta = 1 (cuBLASLt adds
+  // alpha A B + beta C, then the bias).
+  if (epilogue.residual) {
+    if (fp8Out)
+      return unsupported("a residual needs a bf16, f16 or f32 out (an FP8 "
+                         "out's C has another type)");
+    if (epilogue.gelu || epilogue.dgelu)
+      return unsupported("a residual is added with no epilogue or a bias "
+                         "only");
+    Expected<const TensorType *> type =
+        valueType(*epilogue.residual, "residual");
+    if (!type)
+      return type.takeError();
+    if ((*type)->shape != outShape || (*type)->element != outType)
+      return planError(llvm::formatv("residual is {0}; it must have out's "
+                                     "shape and type ({1})",
+                                     typeString(**type),
+                                     elementTypeName(outType)));
+  }
   // FP8 output: the plan's quantize.
   if (fp8Out && !epilogue.dScale)
     return planError("an FP8 out needs d_scale");
@@ -700,8 +725,8 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
     return unsupported("d_scale and amax_d need an FP8 out (cuBLASLt computes "
                        "amax_D only for FP8 outputs)");
 
-  // C: unused (beta = 0) but typed. An FP8 D takes a 16-bit C of the bias's
-  // type.
+  // C: the residual, else unused (beta = 0) but typed. An FP8 D takes a
+  // 16-bit C of the bias's type.
   ElementType cType = outType;
   if (fp8Out) {
     if (vectorType)
@@ -748,6 +773,8 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
       {pointers.amaxD, epilogue.amaxD.has_value(), "amax_d", 4},
       {pointers.biasGrad, epilogue.biasGrad.has_value(), "bias_grad",
        vectorType ? static_cast<int64_t>(elementBytes(*vectorType)) : 1},
+      {pointers.residual, epilogue.residual.has_value(), "residual",
+       static_cast<int64_t>(elementBytes(outType))},
   };
   for (const Check &check : checks) {
     if (!check.needed)
@@ -777,13 +804,18 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
   key.vector = vectorType;
   key.aux = auxType;
   key.amaxD = epilogue.amaxD.has_value();
+  key.readsC = epilogue.residual.has_value();
 
   request.a = pointers.b;
   request.b = pointers.a;
   request.d = pointers.out;
-  // beta = 0: C is never read. An FP8 D has a C of another type, so C cannot
-  // alias it; cuBLASLt takes null there.
-  request.c = fp8Out ? nullptr : pointers.out;
+  // With a residual, C is it (it may be out itself: in place, same layout).
+  // Else beta = 0: C is never read. An FP8 D has a C of another type, so C
+  // cannot alias it; cuBLASLt takes null there.
+  if (key.readsC)
+    request.c = pointers.residual;
+  else
+    request.c = fp8Out ? nullptr : pointers.out;
   if (step.scaled) {
     request.aScale = pointers.bScaleInv;
     request.bScale = pointers.aScaleInv;
@@ -935,7 +967,8 @@ Error CublasLtGemmRunner::run(const GemmStep &step,
       return withProblem(std::move(error));
     cublasStatus_t status = lib.cublasLtMatmul(
         handle, (*problem)->desc, &one, request->a, (*problem)->aLayout,
-        request->b, (*problem)->bLayout, &zero, request->c, (*problem)->cLayout,
+        request->b, (*problem)->bLayout, request->key.readsC ? &one : &zero,
+        request->c, (*problem)->cLayout,
         request->d, (*problem)->dLayout, &(*problem)->algo, workspace,
         workspaceBytes, cuStream);
     if (status != CUBLAS_STATUS_SUCCESS)

@@ -28,6 +28,7 @@ struct GemmPointers {
   const void *dScale = nullptr; // float[1], FP8 output
   void *amaxD = nullptr;        // float[1], FP8 output
   void *biasGrad = nullptr;
+  const void *residual = nullptr; // out's type, added to the product (C)
 };
 
 class GemmRunner {

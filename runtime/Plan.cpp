@@ -981,6 +981,7 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
             .Case("d_scale", &terms.dScale)
             .Case("amax_d", &terms.amaxD)
             .Case("bias_grad", &terms.biasGrad)
+            .Case("residual", &terms.residual)
             .Default(nullptr);
     if (name == "gelu" || name == "dgelu") {
       std::optional<bool> flag = value.getAsBoolean();
@@ -992,7 +993,8 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
     }
     if (!slot)
       return scope.error(field, "is not an epilogue term (bias, gelu, aux, "
-                                "d_scale, amax_d, dgelu, bias_grad)");
+                                "d_scale, amax_d, dgelu, bias_grad, "
+                                "residual)");
     // A gelu whose pre-activation is not kept (inference) has a null aux.
     if (name == "aux" && value.kind() == json::Value::Null)
       continue;
@@ -1016,6 +1018,19 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
                            printType(function.values[*terms.aux].type) +
                            ", not of the GEMM output's shape (" +
                            printType(step.outType) + ")");
+  if (terms.residual &&
+      (function.values[*terms.residual].type.shape != step.outType.shape ||
+       function.values[*terms.residual].type.element !=
+           step.outType.element))
+    return scope.error("epilogue.residual",
+                       "is value " + Twine(*terms.residual) + " of type " +
+                           printType(function.values[*terms.residual].type) +
+                           ", not the GEMM output's type (" +
+                           printType(step.outType) + ")");
+  if (terms.residual && (terms.gelu || terms.dgelu || terms.biasGrad))
+    return scope.error("epilogue.residual",
+                       "is only added after a bias (not with gelu, dgelu or "
+                       "bias_grad)");
   bool fp8Out = isFp8(step.outType.element);
   if (fp8Out && !terms.dScale)
     return scope.error("epilogue.d_scale",

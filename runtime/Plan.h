@@ -90,7 +90,9 @@ struct KernelStep {
 
 /// cuBLASLt epilogue terms (value ids).
 struct GemmEpilogue {
-  std::optional<int64_t> bias, aux, dScale, amaxD, biasGrad;
+  /// `residual`: a tensor of out's type added to the product (cuBLASLt's C,
+  /// beta = 1).
+  std::optional<int64_t> bias, aux, dScale, amaxD, biasGrad, residual;
   bool gelu = false, dgelu = false;
 };
 

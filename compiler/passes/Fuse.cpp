@@ -147,6 +147,17 @@ void Fuser::fuseGemm(Operation *gemm) {
     if (!(isa<ScaledMatmulOp>(gemm) && transposed) && tryAdd(group, act) &&
         isa<ScaledMatmulOp>(gemm) && quantize)
       tryAdd(group, quantize);
+  } else if (value.hasOneUse()) {
+    // A residual added to the (bias-added) product, its only use: cuBLASLt
+    // reads it as C with beta = 1 and adds it in f32 before the single
+    // rounding to the output type, instead of the product being written,
+    // read back and added by a kernel of its own (a residual connection
+    // without dropout: inference, Llama-style layers). Not for FP8
+    // outputs, whose C would have another type.
+    if (auto add = dyn_cast<AddOp>(*value.getUsers().begin());
+        add && !isa<Float8E4M3FNType, Float8E5M2Type>(
+                   getElementTypeOrSelf(value.getType())))
+      tryAdd(group, add);
   }
   commit(group);
 }

@@ -29,6 +29,9 @@ kernels, see tests/gpu/test_pytorch_modules.py):
   SwiGLU, rotary, no biases, seq 4096, batch 2): one FP8 TransformerLayer
   step against the float32 composition, output below 0.125 and input
   gradient below 0.25.
+- The inference program (eval mode under torch.no_grad()) of the seed and
+  a Llama-style layer, small in bf16 and full size in FP8 after two
+  training steps: output against the float32 composition, same bounds.
 Dropout > 0: finite outputs and gradients, train and eval differ, eval is
 deterministic, two training forwards differ (fresh masks), and
 torch.manual_seed repeats them. Hidden dropout forward and backward (bf16
@@ -663,6 +666,55 @@ def test_eval_mode_matches_dropout_free_layer():
     x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
     with torch.no_grad():
         assert torch.equal(layer(x), quiet(x))
+
+
+INFERENCE_CASES = {
+    # (constructor arguments, seq, batch, FP8, rotary)
+    "seed-bf16": (dict(hidden_size=256, ffn_hidden_size=1024,
+                       num_attention_heads=4), 64, 2, False, False),
+    "llama-bf16": (dict(hidden_size=256, ffn_hidden_size=512,
+                        num_attention_heads=8, num_gqa_groups=2,
+                        normalization="RMSNorm", activation="swiglu",
+                        bias=False), 64, 2, False, True),
+    "seed-full-fp8": (dict(hidden_size=4096, ffn_hidden_size=16384,
+                           num_attention_heads=32), 2048, 4, True, False),
+    "llama-full-fp8": (dict(hidden_size=4096, ffn_hidden_size=14336,
+                            num_attention_heads=32, num_gqa_groups=8,
+                            normalization="RMSNorm", activation="swiglu",
+                            bias=False), 4096, 2, True, True),
+}
+
+
+@pytest.mark.parametrize("case", list(INFERENCE_CASES))
+def test_inference_forward_matches_reference(case):
+    """The inference program (eval mode, torch.no_grad(): no saved
+    activations, GELU in the GEMM, residuals read by the GEMMs) against the
+    float32 composition: FP8 after two training steps have set the scales
+    (output bound 0.125), bf16 below TE's 1.6e-2."""
+    kwargs, seq, batch, fp8, rotary = INFERENCE_CASES[case]
+    layer = te.TransformerLayer(hidden_dropout=0.0, attention_dropout=0.0,
+                                params_dtype=BF16, **kwargs)
+    perturb(layer)
+    x = torch.randn(seq, batch, layer.hidden_size, device="cuda", dtype=BF16,
+                    requires_grad=True)
+    freqs = rotary_freqs(seq, layer.kv_channels, "cuda") if rotary else None
+    call = {"rotary_pos_emb": freqs} if rotary else {}
+    fp8_recipe = hybrid() if fp8 else None
+    dy = torch.randn_like(x)
+    for _ in range(FP8_WARMUP_STEPS if fp8 else 0):
+        block_step(layer, x, fp8_recipe, dy, **call)
+    layer.eval()
+    with torch.no_grad(), te.fp8_autocast(enabled=fp8, fp8_recipe=fp8_recipe):
+        out = layer(x.detach(), **call)
+        params = {n: p.detach().float()
+                  for n, p in layer.named_parameters()}
+        ref = transformer_ref(layer, x.detach().float(), params, "causal",
+                              None, freqs)
+    error = rel_l2(out, ref)
+    bound = L2_FP8_OUTPUT if fp8 else L2_DTYPE[BF16]
+    check_errors({"output": error}, {"output": bound},
+                 f"TransformerLayer inference {case}")
+    print(f"inference {case}: output {error:.4f}")
 
 
 def test_training_mode_drops_out_under_no_grad():

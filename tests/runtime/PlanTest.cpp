@@ -504,6 +504,15 @@ TEST(PlanTest, AcceptsWhatTheWriterMayWrite) {
     EXPECT_TRUE(gemm.epilogue.gelu);
     EXPECT_FALSE(gemm.epilogue.aux);
   }
+  // A residual added to the product (cuBLASLt's C): a value of out's type.
+  {
+    json::Value document = basePlan();
+    step(document, 0, 1)["epilogue"] = json::Object{{"residual", 11}};
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+    const auto &gemm = std::get<GemmStep>(plan->functions[0].steps[1]);
+    EXPECT_EQ(gemm.epilogue.residual, 11);
+  }
   // A view of a view, and a rank-0 value.
   {
     json::Value document = basePlan();
@@ -916,6 +925,19 @@ std::vector<ErrorCase> errorCases() {
          step(p, 0, 1)["epilogue"] = json::Object{{"gelu", true}, {"aux", 5}};
        },
        {layer + ", step 1 (gemm): 'epilogue.aux' is value 5"}},
+      {"GemmEpilogueResidualOfAnotherType",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] = json::Object{{"residual", 5}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.residual' is value 5",
+        "not the GEMM output's type"}},
+      {"GemmEpilogueResidualWithGelu",
+       [](V p) {
+         step(p, 0, 1)["epilogue"] =
+             json::Object{{"gelu", true}, {"residual", 11}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue.residual' is only added after "
+                "a bias"}},
       {"GemmEpilogueAuxWithoutGelu",
        [](V p) {
          step(p, 0, 1)["epilogue"] = json::Object{{"aux", 11}};

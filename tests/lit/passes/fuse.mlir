@@ -77,6 +77,37 @@ func.func @fp8_gemm_gelu_inference(%a: tensor<16x32xf8E4M3FN>, %w: tensor<64x32x
 
 // -----
 
+// A residual added to the bias-added product, its only use, is read by the
+// GEMM as C (beta = 1) instead of by an add kernel of its own.
+// CHECK-LABEL: func.func @fp8_gemm_bias_residual
+// CHECK:      %[[K:.*]] = te.fused "gemm"(%arg0, %arg1, %arg2, %arg3, %arg4)
+// CHECK:        %[[MM:.*]] = te.scaled_matmul
+// CHECK-NEXT:   %[[B:.*]] = te.bias_add %[[MM]]
+// CHECK-NEXT:   %[[R:.*]] = te.add %{{.*}}, %[[B]]
+// CHECK-NEXT:   te.yield %[[R]]
+// CHECK-NOT:  te.add
+func.func @fp8_gemm_bias_residual(%a: tensor<16x32xf8E4M3FN>, %w: tensor<64x32xf8E4M3FN>, %s: tensor<1xf32>, %bias: tensor<64xbf16>, %x: tensor<16x64xbf16>) -> tensor<16x64xbf16> {
+  %0 = te.scaled_matmul %a, %w, %s, %s {fast_accum} : (tensor<16x32xf8E4M3FN>, tensor<64x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>) -> tensor<16x64xbf16>
+  %1 = te.bias_add %0, %bias : tensor<16x64xbf16>, tensor<64xbf16> -> tensor<16x64xbf16>
+  %2 = te.add %x, %1 : tensor<16x64xbf16>
+  return %2 : tensor<16x64xbf16>
+}
+
+// -----
+
+// The product is also returned (the backward reads it): the add stays a
+// kernel of its own, the GEMM writes the product.
+// CHECK-LABEL: func.func @gemm_product_kept
+// CHECK:      %[[MM:.*]] = te.matmul
+// CHECK-NEXT: te.add %arg2, %[[MM]]
+func.func @gemm_product_kept(%a: tensor<16x32xbf16>, %w: tensor<64x32xbf16>, %x: tensor<16x64xbf16>) -> (tensor<16x64xbf16>, tensor<16x64xbf16>) {
+  %0 = te.matmul %a, %w {transpose_b} : tensor<16x32xbf16>, tensor<64x32xbf16> -> tensor<16x64xbf16>
+  %1 = te.add %x, %0 : tensor<16x64xbf16>
+  return %0, %1 : tensor<16x64xbf16>, tensor<16x64xbf16>
+}
+
+// -----
+
 // Backward: dGELU and the bias gradient are not GEMM epilogues (cuBLASLt
 // runs them as a kernel of their own) but one generated kernel.
 // CHECK-LABEL: func.func @gemm_dgelu_bgrad
