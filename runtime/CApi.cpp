@@ -455,6 +455,22 @@ tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
   return ok();
 }
 
+tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
+                                                  int reuse) {
+  if (!program)
+    return invalid("tejit_program_set_reuse_weight_casts: program is null");
+  program->program->setReuseWeightCasts(reuse != 0);
+  return ok();
+}
+
+size_t tejit_program_weight_cast_cache_bytes(const tejit_program *program) {
+  return program ? program->program->weightCastCacheBytes() : 0;
+}
+
+size_t tejit_program_skipped_steps(const tejit_program *program) {
+  return program ? program->program->lastSkippedSteps() : 0;
+}
+
 size_t tejit_program_amax_reductions(const tejit_program *program) {
   return program ? program->program->amaxAllReduceSteps() : 0;
 }

@@ -70,7 +70,7 @@ llvm::Expected<CUfunction> ModuleSet::helper(llvm::StringRef name) {
 
 llvm::Expected<std::unique_ptr<Executor>>
 Executor::create(const FunctionPlan &function, ModuleSet &modules,
-                 GemmRunner &gemms) {
+                 GemmRunner &gemms, bool cacheStaticSteps) {
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
@@ -121,22 +121,83 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
   // A view's address is its root's plus an offset, the same on every run:
   // follow each chain once here (the plan parser rejects cycles).
   for (const ValueInfo &value : function.values) {
-    Storage root = value.storage;
+    Storage storage = value.storage;
     int64_t offset = 0;
-    while (root.kind == Storage::View) {
-      offset += root.byteOffset;
-      root = function.values[root.index].storage;
+    while (storage.kind == Storage::View) {
+      offset += storage.byteOffset;
+      storage = function.values[storage.index].storage;
     }
+    Root root;
+    root.kind = storage.kind == Storage::Argument ? Root::Argument
+                : storage.kind == Storage::Result ? Root::Result
+                                                  : Root::Arena;
+    root.index = storage.index;
     root.byteOffset = offset;
     executor->roots.push_back(root);
   }
   for (auto [index, entry] : llvm::enumerate(function.results)) {
-    const Storage &root = executor->roots[entry.value];
-    if (root.kind != Storage::Result || root.index != int64_t(index) ||
+    const Root &root = executor->roots[entry.value];
+    if (root.kind != Root::Result || root.index != int64_t(index) ||
         root.byteOffset)
       executor->copiedResults.push_back(index);
   }
+  if (cacheStaticSteps)
+    if (Error error = executor->setUpStaticCache())
+      return std::move(error);
   return executor;
+}
+
+Error Executor::setUpStaticCache() {
+  staticSteps = findStaticSteps(plan);
+  if (staticSteps.empty())
+    return Error::success();
+  // Each static output gets bytes of its own in the cache (in the arena,
+  // values that are never live together share bytes).
+  constexpr int64_t alignment = 256;
+  llvm::DenseMap<int64_t, int64_t> cacheOffset; // output id -> offset
+  int64_t bytes = 0;
+  for (int64_t id : staticSteps.outputs) {
+    cacheOffset[id] = bytes;
+    bytes += (plan.values[id].bytes + alignment - 1) / alignment * alignment;
+  }
+  auto buffer = DeviceBuffer::allocate(
+      bytes, "the cache of '" + plan.name + "''s weight casts");
+  if (!buffer)
+    return buffer.takeError();
+  staticCache = std::move(*buffer);
+  // The outputs, and every view of one, move there; a view keeps its byte
+  // offset from the output's start.
+  for (const ValueInfo &value : plan.values) {
+    int64_t base = value.id;
+    while (plan.values[base].storage.kind == Storage::View)
+      base = plan.values[base].storage.index;
+    auto found = cacheOffset.find(base);
+    if (found == cacheOffset.end())
+      continue;
+    roots[value.id].kind = Root::Cache;
+    roots[value.id].index = found->second;
+  }
+  return Error::success();
+}
+
+llvm::Expected<bool>
+Executor::canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
+                             CUstream stream, bool reuse,
+                             bool &capturing) const {
+  capturing = false;
+  if (staticSteps.empty())
+    return false;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (Error error = driver.check(driver.cuStreamIsCapturing(stream, &status),
+                                 "asking whether the stream is capturing"))
+    return std::move(error);
+  capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!reuse || capturing || !staticCacheValid)
+    return false;
+  for (auto [index, argument] : llvm::enumerate(staticSteps.arguments))
+    if (arguments[argument] != staticArgumentPointers[index])
+      return false;
+  return true;
 }
 
 Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
@@ -152,17 +213,18 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
   for (auto [id, root] : llvm::enumerate(roots)) {
     CUdeviceptr base = 0;
     switch (root.kind) {
-    case Storage::Argument:
+    case Root::Argument:
       base = arguments[root.index];
       break;
-    case Storage::Result:
+    case Root::Result:
       base = results[root.index];
       break;
-    case Storage::Arena:
+    case Root::Arena:
       base = arena + root.index;
       break;
-    case Storage::View:
-      llvm_unreachable("roots are never views");
+    case Root::Cache:
+      base = staticCache.get() + root.index;
+      break;
     }
     addresses[id] = base + root.byteOffset;
   }
@@ -251,10 +313,24 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
 Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                     CUdeviceptr scratch, CUstream stream,
-                    AmaxReducer *amaxReducer) {
+                    AmaxReducer *amaxReducer, bool reuseStaticSteps) {
   if (Error error = bind(arguments, results, arena))
     return error;
+  bool capturing = false;
+  llvm::Expected<bool> skip =
+      canSkipStaticSteps(arguments, stream, reuseStaticSteps, capturing);
+  if (!skip)
+    return skip.takeError();
+  // Until this run has enqueued every static step, the cache is not known
+  // to hold anything.
+  if (!*skip)
+    staticCacheValid = false;
+  skippedSteps = 0;
   for (auto [index, step] : llvm::enumerate(plan.steps)) {
+    if (*skip && staticSteps.isStatic[index]) {
+      ++skippedSteps;
+      continue;
+    }
     Error error = Error::success();
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
       error = launch(*kernel, kernels[index], scratch, stream);
@@ -278,6 +354,14 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
       return annotate(
           std::move(error),
           llvm::formatv("function '{0}', step {1}", plan.name, index));
+  }
+  // The static steps ran (not only into a graph): later runs may reuse what
+  // they wrote while the arguments stay where they are.
+  if (!*skip && !staticSteps.empty() && !capturing) {
+    staticArgumentPointers.clear();
+    for (size_t argument : staticSteps.arguments)
+      staticArgumentPointers.push_back(arguments[argument]);
+    staticCacheValid = true;
   }
   for (size_t index : copiedResults) {
     int64_t id = plan.results[index].value;

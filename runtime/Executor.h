@@ -13,7 +13,9 @@
 #include "runtime/AttentionLauncher.h"
 #include "runtime/Bundle.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/DeviceBuffer.h"
 #include "runtime/Gemm.h"
+#include "runtime/StaticSteps.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
@@ -49,8 +51,12 @@ private:
 class Executor {
 public:
   /// Loads the kernels of `function` and checks every step can run here.
+  /// With `cacheStaticSteps`, the outputs of its static steps (the weight
+  /// casts, StaticSteps.h) get device memory of their own, kept between
+  /// runs, so that a run may skip those steps (run's reuseStaticSteps).
   static llvm::Expected<std::unique_ptr<Executor>>
-  create(const FunctionPlan &function, ModuleSet &modules, GemmRunner &gemms);
+  create(const FunctionPlan &function, ModuleSet &modules, GemmRunner &gemms,
+         bool cacheStaticSteps = false);
 
   const FunctionPlan &function() const { return plan; }
 
@@ -58,11 +64,25 @@ public:
   /// device pointer per argument and result of the function; `arena` at
   /// least function().arenaBytes of device memory, `scratch`
   /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
-  /// ranks (null: one process, the step is a copy).
+  /// ranks (null: one process, the step is a copy). `reuseStaticSteps`
+  /// skips the static steps when the cache holds their outputs from an
+  /// earlier run that read the same argument pointers: the caller promises
+  /// that the parameters and the FP8 state they point to have not changed
+  /// since. A run captured in a CUDA graph never fills the cache (its steps
+  /// run only at replay).
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                   CUdeviceptr scratch, CUstream stream,
-                  AmaxReducer *amaxReducer = nullptr);
+                  AmaxReducer *amaxReducer = nullptr,
+                  bool reuseStaticSteps = false);
+
+  /// Device bytes kept for the static steps' outputs (0 without a cache).
+  size_t staticCacheBytes() const { return staticCache.bytes(); }
+  /// How many steps the last run skipped.
+  size_t lastSkippedSteps() const { return skippedSteps; }
+  /// Forgets the cached static outputs (the FP8 state they were computed
+  /// from changed): the next run runs the static steps again.
+  void invalidateStaticCache() { staticCacheValid = false; }
 
   /// The most scratch any kernel or attention step asks for.
   size_t scratchBytes() const;
@@ -72,9 +92,24 @@ private:
            const CudaDriver &driver)
       : plan(plan), gemms(gemms), driver(driver) {}
 
+  /// Where a value's bytes start: an argument, a result, the arena or the
+  /// static-step cache, plus a byte offset.
+  struct Root {
+    enum Kind { Argument, Result, Arena, Cache };
+    Kind kind = Arena;
+    int64_t index = 0;
+    int64_t byteOffset = 0;
+  };
+
   /// Each value's address for one run.
   llvm::Error bind(llvm::ArrayRef<CUdeviceptr> arguments,
                    llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena);
+  /// Gives the static steps' outputs places in a cache of their own.
+  llvm::Error setUpStaticCache();
+  /// Whether this run may skip the static steps.
+  llvm::Expected<bool> canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
+                                          CUstream stream, bool reuse,
+                                          bool &capturing) const;
   llvm::Error launch(const KernelStep &step, CUfunction function,
                      CUdeviceptr scratch, CUstream stream);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
@@ -90,8 +125,18 @@ private:
   /// into the result buffer after the steps.
   std::vector<size_t> copiedResults;
   /// Per value id: where its bytes start (views followed to an argument,
-  /// result or arena offset, plus their byte offsets), fixed by the plan.
-  std::vector<Storage> roots;
+  /// result, arena or cache offset, plus their byte offsets), fixed by the
+  /// plan.
+  std::vector<Root> roots;
+  /// The static steps and the memory that keeps their outputs between runs
+  /// (empty without cacheStaticSteps).
+  StaticSteps staticSteps;
+  DeviceBuffer staticCache;
+  /// Whether the cache holds the static outputs of a finished run, and the
+  /// pointers that run gave the arguments static steps read.
+  bool staticCacheValid = false;
+  std::vector<CUdeviceptr> staticArgumentPointers;
+  size_t skippedSteps = 0;
   /// Per value id: its address in the current run.
   std::vector<CUdeviceptr> addresses;
 };

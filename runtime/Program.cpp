@@ -4,6 +4,7 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <cstdlib>
 #include <cstring>
 
 using namespace tejit::runtime;
@@ -92,9 +93,15 @@ Error Program::setUp(int ordinal) {
     return arenaBuffer.takeError();
   arena = std::move(*arenaBuffer);
 
+  // Inference programs (no backward) keep their weight casts between runs.
+  const char *cacheSetting = std::getenv("TEJIT_WEIGHT_CAST_CACHE");
+  bool cacheWeightCasts =
+      !backward && !(cacheSetting && llvm::StringRef(cacheSetting) == "0");
   auto prepare = [&](Function &function, const FunctionPlan &functionPlan,
                      bool isBackward) -> Error {
-    auto executor = Executor::create(functionPlan, *modules, *gemms);
+    auto executor =
+        Executor::create(functionPlan, *modules, *gemms,
+                         /*cacheStaticSteps=*/!isBackward && cacheWeightCasts);
     if (!executor)
       return executor.takeError();
     function.executor = std::move(*executor);
@@ -208,6 +215,7 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
 }
 
 Error Program::resetState() {
+  forwardFn.executor->invalidateStaticCache();
   const CudaDriver &driver = *CudaDriver::get();
   const auto &metas = descs[size_t(TensorKind::Meta)];
   for (auto [index, desc] : llvm::enumerate(metas)) {
@@ -307,12 +315,17 @@ Error Program::run(Function &function, CUstream stream,
   // A run that leaves the state alone must not wait for other ranks: its
   // update's results are dropped, so its amaxes are reduced over this
   // process only.
+  bool reuse = &function == &forwardFn && reuseWeightCasts;
   if (Error error = function.executor->run(
           function.pointers.arguments, function.pointers.results, arena.get(),
-          scratch.get(), stream, updateState ? amaxReducer.get() : nullptr))
+          scratch.get(), stream, updateState ? amaxReducer.get() : nullptr,
+          reuse))
     return error;
   if (!updateState)
     return Error::success();
+  // New scales: the weight casts made with the old ones are stale.
+  if (!function.updates.empty())
+    forwardFn.executor->invalidateStaticCache();
   const CudaDriver &driver = *CudaDriver::get();
   for (const CopyBack &update : function.updates)
     if (Error error =
@@ -430,8 +443,18 @@ Error Program::getMeta(size_t index, void *host, size_t bytes,
   return copyMeta(index, host, bytes, stream, /*toHost=*/true);
 }
 
+size_t Program::weightCastCacheBytes() const {
+  return forwardFn.executor->staticCacheBytes();
+}
+
+size_t Program::lastSkippedSteps() const {
+  return forwardFn.executor->lastSkippedSteps();
+}
+
 Error Program::setMeta(size_t index, const void *host, size_t bytes,
                        CUstream stream) {
+  // Weight casts made with the state being replaced are stale.
+  forwardFn.executor->invalidateStaticCache();
   return copyMeta(index, const_cast<void *>(host), bytes, stream,
                   /*toHost=*/false);
 }

@@ -91,6 +91,19 @@ public:
   void setForwardUpdatesState(bool updates) { forwardUpdatesState = updates; }
   bool forwardUpdatesStateEnabled() const { return forwardUpdatesState; }
 
+  /// Inference programs keep their weight casts (the FP8 quantization of
+  /// parameters, StaticSteps.h) in device memory of their own, unless
+  /// TEJIT_WEIGHT_CAST_CACHE=0 was set when they were made. With `reuse`,
+  /// the next forwards skip those steps when the parameters are at the
+  /// addresses of the forward that cast them and the FP8 state has not been
+  /// updated or written since: the caller promises the parameters' contents
+  /// have not changed either.
+  void setReuseWeightCasts(bool reuse) { reuseWeightCasts = reuse; }
+  /// Device bytes kept for the weight casts (0: no cache).
+  size_t weightCastCacheBytes() const;
+  /// Steps the last forward skipped (the weight casts it reused).
+  size_t lastSkippedSteps() const;
+
   /// Who reduces them from the next call on (null: nobody, one process).
   /// The program keeps the reducer alive. ErrorCode::InvalidArgument when
   /// the reducer works on another device than the program.
@@ -167,6 +180,7 @@ private:
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
   bool forwardUpdatesState = true;
+  bool reuseWeightCasts = false;
 };
 
 } // namespace tejit::runtime

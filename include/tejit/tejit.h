@@ -180,6 +180,24 @@ tejit_status tejit_rng_state_device_pointer(tejit_program *program,
 tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
                                                      int enabled);
 
+/* Weight casts of inference programs (programs without a backward): the
+ * steps that read only parameters and the FP8 state (a weight's FP8 cast,
+ * and under current scaling its amax and scale) write into device memory of
+ * the program's own, kept between forwards (1 byte per cast weight element;
+ * TEJIT_WEIGHT_CAST_CACHE=0 when the program is made turns this off). With
+ * reuse set (0 by default), a forward skips those steps when the previous
+ * forward that ran them had the same parameter pointers and the FP8 state
+ * has not been updated or written (tejit_meta_set) since: the caller
+ * promises the parameters' contents, and state written through
+ * tejit_meta_device_pointer, have not changed. A forward captured in a CUDA
+ * graph always runs them (and does not count as having run them). */
+tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
+                                                  int reuse);
+/* Device bytes the program keeps for its weight casts (0: no cache). */
+size_t tejit_program_weight_cast_cache_bytes(const tejit_program *program);
+/* Steps the last forward skipped because it reused the weight casts. */
+size_t tejit_program_skipped_steps(const tejit_program *program);
+
 /* Amax reduction across ranks (DelayedScaling's reduce_amax, on by
  * default): ranks that train one model (data parallel) scale their FP8
  * tensors from the element-wise max of their amaxes. A program reduces over

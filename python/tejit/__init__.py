@@ -331,6 +331,24 @@ class Program:
         _capi.check(_capi.lib().tejit_program_set_forward_state_updates(
             self.handle, int(bool(enabled))))
 
+    def set_reuse_weight_casts(self, reuse):
+        """Whether the next forwards of an inference program may skip its
+        weight casts, kept from the last forward that ran them with the
+        same parameter pointers and FP8 state: the caller promises the
+        parameters' contents have not changed since (tejit.h says more)."""
+        _capi.check(_capi.lib().tejit_program_set_reuse_weight_casts(
+            self.handle, int(bool(reuse))))
+
+    @property
+    def weight_cast_cache_bytes(self):
+        """Device bytes kept for the weight casts (0: no cache)."""
+        return _capi.lib().tejit_program_weight_cast_cache_bytes(self.handle)
+
+    @property
+    def skipped_steps(self):
+        """Steps the last forward skipped (the weight casts it reused)."""
+        return _capi.lib().tejit_program_skipped_steps(self.handle)
+
     # --- amax reduction across ranks ---------------------------------------
 
     @property

@@ -225,6 +225,9 @@ def _declare(lib):
         "tejit_program_set_amax_group": (status, [program, c_void_p]),
         "tejit_program_amax_reductions": (c_size_t, [program]),
         "tejit_program_set_forward_state_updates": (status, [program, c_int]),
+        "tejit_program_set_reuse_weight_casts": (status, [program, c_int]),
+        "tejit_program_weight_cast_cache_bytes": (c_size_t, [program]),
+        "tejit_program_skipped_steps": (c_size_t, [program]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

@@ -160,6 +160,15 @@ class AmaxGroupTest(unittest.TestCase):
             None, ctypes.byref(pointer)), 1)
         self.assertIn("null argument", tejit._capi.last_error())
 
+    def test_null_program_has_no_weight_cast_cache(self):
+        library = tejit._capi.lib()
+        self.assertEqual(
+            library.tejit_program_set_reuse_weight_casts(None, 1), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
+        self.assertEqual(library.tejit_program_weight_cast_cache_bytes(None),
+                         0)
+        self.assertEqual(library.tejit_program_skipped_steps(None), 0)
+
 
 if __name__ == "__main__":
     unittest.main()

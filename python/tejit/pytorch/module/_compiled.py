@@ -71,6 +71,11 @@ class CompiledProgram:
         self.amax_reductions = program.amax_reductions
         self._reduction_group = None
         self._forward_updates_state = True
+        # Inference programs: the parameters' (address, version) at the last
+        # forward that cast them (use_weight_casts), and whether the program
+        # is told to reuse its casts.
+        self._weights_token = None
+        self._reuse_weight_casts = False
         inputs = program.inputs
         if not inputs or inputs[0].is_parameter:
             raise RuntimeError(f"tejit: expected the program's first input "
@@ -203,6 +208,22 @@ class CompiledProgram:
             _distributed.amax_group(process_group, self.device_index)
             if process_group is not None else None)
         self._reduction_group = process_group
+
+    def use_weight_casts(self, token):
+        """Lets this inference forward reuse the weight casts the program
+        kept from its last forward when `token` (the module's parameters'
+        addresses and versions, which every in-place change through torch
+        moves on) is what it was then. The runtime checks the rest: the
+        same argument pointers, an FP8 state neither updated nor written
+        since. Never during CUDA-graph capture: a captured forward casts at
+        every replay, and its capture casts nothing."""
+        capturing = torch.cuda.is_current_stream_capturing()
+        reuse = (token is not None and token == self._weights_token
+                 and not capturing)
+        if reuse != self._reuse_weight_casts:
+            self.program.set_reuse_weight_casts(reuse)
+            self._reuse_weight_casts = reuse
+        self._weights_token = None if capturing else token
 
     def infer(self, inputs):
         """An inference forward (no autograd) on the current stream."""

@@ -38,6 +38,7 @@ parameters' dtype (TE's rule).
 """
 import json
 import math
+import os
 import warnings
 
 import torch
@@ -225,6 +226,17 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # back to the parameter's dtype.
         return parameter.to(dtype).contiguous()
 
+    def _weights_token(self):
+        """What identifies the parameters' contents without reading them:
+        each one's address and version counter (moved on by every in-place
+        change made through torch: optimizer steps, load_state_dict, copy_;
+        not by writes through `.data`). None when TEJIT_WEIGHT_CAST_CACHE=0,
+        which also keeps inference programs from caching their weight
+        casts."""
+        if os.environ.get("TEJIT_WEIGHT_CAST_CACHE") == "0":
+            return None
+        return tuple((p.data_ptr(), p._version) for p in self.parameters())
+
     def _requires_grad(self, inp):
         return inp.requires_grad or any(
             parameter.requires_grad
@@ -375,6 +387,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         elif compiled.training:
             outputs = compiled.forward_unrecorded(arguments)
         else:
+            compiled.use_weight_casts(self._weights_token())
             outputs = compiled.infer(arguments)
         return dict(zip(compiled.output_names, outputs))
 

@@ -1,0 +1,164 @@
+"""GPU tests of the weight-cast cache of inference programs: an inference
+forward (eval mode, torch.no_grad()) keeps the FP8 casts of the weights and
+the next forward skips them, as long as nothing they were made from moved.
+
+    PYTHONPATH=python python3 -m pytest tests/gpu/test_weight_cast_cache.py
+
+Each check compares against the same forward of an independent copy of the
+module (copy.deepcopy: fresh programs, no cache), bit for bit:
+- a second forward skips the casts and gives the first's output, under
+  DelayedScaling and Float8CurrentScaling;
+- after an in-place change of a weight (torch moves its version on), a
+  training step (new FP8 scales) or load_state_dict, the next forward casts
+  again and matches the copy made after the change;
+- a forward captured in a CUDA graph casts at every replay: replayed after
+  a weight changed, it matches the copy;
+- TEJIT_WEIGHT_CAST_CACHE=0 when the program is made: no cache, nothing
+  skipped.
+"""
+import copy
+
+import pytest
+
+from gpu_test_support import hybrid, perturb, run_seed, torch
+
+import tejit.pytorch as te  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+
+SEED = run_seed("test_weight_cast_cache")
+BF16 = torch.bfloat16
+RECIPES = {"delayed": hybrid,
+           "current": lambda: recipe.Float8CurrentScaling(
+               fp8_format=recipe.Format.HYBRID)}
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed():
+    torch.manual_seed(SEED)
+
+
+def make_layer(fp8_recipe):
+    """A small TransformerLayer after two FP8 training steps (scales set),
+    in eval mode, and an input."""
+    layer = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                attention_dropout=0.0, params_dtype=BF16)
+    perturb(layer)
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+    train_step(layer, x, fp8_recipe)
+    train_step(layer, x, fp8_recipe)
+    layer.eval()
+    return layer, x
+
+
+def train_step(layer, x, fp8_recipe):
+    layer.train()
+    with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+        y = layer(x.clone().requires_grad_())
+    y.float().square().mean().backward()
+    layer.zero_grad(set_to_none=True)
+    layer.eval()
+
+
+def infer(layer, x, fp8_recipe):
+    with torch.no_grad(), te.fp8_autocast(enabled=True,
+                                          fp8_recipe=fp8_recipe):
+        return layer(x)
+
+
+def inference_program(layer):
+    programs = [c for c in layer._programs.values() if not c.training]
+    assert len(programs) == 1, "one inference program expected"
+    return programs[0].program
+
+
+def fresh(layer, x, fp8_recipe):
+    """The same forward by an independent copy (no cache)."""
+    return infer(copy.deepcopy(layer), x, fp8_recipe)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_second_forward_reuses_the_casts(name):
+    fp8_recipe = RECIPES[name]()
+    layer, x = make_layer(fp8_recipe)
+    first = infer(layer, x, fp8_recipe)
+    program = inference_program(layer)
+    assert program.weight_cast_cache_bytes > 0
+    assert program.skipped_steps == 0
+    second = infer(layer, x, fp8_recipe)
+    # The QKV, projection, fc1 and fc2 weight casts at least.
+    assert program.skipped_steps >= 4, program.skipped_steps
+    assert torch.equal(first, second)
+    assert torch.equal(second, fresh(layer, x, fp8_recipe))
+    # A new input reuses them too, and computes what a copy computes.
+    other = torch.randn_like(x)
+    assert torch.equal(infer(layer, other, fp8_recipe),
+                       fresh(layer, other, fp8_recipe))
+    assert program.skipped_steps >= 4
+
+
+@pytest.mark.parametrize("change", ["in_place", "training_step",
+                                    "load_state_dict"])
+def test_a_change_casts_again(change):
+    fp8_recipe = hybrid()
+    layer, x = make_layer(fp8_recipe)
+    infer(layer, x, fp8_recipe)
+    before = infer(layer, x, fp8_recipe)
+    program = inference_program(layer)
+    assert program.skipped_steps > 0
+    if change == "in_place":
+        with torch.no_grad():
+            layer.layernorm_mlp.fc1_weight.mul_(1.5)
+    elif change == "training_step":
+        train_step(layer, x, fp8_recipe)
+    else:
+        state = copy.deepcopy(layer.state_dict())
+        with torch.no_grad():
+            state["layernorm_mlp.fc2_weight"] *= -1.0
+        layer.load_state_dict(state)
+    after = infer(layer, x, fp8_recipe)
+    assert program.skipped_steps == 0, f"{change}: the casts were reused"
+    if change != "training_step":  # same data: the scales may not move
+        assert not torch.equal(after, before), f"{change} changed nothing"
+    assert torch.equal(after, fresh(layer, x, fp8_recipe))
+    # And then they are kept again.
+    infer(layer, x, fp8_recipe)
+    assert program.skipped_steps > 0
+
+
+def test_a_captured_forward_casts_at_every_replay():
+    fp8_recipe = hybrid()
+    layer, x = make_layer(fp8_recipe)
+    infer(layer, x, fp8_recipe)
+    infer(layer, x, fp8_recipe)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        infer(layer, x, fp8_recipe)  # on the capture stream once, eagerly
+        with torch.cuda.graph(graph, stream=stream):
+            out = infer(layer, x, fp8_recipe)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.no_grad():
+        layer.self_attention.proj.weight.mul_(0.5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fresh(layer, x, fp8_recipe))
+    # The capture did not count as a forward that cast: the next eager
+    # forward casts.
+    eager = infer(layer, x, fp8_recipe)
+    assert inference_program(layer).skipped_steps == 0
+    assert torch.equal(eager, out)
+
+
+def test_switched_off_by_environment(monkeypatch):
+    monkeypatch.setenv("TEJIT_WEIGHT_CAST_CACHE", "0")
+    fp8_recipe = hybrid()
+    layer, x = make_layer(fp8_recipe)
+    infer(layer, x, fp8_recipe)
+    second = infer(layer, x, fp8_recipe)
+    program = inference_program(layer)
+    assert program.weight_cast_cache_bytes == 0
+    assert program.skipped_steps == 0
+    monkeypatch.delenv("TEJIT_WEIGHT_CAST_CACHE")
+    assert torch.equal(second, fresh(layer, x, fp8_recipe))
+
