@@ -160,8 +160,8 @@ Error Executor::setUpStaticCache() {
     cacheOffset[id] = bytes;
     bytes += (plan.values[id].bytes + alignment - 1) / alignment * alignment;
   }
-  auto buffer = DeviceBuffer::allocate(
-      bytes, "the cache of '" + plan.name + "''s weight casts");
+  auto buffer = DeviceBuffer::allocate(bytes, "the weight-cast cache of '" +
+                                                  plan.name + "'");
   if (!buffer)
     return buffer.takeError();
   staticCache = std::move(*buffer);

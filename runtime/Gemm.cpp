@@ -310,10 +310,9 @@ struct ProblemKey {
       vectorNote =
           (epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD ? "bias_grad " : "bias ") +
           elementTypeName(*vector).str();
-    text += parenthesized({vectorNote,
-                           aux ? "aux " + elementTypeName(*aux).str() : "",
-                           amaxD ? "amax_d" : "",
-                           readsC ? "+ residual C" : ""});
+    text += parenthesized(
+        {vectorNote, aux ? "aux " + elementTypeName(*aux).str() : "",
+         amaxD ? "amax_d" : "", readsC ? "+ residual C" : ""});
     return text;
   }
 
@@ -968,9 +967,8 @@ Error CublasLtGemmRunner::run(const GemmStep &step,
     cublasStatus_t status = lib.cublasLtMatmul(
         handle, (*problem)->desc, &one, request->a, (*problem)->aLayout,
         request->b, (*problem)->bLayout, request->key.readsC ? &one : &zero,
-        request->c, (*problem)->cLayout,
-        request->d, (*problem)->dLayout, &(*problem)->algo, workspace,
-        workspaceBytes, cuStream);
+        request->c, (*problem)->cLayout, request->d, (*problem)->dLayout,
+        &(*problem)->algo, workspace, workspaceBytes, cuStream);
     if (status != CUBLAS_STATUS_SUCCESS)
       return withProblem(lib.error(status, "cublasLtMatmul"));
   }

@@ -1020,8 +1020,7 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
                            printType(step.outType) + ")");
   if (terms.residual &&
       (function.values[*terms.residual].type.shape != step.outType.shape ||
-       function.values[*terms.residual].type.element !=
-           step.outType.element))
+       function.values[*terms.residual].type.element != step.outType.element))
     return scope.error("epilogue.residual",
                        "is value " + Twine(*terms.residual) + " of type " +
                            printType(function.values[*terms.residual].type) +

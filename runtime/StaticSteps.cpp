@@ -39,7 +39,8 @@ StaticSteps tejit::runtime::findStaticSteps(const FunctionPlan &function) {
       continue;
     // The next step must not read the scratch this one leaves.
     if (index + 1 < function.steps.size())
-      if (const auto *next = std::get_if<KernelStep>(&function.steps[index + 1]);
+      if (const auto *next =
+              std::get_if<KernelStep>(&function.steps[index + 1]);
           next && next->scratchFromPreviousStep)
         continue;
     bool readsOnlyStatic = true, writesArena = true, writesAny = false;
@@ -47,8 +48,8 @@ StaticSteps tejit::runtime::findStaticSteps(const FunctionPlan &function) {
       int64_t base = baseOf(function, arg.value);
       if (arg.output) {
         writesAny = true;
-        writesArena &= function.values[arg.value].storage.kind ==
-                       Storage::Arena;
+        writesArena &=
+            function.values[arg.value].storage.kind == Storage::Arena;
       } else {
         readsOnlyStatic &= isStaticValue[base];
       }
