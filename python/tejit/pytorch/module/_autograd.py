@@ -33,12 +33,13 @@ class ProgramFunction(torch.autograd.Function):
         outputs = compiled.new_outputs(device)
         saved = compiled.new_saved(device)
         compiled.program.forward_ex(torch.cuda.current_stream(device),
-                                    inputs, outputs, saved)
+                                    inputs, outputs,
+                                    compiled.saved_pointers(saved))
         ctx.compiled = compiled
         ctx.device = device
         ctx.counts = (len(inputs), len(outputs))
         ctx.save_for_backward(*_kept(inputs, compiled.keep_inputs),
-                              *_kept(outputs, compiled.keep_outputs), *saved)
+                              *_kept(outputs, compiled.keep_outputs), saved)
         return tuple(outputs) if len(outputs) > 1 else outputs[0]
 
     @staticmethod
@@ -49,7 +50,7 @@ class ProgramFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         inputs = tensors[:num_inputs]
         outputs = tensors[num_inputs:num_inputs + num_outputs]
-        saved = tensors[num_inputs + num_outputs:]
+        saved = compiled.saved_pointers(tensors[num_inputs + num_outputs])
         dys = []
         for index, dy in enumerate(grad_outputs):
             if dy is None:  # an output nothing downstream used

@@ -20,6 +20,10 @@ TORCH_DTYPES = {
     "bool": torch.bool,
 }
 
+# Bytes between the starts of consecutive saved tensors in a forward's
+# buffer (a multiple of every alignment the kernels and cuBLASLt ask for).
+SAVED_ALIGNMENT = 256
+
 # The single layer of a module's spec is `layers.0`: parameters arrive as
 # "layers.0.<TE state_dict name>", extra outputs as "layers.0.<name>".
 LAYER_PREFIX = "layers.0."
@@ -104,7 +108,14 @@ class CompiledProgram:
         if len(grads) == len(inputs) and None in self.grad_index:
             # Unnamed gradients: one per input, in order.
             self.grad_index = list(range(len(inputs)))
-        self._saved_bytes = [s.nbytes for s in program.saved]
+        # The saved tensors live in one byte buffer per forward (one
+        # allocation instead of one per tensor), each at a 256-byte aligned
+        # offset (FP8 GEMM operands need 16).
+        self._saved_offsets, offset = [], 0
+        for info in program.saved:
+            self._saved_offsets.append(offset)
+            offset += -(-info.nbytes // SAVED_ALIGNMENT) * SAVED_ALIGNMENT
+        self._saved_bytes = offset
         if self.training:
             read_inputs, read_outputs = _backward_reads(program)
             self.keep_inputs = [i.name in read_inputs for i in inputs]
@@ -125,10 +136,16 @@ class CompiledProgram:
         return self._allocate(self._outputs, device)
 
     def new_saved(self, device):
-        # Byte buffers: the caching allocator aligns blocks to 512 bytes,
-        # more than any saved tensor (FP8 data, float32 scales) needs.
-        return [torch.empty(nbytes, dtype=torch.uint8, device=device)
-                for nbytes in self._saved_bytes]
+        """One byte buffer for every tensor a forward saves (the caching
+        allocator aligns blocks to 512 bytes); saved_pointers gives their
+        addresses in it."""
+        return torch.empty(self._saved_bytes, dtype=torch.uint8,
+                           device=device)
+
+    def saved_pointers(self, buffer):
+        """The address of each saved tensor in `buffer` (new_saved's)."""
+        base = buffer.data_ptr()
+        return [base + offset for offset in self._saved_offsets]
 
     def new_grad_inputs(self, device):
         return self._allocate(self._grad_inputs, device)
@@ -239,8 +256,9 @@ class CompiledProgram:
         saved for a backward are dropped."""
         device = inputs[0].device
         outputs = self.new_outputs(device)
+        saved = self.new_saved(device)
         self.program.forward_ex(torch.cuda.current_stream(device), inputs,
-                                outputs, self.new_saved(device))
+                                outputs, self.saved_pointers(saved))
         return outputs
 
 

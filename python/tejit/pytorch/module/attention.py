@@ -296,7 +296,7 @@ class DotProductAttention(TransformerEngineBaseModule):
             activations, dtype, (qkv_format, seq, batch),
             {"seq_length": seq, "batch_size": batch,
              "input_format": qkv_format},
-            query_layer.shape, self._layer_spec(mask_type), variant)
+            query_layer.shape, lambda: self._layer_spec(mask_type), variant)
         return out["output"]
 
     def extra_repr(self):
@@ -334,4 +334,4 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     return module._run_program(
         activations, dtype, (qkv_format, seq, batch),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
-        hidden_states.shape, layer_spec(bool(rotary)), variant)
+        hidden_states.shape, lambda: layer_spec(bool(rotary)), variant)

@@ -197,8 +197,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
         autocast_dtype = _torch_autocast_dtype()
         if autocast_dtype is not None:
             return autocast_dtype
-        for name, parameter in self.named_parameters():
+        # parameters() is cheaper per call than named_parameters(): names
+        # only for the error.
+        for parameter in self.parameters():
             if parameter.dtype != inp.dtype:
+                name = next(n for n, p in self.named_parameters()
+                            if p is parameter)
                 raise TypeError(
                     f"{type(self).__name__}: the input is {inp.dtype} but "
                     f"'{name}' is {parameter.dtype}; outside torch.autocast "
@@ -329,7 +333,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         "attention_mask", "rotary_pos_emb") to contiguous CUDA tensors;
         `shape_key` (hashable) and `shape_spec` (the spec's seq_length,
         batch_size, input_format) describe their shape, `shape` is reported
-        in errors, `layer_spec` defaults to _layer_spec(), and `variant`
+        in errors, `layer_spec` (called only to compile) makes the layer's
+        spec and defaults to _layer_spec, and `variant`
         (hashable) is what else of this call selects the program (the
         attention modules' mask type, dropout on or off, rotary
         embeddings). Returns {output name: tensor} in the program's
@@ -353,7 +358,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         if compiled is None:
             spec = {"name": type(self).__name__,
                     "params_dtype": SPEC_DTYPES[dtype], **shape_spec,
-                    "layers": [layer_spec or self._layer_spec()]}
+                    "layers": [(layer_spec or self._layer_spec)()]}
             if recipe_spec is not None:
                 spec["recipe"] = recipe_spec
             compiled = self._compile(key, spec, shape)
