@@ -9,8 +9,9 @@ the outputs, the input gradient and every parameter gradient must be equal
 bit for bit (the same kernels run in the same order; only the launches
 differ), and so must the FP8 state after the steps, which shows that the
 delayed scaling moves on at every replay and that the warm-up left it
-untouched. With dropout, replays must draw fresh masks. Sizes: hidden 256
-and the quickstart's LayerNormMLP (hidden 4096, FFN 16384, 8192 tokens).
+untouched. With dropout, replays must draw fresh masks. Keyword arguments
+(a rotary table) become graph inputs. Sizes: hidden 256 and the
+quickstart's LayerNormMLP (hidden 4096, FFN 16384, 8192 tokens).
 """
 import copy
 import time
@@ -26,13 +27,13 @@ BF16 = torch.bfloat16
 STEPS = 4
 
 
-def step(module, x, dy, fp8_recipe):
+def step(module, x, dy, fp8_recipe, **kwargs):
     """One training step: (output, input gradient, {name: gradient})."""
     module.zero_grad(set_to_none=True)
     x = x.detach().requires_grad_()
     with te.fp8_autocast(enabled=fp8_recipe is not None,
                          fp8_recipe=fp8_recipe):
-        out = module(x)
+        out = module(x, **kwargs)
     out.backward(dy)
     return (out.detach().clone(), x.grad.clone(),
             {n: p.grad.clone() for n, p in module.named_parameters()})
@@ -116,10 +117,51 @@ def test_unsupported_arguments_are_refused():
     sample = torch.randn(16, 64, device="cuda", dtype=BF16,
                          requires_grad=True)
     for kwargs in ({"fp8_weight_caching": True},
-                   {"sample_kwargs": {"is_first_microbatch": True}},
                    {"fp8_enabled": True, "fp8_calibrating": True}):
         with pytest.raises(NotImplementedError):
             te.make_graphed_callables(module, (sample,), **kwargs)
+    # Keyword arguments are taken for modules, not for plain functions.
+    with pytest.raises(NotImplementedError):
+        te.make_graphed_callables(lambda x, scale=None: module(x), (sample,),
+                                  sample_kwargs={"scale": sample})
+
+
+def test_keyword_arguments_become_graph_inputs():
+    """A Llama-style layer graphed with its rotary table as a keyword
+    argument (and a fixed mask type): steps equal an eager twin's bit for
+    bit; a call that changes the fixed value or leaves out the table is
+    refused."""
+    torch.manual_seed(SEED)
+    eager = te.TransformerLayer(256, 512, 8, num_gqa_groups=2,
+                                hidden_dropout=0.0, attention_dropout=0.0,
+                                normalization="RMSNorm", activation="swiglu",
+                                bias=False, params_dtype=BF16)
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    rope = te.attention.RotaryPositionEmbedding(eager.kv_channels)(64)
+    sample = torch.randn(64, 2, 256, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    fp8_recipe = hybrid()
+    graphed = te.make_graphed_callables(
+        graphed, (sample,), fp8_enabled=True, fp8_recipe=fp8_recipe,
+        sample_kwargs={"rotary_pos_emb": rope,
+                       "self_attn_mask_type": "causal"})
+    for index in range(3):
+        x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+        dy = torch.randn_like(x)
+        want = step(eager, x, dy, fp8_recipe, rotary_pos_emb=rope)
+        got = step(graphed, x, dy, fp8_recipe, rotary_pos_emb=rope,
+                   self_attn_mask_type="causal")
+        assert torch.equal(got[0], want[0]), f"output, step {index}"
+        assert torch.equal(got[1], want[1]), f"input gradient, step {index}"
+        for name, grad in want[2].items():
+            assert torch.equal(got[2][name], grad), \
+                f"gradient of {name}, step {index}"
+    x = sample.detach()
+    with pytest.raises(ValueError, match="self_attn_mask_type"):
+        graphed(x, rotary_pos_emb=rope, self_attn_mask_type="no_mask")
+    with pytest.raises(TypeError, match="rotary_pos_emb"):
+        graphed(x)
 
 
 def test_layernorm_mlp_full_size_graph():

@@ -27,6 +27,87 @@ def _tejit_modules(callables):
     return list(found.values())
 
 
+class _KeywordsAsPositions(torch.nn.Module):
+    """`module` called with its keyword arguments' tensors as trailing
+    positional arguments, since PyTorch's capture takes positional ones
+    only; the keyword arguments that are not tensors are fixed at capture.
+    Calls the module's forward as it was when wrapped (its graphed forward
+    replaces it later)."""
+
+    def __init__(self, module, positional, keys, fixed):
+        super().__init__()
+        self.module = module
+        self._forward = module.forward
+        self.positional, self.keys, self.fixed = positional, keys, fixed
+        self.train(module.training)
+
+    def forward(self, *args):
+        lead, tail = args[:self.positional], args[self.positional:]
+        return self._forward(*lead, **dict(zip(self.keys, tail)),
+                             **self.fixed)
+
+
+def _take_keywords(module, graphed, keys, fixed):
+    """Gives `module` a forward that takes the captured keyword arguments
+    and replays `graphed` (a _KeywordsAsPositions): tensors replace the
+    captured ones (copied, as positional inputs are), other values must be
+    what they were at capture."""
+    name = type(module).__name__
+
+    def forward(*args, **kwargs):
+        unknown = set(kwargs) - set(keys) - set(fixed)
+        missing = [key for key in keys if key not in kwargs]
+        if unknown or missing:
+            raise TypeError(
+                f"graphed {name}: called with keyword arguments "
+                f"{sorted(kwargs)}; it was captured with {sorted(keys)} "
+                f"(tensors, each required) and {sorted(fixed)} (fixed)")
+        for key, value in fixed.items():
+            if key in kwargs and kwargs[key] != value:
+                raise ValueError(
+                    f"graphed {name}: {key}={kwargs[key]!r}, but the graph "
+                    f"was captured with {key}={value!r}")
+        # PyTorch's graphed forward replays only in the mode it captured.
+        graphed.training = module.training
+        return graphed(*args, *(kwargs[key] for key in keys))
+
+    module.forward = forward
+    return module
+
+
+def _keyword_wrappers(callables, sample_args, sample_kwargs):
+    """(callables, sample_args) for PyTorch's capture, with each module's
+    tensor keyword arguments appended to its positional ones, and per
+    callable (keys, fixed) or None when it takes none."""
+    if not sample_kwargs:
+        return callables, sample_args, [None] * len(callables)
+    kwargs_list = ([sample_kwargs] if len(callables) == 1
+                   and isinstance(sample_kwargs, dict)
+                   else list(sample_kwargs))
+    if len(kwargs_list) != len(callables):
+        raise ValueError(f"make_graphed_callables: {len(kwargs_list)} "
+                         f"sample_kwargs for {len(callables)} callables")
+    wrapped, args_out, layouts = [], [], []
+    for callable_, args, kwargs in zip(callables, sample_args, kwargs_list):
+        if not kwargs:
+            wrapped.append(callable_)
+            args_out.append(args)
+            layouts.append(None)
+            continue
+        if not isinstance(callable_, torch.nn.Module):
+            raise NotImplementedError(
+                "make_graphed_callables(sample_kwargs=...) is supported by "
+                "tejit for modules only; pass a function's inputs "
+                "positionally")
+        keys = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+        fixed = {k: v for k, v in kwargs.items() if k not in keys}
+        wrapped.append(_KeywordsAsPositions(callable_, len(args), keys,
+                                            fixed))
+        args_out.append(tuple(args) + tuple(kwargs[k] for k in keys))
+        layouts.append((keys, fixed))
+    return tuple(wrapped), tuple(args_out), layouts
+
+
 def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
                            allow_unused_input=False, sample_kwargs=None,
                            fp8_enabled=False, fp8_calibrating=False,
@@ -39,6 +120,11 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     and capture run under fp8_autocast(fp8_recipe), and the graphs keep
     that recipe whatever the context of later calls.
 
+    `sample_kwargs` (a dict, or one per callable) gives modules keyword
+    arguments: tensors (e.g. rotary_pos_emb, attention_mask) become graph
+    inputs like the positional ones, each call must pass them all; other
+    values (a mask type, None) are fixed at capture and must not change.
+
     The FP8 state of every tejit module is put back after the warm-up as it
     was before (a fresh module's: TE's initial state), so the first replay
     is the first step. With DelayedScaling's reduce_amax across ranks
@@ -46,18 +132,15 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     all-reduces they captured: every rank must replay the same graphs in
     the same order. Not supported (NotImplementedError): `fp8_calibrating`
     (as in fp8_autocast), `fp8_weight_caching` (no is_first_microbatch), and
-    keyword arguments (`sample_kwargs`), which PyTorch's capture does not
-    take."""
+    keyword arguments of callables that are not modules."""
     if fp8_weight_caching:
         raise NotImplementedError(
             "make_graphed_callables(fp8_weight_caching=True) is not "
             "supported by tejit: modules quantize their weights every step")
-    if sample_kwargs:
-        raise NotImplementedError(
-            "make_graphed_callables(sample_kwargs=...) is not supported by "
-            "tejit: pass every input positionally in sample_args")
     single = not isinstance(modules, tuple)
     callables = (modules,) if single else modules
+    wrapped, wrapped_args, layouts = _keyword_wrappers(
+        callables, (sample_args,) if single else sample_args, sample_kwargs)
     # Checks the FP8 arguments before any work (fp8_autocast raises).
     autocast = fp8.fp8_autocast(enabled=fp8_enabled,
                                 calibrating=fp8_calibrating,
@@ -66,9 +149,16 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     before = [module._fp8_meta_state.tensors() for module in tejit_modules]
     with autocast:
         graphed = torch.cuda.make_graphed_callables(
-            modules, sample_args, num_warmup_iters=num_warmup_iters,
+            wrapped[0] if single else wrapped,
+            wrapped_args[0] if single else wrapped_args,
+            num_warmup_iters=num_warmup_iters,
             allow_unused_input=allow_unused_input, pool=pool)
     # Ordered before the first replay: both go on the current stream.
     for module, snapshot in zip(tejit_modules, before):
         module._fp8_meta_state.restore(snapshot)
-    return graphed
+    results = [graphed] if single else list(graphed)
+    for index, layout in enumerate(layouts):
+        if layout is not None:
+            results[index] = _take_keywords(callables[index],
+                                            results[index], *layout)
+    return results[0] if single else tuple(results)
