@@ -28,8 +28,14 @@ __device__ __forceinline__ float tj_dgelu(float x) {
   const float k = x * fmaf(6.f * a * c, x * x, 2.f * c);
   return (1.f - r) * fmaf(k, r, 1.f);
 }
-/// The fast exponential (within ~2^-21 relatively); 1 / (1 + inf) is 0.
-__device__ __forceinline__ float tj_sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
+/// The fast exponential (within ~2^-21 relatively) and the fast divide
+/// (2 ulp; 1 / (1 + inf) and 1 / y past 2^126 are 0): the IEEE divide made
+/// the inference SwiGLU + cast kernel compute-bound, 63% of copy bandwidth
+/// against 101% with the same FP8 bytes
+/// (benchmarks/gpu/micro/swiglu_cast_variants.cu).
+__device__ __forceinline__ float tj_sigmoid(float x) {
+  return __fdividef(1.f, 1.f + __expf(-x));
+}
 /// x sigmoid(k x): qgelu (k = 1.702) and silu (k = 1).
 __device__ __forceinline__ float tj_xsigmoid(float x, float k) { return x * tj_sigmoid(k * x); }
 __device__ __forceinline__ float tj_dxsigmoid(float x, float k) {
