@@ -9,7 +9,8 @@
 // their sines and cosines once (sincosf) and reuses them for every row it
 // walks. A thread reads x[i..] and x[i + d/2..] of a row together, so each
 // element is loaded once and written once, as 16-byte vectors where d/2
-// allows.
+// allows. x may be a strided view (q or k as columns of the QKV
+// projection, AttentionViews.h): rows are then read at its token stride.
 //
 // The interpreter (compiler/interpreter/AttentionKernels.cpp) computes in
 // float64; here angles, sines, cosines and products are float, so results
@@ -18,6 +19,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/EmitterImpl.h"
 
+#include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -51,8 +53,14 @@ struct RotaryShape {
   }
 };
 
-/// The offset of row `r` (= b * heads + h) at position `s`, in elements.
-std::string rowOffset(const RotaryShape &shape) {
+/// The offset of row `r` (= b * heads + h) at position `s`, in elements;
+/// `strided`: tokens kTokenStride elements apart (a view), else packed.
+std::string rowOffset(const RotaryShape &shape, bool strided = false) {
+  if (strided)
+    return shape.sbhd ? "(s * kBatch + r / kHeads) * kTokenStride + "
+                        "r % kHeads * kDim"
+                      : "(r / kHeads * kSeq + s) * kTokenStride + "
+                        "r % kHeads * kDim";
   if (shape.sbhd) // [s, b, h, d]: the rows of one position are contiguous.
     return "(s * kRows + r) * kDim";
   return "((r / kHeads * kSeq + s) * kHeads + r % kHeads) * kDim";
@@ -77,7 +85,7 @@ void writeAngles(CudaWriter &w, StringRef freqs) {
 
 /// Loads kUnroll rows of pairs, then rotates and stores each.
 void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
-               StringRef out, bool inverse) {
+               StringRef out, bool inverse, bool stridedIn) {
   w.open("for (tj_i64 r0 = threadIdx.x / kPairVecs; r0 < kRows; r0 += "
          "kUnroll * kRowsPerPass)");
   w.line("float lo[kUnroll][kVec], hi[kUnroll][kVec];");
@@ -85,7 +93,7 @@ void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
   w.open("for (int u = 0; u < kUnroll; ++u)");
   w.line("const tj_i64 r = r0 + u * kRowsPerPass;");
   w.open("if (r < kRows)");
-  w.line("const tj_i64 base = " + rowOffset(shape) + " + col;");
+  w.line("const tj_i64 base = " + rowOffset(shape, stridedIn) + " + col;");
   w.line("tj_load(lo[u], " + in + " + base);");
   w.line("tj_load(hi[u], " + in + " + base + kHalf);");
   w.close();
@@ -145,10 +153,19 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
   w.line(formatv("constexpr tj_i64 kRows = {0}, kDim = {1}, kHalf = {2};", rows,
                  shape.dim, half)
              .str());
+  // The row offsets' constants (rowOffset): bshd rows need the sequence
+  // length, strided sbhd rows the batch, and both the heads.
+  int64_t tokenStride = attentionTokenStride(rotary.getInput());
   if (!shape.sbhd)
     w.line(formatv("constexpr tj_i64 kSeq = {0}, kHeads = {1};", shape.seq,
                    shape.heads)
                .str());
+  else if (tokenStride)
+    w.line(formatv("constexpr tj_i64 kBatch = {0}, kHeads = {1};", shape.batch,
+                   shape.heads)
+               .str());
+  if (tokenStride)
+    w.line(formatv("constexpr tj_i64 kTokenStride = {0};", tokenStride).str());
   w.line(formatv("constexpr tj_i64 kPairVecs = {0}, kRowsPerPass = {1};",
                  pairVecs, rowsPerPass)
              .str());
@@ -156,7 +173,8 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
   w.line("const tj_i64 col = threadIdx.x % kPairVecs * kVec;");
   writeAngles(w, builder.param(rotary.getFreqs()));
   writeRows(w, shape, builder.param(rotary.getInput()),
-            builder.param(rotary.getOutput()), rotary.getInverse());
+            builder.param(rotary.getOutput()), rotary.getInverse(),
+            tokenStride != 0);
   kernels.push_back(
       builder.finish(w, Dim3{shape.seq, 1, 1}, Dim3{threads, 1, 1}));
   return llvm::Error::success();

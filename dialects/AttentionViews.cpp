@@ -27,7 +27,8 @@ bool splitsTokensAndHeads(ReshapeOp reshape, Value flat, Value split) {
          from[1] == to[2] * to[3];
 }
 
-/// Whether `use` reads its value as attention's q, k or v.
+/// Whether `use` reads its value as attention's q, k or v, or as the input
+/// of a rotary embedding (whose kernel reads rows at any stride).
 bool isAttentionInput(OpOperand &use) {
   Operation *owner = use.getOwner();
   unsigned index = use.getOperandNumber();
@@ -35,6 +36,8 @@ bool isAttentionInput(OpOperand &use) {
     return index <= 2;
   if (isa<AttentionBwdOp>(owner))
     return index >= 1 && index <= 3;
+  if (isa<RotaryOp>(owner))
+    return index == 0;
   return false;
 }
 

@@ -53,9 +53,15 @@ func.func @rope_bshd_inverse(%x: tensor<2x16x4x96xf16>,
   return %y : tensor<2x16x4x96xf16>
 }
 
-// Llama's q and k (sbhd, head dim 32) forward, and their gradients inverse.
+// Llama's q and k (sbhd, head dim 32) forward, read in place from the QKV
+// projection (tokens 256 elements apart), and their gradients inverse.
 // LLAMA-LABEL: ===== kernel llama_small_rotary_0: grid (64, 1, 1), block (32, 1, 1)
+// LLAMA: constexpr tj_i64 kBatch = 2, kHeads = 4;
+// LLAMA: constexpr tj_i64 kTokenStride = 256;
+// LLAMA: const tj_i64 base = (s * kBatch + r / kHeads) * kTokenStride + r % kHeads * kDim + col;
 // LLAMA: lo_out[i] = lo[u][i] * cos_lo[i] - hi[u][i] * sin_lo[i];
+// LLAMA: const tj_i64 base = (s * kRows + r) * kDim + col;
+// LLAMA-NEXT: tj_store(v{{[0-9]+}} + base, lo_out);
 // LLAMA-LABEL: ===== kernel llama_small_backward_rotary_0: grid (64, 1, 1), block (32, 1, 1)
 // LLAMA: lo_out[i] = lo[u][i] * cos_lo[i] + hi[u][i] * sin_lo[i];
 // LLAMA-NEXT: hi_out[i] = hi[u][i] * cos_hi[i] - lo[u][i] * sin_hi[i];
