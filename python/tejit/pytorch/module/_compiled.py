@@ -75,9 +75,12 @@ class CompiledProgram:
         self.amax_reductions = program.amax_reductions
         self._reduction_group = None
         self._forward_updates_state = True
-        # Inference programs: the parameters' (address, version) at the last
-        # forward that cast them (use_weight_casts), and whether the program
-        # is told to reuse its casts.
+        # Inference programs that keep their weight casts (the runtime made
+        # them a cache; TEJIT_WEIGHT_CAST_CACHE=0 at compile time did not):
+        # the parameters' (address, version) at the last forward that cast
+        # them (use_weight_casts), and whether the program is told to reuse
+        # its casts.
+        self.keeps_weight_casts = program.weight_cast_cache_bytes > 0
         self._weights_token = None
         self._reuse_weight_casts = False
         inputs = program.inputs

@@ -38,7 +38,6 @@ parameters' dtype (TE's rule).
 """
 import json
 import math
-import os
 import warnings
 
 import torch
@@ -234,11 +233,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         """What identifies the parameters' contents without reading them:
         each one's address and version counter (moved on by every in-place
         change made through torch: optimizer steps, load_state_dict, copy_;
-        not by writes through `.data`). None when TEJIT_WEIGHT_CAST_CACHE=0,
-        which also keeps inference programs from caching their weight
-        casts."""
-        if os.environ.get("TEJIT_WEIGHT_CAST_CACHE") == "0":
-            return None
+        not by writes through `.data`)."""
         return tuple((p.data_ptr(), p._version) for p in self.parameters())
 
     def _requires_grad(self, inp):
@@ -392,7 +387,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         elif compiled.training:
             outputs = compiled.forward_unrecorded(arguments)
         else:
-            compiled.use_weight_casts(self._weights_token())
+            if compiled.keeps_weight_casts:
+                compiled.use_weight_casts(self._weights_token())
             outputs = compiled.infer(arguments)
         return dict(zip(compiled.output_names, outputs))
 
