@@ -23,14 +23,8 @@
 #include <cuda_runtime.h>
 #include <vector>
 
-#define CHECK(x)                                                               \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));    \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
+#include "check_cuda.cuh"
+
 
 constexpr int kRows = 8192, kCols = 14336; // output columns (half of fc1)
 
