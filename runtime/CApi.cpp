@@ -11,6 +11,8 @@
 #include "runtime/Compile.h"
 #include "runtime/Program.h"
 
+#include "llvm/Support/FormatVariadic.h"
+
 #include <cstring>
 
 using namespace tejit::runtime;
@@ -457,9 +459,24 @@ tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
 
 tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
                                                   int reuse) {
+  // The mode is checked first, so that a caller learns about it even
+  // without a program (machines without a GPU make none).
+  if (reuse < TEJIT_WEIGHT_CASTS_RUN ||
+      reuse > TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS)
+    return invalid(
+        llvm::formatv(
+            "tejit_program_set_reuse_weight_casts: reuse is {0}; expected "
+            "TEJIT_WEIGHT_CASTS_RUN (0), TEJIT_WEIGHT_CASTS_REUSE (1) or "
+            "TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS (2)",
+            reuse)
+            .str());
   if (!program)
     return invalid("tejit_program_set_reuse_weight_casts: program is null");
-  program->program->setReuseWeightCasts(reuse != 0);
+  static_assert(int(StaticReuse::Never) == TEJIT_WEIGHT_CASTS_RUN &&
+                int(StaticReuse::WhenUnchanged) == TEJIT_WEIGHT_CASTS_REUSE &&
+                int(StaticReuse::AlsoWhenCapturing) ==
+                    TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS);
+  program->program->setReuseWeightCasts(StaticReuse(reuse));
   return ok();
 }
 

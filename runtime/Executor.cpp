@@ -182,7 +182,7 @@ Error Executor::setUpStaticCache() {
 
 llvm::Expected<bool>
 Executor::canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
-                             CUstream stream, bool reuse,
+                             CUstream stream, StaticReuse reuse,
                              bool &capturing) const {
   capturing = false;
   if (staticSteps.empty())
@@ -192,7 +192,8 @@ Executor::canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
                                  "asking whether the stream is capturing"))
     return std::move(error);
   capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
-  if (!reuse || capturing || !staticCacheValid)
+  if (reuse == StaticReuse::Never || !staticCacheValid ||
+      (capturing && reuse != StaticReuse::AlsoWhenCapturing))
     return false;
   for (auto [index, argument] : llvm::enumerate(staticSteps.arguments))
     if (arguments[argument] != staticArgumentPointers[index])
@@ -313,12 +314,12 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
 Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                     CUdeviceptr scratch, CUstream stream,
-                    AmaxReducer *amaxReducer, bool reuseStaticSteps) {
+                    AmaxReducer *amaxReducer, StaticReuse reuse) {
   if (Error error = bind(arguments, results, arena))
     return error;
   bool capturing = false;
   llvm::Expected<bool> skip =
-      canSkipStaticSteps(arguments, stream, reuseStaticSteps, capturing);
+      canSkipStaticSteps(arguments, stream, reuse, capturing);
   if (!skip)
     return skip.takeError();
   // Until this run has enqueued every static step, the cache is not known

@@ -48,6 +48,21 @@ private:
   llvm::StringMap<CUmodule> modules;
 };
 
+/// Whether a run may skip the static steps (StaticSteps.h) and read what
+/// an earlier run left in the cache. Skipping needs a cache filled by a
+/// finished run that gave the static steps the same argument pointers; the
+/// caller promises that what they point to has not changed since.
+enum class StaticReuse {
+  /// Run them.
+  Never,
+  /// Skip them, but not in a run captured in a CUDA graph (it runs them at
+  /// every replay).
+  WhenUnchanged,
+  /// Skip them also in a captured run: its replays read the cache as the
+  /// latest run that ran the static steps left it.
+  AlsoWhenCapturing,
+};
+
 class Executor {
 public:
   /// Loads the kernels of `function` and checks every step can run here.
@@ -64,17 +79,14 @@ public:
   /// device pointer per argument and result of the function; `arena` at
   /// least function().arenaBytes of device memory, `scratch`
   /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
-  /// ranks (null: one process, the step is a copy). `reuseStaticSteps`
-  /// skips the static steps when the cache holds their outputs from an
-  /// earlier run that read the same argument pointers: the caller promises
-  /// that the parameters and the FP8 state they point to have not changed
-  /// since. A run captured in a CUDA graph never fills the cache (its steps
-  /// run only at replay).
+  /// ranks (null: one process, the step is a copy). `reuse` says whether
+  /// the static steps may be skipped (StaticReuse). A run captured in a
+  /// CUDA graph never fills the cache (its steps run only at replay).
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                   CUdeviceptr scratch, CUstream stream,
                   AmaxReducer *amaxReducer = nullptr,
-                  bool reuseStaticSteps = false);
+                  StaticReuse reuse = StaticReuse::Never);
 
   /// Device bytes kept for the static steps' outputs (0 without a cache).
   size_t staticCacheBytes() const { return staticCache.bytes(); }
@@ -108,7 +120,7 @@ private:
   llvm::Error setUpStaticCache();
   /// Whether this run may skip the static steps.
   llvm::Expected<bool> canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
-                                          CUstream stream, bool reuse,
+                                          CUstream stream, StaticReuse reuse,
                                           bool &capturing) const;
   llvm::Error launch(const KernelStep &step, CUfunction function,
                      CUdeviceptr scratch, CUstream stream);

@@ -315,7 +315,13 @@ Error Program::run(Function &function, CUstream stream,
   // A run that leaves the state alone must not wait for other ranks: its
   // update's results are dropped, so its amaxes are reduced over this
   // process only.
-  bool reuse = &function == &forwardFn && reuseWeightCasts;
+  StaticReuse reuse =
+      &function == &forwardFn ? reuseWeightCasts : StaticReuse::Never;
+  // Replays of a capture that updates the state would pair casts made with
+  // the capture-time scales with the replay's new ones.
+  if (reuse == StaticReuse::AlsoWhenCapturing && updateState &&
+      !function.updates.empty())
+    reuse = StaticReuse::WhenUnchanged;
   if (Error error = function.executor->run(
           function.pointers.arguments, function.pointers.results, arena.get(),
           scratch.get(), stream, updateState ? amaxReducer.get() : nullptr,

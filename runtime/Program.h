@@ -93,12 +93,13 @@ public:
 
   /// Inference programs keep their weight casts (the FP8 quantization of
   /// parameters, StaticSteps.h) in device memory of their own, unless
-  /// TEJIT_WEIGHT_CAST_CACHE=0 was set when they were made. With `reuse`,
-  /// the next forwards skip those steps when the parameters are at the
-  /// addresses of the forward that cast them and the FP8 state has not been
-  /// updated or written since: the caller promises the parameters' contents
-  /// have not changed either.
-  void setReuseWeightCasts(bool reuse) { reuseWeightCasts = reuse; }
+  /// TEJIT_WEIGHT_CAST_CACHE=0 was set when they were made. `reuse` says
+  /// whether the next forwards skip those steps (StaticReuse): only when the
+  /// parameters are at the addresses of the forward that cast them and the
+  /// FP8 state has not been updated or written since; the caller promises
+  /// the parameters' contents have not changed either. A forward captured
+  /// while it updates the state casts (its replays change the scales).
+  void setReuseWeightCasts(StaticReuse reuse) { reuseWeightCasts = reuse; }
   /// Device bytes kept for the weight casts (0: no cache).
   size_t weightCastCacheBytes() const;
   /// Steps the last forward skipped (the weight casts it reused).
@@ -180,7 +181,7 @@ private:
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
   bool forwardUpdatesState = true;
-  bool reuseWeightCasts = false;
+  StaticReuse reuseWeightCasts = StaticReuse::Never;
 };
 
 } // namespace tejit::runtime

@@ -5,7 +5,7 @@ counts small enough that the GPU waits for the host (serving, small
 micro-batches).
 
     python3 benchmarks/gpu/bench_host_overhead.py [--seq 128] [--batch 1]
-        [--iters 200] [--cprofile N]
+        [--iters 200] [--cprofile N] [--graphs]
     (after `source tools/scripts/gpu-env.sh` and PYTHONPATH=python)
 
 Rows: tejit FP8 (DelayedScaling HYBRID) and bf16, inference (eval mode,
@@ -19,6 +19,14 @@ time). Loop time near the host time and above the device time: the loop
 is host-bound. --cprofile N prints the N
 functions with the most own time over the tejit FP8 inference and training
 calls (cProfile; the calls are slower under it).
+
+--graphs times inference forwards captured in CUDA graphs instead (serving
+with graphs: no host time per layer), replayed: tejit FP8 captured as is
+(the graph casts the weights at every replay), tejit FP8 captured with
+is_first_microbatch=False (the graph reads the weight casts kept by the
+eager forward before it), tejit bf16, PyTorch's bf16 layer, and
+torch.compile FP8 (torch._scaled_mm, weights cast at every call) with
+mode="reduce-overhead".
 """
 import argparse
 import contextlib
@@ -111,12 +119,69 @@ def time_calls(call, iters):
     return host, loop, device
 
 
+def graphed_forward(layer, context, x, kwargs):
+    """A replay function of `layer`'s inference forward on `x` captured in
+    a CUDA graph, after an eager forward on the capture stream (tejit:
+    compiles, and casts the weights, which is_first_microbatch=False
+    captures reading)."""
+    layer.eval()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.no_grad(), context():
+        layer(x)
+        with torch.cuda.graph(graph, stream=stream):
+            layer(x, **kwargs)
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph.replay
+
+
+def compiled_fp8_forward(layer, context, x, kwargs):
+    """torch.compile(mode="reduce-overhead") of the FP8 peer's inference
+    forward (its own CUDA graphs)."""
+    layer.eval()
+    compiled = torch.compile(layer, mode="reduce-overhead")
+
+    def call():
+        with torch.no_grad():
+            return compiled(x)
+    return call
+
+
+def main_graphs(args):
+    rows = [("tejit FP8, graph casting at every replay", tejit_layer, True,
+             {}, graphed_forward),
+            ("tejit FP8, graph with is_first_microbatch=False",
+             tejit_layer, True, {"is_first_microbatch": False},
+             graphed_forward),
+            ("tejit bf16, graph", tejit_layer, False, {}, graphed_forward),
+            ("PyTorch bf16 + SDPA, graph", peer_layer, False, {},
+             graphed_forward),
+            ("torch.compile FP8 (_scaled_mm) + SDPA, reduce-overhead",
+             peer_layer, True, {}, compiled_fp8_forward)]
+    for label, build, fp8, kwargs, capture in rows:
+        torch.manual_seed(0)
+        layer, context = build(fp8)
+        x = torch.randn(args.seq, args.batch, HIDDEN, device="cuda",
+                        dtype=torch.bfloat16)
+        call = capture(layer, context, x, kwargs)
+        host, loop, device = time_calls(call, args.iters)
+        print(f"| {label}, inference forward | {host:.3f} | {loop:.3f} | "
+              f"{device:.3f} |", flush=True)
+        del layer, call, x
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--cprofile", type=int, default=0, metavar="N")
+    parser.add_argument("--graphs", action="store_true",
+                        help="time inference forwards replayed from CUDA "
+                             "graphs instead")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device visible to PyTorch")
@@ -128,6 +193,8 @@ def main():
     print("| row | host ms / call | loop ms / call | device ms / call "
           "(queue full) |")
     print("|---|---|---|---|")
+    if args.graphs:
+        return main_graphs(args)
     rows = [("tejit FP8", tejit_layer, True), ("tejit bf16", tejit_layer,
                                                False),
             ("PyTorch bf16 + SDPA (eager)", peer_layer, False)]

@@ -184,13 +184,21 @@ tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
  * steps that read only parameters and the FP8 state (a weight's FP8 cast,
  * and under current scaling its amax and scale) write into device memory of
  * the program's own, kept between forwards (1 byte per cast weight element;
- * TEJIT_WEIGHT_CAST_CACHE=0 when the program is made turns this off). With
- * reuse set (0 by default), a forward skips those steps when the previous
- * forward that ran them had the same parameter pointers and the FP8 state
- * has not been updated or written (tejit_meta_set) since: the caller
- * promises the parameters' contents, and state written through
- * tejit_meta_device_pointer, have not changed. A forward captured in a CUDA
- * graph always runs them (and does not count as having run them). */
+ * TEJIT_WEIGHT_CAST_CACHE=0 when the program is made turns this off).
+ * `reuse` says whether the next forwards may skip those steps:
+ *   TEJIT_WEIGHT_CASTS_RUN (the default): never;
+ *   TEJIT_WEIGHT_CASTS_REUSE: when the previous forward that ran them had
+ *     the same parameter pointers and the FP8 state has not been updated or
+ *     written (tejit_meta_set) since; a forward captured in a CUDA graph
+ *     still runs them (and does not count as having run them);
+ *   TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS: the same, and a captured forward
+ *     skips them too (unless it updates the FP8 state): its replays read
+ *     the casts as the latest forward that ran them left them.
+ * Skipping, the caller promises the parameters' contents, and state written
+ * through tejit_meta_device_pointer, have not changed since the casts. */
+#define TEJIT_WEIGHT_CASTS_RUN 0
+#define TEJIT_WEIGHT_CASTS_REUSE 1
+#define TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS 2
 tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
                                                   int reuse);
 /* Device bytes the program keeps for its weight casts (0: no cache). */

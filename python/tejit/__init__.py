@@ -127,6 +127,12 @@ def _address(tensor, info=None):
     return pointer
 
 
+# tejit_program_set_reuse_weight_casts's modes (tejit.h).
+WEIGHT_CASTS_RUN = 0
+WEIGHT_CASTS_REUSE = 1
+WEIGHT_CASTS_REUSE_IN_GRAPHS = 2
+
+
 class Program:
     """A compiled layer stack with its state (FP8 meta, saved tensors,
     scratch) in device memory. Make one with Program.compile or
@@ -334,10 +340,14 @@ class Program:
     def set_reuse_weight_casts(self, reuse):
         """Whether the next forwards of an inference program may skip its
         weight casts, kept from the last forward that ran them with the
-        same parameter pointers and FP8 state: the caller promises the
-        parameters' contents have not changed since (tejit.h says more)."""
+        same parameter pointers and FP8 state: False / WEIGHT_CASTS_RUN
+        (never), True / WEIGHT_CASTS_REUSE (not in a forward captured in a
+        CUDA graph), WEIGHT_CASTS_REUSE_IN_GRAPHS (also in one: its replays
+        read the casts the latest casting forward left). Skipping, the
+        caller promises the parameters' contents have not changed since
+        (tejit.h says more)."""
         _capi.check(_capi.lib().tejit_program_set_reuse_weight_casts(
-            self.handle, int(bool(reuse))))
+            self.handle, int(reuse)))
 
     @property
     def weight_cast_cache_bytes(self):

@@ -13,6 +13,13 @@ module (copy.deepcopy: fresh programs, no cache), bit for bit:
   again and matches the copy made after the change;
 - a forward captured in a CUDA graph casts at every replay: replayed after
   a weight changed, it matches the copy;
+- TE's is_first_microbatch: True casts even when nothing changed; False
+  reuses the casts even after a change (the caller's promise), until a
+  forward with True; a forward captured with False skips the casts, and
+  its replays read the casts of the latest forward that made them (the
+  weights changed and recast by an eager forward: the replay matches the
+  copy); captured with False over stale casts (the FP8 state written
+  since): a warning, and the graph casts;
 - TEJIT_WEIGHT_CAST_CACHE=0 when the program is made: no cache, nothing
   skipped.
 """
@@ -59,10 +66,10 @@ def train_step(layer, x, fp8_recipe):
     layer.eval()
 
 
-def infer(layer, x, fp8_recipe):
+def infer(layer, x, fp8_recipe, **kwargs):
     with torch.no_grad(), te.fp8_autocast(enabled=True,
                                           fp8_recipe=fp8_recipe):
-        return layer(x)
+        return layer(x, **kwargs)
 
 
 def inference_program(layer):
@@ -148,6 +155,90 @@ def test_a_captured_forward_casts_at_every_replay():
     eager = infer(layer, x, fp8_recipe)
     assert inference_program(layer).skipped_steps == 0
     assert torch.equal(eager, out)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_is_first_microbatch(name):
+    fp8_recipe = RECIPES[name]()
+    layer, x = make_layer(fp8_recipe)
+    first = infer(layer, x, fp8_recipe, is_first_microbatch=True)
+    program = inference_program(layer)
+    infer(layer, x, fp8_recipe, is_first_microbatch=True)
+    assert program.skipped_steps == 0, "True must cast"
+    assert torch.equal(infer(layer, x, fp8_recipe, is_first_microbatch=False),
+                       first)
+    assert program.skipped_steps >= 4
+    # False: the weights are promised unchanged, so a change is not seen...
+    expected_old = fresh(layer, x, fp8_recipe)
+    with torch.no_grad():
+        layer.layernorm_mlp.fc1_weight.mul_(1.5)
+    stale = infer(layer, x, fp8_recipe, is_first_microbatch=False)
+    assert program.skipped_steps >= 4
+    assert torch.equal(stale, expected_old)
+    # ...until a forward with True (or None, which sees the new version).
+    renewed = infer(layer, x, fp8_recipe, is_first_microbatch=True)
+    assert program.skipped_steps == 0
+    assert not torch.equal(renewed, stale)
+    assert torch.equal(renewed, fresh(layer, x, fp8_recipe))
+    assert torch.equal(infer(layer, x, fp8_recipe), renewed)
+    assert program.skipped_steps >= 4
+
+
+def capture(layer, x, fp8_recipe, **kwargs):
+    """A CUDA graph of one inference forward, and its output tensor."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            out = infer(layer, x, fp8_recipe, **kwargs)
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, out
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_graph_captured_with_cached_casts(name):
+    fp8_recipe = RECIPES[name]()
+    layer, x = make_layer(fp8_recipe)
+    infer(layer, x, fp8_recipe, is_first_microbatch=True)
+    program = inference_program(layer)
+    static_x = torch.randn_like(x)
+    graph, out = capture(layer, static_x, fp8_recipe,
+                         is_first_microbatch=False)
+    assert program.skipped_steps >= 4, "the capture cast the weights"
+    for _ in range(2):
+        static_x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fresh(layer, static_x, fp8_recipe))
+    # New weights, cast by an eager forward: the replays read those casts.
+    with torch.no_grad():
+        layer.self_attention.proj.weight.mul_(0.5)
+        layer.layernorm_mlp.fc2_weight.mul_(-1.0)
+    infer(layer, x, fp8_recipe, is_first_microbatch=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fresh(layer, static_x, fp8_recipe))
+
+
+def test_graph_captured_with_false_over_stale_casts_warns_and_casts():
+    fp8_recipe = hybrid()
+    layer, x = make_layer(fp8_recipe)
+    # Casts kept, then the FP8 state written (as loading a checkpoint
+    # does): they are stale, and a capture cannot cast eagerly first.
+    infer(layer, x, fp8_recipe)
+    compiled = next(c for c in layer._programs.values() if not c.training)
+    name = "fp8_meta.fwd.scale"
+    compiled.write_meta(name, compiled.read_meta(name))
+    torch.cuda.synchronize()
+    with pytest.warns(UserWarning, match="casts the weights at every replay"):
+        graph, out = capture(layer, x, fp8_recipe, is_first_microbatch=False)
+    assert inference_program(layer).skipped_steps == 0
+    with torch.no_grad():
+        layer.layernorm_mlp.fc1_weight.mul_(2.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, fresh(layer, x, fp8_recipe))
 
 
 def test_switched_off_by_environment(monkeypatch):

@@ -169,6 +169,17 @@ class AmaxGroupTest(unittest.TestCase):
                          0)
         self.assertEqual(library.tejit_program_skipped_steps(None), 0)
 
+    def test_weight_cast_reuse_modes_are_checked(self):
+        library = tejit._capi.lib()
+        for mode in (-1, 3):
+            self.assertEqual(
+                library.tejit_program_set_reuse_weight_casts(None, mode), 1)
+            self.assertIn(f"reuse is {mode}", tejit._capi.last_error())
+        self.assertEqual(
+            library.tejit_program_set_reuse_weight_casts(
+                None, tejit.WEIGHT_CASTS_REUSE_IN_GRAPHS), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -78,11 +78,11 @@ class CompiledProgram:
         # Inference programs that keep their weight casts (the runtime made
         # them a cache; TEJIT_WEIGHT_CAST_CACHE=0 at compile time did not):
         # the parameters' (address, version) at the last forward that cast
-        # them (use_weight_casts), and whether the program is told to reuse
-        # its casts.
+        # them (use_weight_casts), and the reuse mode the program was last
+        # given.
         self.keeps_weight_casts = program.weight_cast_cache_bytes > 0
         self._weights_token = None
-        self._reuse_weight_casts = False
+        self._reuse_weight_casts = tejit.WEIGHT_CASTS_RUN
         inputs = program.inputs
         if not inputs or inputs[0].is_parameter:
             raise RuntimeError(f"tejit: expected the program's first input "
@@ -229,21 +229,46 @@ class CompiledProgram:
             if process_group is not None else None)
         self._reduction_group = process_group
 
-    def use_weight_casts(self, token):
-        """Lets this inference forward reuse the weight casts the program
-        kept from its last forward when `token` (the module's parameters'
-        addresses and versions, which every in-place change through torch
-        moves on) is what it was then. The runtime checks the rest: the
-        same argument pointers, an FP8 state neither updated nor written
-        since. Never during CUDA-graph capture: a captured forward casts at
-        every replay, and its capture casts nothing."""
+    def use_weight_casts(self, token, is_first_microbatch=None):
+        """Sets whether this inference forward reuses the weight casts the
+        program kept (TE's `is_first_microbatch`): None reuses them when
+        `token` (the module's parameters' addresses and versions, which
+        every in-place change through torch moves on) is what it was at the
+        last forward that cast them, and never in CUDA-graph capture (the
+        captured forward casts at every replay); True casts; False reuses
+        them, also in capture (the graph's replays read the casts as the
+        latest casting forward left them): the caller promises the weights
+        have not changed since. The runtime checks the rest (the same
+        argument pointers, an FP8 state neither updated nor written since)
+        and casts when it must. Returns whether the stream is capturing,
+        for weight_casts_done."""
         capturing = torch.cuda.is_current_stream_capturing()
-        reuse = (token is not None and token == self._weights_token
-                 and not capturing)
+        if is_first_microbatch is None:
+            reuse = (tejit.WEIGHT_CASTS_REUSE
+                     if token is not None and token == self._weights_token
+                     and not capturing else tejit.WEIGHT_CASTS_RUN)
+        elif is_first_microbatch:
+            reuse = tejit.WEIGHT_CASTS_RUN
+        else:
+            reuse = tejit.WEIGHT_CASTS_REUSE_IN_GRAPHS
         if reuse != self._reuse_weight_casts:
             self.program.set_reuse_weight_casts(reuse)
             self._reuse_weight_casts = reuse
+        return capturing
+
+    def weight_casts_done(self, token, capturing):
+        """After the forward use_weight_casts prepared: a forward that cast
+        makes `token` the casts' (None when captured: replays cast whatever
+        the parameters hold then). Returns False when a forward told to
+        reuse the casts even in capture (is_first_microbatch=False) had to
+        cast, True otherwise."""
+        if (self._reuse_weight_casts == tejit.WEIGHT_CASTS_REUSE_IN_GRAPHS
+                and self.program.skipped_steps > 0):
+            return True
+        # WEIGHT_CASTS_REUSE is chosen only when `token` is the casts'.
         self._weights_token = None if capturing else token
+        return self._reuse_weight_casts != \
+            tejit.WEIGHT_CASTS_REUSE_IN_GRAPHS
 
     def infer(self, inputs):
         """An inference forward (no autograd) on the current stream."""

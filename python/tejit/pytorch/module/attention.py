@@ -309,12 +309,14 @@ class DotProductAttention(TransformerEngineBaseModule):
 
 def run_attention_block(module, owner, hidden_states, hidden_size,
                         qkv_format, mask_type, attention_mask, rotary_pos_emb,
-                        kv_channels, layer_spec, **call_arguments):
+                        kv_channels, layer_spec, is_first_microbatch=None,
+                        **call_arguments):
     """Runs MultiheadAttention's or TransformerLayer's program on
     hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
     outputs by name, in the input's shape. `layer_spec(rotary)` is the
-    layer's spec for this call; `call_arguments` are the forward's
-    arguments check_attention_call refuses."""
+    layer's spec for this call; `is_first_microbatch` is TE's (weight casts
+    of inference forwards, _run_program); `call_arguments` are the
+    forward's arguments check_attention_call refuses."""
     check_input(owner, "hidden_states", hidden_states, 3)
     if hidden_states.shape[-1] != hidden_size:
         raise ValueError(f"{owner}: expected hidden_states "
@@ -334,4 +336,5 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     return module._run_program(
         activations, dtype, (qkv_format, seq, batch),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
-        hidden_states.shape, lambda: layer_spec(bool(rotary)), variant)
+        hidden_states.shape, lambda: layer_spec(bool(rotary)), variant,
+        is_first_microbatch=is_first_microbatch)

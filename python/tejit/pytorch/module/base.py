@@ -260,9 +260,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         self._programs[key] = compiled
         return compiled
 
-    def _run(self, inp):
+    def _run(self, inp, is_first_microbatch=None):
         """Runs the module's program on `inp` [..., features]: {output name
-        ("output", "ln_output"): tensor [..., output features]}."""
+        ("output", "ln_output"): tensor [..., output features]}.
+        `is_first_microbatch` as in _run_program."""
         name = type(self).__name__
         if not isinstance(inp, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor input, got "
@@ -280,7 +281,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         x = inp.to(dtype).contiguous().view(tokens, 1, features)
         outputs = self._run_program(
             {"input": x}, dtype, tokens,
-            {"seq_length": tokens, "batch_size": 1}, inp.shape)
+            {"seq_length": tokens, "batch_size": 1}, inp.shape,
+            is_first_microbatch=is_first_microbatch)
         return {output_name: out.view(*lead, out.shape[-1])
                 for output_name, out in outputs.items()}
 
@@ -322,7 +324,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
             f"forward's autocast.", stacklevel=3)
 
     def _run_program(self, activations, dtype, shape_key, shape_spec, shape,
-                     layer_spec=None, variant=()):
+                     layer_spec=None, variant=(), is_first_microbatch=None):
         """Runs the module's program for this call: `activations` maps the
         program's non-parameter inputs ("input", or "query"/"key"/"value",
         "attention_mask", "rotary_pos_emb") to contiguous CUDA tensors;
@@ -332,8 +334,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         spec and defaults to _layer_spec, and `variant`
         (hashable) is what else of this call selects the program (the
         attention modules' mask type, dropout on or off, rotary
-        embeddings). Returns {output name: tensor} in the program's
-        shapes."""
+        embeddings). `is_first_microbatch` (TE's) applies to inference
+        forwards of programs that keep their weight casts
+        (_infer_with_weight_casts). Returns {output name: tensor} in the
+        program's shapes."""
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec = recipe.to_spec() if recipe is not None else None
         recipe_key = (json.dumps(recipe_spec, sort_keys=True)
@@ -386,11 +390,37 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 outputs = (outputs,)
         elif compiled.training:
             outputs = compiled.forward_unrecorded(arguments)
+        elif compiled.keeps_weight_casts:
+            outputs = self._infer_with_weight_casts(compiled, arguments,
+                                                    is_first_microbatch)
         else:
-            if compiled.keeps_weight_casts:
-                compiled.use_weight_casts(self._weights_token())
             outputs = compiled.infer(arguments)
         return dict(zip(compiled.output_names, outputs))
+
+    def _infer_with_weight_casts(self, compiled, arguments,
+                                 is_first_microbatch):
+        """An inference forward of a program that keeps its weight casts
+        (the FP8 copies of the weights) between forwards. TE's
+        `is_first_microbatch`: None reuses them while the parameters are
+        unchanged (their addresses and versions), outside CUDA-graph
+        capture; True casts again; False reuses them also in capture (the
+        graph's replays read the casts the latest casting forward left):
+        the caller promises the weights have not changed since."""
+        token = self._weights_token()
+        capturing = compiled.use_weight_casts(token, is_first_microbatch)
+        outputs = compiled.infer(arguments)
+        if (not compiled.weight_casts_done(token, capturing) and capturing
+                and not getattr(self, "_warned_capture_casts", False)):
+            self._warned_capture_casts = True
+            warnings.warn(
+                f"tejit: {type(self).__name__} was captured in a CUDA graph "
+                f"with is_first_microbatch=False, but it had no FP8 weight "
+                f"casts to reuse (no forward cast them for these parameters "
+                f"and FP8 state outside the capture), so the graph casts the "
+                f"weights at every replay. Run a forward with "
+                f"is_first_microbatch=True (or None) before capturing.",
+                stacklevel=4)
+        return outputs
 
     # --- state_dict, copies --------------------------------------------------
 

@@ -68,9 +68,10 @@ class LayerNormLinear(TransformerEngineBaseModule):
 
     def forward(self, inp, is_first_microbatch=None, fp8_output=False,
                 fp8_grad=False):
-        """`is_first_microbatch` is accepted and unused (as Linear's)."""
+        """`is_first_microbatch`: as Linear's (FP8 weight caching of
+        inference forwards)."""
         _args.check_forward("LayerNormLinear", fp8_output, fp8_grad)
-        outputs = self._run(inp)
+        outputs = self._run(inp, is_first_microbatch)
         out = outputs["output"]
         result = [out]
         if self.return_bias:

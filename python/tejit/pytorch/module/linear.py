@@ -56,10 +56,20 @@ class Linear(TransformerEngineBaseModule):
 
     def forward(self, inp, is_first_microbatch=None, fp8_output=False,
                 fp8_grad=False):
-        """`is_first_microbatch` is accepted and unused: every call
-        quantizes the weight (TE may reuse the first micro-batch's copy)."""
+        """`is_first_microbatch` (TE's FP8 weight caching) acts on
+        inference forwards (no autograd) under FP8, whose programs keep the
+        FP8 copies of the weights between calls: None reuses them while the
+        parameters are unchanged (same tensors, same torch version
+        counters), outside CUDA-graph capture; True quantizes the weights
+        again; False reuses the copies of the last forward that quantized
+        them, also inside CUDA-graph capture (the graph's replays then read
+        whatever copies the latest quantizing forward left, so a graph
+        captured once keeps up with weights refreshed by an eager forward
+        with True): the caller promises the weights have not changed since.
+        Training forwards quantize the weights on every call.
+        """
         _args.check_forward("Linear", fp8_output, fp8_grad)
-        out = self._run(inp)["output"]
+        out = self._run(inp, is_first_microbatch)["output"]
         if self.return_bias:
             return out, self._bias_output("bias", out)
         return out

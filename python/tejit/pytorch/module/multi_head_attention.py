@@ -34,7 +34,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
     sliding windows, attention bias, ALiBi, cu_seqlens, inference_params.
     Accepted and unused: layer_number, get_rng_state_tracker,
     set_parallel_mode (no effect with tp_size 1), name,
-    is_first_microbatch, checkpoint_core_attention, fast_zero_fill."""
+    checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` acts
+    on inference forwards' FP8 weight casts (Linear.forward)."""
 
     def __init__(self, hidden_size, num_attention_heads, kv_channels=None,
                  attention_dropout=0.1, layernorm_epsilon=1e-5,
@@ -160,6 +161,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self, owner, hidden_states, self.hidden_size, self.qkv_format,
             mask_type, attention_mask, rotary_pos_emb, self.kv_channels,
             lambda rotary: self._layer_spec(mask_type, rotary),
+            is_first_microbatch=is_first_microbatch,
             inference_params=inference_params,
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,

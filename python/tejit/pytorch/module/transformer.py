@@ -31,7 +31,8 @@ class TransformerLayer(TransformerEngineBaseModule):
     unused: layer_number, get_rng_state_tracker, seq_length,
     micro_batch_size, set_parallel_mode, enc_dec_attn_mask_type, the ub_*
     switches (they only act with ub_tp_comm_overlap), name,
-    is_first_microbatch, checkpoint_core_attention, fast_zero_fill."""
+    checkpoint_core_attention, fast_zero_fill. `is_first_microbatch`
+    acts on inference forwards' FP8 weight casts (Linear.forward)."""
 
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
                  num_gqa_groups=None, layernorm_epsilon=1e-5,
@@ -163,6 +164,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.attn_input_format, mask_type, attention_mask,
             rotary_pos_emb, self.kv_channels,
             lambda rotary: self._layer_spec(mask_type, rotary),
+            is_first_microbatch=is_first_microbatch,
             inference_params=inference_params,
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,
