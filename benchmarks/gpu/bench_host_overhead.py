@@ -5,7 +5,7 @@ counts small enough that the GPU waits for the host (serving, small
 micro-batches).
 
     python3 benchmarks/gpu/bench_host_overhead.py [--seq 128] [--batch 1]
-        [--iters 200] [--cprofile N] [--graphs]
+        [--iters 200] [--cprofile N] [--graphs] [--split]
     (after `source tools/scripts/gpu-env.sh` and PYTHONPATH=python)
 
 Rows: tejit FP8 (DelayedScaling HYBRID) and bf16, inference (eval mode,
@@ -26,7 +26,9 @@ with graphs: no host time per layer), replayed: tejit FP8 captured as is
 is_first_microbatch=False (the graph reads the weight casts kept by the
 eager forward before it), tejit bf16, PyTorch's bf16 layer, and
 torch.compile FP8 (torch._scaled_mm, weights cast at every call) with
-mode="reduce-overhead".
+mode="reduce-overhead". --split times tejit FP8's inference forward as a
+module call and as the bare C call it makes (tejit_forward on prebuilt
+pointer arrays): what the Python costs and what the runtime costs.
 """
 import argparse
 import contextlib
@@ -148,6 +150,46 @@ def compiled_fp8_forward(layer, context, x, kwargs):
     return call
 
 
+def main_split(args):
+    """Host time of a tejit FP8 inference forward split into the module's
+    Python and the C call (tejit_forward with prebuilt pointer arrays,
+    the same program, inputs and outputs)."""
+    import tejit
+    from tejit import _capi
+    torch.manual_seed(0)
+    layer, context = tejit_layer(True)
+    x = torch.randn(args.seq, args.batch, HIDDEN, device="cuda",
+                    dtype=torch.bfloat16)
+    module_call = make_call(layer, context, x, False)
+    module_call()
+    compiled = next(c for c in layer._programs.values() if not c.training)
+    seen = {}
+    infer = compiled.infer
+
+    def spy(arguments):
+        seen["arguments"] = arguments
+        return infer(arguments)
+    compiled.infer = spy
+    module_call()
+    compiled.infer = infer
+    program = compiled.program
+    outputs = compiled.new_outputs(x.device)
+    inputs = program._pointers("inputs", program.inputs, seen["arguments"])
+    outs = program._pointers("outputs", program.outputs, outputs)
+    stream = tejit._stream_handle(torch.cuda.current_stream())
+    forward = _capi.lib().tejit_forward
+    handle = program.handle
+
+    def c_call():
+        forward(handle, stream, inputs, outs)
+    for label, call in (("module call", module_call),
+                        ("C call (tejit_forward)", c_call)):
+        host, loop, device = time_calls(call, args.iters)
+        print(f"| tejit FP8 inference forward, {label} | {host:.3f} | "
+              f"{loop:.3f} | {device:.3f} |", flush=True)
+    return 0
+
+
 def main_graphs(args):
     rows = [("tejit FP8, graph casting at every replay", tejit_layer, True,
              {}, graphed_forward),
@@ -182,6 +224,9 @@ def main():
     parser.add_argument("--graphs", action="store_true",
                         help="time inference forwards replayed from CUDA "
                              "graphs instead")
+    parser.add_argument("--split", action="store_true",
+                        help="split tejit FP8's inference forward into the "
+                             "module's Python and the C call")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device visible to PyTorch")
@@ -195,6 +240,8 @@ def main():
     print("|---|---|---|---|")
     if args.graphs:
         return main_graphs(args)
+    if args.split:
+        return main_split(args)
     rows = [("tejit FP8", tejit_layer, True), ("tejit bf16", tejit_layer,
                                                False),
             ("PyTorch bf16 + SDPA (eager)", peer_layer, False)]
@@ -224,8 +271,9 @@ def main():
         text = io.StringIO()
         stats = pstats.Stats(profile, stream=text)
         stats.sort_stats("tottime").print_stats(args.cprofile)
+        stats.sort_stats("cumulative").print_stats(args.cprofile)
         print(f"\n## cProfile: tejit FP8 {what}, {args.iters} calls, by own "
-              f"time\n")
+              f"and by cumulative time\n")
         print(text.getvalue())
     return 0
 

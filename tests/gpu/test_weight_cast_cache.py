@@ -253,3 +253,34 @@ def test_switched_off_by_environment(monkeypatch):
     monkeypatch.delenv("TEJIT_WEIGHT_CAST_CACHE")
     assert torch.equal(second, fresh(layer, x, fp8_recipe))
 
+
+
+@pytest.mark.parametrize("fuse_qkv_params", [False, True])
+def test_kept_parameter_arguments_follow_changes(fuse_qkv_params):
+    """Inference calls reuse the parameter tensors they gave the program
+    (no FP8 here: no weight casts): in-place changes and replaced
+    parameters are still seen."""
+    layer = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                attention_dropout=0.0, params_dtype=BF16,
+                                fuse_qkv_params=fuse_qkv_params).eval()
+    perturb(layer)
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+
+    def bf16(module):
+        with torch.no_grad():
+            return module(x)
+
+    first = bf16(layer)
+    assert torch.equal(bf16(layer), first)
+    qkv = (layer.self_attention.layernorm_qkv.weight if fuse_qkv_params
+           else layer.self_attention.layernorm_qkv.query_weight)
+    with torch.no_grad():
+        qkv.mul_(1.5)
+    changed = bf16(layer)
+    assert not torch.equal(changed, first)
+    assert torch.equal(changed, bf16(copy.deepcopy(layer)))
+    layer.layernorm_mlp.fc2_weight = torch.nn.Parameter(
+        -layer.layernorm_mlp.fc2_weight.detach())
+    replaced = bf16(layer)
+    assert not torch.equal(replaced, changed)
+    assert torch.equal(replaced, bf16(copy.deepcopy(layer)))

@@ -126,6 +126,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # adds zeros in its place (one program shape for both uses).
         self._returned_bias = None
         self._zero_biases = {}     # (shape, dtype, device) -> zeros
+        # The parameter tensors the last inference call gave its program
+        # (_parameter_arguments).
+        self._inference_parameters = None
 
     # --- parameters --------------------------------------------------------
 
@@ -364,11 +367,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
             if training and self._dropout_active():
                 compiled.program.set_seed(_dropout_seed(first.device))
 
+        inference = not recorded and not compiled.training
+        token = self._weights_token() if inference else None
+        parameters = iter(self._parameter_arguments(compiled, dtype, token))
         arguments = []
         for input_name, parameter in zip(compiled.input_names,
                                          compiled.is_parameter):
             if parameter:
-                arguments.append(self._argument(input_name, dtype))
+                arguments.append(next(parameters))
             elif input_name in activations:
                 arguments.append(activations[input_name])
             else:
@@ -392,12 +398,36 @@ class TransformerEngineBaseModule(torch.nn.Module):
             outputs = compiled.forward_unrecorded(arguments)
         elif compiled.keeps_weight_casts:
             outputs = self._infer_with_weight_casts(compiled, arguments,
+                                                    token,
                                                     is_first_microbatch)
         else:
             outputs = compiled.infer(arguments)
         return dict(zip(compiled.output_names, outputs))
 
-    def _infer_with_weight_casts(self, compiled, arguments,
+    def _parameter_arguments(self, compiled, dtype, token):
+        """The tensors `compiled` takes for its parameter inputs, in its
+        order. An inference call (`token`: _weights_token) reuses those of
+        the previous inference call of the same program while the token and
+        dtype are unchanged and torch.autocast casts nothing: finding them
+        (submodules, the fused QKV rows) is much of a small forward's host
+        time. Calls that autograd records look them up every time (each
+        builds its own graph)."""
+        cached = self._inference_parameters
+        if (token is not None and cached is not None
+                and cached[0] is compiled and cached[1] == dtype
+                and cached[2] == token):
+            return cached[3]
+        parameters = [self._argument(name, dtype)
+                      for name, is_parameter in zip(compiled.input_names,
+                                                    compiled.is_parameter)
+                      if is_parameter]
+        # Under autocast the arguments are cast copies: not kept alive.
+        keep = token is not None and _torch_autocast_dtype() is None
+        self._inference_parameters = ((compiled, dtype, token, parameters)
+                                      if keep else None)
+        return parameters
+
+    def _infer_with_weight_casts(self, compiled, arguments, token,
                                  is_first_microbatch):
         """An inference forward of a program that keeps its weight casts
         (the FP8 copies of the weights) between forwards. TE's
@@ -405,8 +435,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         unchanged (their addresses and versions), outside CUDA-graph
         capture; True casts again; False reuses them also in capture (the
         graph's replays read the casts the latest casting forward left):
-        the caller promises the weights have not changed since."""
-        token = self._weights_token()
+        the caller promises the weights have not changed since. `token`
+        is the parameters' _weights_token."""
         capturing = compiled.use_weight_casts(token, is_first_microbatch)
         outputs = compiled.infer(arguments)
         if (not compiled.weight_casts_done(token, capturing) and capturing
@@ -455,4 +485,5 @@ class TransformerEngineBaseModule(torch.nn.Module):
         state["_programs"] = {}
         state["_fp8_meta_state"] = self._fp8_meta_state.detached()
         state["_zero_biases"] = {}
+        state["_inference_parameters"] = None
         return state
