@@ -459,24 +459,44 @@ tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
 
 tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
                                                   int reuse) {
+  using WeightCasts = Program::WeightCasts;
   // The mode is checked first, so that a caller learns about it even
   // without a program (machines without a GPU make none).
-  if (reuse < TEJIT_WEIGHT_CASTS_RUN ||
-      reuse > TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS)
+  static const WeightCasts modes[] = {WeightCasts::Run, WeightCasts::Reuse,
+                                      WeightCasts::ReuseInGraphs,
+                                      WeightCasts::Keep};
+  static_assert(TEJIT_WEIGHT_CASTS_RUN == 0 && TEJIT_WEIGHT_CASTS_REUSE == 1 &&
+                TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS == 2 &&
+                TEJIT_WEIGHT_CASTS_KEEP == 3);
+  if (reuse < 0 || reuse >= int(std::size(modes)))
     return invalid(
-        llvm::formatv(
-            "tejit_program_set_reuse_weight_casts: reuse is {0}; expected "
-            "TEJIT_WEIGHT_CASTS_RUN (0), TEJIT_WEIGHT_CASTS_REUSE (1) or "
-            "TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS (2)",
-            reuse)
+        llvm::formatv("tejit_program_set_reuse_weight_casts: reuse is {0}; "
+                      "expected TEJIT_WEIGHT_CASTS_RUN (0), "
+                      "TEJIT_WEIGHT_CASTS_REUSE (1), "
+                      "TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS (2) or "
+                      "TEJIT_WEIGHT_CASTS_KEEP (3)",
+                      reuse)
             .str());
   if (!program)
     return invalid("tejit_program_set_reuse_weight_casts: program is null");
-  static_assert(int(StaticReuse::Never) == TEJIT_WEIGHT_CASTS_RUN &&
-                int(StaticReuse::WhenUnchanged) == TEJIT_WEIGHT_CASTS_REUSE &&
-                int(StaticReuse::AlsoWhenCapturing) ==
-                    TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS);
-  program->program->setReuseWeightCasts(StaticReuse(reuse));
+  if (llvm::Error error = program->program->setWeightCasts(modes[reuse]))
+    return fail(std::move(error));
+  return ok();
+}
+
+tejit_status tejit_saved_cache_pointer(tejit_program *program, size_t index,
+                                       void **pointer) {
+  if (!program || !pointer)
+    return invalid("tejit_saved_cache_pointer: null argument");
+  if (index >= program->program->tensors(TensorKind::Saved).size())
+    return invalid(
+        llvm::formatv("tejit_saved_cache_pointer: saved tensor {0} "
+                      "does not exist (the program has {1})",
+                      index,
+                      program->program->tensors(TensorKind::Saved).size())
+            .str());
+  *pointer =
+      reinterpret_cast<void *>(program->program->savedCachePointer(index));
   return ok();
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/Executor.h"
 #include "runtime/AmaxReducer.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace tejit::runtime;
@@ -70,7 +71,7 @@ llvm::Expected<CUfunction> ModuleSet::helper(llvm::StringRef name) {
 
 llvm::Expected<std::unique_ptr<Executor>>
 Executor::create(const FunctionPlan &function, ModuleSet &modules,
-                 GemmRunner &gemms, bool cacheStaticSteps) {
+                 GemmRunner &gemms, bool findStatic) {
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
@@ -135,48 +136,116 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
     root.byteOffset = offset;
     executor->roots.push_back(root);
   }
-  for (auto [index, entry] : llvm::enumerate(function.results)) {
-    const Root &root = executor->roots[entry.value];
-    if (root.kind != Root::Result || root.index != int64_t(index) ||
-        root.byteOffset)
-      executor->copiedResults.push_back(index);
-  }
-  if (cacheStaticSteps)
-    if (Error error = executor->setUpStaticCache())
-      return std::move(error);
+  executor->copiedResults = executor->resultsToCopy(executor->roots);
+  if (findStatic)
+    executor->staticSteps = findStaticSteps(function);
   return executor;
 }
 
-Error Executor::setUpStaticCache() {
-  staticSteps = findStaticSteps(plan);
-  if (staticSteps.empty())
+std::vector<size_t> Executor::resultsToCopy(llvm::ArrayRef<Root> table) const {
+  std::vector<size_t> copied;
+  for (auto [index, entry] : llvm::enumerate(plan.results)) {
+    const Root &root = table[entry.value];
+    if (root.kind != Root::Result || root.index != int64_t(index) ||
+        root.byteOffset)
+      copied.push_back(index);
+  }
+  return copied;
+}
+
+/// The id of the value that `id`'s view chain ends at.
+static int64_t baseValue(const FunctionPlan &plan, int64_t id) {
+  while (plan.values[id].storage.kind == Storage::View)
+    id = plan.values[id].storage.index;
+  return id;
+}
+
+Error Executor::allocateStaticCache() {
+  if (staticSteps.empty() || staticCache.bytes())
     return Error::success();
   // Each static output gets bytes of its own in the cache (in the arena,
   // values that are never live together share bytes).
   constexpr int64_t alignment = 256;
-  llvm::DenseMap<int64_t, int64_t> cacheOffset; // output id -> offset
+  auto round = [&](int64_t bytes) {
+    return (bytes + alignment - 1) / alignment * alignment;
+  };
+  llvm::DenseMap<int64_t, int64_t> cacheOffset; // value id -> offset
   int64_t bytes = 0;
   for (int64_t id : staticSteps.outputs) {
     cacheOffset[id] = bytes;
-    bytes += (plan.values[id].bytes + alignment - 1) / alignment * alignment;
+    bytes += round(plan.values[id].bytes);
+  }
+  // A GEMM operand cast by a static step is dequantized by a scale_inv
+  // that, under DelayedScaling, is a view of the state: the cache keeps a
+  // copy taken with the cast (the state moves on at every update).
+  llvm::DenseSet<int64_t> staticValues(staticSteps.outputs.begin(),
+                                       staticSteps.outputs.end());
+  for (const Step &step : plan.steps) {
+    const auto *gemm = std::get_if<GemmStep>(&step);
+    if (!gemm || !gemm->scaled)
+      continue;
+    for (auto [operand, scaleInv] : {std::pair{gemm->a, gemm->aScaleInv},
+                                     std::pair{gemm->b, gemm->bScaleInv}}) {
+      if (!scaleInv || !staticValues.count(baseValue(plan, operand)) ||
+          cacheOffset.count(*scaleInv))
+        continue;
+      const Root &root = roots[*scaleInv];
+      if (root.kind != Root::Argument)
+        continue; // a static output (current scaling) is cached already
+      cacheOffset[*scaleInv] = bytes;
+      scaleCopies.push_back({size_t(root.index), root.byteOffset,
+                             plan.values[*scaleInv].bytes, bytes});
+      bytes += round(plan.values[*scaleInv].bytes);
+    }
   }
   auto buffer = DeviceBuffer::allocate(bytes, "the weight-cast cache of '" +
                                                   plan.name + "'");
   if (!buffer)
     return buffer.takeError();
   staticCache = std::move(*buffer);
-  // The outputs, and every view of one, move there; a view keeps its byte
-  // offset from the output's start.
+  // The cached values, and every view of one, move there; a view keeps its
+  // byte offset from the cached value's start.
+  cachedRoots = roots;
   for (const ValueInfo &value : plan.values) {
-    int64_t base = value.id;
-    while (plan.values[base].storage.kind == Storage::View)
-      base = plan.values[base].storage.index;
-    auto found = cacheOffset.find(base);
-    if (found == cacheOffset.end())
-      continue;
-    roots[value.id].kind = Root::Cache;
-    roots[value.id].index = found->second;
+    int64_t id = value.id, offset = 0;
+    while (true) {
+      if (auto found = cacheOffset.find(id); found != cacheOffset.end()) {
+        cachedRoots[value.id] = {Root::Cache, found->second, offset};
+        break;
+      }
+      if (plan.values[id].storage.kind != Storage::View)
+        break;
+      offset += plan.values[id].storage.byteOffset;
+      id = plan.values[id].storage.index;
+    }
   }
+  cachedCopiedResults = resultsToCopy(cachedRoots);
+  for (auto [index, step] : llvm::enumerate(plan.steps))
+    if (staticSteps.isStatic[index])
+      for (const KernelArg &arg : std::get<KernelStep>(step).args)
+        if (arg.output && arg.zeroBeforeLaunch)
+          staticAmaxes.push_back(arg.value);
+  return Error::success();
+}
+
+CUdeviceptr Executor::cachedResultAddress(size_t index) const {
+  if (!staticCache.bytes() || index >= plan.results.size())
+    return 0;
+  const Root &root = cachedRoots[plan.results[index].value];
+  return root.kind == Root::Cache
+             ? staticCache.get() + root.index + root.byteOffset
+             : 0;
+}
+
+Error Executor::snapshotScales(llvm::ArrayRef<CUdeviceptr> arguments,
+                               CUstream stream) {
+  for (const ScaleCopy &copy : scaleCopies)
+    if (Error error = driver.check(
+            driver.cuMemcpyDtoDAsync(staticCache.get() + copy.cacheOffset,
+                                     arguments[copy.argument] + copy.byteOffset,
+                                     copy.bytes, stream),
+            "keeping a weight's scale_inv with its cast"))
+      return error;
   return Error::success();
 }
 
@@ -193,7 +262,8 @@ Executor::canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
     return std::move(error);
   capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
   if (reuse == StaticReuse::Never || !staticCacheValid ||
-      (capturing && reuse != StaticReuse::AlsoWhenCapturing))
+      (reuse == StaticReuse::WhenUnchanged &&
+       (capturing || stateUpdatedSinceCast)))
     return false;
   for (auto [index, argument] : llvm::enumerate(staticSteps.arguments))
     if (arguments[argument] != staticArgumentPointers[index])
@@ -202,7 +272,8 @@ Executor::canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
 }
 
 Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
-                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena) {
+                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
+                     llvm::ArrayRef<Root> table) {
   if (arguments.size() != plan.arguments.size() ||
       results.size() != plan.results.size())
     return makeError(ErrorCode::InvalidArgument,
@@ -211,7 +282,7 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
                                    plan.name, plan.arguments.size(),
                                    plan.results.size(), arguments.size(),
                                    results.size()));
-  for (auto [id, root] : llvm::enumerate(roots)) {
+  for (auto [id, root] : llvm::enumerate(table)) {
     CUdeviceptr base = 0;
     switch (root.kind) {
     case Root::Argument:
@@ -314,21 +385,37 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
 Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                     CUdeviceptr scratch, CUstream stream,
-                    AmaxReducer *amaxReducer, StaticReuse reuse) {
-  if (Error error = bind(arguments, results, arena))
+                    AmaxReducer *amaxReducer, StaticReuse reuse, bool useCache,
+                    bool zeroSkippedAmaxes) {
+  useCache = useCache && staticCache.bytes();
+  if (Error error =
+          bind(arguments, results, arena, useCache ? cachedRoots : roots))
     return error;
-  bool capturing = false;
-  llvm::Expected<bool> skip =
-      canSkipStaticSteps(arguments, stream, reuse, capturing);
-  if (!skip)
-    return skip.takeError();
-  // Until this run has enqueued every static step, the cache is not known
-  // to hold anything.
-  if (!*skip)
-    staticCacheValid = false;
+  bool capturing = false, skip = false;
+  if (useCache) {
+    llvm::Expected<bool> canSkip =
+        canSkipStaticSteps(arguments, stream, reuse, capturing);
+    if (!canSkip)
+      return canSkip.takeError();
+    skip = *canSkip;
+    // Until this run has enqueued every static step, the cache is not known
+    // to hold anything.
+    if (!skip) {
+      staticCacheValid = false;
+      if (Error error = snapshotScales(arguments, stream))
+        return error;
+    } else if (zeroSkippedAmaxes) {
+      for (int64_t id : staticAmaxes)
+        if (Error error = driver.check(
+                driver.cuMemsetD8Async(addresses[id], 0, plan.values[id].bytes,
+                                       stream),
+                "zeroing the amax of a weight cast skipped"))
+          return error;
+    }
+  }
   skippedSteps = 0;
   for (auto [index, step] : llvm::enumerate(plan.steps)) {
-    if (*skip && staticSteps.isStatic[index]) {
+    if (skip && staticSteps.isStatic[index]) {
       ++skippedSteps;
       continue;
     }
@@ -356,16 +443,20 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
           std::move(error),
           llvm::formatv("function '{0}', step {1}", plan.name, index));
   }
-  // The static steps ran (not only into a graph): later runs may reuse what
-  // they wrote while the arguments stay where they are.
-  if (!*skip && !staticSteps.empty() && !capturing) {
+  // The static steps ran into the cache (not only into a graph): later runs
+  // may reuse what they wrote while the arguments stay where they are.
+  if (useCache && !skip && !capturing) {
     staticArgumentPointers.clear();
     for (size_t argument : staticSteps.arguments)
       staticArgumentPointers.push_back(arguments[argument]);
     staticCacheValid = true;
+    stateUpdatedSinceCast = false;
   }
-  for (size_t index : copiedResults) {
+  for (size_t index : useCache ? cachedCopiedResults : copiedResults) {
     int64_t id = plan.results[index].value;
+    // A caller given the cached result's address reads it in place.
+    if (results[index] == addresses[id])
+      continue;
     if (Error error = driver.check(
             driver.cuMemcpyDtoDAsync(results[index], addresses[id],
                                      plan.values[id].bytes, stream),

@@ -66,12 +66,12 @@ enum class StaticReuse {
 class Executor {
 public:
   /// Loads the kernels of `function` and checks every step can run here.
-  /// With `cacheStaticSteps`, the outputs of its static steps (the weight
-  /// casts, StaticSteps.h) get device memory of their own, kept between
-  /// runs, so that a run may skip those steps (run's reuseStaticSteps).
+  /// With `findStatic`, it finds the static steps (the weight casts,
+  /// StaticSteps.h), whose outputs allocateStaticCache can give device
+  /// memory of their own, kept between runs, so that a run may skip them.
   static llvm::Expected<std::unique_ptr<Executor>>
   create(const FunctionPlan &function, ModuleSet &modules, GemmRunner &gemms,
-         bool cacheStaticSteps = false);
+         bool findStatic = false);
 
   const FunctionPlan &function() const { return plan; }
 
@@ -79,22 +79,42 @@ public:
   /// device pointer per argument and result of the function; `arena` at
   /// least function().arenaBytes of device memory, `scratch`
   /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
-  /// ranks (null: one process, the step is a copy). `reuse` says whether
-  /// the static steps may be skipped (StaticReuse). A run captured in a
-  /// CUDA graph never fills the cache (its steps run only at replay).
+  /// ranks (null: one process, the step is a copy). With `useCache` (the
+  /// cache allocated) the static steps write into the cache, and `reuse`
+  /// says whether they may be skipped (StaticReuse); a skipping run with
+  /// `zeroSkippedAmaxes` zeroes the amaxes they would have recorded (TE
+  /// records none for a weight it did not cast). A run captured in a CUDA
+  /// graph never fills the cache (its steps run only at replay).
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                   CUdeviceptr scratch, CUstream stream,
                   AmaxReducer *amaxReducer = nullptr,
-                  StaticReuse reuse = StaticReuse::Never);
+                  StaticReuse reuse = StaticReuse::Never, bool useCache = false,
+                  bool zeroSkippedAmaxes = false);
 
+  /// Whether the function has static steps (created with findStatic).
+  bool hasStaticSteps() const { return !staticSteps.empty(); }
+  /// Allocates the cache of the static steps' outputs and lays the values
+  /// out in it (once; later calls do nothing). Besides the outputs it keeps
+  /// a copy of each DelayedScaling scale_inv that a GEMM pairs with a static
+  /// FP8 operand, taken when the static steps run, so that a cast and its
+  /// scale_inv stay a pair while the state moves on.
+  llvm::Error allocateStaticCache();
   /// Device bytes kept for the static steps' outputs (0 without a cache).
   size_t staticCacheBytes() const { return staticCache.bytes(); }
+  /// Where result `index` lives in the cache (0 when it does not, or no
+  /// cache is allocated): a run with the cache writes it there, and copies
+  /// it to the caller's result pointer only when that is another address.
+  CUdeviceptr cachedResultAddress(size_t index) const;
   /// How many steps the last run skipped.
   size_t lastSkippedSteps() const { return skippedSteps; }
   /// Forgets the cached static outputs (the FP8 state they were computed
-  /// from changed): the next run runs the static steps again.
+  /// from was written): the next run runs the static steps again.
   void invalidateStaticCache() { staticCacheValid = false; }
+  /// The FP8 state was updated since the static steps last ran: a
+  /// StaticReuse::WhenUnchanged run casts again (the new scales), one with
+  /// AlsoWhenCapturing keeps the casts with their scale_inv copies.
+  void noteStateUpdated() { stateUpdatedSinceCast = true; }
 
   /// The most scratch any kernel or attention step asks for.
   size_t scratchBytes() const;
@@ -113,15 +133,21 @@ private:
     int64_t byteOffset = 0;
   };
 
-  /// Each value's address for one run.
+  /// Each value's address for one run, from `table`.
   llvm::Error bind(llvm::ArrayRef<CUdeviceptr> arguments,
-                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena);
-  /// Gives the static steps' outputs places in a cache of their own.
-  llvm::Error setUpStaticCache();
+                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
+                   llvm::ArrayRef<Root> table);
   /// Whether this run may skip the static steps.
   llvm::Expected<bool> canSkipStaticSteps(llvm::ArrayRef<CUdeviceptr> arguments,
                                           CUstream stream, StaticReuse reuse,
                                           bool &capturing) const;
+  /// Copies each scale_inv the cache keeps from the state (a run that runs
+  /// the static steps with the cache).
+  llvm::Error snapshotScales(llvm::ArrayRef<CUdeviceptr> arguments,
+                             CUstream stream);
+  /// Results whose value does not live in the result buffer (a view of an
+  /// argument, a value in the cache), under `table`.
+  std::vector<size_t> resultsToCopy(llvm::ArrayRef<Root> table) const;
   llvm::Error launch(const KernelStep &step, CUfunction function,
                      CUdeviceptr scratch, CUstream stream);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
@@ -134,19 +160,31 @@ private:
   /// Per step: the attention step's cuDNN call (empty for other steps).
   std::vector<std::optional<AttentionLauncher>> attentions;
   /// Results whose value lives elsewhere (a view of an argument): copied
-  /// into the result buffer after the steps.
-  std::vector<size_t> copiedResults;
+  /// into the result buffer after the steps; cachedCopiedResults for runs
+  /// with the cache.
+  std::vector<size_t> copiedResults, cachedCopiedResults;
   /// Per value id: where its bytes start (views followed to an argument,
   /// result, arena or cache offset, plus their byte offsets), fixed by the
-  /// plan.
-  std::vector<Root> roots;
+  /// plan; cachedRoots for runs with the cache (static outputs and the
+  /// scale_inv copies, and their views, in the cache).
+  std::vector<Root> roots, cachedRoots;
   /// The static steps and the memory that keeps their outputs between runs
-  /// (empty without cacheStaticSteps).
+  /// (empty without findStatic).
   StaticSteps staticSteps;
   DeviceBuffer staticCache;
+  /// A scale_inv copy in the cache: `bytes` from argument `argument` at
+  /// `byteOffset`, to cache offset `cacheOffset`.
+  struct ScaleCopy {
+    size_t argument;
+    int64_t byteOffset, bytes, cacheOffset;
+  };
+  std::vector<ScaleCopy> scaleCopies;
+  /// Amaxes the static steps record (zeroed before launch), by value id.
+  std::vector<int64_t> staticAmaxes;
   /// Whether the cache holds the static outputs of a finished run, and the
   /// pointers that run gave the arguments static steps read.
   bool staticCacheValid = false;
+  bool stateUpdatedSinceCast = false;
   std::vector<CUdeviceptr> staticArgumentPointers;
   size_t skippedSteps = 0;
   /// Per value id: its address in the current run.

@@ -93,15 +93,16 @@ Error Program::setUp(int ordinal) {
     return arenaBuffer.takeError();
   arena = std::move(*arenaBuffer);
 
-  // Inference programs (no backward) keep their weight casts between runs.
+  // Forwards may keep their weight casts between runs: inference programs
+  // (no backward) always, training programs once asked to.
   const char *cacheSetting = std::getenv("TEJIT_WEIGHT_CAST_CACHE");
   bool cacheWeightCasts =
-      !backward && !(cacheSetting && llvm::StringRef(cacheSetting) == "0");
+      !(cacheSetting && llvm::StringRef(cacheSetting) == "0");
   auto prepare = [&](Function &function, const FunctionPlan &functionPlan,
                      bool isBackward) -> Error {
     auto executor =
         Executor::create(functionPlan, *modules, *gemms,
-                         /*cacheStaticSteps=*/!isBackward && cacheWeightCasts);
+                         /*findStatic=*/!isBackward && cacheWeightCasts);
     if (!executor)
       return executor.takeError();
     function.executor = std::move(*executor);
@@ -109,6 +110,9 @@ Error Program::setUp(int ordinal) {
   };
   if (Error error = prepare(forwardFn, *forward, /*isBackward=*/false))
     return error;
+  if (!backward)
+    if (Error error = forwardFn.executor->allocateStaticCache())
+      return error;
   if (rngBuffer) {
     auto advance = modules->helper("tejit_rng_advance");
     if (!advance)
@@ -315,23 +319,27 @@ Error Program::run(Function &function, CUstream stream,
   // A run that leaves the state alone must not wait for other ranks: its
   // update's results are dropped, so its amaxes are reduced over this
   // process only.
-  StaticReuse reuse =
-      &function == &forwardFn ? reuseWeightCasts : StaticReuse::Never;
-  // Replays of a capture that updates the state would pair casts made with
-  // the capture-time scales with the replay's new ones.
-  if (reuse == StaticReuse::AlsoWhenCapturing && updateState &&
-      !function.updates.empty())
-    reuse = StaticReuse::WhenUnchanged;
+  bool isForward = &function == &forwardFn;
+  // Inference programs always cast into their cache; training programs only
+  // in modes that keep or reuse the casts.
+  bool useCache = isForward && (!training() || weightCasts != WeightCasts::Run);
+  StaticReuse reuse = !isForward ? StaticReuse::Never
+                      : weightCasts == WeightCasts::Reuse
+                          ? StaticReuse::WhenUnchanged
+                      : weightCasts == WeightCasts::ReuseInGraphs
+                          ? StaticReuse::AlsoWhenCapturing
+                          : StaticReuse::Never;
   if (Error error = function.executor->run(
           function.pointers.arguments, function.pointers.results, arena.get(),
           scratch.get(), stream, updateState ? amaxReducer.get() : nullptr,
-          reuse))
+          reuse, useCache, /*zeroSkippedAmaxes=*/updateState))
     return error;
   if (!updateState)
     return Error::success();
-  // New scales: the weight casts made with the old ones are stale.
+  // New scales: casts kept with the old ones are reused only where the
+  // caller promised the weights are unchanged (ReuseInGraphs).
   if (!function.updates.empty())
-    forwardFn.executor->invalidateStaticCache();
+    forwardFn.executor->noteStateUpdated();
   const CudaDriver &driver = *CudaDriver::get();
   for (const CopyBack &update : function.updates)
     if (Error error =
@@ -451,6 +459,23 @@ Error Program::getMeta(size_t index, void *host, size_t bytes,
 
 size_t Program::weightCastCacheBytes() const {
   return forwardFn.executor->staticCacheBytes();
+}
+
+Error Program::setWeightCasts(WeightCasts mode) {
+  if (mode != WeightCasts::Run)
+    if (Error error = forwardFn.executor->allocateStaticCache())
+      return error;
+  weightCasts = mode;
+  return Error::success();
+}
+
+CUdeviceptr Program::savedCachePointer(size_t index) const {
+  if (!training() || weightCasts == WeightCasts::Run)
+    return 0;
+  for (auto [result, binding] : llvm::enumerate(forwardFn.results))
+    if (binding.kind == Binding::Saved && binding.index == index)
+      return forwardFn.executor->cachedResultAddress(result);
+  return 0;
 }
 
 size_t Program::lastSkippedSteps() const {

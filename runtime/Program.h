@@ -91,15 +91,34 @@ public:
   void setForwardUpdatesState(bool updates) { forwardUpdatesState = updates; }
   bool forwardUpdatesStateEnabled() const { return forwardUpdatesState; }
 
-  /// Inference programs keep their weight casts (the FP8 quantization of
-  /// parameters, StaticSteps.h) in device memory of their own, unless
-  /// TEJIT_WEIGHT_CAST_CACHE=0 was set when they were made. `reuse` says
-  /// whether the next forwards skip those steps (StaticReuse): only when the
-  /// parameters are at the addresses of the forward that cast them and the
-  /// FP8 state has not been updated or written since; the caller promises
-  /// the parameters' contents have not changed either. A forward captured
-  /// while it updates the state casts (its replays change the scales).
-  void setReuseWeightCasts(StaticReuse reuse) { reuseWeightCasts = reuse; }
+  /// What forwards do with the weight casts (the FP8 quantization of
+  /// parameters, StaticSteps.h) and the device memory a program keeps them
+  /// in (unless TEJIT_WEIGHT_CAST_CACHE=0 was set when it was made).
+  enum class WeightCasts {
+    /// Cast. An inference program casts into its cache; a training program
+    /// as if it had none (the saved transposes go to the saved tensors).
+    Run,
+    /// Reuse the kept casts when the parameters are at the addresses of the
+    /// forward that cast them and the FP8 state has not been updated or
+    /// written since; not in a forward captured in a CUDA graph.
+    Reuse,
+    /// Reuse them also after state updates (each cast is kept with its
+    /// scale_inv) and in a captured forward, whose replays read the casts
+    /// the latest casting forward left: TE's is_first_microbatch=False.
+    ReuseInGraphs,
+    /// Cast into the cache: TE's is_first_microbatch=True.
+    Keep,
+  };
+  /// Sets what the next forwards do. The caller promises, when they reuse,
+  /// that the parameters' contents have not changed since the cast. A
+  /// training program allocates its cache on the first mode other than Run
+  /// (1 byte per weight element for the cast and 1 for its transpose).
+  llvm::Error setWeightCasts(WeightCasts mode);
+  /// Where saved tensor `index` lives in the cache while forwards use it
+  /// (modes other than Run in a training program), 0 when it does not:
+  /// a caller that passes this address for it avoids a copy, and the
+  /// backward of every forward that used the cache reads the latest cast.
+  CUdeviceptr savedCachePointer(size_t index) const;
   /// Device bytes kept for the weight casts (0: no cache).
   size_t weightCastCacheBytes() const;
   /// Steps the last forward skipped (the weight casts it reused).
@@ -181,7 +200,7 @@ private:
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
   bool forwardUpdatesState = true;
-  StaticReuse reuseWeightCasts = StaticReuse::Never;
+  WeightCasts weightCasts = WeightCasts::Run;
 };
 
 } // namespace tejit::runtime

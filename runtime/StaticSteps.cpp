@@ -43,18 +43,18 @@ StaticSteps tejit::runtime::findStaticSteps(const FunctionPlan &function) {
               std::get_if<KernelStep>(&function.steps[index + 1]);
           next && next->scratchFromPreviousStep)
         continue;
-    bool readsOnlyStatic = true, writesArena = true, writesAny = false;
+    bool readsOnlyStatic = true, writesOwnValues = true, writesAny = false;
     for (const KernelArg &arg : kernel->args) {
       int64_t base = baseOf(function, arg.value);
       if (arg.output) {
         writesAny = true;
-        writesArena &=
-            function.values[arg.value].storage.kind == Storage::Arena;
+        Storage::Kind kind = function.values[arg.value].storage.kind;
+        writesOwnValues &= kind == Storage::Arena || kind == Storage::Result;
       } else {
         readsOnlyStatic &= isStaticValue[base];
       }
     }
-    if (!readsOnlyStatic || !writesArena || !writesAny)
+    if (!readsOnlyStatic || !writesOwnValues || !writesAny)
       continue;
     result.isStatic[index] = true;
     for (const KernelArg &arg : kernel->args) {

@@ -20,8 +20,8 @@ namespace tejit::runtime {
 struct StaticSteps {
   /// Per step of the function.
   std::vector<bool> isStatic;
-  /// The values static steps write (arena values, none a view), in step
-  /// order: what a cache must keep.
+  /// The values static steps write (arena values and results, none a
+  /// view), in step order: what a cache must keep.
   std::vector<int64_t> outputs;
   /// The arguments static steps read, directly or through views.
   std::vector<size_t> arguments;
@@ -30,9 +30,10 @@ struct StaticSteps {
 };
 
 /// The static steps of `function`. Only generated kernels qualify, and only
-/// those whose outputs are arena values and that hand no scratch to or from
-/// a neighbour; FP8 meta state is an argument that a result updates or
-/// whose name starts with "fp8_meta.".
+/// those whose outputs are arena values or results (a training forward's
+/// weight cast writes the transpose its backward reads as a result) and
+/// that hand no scratch to or from a neighbour; FP8 meta state is an
+/// argument that a result updates or whose name starts with "fp8_meta.".
 StaticSteps findStaticSteps(const FunctionPlan &function);
 
 } // namespace tejit::runtime

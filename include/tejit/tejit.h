@@ -180,27 +180,44 @@ tejit_status tejit_rng_state_device_pointer(tejit_program *program,
 tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
                                                      int enabled);
 
-/* Weight casts of inference programs (programs without a backward): the
- * steps that read only parameters and the FP8 state (a weight's FP8 cast,
- * and under current scaling its amax and scale) write into device memory of
- * the program's own, kept between forwards (1 byte per cast weight element;
- * TEJIT_WEIGHT_CAST_CACHE=0 when the program is made turns this off).
- * `reuse` says whether the next forwards may skip those steps:
- *   TEJIT_WEIGHT_CASTS_RUN (the default): never;
- *   TEJIT_WEIGHT_CASTS_REUSE: when the previous forward that ran them had
- *     the same parameter pointers and the FP8 state has not been updated or
- *     written (tejit_meta_set) since; a forward captured in a CUDA graph
- *     still runs them (and does not count as having run them);
- *   TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS: the same, and a captured forward
- *     skips them too (unless it updates the FP8 state): its replays read
- *     the casts as the latest forward that ran them left them.
+/* Weight casts: the steps of a forward that read only parameters and the
+ * FP8 state (a weight's FP8 cast, in training with its transpose, and under
+ * current scaling its amax and scale) can write into device memory of the
+ * program's own, kept between forwards, so that later forwards skip them
+ * (TEJIT_WEIGHT_CAST_CACHE=0 when the program is made turns this off).
+ * Inference programs (no backward) always keep them (1 byte per cast weight
+ * element); training programs once a mode other than RUN is set (1 byte
+ * more, for the transpose). `reuse`, for the next forwards:
+ *   TEJIT_WEIGHT_CASTS_RUN (the default): cast (a training program as if
+ *     it kept nothing);
+ *   TEJIT_WEIGHT_CASTS_REUSE: skip the casts when the last forward that ran
+ *     them had the same parameter pointers and the FP8 state has been
+ *     neither updated nor written (tejit_meta_set) since; a forward captured
+ *     in a CUDA graph still casts (and does not count as having cast);
+ *   TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS (TE's is_first_microbatch=False):
+ *     the same, also after state updates (each cast is kept with the
+ *     scale_inv it was made with; a skipped DelayedScaling weight records
+ *     amax 0, as in TE) and in a captured forward, whose replays read the
+ *     casts the latest casting forward left;
+ *   TEJIT_WEIGHT_CASTS_KEEP (TE's is_first_microbatch=True): cast, into the
+ *     memory kept.
  * Skipping, the caller promises the parameters' contents, and state written
  * through tejit_meta_device_pointer, have not changed since the casts. */
 #define TEJIT_WEIGHT_CASTS_RUN 0
 #define TEJIT_WEIGHT_CASTS_REUSE 1
 #define TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS 2
+#define TEJIT_WEIGHT_CASTS_KEEP 3
 tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
                                                   int reuse);
+/* Where TEJIT_SAVED tensor `index` lives in the kept weight casts while the
+ * mode is not TEJIT_WEIGHT_CASTS_RUN (a training forward's weight
+ * transpose and its scale_inv), NULL when it does not. Given this address
+ * for it, tejit_forward_ex uses the kept cast in place, and its backward
+ * reads the latest cast (the forwards that kept or reused the casts share
+ * it, as TE's is_first_microbatch shares one FP8 weight); given another,
+ * the forward copies the cast there. */
+tejit_status tejit_saved_cache_pointer(tejit_program *program, size_t index,
+                                       void **pointer);
 /* Device bytes the program keeps for its weight casts (0: no cache). */
 size_t tejit_program_weight_cast_cache_bytes(const tejit_program *program);
 /* Steps the last forward skipped because it reused the weight casts. */

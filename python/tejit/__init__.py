@@ -131,6 +131,7 @@ def _address(tensor, info=None):
 WEIGHT_CASTS_RUN = 0
 WEIGHT_CASTS_REUSE = 1
 WEIGHT_CASTS_REUSE_IN_GRAPHS = 2
+WEIGHT_CASTS_KEEP = 3
 
 
 class Program:
@@ -338,16 +339,28 @@ class Program:
             self.handle, int(bool(enabled))))
 
     def set_reuse_weight_casts(self, reuse):
-        """Whether the next forwards of an inference program may skip its
-        weight casts, kept from the last forward that ran them with the
-        same parameter pointers and FP8 state: False / WEIGHT_CASTS_RUN
-        (never), True / WEIGHT_CASTS_REUSE (not in a forward captured in a
-        CUDA graph), WEIGHT_CASTS_REUSE_IN_GRAPHS (also in one: its replays
-        read the casts the latest casting forward left). Skipping, the
-        caller promises the parameters' contents have not changed since
-        (tejit.h says more)."""
+        """What the next forwards do with the weight casts (tejit.h):
+        WEIGHT_CASTS_RUN (False: cast), WEIGHT_CASTS_REUSE (True: skip them
+        while the parameter pointers and FP8 state are those of the last
+        cast, outside CUDA-graph capture), WEIGHT_CASTS_REUSE_IN_GRAPHS
+        (TE's is_first_microbatch=False: also after state updates and in
+        capture), WEIGHT_CASTS_KEEP (is_first_microbatch=True: cast into
+        the memory kept). Skipping, the caller promises the parameters'
+        contents have not changed since the cast."""
         _capi.check(_capi.lib().tejit_program_set_reuse_weight_casts(
             self.handle, int(reuse)))
+
+    def saved_cache_pointers(self):
+        """Per .saved entry, where it lives in the kept weight casts under
+        the current mode (tejit_saved_cache_pointer), 0 where it does not:
+        forward_ex given these addresses uses the casts in place."""
+        pointers = []
+        for index in range(len(self.saved)):
+            pointer = ctypes.c_void_p()
+            _capi.check(_capi.lib().tejit_saved_cache_pointer(
+                self.handle, index, ctypes.byref(pointer)))
+            pointers.append(pointer.value or 0)
+        return pointers
 
     @property
     def weight_cast_cache_bytes(self):

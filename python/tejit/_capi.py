@@ -228,6 +228,8 @@ def _declare(lib):
         "tejit_program_set_reuse_weight_casts": (status, [program, c_int]),
         "tejit_program_weight_cast_cache_bytes": (c_size_t, [program]),
         "tejit_program_skipped_steps": (c_size_t, [program]),
+        "tejit_saved_cache_pointer": (status, [program, c_size_t,
+                                               P(c_void_p)]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)

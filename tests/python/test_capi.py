@@ -168,16 +168,20 @@ class AmaxGroupTest(unittest.TestCase):
         self.assertEqual(library.tejit_program_weight_cast_cache_bytes(None),
                          0)
         self.assertEqual(library.tejit_program_skipped_steps(None), 0)
+        pointer = ctypes.c_void_p()
+        self.assertEqual(library.tejit_saved_cache_pointer(
+            None, 0, ctypes.byref(pointer)), 1)
+        self.assertIn("null argument", tejit._capi.last_error())
 
     def test_weight_cast_reuse_modes_are_checked(self):
         library = tejit._capi.lib()
-        for mode in (-1, 3):
+        for mode in (-1, 4):
             self.assertEqual(
                 library.tejit_program_set_reuse_weight_casts(None, mode), 1)
             self.assertIn(f"reuse is {mode}", tejit._capi.last_error())
         self.assertEqual(
             library.tejit_program_set_reuse_weight_casts(
-                None, tejit.WEIGHT_CASTS_REUSE_IN_GRAPHS), 1)
+                None, tejit.WEIGHT_CASTS_KEEP), 1)
         self.assertIn("program is null", tejit._capi.last_error())
 
 

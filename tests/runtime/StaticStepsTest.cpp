@@ -1,12 +1,14 @@
 //===- StaticStepsTest.cpp - which steps an inference program may keep ----===//
 //
-// findStaticSteps on the inference plans te-compile writes for the bundled
-// quickstart layer (DelayedScaling and current scaling): exactly the weight
-// casts are static (one quantize per FP8 GEMM weight, and under current
-// scaling the weight's amax and scale before it), nothing that reads the
-// activation input is, and every static output is an arena value. Then a
-// hand-made function where a static-looking kernel hands scratch to the
-// next step, which must keep it out.
+// findStaticSteps on the inference and training plans te-compile writes for
+// the bundled quickstart layer (DelayedScaling and current scaling): in the
+// forward exactly the weight casts are static (one quantize per FP8 GEMM
+// weight, and under current scaling the weight's amax and scale before
+// it), nothing that reads the activation input is, and every static output
+// is an arena value (inference) or, in training, also the weight transposes
+// the backward reads (results). Then a hand-made function where a
+// static-looking kernel hands scratch to the next step, which must keep it
+// out.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/StaticSteps.h"
@@ -53,10 +55,12 @@ bool reads(const FunctionPlan &function, const KernelStep &step, int64_t id) {
 
 void checkWeightCastsOnly(llvm::StringRef planName,
                           const std::set<std::string> &staticKinds,
-                          size_t expectedQuantizes) {
+                          size_t expectedQuantizes,
+                          size_t expectedResults = 0) {
+  bool training = expectedResults > 0;
   Plan plan = loadPlan(planName);
-  ASSERT_EQ(plan.functions.size(), 1u) << "an inference plan: one function";
-  const FunctionPlan &function = plan.functions[0];
+  ASSERT_EQ(plan.functions.size(), training ? 2u : 1u);
+  const FunctionPlan &function = *plan.forward();
   StaticSteps found = findStaticSteps(function);
   ASSERT_EQ(found.isStatic.size(), function.steps.size());
   int64_t input = function.arguments.at(0).value;
@@ -73,11 +77,27 @@ void checkWeightCastsOnly(llvm::StringRef planName,
     for (const std::string &kind : staticKinds)
       known |= llvm::StringRef(kernel->name).contains(kind);
     EXPECT_TRUE(known) << kernel->name << " is static";
-    quantizes += llvm::StringRef(kernel->name).contains("_quantize_");
+    // Inference casts a weight alone, training with its transpose.
+    quantizes += llvm::StringRef(kernel->name).contains("_quantize_") ||
+                 llvm::StringRef(kernel->name).contains("_cast_transpose_");
   }
   EXPECT_EQ(quantizes, expectedQuantizes);
-  for (int64_t id : found.outputs)
-    EXPECT_EQ(function.values[id].storage.kind, Storage::Arena) << id;
+  size_t results = 0;
+  for (int64_t id : found.outputs) {
+    Storage::Kind kind = function.values[id].storage.kind;
+    EXPECT_TRUE(kind == Storage::Arena || (training && kind == Storage::Result))
+        << id;
+    if (kind == Storage::Result) {
+      ++results;
+      const InterfaceEntry &entry =
+          function.results.at(function.values[id].storage.index);
+      EXPECT_TRUE(llvm::StringRef(entry.name).starts_with("saved."))
+          << entry.name;
+    }
+  }
+  // Training: what the backward reads of the casts (each weight's
+  // transpose; under current scaling its scale_inv too).
+  EXPECT_EQ(results, expectedResults);
   // Every kernel that reads the input, and every GEMM and attention step,
   // is not static.
   for (auto [index, step] : llvm::enumerate(function.steps)) {
@@ -104,6 +124,17 @@ TEST(StaticStepsTest, DelayedScalingInferenceKeepsTheWeightCasts) {
 TEST(StaticStepsTest, CurrentScalingInferenceKeepsAmaxScaleAndCast) {
   checkWeightCastsOnly("quickstart_small_current_inference",
                        {"_quantize_", "_amax_", "_compute_scale_"}, 4);
+}
+
+TEST(StaticStepsTest, DelayedScalingTrainingForwardKeepsTheWeightCasts) {
+  checkWeightCastsOnly("quickstart_small", {"_cast_transpose_"}, 4,
+                       /*expectedResults=*/4);
+}
+
+TEST(StaticStepsTest, CurrentScalingTrainingForwardKeepsAmaxScaleAndCast) {
+  checkWeightCastsOnly("quickstart_small_current",
+                       {"_cast_transpose_", "_amax_", "_compute_scale_"}, 4,
+                       /*expectedResults=*/8);
 }
 #endif
 

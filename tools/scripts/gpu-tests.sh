@@ -48,6 +48,7 @@ step python3 tests/gpu/train_curve.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_rope.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_weight_cast_cache.py
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_microbatch_weight_cache.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callables.py
 step python3 tests/gpu/quickstart_te_layer.py --full

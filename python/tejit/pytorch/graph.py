@@ -131,12 +131,16 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     (`fp8_group`, or the default group), the graphs replay the amax
     all-reduces they captured: every rank must replay the same graphs in
     the same order. Not supported (NotImplementedError): `fp8_calibrating`
-    (as in fp8_autocast), `fp8_weight_caching` (no is_first_microbatch), and
-    keyword arguments of callables that are not modules."""
+    (as in fp8_autocast), `fp8_weight_caching` (graphed callables that
+    take is_first_microbatch; eager modules take it), and keyword arguments
+    of callables that are not modules."""
     if fp8_weight_caching:
         raise NotImplementedError(
             "make_graphed_callables(fp8_weight_caching=True) is not "
-            "supported by tejit: modules quantize their weights every step")
+            "supported by tejit: the graphs quantize the weights at every "
+            "replay. Eager modules take is_first_microbatch (TE's FP8 "
+            "weight caching); inference forwards captured with "
+            "is_first_microbatch=False reuse the kept casts")
     single = not isinstance(modules, tuple)
     callables = (modules,) if single else modules
     wrapped, wrapped_args, layouts = _keyword_wrappers(

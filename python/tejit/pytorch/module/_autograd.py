@@ -32,9 +32,11 @@ class ProgramFunction(torch.autograd.Function):
         device = inputs[0].device
         outputs = compiled.new_outputs(device)
         saved = compiled.new_saved(device)
+        # Some may point at the program's kept weight casts: the backward
+        # takes the same list.
+        ctx.saved_pointers = compiled.saved_pointers(saved)
         compiled.program.forward_ex(torch.cuda.current_stream(device),
-                                    inputs, outputs,
-                                    compiled.saved_pointers(saved))
+                                    inputs, outputs, ctx.saved_pointers)
         ctx.compiled = compiled
         ctx.device = device
         ctx.counts = (len(inputs), len(outputs))
@@ -50,7 +52,7 @@ class ProgramFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         inputs = tensors[:num_inputs]
         outputs = tensors[num_inputs:num_inputs + num_outputs]
-        saved = compiled.saved_pointers(tensors[num_inputs + num_outputs])
+        saved = ctx.saved_pointers  # tensors[-1], the buffer, kept alive
         dys = []
         for index, dy in enumerate(grad_outputs):
             if dy is None:  # an output nothing downstream used

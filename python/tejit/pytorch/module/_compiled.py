@@ -83,6 +83,9 @@ class CompiledProgram:
         self.keeps_weight_casts = program.weight_cast_cache_bytes > 0
         self._weights_token = None
         self._reuse_weight_casts = tejit.WEIGHT_CASTS_RUN
+        # Training programs: per saved tensor, its address in the kept
+        # weight casts while forwards keep or reuse them (else None).
+        self._saved_in_cache = None
         inputs = program.inputs
         if not inputs or inputs[0].is_parameter:
             raise RuntimeError(f"tejit: expected the program's first input "
@@ -146,9 +149,15 @@ class CompiledProgram:
                            device=device)
 
     def saved_pointers(self, buffer):
-        """The address of each saved tensor in `buffer` (new_saved's)."""
+        """The address of each saved tensor in `buffer` (new_saved's), or,
+        for the weight casts a training forward keeps or reuses
+        (use_training_weight_casts), in the program's kept casts."""
         base = buffer.data_ptr()
-        return [base + offset for offset in self._saved_offsets]
+        pointers = [base + offset for offset in self._saved_offsets]
+        if self._saved_in_cache:
+            pointers = [kept or pointer for kept, pointer in
+                        zip(self._saved_in_cache, pointers)]
+        return pointers
 
     def new_grad_inputs(self, device):
         return self._allocate(self._grad_inputs, device)
@@ -255,6 +264,25 @@ class CompiledProgram:
             self.program.set_reuse_weight_casts(reuse)
             self._reuse_weight_casts = reuse
         return capturing
+
+    def use_training_weight_casts(self, is_first_microbatch):
+        """TE's FP8 weight caching across micro-batches for this training
+        forward: None casts the weights (into the saved tensors, as without
+        caching); True casts them into the memory the program keeps (its
+        first use allocates it: 2 bytes per weight element); False reuses
+        what the latest forward with True left there, with the scale_inv it
+        was cast with (the caller promises the weights have not changed
+        since; TE records no amax for them). The backward of every forward
+        that kept or reused the casts reads the latest ones."""
+        reuse = (tejit.WEIGHT_CASTS_RUN if is_first_microbatch is None
+                 else tejit.WEIGHT_CASTS_KEEP if is_first_microbatch
+                 else tejit.WEIGHT_CASTS_REUSE_IN_GRAPHS)
+        if reuse == self._reuse_weight_casts:
+            return
+        self.program.set_reuse_weight_casts(reuse)
+        self._reuse_weight_casts = reuse
+        self._saved_in_cache = (None if reuse == tejit.WEIGHT_CASTS_RUN
+                                else self.program.saved_cache_pointers())
 
     def weight_casts_done(self, token, capturing):
         """After the forward use_weight_casts prepared: a forward that cast

@@ -337,9 +337,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         spec and defaults to _layer_spec, and `variant`
         (hashable) is what else of this call selects the program (the
         attention modules' mask type, dropout on or off, rotary
-        embeddings). `is_first_microbatch` (TE's) applies to inference
-        forwards of programs that keep their weight casts
-        (_infer_with_weight_casts). Returns {output name: tensor} in the
+        embeddings). `is_first_microbatch` is TE's: FP8 weight casts kept
+        between forwards (CompiledProgram.use_training_weight_casts,
+        _infer_with_weight_casts). Returns {output name: tensor} in the
         program's shapes."""
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec = recipe.to_spec() if recipe is not None else None
@@ -390,6 +390,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
             rewind = compiled.dropout_stream_rewind()
             if rewind is not None:
                 rewinds.append(rewind)
+        if compiled.training:
+            compiled.use_training_weight_casts(is_first_microbatch)
         if recorded:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
             if not isinstance(outputs, tuple):

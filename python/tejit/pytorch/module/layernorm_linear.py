@@ -68,8 +68,7 @@ class LayerNormLinear(TransformerEngineBaseModule):
 
     def forward(self, inp, is_first_microbatch=None, fp8_output=False,
                 fp8_grad=False):
-        """`is_first_microbatch`: as Linear's (FP8 weight caching of
-        inference forwards)."""
+        """`is_first_microbatch`: TE's FP8 weight caching, as Linear's."""
         _args.check_forward("LayerNormLinear", fp8_output, fp8_grad)
         outputs = self._run(inp, is_first_microbatch)
         out = outputs["output"]

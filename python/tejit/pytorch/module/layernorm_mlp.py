@@ -85,8 +85,7 @@ class LayerNormMLP(TransformerEngineBaseModule):
         return self.hidden_size
 
     def forward(self, inp, is_first_microbatch=None):
-        """`is_first_microbatch`: as Linear's (FP8 weight caching of
-        inference forwards)."""
+        """`is_first_microbatch`: TE's FP8 weight caching, as Linear's."""
         outputs = self._run(inp, is_first_microbatch)
         out = outputs["output"]
         result = [out]

@@ -56,17 +56,23 @@ class Linear(TransformerEngineBaseModule):
 
     def forward(self, inp, is_first_microbatch=None, fp8_output=False,
                 fp8_grad=False):
-        """`is_first_microbatch` (TE's FP8 weight caching) acts on
-        inference forwards (no autograd) under FP8, whose programs keep the
-        FP8 copies of the weights between calls: None reuses them while the
-        parameters are unchanged (same tensors, same torch version
-        counters), outside CUDA-graph capture; True quantizes the weights
-        again; False reuses the copies of the last forward that quantized
-        them, also inside CUDA-graph capture (the graph's replays then read
-        whatever copies the latest quantizing forward left, so a graph
-        captured once keeps up with weights refreshed by an eager forward
-        with True): the caller promises the weights have not changed since.
-        Training forwards quantize the weights on every call.
+        """`is_first_microbatch` is TE's FP8 weight caching, under FP8:
+        - training (gradient accumulation, pipeline micro-batches): None
+          quantizes the weights in every forward; True quantizes them into
+          memory the module's program keeps (2 bytes per weight element,
+          allocated on first use); False reuses what the latest forward
+          with True left there, with the scale it was quantized with, and
+          records no weight amax (TE's rule). The backward of every forward
+          with True or False reads the latest quantized weights.
+        - inference forwards (no autograd), whose programs always keep the
+          quantized weights: None reuses them while the parameters are
+          unchanged (same tensors, same torch version counters), outside
+          CUDA-graph capture; True quantizes again; False reuses them, also
+          inside CUDA-graph capture (the graph's replays read whatever the
+          latest quantizing forward left, so a graph captured once keeps up
+          with weights refreshed by an eager forward with True).
+        With False the caller promises the weights have not changed since
+        the forward that quantized them.
         """
         _args.check_forward("Linear", fp8_output, fp8_grad)
         out = self._run(inp, is_first_microbatch)["output"]

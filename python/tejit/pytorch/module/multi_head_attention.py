@@ -34,8 +34,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
     sliding windows, attention bias, ALiBi, cu_seqlens, inference_params.
     Accepted and unused: layer_number, get_rng_state_tracker,
     set_parallel_mode (no effect with tp_size 1), name,
-    checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` acts
-    on inference forwards' FP8 weight casts (Linear.forward)."""
+    checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` is
+    TE's FP8 weight caching (Linear.forward)."""
 
     def __init__(self, hidden_size, num_attention_heads, kv_channels=None,
                  attention_dropout=0.1, layernorm_epsilon=1e-5,

@@ -32,7 +32,7 @@ class TransformerLayer(TransformerEngineBaseModule):
     micro_batch_size, set_parallel_mode, enc_dec_attn_mask_type, the ub_*
     switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill. `is_first_microbatch`
-    acts on inference forwards' FP8 weight casts (Linear.forward)."""
+    is TE's FP8 weight caching (Linear.forward)."""
 
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
                  num_gqa_groups=None, layernorm_epsilon=1e-5,
