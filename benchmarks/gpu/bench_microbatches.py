@@ -8,12 +8,13 @@ ones reuse the first one's casts).
 
     python3 benchmarks/gpu/bench_microbatches.py [--layer transformer|mlp]
         [--seq 2048] [--batch 1] [--microbatches 4] [--steps 20]
+        [--repeats 2]
     (after `source tools/scripts/gpu-env.sh` and PYTHONPATH=python)
 
 FP8 DelayedScaling HYBRID (history 1024, max), bf16 parameters, no
 dropout. The two variants alternate, each timed over --steps accumulation
-steps with CUDA events after warm-up steps, twice; the table gives the
-median ms per accumulation step and per micro-batch.
+steps with CUDA events after warm-up steps, --repeats times; the table
+gives the median ms per accumulation step and per micro-batch.
 """
 import argparse
 import statistics
@@ -66,6 +67,7 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA device visible to PyTorch")
@@ -81,7 +83,7 @@ def main():
               for _ in range(args.microbatches)]
     grad = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
     times = {False: [], True: []}
-    for _ in range(2):
+    for _ in range(args.repeats):
         for cache in (False, True):
             times[cache].append(time_steps(layer, inputs, grad, fp8_recipe,
                                            cache, args.steps))
