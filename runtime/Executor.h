@@ -92,8 +92,6 @@ public:
                   StaticReuse reuse = StaticReuse::Never, bool useCache = false,
                   bool zeroSkippedAmaxes = false);
 
-  /// Whether the function has static steps (created with findStatic).
-  bool hasStaticSteps() const { return !staticSteps.empty(); }
   /// Allocates the cache of the static steps' outputs and lays the values
   /// out in it (once; later calls do nothing). Besides the outputs it keeps
   /// a copy of each DelayedScaling scale_inv that a GEMM pairs with a static
