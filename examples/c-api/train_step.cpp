@@ -3,7 +3,10 @@
 // Compiles a layer spec for the GPU, fills its inputs and parameters with
 // random data, and runs training steps: forward, backward, and the FP8
 // scale updates. Then captures one step in a CUDA graph, replays it, and
-// checks the replay gives the same bits as a direct step.
+// checks the replay gives the same bits as a direct step. Last, TE's FP8
+// weight caching across micro-batches: a step that keeps its weight casts
+// gives the direct step's bits, and the next one, which reuses them, skips
+// the cast kernels and stays within FP8 noise of a step that casts.
 //
 //   tejit-train-step [SPEC]   (default: examples/layernorm_mlp_small.yaml)
 //
@@ -12,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -86,6 +90,18 @@ std::vector<uint16_t> download(const Tensor &tensor) {
   CHECK_CUDA(cudaMemcpy(host.data(), tensor.data, tensor.info.bytes,
                         cudaMemcpyDeviceToHost));
   return host;
+}
+
+/// ||a - b|| / ||b|| over bf16 values.
+double relativeL2(const std::vector<uint16_t> &a,
+                  const std::vector<uint16_t> &b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double x = fromBf16(a[i]), y = fromBf16(b[i]);
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
 }
 
 std::vector<void *> pointers(const std::vector<Tensor> &tensors) {
@@ -231,6 +247,48 @@ int main(int argc, char **argv) {
   float graphMs = 0;
   CHECK_CUDA(cudaEventElapsedTime(&graphMs, start, stop));
 
+  // Weight casts kept across micro-batches (TE's is_first_microbatch=True,
+  // then False), through the program's own saved tensors: the forward
+  // copies the kept transposes there.
+  auto results = [&] {
+    std::vector<std::vector<uint16_t>> all;
+    for (const Tensor &tensor : outputs)
+      all.push_back(download(tensor));
+    for (const Tensor &tensor : gradInputs)
+      all.push_back(download(tensor));
+    return all;
+  };
+  restoreState();
+  CHECK_TEJIT(
+      tejit_program_set_reuse_weight_casts(program, TEJIT_WEIGHT_CASTS_KEEP));
+  step();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  size_t keepMismatches = results() != direct;
+  saveState();
+  CHECK_TEJIT(tejit_set_seed(program, seed));
+  CHECK_TEJIT(tejit_program_set_reuse_weight_casts(
+      program, TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS));
+  step();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  size_t skipped = tejit_program_skipped_steps(program);
+  std::vector<std::vector<uint16_t>> reused = results();
+  CHECK_TEJIT(
+      tejit_program_set_reuse_weight_casts(program, TEJIT_WEIGHT_CASTS_RUN));
+  restoreState();
+  step();
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<std::vector<uint16_t>> cast = results();
+  double worst = 0;
+  for (size_t i = 0; i < cast.size(); ++i)
+    worst = std::max(worst, relativeL2(reused[i], cast[i]));
+  bool cached = tejit_program_weight_cast_cache_bytes(program) > 0;
+  bool cacheOk = !keepMismatches && (!cached || skipped > 0) && worst < 0.1;
+  std::printf("weight casts kept: first micro-batch %s the direct step; the "
+              "next skipped %zu steps, worst relative L2 %.4f against a step "
+              "that casts (%s)\n",
+              keepMismatches ? "DIFFERS from" : "matches", skipped, worst,
+              cacheOk ? "ok" : "NOT OK");
+
   std::vector<uint16_t> output = download(outputs[0]);
   double sum = 0;
   bool finite = true;
@@ -246,5 +304,5 @@ int main(int argc, char **argv) {
   CHECK_CUDA(cudaGraphExecDestroy(graphExec));
   CHECK_CUDA(cudaGraphDestroy(graph));
   tejit_program_destroy(program);
-  return finite && !mismatches ? 0 : 1;
+  return finite && !mismatches && cacheOk ? 0 : 1;
 }
