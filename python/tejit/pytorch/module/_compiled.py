@@ -172,10 +172,15 @@ class CompiledProgram:
 
     # --- checks --------------------------------------------------------------
 
-    def check_inputs(self, tensors, names):
+    def check_inputs(self, tensors, names, parameters_checked=False):
         """The program reads raw pointers: a tensor of another shape, dtype
-        or layout would be read out of bounds, so refuse it here."""
-        for tensor, (shape, dtype), name in zip(tensors, self._inputs, names):
+        or layout would be read out of bounds, so refuse it here. With
+        `parameters_checked`, the parameter inputs passed before (the same
+        tensors, unchanged)."""
+        for tensor, (shape, dtype), name, parameter in zip(
+                tensors, self._inputs, names, self.is_parameter):
+            if parameters_checked and parameter:
+                continue
             if (tuple(tensor.shape) != shape or tensor.dtype != dtype
                     or not tensor.is_cuda or not tensor.is_contiguous()):
                 raise ValueError(

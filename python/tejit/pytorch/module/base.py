@@ -72,6 +72,31 @@ def _torch_autocast_dtype():
     return get_dtype("cuda") if get_dtype else torch.get_autocast_gpu_dtype()
 
 
+# Recipe fingerprint -> (spec, JIT key): building and validating a spec on
+# every call is host time a forward does not need to spend again.
+_RECIPE_SPECS = {}
+
+
+def _recipe_spec(recipe):
+    """(The recipe's spec mapping, its JSON as the JIT key), or (None, None)
+    without a recipe. Recipes are mutable dataclasses: the memo is keyed by
+    their field values (a recipe with unhashable values is not memoized)."""
+    if recipe is None:
+        return None, None
+    try:
+        fingerprint = (type(recipe), tuple(vars(recipe).items()))
+        found = _RECIPE_SPECS.get(fingerprint)
+    except TypeError:
+        fingerprint = found = None
+    if found is not None:
+        return found
+    spec = recipe.to_spec()
+    found = (spec, json.dumps(spec, sort_keys=True))
+    if fingerprint is not None:
+        _RECIPE_SPECS[fingerprint] = found
+    return found
+
+
 def _dropout_seed(device):
     """A seed for a program's dropout stream, drawn from torch's CUDA
     generator of `device` (so torch.manual_seed makes runs repeat)."""
@@ -196,21 +221,31 @@ class TransformerEngineBaseModule(torch.nn.Module):
     # --- running -----------------------------------------------------------
 
     def _activation_dtype(self, inp):
+        """torch.autocast's dtype while it is on, else the input's (the
+        parameters must then have it too: _call_token checks)."""
         autocast_dtype = _torch_autocast_dtype()
-        if autocast_dtype is not None:
-            return autocast_dtype
-        # parameters() is cheaper per call than named_parameters(): names
-        # only for the error.
+        return autocast_dtype if autocast_dtype is not None else inp.dtype
+
+    def _call_token(self, dtype):
+        """What identifies the parameters' contents without reading them:
+        each one's address and version counter (moved on by every in-place
+        change made through torch: optimizer steps, load_state_dict, copy_;
+        not by writes through `.data`). The same walk checks, outside
+        torch.autocast, that they have the activation dtype `dtype` (as in
+        Transformer Engine): one walk per call."""
+        check = _torch_autocast_dtype() is None
+        token = []
         for parameter in self.parameters():
-            if parameter.dtype != inp.dtype:
+            if check and parameter.dtype != dtype:
                 name = next(n for n, p in self.named_parameters()
                             if p is parameter)
                 raise TypeError(
-                    f"{type(self).__name__}: the input is {inp.dtype} but "
+                    f"{type(self).__name__}: the input is {dtype} but "
                     f"'{name}' is {parameter.dtype}; outside torch.autocast "
                     f"they must match (as in Transformer Engine): cast the "
                     f"input or the module")
-        return inp.dtype
+            token.append((parameter.data_ptr(), parameter._version))
+        return tuple(token)
 
     def _argument(self, name, dtype):
         """The tensor the program takes for parameter `name` (a dotted path
@@ -231,13 +266,6 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # Casts only under torch.autocast; autograd carries the gradient
         # back to the parameter's dtype.
         return parameter.to(dtype).contiguous()
-
-    def _weights_token(self):
-        """What identifies the parameters' contents without reading them:
-        each one's address and version counter (moved on by every in-place
-        change made through torch: optimizer steps, load_state_dict, copy_;
-        not by writes through `.data`)."""
-        return tuple((p.data_ptr(), p._version) for p in self.parameters())
 
     def _requires_grad(self, inp):
         return inp.requires_grad or any(
@@ -341,10 +369,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         between forwards (CompiledProgram.use_training_weight_casts,
         _infer_with_weight_casts). Returns {output name: tensor} in the
         program's shapes."""
+        token = self._call_token(dtype)
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
-        recipe_spec = recipe.to_spec() if recipe is not None else None
-        recipe_key = (json.dumps(recipe_spec, sort_keys=True)
-                      if recipe_spec is not None else None)
+        recipe_spec, recipe_key = _recipe_spec(recipe)
         first = next(iter(activations.values()))
         self._warn_if_recomputed_without_fp8(recipe, dtype)
         recorded = torch.is_grad_enabled() and any(
@@ -368,8 +395,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 compiled.program.set_seed(_dropout_seed(first.device))
 
         inference = not recorded and not compiled.training
-        token = self._weights_token() if inference else None
-        parameters = iter(self._parameter_arguments(compiled, dtype, token))
+        parameters, checked = self._parameter_arguments(
+            compiled, dtype, token if inference else None)
+        parameters = iter(parameters)
         arguments = []
         for input_name, parameter in zip(compiled.input_names,
                                          compiled.is_parameter):
@@ -381,7 +409,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 raise RuntimeError(f"tejit: {type(self).__name__}'s program "
                                    f"takes an input '{input_name}' that the "
                                    f"module did not supply")
-        compiled.check_inputs(arguments, compiled.input_names)
+        compiled.check_inputs(arguments, compiled.input_names,
+                              parameters_checked=checked)
         self._fp8_meta_state.activate(compiled)
         compiled.use_amax_reduction(_distributed.reduction_group(
             recipe, fp8.get_fp8_group()))
@@ -407,8 +436,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         return dict(zip(compiled.output_names, outputs))
 
     def _parameter_arguments(self, compiled, dtype, token):
-        """The tensors `compiled` takes for its parameter inputs, in its
-        order. An inference call (`token`: _weights_token) reuses those of
+        """(The tensors `compiled` takes for its parameter inputs, in its
+        order; whether check_inputs passed them before). An inference call
+        (`token`: _call_token's) reuses those of
         the previous inference call of the same program while the token and
         dtype are unchanged and torch.autocast casts nothing: finding them
         (submodules, the fused QKV rows) is much of a small forward's host
@@ -418,7 +448,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         if (token is not None and cached is not None
                 and cached[0] is compiled and cached[1] == dtype
                 and cached[2] == token):
-            return cached[3]
+            return cached[3], True
         parameters = [self._argument(name, dtype)
                       for name, is_parameter in zip(compiled.input_names,
                                                     compiled.is_parameter)
@@ -427,7 +457,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         keep = token is not None and _torch_autocast_dtype() is None
         self._inference_parameters = ((compiled, dtype, token, parameters)
                                       if keep else None)
-        return parameters
+        return parameters, False
 
     def _infer_with_weight_casts(self, compiled, arguments, token,
                                  is_first_microbatch):
@@ -438,7 +468,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         capture; True casts again; False reuses them also in capture (the
         graph's replays read the casts the latest casting forward left):
         the caller promises the weights have not changed since. `token`
-        is the parameters' _weights_token."""
+        is the parameters' _call_token."""
         capturing = compiled.use_weight_casts(token, is_first_microbatch)
         outputs = compiled.infer(arguments)
         if (not compiled.weight_casts_done(token, capturing) and capturing
