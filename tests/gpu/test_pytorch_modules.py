@@ -599,6 +599,34 @@ def check_torch_autocast():
     return f"bf16 output, d_weight rel L2 {error:.4f}"
 
 
+def check_dtype_mismatch_refused():
+    """Outside torch.autocast the parameters must have the input's dtype
+    (TE's rule): a bf16 input to float32 parameters is refused with a
+    message naming the parameter, also after inference calls reused the
+    parameter inputs (the module cast to float32 in between); under
+    torch.autocast the same call runs."""
+    module = te.Linear(256, 256, params_dtype=BF16).eval()
+    x = torch.randn(64, 256, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        module(x)
+        module(x)  # reuses the parameter inputs of the first call
+        module.float()
+        try:
+            module(x)
+        except TypeError as error:
+            text = str(error)
+        else:
+            raise AssertionError("a bf16 input to float32 parameters ran")
+        for expected in ("'weight'", "torch.float32", "must match"):
+            if expected not in text:
+                raise AssertionError(f"{expected!r} not in: {text}")
+        with torch.autocast("cuda", dtype=BF16):
+            y = module(x)
+    if y.dtype != BF16:
+        raise AssertionError(f"autocast output is {y.dtype}")
+    return "refused outside autocast, runs under it"
+
+
 def check_compile_error_surfaces():
     """FP8 GEMMs need a token count divisible by 8: the compiler's message
     reaches the caller with the module and the shape."""
@@ -641,6 +669,7 @@ def all_checks():
         ("unused ln_output", check_unused_output),
         ("side stream", check_side_stream),
         ("torch.autocast", check_torch_autocast),
+        ("dtype mismatch refused", check_dtype_mismatch_refused),
         ("compile error surfaces", check_compile_error_surfaces),
         ("is_fp8_available", check_fp8_available),
     ]
