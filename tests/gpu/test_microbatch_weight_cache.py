@@ -23,7 +23,9 @@ of its own would be 4x off. References:
   their scales stay, while every other slot moves on;
 - a weight change followed by True casts again;
 - two forwards with True before their backwards: both backwards use the
-  second cast and its scale_inv, still within FP8 noise of the copy's.
+  second cast and its scale_inv, still within FP8 noise of the copy's;
+- te.checkpoint around micro-batches with True, then False: bit for bit
+  the plain run.
 """
 import copy
 
@@ -188,3 +190,30 @@ def test_backwards_after_two_casts_read_the_latest(name):
     assert torch.equal(ys[0], ys_ref[0])
     for got, want in zip(dxs, dxs_ref):
         assert relative_l2(got, want) < 0.1, relative_l2(got, want)
+
+
+def test_checkpointed_microbatches_equal_plain():
+    """te.checkpoint with is_first_microbatch (Megatron's activation
+    recomputation with gradient accumulation): the recomputation keeps or
+    reuses the casts as the first forward did, so two micro-batches give
+    the plain run's outputs and gradients bit for bit."""
+    fp8_recipe = RECIPES["delayed"]()
+    layer = make_layer(fp8_recipe)
+    twin = copy.deepcopy(layer)
+    inputs = [torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+              for _ in range(2)]
+
+    def run(module, checkpointed):
+        results = []
+        for index, x in enumerate(inputs):
+            x = x.clone().requires_grad_()
+            kwargs = {"is_first_microbatch": index == 0}
+            with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+                y = (te.checkpoint(module, x, **kwargs) if checkpointed
+                     else module(x, **kwargs))
+            y.backward(torch.ones_like(y))
+            results += [y.detach(), x.grad]
+        return results + [p.grad for p in module.parameters()]
+
+    for got, want in zip(run(layer, True), run(twin, False)):
+        assert torch.equal(got, want)
