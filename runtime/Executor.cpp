@@ -122,12 +122,8 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
   // A view's address is its root's plus an offset, the same on every run:
   // follow each chain once here (the plan parser rejects cycles).
   for (const ValueInfo &value : function.values) {
-    Storage storage = value.storage;
-    int64_t offset = 0;
-    while (storage.kind == Storage::View) {
-      offset += storage.byteOffset;
-      storage = function.values[storage.index].storage;
-    }
+    auto [base, offset] = function.viewBase(value.id);
+    const Storage &storage = function.values[base].storage;
     Root root;
     root.kind = storage.kind == Storage::Argument ? Root::Argument
                 : storage.kind == Storage::Result ? Root::Result
@@ -151,13 +147,6 @@ std::vector<size_t> Executor::resultsToCopy(llvm::ArrayRef<Root> table) const {
       copied.push_back(index);
   }
   return copied;
-}
-
-/// The id of the value that `id`'s view chain ends at.
-static int64_t baseValue(const FunctionPlan &plan, int64_t id) {
-  while (plan.values[id].storage.kind == Storage::View)
-    id = plan.values[id].storage.index;
-  return id;
 }
 
 Error Executor::allocateStaticCache() {
@@ -186,7 +175,7 @@ Error Executor::allocateStaticCache() {
       continue;
     for (auto [operand, scaleInv] : {std::pair{gemm->a, gemm->aScaleInv},
                                      std::pair{gemm->b, gemm->bScaleInv}}) {
-      if (!scaleInv || !staticValues.count(baseValue(plan, operand)) ||
+      if (!scaleInv || !staticValues.count(plan.viewBase(operand).first) ||
           cacheOffset.count(*scaleInv))
         continue;
       const Root &root = roots[*scaleInv];

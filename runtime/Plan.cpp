@@ -154,6 +154,15 @@ Expected<TensorType> tejit::runtime::parseTensorType(StringRef text) {
 // Plan lookups
 //===----------------------------------------------------------------------===//
 
+std::pair<int64_t, int64_t> FunctionPlan::viewBase(int64_t id) const {
+  int64_t offset = 0;
+  while (values[id].storage.kind == Storage::View) {
+    offset += values[id].storage.byteOffset;
+    id = values[id].storage.index;
+  }
+  return {id, offset};
+}
+
 const FunctionPlan *Plan::find(StringRef name) const {
   for (const FunctionPlan &function : functions)
     if (function.name == name)
@@ -638,12 +647,8 @@ Error FunctionParser::checkViews() {
 }
 
 std::pair<Storage, int64_t> FunctionParser::resolve(int64_t id) const {
-  int64_t offset = 0;
-  while (function.values[id].storage.kind == Storage::View) {
-    offset += function.values[id].storage.byteOffset;
-    id = function.values[id].storage.index;
-  }
-  return {function.values[id].storage, offset};
+  auto [base, offset] = function.viewBase(id);
+  return {function.values[base].storage, offset};
 }
 
 Error FunctionParser::parseInterface(const json::Array &entries, bool results) {

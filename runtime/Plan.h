@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -132,6 +133,11 @@ struct FunctionPlan {
   /// Indexed by value id (ids are dense from 0).
   std::vector<ValueInfo> values;
   std::vector<Step> steps;
+
+  /// The value `id`'s view chain ends at (itself when it is no view), and
+  /// the bytes past that value's start where `id` begins. Parsed plans have
+  /// no cycles of views.
+  std::pair<int64_t, int64_t> viewBase(int64_t id) const;
 };
 
 struct Plan {

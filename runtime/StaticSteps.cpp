@@ -7,17 +7,6 @@
 
 using namespace tejit::runtime;
 
-namespace {
-
-/// The value a view chain ends at.
-int64_t baseOf(const FunctionPlan &function, int64_t id) {
-  while (function.values[id].storage.kind == Storage::View)
-    id = function.values[id].storage.index;
-  return id;
-}
-
-} // namespace
-
 StaticSteps tejit::runtime::findStaticSteps(const FunctionPlan &function) {
   StaticSteps result;
   result.isStatic.assign(function.steps.size(), false);
@@ -45,7 +34,7 @@ StaticSteps tejit::runtime::findStaticSteps(const FunctionPlan &function) {
         continue;
     bool readsOnlyStatic = true, writesOwnValues = true, writesAny = false;
     for (const KernelArg &arg : kernel->args) {
-      int64_t base = baseOf(function, arg.value);
+      int64_t base = function.viewBase(arg.value).first;
       if (arg.output) {
         writesAny = true;
         Storage::Kind kind = function.values[arg.value].storage.kind;
@@ -63,7 +52,7 @@ StaticSteps tejit::runtime::findStaticSteps(const FunctionPlan &function) {
         result.outputs.push_back(arg.value);
         continue;
       }
-      int64_t base = baseOf(function, arg.value);
+      int64_t base = function.viewBase(arg.value).first;
       if (function.values[base].storage.kind == Storage::Argument)
         argumentsRead.insert(function.values[base].storage.index);
     }
