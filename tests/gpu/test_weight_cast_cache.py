@@ -284,3 +284,19 @@ def test_kept_parameter_arguments_follow_changes(fuse_qkv_params):
     replaced = bf16(layer)
     assert not torch.equal(replaced, changed)
     assert torch.equal(replaced, bf16(copy.deepcopy(layer)))
+
+
+def test_deep_copy_keeps_split_qkv_in_one_buffer():
+    """copy.deepcopy gives each parameter its own tensor; the copy packs
+    query/key/value back into one buffer (as .to() does), so its programs
+    take the same tensor every call and can keep their casts."""
+    from tejit.pytorch.module import _groups
+    layer = te.TransformerLayer(256, 1024, 4, params_dtype=BF16)
+    twin = copy.deepcopy(layer)
+    for module in (layer, twin):
+        for kind in ("weight", "bias"):
+            assert _groups.adjacent(
+                module.self_attention.layernorm_qkv._split(kind)), kind
+    for ours, theirs in zip(twin.parameters(), layer.parameters()):
+        assert ours.data_ptr() != theirs.data_ptr()
+        assert torch.equal(ours, theirs)

@@ -181,20 +181,31 @@ class QkvGroup(ParameterGroup):
         return torch.cat([query, key, value])
 
     def _apply(self, *args, **kwargs):
-        # .to()/.cuda()/.half() give every parameter its own tensor: pack
-        # the split ones into one buffer again, keeping the Parameter
-        # objects (an optimizer may hold them).
+        # .to()/.cuda()/.half() give every parameter its own tensor.
         result = super()._apply(*args, **kwargs)
-        if not self.fuse:
-            for kind in ("weight", "bias"):
-                parts = self._split(kind)
-                if parts[0] is None or adjacent(parts):
-                    continue
-                if (len({(p.dtype, p.device) for p in parts}) != 1
-                        or parts[0].device.type == "meta"):
-                    continue
-                with torch.no_grad():
-                    buffer = torch.cat([p.data for p in parts])
-                for part, view in zip(parts, buffer.split(self._rows)):
-                    part.data = view
+        self._pack_split()
         return result
+
+    def __setstate__(self, state):
+        # So do copy.deepcopy and unpickling.
+        super().__setstate__(state)
+        self._pack_split()
+
+    def _pack_split(self):
+        """Packs the split parameters into one buffer again when they are
+        not adjacent, keeping the Parameter objects (an optimizer may hold
+        them): the program then takes the buffer itself, the same tensor on
+        every call, instead of a concatenation made per call."""
+        if self.fuse:
+            return
+        for kind in ("weight", "bias"):
+            parts = self._split(kind)
+            if parts[0] is None or adjacent(parts):
+                continue
+            if (len({(p.dtype, p.device) for p in parts}) != 1
+                    or parts[0].device.type == "meta"):
+                continue
+            with torch.no_grad():
+                buffer = torch.cat([p.data for p in parts])
+            for part, view in zip(parts, buffer.split(self._rows)):
+                part.data = view

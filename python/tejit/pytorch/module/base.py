@@ -226,13 +226,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
         autocast_dtype = _torch_autocast_dtype()
         return autocast_dtype if autocast_dtype is not None else inp.dtype
 
-    def _call_token(self, dtype):
-        """What identifies the parameters' contents without reading them:
-        each one's address and version counter (moved on by every in-place
-        change made through torch: optimizer steps, load_state_dict, copy_;
-        not by writes through `.data`). The same walk checks, outside
-        torch.autocast, that they have the activation dtype `dtype` (as in
-        Transformer Engine): one walk per call."""
+    def _call_token(self, dtype, want_token):
+        """What identifies the parameters' contents without reading them
+        (None unless `want_token`): each one's address and version counter
+        (moved on by every in-place change made through torch: optimizer
+        steps, load_state_dict, copy_; not by writes through `.data`). The
+        same walk checks, outside torch.autocast, that they have the
+        activation dtype `dtype` (as in Transformer Engine): one walk per
+        call."""
         check = _torch_autocast_dtype() is None
         token = []
         for parameter in self.parameters():
@@ -244,8 +245,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
                     f"'{name}' is {parameter.dtype}; outside torch.autocast "
                     f"they must match (as in Transformer Engine): cast the "
                     f"input or the module")
-            token.append((parameter.data_ptr(), parameter._version))
-        return tuple(token)
+            if want_token:
+                token.append((parameter.data_ptr(), parameter._version))
+        return tuple(token) if want_token else None
 
     def _argument(self, name, dtype):
         """The tensor the program takes for parameter `name` (a dotted path
@@ -369,7 +371,6 @@ class TransformerEngineBaseModule(torch.nn.Module):
         between forwards (CompiledProgram.use_training_weight_casts,
         _infer_with_weight_casts). Returns {output name: tensor} in the
         program's shapes."""
-        token = self._call_token(dtype)
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec, recipe_key = _recipe_spec(recipe)
         first = next(iter(activations.values()))
@@ -381,6 +382,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # its recomputation will run (_checkpointing.py).
         rewinds = _checkpointing.recording()
         training = recorded or self._dropout_active() or rewinds is not None
+        # Inference calls keep what the token identifies (their parameter
+        # inputs, the weight casts); checked before anything compiles.
+        token = self._call_token(dtype, want_token=not training)
         key = (shape_key, dtype, recipe_key, training, first.device.index,
                variant)
         compiled = self._programs.get(key)
@@ -394,9 +398,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
             if training and self._dropout_active():
                 compiled.program.set_seed(_dropout_seed(first.device))
 
-        inference = not recorded and not compiled.training
-        parameters, checked = self._parameter_arguments(
-            compiled, dtype, token if inference else None)
+        parameters, checked = self._parameter_arguments(compiled, dtype,
+                                                        token)
         parameters = iter(parameters)
         arguments = []
         for input_name, parameter in zip(compiled.input_names,
