@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/CublasLt.h"
+#include "runtime/GemmTuning.h"
 #include "runtime/LibraryLoading.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -74,4 +75,74 @@ std::string CublasLt::statusText(cublasStatus_t status) const {
 llvm::Error CublasLt::error(cublasStatus_t status,
                             const llvm::Twine &what) const {
   return makeError(ErrorCode::Cublas, what + ": " + statusText(status));
+}
+
+namespace {
+/// AlgoConfig's fields with their cuBLASLt attributes and value types.
+template <typename Config, typename Visit>
+void forEachAttribute(Config &config, Visit visit) {
+  visit(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t(), config.tile, "TILE_ID");
+  visit(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t(), config.stages, "STAGES_ID");
+  visit(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t(), config.splitK,
+        "SPLITK_NUM");
+  visit(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t(), config.reduction,
+        "REDUCTION_SCHEME");
+  visit(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t(), config.swizzle,
+        "CTA_SWIZZLING");
+  visit(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, uint32_t(), config.custom,
+        "CUSTOM_OPTION");
+  visit(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t(), config.cluster,
+        "CLUSTER_SHAPE_ID");
+  visit(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t(), config.inner,
+        "INNER_SHAPE_ID");
+}
+} // namespace
+
+llvm::Expected<AlgoConfig>
+CublasLt::configOf(const cublasLtMatmulAlgo_t &algo) const {
+  AlgoConfig config;
+  llvm::Error failure = llvm::Error::success();
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value,
+                 int64_t &field, const char *name) {
+    if (failure)
+      return;
+    size_t written = 0;
+    failure = check(
+        cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value,
+                                             sizeof(value), &written),
+        llvm::Twine("cublasLtMatmulAlgoConfigGetAttribute(") + name + ")");
+    field = int64_t(value);
+  };
+  get(CUBLASLT_ALGO_CONFIG_ID, int32_t(), config.id, "ID");
+  forEachAttribute(config, get);
+  if (failure)
+    return std::move(failure);
+  return config;
+}
+
+llvm::Expected<cublasLtMatmulAlgo_t>
+CublasLt::algoOf(cublasLtHandle_t handle, const AlgoConfig &config,
+                 cudaDataType_t a, cudaDataType_t b, cudaDataType_t c,
+                 cudaDataType_t d) const {
+  cublasLtMatmulAlgo_t algo{};
+  if (llvm::Error error =
+          check(cublasLtMatmulAlgoInit(handle, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+                                       a, b, c, d, int(config.id), &algo),
+                llvm::formatv("cublasLtMatmulAlgoInit(algo {0})", config.id)))
+    return std::move(error);
+  llvm::Error failure = llvm::Error::success();
+  auto set = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value,
+                 int64_t field, const char *name) {
+    if (failure)
+      return;
+    value = decltype(value)(field);
+    failure = check(cublasLtMatmulAlgoConfigSetAttribute(&algo, attribute,
+                                                         &value, sizeof(value)),
+                    llvm::Twine("cublasLtMatmulAlgoConfigSetAttribute(") +
+                        name + ")");
+  };
+  forEachAttribute(config, set);
+  if (failure)
+    return std::move(failure);
+  return algo;
 }

@@ -18,6 +18,8 @@
 
 namespace tejit::runtime {
 
+struct AlgoConfig;
+
 /// The cuBLASLt entry points we use. Each member is a pointer to the function
 /// cublasLt.h declares under that name.
 struct CublasLt {
@@ -36,6 +38,10 @@ struct CublasLt {
   X(cublasLtMatmulPreferenceDestroy)                                           \
   X(cublasLtMatmulPreferenceSetAttribute)                                      \
   X(cublasLtMatmulAlgoGetHeuristic)                                            \
+  X(cublasLtMatmulAlgoInit)                                                    \
+  X(cublasLtMatmulAlgoConfigSetAttribute)                                      \
+  X(cublasLtMatmulAlgoConfigGetAttribute)                                      \
+  X(cublasLtMatmulAlgoCheck)                                                   \
   X(cublasLtMatmul)
 #define TEJIT_DECLARE(fn) decltype(&::fn) fn = nullptr;
   TEJIT_CUBLASLT_FUNCTIONS(TEJIT_DECLARE)
@@ -57,6 +63,14 @@ struct CublasLt {
   /// "CUBLAS_STATUS_NOT_SUPPORTED (status 15: the functionality requested is
   /// not supported)".
   std::string statusText(cublasStatus_t status) const;
+  /// `algo`'s configuration attributes.
+  llvm::Expected<AlgoConfig> configOf(const cublasLtMatmulAlgo_t &algo) const;
+  /// The algorithm `config` describes, for GEMMs of these types (compute
+  /// 32F, scale 32F); cublasLtMatmulAlgoCheck says whether a problem can
+  /// run it.
+  llvm::Expected<cublasLtMatmulAlgo_t>
+  algoOf(cublasLtHandle_t handle, const AlgoConfig &config, cudaDataType_t a,
+         cudaDataType_t b, cudaDataType_t c, cudaDataType_t d) const;
   /// An ErrorCode::Cublas error: "<what>: <statusText>".
   llvm::Error error(cublasStatus_t status, const llvm::Twine &what) const;
   /// Success, or error(status, what).

@@ -92,6 +92,7 @@
 
 #include "runtime/CublasLt.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/GemmTuning.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -104,6 +105,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -412,12 +414,52 @@ struct PreferenceGuard {
   cublasLtMatmulPreference_t preference = nullptr;
 };
 
-/// Makes the descriptors of `request`'s problem and picks its algorithm with
-/// the heuristic, for `workspaceBytes` of workspace.
-Expected<std::unique_ptr<Problem>> createProblem(const CublasLt &lib,
-                                                 cublasLtHandle_t handle,
-                                                 const Request &request,
-                                                 size_t workspaceBytes) {
+/// The tuned algorithm `tuned` names, if `problem` can run it in
+/// `workspaceBytes`; none (with the reason in `why`) otherwise.
+std::optional<cublasLtMatmulAlgo_t>
+tunedAlgo(const CublasLt &lib, cublasLtHandle_t handle, const Problem &problem,
+          const ProblemKey &key, const TunedGemm &tuned, size_t workspaceBytes,
+          std::string &why) {
+  // The measurement ran on 256-byte aligned buffers (cuMemAlloc's); a kernel
+  // picked there may assume as much, and cublasLtMatmulAlgoCheck does not
+  // see the pointers.
+  for (AlignedPointer which : {AlignA, AlignB, AlignC, AlignD})
+    if (key.alignments[which] < maxAlignmentLog2) {
+      why = "a matrix is not 256-byte aligned";
+      return std::nullopt;
+    }
+  Expected<cublasLtMatmulAlgo_t> algo =
+      lib.algoOf(handle, tuned.algo, cudaType(key.b), cudaType(key.a),
+                 cudaType(key.c), cudaType(key.out));
+  if (!algo) {
+    why = llvm::toString(algo.takeError());
+    return std::nullopt;
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  cublasStatus_t status = lib.cublasLtMatmulAlgoCheck(
+      handle, problem.desc, problem.aLayout, problem.bLayout, problem.cLayout,
+      problem.dLayout, &*algo, &result);
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = result.state;
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    why = "cublasLtMatmulAlgoCheck: " + lib.statusText(status);
+    return std::nullopt;
+  }
+  if (result.workspaceSize > workspaceBytes) {
+    why = llvm::formatv("it needs {0} bytes of workspace, {1} are there",
+                        result.workspaceSize, workspaceBytes);
+    return std::nullopt;
+  }
+  return *algo;
+}
+
+/// Makes the descriptors of `request`'s problem and picks its algorithm, for
+/// `workspaceBytes` of workspace: `tuned`'s when given and the problem can
+/// run it, else the heuristic's first. `choice` says which was taken.
+Expected<std::unique_ptr<Problem>>
+createProblem(const CublasLt &lib, cublasLtHandle_t handle,
+              const Request &request, size_t workspaceBytes,
+              const TunedGemm *tuned, std::string &choice) {
   const ProblemKey &key = request.key;
   auto problem = std::make_unique<Problem>(lib);
   cublasLtMatmulDesc_t &desc = problem->desc;
@@ -526,6 +568,22 @@ Expected<std::unique_ptr<Problem>> createProblem(const CublasLt &lib,
   if (status == CUBLAS_STATUS_SUCCESS && found > 0 &&
       result.state == CUBLAS_STATUS_SUCCESS) {
     problem->algo = result.algo;
+    std::string why;
+    if (tuned) {
+      if (std::optional<cublasLtMatmulAlgo_t> algo = tunedAlgo(
+              lib, handle, *problem, key, *tuned, workspaceBytes, why)) {
+        problem->algo = *algo;
+        choice = "the tuning file's " + tuned->algo.describe();
+        return std::move(problem);
+      }
+      why = " (the tuning file's " + tuned->algo.describe() +
+            " does not run here: " + why + ")";
+    }
+    Expected<AlgoConfig> config = lib.configOf(result.algo);
+    choice =
+        "the heuristic's first, " +
+        (config ? config->describe() : llvm::toString(config.takeError())) +
+        why;
     return std::move(problem);
   }
   // NOT_SUPPORTED is how cuBLASLt says no kernel fits: the usual causes are
@@ -838,6 +896,44 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
 }
 
 //===----------------------------------------------------------------------===//
+// Tuning files
+//===----------------------------------------------------------------------===//
+
+/// The tuning file TEJIT_GEMM_TUNING names, if its entries apply to
+/// `deviceName` with cuBLASLt `version`; null when none is named or it was
+/// measured elsewhere (said once on stderr). A file that cannot be read or
+/// parsed is an error. Files are read once per process.
+Expected<std::shared_ptr<const GemmTuning>>
+tuningFromEnvironment(StringRef deviceName, StringRef version) {
+  const char *path = std::getenv("TEJIT_GEMM_TUNING");
+  if (!path || !*path)
+    return nullptr;
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const GemmTuning>> loaded;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = loaded.find(path);
+  if (found == loaded.end()) {
+    Expected<GemmTuning> tuning = GemmTuning::load(path);
+    if (!tuning)
+      return annotate(tuning.takeError(), "TEJIT_GEMM_TUNING",
+                      ErrorCode::InvalidArgument);
+    found = loaded
+                .emplace(path,
+                         std::make_shared<const GemmTuning>(std::move(*tuning)))
+                .first;
+  }
+  std::string mismatch = found->second->mismatch(deviceName, version);
+  if (mismatch.empty())
+    return found->second;
+  if (warned.insert(std::string(path) + "\n" + deviceName.str()).second)
+    llvm::errs() << "tejit: warning: not using the GEMM tuning file " << path
+                 << " (TEJIT_GEMM_TUNING): " << mismatch
+                 << "; cuBLASLt's heuristic picks every algorithm\n";
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
 // The runner
 //===----------------------------------------------------------------------===//
 
@@ -845,9 +941,11 @@ class CublasLtGemmRunner final : public GemmRunner {
 public:
   CublasLtGemmRunner(const CublasLt &lib, const CudaDriver &driver,
                      cublasLtHandle_t handle, CUdeviceptr scalars,
-                     void *workspace, size_t workspaceBytes)
+                     void *workspace, size_t workspaceBytes,
+                     std::shared_ptr<const GemmTuning> tuning, bool logChoices)
       : lib(lib), driver(driver), handle(handle), scalars(scalars),
-        workspace(workspace), workspaceBytes(workspaceBytes) {}
+        workspace(workspace), workspaceBytes(workspaceBytes),
+        tuning(std::move(tuning)), logChoices(logChoices) {}
 
   ~CublasLtGemmRunner() override {
     // Descriptors first: they belong to the handle's library state.
@@ -876,6 +974,10 @@ private:
   /// The rest of the workspace, for cuBLASLt.
   void *workspace;
   size_t workspaceBytes;
+  /// Measured algorithms for this device (TEJIT_GEMM_TUNING), or null.
+  std::shared_ptr<const GemmTuning> tuning;
+  /// Whether each new problem's algorithm is reported (TEJIT_LOG_GEMMS).
+  bool logChoices;
   /// Guards `problems` (the map, not the problems' descriptors).
   std::mutex problemsMutex;
   /// Problems are never evicted: a plan has a handful of GEMMs.
@@ -889,10 +991,18 @@ Expected<Problem *> CublasLtGemmRunner::problemFor(const Request &request) {
     return it->second.get();
   // Failures are not cached: the step fails again, with the same message,
   // on every run.
+  const ProblemKey &key = request.key;
+  const TunedGemm *tuned =
+      tuning && key.scaled
+          ? tuning->find(key.m, key.n, key.k, key.a, key.b, key.fastAccum)
+          : nullptr;
+  std::string choice;
   Expected<std::unique_ptr<Problem>> created =
-      createProblem(lib, handle, request, workspaceBytes);
+      createProblem(lib, handle, request, workspaceBytes, tuned, choice);
   if (!created)
     return created.takeError();
+  if (logChoices)
+    llvm::errs() << "tejit: GEMM " << key.describe() << ": " << choice << "\n";
   Problem *problem = created->get();
   problems.emplace(request.key, std::move(*created));
   return problem;
@@ -983,11 +1093,16 @@ Error CublasLtGemmRunner::run(const GemmStep &step,
 
 } // namespace
 
-Expected<std::unique_ptr<GemmRunner>>
-GemmRunner::create(void *workspace, size_t workspaceBytes) {
+Expected<std::unique_ptr<GemmRunner>> GemmRunner::create(void *workspace,
+                                                         size_t workspaceBytes,
+                                                         StringRef deviceName) {
   Expected<const CublasLt &> lib = CublasLt::get();
   if (!lib)
     return lib.takeError();
+  Expected<std::shared_ptr<const GemmTuning>> tuning =
+      tuningFromEnvironment(deviceName, lib->versionString());
+  if (!tuning)
+    return tuning.takeError();
   Expected<const CudaDriver &> driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
@@ -1010,6 +1125,8 @@ GemmRunner::create(void *workspace, size_t workspaceBytes) {
     workspace = reinterpret_cast<void *>(aligned + workspaceAlignment);
     workspaceBytes -= skipped + workspaceAlignment;
   }
-  return std::make_unique<CublasLtGemmRunner>(*lib, *driver, handle, scalars,
-                                              workspace, workspaceBytes);
+  const char *log = std::getenv("TEJIT_LOG_GEMMS");
+  return std::make_unique<CublasLtGemmRunner>(
+      *lib, *driver, handle, scalars, workspace, workspaceBytes,
+      std::move(*tuning), log && *log && StringRef(log) != "0");
 }

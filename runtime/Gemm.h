@@ -36,8 +36,13 @@ public:
   /// Loads cuBLASLt and creates its handle; the caller's CUDA context must
   /// be current. `workspace` (device memory of `workspaceBytes`, 32 MiB is
   /// what Hopper's best kernels want) must outlive the runner.
+  ///
+  /// FP8 GEMMs run the algorithm the tuning file TEJIT_GEMM_TUNING records
+  /// for them (GemmTuning.h) when it was measured on `deviceName` with this
+  /// cuBLASLt; else, and for every other GEMM, the heuristic's first.
+  /// TEJIT_LOG_GEMMS=1 reports each problem's algorithm on stderr.
   static llvm::Expected<std::unique_ptr<GemmRunner>>
-  create(void *workspace, size_t workspaceBytes);
+  create(void *workspace, size_t workspaceBytes, llvm::StringRef deviceName);
   virtual ~GemmRunner() = default;
 
   /// Enqueues `step` on `stream` (a CUstream; null is the legacy default

@@ -99,6 +99,20 @@ bool sameType(const TensorType &a, const TensorType &b) {
 }
 } // namespace
 
+std::optional<ElementType> tejit::runtime::parseElementType(StringRef name) {
+  return llvm::StringSwitch<std::optional<ElementType>>(name)
+      .Case("f32", ElementType::F32)
+      .Case("f16", ElementType::F16)
+      .Case("bf16", ElementType::BF16)
+      .Case("f8E4M3FN", ElementType::F8E4M3)
+      .Case("f8E5M2", ElementType::F8E5M2)
+      .Case("i64", ElementType::I64)
+      .Case("i32", ElementType::I32)
+      .Case("i8", ElementType::I8)
+      .Case("i1", ElementType::I1)
+      .Default(std::nullopt);
+}
+
 Expected<TensorType> tejit::runtime::parseTensorType(StringRef text) {
   auto fail = [&](const Twine &why) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -113,18 +127,7 @@ Expected<TensorType> tejit::runtime::parseTensorType(StringRef text) {
   llvm::SmallVector<StringRef> parts;
   body.split(parts, 'x');
   StringRef element = parts.pop_back_val();
-  std::optional<ElementType> elementType =
-      llvm::StringSwitch<std::optional<ElementType>>(element)
-          .Case("f32", ElementType::F32)
-          .Case("f16", ElementType::F16)
-          .Case("bf16", ElementType::BF16)
-          .Case("f8E4M3FN", ElementType::F8E4M3)
-          .Case("f8E5M2", ElementType::F8E5M2)
-          .Case("i64", ElementType::I64)
-          .Case("i32", ElementType::I32)
-          .Case("i8", ElementType::I8)
-          .Case("i1", ElementType::I1)
-          .Default(std::nullopt);
+  std::optional<ElementType> elementType = parseElementType(element);
   if (!elementType)
     return fail("unknown element type '" + element +
                 "' (expected f32, f16, bf16, f8E4M3FN, f8E5M2, i64, i32, i8 "

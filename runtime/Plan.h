@@ -30,6 +30,8 @@ enum class ElementType { F32, F16, BF16, F8E4M3, F8E5M2, I64, I32, I8, I1 };
 size_t elementBytes(ElementType type);
 /// The IR spelling: "f32", "bf16", "f8E4M3FN", ...
 llvm::StringRef elementTypeName(ElementType type);
+/// The type elementTypeName spells `name`, if any.
+std::optional<ElementType> parseElementType(llvm::StringRef name);
 bool isFp8(ElementType type);
 
 /// A ranked tensor type as the plan spells it: "tensor<32x1x64xbf16>".

@@ -79,7 +79,7 @@ Error Program::setUp(int ordinal) {
     return workspaceBuffer.takeError();
   workspace = std::move(*workspaceBuffer);
   auto runner = GemmRunner::create(reinterpret_cast<void *>(workspace.get()),
-                                   workspace.bytes());
+                                   workspace.bytes(), deviceInfo.name);
   if (!runner)
     return runner.takeError();
   gemms = std::move(*runner);

@@ -38,7 +38,21 @@
 // both outputs are compared (max |difference| over max |top-1 output|) so
 // that a "faster" algorithm computing something else shows up.
 //
-//   tejit-gemm-algos [--tokens N] [--algos N] [--device N] [--json FILE]
+//   tejit-gemm-algos [--tokens N] [--algos N] [--device N] [--sustain MS]
+//                    [--fprop-bias] [--only LINEARS] [--json FILE]
+//                    [--write-tuning FILE [--min-speedup X | --pick N]]
+//
+// --sustain MS precedes every timed batch with MS ms of the same algorithm
+// back to back. A Hopper board at its power limit (an H100 at 700 W under
+// FP8 GEMMs) lowers its clocks within a few hundred ms, and the algorithm
+// that is fastest at full clocks need not be the fastest there; short
+// batches alone measure the first state, which a training step never stays
+// in. --write-tuning FILE writes a GEMM tuning file (runtime/GemmTuning.h)
+// with the best algorithm of each GEMM whose confirmed speed-up is at least
+// --min-speedup (default 1.02) and whose output matches the top-1's; the
+// runtime uses it under TEJIT_GEMM_TUNING=FILE. With --pick N the file
+// names every GEMM's candidate #N instead, whatever its time: a test of the
+// runtime's tuned path (tools/scripts/gpu-tests.sh).
 //
 // Exit status: 0 when every GEMM was measured, 1 on a failure, 2 when it
 // cannot run here (no driver, no GPU, a GPU without FP8, no cuBLASLt) or on a
@@ -49,7 +63,11 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
+#include "runtime/GemmTuning.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -59,7 +77,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dlfcn.h>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,21 +162,6 @@ double teraflops(int64_t m, int64_t n, int64_t k, double ms) {
 }
 
 //===----------------------------------------------------------------------===//
-// An entry point CublasLt does not load
-//===----------------------------------------------------------------------===//
-
-/// cublasLtMatmulAlgoConfigGetAttribute, to describe the algorithms; null
-/// when the library lacks it (the descriptions are then left out).
-decltype(&::cublasLtMatmulAlgoConfigGetAttribute)
-loadConfigGetter(const CublasLt &lib) {
-  void *handle = dlopen(lib.path.c_str(), RTLD_NOW | RTLD_NOLOAD);
-  if (!handle)
-    return nullptr;
-  return reinterpret_cast<decltype(&::cublasLtMatmulAlgoConfigGetAttribute)>(
-      dlsym(handle, "cublasLtMatmulAlgoConfigGetAttribute"));
-}
-
-//===----------------------------------------------------------------------===//
 // The GEMMs
 //===----------------------------------------------------------------------===//
 
@@ -227,6 +230,8 @@ struct AlgoTiming {
   size_t workspace = 0;
   float waves = 0;
   std::string config;
+  /// The algorithm's configuration, when it could be read.
+  std::optional<AlgoConfig> algo;
 };
 
 struct GemmResult {
@@ -267,9 +272,10 @@ template <typename T> struct Destroyer {
 
 class Bench {
 public:
-  Bench(const CudaDriver &driver, const CublasLt &lib, int requested)
-      : driver(driver), lib(lib), getConfig(loadConfigGetter(lib)),
-        requested(requested) {
+  Bench(const CudaDriver &driver, const CublasLt &lib, int requested,
+        double sustainMs, bool fpropBias)
+      : driver(driver), lib(lib), requested(requested), sustainMs(sustainMs),
+        fpropBias(fpropBias) {
     orDie(lib.check(lib.cublasLtCreate(&handle), "cublasLtCreate"));
     orDie(driver.check(driver.cuEventCreate(&start, CU_EVENT_DEFAULT),
                        "cuEventCreate"));
@@ -306,11 +312,12 @@ private:
   void makeProblem(const Gemm &gemm, Problem &p);
   std::vector<cublasLtMatmulHeuristicResult_t> heuristic(Problem &p, int count);
   cublasStatus_t launch(Problem &p, const cublasLtMatmulAlgo_t &algo);
-  /// One batch of launches of a (warm) algorithm: ms per launch.
+  /// One batch of launches of a (warm) algorithm: ms per launch. With
+  /// --sustain, the batch follows `sustainMs` of the same algorithm back to
+  /// back, so that it is timed in the power state it settles into.
   double batch(Problem &p, const cublasLtMatmulAlgo_t &algo);
   AlgoTiming time(Problem &p, const cublasLtMatmulHeuristicResult_t &result,
                   int index);
-  std::string describe(const cublasLtMatmulAlgo_t &algo) const;
   std::vector<float> output(const Gemm &gemm);
   void upload(const DeviceBuffer &buffer, const void *data, size_t bytes);
   void synchronize(const char *what) {
@@ -319,8 +326,13 @@ private:
 
   const CudaDriver &driver;
   const CublasLt &lib;
-  decltype(&::cublasLtMatmulAlgoConfigGetAttribute) getConfig;
   int requested;
+  double sustainMs;
+  /// Forward GEMMs with a bf16 bias epilogue (BIAS), as layers with biases
+  /// run them: cuBLASLt has fewer kernels for it.
+  bool fpropBias;
+  /// The GEMM being measured (for the sustained launches' count).
+  double currentFlops = 0;
   cublasLtHandle_t handle = nullptr;
   /// The legacy default stream, which the events and cuBLASLt share.
   CUstream stream = nullptr;
@@ -329,7 +341,7 @@ private:
   /// cuBLASLt's B (the runner's a) in E4M3 and E5M2, its A (the runner's b)
   /// in E4M3, and D: each as large as the largest GEMM needs, every GEMM
   /// using their starts.
-  DeviceBuffer aE4M3, aE5M2, bE4M3, out;
+  DeviceBuffer aE4M3, aE5M2, bE4M3, out, bias;
 };
 
 void Bench::upload(const DeviceBuffer &buffer, const void *data, size_t bytes) {
@@ -350,6 +362,12 @@ void Bench::prepare(const std::vector<Gemm> &gemms, uint64_t seed) {
   aE5M2 = orDie(DeviceBuffer::allocate(aBytes, "E5M2 gradients"));
   bE4M3 = orDie(DeviceBuffer::allocate(bBytes, "E4M3 weights"));
   out = orDie(DeviceBuffer::allocate(outBytes, "the bf16 outputs"));
+  size_t biasBytes = 0;
+  for (const Gemm &gemm : gemms)
+    biasBytes = std::max(biasBytes, size_t(gemm.n) * 2);
+  bias = orDie(DeviceBuffer::allocate(biasBytes, "the bf16 bias"));
+  std::vector<uint16_t> biasValues(biasBytes / 2, 0x3c00); // bf16 0.0078
+  upload(bias, biasValues.data(), biasBytes);
 
   // Random FP8 bytes mapped to finite values of magnitude 1/8 to 4: a
   // random sign and mantissa, an exponent of -3 to 1. Random raw bytes would
@@ -404,8 +422,16 @@ void Bench::makeProblem(const Gemm &gemm, Problem &p) {
   // its order; cuBLASLt's A scale is the runner's b's, its B scale a's.
   set(CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_T), "TRANSA");
   set(CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N), "TRANSB");
-  set(CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_DEFAULT),
+  bool withBias = fpropBias && gemm.pass == Pass::Fprop;
+  set(CUBLASLT_MATMUL_DESC_EPILOGUE,
+      uint32_t(withBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT),
       "EPILOGUE");
+  if (withBias) {
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_16BF),
+        "BIAS_DATA_TYPE");
+    set(CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+        reinterpret_cast<const void *>(bias.get()), "BIAS_POINTER");
+  }
   set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t(gemm.fastAccum() ? 1 : 0),
       "FAST_ACCUM");
   const void *aScale = reinterpret_cast<const void *>(scales.get());
@@ -474,7 +500,12 @@ AlgoTiming Bench::time(Problem &p,
   timing.index = index;
   timing.workspace = result.workspaceSize;
   timing.waves = result.wavesCount;
-  timing.config = describe(result.algo);
+  if (llvm::Expected<AlgoConfig> config = lib.configOf(result.algo)) {
+    timing.algo = *config;
+    timing.config = config->describe();
+  } else {
+    timing.config = oneLine(llvm::toString(config.takeError()));
+  }
   if (result.state != CUBLAS_STATUS_SUCCESS) {
     timing.failure = "heuristic state " + lib.statusText(result.state);
     return timing;
@@ -496,6 +527,13 @@ AlgoTiming Bench::time(Problem &p,
 }
 
 double Bench::batch(Problem &p, const cublasLtMatmulAlgo_t &algo) {
+  if (sustainMs > 0) {
+    // Launches at about 1000 TFLOP/s fill sustainMs (slower GPUs: longer).
+    double launchMs = std::max(currentFlops / 1e12, 0.01);
+    for (int i = 0; i < std::max(int(sustainMs / launchMs), 1); ++i)
+      if (launch(p, algo) != CUBLAS_STATUS_SUCCESS)
+        break;
+  }
   orDie(driver.check(driver.cuEventRecord(start, stream), "cuEventRecord"));
   for (int i = 0; i < launchesPerBatch; ++i)
     if (cublasStatus_t status = launch(p, algo);
@@ -507,31 +545,6 @@ double Bench::batch(Problem &p, const cublasLtMatmulAlgo_t &algo) {
   orDie(driver.check(driver.cuEventElapsedTime(&elapsed, start, stop),
                      "cuEventElapsedTime"));
   return elapsed / launchesPerBatch;
-}
-
-/// "algo 66 tile 36 stages 23 splitK 1 reduction 0 swizzle 0 custom 0
-/// cluster 3 inner 0": the algorithm's configuration, in cublasLt.h's enum
-/// values (cublasLtMatmulTile_t, cublasLtMatmulStages_t,
-/// cublasLtClusterShape_t, ...).
-std::string Bench::describe(const cublasLtMatmulAlgo_t &algo) const {
-  if (!getConfig)
-    return "";
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
-    size_t written = 0;
-    if (getConfig(&algo, attribute, &value, sizeof(value), &written) !=
-        CUBLAS_STATUS_SUCCESS)
-      return std::string("?");
-    return std::to_string(static_cast<long long>(value));
-  };
-  return "algo " + get(CUBLASLT_ALGO_CONFIG_ID, int32_t()) + " tile " +
-         get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t()) + " stages " +
-         get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t()) + " splitK " +
-         get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t()) + " reduction " +
-         get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t()) + " swizzle " +
-         get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t()) + " custom " +
-         get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, uint32_t()) + " cluster " +
-         get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t()) + " inner " +
-         get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t());
 }
 
 std::vector<float> Bench::output(const Gemm &gemm) {
@@ -563,6 +576,7 @@ void Bench::spinUp(const Gemm &gemm, double ms) {
 GemmResult Bench::run(const Gemm &gemm) {
   GemmResult r;
   r.gemm = gemm;
+  currentFlops = gemm.flops();
   Problem p;
   makeProblem(gemm, p);
   // What the runner uses: the heuristic asked for one algorithm.
@@ -798,15 +812,84 @@ void writeJson(const std::string &path, const DeviceInfo &device,
     die("cannot write " + path + ": " + file.error().message());
 }
 
+/// The tuning file: the confirmed winners of at least `minSpeedup`, or with
+/// `pick` every GEMM's candidate #pick whatever its time (to test the
+/// runtime's tuned path with an algorithm the heuristic would not pick).
+void writeTuning(const std::string &path, const DeviceInfo &device,
+                 const CublasLt &lib, const std::vector<GemmResult> &results,
+                 double minSpeedup, std::optional<int> pick) {
+  GemmTuning tuning;
+  tuning.device = device.name;
+  tuning.cublasLt = lib.versionString();
+  for (const GemmResult &r : results) {
+    const AlgoTiming *chosen = &r.algos[r.best];
+    double tunedMs = r.confirmedBest;
+    if (pick) {
+      if (*pick >= int(r.algos.size()) || !r.algos[*pick].failure.empty())
+        continue;
+      chosen = &r.algos[*pick];
+      tunedMs = chosen->ms;
+    } else {
+      bool differs = r.best != r.top1 || !r.runnerPickIsFirst;
+      if (!differs || r.confirmedSpeedup() < minSpeedup ||
+          !(r.outputDifference <= outputTolerance))
+        continue;
+    }
+    if (!chosen->algo)
+      continue;
+    TunedGemm gemm;
+    gemm.m = r.gemm.m;
+    gemm.n = r.gemm.n;
+    gemm.k = r.gemm.k;
+    gemm.a = r.gemm.aIsE5M2() ? ElementType::F8E5M2 : ElementType::F8E4M3;
+    gemm.b = ElementType::F8E4M3;
+    gemm.fastAccum = r.gemm.fastAccum();
+    gemm.algo = *chosen->algo;
+    gemm.heuristicMs = pick ? r.baseline().ms : r.confirmedTop1;
+    gemm.tunedMs = tunedMs;
+    tuning.gemms.push_back(gemm);
+  }
+  std::error_code error;
+  llvm::raw_fd_ostream file(path, error);
+  if (error)
+    die("cannot write " + path + ": " + error.message());
+  tuning.write(file);
+  file.close();
+  if (file.has_error())
+    die("cannot write " + path + ": " + file.error().message());
+  if (pick)
+    std::printf("\nwrote %s: candidate #%d of %zu of %zu GEMMs, whatever "
+                "its time\n",
+                path.c_str(), *pick, tuning.gemms.size(), results.size());
+  else
+    std::printf("\nwrote %s: %zu of %zu GEMMs with a confirmed speed-up of "
+                "%.2fx or more\n",
+                path.c_str(), tuning.gemms.size(), results.size(), minSpeedup);
+}
+
 [[noreturn]] void usage(const char *argv0) {
   std::fprintf(stderr,
-               "usage: %s [--tokens N] [--algos N] [--device N] [--json "
-               "FILE]\n"
+               "usage: %s [--tokens N] [--algos N] [--device N] [--sustain "
+               "MS] [--fprop-bias] [--only LINEARS] [--json FILE] "
+               "[--write-tuning FILE "
+               "[--min-speedup X | --pick N]]\n"
                "  --tokens N  the GEMMs' token count (seq x batch; default "
                "8192, a multiple of 16)\n"
                "  --algos N   heuristic candidates per GEMM (default 16)\n"
                "  --device N  the CUDA device (default 0)\n"
-               "  --json FILE also write the results as JSON\n",
+               "  --sustain MS run each timed batch after MS ms of the same "
+               "algorithm back to back (the power-capped state; default 0)\n"
+               "  --fprop-bias forward GEMMs with a bf16 bias epilogue, "
+               "as layers with biases run them\n"
+               "  --only LINEARS comma-separated linears to measure (qkv, "
+               "proj, fc1, fc2; default all)\n"
+               "  --json FILE also write the results as JSON\n"
+               "  --write-tuning FILE write a GEMM tuning file "
+               "(TEJIT_GEMM_TUNING) with the confirmed winners\n"
+               "  --min-speedup X the confirmed speed-up a winner needs "
+               "(default 1.02)\n"
+               "  --pick N    --write-tuning records every GEMM's candidate "
+               "#N instead, whatever its time (tests the tuned path)\n",
                argv0);
   std::exit(exitCannotRun);
 }
@@ -816,7 +899,10 @@ void writeJson(const std::string &path, const DeviceInfo &device,
 int main(int argc, char **argv) {
   int64_t tokens = 8192;
   int requested = 16, ordinal = 0;
-  std::string jsonPath;
+  std::string jsonPath, only, tuningPath;
+  double sustainMs = 0, minSpeedup = 1.02;
+  bool fpropBias = false;
+  std::optional<int> pick;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto number = [&](int64_t low, int64_t high) {
@@ -834,9 +920,24 @@ int main(int argc, char **argv) {
       requested = int(number(1, 256));
     else if (arg == "--device")
       ordinal = int(number(0, 1024));
+    else if (arg == "--sustain")
+      sustainMs = double(number(0, 60000));
+    else if (arg == "--pick")
+      pick = int(number(0, 255));
+    else if (arg == "--fprop-bias")
+      fpropBias = true;
+    else if (arg == "--only" && i + 1 < argc)
+      only = argv[++i];
     else if (arg == "--json" && i + 1 < argc)
       jsonPath = argv[++i];
-    else
+    else if (arg == "--write-tuning" && i + 1 < argc)
+      tuningPath = argv[++i];
+    else if (arg == "--min-speedup" && i + 1 < argc) {
+      char *end = nullptr;
+      minSpeedup = std::strtod(argv[++i], &end);
+      if (*end || !(minSpeedup >= 1.0))
+        usage(argv[0]);
+    } else
       usage(argv[0]);
   }
   // The wgrad GEMMs' K is the token count; FP8 kernels need 16-byte leading
@@ -865,7 +966,22 @@ int main(int argc, char **argv) {
   std::fflush(stdout);
 
   std::vector<Gemm> gemms = headlineGemms(tokens);
-  Bench bench(*driver, *lib, requested);
+  if (!only.empty()) {
+    llvm::SmallVector<llvm::StringRef> names;
+    llvm::StringRef(only).split(names, ',');
+    llvm::erase_if(gemms, [&](const Gemm &gemm) {
+      return !llvm::is_contained(names, gemm.linear);
+    });
+    if (gemms.empty())
+      usage(argv[0]);
+  }
+  if (sustainMs > 0)
+    std::printf("every timed batch follows %.0f ms of the same algorithm "
+                "back to back\n",
+                sustainMs);
+  if (fpropBias)
+    std::printf("forward GEMMs add a bf16 bias (epilogue BIAS)\n");
+  Bench bench(*driver, *lib, requested, sustainMs, fpropBias);
   bench.prepare(gemms, /*seed=*/1);
   bench.spinUp(gemms.front(), 500);
   std::vector<GemmResult> results;
@@ -882,5 +998,7 @@ int main(int argc, char **argv) {
   printTable(results);
   if (!jsonPath.empty())
     writeJson(jsonPath, *device, *lib, tokens, requested, results);
+  if (!tuningPath.empty())
+    writeTuning(tuningPath, *device, *lib, results, minSpeedup, pick);
   return 0;
 }

@@ -71,8 +71,12 @@ TEJIT_CONFIGS = [("tejit FP8 delayed", DELAYED),
 # The same step replayed as CUDA graphs (one per input buffer): timed, not
 # profiled (its kernels are the delayed config's).
 TEJIT_GRAPH = ("tejit FP8 delayed, CUDA graph", DELAYED)
+# With --gemm-tuning FILE: the delayed config again, its program created
+# with TEJIT_GEMM_TUNING=FILE (measured cuBLASLt algorithms); timed, not
+# profiled. Every other config runs cuBLASLt's heuristic.
+TEJIT_TUNED = ("tejit FP8 delayed, tuned GEMMs", DELAYED)
 TEJIT_FP8 = [label for label, recipe in TEJIT_CONFIGS if recipe] + [
-    TEJIT_GRAPH[0]]
+    TEJIT_GRAPH[0], TEJIT_TUNED[0]]
 # (label, FP8 linears, torch.compile: False, True or its mode)
 PEERS = [("torch eager bf16", False, False),
          ("torch.compile bf16", False, True),
@@ -282,10 +286,20 @@ class GraphedStep:
         self.graphs[i].replay()
 
 
-def compile_program(block, size, recipe):
-    return tejit.Program.compile(tejit_spec(block, size, recipe),
-                                 training=True,
-                                 recipe=None if recipe else "none")
+def compile_program(block, size, recipe, tuning=None):
+    """The block's program; the runtime reads TEJIT_GEMM_TUNING when it
+    creates one, so it is set to `tuning` (unset for None) around that."""
+    saved = os.environ.pop("TEJIT_GEMM_TUNING", None)
+    if tuning:
+        os.environ["TEJIT_GEMM_TUNING"] = tuning
+    try:
+        return tejit.Program.compile(tejit_spec(block, size, recipe),
+                                     training=True,
+                                     recipe=None if recipe else "none")
+    finally:
+        os.environ.pop("TEJIT_GEMM_TUNING", None)
+        if saved is not None:
+            os.environ["TEJIT_GEMM_TUNING"] = saved
 
 
 # Programs stay loaded until the process ends: PyTorch's profiler names a
@@ -299,7 +313,8 @@ def retire(program):
     RETIRED.append(program)
 
 
-def run_tejit(block, size, label, recipe, args, graphed=False):
+def run_tejit(block, size, label, recipe, args, graphed=False,
+              tuning=None):
     """Times one tejit config. tejit's own device memory
     (arena, saved tensors, FP8 state, cuBLASLt workspace, kernel modules)
     is allocated outside PyTorch's allocator, so it is measured as the drop
@@ -310,7 +325,7 @@ def run_tejit(block, size, label, recipe, args, graphed=False):
     base = torch.cuda.memory_allocated()
     free_before = device_free_bytes()
     start = time.perf_counter()
-    program = compile_program(block, size, recipe)
+    program = compile_program(block, size, recipe, tuning)
     try:
         result["compile_s"] = time.perf_counter() - start
         tejit_bytes = free_before - device_free_bytes()
@@ -826,6 +841,11 @@ def time_block(block, size, args):
     configs.append(guarded(label, run_tejit, block, size, label, recipe,
                            args, True))
     progress(configs[-1])
+    if args.gemm_tuning:
+        label, recipe = TEJIT_TUNED
+        configs.append(guarded(label, run_tejit, block, size, label, recipe,
+                               args, False, args.gemm_tuning))
+        progress(configs[-1])
     for label, fp8, compiled in PEERS:
         configs.append(guarded(label, run_peer, block, size, label, fp8,
                                compiled, args))
@@ -883,6 +903,8 @@ def goals(blocks):
         by_label = {c["label"]: c for c in block["configs"]}
         peer = by_label.get(COMPILE_FP8, {})
         for label in TEJIT_FP8:
+            if label == TEJIT_TUNED[0] and label not in by_label:
+                continue  # no --gemm-tuning
             config = by_label.get(label, {})
             key = f"{block['block']}/{label}"
             # The peer's time over this tejit config's.
@@ -925,7 +947,9 @@ def mib(nbytes):
 def block_table(block):
     headers = ["config", "ms (median)", "min–max ms", "TFLOP/s",
                "peak torch MiB", "tejit-owned MiB", "compile / 1st step s"]
-    headers += [f"{label} speedup" for label in TEJIT_FP8]
+    ran = [label for label in TEJIT_FP8
+           if any(c["label"] == label for c in block["configs"])]
+    headers += [f"{label} speedup" for label in ran]
     rows = []
     for c in block["configs"]:
         if "error" in c:
@@ -940,8 +964,7 @@ def block_table(block):
                      cell(mib(c.get("peak_torch_bytes")), ".0f"),
                      cell(mib(c.get("tejit_device_bytes")), ".0f"),
                      cell(c.get("compile_s", c.get("first_step_s")), ".1f")]
-                    + [cell(speedups.get(label), ".2f") for label in
-                       TEJIT_FP8])
+                    + [cell(speedups.get(label), ".2f") for label in ran])
     return markdown(headers, rows)
 
 
@@ -1101,6 +1124,10 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true",
                         help="hidden 1024, FFN 4096, seq 512 x batch 2")
+    parser.add_argument("--gemm-tuning", metavar="FILE",
+                        help="a GEMM tuning file (tejit-gemm-algos "
+                        "--write-tuning): adds the config '"
+                        + TEJIT_TUNED[0] + "', whose program uses it")
     parser.add_argument("--json", metavar="OUT",
                         help="also write every number to this JSON file")
     parser.add_argument("--warmup", type=int, default=10,

@@ -148,6 +148,9 @@ class Row:
     seed_only: bool = False
     # Rows that time a training step only (not run with --inference).
     training_only: bool = False
+    # tejit rows: programs created with TEJIT_GEMM_TUNING=--gemm-tuning
+    # (measured cuBLASLt algorithms); run only when that file is given.
+    gemm_tuning: bool = False
 
 
 ROWS = [
@@ -156,6 +159,8 @@ ROWS = [
         "tejit FP8 (causal: about half the attention work)",
         tejit=True, fp8=True, mask="causal", seed_only=True),
     Row("tejit-bf16", "tejit bf16 (no_mask)", tejit=True, fp8=False),
+    Row("tejit-fp8-tuned", "tejit FP8 (no_mask), tuned GEMMs "
+        "(TEJIT_GEMM_TUNING)", tejit=True, fp8=True, gemm_tuning=True),
     Row("torch-fp16-unfused", "PyTorch fp16, unfused attention (seed layer)",
         tejit=False, fp8=False, dtype=torch.float16, attention="unfused",
         seed_only=True),
@@ -184,6 +189,7 @@ ROWS = [
 ]
 ROW_BY_KEY = {row.key: row for row in ROWS}
 TEJIT_FP8 = "tejit-fp8"
+TEJIT_FP8_TUNED = "tejit-fp8-tuned"
 TEJIT_FP8_CAUSAL = "tejit-fp8-causal"
 COMPILE_FP8 = "compile-fp8-sdpa"
 PLAIN = "torch-fp16-unfused"
@@ -387,14 +393,31 @@ def make_step(row, size, batch, args):
     return forward if args.inference else step, (model, fn, x, dy, params)
 
 
+@contextlib.contextmanager
+def gemm_tuning_file(path):
+    """TEJIT_GEMM_TUNING=path (unset for None) while a row creates its
+    programs: the runtime reads it when a program is created, so only the
+    tuned row's programs use the file, whatever the caller exported."""
+    saved = os.environ.pop("TEJIT_GEMM_TUNING", None)
+    if path:
+        os.environ["TEJIT_GEMM_TUNING"] = path
+    try:
+        yield
+    finally:
+        os.environ.pop("TEJIT_GEMM_TUNING", None)
+        if saved is not None:
+            os.environ["TEJIT_GEMM_TUNING"] = saved
+
+
 def run_row(row, size, batch, args, flops):
     result = {"key": row.key, "label": row_label(row, size), "batch": batch}
     mark = memory_mark()
-    step, keep = make_step(row, size, batch, args)
-    compiles = tejit_compiles()
-    start = time.perf_counter()
-    step()  # tejit's JIT compile / torch.compile's, kept out of the warm-up
-    torch.cuda.synchronize()
+    with gemm_tuning_file(args.gemm_tuning if row.gemm_tuning else None):
+        step, keep = make_step(row, size, batch, args)
+        compiles = tejit_compiles()
+        start = time.perf_counter()
+        step()  # tejit's JIT compile / torch.compile's, out of the warm-up
+        torch.cuda.synchronize()
     result["first_step_s"] = time.perf_counter() - start
     after_first = tejit_compiles()
     result["timing"] = speedometer(step, args.warmup, args.iters)
@@ -470,12 +493,17 @@ def add_speedups(results):
 def goals(results, batch):
     by_key = {r["key"]: r for r in results if "error" not in r}
     checks = []
-    for peer, goal in ((COMPILE_FP8, GOAL_VS_COMPILE_FP8),
-                       (PLAIN, GOAL_VS_PLAIN)):
-        check = {"batch": batch, "tejit": TEJIT_FP8, "peer": peer,
+    for tejit_key, peer, goal in (
+            (TEJIT_FP8, COMPILE_FP8, GOAL_VS_COMPILE_FP8),
+            (TEJIT_FP8, PLAIN, GOAL_VS_PLAIN),
+            (TEJIT_FP8_TUNED, COMPILE_FP8, GOAL_VS_COMPILE_FP8),
+            (TEJIT_FP8_TUNED, PLAIN, GOAL_VS_PLAIN)):
+        if tejit_key == TEJIT_FP8_TUNED and tejit_key not in by_key:
+            continue  # no tuning file given (or the row failed: listed)
+        check = {"batch": batch, "tejit": tejit_key, "peer": peer,
                  "goal": goal}
-        if TEJIT_FP8 in by_key and peer in by_key:
-            ours = by_key[TEJIT_FP8]["timing"]
+        if tejit_key in by_key and peer in by_key:
+            ours = by_key[tejit_key]["timing"]
             theirs = by_key[peer]["timing"]
             check.update(tejit_ms=ours["mean_ms"], peer_ms=theirs["mean_ms"],
                          speedup=theirs["mean_ms"] / ours["mean_ms"],
@@ -716,7 +744,9 @@ def print_report(report):
             print(f"- batch {check['batch']}: vs {peer}: not measured "
                   f"(a row failed or was not run)")
             continue
-        print(f"- batch {check['batch']}: vs {peer}: "
+        tuned = (", tuned GEMMs" if check["tejit"] == TEJIT_FP8_TUNED
+                 else "")
+        print(f"- batch {check['batch']}{tuned}: vs {peer}: "
               f"{check['speedup']:.2f}x ({check['tejit_ms']:.2f} ms vs "
               f"{check['peer_ms']:.2f} ms; median-based "
               f"{check['speedup_median']:.2f}x), goal >= {check['goal']}x: "
@@ -771,6 +801,11 @@ def parse_args():
                              "the timed rows")
     parser.add_argument("--profile-steps", type=int, default=3,
                         help="steps profiled (default 3)")
+    parser.add_argument("--gemm-tuning", metavar="FILE",
+                        help="a GEMM tuning file (tejit-gemm-algos "
+                        "--write-tuning): adds the row tejit-fp8-tuned, "
+                        "whose programs use it; every other row runs "
+                        "cuBLASLt's heuristic")
     parser.add_argument("--json", metavar="OUT",
                         help="also write every number to this JSON file")
     args = parser.parse_args()
@@ -787,6 +822,11 @@ def parse_args():
     if args.model == "llama" and seed_only:
         parser.error(f"row(s) {', '.join(seed_only)} exist for the seed "
                      f"layer only")
+    tuned = [k for k in args.only or [] if ROW_BY_KEY[k].gemm_tuning]
+    if tuned and not args.gemm_tuning:
+        parser.error(f"row(s) {', '.join(tuned)} need --gemm-tuning FILE")
+    if args.gemm_tuning and not os.path.isfile(args.gemm_tuning):
+        parser.error(f"--gemm-tuning: no file {args.gemm_tuning}")
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be >= 1 and --warmup >= 0")
     return args
@@ -797,7 +837,8 @@ def selected_rows(args):
         return [ROW_BY_KEY[k] for k in args.only]
     return [r for r in ROWS if (args.all or not r.extra)
             and not (args.model == "llama" and r.seed_only)
-            and not (args.inference and r.training_only)]
+            and not (args.inference and r.training_only)
+            and not (r.gemm_tuning and not args.gemm_tuning)]
 
 
 def driver_version():
@@ -836,6 +877,7 @@ def environment(args, size_name, size):
                          "keep_grads": args.keep_grads,
                          "compile_mode": args.compile_mode,
                          "dropout": DROPOUT,
+                         "gemm_tuning": args.gemm_tuning,
                          "rows": [r.key for r in selected_rows(args)]}}
 
 

@@ -36,6 +36,8 @@ else
   echo "compute-sanitizer not found: sanitizer runs skipped"; status=1
 fi
 step python3 tests/gpu/run_layer_tests.py --sizes "${SIZES:-all}"
+# Algorithms from a GEMM tuning file (not the heuristic's) at real sizes.
+step tests/gpu/check_gemm_tuning.sh
 # tejit.pytorch: modules against PyTorch, the TE quickstart with only its
 # imports changed, and an FP8 training curve against bf16.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
