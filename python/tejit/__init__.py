@@ -15,6 +15,7 @@ import collections
 import ctypes
 import json
 import os
+import sys
 
 from . import _capi, _tensors
 from ._amax_group import AmaxGroup
@@ -134,6 +135,29 @@ WEIGHT_CASTS_REUSE_IN_GRAPHS = 2
 WEIGHT_CASTS_KEEP = 3
 
 
+# Program handles whose destruction waited for a stream capture to end.
+_DEFERRED_DESTROYS = []
+
+
+def _stream_capturing():
+    """Whether PyTorch (when loaded) is capturing on this thread's current
+    stream; the core package does not need torch."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return (torch.cuda.is_initialized()
+                and torch.cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - a finalizer must not raise
+        return False
+
+
+def _destroy_deferred():
+    while _DEFERRED_DESTROYS:
+        _capi.lib().tejit_program_destroy(
+            ctypes.c_void_p(_DEFERRED_DESTROYS.pop()))
+
+
 class Program:
     """A compiled layer stack with its state (FP8 meta, saved tensors,
     scratch) in device memory. Make one with Program.compile or
@@ -162,6 +186,8 @@ class Program:
         (YAML, JSON or te IR). `recipe` overrides the spec's: "delayed",
         "current", "none" or a #te recipe attribute. `training` adds the
         backward."""
+        if not _stream_capturing():
+            _destroy_deferred()
         source, path = _source_and_path(spec)
         options, _keep = _options(training, recipe, device)
         handle = ctypes.c_void_p()
@@ -174,6 +200,8 @@ class Program:
     @classmethod
     def load_bundle(cls, directory, device=0):
         """Loads a bundle written by `te-compile --emit=cuda -o DIR`."""
+        if not _stream_capturing():
+            _destroy_deferred()
         handle = ctypes.c_void_p()
         _capi.check(_capi.lib().tejit_load_bundle(
             _capi.encode(os.fspath(directory)), int(device),
@@ -183,10 +211,18 @@ class Program:
     # --- lifetime ----------------------------------------------------------
 
     def close(self):
-        """Destroys the program (idempotent)."""
+        """Destroys the program (idempotent). During a CUDA stream capture
+        on this thread (torch.cuda.graph) the destruction waits until a
+        later close or compile outside one: freeing device memory or
+        unloading kernels there would invalidate the capture, and the
+        garbage collector may finalize a program at any allocation."""
         handle = getattr(self, "_handle", None)
         if handle is not None and handle.value:
-            _capi.lib().tejit_program_destroy(handle)
+            if _stream_capturing():
+                _DEFERRED_DESTROYS.append(handle.value)
+            else:
+                _destroy_deferred()
+                _capi.lib().tejit_program_destroy(handle)
             handle.value = None
         self._meta_uploads = {}
 

@@ -10,7 +10,8 @@ bit for bit (the same kernels run in the same order; only the launches
 differ), and so must the FP8 state after the steps, which shows that the
 delayed scaling moves on at every replay and that the warm-up left it
 untouched. With dropout, replays must draw fresh masks. Keyword arguments
-(a rotary table) become graph inputs. Sizes: hidden 256 and the
+(a rotary table) become graph inputs. With fp8_weight_caching, graphs
+replayed with is_first_microbatch True/False equal eager micro-batches. Sizes: hidden 256 and the
 quickstart's LayerNormMLP (hidden 4096, FFN 16384, 8192 tokens).
 """
 import copy
@@ -116,14 +117,107 @@ def test_unsupported_arguments_are_refused():
     module = te.Linear(64, 64, params_dtype=BF16)
     sample = torch.randn(16, 64, device="cuda", dtype=BF16,
                          requires_grad=True)
-    for kwargs in ({"fp8_weight_caching": True},
-                   {"fp8_enabled": True, "fp8_calibrating": True}):
-        with pytest.raises(NotImplementedError):
-            te.make_graphed_callables(module, (sample,), **kwargs)
-    # Keyword arguments are taken for modules, not for plain functions.
+    with pytest.raises(NotImplementedError):
+        te.make_graphed_callables(module, (sample,), fp8_enabled=True,
+                                  fp8_calibrating=True)
+    # Keyword arguments and FP8 weight caching are taken for modules, not
+    # for plain functions.
     with pytest.raises(NotImplementedError):
         te.make_graphed_callables(lambda x, scale=None: module(x), (sample,),
                                   sample_kwargs={"scale": sample})
+    with pytest.raises(NotImplementedError, match="modules only"):
+        te.make_graphed_callables(lambda x: module(x), (sample,),
+                                  fp8_enabled=True, fp8_weight_caching=True)
+
+
+def microbatch(module, x, dy, fp8_recipe, first):
+    """One micro-batch: forward with is_first_microbatch=`first`, backward
+    of dy, gradients accumulating; (output, input gradient)."""
+    x = x.detach().requires_grad_()
+    with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+        out = module(x, is_first_microbatch=first)
+    out.backward(dy)
+    return out.detach().clone(), x.grad.clone()
+
+
+class _Block(torch.nn.Module):
+    """A container of two tejit modules, passing is_first_microbatch down.
+    The capture calls it without the argument: the modules inside must
+    follow the graph set being captured."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = te.LayerNormLinear(256, 512, params_dtype=BF16)
+        self.second = te.Linear(512, 256, params_dtype=BF16)
+
+    def forward(self, x, is_first_microbatch=None):
+        hidden = self.first(x, is_first_microbatch=is_first_microbatch)
+        return self.second(torch.nn.functional.gelu(hidden),
+                           is_first_microbatch=is_first_microbatch)
+
+
+@pytest.mark.parametrize("kind", ["LayerNormMLP", "TransformerLayer",
+                                  "container"])
+def test_fp8_weight_caching_graphs_match_eager(kind):
+    """make_graphed_callables(fp8_weight_caching=True): micro-batches with
+    is_first_microbatch True, False, False (and None, which casts) replay
+    graphs that equal an eager twin given the same flags, bit for bit:
+    outputs, input gradients, accumulated parameter gradients and the FP8
+    state. After a weight update, a False micro-batch (breaking the
+    promise on purpose) must still equal the eager twin, which reuses the
+    casts made before the update: the False graphs really skip the casts."""
+    torch.manual_seed(SEED)
+    shape = (64, 256) if kind == "LayerNormMLP" else (64, 2, 256)
+    if kind == "LayerNormMLP":
+        eager = te.LayerNormMLP(256, 1024, params_dtype=BF16)
+    elif kind == "TransformerLayer":
+        eager = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                    attention_dropout=0.0,
+                                    params_dtype=BF16)
+    else:
+        eager = _Block().cuda()
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    fp8_recipe = hybrid()
+    sample = torch.randn(*shape, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    graphed = te.make_graphed_callables(graphed, (sample,), fp8_enabled=True,
+                                        fp8_recipe=fp8_recipe,
+                                        fp8_weight_caching=True)
+    params = dict(eager.named_parameters())
+
+    def compare(flags, what):
+        for index, first in enumerate(flags):
+            x = torch.randn(*shape, device="cuda", dtype=BF16)
+            dy = torch.randn_like(x)
+            want = microbatch(eager, x, dy, fp8_recipe, first)
+            got = microbatch(graphed, x, dy, fp8_recipe, first)
+            assert torch.equal(got[0], want[0]), \
+                f"{kind} {what}: output, micro-batch {index} ({first})"
+            assert torch.equal(got[1], want[1]), \
+                f"{kind} {what}: input gradient, micro-batch {index}"
+        for name, param in graphed.named_parameters():
+            assert torch.equal(param.grad, params[name].grad), \
+                f"{kind} {what}: accumulated gradient of {name}"
+
+    for step_index in range(2):
+        for module in (eager, graphed):
+            module.zero_grad(set_to_none=True)
+        compare([True, False, False], f"step {step_index}")
+        with torch.no_grad():  # the same update on both twins
+            for name, param in graphed.named_parameters():
+                params[name].sub_(0.25 * params[name].grad.sign() *
+                                  params[name].abs().mean())
+                param.copy_(params[name])
+        compare([False], f"stale casts after step {step_index}")
+    for module in (eager, graphed):
+        module.zero_grad(set_to_none=True)
+    # None replays the casting graphs (eager None casts without keeping).
+    compare([None], "None casts")
+    want_meta, got_meta = meta_state(eager), meta_state(graphed)
+    assert want_meta.keys() == got_meta.keys() and want_meta
+    for name, value in want_meta.items():
+        assert torch.equal(got_meta[name], value), f"{kind}: FP8 {name}"
 
 
 def test_keyword_arguments_become_graph_inputs():

@@ -223,3 +223,52 @@ class TensorAddressTest(unittest.TestCase):
         from tejit import _tensors
         self.assertEqual(_tensors.address(1234), (1234, None))
         self.assertEqual(_tensors.address(None), (None, None))
+
+
+class DeferredDestroyTest(unittest.TestCase):
+    """A program closed (or garbage-collected) during a stream capture is
+    destroyed only after it: freeing its device memory there would
+    invalidate the capture."""
+
+    class FakeLibrary:
+        def __init__(self):
+            self.destroyed = []
+
+        def tejit_program_destroy(self, handle):
+            self.destroyed.append(handle.value)
+
+    def setUp(self):
+        self.library = self.FakeLibrary()
+        self.saved = (tejit._capi.lib, tejit._stream_capturing)
+        tejit._capi.lib = lambda: self.library
+        self.capturing = False
+        tejit._stream_capturing = lambda: self.capturing
+
+    def tearDown(self):
+        tejit._capi.lib, tejit._stream_capturing = self.saved
+        tejit._DEFERRED_DESTROYS.clear()
+
+    def program(self, handle):
+        program = tejit.Program.__new__(tejit.Program)
+        program._handle = ctypes.c_void_p(handle)
+        return program
+
+    def test_close_during_capture_waits_for_the_next_close(self):
+        first, second = self.program(0x1000), self.program(0x2000)
+        self.capturing = True
+        first.close()
+        first.close()  # idempotent: one deferred destroy
+        self.assertEqual(self.library.destroyed, [])
+        self.capturing = False
+        second.close()
+        self.assertEqual(sorted(self.library.destroyed), [0x1000, 0x2000])
+
+    def test_garbage_collected_during_capture(self):
+        self.capturing = True
+        program = self.program(0x3000)
+        del program
+        self.assertEqual(self.library.destroyed, [])
+        self.assertEqual(tejit._DEFERRED_DESTROYS, [0x3000])
+        self.capturing = False
+        tejit._destroy_deferred()
+        self.assertEqual(self.library.destroyed, [0x3000])

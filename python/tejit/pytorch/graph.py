@@ -13,6 +13,7 @@ for `amax_history_len` steps.
 import torch
 
 from . import fp8
+from .module import base
 from .module.base import TransformerEngineBaseModule
 
 
@@ -47,14 +48,21 @@ class _KeywordsAsPositions(torch.nn.Module):
                              **self.fixed)
 
 
-def _take_keywords(module, graphed, keys, fixed):
+def _take_keywords(module, graphed, keys, fixed, reusing=None):
     """Gives `module` a forward that takes the captured keyword arguments
     and replays `graphed` (a _KeywordsAsPositions): tensors replace the
     captured ones (copied, as positional inputs are), other values must be
-    what they were at capture."""
+    what they were at capture. With `reusing` (fp8_weight_caching), the
+    forward also takes is_first_microbatch and replays `reusing` for False,
+    `graphed` (the graphs that cast the weights) for True or None."""
     name = type(module).__name__
 
     def forward(*args, **kwargs):
+        if reusing is not None:
+            first = kwargs.pop("is_first_microbatch", None)
+            chosen = reusing if first is False else graphed
+        else:
+            chosen = graphed
         unknown = set(kwargs) - set(keys) - set(fixed)
         missing = [key for key in keys if key not in kwargs]
         if unknown or missing:
@@ -68,34 +76,42 @@ def _take_keywords(module, graphed, keys, fixed):
                     f"graphed {name}: {key}={kwargs[key]!r}, but the graph "
                     f"was captured with {key}={value!r}")
         # PyTorch's graphed forward replays only in the mode it captured.
-        graphed.training = module.training
-        return graphed(*args, *(kwargs[key] for key in keys))
+        chosen.training = module.training
+        return chosen(*args, *(kwargs[key] for key in keys))
 
     module.forward = forward
     return module
 
 
-def _keyword_wrappers(callables, sample_args, sample_kwargs):
+def _keyword_wrappers(callables, sample_args, sample_kwargs,
+                      always=False):
     """(callables, sample_args) for PyTorch's capture, with each module's
     tensor keyword arguments appended to its positional ones, and per
-    callable (keys, fixed) or None when it takes none."""
-    if not sample_kwargs:
+    callable (keys, fixed) or None when it takes none. With `always`, every
+    callable (a module) is wrapped, so that PyTorch replaces the wrapper's
+    forward and the module keeps its own for another capture."""
+    if not sample_kwargs and not always:
         return callables, sample_args, [None] * len(callables)
-    kwargs_list = ([sample_kwargs] if len(callables) == 1
-                   and isinstance(sample_kwargs, dict)
-                   else list(sample_kwargs))
+    if not sample_kwargs:
+        kwargs_list = [{}] * len(callables)
+    else:
+        kwargs_list = ([sample_kwargs] if len(callables) == 1
+                       and isinstance(sample_kwargs, dict)
+                       else list(sample_kwargs))
     if len(kwargs_list) != len(callables):
         raise ValueError(f"make_graphed_callables: {len(kwargs_list)} "
                          f"sample_kwargs for {len(callables)} callables")
     wrapped, args_out, layouts = [], [], []
     for callable_, args, kwargs in zip(callables, sample_args, kwargs_list):
-        if not kwargs:
+        if not kwargs and not always:
             wrapped.append(callable_)
             args_out.append(args)
             layouts.append(None)
             continue
         if not isinstance(callable_, torch.nn.Module):
             raise NotImplementedError(
+                "make_graphed_callables(fp8_weight_caching=True) takes "
+                "modules only" if always else
                 "make_graphed_callables(sample_kwargs=...) is supported by "
                 "tejit for modules only; pass a function's inputs "
                 "positionally")
@@ -130,39 +146,62 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     is the first step. With DelayedScaling's reduce_amax across ranks
     (`fp8_group`, or the default group), the graphs replay the amax
     all-reduces they captured: every rank must replay the same graphs in
-    the same order. Not supported (NotImplementedError): `fp8_calibrating`
-    (as in fp8_autocast), `fp8_weight_caching` (graphed callables that
-    take is_first_microbatch; eager modules take it), and keyword arguments
-    of callables that are not modules."""
-    if fp8_weight_caching:
-        raise NotImplementedError(
-            "make_graphed_callables(fp8_weight_caching=True) is not "
-            "supported by tejit: the graphs quantize the weights at every "
-            "replay. Eager modules take is_first_microbatch (TE's FP8 "
-            "weight caching); inference forwards captured with "
-            "is_first_microbatch=False reuse the kept casts")
+    the same order.
+
+    `fp8_weight_caching` (TE's FP8 weight caching across micro-batches,
+    callables that are modules): the graphed modules take
+    is_first_microbatch. True (or None: unlike an eager call with None,
+    which casts without keeping) replays graphs that cast the weights to
+    FP8 into memory each program keeps; False replays graphs
+    that skip those casts and read what the latest True replay (or eager
+    call) left there, recording no weight amax (TE's rule): the caller
+    promises the weights have not changed since. Modules inside a callable
+    need not take the argument: every tejit module in it follows. tejit
+    captures the two cases as two graph sets (TE sets a flag the cast
+    kernels read), so the graphs' activation memory is held twice.
+
+    Not supported (NotImplementedError): `fp8_calibrating` (as in
+    fp8_autocast), and keyword arguments or fp8_weight_caching for
+    callables that are not modules."""
     single = not isinstance(modules, tuple)
     callables = (modules,) if single else modules
-    wrapped, wrapped_args, layouts = _keyword_wrappers(
-        callables, (sample_args,) if single else sample_args, sample_kwargs)
+    args_list = (sample_args,) if single else sample_args
     # Checks the FP8 arguments before any work (fp8_autocast raises).
     autocast = fp8.fp8_autocast(enabled=fp8_enabled,
                                 calibrating=fp8_calibrating,
                                 fp8_recipe=fp8_recipe, fp8_group=fp8_group)
     tejit_modules = _tejit_modules(callables)
     before = [module._fp8_meta_state.tensors() for module in tejit_modules]
-    with autocast:
-        graphed = torch.cuda.make_graphed_callables(
-            wrapped[0] if single else wrapped,
-            wrapped_args[0] if single else wrapped_args,
-            num_warmup_iters=num_warmup_iters,
-            allow_unused_input=allow_unused_input, pool=pool)
+
+    def capture(first_microbatch):
+        """PyTorch's warm-up and capture of every callable, with calls that
+        do not say is_first_microbatch running as `first_microbatch`."""
+        wrapped, wrapped_args, layouts = _keyword_wrappers(
+            callables, args_list, sample_kwargs, always=fp8_weight_caching)
+        with autocast, base.first_microbatch_default(first_microbatch):
+            graphed = torch.cuda.make_graphed_callables(
+                wrapped[0] if single else tuple(wrapped),
+                wrapped_args[0] if single else tuple(wrapped_args),
+                num_warmup_iters=num_warmup_iters,
+                allow_unused_input=allow_unused_input, pool=pool)
+        return ([graphed] if single else list(graphed)), layouts
+
+    if fp8_weight_caching:
+        # Two graph sets: one casts the weights into the memory each program
+        # keeps (True), one skips the casts and reads those (False). The
+        # casting set is warmed up first, so the reusing set's warm-up and
+        # capture find casts to reuse.
+        casting, layouts = capture(True)
+        reusing, _ = capture(False)
+    else:
+        casting, layouts = capture(None)
+        reusing = [None] * len(callables)
     # Ordered before the first replay: both go on the current stream.
     for module, snapshot in zip(tejit_modules, before):
         module._fp8_meta_state.restore(snapshot)
-    results = [graphed] if single else list(graphed)
+    results = list(casting)
     for index, layout in enumerate(layouts):
         if layout is not None:
-            results[index] = _take_keywords(callables[index],
-                                            results[index], *layout)
+            results[index] = _take_keywords(callables[index], casting[index],
+                                            *layout, reusing=reusing[index])
     return results[0] if single else tuple(results)

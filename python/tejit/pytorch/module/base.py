@@ -36,6 +36,7 @@ dtype is torch.autocast's when it is enabled (input and parameters are cast
 to it, differentiably), else the input's, which must then be the
 parameters' dtype (TE's rule).
 """
+import contextlib
 import json
 import math
 import warnings
@@ -52,6 +53,26 @@ SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
                torch.float32: "fp32"}
 
 _compiles = 0
+
+
+# What a call with is_first_microbatch=None means while
+# make_graphed_callables(fp8_weight_caching=True) warms up and captures one
+# of its two graph sets (True, or False); None otherwise.
+_captured_first_microbatch = None
+
+
+@contextlib.contextmanager
+def first_microbatch_default(value):
+    """Calls that pass is_first_microbatch=None (or nothing) run as if they
+    passed `value`, inside the block: how graph.py captures modules nested
+    in containers that do not take the argument."""
+    global _captured_first_microbatch
+    saved = _captured_first_microbatch
+    _captured_first_microbatch = value
+    try:
+        yield
+    finally:
+        _captured_first_microbatch = saved
 
 
 def compile_count():
@@ -371,6 +392,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         between forwards (CompiledProgram.use_training_weight_casts,
         _infer_with_weight_casts). Returns {output name: tensor} in the
         program's shapes."""
+        if is_first_microbatch is None:
+            # make_graphed_callables(fp8_weight_caching=True) captures every
+            # module under one setting (graph.py).
+            is_first_microbatch = _captured_first_microbatch
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec, recipe_key = _recipe_spec(recipe)
         first = next(iter(activations.values()))
