@@ -77,6 +77,9 @@ tejit_status tejit_compile(const char *source, const char *path,
 /* Loads a bundle written by `te-compile --emit=cuda -o DIR`. */
 tejit_status tejit_load_bundle(const char *dir, int device,
                                tejit_program **program);
+/* Frees the program's device memory and unloads its kernels: not while a
+ * CUDA stream capture in global mode (PyTorch's default) is in progress,
+ * which that would invalidate. */
 void tejit_program_destroy(tejit_program *program);
 
 /* The IR of a spec or IR text at a stage: "te", "primitive", "autodiff",
