@@ -349,7 +349,8 @@ tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
     functions.push_back(std::move(*plan));
   }
   return json::Object{{"format", "tejit-plan"},
-                      {"version", 2},
+                      // 3: update kernels may write the state in place.
+                      {"version", 3},
                       {"arch", arch},
                       {"build_id", tejit::buildId()},
                       {"functions", std::move(functions)}};

@@ -62,6 +62,13 @@ EmittedKernel writeComputeScale(KernelBuilder &builder, ComputeScaleOp op) {
 /// TE's amax-and-scale_f update, one warp per slot (a history of 1024
 /// entries read by one thread would take tens of microseconds); row 0 of the
 /// history is this step's slot, which `amaxes` supplies.
+///
+/// The runtime may pass the state itself as the new history, scale and
+/// scale_inv (plan format 3: the update in place, no copy back), so the
+/// pointers are not __restrict__ and every value is read before any is
+/// overwritten: each lane holds its history entries in registers until the
+/// warp has read them all, and a slot's scale is read before its lane 0
+/// writes it.
 EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
                                  DelayedScalingUpdateOp op) {
   auto history = tensorType(op.getAmaxHistory());
@@ -75,9 +82,12 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   std::string scale_f = builder.param(op.getScale()).str();
   std::string newScale = builder.param(op.getNewScale()).str();
   CudaWriter w;
-  builder.writeSignature(w, kThreads);
+  builder.writeSignature(w, kThreads, /*minBlocksPerSm=*/0,
+                         /*restrictPointers=*/false);
   w.line(formatv("constexpr tj_i64 kSlots = {0}, kLength = {1};", slots, length)
              .str());
+  // Rows 1 .. kLength-1, 32 lanes apart: at most 32 per lane for 1024.
+  w.line("constexpr int kPerLane = (kLength - 1 + 31) / 32;");
   w.line("const tj_i64 slot = (static_cast<tj_i64>(blockIdx.x) * blockDim.x + "
          "threadIdx.x) / 32;");
   w.line("const int lane = threadIdx.x % 32;");
@@ -86,21 +96,31 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
          "[slot];");
   w.line("float scale_f = " + scale_f + "[slot];");
   w.open("if (last_f == 0.f)");
-  w.line("// Nothing recorded this step: history and scale stay.");
+  w.line("// Nothing recorded this step: history and scale stay (each entry "
+         "read and written by one lane).");
   w.line("for (tj_i64 r = lane; r < kLength; r += 32) " + out +
          "[r * kSlots + slot] = " + in + "[r * kSlots + slot];");
   w.close();
   w.open("else");
   w.line("float amax_f = " +
          std::string(mostRecent ? "last_f" : "fmaxf(0.f, last_f)") + ";");
-  w.open("for (tj_i64 r = 1 + lane; r < kLength; r += 32)");
-  w.line("const float entry = " + in + "[r * kSlots + slot];");
+  w.line("float entries[kPerLane > 0 ? kPerLane : 1];");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kPerLane; ++k)");
+  w.line("const tj_i64 r = 1 + lane + 32 * k;");
+  w.line("entries[k] = r < kLength ? " + in + "[r * kSlots + slot] : 0.f;");
   if (!mostRecent)
-    w.line("amax_f = fmaxf(amax_f, entry);");
-  w.line("if (r > 1) " + out + "[(r - 1) * kSlots + slot] = entry;");
+    w.line("amax_f = fmaxf(amax_f, entries[k]);");
   w.close();
   if (!mostRecent)
     w.line("amax_f = tj_warp_max(amax_f);");
+  w.line("__syncwarp();  // the whole column read before it moves up a row");
+  w.line("#pragma unroll");
+  w.open("for (int k = 0; k < kPerLane; ++k)");
+  w.line("const tj_i64 r = 1 + lane + 32 * k;");
+  w.line("if (r > 1 && r < kLength) " + out +
+         "[(r - 1) * kSlots + slot] = entries[k];");
+  w.close();
   w.open("if (lane == 0)");
   w.line("if (kLength > 1) " + out +
          "[(kLength - 1) * kSlots + slot] = last_f;");

@@ -132,21 +132,46 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
     root.byteOffset = offset;
     executor->roots.push_back(root);
   }
-  executor->copiedResults = executor->resultsToCopy(executor->roots);
+  executor->resultsToCopy(executor->roots, executor->firstCopiedResults,
+                          executor->copiedResults);
   if (findStatic)
     executor->staticSteps = findStaticSteps(function);
   return executor;
 }
 
-std::vector<size_t> Executor::resultsToCopy(llvm::ArrayRef<Root> table) const {
-  std::vector<size_t> copied;
+void Executor::resultsToCopy(llvm::ArrayRef<Root> table,
+                             std::vector<size_t> &first,
+                             std::vector<size_t> &last) const {
+  first.clear();
+  last.clear();
   for (auto [index, entry] : llvm::enumerate(plan.results)) {
     const Root &root = table[entry.value];
-    if (root.kind != Root::Result || root.index != int64_t(index) ||
-        root.byteOffset)
-      copied.push_back(index);
+    if (root.kind == Root::Result && root.index == int64_t(index) &&
+        !root.byteOffset)
+      continue;
+    // Steps only write arguments through in-place updates, which come
+    // after every read: the value is the same before the steps as it was
+    // after them without updates in place.
+    bool before = root.kind == Root::Argument && plan.resultCopiedFirst(index);
+    (before ? first : last).push_back(index);
   }
-  return copied;
+}
+
+Error Executor::copyResults(llvm::ArrayRef<size_t> indices,
+                            llvm::ArrayRef<CUdeviceptr> results,
+                            CUstream stream) {
+  for (size_t index : indices) {
+    int64_t id = plan.results[index].value;
+    // A caller given the cached result's address reads it in place.
+    if (results[index] == addresses[id])
+      continue;
+    if (Error error = driver.check(
+            driver.cuMemcpyDtoDAsync(results[index], addresses[id],
+                                     plan.values[id].bytes, stream),
+            "copying result '" + plan.results[index].name + "'"))
+      return error;
+  }
+  return Error::success();
 }
 
 Error Executor::allocateStaticCache() {
@@ -208,7 +233,7 @@ Error Executor::allocateStaticCache() {
       id = plan.values[id].storage.index;
     }
   }
-  cachedCopiedResults = resultsToCopy(cachedRoots);
+  resultsToCopy(cachedRoots, cachedFirstCopiedResults, cachedCopiedResults);
   for (auto [index, step] : llvm::enumerate(plan.steps))
     if (staticSteps.isStatic[index])
       for (const KernelArg &arg : std::get<KernelStep>(step).args)
@@ -402,6 +427,15 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
           return error;
     }
   }
+  // Saved views of the arguments are copied first, and the steps read the
+  // copies: the state may be updated in place, and cuBLASLt wants its
+  // scalars 16-byte aligned, which slots of a meta vector are not.
+  llvm::ArrayRef<size_t> first =
+      useCache ? cachedFirstCopiedResults : firstCopiedResults;
+  if (Error error = copyResults(first, results, stream))
+    return error;
+  for (size_t index : first)
+    addresses[plan.results[index].value] = results[index];
   skippedSteps = 0;
   for (auto [index, step] : llvm::enumerate(plan.steps)) {
     if (skip && staticSteps.isStatic[index]) {
@@ -441,16 +475,6 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
     staticCacheValid = true;
     stateUpdatedSinceCast = false;
   }
-  for (size_t index : useCache ? cachedCopiedResults : copiedResults) {
-    int64_t id = plan.results[index].value;
-    // A caller given the cached result's address reads it in place.
-    if (results[index] == addresses[id])
-      continue;
-    if (Error error = driver.check(
-            driver.cuMemcpyDtoDAsync(results[index], addresses[id],
-                                     plan.values[id].bytes, stream),
-            "copying result '" + plan.results[index].name + "'"))
-      return error;
-  }
-  return Error::success();
+  return copyResults(useCache ? cachedCopiedResults : copiedResults, results,
+                     stream);
 }

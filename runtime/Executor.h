@@ -143,9 +143,15 @@ private:
   /// the static steps with the cache).
   llvm::Error snapshotScales(llvm::ArrayRef<CUdeviceptr> arguments,
                              CUstream stream);
-  /// Results whose value does not live in the result buffer (a view of an
-  /// argument, a value in the cache), under `table`.
-  std::vector<size_t> resultsToCopy(llvm::ArrayRef<Root> table) const;
+  /// Results whose value does not live in the result buffer, under
+  /// `table`: views of an argument that no other value views, copied before
+  /// the steps (`first`; steps then read the copy), and the rest (values in
+  /// the cache), copied after them (`last`).
+  void resultsToCopy(llvm::ArrayRef<Root> table, std::vector<size_t> &first,
+                     std::vector<size_t> &last) const;
+  /// Copies results[index] from the value's bound address, for each index.
+  llvm::Error copyResults(llvm::ArrayRef<size_t> indices,
+                          llvm::ArrayRef<CUdeviceptr> results, CUstream stream);
   llvm::Error launch(const KernelStep &step, CUfunction function,
                      CUdeviceptr scratch, CUstream stream);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
@@ -157,10 +163,13 @@ private:
   std::vector<CUfunction> kernels;
   /// Per step: the attention step's cuDNN call (empty for other steps).
   std::vector<std::optional<AttentionLauncher>> attentions;
-  /// Results whose value lives elsewhere (a view of an argument): copied
-  /// into the result buffer after the steps; cachedCopiedResults for runs
-  /// with the cache.
-  std::vector<size_t> copiedResults, cachedCopiedResults;
+  /// Results whose value lives elsewhere, copied into the result buffer:
+  /// views of an argument before the steps (the FP8 state's scale_inv
+  /// slots a forward saves: a snapshot before an in-place update, and a
+  /// 16-byte aligned scalar for cuBLASLt), the rest after them; the cached
+  /// lists for runs with the cache.
+  std::vector<size_t> firstCopiedResults, copiedResults;
+  std::vector<size_t> cachedFirstCopiedResults, cachedCopiedResults;
   /// Per value id: where its bytes start (views followed to an argument,
   /// result, arena or cache offset, plus their byte offsets), fixed by the
   /// plan; cachedRoots for runs with the cache (static outputs and the

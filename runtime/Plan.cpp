@@ -99,6 +99,87 @@ bool sameType(const TensorType &a, const TensorType &b) {
 }
 } // namespace
 
+bool FunctionPlan::isViewed(int64_t id) const {
+  return llvm::any_of(values, [&](const ValueInfo &value) {
+    return value.storage.kind == Storage::View && value.storage.index == id;
+  });
+}
+
+bool FunctionPlan::resultCopiedFirst(size_t index) const {
+  int64_t id = results[index].value;
+  int64_t base = viewBase(id).first;
+  return values[id].storage.kind != Storage::Result &&
+         values[base].storage.kind == Storage::Argument && !isViewed(id);
+}
+
+bool FunctionPlan::canUpdateInPlace(size_t resultIndex) const {
+  if (resultIndex >= results.size() || !results[resultIndex].updatesArg ||
+      size_t(*results[resultIndex].updatesArg) >= arguments.size())
+    return false;
+  int64_t result = results[resultIndex].value;
+  int64_t argument = arguments[*results[resultIndex].updatesArg].value;
+  const Storage &storage = values[result].storage;
+  if (storage.kind != Storage::Result || storage.index != int64_t(resultIndex))
+    return false;
+  std::optional<size_t> writer;
+  bool readAfterWriter = false, resultElsewhere = false;
+  for (auto [index, step] : llvm::enumerate(steps)) {
+    bool isKernel = std::holds_alternative<KernelStep>(step);
+    forEachStepValue(step, [&](int64_t value, bool written) {
+      if (value == result) {
+        if (written && isKernel && (!writer || *writer == index))
+          writer = index;
+        else
+          resultElsewhere = true;
+      } else if (!written && writer && index > *writer &&
+                 viewBase(value).first == argument) {
+        readAfterWriter = true;
+      }
+    });
+  }
+  if (!writer || resultElsewhere || readAfterWriter || isViewed(result))
+    return false;
+  // A result copied after the steps would see the new state.
+  for (auto [index, entry] : llvm::enumerate(results))
+    if (index != resultIndex && viewBase(entry.value).first == argument &&
+        !resultCopiedFirst(index))
+      return false;
+  return true;
+}
+
+void tejit::runtime::forEachStepValue(
+    const Step &step, llvm::function_ref<void(int64_t, bool)> visit) {
+  auto maybe = [&](std::optional<int64_t> value, bool written) {
+    if (value)
+      visit(*value, written);
+  };
+  if (const auto *kernel = std::get_if<KernelStep>(&step)) {
+    for (const KernelArg &arg : kernel->args)
+      visit(arg.value, arg.output);
+  } else if (const auto *gemm = std::get_if<GemmStep>(&step)) {
+    visit(gemm->a, false);
+    visit(gemm->b, false);
+    maybe(gemm->aScaleInv, false);
+    maybe(gemm->bScaleInv, false);
+    const GemmEpilogue &epilogue = gemm->epilogue;
+    maybe(epilogue.bias, false);
+    maybe(epilogue.dScale, false);
+    maybe(epilogue.residual, false);
+    maybe(epilogue.aux, epilogue.gelu);
+    maybe(epilogue.amaxD, true);
+    maybe(epilogue.biasGrad, true);
+    visit(gemm->out, true);
+  } else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
+    for (int64_t value : attention->operands)
+      visit(value, false);
+    for (int64_t value : attention->results)
+      visit(value, true);
+  } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
+    visit(reduce->in, false);
+    visit(reduce->out, true);
+  }
+}
+
 std::optional<ElementType> tejit::runtime::parseElementType(StringRef name) {
   return llvm::StringSwitch<std::optional<ElementType>>(name)
       .Case("f32", ElementType::F32)
@@ -1216,11 +1297,13 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
   // Version 2 added the scratch hand-over between steps
   // (scratch_from_previous_step): a reader of version 1 alone would zero the
   // scratch and compute with zeros, so version-2 plans are refused there.
-  if (*version != 1 && *version != 2)
-    return scope.error("version",
-                       "is " + Twine(*version) + "; versions 1 and 2 are read");
+  // Version 3 says its state updates may run in place (Plan::version).
+  if (*version < 1 || *version > 3)
+    return scope.error("version", "is " + Twine(*version) +
+                                      "; versions 1, 2 and 3 are read");
 
   Plan plan;
+  plan.version = *version;
   Expected<StringRef> arch = scope.string(*root, "arch");
   if (!arch)
     return arch.takeError();

@@ -9,6 +9,7 @@
 #define TEJIT_RUNTIME_PLAN_H
 
 #include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 #include "llvm/Support/JSON.h"
@@ -140,10 +141,34 @@ struct FunctionPlan {
   /// the bytes past that value's start where `id` begins. Parsed plans have
   /// no cycles of views.
   std::pair<int64_t, int64_t> viewBase(int64_t id) const;
+  /// Whether some value is a view of value `id`.
+  bool isViewed(int64_t id) const;
+  /// Whether result `index` is a view of an argument (a slot of the FP8
+  /// state the forward saves) that no other value views: the runtime copies
+  /// it into its buffer before the steps, which then read the copy.
+  bool resultCopiedFirst(size_t index) const;
+  /// Whether result `resultIndex`, the new value of the argument its
+  /// te.updates_arg names, may be written into that argument's buffer: the
+  /// result lives in its own buffer, one kernel writes it and no other step
+  /// touches it, no step after that kernel reads the argument, and every
+  /// result viewing the argument is copied first. The kernel itself must
+  /// read before it writes (plan format 3).
+  bool canUpdateInPlace(size_t resultIndex) const;
 };
+
+/// Calls `visit(value, written)` for every value `step` reads (written
+/// false) or writes (true); a GEMM's aux counts as written with GELU and
+/// read with dGELU.
+void forEachStepValue(const Step &step,
+                      llvm::function_ref<void(int64_t, bool)> visit);
 
 struct Plan {
   std::string arch, buildId;
+  /// The format version. From 3, the kernel writing a result with
+  /// `updatesArg` reads its inputs before overwriting them, so the runtime
+  /// may pass the argument's own buffer as the result (the update in place)
+  /// instead of copying the result over the argument afterwards.
+  int64_t version = 0;
   std::vector<FunctionPlan> functions;
   /// The function named `name`, or null.
   const FunctionPlan *find(llvm::StringRef name) const;

@@ -201,8 +201,6 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
         return index.takeError();
       binding = {Binding::Owned, *index};
       if (entry.updatesArg) {
-        // Kernels take their operands __restrict__, so the new state is
-        // written beside the old and copied over it after the function.
         const Binding &updated = function.arguments[*entry.updatesArg];
         if (updated.kind != Binding::Owned)
           return makeError(ErrorCode::Internal,
@@ -210,7 +208,14 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
                                entry.name +
                                "' updates an argument the program does not "
                                "own");
-        function.updates.push_back({*index, updated.index});
+        // Plans from format 3 on update the state in place where the
+        // executor sees nothing read it afterwards; older ones write the
+        // new state beside the old (their kernels take their operands
+        // __restrict__) and the program copies it over after the function.
+        size_t position = function.results.size();
+        bool inPlace =
+            bundle.plan.version >= 3 && plan.canUpdateInPlace(position);
+        function.updates.push_back({*index, updated.index, position, inPlace});
       }
     }
     function.results.push_back(binding);
@@ -316,6 +321,12 @@ Error Program::run(Function &function, CUstream stream,
       pointersOf(function.arguments, userArgs, saved, forward);
   function.pointers.results =
       pointersOf(function.results, userResults, saved, forward);
+  // A run that updates the state writes it in place where it may; one that
+  // leaves it writes beside it and drops what it wrote.
+  if (updateState)
+    for (const CopyBack &update : function.updates)
+      if (update.inPlace)
+        function.pointers.results[update.result] = owned[update.to].get();
   // A run that leaves the state alone must not wait for other ranks: its
   // update's results are dropped, so its amaxes are reduced over this
   // process only.
@@ -341,13 +352,16 @@ Error Program::run(Function &function, CUstream stream,
   if (!function.updates.empty())
     forwardFn.executor->noteStateUpdated();
   const CudaDriver &driver = *CudaDriver::get();
-  for (const CopyBack &update : function.updates)
+  for (const CopyBack &update : function.updates) {
+    if (update.inPlace)
+      continue;
     if (Error error =
             driver.check(driver.cuMemcpyDtoDAsync(
                              owned[update.to].get(), owned[update.from].get(),
                              owned[update.to].bytes(), stream),
                          "updating the FP8 meta state"))
       return error;
+  }
   return Error::success();
 }
 

@@ -147,9 +147,13 @@ private:
   struct ForwardPointers {
     std::vector<CUdeviceptr> arguments, results;
   };
-  /// A state update: after the function, copy owned[from] into owned[to].
+  /// A state update: result `result` of the function is the new value of
+  /// owned[to]. In place, the result is given owned[to] itself; else it is
+  /// written to owned[from] and copied over owned[to] after the function.
   struct CopyBack {
     size_t from, to;
+    size_t result = 0;
+    bool inPlace = false;
   };
   struct Function {
     std::unique_ptr<Executor> executor;

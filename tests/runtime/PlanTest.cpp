@@ -559,8 +559,8 @@ std::vector<ErrorCase> errorCases() {
        [](V p) { root(p)["format"] = "tejit-plans"; },
        {"plan: 'format'", "tejit-plans"}},
       {"Version",
-       [](V p) { root(p)["version"] = 3; },
-       {"plan: 'version' is 3"}},
+       [](V p) { root(p)["version"] = 4; },
+       {"plan: 'version' is 4; versions 1, 2 and 3 are read"}},
       {"VersionNotANumber",
        [](V p) { root(p)["version"] = "1"; },
        {"plan: 'version' must be an integer"}},
@@ -1097,6 +1097,69 @@ TEST_P(RealPlanTest, Parses) {
   bool inference = llvm::StringRef(GetParam()).contains("inference");
   EXPECT_EQ(backward == nullptr, inference);
   EXPECT_EQ(plan->functions.size(), inference ? 1u : 2u);
+}
+
+// Format 3: every FP8 state update of te-compile's plans may run in place,
+// the saved slots of the state are copied before the steps, and a step
+// reading the state after its update (made up here) rules it out.
+TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
+  llvm::SmallString<256> path(TEJIT_TEST_PLAN_DIR);
+  llvm::sys::path::append(path, GetParam(), "plan.json");
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
+      llvm::MemoryBuffer::getFile(path);
+  ASSERT_TRUE(bool(text));
+  llvm::Expected<Plan> plan = parsePlan((*text)->getBuffer());
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->version, 3);
+  size_t updates = 0;
+  for (FunctionPlan &function : plan->functions) {
+    for (auto [index, entry] : llvm::enumerate(function.results)) {
+      int64_t base = function.viewBase(entry.value).first;
+      if (function.values[base].storage.kind == Storage::Argument)
+        EXPECT_TRUE(function.resultCopiedFirst(index))
+            << function.name << ": result " << entry.name;
+      if (!entry.updatesArg) {
+        EXPECT_FALSE(function.canUpdateInPlace(index));
+        continue;
+      }
+      ++updates;
+      EXPECT_TRUE(function.canUpdateInPlace(index))
+          << function.name << ": " << entry.name;
+      // Not when a later step reads the state argument ...
+      FunctionPlan readAfter = function;
+      KernelStep reader;
+      reader.args.push_back(
+          {function.arguments[*entry.updatesArg].value, false, false});
+      readAfter.steps.push_back(reader);
+      EXPECT_FALSE(readAfter.canUpdateInPlace(index))
+          << function.name << ": " << entry.name;
+      // ... nor when another step touches the new state.
+      FunctionPlan usedElsewhere = function;
+      usedElsewhere.steps.push_back(AmaxAllReduceStep{entry.value, 0});
+      EXPECT_FALSE(usedElsewhere.canUpdateInPlace(index));
+      // ... nor when a result viewing the state is copied after the steps
+      // (here: one that another value views).
+      FunctionPlan copiedLast = function;
+      for (auto [other, result] : llvm::enumerate(copiedLast.results)) {
+        int64_t viewed = result.value;
+        if (copiedLast.viewBase(viewed).first !=
+                copiedLast.arguments[*entry.updatesArg].value ||
+            other == index)
+          continue;
+        ValueInfo view = copiedLast.values[viewed];
+        view.id = int64_t(copiedLast.values.size());
+        view.storage = {Storage::View, viewed, 0};
+        copiedLast.values.push_back(view);
+        EXPECT_FALSE(copiedLast.resultCopiedFirst(other));
+        EXPECT_FALSE(copiedLast.canUpdateInPlace(index));
+        break;
+      }
+    }
+  }
+  bool delayed = llvm::StringRef(GetParam()) == "quickstart_small" ||
+                 llvm::StringRef(GetParam()) == "all_layers_small";
+  if (delayed)
+    EXPECT_GT(updates, 0u) << "a DelayedScaling plan updates its state";
 }
 
 INSTANTIATE_TEST_SUITE_P(TeCompile, RealPlanTest,
