@@ -149,9 +149,8 @@ void Executor::resultsToCopy(llvm::ArrayRef<Root> table,
     if (root.kind == Root::Result && root.index == int64_t(index) &&
         !root.byteOffset)
       continue;
-    // Steps only write arguments through in-place updates, which come
-    // after every read: the value is the same before the steps as it was
-    // after them without updates in place.
+    // No step writes the argument (in-place updates write through results
+    // the program binds to it, after every read of it).
     bool before = root.kind == Root::Argument && plan.resultCopiedFirst(index);
     (before ? first : last).push_back(index);
   }

@@ -108,8 +108,17 @@ bool FunctionPlan::isViewed(int64_t id) const {
 bool FunctionPlan::resultCopiedFirst(size_t index) const {
   int64_t id = results[index].value;
   int64_t base = viewBase(id).first;
-  return values[id].storage.kind != Storage::Result &&
-         values[base].storage.kind == Storage::Argument && !isViewed(id);
+  if (values[id].storage.kind == Storage::Result ||
+      values[base].storage.kind != Storage::Argument || isViewed(id))
+    return false;
+  // The copy before the steps must see what a copy after them would: no
+  // step writes the argument.
+  bool written = false;
+  for (const Step &step : steps)
+    forEachStepValue(step, [&](int64_t value, bool writes) {
+      written |= writes && viewBase(value).first == base;
+    });
+  return !written;
 }
 
 bool FunctionPlan::canUpdateInPlace(size_t resultIndex) const {

@@ -143,9 +143,10 @@ struct FunctionPlan {
   std::pair<int64_t, int64_t> viewBase(int64_t id) const;
   /// Whether some value is a view of value `id`.
   bool isViewed(int64_t id) const;
-  /// Whether result `index` is a view of an argument (a slot of the FP8
-  /// state the forward saves) that no other value views: the runtime copies
-  /// it into its buffer before the steps, which then read the copy.
+  /// Whether result `index` is a view of an argument no step writes (a
+  /// slot of the FP8 state the forward saves) that no other value views:
+  /// the runtime copies it into its buffer before the steps, which then
+  /// read the copy.
   bool resultCopiedFirst(size_t index) const;
   /// Whether result `resultIndex`, the new value of the argument its
   /// te.updates_arg names, may be written into that argument's buffer: the

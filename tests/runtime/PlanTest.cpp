@@ -1133,6 +1133,21 @@ TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
       readAfter.steps.push_back(reader);
       EXPECT_FALSE(readAfter.canUpdateInPlace(index))
           << function.name << ": " << entry.name;
+      // A step writing the state argument: its saved slots are copied
+      // after the steps, so they would see an update in place.
+      FunctionPlan writesState = function;
+      KernelStep writer;
+      writer.args.push_back(
+          {function.arguments[*entry.updatesArg].value, true, false});
+      writesState.steps.insert(writesState.steps.begin(), writer);
+      bool saved = false;
+      for (auto [other, result] : llvm::enumerate(writesState.results))
+        if (writesState.viewBase(result.value).first ==
+            writesState.arguments[*entry.updatesArg].value) {
+          saved = true;
+          EXPECT_FALSE(writesState.resultCopiedFirst(other));
+        }
+      EXPECT_EQ(writesState.canUpdateInPlace(index), !saved);
       // ... nor when another step touches the new state.
       FunctionPlan usedElsewhere = function;
       usedElsewhere.steps.push_back(AmaxAllReduceStep{entry.value, 0});
