@@ -53,6 +53,7 @@ import torch  # noqa: E402
 
 import tejit  # noqa: E402
 import torch_peers  # noqa: E402
+from gemm_tuning_env import gemm_tuning_file  # noqa: E402
 from run_layer_tests import TORCH_DTYPES, random_input, short_name  # noqa: E402
 
 # --- what is measured -------------------------------------------------------
@@ -287,19 +288,12 @@ class GraphedStep:
 
 
 def compile_program(block, size, recipe, tuning=None):
-    """The block's program; the runtime reads TEJIT_GEMM_TUNING when it
-    creates one, so it is set to `tuning` (unset for None) around that."""
-    saved = os.environ.pop("TEJIT_GEMM_TUNING", None)
-    if tuning:
-        os.environ["TEJIT_GEMM_TUNING"] = tuning
-    try:
+    """The block's program, created with TEJIT_GEMM_TUNING=`tuning` (unset
+    for None)."""
+    with gemm_tuning_file(tuning):
         return tejit.Program.compile(tejit_spec(block, size, recipe),
                                      training=True,
                                      recipe=None if recipe else "none")
-    finally:
-        os.environ.pop("TEJIT_GEMM_TUNING", None)
-        if saved is not None:
-            os.environ["TEJIT_GEMM_TUNING"] = saved
 
 
 # Programs stay loaded until the process ends: PyTorch's profiler names a

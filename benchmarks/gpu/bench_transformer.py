@@ -90,6 +90,7 @@ sys.path.insert(0, str(HERE))
 import torch  # noqa: E402
 
 import transformer_peers as peers  # noqa: E402
+from gemm_tuning_env import gemm_tuning_file  # noqa: E402
 
 # The seed peers run with TF32 allowed; it changes nothing for bf16/fp16
 # GEMMs, but keeps the settings identical.
@@ -391,22 +392,6 @@ def make_step(row, size, batch, args):
         y.backward(dy)
 
     return forward if args.inference else step, (model, fn, x, dy, params)
-
-
-@contextlib.contextmanager
-def gemm_tuning_file(path):
-    """TEJIT_GEMM_TUNING=path (unset for None) while a row creates its
-    programs: the runtime reads it when a program is created, so only the
-    tuned row's programs use the file, whatever the caller exported."""
-    saved = os.environ.pop("TEJIT_GEMM_TUNING", None)
-    if path:
-        os.environ["TEJIT_GEMM_TUNING"] = path
-    try:
-        yield
-    finally:
-        os.environ.pop("TEJIT_GEMM_TUNING", None)
-        if saved is not None:
-            os.environ["TEJIT_GEMM_TUNING"] = saved
 
 
 def run_row(row, size, batch, args, flops):

@@ -37,6 +37,7 @@ to it, differentiably), else the input's, which must then be the
 parameters' dtype (TE's rule).
 """
 import contextlib
+import contextvars
 import json
 import math
 import warnings
@@ -57,8 +58,10 @@ _compiles = 0
 
 # What a call with is_first_microbatch=None means while
 # make_graphed_callables(fp8_weight_caching=True) warms up and captures one
-# of its two graph sets (True, or False); None otherwise.
-_captured_first_microbatch = None
+# of its two graph sets (True, or False); None otherwise. Per thread and
+# task, like fp8_autocast's state.
+_captured_first_microbatch = contextvars.ContextVar(
+    "tejit_captured_first_microbatch", default=None)
 
 
 @contextlib.contextmanager
@@ -66,13 +69,11 @@ def first_microbatch_default(value):
     """Calls that pass is_first_microbatch=None (or nothing) run as if they
     passed `value`, inside the block: how graph.py captures modules nested
     in containers that do not take the argument."""
-    global _captured_first_microbatch
-    saved = _captured_first_microbatch
-    _captured_first_microbatch = value
+    token = _captured_first_microbatch.set(value)
     try:
         yield
     finally:
-        _captured_first_microbatch = saved
+        _captured_first_microbatch.reset(token)
 
 
 def compile_count():
@@ -395,7 +396,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         if is_first_microbatch is None:
             # make_graphed_callables(fp8_weight_caching=True) captures every
             # module under one setting (graph.py).
-            is_first_microbatch = _captured_first_microbatch
+            is_first_microbatch = _captured_first_microbatch.get()
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec, recipe_key = _recipe_spec(recipe)
         first = next(iter(activations.values()))
