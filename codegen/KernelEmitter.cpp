@@ -217,14 +217,19 @@ void KernelBuilder::writeSignature(CudaWriter &w, int64_t threadsPerBlock,
                     p.elementType + pointer + p.name);
   if (scratch.bytes)
     decls.push_back("    float" + pointer + "tj_scratch");
+  // Every kernel takes a skip flag last: the runtime passes null, or, for a
+  // weight cast run in a CUDA graph that replays both for micro-batches
+  // that cast and for ones that reuse the cast (TE's
+  // skip_fp8_weight_update), a device int read at each launch.
+  decls.push_back("    const int *tj_skip");
   for (auto [index, decl] : llvm::enumerate(decls)) {
     if (index + 1 == decls.size())
       w.open(decl + ")");
     else
       w.line(decl + ",");
   }
-  if (decls.empty())
-    w.open(")");
+  // Before any barrier: every thread of every block leaves together.
+  w.line("if (tj_skip != nullptr && *tj_skip != 0) return;");
 }
 
 void tejit::codegen::writeLastBlockOfStrip(CudaWriter &w,
@@ -251,6 +256,7 @@ EmittedKernel KernelBuilder::finish(CudaWriter &w, Dim3 grid, Dim3 block) {
   kernel.scratchZeroOffset = scratch.zeroOffset;
   kernel.scratchZeroBytes = scratch.zeroBytes;
   kernel.scratchFromPreviousStep = scratch.fromPreviousStep;
+  kernel.takesSkipFlag = true;
   kernel.op = group.op;
   return kernel;
 }

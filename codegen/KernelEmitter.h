@@ -59,6 +59,9 @@ struct EmittedKernel {
   /// second kernel of the same op, the step right after the first): the
   /// launcher zeroes none of it.
   bool scratchFromPreviousStep = false;
+  /// Takes a `const int *tj_skip` after everything else: null runs the
+  /// kernel; a device int that is nonzero at launch makes it do nothing.
+  bool takesSkipFlag = false;
   /// The op it comes from (a te.fused or a standalone op).
   mlir::Operation *op = nullptr;
 };

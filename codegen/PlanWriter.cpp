@@ -262,6 +262,8 @@ json::Array FunctionPlan::steps() {
       else if (k.scratchBytes)
         step["scratch_zero"] = json::Object{{"offset", k.scratchZeroOffset},
                                             {"bytes", k.scratchZeroBytes}};
+      if (k.takesSkipFlag)
+        step["skip_flag"] = true;
       steps.push_back(std::move(step));
     }
     if (isa<MatmulOp, ScaledMatmulOp>(op))
@@ -350,7 +352,7 @@ tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
   }
   return json::Object{{"format", "tejit-plan"},
                       // 3: update kernels may write the state in place.
-                      {"version", 3},
+                      {"version", 4},
                       {"arch", arch},
                       {"build_id", tejit::buildId()},
                       {"functions", std::move(functions)}};

@@ -484,6 +484,19 @@ tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
   return ok();
 }
 
+tejit_status tejit_program_set_weight_cast_flag(tejit_program *program,
+                                                const void *flag) {
+  if (!program)
+    return invalid("tejit_program_set_weight_cast_flag: program is null");
+  if (!flag)
+    return invalid("tejit_program_set_weight_cast_flag: flag is null; "
+                   "tejit_program_set_reuse_weight_casts leaves this mode");
+  if (llvm::Error error = program->program->setWeightCastFlag(
+          reinterpret_cast<CUdeviceptr>(flag)))
+    return fail(std::move(error));
+  return ok();
+}
+
 tejit_status tejit_saved_cache_pointer(tejit_program *program, size_t index,
                                        void **pointer) {
   if (!program || !pointer)

@@ -75,7 +75,8 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
-  std::unique_ptr<Executor> executor(new Executor(function, gemms, *driver));
+  std::unique_ptr<Executor> executor(
+      new Executor(function, modules, gemms, *driver));
   for (auto [index, step] : llvm::enumerate(function.steps)) {
     CUfunction entry = nullptr;
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
@@ -251,14 +252,31 @@ CUdeviceptr Executor::cachedResultAddress(size_t index) const {
 }
 
 Error Executor::snapshotScales(llvm::ArrayRef<CUdeviceptr> arguments,
-                               CUstream stream) {
-  for (const ScaleCopy &copy : scaleCopies)
-    if (Error error = driver.check(
-            driver.cuMemcpyDtoDAsync(staticCache.get() + copy.cacheOffset,
-                                     arguments[copy.argument] + copy.byteOffset,
-                                     copy.bytes, stream),
-            "keeping a weight's scale_inv with its cast"))
+                               CUstream stream, CUdeviceptr skipFlag) {
+  if (skipFlag && !copyUnlessFlag && !scaleCopies.empty()) {
+    auto helper = modules.helper("tejit_copy_unless_flag");
+    if (!helper)
+      return helper.takeError();
+    copyUnlessFlag = *helper;
+  }
+  for (const ScaleCopy &copy : scaleCopies) {
+    CUdeviceptr to = staticCache.get() + copy.cacheOffset;
+    CUdeviceptr from = arguments[copy.argument] + copy.byteOffset;
+    if (!skipFlag) {
+      if (Error error = driver.check(
+              driver.cuMemcpyDtoDAsync(to, from, copy.bytes, stream),
+              "keeping a weight's scale_inv with its cast"))
+        return error;
+      continue;
+    }
+    unsigned long long bytes = copy.bytes;
+    void *params[] = {&skipFlag, &to, &from, &bytes};
+    if (Error error =
+            driver.check(driver.cuLaunchKernel(copyUnlessFlag, 1, 1, 1, 32, 1,
+                                               1, 0, stream, params, nullptr),
+                         "keeping a weight's scale_inv with its cast"))
       return error;
+  }
   return Error::success();
 }
 
@@ -340,7 +358,8 @@ size_t Executor::scratchBytes() const {
 }
 
 Error Executor::launch(const KernelStep &step, CUfunction function,
-                       CUdeviceptr scratch, CUstream stream) {
+                       CUdeviceptr scratch, CUstream stream,
+                       CUdeviceptr skipFlag) {
   llvm::SmallVector<CUdeviceptr, 16> pointers;
   llvm::SmallVector<void *, 16> params;
   pointers.reserve(step.args.size() + 1);
@@ -366,6 +385,8 @@ Error Executor::launch(const KernelStep &step, CUfunction function,
         return error;
     pointers.push_back(scratch);
   }
+  if (step.skipFlag)
+    pointers.push_back(skipFlag);
   for (CUdeviceptr &pointer : pointers)
     params.push_back(&pointer);
   return driver.check(
@@ -399,13 +420,30 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                     CUdeviceptr scratch, CUstream stream,
                     AmaxReducer *amaxReducer, StaticReuse reuse, bool useCache,
-                    bool zeroSkippedAmaxes) {
+                    bool zeroSkippedAmaxes, CUdeviceptr skipFlag) {
   useCache = useCache && staticCache.bytes();
+  if (!useCache)
+    skipFlag = 0;
+  if (skipFlag)
+    for (auto [index, step] : llvm::enumerate(plan.steps))
+      if (staticSteps.isStatic[index] && !std::get<KernelStep>(step).skipFlag)
+        return makeError(
+            ErrorCode::Unsupported,
+            llvm::formatv("function '{0}': its weight cast '{1}' takes no "
+                          "skip flag (a plan older than format 4): compile "
+                          "it again to decide the casts on the device",
+                          plan.name, std::get<KernelStep>(step).name));
   if (Error error =
           bind(arguments, results, arena, useCache ? cachedRoots : roots))
     return error;
   bool capturing = false, skip = false;
-  if (useCache) {
+  if (skipFlag) {
+    // The device decides; what the cache holds after this run is unknown
+    // here.
+    staticCacheValid = false;
+    if (Error error = snapshotScales(arguments, stream, skipFlag))
+      return error;
+  } else if (useCache) {
     llvm::Expected<bool> canSkip =
         canSkipStaticSteps(arguments, stream, reuse, capturing);
     if (!canSkip)
@@ -443,7 +481,11 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
     }
     Error error = Error::success();
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
-      error = launch(*kernel, kernels[index], scratch, stream);
+      error =
+          launch(*kernel, kernels[index], scratch, stream,
+                 staticSteps.isStatic.empty() || !staticSteps.isStatic[index]
+                     ? 0
+                     : skipFlag);
     } else if (const auto *gemmStep = std::get_if<GemmStep>(&step)) {
       error = gemm(*gemmStep, stream);
     } else if (attentions[index]) {
@@ -467,7 +509,7 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
   }
   // The static steps ran into the cache (not only into a graph): later runs
   // may reuse what they wrote while the arguments stay where they are.
-  if (useCache && !skip && !capturing) {
+  if (useCache && !skip && !capturing && !skipFlag) {
     staticArgumentPointers.clear();
     for (size_t argument : staticSteps.arguments)
       staticArgumentPointers.push_back(arguments[argument]);

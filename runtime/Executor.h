@@ -85,12 +85,21 @@ public:
   /// `zeroSkippedAmaxes` zeroes the amaxes they would have recorded (TE
   /// records none for a weight it did not cast). A run captured in a CUDA
   /// graph never fills the cache (its steps run only at replay).
+  ///
+  /// With `useCache` and a `skipFlag` (a device int), the device decides
+  /// instead, at each launch (so one CUDA graph serves both kinds of
+  /// micro-batch, as TE's skip_fp8_weight_update): the static steps and
+  /// the scale_inv copies that go with them run when the int is 0 and do
+  /// nothing otherwise; their amaxes are zeroed before launch either way,
+  /// so a skipped weight records amax 0. `reuse` is then ignored, and the
+  /// host no longer knows what the cache holds: a later run without the
+  /// flag casts again.
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> arguments,
                   llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                   CUdeviceptr scratch, CUstream stream,
                   AmaxReducer *amaxReducer = nullptr,
                   StaticReuse reuse = StaticReuse::Never, bool useCache = false,
-                  bool zeroSkippedAmaxes = false);
+                  bool zeroSkippedAmaxes = false, CUdeviceptr skipFlag = 0);
 
   /// Allocates the cache of the static steps' outputs and lays the values
   /// out in it (once; later calls do nothing). Besides the outputs it keeps
@@ -118,9 +127,9 @@ public:
   size_t scratchBytes() const;
 
 private:
-  Executor(const FunctionPlan &plan, GemmRunner &gemms,
+  Executor(const FunctionPlan &plan, ModuleSet &modules, GemmRunner &gemms,
            const CudaDriver &driver)
-      : plan(plan), gemms(gemms), driver(driver) {}
+      : plan(plan), modules(modules), gemms(gemms), driver(driver) {}
 
   /// Where a value's bytes start: an argument, a result, the arena or the
   /// static-step cache, plus a byte offset.
@@ -140,9 +149,10 @@ private:
                                           CUstream stream, StaticReuse reuse,
                                           bool &capturing) const;
   /// Copies each scale_inv the cache keeps from the state (a run that runs
-  /// the static steps with the cache).
+  /// the static steps with the cache); with a `skipFlag`, on the device and
+  /// only while the int it points to is 0.
   llvm::Error snapshotScales(llvm::ArrayRef<CUdeviceptr> arguments,
-                             CUstream stream);
+                             CUstream stream, CUdeviceptr skipFlag = 0);
   /// Results whose value does not live in the result buffer, under
   /// `table`: views of an argument that no other value views, copied before
   /// the steps (`first`; steps then read the copy), and the rest (values in
@@ -153,12 +163,17 @@ private:
   llvm::Error copyResults(llvm::ArrayRef<size_t> indices,
                           llvm::ArrayRef<CUdeviceptr> results, CUstream stream);
   llvm::Error launch(const KernelStep &step, CUfunction function,
-                     CUdeviceptr scratch, CUstream stream);
+                     CUdeviceptr scratch, CUstream stream,
+                     CUdeviceptr skipFlag = 0);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
 
   const FunctionPlan &plan;
+  ModuleSet &modules;
   GemmRunner &gemms;
   const CudaDriver &driver;
+  /// The runtime helper that copies unless a flag is set (loaded on the
+  /// first run with a skip flag).
+  CUfunction copyUnlessFlag = nullptr;
   /// Per step: the kernel's entry point (null for other steps).
   std::vector<CUfunction> kernels;
   /// Per step: the attention step's cuDNN call (empty for other steps).

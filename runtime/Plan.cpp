@@ -897,6 +897,10 @@ Error FunctionParser::parseKernel(const json::Object &node, const Scope &scope,
   }
   if (Error error = parseScratch(node, scope, step))
     return error;
+  Expected<bool> skipFlag = scope.boolean(node, "skip_flag");
+  if (!skipFlag)
+    return skipFlag.takeError();
+  step.skipFlag = *skipFlag;
 
   Expected<const json::Array *> args = scope.array(node, "args");
   if (!args)
@@ -1307,9 +1311,11 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
   // (scratch_from_previous_step): a reader of version 1 alone would zero the
   // scratch and compute with zeros, so version-2 plans are refused there.
   // Version 3 says its state updates may run in place (Plan::version).
-  if (*version < 1 || *version > 3)
-    return scope.error("version", "is " + Twine(*version) +
-                                      "; versions 1, 2 and 3 are read");
+  // Version 4 kernels may take a skip flag last ("skip_flag"): a reader of
+  // version 3 would launch them one argument short.
+  if (*version < 1 || *version > 4)
+    return scope.error("version",
+                       "is " + Twine(*version) + "; versions 1 to 4 are read");
 
   Plan plan;
   plan.version = *version;

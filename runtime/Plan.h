@@ -89,6 +89,10 @@ struct KernelStep {
   /// The kernel reads the scratch as the previous step, a kernel with at
   /// least as much scratch, left it: nothing is zeroed.
   bool scratchFromPreviousStep = false;
+  /// The kernel takes a `const int *` after everything else ("skip_flag",
+  /// plans of version 4): null runs it; a device int nonzero at launch
+  /// makes it do nothing (weight casts in graphs, Executor::run).
+  bool skipFlag = false;
   std::vector<KernelArg> args;
 };
 

@@ -340,10 +340,12 @@ Error Program::run(Function &function, CUstream stream,
                       : weightCasts == WeightCasts::ReuseInGraphs
                           ? StaticReuse::AlsoWhenCapturing
                           : StaticReuse::Never;
+  CUdeviceptr skipFlag =
+      isForward && weightCasts == WeightCasts::ByFlag ? weightCastFlag : 0;
   if (Error error = function.executor->run(
           function.pointers.arguments, function.pointers.results, arena.get(),
           scratch.get(), stream, updateState ? amaxReducer.get() : nullptr,
-          reuse, useCache, /*zeroSkippedAmaxes=*/updateState))
+          reuse, useCache, /*zeroSkippedAmaxes=*/updateState, skipFlag))
     return error;
   if (!updateState)
     return Error::success();
@@ -479,8 +481,20 @@ Error Program::setWeightCasts(WeightCasts mode) {
   if (mode != WeightCasts::Run)
     if (Error error = forwardFn.executor->allocateStaticCache())
       return error;
+  if (mode == WeightCasts::ByFlag && !weightCastFlag)
+    return makeError(ErrorCode::InvalidArgument,
+                     "weight casts decided by a device flag need the flag "
+                     "(setWeightCastFlag)");
   weightCasts = mode;
   return Error::success();
+}
+
+Error Program::setWeightCastFlag(CUdeviceptr flag) {
+  if (!flag)
+    return makeError(ErrorCode::InvalidArgument,
+                     "the weight-cast flag is a null pointer");
+  weightCastFlag = flag;
+  return setWeightCasts(WeightCasts::ByFlag);
 }
 
 CUdeviceptr Program::savedCachePointer(size_t index) const {

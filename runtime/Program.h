@@ -108,12 +108,21 @@ public:
     ReuseInGraphs,
     /// Cast into the cache: TE's is_first_microbatch=True.
     Keep,
+    /// Decided on the device at each forward, from the int that
+    /// setWeightCastFlag gave: 0 casts into the cache (Keep), nonzero reuses
+    /// what is there (ReuseInGraphs). One captured forward serves both
+    /// (TE's skip_fp8_weight_update flag).
+    ByFlag,
   };
   /// Sets what the next forwards do. The caller promises, when they reuse,
   /// that the parameters' contents have not changed since the cast. A
   /// training program allocates its cache on the first mode other than Run
   /// (1 byte per weight element for the cast and 1 for its transpose).
   llvm::Error setWeightCasts(WeightCasts mode);
+  /// Sets WeightCasts::ByFlag with `flag`, the address of a device int
+  /// that the caller sets before each forward (or graph replay) runs; the
+  /// int must outlive the program's use of it.
+  llvm::Error setWeightCastFlag(CUdeviceptr flag);
   /// Where saved tensor `index` lives in the cache while forwards use it
   /// (modes other than Run in a training program), 0 when it does not:
   /// a caller that passes this address for it avoids a copy, and the
@@ -205,6 +214,7 @@ private:
   bool forwardDone = false;
   bool forwardUpdatesState = true;
   WeightCasts weightCasts = WeightCasts::Run;
+  CUdeviceptr weightCastFlag = 0;
 };
 
 } // namespace tejit::runtime

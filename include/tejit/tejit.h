@@ -212,6 +212,18 @@ tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
 #define TEJIT_WEIGHT_CASTS_KEEP 3
 tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
                                                   int reuse);
+/* The weight casts decided on the device, at each forward (TE's
+ * skip_fp8_weight_update): `flag` is the address of a device int32 that
+ * the caller sets, on the forward's stream, before each forward or replay
+ * of a captured one: 0 casts into the memory kept (as
+ * TEJIT_WEIGHT_CASTS_KEEP), nonzero reuses what the latest casting forward
+ * left there (as TEJIT_WEIGHT_CASTS_REUSE_IN_GRAPHS: a skipped
+ * DelayedScaling weight records amax 0). One captured forward then serves
+ * both kinds of micro-batch. The int must stay allocated while the program
+ * may use it; tejit_program_set_reuse_weight_casts leaves this mode. Plans
+ * written before format 4 cannot (TEJIT_ERROR_UNSUPPORTED at the forward). */
+tejit_status tejit_program_set_weight_cast_flag(tejit_program *program,
+                                               const void *flag);
 /* Where TEJIT_SAVED tensor `index` lives in the kept weight casts while the
  * mode is not TEJIT_WEIGHT_CASTS_RUN (a training forward's weight
  * transpose and its scale_inv), NULL when it does not. Given this address

@@ -386,6 +386,16 @@ class Program:
         _capi.check(_capi.lib().tejit_program_set_reuse_weight_casts(
             self.handle, int(reuse)))
 
+    def set_weight_cast_flag(self, pointer):
+        """Weight casts decided on the device at each forward (TE's
+        skip_fp8_weight_update): `pointer` is the address of a device int32
+        the caller sets before each forward or graph replay, 0 to cast
+        into the memory kept, nonzero to reuse what is there
+        (tejit_program_set_weight_cast_flag). set_reuse_weight_casts leaves
+        this mode."""
+        _capi.check(_capi.lib().tejit_program_set_weight_cast_flag(
+            self.handle, ctypes.c_void_p(int(pointer))))
+
     def saved_cache_pointers(self):
         """Per .saved entry, where it lives in the kept weight casts under
         the current mode (tejit_saved_cache_pointer), 0 where it does not:

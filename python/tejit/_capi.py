@@ -226,6 +226,7 @@ def _declare(lib):
         "tejit_program_amax_reductions": (c_size_t, [program]),
         "tejit_program_set_forward_state_updates": (status, [program, c_int]),
         "tejit_program_set_reuse_weight_casts": (status, [program, c_int]),
+        "tejit_program_set_weight_cast_flag": (status, [program, c_void_p]),
         "tejit_program_weight_cast_cache_bytes": (c_size_t, [program]),
         "tejit_program_skipped_steps": (c_size_t, [program]),
         "tejit_saved_cache_pointer": (status, [program, c_size_t,

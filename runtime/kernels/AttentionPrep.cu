@@ -1,4 +1,4 @@
-// Device helpers for the attention steps and the dropout state, compiled to PTX at build time
+// Runtime helper kernels (attention steps, the dropout state, weight-cast flags), compiled to PTX at build time
 // (runtime/CMakeLists.txt) and loaded by the driver's JIT on first use.
 //
 // tejit_attention_prep, one block, a thread per batch row:
@@ -34,4 +34,18 @@ extern "C" __global__ void tejit_rng_advance(unsigned long long *state,
                                              unsigned long long delta) {
   if (threadIdx.x == 0)
     state[1] += delta;
+}
+
+// Copies `bytes` from `from` to `to` unless *flag is nonzero, decided on the
+// device at each launch: a weight's scale_inv kept with its cast, in a CUDA
+// graph that replays both for micro-batches that cast the weights and for
+// ones that reuse the casts (Executor::run's skip flag).
+extern "C" __global__ void tejit_copy_unless_flag(const int *flag,
+                                                  unsigned char *to,
+                                                  const unsigned char *from,
+                                                  unsigned long long bytes) {
+  if (*flag != 0)
+    return;
+  for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x)
+    to[i] = from[i];
 }

@@ -11,7 +11,8 @@ differ), and so must the FP8 state after the steps, which shows that the
 delayed scaling moves on at every replay and that the warm-up left it
 untouched. With dropout, replays must draw fresh masks. Keyword arguments
 (a rotary table) become graph inputs. With fp8_weight_caching, graphs
-replayed with is_first_microbatch True/False equal eager micro-batches. Sizes: hidden 256 and the
+replayed with is_first_microbatch True/False equal eager micro-batches,
+and one graph set serves both (the memory check). Sizes: hidden 256 and the
 quickstart's LayerNormMLP (hidden 4096, FFN 16384, 8192 tokens).
 """
 import copy
@@ -209,7 +210,7 @@ def test_fp8_weight_caching_graphs_match_eager(kind):
                 params[name].sub_(0.25 * params[name].grad.sign() *
                                   params[name].abs().mean())
                 param.copy_(params[name])
-        compare([False], f"stale casts after step {step_index}")
+        compare([False, False], f"stale casts after step {step_index}")
     for module in (eager, graphed):
         module.zero_grad(set_to_none=True)
     # None replays the casting graphs (eager None casts without keeping).
@@ -218,6 +219,70 @@ def test_fp8_weight_caching_graphs_match_eager(kind):
     assert want_meta.keys() == got_meta.keys() and want_meta
     for name, value in want_meta.items():
         assert torch.equal(got_meta[name], value), f"{kind}: FP8 {name}"
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_graph_gradients_accumulate(fp8):
+    """Gradients of three replays accumulate into .grad as three eager
+    backwards do, bit for bit. The graphed backward hands out its graph's
+    static buffers, and autograd keeps the first one as .grad without a
+    copy; unless tejit copies it, the second replay overwrites it (PyTorch
+    issue 181723)."""
+    fp8_recipe = hybrid() if fp8 else None
+    eager, graphed, _ = graph_pair(
+        lambda: te.LayerNormMLP(256, 1024, params_dtype=BF16), (64, 256),
+        fp8_recipe)
+    for module in (eager, graphed):
+        module.zero_grad(set_to_none=True)
+    for index in range(3):
+        x = torch.randn(64, 256, device="cuda", dtype=BF16)
+        dy = torch.randn_like(x)
+        for module in (eager, graphed):
+            with te.fp8_autocast(enabled=fp8, fp8_recipe=fp8_recipe):
+                out = module(x.detach().requires_grad_())
+            out.backward(dy)
+    params = dict(eager.named_parameters())
+    for name, param in graphed.named_parameters():
+        assert torch.equal(param.grad, params[name].grad), \
+            f"accumulated gradient of {name}"
+
+
+def graphed_memory(fp8_weight_caching):
+    """Device bytes a graphed LayerNormMLP (hidden 1024, FFN 4096, 4096
+    tokens) takes from PyTorch's allocator (its graphs' private pools, the
+    static inputs and outputs) and tejit's weight-cast cache, while alive."""
+    import gc
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.manual_seed(SEED)
+    module = te.LayerNormMLP(1024, 4096, params_dtype=BF16)
+    sample = torch.randn(4096, 1024, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    before = torch.cuda.memory_reserved()
+    graphed = te.make_graphed_callables(module, (sample,), fp8_enabled=True,
+                                        fp8_recipe=hybrid(),
+                                        fp8_weight_caching=fp8_weight_caching)
+    torch.cuda.synchronize()
+    reserved = torch.cuda.memory_reserved() - before
+    cache = sum(c.program.weight_cast_cache_bytes
+                for c in module._programs.values())
+    del graphed, module, sample
+    return reserved, cache
+
+
+def test_fp8_weight_caching_holds_one_graph_set():
+    """fp8_weight_caching=True captures one graph set, as TE does (its
+    weight casts read a device flag): the graphs take no more of PyTorch's
+    memory than those captured without caching (two sets, one per
+    is_first_microbatch, would take about twice); the casts kept are
+    2 bytes per weight element (the cast and its transpose) and a few
+    scale_inv copies."""
+    plain, _ = graphed_memory(False)
+    caching, cache = graphed_memory(True)
+    weights = 2 * 1024 * 4096  # fc1 and fc2
+    assert 2 * weights <= cache <= 2 * weights + (1 << 20), cache
+    assert caching <= 1.1 * plain + (4 << 20), (plain, caching)
 
 
 def test_keyword_arguments_become_graph_inputs():

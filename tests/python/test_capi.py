@@ -184,6 +184,18 @@ class AmaxGroupTest(unittest.TestCase):
                 None, tejit.WEIGHT_CASTS_KEEP), 1)
         self.assertIn("program is null", tejit._capi.last_error())
 
+    def test_weight_cast_flag_needs_a_program_and_a_flag(self):
+        library = tejit._capi.lib()
+        self.assertEqual(library.tejit_program_set_weight_cast_flag(
+            None, ctypes.c_void_p(0x1000)), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
+        # A program handle is opaque: any non-null pointer reaches the flag
+        # check, which comes before the program is used.
+        fake = ctypes.cast(ctypes.pointer(ctypes.c_int(0)), ctypes.c_void_p)
+        self.assertEqual(library.tejit_program_set_weight_cast_flag(
+            fake, None), 1)
+        self.assertIn("flag is null", tejit._capi.last_error())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 using namespace tejit::runtime;
 namespace json = llvm::json;
@@ -559,8 +560,8 @@ std::vector<ErrorCase> errorCases() {
        [](V p) { root(p)["format"] = "tejit-plans"; },
        {"plan: 'format'", "tejit-plans"}},
       {"Version",
-       [](V p) { root(p)["version"] = 4; },
-       {"plan: 'version' is 4; versions 1, 2 and 3 are read"}},
+       [](V p) { root(p)["version"] = 5; },
+       {"plan: 'version' is 5; versions 1 to 4 are read"}},
       {"VersionNotANumber",
        [](V p) { root(p)["version"] = "1"; },
        {"plan: 'version' must be an integer"}},
@@ -1051,7 +1052,26 @@ TEST(RealPlansTest, WereGenerated) {
       << " (the build generates them with te-compile)";
 }
 
-class RealPlanTest : public ::testing::TestWithParam<std::string> {};
+class RealPlanTest : public ::testing::TestWithParam<std::string> {
+protected:
+  /// The parameter's plan.json, parsed; a test failure when it is not.
+  std::optional<Plan> loadPlan() const {
+    llvm::SmallString<256> path(TEJIT_TEST_PLAN_DIR);
+    llvm::sys::path::append(path, GetParam(), "plan.json");
+    llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
+        llvm::MemoryBuffer::getFile(path);
+    if (!text) {
+      ADD_FAILURE() << "cannot read " << path.str().str();
+      return std::nullopt;
+    }
+    llvm::Expected<Plan> plan = parsePlan((*text)->getBuffer());
+    if (!plan) {
+      ADD_FAILURE() << llvm::toString(plan.takeError());
+      return std::nullopt;
+    }
+    return std::move(*plan);
+  }
+};
 
 TEST_P(RealPlanTest, Parses) {
   llvm::SmallString<256> path(TEJIT_TEST_PLAN_DIR);
@@ -1103,21 +1123,17 @@ TEST_P(RealPlanTest, Parses) {
 // the saved slots of the state are copied before the steps, and a step
 // reading the state after its update (made up here) rules it out.
 TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
-  llvm::SmallString<256> path(TEJIT_TEST_PLAN_DIR);
-  llvm::sys::path::append(path, GetParam(), "plan.json");
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> text =
-      llvm::MemoryBuffer::getFile(path);
-  ASSERT_TRUE(bool(text));
-  llvm::Expected<Plan> plan = parsePlan((*text)->getBuffer());
-  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
-  EXPECT_EQ(plan->version, 3);
+  std::optional<Plan> plan = loadPlan();
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->version, 4);
   size_t updates = 0;
   for (FunctionPlan &function : plan->functions) {
     for (auto [index, entry] : llvm::enumerate(function.results)) {
       int64_t base = function.viewBase(entry.value).first;
-      if (function.values[base].storage.kind == Storage::Argument)
+      if (function.values[base].storage.kind == Storage::Argument) {
         EXPECT_TRUE(function.resultCopiedFirst(index))
             << function.name << ": result " << entry.name;
+      }
       if (!entry.updatesArg) {
         EXPECT_FALSE(function.canUpdateInPlace(index));
         continue;
@@ -1173,8 +1189,24 @@ TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
   }
   bool delayed = llvm::StringRef(GetParam()) == "quickstart_small" ||
                  llvm::StringRef(GetParam()) == "all_layers_small";
-  if (delayed)
+  if (delayed) {
     EXPECT_GT(updates, 0u) << "a DelayedScaling plan updates its state";
+  }
+}
+
+// Format 4: every generated kernel takes the skip flag last, so the
+// runtime can decide a weight cast on the device (Executor::run).
+TEST_P(RealPlanTest, KernelsTakeASkipFlag) {
+  std::optional<Plan> plan = loadPlan();
+  ASSERT_TRUE(plan);
+  size_t kernels = 0;
+  for (const FunctionPlan &function : plan->functions)
+    for (const Step &step : function.steps)
+      if (const auto *kernel = std::get_if<KernelStep>(&step)) {
+        ++kernels;
+        EXPECT_TRUE(kernel->skipFlag) << function.name << ": " << kernel->name;
+      }
+  EXPECT_GT(kernels, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(TeCompile, RealPlanTest,

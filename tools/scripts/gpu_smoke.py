@@ -35,6 +35,13 @@ DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
           "i1": torch.uint8, "i64": torch.int64}
 
 
+
+def skip_flag(step):
+    """The trailing `const int *tj_skip` of plan format 4's kernels: null,
+    so the kernel runs (as the runtime passes it outside weight-cast
+    graphs)."""
+    return [np.uint64(0)] if step.get("skip_flag") else []
+
 def parse_type(text):  # "tensor<192x64xbf16>" -> ([192, 64], "bf16")
     dims = text[len("tensor<"):-1].split("x")
     return [int(d) for d in dims[:-1]], dims[-1]
@@ -75,6 +82,7 @@ def check_cast_transpose(fn, step, values, rng):
         scratch = torch.zeros(step["scratch_bytes"], dtype=torch.uint8,
                               device="cuda")
         pointers.append(np.uint64(scratch.data_ptr()))
+    pointers += skip_flag(step)
     fn(tuple(step["grid"]), tuple(step["block"]), tuple(pointers))
     torch.cuda.synchronize()
     get = {r: t for r, t in zip(roles, tensors)}
@@ -157,7 +165,8 @@ def check_bias_dropout_add(fn, step, values, source, rng):
             t.view(torch.uint8).fill_(0x7F)
         tensors[name] = t
     fn(tuple(step["grid"]), tuple(step["block"]),
-       tuple(np.uint64(t.data_ptr()) for t in tensors.values()))
+       tuple(np.uint64(t.data_ptr()) for t in tensors.values())
+       + tuple(skip_flag(step)))
     torch.cuda.synchronize()
     x = tensors[dropped.group(1)]
     residual = [t for n, t in tensors.items() if n not in

@@ -65,6 +65,7 @@ with tempfile.TemporaryDirectory() as tmp:
             args += ["rsigma"]
             args += ["(%s *)out%d" % (o[1], i) for i, o in enumerate(outputs)]
             args += ["scratch"] if scratch else []
+            args += ["nullptr"] if step.get("skip_flag") else []
             grid, block = step["grid"], step["block"]
             sources.append(source)
             entries.append(

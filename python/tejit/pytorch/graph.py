@@ -10,6 +10,9 @@ warm-up's side effects undone: PyTorch warms up with uninitialized output
 gradients, whose amaxes would otherwise sit in the backward's amax history
 for `amax_history_len` steps.
 """
+import functools
+import weakref
+
 import torch
 
 from . import fp8
@@ -48,21 +51,19 @@ class _KeywordsAsPositions(torch.nn.Module):
                              **self.fixed)
 
 
-def _take_keywords(module, graphed, keys, fixed, reusing=None):
+def _take_keywords(module, graphed, keys, fixed, cast_flag=None):
     """Gives `module` a forward that takes the captured keyword arguments
     and replays `graphed` (a _KeywordsAsPositions): tensors replace the
     captured ones (copied, as positional inputs are), other values must be
-    what they were at capture. With `reusing` (fp8_weight_caching), the
-    forward also takes is_first_microbatch and replays `reusing` for False,
-    `graphed` (the graphs that cast the weights) for True or None."""
+    what they were at capture. With `cast_flag` (fp8_weight_caching, a
+    base.WeightCastFlag the graphs' weight casts read), the forward also
+    takes is_first_microbatch and sets the flag from it before the
+    replay."""
     name = type(module).__name__
 
     def forward(*args, **kwargs):
-        if reusing is not None:
-            first = kwargs.pop("is_first_microbatch", None)
-            chosen = reusing if first is False else graphed
-        else:
-            chosen = graphed
+        first = (kwargs.pop("is_first_microbatch", None)
+                 if cast_flag is not None else None)
         unknown = set(kwargs) - set(keys) - set(fixed)
         missing = [key for key in keys if key not in kwargs]
         if unknown or missing:
@@ -75,12 +76,41 @@ def _take_keywords(module, graphed, keys, fixed, reusing=None):
                 raise ValueError(
                     f"graphed {name}: {key}={kwargs[key]!r}, but the graph "
                     f"was captured with {key}={value!r}")
+        if cast_flag is not None:
+            cast_flag.set(first)
         # PyTorch's graphed forward replays only in the mode it captured.
-        chosen.training = module.training
-        return chosen(*args, *(kwargs[key] for key in keys))
+        graphed.training = module.training
+        return graphed(*args, *(kwargs[key] for key in keys))
 
     module.forward = forward
     return module
+
+
+def _own_first_gradient(parameter_ref, grad):
+    """A parameter's gradient hook: a copy of `grad` when the parameter has
+    no gradient yet. A graphed backward returns its graph's static buffers,
+    and autograd keeps the first gradient it accumulates as the parameter's
+    .grad without copying it, so the next replay would overwrite it
+    (PyTorch issue 181723; TE clones on return too): later micro-batches
+    are then added in place to a buffer of the parameter's own."""
+    parameter = parameter_ref()
+    if parameter is not None and parameter.grad is None:
+        return grad.clone()
+    return grad
+
+
+def _keep_gradients_apart(callables):
+    """Registers _own_first_gradient on every parameter of the callables
+    that are modules (after the capture: the hooks are not captured)."""
+    seen = set()
+    for item in callables:
+        if not isinstance(item, torch.nn.Module):
+            continue
+        for parameter in item.parameters():
+            if parameter.requires_grad and id(parameter) not in seen:
+                seen.add(id(parameter))
+                parameter.register_hook(functools.partial(
+                    _own_first_gradient, weakref.ref(parameter)))
 
 
 def _keyword_wrappers(callables, sample_args, sample_kwargs,
@@ -156,9 +186,9 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     that skip those casts and read what the latest True replay (or eager
     call) left there, recording no weight amax (TE's rule): the caller
     promises the weights have not changed since. Modules inside a callable
-    need not take the argument: every tejit module in it follows. tejit
-    captures the two cases as two graph sets (TE sets a flag the cast
-    kernels read), so the graphs' activation memory is held twice.
+    need not take the argument: every tejit module in it follows. As in
+    TE, one graph set serves both: its weight-cast kernels read a device
+    flag that the graphed forward sets before each replay.
 
     Not supported (NotImplementedError): `fp8_calibrating` (as in
     fp8_autocast), and keyword arguments or fp8_weight_caching for
@@ -175,7 +205,8 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
 
     def capture(first_microbatch):
         """PyTorch's warm-up and capture of every callable, with calls that
-        do not say is_first_microbatch running as `first_microbatch`."""
+        do not say is_first_microbatch running as `first_microbatch` (None,
+        or a WeightCastFlag)."""
         wrapped, wrapped_args, layouts = _keyword_wrappers(
             callables, args_list, sample_kwargs, always=fp8_weight_caching)
         with autocast, base.first_microbatch_default(first_microbatch):
@@ -186,22 +217,18 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
                 allow_unused_input=allow_unused_input, pool=pool)
         return ([graphed] if single else list(graphed)), layouts
 
-    if fp8_weight_caching:
-        # Two graph sets: one casts the weights into the memory each program
-        # keeps (True), one skips the casts and reads those (False). The
-        # casting set is warmed up first, so the reusing set's warm-up and
-        # capture find casts to reuse.
-        casting, layouts = capture(True)
-        reusing, _ = capture(False)
-    else:
-        casting, layouts = capture(None)
-        reusing = [None] * len(callables)
+    # One graph set either way. With fp8_weight_caching, the weight casts
+    # read a device flag at each replay (0 during the warm-up: cast), which
+    # each graphed module's forward sets from is_first_microbatch.
+    cast_flag = base.WeightCastFlag() if fp8_weight_caching else None
+    graphed, layouts = capture(cast_flag)
     # Ordered before the first replay: both go on the current stream.
     for module, snapshot in zip(tejit_modules, before):
         module._fp8_meta_state.restore(snapshot)
-    results = list(casting)
+    _keep_gradients_apart(callables)
+    results = list(graphed)
     for index, layout in enumerate(layouts):
         if layout is not None:
-            results[index] = _take_keywords(callables[index], casting[index],
-                                            *layout, reusing=reusing[index])
+            results[index] = _take_keywords(callables[index], graphed[index],
+                                            *layout, cast_flag=cast_flag)
     return results[0] if single else tuple(results)

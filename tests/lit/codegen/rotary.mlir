@@ -10,7 +10,8 @@
 // CHECK: rope_sbhd_rotary_0(
 // CHECK-NEXT: const tj_bf16 *__restrict__ x,
 // CHECK-NEXT: const float *__restrict__ freqs,
-// CHECK-NEXT: tj_bf16 *__restrict__ v0) {
+// CHECK-NEXT: tj_bf16 *__restrict__ v0,
+// CHECK-NEXT: const int *tj_skip) {
 // CHECK: constexpr int kVec = 8, kUnroll = 4;
 // CHECK: constexpr tj_i64 kRows = 32, kDim = 128, kHalf = 64;
 // CHECK: constexpr tj_i64 kPairVecs = 8, kRowsPerPass = 8;

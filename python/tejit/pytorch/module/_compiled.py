@@ -289,6 +289,22 @@ class CompiledProgram:
         self._saved_in_cache = (None if reuse == tejit.WEIGHT_CASTS_RUN
                                 else self.program.saved_cache_pointers())
 
+    def use_weight_cast_flag(self, flag):
+        """The weight casts decided on the device at each forward, from
+        `flag` (base.WeightCastFlag: a device int32, 0 casts into the
+        memory kept, nonzero reuses what is there), so that one CUDA graph
+        serves micro-batches that cast and ones that reuse the casts.
+        `flag` must outlive the program's forwards in this mode."""
+        key = ("flag", flag.pointer)
+        if key == self._reuse_weight_casts:
+            return
+        self.program.set_weight_cast_flag(flag.pointer)
+        self._reuse_weight_casts = key
+        # What the kept casts hold is decided on the device from now on.
+        self._weights_token = None
+        self._saved_in_cache = (self.program.saved_cache_pointers()
+                                if self.training else None)
+
     def weight_casts_done(self, token, capturing):
         """After the forward use_weight_casts prepared: a forward that cast
         makes `token` the casts' (None when captured: replays cast whatever

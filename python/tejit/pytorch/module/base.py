@@ -56,10 +56,28 @@ SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
 _compiles = 0
 
 
+class WeightCastFlag:
+    """TE's skip_fp8_weight_update: a device int32 that the weight-cast
+    kernels of the programs given it read at each launch, 0 to cast the
+    weights into the memory each program keeps (is_first_microbatch True or
+    None), 1 to skip the casts and reuse what is there (False). Set on the
+    current stream before a forward, so that one captured forward serves
+    both (make_graphed_callables(fp8_weight_caching=True))."""
+
+    def __init__(self, device=None):
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.tensor = torch.zeros(1, dtype=torch.int32, device=device)
+        self.pointer = self.tensor.data_ptr()
+
+    def set(self, is_first_microbatch):
+        self.tensor.fill_(0 if is_first_microbatch in (True, None) else 1)
+
+
 # What a call with is_first_microbatch=None means while
-# make_graphed_callables(fp8_weight_caching=True) warms up and captures one
-# of its two graph sets (True, or False); None otherwise. Per thread and
-# task, like fp8_autocast's state.
+# make_graphed_callables(fp8_weight_caching=True) warms up and captures its
+# graphs (a WeightCastFlag); None otherwise. Per thread and task, like
+# fp8_autocast's state.
 _captured_first_microbatch = contextvars.ContextVar(
     "tejit_captured_first_microbatch", default=None)
 
@@ -67,8 +85,9 @@ _captured_first_microbatch = contextvars.ContextVar(
 @contextlib.contextmanager
 def first_microbatch_default(value):
     """Calls that pass is_first_microbatch=None (or nothing) run as if they
-    passed `value`, inside the block: how graph.py captures modules nested
-    in containers that do not take the argument."""
+    passed `value` (True, False, or a WeightCastFlag), inside the block: how
+    graph.py captures modules nested in containers that do not take the
+    argument."""
     token = _captured_first_microbatch.set(value)
     try:
         yield
@@ -395,8 +414,11 @@ class TransformerEngineBaseModule(torch.nn.Module):
         program's shapes."""
         if is_first_microbatch is None:
             # make_graphed_callables(fp8_weight_caching=True) captures every
-            # module under one setting (graph.py).
+            # module with a device flag that decides the casts (graph.py).
             is_first_microbatch = _captured_first_microbatch.get()
+        cast_flag = (is_first_microbatch
+                     if isinstance(is_first_microbatch, WeightCastFlag)
+                     else None)
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec, recipe_key = _recipe_spec(recipe)
         first = next(iter(activations.values()))
@@ -448,7 +470,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
             rewind = compiled.dropout_stream_rewind()
             if rewind is not None:
                 rewinds.append(rewind)
-        if compiled.training:
+        if cast_flag is not None and (compiled.training
+                                      or compiled.keeps_weight_casts):
+            compiled.use_weight_cast_flag(cast_flag)
+        elif compiled.training:
             compiled.use_training_weight_casts(is_first_microbatch)
         if recorded:
             outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
@@ -456,6 +481,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 outputs = (outputs,)
         elif compiled.training:
             outputs = compiled.forward_unrecorded(arguments)
+        elif compiled.keeps_weight_casts and cast_flag is not None:
+            outputs = compiled.infer(arguments)
         elif compiled.keeps_weight_casts:
             outputs = self._infer_with_weight_casts(compiled, arguments,
                                                     token,
