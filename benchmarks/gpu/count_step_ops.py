@@ -9,12 +9,17 @@ saved scale_inv snapshots, amax zeroing (benchmarks/RESULTS.md).
 """
 import collections
 import sys
+from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-sys.path.insert(0, "python")
+import torch  # noqa: E402
+
+import bench_layers  # noqa: E402 (puts python/ on the path)
 import tejit  # noqa: E402
+
+LABELS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16,
           "f32": torch.float32}
@@ -42,20 +47,13 @@ def main():
 
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
-        torch.cuda.synchronize()
+    # The block benchmark's profiler: the trace's own categories, one step
+    # after a marker kernel.
+    activities = bench_layers.profile_activities(lambda i: step(), 1)[0]
     counts, micros = collections.Counter(), collections.Counter()
-    for event in prof.events():
-        kind = str(event.device_type)
-        if "CUDA" not in kind:
-            continue
-        name = event.name.lower()
-        category = ("memcpy" if "memcpy" in name else
-                    "memset" if "memset" in name else "kernel")
-        counts[category] += 1
-        micros[category] += event.device_time_total
+    for activity in activities:
+        counts[LABELS[activity.category]] += 1
+        micros[LABELS[activity.category]] += activity.dur
     print(f"{sys.argv[1]}: one training step: " + ", ".join(
         f"{counts[c]} {c}s ({micros[c]:.1f} us)"
         for c in ("kernel", "memcpy", "memset")))
@@ -64,7 +62,8 @@ def main():
         if info.name.endswith(".scale"):
             values = torch.frombuffer(bytearray(program.meta_get(
                 index, stream)), dtype=torch.float32)
-            print(f"{info.name} after 4 steps: {values.tolist()}")
+            print(f"{info.name} after 5 steps: {values.tolist()}")
+
 
 if __name__ == "__main__":
     main()
