@@ -256,7 +256,6 @@ EmittedKernel KernelBuilder::finish(CudaWriter &w, Dim3 grid, Dim3 block) {
   kernel.scratchZeroOffset = scratch.zeroOffset;
   kernel.scratchZeroBytes = scratch.zeroBytes;
   kernel.scratchFromPreviousStep = scratch.fromPreviousStep;
-  kernel.takesSkipFlag = true;
   kernel.op = group.op;
   return kernel;
 }

@@ -38,7 +38,10 @@ struct KernelParam {
   bool zeroBeforeLaunch = false;
 };
 
-/// A generated kernel, ready for NVRTC: the source needs no header.
+/// A generated kernel, ready for NVRTC: the source needs no header. Every
+/// kernel takes a `const int *tj_skip` after its other arguments
+/// (KernelBuilder::writeSignature): null runs it; a device int that is
+/// nonzero at launch makes it return at once.
 struct EmittedKernel {
   /// The `extern "C"` entry point: function name, kind and index.
   std::string name;
@@ -59,9 +62,6 @@ struct EmittedKernel {
   /// second kernel of the same op, the step right after the first): the
   /// launcher zeroes none of it.
   bool scratchFromPreviousStep = false;
-  /// Takes a `const int *tj_skip` after everything else: null runs the
-  /// kernel; a device int that is nonzero at launch makes it do nothing.
-  bool takesSkipFlag = false;
   /// The op it comes from (a te.fused or a standalone op).
   mlir::Operation *op = nullptr;
 };

@@ -262,8 +262,8 @@ json::Array FunctionPlan::steps() {
       else if (k.scratchBytes)
         step["scratch_zero"] = json::Object{{"offset", k.scratchZeroOffset},
                                             {"bytes", k.scratchZeroBytes}};
-      if (k.takesSkipFlag)
-        step["skip_flag"] = true;
+      // Every emitted kernel takes the skip flag (writeSignature).
+      step["skip_flag"] = true;
       steps.push_back(std::move(step));
     }
     if (isa<MatmulOp, ScaledMatmulOp>(op))

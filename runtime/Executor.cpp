@@ -242,6 +242,20 @@ Error Executor::allocateStaticCache() {
   return Error::success();
 }
 
+Error Executor::checkStaticStepsTakeSkipFlag() const {
+  if (staticSteps.isStatic.empty()) // no cache: the flag is never passed
+    return Error::success();
+  for (auto [index, step] : llvm::enumerate(plan.steps))
+    if (staticSteps.isStatic[index] && !std::get<KernelStep>(step).skipFlag)
+      return makeError(
+          ErrorCode::Unsupported,
+          llvm::formatv("function '{0}': its weight cast '{1}' takes no "
+                        "skip flag (a plan older than format 4): compile it "
+                        "again to decide the casts on the device",
+                        plan.name, std::get<KernelStep>(step).name));
+  return Error::success();
+}
+
 CUdeviceptr Executor::cachedResultAddress(size_t index) const {
   if (!staticCache.bytes() || index >= plan.results.size())
     return 0;
@@ -424,15 +438,6 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
   useCache = useCache && staticCache.bytes();
   if (!useCache)
     skipFlag = 0;
-  if (skipFlag)
-    for (auto [index, step] : llvm::enumerate(plan.steps))
-      if (staticSteps.isStatic[index] && !std::get<KernelStep>(step).skipFlag)
-        return makeError(
-            ErrorCode::Unsupported,
-            llvm::formatv("function '{0}': its weight cast '{1}' takes no "
-                          "skip flag (a plan older than format 4): compile "
-                          "it again to decide the casts on the device",
-                          plan.name, std::get<KernelStep>(step).name));
   if (Error error =
           bind(arguments, results, arena, useCache ? cachedRoots : roots))
     return error;

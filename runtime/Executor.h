@@ -107,6 +107,9 @@ public:
   /// FP8 operand, taken when the static steps run, so that a cast and its
   /// scale_inv stay a pair while the state moves on.
   llvm::Error allocateStaticCache();
+  /// ErrorCode::Unsupported unless every static step takes the skip flag
+  /// that run's `skipFlag` needs (plans of format 4).
+  llvm::Error checkStaticStepsTakeSkipFlag() const;
   /// Device bytes kept for the static steps' outputs (0 without a cache).
   size_t staticCacheBytes() const { return staticCache.bytes(); }
   /// Where result `index` lives in the cache (0 when it does not, or no

@@ -493,6 +493,8 @@ Error Program::setWeightCastFlag(CUdeviceptr flag) {
   if (!flag)
     return makeError(ErrorCode::InvalidArgument,
                      "the weight-cast flag is a null pointer");
+  if (Error error = forwardFn.executor->checkStaticStepsTakeSkipFlag())
+    return error;
   weightCastFlag = flag;
   return setWeightCasts(WeightCasts::ByFlag);
 }

@@ -19,6 +19,7 @@ import torch  # noqa: E402
 import bench_layers  # noqa: E402 (puts python/ on the path)
 import tejit  # noqa: E402
 
+WARMUP_STEPS = 3
 LABELS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16,
@@ -45,7 +46,7 @@ def main():
         program.forward(stream, inputs, outputs)
         program.backward(stream, grad_outputs, grad_inputs)
 
-    for _ in range(3):
+    for _ in range(WARMUP_STEPS):
         step()
     # The block benchmark's profiler: the trace's own categories, one step
     # after a marker kernel.
@@ -62,7 +63,8 @@ def main():
         if info.name.endswith(".scale"):
             values = torch.frombuffer(bytearray(program.meta_get(
                 index, stream)), dtype=torch.float32)
-            print(f"{info.name} after 5 steps: {values.tolist()}")
+            print(f"{info.name} after {WARMUP_STEPS + 1} steps: "
+                  f"{values.tolist()}")
 
 
 if __name__ == "__main__":

@@ -221,7 +221,7 @@ tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
  * DelayedScaling weight records amax 0). One captured forward then serves
  * both kinds of micro-batch. The int must stay allocated while the program
  * may use it; tejit_program_set_reuse_weight_casts leaves this mode. Plans
- * written before format 4 cannot (TEJIT_ERROR_UNSUPPORTED at the forward). */
+ * written before format 4 cannot (TEJIT_ERROR_UNSUPPORTED here). */
 tejit_status tejit_program_set_weight_cast_flag(tejit_program *program,
                                                const void *flag);
 /* Where TEJIT_SAVED tensor `index` lives in the kept weight casts while the

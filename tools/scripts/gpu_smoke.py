@@ -35,12 +35,12 @@ DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32,
           "i1": torch.uint8, "i64": torch.int64}
 
 
-
 def skip_flag(step):
     """The trailing `const int *tj_skip` of plan format 4's kernels: null,
     so the kernel runs (as the runtime passes it outside weight-cast
     graphs)."""
     return [np.uint64(0)] if step.get("skip_flag") else []
+
 
 def parse_type(text):  # "tensor<192x64xbf16>" -> ([192, 64], "bf16")
     dims = text[len("tensor<"):-1].split("x")

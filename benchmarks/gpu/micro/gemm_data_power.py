@@ -16,13 +16,13 @@ from nvidia-smi are printed.
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+import bench_sustained  # noqa: E402 (its hold and timed loops)
 from power_sampler import PowerSampler  # noqa: E402
 
 E4M3 = torch.float8_e4m3fn
@@ -65,23 +65,11 @@ def main():
     with PowerSampler(args.power_csv) as sampler:
         for r in range(args.rounds):
             for name in names[r % 3:] + names[:r % 3]:
-                call = calls[name]
-                end = time.perf_counter() + args.hold
-                while time.perf_counter() < end:
-                    for _ in range(20):
-                        call()
-                    torch.cuda.synchronize()
-                events = [torch.cuda.Event(enable_timing=True)
-                          for _ in range(args.iters + 1)]
-                start = time.time()
-                events[0].record()
-                for e in events[1:]:
-                    call()
-                    e.record()
-                torch.cuda.synchronize()
-                windows.append((name, (start, time.time())))
-                times[name].append(statistics.median(
-                    a.elapsed_time(b) for a, b in zip(events, events[1:])))
+                bench_sustained.hold(calls[name], args.hold)
+                per_call, _, window = bench_sustained.timed(calls[name],
+                                                            args.iters)
+                windows.append((name, window))
+                times[name].append(statistics.median(per_call))
     print(torch.cuda.get_device_name())
     for name in names:
         power = [sampler.window(*w) for n, w in windows if n == name]
