@@ -37,6 +37,7 @@ samples at the software power cap; energy per step = power x time.
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import statistics
 import sys
@@ -87,8 +88,8 @@ class Row:
 
 def cycling(step, rotation):
     """A zero-argument step over a step(i) that cycles input buffers."""
-    counter = iter(range(1 << 62))
-    return lambda: step(next(counter) % rotation)
+    buffers = itertools.cycle(range(rotation))
+    return lambda: step(next(buffers))
 
 
 def build_transformer_row(key, size, batch):
