@@ -45,7 +45,7 @@ def meta_state(module):
     return {k: v for k, v in module.state_dict().items() if "fp8_meta" in k}
 
 
-def graph_pair(make, sample_shape, fp8_recipe):
+def graph_pair(make, sample_shape, fp8_recipe, **graph_kwargs):
     """(eager module, graphed module, sample input)."""
     torch.manual_seed(SEED)
     eager = make()
@@ -55,7 +55,7 @@ def graph_pair(make, sample_shape, fp8_recipe):
                          requires_grad=True)
     graphed = te.make_graphed_callables(
         graphed, (sample,), fp8_enabled=fp8_recipe is not None,
-        fp8_recipe=fp8_recipe)
+        fp8_recipe=fp8_recipe, **graph_kwargs)
     return eager, graphed, sample
 
 
@@ -221,17 +221,21 @@ def test_fp8_weight_caching_graphs_match_eager(kind):
         assert torch.equal(got_meta[name], value), f"{kind}: FP8 {name}"
 
 
+@pytest.mark.parametrize("own_pool", [False, True],
+                         ids=["default-pool", "caller-pool"])
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
-def test_graph_gradients_accumulate(fp8):
+def test_graph_gradients_accumulate(fp8, own_pool):
     """Gradients of three replays accumulate into .grad as three eager
     backwards do, bit for bit. The graphed backward hands out its graph's
     static buffers, and autograd keeps the first one as .grad without a
-    copy; unless tejit copies it, the second replay overwrites it (PyTorch
-    issue 181723)."""
+    copy; unless tejit copies it before the next replay, that replay
+    overwrites it (PyTorch issue 181723). With a caller-given memory pool
+    (own_pool) the copy is made at once."""
     fp8_recipe = hybrid() if fp8 else None
+    kwargs = {"pool": torch.cuda.graph_pool_handle()} if own_pool else {}
     eager, graphed, _ = graph_pair(
         lambda: te.LayerNormMLP(256, 1024, params_dtype=BF16), (64, 256),
-        fp8_recipe)
+        fp8_recipe, **kwargs)
     for module in (eager, graphed):
         module.zero_grad(set_to_none=True)
     for index in range(3):

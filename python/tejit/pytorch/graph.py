@@ -86,31 +86,79 @@ def _take_keywords(module, graphed, keys, fixed, cast_flag=None):
     return module
 
 
-def _own_first_gradient(parameter_ref, grad):
-    """A parameter's gradient hook: a copy of `grad` when the parameter has
-    no gradient yet. A graphed backward returns its graph's static buffers,
-    and autograd keeps the first gradient it accumulates as the parameter's
-    .grad without copying it, so the next replay would overwrite it
-    (PyTorch issue 181723; TE clones on return too): later micro-batches
-    are then added in place to a buffer of the parameter's own."""
-    parameter = parameter_ref()
-    if parameter is not None and parameter.grad is None:
-        return grad.clone()
-    return grad
+class _GradientGuard:
+    """Keeps accumulated parameter gradients apart from the graphs' memory.
+    A graphed backward returns its graph's static buffers, and autograd
+    keeps the first gradient it accumulates into a parameter without .grad
+    as that .grad, without a copy (PyTorch issue 181723). Those buffers are
+    valid only until the next replay of any graph of the same capture (the
+    forward graphs' temporaries share their memory pool), so a .grad still
+    holding one when a graphed forward is called would then change under
+    the caller: gradient accumulation went wrong. A parameter hook notes
+    which buffer a .grad was taken from, and every graphed forward of the
+    capture first copies each .grad that still is such a buffer. A training
+    loop that sets the gradients to None before the next forward copies
+    nothing; accumulation copies once per parameter and step (TE clones
+    every returned gradient instead). With a caller-given memory pool,
+    graphs of other captures may reuse the buffers too, so every first
+    gradient is copied at once (`copy_at_once`)."""
 
+    def __init__(self, callables, copy_at_once=False):
+        self.copy_at_once = copy_at_once
+        self.parameters = []
+        self.borrowed = {}  # id(parameter) -> the graph buffer's data_ptr
+        seen = set()
+        for item in callables:
+            if not isinstance(item, torch.nn.Module):
+                continue
+            for parameter in item.parameters():
+                if parameter.requires_grad and id(parameter) not in seen:
+                    seen.add(id(parameter))
+                    ref = weakref.ref(parameter)
+                    self.parameters.append(ref)
+                    parameter.register_hook(
+                        functools.partial(self._note, ref))
 
-def _keep_gradients_apart(callables):
-    """Registers _own_first_gradient on every parameter of the callables
-    that are modules (after the capture: the hooks are not captured)."""
-    seen = set()
-    for item in callables:
-        if not isinstance(item, torch.nn.Module):
-            continue
-        for parameter in item.parameters():
-            if parameter.requires_grad and id(parameter) not in seen:
-                seen.add(id(parameter))
-                parameter.register_hook(functools.partial(
-                    _own_first_gradient, weakref.ref(parameter)))
+    def _note(self, ref, grad):
+        parameter = ref()
+        if parameter is None or parameter.grad is not None:
+            return grad
+        if self.copy_at_once:
+            return grad.clone()
+        self.borrowed[id(parameter)] = grad.data_ptr()
+        return grad
+
+    def before_forward(self):
+        if not self.borrowed:
+            return
+        for ref in self.parameters:
+            parameter = ref()
+            if parameter is None:
+                continue
+            pointer = self.borrowed.pop(id(parameter), None)
+            if (pointer is not None and parameter.grad is not None
+                    and parameter.grad.data_ptr() == pointer):
+                parameter.grad = parameter.grad.clone()
+        self.borrowed.clear()
+
+    def wrap(self, graphed):
+        """`graphed` (a graphed module, whose forward is replaced, or a
+        graphed function) calling before_forward first."""
+        if isinstance(graphed, torch.nn.Module):
+            forward = graphed.forward
+
+            def guarded_forward(*args, **kwargs):
+                self.before_forward()
+                return forward(*args, **kwargs)
+
+            graphed.forward = guarded_forward
+            return graphed
+
+        def guarded(*args, **kwargs):
+            self.before_forward()
+            return graphed(*args, **kwargs)
+
+        return guarded
 
 
 def _keyword_wrappers(callables, sample_args, sample_kwargs,
@@ -225,10 +273,12 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     # Ordered before the first replay: both go on the current stream.
     for module, snapshot in zip(tejit_modules, before):
         module._fp8_meta_state.restore(snapshot)
-    _keep_gradients_apart(callables)
+    # After the capture: the hooks are not captured.
+    guard = _GradientGuard(callables, copy_at_once=pool is not None)
     results = list(graphed)
     for index, layout in enumerate(layouts):
         if layout is not None:
             results[index] = _take_keywords(callables[index], graphed[index],
                                             *layout, cast_flag=cast_flag)
+        results[index] = guard.wrap(results[index])
     return results[0] if single else tuple(results)
