@@ -156,6 +156,39 @@ bool FunctionPlan::canUpdateInPlace(size_t resultIndex) const {
   return true;
 }
 
+bool FunctionPlan::canAccumulateInPlace(size_t resultIndex) const {
+  if (resultIndex >= results.size() || !results[resultIndex].accumulatesArg ||
+      size_t(*results[resultIndex].accumulatesArg) >= arguments.size())
+    return false;
+  int64_t result = results[resultIndex].value;
+  int64_t argument = arguments[*results[resultIndex].accumulatesArg].value;
+  const Storage &storage = values[result].storage;
+  if (storage.kind != Storage::Result ||
+      storage.index != int64_t(resultIndex) || isViewed(result))
+    return false;
+  std::optional<size_t> writer;
+  bool resultElsewhere = false, readAfterWriter = false;
+  for (auto [index, step] : llvm::enumerate(steps))
+    forEachStepValue(step, [&](int64_t value, bool written) {
+      if (value == result) {
+        if (written && (!writer || *writer == index))
+          writer = index;
+        else
+          resultElsewhere = true;
+      } else if (writer && index > *writer &&
+                 viewBase(value).first == argument) {
+        readAfterWriter = true;
+      }
+    });
+  if (!writer || resultElsewhere || readAfterWriter)
+    return false;
+  // cuBLASLt reads C and writes D at the same places (C may be D); a
+  // generated kernel may take its pointers __restrict__.
+  const auto *gemm = std::get_if<GemmStep>(&steps[*writer]);
+  return gemm && gemm->epilogue.residual &&
+         *gemm->epilogue.residual == argument;
+}
+
 void tejit::runtime::forEachStepValue(
     const Step &step, llvm::function_ref<void(int64_t, bool)> visit) {
   auto maybe = [&](std::optional<int64_t> value, bool written) {
@@ -807,12 +840,27 @@ Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
     // te.updates_arg names the argument the runtime overwrites with this
     // result, so both must be the same tensor. (The training interface
     // attributes refer to the forward: checked once it is read.)
-    if (entry.updatesArg) {
-      int64_t arg = *entry.updatesArg;
-      if (arg >= int64_t(function.arguments.size()))
-        return scope.error("te.updates_arg",
-                           "is " + Twine(arg) + " but the function has " +
-                               Twine(function.arguments.size()) + " arguments");
+    if (entry.updatesArg &&
+        *entry.updatesArg >= int64_t(function.arguments.size()))
+      return scope.error("te.updates_arg",
+                         "is " + Twine(*entry.updatesArg) +
+                             " but the function has " +
+                             Twine(function.arguments.size()) + " arguments");
+    // te.accumulates names the argument (by te.name: passes add and drop
+    // arguments after te-autodiff sets it).
+    if ((*object)->get("te.accumulates")) {
+      Expected<StringRef> name = scope.string(**object, "te.accumulates");
+      if (!name)
+        return name.takeError();
+      auto found = llvm::find_if(function.arguments,
+                                 [&](const InterfaceEntry &argument) {
+                                   return argument.name == *name;
+                                 });
+      if (found == function.arguments.end())
+        return scope.error("te.accumulates", "names '" + *name +
+                                                 "', which is not an argument "
+                                                 "of the function");
+      entry.accumulatesArg = found - function.arguments.begin();
     }
   }
   return Error::success();
@@ -1251,15 +1299,25 @@ Error checkFunctions(const Plan &plan) {
         Scope here(scope.where + ", " + kind.str() + " " +
                    std::to_string(index));
         const TensorType &type = function.values[entry.value].type;
-        if (entry.updatesArg) {
-          const TensorType &updated =
-              function.values[function.arguments[*entry.updatesArg].value].type;
+        for (auto [key, slot] :
+             {std::pair{"te.updates_arg", &entry.updatesArg},
+              std::pair{"te.accumulates", &entry.accumulatesArg}}) {
+          if (!*slot)
+            continue;
+          const InterfaceEntry &target = function.arguments[**slot];
+          const TensorType &updated = function.values[target.value].type;
           if (!sameType(type, updated))
-            return here.error("te.updates_arg",
-                              "is " + Twine(*entry.updatesArg) +
-                                  ", an argument of type " +
-                                  printType(updated) + ", but the " + kind +
-                                  " is " + printType(type));
+            return here.error(key, "is " + Twine(**slot) +
+                                       ", an argument of type " +
+                                       printType(updated) + ", but the " +
+                                       kind + " is " + printType(type));
+          // A main_grad is the caller's own argument, beside the gradients.
+          if (slot == &entry.accumulatesArg &&
+              (!results || !entry.gradOf || target.forwardArg ||
+               target.forwardResult))
+            return here.error(key, "must be on a gradient result and name an "
+                                   "argument of the backward's own (not a "
+                                   "forward argument or result)");
         }
         for (auto [key, slot, ofResults] :
              {std::tuple{"te.forward_arg", &entry.forwardArg, false},
@@ -1280,7 +1338,11 @@ Error checkFunctions(const Plan &plan) {
                          Twine(forwardEntries.size()) + " " + forwardKind);
           const TensorType &forwardType =
               forward->values[forwardEntries[at].value].type;
-          if (!sameType(type, forwardType))
+          // A gradient accumulated into main_grad is float32.
+          bool mainGrad = slot == &entry.gradOf && entry.accumulatesArg &&
+                          type.element == ElementType::F32 &&
+                          type.shape == forwardType.shape;
+          if (!mainGrad && !sameType(type, forwardType))
             return here.error(key, "is " + Twine(at) + ", of type " +
                                        printType(forwardType) + " in '" +
                                        forward->name + "', but the " + kind +

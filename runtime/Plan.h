@@ -67,6 +67,10 @@ struct InterfaceEntry {
   std::string name; // te.name, may be empty
   bool parameter = false;
   std::optional<int64_t> forwardArg, forwardResult, gradOf, updatesArg;
+  /// te.accumulates (backward results): this result is the argument it names
+  /// plus a gradient (fuse_wgrad_accumulation's main_grad), and the caller
+  /// may pass that argument's buffer as the result's (in place).
+  std::optional<int64_t> accumulatesArg;
 };
 
 struct KernelArg {
@@ -159,6 +163,12 @@ struct FunctionPlan {
   /// result viewing the argument is copied first. The kernel itself must
   /// read before it writes (plan format 3).
   bool canUpdateInPlace(size_t resultIndex) const;
+  /// Whether result `resultIndex`, which te.accumulates argument `argIndex`,
+  /// may share that argument's buffer: one step writes the result, in its
+  /// own buffer, and reads the argument as it goes (a GEMM whose C it is);
+  /// no other step touches the result, and none after that step reads the
+  /// argument.
+  bool canAccumulateInPlace(size_t resultIndex) const;
 };
 
 /// Calls `visit(value, written)` for every value `step` reads (written

@@ -218,6 +218,18 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
         function.updates.push_back({*index, updated.index, position, inPlace});
       }
     }
+    if (entry.accumulatesArg) {
+      const Binding &accumulated = function.arguments[*entry.accumulatesArg];
+      if (!isBackward || binding.kind != Binding::User ||
+          accumulated.kind != Binding::User)
+        return makeError(ErrorCode::Internal,
+                         "function '" + plan.name + "': result '" + entry.name +
+                             "' accumulates into an argument that is not the "
+                             "caller's");
+      function.accumulations.push_back(
+          {accumulated.index, binding.index, entry.name,
+           plan.canAccumulateInPlace(function.results.size())});
+    }
     function.results.push_back(binding);
   }
   return Error::success();
@@ -433,6 +445,14 @@ Error Program::backward(CUstream stream,
           beginCall("backward", gradOutputs.size(), TensorKind::GradOutput,
                     gradInputs.size(), TensorKind::GradInput))
     return error;
+  for (const Accumulation &accumulation : backwardFn.accumulations)
+    if (!accumulation.inPlace && gradOutputs[accumulation.gradOutput] ==
+                                     gradInputs[accumulation.gradInput])
+      return makeError(ErrorCode::InvalidArgument,
+                       "backward: '" + accumulation.name +
+                           "' is given its main_grad's buffer, but this "
+                           "plan cannot accumulate it in place; pass a "
+                           "buffer of its own");
   if (!forward)
     return run(backwardFn, stream, gradOutputs, gradInputs, {},
                &forwardFn.pointers);

@@ -164,10 +164,19 @@ private:
     size_t result = 0;
     bool inPlace = false;
   };
+  /// A backward result that is an argument plus a gradient (te.accumulates,
+  /// fuse_wgrad_accumulation's main_grad): the caller's pointers, by index
+  /// into its arrays, and whether they may be one buffer.
+  struct Accumulation {
+    size_t gradOutput, gradInput;
+    std::string name;
+    bool inPlace = false;
+  };
   struct Function {
     std::unique_ptr<Executor> executor;
     std::vector<Binding> arguments, results;
     std::vector<CopyBack> updates;
+    std::vector<Accumulation> accumulations;
     /// Addresses of the last run (a plain backward reads the forward's).
     ForwardPointers pointers;
   };

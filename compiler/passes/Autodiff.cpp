@@ -45,6 +45,9 @@ private:
   /// The backward-side copy of forward value `value`.
   Value available(Value value);
   Value addArgument(Type type, NamedAttribute attr);
+  /// Whether `value` is a forward argument marked `te.main_grad` (a GEMM
+  /// weight under Transformer Engine's fuse_wgrad_accumulation).
+  bool hasMainGrad(Value value);
   /// The forward result that is `value` or a reshape of it, and its index;
   /// a null value if there is none.
   std::pair<int64_t, Value> forwardResultOf(Value value);
@@ -75,6 +78,12 @@ private:
 Value Differentiator::addArgument(Type type, NamedAttribute attr) {
   backwardArgAttrs.push_back(DictionaryAttr::get(type.getContext(), {attr}));
   return backward.front().addArgument(type, forward.getLoc());
+}
+
+bool Differentiator::hasMainGrad(Value value) {
+  auto arg = dyn_cast<BlockArgument>(value);
+  return arg && arg.getOwner() == &forward.front() &&
+         forward.getArgAttr(arg.getArgNumber(), "te.main_grad");
 }
 
 Value Differentiator::available(Value value) {
@@ -183,11 +192,17 @@ void Differentiator::matmulGrads(MatmulOp op, Value grad) {
                            GemmRole::dgrad)
                   : matmul(grad, available(b), false, !tb, a.getType(),
                            GemmRole::dgrad));
+  // A weight whose gradient accumulates into main_grad gets its wgrad GEMM
+  // in float32, so that the sum is taken before any rounding (run() adds
+  // main_grad, and te-fuse makes that add the GEMM's C).
+  Type bGradType = b.getType();
+  if (hasMainGrad(b))
+    bGradType = tensorType(b).clone(builder.getF32Type());
   if (isFloatTensor(b))
-    addGrad(b, tb ? matmul(grad, available(a), true, ta, b.getType(),
-                           GemmRole::wgrad)
-                  : matmul(available(a), grad, !ta, false, b.getType(),
-                           GemmRole::wgrad));
+    addGrad(
+        b, tb ? matmul(grad, available(a), true, ta, bGradType, GemmRole::wgrad)
+              : matmul(available(a), grad, !ta, false, bGradType,
+                       GemmRole::wgrad));
 }
 
 void Differentiator::attentionGrads(AttentionOp op, Value grad) {
@@ -347,14 +362,33 @@ LogicalResult Differentiator::run() {
     Value grad = takeGrad(arg);
     if (!grad)
       continue;
+    std::string argName =
+        name(forward.getArgAttrsAttr(), arg.getArgNumber(), "arg");
+    SmallVector<NamedAttribute> attrs = {
+        builder.getNamedAttr("te.name",
+                             builder.getStringAttr("grad." + argName)),
+        builder.getNamedAttr("te.grad_of",
+                             builder.getI64IntegerAttr(arg.getArgNumber()))};
+    if (hasMainGrad(arg)) {
+      // The result is main_grad + the gradient, an argument of its own
+      // that the caller may pass as the result's buffer too (in place:
+      // te.accumulates names it).
+      auto type = tensorType(grad);
+      if (!type.getElementType().isF32())
+        return forward.emitOpError()
+               << "argument '" << argName
+               << "' has te.main_grad, but its gradient is not one float32 "
+                  "GEMM result (only weights that GEMMs read directly can "
+                  "accumulate into main_grad)";
+      StringAttr mainGradName = builder.getStringAttr("main_grad." + argName);
+      Value mainGrad =
+          addArgument(type, builder.getNamedAttr("te.name", mainGradName));
+      grad = create<AddOp>(type, grad, mainGrad).getResult();
+      // By name: later passes add and drop backward arguments.
+      attrs.push_back(builder.getNamedAttr("te.accumulates", mainGradName));
+    }
     inputGrads.push_back(grad);
-    std::string gradName =
-        "grad." + name(forward.getArgAttrsAttr(), arg.getArgNumber(), "arg");
-    resultAttrs.push_back(DictionaryAttr::get(
-        context,
-        {builder.getNamedAttr("te.name", builder.getStringAttr(gradName)),
-         builder.getNamedAttr("te.grad_of",
-                              builder.getI64IntegerAttr(arg.getArgNumber()))}));
+    resultAttrs.push_back(DictionaryAttr::get(context, attrs));
   }
   builder.create<func::ReturnOp>(forward.getLoc(), inputGrads);
   backward.setType(FunctionType::get(context,

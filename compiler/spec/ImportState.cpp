@@ -42,6 +42,7 @@ Value ImportState::addInput(StringRef name, Type type, Location loc) {
   Value arg = function.front().addArgument(type, loc);
   argNames.push_back(name.str());
   argIsParam.push_back(false);
+  argHasMainGrad.push_back(false);
   inputsByName[name] = arg;
   return arg;
 }
@@ -76,7 +77,21 @@ Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
       function.front().addArgument(RankedTensorType::get(shape, dtype), loc);
   argNames.push_back(name.str());
   argIsParam.push_back(true);
+  argHasMainGrad.push_back(false);
   return arg;
+}
+
+size_t ImportState::markMainGrads(size_t firstArgument) {
+  size_t marked = 0;
+  for (size_t index = firstArgument; index < argNames.size(); ++index) {
+    auto type =
+        cast<RankedTensorType>(function.front().getArgument(index).getType());
+    if (argIsParam[index] && type.getRank() == 2) {
+      argHasMainGrad[index] = true;
+      ++marked;
+    }
+  }
+  return marked;
 }
 
 RankedTensorType ImportState::activationType(int64_t width) const {
@@ -118,6 +133,8 @@ OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
     function.setArgAttr(index, "te.name", builder.getStringAttr(name));
     if (argIsParam[index])
       function.setArgAttr(index, "te.parameter", builder.getUnitAttr());
+    if (argHasMainGrad[index])
+      function.setArgAttr(index, "te.main_grad", builder.getUnitAttr());
   }
   for (auto [index, result] : llvm::enumerate(results))
     function.setResultAttr(index, "te.name",

@@ -65,6 +65,14 @@ public:
   createLayerOp(llvm::StringRef opName, mlir::Location loc, LayerOpParts &parts,
                 mlir::TypeRange resultTypes, bool segmented);
 
+  /// The number of function arguments so far (activations and parameters).
+  size_t numArguments() const { return argNames.size(); }
+  /// Marks the matrix (GEMM weight) parameters among the arguments from
+  /// `firstArgument` on with `te.main_grad`: their gradients accumulate into
+  /// a float32 main_grad the backward takes (Transformer Engine's
+  /// fuse_wgrad_accumulation). Returns how many it marked.
+  size_t markMainGrads(size_t firstArgument);
+
   /// Adds a named function result after those added so far, or before them
   /// with `first` (the spec's `output` leads, as a layer's output leads the
   /// tuple a Transformer Engine module returns).
@@ -82,6 +90,7 @@ private:
   mlir::OpBuilder builder;
   llvm::SmallVector<std::string> argNames;
   llvm::SmallVector<bool> argIsParam;
+  llvm::SmallVector<bool> argHasMainGrad;
   llvm::StringMap<mlir::Value> inputsByName;
   llvm::SmallVector<std::pair<std::string, mlir::Location>> layerNames;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> results;

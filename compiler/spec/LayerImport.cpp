@@ -16,18 +16,23 @@ struct LayerKind {
   StringRef className;
   StringRef opName;
   LayerImporter import;
+  /// Whether the layer has GEMM weights (and so the key
+  /// fuse_wgrad_accumulation).
+  bool hasGemmWeights;
 };
 } // namespace
 
 static const LayerKind kLayerKinds[] = {
-    {"Linear", "linear", importLinear},
-    {"LayerNorm", "layernorm", importLayerNorm},
-    {"RMSNorm", "rmsnorm", importRMSNorm},
-    {"LayerNormLinear", "layernorm_linear", importLayerNormLinear},
-    {"LayerNormMLP", "layernorm_mlp", importLayerNormMLP},
-    {"DotProductAttention", "dot_product_attention", importDotProductAttention},
-    {"MultiheadAttention", "multihead_attention", importMultiheadAttention},
-    {"TransformerLayer", "transformer_layer", importTransformerLayer},
+    {"Linear", "linear", importLinear, true},
+    {"LayerNorm", "layernorm", importLayerNorm, false},
+    {"RMSNorm", "rmsnorm", importRMSNorm, false},
+    {"LayerNormLinear", "layernorm_linear", importLayerNormLinear, true},
+    {"LayerNormMLP", "layernorm_mlp", importLayerNormMLP, true},
+    {"DotProductAttention", "dot_product_attention", importDotProductAttention,
+     false},
+    {"MultiheadAttention", "multihead_attention", importMultiheadAttention,
+     true},
+    {"TransformerLayer", "transformer_layer", importTransformerLayer, true},
 };
 
 ArrayRef<StringRef> tejit::spec::getLayerTypeNames() {
@@ -82,8 +87,26 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
       return failure();
     recipe = *own;
   }
+  // Transformer Engine's fuse_wgrad_accumulation: the layer's GEMM weights
+  // accumulate their gradients into a float32 main_grad (Megatron-LM's).
+  bool fuseWgrad = false;
+  if (kind->hasGemmWeights) {
+    FailureOr<bool> value = layer->getBool("fuse_wgrad_accumulation", false);
+    if (failed(value))
+      return failure();
+    fuseWgrad = *value;
+  }
+  size_t firstArgument = state.numArguments();
   LayerContext ctx{state, *layer, layerName, input, recipe};
-  return kind->import(ctx);
+  FailureOr<Value> output = kind->import(ctx);
+  if (failed(output) || !fuseWgrad)
+    return output;
+  if (state.markMainGrads(firstArgument) == 0)
+    return emitError(layer->valueLoc("fuse_wgrad_accumulation"))
+           << "'fuse_wgrad_accumulation' is set, but " << kind->className
+           << " has no GEMM weight whose gradient could accumulate into "
+              "main_grad";
+  return output;
 }
 
 FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width) {

@@ -708,6 +708,17 @@ std::vector<ErrorCase> errorCases() {
       {"GradOfOutOfRange",
        [](V p) { entry(p, 1, "results", 0)["te.grad_of"] = 3; },
        {layerBackward + ", result 0: 'te.grad_of' is 3"}},
+      {"AccumulatesUnknownArgument",
+       [](V p) { entry(p, 1, "results", 0)["te.accumulates"] = "main_grad.x"; },
+       {layerBackward + ", result 0: 'te.accumulates' names 'main_grad.x'",
+        "not an argument"}},
+      {"AccumulatesAForwardArgument",
+       [](V p) {
+         entry(p, 1, "arguments", 1)["te.name"] = "x";
+         entry(p, 1, "results", 0)["te.accumulates"] = "x";
+       },
+       {layerBackward + ", result 0: 'te.accumulates'",
+        "an argument of the backward's own"}},
       {"GradOfInAForward",
        [](V p) { entry(p, 0, "results", 0)["te.grad_of"] = 0; },
        {layer + ", result 0: 'te.grad_of'", "not a backward"}},
@@ -1196,6 +1207,44 @@ TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
 
 // Format 4: every generated kernel takes the skip flag last, so the
 // runtime can decide a weight cast on the device (Executor::run).
+// fuse_wgrad_accumulation: each weight's gradient is its main_grad argument
+// plus the wgrad GEMM, which reads main_grad as C, so the caller may pass
+// main_grad's buffer as the result; not when a later step reads main_grad
+// (made up here) or when no GEMM adds it.
+TEST_P(RealPlanTest, MainGradsAccumulateInPlace) {
+  std::optional<Plan> plan = loadPlan();
+  ASSERT_TRUE(plan);
+  size_t accumulations = 0;
+  for (FunctionPlan &function : plan->functions) {
+    for (auto [index, entry] : llvm::enumerate(function.results)) {
+      if (!entry.accumulatesArg) {
+        EXPECT_FALSE(function.canAccumulateInPlace(index));
+        continue;
+      }
+      ++accumulations;
+      const InterfaceEntry &mainGrad =
+          function.arguments[*entry.accumulatesArg];
+      EXPECT_EQ(mainGrad.name, "main_grad." + entry.name.substr(5));
+      EXPECT_TRUE(function.canAccumulateInPlace(index)) << entry.name;
+      FunctionPlan readAfter = function;
+      KernelStep reader;
+      reader.args.push_back({mainGrad.value, false, false});
+      readAfter.steps.push_back(reader);
+      EXPECT_FALSE(readAfter.canAccumulateInPlace(index)) << entry.name;
+      FunctionPlan noResidual = function;
+      for (Step &step : noResidual.steps)
+        if (auto *gemm = std::get_if<GemmStep>(&step);
+            gemm && gemm->epilogue.residual &&
+            *gemm->epilogue.residual == mainGrad.value)
+          gemm->epilogue.residual.reset();
+      EXPECT_FALSE(noResidual.canAccumulateInPlace(index)) << entry.name;
+    }
+  }
+  // qkv, proj, fc1 and fc2 of the main_grad example's layer.
+  bool mainGradExample = llvm::StringRef(GetParam()).starts_with("main_grad");
+  EXPECT_EQ(accumulations, mainGradExample ? 4u : 0u);
+}
+
 TEST_P(RealPlanTest, KernelsTakeASkipFlag) {
   std::optional<Plan> plan = loadPlan();
   ASSERT_TRUE(plan);

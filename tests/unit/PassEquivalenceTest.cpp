@@ -62,6 +62,15 @@ layers:
      normalization: RMSNorm, bias: false}
   - {type: LayerNormLinear, in_features: 12, out_features: 5, return_layernorm_output: true}
 )"},
+    {"main_grad", R"(
+seq_length: 4
+batch_size: 2
+layers:
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, fuse_wgrad_accumulation: true}
+  - {type: Linear, in_features: 16, out_features: 8,
+     fuse_wgrad_accumulation: true}
+)"},
     {"attention_bshd_causal_bottom_right", R"(
 seq_length: 9
 batch_size: 2
@@ -165,15 +174,20 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
   for (size_t i = 0; i < numOutputs; ++i)
     EXPECT_LT(relativeError(forwardResults[i], expected[i]), 1e-10);
 
-  // Backward arguments: output gradients, forward arguments, saved results.
+  // Backward arguments: output gradients, forward arguments, saved results,
+  // and the main_grads that weights under fuse_wgrad_accumulation add to.
   std::vector<Tensor> outputGrads;
   std::vector<Tensor> backwardArgs;
   for (unsigned i = 0; i < backward.getNumArguments(); ++i) {
+    auto name = backward.getArgAttrOfType<StringAttr>(i, "te.name");
     if (auto arg = backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
       backwardArgs.push_back(args[arg.getInt()]);
     else if (auto result =
                  backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_result"))
       backwardArgs.push_back(forwardResults[result.getInt()]);
+    else if (name && name.getValue().starts_with("main_grad."))
+      backwardArgs.push_back(tejit::interp::randomTensor(
+          cast<RankedTensorType>(backward.getArgumentTypes()[i]), rng));
     else {
       outputGrads.push_back(tejit::interp::randomTensor(
           cast<RankedTensorType>(backward.getArgumentTypes()[i]), rng));
@@ -184,11 +198,23 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
   std::vector<Tensor> grads = run(backward, backwardArgs);
   ASSERT_EQ(grads.size(), backward.getNumResults());
 
-  // Every float argument that reaches an output gets a gradient.
+  // Every float argument that reaches an output gets a gradient; one that
+  // accumulates into main_grad gets main_grad + the gradient.
+  int accumulating = 0;
   for (unsigned r = 0; r < backward.getNumResults(); ++r) {
     int64_t argIndex =
         backward.getResultAttrOfType<IntegerAttr>(r, "te.grad_of").getInt();
     Tensor &arg = args[argIndex];
+    const Tensor *mainGrad = nullptr;
+    if (auto accumulates =
+            backward.getResultAttrOfType<StringAttr>(r, "te.accumulates")) {
+      for (unsigned i = 0; i < backward.getNumArguments(); ++i)
+        if (backward.getArgAttr(i, "te.name") == accumulates)
+          mainGrad = &backwardArgs[i];
+      ASSERT_TRUE(mainGrad) << accumulates.str();
+      ++accumulating;
+      EXPECT_TRUE(forward.getArgAttr(argIndex, "te.main_grad"));
+    }
     // A few random elements per argument: each costs two forward runs.
     for (int probe = 0; probe < 3; ++probe) {
       size_t element = rng() % arg.data.size();
@@ -200,11 +226,14 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
       double minus = weightedSum(run(forward, args), outputGrads);
       arg.data[element] = saved;
       double numeric = (plus - minus) / (2 * step);
-      double analytic = grads[r].data[element];
+      double analytic =
+          grads[r].data[element] - (mainGrad ? mainGrad->data[element] : 0.0);
       EXPECT_NEAR(analytic, numeric, 1e-5 * std::max(1.0, std::fabs(numeric)))
           << "d output / d arg " << argIndex << "[" << element << "]";
     }
   }
+  // The variant's GEMM weights: qkv, proj, fc1, fc2 and the Linear's.
+  EXPECT_EQ(accumulating, GetParam() == "main_grad" ? 5 : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -212,7 +241,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values("quickstart_small.yaml", "llama_small.json",
                       "all_layers_small.yaml", "attention_small.yaml",
                       "transformer_bshd_mqa", "transformer_kv_channels_silu",
-                      "mlp_variants", "attention_bshd_causal_bottom_right"),
+                      "mlp_variants", "main_grad",
+                      "attention_bshd_causal_bottom_right"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

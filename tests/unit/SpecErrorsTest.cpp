@@ -291,7 +291,32 @@ layers:
 )",
                   7, 5,
                   "unknown key 'activation' in Linear (valid keys: type, "
-                  "name, recipe, in_features, out_features, bias)"},
+                  "name, recipe, fuse_wgrad_accumulation, in_features, "
+                  "out_features, bias)"},
+        ErrorCase{"MainGradOnALayerWithoutGemms", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: RMSNorm
+    hidden_size: 64
+    fuse_wgrad_accumulation: true
+)",
+                  6, 5,
+                  "unknown key 'fuse_wgrad_accumulation' in RMSNorm (valid "
+                  "keys: type, name, recipe, hidden_size, eps, "
+                  "zero_centered_gamma)"},
+        ErrorCase{"MainGradFlagNotABool", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: Linear
+    in_features: 64
+    out_features: 64
+    fuse_wgrad_accumulation: yes please
+)",
+                  7, 30,
+                  "'fuse_wgrad_accumulation' in Linear must be true or false, "
+                  "got 'yes please'"},
         ErrorCase{"TensorParallelOptionIsUnknown", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -304,8 +329,8 @@ layers:
 )",
                   8, 5,
                   "unknown key 'output_layernorm' in TransformerLayer (valid "
-                  "keys: type, name, recipe, hidden_size, ffn_hidden_size, "
-                  "hidden_dropout, activation, "
+                  "keys: type, name, recipe, fuse_wgrad_accumulation, "
+                  "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
                   "apply_residual_connection_post_layernorm, layer_type, "
                   "normalization, layernorm_epsilon, zero_centered_gamma, "
                   "num_attention_heads, num_gqa_groups, kv_channels, "
