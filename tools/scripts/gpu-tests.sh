@@ -51,6 +51,8 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_rope.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_weight_cast_cache.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_microbatch_weight_cache.py
+# fuse_wgrad_accumulation: weight gradients added to float32 main_grads.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_main_grad.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callables.py
 step python3 tests/gpu/quickstart_te_layer.py --full

@@ -6,11 +6,10 @@ import functools
 import torch
 
 # TE's arguments for tensor/sequence parallelism, communication overlap
-# (userbuffers), fused/delayed wgrad accumulation and recomputation: tejit
-# runs one GPU per module and none of these yet, so only their defaults.
+# (userbuffers), delayed wgrad computation and recomputation: tejit runs one
+# GPU per module and none of these yet, so only their defaults.
 _DEFAULTS_ONLY = {
     "sequence_parallel": (False, None),
-    "fuse_wgrad_accumulation": (False,),
     "tp_group": (None,),
     "tp_size": (1,),
     "parameters_split": (None,),
@@ -43,8 +42,8 @@ def check_defaults(owner, **arguments):
                    for a in allowed):
             raise NotImplementedError(
                 f"{owner}({name}={value!r}) is not supported by tejit (no "
-                f"tensor/sequence parallelism, communication overlap, fused "
-                f"wgrad accumulation or recomputation yet); leave it at "
+                f"tensor/sequence parallelism, communication overlap, delayed "
+                f"wgrad computation or recomputation yet); leave it at "
                 f"{allowed[0]!r}")
 
 

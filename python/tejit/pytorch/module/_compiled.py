@@ -114,6 +114,15 @@ class CompiledProgram:
         if len(grads) == len(inputs) and None in self.grad_index:
             # Unnamed gradients: one per input, in order.
             self.grad_index = list(range(len(inputs)))
+        # fuse_wgrad_accumulation: the backward takes, after the output
+        # gradients, a float32 "main_grad.<weight>" per GEMM weight and adds
+        # the weight's gradient to it (the caller passes the same tensor as
+        # that gradient's buffer: in place). By input index, in that order.
+        position = {i.name: index for index, i in enumerate(inputs)}
+        self.main_grad_inputs = [
+            position[g.name[len("main_grad."):]]
+            for g in getattr(program, "grad_outputs", [])
+            if g.name.startswith("main_grad.")]
         # The saved tensors live in one byte buffer per forward (one
         # allocation instead of one per tensor), each at a 256-byte aligned
         # offset (FP8 GEMM operands need 16).
@@ -159,8 +168,47 @@ class CompiledProgram:
                         zip(self._saved_in_cache, pointers)]
         return pointers
 
-    def new_grad_inputs(self, device):
-        return self._allocate(self._grad_inputs, device)
+    def new_grad_inputs(self, device, given=None):
+        """Buffers for the backward's gradients; `given` maps gradient
+        indices to tensors to use instead (main_grads)."""
+        given = given or {}
+        return [given[index] if index in given else
+                torch.empty(shape, dtype=dtype, device=device)
+                for index, (shape, dtype) in enumerate(self._grad_inputs)]
+
+    def main_grads(self, parameters):
+        """{gradient index: parameter.main_grad} for the parameters (the
+        inputs main_grad_inputs names, in order), checked: the backward
+        writes the sum in place, so a wrong tensor would be overrun."""
+        given = {}
+        for parameter, input_index in zip(parameters, self.main_grad_inputs):
+            name = self.input_names[input_index]
+            index = self.grad_index[input_index]
+            shape, _ = self._grad_inputs[index]
+            if not parameter.requires_grad:
+                # A frozen weight: the program still adds into a buffer;
+                # this one is thrown away.
+                given[index] = torch.zeros(shape, dtype=torch.float32,
+                                           device=parameter.device)
+                continue
+            main_grad = getattr(parameter, "main_grad", None)
+            if main_grad is None:
+                raise RuntimeError(
+                    f"tejit: fuse_wgrad_accumulation is set, but parameter "
+                    f"'{name}' has no .main_grad (a float32 tensor of its "
+                    f"shape its gradients accumulate into, as in Megatron-LM)")
+            if (tuple(main_grad.shape) != shape
+                    or main_grad.dtype != torch.float32
+                    or main_grad.device != parameter.device
+                    or not main_grad.is_contiguous()):
+                raise RuntimeError(
+                    f"tejit: '{name}.main_grad' is {tuple(main_grad.shape)} "
+                    f"{main_grad.dtype} on {main_grad.device}"
+                    f"{'' if main_grad.is_contiguous() else ' (not contiguous)'}"
+                    f"; fuse_wgrad_accumulation needs a contiguous float32 "
+                    f"tensor {shape} on the parameter's device")
+            given[index] = main_grad
+        return given
 
     def zero_grad_output(self, index, device):
         """The gradient of an output autograd left undefined (unused)."""

@@ -437,9 +437,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
                variant)
         compiled = self._programs.get(key)
         if compiled is None:
+            layer = (layer_spec or self._layer_spec)()
+            if training and getattr(self, "fuse_wgrad_accumulation", False):
+                # The backward adds each GEMM weight's gradient to its
+                # float32 .main_grad (_autograd.py).
+                layer["fuse_wgrad_accumulation"] = True
             spec = {"name": type(self).__name__,
                     "params_dtype": SPEC_DTYPES[dtype], **shape_spec,
-                    "layers": [(layer_spec or self._layer_spec)()]}
+                    "layers": [layer]}
             if recipe_spec is not None:
                 spec["recipe"] = recipe_spec
             compiled = self._compile(key, spec, shape)

@@ -27,10 +27,10 @@ class LayerNormLinear(TransformerEngineBaseModule):
                  ub_bulk_dgrad=False, ub_name=None, delay_wgrad_compute=False,
                  symmetric_ar_type=None, name=None):
         super().__init__(params_dtype)
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "LayerNormLinear"
         _args.check_defaults(
             owner, sequence_parallel=sequence_parallel,
-            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
             tp_group=tp_group, tp_size=tp_size,
             return_layernorm_output_gathered=return_layernorm_output_gathered,
             parameters_split=parameters_split, ub_overlap_ag=ub_overlap_ag,

@@ -37,11 +37,11 @@ class LayerNormMLP(TransformerEngineBaseModule):
                  ub_bulk_wgrad=False, delay_wgrad_compute=False,
                  symmetric_ar_type=None, checkpoint=False):
         super().__init__(params_dtype)
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "LayerNormMLP"
         _args.check_defaults(
             owner, sequence_parallel=sequence_parallel, tp_group=tp_group,
             tp_size=tp_size, activation_params=activation_params,
-            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
             return_layernorm_output_gathered=return_layernorm_output_gathered,
             ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,

@@ -26,9 +26,9 @@ class Linear(TransformerEngineBaseModule):
                  delay_wgrad_compute=False, symmetric_ar_type=None,
                  save_original_input=False, name=None):
         super().__init__(params_dtype)
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         _args.check_defaults(
             "Linear", sequence_parallel=sequence_parallel,
-            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
             tp_group=tp_group, tp_size=tp_size,
             parameters_split=parameters_split, ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,

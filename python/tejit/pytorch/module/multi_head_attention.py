@@ -54,10 +54,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
                  normalization="LayerNorm", device="cuda", qkv_format="sbhd",
                  name=None):
         super().__init__(params_dtype)
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "MultiheadAttention"
         _args.check_defaults(
             owner, tp_group=tp_group, tp_size=tp_size,
-            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
             sequence_parallel=sequence_parallel, ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
@@ -100,6 +100,14 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.qkv_weight_interleaved = (self.fuse_qkv_params
                                        and bool(qkv_weight_interleaved))
         self.layer_number = layer_number
+        if self.fuse_wgrad_accumulation and (not self.fuse_qkv_params
+                                             or self.qkv_weight_interleaved):
+            raise NotImplementedError(
+                "MultiheadAttention(fuse_wgrad_accumulation=True) needs "
+                "fuse_qkv_params=True and qkv_weight_interleaved=False in "
+                "tejit: the program takes the fused QKV weight as it is, and "
+                "split or interleaved weights reach it as a reordered copy, "
+                "whose gradient cannot go into their main_grads in place")
 
         norm = None
         if self.input_layernorm:

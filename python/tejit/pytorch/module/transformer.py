@@ -56,10 +56,10 @@ class TransformerLayer(TransformerEngineBaseModule):
                  activation_params=None, normalization="LayerNorm",
                  device="cuda", attn_input_format="sbhd", name=None):
         super().__init__(params_dtype)
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "TransformerLayer"
         _args.check_defaults(
             owner, tp_group=tp_group, tp_size=tp_size,
-            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
             sequence_parallel=sequence_parallel,
             ub_tp_comm_overlap=ub_tp_comm_overlap,
             activation_params=activation_params)
@@ -112,6 +112,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
             input_layernorm=True, attention_type="self",
             fuse_qkv_params=fuse_qkv_params,
+            fuse_wgrad_accumulation=self.fuse_wgrad_accumulation,
             zero_centered_gamma=zero_centered_gamma,
             qkv_weight_interleaved=qkv_weight_interleaved, bias=bias,
             normalization=normalization, device=device,

@@ -1,0 +1,207 @@
+"""GPU tests of fuse_wgrad_accumulation (Megatron-LM's gradient
+accumulation fusion, as Transformer Engine's modules offer it).
+
+    PYTHONPATH=python python3 -m pytest tests/gpu/test_main_grad.py
+
+With fuse_wgrad_accumulation=True every GEMM weight's gradient is added to
+its float32 `.main_grad` inside the wgrad GEMM (cuBLASLt's C, beta 1) and
+autograd gets TE's placeholder (or None). Checked, on fresh random data
+over two micro-batches and from a nonzero main_grad:
+- no recipe: main_grad against main_grad + the float64 product dY^T X of
+  the same bf16 tensors (relative L2 below 1e-4: a bf16 rounding of the
+  wgrad on the way, as the unfused path has, is ~2e-3, so the test sees
+  whether the sum is taken in float32);
+- FP8 (DelayedScaling HYBRID, Float8CurrentScaling): main_grad against
+  main_grad + the sum of an unfused twin's weight gradients (the same FP8
+  GEMMs, their results rounded to bf16: relative L2 below 1e-2), and every
+  other gradient (input, biases, norm weights) equal to the twin's bit for
+  bit;
+- TE's .grad convention (`grad_added_to_main_grad`, `zero_out_wgrad`), a
+  frozen weight, and the errors: no main_grad, a bf16 main_grad, split QKV
+  weights, weights cast by torch.autocast.
+Sizes: small layers, and the quickstart LayerNormMLP (hidden 4096, FFN
+16384, 8192 tokens) under FP8.
+"""
+import copy
+
+import pytest
+
+from gpu_test_support import hybrid, perturb, run_seed, torch
+
+import tejit.pytorch as te  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+
+SEED = run_seed("test_main_grad")
+BF16 = torch.bfloat16
+
+
+def rel_l2(got, want):
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def gemm_weights(module):
+    """The weights whose gradients go to main_grad: the 2-D parameters."""
+    return {name: p for name, p in module.named_parameters() if p.dim() == 2}
+
+
+def twins(make, placeholder=True):
+    """(fused module with main_grads, unfused twin with the same
+    parameters). `placeholder`: Megatron's grad_added_to_main_grad
+    attribute on the fused module's weights."""
+    torch.manual_seed(SEED)
+    fused = make(True)
+    perturb(fused)
+    plain = make(False)
+    plain.load_state_dict(fused.state_dict())
+    for p in gemm_weights(fused).values():
+        p.main_grad = torch.randn(p.shape, dtype=torch.float32,
+                                  device=p.device)
+        if placeholder:
+            p.grad_added_to_main_grad = False
+    return fused, plain
+
+
+def step(module, x, dy, fp8_recipe):
+    x = x.detach().requires_grad_()
+    with te.fp8_autocast(enabled=fp8_recipe is not None,
+                         fp8_recipe=fp8_recipe):
+        out = module(x)
+    out.backward(dy)
+    return x.grad
+
+
+def run_twins(make, shape, fp8_recipe, steps=2):
+    """Both modules through the same micro-batches; checks everything but
+    main_grad and returns (fused, plain, initial main_grads, inputs and
+    output gradients)."""
+    fused, plain = twins(make)
+    start = {n: p.main_grad.clone() for n, p in gemm_weights(fused).items()}
+    batches = []
+    for _ in range(steps):
+        x = torch.randn(*shape, device="cuda", dtype=BF16)
+        dy = torch.randn(*shape[:-1], fused_out_features(fused, shape),
+                         device="cuda", dtype=BF16)
+        batches.append((x, dy))
+        got, want = step(fused, x, dy, fp8_recipe), step(plain, x, dy,
+                                                         fp8_recipe)
+        assert torch.equal(got, want), "input gradient differs from the twin"
+    plain_params = dict(plain.named_parameters())
+    for name, p in fused.named_parameters():
+        if p.dim() == 2:
+            assert p.grad_added_to_main_grad, name
+            assert p.grad is not None and p.grad.shape == p.shape, name
+        else:
+            assert torch.equal(p.grad, plain_params[name].grad), \
+                f"gradient of {name} differs from the unfused twin's"
+    return fused, plain, start, batches
+
+
+def fused_out_features(module, shape):
+    return getattr(module, "out_features", shape[-1])
+
+
+LAYERS = {
+    "Linear": (lambda fuse: te.Linear(256, 128, params_dtype=BF16,
+                                      fuse_wgrad_accumulation=fuse),
+               (64, 256)),
+    "LayerNormLinear": (lambda fuse: te.LayerNormLinear(
+        256, 128, params_dtype=BF16, fuse_wgrad_accumulation=fuse),
+        (64, 256)),
+    "LayerNormMLP": (lambda fuse: te.LayerNormMLP(
+        256, 1024, params_dtype=BF16, fuse_wgrad_accumulation=fuse),
+        (64, 256)),
+    "TransformerLayer": (lambda fuse: te.TransformerLayer(
+        256, 1024, 4, params_dtype=BF16, hidden_dropout=0.0,
+        attention_dropout=0.0, fuse_qkv_params=True,
+        qkv_weight_interleaved=False, fuse_wgrad_accumulation=fuse),
+        (128, 2, 256)),
+}
+RECIPES = {"delayed": hybrid,
+           "current": lambda: recipe.Float8CurrentScaling(
+               fp8_format=recipe.Format.HYBRID)}
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("fp8", list(RECIPES))
+def test_fp8_main_grad_is_the_sum_of_the_twins_gradients(layer, fp8):
+    make, shape = LAYERS[layer]
+    fused, plain, start, _ = run_twins(make, shape, RECIPES[fp8]())
+    # The twin's gradients were summed over the micro-batches in .grad
+    # (bf16); the fused module's went into main_grad in float32.
+    plain_params = dict(plain.named_parameters())
+    for name, p in gemm_weights(fused).items():
+        want = start[name] + plain_params[name].grad.float()
+        error = rel_l2(p.main_grad - start[name], want - start[name])
+        assert error < 1e-2, f"{layer} {fp8}: main_grad of {name}: {error}"
+
+
+def test_bf16_main_grad_is_summed_in_float32():
+    make, shape = LAYERS["Linear"]
+    fused, _, start, batches = run_twins(make, shape, None)
+    want = start["weight"].double()
+    for x, dy in batches:
+        want += dy.double().t() @ x.double()
+    error = rel_l2(fused.weight.main_grad - start["weight"],
+                   want - start["weight"].double())
+    assert error < 1e-4, f"main_grad against float64: {error}"
+
+
+def test_grad_conventions():
+    """TE's: with grad_added_to_main_grad the weight's .grad is a
+    placeholder (zeros with zero_out_wgrad); without it, no .grad. A
+    frozen weight gets no gradient and needs no main_grad."""
+    make, shape = LAYERS["LayerNormMLP"]
+    fused, _ = twins(make, placeholder=False)
+    fused.fc2_weight.grad_added_to_main_grad = False
+    fused.fc2_weight.zero_out_wgrad = True
+    before = fused.fc1_weight.main_grad.clone()
+    x = torch.randn(*shape, device="cuda", dtype=BF16)
+    step(fused, x, torch.randn_like(x), hybrid())
+    assert fused.fc1_weight.grad is None
+    assert not torch.equal(fused.fc1_weight.main_grad, before)
+    assert fused.fc2_weight.grad_added_to_main_grad
+    assert torch.count_nonzero(fused.fc2_weight.grad) == 0
+
+    fused.fc1_weight.requires_grad_(False)
+    del fused.fc1_weight.main_grad
+    step(fused, x, torch.randn_like(x), hybrid())
+    assert fused.fc1_weight.grad is None
+
+
+def test_errors():
+    make, shape = LAYERS["Linear"]
+    x = torch.randn(*shape, device="cuda", dtype=BF16)
+    module, _ = twins(make)
+    del module.weight.main_grad
+    with pytest.raises(RuntimeError, match="no .main_grad"):
+        step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
+             None)
+    module.weight.main_grad = torch.zeros(128, 256, device="cuda",
+                                          dtype=BF16)
+    with pytest.raises(RuntimeError, match="float32"):
+        step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
+             None)
+    with pytest.raises(NotImplementedError, match="fuse_qkv_params=True"):
+        te.MultiheadAttention(256, 4, params_dtype=BF16,
+                              fuse_wgrad_accumulation=True)
+    fp32 = te.Linear(256, 128, params_dtype=torch.float32,
+                     fuse_wgrad_accumulation=True)
+    fp32.weight.main_grad = torch.zeros(128, 256, device="cuda")
+    with pytest.raises(NotImplementedError, match="derived tensor"):
+        with torch.autocast("cuda", dtype=BF16):
+            fp32(x.float().requires_grad_()).sum().backward()
+
+
+def test_layernorm_mlp_full_size():
+    """The quickstart LayerNormMLP under FP8: one micro-batch on a nonzero
+    main_grad, against the twin."""
+    make = lambda fuse: te.LayerNormMLP(  # noqa: E731
+        4096, 16384, params_dtype=BF16, fuse_wgrad_accumulation=fuse)
+    fused, plain, start, _ = run_twins(make, (8192, 4096), hybrid(),
+                                       steps=1)
+    plain_params = dict(plain.named_parameters())
+    for name, p in gemm_weights(fused).items():
+        error = rel_l2(p.main_grad - start[name],
+                       plain_params[name].grad.float())
+        assert error < 1e-2, f"main_grad of {name}: {error}"
