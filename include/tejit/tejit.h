@@ -99,7 +99,9 @@ tejit_status tejit_program_plan(const tejit_program *program, char **text);
 typedef enum tejit_tensor_kind {
   TEJIT_INPUT = 0,      /* forward inputs: activations, then parameters */
   TEJIT_OUTPUT = 1,     /* forward outputs */
-  TEJIT_GRAD_OUTPUT = 2,/* backward inputs: one per forward output */
+  TEJIT_GRAD_OUTPUT = 2,/* backward inputs: one per forward output, then,
+                           under fuse_wgrad_accumulation, one float32
+                           "main_grad.<weight>" per GEMM weight */
   TEJIT_GRAD_INPUT = 3, /* backward outputs: one per forward input */
   TEJIT_META = 4,       /* FP8 meta state: scale, scale_inv, amax_history */
   TEJIT_SAVED = 5       /* what the forward saves for the backward (FP8
@@ -133,7 +135,9 @@ tejit_status tejit_forward(tejit_program *program, void *stream,
                            const void *const *inputs, void *const *outputs);
 /* Runs the backward of the last forward: `grad_outputs` one pointer per
  * TEJIT_GRAD_OUTPUT, `grad_inputs` one per TEJIT_GRAD_INPUT (written, not
- * accumulated). Updates the backward FP8 state. */
+ * accumulated; except that a weight's gradient under
+ * fuse_wgrad_accumulation is its main_grad plus the gradient, and may be
+ * given the main_grad's own pointer). Updates the backward FP8 state. */
 tejit_status tejit_backward(tejit_program *program, void *stream,
                             const void *const *grad_outputs,
                             void *const *grad_inputs);
