@@ -53,6 +53,8 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_weight_cast_cache.p
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_microbatch_weight_cache.py
 # fuse_wgrad_accumulation: weight gradients added to float32 main_grads.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_main_grad.py
+# LayerNormMLP(checkpoint=True): recomputed forward, bit-equal results.
+step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_layernorm_mlp_checkpoint.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callables.py
 step python3 tests/gpu/quickstart_te_layer.py --full

@@ -23,7 +23,6 @@ _DEFAULTS_ONLY = {
     "save_original_input": (False,),
     "return_layernorm_output_gathered": (False,),
     "activation_params": (None,),
-    "checkpoint": (False,),
     # The attention modules'.
     "ub_tp_comm_overlap": (False,),
     "cp_group": (None,),

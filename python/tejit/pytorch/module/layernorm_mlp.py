@@ -1,6 +1,9 @@
 """te.LayerNormMLP: norm, fc1, activation, fc2 in one program."""
 
+import torch
+
 from . import _args
+from .. import _checkpointing
 from .base import TransformerEngineBaseModule
 
 # docs/spec-format.md's activations; the gated ones split fc1's doubled
@@ -20,7 +23,14 @@ class LayerNormMLP(TransformerEngineBaseModule):
     then the norm's output with return_layernorm_output, as TE's.
     Distributed arguments only at their defaults; seq_length,
     micro_batch_size (userbuffers sizing), set_parallel_mode (no effect with
-    tp_size 1), get_rng_state_tracker and name are accepted and unused."""
+    tp_size 1), get_rng_state_tracker and name are accepted and unused.
+
+    `checkpoint=True` (TE's): the block keeps only its input for the
+    backward and recomputes its forward there (tejit.pytorch.checkpoint:
+    the same FP8 scales, bit for bit the results of checkpoint=False).
+    TE's own recomputation skips fc2, which this one reruns: one more GEMM
+    of the six a step runs, for the memory of fc1's output and the
+    activation."""
 
     def __init__(self, hidden_size, ffn_hidden_size, eps=1e-5,
                  sequence_parallel=False, return_bias=False,
@@ -47,7 +57,8 @@ class LayerNormMLP(TransformerEngineBaseModule):
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad,
             delay_wgrad_compute=delay_wgrad_compute,
-            symmetric_ar_type=symmetric_ar_type, checkpoint=checkpoint)
+            symmetric_ar_type=symmetric_ar_type)
+        self.checkpoint = bool(checkpoint)
         if activation not in ACTIVATIONS:
             raise ValueError(f"{owner}: activation {activation!r} is not "
                              f"supported by tejit; choose one of "
@@ -86,14 +97,30 @@ class LayerNormMLP(TransformerEngineBaseModule):
 
     def forward(self, inp, is_first_microbatch=None):
         """`is_first_microbatch`: TE's FP8 weight caching, as Linear's."""
-        outputs = self._run(inp, is_first_microbatch)
-        out = outputs["output"]
+        # Not again inside a checkpointed function (the caller's, or this
+        # one's recomputation).
+        if (self.checkpoint and torch.is_grad_enabled()
+                and _checkpointing.recording() is None):
+            outputs = _checkpointing.checkpoint(self._program_outputs, inp,
+                                                is_first_microbatch)
+        else:
+            outputs = self._program_outputs(inp, is_first_microbatch)
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
+        out = outputs[0]
         result = [out]
         if self.return_bias:
             result.append(self._bias_output("fc2_bias", out))
         if self.return_layernorm_output:
-            result.append(outputs["ln_output"])
+            result.append(outputs[1])
         return tuple(result) if len(result) > 1 else out
+
+    def _program_outputs(self, inp, is_first_microbatch):
+        """The program's output, and ln_output when returned."""
+        outputs = self._run(inp, is_first_microbatch)
+        if self.return_layernorm_output:
+            return outputs["output"], outputs["ln_output"]
+        return outputs["output"]
 
     def extra_repr(self):
         return (f"hidden_size={self.hidden_size}, "
