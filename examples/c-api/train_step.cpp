@@ -6,7 +6,8 @@
 // checks the replay gives the same bits as a direct step. Last, TE's FP8
 // weight caching across micro-batches: a step that keeps its weight casts
 // gives the direct step's bits, and the next one, which reuses them, skips
-// the cast kernels and stays within FP8 noise of a step that casts.
+// the cast kernels and stays within FP8 noise of a step that casts; and
+// the same decided by a device flag in one captured step.
 //
 //   tejit-train-step [SPEC]   (default: examples/layernorm_mlp_small.yaml)
 //
@@ -289,6 +290,66 @@ int main(int argc, char **argv) {
               keepMismatches ? "DIFFERS from" : "matches", skipped, worst,
               cacheOk ? "ok" : "NOT OK");
 
+  // The same decided on the device (TE's skip_fp8_weight_update): one
+  // captured step serves both kinds of micro-batch, a device int saying
+  // whether its weight casts run (0) or reuse the kept ones (1). To see the
+  // casts skipped, a weight is zeroed before the reusing replay: that step
+  // must still give the direct step's bits (it reads the casts of the old
+  // weight), where a step that casts gives others. Programs without weight
+  // casts to keep (no FP8) have no flag mode.
+  bool flagOk = true;
+  if (cached) {
+    void *castFlag = nullptr;
+    CHECK_CUDA(cudaMalloc(&castFlag, sizeof(int)));
+    auto setFlag = [&](int value) {
+      CHECK_CUDA(cudaMemcpyAsync(castFlag, &value, sizeof(int),
+                                 cudaMemcpyHostToDevice, stream));
+      CHECK_CUDA(cudaStreamSynchronize(stream)); // `value` is on the stack
+    };
+    CHECK_TEJIT(tejit_program_set_weight_cast_flag(program, castFlag));
+    cudaGraph_t flagGraph;
+    cudaGraphExec_t flagExec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    step();
+    CHECK_CUDA(cudaStreamEndCapture(stream, &flagGraph));
+    CHECK_CUDA(cudaGraphInstantiate(&flagExec, flagGraph, 0));
+    restoreState();
+    setFlag(0);
+    CHECK_CUDA(cudaGraphLaunch(flagExec, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    bool castMatches = results() == direct;
+    const Tensor *weight = nullptr;
+    for (const Tensor &tensor : inputs)
+      if (!weight && tensor.info.is_parameter && tensor.info.rank == 2)
+        weight = &tensor;
+    std::vector<uint16_t> weightValues = download(*weight);
+    CHECK_CUDA(cudaMemset(weight->data, 0, weight->info.bytes));
+    restoreState();
+    setFlag(1);
+    CHECK_CUDA(cudaGraphLaunch(flagExec, stream));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    bool reuseMatches = results() == direct;
+    CHECK_TEJIT(
+        tejit_program_set_reuse_weight_casts(program, TEJIT_WEIGHT_CASTS_RUN));
+    restoreState();
+    step();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    bool castingDiffers = results() != direct;
+    CHECK_CUDA(cudaMemcpy(weight->data, weightValues.data(), weight->info.bytes,
+                          cudaMemcpyHostToDevice));
+    flagOk = castMatches && reuseMatches && castingDiffers;
+    std::printf("weight casts by a device flag, one CUDA graph: flag 0 %s the "
+                "direct step; with %s zeroed, flag 1 %s it (the kept casts), "
+                "a step that casts %s (%s)\n",
+                castMatches ? "matches" : "DIFFERS from", weight->info.name,
+                reuseMatches ? "still matches" : "DIFFERS from",
+                castingDiffers ? "differs" : "DOES NOT differ",
+                flagOk ? "ok" : "NOT OK");
+    CHECK_CUDA(cudaGraphExecDestroy(flagExec));
+    CHECK_CUDA(cudaGraphDestroy(flagGraph));
+    CHECK_CUDA(cudaFree(castFlag));
+  }
+
   std::vector<uint16_t> output = download(outputs[0]);
   double sum = 0;
   bool finite = true;
@@ -304,5 +365,5 @@ int main(int argc, char **argv) {
   CHECK_CUDA(cudaGraphExecDestroy(graphExec));
   CHECK_CUDA(cudaGraphDestroy(graph));
   tejit_program_destroy(program);
-  return finite && !mismatches && cacheOk ? 0 : 1;
+  return finite && !mismatches && cacheOk && flagOk ? 0 : 1;
 }
