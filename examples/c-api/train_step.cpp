@@ -337,6 +337,9 @@ int main(int argc, char **argv) {
     bool castingDiffers = results() != direct;
     CHECK_CUDA(cudaMemcpy(weight->data, weightValues.data(), weight->info.bytes,
                           cudaMemcpyHostToDevice));
+    restoreState();
+    step(); // the outputs of the real weights again, for the summary below
+    CHECK_CUDA(cudaStreamSynchronize(stream));
     flagOk = castMatches && reuseMatches && castingDiffers;
     std::printf("weight casts by a device flag, one CUDA graph: flag 0 %s the "
                 "direct step; with %s zeroed, flag 1 %s it (the kept casts), "
