@@ -163,8 +163,8 @@ struct FunctionPlan {
   /// result viewing the argument is copied first. The kernel itself must
   /// read before it writes (plan format 3).
   bool canUpdateInPlace(size_t resultIndex) const;
-  /// Whether result `resultIndex`, which te.accumulates argument `argIndex`,
-  /// may share that argument's buffer: one step writes the result, in its
+  /// Whether result `resultIndex`, which has te.accumulates, may share the
+  /// buffer of the argument it names: one step writes the result, in its
   /// own buffer, and reads the argument as it goes (a GEMM whose C it is);
   /// no other step touches the result, and none after that step reads the
   /// argument.
