@@ -16,9 +16,12 @@ over two micro-batches and from a nonzero main_grad:
   GEMMs, their results rounded to bf16: relative L2 below 1e-2), and every
   other gradient (input, biases, norm weights) equal to the twin's bit for
   bit;
+- split (TE's default) and interleaved QKV weights, their main_grads
+  separate tensors or views of one buffer, and weights cast by
+  torch.autocast;
 - TE's .grad convention (`grad_added_to_main_grad`, `zero_out_wgrad`), a
-  frozen weight, and the errors: no main_grad, a bf16 main_grad, split QKV
-  weights, weights cast by torch.autocast.
+  frozen weight, graphed steps, and the errors: no main_grad, a bf16
+  main_grad.
 Sizes: small layers, and the quickstart LayerNormMLP (hidden 4096, FFN
 16384, 8192 tokens) under FP8.
 """
@@ -45,18 +48,27 @@ def gemm_weights(module):
     return {name: p for name, p in module.named_parameters() if p.dim() == 2}
 
 
-def twins(make, placeholder=True):
+def twins(make, placeholder=True, one_buffer=False):
     """(fused module with main_grads, unfused twin with the same
     parameters). `placeholder`: Megatron's grad_added_to_main_grad
-    attribute on the fused module's weights."""
+    attribute on the fused module's weights. `one_buffer`: the main_grads
+    are views of one float32 buffer, in parameter order (Megatron's
+    contiguous gradient buffer), else tensors of their own."""
     torch.manual_seed(SEED)
     fused = make(True)
     perturb(fused)
     plain = make(False)
     plain.load_state_dict(fused.state_dict())
-    for p in gemm_weights(fused).values():
-        p.main_grad = torch.randn(p.shape, dtype=torch.float32,
-                                  device=p.device)
+    weights = list(gemm_weights(fused).values())
+    views = None
+    if one_buffer:
+        flat = torch.randn(sum(p.numel() for p in weights),
+                           dtype=torch.float32, device="cuda")
+        views = flat.split([p.numel() for p in weights])
+    for index, p in enumerate(weights):
+        p.main_grad = (views[index].view(p.shape) if one_buffer else
+                       torch.randn(p.shape, dtype=torch.float32,
+                                   device=p.device))
         if placeholder:
             p.grad_added_to_main_grad = False
     return fused, plain
@@ -71,11 +83,11 @@ def step(module, x, dy, fp8_recipe):
     return x.grad
 
 
-def run_twins(make, shape, fp8_recipe, steps=2):
+def run_twins(make, shape, fp8_recipe, steps=2, one_buffer=False):
     """Both modules through the same micro-batches; checks everything but
     main_grad and returns (fused, plain, initial main_grads, inputs and
     output gradients)."""
-    fused, plain = twins(make)
+    fused, plain = twins(make, one_buffer=one_buffer)
     start = {n: p.main_grad.clone() for n, p in gemm_weights(fused).items()}
     batches = []
     for _ in range(steps):
@@ -111,11 +123,23 @@ LAYERS = {
     "LayerNormMLP": (lambda fuse: te.LayerNormMLP(
         256, 1024, params_dtype=BF16, fuse_wgrad_accumulation=fuse),
         (64, 256)),
+    # The QKV weight as the program takes it (rows q | k | v).
     "TransformerLayer": (lambda fuse: te.TransformerLayer(
         256, 1024, 4, params_dtype=BF16, hidden_dropout=0.0,
         attention_dropout=0.0, fuse_qkv_params=True,
         qkv_weight_interleaved=False, fuse_wgrad_accumulation=fuse),
         (128, 2, 256)),
+    # TE's defaults: query_weight, key_weight, value_weight (GQA: 2 groups),
+    # whose main_grads the program takes joined.
+    "TransformerLayer-split": (lambda fuse: te.TransformerLayer(
+        256, 1024, 4, num_gqa_groups=2, params_dtype=BF16,
+        hidden_dropout=0.0, attention_dropout=0.0,
+        fuse_wgrad_accumulation=fuse), (128, 2, 256)),
+    # A fused weight interleaved by key/value group: reordered main_grad.
+    "MultiheadAttention-interleaved": (lambda fuse: te.MultiheadAttention(
+        256, 4, num_gqa_groups=2, params_dtype=BF16, attention_dropout=0.0,
+        fuse_qkv_params=True, input_layernorm=True,
+        fuse_wgrad_accumulation=fuse), (128, 2, 256)),
 }
 RECIPES = {"delayed": hybrid,
            "current": lambda: recipe.Float8CurrentScaling(
@@ -134,6 +158,41 @@ def test_fp8_main_grad_is_the_sum_of_the_twins_gradients(layer, fp8):
         want = start[name] + plain_params[name].grad.float()
         error = rel_l2(p.main_grad - start[name], want - start[name])
         assert error < 1e-2, f"{layer} {fp8}: main_grad of {name}: {error}"
+
+
+@pytest.mark.parametrize("one_buffer", [False, True],
+                         ids=["own-tensors", "one-buffer"])
+@pytest.mark.parametrize("layer", ["TransformerLayer-split",
+                                   "MultiheadAttention-interleaved"])
+def test_main_grad_of_qkv_parts(layer, one_buffer):
+    """Split and interleaved QKV weights: main_grads joined or reordered
+    for the program and written back (a view of one buffer: in place)."""
+    make, shape = LAYERS[layer]
+    fused, plain, start, _ = run_twins(make, shape, hybrid(),
+                                       one_buffer=one_buffer)
+    plain_params = dict(plain.named_parameters())
+    for name, p in gemm_weights(fused).items():
+        want = plain_params[name].grad.float()
+        error = rel_l2(p.main_grad - start[name], want)
+        assert error < 1e-2, f"{layer}: main_grad of {name}: {error}"
+
+
+def test_autocast_cast_weights():
+    """float32 weights that torch.autocast casts to bf16 for the program:
+    the gradient of the cast copy goes into the weight's main_grad."""
+    make = lambda fuse: te.Linear(  # noqa: E731
+        256, 128, params_dtype=torch.float32, fuse_wgrad_accumulation=fuse)
+    fused, plain = twins(make)
+    start = fused.weight.main_grad.clone()
+    x = torch.randn(64, 256, device="cuda")
+    dy = torch.randn(64, 128, device="cuda", dtype=BF16)
+    for module in (fused, plain):
+        with torch.autocast("cuda", dtype=BF16):
+            out = module(x.requires_grad_())
+        out.backward(dy)
+    error = rel_l2(fused.weight.main_grad - start, plain.weight.grad)
+    assert error < 1e-2, f"main_grad under autocast: {error}"
+    assert torch.equal(fused.bias.grad, plain.bias.grad)
 
 
 def test_bf16_main_grad_is_summed_in_float32():
@@ -182,15 +241,6 @@ def test_errors():
     with pytest.raises(RuntimeError, match="float32"):
         step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
              None)
-    with pytest.raises(NotImplementedError, match="fuse_qkv_params=True"):
-        te.MultiheadAttention(256, 4, params_dtype=BF16,
-                              fuse_wgrad_accumulation=True)
-    fp32 = te.Linear(256, 128, params_dtype=torch.float32,
-                     fuse_wgrad_accumulation=True)
-    fp32.weight.main_grad = torch.zeros(128, 256, device="cuda")
-    with pytest.raises(NotImplementedError, match="derived tensor"):
-        with torch.autocast("cuda", dtype=BF16):
-            fp32(x.float().requires_grad_()).sum().backward()
 
 
 def test_layernorm_mlp_full_size():

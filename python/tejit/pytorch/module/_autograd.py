@@ -19,16 +19,18 @@ def _kept(tensors, keep):
 
 
 class ProgramFunction(torch.autograd.Function):
-    """ProgramFunction.apply(compiled, *inputs): the program's outputs (one
+    """ProgramFunction.apply(compiled, slots, *inputs): the program's
+    outputs (one
     tensor, or a tuple when it has several), differentiable with respect to
     every input the program has a gradient for (activations such as
     `input`/`query` and the parameters; not masks or rotary tables).
     `compiled` is a module/_compiled.CompiledProgram compiled for training;
     the inputs are in the program's order, as CompiledProgram.check_inputs
-    accepted them."""
+    accepted them; `slots` (fuse_wgrad_accumulation) a _main_grad.Slot per
+    compiled.main_grad_inputs entry, where those inputs' gradients go."""
 
     @staticmethod
-    def forward(ctx, compiled, *inputs):
+    def forward(ctx, compiled, slots, *inputs):
         device = inputs[0].device
         outputs = compiled.new_outputs(device)
         saved = compiled.new_saved(device)
@@ -39,19 +41,9 @@ class ProgramFunction(torch.autograd.Function):
                                     inputs, outputs, ctx.saved_pointers)
         ctx.compiled = compiled
         ctx.device = device
-        # fuse_wgrad_accumulation: the parameters whose .main_grad the
-        # backward adds to (read then, as TE does).
-        ctx.main_grad_parameters = [inputs[index]
-                                    for index in compiled.main_grad_inputs]
-        for index, parameter in zip(compiled.main_grad_inputs,
-                                    ctx.main_grad_parameters):
-            if not isinstance(parameter, torch.nn.Parameter):
-                raise NotImplementedError(
-                    f"tejit: fuse_wgrad_accumulation needs "
-                    f"'{compiled.input_names[index]}' to reach the program "
-                    f"as the parameter itself, but it is a derived tensor "
-                    f"(cast by torch.autocast to another dtype?): its "
-                    f"gradient could not go into its main_grad")
+        # fuse_wgrad_accumulation: the main_grads are read in the backward,
+        # as TE reads them.
+        ctx.slots = slots
         ctx.counts = (len(inputs), len(outputs))
         ctx.save_for_backward(*_kept(inputs, compiled.keep_inputs),
                               *_kept(outputs, compiled.keep_outputs), saved)
@@ -73,31 +65,23 @@ class ProgramFunction(torch.autograd.Function):
             else:  # e.g. the expanded ones of a .sum(): materialize
                 dy = dy.to(compiled.output_dtype(index)).contiguous()
             dys.append(dy)
-        main_grads = compiled.main_grads(ctx.main_grad_parameters)
+        main_grads = {}  # gradient index -> the buffer the backward adds to
+        for slot, input_index in zip(ctx.slots, compiled.main_grad_inputs):
+            index = compiled.grad_index[input_index]
+            main_grads[index] = slot.buffer(compiled.grad_input_shape(index),
+                                            device)
         grads = compiled.new_grad_inputs(device, main_grads)
         compiled.program.backward_ex(torch.cuda.current_stream(device),
                                      inputs, outputs, saved,
                                      dys + list(main_grads.values()), grads)
+        # needs_input_grad[:2] are `compiled` and `slots`, not tensors.
         returned = [grads[index] if index is not None and needed else None
                     for index, needed in zip(compiled.grad_index,
-                                             ctx.needs_input_grad[1:])]
-        for parameter, input_index in zip(ctx.main_grad_parameters,
-                                          compiled.main_grad_inputs):
-            returned[input_index] = (_main_grad_result(parameter)
-                                     if parameter.requires_grad else None)
-        # needs_input_grad[0] is `compiled`, not a tensor.
-        return (None, *returned)
-
-
-def _main_grad_result(parameter):
-    """What a weight whose gradient went into .main_grad hands autograd, as
-    in Transformer Engine: with Megatron-LM's `grad_added_to_main_grad`
-    attribute, a placeholder of the weight's shape (zeros when
-    `zero_out_wgrad`) and the attribute set; without it, None."""
-    if not hasattr(parameter, "grad_added_to_main_grad"):
-        return None
-    parameter.grad_added_to_main_grad = True
-    make = torch.zeros if getattr(parameter, "zero_out_wgrad", False) \
-        else torch.empty
-    return make(parameter.shape, dtype=parameter.dtype,
-                device=parameter.device)
+                                             ctx.needs_input_grad[2:])]
+        for slot, input_index in zip(ctx.slots, compiled.main_grad_inputs):
+            slot.finish(main_grads[compiled.grad_index[input_index]])
+            shape, dtype = compiled.input_spec(input_index)
+            returned[input_index] = (
+                slot.gradient(shape, dtype, device)
+                if ctx.needs_input_grad[2 + input_index] else None)
+        return (None, None, *returned)

@@ -176,39 +176,12 @@ class CompiledProgram:
                 torch.empty(shape, dtype=dtype, device=device)
                 for index, (shape, dtype) in enumerate(self._grad_inputs)]
 
-    def main_grads(self, parameters):
-        """{gradient index: parameter.main_grad} for the parameters (the
-        inputs main_grad_inputs names, in order), checked: the backward
-        writes the sum in place, so a wrong tensor would be overrun."""
-        given = {}
-        for parameter, input_index in zip(parameters, self.main_grad_inputs):
-            name = self.input_names[input_index]
-            index = self.grad_index[input_index]
-            shape, _ = self._grad_inputs[index]
-            if not parameter.requires_grad:
-                # A frozen weight: the program still adds into a buffer;
-                # this one is thrown away.
-                given[index] = torch.zeros(shape, dtype=torch.float32,
-                                           device=parameter.device)
-                continue
-            main_grad = getattr(parameter, "main_grad", None)
-            if main_grad is None:
-                raise RuntimeError(
-                    f"tejit: fuse_wgrad_accumulation is set, but parameter "
-                    f"'{name}' has no .main_grad (a float32 tensor of its "
-                    f"shape its gradients accumulate into, as in Megatron-LM)")
-            if (tuple(main_grad.shape) != shape
-                    or main_grad.dtype != torch.float32
-                    or main_grad.device != parameter.device
-                    or not main_grad.is_contiguous()):
-                raise RuntimeError(
-                    f"tejit: '{name}.main_grad' is {tuple(main_grad.shape)} "
-                    f"{main_grad.dtype} on {main_grad.device}"
-                    f"{'' if main_grad.is_contiguous() else ' (not contiguous)'}"
-                    f"; fuse_wgrad_accumulation needs a contiguous float32 "
-                    f"tensor {shape} on the parameter's device")
-            given[index] = main_grad
-        return given
+    def grad_input_shape(self, index):
+        return self._grad_inputs[index][0]
+
+    def input_spec(self, index):
+        """(shape, torch dtype) of input `index`."""
+        return self._inputs[index]
 
     def zero_grad_output(self, index, device):
         """The gradient of an output autograd left undefined (unused)."""

@@ -20,6 +20,7 @@ as
 """
 import torch
 
+from . import _main_grad
 from ._attention_specs import QKV_SPLIT
 from .base import skip_te_extra_state
 
@@ -107,6 +108,11 @@ class ParameterGroup(torch.nn.Module):
     def _argument(self, name, dtype):
         return getattr(self, name).to(dtype).contiguous()
 
+    def _main_grad_slot(self, name):
+        """Where the program's gradient of `name` goes under
+        fuse_wgrad_accumulation (_main_grad.Slot)."""
+        return _main_grad.Slot([getattr(self, name)], [name])
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         super()._load_from_state_dict(
             skip_te_extra_state(state_dict, prefix), prefix, *args, **kwargs)
@@ -167,6 +173,33 @@ class QkvGroup(ParameterGroup):
             return joined_rows(self._split(name), dtype)
         fused = getattr(self, name).to(dtype)
         return self.to_qkv_rows(fused) if self.interleaved else fused
+
+    def _main_grad_slot(self, name):
+        if name != "weight":
+            return super()._main_grad_slot(name)
+        if not self.fuse:
+            parts = self._split(name)
+            return _main_grad.rows_slot(
+                parts, [f"{part}_weight" for part in QKV_SPLIT], adjacent)
+        if self.interleaved:
+            return _main_grad.reordered_slot(self.weight, "weight",
+                                             self.to_qkv_rows,
+                                             self.from_qkv_rows)
+        return super()._main_grad_slot(name)
+
+    def from_qkv_rows(self, tensor):
+        """to_qkv_rows undone: q | k | v rows back into TE's interleaved
+        [groups, heads / groups + 2, kv_channels] layout."""
+        per_group = self.heads // self.groups
+        trailing = tuple(tensor.shape[1:])
+        rows = self.kv_channels
+        query, key, value = tensor.split(
+            [self.heads * rows, self.groups * rows, self.groups * rows])
+        grouped = torch.cat([
+            query.reshape(self.groups, per_group, rows, *trailing),
+            key.reshape(self.groups, 1, rows, *trailing),
+            value.reshape(self.groups, 1, rows, *trailing)], dim=1)
+        return grouped.reshape(-1, *trailing)
 
     def to_qkv_rows(self, tensor):
         """TE's interleaved rows [groups, heads / groups + 2, kv_channels]

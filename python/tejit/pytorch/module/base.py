@@ -47,7 +47,7 @@ import torch
 import tejit
 
 from .. import _checkpointing, _distributed, fp8
-from . import _autograd, _compiled, _meta
+from . import _autograd, _compiled, _main_grad, _meta
 from ._args import default_init_method, gamma_init
 
 SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -310,6 +310,16 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # back to the parameter's dtype.
         return parameter.to(dtype).contiguous()
 
+    def _main_grad_slot(self, name):
+        """Where the program's gradient of parameter input `name` goes
+        under fuse_wgrad_accumulation (_main_grad.Slot), resolved as
+        _argument resolves the tensor."""
+        head, _, rest = name.partition(".")
+        child = self._modules.get(head) if rest else None
+        if child is not None and hasattr(child, "_main_grad_slot"):
+            return child._main_grad_slot(rest)
+        return _main_grad.Slot([self._parameter(name)], [name])
+
     def _requires_grad(self, inp):
         return inp.requires_grad or any(
             parameter.requires_grad
@@ -481,7 +491,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         elif compiled.training:
             compiled.use_training_weight_casts(is_first_microbatch)
         if recorded:
-            outputs = _autograd.ProgramFunction.apply(compiled, *arguments)
+            slots = [self._main_grad_slot(compiled.input_names[index])
+                     for index in compiled.main_grad_inputs]
+            outputs = _autograd.ProgramFunction.apply(compiled, slots,
+                                                      *arguments)
             if not isinstance(outputs, tuple):
                 outputs = (outputs,)
         elif compiled.training:

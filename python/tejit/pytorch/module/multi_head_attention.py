@@ -100,15 +100,6 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.qkv_weight_interleaved = (self.fuse_qkv_params
                                        and bool(qkv_weight_interleaved))
         self.layer_number = layer_number
-        if self.fuse_wgrad_accumulation and (not self.fuse_qkv_params
-                                             or self.qkv_weight_interleaved):
-            raise NotImplementedError(
-                "MultiheadAttention(fuse_wgrad_accumulation=True) needs "
-                "fuse_qkv_params=True and qkv_weight_interleaved=False in "
-                "tejit: the program takes the fused QKV weight as it is, and "
-                "split or interleaved weights reach it as a reordered copy, "
-                "whose gradient cannot go into their main_grads in place")
-
         norm = None
         if self.input_layernorm:
             norm = (self.normalization,
