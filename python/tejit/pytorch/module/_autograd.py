@@ -20,10 +20,10 @@ def _kept(tensors, keep):
 
 class ProgramFunction(torch.autograd.Function):
     """ProgramFunction.apply(compiled, slots, *inputs): the program's
-    outputs (one
-    tensor, or a tuple when it has several), differentiable with respect to
-    every input the program has a gradient for (activations such as
-    `input`/`query` and the parameters; not masks or rotary tables).
+    outputs (one tensor, or a tuple when it has several), differentiable
+    with respect to every input the program has a gradient for (activations
+    such as `input`/`query` and the parameters; not masks or rotary
+    tables).
     `compiled` is a module/_compiled.CompiledProgram compiled for training;
     the inputs are in the program's order, as CompiledProgram.check_inputs
     accepted them; `slots` (fuse_wgrad_accumulation) a _main_grad.Slot per
