@@ -5,9 +5,10 @@ import functools
 
 import torch
 
-# TE's arguments for tensor/sequence parallelism, communication overlap
-# (userbuffers), delayed wgrad computation and recomputation: tejit runs one
-# GPU per module and none of these yet, so only their defaults.
+# TE's arguments for tensor/sequence/context parallelism, communication
+# overlap (userbuffers), delayed wgrad computation and a few rarer options:
+# tejit runs one GPU per module and none of these yet, so only their
+# defaults.
 _DEFAULTS_ONLY = {
     "sequence_parallel": (False, None),
     "tp_group": (None,),
@@ -40,9 +41,10 @@ def check_defaults(owner, **arguments):
         if not any(value is a or (value is not None and value == a)
                    for a in allowed):
             raise NotImplementedError(
-                f"{owner}({name}={value!r}) is not supported by tejit (no "
-                f"tensor/sequence parallelism, communication overlap, delayed "
-                f"wgrad computation or recomputation yet); leave it at "
+                f"{owner}({name}={value!r}) is not supported by tejit yet "
+                f"(one GPU per module: no tensor, sequence or context "
+                f"parallelism, communication overlap or delayed wgrad "
+                f"computation); leave it at "
                 f"{allowed[0]!r}")
 
 
