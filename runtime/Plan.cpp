@@ -121,32 +121,39 @@ bool FunctionPlan::resultCopiedFirst(size_t index) const {
   return !written;
 }
 
+std::optional<size_t> FunctionPlan::soleWriter(size_t resultIndex,
+                                               int64_t argument) const {
+  int64_t result = results[resultIndex].value;
+  const Storage &storage = values[result].storage;
+  if (storage.kind != Storage::Result ||
+      storage.index != int64_t(resultIndex) || isViewed(result))
+    return std::nullopt;
+  std::optional<size_t> writer;
+  bool resultElsewhere = false, argumentAfterWriter = false;
+  for (auto [index, step] : llvm::enumerate(steps))
+    forEachStepValue(step, [&](int64_t value, bool written) {
+      if (value == result) {
+        if (written && (!writer || *writer == index))
+          writer = index;
+        else
+          resultElsewhere = true;
+      } else if (writer && index > *writer &&
+                 viewBase(value).first == argument) {
+        argumentAfterWriter = true;
+      }
+    });
+  if (resultElsewhere || argumentAfterWriter)
+    return std::nullopt;
+  return writer;
+}
+
 bool FunctionPlan::canUpdateInPlace(size_t resultIndex) const {
   if (resultIndex >= results.size() || !results[resultIndex].updatesArg ||
       size_t(*results[resultIndex].updatesArg) >= arguments.size())
     return false;
-  int64_t result = results[resultIndex].value;
   int64_t argument = arguments[*results[resultIndex].updatesArg].value;
-  const Storage &storage = values[result].storage;
-  if (storage.kind != Storage::Result || storage.index != int64_t(resultIndex))
-    return false;
-  std::optional<size_t> writer;
-  bool readAfterWriter = false, resultElsewhere = false;
-  for (auto [index, step] : llvm::enumerate(steps)) {
-    bool isKernel = std::holds_alternative<KernelStep>(step);
-    forEachStepValue(step, [&](int64_t value, bool written) {
-      if (value == result) {
-        if (written && isKernel && (!writer || *writer == index))
-          writer = index;
-        else
-          resultElsewhere = true;
-      } else if (!written && writer && index > *writer &&
-                 viewBase(value).first == argument) {
-        readAfterWriter = true;
-      }
-    });
-  }
-  if (!writer || resultElsewhere || readAfterWriter || isViewed(result))
+  std::optional<size_t> writer = soleWriter(resultIndex, argument);
+  if (!writer || !std::holds_alternative<KernelStep>(steps[*writer]))
     return false;
   // A result copied after the steps would see the new state.
   for (auto [index, entry] : llvm::enumerate(results))
@@ -160,31 +167,11 @@ bool FunctionPlan::canAccumulateInPlace(size_t resultIndex) const {
   if (resultIndex >= results.size() || !results[resultIndex].accumulatesArg ||
       size_t(*results[resultIndex].accumulatesArg) >= arguments.size())
     return false;
-  int64_t result = results[resultIndex].value;
   int64_t argument = arguments[*results[resultIndex].accumulatesArg].value;
-  const Storage &storage = values[result].storage;
-  if (storage.kind != Storage::Result ||
-      storage.index != int64_t(resultIndex) || isViewed(result))
-    return false;
-  std::optional<size_t> writer;
-  bool resultElsewhere = false, readAfterWriter = false;
-  for (auto [index, step] : llvm::enumerate(steps))
-    forEachStepValue(step, [&](int64_t value, bool written) {
-      if (value == result) {
-        if (written && (!writer || *writer == index))
-          writer = index;
-        else
-          resultElsewhere = true;
-      } else if (writer && index > *writer &&
-                 viewBase(value).first == argument) {
-        readAfterWriter = true;
-      }
-    });
-  if (!writer || resultElsewhere || readAfterWriter)
-    return false;
+  std::optional<size_t> writer = soleWriter(resultIndex, argument);
   // cuBLASLt reads C and writes D at the same places (C may be D); a
   // generated kernel may take its pointers __restrict__.
-  const auto *gemm = std::get_if<GemmStep>(&steps[*writer]);
+  const auto *gemm = writer ? std::get_if<GemmStep>(&steps[*writer]) : nullptr;
   return gemm && gemm->epilogue.residual &&
          *gemm->epilogue.residual == argument;
 }

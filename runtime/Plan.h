@@ -169,6 +169,11 @@ struct FunctionPlan {
   /// no other step touches the result, and none after that step reads the
   /// argument.
   bool canAccumulateInPlace(size_t resultIndex) const;
+  /// The step that writes result `resultIndex` when it is the only step
+  /// touching the result, the result lives in its own buffer that no value
+  /// views, and no step after it touches `argument` (a value id); else
+  /// nullopt. What both in-place rules above share.
+  std::optional<size_t> soleWriter(size_t resultIndex, int64_t argument) const;
 };
 
 /// Calls `visit(value, written)` for every value `step` reads (written
