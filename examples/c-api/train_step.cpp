@@ -215,14 +215,21 @@ int main(int argc, char **argv) {
                                  state[i].size() * 4, stream));
     CHECK_TEJIT(tejit_set_seed(program, seed));
   };
+  // One step captured and instantiated (the graph itself is not needed
+  // after instantiation).
+  auto captureStep = [&] {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    step();
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+    return exec;
+  };
   saveState();
   CHECK_TEJIT(tejit_set_seed(program, seed));
-  cudaGraph_t graph;
-  cudaGraphExec_t graphExec;
-  CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  step();
-  CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
-  CHECK_CUDA(cudaGraphInstantiate(&graphExec, graph, 0));
+  cudaGraphExec_t graphExec = captureStep();
   restoreState();
   step();
   CHECK_CUDA(cudaStreamSynchronize(stream));
@@ -307,12 +314,7 @@ int main(int argc, char **argv) {
       CHECK_CUDA(cudaStreamSynchronize(stream)); // `value` is on the stack
     };
     CHECK_TEJIT(tejit_program_set_weight_cast_flag(program, castFlag));
-    cudaGraph_t flagGraph;
-    cudaGraphExec_t flagExec;
-    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    step();
-    CHECK_CUDA(cudaStreamEndCapture(stream, &flagGraph));
-    CHECK_CUDA(cudaGraphInstantiate(&flagExec, flagGraph, 0));
+    cudaGraphExec_t flagExec = captureStep();
     restoreState();
     setFlag(0);
     CHECK_CUDA(cudaGraphLaunch(flagExec, stream));
@@ -349,7 +351,6 @@ int main(int argc, char **argv) {
                 castingDiffers ? "differs" : "DOES NOT differ",
                 flagOk ? "ok" : "NOT OK");
     CHECK_CUDA(cudaGraphExecDestroy(flagExec));
-    CHECK_CUDA(cudaGraphDestroy(flagGraph));
     CHECK_CUDA(cudaFree(castFlag));
   }
 
@@ -366,7 +367,6 @@ int main(int argc, char **argv) {
               directMs / iterations, graphMs / iterations,
               mismatches ? "DIFFERS from" : "matches");
   CHECK_CUDA(cudaGraphExecDestroy(graphExec));
-  CHECK_CUDA(cudaGraphDestroy(graph));
   tejit_program_destroy(program);
   return finite && !mismatches && cacheOk && flagOk ? 0 : 1;
 }
