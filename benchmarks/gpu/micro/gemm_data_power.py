@@ -2,6 +2,7 @@
 """Does an FP8 GEMM's time at the power cap depend on its data?
 
     python3 benchmarks/gpu/micro/gemm_data_power.py [--rounds 4] [--hold 2]
+        [--iters 50]
 
 One 8192 x 16384 x 4096 E4M3 GEMM (the fc1 forward of the quickstart
 LayerNormMLP, bf16 output, fast accumulation) through torch._scaled_mm,
@@ -13,29 +14,11 @@ is N(0, 1) throughout. Each variant is timed in every round after --hold
 seconds of its own calls; the median ms per round and the power / clock
 from nvidia-smi are printed.
 """
-import argparse
-import statistics
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
-
-import bench_sustained  # noqa: E402 (its hold and timed loops)
-from power_sampler import PowerSampler  # noqa: E402
-
-E4M3 = torch.float8_e4m3fn
-M, N, K = 8192, 16384, 4096
-
-
-def quantize(t):
-    scale = 448.0 / t.abs().amax().float()
-    return (t.float() * scale).clamp(-448, 448).to(E4M3), scale.reciprocal()
+import power_rounds
+from power_rounds import K, M, N, torch
 
 
 def variants():
-    x, x_inv = quantize(torch.randn(M, K, device="cuda"))
     weights = {
         "normal": torch.randn(N, K, device="cuda"),
         "uniform": torch.rand(N, K, device="cuda") * 2 - 1,
@@ -43,44 +26,18 @@ def variants():
                               torch.randn(N, K, device="cuda"),
                               torch.zeros(N, K, device="cuda")),
     }
-    calls = {}
-    for name, w in weights.items():
-        wq, w_inv = quantize(w)
-        calls[name] = (lambda wq=wq, w_inv=w_inv: torch._scaled_mm(
-            x, wq.t(), scale_a=x_inv, scale_b=w_inv, out_dtype=torch.bfloat16,
-            use_fast_accum=True))
-    return calls
+    return {name: power_rounds.fc1_gemm(w) for name, w in weights.items()}
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--hold", type=float, default=2.0)
-    parser.add_argument("--iters", type=int, default=50)
-    parser.add_argument("--power-csv", default="/tmp/gemm-data-power.csv")
+    parser = power_rounds.arguments(__doc__, "/tmp/gemm-data-power.csv",
+                                    rounds=4)
+    parser.set_defaults(iters=50)
     args = parser.parse_args()
-    calls = variants()
-    names = list(calls)
-    windows, times = [], {n: [] for n in names}
-    with PowerSampler(args.power_csv) as sampler:
-        for r in range(args.rounds):
-            for name in names[r % 3:] + names[:r % 3]:
-                bench_sustained.hold(calls[name], args.hold)
-                per_call, _, window = bench_sustained.timed(calls[name],
-                                                            args.iters)
-                windows.append((name, window))
-                times[name].append(statistics.median(per_call))
     print(torch.cuda.get_device_name())
-    for name in names:
-        power = [sampler.window(*w) for n, w in windows if n == name]
-        power = [p for p in power if p["samples"]]
-        watts = statistics.median(p["median_w"] for p in power) if power else 0
-        mhz = statistics.median(p["median_sm_mhz"] for p in power) if power \
-            else 0
-        ms = statistics.median(times[name])
-        print(f"{name:8s} {ms:.4f} ms (rounds {min(times[name]):.4f}-"
-              f"{max(times[name]):.4f})  {watts:.0f} W  {mhz:.0f} MHz  "
-              f"{2 * M * N * K / ms / 1e9:.0f} TFLOP/s")
+    for row in power_rounds.run(variants(), args):
+        print(f"{power_rounds.describe(row)}  "
+              f"{2 * M * N * K / row.ms / 1e9:.0f} TFLOP/s")
 
 
 if __name__ == "__main__":

@@ -20,39 +20,17 @@ measures directly. Variants, each held --hold seconds, then timed:
 
 The gain of overlapping is serial - overlap, set against mem alone.
 """
-import argparse
-import statistics
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import torch  # noqa: E402
-
-import bench_sustained  # noqa: E402 (its hold and timed loops)
-from power_sampler import PowerSampler  # noqa: E402
-
-E4M3 = torch.float8_e4m3fn
-M, N, K = 8192, 16384, 4096
-
-
-def quantize(t):
-    scale = 448.0 / t.abs().amax().float()
-    return (t.float() * scale).clamp(-448, 448).to(E4M3), scale.reciprocal()
+import power_rounds
+from power_rounds import M, N, torch
 
 
 def build_variants(carveouts):
-    x, x_inv = quantize(torch.randn(M, K, device="cuda"))
-    w, w_inv = quantize(torch.rand(N, K, device="cuda") * 2 - 1)
+    gemm = power_rounds.fc1_gemm()
     a = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     c = torch.empty_like(a)
     gemm_stream = torch.cuda.Stream()
     mem_stream = torch.cuda.Stream()
-
-    def gemm():
-        torch._scaled_mm(x, w.t(), scale_a=x_inv, scale_b=w_inv,
-                         out_dtype=torch.bfloat16, use_fast_accum=True)
 
     def mem():
         torch.add(a, b, out=c)
@@ -89,43 +67,17 @@ def build_variants(carveouts):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--hold", type=float, default=2.0)
-    parser.add_argument("--iters", type=int, default=40)
+    parser = power_rounds.arguments(__doc__, "/tmp/overlap-power.csv")
     parser.add_argument("--carveouts", type=int, nargs="*", default=[16, 32])
-    parser.add_argument("--power-csv", default="/tmp/overlap-power.csv")
     args = parser.parse_args()
-    variants = build_variants(args.carveouts)
-    names = list(variants)
-    windows, times = [], {n: [] for n in names}
-    with PowerSampler(args.power_csv) as sampler:
-        for r in range(args.rounds):
-            shift = r % len(names)
-            for name in names[shift:] + names[:shift]:
-                bench_sustained.hold(variants[name], args.hold)
-                per_call, _, window = bench_sustained.timed(variants[name],
-                                                            args.iters)
-                windows.append((name, window))
-                times[name].append(statistics.median(per_call))
+    rows = power_rounds.run(build_variants(args.carveouts), args)
     print(torch.cuda.get_device_name(), torch.__version__)
-    for name in names:
-        power = [sampler.window(*w) for n, w in windows if n == name]
-        power = [p for p in power if p["samples"]]
-        watts = statistics.median(p["median_w"] for p in power) if power else 0
-        mhz = statistics.median(p["median_sm_mhz"] for p in power) if power \
-            else 0
-        capped = statistics.median(p["power_capped_share"] for p in power) \
-            if power else 0
-        ms = statistics.median(times[name])
-        print(f"{name:8s} {ms:.4f} ms (rounds {min(times[name]):.4f}-"
-              f"{max(times[name]):.4f})  {watts:.0f} W  {mhz:.0f} MHz  "
-              f"capped {capped:.0%}  {watts * ms / 1000:.3f} J")
-    serial = statistics.median(times["serial"])
-    for name in names[3:]:
-        gain = serial - statistics.median(times[name])
-        print(f"{name}: {gain:+.4f} ms against serial "
-              f"(mem alone {statistics.median(times['mem']):.4f} ms)")
+    for row in rows:
+        print(power_rounds.describe(row))
+    by_name = {row.name: row for row in rows}
+    for row in rows[3:]:
+        print(f"{row.name}: {by_name['serial'].ms - row.ms:+.4f} ms against "
+              f"serial (mem alone {by_name['mem'].ms:.4f} ms)")
 
 
 if __name__ == "__main__":
