@@ -301,9 +301,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 self._zero_biases[key] = torch.zeros(
                     key[0], dtype=dtype, device=parameter.device)
             return self._zero_biases[key]
-        head, _, rest = name.partition(".")
-        child = self._modules.get(head) if rest else None
-        if child is not None and hasattr(child, "_argument"):
+        child, rest = self._child_with(name, "_argument")
+        if child is not None:
             return child._argument(rest, dtype)
         parameter = self._parameter(name)
         # Casts only under torch.autocast; autograd carries the gradient
@@ -314,11 +313,20 @@ class TransformerEngineBaseModule(torch.nn.Module):
         """Where the program's gradient of parameter input `name` goes
         under fuse_wgrad_accumulation (_main_grad.Slot), resolved as
         _argument resolves the tensor."""
-        head, _, rest = name.partition(".")
-        child = self._modules.get(head) if rest else None
-        if child is not None and hasattr(child, "_main_grad_slot"):
+        child, rest = self._child_with(name, "_main_grad_slot")
+        if child is not None:
             return child._main_grad_slot(rest)
         return _main_grad.Slot([self._parameter(name)], [name])
+
+    def _child_with(self, name, method):
+        """(the submodule a dotted parameter name `name` starts with, the
+        rest of the name) when that submodule has `method` (it resolves its
+        own parameters: the fused QKV group), else (None, name)."""
+        head, _, rest = name.partition(".")
+        child = self._modules.get(head) if rest else None
+        if child is not None and hasattr(child, method):
+            return child, rest
+        return None, name
 
     def _requires_grad(self, inp):
         return inp.requires_grad or any(
