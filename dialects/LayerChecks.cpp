@@ -8,6 +8,23 @@
 using namespace mlir;
 using namespace mlir::te;
 
+LogicalResult
+mlir::te::verifyAttentionWindow(Operation *op,
+                                std::optional<ArrayRef<int64_t>> window,
+                                AttnMaskType maskType) {
+  if (!window)
+    return success();
+  if (window->size() != 2 || (*window)[0] < -1 || (*window)[1] < -1)
+    return op->emitOpError()
+           << "'window_size' must be [left, right] with each >= -1 (-1: "
+              "unbounded), got "
+           << formatShape(*window);
+  if (maskType == AttnMaskType::arbitrary)
+    return op->emitOpError() << "'window_size' is not supported with the "
+                                "arbitrary mask type";
+  return success();
+}
+
 std::string mlir::te::formatShape(ArrayRef<int64_t> shape) {
   std::string text;
   llvm::raw_string_ostream os(text);

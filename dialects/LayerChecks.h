@@ -57,12 +57,19 @@ public:
                                int64_t hidden);
 
   InFlightDiagnostic emitError() { return op->emitOpError(); }
+  Operation *getOperation() const { return op; }
 
 private:
   Operation *op;
   Type dtype;
   std::string dtypeSource;
 };
+
+/// A `window_size` attribute (absent, or [left, right] with each >= -1),
+/// which the `arbitrary` mask type does not take.
+LogicalResult verifyAttentionWindow(Operation *op,
+                                    std::optional<ArrayRef<int64_t>> window,
+                                    AttnMaskType maskType);
 
 /// Formats a shape as "[2048, 4, 4096]".
 std::string formatShape(ArrayRef<int64_t> shape);

@@ -94,4 +94,7 @@ def TE_FP8RecipeAttr : Attr<
   let convertFromStorage = "$_self";
 }
 
+// A sliding attention window: array<i64: left, right>, -1 = unbounded.
+defvar TE_AttentionWindow = DenseI64ArrayAttr;
+
 #endif // TEJIT_DIALECT_TE_ATTRIBUTES_TD

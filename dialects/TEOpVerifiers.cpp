@@ -233,7 +233,8 @@ LogicalResult DotProductAttentionOp::verify() {
                         getAttentionMask(), q[batchDim], heads, q[seqDim],
                         k[seqDim])) ||
       failed(verifyDropout(checker, "attention_dropout",
-                           getAttentionDropout().convertToDouble())))
+                           getAttentionDropout().convertToDouble())) ||
+      failed(verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())))
     return failure();
   if (std::optional<APFloat> scale = getSoftmaxScale())
     if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
@@ -258,6 +259,7 @@ struct AttentionBlock {
   AttnMaskType maskType;
   QkvFormat format;
   double dropout;
+  std::optional<ArrayRef<int64_t>> window;
   /// The op's name for `maskType`, for diagnostics.
   StringRef maskTypeName = "attn_mask_type";
 };
@@ -313,7 +315,9 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
   int64_t seq = shape[seqDim], batch = shape[batchDim];
   if (failed(verifyMask(checker, block.maskTypeName, block.maskType, block.mask,
                         batch, block.heads, seq, seq)) ||
-      failed(verifyDropout(checker, "attention_dropout", block.dropout)))
+      failed(verifyDropout(checker, "attention_dropout", block.dropout)) ||
+      failed(verifyAttentionWindow(checker.getOperation(), block.window,
+                                   block.maskType)))
     return failure();
   if (block.rotary) {
     auto type = cast<RankedTensorType>(block.rotary.getType());
@@ -361,7 +365,8 @@ LogicalResult MultiheadAttentionOp::verify() {
                        signedValue(getKvChannelsAttr()),
                        getAttnMaskType(),
                        getQkvFormat(),
-                       getAttentionDropout().convertToDouble()};
+                       getAttentionDropout().convertToDouble(),
+                       getWindowSize()};
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
@@ -393,7 +398,8 @@ LogicalResult TransformerLayerOp::verify() {
                        signedValue(getKvChannelsAttr()),
                        getSelfAttnMaskType(),
                        getAttnInputFormat(),
-                       getAttentionDropout().convertToDouble()};
+                       getAttentionDropout().convertToDouble(),
+                       getWindowSize()};
   block.maskTypeName = "self_attn_mask_type";
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||

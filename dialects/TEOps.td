@@ -184,6 +184,13 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
     padding masks, broadcastable to `[b, heads, s_q, s_kv]` for `arbitrary`.
     `softmax_scale` defaults to `1/sqrt(head_dim)`.
 
+    `window_size = array<i64: left, right>` (sliding-window attention, as
+    Transformer Engine's `window_size`) further hides key j from query i
+    unless `i - left <= j <= i + right`, with -1 for an unbounded side;
+    the diagonal is aligned bottom-right (shifted by `s_kv - s_q`) except
+    for the `causal` and `padding_causal` mask types, as in Transformer
+    Engine. Not allowed with the `arbitrary` mask type.
+
     ```mlir
     %o = te.dot_product_attention %q, %k, %v
         {attn_mask_type = #te.attn_mask_type<causal>}
@@ -198,7 +205,8 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
                    TE_Dropout<"0.0">:$attention_dropout,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
-                   OptionalAttr<F64Attr>:$softmax_scale);
+                   OptionalAttr<F64Attr>:$softmax_scale,
+                   OptionalAttr<TE_AttentionWindow>:$window_size);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)? attr-dict
@@ -245,6 +253,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    TE_Dropout<"0.1">:$attention_dropout,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
+                   OptionalAttr<TE_AttentionWindow>:$window_size,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
@@ -306,6 +315,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$attn_input_format,
                    UnitAttr:$apply_residual_connection_post_layernorm,
+                   OptionalAttr<TE_AttentionWindow>:$window_size,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

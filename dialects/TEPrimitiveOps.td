@@ -251,6 +251,7 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
     `qkv_format`; returns `o` in q's layout and the f32 log-sum-exp of each
     softmax row (`[b, heads, s_q]`), which te.attention_bwd consumes.
     Attention dropout draws from `rng_state` like te.dropout.
+    `window_size` is te.dot_product_attention's sliding window.
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
@@ -258,6 +259,7 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   OptionalAttr<TE_AttentionWindow>:$window_size,
                    DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
   let assemblyFormat = [{
@@ -278,6 +280,7 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   OptionalAttr<TE_AttentionWindow>:$window_size,
                    DefaultValuedAttr<I64Attr, "0">:$stream);
   let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
                  TE_AnyTensor:$value_grad);

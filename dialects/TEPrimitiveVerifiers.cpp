@@ -260,6 +260,8 @@ LogicalResult AttentionOp::verify() {
   FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
       *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
   if (failed(stats) ||
+      failed(
+          verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())))
     return failure();
   return expectType(
@@ -271,6 +273,8 @@ LogicalResult AttentionBwdOp::verify() {
   FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
       *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
   if (failed(stats) ||
+      failed(
+          verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getGrad(), "grad", getQuery().getType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())) ||
       failed(expectType(

@@ -78,6 +78,8 @@ std::string AttentionProblem::key() const {
                     attentionMaskName(mask), exactDouble(softmaxScale),
                     exactDouble(dropout))
           .str();
+  if (windowLeft >= 0 || windowRight >= 0)
+    text += llvm::formatv(" window={0},{1}", windowLeft, windowRight).str();
   const TokenStrides &t = tokenStrides;
   for (auto [name, stride] :
        {std::pair{"q", t.q}, std::pair{"k", t.k}, std::pair{"v", t.v},
@@ -113,6 +115,11 @@ Error AttentionProblem::validate() const {
                        " is out of range: it must be in [0, 1)");
   if (!std::isfinite(softmaxScale) || softmaxScale == 0.0)
     return unsupported("the softmax scale must be finite and non-zero");
+  if (windowLeft < -1 || windowRight < -1)
+    return unsupported("window bounds must be >= -1 (-1: unbounded)");
+  if ((windowLeft >= 0 || windowRight >= 0) && seqQ != seqKv)
+    return unsupported("a sliding window needs as many queries as keys "
+                       "(s_q == s_kv) on the cuDNN path");
   const TokenStrides &t = tokenStrides;
   for (auto [name, stride, count] :
        {std::tuple{"q", t.q, heads}, std::tuple{"k", t.k, kvHeads},

@@ -44,6 +44,10 @@ struct AttentionProblem {
   /// softmaxScale multiplies q.k; dropout is the probability of dropping a
   /// softmax weight, in [0, 1) (kept weights are scaled by 1 / (1 - p)).
   double softmaxScale = 1.0, dropout = 0.0;
+  /// Sliding window (Transformer Engine's window_size): key j is visible to
+  /// query i only if i - windowLeft <= j <= i + windowRight; -1 leaves a
+  /// side unbounded. Needs s_q == s_kv; a causal mask ignores windowRight.
+  int64_t windowLeft = -1, windowRight = -1;
   bool backward = false;
   /// Elements between consecutive tokens of q, k, v and (backward) their
   /// gradients; 0 means packed (heads * head dim). A fused QKV projection's
@@ -66,7 +70,8 @@ struct AttentionProblem {
   llvm::Error validate() const;
   /// Everything that decides the cuDNN graph, readable and exact (doubles
   /// printed to round-trip): "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2
-  /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1".
+  /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1", then
+  /// " window=L,R" when a window is set.
   std::string key() const;
 };
 

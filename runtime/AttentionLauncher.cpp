@@ -58,6 +58,23 @@ struct StepAttributes {
       return error("attribute '" + name + "' is '" + *text + "', not a number");
     return value;
   }
+  /// "array<i64: 4096, 0>" -> {4096, 0}; {-1, -1} when absent.
+  llvm::Expected<std::pair<int64_t, int64_t>> window(StringRef name) const {
+    std::optional<StringRef> text = raw(name);
+    if (!text)
+      return std::pair<int64_t, int64_t>{-1, -1};
+    StringRef body = text->trim();
+    int64_t left = 0, right = 0;
+    if (!body.consume_front("array<i64:") || !body.consume_back(">"))
+      return error("attribute '" + name + "' is '" + *text +
+                   "', not an array<i64: left, right>");
+    auto [first, second] = body.split(',');
+    if (first.trim().getAsInteger(10, left) ||
+        second.trim().getAsInteger(10, right))
+      return error("attribute '" + name + "' is '" + *text +
+                   "', not an array<i64: left, right>");
+    return std::pair<int64_t, int64_t>{left, right};
+  }
 };
 
 llvm::Expected<AttentionMask> maskOf(StringRef name, bool sameLengths,
@@ -199,8 +216,14 @@ AttentionLauncher::create(const AttentionStep &step,
     return dropout.takeError();
   if (!site)
     return site.takeError();
+  auto window = attributes.window("window_size");
+  if (!window)
+    return window.takeError();
   problem.softmaxScale = *scale;
   problem.dropout = *dropout;
+  problem.windowLeft = window->first;
+  // A causal mask already hides every key right of the diagonal.
+  problem.windowRight = problem.causal() ? -1 : window->second;
   if (problem.dropout > 0 && !launcher.rng)
     return attributes.error("attention dropout without an RNG state operand");
   if (problem.dropout == 0)

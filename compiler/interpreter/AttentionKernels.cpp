@@ -62,7 +62,13 @@ bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
                  type == AttnMaskType::padding_causal_bottom_right;
   if (padding && params.mask->data[b * kv.seq + j] != 0.0)
     return true;
-  if (type == AttnMaskType::causal || type == AttnMaskType::padding_causal)
+  bool topLeft =
+      type == AttnMaskType::causal || type == AttnMaskType::padding_causal;
+  int64_t diagonal = i + (topLeft ? 0 : kv.seq - q.seq);
+  if ((params.windowLeft >= 0 && j < diagonal - params.windowLeft) ||
+      (params.windowRight >= 0 && j > diagonal + params.windowRight))
+    return true;
+  if (topLeft)
     return j > i;
   if (type == AttnMaskType::causal_bottom_right ||
       type == AttnMaskType::padding_causal_bottom_right)

@@ -113,6 +113,19 @@ struct AttentionParams {
   double softmaxScale = 1.0;
   double dropout = 0.0;
   DropoutKey dropoutKey;
+  /// Sliding window (Transformer Engine's window_size): key j is visible
+  /// to query i only if i + shift - left <= j <= i + shift + right, where
+  /// shift = s_kv - s_q except for the causal and padding_causal types
+  /// (top-left aligned); -1 leaves a side unbounded.
+  int64_t windowLeft = -1, windowRight = -1;
+
+  /// Takes an optional window_size attribute's [left, right].
+  void setWindow(std::optional<llvm::ArrayRef<int64_t>> window) {
+    if (window) {
+      windowLeft = (*window)[0];
+      windowRight = (*window)[1];
+    }
+  }
 };
 
 /// The attention output (q's layout) and the softmax log-sum-exp per row

@@ -99,6 +99,7 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
                             : 1.0 / std::sqrt(double(query.shape[3]));
   params.dropout = toDouble(op.getAttentionDropout());
   params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
+  params.setWindow(op.getWindowSize());
   AttentionOutputs result = attention(query, frame.get(op.getKey()),
                                       frame.get(op.getValue()), params);
   return frame.set(op, op.getOutput(), mergeHeads(std::move(result.output)));
@@ -133,6 +134,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.softmaxScale = 1.0 / std::sqrt(double(block.headDim));
   block.params.dropout = toDouble(op.getAttentionDropout());
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
+  block.params.setWindow(op.getWindowSize());
   return block;
 }
 

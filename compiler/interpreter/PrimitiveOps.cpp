@@ -190,6 +190,7 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
   params.mask = frame.getOptional(op.getAttentionMask());
   params.softmaxScale = op.getSoftmaxScale().convertToDouble();
   params.dropout = op.getDropout().convertToDouble();
+  params.setWindow(op.getWindowSize());
   if (failed(checkMask(op, params.maskType, op.getAttentionMask(),
                        op.getQuery(), op.getKey(), params.format)))
     return failure();

@@ -39,6 +39,7 @@ struct AttentionParams {
   AttnMaskType maskType;
   QkvFormat format;
   double dropout;
+  DenseI64ArrayAttr window;
 };
 
 /// Builds the primitive ops of one layer op, in front of it.
@@ -121,7 +122,7 @@ public:
   /// The attention core on 4-D q/k/v; returns the output in q's layout.
   Value attention(Value query, Value key, Value value, Value mask,
                   AttnMaskType maskType, QkvFormat format, double scale,
-                  double dropoutRate) {
+                  double dropoutRate, DenseI64ArrayAttr window) {
     ArrayRef<int64_t> q = shapeOf(query);
     bool sbhd = format == QkvFormat::sbhd;
     auto lseType = RankedTensorType::get(
@@ -141,6 +142,8 @@ public:
         builder.getNamedAttr("operandSegmentSizes",
                              builder.getDenseI32ArrayAttr(
                                  {1, 1, 1, mask ? 1 : 0, rng ? 1 : 0}))};
+    if (window)
+      attrs.push_back(builder.getNamedAttr("window_size", window));
     if (rate > 0.0) {
       attrs.push_back(
           builder.getNamedAttr("dropout", builder.getF64FloatAttr(rate)));
@@ -179,7 +182,7 @@ public:
     }
     Value context = attention(
         query, key, value, params.mask, params.maskType, params.format,
-        1.0 / std::sqrt(double(params.headDim)), params.dropout);
+        1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window);
     return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
                   params.projBias);
   }
@@ -258,10 +261,10 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
   double headDim = double(LayerLowering::shapeOf(op.getQuery())[3]);
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
-  Value context = lower.attention(op.getQuery(), op.getKey(), op.getValue(),
-                                  op.getAttentionMask(), op.getAttnMaskType(),
-                                  op.getQkvFormat(), scale,
-                                  op.getAttentionDropout().convertToDouble());
+  Value context = lower.attention(
+      op.getQuery(), op.getKey(), op.getValue(), op.getAttentionMask(),
+      op.getAttnMaskType(), op.getQkvFormat(), scale,
+      op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr());
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 
@@ -279,7 +282,8 @@ AttentionParams attentionParams(OpT op, AttnMaskType maskType,
           op.getHeadDim(),
           maskType,
           format,
-          op.getAttentionDropout().convertToDouble()};
+          op.getAttentionDropout().convertToDouble(),
+          op.getWindowSizeAttr()};
 }
 
 SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {

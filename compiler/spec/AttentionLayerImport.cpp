@@ -23,6 +23,30 @@ static AttnMaskTypeAttr maskAttr(LayerContext &ctx, AttnMaskType type) {
   return AttnMaskTypeAttr::get(ctx.context(), type);
 }
 
+/// Transformer Engine's `window_size: [left, right]` (-1 = unbounded);
+/// null when absent or unbounded on both sides.
+static FailureOr<DenseI64ArrayAttr>
+readWindow(LayerContext &ctx, FailureOr<AttnMaskType> maskType) {
+  FailureOr<std::optional<SmallVector<int64_t>>> window =
+      ctx.layer.getIntList("window_size", 2);
+  if (failed(window))
+    return failure();
+  if (!*window)
+    return DenseI64ArrayAttr();
+  int64_t left = (**window)[0], right = (**window)[1];
+  if (left < -1 || right < -1)
+    return emitError(ctx.layer.valueLoc("window_size"))
+           << "'window_size' in " << ctx.layer.getWhat()
+           << " must be [left, right] with each >= -1 (-1: unbounded), got ["
+           << left << ", " << right << "]";
+  if (succeeded(maskType) && *maskType == AttnMaskType::arbitrary)
+    return emitError(ctx.layer.valueLoc("window_size"))
+           << "'window_size' is not supported with the arbitrary mask type";
+  if (left == -1 && right == -1)
+    return DenseI64ArrayAttr();
+  return DenseI64ArrayAttr::get(ctx.context(), {left, right});
+}
+
 /// [s, b, heads, headDim] or [b, s, heads, headDim].
 static RankedTensorType headsType(LayerContext &ctx, int64_t heads,
                                   int64_t headDim) {
@@ -45,9 +69,10 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   FailureOr<double> dropout = layer.getFloat("attention_dropout", 0.0);
   FailureOr<std::optional<double>> scale = layer.getFloat("softmax_scale");
   FailureOr<QkvFormat> format = ctx.readFormat("qkv_format");
+  FailureOr<DenseI64ArrayAttr> window = readWindow(ctx, maskType);
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
-      failed(format) || failed(ctx.rejectRecipe()))
+      failed(format) || failed(window) || failed(ctx.rejectRecipe()))
     return failure();
   if (ctx.input)
     return emitError(ctx.loc())
@@ -67,6 +92,8 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   parts.set("qkv_format", formatAttr(ctx, *format));
   if (*scale)
     parts.set("softmax_scale", ctx.f64(**scale));
+  if (*window)
+    parts.set("window_size", *window);
   return ctx.build(DotProductAttentionOp::getOperationName(), parts,
                    ctx.state.activationType(*heads * *headDim),
                    /*segmented=*/false);
@@ -81,6 +108,7 @@ struct AttentionOptions {
   double dropout;
   bool bias, rotary;
   QkvFormat format;
+  DenseI64ArrayAttr window;
 
   static FailureOr<AttentionOptions> read(LayerContext &ctx, StringRef maskKey,
                                           StringRef formatKey) {
@@ -96,12 +124,13 @@ struct AttentionOptions {
     FailureOr<bool> bias = layer.getBool("bias", true);
     FailureOr<bool> rotary = layer.getBool("rotary_pos_emb", false);
     FailureOr<QkvFormat> format = ctx.readFormat(formatKey);
+    FailureOr<DenseI64ArrayAttr> window = readWindow(ctx, maskType);
     if (failed(heads) || failed(groups) || failed(kvChannels) ||
         failed(maskType) || failed(dropout) || failed(bias) || failed(rotary) ||
-        failed(format))
+        failed(format) || failed(window))
       return failure();
-    return AttentionOptions{*heads,   *groups, *kvChannels, *maskType,
-                            *dropout, *bias,   *rotary,     *format};
+    return AttentionOptions{*heads, *groups, *kvChannels, *maskType, *dropout,
+                            *bias,  *rotary, *format,     *window};
   }
 
   int64_t headDim(int64_t hidden) const {
@@ -152,6 +181,8 @@ struct AttentionOptions {
     parts.set(maskName, maskAttr(ctx, maskType));
     parts.set("attention_dropout", ctx.f64(dropout));
     parts.set(formatName, formatAttr(ctx, format));
+    if (window)
+      parts.set("window_size", window);
     parts.set("fp8_recipe", ctx.recipe);
   }
 };

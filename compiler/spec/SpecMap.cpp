@@ -5,6 +5,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace tejit::spec;
@@ -120,6 +121,25 @@ FailureOr<std::optional<int64_t>> SpecMap::getInt(StringRef key) {
                                  return std::nullopt;
                                return result;
                              });
+}
+
+FailureOr<std::optional<llvm::SmallVector<int64_t>>>
+SpecMap::getIntList(StringRef key, size_t size) {
+  const SpecNode *value = getNode(key);
+  if (!value || value->isNull())
+    return std::optional<llvm::SmallVector<int64_t>>();
+  std::string expected = llvm::formatv("a list of {0} integers", size).str();
+  if (value->kind != SpecNode::Kind::List || value->items.size() != size)
+    return typeError(key, expected, *value);
+  llvm::SmallVector<int64_t> result;
+  for (const std::unique_ptr<SpecNode> &item : value->items) {
+    int64_t number;
+    if (item->kind != SpecNode::Kind::Scalar || item->quoted ||
+        StringRef(item->text).getAsInteger(10, number))
+      return typeError(key, expected, *item);
+    result.push_back(number);
+  }
+  return std::optional<llvm::SmallVector<int64_t>>(std::move(result));
 }
 
 FailureOr<std::optional<double>> SpecMap::getFloat(StringRef key) {

@@ -53,6 +53,11 @@ public:
   mlir::FailureOr<int64_t> requirePositive(llvm::StringRef key);
   mlir::FailureOr<std::optional<int64_t>> getPositive(llvm::StringRef key);
 
+  /// A list of exactly `size` integers ("[4096, 0]"), or nullopt when
+  /// absent or null.
+  mlir::FailureOr<std::optional<llvm::SmallVector<int64_t>>>
+  getIntList(llvm::StringRef key, size_t size);
+
   /// The raw node of `key`, or null; marks the key as known.
   const SpecNode *getNode(llvm::StringRef key);
 

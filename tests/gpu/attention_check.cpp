@@ -17,9 +17,12 @@
 //     then random inputs with the same seed and offset are compared against
 //     the reference using that mask; the same seed/offset must give
 //     bit-identical o, another offset a different o.
-//   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16: the
-//     reference covers a few (batch, head) slices; forward and backward are
-//     timed with CUDA events.
+//   * sliding windows (window_size): causal with a left bound, padding_causal
+//     with one, and no_mask/padding with left, right or both bounds, at
+//     s = 256, d 128, MHA/GQA, both layouts and types.
+//   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
+//     with a 512-key sliding window): the reference covers a few (batch,
+//     head) slices; forward and backward are timed with CUDA events.
 //
 // Relative L2 error must stay within 1e-2 (bf16) or 5e-3 (f16). One line per
 // problem (PASS/FAIL/UNSUPPORTED), a summary, exit status 1 on any failure,
@@ -272,9 +275,14 @@ void reference(const Inputs &in, Reference &ref,
     std::vector<double> prob(row), keep(row, 1.0), dropped(row), gradP(row);
     for (int64_t h = g * perGroup; h < (g + 1) * perGroup; ++h) {
       for (int64_t i = 0; i < lq; ++i) {
-        int64_t last = p.causal() ? std::min(lk, i + 1) : lk; // keys < last
+        // Visible keys: first <= j < last (padding, causal, window).
+        int64_t last = p.causal() ? std::min(lk, i + 1) : lk;
+        if (!p.causal() && p.windowRight >= 0)
+          last = std::min(last, i + p.windowRight + 1);
+        int64_t first =
+            p.windowLeft >= 0 ? std::max<int64_t>(0, i - p.windowLeft) : 0;
         double max = -INFINITY;
-        for (int64_t j = 0; j < last; ++j) {
+        for (int64_t j = first; j < last; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d)
             dot += in.q.at(b, h, i, d) * in.k.at(b, g, j, d);
@@ -282,11 +290,11 @@ void reference(const Inputs &in, Reference &ref,
           max = std::max(max, prob[j]);
         }
         double sum = 0;
-        for (int64_t j = 0; j < last; ++j)
+        for (int64_t j = first; j < last; ++j)
           sum += std::exp(prob[j] - max);
         double stats = max + std::log(sum);
         ref.stats[size_t((b * H + h) * sq + i)] = stats;
-        for (int64_t j = 0; j < last; ++j) {
+        for (int64_t j = first; j < last; ++j) {
           prob[j] = std::exp(prob[j] - stats);
           if (in.keep)
             keep[j] = (*in.keep)[size_t(((b * H + h) * sq + i) * skv + j)];
@@ -296,20 +304,20 @@ void reference(const Inputs &in, Reference &ref,
         double rowDot = 0;
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < last; ++j)
+          for (int64_t j = first; j < last; ++j)
             acc += dropped[j] * in.v.at(b, g, j, d);
           ref.o[canonical(p, b, h, i, H, sq, d)] = acc;
           rowDot += acc * in.gradO.at(b, h, i, d);
         }
         // dP (through the dropout mask), dS, then dq, dk, dv.
-        for (int64_t j = 0; j < last; ++j) {
+        for (int64_t j = first; j < last; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < D; ++d)
             dot += in.gradO.at(b, h, i, d) * in.v.at(b, g, j, d);
           // dS = P (dP - D), dP = dO.v through the dropout mask.
           gradP[j] = prob[j] * (dot * keep[j] * keepScale - rowDot);
         }
-        for (int64_t j = 0; j < last; ++j) {
+        for (int64_t j = first; j < last; ++j) {
           double ds = gradP[j] * p.softmaxScale;
           for (int64_t d = 0; d < D; ++d) {
             ref.dq[canonical(p, b, h, i, H, sq, d)] += ds * in.k.at(b, g, j, d);
@@ -810,10 +818,18 @@ private:
     details += extra;
     if (c.timed) {
       const AttentionProblem &p = c.problem;
-      double flops = 4.0 * double(p.batch * p.heads) * double(p.seqQ) *
-                     double(p.seqKv) * double(p.headDim);
-      if (p.causal())
-        flops /= 2;
+      // 4 flops per head dim per visible (query, key) pair.
+      double visible = 0;
+      for (int64_t i = 0; i < p.seqQ; ++i) {
+        int64_t last = p.causal() ? i + 1 : p.seqKv;
+        if (!p.causal() && p.windowRight >= 0)
+          last = std::min(last, i + p.windowRight + 1);
+        int64_t first =
+            p.windowLeft >= 0 ? std::max<int64_t>(0, i - p.windowLeft) : 0;
+        visible += double(std::max<int64_t>(0, last - first));
+      }
+      double flops =
+          4.0 * double(p.batch * p.heads) * visible * double(p.headDim);
       std::snprintf(buffer, sizeof(buffer),
                     " | fwd %.3f ms %.1f TFLOP/s, bwd %.3f ms %.1f TFLOP/s",
                     timing.forwardMs, flops / timing.forwardMs / 1e9,
@@ -880,6 +896,46 @@ std::vector<Case> smallCases() {
                                mask == AttentionMask::Causal);
               cases.push_back({name, p, mustPass, {}, false});
             }
+  // Sliding windows (window_size): causal with a left bound (Mistral's),
+  // both bounds, and one bound alone.
+  struct Window {
+    AttentionMask mask;
+    int64_t left, right;
+    bool mustPass;
+  };
+  const Window windows[] = {{AttentionMask::Causal, 32, -1, true},
+                            {AttentionMask::Causal, 0, -1, true},
+                            {AttentionMask::PaddingCausal, 48, -1, true},
+                            {AttentionMask::None, 32, -1, false},
+                            {AttentionMask::None, 24, 40, false},
+                            {AttentionMask::None, -1, 16, false},
+                            {AttentionMask::Padding, 40, 8, false}};
+  for (const Window &window : windows)
+    for (ElementType element : {ElementType::BF16, ElementType::F16})
+      for (const Grouping &grouping : {groupings[0], groupings[1]})
+        for (AttentionLayout layout :
+             {AttentionLayout::Sbhd, AttentionLayout::Bshd}) {
+          AttentionProblem p;
+          p.batch = 2;
+          p.heads = 8;
+          p.kvHeads = grouping.kvHeads;
+          p.seqQ = p.seqKv = 256;
+          p.headDim = 128;
+          p.element = element;
+          p.layout = layout;
+          p.mask = window.mask;
+          p.windowLeft = window.left;
+          p.windowRight = window.right;
+          p.softmaxScale = 1 / std::sqrt(128.0);
+          char name[128];
+          std::snprintf(
+              name, sizeof(name), "window(%lld,%lld) %s d128 %s %s %s s256",
+              (long long)window.left, (long long)window.right,
+              elementTypeName(element).str().c_str(),
+              attentionMaskName(window.mask).str().c_str(), grouping.name,
+              attentionLayoutName(layout).str().c_str());
+          cases.push_back({name, p, window.mustPass, {}, false});
+        }
   // q, k and v read in place from a fused QKV projection's output, and
   // their gradients written into one, as tejit's plans run attention.
   for (const Grouping &grouping : groupings)
@@ -922,6 +978,15 @@ Case realCase() {
           true,
           {{0, 0}, {1, 31}, {0, 17}, {1, 6}},
           true};
+}
+
+/// The real size with Mistral's sliding window (4096 keys at s = 2048 would
+/// be no window; 512 is a quarter of the sequence).
+Case realWindowCase() {
+  Case c = realCase();
+  c.problem.windowLeft = 511;
+  c.name = "real bf16 d128 causal window(511,-1) mha sbhd b2 h32 s2048";
+  return c;
 }
 
 } // namespace
@@ -994,6 +1059,9 @@ int main(int argc, char **argv) {
     packed.problem.tokenStrides = {width, width, width, width, width, width};
     if (selected(packed.name))
       checker.run(packed);
+    Case window = realWindowCase();
+    if (selected(window.name))
+      checker.run(window);
     Case c = realCase();
     if (selected(c.name)) {
       auto start = std::chrono::steady_clock::now();

@@ -101,6 +101,15 @@ TEST(AttentionProblemTest, RejectsWithClearMessages) {
       {"dv stride unaligned",
        [](AttentionProblem &p) { p.tokenStrides.gradV = 130; },
        "token stride of dv (130 elements)"},
+      // validProblem() has 128 queries and 256 keys.
+      {"window, s_q != s_kv", [](AttentionProblem &p) { p.windowLeft = 16; },
+       "a sliding window needs as many queries as keys"},
+      {"window right -2",
+       [](AttentionProblem &p) {
+         p.seqKv = p.seqQ;
+         p.windowRight = -2;
+       },
+       "window bounds must be >= -1"},
   };
   for (const Case &c : cases) {
     AttentionProblem problem = validProblem();
@@ -135,6 +144,14 @@ TEST(AttentionProblemTest, KeySpellsOutTheProblem) {
             "mask=causal scale=0.125 dropout=0.1 q_stride=768 k_stride=768 "
             "v_stride=768 dq_stride=768 dk_stride=768 dv_stride=768");
   EXPECT_FALSE(bool(packed.validate()));
+  // A sliding window, after everything else.
+  AttentionProblem window = validProblem();
+  window.seqKv = 128;
+  window.windowLeft = 31;
+  EXPECT_EQ(window.key(),
+            "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2 s_q=128 s_kv=128 d=64 "
+            "mask=causal scale=0.125 dropout=0.1 window=31,-1");
+  EXPECT_FALSE(bool(window.validate()));
 }
 
 TEST(AttentionProblemTest, KeysAreUnique) {
@@ -161,6 +178,9 @@ TEST(AttentionProblemTest, KeysAreUnique) {
       [](AttentionProblem &p) { p.tokenStrides.gradQ = 768; },
       [](AttentionProblem &p) { p.tokenStrides.gradK = 768; },
       [](AttentionProblem &p) { p.tokenStrides.gradV = 768; },
+      [](AttentionProblem &p) { p.windowLeft = 16; },
+      [](AttentionProblem &p) { p.windowRight = 16; },
+      [](AttentionProblem &p) { p.windowLeft = p.windowRight = 16; },
   };
   std::set<std::string> keys = {validProblem().key()};
   for (auto change : changes) {
@@ -330,6 +350,35 @@ TEST(AttentionGraphTest, EveryVariantFinalizesWithoutAGpu) {
               }
             }
   EXPECT_EQ(built, 2 * 4 * 2 * 3 * 2 * 2);
+}
+
+/// The sliding-window masks (left bound, right bound, both; with and
+/// without causal and padding masks) build and finalize too.
+TEST(AttentionGraphTest, WindowVariantsFinalizeWithoutAGpu) {
+  auto lib = Cudnn::get();
+  if (!lib) {
+    std::string message = llvm::toString(lib.takeError());
+    GTEST_SKIP() << "no cuDNN: " << message;
+  }
+  int built = 0;
+  for (bool backward : {false, true})
+    for (AttentionMask mask :
+         {AttentionMask::None, AttentionMask::Causal, AttentionMask::Padding,
+          AttentionMask::PaddingCausal})
+      for (auto [left, right] :
+           {std::pair<int64_t, int64_t>{31, -1}, {-1, 7}, {0, 0}, {63, 15}}) {
+        AttentionProblem problem = validProblem();
+        problem.backward = backward;
+        problem.mask = mask;
+        problem.seqKv = problem.seqQ;
+        problem.windowLeft = left;
+        problem.windowRight = right;
+        ASSERT_FALSE(bool(problem.validate())) << problem.key();
+        auto graph = attention::buildGraph(*lib, nullptr, problem);
+        ASSERT_TRUE(bool(graph)) << llvm::toString(graph.takeError());
+        ++built;
+      }
+  EXPECT_EQ(built, 2 * 4 * 4);
 }
 
 } // namespace

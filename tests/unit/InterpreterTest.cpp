@@ -498,9 +498,20 @@ std::pair<Tensor, Tensor> referenceAttention(const AttentionCase &c,
     return c.sbhd() ? flatIndex(t.shape, {s, b, h, d})
                     : flatIndex(t.shape, {b, s, h, d});
   };
+  // Transformer Engine's window: keys [i' - left, i' + right] of query i,
+  // with i' = i, or i + s_kv - s_q unless the mask type is (padding_)causal.
+  auto outsideWindow = [&](int64_t i, int64_t j) {
+    bool topLeft = c.maskType == AttnMaskType::causal ||
+                   c.maskType == AttnMaskType::padding_causal;
+    int64_t aligned = topLeft ? i : i + c.seqKV - c.seqQ;
+    return (c.windowLeft >= 0 && aligned - j > c.windowLeft) ||
+           (c.windowRight >= 0 && j - aligned > c.windowRight);
+  };
   auto masked = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
     bool pad = mask && c.maskType != AttnMaskType::arbitrary &&
                mask->data[flatIndex(mask->shape, {b, 0, 0, j})];
+    if (outsideWindow(i, j))
+      return true;
     switch (c.maskType) {
     case AttnMaskType::no_mask:
       return false;

@@ -116,6 +116,8 @@ struct AttentionCase {
   double dropout = 0.0;
   /// The mask's shape for `arbitrary` ([b or 1, h or 1, s_q, s_kv]).
   llvm::SmallVector<int64_t> arbitraryMaskShape = {};
+  /// window_size [left, right]; none when both are -1.
+  int64_t windowLeft = -1, windowRight = -1;
 
   bool sbhd() const { return format == mlir::te::QkvFormat::sbhd; }
 
@@ -182,8 +184,12 @@ func.func @bwd(%g: $Q, %q: $Q, %k: $KV, %v: $KV, %o: $Q, %lse: $LSE$MASKARG,
            ">, qkv_format = #te.qkv_format<" +
            mlir::te::stringifyQkvFormat(format).str() +
            ">, softmax_scale = " + std::to_string(scale()) +
-           " : f64, dropout = " + std::to_string(dropout) +
-           " : f64, stream = 3 : i64}";
+           " : f64, dropout = " + std::to_string(dropout) + " : f64" +
+           (windowLeft == -1 && windowRight == -1
+                ? std::string()
+                : ", window_size = array<i64: " + std::to_string(windowLeft) +
+                      ", " + std::to_string(windowRight) + ">") +
+           ", stream = 3 : i64}";
   }
 };
 
@@ -197,7 +203,7 @@ inline std::vector<AttentionCase> attentionCases() {
   using Mask = mlir::te::AttnMaskType;
   // clang-format off
   //  name, format, mask type, batch, s_q, s_kv, heads, groups, dim[, dropout,
-  //  arbitrary mask shape]
+  //  arbitrary mask shape, window left, window right]
   return {
       {"NoMaskSbhd", QkvFormat::sbhd, Mask::no_mask, 2, 3, 4, 2, 2, 4},
       {"CausalGqaBshd", QkvFormat::bshd, Mask::causal, 2, 4, 4, 4, 2, 2},
@@ -220,6 +226,16 @@ inline std::vector<AttentionCase> attentionCases() {
       {"DropoutGqaSbhd", QkvFormat::sbhd, Mask::causal, 2, 4, 4, 4, 2, 2, 0.3},
       {"DropoutPaddingBshd", QkvFormat::bshd, Mask::padding, 2, 3, 4, 2, 1, 2,
        0.5},
+      {"WindowCausal", QkvFormat::sbhd, Mask::causal, 2, 6, 6, 2, 1, 2, 0.0,
+       {}, 2, -1},
+      {"WindowBothBoundsBshd", QkvFormat::bshd, Mask::no_mask, 1, 6, 6, 2, 2,
+       2, 0.0, {}, 1, 2},
+      {"WindowRightOnlyShorterQ", QkvFormat::sbhd, Mask::no_mask, 2, 3, 6, 2,
+       1, 2, 0.0, {}, -1, 1},
+      {"WindowPaddingCausalDropout", QkvFormat::bshd, Mask::padding_causal, 2,
+       5, 5, 2, 2, 2, 0.3, {}, 1, 0},
+      {"WindowPaddingBottomRight", QkvFormat::sbhd, Mask::padding, 2, 4, 6, 2,
+       1, 2, 0.0, {}, 2, 0},
   };
   // clang-format on
 }

@@ -79,6 +79,15 @@ layers:
   - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 6,
      num_gqa_groups: 2, attn_mask_type: causal_bottom_right, attention_dropout: 0.25}
 )"},
+    {"sliding_window", R"(
+seq_length: 7
+batch_size: 2
+layers:
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, window_size: [2, 0], attention_dropout: 0.2}
+  - {type: MultiheadAttention, hidden_size: 16, num_attention_heads: 2,
+     attn_mask_type: padding, window_size: [1, 2]}
+)"},
 };
 
 class PassEquivalence : public ::testing::TestWithParam<std::string> {
@@ -242,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "all_layers_small.yaml", "attention_small.yaml",
                       "transformer_bshd_mqa", "transformer_kv_channels_silu",
                       "mlp_variants", "main_grad",
-                      "attention_bshd_causal_bottom_right"),
+                      "attention_bshd_causal_bottom_right", "sliding_window"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

@@ -335,7 +335,7 @@ layers:
                   "normalization, layernorm_epsilon, zero_centered_gamma, "
                   "num_attention_heads, num_gqa_groups, kv_channels, "
                   "self_attn_mask_type, attention_dropout, bias, "
-                  "rotary_pos_emb, attn_input_format)"},
+                  "rotary_pos_emb, attn_input_format, window_size)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -1162,6 +1162,56 @@ layers:
                   "'te.layernorm_linear' op FP8 GEMMs need in_features "
                   "divisible by 16, got 72 (fp8_recipe is set; pad the dim "
                   "or drop the recipe)"},
+        ErrorCase{"WindowNotAPair", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    window_size: [8]
+)",
+                  8, 18,
+                  "'window_size' in TransformerLayer must be a list of 2 "
+                  "integers, got a list"},
+        ErrorCase{"WindowNotIntegers", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    window_size: [8, zero]
+)",
+                  7, 22,
+                  "'window_size' in MultiheadAttention must be a list of 2 "
+                  "integers, got 'zero'"},
+        ErrorCase{"WindowBelowMinusOne", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    window_size: [-2, 0]
+)",
+                  7, 18,
+                  "'window_size' in DotProductAttention must be [left, right] "
+                  "with each >= -1 (-1: unbounded), got [-2, 0]"},
+        ErrorCase{"WindowWithArbitraryMask", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    attn_mask_type: arbitrary
+    window_size: [4, 0]
+)",
+                  8, 18,
+                  "'window_size' is not supported with the arbitrary mask "
+                  "type"},
         ErrorCase{"DropoutOutOfRange", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

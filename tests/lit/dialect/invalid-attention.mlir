@@ -19,6 +19,44 @@ func.func @dpa_query_rank3(%q: tensor<16x2x64xbf16>, %k: tensor<16x2x4x16xbf16>,
 
 // -----
 
+func.func @dpa_window_three(%q: tensor<16x2x4x16xbf16>, %k: tensor<16x2x4x16xbf16>,
+                            %v: tensor<16x2x4x16xbf16>) {
+  // expected-error @+1 {{'window_size' must be [left, right] with each >= -1 (-1: unbounded), got [1, 2, 3]}}
+  %r = te.dot_product_attention %q, %k, %v {window_size = array<i64: 1, 2, 3>}
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>)
+         -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @dpa_window_below_minus_one(%q: tensor<16x2x4x16xbf16>,
+                                      %k: tensor<16x2x4x16xbf16>,
+                                      %v: tensor<16x2x4x16xbf16>) {
+  // expected-error @+1 {{'window_size' must be [left, right] with each >= -1 (-1: unbounded), got [-3, 0]}}
+  %r = te.dot_product_attention %q, %k, %v {window_size = array<i64: -3, 0>}
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>)
+         -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @dpa_window_arbitrary(%q: tensor<16x2x4x16xbf16>,
+                                %k: tensor<16x2x4x16xbf16>,
+                                %v: tensor<16x2x4x16xbf16>,
+                                %m: tensor<2x4x16x16xi1>) {
+  // expected-error @+1 {{'window_size' is not supported with the arbitrary mask type}}
+  %r = te.dot_product_attention %q, %k, %v mask(%m)
+      {attn_mask_type = #te.attn_mask_type<arbitrary>,
+       window_size = array<i64: 2, 0>}
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>,
+         tensor<2x4x16x16xi1>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
 func.func @dpa_key_rank5(%q: tensor<16x2x4x16xbf16>,
                          %k: tensor<16x2x4x16x1xbf16>,
                          %v: tensor<16x2x4x16xbf16>) {

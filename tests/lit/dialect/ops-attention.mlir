@@ -30,6 +30,23 @@ func.func @dpa(%q: tensor<16x2x4x16xbf16>, %k: tensor<16x2x4x16xbf16>,
 }
 
 // The mask types that take no mask operand.
+// Sliding windows (window_size = [left, right], -1 = unbounded).
+// CHECK-LABEL: func.func @dpa_windows
+// CHECK: te.dot_product_attention {{.*}}window_size = array<i64: 4096, 0>
+// CHECK: te.dot_product_attention {{.*}}window_size = array<i64: -1, 8>
+func.func @dpa_windows(%q: tensor<16x2x4x16xbf16>, %k: tensor<16x2x4x16xbf16>,
+                       %v: tensor<16x2x4x16xbf16>) {
+  %a = te.dot_product_attention %q, %k, %v {window_size = array<i64: 4096, 0>}
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>,
+         tensor<16x2x4x16xbf16>) -> tensor<16x2x64xbf16>
+  %b = te.dot_product_attention %q, %k, %v
+      {attn_mask_type = #te.attn_mask_type<no_mask>,
+       window_size = array<i64: -1, 8>}
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>,
+         tensor<16x2x4x16xbf16>) -> tensor<16x2x64xbf16>
+  return
+}
+
 // CHECK-LABEL: func.func @dpa_mask_types_without_mask
 // CHECK: te.dot_product_attention %{{.*}}, %{{.*}}, %{{.*}} {attn_mask_type = #te.attn_mask_type<no_mask>} :
 // CHECK: te.dot_product_attention %{{.*}}, %{{.*}}, %{{.*}} {attn_mask_type = #te.attn_mask_type<causal_bottom_right>} :
