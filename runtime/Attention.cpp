@@ -120,6 +120,15 @@ Error AttentionProblem::validate() const {
   if ((windowLeft >= 0 || windowRight >= 0) && seqQ != seqKv)
     return unsupported("a sliding window needs as many queries as keys "
                        "(s_q == s_kv) on the cuDNN path");
+  // cuDNN's fused engines before 9.21 know one right bound, the causal
+  // diagonal: a shifted one (row + r >= column) finalizes on 9.19 but
+  // computes wrong results (tejit-attention-check, session 14).
+  if (windowRight >= 0 && !causal())
+    return unsupported(llvm::formatv(
+        "a right window bound of {0} is not supported: cuDNN's fused "
+        "attention takes the causal diagonal as its only right bound (use "
+        "window_size (left, 0) with a causal mask, or (left, -1))",
+        windowRight));
   const TokenStrides &t = tokenStrides;
   for (auto [name, stride, count] :
        {std::tuple{"q", t.q, heads}, std::tuple{"k", t.k, kvHeads},

@@ -46,7 +46,8 @@ struct AttentionProblem {
   double softmaxScale = 1.0, dropout = 0.0;
   /// Sliding window (Transformer Engine's window_size): key j is visible to
   /// query i only if i - windowLeft <= j <= i + windowRight; -1 leaves a
-  /// side unbounded. Needs s_q == s_kv; a causal mask ignores windowRight.
+  /// side unbounded. Needs s_q == s_kv; windowRight must be -1 (a causal
+  /// mask is the right bound 0: AttentionLauncher maps one onto the other).
   int64_t windowLeft = -1, windowRight = -1;
   bool backward = false;
   /// Elements between consecutive tokens of q, k, v and (backward) their

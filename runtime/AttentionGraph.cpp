@@ -20,7 +20,6 @@
 //   S = S * scale                      (by-value f32)
 //   padding: S = select(S, -inf, row < seq_len_q && col < seq_len_kv)
 //   causal:  S = select(S, -inf, row >= col)
-//   window right bound r (no causal mask): S = select(S, -inf, row + r >= col)
 //   window left bound l: S = select(S, -inf, col + (l + 1) > row)
 //   M = max_row(S); E = exp(S - M); Z = sum_row(E)
 //   stats = M + log(Z)                 (f32 output)
@@ -547,25 +546,6 @@ struct Common {
                     "causal select");
   }
 
-  /// Scores right of the band (column > row + right) become the mask value;
-  /// right = 0 is the causal mask.
-  Tensor rightBound(Builder &g, const Tensor &s, int64_t right) const {
-    if (right == 0)
-      return causal(g, s);
-    Tensor row = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "window row index",
-                         CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 2);
-    Tensor col = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "window column index",
-                         CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 3);
-    Tensor reach = g.binary(CUDNN_POINTWISE_ADD, row,
-                            g.scalar(static_cast<float>(right), "window right"),
-                            "row + right");
-    Tensor keep =
-        g.binary(CUDNN_POINTWISE_CMP_GE, reach, col, "row + right >= column",
-                 CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
-    return g.select(s, g.scalar(maskValue, "window right mask value"), keep,
-                    "window right select");
-  }
-
   /// Scores left of the band (column < row - left) become the mask value,
   /// in the form cuDNN's sliding-window engines recognize:
   /// keep column + (left + 1) > row.
@@ -588,13 +568,12 @@ struct Common {
   }
 
   /// The causal mask and the sliding window, in cudnn-frontend's order:
-  /// the right bound (causal is right = 0), then the left bound.
+  /// the right bound (the causal diagonal; validate() refuses others), then
+  /// the left bound.
   Tensor band(Builder &g, const Tensor &s) const {
     Tensor result = s;
     if (p.causal())
       result = causal(g, result);
-    else if (p.windowRight >= 0)
-      result = rightBound(g, result, p.windowRight);
     if (p.windowLeft >= 0)
       result = leftBound(g, result, p.windowLeft);
     return result;

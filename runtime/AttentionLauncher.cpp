@@ -222,8 +222,17 @@ AttentionLauncher::create(const AttentionStep &step,
   problem.softmaxScale = *scale;
   problem.dropout = *dropout;
   problem.windowLeft = window->first;
-  // A causal mask already hides every key right of the diagonal.
-  problem.windowRight = problem.causal() ? -1 : window->second;
+  problem.windowRight = window->second;
+  // A right bound of 0 is the causal mask (with as many queries as keys),
+  // and a causal mask already hides every key right of the diagonal.
+  if (problem.windowRight == 0 && problem.seqQ == problem.seqKv) {
+    if (problem.mask == AttentionMask::None)
+      problem.mask = AttentionMask::Causal;
+    else if (problem.mask == AttentionMask::Padding)
+      problem.mask = AttentionMask::PaddingCausal;
+  }
+  if (problem.causal())
+    problem.windowRight = -1;
   if (problem.dropout > 0 && !launcher.rng)
     return attributes.error("attention dropout without an RNG state operand");
   if (problem.dropout == 0)

@@ -17,8 +17,7 @@
 //     then random inputs with the same seed and offset are compared against
 //     the reference using that mask; the same seed/offset must give
 //     bit-identical o, another offset a different o.
-//   * sliding windows (window_size): causal with a left bound, padding_causal
-//     with one, and no_mask/padding with left, right or both bounds, at
+//   * sliding windows (window_size): a left bound with each mask type, at
 //     s = 256, d 128, MHA/GQA, both layouts and types.
 //   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
 //     with a 512-key sliding window): the reference covers a few (batch,
@@ -467,6 +466,11 @@ public:
     if (!p.padding()) {
       in.lenQ.assign(size_t(p.batch), int32_t(p.seqQ));
       in.lenKv.assign(size_t(p.batch), int32_t(p.seqKv));
+    } else if (p.windowLeft >= 0) {
+      // Windows come with self-attention, whose queries and keys share one
+      // padding mask (tejit's runtime passes the same lengths); unequal
+      // lengths would leave rows with no visible key.
+      in.lenKv = in.lenQ;
     }
     DeviceResults got = results(p);
     std::string failure;
@@ -903,13 +907,13 @@ std::vector<Case> smallCases() {
     int64_t left, right;
     bool mustPass;
   };
+  // A right bound other than the causal diagonal is refused (validate()),
+  // so it is not among them.
   const Window windows[] = {{AttentionMask::Causal, 32, -1, true},
                             {AttentionMask::Causal, 0, -1, true},
                             {AttentionMask::PaddingCausal, 48, -1, true},
-                            {AttentionMask::None, 32, -1, false},
-                            {AttentionMask::None, 24, 40, false},
-                            {AttentionMask::None, -1, 16, false},
-                            {AttentionMask::Padding, 40, 8, false}};
+                            {AttentionMask::None, 32, -1, true},
+                            {AttentionMask::Padding, 40, -1, true}};
   for (const Window &window : windows)
     for (ElementType element : {ElementType::BF16, ElementType::F16})
       for (const Grouping &grouping : {groupings[0], groupings[1]})
