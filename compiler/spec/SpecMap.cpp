@@ -129,8 +129,10 @@ SpecMap::getIntList(StringRef key, size_t size) {
   if (!value || value->isNull())
     return std::optional<llvm::SmallVector<int64_t>>();
   std::string expected = llvm::formatv("a list of {0} integers", size).str();
-  if (value->kind != SpecNode::Kind::List || value->items.size() != size)
+  if (value->kind != SpecNode::Kind::List)
     return typeError(key, expected, *value);
+  if (value->items.size() != size)
+    return typeError(key, expected, *value) << " of " << value->items.size();
   llvm::SmallVector<int64_t> result;
   for (const std::unique_ptr<SpecNode> &item : value->items) {
     int64_t number;

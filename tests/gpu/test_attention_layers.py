@@ -32,6 +32,18 @@ kernels, see tests/gpu/test_pytorch_modules.py):
 - The inference program (eval mode under torch.no_grad()) of the seed and
   a Llama-style layer, small in bf16 and full size in FP8 after two
   training steps: output against the float32 composition, same bounds.
+- Sliding windows (window_size (left, right); the reference's band mask
+  i - left <= j <= i + right comes from the indices alone): bf16
+  DotProductAttention at s = 256 with a left bound on causal,
+  padding_causal, no_mask and padding (and (left, 0) on no_mask),
+  multi-head, GQA and MQA, sbhd and bshd, the DotProductAttention bounds;
+  MultiheadAttention and TransformerLayer with window_size (128, 0) at
+  s = 512, bf16 and FP8, their bounds; forward(window_size=...) overriding
+  the constructor's (its own program) for all three; TE's two-sided
+  window (32, 32) on no_mask either refused with an error naming the
+  window or right. Each checks that the window moves its reference well
+  beyond the bounds (attention 0.1, the blocks' attention output 0.05),
+  so that ignoring it would fail.
 Dropout > 0: finite outputs and gradients, train and eval differ, eval is
 deterministic, two training forwards differ (fresh masks), and
 torch.manual_seed repeats them. Hidden dropout forward and backward (bf16
@@ -48,6 +60,7 @@ from gpu_test_support import hybrid, perturb, run_seed, torch
 
 import torch.nn.functional as F  # noqa: E402
 
+import tejit  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 
 SEED = run_seed("test_attention_layers")
@@ -89,9 +102,25 @@ def check_errors(errors, limits, what):
 # --- reference math ----------------------------------------------------------
 
 
-def allowed_mask(mask_type, padding, seq, device):
+def window_allowed(window, seq, device):
+    """[1, 1, s, s] bool, True where key j lies in query i's sliding
+    window (left, right): i - left <= j <= i + right, -1 leaving that side
+    unbounded (TE's window_size, from the index arithmetic alone)."""
+    left, right = window
+    i = torch.arange(seq, device=device).view(seq, 1)
+    j = torch.arange(seq, device=device).view(1, seq)
+    allowed = torch.ones(seq, seq, dtype=torch.bool, device=device)
+    if left >= 0:
+        allowed &= j >= i - left
+    if right >= 0:
+        allowed &= j <= i + right
+    return allowed[None, None]
+
+
+def allowed_mask(mask_type, padding, seq, device, window=None):
     """[b or 1, 1, s, s] bool, True where a query may attend to a key;
-    None for no mask. `padding`: [b, 1, 1, s] bool, True = padded."""
+    None for no mask. `padding`: [b, 1, 1, s] bool, True = padded;
+    `window`: a sliding window (left, right) on top, or None."""
     allowed = None
     if "causal" in mask_type:
         allowed = torch.ones(seq, seq, dtype=torch.bool,
@@ -99,12 +128,20 @@ def allowed_mask(mask_type, padding, seq, device):
     if "padding" in mask_type:
         keys = ~padding  # [b, 1, 1, s]
         allowed = keys if allowed is None else allowed & keys
+    if window is not None:
+        band = window_allowed(window, seq, device)
+        allowed = band if allowed is None else allowed & band
     return allowed
 
 
-def attention_ref(q, k, v, mask_type, padding, qkv_format, scale):
+def attention_ref(q, k, v, mask_type, padding, qkv_format, scale,
+                  window=None):
     """softmax(q k^T * scale, masked) v in q's dtype: q [.., h, d] and
-    k, v [.., g, d] in `qkv_format`; returns [s, b, h*d] / [b, s, h*d]."""
+    k, v [.., g, d] in `qkv_format`, with the sliding `window` (left,
+    right) or None; returns [s, b, h*d] / [b, s, h*d]. A query that may
+    see no key (a padded one whose window holds only padding) attends to
+    every key instead of giving NaN: such rows are left out of every
+    comparison and get a zero output gradient."""
     if qkv_format == "sbhd":
         q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, h, s, d]
     else:
@@ -112,9 +149,10 @@ def attention_ref(q, k, v, mask_type, padding, qkv_format, scale):
     heads, groups, seq = q.shape[1], k.shape[1], q.shape[2]
     k = k.repeat_interleave(heads // groups, dim=1)
     v = v.repeat_interleave(heads // groups, dim=1)
-    allowed = allowed_mask(mask_type, padding, seq, q.device)
+    allowed = allowed_mask(mask_type, padding, seq, q.device, window)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if allowed is not None:
+        allowed = allowed | ~allowed.any(dim=-1, keepdim=True)
         scores = scores.masked_fill(~allowed, float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [b, h, s, d]
     if qkv_format == "sbhd":
@@ -197,9 +235,9 @@ def split_qkv(group, p, prefix, heads, groups, kv_channels):
     return weights, biases
 
 
-def mha_ref(mha, x, p, mask_type, padding, freqs, prefix=""):
-    """MultiheadAttention in float32: (output incl. proj bias, norm
-    output or None)."""
+def mha_ref(mha, x, p, mask_type, padding, freqs, prefix="", window=None):
+    """MultiheadAttention in float32 with the sliding `window` (or None):
+    (output incl. proj bias, norm output or None)."""
     fmt, h, g, d = (mha.qkv_format, mha.num_attention_heads,
                     mha.num_gqa_groups, mha.kv_channels)
     group_name = "layernorm_qkv." if mha.input_layernorm else "qkv."
@@ -219,18 +257,19 @@ def mha_ref(mha, x, p, mask_type, padding, freqs, prefix=""):
     if freqs is not None:
         q, k = rotary_ref(q, freqs, fmt), rotary_ref(k, freqs, fmt)
     attn = attention_ref(q, k, v, mask_type, padding, fmt,
-                         1.0 / math.sqrt(d))
+                         1.0 / math.sqrt(d), window)
     out = F.linear(attn, p[prefix + "proj.weight"],
                    p.get(prefix + "proj.bias"))
     return out, ln
 
 
 def transformer_ref(layer, x, p, mask_type, padding, freqs,
-                    dropout_scales=None):
+                    dropout_scales=None, window=None):
     """TransformerLayer in float32; `dropout_scales` (keep / (1 - p) after
-    the attention block and after the MLP) applies hidden dropout."""
+    the attention block and after the MLP) applies hidden dropout,
+    `window` a sliding window (left, right) in the self-attention."""
     attn, ln = mha_ref(layer.self_attention, x, p, mask_type, padding, freqs,
-                       prefix="self_attention.")
+                       prefix="self_attention.", window=window)
     if dropout_scales is not None:
         attn = attn * dropout_scales[0]
     post = layer.apply_residual_connection_post_layernorm
@@ -265,13 +304,18 @@ DPA_CASES = [(dtype, d, mask, groups, fmt)
              for groups in (8, 2, 1) for fmt in ("sbhd", "bshd")]
 
 
-@pytest.mark.parametrize(
-    "dtype,d,mask,groups,fmt", DPA_CASES,
-    ids=[f"{str(c[0])[6:]}-d{c[1]}-{c[2]}-g{c[3]}-{c[4]}" for c in DPA_CASES])
-def test_dot_product_attention(dtype, d, mask, groups, fmt):
-    heads, seq, batch = 8, 128, 2
+def dot_product_attention_errors(dtype, d, mask, groups, fmt, seq=128,
+                                 window=None):
+    """One forward and backward of DotProductAttention (8 heads, batch 2,
+    the sliding `window` given to the constructor, or none) against
+    attention_ref in float64 on the same q, k, v: ({output, dq, dk, dv:
+    relative L2 error on the valid rows}, how far the reference is from
+    the one without the window: None without one)."""
+    heads, batch = 8, 2
+    window_arg = {} if window is None else {"window_size": window}
     dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
-                                 qkv_format=fmt, attn_mask_type=mask)
+                                 qkv_format=fmt, attn_mask_type=mask,
+                                 **window_arg)
     lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
     q = torch.randn(*lead, heads, d, device="cuda", dtype=dtype)
     k = torch.randn(*lead, groups, d, device="cuda", dtype=dtype)
@@ -291,17 +335,120 @@ def test_dot_product_attention(dtype, d, mask, groups, fmt):
 
     q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
     ref = attention_ref(q64, k64, v64, mask, padding, fmt,
-                        1.0 / math.sqrt(d))
+                        1.0 / math.sqrt(d), window)
     ref.backward(dy.double())
     rows64, rows4 = rows.double(), rows.double().unsqueeze(-1)
     errors = {"output": rel_l2(out * rows, ref * rows64),
               "dq": rel_l2(q.grad * rows4, q64.grad * rows4),
               "dk": rel_l2(k.grad * rows4, k64.grad * rows4),
               "dv": rel_l2(v.grad * rows4, v64.grad * rows4)}
+    gap = None
+    if window is not None:
+        with torch.no_grad():
+            full = attention_ref(q64, k64, v64, mask, padding, fmt,
+                                 1.0 / math.sqrt(d))
+        gap = rel_l2(full * rows64, ref.detach() * rows64)
+    return errors, gap
+
+
+@pytest.mark.parametrize(
+    "dtype,d,mask,groups,fmt", DPA_CASES,
+    ids=[f"{str(c[0])[6:]}-d{c[1]}-{c[2]}-g{c[3]}-{c[4]}" for c in DPA_CASES])
+def test_dot_product_attention(dtype, d, mask, groups, fmt):
+    errors, _ = dot_product_attention_errors(dtype, d, mask, groups, fmt)
     limit = L2_DTYPE[dtype]
     check_errors(errors, dict.fromkeys(errors, limit),
                  f"DotProductAttention {dtype} d {d} {mask} groups {groups} "
                  f"{fmt}")
+
+
+# Sliding windows (window_size (left, right)), bf16, s = 256: a left bound
+# with each mask type (and the right bound 0, the causal diagonal, without
+# a causal type), multi-head, GQA and MQA, both layouts.
+WINDOW_SEQ = 256
+DPA_WINDOW_CASES = [
+    (d, mask, window, groups, fmt)
+    for d, mask, window, groups in (
+        (64, "causal", (64, 0), 2), (128, "causal", (64, 0), 8),
+        (64, "padding_causal", (48, 0), 2),
+        (128, "padding_causal", (32, 0), 1),
+        (64, "no_mask", (32, -1), 2), (64, "padding", (40, -1), 1),
+        (64, "no_mask", (16, 0), 2))
+    for fmt in ("sbhd", "bshd")]
+# The window changes the reference by at least this (relative L2), many
+# times the bounds: a layer that ignored it would fail.
+WINDOW_GAP = 0.1
+
+
+@pytest.mark.parametrize(
+    "d,mask,window,groups,fmt", DPA_WINDOW_CASES,
+    ids=[f"d{c[0]}-{c[1]}-w{c[2][0]}_{c[2][1]}-g{c[3]}-{c[4]}"
+         for c in DPA_WINDOW_CASES])
+def test_dot_product_attention_window(d, mask, window, groups, fmt):
+    """DotProductAttention(window_size=window) forward and backward against
+    attention_ref with the window's band mask built from the indices,
+    test_dot_product_attention's bounds."""
+    errors, gap = dot_product_attention_errors(BF16, d, mask, groups, fmt,
+                                               seq=WINDOW_SEQ, window=window)
+    what = (f"DotProductAttention window {window} d {d} {mask} groups "
+            f"{groups} {fmt}")
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[BF16]), what)
+    assert gap > WINDOW_GAP, (
+        f"{what} (seed {SEED}): the window moves the reference by only "
+        f"{gap:.2e}, too little to tell it was applied")
+
+
+def test_dot_product_attention_two_sided_window():
+    """TE's two-sided window on no_mask, (32, 32): a right bound other
+    than the causal diagonal, which cuDNN's fused engines do not compute
+    right on every version. Refused with an error naming the window (the
+    module's NotImplementedError, or the runtime's when it builds the
+    program), or computed right; never a silently wrong result."""
+    try:
+        errors, gap = dot_product_attention_errors(
+            BF16, 64, "no_mask", 2, "sbhd", seq=WINDOW_SEQ, window=(32, 32))
+    except (tejit.TejitError, NotImplementedError) as error:
+        assert "window" in str(error), f"unclear refusal: {error}"
+        print(f"two-sided window refused: {error}")
+        return
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[BF16]),
+                 "DotProductAttention window (32, 32) no_mask")
+    assert gap > WINDOW_GAP
+
+
+def test_dot_product_attention_forward_window_override():
+    """A forward-time window_size overrides the constructor's and selects
+    its own program, as in TE; a forward attn_mask_type keeps the
+    constructor's window."""
+    dpa = te.DotProductAttention(4, 64, num_gqa_groups=2,
+                                 attn_mask_type="causal",
+                                 window_size=(64, 0))
+    q = torch.randn(WINDOW_SEQ, 2, 4, 64, device="cuda", dtype=BF16)
+    k, v = (torch.randn(WINDOW_SEQ, 2, 2, 64, device="cuda", dtype=BF16)
+            for _ in range(2))
+    calls = {  # name: (forward arguments, reference mask type, window)
+        "constructor (64, 0)": ({}, "causal", (64, 0)),
+        "forward (16, 0)": ({"window_size": (16, 0)}, "causal", (16, 0)),
+        "forward (-1, 0)": ({"window_size": (-1, 0)}, "causal", None),
+        "no_mask, constructor's": ({"attn_mask_type": "no_mask"}, "no_mask",
+                                   (64, 0)),
+        "no_mask, forward (32, -1)": ({"attn_mask_type": "no_mask",
+                                       "window_size": (32, -1)}, "no_mask",
+                                      (32, -1)),
+    }
+    q64, k64, v64 = (t.double() for t in (q, k, v))
+    outputs, errors = {}, {}
+    with torch.no_grad():
+        for name, (call, mask, window) in calls.items():
+            outputs[name] = dpa(q, k, v, **call)
+            errors[name] = rel_l2(outputs[name], attention_ref(
+                q64, k64, v64, mask, None, "sbhd", 1 / 8, window))
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[BF16]),
+                 "window override")
+    assert len(dpa._programs) == len(calls)
+    moved = rel_l2(outputs["forward (16, 0)"], outputs["constructor (64, 0)"])
+    assert moved > WINDOW_GAP, f"the forward's window moved the output by " \
+        f"only {moved:.2e}"
 
 
 def test_dot_product_attention_forward_mask_type_override():
@@ -400,8 +547,8 @@ def check_block(module, reference, fmt, fp8_recipe, mask="causal",
     return errors
 
 
-def mha_reference(mha, x, p, mask, padding, freqs):
-    return mha_ref(mha, x, p, mask, padding, freqs)[0]
+def mha_reference(mha, x, p, mask, padding, freqs, window=None):
+    return mha_ref(mha, x, p, mask, padding, freqs, window=window)[0]
 
 
 MHA_CASES = {
@@ -475,6 +622,140 @@ def test_transformer_layer(case, fp8):
     check_block(layer, transformer_ref, layer.attn_input_format,
                 hybrid() if fp8 else None, mask=mask, rotary=rotary,
                 what=f"TransformerLayer {case} {'fp8' if fp8 else 'bf16'}")
+
+
+# Sliding windows in the fused blocks: window_size (128, 0) on s = 512.
+BLOCK_WINDOW = (128, 0)
+BLOCK_WINDOW_SEQ = 512
+# The window moves the attention block's output (less the projection bias)
+# by at least this, 3x the bf16 bound (about 0.15 to 0.5 at these sizes;
+# the QKV weights' gradients move by 0.35 to 0.5).
+BLOCK_WINDOW_GAP = 0.05
+MHA_WINDOW_CASES = {
+    "LayerNorm-causal-sbhd-gqa": (dict(hidden_size=256, num_attention_heads=8,
+                                       num_gqa_groups=2, input_layernorm=True),
+                                  "causal", False),
+    "RMSNorm-padding_causal-rotary-bshd": (dict(
+        hidden_size=256, num_attention_heads=4, input_layernorm=True,
+        normalization="RMSNorm", qkv_format="bshd"), "padding_causal", True),
+}
+TL_WINDOW_CASES = {
+    "default-gqa": (dict(hidden_size=256, ffn_hidden_size=1024,
+                         num_attention_heads=8, num_gqa_groups=2), "causal",
+                    False),
+    "llama-like-bshd": (dict(
+        hidden_size=256, ffn_hidden_size=512, num_attention_heads=8,
+        num_gqa_groups=2, normalization="RMSNorm", activation="swiglu",
+        bias=False, attn_input_format="bshd"), "causal", True),
+}
+
+
+def windowed_reference(reference, window, gaps):
+    """check_block's `reference` with the sliding `window`. Appends to
+    `gaps` how far the attention block's output (the projection's, less
+    its bias) is from the one without the window: the window must matter
+    at the test's size for the comparison to tell it was applied."""
+    def run(module, x, p, mask, padding, freqs):
+        attention = getattr(module, "self_attention", module)
+        prefix = "self_attention." if attention is not module else ""
+        bias = p.get(prefix + "proj.bias")
+        with torch.no_grad():
+            outputs = [mha_ref(attention, x, p, mask, padding, freqs,
+                               prefix=prefix, window=w)[0]
+                       for w in (window, None)]
+            if bias is not None:
+                outputs = [out - bias for out in outputs]
+            gaps.append(rel_l2(*outputs))
+        return reference(module, x, p, mask, padding, freqs, window=window)
+    return run
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("case", list(MHA_WINDOW_CASES))
+def test_multihead_attention_window(case, fp8):
+    """MultiheadAttention(window_size=(128, 0)), one training step against
+    the float32 composition with the window, test_multihead_attention's
+    bounds."""
+    kwargs, mask, rotary = MHA_WINDOW_CASES[case]
+    mha = te.MultiheadAttention(attention_dropout=0.0, attn_mask_type=mask,
+                                window_size=BLOCK_WINDOW, params_dtype=BF16,
+                                **kwargs)
+    perturb(mha)
+    gaps = []
+    what = (f"MultiheadAttention window {BLOCK_WINDOW} {case} "
+            f"{'fp8' if fp8 else 'bf16'}")
+    check_block(mha, windowed_reference(mha_reference, BLOCK_WINDOW, gaps),
+                mha.qkv_format, hybrid() if fp8 else None, mask=mask,
+                rotary=rotary, seq=BLOCK_WINDOW_SEQ, what=what)
+    assert gaps[-1] > BLOCK_WINDOW_GAP, (
+        f"{what} (seed {SEED}): the window moves the attention by only "
+        f"{gaps[-1]:.2e}")
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("case", list(TL_WINDOW_CASES))
+def test_transformer_layer_window(case, fp8):
+    """TransformerLayer(window_size=(128, 0)), one training step against
+    the float32 composition with the window, test_transformer_layer's
+    bounds (the QKV weights' gradients see the window most)."""
+    kwargs, mask, rotary = TL_WINDOW_CASES[case]
+    layer = te.TransformerLayer(hidden_dropout=0.0, attention_dropout=0.0,
+                                self_attn_mask_type=mask,
+                                window_size=BLOCK_WINDOW, params_dtype=BF16,
+                                **kwargs)
+    perturb(layer)
+    gaps = []
+    what = (f"TransformerLayer window {BLOCK_WINDOW} {case} "
+            f"{'fp8' if fp8 else 'bf16'}")
+    check_block(layer, windowed_reference(transformer_ref, BLOCK_WINDOW,
+                                          gaps),
+                layer.attn_input_format, hybrid() if fp8 else None,
+                mask=mask, rotary=rotary, seq=BLOCK_WINDOW_SEQ, what=what)
+    assert gaps[-1] > BLOCK_WINDOW_GAP, (
+        f"{what} (seed {SEED}): the window moves the attention by only "
+        f"{gaps[-1]:.2e}")
+
+
+@pytest.mark.parametrize("kind", ["MultiheadAttention", "TransformerLayer"])
+def test_block_forward_window_override(kind):
+    """forward(window_size=...) overrides the constructor's window with a
+    program of its own, as TE's; inference (eval, no_grad), bf16."""
+    if kind == "MultiheadAttention":
+        module = te.MultiheadAttention(256, 8, num_gqa_groups=2,
+                                       attention_dropout=0.0,
+                                       input_layernorm=True,
+                                       window_size=BLOCK_WINDOW,
+                                       params_dtype=BF16)
+        reference = mha_reference
+    else:
+        module = te.TransformerLayer(256, 1024, 8, num_gqa_groups=2,
+                                     hidden_dropout=0.0,
+                                     attention_dropout=0.0,
+                                     window_size=BLOCK_WINDOW,
+                                     params_dtype=BF16)
+        reference = transformer_ref
+    perturb(module)
+    module.eval()
+    x = torch.randn(BLOCK_WINDOW_SEQ, 2, 256, device="cuda", dtype=BF16)
+    params = {n: p.detach().float() for n, p in module.named_parameters()}
+    calls = {  # name: (forward arguments, the reference's window)
+        "constructor (128, 0)": ({}, BLOCK_WINDOW),
+        "forward (32, 0)": ({"window_size": (32, 0)}, (32, 0)),
+        "forward (-1, 0)": ({"window_size": (-1, 0)}, None),
+    }
+    outputs, errors = {}, {}
+    with torch.no_grad():
+        for name, (call, window) in calls.items():
+            outputs[name] = module(x, **call)
+            errors[name] = rel_l2(outputs[name], reference(
+                module, x.float(), params, "causal", None, None,
+                window=window))
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[BF16]),
+                 f"{kind} window override")
+    assert len(module._programs) == len(calls)
+    first, *others = outputs.values()
+    assert not any(torch.equal(first, other) for other in others), \
+        f"{kind}: the forward's window_size changed nothing"
 
 
 def test_transformer_layer_full_size_fp8_step():

@@ -3,16 +3,20 @@ MultiheadAttention, TransformerLayer) compile, against the compiler,
 without PyTorch or a GPU: their program's inputs are what the modules
 supply (parameter names under TE's names, query/key/value, masks, rotary
 tables, shapes of the call's layout), dropout gives the runtime-owned
-`rng_state` only when on, and TE's interleaved fused QKV rows map onto the
-compiler's q | k | v rows. The spec builders live in
-python/tejit/pytorch/module/_attention_specs.py, loaded here by path (the
-tejit.pytorch package needs PyTorch). Run: python3 -m pytest tests/python
+`rng_state` only when on, TE's interleaved fused QKV rows map onto the
+compiler's q | k | v rows, and a sliding window (window_size) reaches the
+attention forward and backward, normalized as TE's check_set_window_size
+and left out of the spec when it limits nothing. The spec builders live in
+python/tejit/pytorch/module/_attention_specs.py and the argument checks in
+_args.py, loaded here by path (the tejit.pytorch package needs PyTorch).
+Run: python3 -m pytest tests/python
 """
 import importlib.util
 import os
 import re
 import sys
 import unittest
+import warnings
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -21,17 +25,17 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import tejit  # noqa: E402
 
 
-def _load_specs():
+def _load(file_name, module_name):
     path = os.path.join(REPO, "python", "tejit", "pytorch", "module",
-                        "_attention_specs.py")
-    spec = importlib.util.spec_from_file_location("tejit_attention_specs",
-                                                  path)
+                        file_name)
+    spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-specs = _load_specs()
+specs = _load("_attention_specs.py", "tejit_attention_specs")
+args_checks = _load("_args.py", "tejit_args")
 
 _ARGUMENT = re.compile(r'%arg\d+: tensor<([^>]*)> \{te\.name = "([^"]+)"')
 
@@ -204,6 +208,245 @@ class BlockSpecTest(unittest.TestCase):
         # An inference program has no dropout at all.
         self.assertNotIn("rng_state", arguments(
             self.layer(dropout=(0.1, 0.1)), "planned", training=False))
+
+
+_WINDOW = re.compile(r"window_size = array<i64: (-?\d+), (-?\d+)>")
+
+
+def windows(spec, stage="te", op=None):
+    """The window_size attributes [(left, right)] in the IR of `spec` at
+    `stage`, of the lines with `op` (all lines when None)."""
+    text = tejit.compile_ir(spec, stage)
+    return [tuple(int(w) for w in found)
+            for line in text.splitlines() if op is None or op in line
+            for found in _WINDOW.findall(line)]
+
+
+class WindowSpecTest(unittest.TestCase):
+    """window_size in the specs of the three layer types, against the
+    compiler."""
+
+    def dpa(self, window, mask="causal", qkv_format="sbhd"):
+        layer = specs.dot_product_attention_spec(8, 16, 2, mask, 0.0, 0.25,
+                                                 window)
+        return specs.program_spec("DotProductAttention", "bf16", qkv_format,
+                                  32, 2, layer)
+
+    def mha(self, window, mask="causal"):
+        layer = specs.multihead_attention_spec(
+            64, 4, 16, 2, True, "LayerNorm", 1e-5, False, mask, 0.0, True,
+            False, window)
+        return specs.program_spec("MultiheadAttention", "bf16", "sbhd", 32,
+                                  2, layer)
+
+    def layer(self, window, mask="causal"):
+        layer = specs.transformer_layer_spec(
+            64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            mask, True, False, False, window)
+        return specs.program_spec("TransformerLayer", "bf16", "bshd", 32, 2,
+                                  layer)
+
+    def test_no_op_windows_leave_the_spec_as_it_was(self):
+        # What a module passes for no window (None, or the normalized
+        # default of its mask type): the spec, and so its compile cache
+        # entries, as before windows existed.
+        for build in (self.dpa, self.mha, self.layer):
+            for mask, window in (("causal", None), ("causal", (-1, 0)),
+                                 ("causal", (-1, -1)),
+                                 ("padding_causal", (-1, 0)),
+                                 ("causal_bottom_right", (-1, 0)),
+                                 ("no_mask", (-1, -1)),
+                                 ("padding", (-1, -1)),
+                                 ("arbitrary", (-1, -1))):
+                with self.subTest(build=build.__name__, mask=mask,
+                                  window=window):
+                    self.assertEqual(build(window, mask), build(None, mask))
+                    self.assertNotIn("window_size",
+                                     build(window, mask)["layers"][0])
+        self.assertEqual(self.dpa((64, 0))["layers"][0]["window_size"],
+                         [64, 0])
+        # Without a causal mask type (-1, 0) limits (the modules normalize
+        # it to (-1, -1) first, as TE does).
+        self.assertEqual(
+            self.dpa((-1, 0), "no_mask")["layers"][0]["window_size"], [-1, 0])
+        self.assertEqual(windows(self.dpa(None)), [])
+        self.assertEqual(windows(self.layer((-1, 0))), [])
+
+    def test_window_reaches_the_ir(self):
+        cases = [(self.dpa, (4, 0), "causal"), (self.dpa, (8, 8), "no_mask"),
+                 (self.dpa, (4, 0), "padding_causal"),
+                 (self.dpa, (0, 0), "padding"),
+                 (self.dpa, (16, -1), "no_mask"),
+                 (self.dpa, (6, 0), "causal_bottom_right"),
+                 (self.mha, (8, 0), "causal"), (self.mha, (3, 5), "padding"),
+                 (self.layer, (8, 0), "causal"),
+                 (self.layer, (2, 2), "no_mask")]
+        for build, window, mask in cases:
+            with self.subTest(build=build.__name__, window=window,
+                              mask=mask):
+                spec = build(window, mask)
+                self.assertEqual(spec["layers"][0]["window_size"],
+                                 list(window))
+                self.assertEqual(windows(spec), [window])
+                # The decomposed attention, forward and backward, keeps it.
+                self.assertEqual(windows(spec, "autodiff", "te.attention "),
+                                 [window])
+                self.assertEqual(
+                    windows(spec, "autodiff", "te.attention_bwd"), [window])
+        # Both layouts; the inputs do not change.
+        for qkv_format in ("sbhd", "bshd"):
+            spec = self.dpa((4, 0), qkv_format=qkv_format)
+            self.assertEqual(windows(spec), [(4, 0)])
+            self.assertEqual(arguments(spec),
+                             arguments(self.dpa(None, qkv_format=qkv_format)))
+        # The planned program too (what the runtime runs).
+        self.assertEqual(windows(self.mha((8, 0)), "planned",
+                                 "te.attention "), [(8, 0)])
+
+    def assertRejected(self, spec, *words):
+        with self.assertRaises(tejit.TejitError) as caught:
+            tejit.compile_ir(spec, "te")
+        for word in words:
+            self.assertIn(word, str(caught.exception))
+
+    def test_bad_windows_are_rejected(self):
+        self.assertRejected(self.dpa((-2, 0)), "'window_size'",
+                            "DotProductAttention", ">= -1", "[-2, 0]")
+        self.assertRejected(self.mha((4, -3), "no_mask"), "'window_size'",
+                            "MultiheadAttention", ">= -1")
+        self.assertRejected(self.layer((-5, 0)), "'window_size'",
+                            "TransformerLayer", ">= -1")
+        for build in (self.dpa, self.mha, self.layer):
+            with self.subTest(build=build.__name__):
+                self.assertRejected(build((4, 4), "arbitrary"),
+                                    "'window_size'", "arbitrary")
+        for value in ([1, 2, 3], [4], "wide", [1.5, 0], ["4", 0]):
+            with self.subTest(value=value):
+                spec = self.dpa(None)
+                spec["layers"][0]["window_size"] = value
+                self.assertRejected(spec, "'window_size'",
+                                    "a list of 2 integers")
+
+
+class WindowArgumentTest(unittest.TestCase):
+    """_args.check_window_size: TE's check_set_window_size normalization
+    (with its warnings), the modules' errors."""
+
+    def normalized(self, window, mask):
+        """(the normalized window, the warnings' messages)."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = args_checks.check_window_size("Owner", "window_size",
+                                                   window, mask)
+        return result, [str(w.message) for w in caught]
+
+    def test_none_is_the_mask_types_default(self):
+        for mask in args_checks.ATTN_MASK_TYPES:
+            with self.subTest(mask=mask):
+                self.assertEqual(self.normalized(None, mask),
+                                 ((-1, 0) if "causal" in mask else (-1, -1),
+                                  []))
+
+    def test_windows_taken_as_given(self):
+        for window, mask in (((64, 0), "causal"), ((-1, 0), "causal"),
+                             ((0, 0), "padding_causal"),
+                             ((32, 0), "causal_bottom_right"),
+                             ((128, 0), "padding_causal_bottom_right"),
+                             ((32, 0), "no_mask"), ((-1, -1), "no_mask"),
+                             ((0, 0), "padding"), ((16, -1), "no_mask"),
+                             ((40, -1), "padding"),
+                             ((-1, -1), "arbitrary")):
+            with self.subTest(window=window, mask=mask):
+                self.assertEqual(self.normalized(window, mask), (window, []))
+                # A list (YAML, JSON) gives the tuple.
+                self.assertEqual(self.normalized(list(window), mask),
+                                 (window, []))
+
+    def test_te_corrections_warn(self):
+        for window, mask, want in (((64, 64), "causal", (64, 0)),
+                                   ((-1, -1), "causal", (-1, 0)),
+                                   ((8, -1), "padding_causal", (8, 0)),
+                                   ((-1, 5), "causal_bottom_right", (-1, 0)),
+                                   ((-1, 0), "no_mask", (-1, -1)),
+                                   ((-1, 0), "padding", (-1, -1)),
+                                   ((-1, 0), "arbitrary", (-1, -1))):
+            with self.subTest(window=window, mask=mask):
+                result, messages = self.normalized(window, mask)
+                self.assertEqual(result, want)
+                self.assertEqual(len(messages), 1)
+                self.assertIn("window_size", messages[0])
+                self.assertIn(mask, messages[0])
+                # Normalized windows are normalized: no second warning.
+                self.assertEqual(self.normalized(result, mask),
+                                 (result, []))
+
+    def test_bad_windows(self):
+        for window in ((-2, 0), (0, -2), [5, -7], (1, 2, 3), (4,), 4, "44",
+                       (1.5, 0), (True, 0), ("4", 0), (None, 0)):
+            with self.subTest(window=window):
+                with self.assertRaises(ValueError) as caught:
+                    args_checks.check_window_size("Owner.forward",
+                                                  "window_size", window,
+                                                  "causal")
+                message = str(caught.exception)
+                for word in ("Owner.forward", "window_size", ">= -1"):
+                    self.assertIn(word, message)
+
+    def test_right_bounds_cudnn_does_not_compute(self):
+        # TE's two-sided windows: the runtime's cuDNN attention takes the
+        # causal diagonal as its only right bound.
+        for window, mask in (((32, 32), "no_mask"), ((0, 7), "padding"),
+                             ((-1, 16), "no_mask"), ((8, 1), "padding")):
+            with self.subTest(window=window, mask=mask):
+                with self.assertRaises(NotImplementedError) as caught:
+                    args_checks.check_window_size("Owner", "window_size",
+                                                  window, mask)
+                message = str(caught.exception)
+                for word in ("Owner", "window_size", "right bound",
+                             "(left, 0)"):
+                    self.assertIn(word, message)
+        # With a causal mask type TE's correction comes first.
+        self.assertEqual(self.normalized((32, 32), "causal")[0], (32, 0))
+
+    def test_no_window_with_an_arbitrary_mask(self):
+        for window in ((4, 4), (0, 0), (-1, 8), (16, -1)):
+            with self.subTest(window=window):
+                with self.assertRaises(NotImplementedError) as caught:
+                    args_checks.check_window_size("Owner", "window_size",
+                                                  window, "arbitrary")
+                self.assertIn("window_size", str(caught.exception))
+                self.assertIn("arbitrary", str(caught.exception))
+
+    def test_check_no_window(self):
+        for window in (None, (-1, -1), [-1, -1]):
+            args_checks.check_no_window("Owner", "enc_dec_window_size",
+                                        window, "no cross-attention")
+        for window in ((4, 0), (-1, 0), (8, 8)):
+            with self.subTest(window=window):
+                with self.assertRaises(NotImplementedError) as caught:
+                    args_checks.check_no_window(
+                        "Owner", "enc_dec_window_size", window,
+                        "no cross-attention")
+                self.assertIn("enc_dec_window_size", str(caught.exception))
+        with self.assertRaises(ValueError):
+            args_checks.check_no_window("Owner", "enc_dec_window_size",
+                                        (-3, 0), "no cross-attention")
+
+    def test_normalized_windows_compile(self):
+        # What a module derives and passes to the spec builders: the
+        # compiler takes each; the defaults add nothing to the spec.
+        for mask in ("causal", "padding_causal", "no_mask", "padding"):
+            for window in (None, (32, 0), (32, -1), (-1, -1)):
+                with self.subTest(mask=mask, window=window):
+                    normal, _ = self.normalized(window, mask)
+                    self.assertIn(normal[1], (-1, 0))
+                    layer = specs.dot_product_attention_spec(
+                        8, 16, 2, mask, 0.0, 0.25, normal)
+                    spec = specs.program_spec("DotProductAttention", "bf16",
+                                              "sbhd", 64, 2, layer)
+                    limits = normal not in ((-1, 0), (-1, -1))
+                    self.assertEqual(windows(spec),
+                                     [normal] if limits else [])
 
 
 if __name__ == "__main__":

@@ -5,14 +5,16 @@ and shapes against TE's, the fused QKV tensor the program gets (no copy
 while the split parameters are adjacent; gradients split back; TE's
 interleaved layout permuted), state_dict round trips (TE checkpoints with
 `_extra_state` included), the spec each module compiles (its inputs bind
-to the module's tensors) and the JIT key of a call. Needs PyTorch (skipped
-without it; test_attention_specs.py checks the specs without it).
+to the module's tensors), the JIT key of a call and the sliding window
+(window_size) each call compiles. Needs PyTorch (skipped without it;
+test_attention_specs.py checks the specs without it).
 Run: python3 -m pytest tests/python"""
 import importlib.util
 import os
 import re
 import sys
 import unittest
+import warnings
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
@@ -150,7 +152,8 @@ class ArgumentTest(unittest.TestCase):
     def test_unsupported_constructor_arguments(self):
         cases = [
             (lambda: te.DotProductAttention(8, 64, tp_size=2), "tp_size"),
-            (lambda: te.DotProductAttention(8, 64, window_size=(128, 0)),
+            (lambda: te.DotProductAttention(8, 64, window_size=(128, 0),
+                                            attn_mask_type="arbitrary"),
              "window_size"),
             (lambda: te.DotProductAttention(8, 64, qkv_format="thd"), "thd"),
             (lambda: te.DotProductAttention(8, 64, cp_group=object()),
@@ -181,8 +184,15 @@ class ArgumentTest(unittest.TestCase):
              "rotary_pos_interleaved"),
             (lambda: te.TransformerLayer(64, 256, 4, ub_tp_comm_overlap=True,
                                          device=CPU), "ub_tp_comm_overlap"),
-            (lambda: te.TransformerLayer(64, 256, 4, window_size=(64, 64),
-                                         device=CPU), "window_size"),
+            (lambda: te.TransformerLayer(64, 256, 4,
+                                         enc_dec_window_size=(64, 64),
+                                         device=CPU), "enc_dec_window_size"),
+            (lambda: te.MultiheadAttention(64, 4, window_size=(8, 8),
+                                           attn_mask_type="arbitrary",
+                                           device=CPU), "window_size"),
+            (lambda: te.MultiheadAttention(64, 4, window_size=(8, 8),
+                                           attn_mask_type="padding",
+                                           device=CPU), "window_size"),
         ]
         for factory, word in cases:
             with self.subTest(word=word):
@@ -206,6 +216,17 @@ class ArgumentTest(unittest.TestCase):
                            lambda: te.MultiheadAttention(
                                64, 4, normalization="BatchNorm", device=CPU),
                            "normalization")
+        for window in ((-2, 0), (1, 2, 3), 8, (1.5, 0)):
+            with self.subTest(window=window):
+                self.assertRefused(ValueError,
+                                   lambda: te.DotProductAttention(
+                                       8, 64, window_size=window),
+                                   "DotProductAttention", "window_size",
+                                   ">= -1")
+        self.assertRefused(ValueError,
+                           lambda: te.TransformerLayer(
+                               64, 256, 4, window_size=(0, -4), device=CPU),
+                           "TransformerLayer", "window_size")
 
     def test_accepted_defaults(self):
         # TE's defaults (ub_* True in TransformerLayer act only with
@@ -226,7 +247,8 @@ class ArgumentTest(unittest.TestCase):
             (dict(cu_seqlens_q=torch.zeros(3)), "cu_seqlens_q"),
             (dict(inference_params=object()), "inference_params"),
             (dict(encoder_output=x), "encoder_output"),
-            (dict(window_size=(4, 4)), "window_size"),
+            (dict(attn_mask_type="arbitrary", window_size=(4, 4)),
+             "window_size"),
         ]
         original = attention.check_input
         attention.check_input = lambda *args: None  # no CUDA here
@@ -241,6 +263,9 @@ class ArgumentTest(unittest.TestCase):
             self.assertRefused(ValueError,
                                lambda: mha(x, attn_mask_type="padding"),
                                "attention_mask")
+            self.assertRefused(ValueError,
+                               lambda: mha(x, window_size=(-7, 0)),
+                               "MultiheadAttention.forward", "window_size")
             self.assertRefused(
                 ValueError, lambda: mha(x, attn_mask_type="padding",
                                         attention_mask=torch.zeros(
@@ -433,9 +458,9 @@ class JitKeyTest(unittest.TestCase):
         seen = []
 
         def capture(activations, dtype, shape_key, shape_spec, shape,
-                    layer_spec=None, variant=()):
+                    layer_spec=None, variant=(), is_first_microbatch=None):
             seen.append((shape_key, dtype, variant, shape_spec,
-                         layer_spec, sorted(activations)))
+                         layer_spec(), sorted(activations)))
             out = torch.zeros(1)
             return {"output": out}
 
@@ -462,20 +487,21 @@ class JitKeyTest(unittest.TestCase):
             ((torch.zeros(3, 16, 64),), {}),
         ])
         self.assertEqual(seen[0][0], ("bshd", 8, 2))
-        self.assertEqual(seen[0][2], ("causal", True, False))
+        self.assertEqual(seen[0][2], ("causal", True, False, (-1, 0)))
         self.assertEqual(seen[0][3], {"seq_length": 8, "batch_size": 2,
                                       "input_format": "bshd"})
         self.assertEqual(seen[0][5], ["input"])
-        self.assertEqual(seen[1][2], ("padding", True, False))
+        self.assertEqual(seen[1][2], ("padding", True, False, (-1, -1)))
         self.assertEqual(seen[1][4]["self_attn_mask_type"], "padding")
         self.assertEqual(seen[1][5], ["attention_mask", "input"])
-        self.assertEqual(seen[2][2], ("causal", True, True))
+        self.assertEqual(seen[2][2], ("causal", True, True, (-1, 0)))
         self.assertTrue(seen[2][4]["rotary_pos_emb"])
         self.assertEqual(seen[3][0], ("bshd", 16, 3))
         layer.eval()
         seen = self.calls(layer, [((x,), {})])
-        self.assertEqual(seen[0][2], ("causal", False, False))
+        self.assertEqual(seen[0][2], ("causal", False, False, (-1, 0)))
         self.assertEqual(seen[0][4]["hidden_dropout"], 0.0)
+        self.assertNotIn("window_size", seen[0][4])
 
     def test_dot_product_attention_keys(self):
         dpa = te.DotProductAttention(4, 16, num_gqa_groups=1)
@@ -487,13 +513,109 @@ class JitKeyTest(unittest.TestCase):
                                   kv.transpose(0, 1)),
                                  dict(qkv_format="bshd"))])
         self.assertEqual(seen[0][0], ("sbhd", 8, 2))
-        self.assertEqual(seen[0][2], ("causal", False))
-        self.assertEqual(seen[1][2], ("no_mask", False))
+        self.assertEqual(seen[0][2], ("causal", False, (-1, 0)))
+        self.assertEqual(seen[1][2], ("no_mask", False, (-1, -1)))
         self.assertEqual(seen[1][4]["attn_mask_type"], "no_mask")
         self.assertEqual(seen[2][0], ("bshd", 8, 2))
         self.assertEqual(seen[2][3]["input_format"], "bshd")
         self.assertEqual(seen[0][1], torch.float32)
         self.assertIn(torch.float32, SPEC_DTYPES)
+
+    def test_dot_product_attention_windows(self):
+        dpa = te.DotProductAttention(4, 16, num_gqa_groups=2,
+                                     window_size=[64, 0])
+        self.assertEqual(dpa.window_size, (64, 0))
+        q = torch.zeros(8, 2, 4, 16)
+        kv = torch.zeros(8, 2, 2, 16)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            seen = self.calls(dpa, [
+                ((q, kv, kv), {}),
+                # The forward's window overrides the constructor's.
+                ((q, kv, kv), dict(window_size=(32, 0))),
+                # Another mask type keeps the constructor's window.
+                ((q, kv, kv), dict(attn_mask_type="no_mask")),
+                ((q, kv, kv), dict(attn_mask_type="no_mask",
+                                   window_size=(16, -1))),
+                ((q, kv, kv), dict(window_size=(-1, 0))),
+                # TE's correction: a causal window sees no later key.
+                ((q, kv, kv), dict(window_size=(8, 8)))])
+        self.assertEqual(len(caught), 1)
+        self.assertIn("(8, 0)", str(caught[0].message))
+        variants = [key[2] for key in seen]
+        self.assertEqual(variants, [
+            ("causal", False, (64, 0)), ("causal", False, (32, 0)),
+            ("no_mask", False, (64, 0)), ("no_mask", False, (16, -1)),
+            ("causal", False, (-1, 0)), ("causal", False, (8, 0))])
+        self.assertEqual(len(set(variants)), len(variants))
+        windows = [key[4].get("window_size") for key in seen]
+        self.assertEqual(windows, [[64, 0], [32, 0], [64, 0], [16, -1], None,
+                                   [8, 0]])
+        # A right bound cuDNN does not compute: refused before compiling.
+        with self.assertRaises(NotImplementedError) as caught:
+            self.calls(dpa, [((q, kv, kv), dict(attn_mask_type="no_mask",
+                                                window_size=(16, 16)))])
+        self.assertIn("DotProductAttention.forward(window_size=(16, 16))",
+                      str(caught.exception))
+        # Without a window of its own a forward with another mask type
+        # gets that type's default, with no warning.
+        plain = te.DotProductAttention(4, 16, num_gqa_groups=2)
+        self.assertEqual(plain.window_size, (-1, 0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            seen = self.calls(plain, [
+                ((q, kv, kv), dict(attn_mask_type="no_mask"))])
+        self.assertEqual(seen[0][2], ("no_mask", False, (-1, -1)))
+        self.assertNotIn("window_size", seen[0][4])
+
+    def test_block_windows(self):
+        with self.assertWarns(UserWarning):
+            layer = te.TransformerLayer(64, 256, 4, window_size=(128, 128),
+                                        device=CPU)
+        # TE's: the layer keeps the window as given, its submodules the
+        # normalized one.
+        self.assertEqual(layer.window_size, (128, 128))
+        self.assertEqual(layer.self_attention.window_size, (128, 0))
+        self.assertEqual(layer.self_attention.core_attention.window_size,
+                         (128, 0))
+        x = torch.zeros(8, 2, 64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.assertEqual(layer._layer_spec()["window_size"], [128, 0])
+            seen = self.calls(layer, [
+                ((x,), {}), ((x,), dict(window_size=(4, 0))),
+                ((x,), dict(self_attn_mask_type="no_mask",
+                            window_size=(64, -1))),
+                ((x,), dict(window_size=(-1, 0)))])
+            # Without a causal mask type the window as given, (128, 128),
+            # has a right bound cuDNN does not compute.
+            with self.assertRaises(NotImplementedError) as caught:
+                self.calls(layer, [((x,), dict(
+                    self_attn_mask_type="no_mask"))])
+            self.assertIn("TransformerLayer(window_size=(128, 128))",
+                          str(caught.exception))
+        self.assertEqual([key[2][3] for key in seen],
+                         [(128, 0), (4, 0), (64, -1), (-1, 0)])
+        self.assertEqual([key[4].get("window_size") for key in seen],
+                         [[128, 0], [4, 0], [64, -1], None])
+        mha = te.MultiheadAttention(64, 4, window_size=(16, 0),
+                                    attn_mask_type="padding_causal",
+                                    device=CPU)
+        mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        seen = self.calls(mha, [
+            ((x,), dict(attention_mask=mask)),
+            ((x,), dict(attention_mask=mask, window_size=(2, 0)))])
+        self.assertEqual([key[2] for key in seen],
+                         [("padding_causal", True, False, (16, 0)),
+                          ("padding_causal", True, False, (2, 0))])
+        self.assertEqual(seen[1][4]["window_size"], [2, 0])
+        self.assertEqual(seen[1][4]["attn_mask_type"], "padding_causal")
+        # The spec of each compiles (the inputs bind as without a window).
+        args = program_arguments(mha, mask="padding_causal")
+        self.assertEqual(args["attention_mask"], ((2, 1, 1, 8), "i1"))
+        text = tejit.compile_ir(_attention_specs.program_spec(
+            "MultiheadAttention", "bf16", "sbhd", 8, 2, seen[1][4]), "te")
+        self.assertIn("window_size = array<i64: 2, 0>", text)
 
     def test_shape_errors(self):
         dpa = te.DotProductAttention(4, 16)

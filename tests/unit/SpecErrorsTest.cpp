@@ -1174,7 +1174,7 @@ layers:
 )",
                   8, 18,
                   "'window_size' in TransformerLayer must be a list of 2 "
-                  "integers, got a list"},
+                  "integers, got a list of 1"},
         ErrorCase{"WindowNotIntegers", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

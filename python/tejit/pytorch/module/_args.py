@@ -1,9 +1,13 @@
 """Transformer Engine arguments the modules share: those accepted only at
 their non-distributed defaults, the checks of the others, and TE's default
-initialization."""
-import functools
+initialization.
 
-import torch
+torch is imported only by the initializers: tests/python checks the
+argument checks on machines without PyTorch (loading this file by path).
+"""
+import functools
+import operator
+import warnings
 
 # TE's arguments for tensor/sequence/context parallelism, communication
 # overlap (userbuffers), delayed wgrad computation and a few rarer options:
@@ -90,11 +94,13 @@ def normalized_size(owner, normalized_shape, hidden_size):
 
 def default_init_method():
     """TE's default weight initialization: N(0, 0.023^2)."""
+    import torch
     return functools.partial(torch.nn.init.normal_, mean=0.0, std=0.023)
 
 
 def gamma_init(zero_centered_gamma):
     """A norm weight starts at 1, or at 0 when applied as (1 + gamma)."""
+    import torch
     return torch.nn.init.zeros_ if zero_centered_gamma else torch.nn.init.ones_
 
 
@@ -128,17 +134,77 @@ def check_qkv_format(owner, argument, qkv_format):
     return qkv_format
 
 
+def _window_pair(owner, argument, window_size):
+    """`window_size` as a (left, right) tuple of ints, each >= -1."""
+    try:
+        if isinstance(window_size, (str, bytes)) or len(window_size) != 2:
+            raise TypeError
+        left, right = (operator.index(w) for w in window_size)
+        if any(isinstance(w, bool) for w in window_size):
+            raise TypeError
+    except TypeError:
+        raise ValueError(
+            f"{owner}: {argument} must be None or a pair of ints (left, "
+            f"right), each >= -1 (-1: unbounded), got "
+            f"{window_size!r}") from None
+    if left < -1 or right < -1:
+        raise ValueError(
+            f"{owner}: {argument} must be (left, right) with each >= -1 "
+            f"(-1: unbounded), got {window_size!r}")
+    return left, right
+
+
 def check_window_size(owner, argument, window_size, mask_type):
-    """Only full attention: window_size None or (-1, -1), or (-1, 0) with a
-    causal mask (what TE sets it to then)."""
+    """The sliding window (left, right) of `mask_type`, normalized as TE's
+    check_set_window_size: key j is visible to query i only for
+    i - left <= j <= i + right (-1: unbounded on that side), besides the
+    mask type's own rule. None means none: (-1, 0) with a causal mask
+    type, else (-1, -1). A causal type's window looks at no later key:
+    (left, right) with right != 0 becomes (left, 0); with the other types
+    (-1, 0) becomes (-1, -1) -- TE's corrections, with its warning. Takes
+    a pair of ints each >= -1 (ValueError otherwise), (left, -1) without a
+    causal type too (TE refuses that one). NotImplementedError for any
+    window with the arbitrary mask type, and for a right bound other than
+    0 (the causal diagonal) or -1, which cuDNN's fused attention does not
+    compute (the runtime refuses it too)."""
+    causal = "causal" in mask_type
+    if window_size is None:
+        return (-1, 0) if causal else (-1, -1)
+    window = _window_pair(owner, argument, window_size)
+    if causal and window[1] != 0:
+        window = (window[0], 0)
+        warnings.warn(f"{owner}: {argument} should be (-1, 0) or (>=0, 0) "
+                      f"for attn_mask_type={mask_type!r}; using {window} "
+                      f"(as Transformer Engine does)", stacklevel=3)
+    elif not causal and window == (-1, 0):
+        window = (-1, -1)
+        warnings.warn(f"{owner}: {argument} should be (-1, -1) or (>=0, "
+                      f">=0) for attn_mask_type={mask_type!r}; using "
+                      f"{window} (as Transformer Engine does)", stacklevel=3)
+    if mask_type == "arbitrary" and window != (-1, -1):
+        raise NotImplementedError(
+            f"{owner}({argument}={window_size!r}) with "
+            f"attn_mask_type='arbitrary' is not supported by tejit (no "
+            f"sliding window over an arbitrary mask); fold the window into "
+            f"the mask or leave it None")
+    if window[1] > 0:
+        raise NotImplementedError(
+            f"{owner}({argument}={window_size!r}) with attn_mask_type="
+            f"{mask_type!r} is not supported by tejit: the only right "
+            f"bound cuDNN's fused attention computes is the causal "
+            f"diagonal; use (left, 0) (a causal band) or (left, -1)")
+    return window
+
+
+def check_no_window(owner, argument, window_size, why):
+    """NotImplementedError unless `window_size` is None or (-1, -1): for a
+    window of an attention tejit does not have (`why`)."""
     if window_size is None:
         return
-    window = tuple(window_size)
-    if window == (-1, -1) or (window == (-1, 0) and "causal" in mask_type):
-        return
-    raise NotImplementedError(
-        f"{owner}({argument}={window_size!r}) is not supported by tejit "
-        f"(no sliding-window attention yet); leave it None")
+    if _window_pair(owner, argument, window_size) != (-1, -1):
+        raise NotImplementedError(
+            f"{owner}({argument}={window_size!r}) is not supported by tejit "
+            f"({why}); leave it None")
 
 
 def check_dropout(owner, argument, probability):

@@ -10,6 +10,19 @@ machines without PyTorch (loading this file by path).
 QKV_SPLIT = ("query", "key", "value")
 
 
+def _with_window(layer, mask_type, window_size):
+    """`layer` with `window_size: [left, right]`, unless the window limits
+    nothing beyond the mask type: None, (-1, -1), or (-1, 0) with a causal
+    mask type. Specs without a window stay as they were (and so their
+    compile cache entries)."""
+    if window_size is not None:
+        window = [int(w) for w in window_size]
+        if window != [-1, -1] and not (window == [-1, 0]
+                                       and "causal" in mask_type):
+            layer["window_size"] = window
+    return layer
+
+
 def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
     """The spec of one call: `layer` on [s, b] (sbhd) or [b, s] (bshd)
     activations of the spec dtype `dtype` ("bf16", "fp16", "fp32"), with
@@ -23,41 +36,45 @@ def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
 
 
 def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
-                               dropout, softmax_scale):
-    return {"type": "DotProductAttention", "num_attention_heads": heads,
-            "kv_channels": kv_channels, "num_gqa_groups": groups,
-            "attn_mask_type": mask_type, "attention_dropout": dropout,
-            "softmax_scale": softmax_scale}
+                               dropout, softmax_scale, window_size=None):
+    return _with_window(
+        {"type": "DotProductAttention", "num_attention_heads": heads,
+         "kv_channels": kv_channels, "num_gqa_groups": groups,
+         "attn_mask_type": mask_type, "attention_dropout": dropout,
+         "softmax_scale": softmax_scale}, mask_type, window_size)
 
 
 def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              input_layernorm, normalization, eps,
                              zero_centered_gamma, mask_type, dropout, bias,
-                             rotary):
-    return {"type": "MultiheadAttention", "hidden_size": hidden,
-            "num_attention_heads": heads, "kv_channels": kv_channels,
-            "num_gqa_groups": groups, "input_layernorm": input_layernorm,
-            "normalization": normalization, "layernorm_epsilon": eps,
-            "zero_centered_gamma": zero_centered_gamma,
-            "attn_mask_type": mask_type, "attention_dropout": dropout,
-            "bias": bias, "rotary_pos_emb": rotary}
+                             rotary, window_size=None):
+    return _with_window(
+        {"type": "MultiheadAttention", "hidden_size": hidden,
+         "num_attention_heads": heads, "kv_channels": kv_channels,
+         "num_gqa_groups": groups, "input_layernorm": input_layernorm,
+         "normalization": normalization, "layernorm_epsilon": eps,
+         "zero_centered_gamma": zero_centered_gamma,
+         "attn_mask_type": mask_type, "attention_dropout": dropout,
+         "bias": bias, "rotary_pos_emb": rotary}, mask_type, window_size)
 
 
 def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            normalization, zero_centered_gamma, activation,
                            hidden_dropout, attention_dropout, mask_type,
-                           bias, post_layernorm_residual, rotary):
-    return {"type": "TransformerLayer", "hidden_size": hidden,
-            "ffn_hidden_size": ffn, "num_attention_heads": heads,
-            "num_gqa_groups": groups, "kv_channels": kv_channels,
-            "layernorm_epsilon": eps, "normalization": normalization,
-            "zero_centered_gamma": zero_centered_gamma,
-            "activation": activation, "hidden_dropout": hidden_dropout,
-            "attention_dropout": attention_dropout,
-            "self_attn_mask_type": mask_type, "bias": bias,
-            "apply_residual_connection_post_layernorm":
-                post_layernorm_residual,
-            "rotary_pos_emb": rotary}
+                           bias, post_layernorm_residual, rotary,
+                           window_size=None):
+    return _with_window(
+        {"type": "TransformerLayer", "hidden_size": hidden,
+         "ffn_hidden_size": ffn, "num_attention_heads": heads,
+         "num_gqa_groups": groups, "kv_channels": kv_channels,
+         "layernorm_epsilon": eps, "normalization": normalization,
+         "zero_centered_gamma": zero_centered_gamma,
+         "activation": activation, "hidden_dropout": hidden_dropout,
+         "attention_dropout": attention_dropout,
+         "self_attn_mask_type": mask_type, "bias": bias,
+         "apply_residual_connection_post_layernorm":
+             post_layernorm_residual,
+         "rotary_pos_emb": rotary}, mask_type, window_size)
 
 
 def qkv_parameter_names(fuse_qkv_params, bias, norm):

@@ -6,8 +6,8 @@ attention mask, rotary table and the forward arguments they refuse.
 Unlike the per-token modules these compile for the call's real sequence
 length, batch size and layout (base.py): the JIT key holds (qkv_format,
 seq, batch), and the program is further keyed by the call's mask type,
-whether dropout is on (training mode with p > 0) and whether a rotary
-table is given.
+sliding window, whether dropout is on (training mode with p > 0) and
+whether a rotary table is given.
 """
 import math
 
@@ -41,6 +41,18 @@ def mask_type_of_call(owner, constructed, given):
     if given is None:
         return constructed
     return _args.check_mask_type(owner, "attn_mask_type", given)
+
+
+def window_of_call(owner, constructed, given, mask_type):
+    """The sliding window (left, right) of a call: the forward's
+    window_size when given (TE's override), else `constructed` (the
+    constructor's, or None), normalized for the call's mask type
+    (_args.check_window_size)."""
+    if given is not None:
+        return _args.check_window_size(f"{owner}.forward", "window_size",
+                                       given, mask_type)
+    return _args.check_window_size(owner, "window_size", constructed,
+                                   mask_type)
 
 
 def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
@@ -166,14 +178,19 @@ class DotProductAttention(TransformerEngineBaseModule):
     its own program) "no_mask", "causal", "causal_bottom_right", and
     "padding", "padding_causal", "padding_causal_bottom_right" with
     attention_mask [b, 1, 1, s] bool (True = padding), or "arbitrary" with
-    [b, 1, s, s]. Dropout (attention_dropout) only in training mode, from a
-    stream seeded from torch's CUDA generator. Refused (NotImplementedError
-    naming the argument): context/tensor parallelism, sliding windows,
-    attention bias, ALiBi, the thd layout and cu_seqlens, inference_params,
-    key/value of another length than the query (cross-attention), kv_channels
-    differing for k and v. Accepted and unused: layer_number,
-    get_rng_state_tracker, checkpoint_core_attention (recomputation changes
-    no result), fast_zero_fill."""
+    [b, 1, s, s]. Sliding windows: window_size (left, right), the
+    constructor's or the forward's (which selects its own program),
+    normalized for the call's mask type as TE does
+    (_args.check_window_size): key j is visible to query i only for
+    i - left <= j <= i + right (-1: unbounded), besides the mask type's
+    rule; not with "arbitrary". Dropout (attention_dropout) only in
+    training mode, from a stream seeded from torch's CUDA generator.
+    Refused (NotImplementedError naming the argument): context/tensor
+    parallelism, attention bias, ALiBi, the thd layout and cu_seqlens,
+    inference_params, key/value of another length than the query
+    (cross-attention), kv_channels differing for k and v. Accepted and
+    unused: layer_number, get_rng_state_tracker, checkpoint_core_attention
+    (recomputation changes no result), fast_zero_fill."""
 
     _uses_fp8 = False  # TE's attention runs in the activation dtype too
 
@@ -223,8 +240,12 @@ class DotProductAttention(TransformerEngineBaseModule):
                                                  qkv_format)
         self.attn_mask_type = _args.check_mask_type(owner, "attn_mask_type",
                                                     attn_mask_type)
-        _args.check_window_size(owner, "window_size", window_size,
-                                self.attn_mask_type)
+        # TE's: normalized for the constructor's mask type. A forward with
+        # another mask type normalizes it again, or, when the constructor
+        # gave none, that type's default (window_of_call).
+        self.window_size = _args.check_window_size(
+            owner, "window_size", window_size, self.attn_mask_type)
+        self._window_given = window_size is not None
         self.attention_type = attention_type
         self.layer_number = layer_number
         self.softmax_scale = (float(softmax_scale) if softmax_scale is not None
@@ -233,12 +254,22 @@ class DotProductAttention(TransformerEngineBaseModule):
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
 
-    def _layer_spec(self, mask_type=None):
+    def _layer_spec(self, mask_type=None, window_size=None):
+        """The layer's spec for a call with `mask_type` and the normalized
+        `window_size` (the constructor's when None)."""
+        mask_type = mask_type or self.attn_mask_type
+        if window_size is None:
+            window_size = window_of_call("DotProductAttention",
+                                         self._constructed_window(), None,
+                                         mask_type)
         return _attention_specs.dot_product_attention_spec(
             self.num_attention_heads, self.kv_channels, self.num_gqa_groups,
-            mask_type or self.attn_mask_type,
+            mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.softmax_scale)
+            self.softmax_scale, window_size)
+
+    def _constructed_window(self):
+        return self.window_size if self._window_given else None
 
     def forward(self, query_layer, key_layer, value_layer,
                 attention_mask=None, qkv_format=None, cu_seqlens_q=None,
@@ -255,7 +286,7 @@ class DotProductAttention(TransformerEngineBaseModule):
             owner, "qkv_format", qkv_format or self.qkv_format)
         mask_type = mask_type_of_call(owner, self.attn_mask_type,
                                       attn_mask_type)
-        _args.check_window_size(f"{owner}.forward", "window_size",
+        window = window_of_call(owner, self._constructed_window(),
                                 window_size, mask_type)
         _args.check_forward(owner, fp8_output, False)
         for name, tensor in (("query_layer", query_layer),
@@ -291,12 +322,13 @@ class DotProductAttention(TransformerEngineBaseModule):
             "value": value_layer.to(dtype).contiguous()}
         activations.update(attention_mask_input(
             owner, mask_type, attention_mask, batch, seq, query_layer.device))
-        variant = (mask_type, self._dropout_active())
+        variant = (mask_type, self._dropout_active(), window)
         out = self._run_program(
             activations, dtype, (qkv_format, seq, batch),
             {"seq_length": seq, "batch_size": batch,
              "input_format": qkv_format},
-            query_layer.shape, lambda: self._layer_spec(mask_type), variant)
+            query_layer.shape, lambda: self._layer_spec(mask_type, window),
+            variant)
         return out["output"]
 
     def extra_repr(self):
@@ -304,19 +336,22 @@ class DotProductAttention(TransformerEngineBaseModule):
                 f"kv_channels={self.kv_channels}, "
                 f"num_gqa_groups={self.num_gqa_groups}, "
                 f"attn_mask_type={self.attn_mask_type}, "
+                f"window_size={self.window_size}, "
                 f"qkv_format={self.qkv_format}")
 
 
 def run_attention_block(module, owner, hidden_states, hidden_size,
                         qkv_format, mask_type, attention_mask, rotary_pos_emb,
                         kv_channels, layer_spec, is_first_microbatch=None,
-                        **call_arguments):
+                        window=(-1, -1), **call_arguments):
     """Runs MultiheadAttention's or TransformerLayer's program on
     hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
     outputs by name, in the input's shape. `layer_spec(rotary)` is the
-    layer's spec for this call; `is_first_microbatch` is TE's (weight casts
-    of inference forwards, _run_program); `call_arguments` are the
-    forward's arguments check_attention_call refuses."""
+    layer's spec for this call, with the call's normalized sliding
+    `window` (window_of_call), which also keys the program;
+    `is_first_microbatch` is TE's (weight casts of inference forwards,
+    _run_program); `call_arguments` are the forward's arguments
+    check_attention_call refuses."""
     check_input(owner, "hidden_states", hidden_states, 3)
     if hidden_states.shape[-1] != hidden_size:
         raise ValueError(f"{owner}: expected hidden_states "
@@ -332,7 +367,8 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
                                             batch, seq, device))
     rotary = rotary_input(owner, rotary_pos_emb, seq, kv_channels, device)
     activations.update(rotary)
-    variant = (mask_type, module._dropout_active(), bool(rotary))
+    variant = (mask_type, module._dropout_active(), bool(rotary),
+               tuple(window))
     return module._run_program(
         activations, dtype, (qkv_format, seq, batch),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},

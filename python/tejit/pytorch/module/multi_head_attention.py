@@ -4,7 +4,7 @@ attention, output projection, in one program."""
 from . import _args, _attention_specs
 from ._groups import ParameterGroup, QkvGroup
 from .attention import (DotProductAttention, mask_type_of_call,
-                        run_attention_block)
+                        run_attention_block, window_of_call)
 from .base import TransformerEngineBaseModule
 
 
@@ -26,12 +26,13 @@ class MultiheadAttention(TransformerEngineBaseModule):
 
     forward(hidden_states [s, b, hidden] (qkv_format sbhd) / [b, s,
     hidden] (bshd)) returns the same shape, plus proj's bias with
-    return_bias (not added), as TE's. attention_mask, attn_mask_type and
-    rotary_pos_emb (TE's freqs [s, 1, 1, kv_channels]) as
-    DotProductAttention. Refused (NotImplementedError naming the argument):
-    cross-attention (attention_type="cross", encoder_output),
-    return_layernorm_output, tensor/sequence parallelism, userbuffers,
-    sliding windows, attention bias, ALiBi, cu_seqlens, inference_params.
+    return_bias (not added), as TE's. attention_mask, attn_mask_type,
+    window_size (the constructor's, or the forward's; normalized for the
+    call's mask type) and rotary_pos_emb (TE's freqs [s, 1, 1,
+    kv_channels]) as DotProductAttention. Refused (NotImplementedError
+    naming the argument): cross-attention (attention_type="cross",
+    encoder_output), return_layernorm_output, tensor/sequence parallelism,
+    userbuffers, attention bias, ALiBi, cu_seqlens, inference_params.
     Accepted and unused: layer_number, get_rng_state_tracker,
     set_parallel_mode (no effect with tp_size 1), name,
     checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` is
@@ -86,8 +87,11 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.layernorm_epsilon = float(layernorm_epsilon)
         self.attn_mask_type = _args.check_mask_type(owner, "attn_mask_type",
                                                     attn_mask_type)
-        _args.check_window_size(owner, "window_size", window_size,
-                                self.attn_mask_type)
+        # As TE's: the constructor's window as given, normalized for each
+        # call's mask type (window_of_call); checked here.
+        window = _args.check_window_size(owner, "window_size", window_size,
+                                         self.attn_mask_type)
+        self.window_size = window_size
         self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
                                                  qkv_format)
         self.normalization = _args.check_normalization(owner, normalization)
@@ -119,6 +123,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             num_gqa_groups=self.num_gqa_groups,
             attention_dropout=self.attention_dropout,
             qkv_format=self.qkv_format, attn_mask_type=self.attn_mask_type,
+            window_size=window if window_size is not None else None,
             layer_number=layer_number)
         self.proj = ParameterGroup(self.params_dtype)
         self.proj.add_linear(
@@ -133,14 +138,20 @@ class MultiheadAttention(TransformerEngineBaseModule):
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
 
-    def _layer_spec(self, mask_type=None, rotary=False):
+    def _layer_spec(self, mask_type=None, rotary=False, window_size=None):
+        """The layer's spec for a call with `mask_type`, a rotary table or
+        not, and the normalized `window_size` (the constructor's when
+        None)."""
+        mask_type = mask_type or self.attn_mask_type
+        if window_size is None:
+            window_size = window_of_call("MultiheadAttention",
+                                         self.window_size, None, mask_type)
         return _attention_specs.multihead_attention_spec(
             self.hidden_size, self.num_attention_heads, self.kv_channels,
             self.num_gqa_groups, self.input_layernorm, self.normalization,
-            self.layernorm_epsilon, self.zero_centered_gamma,
-            mask_type or self.attn_mask_type,
+            self.layernorm_epsilon, self.zero_centered_gamma, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.use_bias, bool(rotary))
+            self.use_bias, bool(rotary), window_size)
 
     def forward(self, hidden_states, attention_mask=None,
                 encoder_output=None, attn_mask_type=None, window_size=None,
@@ -154,13 +165,13 @@ class MultiheadAttention(TransformerEngineBaseModule):
         owner = "MultiheadAttention"
         mask_type = mask_type_of_call(owner, self.attn_mask_type,
                                       attn_mask_type)
-        _args.check_window_size(f"{owner}.forward", "window_size",
-                                window_size, mask_type)
+        window = window_of_call(owner, self.window_size, window_size,
+                                mask_type)
         outputs = run_attention_block(
             self, owner, hidden_states, self.hidden_size, self.qkv_format,
             mask_type, attention_mask, rotary_pos_emb, self.kv_channels,
-            lambda rotary: self._layer_spec(mask_type, rotary),
-            is_first_microbatch=is_first_microbatch,
+            lambda rotary: self._layer_spec(mask_type, rotary, window),
+            is_first_microbatch=is_first_microbatch, window=window,
             inference_params=inference_params,
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,

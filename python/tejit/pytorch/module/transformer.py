@@ -3,7 +3,8 @@ projection, dropout + residual), then the MLP block (LayerNormMLP, dropout
 + residual), in one program."""
 
 from . import _args, _attention_specs
-from .attention import mask_type_of_call, run_attention_block
+from .attention import (mask_type_of_call, run_attention_block,
+                        window_of_call)
 from .base import TransformerEngineBaseModule
 from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
 from .multi_head_attention import MultiheadAttention
@@ -20,19 +21,20 @@ class TransformerLayer(TransformerEngineBaseModule):
 
     forward(hidden_states [s, b, hidden] (attn_input_format sbhd) / [b, s,
     hidden] (bshd)) returns the same shape. attention_mask,
-    self_attn_mask_type and rotary_pos_emb as MultiheadAttention's.
-    hidden_dropout and attention_dropout apply in training mode only
-    (module.train()); in eval mode the layer compiles without dropout.
-    Refused (NotImplementedError naming the argument): layer_type="decoder"
-    (and encoder_output, enc_dec_attn_mask), output_layernorm,
+    self_attn_mask_type, window_size (the sliding window; the forward's
+    overrides the constructor's) and rotary_pos_emb as
+    MultiheadAttention's. hidden_dropout and attention_dropout apply in
+    training mode only (module.train()); in eval mode the layer compiles
+    without dropout. Refused (NotImplementedError naming the argument):
+    layer_type="decoder" (and encoder_output, enc_dec_attn_mask,
+    enc_dec_window_size other than None or (-1, -1)), output_layernorm,
     parallel_attention_mlp, drop_path_rate > 0, rotary_pos_interleaved,
-    tensor/sequence parallelism, ub_tp_comm_overlap, sliding windows,
-    attention bias, ALiBi, cu_seqlens, inference_params. Accepted and
-    unused: layer_number, get_rng_state_tracker, seq_length,
-    micro_batch_size, set_parallel_mode, enc_dec_attn_mask_type, the ub_*
-    switches (they only act with ub_tp_comm_overlap), name,
-    checkpoint_core_attention, fast_zero_fill. `is_first_microbatch`
-    is TE's FP8 weight caching (Linear.forward)."""
+    tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
+    cu_seqlens, inference_params. Accepted and unused: layer_number,
+    get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
+    enc_dec_attn_mask_type, the ub_* switches (they only act with
+    ub_tp_comm_overlap), name, checkpoint_core_attention, fast_zero_fill.
+    `is_first_microbatch` is TE's FP8 weight caching (Linear.forward)."""
 
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
                  num_gqa_groups=None, layernorm_epsilon=1e-5,
@@ -75,8 +77,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             raise NotImplementedError(
                 f"{owner}(drop_path_rate={drop_path_rate!r}) is not "
                 f"supported by tejit (no stochastic depth); leave it 0.0")
-        _args.check_window_size(owner, "enc_dec_window_size",
-                                enc_dec_window_size, "no_mask")
+        _args.check_no_window(owner, "enc_dec_window_size",
+                              enc_dec_window_size, "no cross-attention yet")
         if activation not in ACTIVATIONS:
             raise ValueError(f"{owner}: activation {activation!r} is not "
                              f"supported by tejit; choose one of "
@@ -91,8 +93,11 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.layernorm_epsilon = float(layernorm_epsilon)
         self.self_attn_mask_type = _args.check_mask_type(
             owner, "self_attn_mask_type", self_attn_mask_type)
-        _args.check_window_size(owner, "window_size", window_size,
-                                self.self_attn_mask_type)
+        # As TE's: the constructor's window as given, normalized for each
+        # call's mask type (window_of_call); checked here.
+        window = _args.check_window_size(owner, "window_size", window_size,
+                                         self.self_attn_mask_type)
+        self.window_size = window_size
         self.attn_input_format = _args.check_qkv_format(
             owner, "attn_input_format", attn_input_format)
         self.normalization = _args.check_normalization(owner, normalization)
@@ -109,6 +114,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             output_layer_init_method=output_layer_init_method,
             layer_number=layer_number,
             attn_mask_type=self.self_attn_mask_type,
+            window_size=window if window_size is not None else None,
             num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
             input_layernorm=True, attention_type="self",
             fuse_qkv_params=fuse_qkv_params,
@@ -131,7 +137,14 @@ class TransformerLayer(TransformerEngineBaseModule):
         return self.training and (self.hidden_dropout > 0
                                   or self.attention_dropout > 0)
 
-    def _layer_spec(self, mask_type=None, rotary=False):
+    def _layer_spec(self, mask_type=None, rotary=False, window_size=None):
+        """The layer's spec for a call with `mask_type`, a rotary table or
+        not, and the normalized `window_size` (the constructor's when
+        None)."""
+        mask_type = mask_type or self.self_attn_mask_type
+        if window_size is None:
+            window_size = window_of_call("TransformerLayer", self.window_size,
+                                         None, mask_type)
         active = self._dropout_active()
         return _attention_specs.transformer_layer_spec(
             self.hidden_size, self.ffn_hidden_size, self.num_attention_heads,
@@ -139,8 +152,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.normalization, self.zero_centered_gamma, self.activation,
             self.hidden_dropout if active else 0.0,
             self.attention_dropout if active else 0.0,
-            mask_type or self.self_attn_mask_type, self.use_bias,
-            self.apply_residual_connection_post_layernorm, bool(rotary))
+            mask_type, self.use_bias,
+            self.apply_residual_connection_post_layernorm, bool(rotary),
+            window_size)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
@@ -156,16 +170,16 @@ class TransformerLayer(TransformerEngineBaseModule):
         owner = "TransformerLayer"
         mask_type = mask_type_of_call(owner, self.self_attn_mask_type,
                                       self_attn_mask_type)
-        _args.check_window_size(f"{owner}.forward", "window_size",
-                                window_size, mask_type)
+        window = window_of_call(owner, self.window_size, window_size,
+                                mask_type)
         _args.check_unsupported(f"{owner}.forward",
                                 enc_dec_attn_mask=enc_dec_attn_mask)
         outputs = run_attention_block(
             self, owner, hidden_states, self.hidden_size,
             self.attn_input_format, mask_type, attention_mask,
             rotary_pos_emb, self.kv_channels,
-            lambda rotary: self._layer_spec(mask_type, rotary),
-            is_first_microbatch=is_first_microbatch,
+            lambda rotary: self._layer_spec(mask_type, rotary, window),
+            is_first_microbatch=is_first_microbatch, window=window,
             inference_params=inference_params,
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,
