@@ -1325,9 +1325,12 @@ Error checkFunctions(const Plan &plan) {
                          Twine(forwardEntries.size()) + " " + forwardKind);
           const TensorType &forwardType =
               forward->values[forwardEntries[at].value].type;
-          // A gradient accumulated into main_grad is float32.
+          // A gradient accumulated into main_grad has main_grad's type
+          // (float32 unless main_grad_dtype says otherwise).
           bool mainGrad = slot == &entry.gradOf && entry.accumulatesArg &&
-                          type.element == ElementType::F32 &&
+                          (type.element == ElementType::F32 ||
+                           type.element == ElementType::BF16 ||
+                           type.element == ElementType::F16) &&
                           type.shape == forwardType.shape;
           if (!mainGrad && !sameType(type, forwardType))
             return here.error(key, "is " + Twine(at) + ", of type " +

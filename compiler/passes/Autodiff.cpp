@@ -45,9 +45,10 @@ private:
   /// The backward-side copy of forward value `value`.
   Value available(Value value);
   Value addArgument(Type type, NamedAttribute attr);
-  /// Whether `value` is a forward argument marked `te.main_grad` (a GEMM
-  /// weight under Transformer Engine's fuse_wgrad_accumulation).
-  bool hasMainGrad(Value value);
+  /// The main_grad element type of `value` when it is a forward argument
+  /// marked `te.main_grad = <type>` (a GEMM weight under Transformer
+  /// Engine's fuse_wgrad_accumulation), else null.
+  Type mainGradType(Value value);
   /// The forward result that is `value` or a reshape of it, and its index;
   /// a null value if there is none.
   std::pair<int64_t, Value> forwardResultOf(Value value);
@@ -80,10 +81,13 @@ Value Differentiator::addArgument(Type type, NamedAttribute attr) {
   return backward.front().addArgument(type, forward.getLoc());
 }
 
-bool Differentiator::hasMainGrad(Value value) {
+Type Differentiator::mainGradType(Value value) {
   auto arg = dyn_cast<BlockArgument>(value);
-  return arg && arg.getOwner() == &forward.front() &&
-         forward.getArgAttr(arg.getArgNumber(), "te.main_grad");
+  if (!arg || arg.getOwner() != &forward.front())
+    return Type();
+  auto attr =
+      forward.getArgAttrOfType<TypeAttr>(arg.getArgNumber(), "te.main_grad");
+  return attr ? attr.getValue() : Type();
 }
 
 Value Differentiator::available(Value value) {
@@ -193,11 +197,11 @@ void Differentiator::matmulGrads(MatmulOp op, Value grad) {
                   : matmul(grad, available(b), false, !tb, a.getType(),
                            GemmRole::dgrad));
   // A weight whose gradient accumulates into main_grad gets its wgrad GEMM
-  // in float32, so that the sum is taken before any rounding (run() adds
-  // main_grad, and te-fuse makes that add the GEMM's C).
+  // in main_grad's type (run() adds main_grad, and te-fuse makes that add
+  // the GEMM's C, so that the sum is taken before the one rounding).
   Type bGradType = b.getType();
-  if (hasMainGrad(b))
-    bGradType = tensorType(b).clone(builder.getF32Type());
+  if (Type mainGrad = mainGradType(b))
+    bGradType = tensorType(b).clone(mainGrad);
   if (isFloatTensor(b))
     addGrad(
         b, tb ? matmul(grad, available(a), true, ta, bGradType, GemmRole::wgrad)
@@ -369,17 +373,17 @@ LogicalResult Differentiator::run() {
                              builder.getStringAttr("grad." + argName)),
         builder.getNamedAttr("te.grad_of",
                              builder.getI64IntegerAttr(arg.getArgNumber()))};
-    if (hasMainGrad(arg)) {
+    if (Type mainGradElement = mainGradType(arg)) {
       // The result is main_grad + the gradient, an argument of its own
       // that the caller may pass as the result's buffer too (in place:
       // te.accumulates names it).
       auto type = tensorType(grad);
-      if (!type.getElementType().isF32())
+      if (type.getElementType() != mainGradElement)
         return forward.emitOpError()
                << "argument '" << argName
-               << "' has te.main_grad, but its gradient is not one float32 "
-                  "GEMM result (only weights that GEMMs read directly can "
-                  "accumulate into main_grad)";
+               << "' has te.main_grad = " << mainGradElement
+               << ", but its gradient is not of that type (only weights "
+                  "that GEMMs read directly can accumulate into main_grad)";
       StringAttr mainGradName = builder.getStringAttr("main_grad." + argName);
       Value mainGrad =
           addArgument(type, builder.getNamedAttr("te.name", mainGradName));

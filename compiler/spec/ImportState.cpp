@@ -42,7 +42,7 @@ Value ImportState::addInput(StringRef name, Type type, Location loc) {
   Value arg = function.front().addArgument(type, loc);
   argNames.push_back(name.str());
   argIsParam.push_back(false);
-  argHasMainGrad.push_back(false);
+  argMainGradType.push_back(Type());
   inputsByName[name] = arg;
   return arg;
 }
@@ -77,17 +77,17 @@ Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
       function.front().addArgument(RankedTensorType::get(shape, dtype), loc);
   argNames.push_back(name.str());
   argIsParam.push_back(true);
-  argHasMainGrad.push_back(false);
+  argMainGradType.push_back(Type());
   return arg;
 }
 
-size_t ImportState::markMainGrads(size_t firstArgument) {
+size_t ImportState::markMainGrads(size_t firstArgument, Type elementType) {
   size_t marked = 0;
   for (size_t index = firstArgument; index < argNames.size(); ++index) {
     auto type =
         cast<RankedTensorType>(function.front().getArgument(index).getType());
     if (argIsParam[index] && type.getRank() == 2) {
-      argHasMainGrad[index] = true;
+      argMainGradType[index] = elementType;
       ++marked;
     }
   }
@@ -133,8 +133,9 @@ OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
     function.setArgAttr(index, "te.name", builder.getStringAttr(name));
     if (argIsParam[index])
       function.setArgAttr(index, "te.parameter", builder.getUnitAttr());
-    if (argHasMainGrad[index])
-      function.setArgAttr(index, "te.main_grad", builder.getUnitAttr());
+    if (argMainGradType[index])
+      function.setArgAttr(index, "te.main_grad",
+                          TypeAttr::get(argMainGradType[index]));
   }
   for (auto [index, result] : llvm::enumerate(results))
     function.setResultAttr(index, "te.name",

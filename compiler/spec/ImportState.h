@@ -68,10 +68,11 @@ public:
   /// The number of function arguments so far (activations and parameters).
   size_t numArguments() const { return argNames.size(); }
   /// Marks the matrix (GEMM weight) parameters among the arguments from
-  /// `firstArgument` on with `te.main_grad`: their gradients accumulate into
-  /// a float32 main_grad the backward takes (Transformer Engine's
-  /// fuse_wgrad_accumulation). Returns how many it marked.
-  size_t markMainGrads(size_t firstArgument);
+  /// `firstArgument` on with `te.main_grad = <element type>`: their
+  /// gradients accumulate into a main_grad of that type the backward takes
+  /// (Transformer Engine's fuse_wgrad_accumulation). Returns how many it
+  /// marked.
+  size_t markMainGrads(size_t firstArgument, mlir::Type elementType);
 
   /// Adds a named function result after those added so far, or before them
   /// with `first` (the spec's `output` leads, as a layer's output leads the
@@ -90,7 +91,8 @@ private:
   mlir::OpBuilder builder;
   llvm::SmallVector<std::string> argNames;
   llvm::SmallVector<bool> argIsParam;
-  llvm::SmallVector<bool> argHasMainGrad;
+  /// The main_grad element type of each argument; null for none.
+  llvm::SmallVector<mlir::Type> argMainGradType;
   llvm::StringMap<mlir::Value> inputsByName;
   llvm::SmallVector<std::pair<std::string, mlir::Location>> layerNames;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> results;

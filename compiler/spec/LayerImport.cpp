@@ -88,20 +88,31 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
     recipe = *own;
   }
   // Transformer Engine's fuse_wgrad_accumulation: the layer's GEMM weights
-  // accumulate their gradients into a float32 main_grad (Megatron-LM's).
+  // accumulate their gradients into a main_grad (Megatron-LM's), float32
+  // unless main_grad_dtype says otherwise.
   bool fuseWgrad = false;
+  Type mainGradType = Float32Type::get(state.getContext());
   if (kind->hasGemmWeights) {
     FailureOr<bool> value = layer->getBool("fuse_wgrad_accumulation", false);
-    if (failed(value))
+    FailureOr<std::optional<std::string>> dtype =
+        layer->getChoice("main_grad_dtype", {"fp32", "bf16", "fp16"});
+    if (failed(value) || failed(dtype))
       return failure();
     fuseWgrad = *value;
+    if (*dtype && !fuseWgrad)
+      return emitError(layer->valueLoc("main_grad_dtype"))
+             << "'main_grad_dtype' needs 'fuse_wgrad_accumulation: true'";
+    if (*dtype == "bf16")
+      mainGradType = BFloat16Type::get(state.getContext());
+    else if (*dtype == "fp16")
+      mainGradType = Float16Type::get(state.getContext());
   }
   size_t firstArgument = state.numArguments();
   LayerContext ctx{state, *layer, layerName, input, recipe};
   FailureOr<Value> output = kind->import(ctx);
   if (failed(output) || !fuseWgrad)
     return output;
-  if (state.markMainGrads(firstArgument) == 0)
+  if (state.markMainGrads(firstArgument, mainGradType) == 0)
     return emitError(layer->valueLoc("fuse_wgrad_accumulation"))
            << "'fuse_wgrad_accumulation' is set, but " << kind->className
            << " has no GEMM weight whose gradient could accumulate into "

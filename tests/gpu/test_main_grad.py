@@ -19,9 +19,12 @@ over two micro-batches and from a nonzero main_grad:
 - split (TE's default) and interleaved QKV weights, their main_grads
   separate tensors or views of one buffer, and weights cast by
   torch.autocast;
+- bfloat16 and float16 main_grads (main_grad_dtype): the wgrad GEMM adds
+  into them before its one rounding: against float64 sums (no recipe) and
+  the twin's FP8 gradients, within a few of their roundings;
 - TE's .grad convention (`grad_added_to_main_grad`, `zero_out_wgrad`), a
-  frozen weight, graphed steps, and the errors: no main_grad, a bf16
-  main_grad.
+  frozen weight, graphed steps, and the errors: no main_grad, main_grads
+  of mixed or unsupported dtypes.
 Sizes: small layers, and the quickstart LayerNormMLP (hidden 4096, FFN
 16384, 8192 tokens) under FP8.
 """
@@ -48,12 +51,12 @@ def gemm_weights(module):
     return {name: p for name, p in module.named_parameters() if p.dim() == 2}
 
 
-def twins(make, placeholder=True, one_buffer=False):
+def twins(make, placeholder=True, one_buffer=False, dtype=torch.float32):
     """(fused module with main_grads, unfused twin with the same
     parameters). `placeholder`: Megatron's grad_added_to_main_grad
     attribute on the fused module's weights. `one_buffer`: the main_grads
-    are views of one float32 buffer, in parameter order (Megatron's
-    contiguous gradient buffer), else tensors of their own."""
+    are views of one `dtype` buffer, in parameter order (Megatron's
+    contiguous gradient buffer), else `dtype` tensors of their own."""
     torch.manual_seed(SEED)
     fused = make(True)
     perturb(fused)
@@ -62,13 +65,12 @@ def twins(make, placeholder=True, one_buffer=False):
     weights = list(gemm_weights(fused).values())
     views = None
     if one_buffer:
-        flat = torch.randn(sum(p.numel() for p in weights),
-                           dtype=torch.float32, device="cuda")
+        flat = torch.randn(sum(p.numel() for p in weights), dtype=dtype,
+                           device="cuda")
         views = flat.split([p.numel() for p in weights])
     for index, p in enumerate(weights):
         p.main_grad = (views[index].view(p.shape) if one_buffer else
-                       torch.randn(p.shape, dtype=torch.float32,
-                                   device=p.device))
+                       torch.randn(p.shape, dtype=dtype, device=p.device))
         if placeholder:
             p.grad_added_to_main_grad = False
     return fused, plain
@@ -83,17 +85,18 @@ def step(module, x, dy, fp8_recipe):
     return x.grad
 
 
-def run_twins(make, shape, fp8_recipe, steps=2, one_buffer=False):
-    """Both modules through the same micro-batches; checks everything but
-    main_grad and returns (fused, plain, initial main_grads, inputs and
-    output gradients)."""
-    fused, plain = twins(make, one_buffer=one_buffer)
+def run_twins(make, shape, fp8_recipe, steps=2, one_buffer=False,
+              dtype=torch.float32, io_dtype=BF16):
+    """Both modules through the same micro-batches (`io_dtype` inputs);
+    checks everything but main_grad and returns (fused, plain, initial
+    main_grads, inputs and output gradients)."""
+    fused, plain = twins(make, one_buffer=one_buffer, dtype=dtype)
     start = {n: p.main_grad.clone() for n, p in gemm_weights(fused).items()}
     batches = []
     for _ in range(steps):
-        x = torch.randn(*shape, device="cuda", dtype=BF16)
+        x = torch.randn(*shape, device="cuda", dtype=io_dtype)
         dy = torch.randn(*shape[:-1], fused_out_features(fused, shape),
-                         device="cuda", dtype=BF16)
+                         device="cuda", dtype=io_dtype)
         batches.append((x, dy))
         got, want = step(fused, x, dy, fp8_recipe), step(plain, x, dy,
                                                          fp8_recipe)
@@ -206,6 +209,48 @@ def test_bf16_main_grad_is_summed_in_float32():
     assert error < 1e-4, f"main_grad against float64: {error}"
 
 
+LOW_PRECISION = {
+    # bf16 main_grads of bf16 weights; fp16 ones of fp16 weights (Megatron
+    # keeps fp16 main_grads unless told to accumulate in float32).
+    "bf16": (BF16, BF16, 2e-2), "fp16": (torch.float16, torch.float16, 4e-3)}
+
+
+@pytest.mark.parametrize("dtype", list(LOW_PRECISION))
+@pytest.mark.parametrize("layer", ["Linear", "LayerNormMLP",
+                                   "TransformerLayer-split"])
+def test_low_precision_main_grad(layer, dtype):
+    """main_grads in bf16/fp16: no recipe against main_grad + the float64
+    sums of dY^T X (Linear) or the twin's gradients; FP8 against the
+    twin's. The wgrad GEMM adds main_grad as C and rounds once per
+    micro-batch, so the totals are within a few of their roundings."""
+    torch_dtype, io_dtype, bound = LOW_PRECISION[dtype]
+    make, shape = LAYERS[layer]
+    if torch_dtype == torch.float16:
+        if layer != "Linear":
+            pytest.skip("fp16 main_grads: the Linear suffices")
+        make = lambda fuse: te.Linear(  # noqa: E731
+            256, 128, params_dtype=torch.float16,
+            fuse_wgrad_accumulation=fuse)
+    for fp8_recipe in (None, hybrid()):
+        fused, plain, start, batches = run_twins(
+            make, shape, fp8_recipe, dtype=torch_dtype, io_dtype=io_dtype)
+        plain_params = dict(plain.named_parameters())
+        for name, p in gemm_weights(fused).items():
+            assert p.main_grad.dtype == torch_dtype
+            if fp8_recipe is None and layer == "Linear":
+                want = start[name].double()
+                for x, dy in batches:
+                    want += dy.double().t() @ x.double()
+            else:
+                want = start[name].double() + plain_params[name].grad.double()
+            error = rel_l2(p.main_grad, want)
+            assert error < bound, (f"{layer} {dtype} "
+                                   f"{'fp8' if fp8_recipe else 'no recipe'}: "
+                                   f"main_grad of {name}: {error}")
+            # Not left as it was: the gradients went in.
+            assert rel_l2(p.main_grad, start[name]) > 10 * error
+
+
 def test_grad_conventions():
     """TE's: with grad_added_to_main_grad the weight's .grad is a
     placeholder (zeros with zero_out_wgrad); without it, no .grad. A
@@ -237,10 +282,14 @@ def test_errors():
         step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
              None)
     module.weight.main_grad = torch.zeros(128, 256, device="cuda",
-                                          dtype=BF16)
-    with pytest.raises(RuntimeError, match="float32"):
+                                          dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="share one dtype"):
         step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
              None)
+    mlp, _ = twins(LAYERS["LayerNormMLP"][0])
+    mlp.fc2_weight.main_grad = mlp.fc2_weight.main_grad.to(BF16)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        step(mlp, x, torch.randn_like(x), None)
 
 
 def test_layernorm_mlp_full_size():

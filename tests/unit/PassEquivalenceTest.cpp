@@ -79,6 +79,13 @@ layers:
   - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 6,
      num_gqa_groups: 2, attn_mask_type: causal_bottom_right, attention_dropout: 0.25}
 )"},
+    {"main_grad_bf16", R"(
+seq_length: 4
+batch_size: 2
+layers:
+  - {type: LayerNormMLP, hidden_size: 16, ffn_hidden_size: 24,
+     fuse_wgrad_accumulation: true, main_grad_dtype: bf16}
+)"},
     {"sliding_window", R"(
 seq_length: 7
 batch_size: 2
@@ -242,7 +249,9 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
     }
   }
   // The variant's GEMM weights: qkv, proj, fc1, fc2 and the Linear's.
-  EXPECT_EQ(accumulating, GetParam() == "main_grad" ? 5 : 0);
+  EXPECT_EQ(accumulating, GetParam() == "main_grad"        ? 5
+                          : GetParam() == "main_grad_bf16" ? 2
+                                                           : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -251,7 +260,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "all_layers_small.yaml", "attention_small.yaml",
                       "transformer_bshd_mqa", "transformer_kv_channels_silu",
                       "mlp_variants", "main_grad",
-                      "attention_bshd_causal_bottom_right", "sliding_window"),
+                      "attention_bshd_causal_bottom_right", "sliding_window",
+                      "main_grad_bf16"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

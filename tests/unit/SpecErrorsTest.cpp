@@ -291,8 +291,8 @@ layers:
 )",
                   7, 5,
                   "unknown key 'activation' in Linear (valid keys: type, "
-                  "name, recipe, fuse_wgrad_accumulation, in_features, "
-                  "out_features, bias)"},
+                  "name, recipe, fuse_wgrad_accumulation, main_grad_dtype, "
+                  "in_features, out_features, bias)"},
         ErrorCase{"MainGradOnALayerWithoutGemms", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -330,6 +330,7 @@ layers:
                   8, 5,
                   "unknown key 'output_layernorm' in TransformerLayer (valid "
                   "keys: type, name, recipe, fuse_wgrad_accumulation, "
+                  "main_grad_dtype, "
                   "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
                   "apply_residual_connection_post_layernorm, layer_type, "
                   "normalization, layernorm_epsilon, zero_centered_gamma, "

@@ -69,6 +69,7 @@ class ProgramFunction(torch.autograd.Function):
         for slot, input_index in zip(ctx.slots, compiled.main_grad_inputs):
             index = compiled.grad_index[input_index]
             main_grads[index] = slot.buffer(compiled.grad_input_shape(index),
+                                            compiled.grad_input_dtype(index),
                                             device)
         grads = compiled.new_grad_inputs(device, main_grads)
         compiled.program.backward_ex(torch.cuda.current_stream(device),

@@ -115,7 +115,7 @@ class CompiledProgram:
             # Unnamed gradients: one per input, in order.
             self.grad_index = list(range(len(inputs)))
         # fuse_wgrad_accumulation: the backward takes, after the output
-        # gradients, a float32 "main_grad.<weight>" per GEMM weight and adds
+        # gradients, a "main_grad.<weight>" per GEMM weight and adds
         # the weight's gradient to it (the caller passes the same tensor as
         # that gradient's buffer: in place). By input index, in that order.
         position = {i.name: index for index, i in enumerate(inputs)}
@@ -178,6 +178,9 @@ class CompiledProgram:
 
     def grad_input_shape(self, index):
         return self._grad_inputs[index][0]
+
+    def grad_input_dtype(self, index):
+        return self._grad_inputs[index][1]
 
     def input_spec(self, index):
         """(shape, torch dtype) of input `index`."""

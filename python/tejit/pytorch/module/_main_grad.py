@@ -1,7 +1,8 @@
 """fuse_wgrad_accumulation: where a program's weight gradient goes.
 
-Under fuse_wgrad_accumulation the backward takes a float32 buffer per GEMM
-weight and adds the weight's gradient to it in place (docs/runtime.md).
+Under fuse_wgrad_accumulation the backward takes a buffer per GEMM weight
+(float32, or bfloat16/float16 when the main_grads are: main_grad_dtype in
+the spec) and adds the weight's gradient to it in place (docs/runtime.md).
 Usually that buffer is the parameter's own `.main_grad` (Megatron-LM's),
 also when torch.autocast hands the program a cast copy of the weight. The
 attention modules' QKV weight is made of other parameters' rows: TE's
@@ -12,26 +13,45 @@ written back after the backward).
 """
 import torch
 
+# main_grad dtypes the backward accumulates into, and their spec names.
+DTYPES = {torch.float32: "fp32", torch.bfloat16: "bf16",
+          torch.float16: "fp16"}
 
-def checked_main_grad(parameter, name):
-    """`parameter.main_grad`, which the backward writes in place: a wrong
-    tensor would be overrun, so refuse it."""
+
+def main_grad_dtype(parameters):
+    """The one dtype of the .main_grad of `parameters` that are trained
+    and have one (float32 when none has: checked_main_grad then says it is
+    missing); RuntimeError for mixed or unsupported dtypes."""
+    dtypes = {p.main_grad.dtype for p in parameters
+              if p.requires_grad and getattr(p, "main_grad", None) is not None}
+    if len(dtypes) > 1 or not dtypes <= DTYPES.keys():
+        raise RuntimeError(
+            f"tejit: fuse_wgrad_accumulation needs the main_grads of one "
+            f"module to share one dtype of float32, bfloat16 or float16; "
+            f"got {sorted(str(d) for d in dtypes)}")
+    return dtypes.pop() if dtypes else torch.float32
+
+
+def checked_main_grad(parameter, name, dtype=torch.float32):
+    """`parameter.main_grad`, which the backward writes in place as a
+    `dtype` tensor: a wrong tensor would be overrun, so refuse it."""
     main_grad = getattr(parameter, "main_grad", None)
     if main_grad is None:
         raise RuntimeError(
             f"tejit: fuse_wgrad_accumulation is set, but parameter '{name}' "
-            f"has no .main_grad (a float32 tensor of its shape its gradients "
-            f"accumulate into, as in Megatron-LM)")
+            f"has no .main_grad (a float32, bfloat16 or float16 tensor of "
+            f"its shape its gradients accumulate into, as in Megatron-LM)")
     if (main_grad.shape != parameter.shape
-            or main_grad.dtype != torch.float32
+            or main_grad.dtype != dtype
             or main_grad.device != parameter.device
             or not main_grad.is_contiguous()):
         raise RuntimeError(
             f"tejit: '{name}.main_grad' is {tuple(main_grad.shape)} "
             f"{main_grad.dtype} on {main_grad.device}"
             f"{'' if main_grad.is_contiguous() else ' (not contiguous)'}; "
-            f"fuse_wgrad_accumulation needs a contiguous float32 tensor "
-            f"{tuple(parameter.shape)} on the parameter's device")
+            f"fuse_wgrad_accumulation needs a contiguous {dtype} tensor "
+            f"{tuple(parameter.shape)} on the parameter's device (the "
+            f"module's main_grads share one dtype)")
     return main_grad
 
 
@@ -50,12 +70,12 @@ class Slot:
     def _trained(self):
         return any(p.requires_grad for p in self.parameters)
 
-    def buffer(self, shape, device):
-        """The float32 buffer of `shape` the backward adds into. Frozen
+    def buffer(self, shape, dtype, device):
+        """The `dtype` buffer of `shape` the backward adds into. Frozen
         weights (no parameter requires grad) get a scratch buffer."""
         if not self._trained():
-            return torch.zeros(shape, dtype=torch.float32, device=device)
-        grads = [checked_main_grad(p, n)
+            return torch.zeros(shape, dtype=dtype, device=device)
+        grads = [checked_main_grad(p, n, dtype)
                  for p, n in zip(self.parameters, self.names)]
         buffer = grads[0] if self._join is None else self._join(grads)
         if tuple(buffer.shape) != tuple(shape):

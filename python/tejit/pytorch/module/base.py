@@ -451,15 +451,22 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # Inference calls keep what the token identifies (their parameter
         # inputs, the weight casts); checked before anything compiles.
         token = self._call_token(dtype, want_token=not training)
+        fuse_wgrad = (training
+                      and getattr(self, "fuse_wgrad_accumulation", False))
+        main_grad_dtype = (_main_grad.main_grad_dtype(self.parameters())
+                           if fuse_wgrad else None)
         key = (shape_key, dtype, recipe_key, training, first.device.index,
-               variant)
+               variant, main_grad_dtype)
         compiled = self._programs.get(key)
         if compiled is None:
             layer = (layer_spec or self._layer_spec)()
-            if training and getattr(self, "fuse_wgrad_accumulation", False):
+            if fuse_wgrad:
                 # The backward adds each GEMM weight's gradient to its
-                # float32 .main_grad (_autograd.py).
+                # .main_grad (_autograd.py), of the main_grads' dtype.
                 layer["fuse_wgrad_accumulation"] = True
+                if main_grad_dtype != torch.float32:
+                    layer["main_grad_dtype"] = (
+                        _main_grad.DTYPES[main_grad_dtype])
             spec = {"name": type(self).__name__,
                     "params_dtype": SPEC_DTYPES[dtype], **shape_spec,
                     "layers": [layer]}
