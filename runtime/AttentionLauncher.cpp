@@ -192,9 +192,12 @@ AttentionLauncher::create(const AttentionStep &step,
       return attributes.error("a padding mask type without a mask operand");
     const TensorType &maskType = function.values[*launcher.mask].type;
     std::vector<int64_t> expected{problem.batch, 1, 1, problem.seqKv};
-    if (maskType.shape != expected || problem.seqQ != problem.seqKv)
+    // Self-attention: the mask pads queries and keys alike; cross-attention
+    // (s_q != s_kv): it pads the keys, and every query is valid.
+    launcher.fullQueryLengths = problem.seqQ != problem.seqKv;
+    if (maskType.shape != expected)
       return attributes.error(
-          "the cuDNN path takes a self-attention padding mask [b, 1, 1, s] "
+          "the cuDNN path takes a padding mask [b, 1, 1, s_kv] "
           "(Transformer Engine's, True = padded; right padding); got a "
           "mask of " +
           llvm::join(
@@ -249,15 +252,17 @@ AttentionLauncher::create(const AttentionStep &step,
 }
 
 size_t AttentionLauncher::scratchBytes() const {
-  return alignUp(problemDesc.batch * sizeof(int32_t)) + alignUp(16) +
+  return 2 * alignUp(problemDesc.batch * sizeof(int32_t)) + alignUp(16) +
          alignUp(runner->workspaceBytes());
 }
 
 Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
                              CUdeviceptr scratch, CUstream stream,
                              const CudaDriver &driver) const {
+  size_t lengthsBytes = alignUp(problemDesc.batch * sizeof(int32_t));
   CUdeviceptr seqLens = scratch;
-  CUdeviceptr rngState = seqLens + alignUp(problemDesc.batch * sizeof(int32_t));
+  CUdeviceptr queryLens = seqLens + lengthsBytes;
+  CUdeviceptr rngState = queryLens + lengthsBytes;
   CUdeviceptr workspace = rngState + alignUp(16);
   AttentionPointers pointers;
   pointers.q = addresses[q];
@@ -284,8 +289,17 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
                                   0, stream, params, nullptr),
             "launching the attention prep kernel"))
       return error;
-    if (mask)
+    if (mask) {
       pointers.seqLenQ = pointers.seqLenKv = seqLens;
+      if (fullQueryLengths) {
+        if (Error error = driver.check(
+                driver.cuMemsetD32Async(queryLens, unsigned(problemDesc.seqQ),
+                                        size_t(problemDesc.batch), stream),
+                "setting the query lengths of a cross-attention"))
+          return error;
+        pointers.seqLenQ = queryLens;
+      }
+    }
     if (rng) {
       pointers.seed = rngState;
       pointers.offset = rngState + sizeof(uint64_t);

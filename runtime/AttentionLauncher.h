@@ -49,6 +49,9 @@ private:
   int64_t gradOut = 0, gradQ = 0, gradK = 0, gradV = 0;
   std::optional<int64_t> mask, rng;
   uint64_t offsetDelta = 0;
+  /// Cross-attention (s_q != s_kv) with a key padding mask: every query is
+  /// valid, so cuDNN gets s_q as each query length.
+  bool fullQueryLengths = false;
 };
 
 /// The PTX of runtime/kernels/AttentionPrep.cu.

@@ -47,12 +47,11 @@ readWindow(LayerContext &ctx, FailureOr<AttnMaskType> maskType) {
   return DenseI64ArrayAttr::get(ctx.context(), {left, right});
 }
 
-/// [s, b, heads, headDim] or [b, s, heads, headDim].
-static RankedTensorType headsType(LayerContext &ctx, int64_t heads,
+/// [seq, b, heads, headDim] or [b, seq, heads, headDim].
+static RankedTensorType headsType(LayerContext &ctx, int64_t seq, int64_t heads,
                                   int64_t headDim) {
   ImportState &state = ctx.state;
-  SmallVector<int64_t> shape = {state.seqLength, state.batchSize, heads,
-                                headDim};
+  SmallVector<int64_t> shape = {seq, state.batchSize, heads, headDim};
   if (state.inputFormat == QkvFormat::bshd)
     std::swap(shape[0], shape[1]);
   return RankedTensorType::get(shape, state.dtype);
@@ -70,9 +69,12 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   FailureOr<std::optional<double>> scale = layer.getFloat("softmax_scale");
   FailureOr<QkvFormat> format = ctx.readFormat("qkv_format");
   FailureOr<DenseI64ArrayAttr> window = readWindow(ctx, maskType);
+  // Cross-attention: keys and values of their own length.
+  FailureOr<std::optional<int64_t>> kvSeq = layer.getPositive("kv_seq_length");
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
-      failed(format) || failed(window) || failed(ctx.rejectRecipe()))
+      failed(format) || failed(window) || failed(kvSeq) ||
+      failed(ctx.rejectRecipe()))
     return failure();
   if (ctx.input)
     return emitError(ctx.loc())
@@ -80,13 +82,14 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
               "only be the first layer of a spec";
   int64_t kvHeads = groups->value_or(*heads);
   LayerOpParts parts;
-  parts.add(
-      ctx.state.addInput("query", headsType(ctx, *heads, *headDim), ctx.loc()));
-  parts.add(
-      ctx.state.addInput("key", headsType(ctx, kvHeads, *headDim), ctx.loc()));
-  parts.add(ctx.state.addInput("value", headsType(ctx, kvHeads, *headDim),
+  int64_t seq = ctx.state.seqLength, kvSeqLength = kvSeq->value_or(seq);
+  parts.add(ctx.state.addInput("query", headsType(ctx, seq, *heads, *headDim),
                                ctx.loc()));
-  parts.addOptional(ctx.attentionMask(*maskType));
+  parts.add(ctx.state.addInput(
+      "key", headsType(ctx, kvSeqLength, kvHeads, *headDim), ctx.loc()));
+  parts.add(ctx.state.addInput(
+      "value", headsType(ctx, kvSeqLength, kvHeads, *headDim), ctx.loc()));
+  parts.addOptional(ctx.attentionMask(*maskType, kvSeqLength));
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));
   parts.set("qkv_format", formatAttr(ctx, *format));

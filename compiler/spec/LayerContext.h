@@ -37,8 +37,11 @@ struct LayerContext {
   readMaskType(llvm::StringRef key, mlir::te::AttnMaskType fallback);
   /// A layout key; it may only repeat the spec's input_format.
   mlir::FailureOr<mlir::te::QkvFormat> readFormat(llvm::StringRef key);
-  /// The attention mask argument `maskType` needs, or null.
-  mlir::Value attentionMask(mlir::te::AttnMaskType maskType);
+  /// The attention mask argument `maskType` needs, or null: [b, 1, 1,
+  /// s_kv] for the padding types, [b, 1, s, s_kv] for arbitrary; s_kv is
+  /// `kvSeq` (cross-attention) or the spec's seq_length.
+  mlir::Value attentionMask(mlir::te::AttnMaskType maskType,
+                            std::optional<int64_t> kvSeq = std::nullopt);
   /// Fails unless the layer's recipe is unset: for layers without GEMMs.
   mlir::LogicalResult rejectRecipe();
 

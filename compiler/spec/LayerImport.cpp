@@ -183,18 +183,19 @@ FailureOr<QkvFormat> LayerContext::readFormat(StringRef key) {
   return state.inputFormat;
 }
 
-Value LayerContext::attentionMask(AttnMaskType maskType) {
-  int64_t b = state.batchSize, s = state.seqLength;
+Value LayerContext::attentionMask(AttnMaskType maskType,
+                                  std::optional<int64_t> kvSeq) {
+  int64_t b = state.batchSize, s = state.seqLength, skv = kvSeq.value_or(s);
   Type i1 = IntegerType::get(context(), 1);
   switch (maskType) {
   case AttnMaskType::padding:
   case AttnMaskType::padding_causal:
   case AttnMaskType::padding_causal_bottom_right:
     return state.addInput("attention_mask",
-                          RankedTensorType::get({b, 1, 1, s}, i1), loc());
+                          RankedTensorType::get({b, 1, 1, skv}, i1), loc());
   case AttnMaskType::arbitrary:
     return state.addInput("arbitrary_attention_mask",
-                          RankedTensorType::get({b, 1, s, s}, i1), loc());
+                          RankedTensorType::get({b, 1, s, skv}, i1), loc());
   default:
     return Value();
   }

@@ -17,6 +17,8 @@
 //     then random inputs with the same seed and offset are compared against
 //     the reference using that mask; the same seed/offset must give
 //     bit-identical o, another offset a different o.
+//   * cross-attention: s_q 128 / s_kv 256 and s_q 256 / s_kv 64, every mask
+//     (top-left causal; padding on the keys only), MHA/GQA, both layouts;
 //   * sliding windows (window_size): a left bound with each mask type, at
 //     s = 256, d 128, MHA/GQA, both layouts and types.
 //   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
@@ -466,6 +468,10 @@ public:
     if (!p.padding()) {
       in.lenQ.assign(size_t(p.batch), int32_t(p.seqQ));
       in.lenKv.assign(size_t(p.batch), int32_t(p.seqKv));
+    } else if (p.seqQ != p.seqKv) {
+      // Cross-attention: the mask pads keys; every query is valid (as
+      // tejit's runtime passes it).
+      in.lenQ.assign(size_t(p.batch), int32_t(p.seqQ));
     } else if (p.windowLeft >= 0) {
       // Windows come with self-attention, whose queries and keys share one
       // padding mask (tejit's runtime passes the same lengths); unequal
@@ -939,6 +945,31 @@ std::vector<Case> smallCases() {
               attentionMaskName(window.mask).str().c_str(), grouping.name,
               attentionLayoutName(layout).str().c_str());
           cases.push_back({name, p, window.mustPass, {}, false});
+        }
+  // Cross-attention: queries and keys of other lengths (top-left causal;
+  // the padding masks pad the keys).
+  for (auto [seqQ, seqKv] : {std::pair<int64_t, int64_t>{128, 256}, {256, 64}})
+    for (AttentionMask mask : masks)
+      for (const Grouping &grouping : {groupings[0], groupings[1]})
+        for (AttentionLayout layout :
+             {AttentionLayout::Sbhd, AttentionLayout::Bshd}) {
+          AttentionProblem p;
+          p.batch = 2;
+          p.heads = 8;
+          p.kvHeads = grouping.kvHeads;
+          p.seqQ = seqQ;
+          p.seqKv = seqKv;
+          p.headDim = 128;
+          p.layout = layout;
+          p.mask = mask;
+          p.softmaxScale = 1 / std::sqrt(128.0);
+          char name[128];
+          std::snprintf(name, sizeof(name),
+                        "cross s_q%lld s_kv%lld bf16 d128 %s %s %s",
+                        (long long)seqQ, (long long)seqKv,
+                        attentionMaskName(mask).str().c_str(), grouping.name,
+                        attentionLayoutName(layout).str().c_str());
+          cases.push_back({name, p, true, {}, false});
         }
   // q, k and v read in place from a fused QKV projection's output, and
   // their gradients written into one, as tejit's plans run attention.

@@ -362,6 +362,93 @@ def test_dot_product_attention(dtype, d, mask, groups, fmt):
                  f"{fmt}")
 
 
+def cross_attention_ref(q, k, v, causal, kv_padding, qkv_format, scale):
+    """Cross-attention from its definition in q's dtype: queries [.., h,
+    d] over keys/values [.., g, d] of another length, the causal mask
+    aligned top-left (query i sees keys j <= i), `kv_padding` [b, 1, 1,
+    s_kv] (True = padded key) or None; [s_q, b, h*d] / [b, s_q, h*d]."""
+    if qkv_format == "sbhd":
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, h, s, d]
+    else:
+        q, k, v = (t.permute(0, 2, 1, 3) for t in (q, k, v))
+    heads, groups = q.shape[1], k.shape[1]
+    k = k.repeat_interleave(heads // groups, dim=1)
+    v = v.repeat_interleave(heads // groups, dim=1)
+    sq, skv = q.shape[2], k.shape[2]
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale  # [b, h, sq, skv]
+    hidden = torch.zeros(sq, skv, dtype=torch.bool, device=q.device)
+    if causal:
+        i = torch.arange(sq, device=q.device).view(sq, 1)
+        j = torch.arange(skv, device=q.device).view(1, skv)
+        hidden = j > i
+    hidden = hidden[None, None]
+    if kv_padding is not None:
+        hidden = hidden | kv_padding
+    scores = scores.masked_fill(hidden, float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), v)
+    if qkv_format == "sbhd":
+        out = out.permute(2, 0, 1, 3)
+    else:
+        out = out.permute(0, 2, 1, 3)
+    return out.reshape(*out.shape[:2], -1)
+
+
+# Cross-attention: 256 queries over 96 keys and 64 over 320, every mask
+# type tejit takes there, GQA and MHA, both layouts.
+DPA_CROSS_CASES = [
+    (sq, skv, mask, groups, fmt)
+    for sq, skv in ((256, 96), (64, 320))
+    for mask in ("no_mask", "causal", "padding", "padding_causal")
+    for groups in (2, 8) for fmt in ("sbhd", "bshd")]
+
+
+@pytest.mark.parametrize(
+    "sq,skv,mask,groups,fmt", DPA_CROSS_CASES,
+    ids=[f"q{c[0]}-kv{c[1]}-{c[2]}-g{c[3]}-{c[4]}" for c in DPA_CROSS_CASES])
+def test_dot_product_attention_cross(sq, skv, mask, groups, fmt):
+    """DotProductAttention(attention_type="cross") on keys and values of
+    their own length, forward and backward, against cross_attention_ref
+    in float64 with test_dot_product_attention's bounds; padding masks
+    come as TE's (query mask, key/value mask) pair, the query mask all
+    False."""
+    heads, batch, d, dtype = 8, 2, 64, BF16
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format=fmt, attn_mask_type=mask,
+                                 attention_type="cross")
+    lead_q = (sq, batch) if fmt == "sbhd" else (batch, sq)
+    lead_kv = (skv, batch) if fmt == "sbhd" else (batch, skv)
+    q = torch.randn(*lead_q, heads, d, device="cuda", dtype=dtype)
+    k = torch.randn(*lead_kv, groups, d, device="cuda", dtype=dtype)
+    v = torch.randn(*lead_kv, groups, d, device="cuda", dtype=dtype)
+    for t in (q, k, v):
+        t.requires_grad_()
+    kv_padding = (random_padding(batch, skv, "cuda") if "padding" in mask
+                  else None)
+    mask_arg = None
+    if kv_padding is not None:
+        mask_arg = (torch.zeros(batch, 1, 1, sq, dtype=torch.bool,
+                                device="cuda"), kv_padding)
+    out = dpa(q, k, v, attention_mask=mask_arg)
+    assert tuple(out.shape) == (*lead_q, heads * d)
+    dy = torch.randn_like(out)
+    out.backward(dy)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = cross_attention_ref(q64, k64, v64, "causal" in mask, kv_padding,
+                              fmt, 1.0 / math.sqrt(d))
+    ref.backward(dy.double())
+    errors = {"output": rel_l2(out, ref), "dq": rel_l2(q.grad, q64.grad),
+              "dk": rel_l2(k.grad, k64.grad), "dv": rel_l2(v.grad, v64.grad)}
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[dtype]),
+                 f"DotProductAttention cross s_q {sq} s_kv {skv} {mask} "
+                 f"groups {groups} {fmt}")
+    if kv_padding is not None:
+        # Padded keys and values get no gradient.
+        padded = kv_padding.view(batch, skv)
+        padded = padded.t() if fmt == "sbhd" else padded
+        assert torch.count_nonzero(k.grad[padded]) == 0
+        assert torch.count_nonzero(v.grad[padded]) == 0
+
+
 # Sliding windows (window_size (left, right)), bf16, s = 256: a left bound
 # with each mask type (and the right bound 0, the causal diagonal, without
 # a causal type), multi-head, GQA and MQA, both layouts.

@@ -512,11 +512,11 @@ class JitKeyTest(unittest.TestCase):
                                 ((q.transpose(0, 1), kv.transpose(0, 1),
                                   kv.transpose(0, 1)),
                                  dict(qkv_format="bshd"))])
-        self.assertEqual(seen[0][0], ("sbhd", 8, 2))
+        self.assertEqual(seen[0][0], ("sbhd", 8, 2, 8))
         self.assertEqual(seen[0][2], ("causal", False, (-1, 0)))
         self.assertEqual(seen[1][2], ("no_mask", False, (-1, -1)))
         self.assertEqual(seen[1][4]["attn_mask_type"], "no_mask")
-        self.assertEqual(seen[2][0], ("bshd", 8, 2))
+        self.assertEqual(seen[2][0], ("bshd", 8, 2, 8))
         self.assertEqual(seen[2][3]["input_format"], "bshd")
         self.assertEqual(seen[0][1], torch.float32)
         self.assertIn(torch.float32, SPEC_DTYPES)
@@ -617,13 +617,52 @@ class JitKeyTest(unittest.TestCase):
             "MultiheadAttention", "bf16", "sbhd", 8, 2, seen[1][4]), "te")
         self.assertIn("window_size = array<i64: 2, 0>", text)
 
+    def test_cross_attention(self):
+        """Keys and values of another length: their own program (keyed
+        by s_kv), kv_seq_length in the spec, which compiles; the key
+        padding mask alone or in TE's pair."""
+        dpa = te.DotProductAttention(4, 16, num_gqa_groups=2,
+                                     attention_type="cross",
+                                     attn_mask_type="no_mask")
+        q = torch.zeros(8, 2, 4, 16)
+        kv = torch.zeros(5, 2, 2, 16)
+        kv_mask = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
+        q_mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        seen = self.calls(dpa, [
+            ((q, kv, kv), {}),
+            ((q, kv, kv), dict(attn_mask_type="padding",
+                               attention_mask=(q_mask, kv_mask))),
+            ((q, kv, kv), dict(attn_mask_type="padding_causal",
+                               attention_mask=kv_mask)),
+            ((q, q[:, :, :2], q[:, :, :2]), {})])
+        self.assertEqual([key[0] for key in seen],
+                         [("sbhd", 8, 2, 5)] * 3 + [("sbhd", 8, 2, 8)])
+        self.assertEqual(seen[0][4]["kv_seq_length"], 5)
+        self.assertNotIn("kv_seq_length", seen[3][4])
+        self.assertIn("attention_mask", seen[1][5])
+        text = tejit.compile_ir(_attention_specs.program_spec(
+            "DotProductAttention", "bf16", "sbhd", 8, 2, seen[1][4]), "te")
+        self.assertIn("tensor<5x2x2x16xbf16>", text)
+        self.assertIn("tensor<2x1x1x5xi1>", text)
+        # Padded queries and arbitrary masks are refused.
+        q_mask[0, 0, 0, 7] = True
+        with self.assertRaises(NotImplementedError) as caught:
+            self.calls(dpa, [((q, kv, kv), dict(
+                attn_mask_type="padding", attention_mask=(q_mask, kv_mask)))])
+        self.assertIn("padded queries", str(caught.exception))
+        with self.assertRaises(NotImplementedError):
+            self.calls(dpa, [((q, kv, kv), dict(
+                attn_mask_type="arbitrary",
+                attention_mask=torch.zeros(2, 1, 8, 5, dtype=torch.bool)))])
+
     def test_shape_errors(self):
         dpa = te.DotProductAttention(4, 16)
         q = torch.zeros(8, 2, 4, 16)
         short = torch.zeros(4, 2, 4, 16)
         with self.assertRaises(ValueError) as caught:
-            self.calls(dpa, [((q, short, short), {})])
-        self.assertIn("another length", str(caught.exception))
+            self.calls(dpa, [((q, short, q), {})])
+        self.assertIn("expected value_layer [4, 2, 4, 16]",
+                      str(caught.exception))
 
 
 if __name__ == "__main__":

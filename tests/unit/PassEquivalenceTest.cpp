@@ -79,6 +79,14 @@ layers:
   - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 6,
      num_gqa_groups: 2, attn_mask_type: causal_bottom_right, attention_dropout: 0.25}
 )"},
+    {"attention_cross", R"(
+seq_length: 7
+batch_size: 2
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 6,
+     num_gqa_groups: 2, kv_seq_length: 5, attn_mask_type: padding_causal,
+     attention_dropout: 0.25}
+)"},
     {"main_grad_bf16", R"(
 seq_length: 4
 batch_size: 2
@@ -261,7 +269,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "transformer_bshd_mqa", "transformer_kv_channels_silu",
                       "mlp_variants", "main_grad",
                       "attention_bshd_causal_bottom_right", "sliding_window",
-                      "main_grad_bf16"),
+                      "main_grad_bf16", "attention_cross"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

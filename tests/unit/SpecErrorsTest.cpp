@@ -1188,6 +1188,18 @@ layers:
                   7, 22,
                   "'window_size' in MultiheadAttention must be a list of 2 "
                   "integers, got 'zero'"},
+        ErrorCase{"KvSeqLengthZero", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    kv_seq_length: 0
+)",
+                  7, 20,
+                  "'kv_seq_length' in DotProductAttention must be >= 1, got "
+                  "0"},
         ErrorCase{"WindowBelowMinusOne", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -36,12 +36,17 @@ def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
 
 
 def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
-                               dropout, softmax_scale, window_size=None):
-    return _with_window(
-        {"type": "DotProductAttention", "num_attention_heads": heads,
-         "kv_channels": kv_channels, "num_gqa_groups": groups,
-         "attn_mask_type": mask_type, "attention_dropout": dropout,
-         "softmax_scale": softmax_scale}, mask_type, window_size)
+                               dropout, softmax_scale, window_size=None,
+                               kv_seq_length=None):
+    """`kv_seq_length`: the keys' and values' length when it is not the
+    queries' (cross-attention), else None."""
+    layer = {"type": "DotProductAttention", "num_attention_heads": heads,
+             "kv_channels": kv_channels, "num_gqa_groups": groups,
+             "attn_mask_type": mask_type, "attention_dropout": dropout,
+             "softmax_scale": softmax_scale}
+    if kv_seq_length is not None:
+        layer["kv_seq_length"] = int(kv_seq_length)
+    return _with_window(layer, mask_type, window_size)
 
 
 def multihead_attention_spec(hidden, heads, kv_channels, groups,

@@ -99,6 +99,34 @@ def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
     return {name: attention_mask.contiguous()}
 
 
+def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
+                               seq_kv, device):
+    """attention_mask_input for cross-attention (keys and values of
+    another length than the queries): the padding types take TE's pair
+    (query mask, key/value mask [b, 1, 1, s_kv]) or the key/value mask
+    alone. Queries cannot be padded (tejit passes every query as valid): a
+    query mask with a True is refused, which reads it back to the host."""
+    if mask_type == "arbitrary":
+        raise NotImplementedError(
+            f"{owner}: attn_mask_type='arbitrary' with keys and values of "
+            f"another length than the queries is not supported by tejit")
+    if "padding" not in mask_type:
+        return {}
+    if isinstance(attention_mask, (tuple, list)):
+        if len(attention_mask) != 2:
+            raise ValueError(f"{owner}: a cross-attention attention_mask is "
+                             f"TE's pair (query mask, key/value mask), got "
+                             f"{len(attention_mask)} tensors")
+        query_mask, attention_mask = attention_mask
+        if query_mask is not None and bool(torch.as_tensor(query_mask).any()):
+            raise NotImplementedError(
+                f"{owner}: padded queries in cross-attention are not "
+                f"supported by tejit (the query mask has True entries); "
+                f"only the keys and values may be padded")
+    return attention_mask_input(owner, mask_type, attention_mask, batch,
+                                seq_kv, device)
+
+
 def rotary_input(owner, rotary_pos_emb, seq, kv_channels, device):
     """The program's `rotary_pos_emb` input [s, 1, 1, kv_channels] float32
     from TE's freqs tensor [>= s, 1, 1, d] (the first s positions, as TE
@@ -185,10 +213,15 @@ class DotProductAttention(TransformerEngineBaseModule):
     i - left <= j <= i + right (-1: unbounded), besides the mask type's
     rule; not with "arbitrary". Dropout (attention_dropout) only in
     training mode, from a stream seeded from torch's CUDA generator.
-    Refused (NotImplementedError naming the argument): context/tensor
-    parallelism, attention bias, ALiBi, the thd layout and cu_seqlens,
-    inference_params, key/value of another length than the query
-    (cross-attention), kv_channels differing for k and v. Accepted and
+    Cross-attention (attention_type="cross", or any key_layer/value_layer
+    of another length than query_layer): no_mask, causal (top-left) and
+    the padding types with TE's (query mask, key/value mask) pair, whose
+    query mask may pad nothing (tejit does not pad queries), or the
+    key/value mask [b, 1, 1, s_kv] alone. Refused (NotImplementedError
+    naming the argument): context/tensor parallelism, attention bias,
+    ALiBi, the thd layout and cu_seqlens, inference_params, kv_channels
+    differing for k and v, padded queries and "arbitrary" in
+    cross-attention. Accepted and
     unused: layer_number, get_rng_state_tracker, checkpoint_core_attention
     (recomputation changes no result), fast_zero_fill."""
 
@@ -254,9 +287,10 @@ class DotProductAttention(TransformerEngineBaseModule):
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
 
-    def _layer_spec(self, mask_type=None, window_size=None):
-        """The layer's spec for a call with `mask_type` and the normalized
-        `window_size` (the constructor's when None)."""
+    def _layer_spec(self, mask_type=None, window_size=None, seq_kv=None):
+        """The layer's spec for a call with `mask_type`, the normalized
+        `window_size` (the constructor's when None) and keys/values of
+        `seq_kv` positions (None: as many as the queries)."""
         mask_type = mask_type or self.attn_mask_type
         if window_size is None:
             window_size = window_of_call("DotProductAttention",
@@ -266,7 +300,7 @@ class DotProductAttention(TransformerEngineBaseModule):
             self.num_attention_heads, self.kv_channels, self.num_gqa_groups,
             mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.softmax_scale, window_size)
+            self.softmax_scale, window_size, seq_kv)
 
     def _constructed_window(self):
         return self.window_size if self._window_given else None
@@ -294,40 +328,51 @@ class DotProductAttention(TransformerEngineBaseModule):
                              ("value_layer", value_layer)):
             check_input(owner, name, tensor, 4)
         seq, batch = _sequence_dims(qkv_format, query_layer)
+        # Cross-attention: keys and values of their own length.
+        seq_kv = _sequence_dims(qkv_format, key_layer)[0]
         check_attention_call(
             owner, seq, inference_params, core_attention_bias_type,
             core_attention_bias, alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
             cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q,
-            max_seqlen_kv, pad_between_seqs)
+            None, pad_between_seqs)
+        if max_seqlen_kv is not None and int(max_seqlen_kv) != seq_kv:
+            raise NotImplementedError(
+                f"{owner}.forward(max_seqlen_kv={max_seqlen_kv}) other than "
+                f"the keys' length ({seq_kv}) is not supported by tejit")
         heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
                             self.kv_channels)
-        lead = (seq, batch) if qkv_format == "sbhd" else (batch, seq)
-        for name, tensor, count in (("query_layer", query_layer, heads),
-                                    ("key_layer", key_layer, groups),
-                                    ("value_layer", value_layer, groups)):
+        for name, tensor, count, length in (
+                ("query_layer", query_layer, heads, seq),
+                ("key_layer", key_layer, groups, seq_kv),
+                ("value_layer", value_layer, groups, seq_kv)):
+            lead = (length, batch) if qkv_format == "sbhd" else (batch,
+                                                                 length)
             want = (*lead, count, d)
             if tuple(tensor.shape) != want:
-                detail = ""
-                if (tuple(tensor.shape[2:]) == (count, d)
-                        and _sequence_dims(qkv_format, tensor)[0] != seq):
-                    detail = (" (keys and values of another length than the "
-                              "queries are not supported by tejit yet)")
                 raise ValueError(f"{owner}: expected {name} {list(want)} "
                                  f"({qkv_format}), got "
-                                 f"{list(tensor.shape)}{detail}")
+                                 f"{list(tensor.shape)}")
         dtype = self._checked_dtype(query_layer)
         activations = {
             "query": query_layer.to(dtype).contiguous(),
             "key": key_layer.to(dtype).contiguous(),
             "value": value_layer.to(dtype).contiguous()}
-        activations.update(attention_mask_input(
-            owner, mask_type, attention_mask, batch, seq, query_layer.device))
+        if seq_kv == seq:
+            activations.update(attention_mask_input(
+                owner, mask_type, attention_mask, batch, seq,
+                query_layer.device))
+        else:
+            activations.update(cross_attention_mask_input(
+                owner, mask_type, attention_mask, batch, seq_kv,
+                query_layer.device))
         variant = (mask_type, self._dropout_active(), window)
         out = self._run_program(
-            activations, dtype, (qkv_format, seq, batch),
+            activations, dtype, (qkv_format, seq, batch, seq_kv),
             {"seq_length": seq, "batch_size": batch,
              "input_format": qkv_format},
-            query_layer.shape, lambda: self._layer_spec(mask_type, window),
+            query_layer.shape,
+            lambda: self._layer_spec(mask_type, window, seq_kv=(
+                seq_kv if seq_kv != seq else None)),
             variant)
         return out["output"]
 
