@@ -4,7 +4,8 @@
 # PyTorch bit for bit; the C API example trains and replays a CUDA graph;
 # compute-sanitizer memcheck and racecheck over it; the layer suite (every
 # layer x recipe, small and real sizes, against the PyTorch reference); and
-# tejit.pytorch (modules, the TE quickstart, a training curve, the amax
+# tejit.pytorch (its PyTorch-side unit tests, modules, the TE quickstart, a
+# training curve, the amax
 # reduction across two GPUs where there are two, pip install).
 # SIZES=small|real|all (default all) picks the layer suite's
 # sizes. Exits non-zero if anything fails.
@@ -41,6 +42,9 @@ step tests/gpu/check_gemm_tuning.sh
 # tejit.pytorch: modules against PyTorch, the TE quickstart with only its
 # imports changed, and an FP8 training curve against bf16.
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+# The CPU-side Python tests that need PyTorch (CI has none): the modules'
+# specs, program keys and argument checks.
+step python3 -m pytest -q -p no:cacheprovider tests/python/
 step python3 tests/gpu/test_pytorch_modules.py
 step python3 tests/gpu/test_tensor_interop.py
 step python3 tests/gpu/quickstart_te.py
