@@ -515,12 +515,20 @@ struct Common {
   const Tensor *seqQ() const { return seqLenQ ? &*seqLenQ : nullptr; }
   const Tensor *seqKv() const { return seqLenKv ? &*seqLenKv : nullptr; }
 
+  /// The row and column index of every score, as (`out`, `math`) typed
+  /// GEN_INDEX results: each mask keeps the types cuDNN's engines expect of
+  /// it (cudnn-frontend's).
+  static std::pair<Tensor, Tensor>
+  indices(Builder &g, const Tensor &s, const char *rowWhat, const char *colWhat,
+          cudnnDataType_t out, cudnnDataType_t math) {
+    return {g.unary(CUDNN_POINTWISE_GEN_INDEX, s, rowWhat, out, math, 2),
+            g.unary(CUDNN_POINTWISE_GEN_INDEX, s, colWhat, out, math, 3)};
+  }
+
   /// Scores of padded rows and columns become the mask value.
   Tensor padding(Builder &g, const Tensor &s) const {
-    Tensor row = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "padding row index",
-                         CUDNN_DATA_INT32, CUDNN_DATA_INT32, 2);
-    Tensor col = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "padding column index",
-                         CUDNN_DATA_INT32, CUDNN_DATA_INT32, 3);
+    auto [row, col] = indices(g, s, "padding row index", "padding column index",
+                              CUDNN_DATA_INT32, CUDNN_DATA_INT32);
     Tensor rowIn =
         g.binary(CUDNN_POINTWISE_CMP_LT, row, *seqLenQ, "row < seq_len_q",
                  CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
@@ -536,10 +544,8 @@ struct Common {
 
   /// Scores above the diagonal (column > row) become the mask value.
   Tensor causal(Builder &g, const Tensor &s) const {
-    Tensor row = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "causal row index",
-                         CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, 2);
-    Tensor col = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "causal column index",
-                         CUDNN_DATA_INT32, CUDNN_DATA_FLOAT, 3);
+    auto [row, col] = indices(g, s, "causal row index", "causal column index",
+                              CUDNN_DATA_INT32, CUDNN_DATA_FLOAT);
     Tensor keep = g.binary(CUDNN_POINTWISE_CMP_GE, row, col, "row >= column",
                            CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
     return g.select(s, g.scalar(maskValue, "causal mask value"), keep,
@@ -550,10 +556,8 @@ struct Common {
   /// in the form cuDNN's sliding-window engines recognize:
   /// keep column + (left + 1) > row.
   Tensor leftBound(Builder &g, const Tensor &s, int64_t left) const {
-    Tensor row = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "window row index",
-                         CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 2);
-    Tensor col = g.unary(CUDNN_POINTWISE_GEN_INDEX, s, "window column index",
-                         CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, 3);
+    auto [row, col] = indices(g, s, "window row index", "window column index",
+                              CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT);
     Tensor length =
         g.scalar(static_cast<float>(left + 1), "window length (left + 1)");
     Tensor reach = g.virtualTensor(col.dims, col.strides, CUDNN_DATA_FLOAT,

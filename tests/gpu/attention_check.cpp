@@ -247,6 +247,18 @@ struct Inputs {
   const std::vector<uint8_t> *keep = nullptr;
 };
 
+/// The keys query i sees, [first, last), with `keys` unpadded keys: the
+/// causal mask (top-left), a right bound without it, and a left bound.
+std::pair<int64_t, int64_t> visibleKeys(const AttentionProblem &p, int64_t i,
+                                        int64_t keys) {
+  int64_t last = p.causal() ? std::min(keys, i + 1) : keys;
+  if (!p.causal() && p.windowRight >= 0)
+    last = std::min(last, i + p.windowRight + 1);
+  int64_t first =
+      p.windowLeft >= 0 ? std::max<int64_t>(0, i - p.windowLeft) : 0;
+  return {first, last};
+}
+
 size_t canonical(const AttentionProblem &p, int64_t b, int64_t h, int64_t s,
                  int64_t heads, int64_t seq, int64_t d) {
   return size_t(((b * heads + h) * seq + s) * p.headDim + d);
@@ -276,12 +288,7 @@ void reference(const Inputs &in, Reference &ref,
     std::vector<double> prob(row), keep(row, 1.0), dropped(row), gradP(row);
     for (int64_t h = g * perGroup; h < (g + 1) * perGroup; ++h) {
       for (int64_t i = 0; i < lq; ++i) {
-        // Visible keys: first <= j < last (padding, causal, window).
-        int64_t last = p.causal() ? std::min(lk, i + 1) : lk;
-        if (!p.causal() && p.windowRight >= 0)
-          last = std::min(last, i + p.windowRight + 1);
-        int64_t first =
-            p.windowLeft >= 0 ? std::max<int64_t>(0, i - p.windowLeft) : 0;
+        auto [first, last] = visibleKeys(p, i, lk);
         double max = -INFINITY;
         for (int64_t j = first; j < last; ++j) {
           double dot = 0;
@@ -831,11 +838,7 @@ private:
       // 4 flops per head dim per visible (query, key) pair.
       double visible = 0;
       for (int64_t i = 0; i < p.seqQ; ++i) {
-        int64_t last = p.causal() ? i + 1 : p.seqKv;
-        if (!p.causal() && p.windowRight >= 0)
-          last = std::min(last, i + p.windowRight + 1);
-        int64_t first =
-            p.windowLeft >= 0 ? std::max<int64_t>(0, i - p.windowLeft) : 0;
+        auto [first, last] = visibleKeys(p, i, p.seqKv);
         visible += double(std::max<int64_t>(0, last - first));
       }
       double flops =
@@ -863,6 +866,24 @@ private:
 // The problems
 //===----------------------------------------------------------------------===//
 
+/// Batch 2, 8 query heads over `kvHeads`, softmax scale 1/sqrt(d).
+AttentionProblem smallProblem(int64_t kvHeads, int64_t seqQ, int64_t seqKv,
+                              int64_t dim, ElementType element,
+                              AttentionLayout layout, AttentionMask mask) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.heads = 8;
+  p.kvHeads = kvHeads;
+  p.seqQ = seqQ;
+  p.seqKv = seqKv;
+  p.headDim = dim;
+  p.element = element;
+  p.layout = layout;
+  p.mask = mask;
+  p.softmaxScale = 1 / std::sqrt(double(dim));
+  return p;
+}
+
 std::vector<Case> smallCases() {
   std::vector<Case> cases;
   const AttentionMask masks[] = {AttentionMask::None, AttentionMask::Causal,
@@ -884,16 +905,8 @@ std::vector<Case> smallCases() {
               if (seq == 256 && (dim != 128 || grouping.kvHeads == 1 ||
                                  layout != AttentionLayout::Sbhd))
                 continue;
-              AttentionProblem p;
-              p.batch = 2;
-              p.heads = 8;
-              p.kvHeads = grouping.kvHeads;
-              p.seqQ = p.seqKv = seq;
-              p.headDim = dim;
-              p.element = element;
-              p.layout = layout;
-              p.mask = mask;
-              p.softmaxScale = 1 / std::sqrt(double(dim));
+              AttentionProblem p = smallProblem(grouping.kvHeads, seq, seq, dim,
+                                                element, layout, mask);
               char name[128];
               std::snprintf(
                   name, sizeof(name), "%s d%lld %s %s %s s%lld",
@@ -925,18 +938,10 @@ std::vector<Case> smallCases() {
       for (const Grouping &grouping : {groupings[0], groupings[1]})
         for (AttentionLayout layout :
              {AttentionLayout::Sbhd, AttentionLayout::Bshd}) {
-          AttentionProblem p;
-          p.batch = 2;
-          p.heads = 8;
-          p.kvHeads = grouping.kvHeads;
-          p.seqQ = p.seqKv = 256;
-          p.headDim = 128;
-          p.element = element;
-          p.layout = layout;
-          p.mask = window.mask;
+          AttentionProblem p = smallProblem(grouping.kvHeads, 256, 256, 128,
+                                            element, layout, window.mask);
           p.windowLeft = window.left;
           p.windowRight = window.right;
-          p.softmaxScale = 1 / std::sqrt(128.0);
           char name[128];
           std::snprintf(
               name, sizeof(name), "window(%lld,%lld) %s d128 %s %s %s s256",
@@ -953,16 +958,8 @@ std::vector<Case> smallCases() {
       for (const Grouping &grouping : {groupings[0], groupings[1]})
         for (AttentionLayout layout :
              {AttentionLayout::Sbhd, AttentionLayout::Bshd}) {
-          AttentionProblem p;
-          p.batch = 2;
-          p.heads = 8;
-          p.kvHeads = grouping.kvHeads;
-          p.seqQ = seqQ;
-          p.seqKv = seqKv;
-          p.headDim = 128;
-          p.layout = layout;
-          p.mask = mask;
-          p.softmaxScale = 1 / std::sqrt(128.0);
+          AttentionProblem p = smallProblem(grouping.kvHeads, seqQ, seqKv, 128,
+                                            ElementType::BF16, layout, mask);
           char name[128];
           std::snprintf(name, sizeof(name),
                         "cross s_q%lld s_kv%lld bf16 d128 %s %s %s",
@@ -977,15 +974,8 @@ std::vector<Case> smallCases() {
     for (AttentionLayout layout :
          {AttentionLayout::Sbhd, AttentionLayout::Bshd})
       for (AttentionMask mask : {AttentionMask::None, AttentionMask::Causal}) {
-        AttentionProblem p;
-        p.batch = 2;
-        p.heads = 8;
-        p.kvHeads = grouping.kvHeads;
-        p.seqQ = p.seqKv = 128;
-        p.headDim = 64;
-        p.layout = layout;
-        p.mask = mask;
-        p.softmaxScale = 0.125;
+        AttentionProblem p = smallProblem(grouping.kvHeads, 128, 128, 64,
+                                          ElementType::BF16, layout, mask);
         int64_t width = (p.heads + 2 * p.kvHeads) * p.headDim;
         p.tokenStrides = {width, width, width, width, width, width};
         char name[128];
