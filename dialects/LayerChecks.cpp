@@ -94,16 +94,18 @@ LogicalResult LayerChecker::optionalParam(Value value, StringRef name,
 }
 
 LogicalResult LayerChecker::mask(Value value, ArrayRef<int64_t> expected,
-                                 StringRef rule) {
+                                 StringRef rule, StringRef name) {
   auto type = cast<RankedTensorType>(value.getType());
   if (!type.hasStaticShape())
-    return emitError() << "'mask' must have a static shape, got " << type;
+    return emitError() << "'" << name << "' must have a static shape, got "
+                       << type;
   if (!type.getElementType().isInteger(1))
-    return emitError() << "'mask' must have element type i1 (true = masked "
-                          "out), got "
+    return emitError() << "'" << name
+                       << "' must have element type i1 (true = masked out), "
+                          "got "
                        << type.getElementType();
   if (type.getShape() != expected)
-    return emitError() << "'mask' must have shape " << rule << " = "
+    return emitError() << "'" << name << "' must have shape " << rule << " = "
                        << formatShape(expected) << ", got "
                        << formatShape(type.getShape());
   return success();

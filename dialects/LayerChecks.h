@@ -39,7 +39,8 @@ public:
                               ArrayRef<int64_t> expected, StringRef rule);
 
   /// A boolean (i1) attention mask of the given shape; `rule` as in param().
-  LogicalResult mask(Value value, ArrayRef<int64_t> expected, StringRef rule);
+  LogicalResult mask(Value value, ArrayRef<int64_t> expected, StringRef rule,
+                     StringRef name = "mask");
 
   /// When `recipe` is set, each dim must be divisible by its multiple.
   LogicalResult fp8Dims(FP8RecipeAttrInterface recipe, ArrayRef<Fp8Dim> dims);

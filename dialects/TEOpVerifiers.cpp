@@ -162,21 +162,23 @@ static bool maskTypeNeedsMask(AttnMaskType type) {
 /// batch and head dims. `typeName` is the op's mask-type attribute.
 static LogicalResult verifyMask(LayerChecker &checker, StringRef typeName,
                                 AttnMaskType type, Value mask, int64_t batch,
-                                int64_t heads, int64_t seqQ, int64_t seqKV) {
+                                int64_t heads, int64_t seqQ, int64_t seqKV,
+                                StringRef maskName = "mask") {
   if (maskTypeNeedsMask(type) != static_cast<bool>(mask))
     return checker.emitError()
            << typeName << " = " << stringifyAttnMaskType(type)
-           << (mask ? " takes no 'mask' operand"
-                    : " requires a 'mask' operand");
+           << (mask ? " takes no '" : " requires a '") << maskName
+           << "' operand";
   if (!mask)
     return success();
   if (type != AttnMaskType::arbitrary)
-    return checker.mask(mask, {batch, 1, 1, seqKV}, "[b, 1, 1, s_kv]");
+    return checker.mask(mask, {batch, 1, 1, seqKV}, "[b, 1, 1, s_kv]",
+                        maskName);
   ArrayRef<int64_t> shape = shapeOf(mask);
   int64_t b = shape.size() == 4 && shape[0] == 1 ? 1 : batch;
   int64_t h = shape.size() == 4 && shape[1] == 1 ? 1 : heads;
   return checker.mask(mask, {b, h, seqQ, seqKV},
-                      "[b or 1, heads or 1, s_q, s_kv]");
+                      "[b or 1, heads or 1, s_q, s_kv]", maskName);
 }
 
 /// Positions of the sequence and batch dims for a layout.
@@ -254,16 +256,48 @@ namespace {
 /// TransformerLayer.
 struct AttentionBlock {
   Value input, qkvWeight, qkvBias, projWeight, projBias, mask, rotary;
+  /// Cross-attention: the keys' and values' source and projection (null
+  /// for self-attention, where qkvWeight holds q, k and v).
+  Value encoderOutput, kvWeight, kvBias;
   int64_t heads;
   std::optional<int64_t> groups, kvChannels;
   AttnMaskType maskType;
   QkvFormat format;
   double dropout;
   std::optional<ArrayRef<int64_t>> window;
-  /// The op's name for `maskType`, for diagnostics.
+  /// The op's names for `maskType` and the block's operands, for
+  /// diagnostics.
   StringRef maskTypeName = "attn_mask_type";
+  /// Prefix of the projection operands' names, and the name of the QKV
+  /// projection's operands (`<qkvName>_weight`, `<qkvName>_bias`).
+  StringRef prefix = "", qkvName = "qkv", maskName = "mask";
 };
 } // namespace
+
+/// Checks a cross-attention block's `encoder_output` ([s_kv, b, hidden] in
+/// the block's layout) and returns s_kv.
+static FailureOr<int64_t> verifyEncoderOutput(LayerChecker &checker,
+                                              const AttentionBlock &block) {
+  ArrayRef<int64_t> in = shapeOf(block.input);
+  if (failed(checker.floatTensor(block.encoderOutput, "encoder_output")))
+    return failure();
+  ArrayRef<int64_t> enc = shapeOf(block.encoderOutput);
+  auto [seqDim, batchDim] = seqBatchDims(block.format);
+  if (enc.size() != 3 || enc[batchDim] != in[batchDim] || enc[2] != in[2])
+    return checker.emitError()
+           << "'encoder_output' must be "
+           << (block.format == QkvFormat::sbhd ? "[s_kv, b, hidden_size]"
+                                               : "[b, s_kv, hidden_size]")
+           << " with the input's batch (" << in[batchDim] << ") and hidden ("
+           << in[2] << "), got " << formatShape(enc);
+  if (block.rotary)
+    return checker.emitError() << "'rotary_pos_emb' is not supported with "
+                                  "cross-attention ('encoder_output')";
+  if (block.window)
+    return checker.emitError() << "'window_size' is not supported with "
+                                  "cross-attention ('encoder_output')";
+  return enc[seqDim];
+}
 
 /// Checks the block and appends its FP8 GEMM dims to `fp8Dims`.
 static LogicalResult verifyAttentionBlock(LayerChecker &checker,
@@ -293,28 +327,62 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
            << "num_attention_heads (" << block.heads
            << ") must be divisible by num_gqa_groups (" << groups << ")";
   int64_t headDim = block.kvChannels.value_or(hidden / block.heads);
-  int64_t qkvRows = (block.heads + 2 * groups) * headDim;
+  bool cross = static_cast<bool>(block.encoderOutput);
+  int64_t qkvRows = (block.heads + (cross ? 0 : 2 * groups)) * headDim;
+  int64_t kvRows = 2 * groups * headDim;
   int64_t projIn = block.heads * headDim;
+  auto name = [&](StringRef operand) {
+    if (operand.consume_front("qkv"))
+      return (block.qkvName + operand).str();
+    return (block.prefix + operand).str();
+  };
   if (static_cast<bool>(block.qkvBias) != static_cast<bool>(block.projBias))
-    return checker.emitError() << "'qkv_bias' and 'proj_bias' must be both "
-                                  "present or both absent";
-  StringRef qkvRule = "[(num_attention_heads + 2 * num_gqa_groups) * "
-                      "kv_channels, hidden_size]";
-  if (failed(checker.param(block.qkvWeight, "qkv_weight", {qkvRows, hidden},
-                           qkvRule)) ||
-      failed(checker.optionalParam(block.qkvBias, "qkv_bias", {qkvRows},
-                                   "[(num_attention_heads + 2 * "
-                                   "num_gqa_groups) * kv_channels]")) ||
-      failed(checker.param(block.projWeight, "proj_weight", {hidden, projIn},
+    return checker.emitError()
+           << "'" << name("qkv_bias") << "' and '" << name("proj_bias")
+           << "' must be both present or both absent";
+  if (!cross && (block.kvWeight || block.kvBias))
+    return checker.emitError()
+           << "'" << name("kv_weight") << "' and '" << name("kv_bias")
+           << "' belong to cross-attention: they need 'encoder_output'";
+  if (cross &&
+      static_cast<bool>(block.kvBias) != static_cast<bool>(block.qkvBias))
+    return checker.emitError()
+           << "'" << name("kv_bias") << "' and '" << name("qkv_bias")
+           << "' must be both present or both absent";
+  StringRef qkvRule = cross ? "[num_attention_heads * kv_channels, "
+                              "hidden_size] (the query rows)"
+                            : "[(num_attention_heads + 2 * num_gqa_groups) * "
+                              "kv_channels, hidden_size]";
+  if (failed(checker.param(block.qkvWeight, name("qkv_weight"),
+                           {qkvRows, hidden}, qkvRule)) ||
+      failed(checker.optionalParam(
+          block.qkvBias, name("qkv_bias"), {qkvRows},
+          cross ? "[num_attention_heads * kv_channels]"
+                : "[(num_attention_heads + 2 * num_gqa_groups) * "
+                  "kv_channels]")) ||
+      failed(checker.param(block.projWeight, name("proj_weight"),
+                           {hidden, projIn},
                            "[hidden_size, num_attention_heads * "
                            "kv_channels]")) ||
-      failed(checker.optionalParam(block.projBias, "proj_bias", {hidden},
+      failed(checker.optionalParam(block.projBias, name("proj_bias"), {hidden},
                                    "[hidden_size]")))
     return failure();
   auto [seqDim, batchDim] = seqBatchDims(block.format);
-  int64_t seq = shape[seqDim], batch = shape[batchDim];
+  int64_t seq = shape[seqDim], batch = shape[batchDim], seqKV = seq;
+  if (cross) {
+    FailureOr<int64_t> encoderSeq = verifyEncoderOutput(checker, block);
+    if (failed(encoderSeq) ||
+        failed(checker.param(block.kvWeight, name("kv_weight"),
+                             {kvRows, hidden},
+                             "[2 * num_gqa_groups * kv_channels, "
+                             "hidden_size] (rows of k, then v)")) ||
+        failed(checker.optionalParam(block.kvBias, name("kv_bias"), {kvRows},
+                                     "[2 * num_gqa_groups * kv_channels]")))
+      return failure();
+    seqKV = *encoderSeq;
+  }
   if (failed(verifyMask(checker, block.maskTypeName, block.maskType, block.mask,
-                        batch, block.heads, seq, seq)) ||
+                        batch, block.heads, seq, seqKV, block.maskName)) ||
       failed(verifyDropout(checker, "attention_dropout", block.dropout)) ||
       failed(verifyAttentionWindow(checker.getOperation(), block.window,
                                    block.maskType)))
@@ -338,6 +406,13 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
        {"hidden_size", hidden, 16},
        {"the QKV width ((heads + 2 * gqa_groups) * kv_channels)", qkvRows, 16},
        {"num_attention_heads * kv_channels", projIn, 16}});
+  if (cross)
+    fp8Dims.append(
+        {{"the encoder token count (product of the leading dims of "
+          "'encoder_output')",
+          leadingDimsProduct(cast<ShapedType>(block.encoderOutput.getType())),
+          8},
+         {"the KV width (2 * gqa_groups * kv_channels)", kvRows, 16}});
   return success();
 }
 
@@ -360,6 +435,9 @@ LogicalResult MultiheadAttentionOp::verify() {
                        getProjBias(),
                        getAttentionMask(),
                        getRotaryPosEmb(),
+                       getEncoderOutput(),
+                       getKvWeight(),
+                       getKvBias(),
                        getNumAttentionHeadsAttr().getInt(),
                        signedValue(getNumGqaGroupsAttr()),
                        signedValue(getKvChannelsAttr()),
@@ -374,6 +452,53 @@ LogicalResult MultiheadAttentionOp::verify() {
                        getLayernormEpsilon().convertToDouble())))
     return failure();
   return checker.fp8Dims(getFp8RecipeAttr(), fp8Dims);
+}
+
+/// A decoder layer's cross-attention block (the inter_* operands, present
+/// exactly with `encoder_output`), checked like `self` but over the
+/// encoder's output.
+static LogicalResult verifyDecoderBlock(TransformerLayerOp op,
+                                        LayerChecker &checker,
+                                        const AttentionBlock &self,
+                                        SmallVectorImpl<Fp8Dim> &fp8Dims) {
+  if (!op.getEncoderOutput()) {
+    bool anyInter =
+        op.getInterLnWeight() || op.getInterLnBias() || op.getInterQWeight() ||
+        op.getInterQBias() || op.getInterKvWeight() || op.getInterKvBias() ||
+        op.getInterProjWeight() || op.getInterProjBias() || op.getEncDecMask();
+    if (anyInter || op.getEncDecAttnMaskType() != AttnMaskType::no_mask)
+      return checker.emitError()
+             << "the inter_* operands, 'enc_dec_mask' and "
+                "'enc_dec_attn_mask_type' belong to a decoder layer: they "
+                "need 'encoder_output'";
+    return success();
+  }
+  if (!op.getInterQWeight() || !op.getInterKvWeight() ||
+      !op.getInterProjWeight() || !op.getInterLnWeight())
+    return checker.emitError()
+           << "a decoder layer ('encoder_output') needs 'inter_ln_weight', "
+              "'inter_q_weight', 'inter_kv_weight' and 'inter_proj_weight'";
+  if (failed(checker.normParams(
+          op.getNormalization(), op.getInterLnWeight(), op.getInterLnBias(),
+          "inter_ln_weight", "inter_ln_bias", shapeOf(op.getInput()).back())))
+    return failure();
+  AttentionBlock cross = self;
+  cross.qkvWeight = op.getInterQWeight();
+  cross.qkvBias = op.getInterQBias();
+  cross.kvWeight = op.getInterKvWeight();
+  cross.kvBias = op.getInterKvBias();
+  cross.projWeight = op.getInterProjWeight();
+  cross.projBias = op.getInterProjBias();
+  cross.encoderOutput = op.getEncoderOutput();
+  cross.mask = op.getEncDecMask();
+  cross.maskType = op.getEncDecAttnMaskType();
+  cross.rotary = Value();
+  cross.window = std::nullopt;
+  cross.maskTypeName = "enc_dec_attn_mask_type";
+  cross.maskName = "enc_dec_mask";
+  cross.prefix = "inter_";
+  cross.qkvName = "inter_q";
+  return verifyAttentionBlock(checker, cross, fp8Dims);
 }
 
 LogicalResult TransformerLayerOp::verify() {
@@ -393,6 +518,9 @@ LogicalResult TransformerLayerOp::verify() {
                        getProjBias(),
                        getAttentionMask(),
                        getRotaryPosEmb(),
+                       Value(),
+                       Value(),
+                       Value(),
                        getNumAttentionHeadsAttr().getInt(),
                        signedValue(getNumGqaGroupsAttr()),
                        signedValue(getKvChannelsAttr()),
@@ -403,6 +531,7 @@ LogicalResult TransformerLayerOp::verify() {
   block.maskTypeName = "self_attn_mask_type";
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
+      failed(verifyDecoderBlock(*this, checker, block, fp8Dims)) ||
       failed(checker.normParams(getNormalization(), getMlpLnWeight(),
                                 getMlpLnBias(), "mlp_ln_weight", "mlp_ln_bias",
                                 hidden)))

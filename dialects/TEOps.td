@@ -228,6 +228,16 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     `hidden / num_attention_heads`. `rotary_pos_emb` is f32
     `[s, 1, 1, kv_channels]` (angles, as Transformer Engine passes them).
 
+    Cross-attention (Transformer Engine's `attention_type = "cross"`) when
+    `encoder_output` (`[s_kv, b, hidden]`, `bshd`: `[b, s_kv, hidden]`) is
+    given: the queries come from the (normalized) input through
+    `qkv_weight`, which then holds only the query rows `[heads *
+    kv_channels, hidden]`, and the keys and values from `encoder_output`
+    (not normalized) through `kv_weight` `[2 * gqa_groups * kv_channels,
+    hidden]`, rows of k, then v. The mask is then the keys' padding mask
+    `[b, 1, 1, s_kv]`; causal masks align top-left. No rotary embeddings
+    and no sliding window with cross-attention.
+
     ```mlir
     %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
         qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 32 : i64}
@@ -236,9 +246,12 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
           -> tensor<2048x4x4096xbf16>
     ```
   }];
-  let arguments = (ins TE_Tensor:$input, Optional<TE_Tensor>:$ln_weight,
+  let arguments = (ins TE_Tensor:$input, Optional<TE_Tensor>:$encoder_output,
+                   Optional<TE_Tensor>:$ln_weight,
                    Optional<TE_Tensor>:$ln_bias, TE_Tensor:$qkv_weight,
-                   Optional<TE_Tensor>:$qkv_bias, TE_Tensor:$proj_weight,
+                   Optional<TE_Tensor>:$qkv_bias,
+                   Optional<TE_Tensor>:$kv_weight,
+                   Optional<TE_Tensor>:$kv_bias, TE_Tensor:$proj_weight,
                    Optional<TE_Tensor>:$proj_bias,
                    Optional<TE_Tensor>:$attention_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
@@ -257,8 +270,10 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
-    $input (`ln_weight` `(` $ln_weight^ `)`)? (`ln_bias` `(` $ln_bias^ `)`)?
+    $input (`encoder_output` `(` $encoder_output^ `)`)?
+    (`ln_weight` `(` $ln_weight^ `)`)? (`ln_bias` `(` $ln_bias^ `)`)?
     `qkv_weight` `(` $qkv_weight `)` (`qkv_bias` `(` $qkv_bias^ `)`)?
+    (`kv_weight` `(` $kv_weight^ `)`)? (`kv_bias` `(` $kv_bias^ `)`)?
     `proj_weight` `(` $proj_weight `)` (`proj_bias` `(` $proj_bias^ `)`)?
     (`mask` `(` $attention_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
@@ -283,6 +298,15 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     normalized values instead. The self-attention mask defaults to causal,
     and both dropouts to 0.1, as in Transformer Engine.
 
+    A decoder layer (Transformer Engine's `layer_type = "decoder"`) when
+    `encoder_output` is given: between the two blocks,
+    `h' = h + dropout(cross(norm3(h), encoder_output))`, where `cross` is
+    the cross-attention of `te.multihead_attention` with the `inter_*`
+    parameters (`inter_q_weight` the query rows, `inter_kv_weight` the
+    k | v rows), the mask `enc_dec_attn_mask_type` (default `no_mask`; the
+    padding types take `enc_dec_mask` `[b, 1, 1, s_kv]`) and no rotary
+    embeddings.
+
     ```mlir
     %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
         qkv_weight(%wqkv) qkv_bias(%bqkv) proj_weight(%wo) proj_bias(%bo)
@@ -291,14 +315,23 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
         : (...) -> tensor<2048x4x4096xbf16>
     ```
   }];
-  let arguments = (ins TE_Tensor:$input,
+  let arguments = (ins TE_Tensor:$input, Optional<TE_Tensor>:$encoder_output,
                    TE_Tensor:$attn_ln_weight, Optional<TE_Tensor>:$attn_ln_bias,
                    TE_Tensor:$qkv_weight, Optional<TE_Tensor>:$qkv_bias,
                    TE_Tensor:$proj_weight, Optional<TE_Tensor>:$proj_bias,
+                   Optional<TE_Tensor>:$inter_ln_weight,
+                   Optional<TE_Tensor>:$inter_ln_bias,
+                   Optional<TE_Tensor>:$inter_q_weight,
+                   Optional<TE_Tensor>:$inter_q_bias,
+                   Optional<TE_Tensor>:$inter_kv_weight,
+                   Optional<TE_Tensor>:$inter_kv_bias,
+                   Optional<TE_Tensor>:$inter_proj_weight,
+                   Optional<TE_Tensor>:$inter_proj_bias,
                    TE_Tensor:$mlp_ln_weight, Optional<TE_Tensor>:$mlp_ln_bias,
                    TE_Tensor:$fc1_weight, Optional<TE_Tensor>:$fc1_bias,
                    TE_Tensor:$fc2_weight, Optional<TE_Tensor>:$fc2_bias,
                    Optional<TE_Tensor>:$attention_mask,
+                   Optional<TE_Tensor>:$enc_dec_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
@@ -312,6 +345,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    TE_Dropout<"0.1">:$attention_dropout,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$self_attn_mask_type,
+                   DefaultValuedAttr<TE_AttnMaskTypeAttr,
+                     "::mlir::te::AttnMaskType::no_mask">:$enc_dec_attn_mask_type,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$attn_input_format,
                    UnitAttr:$apply_residual_connection_post_layernorm,
@@ -319,15 +354,25 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
-    $input `attn_ln_weight` `(` $attn_ln_weight `)`
+    $input (`encoder_output` `(` $encoder_output^ `)`)?
+    `attn_ln_weight` `(` $attn_ln_weight `)`
     (`attn_ln_bias` `(` $attn_ln_bias^ `)`)?
     `qkv_weight` `(` $qkv_weight `)` (`qkv_bias` `(` $qkv_bias^ `)`)?
     `proj_weight` `(` $proj_weight `)` (`proj_bias` `(` $proj_bias^ `)`)?
+    (`inter_ln_weight` `(` $inter_ln_weight^ `)`)?
+    (`inter_ln_bias` `(` $inter_ln_bias^ `)`)?
+    (`inter_q_weight` `(` $inter_q_weight^ `)`)?
+    (`inter_q_bias` `(` $inter_q_bias^ `)`)?
+    (`inter_kv_weight` `(` $inter_kv_weight^ `)`)?
+    (`inter_kv_bias` `(` $inter_kv_bias^ `)`)?
+    (`inter_proj_weight` `(` $inter_proj_weight^ `)`)?
+    (`inter_proj_bias` `(` $inter_proj_bias^ `)`)?
     `mlp_ln_weight` `(` $mlp_ln_weight `)`
     (`mlp_ln_bias` `(` $mlp_ln_bias^ `)`)?
     `fc1_weight` `(` $fc1_weight `)` (`fc1_bias` `(` $fc1_bias^ `)`)?
     `fc2_weight` `(` $fc2_weight `)` (`fc2_bias` `(` $fc2_bias^ `)`)?
     (`mask` `(` $attention_mask^ `)`)?
+    (`enc_dec_mask` `(` $enc_dec_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];

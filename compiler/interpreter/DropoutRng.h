@@ -101,6 +101,10 @@ enum LayerDropoutSite : uint64_t {
   kAttentionOutputSite = 1,
   /// te.transformer_layer: the hidden dropout after the MLP.
   kMlpOutputSite = 2,
+  /// te.transformer_layer with encoder_output (a decoder): the attention
+  /// dropout of the cross-attention, and the hidden dropout after it.
+  kCrossAttentionSite = 3,
+  kCrossAttentionOutputSite = 4,
 };
 
 /// Streams reserved per layer op.

@@ -106,9 +106,12 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
 }
 
 namespace {
-/// The self-attention of te.multihead_attention and te.transformer_layer.
+/// The attention block of te.multihead_attention and te.transformer_layer:
+/// self-attention, or cross-attention over `encoder` (then `qkvWeight`
+/// holds the query rows and `kvWeight` the k | v rows).
 struct AttentionBlock {
   Value qkvWeight, qkvBias, projWeight, projBias, rotary;
+  Value encoder, kvWeight, kvBias;
   int64_t heads, groups, headDim;
   AttentionParams params;
 };
@@ -124,6 +127,9 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
                        op.getProjWeight(),
                        op.getProjBias(),
                        op.getRotaryPosEmb(),
+                       Value(),
+                       Value(),
+                       Value(),
                        static_cast<int64_t>(op.getNumAttentionHeads()),
                        op.getNumKVHeads(),
                        op.getHeadDim(),
@@ -138,7 +144,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   return block;
 }
 
-/// Heads [first, first + count) of a fused QKV projection [d0, d1, rows], as
+/// Heads [first, first + count) of a fused projection [d0, d1, rows], as
 /// [d0, d1, count, headDim].
 static Tensor splitHeads(const Tensor &qkv, int64_t first, int64_t count,
                          int64_t headDim) {
@@ -146,16 +152,25 @@ static Tensor splitHeads(const Tensor &qkv, int64_t first, int64_t count,
                  {qkv.shape[0], qkv.shape[1], count, headDim});
 }
 
-/// QKV projection (rows [q; k; v]), rotary embedding of q and k, attention
-/// and output projection of `x` ([s, b, hidden] or [b, s, hidden]).
-static Tensor selfAttention(const Tensor &x, const AttentionBlock &block,
-                            Frame &frame) {
+/// QKV projection (rows [q; k; v]; for cross-attention q from `x`, [k; v]
+/// from the encoder's output), rotary embedding of q and k, attention and
+/// output projection of `x` ([s, b, hidden] or [b, s, hidden]).
+static Tensor attendBlock(const Tensor &x, const AttentionBlock &block,
+                          Frame &frame) {
   Tensor qkv =
       linear(x, frame.get(block.qkvWeight), frame.getOptional(block.qkvBias));
   Tensor query = splitHeads(qkv, 0, block.heads, block.headDim);
-  Tensor key = splitHeads(qkv, block.heads, block.groups, block.headDim);
-  Tensor value =
-      splitHeads(qkv, block.heads + block.groups, block.groups, block.headDim);
+  Tensor key, value;
+  if (block.encoder) {
+    Tensor kv = linear(frame.get(block.encoder), frame.get(block.kvWeight),
+                       frame.getOptional(block.kvBias));
+    key = splitHeads(kv, 0, block.groups, block.headDim);
+    value = splitHeads(kv, block.groups, block.groups, block.headDim);
+  } else {
+    key = splitHeads(qkv, block.heads, block.groups, block.headDim);
+    value = splitHeads(qkv, block.heads + block.groups, block.groups,
+                       block.headDim);
+  }
   if (const Tensor *freqs = frame.getOptional(block.rotary)) {
     query = rotary(query, *freqs, block.params.format, /*inverse=*/false);
     key = rotary(key, *freqs, block.params.format, /*inverse=*/false);
@@ -177,12 +192,36 @@ static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
           : input;
   AttentionBlock block =
       attentionBlock(op, frame, op.getAttnMaskType(), op.getQkvFormat());
-  return frame.set(op, op.getOutput(), selfAttention(normalized, block, frame));
+  block.encoder = op.getEncoderOutput();
+  block.kvWeight = op.getKvWeight();
+  block.kvBias = op.getKvBias();
+  return frame.set(op, op.getOutput(), attendBlock(normalized, block, frame));
+}
+
+/// A decoder layer's cross-attention block: the inter_* operands over
+/// encoder_output, with the enc-dec mask, no rotary and no window.
+static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
+                                          Frame &frame) {
+  AttentionBlock block = attentionBlock(op, frame, op.getEncDecAttnMaskType(),
+                                        op.getAttnInputFormat());
+  block.qkvWeight = op.getInterQWeight();
+  block.qkvBias = op.getInterQBias();
+  block.projWeight = op.getInterProjWeight();
+  block.projBias = op.getInterProjBias();
+  block.rotary = Value();
+  block.encoder = op.getEncoderOutput();
+  block.kvWeight = op.getInterKvWeight();
+  block.kvBias = op.getInterKvBias();
+  block.params.mask = frame.getOptional(op.getEncDecMask());
+  block.params.dropoutKey = frame.layerDropoutKey(dropout::kCrossAttentionSite);
+  block.params.windowLeft = block.params.windowRight = -1;
+  return block;
 }
 
 /// h = r1 + dropout(attn(ln1)), y = r2 + dropout(mlp(ln2)), where ln1/ln2
 /// normalize x and h, and the residuals r1/r2 are x and h, or ln1 and ln2
-/// with apply_residual_connection_post_layernorm.
+/// with apply_residual_connection_post_layernorm. A decoder (encoder_output)
+/// adds h = r3 + dropout(cross(ln3)) in between, ln3 normalizing h.
 static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   const Tensor &input = frame.get(op.getInput());
   double eps = toDouble(op.getLayernormEpsilon());
@@ -194,9 +233,18 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   AttentionBlock block = attentionBlock(op, frame, op.getSelfAttnMaskType(),
                                         op.getAttnInputFormat());
   Tensor attended =
-      applyDropout(selfAttention(ln1, block, frame), rate,
+      applyDropout(attendBlock(ln1, block, frame), rate,
                    frame.layerDropoutKey(dropout::kAttentionOutputSite));
   Tensor hidden = add(postLn ? ln1 : input, attended);
+  if (op.getEncoderOutput()) {
+    Tensor ln3 = normalize(
+        op.getNormalization(), hidden, frame.get(op.getInterLnWeight()),
+        frame.getOptional(op.getInterLnBias()), eps, op.getZeroCenteredGamma());
+    Tensor crossed = applyDropout(
+        attendBlock(ln3, crossAttentionBlock(op, frame), frame), rate,
+        frame.layerDropoutKey(dropout::kCrossAttentionOutputSite));
+    hidden = add(postLn ? ln3 : hidden, crossed);
+  }
   Tensor ln2 = normalize(
       op.getNormalization(), hidden, frame.get(op.getMlpLnWeight()),
       frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());

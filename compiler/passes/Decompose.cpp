@@ -28,11 +28,14 @@ namespace {
 enum DropoutSite : int64_t {
   kAttention = 0,
   kAfterAttention = 1,
-  kAfterMlp = 2
+  kAfterMlp = 2,
+  kCrossAttention = 3,
+  kAfterCrossAttention = 4
 };
 
-/// The self-attention block's parameters and options, whichever layer op
-/// carries them.
+/// The attention block's parameters and options, whichever layer op
+/// carries them. Cross-attention when `encoder` is set: `qkvWeight` then
+/// holds the query rows and `kvWeight` the k | v rows applied to `encoder`.
 struct AttentionParams {
   Value qkvWeight, qkvBias, projWeight, projBias, mask, rotary;
   int64_t heads, kvHeads, headDim;
@@ -40,6 +43,8 @@ struct AttentionParams {
   QkvFormat format;
   double dropout;
   DenseI64ArrayAttr window;
+  Value encoder = {}, kvWeight = {}, kvBias = {};
+  int64_t dropoutSite = kAttention;
 };
 
 /// Builds the primitive ops of one layer op, in front of it.
@@ -122,7 +127,8 @@ public:
   /// The attention core on 4-D q/k/v; returns the output in q's layout.
   Value attention(Value query, Value key, Value value, Value mask,
                   AttnMaskType maskType, QkvFormat format, double scale,
-                  double dropoutRate, DenseI64ArrayAttr window) {
+                  double dropoutRate, DenseI64ArrayAttr window,
+                  int64_t dropoutSite = kAttention) {
     ArrayRef<int64_t> q = shapeOf(query);
     bool sbhd = format == QkvFormat::sbhd;
     auto lseType = RankedTensorType::get(
@@ -148,7 +154,7 @@ public:
       attrs.push_back(
           builder.getNamedAttr("dropout", builder.getF64FloatAttr(rate)));
       attrs.push_back(builder.getNamedAttr(
-          "stream", builder.getI64IntegerAttr(stream(kAttention))));
+          "stream", builder.getI64IntegerAttr(stream(dropoutSite))));
     }
     auto op = builder.create<AttentionOp>(
         loc, TypeRange{query.getType(), lseType}, operands, attrs);
@@ -156,23 +162,37 @@ public:
   }
 
   /// QKV projection, head split, rotary, attention and output projection on
-  /// the tokens `x` of an activation shaped like `inputShape`.
+  /// the tokens `x` of an activation shaped like `inputShape`; for
+  /// cross-attention, q from `x` and k, v from the encoder's output.
   Value attentionBlock(Value x, ArrayRef<int64_t> inputShape,
                        const AttentionParams &params) {
     Value qkv = linear(x, params.qkvWeight, params.qkvBias);
     int64_t qWidth = params.heads * params.headDim;
     int64_t kvWidth = params.kvHeads * params.headDim;
-    auto heads = [&](int64_t offset, int64_t count) {
-      auto sliceType = RankedTensorType::get(
-          {shapeOf(qkv)[0], count * params.headDim}, elementOf(x));
-      Value slice = builder.create<SliceOp>(loc, sliceType, qkv,
-                                            builder.getI64IntegerAttr(offset));
-      return reshape(slice,
-                     {inputShape[0], inputShape[1], count, params.headDim});
+    // Heads [offset / headDim, + count) of `projected` (the tokens of an
+    // activation shaped like `shape`) as [d0, d1, count, headDim].
+    auto heads = [&](Value projected, ArrayRef<int64_t> shape, int64_t offset,
+                     int64_t count) {
+      Value slice = projected;
+      if (count * params.headDim != shapeOf(projected)[1]) {
+        auto sliceType = RankedTensorType::get(
+            {shapeOf(projected)[0], count * params.headDim}, elementOf(x));
+        slice = builder.create<SliceOp>(loc, sliceType, projected,
+                                        builder.getI64IntegerAttr(offset));
+      }
+      return reshape(slice, {shape[0], shape[1], count, params.headDim});
     };
-    Value query = heads(0, params.heads);
-    Value key = heads(qWidth, params.kvHeads);
-    Value value = heads(qWidth + kvWidth, params.kvHeads);
+    Value query = heads(qkv, inputShape, 0, params.heads);
+    Value key, value;
+    if (params.encoder) {
+      Value kv = linear(tokens(params.encoder), params.kvWeight, params.kvBias);
+      ArrayRef<int64_t> encoderShape = shapeOf(params.encoder);
+      key = heads(kv, encoderShape, 0, params.kvHeads);
+      value = heads(kv, encoderShape, kvWidth, params.kvHeads);
+    } else {
+      key = heads(qkv, inputShape, qWidth, params.kvHeads);
+      value = heads(qkv, inputShape, qWidth + kvWidth, params.kvHeads);
+    }
     if (params.rotary) {
       auto formatAttr = QkvFormatAttr::get(ctx(), params.format);
       query = builder.create<RotaryOp>(loc, query.getType(), query,
@@ -180,9 +200,10 @@ public:
       key = builder.create<RotaryOp>(loc, key.getType(), key, params.rotary,
                                      formatAttr, nullptr);
     }
-    Value context = attention(
-        query, key, value, params.mask, params.maskType, params.format,
-        1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window);
+    Value context =
+        attention(query, key, value, params.mask, params.maskType,
+                  params.format, 1.0 / std::sqrt(double(params.headDim)),
+                  params.dropout, params.window, params.dropoutSite);
     return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
                   params.projBias);
   }
@@ -291,10 +312,33 @@ SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {
   if (op.getLnWeight())
     x = lower.norm(op.getNormalization(), x, op.getLnWeight(), op.getLnBias(),
                    op.getLayernormEpsilon(), op.getZeroCenteredGamma());
-  Value y = lower.attentionBlock(
-      x, LayerLowering::shapeOf(op.getInput()),
-      attentionParams(op, op.getAttnMaskType(), op.getQkvFormat()));
+  AttentionParams params =
+      attentionParams(op, op.getAttnMaskType(), op.getQkvFormat());
+  params.encoder = op.getEncoderOutput();
+  params.kvWeight = op.getKvWeight();
+  params.kvBias = op.getKvBias();
+  Value y =
+      lower.attentionBlock(x, LayerLowering::shapeOf(op.getInput()), params);
   return {restoreShape(lower, y, op.getInput())};
+}
+
+/// A decoder layer's cross-attention block: the inter_* operands over
+/// encoder_output, with the enc-dec mask, no rotary and no window.
+AttentionParams crossAttentionParams(TransformerLayerOp op) {
+  AttentionParams params =
+      attentionParams(op, op.getEncDecAttnMaskType(), op.getAttnInputFormat());
+  params.qkvWeight = op.getInterQWeight();
+  params.qkvBias = op.getInterQBias();
+  params.projWeight = op.getInterProjWeight();
+  params.projBias = op.getInterProjBias();
+  params.mask = op.getEncDecMask();
+  params.rotary = Value();
+  params.window = DenseI64ArrayAttr();
+  params.encoder = op.getEncoderOutput();
+  params.kvWeight = op.getInterKvWeight();
+  params.kvBias = op.getInterKvBias();
+  params.dropoutSite = kCrossAttention;
+  return params;
 }
 
 SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
@@ -311,6 +355,17 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
       attentionParams(op, op.getSelfAttnMaskType(), op.getAttnInputFormat()));
   Value hidden = lower.add(postLn ? attnIn : x,
                            lower.dropout(attn, hiddenDropout, kAfterAttention));
+  if (op.getEncoderOutput()) {
+    Value crossIn =
+        lower.norm(op.getNormalization(), hidden, op.getInterLnWeight(),
+                   op.getInterLnBias(), eps, zeroCentered);
+    Value cross =
+        lower.attentionBlock(crossIn, LayerLowering::shapeOf(op.getInput()),
+                             crossAttentionParams(op));
+    hidden =
+        lower.add(postLn ? crossIn : hidden,
+                  lower.dropout(cross, hiddenDropout, kAfterCrossAttention));
+  }
 
   Value mlpIn = lower.norm(op.getNormalization(), hidden, op.getMlpLnWeight(),
                            op.getMlpLnBias(), eps, zeroCentered);

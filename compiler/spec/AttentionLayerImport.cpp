@@ -140,13 +140,19 @@ struct AttentionOptions {
     return kvChannels.value_or(hidden / heads);
   }
 
-  /// Adds the fused QKV weight/bias (`qkvPrefix`.weight/.bias) and the output
+  /// Adds the fused QKV weight/bias (`qkvPrefix`.weight/.bias), with no
+  /// cross-attention key/value projection when `kvSlots`, and the output
   /// projection (`projPrefix`.weight/.bias).
   void addProjections(LayerContext &ctx, LayerOpParts &parts, int64_t hidden,
-                      StringRef qkvPrefix, StringRef projPrefix) const {
+                      StringRef qkvPrefix, StringRef projPrefix,
+                      bool kvSlots = false) const {
     int64_t qkvRows = (heads + 2 * groups.value_or(heads)) * headDim(hidden);
     parts.add(ctx.param((qkvPrefix + ".weight").str(), {qkvRows, hidden}));
     parts.addOptional(ctx.param((qkvPrefix + ".bias").str(), {qkvRows}, bias));
+    if (kvSlots) {
+      parts.addOptional(Value());
+      parts.addOptional(Value());
+    }
     parts.add(ctx.param((projPrefix + ".weight").str(),
                         {hidden, heads * headDim(hidden)}));
     parts.addOptional(ctx.param((projPrefix + ".bias").str(), {hidden}, bias));
@@ -156,6 +162,12 @@ struct AttentionOptions {
   LogicalResult addInputs(LayerContext &ctx, LayerOpParts &parts,
                           int64_t hidden) const {
     parts.addOptional(ctx.attentionMask(maskType));
+    return addRotary(ctx, parts, hidden);
+  }
+
+  /// Adds the rotary-embedding input when the block asks for one.
+  LogicalResult addRotary(LayerContext &ctx, LayerOpParts &parts,
+                          int64_t hidden) const {
     if (!rotary) {
       parts.addOptional(Value());
       return success();
@@ -190,33 +202,188 @@ struct AttentionOptions {
   }
 };
 
+/// Cross-attention's keys and values: `encoder_output` [s_kv, b, hidden]
+/// ([b, s_kv, hidden] for bshd), with s_kv from `kv_seq_length` (default:
+/// the spec's seq_length), and its padding mask. Every cross-attention
+/// layer of a spec attends to the same encoder output.
+struct CrossOptions {
+  int64_t kvSeq;
+  AttnMaskType maskType;
+
+  /// Reads `kv_seq_length`; `maskType` is what the layer read under
+  /// `maskKey`. `present` says whether the layer is a cross-attention one,
+  /// else `kv_seq_length` and, with `ownMaskKey`, `maskKey` are refused,
+  /// naming `why`.
+  static FailureOr<std::optional<CrossOptions>>
+  read(LayerContext &ctx, bool present, StringRef maskKey,
+       FailureOr<AttnMaskType> maskType, bool ownMaskKey, StringRef why) {
+    SpecMap &layer = ctx.layer;
+    FailureOr<std::optional<int64_t>> kvSeq =
+        layer.getPositive("kv_seq_length");
+    if (failed(kvSeq) || failed(maskType))
+      return failure();
+    if (!present) {
+      SmallVector<StringRef, 2> keys = {"kv_seq_length"};
+      if (ownMaskKey)
+        keys.push_back(maskKey);
+      for (StringRef key : keys)
+        if (layer.has(key))
+          return emitError(layer.keyLoc(key))
+                 << "'" << key << "' applies to cross-attention only (" << why
+                 << ")";
+      return std::optional<CrossOptions>();
+    }
+    switch (*maskType) {
+    case AttnMaskType::no_mask:
+    case AttnMaskType::causal:
+    case AttnMaskType::padding:
+    case AttnMaskType::padding_causal:
+      break;
+    default:
+      return emitError(layer.has(maskKey) ? layer.valueLoc(maskKey) : ctx.loc())
+             << "'" << maskKey << "' " << stringifyAttnMaskType(*maskType)
+             << " is not supported with cross-attention (no_mask, causal, "
+                "padding and padding_causal are; causal aligns top-left)";
+    }
+    return std::optional<CrossOptions>(
+        CrossOptions{kvSeq->value_or(ctx.state.seqLength), *maskType});
+  }
+
+  /// Refuses the self-attention options cross-attention does not take.
+  static LogicalResult rejectSelfOnly(LayerContext &ctx,
+                                      const AttentionOptions &attention) {
+    SpecMap &layer = ctx.layer;
+    if (attention.rotary)
+      return emitError(layer.valueLoc("rotary_pos_emb"))
+             << "'rotary_pos_emb' is not supported with cross-attention";
+    if (attention.window)
+      return emitError(layer.valueLoc("window_size"))
+             << "'window_size' is not supported with cross-attention";
+    return success();
+  }
+
+  /// The `encoder_output` argument, shared by every cross-attention layer.
+  FailureOr<Value> encoderOutput(LayerContext &ctx, int64_t hidden) const {
+    ImportState &state = ctx.state;
+    SmallVector<int64_t> shape = {kvSeq, state.batchSize, hidden};
+    if (state.inputFormat == QkvFormat::bshd)
+      std::swap(shape[0], shape[1]);
+    auto type = RankedTensorType::get(shape, state.dtype);
+    if (Value shared = state.lookupInput("encoder_output"))
+      if (shared.getType() != type)
+        return emitError(ctx.loc())
+               << ctx.layer.getWhat() << " needs an 'encoder_output' of "
+               << type << " (kv_seq_length " << kvSeq << ", hidden_size "
+               << hidden << "), but an earlier layer's is " << shared.getType()
+               << ": the layers of a spec attend to one encoder output";
+    return state.addInput("encoder_output", type, ctx.loc());
+  }
+
+  /// The keys' padding mask `enc_dec_attn_mask` [b, 1, 1, s_kv] for the
+  /// padding types, else null.
+  FailureOr<Value> mask(LayerContext &ctx) const {
+    if (maskType != AttnMaskType::padding &&
+        maskType != AttnMaskType::padding_causal)
+      return Value();
+    ImportState &state = ctx.state;
+    auto type = RankedTensorType::get({state.batchSize, 1, 1, kvSeq},
+                                      IntegerType::get(ctx.context(), 1));
+    if (Value shared = state.lookupInput("enc_dec_attn_mask"))
+      if (shared.getType() != type)
+        return emitError(ctx.loc())
+               << ctx.layer.getWhat() << " needs an 'enc_dec_attn_mask' of "
+               << type << ", but an earlier layer's is " << shared.getType();
+    return state.addInput("enc_dec_attn_mask", type, ctx.loc());
+  }
+
+  /// Adds the query projection `<qPrefix>.weight/.bias` [heads * d,
+  /// hidden] and the key/value projection `<kvPrefix>.weight/.bias` [2 *
+  /// groups * d, hidden] (rows of k, then v).
+  static void addProjections(LayerContext &ctx, LayerOpParts &parts,
+                             const AttentionOptions &attention, int64_t hidden,
+                             StringRef qPrefix, StringRef kvPrefix) {
+    int64_t d = attention.headDim(hidden);
+    int64_t qRows = attention.heads * d;
+    int64_t kvRows = 2 * attention.groups.value_or(attention.heads) * d;
+    parts.add(ctx.param((qPrefix + ".weight").str(), {qRows, hidden}));
+    parts.addOptional(
+        ctx.param((qPrefix + ".bias").str(), {qRows}, attention.bias));
+    parts.addOptional(
+        ctx.param((kvPrefix + ".weight").str(), {kvRows, hidden}));
+    parts.addOptional(
+        ctx.param((kvPrefix + ".bias").str(), {kvRows}, attention.bias));
+  }
+
+  static void addOutputProjection(LayerContext &ctx, LayerOpParts &parts,
+                                  const AttentionOptions &attention,
+                                  int64_t hidden, StringRef prefix) {
+    parts.addOptional(
+        ctx.param((prefix + ".weight").str(),
+                  {hidden, attention.heads * attention.headDim(hidden)}));
+    parts.addOptional(
+        ctx.param((prefix + ".bias").str(), {hidden}, attention.bias));
+  }
+};
+
 } // namespace
 
 FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
   FailureOr<bool> inputLayernorm = layer.getBool("input_layernorm", false);
+  FailureOr<std::optional<std::string>> attentionType =
+      layer.getChoice("attention_type", {"self", "cross"});
   FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
   FailureOr<AttentionOptions> attention =
       AttentionOptions::read(ctx, "attn_mask_type", "qkv_format");
+  bool isCross = succeeded(attentionType) && *attentionType == "cross";
+  FailureOr<std::optional<CrossOptions>> cross = CrossOptions::read(
+      ctx, isCross, "attn_mask_type",
+      succeeded(attention) ? FailureOr<AttnMaskType>(attention->maskType)
+                           : FailureOr<AttnMaskType>(failure()),
+      /*ownMaskKey=*/false, "attention_type 'cross'");
   if (failed(layer.finish()) || failed(hidden) || failed(inputLayernorm) ||
-      failed(norm) || failed(attention))
+      failed(attentionType) || failed(norm) || failed(attention) ||
+      failed(cross) ||
+      (isCross && failed(CrossOptions::rejectSelfOnly(ctx, *attention))))
     return failure();
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
     return failure();
   LayerOpParts parts;
   parts.add(*input);
+  if (*cross) {
+    FailureOr<Value> encoder = (*cross)->encoderOutput(ctx, *hidden);
+    if (failed(encoder))
+      return failure();
+    parts.addOptional(*encoder);
+  } else {
+    parts.addOptional(Value());
+  }
+  StringRef normPrefix = *cross ? "layernorm_query." : "layernorm_qkv.";
   if (*inputLayernorm) {
-    norm->addParams(ctx, parts, "layernorm_qkv.", *hidden);
+    norm->addParams(ctx, parts, normPrefix, *hidden);
   } else {
     parts.addOptional(Value());
     parts.addOptional(Value());
   }
-  attention->addProjections(ctx, parts, *hidden,
-                            *inputLayernorm ? "layernorm_qkv" : "qkv", "proj");
-  if (failed(attention->addInputs(ctx, parts, *hidden)))
-    return failure();
+  if (*cross) {
+    CrossOptions::addProjections(
+        ctx, parts, *attention, *hidden,
+        *inputLayernorm ? "layernorm_query" : "query_layer", "key_value");
+    CrossOptions::addOutputProjection(ctx, parts, *attention, *hidden, "proj");
+    FailureOr<Value> mask = (*cross)->mask(ctx);
+    if (failed(mask))
+      return failure();
+    parts.addOptional(*mask);
+    parts.addOptional(Value()); // no rotary embeddings
+  } else {
+    attention->addProjections(ctx, parts, *hidden,
+                              *inputLayernorm ? "layernorm_qkv" : "qkv", "proj",
+                              /*kvSlots=*/true);
+    if (failed(attention->addInputs(ctx, parts, *hidden)))
+      return failure();
+  }
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
   norm->addAttributes(ctx, parts);
   return ctx.build(MultiheadAttentionOp::getOperationName(), parts,
@@ -236,29 +403,63 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
   FailureOr<AttentionOptions> attention =
       AttentionOptions::read(ctx, "self_attn_mask_type", "attn_input_format");
+  bool decoder = succeeded(layerType) && *layerType == "decoder";
+  FailureOr<std::optional<CrossOptions>> cross = CrossOptions::read(
+      ctx, decoder, "enc_dec_attn_mask_type",
+      ctx.readMaskType("enc_dec_attn_mask_type", AttnMaskType::no_mask),
+      /*ownMaskKey=*/true, "layer_type 'decoder'");
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
       failed(hiddenDropout) || failed(activation) || failed(postLnResidual) ||
-      failed(layerType) || failed(norm) || failed(attention))
+      failed(layerType) || failed(norm) || failed(attention) || failed(cross))
     return failure();
-  if (layerType->value_or("encoder") == "decoder")
-    return emitError(layer.valueLoc("layer_type"))
-           << "layer_type 'decoder' (cross-attention over an encoder's "
-              "output) is not supported yet; use 'encoder'";
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
     return failure();
   LayerOpParts parts;
   parts.add(*input);
+  Value encoder;
+  if (*cross) {
+    FailureOr<Value> shared = (*cross)->encoderOutput(ctx, *hidden);
+    if (failed(shared))
+      return failure();
+    encoder = *shared;
+  }
+  parts.addOptional(encoder);
   norm->addParams(ctx, parts, "self_attention.layernorm_qkv.", *hidden);
   attention->addProjections(ctx, parts, *hidden, "self_attention.layernorm_qkv",
                             "self_attention.proj");
+  if (*cross) {
+    // TE's inter_attention: a cross-attention MultiheadAttention with
+    // input_layernorm.
+    norm->addParams(ctx, parts, "inter_attention.layernorm_query.", *hidden);
+    CrossOptions::addProjections(ctx, parts, *attention, *hidden,
+                                 "inter_attention.layernorm_query",
+                                 "inter_attention.key_value");
+    CrossOptions::addOutputProjection(ctx, parts, *attention, *hidden,
+                                      "inter_attention.proj");
+  } else {
+    for (int i = 0; i < 8; ++i)
+      parts.addOptional(Value());
+  }
   norm->addParams(ctx, parts, "layernorm_mlp.", *hidden);
   ctx.addMlpParams(parts, "layernorm_mlp.", *activation, *hidden, *ffn,
                    attention->bias);
-  if (failed(attention->addInputs(ctx, parts, *hidden)))
+  // The self-attention mask, the cross-attention mask, the rotary table.
+  parts.addOptional(ctx.attentionMask(attention->maskType));
+  if (*cross) {
+    FailureOr<Value> mask = (*cross)->mask(ctx);
+    if (failed(mask))
+      return failure();
+    parts.addOptional(*mask);
+  } else {
+    parts.addOptional(Value());
+  }
+  if (failed(attention->addRotary(ctx, parts, *hidden)))
     return failure();
   attention->addAttributes(ctx, parts, "self_attn_mask_type",
                            "attn_input_format");
+  if (*cross)
+    parts.set("enc_dec_attn_mask_type", maskAttr(ctx, (*cross)->maskType));
   norm->addAttributes(ctx, parts);
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
   parts.set("hidden_dropout", ctx.f64(*hiddenDropout));

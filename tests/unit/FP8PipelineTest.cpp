@@ -174,6 +174,17 @@ layers:
      attention_dropout: 0.0, rotary_pos_emb: true}
 )",
      0.1, 0.3},
+    {"decoder_delayed_hybrid", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: DelayedScaling, fp8_format: HYBRID}
+layers:
+  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 64,
+     num_attention_heads: 2, layer_type: decoder, kv_seq_length: 24,
+     enc_dec_attn_mask_type: padding, hidden_dropout: 0.0,
+     attention_dropout: 0.0}
+)",
+     0.1, 0.3},
 };
 
 class Fp8Pipeline : public ::testing::TestWithParam<Fp8Case> {

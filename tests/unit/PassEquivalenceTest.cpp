@@ -87,6 +87,20 @@ layers:
      num_gqa_groups: 2, kv_seq_length: 5, attn_mask_type: padding_causal,
      attention_dropout: 0.25}
 )"},
+    {"decoder_cross", R"(
+seq_length: 6
+batch_size: 2
+input_format: bshd
+layers:
+  - {type: MultiheadAttention, hidden_size: 16, num_attention_heads: 4,
+     num_gqa_groups: 2, attention_type: cross, kv_seq_length: 5,
+     attn_mask_type: padding_causal, attention_dropout: 0.25}
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, layer_type: decoder, kv_seq_length: 5,
+     enc_dec_attn_mask_type: padding, self_attn_mask_type: causal,
+     apply_residual_connection_post_layernorm: true,
+     hidden_dropout: 0.3, attention_dropout: 0.2, rotary_pos_emb: true}
+)"},
     {"main_grad_bf16", R"(
 seq_length: 4
 batch_size: 2
@@ -269,7 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "transformer_bshd_mqa", "transformer_kv_channels_silu",
                       "mlp_variants", "main_grad",
                       "attention_bshd_causal_bottom_right", "sliding_window",
-                      "main_grad_bf16", "attention_cross"),
+                      "main_grad_bf16", "attention_cross", "decoder_cross"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

@@ -336,7 +336,8 @@ layers:
                   "normalization, layernorm_epsilon, zero_centered_gamma, "
                   "num_attention_heads, num_gqa_groups, kv_channels, "
                   "self_attn_mask_type, attention_dropout, bias, "
-                  "rotary_pos_emb, attn_input_format, window_size)"},
+                  "rotary_pos_emb, attn_input_format, window_size, "
+                  "enc_dec_attn_mask_type, kv_seq_length)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -802,10 +803,51 @@ layers:
     ffn_hidden_size: 64
     num_attention_heads: 4
     layer_type: decoder
+    enc_dec_attn_mask_type: causal_bottom_right
 )",
-                  8, 17,
-                  "layer_type 'decoder' (cross-attention over an encoder's "
-                  "output) is not supported yet; use 'encoder'"},
+                  9, 29,
+                  "'enc_dec_attn_mask_type' causal_bottom_right is not "
+                  "supported with cross-attention (no_mask, causal, padding "
+                  "and padding_causal are; causal aligns top-left)"},
+        ErrorCase{"EncDecMaskTypeOnEncoder", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    enc_dec_attn_mask_type: padding
+)",
+                  8, 5,
+                  "'enc_dec_attn_mask_type' applies to cross-attention only "
+                  "(layer_type 'decoder')"},
+        ErrorCase{"CrossAttentionRotary", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    attention_type: cross
+    rotary_pos_emb: true
+)",
+                  8, 21,
+                  "'rotary_pos_emb' is not supported with cross-attention"},
+        ErrorCase{"EncoderOutputLengthsDiffer", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attention_type: cross, kv_seq_length: 32}
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attention_type: cross, kv_seq_length: 48}
+)",
+                  6, 5,
+                  "MultiheadAttention needs an 'encoder_output' of "
+                  "'tensor<48x2x64xbf16>' (kv_seq_length 48, hidden_size 64), "
+                  "but an earlier layer's is 'tensor<32x2x64xbf16>': the "
+                  "layers of a spec attend to one encoder output"},
         ErrorCase{"ContradictingQkvFormat", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -1869,3 +1869,164 @@ func.func @mha_rotary_odd_head_dim(%x: tensor<16x2x60xbf16>,
          tensor<16x1x1x15xf32>) -> tensor<16x2x60xbf16>
   return
 }
+
+// -----
+
+func.func @mha_kv_weight_without_encoder(%x: tensor<16x2x64xbf16>,
+                                         %wqkv: tensor<192x64xbf16>,
+                                         %wkv: tensor<128x64xbf16>,
+                                         %wo: tensor<64x64xbf16>) {
+  // expected-error @+1 {{'kv_weight' and 'kv_bias' belong to cross-attention: they need 'encoder_output'}}
+  %r = te.multihead_attention %x qkv_weight(%wqkv) kv_weight(%wkv)
+      proj_weight(%wo) {num_attention_heads = 4 : i64}
+      : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<128x64xbf16>,
+         tensor<64x64xbf16>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+// Cross-attention: qkv_weight holds only the query rows.
+func.func @mha_cross_query_rows(%x: tensor<16x2x64xbf16>,
+                                %enc: tensor<8x2x64xbf16>,
+                                %wqkv: tensor<192x64xbf16>,
+                                %wkv: tensor<128x64xbf16>,
+                                %wo: tensor<64x64xbf16>) {
+  // expected-error @+1 {{'qkv_weight' must have shape [num_attention_heads * kv_channels, hidden_size] (the query rows) = [64, 64], got [192, 64]}}
+  %r = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wqkv)
+      kv_weight(%wkv) proj_weight(%wo) {num_attention_heads = 4 : i64}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<192x64xbf16>,
+         tensor<128x64xbf16>, tensor<64x64xbf16>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_cross_encoder_batch(%x: tensor<16x2x64xbf16>,
+                                   %enc: tensor<8x3x64xbf16>,
+                                   %wq: tensor<64x64xbf16>,
+                                   %wkv: tensor<128x64xbf16>,
+                                   %wo: tensor<64x64xbf16>) {
+  // expected-error @+1 {{'encoder_output' must be [s_kv, b, hidden_size] with the input's batch (2) and hidden (64), got [8, 3, 64]}}
+  %r = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) {num_attention_heads = 4 : i64}
+      : (tensor<16x2x64xbf16>, tensor<8x3x64xbf16>, tensor<64x64xbf16>,
+         tensor<128x64xbf16>, tensor<64x64xbf16>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_cross_kv_rows(%x: tensor<16x2x64xbf16>,
+                             %enc: tensor<8x2x64xbf16>,
+                             %wq: tensor<64x64xbf16>,
+                             %wkv: tensor<32x64xbf16>,
+                             %wo: tensor<64x64xbf16>) {
+  // expected-error @+1 {{'kv_weight' must have shape [2 * num_gqa_groups * kv_channels, hidden_size] (rows of k, then v) = [64, 64], got [32, 64]}}
+  %r = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) {num_attention_heads = 4 : i64,
+      num_gqa_groups = 2 : i64}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64x64xbf16>,
+         tensor<32x64xbf16>, tensor<64x64xbf16>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_cross_mask_over_keys(%x: tensor<16x2x64xbf16>,
+                                    %enc: tensor<8x2x64xbf16>,
+                                    %wq: tensor<64x64xbf16>,
+                                    %wkv: tensor<128x64xbf16>,
+                                    %wo: tensor<64x64xbf16>,
+                                    %mask: tensor<2x1x1x16xi1>) {
+  // expected-error @+1 {{'mask' must have shape [b, 1, 1, s_kv] = [2, 1, 1, 8], got [2, 1, 1, 16]}}
+  %r = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) mask(%mask)
+      {num_attention_heads = 4 : i64,
+       attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64x64xbf16>,
+         tensor<128x64xbf16>, tensor<64x64xbf16>, tensor<2x1x1x16xi1>)
+        -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_cross_rotary(%x: tensor<16x2x64xbf16>,
+                            %enc: tensor<8x2x64xbf16>,
+                            %wq: tensor<64x64xbf16>,
+                            %wkv: tensor<128x64xbf16>,
+                            %wo: tensor<64x64xbf16>,
+                            %rope: tensor<16x1x1x16xf32>) {
+  // expected-error @+1 {{'rotary_pos_emb' is not supported with cross-attention ('encoder_output')}}
+  %r = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) rotary_pos_emb(%rope)
+      {num_attention_heads = 4 : i64}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64x64xbf16>,
+         tensor<128x64xbf16>, tensor<64x64xbf16>, tensor<16x1x1x16xf32>)
+        -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @decoder_without_inter_weights(
+    %x: tensor<16x2x64xbf16>, %enc: tensor<8x2x64xbf16>,
+    %g: tensor<64xbf16>, %b: tensor<64xbf16>, %wqkv: tensor<192x64xbf16>,
+    %wo: tensor<64x64xbf16>, %w1: tensor<128x64xbf16>,
+    %w2: tensor<64x128xbf16>) {
+  // expected-error @+1 {{a decoder layer ('encoder_output') needs 'inter_ln_weight', 'inter_q_weight', 'inter_kv_weight' and 'inter_proj_weight'}}
+  %r = te.transformer_layer %x encoder_output(%enc) attn_ln_weight(%g)
+      attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g)
+      mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2)
+      {num_attention_heads = 4 : i64}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>,
+         tensor<64xbf16>, tensor<64xbf16>, tensor<128x64xbf16>,
+         tensor<64x128xbf16>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @decoder_enc_dec_mask_needed(
+    %x: tensor<16x2x64xbf16>, %enc: tensor<8x2x64xbf16>,
+    %g: tensor<64xbf16>, %b: tensor<64xbf16>, %wqkv: tensor<192x64xbf16>,
+    %wo: tensor<64x64xbf16>, %wq: tensor<64x64xbf16>,
+    %wkv: tensor<128x64xbf16>, %w1: tensor<128x64xbf16>,
+    %w2: tensor<64x128xbf16>) {
+  // expected-error @+1 {{enc_dec_attn_mask_type = padding requires a 'enc_dec_mask' operand}}
+  %r = te.transformer_layer %x encoder_output(%enc) attn_ln_weight(%g)
+      attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo)
+      inter_ln_weight(%g) inter_ln_bias(%b) inter_q_weight(%wq)
+      inter_kv_weight(%wkv) inter_proj_weight(%wo) mlp_ln_weight(%g)
+      mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2)
+      {num_attention_heads = 4 : i64,
+       enc_dec_attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>,
+         tensor<64xbf16>, tensor<64xbf16>, tensor<64x64xbf16>,
+         tensor<128x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<128x64xbf16>, tensor<64x128xbf16>)
+        -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @encoder_with_enc_dec_mask_type(
+    %x: tensor<16x2x64xbf16>, %g: tensor<64xbf16>, %b: tensor<64xbf16>,
+    %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>,
+    %w1: tensor<128x64xbf16>, %w2: tensor<64x128xbf16>) {
+  // expected-error @+1 {{the inter_* operands, 'enc_dec_mask' and 'enc_dec_attn_mask_type' belong to a decoder layer: they need 'encoder_output'}}
+  %r = te.transformer_layer %x attn_ln_weight(%g) attn_ln_bias(%b)
+      qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b)
+      fc1_weight(%w1) fc2_weight(%w2)
+      {num_attention_heads = 4 : i64,
+       enc_dec_attn_mask_type = #te.attn_mask_type<causal>}
+      : (tensor<16x2x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<192x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<128x64xbf16>, tensor<64x128xbf16>)
+        -> tensor<16x2x64xbf16>
+  return
+}

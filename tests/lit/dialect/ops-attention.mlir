@@ -428,3 +428,50 @@ func.func @transformer_layer_real_size(
         -> tensor<2048x4x4096xbf16>
   return %y : tensor<2048x4x4096xbf16>
 }
+
+// Cross-attention MultiheadAttention: queries from the 16-token input,
+// keys and values from an 8-token encoder output, keys padded.
+// CHECK-LABEL: func.func @multihead_attention_cross
+// CHECK: te.multihead_attention %{{.*}} encoder_output(%{{.*}}) ln_weight(%{{.*}}) ln_bias(%{{.*}}) qkv_weight(%{{.*}}) qkv_bias(%{{.*}}) kv_weight(%{{.*}}) kv_bias(%{{.*}}) proj_weight(%{{.*}}) proj_bias(%{{.*}}) mask(%{{.*}}) {attn_mask_type = #te.attn_mask_type<padding>, num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64}
+func.func @multihead_attention_cross(
+    %x: tensor<16x2x64xbf16>, %enc: tensor<8x2x64xbf16>,
+    %g: tensor<64xbf16>, %b: tensor<64xbf16>, %wq: tensor<64x64xbf16>,
+    %bq: tensor<64xbf16>, %wkv: tensor<64x64xbf16>, %bkv: tensor<64xbf16>,
+    %wo: tensor<64x64xbf16>, %bo: tensor<64xbf16>,
+    %mask: tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16> {
+  %y = te.multihead_attention %x encoder_output(%enc) ln_weight(%g)
+      ln_bias(%b) qkv_weight(%wq) qkv_bias(%bq) kv_weight(%wkv) kv_bias(%bkv)
+      proj_weight(%wo) proj_bias(%bo) mask(%mask)
+      {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64,
+       attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64x64xbf16>, tensor<64xbf16>, tensor<64x64xbf16>,
+         tensor<64xbf16>, tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16>
+  return %y : tensor<16x2x64xbf16>
+}
+
+// A decoder TransformerLayer (T5's): the inter_* cross-attention block over
+// the encoder output, its keys' padding mask.
+// CHECK-LABEL: func.func @transformer_layer_decoder
+// CHECK: te.transformer_layer %{{.*}} encoder_output(%{{.*}}) attn_ln_weight(%{{.*}}) qkv_weight(%{{.*}}) proj_weight(%{{.*}}) inter_ln_weight(%{{.*}}) inter_q_weight(%{{.*}}) inter_kv_weight(%{{.*}}) inter_proj_weight(%{{.*}}) mlp_ln_weight(%{{.*}}) fc1_weight(%{{.*}}) fc2_weight(%{{.*}}) enc_dec_mask(%{{.*}}) {enc_dec_attn_mask_type = #te.attn_mask_type<padding>, normalization = #te.normalization<RMSNorm>, num_attention_heads = 4 : i64}
+func.func @transformer_layer_decoder(
+    %x: tensor<16x2x64xbf16>, %enc: tensor<8x2x64xbf16>, %g: tensor<64xbf16>,
+    %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>,
+    %wq: tensor<64x64xbf16>, %wkv: tensor<128x64xbf16>,
+    %w1: tensor<256x64xbf16>, %w2: tensor<64x256xbf16>,
+    %mask: tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16> {
+  %y = te.transformer_layer %x encoder_output(%enc) attn_ln_weight(%g)
+      qkv_weight(%wqkv) proj_weight(%wo) inter_ln_weight(%g)
+      inter_q_weight(%wq) inter_kv_weight(%wkv) inter_proj_weight(%wo)
+      mlp_ln_weight(%g) fc1_weight(%w1) fc2_weight(%w2) enc_dec_mask(%mask)
+      {num_attention_heads = 4 : i64,
+       normalization = #te.normalization<RMSNorm>,
+       enc_dec_attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64xbf16>,
+         tensor<192x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64x64xbf16>, tensor<128x64xbf16>, tensor<64x64xbf16>,
+         tensor<64xbf16>, tensor<256x64xbf16>, tensor<64x256xbf16>,
+         tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16>
+  return %y : tensor<16x2x64xbf16>
+}

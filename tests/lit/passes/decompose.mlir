@@ -93,6 +93,43 @@ func.func @multihead_attention_gqa_rotary(%x: tensor<16x2x32xbf16>, %wqkv: tenso
   return %y : tensor<16x2x32xbf16>
 }
 
+// Cross-attention (encoder_output): q from the input's tokens through
+// qkv_weight (no slice: it holds only the query rows), k | v from the
+// encoder's 24 tokens through kv_weight.
+// CHECK-LABEL: func.func @multihead_attention_cross
+// CHECK:      %[[X:.*]] = te.reshape %arg0 : tensor<16x2x32xbf16> -> tensor<32x32xbf16>
+// CHECK-NEXT: %[[QP:.*]] = te.matmul %[[X]], %arg2 {{.*}} -> tensor<32x32xbf16>
+// CHECK-NEXT: %[[Q:.*]] = te.reshape %[[QP]] : tensor<32x32xbf16> -> tensor<16x2x4x8xbf16>
+// CHECK-NEXT: %[[E:.*]] = te.reshape %arg1 : tensor<12x2x32xbf16> -> tensor<24x32xbf16>
+// CHECK-NEXT: %[[KV:.*]] = te.matmul %[[E]], %arg3 {{.*}} -> tensor<24x32xbf16>
+// CHECK-NEXT: %[[K2:.*]] = te.slice %[[KV]][0] : tensor<24x32xbf16> -> tensor<24x16xbf16>
+// CHECK-NEXT: %[[K:.*]] = te.reshape %[[K2]] : tensor<24x16xbf16> -> tensor<12x2x2x8xbf16>
+// CHECK-NEXT: %[[V2:.*]] = te.slice %[[KV]][16] : tensor<24x32xbf16> -> tensor<24x16xbf16>
+// CHECK-NEXT: %[[V:.*]] = te.reshape %[[V2]] : tensor<24x16xbf16> -> tensor<12x2x2x8xbf16>
+// CHECK-NEXT: te.attention %[[Q]], %[[K]], %[[V]] mask(%arg5) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<sbhd>
+func.func @multihead_attention_cross(%x: tensor<16x2x32xbf16>, %enc: tensor<12x2x32xbf16>, %wq: tensor<32x32xbf16>, %wkv: tensor<32x32xbf16>, %wo: tensor<32x32xbf16>, %mask: tensor<2x1x1x12xi1>) -> tensor<16x2x32xbf16> {
+  %y = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq) kv_weight(%wkv) proj_weight(%wo) mask(%mask) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, attn_mask_type = #te.attn_mask_type<padding>, attention_dropout = 0.0 : f64} : (tensor<16x2x32xbf16>, tensor<12x2x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<2x1x1x12xi1>) -> tensor<16x2x32xbf16>
+  return %y : tensor<16x2x32xbf16>
+}
+
+// A decoder layer: self-attention block, then the cross-attention block on
+// the normalized sum (its attention dropout on stream 3, its hidden
+// dropout on stream 4), then the MLP block.
+// CHECK-LABEL: func.func @transformer_layer_decoder
+// CHECK:      te.attention {{.*}} : (tensor<16x2x4x8xbf16>, tensor<16x2x4x8xbf16>, tensor<16x2x4x8xbf16>, tensor<2xi64>)
+// CHECK:      te.dropout {{.*}}stream = 1 : i64
+// CHECK:      %[[H:.*]] = te.add
+// CHECK-NEXT: %[[LN3:.*]], %{{.*}}, %{{.*}} = te.layernorm_fwd %[[H]], %arg8, %arg9
+// CHECK:      te.attention {{.*}}stream = 3 : i64{{.*}} : (tensor<16x2x4x8xbf16>, tensor<12x2x4x8xbf16>, tensor<12x2x4x8xbf16>, tensor<2xi64>)
+// CHECK:      %[[D:.*]] = te.dropout {{.*}}stream = 4 : i64
+// CHECK-NEXT: %[[H2:.*]] = te.add %[[H]], %[[D]]
+// CHECK-NEXT: te.layernorm_fwd %[[H2]]
+// CHECK:      te.dropout {{.*}}stream = 2 : i64
+func.func @transformer_layer_decoder(%x: tensor<16x2x32xbf16>, %enc: tensor<12x2x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %wqkv: tensor<96x32xbf16>, %wo: tensor<32x32xbf16>, %w1: tensor<64x32xbf16>, %w2: tensor<32x64xbf16>, %g3: tensor<32xbf16>, %b3: tensor<32xbf16>, %wq: tensor<32x32xbf16>, %wkv: tensor<64x32xbf16>) -> tensor<16x2x32xbf16> {
+  %y = te.transformer_layer %x encoder_output(%enc) attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) inter_ln_weight(%g3) inter_ln_bias(%b3) inter_q_weight(%wq) inter_kv_weight(%wkv) inter_proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 4 : i64} : (tensor<16x2x32xbf16>, tensor<12x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<32x32xbf16>, tensor<64x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<16x2x32xbf16>
+  return %y : tensor<16x2x32xbf16>
+}
+
 // The block: norm, attention, dropout + residual, norm, MLP, dropout +
 // residual. Dropout streams are 16 * (layer index) + site.
 // CHECK-LABEL: func.func @transformer_layers
