@@ -188,6 +188,65 @@ class BlockSpecTest(unittest.TestCase):
                          "512x64xbf16")
         self.assertNotIn("layers.0.layernorm_mlp.fc1_bias", args)
 
+    def test_cross_attention_names_and_inputs(self):
+        # Queries from 32 tokens, keys/values from a 48-token encoder
+        # output through the k | v rows (2 groups of 16, twice).
+        layer = specs.multihead_attention_spec(
+            64, 4, 16, 2, True, "LayerNorm", 1e-5, False, "padding", 0.0,
+            True, False, kv_seq_length=48)
+        args = arguments(specs.program_spec("MultiheadAttention", "bf16",
+                                            "bshd", 32, 2, layer))
+        self.assertEqual(args["input"], "2x32x64xbf16")
+        self.assertEqual(args["encoder_output"], "2x48x64xbf16")
+        self.assertEqual(args["enc_dec_attn_mask"], "2x1x1x48xi1")
+        self.assertNotIn("attention_mask", args)
+        self.assertEqual(parameters(args), [
+            "layernorm_query.layer_norm_weight",
+            "layernorm_query.layer_norm_bias", "layernorm_query.weight",
+            "layernorm_query.bias", "key_value.weight", "key_value.bias",
+            "proj.weight", "proj.bias"])
+        self.assertEqual(args["layers.0.layernorm_query.weight"],
+                         "64x64xbf16")
+        self.assertEqual(args["layers.0.key_value.weight"], "64x64xbf16")
+        layer = specs.multihead_attention_spec(
+            64, 4, 16, 4, False, "LayerNorm", 1e-5, False, "no_mask", 0.0,
+            False, False, kv_seq_length=16)
+        args = arguments(specs.program_spec("MultiheadAttention", "bf16",
+                                            "sbhd", 32, 2, layer))
+        self.assertEqual(parameters(args), ["query_layer.weight",
+                                            "key_value.weight", "proj.weight"])
+        self.assertEqual(args["layers.0.key_value.weight"], "128x64xbf16")
+
+    def test_decoder_layer_names_and_inputs(self):
+        layer = specs.transformer_layer_spec(
+            64, 256, 4, 16, 2, 1e-5, "RMSNorm", False, "swiglu", 0.0, 0.0,
+            "padding_causal", False, False, True, None,
+            decoder=(40, "padding"))
+        args = arguments(specs.program_spec("TransformerLayer", "bf16",
+                                            "sbhd", 32, 2, layer))
+        self.assertEqual(args["encoder_output"], "40x2x64xbf16")
+        self.assertEqual(args["attention_mask"], "2x1x1x32xi1")
+        self.assertEqual(args["enc_dec_attn_mask"], "2x1x1x40xi1")
+        self.assertEqual(args["rotary_pos_emb"], "32x1x1x16xf32")
+        self.assertEqual(
+            [n for n in parameters(args) if n.startswith("inter_attention.")],
+            ["inter_attention.layernorm_query.layer_norm_weight",
+             "inter_attention.layernorm_query.weight",
+             "inter_attention.key_value.weight",
+             "inter_attention.proj.weight"])
+
+    def test_te_cross_parameter_names(self):
+        # TE's registration order, written out by hand.
+        self.assertEqual(specs.cross_parameter_names(False, True, "LayerNorm"),
+                         ["layernorm_query.layer_norm_weight",
+                          "layernorm_query.layer_norm_bias",
+                          "layernorm_query.query_weight",
+                          "layernorm_query.query_bias",
+                          "key_value.key_weight", "key_value.value_weight",
+                          "key_value.key_bias", "key_value.value_bias"])
+        self.assertEqual(specs.cross_parameter_names(True, False, None),
+                         ["query_layer.weight", "key_value.weight"])
+
     def test_the_quickstart_layer(self):
         # The spec of te.TransformerLayer(64, 256, 4) as the modules build
         # it equals examples/quickstart_small.yaml's (FP8 included).

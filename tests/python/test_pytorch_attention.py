@@ -46,8 +46,13 @@ def program_arguments(module, dtype="bf16", seq=8, batch=2, mask=None,
     else:
         layer = module._layer_spec(mask, rotary)
         fmt = module.qkv_format
-    spec = _attention_specs.program_spec(type(module).__name__, dtype, fmt,
-                                         seq, batch, layer)
+    return arguments_of(_attention_specs.program_spec(
+        type(module).__name__, dtype, fmt, seq, batch, layer))
+
+
+def arguments_of(spec):
+    """{name: (shape tuple, dtype string)} of the forward's arguments of
+    the program of `spec`."""
     text = tejit.compile_ir(spec, "te")
     header = next(line for line in text.splitlines() if "func.func" in line)
     header = header.split(") -> (")[0]
@@ -159,8 +164,13 @@ class ArgumentTest(unittest.TestCase):
             (lambda: te.DotProductAttention(8, 64, cp_group=object()),
              "cp_group"),
             (lambda: te.DotProductAttention(8, (64, 32)), "kv_channels"),
+            (lambda: te.MultiheadAttention(
+                64, 4, attention_type="cross",
+                attn_mask_type="causal_bottom_right", device=CPU),
+             "attn_mask_type"),
             (lambda: te.MultiheadAttention(64, 4, attention_type="cross",
-                                           device=CPU), "attention_type"),
+                                           window_size=(8, 0), device=CPU),
+             "cross-attention"),
             (lambda: te.MultiheadAttention(64, 4, return_layernorm_output=True,
                                            device=CPU),
              "return_layernorm_output"),
@@ -168,8 +178,10 @@ class ArgumentTest(unittest.TestCase):
                                            device=CPU), "sequence_parallel"),
             (lambda: te.MultiheadAttention(64, 4, ub_overlap_ag=True,
                                            device=CPU), "ub_overlap_ag"),
-            (lambda: te.TransformerLayer(64, 256, 4, layer_type="decoder",
-                                         device=CPU), "layer_type"),
+            (lambda: te.TransformerLayer(
+                64, 256, 4, layer_type="decoder",
+                enc_dec_attn_mask_type="padding_causal_bottom_right",
+                device=CPU), "enc_dec_attn_mask_type"),
             (lambda: te.TransformerLayer(64, 256, 4, output_layernorm=True,
                                          device=CPU), "output_layernorm"),
             (lambda: te.TransformerLayer(64, 256, 4,
@@ -486,20 +498,22 @@ class JitKeyTest(unittest.TestCase):
             ((x,), dict(rotary_pos_emb=freqs)),
             ((torch.zeros(3, 16, 64),), {}),
         ])
-        self.assertEqual(seen[0][0], ("bshd", 8, 2))
-        self.assertEqual(seen[0][2], ("causal", True, False, (-1, 0)))
+        self.assertEqual(seen[0][0], ("bshd", 8, 2, None))
+        self.assertEqual(seen[0][2], ("causal", True, False, (-1, 0), None))
         self.assertEqual(seen[0][3], {"seq_length": 8, "batch_size": 2,
                                       "input_format": "bshd"})
         self.assertEqual(seen[0][5], ["input"])
-        self.assertEqual(seen[1][2], ("padding", True, False, (-1, -1)))
+        self.assertEqual(seen[1][2],
+                         ("padding", True, False, (-1, -1), None))
         self.assertEqual(seen[1][4]["self_attn_mask_type"], "padding")
         self.assertEqual(seen[1][5], ["attention_mask", "input"])
-        self.assertEqual(seen[2][2], ("causal", True, True, (-1, 0)))
+        self.assertEqual(seen[2][2], ("causal", True, True, (-1, 0), None))
         self.assertTrue(seen[2][4]["rotary_pos_emb"])
-        self.assertEqual(seen[3][0], ("bshd", 16, 3))
+        self.assertEqual(seen[3][0], ("bshd", 16, 3, None))
         layer.eval()
         seen = self.calls(layer, [((x,), {})])
-        self.assertEqual(seen[0][2], ("causal", False, False, (-1, 0)))
+        self.assertEqual(seen[0][2],
+                         ("causal", False, False, (-1, 0), None))
         self.assertEqual(seen[0][4]["hidden_dropout"], 0.0)
         self.assertNotIn("window_size", seen[0][4])
 
@@ -606,8 +620,8 @@ class JitKeyTest(unittest.TestCase):
             ((x,), dict(attention_mask=mask)),
             ((x,), dict(attention_mask=mask, window_size=(2, 0)))])
         self.assertEqual([key[2] for key in seen],
-                         [("padding_causal", True, False, (16, 0)),
-                          ("padding_causal", True, False, (2, 0))])
+                         [("padding_causal", True, False, (16, 0), None),
+                          ("padding_causal", True, False, (2, 0), None)])
         self.assertEqual(seen[1][4]["window_size"], [2, 0])
         self.assertEqual(seen[1][4]["attn_mask_type"], "padding_causal")
         # The spec of each compiles (the inputs bind as without a window).
@@ -654,6 +668,70 @@ class JitKeyTest(unittest.TestCase):
             self.calls(dpa, [((q, kv, kv), dict(
                 attn_mask_type="arbitrary",
                 attention_mask=torch.zeros(2, 1, 8, 5, dtype=torch.bool)))])
+
+    def test_cross_attention_blocks(self):
+        """MultiheadAttention(attention_type="cross") and a decoder
+        TransformerLayer: keyed by the encoder output's length and the
+        cross mask type; encoder_output and enc_dec_attn_mask reach the
+        program under their names; the specs compile."""
+        mha = te.MultiheadAttention(64, 4, num_gqa_groups=2,
+                                    attention_type="cross",
+                                    input_layernorm=True,
+                                    attn_mask_type="no_mask", device=CPU)
+        x = torch.zeros(8, 2, 64)
+        enc = torch.zeros(5, 2, 64)
+        kv_mask = torch.zeros(2, 1, 1, 5, dtype=torch.bool)
+        seen = self.calls(mha, [
+            ((x,), dict(encoder_output=enc)),
+            ((x,), dict(encoder_output=enc, attn_mask_type="padding",
+                        attention_mask=kv_mask))])
+        self.assertEqual(seen[0][0], ("sbhd", 8, 2, 5))
+        self.assertEqual(seen[0][5], ["encoder_output", "input"])
+        self.assertEqual(seen[1][5], ["enc_dec_attn_mask", "encoder_output",
+                                      "input"])
+        self.assertEqual(seen[1][4]["attention_type"], "cross")
+        self.assertEqual(seen[1][4]["kv_seq_length"], 5)
+        args = arguments_of(_attention_specs.program_spec(
+            "MultiheadAttention", "bf16", "sbhd", 8, 2, seen[1][4]))
+        self.assertEqual(args["encoder_output"], ((5, 2, 64), "bf16"))
+        self.assertEqual(args["enc_dec_attn_mask"], ((2, 1, 1, 5), "i1"))
+        names = [n for n, _ in mha.named_parameters()]
+        self.assertEqual(names[:-2], _attention_specs.cross_parameter_names(
+            False, True, "LayerNorm"))
+        with self.assertRaises(ValueError):
+            self.calls(mha, [((x,), {})])
+        with self.assertRaises(NotImplementedError):
+            self.calls(mha, [((x,), dict(encoder_output=enc,
+                                         rotary_pos_emb=torch.zeros(
+                                             8, 1, 1, 16)))])
+        layer = te.TransformerLayer(64, 256, 4, layer_type="decoder",
+                                    enc_dec_attn_mask_type="padding",
+                                    device=CPU)
+        mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        seen = self.calls(layer, [
+            ((x,), dict(encoder_output=enc, enc_dec_attn_mask=kv_mask)),
+            ((x,), dict(encoder_output=enc, self_attn_mask_type="padding",
+                        attention_mask=mask,
+                        enc_dec_attn_mask_type="no_mask"))])
+        self.assertEqual(seen[0][2], ("causal", True, False, (-1, 0),
+                                      "padding"))
+        self.assertEqual(seen[0][5], ["enc_dec_attn_mask", "encoder_output",
+                                      "input"])
+        self.assertEqual(seen[1][2][4], "no_mask")
+        self.assertEqual(seen[1][5], ["attention_mask", "encoder_output",
+                                      "input"])
+        self.assertEqual(seen[0][4]["layer_type"], "decoder")
+        self.assertEqual(seen[1][4]["enc_dec_attn_mask_type"], "no_mask")
+        args = arguments_of(_attention_specs.program_spec(
+            "TransformerLayer", "bf16", "sbhd", 8, 2, seen[0][4]))
+        inter = [n for n in args if n.startswith("layers.0.inter_attention")]
+        self.assertEqual(len(inter), 8)
+        self.assertTrue(any(n.startswith("inter_attention.")
+                            for n, _ in layer.named_parameters()))
+        with self.assertRaises(NotImplementedError):
+            te.TransformerLayer(64, 256, 4, layer_type="decoder",
+                                enc_dec_attn_mask_type="arbitrary",
+                                device=CPU)
 
     def test_shape_errors(self):
         dpa = te.DotProductAttention(4, 16)

@@ -52,34 +52,45 @@ def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
 def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              input_layernorm, normalization, eps,
                              zero_centered_gamma, mask_type, dropout, bias,
-                             rotary, window_size=None):
-    return _with_window(
-        {"type": "MultiheadAttention", "hidden_size": hidden,
-         "num_attention_heads": heads, "kv_channels": kv_channels,
-         "num_gqa_groups": groups, "input_layernorm": input_layernorm,
-         "normalization": normalization, "layernorm_epsilon": eps,
-         "zero_centered_gamma": zero_centered_gamma,
-         "attn_mask_type": mask_type, "attention_dropout": dropout,
-         "bias": bias, "rotary_pos_emb": rotary}, mask_type, window_size)
+                             rotary, window_size=None, kv_seq_length=None):
+    """`kv_seq_length`: the encoder output's length for cross-attention
+    (attention_type "cross"), else None."""
+    layer = {"type": "MultiheadAttention", "hidden_size": hidden,
+             "num_attention_heads": heads, "kv_channels": kv_channels,
+             "num_gqa_groups": groups, "input_layernorm": input_layernorm,
+             "normalization": normalization, "layernorm_epsilon": eps,
+             "zero_centered_gamma": zero_centered_gamma,
+             "attn_mask_type": mask_type, "attention_dropout": dropout,
+             "bias": bias, "rotary_pos_emb": rotary}
+    if kv_seq_length is not None:
+        layer["attention_type"] = "cross"
+        layer["kv_seq_length"] = int(kv_seq_length)
+    return _with_window(layer, mask_type, window_size)
 
 
 def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            normalization, zero_centered_gamma, activation,
                            hidden_dropout, attention_dropout, mask_type,
                            bias, post_layernorm_residual, rotary,
-                           window_size=None):
-    return _with_window(
-        {"type": "TransformerLayer", "hidden_size": hidden,
-         "ffn_hidden_size": ffn, "num_attention_heads": heads,
-         "num_gqa_groups": groups, "kv_channels": kv_channels,
-         "layernorm_epsilon": eps, "normalization": normalization,
-         "zero_centered_gamma": zero_centered_gamma,
-         "activation": activation, "hidden_dropout": hidden_dropout,
-         "attention_dropout": attention_dropout,
-         "self_attn_mask_type": mask_type, "bias": bias,
-         "apply_residual_connection_post_layernorm":
-             post_layernorm_residual,
-         "rotary_pos_emb": rotary}, mask_type, window_size)
+                           window_size=None, decoder=None):
+    """`decoder`: (encoder output length, enc_dec_attn_mask_type) for
+    layer_type "decoder", else None."""
+    layer = {"type": "TransformerLayer", "hidden_size": hidden,
+             "ffn_hidden_size": ffn, "num_attention_heads": heads,
+             "num_gqa_groups": groups, "kv_channels": kv_channels,
+             "layernorm_epsilon": eps, "normalization": normalization,
+             "zero_centered_gamma": zero_centered_gamma,
+             "activation": activation, "hidden_dropout": hidden_dropout,
+             "attention_dropout": attention_dropout,
+             "self_attn_mask_type": mask_type, "bias": bias,
+             "apply_residual_connection_post_layernorm":
+                 post_layernorm_residual,
+             "rotary_pos_emb": rotary}
+    if decoder is not None:
+        layer["layer_type"] = "decoder"
+        layer["kv_seq_length"] = int(decoder[0])
+        layer["enc_dec_attn_mask_type"] = decoder[1]
+    return _with_window(layer, mask_type, window_size)
 
 
 def qkv_parameter_names(fuse_qkv_params, bias, norm):
@@ -96,6 +107,33 @@ def qkv_parameter_names(fuse_qkv_params, bias, norm):
     if bias:
         names += [f"{part}_bias" for part in QKV_SPLIT]
     return names
+
+
+def cross_parameter_names(fuse_qkv_params, bias, norm):
+    """TE's parameter names of a cross-attention MultiheadAttention's
+    query and key/value projections, in registration order; `norm` None
+    (`query_layer`), "LayerNorm" or "RMSNorm" (`layernorm_query`)."""
+    if norm is None:
+        query = ["query_layer.weight"] + (["query_layer.bias"] if bias
+                                          else [])
+    else:
+        query = ["layernorm_query.layer_norm_weight"]
+        if norm == "LayerNorm":
+            query.append("layernorm_query.layer_norm_bias")
+        kind = "" if fuse_qkv_params else "query_"
+        query += [f"layernorm_query.{kind}weight"]
+        query += [f"layernorm_query.{kind}bias"] if bias else []
+    if fuse_qkv_params:
+        key_value = ["key_value.weight"] + (["key_value.bias"] if bias
+                                            else [])
+    else:
+        key_value = ["key_value.key_weight", "key_value.value_weight"]
+        key_value += (["key_value.key_bias", "key_value.value_bias"]
+                      if bias else [])
+    return query + key_value
+
+
+CROSS_MASK_TYPES = ("no_mask", "causal", "padding", "padding_causal")
 
 
 def interleaved_qkv_rows(heads, groups, kv_channels):

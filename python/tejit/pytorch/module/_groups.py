@@ -122,16 +122,27 @@ class QkvGroup(ParameterGroup):
     """TE's `layernorm_qkv` (with the input norm's `layer_norm_weight`,
     `layer_norm_bias`) or `qkv`: the Q, K and V projections, registered as
     the module docstring says. `_argument("weight")` / `("bias")` give the
-    fused q | k | v tensors the program takes."""
+    fused q | k | v tensors the program takes.
+
+    With `parts` a subset of them, the same for cross-attention's groups:
+    ("query",) for `layernorm_query` (split name `query_weight`) and
+    ("key", "value") for `key_value` (split `key_weight`, `value_weight`;
+    fused and interleaved, TE's rows [groups, 2, kv_channels]: each
+    group's key, then its value)."""
 
     def __init__(self, hidden_size, heads, groups, kv_channels, fuse,
-                 interleaved, use_bias, norm, init, params_dtype, device):
+                 interleaved, use_bias, norm, init, params_dtype, device,
+                 parts=QKV_SPLIT):
         """`norm`: None, or (normalization, zero_centered_gamma, gamma
         init) for layernorm_qkv."""
         super().__init__(params_dtype)
+        self.parts = tuple(parts)
+        # Queries per key/value group in the interleaved layout.
+        heads = heads if "query" in self.parts else 0
         self.heads, self.groups, self.kv_channels = heads, groups, kv_channels
         self.fuse = bool(fuse)
-        self.interleaved = self.fuse and bool(interleaved)
+        self.interleaved = (self.fuse and bool(interleaved)
+                            and self.parts != ("query",))
         self.use_bias = bool(use_bias)
         if norm is not None:
             normalization, gamma_init = norm
@@ -139,8 +150,10 @@ class QkvGroup(ParameterGroup):
             if normalization == "LayerNorm":
                 self.add("layer_norm_bias", (hidden_size,),
                          torch.nn.init.zeros_, device)
-        rows = [heads * kv_channels, groups * kv_channels,
-                groups * kv_channels]
+        part_rows = {"query": heads * kv_channels,
+                     "key": groups * kv_channels,
+                     "value": groups * kv_channels}
+        rows = [part_rows[part] for part in self.parts]
         if self.fuse:
             self.add_linear("weight", "bias", sum(rows), hidden_size, init,
                             use_bias, device)
@@ -151,20 +164,20 @@ class QkvGroup(ParameterGroup):
             self._add_split("bias", (sum(rows),), torch.nn.init.zeros_,
                             device)
         else:
-            for part in QKV_SPLIT:
+            for part in self.parts:
                 self.register_parameter(f"{part}_bias", None)
 
     def _add_split(self, kind, shape, init, device):
-        """`query_<kind>`, `key_<kind>`, `value_<kind>`: views of one
-        buffer `shape`, rows q | k | v."""
+        """`query_<kind>`, `key_<kind>`, `value_<kind>` (those of
+        `parts`): views of one buffer `shape`, rows q | k | v."""
         buffer = torch.empty(shape, dtype=self.params_dtype, device=device)
-        for part, view in zip(QKV_SPLIT, buffer.split(self._rows)):
+        for part, view in zip(self.parts, buffer.split(self._rows)):
             self.register_parameter(f"{part}_{kind}",
                                     torch.nn.Parameter(view))
             self._initializers[f"{part}_{kind}"] = init
 
     def _split(self, kind):
-        return [getattr(self, f"{part}_{kind}") for part in QKV_SPLIT]
+        return [getattr(self, f"{part}_{kind}") for part in self.parts]
 
     def _argument(self, name, dtype):
         if name not in ("weight", "bias"):
@@ -180,7 +193,7 @@ class QkvGroup(ParameterGroup):
         if not self.fuse:
             parts = self._split(name)
             return _main_grad.rows_slot(
-                parts, [f"{part}_weight" for part in QKV_SPLIT], adjacent)
+                parts, [f"{part}_weight" for part in self.parts], adjacent)
         if self.interleaved:
             return _main_grad.reordered_slot(self.weight, "weight",
                                              self.to_qkv_rows,
@@ -189,29 +202,30 @@ class QkvGroup(ParameterGroup):
 
     def from_qkv_rows(self, tensor):
         """to_qkv_rows undone: q | k | v rows back into TE's interleaved
-        [groups, heads / groups + 2, kv_channels] layout."""
+        [groups, heads / groups + 2, kv_channels] layout (heads 0 for
+        key_value)."""
         per_group = self.heads // self.groups
         trailing = tuple(tensor.shape[1:])
         rows = self.kv_channels
-        query, key, value = tensor.split(
-            [self.heads * rows, self.groups * rows, self.groups * rows])
-        grouped = torch.cat([
-            query.reshape(self.groups, per_group, rows, *trailing),
-            key.reshape(self.groups, 1, rows, *trailing),
-            value.reshape(self.groups, 1, rows, *trailing)], dim=1)
-        return grouped.reshape(-1, *trailing)
+        sizes = [self.heads * rows, self.groups * rows, self.groups * rows]
+        blocks = [part.reshape(self.groups, count, rows, *trailing)
+                  for part, count in zip(tensor.split(sizes),
+                                         (per_group, 1, 1)) if count]
+        return torch.cat(blocks, dim=1).reshape(-1, *trailing)
 
     def to_qkv_rows(self, tensor):
         """TE's interleaved rows [groups, heads / groups + 2, kv_channels]
-        of a fused weight or bias, reordered q | k | v (differentiable)."""
+        of a fused weight or bias, reordered q | k | v (differentiable;
+        k | v for key_value, whose groups hold no queries)."""
         per_group = self.heads // self.groups
         trailing = tuple(tensor.shape[1:])
         grouped = tensor.reshape(self.groups, per_group + 2,
                                  self.kv_channels, *trailing)
-        query = grouped[:, :per_group].reshape(-1, *trailing)
-        key = grouped[:, per_group].reshape(-1, *trailing)
-        value = grouped[:, per_group + 1].reshape(-1, *trailing)
-        return torch.cat([query, key, value])
+        parts = [grouped[:, per_group].reshape(-1, *trailing),
+                 grouped[:, per_group + 1].reshape(-1, *trailing)]
+        if per_group:
+            parts.insert(0, grouped[:, :per_group].reshape(-1, *trailing))
+        return torch.cat(parts)
 
     def _apply(self, *args, **kwargs):
         # .to()/.cuda()/.half() give every parameter its own tensor.

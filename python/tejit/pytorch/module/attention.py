@@ -385,18 +385,50 @@ class DotProductAttention(TransformerEngineBaseModule):
                 f"qkv_format={self.qkv_format}")
 
 
+def check_cross_mask_type(owner, argument, mask_type):
+    """`mask_type` for cross-attention in MultiheadAttention and
+    TransformerLayer: those tejit computes there (causal aligned
+    top-left, as TE's), else NotImplementedError naming `argument`."""
+    if mask_type not in _attention_specs.CROSS_MASK_TYPES:
+        raise NotImplementedError(
+            f"{owner}: {argument}={mask_type!r} with cross-attention is not "
+            f"supported by tejit; use one of "
+            f"{', '.join(_attention_specs.CROSS_MASK_TYPES)}")
+    return mask_type
+
+
+def encoder_output_input(owner, encoder_output, qkv_format, batch, hidden,
+                         dtype):
+    """(the program's `encoder_output` input, its length s_kv) from TE's
+    encoder_output [s_kv, b, hidden] (sbhd) / [b, s_kv, hidden] (bshd)."""
+    if encoder_output is None:
+        raise ValueError(f"{owner}: cross-attention needs encoder_output "
+                         f"(the keys' and values' source)")
+    check_input(owner, "encoder_output", encoder_output, 3)
+    seq_kv, enc_batch = _sequence_dims(qkv_format, encoder_output)
+    if enc_batch != batch or encoder_output.shape[-1] != hidden:
+        lead = "[s_kv, b" if qkv_format == "sbhd" else "[b, s_kv"
+        raise ValueError(f"{owner}: expected encoder_output {lead}, "
+                         f"{hidden}] ({qkv_format}) with b = {batch}, got "
+                         f"{list(encoder_output.shape)}")
+    return encoder_output.to(dtype).contiguous(), seq_kv
+
+
 def run_attention_block(module, owner, hidden_states, hidden_size,
                         qkv_format, mask_type, attention_mask, rotary_pos_emb,
                         kv_channels, layer_spec, is_first_microbatch=None,
-                        window=(-1, -1), **call_arguments):
+                        window=(-1, -1), cross=None, **call_arguments):
     """Runs MultiheadAttention's or TransformerLayer's program on
     hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
-    outputs by name, in the input's shape. `layer_spec(rotary)` is the
-    layer's spec for this call, with the call's normalized sliding
+    outputs by name, in the input's shape. `layer_spec(rotary, seq_kv)` is
+    the layer's spec for this call, with the call's normalized sliding
     `window` (window_of_call), which also keys the program;
     `is_first_microbatch` is TE's (weight casts of inference forwards,
     _run_program); `call_arguments` are the forward's arguments
-    check_attention_call refuses."""
+    check_attention_call refuses. `cross` is None, or for cross-attention
+    (encoder_output, its mask type, its attention mask as TE takes it, and
+    whether the block also self-attends: a decoder TransformerLayer, whose
+    self-attention then takes `mask_type` and `attention_mask`)."""
     check_input(owner, "hidden_states", hidden_states, 3)
     if hidden_states.shape[-1] != hidden_size:
         raise ValueError(f"{owner}: expected hidden_states "
@@ -404,18 +436,36 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
                          f"{hidden_size}] ({qkv_format}), got "
                          f"{list(hidden_states.shape)}")
     seq, batch = _sequence_dims(qkv_format, hidden_states)
+    # With cross-attention, max_seqlen_kv is the encoder output's length.
+    max_seqlen_kv = (call_arguments.pop("max_seqlen_kv", None)
+                     if cross is not None else None)
     check_attention_call(owner, seq, **call_arguments)
     dtype = module._checked_dtype(hidden_states)
     device = hidden_states.device
     activations = {"input": hidden_states.to(dtype).contiguous()}
-    activations.update(attention_mask_input(owner, mask_type, attention_mask,
-                                            batch, seq, device))
+    seq_kv, cross_mask_type = None, None
+    if cross is not None:
+        encoder_output, cross_mask_type, cross_mask, self_attends = cross
+        activations["encoder_output"], seq_kv = encoder_output_input(
+            owner, encoder_output, qkv_format, batch, hidden_size, dtype)
+        if max_seqlen_kv is not None and int(max_seqlen_kv) != seq_kv:
+            raise NotImplementedError(
+                f"{owner}.forward(max_seqlen_kv={max_seqlen_kv}) other than "
+                f"the encoder output's length ({seq_kv}) is not supported "
+                f"by tejit")
+        masks = cross_attention_mask_input(owner, cross_mask_type,
+                                           cross_mask, batch, seq_kv, device)
+        if masks:
+            activations["enc_dec_attn_mask"] = masks["attention_mask"]
+    if cross is None or self_attends:
+        activations.update(attention_mask_input(
+            owner, mask_type, attention_mask, batch, seq, device))
     rotary = rotary_input(owner, rotary_pos_emb, seq, kv_channels, device)
     activations.update(rotary)
     variant = (mask_type, module._dropout_active(), bool(rotary),
-               tuple(window))
+               tuple(window), cross_mask_type)
     return module._run_program(
-        activations, dtype, (qkv_format, seq, batch),
+        activations, dtype, (qkv_format, seq, batch, seq_kv),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
-        hidden_states.shape, lambda: layer_spec(bool(rotary)), variant,
-        is_first_microbatch=is_first_microbatch)
+        hidden_states.shape, lambda: layer_spec(bool(rotary), seq_kv),
+        variant, is_first_microbatch=is_first_microbatch)

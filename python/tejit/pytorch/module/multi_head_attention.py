@@ -1,11 +1,19 @@
 """te.MultiheadAttention: [norm], fused QKV projection, [rotary], dot-product
-attention, output projection, in one program."""
+attention, output projection, in one program; or cross-attention: queries
+from the (normalized) input, keys and values from an encoder's output."""
 
 from . import _args, _attention_specs
 from ._groups import ParameterGroup, QkvGroup
-from .attention import (DotProductAttention, mask_type_of_call,
-                        run_attention_block, window_of_call)
+from .attention import (DotProductAttention, check_cross_mask_type,
+                        mask_type_of_call, run_attention_block,
+                        window_of_call)
 from .base import TransformerEngineBaseModule
+
+
+def _limits_nothing(window, mask_type):
+    """Whether a normalized window adds nothing to `mask_type`."""
+    return tuple(window) == (-1, -1) or (tuple(window) == (-1, 0)
+                                         and "causal" in mask_type)
 
 
 class MultiheadAttention(TransformerEngineBaseModule):
@@ -29,10 +37,22 @@ class MultiheadAttention(TransformerEngineBaseModule):
     return_bias (not added), as TE's. attention_mask, attn_mask_type,
     window_size (the constructor's, or the forward's; normalized for the
     call's mask type) and rotary_pos_emb (TE's freqs [s, 1, 1,
-    kv_channels]) as DotProductAttention. Refused (NotImplementedError
-    naming the argument): cross-attention (attention_type="cross",
-    encoder_output), return_layernorm_output, tensor/sequence parallelism,
-    userbuffers, attention bias, ALiBi, cu_seqlens, inference_params.
+    kv_channels]) as DotProductAttention.
+
+    Cross-attention (attention_type="cross", TE's): the query projection
+    `layernorm_query.*` (input_layernorm; `query_weight`/`query_bias`, or
+    `weight`/`bias` with fuse_qkv_params) or `query_layer.{weight, bias}`,
+    applied to hidden_states, and `key_value.{key,value}_{weight,bias}`
+    (or fused `weight`/`bias` [2 * groups * kv_channels, hidden], TE's
+    interleaved rows [groups, 2, kv_channels] with qkv_weight_interleaved)
+    applied to forward's encoder_output [s_kv, b, hidden] (sbhd) / [b,
+    s_kv, hidden] (bshd). Masks no_mask, causal (top-left) and the padding
+    types with TE's (query mask, key/value mask [b, 1, 1, s_kv]) pair,
+    whose query mask may pad nothing, or the key/value mask alone; no
+    rotary embeddings or sliding windows there. Refused
+    (NotImplementedError naming the argument): return_layernorm_output,
+    tensor/sequence parallelism, userbuffers, attention bias, ALiBi,
+    cu_seqlens, inference_params.
     Accepted and unused: layer_number, get_rng_state_tracker,
     set_parallel_mode (no effect with tp_size 1), name,
     checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` is
@@ -63,10 +83,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad)
-        if attention_type != "self":
-            raise NotImplementedError(
-                f"{owner}(attention_type={attention_type!r}) is not "
-                f"supported by tejit (no cross-attention yet); use 'self'")
+        if attention_type not in ("self", "cross"):
+            raise ValueError(f"{owner}: attention_type must be 'self' or "
+                             f"'cross', got {attention_type!r}")
+        self.attention_type = attention_type
         _args.check_unsupported(
             owner, return_layernorm_output=return_layernorm_output)
         self.hidden_size = int(hidden_size)
@@ -87,10 +107,18 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.layernorm_epsilon = float(layernorm_epsilon)
         self.attn_mask_type = _args.check_mask_type(owner, "attn_mask_type",
                                                     attn_mask_type)
+        if attention_type == "cross":
+            check_cross_mask_type(owner, "attn_mask_type",
+                                  self.attn_mask_type)
         # As TE's: the constructor's window as given, normalized for each
         # call's mask type (window_of_call); checked here.
         window = _args.check_window_size(owner, "window_size", window_size,
                                          self.attn_mask_type)
+        if (attention_type == "cross"
+                and not _limits_nothing(window, self.attn_mask_type)):
+            raise NotImplementedError(
+                f"{owner}: window_size {tuple(window)} with cross-attention "
+                f"is not supported by tejit")
         self.window_size = window_size
         self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
                                                  qkv_format)
@@ -108,14 +136,30 @@ class MultiheadAttention(TransformerEngineBaseModule):
         if self.input_layernorm:
             norm = (self.normalization,
                     _args.gamma_init(self.zero_centered_gamma))
-        qkv = QkvGroup(self.hidden_size, self.num_attention_heads,
-                       self.num_gqa_groups, self.kv_channels,
-                       self.fuse_qkv_params, self.qkv_weight_interleaved,
-                       self.use_bias, norm,
-                       init_method or _args.default_init_method(),
-                       self.params_dtype, device)
-        self._qkv_name = "layernorm_qkv" if self.input_layernorm else "qkv"
-        self.add_module(self._qkv_name, qkv)
+        init = init_method or _args.default_init_method()
+
+        def group(fuse, interleaved, group_norm, parts):
+            return QkvGroup(self.hidden_size, self.num_attention_heads,
+                            self.num_gqa_groups, self.kv_channels, fuse,
+                            interleaved, self.use_bias, group_norm, init,
+                            self.params_dtype, device, parts)
+        if attention_type == "self":
+            self._qkv_name = ("layernorm_qkv" if self.input_layernorm
+                              else "qkv")
+            self.add_module(self._qkv_name, group(
+                self.fuse_qkv_params, self.qkv_weight_interleaved, norm,
+                ("query", "key", "value")))
+        else:
+            # TE's query_layer is a plain Linear (`weight`, `bias`);
+            # layernorm_query splits its names unless fuse_qkv_params.
+            self._qkv_name = ("layernorm_query" if self.input_layernorm
+                              else "query_layer")
+            self.add_module(self._qkv_name, group(
+                self.fuse_qkv_params or not self.input_layernorm, False,
+                norm, ("query",)))
+            self.key_value = group(self.fuse_qkv_params,
+                                   self.qkv_weight_interleaved, None,
+                                   ("key", "value"))
         # Its own module (TE's state_dict has its `_extra_state`), callable
         # on query/key/value of this configuration.
         self.core_attention = DotProductAttention(
@@ -124,7 +168,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             attention_dropout=self.attention_dropout,
             qkv_format=self.qkv_format, attn_mask_type=self.attn_mask_type,
             window_size=window if window_size is not None else None,
-            layer_number=layer_number)
+            layer_number=layer_number, attention_type=attention_type)
         self.proj = ParameterGroup(self.params_dtype)
         self.proj.add_linear(
             "weight", "bias", self.hidden_size,
@@ -138,10 +182,12 @@ class MultiheadAttention(TransformerEngineBaseModule):
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
 
-    def _layer_spec(self, mask_type=None, rotary=False, window_size=None):
+    def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
+                    seq_kv=None):
         """The layer's spec for a call with `mask_type`, a rotary table or
-        not, and the normalized `window_size` (the constructor's when
-        None)."""
+        not, the normalized `window_size` (the constructor's when None)
+        and, for cross-attention, an encoder output of `seq_kv`
+        positions."""
         mask_type = mask_type or self.attn_mask_type
         if window_size is None:
             window_size = window_of_call("MultiheadAttention",
@@ -151,7 +197,24 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self.num_gqa_groups, self.input_layernorm, self.normalization,
             self.layernorm_epsilon, self.zero_centered_gamma, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.use_bias, bool(rotary), window_size)
+            self.use_bias, bool(rotary), window_size,
+            seq_kv if self.attention_type == "cross" else None)
+
+    def _cross_call(self, owner, encoder_output, mask_type, attention_mask,
+                    window, rotary_pos_emb):
+        """run_attention_block's `cross` for a call of a cross-attention
+        module, after refusing what tejit does not compute there."""
+        check_cross_mask_type(f"{owner}.forward", "attn_mask_type",
+                              mask_type)
+        if rotary_pos_emb is not None:
+            raise NotImplementedError(
+                f"{owner}: rotary_pos_emb with cross-attention is not "
+                f"supported by tejit")
+        if not _limits_nothing(window, mask_type):
+            raise NotImplementedError(
+                f"{owner}: window_size {tuple(window)} with cross-attention "
+                f"is not supported by tejit")
+        return (encoder_output, mask_type, attention_mask, False)
 
     def forward(self, hidden_states, attention_mask=None,
                 encoder_output=None, attn_mask_type=None, window_size=None,
@@ -167,11 +230,18 @@ class MultiheadAttention(TransformerEngineBaseModule):
                                       attn_mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
+        cross = None
+        if self.attention_type == "cross":
+            cross = self._cross_call(owner, encoder_output, mask_type,
+                                     attention_mask, window, rotary_pos_emb)
+            encoder_output = None  # taken: not refused below
         outputs = run_attention_block(
             self, owner, hidden_states, self.hidden_size, self.qkv_format,
             mask_type, attention_mask, rotary_pos_emb, self.kv_channels,
-            lambda rotary: self._layer_spec(mask_type, rotary, window),
+            lambda rotary, seq_kv: self._layer_spec(mask_type, rotary,
+                                                    window, seq_kv),
             is_first_microbatch=is_first_microbatch, window=window,
+            cross=cross,
             inference_params=inference_params,
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,
@@ -192,4 +262,5 @@ class MultiheadAttention(TransformerEngineBaseModule):
                 f"kv_channels={self.kv_channels}, "
                 f"num_gqa_groups={self.num_gqa_groups}, "
                 f"input_layernorm={self.input_layernorm}, "
+                f"attention_type={self.attention_type}, "
                 f"attn_mask_type={self.attn_mask_type}, bias={self.use_bias}")

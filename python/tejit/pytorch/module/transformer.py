@@ -1,39 +1,49 @@
 """te.TransformerLayer: self-attention block (norm, QKV, attention,
-projection, dropout + residual), then the MLP block (LayerNormMLP, dropout
-+ residual), in one program."""
+projection, dropout + residual), for a decoder a cross-attention block over
+the encoder's output (the same, queries from this layer), then the MLP
+block (LayerNormMLP, dropout + residual), in one program."""
 
 from . import _args, _attention_specs
-from .attention import (mask_type_of_call, run_attention_block,
-                        window_of_call)
+from .attention import (check_cross_mask_type, mask_type_of_call,
+                        run_attention_block, window_of_call)
 from .base import TransformerEngineBaseModule
 from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
 from .multi_head_attention import MultiheadAttention
 
 
 class TransformerLayer(TransformerEngineBaseModule):
-    """Transformer Engine's TransformerLayer (encoder), compiled by tejit as
-    one program. Submodules and parameters have TE's names:
-    `self_attention` (a MultiheadAttention with input_layernorm: its
-    `layernorm_qkv.*` and `proj.*`) and `layernorm_mlp` (a LayerNormMLP);
-    init_method initializes QKV and fc1, output_layer_init_method proj and
-    fc2 (both default N(0, 0.023^2), as TE's). The submodules also run on
-    their own (each compiles its own program).
+    """Transformer Engine's TransformerLayer, compiled by tejit as one
+    program. Submodules and parameters have TE's names: `self_attention`
+    (a MultiheadAttention with input_layernorm: its `layernorm_qkv.*` and
+    `proj.*`), for layer_type="decoder" `inter_attention` (a
+    cross-attention MultiheadAttention with input_layernorm:
+    `layernorm_query.*`, `key_value.*`, `proj.*`), and `layernorm_mlp` (a
+    LayerNormMLP); init_method initializes QKV and fc1,
+    output_layer_init_method proj and fc2 (both default N(0, 0.023^2), as
+    TE's). The submodules also run on their own (each compiles its own
+    program).
 
     forward(hidden_states [s, b, hidden] (attn_input_format sbhd) / [b, s,
     hidden] (bshd)) returns the same shape. attention_mask,
     self_attn_mask_type, window_size (the sliding window; the forward's
     overrides the constructor's) and rotary_pos_emb as
-    MultiheadAttention's. hidden_dropout and attention_dropout apply in
-    training mode only (module.train()); in eval mode the layer compiles
-    without dropout. Refused (NotImplementedError naming the argument):
-    layer_type="decoder" (and encoder_output, enc_dec_attn_mask,
-    enc_dec_window_size other than None or (-1, -1)), output_layernorm,
+    MultiheadAttention's. A decoder's forward takes encoder_output [s_kv,
+    b, hidden] (sbhd) / [b, s_kv, hidden] (bshd) and enc_dec_attn_mask for
+    the cross-attention, whose mask type is enc_dec_attn_mask_type (the
+    constructor's, default "no_mask", or the forward's): no_mask, causal
+    (top-left) or the padding types with TE's (query mask, key/value mask
+    [b, 1, 1, s_kv]) pair, whose query mask may pad nothing, or the
+    key/value mask alone; rotary_pos_emb applies to the self-attention
+    only, as in TE. hidden_dropout and attention_dropout apply in training
+    mode only (module.train()); in eval mode the layer compiles without
+    dropout. Refused (NotImplementedError naming the argument):
+    enc_dec_window_size other than None or (-1, -1), output_layernorm,
     parallel_attention_mlp, drop_path_rate > 0, rotary_pos_interleaved,
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens, inference_params. Accepted and unused: layer_number,
     get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
-    enc_dec_attn_mask_type, the ub_* switches (they only act with
-    ub_tp_comm_overlap), name, checkpoint_core_attention, fast_zero_fill.
+    the ub_* switches (they only act with ub_tp_comm_overlap), name,
+    checkpoint_core_attention, fast_zero_fill.
     `is_first_microbatch` is TE's FP8 weight caching (Linear.forward)."""
 
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
@@ -65,10 +75,10 @@ class TransformerLayer(TransformerEngineBaseModule):
             sequence_parallel=sequence_parallel,
             ub_tp_comm_overlap=ub_tp_comm_overlap,
             activation_params=activation_params)
-        if layer_type != "encoder":
-            raise NotImplementedError(
-                f"{owner}(layer_type={layer_type!r}) is not supported by "
-                f"tejit (no cross-attention yet); use 'encoder'")
+        if layer_type not in ("encoder", "decoder"):
+            raise ValueError(f"{owner}: layer_type must be 'encoder' or "
+                             f"'decoder', got {layer_type!r}")
+        self.layer_type = layer_type
         _args.check_unsupported(
             owner, output_layernorm=output_layernorm,
             parallel_attention_mlp=parallel_attention_mlp,
@@ -78,7 +88,13 @@ class TransformerLayer(TransformerEngineBaseModule):
                 f"{owner}(drop_path_rate={drop_path_rate!r}) is not "
                 f"supported by tejit (no stochastic depth); leave it 0.0")
         _args.check_no_window(owner, "enc_dec_window_size",
-                              enc_dec_window_size, "no cross-attention yet")
+                              enc_dec_window_size,
+                              "no sliding window in cross-attention")
+        self.enc_dec_attn_mask_type = _args.check_mask_type(
+            owner, "enc_dec_attn_mask_type", enc_dec_attn_mask_type)
+        if layer_type == "decoder":
+            check_cross_mask_type(owner, "enc_dec_attn_mask_type",
+                                  self.enc_dec_attn_mask_type)
         if activation not in ACTIVATIONS:
             raise ValueError(f"{owner}: activation {activation!r} is not "
                              f"supported by tejit; choose one of "
@@ -125,6 +141,23 @@ class TransformerLayer(TransformerEngineBaseModule):
             qkv_format=self.attn_input_format)
         self.kv_channels = self.self_attention.kv_channels
         self.num_gqa_groups = self.self_attention.num_gqa_groups
+        if layer_type == "decoder":
+            # TE's: registered between self_attention and layernorm_mlp.
+            self.inter_attention = MultiheadAttention(
+                self.hidden_size, self.num_attention_heads,
+                kv_channels=kv_channels, attention_dropout=attention_dropout,
+                layernorm_epsilon=layernorm_epsilon, init_method=init_method,
+                output_layer_init_method=output_layer_init_method,
+                layer_number=layer_number,
+                attn_mask_type=self.enc_dec_attn_mask_type,
+                num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
+                input_layernorm=True, attention_type="cross",
+                fuse_qkv_params=fuse_qkv_params,
+                fuse_wgrad_accumulation=self.fuse_wgrad_accumulation,
+                zero_centered_gamma=zero_centered_gamma,
+                qkv_weight_interleaved=qkv_weight_interleaved, bias=bias,
+                normalization=normalization, device=device,
+                qkv_format=self.attn_input_format)
         self.layernorm_mlp = LayerNormMLP(
             self.hidden_size, self.ffn_hidden_size, eps=layernorm_epsilon,
             init_method=init_method, bias=bias, normalization=normalization,
@@ -137,9 +170,12 @@ class TransformerLayer(TransformerEngineBaseModule):
         return self.training and (self.hidden_dropout > 0
                                   or self.attention_dropout > 0)
 
-    def _layer_spec(self, mask_type=None, rotary=False, window_size=None):
+    def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
+                    seq_kv=None, enc_dec_mask_type=None):
         """The layer's spec for a call with `mask_type`, a rotary table or
         not, and the normalized `window_size` (the constructor's when
+        None); a decoder's with an encoder output of `seq_kv` positions and
+        the cross-attention's `enc_dec_mask_type` (the constructor's when
         None)."""
         mask_type = mask_type or self.self_attn_mask_type
         if window_size is None:
@@ -154,7 +190,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.attention_dropout if active else 0.0,
             mask_type, self.use_bias,
             self.apply_residual_connection_post_layernorm, bool(rotary),
-            window_size)
+            window_size,
+            (seq_kv, enc_dec_mask_type or self.enc_dec_attn_mask_type)
+            if self.layer_type == "decoder" else None)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
@@ -172,14 +210,29 @@ class TransformerLayer(TransformerEngineBaseModule):
                                       self_attn_mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
-        _args.check_unsupported(f"{owner}.forward",
-                                enc_dec_attn_mask=enc_dec_attn_mask)
+        cross, enc_dec_mask_type = None, None
+        if self.layer_type == "decoder":
+            enc_dec_mask_type = check_cross_mask_type(
+                f"{owner}.forward", "enc_dec_attn_mask_type",
+                mask_type_of_call(owner, self.enc_dec_attn_mask_type,
+                                  enc_dec_attn_mask_type))
+            _args.check_no_window(f"{owner}.forward", "enc_dec_window_size",
+                                  enc_dec_window_size,
+                                  "no sliding window in cross-attention")
+            cross = (encoder_output, enc_dec_mask_type, enc_dec_attn_mask,
+                     True)
+            encoder_output = None  # taken: not refused below
+        else:
+            _args.check_unsupported(f"{owner}.forward",
+                                    enc_dec_attn_mask=enc_dec_attn_mask)
         outputs = run_attention_block(
             self, owner, hidden_states, self.hidden_size,
             self.attn_input_format, mask_type, attention_mask,
             rotary_pos_emb, self.kv_channels,
-            lambda rotary: self._layer_spec(mask_type, rotary, window),
+            lambda rotary, seq_kv: self._layer_spec(
+                mask_type, rotary, window, seq_kv, enc_dec_mask_type),
             is_first_microbatch=is_first_microbatch, window=window,
+            cross=cross,
             inference_params=inference_params,
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,
@@ -196,5 +249,6 @@ class TransformerLayer(TransformerEngineBaseModule):
                 f"ffn_hidden_size={self.ffn_hidden_size}, "
                 f"num_attention_heads={self.num_attention_heads}, "
                 f"num_gqa_groups={self.num_gqa_groups}, "
+                f"layer_type={self.layer_type}, "
                 f"activation={self.activation}, "
                 f"normalization={self.normalization}")
