@@ -122,12 +122,16 @@ def check_mask_type(owner, argument, mask_type):
     return mask_type
 
 
-def check_qkv_format(owner, argument, qkv_format):
+def check_qkv_format(owner, argument, qkv_format, allow_thd=False):
+    """`qkv_format`; "thd" (packed variable-length sequences) only with
+    `allow_thd` (DotProductAttention)."""
+    if qkv_format == "thd" and allow_thd:
+        return qkv_format
     if qkv_format == "thd":
         raise NotImplementedError(
             f"{owner}({argument}='thd') is not supported by tejit (packed "
-            f"variable-length sequences); use 'sbhd' or 'bshd' with a "
-            f"padding mask")
+            f"variable-length sequences: DotProductAttention takes them); "
+            f"use 'sbhd' or 'bshd' with a padding mask")
     if qkv_format not in QKV_FORMATS:
         raise ValueError(f"{owner}: {argument} must be 'sbhd' or 'bshd', "
                          f"got {qkv_format!r}")

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from . import _args, _attention_specs
+from . import _args, _attention_specs, _thd
 from .base import TransformerEngineBaseModule
 
 
@@ -217,10 +217,14 @@ class DotProductAttention(TransformerEngineBaseModule):
     of another length than query_layer): no_mask, causal (top-left) and
     the padding types with TE's (query mask, key/value mask) pair, whose
     query mask may pad nothing (tejit does not pad queries), or the
-    key/value mask [b, 1, 1, s_kv] alone. Refused (NotImplementedError
-    naming the argument): context/tensor parallelism, attention bias,
-    ALiBi, the thd layout and cu_seqlens, inference_params, kv_channels
-    differing for k and v, padded queries and "arbitrary" in
+    key/value mask [b, 1, 1, s_kv] alone. Packed variable-length
+    sequences (qkv_format="thd": q [t, heads, d], k/v [t, groups, d],
+    cu_seqlens_q = cu_seqlens_kv [b + 1] int32, a padding mask type;
+    output [t, heads * d]) run padded as bshd (_thd.py). Refused
+    (NotImplementedError naming the argument): context/tensor
+    parallelism, attention bias, ALiBi, thd with keys packed otherwise
+    than the queries or padding between sequences, inference_params,
+    kv_channels differing for k and v, padded queries and "arbitrary" in
     cross-attention. Accepted and
     unused: layer_number, get_rng_state_tracker, checkpoint_core_attention
     (recomputation changes no result), fast_zero_fill."""
@@ -270,7 +274,7 @@ class DotProductAttention(TransformerEngineBaseModule):
         self.attention_dropout = _args.check_dropout(
             owner, "attention_dropout", attention_dropout)
         self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
-                                                 qkv_format)
+                                                 qkv_format, allow_thd=True)
         self.attn_mask_type = _args.check_mask_type(owner, "attn_mask_type",
                                                     attn_mask_type)
         # TE's: normalized for the constructor's mask type. A forward with
@@ -317,12 +321,29 @@ class DotProductAttention(TransformerEngineBaseModule):
                 fp8_output=False):
         owner = "DotProductAttention"
         qkv_format = _args.check_qkv_format(
-            owner, "qkv_format", qkv_format or self.qkv_format)
+            owner, "qkv_format", qkv_format or self.qkv_format,
+            allow_thd=True)
         mask_type = mask_type_of_call(owner, self.attn_mask_type,
                                       attn_mask_type)
         window = window_of_call(owner, self._constructed_window(),
                                 window_size, mask_type)
         _args.check_forward(owner, fp8_output, False)
+        if qkv_format == "thd":
+            # Packed sequences run padded as bshd (_thd.py).
+            packed, query_layer, key_layer, value_layer, mask_type = (
+                _thd.thd_call(owner, query_layer, key_layer, value_layer,
+                              attention_mask, mask_type, cu_seqlens_q,
+                              cu_seqlens_kv, cu_seqlens_q_padded,
+                              cu_seqlens_kv_padded, max_seqlen_q,
+                              max_seqlen_kv, pad_between_seqs))
+            return packed.unpad(self.forward(
+                query_layer, key_layer, value_layer,
+                attention_mask=packed.mask, qkv_format="bshd",
+                attn_mask_type=mask_type, window_size=window,
+                checkpoint_core_attention=checkpoint_core_attention,
+                core_attention_bias_type=core_attention_bias_type,
+                core_attention_bias=core_attention_bias,
+                alibi_slopes=alibi_slopes, inference_params=inference_params))
         for name, tensor in (("query_layer", query_layer),
                              ("key_layer", key_layer),
                              ("value_layer", value_layer)):

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Packed variable-length sequences (qkv_format="thd"): tejit's
+DotProductAttention on packed q/k/v against, in the same process on the
+same GPU and data: tejit on the same sequences already padded to bshd (the
+floor of tejit's thd path, which pads and unpads around that program), and
+PyTorch's flash scaled_dot_product_attention called once per sequence.
+tejit's thd runs with and without max_seqlen (without it, each call reads
+cu_seqlens back to the host).
+
+Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
+    source tools/scripts/gpu-env.sh; PYTHONPATH=$PWD/python \\
+        python3 benchmarks/gpu/bench_thd.py
+
+Shapes: 16384 tokens in six sequences (6223, 4096, 3000, 2048, 1000, 17),
+32 heads of 128 in 8 GQA groups, causal, bf16, no dropout; one forward +
+backward. Times: CUDA events around 10 runs after 3 warm-ups, median of 5
+such batches."""
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import tejit.pytorch as te
+
+LENGTHS = [6223, 4096, 3000, 2048, 1000, 17]
+HEADS, GROUPS, D = 32, 8, 128
+
+
+def timed(fn, warmup=3, runs=10, batches=5):
+    for _ in range(warmup):
+        fn()
+    results = []
+    for _ in range(batches):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(runs):
+            fn()
+        stop.record()
+        stop.synchronize()
+        results.append(start.elapsed_time(stop) / runs)
+    return statistics.median(results)
+
+
+def main():
+    torch.manual_seed(0)
+    cu = torch.tensor([0] + LENGTHS, device="cuda").cumsum(0).int()
+    tokens = int(cu[-1])
+
+    def leaf(groups):
+        return torch.randn(tokens, groups, D, device="cuda",
+                           dtype=torch.bfloat16, requires_grad=True)
+    q, k, v = leaf(HEADS), leaf(GROUPS), leaf(GROUPS)
+    dy = torch.randn(tokens, HEADS * D, device="cuda", dtype=torch.bfloat16)
+    thd = te.DotProductAttention(HEADS, D, num_gqa_groups=GROUPS,
+                                 qkv_format="thd",
+                                 attn_mask_type="padding_causal",
+                                 attention_dropout=0.0)
+
+    def tejit_thd():
+        thd(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu).backward(dy)
+
+    def tejit_thd_max():
+        # Megatron-style: max_seqlen given, no host read-back.
+        thd(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+            max_seqlen_q=max(LENGTHS),
+            max_seqlen_kv=max(LENGTHS)).backward(dy)
+
+    # The same sequences, padded once outside the timed region.
+    batch, longest = len(LENGTHS), -(-max(LENGTHS) // 64) * 64
+    padded = [torch.zeros(batch, longest, t.shape[1], D, device="cuda",
+                          dtype=torch.bfloat16) for t in (q, k, v)]
+    for i, (start, end) in enumerate(zip(cu[:-1].tolist(),
+                                         cu[1:].tolist())):
+        for dst, src in zip(padded, (q, k, v)):
+            dst[i, :end - start] = src.detach()[start:end]
+    for t in padded:
+        t.requires_grad_()
+    mask = (torch.arange(longest, device="cuda")[None, :]
+            >= torch.tensor(LENGTHS, device="cuda")[:, None]).view(
+                batch, 1, 1, longest)
+    bshd = te.DotProductAttention(HEADS, D, num_gqa_groups=GROUPS,
+                                  qkv_format="bshd",
+                                  attn_mask_type="padding_causal",
+                                  attention_dropout=0.0)
+    dy_padded = torch.randn(batch, longest, HEADS * D, device="cuda",
+                            dtype=torch.bfloat16)
+
+    def tejit_padded():
+        bshd(*padded, attention_mask=mask).backward(dy_padded)
+
+    # PyTorch: flash attention per sequence ([1, h, s, d]), GQA expanded.
+    def torch_loop():
+        outs = []
+        for start, end in zip(cu[:-1].tolist(), cu[1:].tolist()):
+            qs, ks, vs = (t[start:end].transpose(0, 1).unsqueeze(0)
+                          for t in (q, k, v))
+            ks = ks.repeat_interleave(HEADS // GROUPS, dim=1)
+            vs = vs.repeat_interleave(HEADS // GROUPS, dim=1)
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                o = F.scaled_dot_product_attention(qs, ks, vs,
+                                                   is_causal=True)
+            outs.append(o.squeeze(0).transpose(0, 1).reshape(end - start,
+                                                             -1))
+        torch.cat(outs).backward(dy)
+
+    flops = sum(4 * HEADS * s * s * D / 2 for s in LENGTHS) * 3.5
+    print(f"{torch.cuda.get_device_name()}, {tokens} tokens in "
+          f"{len(LENGTHS)} sequences, {HEADS} heads / {GROUPS} groups of "
+          f"{D}, causal bf16, forward + backward")
+    for name, fn in (("tejit thd", tejit_thd),
+                     ("tejit thd, max_seqlen given", tejit_thd_max),
+                     ("tejit bshd, pre-padded", tejit_padded),
+                     ("PyTorch flash SDPA per sequence", torch_loop)):
+        ms = timed(fn)
+        print(f"{name:34s} {ms:8.3f} ms  {flops / ms / 1e9:7.1f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
