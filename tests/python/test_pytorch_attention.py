@@ -26,7 +26,7 @@ if HAVE_TORCH:
 
     import tejit
     import tejit.pytorch as te
-    from tejit.pytorch.module import _attention_specs, attention
+    from tejit.pytorch.module import _attention_specs, _thd, attention
     from tejit.pytorch.module.base import SPEC_DTYPES
 
 CPU = "cpu"
@@ -160,7 +160,10 @@ class ArgumentTest(unittest.TestCase):
             (lambda: te.DotProductAttention(8, 64, window_size=(128, 0),
                                             attn_mask_type="arbitrary"),
              "window_size"),
-            (lambda: te.DotProductAttention(8, 64, qkv_format="thd"), "thd"),
+            (lambda: te.MultiheadAttention(64, 4, qkv_format="thd",
+                                           device=CPU), "thd"),
+            (lambda: te.TransformerLayer(64, 256, 4, attn_input_format="thd",
+                                         device=CPU), "thd"),
             (lambda: te.DotProductAttention(8, 64, cp_group=object()),
              "cp_group"),
             (lambda: te.DotProductAttention(8, (64, 32)), "kv_channels"),
@@ -741,6 +744,44 @@ class JitKeyTest(unittest.TestCase):
             self.calls(dpa, [((q, short, q), {})])
         self.assertIn("expected value_layer [4, 2, 4, 16]",
                       str(caught.exception))
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class PackedSequencesTest(unittest.TestCase):
+    """thd's padding (_thd.PackedSequences) on the CPU: where each token
+    goes, the padding mask, and pad/unpad with their gradients."""
+
+    def test_rows_mask_and_round_trip(self):
+        cu = torch.tensor([0, 3, 3, 70], dtype=torch.int32)
+        packed = _thd.PackedSequences("test", cu, 72, None)
+        self.assertEqual((packed.batch, packed.max_s), (3, 128))
+        self.assertEqual(packed.rows[:4].tolist(), [0, 1, 2, 256])
+        self.assertEqual(packed.rows[-3:].tolist(), [256 + 66, 384, 384])
+        self.assertEqual(packed.mask.shape, (3, 1, 1, 128))
+        self.assertEqual((~packed.mask).sum(-1).view(-1).tolist(),
+                         [3, 0, 67])
+        x = torch.randn(72, 2, 4, requires_grad=True)
+        padded = packed.pad(x)
+        self.assertEqual(tuple(padded.shape), (3, 128, 2, 4))
+        self.assertTrue(torch.equal(padded[2, :67], x[3:70].detach()))
+        self.assertEqual(float(padded[0, 3:].abs().sum()), 0.0)
+        back = packed.unpad(padded.reshape(3, 128, 8))
+        self.assertTrue(torch.equal(back[:70], x[:70].detach().view(70, 8)))
+        self.assertEqual(float(back[70:].abs().sum()), 0.0)
+        back.sum().backward()
+        self.assertEqual(x.grad[:70].unique().tolist(), [1.0])
+        self.assertEqual(x.grad[70:].abs().sum().item(), 0.0)
+
+    def test_bad_offsets(self):
+        for cu in ([1, 3, 5], [0, 5, 3], [0, 4, 90]):
+            with self.assertRaises(ValueError):
+                _thd.PackedSequences(
+                    "test", torch.tensor(cu, dtype=torch.int32), 80, None)
+        # A given max_seqlen is checked by torch._assert_async: on the
+        # CPU at once (RuntimeError), on the GPU as a device-side assert.
+        with self.assertRaises(RuntimeError):
+            _thd.PackedSequences(
+                "test", torch.tensor([0, 40, 80], dtype=torch.int32), 80, 16)
 
 
 if __name__ == "__main__":
