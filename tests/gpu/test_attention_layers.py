@@ -32,6 +32,9 @@ kernels, see tests/gpu/test_pytorch_modules.py):
 - The inference program (eval mode under torch.no_grad()) of the seed and
   a Llama-style layer, small in bf16 and full size in FP8 after two
   training steps: output against the float32 composition, same bounds.
+- Cross-attention with padded queries (TE's mask pair): padded rows of
+  the output and of dq exactly 0, the rest as the float64 reference with
+  those rows zeroed, same bounds.
 - Sliding windows (window_size (left, right); the reference's band mask
   i - left <= j <= i + right comes from the indices alone): bf16
   DotProductAttention at s = 256 with a left bound on causal,
@@ -447,6 +450,43 @@ def test_dot_product_attention_cross(sq, skv, mask, groups, fmt):
         padded = padded.t() if fmt == "sbhd" else padded
         assert torch.count_nonzero(k.grad[padded]) == 0
         assert torch.count_nonzero(v.grad[padded]) == 0
+
+
+@pytest.mark.parametrize("mask", ["padding", "padding_causal"])
+@pytest.mark.parametrize("fmt", ["sbhd", "bshd"])
+def test_dot_product_attention_cross_padded_queries(mask, fmt):
+    """Cross-attention with padded queries (TE's pair, the query mask
+    padding some queries): their output rows and dq rows are exactly 0;
+    the rest, dk and dv match cross_attention_ref in float64 with the
+    padded queries' rows left out (they contribute nothing)."""
+    sq, skv, heads, groups, batch, d = 192, 80, 8, 2, 2, 64
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format=fmt, attn_mask_type=mask,
+                                 attention_type="cross")
+    lead_q = (sq, batch) if fmt == "sbhd" else (batch, sq)
+    lead_kv = (skv, batch) if fmt == "sbhd" else (batch, skv)
+    q = torch.randn(*lead_q, heads, d, device="cuda", dtype=BF16)
+    k = torch.randn(*lead_kv, groups, d, device="cuda", dtype=BF16)
+    v = torch.randn(*lead_kv, groups, d, device="cuda", dtype=BF16)
+    for t in (q, k, v):
+        t.requires_grad_()
+    q_padding = random_padding(batch, sq, "cuda")
+    kv_padding = random_padding(batch, skv, "cuda")
+    out = dpa(q, k, v, attention_mask=(q_padding, kv_padding))
+    dy = torch.randn_like(out)
+    out.backward(dy)
+    rows = valid_rows(q_padding, fmt)  # 1 on valid queries
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = cross_attention_ref(q64, k64, v64, "causal" in mask, kv_padding,
+                              fmt, 1.0 / math.sqrt(d)) * rows.double()
+    ref.backward(dy.double())
+    errors = {"output": rel_l2(out, ref), "dq": rel_l2(q.grad, q64.grad),
+              "dk": rel_l2(k.grad, k64.grad), "dv": rel_l2(v.grad, v64.grad)}
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[BF16]),
+                 f"DotProductAttention cross padded queries {mask} {fmt}")
+    padded = rows.squeeze(-1) == 0
+    assert torch.count_nonzero(out[padded]) == 0
+    assert torch.count_nonzero(q.grad[padded]) == 0
 
 
 # Sliding windows (window_size (left, right)), bf16, s = 256: a left bound

@@ -99,13 +99,32 @@ def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
     return {name: attention_mask.contiguous()}
 
 
+def query_padding(owner, query_mask, batch, seq_q, device):
+    """TE's query mask [b, 1, 1, s_q] (True = padded query) as the [b,
+    s_q] float keep factor DotProductAttention multiplies its output by."""
+    if (not isinstance(query_mask, torch.Tensor)
+            or query_mask.dtype != torch.bool
+            or tuple(query_mask.shape) != (batch, 1, 1, seq_q)):
+        raise ValueError(f"{owner}: the query mask of a cross-attention "
+                         f"pair must be bool [b, 1, 1, s_q] = "
+                         f"{[batch, 1, 1, seq_q]}, got "
+                         f"{getattr(query_mask, 'dtype', None)} "
+                         f"{list(getattr(query_mask, 'shape', []))}")
+    if query_mask.device != device:
+        raise ValueError(f"{owner}: the query mask is on "
+                         f"{query_mask.device}, the input on {device}")
+    return (~query_mask).view(batch, seq_q)
+
+
 def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
-                               seq_kv, device):
+                               seq_kv, device, padded_queries=None):
     """attention_mask_input for cross-attention (keys and values of
     another length than the queries): the padding types take TE's pair
     (query mask, key/value mask [b, 1, 1, s_kv]) or the key/value mask
-    alone. Queries cannot be padded (tejit passes every query as valid): a
-    query mask with a True is refused, which reads it back to the host."""
+    alone. `padded_queries` (DotProductAttention's) is a list that takes
+    the pair's query mask; without it a query mask with a True is refused
+    (reading it back to the host): the fused blocks pass every query as
+    valid."""
     if mask_type == "arbitrary":
         raise NotImplementedError(
             f"{owner}: attn_mask_type='arbitrary' with keys and values of "
@@ -118,7 +137,11 @@ def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
                              f"TE's pair (query mask, key/value mask), got "
                              f"{len(attention_mask)} tensors")
         query_mask, attention_mask = attention_mask
-        if query_mask is not None and bool(torch.as_tensor(query_mask).any()):
+        if padded_queries is not None:
+            if query_mask is not None:
+                padded_queries.append(query_mask)
+        elif (query_mask is not None
+              and bool(torch.as_tensor(query_mask).any())):
             raise NotImplementedError(
                 f"{owner}: padded queries in cross-attention are not "
                 f"supported by tejit (the query mask has True entries); "
@@ -215,17 +238,16 @@ class DotProductAttention(TransformerEngineBaseModule):
     training mode, from a stream seeded from torch's CUDA generator.
     Cross-attention (attention_type="cross", or any key_layer/value_layer
     of another length than query_layer): no_mask, causal (top-left) and
-    the padding types with TE's (query mask, key/value mask) pair, whose
-    query mask may pad nothing (tejit does not pad queries), or the
-    key/value mask [b, 1, 1, s_kv] alone. Packed variable-length
+    the padding types with TE's (query mask, key/value mask) pair (padded
+    queries' output rows are 0, as in TE), or the key/value mask [b, 1, 1,
+    s_kv] alone. Packed variable-length
     sequences (qkv_format="thd": q [t, heads, d], k/v [t, groups, d],
     cu_seqlens_q = cu_seqlens_kv [b + 1] int32, a padding mask type;
     output [t, heads * d]) run padded as bshd (_thd.py). Refused
     (NotImplementedError naming the argument): context/tensor
     parallelism, attention bias, ALiBi, thd with keys packed otherwise
     than the queries or padding between sequences, inference_params,
-    kv_channels differing for k and v, padded queries and "arbitrary" in
-    cross-attention. Accepted and
+    kv_channels differing for k and v, "arbitrary" in cross-attention. Accepted and
     unused: layer_number, get_rng_state_tracker, checkpoint_core_attention
     (recomputation changes no result), fast_zero_fill."""
 
@@ -378,6 +400,7 @@ class DotProductAttention(TransformerEngineBaseModule):
             "query": query_layer.to(dtype).contiguous(),
             "key": key_layer.to(dtype).contiguous(),
             "value": value_layer.to(dtype).contiguous()}
+        query_masks = []  # a cross-attention pair's query mask
         if seq_kv == seq:
             activations.update(attention_mask_input(
                 owner, mask_type, attention_mask, batch, seq,
@@ -385,7 +408,7 @@ class DotProductAttention(TransformerEngineBaseModule):
         else:
             activations.update(cross_attention_mask_input(
                 owner, mask_type, attention_mask, batch, seq_kv,
-                query_layer.device))
+                query_layer.device, padded_queries=query_masks))
         variant = (mask_type, self._dropout_active(), window)
         out = self._run_program(
             activations, dtype, (qkv_format, seq, batch, seq_kv),
@@ -395,6 +418,13 @@ class DotProductAttention(TransformerEngineBaseModule):
             lambda: self._layer_spec(mask_type, window, seq_kv=(
                 seq_kv if seq_kv != seq else None)),
             variant)
+        if query_masks:
+            # Padded queries (TE's pair): their rows are 0, as in TE, and
+            # so are their gradients' contributions.
+            keep = query_padding(owner, query_masks[0], batch, seq,
+                                 query_layer.device)
+            keep = keep.t() if qkv_format == "sbhd" else keep
+            return out["output"] * keep.unsqueeze(-1).to(dtype)
         return out["output"]
 
     def extra_repr(self):
