@@ -280,6 +280,7 @@ INSTANTIATE_TEST_SUITE_P(
     Examples, PassEquivalence,
     ::testing::Values("quickstart_small.yaml", "llama_small.json",
                       "all_layers_small.yaml", "attention_small.yaml",
+                      "decoder_small.yaml",
                       "transformer_bshd_mqa", "transformer_kv_channels_silu",
                       "mlp_variants", "main_grad",
                       "attention_bshd_causal_bottom_right", "sliding_window",
