@@ -271,6 +271,9 @@ struct AttentionBlock {
   /// Prefix of the projection operands' names, and the name of the QKV
   /// projection's operands (`<qkvName>_weight`, `<qkvName>_bias`).
   StringRef prefix = "", qkvName = "qkv", maskName = "mask";
+  /// Cross-attention's padded queries (operand `queryMaskName`), or null.
+  Value queryMask = {};
+  StringRef queryMaskName = "query_mask";
 };
 } // namespace
 
@@ -381,6 +384,18 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
       return failure();
     seqKV = *encoderSeq;
   }
+  if (block.queryMask) {
+    bool padding = block.maskType == AttnMaskType::padding ||
+                   block.maskType == AttnMaskType::padding_causal;
+    if (!cross || !padding)
+      return checker.emitError()
+             << "'" << block.queryMaskName
+             << "' (padded queries) needs cross-attention with the padding "
+                "or padding_causal mask type";
+    if (failed(checker.mask(block.queryMask, {batch, 1, 1, seq},
+                            "[b, 1, 1, s]", block.queryMaskName)))
+      return failure();
+  }
   if (failed(verifyMask(checker, block.maskTypeName, block.maskType, block.mask,
                         batch, block.heads, seq, seqKV, block.maskName)) ||
       failed(verifyDropout(checker, "attention_dropout", block.dropout)) ||
@@ -445,6 +460,7 @@ LogicalResult MultiheadAttentionOp::verify() {
                        getQkvFormat(),
                        getAttentionDropout().convertToDouble(),
                        getWindowSize()};
+  block.queryMask = getQueryMask();
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
@@ -465,7 +481,8 @@ static LogicalResult verifyDecoderBlock(TransformerLayerOp op,
     bool anyInter =
         op.getInterLnWeight() || op.getInterLnBias() || op.getInterQWeight() ||
         op.getInterQBias() || op.getInterKvWeight() || op.getInterKvBias() ||
-        op.getInterProjWeight() || op.getInterProjBias() || op.getEncDecMask();
+        op.getInterProjWeight() || op.getInterProjBias() ||
+        op.getEncDecMask() || op.getEncDecQueryMask();
     if (anyInter || op.getEncDecAttnMaskType() != AttnMaskType::no_mask)
       return checker.emitError()
              << "the inter_* operands, 'enc_dec_mask' and "
@@ -496,6 +513,8 @@ static LogicalResult verifyDecoderBlock(TransformerLayerOp op,
   cross.window = std::nullopt;
   cross.maskTypeName = "enc_dec_attn_mask_type";
   cross.maskName = "enc_dec_mask";
+  cross.queryMask = op.getEncDecQueryMask();
+  cross.queryMaskName = "enc_dec_query_mask";
   cross.prefix = "inter_";
   cross.qkvName = "inter_q";
   return verifyAttentionBlock(checker, cross, fp8Dims);

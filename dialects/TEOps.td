@@ -236,7 +236,9 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     (not normalized) through `kv_weight` `[2 * gqa_groups * kv_channels,
     hidden]`, rows of k, then v. The mask is then the keys' padding mask
     `[b, 1, 1, s_kv]`; causal masks align top-left. No rotary embeddings
-    and no sliding window with cross-attention.
+    and no sliding window with cross-attention. `query_mask` (i1 `[b, 1, 1,
+    s]`, padding mask types) pads queries too: their attention output rows
+    are 0 (Transformer Engine's mask pair).
 
     ```mlir
     %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
@@ -254,6 +256,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    Optional<TE_Tensor>:$kv_bias, TE_Tensor:$proj_weight,
                    Optional<TE_Tensor>:$proj_bias,
                    Optional<TE_Tensor>:$attention_mask,
+                   Optional<TE_Tensor>:$query_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
@@ -276,6 +279,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     (`kv_weight` `(` $kv_weight^ `)`)? (`kv_bias` `(` $kv_bias^ `)`)?
     `proj_weight` `(` $proj_weight `)` (`proj_bias` `(` $proj_bias^ `)`)?
     (`mask` `(` $attention_mask^ `)`)?
+    (`query_mask` `(` $query_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
@@ -304,7 +308,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     the cross-attention of `te.multihead_attention` with the `inter_*`
     parameters (`inter_q_weight` the query rows, `inter_kv_weight` the
     k | v rows), the mask `enc_dec_attn_mask_type` (default `no_mask`; the
-    padding types take `enc_dec_mask` `[b, 1, 1, s_kv]`) and no rotary
+    padding types take `enc_dec_mask` `[b, 1, 1, s_kv]`, and
+    `enc_dec_query_mask` `[b, 1, 1, s]` pads its queries) and no rotary
     embeddings.
 
     ```mlir
@@ -332,6 +337,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    TE_Tensor:$fc2_weight, Optional<TE_Tensor>:$fc2_bias,
                    Optional<TE_Tensor>:$attention_mask,
                    Optional<TE_Tensor>:$enc_dec_mask,
+                   Optional<TE_Tensor>:$enc_dec_query_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
@@ -373,6 +379,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     `fc2_weight` `(` $fc2_weight `)` (`fc2_bias` `(` $fc2_bias^ `)`)?
     (`mask` `(` $attention_mask^ `)`)?
     (`enc_dec_mask` `(` $enc_dec_mask^ `)`)?
+    (`enc_dec_query_mask` `(` $enc_dec_query_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];

@@ -252,19 +252,30 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
     softmax row (`[b, heads, s_q]`), which te.attention_bwd consumes.
     Attention dropout draws from `rng_state` like te.dropout.
     `window_size` is te.dot_product_attention's sliding window.
+    `query_mask` (i1 `[b, 1, 1, s_q]`, true = padded query; padding mask
+    types only) pads queries on their own (cross-attention): a padded
+    query's output row is 0 and its log-sum-exp -inf, and te.attention_bwd
+    gives it no gradient and takes none from it. `pad_keys_only` (set on
+    cross-attention, whose keys come from another sequence) says the mask
+    pads the keys alone even when s_q = s_kv; without it a padding mask of
+    equal lengths pads the queries too, as Transformer Engine's one mask of
+    self-attention does (their rows are then unspecified).
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
+                   Optional<TE_AnyTensor>:$query_mask,
                    Optional<TE_AnyTensor>:$rng_state,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
-                   DefaultValuedAttr<I64Attr, "0">:$stream);
+                   DefaultValuedAttr<I64Attr, "0">:$stream,
+                   UnitAttr:$pad_keys_only);
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
-    (`rng` `(` $rng_state^ `)`)? attr-dict
+    (`query_mask` `(` $query_mask^ `)`)? (`rng` `(` $rng_state^ `)`)?
+    attr-dict
     `:` functional-type(operands, results)
   }];
 }
@@ -276,17 +287,20 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    TE_AnyTensor:$key, TE_AnyTensor:$value,
                    TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
                    Optional<TE_AnyTensor>:$attention_mask,
+                   Optional<TE_AnyTensor>:$query_mask,
                    Optional<TE_AnyTensor>:$rng_state,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
-                   DefaultValuedAttr<I64Attr, "0">:$stream);
+                   DefaultValuedAttr<I64Attr, "0">:$stream,
+                   UnitAttr:$pad_keys_only);
   let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
                  TE_AnyTensor:$value_grad);
   let assemblyFormat = [{
     $grad `,` $query `,` $key `,` $value `,` $output `,` $softmax_lse
-    (`mask` `(` $attention_mask^ `)`)? (`rng` `(` $rng_state^ `)`)? attr-dict
+    (`mask` `(` $attention_mask^ `)`)? (`query_mask` `(` $query_mask^ `)`)?
+    (`rng` `(` $rng_state^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }

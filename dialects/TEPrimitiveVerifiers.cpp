@@ -256,10 +256,28 @@ verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
   return SmallVector<int64_t>{q[batchDim], q[2], q[seqDim]};
 }
 
+/// `query_mask`: i1 [b, 1, 1, s_q] (s_q from the statistics' shape), with
+/// a padding mask type only.
+static LogicalResult verifyQueryMask(Operation *op, Value queryMask,
+                                     ArrayRef<int64_t> stats,
+                                     AttnMaskType maskType) {
+  if (!queryMask)
+    return success();
+  if (maskType != AttnMaskType::padding &&
+      maskType != AttnMaskType::padding_causal)
+    return op->emitOpError() << "'query_mask' needs the padding or "
+                                "padding_causal mask type";
+  auto type = RankedTensorType::get({stats[0], 1, 1, stats[2]},
+                                    IntegerType::get(op->getContext(), 1));
+  return expectType(op, queryMask, "query_mask", type);
+}
+
 LogicalResult AttentionOp::verify() {
   FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
       *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
   if (failed(stats) ||
+      failed(verifyQueryMask(*this, getQueryMask(), *stats,
+                             getAttnMaskType())) ||
       failed(
           verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())))
@@ -273,6 +291,8 @@ LogicalResult AttentionBwdOp::verify() {
   FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
       *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
   if (failed(stats) ||
+      failed(verifyQueryMask(*this, getQueryMask(), *stats,
+                             getAttnMaskType())) ||
       failed(
           verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getGrad(), "grad", getQuery().getType())) ||

@@ -108,15 +108,18 @@ AttentionLauncher::create(const AttentionStep &step,
   // tell them apart (the plan drops operandSegmentSizes).
   size_t fixed = step.backward ? 6 : 3;
   size_t results = step.backward ? 3 : 2;
-  if (step.operands.size() < fixed || step.operands.size() > fixed + 2 ||
+  if (step.operands.size() < fixed || step.operands.size() > fixed + 3 ||
       step.results.size() != results)
     return attributes.error(llvm::formatv(
         "expected {0} to {1} operands and {2} results, got {3} and {4}", fixed,
-        fixed + 2, results, step.operands.size(), step.results.size()));
+        fixed + 3, results, step.operands.size(), step.results.size()));
+  // Masks come in operand order: the padding mask, then the query mask.
   for (int64_t id : llvm::ArrayRef(step.operands).drop_front(fixed)) {
     ElementType element = function.values[id].type.element;
     if (element == ElementType::I1 && !launcher.mask)
       launcher.mask = id;
+    else if (element == ElementType::I1 && !launcher.queryMask)
+      launcher.queryMask = id;
     else if (element == ElementType::I64 && !launcher.rng)
       launcher.rng = id;
     else
@@ -193,8 +196,24 @@ AttentionLauncher::create(const AttentionStep &step,
     const TensorType &maskType = function.values[*launcher.mask].type;
     std::vector<int64_t> expected{problem.batch, 1, 1, problem.seqKv};
     // Self-attention: the mask pads queries and keys alike; cross-attention
-    // (s_q != s_kv): it pads the keys, and every query is valid.
-    launcher.fullQueryLengths = problem.seqQ != problem.seqKv;
+    // (s_q != s_kv, or pad_keys_only): it pads the keys, and the queries
+    // are valid unless a query mask pads them.
+    bool keysOnly = problem.seqQ != problem.seqKv ||
+                    attributes.raw("pad_keys_only").has_value();
+    launcher.fullQueryLengths = keysOnly && !launcher.queryMask;
+    if (launcher.queryMask) {
+      const TensorType &queryMaskType =
+          function.values[*launcher.queryMask].type;
+      if (!keysOnly ||
+          queryMaskType.shape !=
+              std::vector<int64_t>{problem.batch, 1, 1, problem.seqQ})
+        return attributes.error("a query mask needs cross-attention and the "
+                                "shape [b, 1, 1, s_q]");
+      if (problem.backward && problem.tokenStrides.gradQ)
+        return attributes.error("a query mask with a strided dq");
+      int64_t id = problem.backward ? launcher.gradQ : launcher.out;
+      launcher.zeroedBytes = size_t(function.values[id].type.bytes());
+    }
     if (maskType.shape != expected)
       return attributes.error(
           "the cuDNN path takes a padding mask [b, 1, 1, s_kv] "
@@ -207,6 +226,8 @@ AttentionLauncher::create(const AttentionStep &step,
           " for " + std::to_string(problem.seqQ) + " queries and " +
           std::to_string(problem.seqKv) + " keys");
   } else {
+    if (launcher.queryMask)
+      return attributes.error("a query mask without a padding mask type");
     launcher.mask.reset(); // an unused mask operand
   }
 
@@ -291,7 +312,27 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
       return error;
     if (mask) {
       pointers.seqLenQ = pointers.seqLenKv = seqLens;
-      if (fullQueryLengths) {
+      if (queryMask) {
+        // The queries' lengths from their own mask; their padded rows of
+        // the output (or dq) are zeroed first, as cuDNN leaves them.
+        CUdeviceptr queryMaskPointer = addresses[*queryMask];
+        CUdeviceptr noRng = 0;
+        int seqQ = int(problemDesc.seqQ);
+        void *queryParams[] = {&queryMaskPointer, &batch, &seqQ, &queryLens,
+                               &noRng,           &noRng, &delta};
+        if (Error error = driver.check(
+                driver.cuLaunchKernel(prep, 1, 1, 1, std::max(threads, 32u), 1,
+                                      1, 0, stream, queryParams, nullptr),
+                "launching the attention prep kernel (query mask)"))
+          return error;
+        CUdeviceptr zeroed =
+            problemDesc.backward ? pointers.gradQ : pointers.o;
+        if (Error error = driver.check(
+                driver.cuMemsetD8Async(zeroed, 0, zeroedBytes, stream),
+                "zeroing the rows of padded queries"))
+          return error;
+        pointers.seqLenQ = queryLens;
+      } else if (fullQueryLengths) {
         if (Error error = driver.check(
                 driver.cuMemsetD32Async(queryLens, unsigned(problemDesc.seqQ),
                                         size_t(problemDesc.batch), stream),

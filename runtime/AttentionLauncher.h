@@ -47,11 +47,15 @@ private:
   // Value ids of the step's operands and results.
   int64_t q = 0, k = 0, v = 0, out = 0, stats = 0;
   int64_t gradOut = 0, gradQ = 0, gradK = 0, gradV = 0;
-  std::optional<int64_t> mask, rng;
+  std::optional<int64_t> mask, queryMask, rng;
   uint64_t offsetDelta = 0;
-  /// Cross-attention (s_q != s_kv) with a key padding mask: every query is
-  /// valid, so cuDNN gets s_q as each query length.
+  /// Cross-attention (s_q != s_kv, or pad_keys_only) with a key padding
+  /// mask and no query mask: every query is valid, so cuDNN gets s_q as
+  /// each query length.
   bool fullQueryLengths = false;
+  /// Bytes of the output (forward) or dq (backward) to zero before cuDNN
+  /// runs with a query mask: padded queries' rows are 0.
+  size_t zeroedBytes = 0;
 };
 
 /// The PTX of runtime/kernels/AttentionPrep.cu.

@@ -45,6 +45,11 @@ struct Problem {
   /// Whether the mask hides key j from query i of batch b, head h.
   bool isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const;
 
+  /// Whether query i of batch b is padded (queryMask).
+  bool isPaddedQuery(int64_t b, int64_t i) const {
+    return params.queryMask && params.queryMask->data[b * q.seq + i] != 0.0;
+  }
+
   /// The dropout multiplier (0 or 1 / (1 - rate)) of probability (b, h, i, j).
   double dropoutScale(int64_t b, int64_t h, int64_t i, int64_t j) const;
 
@@ -129,6 +134,11 @@ AttentionOutputs tejit::interp::attention(const Tensor &query,
   for (int64_t b = 0; b < p.q.batch; ++b)
     for (int64_t h = 0; h < p.q.heads; ++h)
       for (int64_t i = 0; i < p.q.seq; ++i) {
+        if (p.isPaddedQuery(b, i)) {
+          result.softmaxLse.data[p.row(b, h, i)] =
+              -std::numeric_limits<double>::infinity();
+          continue;
+        }
         p.scores(query, key, b, h, i, scores);
         double lse = logSumExp(scores);
         result.softmaxLse.data[p.row(b, h, i)] = lse;
@@ -159,7 +169,7 @@ tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
     for (int64_t h = 0; h < p.q.heads; ++h)
       for (int64_t i = 0; i < p.q.seq; ++i) {
         double lse = softmaxLse.data[p.row(b, h, i)];
-        if (std::isinf(lse))
+        if (std::isinf(lse) || p.isPaddedQuery(b, i))
           continue;
         p.scores(query, key, b, h, i, scores);
         int64_t qOffset = p.q.at(b, i, h);

@@ -110,6 +110,9 @@ struct AttentionParams {
   /// [b, 1, 1, s_kv] for padding masks, [b or 1, h or 1, s_q, s_kv] for
   /// arbitrary ones; null for the others. Nonzero = masked out.
   const Tensor *mask = nullptr;
+  /// [b, 1, 1, s_q], nonzero = padded query (cross-attention): its output
+  /// row is 0, its log-sum-exp -inf, and it has no gradient; or null.
+  const Tensor *queryMask = nullptr;
   double softmaxScale = 1.0;
   double dropout = 0.0;
   DropoutKey dropoutKey;

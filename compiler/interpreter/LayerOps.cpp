@@ -195,6 +195,7 @@ static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
   block.encoder = op.getEncoderOutput();
   block.kvWeight = op.getKvWeight();
   block.kvBias = op.getKvBias();
+  block.params.queryMask = frame.getOptional(op.getQueryMask());
   return frame.set(op, op.getOutput(), attendBlock(normalized, block, frame));
 }
 
@@ -213,6 +214,7 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
   block.kvWeight = op.getInterKvWeight();
   block.kvBias = op.getInterKvBias();
   block.params.mask = frame.getOptional(op.getEncDecMask());
+  block.params.queryMask = frame.getOptional(op.getEncDecQueryMask());
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kCrossAttentionSite);
   block.params.windowLeft = block.params.windowRight = -1;
   return block;

@@ -188,6 +188,7 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
   params.format = op.getQkvFormat();
   params.maskType = op.getAttnMaskType();
   params.mask = frame.getOptional(op.getAttentionMask());
+  params.queryMask = frame.getOptional(op.getQueryMask());
   params.softmaxScale = op.getSoftmaxScale().convertToDouble();
   params.dropout = op.getDropout().convertToDouble();
   params.setWindow(op.getWindowSize());

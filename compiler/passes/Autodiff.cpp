@@ -212,6 +212,7 @@ void Differentiator::matmulGrads(MatmulOp op, Value grad) {
 void Differentiator::attentionGrads(AttentionOp op, Value grad) {
   Value mask =
       op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
+  Value queryMask = op.getQueryMask() ? available(op.getQueryMask()) : Value();
   Value rng = op.getRngState() ? available(op.getRngState()) : Value();
   SmallVector<Value> operands = {grad,
                                  available(op.getQuery()),
@@ -219,14 +220,13 @@ void Differentiator::attentionGrads(AttentionOp op, Value grad) {
                                  available(op.getValue()),
                                  available(op.getOutput()),
                                  available(op.getSoftmaxLse())};
-  if (mask)
-    operands.push_back(mask);
-  if (rng)
-    operands.push_back(rng);
+  for (Value optional : {mask, queryMask, rng})
+    if (optional)
+      operands.push_back(optional);
   NamedAttrList attrs(op->getAttrDictionary());
   attrs.set("operandSegmentSizes",
-            builder.getDenseI32ArrayAttr(
-                {1, 1, 1, 1, 1, 1, mask ? 1 : 0, rng ? 1 : 0}));
+            builder.getDenseI32ArrayAttr({1, 1, 1, 1, 1, 1, mask ? 1 : 0,
+                                          queryMask ? 1 : 0, rng ? 1 : 0}));
   auto bwd = create<AttentionBwdOp>(TypeRange{op.getQuery().getType(),
                                               op.getKey().getType(),
                                               op.getValue().getType()},

@@ -44,6 +44,8 @@ struct AttentionParams {
   double dropout;
   DenseI64ArrayAttr window;
   Value encoder = {}, kvWeight = {}, kvBias = {};
+  /// Cross-attention's padded queries (i1 [b, 1, 1, s_q]), or null.
+  Value queryMask = {};
   int64_t dropoutSite = kAttention;
 };
 
@@ -128,7 +130,8 @@ public:
   Value attention(Value query, Value key, Value value, Value mask,
                   AttnMaskType maskType, QkvFormat format, double scale,
                   double dropoutRate, DenseI64ArrayAttr window,
-                  int64_t dropoutSite = kAttention) {
+                  int64_t dropoutSite = kAttention, Value queryMask = {},
+                  bool crossAttention = false) {
     ArrayRef<int64_t> q = shapeOf(query);
     bool sbhd = format == QkvFormat::sbhd;
     auto lseType = RankedTensorType::get(
@@ -136,10 +139,9 @@ public:
     double rate = inference ? 0.0 : dropoutRate;
     Value rng = rate > 0.0 ? rngState : Value();
     SmallVector<Value> operands = {query, key, value};
-    if (mask)
-      operands.push_back(mask);
-    if (rng)
-      operands.push_back(rng);
+    for (Value optional : {mask, queryMask, rng})
+      if (optional)
+        operands.push_back(optional);
     SmallVector<NamedAttribute> attrs = {
         builder.getNamedAttr("attn_mask_type",
                              AttnMaskTypeAttr::get(ctx(), maskType)),
@@ -147,9 +149,15 @@ public:
         builder.getNamedAttr("softmax_scale", builder.getF64FloatAttr(scale)),
         builder.getNamedAttr("operandSegmentSizes",
                              builder.getDenseI32ArrayAttr(
-                                 {1, 1, 1, mask ? 1 : 0, rng ? 1 : 0}))};
+                                 {1, 1, 1, mask ? 1 : 0, queryMask ? 1 : 0,
+                                  rng ? 1 : 0}))};
     if (window)
       attrs.push_back(builder.getNamedAttr("window_size", window));
+    // Keys from another sequence: the mask pads them alone, whatever the
+    // lengths.
+    if (crossAttention && mask)
+      attrs.push_back(
+          builder.getNamedAttr("pad_keys_only", builder.getUnitAttr()));
     if (rate > 0.0) {
       attrs.push_back(
           builder.getNamedAttr("dropout", builder.getF64FloatAttr(rate)));
@@ -203,7 +211,8 @@ public:
     Value context =
         attention(query, key, value, params.mask, params.maskType,
                   params.format, 1.0 / std::sqrt(double(params.headDim)),
-                  params.dropout, params.window, params.dropoutSite);
+                  params.dropout, params.window, params.dropoutSite,
+                  params.queryMask, static_cast<bool>(params.encoder));
     return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
                   params.projBias);
   }
@@ -317,6 +326,7 @@ SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {
   params.encoder = op.getEncoderOutput();
   params.kvWeight = op.getKvWeight();
   params.kvBias = op.getKvBias();
+  params.queryMask = op.getQueryMask();
   Value y =
       lower.attentionBlock(x, LayerLowering::shapeOf(op.getInput()), params);
   return {restoreShape(lower, y, op.getInput())};
@@ -337,6 +347,7 @@ AttentionParams crossAttentionParams(TransformerLayerOp op) {
   params.encoder = op.getEncoderOutput();
   params.kvWeight = op.getInterKvWeight();
   params.kvBias = op.getInterKvBias();
+  params.queryMask = op.getEncDecQueryMask();
   params.dropoutSite = kCrossAttention;
   return params;
 }

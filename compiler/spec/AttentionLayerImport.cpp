@@ -158,13 +158,6 @@ struct AttentionOptions {
     parts.addOptional(ctx.param((projPrefix + ".bias").str(), {hidden}, bias));
   }
 
-  /// Adds the mask and rotary-embedding inputs the block asks for.
-  LogicalResult addInputs(LayerContext &ctx, LayerOpParts &parts,
-                          int64_t hidden) const {
-    parts.addOptional(ctx.attentionMask(maskType));
-    return addRotary(ctx, parts, hidden);
-  }
-
   /// Adds the rotary-embedding input when the block asks for one.
   LogicalResult addRotary(LayerContext &ctx, LayerOpParts &parts,
                           int64_t hidden) const {
@@ -209,6 +202,8 @@ struct AttentionOptions {
 struct CrossOptions {
   int64_t kvSeq;
   AttnMaskType maskType;
+  /// `padded_queries`: the queries have a padding mask of their own.
+  bool paddedQueries;
 
   /// Reads `kv_seq_length`; `maskType` is what the layer read under
   /// `maskKey`. `present` says whether the layer is a cross-attention one,
@@ -220,10 +215,11 @@ struct CrossOptions {
     SpecMap &layer = ctx.layer;
     FailureOr<std::optional<int64_t>> kvSeq =
         layer.getPositive("kv_seq_length");
-    if (failed(kvSeq) || failed(maskType))
+    FailureOr<bool> paddedQueries = layer.getBool("padded_queries", false);
+    if (failed(kvSeq) || failed(maskType) || failed(paddedQueries))
       return failure();
     if (!present) {
-      SmallVector<StringRef, 2> keys = {"kv_seq_length"};
+      SmallVector<StringRef, 3> keys = {"kv_seq_length", "padded_queries"};
       if (ownMaskKey)
         keys.push_back(maskKey);
       for (StringRef key : keys)
@@ -245,8 +241,14 @@ struct CrossOptions {
              << " is not supported with cross-attention (no_mask, causal, "
                 "padding and padding_causal are; causal aligns top-left)";
     }
-    return std::optional<CrossOptions>(
-        CrossOptions{kvSeq->value_or(ctx.state.seqLength), *maskType});
+    if (*paddedQueries && *maskType != AttnMaskType::padding &&
+        *maskType != AttnMaskType::padding_causal)
+      return emitError(layer.valueLoc("padded_queries"))
+             << "'padded_queries' needs the padding or padding_causal mask "
+                "type in '"
+             << maskKey << "'";
+    return std::optional<CrossOptions>(CrossOptions{
+        kvSeq->value_or(ctx.state.seqLength), *maskType, *paddedQueries});
   }
 
   /// Refuses the self-attention options cross-attention does not take.
@@ -294,6 +296,19 @@ struct CrossOptions {
                << ctx.layer.getWhat() << " needs an 'enc_dec_attn_mask' of "
                << type << ", but an earlier layer's is " << shared.getType();
     return state.addInput("enc_dec_attn_mask", type, ctx.loc());
+  }
+
+  /// The queries' padding mask `enc_dec_query_mask` [b, 1, 1, s] with
+  /// `padded_queries`, else null.
+  Value queryMask(LayerContext &ctx) const {
+    if (!paddedQueries)
+      return Value();
+    ImportState &state = ctx.state;
+    return state.addInput(
+        "enc_dec_query_mask",
+        RankedTensorType::get({state.batchSize, 1, 1, state.seqLength},
+                              IntegerType::get(ctx.context(), 1)),
+        ctx.loc());
   }
 
   /// Adds the query projection `<qPrefix>.weight/.bias` [heads * d,
@@ -376,12 +391,15 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
     if (failed(mask))
       return failure();
     parts.addOptional(*mask);
+    parts.addOptional((*cross)->queryMask(ctx));
     parts.addOptional(Value()); // no rotary embeddings
   } else {
     attention->addProjections(ctx, parts, *hidden,
                               *inputLayernorm ? "layernorm_qkv" : "qkv", "proj",
                               /*kvSlots=*/true);
-    if (failed(attention->addInputs(ctx, parts, *hidden)))
+    parts.addOptional(ctx.attentionMask(attention->maskType));
+    parts.addOptional(Value()); // no query mask
+    if (failed(attention->addRotary(ctx, parts, *hidden)))
       return failure();
   }
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
@@ -451,7 +469,9 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
     if (failed(mask))
       return failure();
     parts.addOptional(*mask);
+    parts.addOptional((*cross)->queryMask(ctx));
   } else {
+    parts.addOptional(Value());
     parts.addOptional(Value());
   }
   if (failed(attention->addRotary(ctx, parts, *hidden)))

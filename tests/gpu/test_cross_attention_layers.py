@@ -35,9 +35,10 @@ output and input-gradient comparisons and get a zero output gradient.
 Without a recipe (bf16) every error below 1.6e-2 (fc1's gradients 0.1
 with ReLU-family activations); under fp8_autocast(DelayedScaling(HYBRID))
 after two warm-up steps, output below 0.125 and gradients below 0.25.
-Also: TE's parameter names and shapes, the refusals (no encoder_output:
-ValueError or TypeError; rotary_pos_emb in cross-attention and padded
-queries: NotImplementedError).
+Padded queries (TE's mask pair with a query mask): their cross-attention
+rows are 0 in the reference too. Also: TE's parameter names and shapes,
+the refusals (no encoder_output: ValueError or TypeError; rotary_pos_emb
+in cross-attention: NotImplementedError).
 """
 import collections
 import math
@@ -176,10 +177,13 @@ def cross_projections(spec, p, prefix):
     return query, key, value
 
 
-def cross_mha_ref(spec, x, enc, p, mask_type, kv_padding, prefix=""):
+def cross_mha_ref(spec, x, enc, p, mask_type, kv_padding, prefix="",
+                  q_padding=None):
     """A cross MultiheadAttention in float32: (output incl. proj bias,
     the query norm's output or None). `kv_padding` [b, 1, 1, s_kv] (True
-    = padded key) applies when `mask_type` has "padding"."""
+    = padded key) and `q_padding` [b, 1, 1, s_q] (True = padded query,
+    whose attention row is 0, as in TE; or None) apply when `mask_type`
+    has "padding"."""
     ln = None
     if spec.input_layernorm:
         group = prefix + "layernorm_query."
@@ -196,6 +200,8 @@ def cross_mha_ref(spec, x, enc, p, mask_type, kv_padding, prefix=""):
         q, k, v, "causal" in mask_type,
         kv_padding if "padding" in mask_type else None, spec.qkv_format,
         1.0 / math.sqrt(spec.kv_channels))
+    if q_padding is not None and "padding" in mask_type:
+        attn = attn * valid_rows(q_padding, spec.qkv_format)
     out = F.linear(attn, p[prefix + "proj.weight"],
                    p.get(prefix + "proj.bias"))
     return out, ln
@@ -218,15 +224,17 @@ def mlp_residual_ref(layer, hidden, p):
 
 def decoder_ref(layer, spec, x, enc, p, masks, freqs):
     """TE's decoder TransformerLayer in float32. masks: (self mask type,
-    self padding or None, cross mask type, key padding or None); rotary
-    (`freqs` or None) on the self-attention only."""
-    self_mask, self_padding, cross_mask, kv_padding = masks
+    self padding or None, cross mask type, key padding or None[, query
+    padding of the cross-attention]); rotary (`freqs` or None) on the
+    self-attention only."""
+    self_mask, self_padding, cross_mask, kv_padding, *q_padding = masks
     post = layer.apply_residual_connection_post_layernorm
     attn, ln = mha_ref(layer.self_attention, x, p, self_mask, self_padding,
                        freqs, prefix="self_attention.")
     hidden = (ln if post else x) + attn
     cross, lnq = cross_mha_ref(spec, hidden, enc, p, cross_mask, kv_padding,
-                               prefix="inter_attention.")
+                               prefix="inter_attention.",
+                               q_padding=(q_padding or [None])[0])
     hidden = (lnq if post else hidden) + cross
     return mlp_residual_ref(layer, hidden, p)
 
@@ -343,6 +351,10 @@ MHA_CROSS_CASES = {
         num_attention_heads=8, num_gqa_groups=4, kv_channels=64,
         fuse_qkv_params=True, input_layernorm=True, qkv_format="bshd",
         attn_mask_type="padding_causal"), 96, "kv"),
+    # As many keys as queries: the mask still pads the keys alone.
+    "equal-lengths-padding-kv-mask": (dict(
+        num_attention_heads=4, input_layernorm=True,
+        attn_mask_type="padding"), Q_SEQ, "kv"),
     "fused-not-interleaved-no-layernorm": (dict(
         num_attention_heads=8, num_gqa_groups=2, fuse_qkv_params=True,
         qkv_weight_interleaved=False, attn_mask_type="no_mask"), 96, None),
@@ -491,17 +503,35 @@ def test_cross_block_needs_encoder_output(kind):
         block(x)
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("kind", BLOCKS)
-def test_cross_block_refuses_padded_queries(kind):
-    """A mask pair with padded queries: NotImplementedError (only keys may
-    be padded)."""
-    block = cross_block(kind, "padding")
+def test_cross_block_padded_queries(kind, fp8):
+    """A mask pair that pads queries too (TE's decoder batches): their
+    cross-attention rows are 0 (and give no gradient), everything else as
+    the composition, every gradient compared."""
+    mask = "padding_causal" if kind == "mha" else "padding"
+    block = cross_block(kind, mask)
     x, enc = block_inputs("sbhd", 96)
-    queries, keys = mask_argument(random_padding(BATCH, 96, "cuda"), "pair")
-    queries[1, ..., Q_SEQ // 2:] = True
+    kv_padding = random_padding(BATCH, 96, "cuda")
+    q_padding = random_padding(BATCH, Q_SEQ, "cuda")
     mask_name = "attention_mask" if kind == "mha" else "enc_dec_attn_mask"
-    with pytest.raises(NotImplementedError):
-        block(x, encoder_output=enc, **{mask_name: (queries, keys)})
+    call = {mask_name: (q_padding, kv_padding)}
+    if kind == "mha":
+        spec = cross_spec(dict(hidden_size=HIDDEN, num_attention_heads=4,
+                               input_layernorm=True))
+
+        def reference(x32, enc32, params):
+            return cross_mha_ref(spec, x32, enc32, params, mask, kv_padding,
+                                 q_padding=q_padding)[0]
+    else:
+        spec = cross_spec(dict(hidden_size=HIDDEN, num_attention_heads=4),
+                          decoder=True)
+        masks = ("causal", None, mask, kv_padding, q_padding)
+
+        def reference(x32, enc32, params):
+            return decoder_ref(block, spec, x32, enc32, params, masks, None)
+    check_cross_block(block, reference, x, enc, call, fp8,
+                      f"{kind} padded queries {'fp8' if fp8 else 'bf16'}")
 
 
 def test_cross_attention_refuses_rotary():

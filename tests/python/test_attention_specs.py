@@ -221,7 +221,7 @@ class BlockSpecTest(unittest.TestCase):
         layer = specs.transformer_layer_spec(
             64, 256, 4, 16, 2, 1e-5, "RMSNorm", False, "swiglu", 0.0, 0.0,
             "padding_causal", False, False, True, None,
-            decoder=(40, "padding"))
+            decoder=(40, "padding", False))
         args = arguments(specs.program_spec("TransformerLayer", "bf16",
                                             "sbhd", 32, 2, layer))
         self.assertEqual(args["encoder_output"], "40x2x64xbf16")
@@ -234,6 +234,20 @@ class BlockSpecTest(unittest.TestCase):
              "inter_attention.layernorm_query.weight",
              "inter_attention.key_value.weight",
              "inter_attention.proj.weight"])
+
+    def test_padded_queries_input(self):
+        layer = specs.transformer_layer_spec(
+            64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            "causal", True, False, False, None,
+            decoder=(24, "padding_causal", True))
+        args = arguments(specs.program_spec("TransformerLayer", "bf16",
+                                            "bshd", 32, 2, layer))
+        self.assertEqual(args["enc_dec_query_mask"], "2x1x1x32xi1")
+        self.assertEqual(args["enc_dec_attn_mask"], "2x1x1x24xi1")
+        text = tejit.compile_ir(specs.program_spec(
+            "TransformerLayer", "bf16", "bshd", 32, 2, layer), "autodiff")
+        self.assertIn("query_mask(", text)
+        self.assertIn("pad_keys_only", text)
 
     def test_te_cross_parameter_names(self):
         # TE's registration order, written out by hand.

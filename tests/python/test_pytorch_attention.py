@@ -502,21 +502,23 @@ class JitKeyTest(unittest.TestCase):
             ((torch.zeros(3, 16, 64),), {}),
         ])
         self.assertEqual(seen[0][0], ("bshd", 8, 2, None))
-        self.assertEqual(seen[0][2], ("causal", True, False, (-1, 0), None))
+        self.assertEqual(seen[0][2],
+                         ("causal", True, False, (-1, 0), None, False))
         self.assertEqual(seen[0][3], {"seq_length": 8, "batch_size": 2,
                                       "input_format": "bshd"})
         self.assertEqual(seen[0][5], ["input"])
         self.assertEqual(seen[1][2],
-                         ("padding", True, False, (-1, -1), None))
+                         ("padding", True, False, (-1, -1), None, False))
         self.assertEqual(seen[1][4]["self_attn_mask_type"], "padding")
         self.assertEqual(seen[1][5], ["attention_mask", "input"])
-        self.assertEqual(seen[2][2], ("causal", True, True, (-1, 0), None))
+        self.assertEqual(seen[2][2],
+                         ("causal", True, True, (-1, 0), None, False))
         self.assertTrue(seen[2][4]["rotary_pos_emb"])
         self.assertEqual(seen[3][0], ("bshd", 16, 3, None))
         layer.eval()
         seen = self.calls(layer, [((x,), {})])
         self.assertEqual(seen[0][2],
-                         ("causal", False, False, (-1, 0), None))
+                         ("causal", False, False, (-1, 0), None, False))
         self.assertEqual(seen[0][4]["hidden_dropout"], 0.0)
         self.assertNotIn("window_size", seen[0][4])
 
@@ -623,8 +625,10 @@ class JitKeyTest(unittest.TestCase):
             ((x,), dict(attention_mask=mask)),
             ((x,), dict(attention_mask=mask, window_size=(2, 0)))])
         self.assertEqual([key[2] for key in seen],
-                         [("padding_causal", True, False, (16, 0), None),
-                          ("padding_causal", True, False, (2, 0), None)])
+                         [("padding_causal", True, False, (16, 0), None,
+                           False),
+                          ("padding_causal", True, False, (2, 0), None,
+                           False)])
         self.assertEqual(seen[1][4]["window_size"], [2, 0])
         self.assertEqual(seen[1][4]["attn_mask_type"], "padding_causal")
         # The spec of each compiles (the inputs bind as without a window).
@@ -700,6 +704,20 @@ class JitKeyTest(unittest.TestCase):
                                       "input"])
         self.assertEqual(seen[1][4]["attention_type"], "cross")
         self.assertEqual(seen[1][4]["kv_seq_length"], 5)
+        # TE's pair with a query mask: the program pads the queries too.
+        q_mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        q_mask[1, ..., 6:] = True
+        padded = self.calls(mha, [((x,), dict(
+            encoder_output=enc, attn_mask_type="padding",
+            attention_mask=(q_mask, kv_mask)))])[0]
+        self.assertEqual(padded[5], ["enc_dec_attn_mask",
+                                     "enc_dec_query_mask", "encoder_output",
+                                     "input"])
+        self.assertTrue(padded[4]["padded_queries"])
+        self.assertTrue(padded[2][5])
+        args = arguments_of(_attention_specs.program_spec(
+            "MultiheadAttention", "bf16", "sbhd", 8, 2, padded[4]))
+        self.assertEqual(args["enc_dec_query_mask"], ((2, 1, 1, 8), "i1"))
         args = arguments_of(_attention_specs.program_spec(
             "MultiheadAttention", "bf16", "sbhd", 8, 2, seen[1][4]))
         self.assertEqual(args["encoder_output"], ((5, 2, 64), "bf16"))
@@ -723,7 +741,7 @@ class JitKeyTest(unittest.TestCase):
                         attention_mask=mask,
                         enc_dec_attn_mask_type="no_mask"))])
         self.assertEqual(seen[0][2], ("causal", True, False, (-1, 0),
-                                      "padding"))
+                                      "padding", False))
         self.assertEqual(seen[0][5], ["enc_dec_attn_mask", "encoder_output",
                                       "input"])
         self.assertEqual(seen[1][2][4], "no_mask")

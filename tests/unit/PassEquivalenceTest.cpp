@@ -94,11 +94,12 @@ input_format: bshd
 layers:
   - {type: MultiheadAttention, hidden_size: 16, num_attention_heads: 4,
      num_gqa_groups: 2, attention_type: cross, kv_seq_length: 5,
-     attn_mask_type: padding_causal, attention_dropout: 0.25}
+     attn_mask_type: padding_causal, padded_queries: true,
+     attention_dropout: 0.25}
   - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
      num_attention_heads: 2, layer_type: decoder, kv_seq_length: 5,
      enc_dec_attn_mask_type: padding, self_attn_mask_type: causal,
-     apply_residual_connection_post_layernorm: true,
+     padded_queries: true, apply_residual_connection_post_layernorm: true,
      hidden_dropout: 0.3, attention_dropout: 0.2, rotary_pos_emb: true}
 )"},
     {"main_grad_bf16", R"(

@@ -337,7 +337,7 @@ layers:
                   "num_attention_heads, num_gqa_groups, kv_channels, "
                   "self_attn_mask_type, attention_dropout, bias, "
                   "rotary_pos_emb, attn_input_format, window_size, "
-                  "enc_dec_attn_mask_type, kv_seq_length)"},
+                  "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -809,6 +809,20 @@ layers:
                   "'enc_dec_attn_mask_type' causal_bottom_right is not "
                   "supported with cross-attention (no_mask, causal, padding "
                   "and padding_causal are; causal aligns top-left)"},
+        ErrorCase{"PaddedQueriesWithoutPadding", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    layer_type: decoder
+    padded_queries: true
+)",
+                  9, 21,
+                  "'padded_queries' needs the padding or padding_causal mask "
+                  "type in 'enc_dec_attn_mask_type'"},
         ErrorCase{"EncDecMaskTypeOnEncoder", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

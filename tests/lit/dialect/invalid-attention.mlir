@@ -2030,3 +2030,38 @@ func.func @encoder_with_enc_dec_mask_type(
         -> tensor<16x2x64xbf16>
   return
 }
+
+// -----
+
+func.func @mha_query_mask_on_self_attention(%x: tensor<16x2x64xbf16>,
+                                            %wqkv: tensor<192x64xbf16>,
+                                            %wo: tensor<64x64xbf16>,
+                                            %mask: tensor<2x1x1x16xi1>) {
+  // expected-error @+1 {{'query_mask' (padded queries) needs cross-attention with the padding or padding_causal mask type}}
+  %r = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      mask(%mask) query_mask(%mask)
+      {num_attention_heads = 4 : i64,
+       attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>,
+         tensor<2x1x1x16xi1>, tensor<2x1x1x16xi1>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_cross_query_mask_shape(%x: tensor<16x2x64xbf16>,
+                                      %enc: tensor<8x2x64xbf16>,
+                                      %wq: tensor<64x64xbf16>,
+                                      %wkv: tensor<128x64xbf16>,
+                                      %wo: tensor<64x64xbf16>,
+                                      %mask: tensor<2x1x1x8xi1>) {
+  // expected-error @+1 {{'query_mask' must have shape [b, 1, 1, s] = [2, 1, 1, 16], got [2, 1, 1, 8]}}
+  %r = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) mask(%mask) query_mask(%mask)
+      {num_attention_heads = 4 : i64,
+       attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x64xbf16>, tensor<8x2x64xbf16>, tensor<64x64xbf16>,
+         tensor<128x64xbf16>, tensor<64x64xbf16>, tensor<2x1x1x8xi1>,
+         tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16>
+  return
+}

@@ -92,3 +92,12 @@ func.func @attention_output_read_back(%q: tensor<2x4x4x8xbf16> {te.name = "q"}, 
   %flat = te.reshape %o : tensor<2x4x4x8xbf16> -> tensor<2x4x32xbf16>
   return %flat : tensor<2x4x32xbf16>
 }
+
+// Cross-attention with padded queries: the backward takes the key mask,
+// the query mask and pad_keys_only as the forward did.
+// CHECK-LABEL: func.func @attention_padded_queries_backward(
+// CHECK:      te.attention_bwd {{.*}} mask(%{{.*}}) query_mask(%{{.*}}) {attn_mask_type = #te.attn_mask_type<padding>, pad_keys_only,
+func.func @attention_padded_queries(%q: tensor<2x6x4x8xbf16> {te.name = "q"}, %k: tensor<2x6x4x8xbf16> {te.name = "k"}, %v: tensor<2x6x4x8xbf16> {te.name = "v"}, %m: tensor<2x1x1x6xi1> {te.name = "mask"}, %qm: tensor<2x1x1x6xi1> {te.name = "query_mask"}) -> (tensor<2x6x4x8xbf16> {te.name = "o"}) {
+  %o, %lse = te.attention %q, %k, %v mask(%m) query_mask(%qm) {attn_mask_type = #te.attn_mask_type<padding>, pad_keys_only, qkv_format = #te.qkv_format<bshd>, softmax_scale = 0.125 : f64} : (tensor<2x6x4x8xbf16>, tensor<2x6x4x8xbf16>, tensor<2x6x4x8xbf16>, tensor<2x1x1x6xi1>, tensor<2x1x1x6xi1>) -> (tensor<2x6x4x8xbf16>, tensor<2x4x6xf32>)
+  return %o : tensor<2x6x4x8xbf16>
+}

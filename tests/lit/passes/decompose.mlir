@@ -95,7 +95,8 @@ func.func @multihead_attention_gqa_rotary(%x: tensor<16x2x32xbf16>, %wqkv: tenso
 
 // Cross-attention (encoder_output): q from the input's tokens through
 // qkv_weight (no slice: it holds only the query rows), k | v from the
-// encoder's 24 tokens through kv_weight.
+// encoder's 24 tokens through kv_weight; the mask pads the keys alone
+// (pad_keys_only) and query_mask the queries.
 // CHECK-LABEL: func.func @multihead_attention_cross
 // CHECK:      %[[X:.*]] = te.reshape %arg0 : tensor<16x2x32xbf16> -> tensor<32x32xbf16>
 // CHECK-NEXT: %[[QP:.*]] = te.matmul %[[X]], %arg2 {{.*}} -> tensor<32x32xbf16>
@@ -106,9 +107,9 @@ func.func @multihead_attention_gqa_rotary(%x: tensor<16x2x32xbf16>, %wqkv: tenso
 // CHECK-NEXT: %[[K:.*]] = te.reshape %[[K2]] : tensor<24x16xbf16> -> tensor<12x2x2x8xbf16>
 // CHECK-NEXT: %[[V2:.*]] = te.slice %[[KV]][16] : tensor<24x32xbf16> -> tensor<24x16xbf16>
 // CHECK-NEXT: %[[V:.*]] = te.reshape %[[V2]] : tensor<24x16xbf16> -> tensor<12x2x2x8xbf16>
-// CHECK-NEXT: te.attention %[[Q]], %[[K]], %[[V]] mask(%arg5) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<sbhd>
-func.func @multihead_attention_cross(%x: tensor<16x2x32xbf16>, %enc: tensor<12x2x32xbf16>, %wq: tensor<32x32xbf16>, %wkv: tensor<32x32xbf16>, %wo: tensor<32x32xbf16>, %mask: tensor<2x1x1x12xi1>) -> tensor<16x2x32xbf16> {
-  %y = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq) kv_weight(%wkv) proj_weight(%wo) mask(%mask) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, attn_mask_type = #te.attn_mask_type<padding>, attention_dropout = 0.0 : f64} : (tensor<16x2x32xbf16>, tensor<12x2x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<2x1x1x12xi1>) -> tensor<16x2x32xbf16>
+// CHECK-NEXT: te.attention %[[Q]], %[[K]], %[[V]] mask(%arg5) query_mask(%arg6) {attn_mask_type = #te.attn_mask_type<padding>, pad_keys_only, qkv_format = #te.qkv_format<sbhd>
+func.func @multihead_attention_cross(%x: tensor<16x2x32xbf16>, %enc: tensor<12x2x32xbf16>, %wq: tensor<32x32xbf16>, %wkv: tensor<32x32xbf16>, %wo: tensor<32x32xbf16>, %mask: tensor<2x1x1x12xi1>, %qmask: tensor<2x1x1x16xi1>) -> tensor<16x2x32xbf16> {
+  %y = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq) kv_weight(%wkv) proj_weight(%wo) mask(%mask) query_mask(%qmask) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, attn_mask_type = #te.attn_mask_type<padding>, attention_dropout = 0.0 : f64} : (tensor<16x2x32xbf16>, tensor<12x2x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<2x1x1x12xi1>, tensor<2x1x1x16xi1>) -> tensor<16x2x32xbf16>
   return %y : tensor<16x2x32xbf16>
 }
 

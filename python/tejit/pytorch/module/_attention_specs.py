@@ -52,9 +52,11 @@ def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
 def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              input_layernorm, normalization, eps,
                              zero_centered_gamma, mask_type, dropout, bias,
-                             rotary, window_size=None, kv_seq_length=None):
+                             rotary, window_size=None, kv_seq_length=None,
+                             padded_queries=False):
     """`kv_seq_length`: the encoder output's length for cross-attention
-    (attention_type "cross"), else None."""
+    (attention_type "cross"), else None; `padded_queries`: the queries
+    have a padding mask of their own (`enc_dec_query_mask`)."""
     layer = {"type": "MultiheadAttention", "hidden_size": hidden,
              "num_attention_heads": heads, "kv_channels": kv_channels,
              "num_gqa_groups": groups, "input_layernorm": input_layernorm,
@@ -65,6 +67,8 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
     if kv_seq_length is not None:
         layer["attention_type"] = "cross"
         layer["kv_seq_length"] = int(kv_seq_length)
+        if padded_queries:
+            layer["padded_queries"] = True
     return _with_window(layer, mask_type, window_size)
 
 
@@ -73,8 +77,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            hidden_dropout, attention_dropout, mask_type,
                            bias, post_layernorm_residual, rotary,
                            window_size=None, decoder=None):
-    """`decoder`: (encoder output length, enc_dec_attn_mask_type) for
-    layer_type "decoder", else None."""
+    """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
+    the queries are padded too) for layer_type "decoder", else None."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -90,6 +94,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
         layer["layer_type"] = "decoder"
         layer["kv_seq_length"] = int(decoder[0])
         layer["enc_dec_attn_mask_type"] = decoder[1]
+        if decoder[2]:
+            layer["padded_queries"] = True
     return _with_window(layer, mask_type, window_size)
 
 

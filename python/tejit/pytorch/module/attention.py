@@ -117,14 +117,11 @@ def query_padding(owner, query_mask, batch, seq_q, device):
 
 
 def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
-                               seq_kv, device, padded_queries=None):
+                               seq_kv, device, padded_queries):
     """attention_mask_input for cross-attention (keys and values of
     another length than the queries): the padding types take TE's pair
     (query mask, key/value mask [b, 1, 1, s_kv]) or the key/value mask
-    alone. `padded_queries` (DotProductAttention's) is a list that takes
-    the pair's query mask; without it a query mask with a True is refused
-    (reading it back to the host): the fused blocks pass every query as
-    valid."""
+    alone. The list `padded_queries` takes the pair's query mask."""
     if mask_type == "arbitrary":
         raise NotImplementedError(
             f"{owner}: attn_mask_type='arbitrary' with keys and values of "
@@ -137,15 +134,8 @@ def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
                              f"TE's pair (query mask, key/value mask), got "
                              f"{len(attention_mask)} tensors")
         query_mask, attention_mask = attention_mask
-        if padded_queries is not None:
-            if query_mask is not None:
-                padded_queries.append(query_mask)
-        elif (query_mask is not None
-              and bool(torch.as_tensor(query_mask).any())):
-            raise NotImplementedError(
-                f"{owner}: padded queries in cross-attention are not "
-                f"supported by tejit (the query mask has True entries); "
-                f"only the keys and values may be padded")
+        if query_mask is not None:
+            padded_queries.append(query_mask)
     return attention_mask_input(owner, mask_type, attention_mask, batch,
                                 seq_kv, device)
 
@@ -471,8 +461,8 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
                         window=(-1, -1), cross=None, **call_arguments):
     """Runs MultiheadAttention's or TransformerLayer's program on
     hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
-    outputs by name, in the input's shape. `layer_spec(rotary, seq_kv)` is
-    the layer's spec for this call, with the call's normalized sliding
+    outputs by name, in the input's shape. `layer_spec(rotary, seq_kv,
+    padded_queries)` is the layer's spec for this call, with the call's normalized sliding
     `window` (window_of_call), which also keys the program;
     `is_first_microbatch` is TE's (weight casts of inference forwards,
     _run_program); `call_arguments` are the forward's arguments
@@ -504,19 +494,27 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
                 f"{owner}.forward(max_seqlen_kv={max_seqlen_kv}) other than "
                 f"the encoder output's length ({seq_kv}) is not supported "
                 f"by tejit")
+        query_masks = []
         masks = cross_attention_mask_input(owner, cross_mask_type,
-                                           cross_mask, batch, seq_kv, device)
+                                           cross_mask, batch, seq_kv, device,
+                                           padded_queries=query_masks)
         if masks:
             activations["enc_dec_attn_mask"] = masks["attention_mask"]
+        if query_masks:
+            # TE's pair with a query mask: the program pads the queries too.
+            query_padding(owner, query_masks[0], batch, seq, device)
+            activations["enc_dec_query_mask"] = query_masks[0].contiguous()
     if cross is None or self_attends:
         activations.update(attention_mask_input(
             owner, mask_type, attention_mask, batch, seq, device))
     rotary = rotary_input(owner, rotary_pos_emb, seq, kv_channels, device)
     activations.update(rotary)
+    padded_queries = "enc_dec_query_mask" in activations
     variant = (mask_type, module._dropout_active(), bool(rotary),
-               tuple(window), cross_mask_type)
+               tuple(window), cross_mask_type, padded_queries)
     return module._run_program(
         activations, dtype, (qkv_format, seq, batch, seq_kv),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
-        hidden_states.shape, lambda: layer_spec(bool(rotary), seq_kv),
-        variant, is_first_microbatch=is_first_microbatch)
+        hidden_states.shape,
+        lambda: layer_spec(bool(rotary), seq_kv, padded_queries), variant,
+        is_first_microbatch=is_first_microbatch)

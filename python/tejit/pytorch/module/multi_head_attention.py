@@ -47,8 +47,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
     interleaved rows [groups, 2, kv_channels] with qkv_weight_interleaved)
     applied to forward's encoder_output [s_kv, b, hidden] (sbhd) / [b,
     s_kv, hidden] (bshd). Masks no_mask, causal (top-left) and the padding
-    types with TE's (query mask, key/value mask [b, 1, 1, s_kv]) pair,
-    whose query mask may pad nothing, or the key/value mask alone; no
+    types with TE's (query mask [b, 1, 1, s], key/value mask [b, 1, 1,
+    s_kv]) pair (padded queries' attention rows are 0, as in TE), or the
+    key/value mask alone; no
     rotary embeddings or sliding windows there. Refused
     (NotImplementedError naming the argument): return_layernorm_output,
     tensor/sequence parallelism, userbuffers, attention bias, ALiBi,
@@ -183,7 +184,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
         return self.training and self.attention_dropout > 0
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
-                    seq_kv=None):
+                    seq_kv=None, padded_queries=False):
         """The layer's spec for a call with `mask_type`, a rotary table or
         not, the normalized `window_size` (the constructor's when None)
         and, for cross-attention, an encoder output of `seq_kv`
@@ -198,7 +199,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self.layernorm_epsilon, self.zero_centered_gamma, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
             self.use_bias, bool(rotary), window_size,
-            seq_kv if self.attention_type == "cross" else None)
+            seq_kv if self.attention_type == "cross" else None,
+            padded_queries)
 
     def _cross_call(self, owner, encoder_output, mask_type, attention_mask,
                     window, rotary_pos_emb):
@@ -238,8 +240,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         outputs = run_attention_block(
             self, owner, hidden_states, self.hidden_size, self.qkv_format,
             mask_type, attention_mask, rotary_pos_emb, self.kv_channels,
-            lambda rotary, seq_kv: self._layer_spec(mask_type, rotary,
-                                                    window, seq_kv),
+            lambda rotary, seq_kv, padded: self._layer_spec(
+                mask_type, rotary, window, seq_kv, padded),
             is_first_microbatch=is_first_microbatch, window=window,
             cross=cross,
             inference_params=inference_params,

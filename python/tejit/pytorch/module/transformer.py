@@ -32,8 +32,8 @@ class TransformerLayer(TransformerEngineBaseModule):
     the cross-attention, whose mask type is enc_dec_attn_mask_type (the
     constructor's, default "no_mask", or the forward's): no_mask, causal
     (top-left) or the padding types with TE's (query mask, key/value mask
-    [b, 1, 1, s_kv]) pair, whose query mask may pad nothing, or the
-    key/value mask alone; rotary_pos_emb applies to the self-attention
+    [b, 1, 1, s_kv]) pair (padded queries' cross-attention rows are 0, as
+    in TE), or the key/value mask alone; rotary_pos_emb applies to the self-attention
     only, as in TE. hidden_dropout and attention_dropout apply in training
     mode only (module.train()); in eval mode the layer compiles without
     dropout. Refused (NotImplementedError naming the argument):
@@ -171,7 +171,8 @@ class TransformerLayer(TransformerEngineBaseModule):
                                   or self.attention_dropout > 0)
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
-                    seq_kv=None, enc_dec_mask_type=None):
+                    seq_kv=None, enc_dec_mask_type=None,
+                    padded_queries=False):
         """The layer's spec for a call with `mask_type`, a rotary table or
         not, and the normalized `window_size` (the constructor's when
         None); a decoder's with an encoder output of `seq_kv` positions and
@@ -191,7 +192,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             mask_type, self.use_bias,
             self.apply_residual_connection_post_layernorm, bool(rotary),
             window_size,
-            (seq_kv, enc_dec_mask_type or self.enc_dec_attn_mask_type)
+            (seq_kv, enc_dec_mask_type or self.enc_dec_attn_mask_type,
+             padded_queries)
             if self.layer_type == "decoder" else None)
 
     def forward(self, hidden_states, attention_mask=None,
@@ -229,8 +231,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             self, owner, hidden_states, self.hidden_size,
             self.attn_input_format, mask_type, attention_mask,
             rotary_pos_emb, self.kv_channels,
-            lambda rotary, seq_kv: self._layer_spec(
-                mask_type, rotary, window, seq_kv, enc_dec_mask_type),
+            lambda rotary, seq_kv, padded: self._layer_spec(
+                mask_type, rotary, window, seq_kv, enc_dec_mask_type,
+                padded),
             is_first_microbatch=is_first_microbatch, window=window,
             cross=cross,
             inference_params=inference_params,
