@@ -8,7 +8,9 @@
 # training curve, the amax
 # reduction across two GPUs where there are two, pip install).
 # SIZES=small|real|all (default all) picks the layer suite's
-# sizes. Exits non-zero if anything fails.
+# sizes. SKIP=REGEX leaves out the steps whose command line matches it, and
+# ONLY=REGEX runs only those (grep -E), e.g. to split the suite over two
+# device calls of 10 minutes each. Exits non-zero if anything fails.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source tools/scripts/gpu-env.sh
@@ -16,6 +18,11 @@ export TEJIT_CACHE_DIR="${TEJIT_CACHE_DIR:-/tmp/tejit-cache}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 status=0
 step() {
+  if { [[ -n "${SKIP:-}" ]] && grep -qE -- "$SKIP" <<<"$*"; } ||
+    { [[ -n "${ONLY:-}" ]] && ! grep -qE -- "$ONLY" <<<"$*"; }; then
+    echo "== skipped: $*"
+    return
+  fi
   echo "== $*"
   "$@" || { echo "FAILED: $*"; status=1; }
 }
