@@ -392,8 +392,8 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
              << "'" << block.queryMaskName
              << "' (padded queries) needs cross-attention with the padding "
                 "or padding_causal mask type";
-    if (failed(checker.mask(block.queryMask, {batch, 1, 1, seq},
-                            "[b, 1, 1, s]", block.queryMaskName)))
+    if (failed(checker.mask(block.queryMask, {batch, 1, 1, seq}, "[b, 1, 1, s]",
+                            block.queryMaskName)))
       return failure();
   }
   if (failed(verifyMask(checker, block.maskTypeName, block.maskType, block.mask,
@@ -478,11 +478,11 @@ static LogicalResult verifyDecoderBlock(TransformerLayerOp op,
                                         const AttentionBlock &self,
                                         SmallVectorImpl<Fp8Dim> &fp8Dims) {
   if (!op.getEncoderOutput()) {
-    bool anyInter =
-        op.getInterLnWeight() || op.getInterLnBias() || op.getInterQWeight() ||
-        op.getInterQBias() || op.getInterKvWeight() || op.getInterKvBias() ||
-        op.getInterProjWeight() || op.getInterProjBias() ||
-        op.getEncDecMask() || op.getEncDecQueryMask();
+    bool anyInter = op.getInterLnWeight() || op.getInterLnBias() ||
+                    op.getInterQWeight() || op.getInterQBias() ||
+                    op.getInterKvWeight() || op.getInterKvBias() ||
+                    op.getInterProjWeight() || op.getInterProjBias() ||
+                    op.getEncDecMask() || op.getEncDecQueryMask();
     if (anyInter || op.getEncDecAttnMaskType() != AttnMaskType::no_mask)
       return checker.emitError()
              << "the inter_* operands, 'enc_dec_mask' and "

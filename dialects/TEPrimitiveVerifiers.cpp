@@ -276,8 +276,8 @@ LogicalResult AttentionOp::verify() {
   FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
       *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
   if (failed(stats) ||
-      failed(verifyQueryMask(*this, getQueryMask(), *stats,
-                             getAttnMaskType())) ||
+      failed(
+          verifyQueryMask(*this, getQueryMask(), *stats, getAttnMaskType())) ||
       failed(
           verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())))
@@ -291,8 +291,8 @@ LogicalResult AttentionBwdOp::verify() {
   FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
       *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
   if (failed(stats) ||
-      failed(verifyQueryMask(*this, getQueryMask(), *stats,
-                             getAttnMaskType())) ||
+      failed(
+          verifyQueryMask(*this, getQueryMask(), *stats, getAttnMaskType())) ||
       failed(
           verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getGrad(), "grad", getQuery().getType())) ||

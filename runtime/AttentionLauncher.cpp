@@ -318,15 +318,19 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
         CUdeviceptr queryMaskPointer = addresses[*queryMask];
         CUdeviceptr noRng = 0;
         int seqQ = int(problemDesc.seqQ);
-        void *queryParams[] = {&queryMaskPointer, &batch, &seqQ, &queryLens,
-                               &noRng,           &noRng, &delta};
+        void *queryParams[] = {&queryMaskPointer,
+                               &batch,
+                               &seqQ,
+                               &queryLens,
+                               &noRng,
+                               &noRng,
+                               &delta};
         if (Error error = driver.check(
                 driver.cuLaunchKernel(prep, 1, 1, 1, std::max(threads, 32u), 1,
                                       1, 0, stream, queryParams, nullptr),
                 "launching the attention prep kernel (query mask)"))
           return error;
-        CUdeviceptr zeroed =
-            problemDesc.backward ? pointers.gradQ : pointers.o;
+        CUdeviceptr zeroed = problemDesc.backward ? pointers.gradQ : pointers.o;
         if (Error error = driver.check(
                 driver.cuMemsetD8Async(zeroed, 0, zeroedBytes, stream),
                 "zeroing the rows of padded queries"))

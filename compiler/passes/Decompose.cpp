@@ -147,10 +147,10 @@ public:
                              AttnMaskTypeAttr::get(ctx(), maskType)),
         builder.getNamedAttr("qkv_format", QkvFormatAttr::get(ctx(), format)),
         builder.getNamedAttr("softmax_scale", builder.getF64FloatAttr(scale)),
-        builder.getNamedAttr("operandSegmentSizes",
-                             builder.getDenseI32ArrayAttr(
-                                 {1, 1, 1, mask ? 1 : 0, queryMask ? 1 : 0,
-                                  rng ? 1 : 0}))};
+        builder.getNamedAttr(
+            "operandSegmentSizes",
+            builder.getDenseI32ArrayAttr(
+                {1, 1, 1, mask ? 1 : 0, queryMask ? 1 : 0, rng ? 1 : 0}))};
     if (window)
       attrs.push_back(builder.getNamedAttr("window_size", window));
     // Keys from another sequence: the mask pads them alone, whatever the

@@ -281,11 +281,11 @@ INSTANTIATE_TEST_SUITE_P(
     Examples, PassEquivalence,
     ::testing::Values("quickstart_small.yaml", "llama_small.json",
                       "all_layers_small.yaml", "attention_small.yaml",
-                      "decoder_small.yaml",
-                      "transformer_bshd_mqa", "transformer_kv_channels_silu",
-                      "mlp_variants", "main_grad",
-                      "attention_bshd_causal_bottom_right", "sliding_window",
-                      "main_grad_bf16", "attention_cross", "decoder_cross"),
+                      "decoder_small.yaml", "transformer_bshd_mqa",
+                      "transformer_kv_channels_silu", "mlp_variants",
+                      "main_grad", "attention_bshd_causal_bottom_right",
+                      "sliding_window", "main_grad_bf16", "attention_cross",
+                      "decoder_cross"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)
