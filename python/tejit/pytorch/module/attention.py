@@ -230,16 +230,16 @@ class DotProductAttention(TransformerEngineBaseModule):
     of another length than query_layer): no_mask, causal (top-left) and
     the padding types with TE's (query mask, key/value mask) pair (padded
     queries' output rows are 0, as in TE), or the key/value mask [b, 1, 1,
-    s_kv] alone. Packed variable-length
-    sequences (qkv_format="thd": q [t, heads, d], k/v [t, groups, d],
-    cu_seqlens_q = cu_seqlens_kv [b + 1] int32, a padding mask type;
-    output [t, heads * d]) run padded as bshd (_thd.py). Refused
-    (NotImplementedError naming the argument): context/tensor
-    parallelism, attention bias, ALiBi, thd with keys packed otherwise
-    than the queries or padding between sequences, inference_params,
-    kv_channels differing for k and v, "arbitrary" in cross-attention. Accepted and
-    unused: layer_number, get_rng_state_tracker, checkpoint_core_attention
-    (recomputation changes no result), fast_zero_fill."""
+    s_kv] alone. Packed variable-length sequences (qkv_format="thd": q
+    [t, heads, d], k/v [t, groups, d], cu_seqlens_q = cu_seqlens_kv [b +
+    1] int32, a padding mask type; output [t, heads * d]) run padded as
+    bshd (_thd.py). Refused (NotImplementedError naming the argument):
+    context/tensor parallelism, attention bias, ALiBi, thd with keys packed
+    otherwise than the queries or padding between sequences,
+    inference_params, kv_channels differing for k and v, "arbitrary" in
+    cross-attention. Accepted and unused: layer_number,
+    get_rng_state_tracker, checkpoint_core_attention (recomputation
+    changes no result), fast_zero_fill."""
 
     _uses_fp8 = False  # TE's attention runs in the activation dtype too
 
@@ -399,6 +399,10 @@ class DotProductAttention(TransformerEngineBaseModule):
             activations.update(cross_attention_mask_input(
                 owner, mask_type, attention_mask, batch, seq_kv,
                 query_layer.device, padded_queries=query_masks))
+        keep = None
+        if query_masks:
+            keep = query_padding(owner, query_masks[0], batch, seq,
+                                 query_layer.device)
         variant = (mask_type, self._dropout_active(), window)
         out = self._run_program(
             activations, dtype, (qkv_format, seq, batch, seq_kv),
@@ -408,11 +412,9 @@ class DotProductAttention(TransformerEngineBaseModule):
             lambda: self._layer_spec(mask_type, window, seq_kv=(
                 seq_kv if seq_kv != seq else None)),
             variant)
-        if query_masks:
+        if keep is not None:
             # Padded queries (TE's pair): their rows are 0, as in TE, and
             # so are their gradients' contributions.
-            keep = query_padding(owner, query_masks[0], batch, seq,
-                                 query_layer.device)
             keep = keep.t() if qkv_format == "sbhd" else keep
             return out["output"] * keep.unsqueeze(-1).to(dtype)
         return out["output"]
@@ -462,8 +464,9 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     """Runs MultiheadAttention's or TransformerLayer's program on
     hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
     outputs by name, in the input's shape. `layer_spec(rotary, seq_kv,
-    padded_queries)` is the layer's spec for this call, with the call's normalized sliding
-    `window` (window_of_call), which also keys the program;
+    padded_queries)` is the layer's spec for this call, with the call's
+    normalized sliding `window` (window_of_call), which also keys the
+    program;
     `is_first_microbatch` is TE's (weight casts of inference forwards,
     _run_program); `call_arguments` are the forward's arguments
     check_attention_call refuses. `cross` is None, or for cross-attention

@@ -33,11 +33,12 @@ class TransformerLayer(TransformerEngineBaseModule):
     constructor's, default "no_mask", or the forward's): no_mask, causal
     (top-left) or the padding types with TE's (query mask, key/value mask
     [b, 1, 1, s_kv]) pair (padded queries' cross-attention rows are 0, as
-    in TE), or the key/value mask alone; rotary_pos_emb applies to the self-attention
-    only, as in TE. hidden_dropout and attention_dropout apply in training
-    mode only (module.train()); in eval mode the layer compiles without
-    dropout. Refused (NotImplementedError naming the argument):
-    enc_dec_window_size other than None or (-1, -1), output_layernorm,
+    in TE), or the key/value mask alone; rotary_pos_emb applies to the
+    self-attention only, as in TE. hidden_dropout and attention_dropout
+    apply in training mode only (module.train()); in eval mode the layer
+    compiles without dropout. Refused (NotImplementedError naming the
+    argument): enc_dec_window_size other than None or (-1, -1),
+    output_layernorm,
     parallel_attention_mlp, drop_path_rate > 0, rotary_pos_interleaved,
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens, inference_params. Accepted and unused: layer_number,
