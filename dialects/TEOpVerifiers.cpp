@@ -526,9 +526,24 @@ LogicalResult TransformerLayerOp::verify() {
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
   int64_t hidden = shape.back();
-  if (failed(checker.normParams(getNormalization(), getAttnLnWeight(),
-                                getAttnLnBias(), "attn_ln_weight",
-                                "attn_ln_bias", hidden)))
+  // output_layernorm: the norm moves from the attention's input to the
+  // layer's output.
+  bool outputNorm = static_cast<bool>(getOutLnWeight());
+  if (outputNorm && (getAttnLnWeight() || getAttnLnBias()))
+    return emitOpError() << "'out_ln_weight' (output_layernorm) takes the "
+                            "place of 'attn_ln_weight' and 'attn_ln_bias'";
+  if (!outputNorm && getOutLnBias())
+    return emitOpError() << "'out_ln_bias' needs 'out_ln_weight'";
+  if (!outputNorm && !getAttnLnWeight())
+    return emitOpError() << "needs 'attn_ln_weight' (or 'out_ln_weight' for "
+                            "output_layernorm)";
+  if (failed(checker.normParams(getNormalization(),
+                                outputNorm ? getOutLnWeight()
+                                           : getAttnLnWeight(),
+                                outputNorm ? getOutLnBias() : getAttnLnBias(),
+                                outputNorm ? "out_ln_weight" : "attn_ln_weight",
+                                outputNorm ? "out_ln_bias" : "attn_ln_bias",
+                                hidden)))
     return failure();
   AttentionBlock block{getInput(),
                        getQkvWeight(),

@@ -312,6 +312,11 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     `enc_dec_query_mask` `[b, 1, 1, s]` pads its queries) and no rotary
     embeddings.
 
+    With `out_ln_weight` (Transformer Engine's `output_layernorm`, the
+    post-LN layer of BERT), the attention block takes `x` itself (no
+    `attn_ln_*`) and `y` is normalized once more at the end:
+    `y = norm_out(h + dropout(mlp(norm2(h))))`.
+
     ```mlir
     %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
         qkv_weight(%wqkv) qkv_bias(%bqkv) proj_weight(%wo) proj_bias(%bo)
@@ -321,7 +326,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     ```
   }];
   let arguments = (ins TE_Tensor:$input, Optional<TE_Tensor>:$encoder_output,
-                   TE_Tensor:$attn_ln_weight, Optional<TE_Tensor>:$attn_ln_bias,
+                   Optional<TE_Tensor>:$attn_ln_weight,
+                   Optional<TE_Tensor>:$attn_ln_bias,
                    TE_Tensor:$qkv_weight, Optional<TE_Tensor>:$qkv_bias,
                    TE_Tensor:$proj_weight, Optional<TE_Tensor>:$proj_bias,
                    Optional<TE_Tensor>:$inter_ln_weight,
@@ -335,6 +341,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    TE_Tensor:$mlp_ln_weight, Optional<TE_Tensor>:$mlp_ln_bias,
                    TE_Tensor:$fc1_weight, Optional<TE_Tensor>:$fc1_bias,
                    TE_Tensor:$fc2_weight, Optional<TE_Tensor>:$fc2_bias,
+                   Optional<TE_Tensor>:$out_ln_weight,
+                   Optional<TE_Tensor>:$out_ln_bias,
                    Optional<TE_Tensor>:$attention_mask,
                    Optional<TE_Tensor>:$enc_dec_mask,
                    Optional<TE_Tensor>:$enc_dec_query_mask,
@@ -361,7 +369,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
     $input (`encoder_output` `(` $encoder_output^ `)`)?
-    `attn_ln_weight` `(` $attn_ln_weight `)`
+    (`attn_ln_weight` `(` $attn_ln_weight^ `)`)?
     (`attn_ln_bias` `(` $attn_ln_bias^ `)`)?
     `qkv_weight` `(` $qkv_weight `)` (`qkv_bias` `(` $qkv_bias^ `)`)?
     `proj_weight` `(` $proj_weight `)` (`proj_bias` `(` $proj_bias^ `)`)?
@@ -377,6 +385,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     (`mlp_ln_bias` `(` $mlp_ln_bias^ `)`)?
     `fc1_weight` `(` $fc1_weight `)` (`fc1_bias` `(` $fc1_bias^ `)`)?
     `fc2_weight` `(` $fc2_weight `)` (`fc2_bias` `(` $fc2_bias^ `)`)?
+    (`out_ln_weight` `(` $out_ln_weight^ `)`)?
+    (`out_ln_bias` `(` $out_ln_bias^ `)`)?
     (`mask` `(` $attention_mask^ `)`)?
     (`enc_dec_mask` `(` $enc_dec_mask^ `)`)?
     (`enc_dec_query_mask` `(` $enc_dec_query_mask^ `)`)?

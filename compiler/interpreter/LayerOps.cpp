@@ -229,9 +229,13 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   double eps = toDouble(op.getLayernormEpsilon());
   double rate = toDouble(op.getHiddenDropout());
   bool postLn = op.getApplyResidualConnectionPostLayernorm();
-  Tensor ln1 = normalize(
-      op.getNormalization(), input, frame.get(op.getAttnLnWeight()),
-      frame.getOptional(op.getAttnLnBias()), eps, op.getZeroCenteredGamma());
+  // output_layernorm (out_ln_weight): the attention takes the input itself.
+  Tensor ln1 = op.getAttnLnWeight()
+                   ? normalize(op.getNormalization(), input,
+                               frame.get(op.getAttnLnWeight()),
+                               frame.getOptional(op.getAttnLnBias()), eps,
+                               op.getZeroCenteredGamma())
+                   : input;
   AttentionBlock block = attentionBlock(op, frame, op.getSelfAttnMaskType(),
                                         op.getAttnInputFormat());
   Tensor attended =
@@ -254,7 +258,13 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
       applyDropout(mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
                        op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()),
                    rate, frame.layerDropoutKey(dropout::kMlpOutputSite));
-  return frame.set(op, op.getOutput(), add(postLn ? ln2 : hidden, mlpOut));
+  Tensor output = add(postLn ? ln2 : hidden, mlpOut);
+  if (op.getOutLnWeight())
+    output = normalize(op.getNormalization(), output,
+                       frame.get(op.getOutLnWeight()),
+                       frame.getOptional(op.getOutLnBias()), eps,
+                       op.getZeroCenteredGamma());
+  return frame.set(op, op.getOutput(), std::move(output));
 }
 
 bool tejit::interp::isLayerOp(Operation *op) {

@@ -359,8 +359,13 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
   bool postLn = op.getApplyResidualConnectionPostLayernorm();
   double hiddenDropout = op.getHiddenDropout().convertToDouble();
 
-  Value attnIn = lower.norm(op.getNormalization(), x, op.getAttnLnWeight(),
-                            op.getAttnLnBias(), eps, zeroCentered);
+  // output_layernorm (out_ln_weight): no norm before the attention, one
+  // after the last residual.
+  Value attnIn = op.getAttnLnWeight()
+                     ? lower.norm(op.getNormalization(), x,
+                                  op.getAttnLnWeight(), op.getAttnLnBias(),
+                                  eps, zeroCentered)
+                     : x;
   Value attn = lower.attentionBlock(
       attnIn, LayerLowering::shapeOf(op.getInput()),
       attentionParams(op, op.getSelfAttnMaskType(), op.getAttnInputFormat()));
@@ -384,6 +389,9 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
                         op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
   Value y = lower.add(postLn ? mlpIn : hidden,
                       lower.dropout(mlp, hiddenDropout, kAfterMlp));
+  if (op.getOutLnWeight())
+    y = lower.norm(op.getNormalization(), y, op.getOutLnWeight(),
+                   op.getOutLnBias(), eps, zeroCentered);
   return {restoreShape(lower, y, op.getInput())};
 }
 

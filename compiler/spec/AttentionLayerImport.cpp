@@ -416,6 +416,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   FailureOr<Activation> activation = ctx.readActivation();
   FailureOr<bool> postLnResidual =
       layer.getBool("apply_residual_connection_post_layernorm", false);
+  // TE's output_layernorm: the self-attention's norm moves to the output.
+  FailureOr<bool> outputNorm = layer.getBool("output_layernorm", false);
   FailureOr<std::optional<std::string>> layerType =
       layer.getChoice("layer_type", {"encoder", "decoder"});
   FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
@@ -428,7 +430,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
       /*ownMaskKey=*/true, "layer_type 'decoder'");
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
       failed(hiddenDropout) || failed(activation) || failed(postLnResidual) ||
-      failed(layerType) || failed(norm) || failed(attention) || failed(cross))
+      failed(outputNorm) || failed(layerType) || failed(norm) ||
+      failed(attention) || failed(cross))
     return failure();
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
@@ -443,8 +446,17 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
     encoder = *shared;
   }
   parts.addOptional(encoder);
-  norm->addParams(ctx, parts, "self_attention.layernorm_qkv.", *hidden);
-  attention->addProjections(ctx, parts, *hidden, "self_attention.layernorm_qkv",
+  // TE's self_attention has input_layernorm = not output_layernorm, and so
+  // names its QKV group layernorm_qkv or qkv.
+  StringRef qkvGroup = *outputNorm ? "self_attention.qkv"
+                                   : "self_attention.layernorm_qkv";
+  if (*outputNorm) {
+    parts.addOptional(Value());
+    parts.addOptional(Value());
+  } else {
+    norm->addParams(ctx, parts, "self_attention.layernorm_qkv.", *hidden);
+  }
+  attention->addProjections(ctx, parts, *hidden, qkvGroup,
                             "self_attention.proj");
   if (*cross) {
     // TE's inter_attention: a cross-attention MultiheadAttention with
@@ -462,6 +474,16 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   norm->addParams(ctx, parts, "layernorm_mlp.", *hidden);
   ctx.addMlpParams(parts, "layernorm_mlp.", *activation, *hidden, *ffn,
                    attention->bias);
+  if (*outputNorm) {
+    // TE's `layernorm` module: `weight`, `bias` (LayerNorm only).
+    parts.add(ctx.param("layernorm.weight", {*hidden}));
+    parts.addOptional(ctx.param("layernorm.bias", {*hidden},
+                                norm->normalization ==
+                                    Normalization::LayerNorm));
+  } else {
+    parts.addOptional(Value());
+    parts.addOptional(Value());
+  }
   // The self-attention mask, the cross-attention mask, the rotary table.
   parts.addOptional(ctx.attentionMask(attention->maskType));
   if (*cross) {

@@ -276,7 +276,10 @@ def transformer_ref(layer, x, p, mask_type, padding, freqs,
     if dropout_scales is not None:
         attn = attn * dropout_scales[0]
     post = layer.apply_residual_connection_post_layernorm
-    hidden = (ln if post else x) + attn
+    # TE: with output_layernorm the attention has no input norm, and its
+    # residual is the input itself.
+    post_attention = post and not getattr(layer, "output_layernorm", False)
+    hidden = (ln if post_attention else x) + attn
     ln2 = norm_ref(hidden, p["layernorm_mlp.layer_norm_weight"],
                    p.get("layernorm_mlp.layer_norm_bias"),
                    layer.normalization, layer.layernorm_epsilon,
@@ -288,7 +291,13 @@ def transformer_ref(layer, x, p, mask_type, padding, freqs,
                    p.get("layernorm_mlp.fc2_bias"))
     if dropout_scales is not None:
         mlp = mlp * dropout_scales[1]
-    return (ln2 if post else hidden) + mlp
+    out = (ln2 if post else hidden) + mlp
+    if getattr(layer, "output_layernorm", False):
+        # TE's post-LN layer: one more norm, after the last residual.
+        out = norm_ref(out, p["layernorm.weight"], p.get("layernorm.bias"),
+                       layer.normalization, layer.layernorm_epsilon,
+                       layer.zero_centered_gamma)
+    return out
 
 
 def rotary_freqs(seq, dim, device):
@@ -735,6 +744,15 @@ TL_CASES = {
     "fused-qkv-padding": (dict(hidden_size=256, ffn_hidden_size=1024,
                                num_attention_heads=8, num_gqa_groups=4,
                                fuse_qkv_params=True), "padding", False),
+    # TE's post-LN (BERT) layer: no norm before the attention, one after.
+    "output-layernorm-post-ln-residual": (dict(
+        hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,
+        output_layernorm=True,
+        apply_residual_connection_post_layernorm=True), "padding", False),
+    "output-layernorm-rmsnorm": (dict(
+        hidden_size=256, ffn_hidden_size=512, num_attention_heads=4,
+        output_layernorm=True, normalization="RMSNorm",
+        activation="swiglu"), "causal", False),
 }
 
 

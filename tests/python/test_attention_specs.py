@@ -235,6 +235,20 @@ class BlockSpecTest(unittest.TestCase):
              "inter_attention.key_value.weight",
              "inter_attention.proj.weight"])
 
+    def test_output_layernorm_names(self):
+        # TE's post-LN layer: self_attention's QKV group is `qkv` (no input
+        # norm) and the output norm is the `layernorm` module.
+        layer = specs.transformer_layer_spec(
+            64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            "causal", True, False, False, None, output_layernorm=True)
+        args = arguments(specs.program_spec("TransformerLayer", "bf16",
+                                            "sbhd", 32, 2, layer))
+        names = parameters(args)
+        self.assertEqual(names[:2], ["self_attention.qkv.weight",
+                                     "self_attention.qkv.bias"])
+        self.assertEqual(names[-2:], ["layernorm.weight", "layernorm.bias"])
+        self.assertFalse(any("layernorm_qkv" in n for n in names))
+
     def test_padded_queries_input(self):
         layer = specs.transformer_layer_spec(
             64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,

@@ -185,8 +185,6 @@ class ArgumentTest(unittest.TestCase):
                 64, 256, 4, layer_type="decoder",
                 enc_dec_attn_mask_type="padding_causal_bottom_right",
                 device=CPU), "enc_dec_attn_mask_type"),
-            (lambda: te.TransformerLayer(64, 256, 4, output_layernorm=True,
-                                         device=CPU), "output_layernorm"),
             (lambda: te.TransformerLayer(64, 256, 4,
                                          parallel_attention_mlp=True,
                                          device=CPU),
@@ -759,6 +757,19 @@ class JitKeyTest(unittest.TestCase):
             te.TransformerLayer(64, 256, 4, layer_type="decoder",
                                 enc_dec_attn_mask_type="arbitrary",
                                 device=CPU)
+
+    def test_output_layernorm(self):
+        """TE's post-LN TransformerLayer: its parameters (no input norm in
+        self_attention, a `layernorm` module) are the program's."""
+        layer = te.TransformerLayer(64, 256, 4, output_layernorm=True,
+                                    device=CPU)
+        names = [n for n, _ in layer.named_parameters()]
+        self.assertIn("self_attention.qkv.query_weight", names)
+        self.assertIn("layernorm.weight", names)
+        self.assertFalse(any("layernorm_qkv" in n for n in names))
+        args = program_arguments(layer)
+        self.assertIn("layers.0.layernorm.bias", args)
+        self.assertIn("layers.0.self_attention.qkv.weight", args)
 
     def test_shape_errors(self):
         dpa = te.DotProductAttention(4, 16)

@@ -102,6 +102,17 @@ layers:
      padded_queries: true, apply_residual_connection_post_layernorm: true,
      hidden_dropout: 0.3, attention_dropout: 0.2, rotary_pos_emb: true}
 )"},
+    {"output_layernorm", R"(
+seq_length: 5
+batch_size: 2
+layers:
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, output_layernorm: true,
+     apply_residual_connection_post_layernorm: true, hidden_dropout: 0.2}
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, output_layernorm: true,
+     normalization: RMSNorm}
+)"},
     {"main_grad_bf16", R"(
 seq_length: 4
 batch_size: 2
@@ -285,7 +296,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "transformer_kv_channels_silu", "mlp_variants",
                       "main_grad", "attention_bshd_causal_bottom_right",
                       "sliding_window", "main_grad_bf16", "attention_cross",
-                      "decoder_cross"),
+                      "decoder_cross", "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

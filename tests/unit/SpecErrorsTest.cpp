@@ -325,14 +325,15 @@ layers:
     hidden_size: 64
     ffn_hidden_size: 256
     num_attention_heads: 4
-    output_layernorm: true
+    parallel_attention_mlp: true
 )",
                   8, 5,
-                  "unknown key 'output_layernorm' in TransformerLayer (valid "
+                  "unknown key 'parallel_attention_mlp' in TransformerLayer (valid "
                   "keys: type, name, recipe, fuse_wgrad_accumulation, "
                   "main_grad_dtype, "
                   "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
-                  "apply_residual_connection_post_layernorm, layer_type, "
+                  "apply_residual_connection_post_layernorm, "
+                  "output_layernorm, layer_type, "
                   "normalization, layernorm_epsilon, zero_centered_gamma, "
                   "num_attention_heads, num_gqa_groups, kv_channels, "
                   "self_attn_mask_type, attention_dropout, bias, "

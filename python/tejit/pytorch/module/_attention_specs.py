@@ -76,9 +76,12 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            normalization, zero_centered_gamma, activation,
                            hidden_dropout, attention_dropout, mask_type,
                            bias, post_layernorm_residual, rotary,
-                           window_size=None, decoder=None):
+                           window_size=None, decoder=None,
+                           output_layernorm=False):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
-    the queries are padded too) for layer_type "decoder", else None."""
+    the queries are padded too) for layer_type "decoder", else None;
+    `output_layernorm`: TE's post-LN layer (the norm after the output
+    instead of before the attention)."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -90,6 +93,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
              "apply_residual_connection_post_layernorm":
                  post_layernorm_residual,
              "rotary_pos_emb": rotary}
+    if output_layernorm:
+        layer["output_layernorm"] = True
     if decoder is not None:
         layer["layer_type"] = "decoder"
         layer["kv_seq_length"] = int(decoder[0])

@@ -7,18 +7,24 @@ from . import _args, _attention_specs
 from .attention import (check_cross_mask_type, mask_type_of_call,
                         run_attention_block, window_of_call)
 from .base import TransformerEngineBaseModule
+from .layernorm import LayerNorm
 from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
 from .multi_head_attention import MultiheadAttention
+from .rmsnorm import RMSNorm
 
 
 class TransformerLayer(TransformerEngineBaseModule):
     """Transformer Engine's TransformerLayer, compiled by tejit as one
     program. Submodules and parameters have TE's names: `self_attention`
     (a MultiheadAttention with input_layernorm: its `layernorm_qkv.*` and
-    `proj.*`), for layer_type="decoder" `inter_attention` (a
+    `proj.*`; without input_layernorm, `qkv.*`, with output_layernorm),
+    for layer_type="decoder" `inter_attention` (a
     cross-attention MultiheadAttention with input_layernorm:
     `layernorm_query.*`, `key_value.*`, `proj.*`), and `layernorm_mlp` (a
-    LayerNormMLP); init_method initializes QKV and fc1,
+    LayerNormMLP), and with output_layernorm (TE's post-LN layer, BERT's:
+    no norm before the self-attention, one after the last residual)
+    `layernorm` (a LayerNorm or RMSNorm: `weight`, `bias`); init_method
+    initializes QKV and fc1,
     output_layer_init_method proj and fc2 (both default N(0, 0.023^2), as
     TE's). The submodules also run on their own (each compiles its own
     program).
@@ -38,7 +44,6 @@ class TransformerLayer(TransformerEngineBaseModule):
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    output_layernorm,
     parallel_attention_mlp, drop_path_rate > 0, rotary_pos_interleaved,
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens, inference_params. Accepted and unused: layer_number,
@@ -80,9 +85,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             raise ValueError(f"{owner}: layer_type must be 'encoder' or "
                              f"'decoder', got {layer_type!r}")
         self.layer_type = layer_type
+        self.output_layernorm = bool(output_layernorm)
         _args.check_unsupported(
-            owner, output_layernorm=output_layernorm,
-            parallel_attention_mlp=parallel_attention_mlp,
+            owner, parallel_attention_mlp=parallel_attention_mlp,
             rotary_pos_interleaved=rotary_pos_interleaved)
         if drop_path_rate:
             raise NotImplementedError(
@@ -133,7 +138,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             attn_mask_type=self.self_attn_mask_type,
             window_size=window if window_size is not None else None,
             num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
-            input_layernorm=True, attention_type="self",
+            input_layernorm=not self.output_layernorm, attention_type="self",
             fuse_qkv_params=fuse_qkv_params,
             fuse_wgrad_accumulation=self.fuse_wgrad_accumulation,
             zero_centered_gamma=zero_centered_gamma,
@@ -166,6 +171,13 @@ class TransformerLayer(TransformerEngineBaseModule):
             output_layer_init_method=output_layer_init_method,
             params_dtype=self.params_dtype,
             zero_centered_gamma=zero_centered_gamma, device=device)
+        if self.output_layernorm:
+            norm = (LayerNorm if self.normalization == "LayerNorm"
+                    else RMSNorm)
+            self.layernorm = norm(self.hidden_size, eps=layernorm_epsilon,
+                                  params_dtype=self.params_dtype,
+                                  zero_centered_gamma=zero_centered_gamma,
+                                  device=device)
 
     def _dropout_active(self):
         return self.training and (self.hidden_dropout > 0
@@ -195,7 +207,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             window_size,
             (seq_kv, enc_dec_mask_type or self.enc_dec_attn_mask_type,
              padded_queries)
-            if self.layer_type == "decoder" else None)
+            if self.layer_type == "decoder" else None,
+            self.output_layernorm)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
