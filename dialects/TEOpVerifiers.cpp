@@ -537,13 +537,11 @@ LogicalResult TransformerLayerOp::verify() {
   if (!outputNorm && !getAttnLnWeight())
     return emitOpError() << "needs 'attn_ln_weight' (or 'out_ln_weight' for "
                             "output_layernorm)";
-  if (failed(checker.normParams(getNormalization(),
-                                outputNorm ? getOutLnWeight()
-                                           : getAttnLnWeight(),
-                                outputNorm ? getOutLnBias() : getAttnLnBias(),
-                                outputNorm ? "out_ln_weight" : "attn_ln_weight",
-                                outputNorm ? "out_ln_bias" : "attn_ln_bias",
-                                hidden)))
+  if (failed(checker.normParams(
+          getNormalization(), outputNorm ? getOutLnWeight() : getAttnLnWeight(),
+          outputNorm ? getOutLnBias() : getAttnLnBias(),
+          outputNorm ? "out_ln_weight" : "attn_ln_weight",
+          outputNorm ? "out_ln_bias" : "attn_ln_bias", hidden)))
     return failure();
   AttentionBlock block{getInput(),
                        getQkvWeight(),

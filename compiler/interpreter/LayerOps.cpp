@@ -260,10 +260,9 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
                    rate, frame.layerDropoutKey(dropout::kMlpOutputSite));
   Tensor output = add(postLn ? ln2 : hidden, mlpOut);
   if (op.getOutLnWeight())
-    output = normalize(op.getNormalization(), output,
-                       frame.get(op.getOutLnWeight()),
-                       frame.getOptional(op.getOutLnBias()), eps,
-                       op.getZeroCenteredGamma());
+    output = normalize(
+        op.getNormalization(), output, frame.get(op.getOutLnWeight()),
+        frame.getOptional(op.getOutLnBias()), eps, op.getZeroCenteredGamma());
   return frame.set(op, op.getOutput(), std::move(output));
 }
 

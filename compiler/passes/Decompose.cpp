@@ -361,11 +361,11 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
 
   // output_layernorm (out_ln_weight): no norm before the attention, one
   // after the last residual.
-  Value attnIn = op.getAttnLnWeight()
-                     ? lower.norm(op.getNormalization(), x,
-                                  op.getAttnLnWeight(), op.getAttnLnBias(),
-                                  eps, zeroCentered)
-                     : x;
+  Value attnIn =
+      op.getAttnLnWeight()
+          ? lower.norm(op.getNormalization(), x, op.getAttnLnWeight(),
+                       op.getAttnLnBias(), eps, zeroCentered)
+          : x;
   Value attn = lower.attentionBlock(
       attnIn, LayerLowering::shapeOf(op.getInput()),
       attentionParams(op, op.getSelfAttnMaskType(), op.getAttnInputFormat()));

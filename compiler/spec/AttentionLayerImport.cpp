@@ -448,8 +448,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   parts.addOptional(encoder);
   // TE's self_attention has input_layernorm = not output_layernorm, and so
   // names its QKV group layernorm_qkv or qkv.
-  StringRef qkvGroup = *outputNorm ? "self_attention.qkv"
-                                   : "self_attention.layernorm_qkv";
+  StringRef qkvGroup =
+      *outputNorm ? "self_attention.qkv" : "self_attention.layernorm_qkv";
   if (*outputNorm) {
     parts.addOptional(Value());
     parts.addOptional(Value());
@@ -477,9 +477,9 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   if (*outputNorm) {
     // TE's `layernorm` module: `weight`, `bias` (LayerNorm only).
     parts.add(ctx.param("layernorm.weight", {*hidden}));
-    parts.addOptional(ctx.param("layernorm.bias", {*hidden},
-                                norm->normalization ==
-                                    Normalization::LayerNorm));
+    parts.addOptional(
+        ctx.param("layernorm.bias", {*hidden},
+                  norm->normalization == Normalization::LayerNorm));
   } else {
     parts.addOptional(Value());
     parts.addOptional(Value());

@@ -317,7 +317,8 @@ layers:
                   7, 30,
                   "'fuse_wgrad_accumulation' in Linear must be true or false, "
                   "got 'yes please'"},
-        ErrorCase{"TensorParallelOptionIsUnknown", "spec.yaml", R"(
+        ErrorCase{
+            "TensorParallelOptionIsUnknown", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 layers:
@@ -327,18 +328,18 @@ layers:
     num_attention_heads: 4
     parallel_attention_mlp: true
 )",
-                  8, 5,
-                  "unknown key 'parallel_attention_mlp' in TransformerLayer (valid "
-                  "keys: type, name, recipe, fuse_wgrad_accumulation, "
-                  "main_grad_dtype, "
-                  "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
-                  "apply_residual_connection_post_layernorm, "
-                  "output_layernorm, layer_type, "
-                  "normalization, layernorm_epsilon, zero_centered_gamma, "
-                  "num_attention_heads, num_gqa_groups, kv_channels, "
-                  "self_attn_mask_type, attention_dropout, bias, "
-                  "rotary_pos_emb, attn_input_format, window_size, "
-                  "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
+            8, 5,
+            "unknown key 'parallel_attention_mlp' in TransformerLayer (valid "
+            "keys: type, name, recipe, fuse_wgrad_accumulation, "
+            "main_grad_dtype, "
+            "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
+            "apply_residual_connection_post_layernorm, "
+            "output_layernorm, layer_type, "
+            "normalization, layernorm_epsilon, zero_centered_gamma, "
+            "num_attention_heads, num_gqa_groups, kv_channels, "
+            "self_attn_mask_type, attention_dropout, bias, "
+            "rotary_pos_emb, attn_input_format, window_size, "
+            "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
