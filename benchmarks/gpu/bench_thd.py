@@ -14,33 +14,16 @@ Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
 Shapes: 16384 tokens in six sequences (6223, 4096, 3000, 2048, 1000, 17),
 32 heads of 128 in 8 GQA groups, causal, bf16, no dropout; one forward +
 backward. Times: CUDA events around 10 runs after 3 warm-ups, median of 5
-such batches."""
-import statistics
-
+such batches (bench_attention.timed)."""
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tejit.pytorch as te
+from bench_attention import timed
 
 LENGTHS = [6223, 4096, 3000, 2048, 1000, 17]
 HEADS, GROUPS, D = 32, 8, 128
-
-
-def timed(fn, warmup=3, runs=10, batches=5):
-    for _ in range(warmup):
-        fn()
-    results = []
-    for _ in range(batches):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(runs):
-            fn()
-        stop.record()
-        stop.synchronize()
-        results.append(start.elapsed_time(stop) / runs)
-    return statistics.median(results)
 
 
 def main():
@@ -113,7 +96,7 @@ def main():
                      ("tejit thd, max_seqlen given", tejit_thd_max),
                      ("tejit bshd, pre-padded", tejit_padded),
                      ("PyTorch flash SDPA per sequence", torch_loop)):
-        ms = timed(fn)
+        ms = timed(fn, warmup=3, runs=10)
         print(f"{name:34s} {ms:8.3f} ms  {flops / ms / 1e9:7.1f} TFLOP/s")
 
 

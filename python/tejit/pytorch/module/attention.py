@@ -99,9 +99,9 @@ def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
     return {name: attention_mask.contiguous()}
 
 
-def query_padding(owner, query_mask, batch, seq_q, device):
-    """TE's query mask [b, 1, 1, s_q] (True = padded query) as the [b,
-    s_q] float keep factor DotProductAttention multiplies its output by."""
+def check_query_mask(owner, query_mask, batch, seq_q, device):
+    """Refuses a cross-attention pair's query mask unless it is bool [b,
+    1, 1, s_q] on `device`."""
     if (not isinstance(query_mask, torch.Tensor)
             or query_mask.dtype != torch.bool
             or tuple(query_mask.shape) != (batch, 1, 1, seq_q)):
@@ -113,6 +113,12 @@ def query_padding(owner, query_mask, batch, seq_q, device):
     if query_mask.device != device:
         raise ValueError(f"{owner}: the query mask is on "
                          f"{query_mask.device}, the input on {device}")
+
+
+def query_padding(owner, query_mask, batch, seq_q, device):
+    """TE's query mask [b, 1, 1, s_q] (True = padded query) as the [b,
+    s_q] keep factor DotProductAttention multiplies its output by."""
+    check_query_mask(owner, query_mask, batch, seq_q, device)
     return (~query_mask).view(batch, seq_q)
 
 
@@ -505,7 +511,7 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
             activations["enc_dec_attn_mask"] = masks["attention_mask"]
         if query_masks:
             # TE's pair with a query mask: the program pads the queries too.
-            query_padding(owner, query_masks[0], batch, seq, device)
+            check_query_mask(owner, query_masks[0], batch, seq, device)
             activations["enc_dec_query_mask"] = query_masks[0].contiguous()
     if cross is None or self_attends:
         activations.update(attention_mask_input(

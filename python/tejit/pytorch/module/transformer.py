@@ -129,41 +129,33 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.activation = activation
         self.use_bias = bool(bias)
         self.layer_number = layer_number
-        self.self_attention = MultiheadAttention(
-            self.hidden_size, self.num_attention_heads,
+        # What TE's self_attention and inter_attention share.
+        attention_kwargs = dict(
             kv_channels=kv_channels, attention_dropout=attention_dropout,
             layernorm_epsilon=layernorm_epsilon, init_method=init_method,
             output_layer_init_method=output_layer_init_method,
-            layer_number=layer_number,
-            attn_mask_type=self.self_attn_mask_type,
-            window_size=window if window_size is not None else None,
-            num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
-            input_layernorm=not self.output_layernorm, attention_type="self",
-            fuse_qkv_params=fuse_qkv_params,
+            layer_number=layer_number, num_gqa_groups=num_gqa_groups,
+            params_dtype=self.params_dtype, fuse_qkv_params=fuse_qkv_params,
             fuse_wgrad_accumulation=self.fuse_wgrad_accumulation,
             zero_centered_gamma=zero_centered_gamma,
             qkv_weight_interleaved=qkv_weight_interleaved, bias=bias,
             normalization=normalization, device=device,
             qkv_format=self.attn_input_format)
+        self.self_attention = MultiheadAttention(
+            self.hidden_size, self.num_attention_heads,
+            attn_mask_type=self.self_attn_mask_type,
+            window_size=window if window_size is not None else None,
+            input_layernorm=not self.output_layernorm, attention_type="self",
+            **attention_kwargs)
         self.kv_channels = self.self_attention.kv_channels
         self.num_gqa_groups = self.self_attention.num_gqa_groups
         if layer_type == "decoder":
             # TE's: registered between self_attention and layernorm_mlp.
             self.inter_attention = MultiheadAttention(
                 self.hidden_size, self.num_attention_heads,
-                kv_channels=kv_channels, attention_dropout=attention_dropout,
-                layernorm_epsilon=layernorm_epsilon, init_method=init_method,
-                output_layer_init_method=output_layer_init_method,
-                layer_number=layer_number,
                 attn_mask_type=self.enc_dec_attn_mask_type,
-                num_gqa_groups=num_gqa_groups, params_dtype=self.params_dtype,
                 input_layernorm=True, attention_type="cross",
-                fuse_qkv_params=fuse_qkv_params,
-                fuse_wgrad_accumulation=self.fuse_wgrad_accumulation,
-                zero_centered_gamma=zero_centered_gamma,
-                qkv_weight_interleaved=qkv_weight_interleaved, bias=bias,
-                normalization=normalization, device=device,
-                qkv_format=self.attn_input_format)
+                **attention_kwargs)
         self.layernorm_mlp = LayerNormMLP(
             self.hidden_size, self.ffn_hidden_size, eps=layernorm_epsilon,
             init_method=init_method, bias=bias, normalization=normalization,
