@@ -238,6 +238,15 @@ LogicalResult DotProductAttentionOp::verify() {
                            getAttentionDropout().convertToDouble())) ||
       failed(verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())))
     return failure();
+  if (Value queryMask = getQueryMask()) {
+    if (getAttnMaskType() != AttnMaskType::padding &&
+        getAttnMaskType() != AttnMaskType::padding_causal)
+      return emitOpError() << "'query_mask' (padded queries) needs the "
+                              "padding or padding_causal mask type";
+    if (failed(checker.mask(queryMask, {q[batchDim], 1, 1, q[seqDim]},
+                            "[b, 1, 1, s_q]", "query_mask")))
+      return failure();
+  }
   if (std::optional<APFloat> scale = getSoftmaxScale())
     if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
       return emitOpError() << "'softmax_scale' must be finite and > 0, got "

@@ -169,7 +169,8 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
 // Attention
 //===----------------------------------------------------------------------===//
 
-def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
+def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
+    [AttrSizedOperandSegments]> {
   let summary = "Scaled dot-product attention core (DotProductAttention)";
   let description = [{
     `softmax(q k^T * softmax_scale + mask) v` per head. Head counts and the
@@ -183,6 +184,12 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
     and arbitrary mask types and not allowed otherwise: `[b, 1, 1, s_kv]` for
     padding masks, broadcastable to `[b, heads, s_q, s_kv]` for `arbitrary`.
     `softmax_scale` defaults to `1/sqrt(head_dim)`.
+
+    `query_mask` (i1 `[b, 1, 1, s_q]`, true = padded query; padding mask
+    types only) gives the queries a padding mask of their own, Transformer
+    Engine's mask pair (query mask, key/value mask): `attention_mask` then
+    pads the keys alone, whatever the lengths, and a padded query's output
+    row is 0 and takes no gradient.
 
     `window_size = array<i64: left, right>` (sliding-window attention, as
     Transformer Engine's `window_size`) further hides key j from query i
@@ -200,6 +207,7 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
   }];
   let arguments = (ins TE_Tensor:$query, TE_Tensor:$key, TE_Tensor:$value,
                    Optional<TE_Tensor>:$attention_mask,
+                   Optional<TE_Tensor>:$query_mask,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
                    TE_Dropout<"0.0">:$attention_dropout,
@@ -209,7 +217,8 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention"> {
                    OptionalAttr<TE_AttentionWindow>:$window_size);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
-    $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)? attr-dict
+    $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
+    (`query_mask` `(` $query_mask^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }

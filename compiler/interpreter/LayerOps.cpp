@@ -94,6 +94,7 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   params.format = op.getQkvFormat();
   params.maskType = op.getAttnMaskType();
   params.mask = frame.getOptional(op.getAttentionMask());
+  params.queryMask = frame.getOptional(op.getQueryMask());
   params.softmaxScale = op.getSoftmaxScale()
                             ? toDouble(*op.getSoftmaxScale())
                             : 1.0 / std::sqrt(double(query.shape[3]));

@@ -294,7 +294,9 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
   Value context = lower.attention(
       op.getQuery(), op.getKey(), op.getValue(), op.getAttentionMask(),
       op.getAttnMaskType(), op.getQkvFormat(), scale,
-      op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr());
+      op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr(),
+      kAttention, op.getQueryMask(),
+      /*crossAttention=*/bool(op.getQueryMask()));
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 

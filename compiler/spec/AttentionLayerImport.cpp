@@ -71,11 +71,18 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   FailureOr<DenseI64ArrayAttr> window = readWindow(ctx, maskType);
   // Cross-attention: keys and values of their own length.
   FailureOr<std::optional<int64_t>> kvSeq = layer.getPositive("kv_seq_length");
+  // TE's mask pair: the queries have a padding mask of their own.
+  FailureOr<bool> paddedQueries = layer.getBool("padded_queries", false);
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
       failed(format) || failed(window) || failed(kvSeq) ||
-      failed(ctx.rejectRecipe()))
+      failed(paddedQueries) || failed(ctx.rejectRecipe()))
     return failure();
+  if (*paddedQueries && *maskType != AttnMaskType::padding &&
+      *maskType != AttnMaskType::padding_causal)
+    return emitError(layer.valueLoc("padded_queries"))
+           << "'padded_queries' needs the padding or padding_causal mask "
+              "type in 'attn_mask_type'";
   if (ctx.input)
     return emitError(ctx.loc())
            << "DotProductAttention takes query, key and value, so it can "
@@ -90,6 +97,14 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   parts.add(ctx.state.addInput(
       "value", headsType(ctx, kvSeqLength, kvHeads, *headDim), ctx.loc()));
   parts.addOptional(ctx.attentionMask(*maskType, kvSeqLength));
+  parts.addOptional(
+      *paddedQueries
+          ? ctx.state.addInput("query_mask",
+                               RankedTensorType::get(
+                                   {ctx.state.batchSize, 1, 1, seq},
+                                   IntegerType::get(ctx.context(), 1)),
+                               ctx.loc())
+          : Value());
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));
   parts.set("qkv_format", formatAttr(ctx, *format));
@@ -99,7 +114,7 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
     parts.set("window_size", *window);
   return ctx.build(DotProductAttentionOp::getOperationName(), parts,
                    ctx.state.activationType(*heads * *headDim),
-                   /*segmented=*/false);
+                   /*segmented=*/true);
 }
 
 namespace {

@@ -463,12 +463,14 @@ def test_dot_product_attention_cross(sq, skv, mask, groups, fmt):
 
 @pytest.mark.parametrize("mask", ["padding", "padding_causal"])
 @pytest.mark.parametrize("fmt", ["sbhd", "bshd"])
-def test_dot_product_attention_cross_padded_queries(mask, fmt):
-    """Cross-attention with padded queries (TE's pair, the query mask
-    padding some queries): their output rows and dq rows are exactly 0;
-    the rest, dk and dv match cross_attention_ref in float64 with the
-    padded queries' rows left out (they contribute nothing)."""
-    sq, skv, heads, groups, batch, d = 192, 80, 8, 2, 2, 64
+@pytest.mark.parametrize("sq,skv", [(192, 80), (128, 128)])
+def test_dot_product_attention_cross_padded_queries(mask, fmt, sq, skv):
+    """TE's mask pair with the query mask padding some queries, keys and
+    values of their own length or as many as the queries (the pair's two
+    masks then differ): the padded queries' output rows and dq rows are
+    exactly 0; the rest, dk and dv match cross_attention_ref in float64
+    with the padded queries' rows left out (they contribute nothing)."""
+    heads, groups, batch, d = 8, 2, 2, 64
     dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
                                  qkv_format=fmt, attn_mask_type=mask,
                                  attention_type="cross")

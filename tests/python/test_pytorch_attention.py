@@ -663,14 +663,32 @@ class JitKeyTest(unittest.TestCase):
             "DotProductAttention", "bf16", "sbhd", 8, 2, seen[1][4]), "te")
         self.assertIn("tensor<5x2x2x16xbf16>", text)
         self.assertIn("tensor<2x1x1x5xi1>", text)
-        # Padded queries take the same program (their rows are zeroed
-        # after it); a query mask of another shape and arbitrary masks are
-        # refused.
+        # TE's pair pads the queries in the program (input query_mask,
+        # spec key padded_queries), also with as many keys as queries;
+        # one tensor twice is self-attention's padding; a query mask of
+        # another shape and arbitrary masks are refused.
         q_mask[0, 0, 0, 7] = True
-        seen = self.calls(dpa, [((q, kv, kv), dict(
-            attn_mask_type="padding", attention_mask=(q_mask, kv_mask)))])
+        self_mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        seen = self.calls(dpa, [
+            ((q, kv, kv), dict(attn_mask_type="padding",
+                               attention_mask=(q_mask, kv_mask))),
+            ((q, q, q), dict(attn_mask_type="padding",
+                             attention_mask=(q_mask, self_mask))),
+            ((q, q, q), dict(attn_mask_type="padding",
+                             attention_mask=(self_mask, self_mask)))])
         self.assertEqual(seen[0][5], ["attention_mask", "key", "query",
+                                      "query_mask", "value"])
+        self.assertTrue(seen[0][4]["padded_queries"])
+        self.assertEqual(seen[1][5], seen[0][5])
+        self.assertEqual(seen[1][0], ("sbhd", 8, 2, 8))
+        self.assertNotIn("kv_seq_length", seen[1][4])
+        self.assertEqual(seen[2][5], ["attention_mask", "key", "query",
                                       "value"])
+        self.assertNotIn("padded_queries", seen[2][4])
+        for padded in seen[:2]:
+            args = arguments_of(_attention_specs.program_spec(
+                "DotProductAttention", "bf16", "sbhd", 8, 2, padded[4]))
+            self.assertEqual(args["query_mask"], ((2, 1, 1, 8), "i1"))
         with self.assertRaises(ValueError):
             self.calls(dpa, [((q, kv, kv), dict(
                 attn_mask_type="padding",

@@ -87,6 +87,15 @@ layers:
      num_gqa_groups: 2, kv_seq_length: 5, attn_mask_type: padding_causal,
      attention_dropout: 0.25}
 )"},
+    {"attention_query_mask", R"(
+seq_length: 7
+batch_size: 2
+input_format: bshd
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 6,
+     num_gqa_groups: 2, attn_mask_type: padding, padded_queries: true,
+     attention_dropout: 0.25}
+)"},
     {"decoder_cross", R"(
 seq_length: 6
 batch_size: 2
@@ -296,7 +305,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "transformer_kv_channels_silu", "mlp_variants",
                       "main_grad", "attention_bshd_causal_bottom_right",
                       "sliding_window", "main_grad_bf16", "attention_cross",
-                      "decoder_cross", "output_layernorm"),
+                      "attention_query_mask", "decoder_cross",
+                      "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

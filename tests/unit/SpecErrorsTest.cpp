@@ -825,6 +825,19 @@ layers:
                   9, 21,
                   "'padded_queries' needs the padding or padding_causal mask "
                   "type in 'enc_dec_attn_mask_type'"},
+        ErrorCase{"DotProductAttentionPaddedQueriesWithoutPadding",
+                  "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    padded_queries: true
+)",
+                  8, 21,
+                  "'padded_queries' needs the padding or padding_causal mask "
+                  "type in 'attn_mask_type'"},
         ErrorCase{"EncDecMaskTypeOnEncoder", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

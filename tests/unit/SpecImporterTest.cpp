@@ -507,6 +507,28 @@ layers:
   EXPECT_EQ(toDouble(*op.getSoftmaxScale()), 0.125);
 }
 
+TEST_F(SpecImporter, DotProductAttentionPaddedQueries) {
+  // TE's mask pair: the keys' mask and the queries' own, here with as many
+  // keys as queries.
+  func::FuncOp function = importOk(R"yaml(
+seq_length: 32
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    attn_mask_type: padding_causal
+    padded_queries: true
+)yaml");
+  ASSERT_TRUE(function);
+  EXPECT_THAT(argNames(function), ElementsAre("query", "key", "value",
+                                              "attention_mask", "query_mask"));
+  EXPECT_EQ(argType(function, "query_mask"), "tensor<2x1x1x32xi1>");
+  DotProductAttentionOp op = opsOf<DotProductAttentionOp>(function).at(0);
+  EXPECT_EQ(op.getQueryMask(), function.getArgument(4));
+  EXPECT_EQ(op.getAttentionMask(), function.getArgument(3));
+}
+
 struct MaskCase {
   const char *type;
   const char *argName; // null: no mask argument

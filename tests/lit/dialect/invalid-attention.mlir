@@ -19,6 +19,34 @@ func.func @dpa_query_rank3(%q: tensor<16x2x64xbf16>, %k: tensor<16x2x4x16xbf16>,
 
 // -----
 
+func.func @dpa_query_mask_without_padding(%q: tensor<16x2x4x16xbf16>,
+                                          %k: tensor<16x2x4x16xbf16>,
+                                          %v: tensor<16x2x4x16xbf16>,
+                                          %qm: tensor<2x1x1x16xi1>) {
+  // expected-error @+1 {{'query_mask' (padded queries) needs the padding or padding_causal mask type}}
+  %r = te.dot_product_attention %q, %k, %v query_mask(%qm)
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>,
+         tensor<2x1x1x16xi1>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+// The query mask is as long as the queries (16), not the keys (8).
+func.func @dpa_query_mask_shape(%q: tensor<16x2x4x16xbf16>,
+                                %k: tensor<8x2x4x16xbf16>,
+                                %v: tensor<8x2x4x16xbf16>,
+                                %m: tensor<2x1x1x8xi1>) {
+  // expected-error @+1 {{'query_mask' must have shape [b, 1, 1, s_q] = [2, 1, 1, 16], got [2, 1, 1, 8]}}
+  %r = te.dot_product_attention %q, %k, %v mask(%m) query_mask(%m)
+      {attn_mask_type = #te.attn_mask_type<padding>}
+      : (tensor<16x2x4x16xbf16>, tensor<8x2x4x16xbf16>, tensor<8x2x4x16xbf16>,
+         tensor<2x1x1x8xi1>, tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
 func.func @dpa_window_three(%q: tensor<16x2x4x16xbf16>, %k: tensor<16x2x4x16xbf16>,
                             %v: tensor<16x2x4x16xbf16>) {
   // expected-error @+1 {{'window_size' must be [left, right] with each >= -1 (-1: unbounded), got [1, 2, 3]}}

@@ -29,6 +29,22 @@ func.func @dpa(%q: tensor<16x2x4x16xbf16>, %k: tensor<16x2x4x16xbf16>,
   return %o : tensor<16x2x64xbf16>
 }
 
+// TE's mask pair: the keys' padding mask and the queries' own (query_mask,
+// [b, 1, 1, s_q]), here with as many keys as queries.
+// CHECK-LABEL: func.func @dpa_query_mask
+// CHECK-SAME: (%[[Q:.*]]: tensor<16x2x4x16xbf16>, %{{.*}}: tensor<16x2x4x16xbf16>, %{{.*}}: tensor<16x2x4x16xbf16>, %[[M:.*]]: tensor<2x1x1x16xi1>, %[[QM:.*]]: tensor<2x1x1x16xi1>)
+// CHECK: te.dot_product_attention %[[Q]], %{{.*}}, %{{.*}} mask(%[[M]]) query_mask(%[[QM]])
+func.func @dpa_query_mask(%q: tensor<16x2x4x16xbf16>, %k: tensor<16x2x4x16xbf16>,
+                          %v: tensor<16x2x4x16xbf16>, %m: tensor<2x1x1x16xi1>,
+                          %qm: tensor<2x1x1x16xi1>) -> tensor<16x2x64xbf16> {
+  %o = te.dot_product_attention %q, %k, %v mask(%m) query_mask(%qm)
+      {attn_mask_type = #te.attn_mask_type<padding_causal>}
+      : (tensor<16x2x4x16xbf16>, tensor<16x2x4x16xbf16>,
+         tensor<16x2x4x16xbf16>, tensor<2x1x1x16xi1>, tensor<2x1x1x16xi1>)
+        -> tensor<16x2x64xbf16>
+  return %o : tensor<16x2x64xbf16>
+}
+
 // The mask types that take no mask operand.
 // Sliding windows (window_size = [left, right], -1 = unbounded).
 // CHECK-LABEL: func.func @dpa_windows

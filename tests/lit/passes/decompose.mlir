@@ -70,6 +70,15 @@ func.func @dot_product_attention(%q: tensor<2x16x8x16xbf16>, %k: tensor<2x16x2x1
   return %o : tensor<2x16x128xbf16>
 }
 
+// TE's mask pair: te.attention takes the query mask and pads the keys alone
+// by the mask (pad_keys_only), though there are as many keys as queries.
+// CHECK-LABEL: func.func @dot_product_attention_query_mask
+// CHECK:      te.attention %arg0, %arg1, %arg2 mask(%arg3) query_mask(%arg4) {attn_mask_type = #te.attn_mask_type<padding>, pad_keys_only, qkv_format = #te.qkv_format<bshd>, softmax_scale = 2.500000e-01 : f64}
+func.func @dot_product_attention_query_mask(%q: tensor<2x16x8x16xbf16>, %k: tensor<2x16x2x16xbf16>, %v: tensor<2x16x2x16xbf16>, %m: tensor<2x1x1x16xi1>, %qm: tensor<2x1x1x16xi1>) -> tensor<2x16x128xbf16> {
+  %o = te.dot_product_attention %q, %k, %v mask(%m) query_mask(%qm) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>} : (tensor<2x16x8x16xbf16>, tensor<2x16x2x16xbf16>, tensor<2x16x2x16xbf16>, tensor<2x1x1x16xi1>, tensor<2x1x1x16xi1>) -> tensor<2x16x128xbf16>
+  return %o : tensor<2x16x128xbf16>
+}
+
 // GQA (4 query heads over 2 kv heads of 8): the fused QKV output splits into
 // q [0, 32), k [32, 48), v [48, 64); rotary applies to q and k.
 // CHECK-LABEL: func.func @multihead_attention_gqa_rotary

@@ -37,15 +37,18 @@ def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
 
 def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
                                dropout, softmax_scale, window_size=None,
-                               kv_seq_length=None):
+                               kv_seq_length=None, padded_queries=False):
     """`kv_seq_length`: the keys' and values' length when it is not the
-    queries' (cross-attention), else None."""
+    queries' (cross-attention), else None; `padded_queries`: the queries
+    have a padding mask of their own (input `query_mask`, TE's pair)."""
     layer = {"type": "DotProductAttention", "num_attention_heads": heads,
              "kv_channels": kv_channels, "num_gqa_groups": groups,
              "attn_mask_type": mask_type, "attention_dropout": dropout,
              "softmax_scale": softmax_scale}
     if kv_seq_length is not None:
         layer["kv_seq_length"] = int(kv_seq_length)
+    if padded_queries:
+        layer["padded_queries"] = True
     return _with_window(layer, mask_type, window_size)
 
 

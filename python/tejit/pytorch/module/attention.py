@@ -28,6 +28,17 @@ def _one_of_pair(value, message):
         raise NotImplementedError(message)
     return value[0]
 
+def _distinct_pair(mask_type, attention_mask):
+    """Whether `attention_mask` is TE's (query mask, key/value mask) pair
+    of two tensors for a padding mask type: then the queries and the keys
+    are padded apart, even when they are equal (comparing them would
+    wait for the GPU)."""
+    return ("padding" in mask_type
+            and isinstance(attention_mask, (tuple, list))
+            and len(attention_mask) == 2
+            and attention_mask[0] is not attention_mask[1])
+
+
 def _sequence_dims(qkv_format, tensor):
     """(seq, batch) of an [s, b, ...] (sbhd) or [b, s, ...] (bshd) tensor."""
     if qkv_format == "sbhd":
@@ -113,13 +124,6 @@ def check_query_mask(owner, query_mask, batch, seq_q, device):
     if query_mask.device != device:
         raise ValueError(f"{owner}: the query mask is on "
                          f"{query_mask.device}, the input on {device}")
-
-
-def query_padding(owner, query_mask, batch, seq_q, device):
-    """TE's query mask [b, 1, 1, s_q] (True = padded query) as the [b,
-    s_q] keep factor DotProductAttention multiplies its output by."""
-    check_query_mask(owner, query_mask, batch, seq_q, device)
-    return (~query_mask).view(batch, seq_q)
 
 
 def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
@@ -309,10 +313,12 @@ class DotProductAttention(TransformerEngineBaseModule):
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
 
-    def _layer_spec(self, mask_type=None, window_size=None, seq_kv=None):
+    def _layer_spec(self, mask_type=None, window_size=None, seq_kv=None,
+                    padded_queries=False):
         """The layer's spec for a call with `mask_type`, the normalized
-        `window_size` (the constructor's when None) and keys/values of
-        `seq_kv` positions (None: as many as the queries)."""
+        `window_size` (the constructor's when None), keys/values of
+        `seq_kv` positions (None: as many as the queries) and, with
+        `padded_queries`, a padding mask of the queries' own."""
         mask_type = mask_type or self.attn_mask_type
         if window_size is None:
             window_size = window_of_call("DotProductAttention",
@@ -322,7 +328,7 @@ class DotProductAttention(TransformerEngineBaseModule):
             self.num_attention_heads, self.kv_channels, self.num_gqa_groups,
             mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.softmax_scale, window_size, seq_kv)
+            self.softmax_scale, window_size, seq_kv, padded_queries)
 
     def _constructed_window(self):
         return self.window_size if self._window_given else None
@@ -396,33 +402,33 @@ class DotProductAttention(TransformerEngineBaseModule):
             "query": query_layer.to(dtype).contiguous(),
             "key": key_layer.to(dtype).contiguous(),
             "value": value_layer.to(dtype).contiguous()}
-        query_masks = []  # a cross-attention pair's query mask
-        if seq_kv == seq:
+        query_masks = []  # TE's pair's query mask
+        if seq_kv == seq and not _distinct_pair(mask_type, attention_mask):
             activations.update(attention_mask_input(
                 owner, mask_type, attention_mask, batch, seq,
                 query_layer.device))
         else:
+            # Keys padded by their own mask (cross-attention, or TE's pair
+            # of two tensors); the program pads the pair's queries too
+            # (their output rows are 0, as in TE, and take no gradient).
             activations.update(cross_attention_mask_input(
                 owner, mask_type, attention_mask, batch, seq_kv,
                 query_layer.device, padded_queries=query_masks))
-        keep = None
         if query_masks:
-            keep = query_padding(owner, query_masks[0], batch, seq,
-                                 query_layer.device)
-        variant = (mask_type, self._dropout_active(), window)
+            check_query_mask(owner, query_masks[0], batch, seq,
+                             query_layer.device)
+            activations["query_mask"] = query_masks[0].contiguous()
+        padded_queries = "query_mask" in activations
+        variant = (mask_type, self._dropout_active(), window, padded_queries)
         out = self._run_program(
             activations, dtype, (qkv_format, seq, batch, seq_kv),
             {"seq_length": seq, "batch_size": batch,
              "input_format": qkv_format},
             query_layer.shape,
             lambda: self._layer_spec(mask_type, window, seq_kv=(
-                seq_kv if seq_kv != seq else None)),
+                seq_kv if seq_kv != seq else None),
+                padded_queries=padded_queries),
             variant)
-        if keep is not None:
-            # Padded queries (TE's pair): their rows are 0, as in TE, and
-            # so are their gradients' contributions.
-            keep = keep.t() if qkv_format == "sbhd" else keep
-            return out["output"] * keep.unsqueeze(-1).to(dtype)
         return out["output"]
 
     def extra_repr(self):
