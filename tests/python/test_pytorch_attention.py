@@ -530,8 +530,8 @@ class JitKeyTest(unittest.TestCase):
                                   kv.transpose(0, 1)),
                                  dict(qkv_format="bshd"))])
         self.assertEqual(seen[0][0], ("sbhd", 8, 2, 8))
-        self.assertEqual(seen[0][2], ("causal", False, (-1, 0)))
-        self.assertEqual(seen[1][2], ("no_mask", False, (-1, -1)))
+        self.assertEqual(seen[0][2], ("causal", False, (-1, 0), False))
+        self.assertEqual(seen[1][2], ("no_mask", False, (-1, -1), False))
         self.assertEqual(seen[1][4]["attn_mask_type"], "no_mask")
         self.assertEqual(seen[2][0], ("bshd", 8, 2, 8))
         self.assertEqual(seen[2][3]["input_format"], "bshd")
@@ -561,9 +561,12 @@ class JitKeyTest(unittest.TestCase):
         self.assertIn("(8, 0)", str(caught[0].message))
         variants = [key[2] for key in seen]
         self.assertEqual(variants, [
-            ("causal", False, (64, 0)), ("causal", False, (32, 0)),
-            ("no_mask", False, (64, 0)), ("no_mask", False, (16, -1)),
-            ("causal", False, (-1, 0)), ("causal", False, (8, 0))])
+            ("causal", False, (64, 0), False),
+            ("causal", False, (32, 0), False),
+            ("no_mask", False, (64, 0), False),
+            ("no_mask", False, (16, -1), False),
+            ("causal", False, (-1, 0), False),
+            ("causal", False, (8, 0), False)])
         self.assertEqual(len(set(variants)), len(variants))
         windows = [key[4].get("window_size") for key in seen]
         self.assertEqual(windows, [[64, 0], [32, 0], [64, 0], [16, -1], None,
@@ -582,7 +585,7 @@ class JitKeyTest(unittest.TestCase):
             warnings.simplefilter("error")
             seen = self.calls(plain, [
                 ((q, kv, kv), dict(attn_mask_type="no_mask"))])
-        self.assertEqual(seen[0][2], ("no_mask", False, (-1, -1)))
+        self.assertEqual(seen[0][2], ("no_mask", False, (-1, -1), False))
         self.assertNotIn("window_size", seen[0][4])
 
     def test_block_windows(self):
@@ -669,16 +672,18 @@ class JitKeyTest(unittest.TestCase):
         # another shape and arbitrary masks are refused.
         q_mask[0, 0, 0, 7] = True
         self_mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
+        kv8 = torch.zeros(8, 2, 2, 16)
         seen = self.calls(dpa, [
             ((q, kv, kv), dict(attn_mask_type="padding",
                                attention_mask=(q_mask, kv_mask))),
-            ((q, q, q), dict(attn_mask_type="padding",
-                             attention_mask=(q_mask, self_mask))),
-            ((q, q, q), dict(attn_mask_type="padding",
-                             attention_mask=(self_mask, self_mask)))])
+            ((q, kv8, kv8), dict(attn_mask_type="padding",
+                                 attention_mask=(q_mask, self_mask))),
+            ((q, kv8, kv8), dict(attn_mask_type="padding",
+                                 attention_mask=(self_mask, self_mask)))])
         self.assertEqual(seen[0][5], ["attention_mask", "key", "query",
                                       "query_mask", "value"])
         self.assertTrue(seen[0][4]["padded_queries"])
+        self.assertTrue(seen[0][2][3])
         self.assertEqual(seen[1][5], seen[0][5])
         self.assertEqual(seen[1][0], ("sbhd", 8, 2, 8))
         self.assertNotIn("kv_seq_length", seen[1][4])
