@@ -546,6 +546,18 @@ LogicalResult TransformerLayerOp::verify() {
   if (!outputNorm && !getAttnLnWeight())
     return emitOpError() << "needs 'attn_ln_weight' (or 'out_ln_weight' for "
                             "output_layernorm)";
+  if (getParallelAttentionMlp()) {
+    // Transformer Engine's constraints on its parallel block.
+    StringRef conflict = getEncoderOutput() ? "'encoder_output' (a decoder)"
+                         : getApplyResidualConnectionPostLayernorm()
+                             ? "'apply_residual_connection_post_layernorm'"
+                         : outputNorm ? "'out_ln_weight' (output_layernorm)"
+                                      : "";
+    if (!conflict.empty())
+      return emitOpError() << "'parallel_attention_mlp' is not supported "
+                              "with "
+                           << conflict;
+  }
   if (failed(checker.normParams(
           getNormalization(), outputNorm ? getOutLnWeight() : getAttnLnWeight(),
           outputNorm ? getOutLnBias() : getAttnLnBias(),

@@ -326,6 +326,11 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     `attn_ln_*`) and `y` is normalized once more at the end:
     `y = norm_out(h + dropout(mlp(norm2(h))))`.
 
+    With `parallel_attention_mlp` (Transformer Engine's, the GPT-J/PaLM
+    block) the two blocks read the input side by side and share one
+    dropout: `y = x + dropout(attn(norm1(x)) + mlp(norm2(x)))`; not with a
+    decoder, `apply_residual_connection_post_layernorm` or `out_ln_weight`.
+
     ```mlir
     %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
         qkv_weight(%wqkv) qkv_bias(%bqkv) proj_weight(%wo) proj_bias(%bo)
@@ -373,6 +378,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$attn_input_format,
                    UnitAttr:$apply_residual_connection_post_layernorm,
+                   UnitAttr:$parallel_attention_mlp,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);

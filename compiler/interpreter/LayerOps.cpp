@@ -224,7 +224,9 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
 /// h = r1 + dropout(attn(ln1)), y = r2 + dropout(mlp(ln2)), where ln1/ln2
 /// normalize x and h, and the residuals r1/r2 are x and h, or ln1 and ln2
 /// with apply_residual_connection_post_layernorm. A decoder (encoder_output)
-/// adds h = r3 + dropout(cross(ln3)) in between, ln3 normalizing h.
+/// adds h = r3 + dropout(cross(ln3)) in between, ln3 normalizing h. With
+/// parallel_attention_mlp, y = x + dropout(attn(ln1) + mlp(ln2)), ln2
+/// normalizing x.
 static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   const Tensor &input = frame.get(op.getInput());
   double eps = toDouble(op.getLayernormEpsilon());
@@ -239,6 +241,20 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
                    : input;
   AttentionBlock block = attentionBlock(op, frame, op.getSelfAttnMaskType(),
                                         op.getAttnInputFormat());
+  if (op.getParallelAttentionMlp()) {
+    Tensor ln2 = normalize(
+        op.getNormalization(), input, frame.get(op.getMlpLnWeight()),
+        frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
+    Tensor both =
+        add(attendBlock(ln1, block, frame),
+            mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
+                op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()));
+    return frame.set(
+        op, op.getOutput(),
+        add(input, applyDropout(std::move(both), rate,
+                                frame.layerDropoutKey(
+                                    dropout::kMlpOutputSite))));
+  }
   Tensor attended =
       applyDropout(attendBlock(ln1, block, frame), rate,
                    frame.layerDropoutKey(dropout::kAttentionOutputSite));

@@ -371,6 +371,17 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
   Value attn = lower.attentionBlock(
       attnIn, LayerLowering::shapeOf(op.getInput()),
       attentionParams(op, op.getSelfAttnMaskType(), op.getAttnInputFormat()));
+  if (op.getParallelAttentionMlp()) {
+    // Both blocks read x; one dropout over their sum (the verifier rules
+    // out decoders, post-LN residuals and output_layernorm).
+    Value mlpIn = lower.norm(op.getNormalization(), x, op.getMlpLnWeight(),
+                             op.getMlpLnBias(), eps, zeroCentered);
+    Value mlp = lower.mlp(mlpIn, op.getActivation(), op.getFc1Weight(),
+                          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
+    Value y = lower.add(
+        x, lower.dropout(lower.add(attn, mlp), hiddenDropout, kAfterMlp));
+    return {restoreShape(lower, y, op.getInput())};
+  }
   Value hidden = lower.add(postLn ? attnIn : x,
                            lower.dropout(attn, hiddenDropout, kAfterAttention));
   if (op.getEncoderOutput()) {

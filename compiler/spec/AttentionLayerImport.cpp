@@ -433,6 +433,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
       layer.getBool("apply_residual_connection_post_layernorm", false);
   // TE's output_layernorm: the self-attention's norm moves to the output.
   FailureOr<bool> outputNorm = layer.getBool("output_layernorm", false);
+  // TE's parallel block: attention and MLP both read the input.
+  FailureOr<bool> parallel = layer.getBool("parallel_attention_mlp", false);
   FailureOr<std::optional<std::string>> layerType =
       layer.getChoice("layer_type", {"encoder", "decoder"});
   FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
@@ -446,8 +448,19 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
       failed(hiddenDropout) || failed(activation) || failed(postLnResidual) ||
       failed(outputNorm) || failed(layerType) || failed(norm) ||
-      failed(attention) || failed(cross))
+      failed(attention) || failed(cross) || failed(parallel))
     return failure();
+  if (*parallel) {
+    // Transformer Engine's constraints on its parallel block.
+    for (auto [key, set] : {std::pair<StringRef, bool>{"layer_type", decoder},
+                            {"apply_residual_connection_post_layernorm",
+                             *postLnResidual},
+                            {"output_layernorm", *outputNorm}})
+      if (set)
+        return emitError(layer.valueLoc("parallel_attention_mlp"))
+               << "'parallel_attention_mlp' is not supported with '" << key
+               << "' " << (key == "layer_type" ? "decoder" : "true");
+  }
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
     return failure();
@@ -522,6 +535,7 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   parts.set("hidden_dropout", ctx.f64(*hiddenDropout));
   parts.set("apply_residual_connection_post_layernorm",
             ctx.flag(*postLnResidual));
+  parts.set("parallel_attention_mlp", ctx.flag(*parallel));
   return ctx.build(TransformerLayerOp::getOperationName(), parts,
                    input->getType(), /*segmented=*/true);
 }

@@ -266,6 +266,21 @@ def mha_ref(mha, x, p, mask_type, padding, freqs, prefix="", window=None):
     return out, ln
 
 
+def mlp_ref(layer, x, p, with_norm=False):
+    """A TransformerLayer's layernorm_mlp on `x` in float32 (and, with
+    `with_norm`, the normalized input it read)."""
+    ln = norm_ref(x, p["layernorm_mlp.layer_norm_weight"],
+                  p.get("layernorm_mlp.layer_norm_bias"),
+                  layer.normalization, layer.layernorm_epsilon,
+                  layer.zero_centered_gamma)
+    fc1 = F.linear(ln, p["layernorm_mlp.fc1_weight"],
+                   p.get("layernorm_mlp.fc1_bias"))
+    out = F.linear(activation_ref(fc1, layer.activation),
+                   p["layernorm_mlp.fc2_weight"],
+                   p.get("layernorm_mlp.fc2_bias"))
+    return (out, ln) if with_norm else out
+
+
 def transformer_ref(layer, x, p, mask_type, padding, freqs,
                     dropout_scales=None, window=None):
     """TransformerLayer in float32; `dropout_scales` (keep / (1 - p) after
@@ -273,6 +288,10 @@ def transformer_ref(layer, x, p, mask_type, padding, freqs,
     `window` a sliding window (left, right) in the self-attention."""
     attn, ln = mha_ref(layer.self_attention, x, p, mask_type, padding, freqs,
                        prefix="self_attention.", window=window)
+    if getattr(layer, "parallel_attention_mlp", False):
+        # TE's parallel block: both read x, one dropout over their sum.
+        assert dropout_scales is None
+        return x + attn + mlp_ref(layer, x, p)
     if dropout_scales is not None:
         attn = attn * dropout_scales[0]
     post = layer.apply_residual_connection_post_layernorm
@@ -280,15 +299,7 @@ def transformer_ref(layer, x, p, mask_type, padding, freqs,
     # residual is the input itself.
     post_attention = post and not getattr(layer, "output_layernorm", False)
     hidden = (ln if post_attention else x) + attn
-    ln2 = norm_ref(hidden, p["layernorm_mlp.layer_norm_weight"],
-                   p.get("layernorm_mlp.layer_norm_bias"),
-                   layer.normalization, layer.layernorm_epsilon,
-                   layer.zero_centered_gamma)
-    fc1 = F.linear(ln2, p["layernorm_mlp.fc1_weight"],
-                   p.get("layernorm_mlp.fc1_bias"))
-    mlp = F.linear(activation_ref(fc1, layer.activation),
-                   p["layernorm_mlp.fc2_weight"],
-                   p.get("layernorm_mlp.fc2_bias"))
+    mlp, ln2 = mlp_ref(layer, hidden, p, with_norm=True)
     if dropout_scales is not None:
         mlp = mlp * dropout_scales[1]
     out = (ln2 if post else hidden) + mlp
@@ -755,6 +766,15 @@ TL_CASES = {
         hidden_size=256, ffn_hidden_size=512, num_attention_heads=4,
         output_layernorm=True, normalization="RMSNorm",
         activation="swiglu"), "causal", False),
+    # TE's parallel block (GPT-J, PaLM): attention and MLP both read x.
+    "parallel-attention-mlp": (dict(
+        hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,
+        parallel_attention_mlp=True), "causal", False),
+    "parallel-attention-mlp-rmsnorm-swiglu-rotary-bshd": (dict(
+        hidden_size=256, ffn_hidden_size=512, num_attention_heads=8,
+        num_gqa_groups=2, normalization="RMSNorm", activation="swiglu",
+        bias=False, attn_input_format="bshd", parallel_attention_mlp=True),
+        "padding_causal", True),
 }
 
 
@@ -916,6 +936,22 @@ def test_transformer_layer_full_size_fp8_step():
                          what="TransformerLayer full size fp8")
     print(f"full-size FP8 step: output {errors['output']:.4f}, input grad "
           f"{errors['input grad']:.4f}")
+
+
+def test_parallel_layer_full_size_fp8_step():
+    """TE's parallel block (GPT-J-style: attention and MLP side by side,
+    rotary) at the quickstart's size: one FP8 step against the float32
+    composition, the same bounds."""
+    layer = te.TransformerLayer(4096, 16384, 32, hidden_dropout=0.0,
+                                attention_dropout=0.0,
+                                parallel_attention_mlp=True,
+                                params_dtype=BF16)
+    perturb(layer)
+    errors = check_block(layer, transformer_ref, "sbhd", hybrid(),
+                         rotary=True, seq=2048, batch=2, param_grads=False,
+                         what="parallel TransformerLayer full size fp8")
+    print(f"full-size parallel FP8 step: output {errors['output']:.4f}, "
+          f"input grad {errors['input grad']:.4f}")
 
 
 def test_llama_layer_full_size_fp8_step():

@@ -263,6 +263,35 @@ class BlockSpecTest(unittest.TestCase):
         self.assertIn("query_mask(", text)
         self.assertIn("pad_keys_only", text)
 
+    def test_parallel_attention_mlp(self):
+        # TE's parallel block: the sequential layer's names and inputs; the
+        # layer op carries the flag and its backward compiles.
+        plain, parallel = (specs.transformer_layer_spec(
+            64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.1, 0.0,
+            "causal", True, False, True, None, parallel_attention_mlp=flag)
+            for flag in (False, True))
+        self.assertNotIn("parallel_attention_mlp", plain)
+        self.assertTrue(parallel["parallel_attention_mlp"])
+        spec = specs.program_spec("TransformerLayer", "bf16", "sbhd", 32, 2,
+                                  parallel)
+        self.assertEqual(arguments(spec), arguments(specs.program_spec(
+            "TransformerLayer", "bf16", "sbhd", 32, 2, plain)))
+        self.assertIn("parallel_attention_mlp", tejit.compile_ir(spec, "te"))
+        self.assertIn("te.dropout", tejit.compile_ir(spec, "autodiff"))
+
+    def test_dpa_padded_queries_input(self):
+        # TE's mask pair in DotProductAttention, keys as long as queries.
+        layer = specs.dot_product_attention_spec(
+            4, 16, 2, "padding", 0.0, 0.25, None, None, padded_queries=True)
+        spec = specs.program_spec("DotProductAttention", "bf16", "sbhd", 32,
+                                  2, layer)
+        args = arguments(spec)
+        self.assertEqual(args["query_mask"], "2x1x1x32xi1")
+        self.assertEqual(args["attention_mask"], "2x1x1x32xi1")
+        text = tejit.compile_ir(spec, "autodiff")
+        self.assertIn("query_mask(", text)
+        self.assertIn("pad_keys_only", text)
+
     def test_te_cross_parameter_names(self):
         # TE's registration order, written out by hand.
         self.assertEqual(specs.cross_parameter_names(False, True, "LayerNorm"),

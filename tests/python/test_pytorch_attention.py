@@ -185,10 +185,6 @@ class ArgumentTest(unittest.TestCase):
                 64, 256, 4, layer_type="decoder",
                 enc_dec_attn_mask_type="padding_causal_bottom_right",
                 device=CPU), "enc_dec_attn_mask_type"),
-            (lambda: te.TransformerLayer(64, 256, 4,
-                                         parallel_attention_mlp=True,
-                                         device=CPU),
-             "parallel_attention_mlp"),
             (lambda: te.TransformerLayer(64, 256, 4, drop_path_rate=0.1,
                                          device=CPU), "drop_path_rate"),
             (lambda: te.TransformerLayer(64, 256, 4,
@@ -486,6 +482,20 @@ class JitKeyTest(unittest.TestCase):
         finally:
             attention.check_input = original
         return seen
+
+    def test_parallel_attention_mlp(self):
+        """TE's parallel block: the flag reaches the spec; TE's
+        constraints are ValueErrors."""
+        layer = te.TransformerLayer(64, 256, 4, device=CPU,
+                                    parallel_attention_mlp=True)
+        seen = self.calls(layer, [((torch.zeros(8, 2, 64),), {})])
+        self.assertTrue(seen[0][4]["parallel_attention_mlp"])
+        for conflict in (dict(layer_type="decoder"),
+                         dict(apply_residual_connection_post_layernorm=True),
+                         dict(output_layernorm=True)):
+            with self.assertRaises(ValueError):
+                te.TransformerLayer(64, 256, 4, device=CPU,
+                                    parallel_attention_mlp=True, **conflict)
 
     def test_transformer_layer_keys(self):
         layer = te.TransformerLayer(64, 256, 4, device=CPU,

@@ -96,6 +96,15 @@ layers:
      num_gqa_groups: 2, attn_mask_type: padding, padded_queries: true,
      attention_dropout: 0.25}
 )"},
+    {"parallel_attention_mlp", R"(
+seq_length: 5
+batch_size: 2
+layers:
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, parallel_attention_mlp: true,
+     normalization: RMSNorm, activation: swiglu, rotary_pos_emb: true,
+     hidden_dropout: 0.3}
+)"},
     {"decoder_cross", R"(
 seq_length: 6
 batch_size: 2
@@ -305,8 +314,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "transformer_kv_channels_silu", "mlp_variants",
                       "main_grad", "attention_bshd_causal_bottom_right",
                       "sliding_window", "main_grad_bf16", "attention_cross",
-                      "attention_query_mask", "decoder_cross",
-                      "output_layernorm"),
+                      "attention_query_mask", "parallel_attention_mlp",
+                      "decoder_cross", "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

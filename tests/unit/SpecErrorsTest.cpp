@@ -326,15 +326,15 @@ layers:
     hidden_size: 64
     ffn_hidden_size: 256
     num_attention_heads: 4
-    parallel_attention_mlp: true
+    sequence_parallel: true
 )",
             8, 5,
-            "unknown key 'parallel_attention_mlp' in TransformerLayer (valid "
+            "unknown key 'sequence_parallel' in TransformerLayer (valid "
             "keys: type, name, recipe, fuse_wgrad_accumulation, "
             "main_grad_dtype, "
             "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
             "apply_residual_connection_post_layernorm, "
-            "output_layernorm, layer_type, "
+            "output_layernorm, parallel_attention_mlp, layer_type, "
             "normalization, layernorm_epsilon, zero_centered_gamma, "
             "num_attention_heads, num_gqa_groups, kv_channels, "
             "self_attn_mask_type, attention_dropout, bias, "
@@ -838,6 +838,34 @@ layers:
                   8, 21,
                   "'padded_queries' needs the padding or padding_causal mask "
                   "type in 'attn_mask_type'"},
+        ErrorCase{"ParallelAttentionMlpInDecoder", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    layer_type: decoder
+    parallel_attention_mlp: true
+)",
+                  10, 29,
+                  "'parallel_attention_mlp' is not supported with "
+                  "'layer_type' decoder"},
+        ErrorCase{"ParallelAttentionMlpWithOutputLayernorm", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    output_layernorm: true
+    parallel_attention_mlp: true
+)",
+                  10, 29,
+                  "'parallel_attention_mlp' is not supported with "
+                  "'output_layernorm' true"},
         ErrorCase{"EncDecMaskTypeOnEncoder", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

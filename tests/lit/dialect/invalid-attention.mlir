@@ -1076,6 +1076,25 @@ func.func @tl_input_rank2(%x: tensor<32x64xbf16>, %g1: tensor<64xbf16>,
 
 // -----
 
+func.func @tl_parallel_with_post_ln_residual(
+    %x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>, %b1: tensor<64xbf16>,
+    %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>, %g2: tensor<64xbf16>,
+    %b2: tensor<64xbf16>, %w1: tensor<256x64xbf16>, %w2: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'parallel_attention_mlp' is not supported with 'apply_residual_connection_post_layernorm'}}
+  %r = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
+      qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g2) mlp_ln_bias(%b2)
+      fc1_weight(%w1) fc2_weight(%w2)
+      {num_attention_heads = 4 : i64, parallel_attention_mlp,
+       apply_residual_connection_post_layernorm}
+      : (tensor<16x2x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<192x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<256x64xbf16>, tensor<64x256xbf16>)
+         -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
 func.func @tl_input_dtype(%x: tensor<16x2x64xf64>, %g1: tensor<64xbf16>,
                           %b1: tensor<64xbf16>, %wqkv: tensor<192x64xbf16>,
                           %wo: tensor<64x64xbf16>, %g2: tensor<64xbf16>,

@@ -80,11 +80,13 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            hidden_dropout, attention_dropout, mask_type,
                            bias, post_layernorm_residual, rotary,
                            window_size=None, decoder=None,
-                           output_layernorm=False):
+                           output_layernorm=False,
+                           parallel_attention_mlp=False):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
-    instead of before the attention)."""
+    instead of before the attention); `parallel_attention_mlp`: TE's
+    parallel block (attention and MLP both read the input)."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -98,6 +100,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
              "rotary_pos_emb": rotary}
     if output_layernorm:
         layer["output_layernorm"] = True
+    if parallel_attention_mlp:
+        layer["parallel_attention_mlp"] = True
     if decoder is not None:
         layer["layer_type"] = "decoder"
         layer["kv_seq_length"] = int(decoder[0])

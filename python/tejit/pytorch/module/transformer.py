@@ -44,7 +44,7 @@ class TransformerLayer(TransformerEngineBaseModule):
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    parallel_attention_mlp, drop_path_rate > 0, rotary_pos_interleaved,
+    drop_path_rate > 0, rotary_pos_interleaved,
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens, inference_params. Accepted and unused: layer_number,
     get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
@@ -87,8 +87,19 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.layer_type = layer_type
         self.output_layernorm = bool(output_layernorm)
         _args.check_unsupported(
-            owner, parallel_attention_mlp=parallel_attention_mlp,
-            rotary_pos_interleaved=rotary_pos_interleaved)
+            owner, rotary_pos_interleaved=rotary_pos_interleaved)
+        # TE's parallel block (GPT-J, PaLM): y = x + dropout(attention(x) +
+        # mlp(x)), with TE's constraints.
+        self.parallel_attention_mlp = bool(parallel_attention_mlp)
+        for name, value in (
+                ("layer_type='decoder'", layer_type == "decoder"),
+                ("apply_residual_connection_post_layernorm=True",
+                 apply_residual_connection_post_layernorm),
+                ("output_layernorm=True", output_layernorm)):
+            if self.parallel_attention_mlp and value:
+                raise ValueError(f"{owner}: parallel_attention_mlp=True is "
+                                 f"not supported with {name} (nor in "
+                                 f"Transformer Engine)")
         if drop_path_rate:
             raise NotImplementedError(
                 f"{owner}(drop_path_rate={drop_path_rate!r}) is not "
@@ -200,7 +211,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             (seq_kv, enc_dec_mask_type or self.enc_dec_attn_mask_type,
              padded_queries)
             if self.layer_type == "decoder" else None,
-            self.output_layernorm)
+            self.output_layernorm, self.parallel_attention_mlp)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
