@@ -2,7 +2,7 @@
 """The headline benchmark: one training step of the seed's transformer
 layer, tejit against PyTorch, on one GPU, in one process.
 
-    python3 benchmarks/gpu/bench_transformer.py [--model seed|llama]
+    python3 benchmarks/gpu/bench_transformer.py [--model seed|llama|parallel]
         [--inference] [--batch 4 8] [--small] [--only ROW ...] [--all]
         [--iters N] [--warmup N] [--profile] [--json OUT]
     (benchmarks/gpu/run_transformer.sh sets up the library path, then
@@ -24,6 +24,12 @@ PyTorch) in the same forms as below; the rows marked seed-only (causal
 twin, plain fp16 layer, graphs, checkpointing, cuDNN SDPA) are left out.
 The issue's goals are stated for the seed layer; for this one the speed-ups
 are reported without a goal.
+
+--model parallel times the seed layer as TE's parallel block (GPT-J's,
+PaLM's: TransformerLayer(parallel_attention_mlp=True), y = x +
+dropout(attention(ln1 x) + mlp(ln2 x))) at the seed's sizes, against the
+seed peers built the same way (transformer_peers.BasicTransformerLayer(
+parallel=True)); seed-only rows left out, no goals.
 
 --inference times serving instead of training: every model in eval mode
 (no dropout), the forward alone under torch.no_grad() (tejit compiles its
@@ -113,6 +119,9 @@ LLAMA_SIZES = {
     "small": {"hidden": 1024, "ffn": 2816, "heads": 16, "gqa_groups": 4,
               "seq": 512, "batches": [2]},
 }
+# --model parallel: the seed layer as TE's parallel block.
+PARALLEL_SIZES = {name: dict(size, parallel=True)
+                  for name, size in SIZES.items()}
 LLAMA_ROTARY_BASE = 500000.0
 DROPOUT = 0.1
 GOAL_VS_COMPILE_FP8 = 1.35
@@ -286,6 +295,11 @@ def is_llama(size):
     return "gqa_groups" in size
 
 
+def is_seed(size):
+    """The seed layer itself (not --model llama or parallel): the goals'."""
+    return not is_llama(size) and not size.get("parallel")
+
+
 def row_label(row, size):
     """The row's label; the Llama layer's tejit rows run causal."""
     if is_llama(size) and row.tejit:
@@ -311,7 +325,8 @@ def build_tejit(row, size):
         model = te.TransformerLayer(
             size["hidden"], size["ffn"], size["heads"],
             hidden_dropout=DROPOUT, attention_dropout=DROPOUT,
-            self_attn_mask_type=row.mask, params_dtype=torch.bfloat16)
+            self_attn_mask_type=row.mask, params_dtype=torch.bfloat16,
+            parallel_attention_mlp=size.get("parallel", False))
         kwargs = {}
     if any(not p.is_cuda for p in model.parameters()):
         model = model.cuda()
@@ -331,7 +346,8 @@ def build_peer(row, size):
     else:
         model = peers.make_layer(size["hidden"], size["ffn"], size["heads"],
                                  attention=row.attention, fp8=row.fp8,
-                                 dtype=row.dtype, dropout=DROPOUT)
+                                 dtype=row.dtype, dropout=DROPOUT,
+                                 parallel=size.get("parallel", False))
     return model, contextlib.nullcontext, {}
 
 
@@ -690,7 +706,9 @@ def print_report(report):
         flop_note = ("the causal FLOP count (half the score matrix) for "
                      "every row")
     else:
-        layer = (f"hidden {size['hidden']}, FFN {size['ffn']}, "
+        block = ("parallel block (parallel_attention_mlp), "
+                 if size.get("parallel") else "")
+        layer = (f"{block}hidden {size['hidden']}, FFN {size['ffn']}, "
                  f"{size['heads']} heads, seq {size['seq']}, dropout "
                  f"{DROPOUT}")
         flop_note = ("the no-mask FLOP count for every row (causal rows do "
@@ -758,11 +776,14 @@ def parse_args():
     parser.add_argument("--small", action="store_true",
                         help="hidden 1024, FFN 4096, 16 heads, seq 512, "
                              "batch 2: a quick check")
-    parser.add_argument("--model", choices=("seed", "llama"), default="seed",
+    parser.add_argument("--model", choices=("seed", "llama", "parallel"),
+                        default="seed",
                         help="seed: the seed's GPT layer (the headline; "
                              "default); llama: a Llama-3-8B-style layer "
                              "(RMSNorm, GQA 8, rotary, causal, SwiGLU, no "
-                             "bias, seq 4096, batch 2 and 4)")
+                             "bias, seq 4096, batch 2 and 4); parallel: the "
+                             "seed layer as TE's parallel block "
+                             "(parallel_attention_mlp)")
     parser.add_argument("--inference", action="store_true",
                         help="time the forward alone (eval mode, "
                              "torch.no_grad(): tejit compiles its inference "
@@ -804,7 +825,7 @@ def parse_args():
         parser.error(f"row(s) {', '.join(training_only)} time training "
                      f"steps only")
     seed_only = [k for k in args.only or [] if ROW_BY_KEY[k].seed_only]
-    if args.model == "llama" and seed_only:
+    if args.model != "seed" and seed_only:
         parser.error(f"row(s) {', '.join(seed_only)} exist for the seed "
                      f"layer only")
     tuned = [k for k in args.only or [] if ROW_BY_KEY[k].gemm_tuning]
@@ -821,7 +842,7 @@ def selected_rows(args):
     if args.only:
         return [ROW_BY_KEY[k] for k in args.only]
     return [r for r in ROWS if (args.all or not r.extra)
-            and not (args.model == "llama" and r.seed_only)
+            and not (args.model != "seed" and r.seed_only)
             and not (args.inference and r.training_only)
             and not (r.gemm_tuning and not args.gemm_tuning)]
 
@@ -883,7 +904,8 @@ def main():
         print("no CUDA device visible to PyTorch")
         return 1
     size_name = "small" if args.small else "full"
-    sizes = LLAMA_SIZES if args.model == "llama" else SIZES
+    sizes = {"seed": SIZES, "llama": LLAMA_SIZES,
+             "parallel": PARALLEL_SIZES}[args.model]
     size = {k: v for k, v in sizes[size_name].items() if k != "batches"}
     batches = args.batch or sizes[size_name]["batches"]
     env = environment(args, size_name, size)
@@ -910,7 +932,7 @@ def main():
         report["batches"].append({"batch": batch, "flops": flops,
                                   "results": results})
         # The issue's goals are the seed layer's training step's.
-        if not is_llama(size) and not args.inference:
+        if is_seed(size) and not args.inference:
             report["goals"] += goals(results, batch)
     if args.profile:
         report["profiles"] = []

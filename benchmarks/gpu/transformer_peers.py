@@ -127,7 +127,7 @@ class BasicTransformerLayer(torch.nn.Module):
 
     def __init__(self, hidden, ffn_hidden, heads, linear=torch.nn.Linear,
                  attention=UnfusedAttention, dropout=DROPOUT,
-                 eps=LAYERNORM_EPS):
+                 eps=LAYERNORM_EPS, parallel=False):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden size {hidden} is not a multiple of "
@@ -142,6 +142,8 @@ class BasicTransformerLayer(torch.nn.Module):
         self.ln2 = torch.nn.LayerNorm(hidden, eps=eps)
         self.fc1 = linear(hidden, ffn_hidden)
         self.fc2 = linear(ffn_hidden, hidden)
+        # TE's parallel block: x + dropout(attention(ln1 x) + mlp(ln2 x)).
+        self.parallel = parallel
 
     def forward(self, x):
         residual = x
@@ -150,23 +152,28 @@ class BasicTransformerLayer(torch.nn.Module):
         qkv = qkv.view(qkv.shape[0], qkv.shape[1], self.heads,
                        3 * self.kv_channels)
         q, k, v = torch.split(qkv, self.kv_channels, dim=3)
-        x = residual + self.dropout(self.projection(self.attention(q, k, v)))
+        attention = self.projection(self.attention(q, k, v))
+        if self.parallel:
+            mlp = self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+            return residual + self.dropout(attention + mlp)
+        x = residual + self.dropout(attention)
         residual = x
         x = self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
         return x + residual
 
 
 def make_layer(hidden, ffn_hidden, heads, attention="sdpa", fp8=False,
-               dtype=torch.bfloat16, dropout=DROPOUT):
+               dtype=torch.bfloat16, dropout=DROPOUT, parallel=False):
     """The layer on the GPU in `dtype`, in training mode. attention:
-    "unfused" or "sdpa"; fp8: FP8 Linears (torch_peers.Fp8Linear)."""
+    "unfused" or "sdpa"; fp8: FP8 Linears (torch_peers.Fp8Linear);
+    parallel: TE's parallel block."""
     if attention not in ATTENTIONS:
         raise ValueError(f"unknown attention {attention!r}; one of "
                          f"{sorted(ATTENTIONS)}")
     layer = BasicTransformerLayer(
         hidden, ffn_hidden, heads,
         linear=Fp8Linear if fp8 else torch.nn.Linear,
-        attention=ATTENTIONS[attention], dropout=dropout)
+        attention=ATTENTIONS[attention], dropout=dropout, parallel=parallel)
     return layer.to(device="cuda", dtype=dtype).train()
 
 
