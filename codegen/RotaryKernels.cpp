@@ -1,8 +1,11 @@
 //===- RotaryKernels.cpp - rotary position embeddings of q and k ----------===//
 //
-// te.rotary rotates channel pairs (x[i], x[i + d/2]) of every head by the
+// te.rotary rotates channel pairs (x[i], x[i + r/2]) of every head by the
 // angles of its position: out = x cos(f) + rotate_half(x) sin(f), with
-// rotate_half(x) = cat(-x[d/2:], x[:d/2]); `inverse` negates sin.
+// rotate_half(x) = cat(-x[r/2:r], x[:r/2]) over the table's width r;
+// `inverse` negates sin. Interleaved (GPT-J's layout), the pairs are
+// (x[2i], x[2i+1]) and a thread loads its pairs as one vector. Channels
+// [r, d) (partial rotary) are copied through by the same block.
 //
 // One block per position s: the angles of a position are shared by all its
 // batch x heads rows, so each thread owns one vector of kVec pairs, takes
@@ -38,10 +41,11 @@ namespace {
 constexpr int64_t kMinRowsPerThread = 4, kUnroll = 4, kMaxThreads = 256,
                   kWarpSize = 32;
 
-/// The geometry of one te.rotary: x is [s, b, h, d] or [b, s, h, d].
+/// The geometry of one te.rotary: x is [s, b, h, d] or [b, s, h, d]; the
+/// first `rotated` channels of each head rotate.
 struct RotaryShape {
-  int64_t seq, batch, heads, dim;
-  bool sbhd;
+  int64_t seq, batch, heads, dim, rotated;
+  bool sbhd, interleaved;
 
   explicit RotaryShape(RotaryOp op) {
     ArrayRef<int64_t> shape = tensorType(op.getInput()).getShape();
@@ -50,6 +54,8 @@ struct RotaryShape {
     batch = shape[sbhd ? 1 : 0];
     heads = shape[2];
     dim = shape[3];
+    rotated = tensorType(op.getFreqs()).getShape()[3];
+    interleaved = op.getInterleaved();
   }
 };
 
@@ -67,13 +73,22 @@ std::string rowOffset(const RotaryShape &shape, bool strided = false) {
 }
 
 /// Sines and cosines of the thread's 2 x kVec angles. TE lays freqs out as
-/// its first half repeated, so the upper angle usually equals the lower one
-/// and reuses its sincosf (a branch every thread takes alike).
-void writeAngles(CudaWriter &w, StringRef freqs) {
+/// its first half repeated (interleaved: each angle twice in a row), so the
+/// upper angle usually equals the lower one and reuses its sincosf (a
+/// branch every thread takes alike).
+void writeAngles(CudaWriter &w, StringRef freqs, bool interleaved) {
   w.line("float f_lo[kVec], f_hi[kVec], sin_lo[kVec], cos_lo[kVec], "
          "sin_hi[kVec], cos_hi[kVec];");
-  w.line("tj_load(f_lo, " + freqs + " + s * kDim + col);");
-  w.line("tj_load(f_hi, " + freqs + " + s * kDim + kHalf + col);");
+  if (interleaved) {
+    w.line("float f_pairs[2 * kVec];");
+    w.line("tj_load(f_pairs, " + freqs + " + s * kRot + 2 * col);");
+    w.line("#pragma unroll");
+    w.line("for (int i = 0; i < kVec; ++i) f_lo[i] = f_pairs[2 * i], "
+           "f_hi[i] = f_pairs[2 * i + 1];");
+  } else {
+    w.line("tj_load(f_lo, " + freqs + " + s * kRot + col);");
+    w.line("tj_load(f_hi, " + freqs + " + s * kRot + kHalf + col);");
+  }
   w.line("#pragma unroll");
   w.open("for (int i = 0; i < kVec; ++i)");
   w.line("sincosf(f_lo[i], &sin_lo[i], &cos_lo[i]);");
@@ -83,9 +98,12 @@ void writeAngles(CudaWriter &w, StringRef freqs) {
   w.close();
 }
 
-/// Loads kUnroll rows of pairs, then rotates and stores each.
+/// Loads kUnroll rows of pairs, then rotates and stores each. A pair's
+/// lower element is at `col` and its upper one kHalf further, or, when
+/// interleaved, the thread's pairs are the 2 x kVec elements at 2 * col.
 void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
                StringRef out, bool inverse, bool stridedIn) {
+  std::string first = shape.interleaved ? " + 2 * col" : " + col";
   w.open("for (tj_i64 r0 = threadIdx.x / kPairVecs; r0 < kRows; r0 += "
          "kUnroll * kRowsPerPass)");
   w.line("float lo[kUnroll][kVec], hi[kUnroll][kVec];");
@@ -93,9 +111,17 @@ void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
   w.open("for (int u = 0; u < kUnroll; ++u)");
   w.line("const tj_i64 r = r0 + u * kRowsPerPass;");
   w.open("if (r < kRows)");
-  w.line("const tj_i64 base = " + rowOffset(shape, stridedIn) + " + col;");
-  w.line("tj_load(lo[u], " + in + " + base);");
-  w.line("tj_load(hi[u], " + in + " + base + kHalf);");
+  w.line("const tj_i64 base = " + rowOffset(shape, stridedIn) + first + ";");
+  if (shape.interleaved) {
+    w.line("float pairs[2 * kVec];");
+    w.line("tj_load(pairs, " + in + " + base);");
+    w.line("#pragma unroll");
+    w.line("for (int i = 0; i < kVec; ++i) lo[u][i] = pairs[2 * i], "
+           "hi[u][i] = pairs[2 * i + 1];");
+  } else {
+    w.line("tj_load(lo[u], " + in + " + base);");
+    w.line("tj_load(hi[u], " + in + " + base + kHalf);");
+  }
   w.close();
   w.close();
   w.line("#pragma unroll");
@@ -115,11 +141,33 @@ void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
                  hiSign)
              .str());
   w.close();
-  w.line("const tj_i64 base = " + rowOffset(shape) + " + col;");
-  w.line("tj_store(" + out + " + base, lo_out);");
-  w.line("tj_store(" + out + " + base + kHalf, hi_out);");
+  w.line("const tj_i64 base = " + rowOffset(shape) + first + ";");
+  if (shape.interleaved) {
+    w.line("float pairs[2 * kVec];");
+    w.line("#pragma unroll");
+    w.line("for (int i = 0; i < kVec; ++i) pairs[2 * i] = lo_out[i], "
+           "pairs[2 * i + 1] = hi_out[i];");
+    w.line("tj_store(" + out + " + base, pairs);");
+  } else {
+    w.line("tj_store(" + out + " + base, lo_out);");
+    w.line("tj_store(" + out + " + base + kHalf, hi_out);");
+  }
   w.close();
   w.close();
+  w.close();
+}
+
+/// Partial rotary: copies channels [kRot, kDim) of the position's rows,
+/// kPassVec elements per thread at a time.
+void writePassThrough(CudaWriter &w, const RotaryShape &shape, StringRef in,
+                      StringRef out, bool stridedIn) {
+  w.open("for (tj_i64 i = threadIdx.x; i < kRows * kPassVecs; i += "
+         "blockDim.x)");
+  w.line("const tj_i64 r = i / kPassVecs;");
+  w.line("const tj_i64 c = kRot + i % kPassVecs * kPassVec;");
+  w.line("float v[kPassVec];");
+  w.line("tj_load(v, " + in + " + " + rowOffset(shape, stridedIn) + " + c);");
+  w.line("tj_store(" + out + " + " + rowOffset(shape) + " + c, v);");
   w.close();
 }
 
@@ -132,8 +180,19 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
   Type element = tensorType(rotary.getInput()).getElementType();
   if (elementTypeName(element).empty())
     return noEmitter(rotary, "an input of an unsupported element type");
-  int64_t half = shape.dim / 2;
-  int64_t vec = vectorWidth({half}, elementBytes(element));
+  int64_t half = shape.rotated / 2;
+  int64_t tokenStride = attentionTokenStride(rotary.getInput());
+  // Pairs per thread: a vector of lower (and of upper) elements, or,
+  // interleaved, half a vector of whole pairs; rows start at multiples of
+  // the head dim (and of the token stride of a view).
+  SmallVector<int64_t, 3> extents = {shape.interleaved ? shape.rotated : half,
+                                     shape.dim};
+  if (tokenStride)
+    extents.push_back(tokenStride);
+  int64_t vecElements = vectorWidth(extents, elementBytes(element));
+  int64_t vec = shape.interleaved ? vecElements / 2 : vecElements;
+  if (vec < 1)
+    return noEmitter(rotary, "an odd vector of interleaved pairs");
   int64_t pairVecs = half / vec, rows = shape.batch * shape.heads;
   if (pairVecs > 1024)
     return noEmitter(rotary, "a head dim wider than a block");
@@ -150,12 +209,22 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
   builder.writeSignature(w, threads);
   w.line(
       formatv("constexpr int kVec = {0}, kUnroll = {1};", vec, kUnroll).str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kDim = {1}, kHalf = {2};", rows,
-                 shape.dim, half)
+  w.line(formatv("constexpr tj_i64 kRows = {0}, kDim = {1}, kRot = {2}, "
+                 "kHalf = {3};",
+                 rows, shape.dim, shape.rotated, half)
              .str());
+  int64_t passed = shape.dim - shape.rotated;
+  if (passed) {
+    SmallVector<int64_t, 4> passExtents = {passed, shape.rotated, shape.dim};
+    if (tokenStride)
+      passExtents.push_back(tokenStride);
+    int64_t passVec = vectorWidth(passExtents, elementBytes(element));
+    w.line(formatv("constexpr tj_i64 kPassVec = {0}, kPassVecs = {1};",
+                   passVec, passed / passVec)
+               .str());
+  }
   // The row offsets' constants (rowOffset): bshd rows need the sequence
   // length, strided sbhd rows the batch, and both the heads.
-  int64_t tokenStride = attentionTokenStride(rotary.getInput());
   if (!shape.sbhd)
     w.line(formatv("constexpr tj_i64 kSeq = {0}, kHeads = {1};", shape.seq,
                    shape.heads)
@@ -171,10 +240,13 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
              .str());
   w.line("const tj_i64 s = blockIdx.x;");
   w.line("const tj_i64 col = threadIdx.x % kPairVecs * kVec;");
-  writeAngles(w, builder.param(rotary.getFreqs()));
+  writeAngles(w, builder.param(rotary.getFreqs()), shape.interleaved);
   writeRows(w, shape, builder.param(rotary.getInput()),
             builder.param(rotary.getOutput()), rotary.getInverse(),
             tokenStride != 0);
+  if (passed)
+    writePassThrough(w, shape, builder.param(rotary.getInput()),
+                     builder.param(rotary.getOutput()), tokenStride != 0);
   kernels.push_back(
       builder.finish(w, Dim3{shape.seq, 1, 1}, Dim3{threads, 1, 1}));
   return llvm::Error::success();

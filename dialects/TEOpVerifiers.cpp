@@ -412,18 +412,17 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
                                    block.maskType)))
     return failure();
   if (block.rotary) {
+    // [s, 1, 1, r]: the first r channels of each head rotate, in pairs.
     auto type = cast<RankedTensorType>(block.rotary.getType());
-    SmallVector<int64_t> expected = {seq, 1, 1, headDim};
-    if (!type.getElementType().isF32() ||
-        type.getShape() != ArrayRef<int64_t>(expected))
+    ArrayRef<int64_t> shape = type.getShape();
+    int64_t rotated = shape.size() == 4 ? shape[3] : 0;
+    if (!type.getElementType().isF32() || shape.size() != 4 ||
+        shape[0] != seq || shape[1] != 1 || shape[2] != 1 || rotated <= 0 ||
+        rotated > headDim || rotated % 2 != 0)
       return checker.emitError()
-             << "'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] "
-                "= "
-             << formatShape(expected) << ", got " << type;
-    // Rotary embeddings rotate pairs of channels.
-    if (headDim % 2 != 0)
-      return checker.emitError()
-             << "'rotary_pos_emb' needs an even kv_channels, got " << headDim;
+             << "'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [" << seq
+             << ", 1, 1, r] with r even and at most kv_channels (" << headDim
+             << "), got " << type;
   }
   fp8Dims.append(
       {tokenDim(block.input),

@@ -235,7 +235,10 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     rows of q, then k, then v. `proj_weight` is `[hidden, heads * kv_channels]`.
     `num_gqa_groups` defaults to `num_attention_heads` and `kv_channels` to
     `hidden / num_attention_heads`. `rotary_pos_emb` is f32
-    `[s, 1, 1, kv_channels]` (angles, as Transformer Engine passes them).
+    `[s, 1, 1, r]` (angles, as Transformer Engine passes them), r even and
+    at most `kv_channels`: the first r channels of each head rotate (all of
+    them when r = kv_channels); `rotary_pos_interleaved` pairs adjacent
+    channels instead of halves (GPT-J's layout).
 
     Cross-attention (Transformer Engine's `attention_type = "cross"`) when
     `encoder_output` (`[s_kv, b, hidden]`, `bshd`: `[b, s_kv, hidden]`) is
@@ -279,6 +282,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
+                   UnitAttr:$rotary_pos_interleaved,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
@@ -380,6 +384,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    UnitAttr:$apply_residual_connection_post_layernorm,
                    UnitAttr:$parallel_attention_mlp,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
+                   UnitAttr:$rotary_pos_interleaved,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

@@ -230,13 +230,17 @@ def TE_RMSNormBwdOp : TE_PrimOp<"rmsnorm_bwd"> {
 def TE_RotaryOp : TE_PrimOp<"rotary"> {
   let summary = "Rotary position embedding of q or k";
   let description = [{
-    Rotates channel pairs `(x[i], x[i + d/2])` of each head by the angles in
-    `freqs` (`[s, 1, 1, d]` f32, the first half repeated as Transformer
-    Engine lays it out). With `inverse`, rotates by the negated angles,
-    which is the op's gradient.
+    Rotates channel pairs `(x[i], x[i + r/2])` of each head by the angles in
+    `freqs` (`[s, 1, 1, r]` f32, the first half repeated as Transformer
+    Engine lays it out), `r` even and at most the head dim `d`; channels
+    `[r, d)` pass through (partial rotary). With `interleaved` the pairs
+    are `(x[2i], x[2i + 1])` and the table holds each angle twice in a row
+    (GPT-J's layout). With `inverse`, rotates by the negated angles, which
+    is the op's gradient.
   }];
   let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$freqs,
-                   TE_QkvFormatAttr:$qkv_format, UnitAttr:$inverse);
+                   TE_QkvFormatAttr:$qkv_format, UnitAttr:$inverse,
+                   UnitAttr:$interleaved);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
     $input `,` $freqs attr-dict `:` type($input) `,` type($freqs)

@@ -228,8 +228,15 @@ LogicalResult RotaryOp::verify() {
                             "even d, got "
                          << getInput().getType();
   int64_t seq = in[getQkvFormat() == QkvFormat::sbhd ? 0 : 1];
-  auto freqsType =
-      RankedTensorType::get({seq, 1, 1, in[3]}, Float32Type::get(getContext()));
+  // The table's width r: the rotated channels (partial rotary below d).
+  auto freqs = cast<RankedTensorType>(getFreqs().getType());
+  int64_t rotated = freqs.getRank() == 4 ? freqs.getShape()[3] : 0;
+  if (rotated <= 0 || rotated % 2 != 0 || rotated > in[3])
+    return emitOpError() << "'freqs' must be f32 [s, 1, 1, r] with r even "
+                            "and at most the head dim "
+                         << in[3] << ", got " << freqs;
+  auto freqsType = RankedTensorType::get({seq, 1, 1, rotated},
+                                         Float32Type::get(getContext()));
   if (failed(expectType(*this, getFreqs(), "freqs", freqsType)))
     return failure();
   return expectType(*this, getOutput(), "output", getInput().getType());

@@ -203,20 +203,24 @@ tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
 }
 
 Tensor tejit::interp::rotary(const Tensor &x, const Tensor &freqs,
-                             QkvFormat format, bool inverse) {
+                             QkvFormat format, bool inverse, bool interleaved) {
   Layout layout(x, format);
-  int64_t half = layout.dim / 2;
+  // The rotated width r (the table's); channels [r, d) pass through.
+  int64_t width = freqs.shape.back(), half = width / 2;
   double sign = inverse ? -1.0 : 1.0;
-  Tensor result = Tensor::zeros(x.shape);
+  Tensor result = x;
   for (int64_t b = 0; b < layout.batch; ++b)
     for (int64_t s = 0; s < layout.seq; ++s)
       for (int64_t h = 0; h < layout.heads; ++h) {
         const double *in = x.data.data() + layout.at(b, s, h);
         double *out = result.data.data() + layout.at(b, s, h);
-        const double *angles = freqs.data.data() + s * layout.dim;
-        for (int64_t d = 0; d < layout.dim; ++d) {
-          // rotate_half(x) = concat(-x[d/2:], x[:d/2]).
-          double rotated = d < half ? -in[d + half] : in[d - half];
+        const double *angles = freqs.data.data() + s * width;
+        for (int64_t d = 0; d < width; ++d) {
+          // rotate_half(x) = concat(-x[r/2:r], x[:r/2]); interleaved, each
+          // pair (x[2i], x[2i+1]) becomes (-x[2i+1], x[2i]).
+          double rotated = interleaved ? (d % 2 == 0 ? -in[d + 1] : in[d - 1])
+                           : d < half  ? -in[d + half]
+                                       : in[d - half];
           out[d] = in[d] * std::cos(angles[d]) +
                    sign * rotated * std::sin(angles[d]);
         }

@@ -153,10 +153,12 @@ AttentionGrads attentionBwd(const Tensor &grad, const Tensor &query,
                             const Tensor &output, const Tensor &softmaxLse,
                             const AttentionParams &params);
 
-/// Rotary embedding: `x cos(f) + rotate_half(x) sin(f)` per head, `f` the
-/// angles at the element's sequence position; `inverse` negates the sine.
+/// Rotary embedding: `x cos(f) + rotate_half(x) sin(f)` per head over the
+/// first r = freqs' width channels (the rest pass through), `f` the angles
+/// at the element's sequence position; `inverse` negates the sine;
+/// `interleaved` pairs adjacent channels instead of halves.
 Tensor rotary(const Tensor &x, const Tensor &freqs, mlir::te::QkvFormat format,
-              bool inverse);
+              bool inverse, bool interleaved = false);
 
 //===----------------------------------------------------------------------===//
 // FP8 quantization and scaling (ScalingKernels.cpp)

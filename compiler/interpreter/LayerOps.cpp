@@ -115,6 +115,8 @@ struct AttentionBlock {
   Value encoder, kvWeight, kvBias;
   int64_t heads, groups, headDim;
   AttentionParams params;
+  /// GPT-J's rotary layout (rotary_pos_interleaved).
+  bool rotaryInterleaved = false;
 };
 } // namespace
 
@@ -142,6 +144,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.dropout = toDouble(op.getAttentionDropout());
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   block.params.setWindow(op.getWindowSize());
+  block.rotaryInterleaved = op.getRotaryPosInterleaved();
   return block;
 }
 
@@ -173,8 +176,10 @@ static Tensor attendBlock(const Tensor &x, const AttentionBlock &block,
                        block.headDim);
   }
   if (const Tensor *freqs = frame.getOptional(block.rotary)) {
-    query = rotary(query, *freqs, block.params.format, /*inverse=*/false);
-    key = rotary(key, *freqs, block.params.format, /*inverse=*/false);
+    query = rotary(query, *freqs, block.params.format, /*inverse=*/false,
+                   block.rotaryInterleaved);
+    key = rotary(key, *freqs, block.params.format, /*inverse=*/false,
+                 block.rotaryInterleaved);
   }
   Tensor context =
       mergeHeads(attention(query, key, value, block.params).output);

@@ -137,7 +137,8 @@ static LogicalResult runOp(te::RMSNormBwdOp op, Frame &frame) {
 static LogicalResult runOp(te::RotaryOp op, Frame &frame) {
   return frame.set(op, op.getOutput(),
                    rotary(frame.get(op.getInput()), frame.get(op.getFreqs()),
-                          op.getQkvFormat(), op.getInverse()));
+                          op.getQkvFormat(), op.getInverse(),
+                          op.getInterleaved()));
 }
 
 /// Whether `type` reads the mask operand.

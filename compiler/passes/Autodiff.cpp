@@ -324,7 +324,8 @@ LogicalResult Differentiator::differentiate(Operation *op) {
                 create<RotaryOp>(grad.getType(), grad, available(op.getFreqs()),
                                  op.getQkvFormatAttr(),
                                  op.getInverse() ? nullptr
-                                                 : builder.getUnitAttr()));
+                                                 : builder.getUnitAttr(),
+                                 op.getInterleavedAttr()));
         return success();
       })
       .Case([&](AttentionOp op) {

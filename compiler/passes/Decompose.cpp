@@ -43,6 +43,8 @@ struct AttentionParams {
   QkvFormat format;
   double dropout;
   DenseI64ArrayAttr window;
+  /// GPT-J's rotary layout (adjacent channel pairs).
+  bool rotaryInterleaved = false;
   Value encoder = {}, kvWeight = {}, kvBias = {};
   /// Cross-attention's padded queries (i1 [b, 1, 1, s_q]), or null.
   Value queryMask = {};
@@ -203,10 +205,13 @@ public:
     }
     if (params.rotary) {
       auto formatAttr = QkvFormatAttr::get(ctx(), params.format);
+      UnitAttr interleaved =
+          params.rotaryInterleaved ? builder.getUnitAttr() : nullptr;
       query = builder.create<RotaryOp>(loc, query.getType(), query,
-                                       params.rotary, formatAttr, nullptr);
+                                       params.rotary, formatAttr, nullptr,
+                                       interleaved);
       key = builder.create<RotaryOp>(loc, key.getType(), key, params.rotary,
-                                     formatAttr, nullptr);
+                                     formatAttr, nullptr, interleaved);
     }
     Value context =
         attention(query, key, value, params.mask, params.maskType,
@@ -315,7 +320,8 @@ AttentionParams attentionParams(OpT op, AttnMaskType maskType,
           maskType,
           format,
           op.getAttentionDropout().convertToDouble(),
-          op.getWindowSizeAttr()};
+          op.getWindowSizeAttr(),
+          op.getRotaryPosInterleaved()};
 }
 
 SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {

@@ -127,6 +127,10 @@ struct AttentionOptions {
   bool bias, rotary;
   QkvFormat format;
   DenseI64ArrayAttr window;
+  /// The rotary table's width (partial rotary; default: kv_channels), and
+  /// GPT-J's interleaved pairs.
+  std::optional<int64_t> rotaryDim;
+  bool rotaryInterleaved;
 
   static FailureOr<AttentionOptions> read(LayerContext &ctx, StringRef maskKey,
                                           StringRef formatKey) {
@@ -143,12 +147,22 @@ struct AttentionOptions {
     FailureOr<bool> rotary = layer.getBool("rotary_pos_emb", false);
     FailureOr<QkvFormat> format = ctx.readFormat(formatKey);
     FailureOr<DenseI64ArrayAttr> window = readWindow(ctx, maskType);
+    FailureOr<std::optional<int64_t>> rotaryDim =
+        layer.getPositive("rotary_dim");
+    FailureOr<bool> interleaved =
+        layer.getBool("rotary_pos_interleaved", false);
     if (failed(heads) || failed(groups) || failed(kvChannels) ||
         failed(maskType) || failed(dropout) || failed(bias) || failed(rotary) ||
-        failed(format) || failed(window))
+        failed(format) || failed(window) || failed(rotaryDim) ||
+        failed(interleaved))
       return failure();
-    return AttentionOptions{*heads, *groups, *kvChannels, *maskType, *dropout,
-                            *bias,  *rotary, *format,     *window};
+    for (StringRef key : {"rotary_dim", "rotary_pos_interleaved"})
+      if (!*rotary && layer.has(key))
+        return emitError(layer.keyLoc(key))
+               << "'" << key << "' needs 'rotary_pos_emb: true'";
+    return AttentionOptions{*heads,  *groups,    *kvChannels, *maskType,
+                            *dropout, *bias,     *rotary,     *format,
+                            *window,  *rotaryDim, *interleaved};
   }
 
   int64_t headDim(int64_t hidden) const {
@@ -180,18 +194,22 @@ struct AttentionOptions {
       parts.addOptional(Value());
       return success();
     }
-    auto type =
-        RankedTensorType::get({ctx.state.seqLength, 1, 1, headDim(hidden)},
-                              Float32Type::get(ctx.context()));
+    int64_t width = rotaryDim.value_or(headDim(hidden));
+    if (width % 2 != 0 || width > headDim(hidden))
+      return emitError(ctx.layer.valueLoc("rotary_dim"))
+             << "'rotary_dim' must be even and at most kv_channels ("
+             << headDim(hidden) << "), got " << width;
+    auto type = RankedTensorType::get({ctx.state.seqLength, 1, 1, width},
+                                      Float32Type::get(ctx.context()));
     // One table serves every layer, so they must agree on its shape.
     if (Value shared = ctx.state.lookupInput("rotary_pos_emb"))
       if (shared.getType() != type)
         return emitError(ctx.loc())
                << ctx.layer.getWhat() << " needs a 'rotary_pos_emb' input of "
-               << type << " (kv_channels = " << headDim(hidden)
+               << type << " (rotary_dim = " << width
                << "), but an earlier layer's is " << shared.getType()
                << ": the layers of a spec share one rotary table, so their "
-                  "kv_channels must match";
+                  "rotary widths must match";
     parts.addOptional(ctx.state.addInput("rotary_pos_emb", type, ctx.loc()));
     return success();
   }
@@ -206,6 +224,7 @@ struct AttentionOptions {
     parts.set(formatName, formatAttr(ctx, format));
     if (window)
       parts.set("window_size", window);
+    parts.set("rotary_pos_interleaved", ctx.flag(rotaryInterleaved));
     parts.set("fp8_recipe", ctx.recipe);
   }
 };

@@ -200,16 +200,24 @@ def activation_ref(h, activation):
             "silu": F.silu}[activation](h)
 
 
-def rotary_ref(t, freqs, qkv_format):
-    """TE's non-interleaved rotary: t cos(f) + rotate_half(t) sin(f),
-    freqs [s, 1, 1, d]."""
+def rotary_ref(t, freqs, qkv_format, interleaved=False):
+    """TE's rotary: t cos(f) + rotate_half(t) sin(f) over the first r
+    channels (freqs [s, 1, 1, r]), the rest unchanged; rotate_half pairs
+    the halves of the r channels, or, interleaved, adjacent channels."""
     seq = t.shape[0] if qkv_format == "sbhd" else t.shape[1]
     f = freqs[:seq].float()
     if qkv_format == "bshd":
-        f = f.transpose(0, 1)  # [1, s, 1, d]
-    half = t.shape[-1] // 2
-    rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
-    return t * torch.cos(f) + rotated * torch.sin(f)
+        f = f.transpose(0, 1)  # [1, s, 1, r]
+    width = f.shape[-1]
+    part, rest = t[..., :width], t[..., width:]
+    if interleaved:
+        even, odd = part[..., 0::2], part[..., 1::2]
+        rotated = torch.stack([-odd, even], dim=-1).flatten(-2)
+    else:
+        half = width // 2
+        rotated = torch.cat([-part[..., half:], part[..., :half]], dim=-1)
+    return torch.cat([part * torch.cos(f) + rotated * torch.sin(f), rest],
+                     dim=-1)
 
 
 def split_qkv(group, p, prefix, heads, groups, kv_channels):
@@ -258,7 +266,8 @@ def mha_ref(mha, x, p, mask_type, padding, freqs, prefix="", window=None):
     k = k.view(*k.shape[:2], g, d)
     v = v.view(*v.shape[:2], g, d)
     if freqs is not None:
-        q, k = rotary_ref(q, freqs, fmt), rotary_ref(k, freqs, fmt)
+        interleaved = getattr(mha, "rotary_pos_interleaved", False)
+        q, k = (rotary_ref(t, freqs, fmt, interleaved) for t in (q, k))
     attn = attention_ref(q, k, v, mask_type, padding, fmt,
                          1.0 / math.sqrt(d), window)
     out = F.linear(attn, p[prefix + "proj.weight"],
@@ -311,11 +320,14 @@ def transformer_ref(layer, x, p, mask_type, padding, freqs,
     return out
 
 
-def rotary_freqs(seq, dim, device):
-    """TE's RotaryPositionEmbedding table [s, 1, 1, d] float32."""
+def rotary_freqs(seq, dim, device, interleaved=False):
+    """TE's RotaryPositionEmbedding table [s, 1, 1, d] float32: each angle
+    in both halves, or, interleaved, twice in a row."""
     inv = 1.0 / (10000 ** (torch.arange(0, dim, 2, device=device).float()
                            / dim))
     angles = torch.outer(torch.arange(seq, device=device).float(), inv)
+    if interleaved:
+        return angles.repeat_interleave(2, dim=-1).view(seq, 1, 1, dim)
     return torch.cat([angles, angles], dim=-1).view(seq, 1, 1, dim)
 
 
@@ -641,8 +653,13 @@ def check_block(module, reference, fmt, fp8_recipe, mask="causal",
                     requires_grad=True)
     padding = random_padding(batch, seq, "cuda") if "padding" in mask \
         else None
-    freqs = (rotary_freqs(seq, module.kv_channels, "cuda") if rotary
-             else None)
+    # rotary: True (every channel) or the rotated width (partial rotary);
+    # the table's layout is the module's (rotary_pos_interleaved).
+    attention = getattr(module, "self_attention", module)
+    freqs = (rotary_freqs(seq, module.kv_channels if rotary is True
+                          else rotary, "cuda",
+                          getattr(attention, "rotary_pos_interleaved", False))
+             if rotary else None)
     call = {}
     if padding is not None:
         call["attention_mask"] = padding
@@ -775,6 +792,21 @@ TL_CASES = {
         num_gqa_groups=2, normalization="RMSNorm", activation="swiglu",
         bias=False, attn_input_format="bshd", parallel_attention_mlp=True),
         "padding_causal", True),
+    # GPT-J's block: parallel, rotary on 16 of the 64 channels of a head,
+    # interleaved pairs.
+    "gptj-parallel-interleaved-partial-rotary": (dict(
+        hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,
+        parallel_attention_mlp=True, rotary_pos_interleaved=True),
+        "causal", 16),
+    # GPT-NeoX's: parallel, rotary on a quarter of each head (halves).
+    "neox-parallel-partial-rotary-bshd": (dict(
+        hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,
+        attn_input_format="bshd", parallel_attention_mlp=True),
+        "padding_causal", 16),
+    "interleaved-rotary-gqa": (dict(
+        hidden_size=256, ffn_hidden_size=512, num_attention_heads=8,
+        num_gqa_groups=2, normalization="RMSNorm", activation="swiglu",
+        bias=False, rotary_pos_interleaved=True), "causal", True),
 }
 
 
@@ -939,16 +971,18 @@ def test_transformer_layer_full_size_fp8_step():
 
 
 def test_parallel_layer_full_size_fp8_step():
-    """TE's parallel block (GPT-J-style: attention and MLP side by side,
-    rotary) at the quickstart's size: one FP8 step against the float32
-    composition, the same bounds."""
+    """TE's parallel block, GPT-J-style (attention and MLP side by side,
+    rotary on 64 of each head's 128 channels, interleaved pairs) at the
+    quickstart's size: one FP8 step against the float32 composition, the
+    same bounds."""
     layer = te.TransformerLayer(4096, 16384, 32, hidden_dropout=0.0,
                                 attention_dropout=0.0,
                                 parallel_attention_mlp=True,
+                                rotary_pos_interleaved=True,
                                 params_dtype=BF16)
     perturb(layer)
     errors = check_block(layer, transformer_ref, "sbhd", hybrid(),
-                         rotary=True, seq=2048, batch=2, param_grads=False,
+                         rotary=64, seq=2048, batch=2, param_grads=False,
                          what="parallel TransformerLayer full size fp8")
     print(f"full-size parallel FP8 step: output {errors['output']:.4f}, "
           f"input grad {errors['input grad']:.4f}")

@@ -152,8 +152,8 @@ def test_apply_refuses_what_it_does_not_do():
 
 def test_table_drives_compiled_attention():
     """MultiheadAttention given the class's table computes what it computes
-    with the angles built here, and a rotary_percent < 1 table is refused
-    by name."""
+    with the angles built here; a rotary_percent < 1 table runs, an odd
+    one is refused."""
     seq, hidden, heads = 64, 256, 4
     mha = te.MultiheadAttention(hidden, heads, attention_dropout=0.0,
                                 input_layernorm=True,
@@ -170,8 +170,13 @@ def test_table_drives_compiled_attention():
     assert error < 1e-3, f"class table vs reference table: {error:.2e}"
     moved = ((a.float() - plain.float()).norm() / plain.float().norm()).item()
     assert moved > 1e-2, f"rotary_pos_emb moved the output by {moved:.2e}"
+    # rotary_percent < 1: the compiled attention rotates the table's width
+    # (test_attention_layers checks the values); an odd width is refused.
     partial = RotaryPositionEmbedding(mha.kv_channels, rotary_percent=0.5)
-    with pytest.raises(NotImplementedError, match="rotates whole heads"):
+    with torch.no_grad():
+        c = mha(x, rotary_pos_emb=partial(seq))
+    assert not torch.equal(c, a) and not torch.equal(c, plain)
+    with pytest.raises(ValueError, match="even number at most kv_channels"):
         with torch.no_grad():
-            mha(x, rotary_pos_emb=partial(seq))
+            mha(x, rotary_pos_emb=here[..., :7].contiguous())
 

@@ -279,6 +279,30 @@ class BlockSpecTest(unittest.TestCase):
         self.assertIn("parallel_attention_mlp", tejit.compile_ir(spec, "te"))
         self.assertIn("te.dropout", tejit.compile_ir(spec, "autodiff"))
 
+    def test_partial_interleaved_rotary(self):
+        # GPT-J's rotary: 8 of 16 channels, adjacent pairs; the table input
+        # is as wide as the rotated part, and both te.rotary ops (q, k) and
+        # their gradients carry `interleaved`.
+        layer = specs.transformer_layer_spec(
+            64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            "causal", True, False, 8, None, parallel_attention_mlp=True,
+            rotary_interleaved=True)
+        self.assertEqual(layer["rotary_dim"], 8)
+        spec = specs.program_spec("TransformerLayer", "bf16", "sbhd", 32, 2,
+                                  layer)
+        self.assertEqual(arguments(spec)["rotary_pos_emb"], "32x1x1x8xf32")
+        text = tejit.compile_ir(spec, "autodiff")
+        rotations = [line for line in text.splitlines()
+                     if "te.rotary" in line]
+        self.assertEqual(len(rotations), 4)
+        self.assertTrue(all("interleaved" in line for line in rotations))
+        # A full-width table leaves rotary_dim out.
+        full = specs.transformer_layer_spec(
+            64, 256, 4, 16, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            "causal", True, False, 16, None)
+        self.assertNotIn("rotary_dim", full)
+        self.assertNotIn("rotary_pos_interleaved", full)
+
     def test_dpa_padded_queries_input(self):
         # TE's mask pair in DotProductAttention, keys as long as queries.
         layer = specs.dot_product_attention_spec(

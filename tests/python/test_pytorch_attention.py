@@ -187,10 +187,6 @@ class ArgumentTest(unittest.TestCase):
                 device=CPU), "enc_dec_attn_mask_type"),
             (lambda: te.TransformerLayer(64, 256, 4, drop_path_rate=0.1,
                                          device=CPU), "drop_path_rate"),
-            (lambda: te.TransformerLayer(64, 256, 4,
-                                         rotary_pos_interleaved=True,
-                                         device=CPU),
-             "rotary_pos_interleaved"),
             (lambda: te.TransformerLayer(64, 256, 4, ub_tp_comm_overlap=True,
                                          device=CPU), "ub_tp_comm_overlap"),
             (lambda: te.TransformerLayer(64, 256, 4,
@@ -284,10 +280,13 @@ class ArgumentTest(unittest.TestCase):
                 TypeError, lambda: mha(x, attn_mask_type="padding",
                                        attention_mask=torch.zeros(2, 1, 1, 8)),
                 "torch.bool")
-            self.assertRefused(
-                NotImplementedError,
-                lambda: mha(x, rotary_pos_emb=torch.zeros(8, 1, 1, 8)),
-                "rotary_pos_emb")
+            # A table rotates an even number of channels, at most a head.
+            for width in (7, 4 * mha.kv_channels):
+                self.assertRefused(
+                    ValueError,
+                    lambda: mha(x, rotary_pos_emb=torch.zeros(8, 1, 1,
+                                                              width)),
+                    "rotary_pos_emb")
             # TE's (query, key/value) pairs: one tensor twice is unwrapped
             # (and checked as one mask), different ones are refused.
             small = torch.zeros(2, 1, 1, 4, dtype=torch.bool)
@@ -483,6 +482,27 @@ class JitKeyTest(unittest.TestCase):
             attention.check_input = original
         return seen
 
+    def test_rotary_layouts(self):
+        """A table narrower than a head (partial rotary) keys its own
+        program and writes rotary_dim; rotary_pos_interleaved reaches the
+        spec with a table only."""
+        layer = te.TransformerLayer(64, 256, 4, device=CPU,
+                                    rotary_pos_interleaved=True)
+        self.assertTrue(layer.self_attention.rotary_pos_interleaved)
+        x = torch.zeros(8, 2, 64)
+        seen = self.calls(layer, [
+            ((x,), dict(rotary_pos_emb=torch.zeros(8, 1, 1, 16))),
+            ((x,), dict(rotary_pos_emb=torch.zeros(8, 1, 1, 4))),
+            ((x,), {})])
+        self.assertEqual([key[2][2] for key in seen], [16, 4, 0])
+        self.assertNotIn("rotary_dim", seen[0][4])
+        self.assertEqual(seen[1][4]["rotary_dim"], 4)
+        self.assertTrue(seen[0][4]["rotary_pos_interleaved"])
+        self.assertNotIn("rotary_pos_interleaved", seen[2][4])
+        args = arguments_of(_attention_specs.program_spec(
+            "TransformerLayer", "bf16", "sbhd", 8, 2, seen[1][4]))
+        self.assertEqual(args["rotary_pos_emb"], ((8, 1, 1, 4), "f32"))
+
     def test_parallel_attention_mlp(self):
         """TE's parallel block: the flag reaches the spec; TE's
         constraints are ValueErrors."""
@@ -520,8 +540,9 @@ class JitKeyTest(unittest.TestCase):
         self.assertEqual(seen[1][4]["self_attn_mask_type"], "padding")
         self.assertEqual(seen[1][5], ["attention_mask", "input"])
         self.assertEqual(seen[2][2],
-                         ("causal", True, True, (-1, 0), None, False))
+                         ("causal", True, 16, (-1, 0), None, False))
         self.assertTrue(seen[2][4]["rotary_pos_emb"])
+        self.assertNotIn("rotary_dim", seen[2][4])
         self.assertEqual(seen[3][0], ("bshd", 16, 3, None))
         layer.eval()
         seen = self.calls(layer, [((x,), {})])

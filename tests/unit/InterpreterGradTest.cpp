@@ -223,6 +223,73 @@ func.func @bshd_inverse(%x: tensor<2x3x1x6xf32>, %f: tensor<3x1x1x6xf32>)
   }
 }
 
+TEST_F(InterpreterTest, RotaryPartialAndInterleaved) {
+  // One head of 8 channels at 2 positions; the tables rotate the first 4
+  // (GPT-NeoX's partial rotary, GPT-J's interleaved pairs).
+  ASSERT_TRUE(parse(R"mlir(
+func.func @halves(%x: tensor<2x1x1x8xf32>, %f: tensor<2x1x1x4xf32>)
+    -> tensor<2x1x1x8xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<sbhd>}
+      : tensor<2x1x1x8xf32>, tensor<2x1x1x4xf32> -> tensor<2x1x1x8xf32>
+  return %0 : tensor<2x1x1x8xf32>
+}
+func.func @pairs(%x: tensor<2x1x1x8xf32>, %f: tensor<2x1x1x4xf32>)
+    -> tensor<2x1x1x8xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<sbhd>, interleaved}
+      : tensor<2x1x1x8xf32>, tensor<2x1x1x4xf32> -> tensor<2x1x1x8xf32>
+  return %0 : tensor<2x1x1x8xf32>
+}
+func.func @pairs_inverse(%x: tensor<2x1x1x8xf32>, %f: tensor<2x1x1x4xf32>)
+    -> tensor<2x1x1x8xf32> {
+  %0 = te.rotary %x, %f {qkv_format = #te.qkv_format<sbhd>, interleaved,
+                         inverse}
+      : tensor<2x1x1x8xf32>, tensor<2x1x1x4xf32> -> tensor<2x1x1x8xf32>
+  return %0 : tensor<2x1x1x8xf32>
+}
+)mlir",
+                    "halves"));
+  Tensor x = randomLike({2, 1, 1, 8});
+  double angle[2][2] = {{0.3, -1.1}, {2.0, 0.7}}; // [position][frequency]
+  Tensor halves = Tensor::zeros({2, 1, 1, 4}),
+         pairs = Tensor::zeros({2, 1, 1, 4});
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < 2; ++i) {
+      halves.data[s * 4 + i] = halves.data[s * 4 + 2 + i] = angle[s][i];
+      pairs.data[s * 4 + 2 * i] = pairs.data[s * 4 + 2 * i + 1] = angle[s][i];
+    }
+  auto lookup = [&](const char *name) {
+    return modules.back()->lookupSymbol<mlir::func::FuncOp>(name);
+  };
+  std::vector<Tensor> byHalves = run(lookup("halves"), {x, halves});
+  std::vector<Tensor> byPairs = run(lookup("pairs"), {x, pairs});
+  ASSERT_EQ(byHalves.size(), 1u);
+  ASSERT_EQ(byPairs.size(), 1u);
+  for (int s = 0; s < 2; ++s) {
+    const double *in = x.data.data() + s * 8;
+    for (int i = 0; i < 2; ++i) {
+      double c = std::cos(angle[s][i]), n = std::sin(angle[s][i]);
+      // Halves pair channels (i, i + 2); interleaved, (2i, 2i + 1).
+      EXPECT_NEAR(byHalves[0].data[s * 8 + i], in[i] * c - in[i + 2] * n,
+                  1e-12);
+      EXPECT_NEAR(byHalves[0].data[s * 8 + i + 2], in[i + 2] * c + in[i] * n,
+                  1e-12);
+      EXPECT_NEAR(byPairs[0].data[s * 8 + 2 * i],
+                  in[2 * i] * c - in[2 * i + 1] * n, 1e-12);
+      EXPECT_NEAR(byPairs[0].data[s * 8 + 2 * i + 1],
+                  in[2 * i + 1] * c + in[2 * i] * n, 1e-12);
+    }
+    for (int d = 4; d < 8; ++d) { // past the table: unchanged
+      EXPECT_EQ(byHalves[0].data[s * 8 + d], in[d]);
+      EXPECT_EQ(byPairs[0].data[s * 8 + d], in[d]);
+    }
+  }
+  Tensor dy = randomLike(x.shape);
+  std::vector<Tensor> grads = run(lookup("pairs_inverse"), {dy, pairs});
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_TRUE(gradientClose(
+      grads[0], numericGradient(lookup("pairs"), {x, pairs}, 0, {dy})));
+}
+
 TEST_F(InterpreterTest, DropoutIsItsOwnGradient) {
   // The same state and stream draw the same mask, so the backward is the
   // forward's dropout applied to the output gradient.

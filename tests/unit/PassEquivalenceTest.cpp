@@ -103,7 +103,7 @@ layers:
   - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
      num_attention_heads: 2, parallel_attention_mlp: true,
      normalization: RMSNorm, activation: swiglu, rotary_pos_emb: true,
-     hidden_dropout: 0.3}
+     rotary_dim: 4, rotary_pos_interleaved: true, hidden_dropout: 0.3}
 )"},
     {"decoder_cross", R"(
 seq_length: 6

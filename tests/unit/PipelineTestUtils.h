@@ -74,12 +74,26 @@ inline llvm::StringRef argName(mlir::func::FuncOp function, unsigned index) {
 }
 
 /// Rotary angles come as cat(theta, theta) along the last dim, as
-/// Transformer Engine builds them; te.rotary's gradient relies on it.
-inline void repeatFirstHalf(Tensor &freqs) {
+/// Transformer Engine builds them (interleaved: each angle twice in a
+/// row); te.rotary's gradient relies on it.
+inline void repeatAngles(Tensor &freqs, bool interleaved) {
   int64_t width = freqs.shape.back();
   for (size_t row = 0; row < freqs.data.size(); row += width)
-    for (int64_t i = 0; i < width / 2; ++i)
-      freqs.data[row + width / 2 + i] = freqs.data[row + i];
+    for (int64_t i = 0; i < width / 2; ++i) {
+      if (interleaved)
+        freqs.data[row + 2 * i + 1] = freqs.data[row + 2 * i];
+      else
+        freqs.data[row + width / 2 + i] = freqs.data[row + i];
+    }
+}
+
+/// Whether a layer of `function` pairs rotary channels GPT-J's way.
+inline bool usesInterleavedRotary(mlir::func::FuncOp function) {
+  bool interleaved = false;
+  function.walk([&](mlir::Operation *op) {
+    interleaved |= op->hasAttr("rotary_pos_interleaved");
+  });
+  return interleaved;
 }
 
 /// Random arguments for a layer-level function: weights scaled like a real
@@ -88,6 +102,7 @@ inline void repeatFirstHalf(Tensor &freqs) {
 inline std::vector<Tensor> randomLayerArgs(mlir::func::FuncOp function,
                                            std::mt19937_64 &rng) {
   std::vector<Tensor> args;
+  bool interleaved = usesInterleavedRotary(function);
   for (auto [index, type] : llvm::enumerate(function.getArgumentTypes())) {
     auto tensor = llvm::cast<mlir::RankedTensorType>(type);
     double stddev = tensor.getRank() == 2
@@ -95,7 +110,7 @@ inline std::vector<Tensor> randomLayerArgs(mlir::func::FuncOp function,
                         : 0.5;
     args.push_back(interp::randomTensor(tensor, rng, stddev));
     if (argName(function, index) == "rotary_pos_emb")
-      repeatFirstHalf(args.back());
+      repeatAngles(args.back(), interleaved);
   }
   return args;
 }

@@ -338,7 +338,8 @@ layers:
             "normalization, layernorm_epsilon, zero_centered_gamma, "
             "num_attention_heads, num_gqa_groups, kv_channels, "
             "self_attn_mask_type, attention_dropout, bias, "
-            "rotary_pos_emb, attn_input_format, window_size, "
+            "rotary_pos_emb, attn_input_format, window_size, rotary_dim, "
+            "rotary_pos_interleaved, "
             "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
@@ -835,7 +836,7 @@ layers:
     kv_channels: 16
     padded_queries: true
 )",
-                  8, 21,
+                  7, 21,
                   "'padded_queries' needs the padding or padding_causal mask "
                   "type in 'attn_mask_type'"},
         ErrorCase{"ParallelAttentionMlpInDecoder", "spec.yaml", R"(
@@ -849,7 +850,7 @@ layers:
     layer_type: decoder
     parallel_attention_mlp: true
 )",
-                  10, 29,
+                  9, 29,
                   "'parallel_attention_mlp' is not supported with "
                   "'layer_type' decoder"},
         ErrorCase{"ParallelAttentionMlpWithOutputLayernorm", "spec.yaml", R"(
@@ -863,9 +864,33 @@ layers:
     output_layernorm: true
     parallel_attention_mlp: true
 )",
-                  10, 29,
+                  9, 29,
                   "'parallel_attention_mlp' is not supported with "
                   "'output_layernorm' true"},
+        ErrorCase{"RotaryDimWithoutRotary", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    rotary_dim: 8
+)",
+                  7, 5, "'rotary_dim' needs 'rotary_pos_emb: true'"},
+        ErrorCase{"OddRotaryDim", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    rotary_pos_emb: true
+    rotary_dim: 7
+)",
+                  9, 17,
+                  "'rotary_dim' must be even and at most kv_channels (16), "
+                  "got 7"},
         ErrorCase{"EncDecMaskTypeOnEncoder", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -947,9 +972,9 @@ layers:
 )",
                   8, 5,
                   "MultiheadAttention needs a 'rotary_pos_emb' input of "
-                  "'tensor<16x1x1x32xf32>' (kv_channels = 32), but an "
+                  "'tensor<16x1x1x32xf32>' (rotary_dim = 32), but an "
                   "earlier layer's is 'tensor<16x1x1x16xf32>': the layers of "
-                  "a spec share one rotary table, so their kv_channels must "
+                  "a spec share one rotary table, so their rotary widths must "
                   "match"}),
     caseName);
 

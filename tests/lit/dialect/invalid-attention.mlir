@@ -934,7 +934,7 @@ func.func @mha_dropout(%x: tensor<16x2x64xbf16>, %wqkv: tensor<192x64xbf16>,
 func.func @mha_rotary_dtype(%x: tensor<16x2x64xbf16>,
                             %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>,
                             %rope: tensor<16x1x1x16xbf16>) {
-  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] = [16, 1, 1, 16], got 'tensor<16x1x1x16xbf16>'}}
+  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [16, 1, 1, r] with r even and at most kv_channels (16), got 'tensor<16x1x1x16xbf16>'}}
   %r = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
       rotary_pos_emb(%rope) {num_attention_heads = 4 : i64}
       : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>,
@@ -948,7 +948,7 @@ func.func @mha_rotary_head_dim(%x: tensor<16x2x64xbf16>,
                                %wqkv: tensor<192x64xbf16>,
                                %wo: tensor<64x64xbf16>,
                                %rope: tensor<16x1x1x64xf32>) {
-  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] = [16, 1, 1, 16], got 'tensor<16x1x1x64xf32>'}}
+  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [16, 1, 1, r] with r even and at most kv_channels (16), got 'tensor<16x1x1x64xf32>'}}
   %r = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
       rotary_pos_emb(%rope) {num_attention_heads = 4 : i64}
       : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>,
@@ -962,7 +962,7 @@ func.func @mha_rotary_seq_bshd(%x: tensor<2x16x64xbf16>,
                                %wqkv: tensor<192x64xbf16>,
                                %wo: tensor<64x64xbf16>,
                                %rope: tensor<2x1x1x16xf32>) {
-  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] = [16, 1, 1, 16], got 'tensor<2x1x1x16xf32>'}}
+  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [16, 1, 1, r] with r even and at most kv_channels (16), got 'tensor<2x1x1x16xf32>'}}
   %r = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
       rotary_pos_emb(%rope)
       {num_attention_heads = 4 : i64, qkv_format = #te.qkv_format<bshd>}
@@ -1547,7 +1547,7 @@ func.func @tl_rotary_shape(%x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>,
                            %wo: tensor<64x64xbf16>, %g2: tensor<64xbf16>,
                            %b2: tensor<64xbf16>, %w1: tensor<256x64xbf16>,
                            %w2: tensor<64x256xbf16>, %rope: tensor<16x16xf32>) {
-  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, kv_channels] = [16, 1, 1, 16], got 'tensor<16x16xf32>'}}
+  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [16, 1, 1, r] with r even and at most kv_channels (16), got 'tensor<16x16xf32>'}}
   %r = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
       qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g2) mlp_ln_bias(%b2)
       fc1_weight(%w1) fc2_weight(%w2) rotary_pos_emb(%rope)
@@ -1909,7 +1909,7 @@ func.func @mha_rotary_odd_head_dim(%x: tensor<16x2x60xbf16>,
                                    %wqkv: tensor<180x60xbf16>,
                                    %wo: tensor<60x60xbf16>,
                                    %rope: tensor<16x1x1x15xf32>) {
-  // expected-error @+1 {{'rotary_pos_emb' needs an even kv_channels, got 15}}
+  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [16, 1, 1, r] with r even and at most kv_channels (15), got 'tensor<16x1x1x15xf32>'}}
   %r = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
       rotary_pos_emb(%rope) {num_attention_heads = 4 : i64}
       : (tensor<16x2x60xbf16>, tensor<180x60xbf16>, tensor<60x60xbf16>,

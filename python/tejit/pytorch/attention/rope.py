@@ -20,8 +20,7 @@ class RotaryPositionEmbedding(torch.nn.Module):
     (the current CUDA device at construction, as TE's).
 
     rotary_percent < 1 rotates only the first int(dim * rotary_percent)
-    channels of each head; tejit's compiled attention rotates whole heads
-    and says so when given such a table (apply_rotary_pos_emb takes it).
+    channels of each head (in tejit's compiled attention too).
     With both seq_len_interpolation_factor and
     pretrained_max_position_embeddings (TE uses neither alone), positions
     are divided by the factor (linear position interpolation), or, for a

@@ -35,6 +35,18 @@ def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
     return spec
 
 
+def _with_rotary(layer, rotary, kv_channels, interleaved):
+    """Adds the rotary keys to `layer`: `rotary` is the rotated width (or
+    True: every channel; 0/False/None: no rotary table), written as
+    rotary_dim when it is not kv_channels; `interleaved` pairs adjacent
+    channels (TE's rotary_pos_interleaved)."""
+    layer["rotary_pos_emb"] = bool(rotary)
+    if rotary and rotary is not True and int(rotary) != kv_channels:
+        layer["rotary_dim"] = int(rotary)
+    if rotary and interleaved:
+        layer["rotary_pos_interleaved"] = True
+
+
 def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
                                dropout, softmax_scale, window_size=None,
                                kv_seq_length=None, padded_queries=False):
@@ -56,7 +68,7 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              input_layernorm, normalization, eps,
                              zero_centered_gamma, mask_type, dropout, bias,
                              rotary, window_size=None, kv_seq_length=None,
-                             padded_queries=False):
+                             padded_queries=False, rotary_interleaved=False):
     """`kv_seq_length`: the encoder output's length for cross-attention
     (attention_type "cross"), else None; `padded_queries`: the queries
     have a padding mask of their own (`enc_dec_query_mask`)."""
@@ -66,7 +78,8 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
              "normalization": normalization, "layernorm_epsilon": eps,
              "zero_centered_gamma": zero_centered_gamma,
              "attn_mask_type": mask_type, "attention_dropout": dropout,
-             "bias": bias, "rotary_pos_emb": rotary}
+             "bias": bias}
+    _with_rotary(layer, rotary, kv_channels, rotary_interleaved)
     if kv_seq_length is not None:
         layer["attention_type"] = "cross"
         layer["kv_seq_length"] = int(kv_seq_length)
@@ -81,7 +94,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            bias, post_layernorm_residual, rotary,
                            window_size=None, decoder=None,
                            output_layernorm=False,
-                           parallel_attention_mlp=False):
+                           parallel_attention_mlp=False,
+                           rotary_interleaved=False):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
@@ -96,8 +110,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
              "attention_dropout": attention_dropout,
              "self_attn_mask_type": mask_type, "bias": bias,
              "apply_residual_connection_post_layernorm":
-                 post_layernorm_residual,
-             "rotary_pos_emb": rotary}
+                 post_layernorm_residual}
+    _with_rotary(layer, rotary, kv_channels, rotary_interleaved)
     if output_layernorm:
         layer["output_layernorm"] = True
     if parallel_attention_mlp:

@@ -151,9 +151,10 @@ def cross_attention_mask_input(owner, mask_type, attention_mask, batch,
 
 
 def rotary_input(owner, rotary_pos_emb, seq, kv_channels, device):
-    """The program's `rotary_pos_emb` input [s, 1, 1, kv_channels] float32
-    from TE's freqs tensor [>= s, 1, 1, d] (the first s positions, as TE
-    applies them), or {} without one."""
+    """The program's `rotary_pos_emb` input [s, 1, 1, r] float32 from TE's
+    freqs tensor [>= s, 1, 1, r] (the first s positions, as TE applies
+    them; r <= kv_channels, even: the first r channels of each head
+    rotate), or {} without one."""
     if rotary_pos_emb is None:
         return {}
     # TE's (query freqs, key freqs) pair.
@@ -165,11 +166,11 @@ def rotary_input(owner, rotary_pos_emb, seq, kv_channels, device):
         raise ValueError(f"{owner}: rotary_pos_emb must be TE's freqs tensor "
                          f"[s, 1, 1, d] with s >= {seq}, got "
                          f"{getattr(freqs, 'shape', type(freqs).__name__)}")
-    if freqs.shape[3] != kv_channels:
-        raise NotImplementedError(
-            f"{owner}: rotary_pos_emb of dimension {freqs.shape[3]} "
-            f"(rotating part of each head) is not supported by tejit: it "
-            f"rotates whole heads, d = kv_channels = {kv_channels}")
+    if freqs.shape[3] > kv_channels or freqs.shape[3] % 2:
+        raise ValueError(
+            f"{owner}: rotary_pos_emb rotates {freqs.shape[3]} channels of "
+            f"each head; it must be an even number at most kv_channels "
+            f"({kv_channels})")
     if freqs.device != device:
         raise ValueError(f"{owner}: rotary_pos_emb is on {freqs.device}, "
                          f"the input on {device}")
@@ -524,12 +525,14 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
             owner, mask_type, attention_mask, batch, seq, device))
     rotary = rotary_input(owner, rotary_pos_emb, seq, kv_channels, device)
     activations.update(rotary)
+    # The rotated width (0: no rotary) selects the program.
+    rotary_dim = rotary["rotary_pos_emb"].shape[3] if rotary else 0
     padded_queries = "enc_dec_query_mask" in activations
-    variant = (mask_type, module._dropout_active(), bool(rotary),
+    variant = (mask_type, module._dropout_active(), rotary_dim,
                tuple(window), cross_mask_type, padded_queries)
     return module._run_program(
         activations, dtype, (qkv_format, seq, batch, seq_kv),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
         hidden_states.shape,
-        lambda: layer_spec(bool(rotary), seq_kv, padded_queries), variant,
+        lambda: layer_spec(rotary_dim, seq_kv, padded_queries), variant,
         is_first_microbatch=is_first_microbatch)

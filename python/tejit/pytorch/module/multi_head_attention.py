@@ -36,8 +36,11 @@ class MultiheadAttention(TransformerEngineBaseModule):
     hidden] (bshd)) returns the same shape, plus proj's bias with
     return_bias (not added), as TE's. attention_mask, attn_mask_type,
     window_size (the constructor's, or the forward's; normalized for the
-    call's mask type) and rotary_pos_emb (TE's freqs [s, 1, 1,
-    kv_channels]) as DotProductAttention.
+    call's mask type) as DotProductAttention; rotary_pos_emb is TE's freqs
+    [s, 1, 1, r], r even and at most kv_channels (the first r channels of
+    each head rotate: rotary_percent < 1), in TE's layout: halves, or,
+    with rotary_pos_interleaved=True, adjacent pairs (GPT-J's; the table
+    from RotaryPositionEmbedding(interleaved=True)).
 
     Cross-attention (attention_type="cross", TE's): the query projection
     `layernorm_query.*` (input_layernorm; `query_weight`/`query_bias`, or
@@ -74,7 +77,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
                  ub_overlap_rs=False, ub_overlap_rs_dgrad=False,
                  ub_bulk_dgrad=False, ub_bulk_wgrad=False, bias=True,
                  normalization="LayerNorm", device="cuda", qkv_format="sbhd",
-                 name=None):
+                 name=None, rotary_pos_interleaved=False):
         super().__init__(params_dtype)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "MultiheadAttention"
@@ -88,6 +91,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             raise ValueError(f"{owner}: attention_type must be 'self' or "
                              f"'cross', got {attention_type!r}")
         self.attention_type = attention_type
+        # GPT-J's rotary layout: adjacent channel pairs (TE's flag).
+        self.rotary_pos_interleaved = bool(rotary_pos_interleaved)
         _args.check_unsupported(
             owner, return_layernorm_output=return_layernorm_output)
         self.hidden_size = int(hidden_size)
@@ -185,10 +190,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
                     seq_kv=None, padded_queries=False):
-        """The layer's spec for a call with `mask_type`, a rotary table or
-        not, the normalized `window_size` (the constructor's when None)
-        and, for cross-attention, an encoder output of `seq_kv`
-        positions."""
+        """The layer's spec for a call with `mask_type`, a rotary table of
+        `rotary` channels (True: all, 0/False: none), the normalized
+        `window_size` (the constructor's when None) and, for
+        cross-attention, an encoder output of `seq_kv` positions."""
         mask_type = mask_type or self.attn_mask_type
         if window_size is None:
             window_size = window_of_call("MultiheadAttention",
@@ -198,9 +203,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self.num_gqa_groups, self.input_layernorm, self.normalization,
             self.layernorm_epsilon, self.zero_centered_gamma, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.use_bias, bool(rotary), window_size,
+            self.use_bias, rotary, window_size,
             seq_kv if self.attention_type == "cross" else None,
-            padded_queries)
+            padded_queries, self.rotary_pos_interleaved)
 
     def _cross_call(self, owner, encoder_output, mask_type, attention_mask,
                     window, rotary_pos_emb):

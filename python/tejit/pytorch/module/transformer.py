@@ -44,7 +44,7 @@ class TransformerLayer(TransformerEngineBaseModule):
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    drop_path_rate > 0, rotary_pos_interleaved,
+    drop_path_rate > 0,
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens, inference_params. Accepted and unused: layer_number,
     get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
@@ -86,8 +86,8 @@ class TransformerLayer(TransformerEngineBaseModule):
                              f"'decoder', got {layer_type!r}")
         self.layer_type = layer_type
         self.output_layernorm = bool(output_layernorm)
-        _args.check_unsupported(
-            owner, rotary_pos_interleaved=rotary_pos_interleaved)
+        # GPT-J's rotary layout: adjacent channel pairs.
+        self.rotary_pos_interleaved = bool(rotary_pos_interleaved)
         # TE's parallel block (GPT-J, PaLM): y = x + dropout(attention(x) +
         # mlp(x)), with TE's constraints.
         self.parallel_attention_mlp = bool(parallel_attention_mlp)
@@ -157,6 +157,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             attn_mask_type=self.self_attn_mask_type,
             window_size=window if window_size is not None else None,
             input_layernorm=not self.output_layernorm, attention_type="self",
+            rotary_pos_interleaved=self.rotary_pos_interleaved,
             **attention_kwargs)
         self.kv_channels = self.self_attention.kv_channels
         self.num_gqa_groups = self.self_attention.num_gqa_groups
@@ -206,12 +207,13 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.hidden_dropout if active else 0.0,
             self.attention_dropout if active else 0.0,
             mask_type, self.use_bias,
-            self.apply_residual_connection_post_layernorm, bool(rotary),
+            self.apply_residual_connection_post_layernorm, rotary,
             window_size,
             (seq_kv, enc_dec_mask_type or self.enc_dec_attn_mask_type,
              padded_queries)
             if self.layer_type == "decoder" else None,
-            self.output_layernorm, self.parallel_attention_mlp)
+            self.output_layernorm, self.parallel_attention_mlp,
+            self.rotary_pos_interleaved)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
