@@ -469,9 +469,14 @@ LogicalResult MultiheadAttentionOp::verify() {
                        getAttentionDropout().convertToDouble(),
                        getWindowSize()};
   block.queryMask = getQueryMask();
+  if (getReturnLayernormOutput() && !getLnWeight())
+    return emitOpError() << "'return_layernorm_output' needs the input "
+                            "normalization ('ln_weight')";
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
+      failed(verifyLnOutput(checker, getReturnLayernormOutput(),
+                            getLnOutput(), shape)) ||
       failed(verifyEps(checker, "layernorm_epsilon",
                        getLayernormEpsilon().convertToDouble())))
     return failure();

@@ -252,6 +252,9 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     s]`, padding mask types) pads queries too: their attention output rows
     are 0 (Transformer Engine's mask pair).
 
+    With `return_layernorm_output` (and `ln_weight`), the normalized input
+    is a second result, `ln_output`.
+
     ```mlir
     %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
         qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 32 : i64}
@@ -283,8 +286,9 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    UnitAttr:$rotary_pos_interleaved,
+                   UnitAttr:$return_layernorm_output,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
-  let results = (outs TE_Tensor:$output);
+  let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
     $input (`encoder_output` `(` $encoder_output^ `)`)?
     (`ln_weight` `(` $ln_weight^ `)`)? (`ln_bias` `(` $ln_bias^ `)`)?

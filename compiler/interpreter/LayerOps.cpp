@@ -202,7 +202,10 @@ static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
   block.kvWeight = op.getKvWeight();
   block.kvBias = op.getKvBias();
   block.params.queryMask = frame.getOptional(op.getQueryMask());
-  return frame.set(op, op.getOutput(), attendBlock(normalized, block, frame));
+  if (failed(frame.set(op, op.getOutput(),
+                       attendBlock(normalized, block, frame))))
+    return failure();
+  return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
 
 /// A decoder layer's cross-attention block: the inter_* operands over

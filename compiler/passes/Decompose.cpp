@@ -329,6 +329,7 @@ SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {
   if (op.getLnWeight())
     x = lower.norm(op.getNormalization(), x, op.getLnWeight(), op.getLnBias(),
                    op.getLayernormEpsilon(), op.getZeroCenteredGamma());
+  Value normed = x;
   AttentionParams params =
       attentionParams(op, op.getAttnMaskType(), op.getQkvFormat());
   params.encoder = op.getEncoderOutput();
@@ -337,7 +338,10 @@ SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {
   params.queryMask = op.getQueryMask();
   Value y =
       lower.attentionBlock(x, LayerLowering::shapeOf(op.getInput()), params);
-  return {restoreShape(lower, y, op.getInput())};
+  SmallVector<Value> results = {restoreShape(lower, y, op.getInput())};
+  if (op.getLnOutput())
+    results.push_back(restoreShape(lower, normed, op.getInput()));
+  return results;
 }
 
 /// A decoder layer's cross-attention block: the inter_* operands over

@@ -380,6 +380,7 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
   FailureOr<bool> inputLayernorm = layer.getBool("input_layernorm", false);
+  FailureOr<bool> returnNorm = layer.getBool("return_layernorm_output", false);
   FailureOr<std::optional<std::string>> attentionType =
       layer.getChoice("attention_type", {"self", "cross"});
   FailureOr<NormOptions> norm = NormOptions::read(ctx, "layernorm_epsilon");
@@ -392,10 +393,13 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
                            : FailureOr<AttnMaskType>(failure()),
       /*ownMaskKey=*/false, "attention_type 'cross'");
   if (failed(layer.finish()) || failed(hidden) || failed(inputLayernorm) ||
-      failed(attentionType) || failed(norm) || failed(attention) ||
-      failed(cross) ||
+      failed(returnNorm) || failed(attentionType) || failed(norm) ||
+      failed(attention) || failed(cross) ||
       (isCross && failed(CrossOptions::rejectSelfOnly(ctx, *attention))))
     return failure();
+  if (*returnNorm && !*inputLayernorm)
+    return emitError(layer.valueLoc("return_layernorm_output"))
+           << "'return_layernorm_output' needs 'input_layernorm: true'";
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
     return failure();
@@ -438,8 +442,9 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   }
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
   norm->addAttributes(ctx, parts);
+  parts.set("return_layernorm_output", ctx.flag(*returnNorm));
   return ctx.build(MultiheadAttentionOp::getOperationName(), parts,
-                   input->getType(), /*segmented=*/true);
+                   input->getType(), /*segmented=*/true, *returnNorm);
 }
 
 FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {

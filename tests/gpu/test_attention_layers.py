@@ -760,6 +760,42 @@ def test_multihead_attention_return_bias():
                  {"output": 1.6e-2}, "return_bias")
 
 
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_multihead_attention_layernorm_output(fp8):
+    """return_layernorm_output (with input_layernorm and return_bias): the
+    forward returns (output, proj bias, norm output), as TE's; both
+    against the float32 composition, and the input's gradient through
+    both outputs (the norm's output used as, e.g., a post-LN residual)."""
+    mha = te.MultiheadAttention(256, 4, attention_dropout=0.0,
+                                input_layernorm=True, return_bias=True,
+                                return_layernorm_output=True,
+                                params_dtype=BF16)
+    perturb(mha)
+    x = torch.randn(64, 2, 256, device="cuda", dtype=BF16,
+                    requires_grad=True)
+    dy, dln = (torch.randn(64, 2, 256, device="cuda", dtype=BF16)
+               for _ in range(2))
+    recipe_ = hybrid() if fp8 else None
+    for _ in range(FP8_WARMUP_STEPS if fp8 else 1):
+        x.grad = None
+        with te.fp8_autocast(enabled=fp8, fp8_recipe=recipe_):
+            out, bias, ln = mha(x)
+        torch.autograd.backward([out, ln], [dy, dln])
+    assert bias is mha.proj.bias or torch.equal(bias, mha.proj.bias)
+    x32 = x.detach().float().requires_grad_()
+    params = {n: p.detach().float() for n, p in mha.named_parameters()}
+    ref_out, ref_ln = mha_ref(mha, x32, params, "causal", None, None)
+    torch.autograd.backward([ref_out, ref_ln], [dy.float(), dln.float()])
+    # check_block's bounds (the norm's output is bf16 in both modes).
+    check_errors({"output": rel_l2(out.float() + bias.float(), ref_out),
+                  "ln_output": rel_l2(ln, ref_ln),
+                  "input grad": rel_l2(x.grad, x32.grad)},
+                 {"output": L2_FP8_OUTPUT if fp8 else L2_DTYPE[BF16],
+                  "ln_output": L2_DTYPE[BF16],
+                  "input grad": L2_FP8_GRAD if fp8 else L2_DTYPE[BF16]},
+                 f"return_layernorm_output {'fp8' if fp8 else 'bf16'}")
+
+
 TL_CASES = {
     "default": (dict(hidden_size=256, ffn_hidden_size=1024,
                      num_attention_heads=4), "causal", False),

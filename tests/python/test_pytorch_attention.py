@@ -174,9 +174,6 @@ class ArgumentTest(unittest.TestCase):
             (lambda: te.MultiheadAttention(64, 4, attention_type="cross",
                                            window_size=(8, 0), device=CPU),
              "cross-attention"),
-            (lambda: te.MultiheadAttention(64, 4, return_layernorm_output=True,
-                                           device=CPU),
-             "return_layernorm_output"),
             (lambda: te.MultiheadAttention(64, 4, sequence_parallel=True,
                                            device=CPU), "sequence_parallel"),
             (lambda: te.MultiheadAttention(64, 4, ub_overlap_ag=True,
@@ -481,6 +478,24 @@ class JitKeyTest(unittest.TestCase):
         finally:
             attention.check_input = original
         return seen
+
+    def test_multihead_attention_layernorm_output(self):
+        """return_layernorm_output reaches the spec with input_layernorm
+        only (as TE returns the norm's output only then); the forward
+        returns (output, proj bias, norm output) in TE's order."""
+        plain = te.MultiheadAttention(64, 4, return_layernorm_output=True,
+                                      device=CPU)
+        normed = te.MultiheadAttention(64, 4, return_layernorm_output=True,
+                                       input_layernorm=True,
+                                       return_bias=True, device=CPU)
+        x = torch.zeros(8, 2, 64)
+        seen = self.calls(plain, [((x,), {})])
+        self.assertNotIn("return_layernorm_output", seen[0][4])
+        seen = self.calls(normed, [((x,), {})])
+        self.assertTrue(seen[0][4]["return_layernorm_output"])
+        text = tejit.compile_ir(_attention_specs.program_spec(
+            "MultiheadAttention", "bf16", "sbhd", 8, 2, seen[0][4]), "te")
+        self.assertIn(".ln_output", text)
 
     def test_rotary_layouts(self):
         """A table narrower than a head (partial rotary) keys its own

@@ -96,6 +96,14 @@ layers:
      num_gqa_groups: 2, attn_mask_type: padding, padded_queries: true,
      attention_dropout: 0.25}
 )"},
+    {"mha_layernorm_output", R"(
+seq_length: 6
+batch_size: 2
+layers:
+  - {type: MultiheadAttention, hidden_size: 16, num_attention_heads: 2,
+     input_layernorm: true, return_layernorm_output: true,
+     rotary_pos_emb: true, rotary_dim: 4, attention_dropout: 0.2}
+)"},
     {"parallel_attention_mlp", R"(
 seq_length: 5
 batch_size: 2
@@ -314,7 +322,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "transformer_kv_channels_silu", "mlp_variants",
                       "main_grad", "attention_bshd_causal_bottom_right",
                       "sliding_window", "main_grad_bf16", "attention_cross",
-                      "attention_query_mask", "parallel_attention_mlp",
+                      "attention_query_mask", "mha_layernorm_output",
+                      "parallel_attention_mlp",
                       "decoder_cross", "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;

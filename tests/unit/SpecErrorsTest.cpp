@@ -867,6 +867,17 @@ layers:
                   9, 29,
                   "'parallel_attention_mlp' is not supported with "
                   "'output_layernorm' true"},
+        ErrorCase{"LayernormOutputWithoutLayernorm", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    return_layernorm_output: true
+)",
+                  7, 30,
+                  "'return_layernorm_output' needs 'input_layernorm: true'"},
         ErrorCase{"RotaryDimWithoutRotary", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -68,7 +68,8 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              input_layernorm, normalization, eps,
                              zero_centered_gamma, mask_type, dropout, bias,
                              rotary, window_size=None, kv_seq_length=None,
-                             padded_queries=False, rotary_interleaved=False):
+                             padded_queries=False, rotary_interleaved=False,
+                             return_layernorm_output=False):
     """`kv_seq_length`: the encoder output's length for cross-attention
     (attention_type "cross"), else None; `padded_queries`: the queries
     have a padding mask of their own (`enc_dec_query_mask`)."""
@@ -85,6 +86,8 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
         layer["kv_seq_length"] = int(kv_seq_length)
         if padded_queries:
             layer["padded_queries"] = True
+    if return_layernorm_output:
+        layer["return_layernorm_output"] = True
     return _with_window(layer, mask_type, window_size)
 
 

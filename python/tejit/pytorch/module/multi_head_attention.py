@@ -53,8 +53,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
     types with TE's (query mask [b, 1, 1, s], key/value mask [b, 1, 1,
     s_kv]) pair (padded queries' attention rows are 0, as in TE), or the
     key/value mask alone; no
-    rotary embeddings or sliding windows there. Refused
-    (NotImplementedError naming the argument): return_layernorm_output,
+    rotary embeddings or sliding windows there. With
+    return_layernorm_output and input_layernorm, the forward also returns
+    the normalized input (last, after proj's bias with return_bias), as
+    TE's. Refused (NotImplementedError naming the argument):
     tensor/sequence parallelism, userbuffers, attention bias, ALiBi,
     cu_seqlens, inference_params.
     Accepted and unused: layer_number, get_rng_state_tracker,
@@ -93,8 +95,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.attention_type = attention_type
         # GPT-J's rotary layout: adjacent channel pairs (TE's flag).
         self.rotary_pos_interleaved = bool(rotary_pos_interleaved)
-        _args.check_unsupported(
-            owner, return_layernorm_output=return_layernorm_output)
+        # TE returns the norm's output only with input_layernorm.
+        self.return_layernorm_output = bool(return_layernorm_output)
         self.hidden_size = int(hidden_size)
         self.num_attention_heads = int(num_attention_heads)
         if kv_channels is None:
@@ -205,7 +207,11 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self.attention_dropout if self._dropout_active() else 0.0,
             self.use_bias, rotary, window_size,
             seq_kv if self.attention_type == "cross" else None,
-            padded_queries, self.rotary_pos_interleaved)
+            padded_queries, self.rotary_pos_interleaved,
+            self._returns_layernorm_output())
+
+    def _returns_layernorm_output(self):
+        return self.input_layernorm and self.return_layernorm_output
 
     def _cross_call(self, owner, encoder_output, mask_type, attention_mask,
                     window, rotary_pos_emb):
@@ -258,10 +264,12 @@ class MultiheadAttention(TransformerEngineBaseModule):
             cu_seqlens_kv_padded=cu_seqlens_kv_padded,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
             pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
-        out = outputs["output"]
+        result = [outputs["output"]]
         if self.return_bias:
-            return out, self._bias_output("proj.bias", out)
-        return out
+            result.append(self._bias_output("proj.bias", result[0]))
+        if self._returns_layernorm_output():
+            result.append(outputs["ln_output"])
+        return tuple(result) if len(result) > 1 else result[0]
 
     def extra_repr(self):
         return (f"hidden_size={self.hidden_size}, "
