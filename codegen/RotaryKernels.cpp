@@ -219,8 +219,8 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
     if (tokenStride)
       passExtents.push_back(tokenStride);
     int64_t passVec = vectorWidth(passExtents, elementBytes(element));
-    w.line(formatv("constexpr tj_i64 kPassVec = {0}, kPassVecs = {1};",
-                   passVec, passed / passVec)
+    w.line(formatv("constexpr tj_i64 kPassVec = {0}, kPassVecs = {1};", passVec,
+                   passed / passVec)
                .str());
   }
   // The row offsets' constants (rowOffset): bshd rows need the sequence

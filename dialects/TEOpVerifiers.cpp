@@ -475,8 +475,8 @@ LogicalResult MultiheadAttentionOp::verify() {
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
-      failed(verifyLnOutput(checker, getReturnLayernormOutput(),
-                            getLnOutput(), shape)) ||
+      failed(verifyLnOutput(checker, getReturnLayernormOutput(), getLnOutput(),
+                            shape)) ||
       failed(verifyEps(checker, "layernorm_epsilon",
                        getLayernormEpsilon().convertToDouble())))
     return failure();

@@ -202,8 +202,8 @@ static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
   block.kvWeight = op.getKvWeight();
   block.kvBias = op.getKvBias();
   block.params.queryMask = frame.getOptional(op.getQueryMask());
-  if (failed(frame.set(op, op.getOutput(),
-                       attendBlock(normalized, block, frame))))
+  if (failed(
+          frame.set(op, op.getOutput(), attendBlock(normalized, block, frame))))
     return failure();
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
@@ -253,15 +253,13 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
     Tensor ln2 = normalize(
         op.getNormalization(), input, frame.get(op.getMlpLnWeight()),
         frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
-    Tensor both =
-        add(attendBlock(ln1, block, frame),
-            mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
-                op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()));
-    return frame.set(
-        op, op.getOutput(),
-        add(input, applyDropout(std::move(both), rate,
-                                frame.layerDropoutKey(
-                                    dropout::kMlpOutputSite))));
+    Tensor both = add(attendBlock(ln1, block, frame),
+                      mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
+                          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()));
+    return frame.set(op, op.getOutput(),
+                     add(input, applyDropout(std::move(both), rate,
+                                             frame.layerDropoutKey(
+                                                 dropout::kMlpOutputSite))));
   }
   Tensor attended =
       applyDropout(attendBlock(ln1, block, frame), rate,

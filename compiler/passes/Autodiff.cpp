@@ -320,12 +320,12 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         return success();
       })
       .Case([&](RotaryOp op) {
-        addGrad(op.getInput(),
-                create<RotaryOp>(grad.getType(), grad, available(op.getFreqs()),
-                                 op.getQkvFormatAttr(),
-                                 op.getInverse() ? nullptr
-                                                 : builder.getUnitAttr(),
-                                 op.getInterleavedAttr()));
+        addGrad(
+            op.getInput(),
+            create<RotaryOp>(grad.getType(), grad, available(op.getFreqs()),
+                             op.getQkvFormatAttr(),
+                             op.getInverse() ? nullptr : builder.getUnitAttr(),
+                             op.getInterleavedAttr()));
         return success();
       })
       .Case([&](AttentionOp op) {

@@ -207,9 +207,9 @@ public:
       auto formatAttr = QkvFormatAttr::get(ctx(), params.format);
       UnitAttr interleaved =
           params.rotaryInterleaved ? builder.getUnitAttr() : nullptr;
-      query = builder.create<RotaryOp>(loc, query.getType(), query,
-                                       params.rotary, formatAttr, nullptr,
-                                       interleaved);
+      query =
+          builder.create<RotaryOp>(loc, query.getType(), query, params.rotary,
+                                   formatAttr, nullptr, interleaved);
       key = builder.create<RotaryOp>(loc, key.getType(), key, params.rotary,
                                      formatAttr, nullptr, interleaved);
     }

@@ -99,11 +99,11 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   parts.addOptional(ctx.attentionMask(*maskType, kvSeqLength));
   parts.addOptional(
       *paddedQueries
-          ? ctx.state.addInput("query_mask",
-                               RankedTensorType::get(
-                                   {ctx.state.batchSize, 1, 1, seq},
-                                   IntegerType::get(ctx.context(), 1)),
-                               ctx.loc())
+          ? ctx.state.addInput(
+                "query_mask",
+                RankedTensorType::get({ctx.state.batchSize, 1, 1, seq},
+                                      IntegerType::get(ctx.context(), 1)),
+                ctx.loc())
           : Value());
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));
@@ -160,8 +160,8 @@ struct AttentionOptions {
       if (!*rotary && layer.has(key))
         return emitError(layer.keyLoc(key))
                << "'" << key << "' needs 'rotary_pos_emb: true'";
-    return AttentionOptions{*heads,  *groups,    *kvChannels, *maskType,
-                            *dropout, *bias,     *rotary,     *format,
+    return AttentionOptions{*heads,   *groups,    *kvChannels, *maskType,
+                            *dropout, *bias,      *rotary,     *format,
                             *window,  *rotaryDim, *interleaved};
   }
 
@@ -476,10 +476,10 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
     return failure();
   if (*parallel) {
     // Transformer Engine's constraints on its parallel block.
-    for (auto [key, set] : {std::pair<StringRef, bool>{"layer_type", decoder},
-                            {"apply_residual_connection_post_layernorm",
-                             *postLnResidual},
-                            {"output_layernorm", *outputNorm}})
+    for (auto [key, set] :
+         {std::pair<StringRef, bool>{"layer_type", decoder},
+          {"apply_residual_connection_post_layernorm", *postLnResidual},
+          {"output_layernorm", *outputNorm}})
       if (set)
         return emitError(layer.valueLoc("parallel_attention_mlp"))
                << "'parallel_attention_mlp' is not supported with '" << key

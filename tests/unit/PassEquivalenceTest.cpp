@@ -323,8 +323,8 @@ INSTANTIATE_TEST_SUITE_P(
                       "main_grad", "attention_bshd_causal_bottom_right",
                       "sliding_window", "main_grad_bf16", "attention_cross",
                       "attention_query_mask", "mha_layernorm_output",
-                      "parallel_attention_mlp",
-                      "decoder_cross", "output_layernorm"),
+                      "parallel_attention_mlp", "decoder_cross",
+                      "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

@@ -317,8 +317,7 @@ layers:
                   7, 30,
                   "'fuse_wgrad_accumulation' in Linear must be true or false, "
                   "got 'yes please'"},
-        ErrorCase{
-            "TensorParallelOptionIsUnknown", "spec.yaml", R"(
+        ErrorCase{"TensorParallelOptionIsUnknown", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 layers:
@@ -328,19 +327,19 @@ layers:
     num_attention_heads: 4
     sequence_parallel: true
 )",
-            8, 5,
-            "unknown key 'sequence_parallel' in TransformerLayer (valid "
-            "keys: type, name, recipe, fuse_wgrad_accumulation, "
-            "main_grad_dtype, "
-            "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
-            "apply_residual_connection_post_layernorm, "
-            "output_layernorm, parallel_attention_mlp, layer_type, "
-            "normalization, layernorm_epsilon, zero_centered_gamma, "
-            "num_attention_heads, num_gqa_groups, kv_channels, "
-            "self_attn_mask_type, attention_dropout, bias, "
-            "rotary_pos_emb, attn_input_format, window_size, rotary_dim, "
-            "rotary_pos_interleaved, "
-            "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
+                  8, 5,
+                  "unknown key 'sequence_parallel' in TransformerLayer (valid "
+                  "keys: type, name, recipe, fuse_wgrad_accumulation, "
+                  "main_grad_dtype, "
+                  "hidden_size, ffn_hidden_size, hidden_dropout, activation, "
+                  "apply_residual_connection_post_layernorm, "
+                  "output_layernorm, parallel_attention_mlp, layer_type, "
+                  "normalization, layernorm_epsilon, zero_centered_gamma, "
+                  "num_attention_heads, num_gqa_groups, kv_channels, "
+                  "self_attn_mask_type, attention_dropout, bias, "
+                  "rotary_pos_emb, attn_input_format, window_size, rotary_dim, "
+                  "rotary_pos_interleaved, "
+                  "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -826,8 +825,8 @@ layers:
                   9, 21,
                   "'padded_queries' needs the padding or padding_causal mask "
                   "type in 'enc_dec_attn_mask_type'"},
-        ErrorCase{"DotProductAttentionPaddedQueriesWithoutPadding",
-                  "spec.yaml", R"(
+        ErrorCase{"DotProductAttentionPaddedQueriesWithoutPadding", "spec.yaml",
+                  R"(
 seq_length: 16
 batch_size: 2
 layers:
