@@ -158,6 +158,15 @@ std::string PointwiseBody::dropoutKeep(DropoutOp dropout, int half,
       tejit::dropout::keepThreshold(dropout.getRate().convertToDouble());
   int64_t cols = colsOf(dropout.getInput());
   std::string name = "keep" + std::to_string(temps++);
+  if (std::optional<uint64_t> group = dropout.getGroup()) {
+    // Drop path: whole runs of rows share a draw (the verifier makes the
+    // group a multiple of the row length).
+    w.line(formatv("const bool {0} = tj_dropout_keeps({1}, static_cast<tj_u64>("
+                   "row / {2}), {3}ull);",
+                   name, keyName, int64_t(*group) / cols, threshold)
+               .str());
+    return memo[key] = name;
+  }
   // A vector starts at a multiple of kVec, which is even when the width is
   // (the kernel asserts it); with an even row length too, its first flat
   // index is even, elements i and i + 1 (i even) are one pair of the RNG,

@@ -601,7 +601,9 @@ LogicalResult TransformerLayerOp::verify() {
       failed(verifyEps(checker, "layernorm_epsilon",
                        getLayernormEpsilon().convertToDouble())) ||
       failed(verifyDropout(checker, "hidden_dropout",
-                           getHiddenDropout().convertToDouble())))
+                           getHiddenDropout().convertToDouble())) ||
+      failed(verifyDropout(checker, "drop_path_rate",
+                           getDropPathRate().convertToDouble())))
     return failure();
   fp8Dims.push_back({"ffn_hidden_size", *ffn, 16});
   return checker.fp8Dims(getFp8RecipeAttr(), fp8Dims);

@@ -334,6 +334,12 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     `attn_ln_*`) and `y` is normalized once more at the end:
     `y = norm_out(h + dropout(mlp(norm2(h))))`.
 
+    `drop_path_rate` is Transformer Engine's DropPath (stochastic depth):
+    after the hidden dropout of the self-attention block and of the MLP,
+    each index of the input's first dim (a position for sbhd, a sample for
+    bshd, as TE draws it) is dropped with that rate, the rest scaled by
+    1 / (1 - rate).
+
     With `parallel_attention_mlp` (Transformer Engine's, the GPT-J/PaLM
     block) the two blocks read the input side by side and share one
     dropout: `y = x + dropout(attn(norm1(x)) + mlp(norm2(x)))`; not with a
@@ -379,6 +385,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    TE_Eps:$layernorm_epsilon, UnitAttr:$zero_centered_gamma,
                    TE_Dropout<"0.1">:$hidden_dropout,
                    TE_Dropout<"0.1">:$attention_dropout,
+                   TE_Dropout<"0.0">:$drop_path_rate,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$self_attn_mask_type,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,

@@ -131,9 +131,15 @@ def TE_DropoutOp : TE_PrimOp<"dropout"> {
     of the state, the stream and the element index: the gradient of a
     dropout is the same dropout (same state and stream) applied to the
     output gradient, so no mask is stored between forward and backward.
+
+    With `group = n` (a multiple of the last dim), runs of n consecutive
+    elements share one draw (element i draws i / n): Transformer Engine's
+    DropPath (stochastic depth), which keeps or drops whole slices along
+    an activation's first dim.
   }];
   let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$rng_state,
-                   F64Attr:$rate, I64Attr:$stream);
+                   F64Attr:$rate, I64Attr:$stream,
+                   OptionalAttr<I64Attr>:$group);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
     $input `,` $rng_state attr-dict `:` type($input) `,` type($rng_state)

@@ -153,6 +153,15 @@ LogicalResult DropoutOp::verify() {
       failed(expectType(*this, getRngState(), "rng_state",
                         rngStateType(getContext()))))
     return failure();
+  if (std::optional<uint64_t> group = getGroup()) {
+    auto type = cast<RankedTensorType>(getInput().getType());
+    int64_t size = static_cast<int64_t>(*group);
+    if (size < 1 || type.getRank() == 0 || size % type.getShape().back() ||
+        type.getNumElements() % size)
+      return emitOpError() << "'group' must be a multiple of the last dim "
+                              "that divides the element count, got "
+                           << size << " for " << type;
+  }
   return expectType(*this, getOutput(), "output", getInput().getType());
 }
 

@@ -105,6 +105,10 @@ enum LayerDropoutSite : uint64_t {
   /// dropout of the cross-attention, and the hidden dropout after it.
   kCrossAttentionSite = 3,
   kCrossAttentionOutputSite = 4,
+  /// te.transformer_layer with drop_path_rate: the drop path (stochastic
+  /// depth) after the attention block and after the MLP.
+  kAttentionDropPathSite = 5,
+  kMlpDropPathSite = 6,
 };
 
 /// Streams reserved per layer op.

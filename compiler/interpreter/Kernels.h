@@ -47,13 +47,15 @@ struct DropoutKey {
   uint64_t seed = 0, offset = 0, stream = 0;
 };
 
-/// The keep mask (1 = kept) of a dropout of `rate` over `shape`.
+/// The keep mask (1 = kept) of a dropout of `rate` over `shape`; runs of
+/// `group` consecutive elements share a draw (drop path).
 Tensor dropoutKeep(llvm::ArrayRef<int64_t> shape, double rate,
-                   const DropoutKey &key);
+                   const DropoutKey &key, int64_t group = 1);
 /// `x * keep / (1 - rate)`.
 Tensor maskScale(const Tensor &x, const Tensor &keep, double rate);
 /// Dropout of `rate` applied to `x`: maskScale(x, dropoutKeep(...), rate).
-Tensor applyDropout(const Tensor &x, double rate, const DropoutKey &key);
+Tensor applyDropout(const Tensor &x, double rate, const DropoutKey &key,
+                    int64_t group = 1);
 
 //===----------------------------------------------------------------------===//
 // Normalization (NormKernels.cpp)

@@ -234,11 +234,23 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
 /// with apply_residual_connection_post_layernorm. A decoder (encoder_output)
 /// adds h = r3 + dropout(cross(ln3)) in between, ln3 normalizing h. With
 /// parallel_attention_mlp, y = x + dropout(attn(ln1) + mlp(ln2)), ln2
-/// normalizing x.
+/// normalizing x. With drop_path_rate, TE's DropPath follows the dropout
+/// after the self-attention and after the MLP.
 static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   const Tensor &input = frame.get(op.getInput());
   double eps = toDouble(op.getLayernormEpsilon());
   double rate = toDouble(op.getHiddenDropout());
+  double dropPath = toDouble(op.getDropPathRate());
+  // One drop-path draw per index of the input's first dim.
+  int64_t group = 1;
+  for (int64_t dim : llvm::ArrayRef<int64_t>(input.shape).drop_front())
+    group *= dim;
+  auto residualBranch = [&](Tensor branch, dropout::LayerDropoutSite site,
+                            dropout::LayerDropoutSite dropPathSite) {
+    return applyDropout(
+        applyDropout(std::move(branch), rate, frame.layerDropoutKey(site)),
+        dropPath, frame.layerDropoutKey(dropPathSite), group);
+  };
   bool postLn = op.getApplyResidualConnectionPostLayernorm();
   // output_layernorm (out_ln_weight): the attention takes the input itself.
   Tensor ln1 = op.getAttnLnWeight()
@@ -256,14 +268,14 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
     Tensor both = add(attendBlock(ln1, block, frame),
                       mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
                           op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()));
-    return frame.set(op, op.getOutput(),
-                     add(input, applyDropout(std::move(both), rate,
-                                             frame.layerDropoutKey(
-                                                 dropout::kMlpOutputSite))));
+    return frame.set(
+        op, op.getOutput(),
+        add(input, residualBranch(std::move(both), dropout::kMlpOutputSite,
+                                  dropout::kMlpDropPathSite)));
   }
-  Tensor attended =
-      applyDropout(attendBlock(ln1, block, frame), rate,
-                   frame.layerDropoutKey(dropout::kAttentionOutputSite));
+  Tensor attended = residualBranch(attendBlock(ln1, block, frame),
+                                   dropout::kAttentionOutputSite,
+                                   dropout::kAttentionDropPathSite);
   Tensor hidden = add(postLn ? ln1 : input, attended);
   if (op.getEncoderOutput()) {
     Tensor ln3 = normalize(
@@ -278,9 +290,9 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
       op.getNormalization(), hidden, frame.get(op.getMlpLnWeight()),
       frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
   Tensor mlpOut =
-      applyDropout(mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
-                       op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()),
-                   rate, frame.layerDropoutKey(dropout::kMlpOutputSite));
+      residualBranch(mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
+                         op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()),
+                     dropout::kMlpOutputSite, dropout::kMlpDropPathSite);
   Tensor output = add(postLn ? ln2 : hidden, mlpOut);
   if (op.getOutLnWeight())
     output = normalize(

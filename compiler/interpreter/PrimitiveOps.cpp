@@ -82,9 +82,10 @@ static LogicalResult runOp(te::DropoutOp op, Frame &frame) {
       rngKey(op, frame.get(op.getRngState()), op.getStreamAttr().getInt());
   if (failed(key))
     return failure();
-  return frame.set(op, op.getOutput(),
-                   applyDropout(frame.get(op.getInput()),
-                                op.getRate().convertToDouble(), *key));
+  return frame.set(
+      op, op.getOutput(),
+      applyDropout(frame.get(op.getInput()), op.getRate().convertToDouble(),
+                   *key, static_cast<int64_t>(op.getGroup().value_or(1))));
 }
 
 static LogicalResult runOp(te::MatmulOp op, Frame &frame) {

@@ -114,12 +114,13 @@ Tensor tejit::interp::linear(const Tensor &x, const Tensor &weight,
 }
 
 Tensor tejit::interp::dropoutKeep(ArrayRef<int64_t> shape, double rate,
-                                  const DropoutKey &key) {
+                                  const DropoutKey &key, int64_t group) {
   Tensor keep = Tensor::zeros(shape);
   for (size_t i = 0; i < keep.data.size(); ++i)
     keep.data[i] =
-        tejit::dropout::keeps(rate, key.seed, key.offset, key.stream, i) ? 1.0
-                                                                         : 0.0;
+        tejit::dropout::keeps(rate, key.seed, key.offset, key.stream, i / group)
+            ? 1.0
+            : 0.0;
   return keep;
 }
 
@@ -134,6 +135,6 @@ Tensor tejit::interp::maskScale(const Tensor &x, const Tensor &keep,
 }
 
 Tensor tejit::interp::applyDropout(const Tensor &x, double rate,
-                                   const DropoutKey &key) {
-  return maskScale(x, dropoutKeep(x.shape, rate, key), rate);
+                                   const DropoutKey &key, int64_t group) {
+  return maskScale(x, dropoutKeep(x.shape, rate, key, group), rate);
 }

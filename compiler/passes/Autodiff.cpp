@@ -292,7 +292,7 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         addGrad(op.getInput(),
                 create<DropoutOp>(grad.getType(), grad,
                                   available(op.getRngState()), op.getRateAttr(),
-                                  op.getStreamAttr()));
+                                  op.getStreamAttr(), op.getGroupAttr()));
         return success();
       })
       .Case([&](MatmulOp op) {

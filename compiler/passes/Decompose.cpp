@@ -30,7 +30,9 @@ enum DropoutSite : int64_t {
   kAfterAttention = 1,
   kAfterMlp = 2,
   kCrossAttention = 3,
-  kAfterCrossAttention = 4
+  kAfterCrossAttention = 4,
+  kDropPathAfterAttention = 5,
+  kDropPathAfterMlp = 6
 };
 
 /// The attention block's parameters and options, whichever layer op
@@ -116,12 +118,23 @@ public:
     return linear(activated, fc2Weight, fc2Bias);
   }
 
-  Value dropout(Value x, double rate, int64_t site) {
+  Value dropout(Value x, double rate, int64_t site, int64_t group = 0) {
     if (inference || rate == 0.0)
       return x;
-    return builder.create<DropoutOp>(loc, x.getType(), x, rngState,
-                                     builder.getF64FloatAttr(rate),
-                                     builder.getI64IntegerAttr(stream(site)));
+    return builder.create<DropoutOp>(
+        loc, x.getType(), x, rngState, builder.getF64FloatAttr(rate),
+        builder.getI64IntegerAttr(stream(site)),
+        group ? builder.getI64IntegerAttr(group) : IntegerAttr());
+  }
+
+  /// Transformer Engine's DropPath on `x`, the tokens of an activation
+  /// shaped like `shape`: one draw per index of its first dim (a sequence
+  /// position for sbhd, a sample for bshd, as TE's).
+  Value dropPath(Value x, double rate, int64_t site, ArrayRef<int64_t> shape) {
+    int64_t group = 1;
+    for (int64_t dim : shape.drop_front())
+      group *= dim;
+    return dropout(x, rate, site, group);
   }
 
   Value add(Value lhs, Value rhs) {
@@ -370,6 +383,15 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
   bool zeroCentered = op.getZeroCenteredGamma();
   bool postLn = op.getApplyResidualConnectionPostLayernorm();
   double hiddenDropout = op.getHiddenDropout().convertToDouble();
+  // TE's drop path follows the hidden dropout after the self-attention and
+  // after the MLP (not after a decoder's cross-attention).
+  double dropPath = op.getDropPathRate().convertToDouble();
+  ArrayRef<int64_t> shape = LayerLowering::shapeOf(op.getInput());
+  auto residualBranch = [&](Value branch, int64_t dropoutSite,
+                            int64_t dropPathSite) {
+    return lower.dropPath(lower.dropout(branch, hiddenDropout, dropoutSite),
+                          dropPath, dropPathSite, shape);
+  };
 
   // output_layernorm (out_ln_weight): no norm before the attention, one
   // after the last residual.
@@ -389,11 +411,12 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
     Value mlp = lower.mlp(mlpIn, op.getActivation(), op.getFc1Weight(),
                           op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
     Value y = lower.add(
-        x, lower.dropout(lower.add(attn, mlp), hiddenDropout, kAfterMlp));
+        x, residualBranch(lower.add(attn, mlp), kAfterMlp, kDropPathAfterMlp));
     return {restoreShape(lower, y, op.getInput())};
   }
-  Value hidden = lower.add(postLn ? attnIn : x,
-                           lower.dropout(attn, hiddenDropout, kAfterAttention));
+  Value hidden =
+      lower.add(postLn ? attnIn : x,
+                residualBranch(attn, kAfterAttention, kDropPathAfterAttention));
   if (op.getEncoderOutput()) {
     Value crossIn =
         lower.norm(op.getNormalization(), hidden, op.getInterLnWeight(),
@@ -411,7 +434,7 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
   Value mlp = lower.mlp(mlpIn, op.getActivation(), op.getFc1Weight(),
                         op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
   Value y = lower.add(postLn ? mlpIn : hidden,
-                      lower.dropout(mlp, hiddenDropout, kAfterMlp));
+                      residualBranch(mlp, kAfterMlp, kDropPathAfterMlp));
   if (op.getOutLnWeight())
     y = lower.norm(op.getNormalization(), y, op.getOutLnWeight(),
                    op.getOutLnBias(), eps, zeroCentered);
@@ -424,7 +447,8 @@ bool usesDropout(Operation *op) {
     auto attr = op->getAttrOfType<FloatAttr>(name);
     return attr && attr.getValueAsDouble() > 0.0;
   };
-  return rate("attention_dropout") || rate("hidden_dropout");
+  return rate("attention_dropout") || rate("hidden_dropout") ||
+         rate("drop_path_rate");
 }
 
 bool isLayerOp(Operation *op) {

@@ -452,6 +452,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   FailureOr<int64_t> hidden = layer.requirePositive("hidden_size");
   FailureOr<int64_t> ffn = layer.requirePositive("ffn_hidden_size");
   FailureOr<double> hiddenDropout = layer.getFloat("hidden_dropout", 0.1);
+  // TE's DropPath (stochastic depth).
+  FailureOr<double> dropPath = layer.getFloat("drop_path_rate", 0.0);
   FailureOr<Activation> activation = ctx.readActivation();
   FailureOr<bool> postLnResidual =
       layer.getBool("apply_residual_connection_post_layernorm", false);
@@ -470,9 +472,9 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
       ctx.readMaskType("enc_dec_attn_mask_type", AttnMaskType::no_mask),
       /*ownMaskKey=*/true, "layer_type 'decoder'");
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
-      failed(hiddenDropout) || failed(activation) || failed(postLnResidual) ||
-      failed(outputNorm) || failed(layerType) || failed(norm) ||
-      failed(attention) || failed(cross) || failed(parallel))
+      failed(hiddenDropout) || failed(dropPath) || failed(activation) ||
+      failed(postLnResidual) || failed(outputNorm) || failed(layerType) ||
+      failed(norm) || failed(attention) || failed(cross) || failed(parallel))
     return failure();
   if (*parallel) {
     // Transformer Engine's constraints on its parallel block.
@@ -557,6 +559,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   norm->addAttributes(ctx, parts);
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
   parts.set("hidden_dropout", ctx.f64(*hiddenDropout));
+  if (*dropPath != 0.0)
+    parts.set("drop_path_rate", ctx.f64(*dropPath));
   parts.set("apply_residual_connection_post_layernorm",
             ctx.flag(*postLnResidual));
   parts.set("parallel_attention_mlp", ctx.flag(*parallel));

@@ -1190,6 +1190,81 @@ def test_hidden_dropout_matches_reference(case):
         f"{name} {error:.4f}" for name, error in errors.items()))
 
 
+@pytest.mark.parametrize("fmt,seq,batch", [("sbhd", 64, 2),
+                                           ("bshd", 32, 16)])
+def test_drop_path_matches_reference(fmt, seq, batch):
+    """TransformerLayer(drop_path_rate=0.5), TE's DropPath: each index of
+    the input's first dim (a position for sbhd, a sample for bshd) keeps or
+    drops the attention block's output and, independently, the MLP's, the
+    kept ones scaled by 2. Per slice, the output must match exactly one of
+    the four float32 compositions (attention and MLP each kept or
+    dropped), the others far from it; both outcomes occur at each site;
+    the backward, against the composition with the masks found, applies
+    the forward's draws."""
+    rate = 0.5
+    layer = te.TransformerLayer(256, 1024, 4, hidden_dropout=0.0,
+                                attention_dropout=0.0, drop_path_rate=rate,
+                                attn_input_format=fmt, params_dtype=BF16)
+    perturb(layer)
+    layer.train()
+    lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
+    # A small input: the branches (whose size the norms fix) then weigh in
+    # every slice's output, so the four compositions are far apart.
+    x = (0.1 * torch.randn(*lead, 256, device="cuda")).to(
+        BF16).requires_grad_()
+    dy = torch.randn(*lead, 256, device="cuda", dtype=BF16)
+    y = layer(x)
+    y.backward(dy)
+    params = {n: p.detach().float().requires_grad_()
+              for n, p in layer.named_parameters()}
+    x32 = x.detach().float().requires_grad_()
+    scale = 1.0 / (1.0 - rate)
+
+    def compose(attn_keep, mlp_keep):
+        """The layer with per-slice keep factors [first dim, 1, 1]."""
+        attn, _ = mha_ref(layer.self_attention, x32, params, "causal", None,
+                          None, prefix="self_attention.")
+        hidden = x32 + attn * attn_keep * scale
+        return hidden + mlp_ref(layer, hidden, params) * mlp_keep * scale
+
+    slices = lead[0]
+    with torch.no_grad():
+        candidates = {}
+        for a in (0.0, 1.0):
+            for m in (0.0, 1.0):
+                keep = torch.full((slices, 1, 1), 1.0, device="cuda")
+                candidates[(a, m)] = compose(keep * a, keep * m)
+        got = y.detach().float()
+        # Per slice, relative L2 to each candidate.
+        errors = {c: ((got - ref).flatten(1).norm(dim=1)
+                      / ref.flatten(1).norm(dim=1))
+                  for c, ref in candidates.items()}
+        stacked = torch.stack(list(errors.values()))  # [4, slices]
+        best, order = stacked.sort(dim=0)
+    assert (best[0] < L2_DTYPE[BF16]).all(), (
+        f"drop path {fmt} (seed {SEED}): some slices match no composition: "
+        f"{best[0].max().item():.2e}")
+    assert (best[1] > 5 * L2_DTYPE[BF16]).all(), (
+        f"drop path {fmt}: some slices match two compositions")
+    choice = [list(candidates)[i] for i in order[0].tolist()]
+    attn_keep = torch.tensor([c[0] for c in choice], device="cuda")
+    mlp_keep = torch.tensor([c[1] for c in choice], device="cuda")
+    for name, kept in (("attention", attn_keep), ("mlp", mlp_keep)):
+        fraction = kept.mean().item()
+        assert 0.2 < fraction < 0.8, (
+            f"drop path {fmt}: the {name} branch kept {fraction:.2f} of "
+            f"{slices} slices at rate {rate}")
+    ref = compose(attn_keep.view(-1, 1, 1), mlp_keep.view(-1, 1, 1))
+    ref.backward(dy.float())
+    errors = {"input grad": rel_l2(x.grad, x32.grad)}
+    for name in ("self_attention.proj.weight", "layernorm_mlp.fc2_weight",
+                 "layernorm_mlp.fc1_weight"):
+        errors[name] = rel_l2(dict(layer.named_parameters())[name].grad,
+                              params[name].grad)
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[BF16]),
+                 f"drop path {fmt}")
+
+
 def test_eval_mode_matches_dropout_free_layer():
     """In eval mode a dropout layer computes what a dropout-free one does."""
     layer = te.TransformerLayer(256, 1024, 4, params_dtype=BF16)

@@ -182,8 +182,6 @@ class ArgumentTest(unittest.TestCase):
                 64, 256, 4, layer_type="decoder",
                 enc_dec_attn_mask_type="padding_causal_bottom_right",
                 device=CPU), "enc_dec_attn_mask_type"),
-            (lambda: te.TransformerLayer(64, 256, 4, drop_path_rate=0.1,
-                                         device=CPU), "drop_path_rate"),
             (lambda: te.TransformerLayer(64, 256, 4, ub_tp_comm_overlap=True,
                                          device=CPU), "ub_tp_comm_overlap"),
             (lambda: te.TransformerLayer(64, 256, 4,
@@ -496,6 +494,21 @@ class JitKeyTest(unittest.TestCase):
         text = tejit.compile_ir(_attention_specs.program_spec(
             "MultiheadAttention", "bf16", "sbhd", 8, 2, seen[0][4]), "te")
         self.assertIn(".ln_output", text)
+
+    def test_drop_path(self):
+        """drop_path_rate reaches the spec in training mode only."""
+        layer = te.TransformerLayer(64, 256, 4, device=CPU,
+                                    hidden_dropout=0.0, attention_dropout=0.0,
+                                    drop_path_rate=0.2)
+        x = torch.zeros(8, 2, 64)
+        seen = self.calls(layer, [((x,), {})])
+        self.assertEqual(seen[0][4]["drop_path_rate"], 0.2)
+        self.assertTrue(seen[0][2][1])  # dropout active: its own program
+        layer.eval()
+        seen = self.calls(layer, [((x,), {})])
+        self.assertNotIn("drop_path_rate", seen[0][4])
+        with self.assertRaises(ValueError):
+            te.TransformerLayer(64, 256, 4, device=CPU, drop_path_rate=1.0)
 
     def test_rotary_layouts(self):
         """A table narrower than a head (partial rotary) keys its own

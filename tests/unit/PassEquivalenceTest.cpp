@@ -104,6 +104,16 @@ layers:
      input_layernorm: true, return_layernorm_output: true,
      rotary_pos_emb: true, rotary_dim: 4, attention_dropout: 0.2}
 )"},
+    {"drop_path", R"(
+seq_length: 5
+batch_size: 3
+layers:
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, drop_path_rate: 0.4, hidden_dropout: 0.2}
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, drop_path_rate: 0.5, hidden_dropout: 0.0,
+     parallel_attention_mlp: true}
+)"},
     {"parallel_attention_mlp", R"(
 seq_length: 5
 batch_size: 2
@@ -323,7 +333,7 @@ INSTANTIATE_TEST_SUITE_P(
                       "main_grad", "attention_bshd_causal_bottom_right",
                       "sliding_window", "main_grad_bf16", "attention_cross",
                       "attention_query_mask", "mha_layernorm_output",
-                      "parallel_attention_mlp", "decoder_cross",
+                      "drop_path", "parallel_attention_mlp", "decoder_cross",
                       "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;

@@ -29,3 +29,16 @@ func.func @odd(%x: tensor<3x7xbf16> {te.name = "x"},
       : tensor<3x7xbf16>, tensor<2xi64> -> tensor<3x7xbf16>
   return %y : tensor<3x7xbf16>
 }
+
+// Drop path (group): runs of 12 elements, 2 rows of 6, share one draw, so
+// a row draws once, by row / 2.
+// CHECK-LABEL: ===== kernel grouped_dropout_0:
+// CHECK-NOT: dropout pairs need even vectors
+// CHECK: const bool keep0 = tj_dropout_keeps(key0, static_cast<tj_u64>(row / 2), 2147483648ull);
+func.func @grouped(%x: tensor<4x6xbf16> {te.name = "x"},
+                   %rng: tensor<2xi64> {te.name = "rng"})
+    -> tensor<4x6xbf16> {
+  %y = te.dropout %x, %rng {rate = 0.5 : f64, stream = 5 : i64, group = 12 : i64}
+      : tensor<4x6xbf16>, tensor<2xi64> -> tensor<4x6xbf16>
+  return %y : tensor<4x6xbf16>
+}

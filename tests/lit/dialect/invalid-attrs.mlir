@@ -152,3 +152,13 @@ func.func @mha_needs_heads(%x: tensor<16x2x64xbf16>,
         -> tensor<16x2x64xbf16>
   return
 }
+
+// -----
+
+// A drop-path group spans whole rows.
+func.func @dropout_group_not_rows(%x: tensor<4x6xbf16>, %rng: tensor<2xi64>) {
+  // expected-error @+1 {{'group' must be a multiple of the last dim that divides the element count, got 9 for 'tensor<4x6xbf16>'}}
+  %y = te.dropout %x, %rng {rate = 0.5 : f64, stream = 5 : i64, group = 9 : i64}
+      : tensor<4x6xbf16>, tensor<2xi64> -> tensor<4x6xbf16>
+  return
+}

@@ -164,6 +164,22 @@ func.func @transformer_layers(%x: tensor<8x2x32xbf16>, %g: tensor<32xbf16>, %b: 
   return %1 : tensor<8x2x32xbf16>
 }
 
+// TE's drop path (stochastic depth) after each block's hidden dropout: one
+// draw per position of the sbhd input (8 positions x 2 x 32 elements).
+// CHECK-LABEL: func.func @transformer_layer_drop_path
+// CHECK:      %[[D1:.*]] = te.dropout %{{.*}} {rate = 1.000000e-01 : f64, stream = 1 : i64}
+// CHECK-NEXT: %[[P1:.*]] = te.dropout %[[D1]], %{{.*}} {group = 64 : i64, rate = 2.500000e-01 : f64, stream = 5 : i64}
+// CHECK-NEXT: te.add %{{.*}}, %[[P1]]
+// CHECK:      %[[D2:.*]] = te.dropout %{{.*}} {rate = 1.000000e-01 : f64, stream = 2 : i64}
+// CHECK-NEXT: %[[P2:.*]] = te.dropout %[[D2]], %{{.*}} {group = 64 : i64, rate = 2.500000e-01 : f64, stream = 6 : i64}
+// EVAL-LABEL: func.func @transformer_layer_drop_path
+// EVAL-NOT:   te.dropout
+// EVAL:       return
+func.func @transformer_layer_drop_path(%x: tensor<8x2x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %wqkv: tensor<96x32xbf16>, %wo: tensor<32x32xbf16>, %w1: tensor<64x32xbf16>, %w2: tensor<32x64xbf16>) -> tensor<8x2x32xbf16> {
+  %0 = te.transformer_layer %x attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 2 : i64, attention_dropout = 0.0 : f64, drop_path_rate = 0.25 : f64} : (tensor<8x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<64x32xbf16>, tensor<32x64xbf16>) -> tensor<8x2x32xbf16>
+  return %0 : tensor<8x2x32xbf16>
+}
+
 // With apply_residual_connection_post_layernorm the residuals are the
 // normalized values.
 // CHECK-LABEL: func.func @transformer_layer_post_ln_residual

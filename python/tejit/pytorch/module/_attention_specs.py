@@ -98,7 +98,7 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            window_size=None, decoder=None,
                            output_layernorm=False,
                            parallel_attention_mlp=False,
-                           rotary_interleaved=False):
+                           rotary_interleaved=False, drop_path_rate=0.0):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
@@ -119,6 +119,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
         layer["output_layernorm"] = True
     if parallel_attention_mlp:
         layer["parallel_attention_mlp"] = True
+    if drop_path_rate:
+        layer["drop_path_rate"] = float(drop_path_rate)
     if decoder is not None:
         layer["layer_type"] = "decoder"
         layer["kv_seq_length"] = int(decoder[0])

@@ -44,7 +44,6 @@ class TransformerLayer(TransformerEngineBaseModule):
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    drop_path_rate > 0,
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens, inference_params. Accepted and unused: layer_number,
     get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
@@ -100,10 +99,10 @@ class TransformerLayer(TransformerEngineBaseModule):
                 raise ValueError(f"{owner}: parallel_attention_mlp=True is "
                                  f"not supported with {name} (nor in "
                                  f"Transformer Engine)")
-        if drop_path_rate:
-            raise NotImplementedError(
-                f"{owner}(drop_path_rate={drop_path_rate!r}) is not "
-                f"supported by tejit (no stochastic depth); leave it 0.0")
+        # TE's DropPath (stochastic depth) after the self-attention block
+        # and after the MLP, in training mode.
+        self.drop_path_rate = _args.check_dropout(owner, "drop_path_rate",
+                                                  drop_path_rate)
         _args.check_no_window(owner, "enc_dec_window_size",
                               enc_dec_window_size,
                               "no sliding window in cross-attention")
@@ -185,7 +184,8 @@ class TransformerLayer(TransformerEngineBaseModule):
 
     def _dropout_active(self):
         return self.training and (self.hidden_dropout > 0
-                                  or self.attention_dropout > 0)
+                                  or self.attention_dropout > 0
+                                  or self.drop_path_rate > 0)
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
                     seq_kv=None, enc_dec_mask_type=None,
@@ -213,7 +213,8 @@ class TransformerLayer(TransformerEngineBaseModule):
              padded_queries)
             if self.layer_type == "decoder" else None,
             self.output_layernorm, self.parallel_attention_mlp,
-            self.rotary_pos_interleaved)
+            self.rotary_pos_interleaved,
+            self.drop_path_rate if active else 0.0)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
