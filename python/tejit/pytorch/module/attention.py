@@ -28,6 +28,7 @@ def _one_of_pair(value, message):
         raise NotImplementedError(message)
     return value[0]
 
+
 def _distinct_pair(mask_type, attention_mask):
     """Whether `attention_mask` is TE's (query mask, key/value mask) pair
     of two tensors for a padding mask type: then the queries and the keys
