@@ -209,9 +209,10 @@ llvm::Error tejit::codegen::emitRotary(KernelBuilder &builder,
   builder.writeSignature(w, threads);
   w.line(
       formatv("constexpr int kVec = {0}, kUnroll = {1};", vec, kUnroll).str());
-  w.line(formatv("constexpr tj_i64 kRows = {0}, kDim = {1}, kRot = {2}, "
-                 "kHalf = {3};",
-                 rows, shape.dim, shape.rotated, half)
+  // Interleaved pairs are adjacent: no half-width offset.
+  w.line(formatv("constexpr tj_i64 kRows = {0}, kDim = {1}, kRot = {2}{3};",
+                 rows, shape.dim, shape.rotated,
+                 shape.interleaved ? "" : ", kHalf = " + std::to_string(half))
              .str());
   int64_t passed = shape.dim - shape.rotated;
   if (passed) {

@@ -326,15 +326,14 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Examples, PassEquivalence,
-    ::testing::Values("quickstart_small.yaml", "llama_small.json",
-                      "all_layers_small.yaml", "attention_small.yaml",
-                      "decoder_small.yaml", "transformer_bshd_mqa",
-                      "transformer_kv_channels_silu", "mlp_variants",
-                      "main_grad", "attention_bshd_causal_bottom_right",
-                      "sliding_window", "main_grad_bf16", "attention_cross",
-                      "attention_query_mask", "mha_layernorm_output",
-                      "drop_path", "parallel_attention_mlp", "decoder_cross",
-                      "output_layernorm"),
+    ::testing::Values(
+        "quickstart_small.yaml", "llama_small.json", "all_layers_small.yaml",
+        "attention_small.yaml", "decoder_small.yaml", "gptj_small.yaml",
+        "transformer_bshd_mqa", "transformer_kv_channels_silu", "mlp_variants",
+        "main_grad", "attention_bshd_causal_bottom_right", "sliding_window",
+        "main_grad_bf16", "attention_cross", "attention_query_mask",
+        "mha_layernorm_output", "drop_path", "parallel_attention_mlp",
+        "decoder_cross", "output_layernorm"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

@@ -1272,6 +1272,7 @@ TEST_F(SpecImporter, ExamplesImportAndVerify) {
       {"decoder_small.yaml",
        {"te.transformer_layer", "te.transformer_layer"},
        23},
+      {"gptj_small.yaml", {"te.transformer_layer", "te.transformer_layer"}, 26},
       {"llama.yaml", {"te.transformer_layer"}, 8},
       {"llama_small.json",
        {"te.transformer_layer", "te.transformer_layer"},

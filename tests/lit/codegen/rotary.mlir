@@ -83,7 +83,7 @@ func.func @rope_partial(%x: tensor<16x2x16x128xbf16> {te.name = "x"},
 // into lower and upper elements, and stores them back interleaved.
 // CHECK-LABEL: ===== kernel rope_interleaved_rotary_0:
 // CHECK: constexpr int kVec = 4, kUnroll = 4;
-// CHECK: constexpr tj_i64 kRows = 8, kDim = 256, kRot = 64, kHalf = 32;
+// CHECK: constexpr tj_i64 kRows = 8, kDim = 256, kRot = 64;
 // CHECK: constexpr tj_i64 kPassVec = 8, kPassVecs = 24;
 // CHECK: tj_load(f_pairs, freqs + s * kRot + 2 * col);
 // CHECK: for (int i = 0; i < kVec; ++i) f_lo[i] = f_pairs[2 * i], f_hi[i] = f_pairs[2 * i + 1];
