@@ -174,6 +174,19 @@ layers:
      attention_dropout: 0.0, rotary_pos_emb: true}
 )",
      0.1, 0.3},
+    // GPT-J's block: parallel attention and MLP, rotary on half of each
+    // head with interleaved pairs, drop path after the hidden dropout.
+    {"gptj_delayed_hybrid", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: DelayedScaling, fp8_format: HYBRID}
+layers:
+  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 64,
+     num_attention_heads: 2, parallel_attention_mlp: true,
+     rotary_pos_emb: true, rotary_dim: 8, rotary_pos_interleaved: true,
+     hidden_dropout: 0.1, attention_dropout: 0.0, drop_path_rate: 0.3}
+)",
+     0.1, 0.3},
     {"decoder_delayed_hybrid", R"(
 seq_length: 16
 batch_size: 2
