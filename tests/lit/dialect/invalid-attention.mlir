@@ -2112,3 +2112,16 @@ func.func @mha_cross_query_mask_shape(%x: tensor<16x2x64xbf16>,
          tensor<2x1x1x8xi1>) -> tensor<16x2x64xbf16>
   return
 }
+
+// -----
+
+func.func @mha_ln_output_without_norm(%x: tensor<16x2x64xbf16>,
+                                      %wqkv: tensor<192x64xbf16>,
+                                      %wo: tensor<64x64xbf16>) {
+  // expected-error @+1 {{'return_layernorm_output' needs the input normalization ('ln_weight')}}
+  %y, %ln = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      {num_attention_heads = 4 : i64, return_layernorm_output}
+      : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>)
+        -> (tensor<16x2x64xbf16>, tensor<16x2x64xbf16>)
+  return
+}

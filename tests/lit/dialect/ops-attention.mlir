@@ -234,6 +234,26 @@ func.func @mha_all_operands(
   return %y : tensor<16x2x64xf16>
 }
 
+// The normalized input as a second result (return_layernorm_output), and a
+// rotary table of 8 of the 16 channels with interleaved pairs (GPT-J's).
+// CHECK-LABEL: func.func @mha_ln_output_partial_rotary
+// CHECK: %{{.*}}, %{{.*}} = te.multihead_attention %{{.*}} ln_weight(%{{.*}}) qkv_weight(%{{.*}}) proj_weight(%{{.*}}) rotary_pos_emb(%{{.*}}) {{{.*}}return_layernorm_output, rotary_pos_interleaved} :
+// CHECK-SAME: -> (tensor<16x2x64xbf16>, tensor<16x2x64xbf16>)
+func.func @mha_ln_output_partial_rotary(
+    %x: tensor<16x2x64xbf16>, %gamma: tensor<64xbf16>,
+    %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>,
+    %rope: tensor<16x1x1x8xf32>)
+    -> (tensor<16x2x64xbf16>, tensor<16x2x64xbf16>) {
+  %y, %ln = te.multihead_attention %x ln_weight(%gamma) qkv_weight(%wqkv)
+      proj_weight(%wo) rotary_pos_emb(%rope)
+      {num_attention_heads = 4 : i64, normalization = #te.normalization<RMSNorm>,
+       return_layernorm_output, rotary_pos_interleaved}
+      : (tensor<16x2x64xbf16>, tensor<64xbf16>, tensor<192x64xbf16>,
+         tensor<64x64xbf16>, tensor<16x1x1x8xf32>)
+        -> (tensor<16x2x64xbf16>, tensor<16x2x64xbf16>)
+  return %y, %ln : tensor<16x2x64xbf16>, tensor<16x2x64xbf16>
+}
+
 // RMSNorm: ln_weight without ln_bias. GQA with 2 key/value heads:
 // qkv_weight is [(4 + 2 * 2) * 16, 64] = [128, 64].
 // CHECK-LABEL: func.func @mha_rmsnorm_gqa
