@@ -2,7 +2,6 @@
 IR inspection at every stage, located compile errors, and clear errors for
 anything that needs a GPU. Run: python3 -m unittest discover tests/python"""
 import ctypes
-import json
 import os
 import sys
 import unittest
