@@ -57,6 +57,30 @@ static RankedTensorType headsType(LayerContext &ctx, int64_t seq, int64_t heads,
   return RankedTensorType::get(shape, state.dtype);
 }
 
+/// Refuses `padded_queries` (TE's mask pair: the queries' own padding
+/// mask) unless `maskType`, read under `maskKey`, is a padding type.
+static LogicalResult checkPaddedQueries(SpecMap &layer, bool paddedQueries,
+                                        AttnMaskType maskType,
+                                        StringRef maskKey) {
+  if (!paddedQueries || maskType == AttnMaskType::padding ||
+      maskType == AttnMaskType::padding_causal)
+    return success();
+  return emitError(layer.valueLoc("padded_queries"))
+         << "'padded_queries' needs the padding or padding_causal mask type "
+            "in '"
+         << maskKey << "'";
+}
+
+/// The queries' padding mask input `name`, i1 [b, 1, 1, seq_length].
+static Value queryMaskInput(LayerContext &ctx, StringRef name) {
+  ImportState &state = ctx.state;
+  return state.addInput(
+      name,
+      RankedTensorType::get({state.batchSize, 1, 1, state.seqLength},
+                            IntegerType::get(ctx.context(), 1)),
+      ctx.loc());
+}
+
 FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> heads = layer.requirePositive("num_attention_heads");
@@ -76,13 +100,10 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
       failed(format) || failed(window) || failed(kvSeq) ||
-      failed(paddedQueries) || failed(ctx.rejectRecipe()))
+      failed(paddedQueries) || failed(ctx.rejectRecipe()) ||
+      failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
+                                "attn_mask_type")))
     return failure();
-  if (*paddedQueries && *maskType != AttnMaskType::padding &&
-      *maskType != AttnMaskType::padding_causal)
-    return emitError(layer.valueLoc("padded_queries"))
-           << "'padded_queries' needs the padding or padding_causal mask "
-              "type in 'attn_mask_type'";
   if (ctx.input)
     return emitError(ctx.loc())
            << "DotProductAttention takes query, key and value, so it can "
@@ -97,14 +118,8 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   parts.add(ctx.state.addInput(
       "value", headsType(ctx, kvSeqLength, kvHeads, *headDim), ctx.loc()));
   parts.addOptional(ctx.attentionMask(*maskType, kvSeqLength));
-  parts.addOptional(
-      *paddedQueries
-          ? ctx.state.addInput(
-                "query_mask",
-                RankedTensorType::get({ctx.state.batchSize, 1, 1, seq},
-                                      IntegerType::get(ctx.context(), 1)),
-                ctx.loc())
-          : Value());
+  parts.addOptional(*paddedQueries ? queryMaskInput(ctx, "query_mask")
+                                   : Value());
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));
   parts.set("qkv_format", formatAttr(ctx, *format));
@@ -275,12 +290,8 @@ struct CrossOptions {
              << " is not supported with cross-attention (no_mask, causal, "
                 "padding and padding_causal are; causal aligns top-left)";
     }
-    if (*paddedQueries && *maskType != AttnMaskType::padding &&
-        *maskType != AttnMaskType::padding_causal)
-      return emitError(layer.valueLoc("padded_queries"))
-             << "'padded_queries' needs the padding or padding_causal mask "
-                "type in '"
-             << maskKey << "'";
+    if (failed(checkPaddedQueries(layer, *paddedQueries, *maskType, maskKey)))
+      return failure();
     return std::optional<CrossOptions>(CrossOptions{
         kvSeq->value_or(ctx.state.seqLength), *maskType, *paddedQueries});
   }
@@ -335,14 +346,7 @@ struct CrossOptions {
   /// The queries' padding mask `enc_dec_query_mask` [b, 1, 1, s] with
   /// `padded_queries`, else null.
   Value queryMask(LayerContext &ctx) const {
-    if (!paddedQueries)
-      return Value();
-    ImportState &state = ctx.state;
-    return state.addInput(
-        "enc_dec_query_mask",
-        RankedTensorType::get({state.batchSize, 1, 1, state.seqLength},
-                              IntegerType::get(ctx.context(), 1)),
-        ctx.loc());
+    return paddedQueries ? queryMaskInput(ctx, "enc_dec_query_mask") : Value();
   }
 
   /// Adds the query projection `<qPrefix>.weight/.bias` [heads * d,
