@@ -72,6 +72,19 @@ std::string rowOffset(const RotaryShape &shape, bool strided = false) {
   return "((r / kHeads * kSeq + s) * kHeads + r % kHeads) * kDim";
 }
 
+/// Interleaved pairs: loads the 2 x kVec elements at `pointer` and splits
+/// them into the pairs' lower (`lo`) and upper (`hi`) elements.
+void loadPairs(CudaWriter &w, StringRef pointer, StringRef lo, StringRef hi) {
+  w.open("");
+  w.line("float pairs[2 * kVec];");
+  w.line("tj_load(pairs, " + pointer + ");");
+  w.line("#pragma unroll");
+  w.line(("for (int i = 0; i < kVec; ++i) " + lo + "[i] = pairs[2 * i], " + hi +
+          "[i] = pairs[2 * i + 1];")
+             .str());
+  w.close();
+}
+
 /// Sines and cosines of the thread's 2 x kVec angles. TE lays freqs out as
 /// its first half repeated (interleaved: each angle twice in a row), so the
 /// upper angle usually equals the lower one and reuses its sincosf (a
@@ -80,11 +93,7 @@ void writeAngles(CudaWriter &w, StringRef freqs, bool interleaved) {
   w.line("float f_lo[kVec], f_hi[kVec], sin_lo[kVec], cos_lo[kVec], "
          "sin_hi[kVec], cos_hi[kVec];");
   if (interleaved) {
-    w.line("float f_pairs[2 * kVec];");
-    w.line("tj_load(f_pairs, " + freqs + " + s * kRot + 2 * col);");
-    w.line("#pragma unroll");
-    w.line("for (int i = 0; i < kVec; ++i) f_lo[i] = f_pairs[2 * i], "
-           "f_hi[i] = f_pairs[2 * i + 1];");
+    loadPairs(w, (freqs + " + s * kRot + 2 * col").str(), "f_lo", "f_hi");
   } else {
     w.line("tj_load(f_lo, " + freqs + " + s * kRot + col);");
     w.line("tj_load(f_hi, " + freqs + " + s * kRot + kHalf + col);");
@@ -113,11 +122,7 @@ void writeRows(CudaWriter &w, const RotaryShape &shape, StringRef in,
   w.open("if (r < kRows)");
   w.line("const tj_i64 base = " + rowOffset(shape, stridedIn) + first + ";");
   if (shape.interleaved) {
-    w.line("float pairs[2 * kVec];");
-    w.line("tj_load(pairs, " + in + " + base);");
-    w.line("#pragma unroll");
-    w.line("for (int i = 0; i < kVec; ++i) lo[u][i] = pairs[2 * i], "
-           "hi[u][i] = pairs[2 * i + 1];");
+    loadPairs(w, (in + " + base").str(), "lo[u]", "hi[u]");
   } else {
     w.line("tj_load(lo[u], " + in + " + base);");
     w.line("tj_load(hi[u], " + in + " + base + kHalf);");

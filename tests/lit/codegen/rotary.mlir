@@ -85,10 +85,10 @@ func.func @rope_partial(%x: tensor<16x2x16x128xbf16> {te.name = "x"},
 // CHECK: constexpr int kVec = 4, kUnroll = 4;
 // CHECK: constexpr tj_i64 kRows = 8, kDim = 256, kRot = 64;
 // CHECK: constexpr tj_i64 kPassVec = 8, kPassVecs = 24;
-// CHECK: tj_load(f_pairs, freqs + s * kRot + 2 * col);
-// CHECK: for (int i = 0; i < kVec; ++i) f_lo[i] = f_pairs[2 * i], f_hi[i] = f_pairs[2 * i + 1];
+// CHECK: tj_load(pairs, freqs + s * kRot + 2 * col);
+// CHECK: for (int i = 0; i < kVec; ++i) f_lo[i] = pairs[2 * i], f_hi[i] = pairs[2 * i + 1];
 // CHECK: const tj_i64 base = ((r / kHeads * kSeq + s) * kHeads + r % kHeads) * kDim + 2 * col;
-// CHECK-NEXT: float pairs[2 * kVec];
+// CHECK: float pairs[2 * kVec];
 // CHECK-NEXT: tj_load(pairs, x + base);
 // CHECK: lo_out[i] = lo[u][i] * cos_lo[i] - hi[u][i] * sin_lo[i];
 // CHECK-NEXT: hi_out[i] = hi[u][i] * cos_hi[i] + lo[u][i] * sin_hi[i];
