@@ -25,6 +25,33 @@ mlir::te::verifyAttentionWindow(Operation *op,
   return success();
 }
 
+FailureOr<int64_t> mlir::te::verifyPackedSequences(
+    Operation *op, Value cuSeqlens, StringRef cuName,
+    std::optional<int64_t> maxSeqlen, StringRef maxName, AttnMaskType maskType,
+    StringRef maskTypeName) {
+  if (!cuSeqlens || !maxSeqlen)
+    return op->emitOpError() << "packed sequences (thd) need '" << cuName
+                             << "' (where each sequence starts) and '"
+                             << maxName << "' (the longest length)";
+  auto type = cast<RankedTensorType>(cuSeqlens.getType());
+  if (type.getRank() != 1 || type.getShape()[0] < 2 ||
+      !type.getElementType().isInteger(32))
+    return op->emitOpError()
+           << "'" << cuName << "' must be i32 [b + 1] with b >= 1, got "
+           << cuSeqlens.getType();
+  if (*maxSeqlen < 1)
+    return op->emitOpError()
+           << "'" << maxName << "' must be >= 1, got " << *maxSeqlen;
+  if (maskType != AttnMaskType::padding &&
+      maskType != AttnMaskType::padding_causal)
+    return op->emitOpError()
+           << "packed sequences (thd) need '" << maskTypeName
+           << "' padding or padding_causal (each sequence attends to itself "
+              "alone), got "
+           << stringifyAttnMaskType(maskType);
+  return type.getShape()[0] - 1;
+}
+
 std::string mlir::te::formatShape(ArrayRef<int64_t> shape) {
   std::string text;
   llvm::raw_string_ostream os(text);

@@ -72,6 +72,15 @@ LogicalResult verifyAttentionWindow(Operation *op,
                                     std::optional<ArrayRef<int64_t>> window,
                                     AttnMaskType maskType);
 
+/// The operands of packed sequences (qkv_format = thd): `cuSeqlens`
+/// (named `cuName`) is i32 [b + 1] with b >= 1, `maxSeqlen` (named
+/// `maxName`) is present and positive, and the mask type is padding or
+/// padding_causal (`maskTypeName`). Returns b.
+FailureOr<int64_t>
+verifyPackedSequences(Operation *op, Value cuSeqlens, StringRef cuName,
+                      std::optional<int64_t> maxSeqlen, StringRef maxName,
+                      AttnMaskType maskType, StringRef maskTypeName);
+
 /// Formats a shape as "[2048, 4, 4096]".
 std::string formatShape(ArrayRef<int64_t> shape);
 

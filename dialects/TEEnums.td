@@ -68,7 +68,10 @@ def TE_QkvFormat : TE_Enum<"QkvFormat",
     "memory layout of attention inputs (s = sequence, b = batch, h = heads, "
     "d = head dim)", [
   I32EnumAttrCase<"sbhd", 0>,
-  I32EnumAttrCase<"bshd", 1>
+  I32EnumAttrCase<"bshd", 1>,
+  // Packed variable-length sequences: the tokens of every sequence back to
+  // back ([t, h, d]), with cu_seqlens saying where each starts.
+  I32EnumAttrCase<"thd", 2>
 ]>;
 def TE_QkvFormatAttr : TE_EnumAttr<TE_QkvFormat, "qkv_format">;
 

@@ -202,9 +202,79 @@ static LogicalResult verifyAttentionInput(LayerChecker &checker, Value value,
   return success();
 }
 
+/// I64Attr getters return unsigned values; a negative count must stay
+/// negative so that its diagnostic shows what the user wrote.
+static std::optional<int64_t> signedValue(IntegerAttr attr) {
+  return attr ? std::optional<int64_t>(attr.getInt()) : std::nullopt;
+}
+
+/// te.dot_product_attention on packed sequences: q [t, heads, head_dim],
+/// k/v [t_kv, gqa_groups, head_dim], output [t, heads * head_dim].
+static LogicalResult verifyPackedAttention(DotProductAttentionOp op,
+                                           LayerChecker &checker) {
+  for (auto [value, name] :
+       {std::pair(op.getQuery(), "query"), std::pair(op.getKey(), "key"),
+        std::pair(op.getValue(), "value")}) {
+    if (failed(checker.floatTensor(value, name)))
+      return failure();
+    if (shapeOf(value).size() != 3)
+      return op.emitOpError()
+             << "'" << name << "' must have rank 3 ([t, h, d] for thd), got "
+             << value.getType();
+  }
+  ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey());
+  int64_t heads = q[1], headDim = q[2], groups = k[1];
+  if (failed(checker.param(op.getKey(), "key", {k[0], groups, headDim},
+                           "[t_kv, gqa_groups, head_dim]")) ||
+      failed(checker.param(op.getValue(), "value", {k[0], groups, headDim},
+                           "[t_kv, gqa_groups, head_dim]")))
+    return failure();
+  if (heads % groups != 0)
+    return op.emitOpError()
+           << "query heads (" << heads
+           << ") must be a multiple of key/value heads (" << groups << ")";
+  FailureOr<int64_t> batch =
+      verifyPackedSequences(op, op.getCuSeqlensQ(), "cu_seqlens_q",
+                            signedValue(op.getMaxSeqlenQAttr()), "max_seqlen_q",
+                            op.getAttnMaskType(), "attn_mask_type");
+  if (failed(batch))
+    return failure();
+  if (Value cuKv = op.getCuSeqlensKv())
+    if (cuKv.getType() != op.getCuSeqlensQ().getType())
+      return op.emitOpError()
+             << "'cu_seqlens_kv' must be like "
+                "'cu_seqlens_q' ("
+             << op.getCuSeqlensQ().getType() << "), got " << cuKv.getType();
+  if (std::optional<int64_t> maxKv = signedValue(op.getMaxSeqlenKvAttr()))
+    if (*maxKv < 1)
+      return op.emitOpError() << "'max_seqlen_kv' must be >= 1, got " << *maxKv;
+  if (op.getAttentionMask() || op.getQueryMask())
+    return op.emitOpError() << "packed sequences (thd) take their lengths "
+                               "from cu_seqlens, not from 'mask' or "
+                               "'query_mask'";
+  return failure(
+      failed(checker.param(op.getOutput(), "output", {q[0], heads * headDim},
+                           "[t, heads * head_dim]")) ||
+      failed(verifyDropout(checker, "attention_dropout",
+                           op.getAttentionDropout().convertToDouble())) ||
+      failed(
+          verifyAttentionWindow(op, op.getWindowSize(), op.getAttnMaskType())));
+}
+
 LogicalResult DotProductAttentionOp::verify() {
   LayerChecker checker(*this);
   QkvFormat format = getQkvFormat();
+  if (std::optional<APFloat> scale = getSoftmaxScale())
+    if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
+      return emitOpError() << "'softmax_scale' must be finite and > 0, got "
+                           << scale->convertToDouble();
+  if (format == QkvFormat::thd)
+    return verifyPackedAttention(*this, checker);
+  if (getCuSeqlensQ() || getCuSeqlensKv() || getMaxSeqlenQAttr() ||
+      getMaxSeqlenKvAttr())
+    return emitOpError() << "'cu_seqlens_q', 'cu_seqlens_kv', 'max_seqlen_q' "
+                            "and 'max_seqlen_kv' belong to packed sequences "
+                            "(qkv_format = thd)";
   if (failed(verifyAttentionInput(checker, getQuery(), "query", format)) ||
       failed(verifyAttentionInput(checker, getKey(), "key", format)) ||
       failed(verifyAttentionInput(checker, getValue(), "value", format)))
@@ -247,17 +317,7 @@ LogicalResult DotProductAttentionOp::verify() {
                             "[b, 1, 1, s_q]", "query_mask")))
       return failure();
   }
-  if (std::optional<APFloat> scale = getSoftmaxScale())
-    if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
-      return emitOpError() << "'softmax_scale' must be finite and > 0, got "
-                           << scale->convertToDouble();
   return success();
-}
-
-/// I64Attr getters return unsigned values; a negative count must stay
-/// negative so that its diagnostic shows what the user wrote.
-static std::optional<int64_t> signedValue(IntegerAttr attr) {
-  return attr ? std::optional<int64_t>(attr.getInt()) : std::nullopt;
 }
 
 namespace {
@@ -283,6 +343,9 @@ struct AttentionBlock {
   /// Cross-attention's padded queries (operand `queryMaskName`), or null.
   Value queryMask = {};
   StringRef queryMaskName = "query_mask";
+  /// Packed sequences (format thd): where each starts, and the longest.
+  Value cuSeqlens = {};
+  std::optional<int64_t> maxSeqlen = std::nullopt;
 };
 } // namespace
 
@@ -311,17 +374,44 @@ static FailureOr<int64_t> verifyEncoderOutput(LayerChecker &checker,
   return enc[seqDim];
 }
 
+/// A self-attention block on packed sequences: its cu_seqlens and
+/// max_seqlen, no mask operands and no cross-attention.
+static LogicalResult verifyPackedAttentionBlock(LayerChecker &checker,
+                                                const AttentionBlock &block,
+                                                bool cross) {
+  if (cross)
+    return checker.emitError() << "packed sequences (thd) are supported in "
+                                  "self-attention only, not with "
+                                  "'encoder_output'";
+  if (failed(verifyPackedSequences(checker.getOperation(), block.cuSeqlens,
+                                   "cu_seqlens", block.maxSeqlen, "max_seqlen",
+                                   block.maskType, block.maskTypeName)))
+    return failure();
+  if (block.mask || block.queryMask)
+    return checker.emitError()
+           << "packed sequences (thd) take their lengths from 'cu_seqlens', "
+              "not from '"
+           << (block.mask ? block.maskName : block.queryMaskName) << "'";
+  return success();
+}
+
 /// Checks the block and appends its FP8 GEMM dims to `fp8Dims`.
 static LogicalResult verifyAttentionBlock(LayerChecker &checker,
                                           const AttentionBlock &block,
                                           SmallVectorImpl<Fp8Dim> &fp8Dims) {
   ArrayRef<int64_t> shape = shapeOf(block.input);
-  if (shape.size() != 3)
+  bool packed = block.format == QkvFormat::thd;
+  if (shape.size() != (packed ? 2 : 3))
     return checker.emitError()
-           << "'input' must have rank 3 ([s, b, hidden] for sbhd, [b, s, "
-              "hidden] for bshd), got rank "
-           << shape.size();
-  int64_t hidden = shape[2];
+           << "'input' must have rank "
+           << (packed ? "2 ([t, hidden] for thd)"
+                      : "3 ([s, b, hidden] for sbhd, [b, s, hidden] for "
+                        "bshd)")
+           << ", got rank " << shape.size();
+  if (!packed && (block.cuSeqlens || block.maxSeqlen))
+    return checker.emitError() << "'cu_seqlens' and 'max_seqlen' belong to "
+                                  "packed sequences (thd)";
+  int64_t hidden = shape.back();
   if (block.heads < 1)
     return checker.emitError()
            << "'num_attention_heads' must be >= 1, got " << block.heads;
@@ -380,7 +470,11 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
                                    "[hidden_size]")))
     return failure();
   auto [seqDim, batchDim] = seqBatchDims(block.format);
-  int64_t seq = shape[seqDim], batch = shape[batchDim], seqKV = seq;
+  // thd: the rotary table has a row per token.
+  int64_t seq = shape[packed ? 0 : seqDim];
+  if (packed && failed(verifyPackedAttentionBlock(checker, block, cross)))
+    return failure();
+  int64_t batch = packed ? 0 : shape[batchDim], seqKV = seq;
   if (cross) {
     FailureOr<int64_t> encoderSeq = verifyEncoderOutput(checker, block);
     if (failed(encoderSeq) ||
@@ -405,8 +499,9 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
                             block.queryMaskName)))
       return failure();
   }
-  if (failed(verifyMask(checker, block.maskTypeName, block.maskType, block.mask,
-                        batch, block.heads, seq, seqKV, block.maskName)) ||
+  if ((!packed && failed(verifyMask(checker, block.maskTypeName, block.maskType,
+                                    block.mask, batch, block.heads, seq, seqKV,
+                                    block.maskName))) ||
       failed(verifyDropout(checker, "attention_dropout", block.dropout)) ||
       failed(verifyAttentionWindow(checker.getOperation(), block.window,
                                    block.maskType)))
@@ -420,9 +515,11 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
         shape[0] != seq || shape[1] != 1 || shape[2] != 1 || rotated <= 0 ||
         rotated > headDim || rotated % 2 != 0)
       return checker.emitError()
-             << "'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] = [" << seq
-             << ", 1, 1, r] with r even and at most kv_channels (" << headDim
-             << "), got " << type;
+             << "'rotary_pos_emb' must be f32 of shape "
+             << (packed ? "[t, 1, 1, r] (each token's angles) = ["
+                        : "[s, 1, 1, r] = [")
+             << seq << ", 1, 1, r] with r even and at most kv_channels ("
+             << headDim << "), got " << type;
   }
   fp8Dims.append(
       {tokenDim(block.input),
@@ -469,6 +566,8 @@ LogicalResult MultiheadAttentionOp::verify() {
                        getAttentionDropout().convertToDouble(),
                        getWindowSize()};
   block.queryMask = getQueryMask();
+  block.cuSeqlens = getCuSeqlens();
+  block.maxSeqlen = signedValue(getMaxSeqlenAttr());
   if (getReturnLayernormOutput() && !getLnWeight())
     return emitOpError() << "'return_layernorm_output' needs the input "
                             "normalization ('ln_weight')";
@@ -586,6 +685,8 @@ LogicalResult TransformerLayerOp::verify() {
                        getAttentionDropout().convertToDouble(),
                        getWindowSize()};
   block.maskTypeName = "self_attn_mask_type";
+  block.cuSeqlens = getCuSeqlens();
+  block.maxSeqlen = signedValue(getMaxSeqlenAttr());
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(verifyDecoderBlock(*this, checker, block, fp8Dims)) ||

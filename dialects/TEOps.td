@@ -198,6 +198,15 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     for the `causal` and `padding_causal` mask types, as in Transformer
     Engine. Not allowed with the `arbitrary` mask type.
 
+    `qkv_format = thd` (Transformer Engine's packed variable-length
+    sequences): `query` is `[t, heads, head_dim]` and `key`/`value`
+    `[t_kv, gqa_groups, head_dim]`, the tokens of every sequence back to
+    back; `cu_seqlens_q` (i32 `[b + 1]`) holds where each sequence's
+    queries start and `cu_seqlens_kv` where its keys do (default: the
+    queries'); `max_seqlen_q` and `max_seqlen_kv` bound the lengths. The
+    mask type is padding or padding_causal (no mask operand); the output
+    is `[t, heads * head_dim]`, 0 from token `cu_seqlens_q[b]` on.
+
     ```mlir
     %o = te.dot_product_attention %q, %k, %v
         {attn_mask_type = #te.attn_mask_type<causal>}
@@ -208,17 +217,23 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
   let arguments = (ins TE_Tensor:$query, TE_Tensor:$key, TE_Tensor:$value,
                    Optional<TE_Tensor>:$attention_mask,
                    Optional<TE_Tensor>:$query_mask,
+                   Optional<TE_Tensor>:$cu_seqlens_q,
+                   Optional<TE_Tensor>:$cu_seqlens_kv,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
                    TE_Dropout<"0.0">:$attention_dropout,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
                    OptionalAttr<F64Attr>:$softmax_scale,
-                   OptionalAttr<TE_AttentionWindow>:$window_size);
+                   OptionalAttr<TE_AttentionWindow>:$window_size,
+                   OptionalAttr<I64Attr>:$max_seqlen_q,
+                   OptionalAttr<I64Attr>:$max_seqlen_kv);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
-    (`query_mask` `(` $query_mask^ `)`)? attr-dict
+    (`query_mask` `(` $query_mask^ `)`)?
+    (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }
@@ -255,6 +270,13 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     With `return_layernorm_output` (and `ln_weight`), the normalized input
     is a second result, `ln_output`.
 
+    `qkv_format = thd` (packed sequences, self-attention only): the input
+    is `[t, hidden]`, the tokens of every sequence back to back,
+    `cu_seqlens` (i32 `[b + 1]`) holds where each starts and `max_seqlen`
+    bounds their lengths; the mask type is padding or padding_causal (no
+    mask operand) and `rotary_pos_emb` holds each token's angles, `[t, 1,
+    1, r]` (positions restart at every sequence).
+
     ```mlir
     %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
         qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 32 : i64}
@@ -273,6 +295,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    Optional<TE_Tensor>:$attention_mask,
                    Optional<TE_Tensor>:$query_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
+                   Optional<TE_Tensor>:$cu_seqlens,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
                    OptionalAttr<I64Attr>:$kv_channels,
@@ -287,6 +310,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    UnitAttr:$rotary_pos_interleaved,
                    UnitAttr:$return_layernorm_output,
+                   OptionalAttr<I64Attr>:$max_seqlen,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -298,6 +322,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     (`mask` `(` $attention_mask^ `)`)?
     (`query_mask` `(` $query_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
+    (`cu_seqlens` `(` $cu_seqlens^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = [{
@@ -345,6 +370,10 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     dropout: `y = x + dropout(attn(norm1(x)) + mlp(norm2(x)))`; not with a
     decoder, `apply_residual_connection_post_layernorm` or `out_ln_weight`.
 
+    `attn_input_format = thd` (packed sequences): the input is `[t,
+    hidden]` with `cu_seqlens` and `max_seqlen` as in
+    `te.multihead_attention`; not with a decoder.
+
     ```mlir
     %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
         qkv_weight(%wqkv) qkv_bias(%bqkv) proj_weight(%wo) proj_bias(%bo)
@@ -375,6 +404,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    Optional<TE_Tensor>:$enc_dec_mask,
                    Optional<TE_Tensor>:$enc_dec_query_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
+                   Optional<TE_Tensor>:$cu_seqlens,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
                    OptionalAttr<I64Attr>:$kv_channels,
@@ -396,6 +426,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    UnitAttr:$parallel_attention_mlp,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    UnitAttr:$rotary_pos_interleaved,
+                   OptionalAttr<I64Attr>:$max_seqlen,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
@@ -422,6 +453,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     (`enc_dec_mask` `(` $enc_dec_mask^ `)`)?
     (`enc_dec_query_mask` `(` $enc_dec_query_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
+    (`cu_seqlens` `(` $cu_seqlens^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = [{

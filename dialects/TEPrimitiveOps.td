@@ -270,22 +270,37 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
     pads the keys alone even when s_q = s_kv; without it a padding mask of
     equal lengths pads the queries too, as Transformer Engine's one mask of
     self-attention does (their rows are then unspecified).
+
+    `qkv_format = thd` (packed sequences): q is `[t, heads, d]` and k/v
+    `[t_kv, kv_heads, d]`, the tokens of every sequence back to back;
+    `cu_seqlens_q` (i32 `[b + 1]`) says where each sequence's queries start
+    and `cu_seqlens_kv` where its keys do (the queries' when absent).
+    `max_seqlen_q` / `max_seqlen_kv` bound the lengths (the statistics are
+    `[b, heads, max_seqlen_q]`, padded). Each sequence attends to itself
+    alone; the mask type is padding or padding_causal and there is no mask
+    operand. Tokens from `cu_seqlens_q[b]` on (a packed buffer's tail) get
+    output rows 0 and no gradient.
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
                    Optional<TE_AnyTensor>:$query_mask,
                    Optional<TE_AnyTensor>:$rng_state,
+                   Optional<TE_AnyTensor>:$cu_seqlens_q,
+                   Optional<TE_AnyTensor>:$cu_seqlens_kv,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    DefaultValuedAttr<I64Attr, "0">:$stream,
-                   UnitAttr:$pad_keys_only);
+                   UnitAttr:$pad_keys_only,
+                   OptionalAttr<I64Attr>:$max_seqlen_q,
+                   OptionalAttr<I64Attr>:$max_seqlen_kv);
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
     (`query_mask` `(` $query_mask^ `)`)? (`rng` `(` $rng_state^ `)`)?
-    attr-dict
+    (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }
@@ -299,18 +314,23 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    Optional<TE_AnyTensor>:$attention_mask,
                    Optional<TE_AnyTensor>:$query_mask,
                    Optional<TE_AnyTensor>:$rng_state,
+                   Optional<TE_AnyTensor>:$cu_seqlens_q,
+                   Optional<TE_AnyTensor>:$cu_seqlens_kv,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    DefaultValuedAttr<I64Attr, "0">:$stream,
-                   UnitAttr:$pad_keys_only);
+                   UnitAttr:$pad_keys_only,
+                   OptionalAttr<I64Attr>:$max_seqlen_q,
+                   OptionalAttr<I64Attr>:$max_seqlen_kv);
   let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
                  TE_AnyTensor:$value_grad);
   let assemblyFormat = [{
     $grad `,` $query `,` $key `,` $value `,` $output `,` $softmax_lse
     (`mask` `(` $attention_mask^ `)`)? (`query_mask` `(` $query_mask^ `)`)?
-    (`rng` `(` $rng_state^ `)`)? attr-dict
+    (`rng` `(` $rng_state^ `)`)? (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }

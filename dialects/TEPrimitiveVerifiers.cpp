@@ -236,6 +236,10 @@ LogicalResult RotaryOp::verify() {
     return emitOpError() << "'input' must be [s, b, h, d] (or bshd) with an "
                             "even d, got "
                          << getInput().getType();
+  if (getQkvFormat() == QkvFormat::thd)
+    return emitOpError() << "takes sbhd or bshd; packed (thd) tokens rotate "
+                            "as a [t, 1, h, d] sbhd view with per-token "
+                            "angles [t, 1, 1, r]";
   int64_t seq = in[getQkvFormat() == QkvFormat::sbhd ? 0 : 1];
   // The table's width r: the rotated channels (partial rotary below d).
   auto freqs = cast<RankedTensorType>(getFreqs().getType());
@@ -257,7 +261,21 @@ static FailureOr<SmallVector<int64_t>>
 verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
                         Value rngState, QkvFormat format) {
   ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key);
-  if (q.size() != 4 || k.size() != 4 || key.getType() != value.getType())
+  if (key.getType() != value.getType())
+    return op->emitOpError() << "key and value must have one type";
+  if (rngState && failed(expectType(op, rngState, "rng_state",
+                                    rngStateType(op->getContext()))))
+    return failure();
+  if (format == QkvFormat::thd) {
+    // Batch and s_q come from cu_seqlens and max_seqlen_q (the caller's).
+    if (q.size() != 3 || k.size() != 3 || k[2] != q[2] || k[1] < 1 ||
+        q[1] % k[1] != 0)
+      return op->emitOpError()
+             << "thd query/key/value must be [t, h, d] with one head dim, "
+                "query heads a multiple of key/value heads";
+    return SmallVector<int64_t>{0, q[1], 0};
+  }
+  if (q.size() != 4 || k.size() != 4)
     return op->emitOpError() << "query/key/value must be 4-D, key and value "
                                 "alike";
   unsigned seqDim = format == QkvFormat::sbhd ? 0 : 1;
@@ -266,10 +284,43 @@ verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
       q[2] % k[2] != 0)
     return op->emitOpError() << "key/value must share query's batch and head "
                                 "dim, with query heads a multiple of theirs";
-  if (rngState && failed(expectType(op, rngState, "rng_state",
-                                    rngStateType(op->getContext()))))
-    return failure();
   return SmallVector<int64_t>{q[batchDim], q[2], q[seqDim]};
+}
+
+/// thd's sequence operands: cu_seqlens_q (and cu_seqlens_kv) i32 [b + 1],
+/// both length bounds, a padding mask type and no mask operands; none of
+/// them without thd. Fills the batch and s_q of `stats`.
+template <typename OpT>
+static LogicalResult verifyPackedSequences(OpT op,
+                                           SmallVector<int64_t> &stats) {
+  Value cuQ = op.getCuSeqlensQ(), cuKv = op.getCuSeqlensKv();
+  std::optional<uint64_t> maxQ = op.getMaxSeqlenQ(),
+                          maxKv = op.getMaxSeqlenKv();
+  if (op.getQkvFormat() != QkvFormat::thd) {
+    if (cuQ || cuKv || maxQ || maxKv)
+      return op.emitOpError() << "'cu_seqlens_q', 'cu_seqlens_kv', "
+                                 "'max_seqlen_q' and 'max_seqlen_kv' need "
+                                 "qkv_format = thd";
+    return success();
+  }
+  auto signedMax = [](std::optional<uint64_t> value) {
+    return value ? std::optional<int64_t>(int64_t(*value)) : std::nullopt;
+  };
+  FailureOr<int64_t> batch = verifyPackedSequences(
+      op, cuQ, "cu_seqlens_q", signedMax(maxQ), "max_seqlen_q",
+      op.getAttnMaskType(), "attn_mask_type");
+  if (failed(batch))
+    return failure();
+  if (cuKv && failed(expectType(op, cuKv, "cu_seqlens_kv", cuQ.getType())))
+    return failure();
+  if (!maxKv || int64_t(*maxKv) < 1)
+    return op.emitOpError() << "'max_seqlen_kv' must be given and >= 1";
+  if (op.getAttentionMask() || op.getQueryMask())
+    return op.emitOpError() << "qkv_format = thd takes its sequences from "
+                               "cu_seqlens, not from mask operands";
+  stats[0] = *batch;
+  stats[2] = int64_t(*maxQ);
+  return success();
 }
 
 /// `query_mask`: i1 [b, 1, 1, s_q] (s_q from the statistics' shape), with
@@ -288,34 +339,36 @@ static LogicalResult verifyQueryMask(Operation *op, Value queryMask,
   return expectType(op, queryMask, "query_mask", type);
 }
 
+/// What te.attention and te.attention_bwd check alike; returns the
+/// softmax statistics' type.
+template <typename OpT>
+static FailureOr<RankedTensorType> verifyAttentionCommon(OpT op) {
+  FailureOr<SmallVector<int64_t>> stats =
+      verifyAttentionOperands(op, op.getQuery(), op.getKey(), op.getValue(),
+                              op.getRngState(), op.getQkvFormat());
+  if (failed(stats) || failed(verifyPackedSequences(op, *stats)) ||
+      failed(verifyQueryMask(op, op.getQueryMask(), *stats,
+                             op.getAttnMaskType())) ||
+      failed(
+          verifyAttentionWindow(op, op.getWindowSize(), op.getAttnMaskType())))
+    return failure();
+  return RankedTensorType::get(*stats, Float32Type::get(op.getContext()));
+}
+
 LogicalResult AttentionOp::verify() {
-  FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
-      *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
+  FailureOr<RankedTensorType> stats = verifyAttentionCommon(*this);
   if (failed(stats) ||
-      failed(
-          verifyQueryMask(*this, getQueryMask(), *stats, getAttnMaskType())) ||
-      failed(
-          verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())))
     return failure();
-  return expectType(
-      *this, getSoftmaxLse(), "softmax_lse",
-      RankedTensorType::get(*stats, Float32Type::get(getContext())));
+  return expectType(*this, getSoftmaxLse(), "softmax_lse", *stats);
 }
 
 LogicalResult AttentionBwdOp::verify() {
-  FailureOr<SmallVector<int64_t>> stats = verifyAttentionOperands(
-      *this, getQuery(), getKey(), getValue(), getRngState(), getQkvFormat());
+  FailureOr<RankedTensorType> stats = verifyAttentionCommon(*this);
   if (failed(stats) ||
-      failed(
-          verifyQueryMask(*this, getQueryMask(), *stats, getAttnMaskType())) ||
-      failed(
-          verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())) ||
       failed(expectType(*this, getGrad(), "grad", getQuery().getType())) ||
       failed(expectType(*this, getOutput(), "output", getQuery().getType())) ||
-      failed(expectType(
-          *this, getSoftmaxLse(), "softmax_lse",
-          RankedTensorType::get(*stats, Float32Type::get(getContext())))) ||
+      failed(expectType(*this, getSoftmaxLse(), "softmax_lse", *stats)) ||
       failed(expectType(*this, getQueryGrad(), "query_grad",
                         getQuery().getType())) ||
       failed(expectType(*this, getKeyGrad(), "key_grad", getKey().getType())))

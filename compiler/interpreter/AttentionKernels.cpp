@@ -11,10 +11,13 @@ using mlir::te::AttnMaskType;
 using mlir::te::QkvFormat;
 
 namespace {
-/// Addressing of a 4-D tensor laid out as [s, b, h, d] or [b, s, h, d].
+/// Addressing of a 4-D tensor laid out as [s, b, h, d] or [b, s, h, d], or
+/// of packed sequences [t, h, d] (thd): sequence b's position s is token
+/// starts[b] + s, and only its first lengths[b] positions exist.
 struct Layout {
   int64_t seq, batch, heads, dim;
   bool sbhd;
+  std::vector<int64_t> starts, lengths;
 
   Layout(const Tensor &t, QkvFormat format)
       : seq(t.shape[format == QkvFormat::sbhd ? 0 : 1]),
@@ -23,8 +26,33 @@ struct Layout {
     assert(t.shape.size() == 4 && "attention tensors are 4-D");
   }
 
+  /// Packed sequences: `cuSeqlens` [b + 1] (checked by the caller), the
+  /// longest length `maxSeqlen`.
+  Layout(const Tensor &t, const Tensor &cuSeqlens, int64_t maxSeqlen)
+      : seq(maxSeqlen), batch(int64_t(cuSeqlens.data.size()) - 1),
+        heads(t.shape[1]), dim(t.shape[2]), sbhd(false) {
+    assert(t.shape.size() == 3 && "packed attention tensors are 3-D");
+    for (int64_t b = 0; b < batch; ++b) {
+      starts.push_back(int64_t(cuSeqlens.data[b]));
+      lengths.push_back(int64_t(cuSeqlens.data[b + 1] - cuSeqlens.data[b]));
+    }
+  }
+
+  static Layout of(const Tensor &t, const AttentionParams &params, bool query) {
+    if (params.format != QkvFormat::thd)
+      return Layout(t, params.format);
+    return query ? Layout(t, *params.cuSeqlensQ, params.maxSeqlenQ)
+                 : Layout(t, *params.cuSeqlensKv, params.maxSeqlenKv);
+  }
+
+  bool packed() const { return !starts.empty(); }
+  /// How many positions of batch entry b hold tokens.
+  int64_t length(int64_t b) const { return packed() ? lengths[b] : seq; }
+
   /// Offset of the head vector at (batch b, position s, head h).
   int64_t at(int64_t b, int64_t s, int64_t h) const {
+    if (packed())
+      return ((starts[b] + s) * heads + h) * dim;
     return ((sbhd ? s * batch + b : b * seq + s) * heads + h) * dim;
   }
 };
@@ -45,8 +73,11 @@ struct Problem {
   /// Whether the mask hides key j from query i of batch b, head h.
   bool isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const;
 
-  /// Whether query i of batch b is padded (queryMask).
+  /// Whether query i of batch b is padded (queryMask, or past the end of
+  /// a packed sequence).
   bool isPaddedQuery(int64_t b, int64_t i) const {
+    if (q.packed())
+      return i >= q.length(b);
     return params.queryMask && params.queryMask->data[b * q.seq + i] != 0.0;
   }
 
@@ -65,7 +96,8 @@ bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
   bool padding = type == AttnMaskType::padding ||
                  type == AttnMaskType::padding_causal ||
                  type == AttnMaskType::padding_causal_bottom_right;
-  if (padding && params.mask->data[b * kv.seq + j] != 0.0)
+  if (kv.packed() ? j >= kv.length(b)
+                  : padding && params.mask->data[b * kv.seq + j] != 0.0)
     return true;
   bool topLeft =
       type == AttnMaskType::causal || type == AttnMaskType::padding_causal;
@@ -123,11 +155,28 @@ static double logSumExp(const std::vector<double> &scores) {
   return max + std::log(sum);
 }
 
+std::string tejit::interp::packedSequencesError(const Tensor &cuSeqlens,
+                                                int64_t maxSeqlen,
+                                                int64_t tokens) {
+  const std::vector<double> &starts = cuSeqlens.data;
+  bool ok =
+      !starts.empty() && starts.front() == 0 && starts.back() <= double(tokens);
+  for (size_t i = 1; ok && i < starts.size(); ++i)
+    ok = starts[i] >= starts[i - 1] &&
+         starts[i] - starts[i - 1] <= double(maxSeqlen);
+  if (ok)
+    return "";
+  return "must start at 0, never decrease, hold no sequence longer than " +
+         std::to_string(maxSeqlen) + " and end at most at the " +
+         std::to_string(tokens) + " tokens";
+}
+
 AttentionOutputs tejit::interp::attention(const Tensor &query,
                                           const Tensor &key,
                                           const Tensor &value,
                                           const AttentionParams &params) {
-  Problem p{Layout(query, params.format), Layout(key, params.format), params};
+  Problem p{Layout::of(query, params, /*query=*/true),
+            Layout::of(key, params, /*query=*/false), params};
   AttentionOutputs result{Tensor::zeros(query.shape),
                           Tensor::zeros({p.q.batch, p.q.heads, p.q.seq})};
   std::vector<double> scores;
@@ -161,7 +210,8 @@ tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
                             const Tensor &key, const Tensor &value,
                             const Tensor &output, const Tensor &softmaxLse,
                             const AttentionParams &params) {
-  Problem p{Layout(query, params.format), Layout(key, params.format), params};
+  Problem p{Layout::of(query, params, /*query=*/true),
+            Layout::of(key, params, /*query=*/false), params};
   AttentionGrads result{Tensor::zeros(query.shape), Tensor::zeros(key.shape),
                         Tensor::zeros(value.shape)};
   std::vector<double> scores;

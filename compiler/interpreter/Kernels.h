@@ -123,6 +123,11 @@ struct AttentionParams {
   /// shift = s_kv - s_q except for the causal and padding_causal types
   /// (top-left aligned); -1 leaves a side unbounded.
   int64_t windowLeft = -1, windowRight = -1;
+  /// Packed sequences (format thd): cu_seqlens of the queries and of the
+  /// keys ([b + 1], already checked), and the longest lengths (the
+  /// statistics' padded s_q, and s_kv).
+  const Tensor *cuSeqlensQ = nullptr, *cuSeqlensKv = nullptr;
+  int64_t maxSeqlenQ = 0, maxSeqlenKv = 0;
 
   /// Takes an optional window_size attribute's [left, right].
   void setWindow(std::optional<llvm::ArrayRef<int64_t>> window) {
@@ -141,6 +146,12 @@ struct AttentionOutputs {
 
 AttentionOutputs attention(const Tensor &query, const Tensor &key,
                            const Tensor &value, const AttentionParams &params);
+
+/// Why `cuSeqlens` does not describe packed sequences of at most
+/// `maxSeqlen` tokens within `tokens` (from 0, never decreasing, ending at
+/// most at `tokens`), or an empty string when it does.
+std::string packedSequencesError(const Tensor &cuSeqlens, int64_t maxSeqlen,
+                                 int64_t tokens);
 
 /// Gradients of attention with respect to q, k and v.
 struct AttentionGrads {

@@ -80,12 +80,23 @@ static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
 
-/// A 4-D attention result [d0, d1, h, d] as the layer ops return it:
-/// [d0, d1, h * d].
+/// An attention result [d0, d1, h, d] ([t, h, d] for thd) as the layer
+/// ops return it: [d0, d1, h * d] ([t, h * d]).
 static Tensor mergeHeads(Tensor x) {
-  llvm::SmallVector<int64_t> shape = {x.shape[0], x.shape[1],
-                                      x.shape[2] * x.shape[3]};
+  llvm::SmallVector<int64_t> shape(x.shape.begin(), x.shape.end() - 1);
+  shape.back() *= x.shape.back();
   return reshape(std::move(x), shape);
+}
+
+/// Packed sequences' offsets (operand `name`), checked against the
+/// `tokens` the activations hold.
+static LogicalResult checkPacked(Operation *op, llvm::StringRef name,
+                                 const Tensor &cuSeqlens, int64_t maxSeqlen,
+                                 int64_t tokens) {
+  std::string error = packedSequencesError(cuSeqlens, maxSeqlen, tokens);
+  if (error.empty())
+    return success();
+  return op->emitOpError() << "'" << name << "' " << error;
 }
 
 static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
@@ -97,10 +108,26 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   params.queryMask = frame.getOptional(op.getQueryMask());
   params.softmaxScale = op.getSoftmaxScale()
                             ? toDouble(*op.getSoftmaxScale())
-                            : 1.0 / std::sqrt(double(query.shape[3]));
+                            : 1.0 / std::sqrt(double(query.shape.back()));
   params.dropout = toDouble(op.getAttentionDropout());
   params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   params.setWindow(op.getWindowSize());
+  if (params.format == te::QkvFormat::thd) {
+    int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
+    int64_t maxKv = int64_t(op.getMaxSeqlenKv().value_or(maxQ));
+    const Tensor &cuQ = frame.get(op.getCuSeqlensQ());
+    const Tensor *cuKv = frame.getOptional(op.getCuSeqlensKv());
+    if (!cuKv)
+      cuKv = &cuQ;
+    if (failed(checkPacked(op, "cu_seqlens_q", cuQ, maxQ, query.shape[0])) ||
+        failed(checkPacked(op, "cu_seqlens_kv", *cuKv, maxKv,
+                           frame.get(op.getKey()).shape[0])))
+      return failure();
+    params.cuSeqlensQ = &cuQ;
+    params.cuSeqlensKv = cuKv;
+    params.maxSeqlenQ = maxQ;
+    params.maxSeqlenKv = maxKv;
+  }
   AttentionOutputs result = attention(query, frame.get(op.getKey()),
                                       frame.get(op.getValue()), params);
   return frame.set(op, op.getOutput(), mergeHeads(std::move(result.output)));
@@ -148,12 +175,42 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   return block;
 }
 
-/// Heads [first, first + count) of a fused projection [d0, d1, rows], as
-/// [d0, d1, count, headDim].
+/// Packed sequences (format thd): the block's cu_seqlens serve queries and
+/// keys alike.
+template <typename OpT>
+static LogicalResult packBlock(OpT op, Frame &frame, AttentionBlock &block,
+                               int64_t tokens) {
+  if (block.params.format != te::QkvFormat::thd)
+    return success();
+  const Tensor &cuSeqlens = frame.get(op.getCuSeqlens());
+  int64_t maxSeqlen = int64_t(*op.getMaxSeqlen());
+  if (failed(checkPacked(op, "cu_seqlens", cuSeqlens, maxSeqlen, tokens)))
+    return failure();
+  block.params.cuSeqlensQ = block.params.cuSeqlensKv = &cuSeqlens;
+  block.params.maxSeqlenQ = block.params.maxSeqlenKv = maxSeqlen;
+  return success();
+}
+
+/// Heads [first, first + count) of a fused projection [d0, d1, rows] ([t,
+/// rows] for thd), as [d0, d1, count, headDim] ([t, count, headDim]).
 static Tensor splitHeads(const Tensor &qkv, int64_t first, int64_t count,
                          int64_t headDim) {
-  return reshape(slice(qkv, first * headDim, count * headDim),
-                 {qkv.shape[0], qkv.shape[1], count, headDim});
+  llvm::SmallVector<int64_t> shape(qkv.shape.begin(), qkv.shape.end() - 1);
+  shape.append({count, headDim});
+  return reshape(slice(qkv, first * headDim, count * headDim), shape);
+}
+
+/// Rotary embedding of q or k heads; packed tokens [t, h, d] rotate as an
+/// sbhd view [t, 1, h, d] with a row of angles per token.
+static Tensor rotateHeads(const Tensor &heads, const Tensor &freqs,
+                          te::QkvFormat format, bool interleaved) {
+  if (format != te::QkvFormat::thd)
+    return rotary(heads, freqs, format, /*inverse=*/false, interleaved);
+  Tensor view =
+      reshape(heads, {heads.shape[0], 1, heads.shape[1], heads.shape[2]});
+  return reshape(
+      rotary(view, freqs, te::QkvFormat::sbhd, /*inverse=*/false, interleaved),
+      heads.shape);
 }
 
 /// QKV projection (rows [q; k; v]; for cross-attention q from `x`, [k; v]
@@ -176,10 +233,10 @@ static Tensor attendBlock(const Tensor &x, const AttentionBlock &block,
                        block.headDim);
   }
   if (const Tensor *freqs = frame.getOptional(block.rotary)) {
-    query = rotary(query, *freqs, block.params.format, /*inverse=*/false,
-                   block.rotaryInterleaved);
-    key = rotary(key, *freqs, block.params.format, /*inverse=*/false,
-                 block.rotaryInterleaved);
+    query = rotateHeads(query, *freqs, block.params.format,
+                        block.rotaryInterleaved);
+    key =
+        rotateHeads(key, *freqs, block.params.format, block.rotaryInterleaved);
   }
   Tensor context =
       mergeHeads(attention(query, key, value, block.params).output);
@@ -198,6 +255,8 @@ static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
           : input;
   AttentionBlock block =
       attentionBlock(op, frame, op.getAttnMaskType(), op.getQkvFormat());
+  if (failed(packBlock(op, frame, block, input.shape[0])))
+    return failure();
   block.encoder = op.getEncoderOutput();
   block.kvWeight = op.getKvWeight();
   block.kvBias = op.getKvBias();
@@ -261,6 +320,8 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
                    : input;
   AttentionBlock block = attentionBlock(op, frame, op.getSelfAttnMaskType(),
                                         op.getAttnInputFormat());
+  if (failed(packBlock(op, frame, block, input.shape[0])))
+    return failure();
   if (op.getParallelAttentionMlp()) {
     Tensor ln2 = normalize(
         op.getNormalization(), input, frame.get(op.getMlpLnWeight()),

@@ -182,6 +182,16 @@ static LogicalResult checkMask(Operation *op, te::AttnMaskType type, Value mask,
   return success();
 }
 
+/// Packed sequences' offsets, checked by packedSequencesError().
+static LogicalResult checkCuSeqlens(Operation *op, StringRef name,
+                                    const Tensor &cuSeqlens, int64_t maxSeqlen,
+                                    int64_t tokens) {
+  std::string error = packedSequencesError(cuSeqlens, maxSeqlen, tokens);
+  if (error.empty())
+    return success();
+  return op->emitOpError() << "'" << name << "' " << error;
+}
+
 /// The parameters te.attention and te.attention_bwd share.
 template <typename AttentionOpT>
 static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
@@ -194,9 +204,23 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
   params.softmaxScale = op.getSoftmaxScale().convertToDouble();
   params.dropout = op.getDropout().convertToDouble();
   params.setWindow(op.getWindowSize());
-  if (failed(checkMask(op, params.maskType, op.getAttentionMask(),
-                       op.getQuery(), op.getKey(), params.format)))
+  if (params.format == te::QkvFormat::thd) {
+    // The verifier has checked the operands' types; their values are the
+    // caller's.
+    params.cuSeqlensQ = &frame.get(op.getCuSeqlensQ());
+    params.cuSeqlensKv = op.getCuSeqlensKv() ? &frame.get(op.getCuSeqlensKv())
+                                             : params.cuSeqlensQ;
+    params.maxSeqlenQ = int64_t(*op.getMaxSeqlenQ());
+    params.maxSeqlenKv = int64_t(*op.getMaxSeqlenKv());
+    if (failed(checkCuSeqlens(op, "cu_seqlens_q", *params.cuSeqlensQ,
+                              params.maxSeqlenQ, shapeOf(op.getQuery())[0])) ||
+        failed(checkCuSeqlens(op, "cu_seqlens_kv", *params.cuSeqlensKv,
+                              params.maxSeqlenKv, shapeOf(op.getKey())[0])))
+      return failure();
+  } else if (failed(checkMask(op, params.maskType, op.getAttentionMask(),
+                              op.getQuery(), op.getKey(), params.format))) {
     return failure();
+  }
   if (!(params.dropout >= 0.0 && params.dropout < 1.0))
     return op.emitOpError()
            << "'dropout' must be in [0, 1), got " << params.dropout;

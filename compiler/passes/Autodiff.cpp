@@ -214,19 +214,22 @@ void Differentiator::attentionGrads(AttentionOp op, Value grad) {
       op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
   Value queryMask = op.getQueryMask() ? available(op.getQueryMask()) : Value();
   Value rng = op.getRngState() ? available(op.getRngState()) : Value();
+  Value cuQ = op.getCuSeqlensQ() ? available(op.getCuSeqlensQ()) : Value();
+  Value cuKv = op.getCuSeqlensKv() ? available(op.getCuSeqlensKv()) : Value();
   SmallVector<Value> operands = {grad,
                                  available(op.getQuery()),
                                  available(op.getKey()),
                                  available(op.getValue()),
                                  available(op.getOutput()),
                                  available(op.getSoftmaxLse())};
-  for (Value optional : {mask, queryMask, rng})
+  for (Value optional : {mask, queryMask, rng, cuQ, cuKv})
     if (optional)
       operands.push_back(optional);
   NamedAttrList attrs(op->getAttrDictionary());
   attrs.set("operandSegmentSizes",
             builder.getDenseI32ArrayAttr({1, 1, 1, 1, 1, 1, mask ? 1 : 0,
-                                          queryMask ? 1 : 0, rng ? 1 : 0}));
+                                          queryMask ? 1 : 0, rng ? 1 : 0,
+                                          cuQ ? 1 : 0, cuKv ? 1 : 0}));
   auto bwd = create<AttentionBwdOp>(TypeRange{op.getQuery().getType(),
                                               op.getKey().getType(),
                                               op.getValue().getType()},

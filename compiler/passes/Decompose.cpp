@@ -51,6 +51,15 @@ struct AttentionParams {
   /// Cross-attention's padded queries (i1 [b, 1, 1, s_q]), or null.
   Value queryMask = {};
   int64_t dropoutSite = kAttention;
+  /// Packed sequences (format thd): where each starts, and the longest.
+  Value cuSeqlens = {};
+  int64_t maxSeqlen = 0;
+};
+
+/// te.attention's packed-sequence operands (format thd only).
+struct PackedSequences {
+  Value cuSeqlensQ, cuSeqlensKv;
+  int64_t maxSeqlenQ = 0, maxSeqlenKv = 0;
 };
 
 /// Builds the primitive ops of one layer op, in front of it.
@@ -141,20 +150,27 @@ public:
     return builder.create<AddOp>(loc, lhs.getType(), lhs, rhs);
   }
 
-  /// The attention core on 4-D q/k/v; returns the output in q's layout.
+  /// The attention core on 4-D q/k/v (3-D for thd, with `packed`); returns
+  /// the output in q's layout.
   Value attention(Value query, Value key, Value value, Value mask,
                   AttnMaskType maskType, QkvFormat format, double scale,
                   double dropoutRate, DenseI64ArrayAttr window,
                   int64_t dropoutSite = kAttention, Value queryMask = {},
-                  bool crossAttention = false) {
+                  bool crossAttention = false,
+                  const PackedSequences &packed = {}) {
     ArrayRef<int64_t> q = shapeOf(query);
     bool sbhd = format == QkvFormat::sbhd;
-    auto lseType = RankedTensorType::get(
-        {q[sbhd ? 1 : 0], q[2], q[sbhd ? 0 : 1]}, builder.getF32Type());
+    SmallVector<int64_t> lseShape =
+        format == QkvFormat::thd
+            ? SmallVector<int64_t>{shapeOf(packed.cuSeqlensQ)[0] - 1, q[1],
+                                   packed.maxSeqlenQ}
+            : SmallVector<int64_t>{q[sbhd ? 1 : 0], q[2], q[sbhd ? 0 : 1]};
+    auto lseType = RankedTensorType::get(lseShape, builder.getF32Type());
     double rate = inference ? 0.0 : dropoutRate;
     Value rng = rate > 0.0 ? rngState : Value();
     SmallVector<Value> operands = {query, key, value};
-    for (Value optional : {mask, queryMask, rng})
+    for (Value optional :
+         {mask, queryMask, rng, packed.cuSeqlensQ, packed.cuSeqlensKv})
       if (optional)
         operands.push_back(optional);
     SmallVector<NamedAttribute> attrs = {
@@ -165,7 +181,14 @@ public:
         builder.getNamedAttr(
             "operandSegmentSizes",
             builder.getDenseI32ArrayAttr(
-                {1, 1, 1, mask ? 1 : 0, queryMask ? 1 : 0, rng ? 1 : 0}))};
+                {1, 1, 1, mask ? 1 : 0, queryMask ? 1 : 0, rng ? 1 : 0,
+                 packed.cuSeqlensQ ? 1 : 0, packed.cuSeqlensKv ? 1 : 0}))};
+    if (packed.cuSeqlensQ) {
+      attrs.push_back(builder.getNamedAttr(
+          "max_seqlen_q", builder.getI64IntegerAttr(packed.maxSeqlenQ)));
+      attrs.push_back(builder.getNamedAttr(
+          "max_seqlen_kv", builder.getI64IntegerAttr(packed.maxSeqlenKv)));
+    }
     if (window)
       attrs.push_back(builder.getNamedAttr("window_size", window));
     // Keys from another sequence: the mask pads them alone, whatever the
@@ -192,8 +215,10 @@ public:
     Value qkv = linear(x, params.qkvWeight, params.qkvBias);
     int64_t qWidth = params.heads * params.headDim;
     int64_t kvWidth = params.kvHeads * params.headDim;
+    bool packed = params.format == QkvFormat::thd;
     // Heads [offset / headDim, + count) of `projected` (the tokens of an
-    // activation shaped like `shape`) as [d0, d1, count, headDim].
+    // activation shaped like `shape`) as [d0, d1, count, headDim] ([t,
+    // count, headDim] for thd).
     auto heads = [&](Value projected, ArrayRef<int64_t> shape, int64_t offset,
                      int64_t count) {
       Value slice = projected;
@@ -203,6 +228,8 @@ public:
         slice = builder.create<SliceOp>(loc, sliceType, projected,
                                         builder.getI64IntegerAttr(offset));
       }
+      if (packed)
+        return reshape(slice, {shape[0], count, params.headDim});
       return reshape(slice, {shape[0], shape[1], count, params.headDim});
     };
     Value query = heads(qkv, inputShape, 0, params.heads);
@@ -217,22 +244,36 @@ public:
       value = heads(qkv, inputShape, qWidth + kvWidth, params.kvHeads);
     }
     if (params.rotary) {
-      auto formatAttr = QkvFormatAttr::get(ctx(), params.format);
-      UnitAttr interleaved =
-          params.rotaryInterleaved ? builder.getUnitAttr() : nullptr;
-      query =
-          builder.create<RotaryOp>(loc, query.getType(), query, params.rotary,
-                                   formatAttr, nullptr, interleaved);
-      key = builder.create<RotaryOp>(loc, key.getType(), key, params.rotary,
-                                     formatAttr, nullptr, interleaved);
+      query = rotary(query, params);
+      key = rotary(key, params);
     }
-    Value context =
-        attention(query, key, value, params.mask, params.maskType,
-                  params.format, 1.0 / std::sqrt(double(params.headDim)),
-                  params.dropout, params.window, params.dropoutSite,
-                  params.queryMask, static_cast<bool>(params.encoder));
+    PackedSequences sequences;
+    if (packed)
+      sequences = {params.cuSeqlens, Value(), params.maxSeqlen,
+                   params.maxSeqlen};
+    Value context = attention(
+        query, key, value, params.mask, params.maskType, params.format,
+        1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
+        params.dropoutSite, params.queryMask, static_cast<bool>(params.encoder),
+        sequences);
     return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
                   params.projBias);
+  }
+
+  /// Rotary embeddings on q or k heads. Packed tokens ([t, h, d]) rotate
+  /// as an sbhd view [t, 1, h, d] with a row of angles per token.
+  Value rotary(Value heads, const AttentionParams &params) {
+    bool packed = params.format == QkvFormat::thd;
+    ArrayRef<int64_t> shape = shapeOf(heads);
+    Value x =
+        packed ? reshape(heads, {shape[0], 1, shape[1], shape[2]}) : heads;
+    auto formatAttr =
+        QkvFormatAttr::get(ctx(), packed ? QkvFormat::sbhd : params.format);
+    UnitAttr interleaved =
+        params.rotaryInterleaved ? builder.getUnitAttr() : nullptr;
+    Value rotated = builder.create<RotaryOp>(loc, x.getType(), x, params.rotary,
+                                             formatAttr, nullptr, interleaved);
+    return packed ? reshape(rotated, shape) : rotated;
   }
 
   MLIRContext *ctx() { return builder.getContext(); }
@@ -306,7 +347,13 @@ SmallVector<Value> lowerLayer(LayerNormMLPOp op, LayerLowering &lower) {
 }
 
 SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
-  double headDim = double(LayerLowering::shapeOf(op.getQuery())[3]);
+  double headDim = double(LayerLowering::shapeOf(op.getQuery()).back());
+  PackedSequences packed;
+  if (op.getQkvFormat() == QkvFormat::thd) {
+    int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
+    packed = {op.getCuSeqlensQ(), op.getCuSeqlensKv(), maxQ,
+              int64_t(op.getMaxSeqlenKv().value_or(maxQ))};
+  }
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
   Value context = lower.attention(
@@ -314,7 +361,7 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
       op.getAttnMaskType(), op.getQkvFormat(), scale,
       op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr(),
       kAttention, op.getQueryMask(),
-      /*crossAttention=*/bool(op.getQueryMask()));
+      /*crossAttention=*/bool(op.getQueryMask()), packed);
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 
@@ -334,7 +381,14 @@ AttentionParams attentionParams(OpT op, AttnMaskType maskType,
           format,
           op.getAttentionDropout().convertToDouble(),
           op.getWindowSizeAttr(),
-          op.getRotaryPosInterleaved()};
+          op.getRotaryPosInterleaved(),
+          {},
+          {},
+          {},
+          {},
+          kAttention,
+          op.getCuSeqlens(),
+          int64_t(op.getMaxSeqlen().value_or(0))};
 }
 
 SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {

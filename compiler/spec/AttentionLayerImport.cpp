@@ -47,10 +47,13 @@ readWindow(LayerContext &ctx, FailureOr<AttnMaskType> maskType) {
   return DenseI64ArrayAttr::get(ctx.context(), {left, right});
 }
 
-/// [seq, b, heads, headDim] or [b, seq, heads, headDim].
+/// [seq, b, heads, headDim] or [b, seq, heads, headDim] ([tokens, heads,
+/// headDim] for thd).
 static RankedTensorType headsType(LayerContext &ctx, int64_t seq, int64_t heads,
                                   int64_t headDim) {
   ImportState &state = ctx.state;
+  if (state.inputFormat == QkvFormat::thd)
+    return RankedTensorType::get({state.tokens, heads, headDim}, state.dtype);
   SmallVector<int64_t> shape = {seq, state.batchSize, heads, headDim};
   if (state.inputFormat == QkvFormat::bshd)
     std::swap(shape[0], shape[1]);
@@ -104,6 +107,12 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
       failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
                                 "attn_mask_type")))
     return failure();
+  bool packed = ctx.state.inputFormat == QkvFormat::thd;
+  for (StringRef key : {"kv_seq_length", "padded_queries"})
+    if (packed && layer.has(key))
+      return emitError(layer.keyLoc(key))
+             << "'" << key << "' is not supported with packed sequences "
+             << "(input_format thd: every sequence's keys are its queries')";
   if (ctx.input)
     return emitError(ctx.loc())
            << "DotProductAttention takes query, key and value, so it can "
@@ -120,6 +129,12 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   parts.addOptional(ctx.attentionMask(*maskType, kvSeqLength));
   parts.addOptional(*paddedQueries ? queryMaskInput(ctx, "query_mask")
                                    : Value());
+  parts.addOptional(ctx.state.cuSeqlens(ctx.loc()));
+  parts.addOptional(Value()); // the keys are packed as the queries
+  if (packed) {
+    parts.set("max_seqlen_q", ctx.i64(seq));
+    parts.set("max_seqlen_kv", ctx.i64(seq));
+  }
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));
   parts.set("qkv_format", formatAttr(ctx, *format));
@@ -214,7 +229,12 @@ struct AttentionOptions {
       return emitError(ctx.layer.valueLoc("rotary_dim"))
              << "'rotary_dim' must be even and at most kv_channels ("
              << headDim(hidden) << "), got " << width;
-    auto type = RankedTensorType::get({ctx.state.seqLength, 1, 1, width},
+    // Packed sequences: a row of angles per token (positions restart at
+    // every sequence).
+    int64_t rows = ctx.state.inputFormat == QkvFormat::thd
+                       ? ctx.state.tokens
+                       : ctx.state.seqLength;
+    auto type = RankedTensorType::get({rows, 1, 1, width},
                                       Float32Type::get(ctx.context()));
     // One table serves every layer, so they must agree on its shape.
     if (Value shared = ctx.state.lookupInput("rotary_pos_emb"))
@@ -227,6 +247,14 @@ struct AttentionOptions {
                   "rotary widths must match";
     parts.addOptional(ctx.state.addInput("rotary_pos_emb", type, ctx.loc()));
     return success();
+  }
+
+  /// Adds the packed sequences' `cu_seqlens` input and `max_seqlen` (the
+  /// spec's seq_length) for input_format thd; an empty slot otherwise.
+  static void addPackedSequences(LayerContext &ctx, LayerOpParts &parts) {
+    parts.addOptional(ctx.state.cuSeqlens(ctx.loc()));
+    if (ctx.state.inputFormat == QkvFormat::thd)
+      parts.set("max_seqlen", ctx.i64(ctx.state.seqLength));
   }
 
   void addAttributes(LayerContext &ctx, LayerOpParts &parts, StringRef maskName,
@@ -435,6 +463,7 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
     parts.addOptional(*mask);
     parts.addOptional((*cross)->queryMask(ctx));
     parts.addOptional(Value()); // no rotary embeddings
+    parts.addOptional(Value()); // no packed sequences
   } else {
     attention->addProjections(ctx, parts, *hidden,
                               *inputLayernorm ? "layernorm_qkv" : "qkv", "proj",
@@ -443,6 +472,7 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
     parts.addOptional(Value()); // no query mask
     if (failed(attention->addRotary(ctx, parts, *hidden)))
       return failure();
+    AttentionOptions::addPackedSequences(ctx, parts);
   }
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
   norm->addAttributes(ctx, parts);
@@ -556,6 +586,7 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   }
   if (failed(attention->addRotary(ctx, parts, *hidden)))
     return failure();
+  AttentionOptions::addPackedSequences(ctx, parts);
   attention->addAttributes(ctx, parts, "self_attn_mask_type",
                            "attn_input_format");
   if (*cross)

@@ -95,9 +95,19 @@ size_t ImportState::markMainGrads(size_t firstArgument, Type elementType) {
 }
 
 RankedTensorType ImportState::activationType(int64_t width) const {
+  if (inputFormat == QkvFormat::thd)
+    return RankedTensorType::get({tokens, width}, dtype);
   if (inputFormat == QkvFormat::sbhd)
     return RankedTensorType::get({seqLength, batchSize, width}, dtype);
   return RankedTensorType::get({batchSize, seqLength, width}, dtype);
+}
+
+Value ImportState::cuSeqlens(Location loc) {
+  if (inputFormat != QkvFormat::thd)
+    return Value();
+  return addInput(
+      "cu_seqlens",
+      RankedTensorType::get({batchSize + 1}, builder.getIntegerType(32)), loc);
 }
 
 FailureOr<Operation *>

@@ -36,8 +36,9 @@ public:
   ImportState(mlir::MLIRContext *context, mlir::Location loc,
               llvm::StringRef functionName);
 
-  /// Shapes every layer shares.
-  int64_t seqLength = 0, batchSize = 0;
+  /// Shapes every layer shares. Packed sequences (input_format thd): b =
+  /// batchSize sequences of at most seqLength tokens, packed in `tokens`.
+  int64_t seqLength = 0, batchSize = 0, tokens = 0;
   mlir::te::QkvFormat inputFormat = mlir::te::QkvFormat::sbhd;
   mlir::Type dtype;
 
@@ -57,8 +58,12 @@ public:
   /// A parameter argument of the layer dtype.
   mlir::Value addParam(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                        mlir::Location loc);
-  /// [s, b, width] or [b, s, width], per the input format.
+  /// [s, b, width] or [b, s, width], per the input format ([tokens,
+  /// width] for thd).
   mlir::RankedTensorType activationType(int64_t width) const;
+  /// Packed sequences: the `cu_seqlens` input (i32 [b + 1], where each
+  /// sequence starts), shared by every layer; null unless thd.
+  mlir::Value cuSeqlens(mlir::Location loc);
 
   /// Creates a layer op; fails when the op does not verify.
   mlir::FailureOr<mlir::Operation *>

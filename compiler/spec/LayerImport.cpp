@@ -185,6 +185,9 @@ FailureOr<QkvFormat> LayerContext::readFormat(StringRef key) {
 
 Value LayerContext::attentionMask(AttnMaskType maskType,
                                   std::optional<int64_t> kvSeq) {
+  // Packed sequences take their lengths from cu_seqlens.
+  if (state.inputFormat == QkvFormat::thd)
+    return Value();
   int64_t b = state.batchSize, s = state.seqLength, skv = kvSeq.value_or(s);
   Type i1 = IntegerType::get(context(), 1);
   switch (maskType) {

@@ -60,15 +60,20 @@ readTopLevel(SpecMap &spec, ImportState &state,
   FailureOr<int64_t> seq = spec.requirePositive("seq_length");
   FailureOr<int64_t> batch = spec.requirePositive("batch_size");
   FailureOr<std::optional<std::string>> format =
-      spec.getChoice("input_format", {"sbhd", "bshd"});
+      spec.getChoice("input_format", {"sbhd", "bshd", "thd"});
+  // thd: the packed tokens (default: batch_size full sequences).
+  FailureOr<std::optional<int64_t>> tokens = spec.getPositive("tokens");
   FailureOr<std::optional<std::string>> description =
       spec.getString("description");
   spec.allow({"name"});
   const SpecNode *recipeNode = spec.getNode("recipe");
   const SpecNode *layers = spec.getNode("layers");
   if (failed(spec.finish()) || failed(dtype) || failed(seq) || failed(batch) ||
-      failed(format) || failed(description))
+      failed(format) || failed(description) || failed(tokens))
     return failure();
+  if (*tokens && format->value_or("sbhd") != "thd")
+    return emitError(spec.keyLoc("tokens"))
+           << "'tokens' (the packed token count) needs 'input_format: thd'";
   if (recipeNode) {
     FailureOr<FP8RecipeAttrInterface> parsed =
         readRecipe(*recipeNode, spec.getLocations());
@@ -87,6 +92,7 @@ readTopLevel(SpecMap &spec, ImportState &state,
   state.dtype = *dtype;
   state.seqLength = *seq;
   state.batchSize = *batch;
+  state.tokens = tokens->value_or(*batch * *seq);
   state.inputFormat = symbolizeQkvFormat(format->value_or("sbhd")).value();
   return layers;
 }

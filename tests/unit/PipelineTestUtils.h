@@ -96,6 +96,30 @@ inline bool usesInterleavedRotary(mlir::func::FuncOp function) {
   return interleaved;
 }
 
+/// The longest sequence a packed (thd) layer of `function` takes, or 0.
+inline int64_t packedMaxSeqlen(mlir::func::FuncOp function) {
+  int64_t longest = 0;
+  function.walk([&](mlir::Operation *op) {
+    for (llvm::StringRef name : {"max_seqlen", "max_seqlen_q"})
+      if (auto attr = op->getAttrOfType<mlir::IntegerAttr>(name))
+        longest = std::max(longest, attr.getInt());
+  });
+  return longest;
+}
+
+/// Offsets [b + 1] of packed sequences of random lengths up to `maxSeqlen`
+/// (some empty) in `tokens`, leaving the rest a padded tail.
+inline void packSequences(Tensor &cuSeqlens, int64_t maxSeqlen, int64_t tokens,
+                          std::mt19937_64 &rng) {
+  int64_t start = 0;
+  cuSeqlens.data[0] = 0;
+  for (size_t i = 1; i < cuSeqlens.data.size(); ++i) {
+    int64_t longest = std::min(maxSeqlen, tokens - start);
+    start += int64_t(rng() % uint64_t(longest + 1));
+    cuSeqlens.data[i] = double(start);
+  }
+}
+
 /// Random arguments for a layer-level function: weights scaled like a real
 /// initialization (1/sqrt(fan_in)), so that activations stay O(1) through
 /// stacked layers; vectors (norm weights, biases) and activations N(0, 0.5).
@@ -111,6 +135,10 @@ inline std::vector<Tensor> randomLayerArgs(mlir::func::FuncOp function,
     args.push_back(interp::randomTensor(tensor, rng, stddev));
     if (argName(function, index) == "rotary_pos_emb")
       repeatAngles(args.back(), interleaved);
+    // The first argument (input or query) holds the packed tokens.
+    if (argName(function, index) == "cu_seqlens")
+      packSequences(args.back(), packedMaxSeqlen(function), args[0].shape[0],
+                    rng);
   }
   return args;
 }

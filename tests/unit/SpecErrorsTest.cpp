@@ -226,7 +226,7 @@ layers:
                   3, 1,
                   "unknown key 'model' in the spec (valid keys: name, "
                   "params_dtype, seq_length, batch_size, input_format, "
-                  "description, recipe, layers)"},
+                  "tokens, description, recipe, layers)"},
         ErrorCase{"MisspelledTopLevelKey", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -510,16 +510,54 @@ batch_size: 2
 input_format: sbh
 )",
                   3, 15,
-                  "'input_format' in the spec must be one of sbhd, bshd; got "
-                  "'sbh' (did you mean 'sbhd'?)"},
-        ErrorCase{"ThdLayoutIsUnsupported", "spec.yaml", R"(
+                  "'input_format' in the spec must be one of sbhd, bshd, thd; "
+                  "got 'sbh' (did you mean 'sbhd'?)"},
+        ErrorCase{"TokensWithoutThd", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+tokens: 32
+layers:
+  - {type: LayerNorm, hidden_size: 64}
+)",
+                  3, 1,
+                  "'tokens' (the packed token count) needs 'input_format: "
+                  "thd'"},
+        ErrorCase{"ThdNeedsAPaddingMaskType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 input_format: thd
+layers:
+  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 128,
+     num_attention_heads: 4}
 )",
-                  3, 15,
-                  "'input_format' in the spec must be one of sbhd, bshd; got "
-                  "'thd'"},
+                  5, 5,
+                  "'te.transformer_layer' op packed sequences (thd) need "
+                  "'self_attn_mask_type' padding or padding_causal (each "
+                  "sequence attends to itself alone), got causal"},
+        ErrorCase{"ThdCrossAttention", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+input_format: thd
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attention_type: cross, attn_mask_type: padding}
+)",
+                  5, 5,
+                  "'te.multihead_attention' op packed sequences (thd) are "
+                  "supported in self-attention only, not with "
+                  "'encoder_output'"},
+        ErrorCase{"ThdKvSeqLength", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+input_format: thd
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 16,
+     attn_mask_type: padding, kv_seq_length: 8}
+)",
+                  6, 31,
+                  "'kv_seq_length' is not supported with packed sequences "
+                  "(input_format thd: every sequence's keys are its "
+                  "queries')"},
         ErrorCase{"StringForInt", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -1274,6 +1274,10 @@ TEST_F(SpecImporter, ExamplesImportAndVerify) {
        23},
       {"gptj_small.yaml", {"te.transformer_layer", "te.transformer_layer"}, 26},
       {"llama.yaml", {"te.transformer_layer"}, 8},
+      // input, 10 + 6 parameters, rotary_pos_emb, cu_seqlens.
+      {"packed_small.yaml",
+       {"te.transformer_layer", "te.multihead_attention"},
+       19},
       {"llama_small.json",
        {"te.transformer_layer", "te.transformer_layer"},
        14},
