@@ -6,8 +6,9 @@
 #   tests/gpu/run_all.sh --filter LayerNormMLP --seed 7
 # Extra arguments go to run_layer_tests.py. Then the attention modules of
 # tejit.pytorch (tests/gpu/test_attention_layers.py,
-# test_cross_attention_layers.py and test_thd_attention.py, pytest; SIZES=small leaves out the
-# full-size steps) and TE's quickstart with te.TransformerLayer
+# test_cross_attention_layers.py, test_thd_attention.py and
+# test_thd_blocks.py, pytest; SIZES=small leaves out the full-size steps)
+# and TE's quickstart with te.TransformerLayer
 # (tests/gpu/quickstart_te_layer.py; --full unless SIZES=small) run, where
 # PyTorch is installed. Exits non-zero if any case fails.
 # tools/scripts/gpu-tests.sh runs this suite and the other GPU checks.
@@ -25,7 +26,8 @@ if python3 -c "import torch, pytest" 2>/dev/null; then
     -p no:cacheprovider "${pytest_filter[@]}" \
     tests/gpu/test_attention_layers.py \
     tests/gpu/test_cross_attention_layers.py \
-    tests/gpu/test_thd_attention.py || status=1
+    tests/gpu/test_thd_attention.py \
+    tests/gpu/test_thd_blocks.py || status=1
   quickstart_size=(--full)
   [[ "${SIZES:-all}" == small ]] && quickstart_size=()
   PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python3 \

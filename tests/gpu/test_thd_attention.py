@@ -1,5 +1,6 @@
 """GPU tests of DotProductAttention(qkv_format="thd"): packed
-variable-length sequences (TE's cu_seqlens), forward and backward.
+variable-length sequences (TE's cu_seqlens), forward and backward, run in
+place by cuDNN (ragged offsets). The blocks' thd: test_thd_blocks.py.
 
     PYTHONPATH=python python3 -m pytest tests/gpu/test_thd_attention.py
     (-k full_size for the full-size case only)
@@ -17,7 +18,7 @@ dq, dk, dv below 1.6e-2 in bf16 and 4e-3 in fp16 (the DotProductAttention
 bounds); the tail's gradients exactly zero. Also: one program for two
 batches whose longest sequences round to the same length, and the
 refusals (no cu_seqlens, a non-padding mask type, keys packed otherwise
-than the queries, thd in MultiheadAttention), and a max_seqlen_q shorter
+than the queries, thd in cross-attention), and a max_seqlen_q shorter
 than a sequence ending its process with a CUDA error (checked on the
 device, in a subprocess).
 """
@@ -135,12 +136,12 @@ def test_thd_dot_product_attention(lengths, tail, heads, groups, d, mask,
 
 
 def test_thd_one_program_per_rounded_length():
-    """Batches whose longest sequences round up to the same multiple of
-    64 share one program."""
+    """Batches whose token counts and longest sequences round up to the
+    same multiples of 64 share one program."""
     dpa = te.DotProductAttention(4, 64, qkv_format="thd",
                                  attn_mask_type="padding_causal")
     start = te.compile_count()
-    for lengths in ([100, 20, 7], [90, 128, 1], [65, 65, 65]):
+    for lengths in ([100, 20, 7], [90, 30, 1], [65, 60, 3]):
         cu, q, k, v = packed(lengths, 0, 4, 4, 64, BF16)
         with torch.no_grad():
             dpa(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu)
@@ -160,7 +161,11 @@ def test_thd_refusals():
     with pytest.raises(NotImplementedError, match="cu_seqlens_kv"):
         dpa(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=other)
     with pytest.raises(NotImplementedError, match="thd"):
-        te.MultiheadAttention(256, 4, qkv_format="thd")
+        te.MultiheadAttention(256, 4, qkv_format="thd",
+                              attention_type="cross")
+    with pytest.raises(NotImplementedError, match="thd"):
+        te.TransformerLayer(256, 512, 4, attn_input_format="thd",
+                            layer_type="decoder")
 
 
 # A max_seqlen_q shorter than a sequence: checked on the device (the call

@@ -303,6 +303,46 @@ class BlockSpecTest(unittest.TestCase):
         self.assertNotIn("rotary_dim", full)
         self.assertNotIn("rotary_pos_interleaved", full)
 
+    def test_packed_sequences(self):
+        # thd as the modules compile it (_thd.PackedCall.shape_spec): the
+        # tokens rounded up to 64, seq_length the rounded longest
+        # sequence; inputs [tokens, ...], cu_seqlens [b + 1] and each
+        # token's rotary angles, and attention on cu_seqlens in the
+        # forward and the backward.
+        top = {"seq_length": 128, "batch_size": 3, "input_format": "thd",
+               "tokens": 192}
+        layer = specs.transformer_layer_spec(
+            64, 256, 4, 16, 2, 1e-5, "RMSNorm", False, "swiglu", 0.1, 0.1,
+            "padding_causal", False, False, 16, None)
+        spec = {"name": "TransformerLayer", "params_dtype": "bf16", **top,
+                "layers": [layer]}
+        args = arguments(spec)
+        self.assertEqual(args["input"], "192x64xbf16")
+        self.assertEqual(args["cu_seqlens"], "4xi32")
+        self.assertEqual(args["rotary_pos_emb"], "192x1x1x16xf32")
+        self.assertNotIn("attention_mask", args)
+        text = tejit.compile_ir(spec, "autodiff")
+        attention = [line for line in text.splitlines()
+                     if "te.attention" in line]
+        self.assertEqual(len(attention), 2)
+        for line in attention:
+            self.assertIn("cu_seqlens_q(", line)
+            self.assertIn("max_seqlen_q = 128", line)
+            self.assertIn("tensor<3x4x128xf32>", line)
+        dpa = specs.dot_product_attention_spec(4, 16, 2, "padding", 0.0,
+                                               0.25)
+        args = arguments({"name": "DotProductAttention",
+                          "params_dtype": "bf16", **top, "layers": [dpa]})
+        self.assertEqual(args["query"], "192x4x16xbf16")
+        self.assertEqual(args["key"], "192x2x16xbf16")
+        # TE's default causal mask type is refused: thd needs padding.
+        mha = specs.multihead_attention_spec(
+            64, 4, 16, 4, True, "LayerNorm", 1e-5, False, "causal", 0.0,
+            True, False)
+        with self.assertRaisesRegex(tejit.TejitError, "padding"):
+            arguments({"name": "MultiheadAttention", "params_dtype": "bf16",
+                       **top, "layers": [mha]})
+
     def test_dpa_padded_queries_input(self):
         # TE's mask pair in DotProductAttention, keys as long as queries.
         layer = specs.dot_product_attention_spec(

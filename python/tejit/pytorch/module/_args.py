@@ -124,14 +124,16 @@ def check_mask_type(owner, argument, mask_type):
 
 def check_qkv_format(owner, argument, qkv_format, allow_thd=False):
     """`qkv_format`; "thd" (packed variable-length sequences) only with
-    `allow_thd` (DotProductAttention)."""
+    `allow_thd` (self-attention: DotProductAttention, MultiheadAttention
+    and encoder TransformerLayers)."""
     if qkv_format == "thd" and allow_thd:
         return qkv_format
     if qkv_format == "thd":
         raise NotImplementedError(
-            f"{owner}({argument}='thd') is not supported by tejit (packed "
-            f"variable-length sequences: DotProductAttention takes them); "
-            f"use 'sbhd' or 'bshd' with a padding mask")
+            f"{owner}({argument}='thd') is not supported by tejit here "
+            f"(packed variable-length sequences run in self-attention, not "
+            f"in cross-attention); use 'sbhd' or 'bshd' with a padding "
+            f"mask")
     if qkv_format not in QKV_FORMATS:
         raise ValueError(f"{owner}: {argument} must be 'sbhd' or 'bshd', "
                          f"got {qkv_format!r}")

@@ -1,15 +1,18 @@
-"""DotProductAttention's thd layout (Transformer Engine's packed
-variable-length sequences): the tokens of every sequence back to back,
-query [t, heads, d] and key/value [t, gqa_groups, d], with cu_seqlens
-[b + 1] (int32, on the GPU) holding where each sequence starts.
+"""Packed variable-length sequences (Transformer Engine's thd layout): the
+tokens of every sequence back to back, [t, ...], with cu_seqlens [b + 1]
+(int32, on the GPU) holding where each sequence starts.
 
-tejit runs such a call as bshd with a padding mask: the call's q, k and v
-are scattered (differentiably) into [b, max_s, heads, d], where max_s is
-the longest sequence rounded up to a multiple of 64 (so that batches of
-similar lengths share one program), the padded program runs, and the
-output rows are gathered back to [t, heads * d]. Tokens after
-cu_seqlens[-1] (the tail of a packed buffer) get a zero output and no
-gradient. The extra traffic is one copy of q, k, v and the output.
+tejit's programs take packed tokens as they are: the spec's input_format
+is thd with `tokens` T, `batch_size` b and `seq_length` the longest
+sequence rounded up to a multiple of 64; cu_seqlens is a program input,
+and cuDNN's flash attention reads each sequence in place through ragged
+offsets. T is the call's token count t rounded up to a multiple of 64 (so
+that batches of similar sizes share one program, and FP8 GEMMs get the
+multiple of 16 they need): a call whose t is not a multiple gets zero
+tokens appended (one copy of its inputs) and its outputs cut back to t.
+The norms and GEMMs run on every token; tokens after cu_seqlens[-1] (the
+tail of a packed buffer) go through them too, as in TE, but their
+attention output (and its gradient) is 0.
 
 Without max_seqlen_q (or max_seqlen_kv) the call reads cu_seqlens back to
 the host to find the longest sequence and check the offsets (one sync per
@@ -20,8 +23,14 @@ same tensor.
 """
 import torch
 
-# max_s is rounded up to this: fewer distinct programs, little padding.
+# The compiled max_seqlen is rounded up to this: fewer distinct programs,
+# little extra attention work.
 MAX_SEQ_GRANULE = 64
+# The compiled token count is rounded up to this (a multiple of 16, as
+# FP8 GEMMs need).
+TOKEN_GRANULE = 64
+PADDING_MASK_TYPES = ("padding", "padding_causal",
+                      "padding_causal_bottom_right")
 
 
 def _check_cu_seqlens(owner, name, cu_seqlens, device):
@@ -35,7 +44,7 @@ def _check_cu_seqlens(owner, name, cu_seqlens, device):
                          f"{tuple(getattr(cu_seqlens, 'shape', ()))}")
     if cu_seqlens.device != device:
         raise ValueError(f"{owner}: {name} is on {cu_seqlens.device}, the "
-                         f"query on {device}")
+                         f"tokens on {device}")
 
 
 def _same_sequences(owner, cu_seqlens_q, cu_seqlens_kv, capturing):
@@ -51,72 +60,69 @@ def _same_sequences(owner, cu_seqlens_q, cu_seqlens_kv, capturing):
                                      if capturing else ""))
 
 
-def _scatter(tensor, rows, padded_rows):
-    """`tensor`'s rows at `rows` of a zero [padded_rows, ...] tensor (row
-    index padded_rows: dropped)."""
-    buffer = tensor.new_zeros(padded_rows + 1, *tensor.shape[1:])
-    buffer.index_copy_(0, rows, tensor)
-    return buffer[:padded_rows]
+def thd_mask_type(owner, mask_type):
+    """The program's mask type for a thd call: TE's rule (a padding type),
+    with bottom-right alignment the same as top-left (each sequence's
+    queries and keys have one length)."""
+    if mask_type not in PADDING_MASK_TYPES:
+        raise ValueError(f"{owner}: qkv_format='thd' needs a padding mask "
+                         f"type ({', '.join(PADDING_MASK_TYPES)}), as in "
+                         f"Transformer Engine; got {mask_type!r}")
+    if mask_type == "padding_causal_bottom_right":
+        return "padding_causal"
+    return mask_type
 
 
-def _gather(padded, rows, inside):
-    """Rows `rows` of `padded`, zero where not `inside`."""
-    out = padded.index_select(0, rows)
-    return out.masked_fill_(~inside.view(-1, *[1] * (out.dim() - 1)), 0)
+class PackedCall:
+    """A checked thd call on `tokens` packed tokens: `cu_seqlens` (int32,
+    contiguous), `batch`, the compiled `max_s`, and the longest sequence
+    the caller vouched for or the offsets hold (`longest`)."""
 
-
-class _Pad(torch.autograd.Function):
-    """[t, ...] -> [padded_rows, ...] and its gradient, the gather back
-    (no atomics: every token has its own row)."""
-
-    @staticmethod
-    def forward(ctx, tensor, packed):
-        ctx.packed = packed
-        return _scatter(tensor, packed.rows, packed.padded_rows)
-
-    @staticmethod
-    def backward(ctx, grad):
-        packed = ctx.packed
-        return _gather(grad, packed.gather_rows, packed.inside), None
-
-
-class _Unpad(torch.autograd.Function):
-    """[padded_rows, ...] -> [t, ...] (zero tail rows) and its gradient."""
-
-    @staticmethod
-    def forward(ctx, padded, packed):
-        ctx.packed = packed
-        return _gather(padded, packed.gather_rows, packed.inside)
-
-    @staticmethod
-    def backward(ctx, grad):
-        packed = ctx.packed
-        return _scatter(grad.contiguous(), packed.rows,
-                        packed.padded_rows), None
-
-
-class PackedSequences:
-    """Where each token of a thd call goes in the padded [b, max_s]
-    layout; `mask` is the padded layout's [b, 1, 1, max_s] padding mask
-    (True = padding)."""
-
-    def __init__(self, owner, cu_seqlens, tokens, max_seqlen):
-        device = cu_seqlens.device
-        self.batch = cu_seqlens.numel() - 1
+    def __init__(self, owner, tokens, device, cu_seqlens_q, cu_seqlens_kv,
+                 cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
+                 max_seqlen_q=None, max_seqlen_kv=None,
+                 pad_between_seqs=None):
+        _check_cu_seqlens(owner, "cu_seqlens_q", cu_seqlens_q, device)
+        if cu_seqlens_kv is None:
+            cu_seqlens_kv = cu_seqlens_q
+        _check_cu_seqlens(owner, "cu_seqlens_kv", cu_seqlens_kv, device)
         capturing = torch.cuda.is_current_stream_capturing()
-        starts = cu_seqlens.long()
-        lengths = starts[1:] - starts[:-1]
+        _same_sequences(owner, cu_seqlens_q, cu_seqlens_kv, capturing)
+        for name, padded in (("cu_seqlens_q_padded", cu_seqlens_q_padded),
+                             ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
+            if padded is not None and not (padded is cu_seqlens_q or (
+                    not capturing and torch.equal(padded, cu_seqlens_q))):
+                raise NotImplementedError(
+                    f"{owner}: {name} other than the sequences' offsets "
+                    f"(padding between packed sequences) is not supported "
+                    f"by tejit")
+        if pad_between_seqs:
+            raise NotImplementedError(f"{owner}: pad_between_seqs=True is "
+                                      f"not supported by tejit")
+        if (max_seqlen_kv is not None and max_seqlen_q is not None
+                and int(max_seqlen_kv) != int(max_seqlen_q)):
+            raise NotImplementedError(f"{owner}: thd with max_seqlen_kv "
+                                      f"other than max_seqlen_q is not "
+                                      f"supported by tejit")
+        max_seqlen = max_seqlen_q if max_seqlen_q is not None else (
+            max_seqlen_kv)
         if capturing and max_seqlen is None:
             raise ValueError(f"{owner}: qkv_format='thd' while capturing a "
                              f"CUDA graph needs max_seqlen_q")
+        self.tokens = int(tokens)
+        self.batch = cu_seqlens_q.numel() - 1
+        self.cu_seqlens = cu_seqlens_q.contiguous()
+        starts = cu_seqlens_q.long()
+        lengths = starts[1:] - starts[:-1]
         if max_seqlen is not None:
             # Checked on the device, without waiting for it: a violation
-            # raises a CUDA error (device-side assert) instead of packing
-            # tokens into another sequence's rows.
-            longest = int(max_seqlen)
+            # raises a CUDA error (device-side assert) instead of reading
+            # another sequence's tokens.
+            self.longest = int(max_seqlen)
             torch._assert_async(
                 (starts[0] == 0) & (lengths.min() >= 0)
-                & (starts[-1] <= tokens) & (lengths.max() <= longest),
+                & (starts[-1] <= self.tokens)
+                & (lengths.max() <= self.longest),
                 "tejit: thd cu_seqlens must start at 0, never decrease, end "
                 "at most at the token count, and hold no sequence longer "
                 "than max_seqlen")
@@ -125,101 +131,53 @@ class PackedSequences:
             first, last, longest, shortest = torch.stack([
                 starts[0], starts[-1], lengths.max(),
                 lengths.min()]).tolist()
-            if first != 0 or shortest < 0 or last > tokens:
+            if first != 0 or shortest < 0 or last > self.tokens:
                 raise ValueError(
                     f"{owner}: cu_seqlens must start at 0, never decrease "
-                    f"and end at most at the token count ({tokens}); got "
-                    f"{cu_seqlens.tolist()}")
-            if max_seqlen is not None and int(max_seqlen) < longest:
-                raise ValueError(f"{owner}: max_seqlen {max_seqlen} is "
-                                 f"shorter than the longest sequence "
-                                 f"({longest})")
+                    f"and end at most at the token count ({self.tokens}); "
+                    f"got {cu_seqlens_q.tolist()}")
+            self.longest = longest
         granule = MAX_SEQ_GRANULE
-        self.max_s = max(granule, -(-longest // granule) * granule)
-        token = torch.arange(tokens, device=device)
+        self.max_s = max(granule, -(-self.longest // granule) * granule)
+        granule = TOKEN_GRANULE
+        self.padded_tokens = max(granule,
+                                 -(-self.tokens // granule) * granule)
+
+    def shape_key(self):
+        """What of the call's shape selects the program."""
+        return ("thd", self.padded_tokens, self.batch, self.max_s)
+
+    def shape_spec(self):
+        """The spec's top-level shape keys."""
+        return {"seq_length": self.max_s, "batch_size": self.batch,
+                "input_format": "thd", "tokens": self.padded_tokens}
+
+    def pad(self, tensor):
+        """[t, ...] -> [T, ...] (zero tokens appended; differentiable), or
+        `tensor` itself when t is already T."""
+        extra = self.padded_tokens - self.tokens
+        if extra == 0:
+            return tensor
+        return torch.cat([tensor, tensor.new_zeros(extra, *tensor.shape[1:])])
+
+    def unpad(self, tensor):
+        """A program output [T, ...] back to the call's [t, ...]."""
+        return tensor[:self.tokens]
+
+    def token_angles(self, owner, freqs):
+        """TE's rotary table [s, 1, 1, r] (angles of positions 0, 1, ...)
+        as each token's angles [t, 1, 1, r]: positions restart at every
+        sequence, as TE's apply_rotary_pos_emb with cu_seqlens does.
+        Tokens of the tail (and of the padding to T) take position 0."""
+        if freqs.shape[0] < self.longest:
+            raise ValueError(f"{owner}: rotary_pos_emb covers "
+                             f"{freqs.shape[0]} positions, but a sequence "
+                             f"may be {self.longest} long")
+        starts = self.cu_seqlens.long()
+        token = torch.arange(self.padded_tokens, device=starts.device)
         sequence = torch.searchsorted(starts[1:], token, right=True)
         inside = sequence < self.batch
         sequence = sequence.clamp(max=self.batch - 1)
-        # Tokens after the last sequence go to one spare row at the end
-        # (scattering) or read row 0 and are zeroed (gathering).
-        self.padded_rows = self.batch * self.max_s
-        self.inside = inside
-        self.gather_rows = torch.where(
-            inside, sequence * self.max_s + token - starts[sequence], 0)
-        self.rows = torch.where(inside, self.gather_rows, self.padded_rows)
-        positions = torch.arange(self.max_s, device=device)
-        self.mask = (positions[None, :] >= lengths[:, None]).view(
-            self.batch, 1, 1, self.max_s)
-
-    def pad(self, tensor):
-        """[t, heads, d] -> [b, max_s, heads, d], zeros where padded."""
-        return _Pad.apply(tensor, self).view(self.batch, self.max_s,
-                                             *tensor.shape[1:])
-
-    def unpad(self, output):
-        """[b, max_s, width] -> [t, width] (zero rows after the last
-        sequence)."""
-        return _Unpad.apply(
-            output.reshape(self.padded_rows, output.shape[-1]), self)
-
-
-def thd_call(owner, query_layer, key_layer, value_layer, attention_mask,
-             mask_type, cu_seqlens_q, cu_seqlens_kv, cu_seqlens_q_padded,
-             cu_seqlens_kv_padded, max_seqlen_q, max_seqlen_kv,
-             pad_between_seqs):
-    """Checks a thd call and packs it: (PackedSequences, padded q, k, v,
-    the padded call's mask type). TE's rules: 3-D q/k/v, a padding mask
-    type, cu_seqlens given; tejit's: keys/values packed as the queries,
-    no separate padded offsets."""
-    for name, tensor in (("query_layer", query_layer),
-                         ("key_layer", key_layer),
-                         ("value_layer", value_layer)):
-        if not isinstance(tensor, torch.Tensor) or tensor.dim() != 3:
-            raise ValueError(f"{owner}: qkv_format='thd' takes 3-D {name} "
-                             f"[t, heads, d], got "
-                             f"{tuple(getattr(tensor, 'shape', ()))}")
-    if key_layer.shape[0] != query_layer.shape[0] or (
-            value_layer.shape[:2] != key_layer.shape[:2]):
-        raise ValueError(f"{owner}: thd query, key and value must hold the "
-                         f"same tokens, got {list(query_layer.shape)}, "
-                         f"{list(key_layer.shape)}, "
-                         f"{list(value_layer.shape)}")
-    if "padding" not in mask_type:
-        raise ValueError(f"{owner}: qkv_format='thd' needs a padding mask "
-                         f"type (padding, padding_causal, "
-                         f"padding_causal_bottom_right), as in Transformer "
-                         f"Engine; got {mask_type!r}")
-    if attention_mask is not None:
-        raise ValueError(f"{owner}: qkv_format='thd' takes the sequences "
-                         f"from cu_seqlens_q/cu_seqlens_kv, not an "
-                         f"attention_mask")
-    device = query_layer.device
-    _check_cu_seqlens(owner, "cu_seqlens_q", cu_seqlens_q, device)
-    _check_cu_seqlens(owner, "cu_seqlens_kv", cu_seqlens_kv, device)
-    capturing = torch.cuda.is_current_stream_capturing()
-    _same_sequences(owner, cu_seqlens_q, cu_seqlens_kv, capturing)
-    for name, padded in (("cu_seqlens_q_padded", cu_seqlens_q_padded),
-                         ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
-        if padded is not None and not (padded is cu_seqlens_q or (
-                not capturing and torch.equal(padded, cu_seqlens_q))):
-            raise NotImplementedError(
-                f"{owner}: {name} other than the sequences' offsets "
-                f"(padding between packed sequences) is not supported by "
-                f"tejit")
-    if pad_between_seqs:
-        raise NotImplementedError(f"{owner}: pad_between_seqs=True is not "
-                                  f"supported by tejit")
-    if (max_seqlen_kv is not None and max_seqlen_q is not None
-            and int(max_seqlen_kv) != int(max_seqlen_q)):
-        raise NotImplementedError(f"{owner}: thd with max_seqlen_kv other "
-                                  f"than max_seqlen_q is not supported by "
-                                  f"tejit")
-    packed = PackedSequences(owner, cu_seqlens_q, query_layer.shape[0],
-                             max_seqlen_q if max_seqlen_q is not None
-                             else max_seqlen_kv)
-    # Each sequence's queries and keys have one length: bottom-right and
-    # top-left alignments agree.
-    if mask_type == "padding_causal_bottom_right":
-        mask_type = "padding_causal"
-    return (packed, packed.pad(query_layer), packed.pad(key_layer),
-            packed.pad(value_layer), mask_type)
+        position = torch.where(inside, token - starts[sequence], 0)
+        return freqs.detach().to(torch.float32).index_select(
+            0, position.clamp(0, freqs.shape[0] - 1)).contiguous()

@@ -244,9 +244,9 @@ class DotProductAttention(TransformerEngineBaseModule):
     queries' output rows are 0, as in TE), or the key/value mask [b, 1, 1,
     s_kv] alone. Packed variable-length sequences (qkv_format="thd": q
     [t, heads, d], k/v [t, groups, d], cu_seqlens_q = cu_seqlens_kv [b +
-    1] int32, a padding mask type; output [t, heads * d]) run padded as
-    bshd (_thd.py). Refused (NotImplementedError naming the argument):
-    context/tensor parallelism, attention bias, ALiBi, thd with keys packed
+    1] int32, a padding mask type; output [t, heads * d]) run in place
+    (_thd.py: cuDNN's ragged offsets). Refused (NotImplementedError
+    naming the argument): context/tensor parallelism, attention bias, ALiBi, thd with keys packed
     otherwise than the queries or padding between sequences,
     inference_params, kv_channels differing for k and v, "arbitrary" in
     cross-attention. Accepted and unused: layer_number,
@@ -355,21 +355,18 @@ class DotProductAttention(TransformerEngineBaseModule):
                                 window_size, mask_type)
         _args.check_forward(owner, fp8_output, False)
         if qkv_format == "thd":
-            # Packed sequences run padded as bshd (_thd.py).
-            packed, query_layer, key_layer, value_layer, mask_type = (
-                _thd.thd_call(owner, query_layer, key_layer, value_layer,
-                              attention_mask, mask_type, cu_seqlens_q,
-                              cu_seqlens_kv, cu_seqlens_q_padded,
-                              cu_seqlens_kv_padded, max_seqlen_q,
-                              max_seqlen_kv, pad_between_seqs))
-            return packed.unpad(self.forward(
-                query_layer, key_layer, value_layer,
-                attention_mask=packed.mask, qkv_format="bshd",
-                attn_mask_type=mask_type, window_size=window,
-                checkpoint_core_attention=checkpoint_core_attention,
-                core_attention_bias_type=core_attention_bias_type,
+            _args.check_unsupported(
+                owner, inference_params=inference_params,
                 core_attention_bias=core_attention_bias,
-                alibi_slopes=alibi_slopes, inference_params=inference_params))
+                alibi_slopes=alibi_slopes)
+            return self._packed_forward(
+                query_layer, key_layer, value_layer, attention_mask,
+                mask_type, window, core_attention_bias_type,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                cu_seqlens_q_padded=cu_seqlens_q_padded,
+                cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                pad_between_seqs=pad_between_seqs)
         for name, tensor in (("query_layer", query_layer),
                              ("key_layer", key_layer),
                              ("value_layer", value_layer)):
@@ -433,6 +430,50 @@ class DotProductAttention(TransformerEngineBaseModule):
             variant)
         return out["output"]
 
+    def _packed_forward(self, query_layer, key_layer, value_layer,
+                        attention_mask, mask_type, window, bias_type,
+                        **sequences):
+        """A thd call: q [t, heads, d], k/v [t, groups, d] packed as
+        `sequences` (the forward's cu_seqlens and max_seqlen arguments,
+        _thd.PackedCall) say; output [t, heads * d]."""
+        owner = "DotProductAttention"
+        heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
+                            self.kv_channels)
+        for name, tensor, count in (("query_layer", query_layer, heads),
+                                    ("key_layer", key_layer, groups),
+                                    ("value_layer", value_layer, groups)):
+            check_input(owner, name, tensor, 3)
+            if tuple(tensor.shape) != (query_layer.shape[0], count, d):
+                raise ValueError(
+                    f"{owner}: qkv_format='thd' takes {name} [t, "
+                    f"{'heads' if count == heads else 'gqa_groups'}, d] = "
+                    f"{[query_layer.shape[0], count, d]} (queries, keys and "
+                    f"values hold the same tokens), got "
+                    f"{list(tensor.shape)}")
+        if bias_type != "no_bias":
+            raise NotImplementedError(
+                f"{owner}.forward(core_attention_bias_type={bias_type!r}) "
+                f"is not supported by tejit")
+        if attention_mask is not None:
+            raise ValueError(f"{owner}: qkv_format='thd' takes the "
+                             f"sequences from cu_seqlens_q/cu_seqlens_kv, "
+                             f"not an attention_mask")
+        mask_type = _thd.thd_mask_type(owner, mask_type)
+        packed = _thd.PackedCall(owner, query_layer.shape[0],
+                                 query_layer.device, **sequences)
+        dtype = self._checked_dtype(query_layer)
+        activations = {
+            "query": packed.pad(query_layer.to(dtype).contiguous()),
+            "key": packed.pad(key_layer.to(dtype).contiguous()),
+            "value": packed.pad(value_layer.to(dtype).contiguous()),
+            "cu_seqlens": packed.cu_seqlens}
+        variant = (mask_type, self._dropout_active(), window, False)
+        out = self._run_program(
+            activations, dtype, packed.shape_key(), packed.shape_spec(),
+            query_layer.shape, lambda: self._layer_spec(mask_type, window),
+            variant)
+        return packed.unpad(out["output"])
+
     def extra_repr(self):
         return (f"num_attention_heads={self.num_attention_heads}, "
                 f"kv_channels={self.kv_channels}, "
@@ -487,6 +528,11 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     (encoder_output, its mask type, its attention mask as TE takes it, and
     whether the block also self-attends: a decoder TransformerLayer, whose
     self-attention then takes `mask_type` and `attention_mask`)."""
+    if qkv_format == "thd":
+        return _run_packed_block(
+            module, owner, hidden_states, hidden_size, mask_type,
+            attention_mask, rotary_pos_emb, kv_channels, layer_spec,
+            is_first_microbatch, window, cross, **call_arguments)
     check_input(owner, "hidden_states", hidden_states, 3)
     if hidden_states.shape[-1] != hidden_size:
         raise ValueError(f"{owner}: expected hidden_states "
@@ -537,3 +583,54 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
         hidden_states.shape,
         lambda: layer_spec(rotary_dim, seq_kv, padded_queries), variant,
         is_first_microbatch=is_first_microbatch)
+
+
+_SEQUENCE_ARGUMENTS = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded",
+                       "cu_seqlens_kv_padded", "max_seqlen_q",
+                       "max_seqlen_kv", "pad_between_seqs")
+
+
+def _run_packed_block(module, owner, hidden_states, hidden_size, mask_type,
+                      attention_mask, rotary_pos_emb, kv_channels, layer_spec,
+                      is_first_microbatch, window, cross, **call_arguments):
+    """run_attention_block on packed sequences (thd): hidden_states [t,
+    hidden] with the forward's cu_seqlens and max_seqlen arguments
+    (_thd.PackedCall); `mask_type` is already a padding type
+    (_thd.thd_mask_type). TE's rotary table [s, 1, 1, r] becomes each
+    token's angles, positions restarting at every sequence."""
+    check_input(owner, "hidden_states", hidden_states, 2)
+    if hidden_states.shape[-1] != hidden_size:
+        raise ValueError(f"{owner}: expected hidden_states [t, "
+                         f"{hidden_size}] (thd), got "
+                         f"{list(hidden_states.shape)}")
+    if cross is not None:
+        raise NotImplementedError(f"{owner}: cross-attention of packed "
+                                  f"sequences (thd) is not supported by "
+                                  f"tejit")
+    if attention_mask is not None:
+        raise ValueError(f"{owner}: packed sequences (thd) take their "
+                         f"lengths from cu_seqlens_q, not an "
+                         f"attention_mask")
+    sequences = {name: call_arguments.pop(name, None)
+                 for name in _SEQUENCE_ARGUMENTS}
+    check_attention_call(owner, None, **call_arguments)
+    device = hidden_states.device
+    packed = _thd.PackedCall(owner, hidden_states.shape[0], device,
+                             **sequences)
+    dtype = module._checked_dtype(hidden_states)
+    activations = {"input": packed.pad(hidden_states.to(dtype).contiguous()),
+                   "cu_seqlens": packed.cu_seqlens}
+    rotary_dim = 0
+    if rotary_pos_emb is not None:
+        longest = max(packed.longest, 1)
+        table = rotary_input(owner, rotary_pos_emb, longest, kv_channels,
+                             device)["rotary_pos_emb"]
+        activations["rotary_pos_emb"] = packed.token_angles(owner, table)
+        rotary_dim = table.shape[3]
+    variant = (mask_type, module._dropout_active(), rotary_dim,
+               tuple(window), None, False)
+    outputs = module._run_program(
+        activations, dtype, packed.shape_key(), packed.shape_spec(),
+        hidden_states.shape, lambda: layer_spec(rotary_dim, None, False),
+        variant, is_first_microbatch=is_first_microbatch)
+    return {name: packed.unpad(tensor) for name, tensor in outputs.items()}

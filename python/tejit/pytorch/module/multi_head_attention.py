@@ -2,7 +2,7 @@
 attention, output projection, in one program; or cross-attention: queries
 from the (normalized) input, keys and values from an encoder's output."""
 
-from . import _args, _attention_specs
+from . import _args, _attention_specs, _thd
 from ._groups import ParameterGroup, QkvGroup
 from .attention import (DotProductAttention, check_cross_mask_type,
                         mask_type_of_call, run_attention_block,
@@ -128,8 +128,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
                 f"{owner}: window_size {tuple(window)} with cross-attention "
                 f"is not supported by tejit")
         self.window_size = window_size
-        self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
-                                                 qkv_format)
+        self.qkv_format = _args.check_qkv_format(
+            owner, "qkv_format", qkv_format,
+            allow_thd=attention_type == "self")
         self.normalization = _args.check_normalization(owner, normalization)
         self.zero_centered_gamma = bool(zero_centered_gamma)
         self.input_layernorm = bool(input_layernorm)
@@ -241,6 +242,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         owner = "MultiheadAttention"
         mask_type = mask_type_of_call(owner, self.attn_mask_type,
                                       attn_mask_type)
+        if self.qkv_format == "thd":
+            mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
         cross = None

@@ -3,7 +3,7 @@ projection, dropout + residual), for a decoder a cross-attention block over
 the encoder's output (the same, queries from this layer), then the MLP
 block (LayerNormMLP, dropout + residual), in one program."""
 
-from . import _args, _attention_specs
+from . import _args, _attention_specs, _thd
 from .attention import (check_cross_mask_type, mask_type_of_call,
                         run_attention_block, window_of_call)
 from .base import TransformerEngineBaseModule
@@ -131,7 +131,8 @@ class TransformerLayer(TransformerEngineBaseModule):
                                          self.self_attn_mask_type)
         self.window_size = window_size
         self.attn_input_format = _args.check_qkv_format(
-            owner, "attn_input_format", attn_input_format)
+            owner, "attn_input_format", attn_input_format,
+            allow_thd=layer_type != "decoder")
         self.normalization = _args.check_normalization(owner, normalization)
         self.zero_centered_gamma = bool(zero_centered_gamma)
         self.apply_residual_connection_post_layernorm = bool(
@@ -230,6 +231,8 @@ class TransformerLayer(TransformerEngineBaseModule):
         owner = "TransformerLayer"
         mask_type = mask_type_of_call(owner, self.self_attn_mask_type,
                                       self_attn_mask_type)
+        if self.attn_input_format == "thd":
+            mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
         cross, enc_dec_mask_type = None, None
