@@ -24,8 +24,10 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -52,7 +54,15 @@ llvm::StringRef tejit::runtime::attentionMaskName(AttentionMask mask) {
 }
 
 llvm::StringRef tejit::runtime::attentionLayoutName(AttentionLayout layout) {
-  return layout == AttentionLayout::Sbhd ? "sbhd" : "bshd";
+  switch (layout) {
+  case AttentionLayout::Sbhd:
+    return "sbhd";
+  case AttentionLayout::Bshd:
+    return "bshd";
+  case AttentionLayout::Thd:
+    return "thd";
+  }
+  return "?";
 }
 
 namespace {
@@ -65,6 +75,40 @@ std::string exactDouble(double value) {
       return text;
   }
   return llvm::formatv("{0}", llvm::format("%.17g", value)).str();
+}
+
+/// The thd layout's own checks, after validate()'s common ones.
+Error validateThd(const AttentionProblem &p) {
+  auto unsupported = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::Unsupported, p.key() + ": " + why);
+  };
+  // cuDNN takes ragged offsets only with the padding pattern: the sequence
+  // lengths come with it (cudnn-frontend refuses ragged tensors without).
+  if (!p.padding())
+    return unsupported("the thd layout needs a padding mask type (padding or "
+                       "padding_causal): cuDNN reads each sequence's length "
+                       "from it");
+  if (p.tokensQ <= 0 || p.tokensKv <= 0)
+    return unsupported("the thd layout needs the token counts of q and k/v "
+                       "(t, t_kv) to be positive");
+  // The offsets are int32 elements: a sequence starting at the last token of
+  // the widest tensor must still fit.
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  auto width = [&](int64_t stride, int64_t count) {
+    return stride ? stride : count * p.headDim;
+  };
+  int64_t widestQ = std::max({width(t.q, p.heads), width(t.gradQ, p.heads),
+                              p.heads * p.headDim}),
+          widestKv =
+              std::max({width(t.k, p.kvHeads), width(t.v, p.kvHeads),
+                        width(t.gradK, p.kvHeads), width(t.gradV, p.kvHeads)});
+  constexpr int64_t int32Max = std::numeric_limits<int32_t>::max();
+  if (p.tokensQ > int32Max / widestQ || p.tokensKv > int32Max / widestKv)
+    return unsupported(llvm::formatv(
+        "{0} query tokens of {1} elements or {2} key tokens of {3} elements "
+        "do not fit the int32 element offsets of cuDNN's ragged tensors",
+        p.tokensQ, widestQ, p.tokensKv, widestKv));
+  return Error::success();
 }
 } // namespace
 
@@ -139,6 +183,39 @@ Error AttentionProblem::validate() const {
           "the token stride of {0} ({1} elements) must hold its {2} heads of "
           "{3} and be a multiple of 8 (16 bytes)",
           name, stride, count, headDim));
+  if (thd())
+    return validateThd(*this);
+  return Error::success();
+}
+
+Error AttentionProblem::validateFor(int64_t cudnnVersion,
+                                    int64_t computeCapability) const {
+  if (!thd())
+    return Error::success();
+  auto needs = [&](const char *version, const llvm::Twine &what) {
+    return makeError(
+        ErrorCode::Unsupported,
+        llvm::formatv("{0}: {1} needs cuDNN {2} or newer (this is {3}.{4}.{5})",
+                      key(), what.str(), version, cudnnVersion / 10000,
+                      cudnnVersion / 100 % 100, cudnnVersion % 100));
+  };
+  // Transformer Engine's fused-attention backend table: thd with a padding
+  // mask from 9.1, with GQA/MQA or a sliding window from 9.6 (cudnn-frontend
+  // also refuses ragged GQA backward graphs before 9.6).
+  if (cudnnVersion < 90100)
+    return needs("9.1.0", "the thd layout (ragged offsets)");
+  if (cudnnVersion < 90600 && kvHeads != heads)
+    return needs("9.6.0", "the thd layout with kv_heads < heads");
+  if (cudnnVersion < 90600 && (windowLeft >= 0 || windowRight >= 0))
+    return needs("9.6.0", "the thd layout with a sliding window");
+  // cudnn-frontend: ragged offsets run on Hopper and newer only, until 9.18.1
+  // brought them to Ampere and Ada.
+  if (computeCapability < 90 && cudnnVersion < 91801)
+    return makeError(
+        ErrorCode::Unsupported,
+        llvm::formatv("{0}: the thd layout (ragged offsets) needs a Hopper or "
+                      "newer GPU before cuDNN 9.18.1 (this is sm_{1})",
+                      key(), computeCapability));
   return Error::success();
 }
 
@@ -380,6 +457,23 @@ struct Setup {
   CUcontext context = nullptr;
 };
 
+/// The current context's device as 90 for sm_90.
+Expected<int64_t> computeCapability(const CudaDriver &driver) {
+  CUdevice device;
+  int major = 0, minor = 0;
+  if (Error error =
+          driver.check(driver.cuCtxGetDevice(&device), "cuCtxGetDevice"))
+    return std::move(error);
+  for (auto [attribute, value] :
+       {std::pair{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, &major},
+        std::pair{CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, &minor}})
+    if (Error error =
+            driver.check(driver.cuDeviceGetAttribute(value, attribute, device),
+                         "cuDeviceGetAttribute"))
+      return std::move(error);
+  return int64_t(major * 10 + minor);
+}
+
 Expected<Setup> setUp(const AttentionProblem &problem) {
   if (Error error = problem.validate())
     return std::move(error);
@@ -404,6 +498,13 @@ Expected<Setup> setUp(const AttentionProblem &problem) {
                                    "its fused attention; use 9.10.2 or newer",
                                    problem.key(), lib->versionString(),
                                    lib->path));
+  if (problem.thd()) {
+    Expected<int64_t> capability = computeCapability(*driver);
+    if (!capability)
+      return capability.takeError();
+    if (Error error = problem.validateFor(int64_t(lib->version), *capability))
+      return std::move(error);
+  }
   setup.lib = &*lib;
   return setup;
 }
@@ -560,6 +661,20 @@ std::pair<CUdeviceptr, const char *> pointerFor(attention::Slot slot,
     return {p.seed, "seed"};
   case Slot::Offset:
     return {p.offset, "offset"};
+  case Slot::RaggedQ:
+    return {p.raggedQ, "raggedQ"};
+  case Slot::RaggedK:
+    return {p.raggedK, "raggedK"};
+  case Slot::RaggedV:
+    return {p.raggedV, "raggedV"};
+  case Slot::RaggedO:
+    return {p.raggedO, "raggedO"};
+  case Slot::RaggedGradQ:
+    return {p.raggedGradQ, "raggedGradQ"};
+  case Slot::RaggedGradK:
+    return {p.raggedGradK, "raggedGradK"};
+  case Slot::RaggedGradV:
+    return {p.raggedGradV, "raggedGradV"};
   case Slot::Workspace:
   case Slot::Host:
     break;

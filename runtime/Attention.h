@@ -10,6 +10,12 @@
 // stats f32 [b, h, s_q] (contiguous), the natural-log log-sum-exp of each
 // row of scaled (and masked) scores; dq, dk, dv in q's, k's and v's layouts.
 //
+// thd (packed sequences): q, o, dO, dq [t, h, d] and k, v, dk, dv [t_kv,
+// kv_heads, d], the tokens of b sequences back to back; s_q and s_kv are the
+// longest sequence's lengths (max_seqlen) and stats stay [b, h, s_q], padded
+// per sequence. cuDNN runs it as the padded bshd problem whose q/k/v/o (and
+// gradient) descriptors carry ragged offsets: each sequence's first element.
+//
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_ATTENTION_H
 #define TEJIT_RUNTIME_ATTENTION_H
@@ -29,11 +35,11 @@ namespace tejit::runtime {
 /// and keys at or past seq_len_kv[b]. The causal mask is top-left aligned:
 /// query i sees keys j <= i.
 enum class AttentionMask { None, Causal, Padding, PaddingCausal };
-enum class AttentionLayout { Sbhd, Bshd };
+enum class AttentionLayout { Sbhd, Bshd, Thd };
 
 /// "none", "causal", "padding", "padding_causal".
 llvm::StringRef attentionMaskName(AttentionMask mask);
-/// "sbhd", "bshd".
+/// "sbhd", "bshd", "thd".
 llvm::StringRef attentionLayoutName(AttentionLayout layout);
 
 struct AttentionProblem {
@@ -56,6 +62,10 @@ struct AttentionProblem {
   struct TokenStrides {
     int64_t q = 0, k = 0, v = 0, gradQ = 0, gradK = 0, gradV = 0;
   } tokenStrides;
+  /// thd only: the rows (tokens) of q, o, dO and dq, and of k, v, dk and dv.
+  /// They bound the sequences, not the cuDNN graph, so key() leaves them
+  /// out: one plan serves every packed buffer size.
+  int64_t tokensQ = 0, tokensKv = 0;
 
   bool padding() const {
     return mask == AttentionMask::Padding ||
@@ -65,10 +75,18 @@ struct AttentionProblem {
     return mask == AttentionMask::Causal ||
            mask == AttentionMask::PaddingCausal;
   }
+  bool thd() const { return layout == AttentionLayout::Thd; }
 
   /// Success, or an ErrorCode::Unsupported error naming the problem and
   /// what is out of range (element type, head dim, heads, dropout, ...).
   llvm::Error validate() const;
+  /// What the loaded cuDNN (cudnnGetVersion()'s number, 91002 for 9.10.2)
+  /// and the device (compute capability, 90 for sm_90) can run of a valid
+  /// problem: an ErrorCode::Unsupported error naming the version needed
+  /// (thd: 9.1, 9.6 with kv_heads < heads or a window; Hopper or newer
+  /// before 9.18.1).
+  llvm::Error validateFor(int64_t cudnnVersion,
+                          int64_t computeCapability) const;
   /// Everything that decides the cuDNN graph, readable and exact (doubles
   /// printed to round-trip): "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2
   /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1", then
@@ -83,6 +101,11 @@ struct AttentionPointers {
   CUdeviceptr gradO = 0, gradQ = 0, gradK = 0, gradV = 0; // backward only
   CUdeviceptr seqLenQ = 0, seqLenKv = 0; // int32 [batch], padding masks only
   CUdeviceptr seed = 0, offset = 0;      // int64 scalars, dropout only
+  /// thd only: int32 [batch + 1], where each sequence starts in q, k, v, o
+  /// (and dO), dq, dk and dv, in elements: cu_seqlens times the tensor's
+  /// token stride (enqueueThdPrep in AttentionLauncher.h writes them).
+  CUdeviceptr raggedQ = 0, raggedK = 0, raggedV = 0, raggedO = 0;
+  CUdeviceptr raggedGradQ = 0, raggedGradK = 0, raggedGradV = 0;
 };
 
 /// One way for cuDNN to run a problem: an engine of the problem's operation

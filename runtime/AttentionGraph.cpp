@@ -37,6 +37,14 @@
 //   dQacc = matmul(dS, reshape(K^T))   (f32, a workspace tensor)
 //   dQ = identity(dQacc)
 //
+// thd (packed sequences) is the padded bshd graph with a padding mask whose
+// Q, K, V, O, dO, dQ, dK and dV descriptors (and the reshaped K of the dQ
+// matmul) carry CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC: an int32 [b + 1, 1,
+// 1, 1] tensor of each sequence's first element (cu_seqlens times the
+// tensor's token stride; elements, not bytes). Stats, the softmax sum and
+// the dQ accumulator keep their padded [b, h, s_q, .] shapes, as
+// cudnn-frontend builds them without max_total_seq_len.
+//
 // Version workarounds (as cudnn-frontend applies them):
 //   * cuDNN < 9.10 wants the lowest finite float as the mask value, later
 //     versions -inf;
@@ -54,6 +62,7 @@
 
 #include <array>
 #include <limits>
+#include <map>
 #include <optional>
 
 using namespace tejit::runtime;
@@ -106,11 +115,13 @@ public:
   // Tensors
   //===--------------------------------------------------------------------===//
 
-  /// A non-virtual tensor bound to `slot` (`index`: see Binding).
+  /// A non-virtual tensor bound to `slot` (`index`: see Binding), with the
+  /// per-batch start offsets `ragged` when given.
   Tensor bound(Slot slot, Dims dims, Dims strides, cudnnDataType_t type,
-               const char *what, size_t index = 0) {
+               const char *what, size_t index = 0,
+               const Tensor *ragged = nullptr) {
     Tensor tensor = make(dims, strides, type, /*isVirtual=*/false,
-                         /*byValue=*/false, what);
+                         /*byValue=*/false, what, ragged);
     if (tensor.desc)
       graph.bindings.push_back({tensor.uid, slot, index});
     return tensor;
@@ -273,10 +284,12 @@ public:
     finishOperation(op, what);
   }
 
-  /// The same elements viewed with other dimensions and strides.
+  /// The same elements viewed with other dimensions and strides (and x's
+  /// ragged offsets, which the view must repeat).
   Tensor reshape(const Tensor &x, Dims dims, Dims strides, cudnnDataType_t type,
-                 const char *what) {
-    Tensor y = virtualTensor(dims, strides, type, what);
+                 const char *what, const Tensor *ragged = nullptr) {
+    Tensor y = make(dims, strides, type, /*isVirtual=*/true,
+                    /*byValue=*/false, what, ragged);
     cudnnBackendDescriptor_t op =
         create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, what);
     setDesc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x.desc, what);
@@ -354,7 +367,7 @@ private:
   }
 
   Tensor make(Dims dims, Dims strides, cudnnDataType_t type, bool isVirtual,
-              bool byValue, const char *what) {
+              bool byValue, const char *what, const Tensor *ragged = nullptr) {
     Tensor tensor;
     tensor.uid = nextUid++;
     tensor.dims = dims;
@@ -378,6 +391,8 @@ private:
     if (byValue)
       set(desc, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &byValue,
           what);
+    if (ragged)
+      setDesc(desc, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, ragged->desc, what);
     finalize(desc, what);
     if (failure.empty())
       tensor.desc = desc;
@@ -457,7 +472,8 @@ cudnnDataType_t ioType(ElementType element) {
 
 /// [b, h, s, d] dimensions and strides of a tensor with `heads` heads and
 /// `seq` positions in the problem's layout, `token` elements apart from one
-/// token to the next (0: packed, heads * d).
+/// token to the next (0: packed, heads * d). thd is viewed as bshd: its
+/// ragged offsets replace the batch stride.
 std::pair<Dims, Dims> view(const AttentionProblem &p, int64_t heads,
                            int64_t seq, int64_t token = 0) {
   int64_t b = p.batch, d = p.headDim;
@@ -478,6 +494,8 @@ struct Common {
   Dims scores, rows; // [b, h, s_q, s_kv], [b, h, s_q, 1]
   std::optional<Tensor> seqLenQ, seqLenKv;
   std::optional<Tensor> seed, offset;
+  /// thd: the ragged offset tensors made so far, by slot.
+  std::map<Slot, Tensor> raggedOffsets;
   /// The value masked scores get.
   float maskValue;
 
@@ -510,6 +528,18 @@ struct Common {
                       CUDNN_DATA_INT32, "seq_len_q");
     seqLenKv = g.bound(Slot::SeqLenKv, {p.batch, 1, 1, 1}, {1, 1, 1, 1},
                        CUDNN_DATA_INT32, "seq_len_kv");
+  }
+
+  /// thd: the int32 [b + 1, 1, 1, 1] ragged offsets bound to `slot` (made on
+  /// first use); null for the padded layouts.
+  const Tensor *ragged(Builder &g, Slot slot) {
+    if (!p.thd())
+      return nullptr;
+    auto [entry, made] = raggedOffsets.try_emplace(slot);
+    if (made)
+      entry->second = g.bound(slot, {p.batch + 1, 1, 1, 1}, {1, 1, 1, 1},
+                              CUDNN_DATA_INT32, "ragged offsets");
+    return &entry->second;
   }
 
   const Tensor *seqQ() const { return seqLenQ ? &*seqLenQ : nullptr; }
@@ -591,11 +621,13 @@ struct Common {
 void buildForward(Builder &g, const AttentionProblem &p) {
   Common c(g, p);
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
-  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q");
+  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q", 0,
+                     c.ragged(g, Slot::RaggedQ));
   // cuDNN takes K^T [b, h_kv, d, s_kv]: the same bytes, last two swapped.
   Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
-                      c.io, "k (transposed)");
-  Tensor v = g.bound(Slot::V, c.kv, c.kvStridesOf(t.v), c.io, "v");
+                      c.io, "k (transposed)", 0, c.ragged(g, Slot::RaggedK));
+  Tensor v = g.bound(Slot::V, c.kv, c.kvStridesOf(t.v), c.io, "v", 0,
+                     c.ragged(g, Slot::RaggedV));
   if (p.padding())
     c.bindSeqLens(g);
 
@@ -633,7 +665,8 @@ void buildForward(Builder &g, const AttentionProblem &p) {
   } else {
     prob = g.binary(CUDNN_POINTWISE_DIV, e, sum, "softmax", c.io);
   }
-  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
+  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o", 0,
+                     c.ragged(g, Slot::RaggedO));
   g.matmul(prob, v, o, c.seqQ(), nullptr, c.seqKv(), "bmm2 p v");
 }
 
@@ -641,18 +674,26 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   Common c(g, p);
   int64_t b = p.batch, h = p.heads, sq = p.seqQ, skv = p.seqKv, d = p.headDim;
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
-  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q");
+  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q", 0,
+                     c.ragged(g, Slot::RaggedQ));
   Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
-                      c.io, "k (transposed)");
+                      c.io, "k (transposed)", 0, c.ragged(g, Slot::RaggedK));
   Tensor vT = g.bound(Slot::V, swapLast(c.kv), swapLast(c.kvStridesOf(t.v)),
-                      c.io, "v (transposed)");
-  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
-  Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, c.io, "dO");
+                      c.io, "v (transposed)", 0, c.ragged(g, Slot::RaggedV));
+  // o and dO are both packed [t, h, d]: one set of offsets serves both.
+  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o", 0,
+                     c.ragged(g, Slot::RaggedO));
+  Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, c.io, "dO", 0,
+                         c.ragged(g, Slot::RaggedO));
+  // Stats stay [b, h, s_q, 1], padded per sequence, even for thd.
   Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
                          CUDNN_DATA_FLOAT, "stats");
-  Tensor gradQ = g.bound(Slot::GradQ, c.q, c.qStridesOf(t.gradQ), c.io, "dQ");
-  Tensor gradK = g.bound(Slot::GradK, c.kv, c.kvStridesOf(t.gradK), c.io, "dK");
-  Tensor gradV = g.bound(Slot::GradV, c.kv, c.kvStridesOf(t.gradV), c.io, "dV");
+  Tensor gradQ = g.bound(Slot::GradQ, c.q, c.qStridesOf(t.gradQ), c.io, "dQ", 0,
+                         c.ragged(g, Slot::RaggedGradQ));
+  Tensor gradK = g.bound(Slot::GradK, c.kv, c.kvStridesOf(t.gradK), c.io, "dK",
+                         0, c.ragged(g, Slot::RaggedGradK));
+  Tensor gradV = g.bound(Slot::GradV, c.kv, c.kvStridesOf(t.gradV), c.io, "dV",
+                         0, c.ragged(g, Slot::RaggedGradV));
 
   bool padding = p.padding();
   if (padding) {
@@ -760,7 +801,8 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   kvGradient(gradST, q, gradK, "dS^T q", "dK (all heads)", "dK head groups");
 
   // dQ = dS K, accumulated in f32 in the workspace, then converted.
-  Tensor k = g.reshape(kT, c.kv, c.kvStridesOf(t.k), CUDNN_DATA_FLOAT, "k");
+  Tensor k = g.reshape(kT, c.kv, c.kvStridesOf(t.k), CUDNN_DATA_FLOAT, "k",
+                       c.ragged(g, Slot::RaggedK));
   Dims qDims = {b, h, sq, d};
   Tensor accum = g.workspace(qDims, rowMajorStrides(qDims), CUDNN_DATA_FLOAT,
                              b * h * sq * d * sizeof(float), "dQ accumulator");

@@ -35,6 +35,15 @@ enum class Slot {
   SeqLenKv,
   Seed,
   Offset,
+  // thd: the int32 [b + 1] ragged offsets of q, k, v, o (and dO), dq, dk
+  // and dv.
+  RaggedQ,
+  RaggedK,
+  RaggedV,
+  RaggedO,
+  RaggedGradQ,
+  RaggedGradK,
+  RaggedGradV,
   Workspace,
   Host,
 };

@@ -1,8 +1,12 @@
 //===- AttentionLauncher.cpp - a plan's attention step on cuDNN -----------===//
 #include "runtime/AttentionLauncher.h"
 
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
 
 using namespace tejit::runtime;
 using llvm::Error;
@@ -58,6 +62,17 @@ struct StepAttributes {
       return error("attribute '" + name + "' is '" + *text + "', not a number");
     return value;
   }
+  /// "128 : i64" -> 128; an error when absent.
+  llvm::Expected<int64_t> integer(StringRef name) const {
+    std::optional<StringRef> text = raw(name);
+    if (!text)
+      return error("has no '" + name + "' attribute");
+    int64_t value = 0;
+    if (text->split(':').first.trim().getAsInteger(10, value))
+      return error("attribute '" + name + "' is '" + *text +
+                   "', not an integer");
+    return value;
+  }
   /// "array<i64: 4096, 0>" -> {4096, 0}; {-1, -1} when absent.
   llvm::Expected<std::pair<int64_t, int64_t>> window(StringRef name) const {
     std::optional<StringRef> text = raw(name);
@@ -94,26 +109,148 @@ llvm::Expected<AttentionMask> maskOf(StringRef name, bool sameLengths,
                           "' is not supported by the cuDNN path yet "
                           "(no_mask, causal, padding and padding_causal are)");
 }
+
+std::string shapeText(llvm::ArrayRef<int64_t> shape) {
+  return "[" +
+         llvm::join(llvm::map_range(
+                        shape, [](int64_t d) { return std::to_string(d); }),
+                    ", ") +
+         "]";
+}
+
+/// The value ids of a thd step that thd's shapes are read from and checked
+/// against: cuDNN reads and writes every one of them in full.
+struct ThdValues {
+  int64_t q, k, v, out, stats;
+  std::optional<int64_t> gradOut, gradQ, gradK, gradV;
+  int64_t cuSeqlensQ;
+  std::optional<int64_t> cuSeqlensKv;
+};
+
+/// thd: q [t, h, d], k and v [t_kv, kv_heads, d], cu_seqlens i32 [b + 1],
+/// stats f32 [b, h, max_seqlen_q]; max_seqlen_q/kv from the attributes.
+Error readThdProblem(const StepAttributes &attributes,
+                     const FunctionPlan &function, const ThdValues &ids,
+                     AttentionProblem &problem) {
+  auto type = [&](int64_t id) -> const TensorType & {
+    return function.values[id].type;
+  };
+  const TensorType &qType = type(ids.q), &kType = type(ids.k);
+  if (qType.shape.size() != 3 || kType.shape.size() != 3)
+    return attributes.error("qkv_format thd takes 3-D query and key tensors "
+                            "[tokens, heads, head dim]; got " +
+                            shapeText(qType.shape) + " and " +
+                            shapeText(kType.shape));
+  const TensorType &cuType = type(ids.cuSeqlensQ);
+  if (cuType.element != ElementType::I32 || cuType.shape.size() != 1 ||
+      cuType.shape[0] < 2)
+    return attributes.error("qkv_format thd takes cu_seqlens as i32 [b + 1] "
+                            "with b >= 1; got " +
+                            shapeText(cuType.shape) + " of " +
+                            elementTypeName(cuType.element));
+  if (ids.cuSeqlensKv && type(*ids.cuSeqlensKv).shape != cuType.shape)
+    return attributes.error(
+        "cu_seqlens_kv " + shapeText(type(*ids.cuSeqlensKv).shape) +
+        " does not match cu_seqlens_q " + shapeText(cuType.shape));
+  auto maxQ = attributes.integer("max_seqlen_q");
+  if (!maxQ)
+    return maxQ.takeError();
+  auto maxKv = attributes.integer("max_seqlen_kv");
+  if (!maxKv)
+    return maxKv.takeError();
+  if (*maxQ <= 0 || *maxKv <= 0)
+    return attributes.error(llvm::formatv(
+        "max_seqlen_q ({0}) and max_seqlen_kv ({1}) must be positive", *maxQ,
+        *maxKv));
+  problem.batch = cuType.shape[0] - 1;
+  problem.tokensQ = qType.shape[0];
+  problem.heads = qType.shape[1];
+  problem.headDim = qType.shape[2];
+  problem.tokensKv = kType.shape[0];
+  problem.kvHeads = kType.shape[1];
+  problem.seqQ = *maxQ;
+  problem.seqKv = *maxKv;
+  problem.element = qType.element;
+  if (kType.shape[2] != problem.headDim)
+    return attributes.error("the key's head dim differs from the query's");
+
+  if (type(ids.stats).element != ElementType::F32)
+    return attributes.error("qkv_format thd takes f32 softmax statistics");
+  // cuDNN writes (and the backward reads) every row of these: a smaller
+  // buffer would be written out of bounds.
+  std::vector<int64_t> stats{problem.batch, problem.heads, problem.seqQ};
+  std::pair<std::optional<int64_t>, const std::vector<int64_t> *> expected[] = {
+      {ids.v, &kType.shape},     {ids.out, &qType.shape},
+      {ids.stats, &stats},       {ids.gradOut, &qType.shape},
+      {ids.gradQ, &qType.shape}, {ids.gradK, &kType.shape},
+      {ids.gradV, &kType.shape}};
+  for (auto [id, shape] : expected)
+    if (id && type(*id).shape != *shape)
+      return attributes.error(
+          "qkv_format thd: a value of shape " + shapeText(type(*id).shape) +
+          " where " + shapeText(*shape) +
+          " is expected (value, output, gradients as q [t, h, d] or k "
+          "[t_kv, kv_heads, d]; stats [b, h, max_seqlen_q])");
+  return Error::success();
+}
+
+/// The host mirror of runtime/kernels/AttentionPrep.cu's TejitAttentionPrep,
+/// passed by value: 8-byte fields only, in the same order.
+struct PrepParams {
+  static constexpr int raggedCount = 7, zeroedCount = 3;
+  CUdeviceptr mask = 0, maskLengths = 0;
+  int64_t batch = 0, maskSeq = 0;
+  CUdeviceptr rngIn = 0, rngOut = 0;
+  uint64_t rngOffsetDelta = 0;
+  CUdeviceptr cuSeqlens[2] = {};
+  int64_t tokens[2] = {}, maxSeqlen[2] = {};
+  CUdeviceptr lengths[2] = {};
+  CUdeviceptr offsets[raggedCount] = {};
+  int64_t offsetSide[raggedCount] = {}, offsetScale[raggedCount] = {};
+  CUdeviceptr zeroed[zeroedCount] = {};
+  int64_t zeroedSide[zeroedCount] = {}, zeroedWidth[zeroedCount] = {},
+          zeroedStride[zeroedCount] = {};
+};
+static_assert(sizeof(PrepParams) == 48 * 8,
+              "PrepParams must match TejitAttentionPrep field for field");
+
+Error launchPrep(const CudaDriver &driver, CUfunction prep,
+                 const PrepParams &params, unsigned blocks, unsigned threads,
+                 CUstream stream, const char *what) {
+  PrepParams copy = params;
+  void *arguments[] = {&copy};
+  return driver.check(driver.cuLaunchKernel(prep, blocks, 1, 1, threads, 1, 1,
+                                            0, stream, arguments, nullptr),
+                      what);
+}
+
+/// One block for the padding-mask path: a thread per batch row.
+unsigned maskThreads(int64_t batch) {
+  return unsigned(std::clamp<int64_t>(batch, 32, 1024));
+}
 } // namespace
 
 const char *tejit::runtime::attentionPrepPtx() { return tejitAttentionPrepPtx; }
 
 llvm::Expected<AttentionLauncher>
-AttentionLauncher::create(const AttentionStep &step,
-                          const FunctionPlan &function, CUfunction prep) {
+AttentionLauncher::parse(const AttentionStep &step,
+                         const FunctionPlan &function) {
   StepAttributes attributes{step, function};
   AttentionLauncher launcher;
-  launcher.prep = prep;
-  // Optional operands (mask, rng) follow the fixed ones; their element types
-  // tell them apart (the plan drops operandSegmentSizes).
+  // Optional operands (masks, rng, cu_seqlens) follow the fixed ones; their
+  // element types tell them apart (the plan drops operandSegmentSizes).
+  constexpr size_t maxOptional = 5;
   size_t fixed = step.backward ? 6 : 3;
   size_t results = step.backward ? 3 : 2;
-  if (step.operands.size() < fixed || step.operands.size() > fixed + 3 ||
+  if (step.operands.size() < fixed ||
+      step.operands.size() > fixed + maxOptional ||
       step.results.size() != results)
     return attributes.error(llvm::formatv(
         "expected {0} to {1} operands and {2} results, got {3} and {4}", fixed,
-        fixed + 3, results, step.operands.size(), step.results.size()));
-  // Masks come in operand order: the padding mask, then the query mask.
+        fixed + maxOptional, results, step.operands.size(),
+        step.results.size()));
+  // Masks come in operand order: the padding mask, then the query mask; so
+  // do cu_seqlens: the queries', then the keys'.
   for (int64_t id : llvm::ArrayRef(step.operands).drop_front(fixed)) {
     ElementType element = function.values[id].type.element;
     if (element == ElementType::I1 && !launcher.mask)
@@ -122,9 +259,13 @@ AttentionLauncher::create(const AttentionStep &step,
       launcher.queryMask = id;
     else if (element == ElementType::I64 && !launcher.rng)
       launcher.rng = id;
+    else if (element == ElementType::I32 && !launcher.cuSeqlensQ)
+      launcher.cuSeqlensQ = id;
+    else if (element == ElementType::I32 && !launcher.cuSeqlensKv)
+      launcher.cuSeqlensKv = id;
     else
-      return attributes.error("an optional operand is neither an i1 mask nor "
-                              "an i64 RNG state");
+      return attributes.error("an optional operand is neither an i1 mask, an "
+                              "i64 RNG state nor i32 cu_seqlens");
   }
   const auto &ops = step.operands;
   if (step.backward) {
@@ -154,21 +295,46 @@ AttentionLauncher::create(const AttentionStep &step,
     problem.layout = AttentionLayout::Sbhd;
   else if (*format == "bshd")
     problem.layout = AttentionLayout::Bshd;
+  else if (*format == "thd")
+    problem.layout = AttentionLayout::Thd;
   else
     return attributes.error("qkv_format '" + *format +
-                            "' is not supported (sbhd and bshd are)");
-  const TensorType &qType = function.values[launcher.q].type;
-  const TensorType &kType = function.values[launcher.k].type;
-  if (qType.shape.size() != 4 || kType.shape.size() != 4)
-    return attributes.error("query and key must be 4-D");
-  bool sbhd = problem.layout == AttentionLayout::Sbhd;
-  problem.seqQ = qType.shape[sbhd ? 0 : 1];
-  problem.batch = qType.shape[sbhd ? 1 : 0];
-  problem.heads = qType.shape[2];
-  problem.headDim = qType.shape[3];
-  problem.seqKv = kType.shape[sbhd ? 0 : 1];
-  problem.kvHeads = kType.shape[2];
-  problem.element = qType.element;
+                            "' is not supported (sbhd, bshd and thd are)");
+  bool thd = problem.thd();
+  if (thd) {
+    if (!launcher.cuSeqlensQ)
+      return attributes.error("qkv_format thd without a cu_seqlens operand");
+    if (launcher.mask)
+      return attributes.error("qkv_format thd takes no mask operand: the "
+                              "sequences come from cu_seqlens");
+    ThdValues ids{launcher.q,           launcher.k,          launcher.v,
+                  launcher.out,         launcher.stats,      std::nullopt,
+                  std::nullopt,         std::nullopt,        std::nullopt,
+                  *launcher.cuSeqlensQ, launcher.cuSeqlensKv};
+    if (step.backward) {
+      ids.gradOut = launcher.gradOut;
+      ids.gradQ = launcher.gradQ;
+      ids.gradK = launcher.gradK;
+      ids.gradV = launcher.gradV;
+    }
+    if (Error error = readThdProblem(attributes, function, ids, problem))
+      return std::move(error);
+  } else {
+    if (launcher.cuSeqlensQ)
+      return attributes.error("cu_seqlens operands need qkv_format thd");
+    const TensorType &qType = function.values[launcher.q].type;
+    const TensorType &kType = function.values[launcher.k].type;
+    if (qType.shape.size() != 4 || kType.shape.size() != 4)
+      return attributes.error("query and key must be 4-D");
+    bool sbhd = problem.layout == AttentionLayout::Sbhd;
+    problem.seqQ = qType.shape[sbhd ? 0 : 1];
+    problem.batch = qType.shape[sbhd ? 1 : 0];
+    problem.heads = qType.shape[2];
+    problem.headDim = qType.shape[3];
+    problem.seqKv = kType.shape[sbhd ? 0 : 1];
+    problem.kvHeads = kType.shape[2];
+    problem.element = qType.element;
+  }
   auto strideOf = [&](const char *role) -> int64_t {
     auto found = step.tokenStrides.find(role);
     return found == step.tokenStrides.end() ? 0 : found->second;
@@ -184,13 +350,19 @@ AttentionLauncher::create(const AttentionStep &step,
   auto maskName = attributes.enumCase("attn_mask_type");
   if (!maskName)
     return maskName.takeError();
+  // thd: each sequence has its own lengths, so bottom-right alignment is
+  // never top-left's, and there is no unpadded thd.
+  if (thd && *maskName != "padding" && *maskName != "padding_causal")
+    return attributes.error("qkv_format thd takes attn_mask_type padding or "
+                            "padding_causal, not '" +
+                            *maskName + "'");
   auto maskKind = maskOf(*maskName, problem.seqQ == problem.seqKv, attributes);
   if (!maskKind)
     return maskKind.takeError();
   problem.mask = *maskKind;
   bool padding = problem.mask == AttentionMask::Padding ||
                  problem.mask == AttentionMask::PaddingCausal;
-  if (padding) {
+  if (padding && !thd) {
     if (!launcher.mask)
       return attributes.error("a padding mask type without a mask operand");
     const TensorType &maskType = function.values[*launcher.mask].type;
@@ -227,7 +399,8 @@ AttentionLauncher::create(const AttentionStep &step,
           std::to_string(problem.seqKv) + " keys");
   } else {
     if (launcher.queryMask)
-      return attributes.error("a query mask without a padding mask type");
+      return attributes.error(thd ? "qkv_format thd takes no query mask"
+                                  : "a query mask without a padding mask type");
     launcher.mask.reset(); // an unused mask operand
   }
 
@@ -262,29 +435,39 @@ AttentionLauncher::create(const AttentionStep &step,
   if (problem.dropout == 0)
     launcher.rng.reset();
   launcher.offsetDelta = uint64_t(*site) << siteOffsetShift;
+  if (Error error = problem.validate())
+    return annotate(std::move(error),
+                    "function '" + function.name + "', attention step",
+                    ErrorCode::Unsupported);
+  return launcher;
+}
 
-  auto runner = AttentionRunner::get(problem);
+llvm::Expected<AttentionLauncher>
+AttentionLauncher::create(const AttentionStep &step,
+                          const FunctionPlan &function, CUfunction prep) {
+  auto launcher = parse(step, function);
+  if (!launcher)
+    return launcher.takeError();
+  launcher->prep = prep;
+  auto runner = AttentionRunner::get(launcher->problemDesc);
   if (!runner)
     return annotate(runner.takeError(),
                     "function '" + function.name + "', attention step",
                     ErrorCode::Unsupported);
-  launcher.runner = std::move(*runner);
+  launcher->runner = std::move(*runner);
   return launcher;
 }
 
 size_t AttentionLauncher::scratchBytes() const {
-  return 2 * alignUp(problemDesc.batch * sizeof(int32_t)) + alignUp(16) +
-         alignUp(runner->workspaceBytes());
+  size_t lengths = problemDesc.thd()
+                       ? thdPrepBytes(problemDesc)
+                       : 2 * alignUp(problemDesc.batch * sizeof(int32_t));
+  return lengths + alignUp(16) + alignUp(runner->workspaceBytes());
 }
 
 Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
                              CUdeviceptr scratch, CUstream stream,
                              const CudaDriver &driver) const {
-  size_t lengthsBytes = alignUp(problemDesc.batch * sizeof(int32_t));
-  CUdeviceptr seqLens = scratch;
-  CUdeviceptr queryLens = seqLens + lengthsBytes;
-  CUdeviceptr rngState = queryLens + lengthsBytes;
-  CUdeviceptr workspace = rngState + alignUp(16);
   AttentionPointers pointers;
   pointers.q = addresses[q];
   pointers.k = addresses[k];
@@ -297,38 +480,40 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
     pointers.gradK = addresses[gradK];
     pointers.gradV = addresses[gradV];
   }
+  if (problemDesc.thd())
+    return runThd(addresses, pointers, scratch, stream, driver);
+
+  size_t lengthsBytes = alignUp(problemDesc.batch * sizeof(int32_t));
+  CUdeviceptr seqLens = scratch;
+  CUdeviceptr queryLens = seqLens + lengthsBytes;
+  CUdeviceptr rngState = queryLens + lengthsBytes;
+  CUdeviceptr workspace = rngState + alignUp(16);
   if (mask || rng) {
-    CUdeviceptr maskPointer = mask ? addresses[*mask] : 0;
-    CUdeviceptr rngIn = rng ? addresses[*rng] : 0;
-    int batch = int(problemDesc.batch), seq = int(problemDesc.seqKv);
-    uint64_t delta = offsetDelta;
-    void *params[] = {&maskPointer, &batch,    &seq,  &seqLens,
-                      &rngIn,       &rngState, &delta};
-    unsigned threads = unsigned(std::min<int64_t>(problemDesc.batch, 1024));
-    if (Error error = driver.check(
-            driver.cuLaunchKernel(prep, 1, 1, 1, std::max(threads, 32u), 1, 1,
-                                  0, stream, params, nullptr),
-            "launching the attention prep kernel"))
+    PrepParams params;
+    params.mask = mask ? addresses[*mask] : 0;
+    params.maskLengths = seqLens;
+    params.batch = problemDesc.batch;
+    params.maskSeq = problemDesc.seqKv;
+    params.rngIn = rng ? addresses[*rng] : 0;
+    params.rngOut = rngState;
+    params.rngOffsetDelta = offsetDelta;
+    unsigned threads = maskThreads(problemDesc.batch);
+    if (Error error = launchPrep(driver, prep, params, 1, threads, stream,
+                                 "launching the attention prep kernel"))
       return error;
     if (mask) {
       pointers.seqLenQ = pointers.seqLenKv = seqLens;
       if (queryMask) {
         // The queries' lengths from their own mask; their padded rows of
         // the output (or dq) are zeroed first, as cuDNN leaves them.
-        CUdeviceptr queryMaskPointer = addresses[*queryMask];
-        CUdeviceptr noRng = 0;
-        int seqQ = int(problemDesc.seqQ);
-        void *queryParams[] = {&queryMaskPointer,
-                               &batch,
-                               &seqQ,
-                               &queryLens,
-                               &noRng,
-                               &noRng,
-                               &delta};
-        if (Error error = driver.check(
-                driver.cuLaunchKernel(prep, 1, 1, 1, std::max(threads, 32u), 1,
-                                      1, 0, stream, queryParams, nullptr),
-                "launching the attention prep kernel (query mask)"))
+        PrepParams queryParams;
+        queryParams.mask = addresses[*queryMask];
+        queryParams.maskLengths = queryLens;
+        queryParams.batch = problemDesc.batch;
+        queryParams.maskSeq = problemDesc.seqQ;
+        if (Error error =
+                launchPrep(driver, prep, queryParams, 1, threads, stream,
+                           "launching the attention prep kernel (query mask)"))
           return error;
         CUdeviceptr zeroed = problemDesc.backward ? pointers.gradQ : pointers.o;
         if (Error error = driver.check(
@@ -351,4 +536,146 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
     }
   }
   return runner->run(pointers, workspace, stream);
+}
+
+Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,
+                                AttentionPointers &pointers,
+                                CUdeviceptr scratch, CUstream stream,
+                                const CudaDriver &driver) const {
+  CUdeviceptr rngState = scratch + thdPrepBytes(problemDesc);
+  CUdeviceptr workspace = rngState + alignUp(16);
+  ThdPrepBuffers buffers;
+  buffers.cuSeqlensQ = addresses[*cuSeqlensQ];
+  buffers.cuSeqlensKv = cuSeqlensKv ? addresses[*cuSeqlensKv] : 0;
+  buffers.scratch = scratch;
+  if (rng) {
+    buffers.rngIn = addresses[*rng];
+    buffers.rngOut = rngState;
+    buffers.rngOffsetDelta = offsetDelta;
+    pointers.seed = rngState;
+    pointers.offset = rngState + sizeof(uint64_t);
+  }
+  if (Error error =
+          enqueueThdPrep(problemDesc, prep, buffers, pointers, stream, driver))
+    return error;
+  return runner->run(pointers, workspace, stream);
+}
+
+//===----------------------------------------------------------------------===//
+// thd prep
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Where thd's sequence lengths and ragged offsets lie in the prep scratch.
+struct ThdScratch {
+  size_t lengths = 0, offsets = 0, total = 0;
+
+  explicit ThdScratch(const AttentionProblem &p)
+      : lengths(alignUp(size_t(p.batch) * sizeof(int32_t))),
+        offsets(alignUp(size_t(p.batch + 1) * sizeof(int32_t))),
+        total(2 * lengths + PrepParams::raggedCount * offsets) {}
+};
+
+/// One ragged tensor's offsets: where they go, which cu_seqlens they follow
+/// (0: the queries', 1: the keys'), and its elements per token.
+struct RaggedTensor {
+  CUdeviceptr AttentionPointers::*pointer;
+  int side;
+  int64_t tokenStride;
+};
+
+/// `stride`, or the packed width of `heads` heads when it is 0.
+int64_t strideOr(int64_t stride, int64_t heads, const AttentionProblem &p) {
+  return stride ? stride : heads * p.headDim;
+}
+} // namespace
+
+size_t tejit::runtime::thdPrepBytes(const AttentionProblem &problem) {
+  return ThdScratch(problem).total;
+}
+
+Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
+                                     const ThdPrepBuffers &buffers,
+                                     AttentionPointers &pointers,
+                                     CUstream stream,
+                                     const CudaDriver &driver) {
+  if (!p.thd() || !buffers.cuSeqlensQ || !buffers.scratch)
+    return makeError(ErrorCode::InvalidArgument,
+                     p.key() + ": the thd prep needs a thd problem, "
+                               "cu_seqlens and scratch");
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
+  ThdScratch layout(p);
+  PrepParams params;
+  params.batch = p.batch;
+  params.rngIn = buffers.rngIn;
+  params.rngOut = buffers.rngOut;
+  params.rngOffsetDelta = buffers.rngOffsetDelta;
+  params.cuSeqlens[0] = buffers.cuSeqlensQ;
+  params.cuSeqlens[1] =
+      buffers.cuSeqlensKv ? buffers.cuSeqlensKv : buffers.cuSeqlensQ;
+  params.tokens[0] = p.tokensQ;
+  params.tokens[1] = p.tokensKv;
+  params.maxSeqlen[0] = p.seqQ;
+  params.maxSeqlen[1] = p.seqKv;
+  pointers.seqLenQ = params.lengths[0] = buffers.scratch;
+  pointers.seqLenKv = params.lengths[1] = buffers.scratch + layout.lengths;
+
+  // o and dO are packed; q, k, v and the gradients may be strided views.
+  llvm::SmallVector<RaggedTensor, PrepParams::raggedCount> ragged = {
+      {&AttentionPointers::raggedQ, 0, strideOr(t.q, p.heads, p)},
+      {&AttentionPointers::raggedK, 1, strideOr(t.k, p.kvHeads, p)},
+      {&AttentionPointers::raggedV, 1, strideOr(t.v, p.kvHeads, p)},
+      {&AttentionPointers::raggedO, 0, qWidth}};
+  if (p.backward)
+    ragged.insert(
+        ragged.end(),
+        {{&AttentionPointers::raggedGradQ, 0, strideOr(t.gradQ, p.heads, p)},
+         {&AttentionPointers::raggedGradK, 1, strideOr(t.gradK, p.kvHeads, p)},
+         {&AttentionPointers::raggedGradV, 1,
+          strideOr(t.gradV, p.kvHeads, p)}});
+  CUdeviceptr offsets = buffers.scratch + 2 * layout.lengths;
+  for (auto [index, tensor] : llvm::enumerate(ragged)) {
+    CUdeviceptr at = offsets + index * layout.offsets;
+    pointers.*tensor.pointer = params.offsets[index] = at;
+    params.offsetSide[index] = tensor.side;
+    params.offsetScale[index] = tensor.tokenStride;
+  }
+
+  // The rows cuDNN leaves alone: a packed buffer's tail.
+  struct Zeroed {
+    CUdeviceptr base;
+    int side;
+    int64_t width, stride;
+  };
+  llvm::SmallVector<Zeroed, PrepParams::zeroedCount> zeroed;
+  if (p.backward)
+    zeroed = {{pointers.gradQ, 0, qWidth, strideOr(t.gradQ, p.heads, p)},
+              {pointers.gradK, 1, kvWidth, strideOr(t.gradK, p.kvHeads, p)},
+              {pointers.gradV, 1, kvWidth, strideOr(t.gradV, p.kvHeads, p)}};
+  else
+    zeroed = {{pointers.o, 0, qWidth, qWidth}};
+  int64_t widestTail = 0;
+  for (auto [index, rows] : llvm::enumerate(zeroed)) {
+    if (!rows.base)
+      return makeError(ErrorCode::InvalidArgument,
+                       p.key() + ": the thd prep zeroes the tail rows of " +
+                           (p.backward ? "dq, dk and dv" : "o") +
+                           ", whose pointers must be set");
+    params.zeroed[index] = rows.base;
+    params.zeroedSide[index] = rows.side;
+    params.zeroedWidth[index] = rows.width;
+    params.zeroedStride[index] = rows.stride;
+    widestTail = std::max(widestTail, params.tokens[rows.side] * rows.width);
+  }
+
+  // Enough blocks to clear a whole buffer's worth of 16-byte stores in one
+  // sweep for small problems, capped: usually the tail is short and most
+  // blocks find nothing to do.
+  constexpr unsigned threads = 256, maxBlocks = 256;
+  int64_t stores = (widestTail + 7) / 8;
+  unsigned blocks = unsigned(
+      std::clamp<int64_t>((stores + threads - 1) / threads, 1, maxBlocks));
+  return launchPrep(driver, prep, params, blocks, threads, stream,
+                    "launching the attention prep kernel (thd)");
 }

@@ -1,30 +1,121 @@
-// Runtime helper kernels (attention steps, the dropout state, weight-cast flags), compiled to PTX at build time
-// (runtime/CMakeLists.txt) and loaded by the driver's JIT on first use.
+// Runtime helper kernels (attention steps, the dropout state, weight-cast
+// flags), compiled to PTX at build time (runtime/CMakeLists.txt) and loaded by
+// the driver's JIT on first use.
 //
-// tejit_attention_prep, one block, a thread per batch row:
-//  - padding masks (`[b, 1, 1, s]` bytes, nonzero = masked out, Transformer
-//    Engine's convention) become cuDNN's int32 sequence lengths: the count
+// tejit_attention_prep takes one TejitAttentionPrep by value. Block 0:
+//  - a padding mask (`[b, 1, 1, s]` bytes, nonzero = masked out, Transformer
+//    Engine's convention) becomes cuDNN's int32 sequence lengths: the count
 //    of unmasked positions, taken as a right-padded prefix as TE's fused
 //    attention does;
 //  - the program's dropout state (seed, offset) is copied with the offset
-//    moved by `offset_delta`, so each attention site of a program draws its
-//    own Philox stream instead of repeating the first site's mask.
-extern "C" __global__ void
-tejit_attention_prep(const unsigned char *mask, int batch, int seq,
-                     int *seq_lens, const unsigned long long *rng_in,
-                     unsigned long long *rng_out,
-                     unsigned long long offset_delta) {
-  for (int row = threadIdx.x; mask && row < batch; row += blockDim.x) {
-    const unsigned char *bytes = mask + (long long)row * seq;
+//    moved by `rng_offset_delta`, so each attention site of a program draws
+//    its own Philox stream instead of repeating the first site's mask;
+//  - thd: cu_seqlens (int32 [b + 1], side 0 = queries, 1 = keys) become the
+//    sequence lengths and each ragged tensor's start offsets in elements.
+//    Untrusted input stays in bounds: every cu_seqlens entry is clamped to
+//    [0, t] and every length to [0, max_seqlen], so no sequence cuDNN reads
+//    or writes reaches past a tensor's last token.
+// Every block, thd: the rows cuDNN does not write (before cu_seqlens[0] and
+// from cu_seqlens[b] on: a packed buffer's tail) of o, or of dq, dk and dv,
+// are zeroed, grid-stride, 16 bytes a store where alignment allows.
+//
+// The host mirror of the struct is in runtime/AttentionLauncher.cpp; every
+// field is 8 bytes wide so that both compilers lay it out alike.
+#define TEJIT_PREP_RAGGED 7
+#define TEJIT_PREP_ZEROED 3
+struct TejitAttentionPrep {
+  const unsigned char *mask;
+  int *mask_lengths;
+  long long batch, mask_seq;
+  const unsigned long long *rng_in;
+  unsigned long long *rng_out;
+  unsigned long long rng_offset_delta;
+  const int *cu_seqlens[2];
+  long long tokens[2], max_seqlen[2];
+  int *lengths[2];
+  int *offsets[TEJIT_PREP_RAGGED];
+  long long offset_side[TEJIT_PREP_RAGGED], offset_scale[TEJIT_PREP_RAGGED];
+  unsigned short *zeroed[TEJIT_PREP_ZEROED];
+  long long zeroed_side[TEJIT_PREP_ZEROED], zeroed_width[TEJIT_PREP_ZEROED],
+      zeroed_stride[TEJIT_PREP_ZEROED];
+};
+
+// cu_seqlens[side][i] clamped to [0, t].
+__device__ long long tejitSequenceStart(const TejitAttentionPrep &p, int side,
+                                        long long i) {
+  long long start = p.cu_seqlens[side][i];
+  return start < 0 ? 0 : (start > p.tokens[side] ? p.tokens[side] : start);
+}
+
+__device__ void tejitMaskLengths(const TejitAttentionPrep &p) {
+  for (long long row = threadIdx.x; p.mask && row < p.batch;
+       row += blockDim.x) {
+    const unsigned char *bytes = p.mask + row * p.mask_seq;
     int kept = 0;
-    for (int j = 0; j < seq; ++j)
+    for (long long j = 0; j < p.mask_seq; ++j)
       kept += bytes[j] == 0;
-    seq_lens[row] = kept;
+    p.mask_lengths[row] = kept;
   }
-  if (rng_in && threadIdx.x == 0) {
-    rng_out[0] = rng_in[0];
-    rng_out[1] = rng_in[1] + offset_delta;
+}
+
+__device__ void tejitThdOffsets(const TejitAttentionPrep &p) {
+  for (long long i = threadIdx.x; i <= p.batch; i += blockDim.x) {
+    for (int side = 0; side < 2; ++side) {
+      if (!p.cu_seqlens[side])
+        continue;
+      long long start = tejitSequenceStart(p, side, i);
+      if (i < p.batch && p.lengths[side]) {
+        long long length = tejitSequenceStart(p, side, i + 1) - start;
+        length = length < 0 ? 0 : length;
+        length = length > p.max_seqlen[side] ? p.max_seqlen[side] : length;
+        p.lengths[side][i] = int(length);
+      }
+      for (int k = 0; k < TEJIT_PREP_RAGGED; ++k)
+        if (p.offsets[k] && p.offset_side[k] == side)
+          p.offsets[k][i] = int(start * p.offset_scale[k]);
+    }
   }
+}
+
+// Zeroes rows [0, first) and [last, t) of zeroed[z], `width` 16-bit
+// elements each, `stride` elements apart.
+__device__ void tejitZeroRows(const TejitAttentionPrep &p, int z) {
+  int side = int(p.zeroed_side[z]);
+  if (!p.cu_seqlens[side])
+    return;
+  long long first = tejitSequenceStart(p, side, 0);
+  long long last = tejitSequenceStart(p, side, p.batch);
+  long long rows = first + (p.tokens[side] - last);
+  long long width = p.zeroed_width[z], stride = p.zeroed_stride[z];
+  unsigned short *base = p.zeroed[z];
+  bool vector =
+      ((unsigned long long)base % 16 == 0) && stride % 8 == 0 && width % 8 == 0;
+  long long unit = vector ? 8 : 1, perRow = width / unit;
+  long long step = (long long)gridDim.x * blockDim.x;
+  for (long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+       item < rows * perRow; item += step) {
+    long long tail = item / perRow;
+    long long row = tail < first ? tail : last + (tail - first);
+    unsigned short *at = base + row * stride + item % perRow * unit;
+    if (vector)
+      *reinterpret_cast<uint4 *>(at) = make_uint4(0, 0, 0, 0);
+    else
+      *at = 0;
+  }
+}
+
+extern "C" __global__ void tejit_attention_prep(TejitAttentionPrep p) {
+  if (blockIdx.x == 0) {
+    tejitMaskLengths(p);
+    if (p.rng_in && threadIdx.x == 0) {
+      p.rng_out[0] = p.rng_in[0];
+      p.rng_out[1] = p.rng_in[1] + p.rng_offset_delta;
+    }
+    tejitThdOffsets(p);
+  }
+  for (int z = 0; z < TEJIT_PREP_ZEROED; ++z)
+    if (p.zeroed[z])
+      tejitZeroRows(p, z);
 }
 
 // Moves a program's dropout state (seed, offset) on by `delta` after a

@@ -21,6 +21,14 @@
 //     (top-left causal; padding on the keys only), MHA/GQA, both layouts;
 //   * sliding windows (window_size): a left bound with each mask type, at
 //     s = 256, d 128, MHA/GQA, both layouts and types.
+//   * packed sequences (thd), through the runtime's prep kernel as the
+//     launcher runs it: lengths of 0 to max_seqlen, a tail of tokens after
+//     the last sequence (o, dq, dk, dv rows of exactly 0 there), padding and
+//     padding_causal, MHA/GQA/MQA, d 64 and 128, bf16 and f16, a fused QKV
+//     buffer, cross-attention (cu_seqlens_kv), sliding windows, long
+//     sequences; guard bytes after every buffer (and guard columns in the
+//     fused one) must stay untouched, also for bad cu_seqlens, which are
+//     clamped on the device;
 //   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
 //     with a 512-key sliding window): the reference covers a few (batch,
 //     head) slices; forward and backward are timed with CUDA events.
@@ -33,6 +41,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Attention.h"
+#include "runtime/AttentionLauncher.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Cudnn.h"
 #include "runtime/Device.h"
@@ -45,6 +54,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -455,6 +465,23 @@ struct Case {
   bool timed = false;
 };
 
+/// Packed sequences (thd): q [t, h, d], k and v [t_kv, kv_h, d]; sequence
+/// i's queries are tokens [cu_q[i], cu_q[i + 1]), its keys [cu_kv[i],
+/// cu_kv[i + 1]); tokens after the last sequence (the tail) must come back
+/// with o, dq, dk and dv rows of exactly 0.
+struct ThdCase {
+  std::string name;
+  AttentionProblem problem; // the forward: thd, tokens and max lengths set
+  std::vector<int32_t> lenQ, lenKv; // lenKv empty: one cu_seqlens for both
+  /// q, k and v (and dq, dk, dv) column ranges of one fused buffer.
+  bool fused = false;
+  bool mustPass = true;
+  std::vector<std::pair<int64_t, int64_t>> groups; // all when empty
+  /// When set: cu_seqlens_q as uploaded instead (out of order, outside the
+  /// tokens); the run must finish within its buffers, nothing is compared.
+  std::vector<int32_t> hostileCu;
+};
+
 class Checker {
 public:
   Checker(Gpu &gpu, uint64_t seed) : gpu(gpu), rng(seed) {}
@@ -611,6 +638,44 @@ public:
     char note[96];
     std::snprintf(note, sizeof(note), " kept=%.4f", fraction);
     finish(c, outcome, {}, note);
+  }
+
+  /// Packed sequences (thd): the prep kernel and cuDNN, forward then
+  /// backward, against the reference of the padded problem, sequence by
+  /// sequence; see ThdCase.
+  void runThd(const ThdCase &c) {
+    const AttentionProblem &p = c.problem;
+    Case asCase{c.name, p, c.mustPass, c.groups, false};
+    Runners runners;
+    if (!getRunners(asCase, runners))
+      return;
+    ThdRun run(c, p);
+    run.randomize(rng);
+    std::string failure;
+    if (!executeThd(c, runners, run, failure)) {
+      report(false, c.name, "run failed: " + failure);
+      return;
+    }
+    if (!c.hostileCu.empty()) {
+      // Nothing to compare: the run finished and stayed in its buffers.
+      if (run.problems.empty())
+        report(true, c.name, "bad cu_seqlens stayed in bounds");
+      else
+        report(false, c.name, run.problems);
+      return;
+    }
+    AttentionProblem padded = paddedOf(p);
+    HostTensor q(padded, p.heads, p.seqQ), k(padded, p.kvHeads, p.seqKv),
+        v(padded, p.kvHeads, p.seqKv), gradO(padded, p.heads, p.seqQ);
+    scatter(run.q, run.cuQ, run.lenQ, q);
+    scatter(run.k, run.cuKv, run.lenKv, k);
+    scatter(run.v, run.cuKv, run.lenKv, v);
+    scatter(run.gradO, run.cuQ, run.lenQ, gradO);
+    Inputs in{padded, q, k, v, gradO, run.lenQ, run.lenKv};
+    Reference ref;
+    reference(in, ref, c.groups);
+    Outcome outcome = compareThd(c, run, ref);
+    finish(asCase, outcome, {});
   }
 
 private:
@@ -860,6 +925,324 @@ private:
     std::fflush(stdout);
     ++(pass ? tally.passed : tally.failed);
   }
+
+  //===--------------------------------------------------------------------===//
+  // thd
+  //===--------------------------------------------------------------------===//
+
+  /// Bytes after every thd buffer that nothing may write (checked).
+  static constexpr size_t guardBytes = 4096;
+  static constexpr uint8_t guardByte = 0x3c;
+  /// Elements after each row of a fused QKV buffer that nothing may write.
+  static constexpr int64_t guardColumns = 8;
+
+  CUfunction prep = nullptr;
+
+  /// tejit_attention_prep, from the runtime's PTX (loaded once).
+  CUfunction prepKernel() {
+    if (prep)
+      return prep;
+    const CudaDriver &driver = *gpu.driver;
+    CUmodule module;
+    orDie(driver.check(driver.cuModuleLoadData(&module, attentionPrepPtx()),
+                       "cuModuleLoadData"),
+          "loading the runtime's helper kernels");
+    orDie(driver.check(
+              driver.cuModuleGetFunction(&prep, module, "tejit_attention_prep"),
+              "cuModuleGetFunction"),
+          "finding tejit_attention_prep");
+    return prep;
+  }
+
+  /// The padded bshd problem a thd problem stands for (the reference's).
+  static AttentionProblem paddedOf(const AttentionProblem &p) {
+    AttentionProblem padded = p;
+    padded.layout = AttentionLayout::Bshd;
+    padded.tokensQ = padded.tokensKv = 0;
+    padded.tokenStrides = {};
+    return padded;
+  }
+
+  /// A [rows, heads, d] tensor of tokens (as a bshd tensor of batch 1).
+  static HostTensor tokens(const AttentionProblem &p, int64_t heads,
+                           int64_t rows) {
+    AttentionProblem flat = paddedOf(p);
+    flat.batch = 1;
+    return HostTensor(flat, heads, rows);
+  }
+
+  /// Sequence i's tokens of `from` into batch entry i of `to`.
+  static void scatter(const HostTensor &from, const std::vector<int32_t> &cu,
+                      const std::vector<int32_t> &lengths, HostTensor &to) {
+    for (size_t i = 0; i < lengths.size(); ++i)
+      for (int64_t j = 0; j < lengths[i]; ++j)
+        for (int64_t h = 0; h < to.heads; ++h)
+          for (int64_t d = 0; d < to.dim; ++d)
+            to.values[to.index(int64_t(i), h, j, d)] =
+                from.at(0, h, cu[i] + j, d);
+  }
+
+  /// One thd run's host side: cu_seqlens, inputs and what came back.
+  struct ThdRun {
+    std::vector<int32_t> lenQ, lenKv, cuQ, cuKv;
+    HostTensor q, k, v, gradO, o, dq, dk, dv;
+    std::vector<float> stats;
+    std::string problems; // guard bytes written, tails not zero
+
+    ThdRun(const ThdCase &c, const AttentionProblem &p)
+        : lenQ(c.lenQ), lenKv(c.lenKv.empty() ? c.lenQ : c.lenKv),
+          cuQ(prefixSums(lenQ)), cuKv(prefixSums(lenKv)),
+          q(tokens(p, p.heads, p.tokensQ)), k(tokens(p, p.kvHeads, p.tokensKv)),
+          v(tokens(p, p.kvHeads, p.tokensKv)),
+          gradO(tokens(p, p.heads, p.tokensQ)),
+          o(tokens(p, p.heads, p.tokensQ)), dq(tokens(p, p.heads, p.tokensQ)),
+          dk(tokens(p, p.kvHeads, p.tokensKv)),
+          dv(tokens(p, p.kvHeads, p.tokensKv)) {}
+
+    void randomize(std::mt19937_64 &rng) {
+      for (HostTensor *t : {&q, &k, &v, &gradO})
+        t->randomize(rng);
+    }
+
+    static std::vector<int32_t> prefixSums(const std::vector<int32_t> &lens) {
+      std::vector<int32_t> cu(lens.size() + 1, 0);
+      for (size_t i = 0; i < lens.size(); ++i)
+        cu[i + 1] = cu[i] + lens[i];
+      return cu;
+    }
+  };
+
+  /// `bytes` bytes at `at` set to `value`.
+  void fillBytes(CUdeviceptr at, size_t bytes, uint8_t value) {
+    orDie(gpu.driver->check(
+              gpu.driver->cuMemsetD8Async(at, value, bytes, nullptr),
+              "cuMemsetD8Async"),
+          "fill");
+  }
+  void fillBytes(const DeviceBuffer &buffer, size_t bytes, uint8_t value) {
+    fillBytes(buffer.get(), bytes, value);
+  }
+
+  /// A device buffer of `bytes` and guardBytes after it set to guardByte.
+  DeviceBuffer guarded(size_t bytes, const char *what) {
+    DeviceBuffer buffer = gpu.allocate(bytes + guardBytes, what);
+    fillBytes(buffer.get() + bytes, guardBytes, guardByte);
+    return buffer;
+  }
+
+  /// Notes in `problems` when the guard after `bytes` of `buffer` changed.
+  void checkGuard(const DeviceBuffer &buffer, size_t bytes, const char *what,
+                  std::string &problems) {
+    std::vector<uint8_t> guard(guardBytes);
+    orDie(gpu.driver->check(gpu.driver->cuMemcpyDtoHAsync(guard.data(),
+                                                          buffer.get() + bytes,
+                                                          guardBytes, nullptr),
+                            "cuMemcpyDtoHAsync"),
+          "guard download");
+    gpu.synchronize();
+    if (std::any_of(guard.begin(), guard.end(),
+                    [](uint8_t b) { return b != guardByte; }))
+      problems += std::string(" wrote past the end of ") + what + ";";
+  }
+
+  /// Uploads, runs the prep kernel and cuDNN forward then backward (as
+  /// AttentionLauncher does), downloads.
+  bool executeThd(const ThdCase &c, const Runners &runners, ThdRun &run,
+                  std::string &failure) {
+    const AttentionProblem &p = c.problem;
+    const CudaDriver &driver = *gpu.driver;
+    int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
+    std::vector<int32_t> cuQ = c.hostileCu.empty() ? run.cuQ : c.hostileCu;
+    size_t cuBytes = cuQ.size() * 4,
+           statsBytes = size_t(p.batch * p.heads * p.seqQ) * 4;
+    DeviceBuffer cuQBuffer = guarded(cuBytes, "cu_seqlens_q"),
+                 cuKvBuffer = guarded(cuBytes, "cu_seqlens_kv"),
+                 gradO = guarded(run.gradO.bytes(), "dO"),
+                 o = guarded(run.o.bytes(), "o"),
+                 stats = guarded(statsBytes, "stats");
+    gpu.upload(cuQBuffer, cuQ.data(), cuBytes);
+    if (!c.lenKv.empty())
+      gpu.upload(cuKvBuffer, run.cuKv.data(), cuBytes);
+    gpu.upload(gradO, run.gradO.bits.data(), run.gradO.bytes());
+    // Outputs start as NaN, so that anything neither cuDNN nor the prep
+    // kernel writes shows.
+    fillBytes(o, run.o.bytes(), 0xff);
+    fillBytes(stats, statsBytes, 0xff);
+
+    AttentionPointers pointers;
+    pointers.o = o.get();
+    pointers.stats = stats.get();
+    pointers.gradO = gradO.get();
+    DeviceBuffer q, k, v, dq, dk, dv, qkv, dqkv;
+    // Fused: q, k and v are column ranges of one [t, (h + 2 kv_h) d + 8]
+    // buffer, the last 8 columns a guard; so are dq, dk and dv.
+    int64_t stride = qWidth + 2 * kvWidth + guardColumns;
+    std::vector<uint16_t> packed;
+    if (c.fused) {
+      packed.assign(size_t(p.tokensQ * stride), 0x3c3c);
+      for (int64_t t = 0; t < p.tokensQ; ++t) {
+        uint16_t *row = packed.data() + t * stride;
+        std::copy_n(run.q.bits.begin() + t * qWidth, qWidth, row);
+        std::copy_n(run.k.bits.begin() + t * kvWidth, kvWidth, row + qWidth);
+        std::copy_n(run.v.bits.begin() + t * kvWidth, kvWidth,
+                    row + qWidth + kvWidth);
+      }
+      qkv = guarded(packed.size() * 2, "fused qkv");
+      dqkv = guarded(packed.size() * 2, "fused dqkv");
+      gpu.upload(qkv, packed.data(), packed.size() * 2);
+      // dq, dk and dv start as NaN; the guard columns keep their pattern.
+      std::vector<uint16_t> unwritten = packed;
+      for (int64_t t = 0; t < p.tokensQ; ++t)
+        std::fill_n(unwritten.begin() + t * stride, qWidth + 2 * kvWidth,
+                    uint16_t(0xffff));
+      gpu.upload(dqkv, unwritten.data(), unwritten.size() * 2);
+      pointers.q = qkv.get();
+      pointers.k = qkv.get() + qWidth * 2;
+      pointers.v = qkv.get() + (qWidth + kvWidth) * 2;
+      pointers.gradQ = dqkv.get();
+      pointers.gradK = dqkv.get() + qWidth * 2;
+      pointers.gradV = dqkv.get() + (qWidth + kvWidth) * 2;
+    } else {
+      q = guarded(run.q.bytes(), "q");
+      k = guarded(run.k.bytes(), "k");
+      v = guarded(run.v.bytes(), "v");
+      dq = guarded(run.dq.bytes(), "dq");
+      dk = guarded(run.dk.bytes(), "dk");
+      dv = guarded(run.dv.bytes(), "dv");
+      gpu.upload(q, run.q.bits.data(), run.q.bytes());
+      gpu.upload(k, run.k.bits.data(), run.k.bytes());
+      gpu.upload(v, run.v.bits.data(), run.v.bytes());
+      fillBytes(dq, run.dq.bytes(), 0xff);
+      fillBytes(dk, run.dk.bytes(), 0xff);
+      fillBytes(dv, run.dv.bytes(), 0xff);
+      pointers.q = q.get();
+      pointers.k = k.get();
+      pointers.v = v.get();
+      pointers.gradQ = dq.get();
+      pointers.gradK = dk.get();
+      pointers.gradV = dv.get();
+    }
+
+    AttentionProblem backward = p;
+    backward.backward = true;
+    size_t prepBytes = std::max(thdPrepBytes(p), thdPrepBytes(backward));
+    DeviceBuffer scratch = guarded(prepBytes, "prep scratch");
+    size_t workspaceBytes = std::max(runners.forward->workspaceBytes(),
+                                     runners.backward->workspaceBytes());
+    DeviceBuffer workspace = gpu.allocate(workspaceBytes, "workspace");
+    ThdPrepBuffers buffers;
+    buffers.cuSeqlensQ = cuQBuffer.get();
+    buffers.cuSeqlensKv = c.lenKv.empty() ? 0 : cuKvBuffer.get();
+    buffers.scratch = scratch.get();
+    for (auto [problem, runner] :
+         {std::pair{&p, runners.forward.get()},
+          std::pair{static_cast<const AttentionProblem *>(&backward),
+                    runners.backward.get()}}) {
+      llvm::Error error = enqueueThdPrep(*problem, prepKernel(), buffers,
+                                         pointers, nullptr, driver);
+      if (!error)
+        error = runner->run(pointers, workspace.get(), nullptr);
+      if (error) {
+        failure = llvm::toString(std::move(error));
+        return false;
+      }
+    }
+    if (CUresult result = driver.cuStreamSynchronize(nullptr)) {
+      failure = llvm::toString(
+          driver.error(result, "cuStreamSynchronize after attention"));
+      return false;
+    }
+
+    gpu.download(run.o.bits.data(), o, run.o.bytes());
+    run.stats.resize(statsBytes / 4);
+    gpu.download(run.stats.data(), stats, statsBytes);
+    if (c.fused) {
+      gpu.download(packed.data(), dqkv, packed.size() * 2);
+      bool guardColumnsWritten = false;
+      for (int64_t t = 0; t < p.tokensQ; ++t) {
+        const uint16_t *row = packed.data() + t * stride;
+        std::copy_n(row, qWidth, run.dq.bits.begin() + t * qWidth);
+        std::copy_n(row + qWidth, kvWidth, run.dk.bits.begin() + t * kvWidth);
+        std::copy_n(row + qWidth + kvWidth, kvWidth,
+                    run.dv.bits.begin() + t * kvWidth);
+        guardColumnsWritten |=
+            std::any_of(row + qWidth + 2 * kvWidth, row + stride,
+                        [](uint16_t x) { return x != 0x3c3c; });
+      }
+      if (guardColumnsWritten)
+        run.problems += " wrote into the guard columns of the fused dqkv;";
+      checkGuard(dqkv, packed.size() * 2, "the fused dqkv", run.problems);
+      checkGuard(qkv, packed.size() * 2, "the fused qkv", run.problems);
+    } else {
+      for (auto [host, device, name] :
+           {std::tuple{&run.dq, &dq, "dq"}, std::tuple{&run.dk, &dk, "dk"},
+            std::tuple{&run.dv, &dv, "dv"}}) {
+        gpu.download(host->bits.data(), *device, host->bytes());
+        checkGuard(*device, host->bytes(), name, run.problems);
+      }
+    }
+    for (HostTensor *t : {&run.o, &run.dq, &run.dk, &run.dv})
+      t->decodeAll();
+    checkGuard(o, run.o.bytes(), "o", run.problems);
+    checkGuard(stats, statsBytes, "stats", run.problems);
+    checkGuard(scratch, prepBytes, "the prep scratch", run.problems);
+    checkGuard(cuQBuffer, cuBytes, "cu_seqlens_q", run.problems);
+    return true;
+  }
+
+  /// o, stats, dq (every query of every sequence) and dk, dv (every key)
+  /// against the reference; every row outside the sequences of o, dq, dk
+  /// and dv must be exactly 0.
+  Outcome compareThd(const ThdCase &c, const ThdRun &run,
+                     const Reference &ref) {
+    const AttentionProblem &p = c.problem;
+    int64_t H = p.heads, Hk = p.kvHeads, D = p.headDim, perGroup = H / Hk;
+    Error2 o, stats, dq, dk, dv;
+    auto covered = [&](int64_t b, int64_t g) {
+      return c.groups.empty() ||
+             std::find(c.groups.begin(), c.groups.end(),
+                       std::make_pair(b, g)) != c.groups.end();
+    };
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t g = 0; g < Hk; ++g) {
+        if (!covered(b, g))
+          continue;
+        for (int64_t h = g * perGroup; h < (g + 1) * perGroup; ++h)
+          for (int64_t i = 0; i < run.lenQ[b]; ++i) {
+            size_t row = size_t((b * H + h) * p.seqQ + i);
+            stats.add(run.stats[row], ref.stats[row]);
+            for (int64_t d = 0; d < D; ++d) {
+              size_t at = canonical(p, b, h, i, H, p.seqQ, d);
+              o.add(run.o.at(0, h, run.cuQ[b] + i, d), ref.o[at]);
+              dq.add(run.dq.at(0, h, run.cuQ[b] + i, d), ref.dq[at]);
+            }
+          }
+        for (int64_t j = 0; j < run.lenKv[b]; ++j)
+          for (int64_t d = 0; d < D; ++d) {
+            size_t at = canonical(p, b, g, j, Hk, p.seqKv, d);
+            dk.add(run.dk.at(0, g, run.cuKv[b] + j, d), ref.dk[at]);
+            dv.add(run.dv.at(0, g, run.cuKv[b] + j, d), ref.dv[at]);
+          }
+      }
+    Outcome outcome;
+    outcome.errors = {
+        {"o", o}, {"stats", stats}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
+    outcome.problems = run.problems;
+    // The tails: rows from cu_seqlens[b] on.
+    auto tailZero = [&](const HostTensor &t, int64_t first, const char *name) {
+      for (size_t i = size_t(first * t.heads * t.dim); i < t.bits.size(); ++i)
+        if (t.bits[i] != 0) {
+          outcome.problems +=
+              std::string(" the tail rows of ") + name + " are not 0;";
+          return;
+        }
+    };
+    tailZero(run.o, run.cuQ.back(), "o");
+    tailZero(run.dq, run.cuQ.back(), "dq");
+    tailZero(run.dk, run.cuKv.back(), "dk");
+    tailZero(run.dv, run.cuKv.back(), "dv");
+    return outcome;
+  }
 };
 
 //===----------------------------------------------------------------------===//
@@ -1014,6 +1397,130 @@ Case realWindowCase() {
   return c;
 }
 
+/// The longest of `lengths` rounded up to 64 (as callers bucket
+/// max_seqlen), at least 64.
+int64_t maxSeqlen(const std::vector<int32_t> &lengths) {
+  int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  return std::max<int64_t>(64, (longest + 63) / 64 * 64);
+}
+
+ThdCase thdCase(const std::string &name, ElementType element, int64_t dim,
+                int64_t kvHeads, AttentionMask mask, std::vector<int32_t> lenQ,
+                int64_t tailQ, std::vector<int32_t> lenKv = {},
+                int64_t tailKv = 0) {
+  const std::vector<int32_t> &keys = lenKv.empty() ? lenQ : lenKv;
+  AttentionProblem p = smallProblem(kvHeads, maxSeqlen(lenQ), maxSeqlen(keys),
+                                    dim, element, AttentionLayout::Thd, mask);
+  p.batch = int64_t(lenQ.size());
+  p.tokensQ = std::accumulate(lenQ.begin(), lenQ.end(), int64_t(0)) + tailQ;
+  p.tokensKv =
+      lenKv.empty()
+          ? p.tokensQ
+          : std::accumulate(keys.begin(), keys.end(), int64_t(0)) + tailKv;
+  ThdCase c;
+  c.name = name;
+  c.problem = p;
+  c.lenQ = std::move(lenQ);
+  c.lenKv = std::move(lenKv);
+  // thd with GQA/MQA or a window needs cuDNN 9.6: older ones refuse it.
+  c.mustPass = kvHeads == p.heads;
+  return c;
+}
+
+std::vector<ThdCase> thdCases() {
+  std::vector<ThdCase> cases;
+  struct Grouping {
+    const char *name;
+    int64_t kvHeads;
+  };
+  const Grouping mha{"mha", 8}, gqa{"gqa", 2}, mqa{"mqa", 1};
+  // Sequences of different lengths (one of max_seqlen, one of a single
+  // token) and 19 tokens of tail.
+  const std::vector<int32_t> lengths = {37, 128, 90, 1, 64};
+  for (ElementType element : {ElementType::BF16, ElementType::F16})
+    for (int64_t dim : {64, 128})
+      for (AttentionMask mask :
+           {AttentionMask::Padding, AttentionMask::PaddingCausal})
+        for (const Grouping &grouping : {mha, gqa}) {
+          std::string name = "thd " + elementTypeName(element).str() + " d" +
+                             std::to_string(dim) + " " +
+                             attentionMaskName(mask).str() + " " +
+                             grouping.name + " tail19";
+          cases.push_back(
+              thdCase(name, element, dim, grouping.kvHeads, mask, lengths, 19));
+        }
+  // Empty sequences: the first, one between, the last.
+  for (AttentionMask mask :
+       {AttentionMask::Padding, AttentionMask::PaddingCausal})
+    cases.push_back(thdCase("thd bf16 d128 " + attentionMaskName(mask).str() +
+                                " mha empty sequences tail3",
+                            ElementType::BF16, 128, 8, mask,
+                            {0, 37, 0, 128, 5, 0}, 3));
+  // No tail: the sequences fill the buffer.
+  cases.push_back(thdCase("thd bf16 d128 padding_causal mqa no tail",
+                          ElementType::BF16, 128, 1,
+                          AttentionMask::PaddingCausal, lengths, 0));
+  // q, k and v read in place from a fused QKV projection's rows, dq, dk
+  // and dv written into one.
+  for (const Grouping &grouping : {mha, gqa, mqa}) {
+    ThdCase c = thdCase(std::string("thd packed qkv bf16 d64 padding_causal ") +
+                            grouping.name + " tail7",
+                        ElementType::BF16, 64, grouping.kvHeads,
+                        AttentionMask::PaddingCausal, {100, 28, 128, 64}, 7);
+    int64_t width = (c.problem.heads + 2 * grouping.kvHeads) * 64 + 8;
+    c.problem.tokenStrides = {width, width, width, width, width, width};
+    c.fused = true;
+    cases.push_back(c);
+  }
+  // Cross-attention: cu_seqlens_kv of their own, tails on both sides.
+  for (AttentionMask mask :
+       {AttentionMask::Padding, AttentionMask::PaddingCausal})
+    cases.push_back(thdCase("thd cross bf16 d128 " +
+                                attentionMaskName(mask).str() + " gqa tail5/11",
+                            ElementType::BF16, 128, 2, mask, {50, 128, 3}, 5,
+                            {200, 17, 256}, 11));
+  // A sequence with keys and no queries: its dk and dv are 0.
+  cases.push_back(thdCase("thd cross bf16 d128 padding mha no queries",
+                          ElementType::BF16, 128, 8, AttentionMask::Padding,
+                          {50, 0, 3}, 5, {200, 40, 256}, 0));
+  // Sliding windows within each sequence.
+  for (ElementType element : {ElementType::BF16, ElementType::F16})
+    for (auto [mask, left] :
+         {std::pair{AttentionMask::PaddingCausal, int64_t(31)},
+          std::pair{AttentionMask::Padding, int64_t(40)}}) {
+      ThdCase c = thdCase("thd window(" + std::to_string(left) + ",-1) " +
+                              elementTypeName(element).str() + " d128 " +
+                              attentionMaskName(mask).str() + " gqa tail19",
+                          element, 128, 2, mask, lengths, 19);
+      c.problem.windowLeft = left;
+      c.mustPass = false;
+      cases.push_back(c);
+    }
+  // Longer sequences; the reference covers four (sequence, kv head) pairs.
+  {
+    ThdCase c = thdCase("thd long bf16 d128 padding_causal gqa h16 tail33",
+                        ElementType::BF16, 128, 4, AttentionMask::PaddingCausal,
+                        {1000, 2048, 517, 1500}, 33);
+    c.problem.heads = 16;
+    c.groups = {{0, 0}, {1, 3}, {2, 1}, {3, 2}};
+    cases.push_back(c);
+  }
+  // Bad cu_seqlens (past the tokens, decreasing, negative): clamped on the
+  // device, so nothing is read or written outside the buffers.
+  for (std::vector<int32_t> cu : {std::vector<int32_t>{0, 500, 100, 100000},
+                                  std::vector<int32_t>{-50, 10, 400, 20}}) {
+    ThdCase c = thdCase("thd hostile cu_seqlens [" + std::to_string(cu[0]) +
+                            ", " + std::to_string(cu[1]) +
+                            ", ...] bf16 d64 "
+                            "padding_causal mha",
+                        ElementType::BF16, 64, 8, AttentionMask::PaddingCausal,
+                        {100, 100, 100}, 0);
+    c.hostileCu = cu;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -1068,6 +1575,9 @@ int main(int argc, char **argv) {
   for (const Case &c : smallCases())
     if (selected(c.name))
       checker.run(c);
+  for (const ThdCase &c : thdCases())
+    if (selected(c.name))
+      checker.runThd(c);
   for (ElementType element : {ElementType::BF16, ElementType::F16})
     for (double dropout : {0.1, 0.5}) {
       char name[64];

@@ -1190,8 +1190,11 @@ def test_hidden_dropout_matches_reference(case):
         f"{name} {error:.4f}" for name, error in errors.items()))
 
 
+# Slices (positions for sbhd, samples for bshd): 64 and 48, so that a
+# branch keeping fewer than 20% or more than 80% of them at rate 0.5 (the
+# check below) is a one-in-a-thousand event, not one run in fifty.
 @pytest.mark.parametrize("fmt,seq,batch", [("sbhd", 64, 2),
-                                           ("bshd", 32, 16)])
+                                           ("bshd", 16, 48)])
 def test_drop_path_matches_reference(fmt, seq, batch):
     """TransformerLayer(drop_path_rate=0.5), TE's DropPath: each index of
     the input's first dim (a position for sbhd, a sample for bshd) keeps or

@@ -161,8 +161,10 @@ class ArgumentTest(unittest.TestCase):
                                             attn_mask_type="arbitrary"),
              "window_size"),
             (lambda: te.MultiheadAttention(64, 4, qkv_format="thd",
+                                           attention_type="cross",
                                            device=CPU), "thd"),
             (lambda: te.TransformerLayer(64, 256, 4, attn_input_format="thd",
+                                         layer_type="decoder",
                                          device=CPU), "thd"),
             (lambda: te.DotProductAttention(8, 64, cp_group=object()),
              "cp_group"),
@@ -864,41 +866,66 @@ class JitKeyTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
-class PackedSequencesTest(unittest.TestCase):
-    """thd's padding (_thd.PackedSequences) on the CPU: where each token
-    goes, the padding mask, and pad/unpad with their gradients."""
+class PackedCallTest(unittest.TestCase):
+    """thd's call checks (_thd.PackedCall) on the CPU: the compiled shape
+    (tokens and longest sequence rounded up to 64), the padding of the
+    tokens with its gradient, each token's rotary angles, and bad
+    offsets."""
 
-    def test_rows_mask_and_round_trip(self):
+    def test_shape_padding_and_angles(self):
         cu = torch.tensor([0, 3, 3, 70], dtype=torch.int32)
-        packed = _thd.PackedSequences("test", cu, 72, None)
-        self.assertEqual((packed.batch, packed.max_s), (3, 128))
-        self.assertEqual(packed.rows[:4].tolist(), [0, 1, 2, 256])
-        self.assertEqual(packed.rows[-3:].tolist(), [256 + 66, 384, 384])
-        self.assertEqual(packed.mask.shape, (3, 1, 1, 128))
-        self.assertEqual((~packed.mask).sum(-1).view(-1).tolist(),
-                         [3, 0, 67])
-        x = torch.randn(72, 2, 4, requires_grad=True)
+        packed = _thd.PackedCall("test", 72, cu.device, cu, cu)
+        self.assertEqual((packed.batch, packed.longest, packed.max_s,
+                          packed.padded_tokens), (3, 67, 128, 128))
+        self.assertEqual(packed.shape_spec(), {
+            "seq_length": 128, "batch_size": 3, "input_format": "thd",
+            "tokens": 128})
+        x = torch.randn(72, 8, requires_grad=True)
         padded = packed.pad(x)
-        self.assertEqual(tuple(padded.shape), (3, 128, 2, 4))
-        self.assertTrue(torch.equal(padded[2, :67], x[3:70].detach()))
-        self.assertEqual(float(padded[0, 3:].abs().sum()), 0.0)
-        back = packed.unpad(padded.reshape(3, 128, 8))
-        self.assertTrue(torch.equal(back[:70], x[:70].detach().view(70, 8)))
-        self.assertEqual(float(back[70:].abs().sum()), 0.0)
+        self.assertEqual(tuple(padded.shape), (128, 8))
+        self.assertEqual(float(padded[72:].abs().sum()), 0.0)
+        back = packed.unpad(padded * 2)
+        self.assertEqual(tuple(back.shape), (72, 8))
         back.sum().backward()
-        self.assertEqual(x.grad[:70].unique().tolist(), [1.0])
-        self.assertEqual(x.grad[70:].abs().sum().item(), 0.0)
+        self.assertEqual(x.grad.unique().tolist(), [2.0])
+        # Angles of position p are p * (1, 10): positions restart at every
+        # sequence; the tail and the padding take position 0.
+        freqs = torch.arange(80.0).view(80, 1, 1, 1) * torch.tensor(
+            [1.0, 10.0]).view(1, 1, 1, 2)
+        angles = packed.token_angles("test", freqs)
+        self.assertEqual(tuple(angles.shape), (128, 1, 1, 2))
+        want = [0, 1, 2] + list(range(67)) + [0] * 58
+        self.assertEqual(angles[:, 0, 0, 0].tolist(), want)
+        self.assertEqual(angles[:, 0, 0, 1].tolist(),
+                         [10.0 * p for p in want])
+        with self.assertRaisesRegex(ValueError, "67 long"):
+            packed.token_angles("test", freqs[:40])
+
+    def test_a_multiple_of_64_tokens_is_not_copied(self):
+        cu = torch.tensor([0, 64], dtype=torch.int32)
+        packed = _thd.PackedCall("test", 64, cu.device, cu, None)
+        x = torch.randn(64, 4)
+        self.assertIs(packed.pad(x), x)
 
     def test_bad_offsets(self):
         for cu in ([1, 3, 5], [0, 5, 3], [0, 4, 90]):
             with self.assertRaises(ValueError):
-                _thd.PackedSequences(
-                    "test", torch.tensor(cu, dtype=torch.int32), 80, None)
+                offsets = torch.tensor(cu, dtype=torch.int32)
+                _thd.PackedCall("test", 80, offsets.device, offsets, offsets)
         # A given max_seqlen is checked by torch._assert_async: on the
         # CPU at once (RuntimeError), on the GPU as a device-side assert.
         with self.assertRaises(RuntimeError):
-            _thd.PackedSequences(
-                "test", torch.tensor([0, 40, 80], dtype=torch.int32), 80, 16)
+            offsets = torch.tensor([0, 40, 80], dtype=torch.int32)
+            _thd.PackedCall("test", 80, offsets.device, offsets, offsets,
+                            max_seqlen_q=16)
+        cu = torch.tensor([0, 40], dtype=torch.int32)
+        with self.assertRaisesRegex(ValueError, "padding"):
+            _thd.thd_mask_type("test", "causal")
+        self.assertEqual(_thd.thd_mask_type(
+            "test", "padding_causal_bottom_right"), "padding_causal")
+        with self.assertRaisesRegex(NotImplementedError, "cu_seqlens_kv"):
+            _thd.PackedCall("test", 80, cu.device, cu,
+                            torch.tensor([0, 30], dtype=torch.int32))
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@
 // and asking for a runner where there is no GPU (or no cuDNN) is a clear
 // error, not a crash. Where cuDNN can be loaded (no GPU needed), every
 // graph variant must also pass cuDNN's own checks of each descriptor and of
-// the operation graph. tests/gpu/attention_check.cpp checks the numbers.
+// the operation graph. A plan's attention steps (the launcher) are read into
+// problems without cuDNN. tests/gpu/attention_check.cpp checks the numbers.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Attention.h"
 #include "runtime/AttentionGraph.h"
+#include "runtime/AttentionLauncher.h"
 #include "runtime/Cudnn.h"
 
 #include "gtest/gtest.h"
@@ -36,6 +38,19 @@ AttentionProblem validProblem() {
   problem.softmaxScale = 0.125;
   problem.dropout = 0.1;
   problem.backward = true;
+  return problem;
+}
+
+/// Packed sequences: 3 of them in 1000 query and 1000 key tokens, the
+/// longest at most 128, GQA, read in place from a fused QKV projection.
+AttentionProblem thdProblem() {
+  AttentionProblem problem = validProblem();
+  problem.layout = AttentionLayout::Thd;
+  problem.batch = 3;
+  problem.seqQ = problem.seqKv = 128;
+  problem.tokensQ = problem.tokensKv = 1000;
+  problem.mask = AttentionMask::PaddingCausal;
+  problem.tokenStrides = {768, 768, 768, 768, 768, 768};
   return problem;
 }
 
@@ -171,6 +186,7 @@ TEST(AttentionProblemTest, KeysAreUnique) {
       [](AttentionProblem &p) { p.headDim = 128; },
       [](AttentionProblem &p) { p.element = ElementType::F16; },
       [](AttentionProblem &p) { p.layout = AttentionLayout::Bshd; },
+      [](AttentionProblem &p) { p.layout = AttentionLayout::Thd; },
       [](AttentionProblem &p) { p.mask = AttentionMask::None; },
       [](AttentionProblem &p) { p.mask = AttentionMask::Padding; },
       [](AttentionProblem &p) { p.mask = AttentionMask::PaddingCausal; },
@@ -383,6 +399,376 @@ TEST(AttentionGraphTest, WindowVariantsFinalizeWithoutAGpu) {
         ++built;
       }
   EXPECT_EQ(built, 2 * 4 * 3);
+}
+
+//===----------------------------------------------------------------------===//
+// Packed sequences (thd)
+//===----------------------------------------------------------------------===//
+
+TEST(AttentionThdTest, KeyNamesTheLayoutButNotTheTokenCounts) {
+  AttentionProblem problem = thdProblem();
+  EXPECT_FALSE(bool(problem.validate()));
+  EXPECT_EQ(problem.key(),
+            "attention_bwd bf16 thd b=3 h=8 kv_heads=2 s_q=128 s_kv=128 d=64 "
+            "mask=padding_causal scale=0.125 dropout=0.1 q_stride=768 "
+            "k_stride=768 v_stride=768 dq_stride=768 dk_stride=768 "
+            "dv_stride=768");
+  EXPECT_EQ(attentionLayoutName(AttentionLayout::Thd), "thd");
+  // The graph is the same whatever the buffer's token count: one plan.
+  AttentionProblem longer = problem;
+  longer.tokensQ = longer.tokensKv = 4000;
+  EXPECT_EQ(longer.key(), problem.key());
+  // The padded bshd problem of the same sizes is another graph.
+  AttentionProblem padded = problem;
+  padded.layout = AttentionLayout::Bshd;
+  EXPECT_NE(padded.key(), problem.key());
+}
+
+TEST(AttentionThdTest, RejectsWithClearMessages) {
+  struct Case {
+    const char *name;
+    void (*change)(AttentionProblem &);
+    const char *expected;
+  };
+  const Case cases[] = {
+      {"no mask", [](AttentionProblem &p) { p.mask = AttentionMask::None; },
+       "the thd layout needs a padding mask type"},
+      {"causal", [](AttentionProblem &p) { p.mask = AttentionMask::Causal; },
+       "(padding or padding_causal)"},
+      {"no tokens", [](AttentionProblem &p) { p.tokensKv = 0; },
+       "token counts of q and k/v (t, t_kv) to be positive"},
+      // 768 elements a token: 2^31 / 768 = 2796202 tokens at most.
+      {"offsets past int32", [](AttentionProblem &p) { p.tokensQ = 2796203; },
+       "do not fit the int32 element offsets"},
+      {"window, s_q != s_kv",
+       [](AttentionProblem &p) {
+         p.seqKv = 256;
+         p.windowLeft = 16;
+       },
+       "a sliding window needs as many queries as keys"},
+  };
+  for (const Case &c : cases) {
+    AttentionProblem problem = thdProblem();
+    c.change(problem);
+    auto [code, message] = takeFailure(problem.validate());
+    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find(problem.key()), std::string::npos)
+        << c.name << ": " << message;
+  }
+  // The largest buffer that still fits passes.
+  AttentionProblem largest = thdProblem();
+  largest.tokensQ = 2796202;
+  EXPECT_FALSE(bool(largest.validate()));
+}
+
+TEST(AttentionThdTest, NeedsARecentEnoughCudnnAndGpu) {
+  AttentionProblem gqa = thdProblem(); // kv_heads 2 < heads 8
+  AttentionProblem mha = thdProblem();
+  mha.kvHeads = mha.heads;
+  mha.tokenStrides = {};
+  AttentionProblem window = mha;
+  window.windowLeft = 31;
+  struct Case {
+    const AttentionProblem &problem;
+    int64_t version, capability;
+    const char *expected; // null: supported
+  };
+  const Case cases[] = {
+      {mha, 90003, 90, "needs cuDNN 9.1.0 or newer (this is 9.0.3)"},
+      {mha, 90100, 90, nullptr},
+      {gqa, 90501, 90, "with kv_heads < heads needs cuDNN 9.6.0"},
+      {gqa, 90600, 90, nullptr},
+      {window, 90500, 90, "with a sliding window needs cuDNN 9.6.0"},
+      {window, 91900, 90, nullptr},
+      {gqa, 91800, 80, "needs a Hopper or newer GPU before cuDNN 9.18.1"},
+      {gqa, 91801, 86, nullptr},
+      {gqa, 91900, 100, nullptr},
+  };
+  for (const Case &c : cases) {
+    llvm::Error error = c.problem.validateFor(c.version, c.capability);
+    if (!c.expected) {
+      EXPECT_FALSE(bool(error)) << c.version << " sm_" << c.capability << ": "
+                                << llvm::toString(std::move(error));
+      continue;
+    }
+    auto [code, message] = takeFailure(std::move(error));
+    EXPECT_EQ(code, ErrorCode::Unsupported);
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_NE(message.find(c.problem.key()), std::string::npos) << message;
+  }
+  // The padded layouts have no such limits here.
+  EXPECT_FALSE(bool(validProblem().validateFor(90000, 80)));
+}
+
+/// Every thd variant builds and finalizes on the host, with the ragged
+/// offsets of q, k, v, o (and dq, dk, dv) and the sequence lengths bound.
+TEST(AttentionThdTest, EveryVariantFinalizesWithoutAGpu) {
+  auto lib = Cudnn::get();
+  if (!lib) {
+    std::string message = llvm::toString(lib.takeError());
+    GTEST_SKIP() << "no cuDNN: " << message;
+  }
+  using attention::Slot;
+  int built = 0;
+  for (bool backward : {false, true})
+    for (AttentionMask mask :
+         {AttentionMask::Padding, AttentionMask::PaddingCausal})
+      for (double dropout : {0.0, 0.2})
+        for (int64_t kvHeads : {8, 2, 1})
+          for (bool strided : {false, true})
+            for (int64_t window : {-1, 31}) {
+              AttentionProblem problem = thdProblem();
+              problem.backward = backward;
+              problem.mask = mask;
+              problem.dropout = dropout;
+              problem.kvHeads = kvHeads;
+              int64_t width = (8 + 2 * kvHeads) * 64;
+              problem.tokenStrides = {};
+              if (strided)
+                problem.tokenStrides = {width, width, width,
+                                        width, width, width};
+              problem.windowLeft = window;
+              ASSERT_FALSE(bool(problem.validate())) << problem.key();
+              auto graph = attention::buildGraph(*lib, nullptr, problem);
+              ASSERT_TRUE(bool(graph)) << llvm::toString(graph.takeError());
+              ++built;
+              std::multiset<Slot> slots;
+              for (const attention::Binding &binding : graph->bindings)
+                slots.insert(binding.slot);
+              for (Slot slot : {Slot::RaggedQ, Slot::RaggedK, Slot::RaggedV,
+                                Slot::RaggedO, Slot::SeqLenQ, Slot::SeqLenKv})
+                EXPECT_EQ(slots.count(slot), 1u) << problem.key();
+              for (Slot slot :
+                   {Slot::RaggedGradQ, Slot::RaggedGradK, Slot::RaggedGradV})
+                EXPECT_EQ(slots.count(slot), size_t(backward)) << problem.key();
+            }
+  EXPECT_EQ(built, 2 * 2 * 2 * 3 * 2 * 2);
+}
+
+TEST(AttentionThdTest, PrepScratchHoldsLengthsAndOffsets) {
+  AttentionProblem problem = thdProblem();
+  size_t bytes = thdPrepBytes(problem);
+  EXPECT_EQ(bytes % 256, 0u);
+  // Two length arrays [b] and seven offset arrays [b + 1], 256-aligned.
+  EXPECT_EQ(bytes, size_t(9 * 256));
+  problem.batch = 100;
+  EXPECT_EQ(thdPrepBytes(problem), size_t(2 * 512 + 7 * 512));
+}
+
+//===----------------------------------------------------------------------===//
+// Plan steps
+//===----------------------------------------------------------------------===//
+
+/// A function whose values have the given types (ids in order).
+FunctionPlan functionWith(const std::vector<TensorType> &types) {
+  FunctionPlan function;
+  function.name = "layer";
+  for (auto [id, type] : llvm::enumerate(types)) {
+    ValueInfo value;
+    value.id = int64_t(id);
+    value.type = type;
+    value.bytes = type.bytes();
+    function.values.push_back(value);
+  }
+  return function;
+}
+
+TensorType tensorOf(std::vector<int64_t> shape, ElementType element) {
+  TensorType type;
+  type.shape = std::move(shape);
+  type.element = element;
+  return type;
+}
+
+/// A thd forward step over values 0-7: q [1000, 8, 64], k and v [1000, 2,
+/// 64], cu_seqlens i32 [4], o and stats results, an rng state; and a thd
+/// backward step over values 0-12 (dO 8, dq 9, dk 10, dv 11, a second
+/// cu_seqlens 12).
+struct ThdSteps {
+  FunctionPlan function = functionWith({
+      tensorOf({1000, 8, 64}, ElementType::BF16), // 0 q
+      tensorOf({1000, 2, 64}, ElementType::BF16), // 1 k
+      tensorOf({1000, 2, 64}, ElementType::BF16), // 2 v
+      tensorOf({4}, ElementType::I32),            // 3 cu_seqlens
+      tensorOf({1000, 8, 64}, ElementType::BF16), // 4 o
+      tensorOf({3, 8, 128}, ElementType::F32),    // 5 stats
+      tensorOf({2}, ElementType::I64),            // 6 rng state
+      tensorOf({3, 1, 1, 128}, ElementType::I1),  // 7 a mask
+      tensorOf({1000, 8, 64}, ElementType::BF16), // 8 dO
+      tensorOf({1000, 8, 64}, ElementType::BF16), // 9 dq
+      tensorOf({1000, 2, 64}, ElementType::BF16), // 10 dk
+      tensorOf({1000, 2, 64}, ElementType::BF16), // 11 dv
+      tensorOf({4}, ElementType::I32),            // 12 cu_seqlens_kv
+      tensorOf({1}, ElementType::I32),            // 13 too short
+      tensorOf({3, 8, 64}, ElementType::F32),     // 14 stats too short
+  });
+  AttentionStep forward, backward;
+
+  ThdSteps() {
+    forward.operands = {0, 1, 2, 3};
+    forward.results = {4, 5};
+    forward.attributes = {{"qkv_format", "#te.qkv_format<thd>"},
+                          {"attn_mask_type", "#te.attn_mask_type<padding>"},
+                          {"softmax_scale", "1.250000e-01 : f64"},
+                          {"max_seqlen_q", "128 : i64"},
+                          {"max_seqlen_kv", "128 : i64"}};
+    backward = forward;
+    backward.backward = true;
+    backward.operands = {8, 0, 1, 2, 4, 5, 3, 12};
+    backward.results = {9, 10, 11};
+  }
+};
+
+TEST(AttentionLauncherTest, ReadsAThdStep) {
+  ThdSteps steps;
+  auto launcher = AttentionLauncher::parse(steps.forward, steps.function);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  const AttentionProblem &p = launcher->problem();
+  EXPECT_EQ(p.layout, AttentionLayout::Thd);
+  EXPECT_EQ(p.batch, 3);
+  EXPECT_EQ(p.heads, 8);
+  EXPECT_EQ(p.kvHeads, 2);
+  EXPECT_EQ(p.headDim, 64);
+  EXPECT_EQ(p.seqQ, 128);
+  EXPECT_EQ(p.seqKv, 128);
+  EXPECT_EQ(p.tokensQ, 1000);
+  EXPECT_EQ(p.tokensKv, 1000);
+  EXPECT_EQ(p.mask, AttentionMask::Padding);
+  EXPECT_EQ(p.softmaxScale, 0.125);
+  EXPECT_FALSE(p.backward);
+  // One cu_seqlens serves queries and keys.
+  EXPECT_EQ(launcher->cuSeqlensQValue(), std::optional<int64_t>(3));
+  EXPECT_EQ(launcher->cuSeqlensKvValue(), std::nullopt);
+
+  // The backward, with dropout, a right window bound of 0 (the causal
+  // mask), a fused QKV projection's strides and cu_seqlens for each side.
+  steps.backward.operands = {8, 0, 1, 2, 4, 5, 6, 3, 12};
+  steps.backward.attributes["dropout"] = "1.000000e-01 : f64";
+  steps.backward.attributes["window_size"] = "array<i64: 64, 0>";
+  steps.backward.tokenStrides = {{"q", 768}, {"k", 768}, {"v", 768}};
+  auto backward = AttentionLauncher::parse(steps.backward, steps.function);
+  ASSERT_TRUE(bool(backward)) << llvm::toString(backward.takeError());
+  const AttentionProblem &b = backward->problem();
+  EXPECT_TRUE(b.backward);
+  EXPECT_EQ(b.mask, AttentionMask::PaddingCausal);
+  EXPECT_EQ(b.windowLeft, 64);
+  EXPECT_EQ(b.windowRight, -1);
+  EXPECT_EQ(b.dropout, 0.1);
+  EXPECT_EQ(b.tokenStrides.q, 768);
+  EXPECT_EQ(b.tokenStrides.gradQ, 0);
+  EXPECT_EQ(backward->cuSeqlensQValue(), std::optional<int64_t>(3));
+  EXPECT_EQ(backward->cuSeqlensKvValue(), std::optional<int64_t>(12));
+}
+
+TEST(AttentionLauncherTest, RefusesMalformedThdSteps) {
+  struct Case {
+    const char *name;
+    void (*change)(AttentionStep &);
+    const char *expected;
+  };
+  const Case cases[] = {
+      {"causal",
+       [](AttentionStep &s) {
+         s.attributes["attn_mask_type"] = "#te.attn_mask_type<causal>";
+       },
+       "qkv_format thd takes attn_mask_type padding or padding_causal, not "
+       "'causal'"},
+      {"bottom right",
+       [](AttentionStep &s) {
+         s.attributes["attn_mask_type"] =
+             "#te.attn_mask_type<padding_causal_bottom_right>";
+       },
+       "not 'padding_causal_bottom_right'"},
+      {"no max_seqlen_kv",
+       [](AttentionStep &s) { s.attributes.erase("max_seqlen_kv"); },
+       "has no 'max_seqlen_kv' attribute"},
+      {"max_seqlen not an integer",
+       [](AttentionStep &s) { s.attributes["max_seqlen_q"] = "x : i64"; },
+       "attribute 'max_seqlen_q' is 'x : i64', not an integer"},
+      {"no cu_seqlens",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2};
+       },
+       "qkv_format thd without a cu_seqlens operand"},
+      {"a mask operand",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 7, 3};
+       },
+       "qkv_format thd takes no mask operand"},
+      {"4-D query",
+       [](AttentionStep &s) {
+         s.attributes["qkv_format"] = "#te.qkv_format<thd>";
+         s.operands = {7, 1, 2, 3};
+       },
+       "qkv_format thd takes 3-D query and key tensors"},
+      {"stats of the wrong shape",
+       [](AttentionStep &s) {
+         s.results = {4, 14};
+       },
+       "a value of shape [3, 8, 64] where [3, 8, 128] is expected"},
+      {"stats of bf16",
+       [](AttentionStep &s) {
+         s.results = {4, 0};
+       },
+       "qkv_format thd takes f32 softmax statistics"},
+      {"cu_seqlens of one entry",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 13};
+       },
+       "takes cu_seqlens as i32 [b + 1] with b >= 1; got [1] of i32"},
+      {"cu_seqlens_kv of another batch",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 3, 13};
+       },
+       "cu_seqlens_kv [1] does not match cu_seqlens_q [4]"},
+      {"cu_seqlens with bshd",
+       [](AttentionStep &s) {
+         s.attributes["qkv_format"] = "#te.qkv_format<bshd>";
+       },
+       "cu_seqlens operands need qkv_format thd"},
+      {"max_seqlen 0",
+       [](AttentionStep &s) { s.attributes["max_seqlen_q"] = "0 : i64"; },
+       "max_seqlen_q (0) and max_seqlen_kv (128) must be positive"},
+  };
+  for (const Case &c : cases) {
+    ThdSteps steps;
+    c.change(steps.forward);
+    auto launcher = AttentionLauncher::parse(steps.forward, steps.function);
+    ASSERT_FALSE(bool(launcher)) << c.name;
+    auto [code, message] = takeFailure(launcher.takeError());
+    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find("function 'layer', attention step"),
+              std::string::npos)
+        << c.name << ": " << message;
+  }
+}
+
+TEST(AttentionLauncherTest, ReadsAPaddedStepAsBefore) {
+  // bshd: q [2, 128, 8, 64], k and v [2, 256, 2, 64] and a key mask.
+  FunctionPlan function = functionWith({
+      tensorOf({2, 128, 8, 64}, ElementType::F16), // 0 q
+      tensorOf({2, 256, 2, 64}, ElementType::F16), // 1 k
+      tensorOf({2, 256, 2, 64}, ElementType::F16), // 2 v
+      tensorOf({2, 1, 1, 256}, ElementType::I1),   // 3 mask
+      tensorOf({2, 128, 8, 64}, ElementType::F16), // 4 o
+      tensorOf({2, 8, 128}, ElementType::F32),     // 5 stats
+  });
+  AttentionStep step;
+  step.operands = {0, 1, 2, 3};
+  step.results = {4, 5};
+  step.attributes = {{"qkv_format", "#te.qkv_format<bshd>"},
+                     {"attn_mask_type", "#te.attn_mask_type<padding>"},
+                     {"softmax_scale", "1.250000e-01 : f64"}};
+  auto launcher = AttentionLauncher::parse(step, function);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  EXPECT_EQ(launcher->problem().key(),
+            "attention f16 bshd b=2 h=8 kv_heads=2 s_q=128 s_kv=256 d=64 "
+            "mask=padding scale=0.125 dropout=0");
+  EXPECT_EQ(launcher->cuSeqlensQValue(), std::nullopt);
 }
 
 } // namespace
