@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Packed variable-length sequences (qkv_format="thd"): tejit's
 DotProductAttention on packed q/k/v against, in the same process on the
-same GPU and data: tejit on the same sequences already padded to bshd (the
-floor of tejit's thd path, which pads and unpads around that program), and
-PyTorch's flash scaled_dot_product_attention called once per sequence.
+same GPU and data: tejit on the same sequences already padded to bshd
+(with a padding mask: what tejit's thd path ran until session 17, around
+scatter/gather copies), and PyTorch's flash scaled_dot_product_attention called once per sequence.
+Then the seed TransformerLayer's FP8 step on packed tokens against the
+same sequences padded to bshd (transformer_layer()).
 tejit's thd runs with and without max_seqlen (without it, each call reads
 cu_seqlens back to the host).
 
@@ -21,8 +23,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tejit.pytorch as te
 from bench_attention import timed
+from tejit.common.recipe import DelayedScaling, Format
 
 LENGTHS = [6223, 4096, 3000, 2048, 1000, 17]
+# The TransformerLayer comparison: 8192 tokens, as a packed batch of a
+# 2048-token context might hold.
+LAYER_LENGTHS = [2048, 1000, 3000, 2048, 96]
 HEADS, GROUPS, D = 32, 8, 128
 
 
@@ -100,5 +106,61 @@ def main():
         print(f"{name:34s} {ms:8.3f} ms  {flops / ms / 1e9:7.1f} TFLOP/s")
 
 
+def transformer_layer():
+    """The seed TransformerLayer (hidden 4096, FFN 16384, 32 heads), one
+    FP8 (DelayedScaling HYBRID) training step on the sequences of
+    LAYER_LENGTHS: packed (attn_input_format="thd", max_seqlen given)
+    against the same sequences padded to bshd with a padding mask (what
+    a user without thd runs; every token of the padded batch goes
+    through the GEMMs)."""
+    torch.manual_seed(0)
+    lengths = LAYER_LENGTHS
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
+    tokens = int(cu[-1])
+    batch, longest = len(lengths), -(-max(lengths) // 64) * 64
+
+    def layer(fmt):
+        return te.TransformerLayer(
+            4096, 16384, 32, hidden_dropout=0.0, attention_dropout=0.0,
+            self_attn_mask_type="padding_causal", attn_input_format=fmt,
+            params_dtype=torch.bfloat16)
+    packed, padded = layer("thd"), layer("bshd")
+    padded.load_state_dict(packed.state_dict())
+    x = torch.randn(tokens, 4096, device="cuda", dtype=torch.bfloat16,
+                    requires_grad=True)
+    dy = torch.randn_like(x)
+    xp = torch.zeros(batch, longest, 4096, device="cuda",
+                     dtype=torch.bfloat16)
+    for i, (start, end) in enumerate(zip(cu[:-1].tolist(),
+                                         cu[1:].tolist())):
+        xp[i, :end - start] = x.detach()[start:end]
+    xp.requires_grad_()
+    dyp = torch.randn_like(xp)
+    mask = (torch.arange(longest, device="cuda")[None, :]
+            >= torch.tensor(lengths, device="cuda")[:, None]).view(
+                batch, 1, 1, longest)
+    recipe = DelayedScaling(fp8_format=Format.HYBRID)
+
+    def step_packed():
+        with te.fp8_autocast(fp8_recipe=recipe):
+            y = packed(x, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                       max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
+        y.backward(dy)
+
+    def step_padded():
+        with te.fp8_autocast(fp8_recipe=recipe):
+            y = padded(xp, attention_mask=mask)
+        y.backward(dyp)
+
+    print(f"TransformerLayer 4096/16384/32 heads, FP8 step, {tokens} tokens "
+          f"in {batch} sequences (padded: {batch} x {longest} = "
+          f"{batch * longest})")
+    for name, fn in (("tejit thd (packed)", step_packed),
+                     ("tejit bshd + padding mask", step_padded)):
+        ms = timed(fn, warmup=3, runs=5)
+        print(f"{name:34s} {ms:8.3f} ms")
+
+
 if __name__ == "__main__":
     main()
+    transformer_layer()
