@@ -368,27 +368,23 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
 template <typename OpT>
 AttentionParams attentionParams(OpT op, AttnMaskType maskType,
                                 QkvFormat format) {
-  return {op.getQkvWeight(),
-          op.getQkvBias(),
-          op.getProjWeight(),
-          op.getProjBias(),
-          op.getAttentionMask(),
-          op.getRotaryPosEmb(),
-          static_cast<int64_t>(op.getNumAttentionHeads()),
-          op.getNumKVHeads(),
-          op.getHeadDim(),
-          maskType,
-          format,
-          op.getAttentionDropout().convertToDouble(),
-          op.getWindowSizeAttr(),
-          op.getRotaryPosInterleaved(),
-          {},
-          {},
-          {},
-          {},
-          kAttention,
-          op.getCuSeqlens(),
-          int64_t(op.getMaxSeqlen().value_or(0))};
+  AttentionParams params{op.getQkvWeight(),
+                         op.getQkvBias(),
+                         op.getProjWeight(),
+                         op.getProjBias(),
+                         op.getAttentionMask(),
+                         op.getRotaryPosEmb(),
+                         static_cast<int64_t>(op.getNumAttentionHeads()),
+                         op.getNumKVHeads(),
+                         op.getHeadDim(),
+                         maskType,
+                         format,
+                         op.getAttentionDropout().convertToDouble(),
+                         op.getWindowSizeAttr(),
+                         op.getRotaryPosInterleaved()};
+  params.cuSeqlens = op.getCuSeqlens();
+  params.maxSeqlen = int64_t(op.getMaxSeqlen().value_or(0));
+  return params;
 }
 
 SmallVector<Value> lowerLayer(MultiheadAttentionOp op, LayerLowering &lower) {

@@ -98,21 +98,29 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   FailureOr<DenseI64ArrayAttr> window = readWindow(ctx, maskType);
   // Cross-attention: keys and values of their own length.
   FailureOr<std::optional<int64_t>> kvSeq = layer.getPositive("kv_seq_length");
+  // Packed keys of their own (thd cross-attention): their token count.
+  FailureOr<std::optional<int64_t>> kvTokens = layer.getPositive("kv_tokens");
   // TE's mask pair: the queries have a padding mask of their own.
   FailureOr<bool> paddedQueries = layer.getBool("padded_queries", false);
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
-      failed(format) || failed(window) || failed(kvSeq) ||
+      failed(format) || failed(window) || failed(kvSeq) || failed(kvTokens) ||
       failed(paddedQueries) || failed(ctx.rejectRecipe()) ||
       failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
                                 "attn_mask_type")))
     return failure();
   bool packed = ctx.state.inputFormat == QkvFormat::thd;
-  for (StringRef key : {"kv_seq_length", "padded_queries"})
-    if (packed && layer.has(key))
-      return emitError(layer.keyLoc(key))
-             << "'" << key << "' is not supported with packed sequences "
-             << "(input_format thd: every sequence's keys are its queries')";
+  if (packed && *paddedQueries)
+    return emitError(layer.keyLoc("padded_queries"))
+           << "'padded_queries' is not supported with packed sequences "
+              "(input_format thd: cu_seqlens gives the queries' lengths)";
+  if (!packed && *kvTokens)
+    return emitError(layer.keyLoc("kv_tokens"))
+           << "'kv_tokens' (the keys' packed token count) needs "
+              "'input_format: thd'";
+  // thd with kv_seq_length or kv_tokens: the keys are packed on their own,
+  // with the input cu_seqlens_kv.
+  bool packedKeys = packed && (*kvSeq || *kvTokens);
   if (ctx.input)
     return emitError(ctx.loc())
            << "DotProductAttention takes query, key and value, so it can "
@@ -120,20 +128,28 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   int64_t kvHeads = groups->value_or(*heads);
   LayerOpParts parts;
   int64_t seq = ctx.state.seqLength, kvSeqLength = kvSeq->value_or(seq);
+  RankedTensorType kvType =
+      packedKeys ? RankedTensorType::get(
+                       {kvTokens->value_or(ctx.state.batchSize * kvSeqLength),
+                        kvHeads, *headDim},
+                       ctx.state.dtype)
+                 : headsType(ctx, kvSeqLength, kvHeads, *headDim);
   parts.add(ctx.state.addInput("query", headsType(ctx, seq, *heads, *headDim),
                                ctx.loc()));
-  parts.add(ctx.state.addInput(
-      "key", headsType(ctx, kvSeqLength, kvHeads, *headDim), ctx.loc()));
-  parts.add(ctx.state.addInput(
-      "value", headsType(ctx, kvSeqLength, kvHeads, *headDim), ctx.loc()));
+  parts.add(ctx.state.addInput("key", kvType, ctx.loc()));
+  parts.add(ctx.state.addInput("value", kvType, ctx.loc()));
   parts.addOptional(ctx.attentionMask(*maskType, kvSeqLength));
   parts.addOptional(*paddedQueries ? queryMaskInput(ctx, "query_mask")
                                    : Value());
-  parts.addOptional(ctx.state.cuSeqlens(ctx.loc()));
-  parts.addOptional(Value()); // the keys are packed as the queries
+  Value cuSeqlens = ctx.state.cuSeqlens(ctx.loc());
+  parts.addOptional(cuSeqlens);
+  parts.addOptional(
+      packedKeys
+          ? ctx.state.addInput("cu_seqlens_kv", cuSeqlens.getType(), ctx.loc())
+          : Value());
   if (packed) {
     parts.set("max_seqlen_q", ctx.i64(seq));
-    parts.set("max_seqlen_kv", ctx.i64(seq));
+    parts.set("max_seqlen_kv", ctx.i64(kvSeqLength));
   }
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));

@@ -18,7 +18,8 @@ dq, dk, dv below 1.6e-2 in bf16 and 4e-3 in fp16 (the DotProductAttention
 bounds); the tail's gradients exactly zero. Also: one program for two
 batches whose longest sequences round to the same length, and the
 refusals (no cu_seqlens, a non-padding mask type, keys packed otherwise
-than the queries, thd in cross-attention), and a max_seqlen_q shorter
+than the queries in a self-attention block, thd cross-attention blocks),
+keys packed on their own (cross-attention), and a max_seqlen_q shorter
 than a sequence ending its process with a CUDA error (checked on the
 device, in a subprocess).
 """
@@ -37,7 +38,8 @@ from gpu_test_support import torch  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 
 from test_attention_layers import (  # noqa: E402
-    BF16, FP16, L2_DTYPE, SEED, attention_ref, check_errors, rel_l2)
+    BF16, FP16, L2_DTYPE, SEED, attention_ref, check_errors,
+    cross_attention_ref, rel_l2)
 
 
 @pytest.fixture(autouse=True)
@@ -135,6 +137,47 @@ def test_thd_dot_product_attention(lengths, tail, heads, groups, d, mask,
               give_max)
 
 
+@pytest.mark.parametrize("mask,dtype", [("padding", BF16),
+                                        ("padding_causal", FP16)])
+def test_thd_cross_attention(mask, dtype):
+    """Keys packed on their own (cu_seqlens_kv, another token count, a
+    tail after each side's last sequence): query sequence i attends to key
+    sequence i alone (causal aligned top-left), against float64."""
+    lengths_q, lengths_kv = [37, 128, 1, 90], [50, 3, 200, 64]
+    heads, groups, d = 8, 2, 64
+    cu_q = torch.tensor([0] + lengths_q, device="cuda").cumsum(0).int()
+    cu_kv = torch.tensor([0] + lengths_kv, device="cuda").cumsum(0).int()
+    q = torch.randn(int(cu_q[-1]) + 5, heads, d, device="cuda", dtype=dtype,
+                    requires_grad=True)
+    k, v = (torch.randn(int(cu_kv[-1]) + 3, groups, d, device="cuda",
+                        dtype=dtype, requires_grad=True) for _ in range(2))
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format="thd", attn_mask_type=mask,
+                                 attention_dropout=0.0)
+    out = dpa(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_kv=cu_kv)
+    assert tuple(out.shape) == (q.shape[0], heads * d)
+    dy = torch.randn_like(out)
+    out.backward(dy)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    rows = []
+    for i in range(len(lengths_q)):
+        qs = q64[int(cu_q[i]):int(cu_q[i + 1])].unsqueeze(1)
+        ks, vs = (t[int(cu_kv[i]):int(cu_kv[i + 1])].unsqueeze(1)
+                  for t in (k64, v64))
+        rows.append(cross_attention_ref(qs, ks, vs, "causal" in mask, None,
+                                        "sbhd", 1 / math.sqrt(d)).squeeze(1))
+    rows.append(q64.new_zeros(5, heads * d))
+    ref = torch.cat(rows)
+    ref.backward(dy.double())
+    errors = {"output": rel_l2(out, ref), "dq": rel_l2(q.grad, q64.grad),
+              "dk": rel_l2(k.grad, k64.grad), "dv": rel_l2(v.grad, v64.grad)}
+    check_errors(errors, dict.fromkeys(errors, L2_DTYPE[dtype]),
+                 f"thd cross-attention {mask}")
+    for name, t, end in (("dk", k, int(cu_kv[-1])), ("dv", v, int(cu_kv[-1])),
+                         ("dq", q, int(cu_q[-1]))):
+        assert torch.count_nonzero(t.grad[end:]) == 0, f"tail {name}"
+
+
 def test_thd_one_program_per_rounded_length():
     """Batches whose token counts and longest sequences round up to the
     same multiples of 64 share one program."""
@@ -158,8 +201,12 @@ def test_thd_refusals():
         dpa(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=cu,
             attn_mask_type="causal")
     other = torch.tensor([0, 20, 30], dtype=torch.int32, device="cuda")
+    block = te.MultiheadAttention(256, 4, qkv_format="thd",
+                                  attn_mask_type="padding",
+                                  params_dtype=BF16)
     with pytest.raises(NotImplementedError, match="cu_seqlens_kv"):
-        dpa(q, k, v, cu_seqlens_q=cu, cu_seqlens_kv=other)
+        block(torch.randn(30, 256, device="cuda", dtype=BF16),
+              cu_seqlens_q=cu, cu_seqlens_kv=other)
     with pytest.raises(NotImplementedError, match="thd"):
         te.MultiheadAttention(256, 4, qkv_format="thd",
                               attention_type="cross")

@@ -874,7 +874,7 @@ class PackedCallTest(unittest.TestCase):
 
     def test_shape_padding_and_angles(self):
         cu = torch.tensor([0, 3, 3, 70], dtype=torch.int32)
-        packed = _thd.PackedCall("test", 72, cu.device, cu, cu)
+        packed = _thd.PackedCall("test", 72, cu.device, cu)
         self.assertEqual((packed.batch, packed.longest, packed.max_s,
                           packed.padded_tokens), (3, 67, 128, 128))
         self.assertEqual(packed.shape_spec(), {
@@ -903,7 +903,7 @@ class PackedCallTest(unittest.TestCase):
 
     def test_a_multiple_of_64_tokens_is_not_copied(self):
         cu = torch.tensor([0, 64], dtype=torch.int32)
-        packed = _thd.PackedCall("test", 64, cu.device, cu, None)
+        packed = _thd.PackedCall("test", 64, cu.device, cu)
         x = torch.randn(64, 4)
         self.assertIs(packed.pad(x), x)
 
@@ -911,21 +911,34 @@ class PackedCallTest(unittest.TestCase):
         for cu in ([1, 3, 5], [0, 5, 3], [0, 4, 90]):
             with self.assertRaises(ValueError):
                 offsets = torch.tensor(cu, dtype=torch.int32)
-                _thd.PackedCall("test", 80, offsets.device, offsets, offsets)
+                _thd.PackedCall("test", 80, offsets.device, offsets)
         # A given max_seqlen is checked by torch._assert_async: on the
         # CPU at once (RuntimeError), on the GPU as a device-side assert.
         with self.assertRaises(RuntimeError):
             offsets = torch.tensor([0, 40, 80], dtype=torch.int32)
-            _thd.PackedCall("test", 80, offsets.device, offsets, offsets,
-                            max_seqlen_q=16)
+            _thd.PackedCall("test", 80, offsets.device, offsets,
+                            max_seqlen=16)
         cu = torch.tensor([0, 40], dtype=torch.int32)
         with self.assertRaisesRegex(ValueError, "padding"):
             _thd.thd_mask_type("test", "causal")
         self.assertEqual(_thd.thd_mask_type(
             "test", "padding_causal_bottom_right"), "padding_causal")
+        other = torch.tensor([0, 30], dtype=torch.int32)
+        # Keys packed otherwise: DotProductAttention's cross-attention
+        # only (cross=True), with a side of their own.
         with self.assertRaisesRegex(NotImplementedError, "cu_seqlens_kv"):
-            _thd.PackedCall("test", 80, cu.device, cu,
-                            torch.tensor([0, 30], dtype=torch.int32))
+            _thd.packed_calls("test", 80, 80, cu.device, cu, other)
+        queries, keys = _thd.packed_calls("test", 80, 60, cu.device, cu,
+                                          other, cross=True)
+        self.assertEqual((queries.longest, keys.longest, keys.tokens),
+                         (40, 30, 60))
+        same, none = _thd.packed_calls("test", 80, 80, cu.device, cu, None)
+        self.assertIsNone(none)
+        self.assertIs(same.cu_seqlens, cu)
+        with self.assertRaisesRegex(ValueError, "sequences"):
+            _thd.packed_calls("test", 80, 80, cu.device, cu,
+                              torch.tensor([0, 30, 50], dtype=torch.int32),
+                              cross=True)
 
 
 if __name__ == "__main__":

@@ -162,6 +162,17 @@ layers:
      num_attention_heads: 2, self_attn_mask_type: padding,
      rotary_pos_emb: true, drop_path_rate: 0.1}
 )"},
+    {"packed_cross_attention", R"(
+params_dtype: fp32
+input_format: thd
+seq_length: 5
+batch_size: 3
+tokens: 12
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, num_gqa_groups: 2,
+     kv_channels: 4, attn_mask_type: padding, kv_seq_length: 7,
+     kv_tokens: 18, attention_dropout: 0.1}
+)"},
     {"main_grad_bf16", R"(
 seq_length: 4
 batch_size: 2
@@ -347,7 +358,7 @@ INSTANTIATE_TEST_SUITE_P(
         "main_grad_bf16", "attention_cross", "attention_query_mask",
         "mha_layernorm_output", "drop_path", "parallel_attention_mlp",
         "decoder_cross", "output_layernorm", "packed_small.yaml",
-        "packed_attention"),
+        "packed_attention", "packed_cross_attention"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

@@ -96,11 +96,13 @@ inline bool usesInterleavedRotary(mlir::func::FuncOp function) {
   return interleaved;
 }
 
-/// The longest sequence a packed (thd) layer of `function` takes, or 0.
-inline int64_t packedMaxSeqlen(mlir::func::FuncOp function) {
+/// The longest sequence a packed (thd) layer of `function` takes (of the
+/// keys, with `keys`), or 0.
+inline int64_t packedMaxSeqlen(mlir::func::FuncOp function, bool keys) {
   int64_t longest = 0;
   function.walk([&](mlir::Operation *op) {
-    for (llvm::StringRef name : {"max_seqlen", "max_seqlen_q"})
+    for (llvm::StringRef name :
+         {keys ? "max_seqlen_kv" : "max_seqlen_q", "max_seqlen"})
       if (auto attr = op->getAttrOfType<mlir::IntegerAttr>(name))
         longest = std::max(longest, attr.getInt());
   });
@@ -135,10 +137,14 @@ inline std::vector<Tensor> randomLayerArgs(mlir::func::FuncOp function,
     args.push_back(interp::randomTensor(tensor, rng, stddev));
     if (argName(function, index) == "rotary_pos_emb")
       repeatAngles(args.back(), interleaved);
-    // The first argument (input or query) holds the packed tokens.
+    // The first argument (input or query) holds the packed tokens, the
+    // second (key) those of keys packed on their own.
     if (argName(function, index) == "cu_seqlens")
-      packSequences(args.back(), packedMaxSeqlen(function), args[0].shape[0],
-                    rng);
+      packSequences(args.back(), packedMaxSeqlen(function, /*keys=*/false),
+                    args[0].shape[0], rng);
+    if (argName(function, index) == "cu_seqlens_kv")
+      packSequences(args.back(), packedMaxSeqlen(function, /*keys=*/true),
+                    args[1].shape[0], rng);
   }
   return args;
 }

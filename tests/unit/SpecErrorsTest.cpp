@@ -546,18 +546,28 @@ layers:
                   "'te.multihead_attention' op packed sequences (thd) are "
                   "supported in self-attention only, not with "
                   "'encoder_output'"},
-        ErrorCase{"ThdKvSeqLength", "spec.yaml", R"(
+        ErrorCase{"ThdPaddedQueries", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 input_format: thd
 layers:
   - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 16,
-     attn_mask_type: padding, kv_seq_length: 8}
+     attn_mask_type: padding, padded_queries: true}
 )",
                   6, 31,
-                  "'kv_seq_length' is not supported with packed sequences "
-                  "(input_format thd: every sequence's keys are its "
-                  "queries')"},
+                  "'padded_queries' is not supported with packed sequences "
+                  "(input_format thd: cu_seqlens gives the queries' "
+                  "lengths)"},
+        ErrorCase{"KvTokensWithoutThd", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 16,
+     attn_mask_type: padding, kv_tokens: 8}
+)",
+                  5, 31,
+                  "'kv_tokens' (the keys' packed token count) needs "
+                  "'input_format: thd'"},
         ErrorCase{"StringForInt", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -47,19 +47,6 @@ def _check_cu_seqlens(owner, name, cu_seqlens, device):
                          f"tokens on {device}")
 
 
-def _same_sequences(owner, cu_seqlens_q, cu_seqlens_kv, capturing):
-    """Refuses keys/values packed otherwise than the queries."""
-    if cu_seqlens_kv is cu_seqlens_q:
-        return
-    if capturing or not torch.equal(cu_seqlens_q, cu_seqlens_kv):
-        raise NotImplementedError(
-            f"{owner}: qkv_format='thd' with cu_seqlens_kv other than "
-            f"cu_seqlens_q (cross-attention of packed sequences) is not "
-            f"supported by tejit" + (" (while capturing a CUDA graph, pass "
-                                     "the same tensor for both)"
-                                     if capturing else ""))
-
-
 def thd_mask_type(owner, mask_type):
     """The program's mask type for a thd call: TE's rule (a padding type),
     with bottom-right alignment the same as top-left (each sequence's
@@ -74,45 +61,22 @@ def thd_mask_type(owner, mask_type):
 
 
 class PackedCall:
-    """A checked thd call on `tokens` packed tokens: `cu_seqlens` (int32,
-    contiguous), `batch`, the compiled `max_s`, and the longest sequence
-    the caller vouched for or the offsets hold (`longest`)."""
+    """One side (queries, or keys packed on their own) of a checked thd
+    call on `tokens` packed tokens: `cu_seqlens` (int32, contiguous),
+    `batch`, the longest sequence the caller vouched for or the offsets
+    hold (`longest`), and the compiled `max_s` and `padded_tokens`."""
 
-    def __init__(self, owner, tokens, device, cu_seqlens_q, cu_seqlens_kv,
-                 cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
-                 max_seqlen_q=None, max_seqlen_kv=None,
-                 pad_between_seqs=None):
-        _check_cu_seqlens(owner, "cu_seqlens_q", cu_seqlens_q, device)
-        if cu_seqlens_kv is None:
-            cu_seqlens_kv = cu_seqlens_q
-        _check_cu_seqlens(owner, "cu_seqlens_kv", cu_seqlens_kv, device)
-        capturing = torch.cuda.is_current_stream_capturing()
-        _same_sequences(owner, cu_seqlens_q, cu_seqlens_kv, capturing)
-        for name, padded in (("cu_seqlens_q_padded", cu_seqlens_q_padded),
-                             ("cu_seqlens_kv_padded", cu_seqlens_kv_padded)):
-            if padded is not None and not (padded is cu_seqlens_q or (
-                    not capturing and torch.equal(padded, cu_seqlens_q))):
-                raise NotImplementedError(
-                    f"{owner}: {name} other than the sequences' offsets "
-                    f"(padding between packed sequences) is not supported "
-                    f"by tejit")
-        if pad_between_seqs:
-            raise NotImplementedError(f"{owner}: pad_between_seqs=True is "
-                                      f"not supported by tejit")
-        if (max_seqlen_kv is not None and max_seqlen_q is not None
-                and int(max_seqlen_kv) != int(max_seqlen_q)):
-            raise NotImplementedError(f"{owner}: thd with max_seqlen_kv "
-                                      f"other than max_seqlen_q is not "
-                                      f"supported by tejit")
-        max_seqlen = max_seqlen_q if max_seqlen_q is not None else (
-            max_seqlen_kv)
-        if capturing and max_seqlen is None:
+    def __init__(self, owner, tokens, device, cu_seqlens, max_seqlen=None,
+                 name="cu_seqlens_q"):
+        _check_cu_seqlens(owner, name, cu_seqlens, device)
+        if torch.cuda.is_current_stream_capturing() and max_seqlen is None:
             raise ValueError(f"{owner}: qkv_format='thd' while capturing a "
-                             f"CUDA graph needs max_seqlen_q")
+                             f"CUDA graph needs max_seqlen_q (and "
+                             f"max_seqlen_kv for keys packed on their own)")
         self.tokens = int(tokens)
-        self.batch = cu_seqlens_q.numel() - 1
-        self.cu_seqlens = cu_seqlens_q.contiguous()
-        starts = cu_seqlens_q.long()
+        self.batch = cu_seqlens.numel() - 1
+        self.cu_seqlens = cu_seqlens.contiguous()
+        starts = cu_seqlens.long()
         lengths = starts[1:] - starts[:-1]
         if max_seqlen is not None:
             # Checked on the device, without waiting for it: a violation
@@ -133,9 +97,9 @@ class PackedCall:
                 lengths.min()]).tolist()
             if first != 0 or shortest < 0 or last > self.tokens:
                 raise ValueError(
-                    f"{owner}: cu_seqlens must start at 0, never decrease "
-                    f"and end at most at the token count ({self.tokens}); "
-                    f"got {cu_seqlens_q.tolist()}")
+                    f"{owner}: {name} must start at 0, never decrease and "
+                    f"end at most at the token count ({self.tokens}); got "
+                    f"{cu_seqlens.tolist()}")
             self.longest = longest
         granule = MAX_SEQ_GRANULE
         self.max_s = max(granule, -(-self.longest // granule) * granule)
@@ -181,3 +145,56 @@ class PackedCall:
         position = torch.where(inside, token - starts[sequence], 0)
         return freqs.detach().to(torch.float32).index_select(
             0, position.clamp(0, freqs.shape[0] - 1)).contiguous()
+
+
+def packed_calls(owner, tokens, kv_tokens, device, cu_seqlens_q,
+                 cu_seqlens_kv, cu_seqlens_q_padded=None,
+                 cu_seqlens_kv_padded=None, max_seqlen_q=None,
+                 max_seqlen_kv=None, pad_between_seqs=None, cross=False):
+    """Checks a thd call's sequence arguments (TE's names): (the queries'
+    PackedCall, the keys' PackedCall, or None when the keys are packed as
+    the queries). Keys packed otherwise (other cu_seqlens_kv, or another
+    token count) need `cross` (DotProductAttention's cross-attention)."""
+    capturing = torch.cuda.is_current_stream_capturing()
+    if cu_seqlens_kv is None:
+        cu_seqlens_kv = cu_seqlens_q
+    for name, padded, offsets in (
+            ("cu_seqlens_q_padded", cu_seqlens_q_padded, cu_seqlens_q),
+            ("cu_seqlens_kv_padded", cu_seqlens_kv_padded, cu_seqlens_kv)):
+        if padded is not None and not (padded is offsets or (
+                not capturing and isinstance(offsets, torch.Tensor)
+                and torch.equal(padded, offsets))):
+            raise NotImplementedError(
+                f"{owner}: {name} other than the sequences' offsets "
+                f"(padding between packed sequences) is not supported by "
+                f"tejit")
+    if pad_between_seqs:
+        raise NotImplementedError(f"{owner}: pad_between_seqs=True is not "
+                                  f"supported by tejit")
+    _check_cu_seqlens(owner, "cu_seqlens_q", cu_seqlens_q, device)
+    _check_cu_seqlens(owner, "cu_seqlens_kv", cu_seqlens_kv, device)
+    same = kv_tokens == tokens and (
+        cu_seqlens_kv is cu_seqlens_q or (
+            not capturing and torch.equal(cu_seqlens_q, cu_seqlens_kv)))
+    if same:
+        if (max_seqlen_kv is not None and max_seqlen_q is not None
+                and int(max_seqlen_kv) != int(max_seqlen_q)):
+            raise ValueError(f"{owner}: max_seqlen_kv ({max_seqlen_kv}) "
+                             f"differs from max_seqlen_q ({max_seqlen_q}) "
+                             f"for keys packed as the queries")
+        longest = max_seqlen_q if max_seqlen_q is not None else max_seqlen_kv
+        return PackedCall(owner, tokens, device, cu_seqlens_q, longest), None
+    if not cross:
+        raise NotImplementedError(
+            f"{owner}: qkv_format='thd' with cu_seqlens_kv other than "
+            f"cu_seqlens_q (keys packed otherwise than the queries) is "
+            f"supported in DotProductAttention only" + (
+                " (while capturing a CUDA graph, pass the same tensor for "
+                "both)" if capturing else ""))
+    queries = PackedCall(owner, tokens, device, cu_seqlens_q, max_seqlen_q)
+    keys = PackedCall(owner, kv_tokens, device, cu_seqlens_kv, max_seqlen_kv,
+                      "cu_seqlens_kv")
+    if keys.batch != queries.batch:
+        raise ValueError(f"{owner}: cu_seqlens_q and cu_seqlens_kv hold "
+                         f"{queries.batch} and {keys.batch} sequences")
+    return queries, keys

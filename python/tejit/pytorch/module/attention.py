@@ -243,11 +243,12 @@ class DotProductAttention(TransformerEngineBaseModule):
     the padding types with TE's (query mask, key/value mask) pair (padded
     queries' output rows are 0, as in TE), or the key/value mask [b, 1, 1,
     s_kv] alone. Packed variable-length sequences (qkv_format="thd": q
-    [t, heads, d], k/v [t, groups, d], cu_seqlens_q = cu_seqlens_kv [b +
-    1] int32, a padding mask type; output [t, heads * d]) run in place
-    (_thd.py: cuDNN's ragged offsets). Refused (NotImplementedError
-    naming the argument): context/tensor parallelism, attention bias, ALiBi, thd with keys packed
-    otherwise than the queries or padding between sequences,
+    [t, heads, d], k/v [t_kv, groups, d], cu_seqlens_q and cu_seqlens_kv
+    [b + 1] int32 (the keys packed as the queries or on their own), a
+    padding mask type; output [t, heads * d]) run in place (_thd.py:
+    cuDNN's ragged offsets). Refused (NotImplementedError naming the
+    argument): context/tensor parallelism, attention bias, ALiBi, thd
+    with padding between sequences,
     inference_params, kv_channels differing for k and v, "arbitrary" in
     cross-attention. Accepted and unused: layer_number,
     get_rng_state_tracker, checkpoint_core_attention (recomputation
@@ -433,9 +434,10 @@ class DotProductAttention(TransformerEngineBaseModule):
     def _packed_forward(self, query_layer, key_layer, value_layer,
                         attention_mask, mask_type, window, bias_type,
                         **sequences):
-        """A thd call: q [t, heads, d], k/v [t, groups, d] packed as
+        """A thd call: q [t, heads, d], k/v [t_kv, groups, d] packed as
         `sequences` (the forward's cu_seqlens and max_seqlen arguments,
-        _thd.PackedCall) say; output [t, heads * d]."""
+        _thd.packed_calls) say, the keys as the queries or on their own
+        (cross-attention); output [t, heads * d]."""
         owner = "DotProductAttention"
         heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
                             self.kv_channels)
@@ -443,13 +445,14 @@ class DotProductAttention(TransformerEngineBaseModule):
                                     ("key_layer", key_layer, groups),
                                     ("value_layer", value_layer, groups)):
             check_input(owner, name, tensor, 3)
-            if tuple(tensor.shape) != (query_layer.shape[0], count, d):
+            rows = (query_layer if tensor is query_layer
+                    else key_layer).shape[0]
+            if tuple(tensor.shape) != (rows, count, d):
                 raise ValueError(
-                    f"{owner}: qkv_format='thd' takes {name} [t, "
+                    f"{owner}: qkv_format='thd' takes {name} [tokens, "
                     f"{'heads' if count == heads else 'gqa_groups'}, d] = "
-                    f"{[query_layer.shape[0], count, d]} (queries, keys and "
-                    f"values hold the same tokens), got "
-                    f"{list(tensor.shape)}")
+                    f"{[rows, count, d]} (keys and values hold the same "
+                    f"tokens), got {list(tensor.shape)}")
         if bias_type != "no_bias":
             raise NotImplementedError(
                 f"{owner}.forward(core_attention_bias_type={bias_type!r}) "
@@ -459,20 +462,32 @@ class DotProductAttention(TransformerEngineBaseModule):
                              f"sequences from cu_seqlens_q/cu_seqlens_kv, "
                              f"not an attention_mask")
         mask_type = _thd.thd_mask_type(owner, mask_type)
-        packed = _thd.PackedCall(owner, query_layer.shape[0],
-                                 query_layer.device, **sequences)
+        queries, keys = _thd.packed_calls(
+            owner, query_layer.shape[0], key_layer.shape[0],
+            query_layer.device, cross=True, **sequences)
         dtype = self._checked_dtype(query_layer)
+        kv_side = keys or queries
         activations = {
-            "query": packed.pad(query_layer.to(dtype).contiguous()),
-            "key": packed.pad(key_layer.to(dtype).contiguous()),
-            "value": packed.pad(value_layer.to(dtype).contiguous()),
-            "cu_seqlens": packed.cu_seqlens}
+            "query": queries.pad(query_layer.to(dtype).contiguous()),
+            "key": kv_side.pad(key_layer.to(dtype).contiguous()),
+            "value": kv_side.pad(value_layer.to(dtype).contiguous()),
+            "cu_seqlens": queries.cu_seqlens}
+        shape_key = queries.shape_key()
+        if keys is not None:
+            activations["cu_seqlens_kv"] = keys.cu_seqlens
+            shape_key += keys.shape_key()
+
+        def layer_spec():
+            layer = self._layer_spec(mask_type, window, seq_kv=(
+                keys.max_s if keys is not None else None))
+            if keys is not None:
+                layer["kv_tokens"] = keys.padded_tokens
+            return layer
         variant = (mask_type, self._dropout_active(), window, False)
         out = self._run_program(
-            activations, dtype, packed.shape_key(), packed.shape_spec(),
-            query_layer.shape, lambda: self._layer_spec(mask_type, window),
-            variant)
-        return packed.unpad(out["output"])
+            activations, dtype, shape_key, queries.shape_spec(),
+            query_layer.shape, layer_spec, variant)
+        return queries.unpad(out["output"])
 
     def extra_repr(self):
         return (f"num_attention_heads={self.num_attention_heads}, "
@@ -595,7 +610,7 @@ def _run_packed_block(module, owner, hidden_states, hidden_size, mask_type,
                       is_first_microbatch, window, cross, **call_arguments):
     """run_attention_block on packed sequences (thd): hidden_states [t,
     hidden] with the forward's cu_seqlens and max_seqlen arguments
-    (_thd.PackedCall); `mask_type` is already a padding type
+    (_thd.packed_calls); `mask_type` is already a padding type
     (_thd.thd_mask_type). TE's rotary table [s, 1, 1, r] becomes each
     token's angles, positions restarting at every sequence."""
     check_input(owner, "hidden_states", hidden_states, 2)
@@ -615,8 +630,8 @@ def _run_packed_block(module, owner, hidden_states, hidden_size, mask_type,
                  for name in _SEQUENCE_ARGUMENTS}
     check_attention_call(owner, None, **call_arguments)
     device = hidden_states.device
-    packed = _thd.PackedCall(owner, hidden_states.shape[0], device,
-                             **sequences)
+    tokens = hidden_states.shape[0]
+    packed, _ = _thd.packed_calls(owner, tokens, tokens, device, **sequences)
     dtype = module._checked_dtype(hidden_states)
     activations = {"input": packed.pad(hidden_states.to(dtype).contiguous()),
                    "cu_seqlens": packed.cu_seqlens}
