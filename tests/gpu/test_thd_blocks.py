@@ -248,3 +248,43 @@ def test_thd_transformer_layer_in_a_cuda_graph():
                               + [n for n, _ in eager.named_parameters()],
                               got, want):
             assert torch.equal(a, b), f"{name}, packing {index}"
+
+
+def test_thd_transformer_layer_padding_between_sequences():
+    """TE's cu_seqlens_q_padded in a TransformerLayer: sequences spread
+    out with padding after each give the packed call's output and
+    gradients on their tokens (the padding is the program's tail)."""
+    layer = te.TransformerLayer(256, 512, 8, num_gqa_groups=2,
+                                hidden_dropout=0.0, attention_dropout=0.0,
+                                params_dtype=BF16, normalization="RMSNorm",
+                                self_attn_mask_type="padding_causal",
+                                attn_input_format="thd")
+    perturb(layer)
+    lengths, room = [37, 100, 1, 60], [40, 112, 8, 64]
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
+    padded = torch.tensor([0] + room, device="cuda").cumsum(0).int()
+    rows = torch.cat([torch.arange(int(padded[i]), int(padded[i]) + n,
+                                   device="cuda")
+                      for i, n in enumerate(lengths)])
+    x = torch.randn(int(cu[-1]), 256, device="cuda", dtype=BF16,
+                    requires_grad=True)
+    spread = torch.zeros(int(padded[-1]), 256, device="cuda", dtype=BF16)
+    spread[rows] = x.detach()
+    spread.requires_grad_()
+    dy = torch.randn_like(x)
+    dy_spread = torch.zeros_like(spread)
+    dy_spread[rows] = dy
+    out = layer(x, cu_seqlens_q=cu, cu_seqlens_kv=cu)
+    out.backward(dy)
+    want = {n: p.grad.clone() for n, p in layer.named_parameters()}
+    layer.zero_grad(set_to_none=True)
+    got = layer(spread, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                cu_seqlens_q_padded=padded, cu_seqlens_kv_padded=padded,
+                pad_between_seqs=True)
+    got.backward(dy_spread)
+    errors = {"output": rel_l2(got[rows], out),
+              "input grad": rel_l2(spread.grad[rows], x.grad)}
+    for name, p in layer.named_parameters():
+        errors[name] = rel_l2(p.grad, want[name])
+    check_errors(errors, dict.fromkeys(errors, 2e-3),
+                 "thd TransformerLayer padding between sequences")

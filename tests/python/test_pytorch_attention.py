@@ -901,6 +901,40 @@ class PackedCallTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "67 long"):
             packed.token_angles("test", freqs[:40])
 
+    def test_padding_between_sequences(self):
+        # Sequences of 3 and 2 tokens starting at rows 0 and 4 of 10: rows
+        # 3, 6 and 7 pad them, 8 and 9 are the tail. The program sees the
+        # sequences back to back, then the padding and the tail in order.
+        cu = torch.tensor([0, 3, 5], dtype=torch.int32)
+        padded = torch.tensor([0, 4, 8], dtype=torch.int32)
+        queries, keys = _thd.packed_calls("test", 10, 10, cu.device, cu,
+                                          None, cu_seqlens_q_padded=padded,
+                                          cu_seqlens_kv_padded=padded)
+        self.assertIsNone(keys)
+        gaps = queries.gaps
+        self.assertEqual(gaps.from_program.tolist(),
+                         [0, 1, 2, 4, 5, 3, 6, 7, 8, 9])
+        self.assertEqual(gaps.to_program.tolist(),
+                         [0, 1, 2, 5, 3, 4, 6, 7, 8, 9])
+        x = torch.arange(10.0).view(10, 1)
+        program = queries.pad(x)
+        self.assertEqual(tuple(program.shape), (64, 1))
+        self.assertEqual(program[:10, 0].tolist(),
+                         [0, 1, 2, 4, 5, 3, 6, 7, 8, 9])
+        self.assertTrue(torch.equal(queries.unpad(program), x))
+        with self.assertRaisesRegex(ValueError, "room"):
+            _thd.packed_calls("test", 10, 10, cu.device, cu, None,
+                              cu_seqlens_q_padded=torch.tensor(
+                                  [0, 2, 8], dtype=torch.int32))
+        with self.assertRaisesRegex(NotImplementedError, "kv_padded"):
+            _thd.packed_calls("test", 10, 10, cu.device, cu, None,
+                              cu_seqlens_q_padded=padded,
+                              cu_seqlens_kv_padded=torch.tensor(
+                                  [0, 5, 8], dtype=torch.int32))
+        with self.assertRaisesRegex(ValueError, "pad_between_seqs"):
+            _thd.packed_calls("test", 10, 10, cu.device, cu, None,
+                              pad_between_seqs=True)
+
     def test_a_multiple_of_64_tokens_is_not_copied(self):
         cu = torch.tensor([0, 64], dtype=torch.int32)
         packed = _thd.PackedCall("test", 64, cu.device, cu)

@@ -14,6 +14,13 @@ The norms and GEMMs run on every token; tokens after cu_seqlens[-1] (the
 tail of a packed buffer) go through them too, as in TE, but their
 attention output (and its gradient) is 0.
 
+Padding between sequences (cu_seqlens_q_padded: sequence i starts at
+cu_seqlens_q_padded[i], its cu_seqlens_q[i + 1] - cu_seqlens_q[i] tokens
+followed by padding): the tokens are permuted so that the program sees
+the sequences back to back and the padding as its tail, and the outputs
+permuted back (SequenceGaps: two gathers, no host sync); the padding's
+attention output is 0.
+
 Without max_seqlen_q (or max_seqlen_kv) the call reads cu_seqlens back to
 the host to find the longest sequence and check the offsets (one sync per
 call); with it, the offsets are checked on the device (a violation is a
@@ -106,6 +113,8 @@ class PackedCall:
         granule = TOKEN_GRANULE
         self.padded_tokens = max(granule,
                                  -(-self.tokens // granule) * granule)
+        # Padding between the sequences (TE's cu_seqlens_q_padded), or None.
+        self.gaps = None
 
     def shape_key(self):
         """What of the call's shape selects the program."""
@@ -118,15 +127,22 @@ class PackedCall:
 
     def pad(self, tensor):
         """[t, ...] -> [T, ...] (zero tokens appended; differentiable), or
-        `tensor` itself when t is already T."""
+        `tensor` itself when t is already T; with padding between the
+        sequences, their tokens moved back to back first."""
+        if self.gaps is not None:
+            tensor = self.gaps.pack(tensor)
         extra = self.padded_tokens - self.tokens
         if extra == 0:
             return tensor
         return torch.cat([tensor, tensor.new_zeros(extra, *tensor.shape[1:])])
 
     def unpad(self, tensor):
-        """A program output [T, ...] back to the call's [t, ...]."""
-        return tensor[:self.tokens]
+        """A program output [T, ...] back to the call's [t, ...] (and its
+        padding between sequences)."""
+        tensor = tensor[:self.tokens]
+        if self.gaps is not None:
+            tensor = self.gaps.unpack(tensor)
+        return tensor
 
     def token_angles(self, owner, freqs):
         """TE's rotary table [s, 1, 1, r] (angles of positions 0, 1, ...)
@@ -158,19 +174,27 @@ def packed_calls(owner, tokens, kv_tokens, device, cu_seqlens_q,
     capturing = torch.cuda.is_current_stream_capturing()
     if cu_seqlens_kv is None:
         cu_seqlens_kv = cu_seqlens_q
-    for name, padded, offsets in (
-            ("cu_seqlens_q_padded", cu_seqlens_q_padded, cu_seqlens_q),
-            ("cu_seqlens_kv_padded", cu_seqlens_kv_padded, cu_seqlens_kv)):
-        if padded is not None and not (padded is offsets or (
-                not capturing and isinstance(offsets, torch.Tensor)
-                and torch.equal(padded, offsets))):
-            raise NotImplementedError(
-                f"{owner}: {name} other than the sequences' offsets "
-                f"(padding between packed sequences) is not supported by "
-                f"tejit")
-    if pad_between_seqs:
-        raise NotImplementedError(f"{owner}: pad_between_seqs=True is not "
-                                  f"supported by tejit")
+    # Padding between sequences: where each sequence starts when it is not
+    # where the previous one ends.
+    padded = cu_seqlens_q_padded
+    if padded is cu_seqlens_q:
+        padded = None
+    # The keys' padded offsets must be the queries' (or, without padding,
+    # the keys' own offsets).
+    kv_padded_agrees = (
+        cu_seqlens_kv_padded is None
+        or cu_seqlens_kv_padded is cu_seqlens_q_padded
+        or (padded is None and cu_seqlens_kv_padded is cu_seqlens_kv)
+        or (not capturing and cu_seqlens_q_padded is not None
+            and torch.equal(cu_seqlens_kv_padded, cu_seqlens_q_padded)))
+    if not kv_padded_agrees:
+        raise NotImplementedError(
+            f"{owner}: cu_seqlens_kv_padded other than "
+            f"cu_seqlens_q_padded is not supported by tejit (pass one "
+            f"tensor for both)")
+    if pad_between_seqs and padded is None:
+        raise ValueError(f"{owner}: pad_between_seqs=True needs "
+                         f"cu_seqlens_q_padded (where each sequence starts)")
     _check_cu_seqlens(owner, "cu_seqlens_q", cu_seqlens_q, device)
     _check_cu_seqlens(owner, "cu_seqlens_kv", cu_seqlens_kv, device)
     same = kv_tokens == tokens and (
@@ -183,7 +207,15 @@ def packed_calls(owner, tokens, kv_tokens, device, cu_seqlens_q,
                              f"differs from max_seqlen_q ({max_seqlen_q}) "
                              f"for keys packed as the queries")
         longest = max_seqlen_q if max_seqlen_q is not None else max_seqlen_kv
-        return PackedCall(owner, tokens, device, cu_seqlens_q, longest), None
+        queries = PackedCall(owner, tokens, device, cu_seqlens_q, longest)
+        if padded is not None:
+            queries.gaps = SequenceGaps(owner, cu_seqlens_q, padded,
+                                        queries.tokens, longest is not None)
+        return queries, None
+    if padded is not None:
+        raise NotImplementedError(f"{owner}: padding between sequences "
+                                  f"(cu_seqlens_q_padded) with keys packed "
+                                  f"on their own is not supported by tejit")
     if not cross:
         raise NotImplementedError(
             f"{owner}: qkv_format='thd' with cu_seqlens_kv other than "
@@ -198,3 +230,59 @@ def packed_calls(owner, tokens, kv_tokens, device, cu_seqlens_q,
         raise ValueError(f"{owner}: cu_seqlens_q and cu_seqlens_kv hold "
                          f"{queries.batch} and {keys.batch} sequences")
     return queries, keys
+
+
+class SequenceGaps:
+    """Padding between packed sequences (TE's cu_seqlens_q_padded): sequence
+    i's cu_seqlens[i + 1] - cu_seqlens[i] tokens start at padded[i]
+    instead of cu_seqlens[i]. The program sees them back to back: the
+    call's tokens are permuted so that the sequences come first, as
+    cu_seqlens says, and the padding tokens after them (the program's
+    tail: attention output 0, no gradient); outputs are permuted back, so
+    the padding's rows come back 0 from the attention. Two gathers, no
+    host sync."""
+
+    def __init__(self, owner, cu_seqlens, padded, tokens, trusted):
+        _check_cu_seqlens(owner, "cu_seqlens_q_padded", padded,
+                          cu_seqlens.device)
+        if padded.numel() != cu_seqlens.numel():
+            raise ValueError(f"{owner}: cu_seqlens_q_padded holds "
+                             f"{padded.numel() - 1} sequences, cu_seqlens_q "
+                             f"{cu_seqlens.numel() - 1}")
+        starts, ends = padded.long(), cu_seqlens.long()
+        lengths = ends[1:] - ends[:-1]
+        room = starts[1:] - starts[:-1]
+        ok = ((starts[0] == 0) & (room >= lengths).all()
+              & (starts[-1] <= tokens))
+        if trusted:
+            torch._assert_async(ok, "tejit: thd cu_seqlens_q_padded must "
+                                "start at 0, leave each sequence room for "
+                                "its tokens and end at most at the token "
+                                "count")
+        elif not bool(ok):
+            raise ValueError(f"{owner}: cu_seqlens_q_padded must start at 0, "
+                             f"leave each sequence room for its tokens and "
+                             f"end at most at the token count ({tokens}); "
+                             f"got {padded.tolist()} for cu_seqlens_q "
+                             f"{cu_seqlens.tolist()}")
+        batch = lengths.numel()
+        row = torch.arange(tokens, device=padded.device)
+        sequence = torch.searchsorted(starts[1:], row, right=True)
+        clamped = sequence.clamp(max=batch - 1)
+        within = row - starts[clamped]
+        inside = (sequence < batch) & (within < lengths[clamped])
+        # Each row's place in the program's order: its sequence's packed
+        # position, or after the sequences, in order.
+        outside = torch.cumsum((~inside).long(), 0) - 1
+        self.to_program = torch.where(inside, ends[clamped] + within,
+                                      ends[-1] + outside)
+        self.from_program = torch.empty_like(self.to_program)
+        self.from_program[self.to_program] = row
+
+    def pack(self, tensor):
+        """The call's rows in the program's order."""
+        return tensor.index_select(0, self.from_program)
+
+    def unpack(self, tensor):
+        """The program's rows in the call's order."""
+        return tensor.index_select(0, self.to_program)

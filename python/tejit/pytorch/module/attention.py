@@ -246,9 +246,11 @@ class DotProductAttention(TransformerEngineBaseModule):
     [t, heads, d], k/v [t_kv, groups, d], cu_seqlens_q and cu_seqlens_kv
     [b + 1] int32 (the keys packed as the queries or on their own), a
     padding mask type; output [t, heads * d]) run in place (_thd.py:
-    cuDNN's ragged offsets). Refused (NotImplementedError naming the
-    argument): context/tensor parallelism, attention bias, ALiBi, thd
-    with padding between sequences,
+    cuDNN's ragged offsets; padding between sequences, TE's
+    cu_seqlens_q_padded, by a permutation of the tokens). Refused
+    (NotImplementedError naming the argument): context/tensor
+    parallelism, attention bias, ALiBi, thd padding between sequences
+    with keys packed on their own,
     inference_params, kv_channels differing for k and v, "arbitrary" in
     cross-attention. Accepted and unused: layer_number,
     get_rng_state_tracker, checkpoint_core_attention (recomputation
