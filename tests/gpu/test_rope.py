@@ -12,7 +12,8 @@ tejit's compiled attention.
 - apply_rotary_pos_emb: the rotation of each (x_j, x_j+d/2) pair (or
   adjacent pair) by its angle, channels past the table's width unchanged;
   sbhd and bshd, bf16 / fp16 / float32, against float64 rotations of the
-  same inputs.
+  same inputs; packed sequences (thd, cu_seqlens) bit-equal to each
+  sequence rotated on its own, the tail untouched.
 - A MultiheadAttention forward with rotary_pos_emb from the class matches
   the forward with the float64 angles built here (rounded to float32; the
   two tables differ in the last bit of some angles): relative L2 below
@@ -137,13 +138,36 @@ def test_apply_matches_rotation(fmt, dtype, interleaved, rot):
     assert torch.equal(got[..., rot:], t[..., rot:])
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_apply_thd_restarts_positions_per_sequence(interleaved):
+    """Packed sequences (tensor_format="thd", cu_seqlens): each sequence
+    rotates as an sbhd tensor of its own would; the tail after the last
+    sequence passes through."""
+    lengths, tail, heads, dim, rot = [7, 1, 30, 12], 5, 4, 64, 32
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).int()
+    t = torch.randn(int(cu[-1]) + tail, heads, dim, device="cuda",
+                    dtype=torch.bfloat16)
+    freqs = RotaryPositionEmbedding(rot, interleaved=interleaved)(40)
+    got = apply_rotary_pos_emb(t, freqs, tensor_format="thd",
+                               interleaved=interleaved, cu_seqlens=cu)
+    assert got.shape == t.shape
+    for i, n in enumerate(lengths):
+        start = int(cu[i])
+        want = apply_rotary_pos_emb(t[start:start + n].unsqueeze(1), freqs,
+                                    interleaved=interleaved).squeeze(1)
+        assert torch.equal(got[start:start + n], want), f"sequence {i}"
+    assert torch.equal(got[int(cu[-1]):], t[int(cu[-1]):])
+
+
 def test_apply_refuses_what_it_does_not_do():
     t = torch.randn(8, 2, 2, 16, device="cuda")
     freqs = RotaryPositionEmbedding(16)(8)
-    with pytest.raises(NotImplementedError, match="thd"):
+    with pytest.raises(ValueError, match="thd"):
         apply_rotary_pos_emb(t, freqs, tensor_format="thd")
-    with pytest.raises(NotImplementedError, match="cu_seqlens"):
+    with pytest.raises(ValueError, match="cu_seqlens"):
         apply_rotary_pos_emb(t, freqs, cu_seqlens=torch.tensor([0, 8]))
+    with pytest.raises(NotImplementedError, match="cp_size"):
+        apply_rotary_pos_emb(t, freqs, cp_size=2)
     with pytest.raises(ValueError, match="cover"):
         apply_rotary_pos_emb(t, RotaryPositionEmbedding(16)(4))
     with pytest.raises(ValueError, match="rotary_percent"):

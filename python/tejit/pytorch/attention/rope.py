@@ -88,37 +88,71 @@ def _rotate_half(t, interleaved):
     return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
 
 
+def sequence_positions(cu_seqlens, tokens):
+    """Each of `tokens` packed tokens' position in its sequence (cu_seqlens
+    int32 [b + 1]: where each starts); tokens after the last sequence take
+    position 0. On the device, no host sync."""
+    starts = cu_seqlens.long()
+    batch = starts.numel() - 1
+    token = torch.arange(tokens, device=starts.device)
+    sequence = torch.searchsorted(starts[1:], token, right=True)
+    inside = sequence < batch
+    return torch.where(inside,
+                       token - starts[sequence.clamp(max=batch - 1)], 0)
+
+
 def apply_rotary_pos_emb(t, freqs, tensor_format="sbhd", interleaved=False,
                          fused=False, cu_seqlens=None, cp_size=1, cp_rank=0):
-    """TE's apply_rotary_pos_emb for sbhd / bshd tensors: the first
-    freqs.shape[-1] channels of every head of t ([s, b, h, d] or [b, s, h,
-    d]) become t cos(f) + rotate_half(t) sin(f) with f the table's first s
-    rows (cos / sin taken in float32, then cast to t's dtype, as TE's
-    unfused path); the remaining channels pass through. `fused` is accepted
-    (this is one PyTorch expression either way). thd (cu_seqlens) and
-    context parallelism are not supported."""
+    """TE's apply_rotary_pos_emb: the first freqs.shape[-1] channels of
+    every head of t ([s, b, h, d], [b, s, h, d], or packed sequences [t,
+    h, d] with cu_seqlens) become t cos(f) + rotate_half(t) sin(f) with f
+    the table's row of the token's position (cos / sin taken in float32,
+    then cast to t's dtype, as TE's unfused path); the remaining channels
+    pass through. thd positions restart at every sequence (tokens after
+    cu_seqlens[-1] take position 0, which leaves them as they are); a
+    position past the table is a device-side assert. `fused` is accepted
+    (this is one PyTorch expression either way). Context parallelism is
+    not supported."""
     owner = "apply_rotary_pos_emb"
-    if tensor_format not in ("sbhd", "bshd"):
+    if tensor_format not in ("sbhd", "bshd", "thd"):
+        raise ValueError(f"{owner}: tensor_format must be 'sbhd', 'bshd' or "
+                         f"'thd', got {tensor_format!r}")
+    if cp_size != 1 or cp_rank != 0:
         raise NotImplementedError(
-            f"{owner}: tensor_format {tensor_format!r} is not supported by "
-            f"tejit (sbhd and bshd are)")
-    if cu_seqlens is not None or cp_size != 1 or cp_rank != 0:
-        raise NotImplementedError(
-            f"{owner}: cu_seqlens and context parallelism (cp_size, cp_rank) "
-            f"are not supported by tejit")
-    if t.dim() != 4 or freqs.dim() != 4 or tuple(freqs.shape[1:3]) != (1, 1):
-        raise ValueError(f"{owner}: t must be 4-D ({tensor_format}) and freqs "
-                         f"[s, 1, 1, d], got {tuple(t.shape)} and "
-                         f"{tuple(freqs.shape)}")
-    seq = t.shape[0] if tensor_format == "sbhd" else t.shape[1]
+            f"{owner}: context parallelism (cp_size, cp_rank) is not "
+            f"supported by tejit")
+    packed = tensor_format == "thd"
+    if packed != (cu_seqlens is not None):
+        raise ValueError(f"{owner}: cu_seqlens goes with tensor_format "
+                         f"'thd' (packed sequences) and only with it")
+    if (t.dim() != (3 if packed else 4) or freqs.dim() != 4
+            or tuple(freqs.shape[1:3]) != (1, 1)):
+        raise ValueError(f"{owner}: t must be {'3' if packed else '4'}-D "
+                         f"({tensor_format}) and freqs [s, 1, 1, d], got "
+                         f"{tuple(t.shape)} and {tuple(freqs.shape)}")
     rot_dim = freqs.shape[-1]
-    if freqs.shape[0] < seq or rot_dim > t.shape[-1] or rot_dim % 2:
-        raise ValueError(f"{owner}: freqs {tuple(freqs.shape)} must cover "
-                         f"the {seq} positions and at most the {t.shape[-1]} "
-                         f"channels of a head, an even number of them")
-    angles = freqs[:seq].float()
-    if tensor_format == "bshd":
-        angles = angles.transpose(0, 1)  # [1, s, 1, d]
+    if packed:
+        if rot_dim > t.shape[-1] or rot_dim % 2:
+            raise ValueError(f"{owner}: freqs {tuple(freqs.shape)} must "
+                             f"cover at most the {t.shape[-1]} channels of a "
+                             f"head, an even number of them")
+        positions = sequence_positions(cu_seqlens, t.shape[0])
+        torch._assert_async(positions.max() < freqs.shape[0],
+                            "tejit: a packed sequence is longer than the "
+                            "rotary table")
+        angles = freqs.float().index_select(
+            0, positions.clamp(max=freqs.shape[0] - 1)).view(
+                t.shape[0], 1, rot_dim)
+    else:
+        seq = t.shape[0] if tensor_format == "sbhd" else t.shape[1]
+        if freqs.shape[0] < seq or rot_dim > t.shape[-1] or rot_dim % 2:
+            raise ValueError(f"{owner}: freqs {tuple(freqs.shape)} must "
+                             f"cover the {seq} positions and at most the "
+                             f"{t.shape[-1]} channels of a head, an even "
+                             f"number of them")
+        angles = freqs[:seq].float()
+        if tensor_format == "bshd":
+            angles = angles.transpose(0, 1)  # [1, s, 1, d]
     cos, sin = torch.cos(angles).to(t.dtype), torch.sin(angles).to(t.dtype)
     rotated, passed = t[..., :rot_dim], t[..., rot_dim:]
     rotated = rotated * cos + _rotate_half(rotated, interleaved) * sin

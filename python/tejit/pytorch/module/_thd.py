@@ -30,6 +30,8 @@ same tensor.
 """
 import torch
 
+from ..attention.rope import sequence_positions
+
 # The compiled max_seqlen is rounded up to this: fewer distinct programs,
 # little extra attention work.
 MAX_SEQ_GRANULE = 64
@@ -153,12 +155,7 @@ class PackedCall:
             raise ValueError(f"{owner}: rotary_pos_emb covers "
                              f"{freqs.shape[0]} positions, but a sequence "
                              f"may be {self.longest} long")
-        starts = self.cu_seqlens.long()
-        token = torch.arange(self.padded_tokens, device=starts.device)
-        sequence = torch.searchsorted(starts[1:], token, right=True)
-        inside = sequence < self.batch
-        sequence = sequence.clamp(max=self.batch - 1)
-        position = torch.where(inside, token - starts[sequence], 0)
+        position = sequence_positions(self.cu_seqlens, self.padded_tokens)
         return freqs.detach().to(torch.float32).index_select(
             0, position.clamp(0, freqs.shape[0] - 1)).contiguous()
 
