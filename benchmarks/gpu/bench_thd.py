@@ -4,8 +4,9 @@ DotProductAttention on packed q/k/v against, in the same process on the
 same GPU and data: tejit on the same sequences already padded to bshd
 (with a padding mask: what tejit's thd path ran until session 17, around
 scatter/gather copies), and PyTorch's flash scaled_dot_product_attention called once per sequence.
-Then the seed TransformerLayer's FP8 step on packed tokens against the
-same sequences padded to bshd (transformer_layer()).
+Then the seed TransformerLayer's FP8 training step and FP8 inference
+forward (a serving prefill) on packed tokens against the same sequences
+padded to bshd (transformer_layer()).
 tejit's thd runs with and without max_seqlen (without it, each call reads
 cu_seqlens back to the host).
 
@@ -158,6 +159,25 @@ def transformer_layer():
     for name, fn in (("tejit thd (packed)", step_packed),
                      ("tejit bshd + padding mask", step_padded)):
         ms = timed(fn, warmup=3, runs=5)
+        print(f"{name:34s} {ms:8.3f} ms")
+
+    # Serving: a prefill of the same prompts, eval mode, no autograd.
+    packed.eval()
+    padded.eval()
+
+    def prefill_packed():
+        with torch.no_grad(), te.fp8_autocast(fp8_recipe=recipe):
+            packed(x, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                   max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
+
+    def prefill_padded():
+        with torch.no_grad(), te.fp8_autocast(fp8_recipe=recipe):
+            padded(xp, attention_mask=mask)
+
+    print("same layer, FP8 inference forward (prefill), eval, no_grad")
+    for name, fn in (("tejit thd (packed)", prefill_packed),
+                     ("tejit bshd + padding mask", prefill_padded)):
+        ms = timed(fn, warmup=3, runs=10)
         print(f"{name:34s} {ms:8.3f} ms")
 
 
