@@ -49,6 +49,17 @@ private:
 /// primitive.
 bool isLayerOp(mlir::Operation *op);
 
+/// Packed sequences (thd): checks the queries' offsets `cuQ` (and the keys'
+/// `cuKv`; null: packed as the queries) against the longest lengths and the
+/// token counts the tensors hold (packedSequencesError), naming them
+/// `nameQ` / `nameKv` in `op`'s diagnostics, and points `params` at them
+/// (PrimitiveOps.cpp).
+mlir::LogicalResult
+setPackedSequences(mlir::Operation *op, AttentionParams &params,
+                   const Tensor &cuQ, const Tensor *cuKv, int64_t maxQ,
+                   int64_t maxKv, int64_t tokensQ, int64_t tokensKv,
+                   llvm::StringRef nameQ, llvm::StringRef nameKv);
+
 /// Runs a layer op (LayerOps.cpp).
 mlir::LogicalResult runLayerOp(mlir::Operation *op, Frame &frame);
 

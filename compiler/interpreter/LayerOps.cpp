@@ -88,17 +88,6 @@ static Tensor mergeHeads(Tensor x) {
   return reshape(std::move(x), shape);
 }
 
-/// Packed sequences' offsets (operand `name`), checked against the
-/// `tokens` the activations hold.
-static LogicalResult checkPacked(Operation *op, llvm::StringRef name,
-                                 const Tensor &cuSeqlens, int64_t maxSeqlen,
-                                 int64_t tokens) {
-  std::string error = packedSequencesError(cuSeqlens, maxSeqlen, tokens);
-  if (error.empty())
-    return success();
-  return op->emitOpError() << "'" << name << "' " << error;
-}
-
 static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   const Tensor &query = frame.get(op.getQuery());
   AttentionParams params;
@@ -114,19 +103,13 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   params.setWindow(op.getWindowSize());
   if (params.format == te::QkvFormat::thd) {
     int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
-    int64_t maxKv = int64_t(op.getMaxSeqlenKv().value_or(maxQ));
     const Tensor &cuQ = frame.get(op.getCuSeqlensQ());
     const Tensor *cuKv = frame.getOptional(op.getCuSeqlensKv());
-    if (!cuKv)
-      cuKv = &cuQ;
-    if (failed(checkPacked(op, "cu_seqlens_q", cuQ, maxQ, query.shape[0])) ||
-        failed(checkPacked(op, "cu_seqlens_kv", *cuKv, maxKv,
-                           frame.get(op.getKey()).shape[0])))
+    if (failed(setPackedSequences(
+            op, params, cuQ, cuKv ? cuKv : &cuQ, maxQ,
+            int64_t(op.getMaxSeqlenKv().value_or(maxQ)), query.shape[0],
+            frame.get(op.getKey()).shape[0], "cu_seqlens_q", "cu_seqlens_kv")))
       return failure();
-    params.cuSeqlensQ = &cuQ;
-    params.cuSeqlensKv = cuKv;
-    params.maxSeqlenQ = maxQ;
-    params.maxSeqlenKv = maxKv;
   }
   AttentionOutputs result = attention(query, frame.get(op.getKey()),
                                       frame.get(op.getValue()), params);
@@ -182,13 +165,10 @@ static LogicalResult packBlock(OpT op, Frame &frame, AttentionBlock &block,
                                int64_t tokens) {
   if (block.params.format != te::QkvFormat::thd)
     return success();
-  const Tensor &cuSeqlens = frame.get(op.getCuSeqlens());
   int64_t maxSeqlen = int64_t(*op.getMaxSeqlen());
-  if (failed(checkPacked(op, "cu_seqlens", cuSeqlens, maxSeqlen, tokens)))
-    return failure();
-  block.params.cuSeqlensQ = block.params.cuSeqlensKv = &cuSeqlens;
-  block.params.maxSeqlenQ = block.params.maxSeqlenKv = maxSeqlen;
-  return success();
+  return setPackedSequences(op, block.params, frame.get(op.getCuSeqlens()),
+                            /*cuKv=*/nullptr, maxSeqlen, maxSeqlen, tokens,
+                            tokens, "cu_seqlens", "cu_seqlens");
 }
 
 /// Heads [first, first + count) of a fused projection [d0, d1, rows] ([t,

@@ -4,6 +4,7 @@
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <cmath>
+#include <tuple>
 
 using namespace mlir;
 using namespace tejit::interp;
@@ -182,14 +183,24 @@ static LogicalResult checkMask(Operation *op, te::AttnMaskType type, Value mask,
   return success();
 }
 
-/// Packed sequences' offsets, checked by packedSequencesError().
-static LogicalResult checkCuSeqlens(Operation *op, StringRef name,
-                                    const Tensor &cuSeqlens, int64_t maxSeqlen,
-                                    int64_t tokens) {
-  std::string error = packedSequencesError(cuSeqlens, maxSeqlen, tokens);
-  if (error.empty())
-    return success();
-  return op->emitOpError() << "'" << name << "' " << error;
+LogicalResult tejit::interp::setPackedSequences(
+    Operation *op, AttentionParams &params, const Tensor &cuQ,
+    const Tensor *cuKv, int64_t maxQ, int64_t maxKv, int64_t tokensQ,
+    int64_t tokensKv, StringRef nameQ, StringRef nameKv) {
+  for (auto [offsets, longest, tokens, name] :
+       {std::tuple(&cuQ, maxQ, tokensQ, nameQ),
+        std::tuple(cuKv, maxKv, tokensKv, nameKv)}) {
+    if (!offsets)
+      continue;
+    std::string error = packedSequencesError(*offsets, longest, tokens);
+    if (!error.empty())
+      return op->emitOpError() << "'" << name << "' " << error;
+  }
+  params.cuSeqlensQ = &cuQ;
+  params.cuSeqlensKv = cuKv ? cuKv : &cuQ;
+  params.maxSeqlenQ = maxQ;
+  params.maxSeqlenKv = maxKv;
+  return success();
 }
 
 /// The parameters te.attention and te.attention_bwd share.
@@ -206,16 +217,14 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
   params.setWindow(op.getWindowSize());
   if (params.format == te::QkvFormat::thd) {
     // The verifier has checked the operands' types; their values are the
-    // caller's.
-    params.cuSeqlensQ = &frame.get(op.getCuSeqlensQ());
-    params.cuSeqlensKv = op.getCuSeqlensKv() ? &frame.get(op.getCuSeqlensKv())
-                                             : params.cuSeqlensQ;
-    params.maxSeqlenQ = int64_t(*op.getMaxSeqlenQ());
-    params.maxSeqlenKv = int64_t(*op.getMaxSeqlenKv());
-    if (failed(checkCuSeqlens(op, "cu_seqlens_q", *params.cuSeqlensQ,
-                              params.maxSeqlenQ, shapeOf(op.getQuery())[0])) ||
-        failed(checkCuSeqlens(op, "cu_seqlens_kv", *params.cuSeqlensKv,
-                              params.maxSeqlenKv, shapeOf(op.getKey())[0])))
+    // caller's. Keys packed as the queries are checked against the keys'
+    // own length bound too.
+    const Tensor &cuQ = frame.get(op.getCuSeqlensQ());
+    const Tensor *cuKv = frame.getOptional(op.getCuSeqlensKv());
+    if (failed(setPackedSequences(
+            op, params, cuQ, cuKv ? cuKv : &cuQ, int64_t(*op.getMaxSeqlenQ()),
+            int64_t(*op.getMaxSeqlenKv()), shapeOf(op.getQuery())[0],
+            shapeOf(op.getKey())[0], "cu_seqlens_q", "cu_seqlens_kv")))
       return failure();
   } else if (failed(checkMask(op, params.maskType, op.getAttentionMask(),
                               op.getQuery(), op.getKey(), params.format))) {
