@@ -452,6 +452,18 @@ Outcome compare(const Inputs &in, const Reference &ref,
 // Running one problem
 //===----------------------------------------------------------------------===//
 
+/// Points q, k, v and their gradients at their column ranges of fused
+/// QKV rows: q's `qWidth` elements, then k's and v's `kvWidth` each.
+void pointAtFusedQkv(AttentionPointers &pointers, CUdeviceptr qkv,
+                     CUdeviceptr gradQkv, int64_t qWidth, int64_t kvWidth) {
+  pointers.q = qkv;
+  pointers.k = qkv + qWidth * 2;
+  pointers.v = qkv + (qWidth + kvWidth) * 2;
+  pointers.gradQ = gradQkv;
+  pointers.gradK = gradQkv + qWidth * 2;
+  pointers.gradV = gradQkv + (qWidth + kvWidth) * 2;
+}
+
 struct Tally {
   int passed = 0, failed = 0, unsupported = 0;
 };
@@ -806,12 +818,7 @@ private:
       gradQkv = gpu.allocate(packed.size() * 2, "packed dqkv");
       gpu.upload(qkv, packed.data(), packed.size() * 2);
       gpu.fill(gradQkv, 0xff);
-      pointers.q = qkv.get();
-      pointers.k = qkv.get() + qWidth * 2;
-      pointers.v = qkv.get() + (qWidth + kvWidth) * 2;
-      pointers.gradQ = gradQkv.get();
-      pointers.gradK = gradQkv.get() + qWidth * 2;
-      pointers.gradV = gradQkv.get() + (qWidth + kvWidth) * 2;
+      pointAtFusedQkv(pointers, qkv.get(), gradQkv.get(), qWidth, kvWidth);
     }
 
     auto runOnce = [&](const AttentionRunner &runner) {
@@ -1096,12 +1103,7 @@ private:
         std::fill_n(unwritten.begin() + t * stride, qWidth + 2 * kvWidth,
                     uint16_t(0xffff));
       gpu.upload(dqkv, unwritten.data(), unwritten.size() * 2);
-      pointers.q = qkv.get();
-      pointers.k = qkv.get() + qWidth * 2;
-      pointers.v = qkv.get() + (qWidth + kvWidth) * 2;
-      pointers.gradQ = dqkv.get();
-      pointers.gradK = dqkv.get() + qWidth * 2;
-      pointers.gradV = dqkv.get() + (qWidth + kvWidth) * 2;
+      pointAtFusedQkv(pointers, qkv.get(), dqkv.get(), qWidth, kvWidth);
     } else {
       q = guarded(run.q.bytes(), "q");
       k = guarded(run.k.bytes(), "k");
