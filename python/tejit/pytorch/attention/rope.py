@@ -88,17 +88,26 @@ def _rotate_half(t, interleaved):
     return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
 
 
+def token_sequences(starts, tokens):
+    """For each of `tokens` rows, given where each of b sequences starts
+    (`starts` [b + 1], the last entry where the tail begins): (its
+    sequence, clamped to b - 1; whether it comes before the tail; its
+    offset from its sequence's start). On the device, no host sync."""
+    starts = starts.long()
+    batch = starts.numel() - 1
+    row = torch.arange(tokens, device=starts.device)
+    sequence = torch.searchsorted(starts[1:], row, right=True)
+    before_tail = sequence < batch
+    sequence = sequence.clamp(max=batch - 1)
+    return sequence, before_tail, row - starts[sequence]
+
+
 def sequence_positions(cu_seqlens, tokens):
     """Each of `tokens` packed tokens' position in its sequence (cu_seqlens
     int32 [b + 1]: where each starts); tokens after the last sequence take
-    position 0. On the device, no host sync."""
-    starts = cu_seqlens.long()
-    batch = starts.numel() - 1
-    token = torch.arange(tokens, device=starts.device)
-    sequence = torch.searchsorted(starts[1:], token, right=True)
-    inside = sequence < batch
-    return torch.where(inside,
-                       token - starts[sequence.clamp(max=batch - 1)], 0)
+    position 0."""
+    _, inside, offset = token_sequences(cu_seqlens, tokens)
+    return torch.where(inside, offset, 0)
 
 
 def apply_rotary_pos_emb(t, freqs, tensor_format="sbhd", interleaved=False,

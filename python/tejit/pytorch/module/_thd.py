@@ -30,7 +30,7 @@ same tensor.
 """
 import torch
 
-from ..attention.rope import sequence_positions
+from ..attention.rope import sequence_positions, token_sequences
 
 # The compiled max_seqlen is rounded up to this: fewer distinct programs,
 # little extra attention work.
@@ -262,19 +262,16 @@ class SequenceGaps:
                              f"end at most at the token count ({tokens}); "
                              f"got {padded.tolist()} for cu_seqlens_q "
                              f"{cu_seqlens.tolist()}")
-        batch = lengths.numel()
-        row = torch.arange(tokens, device=padded.device)
-        sequence = torch.searchsorted(starts[1:], row, right=True)
-        clamped = sequence.clamp(max=batch - 1)
-        within = row - starts[clamped]
-        inside = (sequence < batch) & (within < lengths[clamped])
+        sequence, before_tail, within = token_sequences(starts, tokens)
+        inside = before_tail & (within < lengths[sequence])
         # Each row's place in the program's order: its sequence's packed
         # position, or after the sequences, in order.
         outside = torch.cumsum((~inside).long(), 0) - 1
-        self.to_program = torch.where(inside, ends[clamped] + within,
+        self.to_program = torch.where(inside, ends[sequence] + within,
                                       ends[-1] + outside)
         self.from_program = torch.empty_like(self.to_program)
-        self.from_program[self.to_program] = row
+        self.from_program[self.to_program] = torch.arange(
+            tokens, device=padded.device)
 
     def pack(self, tensor):
         """The call's rows in the program's order."""
