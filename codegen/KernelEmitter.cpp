@@ -302,7 +302,7 @@ static KernelGroup groupOf(Operation *op) {
 /// all-reduce (the identity in one process, NCCL later).
 static bool needsNoKernel(Operation *op) {
   return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp,
-             AmaxAllReduceOp, func::ReturnOp>(op) ||
+             KvCacheAttentionOp, AmaxAllReduceOp, func::ReturnOp>(op) ||
          isMetaSlotRead(op) || isAttentionInputSlice(op) ||
          isAttentionGradConcat(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");

@@ -223,6 +223,10 @@ json::Object FunctionPlan::attentionStep(Operation *op) {
     note("q", forward.getQuery());
     note("k", forward.getKey());
     note("v", forward.getValue());
+  } else if (auto cached = dyn_cast<KvCacheAttentionOp>(op)) {
+    note("q", cached.getQuery());
+    note("k", cached.getKey());
+    note("v", cached.getValue());
   } else if (auto backward = dyn_cast<AttentionBwdOp>(op)) {
     note("q", backward.getQuery());
     note("k", backward.getKey());
@@ -277,7 +281,7 @@ json::Array FunctionPlan::steps() {
           steps.push_back(
               gemmStep(&inner, fused.getInputs(), fused.getResults(), &body));
     }
-    if (isa<AttentionOp, AttentionBwdOp>(op))
+    if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       steps.push_back(attentionStep(&op));
     if (auto reduce = dyn_cast<AmaxAllReduceOp>(op))
       steps.push_back(json::Object{{"kind", "amax_allreduce"},

@@ -32,7 +32,7 @@ bool splitsTokensAndHeads(ReshapeOp reshape, Value flat, Value split) {
 bool isAttentionInput(OpOperand &use) {
   Operation *owner = use.getOwner();
   unsigned index = use.getOperandNumber();
-  if (isa<AttentionOp>(owner))
+  if (isa<AttentionOp, KvCacheAttentionOp>(owner))
     return index <= 2;
   if (isa<AttentionBwdOp>(owner))
     return index >= 1 && index <= 3;

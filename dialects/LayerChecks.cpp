@@ -52,6 +52,79 @@ FailureOr<int64_t> mlir::te::verifyPackedSequences(
   return type.getShape()[0] - 1;
 }
 
+LogicalResult
+mlir::te::verifyKvCache(Operation *op, Value keyCache, Value valueCache,
+                        Value cuSeqlensQ, Value cuSeqlensKv,
+                        bool cuSeqlensKvIsCacheOnly, bool packed,
+                        int64_t kvHeads, int64_t headDim, Type element,
+                        std::optional<int64_t> maxSeqlen, bool window) {
+  if (!keyCache && !valueCache) {
+    if (cuSeqlensKvIsCacheOnly && cuSeqlensKv)
+      return op->emitOpError() << "'cu_seqlens_kv' belongs to the KV cache "
+                                  "('key_cache' and 'value_cache')";
+    return success();
+  }
+  if (!keyCache || !valueCache)
+    return op->emitOpError()
+           << "a KV cache needs both 'key_cache' and 'value_cache'";
+  if (!packed)
+    return op->emitOpError() << "a KV cache needs packed new tokens "
+                                "(qkv_format = thd, with 'cu_seqlens')";
+  if (!cuSeqlensKv)
+    return op->emitOpError()
+           << "a KV cache needs 'cu_seqlens_kv' (each sequence's length "
+              "after the step: cached + new tokens, cumulated)";
+  if (cuSeqlensQ && cuSeqlensKv.getType() != cuSeqlensQ.getType())
+    return op->emitOpError()
+           << "'cu_seqlens_kv' must be typed like the queries' cu_seqlens ("
+           << cuSeqlensQ.getType() << "), got " << cuSeqlensKv.getType();
+  if (window)
+    return op->emitOpError()
+           << "'window_size' is not supported with a KV cache";
+  int64_t batch =
+      cuSeqlensQ
+          ? cast<RankedTensorType>(cuSeqlensQ.getType()).getShape()[0] - 1
+          : ShapedType::kDynamic;
+  for (auto [value, name] : {std::pair{keyCache, "key_cache"},
+                             std::pair{valueCache, "value_cache"}}) {
+    auto type = cast<RankedTensorType>(value.getType());
+    ArrayRef<int64_t> shape = type.getShape();
+    if (shape.size() != 4 || shape[0] != batch || shape[1] < 1 ||
+        shape[2] != kvHeads || shape[3] != headDim ||
+        type.getElementType() != element)
+      return op->emitOpError()
+             << "'" << name << "' must be [b, s_cache, kv_heads, head_dim] = ["
+             << batch << ", s_cache, " << kvHeads << ", " << headDim << "] of "
+             << element << ", got " << value.getType();
+    if (maxSeqlen && *maxSeqlen > shape[1])
+      return op->emitOpError()
+             << "'" << name << "' holds " << shape[1]
+             << " tokens a sequence, fewer than the " << *maxSeqlen
+             << " new tokens a sequence may bring (max_seqlen)";
+    if (!isa<BlockArgument>(value))
+      return op->emitOpError()
+             << "'" << name
+             << "' must be an argument of the function (the caller's cache, "
+                "updated in place)";
+  }
+  if (keyCache.getType() != valueCache.getType() || keyCache == valueCache)
+    return op->emitOpError() << "'key_cache' and 'value_cache' must be "
+                                "distinct arguments of one type";
+  return success();
+}
+
+AttnMaskType mlir::te::kvCacheMaskType(AttnMaskType maskType) {
+  switch (maskType) {
+  case AttnMaskType::causal:
+  case AttnMaskType::padding_causal:
+  case AttnMaskType::causal_bottom_right:
+  case AttnMaskType::padding_causal_bottom_right:
+    return AttnMaskType::padding_causal_bottom_right;
+  default:
+    return AttnMaskType::padding;
+  }
+}
+
 std::string mlir::te::formatShape(ArrayRef<int64_t> shape) {
   std::string text;
   llvm::raw_string_ostream os(text);

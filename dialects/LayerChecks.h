@@ -81,6 +81,23 @@ verifyPackedSequences(Operation *op, Value cuSeqlens, StringRef cuName,
                       std::optional<int64_t> maxSeqlen, StringRef maxName,
                       AttnMaskType maskType, StringRef maskTypeName);
 
+/// The KV cache operands of an attention layer op (docs/kv-cache-plan.md):
+/// none of `keyCache`, `valueCache` (and `cuSeqlensKv` when
+/// `cuSeqlensKvIsCacheOnly`), or both caches `[b, s_cache, kvHeads,
+/// headDim]` of `element`, arguments of the function, with `cuSeqlensKv`
+/// typed like `cuSeqlensQ`; packed sequences (`packed`) only, no sliding
+/// window, and at most s_cache new tokens a sequence (`maxSeqlen`).
+LogicalResult verifyKvCache(Operation *op, Value keyCache, Value valueCache,
+                            Value cuSeqlensQ, Value cuSeqlensKv,
+                            bool cuSeqlensKvIsCacheOnly, bool packed,
+                            int64_t kvHeads, int64_t headDim, Type element,
+                            std::optional<int64_t> maxSeqlen, bool window);
+
+/// The mask type of te.kv_cache_attention for an attention layer's
+/// `maskType`: causal ones align bottom-right (the new tokens end each
+/// sequence, as in Transformer Engine's inference), the others pad only.
+AttnMaskType kvCacheMaskType(AttnMaskType maskType);
+
 /// Formats a shape as "[2048, 4, 4096]".
 std::string formatShape(ArrayRef<int64_t> shape);
 

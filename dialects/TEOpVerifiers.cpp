@@ -239,6 +239,23 @@ static LogicalResult verifyPackedAttention(DotProductAttentionOp op,
                             op.getAttnMaskType(), "attn_mask_type");
   if (failed(batch))
     return failure();
+  if (op.getKeyCache() || op.getValueCache()) {
+    // The keys are the step's new tokens, packed like the queries.
+    if (k[0] != q[0])
+      return op.emitOpError()
+             << "with a KV cache, 'key' and 'value' are the new tokens, "
+                "packed like 'query' ("
+             << q[0] << " tokens), got " << k[0];
+    if (failed(verifyKvCache(
+            op, op.getKeyCache(), op.getValueCache(), op.getCuSeqlensQ(),
+            op.getCuSeqlensKv(),
+            /*cuSeqlensKvIsCacheOnly=*/false,
+            /*packed=*/true, groups, headDim,
+            cast<ShapedType>(op.getQuery().getType()).getElementType(),
+            signedValue(op.getMaxSeqlenQAttr()),
+            op.getWindowSize().has_value())))
+      return failure();
+  }
   if (Value cuKv = op.getCuSeqlensKv())
     if (cuKv.getType() != op.getCuSeqlensQ().getType())
       return op.emitOpError()
@@ -275,6 +292,9 @@ LogicalResult DotProductAttentionOp::verify() {
     return emitOpError() << "'cu_seqlens_q', 'cu_seqlens_kv', 'max_seqlen_q' "
                             "and 'max_seqlen_kv' belong to packed sequences "
                             "(qkv_format = thd)";
+  if (getKeyCache() || getValueCache())
+    return emitOpError() << "a KV cache needs packed new tokens (qkv_format "
+                            "= thd, with 'cu_seqlens_q')";
   if (failed(verifyAttentionInput(checker, getQuery(), "query", format)) ||
       failed(verifyAttentionInput(checker, getKey(), "key", format)) ||
       failed(verifyAttentionInput(checker, getValue(), "value", format)))
@@ -573,6 +593,13 @@ LogicalResult MultiheadAttentionOp::verify() {
                             "normalization ('ln_weight')";
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
+      failed(verifyKvCache(
+          *this, getKeyCache(), getValueCache(), getCuSeqlens(),
+          getCuSeqlensKv(),
+          /*cuSeqlensKvIsCacheOnly=*/true, getQkvFormat() == QkvFormat::thd,
+          getNumKVHeads(), getHeadDim(),
+          cast<ShapedType>(getInput().getType()).getElementType(),
+          block.maxSeqlen, getWindowSize().has_value())) ||
       failed(checker.param(getOutput(), "output", shape, "like 'input'")) ||
       failed(verifyLnOutput(checker, getReturnLayernormOutput(), getLnOutput(),
                             shape)) ||
@@ -689,6 +716,13 @@ LogicalResult TransformerLayerOp::verify() {
   block.maxSeqlen = signedValue(getMaxSeqlenAttr());
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
+      failed(verifyKvCache(
+          *this, getKeyCache(), getValueCache(), getCuSeqlens(),
+          getCuSeqlensKv(),
+          /*cuSeqlensKvIsCacheOnly=*/true,
+          getAttnInputFormat() == QkvFormat::thd, getNumKVHeads(), getHeadDim(),
+          cast<ShapedType>(getInput().getType()).getElementType(),
+          block.maxSeqlen, getWindowSize().has_value())) ||
       failed(verifyDecoderBlock(*this, checker, block, fp8Dims)) ||
       failed(checker.normParams(getNormalization(), getMlpLnWeight(),
                                 getMlpLnBias(), "mlp_ln_weight", "mlp_ln_bias",

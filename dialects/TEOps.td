@@ -207,6 +207,14 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     mask type is padding or padding_causal (no mask operand); the output
     is `[t, heads * head_dim]`, 0 from token `cu_seqlens_q[b]` on.
 
+    KV cache (inference; Transformer Engine's `inference_params`, thd
+    only): with `key_cache` and `value_cache` (`[b, s_cache, gqa_groups,
+    head_dim]`, arguments of the function), `key`/`value` are the step's
+    new tokens packed like the queries, `cu_seqlens_kv` (required) holds
+    each sequence's length after the step (cached + new), cumulated, and
+    the attention is te.kv_cache_attention's: the new tokens are stored in
+    the caches, causal mask types align bottom-right.
+
     ```mlir
     %o = te.dot_product_attention %q, %k, %v
         {attn_mask_type = #te.attn_mask_type<causal>}
@@ -219,6 +227,8 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
                    Optional<TE_Tensor>:$query_mask,
                    Optional<TE_Tensor>:$cu_seqlens_q,
                    Optional<TE_Tensor>:$cu_seqlens_kv,
+                   Optional<TE_Tensor>:$key_cache,
+                   Optional<TE_Tensor>:$value_cache,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
                    TE_Dropout<"0.0">:$attention_dropout,
@@ -233,8 +243,9 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
     (`query_mask` `(` $query_mask^ `)`)?
     (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
-    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? attr-dict
-    `:` functional-type(operands, results)
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
+    (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    attr-dict `:` functional-type(operands, results)
   }];
 }
 
@@ -277,6 +288,12 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     mask operand) and `rotary_pos_emb` holds each token's angles, `[t, 1,
     1, r]` (positions restart at every sequence).
 
+    KV cache (inference, thd only): `key_cache` / `value_cache` `[b,
+    s_cache, kv_heads, head_dim]` (function arguments) and `cu_seqlens_kv`
+    (each sequence's length after the step, cumulated) make the input the
+    step's new tokens, attending as te.kv_cache_attention does; the
+    causal mask types align bottom-right.
+
     ```mlir
     %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
         qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 32 : i64}
@@ -296,6 +313,9 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    Optional<TE_Tensor>:$query_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
                    Optional<TE_Tensor>:$cu_seqlens,
+                   Optional<TE_Tensor>:$cu_seqlens_kv,
+                   Optional<TE_Tensor>:$key_cache,
+                   Optional<TE_Tensor>:$value_cache,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
                    OptionalAttr<I64Attr>:$kv_channels,
@@ -323,6 +343,8 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     (`query_mask` `(` $query_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
+    (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = [{
@@ -372,7 +394,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
 
     `attn_input_format = thd` (packed sequences): the input is `[t,
     hidden]` with `cu_seqlens` and `max_seqlen` as in
-    `te.multihead_attention`; not with a decoder.
+    `te.multihead_attention`; not with a decoder. The KV cache operands
+    (`cu_seqlens_kv`, `key_cache`, `value_cache`) are
+    te.multihead_attention's.
 
     ```mlir
     %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
@@ -405,6 +429,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    Optional<TE_Tensor>:$enc_dec_query_mask,
                    Optional<TE_Tensor>:$rotary_pos_emb,
                    Optional<TE_Tensor>:$cu_seqlens,
+                   Optional<TE_Tensor>:$cu_seqlens_kv,
+                   Optional<TE_Tensor>:$key_cache,
+                   Optional<TE_Tensor>:$value_cache,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
                    OptionalAttr<I64Attr>:$kv_channels,
@@ -454,6 +481,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     (`enc_dec_query_mask` `(` $enc_dec_query_mask^ `)`)?
     (`rotary_pos_emb` `(` $rotary_pos_emb^ `)`)?
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
+    (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = [{

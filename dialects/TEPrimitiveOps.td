@@ -335,4 +335,39 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
   }];
 }
 
+// Not Pure: it writes the caches.
+def TE_KvCacheAttentionOp : TE_Op<"kv_cache_attention"> {
+  let summary = "Attention of new tokens over a KV cache (inference)";
+  let description = [{
+    One decoding (or prefill) step of `batch` sequences whose keys and
+    values live in caches `[b, s_cache, kv_heads, d]` (bshd), Transformer
+    Engine's `InferenceParams`. `query` `[t, heads, d]` and `key` / `value`
+    `[t, kv_heads, d]` are the step's new tokens, packed (thd) as
+    `cu_seqlens_q` (i32 `[b + 1]`) says; `cu_seqlens_kv` (i32 `[b + 1]`)
+    holds each sequence's length after the step (cached + new), cumulated.
+
+    The op stores the new tokens in `key_cache` / `value_cache`, which must
+    be arguments of the enclosing function (the caller's buffers): with
+    n_i new and L_i total tokens, new token j of sequence i goes to cache
+    row `L_i - n_i + j`. Query j of sequence i then attends to cache rows
+    `[0, L_i)` of its sequence; `padding_causal_bottom_right` hides rows
+    after `L_i - n_i + j`, `padding` none. Tokens from `cu_seqlens_q[b]` on
+    (a packed buffer's tail) get output rows of 0. No dropout, no
+    statistics and no backward: inference only.
+  }];
+  let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
+                   TE_AnyTensor:$value, TE_AnyTensor:$key_cache,
+                   TE_AnyTensor:$value_cache, TE_AnyTensor:$cu_seqlens_q,
+                   TE_AnyTensor:$cu_seqlens_kv,
+                   TE_AttnMaskTypeAttr:$attn_mask_type,
+                   F64Attr:$softmax_scale, I64Attr:$max_seqlen_q);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $key_cache `,` $value_cache
+    `cu_seqlens_q` `(` $cu_seqlens_q `)` `cu_seqlens_kv` `(` $cu_seqlens_kv `)`
+    attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // TEJIT_DIALECT_TE_PRIMITIVE_OPS_TD

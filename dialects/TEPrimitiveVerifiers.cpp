@@ -375,3 +375,59 @@ LogicalResult AttentionBwdOp::verify() {
     return failure();
   return expectType(*this, getValueGrad(), "value_grad", getValue().getType());
 }
+
+LogicalResult KvCacheAttentionOp::verify() {
+  auto fail = [&]() { return emitOpError(); };
+  ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey());
+  Type element = typeOf(getQuery()).getElementType();
+  if (!element.isBF16() && !element.isF16())
+    return fail() << "query must be bf16 or f16, got " << getQuery().getType();
+  if (q.size() != 3 || k.size() != 3 || k[0] != q[0] || k[2] != q[2] ||
+      k[1] < 1 || q[1] % k[1] != 0)
+    return fail() << "query must be [t, heads, d] and key/value [t, kv_heads, "
+                     "d] (the step's new tokens) with heads a multiple of "
+                     "kv_heads, got "
+                  << formatShape(q) << " and " << formatShape(k);
+  if (failed(expectType(*this, getKey(), "key",
+                        withShape(getQuery(), {q[0], k[1], q[2]}))) ||
+      failed(expectType(*this, getValue(), "value", getKey().getType())))
+    return failure();
+  FailureOr<int64_t> batch = verifyPackedSequences(
+      *this, getCuSeqlensQ(), "cu_seqlens_q", int64_t(getMaxSeqlenQ()),
+      "max_seqlen_q", AttnMaskType::padding, "attn_mask_type");
+  if (failed(batch) ||
+      failed(expectType(*this, getCuSeqlensKv(), "cu_seqlens_kv",
+                        getCuSeqlensQ().getType())))
+    return failure();
+  ArrayRef<int64_t> cache = shapeOf(getKeyCache());
+  if (cache.size() != 4 || cache[0] != *batch || cache[2] != k[1] ||
+      cache[3] != k[2] || cache[1] < 1)
+    return fail() << "key_cache must be [b, s_cache, kv_heads, d] = [" << *batch
+                  << ", s_cache, " << k[1] << ", " << k[2] << "], got "
+                  << getKeyCache().getType();
+  if (failed(expectType(*this, getKeyCache(), "key_cache",
+                        withShape(getQuery(), cache))) ||
+      failed(expectType(*this, getValueCache(), "value_cache",
+                        getKeyCache().getType())))
+    return failure();
+  if (int64_t(getMaxSeqlenQ()) > cache[1])
+    return fail() << "'max_seqlen_q' (" << getMaxSeqlenQ()
+                  << ") exceeds the cache's " << cache[1] << " rows";
+  AttnMaskType mask = getAttnMaskType();
+  if (mask != AttnMaskType::padding &&
+      mask != AttnMaskType::padding_causal_bottom_right)
+    return fail() << "'attn_mask_type' must be padding or "
+                     "padding_causal_bottom_right (new tokens see the cache "
+                     "up to their own position), got "
+                  << stringifyAttnMaskType(mask);
+  // The new tokens land in the caller's buffers.
+  for (auto [name, cacheValue] : {std::pair{"key_cache", getKeyCache()},
+                                  std::pair{"value_cache", getValueCache()}})
+    if (!isa<BlockArgument>(cacheValue))
+      return fail() << "'" << name
+                    << "' must be an argument of the function (the caller's "
+                       "cache, which the op updates in place)";
+  if (getKeyCache() == getValueCache())
+    return fail() << "key_cache and value_cache must be distinct arguments";
+  return expectType(*this, getOutput(), "output", getQuery().getType());
+}

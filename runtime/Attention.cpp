@@ -49,6 +49,8 @@ llvm::StringRef tejit::runtime::attentionMaskName(AttentionMask mask) {
     return "padding";
   case AttentionMask::PaddingCausal:
     return "padding_causal";
+  case AttentionMask::PaddingCausalBottomRight:
+    return "padding_causal_bottom_right";
   }
   return "?";
 }
@@ -75,6 +77,37 @@ std::string exactDouble(double value) {
       return text;
   }
   return llvm::formatv("{0}", llvm::format("%.17g", value)).str();
+}
+
+/// The kv cache's own checks, before the thd layout's.
+Error validateKvCache(const AttentionProblem &p) {
+  auto unsupported = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::Unsupported, p.key() + ": " + why);
+  };
+  if (!p.thd())
+    return unsupported("a kv cache takes thd queries (q [t, h, d] packed by "
+                       "cu_seqlens_q)");
+  if (p.backward)
+    return unsupported("a kv cache is for inference: there is no backward");
+  if (p.dropout != 0.0)
+    return unsupported("a kv cache is for inference: dropout must be 0");
+  if (p.windowLeft >= 0 || p.windowRight >= 0)
+    return unsupported("a kv cache takes no sliding window");
+  if (p.mask != AttentionMask::Padding &&
+      p.mask != AttentionMask::PaddingCausalBottomRight)
+    return unsupported("a kv cache takes the mask type padding or "
+                       "padding_causal_bottom_right, not " +
+                       attentionMaskName(p.mask));
+  // A sequence's new tokens are among its cached ones (n_i <= L_i <= s_kv).
+  if (p.seqQ > p.seqKv)
+    return unsupported(llvm::formatv(
+        "max_seqlen_q ({0}) exceeds the cache's {1} rows: a sequence's new "
+        "tokens are among its cached ones",
+        p.seqQ, p.seqKv));
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  if (t.gradQ || t.gradK || t.gradV)
+    return unsupported("a kv cache has no gradients to give strides");
+  return Error::success();
 }
 
 /// The thd layout's own checks, after validate()'s common ones.
@@ -114,13 +147,13 @@ Error validateThd(const AttentionProblem &p) {
 
 std::string AttentionProblem::key() const {
   std::string text =
-      llvm::formatv("{0} {1} {2} b={3} h={4} kv_heads={5} s_q={6} "
-                    "s_kv={7} d={8} mask={9} scale={10} dropout={11}",
-                    backward ? "attention_bwd" : "attention",
-                    elementTypeName(element), attentionLayoutName(layout),
-                    batch, heads, kvHeads, seqQ, seqKv, headDim,
-                    attentionMaskName(mask), exactDouble(softmaxScale),
-                    exactDouble(dropout))
+      llvm::formatv(
+          "{0} {1} {2} b={3} h={4} kv_heads={5} s_q={6} "
+          "s_kv={7} d={8} mask={9} scale={10} dropout={11}",
+          backward ? "attention_bwd" : "attention", elementTypeName(element),
+          attentionLayoutName(layout).str() + (kvCache ? " kv_cache" : ""),
+          batch, heads, kvHeads, seqQ, seqKv, headDim, attentionMaskName(mask),
+          exactDouble(softmaxScale), exactDouble(dropout))
           .str();
   if (windowLeft >= 0 || windowRight >= 0)
     text += llvm::formatv(" window={0},{1}", windowLeft, windowRight).str();
@@ -159,6 +192,10 @@ Error AttentionProblem::validate() const {
                        " is out of range: it must be in [0, 1)");
   if (!std::isfinite(softmaxScale) || softmaxScale == 0.0)
     return unsupported("the softmax scale must be finite and non-zero");
+  // Before the window checks: a kv cache takes no window at all.
+  if (kvCache)
+    if (Error error = validateKvCache(*this))
+      return error;
   if (windowLeft < -1 || windowRight < -1)
     return unsupported("window bounds must be >= -1 (-1: unbounded)");
   if ((windowLeft >= 0 || windowRight >= 0) && seqQ != seqKv)
@@ -183,6 +220,11 @@ Error AttentionProblem::validate() const {
           "the token stride of {0} ({1} elements) must hold its {2} heads of "
           "{3} and be a multiple of 8 (16 bytes)",
           name, stride, count, headDim));
+  // Bottom-right alignment needs each sequence's lengths: the kv cache has
+  // them (the other layouts could too, but nothing asks for it yet).
+  if (bottomRight() && !kvCache)
+    return unsupported("the mask type padding_causal_bottom_right is "
+                       "supported with a kv cache only");
   if (thd())
     return validateThd(*this);
   return Error::success();
@@ -204,6 +246,10 @@ Error AttentionProblem::validateFor(int64_t cudnnVersion,
   // also refuses ragged GQA backward graphs before 9.6).
   if (cudnnVersion < 90100)
     return needs("9.1.0", "the thd layout (ragged offsets)");
+  // Transformer Engine's table: thd queries over bshd keys (mixed formats),
+  // and padding_causal_bottom_right at any length, from 9.7.
+  if (kvCache && cudnnVersion < 90700)
+    return needs("9.7.0", "a kv cache (thd queries over bshd k/v caches)");
   if (cudnnVersion < 90600 && kvHeads != heads)
     return needs("9.6.0", "the thd layout with kv_heads < heads");
   if (cudnnVersion < 90600 && (windowLeft >= 0 || windowRight >= 0))

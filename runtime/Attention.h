@@ -16,6 +16,12 @@
 // per sequence. cuDNN runs it as the padded bshd problem whose q/k/v/o (and
 // gradient) descriptors carry ragged offsets: each sequence's first element.
 //
+// kv cache (kvCache, inference, docs/kv-cache-plan.md): q and o thd [t, h,
+// d] as above; k and v are the caches [b, s_kv, kv_heads, d] (bshd, packed,
+// s_kv their capacity), sequence i's keys the first seq_len_kv[i] rows of
+// its cache. Forward only; the prep kernel appends the step's new k and v
+// tokens to the caches before cuDNN reads them (enqueueThdPrep).
+//
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_ATTENTION_H
 #define TEJIT_RUNTIME_ATTENTION_H
@@ -33,11 +39,20 @@ namespace tejit::runtime {
 
 /// Padding masks hide, per batch entry, query rows at or past seq_len_q[b]
 /// and keys at or past seq_len_kv[b]. The causal mask is top-left aligned:
-/// query i sees keys j <= i.
-enum class AttentionMask { None, Causal, Padding, PaddingCausal };
+/// query i sees keys j <= i; bottom-right aligned (the kv cache's), each
+/// batch entry's diagonal ends at its last query and key: query i sees keys
+/// j <= i + seq_len_kv[b] - seq_len_q[b].
+enum class AttentionMask {
+  None,
+  Causal,
+  Padding,
+  PaddingCausal,
+  PaddingCausalBottomRight
+};
 enum class AttentionLayout { Sbhd, Bshd, Thd };
 
-/// "none", "causal", "padding", "padding_causal".
+/// "none", "causal", "padding", "padding_causal",
+/// "padding_causal_bottom_right".
 llvm::StringRef attentionMaskName(AttentionMask mask);
 /// "sbhd", "bshd", "thd".
 llvm::StringRef attentionLayoutName(AttentionLayout layout);
@@ -64,16 +79,25 @@ struct AttentionProblem {
   } tokenStrides;
   /// thd only: the rows (tokens) of q, o, dO and dq, and of k, v, dk and dv.
   /// They bound the sequences, not the cuDNN graph, so key() leaves them
-  /// out: one plan serves every packed buffer size.
+  /// out: one plan serves every packed buffer size. With a kv cache, both
+  /// count the step's new tokens (q's and those of k and v appended).
   int64_t tokensQ = 0, tokensKv = 0;
+  /// thd queries over bshd k/v caches of s_kv rows (see the file comment);
+  /// tokenStrides.k and .v are then the new tokens' strides.
+  bool kvCache = false;
 
   bool padding() const {
     return mask == AttentionMask::Padding ||
-           mask == AttentionMask::PaddingCausal;
+           mask == AttentionMask::PaddingCausal ||
+           mask == AttentionMask::PaddingCausalBottomRight;
   }
+  /// Either alignment of the causal diagonal.
   bool causal() const {
     return mask == AttentionMask::Causal ||
-           mask == AttentionMask::PaddingCausal;
+           mask == AttentionMask::PaddingCausal || bottomRight();
+  }
+  bool bottomRight() const {
+    return mask == AttentionMask::PaddingCausalBottomRight;
   }
   bool thd() const { return layout == AttentionLayout::Thd; }
 
@@ -84,18 +108,20 @@ struct AttentionProblem {
   /// and the device (compute capability, 90 for sm_90) can run of a valid
   /// problem: an ErrorCode::Unsupported error naming the version needed
   /// (thd: 9.1, 9.6 with kv_heads < heads or a window; Hopper or newer
-  /// before 9.18.1).
+  /// before 9.18.1; a kv cache: 9.7).
   llvm::Error validateFor(int64_t cudnnVersion,
                           int64_t computeCapability) const;
   /// Everything that decides the cuDNN graph, readable and exact (doubles
   /// printed to round-trip): "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2
   /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1", then
-  /// " window=L,R" when a window is set.
+  /// " window=L,R" when a window is set; "attention bf16 thd kv_cache ..."
+  /// for a kv cache.
   std::string key() const;
 };
 
 /// Device pointers (CUdeviceptr). o and stats are outputs in the forward and
-/// inputs in the backward.
+/// inputs in the backward. With a kv cache, k and v are the caches and stats
+/// is unused (the graph keeps its statistics in the workspace).
 struct AttentionPointers {
   CUdeviceptr q = 0, k = 0, v = 0, o = 0, stats = 0;
   CUdeviceptr gradO = 0, gradQ = 0, gradK = 0, gradV = 0; // backward only

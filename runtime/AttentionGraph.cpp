@@ -20,6 +20,8 @@
 //   S = S * scale                      (by-value f32)
 //   padding: S = select(S, -inf, row < seq_len_q && col < seq_len_kv)
 //   causal:  S = select(S, -inf, row >= col)
+//   bottom-right causal: S = select(S, -inf,
+//                                   row + seq_len_kv - seq_len_q >= col)
 //   window left bound l: S = select(S, -inf, col + (l + 1) > row)
 //   M = max_row(S); E = exp(S - M); Z = sum_row(E)
 //   stats = M + log(Z)                 (f32 output)
@@ -44,6 +46,13 @@
 // tensor's token stride; elements, not bytes). Stats, the softmax sum and
 // the dQ accumulator keep their padded [b, h, s_q, .] shapes, as
 // cudnn-frontend builds them without max_total_seq_len.
+//
+// kv cache: the thd forward with plain K and V (the bshd caches, packed, no
+// ragged offsets; seq_len_kv says how many rows of each are keys), the
+// statistics in the workspace (nothing reads them), and the causal mask
+// aligned bottom-right per batch entry, in int32 index arithmetic as
+// cudnn-frontend's composite diagonal band mask builds it for a right bound
+// with sequence-length tensors.
 //
 // Version workarounds (as cudnn-frontend applies them):
 //   * cuDNN < 9.10 wants the lowest finite float as the mask value, later
@@ -582,6 +591,29 @@ struct Common {
                     "causal select");
   }
 
+  /// Scores right of each batch entry's bottom-right-aligned diagonal
+  /// become the mask value: keep row + seq_len_kv - seq_len_q >= column,
+  /// the shift added to the row index in int32 (the length tensors
+  /// broadcast along the column axis), then compared with the column index.
+  Tensor causalBottomRight(Builder &g, const Tensor &s) const {
+    auto [row, col] = indices(g, s, "bottom-right causal row index",
+                              "bottom-right causal column index",
+                              CUDNN_DATA_INT32, CUDNN_DATA_FLOAT);
+    Tensor plusKv = g.virtualTensor(row.dims, row.strides, CUDNN_DATA_INT32,
+                                    "row + seq_len_kv");
+    g.pointwiseInto(CUDNN_POINTWISE_ADD, row, &*seqLenKv, nullptr, plusKv,
+                    "row + seq_len_kv", CUDNN_DATA_INT32, 3);
+    Tensor diagonal = g.virtualTensor(row.dims, row.strides, CUDNN_DATA_INT32,
+                                      "row + seq_len_kv - seq_len_q");
+    g.pointwiseInto(CUDNN_POINTWISE_SUB, plusKv, &*seqLenQ, nullptr, diagonal,
+                    "row + seq_len_kv - seq_len_q", CUDNN_DATA_INT32, 3);
+    Tensor keep = g.binary(CUDNN_POINTWISE_CMP_GE, diagonal, col,
+                           "row + seq_len_kv - seq_len_q >= column",
+                           CUDNN_DATA_BOOLEAN, CUDNN_DATA_BOOLEAN);
+    return g.select(s, g.scalar(maskValue, "bottom-right causal mask value"),
+                    keep, "bottom-right causal select");
+  }
+
   /// Scores left of the band (column < row - left) become the mask value,
   /// in the form cuDNN's sliding-window engines recognize:
   /// keep column + (left + 1) > row.
@@ -602,11 +634,13 @@ struct Common {
   }
 
   /// The causal mask and the sliding window, in cudnn-frontend's order:
-  /// the right bound (the causal diagonal; validate() refuses others), then
-  /// the left bound.
+  /// the right bound (the causal diagonal, either alignment; validate()
+  /// refuses others), then the left bound.
   Tensor band(Builder &g, const Tensor &s) const {
     Tensor result = s;
-    if (p.causal())
+    if (p.bottomRight())
+      result = causalBottomRight(g, result);
+    else if (p.causal())
       result = causal(g, result);
     if (p.windowLeft >= 0)
       result = leftBound(g, result, p.windowLeft);
@@ -623,11 +657,17 @@ void buildForward(Builder &g, const AttentionProblem &p) {
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
   Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q", 0,
                      c.ragged(g, Slot::RaggedQ));
+  // A kv cache's K and V are the packed bshd caches; the token strides are
+  // those of the new tokens the prep kernel appends.
+  bool cache = p.kvCache;
+  Dims kStrides = cache ? c.kvStrides : c.kvStridesOf(t.k);
+  Dims vStrides = cache ? c.kvStrides : c.kvStridesOf(t.v);
   // cuDNN takes K^T [b, h_kv, d, s_kv]: the same bytes, last two swapped.
-  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
-                      c.io, "k (transposed)", 0, c.ragged(g, Slot::RaggedK));
-  Tensor v = g.bound(Slot::V, c.kv, c.kvStridesOf(t.v), c.io, "v", 0,
-                     c.ragged(g, Slot::RaggedV));
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(kStrides), c.io,
+                      "k (transposed)", 0,
+                      cache ? nullptr : c.ragged(g, Slot::RaggedK));
+  Tensor v = g.bound(Slot::V, c.kv, vStrides, c.io, "v", 0,
+                     cache ? nullptr : c.ragged(g, Slot::RaggedV));
   if (p.padding())
     c.bindSeqLens(g);
 
@@ -647,8 +687,15 @@ void buildForward(Builder &g, const AttentionProblem &p) {
   Tensor e = g.unary(CUDNN_POINTWISE_EXP, shifted, "exp");
   Tensor sum = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, c.rows, "row sum");
   Tensor logSum = g.unary(CUDNN_POINTWISE_LOG, sum, "log(sum)");
-  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
-                         CUDNN_DATA_FLOAT, "stats");
+  // Inference (the kv cache) has no backward to read the statistics; the
+  // graph keeps writing them, in the workspace, so that it keeps the shape
+  // the engines recognize.
+  Tensor stats =
+      cache ? g.workspace(c.rows, rowMajorStrides(c.rows), CUDNN_DATA_FLOAT,
+                          size_t(p.batch * p.heads * p.seqQ) * sizeof(float),
+                          "stats (unused)")
+            : g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
+                      CUDNN_DATA_FLOAT, "stats");
   g.pointwiseInto(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats,
                   "stats = max + log(sum)");
 

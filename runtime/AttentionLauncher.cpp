@@ -7,6 +7,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <limits>
 
 using namespace tejit::runtime;
 using llvm::Error;
@@ -210,8 +211,10 @@ struct PrepParams {
   CUdeviceptr zeroed[zeroedCount] = {};
   int64_t zeroedSide[zeroedCount] = {}, zeroedWidth[zeroedCount] = {},
           zeroedStride[zeroedCount] = {};
+  CUdeviceptr appendFrom[2] = {}, appendTo[2] = {};
+  int64_t appendStride[2] = {}, appendWidth = 0;
 };
-static_assert(sizeof(PrepParams) == 48 * 8,
+static_assert(sizeof(PrepParams) == 55 * 8,
               "PrepParams must match TejitAttentionPrep field for field");
 
 Error launchPrep(const CudaDriver &driver, CUfunction prep,
@@ -235,6 +238,8 @@ const char *tejit::runtime::attentionPrepPtx() { return tejitAttentionPrepPtx; }
 llvm::Expected<AttentionLauncher>
 AttentionLauncher::parse(const AttentionStep &step,
                          const FunctionPlan &function) {
+  if (step.kvCache)
+    return parseKvCache(step, function);
   StepAttributes attributes{step, function};
   AttentionLauncher launcher;
   // Optional operands (masks, rng, cu_seqlens) follow the fixed ones; their
@@ -443,6 +448,144 @@ AttentionLauncher::parse(const AttentionStep &step,
 }
 
 llvm::Expected<AttentionLauncher>
+AttentionLauncher::parseKvCache(const AttentionStep &step,
+                                const FunctionPlan &function) {
+  StepAttributes attributes{step, function};
+  AttentionLauncher launcher;
+  // Plan.cpp checks these counts too; steps may also be made by hand.
+  if (step.operands.size() != 7 || step.results.size() != 1)
+    return attributes.error(llvm::formatv(
+        "kv_cache_attention takes 7 operands (q, k, v, k_cache, v_cache, "
+        "cu_seqlens_q, cu_seqlens_kv) and 1 result (o), got {0} and {1}",
+        step.operands.size(), step.results.size()));
+  const auto &ops = step.operands;
+  launcher.q = ops[0];
+  launcher.k = ops[1];
+  launcher.v = ops[2];
+  launcher.kCache = ops[3];
+  launcher.vCache = ops[4];
+  launcher.cuSeqlensQ = ops[5];
+  launcher.cuSeqlensKv = ops[6];
+  launcher.out = step.results[0];
+
+  // Each operand against the contract's shape, by name: the first that
+  // differs is the error.
+  auto typeOf = [&](int64_t id) -> const TensorType & {
+    return function.values[id].type;
+  };
+  // `expected` is empty while the sizes are still unknown (a wrong rank).
+  auto mismatch = [&](const char *name, int64_t id, const char *pattern,
+                      const std::vector<int64_t> &expected,
+                      ElementType element) {
+    const TensorType &type = typeOf(id);
+    return attributes.error(llvm::formatv(
+        "kv_cache_attention: {0} (value {1}) is {2} of {3}; expected {4}{5} "
+        "of {6}",
+        name, id, shapeText(type.shape), elementTypeName(type.element), pattern,
+        expected.empty() ? "" : " = " + shapeText(expected),
+        elementTypeName(element)));
+  };
+  const TensorType &qType = typeOf(launcher.q), &kType = typeOf(launcher.k),
+                   &cacheType = typeOf(*launcher.kCache),
+                   &cuType = typeOf(*launcher.cuSeqlensQ);
+  ElementType element = qType.element;
+  if (qType.shape.size() != 3)
+    return mismatch("q", launcher.q, "[t, heads, head dim]", {}, element);
+  if (cuType.shape.size() != 1 || cuType.shape[0] < 2 ||
+      cuType.element != ElementType::I32)
+    return mismatch("cu_seqlens_q", *launcher.cuSeqlensQ, "[b + 1] with b >= 1",
+                    {}, ElementType::I32);
+  if (kType.shape.size() != 3)
+    return mismatch("k", launcher.k, "[t, kv_heads, head dim]", {}, element);
+  if (cacheType.shape.size() != 4)
+    return mismatch("k_cache", *launcher.kCache,
+                    "[b, max_sequence_length, kv_heads, head dim]", {},
+                    element);
+  int64_t tokens = qType.shape[0], heads = qType.shape[1], dim = qType.shape[2],
+          batch = cuType.shape[0] - 1, kvHeads = kType.shape[1],
+          cacheRows = cacheType.shape[1];
+  std::vector<int64_t> newTokens{tokens, kvHeads, dim},
+      cache{batch, cacheRows, kvHeads, dim};
+  struct Contract {
+    const char *name;
+    int64_t id;
+    const char *pattern;
+    std::vector<int64_t> shape;
+    ElementType element;
+  };
+  const Contract contract[] = {
+      {"k", launcher.k, "[t, kv_heads, head dim]", newTokens, element},
+      {"v", launcher.v, "[t, kv_heads, head dim]", newTokens, element},
+      {"k_cache", *launcher.kCache,
+       "[b, max_sequence_length, kv_heads, head dim]", cache, element},
+      {"v_cache", *launcher.vCache,
+       "[b, max_sequence_length, kv_heads, head dim]", cache, element},
+      {"cu_seqlens_kv",
+       *launcher.cuSeqlensKv,
+       "[b + 1]",
+       {batch + 1},
+       ElementType::I32},
+      {"o (the result)", launcher.out, "q's [t, heads, head dim]", qType.shape,
+       element},
+  };
+  for (const Contract &e : contract) {
+    const TensorType &type = typeOf(e.id);
+    if (type.shape != e.shape || type.element != e.element)
+      return mismatch(e.name, e.id, e.pattern, e.shape, e.element);
+  }
+
+  auto maxQ = attributes.integer("max_seqlen_q");
+  if (!maxQ)
+    return maxQ.takeError();
+  if (*maxQ <= 0)
+    return attributes.error(
+        llvm::formatv("max_seqlen_q ({0}) must be positive", *maxQ));
+  auto maskName = attributes.enumCase("attn_mask_type");
+  if (!maskName)
+    return maskName.takeError();
+  AttentionProblem &problem = launcher.problemDesc;
+  if (*maskName == "padding")
+    problem.mask = AttentionMask::Padding;
+  else if (*maskName == "padding_causal_bottom_right")
+    problem.mask = AttentionMask::PaddingCausalBottomRight;
+  else
+    return attributes.error("kv_cache_attention takes attn_mask_type padding "
+                            "or padding_causal_bottom_right, not '" +
+                            *maskName + "'");
+  auto scale = attributes.number("softmax_scale", 0);
+  if (!scale)
+    return scale.takeError();
+  for (const auto &[role, stride] : step.tokenStrides)
+    if (role != "q" && role != "k" && role != "v")
+      return attributes.error("kv_cache_attention has no " + role +
+                              " to give a token stride");
+  auto strideOf = [&](const char *role) -> int64_t {
+    auto found = step.tokenStrides.find(role);
+    return found == step.tokenStrides.end() ? 0 : found->second;
+  };
+
+  problem.kvCache = true;
+  problem.layout = AttentionLayout::Thd;
+  problem.element = element;
+  problem.batch = batch;
+  problem.heads = heads;
+  problem.kvHeads = kvHeads;
+  problem.headDim = dim;
+  problem.seqQ = *maxQ;
+  problem.seqKv = cacheRows;
+  problem.tokensQ = problem.tokensKv = tokens;
+  problem.softmaxScale = *scale;
+  problem.tokenStrides.q = strideOf("q");
+  problem.tokenStrides.k = strideOf("k");
+  problem.tokenStrides.v = strideOf("v");
+  if (Error error = problem.validate())
+    return annotate(std::move(error),
+                    "function '" + function.name + "', attention step",
+                    ErrorCode::Unsupported);
+  return launcher;
+}
+
+llvm::Expected<AttentionLauncher>
 AttentionLauncher::create(const AttentionStep &step,
                           const FunctionPlan &function, CUfunction prep) {
   auto launcher = parse(step, function);
@@ -473,7 +616,13 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
   pointers.k = addresses[k];
   pointers.v = addresses[v];
   pointers.o = addresses[out];
-  pointers.stats = addresses[stats];
+  if (problemDesc.kvCache) {
+    // cuDNN reads the caches; the new tokens go to the prep kernel.
+    pointers.k = addresses[*kCache];
+    pointers.v = addresses[*vCache];
+  } else {
+    pointers.stats = addresses[stats];
+  }
   if (problemDesc.backward) {
     pointers.gradO = addresses[gradOut];
     pointers.gradQ = addresses[gradQ];
@@ -548,6 +697,10 @@ Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,
   buffers.cuSeqlensQ = addresses[*cuSeqlensQ];
   buffers.cuSeqlensKv = cuSeqlensKv ? addresses[*cuSeqlensKv] : 0;
   buffers.scratch = scratch;
+  if (problemDesc.kvCache) {
+    buffers.newK = addresses[k];
+    buffers.newV = addresses[v];
+  }
   if (rng) {
     buffers.rngIn = addresses[*rng];
     buffers.rngOut = rngState;
@@ -603,6 +756,11 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
     return makeError(ErrorCode::InvalidArgument,
                      p.key() + ": the thd prep needs a thd problem, "
                                "cu_seqlens and scratch");
+  if (p.kvCache && (!buffers.newK || !buffers.newV || !buffers.cuSeqlensKv ||
+                    !pointers.k || !pointers.v))
+    return makeError(ErrorCode::InvalidArgument,
+                     p.key() + ": the kv-cache prep needs the new k and v "
+                               "tokens, cu_seqlens_kv and the caches");
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
   int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
   ThdScratch layout(p);
@@ -620,13 +778,29 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
   params.maxSeqlen[1] = p.seqKv;
   pointers.seqLenQ = params.lengths[0] = buffers.scratch;
   pointers.seqLenKv = params.lengths[1] = buffers.scratch + layout.lengths;
+  if (p.kvCache) {
+    // cu_seqlens_kv counts cached tokens, which no buffer of the step
+    // bounds: its entries are only kept non-negative, and each length is
+    // clamped to the cache's rows.
+    params.tokens[1] = std::numeric_limits<int32_t>::max();
+    params.appendFrom[0] = buffers.newK;
+    params.appendFrom[1] = buffers.newV;
+    params.appendTo[0] = pointers.k;
+    params.appendTo[1] = pointers.v;
+    params.appendStride[0] = strideOr(t.k, p.kvHeads, p);
+    params.appendStride[1] = strideOr(t.v, p.kvHeads, p);
+    params.appendWidth = kvWidth;
+  }
 
-  // o and dO are packed; q, k, v and the gradients may be strided views.
+  // o and dO are packed; q, k, v and the gradients may be strided views. A
+  // kv cache's k and v are the caches, read from their start (no offsets).
   llvm::SmallVector<RaggedTensor, PrepParams::raggedCount> ragged = {
-      {&AttentionPointers::raggedQ, 0, strideOr(t.q, p.heads, p)},
-      {&AttentionPointers::raggedK, 1, strideOr(t.k, p.kvHeads, p)},
-      {&AttentionPointers::raggedV, 1, strideOr(t.v, p.kvHeads, p)},
-      {&AttentionPointers::raggedO, 0, qWidth}};
+      {&AttentionPointers::raggedQ, 0, strideOr(t.q, p.heads, p)}};
+  if (!p.kvCache)
+    ragged.append(
+        {{&AttentionPointers::raggedK, 1, strideOr(t.k, p.kvHeads, p)},
+         {&AttentionPointers::raggedV, 1, strideOr(t.v, p.kvHeads, p)}});
+  ragged.push_back({&AttentionPointers::raggedO, 0, qWidth});
   if (p.backward)
     ragged.insert(
         ragged.end(),
@@ -669,11 +843,12 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
     widestTail = std::max(widestTail, params.tokens[rows.side] * rows.width);
   }
 
-  // Enough blocks to clear a whole buffer's worth of 16-byte stores in one
-  // sweep for small problems, capped: usually the tail is short and most
-  // blocks find nothing to do.
+  // Enough blocks to clear a whole buffer's worth of 16-byte stores (or to
+  // append every new token) in one sweep for small problems, capped: usually
+  // the tail is short and most blocks find nothing to do.
   constexpr unsigned threads = 256, maxBlocks = 256;
-  int64_t stores = (widestTail + 7) / 8;
+  int64_t appended = p.kvCache ? p.batch * p.seqQ * kvWidth : 0;
+  int64_t stores = (std::max(widestTail, appended) + 7) / 8;
   unsigned blocks = unsigned(
       std::clamp<int64_t>((stores + threads - 1) / threads, 1, maxBlocks));
   return launchPrep(driver, prep, params, blocks, threads, stream,

@@ -1,11 +1,12 @@
 //===- AttentionLauncher.h - a plan's attention step on cuDNN ---*- C++ -*-===//
 //
-// Turns one te.attention / te.attention_bwd plan step into a cuDNN flash
-// attention call: reads the step's shapes and printed attributes once, at
-// executor creation (where cuDNN's plan is built, or its refusal reported),
-// and on each run launches the small prep kernel (padding mask -> sequence
-// lengths, thd cu_seqlens -> lengths and ragged offsets, this site's
-// dropout offset) and then cuDNN.
+// Turns one te.attention / te.attention_bwd / te.kv_cache_attention plan
+// step into a cuDNN flash attention call: reads the step's shapes and
+// printed attributes once, at executor creation (where cuDNN's plan is
+// built, or its refusal reported), and on each run launches the small prep
+// kernel (padding mask -> sequence lengths, thd cu_seqlens -> lengths and
+// ragged offsets, this site's dropout offset; with a kv cache, the new k and
+// v tokens appended to the caches) and then cuDNN.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_ATTENTIONLAUNCHER_H
@@ -49,8 +50,16 @@ public:
   /// step has one).
   std::optional<int64_t> cuSeqlensQValue() const { return cuSeqlensQ; }
   std::optional<int64_t> cuSeqlensKvValue() const { return cuSeqlensKv; }
+  /// kv_cache_attention: the value ids of k_cache and v_cache, which run()
+  /// writes in place (the new tokens appended).
+  std::optional<int64_t> kCacheValue() const { return kCache; }
+  std::optional<int64_t> vCacheValue() const { return vCache; }
 
 private:
+  /// parse() of a kv_cache_attention step.
+  static llvm::Expected<AttentionLauncher>
+  parseKvCache(const AttentionStep &step, const FunctionPlan &function);
+
   llvm::Error runThd(llvm::ArrayRef<CUdeviceptr> addresses,
                      AttentionPointers &pointers, CUdeviceptr scratch,
                      CUstream stream, const CudaDriver &driver) const;
@@ -62,6 +71,7 @@ private:
   int64_t q = 0, k = 0, v = 0, out = 0, stats = 0;
   int64_t gradOut = 0, gradQ = 0, gradK = 0, gradV = 0;
   std::optional<int64_t> mask, queryMask, rng, cuSeqlensQ, cuSeqlensKv;
+  std::optional<int64_t> kCache, vCache;
   uint64_t offsetDelta = 0;
   /// Cross-attention (s_q != s_kv, or pad_keys_only) with a key padding
   /// mask and no query mask: every query is valid, so cuDNN gets s_q as
@@ -86,6 +96,11 @@ struct ThdPrepBuffers {
   /// with the offset moved on by rngOffsetDelta.
   CUdeviceptr rngIn = 0, rngOut = 0;
   uint64_t rngOffsetDelta = 0;
+  /// kv cache (required then): the step's new k and v tokens, [t, kv_heads,
+  /// d] rows the problem's token strides k and v apart (0: packed), which
+  /// are appended to the caches pointers.k and pointers.v point at;
+  /// cuSeqlensKv counts each sequence's tokens in all (cached + new).
+  CUdeviceptr newK = 0, newV = 0;
 };
 
 /// The scratch enqueueThdPrep needs for `problem` (a multiple of 256).
@@ -97,8 +112,14 @@ size_t thdPrepBytes(const AttentionProblem &problem);
 /// times its token stride), clamped on the device so that bad cu_seqlens
 /// cannot send cuDNN out of bounds, and the rows no sequence covers (a
 /// packed buffer's tail) of o (forward) or dq, dk and dv (backward) zeroed.
-/// Points `pointers`' lengths and ragged offsets into buffers.scratch; its
-/// o or gradQ/K/V must already be set. Captures into a CUDA graph.
+/// With a kv cache: L_i = cu_kv[i + 1] - cu_kv[i] clamped to [0, s_kv], n_i
+/// = cu_q[i + 1] - cu_q[i] clamped to [0, min(s_q, L_i)] (entries clamped
+/// to be non-negative, cu_q's to [0, t]), ragged offsets for q and o only,
+/// and new token j < n_i of sequence i (k and v rows cu_q[i] + j) copied to
+/// row L_i - n_i + j of sequence i's caches. Points `pointers`' lengths and
+/// ragged offsets into buffers.scratch; its o or gradQ/K/V (and with a kv
+/// cache its k and v, the caches) must already be set. Captures into a CUDA
+/// graph.
 llvm::Error enqueueThdPrep(const AttentionProblem &problem, CUfunction prep,
                            const ThdPrepBuffers &buffers,
                            AttentionPointers &pointers, CUstream stream,

@@ -199,8 +199,11 @@ void tejit::runtime::forEachStepValue(
     maybe(epilogue.biasGrad, true);
     visit(gemm->out, true);
   } else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
-    for (int64_t value : attention->operands)
-      visit(value, false);
+    // A kv-cache attention stores the new tokens into k_cache and v_cache
+    // (operands 3 and 4): they are state the step changes, never inputs
+    // that a copy before the steps or a cache of static steps may keep.
+    for (auto [index, value] : llvm::enumerate(attention->operands))
+      visit(value, attention->kvCache && (index == 3 || index == 4));
     for (int64_t value : attention->results)
       visit(value, true);
   } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
@@ -873,9 +876,10 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
       return error;
     function.steps.push_back(std::move(step));
   } else if (*kind == "attention" || *kind == "attention_bwd" ||
-             *kind == "attention_backward") {
+             *kind == "attention_backward" || *kind == "kv_cache_attention") {
     AttentionStep step;
-    step.backward = *kind != "attention";
+    step.backward = *kind == "attention_bwd" || *kind == "attention_backward";
+    step.kvCache = *kind == "kv_cache_attention";
     if (Error error = parseAttention(**object, scope, step))
       return error;
     function.steps.push_back(std::move(step));
@@ -886,7 +890,8 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
     function.steps.push_back(step);
   } else {
     return scope.error("kind", "is unknown (expected kernel, gemm, attention, "
-                               "attention_bwd or amax_allreduce)");
+                               "attention_bwd, kv_cache_attention or "
+                               "amax_allreduce)");
   }
   return Error::success();
 }
@@ -1188,6 +1193,14 @@ Error FunctionParser::parseAttention(const json::Object &node,
   if (!results)
     return results.takeError();
   step.results = std::move(*results);
+  // The operands the runtime writes in place must be there to be written.
+  if (step.kvCache && (step.operands.size() != 7 || step.results.size() != 1))
+    return scope.error(
+        "operands",
+        "must be [q, k, v, k_cache, v_cache, cu_seqlens_q, cu_seqlens_kv] "
+        "with results [o] for a kv_cache_attention step; got " +
+            Twine(step.operands.size()) + " operands and " +
+            Twine(step.results.size()) + " results");
   if (node.get("token_strides")) {
     Expected<const json::Object *> strides =
         scope.object(node, "token_strides");

@@ -122,6 +122,10 @@ struct GemmStep {
 
 struct AttentionStep {
   bool backward = false; // "attention_bwd"
+  /// "kv_cache_attention" (inference): operands q, k, v, k_cache, v_cache,
+  /// cu_seqlens_q, cu_seqlens_kv and result o; the step appends the new k
+  /// and v tokens to the caches in place (docs/kv-cache-plan.md).
+  bool kvCache = false;
   std::vector<int64_t> operands, results;
   std::map<std::string, std::string> attributes; // printed MLIR attributes
   /// Elements between consecutive tokens of the operands and results that
@@ -178,7 +182,8 @@ struct FunctionPlan {
 
 /// Calls `visit(value, written)` for every value `step` reads (written
 /// false) or writes (true); a GEMM's aux counts as written with GELU and
-/// read with dGELU.
+/// read with dGELU, and a kv-cache attention's caches, read and then
+/// written in place, as written.
 void forEachStepValue(const Step &step,
                       llvm::function_ref<void(int64_t, bool)> visit);
 

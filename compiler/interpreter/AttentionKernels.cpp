@@ -2,6 +2,7 @@
 #include "compiler/interpreter/DropoutRng.h"
 #include "compiler/interpreter/Kernels.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <limits>
@@ -107,9 +108,11 @@ bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
     return true;
   if (topLeft)
     return j > i;
+  // Bottom-right: the diagonal ends at the last key; packed sequences
+  // (the KV cache's) align each sequence's own lengths.
   if (type == AttnMaskType::causal_bottom_right ||
       type == AttnMaskType::padding_causal_bottom_right)
-    return j > i + (kv.seq - q.seq);
+    return j > i + (q.packed() ? kv.length(b) - q.length(b) : kv.seq - q.seq);
   if (type != AttnMaskType::arbitrary)
     return false;
   // [b or 1, heads or 1, s_q, s_kv]: size-1 dims broadcast.
@@ -275,5 +278,71 @@ Tensor tejit::interp::rotary(const Tensor &x, const Tensor &freqs,
                    sign * rotated * std::sin(angles[d]);
         }
       }
+  return result;
+}
+
+std::string tejit::interp::kvCacheSequencesError(const Tensor &cuSeqlensQ,
+                                                 const Tensor &cuSeqlensKv,
+                                                 int64_t maxSeqlenQ,
+                                                 int64_t tokens,
+                                                 int64_t cacheRows) {
+  if (std::string error = packedSequencesError(cuSeqlensQ, maxSeqlenQ, tokens);
+      !error.empty())
+    return "cu_seqlens_q " + error;
+  const std::vector<double> &q = cuSeqlensQ.data, &kv = cuSeqlensKv.data;
+  bool ok = kv.size() == q.size() && kv.front() == 0;
+  for (size_t i = 1; ok && i < kv.size(); ++i) {
+    double total = kv[i] - kv[i - 1], fresh = q[i] - q[i - 1];
+    ok = total >= fresh && total <= double(cacheRows);
+  }
+  if (ok)
+    return "";
+  return "cu_seqlens_kv must start at 0 and give every sequence at least its "
+         "new tokens and at most the cache's " +
+         std::to_string(cacheRows) + " rows";
+}
+
+KvCacheOutputs tejit::interp::kvCacheAttention(
+    const Tensor &query, const Tensor &key, const Tensor &value,
+    const Tensor &keyCache, const Tensor &valueCache, const Tensor &cuSeqlensQ,
+    const Tensor &cuSeqlensKv, int64_t maxSeqlenQ, AttentionParams params) {
+  KvCacheOutputs result{Tensor(), keyCache, valueCache};
+  int64_t batch = int64_t(cuSeqlensQ.data.size()) - 1;
+  int64_t rows = keyCache.shape[1];
+  int64_t width = keyCache.shape[2] * keyCache.shape[3];
+  auto sequenceStart = [](const Tensor &cu, int64_t i) {
+    return int64_t(cu.data[i]);
+  };
+  // Store the new tokens, then gather each sequence's rows [0, L) back to
+  // back: the keys as packed sequences with cu_seqlens_kv.
+  int64_t total = sequenceStart(cuSeqlensKv, batch);
+  Tensor packedKey =
+      Tensor::zeros({total, keyCache.shape[2], keyCache.shape[3]});
+  Tensor packedValue = Tensor::zeros(packedKey.shape);
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t first = sequenceStart(cuSeqlensQ, i);
+    int64_t fresh = sequenceStart(cuSeqlensQ, i + 1) - first;
+    int64_t length =
+        sequenceStart(cuSeqlensKv, i + 1) - sequenceStart(cuSeqlensKv, i);
+    for (int64_t j = 0; j < fresh; ++j) {
+      int64_t row = i * rows + length - fresh + j;
+      std::copy_n(key.data.begin() + (first + j) * width, width,
+                  result.keyCache.data.begin() + row * width);
+      std::copy_n(value.data.begin() + (first + j) * width, width,
+                  result.valueCache.data.begin() + row * width);
+    }
+    int64_t packedRow = sequenceStart(cuSeqlensKv, i);
+    std::copy_n(result.keyCache.data.begin() + i * rows * width, length * width,
+                packedKey.data.begin() + packedRow * width);
+    std::copy_n(result.valueCache.data.begin() + i * rows * width,
+                length * width, packedValue.data.begin() + packedRow * width);
+  }
+  params.format = QkvFormat::thd;
+  params.cuSeqlensQ = &cuSeqlensQ;
+  params.cuSeqlensKv = &cuSeqlensKv;
+  params.maxSeqlenQ = maxSeqlenQ;
+  params.maxSeqlenKv = rows;
+  params.dropout = 0.0;
+  result.output = attention(query, packedKey, packedValue, params).output;
   return result;
 }

@@ -29,6 +29,10 @@ public:
   mlir::LogicalResult set(mlir::Operation *op, mlir::Value value,
                           Tensor tensor);
 
+  /// Rebinds a function argument the running op writes in place (a KV
+  /// cache): later ops, and Options::updatedArguments, see `tensor`.
+  void updateArgument(mlir::BlockArgument argument, Tensor tensor);
+
   /// The key of dropout `site` of the layer op being run.
   DropoutKey layerDropoutKey(dropout::LayerDropoutSite site) const {
     return {options.seed, options.offset,
@@ -59,6 +63,18 @@ setPackedSequences(mlir::Operation *op, AttentionParams &params,
                    const Tensor &cuQ, const Tensor *cuKv, int64_t maxQ,
                    int64_t maxKv, int64_t tokensQ, int64_t tokensKv,
                    llvm::StringRef nameQ, llvm::StringRef nameKv);
+
+/// te.kv_cache_attention's sequences checked (kvCacheSequencesError, at
+/// `op`), the new tokens stored into the cache arguments `keyCache` /
+/// `valueCache` (Frame::updateArgument) and the queries' attention over
+/// them returned ([t, h, d]); `params` gives the mask type and scale
+/// (PrimitiveOps.cpp).
+mlir::FailureOr<Tensor>
+runKvCacheAttention(mlir::Operation *op, Frame &frame, const Tensor &query,
+                    const Tensor &key, const Tensor &value,
+                    mlir::Value keyCache, mlir::Value valueCache,
+                    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv,
+                    int64_t maxSeqlenQ, const AttentionParams &params);
 
 /// Runs a layer op (LayerOps.cpp).
 mlir::LogicalResult runLayerOp(mlir::Operation *op, Frame &frame);

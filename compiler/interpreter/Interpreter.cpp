@@ -28,6 +28,10 @@ const Tensor &Frame::get(Value value) const {
   return it->second;
 }
 
+void Frame::updateArgument(BlockArgument argument, Tensor tensor) {
+  values[argument.getAsOpaquePointer()] = std::move(tensor);
+}
+
 /// Whether `tensor` holds a value of `type` (a statically shaped tensor).
 static bool matchesType(const Tensor &tensor, Type type) {
   auto tensorType = dyn_cast<RankedTensorType>(type);
@@ -127,6 +131,11 @@ FailureOr<std::vector<Tensor>> tejit::interp::run(func::FuncOp function,
   std::vector<Tensor> results;
   for (Value value : ret.getOperands())
     results.push_back(frame.get(value));
+  if (options.updatedArguments) {
+    options.updatedArguments->clear();
+    for (BlockArgument argument : body.getArguments())
+      options.updatedArguments->push_back(frame.get(argument));
+  }
   return results;
 }
 

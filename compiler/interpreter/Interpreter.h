@@ -58,6 +58,9 @@ struct Options {
   /// Seed and offset of the dropouts inside layer ops (te.dropout and
   /// te.attention take theirs from their `rng_state` operand).
   uint64_t seed = 0, offset = 0;
+  /// When set, receives every argument's tensor after the run: the KV caches
+  /// te.kv_cache_attention writes in place, the others as given.
+  std::vector<Tensor> *updatedArguments = nullptr;
 };
 
 /// Runs `function` (te ops and a func.return in one block) on `args`, one per

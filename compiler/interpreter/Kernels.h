@@ -147,6 +147,29 @@ struct AttentionOutputs {
 AttentionOutputs attention(const Tensor &query, const Tensor &key,
                            const Tensor &value, const AttentionParams &params);
 
+/// te.kv_cache_attention (docs/kv-cache-plan.md): the caches with the new
+/// tokens stored, and the new queries' attention over them ([t, h, d]).
+struct KvCacheOutputs {
+  Tensor output, keyCache, valueCache;
+};
+
+/// `params` gives the mask type (padding or padding_causal_bottom_right)
+/// and the softmax scale; the sequences must pass kvCacheSequencesError.
+KvCacheOutputs kvCacheAttention(const Tensor &query, const Tensor &key,
+                                const Tensor &value, const Tensor &keyCache,
+                                const Tensor &valueCache,
+                                const Tensor &cuSeqlensQ,
+                                const Tensor &cuSeqlensKv, int64_t maxSeqlenQ,
+                                AttentionParams params);
+
+/// Why the new tokens (`cuSeqlensQ`, at most `maxSeqlenQ` a sequence within
+/// `tokens`) and the lengths after the step (`cuSeqlensKv`, at most
+/// `cacheRows`, never fewer than the new tokens) do not describe a KV-cache
+/// step, or an empty string when they do.
+std::string kvCacheSequencesError(const Tensor &cuSeqlensQ,
+                                  const Tensor &cuSeqlensKv, int64_t maxSeqlenQ,
+                                  int64_t tokens, int64_t cacheRows);
+
 /// Why `cuSeqlens` does not describe packed sequences of at most
 /// `maxSeqlen` tokens within `tokens` (from 0, never decreasing, ending at
 /// most at `tokens`), or an empty string when it does.

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/interpreter/Frame.h"
+#include "dialects/LayerChecks.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -111,6 +112,16 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
             frame.get(op.getKey()).shape[0], "cu_seqlens_q", "cu_seqlens_kv")))
       return failure();
   }
+  if (op.getKeyCache()) {
+    params.maskType = te::kvCacheMaskType(params.maskType);
+    FailureOr<Tensor> output = runKvCacheAttention(
+        op, frame, query, frame.get(op.getKey()), frame.get(op.getValue()),
+        op.getKeyCache(), op.getValueCache(), frame.get(op.getCuSeqlensQ()),
+        frame.get(op.getCuSeqlensKv()), int64_t(*op.getMaxSeqlenQ()), params);
+    if (failed(output))
+      return failure();
+    return frame.set(op, op.getOutput(), mergeHeads(std::move(*output)));
+  }
   AttentionOutputs result = attention(query, frame.get(op.getKey()),
                                       frame.get(op.getValue()), params);
   return frame.set(op, op.getOutput(), mergeHeads(std::move(result.output)));
@@ -127,6 +138,10 @@ struct AttentionBlock {
   AttentionParams params;
   /// GPT-J's rotary layout (rotary_pos_interleaved).
   bool rotaryInterleaved = false;
+  /// KV cache (inference): the op, the caches and each sequence's length
+  /// after the step; the queries' cu_seqlens and max_seqlen are in params.
+  Operation *op = nullptr;
+  Value keyCache, valueCache, cuSeqlensKv;
 };
 } // namespace
 
@@ -155,6 +170,10 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   block.params.setWindow(op.getWindowSize());
   block.rotaryInterleaved = op.getRotaryPosInterleaved();
+  block.op = op;
+  block.keyCache = op.getKeyCache();
+  block.valueCache = op.getValueCache();
+  block.cuSeqlensKv = op.getCuSeqlensKv();
   return block;
 }
 
@@ -196,8 +215,8 @@ static Tensor rotateHeads(const Tensor &heads, const Tensor &freqs,
 /// QKV projection (rows [q; k; v]; for cross-attention q from `x`, [k; v]
 /// from the encoder's output), rotary embedding of q and k, attention and
 /// output projection of `x` ([s, b, hidden] or [b, s, hidden]).
-static Tensor attendBlock(const Tensor &x, const AttentionBlock &block,
-                          Frame &frame) {
+static FailureOr<Tensor>
+attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
   Tensor qkv =
       linear(x, frame.get(block.qkvWeight), frame.getOptional(block.qkvBias));
   Tensor query = splitHeads(qkv, 0, block.heads, block.headDim);
@@ -218,8 +237,20 @@ static Tensor attendBlock(const Tensor &x, const AttentionBlock &block,
     key =
         rotateHeads(key, *freqs, block.params.format, block.rotaryInterleaved);
   }
-  Tensor context =
-      mergeHeads(attention(query, key, value, block.params).output);
+  Tensor context;
+  if (block.keyCache) {
+    AttentionParams params = block.params;
+    params.maskType = te::kvCacheMaskType(params.maskType);
+    FailureOr<Tensor> output = runKvCacheAttention(
+        block.op, frame, query, key, value, block.keyCache, block.valueCache,
+        *block.params.cuSeqlensQ, frame.get(block.cuSeqlensKv),
+        block.params.maxSeqlenQ, params);
+    if (failed(output))
+      return failure();
+    context = mergeHeads(std::move(*output));
+  } else {
+    context = mergeHeads(attention(query, key, value, block.params).output);
+  }
   return linear(context, frame.get(block.projWeight),
                 frame.getOptional(block.projBias));
 }
@@ -241,8 +272,9 @@ static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
   block.kvWeight = op.getKvWeight();
   block.kvBias = op.getKvBias();
   block.params.queryMask = frame.getOptional(op.getQueryMask());
-  if (failed(
-          frame.set(op, op.getOutput(), attendBlock(normalized, block, frame))))
+  FailureOr<Tensor> attended = attendBlock(normalized, block, frame);
+  if (failed(attended) ||
+      failed(frame.set(op, op.getOutput(), std::move(*attended))))
     return failure();
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
@@ -258,6 +290,7 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
   block.projWeight = op.getInterProjWeight();
   block.projBias = op.getInterProjBias();
   block.rotary = Value();
+  block.keyCache = block.valueCache = block.cuSeqlensKv = Value();
   block.encoder = op.getEncoderOutput();
   block.kvWeight = op.getInterKvWeight();
   block.kvBias = op.getInterKvBias();
@@ -302,11 +335,14 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
                                         op.getAttnInputFormat());
   if (failed(packBlock(op, frame, block, input.shape[0])))
     return failure();
+  FailureOr<Tensor> selfAttended = attendBlock(ln1, block, frame);
+  if (failed(selfAttended))
+    return failure();
   if (op.getParallelAttentionMlp()) {
     Tensor ln2 = normalize(
         op.getNormalization(), input, frame.get(op.getMlpLnWeight()),
         frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
-    Tensor both = add(attendBlock(ln1, block, frame),
+    Tensor both = add(std::move(*selfAttended),
                       mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
                           op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()));
     return frame.set(
@@ -314,17 +350,21 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
         add(input, residualBranch(std::move(both), dropout::kMlpOutputSite,
                                   dropout::kMlpDropPathSite)));
   }
-  Tensor attended = residualBranch(attendBlock(ln1, block, frame),
-                                   dropout::kAttentionOutputSite,
-                                   dropout::kAttentionDropPathSite);
+  Tensor attended =
+      residualBranch(std::move(*selfAttended), dropout::kAttentionOutputSite,
+                     dropout::kAttentionDropPathSite);
   Tensor hidden = add(postLn ? ln1 : input, attended);
   if (op.getEncoderOutput()) {
     Tensor ln3 = normalize(
         op.getNormalization(), hidden, frame.get(op.getInterLnWeight()),
         frame.getOptional(op.getInterLnBias()), eps, op.getZeroCenteredGamma());
-    Tensor crossed = applyDropout(
-        attendBlock(ln3, crossAttentionBlock(op, frame), frame), rate,
-        frame.layerDropoutKey(dropout::kCrossAttentionOutputSite));
+    FailureOr<Tensor> crossAttended =
+        attendBlock(ln3, crossAttentionBlock(op, frame), frame);
+    if (failed(crossAttended))
+      return failure();
+    Tensor crossed =
+        applyDropout(std::move(*crossAttended), rate,
+                     frame.layerDropoutKey(dropout::kCrossAttentionOutputSite));
     hidden = add(postLn ? ln3 : hidden, crossed);
   }
   Tensor ln2 = normalize(

@@ -271,13 +271,50 @@ static LogicalResult runOp(te::AttentionBwdOp op, Frame &frame) {
   return frame.set(op, op.getValueGrad(), std::move(grads.value));
 }
 
+FailureOr<Tensor> tejit::interp::runKvCacheAttention(
+    Operation *op, Frame &frame, const Tensor &query, const Tensor &key,
+    const Tensor &value, Value keyCache, Value valueCache,
+    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv, int64_t maxSeqlenQ,
+    const AttentionParams &params) {
+  auto keyArgument = dyn_cast<BlockArgument>(keyCache);
+  auto valueArgument = dyn_cast<BlockArgument>(valueCache);
+  if (!keyArgument || !valueArgument)
+    return op->emitOpError()
+           << "the KV caches must be arguments of the function";
+  const Tensor &keys = frame.get(keyCache);
+  if (std::string error = kvCacheSequencesError(
+          cuSeqlensQ, cuSeqlensKv, maxSeqlenQ, query.shape[0], keys.shape[1]);
+      !error.empty())
+    return op->emitOpError() << error;
+  KvCacheOutputs result =
+      kvCacheAttention(query, key, value, keys, frame.get(valueCache),
+                       cuSeqlensQ, cuSeqlensKv, maxSeqlenQ, params);
+  frame.updateArgument(keyArgument, std::move(result.keyCache));
+  frame.updateArgument(valueArgument, std::move(result.valueCache));
+  return std::move(result.output);
+}
+
+static LogicalResult runOp(te::KvCacheAttentionOp op, Frame &frame) {
+  AttentionParams params;
+  params.maskType = op.getAttnMaskType();
+  params.softmaxScale = op.getSoftmaxScale().convertToDouble();
+  FailureOr<Tensor> output = runKvCacheAttention(
+      op, frame, frame.get(op.getQuery()), frame.get(op.getKey()),
+      frame.get(op.getValue()), op.getKeyCache(), op.getValueCache(),
+      frame.get(op.getCuSeqlensQ()), frame.get(op.getCuSeqlensKv()),
+      int64_t(op.getMaxSeqlenQ()), params);
+  if (failed(output))
+    return failure();
+  return frame.set(op, op.getOutput(), std::move(*output));
+}
+
 LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
             te::AddOp, te::BiasAddOp, te::BiasGradOp, te::ActivationOp,
             te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
             te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
-            te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp,
-            te::AttentionBwdOp>([&](auto op) { return runOp(op, frame); })
+            te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp, te::AttentionBwdOp,
+            te::KvCacheAttentionOp>([&](auto op) { return runOp(op, frame); })
       .Default([&](Operation *op) { return runQuantizedOp(op, frame); });
 }

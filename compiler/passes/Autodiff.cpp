@@ -335,6 +335,10 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         attentionGrads(op, grad);
         return success();
       })
+      .Case([&](KvCacheAttentionOp op) {
+        return op.emitOpError()
+               << "has no backward: a KV cache serves inference only";
+      })
       .Default([&](Operation *op) {
         return op->emitOpError()
                << "cannot be differentiated by te-autodiff (run "

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/passes/Passes.h"
+#include "dialects/LayerChecks.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -54,12 +55,17 @@ struct AttentionParams {
   /// Packed sequences (format thd): where each starts, and the longest.
   Value cuSeqlens = {};
   int64_t maxSeqlen = 0;
+  /// KV cache (inference): each sequence's length after the step, and the
+  /// caches the new keys and values are stored in.
+  Value cuSeqlensKv = {}, keyCache = {}, valueCache = {};
 };
 
-/// te.attention's packed-sequence operands (format thd only).
+/// te.attention's packed-sequence operands (format thd only), and the KV
+/// caches that make it a te.kv_cache_attention.
 struct PackedSequences {
   Value cuSeqlensQ, cuSeqlensKv;
   int64_t maxSeqlenQ = 0, maxSeqlenKv = 0;
+  Value keyCache = {}, valueCache = {};
 };
 
 /// Builds the primitive ops of one layer op, in front of it.
@@ -158,6 +164,8 @@ public:
                   int64_t dropoutSite = kAttention, Value queryMask = {},
                   bool crossAttention = false,
                   const PackedSequences &packed = {}) {
+    if (packed.keyCache)
+      return kvCacheAttention(query, key, value, maskType, scale, packed);
     ArrayRef<int64_t> q = shapeOf(query);
     bool sbhd = format == QkvFormat::sbhd;
     SmallVector<int64_t> lseShape =
@@ -207,6 +215,20 @@ public:
     return op.getOutput();
   }
 
+  /// The new tokens' attention over the KV caches (inference), which stores
+  /// them there; causal mask types align bottom-right, as Transformer
+  /// Engine's inference does.
+  Value kvCacheAttention(Value query, Value key, Value value,
+                         AttnMaskType maskType, double scale,
+                         const PackedSequences &packed) {
+    auto mask = AttnMaskTypeAttr::get(ctx(), kvCacheMaskType(maskType));
+    return builder.create<KvCacheAttentionOp>(
+        loc, query.getType(), query, key, value, packed.keyCache,
+        packed.valueCache, packed.cuSeqlensQ, packed.cuSeqlensKv, mask,
+        builder.getF64FloatAttr(scale),
+        builder.getI64IntegerAttr(packed.maxSeqlenQ));
+  }
+
   /// QKV projection, head split, rotary, attention and output projection on
   /// the tokens `x` of an activation shaped like `inputShape`; for
   /// cross-attention, q from `x` and k, v from the encoder's output.
@@ -249,8 +271,8 @@ public:
     }
     PackedSequences sequences;
     if (packed)
-      sequences = {params.cuSeqlens, Value(), params.maxSeqlen,
-                   params.maxSeqlen};
+      sequences = {params.cuSeqlens, params.cuSeqlensKv, params.maxSeqlen,
+                   params.maxSeqlen, params.keyCache,    params.valueCache};
     Value context = attention(
         query, key, value, params.mask, params.maskType, params.format,
         1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
@@ -351,8 +373,12 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
   PackedSequences packed;
   if (op.getQkvFormat() == QkvFormat::thd) {
     int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
-    packed = {op.getCuSeqlensQ(), op.getCuSeqlensKv(), maxQ,
-              int64_t(op.getMaxSeqlenKv().value_or(maxQ))};
+    packed = {op.getCuSeqlensQ(),
+              op.getCuSeqlensKv(),
+              maxQ,
+              int64_t(op.getMaxSeqlenKv().value_or(maxQ)),
+              op.getKeyCache(),
+              op.getValueCache()};
   }
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
@@ -384,6 +410,9 @@ AttentionParams attentionParams(OpT op, AttnMaskType maskType,
                          op.getRotaryPosInterleaved()};
   params.cuSeqlens = op.getCuSeqlens();
   params.maxSeqlen = int64_t(op.getMaxSeqlen().value_or(0));
+  params.cuSeqlensKv = op.getCuSeqlensKv();
+  params.keyCache = op.getKeyCache();
+  params.valueCache = op.getValueCache();
   return params;
 }
 
@@ -418,6 +447,7 @@ AttentionParams crossAttentionParams(TransformerLayerOp op) {
   params.projBias = op.getInterProjBias();
   params.mask = op.getEncDecMask();
   params.rotary = Value();
+  params.cuSeqlensKv = params.keyCache = params.valueCache = Value();
   params.window = DenseI64ArrayAttr();
   params.encoder = op.getEncoderOutput();
   params.kvWeight = op.getInterKvWeight();
@@ -507,6 +537,14 @@ bool isLayerOp(Operation *op) {
              TransformerLayerOp>(op);
 }
 
+/// Whether `layer` (an attention layer op) attends over a KV cache.
+bool usesKvCache(Operation *layer) {
+  return TypeSwitch<Operation *, bool>(layer)
+      .Case<DotProductAttentionOp, MultiheadAttentionOp, TransformerLayerOp>(
+          [](auto op) { return bool(op.getKeyCache()); })
+      .Default([](Operation *) { return false; });
+}
+
 struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
   using TEDecomposeBase::TEDecomposeBase;
 
@@ -520,6 +558,14 @@ struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
     Value rngState;
     if (!inference && llvm::any_of(layers, usesDropout))
       rngState = addRngArgument(function);
+    for (Operation *layer : layers)
+      if (!inference && usesKvCache(layer)) {
+        layer->emitOpError()
+            << "has a KV cache ('key_cache', 'value_cache'), which only "
+               "inference programs take (te-compile --inference, "
+               "training=False): the cache holds no gradients";
+        return signalPassFailure();
+      }
     for (auto [ordinal, layer] : llvm::enumerate(layers)) {
       LayerLowering lowering(layer, rngState, ordinal, inference);
       SmallVector<Value> results =

@@ -26,12 +26,12 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       ++stats.gemms;
       stats.fp8Gemms += isa<ScaledMatmulOp>(op);
     }
-    if (isa<AttentionOp, AttentionBwdOp>(op))
+    if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       ++stats.attentions;
   });
   for (Operation &op : function.front()) {
-    bool libraryCall =
-        isa<MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp>(op);
+    bool libraryCall = isa<MatmulOp, ScaledMatmulOp, AttentionOp,
+                           AttentionBwdOp, KvCacheAttentionOp>(op);
     if (auto fused = dyn_cast<FusedOp>(op))
       libraryCall = fused.getKind() == "gemm";
     bool view = isa<ReshapeOp>(op) || isMetaSlotRead(&op) ||

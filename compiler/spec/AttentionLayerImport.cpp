@@ -84,6 +84,26 @@ static Value queryMaskInput(LayerContext &ctx, StringRef name) {
       ctx.loc());
 }
 
+/// The spec's KV cache (`kv_cache`): `cu_seqlens_kv` (when `cuSeqlensKvSlot`;
+/// DotProductAttention fills its own slot) and the layer's
+/// `<name>.key_cache` / `<name>.value_cache` inputs [b, S, kvHeads,
+/// headDim]; empty slots without a cache.
+static void addKvCache(LayerContext &ctx, LayerOpParts &parts, int64_t kvHeads,
+                       int64_t headDim, bool cuSeqlensKvSlot) {
+  ImportState &state = ctx.state;
+  if (!state.kvCacheRows) {
+    for (int slot = cuSeqlensKvSlot ? 0 : 1; slot < 3; ++slot)
+      parts.addOptional(Value());
+    return;
+  }
+  if (cuSeqlensKvSlot)
+    parts.addOptional(state.cuSeqlensKv(ctx.loc()));
+  auto type = RankedTensorType::get(
+      {state.batchSize, *state.kvCacheRows, kvHeads, headDim}, state.dtype);
+  parts.addOptional(state.addInput(ctx.name + ".key_cache", type, ctx.loc()));
+  parts.addOptional(state.addInput(ctx.name + ".value_cache", type, ctx.loc()));
+}
+
 FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> heads = layer.requirePositive("num_attention_heads");
@@ -118,6 +138,11 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
     return emitError(layer.keyLoc("kv_tokens"))
            << "'kv_tokens' (the keys' packed token count) needs "
               "'input_format: thd'";
+  if (ctx.state.kvCacheRows && (*kvSeq || *kvTokens))
+    return emitError(layer.keyLoc(*kvSeq ? "kv_seq_length" : "kv_tokens"))
+           << "with a 'kv_cache', 'key' and 'value' are the step's new "
+              "tokens, packed like the queries: no '"
+           << (*kvSeq ? "kv_seq_length" : "kv_tokens") << "'";
   // thd with kv_seq_length or kv_tokens: the keys are packed on their own,
   // with the input cu_seqlens_kv.
   bool packedKeys = packed && (*kvSeq || *kvTokens);
@@ -143,13 +168,14 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
                                    : Value());
   Value cuSeqlens = ctx.state.cuSeqlens(ctx.loc());
   parts.addOptional(cuSeqlens);
-  parts.addOptional(
-      packedKeys
-          ? ctx.state.addInput("cu_seqlens_kv", cuSeqlens.getType(), ctx.loc())
-          : Value());
+  parts.addOptional(packedKeys || ctx.state.kvCacheRows
+                        ? ctx.state.cuSeqlensKv(ctx.loc())
+                        : Value());
+  addKvCache(ctx, parts, kvHeads, *headDim, /*cuSeqlensKvSlot=*/false);
   if (packed) {
     parts.set("max_seqlen_q", ctx.i64(seq));
-    parts.set("max_seqlen_kv", ctx.i64(kvSeqLength));
+    parts.set("max_seqlen_kv",
+              ctx.i64(ctx.state.kvCacheRows.value_or(kvSeqLength)));
   }
   parts.set("attn_mask_type", maskAttr(ctx, *maskType));
   parts.set("attention_dropout", ctx.f64(*dropout));
@@ -480,6 +506,10 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
     parts.addOptional((*cross)->queryMask(ctx));
     parts.addOptional(Value()); // no rotary embeddings
     parts.addOptional(Value()); // no packed sequences
+    if (ctx.state.kvCacheRows)
+      return emitError(ctx.loc()) << "a 'kv_cache' serves self-attention "
+                                     "only, not 'attention_type: cross'";
+    addKvCache(ctx, parts, 0, 0, /*cuSeqlensKvSlot=*/true);
   } else {
     attention->addProjections(ctx, parts, *hidden,
                               *inputLayernorm ? "layernorm_qkv" : "qkv", "proj",
@@ -489,6 +519,8 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
     if (failed(attention->addRotary(ctx, parts, *hidden)))
       return failure();
     AttentionOptions::addPackedSequences(ctx, parts);
+    addKvCache(ctx, parts, attention->groups.value_or(attention->heads),
+               attention->headDim(*hidden), /*cuSeqlensKvSlot=*/true);
   }
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
   norm->addAttributes(ctx, parts);
@@ -603,6 +635,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   if (failed(attention->addRotary(ctx, parts, *hidden)))
     return failure();
   AttentionOptions::addPackedSequences(ctx, parts);
+  addKvCache(ctx, parts, attention->groups.value_or(attention->heads),
+             attention->headDim(*hidden), /*cuSeqlensKvSlot=*/true);
   attention->addAttributes(ctx, parts, "self_attn_mask_type",
                            "attn_input_format");
   if (*cross)

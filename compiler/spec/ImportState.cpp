@@ -110,6 +110,12 @@ Value ImportState::cuSeqlens(Location loc) {
       RankedTensorType::get({batchSize + 1}, builder.getIntegerType(32)), loc);
 }
 
+Value ImportState::cuSeqlensKv(Location loc) {
+  return addInput(
+      "cu_seqlens_kv",
+      RankedTensorType::get({batchSize + 1}, builder.getIntegerType(32)), loc);
+}
+
 FailureOr<Operation *>
 ImportState::createLayerOp(StringRef opName, Location loc, LayerOpParts &parts,
                            TypeRange resultTypes, bool segmented) {

@@ -40,6 +40,9 @@ public:
   /// batchSize sequences of at most seqLength tokens, packed in `tokens`.
   int64_t seqLength = 0, batchSize = 0, tokens = 0;
   mlir::te::QkvFormat inputFormat = mlir::te::QkvFormat::sbhd;
+  /// `kv_cache: {max_sequence_length: S}` (inference with a KV cache): S,
+  /// the cache rows per sequence.
+  std::optional<int64_t> kvCacheRows;
   mlir::Type dtype;
 
   /// An activation argument; asking twice for one name returns the same
@@ -64,6 +67,9 @@ public:
   /// Packed sequences: the `cu_seqlens` input (i32 [b + 1], where each
   /// sequence starts), shared by every layer; null unless thd.
   mlir::Value cuSeqlens(mlir::Location loc);
+  /// KV cache: the `cu_seqlens_kv` input (each sequence's length after the
+  /// step, cumulated), added once.
+  mlir::Value cuSeqlensKv(mlir::Location loc);
 
   /// Creates a layer op; fails when the op does not verify.
   mlir::FailureOr<mlir::Operation *>

@@ -2,6 +2,7 @@
 //----===//
 #include "compiler/spec/LayerImport.h"
 #include "compiler/spec/LayerContext.h"
+#include "dialects/LayerChecks.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"
@@ -164,9 +165,14 @@ FailureOr<AttnMaskType> LayerContext::readMaskType(StringRef key,
   FailureOr<std::optional<std::string>> text = layer.getChoice(key, names);
   if (failed(text))
     return failure();
-  if (!*text)
-    return fallback;
-  return symbolizeAttnMaskType(**text).value();
+  AttnMaskType type = *text ? symbolizeAttnMaskType(**text).value() : fallback;
+  // A KV cache's new tokens are packed: the mask types become their padding
+  // forms (causal ones then align bottom-right in te-decompose).
+  if (state.kvCacheRows && type != AttnMaskType::arbitrary)
+    return kvCacheMaskType(type) == AttnMaskType::padding
+               ? AttnMaskType::padding
+               : AttnMaskType::padding_causal;
+  return type;
 }
 
 FailureOr<QkvFormat> LayerContext::readFormat(StringRef key) {

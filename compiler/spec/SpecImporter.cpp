@@ -67,6 +67,7 @@ readTopLevel(SpecMap &spec, ImportState &state,
       spec.getString("description");
   spec.allow({"name"});
   const SpecNode *recipeNode = spec.getNode("recipe");
+  const SpecNode *kvCacheNode = spec.getNode("kv_cache");
   const SpecNode *layers = spec.getNode("layers");
   if (failed(spec.finish()) || failed(dtype) || failed(seq) || failed(batch) ||
       failed(format) || failed(description) || failed(tokens))
@@ -74,6 +75,27 @@ readTopLevel(SpecMap &spec, ImportState &state,
   if (*tokens && format->value_or("sbhd") != "thd")
     return emitError(spec.keyLoc("tokens"))
            << "'tokens' (the packed token count) needs 'input_format: thd'";
+  if (kvCacheNode) {
+    // Inference with a KV cache (docs/kv-cache-plan.md): the step's new
+    // tokens are packed, so the layout is thd.
+    if (format->value_or("sbhd") != "thd")
+      return emitError(spec.keyLoc("kv_cache"))
+             << "'kv_cache' needs 'input_format: thd' (the step's new tokens, "
+                "packed by cu_seqlens)";
+    FailureOr<SpecMap> cache =
+        SpecMap::get(*kvCacheNode, spec.getLocations(), "kv_cache");
+    if (failed(cache))
+      return failure();
+    FailureOr<int64_t> rows = cache->requirePositive("max_sequence_length");
+    if (failed(cache->finish()) || failed(rows))
+      return failure();
+    if (*rows < *seq)
+      return emitError(cache->valueLoc("max_sequence_length"))
+             << "'max_sequence_length' (" << *rows
+             << ") must hold the 'seq_length' (" << *seq
+             << ") new tokens a sequence may bring in one step";
+    state.kvCacheRows = *rows;
+  }
   if (recipeNode) {
     FailureOr<FP8RecipeAttrInterface> parsed =
         readRecipe(*recipeNode, spec.getLocations());

@@ -19,6 +19,16 @@
 // from cu_seqlens[b] on: a packed buffer's tail) of o, or of dq, dk and dv,
 // are zeroed, grid-stride, 16 bytes a store where alignment allows.
 //
+// kv cache (append_to set): side 0 is the step's new tokens, side 1 the
+// cached ones (cu_seqlens_kv: cached + new per sequence, tokens[1] a bound
+// on its entries, max_seqlen[1] the cache's rows S). Each sequence's query
+// length is also clamped to its key length (n_i <= L_i), and every block
+// appends, grid-stride, new token j < n_i of sequence i (row cu_q[i] + j of
+// append_from, k then v) to row L_i - n_i + j of sequence i's cache. Every
+// block derives n_i and L_i from cu_seqlens itself: no block reads what
+// another writes, so cuDNN, launched after this kernel on the same stream,
+// sees the lengths and the appended rows alike.
+//
 // The host mirror of the struct is in runtime/AttentionLauncher.cpp; every
 // field is 8 bytes wide so that both compilers lay it out alike.
 #define TEJIT_PREP_RAGGED 7
@@ -38,6 +48,11 @@ struct TejitAttentionPrep {
   unsigned short *zeroed[TEJIT_PREP_ZEROED];
   long long zeroed_side[TEJIT_PREP_ZEROED], zeroed_width[TEJIT_PREP_ZEROED],
       zeroed_stride[TEJIT_PREP_ZEROED];
+  // kv cache: the new k and v tokens (`append_stride` elements from one
+  // token to the next) and the caches [b, max_seqlen[1], append_width].
+  const unsigned short *append_from[2];
+  unsigned short *append_to[2];
+  long long append_stride[2], append_width;
 };
 
 // cu_seqlens[side][i] clamped to [0, t].
@@ -45,6 +60,28 @@ __device__ long long tejitSequenceStart(const TejitAttentionPrep &p, int side,
                                         long long i) {
   long long start = p.cu_seqlens[side][i];
   return start < 0 ? 0 : (start > p.tokens[side] ? p.tokens[side] : start);
+}
+
+// The difference of sequence i's clamped cu_seqlens entries on `side`,
+// clamped to [0, max_seqlen].
+__device__ long long tejitClampedLength(const TejitAttentionPrep &p, int side,
+                                        long long i) {
+  long long length =
+      tejitSequenceStart(p, side, i + 1) - tejitSequenceStart(p, side, i);
+  length = length < 0 ? 0 : length;
+  return length > p.max_seqlen[side] ? p.max_seqlen[side] : length;
+}
+
+// Sequence i's length on `side`; with a kv cache, the new tokens (side 0)
+// are at most the sequence's tokens in all (side 1).
+__device__ long long tejitSequenceLength(const TejitAttentionPrep &p, int side,
+                                         long long i) {
+  long long length = tejitClampedLength(p, side, i);
+  if (side == 0 && p.append_to[0]) {
+    long long total = tejitClampedLength(p, 1, i);
+    length = length > total ? total : length;
+  }
+  return length;
 }
 
 __device__ void tejitMaskLengths(const TejitAttentionPrep &p) {
@@ -64,12 +101,8 @@ __device__ void tejitThdOffsets(const TejitAttentionPrep &p) {
       if (!p.cu_seqlens[side])
         continue;
       long long start = tejitSequenceStart(p, side, i);
-      if (i < p.batch && p.lengths[side]) {
-        long long length = tejitSequenceStart(p, side, i + 1) - start;
-        length = length < 0 ? 0 : length;
-        length = length > p.max_seqlen[side] ? p.max_seqlen[side] : length;
-        p.lengths[side][i] = int(length);
-      }
+      if (i < p.batch && p.lengths[side])
+        p.lengths[side][i] = int(tejitSequenceLength(p, side, i));
       for (int k = 0; k < TEJIT_PREP_RAGGED; ++k)
         if (p.offsets[k] && p.offset_side[k] == side)
           p.offsets[k][i] = int(start * p.offset_scale[k]);
@@ -104,6 +137,47 @@ __device__ void tejitZeroRows(const TejitAttentionPrep &p, int z) {
   }
 }
 
+// kv cache: copies new token j < n_i of each sequence i from append_from[c]
+// to its cache row L_i - n_i + j (c = 0: k, 1: v). One work item is one
+// store (16 bytes where alignment allows) of one (sequence, j) row pair;
+// rows past n_i are items with nothing to do.
+__device__ void tejitAppend(const TejitAttentionPrep &p) {
+  long long width = p.append_width, rowsPerSequence = p.max_seqlen[0];
+  long long cacheRows = p.max_seqlen[1];
+  bool vector = width % 8 == 0;
+  for (int c = 0; c < 2; ++c)
+    vector = vector && (unsigned long long)p.append_from[c] % 16 == 0 &&
+             (unsigned long long)p.append_to[c] % 16 == 0 &&
+             p.append_stride[c] % 8 == 0;
+  long long unit = vector ? 8 : 1, perRow = width / unit;
+  long long items = p.batch * rowsPerSequence * perRow;
+  long long step = (long long)gridDim.x * blockDim.x;
+  for (long long item = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+       item < items; item += step) {
+    long long i = item / (rowsPerSequence * perRow);
+    long long j = item / perRow % rowsPerSequence;
+    long long column = item % perRow * unit;
+    long long fresh = tejitSequenceLength(p, 0, i);
+    if (j >= fresh)
+      continue;
+    long long row = tejitSequenceLength(p, 1, i) - fresh + j;
+    // In [0, S) by the clamps (n_i <= L_i <= S); kept as the bound check.
+    if (row < 0 || row >= cacheRows)
+      continue;
+    long long token = tejitSequenceStart(p, 0, i) + j;
+    for (int c = 0; c < 2; ++c) {
+      const unsigned short *from =
+          p.append_from[c] + token * p.append_stride[c] + column;
+      unsigned short *to =
+          p.append_to[c] + (i * cacheRows + row) * width + column;
+      if (vector)
+        *reinterpret_cast<uint4 *>(to) = *reinterpret_cast<const uint4 *>(from);
+      else
+        *to = *from;
+    }
+  }
+}
+
 extern "C" __global__ void tejit_attention_prep(TejitAttentionPrep p) {
   if (blockIdx.x == 0) {
     tejitMaskLengths(p);
@@ -116,6 +190,8 @@ extern "C" __global__ void tejit_attention_prep(TejitAttentionPrep p) {
   for (int z = 0; z < TEJIT_PREP_ZEROED; ++z)
     if (p.zeroed[z])
       tejitZeroRows(p, z);
+  if (p.append_to[0])
+    tejitAppend(p);
 }
 
 // Moves a program's dropout state (seed, offset) on by `delta` after a

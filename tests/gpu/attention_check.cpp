@@ -29,6 +29,16 @@
 //     sequences; guard bytes after every buffer (and guard columns in the
 //     fused one) must stay untouched, also for bad cu_seqlens, which are
 //     clamped on the device;
+//   * kv cache (kv_cache_attention, `--filter kv_cache`), through the prep
+//     kernel as the launcher runs it: prefill (every token new, lengths 0 to
+//     the cache's 256 rows), decode (one new token over 1 to 256 cached),
+//     chunked (a few new over cached), padding and
+//     padding_causal_bottom_right, MHA/GQA/MQA, d 64 and 128, bf16 and f16,
+//     a fused QKV buffer, caches of 2048 rows; the caches must come back
+//     with exactly the new rows written (row L_i - n_i + j) and the others
+//     untouched, o matches the float64 reference over old rows plus new
+//     tokens, o's tail rows are 0, guard bytes stay untouched, also for bad
+//     cu_seqlens;
 //   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
 //     with a 512-key sliding window): the reference covers a few (batch,
 //     head) slices; forward and backward are timed with CUDA events.
@@ -46,6 +56,8 @@
 #include "runtime/Cudnn.h"
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
+
+#include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <atomic>
@@ -494,6 +506,22 @@ struct ThdCase {
   std::vector<int32_t> hostileCu;
 };
 
+/// kv cache (kv_cache_attention): b sequences with n_i new tokens packed
+/// (thd, then a tail of tokens) and L_i tokens in all, the caches [b, s_kv,
+/// kv_h, d]; new token j goes to cache row L_i - n_i + j and query j sees
+/// the first L_i rows (bottom-right causal: rows <= L_i - n_i + j).
+struct KvCacheCase {
+  std::string name;
+  AttentionProblem problem;          // kvCache, thd, tokens, s_q = max_seqlen_q
+  std::vector<int32_t> fresh, total; // n_i, L_i
+  /// q and the new k and v as column ranges of one fused buffer.
+  bool fused = false;
+  bool mustPass = true;
+  /// When set: cu_seqlens as uploaded instead (out of order, out of range);
+  /// the run must finish within its buffers, nothing is compared.
+  std::vector<int32_t> hostileCuQ, hostileCuKv;
+};
+
 class Checker {
 public:
   Checker(Gpu &gpu, uint64_t seed) : gpu(gpu), rng(seed) {}
@@ -688,6 +716,47 @@ public:
     reference(in, ref, c.groups);
     Outcome outcome = compareThd(c, run, ref);
     finish(asCase, outcome, {});
+  }
+
+  /// kv cache: the prep kernel (lengths, offsets, the append) and cuDNN, as
+  /// AttentionLauncher runs a kv_cache_attention step; the caches must come
+  /// back with exactly the new rows written, and o must match the float64
+  /// reference over the old cache rows plus the new tokens; see KvCacheCase.
+  void runKvCache(const KvCacheCase &c) {
+    const AttentionProblem &p = c.problem;
+    auto runner = AttentionRunner::get(p);
+    if (!runner) {
+      std::string message;
+      ErrorCode code = takeError(runner.takeError(), message);
+      // Every kv-cache problem needs cuDNN 9.7: older ones refuse it.
+      auto lib = Cudnn::get();
+      bool old = lib && lib->version < 90700;
+      llvm::consumeError(lib.takeError());
+      if (code == ErrorCode::Unsupported && (old || !c.mustPass)) {
+        std::printf("UNSUPPORTED %s: %s\n", c.name.c_str(), message.c_str());
+        ++tally.unsupported;
+      } else {
+        report(false, c.name, message);
+      }
+      return;
+    }
+    KvCacheRun run(c, p);
+    run.randomize(rng);
+    std::string failure;
+    if (!executeKvCache(c, **runner, run, failure)) {
+      report(false, c.name, "run failed: " + failure);
+      return;
+    }
+    if (!c.hostileCuQ.empty()) {
+      // Nothing to compare: the run finished and stayed in its buffers.
+      if (run.problems.empty())
+        report(true, c.name, "bad cu_seqlens stayed in bounds");
+      else
+        report(false, c.name, run.problems);
+      return;
+    }
+    Case asCase{c.name, p, c.mustPass, {}, false};
+    finish(asCase, compareKvCache(c, run), {});
   }
 
 private:
@@ -1245,6 +1314,232 @@ private:
     tailZero(run.dv, run.cuKv.back(), "dv");
     return outcome;
   }
+  //===--------------------------------------------------------------------===//
+  // kv cache
+  //===--------------------------------------------------------------------===//
+
+  /// One kv-cache run's host side: cu_seqlens, the new tokens, the caches
+  /// before the call and after it (expected and returned), and o.
+  struct KvCacheRun {
+    std::vector<int32_t> fresh, total, cuQ, cuKv;
+    HostTensor q, k, v, o;
+    HostTensor kCache, vCache;        // before the call
+    HostTensor kExpected, vExpected;  // the new rows appended
+    std::vector<uint16_t> kGot, vGot; // as returned
+    std::string problems; // guard bytes written, tails not zero, cache rows
+
+    KvCacheRun(const KvCacheCase &c, const AttentionProblem &p)
+        : fresh(c.fresh), total(c.total), cuQ(ThdRun::prefixSums(fresh)),
+          cuKv(ThdRun::prefixSums(total)), q(tokens(p, p.heads, p.tokensQ)),
+          k(tokens(p, p.kvHeads, p.tokensQ)),
+          v(tokens(p, p.kvHeads, p.tokensQ)), o(tokens(p, p.heads, p.tokensQ)),
+          kCache(cacheOf(p)), vCache(cacheOf(p)), kExpected(cacheOf(p)),
+          vExpected(cacheOf(p)) {}
+
+    /// A cache [b, s_kv, kv_heads, d].
+    static HostTensor cacheOf(const AttentionProblem &p) {
+      return HostTensor(paddedOf(p), p.kvHeads, p.seqKv);
+    }
+
+    /// Random new tokens and old cache rows; the expected caches are the
+    /// old ones with new token j of sequence i at row L_i - n_i + j.
+    void randomize(std::mt19937_64 &rng) {
+      for (HostTensor *t : {&q, &k, &v, &kCache, &vCache})
+        t->randomize(rng);
+      kExpected = kCache;
+      vExpected = vCache;
+      for (size_t i = 0; i < fresh.size(); ++i)
+        for (int64_t j = 0; j < fresh[i]; ++j) {
+          int64_t row = total[i] - fresh[i] + j;
+          for (int64_t h = 0; h < kCache.heads; ++h)
+            for (int64_t d = 0; d < kCache.dim; ++d) {
+              size_t to = kExpected.index(int64_t(i), h, row, d),
+                     from = k.index(0, h, cuQ[i] + j, d);
+              kExpected.bits[to] = k.bits[from];
+              kExpected.values[to] = k.values[from];
+              vExpected.bits[to] = v.bits[from];
+              vExpected.values[to] = v.values[from];
+            }
+        }
+    }
+  };
+
+  /// Uploads, runs the prep kernel and cuDNN (as AttentionLauncher does),
+  /// downloads o and both caches; checks every guard.
+  bool executeKvCache(const KvCacheCase &c, const AttentionRunner &runner,
+                      KvCacheRun &run, std::string &failure) {
+    const AttentionProblem &p = c.problem;
+    const CudaDriver &driver = *gpu.driver;
+    int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
+    std::vector<int32_t> cuQ = c.hostileCuQ.empty() ? run.cuQ : c.hostileCuQ;
+    std::vector<int32_t> cuKv =
+        c.hostileCuKv.empty() ? run.cuKv : c.hostileCuKv;
+    size_t cuBytes = cuQ.size() * 4, cacheBytes = run.kCache.bytes();
+    DeviceBuffer cuQBuffer = guarded(cuBytes, "cu_seqlens_q"),
+                 cuKvBuffer = guarded(cuBytes, "cu_seqlens_kv"),
+                 o = guarded(run.o.bytes(), "o"),
+                 kCache = guarded(cacheBytes, "k_cache"),
+                 vCache = guarded(cacheBytes, "v_cache");
+    gpu.upload(cuQBuffer, cuQ.data(), cuBytes);
+    gpu.upload(cuKvBuffer, cuKv.data(), cuBytes);
+    gpu.upload(kCache, run.kCache.bits.data(), cacheBytes);
+    gpu.upload(vCache, run.vCache.bits.data(), cacheBytes);
+    // o starts as NaN, so that rows neither cuDNN nor the prep kernel
+    // writes show.
+    fillBytes(o, run.o.bytes(), 0xff);
+
+    AttentionPointers pointers;
+    pointers.o = o.get();
+    pointers.k = kCache.get();
+    pointers.v = vCache.get();
+    ThdPrepBuffers buffers;
+    DeviceBuffer q, k, v, qkv;
+    // Fused: q and the new k and v are column ranges of one [t, (h + 2
+    // kv_h) d + 8] buffer, the last 8 columns a guard.
+    int64_t stride = qWidth + 2 * kvWidth + guardColumns;
+    std::vector<uint16_t> packed;
+    if (c.fused) {
+      packed.assign(size_t(p.tokensQ * stride), 0x3c3c);
+      for (int64_t t = 0; t < p.tokensQ; ++t) {
+        uint16_t *row = packed.data() + t * stride;
+        std::copy_n(run.q.bits.begin() + t * qWidth, qWidth, row);
+        std::copy_n(run.k.bits.begin() + t * kvWidth, kvWidth, row + qWidth);
+        std::copy_n(run.v.bits.begin() + t * kvWidth, kvWidth,
+                    row + qWidth + kvWidth);
+      }
+      qkv = guarded(packed.size() * 2, "fused qkv");
+      gpu.upload(qkv, packed.data(), packed.size() * 2);
+      pointers.q = qkv.get();
+      buffers.newK = qkv.get() + qWidth * 2;
+      buffers.newV = qkv.get() + (qWidth + kvWidth) * 2;
+    } else {
+      q = guarded(run.q.bytes(), "q");
+      k = guarded(run.k.bytes(), "k");
+      v = guarded(run.v.bytes(), "v");
+      gpu.upload(q, run.q.bits.data(), run.q.bytes());
+      gpu.upload(k, run.k.bits.data(), run.k.bytes());
+      gpu.upload(v, run.v.bits.data(), run.v.bytes());
+      pointers.q = q.get();
+      buffers.newK = k.get();
+      buffers.newV = v.get();
+    }
+
+    size_t prepBytes = thdPrepBytes(p);
+    DeviceBuffer scratch = guarded(prepBytes, "prep scratch");
+    DeviceBuffer workspace = gpu.allocate(runner.workspaceBytes(), "workspace");
+    buffers.cuSeqlensQ = cuQBuffer.get();
+    buffers.cuSeqlensKv = cuKvBuffer.get();
+    buffers.scratch = scratch.get();
+    llvm::Error error =
+        enqueueThdPrep(p, prepKernel(), buffers, pointers, nullptr, driver);
+    if (!error)
+      error = runner.run(pointers, workspace.get(), nullptr);
+    if (error) {
+      failure = llvm::toString(std::move(error));
+      return false;
+    }
+    if (CUresult result = driver.cuStreamSynchronize(nullptr)) {
+      failure = llvm::toString(
+          driver.error(result, "cuStreamSynchronize after attention"));
+      return false;
+    }
+
+    gpu.download(run.o.bits.data(), o, run.o.bytes());
+    run.o.decodeAll();
+    run.kGot.resize(run.kCache.bits.size());
+    run.vGot.resize(run.vCache.bits.size());
+    gpu.download(run.kGot.data(), kCache, cacheBytes);
+    gpu.download(run.vGot.data(), vCache, cacheBytes);
+    if (c.fused) {
+      std::vector<uint16_t> after(packed.size());
+      gpu.download(after.data(), qkv, after.size() * 2);
+      if (after != packed)
+        run.problems += " wrote into the fused qkv;";
+      checkGuard(qkv, packed.size() * 2, "the fused qkv", run.problems);
+    } else {
+      checkGuard(q, run.q.bytes(), "q", run.problems);
+      checkGuard(k, run.k.bytes(), "k", run.problems);
+      checkGuard(v, run.v.bytes(), "v", run.problems);
+    }
+    checkGuard(o, run.o.bytes(), "o", run.problems);
+    checkGuard(kCache, cacheBytes, "k_cache", run.problems);
+    checkGuard(vCache, cacheBytes, "v_cache", run.problems);
+    checkGuard(scratch, prepBytes, "the prep scratch", run.problems);
+    checkGuard(cuQBuffer, cuBytes, "cu_seqlens_q", run.problems);
+    checkGuard(cuKvBuffer, cuBytes, "cu_seqlens_kv", run.problems);
+    return true;
+  }
+
+  /// The caches bit for bit (new rows where the contract puts them, every
+  /// other row as it was); o of every new token against the float64
+  /// reference over the expected cache (the sequence's first L_i rows,
+  /// bottom-right causal or not); o's tail rows exactly 0.
+  Outcome compareKvCache(const KvCacheCase &c, const KvCacheRun &run) {
+    const AttentionProblem &p = c.problem;
+    int64_t H = p.heads, G = p.kvHeads, D = p.headDim, perGroup = H / G;
+    Outcome outcome;
+    outcome.problems = run.problems;
+    for (auto [got, want, name] :
+         {std::tuple{&run.kGot, &run.kExpected, "k_cache"},
+          std::tuple{&run.vGot, &run.vExpected, "v_cache"}}) {
+      size_t wrong = 0, first = 0;
+      for (size_t i = 0; i < got->size(); ++i)
+        if ((*got)[i] != want->bits[i] && wrong++ == 0)
+          first = i;
+      if (wrong) {
+        int64_t row = int64_t(first) / (G * D);
+        outcome.problems += llvm::formatv(
+            " {0}: {1} elements differ from the expected append, the "
+            "first in sequence {2} row {3};",
+            name, wrong, row / p.seqKv, row % p.seqKv);
+      }
+    }
+
+    // The reference, one (sequence, head) per task.
+    size_t batch = run.fresh.size();
+    std::vector<double> want(run.o.values.size(), 0.0);
+    parallelFor(batch * size_t(H), [&](size_t task) {
+      int64_t i = int64_t(task) / H, h = int64_t(task) % H, g = h / perGroup;
+      int64_t n = run.fresh[i], L = run.total[i];
+      std::vector<double> score(size_t(std::max<int64_t>(L, 1)));
+      for (int64_t j = 0; j < n; ++j) {
+        int64_t keys = p.bottomRight() ? L - n + j + 1 : L;
+        double max = -INFINITY;
+        for (int64_t r = 0; r < keys; ++r) {
+          double dot = 0;
+          for (int64_t d = 0; d < D; ++d)
+            dot += run.q.at(0, h, run.cuQ[i] + j, d) *
+                   run.kExpected.at(i, g, r, d);
+          score[r] = dot * p.softmaxScale;
+          max = std::max(max, score[r]);
+        }
+        double sum = 0;
+        for (int64_t r = 0; r < keys; ++r)
+          sum += (score[r] = std::exp(score[r] - max));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t r = 0; r < keys; ++r)
+            acc += score[r] * run.vExpected.at(i, g, r, d);
+          want[run.o.index(0, h, run.cuQ[i] + j, d)] = acc / sum;
+        }
+      }
+    });
+    Error2 o;
+    for (size_t i = 0; i < batch; ++i)
+      for (int64_t j = 0; j < run.fresh[i]; ++j)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < D; ++d) {
+            size_t at = run.o.index(0, h, run.cuQ[i] + j, d);
+            o.add(run.o.values[at], want[at]);
+          }
+    outcome.errors = {{"o", o}};
+    for (size_t i = size_t(run.cuQ.back() * H * D); i < run.o.bits.size(); ++i)
+      if (run.o.bits[i] != 0) {
+        outcome.problems += " the tail rows of o are not 0;";
+        break;
+      }
+    return outcome;
+  }
 };
 
 //===----------------------------------------------------------------------===//
@@ -1523,6 +1818,109 @@ std::vector<ThdCase> thdCases() {
   return cases;
 }
 
+/// A kv-cache problem: caches of `cacheRows`, max_seqlen_q the most new
+/// tokens of a sequence (at least 1), `tail` tokens after the sequences.
+KvCacheCase kvCacheCase(const std::string &name, ElementType element,
+                        int64_t dim, int64_t kvHeads, AttentionMask mask,
+                        std::vector<int32_t> fresh, std::vector<int32_t> total,
+                        int64_t cacheRows, int64_t tail) {
+  int64_t most =
+      std::max<int64_t>(1, *std::max_element(fresh.begin(), fresh.end()));
+  AttentionProblem p = smallProblem(kvHeads, most, cacheRows, dim, element,
+                                    AttentionLayout::Thd, mask);
+  p.kvCache = true;
+  p.batch = int64_t(fresh.size());
+  p.tokensQ = p.tokensKv =
+      std::accumulate(fresh.begin(), fresh.end(), int64_t(0)) + tail;
+  KvCacheCase c;
+  c.name = name;
+  c.problem = p;
+  c.fresh = std::move(fresh);
+  c.total = std::move(total);
+  return c;
+}
+
+std::vector<KvCacheCase> kvCacheCases() {
+  std::vector<KvCacheCase> cases;
+  struct Grouping {
+    const char *name;
+    int64_t kvHeads;
+  };
+  const Grouping groupings[] = {{"mha", 8}, {"gqa", 2}, {"mqa", 1}};
+  // Caches of 256 rows. Prefill: every token new (n_i = L_i), one empty
+  // sequence, one filling the cache. Decode: one new token each, caches
+  // holding 1 to 256 tokens. Chunked: a few new tokens on top of cached
+  // ones, one sequence all new, one with nothing new.
+  struct Kind {
+    const char *name;
+    std::vector<int32_t> fresh, total;
+    int64_t tail;
+  };
+  const Kind kinds[] = {
+      {"prefill", {37, 256, 0, 1, 100}, {37, 256, 0, 1, 100}, 13},
+      {"decode", {1, 1, 1, 1, 1, 1}, {1, 17, 256, 128, 200, 64}, 2},
+      {"chunked", {16, 1, 40, 0, 7}, {100, 256, 40, 30, 250}, 5},
+  };
+  const AttentionMask masks[] = {AttentionMask::Padding,
+                                 AttentionMask::PaddingCausalBottomRight};
+  for (const Kind &kind : kinds)
+    for (ElementType element : {ElementType::BF16, ElementType::F16})
+      for (int64_t dim : {64, 128})
+        for (AttentionMask mask : masks)
+          for (const Grouping &grouping : groupings)
+            cases.push_back(kvCacheCase(
+                std::string("kv_cache ") + kind.name + " " +
+                    elementTypeName(element).str() + " d" +
+                    std::to_string(dim) + " " + attentionMaskName(mask).str() +
+                    " " + grouping.name,
+                element, dim, grouping.kvHeads, mask, kind.fresh, kind.total,
+                256, kind.tail));
+  // q and the new k and v read in place from a fused QKV projection's rows.
+  for (const Kind &kind : kinds)
+    for (AttentionMask mask : masks) {
+      KvCacheCase c = kvCacheCase(std::string("kv_cache ") + kind.name +
+                                      " packed qkv bf16 d64 " +
+                                      attentionMaskName(mask).str() + " gqa",
+                                  ElementType::BF16, 64, 2, mask, kind.fresh,
+                                  kind.total, 256, kind.tail);
+      int64_t width = (c.problem.heads + 2 * 2) * 64 + 8;
+      c.problem.tokenStrides = {width, width, width, 0, 0, 0};
+      c.fused = true;
+      cases.push_back(c);
+    }
+  // Long caches: decoding 8 sequences against up to 2048 cached tokens, and
+  // a chunk of 64 new tokens on top of 1984.
+  cases.push_back(kvCacheCase(
+      "kv_cache decode long bf16 d128 padding_causal_bottom_right gqa S2048",
+      ElementType::BF16, 128, 2, AttentionMask::PaddingCausalBottomRight,
+      {1, 1, 1, 1, 1, 1, 1, 1}, {2048, 1, 1000, 1500, 77, 2047, 512, 1024},
+      2048, 8));
+  cases.push_back(kvCacheCase(
+      "kv_cache chunked long bf16 d128 padding_causal_bottom_right mha S2048",
+      ElementType::BF16, 128, 8, AttentionMask::PaddingCausalBottomRight,
+      {64, 64}, {2048, 64}, 2048, 0));
+  // Bad cu_seqlens (past the tokens, decreasing, negative, more tokens than
+  // the cache holds or than max_seqlen_q): clamped on the device, so
+  // nothing is read or written outside the buffers.
+  for (auto [cuQ, cuKv] :
+       {std::pair{std::vector<int32_t>{0, 500, 100, 100000},
+                  std::vector<int32_t>{-50, 10, 4000, 20}},
+        std::pair{std::vector<int32_t>{-7, 3, 2, 40},
+                  std::vector<int32_t>{0, 300, 100, 2000000000}}}) {
+    KvCacheCase c = kvCacheCase(
+        "kv_cache hostile cu_seqlens [" + std::to_string(cuQ[0]) + ", " +
+            std::to_string(cuQ[1]) + ", ...] [" + std::to_string(cuKv[0]) +
+            ", " + std::to_string(cuKv[1]) +
+            ", ...] bf16 d64 padding_causal_bottom_right mha",
+        ElementType::BF16, 64, 8, AttentionMask::PaddingCausalBottomRight,
+        {16, 16, 16}, {100, 256, 16}, 256, 0);
+    c.hostileCuQ = cuQ;
+    c.hostileCuKv = cuKv;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -1580,6 +1978,9 @@ int main(int argc, char **argv) {
   for (const ThdCase &c : thdCases())
     if (selected(c.name))
       checker.runThd(c);
+  for (const KvCacheCase &c : kvCacheCases())
+    if (selected(c.name))
+      checker.runKvCache(c);
   for (ElementType element : {ElementType::BF16, ElementType::F16})
     for (double dropout : {0.1, 0.5}) {
       char name[64];

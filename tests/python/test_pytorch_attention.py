@@ -247,7 +247,6 @@ class ArgumentTest(unittest.TestCase):
              "core_attention_bias_type"),
             (dict(alibi_slopes=torch.zeros(4)), "alibi_slopes"),
             (dict(cu_seqlens_q=torch.zeros(3)), "cu_seqlens_q"),
-            (dict(inference_params=object()), "inference_params"),
             (dict(encoder_output=x), "encoder_output"),
             (dict(attn_mask_type="arbitrary", window_size=(4, 4)),
              "window_size"),
@@ -262,6 +261,11 @@ class ArgumentTest(unittest.TestCase):
             self.assertRefused(NotImplementedError,
                                lambda: mha(x, max_seqlen_q=16),
                                "max_seqlen_q")
+            # A KV cache (tests/python/test_pytorch_kv_cache.py): TE's
+            # InferenceParams only, and in inference only.
+            self.assertRefused(TypeError,
+                               lambda: mha(x, inference_params=object()),
+                               "inference_params", "InferenceParams")
             self.assertRefused(ValueError,
                                lambda: mha(x, attn_mask_type="padding"),
                                "attention_mask")

@@ -54,6 +54,22 @@ AttentionProblem thdProblem() {
   return problem;
 }
 
+/// A kv-cache step: 4 sequences, 64 new tokens packed (thd), caches of 2048
+/// rows, GQA, the new k and v read from a fused QKV projection's rows.
+AttentionProblem kvCacheProblem() {
+  AttentionProblem problem = thdProblem();
+  problem.kvCache = true;
+  problem.backward = false;
+  problem.dropout = 0;
+  problem.batch = 4;
+  problem.seqQ = 16;
+  problem.seqKv = 2048;
+  problem.tokensQ = problem.tokensKv = 64;
+  problem.mask = AttentionMask::PaddingCausalBottomRight;
+  problem.tokenStrides = {768, 768, 768, 0, 0, 0};
+  return problem;
+}
+
 /// The message and code of `error` (which must be one).
 std::pair<ErrorCode, std::string> takeFailure(llvm::Error error) {
   EXPECT_TRUE(bool(error));
@@ -558,6 +574,153 @@ TEST(AttentionThdTest, PrepScratchHoldsLengthsAndOffsets) {
 }
 
 //===----------------------------------------------------------------------===//
+// kv cache
+//===----------------------------------------------------------------------===//
+
+TEST(AttentionKvCacheTest, KeyNamesTheCacheAndTheMask) {
+  AttentionProblem problem = kvCacheProblem();
+  EXPECT_FALSE(bool(problem.validate()));
+  EXPECT_EQ(problem.key(),
+            "attention bf16 thd kv_cache b=4 h=8 kv_heads=2 s_q=16 s_kv=2048 "
+            "d=64 mask=padding_causal_bottom_right scale=0.125 dropout=0 "
+            "q_stride=768 k_stride=768 v_stride=768");
+  EXPECT_EQ(attentionMaskName(AttentionMask::PaddingCausalBottomRight),
+            "padding_causal_bottom_right");
+  EXPECT_TRUE(problem.padding());
+  EXPECT_TRUE(problem.causal());
+  EXPECT_TRUE(problem.bottomRight());
+  // The same packed queries over thd keys: another graph.
+  AttentionProblem thd = problem;
+  thd.kvCache = false;
+  thd.mask = AttentionMask::PaddingCausal;
+  EXPECT_NE(thd.key(), problem.key());
+  AttentionProblem padding = problem;
+  padding.mask = AttentionMask::Padding;
+  EXPECT_FALSE(bool(padding.validate()));
+  EXPECT_NE(padding.key(), problem.key());
+  // The number of new tokens bounds the sequences, not the graph.
+  AttentionProblem more = problem;
+  more.tokensQ = more.tokensKv = 4096;
+  EXPECT_EQ(more.key(), problem.key());
+  // Decoding: one new token per sequence.
+  AttentionProblem decode = problem;
+  decode.seqQ = 1;
+  EXPECT_FALSE(bool(decode.validate()));
+  EXPECT_NE(decode.key(), problem.key());
+}
+
+TEST(AttentionKvCacheTest, RejectsWithClearMessages) {
+  struct Case {
+    const char *name;
+    void (*change)(AttentionProblem &);
+    const char *expected;
+  };
+  const Case cases[] = {
+      {"backward", [](AttentionProblem &p) { p.backward = true; },
+       "a kv cache is for inference: there is no backward"},
+      {"dropout", [](AttentionProblem &p) { p.dropout = 0.1; },
+       "dropout must be 0"},
+      {"window", [](AttentionProblem &p) { p.windowLeft = 31; },
+       "a kv cache takes no sliding window"},
+      {"top-left causal",
+       [](AttentionProblem &p) { p.mask = AttentionMask::PaddingCausal; },
+       "takes the mask type padding or padding_causal_bottom_right, not "
+       "padding_causal"},
+      {"no mask", [](AttentionProblem &p) { p.mask = AttentionMask::None; },
+       "not none"},
+      {"bshd queries",
+       [](AttentionProblem &p) { p.layout = AttentionLayout::Bshd; },
+       "a kv cache takes thd queries"},
+      {"more new tokens than rows",
+       [](AttentionProblem &p) {
+         p.seqQ = 4096;
+         p.seqKv = 2048;
+       },
+       "max_seqlen_q (4096) exceeds the cache's 2048 rows"},
+      {"gradient strides",
+       [](AttentionProblem &p) { p.tokenStrides.gradQ = 768; },
+       "a kv cache has no gradients to give strides"},
+      {"no tokens", [](AttentionProblem &p) { p.tokensQ = p.tokensKv = 0; },
+       "token counts of q and k/v (t, t_kv) to be positive"},
+      {"head dim 100", [](AttentionProblem &p) { p.headDim = 100; },
+       "head dim 100 is not supported"},
+      // Bottom-right alignment outside the kv cache.
+      {"bottom right without a cache",
+       [](AttentionProblem &p) { p.kvCache = false; },
+       "padding_causal_bottom_right is supported with a kv cache only"},
+  };
+  for (const Case &c : cases) {
+    AttentionProblem problem = kvCacheProblem();
+    c.change(problem);
+    auto [code, message] = takeFailure(problem.validate());
+    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find(problem.key()), std::string::npos)
+        << c.name << ": " << message;
+  }
+}
+
+TEST(AttentionKvCacheTest, NeedsCudnn97) {
+  AttentionProblem problem = kvCacheProblem();
+  auto [code, message] = takeFailure(problem.validateFor(90600, 90));
+  EXPECT_EQ(code, ErrorCode::Unsupported);
+  EXPECT_NE(message.find("a kv cache (thd queries over bshd k/v caches) needs "
+                         "cuDNN 9.7.0 or newer (this is 9.6.0)"),
+            std::string::npos)
+      << message;
+  EXPECT_FALSE(bool(problem.validateFor(90700, 90)));
+  // Ragged queries: Hopper or newer before 9.18.1, as thd.
+  auto [adaCode, ada] = takeFailure(problem.validateFor(91000, 89));
+  EXPECT_NE(ada.find("needs a Hopper or newer GPU before cuDNN 9.18.1"),
+            std::string::npos)
+      << ada;
+  EXPECT_FALSE(bool(problem.validateFor(91801, 89)));
+}
+
+/// The kv-cache graph builds and finalizes on the host: ragged q and o,
+/// plain K and V (the caches), the lengths, no stats pointer (the
+/// statistics stay in the workspace).
+TEST(AttentionKvCacheTest, EveryVariantFinalizesWithoutAGpu) {
+  auto lib = Cudnn::get();
+  if (!lib) {
+    std::string message = llvm::toString(lib.takeError());
+    GTEST_SKIP() << "no cuDNN: " << message;
+  }
+  using attention::Slot;
+  int built = 0;
+  for (AttentionMask mask :
+       {AttentionMask::Padding, AttentionMask::PaddingCausalBottomRight})
+    for (int64_t kvHeads : {8, 2, 1})
+      for (int64_t seqQ : {1, 16})
+        for (ElementType element : {ElementType::BF16, ElementType::F16}) {
+          AttentionProblem problem = kvCacheProblem();
+          problem.mask = mask;
+          problem.kvHeads = kvHeads;
+          problem.seqQ = seqQ;
+          problem.element = element;
+          int64_t width = (8 + 2 * kvHeads) * 64;
+          problem.tokenStrides = {width, width, width, 0, 0, 0};
+          ASSERT_FALSE(bool(problem.validate())) << problem.key();
+          auto graph = attention::buildGraph(*lib, nullptr, problem);
+          ASSERT_TRUE(bool(graph)) << llvm::toString(graph.takeError());
+          ++built;
+          std::multiset<Slot> slots;
+          for (const attention::Binding &binding : graph->bindings)
+            slots.insert(binding.slot);
+          for (Slot slot : {Slot::Q, Slot::K, Slot::V, Slot::O, Slot::RaggedQ,
+                            Slot::RaggedO, Slot::SeqLenQ, Slot::SeqLenKv})
+            EXPECT_EQ(slots.count(slot), 1u) << problem.key();
+          for (Slot slot : {Slot::RaggedK, Slot::RaggedV, Slot::Stats,
+                            Slot::GradQ, Slot::Seed})
+            EXPECT_EQ(slots.count(slot), 0u) << problem.key();
+          // The statistics: [b, h, s_q] floats.
+          EXPECT_GE(graph->workspaceBytes, size_t(4 * 8 * seqQ * 4));
+        }
+  EXPECT_EQ(built, 2 * 3 * 2 * 2);
+}
+
+//===----------------------------------------------------------------------===//
 // Plan steps
 //===----------------------------------------------------------------------===//
 
@@ -736,6 +899,147 @@ TEST(AttentionLauncherTest, RefusesMalformedThdSteps) {
     ThdSteps steps;
     c.change(steps.forward);
     auto launcher = AttentionLauncher::parse(steps.forward, steps.function);
+    ASSERT_FALSE(bool(launcher)) << c.name;
+    auto [code, message] = takeFailure(launcher.takeError());
+    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find("function 'layer', attention step"),
+              std::string::npos)
+        << c.name << ": " << message;
+  }
+}
+
+/// A kv_cache_attention step over values 0-8: q [64, 8, 64], k and v [64,
+/// 2, 64], caches [4, 2048, 2, 64], cu_seqlens_q and _kv i32 [5], o; and
+/// values to get wrong (9-13).
+struct KvCacheStep {
+  FunctionPlan function = functionWith({
+      tensorOf({64, 8, 64}, ElementType::BF16),      // 0 q
+      tensorOf({64, 2, 64}, ElementType::BF16),      // 1 k
+      tensorOf({64, 2, 64}, ElementType::BF16),      // 2 v
+      tensorOf({4, 2048, 2, 64}, ElementType::BF16), // 3 k_cache
+      tensorOf({4, 2048, 2, 64}, ElementType::BF16), // 4 v_cache
+      tensorOf({5}, ElementType::I32),               // 5 cu_seqlens_q
+      tensorOf({5}, ElementType::I32),               // 6 cu_seqlens_kv
+      tensorOf({64, 8, 64}, ElementType::BF16),      // 7 o
+      tensorOf({4, 2048, 2, 64}, ElementType::F16),  // 8 an f16 cache
+      tensorOf({3, 2048, 2, 64}, ElementType::BF16), // 9 a cache of 3
+      tensorOf({4}, ElementType::I32),               // 10 cu_seqlens of 3
+      tensorOf({64, 2, 64}, ElementType::BF16),      // 11 (unused)
+      tensorOf({64, 8, 64, 1}, ElementType::BF16),   // 12 a 4-D q
+      tensorOf({4, 2048, 4, 64}, ElementType::BF16), // 13 4 kv heads
+  });
+  AttentionStep step;
+
+  KvCacheStep() {
+    step.kvCache = true;
+    step.operands = {0, 1, 2, 3, 4, 5, 6};
+    step.results = {7};
+    step.attributes = {
+        {"attn_mask_type", "#te.attn_mask_type<padding_causal_bottom_right>"},
+        {"softmax_scale", "1.250000e-01 : f64"},
+        {"max_seqlen_q", "1 : i64"}};
+  }
+};
+
+TEST(AttentionLauncherTest, ReadsAKvCacheStep) {
+  KvCacheStep kv;
+  kv.step.tokenStrides = {{"q", 768}, {"k", 768}, {"v", 768}};
+  auto launcher = AttentionLauncher::parse(kv.step, kv.function);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  const AttentionProblem &p = launcher->problem();
+  EXPECT_TRUE(p.kvCache);
+  EXPECT_FALSE(p.backward);
+  EXPECT_EQ(p.layout, AttentionLayout::Thd);
+  EXPECT_EQ(p.mask, AttentionMask::PaddingCausalBottomRight);
+  EXPECT_EQ(p.batch, 4);
+  EXPECT_EQ(p.heads, 8);
+  EXPECT_EQ(p.kvHeads, 2);
+  EXPECT_EQ(p.headDim, 64);
+  EXPECT_EQ(p.seqQ, 1);
+  EXPECT_EQ(p.seqKv, 2048);
+  EXPECT_EQ(p.tokensQ, 64);
+  EXPECT_EQ(p.tokensKv, 64);
+  EXPECT_EQ(p.softmaxScale, 0.125);
+  EXPECT_EQ(p.tokenStrides.k, 768);
+  EXPECT_EQ(p.key(), "attention bf16 thd kv_cache b=4 h=8 kv_heads=2 s_q=1 "
+                     "s_kv=2048 d=64 mask=padding_causal_bottom_right "
+                     "scale=0.125 dropout=0 q_stride=768 k_stride=768 "
+                     "v_stride=768");
+  EXPECT_EQ(launcher->cuSeqlensQValue(), std::optional<int64_t>(5));
+  EXPECT_EQ(launcher->cuSeqlensKvValue(), std::optional<int64_t>(6));
+  EXPECT_EQ(launcher->kCacheValue(), std::optional<int64_t>(3));
+  EXPECT_EQ(launcher->vCacheValue(), std::optional<int64_t>(4));
+
+  kv.step.attributes["attn_mask_type"] = "#te.attn_mask_type<padding>";
+  auto padding = AttentionLauncher::parse(kv.step, kv.function);
+  ASSERT_TRUE(bool(padding)) << llvm::toString(padding.takeError());
+  EXPECT_EQ(padding->problem().mask, AttentionMask::Padding);
+  // thd steps have no caches.
+  ThdSteps steps;
+  auto thd = AttentionLauncher::parse(steps.forward, steps.function);
+  ASSERT_TRUE(bool(thd)) << llvm::toString(thd.takeError());
+  EXPECT_EQ(thd->kCacheValue(), std::nullopt);
+  EXPECT_FALSE(thd->problem().kvCache);
+}
+
+TEST(AttentionLauncherTest, RefusesMalformedKvCacheSteps) {
+  struct Case {
+    const char *name;
+    void (*change)(AttentionStep &);
+    const char *expected;
+  };
+  const Case cases[] = {
+      {"top-left causal",
+       [](AttentionStep &s) {
+         s.attributes["attn_mask_type"] = "#te.attn_mask_type<padding_causal>";
+       },
+       "kv_cache_attention takes attn_mask_type padding or "
+       "padding_causal_bottom_right, not 'padding_causal'"},
+      {"no max_seqlen_q",
+       [](AttentionStep &s) { s.attributes.erase("max_seqlen_q"); },
+       "has no 'max_seqlen_q' attribute"},
+      {"max_seqlen_q 0",
+       [](AttentionStep &s) { s.attributes["max_seqlen_q"] = "0 : i64"; },
+       "max_seqlen_q (0) must be positive"},
+      {"more new tokens than cache rows",
+       [](AttentionStep &s) { s.attributes["max_seqlen_q"] = "4096 : i64"; },
+       "max_seqlen_q (4096) exceeds the cache's 2048 rows"},
+      {"a 4-D q", [](AttentionStep &s) { s.operands[0] = 12; },
+       "kv_cache_attention: q (value 12) is [64, 8, 64, 1] of bf16; expected "
+       "[t, heads, head dim] of bf16"},
+      {"an f16 cache", [](AttentionStep &s) { s.operands[4] = 8; },
+       "v_cache (value 8) is [4, 2048, 2, 64] of f16; expected [b, "
+       "max_sequence_length, kv_heads, head dim] = [4, 2048, 2, 64] of bf16"},
+      {"a cache of another batch", [](AttentionStep &s) { s.operands[3] = 9; },
+       "k_cache (value 9) is [3, 2048, 2, 64] of bf16; expected [b, "
+       "max_sequence_length, kv_heads, head dim] = [4, 2048, 2, 64]"},
+      {"a cache of other heads", [](AttentionStep &s) { s.operands[3] = 13; },
+       "k_cache (value 13) is [4, 2048, 4, 64] of bf16"},
+      {"cu_seqlens_kv of another batch",
+       [](AttentionStep &s) { s.operands[6] = 10; },
+       "cu_seqlens_kv (value 10) is [4] of i32; expected [b + 1] = [5] of i32"},
+      {"cu_seqlens_q of bf16", [](AttentionStep &s) { s.operands[5] = 0; },
+       "cu_seqlens_q (value 0) is [64, 8, 64] of bf16; expected [b + 1] with "
+       "b >= 1 of i32"},
+      {"o of k's shape", [](AttentionStep &s) { s.results[0] = 11; },
+       "o (the result) (value 11) is [64, 2, 64] of bf16; expected q's [t, "
+       "heads, head dim] = [64, 8, 64] of bf16"},
+      {"a gradient stride",
+       [](AttentionStep &s) { s.tokenStrides["grad_q"] = 768; },
+       "kv_cache_attention has no grad_q to give a token stride"},
+      {"no cu_seqlens_kv", [](AttentionStep &s) { s.operands.pop_back(); },
+       "kv_cache_attention takes 7 operands (q, k, v, k_cache, v_cache, "
+       "cu_seqlens_q, cu_seqlens_kv) and 1 result (o), got 6 and 1"},
+      {"an unaligned k stride",
+       [](AttentionStep &s) { s.tokenStrides["k"] = 130; },
+       "the token stride of k (130 elements)"},
+  };
+  for (const Case &c : cases) {
+    KvCacheStep kv;
+    c.change(kv.step);
+    auto launcher = AttentionLauncher::parse(kv.step, kv.function);
     ASSERT_FALSE(bool(launcher)) << c.name;
     auto [code, message] = takeFailure(launcher.takeError());
     EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;

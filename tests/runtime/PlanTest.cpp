@@ -485,6 +485,117 @@ TEST(PlanTest, InferencePlanHasNoBackward) {
   EXPECT_EQ(plan->backwardOf(*plan->forward()), nullptr);
 }
 
+// An inference step of autoregressive decoding: q, k and v are column
+// ranges of a fused QKV buffer (4 tokens of 8 + 2 + 2 heads of 64), the
+// caches [2, 16, 2, 64] arguments the step writes in place; result 1 views
+// the key cache (as a saved slot of state would).
+constexpr const char *kKvCachePlan = R"json({
+  "format": "tejit-plan", "version": 4, "arch": "sm_90a", "build_id": "kv",
+  "functions": [
+    {
+      "name": "decode", "arena_bytes": 0,
+      "arguments": [
+        {"value": 0, "te.name": "qkv"},
+        {"value": 1, "te.name": "attn.key_cache"},
+        {"value": 2, "te.name": "attn.value_cache"},
+        {"value": 3, "te.name": "cu_seqlens"},
+        {"value": 4, "te.name": "cu_seqlens_kv"}
+      ],
+      "results": [
+        {"value": 8, "te.name": "output"},
+        {"value": 9, "te.name": "cache_row"}
+      ],
+      "values": [
+        {"id": 0, "type": "tensor<4x12x64xbf16>", "bytes": 6144,
+         "storage": {"arg": 0}},
+        {"id": 1, "type": "tensor<2x16x2x64xbf16>", "bytes": 8192,
+         "storage": {"arg": 1}},
+        {"id": 2, "type": "tensor<2x16x2x64xbf16>", "bytes": 8192,
+         "storage": {"arg": 2}},
+        {"id": 3, "type": "tensor<3xi32>", "bytes": 12, "storage": {"arg": 3}},
+        {"id": 4, "type": "tensor<3xi32>", "bytes": 12, "storage": {"arg": 4}},
+        {"id": 5, "type": "tensor<4x8x64xbf16>", "bytes": 4096,
+         "storage": {"view_of": 0, "byte_offset": 0}},
+        {"id": 6, "type": "tensor<4x2x64xbf16>", "bytes": 1024,
+         "storage": {"view_of": 0, "byte_offset": 1024}},
+        {"id": 7, "type": "tensor<4x2x64xbf16>", "bytes": 1024,
+         "storage": {"view_of": 0, "byte_offset": 1280}},
+        {"id": 8, "type": "tensor<4x8x64xbf16>", "bytes": 4096,
+         "storage": {"result": 0}},
+        {"id": 9, "type": "tensor<2x64xbf16>", "bytes": 256,
+         "storage": {"view_of": 1, "byte_offset": 0}}
+      ],
+      "steps": [
+        {"kind": "kv_cache_attention", "operands": [5, 6, 7, 1, 2, 3, 4],
+         "results": [8],
+         "attributes": {
+           "attn_mask_type": "#te.attn_mask_type<padding_causal_bottom_right>",
+           "softmax_scale": "1.250000e-01 : f64",
+           "max_seqlen_q": "1 : i64"},
+         "token_strides": {"q": 768, "k": 768, "v": 768}}
+      ]
+    }
+  ]
+})json";
+
+TEST(PlanTest, KvCacheAttentionStepParses) {
+  llvm::Expected<json::Value> document = json::parse(kKvCachePlan);
+  ASSERT_TRUE(bool(document)) << llvm::toString(document.takeError());
+  llvm::Expected<Plan> plan = parsePlan(*document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const FunctionPlan &function = plan->functions[0];
+  ASSERT_EQ(function.steps.size(), 1u);
+  const auto *attention = std::get_if<AttentionStep>(&function.steps[0]);
+  ASSERT_NE(attention, nullptr);
+  EXPECT_TRUE(attention->kvCache);
+  EXPECT_FALSE(attention->backward);
+  EXPECT_EQ(attention->operands, (std::vector<int64_t>{5, 6, 7, 1, 2, 3, 4}));
+  EXPECT_EQ(attention->results, (std::vector<int64_t>{8}));
+  EXPECT_EQ(attention->attributes.at("max_seqlen_q"), "1 : i64");
+  EXPECT_EQ(attention->tokenStrides.at("k"), 768);
+
+  // The caches are written (in place), everything else read.
+  std::vector<std::pair<int64_t, bool>> visited;
+  forEachStepValue(function.steps[0], [&](int64_t value, bool written) {
+    visited.emplace_back(value, written);
+  });
+  EXPECT_EQ(visited, (std::vector<std::pair<int64_t, bool>>{{5, false},
+                                                            {6, false},
+                                                            {7, false},
+                                                            {1, true},
+                                                            {2, true},
+                                                            {3, false},
+                                                            {4, false},
+                                                            {8, true}}));
+  // So a result viewing a cache is copied after the step, with the new
+  // rows, not before it.
+  EXPECT_FALSE(function.resultCopiedFirst(1));
+
+  // The same operands under "attention" read the caches only.
+  json::Value plain = *document;
+  step(plain, 0, 0)["kind"] = "attention";
+  llvm::Expected<Plan> reread = parsePlan(plain);
+  ASSERT_TRUE(bool(reread)) << llvm::toString(reread.takeError());
+  EXPECT_FALSE(std::get<AttentionStep>(reread->functions[0].steps[0]).kvCache);
+  EXPECT_TRUE(reread->functions[0].resultCopiedFirst(1));
+}
+
+TEST(PlanTest, KvCacheAttentionStepNeedsItsOperands) {
+  llvm::Expected<json::Value> document = json::parse(kKvCachePlan);
+  ASSERT_TRUE(bool(document)) << llvm::toString(document.takeError());
+  step(*document, 0, 0)["operands"] = json::Array{5, 6, 7, 1, 2, 3};
+  llvm::Expected<Plan> plan = parsePlan(*document);
+  ASSERT_FALSE(bool(plan));
+  std::string message = llvm::toString(plan.takeError());
+  EXPECT_NE(message.find("function 'decode', step 0 (kv_cache_attention): "
+                         "'operands' must be [q, k, v, k_cache, v_cache, "
+                         "cu_seqlens_q, cu_seqlens_kv] with results [o] for a "
+                         "kv_cache_attention step; got 6 operands and 1 "
+                         "results"),
+            std::string::npos)
+      << message;
+}
+
 TEST(PlanTest, AcceptsWhatTheWriterMayWrite) {
   // attention_backward is read as attention_bwd.
   {
@@ -1114,9 +1225,13 @@ TEST_P(RealPlanTest, Parses) {
         EXPECT_TRUE(std::holds_alternative<GemmStep>(step));
       else if (kind == "amax_allreduce")
         EXPECT_TRUE(std::holds_alternative<AmaxAllReduceStep>(step));
-      else if (const auto *attention = std::get_if<AttentionStep>(&step))
-        EXPECT_EQ(attention->backward, kind != "attention") << kind.str();
-      else
+      else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
+        EXPECT_EQ(attention->backward,
+                  kind == "attention_bwd" || kind == "attention_backward")
+            << kind.str();
+        EXPECT_EQ(attention->kvCache, kind == "kv_cache_attention")
+            << kind.str();
+      } else
         ADD_FAILURE() << "step kind " << kind.str();
     }
   }

@@ -226,7 +226,7 @@ layers:
                   3, 1,
                   "unknown key 'model' in the spec (valid keys: name, "
                   "params_dtype, seq_length, batch_size, input_format, "
-                  "tokens, description, recipe, layers)"},
+                  "tokens, description, recipe, kv_cache, layers)"},
         ErrorCase{"MisspelledTopLevelKey", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

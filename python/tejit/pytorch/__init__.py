@@ -17,7 +17,9 @@ FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py. CUDA graphs:
 make_graphed_callables (graph.py), TE's signature. Activation
 checkpointing: checkpoint (_checkpointing.py), TE's. Rotary embeddings:
 attention.RotaryPositionEmbedding and attention.apply_rotary_pos_emb
-(attention/rope.py), where TE keeps them.
+(attention/rope.py), where TE keeps them. KV caches for decoding:
+InferenceParams (attention/inference.py), TE's, passed to the attention
+modules' forward as inference_params.
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -40,9 +42,11 @@ from .module.base import compile_count  # noqa: E402
 from .graph import make_graphed_callables  # noqa: E402
 from ._checkpointing import checkpoint  # noqa: E402
 from . import attention  # noqa: E402  (TE's RotaryPositionEmbedding)
+from .attention.inference import InferenceParams  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
            "TransformerLayer", "fp8_autocast", "autocast", "fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
-           "make_graphed_callables", "checkpoint", "attention"]
+           "make_graphed_callables", "checkpoint", "attention",
+           "InferenceParams"]

@@ -35,6 +35,49 @@ def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
     return spec
 
 
+# Mask types a KV-cache step compiles (docs/kv-cache-plan.md): the
+# compiler makes the causal ones padding_causal_bottom_right (query j of n
+# new tokens sees the cached tokens and new ones up to j) and the others
+# padding (every cached and new token).
+KV_CACHE_MASK_TYPES = ("no_mask", "causal", "causal_bottom_right", "padding",
+                       "padding_causal", "padding_causal_bottom_right")
+
+# The inputs a KV-cache program takes besides its layer's: where each
+# sequence's new tokens start, where its cached + new tokens start, and
+# per attention layer its caches (layers.0.key_cache / value_cache).
+KV_CACHE_INPUTS = ("cu_seqlens", "cu_seqlens_kv")
+KV_CACHE_TENSORS = ("key_cache", "value_cache")
+
+
+def kv_cache_input_name(name):
+    """"layers.0.key_cache" -> "key_cache" (a cache input, whichever layer
+    prefix the program gives it); other names unchanged."""
+    for cache in KV_CACHE_TENSORS:
+        if name == cache or name.endswith("." + cache):
+            return cache
+    return name
+
+
+def kv_cache_shape_spec(batch, seq, tokens, max_sequence_length):
+    """The spec's top-level shape keys of one KV-cache step: `batch`
+    sequences (max_batch_size: rows of the caches), at most `seq` new
+    tokens in one sequence, `tokens` packed new tokens, caches of
+    `max_sequence_length` positions."""
+    return {"input_format": "thd", "batch_size": int(batch),
+            "seq_length": int(seq), "tokens": int(tokens),
+            "kv_cache": {"max_sequence_length": int(max_sequence_length)}}
+
+
+def kv_cache_mask_type(owner, mask_type):
+    """`mask_type` for a KV-cache step (the layer's own: the compiler maps
+    it), else ValueError."""
+    if mask_type not in KV_CACHE_MASK_TYPES:
+        raise ValueError(f"{owner}: attn_mask_type={mask_type!r} does not "
+                         f"run with inference_params; use one of "
+                         f"{', '.join(KV_CACHE_MASK_TYPES)}")
+    return mask_type
+
+
 def _with_rotary(layer, rotary, kv_channels, interleaved):
     """Adds the rotary keys to `layer`: `rotary` is the rotated width (or
     True: every channel; 0/False/None: no rotary table), written as

@@ -13,6 +13,7 @@ import tejit
 
 from .. import _distributed
 from .._device_view import device_view
+from ._attention_specs import KV_CACHE_TENSORS, kv_cache_input_name
 
 TORCH_DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
@@ -94,8 +95,13 @@ class CompiledProgram:
         # Every input in the program's order: activations by their program
         # name ("input", "query", "attention_mask", ...), parameters by
         # their module attribute path.
-        self.input_names = [attribute_name(i.name) for i in inputs]
-        self.is_parameter = [bool(i.is_parameter) for i in inputs]
+        # A KV-cache program's caches are the caller's buffers (the
+        # InferenceParams'), whatever the plan marks them: activations here.
+        self.input_names = [kv_cache_input_name(attribute_name(i.name))
+                            for i in inputs]
+        self.is_parameter = [bool(i.is_parameter)
+                             and name not in KV_CACHE_TENSORS
+                             for i, name in zip(inputs, self.input_names)]
         # The per-token modules' programs take "input" then parameters.
         self.parameter_names = [name for name, parameter in
                                 zip(self.input_names, self.is_parameter)

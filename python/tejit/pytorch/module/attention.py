@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from . import _args, _attention_specs, _thd
+from . import _args, _attention_specs, _kv_cache, _thd
 from .base import TransformerEngineBaseModule
 
 
@@ -250,9 +250,12 @@ class DotProductAttention(TransformerEngineBaseModule):
     cu_seqlens_q_padded, by a permutation of the tokens). Refused
     (NotImplementedError naming the argument): context/tensor
     parallelism, attention bias, ALiBi, thd padding between sequences
-    with keys packed on their own,
-    inference_params, kv_channels differing for k and v, "arbitrary" in
-    cross-attention. Accepted and unused: layer_number,
+    with keys packed on their own, kv_channels differing for k and v,
+    "arbitrary" in cross-attention. inference_params (TE's KV cache,
+    InferenceParams; eval mode or torch.no_grad(), self-attention): q/k/v
+    are the step's new tokens (thd, or bshd/sbhd with as many in every
+    sequence), written into layer_number's caches and attended against
+    each sequence's cached and new tokens (module/_kv_cache.py). Accepted and unused: layer_number,
     get_rng_state_tracker, checkpoint_core_attention (recomputation
     changes no result), fast_zero_fill."""
 
@@ -357,6 +360,18 @@ class DotProductAttention(TransformerEngineBaseModule):
         window = window_of_call(owner, self._constructed_window(),
                                 window_size, mask_type)
         _args.check_forward(owner, fp8_output, False)
+        if inference_params is not None:
+            return self._kv_cache_forward(
+                query_layer, key_layer, value_layer, attention_mask,
+                mask_type, window, qkv_format, inference_params,
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                core_attention_bias_type=core_attention_bias_type,
+                core_attention_bias=core_attention_bias,
+                alibi_slopes=alibi_slopes,
+                cu_seqlens_q_padded=cu_seqlens_q_padded,
+                cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+                pad_between_seqs=pad_between_seqs)
         if qkv_format == "thd":
             _args.check_unsupported(
                 owner, inference_params=inference_params,
@@ -490,6 +505,61 @@ class DotProductAttention(TransformerEngineBaseModule):
             activations, dtype, shape_key, queries.shape_spec(),
             query_layer.shape, layer_spec, variant)
         return queries.unpad(out["output"])
+
+    def _kv_cache_forward(self, query_layer, key_layer, value_layer,
+                          attention_mask, mask_type, window, qkv_format,
+                          inference_params, cu_seqlens_q=None,
+                          cu_seqlens_kv=None, max_seqlen_q=None,
+                          max_seqlen_kv=None, **call_arguments):
+        """A step with a KV cache (_kv_cache.py): query [.., heads, d] and
+        key/value [.., groups, d], the step's new tokens in `qkv_format`
+        (thd [t, ...], bshd [b, s, ...], sbhd [s, b, ...]); the new keys
+        and values go into layer_number's caches, and the queries attend to
+        each sequence's cached and new tokens. Output [.., heads * d] in
+        the input's layout."""
+        owner = "DotProductAttention"
+        _kv_cache.check_inference_call(owner, self, inference_params,
+                                       attention_mask, window,
+                                       cross=self.attention_type == "cross")
+        mask_type = _attention_specs.kv_cache_mask_type(owner, mask_type)
+        check_attention_call(owner, None, **call_arguments)
+        heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
+                            self.kv_channels)
+        rank = 3 if qkv_format == "thd" else 4
+        for name, tensor in (("query_layer", query_layer),
+                             ("key_layer", key_layer),
+                             ("value_layer", value_layer)):
+            check_input(owner, name, tensor, rank)
+        lead = tuple(query_layer.shape[:-2])
+        for name, tensor, count in (("query_layer", query_layer, heads),
+                                    ("key_layer", key_layer, groups),
+                                    ("value_layer", value_layer, groups)):
+            if tuple(tensor.shape) != (*lead, count, d):
+                raise ValueError(
+                    f"{owner}: with inference_params, {name} must be "
+                    f"{[*lead, count, d]} ({qkv_format}: the step's new "
+                    f"tokens, as the query's), got {list(tensor.shape)}")
+        plan = inference_params._step_plan(owner)
+        _kv_cache.check_sequence_arguments(owner, plan, inference_params,
+                                           cu_seqlens_q, cu_seqlens_kv,
+                                           max_seqlen_q)
+        layout = _kv_cache.Layout(owner, qkv_format, plan, lead)
+        step = _kv_cache.KvStep(owner, inference_params, plan, layout.tokens)
+        dtype = self._checked_dtype(query_layer)
+        caches = inference_params._caches(
+            owner, _kv_cache.layer_number_of(self), groups, d, dtype,
+            query_layer.device)
+        activations = {
+            name: step.pad(layout.pack(tensor.to(dtype)).contiguous())
+            for name, tensor in (("query", query_layer), ("key", key_layer),
+                                 ("value", value_layer))}
+        activations.update(step.inputs(caches))
+        out = self._run_program(
+            activations, dtype, step.shape_key(), step.shape_spec(),
+            query_layer.shape,
+            lambda: self._layer_spec(mask_type, window),
+            ("kv_cache", mask_type), inference_only=True)
+        return layout.unpack(step.unpad(out["output"]))
 
     def extra_repr(self):
         return (f"num_attention_heads={self.num_attention_heads}, "

@@ -416,7 +416,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
             f"forward's autocast.", stacklevel=3)
 
     def _run_program(self, activations, dtype, shape_key, shape_spec, shape,
-                     layer_spec=None, variant=(), is_first_microbatch=None):
+                     layer_spec=None, variant=(), is_first_microbatch=None,
+                     inference_only=False):
         """Runs the module's program for this call: `activations` maps the
         program's non-parameter inputs ("input", or "query"/"key"/"value",
         "attention_mask", "rotary_pos_emb") to contiguous CUDA tensors;
@@ -428,8 +429,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         attention modules' mask type, dropout on or off, rotary
         embeddings). `is_first_microbatch` is TE's: FP8 weight casts kept
         between forwards (CompiledProgram.use_training_weight_casts,
-        _infer_with_weight_casts). Returns {output name: tensor} in the
-        program's shapes."""
+        _infer_with_weight_casts). `inference_only` runs the inference
+        program even where autograd would record the call (a KV-cache
+        step: its programs have no backward; the caller refuses training
+        mode). Returns {output name: tensor} in the program's shapes."""
         if is_first_microbatch is None:
             # make_graphed_callables(fp8_weight_caching=True) captures every
             # module with a device flag that decides the casts (graph.py).
@@ -441,13 +444,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
         recipe_spec, recipe_key = _recipe_spec(recipe)
         first = next(iter(activations.values()))
         self._warn_if_recomputed_without_fp8(recipe, dtype)
-        recorded = torch.is_grad_enabled() and any(
+        recorded = not inference_only and torch.is_grad_enabled() and any(
             self._requires_grad(tensor) for tensor in activations.values()
             if tensor is not None)
         # A checkpointed function's first forward runs the training program
         # its recomputation will run (_checkpointing.py).
-        rewinds = _checkpointing.recording()
-        training = recorded or self._dropout_active() or rewinds is not None
+        rewinds = None if inference_only else _checkpointing.recording()
+        training = not inference_only and (
+            recorded or self._dropout_active() or rewinds is not None)
         # Inference calls keep what the token identifies (their parameter
         # inputs, the weight casts); checked before anything compiles.
         token = self._call_token(dtype, want_token=not training)

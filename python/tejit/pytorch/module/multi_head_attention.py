@@ -7,6 +7,7 @@ from ._groups import ParameterGroup, QkvGroup
 from .attention import (DotProductAttention, check_cross_mask_type,
                         mask_type_of_call, run_attention_block,
                         window_of_call)
+from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule
 
 
@@ -58,7 +59,12 @@ class MultiheadAttention(TransformerEngineBaseModule):
     the normalized input (last, after proj's bias with return_bias), as
     TE's. Refused (NotImplementedError naming the argument):
     tensor/sequence parallelism, userbuffers, attention bias, ALiBi,
-    cu_seqlens, inference_params.
+    cu_seqlens outside qkv_format="thd".
+    inference_params (TE's KV cache, InferenceParams; eval mode or
+    torch.no_grad(), self-attention): a decoding step on the new tokens
+    (thd, or bshd/sbhd with as many new tokens in every sequence), the
+    rotary table's positions continuing after each sequence's cached
+    tokens; module/_kv_cache.py.
     Accepted and unused: layer_number, get_rng_state_tracker,
     set_parallel_mode (no effect with tp_size 1), name,
     checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` is
@@ -242,6 +248,26 @@ class MultiheadAttention(TransformerEngineBaseModule):
         owner = "MultiheadAttention"
         mask_type = mask_type_of_call(owner, self.attn_mask_type,
                                       attn_mask_type)
+        if inference_params is not None:
+            window = window_of_call(owner, self.window_size, window_size,
+                                    mask_type)
+            outputs = run_kv_cache_block(
+                self, owner, hidden_states, self.hidden_size,
+                self.qkv_format, mask_type, attention_mask, rotary_pos_emb,
+                self.kv_channels, self.num_gqa_groups,
+                lambda rotary: self._layer_spec(mask_type, rotary, window),
+                is_first_microbatch, window, inference_params,
+                cross=self.attention_type == "cross",
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                core_attention_bias_type=core_attention_bias_type,
+                core_attention_bias=core_attention_bias,
+                alibi_slopes=alibi_slopes,
+                cu_seqlens_q_padded=cu_seqlens_q_padded,
+                cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+                pad_between_seqs=pad_between_seqs,
+                encoder_output=encoder_output)
+            return self._results(outputs)
         if self.qkv_format == "thd":
             mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,
@@ -267,6 +293,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
             cu_seqlens_kv_padded=cu_seqlens_kv_padded,
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
             pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
+        return self._results(outputs)
+
+    def _results(self, outputs):
+        """forward's return value from the program's outputs by name."""
         result = [outputs["output"]]
         if self.return_bias:
             result.append(self._bias_output("proj.bias", result[0]))

@@ -6,6 +6,7 @@ block (LayerNormMLP, dropout + residual), in one program."""
 from . import _args, _attention_specs, _thd
 from .attention import (check_cross_mask_type, mask_type_of_call,
                         run_attention_block, window_of_call)
+from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule
 from .layernorm import LayerNorm
 from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
@@ -45,7 +46,8 @@ class TransformerLayer(TransformerEngineBaseModule):
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
     tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
-    cu_seqlens, inference_params. Accepted and unused: layer_number,
+    cu_seqlens outside attn_input_format="thd". inference_params (TE's KV
+    cache) as MultiheadAttention's, in encoder layers. Accepted and unused: layer_number,
     get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
     the ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
@@ -231,6 +233,28 @@ class TransformerLayer(TransformerEngineBaseModule):
         owner = "TransformerLayer"
         mask_type = mask_type_of_call(owner, self.self_attn_mask_type,
                                       self_attn_mask_type)
+        if inference_params is not None:
+            window = window_of_call(owner, self.window_size, window_size,
+                                    mask_type)
+            _args.check_unsupported(f"{owner}.forward",
+                                    enc_dec_attn_mask=enc_dec_attn_mask)
+            outputs = run_kv_cache_block(
+                self, owner, hidden_states, self.hidden_size,
+                self.attn_input_format, mask_type, attention_mask,
+                rotary_pos_emb, self.kv_channels, self.num_gqa_groups,
+                lambda rotary: self._layer_spec(mask_type, rotary, window),
+                is_first_microbatch, window, inference_params,
+                cross=self.layer_type == "decoder",
+                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+                core_attention_bias_type=core_attention_bias_type,
+                core_attention_bias=core_attention_bias,
+                alibi_slopes=alibi_slopes,
+                cu_seqlens_q_padded=cu_seqlens_q_padded,
+                cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+                pad_between_seqs=pad_between_seqs,
+                encoder_output=encoder_output)
+            return outputs["output"]
         if self.attn_input_format == "thd":
             mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,

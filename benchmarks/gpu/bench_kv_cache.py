@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Autoregressive decoding through a KV cache (inference_params): tokens/s
+of a decode loop of one Llama-3-8B-style TransformerLayer (hidden 4096,
+FFN 14336, 32 heads, 8 KV heads, RMSNorm, swiglu, rotary, no biases, bf16),
+batch 8, cache 4096 positions, against the same layer composed in PyTorch
+(the same weights; RMSNorm, the q/k/v/o and MLP GEMMs with F.linear,
+rotary, the new keys/values written into a torch KV cache [b, S, g, d],
+scaled_dot_product_attention (GQA) over the cached prefix), in the same
+process on the same GPU.
+
+Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
+    source tools/scripts/gpu-env.sh; PYTHONPATH=$PWD/python \\
+        python3 benchmarks/gpu/bench_kv_cache.py [--steps 128]
+
+Each context length: a prefill of 8 prompts of that length (bshd [8, s,
+4096], untimed), then `steps` decode steps ([8, 1, 4096]: pre_step + the
+layer per step; the host loop included, as a server runs it), timed with
+CUDA events around the whole loop, median of 3 loops. tejit runs eager
+and with the decode step captured in a CUDA graph (pre_step outside it,
+replay per step); PyTorch runs eager (its cache slice grows every step, so
+the step has no fixed shape to capture). Before timing, the first decode
+step's outputs of tejit and PyTorch are compared (relative L2, printed).
+"""
+import argparse
+import statistics
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+
+import tejit.pytorch as te
+
+HIDDEN, FFN, HEADS, GROUPS, D = 4096, 14336, 32, 8, 128
+BATCH, CACHE = 8, 4096
+EPS = 1e-5
+CONTEXTS = (512, 3072)
+
+
+def tejit_layer():
+    return te.TransformerLayer(
+        HIDDEN, FFN, HEADS, num_gqa_groups=GROUPS, hidden_dropout=0.0,
+        attention_dropout=0.0, normalization="RMSNorm", activation="swiglu",
+        bias=False, layernorm_epsilon=EPS, self_attn_mask_type="causal",
+        attn_input_format="bshd", params_dtype=torch.bfloat16).eval()
+
+
+class TorchLayer:
+    """The same layer in PyTorch with its own KV cache."""
+
+    def __init__(self, layer, rope):
+        p = {n: t.detach() for n, t in layer.named_parameters()}
+        qkv = "self_attention.layernorm_qkv."
+        self.norm1 = p[qkv + "layer_norm_weight"]
+        self.wq, self.wk, self.wv = (p[qkv + f"{n}_weight"]
+                                     for n in ("query", "key", "value"))
+        self.wo = p["self_attention.proj.weight"]
+        self.norm2 = p["layernorm_mlp.layer_norm_weight"]
+        self.fc1 = p["layernorm_mlp.fc1_weight"]
+        self.fc2 = p["layernorm_mlp.fc2_weight"]
+        self.cos = torch.cos(rope).to(torch.bfloat16)  # [S, 1, 1, D]
+        self.sin = torch.sin(rope).to(torch.bfloat16)
+        shape = (BATCH, CACHE, GROUPS, D)
+        self.k_cache = torch.zeros(shape, device="cuda", dtype=torch.bfloat16)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.length = 0
+
+    @staticmethod
+    def rms(x, w):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + EPS)
+                ).to(x.dtype) * w
+
+    def rotate(self, t, start):
+        """TE's rotary (halves) on t [b, s, h, d], positions start.."""
+        s = t.shape[1]
+        cos = self.cos[start:start + s].transpose(0, 1)  # [1, s, 1, D]
+        sin = self.sin[start:start + s].transpose(0, 1)
+        half = D // 2
+        rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
+        return t * cos + rotated * sin
+
+    def __call__(self, x):
+        """x [b, s, hidden]: s new tokens of every sequence."""
+        b, s, _ = x.shape
+        start, end = self.length, self.length + s
+        h = self.rms(x, self.norm1)
+        q = self.rotate(F.linear(h, self.wq).view(b, s, HEADS, D), start)
+        k = self.rotate(F.linear(h, self.wk).view(b, s, GROUPS, D), start)
+        self.k_cache[:, start:end] = k
+        self.v_cache[:, start:end] = F.linear(h, self.wv).view(b, s, GROUPS,
+                                                                D)
+        attn = F.scaled_dot_product_attention(
+            q.transpose(1, 2), self.k_cache[:, :end].transpose(1, 2),
+            self.v_cache[:, :end].transpose(1, 2), is_causal=s > 1,
+            enable_gqa=True)
+        self.length = end
+        x = x + F.linear(attn.transpose(1, 2).reshape(b, s, HEADS * D),
+                         self.wo)
+        a, g = F.linear(self.rms(x, self.norm2), self.fc1).chunk(2, dim=-1)
+        return x + F.linear(F.silu(a) * g, self.fc2)
+
+
+def rel_l2(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def timed_loop(run_steps, repeats=3):
+    """Median over `repeats` of run_steps()'s milliseconds (CUDA events;
+    run_steps does its own untimed setup before calling mark())."""
+    results = []
+    for _ in range(repeats):
+        events = []
+
+        def mark():
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            events.append(event)
+        run_steps(mark)
+        events[-1].synchronize()
+        results.append(events[0].elapsed_time(events[-1]))
+    return statistics.median(results)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=128)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    layer = tejit_layer()
+    rope = te.attention.RotaryPositionEmbedding(D)(CACHE)
+    reference = TorchLayer(layer, rope)
+    params = te.InferenceParams(BATCH, CACHE, GROUPS, D, torch.bfloat16,
+                                qkv_format="bshd")
+    step_x = torch.randn(BATCH, 1, HIDDEN, device="cuda",
+                         dtype=torch.bfloat16)
+    decode = OrderedDict((i, 1) for i in range(BATCH))
+    print(f"{torch.cuda.get_device_name()}: TransformerLayer {HIDDEN}/{FFN}/"
+          f"{HEADS} heads/{GROUPS} KV heads, RMSNorm swiglu rotary bf16, "
+          f"batch {BATCH}, cache {CACHE}, {args.steps} decode steps")
+
+    def prefill(context):
+        prompt = torch.randn(BATCH, context, HIDDEN, device="cuda",
+                             dtype=torch.bfloat16)
+        params.reset()
+        params.pre_step(OrderedDict((i, context) for i in range(BATCH)))
+        reference.length = 0
+        with torch.no_grad():
+            a = layer(prompt, inference_params=params, rotary_pos_emb=rope)
+            b = reference(prompt)
+        return rel_l2(a, b)
+
+    for context in CONTEXTS:
+        error = prefill(context)
+        params.pre_step(decode)
+        with torch.no_grad():
+            a = layer(step_x, inference_params=params, rotary_pos_emb=rope)
+            b = reference(step_x)
+        print(f"context {context}: tejit vs PyTorch, relative L2: prefill "
+              f"{error:.2e}, first decode step {rel_l2(a, b):.2e}")
+
+        def tejit_eager(mark):
+            prefill(context)
+            mark()
+            with torch.no_grad():
+                for _ in range(args.steps):
+                    params.pre_step(decode)
+                    layer(step_x, inference_params=params,
+                          rotary_pos_emb=rope)
+            mark()
+
+        # The decode step in a CUDA graph (captured once per context).
+        prefill(context)
+        params.pre_step(decode)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.no_grad():
+            for _ in range(2):
+                layer(step_x, inference_params=params, rotary_pos_emb=rope)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph), torch.no_grad():
+            layer(step_x, inference_params=params, rotary_pos_emb=rope)
+
+        def tejit_graph(mark):
+            prefill(context)
+            mark()
+            for _ in range(args.steps):
+                params.pre_step(decode)
+                graph.replay()
+            mark()
+
+        def torch_eager(mark):
+            prefill(context)
+            mark()
+            with torch.no_grad():
+                for _ in range(args.steps):
+                    reference(step_x)
+            mark()
+
+        for name, loop in (("tejit (eager)", tejit_eager),
+                           ("tejit (CUDA graph per step)", tejit_graph),
+                           ("PyTorch SDPA + KV cache", torch_eager)):
+            loop(lambda: None)  # warm-up: compiles, fills caches
+            ms = timed_loop(loop)
+            print(f"  {name:30s} {ms / args.steps:7.3f} ms/step  "
+                  f"{BATCH * args.steps / ms * 1e3:9.0f} tokens/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Transformer Engine's InferenceParams (TE 2.x): the KV cache of
+autoregressive decoding, for tejit's DotProductAttention,
+MultiheadAttention and TransformerLayer (`inference_params=`).
+
+    params = te.InferenceParams(max_batch_size=8, max_sequence_length=2048,
+                                num_heads_kv=8, head_dim_k=128,
+                                dtype=torch.bfloat16)
+    model.eval()
+    with torch.no_grad():
+        params.pre_step(OrderedDict({0: 37, 1: 12}))    # prefill
+        y = layer(x_packed, inference_params=params, rotary_pos_emb=rope)
+        params.pre_step(OrderedDict({0: 1, 1: 1}))      # one decode step
+        y = layer(x_step, inference_params=params, rotary_pos_emb=rope)
+
+Caches: per layer_number one key and one value tensor [max_batch_size,
+max_sequence_length, num_heads_kv, head_dim] (bshd), zeros, allocated by
+allocate_memory(layer_number) or by the first forward of that layer (which
+also fills in num_heads_kv, head_dim_k/_v and dtype when the constructor
+left them None). The compiled program writes each step's new keys and
+values into them in place and attends to them (docs/kv-cache-plan.md): the
+tensors keep their addresses, so a step captured in a CUDA graph replays
+against them.
+
+pre_step (_inference_steps.py says how rows are ordered): batch row i of
+every cache holds the i-th sequence of `step_dict`; a sequence of the
+previous step missing from `step_dict` has finished and is dropped; a
+continuing sequence gains step_dict's count of tokens (TE's non-paged
+manager adds 1 whatever the count; the same for decode steps). It writes,
+with one host-to-device copy and no sync, cu_seqlens_q (new tokens),
+cu_seqlens_kv (cached + new) [max_batch_size + 1] int32, padded with the
+last value past the live sequences, and pre_step_seqlens [max_batch_size]
+(get_seqlens_pre_step(): tokens cached before the step; rotary positions
+start there). These tensors keep their addresses from step to step.
+
+Not supported by tejit (NotImplementedError naming the argument): paged
+caches (is_paged, total_num_pages, page_size), custom cache managers,
+head_dim_v other than head_dim_k.
+"""
+from collections import OrderedDict
+
+import torch
+
+from ._inference_steps import plan_step
+
+__all__ = ["InferenceParams", "KVCacheManager", "NonPagedKVCacheManager"]
+
+_FORMATS = ("bshd", "sbhd", "thd")
+
+
+class KVCacheManager:
+    """TE's base class of cache managers (custom managers derive from it;
+    tejit runs only its own NonPagedKVCacheManager)."""
+
+    def __init__(self):
+        self.cache = {}
+        self.sequences = OrderedDict()
+
+    def reset(self):
+        self.sequences = OrderedDict()
+
+
+class NonPagedKVCacheManager(KVCacheManager):
+    """The caches of one InferenceParams: cache[layer_number] = (key cache,
+    value cache), each [max_batch_size, max_seqlen, num_heads, head_dim]."""
+
+    def __init__(self, max_batch_size, max_seqlen, num_heads, head_dim_k,
+                 dtype, head_dim_v=None, device=None):
+        super().__init__()
+        self.max_batch_size = int(max_batch_size)
+        self.max_seqlen = int(max_seqlen)
+        self.num_heads = num_heads
+        self.head_dim_k = head_dim_k
+        self.head_dim_v = head_dim_v if head_dim_v is not None else head_dim_k
+        self.dtype = dtype
+        self.device = device
+
+    def allocate_memory(self, layer_number):
+        if None in (self.num_heads, self.head_dim_k, self.dtype):
+            raise ValueError(
+                "InferenceParams.allocate_memory: the cache shape is not "
+                "known yet; pass num_heads_kv, head_dim_k and dtype to "
+                "InferenceParams, or let the layer's first forward allocate "
+                "its cache")
+        shape = (self.max_batch_size, self.max_seqlen, self.num_heads)
+        self.cache[layer_number] = tuple(
+            torch.zeros(*shape, head_dim, dtype=self.dtype,
+                        device=self.device)
+            for head_dim in (self.head_dim_k, self.head_dim_v))
+
+    def move_rows(self, moves, length):
+        """Moves the first `length` positions of each (new row, old row)
+        of every cache, in place (one gather and one scatter per cache)."""
+        if not moves or length <= 0:
+            return
+        new = torch.tensor([m[0] for m in moves], device=self.device)
+        old = torch.tensor([m[1] for m in moves], device=self.device)
+        for caches in self.cache.values():
+            for cache in caches:
+                # The gather copies first: cycles of moves are safe.
+                cache[new, :length] = cache[old, :length]
+
+
+def _refuse(**arguments):
+    for name, (value, default) in arguments.items():
+        if value != default:
+            raise NotImplementedError(
+                f"InferenceParams({name}={value!r}) is not supported by "
+                f"tejit (non-paged caches only); leave it {default!r}")
+
+
+class InferenceParams:
+    """TE's InferenceParams (non-paged KV caches): see the module's
+    docstring. Attributes TE's users read: max_batch_size,
+    max_sequence_length, num_heads_kv, head_dim_k, head_dim_v, dtype,
+    is_paged, max_ctx_len, input_qkv_format, cache_qkv_format ("bshd"),
+    sequences (seq_id -> tokens after the step, in row order),
+    sequences_pre_step (seq_id -> tokens before it), batch_size (live
+    sequences), cu_seqlens_q, cu_seqlens_kv, pre_step_seqlens,
+    cache_manager (its `cache[layer_number]` = (key cache, value cache)).
+
+    max_ctx_len (TE requires it with qkv_format="thd") also fixes the
+    compiled step's longest new-token count: prefill and decode steps of
+    one padded token count then share one program (and one CUDA graph)."""
+
+    def __init__(self, max_batch_size, max_sequence_length, num_heads_kv=None,
+                 head_dim_k=None, dtype=None, head_dim_v=None,
+                 is_paged=False, total_num_pages=None, page_size=None,
+                 max_ctx_len=None, qkv_format="bshd",
+                 custom_cache_manager=None):
+        _refuse(is_paged=(is_paged, False),
+                total_num_pages=(total_num_pages, None),
+                page_size=(page_size, None))
+        if custom_cache_manager is not None:
+            raise NotImplementedError(
+                "InferenceParams(custom_cache_manager=...) is not supported "
+                "by tejit: its compiled attention writes the non-paged "
+                "caches itself; leave it None")
+        if (head_dim_v is not None and head_dim_k is not None
+                and int(head_dim_v) != int(head_dim_k)):
+            raise NotImplementedError(
+                f"InferenceParams(head_dim_v={head_dim_v}) other than "
+                f"head_dim_k ({head_dim_k}) is not supported by tejit")
+        if int(max_batch_size) < 1 or int(max_sequence_length) < 1:
+            raise ValueError(f"InferenceParams: max_batch_size and "
+                             f"max_sequence_length must be positive, got "
+                             f"{max_batch_size} and {max_sequence_length}")
+        if qkv_format not in _FORMATS:
+            raise ValueError(f"InferenceParams: qkv_format must be one of "
+                             f"{', '.join(_FORMATS)}, got {qkv_format!r}")
+        if max_ctx_len is not None and not (
+                1 <= int(max_ctx_len) <= int(max_sequence_length)):
+            raise ValueError(f"InferenceParams: max_ctx_len must be in [1, "
+                             f"max_sequence_length = {max_sequence_length}], "
+                             f"got {max_ctx_len}")
+        if qkv_format == "thd" and max_ctx_len is None:
+            raise ValueError("InferenceParams: max_ctx_len is required with "
+                             "qkv_format='thd' (as in Transformer Engine)")
+        if dtype is not None and dtype not in (torch.bfloat16,
+                                               torch.float16):
+            raise TypeError(f"InferenceParams: tejit's caches are "
+                            f"torch.bfloat16 or torch.float16, got {dtype}")
+        self.max_batch_size = int(max_batch_size)
+        self.max_sequence_length = int(max_sequence_length)
+        self.num_heads_kv = None if num_heads_kv is None else int(
+            num_heads_kv)
+        self.head_dim_k = None if head_dim_k is None else int(head_dim_k)
+        self.head_dim_v = (int(head_dim_v) if head_dim_v is not None
+                           else self.head_dim_k)
+        self.dtype = dtype
+        self.is_paged = False
+        self.max_ctx_len = None if max_ctx_len is None else int(max_ctx_len)
+        self.cache_qkv_format = "bshd"
+        self.input_qkv_format = qkv_format
+        self.output_qkv_format = (
+            "bshd" if qkv_format == "bshd" else qkv_format + "_2bshd")
+        self.device = (torch.device("cuda", torch.cuda.current_device())
+                       if torch.cuda.is_available() else torch.device("cpu"))
+        self.cache_manager = NonPagedKVCacheManager(
+            self.max_batch_size, self.max_sequence_length, self.num_heads_kv,
+            self.head_dim_k, dtype, self.head_dim_v, self.device)
+        batch = self.max_batch_size
+        # One buffer, one copy per step; the views keep their addresses.
+        self._device_state = torch.zeros(3 * batch + 2, dtype=torch.int32,
+                                         device=self.device)
+        self.cu_seqlens_q = self._device_state[:batch + 1]
+        self.cu_seqlens_kv = self._device_state[batch + 1:2 * batch + 2]
+        self.pre_step_seqlens = self._device_state[2 * batch + 2:]
+        self.reset()
+
+    # --- TE's interface -----------------------------------------------------
+
+    def reset(self):
+        """Forgets every sequence (the caches stay allocated)."""
+        self.sequences = OrderedDict()
+        self.sequences_pre_step = OrderedDict()
+        self.batch_size = 0
+        self.cache_manager.reset()
+        self._plan = None
+
+    def allocate_memory(self, layer_number):
+        """Allocates (zeros) layer `layer_number`'s key and value caches
+        [max_batch_size, max_sequence_length, num_heads_kv, head_dim]."""
+        self.cache_manager.allocate_memory(layer_number)
+
+    def pre_step(self, step_dict):
+        """Starts a step: `step_dict` (OrderedDict seq_id -> new tokens of
+        this step) lists the live sequences in row order. Moves continuing
+        sequences' cached tokens to their new rows when rows change, and
+        writes cu_seqlens_q, cu_seqlens_kv and pre_step_seqlens."""
+        plan = plan_step(self.sequences, step_dict, self.max_batch_size,
+                         self.max_sequence_length)
+        self.cache_manager.move_rows(plan.moves, plan.move_length)
+        self.sequences = OrderedDict(plan.sequences)
+        self.cache_manager.sequences = self.sequences
+        self.sequences_pre_step = OrderedDict(
+            zip(plan.sequences, plan.cached))
+        self.batch_size = plan.batch_size
+        host = torch.tensor(plan.device_values(), dtype=torch.int32)
+        if self.device.type == "cuda":
+            # Pinned, so the copy waits for nothing; the pinned block is
+            # not reused before the copy has run (PyTorch's host caching
+            # allocator records the stream).
+            self._device_state.copy_(host.pin_memory(), non_blocking=True)
+        else:
+            self._device_state.copy_(host)
+        self._plan = plan
+
+    def get_seqlens_pre_step(self):
+        """[max_batch_size] int32 on the device: each row's tokens cached
+        before this step (0 past the live rows)."""
+        return self.pre_step_seqlens
+
+    def step(self, layer_number, new_k, new_v, qkv_format):
+        """TE's step(), in PyTorch (tejit's modules do this inside their
+        program): writes the step's new keys/values (bshd [b, s, g, d],
+        sbhd [s, b, g, d] or thd [t, g, d]) into layer `layer_number`'s
+        caches and returns (key cache, value cache, cu_seqlens_q,
+        cu_seqlens_kv, max_sequence_length, output qkv_format)."""
+        plan = self._step_plan("InferenceParams.step")
+        if qkv_format not in _FORMATS:
+            raise ValueError(f"InferenceParams.step: qkv_format must be one "
+                             f"of {', '.join(_FORMATS)}, got {qkv_format!r}")
+        self.input_qkv_format = qkv_format
+        self.output_qkv_format = (
+            "bshd" if qkv_format == "bshd" else qkv_format + "_2bshd")
+        if layer_number not in self.cache_manager.cache:
+            self._fill_shape("InferenceParams.step", new_k.shape[-2],
+                             new_k.shape[-1], self.dtype or new_k.dtype)
+            self.allocate_memory(layer_number)
+        rows, positions = self._token_slots(plan)
+        for cache, new in zip(self.cache_manager.cache[layer_number],
+                              (new_k, new_v)):
+            if qkv_format == "sbhd":
+                new = new.transpose(0, 1)
+            new = new.reshape(-1, *new.shape[-2:])[:plan.total_new]
+            cache[rows, positions] = new.to(cache.dtype)
+        k_cache, v_cache = self.cache_manager.cache[layer_number]
+        return (k_cache, v_cache, self.cu_seqlens_q, self.cu_seqlens_kv,
+                self.max_sequence_length, self.output_qkv_format)
+
+    def __repr__(self):
+        return (f"dtype={self.dtype}, is_paged=False, "
+                f"max_batch_size={self.max_batch_size}, "
+                f"max_seqlen={self.max_sequence_length}, "
+                f"num_heads={self.num_heads_kv}, "
+                f"head_dim_k={self.head_dim_k}, "
+                f"head_dim_v={self.head_dim_v}")
+
+    # --- what tejit's modules use -------------------------------------------
+
+    def _step_plan(self, owner):
+        """The current step's StepPlan (host values: no sync)."""
+        if self._plan is None:
+            raise RuntimeError(f"{owner}: call inference_params.pre_step("
+                               f"OrderedDict(seq_id -> new tokens)) before "
+                               f"each step")
+        return self._plan
+
+    def _token_slots(self, plan):
+        """(cache row, position) of each of the step's plan.total_new
+        packed tokens, as device tensors."""
+        rows = torch.repeat_interleave(
+            torch.arange(plan.batch_size),
+            torch.tensor(plan.new_tokens, dtype=torch.long))
+        positions = torch.cat([
+            torch.arange(cached, cached + new)
+            for cached, new in zip(plan.cached, plan.new_tokens)]
+            or [torch.zeros(0, dtype=torch.long)])
+        return rows.to(self.device), positions.to(self.device)
+
+    def _fill_shape(self, owner, num_heads_kv, head_dim, dtype):
+        """Takes the cache shape from the first layer that runs when the
+        constructor left it open; checks it otherwise."""
+        given = {"num_heads_kv": (self.num_heads_kv, int(num_heads_kv)),
+                 "head_dim_k": (self.head_dim_k, int(head_dim)),
+                 "head_dim_v": (self.head_dim_v, int(head_dim)),
+                 "dtype": (self.dtype, dtype)}
+        for name, (have, want) in given.items():
+            if have is not None and have != want:
+                raise ValueError(
+                    f"{owner}: InferenceParams has {name}={have}, but this "
+                    f"layer's cache needs {want}")
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise TypeError(f"{owner}: tejit's KV caches are torch.bfloat16 "
+                            f"or torch.float16; the layer runs in {dtype}")
+        self.num_heads_kv, self.head_dim_k, self.head_dim_v, self.dtype = (
+            int(num_heads_kv), int(head_dim), int(head_dim), dtype)
+        manager = self.cache_manager
+        manager.num_heads, manager.head_dim_k, manager.head_dim_v = (
+            self.num_heads_kv, self.head_dim_k, self.head_dim_v)
+        manager.dtype = dtype
+
+    def _caches(self, owner, layer_number, num_heads_kv, head_dim, dtype,
+                device):
+        """Layer `layer_number`'s (key cache, value cache), allocated on
+        first use, checked against the layer's shape and dtype."""
+        self._fill_shape(owner, num_heads_kv, head_dim, dtype)
+        if layer_number not in self.cache_manager.cache:
+            self.allocate_memory(layer_number)
+        caches = self.cache_manager.cache[layer_number]
+        want = (self.max_batch_size, self.max_sequence_length,
+                int(num_heads_kv), int(head_dim))
+        for name, cache in zip(("key", "value"), caches):
+            if (tuple(cache.shape) != want or cache.dtype != dtype
+                    or not cache.is_contiguous()):
+                raise ValueError(
+                    f"{owner}: layer {layer_number}'s {name} cache is "
+                    f"{tuple(cache.shape)} {cache.dtype}, the layer needs a "
+                    f"contiguous {want} {dtype}")
+            if cache.device != device:
+                raise ValueError(f"{owner}: layer {layer_number}'s {name} "
+                                 f"cache is on {cache.device}, the input "
+                                 f"on {device}")
+        if self._device_state.device != device:
+            raise ValueError(f"{owner}: InferenceParams lives on "
+                             f"{self._device_state.device} (the current "
+                             f"CUDA device when it was made), the input on "
+                             f"{device}")
+        return caches

@@ -1,0 +1,550 @@
+"""GPU tests of autoregressive decoding through a KV cache
+(tejit.pytorch.InferenceParams passed as inference_params to
+DotProductAttention, MultiheadAttention and TransformerLayer;
+docs/kv-cache-plan.md, python/tejit/pytorch/module/_kv_cache.py).
+
+    PYTHONPATH=python python3 -m pytest -q tests/gpu/test_kv_cache.py
+    (-k "not full_size" leaves out the full-size layer)
+
+A decode loop (SCHEDULE): a prefill of three prompts of different
+lengths, single-token steps, sequences finishing at different steps (the
+later rows move up in the cache), new sequences joining with their own
+prompt in a mixed step. Each step's output is compared with:
+  * the same module run WITHOUT a cache on the full prefix of every live
+    sequence (packed, thd; the last n_i rows of each sequence): relative
+    L2 below 1.6e-2 in bf16, 0.125 in FP8 (the same FP8 scales in both:
+    the loop runs under torch.no_grad(), which updates no FP8 state);
+  * for DotProductAttention also a float32 softmax attention of the new
+    queries over the cache's rows [0, L_i) (causal bottom-right, or all
+    rows for a padding mask), relative L2 below 1.6e-2.
+The cache rows: DotProductAttention's hold the given keys/values bit for
+bit; MultiheadAttention's / TransformerLayer's the float32 composition's
+keys (after rotary) and values within the bf16 bound; positions past the
+longest sequence stay 0.
+Also: bshd and sbhd decode inputs (a finished sequence's row becomes a
+tail), a CUDA-graph captured decode step equal to the eager step bit for
+bit (fixed input shape, sequences finishing and joining between
+replays), and a full-size Llama-style layer (hidden 4096, 32 heads, 8 KV
+heads, cache 2048, batch 8).
+
+Failures name the module, the step (its step_dict) and each error.
+Data: fresh random tokens every run from test_attention_layers.py's seed
+(TEJIT_TEST_SEED=N repeats a run).
+"""
+import copy
+import math
+import os
+import sys
+import zlib
+from collections import OrderedDict
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gpu_test_support import hybrid, perturb, torch  # noqa: E402
+
+import torch.nn.functional as F  # noqa: E402
+
+import tejit.pytorch as te  # noqa: E402
+
+from test_attention_layers import (  # noqa: E402
+    BF16, L2_DTYPE, L2_FP8_OUTPUT, SEED, check_errors, norm_ref, rel_l2,
+    rotary_ref, split_qkv)
+
+L2_BF16 = L2_DTYPE[BF16]
+
+# seq_id -> new tokens, per step; rows follow each step's order.
+SCHEDULE = [
+    [(0, 37), (1, 5), (2, 64)],            # prefill: three prompts
+    [(0, 1), (1, 1), (2, 1)],
+    [(0, 1), (2, 1)],                      # 1 finished: 2 moves up a row
+    [(0, 1), (2, 1), (3, 20)],             # 3 joins with a 20-token prompt
+    [(0, 1), (2, 1), (3, 1)],
+    [(2, 1), (3, 1)],                      # 0 finished
+    [(2, 1), (3, 1), (4, 3)],              # 4 joins
+    [(2, 1), (3, 1), (4, 1)],
+]
+MAX_BATCH = 4
+MAX_SEQUENCE = 128
+MAX_CTX = 64
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed(request):
+    """Each test draws from its own stream of the run's seed."""
+    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+
+
+def offsets(lengths):
+    return torch.tensor([0] + list(lengths), device="cuda").cumsum(0).to(
+        torch.int32)
+
+
+def new_params(groups, kv_channels, max_batch=MAX_BATCH,
+               max_sequence=MAX_SEQUENCE, max_ctx=MAX_CTX):
+    return te.InferenceParams(max_batch, max_sequence, groups, kv_channels,
+                              BF16, qkv_format="thd", max_ctx_len=max_ctx)
+
+
+def last_rows(packed, step, lengths):
+    """The last n_i rows of each sequence of `packed` (sequences of
+    `lengths` back to back), in the step's order."""
+    rows, end = [], 0
+    for (_, n), length in zip(step.items(), lengths):
+        end += length
+        rows.append(packed[end - n:end])
+    return torch.cat(rows)
+
+
+def per_sequence_errors(got, want, step):
+    errors, start = {}, 0
+    for seq, n in step.items():
+        errors[f"sequence {seq}"] = rel_l2(got[start:start + n],
+                                           want[start:start + n])
+        start += n
+    return errors
+
+
+def check_step(got, want, step, limit, what):
+    """Overall and per-sequence relative L2 of one step's new rows."""
+    errors = {"output": rel_l2(got, want)}
+    errors.update(per_sequence_errors(got, want, step))
+    check_errors(errors, dict.fromkeys(errors, limit), what)
+
+
+def check_untouched_tail(params, longest, what):
+    """Positions no sequence reached are still 0 in every cache."""
+    for layer, caches in params.cache_manager.cache.items():
+        for name, cache in zip(("key", "value"), caches):
+            tail = cache[:, longest:]
+            assert not tail.any(), (
+                f"{what}: layer {layer}'s {name} cache has non-zero values "
+                f"past position {longest} (no sequence reached there): "
+                f"written out of place")
+
+
+# --- DotProductAttention ------------------------------------------------------
+
+
+def cache_attention_ref(q, k_cache, v_cache, cached, causal, scale):
+    """float32 softmax attention of one sequence's new queries q [n, h,
+    d] over its cache rows [0, cached + n) ([S, g, d] caches); causal
+    aligned bottom-right: query j sees rows <= cached + j."""
+    n, heads = q.shape[0], q.shape[1]
+    total = cached + n
+    k = k_cache[:total].float().repeat_interleave(heads // k_cache.shape[1],
+                                                  dim=1)
+    v = v_cache[:total].float().repeat_interleave(heads // v_cache.shape[1],
+                                                  dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+    if causal:
+        rows = torch.arange(total, device=q.device)[None, :]
+        allowed = rows <= (cached + torch.arange(n, device=q.device))[:, None]
+        scores = scores.masked_fill(~allowed[None], float("-inf"))
+    out = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
+    return out.reshape(n, -1)
+
+
+def dpa_check_step(params, layer, step, q_new, got, causal, scale, what):
+    """The float32 reference on the cache contents, and the cache rows
+    against the keys/values given (bit for bit)."""
+    k_cache, v_cache = params.cache_manager.cache[layer]
+    refs, start = [], 0
+    for row, (seq, n) in enumerate(step.items()):
+        cached = params.sequences_pre_step[seq]
+        refs.append(cache_attention_ref(q_new[start:start + n], k_cache[row],
+                                        v_cache[row], cached, causal, scale))
+        start += n
+    check_step(got, torch.cat(refs), step, L2_BF16,
+               f"{what}: against float32 attention on the cache")
+
+
+@pytest.mark.parametrize("mask", ["padding_causal", "padding"])
+def test_dot_product_attention_decode_loop(mask):
+    """GQA (8 heads, 2 groups, d 64), thd new tokens, over SCHEDULE."""
+    heads, groups, d = 8, 2, 64
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format="thd", attn_mask_type=mask,
+                                 attention_dropout=0.0, layer_number=3)
+    params = new_params(groups, d)
+    history = {}
+    longest = 0
+    for index, pairs in enumerate(SCHEDULE):
+        step = OrderedDict(pairs)
+        what = f"DotProductAttention {mask}, step {index} {dict(step)}"
+        history = {s: h for s, h in history.items() if s in step}
+        params.pre_step(step)
+        new = {seq: [torch.randn(n, c, d, device="cuda", dtype=BF16)
+                     for c in (heads, groups, groups)]
+               for seq, n in step.items()}
+        for seq, tensors in new.items():
+            old = history.get(seq, [t[:0] for t in tensors])
+            history[seq] = [torch.cat([a, b]) for a, b in zip(old, tensors)]
+        q, k, v = (torch.cat([new[s][i] for s in step]) for i in range(3))
+        with torch.no_grad():
+            got = dpa(q, k, v, inference_params=params)
+            lengths = [history[s][0].shape[0] for s in step]
+            longest = max(longest, *lengths)
+            cu = offsets(lengths)
+            full = [torch.cat([history[s][i] for s in step])
+                    for i in range(3)]
+            ref = dpa(*full, cu_seqlens_q=cu, cu_seqlens_kv=cu)
+        assert tuple(got.shape) == (q.shape[0], heads * d), what
+        check_step(got, last_rows(ref, step, lengths), step, L2_BF16,
+                   f"{what}: against the full prefix without a cache")
+        dpa_check_step(params, 3, step, q, got, "causal" in mask,
+                       dpa.softmax_scale, what)
+        k_cache, v_cache = params.cache_manager.cache[3]
+        for row, seq in enumerate(step):
+            for name, cache, given in (("key", k_cache, history[seq][1]),
+                                       ("value", v_cache, history[seq][2])):
+                length = given.shape[0]
+                assert torch.equal(cache[row, :length], given), (
+                    f"{what}: the {name} cache row {row} (sequence {seq}) "
+                    f"does not hold its {length} tokens as given")
+    check_untouched_tail(params, longest, f"DotProductAttention {mask}")
+
+
+@pytest.mark.parametrize("fmt", ["bshd", "sbhd"])
+def test_dot_product_attention_padded_layouts(fmt):
+    """bshd [b, s, h, d] / sbhd [s, b, h, d] steps (every live sequence
+    with s new tokens): a 16-token prefill, decode steps, one sequence
+    finishing while the input keeps 3 rows (the third is then a tail);
+    against a thd twin without a cache on the full prefixes."""
+    heads, groups, d = 8, 4, 128
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format=fmt, attn_mask_type="causal",
+                                 attention_dropout=0.0)
+    twin = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                  qkv_format="thd",
+                                  attn_mask_type="padding_causal",
+                                  attention_dropout=0.0)
+    params = te.InferenceParams(MAX_BATCH, MAX_SEQUENCE, groups, d, BF16,
+                                qkv_format=fmt)
+    schedule = [[(0, 16), (1, 16), (2, 16)], [(0, 1), (1, 1), (2, 1)],
+                [(0, 1), (2, 1)], [(0, 1), (2, 1)]]
+    history = {}
+    for index, pairs in enumerate(schedule):
+        step = OrderedDict(pairs)
+        what = f"DotProductAttention {fmt}, step {index} {dict(step)}"
+        history = {s: h for s, h in history.items() if s in step}
+        params.pre_step(step)
+        seq_len = next(iter(step.values()))
+        rows = 3  # the input keeps its batch size
+        new = [torch.randn(rows, seq_len, c, d, device="cuda", dtype=BF16)
+               for c in (heads, groups, groups)]  # [b, s, ...]
+        for row, seq in enumerate(step):
+            old = history.get(seq, [t[0, :0] for t in new])
+            history[seq] = [torch.cat([a, t[row]]) for a, t in zip(old, new)]
+        inputs = new if fmt == "bshd" else [t.transpose(0, 1).contiguous()
+                                            for t in new]
+        with torch.no_grad():
+            out = dpa(*inputs, inference_params=params)
+            lengths = [history[s][0].shape[0] for s in step]
+            cu = offsets(lengths)
+            ref = twin(*[torch.cat([history[s][i] for s in step])
+                         for i in range(3)], cu_seqlens_q=cu,
+                       cu_seqlens_kv=cu)
+        want_shape = ((rows, seq_len) if fmt == "bshd" else (seq_len, rows))
+        assert tuple(out.shape) == (*want_shape, heads * d), what
+        if fmt == "sbhd":
+            out = out.transpose(0, 1)
+        got = out[:len(step)].reshape(-1, heads * d)
+        check_step(got, last_rows(ref, step, lengths), step, L2_BF16, what)
+        tail = out[len(step):]
+        assert not tail.any(), f"{what}: the tail row's output is not 0"
+
+
+# --- MultiheadAttention / TransformerLayer -------------------------------------
+
+
+def mha_keys_values(mha, x, p, freqs, prefix=""):
+    """float32 keys (after rotary) and values [L, g, d] of one sequence x
+    [L, hidden] through MultiheadAttention `mha` (parameters `p`, TE's
+    names under `prefix`), positions 0 .. L - 1."""
+    g, d = mha.num_gqa_groups, mha.kv_channels
+    group_name = "layernorm_qkv." if mha.input_layernorm else "qkv."
+    inp = x
+    if mha.input_layernorm:
+        inp = norm_ref(x, p[prefix + group_name + "layer_norm_weight"],
+                       p.get(prefix + group_name + "layer_norm_bias"),
+                       mha.normalization, mha.layernorm_epsilon,
+                       mha.zero_centered_gamma)
+    weights, biases = split_qkv(getattr(mha, group_name[:-1]), p,
+                                prefix + group_name, mha.num_attention_heads,
+                                g, d)
+    k = F.linear(inp, weights[1], biases[1]).view(-1, 1, g, d)
+    v = F.linear(inp, weights[2], biases[2]).view(-1, g, d)
+    if freqs is not None:
+        k = rotary_ref(k, freqs, "sbhd", mha.rotary_pos_interleaved)
+    return k.view(-1, g, d), v
+
+
+def block_decode_loop(module, params, hidden, rope, what, fp8_recipe=None,
+                      limit=L2_BF16, schedule=SCHEDULE, check_cache=True):
+    """SCHEDULE through `module` (thd, eval) with a cache, each step
+    against the module on the live sequences' full prefixes without one."""
+    attention = getattr(module, "self_attention", module)
+    prefix = "self_attention." if attention is not module else ""
+    call = {} if rope is None else {"rotary_pos_emb": rope}
+    module.eval()
+    history, longest = {}, 0
+
+    def fp8():
+        return te.fp8_autocast(enabled=fp8_recipe is not None,
+                               fp8_recipe=fp8_recipe)
+    if fp8_recipe is not None:
+        # FP8 scales from two recorded forwards on the prompts; the loop
+        # (no_grad) then updates nothing, so cached and uncached steps
+        # quantize alike.
+        first = OrderedDict(schedule[0])
+        warm = torch.randn(sum(first.values()), hidden, device="cuda",
+                           dtype=BF16)
+        cu = offsets(first.values())
+        for _ in range(2):
+            with fp8():
+                module(warm, cu_seqlens_q=cu, cu_seqlens_kv=cu, **call)
+    for index, pairs in enumerate(schedule):
+        step = OrderedDict(pairs)
+        where = f"{what}, step {index} {dict(step)}"
+        history = {s: h for s, h in history.items() if s in step}
+        params.pre_step(step)
+        new = {seq: torch.randn(n, hidden, device="cuda", dtype=BF16)
+               for seq, n in step.items()}
+        for seq, x in new.items():
+            history[seq] = torch.cat([history.get(seq, x[:0]), x])
+        x = torch.cat(list(new.values()))
+        lengths = [history[s].shape[0] for s in step]
+        longest = max(longest, *lengths)
+        cu = offsets(lengths)
+        with torch.no_grad(), fp8():
+            got = module(x, inference_params=params, **call)
+            ref = module(torch.cat([history[s] for s in step]),
+                         cu_seqlens_q=cu, cu_seqlens_kv=cu, **call)
+        assert tuple(got.shape) == tuple(x.shape), where
+        check_step(got, last_rows(ref, step, lengths), step, limit,
+                   f"{where}: against the full prefix without a cache")
+    if check_cache:
+        p = {n: t.detach().float() for n, t in module.named_parameters()}
+        layer = 1 if attention.layer_number is None else attention.layer_number
+        k_cache, v_cache = params.cache_manager.cache[layer]
+        errors = {}
+        for row, seq in enumerate(step):
+            length = history[seq].shape[0]
+            k, v = mha_keys_values(attention, history[seq].float(), p, rope,
+                                   prefix)
+            errors[f"key row {row}"] = rel_l2(k_cache[row, :length], k)
+            errors[f"value row {row}"] = rel_l2(v_cache[row, :length], v)
+        check_errors(errors, dict.fromkeys(errors, limit),
+                     f"{what}: cache rows after the loop against the float32 "
+                     f"keys and values")
+        check_untouched_tail(params, longest, what)
+
+
+@pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
+def test_multihead_attention_decode_loop(rotary):
+    mha = te.MultiheadAttention(256, 8, num_gqa_groups=2,
+                                input_layernorm=True, attention_dropout=0.0,
+                                attn_mask_type="padding_causal",
+                                qkv_format="thd", params_dtype=BF16,
+                                layer_number=2)
+    perturb(mha)
+    rope = (te.attention.RotaryPositionEmbedding(mha.kv_channels)(
+        MAX_SEQUENCE) if rotary else None)
+    block_decode_loop(mha, new_params(2, mha.kv_channels), 256, rope,
+                      f"MultiheadAttention {'rotary' if rotary else 'plain'}")
+
+
+TL_CASES = {
+    # kwargs, rotary, fp8
+    "layernorm-gelu": (dict(hidden_size=256, ffn_hidden_size=1024,
+                            num_attention_heads=4), False, False),
+    "llama-rotary": (dict(hidden_size=256, ffn_hidden_size=512,
+                          num_attention_heads=8, num_gqa_groups=2,
+                          normalization="RMSNorm", activation="swiglu",
+                          bias=False), True, False),
+    "llama-rotary-fp8": (dict(hidden_size=256, ffn_hidden_size=512,
+                              num_attention_heads=8, num_gqa_groups=2,
+                              normalization="RMSNorm", activation="swiglu",
+                              bias=False), True, True),
+}
+
+
+@pytest.mark.parametrize("case", list(TL_CASES))
+def test_transformer_layer_decode_loop(case):
+    kwargs, rotary, fp8 = TL_CASES[case]
+    layer = te.TransformerLayer(hidden_dropout=0.0, attention_dropout=0.0,
+                                self_attn_mask_type="padding_causal",
+                                attn_input_format="thd", params_dtype=BF16,
+                                **kwargs)
+    perturb(layer)
+    rope = (te.attention.RotaryPositionEmbedding(layer.kv_channels)(
+        MAX_SEQUENCE) if rotary else None)
+    block_decode_loop(layer, new_params(layer.num_gqa_groups,
+                                        layer.kv_channels),
+                      layer.hidden_size, rope, f"TransformerLayer {case}",
+                      fp8_recipe=hybrid() if fp8 else None,
+                      limit=L2_FP8_OUTPUT if fp8 else L2_BF16,
+                      check_cache=not fp8)
+
+
+def test_multihead_attention_sbhd_decode_steps():
+    """sbhd [s, b, hidden] steps with rotary against a thd twin (the same
+    parameters) without a cache; the third input row becomes a tail when
+    a sequence finishes."""
+    kwargs = dict(num_gqa_groups=2, input_layernorm=True,
+                  attention_dropout=0.0, params_dtype=BF16,
+                  normalization="RMSNorm", bias=False)
+    mha = te.MultiheadAttention(256, 8, attn_mask_type="causal",
+                                qkv_format="sbhd", **kwargs)
+    perturb(mha)
+    twin = te.MultiheadAttention(256, 8, attn_mask_type="padding_causal",
+                                 qkv_format="thd", **kwargs)
+    twin.load_state_dict(mha.state_dict())
+    mha.eval()
+    twin.eval()
+    rope = te.attention.RotaryPositionEmbedding(mha.kv_channels)(
+        MAX_SEQUENCE)
+    params = te.InferenceParams(MAX_BATCH, MAX_SEQUENCE, 2, mha.kv_channels,
+                                BF16, qkv_format="sbhd")
+    history = {}
+    for index, pairs in enumerate([[(0, 24), (1, 24), (2, 24)],
+                                   [(0, 1), (1, 1), (2, 1)],
+                                   [(1, 1), (2, 1)], [(1, 1), (2, 1)]]):
+        step = OrderedDict(pairs)
+        what = f"MultiheadAttention sbhd, step {index} {dict(step)}"
+        history = {s: h for s, h in history.items() if s in step}
+        params.pre_step(step)
+        seq_len = next(iter(step.values()))
+        x = torch.randn(seq_len, 3, 256, device="cuda", dtype=BF16)
+        for row, seq in enumerate(step):
+            history[seq] = torch.cat([history.get(seq, x[:0, 0]),
+                                      x[:, row]])
+        lengths = [history[s].shape[0] for s in step]
+        cu = offsets(lengths)
+        with torch.no_grad():
+            out = mha(x, inference_params=params, rotary_pos_emb=rope)
+            ref = twin(torch.cat([history[s] for s in step]),
+                       cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                       rotary_pos_emb=rope)
+        assert tuple(out.shape) == tuple(x.shape), what
+        got = out[:, :len(step)].transpose(0, 1).reshape(-1, 256)
+        check_step(got, last_rows(ref, step, lengths), step, L2_BF16, what)
+
+
+# --- CUDA graphs ----------------------------------------------------------------
+
+
+def test_transformer_layer_decode_step_in_a_cuda_graph():
+    """One decode step of a fixed shape (4 packed tokens, 4 cache rows)
+    captured with torch.cuda.graph, replayed for later steps (sequences
+    finishing, one joining) against an eager twin with its own
+    InferenceParams: outputs and caches equal bit for bit."""
+    kwargs = dict(hidden_dropout=0.0, attention_dropout=0.0,
+                  normalization="RMSNorm", activation="swiglu", bias=False,
+                  params_dtype=BF16, self_attn_mask_type="padding_causal",
+                  attn_input_format="thd")
+    eager = te.TransformerLayer(256, 512, 8, num_gqa_groups=2, **kwargs)
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    eager.eval()
+    graphed.eval()
+    rope = te.attention.RotaryPositionEmbedding(eager.kv_channels)(
+        MAX_SEQUENCE)
+    both = [(eager, new_params(2, 32)), (graphed, new_params(2, 32))]
+
+    def step_both(step, x):
+        outs = []
+        for module, params in both:
+            params.pre_step(step)
+            with torch.no_grad():
+                outs.append(module(x, inference_params=params,
+                                   rotary_pos_emb=rope))
+        return outs
+
+    prefill = OrderedDict([(0, 20), (1, 7), (2, 30)])
+    a, b = step_both(prefill, torch.randn(57, 256, device="cuda",
+                                          dtype=BF16))
+    assert torch.equal(a, b), "prefill: the twins differ"
+
+    decode = [[(0, 1), (1, 1), (2, 1)], [(0, 1), (2, 1)],
+              [(0, 1), (2, 1), (5, 1)], [(2, 1), (5, 1)],
+              [(2, 1), (5, 1)]]
+    static_x = torch.randn(4, 256, device="cuda", dtype=BF16)
+    # The first decode step: pre_step, a warm-up (compiles; writes the
+    # step's cache slots, which the replay rewrites), the capture.
+    first = OrderedDict(decode[0])
+    for _, params in both:
+        params.pre_step(first)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(2):
+            graphed(static_x, inference_params=both[1][1],
+                    rotary_pos_emb=rope)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_y = graphed(static_x, inference_params=both[1][1],
+                           rotary_pos_emb=rope)
+    for index, pairs in enumerate(decode):
+        step = OrderedDict(pairs)
+        what = f"CUDA-graph decode step {index} {dict(step)}"
+        x = torch.randn(4, 256, device="cuda", dtype=BF16)
+        if index > 0:
+            for _, params in both:
+                params.pre_step(step)
+        with torch.no_grad():
+            want = eager(x, inference_params=both[0][1],
+                         rotary_pos_emb=rope)
+        static_x.copy_(x)
+        graph.replay()
+        live = len(step)
+        diff = (static_y[:live].float() - want[:live].float()).abs().max()
+        assert torch.equal(static_y[:live], want[:live]), (
+            f"{what}: the replay differs from the eager step (max abs "
+            f"difference {diff.item():.3e})")
+    for layer in both[0][1].cache_manager.cache:
+        for name, a, b in zip(("key", "value"),
+                              both[0][1].cache_manager.cache[layer],
+                              both[1][1].cache_manager.cache[layer]):
+            assert torch.equal(a, b), (f"CUDA graph: the {name} caches of "
+                                       f"eager and replayed steps differ")
+
+
+# --- full size ------------------------------------------------------------------
+
+
+def test_transformer_layer_decode_full_size():
+    """A Llama-3-8B-style layer (hidden 4096, FFN 14336, 32 heads, 8 KV
+    heads, RMSNorm, swiglu, rotary, bf16), cache 2048 for batch 8: a
+    prefill of eight prompts, then decode steps with two sequences
+    finishing, against the full prefixes without a cache."""
+    layer = te.TransformerLayer(4096, 14336, 32, num_gqa_groups=8,
+                                hidden_dropout=0.0, attention_dropout=0.0,
+                                normalization="RMSNorm", activation="swiglu",
+                                bias=False, params_dtype=BF16,
+                                self_attn_mask_type="padding_causal",
+                                attn_input_format="thd")
+    perturb(layer)
+    prompts = [1000, 17, 512, 64, 1, 300, 777, 129]
+    everyone = list(range(8))
+    schedule = [list(zip(everyone, prompts))]
+    schedule += [[(s, 1) for s in everyone]] * 3
+    schedule += [[(s, 1) for s in everyone if s not in (1, 4)]] * 3
+    params = te.InferenceParams(8, 2048, 8, 128, BF16, qkv_format="thd",
+                                max_ctx_len=1024)
+    rope = te.attention.RotaryPositionEmbedding(128)(2048)
+    block_decode_loop(layer, params, 4096, rope,
+                      "TransformerLayer full size", schedule=schedule,
+                      check_cache=False)
+    # The caches' rows: each live sequence's cached length is right where
+    # the next token goes (the cache holds prompt + 6 decode tokens).
+    k_cache = params.cache_manager.cache[1][0]
+    for row, seq in enumerate(params.sequences):
+        length = params.sequences[seq]
+        assert k_cache[row, length - 1].any(), (
+            f"full size: row {row} (sequence {seq}) has nothing at its "
+            f"last position {length - 1}")
+        assert math.isfinite(k_cache[row, :length].float().abs().max())
