@@ -62,6 +62,8 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_cross_attention_layers.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_thd_attention.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_thd_blocks.py
+# KV cache (inference_params): decode loops against the whole sequences.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kv_cache.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_rope.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_weight_cast_cache.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_microbatch_weight_cache.py
