@@ -235,6 +235,16 @@ unsigned maskThreads(int64_t batch) {
 
 const char *tejit::runtime::attentionPrepPtx() { return tejitAttentionPrepPtx; }
 
+/// `launcher`, once its problem passes AttentionProblem::validate().
+static llvm::Expected<AttentionLauncher>
+validated(AttentionLauncher launcher, const FunctionPlan &function) {
+  if (Error error = launcher.problem().validate())
+    return annotate(std::move(error),
+                    "function '" + function.name + "', attention step",
+                    ErrorCode::Unsupported);
+  return launcher;
+}
+
 llvm::Expected<AttentionLauncher>
 AttentionLauncher::parse(const AttentionStep &step,
                          const FunctionPlan &function) {
@@ -340,13 +350,10 @@ AttentionLauncher::parse(const AttentionStep &step,
     problem.kvHeads = kType.shape[2];
     problem.element = qType.element;
   }
-  auto strideOf = [&](const char *role) -> int64_t {
-    auto found = step.tokenStrides.find(role);
-    return found == step.tokenStrides.end() ? 0 : found->second;
-  };
-  problem.tokenStrides = {strideOf("q"),      strideOf("k"),
-                          strideOf("v"),      strideOf("grad_q"),
-                          strideOf("grad_k"), strideOf("grad_v")};
+  problem.tokenStrides = {
+      step.tokenStride("q"),      step.tokenStride("k"),
+      step.tokenStride("v"),      step.tokenStride("grad_q"),
+      step.tokenStride("grad_k"), step.tokenStride("grad_v")};
   if (!step.backward &&
       (problem.tokenStrides.gradQ || problem.tokenStrides.gradK ||
        problem.tokenStrides.gradV))
@@ -440,11 +447,7 @@ AttentionLauncher::parse(const AttentionStep &step,
   if (problem.dropout == 0)
     launcher.rng.reset();
   launcher.offsetDelta = uint64_t(*site) << siteOffsetShift;
-  if (Error error = problem.validate())
-    return annotate(std::move(error),
-                    "function '" + function.name + "', attention step",
-                    ErrorCode::Unsupported);
-  return launcher;
+  return validated(std::move(launcher), function);
 }
 
 llvm::Expected<AttentionLauncher>
@@ -559,10 +562,6 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
     if (role != "q" && role != "k" && role != "v")
       return attributes.error("kv_cache_attention has no " + role +
                               " to give a token stride");
-  auto strideOf = [&](const char *role) -> int64_t {
-    auto found = step.tokenStrides.find(role);
-    return found == step.tokenStrides.end() ? 0 : found->second;
-  };
 
   problem.kvCache = true;
   problem.layout = AttentionLayout::Thd;
@@ -575,14 +574,10 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
   problem.seqKv = cacheRows;
   problem.tokensQ = problem.tokensKv = tokens;
   problem.softmaxScale = *scale;
-  problem.tokenStrides.q = strideOf("q");
-  problem.tokenStrides.k = strideOf("k");
-  problem.tokenStrides.v = strideOf("v");
-  if (Error error = problem.validate())
-    return annotate(std::move(error),
-                    "function '" + function.name + "', attention step",
-                    ErrorCode::Unsupported);
-  return launcher;
+  problem.tokenStrides.q = step.tokenStride("q");
+  problem.tokenStrides.k = step.tokenStride("k");
+  problem.tokenStrides.v = step.tokenStride("v");
+  return validated(std::move(launcher), function);
 }
 
 llvm::Expected<AttentionLauncher>

@@ -131,6 +131,12 @@ struct AttentionStep {
   /// Elements between consecutive tokens of the operands and results that
   /// are strided views, by role: q, k, v, grad_q, grad_k, grad_v.
   std::map<std::string, int64_t> tokenStrides;
+
+  /// tokenStrides[role], or 0 (packed) when the role has none.
+  int64_t tokenStride(llvm::StringRef role) const {
+    auto found = tokenStrides.find(role.str());
+    return found == tokenStrides.end() ? 0 : found->second;
+  }
 };
 
 struct AmaxAllReduceStep {
