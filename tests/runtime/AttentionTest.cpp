@@ -78,6 +78,61 @@ std::pair<ErrorCode, std::string> takeFailure(llvm::Error error) {
   return {code, message};
 }
 
+/// A change that makes a valid plan step unreadable, and a part of the
+/// message AttentionLauncher::parse must give.
+struct StepRejection {
+  const char *name;
+  void (*change)(AttentionStep &);
+  const char *expected;
+};
+
+/// Applies each rejection to the step `stepOf` picks of a fresh `Fixture`
+/// (a plan function with its steps): parse() must fail as Unsupported
+/// with the expected words, naming the function and the step.
+template <typename Fixture, typename StepOf>
+void expectStepRejections(llvm::ArrayRef<StepRejection> rejections,
+                          StepOf stepOf) {
+  for (const StepRejection &c : rejections) {
+    Fixture fixture;
+    AttentionStep &step = stepOf(fixture);
+    c.change(step);
+    auto launcher = AttentionLauncher::parse(step, fixture.function);
+    ASSERT_FALSE(bool(launcher)) << c.name;
+    auto [code, message] = takeFailure(launcher.takeError());
+    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find("function 'layer', attention step"),
+              std::string::npos)
+        << c.name << ": " << message;
+  }
+}
+
+/// A change that makes a valid problem invalid, and a part of the message
+/// validate() must give.
+struct Rejection {
+  const char *name;
+  void (*change)(AttentionProblem &);
+  const char *expected;
+};
+
+/// Applies each rejection to `make()`'s problem: validate() must fail as
+/// Unsupported with a message that has the expected words and names the
+/// problem (its key).
+void expectRejections(AttentionProblem (*make)(),
+                      llvm::ArrayRef<Rejection> rejections) {
+  for (const Rejection &c : rejections) {
+    AttentionProblem problem = make();
+    c.change(problem);
+    auto [code, message] = takeFailure(problem.validate());
+    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
+    EXPECT_NE(message.find(c.expected), std::string::npos)
+        << c.name << ": " << message;
+    EXPECT_NE(message.find(problem.key()), std::string::npos)
+        << c.name << ": " << message;
+  }
+}
+
 TEST(AttentionProblemTest, ValidProblemPasses) {
   EXPECT_FALSE(bool(validProblem().validate()));
   AttentionProblem f16 = validProblem();
@@ -89,12 +144,7 @@ TEST(AttentionProblemTest, ValidProblemPasses) {
 }
 
 TEST(AttentionProblemTest, RejectsWithClearMessages) {
-  struct Case {
-    const char *name;
-    void (*change)(AttentionProblem &);
-    const char *expected;
-  };
-  const Case cases[] = {
+  const Rejection cases[] = {
       {"f32", [](AttentionProblem &p) { p.element = ElementType::F32; },
        "element type f32 is not supported"},
       {"fp8", [](AttentionProblem &p) { p.element = ElementType::F8E4M3; },
@@ -149,17 +199,7 @@ TEST(AttentionProblemTest, RejectsWithClearMessages) {
        },
        "window bounds must be >= -1"},
   };
-  for (const Case &c : cases) {
-    AttentionProblem problem = validProblem();
-    c.change(problem);
-    auto [code, message] = takeFailure(problem.validate());
-    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
-    EXPECT_NE(message.find(c.expected), std::string::npos)
-        << c.name << ": " << message;
-    // The message names the problem.
-    EXPECT_NE(message.find(problem.key()), std::string::npos)
-        << c.name << ": " << message;
-  }
+  expectRejections(validProblem, cases);
 }
 
 TEST(AttentionProblemTest, KeySpellsOutTheProblem) {
@@ -441,12 +481,7 @@ TEST(AttentionThdTest, KeyNamesTheLayoutButNotTheTokenCounts) {
 }
 
 TEST(AttentionThdTest, RejectsWithClearMessages) {
-  struct Case {
-    const char *name;
-    void (*change)(AttentionProblem &);
-    const char *expected;
-  };
-  const Case cases[] = {
+  const Rejection cases[] = {
       {"no mask", [](AttentionProblem &p) { p.mask = AttentionMask::None; },
        "the thd layout needs a padding mask type"},
       {"causal", [](AttentionProblem &p) { p.mask = AttentionMask::Causal; },
@@ -463,16 +498,7 @@ TEST(AttentionThdTest, RejectsWithClearMessages) {
        },
        "a sliding window needs as many queries as keys"},
   };
-  for (const Case &c : cases) {
-    AttentionProblem problem = thdProblem();
-    c.change(problem);
-    auto [code, message] = takeFailure(problem.validate());
-    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
-    EXPECT_NE(message.find(c.expected), std::string::npos)
-        << c.name << ": " << message;
-    EXPECT_NE(message.find(problem.key()), std::string::npos)
-        << c.name << ": " << message;
-  }
+  expectRejections(thdProblem, cases);
   // The largest buffer that still fits passes.
   AttentionProblem largest = thdProblem();
   largest.tokensQ = 2796202;
@@ -610,12 +636,7 @@ TEST(AttentionKvCacheTest, KeyNamesTheCacheAndTheMask) {
 }
 
 TEST(AttentionKvCacheTest, RejectsWithClearMessages) {
-  struct Case {
-    const char *name;
-    void (*change)(AttentionProblem &);
-    const char *expected;
-  };
-  const Case cases[] = {
+  const Rejection cases[] = {
       {"backward", [](AttentionProblem &p) { p.backward = true; },
        "a kv cache is for inference: there is no backward"},
       {"dropout", [](AttentionProblem &p) { p.dropout = 0.1; },
@@ -649,16 +670,7 @@ TEST(AttentionKvCacheTest, RejectsWithClearMessages) {
        [](AttentionProblem &p) { p.kvCache = false; },
        "padding_causal_bottom_right is supported with a kv cache only"},
   };
-  for (const Case &c : cases) {
-    AttentionProblem problem = kvCacheProblem();
-    c.change(problem);
-    auto [code, message] = takeFailure(problem.validate());
-    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
-    EXPECT_NE(message.find(c.expected), std::string::npos)
-        << c.name << ": " << message;
-    EXPECT_NE(message.find(problem.key()), std::string::npos)
-        << c.name << ": " << message;
-  }
+  expectRejections(kvCacheProblem, cases);
 }
 
 TEST(AttentionKvCacheTest, NeedsCudnn97) {
@@ -826,12 +838,7 @@ TEST(AttentionLauncherTest, ReadsAThdStep) {
 }
 
 TEST(AttentionLauncherTest, RefusesMalformedThdSteps) {
-  struct Case {
-    const char *name;
-    void (*change)(AttentionStep &);
-    const char *expected;
-  };
-  const Case cases[] = {
+  const StepRejection cases[] = {
       {"causal",
        [](AttentionStep &s) {
          s.attributes["attn_mask_type"] = "#te.attn_mask_type<causal>";
@@ -895,19 +902,9 @@ TEST(AttentionLauncherTest, RefusesMalformedThdSteps) {
        [](AttentionStep &s) { s.attributes["max_seqlen_q"] = "0 : i64"; },
        "max_seqlen_q (0) and max_seqlen_kv (128) must be positive"},
   };
-  for (const Case &c : cases) {
-    ThdSteps steps;
-    c.change(steps.forward);
-    auto launcher = AttentionLauncher::parse(steps.forward, steps.function);
-    ASSERT_FALSE(bool(launcher)) << c.name;
-    auto [code, message] = takeFailure(launcher.takeError());
-    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
-    EXPECT_NE(message.find(c.expected), std::string::npos)
-        << c.name << ": " << message;
-    EXPECT_NE(message.find("function 'layer', attention step"),
-              std::string::npos)
-        << c.name << ": " << message;
-  }
+  expectStepRejections<ThdSteps>(
+      cases,
+      [](ThdSteps &fixture) -> AttentionStep & { return fixture.forward; });
 }
 
 /// A kv_cache_attention step over values 0-8: q [64, 8, 64], k and v [64,
@@ -985,12 +982,7 @@ TEST(AttentionLauncherTest, ReadsAKvCacheStep) {
 }
 
 TEST(AttentionLauncherTest, RefusesMalformedKvCacheSteps) {
-  struct Case {
-    const char *name;
-    void (*change)(AttentionStep &);
-    const char *expected;
-  };
-  const Case cases[] = {
+  const StepRejection cases[] = {
       {"top-left causal",
        [](AttentionStep &s) {
          s.attributes["attn_mask_type"] = "#te.attn_mask_type<padding_causal>";
@@ -1036,19 +1028,9 @@ TEST(AttentionLauncherTest, RefusesMalformedKvCacheSteps) {
        [](AttentionStep &s) { s.tokenStrides["k"] = 130; },
        "the token stride of k (130 elements)"},
   };
-  for (const Case &c : cases) {
-    KvCacheStep kv;
-    c.change(kv.step);
-    auto launcher = AttentionLauncher::parse(kv.step, kv.function);
-    ASSERT_FALSE(bool(launcher)) << c.name;
-    auto [code, message] = takeFailure(launcher.takeError());
-    EXPECT_EQ(code, ErrorCode::Unsupported) << c.name;
-    EXPECT_NE(message.find(c.expected), std::string::npos)
-        << c.name << ": " << message;
-    EXPECT_NE(message.find("function 'layer', attention step"),
-              std::string::npos)
-        << c.name << ": " << message;
-  }
+  expectStepRejections<KvCacheStep>(
+      cases,
+      [](KvCacheStep &fixture) -> AttentionStep & { return fixture.step; });
 }
 
 TEST(AttentionLauncherTest, ReadsAPaddedStepAsBefore) {
