@@ -27,8 +27,8 @@ mlir::te::verifyAttentionWindow(Operation *op,
 
 FailureOr<int64_t> mlir::te::verifyPackedSequences(
     Operation *op, Value cuSeqlens, StringRef cuName,
-    std::optional<int64_t> maxSeqlen, StringRef maxName, AttnMaskType maskType,
-    StringRef maskTypeName) {
+    std::optional<int64_t> maxSeqlen, StringRef maxName,
+    std::optional<AttnMaskType> maskType, StringRef maskTypeName) {
   if (!cuSeqlens || !maxSeqlen)
     return op->emitOpError() << "packed sequences (thd) need '" << cuName
                              << "' (where each sequence starts) and '"
@@ -42,13 +42,13 @@ FailureOr<int64_t> mlir::te::verifyPackedSequences(
   if (*maxSeqlen < 1)
     return op->emitOpError()
            << "'" << maxName << "' must be >= 1, got " << *maxSeqlen;
-  if (maskType != AttnMaskType::padding &&
-      maskType != AttnMaskType::padding_causal)
+  if (maskType && *maskType != AttnMaskType::padding &&
+      *maskType != AttnMaskType::padding_causal)
     return op->emitOpError()
            << "packed sequences (thd) need '" << maskTypeName
            << "' padding or padding_causal (each sequence attends to itself "
               "alone), got "
-           << stringifyAttnMaskType(maskType);
+           << stringifyAttnMaskType(*maskType);
   return type.getShape()[0] - 1;
 }
 

@@ -74,12 +74,15 @@ LogicalResult verifyAttentionWindow(Operation *op,
 
 /// The operands of packed sequences (qkv_format = thd): `cuSeqlens`
 /// (named `cuName`) is i32 [b + 1] with b >= 1, `maxSeqlen` (named
-/// `maxName`) is present and positive, and the mask type is padding or
-/// padding_causal (`maskTypeName`). Returns b.
-FailureOr<int64_t>
-verifyPackedSequences(Operation *op, Value cuSeqlens, StringRef cuName,
-                      std::optional<int64_t> maxSeqlen, StringRef maxName,
-                      AttnMaskType maskType, StringRef maskTypeName);
+/// `maxName`) is present and positive, and the mask type, when given, is
+/// padding or padding_causal (`maskTypeName`; te.kv_cache_attention checks
+/// its own). Returns b.
+FailureOr<int64_t> verifyPackedSequences(Operation *op, Value cuSeqlens,
+                                         StringRef cuName,
+                                         std::optional<int64_t> maxSeqlen,
+                                         StringRef maxName,
+                                         std::optional<AttnMaskType> maskType,
+                                         StringRef maskTypeName);
 
 /// The KV cache operands of an attention layer op (docs/kv-cache-plan.md):
 /// none of `keyCache`, `valueCache` (and `cuSeqlensKv` when

@@ -394,7 +394,7 @@ LogicalResult KvCacheAttentionOp::verify() {
     return failure();
   FailureOr<int64_t> batch = verifyPackedSequences(
       *this, getCuSeqlensQ(), "cu_seqlens_q", int64_t(getMaxSeqlenQ()),
-      "max_seqlen_q", AttnMaskType::padding, "attn_mask_type");
+      "max_seqlen_q", /*maskType=*/std::nullopt, "attn_mask_type");
   if (failed(batch) ||
       failed(expectType(*this, getCuSeqlensKv(), "cu_seqlens_kv",
                         getCuSeqlensQ().getType())))

@@ -464,6 +464,23 @@ Outcome compare(const Inputs &in, const Reference &ref,
 // Running one problem
 //===----------------------------------------------------------------------===//
 
+/// Rows of `tokens` fused QKV rows, `stride` elements apart: q's `qWidth`
+/// elements, then k's and v's `kvWidth` each, then guard columns of
+/// 0x3c3c (thd's q, k and v bits are [t, heads, d], row by row).
+std::vector<uint16_t> fusedQkvRows(const HostTensor &q, const HostTensor &k,
+                                   const HostTensor &v, int64_t tokens,
+                                   int64_t qWidth, int64_t kvWidth,
+                                   int64_t stride) {
+  std::vector<uint16_t> packed(size_t(tokens * stride), 0x3c3c);
+  for (int64_t t = 0; t < tokens; ++t) {
+    uint16_t *row = packed.data() + t * stride;
+    std::copy_n(q.bits.begin() + t * qWidth, qWidth, row);
+    std::copy_n(k.bits.begin() + t * kvWidth, kvWidth, row + qWidth);
+    std::copy_n(v.bits.begin() + t * kvWidth, kvWidth, row + qWidth + kvWidth);
+  }
+  return packed;
+}
+
 /// Points q, k, v and their gradients at their column ranges of fused
 /// QKV rows: q's `qWidth` elements, then k's and v's `kvWidth` each.
 void pointAtFusedQkv(AttentionPointers &pointers, CUdeviceptr qkv,
@@ -1030,6 +1047,23 @@ private:
     return prep;
   }
 
+  /// What the launcher enqueues for a thd or kv-cache step, on the default
+  /// stream: the prep kernel, then cuDNN; then waits for both.
+  llvm::Error runPrepared(const AttentionProblem &problem,
+                          const ThdPrepBuffers &buffers,
+                          AttentionPointers &pointers,
+                          const AttentionRunner &runner,
+                          CUdeviceptr workspace) {
+    const CudaDriver &driver = *gpu.driver;
+    if (llvm::Error error = enqueueThdPrep(problem, prepKernel(), buffers,
+                                           pointers, nullptr, driver))
+      return error;
+    if (llvm::Error error = runner.run(pointers, workspace, nullptr))
+      return error;
+    return driver.check(driver.cuStreamSynchronize(nullptr),
+                        "cuStreamSynchronize after attention");
+  }
+
   /// The padded bshd problem a thd problem stands for (the reference's).
   static AttentionProblem paddedOf(const AttentionProblem &p) {
     AttentionProblem padded = p;
@@ -1126,7 +1160,6 @@ private:
   bool executeThd(const ThdCase &c, const Runners &runners, ThdRun &run,
                   std::string &failure) {
     const AttentionProblem &p = c.problem;
-    const CudaDriver &driver = *gpu.driver;
     int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
     std::vector<int32_t> cuQ = c.hostileCu.empty() ? run.cuQ : c.hostileCu;
     size_t cuBytes = cuQ.size() * 4,
@@ -1155,14 +1188,8 @@ private:
     int64_t stride = qWidth + 2 * kvWidth + guardColumns;
     std::vector<uint16_t> packed;
     if (c.fused) {
-      packed.assign(size_t(p.tokensQ * stride), 0x3c3c);
-      for (int64_t t = 0; t < p.tokensQ; ++t) {
-        uint16_t *row = packed.data() + t * stride;
-        std::copy_n(run.q.bits.begin() + t * qWidth, qWidth, row);
-        std::copy_n(run.k.bits.begin() + t * kvWidth, kvWidth, row + qWidth);
-        std::copy_n(run.v.bits.begin() + t * kvWidth, kvWidth,
-                    row + qWidth + kvWidth);
-      }
+      packed =
+          fusedQkvRows(run.q, run.k, run.v, p.tokensQ, qWidth, kvWidth, stride);
       qkv = guarded(packed.size() * 2, "fused qkv");
       dqkv = guarded(packed.size() * 2, "fused dqkv");
       gpu.upload(qkv, packed.data(), packed.size() * 2);
@@ -1208,21 +1235,12 @@ private:
     for (auto [problem, runner] :
          {std::pair{&p, runners.forward.get()},
           std::pair{static_cast<const AttentionProblem *>(&backward),
-                    runners.backward.get()}}) {
-      llvm::Error error = enqueueThdPrep(*problem, prepKernel(), buffers,
-                                         pointers, nullptr, driver);
-      if (!error)
-        error = runner->run(pointers, workspace.get(), nullptr);
-      if (error) {
+                    runners.backward.get()}})
+      if (llvm::Error error = runPrepared(*problem, buffers, pointers, *runner,
+                                          workspace.get())) {
         failure = llvm::toString(std::move(error));
         return false;
       }
-    }
-    if (CUresult result = driver.cuStreamSynchronize(nullptr)) {
-      failure = llvm::toString(
-          driver.error(result, "cuStreamSynchronize after attention"));
-      return false;
-    }
 
     gpu.download(run.o.bits.data(), o, run.o.bytes());
     run.stats.resize(statsBytes / 4);
@@ -1369,7 +1387,6 @@ private:
   bool executeKvCache(const KvCacheCase &c, const AttentionRunner &runner,
                       KvCacheRun &run, std::string &failure) {
     const AttentionProblem &p = c.problem;
-    const CudaDriver &driver = *gpu.driver;
     int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
     std::vector<int32_t> cuQ = c.hostileCuQ.empty() ? run.cuQ : c.hostileCuQ;
     std::vector<int32_t> cuKv =
@@ -1399,14 +1416,8 @@ private:
     int64_t stride = qWidth + 2 * kvWidth + guardColumns;
     std::vector<uint16_t> packed;
     if (c.fused) {
-      packed.assign(size_t(p.tokensQ * stride), 0x3c3c);
-      for (int64_t t = 0; t < p.tokensQ; ++t) {
-        uint16_t *row = packed.data() + t * stride;
-        std::copy_n(run.q.bits.begin() + t * qWidth, qWidth, row);
-        std::copy_n(run.k.bits.begin() + t * kvWidth, kvWidth, row + qWidth);
-        std::copy_n(run.v.bits.begin() + t * kvWidth, kvWidth,
-                    row + qWidth + kvWidth);
-      }
+      packed =
+          fusedQkvRows(run.q, run.k, run.v, p.tokensQ, qWidth, kvWidth, stride);
       qkv = guarded(packed.size() * 2, "fused qkv");
       gpu.upload(qkv, packed.data(), packed.size() * 2);
       pointers.q = qkv.get();
@@ -1430,17 +1441,9 @@ private:
     buffers.cuSeqlensQ = cuQBuffer.get();
     buffers.cuSeqlensKv = cuKvBuffer.get();
     buffers.scratch = scratch.get();
-    llvm::Error error =
-        enqueueThdPrep(p, prepKernel(), buffers, pointers, nullptr, driver);
-    if (!error)
-      error = runner.run(pointers, workspace.get(), nullptr);
-    if (error) {
+    if (llvm::Error error =
+            runPrepared(p, buffers, pointers, runner, workspace.get())) {
       failure = llvm::toString(std::move(error));
-      return false;
-    }
-    if (CUresult result = driver.cuStreamSynchronize(nullptr)) {
-      failure = llvm::toString(
-          driver.error(result, "cuStreamSynchronize after attention"));
       return false;
     }
 
