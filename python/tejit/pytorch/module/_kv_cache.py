@@ -170,10 +170,13 @@ class KvStep:
     def unpad(self, tensor):
         return tensor[:self.tokens]
 
-    def inputs(self, caches):
-        """The program's sequence and cache inputs. The caches go as they
-        are (the program writes them): no copy may stand in for them."""
-        key_cache, value_cache = caches
+    def inputs(self, owner, module, groups, kv_channels, dtype, device):
+        """The program's sequence and cache inputs, with module's
+        (layer_number's) caches. The caches go as they are (the program
+        writes them): no copy may stand in for them."""
+        key_cache, value_cache = self.params._caches(
+            owner, layer_number_of(module), groups, kv_channels, dtype,
+            device)
         return {"cu_seqlens": self.params.cu_seqlens_q,
                 "cu_seqlens_kv": self.params.cu_seqlens_kv,
                 "key_cache": key_cache, "value_cache": value_cache}
@@ -207,6 +210,26 @@ def layer_number_of(module):
     return 1 if number is None else number
 
 
+def start_step(owner, module, inference_params, qkv_format, mask_type,
+               attention_mask, window, cross, lead, call_arguments,
+               cu_seqlens_q=None, cu_seqlens_kv=None, max_seqlen_q=None):
+    """What every cached forward checks and sets up once its inputs are
+    checked: (the program's mask type, the input's Layout, the KvStep).
+    `lead`: the input's leading dims; `call_arguments` the forward's
+    arguments check_attention_call refuses."""
+    from .attention import check_attention_call
+    check_inference_call(owner, module, inference_params, attention_mask,
+                         window, cross)
+    mask_type = _attention_specs.kv_cache_mask_type(owner, mask_type)
+    check_attention_call(owner, None, **call_arguments)
+    plan = inference_params._step_plan(owner)
+    check_sequence_arguments(owner, plan, inference_params, cu_seqlens_q,
+                             cu_seqlens_kv, max_seqlen_q)
+    layout = Layout(owner, qkv_format, plan, lead)
+    return mask_type, layout, KvStep(owner, inference_params, plan,
+                                     layout.tokens)
+
+
 def run_kv_cache_block(module, owner, hidden_states, hidden_size, qkv_format,
                        mask_type, attention_mask, rotary_pos_emb, kv_channels,
                        groups, layer_spec, is_first_microbatch, window,
@@ -218,29 +241,23 @@ def run_kv_cache_block(module, owner, hidden_states, hidden_size, qkv_format,
     hidden] (sbhd): {output name: tensor} in the input's layout.
     `layer_spec(rotary_dim)` is the layer's spec; `call_arguments` the
     forward's arguments check_attention_call refuses."""
-    from .attention import check_attention_call, check_input
-    check_inference_call(owner, module, inference_params, attention_mask,
-                         window, cross)
-    mask_type = _attention_specs.kv_cache_mask_type(owner, mask_type)
-    check_attention_call(owner, None, **call_arguments)
+    from .attention import check_input
     check_input(owner, "hidden_states", hidden_states,
                 2 if qkv_format == "thd" else 3)
     if hidden_states.shape[-1] != hidden_size:
         raise ValueError(f"{owner}: expected hidden_states [..., "
                          f"{hidden_size}] ({qkv_format}), got "
                          f"{list(hidden_states.shape)}")
-    plan = inference_params._step_plan(owner)
-    check_sequence_arguments(owner, plan, inference_params, cu_seqlens_q,
-                             cu_seqlens_kv, max_seqlen_q)
-    layout = Layout(owner, qkv_format, plan, hidden_states.shape[:-1])
-    step = KvStep(owner, inference_params, plan, layout.tokens)
+    mask_type, layout, step = start_step(
+        owner, module, inference_params, qkv_format, mask_type,
+        attention_mask, window, cross, hidden_states.shape[:-1],
+        call_arguments, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q)
     dtype = module._checked_dtype(hidden_states)
     device = hidden_states.device
-    caches = inference_params._caches(owner, layer_number_of(module), groups,
-                                      kv_channels, dtype, device)
     activations = {"input": step.pad(layout.pack(
         hidden_states.to(dtype)).contiguous())}
-    activations.update(step.inputs(caches))
+    activations.update(step.inputs(owner, module, groups, kv_channels, dtype,
+                                   device))
     rotary_dim = 0
     if rotary_pos_emb is not None:
         angles = step.token_angles(owner, rotary_pos_emb, kv_channels, device)

@@ -374,8 +374,7 @@ class DotProductAttention(TransformerEngineBaseModule):
                 pad_between_seqs=pad_between_seqs)
         if qkv_format == "thd":
             _args.check_unsupported(
-                owner, inference_params=inference_params,
-                core_attention_bias=core_attention_bias,
+                owner, core_attention_bias=core_attention_bias,
                 alibi_slopes=alibi_slopes)
             return self._packed_forward(
                 query_layer, key_layer, value_layer, attention_mask,
@@ -518,11 +517,6 @@ class DotProductAttention(TransformerEngineBaseModule):
         each sequence's cached and new tokens. Output [.., heads * d] in
         the input's layout."""
         owner = "DotProductAttention"
-        _kv_cache.check_inference_call(owner, self, inference_params,
-                                       attention_mask, window,
-                                       cross=self.attention_type == "cross")
-        mask_type = _attention_specs.kv_cache_mask_type(owner, mask_type)
-        check_attention_call(owner, None, **call_arguments)
         heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
                             self.kv_channels)
         rank = 3 if qkv_format == "thd" else 4
@@ -539,21 +533,17 @@ class DotProductAttention(TransformerEngineBaseModule):
                     f"{owner}: with inference_params, {name} must be "
                     f"{[*lead, count, d]} ({qkv_format}: the step's new "
                     f"tokens, as the query's), got {list(tensor.shape)}")
-        plan = inference_params._step_plan(owner)
-        _kv_cache.check_sequence_arguments(owner, plan, inference_params,
-                                           cu_seqlens_q, cu_seqlens_kv,
-                                           max_seqlen_q)
-        layout = _kv_cache.Layout(owner, qkv_format, plan, lead)
-        step = _kv_cache.KvStep(owner, inference_params, plan, layout.tokens)
+        mask_type, layout, step = _kv_cache.start_step(
+            owner, self, inference_params, qkv_format, mask_type,
+            attention_mask, window, self.attention_type == "cross", lead,
+            call_arguments, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q)
         dtype = self._checked_dtype(query_layer)
-        caches = inference_params._caches(
-            owner, _kv_cache.layer_number_of(self), groups, d, dtype,
-            query_layer.device)
         activations = {
             name: step.pad(layout.pack(tensor.to(dtype)).contiguous())
             for name, tensor in (("query", query_layer), ("key", key_layer),
                                  ("value", value_layer))}
-        activations.update(step.inputs(caches))
+        activations.update(step.inputs(owner, self, groups, d, dtype,
+                                       query_layer.device))
         out = self._run_program(
             activations, dtype, step.shape_key(), step.shape_spec(),
             query_layer.shape,

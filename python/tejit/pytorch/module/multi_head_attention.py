@@ -248,6 +248,16 @@ class MultiheadAttention(TransformerEngineBaseModule):
         owner = "MultiheadAttention"
         mask_type = mask_type_of_call(owner, self.attn_mask_type,
                                       attn_mask_type)
+        # The forward's sequence and bias arguments, which both paths check.
+        call_arguments = dict(
+            core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias=core_attention_bias,
+            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            cu_seqlens_q_padded=cu_seqlens_q_padded,
+            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+            pad_between_seqs=pad_between_seqs)
         if inference_params is not None:
             window = window_of_call(owner, self.window_size, window_size,
                                     mask_type)
@@ -258,15 +268,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
                 lambda rotary: self._layer_spec(mask_type, rotary, window),
                 is_first_microbatch, window, inference_params,
                 cross=self.attention_type == "cross",
-                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
-                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-                core_attention_bias_type=core_attention_bias_type,
-                core_attention_bias=core_attention_bias,
-                alibi_slopes=alibi_slopes,
-                cu_seqlens_q_padded=cu_seqlens_q_padded,
-                cu_seqlens_kv_padded=cu_seqlens_kv_padded,
-                pad_between_seqs=pad_between_seqs,
-                encoder_output=encoder_output)
+                encoder_output=encoder_output, **call_arguments)
             return self._results(outputs)
         if self.qkv_format == "thd":
             mask_type = _thd.thd_mask_type(owner, mask_type)
@@ -284,15 +286,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
                 mask_type, rotary, window, seq_kv, padded),
             is_first_microbatch=is_first_microbatch, window=window,
             cross=cross,
-            inference_params=inference_params,
-            core_attention_bias_type=core_attention_bias_type,
-            core_attention_bias=core_attention_bias,
-            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_kv=cu_seqlens_kv,
-            cu_seqlens_q_padded=cu_seqlens_q_padded,
-            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
-            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-            pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
+            encoder_output=encoder_output, **call_arguments)
         return self._results(outputs)
 
     def _results(self, outputs):

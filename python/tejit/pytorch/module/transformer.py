@@ -233,6 +233,16 @@ class TransformerLayer(TransformerEngineBaseModule):
         owner = "TransformerLayer"
         mask_type = mask_type_of_call(owner, self.self_attn_mask_type,
                                       self_attn_mask_type)
+        # The forward's sequence and bias arguments, which both paths check.
+        call_arguments = dict(
+            core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias=core_attention_bias,
+            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            cu_seqlens_q_padded=cu_seqlens_q_padded,
+            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
+            pad_between_seqs=pad_between_seqs)
         if inference_params is not None:
             window = window_of_call(owner, self.window_size, window_size,
                                     mask_type)
@@ -245,15 +255,7 @@ class TransformerLayer(TransformerEngineBaseModule):
                 lambda rotary: self._layer_spec(mask_type, rotary, window),
                 is_first_microbatch, window, inference_params,
                 cross=self.layer_type == "decoder",
-                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
-                max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-                core_attention_bias_type=core_attention_bias_type,
-                core_attention_bias=core_attention_bias,
-                alibi_slopes=alibi_slopes,
-                cu_seqlens_q_padded=cu_seqlens_q_padded,
-                cu_seqlens_kv_padded=cu_seqlens_kv_padded,
-                pad_between_seqs=pad_between_seqs,
-                encoder_output=encoder_output)
+                encoder_output=encoder_output, **call_arguments)
             return outputs["output"]
         if self.attn_input_format == "thd":
             mask_type = _thd.thd_mask_type(owner, mask_type)
@@ -283,15 +285,7 @@ class TransformerLayer(TransformerEngineBaseModule):
                 padded),
             is_first_microbatch=is_first_microbatch, window=window,
             cross=cross,
-            inference_params=inference_params,
-            core_attention_bias_type=core_attention_bias_type,
-            core_attention_bias=core_attention_bias,
-            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_kv=cu_seqlens_kv,
-            cu_seqlens_q_padded=cu_seqlens_q_padded,
-            cu_seqlens_kv_padded=cu_seqlens_kv_padded,
-            max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-            pad_between_seqs=pad_between_seqs, encoder_output=encoder_output)
+            encoder_output=encoder_output, **call_arguments)
         return outputs["output"]
 
     def extra_repr(self):
