@@ -10,7 +10,14 @@ process on the same GPU.
 
 Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
     source tools/scripts/gpu-env.sh; PYTHONPATH=$PWD/python \\
-        python3 benchmarks/gpu/bench_kv_cache.py [--steps 128]
+        python3 benchmarks/gpu/bench_kv_cache.py [--steps 128] [--layers N]
+        [--profile N]
+
+--layers N decodes through a stack of N such layers (one cache each, as a
+model's decoder does; per-step work that tejit shares between layers, such
+as the rotary angles, is then paid once). --profile N also prints the
+host time of N eager steps and cProfile's and torch.profiler's view of
+them.
 
 Each context length: a prefill of 8 prompts of that length (bshd [8, s,
 4096], untimed), then `steps` decode steps ([8, 1, 4096]: pre_step + the
@@ -36,12 +43,31 @@ EPS = 1e-5
 CONTEXTS = (512, 3072)
 
 
-def tejit_layer():
+def tejit_layer(number):
     return te.TransformerLayer(
         HIDDEN, FFN, HEADS, num_gqa_groups=GROUPS, hidden_dropout=0.0,
         attention_dropout=0.0, normalization="RMSNorm", activation="swiglu",
         bias=False, layernorm_epsilon=EPS, self_attn_mask_type="causal",
-        attn_input_format="bshd", params_dtype=torch.bfloat16).eval()
+        attn_input_format="bshd", params_dtype=torch.bfloat16,
+        layer_number=number).eval()
+
+
+class Stack:
+    """Layers applied in turn (a model's decoder stack, one KV cache per
+    layer_number)."""
+
+    def __init__(self, layers):
+        self.layers = layers
+
+    def __call__(self, x, **kwargs):
+        for layer in self.layers:
+            x = layer(x, **kwargs)
+        return x
+
+    def reset(self):
+        """The PyTorch layers' caches emptied (tejit's: params.reset())."""
+        for layer in self.layers:
+            layer.length = 0
 
 
 class TorchLayer:
@@ -122,20 +148,73 @@ def timed_loop(run_steps, repeats=3):
     return statistics.median(results)
 
 
+def profile_eager(layer, params, decode, step_x, rope, prefill, context,
+                  steps):
+    """Host milliseconds per eager decode step (the GPU never waited for:
+    the loop only enqueues) and cProfile's top functions over `steps`
+    steps."""
+    import cProfile
+    import pstats
+    import time
+
+    def loop():
+        with torch.no_grad():
+            for _ in range(steps):
+                params.pre_step(decode)
+                layer(step_x, inference_params=params, rotary_pos_emb=rope)
+
+    for timed in (False, True):
+        prefill(context)
+        torch.cuda.synchronize()
+        if timed:
+            start = time.perf_counter()
+            loop()
+            host = (time.perf_counter() - start) * 1e3 / steps
+            torch.cuda.synchronize()
+            print(f"  tejit eager host time {host:.3f} ms/step "
+                  f"(enqueue only)")
+    prefill(context)
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    loop()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(40)
+    prefill(context)
+    with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CUDA]) as kernels:
+        loop()
+        torch.cuda.synchronize()
+    print(kernels.key_averages().table(sort_by="cuda_time_total",
+                                       row_limit=25))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=1,
+                        help="decode through a stack of this many layers "
+                        "(one KV cache each), as a model does")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N eager tejit decode steps "
+                        "(cProfile, host time) and print where the host "
+                        "time goes")
     args = parser.parse_args()
     torch.manual_seed(0)
-    layer = tejit_layer()
+    layers = [tejit_layer(number + 1) for number in range(args.layers)]
+    layer = Stack(layers)
     rope = te.attention.RotaryPositionEmbedding(D)(CACHE)
-    reference = TorchLayer(layer, rope)
+    reference = Stack([TorchLayer(one, rope) for one in layers])
     params = te.InferenceParams(BATCH, CACHE, GROUPS, D, torch.bfloat16,
                                 qkv_format="bshd")
     step_x = torch.randn(BATCH, 1, HIDDEN, device="cuda",
                          dtype=torch.bfloat16)
     decode = OrderedDict((i, 1) for i in range(BATCH))
-    print(f"{torch.cuda.get_device_name()}: TransformerLayer {HIDDEN}/{FFN}/"
+    print(f"{torch.cuda.get_device_name()}: {args.layers} x "
+          f"TransformerLayer {HIDDEN}/{FFN}/"
           f"{HEADS} heads/{GROUPS} KV heads, RMSNorm swiglu rotary bf16, "
           f"batch {BATCH}, cache {CACHE}, {args.steps} decode steps")
 
@@ -144,7 +223,7 @@ def main():
                              dtype=torch.bfloat16)
         params.reset()
         params.pre_step(OrderedDict((i, context) for i in range(BATCH)))
-        reference.length = 0
+        reference.reset()
         with torch.no_grad():
             a = layer(prompt, inference_params=params, rotary_pos_emb=rope)
             b = reference(prompt)
@@ -198,6 +277,9 @@ def main():
                     reference(step_x)
             mark()
 
+        if args.profile:
+            profile_eager(layer, params, decode, step_x, rope, prefill,
+                          context, args.profile)
         for name, loop in (("tejit (eager)", tejit_eager),
                            ("tejit (CUDA graph per step)", tejit_graph),
                            ("PyTorch SDPA + KV cache", torch_eager)):
