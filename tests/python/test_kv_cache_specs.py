@@ -65,6 +65,13 @@ class PreStepTest(unittest.TestCase):
                          decode.cu_seqlens_q + decode.cu_seqlens_kv
                          + decode.pre_step_seqlens)
 
+    def test_token_positions(self):
+        decode = self.plan({7: 5, 3: 2, 9: 4}, [(7, 1), (3, 2), (9, 1)])
+        # Row i's new tokens continue after its cached ones; a tail is 0.
+        self.assertEqual(decode.token_positions(6), [5, 2, 3, 4, 0, 0])
+        self.assertEqual(decode.token_positions(3), [5, 2, 3])
+        self.assertEqual(decode.token_positions(0), [])
+
     def test_finished_sequence_moves_the_later_rows_up(self):
         previous = {7: 6, 3: 3, 9: 5}
         plan = self.plan(previous, [(7, 1), (9, 1), (11, 3)])

@@ -24,7 +24,7 @@ if HAVE_TORCH:
     import torch
 
     import tejit.pytorch as te
-    from tejit.pytorch.module import attention
+    from tejit.pytorch.module import _kv_cache, attention
 
 CPU = "cpu"
 
@@ -172,9 +172,9 @@ class CachedStepTest(OnTheCpu):
         self.assertEqual(out[1, 2, 0].item(), 5.0)
         call = self.calls[-1]
         self.assertTrue(call["inference_only"])
-        # seq_length: 3 new tokens rounded to 64, at most the cache's 32.
+        # seq_length: 3 new tokens rounded to a power of two (4).
         self.assertEqual(call["shape_spec"], {
-            "input_format": "thd", "batch_size": 4, "seq_length": 32,
+            "input_format": "thd", "batch_size": 4, "seq_length": 4,
             "tokens": 64, "kv_cache": {"max_sequence_length": 32}})
         self.assertEqual(call["layer"]["type"], "MultiheadAttention")
         self.assertEqual(call["layer"]["attn_mask_type"], "causal")
@@ -203,6 +203,65 @@ class CachedStepTest(OnTheCpu):
         self.assertTrue(torch.equal(angles[1], rope[3]))
         self.assertTrue(torch.equal(angles[2], rope[0]))  # the tail
         self.assertIs(self.calls[-1]["activations"]["key_cache"], k)
+
+    def test_decode_steps_compile_few_query_rows(self):
+        self.assertEqual([_kv_cache.query_bucket(n)
+                          for n in (0, 1, 2, 3, 5, 16, 17, 64, 65)],
+                         [1, 1, 2, 4, 8, 16, 64, 64, 128])
+
+    def angles_of(self, params, rope, layers, width=64):
+        """The rotary angles each of `layers` MHAs (layer numbers 1..)
+        hands its program for one step of params' current plan."""
+        got = []
+        for number in range(1, layers + 1):
+            mha = te.MultiheadAttention(width, 4, num_gqa_groups=2,
+                                        qkv_format="thd",
+                                        params_dtype=torch.bfloat16,
+                                        device=CPU, layer_number=number)
+            self.record(mha, width)
+            mha.eval()
+            tokens = params._step_plan("test").total_new
+            with torch.no_grad():
+                mha(torch.randn(tokens, width, dtype=torch.bfloat16),
+                    inference_params=params, rotary_pos_emb=rope)
+            got.append(self.calls[-1]["activations"]["rotary_pos_emb"])
+        return got
+
+    def expected_angles(self, rope, cached, new, tokens):
+        rows = [p for c, n in zip(cached, new) for p in range(c, c + n)]
+        rows += [0] * (tokens - len(rows))
+        return rope[torch.tensor(rows)]
+
+    def test_rotary_positions_from_pre_step_shared_by_the_layers(self):
+        params = te.InferenceParams(2, 128, qkv_format="thd",
+                                    max_ctx_len=64)
+        rope = te.attention.RotaryPositionEmbedding(16)(128).to(CPU)
+        # 60 + 3 tokens (T 64 fits the 2 x 16 -> 64 positions pre_step
+        # writes), then a decode step: its positions past the 2 new tokens
+        # are 0 again, not the prefill's.
+        params.pre_step(OrderedDict([(0, 60), (1, 3)]))
+        first, second = self.angles_of(params, rope, 2)
+        self.assertTrue(torch.equal(
+            first, self.expected_angles(rope, [0, 0], [60, 3], 64)))
+        self.assertIs(second, first)  # one gather per step
+        params.pre_step(OrderedDict([(0, 1), (1, 1)]))
+        (angles,) = self.angles_of(params, rope, 1)
+        self.assertIsNot(angles, first)
+        self.assertTrue(torch.equal(
+            angles, self.expected_angles(rope, [60, 3], [1, 1], 64)))
+
+    def test_rotary_positions_of_long_steps_from_the_device(self):
+        params = te.InferenceParams(1, 256, qkv_format="thd",
+                                    max_ctx_len=128)
+        rope = te.attention.RotaryPositionEmbedding(16)(256).to(CPU)
+        params.pre_step(OrderedDict([(0, 100)]))  # T 128 > 64 positions
+        (angles,) = self.angles_of(params, rope, 1)
+        self.assertTrue(torch.equal(
+            angles, self.expected_angles(rope, [0], [100], 128)))
+        params.pre_step(OrderedDict([(0, 70)]))
+        (angles,) = self.angles_of(params, rope, 1)
+        self.assertTrue(torch.equal(
+            angles, self.expected_angles(rope, [100], [70], 128)))
 
     def test_transformer_layer_thd_prefill(self):
         layer = te.TransformerLayer(64, 128, 4, num_gqa_groups=1,

@@ -48,6 +48,8 @@ class StepPlan:
     cu_seqlens_q, cu_seqlens_kv   [max_batch_size + 1], padded with the
                   last value past the live rows (TE's)
     pre_step_seqlens   [max_batch_size], 0 past the live rows
+    token_positions(count)   each packed new token's position in its
+                  sequence (rotary), for the step's first `count` tokens
     """
 
     def __init__(self, sequences, new_tokens, cached, moves, move_length,
@@ -70,6 +72,16 @@ class StepPlan:
         """cu_seqlens_q, cu_seqlens_kv and pre_step_seqlens back to back:
         what one host-to-device copy writes."""
         return self.cu_seqlens_q + self.cu_seqlens_kv + self.pre_step_seqlens
+
+    def token_positions(self, count):
+        """The first `count` packed tokens' positions: new token j of row i
+        is at cached[i] + j; tokens after the live rows' (a tail) take 0."""
+        positions = []
+        for before, new in zip(self.cached, self.new_tokens):
+            positions.extend(range(before, before + new))
+            if len(positions) >= count:
+                return positions[:count]
+        return positions + [0] * (count - len(positions))
 
 
 def _offsets(lengths, pad):

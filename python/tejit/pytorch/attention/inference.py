@@ -30,7 +30,9 @@ with one host-to-device copy and no sync, cu_seqlens_q (new tokens),
 cu_seqlens_kv (cached + new) [max_batch_size + 1] int32, padded with the
 last value past the live sequences, and pre_step_seqlens [max_batch_size]
 (get_seqlens_pre_step(): tokens cached before the step; rotary positions
-start there). These tensors keep their addresses from step to step.
+start there) and, for steps of up to 16 new tokens a sequence, each new
+token's rotary position (which the layers of a step gather their angles
+with). These tensors keep their addresses from step to step.
 
 Not supported by tejit (NotImplementedError naming the argument): paged
 caches (is_paged, total_num_pages, page_size), custom cache managers,
@@ -40,11 +42,18 @@ from collections import OrderedDict
 
 import torch
 
-from ._inference_steps import plan_step
+from ._inference_steps import plan_step, round_up
 
 __all__ = ["InferenceParams", "KVCacheManager", "NonPagedKVCacheManager"]
 
 _FORMATS = ("bshd", "sbhd", "thd")
+
+# Steps with at most this many new tokens per row get their tokens' rotary
+# positions from pre_step's copy; the buffer is a multiple of the modules'
+# token granule (module/_thd.py's TOKEN_GRANULE), so a decode step's padded
+# token count fits it.
+_POSITIONED_TOKENS_PER_ROW = 16
+_POSITIONS_GRANULE = 64
 
 
 class KVCacheManager:
@@ -180,11 +189,25 @@ class InferenceParams:
             self.head_dim_k, dtype, self.head_dim_v, self.device)
         batch = self.max_batch_size
         # One buffer, one copy per step; the views keep their addresses.
-        self._device_state = torch.zeros(3 * batch + 2, dtype=torch.int32,
-                                         device=self.device)
+        # After the sequence tensors, each new token's rotary position for
+        # steps of up to _POSITIONED_TOKENS_PER_ROW tokens a row (decode,
+        # speculative and short chunked steps): the modules gather their
+        # rotary angles with these instead of deriving positions on the
+        # device in every layer (module/_kv_cache.py).
+        self._positioned_tokens = round_up(batch * _POSITIONED_TOKENS_PER_ROW,
+                                           _POSITIONS_GRANULE)
+        self._device_state = torch.zeros(
+            3 * batch + 2 + self._positioned_tokens, dtype=torch.int32,
+            device=self.device)
         self.cu_seqlens_q = self._device_state[:batch + 1]
         self.cu_seqlens_kv = self._device_state[batch + 1:2 * batch + 2]
-        self.pre_step_seqlens = self._device_state[2 * batch + 2:]
+        self.pre_step_seqlens = self._device_state[2 * batch + 2:3 * batch + 2]
+        self._token_positions = self._device_state[3 * batch + 2:]
+        # How many leading positions hold values from an earlier step (the
+        # rest are 0): a step rewrites at least those, so tokens past its
+        # own read 0.
+        self._positions_written = 0
+        self._angles = None
         self.reset()
 
     # --- TE's interface -----------------------------------------------------
@@ -196,6 +219,7 @@ class InferenceParams:
         self.batch_size = 0
         self.cache_manager.reset()
         self._plan = None
+        self._angles = None
 
     def allocate_memory(self, layer_number):
         """Allocates (zeros) layer `layer_number`'s key and value caches
@@ -206,7 +230,8 @@ class InferenceParams:
         """Starts a step: `step_dict` (OrderedDict seq_id -> new tokens of
         this step) lists the live sequences in row order. Moves continuing
         sequences' cached tokens to their new rows when rows change, and
-        writes cu_seqlens_q, cu_seqlens_kv and pre_step_seqlens."""
+        writes cu_seqlens_q, cu_seqlens_kv, pre_step_seqlens and (steps of
+        up to 16 new tokens a row) each new token's rotary position."""
         plan = plan_step(self.sequences, step_dict, self.max_batch_size,
                          self.max_sequence_length)
         self.cache_manager.move_rows(plan.moves, plan.move_length)
@@ -215,15 +240,21 @@ class InferenceParams:
         self.sequences_pre_step = OrderedDict(
             zip(plan.sequences, plan.cached))
         self.batch_size = plan.batch_size
-        host = torch.tensor(plan.device_values(), dtype=torch.int32)
+        positioned = min(plan.total_new, self._positioned_tokens)
+        written = max(positioned, self._positions_written)
+        self._positions_written = positioned
+        values = plan.device_values() + plan.token_positions(written)
+        target = self._device_state[:len(values)]
         if self.device.type == "cuda":
             # Pinned, so the copy waits for nothing; the pinned block is
             # not reused before the copy has run (PyTorch's host caching
             # allocator records the stream).
-            self._device_state.copy_(host.pin_memory(), non_blocking=True)
+            target.copy_(torch.tensor(values, dtype=torch.int32,
+                                      pin_memory=True), non_blocking=True)
         else:
-            self._device_state.copy_(host)
+            target.copy_(torch.tensor(values, dtype=torch.int32))
         self._plan = plan
+        self._angles = None
 
     def get_seqlens_pre_step(self):
         """[max_batch_size] int32 on the device: each row's tokens cached

@@ -7,8 +7,10 @@ step's new tokens packed (thd): `tokens` T = the input's token count
 rounded up to _thd.TOKEN_GRANULE (zero tokens appended; outputs cut back),
 `batch_size` = max_batch_size (cache rows; rows past the live sequences
 have no tokens), `seq_length` = the most new tokens of one sequence
-(InferenceParams.max_ctx_len when given) rounded up to
-_thd.MAX_SEQ_GRANULE (at most max_sequence_length), and `kv_cache: {max_sequence_length}`; inputs
+(InferenceParams.max_ctx_len when given) rounded up by query_bucket (a
+power of two up to 16: 1 for a decode step; beyond, a multiple of
+_thd.MAX_SEQ_GRANULE; at most max_sequence_length), and `kv_cache:
+{max_sequence_length}`; inputs
 cu_seqlens (InferenceParams.cu_seqlens_q), cu_seqlens_kv and the layer's
 key_cache / value_cache, passed by pointer: the program writes the new
 keys and values into them and attends to rows [0, cached + new) of each
@@ -24,6 +26,7 @@ tokens this step (a decode step: s = 1); b may exceed the live sequences
 finishing.
 """
 import torch
+import torch.nn.functional as F
 
 from . import _attention_specs, _thd
 from ..attention.inference import InferenceParams
@@ -149,7 +152,7 @@ class KvStep:
             longest = inference_params.max_ctx_len
         # At most the cache's length (the compiler requires it; pre_step
         # keeps every sequence's new tokens within it).
-        self.max_s = min(round_up(max(longest, 1), _thd.MAX_SEQ_GRANULE),
+        self.max_s = min(query_bucket(longest),
                          inference_params.max_sequence_length)
 
     def shape_key(self):
@@ -165,7 +168,8 @@ class KvStep:
         extra = self.padded_tokens - self.tokens
         if extra == 0:
             return tensor
-        return torch.cat([tensor, tensor.new_zeros(extra, *tensor.shape[1:])])
+        # Zero rows after the last: (0, 0) for every inner dim, then dim 0.
+        return F.pad(tensor, (0, 0) * (tensor.dim() - 1) + (0, extra))
 
     def unpad(self, tensor):
         return tensor[:self.tokens]
@@ -186,7 +190,8 @@ class KvStep:
         token [T, 1, 1, r]: new token j of sequence i takes position
         pre_step_seqlens[i] + j; the tail takes position 0. Gathered on the
         device from the whole table (a captured step replays later steps
-        right)."""
+        right). Outside a capture, the layers of one step share the
+        gathered angles."""
         # The forward's checks (a pair, shape, width, device), on the
         # positions this step reaches.
         from .attention import rotary_input
@@ -195,13 +200,49 @@ class KvStep:
         freqs = (rotary_pos_emb[0] if isinstance(rotary_pos_emb,
                                                  (tuple, list))
                  else rotary_pos_emb)
+        params = self.params
+        capturing = (torch.cuda.is_available()
+                     and torch.cuda.is_current_stream_capturing())
+        key = (self.padded_tokens, freqs.data_ptr(), freqs.shape,
+               freqs.dtype, freqs._version)
+        if not capturing and params._angles is not None \
+                and params._angles[0] == key:
+            return params._angles[1]
         table = freqs.detach().to(torch.float32)
-        sequence, inside, offset = token_sequences(self.params.cu_seqlens_q,
-                                                   self.padded_tokens)
-        start = self.params.pre_step_seqlens.long().index_select(0, sequence)
-        position = torch.where(inside, start + offset, 0)
-        return table.index_select(
-            0, position.clamp(0, table.shape[0] - 1)).contiguous()
+        if self.padded_tokens <= params._token_positions.numel():
+            # pre_step's host-made positions (zeros past the step's tokens).
+            position = params._token_positions[:self.padded_tokens]
+        else:
+            sequence, inside, offset = token_sequences(params.cu_seqlens_q,
+                                                       self.padded_tokens)
+            start = params.pre_step_seqlens.long().index_select(0, sequence)
+            position = torch.where(inside, start + offset, 0)
+        if capturing:
+            # A replay's later steps reach positions the check above did
+            # not see: past the table they read its last row, never out of
+            # bounds.
+            position = position.clamp(0, table.shape[0] - 1)
+        angles = table.index_select(0, position).contiguous()
+        if not capturing:
+            params._angles = (key, angles)
+        return angles
+
+
+# Steps of at most this many new tokens per sequence compile max_seqlen_q
+# as a power of two: the runtime's decode attention kernel takes them
+# (runtime kDecodeMaxQueries, docs/kv-cache-plan.md), and a decode step
+# then computes one query row per sequence, not a 64-row tile.
+DECODE_QUERIES = 16
+
+
+def query_bucket(longest):
+    """The compiled max_seqlen_q of a step whose longest sequence has
+    `longest` new tokens: the next power of two up to DECODE_QUERIES, a
+    multiple of _thd.MAX_SEQ_GRANULE beyond (few programs either way)."""
+    longest = max(int(longest), 1)
+    if longest <= DECODE_QUERIES:
+        return 1 << (longest - 1).bit_length()
+    return round_up(longest, _thd.MAX_SEQ_GRANULE)
 
 
 def layer_number_of(module):
