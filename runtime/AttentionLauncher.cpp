@@ -1,5 +1,6 @@
 //===- AttentionLauncher.cpp - a plan's attention step on cuDNN -----------===//
 #include "runtime/AttentionLauncher.h"
+#include "runtime/Device.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
@@ -7,6 +8,8 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
 
 using namespace tejit::runtime;
@@ -15,6 +18,7 @@ using llvm::StringRef;
 
 namespace {
 #include "AttentionPrepPtx.inc"
+#include "DecodeAttentionPtx.inc"
 
 /// cuDNN wants 16-byte aligned tensors; scratch pieces start on 256 bytes.
 constexpr size_t scratchAlignment = 256;
@@ -234,6 +238,123 @@ unsigned maskThreads(int64_t batch) {
 } // namespace
 
 const char *tejit::runtime::attentionPrepPtx() { return tejitAttentionPrepPtx; }
+const char *tejit::runtime::decodeAttentionPtx() {
+  return tejitDecodeAttentionPtx;
+}
+
+//===----------------------------------------------------------------------===//
+// The decode kernels' grid
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// runtime/kernels/DecodeAttention.cu: 4 warps a CTA, 4 query rows a warp,
+/// 2 CTAs resident per SM (its launch bounds).
+constexpr int64_t decodeWarps = 4, decodeRowsPerWarp = 4,
+                  decodeResidentCtas = 2;
+constexpr int64_t decodeMaxSplits = 64, decodeMinChunk = 256;
+
+/// The host mirror of DecodeAttention.cu's TejitDecodeAttention, passed by
+/// value: 8-byte fields only, in the same order.
+struct DecodeParams {
+  CUdeviceptr q = 0, kCache = 0, vCache = 0;
+  CUdeviceptr seqLenQ = 0, seqLenKv = 0, qOffsets = 0, oOffsets = 0;
+  CUdeviceptr partialStats = 0, partialO = 0, o = 0;
+  int64_t batch = 0, heads = 0, kvHeads = 0, headDim = 0, seqQ = 0,
+          cacheRows = 0, chunk = 0, splits = 0, qStride = 0,
+          rowBlocksPerCta = 0, causal = 0, f16 = 0;
+  double scaleLog2 = 0;
+};
+static_assert(sizeof(DecodeParams) == 23 * 8,
+              "DecodeParams must match TejitDecodeAttention field for field");
+
+/// The rows of one (sequence, kv head) in blocks of a warp's rows, how many
+/// of those blocks a CTA holds (1, 2 or 4: the rest of its warps divide the
+/// keys) and the CTAs (grid z) that cover them.
+struct DecodeRows {
+  int64_t blocks = 1, perCta = 1, groups = 1;
+
+  explicit DecodeRows(const AttentionProblem &p) {
+    int64_t rows = p.heads / std::max<int64_t>(p.kvHeads, 1) * p.seqQ;
+    blocks = (rows + decodeRowsPerWarp - 1) / decodeRowsPerWarp;
+    perCta = blocks >= 3 ? decodeWarps : blocks;
+    groups = (blocks + perCta - 1) / perCta;
+  }
+};
+
+int64_t roundUp64(int64_t value) { return (value + 63) / 64 * 64; }
+
+/// Elements between consecutive tokens of q: its stride or the packed width.
+int64_t queryStride(const AttentionProblem &p) {
+  return p.tokenStrides.q ? p.tokenStrides.q : p.heads * p.headDim;
+}
+
+/// The device's SM count, for the context current on this thread.
+llvm::Expected<int64_t> currentSmCount(const CudaDriver &driver) {
+  CUdevice device;
+  if (Error error =
+          driver.check(driver.cuCtxGetDevice(&device), "cuCtxGetDevice"))
+    return std::move(error);
+  auto info = describeDevice(int(device));
+  if (!info)
+    return info.takeError();
+  return int64_t(info->multiprocessors);
+}
+} // namespace
+
+bool tejit::runtime::decodeAttentionEligible(const AttentionProblem &p) {
+  if (!p.kvCache || p.seqQ > kDecodeMaxQueries)
+    return false;
+  if (Error error = p.validate()) {
+    llvm::consumeError(std::move(error));
+    return false;
+  }
+  DecodeRows rows(p);
+  constexpr int64_t gridLimit = 65535;
+  return p.batch * p.kvHeads <= gridLimit && rows.groups <= gridLimit &&
+         p.batch * p.heads * p.seqQ <= std::numeric_limits<int32_t>::max() &&
+         p.seqKv <= (int64_t(1) << 30);
+}
+
+bool tejit::runtime::decodeAttentionEnabled() {
+  const char *value = std::getenv("TEJIT_DECODE_ATTENTION");
+  return !(value && StringRef(value).trim() == "0");
+}
+
+DecodeSplits tejit::runtime::decodeSplits(const AttentionProblem &p,
+                                          int64_t smCount) {
+  int64_t rows = std::max<int64_t>(p.seqKv, 1);
+  int64_t perSplit =
+      std::max<int64_t>(p.batch * p.kvHeads * DecodeRows(p).groups, 1);
+  // Two CTAs for each resident slot: caches filled to half their rows
+  // still give about one wave, full ones two.
+  int64_t target = 2 * 2 * std::max<int64_t>(smCount, 1) * decodeResidentCtas;
+  int64_t splits = std::clamp<int64_t>((target + perSplit - 1) / perSplit, 1,
+                                       decodeMaxSplits);
+  int64_t chunk = std::max(roundUp64((rows + splits - 1) / splits),
+                           std::min(decodeMinChunk, roundUp64(rows)));
+  DecodeSplits result;
+  result.chunk = chunk;
+  result.splits = (rows + chunk - 1) / chunk;
+  return result;
+}
+
+namespace {
+/// (max, sum) pairs, then o rows: where each starts in the partials.
+struct DecodePartials {
+  size_t stats = 0, total = 0;
+
+  DecodePartials(const AttentionProblem &p, const DecodeSplits &splits) {
+    size_t rows = size_t(p.batch * p.heads * p.seqQ * splits.splits);
+    stats = alignUp(rows * 2 * sizeof(float));
+    total = stats + alignUp(rows * size_t(p.headDim) * sizeof(float));
+  }
+};
+} // namespace
+
+size_t tejit::runtime::decodePartialBytes(const AttentionProblem &problem,
+                                          const DecodeSplits &splits) {
+  return DecodePartials(problem, splits).total;
+}
 
 /// `launcher`, once its problem passes AttentionProblem::validate().
 static llvm::Expected<AttentionLauncher>
@@ -247,9 +368,17 @@ validated(AttentionLauncher launcher, const FunctionPlan &function) {
 
 llvm::Expected<AttentionLauncher>
 AttentionLauncher::parse(const AttentionStep &step,
-                         const FunctionPlan &function) {
-  if (step.kvCache)
-    return parseKvCache(step, function);
+                         const FunctionPlan &function, int64_t smCount) {
+  if (step.kvCache) {
+    auto launcher = parseKvCache(step, function);
+    if (!launcher)
+      return launcher.takeError();
+    launcher->decode = decodeAttentionEnabled() &&
+                       decodeAttentionEligible(launcher->problemDesc);
+    if (launcher->decode && smCount > 0)
+      launcher->splits = decodeSplits(launcher->problemDesc, smCount);
+    return launcher;
+  }
   StepAttributes attributes{step, function};
   AttentionLauncher launcher;
   // Optional operands (masks, rng, cu_seqlens) follow the fixed ones; their
@@ -582,11 +711,32 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
 
 llvm::Expected<AttentionLauncher>
 AttentionLauncher::create(const AttentionStep &step,
-                          const FunctionPlan &function, CUfunction prep) {
+                          const FunctionPlan &function, CUfunction prep,
+                          const DecodeKernels &decode) {
   auto launcher = parse(step, function);
   if (!launcher)
     return launcher.takeError();
   launcher->prep = prep;
+  // Without the decode kernels, an eligible step falls back to cuDNN.
+  if (launcher->decode && decode.split && decode.combine) {
+    launcher->decodeKernels = decode;
+    if (launcher->decodeKernels.smCount <= 0) {
+      auto driver = CudaDriver::get();
+      if (!driver)
+        return driver.takeError();
+      auto sms = currentSmCount(*driver);
+      if (!sms)
+        return annotate(sms.takeError(),
+                        "function '" + function.name +
+                            "', attention step: the decode kernels' grid",
+                        ErrorCode::Unsupported);
+      launcher->decodeKernels.smCount = *sms;
+    }
+    launcher->splits =
+        decodeSplits(launcher->problemDesc, launcher->decodeKernels.smCount);
+    return launcher;
+  }
+  launcher->decode = false;
   auto runner = AttentionRunner::get(launcher->problemDesc);
   if (!runner)
     return annotate(runner.takeError(),
@@ -600,7 +750,9 @@ size_t AttentionLauncher::scratchBytes() const {
   size_t lengths = problemDesc.thd()
                        ? thdPrepBytes(problemDesc)
                        : 2 * alignUp(problemDesc.batch * sizeof(int32_t));
-  return lengths + alignUp(16) + alignUp(runner->workspaceBytes());
+  size_t workspace = decode ? decodePartialBytes(problemDesc, splits)
+                            : alignUp(runner->workspaceBytes());
+  return lengths + alignUp(16) + workspace;
 }
 
 Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
@@ -695,6 +847,12 @@ Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,
   if (problemDesc.kvCache) {
     buffers.newK = addresses[k];
     buffers.newV = addresses[v];
+    KvCacheEngine engine;
+    engine.runner = decode ? nullptr : runner.get();
+    engine.decode = decodeKernels;
+    engine.splits = splits;
+    return enqueueKvCacheAttention(problemDesc, prep, engine, buffers, pointers,
+                                   workspace, stream, driver);
   }
   if (rng) {
     buffers.rngIn = addresses[*rng];
@@ -848,4 +1006,88 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
       std::clamp<int64_t>((stores + threads - 1) / threads, 1, maxBlocks));
   return launchPrep(driver, prep, params, blocks, threads, stream,
                     "launching the attention prep kernel (thd)");
+}
+
+//===----------------------------------------------------------------------===//
+// kv cache: the prep, then cuDNN or the decode kernels
+//===----------------------------------------------------------------------===//
+
+Error tejit::runtime::enqueueKvCacheAttention(
+    const AttentionProblem &p, CUfunction prep, const KvCacheEngine &engine,
+    const ThdPrepBuffers &buffers, AttentionPointers &pointers,
+    CUdeviceptr workspace, CUstream stream, const CudaDriver &driver) {
+  if (!p.kvCache)
+    return makeError(ErrorCode::InvalidArgument,
+                     p.key() + ": not a kv cache problem");
+  bool useDecode = !engine.runner;
+  if (useDecode) {
+    if (!engine.decode.split || !engine.decode.combine)
+      return makeError(ErrorCode::InvalidArgument,
+                       p.key() + ": neither a cuDNN runner nor the decode "
+                                 "kernels to run the kv cache attention");
+    // The problem was validated when the engine was chosen: only the bound
+    // here (validate() on every call would cost host time per step).
+    if (p.seqQ > kDecodeMaxQueries)
+      return makeError(
+          ErrorCode::Unsupported,
+          llvm::formatv("{0}: the decode kernels take at most {1} new "
+                        "queries per sequence (max_seqlen_q)",
+                        p.key(), kDecodeMaxQueries));
+    const DecodeSplits &s = engine.splits;
+    if (s.chunk <= 0 || s.chunk % 64 != 0 || s.splits <= 0 ||
+        s.splits * s.chunk < p.seqKv)
+      return makeError(ErrorCode::InvalidArgument,
+                       llvm::formatv("{0}: decode splits {1} x {2} keys do "
+                                     "not cover the cache's {3} rows",
+                                     p.key(), s.splits, s.chunk, p.seqKv));
+    // The split kernel reads the caches 16 bytes at a time.
+    if (pointers.k % 16 != 0 || pointers.v % 16 != 0)
+      return makeError(ErrorCode::InvalidArgument,
+                       p.key() + ": the decode kernels need 16-byte aligned "
+                                 "k and v caches");
+  }
+  if (Error error = enqueueThdPrep(p, prep, buffers, pointers, stream, driver))
+    return error;
+  if (!useDecode)
+    return engine.runner->run(pointers, workspace, stream);
+
+  DecodeRows rows(p);
+  DecodePartials partials(p, engine.splits);
+  DecodeParams params;
+  params.q = pointers.q;
+  params.kCache = pointers.k;
+  params.vCache = pointers.v;
+  params.seqLenQ = pointers.seqLenQ;
+  params.seqLenKv = pointers.seqLenKv;
+  params.qOffsets = pointers.raggedQ;
+  params.oOffsets = pointers.raggedO;
+  params.partialStats = workspace;
+  params.partialO = workspace + partials.stats;
+  params.o = pointers.o;
+  params.batch = p.batch;
+  params.heads = p.heads;
+  params.kvHeads = p.kvHeads;
+  params.headDim = p.headDim;
+  params.seqQ = p.seqQ;
+  params.cacheRows = p.seqKv;
+  params.chunk = engine.splits.chunk;
+  params.splits = engine.splits.splits;
+  params.qStride = queryStride(p);
+  params.rowBlocksPerCta = rows.perCta;
+  params.causal = p.bottomRight() ? 1 : 0;
+  params.f16 = p.element == ElementType::F16 ? 1 : 0;
+  params.scaleLog2 = p.softmaxScale / std::log(2.0);
+  void *arguments[] = {&params};
+  if (Error error = driver.check(
+          driver.cuLaunchKernel(
+              engine.decode.split, unsigned(engine.splits.splits),
+              unsigned(p.batch * p.kvHeads), unsigned(rows.groups),
+              unsigned(decodeWarps * 32), 1, 1, 0, stream, arguments, nullptr),
+          "launching the decode attention kernel"))
+    return error;
+  return driver.check(
+      driver.cuLaunchKernel(engine.decode.combine,
+                            unsigned(p.batch * p.heads * p.seqQ), 1, 1, 128, 1,
+                            1, 0, stream, arguments, nullptr),
+      "launching the decode attention combine kernel");
 }

@@ -23,23 +23,53 @@
 
 namespace tejit::runtime {
 
+/// The most new queries per sequence (max_seqlen_q) a kv_cache_attention
+/// step may have to run on the decode kernels instead of cuDNN.
+constexpr int64_t kDecodeMaxQueries = 16;
+
+/// How the decode kernels cut a kv cache's rows [0, S): `splits` chunks of
+/// `chunk` keys (a multiple of 64), splits * chunk >= S.
+struct DecodeSplits {
+  int64_t splits = 1, chunk = 64;
+};
+
+/// The decode kernels of runtime/kernels/DecodeAttention.cu
+/// (tejit_decode_attention, tejit_decode_attention_combine) and the device's
+/// SM count, which decodeSplits() sizes the grid with.
+struct DecodeKernels {
+  CUfunction split = nullptr, combine = nullptr;
+  int64_t smCount = 0;
+};
+
 class AttentionLauncher {
 public:
   /// The problem `step` describes in `function` (the attributes the plan
   /// printed and the operand types), with a clear error for what tejit or
-  /// cuDNN cannot run; builds cuDNN's plan. `prep` is the prep kernel.
-  static llvm::Expected<AttentionLauncher> create(const AttentionStep &step,
-                                                  const FunctionPlan &function,
-                                                  CUfunction prep);
+  /// cuDNN cannot run; builds cuDNN's plan. `prep` is the prep kernel. A
+  /// kv_cache_attention step the decode kernels can run
+  /// (decodeAttentionEligible, not turned off by TEJIT_DECODE_ATTENTION=0)
+  /// runs on `decode` without cuDNN (none loaded, no version needed) when
+  /// its kernels are given; otherwise on cuDNN.
+  static llvm::Expected<AttentionLauncher>
+  create(const AttentionStep &step, const FunctionPlan &function,
+         CUfunction prep, const DecodeKernels &decode = {});
   /// create() without cuDNN: reads the step into a problem (validated) and
   /// the operands' roles, and builds no plan (for tests: scratchBytes() and
-  /// run() need create()'s).
+  /// run() need create()'s, except on the decode path, whose splits parse()
+  /// sizes for `smCount` SMs when it is positive).
   static llvm::Expected<AttentionLauncher> parse(const AttentionStep &step,
-                                                 const FunctionPlan &function);
+                                                 const FunctionPlan &function,
+                                                 int64_t smCount = 0);
 
   /// Device scratch a run needs: the sequence lengths, the dropout state,
-  /// thd's ragged offsets and cuDNN's workspace.
+  /// thd's ragged offsets and cuDNN's workspace, or the decode kernels'
+  /// partials (decodePartialBytes).
   size_t scratchBytes() const;
+
+  /// Whether run() takes the decode kernels (a kv cache step with few new
+  /// queries) instead of cuDNN, and how they split the cache.
+  bool usesDecodeKernels() const { return decode; }
+  const DecodeSplits &decodeSplitsUsed() const { return splits; }
 
   /// Enqueues the step; `addresses` holds every value's address.
   llvm::Error run(llvm::ArrayRef<CUdeviceptr> addresses, CUdeviceptr scratch,
@@ -67,6 +97,10 @@ private:
   AttentionProblem problemDesc;
   std::shared_ptr<const AttentionRunner> runner;
   CUfunction prep = nullptr;
+  /// A kv cache step on the decode kernels (no runner then).
+  bool decode = false;
+  DecodeSplits splits;
+  DecodeKernels decodeKernels;
   // Value ids of the step's operands and results.
   int64_t q = 0, k = 0, v = 0, out = 0, stats = 0;
   int64_t gradOut = 0, gradQ = 0, gradK = 0, gradV = 0;
@@ -124,6 +158,53 @@ llvm::Error enqueueThdPrep(const AttentionProblem &problem, CUfunction prep,
                            const ThdPrepBuffers &buffers,
                            AttentionPointers &pointers, CUstream stream,
                            const CudaDriver &driver);
+
+/// The PTX of runtime/kernels/DecodeAttention.cu.
+const char *decodeAttentionPtx();
+
+/// Whether the decode kernels can run `problem`: a valid kv cache problem
+/// with max_seqlen_q at most kDecodeMaxQueries (bf16 or f16, head dim a
+/// multiple of 8 up to 128, padding or padding_causal_bottom_right: what
+/// validate() allows) and a grid within CUDA's limits. The environment is
+/// not read here.
+bool decodeAttentionEligible(const AttentionProblem &problem);
+/// False when TEJIT_DECODE_ATTENTION=0 sends eligible steps to cuDNN.
+bool decodeAttentionEnabled();
+
+/// The split of a decode problem's S = seqKv cache rows for a device of
+/// `smCount` SMs: enough CTAs to fill the GPU about twice (every split
+/// counted as if L_i = S), chunks of at least 256 keys (S rounded up to 64
+/// when smaller) and a multiple of 64, at most 64 splits, splits * chunk >=
+/// S. Fixed per problem: a replay with longer caches uses the same grid.
+DecodeSplits decodeSplits(const AttentionProblem &problem, int64_t smCount);
+
+/// The fp32 partials of the split pass, 256-byte aligned: (max, sum) and
+/// o[d] per (sequence, head, query j < s_q, split).
+size_t decodePartialBytes(const AttentionProblem &problem,
+                          const DecodeSplits &splits);
+
+/// What runs a kv cache step's attention after its prep: cuDNN's `runner`
+/// (its workspace: runner->workspaceBytes()), or, without one, the decode
+/// kernels with `splits` (workspace: decodePartialBytes()).
+struct KvCacheEngine {
+  const AttentionRunner *runner = nullptr;
+  DecodeKernels decode;
+  DecodeSplits splits;
+};
+
+/// Enqueues a kv_cache_attention problem as AttentionLauncher::run does:
+/// the prep kernel (enqueueThdPrep: lengths, offsets, the append, o's tail
+/// rows), then cuDNN or the two decode kernels, reading the prep's clamped
+/// lengths and offsets. `pointers` holds q, o and the caches (k, v);
+/// `workspace` the engine's bytes, 256-byte aligned. Captures into a CUDA
+/// graph (no host sync, nothing read back).
+llvm::Error enqueueKvCacheAttention(const AttentionProblem &problem,
+                                    CUfunction prep,
+                                    const KvCacheEngine &engine,
+                                    const ThdPrepBuffers &buffers,
+                                    AttentionPointers &pointers,
+                                    CUdeviceptr workspace, CUstream stream,
+                                    const CudaDriver &driver);
 
 } // namespace tejit::runtime
 

@@ -50,13 +50,19 @@ llvm::Expected<CUfunction> ModuleSet::helper(llvm::StringRef name) {
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
-  constexpr llvm::StringLiteral key = "<runtime helpers>";
+  // Two PTX modules, each JIT-compiled on first use: the decode attention
+  // kernels (tejit_decode_attention*) and everything else.
+  bool decode = name.starts_with("tejit_decode_attention");
+  llvm::StringRef key =
+      decode ? "<runtime decode attention>" : "<runtime helpers>";
   auto found = modules.find(key);
   if (found == modules.end()) {
     CUmodule module;
-    if (Error error =
-            driver->check(driver->cuModuleLoadData(&module, attentionPrepPtx()),
-                          "loading the runtime helper kernels (PTX)"))
+    if (Error error = driver->check(
+            driver->cuModuleLoadData(&module, decode ? decodeAttentionPtx()
+                                                     : attentionPrepPtx()),
+            decode ? "loading the decode attention kernels (PTX)"
+                   : "loading the runtime helper kernels (PTX)"))
       return std::move(error);
     found = modules.try_emplace(key, module).first;
   }
@@ -109,8 +115,25 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       auto prep = modules.helper("tejit_attention_prep");
       if (!prep)
         return prep.takeError();
+      // A kv cache step with few new queries runs on the decode kernels.
+      DecodeKernels decode;
+      if (attentionStep->kvCache) {
+        auto probe = AttentionLauncher::parse(*attentionStep, function);
+        if (probe && probe->usesDecodeKernels()) {
+          auto split = modules.helper("tejit_decode_attention");
+          if (!split)
+            return split.takeError();
+          auto combine = modules.helper("tejit_decode_attention_combine");
+          if (!combine)
+            return combine.takeError();
+          decode.split = *split;
+          decode.combine = *combine;
+        }
+        if (!probe)
+          llvm::consumeError(probe.takeError()); // create() reports it
+      }
       auto launcher =
-          AttentionLauncher::create(*attentionStep, function, *prep);
+          AttentionLauncher::create(*attentionStep, function, *prep, decode);
       if (!launcher)
         return annotate(launcher.takeError(), llvm::formatv("step {0}", index),
                         ErrorCode::Unsupported);

@@ -39,6 +39,16 @@
 //     untouched, o matches the float64 reference over old rows plus new
 //     tokens, o's tail rows are 0, guard bytes stay untouched, also for bad
 //     cu_seqlens;
+//     Every kv-cache problem the decode kernels can run (max_seqlen_q <= 16)
+//     runs twice, through the launcher's enqueueKvCacheAttention: on the
+//     decode kernels (" [decode kernel]") and on cuDNN (" [cudnn]"), with
+//     more cases for the decode kernels: caches of 4096 and 32768 rows with
+//     lengths 1 to S, up to 16 uneven new tokens, MQA with 32 heads, d 64 and
+//     128, bf16 and f16, strided q, hostile cu_seqlens;
+//   * `--time-decode`: only the timing of decode kernel against cuDNN at b 8,
+//     h 32, g 8, d 128, one new query, S 4096 (L 512, 3072) and S 32768 (L
+//     16384): microseconds per call (median of 50 after 5 warm-ups) and GB/s
+//     of cache read;
 //   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
 //     with a 512-key sliding window): the reference covers a few (batch,
 //     head) slices; forward and backward are timed with CUDA events.
@@ -48,6 +58,7 @@
 // 77 (skipped) without a GPU.
 //
 //   tejit-attention-check [--seed N] [--filter TEXT] [--no-real]
+//                         [--time-decode]
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Attention.h"
@@ -741,6 +752,15 @@ public:
   /// reference over the old cache rows plus the new tokens; see KvCacheCase.
   void runKvCache(const KvCacheCase &c) {
     const AttentionProblem &p = c.problem;
+    bool eligible = decodeAttentionEligible(p);
+    // Eligible problems run on both paths: the decode kernels and cuDNN.
+    if (eligible) {
+      KvCacheEngine engine;
+      engine.decode = decodeKernels();
+      engine.splits = decodeSplits(p, engine.decode.smCount);
+      runKvCacheOn(c, c.name + " [decode kernel]", engine);
+    }
+    std::string name = eligible ? c.name + " [cudnn]" : c.name;
     auto runner = AttentionRunner::get(p);
     if (!runner) {
       std::string message;
@@ -750,30 +770,180 @@ public:
       bool old = lib && lib->version < 90700;
       llvm::consumeError(lib.takeError());
       if (code == ErrorCode::Unsupported && (old || !c.mustPass)) {
-        std::printf("UNSUPPORTED %s: %s\n", c.name.c_str(), message.c_str());
+        std::printf("UNSUPPORTED %s: %s\n", name.c_str(), message.c_str());
         ++tally.unsupported;
       } else {
-        report(false, c.name, message);
+        report(false, name, message);
       }
       return;
     }
+    KvCacheEngine engine;
+    engine.runner = runner->get();
+    runKvCacheOn(c, name, engine);
+  }
+
+  /// One kv-cache case on one engine (cuDNN or the decode kernels).
+  void runKvCacheOn(const KvCacheCase &c, const std::string &name,
+                    const KvCacheEngine &engine) {
+    const AttentionProblem &p = c.problem;
     KvCacheRun run(c, p);
     run.randomize(rng);
     std::string failure;
-    if (!executeKvCache(c, **runner, run, failure)) {
-      report(false, c.name, "run failed: " + failure);
+    if (!executeKvCache(c, engine, run, failure)) {
+      report(false, name, "run failed: " + failure);
       return;
     }
     if (!c.hostileCuQ.empty()) {
       // Nothing to compare: the run finished and stayed in its buffers.
       if (run.problems.empty())
-        report(true, c.name, "bad cu_seqlens stayed in bounds");
+        report(true, name, "bad cu_seqlens stayed in bounds");
       else
-        report(false, c.name, run.problems);
+        report(false, name, run.problems);
       return;
     }
-    Case asCase{c.name, p, c.mustPass, {}, false};
+    Case asCase{name, p, c.mustPass, {}, false};
     finish(asCase, compareKvCache(c, run), {});
+  }
+
+  /// The decode kernels (loaded once) with the device's SM count.
+  void setSmCount(int64_t sms) { smCount = sms; }
+  DecodeKernels decodeKernels() {
+    if (!decode.split) {
+      const CudaDriver &driver = *gpu.driver;
+      CUmodule module;
+      orDie(driver.check(driver.cuModuleLoadData(&module, decodeAttentionPtx()),
+                         "cuModuleLoadData"),
+            "loading the decode attention kernels");
+      orDie(driver.check(driver.cuModuleGetFunction(&decode.split, module,
+                                                    "tejit_decode_attention"),
+                         "cuModuleGetFunction"),
+            "finding tejit_decode_attention");
+      orDie(driver.check(
+                driver.cuModuleGetFunction(&decode.combine, module,
+                                           "tejit_decode_attention_combine"),
+                "cuModuleGetFunction"),
+            "finding tejit_decode_attention_combine");
+      decode.smCount = smCount;
+    }
+    return decode;
+  }
+
+  /// `--time-decode`: microseconds per kv_cache_attention call (the prep
+  /// kernel, then the decode kernels or cuDNN, through the launcher's
+  /// enqueueKvCacheAttention) at b 8, h 32, g 8, d 128, one new query per
+  /// sequence, every sequence with `total` tokens in caches of `rows`; the
+  /// median of 50 calls after 5 warm-ups, CUDA events between calls
+  /// enqueued back to back.
+  void timeDecode(int64_t rows, int32_t total) {
+    AttentionProblem p;
+    p.kvCache = true;
+    p.layout = AttentionLayout::Thd;
+    p.element = ElementType::BF16;
+    p.mask = AttentionMask::PaddingCausalBottomRight;
+    p.batch = 8;
+    p.heads = 32;
+    p.kvHeads = 8;
+    p.headDim = 128;
+    p.seqQ = 1;
+    p.seqKv = rows;
+    p.tokensQ = p.tokensKv = 8;
+    p.softmaxScale = 1 / std::sqrt(128.0);
+    const CudaDriver &driver = *gpu.driver;
+    size_t cacheBytes = size_t(p.batch * rows * p.kvHeads * p.headDim) * 2;
+    size_t tokenBytes = size_t(p.tokensQ * p.heads * p.headDim) * 2;
+    DeviceBuffer kCache = gpu.allocate(cacheBytes, "k_cache"),
+                 vCache = gpu.allocate(cacheBytes, "v_cache"),
+                 q = gpu.allocate(tokenBytes, "q"),
+                 k = gpu.allocate(tokenBytes, "k"),
+                 v = gpu.allocate(tokenBytes, "v"),
+                 o = gpu.allocate(tokenBytes, "o"),
+                 cuQ = gpu.allocate(size_t(p.batch + 1) * 4, "cu_seqlens_q"),
+                 cuKv = gpu.allocate(size_t(p.batch + 1) * 4, "cu_seqlens_kv"),
+                 scratch = gpu.allocate(thdPrepBytes(p), "prep scratch");
+    // bf16 0x3c00 (1/128) everywhere: the bytes matter, not the values.
+    for (const DeviceBuffer *buffer : {&kCache, &vCache, &q, &k, &v})
+      orDie(driver.check(driver.cuMemsetD32Async(buffer->get(), 0x3c003c00u,
+                                                 buffer->bytes() / 4, nullptr),
+                         "cuMemsetD32Async"),
+            "fill");
+    std::vector<int32_t> cuQHost(size_t(p.batch + 1)),
+        cuKvHost(size_t(p.batch + 1));
+    for (int32_t i = 0; i <= int32_t(p.batch); ++i) {
+      cuQHost[size_t(i)] = i;
+      cuKvHost[size_t(i)] = i * total;
+    }
+    gpu.upload(cuQ, cuQHost.data(), cuQHost.size() * 4);
+    gpu.upload(cuKv, cuKvHost.data(), cuKvHost.size() * 4);
+
+    auto timeWith = [&](const KvCacheEngine &engine, size_t workspaceBytes) {
+      DeviceBuffer workspace = gpu.allocate(workspaceBytes, "workspace");
+      ThdPrepBuffers buffers;
+      buffers.cuSeqlensQ = cuQ.get();
+      buffers.cuSeqlensKv = cuKv.get();
+      buffers.scratch = scratch.get();
+      buffers.newK = k.get();
+      buffers.newV = v.get();
+      AttentionPointers pointers;
+      pointers.q = q.get();
+      pointers.o = o.get();
+      pointers.k = kCache.get();
+      pointers.v = vCache.get();
+      // Calls back to back, an event between each two: the GPU never waits
+      // for the host, and each call's time is that of its own kernels.
+      constexpr int warmups = 5, runs = 50;
+      std::vector<CUevent> events(warmups + runs + 1);
+      for (CUevent &event : events)
+        orDie(driver.check(driver.cuEventCreate(&event, CU_EVENT_DEFAULT),
+                           "cuEventCreate"),
+              "timing");
+      driver.cuEventRecord(events[0], nullptr);
+      for (int run = 0; run < warmups + runs; ++run) {
+        orDie(enqueueKvCacheAttention(p, prepKernel(), engine, buffers,
+                                      pointers, workspace.get(), nullptr,
+                                      driver),
+              "timed run");
+        driver.cuEventRecord(events[size_t(run) + 1], nullptr);
+      }
+      orDie(driver.check(driver.cuEventSynchronize(events.back()),
+                         "cuEventSynchronize"),
+            "timing");
+      std::vector<double> samples;
+      for (int run = warmups; run < warmups + runs; ++run) {
+        float ms = 0;
+        driver.cuEventElapsedTime(&ms, events[size_t(run)],
+                                  events[size_t(run) + 1]);
+        samples.push_back(double(ms) * 1000);
+      }
+      for (CUevent event : events)
+        driver.cuEventDestroy(event);
+      std::sort(samples.begin(), samples.end());
+      return samples[samples.size() / 2];
+    };
+    KvCacheEngine decodeEngine;
+    decodeEngine.decode = decodeKernels();
+    decodeEngine.splits = decodeSplits(p, smCount);
+    double decodeUs =
+        timeWith(decodeEngine, decodePartialBytes(p, decodeEngine.splits));
+    double cudnnUs = NAN;
+    auto runner = AttentionRunner::get(p);
+    if (runner) {
+      KvCacheEngine cudnnEngine;
+      cudnnEngine.runner = runner->get();
+      cudnnUs = timeWith(cudnnEngine, (*runner)->workspaceBytes());
+    } else {
+      std::printf("  cuDNN: %s\n", llvm::toString(runner.takeError()).c_str());
+    }
+    // The cache bytes a call reads: L_i keys and values of every (sequence,
+    // kv head).
+    double bytes = 2.0 * double(p.batch * total * p.kvHeads * p.headDim) * 2;
+    std::printf("TIME decode b=8 h=32 g=8 d=128 S=%lld L=%d: decode kernel "
+                "%.1f us (%.0f GB/s, %lld splits x %lld keys), cuDNN %.1f us "
+                "(%.0f GB/s), cuDNN / decode %.2fx\n",
+                (long long)rows, total, decodeUs, bytes / decodeUs / 1e3,
+                (long long)decodeEngine.splits.splits,
+                (long long)decodeEngine.splits.chunk, cudnnUs,
+                bytes / cudnnUs / 1e3, cudnnUs / decodeUs);
+    std::fflush(stdout);
   }
 
 private:
@@ -786,6 +956,8 @@ private:
 
   Gpu &gpu;
   std::mt19937_64 rng;
+  DecodeKernels decode;
+  int64_t smCount = 0;
 
   DeviceResults results(const AttentionProblem &p) {
     return {HostTensor(p, p.heads, p.seqQ),
@@ -1047,7 +1219,7 @@ private:
     return prep;
   }
 
-  /// What the launcher enqueues for a thd or kv-cache step, on the default
+  /// What the launcher enqueues for a thd step, on the default
   /// stream: the prep kernel, then cuDNN; then waits for both.
   llvm::Error runPrepared(const AttentionProblem &problem,
                           const ThdPrepBuffers &buffers,
@@ -1384,7 +1556,7 @@ private:
 
   /// Uploads, runs the prep kernel and cuDNN (as AttentionLauncher does),
   /// downloads o and both caches; checks every guard.
-  bool executeKvCache(const KvCacheCase &c, const AttentionRunner &runner,
+  bool executeKvCache(const KvCacheCase &c, const KvCacheEngine &engine,
                       KvCacheRun &run, std::string &failure) {
     const AttentionProblem &p = c.problem;
     int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
@@ -1437,12 +1609,23 @@ private:
 
     size_t prepBytes = thdPrepBytes(p);
     DeviceBuffer scratch = guarded(prepBytes, "prep scratch");
-    DeviceBuffer workspace = gpu.allocate(runner.workspaceBytes(), "workspace");
+    // The decode kernels' partials must stay within their bytes too.
+    size_t workspaceBytes = engine.runner
+                                ? engine.runner->workspaceBytes()
+                                : decodePartialBytes(p, engine.splits);
+    DeviceBuffer workspace = guarded(workspaceBytes, "workspace");
     buffers.cuSeqlensQ = cuQBuffer.get();
     buffers.cuSeqlensKv = cuKvBuffer.get();
     buffers.scratch = scratch.get();
-    if (llvm::Error error =
-            runPrepared(p, buffers, pointers, runner, workspace.get())) {
+    // What AttentionLauncher::run enqueues for the step.
+    const CudaDriver &driver = *gpu.driver;
+    llvm::Error error =
+        enqueueKvCacheAttention(p, prepKernel(), engine, buffers, pointers,
+                                workspace.get(), nullptr, driver);
+    if (!error)
+      error = driver.check(driver.cuStreamSynchronize(nullptr),
+                           "cuStreamSynchronize after attention");
+    if (error) {
       failure = llvm::toString(std::move(error));
       return false;
     }
@@ -1468,6 +1651,9 @@ private:
     checkGuard(kCache, cacheBytes, "k_cache", run.problems);
     checkGuard(vCache, cacheBytes, "v_cache", run.problems);
     checkGuard(scratch, prepBytes, "the prep scratch", run.problems);
+    if (!engine.runner)
+      checkGuard(workspace, workspaceBytes, "the decode partials",
+                 run.problems);
     checkGuard(cuQBuffer, cuBytes, "cu_seqlens_q", run.problems);
     checkGuard(cuKvBuffer, cuBytes, "cu_seqlens_kv", run.problems);
     return true;
@@ -1902,6 +2088,51 @@ std::vector<KvCacheCase> kvCacheCases() {
       "kv_cache chunked long bf16 d128 padding_causal_bottom_right mha S2048",
       ElementType::BF16, 128, 8, AttentionMask::PaddingCausalBottomRight,
       {64, 64}, {2048, 64}, 2048, 0));
+  // The decode kernels' own shapes (docs/kv-cache-plan.md, session 19):
+  // long caches with lengths from 1 to S, up to 16 uneven new tokens (one
+  // sequence with none), MQA with 32 query heads on one kv head.
+  for (AttentionMask mask : masks) {
+    std::string maskName = attentionMaskName(mask).str();
+    cases.push_back(
+        kvCacheCase("kv_cache decode S4096 bf16 d128 " + maskName + " gqa",
+                    ElementType::BF16, 128, 2, mask, {1, 1, 1, 1, 1, 1, 1, 1},
+                    {1, 4096, 63, 64, 65, 2000, 4095, 3000}, 4096, 3));
+    for (ElementType element : {ElementType::BF16, ElementType::F16})
+      for (int64_t dim : {64, 128})
+        cases.push_back(kvCacheCase(
+            "kv_cache uneven n<=16 S4096 " + elementTypeName(element).str() +
+                " d" + std::to_string(dim) + " " + maskName + " gqa",
+            element, dim, 2, mask, {16, 1, 7, 0, 16, 3, 9},
+            {16, 4096, 1000, 50, 300, 3, 2500}, 4096, 5));
+    KvCacheCase mqa = kvCacheCase(
+        "kv_cache mqa32 n<=16 S4096 bf16 d128 " + maskName, ElementType::BF16,
+        128, 1, mask, {1, 4, 2, 16, 1}, {4096, 100, 17, 2000, 1}, 4096, 2);
+    mqa.problem.heads = 32;
+    cases.push_back(mqa);
+    KvCacheCase mqaDecode = kvCacheCase(
+        "kv_cache mqa32 decode S4096 f16 d64 " + maskName, ElementType::F16, 64,
+        1, mask, {1, 1, 1, 1}, {4096, 1, 777, 3333}, 4096, 1);
+    mqaDecode.problem.heads = 32;
+    cases.push_back(mqaDecode);
+  }
+  // One sequence filling a cache of 32768 rows, one of 1 token, one between
+  // (one kv head keeps the host reference and caches small).
+  cases.push_back(kvCacheCase(
+      "kv_cache decode S32768 bf16 d128 padding_causal_bottom_right mqa",
+      ElementType::BF16, 128, 1, AttentionMask::PaddingCausalBottomRight,
+      {1, 1, 1}, {32768, 1, 20001}, 32768, 1));
+  // Strided q and new k/v (fused QKV rows) with uneven new tokens.
+  {
+    KvCacheCase c = kvCacheCase(
+        "kv_cache uneven n<=16 packed qkv S4096 bf16 d128 "
+        "padding_causal_bottom_right gqa",
+        ElementType::BF16, 128, 2, AttentionMask::PaddingCausalBottomRight,
+        {3, 16, 0, 1}, {3000, 16, 10, 4096}, 4096, 4);
+    int64_t width = (c.problem.heads + 2 * 2) * 128 + 8;
+    c.problem.tokenStrides = {width, width, width, 0, 0, 0};
+    c.fused = true;
+    cases.push_back(c);
+  }
   // Bad cu_seqlens (past the tokens, decreasing, negative, more tokens than
   // the cache holds or than max_seqlen_q): clamped on the device, so
   // nothing is read or written outside the buffers.
@@ -1930,7 +2161,7 @@ int main(int argc, char **argv) {
   uint64_t seed =
       uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
   std::string filter;
-  bool real = true;
+  bool real = true, timeDecode = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--seed" && i + 1 < argc)
@@ -1939,8 +2170,12 @@ int main(int argc, char **argv) {
       filter = argv[++i];
     else if (arg == "--no-real")
       real = false;
+    else if (arg == "--time-decode")
+      timeDecode = true;
     else {
-      std::fprintf(stderr, "usage: %s [--seed N] [--filter TEXT] [--no-real]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--seed N] [--filter TEXT] [--no-real] "
+                   "[--time-decode]\n",
                    argv[0]);
       return 2;
     }
@@ -1972,6 +2207,14 @@ int main(int argc, char **argv) {
 
   Gpu gpu{&*driver};
   Checker checker(gpu, seed);
+  checker.setSmCount(device->multiprocessors);
+  if (timeDecode) {
+    // Only the timings: decode kernel against cuDNN.
+    checker.timeDecode(4096, 512);
+    checker.timeDecode(4096, 3072);
+    checker.timeDecode(32768, 16384);
+    return 0;
+  }
   auto selected = [&](const std::string &name) {
     return filter.empty() || name.find(filter) != std::string::npos;
   };

@@ -17,8 +17,10 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <set>
+#include <tuple>
 
 using namespace tejit::runtime;
 
@@ -1031,6 +1033,143 @@ TEST(AttentionLauncherTest, RefusesMalformedKvCacheSteps) {
   expectStepRejections<KvCacheStep>(
       cases,
       [](KvCacheStep &fixture) -> AttentionStep & { return fixture.step; });
+}
+
+//===----------------------------------------------------------------------===//
+// Decode kernels (kv cache steps with few new queries)
+//===----------------------------------------------------------------------===//
+
+/// The decode benchmark's shape: 8 sequences, 32 heads on 8 kv heads, d 128,
+/// one new query each, caches of `rows`.
+AttentionProblem decodeProblem(int64_t rows) {
+  AttentionProblem problem = kvCacheProblem();
+  problem.batch = 8;
+  problem.heads = 32;
+  problem.kvHeads = 8;
+  problem.headDim = 128;
+  problem.seqQ = 1;
+  problem.seqKv = rows;
+  problem.tokensQ = problem.tokensKv = 8;
+  problem.tokenStrides = {};
+  return problem;
+}
+
+TEST(DecodeSplitsTest, CoverTheCacheInChunksOf64) {
+  for (int64_t rows : {1, 8, 63, 64, 65, 200, 256, 257, 1000, 2048, 4096, 4097,
+                       32768, 100000, 1 << 20})
+    for (int64_t sms : {1, 78, 132, 1000})
+      for (auto [batch, heads, kvHeads, queries] :
+           {std::tuple{1, 1, 1, 1}, std::tuple{8, 32, 8, 1},
+            std::tuple{8, 32, 1, 16}, std::tuple{64, 64, 64, 4},
+            std::tuple{2, 8, 2, 7}}) {
+        AttentionProblem problem = decodeProblem(rows);
+        problem.batch = batch;
+        problem.heads = heads;
+        problem.kvHeads = kvHeads;
+        problem.seqQ = std::min<int64_t>(queries, rows);
+        DecodeSplits s = decodeSplits(problem, sms);
+        std::string what = "S=" + std::to_string(rows) +
+                           " sms=" + std::to_string(sms) +
+                           " b=" + std::to_string(batch) +
+                           " kv_heads=" + std::to_string(kvHeads);
+        EXPECT_GE(s.splits, 1) << what;
+        EXPECT_LE(s.splits, 64) << what;
+        EXPECT_EQ(s.chunk % 64, 0) << what;
+        EXPECT_GE(s.chunk, std::min<int64_t>(256, (rows + 63) / 64 * 64))
+            << what;
+        EXPECT_GE(s.splits * s.chunk, rows) << what;
+        // No split starts past the cache.
+        EXPECT_LT((s.splits - 1) * s.chunk, rows) << what;
+      }
+}
+
+TEST(DecodeSplitsTest, FillTheGpuForLongCaches) {
+  // 64 (sequence, kv head) pairs: short caches get 256-key chunks, long
+  // ones about two CTAs per resident slot of 132 SMs; one SM gets one split.
+  DecodeSplits s4096 = decodeSplits(decodeProblem(4096), 132);
+  EXPECT_EQ(s4096.chunk, 256);
+  EXPECT_EQ(s4096.splits, 16);
+  DecodeSplits s32768 = decodeSplits(decodeProblem(32768), 132);
+  EXPECT_GE(s32768.splits * 64, 2 * 132 * 2);
+  EXPECT_LE(s32768.splits, 64);
+  DecodeSplits oneSm = decodeSplits(decodeProblem(32768), 1);
+  EXPECT_EQ(oneSm.splits, 1);
+  EXPECT_EQ(oneSm.chunk, 32768);
+  // A tiny batch on a big GPU: at most 64 splits.
+  AttentionProblem tiny = decodeProblem(1 << 20);
+  tiny.batch = 1;
+  tiny.heads = tiny.kvHeads = 1;
+  EXPECT_EQ(decodeSplits(tiny, 132).splits, 64);
+  EXPECT_EQ(decodeSplits(tiny, 132).chunk, (1 << 20) / 64);
+}
+
+TEST(DecodeSplitsTest, EligibleProblems) {
+  EXPECT_TRUE(decodeAttentionEligible(decodeProblem(4096)));
+  AttentionProblem mqa = decodeProblem(4096);
+  mqa.kvHeads = 1;
+  mqa.seqQ = 16;
+  mqa.element = ElementType::F16;
+  mqa.headDim = 64;
+  mqa.mask = AttentionMask::Padding;
+  EXPECT_TRUE(decodeAttentionEligible(mqa));
+  AttentionProblem many = decodeProblem(4096);
+  many.seqQ = kDecodeMaxQueries + 1;
+  EXPECT_FALSE(decodeAttentionEligible(many));
+  EXPECT_FALSE(decodeAttentionEligible(thdProblem()));
+  AttentionProblem invalid = decodeProblem(4096);
+  invalid.headDim = 256;
+  EXPECT_FALSE(decodeAttentionEligible(invalid));
+}
+
+TEST(AttentionLauncherTest, KvCacheStepsWithFewQueriesTakeTheDecodeKernels) {
+  ::unsetenv("TEJIT_DECODE_ATTENTION");
+  KvCacheStep kv;
+  auto launcher = AttentionLauncher::parse(kv.step, kv.function, 132);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  EXPECT_TRUE(launcher->usesDecodeKernels());
+  const AttentionProblem &p = launcher->problem();
+  DecodeSplits s = launcher->decodeSplitsUsed();
+  EXPECT_EQ(s.splits, decodeSplits(p, 132).splits);
+  EXPECT_EQ(s.chunk, decodeSplits(p, 132).chunk);
+  // The prep scratch, the dropout slot, then the partials: (max, sum) and
+  // o[64] per (sequence, head, query, split), each 256-byte aligned.
+  size_t rows = size_t(4 * 8 * 1 * s.splits);
+  auto align = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  size_t partials = align(rows * 2 * 4) + align(rows * 64 * 4);
+  EXPECT_EQ(decodePartialBytes(p, s), partials);
+  EXPECT_EQ(launcher->scratchBytes(), thdPrepBytes(p) + 256 + partials);
+
+  // 16 new queries still qualify; 64 go to cuDNN.
+  kv.step.attributes["max_seqlen_q"] = "16 : i64";
+  auto sixteen = AttentionLauncher::parse(kv.step, kv.function, 132);
+  ASSERT_TRUE(bool(sixteen)) << llvm::toString(sixteen.takeError());
+  EXPECT_TRUE(sixteen->usesDecodeKernels());
+  kv.step.attributes["max_seqlen_q"] = "64 : i64";
+  auto prefill = AttentionLauncher::parse(kv.step, kv.function, 132);
+  ASSERT_TRUE(bool(prefill)) << llvm::toString(prefill.takeError());
+  EXPECT_FALSE(prefill->usesDecodeKernels());
+  EXPECT_EQ(prefill->problem().seqQ, 64);
+
+  // TEJIT_DECODE_ATTENTION=0 sends eligible steps to cuDNN.
+  kv.step.attributes["max_seqlen_q"] = "1 : i64";
+  ::setenv("TEJIT_DECODE_ATTENTION", "0", 1);
+  auto forced = AttentionLauncher::parse(kv.step, kv.function, 132);
+  ::unsetenv("TEJIT_DECODE_ATTENTION");
+  ASSERT_TRUE(bool(forced)) << llvm::toString(forced.takeError());
+  EXPECT_FALSE(forced->usesDecodeKernels());
+
+  // thd steps never do.
+  ThdSteps steps;
+  auto thd = AttentionLauncher::parse(steps.forward, steps.function, 132);
+  ASSERT_TRUE(bool(thd)) << llvm::toString(thd.takeError());
+  EXPECT_FALSE(thd->usesDecodeKernels());
+}
+
+TEST(AttentionLauncherTest, DecodePtxHasBothKernels) {
+  llvm::StringRef ptx = decodeAttentionPtx();
+  EXPECT_NE(ptx.find(".entry tejit_decode_attention("), llvm::StringRef::npos);
+  EXPECT_NE(ptx.find(".entry tejit_decode_attention_combine("),
+            llvm::StringRef::npos);
 }
 
 TEST(AttentionLauncherTest, ReadsAPaddedStepAsBefore) {
