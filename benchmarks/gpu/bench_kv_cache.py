@@ -13,7 +13,9 @@ Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
         python3 benchmarks/gpu/bench_kv_cache.py [--steps 128] [--layers N]
         [--profile N]
 
---layers N decodes through a stack of N such layers (one cache each, as a
+--fp8 adds tejit rows under fp8_autocast (DelayedScaling: FP8 GEMMs with
+the weight casts kept, attention in bf16), after two training steps that
+calibrate the FP8 state. --layers N decodes through a stack of N such layers (one cache each, as a
 model's decoder does; per-step work that tejit shares between layers, such
 as the rotary angles, is then paid once). --profile N also prints the
 host time of N eager steps and cProfile's and torch.profiler's view of
@@ -36,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 import tejit.pytorch as te
+from tejit.common import recipe
 
 HIDDEN, FFN, HEADS, GROUPS, D = 4096, 14336, 32, 8, 128
 BATCH, CACHE = 8, 4096
@@ -202,6 +205,9 @@ def main():
                         help="also profile N eager tejit decode steps "
                         "(cProfile, host time) and print where the host "
                         "time goes")
+    parser.add_argument("--fp8", action="store_true",
+                        help="also run tejit under fp8_autocast "
+                        "(DelayedScaling: FP8 GEMMs, weight casts kept)")
     args = parser.parse_args()
     torch.manual_seed(0)
     layers = [tejit_layer(number + 1) for number in range(args.layers)]
@@ -218,56 +224,94 @@ def main():
           f"{HEADS} heads/{GROUPS} KV heads, RMSNorm swiglu rotary bf16, "
           f"batch {BATCH}, cache {CACHE}, {args.steps} decode steps")
 
-    def prefill(context):
+    def forward(model, x, fp8_recipe, **kwargs):
+        with torch.no_grad(), te.fp8_autocast(enabled=fp8_recipe is not None,
+                                              fp8_recipe=fp8_recipe):
+            return model(x, inference_params=params, rotary_pos_emb=rope,
+                         **kwargs)
+
+    def prefill(context, fp8_recipe=None):
         prompt = torch.randn(BATCH, context, HIDDEN, device="cuda",
                              dtype=torch.bfloat16)
         params.reset()
         params.pre_step(OrderedDict((i, context) for i in range(BATCH)))
         reference.reset()
+        a = forward(layer, prompt, fp8_recipe)
         with torch.no_grad():
-            a = layer(prompt, inference_params=params, rotary_pos_emb=rope)
             b = reference(prompt)
         return rel_l2(a, b)
 
-    for context in CONTEXTS:
-        error = prefill(context)
-        params.pre_step(decode)
-        with torch.no_grad():
-            a = layer(step_x, inference_params=params, rotary_pos_emb=rope)
-            b = reference(step_x)
-        print(f"context {context}: tejit vs PyTorch, relative L2: prefill "
-              f"{error:.2e}, first decode step {rel_l2(a, b):.2e}")
-
-        def tejit_eager(mark):
-            prefill(context)
+    def tejit_rows(label, fp8_recipe, context):
+        """(name, loop) of tejit eager and of its step in a CUDA graph
+        (captured here, once per context and precision; FP8 captures reuse
+        the weight casts the eager steps before made)."""
+        def eager(mark):
+            prefill(context, fp8_recipe)
             mark()
-            with torch.no_grad():
-                for _ in range(args.steps):
-                    params.pre_step(decode)
-                    layer(step_x, inference_params=params,
-                          rotary_pos_emb=rope)
+            for _ in range(args.steps):
+                params.pre_step(decode)
+                forward(layer, step_x, fp8_recipe)
             mark()
 
-        # The decode step in a CUDA graph (captured once per context).
-        prefill(context)
+        prefill(context, fp8_recipe)
         params.pre_step(decode)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.no_grad():
+        with torch.cuda.stream(side):
             for _ in range(2):
-                layer(step_x, inference_params=params, rotary_pos_emb=rope)
+                forward(layer, step_x, fp8_recipe)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), torch.no_grad():
-            layer(step_x, inference_params=params, rotary_pos_emb=rope)
+        with torch.cuda.graph(graph):
+            forward(layer, step_x, fp8_recipe,
+                    is_first_microbatch=False if fp8_recipe else None)
 
-        def tejit_graph(mark):
-            prefill(context)
+        def graphed(mark):
+            prefill(context, fp8_recipe)
             mark()
             for _ in range(args.steps):
                 params.pre_step(decode)
                 graph.replay()
             mark()
+        return [(f"tejit {label} (eager)", eager),
+                (f"tejit {label} (CUDA graph per step)", graphed)]
+
+    def calibrate(fp8_recipe):
+        """A served FP8 model's scales come from its training: two
+        training steps of the stack on random prompts (no cache) give the
+        FP8 state real amaxes before the inference rows use it."""
+        x = torch.randn(BATCH, 512, HIDDEN, device="cuda",
+                        dtype=torch.bfloat16, requires_grad=True)
+        for one in layers:
+            one.train()
+        for _ in range(2):
+            with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+                y = layer(x)
+            y.float().square().mean().backward()
+        for one in layers:
+            one.eval()
+            for parameter in one.parameters():
+                parameter.grad = None
+
+    precisions = [("bf16", None)]
+    if args.fp8:
+        precisions.append(("FP8", recipe.DelayedScaling()))
+        calibrate(precisions[-1][1])
+    for context in CONTEXTS:
+        rows = []
+        for label, fp8_recipe in precisions:
+            error = prefill(context, fp8_recipe)
+            params.pre_step(decode)
+            a = forward(layer, step_x, fp8_recipe)
+            with torch.no_grad():
+                b = reference(step_x)
+            print(f"context {context}: tejit {label} vs PyTorch bf16, "
+                  f"relative L2: prefill {error:.2e}, first decode step "
+                  f"{rel_l2(a, b):.2e}")
+            rows += tejit_rows(label, fp8_recipe, context)
+            if args.profile and fp8_recipe is None:
+                profile_eager(layer, params, decode, step_x, rope, prefill,
+                              context, args.profile)
 
         def torch_eager(mark):
             prefill(context)
@@ -277,15 +321,11 @@ def main():
                     reference(step_x)
             mark()
 
-        if args.profile:
-            profile_eager(layer, params, decode, step_x, rope, prefill,
-                          context, args.profile)
-        for name, loop in (("tejit (eager)", tejit_eager),
-                           ("tejit (CUDA graph per step)", tejit_graph),
-                           ("PyTorch SDPA + KV cache", torch_eager)):
+        rows.append(("PyTorch bf16 SDPA + KV cache", torch_eager))
+        for name, loop in rows:
             loop(lambda: None)  # warm-up: compiles, fills caches
             ms = timed_loop(loop)
-            print(f"  {name:30s} {ms / args.steps:7.3f} ms/step  "
+            print(f"  {name:36s} {ms / args.steps:7.3f} ms/step  "
                   f"{BATCH * args.steps / ms * 1e3:9.0f} tokens/s")
 
 
