@@ -248,10 +248,10 @@ const char *tejit::runtime::decodeAttentionPtx() {
 
 namespace {
 /// runtime/kernels/DecodeAttention.cu: 4 warps a CTA, 4 query rows a warp,
-/// 2 CTAs resident per SM (its launch bounds).
+/// 4 CTAs resident per SM (its launch bounds).
 constexpr int64_t decodeWarps = 4, decodeRowsPerWarp = 4,
-                  decodeResidentCtas = 2;
-constexpr int64_t decodeMaxSplits = 64, decodeMinChunk = 256;
+                  decodeResidentCtas = 4;
+constexpr int64_t decodeMaxSplits = 64;
 
 /// The host mirror of DecodeAttention.cu's TejitDecodeAttention, passed by
 /// value: 8-byte fields only, in the same order.
@@ -260,11 +260,11 @@ struct DecodeParams {
   CUdeviceptr seqLenQ = 0, seqLenKv = 0, qOffsets = 0, oOffsets = 0;
   CUdeviceptr partialStats = 0, partialO = 0, o = 0;
   int64_t batch = 0, heads = 0, kvHeads = 0, headDim = 0, seqQ = 0,
-          cacheRows = 0, chunk = 0, splits = 0, qStride = 0,
-          rowBlocksPerCta = 0, causal = 0, f16 = 0;
+          cacheRows = 0, splits = 0, qStride = 0, rowBlocksPerCta = 0,
+          causal = 0, f16 = 0;
   double scaleLog2 = 0;
 };
-static_assert(sizeof(DecodeParams) == 23 * 8,
+static_assert(sizeof(DecodeParams) == 22 * 8,
               "DecodeParams must match TejitDecodeAttention field for field");
 
 /// The rows of one (sequence, kv head) in blocks of a warp's rows, how many
@@ -280,8 +280,6 @@ struct DecodeRows {
     groups = (blocks + perCta - 1) / perCta;
   }
 };
-
-int64_t roundUp64(int64_t value) { return (value + 63) / 64 * 64; }
 
 /// Elements between consecutive tokens of q: its stride or the packed width.
 int64_t queryStride(const AttentionProblem &p) {
@@ -322,19 +320,12 @@ bool tejit::runtime::decodeAttentionEnabled() {
 
 DecodeSplits tejit::runtime::decodeSplits(const AttentionProblem &p,
                                           int64_t smCount) {
-  int64_t rows = std::max<int64_t>(p.seqKv, 1);
+  // The CTAs of one split: every (sequence, kv head, row group).
   int64_t perSplit =
       std::max<int64_t>(p.batch * p.kvHeads * DecodeRows(p).groups, 1);
-  // Two CTAs for each resident slot: caches filled to half their rows
-  // still give about one wave, full ones two.
-  int64_t target = 2 * 2 * std::max<int64_t>(smCount, 1) * decodeResidentCtas;
-  int64_t splits = std::clamp<int64_t>((target + perSplit - 1) / perSplit, 1,
-                                       decodeMaxSplits);
-  int64_t chunk = std::max(roundUp64((rows + splits - 1) / splits),
-                           std::min(decodeMinChunk, roundUp64(rows)));
+  int64_t slots = std::max<int64_t>(smCount, 1) * decodeResidentCtas;
   DecodeSplits result;
-  result.chunk = chunk;
-  result.splits = (rows + chunk - 1) / chunk;
+  result.splits = std::clamp<int64_t>(slots / perSplit, 1, decodeMaxSplits);
   return result;
 }
 
@@ -1034,12 +1025,10 @@ Error tejit::runtime::enqueueKvCacheAttention(
                         "queries per sequence (max_seqlen_q)",
                         p.key(), kDecodeMaxQueries));
     const DecodeSplits &s = engine.splits;
-    if (s.chunk <= 0 || s.chunk % 64 != 0 || s.splits <= 0 ||
-        s.splits * s.chunk < p.seqKv)
+    if (s.splits <= 0 || s.splits > decodeMaxSplits)
       return makeError(ErrorCode::InvalidArgument,
-                       llvm::formatv("{0}: decode splits {1} x {2} keys do "
-                                     "not cover the cache's {3} rows",
-                                     p.key(), s.splits, s.chunk, p.seqKv));
+                       llvm::formatv("{0}: {1} decode splits (1 to {2})",
+                                     p.key(), s.splits, decodeMaxSplits));
     // The split kernel reads the caches 16 bytes at a time.
     if (pointers.k % 16 != 0 || pointers.v % 16 != 0)
       return makeError(ErrorCode::InvalidArgument,
@@ -1070,7 +1059,6 @@ Error tejit::runtime::enqueueKvCacheAttention(
   params.headDim = p.headDim;
   params.seqQ = p.seqQ;
   params.cacheRows = p.seqKv;
-  params.chunk = engine.splits.chunk;
   params.splits = engine.splits.splits;
   params.qStride = queryStride(p);
   params.rowBlocksPerCta = rows.perCta;

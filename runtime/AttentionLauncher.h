@@ -27,10 +27,12 @@ namespace tejit::runtime {
 /// step may have to run on the decode kernels instead of cuDNN.
 constexpr int64_t kDecodeMaxQueries = 16;
 
-/// How the decode kernels cut a kv cache's rows [0, S): `splits` chunks of
-/// `chunk` keys (a multiple of 64), splits * chunk >= S.
+/// How many CTAs (splits) share each (sequence, kv head, row group)'s keys
+/// on the decode kernels, fixed at create(). The chunk is each sequence's
+/// own, computed on the device from its length: the visible keys divided by
+/// `splits`, rounded up to the keys a CTA handles per step.
 struct DecodeSplits {
-  int64_t splits = 1, chunk = 64;
+  int64_t splits = 1;
 };
 
 /// The decode kernels of runtime/kernels/DecodeAttention.cu
@@ -171,11 +173,12 @@ bool decodeAttentionEligible(const AttentionProblem &problem);
 /// False when TEJIT_DECODE_ATTENTION=0 sends eligible steps to cuDNN.
 bool decodeAttentionEnabled();
 
-/// The split of a decode problem's S = seqKv cache rows for a device of
-/// `smCount` SMs: enough CTAs to fill the GPU about twice (every split
-/// counted as if L_i = S), chunks of at least 256 keys (S rounded up to 64
-/// when smaller) and a multiple of 64, at most 64 splits, splits * chunk >=
-/// S. Fixed per problem: a replay with longer caches uses the same grid.
+/// The splits of a decode problem for a device of `smCount` SMs, from b,
+/// g and the row groups (not from S or the lengths): as many as fill every
+/// resident CTA slot once (4 CTAs an SM, the split kernel's launch bounds),
+/// so that all of a step's CTAs run at once with equal work; at least 1, at
+/// most 64. Fixed per problem: a replay with other lengths uses the same
+/// grid, and each sequence's chunk follows its own length on the device.
 DecodeSplits decodeSplits(const AttentionProblem &problem, int64_t smCount);
 
 /// The fp32 partials of the split pass, 256-byte aligned: (max, sum) and

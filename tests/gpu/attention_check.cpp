@@ -834,7 +834,7 @@ public:
   /// sequence, every sequence with `total` tokens in caches of `rows`; the
   /// median of 50 calls after 5 warm-ups, CUDA events between calls
   /// enqueued back to back.
-  void timeDecode(int64_t rows, int32_t total) {
+  void timeDecode(int64_t rows, int32_t total, bool uneven = false) {
     AttentionProblem p;
     p.kvCache = true;
     p.layout = AttentionLayout::Thd;
@@ -868,9 +868,13 @@ public:
             "fill");
     std::vector<int32_t> cuQHost(size_t(p.batch + 1)),
         cuKvHost(size_t(p.batch + 1));
+    // Uneven: sequence i holds (2i + 1) / 8 of `total` tokens (the same sum).
+    int64_t keys = 0;
     for (int32_t i = 0; i <= int32_t(p.batch); ++i) {
       cuQHost[size_t(i)] = i;
-      cuKvHost[size_t(i)] = i * total;
+      cuKvHost[size_t(i)] = int32_t(keys);
+      keys += uneven ? std::max<int64_t>(int64_t(total) * (2 * i + 1) / 8, 1)
+                     : total;
     }
     gpu.upload(cuQ, cuQHost.data(), cuQHost.size() * 4);
     gpu.upload(cuKv, cuKvHost.data(), cuKvHost.size() * 4);
@@ -935,14 +939,23 @@ public:
     }
     // The cache bytes a call reads: L_i keys and values of every (sequence,
     // kv head).
-    double bytes = 2.0 * double(p.batch * total * p.kvHeads * p.headDim) * 2;
-    std::printf("TIME decode b=8 h=32 g=8 d=128 S=%lld L=%d: decode kernel "
-                "%.1f us (%.0f GB/s, %lld splits x %lld keys), cuDNN %.1f us "
+    double bytes = 2.0 * double(cuKvHost.back() * p.kvHeads * p.headDim) * 2;
+    std::printf("TIME decode b=8 h=32 g=8 d=128 S=%lld L=%d%s: decode kernel "
+                "%.1f us (%.0f GB/s, %lld splits), cuDNN %.1f us "
                 "(%.0f GB/s), cuDNN / decode %.2fx\n",
-                (long long)rows, total, decodeUs, bytes / decodeUs / 1e3,
-                (long long)decodeEngine.splits.splits,
-                (long long)decodeEngine.splits.chunk, cudnnUs,
+                (long long)rows, total, uneven ? " (uneven, mean)" : "",
+                decodeUs, bytes / decodeUs / 1e3,
+                (long long)decodeEngine.splits.splits, cudnnUs,
                 bytes / cudnnUs / 1e3, cudnnUs / decodeUs);
+    // Other split counts, for tuning decodeSplits().
+    if (std::getenv("TEJIT_TIME_DECODE_SPLITS"))
+      for (int64_t splits : {int64_t(4), int64_t(16), int64_t(32)}) {
+        KvCacheEngine other = decodeEngine;
+        other.splits.splits = splits;
+        double us = timeWith(other, decodePartialBytes(p, other.splits));
+        std::printf("  %lld splits: %.1f us (%.0f GB/s)\n", (long long)splits,
+                    us, bytes / us / 1e3);
+      }
     std::fflush(stdout);
   }
 
@@ -2211,7 +2224,11 @@ int main(int argc, char **argv) {
   if (timeDecode) {
     // Only the timings: decode kernel against cuDNN.
     checker.timeDecode(4096, 512);
+    checker.timeDecode(4096, 1024);
+    checker.timeDecode(4096, 2048);
     checker.timeDecode(4096, 3072);
+    checker.timeDecode(4096, 2048, /*uneven=*/true);
+    checker.timeDecode(32768, 2048);
     checker.timeDecode(32768, 16384);
     return 0;
   }

@@ -1054,53 +1054,57 @@ AttentionProblem decodeProblem(int64_t rows) {
   return problem;
 }
 
-TEST(DecodeSplitsTest, CoverTheCacheInChunksOf64) {
-  for (int64_t rows : {1, 8, 63, 64, 65, 200, 256, 257, 1000, 2048, 4096, 4097,
-                       32768, 100000, 1 << 20})
-    for (int64_t sms : {1, 78, 132, 1000})
-      for (auto [batch, heads, kvHeads, queries] :
-           {std::tuple{1, 1, 1, 1}, std::tuple{8, 32, 8, 1},
-            std::tuple{8, 32, 1, 16}, std::tuple{64, 64, 64, 4},
-            std::tuple{2, 8, 2, 7}}) {
-        AttentionProblem problem = decodeProblem(rows);
-        problem.batch = batch;
-        problem.heads = heads;
-        problem.kvHeads = kvHeads;
-        problem.seqQ = std::min<int64_t>(queries, rows);
-        DecodeSplits s = decodeSplits(problem, sms);
-        std::string what = "S=" + std::to_string(rows) +
-                           " sms=" + std::to_string(sms) +
-                           " b=" + std::to_string(batch) +
-                           " kv_heads=" + std::to_string(kvHeads);
-        EXPECT_GE(s.splits, 1) << what;
-        EXPECT_LE(s.splits, 64) << what;
-        EXPECT_EQ(s.chunk % 64, 0) << what;
-        EXPECT_GE(s.chunk, std::min<int64_t>(256, (rows + 63) / 64 * 64))
-            << what;
-        EXPECT_GE(s.splits * s.chunk, rows) << what;
-        // No split starts past the cache.
-        EXPECT_LT((s.splits - 1) * s.chunk, rows) << what;
+TEST(DecodeSplitsTest, AtMost64AndNotFromTheCacheRows) {
+  for (int64_t sms : {1, 78, 132, 1000})
+    for (auto [batch, heads, kvHeads, queries] :
+         {std::tuple{1, 1, 1, 1}, std::tuple{8, 32, 8, 1},
+          std::tuple{8, 32, 1, 16}, std::tuple{64, 64, 64, 4},
+          std::tuple{2, 8, 2, 7}}) {
+      AttentionProblem problem = decodeProblem(4096);
+      problem.batch = batch;
+      problem.heads = heads;
+      problem.kvHeads = kvHeads;
+      problem.seqQ = queries;
+      DecodeSplits s = decodeSplits(problem, sms);
+      std::string what = "sms=" + std::to_string(sms) +
+                         " b=" + std::to_string(batch) +
+                         " kv_heads=" + std::to_string(kvHeads) +
+                         " s_q=" + std::to_string(queries);
+      EXPECT_GE(s.splits, 1) << what;
+      EXPECT_LE(s.splits, 64) << what;
+      // The chunks are the device's, per sequence: S changes nothing.
+      for (int64_t rows : {16, 4096, 32768, 1 << 20}) {
+        problem.seqKv = rows;
+        EXPECT_EQ(decodeSplits(problem, sms).splits, s.splits)
+            << what << " S=" << rows;
       }
+    }
 }
 
-TEST(DecodeSplitsTest, FillTheGpuForLongCaches) {
-  // 64 (sequence, kv head) pairs: short caches get 256-key chunks, long
-  // ones about two CTAs per resident slot of 132 SMs; one SM gets one split.
-  DecodeSplits s4096 = decodeSplits(decodeProblem(4096), 132);
-  EXPECT_EQ(s4096.chunk, 256);
-  EXPECT_EQ(s4096.splits, 16);
-  DecodeSplits s32768 = decodeSplits(decodeProblem(32768), 132);
-  EXPECT_GE(s32768.splits * 64, 2 * 132 * 2);
-  EXPECT_LE(s32768.splits, 64);
-  DecodeSplits oneSm = decodeSplits(decodeProblem(32768), 1);
-  EXPECT_EQ(oneSm.splits, 1);
-  EXPECT_EQ(oneSm.chunk, 32768);
+TEST(DecodeSplitsTest, FillTheResidentSlotsOnce) {
+  // 64 (sequence, kv head) pairs, one row group: 4 CTAs an SM of 132 SMs
+  // are 528 slots, 8 splits of 64 CTAs; one SM (4 slots) gets one split.
+  EXPECT_EQ(decodeSplits(decodeProblem(4096), 132).splits, 8);
+  EXPECT_EQ(decodeSplits(decodeProblem(32768), 132).splits, 8);
+  EXPECT_EQ(decodeSplits(decodeProblem(32768), 1).splits, 1);
+  // 78 SMs: 312 slots, 4 splits.
+  EXPECT_EQ(decodeSplits(decodeProblem(4096), 78).splits, 4);
+  // MQA with 16 queries: 32 * 16 rows a sequence in 32 row groups of 16
+  // rows (256 CTAs a split).
+  AttentionProblem mqa = decodeProblem(4096);
+  mqa.kvHeads = 1;
+  mqa.seqQ = 16;
+  EXPECT_EQ(decodeSplits(mqa, 132).splits, 2);
   // A tiny batch on a big GPU: at most 64 splits.
   AttentionProblem tiny = decodeProblem(1 << 20);
   tiny.batch = 1;
   tiny.heads = tiny.kvHeads = 1;
   EXPECT_EQ(decodeSplits(tiny, 132).splits, 64);
-  EXPECT_EQ(decodeSplits(tiny, 132).chunk, (1 << 20) / 64);
+  // More CTAs than slots: one split.
+  AttentionProblem wide = decodeProblem(4096);
+  wide.batch = 64;
+  wide.heads = wide.kvHeads = 64;
+  EXPECT_EQ(decodeSplits(wide, 132).splits, 1);
 }
 
 TEST(DecodeSplitsTest, EligibleProblems) {
@@ -1130,7 +1134,6 @@ TEST(AttentionLauncherTest, KvCacheStepsWithFewQueriesTakeTheDecodeKernels) {
   const AttentionProblem &p = launcher->problem();
   DecodeSplits s = launcher->decodeSplitsUsed();
   EXPECT_EQ(s.splits, decodeSplits(p, 132).splits);
-  EXPECT_EQ(s.chunk, decodeSplits(p, 132).chunk);
   // The prep scratch, the dropout slot, then the partials: (max, sum) and
   // o[64] per (sequence, head, query, split), each 256-byte aligned.
   size_t rows = size_t(4 * 8 * 1 * s.splits);
