@@ -313,9 +313,21 @@ bool tejit::runtime::decodeAttentionEligible(const AttentionProblem &p) {
          p.seqKv <= (int64_t(1) << 30);
 }
 
-bool tejit::runtime::decodeAttentionEnabled() {
+DecodeChoice tejit::runtime::decodeAttentionChoice() {
   const char *value = std::getenv("TEJIT_DECODE_ATTENTION");
-  return !(value && StringRef(value).trim() == "0");
+  StringRef choice = value ? StringRef(value).trim() : "";
+  if (choice == "0")
+    return DecodeChoice::Never;
+  if (choice == "1")
+    return DecodeChoice::Always;
+  return DecodeChoice::ByCacheRows;
+}
+
+bool tejit::runtime::decodeAttentionPreferred(const AttentionProblem &p,
+                                              DecodeChoice choice) {
+  if (choice == DecodeChoice::Never || !decodeAttentionEligible(p))
+    return false;
+  return choice == DecodeChoice::Always || p.seqKv >= kDecodePreferredCacheRows;
 }
 
 DecodeSplits tejit::runtime::decodeSplits(const AttentionProblem &p,
@@ -364,8 +376,9 @@ AttentionLauncher::parse(const AttentionStep &step,
     auto launcher = parseKvCache(step, function);
     if (!launcher)
       return launcher.takeError();
-    launcher->decode = decodeAttentionEnabled() &&
-                       decodeAttentionEligible(launcher->problemDesc);
+    launcher->eligible = decodeAttentionEligible(launcher->problemDesc);
+    launcher->decode = decodeAttentionPreferred(launcher->problemDesc,
+                                                decodeAttentionChoice());
     if (launcher->decode && smCount > 0)
       launcher->splits = decodeSplits(launcher->problemDesc, smCount);
     return launcher;
@@ -708,8 +721,9 @@ AttentionLauncher::create(const AttentionStep &step,
   if (!launcher)
     return launcher.takeError();
   launcher->prep = prep;
-  // Without the decode kernels, an eligible step falls back to cuDNN.
-  if (launcher->decode && decode.split && decode.combine) {
+  bool haveDecode = decode.split && decode.combine;
+  auto useDecode = [&]() -> llvm::Expected<AttentionLauncher> {
+    launcher->decode = true;
     launcher->decodeKernels = decode;
     if (launcher->decodeKernels.smCount <= 0) {
       auto driver = CudaDriver::get();
@@ -725,14 +739,23 @@ AttentionLauncher::create(const AttentionStep &step,
     }
     launcher->splits =
         decodeSplits(launcher->problemDesc, launcher->decodeKernels.smCount);
-    return launcher;
-  }
+    return std::move(*launcher);
+  };
+  // Without the decode kernels, a step that prefers them runs on cuDNN.
+  if (launcher->decode && haveDecode)
+    return useDecode();
   launcher->decode = false;
   auto runner = AttentionRunner::get(launcher->problemDesc);
-  if (!runner)
+  if (!runner) {
+    // Where cuDNN cannot run the step, the decode kernels still may.
+    if (launcher->eligible && haveDecode) {
+      llvm::consumeError(runner.takeError());
+      return useDecode();
+    }
     return annotate(runner.takeError(),
                     "function '" + function.name + "', attention step",
                     ErrorCode::Unsupported);
+  }
   launcher->runner = std::move(*runner);
   return launcher;
 }

@@ -48,10 +48,11 @@ public:
   /// The problem `step` describes in `function` (the attributes the plan
   /// printed and the operand types), with a clear error for what tejit or
   /// cuDNN cannot run; builds cuDNN's plan. `prep` is the prep kernel. A
-  /// kv_cache_attention step the decode kernels can run
-  /// (decodeAttentionEligible, not turned off by TEJIT_DECODE_ATTENTION=0)
-  /// runs on `decode` without cuDNN (none loaded, no version needed) when
-  /// its kernels are given; otherwise on cuDNN.
+  /// kv_cache_attention step that prefers the decode kernels
+  /// (decodeAttentionPreferred) runs on `decode` without cuDNN (none
+  /// loaded, no version needed) when its kernels are given; other steps run
+  /// on cuDNN, and an eligible one whose cuDNN plan cannot be built (no
+  /// cuDNN, or one older than 9.7) runs on `decode` when given.
   static llvm::Expected<AttentionLauncher>
   create(const AttentionStep &step, const FunctionPlan &function,
          CUfunction prep, const DecodeKernels &decode = {});
@@ -71,6 +72,9 @@ public:
   /// Whether run() takes the decode kernels (a kv cache step with few new
   /// queries) instead of cuDNN, and how they split the cache.
   bool usesDecodeKernels() const { return decode; }
+  /// Whether the decode kernels can run the step (decodeAttentionEligible):
+  /// create()'s fallback when cuDNN cannot.
+  bool decodeEligible() const { return eligible; }
   const DecodeSplits &decodeSplitsUsed() const { return splits; }
 
   /// Enqueues the step; `addresses` holds every value's address.
@@ -99,8 +103,9 @@ private:
   AttentionProblem problemDesc;
   std::shared_ptr<const AttentionRunner> runner;
   CUfunction prep = nullptr;
-  /// A kv cache step on the decode kernels (no runner then).
-  bool decode = false;
+  /// A kv cache step on the decode kernels (no runner then); `eligible`:
+  /// one they could run.
+  bool decode = false, eligible = false;
   DecodeSplits splits;
   DecodeKernels decodeKernels;
   // Value ids of the step's operands and results.
@@ -170,8 +175,25 @@ const char *decodeAttentionPtx();
 /// validate() allows) and a grid within CUDA's limits. The environment is
 /// not read here.
 bool decodeAttentionEligible(const AttentionProblem &problem);
-/// False when TEJIT_DECODE_ATTENTION=0 sends eligible steps to cuDNN.
-bool decodeAttentionEnabled();
+/// The cache rows (S, max_sequence_length) from which an eligible step
+/// prefers the decode kernels to cuDNN. The runtime cannot see a step's key
+/// count L (it lives on the device, and a graph replays the step with
+/// others). On an H200 (benchmarks/RESULTS.md, session 19) the decode
+/// kernels win from L ~ 1400 on (56 against 69 us at L 3072, 160 against
+/// 308 us at 16384) and lose up to 7 us below (28 against 20 us at 512);
+/// a cache of S rows fills from 0 to S, so from S = 4096 on a decode's
+/// average step wins.
+constexpr int64_t kDecodePreferredCacheRows = 4096;
+
+/// TEJIT_DECODE_ATTENTION: unset (or anything else), steps choose by their
+/// cache rows; "0" keeps every step on cuDNN; "1" sends every eligible
+/// step to the decode kernels (A/B timing, the check).
+enum class DecodeChoice { ByCacheRows, Never, Always };
+DecodeChoice decodeAttentionChoice();
+/// Whether `problem` runs on the decode kernels under `choice`: eligible,
+/// and (ByCacheRows) with at least kDecodePreferredCacheRows cache rows.
+bool decodeAttentionPreferred(const AttentionProblem &problem,
+                              DecodeChoice choice);
 
 /// The splits of a decode problem for a device of `smCount` SMs, from b,
 /// g and the row groups (not from S or the lengths): as many as fill every

@@ -115,25 +115,48 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       auto prep = modules.helper("tejit_attention_prep");
       if (!prep)
         return prep.takeError();
-      // A kv cache step with few new queries runs on the decode kernels.
-      DecodeKernels decode;
+      // A kv cache step with few new queries may run on the decode
+      // kernels: loaded (a JIT of their PTX) only for a step that prefers
+      // them, or that they can run when cuDNN cannot.
+      auto decodeKernels = [&]() -> llvm::Expected<DecodeKernels> {
+        DecodeKernels decode;
+        auto split = modules.helper("tejit_decode_attention");
+        if (!split)
+          return split.takeError();
+        auto combine = modules.helper("tejit_decode_attention_combine");
+        if (!combine)
+          return combine.takeError();
+        decode.split = *split;
+        decode.combine = *combine;
+        return decode;
+      };
+      bool prefersDecode = false, decodeEligible = false;
       if (attentionStep->kvCache) {
         auto probe = AttentionLauncher::parse(*attentionStep, function);
-        if (probe && probe->usesDecodeKernels()) {
-          auto split = modules.helper("tejit_decode_attention");
-          if (!split)
-            return split.takeError();
-          auto combine = modules.helper("tejit_decode_attention_combine");
-          if (!combine)
-            return combine.takeError();
-          decode.split = *split;
-          decode.combine = *combine;
-        }
-        if (!probe)
+        if (probe) {
+          prefersDecode = probe->usesDecodeKernels();
+          decodeEligible = probe->decodeEligible();
+        } else {
           llvm::consumeError(probe.takeError()); // create() reports it
+        }
+      }
+      DecodeKernels decode;
+      if (prefersDecode) {
+        auto loaded = decodeKernels();
+        if (!loaded)
+          return loaded.takeError();
+        decode = *loaded;
       }
       auto launcher =
           AttentionLauncher::create(*attentionStep, function, *prep, decode);
+      if (!launcher && decodeEligible && !prefersDecode) {
+        llvm::consumeError(launcher.takeError());
+        auto loaded = decodeKernels();
+        if (!loaded)
+          return loaded.takeError();
+        launcher =
+            AttentionLauncher::create(*attentionStep, function, *prep, *loaded);
+      }
       if (!launcher)
         return annotate(launcher.takeError(), llvm::formatv("step {0}", index),
                         ErrorCode::Unsupported);

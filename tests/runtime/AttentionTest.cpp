@@ -1125,9 +1125,38 @@ TEST(DecodeSplitsTest, EligibleProblems) {
   EXPECT_FALSE(decodeAttentionEligible(invalid));
 }
 
+TEST(DecodeSplitsTest, PreferredFromTheCacheRowsOrAsTheEnvironmentSays) {
+  AttentionProblem small = decodeProblem(kDecodePreferredCacheRows - 64);
+  AttentionProblem large = decodeProblem(kDecodePreferredCacheRows);
+  EXPECT_FALSE(decodeAttentionPreferred(small, DecodeChoice::ByCacheRows));
+  EXPECT_TRUE(decodeAttentionPreferred(large, DecodeChoice::ByCacheRows));
+  EXPECT_TRUE(decodeAttentionPreferred(small, DecodeChoice::Always));
+  EXPECT_FALSE(decodeAttentionPreferred(large, DecodeChoice::Never));
+  AttentionProblem prefill = large;
+  prefill.seqQ = kDecodeMaxQueries + 1;
+  EXPECT_FALSE(decodeAttentionPreferred(prefill, DecodeChoice::Always));
+
+  ::unsetenv("TEJIT_DECODE_ATTENTION");
+  EXPECT_EQ(decodeAttentionChoice(), DecodeChoice::ByCacheRows);
+  for (auto [value, choice] : {std::pair{"0", DecodeChoice::Never},
+                               std::pair{" 1", DecodeChoice::Always},
+                               std::pair{"yes", DecodeChoice::ByCacheRows}}) {
+    ::setenv("TEJIT_DECODE_ATTENTION", value, 1);
+    EXPECT_EQ(decodeAttentionChoice(), choice) << value;
+  }
+  ::unsetenv("TEJIT_DECODE_ATTENTION");
+}
+
 TEST(AttentionLauncherTest, KvCacheStepsWithFewQueriesTakeTheDecodeKernels) {
+  // The step's 2048-row caches stay on cuDNN by default (eligible still);
+  // TEJIT_DECODE_ATTENTION=1 sends them to the decode kernels.
   ::unsetenv("TEJIT_DECODE_ATTENTION");
   KvCacheStep kv;
+  auto byRows = AttentionLauncher::parse(kv.step, kv.function, 132);
+  ASSERT_TRUE(bool(byRows)) << llvm::toString(byRows.takeError());
+  EXPECT_FALSE(byRows->usesDecodeKernels());
+  EXPECT_TRUE(byRows->decodeEligible());
+  ::setenv("TEJIT_DECODE_ATTENTION", "1", 1);
   auto launcher = AttentionLauncher::parse(kv.step, kv.function, 132);
   ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
   EXPECT_TRUE(launcher->usesDecodeKernels());
@@ -1160,6 +1189,7 @@ TEST(AttentionLauncherTest, KvCacheStepsWithFewQueriesTakeTheDecodeKernels) {
   ::unsetenv("TEJIT_DECODE_ATTENTION");
   ASSERT_TRUE(bool(forced)) << llvm::toString(forced.takeError());
   EXPECT_FALSE(forced->usesDecodeKernels());
+  EXPECT_TRUE(forced->decodeEligible());
 
   // thd steps never do.
   ThdSteps steps;
