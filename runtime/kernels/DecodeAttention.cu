@@ -1,7 +1,8 @@
 // Split-KV decode attention ("flash-decoding") for kv_cache_attention steps
-// with few new queries per sequence (docs/kv-cache-plan.md, sessions 19 and
-// 20), compiled to PTX at build time (runtime/CMakeLists.txt) like
-// AttentionPrep.cu and loaded through ModuleSet::helper.
+// with few new queries per sequence (docs/kv-cache-plan.md, "Decode
+// attention without cuDNN"), compiled to PTX at build time
+// (runtime/CMakeLists.txt) like AttentionPrep.cu and loaded through
+// ModuleSet::helper.
 //
 // Semantics (those of the cuDNN path, Attention.h): sequence i has n_i new
 // queries (rows of q at q_offsets[i] + j * q_stride, j < n_i) and L_i keys
@@ -57,9 +58,8 @@
 #define TEJIT_DECODE_ROWS 4   // query rows a warp holds
 #define TEJIT_DECODE_KEYS 8   // keys a warp reads per step
 #define TEJIT_DECODE_STAGES 3 // steps in the ring: two in flight, one used
-#define TEJIT_DECODE_PIECES                                                    \
-  4 // 16-byte pieces of K (and V) a lane copies
-    // per step, at most
+// 16-byte pieces of K (and V) a lane copies per step, at most.
+#define TEJIT_DECODE_PIECES 4
 // The ring: stages x (K, V) x pieces x threads of 16 bytes (48 KiB); the
 // merge reuses it (rows * groups * d <= 4096 floats, then max and sum).
 #define TEJIT_DECODE_RING                                                      \
