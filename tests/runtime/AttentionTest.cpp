@@ -1198,6 +1198,40 @@ TEST(AttentionLauncherTest, KvCacheStepsWithFewQueriesTakeTheDecodeKernels) {
   EXPECT_FALSE(thd->usesDecodeKernels());
 }
 
+TEST(AttentionLauncherTest, DecodeKernelsRunWhatCudnnCannot) {
+  // A 2048-row cache prefers cuDNN; where cuDNN cannot build the step (on
+  // this machine: no GPU), create() falls back to the decode kernels when
+  // it has them, and reports cuDNN's error when it has not.
+  ::unsetenv("TEJIT_DECODE_ATTENTION");
+  KvCacheStep kv;
+  // Stand-ins: create() only keeps the handles (nothing is launched).
+  DecodeKernels decode;
+  decode.split = reinterpret_cast<CUfunction>(uintptr_t(0x10));
+  decode.combine = reinterpret_cast<CUfunction>(uintptr_t(0x20));
+  decode.smCount = 132;
+  auto withoutKernels = AttentionLauncher::create(kv.step, kv.function,
+                                                  /*prep=*/nullptr);
+  if (withoutKernels) // a machine where cuDNN runs the step: nothing to see
+    GTEST_SKIP() << "cuDNN built the step here";
+  llvm::consumeError(withoutKernels.takeError());
+  auto launcher =
+      AttentionLauncher::create(kv.step, kv.function, nullptr, decode);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  EXPECT_TRUE(launcher->usesDecodeKernels());
+  EXPECT_EQ(launcher->decodeSplitsUsed().splits,
+            decodeSplits(launcher->problem(), 132).splits);
+  EXPECT_EQ(launcher->scratchBytes(),
+            thdPrepBytes(launcher->problem()) + 256 +
+                decodePartialBytes(launcher->problem(),
+                                   launcher->decodeSplitsUsed()));
+  // A step the decode kernels cannot run keeps cuDNN's error.
+  kv.step.attributes["max_seqlen_q"] = "64 : i64";
+  auto prefill =
+      AttentionLauncher::create(kv.step, kv.function, nullptr, decode);
+  EXPECT_FALSE(bool(prefill));
+  llvm::consumeError(prefill.takeError());
+}
+
 TEST(AttentionLauncherTest, DecodePtxHasBothKernels) {
   llvm::StringRef ptx = decodeAttentionPtx();
   EXPECT_NE(ptx.find(".entry tejit_decode_attention("), llvm::StringRef::npos);
