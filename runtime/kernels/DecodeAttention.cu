@@ -35,13 +35,16 @@
 // copied, so no barrier is needed in the loop and two steps are in flight
 // while one is used; the registers stay few enough for 4 CTAs an SM.
 // Lanes split the head dim (8 elements, 16 bytes, each): LPK lanes read one
-// key row coalesced, a warp 32 / LPK keys per copy. Each group of LPK lanes
-// keeps its own online softmax (running max in the log2 domain, sum,
-// unnormalized o) for the keys it saw; at the end the CTA merges its groups
-// through shared memory (the ring's bytes) and writes one partial per
-// (sequence, head, j, split): (max, sum) into partial_stats and o[d] into
-// partial_o. A CTA whose chunk is empty (past visible) or whose keys are all
-// masked for its rows writes the empty partial (max -inf, sum 0).
+// key row coalesced, a warp 32 / LPK keys per copy. A key's 4 q.k partial
+// sums (one a row) are reduced across the LPK lanes by a reduce-scatter
+// then an all-gather (8 shuffles for LPK 16, not 16): slot r of a lane holds
+// row r ^ x, x = (lane / (LPK / 4)) & 3, so no lane selects what it sends.
+// Each group of LPK lanes keeps its own online softmax (running max in the
+// log2 domain, sum, unnormalized o) for the keys it saw; at the end the CTA
+// merges its groups through shared memory (the ring's bytes) and writes one
+// partial per (sequence, head, j, split): (max, sum) into partial_stats and
+// o[d] into partial_o. A CTA whose chunk is empty (past visible) or whose keys
+// are all masked for its rows writes the empty partial (max -inf, sum 0).
 //
 // tejit_decode_attention_combine: one CTA per (sequence, head, j) row of
 // [b, heads, s_q]; rows with j >= n_i write nothing (the prep kernel zeroes
@@ -215,11 +218,15 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   issue(0);
   issue(1);
 
+  // Slot r of a lane holds row r ^ x of its warp's rows, x from the lane's
+  // place among the LPK: the score reduction below then needs no selects.
+  constexpr int HALF = LPK / 2, QUARTER = LPK / 4;
+  const int x = (lane / QUARTER) & 3;
   float q[R][8], o[R][8], m[R], l[R];
   int limit[R]; // the last key row r sees (-1: none)
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    int rho = ctaRow0 + rb * R + r;
+    int rho = ctaRow0 + rb * R + (r ^ x);
     bool live = rho < ctaRowEnd;
     int j = rho / perKv, hq = int(kh) * perKv + rho % perKv;
     m[r] = -INFINITY;
@@ -251,17 +258,32 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
       float kf[8];
       tejitUnpack8(ring[slot(stage, 0, u)], kf, f16);
       int key = base + u * KPG;
+      float acc[R];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        float acc = 0.f;
+        acc[r] = 0.f;
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          acc = fmaf(q[r][e], kf[e], acc);
-#pragma unroll
-        for (int offset = LPK / 2; offset > 0; offset /= 2)
-          acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-        s[u][r] = key <= limit[r] ? acc : -INFINITY;
+          acc[r] = fmaf(q[r][e], kf[e], acc[r]);
       }
+      // Reduce-scatter over the LPK lanes, then all-gather: 8 shuffles
+      // for LPK 16 (7 for 8, 6 for 4) instead of 4 * log2(LPK). The
+      // partner at offset HALF holds rows x ^ 2 in its slots 0, 1 (ours
+      // in its slots 2, 3), the one at QUARTER row x in its slot 1.
+      float a0 = acc[0] + __shfl_xor_sync(0xffffffffu, acc[2], HALF);
+      float a1 = acc[1] + __shfl_xor_sync(0xffffffffu, acc[3], HALF);
+      a0 += __shfl_xor_sync(0xffffffffu, a1, QUARTER);
+#pragma unroll
+      for (int offset = QUARTER / 2; offset > 0; offset /= 2)
+        a0 += __shfl_xor_sync(0xffffffffu, a0, offset);
+      // a0: row x's score, the same bits in every lane that holds it.
+      acc[0] = a0;
+      acc[1] = __shfl_xor_sync(0xffffffffu, a0, QUARTER);
+      acc[2] = __shfl_xor_sync(0xffffffffu, a0, HALF);
+      acc[3] = __shfl_xor_sync(0xffffffffu, acc[1], HALF);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        s[u][r] = key <= limit[r] ? acc[r] : -INFINITY;
     }
     // Online softmax per row, then p = 2^(s - max) times v.
 #pragma unroll
@@ -305,7 +327,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   float *sM = sO + TEJIT_DECODE_SHARED, *sL = sM + TEJIT_DECODE_SHARED / 32;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    int at = (rb * R + r) * groups + group;
+    int at = (rb * R + (r ^ x)) * groups + group;
     if (lane % LPK == 0) {
       sM[at] = m[r];
       sL[at] = l[r];
