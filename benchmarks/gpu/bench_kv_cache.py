@@ -152,22 +152,24 @@ def timed_loop(run_steps, repeats=3):
 
 
 def profile_eager(layer, params, decode, step_x, rope, prefill, context,
-                  steps):
+                  steps, fp8_recipe=None):
     """Host milliseconds per eager decode step (the GPU never waited for:
     the loop only enqueues) and cProfile's top functions over `steps`
-    steps."""
+    steps (under fp8_autocast with `fp8_recipe` when given)."""
     import cProfile
     import pstats
     import time
 
     def loop():
-        with torch.no_grad():
+        with torch.no_grad(), te.fp8_autocast(enabled=fp8_recipe is not None,
+                                              fp8_recipe=fp8_recipe):
             for _ in range(steps):
                 params.pre_step(decode)
                 layer(step_x, inference_params=params, rotary_pos_emb=rope)
 
+    print(f"  profile: tejit {'FP8' if fp8_recipe else 'bf16'} eager")
     for timed in (False, True):
-        prefill(context)
+        prefill(context, fp8_recipe)
         torch.cuda.synchronize()
         if timed:
             start = time.perf_counter()
@@ -176,7 +178,7 @@ def profile_eager(layer, params, decode, step_x, rope, prefill, context,
             torch.cuda.synchronize()
             print(f"  tejit eager host time {host:.3f} ms/step "
                   f"(enqueue only)")
-    prefill(context)
+    prefill(context, fp8_recipe)
     torch.cuda.synchronize()
     profiler = cProfile.Profile()
     profiler.enable()
@@ -186,7 +188,7 @@ def profile_eager(layer, params, decode, step_x, rope, prefill, context,
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(25)
     stats.sort_stats("cumulative").print_stats(40)
-    prefill(context)
+    prefill(context, fp8_recipe)
     with torch.profiler.profile(
             activities=[torch.profiler.ProfilerActivity.CUDA]) as kernels:
         loop()
@@ -309,9 +311,9 @@ def main():
                   f"relative L2: prefill {error:.2e}, first decode step "
                   f"{rel_l2(a, b):.2e}")
             rows += tejit_rows(label, fp8_recipe, context)
-            if args.profile and fp8_recipe is None:
+            if args.profile:
                 profile_eager(layer, params, decode, step_x, rope, prefill,
-                              context, args.profile)
+                              context, args.profile, fp8_recipe)
 
         def torch_eager(mark):
             prefill(context)
