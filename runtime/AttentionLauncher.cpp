@@ -323,11 +323,18 @@ DecodeChoice tejit::runtime::decodeAttentionChoice() {
   return DecodeChoice::ByCacheRows;
 }
 
+namespace {
+/// decodeAttentionPreferred for a problem known to be eligible.
+bool prefersDecodeKernels(const AttentionProblem &p, DecodeChoice choice) {
+  return choice == DecodeChoice::Always ||
+         (choice == DecodeChoice::ByCacheRows &&
+          p.seqKv >= kDecodePreferredCacheRows);
+}
+} // namespace
+
 bool tejit::runtime::decodeAttentionPreferred(const AttentionProblem &p,
                                               DecodeChoice choice) {
-  if (choice == DecodeChoice::Never || !decodeAttentionEligible(p))
-    return false;
-  return choice == DecodeChoice::Always || p.seqKv >= kDecodePreferredCacheRows;
+  return decodeAttentionEligible(p) && prefersDecodeKernels(p, choice);
 }
 
 DecodeSplits tejit::runtime::decodeSplits(const AttentionProblem &p,
@@ -377,8 +384,9 @@ AttentionLauncher::parse(const AttentionStep &step,
     if (!launcher)
       return launcher.takeError();
     launcher->eligible = decodeAttentionEligible(launcher->problemDesc);
-    launcher->decode = decodeAttentionPreferred(launcher->problemDesc,
-                                                decodeAttentionChoice());
+    launcher->decode =
+        launcher->eligible &&
+        prefersDecodeKernels(launcher->problemDesc, decodeAttentionChoice());
     if (launcher->decode && smCount > 0)
       launcher->splits = decodeSplits(launcher->problemDesc, smCount);
     return launcher;
@@ -720,6 +728,14 @@ AttentionLauncher::create(const AttentionStep &step,
   auto launcher = parse(step, function);
   if (!launcher)
     return launcher.takeError();
+  return complete(std::move(*launcher), function, prep, decode);
+}
+
+llvm::Expected<AttentionLauncher>
+AttentionLauncher::complete(AttentionLauncher parsed,
+                            const FunctionPlan &function, CUfunction prep,
+                            const DecodeKernels &decode) {
+  AttentionLauncher *launcher = &parsed;
   launcher->prep = prep;
   bool haveDecode = decode.split && decode.combine;
   auto useDecode = [&]() -> llvm::Expected<AttentionLauncher> {
@@ -739,7 +755,7 @@ AttentionLauncher::create(const AttentionStep &step,
     }
     launcher->splits =
         decodeSplits(launcher->problemDesc, launcher->decodeKernels.smCount);
-    return std::move(*launcher);
+    return std::move(parsed);
   };
   // Without the decode kernels, a step that prefers them runs on cuDNN.
   if (launcher->decode && haveDecode)
@@ -757,7 +773,7 @@ AttentionLauncher::create(const AttentionStep &step,
                     ErrorCode::Unsupported);
   }
   launcher->runner = std::move(*runner);
-  return launcher;
+  return std::move(parsed);
 }
 
 size_t AttentionLauncher::scratchBytes() const {

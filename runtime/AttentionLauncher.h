@@ -63,6 +63,12 @@ public:
   static llvm::Expected<AttentionLauncher> parse(const AttentionStep &step,
                                                  const FunctionPlan &function,
                                                  int64_t smCount = 0);
+  /// The second half of create(): `parsed` (parse()'s, of a step of
+  /// `function`) on cuDNN or the decode kernels, as create() says. For a
+  /// caller that decides from the parsed step which kernels to load.
+  static llvm::Expected<AttentionLauncher>
+  complete(AttentionLauncher parsed, const FunctionPlan &function,
+           CUfunction prep, const DecodeKernels &decode = {});
 
   /// Device scratch a run needs: the sequence lengths, the dropout state,
   /// thd's ragged offsets and cuDNN's workspace, or the decode kernels'

@@ -130,16 +130,12 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
         decode.combine = *combine;
         return decode;
       };
-      bool prefersDecode = false, decodeEligible = false;
-      if (attentionStep->kvCache) {
-        auto probe = AttentionLauncher::parse(*attentionStep, function);
-        if (probe) {
-          prefersDecode = probe->usesDecodeKernels();
-          decodeEligible = probe->decodeEligible();
-        } else {
-          llvm::consumeError(probe.takeError()); // create() reports it
-        }
-      }
+      // Parsed once: what it says decides the kernels to load.
+      auto parsed = AttentionLauncher::parse(*attentionStep, function);
+      if (!parsed)
+        return annotate(parsed.takeError(), llvm::formatv("step {0}", index),
+                        ErrorCode::Unsupported);
+      bool prefersDecode = parsed->usesDecodeKernels();
       DecodeKernels decode;
       if (prefersDecode) {
         auto loaded = decodeKernels();
@@ -148,14 +144,14 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
         decode = *loaded;
       }
       auto launcher =
-          AttentionLauncher::create(*attentionStep, function, *prep, decode);
-      if (!launcher && decodeEligible && !prefersDecode) {
+          AttentionLauncher::complete(*parsed, function, *prep, decode);
+      if (!launcher && parsed->decodeEligible() && !prefersDecode) {
         llvm::consumeError(launcher.takeError());
         auto loaded = decodeKernels();
         if (!loaded)
           return loaded.takeError();
         launcher =
-            AttentionLauncher::create(*attentionStep, function, *prep, *loaded);
+            AttentionLauncher::complete(*parsed, function, *prep, *loaded);
       }
       if (!launcher)
         return annotate(launcher.takeError(), llvm::formatv("step {0}", index),
