@@ -1766,16 +1766,18 @@ AttentionProblem smallProblem(int64_t kvHeads, int64_t seqQ, int64_t seqKv,
   return p;
 }
 
+/// Head groupings the cases sweep: 8 query heads on 8, 2 or 1 kv heads.
+struct Grouping {
+  const char *name;
+  int64_t kvHeads;
+};
+const Grouping groupings[] = {{"mha", 8}, {"gqa", 2}, {"mqa", 1}};
+
 std::vector<Case> smallCases() {
   std::vector<Case> cases;
   const AttentionMask masks[] = {AttentionMask::None, AttentionMask::Causal,
                                  AttentionMask::Padding,
                                  AttentionMask::PaddingCausal};
-  struct Grouping {
-    const char *name;
-    int64_t kvHeads;
-  };
-  const Grouping groupings[] = {{"mha", 8}, {"gqa", 2}, {"mqa", 1}};
   for (int64_t seq : {128, 256})
     for (ElementType element : {ElementType::BF16, ElementType::F16})
       for (int64_t dim : {64, 128})
@@ -1928,11 +1930,7 @@ ThdCase thdCase(const std::string &name, ElementType element, int64_t dim,
 
 std::vector<ThdCase> thdCases() {
   std::vector<ThdCase> cases;
-  struct Grouping {
-    const char *name;
-    int64_t kvHeads;
-  };
-  const Grouping mha{"mha", 8}, gqa{"gqa", 2}, mqa{"mqa", 1};
+  const Grouping &mha = groupings[0], &gqa = groupings[1], &mqa = groupings[2];
   // Sequences of different lengths (one of max_seqlen, one of a single
   // token) and 19 tokens of tail.
   const std::vector<int32_t> lengths = {37, 128, 90, 1, 64};
@@ -2044,11 +2042,6 @@ KvCacheCase kvCacheCase(const std::string &name, ElementType element,
 
 std::vector<KvCacheCase> kvCacheCases() {
   std::vector<KvCacheCase> cases;
-  struct Grouping {
-    const char *name;
-    int64_t kvHeads;
-  };
-  const Grouping groupings[] = {{"mha", 8}, {"gqa", 2}, {"mqa", 1}};
   // Caches of 256 rows. Prefill: every token new (n_i = L_i), one empty
   // sequence, one filling the cache. Decode: one new token each, caches
   // holding 1 to 256 tokens. Chunked: a few new tokens on top of cached
