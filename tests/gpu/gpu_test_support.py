@@ -5,6 +5,7 @@ parameters."""
 import os
 import random
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,16 @@ def run_seed(test_file):
     print(f"{test_file}: seed {seed} (TEJIT_TEST_SEED={seed} repeats this "
           f"run)")
     return seed
+
+
+def seed_per_test(seed):
+    """An autouse fixture (bind it to a module-level name, e.g. `fresh_seed
+    = seed_per_test(SEED)`) that seeds torch with the run's `seed` plus a
+    hash of the test's name: each test draws from its own stream."""
+    @pytest.fixture(autouse=True)
+    def fresh_seed(request):
+        torch.manual_seed(seed + zlib.crc32(request.node.name.encode()))
+    return fresh_seed
 
 
 def hybrid():

@@ -55,11 +55,10 @@ its outputs (hidden_dropout_masks).
 """
 import copy
 import math
-import zlib
 
 import pytest
 
-from gpu_test_support import hybrid, perturb, run_seed, torch
+from gpu_test_support import hybrid, perturb, run_seed, seed_per_test, torch
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -75,10 +74,7 @@ L2_FP8_GRAD = 0.25
 FP8_WARMUP_STEPS = 2
 
 
-@pytest.fixture(autouse=True)
-def fresh_seed(request):
-    """Each test draws from its own stream of the run's seed."""
-    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+fresh_seed = seed_per_test(SEED)
 
 
 def rel_l2(got, want):

@@ -44,13 +44,13 @@ import collections
 import math
 import os
 import sys
-import zlib
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_test_support import hybrid, perturb, torch  # noqa: E402
+from gpu_test_support import (  # noqa: E402
+    hybrid, perturb, seed_per_test, torch)
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -65,10 +65,7 @@ from test_attention_layers import (  # noqa: E402
 HIDDEN, Q_SEQ, BATCH = 256, 64, 2
 
 
-@pytest.fixture(autouse=True)
-def fresh_seed(request):
-    """Each test draws from its own stream of the run's seed."""
-    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+fresh_seed = seed_per_test(SEED)
 
 
 # --- reference math ----------------------------------------------------------

@@ -35,14 +35,14 @@ import copy
 import math
 import os
 import sys
-import zlib
 from collections import OrderedDict
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_test_support import hybrid, perturb, torch  # noqa: E402
+from gpu_test_support import (  # noqa: E402
+    hybrid, perturb, seed_per_test, torch)
 
 import torch.nn.functional as F  # noqa: E402
 
@@ -70,10 +70,7 @@ MAX_SEQUENCE = 128
 MAX_CTX = 64
 
 
-@pytest.fixture(autouse=True)
-def fresh_seed(request):
-    """Each test draws from its own stream of the run's seed."""
-    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+fresh_seed = seed_per_test(SEED)
 
 
 def offsets(lengths):

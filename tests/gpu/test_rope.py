@@ -19,11 +19,10 @@ tejit's compiled attention.
   two tables differ in the last bit of some angles): relative L2 below
   1e-3, and differs from the forward without rotary.
 """
-import zlib
 
 import pytest
 
-from gpu_test_support import run_seed, torch
+from gpu_test_support import run_seed, seed_per_test, torch
 
 import tejit.pytorch as te  # noqa: E402
 from tejit.pytorch.attention import (RotaryPositionEmbedding,  # noqa: E402
@@ -36,9 +35,7 @@ TOLERANCE = {torch.float32: 1e-6, torch.bfloat16: 1.6e-2,
              torch.float16: 2e-3}
 
 
-@pytest.fixture(autouse=True)
-def fresh_seed(request):
-    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+fresh_seed = seed_per_test(SEED)
 
 
 def reference_angles(seq, dim, base=10000.0, offset=0, scale=1.0,

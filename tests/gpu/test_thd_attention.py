@@ -27,13 +27,12 @@ import math
 import os
 import subprocess
 import sys
-import zlib
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_test_support import torch  # noqa: E402
+from gpu_test_support import seed_per_test, torch  # noqa: E402
 
 import tejit.pytorch as te  # noqa: E402
 
@@ -42,10 +41,7 @@ from test_attention_layers import (  # noqa: E402
     cross_attention_ref, rel_l2)
 
 
-@pytest.fixture(autouse=True)
-def fresh_seed(request):
-    """Each test draws from its own stream of the run's seed."""
-    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+fresh_seed = seed_per_test(SEED)
 
 
 def packed(lengths, tail, heads, groups, d, dtype):

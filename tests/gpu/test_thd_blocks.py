@@ -24,13 +24,13 @@ FP8 warm-up steps.
 import copy
 import os
 import sys
-import zlib
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from gpu_test_support import hybrid, perturb, torch  # noqa: E402
+from gpu_test_support import (  # noqa: E402
+    hybrid, perturb, seed_per_test, torch)
 
 import tejit.pytorch as te  # noqa: E402
 
@@ -40,10 +40,7 @@ from test_attention_layers import (  # noqa: E402
     transformer_ref)
 
 
-@pytest.fixture(autouse=True)
-def fresh_seed(request):
-    """Each test draws from its own stream of the run's seed."""
-    torch.manual_seed(SEED + zlib.crc32(request.node.name.encode()))
+fresh_seed = seed_per_test(SEED)
 
 
 def sequence_reference(module, reference, x32, params, cu, mask, freqs):
