@@ -132,11 +132,13 @@ template <int N> __device__ __forceinline__ void tejitCopyWait() {
 
 // The row of the partials (and of o's [b, heads, s_q] rows) of CTA row rho
 // of sequence i, kv head kh.
-__device__ __forceinline__ long long
-tejitDecodeRow(const TejitDecodeAttention &p, long long i, long long kh,
-               int perKv, long long rho) {
-  long long j = rho / perKv, hq = kh * perKv + rho % perKv;
-  return (i * p.heads + hq) * p.seq_q + j;
+// 32-bit: every count here is far below 2^31, and a 64-bit division is a
+// ~70-instruction routine that the short-cache split pass (a few steps a
+// CTA) paid several times per row.
+__device__ __forceinline__ int tejitDecodeRow(int heads, int seqQ, int i,
+                                              int kh, int perKv, int rho) {
+  int j = rho / perKv, hq = kh * perKv + rho % perKv;
+  return (i * heads + hq) * seqQ + j;
 }
 
 template <int LPK>
@@ -149,10 +151,12 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   const bool f16 = p.f16 != 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int split = int(blockIdx.x), splits = int(p.splits);
-  const long long i = blockIdx.y / p.kv_heads, kh = blockIdx.y % p.kv_heads;
+  const int kvHeads = int(p.kv_heads), heads = int(p.heads),
+            seqQ = int(p.seq_q);
+  const int i = int(blockIdx.y) / kvHeads, kh = int(blockIdx.y) % kvHeads;
   const int rbPerCta = int(p.row_blocks_per_cta);
   const int keyParts = TEJIT_DECODE_WARPS / rbPerCta;
-  const int perKv = int(p.heads / p.kv_heads);
+  const int perKv = heads / kvHeads;
   const int D = int(p.head_dim);
   const int n = p.seq_len_q[i], L = p.seq_len_kv[i];
   const int liveRows = n * perKv;
@@ -175,7 +179,8 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
     for (int rho = ctaRow0 + threadIdx.x; rho < ctaRowEnd; rho += blockDim.x) {
       float *stats =
           p.partial_stats +
-          2 * (tejitDecodeRow(p, i, kh, perKv, rho) * splits + split);
+          2 * (size_t(tejitDecodeRow(heads, seqQ, i, kh, perKv, rho)) * splits +
+               split);
       stats[0] = -INFINITY;
       stats[1] = 0.f;
     }
@@ -188,7 +193,9 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   const int dim0 = (lane % LPK) * 8;
   const bool dimOk = dim0 < D;
   const size_t rowStride = size_t(p.kv_heads) * D;
-  const size_t first = (size_t(i) * p.cache_rows * p.kv_heads + kh) * D + dim0;
+  const size_t first =
+      (size_t(i) * size_t(p.cache_rows) * size_t(kvHeads) + size_t(kh)) * D +
+      dim0;
   const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
   // Step t of this warp: keys keyBegin + t * stepKeys + kp * 8 + [0, 8);
   // piece u of a lane is key u * KPG + lane / LPK of those.
@@ -215,6 +222,9 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
     }
     tejitCopyCommit(); // empty groups keep the count uniform
   };
+  // Loaded before the copies are issued, so that its latency overlaps
+  // theirs (q's rows depend on it).
+  const long long qOffset = p.q_offsets[i];
   issue(0);
   issue(1);
 
@@ -228,7 +238,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   for (int r = 0; r < R; ++r) {
     int rho = ctaRow0 + rb * R + (r ^ x);
     bool live = rho < ctaRowEnd;
-    int j = rho / perKv, hq = int(kh) * perKv + rho % perKv;
+    int j = rho / perKv, hq = kh * perKv + rho % perKv;
     m[r] = -INFINITY;
     l[r] = 0.f;
     limit[r] = live ? (p.causal ? L - n + j : L - 1) : -1;
@@ -236,7 +246,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
       limit[r] = keyEnd - 1;
     // Element by element: q's rows need not be 16-byte aligned.
     const unsigned short *row =
-        p.q + p.q_offsets[i] + (long long)j * p.q_stride + hq * D + dim0;
+        p.q + qOffset + (long long)j * p.q_stride + hq * D + dim0;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       o[r][e] = 0.f;
@@ -338,28 +348,31 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
         sO[at * D + dim0 + e] = o[r][e];
   }
   __syncthreads();
-  const int ctaRows = rbPerCta * R;
-  for (int item = threadIdx.x; item < ctaRows * D; item += blockDim.x) {
-    int row = item / D, d = item % D;
-    int rho = ctaRow0 + row;
-    if (rho >= ctaRowEnd)
-      continue;
-    long long target = tejitDecodeRow(p, i, kh, perKv, rho) * splits + split;
+  // One row at a time, a thread per element of d: the row's merge weights
+  // and its partials' place are worked out once per row, not per element.
+  const int ctaRows = ctaRowEnd - ctaRow0;
+  for (int row = 0; row < ctaRows; ++row) {
+    const float *rowM = sM + row * groups, *rowL = sL + row * groups;
     float top = -INFINITY;
     for (int g = 0; g < groups; ++g)
-      top = fmaxf(top, sM[row * groups + g]);
-    float sum = 0.f, acc = 0.f;
-    if (top != -INFINITY)
-      for (int g = 0; g < groups; ++g) {
-        int at = row * groups + g;
-        float w = tejitExp2(sM[at] - top);
-        sum += sL[at] * w;
-        acc += sO[at * D + d] * w;
+      top = fmaxf(top, rowM[g]);
+    const size_t target =
+        size_t(tejitDecodeRow(heads, seqQ, i, kh, perKv, ctaRow0 + row)) *
+            splits +
+        split;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+      float sum = 0.f, acc = 0.f;
+      if (top != -INFINITY)
+        for (int g = 0; g < groups; ++g) {
+          float w = tejitExp2(rowM[g] - top);
+          sum += rowL[g] * w;
+          acc += sO[(row * groups + g) * D + d] * w;
+        }
+      p.partial_o[target * D + d] = acc;
+      if (d == 0) {
+        p.partial_stats[2 * target] = top;
+        p.partial_stats[2 * target + 1] = sum;
       }
-    p.partial_o[target * D + d] = acc;
-    if (d == 0) {
-      p.partial_stats[2 * target] = top;
-      p.partial_stats[2 * target + 1] = sum;
     }
   }
 }
@@ -380,13 +393,12 @@ tejit_decode_attention_combine(TejitDecodeAttention p) {
   // Latency first: the splits' stats in one load a thread, their weights
   // through shared memory, then the o partials 8 loads at a time.
   __shared__ float sTop[64], sWeight[64], sSum[64];
-  const long long row = blockIdx.x;
-  const long long i = row / (p.heads * p.seq_q);
-  const long long hq = row / p.seq_q % p.heads, j = row % p.seq_q;
+  const int row = int(blockIdx.x), heads = int(p.heads), seqQ = int(p.seq_q);
+  const int i = row / (heads * seqQ), hq = row / seqQ % heads, j = row % seqQ;
   if (j >= p.seq_len_q[i])
     return;
   const int splits = int(p.splits), t = int(threadIdx.x);
-  const float *stats = p.partial_stats + 2 * row * splits;
+  const float *stats = p.partial_stats + 2 * size_t(row) * splits;
   if (t < 64) {
     float m = -INFINITY, l = 0.f;
     if (t < splits) {
@@ -407,8 +419,9 @@ tejit_decode_attention_combine(TejitDecodeAttention p) {
   for (int s = 0; s < splits; ++s)
     sum += sSum[s] * sWeight[s];
   const int D = int(p.head_dim);
-  unsigned short *out = p.o + p.o_offsets[i] + (j * p.heads + hq) * D;
-  const float *partial = p.partial_o + row * splits * D;
+  unsigned short *out =
+      p.o + p.o_offsets[i] + (size_t(j) * heads + hq) * size_t(D);
+  const float *partial = p.partial_o + size_t(row) * splits * D;
   for (int d = t; d < D; d += blockDim.x) {
     float acc = 0.f;
     for (int s0 = 0; s0 < splits; s0 += 8) {
