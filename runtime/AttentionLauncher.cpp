@@ -247,10 +247,13 @@ const char *tejit::runtime::decodeAttentionPtx() {
 //===----------------------------------------------------------------------===//
 
 namespace {
-/// runtime/kernels/DecodeAttention.cu: 4 warps a CTA, 4 query rows a warp,
-/// 4 CTAs resident per SM (its launch bounds).
-constexpr int64_t decodeWarps = 4, decodeRowsPerWarp = 4,
-                  decodeResidentCtas = 4;
+/// runtime/kernels/DecodeAttention.cu: 4 warps a CTA, 4 query rows a warp
+/// block (up to 4 blocks, 16 rows, a CTA), CTAs resident per SM as its
+/// launch bounds say (TEJIT_DECODE_MMA_CTAS_PER_SM, TEJIT_DECODE_CTAS_PER_SM).
+constexpr int64_t decodeWarps = 4, decodeRowsPerWarp = 4;
+int64_t decodeResidentCtas(const AttentionProblem &p) {
+  return decodeUsesTensorCores(p) ? 3 : 4;
+}
 constexpr int64_t decodeMaxSplits = 64;
 
 /// The host mirror of DecodeAttention.cu's TejitDecodeAttention, passed by
@@ -342,7 +345,7 @@ DecodeSplits tejit::runtime::decodeSplits(const AttentionProblem &p,
   // The CTAs of one split: every (sequence, kv head, row group).
   int64_t perSplit =
       std::max<int64_t>(p.batch * p.kvHeads * DecodeRows(p).groups, 1);
-  int64_t slots = std::max<int64_t>(smCount, 1) * decodeResidentCtas;
+  int64_t slots = std::max<int64_t>(smCount, 1) * decodeResidentCtas(p);
   DecodeSplits result;
   result.splits = std::clamp<int64_t>(slots / perSplit, 1, decodeMaxSplits);
   return result;
@@ -737,7 +740,7 @@ AttentionLauncher::complete(AttentionLauncher parsed,
                             const DecodeKernels &decode) {
   AttentionLauncher *launcher = &parsed;
   launcher->prep = prep;
-  bool haveDecode = decode.split && decode.combine;
+  bool haveDecode = decode.canRun(launcher->problemDesc);
   auto useDecode = [&]() -> llvm::Expected<AttentionLauncher> {
     launcher->decode = true;
     launcher->decodeKernels = decode;
@@ -1051,7 +1054,7 @@ Error tejit::runtime::enqueueKvCacheAttention(
                      p.key() + ": not a kv cache problem");
   bool useDecode = !engine.runner;
   if (useDecode) {
-    if (!engine.decode.split || !engine.decode.combine)
+    if (!engine.decode.canRun(p))
       return makeError(ErrorCode::InvalidArgument,
                        p.key() + ": neither a cuDNN runner nor the decode "
                                  "kernels to run the kv cache attention");
@@ -1107,7 +1110,7 @@ Error tejit::runtime::enqueueKvCacheAttention(
   void *arguments[] = {&params};
   if (Error error = driver.check(
           driver.cuLaunchKernel(
-              engine.decode.split, unsigned(engine.splits.splits),
+              engine.decode.splitFor(p), unsigned(engine.splits.splits),
               unsigned(p.batch * p.kvHeads), unsigned(rows.groups),
               unsigned(decodeWarps * 32), 1, 1, 0, stream, arguments, nullptr),
           "launching the decode attention kernel"))

@@ -35,12 +35,29 @@ struct DecodeSplits {
   int64_t splits = 1;
 };
 
+/// Whether `problem`'s split pass runs on tensor cores
+/// (tejit_decode_attention_mma: head dims 64 and 128) rather than on the
+/// CUDA cores (tejit_decode_attention: the other head dims).
+inline bool decodeUsesTensorCores(const AttentionProblem &problem) {
+  return problem.headDim == 64 || problem.headDim == 128;
+}
+
 /// The decode kernels of runtime/kernels/DecodeAttention.cu
-/// (tejit_decode_attention, tejit_decode_attention_combine) and the device's
-/// SM count, which decodeSplits() sizes the grid with.
+/// (tejit_decode_attention_mma, tejit_decode_attention,
+/// tejit_decode_attention_combine) and the device's SM count, which
+/// decodeSplits() sizes the grid with.
 struct DecodeKernels {
-  CUfunction split = nullptr, combine = nullptr;
+  CUfunction splitTensorCores = nullptr, split = nullptr, combine = nullptr;
   int64_t smCount = 0;
+
+  /// The split pass `problem` runs on (null if not loaded).
+  CUfunction splitFor(const AttentionProblem &problem) const {
+    return decodeUsesTensorCores(problem) ? splitTensorCores : split;
+  }
+  /// Whether both of `problem`'s kernels are loaded.
+  bool canRun(const AttentionProblem &problem) const {
+    return splitFor(problem) && combine;
+  }
 };
 
 class AttentionLauncher {
@@ -184,12 +201,13 @@ bool decodeAttentionEligible(const AttentionProblem &problem);
 /// The cache rows (S, max_sequence_length) from which an eligible step
 /// prefers the decode kernels to cuDNN. The runtime cannot see a step's key
 /// count L (it lives on the device, and a graph replays the step with
-/// others). On an H200 (benchmarks/RESULTS.md, session 19) the decode
-/// kernels win from L ~ 1400 on (56 against 69 us at L 3072, 160 against
-/// 308 us at 16384) and lose up to 7 us below (28 against 20 us at 512);
-/// a cache of S rows fills from 0 to S, so from S = 4096 on a decode's
-/// average step wins.
-constexpr int64_t kDecodePreferredCacheRows = 4096;
+/// others). On an H200 (benchmarks/RESULTS.md, session 20; prep + attention,
+/// b 8, h 32, g 8, d 128) the decode kernels take 18.9 us at L 32 and 128
+/// against cuDNN's 15.7 and 25.5, then win more the longer L (21 against 25
+/// us at 512, 42 against 70 at 3072, 141 against 309 at 16384; one sequence:
+/// 39 against 298 us at 16384); a cache of S rows fills from 0 to S, so
+/// from S = 256 on a decode's average step wins.
+constexpr int64_t kDecodePreferredCacheRows = 256;
 
 /// TEJIT_DECODE_ATTENTION: unset (or anything else), steps choose by their
 /// cache rows; "0" keeps every step on cuDNN; "1" sends every eligible
@@ -203,7 +221,8 @@ bool decodeAttentionPreferred(const AttentionProblem &problem,
 
 /// The splits of a decode problem for a device of `smCount` SMs, from b,
 /// g and the row groups (not from S or the lengths): as many as fill every
-/// resident CTA slot once (4 CTAs an SM, the split kernel's launch bounds),
+/// resident CTA slot once (the split kernel's launch bounds: 3 CTAs an SM
+/// on tensor cores, 4 otherwise),
 /// so that all of a step's CTAs run at once with equal work; at least 1, at
 /// most 64. Fixed per problem: a replay with other lengths uses the same
 /// grid, and each sequence's chunk follows its own length on the device.

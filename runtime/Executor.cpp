@@ -120,12 +120,16 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       // them, or that they can run when cuDNN cannot.
       auto decodeKernels = [&]() -> llvm::Expected<DecodeKernels> {
         DecodeKernels decode;
+        auto splitTensorCores = modules.helper("tejit_decode_attention_mma");
+        if (!splitTensorCores)
+          return splitTensorCores.takeError();
         auto split = modules.helper("tejit_decode_attention");
         if (!split)
           return split.takeError();
         auto combine = modules.helper("tejit_decode_attention_combine");
         if (!combine)
           return combine.takeError();
+        decode.splitTensorCores = *splitTensorCores;
         decode.split = *split;
         decode.combine = *combine;
         return decode;

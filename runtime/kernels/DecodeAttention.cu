@@ -11,8 +11,13 @@
 // (padding_causal_bottom_right), all L_i otherwise. n_i, L_i and the q and
 // o row offsets are the prep kernel's (clamped) lengths and ragged offsets.
 //
-// tejit_decode_attention (the split pass): grid (splits, b * kv_heads,
-// row groups), 4 warps. The rows of one (sequence, kv head) are its
+// Two split passes share the grid (splits, b * kv_heads, row groups) of 4
+// warps, the split rule and the partials: tejit_decode_attention_mma for
+// head dims 64 and 128, on tensor cores (see tejitDecodeSplitMma: the CTA's
+// at most 16 rows are the M of mma.m16n8k16, each warp 16 keys a step), and
+// tejit_decode_attention for the other head dims, on the CUDA cores:
+//
+// tejit_decode_attention (the CUDA-core split pass): 4 warps. The rows of one (sequence, kv head) are its
 // (query j, head) pairs, row rho = j * (heads / kv_heads) + head in group,
 // so the rows of the n_i live queries come first; a warp holds 4 rows in
 // registers (q pre-scaled by softmax_scale * log2(e), fp32), a CTA
@@ -68,6 +73,11 @@
 #define TEJIT_DECODE_RING                                                      \
   (TEJIT_DECODE_STAGES * 2 * TEJIT_DECODE_PIECES * TEJIT_DECODE_WARPS * 32)
 #define TEJIT_DECODE_SHARED 4096
+// Resident CTAs an SM (the launch bounds; the host's decodeResidentCtas):
+// the tensor-core pass needs up to 168 registers a thread (the fp32 o of 16
+// rows x d 128 alone takes 64), the other 128.
+#define TEJIT_DECODE_CTAS_PER_SM 4
+#define TEJIT_DECODE_MMA_CTAS_PER_SM 3
 
 struct TejitDecodeAttention {
   const unsigned short *q;
@@ -141,6 +151,97 @@ __device__ __forceinline__ int tejitDecodeRow(int heads, int seqQ, int i,
   return (i * heads + hq) * seqQ + j;
 }
 
+// Where a split-pass CTA works: its sequence i, kv head kh, its rows
+// [row0, rowEnd) of (i, kh) and its split's keys [keyBegin, keyEnd).
+struct TejitDecodeCta {
+  int split, splits, heads, seqQ, kvHeads, perKv, i, kh, n, L;
+  int row0, rowEnd, keyBegin, keyEnd;
+};
+
+// Fills `c` for a CTA of `ctaRows` rows whose steps take `stepKeys` keys;
+// false when the CTA has nothing to do: its rows are those of queries j >=
+// n_i (nothing to write), or its split is empty (its rows' empty partials,
+// max -inf and sum 0, are written here).
+__device__ __forceinline__ bool tejitDecodePlace(const TejitDecodeAttention &p,
+                                                 int ctaRows, int stepKeys,
+                                                 TejitDecodeCta &c) {
+  c.split = int(blockIdx.x);
+  c.splits = int(p.splits);
+  c.heads = int(p.heads);
+  c.seqQ = int(p.seq_q);
+  c.kvHeads = int(p.kv_heads);
+  c.perKv = c.heads / c.kvHeads;
+  c.i = int(blockIdx.y) / c.kvHeads;
+  c.kh = int(blockIdx.y) % c.kvHeads;
+  c.n = p.seq_len_q[c.i];
+  c.L = p.seq_len_kv[c.i];
+  const int liveRows = c.n * c.perKv;
+  c.row0 = int(blockIdx.z) * ctaRows;
+  if (c.row0 >= liveRows)
+    return false;
+  c.rowEnd = c.row0 + ctaRows < liveRows ? c.row0 + ctaRows : liveRows;
+  // The last key any of the CTA's rows sees, plus one.
+  const int lastJ = (c.rowEnd - 1) / c.perKv;
+  const int visible = p.causal ? c.L - c.n + lastJ + 1 : c.L;
+  // This sequence's chunk: visible / splits, rounded up to whole steps.
+  const int perSplit = visible > 0 ? (visible + c.splits - 1) / c.splits : 0;
+  const long long chunk = (perSplit + stepKeys - 1) / stepKeys * stepKeys;
+  const long long begin = (long long)c.split * chunk;
+  const long long end = begin + chunk < visible ? begin + chunk : visible;
+  if (begin >= end) {
+    for (int rho = c.row0 + int(threadIdx.x); rho < c.rowEnd;
+         rho += int(blockDim.x)) {
+      float *stats =
+          p.partial_stats + 2 * (size_t(tejitDecodeRow(c.heads, c.seqQ, c.i,
+                                                       c.kh, c.perKv, rho)) *
+                                     c.splits +
+                                 c.split);
+      stats[0] = -INFINITY;
+      stats[1] = 0.f;
+    }
+    return false;
+  }
+  c.keyBegin = int(begin);
+  c.keyEnd = int(end);
+  return true;
+}
+
+// The CTA's partials from the softmax states its `groups` groups left in
+// shared memory (sM, sL: [row][group]; sO: [row][group][d], rows local to
+// the CTA). One row at a time, a thread per element of d: the row's merge
+// weights and its partials' place are worked out once per row.
+__device__ __forceinline__ void tejitDecodeMerge(const TejitDecodeAttention &p,
+                                                 const TejitDecodeCta &c,
+                                                 const float *sO,
+                                                 const float *sM,
+                                                 const float *sL, int groups) {
+  const int D = int(p.head_dim), rows = c.rowEnd - c.row0;
+  for (int row = 0; row < rows; ++row) {
+    const float *rowM = sM + row * groups, *rowL = sL + row * groups;
+    float top = -INFINITY;
+    for (int g = 0; g < groups; ++g)
+      top = fmaxf(top, rowM[g]);
+    const size_t target = size_t(tejitDecodeRow(c.heads, c.seqQ, c.i, c.kh,
+                                                c.perKv, c.row0 + row)) *
+                              c.splits +
+                          c.split;
+    for (int d = int(threadIdx.x); d < D; d += int(blockDim.x)) {
+      float sum = 0.f, acc = 0.f;
+      if (top != -INFINITY)
+        for (int g = 0; g < groups; ++g) {
+          float w = tejitExp2(rowM[g] - top);
+          sum += rowL[g] * w;
+          acc += sO[(row * groups + g) * D + d] * w;
+        }
+      p.partial_o[target * D + d] = acc;
+      if (d == 0) {
+        p.partial_stats[2 * target] = top;
+        p.partial_stats[2 * target + 1] = sum;
+      }
+    }
+  }
+}
+
 template <int LPK>
 __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   constexpr int KPG = 32 / LPK;              // keys per warp copy
@@ -150,42 +251,17 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   static_assert(U <= TEJIT_DECODE_PIECES, "the ring holds 4 pieces a step");
   const bool f16 = p.f16 != 0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int split = int(blockIdx.x), splits = int(p.splits);
-  const int kvHeads = int(p.kv_heads), heads = int(p.heads),
-            seqQ = int(p.seq_q);
-  const int i = int(blockIdx.y) / kvHeads, kh = int(blockIdx.y) % kvHeads;
   const int rbPerCta = int(p.row_blocks_per_cta);
   const int keyParts = TEJIT_DECODE_WARPS / rbPerCta;
-  const int perKv = heads / kvHeads;
-  const int D = int(p.head_dim);
-  const int n = p.seq_len_q[i], L = p.seq_len_kv[i];
-  const int liveRows = n * perKv;
-  const int ctaRow0 = int(blockIdx.z) * rbPerCta * R;
-  if (ctaRow0 >= liveRows)
-    return; // rows of queries j >= n_i: nothing to write
-  const int ctaRowEnd =
-      ctaRow0 + rbPerCta * R < liveRows ? ctaRow0 + rbPerCta * R : liveRows;
-  // The last key any of the CTA's rows sees, plus one.
-  const int lastJ = (ctaRowEnd - 1) / perKv;
-  const int visible = p.causal ? L - n + lastJ + 1 : L;
-  // This sequence's chunk: visible / splits, rounded up to whole steps.
   const int stepKeys = keyParts * TEJIT_DECODE_KEYS;
-  const int perSplit = visible > 0 ? (visible + splits - 1) / splits : 0;
-  const int chunk = (perSplit + stepKeys - 1) / stepKeys * stepKeys;
-  const long long keyBegin = (long long)split * chunk;
-  const int keyEnd =
-      int(keyBegin + chunk < visible ? keyBegin + chunk : (long long)visible);
-  if (keyBegin >= keyEnd) {
-    for (int rho = ctaRow0 + threadIdx.x; rho < ctaRowEnd; rho += blockDim.x) {
-      float *stats =
-          p.partial_stats +
-          2 * (size_t(tejitDecodeRow(heads, seqQ, i, kh, perKv, rho)) * splits +
-               split);
-      stats[0] = -INFINITY;
-      stats[1] = 0.f;
-    }
+  const int D = int(p.head_dim);
+  TejitDecodeCta c;
+  if (!tejitDecodePlace(p, rbPerCta * R, stepKeys, c))
     return;
-  }
+  const int i = c.i, kh = c.kh, kvHeads = c.kvHeads, perKv = c.perKv;
+  const int n = c.n, L = c.L, ctaRow0 = c.row0, keyEnd = c.keyEnd;
+  const int ctaRowEnd = c.rowEnd;
+  const long long keyBegin = c.keyBegin;
 
   const int rb = warp % rbPerCta, kp = warp / rbPerCta;
   const int groups = keyParts * KPG; // softmax states per row
@@ -348,36 +424,283 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
         sO[at * D + dim0 + e] = o[r][e];
   }
   __syncthreads();
-  // One row at a time, a thread per element of d: the row's merge weights
-  // and its partials' place are worked out once per row, not per element.
-  const int ctaRows = ctaRowEnd - ctaRow0;
-  for (int row = 0; row < ctaRows; ++row) {
-    const float *rowM = sM + row * groups, *rowL = sL + row * groups;
-    float top = -INFINITY;
-    for (int g = 0; g < groups; ++g)
-      top = fmaxf(top, rowM[g]);
-    const size_t target =
-        size_t(tejitDecodeRow(heads, seqQ, i, kh, perKv, ctaRow0 + row)) *
-            splits +
-        split;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-      float sum = 0.f, acc = 0.f;
-      if (top != -INFINITY)
-        for (int g = 0; g < groups; ++g) {
-          float w = tejitExp2(rowM[g] - top);
-          sum += rowL[g] * w;
-          acc += sO[(row * groups + g) * D + d] * w;
-        }
-      p.partial_o[target * D + d] = acc;
-      if (d == 0) {
-        p.partial_stats[2 * target] = top;
-        p.partial_stats[2 * target + 1] = sum;
-      }
-    }
-  }
+  tejitDecodeMerge(p, c, sO, sM, sL, groups);
 }
 
-extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32, 4)
+// Tensor-core primitives of the split pass for head dims 64 and 128.
+template <bool F16>
+__device__ __forceinline__ void tejitMma(float c[4], const unsigned a[4],
+                                         unsigned b0, unsigned b1) {
+  if (F16)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                   "r"(b1));
+}
+
+template <bool TRANS>
+__device__ __forceinline__ void tejitLdmatrix4(unsigned r[4],
+                                               unsigned address) {
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                 "{%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(address));
+}
+
+// Two floats rounded to one register of two 16-bit elements, lo first.
+template <bool F16>
+__device__ __forceinline__ unsigned tejitPack2(float lo, float hi) {
+  unsigned short a, b;
+  if (F16) {
+    a = __half_as_ushort(__float2half_rn(lo));
+    b = __half_as_ushort(__float2half_rn(hi));
+  } else {
+    a = __bfloat16_as_ushort(__float2bfloat16_rn(lo));
+    b = __bfloat16_as_ushort(__float2bfloat16_rn(hi));
+  }
+  return unsigned(a) | (unsigned(b) << 16);
+}
+
+// The split pass on tensor cores (head dims 64 and 128). The CTA's rows
+// (at most 16: rowBlocksPerCta * 4) are the M = 16 rows of mma.m16n8k16;
+// each warp takes 16 keys a step (a CTA 64), its own online softmax over
+// them, so q.k and p.v are 2 * D / 8 mma instructions per 16 keys and no
+// shuffle reduction. Per key step: S = Q K^T (fp32), masked and scaled into
+// the log2 domain, p = 2^(S - max) rounded to bf16/f16 as the A operand of
+// O += P V (fp32), as flash attention does. K and V tiles (16 keys x D) go
+// through a ring of 3 tile slots per warp by cp.async, in the order K0 V0 K1
+// V1 ..., so that two tiles are in flight while one is used; 16-byte pieces
+// are XOR-swizzled by key row so that ldmatrix reads conflict-free.
+template <int D, bool F16>
+__device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
+                                    uint4 *ring) {
+  constexpr int KEYS = 16;            // a warp's keys per step
+  constexpr int CHUNKS = D / 8;       // 16-byte pieces of a key row
+  constexpr int SLOT = KEYS * CHUNKS; // 16-byte pieces of a tile
+  constexpr int PER_LANE = SLOT / 32; // pieces a lane copies per tile
+  constexpr int W = TEJIT_DECODE_WARPS;
+  constexpr int STEP = W * KEYS; // a CTA's keys per step
+  static_assert(CHUNKS >= 8, "the swizzle takes 8 pieces a row");
+  static_assert(W * 3 * SLOT <= TEJIT_DECODE_RING, "the ring holds 3 tiles");
+  static_assert(16 * W * D + 2 * 16 * W <= TEJIT_DECODE_RING * 4,
+                "the merge fits the ring");
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int g = lane >> 2, t = lane & 3; // mma fragment coordinates
+  TejitDecodeCta c;
+  if (!tejitDecodePlace(p, int(p.row_blocks_per_cta) * TEJIT_DECODE_ROWS, STEP,
+                        c))
+    return;
+  // Loaded first, so that its latency overlaps the copies' (q's rows
+  // depend on it).
+  const long long qOffset = p.q_offsets[c.i];
+
+  const size_t rowStride = size_t(c.kvHeads) * D;
+  const size_t first =
+      (size_t(c.i) * size_t(p.cache_rows) * size_t(c.kvHeads) + size_t(c.kh)) *
+      D;
+  const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
+  const int warpKey0 = c.keyBegin + warp * KEYS;
+  const int steps = (c.keyEnd - c.keyBegin + STEP - 1) / STEP;
+  const unsigned slots =
+      unsigned(__cvta_generic_to_shared(ring + warp * 3 * SLOT));
+  // Piece (key row, chunk) of a tile slot, swizzled.
+  auto piece = [](int slot, int row, int chunk) {
+    return 16u * unsigned(slot * SLOT + row * CHUNKS + (chunk ^ (row & 7)));
+  };
+  // Item q of the warp's stream: the K tile of step q / 2 (q even) or its
+  // V tile, into slot q % 3; past the last step an empty group keeps the
+  // count of groups uniform.
+  auto issue = [&](int item) {
+    const int step = item >> 1;
+    if (step < steps) {
+      const unsigned short *base = (item & 1) ? vBase : kBase;
+#pragma unroll
+      for (int u = 0; u < PER_LANE; ++u) {
+        const int at = u * 32 + lane, row = at / CHUNKS, chunk = at % CHUNKS;
+        const int key = warpKey0 + step * STEP + row;
+        const bool ok = key < c.keyEnd;
+        tejitCopy16(slots + piece(item % 3, row, chunk),
+                    base + (ok ? size_t(key) * rowStride : 0) + chunk * 8,
+                    ok ? 16 : 0);
+      }
+    }
+    tejitCopyCommit();
+  };
+  issue(0);
+  issue(1);
+  issue(2);
+
+  // Q as A fragments: rows g and g + 8 of the CTA's 16, k-chunks of 16.
+  // Element by element: q's rows need not be 4-byte aligned.
+  unsigned qa[D / 16][4];
+  int limit[2]; // the last key row g + 8 * half sees (-1: none)
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int rho = c.row0 + g + 8 * half;
+    const bool live = rho < c.rowEnd;
+    const int j = rho / c.perKv, hq = c.kh * c.perKv + rho % c.perKv;
+    limit[half] = live ? (p.causal ? c.L - c.n + j : c.L - 1) : -1;
+    if (limit[half] >= c.keyEnd)
+      limit[half] = c.keyEnd - 1;
+    const unsigned short *row =
+        p.q + qOffset + (long long)j * p.q_stride + hq * D + 2 * t;
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const int col = kc * 16 + part * 8;
+        qa[kc][half + 2 * part] =
+            live ? unsigned(row[col]) | (unsigned(row[col + 1]) << 16) : 0u;
+      }
+  }
+
+  const float scaleLog2 = float(p.scale_log2);
+  float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      o[nt][e] = 0.f;
+  const int matrix = lane >> 3, matrixRow = lane & 7;
+
+  for (int step = 0; step < steps; ++step) {
+    const int kSlot = (2 * step) % 3, vSlot = (2 * step + 1) % 3;
+    tejitCopyWait<2>(); // this step's K has landed (its V, next K in flight)
+    __syncwarp();       // ... every lane's part of it
+    // S = Q K^T: two n-tiles of 8 keys. Matrix mi of an ldmatrix.x4: keys
+    // (mi / 2) * 8 + [0, 8), dims of chunk 2 kc + mi % 2: b0 b1 of n-tile
+    // 0, then of n-tile 1.
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc) {
+      unsigned b[4];
+      const int row = (matrix >> 1) * 8 + matrixRow;
+      tejitLdmatrix4<false>(b,
+                            slots + piece(kSlot, row, 2 * kc + (matrix & 1)));
+      tejitMma<F16>(sc[0], qa[kc], b[0], b[1]);
+      tejitMma<F16>(sc[1], qa[kc], b[2], b[3]);
+    }
+    __syncwarp(); // every lane has read the K tile: its slot takes a V next
+    issue(2 * step + 3);
+
+    // Online softmax. sc[nt][e]: row g + 8 * (e / 2), key nt * 8 + 2 t +
+    // e % 2 of the warp's 16; a row's values sit in the 4 lanes of its g.
+    const int key0 = warpKey0 + step * STEP + 2 * t;
+    float top[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e >> 1, key = key0 + nt * 8 + (e & 1);
+        sc[nt][e] = key <= limit[half] ? sc[nt][e] * scaleLog2 : -INFINITY;
+        top[half] = fmaxf(top[half], sc[nt][e]);
+      }
+    float shift[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      top[half] = fmaxf(top[half], __shfl_xor_sync(0xffffffffu, top[half], 1));
+      top[half] = fmaxf(top[half], __shfl_xor_sync(0xffffffffu, top[half], 2));
+      // With every key masked so far, the max stays -inf and every p is 0.
+      const float a =
+          top[half] == -INFINITY ? 1.f : tejitExp2(m[half] - top[half]);
+      m[half] = top[half];
+      l[half] *= a;
+#pragma unroll
+      for (int nt = 0; nt < D / 8; ++nt) {
+        o[nt][2 * half] *= a;
+        o[nt][2 * half + 1] *= a;
+      }
+      shift[half] = top[half] == -INFINITY ? 0.f : top[half];
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sc[nt][e] = tejitExp2(sc[nt][e] - shift[e >> 1]);
+        l[e >> 1] += sc[nt][e];
+      }
+    // P as the A fragment of k = the warp's 16 keys.
+    const unsigned pa[4] = {tejitPack2<F16>(sc[0][0], sc[0][1]),
+                            tejitPack2<F16>(sc[0][2], sc[0][3]),
+                            tejitPack2<F16>(sc[1][0], sc[1][1]),
+                            tejitPack2<F16>(sc[1][2], sc[1][3])};
+
+    tejitCopyWait<2>(); // this step's V has landed
+    __syncwarp();
+    // O += P V: matrix mi of an ldmatrix.x4.trans: keys (mi % 2) * 8 +
+    // [0, 8), dims of chunk 2 dp + mi / 2: b0 b1 of n-tile 2 dp, then of
+    // n-tile 2 dp + 1.
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      unsigned b[4];
+      const int row = (matrix & 1) * 8 + matrixRow;
+      tejitLdmatrix4<true>(b,
+                           slots + piece(vSlot, row, 2 * dp + (matrix >> 1)));
+      tejitMma<F16>(o[2 * dp], pa, b[0], b[1]);
+      tejitMma<F16>(o[2 * dp + 1], pa, b[2], b[3]);
+    }
+    __syncwarp(); // every lane has read the V tile: its slot takes a K next
+    issue(2 * step + 4);
+  }
+  tejitCopyWait<0>();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 1);
+    l[half] += __shfl_xor_sync(0xffffffffu, l[half], 2);
+  }
+  __syncthreads(); // every warp is done with the ring: the merge reuses it
+
+  // Each warp's state per row (its group) into shared memory, then merged.
+  float *sO = reinterpret_cast<float *>(ring);
+  float *sM = sO + 16 * W * D, *sL = sM + 16 * W;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int at = (g + 8 * half) * W + warp;
+    if (t == 0) {
+      sM[at] = m[half];
+      sL[at] = l[half];
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      sO[at * D + nt * 8 + 2 * t] = o[nt][2 * half];
+      sO[at * D + nt * 8 + 2 * t + 1] = o[nt][2 * half + 1];
+    }
+  }
+  __syncthreads();
+  tejitDecodeMerge(p, c, sO, sM, sL, W);
+}
+
+// The split pass for head dims 64 and 128 (the host's
+// decodeUsesTensorCores). A kernel of its own: its launch bounds differ, and
+// one function holding both passes spills.
+extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
+                                             TEJIT_DECODE_MMA_CTAS_PER_SM)
+    tejit_decode_attention_mma(TejitDecodeAttention p) {
+  __shared__ uint4 ring[TEJIT_DECODE_RING];
+  if (p.head_dim == 128)
+    p.f16 ? tejitDecodeSplitMma<128, true>(p, ring)
+          : tejitDecodeSplitMma<128, false>(p, ring);
+  else
+    p.f16 ? tejitDecodeSplitMma<64, true>(p, ring)
+          : tejitDecodeSplitMma<64, false>(p, ring);
+}
+
+// The split pass for the other head dims, on the CUDA cores.
+extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
+                                             TEJIT_DECODE_CTAS_PER_SM)
     tejit_decode_attention(TejitDecodeAttention p) {
   __shared__ uint4 ring[TEJIT_DECODE_RING];
   if (p.head_dim > 64)

@@ -814,6 +814,11 @@ public:
       orDie(driver.check(driver.cuModuleLoadData(&module, decodeAttentionPtx()),
                          "cuModuleLoadData"),
             "loading the decode attention kernels");
+      orDie(driver.check(
+                driver.cuModuleGetFunction(&decode.splitTensorCores, module,
+                                           "tejit_decode_attention_mma"),
+                "cuModuleGetFunction"),
+            "finding tejit_decode_attention_mma");
       orDie(driver.check(driver.cuModuleGetFunction(&decode.split, module,
                                                     "tejit_decode_attention"),
                          "cuModuleGetFunction"),
@@ -830,23 +835,24 @@ public:
 
   /// `--time-decode`: microseconds per kv_cache_attention call (the prep
   /// kernel, then the decode kernels or cuDNN, through the launcher's
-  /// enqueueKvCacheAttention) at b 8, h 32, g 8, d 128, one new query per
+  /// enqueueKvCacheAttention) at b `batch`, h 32, g 8, d 128, one new query per
   /// sequence, every sequence with `total` tokens in caches of `rows`; the
   /// median of 50 calls after 5 warm-ups, CUDA events between calls
   /// enqueued back to back.
-  void timeDecode(int64_t rows, int32_t total, bool uneven = false) {
+  void timeDecode(int64_t rows, int32_t total, bool uneven = false,
+                  int64_t batch = 8) {
     AttentionProblem p;
     p.kvCache = true;
     p.layout = AttentionLayout::Thd;
     p.element = ElementType::BF16;
     p.mask = AttentionMask::PaddingCausalBottomRight;
-    p.batch = 8;
+    p.batch = batch;
     p.heads = 32;
     p.kvHeads = 8;
     p.headDim = 128;
     p.seqQ = 1;
     p.seqKv = rows;
-    p.tokensQ = p.tokensKv = 8;
+    p.tokensQ = p.tokensKv = batch;
     p.softmaxScale = 1 / std::sqrt(128.0);
     const CudaDriver &driver = *gpu.driver;
     size_t cacheBytes = size_t(p.batch * rows * p.kvHeads * p.headDim) * 2;
@@ -940,13 +946,13 @@ public:
     // The cache bytes a call reads: L_i keys and values of every (sequence,
     // kv head).
     double bytes = 2.0 * double(cuKvHost.back() * p.kvHeads * p.headDim) * 2;
-    std::printf("TIME decode b=8 h=32 g=8 d=128 S=%lld L=%d%s: decode kernel "
-                "%.1f us (%.0f GB/s, %lld splits), cuDNN %.1f us "
+    std::printf("TIME decode b=%lld h=32 g=8 d=128 S=%lld L=%d%s: decode "
+                "kernel %.1f us (%.0f GB/s, %lld splits), cuDNN %.1f us "
                 "(%.0f GB/s), cuDNN / decode %.2fx\n",
-                (long long)rows, total, uneven ? " (uneven, mean)" : "",
-                decodeUs, bytes / decodeUs / 1e3,
-                (long long)decodeEngine.splits.splits, cudnnUs,
-                bytes / cudnnUs / 1e3, cudnnUs / decodeUs);
+                (long long)batch, (long long)rows, total,
+                uneven ? " (uneven, mean)" : "", decodeUs,
+                bytes / decodeUs / 1e3, (long long)decodeEngine.splits.splits,
+                cudnnUs, bytes / cudnnUs / 1e3, cudnnUs / decodeUs);
     // Other split counts, for tuning decodeSplits().
     if (std::getenv("TEJIT_TIME_DECODE_SPLITS"))
       for (int64_t splits : {int64_t(4), int64_t(16), int64_t(32)}) {
@@ -2223,6 +2229,11 @@ int main(int argc, char **argv) {
     checker.timeDecode(4096, 2048, /*uneven=*/true);
     checker.timeDecode(32768, 2048);
     checker.timeDecode(32768, 16384);
+    // Short caches, and one sequence (a single user's decode).
+    checker.timeDecode(4096, 128);
+    checker.timeDecode(4096, 32);
+    checker.timeDecode(4096, 512, false, /*batch=*/1);
+    checker.timeDecode(32768, 16384, false, /*batch=*/1);
     return 0;
   }
   auto selected = [&](const std::string &name) {

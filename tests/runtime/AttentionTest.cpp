@@ -1082,18 +1082,28 @@ TEST(DecodeSplitsTest, AtMost64AndNotFromTheCacheRows) {
 }
 
 TEST(DecodeSplitsTest, FillTheResidentSlotsOnce) {
-  // 64 (sequence, kv head) pairs, one row group: 4 CTAs an SM of 132 SMs
-  // are 528 slots, 8 splits of 64 CTAs; one SM (4 slots) gets one split.
-  EXPECT_EQ(decodeSplits(decodeProblem(4096), 132).splits, 8);
-  EXPECT_EQ(decodeSplits(decodeProblem(32768), 132).splits, 8);
+  // 64 (sequence, kv head) pairs, one row group. Head dim 128 runs on
+  // tensor cores, 3 CTAs an SM: 132 SMs are 396 slots, 6 splits of 64 CTAs;
+  // one SM (3 slots) gets one split.
+  ASSERT_TRUE(decodeUsesTensorCores(decodeProblem(4096)));
+  EXPECT_EQ(decodeSplits(decodeProblem(4096), 132).splits, 6);
+  EXPECT_EQ(decodeSplits(decodeProblem(32768), 132).splits, 6);
   EXPECT_EQ(decodeSplits(decodeProblem(32768), 1).splits, 1);
-  // 78 SMs: 312 slots, 4 splits.
-  EXPECT_EQ(decodeSplits(decodeProblem(4096), 78).splits, 4);
+  // 78 SMs: 234 slots, 3 splits.
+  EXPECT_EQ(decodeSplits(decodeProblem(4096), 78).splits, 3);
+  // Head dim 32 runs on the CUDA cores, 4 CTAs an SM: 528 slots, 8 splits.
+  AttentionProblem narrow = decodeProblem(4096);
+  narrow.headDim = 32;
+  ASSERT_FALSE(decodeUsesTensorCores(narrow));
+  EXPECT_EQ(decodeSplits(narrow, 132).splits, 8);
+  EXPECT_EQ(decodeSplits(narrow, 78).splits, 4);
   // MQA with 16 queries: 32 * 16 rows a sequence in 32 row groups of 16
-  // rows (256 CTAs a split).
+  // rows (256 CTAs a split): 396 slots hold one split.
   AttentionProblem mqa = decodeProblem(4096);
   mqa.kvHeads = 1;
   mqa.seqQ = 16;
+  EXPECT_EQ(decodeSplits(mqa, 132).splits, 1);
+  mqa.headDim = 32;
   EXPECT_EQ(decodeSplits(mqa, 132).splits, 2);
   // A tiny batch on a big GPU: at most 64 splits.
   AttentionProblem tiny = decodeProblem(1 << 20);
@@ -1206,6 +1216,7 @@ TEST(AttentionLauncherTest, DecodeKernelsRunWhatCudnnCannot) {
   KvCacheStep kv;
   // Stand-ins: create() only keeps the handles (nothing is launched).
   DecodeKernels decode;
+  decode.splitTensorCores = reinterpret_cast<CUfunction>(uintptr_t(0x08));
   decode.split = reinterpret_cast<CUfunction>(uintptr_t(0x10));
   decode.combine = reinterpret_cast<CUfunction>(uintptr_t(0x20));
   decode.smCount = 132;
