@@ -5,13 +5,14 @@ FFN 14336, 32 heads, 8 KV heads, RMSNorm, swiglu, rotary, no biases, bf16),
 batch 8, cache 4096 positions, against the same layer composed in PyTorch
 (the same weights; RMSNorm, the q/k/v/o and MLP GEMMs with F.linear,
 rotary, the new keys/values written into a torch KV cache [b, S, g, d],
-scaled_dot_product_attention (GQA) over the cached prefix), in the same
-process on the same GPU.
+scaled_dot_product_attention (GQA) over the cached prefix), eager and
+under torch.compile with a static cache, in the same process on the same
+GPU.
 
 Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
     source tools/scripts/gpu-env.sh; PYTHONPATH=$PWD/python \\
         python3 benchmarks/gpu/bench_kv_cache.py [--steps 128] [--layers N]
-        [--profile N]
+        [--profile N] [--fp8] [--no-compile-peer]
 
 --fp8 adds tejit rows under fp8_autocast (DelayedScaling: FP8 GEMMs with
 the weight casts kept, attention in bf16), after two training steps that
@@ -19,7 +20,8 @@ calibrate the FP8 state. --layers N decodes through a stack of N such layers (on
 model's decoder does; per-step work that tejit shares between layers, such
 as the rotary angles, is then paid once). --profile N also prints the
 host time of N eager steps and cProfile's and torch.profiler's view of
-them.
+them. --no-compile-peer skips the torch.compile rows (their first compile
+takes 20-30 s).
 
 Each context length: a prefill of 8 prompts of that length (bshd [8, s,
 4096], untimed), then `steps` decode steps ([8, 1, 4096]: pre_step + the
@@ -29,6 +31,17 @@ and with the decode step captured in a CUDA graph (pre_step outside it,
 replay per step); PyTorch runs eager (its cache slice grows every step, so
 the step has no fixed shape to capture). Before timing, the first decode
 step's outputs of tejit and PyTorch are compared (relative L2, printed).
+
+The torch.compile rows (bf16 only; kv_cache_peers.py) are what users who
+serve with torch.compile run (the "gpt-fast" recipe): the same layers and
+weights over a static cache [b, S, g, d] written at each sequence's
+position (a device tensor, advanced by the host loop after each step),
+attention over all S rows with a mask hiding those past each sequence's
+length, so the step has fixed shapes. The step is compiled with
+mode="max-autotune-no-cudagraphs" and, as a second row, with
+mode="reduce-overhead" (CUDA graphs inside torch.compile); the prefill is
+eager. Their compile is timed apart (first calls, printed), and their first
+decode step must match PyTorch eager's to a relative L2 of 2e-2.
 """
 import argparse
 import statistics
@@ -37,6 +50,7 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 
+import kv_cache_peers
 import tejit.pytorch as te
 from tejit.common import recipe
 
@@ -44,6 +58,14 @@ HIDDEN, FFN, HEADS, GROUPS, D = 4096, 14336, 32, 8, 128
 BATCH, CACHE = 8, 4096
 EPS = 1e-5
 CONTEXTS = (512, 3072)
+# (row, torch.compile mode) of the static-cache peer (kv_cache_peers)
+PEER_MODES = (("torch.compile bf16 (static cache)",
+               "max-autotune-no-cudagraphs"),
+              ("torch.compile bf16 (static cache, reduce-overhead)",
+               "reduce-overhead"))
+# The peer's first decode step against TorchLayer's: bf16 rounding gives
+# about 1e-2 (tejit's rows see 7-9e-3), a wrong mask or position far more.
+PEER_TOLERANCE = 2e-2
 
 
 def tejit_layer(number):
@@ -99,34 +121,47 @@ class TorchLayer:
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + EPS)
                 ).to(x.dtype) * w
 
-    def rotate(self, t, start):
-        """TE's rotary (halves) on t [b, s, h, d], positions start.."""
-        s = t.shape[1]
-        cos = self.cos[start:start + s].transpose(0, 1)  # [1, s, 1, D]
-        sin = self.sin[start:start + s].transpose(0, 1)
+    @staticmethod
+    def rotary(t, cos, sin):
+        """TE's rotary (halves) on t [b, s, h, d] with the angles' cos and
+        sin broadcast to it."""
         half = D // 2
         rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
         return t * cos + rotated * sin
+
+    def qkv(self, x, cos, sin):
+        """q [b, s, heads, D] and k [b, s, groups, D], rotated, and v of
+        x [b, s, hidden]."""
+        b, s, _ = x.shape
+        h = self.rms(x, self.norm1)
+        q = self.rotary(F.linear(h, self.wq).view(b, s, HEADS, D), cos, sin)
+        k = self.rotary(F.linear(h, self.wk).view(b, s, GROUPS, D), cos,
+                        sin)
+        return q, k, F.linear(h, self.wv).view(b, s, GROUPS, D)
+
+    def finish(self, x, attn):
+        """The layer's output from its input x and attention's [b, s,
+        heads * D]: projection, residual, MLP, residual."""
+        x = x + F.linear(attn, self.wo)
+        a, g = F.linear(self.rms(x, self.norm2), self.fc1).chunk(2, dim=-1)
+        return x + F.linear(F.silu(a) * g, self.fc2)
 
     def __call__(self, x):
         """x [b, s, hidden]: s new tokens of every sequence."""
         b, s, _ = x.shape
         start, end = self.length, self.length + s
-        h = self.rms(x, self.norm1)
-        q = self.rotate(F.linear(h, self.wq).view(b, s, HEADS, D), start)
-        k = self.rotate(F.linear(h, self.wk).view(b, s, GROUPS, D), start)
+        # positions start.. : [1, s, 1, D]
+        cos = self.cos[start:end].transpose(0, 1)
+        sin = self.sin[start:end].transpose(0, 1)
+        q, k, v = self.qkv(x, cos, sin)
         self.k_cache[:, start:end] = k
-        self.v_cache[:, start:end] = F.linear(h, self.wv).view(b, s, GROUPS,
-                                                                D)
+        self.v_cache[:, start:end] = v
         attn = F.scaled_dot_product_attention(
             q.transpose(1, 2), self.k_cache[:, :end].transpose(1, 2),
             self.v_cache[:, :end].transpose(1, 2), is_causal=s > 1,
             enable_gqa=True)
         self.length = end
-        x = x + F.linear(attn.transpose(1, 2).reshape(b, s, HEADS * D),
-                         self.wo)
-        a, g = F.linear(self.rms(x, self.norm2), self.fc1).chunk(2, dim=-1)
-        return x + F.linear(F.silu(a) * g, self.fc2)
+        return self.finish(x, attn.transpose(1, 2).reshape(b, s, HEADS * D))
 
 
 def rel_l2(a, b):
@@ -210,6 +245,9 @@ def main():
     parser.add_argument("--fp8", action="store_true",
                         help="also run tejit under fp8_autocast "
                         "(DelayedScaling: FP8 GEMMs, weight casts kept)")
+    parser.add_argument("--no-compile-peer", action="store_true",
+                        help="skip the torch.compile static-cache rows "
+                        "(their first compile takes 20-30 s)")
     args = parser.parse_args()
     torch.manual_seed(0)
     layers = [tejit_layer(number + 1) for number in range(args.layers)]
@@ -232,7 +270,10 @@ def main():
             return model(x, inference_params=params, rotary_pos_emb=rope,
                          **kwargs)
 
-    def prefill(context, fp8_recipe=None):
+    def prefill(context, fp8_recipe=None, peer=None):
+        """tejit's and PyTorch's caches (and the static-cache `peer`'s,
+        given one) filled with the same random prompts; the relative L2
+        of tejit's prefill output against PyTorch's."""
         prompt = torch.randn(BATCH, context, HIDDEN, device="cuda",
                              dtype=torch.bfloat16)
         params.reset()
@@ -241,6 +282,8 @@ def main():
         a = forward(layer, prompt, fp8_recipe)
         with torch.no_grad():
             b = reference(prompt)
+            if peer is not None:
+                peer.stack.prefill(prompt)
         return rel_l2(a, b)
 
     def tejit_rows(label, fp8_recipe, context):
@@ -295,6 +338,55 @@ def main():
             for parameter in one.parameters():
                 parameter.grad = None
 
+    def compile_peers():
+        """(row, CompiledDecode) of each PEER_MODES mode that compiles,
+        warmed up; a mode that fails is reported and left out."""
+        peers = []
+        for name, mode in PEER_MODES:
+            peer = kv_cache_peers.CompiledDecode(reference.layers, mode)
+            try:
+                prefill(CONTEXTS[0], peer=peer)
+                times = peer.warm_up(step_x)
+            except Exception as error:  # noqa: BLE001 - reported, skipped
+                print(f"{name}: torch.compile(mode={mode!r}) FAILED: "
+                      f"{type(error).__name__}: {str(error)[:3000]}",
+                      flush=True)
+                continue
+            later = ", ".join(f"{t * 1e3:.1f}" for t in times[1:])
+            print(f"{name}: torch.compile(mode={mode!r}) first call "
+                  f"(compile) {times[0]:.1f} s, next calls {later} ms",
+                  flush=True)
+            peers.append((name, peer))
+        if kv_cache_peers.cudagraph_skips():
+            print(f"  WARNING: inductor skipped CUDA graphs "
+                  f"{kv_cache_peers.cudagraph_skips()} time(s) "
+                  f"(TORCH_LOGS=perf_hints says why)")
+        return peers
+
+    def check_peer(name, peer, context):
+        """The compiled peer's first decode step against PyTorch eager's
+        on the same prompts and input; raises past PEER_TOLERANCE."""
+        prefill(context, peer=peer)
+        with torch.no_grad():
+            b = reference(step_x)
+            error = rel_l2(peer(step_x), b)
+        print(f"context {context}: {name} vs PyTorch bf16 eager, relative "
+              f"L2: first decode step {error:.2e}", flush=True)
+        if error > PEER_TOLERANCE:
+            raise RuntimeError(f"{name}: first decode step's relative L2 "
+                               f"{error:.2e} > {PEER_TOLERANCE}")
+
+    def peer_loop(peer, context):
+        def run(mark):
+            prefill(context, peer=peer)
+            mark()
+            with torch.no_grad():
+                for _ in range(args.steps):
+                    peer(step_x)
+            mark()
+        return run
+
+    peers = [] if args.no_compile_peer else compile_peers()
     precisions = [("bf16", None)]
     if args.fp8:
         precisions.append(("FP8", recipe.DelayedScaling()))
@@ -324,11 +416,16 @@ def main():
             mark()
 
         rows.append(("PyTorch bf16 SDPA + KV cache", torch_eager))
+        for name, peer in peers:
+            check_peer(name, peer, context)
+            rows.append((name, peer_loop(peer, context)))
+        width = max(len(name) for name, _ in rows)
         for name, loop in rows:
             loop(lambda: None)  # warm-up: compiles, fills caches
             ms = timed_loop(loop)
-            print(f"  {name:36s} {ms / args.steps:7.3f} ms/step  "
-                  f"{BATCH * args.steps / ms * 1e3:9.0f} tokens/s")
+            print(f"  {name:{width}s} {ms / args.steps:7.3f} ms/step  "
+                  f"{BATCH * args.steps / ms * 1e3:9.0f} tokens/s",
+                  flush=True)
 
 
 if __name__ == "__main__":
