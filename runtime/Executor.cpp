@@ -480,7 +480,8 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                     CUdeviceptr scratch, CUstream stream,
                     AmaxReducer *amaxReducer, StaticReuse reuse, bool useCache,
-                    bool zeroSkippedAmaxes, CUdeviceptr skipFlag) {
+                    bool zeroSkippedAmaxes, CUdeviceptr skipFlag,
+                    bool leaveState) {
   useCache = useCache && staticCache.bytes();
   if (!useCache)
     skipFlag = 0;
@@ -530,6 +531,9 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
       ++skippedSteps;
       continue;
     }
+    if (leaveState && !neededWhenLeavingState.empty() &&
+        !neededWhenLeavingState[index])
+      continue;
     Error error = Error::success();
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
       error =

@@ -100,7 +100,16 @@ public:
                   CUdeviceptr scratch, CUstream stream,
                   AmaxReducer *amaxReducer = nullptr,
                   StaticReuse reuse = StaticReuse::Never, bool useCache = false,
-                  bool zeroSkippedAmaxes = false, CUdeviceptr skipFlag = 0);
+                  bool zeroSkippedAmaxes = false, CUdeviceptr skipFlag = 0,
+                  bool leaveState = false);
+  /// The results (by index) a run with `leaveState` throws away: the FP8
+  /// state's update, which a forward under torch.no_grad() does not keep.
+  /// Such a run skips the steps only they need
+  /// (FunctionPlan::stepsNeededWithout: the scaling update, the amax
+  /// reduction and the concatenation of the amaxes it reads).
+  void setResultsDroppedWhenLeavingState(llvm::ArrayRef<size_t> dropped) {
+    neededWhenLeavingState = plan.stepsNeededWithout(dropped);
+  }
 
   /// Allocates the cache of the static steps' outputs and lays the values
   /// out in it (once; later calls do nothing). Besides the outputs it keeps
@@ -213,6 +222,8 @@ private:
   bool stateUpdatedSinceCast = false;
   std::vector<CUdeviceptr> staticArgumentPointers;
   size_t skippedSteps = 0;
+  /// Per step, whether a run that leaves the state needs it (empty: all).
+  std::vector<bool> neededWhenLeavingState;
   /// Per value id: its address in the current run.
   std::vector<CUdeviceptr> addresses;
 };

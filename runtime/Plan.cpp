@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Plan.h"
 
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -174,6 +175,50 @@ bool FunctionPlan::canAccumulateInPlace(size_t resultIndex) const {
   const auto *gemm = writer ? std::get_if<GemmStep>(&steps[*writer]) : nullptr;
   return gemm && gemm->epilogue.residual &&
          *gemm->epilogue.residual == argument;
+}
+
+std::vector<bool>
+FunctionPlan::stepsNeededWithout(llvm::ArrayRef<size_t> dropped) const {
+  // A value's memory: an argument's or a result's buffer (several values
+  // may name one, e.g. a result and its reshape), else the value itself.
+  auto memory = [&](int64_t value) -> int64_t {
+    int64_t base = viewBase(value).first;
+    const Storage &storage = values[base].storage;
+    if (storage.kind == Storage::Argument)
+      return -2 - 2 * storage.index;
+    if (storage.kind == Storage::Result)
+      return -1 - 2 * storage.index;
+    return base;
+  };
+  // Backwards from the end: the memory a needed step or a kept result
+  // touches.
+  llvm::DenseSet<int64_t> touched;
+  for (size_t index = 0; index < results.size(); ++index)
+    if (!llvm::is_contained(dropped, index))
+      touched.insert(-1 - 2 * int64_t(index));
+  std::vector<bool> needed(steps.size(), false);
+  bool laterReadsScratch = false;
+  for (size_t index = steps.size(); index-- > 0;) {
+    bool writes = false, keep = laterReadsScratch;
+    forEachStepValue(steps[index], [&](int64_t value, bool written) {
+      if (!written)
+        return;
+      writes = true;
+      int64_t where = memory(value);
+      // Arguments are the caller's memory (caches, accumulated gradients).
+      keep |= touched.contains(where) || (where < 0 && where % 2 == 0);
+    });
+    needed[index] = keep || !writes;
+    if (!needed[index])
+      continue;
+    // Written values too: a step may read what it overwrites in place.
+    forEachStepValue(steps[index], [&](int64_t value, bool) {
+      touched.insert(memory(value));
+    });
+    const auto *kernel = std::get_if<KernelStep>(&steps[index]);
+    laterReadsScratch = kernel && kernel->scratchFromPreviousStep;
+  }
+  return needed;
 }
 
 void tejit::runtime::forEachStepValue(

@@ -184,6 +184,14 @@ struct FunctionPlan {
   /// views, and no step after it touches `argument` (a value id); else
   /// nullopt. What both in-place rules above share.
   std::optional<size_t> soleWriter(size_t resultIndex, int64_t argument) const;
+  /// Which steps a run still needs when the results `dropped` (by index)
+  /// are thrown away, as a forward that leaves the FP8 state drops its
+  /// update (one flag per step). A step is needed when it writes an
+  /// argument (the caller's memory: caches, accumulated gradients), a
+  /// result that is kept, or a value a needed step touches, or when a needed
+  /// kernel reads the scratch it leaves; a step that writes no value is
+  /// kept. Views count as the values they view.
+  std::vector<bool> stepsNeededWithout(llvm::ArrayRef<size_t> dropped) const;
 };
 
 /// Calls `visit(value, written)` for every value `step` reads (written

@@ -106,7 +106,13 @@ Error Program::setUp(int ordinal) {
     if (!executor)
       return executor.takeError();
     function.executor = std::move(*executor);
-    return classify(function, functionPlan, isBackward);
+    if (Error error = classify(function, functionPlan, isBackward))
+      return error;
+    llvm::SmallVector<size_t> updates;
+    for (const CopyBack &update : function.updates)
+      updates.push_back(update.result);
+    function.executor->setResultsDroppedWhenLeavingState(updates);
+    return Error::success();
   };
   if (Error error = prepare(forwardFn, *forward, /*isBackward=*/false))
     return error;
@@ -357,7 +363,8 @@ Error Program::run(Function &function, CUstream stream,
   if (Error error = function.executor->run(
           function.pointers.arguments, function.pointers.results, arena.get(),
           scratch.get(), stream, updateState ? amaxReducer.get() : nullptr,
-          reuse, useCache, /*zeroSkippedAmaxes=*/updateState, skipFlag))
+          reuse, useCache, /*zeroSkippedAmaxes=*/updateState, skipFlag,
+          /*leaveState=*/!updateState))
     return error;
   if (!updateState)
     return Error::success();

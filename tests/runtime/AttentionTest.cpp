@@ -1158,14 +1158,20 @@ TEST(DecodeSplitsTest, PreferredFromTheCacheRowsOrAsTheEnvironmentSays) {
 }
 
 TEST(AttentionLauncherTest, KvCacheStepsWithFewQueriesTakeTheDecodeKernels) {
-  // The step's 2048-row caches stay on cuDNN by default (eligible still);
-  // TEJIT_DECODE_ATTENTION=1 sends them to the decode kernels.
+  // The step's 2048-row caches take the decode kernels by default;
+  // TEJIT_DECODE_ATTENTION=0 keeps them on cuDNN (eligible still), =1 sends
+  // them to the decode kernels too.
+  static_assert(2048 >= kDecodePreferredCacheRows);
   ::unsetenv("TEJIT_DECODE_ATTENTION");
   KvCacheStep kv;
   auto byRows = AttentionLauncher::parse(kv.step, kv.function, 132);
   ASSERT_TRUE(bool(byRows)) << llvm::toString(byRows.takeError());
-  EXPECT_FALSE(byRows->usesDecodeKernels());
-  EXPECT_TRUE(byRows->decodeEligible());
+  EXPECT_TRUE(byRows->usesDecodeKernels());
+  ::setenv("TEJIT_DECODE_ATTENTION", "0", 1);
+  auto never = AttentionLauncher::parse(kv.step, kv.function, 132);
+  ASSERT_TRUE(bool(never)) << llvm::toString(never.takeError());
+  EXPECT_FALSE(never->usesDecodeKernels());
+  EXPECT_TRUE(never->decodeEligible());
   ::setenv("TEJIT_DECODE_ATTENTION", "1", 1);
   auto launcher = AttentionLauncher::parse(kv.step, kv.function, 132);
   ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());

@@ -1360,6 +1360,79 @@ TEST_P(RealPlanTest, MainGradsAccumulateInPlace) {
   EXPECT_EQ(accumulations, mainGradExample ? 4u : 0u);
 }
 
+// A forward that leaves the FP8 state (torch.no_grad()) drops the state's
+// update: the steps only that needs (the DelayedScaling update, the amax
+// reduction and the amax concatenation it reads) are skipped, nothing that
+// writes a kept result or an argument is, and a step reading the update
+// (made up here) keeps it.
+TEST_P(RealPlanTest, LeavingTheStateSkipsOnlyItsUpdate) {
+  std::optional<Plan> plan = loadPlan();
+  ASSERT_TRUE(plan);
+  size_t skipped = 0;
+  for (const FunctionPlan &function : plan->functions) {
+    std::vector<size_t> updates;
+    for (auto [index, entry] : llvm::enumerate(function.results))
+      if (entry.updatesArg)
+        updates.push_back(index);
+    std::vector<bool> all = function.stepsNeededWithout({});
+    EXPECT_EQ(llvm::count(all, false), 0) << function.name;
+    std::vector<bool> needed = function.stepsNeededWithout(updates);
+    ASSERT_EQ(needed.size(), function.steps.size());
+    for (auto [index, step] : llvm::enumerate(function.steps)) {
+      bool writesKept = false;
+      forEachStepValue(step, [&](int64_t value, bool written) {
+        const Storage &storage =
+            function.values[function.viewBase(value).first].storage;
+        if (written && (storage.kind == Storage::Argument ||
+                        (storage.kind == Storage::Result &&
+                         !llvm::is_contained(updates, storage.index))))
+          writesKept = true;
+      });
+      if (writesKept)
+        EXPECT_TRUE(needed[index]) << function.name << ": step " << index;
+      if (needed[index])
+        continue;
+      ++skipped;
+      const auto *kernel = std::get_if<KernelStep>(&step);
+      bool update =
+          kernel &&
+          (llvm::StringRef(kernel->name).contains("delayed_scaling_update") ||
+           llvm::StringRef(kernel->name).contains("concat"));
+      EXPECT_TRUE(update || std::holds_alternative<AmaxAllReduceStep>(step))
+          << function.name << ": step " << index;
+    }
+    // A step after the update that reads its new scales into a kept result.
+    for (size_t result : updates) {
+      FunctionPlan reads = function;
+      KernelStep reader;
+      reader.args.push_back({function.results[result].value, false, false});
+      reader.args.push_back({function.results[0].value, true, false});
+      reads.steps.push_back(reader);
+      std::vector<size_t> others;
+      for (size_t update : updates)
+        if (update != result && update != 0)
+          others.push_back(update);
+      std::vector<bool> kept = reads.stepsNeededWithout(others);
+      for (auto [index, step] : llvm::enumerate(reads.steps))
+        forEachStepValue(step, [&](int64_t value, bool written) {
+          if (written && reads.viewBase(value).first ==
+                             reads.viewBase(reads.results[result].value).first)
+            EXPECT_TRUE(kept[index]) << function.name << ": step " << index;
+        });
+    }
+  }
+  // Plans with a DelayedScaling update skip it (and what only it reads);
+  // plans without one skip nothing.
+  bool delayed = llvm::any_of(plan->functions, [](const FunctionPlan &f) {
+    return llvm::any_of(f.steps, [](const Step &step) {
+      const auto *kernel = std::get_if<KernelStep>(&step);
+      return kernel &&
+             llvm::StringRef(kernel->name).contains("delayed_scaling_update");
+    });
+  });
+  EXPECT_EQ(skipped > 0, delayed) << skipped << " steps skipped";
+}
+
 TEST_P(RealPlanTest, KernelsTakeASkipFlag) {
   std::optional<Plan> plan = loadPlan();
   ASSERT_TRUE(plan);
