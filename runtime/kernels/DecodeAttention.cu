@@ -17,13 +17,13 @@
 // at most 16 rows are the M of mma.m16n8k16, each warp 16 keys a step), and
 // tejit_decode_attention for the other head dims, on the CUDA cores:
 //
-// tejit_decode_attention (the CUDA-core split pass): 4 warps. The rows of one (sequence, kv head) are its
-// (query j, head) pairs, row rho = j * (heads / kv_heads) + head in group,
-// so the rows of the n_i live queries come first; a warp holds 4 rows in
-// registers (q pre-scaled by softmax_scale * log2(e), fp32), a CTA
-// row_blocks_per_cta (1, 2 or 4) such blocks, and its 4 / row_blocks_per_cta
-// warps per block divide the CTA's keys, 8 keys a warp per step (a CTA's
-// step: 8 * 4 / row_blocks_per_cta keys).
+// tejit_decode_attention (the CUDA-core split pass): 4 warps. The rows of one
+// (sequence, kv head) are its (query j, head) pairs, row rho = j * (heads /
+// kv_heads) + head in group, so the rows of the n_i live queries come first; a
+// warp holds 4 rows in registers (q pre-scaled by softmax_scale * log2(e),
+// fp32), a CTA row_blocks_per_cta (1, 2 or 4) such blocks, and its 4 /
+// row_blocks_per_cta warps per block divide the CTA's keys, 8 keys a warp per
+// step (a CTA's step: 8 * 4 / row_blocks_per_cta keys).
 //
 // The split is made on the device, per sequence: `splits` is fixed at
 // create(), and a CTA whose rows see `visible` keys (L_i, or under `causal`
@@ -206,6 +206,18 @@ __device__ __forceinline__ bool tejitDecodePlace(const TejitDecodeAttention &p,
   return true;
 }
 
+// The last key row `rho` of the CTA sees within its split (-1: none, or
+// a row past the CTA's live rows): L_i - n_i + j under `causal`, else
+// L_i - 1, at most keyEnd - 1.
+__device__ __forceinline__ int tejitDecodeLimit(const TejitDecodeAttention &p,
+                                                const TejitDecodeCta &c,
+                                                int rho) {
+  if (rho >= c.rowEnd)
+    return -1;
+  const int last = p.causal ? c.L - c.n + rho / c.perKv : c.L - 1;
+  return last < c.keyEnd ? last : c.keyEnd - 1;
+}
+
 // The CTA's partials from the softmax states its `groups` groups left in
 // shared memory (sM, sL: [row][group]; sO: [row][group][d], rows local to
 // the CTA). One row at a time, a thread per element of d: the row's merge
@@ -259,7 +271,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   if (!tejitDecodePlace(p, rbPerCta * R, stepKeys, c))
     return;
   const int i = c.i, kh = c.kh, kvHeads = c.kvHeads, perKv = c.perKv;
-  const int n = c.n, L = c.L, ctaRow0 = c.row0, keyEnd = c.keyEnd;
+  const int ctaRow0 = c.row0, keyEnd = c.keyEnd;
   const int ctaRowEnd = c.rowEnd;
   const long long keyBegin = c.keyBegin;
 
@@ -317,9 +329,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
     int j = rho / perKv, hq = kh * perKv + rho % perKv;
     m[r] = -INFINITY;
     l[r] = 0.f;
-    limit[r] = live ? (p.causal ? L - n + j : L - 1) : -1;
-    if (limit[r] >= keyEnd)
-      limit[r] = keyEnd - 1;
+    limit[r] = tejitDecodeLimit(p, c, rho);
     // Element by element: q's rows need not be 16-byte aligned.
     const unsigned short *row =
         p.q + qOffset + (long long)j * p.q_stride + hq * D + dim0;
@@ -552,9 +562,7 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
     const int rho = c.row0 + g + 8 * half;
     const bool live = rho < c.rowEnd;
     const int j = rho / c.perKv, hq = c.kh * c.perKv + rho % c.perKv;
-    limit[half] = live ? (p.causal ? c.L - c.n + j : c.L - 1) : -1;
-    if (limit[half] >= c.keyEnd)
-      limit[half] = c.keyEnd - 1;
+    limit[half] = tejitDecodeLimit(p, c, rho);
     const unsigned short *row =
         p.q + qOffset + (long long)j * p.q_stride + hq * D + 2 * t;
 #pragma unroll
