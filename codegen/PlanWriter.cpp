@@ -287,6 +287,11 @@ json::Array FunctionPlan::steps() {
       steps.push_back(json::Object{{"kind", "amax_allreduce"},
                                    {"in", id(reduce.getAmaxes())},
                                    {"out", id(reduce.getOutput())}});
+    if (auto reduce = dyn_cast<TpAllReduceOp>(op))
+      steps.push_back(json::Object{{"kind", "tp_allreduce"},
+                                   {"in", id(reduce.getInput())},
+                                   {"out", id(reduce.getOutput())},
+                                   {"ranks", reduce.getRanks()}});
   }
   return steps;
 }

@@ -82,4 +82,14 @@ def TE_GemmRole : TE_Enum<"GemmRole", "GEMM role in a Linear's training step", [
 ]>;
 def TE_GemmRoleAttr : TE_EnumAttr<TE_GemmRole, "gemm_role">;
 
+// How a Linear's GEMM is split over the ranks of a tensor-parallel group
+// (Megatron's, as Transformer Engine's `parallel_mode`): `column` splits the
+// output features, `row` the input features (its outputs are summed).
+def TE_ParallelMode : TE_Enum<"ParallelMode",
+    "tensor-parallel split of a Linear", [
+  I32EnumAttrCase<"column", 0>,
+  I32EnumAttrCase<"row", 1>
+]>;
+def TE_ParallelModeAttr : TE_EnumAttr<TE_ParallelMode, "parallel_mode">;
+
 #endif // TEJIT_DIALECT_TE_ENUMS_TD

@@ -49,6 +49,37 @@ static Fp8Dim tokenDim(Value input) {
           leadingDimsProduct(cast<ShapedType>(input.getType())), 8};
 }
 
+/// `tp_size` >= 1 and, for the Linear layers, the split a tensor-parallel
+/// one needs (`row` only where the layer allows it).
+static LogicalResult verifyTensorParallel(LayerChecker &checker, int64_t tpSize,
+                                          std::optional<ParallelMode> mode,
+                                          bool hasMode, bool rowAllowed) {
+  if (tpSize < 1)
+    return checker.emitError() << "'tp_size' must be >= 1, got " << tpSize;
+  if (hasMode && tpSize > 1 && !mode)
+    return checker.emitError() << "'tp_size' " << tpSize
+                               << " needs a 'parallel_mode' (column or row)";
+  if (mode == ParallelMode::row && !rowAllowed)
+    return checker.emitError()
+           << "'parallel_mode' must be column: the norm's input is not split";
+  return success();
+}
+
+/// A tensor-parallel attention block holds heads / tp_size heads: their
+/// width cannot come from the hidden size.
+static LogicalResult verifyAttentionTensorParallel(LayerChecker &checker,
+                                                   int64_t tpSize,
+                                                   bool hasKvChannels) {
+  if (failed(verifyTensorParallel(checker, tpSize, std::nullopt,
+                                  /*hasMode=*/false, /*rowAllowed=*/false)))
+    return failure();
+  if (tpSize > 1 && !hasKvChannels)
+    return checker.emitError()
+           << "'tp_size' " << tpSize
+           << " needs 'kv_channels': the head counts are one rank's";
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Normalization
 //===----------------------------------------------------------------------===//
@@ -83,6 +114,9 @@ LogicalResult RMSNormOp::verify() {
 
 LogicalResult LinearOp::verify() {
   LayerChecker checker(*this);
+  if (failed(verifyTensorParallel(checker, getTpSize(), getParallelMode(),
+                                  /*hasMode=*/true, /*rowAllowed=*/true)))
+    return failure();
   if (failed(checker.floatTensor(getInput(), "input", 2)) ||
       failed(checker.floatTensor(getWeight(), "weight", 2)))
     return failure();
@@ -95,13 +129,20 @@ LogicalResult LinearOp::verify() {
       failed(checker.param(getOutput(), "output", withLastDim(shape, out),
                            "[leading dims of 'input', out_features]")))
     return failure();
-  return checker.fp8Dims(getFp8RecipeAttr(), {tokenDim(getInput()),
-                                              {"in_features", in, 16},
-                                              {"out_features", out, 16}});
+  bool tp = getTpSize() > 1;
+  bool row = getParallelMode() == ParallelMode::row;
+  return checker.fp8Dims(
+      getFp8RecipeAttr(),
+      {tokenDim(getInput()),
+       {tp && row ? "in_features / tp_size" : "in_features", in, 16},
+       {tp && !row ? "out_features / tp_size" : "out_features", out, 16}});
 }
 
 LogicalResult LayerNormLinearOp::verify() {
   LayerChecker checker(*this);
+  if (failed(verifyTensorParallel(checker, getTpSize(), getParallelMode(),
+                                  /*hasMode=*/false, /*rowAllowed=*/false)))
+    return failure();
   if (failed(checker.floatTensor(getInput(), "input", 2)) ||
       failed(checker.floatTensor(getWeight(), "weight", 2)))
     return failure();
@@ -119,13 +160,18 @@ LogicalResult LayerNormLinearOp::verify() {
                             shape)) ||
       failed(verifyEps(checker, "eps", getEps().convertToDouble())))
     return failure();
-  return checker.fp8Dims(getFp8RecipeAttr(), {tokenDim(getInput()),
-                                              {"in_features", in, 16},
-                                              {"out_features", out, 16}});
+  return checker.fp8Dims(
+      getFp8RecipeAttr(),
+      {tokenDim(getInput()),
+       {"in_features", in, 16},
+       {getTpSize() > 1 ? "out_features / tp_size" : "out_features", out, 16}});
 }
 
 LogicalResult LayerNormMLPOp::verify() {
   LayerChecker checker(*this);
+  if (failed(verifyTensorParallel(checker, getTpSize(), std::nullopt,
+                                  /*hasMode=*/false, /*rowAllowed=*/false)))
+    return failure();
   if (failed(checker.floatTensor(getInput(), "input", 2)))
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
@@ -142,9 +188,12 @@ LogicalResult LayerNormMLPOp::verify() {
                             shape)) ||
       failed(verifyEps(checker, "eps", getEps().convertToDouble())))
     return failure();
-  return checker.fp8Dims(getFp8RecipeAttr(), {tokenDim(getInput()),
-                                              {"hidden_size", hidden, 16},
-                                              {"ffn_hidden_size", *ffn, 16}});
+  return checker.fp8Dims(
+      getFp8RecipeAttr(),
+      {tokenDim(getInput()),
+       {"hidden_size", hidden, 16},
+       {getTpSize() > 1 ? "ffn_hidden_size / tp_size" : "ffn_hidden_size", *ffn,
+        16}});
 }
 
 //===----------------------------------------------------------------------===//
@@ -558,6 +607,9 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
 
 LogicalResult MultiheadAttentionOp::verify() {
   LayerChecker checker(*this);
+  if (failed(verifyAttentionTensorParallel(checker, getTpSize(),
+                                           getKvChannels().has_value())))
+    return failure();
   if (failed(checker.floatTensor(getInput(), "input")))
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
@@ -661,6 +713,9 @@ static LogicalResult verifyDecoderBlock(TransformerLayerOp op,
 
 LogicalResult TransformerLayerOp::verify() {
   LayerChecker checker(*this);
+  if (failed(verifyAttentionTensorParallel(checker, getTpSize(),
+                                           getKvChannels().has_value())))
+    return failure();
   if (failed(checker.floatTensor(getInput(), "input")))
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());

@@ -73,6 +73,12 @@ def TE_LinearOp : TE_LayerOp<"linear"> {
     optional bias `b` of shape `[out_features]`. The input may have any
     number of leading dimensions.
 
+    With `tp_size` > 1 the op is one rank's part of a tensor-parallel Linear
+    (docs/tensor-parallel.md): `parallel_mode = column` holds
+    out_features / tp_size rows of `W` and `b`; `row` holds in_features /
+    tp_size columns of `W`, reads the same slice of the input features,
+    and sums its output over the ranks before adding the whole `b`.
+
     ```mlir
     %y = te.linear %x weight(%w) bias(%b)
         {fp8_recipe = #te.delayed_scaling<amax_history_len = 16>}
@@ -82,6 +88,8 @@ def TE_LinearOp : TE_LayerOp<"linear"> {
   }];
   let arguments = (ins TE_Tensor:$input, TE_Tensor:$weight,
                    Optional<TE_Tensor>:$bias,
+                   DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   OptionalAttr<TE_ParallelModeAttr>:$parallel_mode,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
@@ -97,6 +105,8 @@ def TE_LayerNormLinearOp : TE_LayerOp<"layernorm_linear",
     `y = norm(x) W^T + b`, where `norm` is LayerNorm (weight `ln_weight`,
     bias `ln_bias`) or RMSNorm (weight `ln_weight` only). With
     `return_layernorm_output`, the normalized input is a second result.
+    With `tp_size` > 1, one rank's part of a column-parallel layer: `W` and
+    `b` hold out_features / tp_size rows.
 
     ```mlir
     %y = te.layernorm_linear %x ln_weight(%g) ln_bias(%b) weight(%w) bias(%wb)
@@ -112,6 +122,8 @@ def TE_LayerNormLinearOp : TE_LayerOp<"layernorm_linear",
                      "::mlir::te::Normalization::LayerNorm">:$normalization,
                    TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
                    UnitAttr:$return_layernorm_output,
+                   DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   OptionalAttr<TE_ParallelModeAttr>:$parallel_mode,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -130,6 +142,10 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
     `fc1_weight` is `[ffn_hidden_size (x2 if gated), hidden_size]`,
     `fc2_weight` is `[hidden_size, ffn_hidden_size]`; the two biases are
     both present or both absent (Transformer Engine's `bias` flag).
+    With `tp_size` > 1, one rank's part of a tensor-parallel MLP: the
+    weights hold this rank's ffn_hidden_size / tp_size features (FC1
+    column-parallel, FC2 row-parallel: its output is summed over the ranks
+    before `b2` is added).
 
     ```mlir
     %y = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
@@ -151,6 +167,7 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
                      "::mlir::te::Activation::gelu">:$activation,
                    TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
                    UnitAttr:$return_layernorm_output,
+                   DefaultValuedAttr<I64Attr, "1">:$tp_size,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -260,7 +277,10 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     `qkv_weight` is `[(heads + 2 * gqa_groups) * kv_channels, hidden]`: the
     rows of q, then k, then v. `proj_weight` is `[hidden, heads * kv_channels]`.
     `num_gqa_groups` defaults to `num_attention_heads` and `kv_channels` to
-    `hidden / num_attention_heads`. `rotary_pos_emb` is f32
+    `hidden / num_attention_heads`. With `tp_size` > 1 the op is one rank's
+    part of a tensor-parallel block: the head counts and weights are this
+    rank's (QKV column-parallel, the projection row-parallel: summed over
+    the ranks before its bias), and `kv_channels` must be given. `rotary_pos_emb` is f32
     `[s, 1, 1, r]` (angles, as Transformer Engine passes them), r even and
     at most `kv_channels`: the first r channels of each head rotate (all of
     them when r = kv_channels); `rotary_pos_interleaved` pairs adjacent
@@ -331,6 +351,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    UnitAttr:$rotary_pos_interleaved,
                    UnitAttr:$return_layernorm_output,
                    OptionalAttr<I64Attr>:$max_seqlen,
+                   DefaultValuedAttr<I64Attr, "1">:$tp_size,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -364,7 +385,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     `te.multihead_attention` and `mlp` is the MLP of `te.layernorm_mlp`.
     With `apply_residual_connection_post_layernorm`, the residuals are the
     normalized values instead. The self-attention mask defaults to causal,
-    and both dropouts to 0.1, as in Transformer Engine.
+    and both dropouts to 0.1, as in Transformer Engine. With `tp_size` > 1,
+    one rank's part of a tensor-parallel layer: its attention blocks and
+    MLP as in `te.multihead_attention` and `te.layernorm_mlp`.
 
     A decoder layer (Transformer Engine's `layer_type = "decoder"`) when
     `encoder_output` is given: between the two blocks,
@@ -454,6 +477,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    UnitAttr:$rotary_pos_interleaved,
                    OptionalAttr<I64Attr>:$max_seqlen,
+                   DefaultValuedAttr<I64Attr, "1">:$tp_size,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

@@ -96,6 +96,32 @@ def TE_BiasGradOp : TE_PrimOp<"bias_grad"> {
   let assemblyFormat = "$grad attr-dict `:` type($grad) `->` type($output)";
 }
 
+def TE_TpCopyOp : TE_PrimOp<"tp_copy", [SameOperandsAndResultType]> {
+  let summary = "Input of a column-parallel GEMM (identity; sums its gradient)";
+  let description = [{
+    The identity on each of the `ranks` ranks of a tensor-parallel group.
+    Its gradient is the sum of the ranks' gradients (`te.tp_all_reduce`):
+    each rank holds a slice of the GEMM's output features, so the input's
+    gradient has a part from every rank. `te-fuse` drops the op.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
+def TE_TpAllReduceOp : TE_PrimOp<"tp_all_reduce",
+    [SameOperandsAndResultType]> {
+  let summary = "Sum over the ranks of a tensor-parallel group";
+  let description = [{
+    The element-wise sum of `input` over the `ranks` ranks (the output of a
+    row-parallel GEMM, or the gradient of a `te.tp_copy`); the identity in
+    the one-process interpreter. Its gradient is the identity.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = "$input attr-dict `:` type($output)";
+}
+
 def TE_ActivationOp : TE_PrimOp<"act"> {
   let summary = "Applies an MLP activation along the last dim";
   let description = [{

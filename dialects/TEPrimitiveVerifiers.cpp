@@ -107,6 +107,26 @@ LogicalResult BiasGradOp::verify() {
                     withShape(getGrad(), {shapeOf(getGrad()).back()}));
 }
 
+/// The collectives of tensor parallelism move float activations between at
+/// least two ranks.
+static LogicalResult verifyTensorParallel(Operation *op, Value input,
+                                          int64_t ranks) {
+  if (ranks < 2)
+    return op->emitOpError() << "ranks must be at least 2, got " << ranks;
+  if (!isa<FloatType>(cast<RankedTensorType>(input.getType()).getElementType()))
+    return op->emitOpError()
+           << "input must be a float tensor, got " << input.getType();
+  return success();
+}
+
+LogicalResult TpCopyOp::verify() {
+  return verifyTensorParallel(*this, getInput(), getRanks());
+}
+
+LogicalResult TpAllReduceOp::verify() {
+  return verifyTensorParallel(*this, getInput(), getRanks());
+}
+
 /// The last dim an activation produces from `inputWidth` channels.
 static FailureOr<int64_t> activationWidth(Operation *op, Activation activation,
                                           int64_t inputWidth) {

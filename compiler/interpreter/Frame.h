@@ -39,6 +39,15 @@ public:
             dropout::layerStream(layerIndex, site)};
   }
 
+  /// `local` summed over the ranks (itself in one process).
+  Tensor sumOverRanks(const Tensor &local) const {
+    return options.collectives ? options.collectives->sum(local) : local;
+  }
+  /// `local`'s element-wise maximum over the ranks.
+  Tensor maxOverRanks(const Tensor &local) const {
+    return options.collectives ? options.collectives->max(local) : local;
+  }
+
   /// The position of the layer op being run among the function's layer ops.
   uint64_t layerIndex = 0;
 

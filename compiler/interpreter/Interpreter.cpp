@@ -9,6 +9,8 @@
 using namespace mlir;
 using namespace tejit::interp;
 
+Collectives::~Collectives() = default;
+
 Tensor Tensor::zeros(ArrayRef<int64_t> shape) {
   Tensor result(shape, {});
   result.data.assign(result.numElements(), 0.0);

@@ -53,6 +53,20 @@ struct Tensor {
   int64_t numElements() const;
 };
 
+/// The other ranks of the group a program runs in, for a run of one rank's
+/// program (tests run one interpreter per rank, in threads): te.tp_all_reduce
+/// and the row-parallel GEMMs of tensor-parallel layer ops sum over the
+/// ranks, te.amax_allreduce takes the maximum. Every rank calls them in the
+/// same order. Without one, a run is one process and both are the identity.
+class Collectives {
+public:
+  virtual ~Collectives();
+  /// The element-wise sum over the ranks of each rank's `local`.
+  virtual Tensor sum(const Tensor &local) = 0;
+  /// The element-wise maximum over the ranks.
+  virtual Tensor max(const Tensor &local) = 0;
+};
+
 /// What a run needs besides the arguments.
 struct Options {
   /// Seed and offset of the dropouts inside layer ops (te.dropout and
@@ -61,6 +75,8 @@ struct Options {
   /// When set, receives every argument's tensor after the run: the KV caches
   /// te.kv_cache_attention writes in place, the others as given.
   std::vector<Tensor> *updatedArguments = nullptr;
+  /// The ranks' collectives; null: one process.
+  Collectives *collectives = nullptr;
 };
 
 /// Runs `function` (te ops and a func.return in one block) on `args`, one per

@@ -34,10 +34,24 @@ static LogicalResult runOp(te::RMSNormOp op, Frame &frame) {
                        .output);
 }
 
+/// `x W^T + b` of one rank's part of a row-parallel GEMM when `rowParallel`:
+/// the products are summed over the ranks before the bias.
+static Tensor linearOfRank(const Tensor &x, const Tensor &weight,
+                           const Tensor *bias, bool rowParallel,
+                           const Frame &frame) {
+  if (!rowParallel)
+    return linear(x, weight, bias);
+  Tensor sum = frame.sumOverRanks(linear(x, weight, nullptr));
+  return bias ? biasAdd(sum, *bias) : sum;
+}
+
 static LogicalResult runOp(te::LinearOp op, Frame &frame) {
-  return frame.set(op, op.getOutput(),
-                   linear(frame.get(op.getInput()), frame.get(op.getWeight()),
-                          frame.getOptional(op.getBias())));
+  bool rowParallel =
+      op.getTpSize() > 1 && op.getParallelMode() == te::ParallelMode::row;
+  return frame.set(
+      op, op.getOutput(),
+      linearOfRank(frame.get(op.getInput()), frame.get(op.getWeight()),
+                   frame.getOptional(op.getBias()), rowParallel, frame));
 }
 
 /// Binds the optional `ln_output` result of a LayerNorm* op.
@@ -60,13 +74,13 @@ static LogicalResult runOp(te::LayerNormLinearOp op, Frame &frame) {
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
 
-/// FC2(act(FC1(x))) of an MLP.
+/// FC2(act(FC1(x))) of an MLP; FC2 row-parallel in a tensor-parallel layer.
 static Tensor mlp(const Tensor &x, te::Activation kind, Frame &frame,
                   Value fc1Weight, Value fc1Bias, Value fc2Weight,
-                  Value fc2Bias) {
+                  Value fc2Bias, int64_t tpSize) {
   Tensor hidden = linear(x, frame.get(fc1Weight), frame.getOptional(fc1Bias));
-  return linear(activation(hidden, kind), frame.get(fc2Weight),
-                frame.getOptional(fc2Bias));
+  return linearOfRank(activation(hidden, kind), frame.get(fc2Weight),
+                      frame.getOptional(fc2Bias), tpSize > 1, frame);
 }
 
 static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {
@@ -74,8 +88,9 @@ static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {
       normalize(op.getNormalization(), frame.get(op.getInput()),
                 frame.get(op.getLnWeight()), frame.getOptional(op.getLnBias()),
                 toDouble(op.getEps()), op.getZeroCenteredGamma());
-  Tensor output = mlp(normalized, op.getActivation(), frame, op.getFc1Weight(),
-                      op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
+  Tensor output =
+      mlp(normalized, op.getActivation(), frame, op.getFc1Weight(),
+          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias(), op.getTpSize());
   if (failed(frame.set(op, op.getOutput(), std::move(output))))
     return failure();
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
@@ -136,6 +151,8 @@ struct AttentionBlock {
   Value encoder, kvWeight, kvBias;
   int64_t heads, groups, headDim;
   AttentionParams params;
+  /// Tensor parallelism: the projection's products summed over the ranks.
+  bool rowParallelProj = false;
   /// GPT-J's rotary layout (rotary_pos_interleaved).
   bool rotaryInterleaved = false;
   /// KV cache (inference): the op, the caches and each sequence's length
@@ -170,6 +187,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   block.params.setWindow(op.getWindowSize());
   block.rotaryInterleaved = op.getRotaryPosInterleaved();
+  block.rowParallelProj = op.getTpSize() > 1;
   block.op = op;
   block.keyCache = op.getKeyCache();
   block.valueCache = op.getValueCache();
@@ -251,8 +269,9 @@ attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
   } else {
     context = mergeHeads(attention(query, key, value, block.params).output);
   }
-  return linear(context, frame.get(block.projWeight),
-                frame.getOptional(block.projBias));
+  return linearOfRank(context, frame.get(block.projWeight),
+                      frame.getOptional(block.projBias), block.rowParallelProj,
+                      frame);
 }
 
 static LogicalResult runOp(te::MultiheadAttentionOp op, Frame &frame) {
@@ -344,7 +363,8 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
         frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
     Tensor both = add(std::move(*selfAttended),
                       mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
-                          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()));
+                          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias(),
+                          op.getTpSize()));
     return frame.set(
         op, op.getOutput(),
         add(input, residualBranch(std::move(both), dropout::kMlpOutputSite,
@@ -370,10 +390,10 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   Tensor ln2 = normalize(
       op.getNormalization(), hidden, frame.get(op.getMlpLnWeight()),
       frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
-  Tensor mlpOut =
-      residualBranch(mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
-                         op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias()),
-                     dropout::kMlpOutputSite, dropout::kMlpDropPathSite);
+  Tensor mlpOut = residualBranch(
+      mlp(ln2, op.getActivation(), frame, op.getFc1Weight(), op.getFc1Bias(),
+          op.getFc2Weight(), op.getFc2Bias(), op.getTpSize()),
+      dropout::kMlpOutputSite, dropout::kMlpDropPathSite);
   Tensor output = add(postLn ? ln2 : hidden, mlpOut);
   if (op.getOutLnWeight())
     output = normalize(

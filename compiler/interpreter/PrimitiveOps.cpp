@@ -62,6 +62,15 @@ static LogicalResult runOp(te::BiasAddOp op, Frame &frame) {
                    biasAdd(frame.get(op.getInput()), frame.get(op.getBias())));
 }
 
+static LogicalResult runOp(te::TpCopyOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(), frame.get(op.getInput()));
+}
+
+static LogicalResult runOp(te::TpAllReduceOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   frame.sumOverRanks(frame.get(op.getInput())));
+}
+
 static LogicalResult runOp(te::BiasGradOp op, Frame &frame) {
   return frame.set(op, op.getOutput(), biasGrad(frame.get(op.getGrad())));
 }
@@ -311,10 +320,11 @@ static LogicalResult runOp(te::KvCacheAttentionOp op, Frame &frame) {
 LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
-            te::AddOp, te::BiasAddOp, te::BiasGradOp, te::ActivationOp,
-            te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
-            te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
-            te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp, te::AttentionBwdOp,
-            te::KvCacheAttentionOp>([&](auto op) { return runOp(op, frame); })
+            te::AddOp, te::BiasAddOp, te::BiasGradOp, te::TpCopyOp,
+            te::TpAllReduceOp, te::ActivationOp, te::ActivationGradOp,
+            te::DropoutOp, te::MatmulOp, te::LayerNormFwdOp, te::LayerNormBwdOp,
+            te::RMSNormFwdOp, te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp,
+            te::AttentionBwdOp, te::KvCacheAttentionOp>(
+          [&](auto op) { return runOp(op, frame); })
       .Default([&](Operation *op) { return runQuantizedOp(op, frame); });
 }

@@ -10,7 +10,8 @@
 // - Amaxes are computed exactly, in double (te.quantize and te.amax);
 //   te.compute_scale and te.delayed_scaling_update read their f32 operands
 //   as float32 values and compute in float32, so that scales are bit-exact.
-// - te.amax_allreduce is the identity: the interpreter is one process.
+// - te.amax_allreduce is the maximum over the ranks of Options::collectives
+//   (the identity in one process).
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/interpreter/Frame.h"
@@ -71,7 +72,8 @@ static LogicalResult runOp(te::ScaledMatmulOp op, Frame &frame) {
 }
 
 static LogicalResult runOp(te::AmaxAllReduceOp op, Frame &frame) {
-  return frame.set(op, op.getOutput(), frame.get(op.getAmaxes()));
+  return frame.set(op, op.getOutput(),
+                   frame.maxOverRanks(frame.get(op.getAmaxes())));
 }
 
 static LogicalResult runOp(te::DelayedScalingUpdateOp op, Frame &frame) {

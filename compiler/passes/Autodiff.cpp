@@ -277,6 +277,18 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         addGrad(op.getRhs(), grad);
         return success();
       })
+      .Case([&](TpCopyOp op) {
+        // Each rank's slice of the output features contributes to the
+        // input's gradient.
+        addGrad(op.getInput(),
+                create<TpAllReduceOp>(grad.getType(), grad, op.getRanksAttr()));
+        return success();
+      })
+      .Case([&](TpAllReduceOp op) {
+        // Every rank holds the whole sum, and its gradient.
+        addGrad(op.getInput(), grad);
+        return success();
+      })
       .Case([&](BiasAddOp op) {
         addGrad(op.getInput(), grad);
         addGrad(op.getBias(), create<BiasGradOp>(op.getBias().getType(), grad));

@@ -75,7 +75,13 @@ public:
                 bool inference)
       : builder(layer), loc(layer->getLoc()), rngState(rngState),
         recipe(layer->getAttrOfType<FP8RecipeAttrInterface>("fp8_recipe")),
-        ordinal(ordinal), inference(inference) {}
+        ordinal(ordinal), inference(inference) {
+    if (auto tp = layer->getAttrOfType<IntegerAttr>("tp_size"))
+      tpSize = tp.getInt();
+  }
+
+  /// How a GEMM of a tensor-parallel layer is split over the ranks.
+  enum class Split { none, column, row };
 
   /// `x` as [tokens, features].
   Value tokens(Value x) {
@@ -93,16 +99,25 @@ public:
     return builder.create<ReshapeOp>(loc, type, x);
   }
 
-  /// `x W^T + b` on tokens, in FP8 under the layer's recipe.
-  Value linear(Value x, Value weight, Value bias) {
+  /// `x W^T + b` on tokens, in FP8 under the layer's recipe. In a
+  /// tensor-parallel layer (docs/tensor-parallel.md) a column-parallel GEMM
+  /// reads `x` through te.tp_copy (its gradient is summed over the ranks),
+  /// and a row-parallel one sums its output over the ranks before the bias.
+  Value linear(Value x, Value weight, Value bias, Split split = Split::none) {
+    bool parallel = tpSize > 1 && split != Split::none;
+    IntegerAttr ranks = builder.getI64IntegerAttr(tpSize);
+    if (parallel && split == Split::column)
+      x = builder.create<TpCopyOp>(loc, x.getType(), x, ranks);
     auto type = RankedTensorType::get({shapeOf(x)[0], shapeOf(weight)[0]},
                                       elementOf(x));
-    auto matmul = builder.create<MatmulOp>(
+    Value y = builder.create<MatmulOp>(
         loc, type, x, weight, /*transpose_a=*/nullptr, builder.getUnitAttr(),
         recipe, GemmRoleAttr::get(ctx(), GemmRole::fprop));
+    if (parallel && split == Split::row)
+      y = builder.create<TpAllReduceOp>(loc, type, y, ranks);
     if (!bias)
-      return matmul;
-    return builder.create<BiasAddOp>(loc, type, matmul, bias);
+      return y;
+    return builder.create<BiasAddOp>(loc, type, y, bias);
   }
 
   Value norm(Normalization kind, Value x, Value gamma, Value beta, APFloat eps,
@@ -125,12 +140,12 @@ public:
   /// FC1, activation, FC2 on tokens.
   Value mlp(Value x, Activation activation, Value fc1Weight, Value fc1Bias,
             Value fc2Weight, Value fc2Bias) {
-    Value hidden = linear(x, fc1Weight, fc1Bias);
+    Value hidden = linear(x, fc1Weight, fc1Bias, Split::column);
     auto actType = RankedTensorType::get({shapeOf(x)[0], shapeOf(fc2Weight)[1]},
                                          elementOf(x));
     Value activated = builder.create<ActivationOp>(
         loc, actType, hidden, ActivationAttr::get(ctx(), activation));
-    return linear(activated, fc2Weight, fc2Bias);
+    return linear(activated, fc2Weight, fc2Bias, Split::row);
   }
 
   Value dropout(Value x, double rate, int64_t site, int64_t group = 0) {
@@ -234,7 +249,7 @@ public:
   /// cross-attention, q from `x` and k, v from the encoder's output.
   Value attentionBlock(Value x, ArrayRef<int64_t> inputShape,
                        const AttentionParams &params) {
-    Value qkv = linear(x, params.qkvWeight, params.qkvBias);
+    Value qkv = linear(x, params.qkvWeight, params.qkvBias, Split::column);
     int64_t qWidth = params.heads * params.headDim;
     int64_t kvWidth = params.kvHeads * params.headDim;
     bool packed = params.format == QkvFormat::thd;
@@ -257,7 +272,8 @@ public:
     Value query = heads(qkv, inputShape, 0, params.heads);
     Value key, value;
     if (params.encoder) {
-      Value kv = linear(tokens(params.encoder), params.kvWeight, params.kvBias);
+      Value kv = linear(tokens(params.encoder), params.kvWeight, params.kvBias,
+                        Split::column);
       ArrayRef<int64_t> encoderShape = shapeOf(params.encoder);
       key = heads(kv, encoderShape, 0, params.kvHeads);
       value = heads(kv, encoderShape, kvWidth, params.kvHeads);
@@ -279,7 +295,7 @@ public:
         params.dropoutSite, params.queryMask, static_cast<bool>(params.encoder),
         sequences);
     return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
-                  params.projBias);
+                  params.projBias, Split::row);
   }
 
   /// Rotary embeddings on q or k heads. Packed tokens ([t, h, d]) rotate
@@ -316,6 +332,7 @@ private:
   FP8RecipeAttrInterface recipe;
   int64_t ordinal;
   bool inference;
+  int64_t tpSize = 1;
 };
 
 /// `y` (tokens) reshaped like `like` with `y`'s last dim.
@@ -326,8 +343,12 @@ Value restoreShape(LayerLowering &lower, Value y, Value like) {
 }
 
 SmallVector<Value> lowerLayer(LinearOp op, LayerLowering &lower) {
-  Value y =
-      lower.linear(lower.tokens(op.getInput()), op.getWeight(), op.getBias());
+  std::optional<ParallelMode> mode = op.getParallelMode();
+  auto split = !mode                           ? LayerLowering::Split::none
+               : *mode == ParallelMode::column ? LayerLowering::Split::column
+                                               : LayerLowering::Split::row;
+  Value y = lower.linear(lower.tokens(op.getInput()), op.getWeight(),
+                         op.getBias(), split);
   return {restoreShape(lower, y, op.getInput())};
 }
 
@@ -349,7 +370,8 @@ SmallVector<Value> lowerLayer(LayerNormLinearOp op, LayerLowering &lower) {
   Value normed = lower.norm(op.getNormalization(), lower.tokens(op.getInput()),
                             op.getLnWeight(), op.getLnBias(), op.getEps(),
                             op.getZeroCenteredGamma());
-  Value y = lower.linear(normed, op.getWeight(), op.getBias());
+  Value y = lower.linear(normed, op.getWeight(), op.getBias(),
+                         LayerLowering::Split::column);
   SmallVector<Value> results = {restoreShape(lower, y, op.getInput())};
   if (op.getLnOutput())
     results.push_back(restoreShape(lower, normed, op.getInput()));

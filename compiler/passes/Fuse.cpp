@@ -264,6 +264,11 @@ void Fuser::materialize(const Group &group) {
 }
 
 void Fuser::run() {
+  // te.tp_copy only told te-autodiff where to sum a gradient over the ranks.
+  function.walk([](TpCopyOp copy) {
+    copy.getOutput().replaceAllUsesWith(copy.getInput());
+    copy.erase();
+  });
   unsigned index = 0;
   for (Operation &op : function.front())
     position[&op] = index++;

@@ -203,6 +203,7 @@ struct AttentionOptions {
   /// GPT-J's interleaved pairs.
   std::optional<int64_t> rotaryDim;
   bool rotaryInterleaved;
+  TensorParallelOptions tp;
 
   static FailureOr<AttentionOptions> read(LayerContext &ctx, StringRef maskKey,
                                           StringRef formatKey) {
@@ -223,18 +224,43 @@ struct AttentionOptions {
         layer.getPositive("rotary_dim");
     FailureOr<bool> interleaved =
         layer.getBool("rotary_pos_interleaved", false);
+    FailureOr<TensorParallelOptions> tp =
+        TensorParallelOptions::read(ctx, /*hasMode=*/false);
     if (failed(heads) || failed(groups) || failed(kvChannels) ||
         failed(maskType) || failed(dropout) || failed(bias) || failed(rotary) ||
         failed(format) || failed(window) || failed(rotaryDim) ||
-        failed(interleaved))
+        failed(interleaved) || failed(tp))
       return failure();
     for (StringRef key : {"rotary_dim", "rotary_pos_interleaved"})
       if (!*rotary && layer.has(key))
         return emitError(layer.keyLoc(key))
                << "'" << key << "' needs 'rotary_pos_emb: true'";
-    return AttentionOptions{*heads,   *groups,    *kvChannels, *maskType,
-                            *dropout, *bias,      *rotary,     *format,
-                            *window,  *rotaryDim, *interleaved};
+    return AttentionOptions{*heads,   *groups,    *kvChannels,  *maskType,
+                            *dropout, *bias,      *rotary,      *format,
+                            *window,  *rotaryDim, *interleaved, *tp};
+  }
+
+  /// With tp_size > 1, keeps one rank's heads and KV groups, and their
+  /// width, which the global hidden size and head count give, as
+  /// kv_channels.
+  LogicalResult splitHeads(LayerContext &ctx, int64_t hidden) {
+    if (tp.size == 1)
+      return success();
+    if (!kvChannels && hidden % heads != 0)
+      return emitError(ctx.layer.valueLoc("num_attention_heads"))
+             << "hidden size (" << hidden
+             << ") must be divisible by num_attention_heads (" << heads
+             << ") unless kv_channels is given";
+    kvChannels = headDim(hidden);
+    FailureOr<int64_t> localHeads = tp.split(ctx, "num_attention_heads", heads);
+    FailureOr<int64_t> localGroups =
+        groups ? tp.split(ctx, "num_gqa_groups", *groups) : localHeads;
+    if (failed(localHeads) || failed(localGroups))
+      return failure();
+    heads = *localHeads;
+    if (groups)
+      groups = *localGroups;
+    return success();
   }
 
   int64_t headDim(int64_t hidden) const {
@@ -310,6 +336,7 @@ struct AttentionOptions {
     if (window)
       parts.set("window_size", window);
     parts.set("rotary_pos_interleaved", ctx.flag(rotaryInterleaved));
+    tp.addAttributes(ctx, parts);
     parts.set("fp8_recipe", ctx.recipe);
   }
 };
@@ -469,7 +496,8 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   if (failed(layer.finish()) || failed(hidden) || failed(inputLayernorm) ||
       failed(returnNorm) || failed(attentionType) || failed(norm) ||
       failed(attention) || failed(cross) ||
-      (isCross && failed(CrossOptions::rejectSelfOnly(ctx, *attention))))
+      (isCross && failed(CrossOptions::rejectSelfOnly(ctx, *attention))) ||
+      failed(attention->splitHeads(ctx, *hidden)))
     return failure();
   if (*returnNorm && !*inputLayernorm)
     return emitError(layer.valueLoc("return_layernorm_output"))
@@ -556,7 +584,12 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
       failed(hiddenDropout) || failed(dropPath) || failed(activation) ||
       failed(postLnResidual) || failed(outputNorm) || failed(layerType) ||
-      failed(norm) || failed(attention) || failed(cross) || failed(parallel))
+      failed(norm) || failed(attention) || failed(cross) || failed(parallel) ||
+      failed(attention->splitHeads(ctx, *hidden)))
+    return failure();
+  FailureOr<int64_t> localFfn =
+      attention->tp.split(ctx, "ffn_hidden_size", *ffn);
+  if (failed(localFfn))
     return failure();
   if (*parallel) {
     // Transformer Engine's constraints on its parallel block.
@@ -608,7 +641,7 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
       parts.addOptional(Value());
   }
   norm->addParams(ctx, parts, "layernorm_mlp.", *hidden);
-  ctx.addMlpParams(parts, "layernorm_mlp.", *activation, *hidden, *ffn,
+  ctx.addMlpParams(parts, "layernorm_mlp.", *activation, *hidden, *localFfn,
                    attention->bias);
   if (*outputNorm) {
     // TE's `layernorm` module: `weight`, `bias` (LayerNorm only).

@@ -25,18 +25,33 @@ FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
   FailureOr<int64_t> in = layer.requirePositive("in_features");
   FailureOr<int64_t> out = layer.requirePositive("out_features");
   FailureOr<bool> bias = layer.getBool("bias", true);
-  if (failed(layer.finish()) || failed(in) || failed(out) || failed(bias))
+  FailureOr<TensorParallelOptions> tp =
+      TensorParallelOptions::read(ctx, /*hasMode=*/true);
+  if (failed(layer.finish()) || failed(in) || failed(out) || failed(bias) ||
+      failed(tp))
     return failure();
-  FailureOr<Value> input = ctx.takeInput("in_features", *in);
+  // One rank's features: a column-parallel Linear holds a slice of the
+  // outputs, a row-parallel one a slice of the inputs (and reads that slice
+  // of the input features; its output and bias are whole).
+  bool column = tp->splits(ParallelMode::column);
+  bool row = tp->splits(ParallelMode::row);
+  FailureOr<int64_t> localIn =
+      row ? tp->split(ctx, "in_features", *in) : FailureOr<int64_t>(*in);
+  FailureOr<int64_t> localOut =
+      column ? tp->split(ctx, "out_features", *out) : FailureOr<int64_t>(*out);
+  if (failed(localIn) || failed(localOut))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("in_features", *localIn);
   if (failed(input))
     return failure();
   LayerOpParts parts;
   parts.add(*input);
-  parts.add(ctx.param("weight", {*out, *in}));
-  parts.addOptional(ctx.param("bias", {*out}, *bias));
+  parts.add(ctx.param("weight", {*localOut, *localIn}));
+  parts.addOptional(ctx.param("bias", {*localOut}, *bias));
+  tp->addAttributes(ctx, parts);
   parts.set("fp8_recipe", ctx.recipe);
-  return ctx.build(LinearOp::getOperationName(), parts, withWidth(*input, *out),
-                   /*segmented=*/false);
+  return ctx.build(LinearOp::getOperationName(), parts,
+                   withWidth(*input, *localOut), /*segmented=*/false);
 }
 
 /// LayerNorm and RMSNorm share their keys; only LayerNorm has a bias.
@@ -90,8 +105,19 @@ FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
   FailureOr<bool> bias = layer.getBool("bias", true);
   bool returnOutput = false;
   FailureOr<NormOptions> norm = readFusedNorm(ctx, returnOutput);
+  FailureOr<TensorParallelOptions> tp =
+      TensorParallelOptions::read(ctx, /*hasMode=*/true);
   if (failed(layer.finish()) || failed(in) || failed(out) || failed(bias) ||
-      failed(norm))
+      failed(norm) || failed(tp))
+    return failure();
+  if (tp->splits(ParallelMode::row))
+    return emitError(layer.valueLoc("parallel_mode"))
+           << "'parallel_mode' of a LayerNormLinear must be column: the "
+              "norm reads whole rows";
+  FailureOr<int64_t> localOut = tp->splits(ParallelMode::column)
+                                    ? tp->split(ctx, "out_features", *out)
+                                    : FailureOr<int64_t>(*out);
+  if (failed(localOut))
     return failure();
   FailureOr<Value> input = ctx.takeInput("in_features", *in);
   if (failed(input))
@@ -99,13 +125,15 @@ FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
   LayerOpParts parts;
   parts.add(*input);
   norm->addParams(ctx, parts, "", *in);
-  parts.add(ctx.param("weight", {*out, *in}));
-  parts.addOptional(ctx.param("bias", {*out}, *bias));
+  parts.add(ctx.param("weight", {*localOut, *in}));
+  parts.addOptional(ctx.param("bias", {*localOut}, *bias));
   norm->addAttributes(ctx, parts);
   parts.set("return_layernorm_output", ctx.flag(returnOutput));
+  tp->addAttributes(ctx, parts);
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(LayerNormLinearOp::getOperationName(), parts,
-                   withWidth(*input, *out), /*segmented=*/true, returnOutput);
+                   withWidth(*input, *localOut), /*segmented=*/true,
+                   returnOutput);
 }
 
 FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
@@ -116,8 +144,13 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   FailureOr<Activation> activation = ctx.readActivation();
   bool returnOutput = false;
   FailureOr<NormOptions> norm = readFusedNorm(ctx, returnOutput);
+  FailureOr<TensorParallelOptions> tp =
+      TensorParallelOptions::read(ctx, /*hasMode=*/false);
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) || failed(bias) ||
-      failed(activation) || failed(norm))
+      failed(activation) || failed(norm) || failed(tp))
+    return failure();
+  FailureOr<int64_t> localFfn = tp->split(ctx, "ffn_hidden_size", *ffn);
+  if (failed(localFfn))
     return failure();
   FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
   if (failed(input))
@@ -125,10 +158,11 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   LayerOpParts parts;
   parts.add(*input);
   norm->addParams(ctx, parts, "", *hidden);
-  ctx.addMlpParams(parts, "", *activation, *hidden, *ffn, *bias);
+  ctx.addMlpParams(parts, "", *activation, *hidden, *localFfn, *bias);
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
   norm->addAttributes(ctx, parts);
   parts.set("return_layernorm_output", ctx.flag(returnOutput));
+  tp->addAttributes(ctx, parts);
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(LayerNormMLPOp::getOperationName(), parts, input->getType(),
                    /*segmented=*/true, returnOutput);

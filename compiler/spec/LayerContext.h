@@ -83,6 +83,27 @@ struct NormOptions {
   void addAttributes(LayerContext &ctx, LayerOpParts &parts) const;
 };
 
+/// A layer's tensor parallelism (docs/tensor-parallel.md): `tp_size`
+/// (default 1) and, for the Linear layers, `parallel_mode`. Spec sizes are
+/// global; the layer op gets one rank's.
+struct TensorParallelOptions {
+  int64_t size = 1;
+  std::optional<mlir::te::ParallelMode> mode;
+
+  /// Reads `tp_size`, and `parallel_mode` when `hasMode`.
+  static mlir::FailureOr<TensorParallelOptions> read(LayerContext &ctx,
+                                                     bool hasMode);
+  /// One rank's share of the size `global` under key `key`; an error at
+  /// `key` when tp_size does not divide it.
+  mlir::FailureOr<int64_t> split(LayerContext &ctx, llvm::StringRef key,
+                                 int64_t global) const;
+  bool splits(mlir::te::ParallelMode which) const {
+    return size > 1 && mode == which;
+  }
+  /// Sets `tp_size` (and `parallel_mode`) on the op when tp_size > 1.
+  void addAttributes(LayerContext &ctx, LayerOpParts &parts) const;
+};
+
 using LayerImporter = mlir::FailureOr<mlir::Value> (*)(LayerContext &);
 
 mlir::FailureOr<mlir::Value> importLinear(LayerContext &ctx);

@@ -243,6 +243,49 @@ void LayerContext::addMlpParams(LayerOpParts &parts, StringRef prefix,
   parts.addOptional(param((prefix + "fc2_bias").str(), {hidden}, bias));
 }
 
+FailureOr<TensorParallelOptions> TensorParallelOptions::read(LayerContext &ctx,
+                                                             bool hasMode) {
+  FailureOr<std::optional<int64_t>> size = ctx.layer.getPositive("tp_size");
+  if (failed(size))
+    return failure();
+  TensorParallelOptions options;
+  options.size = size->value_or(1);
+  if (!hasMode)
+    return options;
+  FailureOr<std::optional<std::string>> mode =
+      ctx.layer.getChoice("parallel_mode", {"column", "row"});
+  if (failed(mode))
+    return failure();
+  if (*mode)
+    options.mode =
+        **mode == "column" ? ParallelMode::column : ParallelMode::row;
+  if (options.size > 1 && !options.mode)
+    return emitError(ctx.layer.valueLoc("tp_size"))
+           << "'tp_size' " << options.size
+           << " needs 'parallel_mode': column (splits the output features) "
+              "or row (splits the input features)";
+  return options;
+}
+
+FailureOr<int64_t> TensorParallelOptions::split(LayerContext &ctx,
+                                                StringRef key,
+                                                int64_t global) const {
+  if (global % size == 0)
+    return global / size;
+  return emitError(ctx.layer.valueLoc(key))
+         << "'" << key << "' (" << global << ") must be divisible by tp_size ("
+         << size << ")";
+}
+
+void TensorParallelOptions::addAttributes(LayerContext &ctx,
+                                          LayerOpParts &parts) const {
+  if (size == 1)
+    return;
+  parts.set("tp_size", ctx.i64(size));
+  if (mode)
+    parts.set("parallel_mode", ParallelModeAttr::get(ctx.context(), *mode));
+}
+
 FailureOr<NormOptions> NormOptions::read(LayerContext &ctx, StringRef epsKey) {
   FailureOr<Normalization> norm = ctx.readNormalization();
   FailureOr<double> eps = ctx.layer.getFloat(epsKey, 1e-5);

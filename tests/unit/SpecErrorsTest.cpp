@@ -317,7 +317,7 @@ layers:
                   7, 30,
                   "'fuse_wgrad_accumulation' in Linear must be true or false, "
                   "got 'yes please'"},
-        ErrorCase{"TensorParallelOptionIsUnknown", "spec.yaml", R"(
+        ErrorCase{"SequenceParallelIsUnknown", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 layers:
@@ -339,7 +339,7 @@ layers:
                   "num_attention_heads, num_gqa_groups, kv_channels, "
                   "self_attn_mask_type, attention_dropout, bias, "
                   "rotary_pos_emb, attn_input_format, window_size, rotary_dim, "
-                  "rotary_pos_interleaved, "
+                  "rotary_pos_interleaved, tp_size, "
                   "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16

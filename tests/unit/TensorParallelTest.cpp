@@ -1,0 +1,363 @@
+//===- TensorParallelTest.cpp - tensor-parallel layers in the interpreter -===//
+//
+// A layer with tp_size 2 runs as two ranks, each in its own thread with its
+// own interpreter and its shard of the parameters (docs/tensor-parallel.md),
+// summing through a barrier where the program all-reduces. Both ranks must
+// return what the whole layer (tp_size 1) returns for the same parameters:
+// its output, its input gradient, and their shard of every parameter
+// gradient, up to float64 rounding. Checked at the layer level (the
+// interpreter's layer ops) and after te-decompose and te-autodiff (the
+// te.tp_copy / te.tp_all_reduce placement and their gradients). Fresh random
+// data every run.
+//
+//===----------------------------------------------------------------------===//
+#include "PipelineTestUtils.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+using namespace mlir;
+using namespace tejit::testing;
+
+namespace {
+
+constexpr int kRanks = 2;
+
+/// The collectives of `ranks` interpreters running in threads: each call
+/// waits until every rank has made it, and all get the same result.
+class ThreadCollectives final : public tejit::interp::Collectives {
+public:
+  explicit ThreadCollectives(int ranks) : ranks(ranks) {}
+
+  Tensor sum(const Tensor &local) override { return reduce(local, false); }
+  Tensor max(const Tensor &local) override { return reduce(local, true); }
+
+private:
+  Tensor reduce(const Tensor &local, bool takeMax) {
+    std::unique_lock<std::mutex> lock(mutex);
+    uint64_t round = generation;
+    if (arrived == 0) {
+      accumulated = local;
+    } else {
+      EXPECT_EQ(accumulated.shape, local.shape);
+      for (size_t i = 0; i < local.data.size(); ++i)
+        accumulated.data[i] = takeMax
+                                  ? std::max(accumulated.data[i], local.data[i])
+                                  : accumulated.data[i] + local.data[i];
+    }
+    if (++arrived == ranks) {
+      result = accumulated;
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+    } else {
+      changed.wait(lock, [&] { return generation != round; });
+    }
+    // The next round cannot finish before this rank joins it, so `result`
+    // is still this round's.
+    return result;
+  }
+
+  int ranks;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  uint64_t generation = 0;
+  Tensor accumulated, result;
+};
+
+/// How one rank's tensor is cut from the whole layer's.
+struct Shard {
+  enum Kind { whole, rows, columns, gatedRows, qkvRows } kind = whole;
+  /// qkvRows: query and KV heads of the whole layer, and their width.
+  int64_t heads = 0, groups = 0, headDim = 0;
+};
+
+/// Rows [begin, begin + count) of a tensor whose first dim has `rowsOf`
+/// rows of `width` elements each.
+void appendRows(const Tensor &whole, int64_t begin, int64_t count,
+                int64_t width, std::vector<double> &out) {
+  out.insert(out.end(), whole.data.begin() + begin * width,
+             whole.data.begin() + (begin + count) * width);
+}
+
+Tensor cut(const Tensor &whole, const Shard &shard, int rank,
+           ArrayRef<int64_t> localShape) {
+  Tensor part(localShape, {});
+  int64_t width = 1;
+  for (int64_t dim : ArrayRef<int64_t>(whole.shape).drop_front())
+    width *= dim;
+  int64_t localRows = localShape.empty() ? 1 : localShape[0];
+  switch (shard.kind) {
+  case Shard::whole:
+    return whole;
+  case Shard::rows:
+    appendRows(whole, rank * localRows, localRows, width, part.data);
+    return part;
+  case Shard::gatedRows: {
+    // [activation rows; gate rows]: this rank's slice of each half.
+    int64_t half = whole.shape[0] / 2, local = localRows / 2;
+    appendRows(whole, rank * local, local, width, part.data);
+    appendRows(whole, half + rank * local, local, width, part.data);
+    return part;
+  }
+  case Shard::qkvRows: {
+    int64_t d = shard.headDim, q = shard.heads / kRanks,
+            kv = shard.groups / kRanks;
+    appendRows(whole, rank * q * d, q * d, width, part.data);
+    appendRows(whole, (shard.heads + rank * kv) * d, kv * d, width, part.data);
+    appendRows(whole, (shard.heads + shard.groups + rank * kv) * d, kv * d,
+               width, part.data);
+    return part;
+  }
+  case Shard::columns: {
+    int64_t last = whole.shape.back(), localLast = localShape.back();
+    for (int64_t row = 0; row < int64_t(whole.data.size()) / last; ++row)
+      part.data.insert(
+          part.data.end(), whole.data.begin() + row * last + rank * localLast,
+          whole.data.begin() + row * last + (rank + 1) * localLast);
+    return part;
+  }
+  }
+  return part;
+}
+
+struct TpCase {
+  const char *name;
+  /// The spec, with `{tp}` where the tensor-parallel keys go.
+  const char *spec;
+  /// The keys for tp_size 2.
+  const char *tpKeys;
+  bool gated = false;
+  /// Attention: the whole layer's query heads, KV groups and head dim.
+  int64_t heads = 0, groups = 0, headDim = 0;
+};
+
+void PrintTo(const TpCase &tpCase, std::ostream *os) { *os << tpCase.name; }
+
+const TpCase kCases[] = {
+    {"linear_column",
+     "layers:\n  - {type: Linear, in_features: 24, out_features: 32{tp}}\n",
+     ", tp_size: 2, parallel_mode: column"},
+    {"linear_row",
+     "layers:\n  - {type: Linear, in_features: 32, out_features: 24{tp}}\n",
+     ", tp_size: 2, parallel_mode: row"},
+    {"layernorm_linear",
+     "layers:\n  - {type: LayerNormLinear, in_features: 24, out_features: 32,"
+     " return_layernorm_output: true{tp}}\n",
+     ", tp_size: 2, parallel_mode: column"},
+    {"mlp_gelu",
+     "layers:\n  - {type: LayerNormMLP, hidden_size: 24, ffn_hidden_size: "
+     "40{tp}}\n",
+     ", tp_size: 2"},
+    {"mlp_swiglu_rmsnorm",
+     "layers:\n  - {type: LayerNormMLP, hidden_size: 24, ffn_hidden_size: 40,"
+     " activation: swiglu, normalization: RMSNorm{tp}}\n",
+     ", tp_size: 2", /*gated=*/true},
+    {"mha_gqa_rotary",
+     "layers:\n  - {type: MultiheadAttention, hidden_size: 32, "
+     "num_attention_heads: 4, num_gqa_groups: 2, input_layernorm: true, "
+     "attention_dropout: 0.0, rotary_pos_emb: true{tp}}\n",
+     ", tp_size: 2", false, 4, 2, 8},
+    {"transformer_layer",
+     "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
+     "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0{tp}}\n",
+     ", tp_size: 2", false, 4, 2, 8},
+};
+
+class TensorParallel : public ::testing::TestWithParam<TpCase> {
+protected:
+  TensorParallel()
+      : handler(&context, [](Diagnostic &diag) {
+          ADD_FAILURE() << diag.str();
+          return success();
+        }) {
+    context.loadDialect<te::TEDialect, func::FuncDialect>();
+  }
+
+  OwningOpRef<ModuleOp> import(bool parallel) {
+    std::string spec = "seq_length: 5\nbatch_size: 2\n";
+    spec += GetParam().spec;
+    size_t at = spec.find("{tp}");
+    spec.replace(at, 4, parallel ? GetParam().tpKeys : "");
+    return importSpecText(context, spec, GetParam().name);
+  }
+
+  /// How the argument or gradient named `name` (a "<layer>.<param>" name,
+  /// or the input) is cut, given its whole and local shapes.
+  Shard shardOf(StringRef name, ArrayRef<int64_t> whole,
+                ArrayRef<int64_t> local) const {
+    Shard shard;
+    if (whole == local)
+      return shard;
+    if (whole[0] != local[0]) {
+      bool qkv = name.contains("qkv");
+      shard.kind = qkv ? Shard::qkvRows
+                   : GetParam().gated && (name.ends_with("fc1_weight") ||
+                                          name.ends_with("fc1_bias"))
+                       ? Shard::gatedRows
+                       : Shard::rows;
+      shard.heads = GetParam().heads;
+      shard.groups = GetParam().groups;
+      shard.headDim = GetParam().headDim;
+      return shard;
+    }
+    shard.kind = Shard::columns;
+    return shard;
+  }
+
+  /// Runs `run(rank, collectives)` on every rank in its own thread.
+  template <typename Fn> void onRanks(Fn run) {
+    ThreadCollectives collectives(kRanks);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kRanks; ++rank)
+      threads.emplace_back([&, rank] { run(rank, collectives); });
+    for (std::thread &thread : threads)
+      thread.join();
+  }
+
+  MLIRContext context;
+  ScopedDiagnosticHandler handler;
+  std::mt19937_64 rng{std::random_device{}()};
+};
+
+/// The interpreter's result, or an empty vector after a failure.
+std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
+                              tejit::interp::Collectives *collectives) {
+  tejit::interp::Options options;
+  options.collectives = collectives;
+  FailureOr<std::vector<Tensor>> results =
+      tejit::interp::run(function, args, options);
+  EXPECT_TRUE(succeeded(results));
+  return succeeded(results) ? *results : std::vector<Tensor>();
+}
+
+std::vector<int64_t> shapeOf(Type type) {
+  auto shape = cast<RankedTensorType>(type).getShape();
+  return std::vector<int64_t>(shape.begin(), shape.end());
+}
+
+TEST_P(TensorParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
+  OwningOpRef<ModuleOp> whole = import(false), split = import(true);
+  ASSERT_TRUE(whole && split);
+  func::FuncOp wholeFn = firstFunction(*whole), splitFn = firstFunction(*split);
+  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+  std::vector<Tensor> expected = interpret(wholeFn, args, nullptr);
+  onRanks([&](int rank, tejit::interp::Collectives &collectives) {
+    std::vector<Tensor> local;
+    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
+      std::vector<int64_t> wholeShape =
+          shapeOf(wholeFn.getArgumentTypes()[index]);
+      std::vector<int64_t> localShape = shapeOf(type);
+      local.push_back(cut(
+          args[index], shardOf(argName(splitFn, index), wholeShape, localShape),
+          rank, localShape));
+    }
+    std::vector<Tensor> actual = interpret(splitFn, local, &collectives);
+    ASSERT_EQ(actual.size(), expected.size());
+    // A column-parallel output is this rank's slice of the features.
+    for (size_t i = 0; i < actual.size(); ++i)
+      EXPECT_LT(relativeError(actual[i], cut(expected[i],
+                                             shardOf("", expected[i].shape,
+                                                     actual[i].shape),
+                                             rank, actual[i].shape)),
+                1e-10)
+          << "rank " << rank << " result " << i;
+  });
+}
+
+TEST_P(TensorParallel, GradientsOfTheRanksAreShardsOfTheWholeLayers) {
+  OwningOpRef<ModuleOp> whole = import(false), split = import(true);
+  ASSERT_TRUE(whole && split);
+  tejit::PipelineOptions options;
+  options.stopAfter = tejit::Stage::Autodiff;
+  ASSERT_TRUE(runPipeline(*whole, options));
+  ASSERT_TRUE(runPipeline(*split, options));
+  func::FuncOp wholeFn = firstFunction(*whole), splitFn = firstFunction(*split);
+  func::FuncOp wholeBwd = backwardOf(*whole, wholeFn),
+               splitBwd = backwardOf(*split, splitFn);
+  ASSERT_TRUE(wholeBwd && splitBwd);
+  ASSERT_EQ(wholeFn.getNumArguments(), splitFn.getNumArguments());
+  ASSERT_EQ(wholeBwd.getNumResults(), splitBwd.getNumResults());
+
+  // The backward's arguments: output gradients (drawn here, the same on
+  // every rank), forward arguments and saved forward results.
+  auto backwardArgs = [](func::FuncOp backward, ArrayRef<Tensor> args,
+                         ArrayRef<Tensor> results,
+                         ArrayRef<Tensor> outputGrads) {
+    std::vector<Tensor> bound;
+    size_t nextGrad = 0;
+    for (unsigned i = 0; i < backward.getNumArguments(); ++i) {
+      if (auto arg =
+              backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
+        bound.push_back(args[arg.getInt()]);
+      else if (auto result = backward.getArgAttrOfType<IntegerAttr>(
+                   i, "te.forward_result"))
+        bound.push_back(results[result.getInt()]);
+      else
+        bound.push_back(outputGrads[nextGrad++]);
+    }
+    return bound;
+  };
+
+  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+  std::vector<Tensor> results = interpret(wholeFn, args, nullptr);
+  std::vector<Tensor> outputGrads;
+  for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
+    if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
+        !wholeBwd.getArgAttr(i, "te.forward_result"))
+      outputGrads.push_back(tejit::interp::randomTensor(
+          cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
+  std::vector<Tensor> grads = interpret(
+      wholeBwd, backwardArgs(wholeBwd, args, results, outputGrads), nullptr);
+  ASSERT_EQ(grads.size(), wholeBwd.getNumResults());
+
+  onRanks([&](int rank, tejit::interp::Collectives &collectives) {
+    std::vector<Tensor> local;
+    std::vector<Shard> shards;
+    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
+      std::vector<int64_t> localShape = shapeOf(type);
+      shards.push_back(shardOf(argName(splitFn, index),
+                               shapeOf(wholeFn.getArgumentTypes()[index]),
+                               localShape));
+      local.push_back(cut(args[index], shards.back(), rank, localShape));
+    }
+    std::vector<Tensor> localResults = interpret(splitFn, local, &collectives);
+    ASSERT_FALSE(localResults.empty());
+    // Whole outputs have whole gradients on every rank; a column-parallel
+    // output's gradient is this rank's slice.
+    std::vector<Tensor> localOutputGrads;
+    for (const Tensor &grad : outputGrads) {
+      unsigned index = localOutputGrads.size();
+      std::vector<int64_t> localShape =
+          shapeOf(splitFn.getResultTypes()[index]);
+      localOutputGrads.push_back(
+          cut(grad, shardOf("", grad.shape, localShape), rank, localShape));
+    }
+    std::vector<Tensor> localGrads = interpret(
+        splitBwd, backwardArgs(splitBwd, local, localResults, localOutputGrads),
+        &collectives);
+    ASSERT_EQ(localGrads.size(), grads.size());
+    for (unsigned r = 0; r < splitBwd.getNumResults(); ++r) {
+      int64_t arg =
+          splitBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of").getInt();
+      ASSERT_EQ(
+          wholeBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of").getInt(),
+          arg);
+      Tensor expected = cut(grads[r], shards[arg], rank, localGrads[r].shape);
+      EXPECT_LT(relativeError(localGrads[r], expected), 1e-10)
+          << "rank " << rank << ", gradient of " << argName(splitFn, arg).str();
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, TensorParallel, ::testing::ValuesIn(kCases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+
+} // namespace
