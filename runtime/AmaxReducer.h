@@ -5,8 +5,9 @@
 // each scale update replaces this rank's amaxes by their element-wise max
 // over the ranks (FP8.md). A program without a reducer is one process, and
 // the step is a copy. Two ways to reduce:
-//   * NcclAmaxReducer: over an NCCL communicator, made from a unique id that
-//     one rank creates and every rank receives (or the caller's own);
+//   * NcclAmaxReducer: over an NCCL communicator (NcclComm.h), made from a
+//     unique id that one rank creates and every rank receives (or the
+//     caller's own);
 //   * CallbackAmaxReducer: through a function of the caller's (tejit.pytorch
 //     calls torch.distributed.all_reduce on the process group TE would use,
 //     so the reduction is ordered with the job's other collectives).
@@ -16,9 +17,8 @@
 #define TEJIT_RUNTIME_AMAXREDUCER_H
 
 #include "runtime/CudaDriver.h"
-#include "runtime/Nccl.h"
+#include "runtime/NcclComm.h"
 
-#include <array>
 #include <memory>
 #include <string>
 
@@ -40,38 +40,21 @@ public:
   virtual std::string describe() const = 0;
 };
 
+/// MAX over an NCCL communicator (NcclComm.h: tejit's or the caller's).
 class NcclAmaxReducer final : public AmaxReducer {
 public:
-  /// A fresh NCCL unique id (NCCL_UNIQUE_ID_BYTES bytes): one rank makes it,
-  /// every rank passes it to create().
-  static llvm::Expected<ncclUniqueId> uniqueId();
-  /// Joins the communicator of `ranks` ranks named by `id` as `rank`, on
-  /// device `ordinal` (whose primary context becomes current). Blocks until
-  /// every rank has joined (ncclCommInitRank).
-  static llvm::Expected<std::unique_ptr<NcclAmaxReducer>>
-  create(const ncclUniqueId &id, int ranks, int rank, int ordinal);
-  /// Reduces over the caller's communicator, which must outlive the reducer
-  /// (it is not destroyed with it).
-  static llvm::Expected<std::unique_ptr<NcclAmaxReducer>>
-  borrow(ncclComm_t comm);
-  ~NcclAmaxReducer() override;
+  explicit NcclAmaxReducer(std::unique_ptr<NcclComm> comm)
+      : comm(std::move(comm)) {}
 
   llvm::Error allReduceMax(CUdeviceptr in, CUdeviceptr out, size_t count,
                            CUstream stream) override;
-  int device() const override { return ordinal; }
-  std::string describe() const override;
-  int ranks() const { return numRanks; }
-  int rank() const { return thisRank; }
+  int device() const override { return comm->device(); }
+  std::string describe() const override { return comm->describe(); }
+  int ranks() const { return comm->ranks(); }
+  int rank() const { return comm->rank(); }
 
 private:
-  NcclAmaxReducer(const Nccl &lib, ncclComm_t comm, bool owned)
-      : lib(lib), comm(comm), owned(owned) {}
-  llvm::Error describeComm();
-
-  const Nccl &lib;
-  ncclComm_t comm;
-  bool owned;
-  int ordinal = -1, numRanks = 0, thisRank = 0;
+  std::unique_ptr<NcclComm> comm;
 };
 
 /// The caller's reduction: returns 0 when it enqueued the max over the ranks

@@ -10,6 +10,7 @@
 #include "runtime/AmaxReducer.h"
 #include "runtime/Compile.h"
 #include "runtime/Program.h"
+#include "runtime/TensorParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -25,8 +26,18 @@ struct tejit_amax_group {
   std::shared_ptr<AmaxReducer> reducer;
 };
 
+struct tejit_tp_group {
+  std::shared_ptr<TensorParallelGroup> group;
+};
+
 static_assert(TEJIT_AMAX_GROUP_ID_BYTES == sizeof(ncclUniqueId),
               "an amax group id is an NCCL unique id");
+// A tejit_tp_all_reduce_fn is given int(ElementType) as its dtype
+// (TensorParallel.h).
+static_assert(int(ElementType::F32) == TEJIT_F32 &&
+                  int(ElementType::F16) == TEJIT_F16 &&
+                  int(ElementType::BF16) == TEJIT_BF16,
+              "ElementType and tejit_dtype disagree");
 
 // tejit_status mirrors ErrorCode (runtime/Errors.h): fail() casts one into
 // the other.
@@ -102,6 +113,22 @@ tejit_dtype dtypeOf(ElementType type) {
     return TEJIT_BOOL;
   }
   return TEJIT_I8;
+}
+
+/// A handle (tejit_amax_group or tejit_tp_group) of a `Group` over `comm`.
+template <typename Group, typename Handle>
+tejit_status newNcclGroup(llvm::Expected<std::unique_ptr<NcclComm>> comm,
+                          Handle **handle) {
+  if (!comm)
+    return fail(comm.takeError());
+  *handle = new Handle{std::make_shared<Group>(std::move(*comm))};
+  return ok();
+}
+
+ncclUniqueId ncclId(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]) {
+  ncclUniqueId unique;
+  std::memcpy(&unique, id, sizeof(unique));
+  return unique;
 }
 
 template <typename T>
@@ -391,19 +418,10 @@ tejit_status
 tejit_amax_group_unique_id(unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]) {
   if (!id)
     return invalid("tejit_amax_group_unique_id: id is null");
-  auto unique = NcclAmaxReducer::uniqueId();
+  auto unique = NcclComm::uniqueId();
   if (!unique)
     return fail(unique.takeError());
   std::memcpy(id, &*unique, sizeof(ncclUniqueId));
-  return ok();
-}
-
-static tejit_status
-newGroup(llvm::Expected<std::unique_ptr<NcclAmaxReducer>> reducer,
-         tejit_amax_group **group) {
-  if (!reducer)
-    return fail(reducer.takeError());
-  *group = new tejit_amax_group{std::move(*reducer)};
   return ok();
 }
 
@@ -413,17 +431,17 @@ tejit_amax_group_create(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES],
                         tejit_amax_group **group) {
   if (!id || !group)
     return invalid("tejit_amax_group_create: id and group must not be null");
-  ncclUniqueId unique;
-  std::memcpy(&unique, id, sizeof(unique));
-  return newGroup(NcclAmaxReducer::create(unique, ranks, rank, device), group);
+  return newNcclGroup<NcclAmaxReducer>(
+      NcclComm::create(ncclId(id), ranks, rank, device, "amax group"), group);
 }
 
 tejit_status tejit_amax_group_from_nccl_comm(void *nccl_comm,
                                              tejit_amax_group **group) {
   if (!group)
     return invalid("tejit_amax_group_from_nccl_comm: group is null");
-  return newGroup(NcclAmaxReducer::borrow(static_cast<ncclComm_t>(nccl_comm)),
-                  group);
+  return newNcclGroup<NcclAmaxReducer>(
+      NcclComm::borrow(static_cast<ncclComm_t>(nccl_comm), "amax group"),
+      group);
 }
 
 tejit_status tejit_amax_group_from_function(tejit_amax_reduce_fn function,
@@ -447,6 +465,54 @@ tejit_status tejit_program_set_amax_group(tejit_program *program,
           program->program->setAmaxReducer(group ? group->reducer : nullptr))
     return fail(std::move(error));
   return ok();
+}
+
+tejit_status
+tejit_tp_group_create(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES],
+                      int ranks, int rank, int device, tejit_tp_group **group) {
+  if (!id || !group)
+    return invalid("tejit_tp_group_create: id and group must not be null");
+  return newNcclGroup<NcclTensorParallelGroup>(
+      NcclComm::create(ncclId(id), ranks, rank, device,
+                       "tensor-parallel group"),
+      group);
+}
+
+tejit_status tejit_tp_group_from_nccl_comm(void *nccl_comm,
+                                           tejit_tp_group **group) {
+  if (!group)
+    return invalid("tejit_tp_group_from_nccl_comm: group is null");
+  return newNcclGroup<NcclTensorParallelGroup>(
+      NcclComm::borrow(static_cast<ncclComm_t>(nccl_comm),
+                       "tensor-parallel group"),
+      group);
+}
+
+tejit_status tejit_tp_group_from_function(tejit_tp_all_reduce_fn function,
+                                          void *user_data,
+                                          tejit_tp_group **group) {
+  if (!function || !group)
+    return invalid("tejit_tp_group_from_function: function and group must "
+                   "not be null");
+  *group = new tejit_tp_group{
+      std::make_shared<CallbackTensorParallelGroup>(function, user_data)};
+  return ok();
+}
+
+void tejit_tp_group_destroy(tejit_tp_group *group) { delete group; }
+
+tejit_status tejit_program_set_tp_group(tejit_program *program,
+                                        tejit_tp_group *group) {
+  if (!program)
+    return invalid("tejit_program_set_tp_group: program is null");
+  if (llvm::Error error = program->program->setTensorParallelGroup(
+          group ? group->group : nullptr))
+    return fail(std::move(error));
+  return ok();
+}
+
+int64_t tejit_program_tp_size(const tejit_program *program) {
+  return program ? program->program->tensorParallelRanks() : 0;
 }
 
 tejit_status tejit_program_set_forward_state_updates(tejit_program *program,

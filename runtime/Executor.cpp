@@ -1,6 +1,7 @@
 //===- Executor.cpp - running one plan function on a stream ---------------===//
 #include "runtime/Executor.h"
 #include "runtime/AmaxReducer.h"
+#include "runtime/TensorParallel.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -161,6 +162,16 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
         return annotate(launcher.takeError(), llvm::formatv("step {0}", index),
                         ErrorCode::Unsupported);
       attention = std::move(*launcher);
+    }
+    if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
+      // Parsed plans agree on one group; this guards plans built in memory.
+      if (executor->tpRanks && sum->ranks != executor->tpRanks)
+        return makeError(
+            ErrorCode::InvalidArgument,
+            llvm::formatv("function '{0}', step {1}: a tp_allreduce over {2} "
+                          "ranks after one over {3}",
+                          function.name, index, sum->ranks, executor->tpRanks));
+      executor->tpRanks = sum->ranks;
     }
     executor->kernels.push_back(entry);
     executor->attentions.push_back(std::move(attention));
@@ -406,6 +417,21 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
   return Error::success();
 }
 
+Error Executor::setTensorParallelGroup(
+    std::shared_ptr<TensorParallelGroup> group) {
+  // A group of another size would sum the wrong shards (or hang in the
+  // collective); one of unknown size (a caller's function) is trusted.
+  if (group && tpRanks && group->ranks() >= 0 && group->ranks() != tpRanks)
+    return makeError(
+        ErrorCode::InvalidArgument,
+        llvm::formatv("function '{0}' is compiled for tensor parallelism over "
+                      "{1} ranks (tp_size {1}), but the tensor-parallel group "
+                      "({2}) has {3}",
+                      plan.name, tpRanks, group->describe(), group->ranks()));
+  tpGroup = std::move(group);
+  return Error::success();
+}
+
 size_t Executor::scratchBytes() const {
   size_t bytes = 0;
   for (const Step &step : plan.steps)
@@ -482,6 +508,16 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     AmaxReducer *amaxReducer, StaticReuse reuse, bool useCache,
                     bool zeroSkippedAmaxes, CUdeviceptr skipFlag,
                     bool leaveState) {
+  // Before anything is enqueued: a run that stopped at the first
+  // tp_allreduce would leave half a function on the stream (or in a graph
+  // being captured).
+  if (tpRanks && !tpGroup)
+    return makeError(
+        ErrorCode::State,
+        llvm::formatv("function '{0}': this program is compiled for tensor "
+                      "parallelism over {1} ranks (tp_size {1}); give it a "
+                      "tensor-parallel group (tejit_program_set_tp_group)",
+                      plan.name, tpRanks));
   useCache = useCache && staticCache.bytes();
   if (!useCache)
     skipFlag = 0;
@@ -556,6 +592,11 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                                  addresses[reduce->out], addresses[reduce->in],
                                  plan.values[reduce->in].bytes, stream),
                              "copying amaxes");
+    } else if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
+      const TensorType &type = plan.values[sum->in].type;
+      error = tpGroup->allReduceSum(addresses[sum->in], addresses[sum->out],
+                                    size_t(type.numElements()), type.element,
+                                    stream);
     }
     if (error)
       return annotate(

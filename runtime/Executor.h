@@ -3,8 +3,9 @@
 // An executor binds a plan function's values to device memory (the caller's
 // arguments and results, views of them, and offsets into a scratch arena)
 // and enqueues its steps in order on one stream: generated kernels, cuBLASLt
-// GEMMs, cuDNN flash attention, and the amax reduction. It allocates nothing
-// and never synchronizes, so a run can be captured in a CUDA graph.
+// GEMMs, cuDNN flash attention, the amax reduction and the tensor-parallel
+// all-reduce. It allocates nothing and never synchronizes, so a run can be
+// captured in a CUDA graph.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_EXECUTOR_H
@@ -25,6 +26,7 @@
 namespace tejit::runtime {
 
 class AmaxReducer;
+class TensorParallelGroup;
 
 /// The CUDA modules of a bundle's binaries, loaded on first use and unloaded
 /// with the set. Needs the bundle's context current.
@@ -80,7 +82,8 @@ public:
   /// device pointer per argument and result of the function; `arena` at
   /// least function().arenaBytes of device memory, `scratch`
   /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
-  /// ranks (null: one process, the step is a copy). With `useCache` (the
+  /// ranks (null: one process, the step is a copy); the tp_allreduce steps
+  /// run over setTensorParallelGroup's group. With `useCache` (the
   /// cache allocated) the static steps write into the cache, and `reuse`
   /// says whether they may be skipped (StaticReuse); a skipping run with
   /// `zeroSkippedAmaxes` zeroes the amaxes they would have recorded (TE
@@ -102,6 +105,15 @@ public:
                   StaticReuse reuse = StaticReuse::Never, bool useCache = false,
                   bool zeroSkippedAmaxes = false, CUdeviceptr skipFlag = 0,
                   bool leaveState = false);
+  /// The group the tp_allreduce steps sum over from the next run on (null:
+  /// none, and a run of a function with such steps fails before it enqueues
+  /// anything). ErrorCode::InvalidArgument when the group knows its size
+  /// and it is not the steps' ranks.
+  llvm::Error
+  setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
+  /// The ranks of the function's tp_allreduce steps, 0 when it has none.
+  int64_t tensorParallelRanks() const { return tpRanks; }
+
   /// The results (by index) a run with `leaveState` throws away: the FP8
   /// state's update, which a forward under torch.no_grad() does not keep.
   /// Such a run skips the steps only they need
@@ -224,6 +236,10 @@ private:
   size_t skippedSteps = 0;
   /// Per step, whether a run that leaves the state needs it (empty: all).
   std::vector<bool> neededWhenLeavingState;
+  /// The ranks of the tp_allreduce steps (0: none), and the group they sum
+  /// over.
+  int64_t tpRanks = 0;
+  std::shared_ptr<TensorParallelGroup> tpGroup;
   /// Per value id: its address in the current run.
   std::vector<CUdeviceptr> addresses;
 };

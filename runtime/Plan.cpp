@@ -254,6 +254,9 @@ void tejit::runtime::forEachStepValue(
   } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
     visit(reduce->in, false);
     visit(reduce->out, true);
+  } else if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
+    visit(sum->in, false);
+    visit(sum->out, true);
   }
 }
 
@@ -343,6 +346,14 @@ const FunctionPlan *Plan::backwardOf(const FunctionPlan &forward) const {
     if (!function.backwardOf.empty() && function.backwardOf == forward.name)
       return &function;
   return nullptr;
+}
+
+int64_t Plan::tensorParallelRanks() const {
+  for (const FunctionPlan &function : functions)
+    for (const Step &step : function.steps)
+      if (const auto *sum = std::get_if<TpAllReduceStep>(&step))
+        return sum->ranks;
+  return 1;
 }
 
 std::string tejit::runtime::previousScratchProblem(llvm::ArrayRef<Step> before,
@@ -514,8 +525,13 @@ private:
   Error parseGemm(const json::Object &node, const Scope &scope, GemmStep &step);
   Error parseAttention(const json::Object &node, const Scope &scope,
                        AttentionStep &step);
+  /// The `in` and `out` value ids of an all-reduce step.
+  Error parseInOut(const json::Object &node, const Scope &scope, int64_t &in,
+                   int64_t &out);
   Error parseAmaxAllReduce(const json::Object &node, const Scope &scope,
                            AmaxAllReduceStep &step);
+  Error parseTpAllReduce(const json::Object &node, const Scope &scope,
+                         TpAllReduceStep &step);
 
   /// A value id of this function; `name` is how errors call the field.
   Expected<int64_t> valueId(const json::Value &node, StringRef name,
@@ -933,10 +949,15 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
     if (Error error = parseAmaxAllReduce(**object, scope, step))
       return error;
     function.steps.push_back(step);
+  } else if (*kind == "tp_allreduce") {
+    TpAllReduceStep step;
+    if (Error error = parseTpAllReduce(**object, scope, step))
+      return error;
+    function.steps.push_back(step);
   } else {
     return scope.error("kind", "is unknown (expected kernel, gemm, attention, "
-                               "attention_bwd, kv_cache_attention or "
-                               "amax_allreduce)");
+                               "attention_bwd, kv_cache_attention, "
+                               "amax_allreduce or tp_allreduce)");
   }
   return Error::success();
 }
@@ -1282,24 +1303,89 @@ Error FunctionParser::parseAttention(const json::Object &node,
   return Error::success();
 }
 
+Error FunctionParser::parseInOut(const json::Object &node, const Scope &scope,
+                                 int64_t &in, int64_t &out) {
+  Expected<int64_t> inId = valueId(node, "in", scope);
+  if (!inId)
+    return inId.takeError();
+  Expected<int64_t> outId = valueId(node, "out", scope);
+  if (!outId)
+    return outId.takeError();
+  in = *inId;
+  out = *outId;
+  return Error::success();
+}
+
 Error FunctionParser::parseAmaxAllReduce(const json::Object &node,
                                          const Scope &scope,
                                          AmaxAllReduceStep &step) {
-  Expected<int64_t> in = valueId(node, "in", scope);
-  if (!in)
-    return in.takeError();
-  Expected<int64_t> out = valueId(node, "out", scope);
-  if (!out)
-    return out.takeError();
-  step.in = *in;
-  step.out = *out;
-  const TensorType &inType = function.values[*in].type;
-  const TensorType &outType = function.values[*out].type;
+  if (Error error = parseInOut(node, scope, step.in, step.out))
+    return error;
+  const TensorType &inType = function.values[step.in].type;
+  const TensorType &outType = function.values[step.out].type;
   if (inType.element != ElementType::F32 || !sameType(inType, outType))
-    return scope.error("out", "is value " + Twine(*out) + " of type " +
+    return scope.error("out", "is value " + Twine(step.out) + " of type " +
                                   printType(outType) + ", but 'in' (value " +
-                                  Twine(*in) + ") is " + printType(inType) +
+                                  Twine(step.in) + ") is " + printType(inType) +
                                   "; both must be the same f32 vector");
+  return Error::success();
+}
+
+Error FunctionParser::parseTpAllReduce(const json::Object &node,
+                                       const Scope &scope,
+                                       TpAllReduceStep &step) {
+  if (Error error = parseInOut(node, scope, step.in, step.out))
+    return error;
+  Expected<int64_t> ranks = scope.integer(node, "ranks");
+  if (!ranks)
+    return ranks.takeError();
+  int64_t in = step.in, out = step.out;
+  step.ranks = *ranks;
+  // One rank has nothing to sum with: the compiler leaves no step then.
+  if (*ranks < 2)
+    return scope.error("ranks", "is " + Twine(*ranks) +
+                                    "; a tensor-parallel all-reduce spans "
+                                    "at least 2 ranks");
+  const TensorType &inType = function.values[in].type;
+  const TensorType &outType = function.values[out].type;
+  // What NCCL sums and the layers' activations and gradients are.
+  if (inType.element != ElementType::BF16 &&
+      inType.element != ElementType::F16 && inType.element != ElementType::F32)
+    return scope.error("in", "is value " + Twine(in) + " of type " +
+                                 printType(inType) +
+                                 "; a tensor-parallel all-reduce sums bf16, "
+                                 "f16 or f32");
+  if (!sameType(inType, outType))
+    return scope.error("out", "is value " + Twine(out) + " of type " +
+                                  printType(outType) + ", but 'in' (value " +
+                                  Twine(in) + ") is " + printType(inType) +
+                                  "; both must have the same type");
+  return Error::success();
+}
+
+/// Checks that every tp_allreduce step of the plan spans as many ranks: a
+/// program runs over one tensor-parallel group.
+Error checkTensorParallelRanks(const Plan &plan) {
+  std::optional<std::string> first;
+  int64_t ranks = 0;
+  for (const FunctionPlan &function : plan.functions)
+    for (auto [index, step] : llvm::enumerate(function.steps)) {
+      const auto *sum = std::get_if<TpAllReduceStep>(&step);
+      if (!sum)
+        continue;
+      std::string where = "function '" + function.name + "', step " +
+                          std::to_string(index) + " (tp_allreduce)";
+      if (!first) {
+        first = where;
+        ranks = sum->ranks;
+      } else if (sum->ranks != ranks) {
+        return Scope(where).error("ranks", "is " + Twine(sum->ranks) +
+                                               ", but " + *first + " has " +
+                                               Twine(ranks) +
+                                               "; a plan runs over one "
+                                               "tensor-parallel group");
+      }
+    }
   return Error::success();
 }
 
@@ -1457,6 +1543,8 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
       return error;
   }
   if (Error error = checkFunctions(plan))
+    return error;
+  if (Error error = checkTensorParallelRanks(plan))
     return error;
   return plan;
 }

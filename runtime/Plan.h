@@ -143,8 +143,16 @@ struct AmaxAllReduceStep {
   int64_t in = 0, out = 0;
 };
 
-using Step =
-    std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep>;
+/// Tensor parallelism (docs/tensor-parallel.md): `out` = the element-wise
+/// sum over the `ranks` ranks of the group of `in`, two values of one type
+/// (bf16, f16 or f32).
+struct TpAllReduceStep {
+  int64_t in = 0, out = 0;
+  int64_t ranks = 0;
+};
+
+using Step = std::variant<KernelStep, GemmStep, AttentionStep,
+                          AmaxAllReduceStep, TpAllReduceStep>;
 
 struct FunctionPlan {
   std::string name;
@@ -215,6 +223,9 @@ struct Plan {
   const FunctionPlan *forward() const;
   /// The backward of `forward`, or null.
   const FunctionPlan *backwardOf(const FunctionPlan &forward) const;
+  /// The tensor-parallel size the plan was compiled for: the ranks of its
+  /// tp_allreduce steps (parsing checks they agree), 1 when it has none.
+  int64_t tensorParallelRanks() const;
 };
 
 /// Why `step`, which reads the scratch as the step before it left it, cannot

@@ -1,6 +1,7 @@
 //===- Program.cpp - compiled layers with their state, ready to run -------===//
 #include "runtime/Program.h"
 #include "runtime/AmaxReducer.h"
+#include "runtime/TensorParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -279,6 +280,33 @@ Error Program::setAmaxReducer(std::shared_ptr<AmaxReducer> reducer) {
                                    reducer->describe(), reducer->device(),
                                    deviceInfo.ordinal));
   amaxReducer = std::move(reducer);
+  return Error::success();
+}
+
+Error Program::setTensorParallelGroup(
+    std::shared_ptr<TensorParallelGroup> group) {
+  if (group && group->device() >= 0 && group->device() != deviceInfo.ordinal)
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("the tensor-parallel group ({0}) is on "
+                                   "device {1}, the program on device {2}",
+                                   group->describe(), group->device(),
+                                   deviceInfo.ordinal));
+  // Checked here, before either executor takes the group, so that a
+  // refused group leaves both with the one they had.
+  int64_t ranks = tensorParallelRanks();
+  if (group && ranks > 1 && group->ranks() >= 0 && group->ranks() != ranks)
+    return makeError(
+        ErrorCode::InvalidArgument,
+        llvm::formatv("the program is compiled for tensor parallelism over "
+                      "{0} ranks (tp_size {0}), but the tensor-parallel group "
+                      "({1}) has {2}",
+                      ranks, group->describe(), group->ranks()));
+  // The executors hold it (and keep it alive): every call, also one whose
+  // forward leaves the FP8 state, sums over it.
+  for (Function *function : {&forwardFn, &backwardFn})
+    if (function->executor)
+      if (Error error = function->executor->setTensorParallelGroup(group))
+        return error;
   return Error::success();
 }
 

@@ -138,6 +138,19 @@ public:
   /// the reducer works on another device than the program.
   llvm::Error setAmaxReducer(std::shared_ptr<AmaxReducer> reducer);
 
+  /// The tensor-parallel size the program was compiled for (tp_size): the
+  /// ranks its tp_allreduce steps sum over, 1 when it has none.
+  int64_t tensorParallelRanks() const {
+    return bundle.plan.tensorParallelRanks();
+  }
+  /// The group the tp_allreduce steps sum over from the next call on (null:
+  /// none; a program with such steps then fails its calls). The program
+  /// keeps the group alive; one without such steps ignores it.
+  /// ErrorCode::InvalidArgument when the group works on another device than
+  /// the program, or knows its size and it is not tensorParallelRanks().
+  llvm::Error
+  setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
+
 private:
   /// How one argument or result of a function is supplied.
   struct Binding {

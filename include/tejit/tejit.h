@@ -1,4 +1,5 @@
-/*===- tejit.h - the tejit C API -----------------------------------*- C -*-===*\
+/*===- tejit.h - the tejit C API -----------------------------------*- C
+-*-===*\
 |*                                                                            *|
 |* A plain C ABI over the tejit compiler and runtime, for the Python package  *|
 |* (ctypes) and for C/C++ programs. Every call returns a tejit_status; when   *|
@@ -24,14 +25,14 @@ extern "C" {
 
 typedef enum tejit_status {
   TEJIT_OK = 0,
-  TEJIT_ERROR_INVALID_ARGUMENT = 1, /* a null handle, an index out of range */
-  TEJIT_ERROR_COMPILE = 2,          /* the spec or IR was rejected */
-  TEJIT_ERROR_NO_DEVICE = 3,        /* no CUDA driver or no GPU */
+  TEJIT_ERROR_INVALID_ARGUMENT = 1,   /* a null handle, an index out of range */
+  TEJIT_ERROR_COMPILE = 2,            /* the spec or IR was rejected */
+  TEJIT_ERROR_NO_DEVICE = 3,          /* no CUDA driver or no GPU */
   TEJIT_ERROR_UNSUPPORTED_DEVICE = 4, /* FP8 needs sm_89 or newer */
-  TEJIT_ERROR_CUDA = 5,             /* a CUDA driver call failed */
-  TEJIT_ERROR_CUBLAS = 6,           /* a cuBLASLt call failed */
-  TEJIT_ERROR_UNSUPPORTED = 7,      /* not implemented (e.g. attention) */
-  TEJIT_ERROR_STATE = 8,            /* e.g. backward before forward */
+  TEJIT_ERROR_CUDA = 5,               /* a CUDA driver call failed */
+  TEJIT_ERROR_CUBLAS = 6,             /* a cuBLASLt call failed */
+  TEJIT_ERROR_UNSUPPORTED = 7,        /* not implemented (e.g. attention) */
+  TEJIT_ERROR_STATE = 8,              /* e.g. backward before forward */
   TEJIT_ERROR_INTERNAL = 9
 } tejit_status;
 
@@ -55,17 +56,17 @@ const char *tejit_version(void);
 /* Loads the CUDA driver and checks device `ordinal`: fills its compute
  * capability and name (may be NULL). TEJIT_ERROR_NO_DEVICE without a driver
  * or GPU, TEJIT_ERROR_UNSUPPORTED_DEVICE below sm_89. */
-tejit_status tejit_device_info(int ordinal, int *major, int *minor,
-                               char *name, size_t name_size);
+tejit_status tejit_device_info(int ordinal, int *major, int *minor, char *name,
+                               size_t name_size);
 
 typedef struct tejit_program tejit_program;
 
 /* What tejit_compile compiles. */
 typedef struct tejit_compile_options {
-  int training;        /* 1: forward + backward; 0: inference forward only */
-  const char *recipe;  /* NULL (the spec's), "delayed", "current", "none", or
-                          a #te recipe attribute */
-  int device;          /* CUDA device ordinal; kernels are built for it */
+  int training;       /* 1: forward + backward; 0: inference forward only */
+  const char *recipe; /* NULL (the spec's), "delayed", "current", "none", or
+                         a #te recipe attribute */
+  int device;         /* CUDA device ordinal; kernels are built for it */
 } tejit_compile_options;
 
 /* Compiles a layer spec (YAML or JSON text) or te IR text (`source`), or the
@@ -97,21 +98,21 @@ tejit_status tejit_program_plan(const tejit_program *program, char **text);
 
 /* Tensors a program exchanges with the caller. */
 typedef enum tejit_tensor_kind {
-  TEJIT_INPUT = 0,      /* forward inputs: activations, then parameters */
-  TEJIT_OUTPUT = 1,     /* forward outputs */
-  TEJIT_GRAD_OUTPUT = 2,/* backward inputs: one per forward output, then,
-                           under fuse_wgrad_accumulation, one float32
-                           "main_grad.<weight>" per GEMM weight */
-  TEJIT_GRAD_INPUT = 3, /* backward outputs: one per forward input */
-  TEJIT_META = 4,       /* FP8 meta state: scale, scale_inv, amax_history */
-  TEJIT_SAVED = 5       /* what the forward saves for the backward (FP8
-                           copies, norm statistics, pre-activations): kept by
-                           the program for tejit_forward, by the caller for
-                           tejit_forward_ex */
+  TEJIT_INPUT = 0,       /* forward inputs: activations, then parameters */
+  TEJIT_OUTPUT = 1,      /* forward outputs */
+  TEJIT_GRAD_OUTPUT = 2, /* backward inputs: one per forward output, then,
+                            under fuse_wgrad_accumulation, one float32
+                            "main_grad.<weight>" per GEMM weight */
+  TEJIT_GRAD_INPUT = 3,  /* backward outputs: one per forward input */
+  TEJIT_META = 4,        /* FP8 meta state: scale, scale_inv, amax_history */
+  TEJIT_SAVED = 5        /* what the forward saves for the backward (FP8
+                            copies, norm statistics, pre-activations): kept by
+                            the program for tejit_forward, by the caller for
+                            tejit_forward_ex */
 } tejit_tensor_kind;
 
 typedef struct tejit_tensor_info {
-  const char *name;     /* e.g. "input", "layers.0.fc1_weight" */
+  const char *name; /* e.g. "input", "layers.0.fc1_weight" */
   tejit_dtype dtype;
   int rank;
   int64_t shape[8];
@@ -160,8 +161,8 @@ tejit_status tejit_backward_ex(tejit_program *program, void *stream,
 
 /* Copies a TEJIT_META tensor to or from host memory (`bytes` long), ordered
  * on `stream`; get synchronizes the stream. Meta tensors are float32. */
-tejit_status tejit_meta_get(tejit_program *program, size_t index,
-                            void *host, size_t bytes, void *stream);
+tejit_status tejit_meta_get(tejit_program *program, size_t index, void *host,
+                            size_t bytes, void *stream);
 tejit_status tejit_meta_set(tejit_program *program, size_t index,
                             const void *host, size_t bytes, void *stream);
 /* The device pointer of a TEJIT_META tensor (for device-side save/restore). */
@@ -227,7 +228,7 @@ tejit_status tejit_program_set_reuse_weight_casts(tejit_program *program,
  * may use it; tejit_program_set_reuse_weight_casts leaves this mode. Plans
  * written before format 4 cannot (TEJIT_ERROR_UNSUPPORTED here). */
 tejit_status tejit_program_set_weight_cast_flag(tejit_program *program,
-                                               const void *flag);
+                                                const void *flag);
 /* Where TEJIT_SAVED tensor `index` lives in the kept weight casts while the
  * mode is not TEJIT_WEIGHT_CASTS_RUN (a training forward's weight
  * transpose and its scale_inv), NULL when it does not. Given this address
@@ -259,14 +260,15 @@ size_t tejit_program_skipped_steps(const tejit_program *program);
  * Programs keep the group they use alive: destroy the handle when done. */
 typedef struct tejit_amax_group tejit_amax_group;
 #define TEJIT_AMAX_GROUP_ID_BYTES 128
-typedef int (*tejit_amax_reduce_fn)(void *user_data, void *amaxes,
-                                    size_t count, void *stream);
+typedef int (*tejit_amax_reduce_fn)(void *user_data, void *amaxes, size_t count,
+                                    void *stream);
 
-tejit_status tejit_amax_group_unique_id(
-    unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]);
-tejit_status tejit_amax_group_create(
-    const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES], int ranks, int rank,
-    int device, tejit_amax_group **group);
+tejit_status
+tejit_amax_group_unique_id(unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES]);
+tejit_status
+tejit_amax_group_create(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES],
+                        int ranks, int rank, int device,
+                        tejit_amax_group **group);
 tejit_status tejit_amax_group_from_nccl_comm(void *nccl_comm,
                                              tejit_amax_group **group);
 tejit_status tejit_amax_group_from_function(tejit_amax_reduce_fn function,
@@ -280,6 +282,51 @@ tejit_status tejit_program_set_amax_group(tejit_program *program,
 /* How many amax reductions the program's plan has (0: its recipe has none:
  * no DelayedScaling, or reduce_amax off). */
 size_t tejit_program_amax_reductions(const tejit_program *program);
+
+/* Tensor parallelism (docs/tensor-parallel.md; TE's tp_group / tp_size): a
+ * program compiled with tp_size N > 1 holds this rank's shard of each
+ * parallel layer and sums partial results over the N ranks of its
+ * tensor-parallel group (after a row-parallel GEMM in the forward, after a
+ * column-parallel GEMM's dgrad in the backward). It needs the group, set
+ * with tejit_program_set_tp_group: without one its forward and backward
+ * fail (TEJIT_ERROR_STATE) before they enqueue anything. Every rank of the
+ * group must run the same programs' calls in the same order (each sum is a
+ * collective). A group is one of:
+ *   - an NCCL communicator tejit makes: one rank calls
+ *     tejit_amax_group_unique_id (both groups are NCCL communicators named
+ *     by an NCCL unique id: the same call makes the bytes for either, but
+ *     each communicator needs an id of its own), sends the bytes to the
+ *     others, and every rank calls tejit_tp_group_create (it blocks until
+ *     all have);
+ *   - the caller's NCCL communicator (an ncclComm_t), which must outlive the
+ *     group and every program that uses it;
+ *   - the caller's function, which sums `count` elements of type `dtype`
+ *     (TEJIT_BF16, TEJIT_F16 or TEJIT_F32) at device address `data` in
+ *     place over the ranks on `stream` and returns 0 (nonzero fails the
+ *     call). tejit copies the step's input to its output first.
+ * Programs keep the group they use alive: destroy the handle when done. */
+typedef struct tejit_tp_group tejit_tp_group;
+typedef int (*tejit_tp_all_reduce_fn)(void *user_data, void *data, size_t count,
+                                      int dtype, void *stream);
+
+tejit_status
+tejit_tp_group_create(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES],
+                      int ranks, int rank, int device, tejit_tp_group **group);
+tejit_status tejit_tp_group_from_nccl_comm(void *nccl_comm,
+                                           tejit_tp_group **group);
+tejit_status tejit_tp_group_from_function(tejit_tp_all_reduce_fn function,
+                                          void *user_data,
+                                          tejit_tp_group **group);
+void tejit_tp_group_destroy(tejit_tp_group *group);
+/* Sets (NULL: clears) the group `program` sums over from its next call on.
+ * Fails when the group's communicator is on another device or has another
+ * number of ranks than the program's tp_size; a program without
+ * tensor-parallel steps (tp_size 1) ignores the group. */
+tejit_status tejit_program_set_tp_group(tejit_program *program,
+                                        tejit_tp_group *group);
+/* The tensor-parallel size the program was compiled for (1: none; 0 for a
+ * NULL program). */
+int64_t tejit_program_tp_size(const tejit_program *program);
 
 #ifdef __cplusplus
 }

@@ -20,9 +20,11 @@ import sys
 from . import _capi, _tensors
 from ._amax_group import AmaxGroup
 from ._capi import LibraryNotFoundError, TejitError
+from ._tp_group import TensorParallelGroup
 
-__all__ = ["Program", "AmaxGroup", "TensorInfo", "DeviceInfo", "TejitError",
-           "LibraryNotFoundError", "compile_ir", "device_info", "version"]
+__all__ = ["Program", "AmaxGroup", "TensorParallelGroup", "TensorInfo",
+           "DeviceInfo", "TejitError", "LibraryNotFoundError", "compile_ir",
+           "device_info", "version"]
 
 TensorInfo = collections.namedtuple(
     "TensorInfo", ["name", "dtype", "shape", "nbytes", "is_parameter"])
@@ -170,6 +172,7 @@ class Program:
         self._compile_options = options or {}
         self._meta_uploads = {}    # host buffers of pending meta_set copies
         self._amax_group = None    # set_amax_group's, kept for its errors
+        self._tp_group = None      # set_tp_group's, likewise
         self.inputs = self._infos(_capi.TEJIT_INPUT)
         self.outputs = self._infos(_capi.TEJIT_OUTPUT)
         self.grad_outputs = self._infos(_capi.TEJIT_GRAD_OUTPUT)
@@ -432,14 +435,37 @@ class Program:
             self.handle, group.handle if group is not None else None))
         self._amax_group = group
 
+    # --- tensor parallelism ------------------------------------------------
+
+    @property
+    def tp_size(self):
+        """The tensor-parallel size the program was compiled for: the ranks
+        its tensor-parallel sums span (1: none)."""
+        return _capi.lib().tejit_program_tp_size(self.handle)
+
+    def set_tp_group(self, group):
+        """Sums the partial results of tensor-parallel layers over `group`
+        (a TensorParallelGroup) from the next call on; None clears it (a
+        program with tp_size > 1 then fails its calls). Raises when the
+        group is on another device or has another size than tp_size. The
+        program keeps the group: an exception its function raises in a call
+        is raised again by that call (_check)."""
+        _capi.check(_capi.lib().tejit_program_set_tp_group(
+            self.handle, group.handle if group is not None else None))
+        self._tp_group = group
+
     def _check(self, status):
-        """_capi.check for calls that may run the amax group's function: the
-        exception it raised comes first."""
-        if status and self._amax_group is not None:
-            try:
-                self._amax_group.raise_pending()
-            except BaseException as error:
-                raise _capi.TejitError(status, _capi.last_error()) from error
+        """_capi.check for calls that may run the amax or tensor-parallel
+        group's function: the exception it raised comes first."""
+        if status:
+            for group in (self._amax_group, self._tp_group):
+                if group is None:
+                    continue
+                try:
+                    group.raise_pending()
+                except BaseException as error:
+                    raise _capi.TejitError(status,
+                                           _capi.last_error()) from error
         _capi.check(status)
 
     def set_seed(self, seed):

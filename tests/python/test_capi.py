@@ -200,6 +200,173 @@ if __name__ == "__main__":
     unittest.main()
 
 
+class TensorParallelGroupTest(unittest.TestCase):
+    """Tensor-parallel groups without a GPU: the function kind end to end
+    through its ctypes callback, clear errors for null or invalid arguments
+    of the C API, and what needs a GPU refused clearly."""
+
+    def test_function_group_is_made_and_released(self):
+        calls = []
+        group = tejit.TensorParallelGroup.from_function(
+            lambda *arguments: calls.append(arguments))
+        self.assertTrue(group.handle.value)
+        group.close()
+        group.close()  # idempotent
+        with self.assertRaises(ValueError):
+            group.handle  # noqa: B018 - the property raises once closed
+        self.assertEqual(calls, [])  # nothing ran without a program
+
+    def test_function_gets_torch_dtype_names(self):
+        # What the runtime calls (CallbackTensorParallelGroup): the dtype is
+        # a tejit_dtype, the function sees torch's name for it.
+        calls = []
+        group = tejit.TensorParallelGroup.from_function(
+            lambda *arguments: calls.append(arguments))
+        for dtype in (2, 1, 0):  # TEJIT_BF16, TEJIT_F16, TEJIT_F32
+            self.assertEqual(group._function(None, 0x1000, 64, dtype, None),
+                             0)
+        self.assertEqual(calls, [(0x1000, 64, "bfloat16", None),
+                                 (0x1000, 64, "float16", None),
+                                 (0x1000, 64, "float32", None)])
+        group.raise_pending()  # nothing pending
+        # An element type a tensor-parallel sum never has fails the call.
+        self.assertEqual(group._function(None, 0x1000, 64, 3, None), 1)
+        self.assertEqual(len(calls), 3)
+        with self.assertRaisesRegex(ValueError, "dtype 3"):
+            group.raise_pending()
+        group.close()
+
+    def test_exception_of_the_function_is_raised_by_the_program_call(self):
+        def fail(*_arguments):
+            raise RuntimeError("all_reduce failed")
+        group = tejit.TensorParallelGroup.from_function(fail)
+        self.assertEqual(group._function(None, 0x1000, 8, 2, None), 1)
+        program = tejit.Program.__new__(tejit.Program)
+        program._amax_group = None
+        program._tp_group = group
+        with self.assertRaises(tejit.TejitError) as caught:
+            program._check(9)  # TEJIT_ERROR_INTERNAL
+        self.assertIsInstance(caught.exception.__cause__, RuntimeError)
+        self.assertEqual(caught.exception.status, 9)
+        group.raise_pending()  # raised once, then forgotten
+        group.close()
+
+    def test_null_arguments_are_refused(self):
+        library = tejit._capi.lib()
+        handle = ctypes.c_void_p()
+        self.assertEqual(library.tejit_tp_group_from_function(
+            None, None, ctypes.byref(handle)), 1)
+        self.assertIn("tejit_tp_group_from_function: function and group",
+                      tejit._capi.last_error())
+        self.assertFalse(handle.value)
+        function = tejit._tp_group.ALL_REDUCE_FUNCTION(lambda *a: 0)
+        self.assertEqual(library.tejit_tp_group_from_function(
+            function, None, None), 1)
+        self.assertEqual(library.tejit_tp_group_create(
+            None, 2, 0, 0, ctypes.byref(handle)), 1)
+        self.assertIn("tejit_tp_group_create: id and group must not be null",
+                      tejit._capi.last_error())
+        identifier = (ctypes.c_ubyte * 128)()
+        self.assertEqual(library.tejit_tp_group_create(
+            identifier, 2, 0, 0, None), 1)
+        self.assertEqual(library.tejit_tp_group_from_nccl_comm(
+            ctypes.c_void_p(0x1000), None), 1)
+        self.assertIn("tejit_tp_group_from_nccl_comm: group is null",
+                      tejit._capi.last_error())
+        # A null communicator is named before NCCL is loaded.
+        self.assertEqual(library.tejit_tp_group_from_nccl_comm(
+            None, ctypes.byref(handle)), 1)
+        self.assertIn("tensor-parallel group: the NCCL communicator is null",
+                      tejit._capi.last_error())
+        self.assertFalse(handle.value)
+        library.tejit_tp_group_destroy(None)  # does nothing
+
+    def test_null_program(self):
+        library = tejit._capi.lib()
+        self.assertEqual(library.tejit_program_tp_size(None), 0)
+        self.assertEqual(library.tejit_program_set_tp_group(None, None), 1)
+        self.assertIn("tejit_program_set_tp_group: program is null",
+                      tejit._capi.last_error())
+        group = tejit.TensorParallelGroup.from_function(lambda *a: None)
+        self.assertEqual(
+            library.tejit_program_set_tp_group(None, group.handle), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
+        group.close()
+
+    def test_rank_out_of_range_names_it(self):
+        for ranks, rank in ((2, 2), (2, -1), (0, 0)):
+            with self.assertRaises(tejit.TejitError) as caught:
+                tejit.TensorParallelGroup.create(bytes(128), ranks=ranks,
+                                                 rank=rank, device=0)
+            self.assertEqual(caught.exception.status, 1)
+            self.assertIn(f"tensor-parallel group: rank {rank} is not in "
+                          f"[0, ranks = {ranks})", str(caught.exception))
+
+    def test_id_of_the_wrong_size_is_refused(self):
+        with self.assertRaisesRegex(ValueError, "128 bytes, got 5"):
+            tejit.TensorParallelGroup.create(b"short", ranks=2, rank=0,
+                                             device=0)
+
+    @unittest.skipIf(has_gpu(), "a GPU is present")
+    def test_nccl_group_without_a_gpu_is_reported_clearly(self):
+        with self.assertRaises(tejit.TejitError) as caught:
+            tejit.TensorParallelGroup.create(bytes(128), ranks=2, rank=0,
+                                             device=0)
+        self.assertEqual(caught.exception.status, 3)  # NO_DEVICE
+        self.assertRegex(str(caught.exception), "no CUDA (driver|device)")
+
+
+class ProgramTensorParallelTest(unittest.TestCase):
+    """Program.set_tp_group and Program.tp_size over a stand-in library (a
+    real program needs a GPU): what reaches the C API, and that the program
+    keeps the group only once it is accepted."""
+
+    class FakeLibrary:
+        def __init__(self):
+            self.calls = []
+            self.status = 0
+
+        def tejit_program_set_tp_group(self, program, group):
+            self.calls.append((program, group.value if group else None))
+            return self.status
+
+        def tejit_program_tp_size(self, program):
+            return 4
+
+        def tejit_last_error(self):
+            return b"the tensor-parallel group has 2 ranks"
+
+    def setUp(self):
+        self.library = self.FakeLibrary()
+        self.saved = tejit._capi.lib
+        tejit._capi.lib = lambda: self.library
+        self.program = tejit.Program.__new__(tejit.Program)
+        self.program._handle = ctypes.c_void_p(0x5000)
+        self.program._amax_group = None
+        self.program._tp_group = None
+        self.group = tejit.TensorParallelGroup(0x6000)
+
+    def tearDown(self):
+        self.group._handle.value = None  # not a real handle: nothing to free
+        self.program._handle.value = None
+        tejit._capi.lib = self.saved
+
+    def test_set_and_clear(self):
+        self.assertEqual(self.program.tp_size, 4)
+        self.program.set_tp_group(self.group)
+        self.assertIs(self.program._tp_group, self.group)
+        self.program.set_tp_group(None)
+        self.assertIsNone(self.program._tp_group)
+        self.assertEqual(self.library.calls,
+                         [(0x5000, 0x6000), (0x5000, None)])
+
+    def test_refused_group_is_not_kept(self):
+        self.library.status = 1
+        with self.assertRaisesRegex(tejit.TejitError, "has 2 ranks"):
+            self.program.set_tp_group(self.group)
+        self.assertIsNone(self.program._tp_group)
+
+
 class TensorAddressTest(unittest.TestCase):
     """What Program.forward accepts as a tensor, checked without a GPU."""
 

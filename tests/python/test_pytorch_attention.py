@@ -156,7 +156,8 @@ class ArgumentTest(unittest.TestCase):
 
     def test_unsupported_constructor_arguments(self):
         cases = [
-            (lambda: te.DotProductAttention(8, 64, tp_size=2), "tp_size"),
+            (lambda: te.DotProductAttention(8, 64, sequence_parallel=True,
+                                            tp_size=2), "sequence_parallel"),
             (lambda: te.DotProductAttention(8, 64, window_size=(128, 0),
                                             attn_mask_type="arbitrary"),
              "window_size"),
@@ -205,6 +206,9 @@ class ArgumentTest(unittest.TestCase):
                            lambda: te.DotProductAttention(8, 64,
                                                           num_gqa_groups=3),
                            "num_gqa_groups")
+        self.assertRefused(ValueError,
+                           lambda: te.DotProductAttention(8, 64, tp_size=3),
+                           "num_attention_heads", "tp_size")
         self.assertRefused(ValueError,
                            lambda: te.DotProductAttention(
                                8, 64, attn_mask_type="sliding"),

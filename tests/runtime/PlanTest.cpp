@@ -647,6 +647,90 @@ TEST(PlanTest, AcceptsWhatTheWriterMayWrite) {
 }
 
 //===----------------------------------------------------------------------===//
+// Tensor parallelism
+//===----------------------------------------------------------------------===//
+
+/// Appends to the forward of kPlan a tp_allreduce over 2 ranks that sums
+/// value 11 (the attention's bf16 output, in the arena) into a new value 13
+/// of its type at the end of a grown arena: step 5.
+void appendTpAllReduce(json::Value &plan) {
+  function(plan, 0)["arena_bytes"] = 232;
+  function(plan, 0).getArray("values")->push_back(
+      json::Object{{"id", 13},
+                   {"type", "tensor<4x8xbf16>"},
+                   {"bytes", 64},
+                   {"storage", json::Object{{"arena_offset", 168}}}});
+  function(plan, 0).getArray("steps")->push_back(json::Object{
+      {"kind", "tp_allreduce"}, {"in", 11}, {"out", 13}, {"ranks", 2}});
+}
+
+TEST(PlanTest, TpAllReduceStepParses) {
+  json::Value document = basePlan();
+  appendTpAllReduce(document);
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const FunctionPlan &forward = plan->functions[0];
+  ASSERT_EQ(forward.steps.size(), 6u);
+  const auto *sum = std::get_if<TpAllReduceStep>(&forward.steps[5]);
+  ASSERT_NE(sum, nullptr);
+  EXPECT_EQ(sum->in, 11);
+  EXPECT_EQ(sum->out, 13);
+  EXPECT_EQ(sum->ranks, 2);
+  // What Program::tensorParallelRanks (tejit_program_tp_size) reports.
+  EXPECT_EQ(plan->tensorParallelRanks(), 2);
+
+  // An ordinary data step: it reads `in` and writes `out`.
+  std::vector<std::pair<int64_t, bool>> visited;
+  forEachStepValue(forward.steps[5], [&](int64_t value, bool written) {
+    visited.emplace_back(value, written);
+  });
+  EXPECT_EQ(visited,
+            (std::vector<std::pair<int64_t, bool>>{{11, false}, {13, true}}));
+  // A run that leaves the FP8 state skips it like any step whose output
+  // nothing kept reads (here an arena value), ...
+  std::vector<bool> needed = forward.stepsNeededWithout({});
+  ASSERT_EQ(needed.size(), 6u);
+  EXPECT_FALSE(needed[5]);
+  // ... and keeps it, and the step writing its input, when it writes a kept
+  // result.
+  FunctionPlan intoResult = forward;
+  std::get<TpAllReduceStep>(intoResult.steps[5]).out = 8;
+  needed = intoResult.stepsNeededWithout({2});
+  EXPECT_TRUE(needed[5]);
+  EXPECT_TRUE(needed[2]) << "the attention writes the sum's input";
+
+  // f16 and f32 too, and one group across the forward and the backward.
+  for (const char *type : {"tensor<4x8xf16>", "tensor<4x8xf32>"}) {
+    json::Value other = basePlan();
+    appendTpAllReduce(other);
+    value(other, 0, 11)["type"] = type;
+    value(other, 0, 13)["type"] = type;
+    bool f32 = llvm::StringRef(type).contains("f32");
+    value(other, 0, 11)["bytes"] = f32 ? 128 : 64;
+    value(other, 0, 13)["bytes"] = f32 ? 128 : 64;
+    function(other, 0)["arena_bytes"] = 296;
+    // The attention's output stays bf16 in kPlan: point it elsewhere.
+    step(other, 0, 2)["results"] = json::Array{8};
+    llvm::Expected<Plan> parsed = parsePlan(other);
+    EXPECT_TRUE(bool(parsed))
+        << type << ": " << llvm::toString(parsed.takeError());
+  }
+  json::Value both = basePlan();
+  appendTpAllReduce(both);
+  function(both, 1).getArray("steps")->push_back(json::Object{
+      {"kind", "tp_allreduce"}, {"in", 3}, {"out", 4}, {"ranks", 2}});
+  llvm::Expected<Plan> twice = parsePlan(both);
+  ASSERT_TRUE(bool(twice)) << llvm::toString(twice.takeError());
+  EXPECT_EQ(twice->tensorParallelRanks(), 2);
+}
+
+TEST(PlanTest, PlanWithoutTpAllReduceHasOneRank) {
+  llvm::Expected<Plan> plan = parsePlan(basePlan());
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->tensorParallelRanks(), 1);
+}
+
+//===----------------------------------------------------------------------===//
 // Each check, broken
 //===----------------------------------------------------------------------===//
 
@@ -840,7 +924,8 @@ std::vector<ErrorCase> errorCases() {
        {layer + ", step 0: 'kind' is missing"}},
       {"StepKindUnknown",
        [](V p) { step(p, 0, 4)["kind"] = "memcpy"; },
-       {layer + ", step 4 (memcpy): 'kind' is unknown"}},
+       {layer + ", step 4 (memcpy): 'kind' is unknown",
+        "amax_allreduce or tp_allreduce)"}},
       {"KernelName",
        [](V p) { step(p, 0, 0).erase("name"); },
        {layer + ", step 0 (kernel): 'name' is missing"}},
@@ -1125,6 +1210,65 @@ std::vector<ErrorCase> errorCases() {
        [](V p) { step(p, 0, 4)["out"] = 11; },
        {layer + ", step 4 (amax_allreduce): 'out' is value 11",
         "tensor<4x8xbf16>"}},
+
+      {"TpAllReduceRanksMissing",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5).erase("ranks");
+       },
+       {layer + ", step 5 (tp_allreduce): 'ranks' is missing"}},
+      {"TpAllReduceRanksNotAnInteger",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5)["ranks"] = "2";
+       },
+       {layer + ", step 5 (tp_allreduce): 'ranks' must be an integer"}},
+      {"TpAllReduceOneRank",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5)["ranks"] = 1;
+       },
+       {layer + ", step 5 (tp_allreduce): 'ranks' is 1; a tensor-parallel "
+                "all-reduce spans at least 2 ranks"}},
+      {"TpAllReduceInMissing",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5).erase("in");
+       },
+       {layer + ", step 5 (tp_allreduce): 'in' is missing"}},
+      {"TpAllReduceOutOutOfRange",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5)["out"] = 14;
+       },
+       {layer + ", step 5 (tp_allreduce): 'out' refers to value 14 but the "
+                "function has 14 values"}},
+      {"TpAllReduceOutOfAnotherType",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5)["out"] = 5;
+       },
+       {layer + ", step 5 (tp_allreduce): 'out' is value 5 of type "
+                "tensor<2xf32>, but 'in' (value 11) is tensor<4x8xbf16>; "
+                "both must have the same type"}},
+      {"TpAllReduceOfFp8",
+       [](V p) {
+         appendTpAllReduce(p);
+         step(p, 0, 5)["in"] = 3;
+         step(p, 0, 5)["out"] = 3;
+       },
+       {layer + ", step 5 (tp_allreduce): 'in' is value 3 of type "
+                "tensor<4x8xf8E4M3FN>; a tensor-parallel all-reduce sums "
+                "bf16, f16 or f32"}},
+      {"TpAllReduceRanksDisagree",
+       [](V p) {
+         appendTpAllReduce(p);
+         function(p, 1).getArray("steps")->push_back(json::Object{
+             {"kind", "tp_allreduce"}, {"in", 3}, {"out", 4}, {"ranks", 4}});
+       },
+       {layerBackward + ", step 3 (tp_allreduce): 'ranks' is 4, but function "
+                        "'layer', step 5 (tp_allreduce) has 2; a plan runs "
+                        "over one tensor-parallel group"}},
   };
 }
 
@@ -1225,6 +1369,8 @@ TEST_P(RealPlanTest, Parses) {
         EXPECT_TRUE(std::holds_alternative<GemmStep>(step));
       else if (kind == "amax_allreduce")
         EXPECT_TRUE(std::holds_alternative<AmaxAllReduceStep>(step));
+      else if (kind == "tp_allreduce")
+        EXPECT_TRUE(std::holds_alternative<TpAllReduceStep>(step));
       else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
         EXPECT_EQ(attention->backward,
                   kind == "attention_bwd" || kind == "attention_backward")

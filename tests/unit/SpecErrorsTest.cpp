@@ -292,7 +292,7 @@ layers:
                   7, 5,
                   "unknown key 'activation' in Linear (valid keys: type, "
                   "name, recipe, fuse_wgrad_accumulation, main_grad_dtype, "
-                  "in_features, out_features, bias)"},
+                  "in_features, out_features, bias, tp_size, parallel_mode)"},
         ErrorCase{"MainGradOnALayerWithoutGemms", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

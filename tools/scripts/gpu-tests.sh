@@ -79,6 +79,13 @@ step python3 tests/gpu/quickstart_te_layer.py --full
 if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/amax_reduction_check.py --full
+  # The runtime's tensor-parallel groups (NCCL, borrowed, function), their
+  # sums and their capture in a CUDA graph.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/tp_group_check.py
+  # tejit.pytorch's modules with tp_group, each against its tp=1 twin.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/tensor_parallel_check.py --full
 else
   echo "== amax reduction across ranks: skipped (one GPU; it runs on a" \
     "machine with two)"

@@ -60,8 +60,8 @@ def checkpoint(function, *args, **kwargs):
     if kwargs.pop("distribute_saved_activations", False):
         raise NotImplementedError(
             "checkpoint(distribute_saved_activations=True) is not supported "
-            "by tejit: it splits saved inputs over a tensor-parallel group, "
-            "and tejit does no tensor parallelism")
+            "by tejit: it splits saved inputs over a tensor-parallel group "
+            "(sequence-parallel style), which tejit does not do")
     needs_anchor = torch.is_grad_enabled() and not any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in args)
     # Without an input that requires grad the Function's outputs would not

@@ -1,22 +1,21 @@
 """Transformer Engine arguments the modules share: those accepted only at
-their non-distributed defaults, the checks of the others, and TE's default
-initialization.
+their non-distributed defaults, tensor parallelism's (tp_group / tp_size,
+parallel_mode, set_parallel_mode), the checks of the others, and TE's
+default initialization.
 
-torch is imported only by the initializers: tests/python checks the
-argument checks on machines without PyTorch (loading this file by path).
+torch is imported only by the initializers and by tp_world_size for a
+process group: tests/python checks the argument checks on machines without
+PyTorch (loading this file by path).
 """
 import functools
 import operator
 import warnings
 
-# TE's arguments for tensor/sequence/context parallelism, communication
-# overlap (userbuffers), delayed wgrad computation and a few rarer options:
-# tejit runs one GPU per module and none of these yet, so only their
-# defaults.
+# TE's arguments for sequence/context parallelism, communication overlap
+# (userbuffers), delayed wgrad computation and a few rarer options: tejit
+# runs none of these yet, so only their defaults. (Tensor parallelism
+# without sequence parallelism is supported: tp_world_size and below.)
 _DEFAULTS_ONLY = {
-    "sequence_parallel": (False, None),
-    "tp_group": (None,),
-    "tp_size": (1,),
     "parameters_split": (None,),
     "ub_overlap_ag": (False,),
     "ub_overlap_rs": (False,),
@@ -46,18 +45,111 @@ def check_defaults(owner, **arguments):
                    for a in allowed):
             raise NotImplementedError(
                 f"{owner}({name}={value!r}) is not supported by tejit yet "
-                f"(one GPU per module: no tensor, sequence or context "
-                f"parallelism, communication overlap or delayed wgrad "
-                f"computation); leave it at "
+                f"(no sequence or context parallelism, communication "
+                f"overlap or delayed wgrad computation; tensor parallelism "
+                f"through tp_group/tp_size is supported); leave it at "
                 f"{allowed[0]!r}")
 
 
 def check_parallel_mode(owner, parallel_mode):
-    # With tp_size 1 (the only one accepted) "column" and "row" change
-    # nothing, as in TE.
+    """`parallel_mode` (None, "column" or "row"), else ValueError."""
     if parallel_mode not in (None, "column", "row"):
         raise ValueError(f"{owner}: parallel_mode must be None, 'column' or "
                          f"'row', got {parallel_mode!r}")
+    return parallel_mode
+
+
+# --- tensor parallelism -----------------------------------------------------
+
+def _group_size(group):
+    """TE's get_distributed_world_size: the process group's size, 1 when
+    torch.distributed is not initialized."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(group=group)
+
+
+def tp_world_size(owner, tp_group, tp_size, group_size=None):
+    """The tensor-parallel size of a module, as TE takes it: tp_group's
+    size when a group is given, else `tp_size` (an int >= 1; the group may
+    come later through set_tensor_parallel_group). A `tp_size` other than
+    1 that disagrees with the group's size is a ValueError. `group_size`
+    (a function of the group) defaults to torch.distributed's."""
+    try:
+        if isinstance(tp_size, bool):
+            raise TypeError
+        tp_size = operator.index(tp_size)
+    except TypeError:
+        raise ValueError(f"{owner}: tp_size must be an int >= 1, got "
+                         f"{tp_size!r}") from None
+    if tp_size < 1:
+        raise ValueError(f"{owner}: tp_size must be an int >= 1, got "
+                         f"{tp_size}")
+    if tp_group is None:
+        return tp_size
+    size = int((group_size or _group_size)(tp_group))
+    if tp_size != 1 and tp_size != size:
+        raise ValueError(f"{owner}: tp_size ({tp_size}) differs from the "
+                         f"size of tp_group ({size}); give one of them")
+    return size
+
+
+def check_sequence_parallel(owner, sequence_parallel):
+    """NotImplementedError for sequence_parallel=True."""
+    if sequence_parallel:
+        raise NotImplementedError(
+            f"{owner}(sequence_parallel=True) is not supported by tejit: "
+            f"tensor parallelism without sequence parallelism is (tp_group "
+            f"or tp_size, every rank holding the whole sequence); leave it "
+            f"False")
+
+
+def check_divisible(owner, tp_size, **sizes):
+    """ValueError naming the first of `sizes` (argument name: global size)
+    that tp_size does not divide."""
+    for name, size in sizes.items():
+        if size % tp_size:
+            raise ValueError(f"{owner}: {name} ({size}) must be divisible "
+                             f"by tp_size ({tp_size})")
+
+
+def check_row_parallel(owner, parallel_mode, tp_size):
+    """LayerNormLinear's parallel_mode: "row" with tp_size > 1 is refused
+    (the norm would see a slice of the features)."""
+    if parallel_mode == "row" and tp_size > 1:
+        raise NotImplementedError(
+            f"{owner}(parallel_mode='row') with tensor parallelism is not "
+            f"supported by tejit: a row-parallel GEMM's input is a slice of "
+            f"the features, which the norm before it cannot normalize; use "
+            f"parallel_mode='column', or a LayerNorm and a row-parallel "
+            f"Linear")
+
+
+def check_set_parallel_mode(owner, set_parallel_mode, tp_size, first,
+                            second):
+    """With tp_size > 1, set_parallel_mode must be True: Transformer
+    Engine would otherwise split the layer's sizes over the ranks without
+    communicating, which tejit does not do. `first` / `second` name the
+    column- and row-parallel GEMMs for the message."""
+    if tp_size > 1 and not set_parallel_mode:
+        raise NotImplementedError(
+            f"{owner}(tp_size={tp_size}, set_parallel_mode=False) is not "
+            f"supported by tejit: Transformer Engine would split the "
+            f"layer's sizes over the ranks without communicating. Pass "
+            f"set_parallel_mode=True ({first} column-parallel, {second} "
+            f"row-parallel, as Megatron-LM), or tp_size=1")
+
+
+def tensor_parallel_spec(layer, tp_size, parallel_mode=None):
+    """`layer` (a layer spec) with `tp_size` and, for Linear and
+    LayerNormLinear, `parallel_mode`, when tp_size > 1: specs of tp_size 1
+    stay as they were (and so their JIT and kernel cache keys)."""
+    if tp_size > 1:
+        layer["tp_size"] = int(tp_size)
+        if parallel_mode is not None:
+            layer["parallel_mode"] = parallel_mode
+    return layer
 
 
 def check_forward(owner, fp8_output, fp8_grad):

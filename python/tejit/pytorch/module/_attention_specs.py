@@ -10,6 +10,14 @@ machines without PyTorch (loading this file by path).
 QKV_SPLIT = ("query", "key", "value")
 
 
+def _with_tensor_parallel(layer, tp_size):
+    """`layer` with `tp_size` when it is > 1 (the sizes stay global: the
+    compiler makes one rank's shapes); tp_size 1 specs stay as they were."""
+    if int(tp_size) > 1:
+        layer["tp_size"] = int(tp_size)
+    return layer
+
+
 def _with_window(layer, mask_type, window_size):
     """`layer` with `window_size: [left, right]`, unless the window limits
     nothing beyond the mask type: None, (-1, -1), or (-1, 0) with a causal
@@ -112,10 +120,11 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              zero_centered_gamma, mask_type, dropout, bias,
                              rotary, window_size=None, kv_seq_length=None,
                              padded_queries=False, rotary_interleaved=False,
-                             return_layernorm_output=False):
+                             return_layernorm_output=False, tp_size=1):
     """`kv_seq_length`: the encoder output's length for cross-attention
     (attention_type "cross"), else None; `padded_queries`: the queries
-    have a padding mask of their own (`enc_dec_query_mask`)."""
+    have a padding mask of their own (`enc_dec_query_mask`); `tp_size`:
+    tensor parallelism (docs/tensor-parallel.md; sizes stay global)."""
     layer = {"type": "MultiheadAttention", "hidden_size": hidden,
              "num_attention_heads": heads, "kv_channels": kv_channels,
              "num_gqa_groups": groups, "input_layernorm": input_layernorm,
@@ -131,6 +140,7 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
             layer["padded_queries"] = True
     if return_layernorm_output:
         layer["return_layernorm_output"] = True
+    _with_tensor_parallel(layer, tp_size)
     return _with_window(layer, mask_type, window_size)
 
 
@@ -141,12 +151,14 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            window_size=None, decoder=None,
                            output_layernorm=False,
                            parallel_attention_mlp=False,
-                           rotary_interleaved=False, drop_path_rate=0.0):
+                           rotary_interleaved=False, drop_path_rate=0.0,
+                           tp_size=1):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
     instead of before the attention); `parallel_attention_mlp`: TE's
-    parallel block (attention and MLP both read the input)."""
+    parallel block (attention and MLP both read the input); `tp_size`:
+    tensor parallelism (docs/tensor-parallel.md; sizes stay global)."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -170,6 +182,7 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
         layer["enc_dec_attn_mask_type"] = decoder[1]
         if decoder[2]:
             layer["padded_queries"] = True
+    _with_tensor_parallel(layer, tp_size)
     return _with_window(layer, mask_type, window_size)
 
 

@@ -75,6 +75,11 @@ class CompiledProgram:
         # reduces its amaxes over (use_amax_reduction).
         self.amax_reductions = program.amax_reductions
         self._reduction_group = None
+        # Tensor parallelism: the ranks the program's tp_allreduce steps
+        # sum over (1: none), and the process group it was last given
+        # (use_tp_group).
+        self.tp_size = int(getattr(program, "tp_size", 1))
+        self._tp_process_group = None
         self._forward_updates_state = True
         # Inference programs that keep their weight casts (the runtime made
         # them a cache; TEJIT_WEIGHT_CAST_CACHE=0 at compile time did not):
@@ -272,6 +277,21 @@ class CompiledProgram:
             _distributed.amax_group(process_group, self.device_index)
             if process_group is not None else None)
         self._reduction_group = process_group
+
+    def use_tp_group(self, process_group):
+        """Sums the program's tensor-parallel partial results over
+        `process_group` (a torch ProcessGroup of tp_size ranks) from this
+        call on."""
+        if process_group is self._tp_process_group:
+            return
+        size = _distributed.group_size(process_group)
+        if size != self.tp_size:
+            raise ValueError(
+                f"tejit: the tensor-parallel group has {size} rank(s), the "
+                f"program was compiled for tp_size {self.tp_size}")
+        self.program.set_tp_group(
+            _distributed.tp_group(process_group, self.device_index))
+        self._tp_process_group = process_group
 
     def use_weight_casts(self, token, is_first_microbatch=None):
         """Sets whether this inference forward reuses the weight casts the

@@ -17,12 +17,17 @@ as
   key/value group, rows [groups, heads / groups + 2, kv_channels] (a
   group's queries, its key, its value), which is permuted into q | k | v
   per call (differentiably); with False the rows already are q | k | v.
+
+With tensor parallelism the groups hold this rank's shard, built with its
+head and group counts (heads / tp_size, groups / tp_size): the rows above
+are this rank's q heads, k groups and v groups (TE's local layout), and
+`proj.weight` is [hidden, heads / tp_size * kv_channels].
 """
 import torch
 
 from . import _main_grad
 from ._attention_specs import QKV_SPLIT
-from .base import skip_te_extra_state
+from .base import rng_fork, skip_te_extra_state
 
 
 class _AdjacentRows(torch.autograd.Function):
@@ -78,21 +83,31 @@ def joined_rows(parts, dtype):
 
 class ParameterGroup(torch.nn.Module):
     """Parameters under one TE sublayer name (`proj`, ...). `_argument`
-    gives the tensor a program takes for one of them."""
+    gives the tensor a program takes for one of them. `rng_tracker`: TE's
+    get_rng_state_tracker, under whose fork() the GEMM weights are
+    initialized (None: torch's default generator)."""
 
-    def __init__(self, params_dtype):
+    _rng_tracker = None
+    _tracked = frozenset()
+
+    def __init__(self, params_dtype, rng_tracker=None):
         super().__init__()
         self.params_dtype = params_dtype
         self._initializers = {}  # parameter name -> init function
+        self._rng_tracker = rng_tracker
+        self._tracked = set()    # initialized under the tracker
 
-    def add(self, name, shape, init, device):
+    def add(self, name, shape, init, device, tracked=False):
         tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
         self.register_parameter(name, torch.nn.Parameter(tensor))
         self._initializers[name] = init
+        if tracked:
+            self._tracked.add(name)
 
     def add_linear(self, weight, bias, out_features, in_features, init,
                    use_bias, device):
-        self.add(weight, (out_features, in_features), init, device)
+        self.add(weight, (out_features, in_features), init, device,
+                 tracked=True)
         if use_bias:
             self.add(bias, (out_features,), torch.nn.init.zeros_, device)
         else:
@@ -102,7 +117,12 @@ class ParameterGroup(torch.nn.Module):
         with torch.no_grad():
             for name, init in self._initializers.items():
                 parameter = getattr(self, name)
-                if parameter.device.type != "meta":
+                if parameter.device.type == "meta":
+                    continue
+                if name in self._tracked:
+                    with rng_fork(self._rng_tracker):
+                        init(parameter)
+                else:
                     init(parameter)
 
     def _argument(self, name, dtype):
@@ -132,10 +152,11 @@ class QkvGroup(ParameterGroup):
 
     def __init__(self, hidden_size, heads, groups, kv_channels, fuse,
                  interleaved, use_bias, norm, init, params_dtype, device,
-                 parts=QKV_SPLIT):
-        """`norm`: None, or (normalization, zero_centered_gamma, gamma
-        init) for layernorm_qkv."""
-        super().__init__(params_dtype)
+                 parts=QKV_SPLIT, rng_tracker=None):
+        """`norm`: None, or (normalization, gamma init) for
+        layernorm_qkv; `heads`, `groups`: this rank's (tensor
+        parallelism); `rng_tracker`: as ParameterGroup's."""
+        super().__init__(params_dtype, rng_tracker)
         self.parts = tuple(parts)
         # Queries per key/value group in the interleaved layout.
         heads = heads if "query" in self.parts else 0
@@ -159,7 +180,8 @@ class QkvGroup(ParameterGroup):
                             use_bias, device)
             return
         self._rows = rows
-        self._add_split("weight", (sum(rows), hidden_size), init, device)
+        self._add_split("weight", (sum(rows), hidden_size), init, device,
+                        tracked=True)
         if use_bias:
             self._add_split("bias", (sum(rows),), torch.nn.init.zeros_,
                             device)
@@ -167,7 +189,7 @@ class QkvGroup(ParameterGroup):
             for part in self.parts:
                 self.register_parameter(f"{part}_bias", None)
 
-    def _add_split(self, kind, shape, init, device):
+    def _add_split(self, kind, shape, init, device, tracked=False):
         """`query_<kind>`, `key_<kind>`, `value_<kind>` (those of
         `parts`): views of one buffer `shape`, rows q | k | v."""
         buffer = torch.empty(shape, dtype=self.params_dtype, device=device)
@@ -175,6 +197,8 @@ class QkvGroup(ParameterGroup):
             self.register_parameter(f"{part}_{kind}",
                                     torch.nn.Parameter(view))
             self._initializers[f"{part}_{kind}"] = init
+            if tracked:
+                self._tracked.add(f"{part}_{kind}")
 
     def _split(self, kind):
         return [getattr(self, f"{part}_{kind}") for part in self.parts]

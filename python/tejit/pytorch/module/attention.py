@@ -14,7 +14,7 @@ import math
 import torch
 
 from . import _args, _attention_specs, _kv_cache, _thd
-from .base import TransformerEngineBaseModule
+from .base import TransformerEngineBaseModule, rng_fork
 
 
 
@@ -237,7 +237,9 @@ class DotProductAttention(TransformerEngineBaseModule):
     (_args.check_window_size): key j is visible to query i only for
     i - left <= j <= i + right (-1: unbounded), besides the mask type's
     rule; not with "arbitrary". Dropout (attention_dropout) only in
-    training mode, from a stream seeded from torch's CUDA generator.
+    training mode, from a stream seeded from torch's CUDA generator, in
+    get_rng_state_tracker().fork() when a tracker is given (TE's rule:
+    tensor-parallel ranks then draw different masks).
     Cross-attention (attention_type="cross", or any key_layer/value_layer
     of another length than query_layer): no_mask, causal (top-left) and
     the padding types with TE's (query mask, key/value mask) pair (padded
@@ -247,16 +249,19 @@ class DotProductAttention(TransformerEngineBaseModule):
     [b + 1] int32 (the keys packed as the queries or on their own), a
     padding mask type; output [t, heads * d]) run in place (_thd.py:
     cuDNN's ragged offsets; padding between sequences, TE's
-    cu_seqlens_q_padded, by a permutation of the tokens). Refused
-    (NotImplementedError naming the argument): context/tensor
-    parallelism, attention bias, ALiBi, thd padding between sequences
-    with keys packed on their own, kv_channels differing for k and v,
-    "arbitrary" in cross-attention. inference_params (TE's KV cache,
+    cu_seqlens_q_padded, by a permutation of the tokens). Tensor
+    parallelism (tp_size, or tp_group's size): this rank's heads, as TE's
+    heads per partition: query [.., heads/tp, d], key/value [..,
+    groups/tp, d], output [.., heads/tp * d]; nothing is communicated.
+    Refused (NotImplementedError naming the argument): context and
+    sequence parallelism, attention bias, ALiBi, thd padding between
+    sequences with keys packed on their own, kv_channels differing for k
+    and v, "arbitrary" in cross-attention. inference_params (TE's KV cache,
     InferenceParams; eval mode or torch.no_grad(), self-attention): q/k/v
     are the step's new tokens (thd, or bshd/sbhd with as many in every
     sequence), written into layer_number's caches and attended against
-    each sequence's cached and new tokens (module/_kv_cache.py). Accepted and unused: layer_number,
-    get_rng_state_tracker, checkpoint_core_attention (recomputation
+    each sequence's cached and new tokens (module/_kv_cache.py). Accepted
+    and unused: layer_number, checkpoint_core_attention (recomputation
     changes no result), fast_zero_fill."""
 
     _uses_fp8 = False  # TE's attention runs in the activation dtype too
@@ -272,9 +277,7 @@ class DotProductAttention(TransformerEngineBaseModule):
                  return_max_logit=False):
         super().__init__(None)
         owner = "DotProductAttention"
-        _args.check_defaults(owner, sequence_parallel=sequence_parallel,
-                             tp_size=tp_size, tp_group=tp_group,
-                             cp_group=cp_group,
+        _args.check_defaults(owner, cp_group=cp_group,
                              cp_global_ranks=cp_global_ranks,
                              cp_stream=cp_stream)
         if softmax_type != "vanilla":
@@ -301,6 +304,16 @@ class DotProductAttention(TransformerEngineBaseModule):
                              f"({self.num_gqa_groups}) must divide "
                              f"num_attention_heads "
                              f"({self.num_attention_heads})")
+        tp = self._init_tensor_parallel(owner, tp_group, tp_size,
+                                        sequence_parallel,
+                                        get_rng_state_tracker)
+        _args.check_divisible(owner, tp,
+                              num_attention_heads=self.num_attention_heads,
+                              num_gqa_groups=self.num_gqa_groups)
+        # This rank's heads (tensor parallelism: TE's heads per partition);
+        # the attention itself communicates nothing.
+        self.num_attention_heads_per_partition = self.num_attention_heads // tp
+        self.num_gqa_groups_per_partition = self.num_gqa_groups // tp
         self.attention_dropout = _args.check_dropout(
             owner, "attention_dropout", attention_dropout)
         self.qkv_format = _args.check_qkv_format(owner, "qkv_format",
@@ -321,6 +334,13 @@ class DotProductAttention(TransformerEngineBaseModule):
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
 
+    def _tp_communicates(self):
+        return False
+
+    def _dropout_seed_context(self):
+        # TE draws attention dropout in get_rng_state_tracker().fork().
+        return rng_fork(self._rng_tracker)
+
     def _layer_spec(self, mask_type=None, window_size=None, seq_kv=None,
                     padded_queries=False):
         """The layer's spec for a call with `mask_type`, the normalized
@@ -333,8 +353,8 @@ class DotProductAttention(TransformerEngineBaseModule):
                                          self._constructed_window(), None,
                                          mask_type)
         return _attention_specs.dot_product_attention_spec(
-            self.num_attention_heads, self.kv_channels, self.num_gqa_groups,
-            mask_type,
+            self.num_attention_heads_per_partition, self.kv_channels,
+            self.num_gqa_groups_per_partition, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
             self.softmax_scale, window_size, seq_kv, padded_queries)
 
@@ -400,7 +420,8 @@ class DotProductAttention(TransformerEngineBaseModule):
             raise NotImplementedError(
                 f"{owner}.forward(max_seqlen_kv={max_seqlen_kv}) other than "
                 f"the keys' length ({seq_kv}) is not supported by tejit")
-        heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
+        heads, groups, d = (self.num_attention_heads_per_partition,
+                            self.num_gqa_groups_per_partition,
                             self.kv_channels)
         for name, tensor, count, length in (
                 ("query_layer", query_layer, heads, seq),
@@ -455,7 +476,8 @@ class DotProductAttention(TransformerEngineBaseModule):
         _thd.packed_calls) say, the keys as the queries or on their own
         (cross-attention); output [t, heads * d]."""
         owner = "DotProductAttention"
-        heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
+        heads, groups, d = (self.num_attention_heads_per_partition,
+                            self.num_gqa_groups_per_partition,
                             self.kv_channels)
         for name, tensor, count in (("query_layer", query_layer, heads),
                                     ("key_layer", key_layer, groups),
@@ -517,7 +539,8 @@ class DotProductAttention(TransformerEngineBaseModule):
         each sequence's cached and new tokens. Output [.., heads * d] in
         the input's layout."""
         owner = "DotProductAttention"
-        heads, groups, d = (self.num_attention_heads, self.num_gqa_groups,
+        heads, groups, d = (self.num_attention_heads_per_partition,
+                            self.num_gqa_groups_per_partition,
                             self.kv_channels)
         rank = 3 if qkv_format == "thd" else 4
         for name, tensor in (("query_layer", query_layer),

@@ -35,6 +35,12 @@ Precision: the recipe of the innermost enabled fp8_autocast / autocast
 dtype is torch.autocast's when it is enabled (input and parameters are cast
 to it, differentiably), else the input's, which must then be the
 parameters' dtype (TE's rule).
+
+Tensor parallelism (docs/tensor-parallel.md): TE's tp_group / tp_size
+(and parallel_mode, set_parallel_mode); the parameters are this rank's
+shards, the spec says the global sizes and `tp_size`, and the program sums
+its partial results over the module's tp_group (set_tensor_parallel_group)
+through torch.distributed (_distributed.py).
 """
 import contextlib
 import contextvars
@@ -47,7 +53,7 @@ import torch
 import tejit
 
 from .. import _checkpointing, _distributed, fp8
-from . import _autograd, _compiled, _main_grad, _meta
+from . import _args, _autograd, _compiled, _main_grad, _meta
 from ._args import default_init_method, gamma_init
 
 SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -138,6 +144,32 @@ def _recipe_spec(recipe):
     return found
 
 
+def rng_fork(get_rng_state_tracker, name=None):
+    """TE's `get_rng_state_tracker().fork(name)` (Megatron's CUDA RNG
+    tracker: the model-parallel generator, which differs between
+    tensor-parallel ranks), or a context that changes nothing without a
+    tracker (torch's default generator)."""
+    if get_rng_state_tracker is None:
+        return contextlib.nullcontext()
+    tracker = get_rng_state_tracker()
+    return tracker.fork(name) if name else tracker.fork()
+
+
+class GroupRef:
+    """Holds a module's tensor-parallel process group: deepcopy shares it
+    (a process group is not copied), pickling drops it (the copy needs
+    set_tensor_parallel_group)."""
+
+    def __init__(self, group=None):
+        self.group = group
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __getstate__(self):
+        return {"group": None}
+
+
 def _dropout_seed(device):
     """A seed for a program's dropout stream, drawn from torch's CUDA
     generator of `device` (so torch.manual_seed makes runs repeat)."""
@@ -176,6 +208,13 @@ class TransformerEngineBaseModule(torch.nn.Module):
     # Norm modules run no GEMM: they ignore the FP8 recipe (as TE's do), so
     # autocast does not give them a second program.
     _uses_fp8 = True
+    # Tensor parallelism's defaults (__init__ sets them per module; these
+    # serve modules unpickled from before they existed).
+    tp_size = 1
+    _tp_group = GroupRef()
+    _rng_tracker = None
+    _rng_tracker_name = None
+    _tracked = frozenset()
 
     def __init__(self, params_dtype):
         super().__init__()
@@ -195,20 +234,97 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # The parameter tensors the last inference call gave its program
         # (_parameter_arguments).
         self._inference_parameters = None
+        # Tensor parallelism (_init_tensor_parallel): the ranks of the
+        # group, the group (set_tensor_parallel_group), TE's
+        # get_rng_state_tracker and rng_tracker_name (weight
+        # initialization; attention dropout seeds), and the parameters
+        # initialized under the tracker.
+        self.tp_size = 1
+        self._tp_group = GroupRef()
+        self._rng_tracker = None
+        self._rng_tracker_name = None
+        self._tracked = set()
+
+    # --- tensor parallelism ------------------------------------------------
+
+    def _init_tensor_parallel(self, owner, tp_group, tp_size,
+                              sequence_parallel=False,
+                              get_rng_state_tracker=None,
+                              rng_tracker_name=None):
+        """Takes TE's tensor-parallel arguments: sets and returns tp_size
+        (tp_group's size when it is given), keeps the group and the RNG
+        tracker; sequence_parallel=True is refused."""
+        _args.check_sequence_parallel(owner, sequence_parallel)
+        self.tp_size = _args.tp_world_size(owner, tp_group, tp_size)
+        self._tp_group = GroupRef(tp_group)
+        self._rng_tracker = get_rng_state_tracker
+        self._rng_tracker_name = rng_tracker_name
+        return self.tp_size
+
+    @property
+    def tp_group(self):
+        """The tensor-parallel process group (None until given)."""
+        return self._tp_group.group
+
+    def set_tensor_parallel_group(self, tp_group):
+        """TE's: the process group this module's programs (and its
+        submodules') sum their tensor-parallel partial results over; it
+        must have tp_size ranks."""
+        if tp_group is not None and self.tp_size > 1:
+            size = _distributed.group_size(tp_group)
+            if size != self.tp_size:
+                raise ValueError(
+                    f"{type(self).__name__}.set_tensor_parallel_group: the "
+                    f"group has {size} rank(s), the module was built for "
+                    f"tp_size {self.tp_size}")
+        self._tp_group = GroupRef(tp_group)
+        for child in self.children():
+            setter = getattr(child, "set_tensor_parallel_group", None)
+            if setter is not None:
+                setter(tp_group)
+
+    def _tp_communicates(self):
+        """Whether this module's programs sum over the tensor-parallel
+        group (DotProductAttention's and a Linear's without parallel_mode
+        do not)."""
+        return self.tp_size > 1
+
+    def _required_tp_group(self):
+        group = self._tp_group.group
+        if group is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: tp_size is {self.tp_size} but the "
+                f"module has no tensor-parallel process group: pass "
+                f"tp_group to the constructor or call "
+                f"set_tensor_parallel_group(group) before the forward")
+        return group
+
+    def _dropout_seed_context(self):
+        """Where a training program's dropout seed is drawn (base: torch's
+        default CUDA generator; the attention modules: TE's RNG tracker
+        when one is given, as TE draws attention dropout in
+        tracker.fork())."""
+        return contextlib.nullcontext()
 
     # --- parameters --------------------------------------------------------
 
-    def _add_parameter(self, name, shape, init, device):
+    def _add_parameter(self, name, shape, init, device, tracked=False):
+        """Parameter `name` initialized by `init`; `tracked`: under TE's
+        RNG tracker when one is given (GEMM weights, as TE's)."""
         tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
         self.register_parameter(name, torch.nn.Parameter(tensor))
         self._initializers[name] = init
+        if tracked:
+            self._tracked.add(name)
 
     def _add_linear_parameters(self, weight, bias, out_features, in_features,
                                init, device, returned=False):
         """A GEMM's weight [out, in] and, with self.use_bias, its bias (the
-        one return_bias returns when `returned`); else `bias` is None."""
+        one return_bias returns when `returned`); else `bias` is None. The
+        sizes are this rank's (tensor parallelism)."""
         self._add_parameter(weight, (out_features, in_features),
-                            init or default_init_method(), device)
+                            init or default_init_method(), device,
+                            tracked=True)
         if not self.use_bias:
             self.register_parameter(bias, None)
             return
@@ -225,14 +341,21 @@ class TransformerEngineBaseModule(torch.nn.Module):
             self._add_parameter(bias, (size,), torch.nn.init.zeros_, device)
 
     def reset_parameters(self):
-        """(Re)initializes every parameter as TE does. Parameters on the
-        meta device are left for a later call (TE's deferred init).
-        Submodules that hold parameters (the attention modules' groups and
-        sublayers) reset theirs too."""
+        """(Re)initializes every parameter as TE does: GEMM weights under
+        get_rng_state_tracker().fork() when a tracker is given (each
+        tensor-parallel rank its own shard), the rest from torch's default
+        generator. Parameters on the meta device are left for a later call
+        (TE's deferred init). Submodules that hold parameters (the
+        attention modules' groups and sublayers) reset theirs too."""
         with torch.no_grad():
             for name, init in self._initializers.items():
                 parameter = getattr(self, name)
-                if parameter.device.type != "meta":
+                if parameter.device.type == "meta":
+                    continue
+                if name in self._tracked:
+                    with rng_fork(self._rng_tracker, self._rng_tracker_name):
+                        init(parameter)
+                else:
                     init(parameter)
         for child in self.children():
             reset = getattr(child, "reset_parameters", None)
@@ -462,6 +585,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         key = (shape_key, dtype, recipe_key, training, first.device.index,
                variant, main_grad_dtype)
         compiled = self._programs.get(key)
+        if compiled is None and self._tp_communicates():
+            self._required_tp_group()  # refused before compiling
         if compiled is None:
             layer = (layer_spec or self._layer_spec)()
             if fuse_wgrad:
@@ -478,7 +603,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 spec["recipe"] = recipe_spec
             compiled = self._compile(key, spec, shape)
             if training and self._dropout_active():
-                compiled.program.set_seed(_dropout_seed(first.device))
+                with self._dropout_seed_context():
+                    seed = _dropout_seed(first.device)
+                compiled.program.set_seed(seed)
 
         parameters, checked = self._parameter_arguments(compiled, dtype,
                                                         token)
@@ -499,6 +626,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         self._fp8_meta_state.activate(compiled)
         compiled.use_amax_reduction(_distributed.reduction_group(
             recipe, fp8.get_fp8_group()))
+        if compiled.tp_size > 1:
+            compiled.use_tp_group(self._required_tp_group())
         compiled.use_forward_state_updates(torch.is_grad_enabled())
         if rewinds is not None:
             rewind = compiled.dropout_stream_rewind()

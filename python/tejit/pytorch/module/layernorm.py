@@ -21,7 +21,7 @@ class LayerNorm(TransformerEngineBaseModule):
                  dtype=None, sm_margin=0):
         owner = type(self).__name__
         super().__init__(params_dtype if params_dtype is not None else dtype)
-        _args.check_defaults(owner, sequence_parallel=sequence_parallel)
+        _args.check_sequence_parallel(owner, sequence_parallel)
         self.hidden_size = _args.normalized_size(owner, normalized_shape,
                                                  hidden_size)
         self.eps = float(eps)

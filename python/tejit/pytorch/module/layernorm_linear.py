@@ -11,8 +11,18 @@ class LayerNormLinear(TransformerEngineBaseModule):
     normalization="RMSNorm"), `weight` [out_features, in_features], `bias`
     [out_features]. forward(inp) returns the output, plus the bias with
     return_bias (not added) and then the norm's output with
-    return_layernorm_output, as TE's. Distributed arguments only at their
-    defaults; get_rng_state_tracker, ub_name and name are unused."""
+    return_layernorm_output, as TE's.
+
+    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    tp_size and set_tensor_parallel_group later) with
+    parallel_mode="column": the norm's parameters [in_features] whole on
+    every rank, weight [out/tp, in], bias [out/tp], output [..., out/tp];
+    the input gradient is summed over the ranks before the norm's backward.
+    out_features is then this rank's, as in TE. parallel_mode="row" is
+    refused with tp_size > 1; None splits nothing. Weights are initialized
+    under get_rng_state_tracker().fork() when a tracker is given. Other
+    distributed arguments only at their defaults; ub_name and name are
+    unused."""
 
     def __init__(self, in_features, out_features, eps=1e-5,
                  sequence_parallel=False, fuse_wgrad_accumulation=False,
@@ -30,8 +40,7 @@ class LayerNormLinear(TransformerEngineBaseModule):
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "LayerNormLinear"
         _args.check_defaults(
-            owner, sequence_parallel=sequence_parallel,
-            tp_group=tp_group, tp_size=tp_size,
+            owner,
             return_layernorm_output_gathered=return_layernorm_output_gathered,
             parameters_split=parameters_split, ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,
@@ -39,9 +48,19 @@ class LayerNormLinear(TransformerEngineBaseModule):
             ub_bulk_wgrad=ub_bulk_wgrad, ub_bulk_dgrad=ub_bulk_dgrad,
             delay_wgrad_compute=delay_wgrad_compute,
             symmetric_ar_type=symmetric_ar_type)
-        _args.check_parallel_mode(owner, parallel_mode)
+        self.parallel_mode = _args.check_parallel_mode(owner, parallel_mode)
+        tp = self._init_tensor_parallel(owner, tp_group, tp_size,
+                                        sequence_parallel,
+                                        get_rng_state_tracker)
+        _args.check_row_parallel(owner, self.parallel_mode, tp)
         self.in_features = int(in_features)
-        self.out_features = int(out_features)
+        # The global output size (the spec's); out_features is this
+        # rank's, as in TE.
+        self._global_out_features = int(out_features)
+        self.out_features = self._global_out_features
+        if self.parallel_mode == "column":
+            _args.check_divisible(owner, tp, out_features=self.out_features)
+            self.out_features //= tp
         self.eps = float(eps)
         self.normalization = _args.check_normalization(owner, normalization)
         self.zero_centered_gamma = bool(zero_centered_gamma)
@@ -56,12 +75,20 @@ class LayerNormLinear(TransformerEngineBaseModule):
                                     returned=True)
         self.reset_parameters()
 
+    def _tp_communicates(self):
+        # "row" is refused with tp_size > 1.
+        return self.tp_size > 1 and self.parallel_mode == "column"
+
     def _layer_spec(self):
-        return {"type": "LayerNormLinear", "in_features": self.in_features,
-                "out_features": self.out_features, "bias": self.use_bias,
-                "normalization": self.normalization, "eps": self.eps,
-                "zero_centered_gamma": self.zero_centered_gamma,
-                "return_layernorm_output": self.return_layernorm_output}
+        layer = {"type": "LayerNormLinear", "in_features": self.in_features,
+                 "out_features": self._global_out_features,
+                 "bias": self.use_bias, "normalization": self.normalization,
+                 "eps": self.eps,
+                 "zero_centered_gamma": self.zero_centered_gamma,
+                 "return_layernorm_output": self.return_layernorm_output}
+        if not self._tp_communicates():
+            return layer  # parallel_mode None: a whole layer per rank
+        return _args.tensor_parallel_spec(layer, self.tp_size, "column")
 
     def _input_features(self):
         return self.in_features

@@ -21,9 +21,19 @@ class LayerNormMLP(TransformerEngineBaseModule):
     output_layer_init_method (both default N(0, 0.023^2)). forward(inp)
     returns the output, plus fc2's bias with return_bias (not added) and
     then the norm's output with return_layernorm_output, as TE's.
-    Distributed arguments only at their defaults; seq_length,
-    micro_batch_size (userbuffers sizing), set_parallel_mode (no effect with
-    tp_size 1), get_rng_state_tracker and name are accepted and unused.
+
+    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    tp_size and set_tensor_parallel_group later) with
+    set_parallel_mode=True (required with tp_size > 1): fc1
+    column-parallel, fc2 row-parallel. Each rank holds the norm's
+    parameters whole, fc1_weight [ffn/tp (x2 if gated: this rank's rows of
+    the activation half, then of the gate half), hidden], fc1_bias [same
+    rows], fc2_weight [hidden, ffn/tp] and fc2_bias [hidden] (added once,
+    after the sum over the ranks); size_per_partition is ffn/tp, as in TE.
+    fc1 and fc2 weights are initialized under get_rng_state_tracker().fork()
+    when a tracker is given. Other distributed arguments only at their
+    defaults; seq_length, micro_batch_size (userbuffers sizing) and name
+    are accepted and unused.
 
     `checkpoint=True` (TE's): the block keeps only its input for the
     backward and recomputes its forward there (tejit.pytorch.checkpoint:
@@ -50,14 +60,19 @@ class LayerNormMLP(TransformerEngineBaseModule):
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "LayerNormMLP"
         _args.check_defaults(
-            owner, sequence_parallel=sequence_parallel, tp_group=tp_group,
-            tp_size=tp_size, activation_params=activation_params,
+            owner, activation_params=activation_params,
             return_layernorm_output_gathered=return_layernorm_output_gathered,
             ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad,
             delay_wgrad_compute=delay_wgrad_compute,
             symmetric_ar_type=symmetric_ar_type)
+        tp = self._init_tensor_parallel(owner, tp_group, tp_size,
+                                        sequence_parallel,
+                                        get_rng_state_tracker)
+        _args.check_set_parallel_mode(owner, set_parallel_mode, tp, "fc1",
+                                      "fc2")
+        self.set_parallel_mode = bool(set_parallel_mode)
         self.checkpoint = bool(checkpoint)
         if activation not in ACTIVATIONS:
             raise ValueError(f"{owner}: activation {activation!r} is not "
@@ -72,25 +87,29 @@ class LayerNormMLP(TransformerEngineBaseModule):
         self.use_bias = bool(bias)
         self.return_bias = bool(return_bias)
         self.return_layernorm_output = bool(return_layernorm_output)
-        fc1_rows = self.ffn_hidden_size * (2 if activation in GATED else 1)
+        _args.check_divisible(owner, tp, ffn_hidden_size=self.ffn_hidden_size)
+        # This rank's FFN features (TE's name).
+        self.size_per_partition = self.ffn_hidden_size // tp
+        fc1_rows = self.size_per_partition * (2 if activation in GATED else 1)
         self._add_norm_parameters("layer_norm_weight", "layer_norm_bias",
                                   self.hidden_size, self.normalization,
                                   self.zero_centered_gamma, device)
         self._add_linear_parameters("fc1_weight", "fc1_bias", fc1_rows,
                                     self.hidden_size, init_method, device)
         self._add_linear_parameters("fc2_weight", "fc2_bias",
-                                    self.hidden_size, self.ffn_hidden_size,
+                                    self.hidden_size, self.size_per_partition,
                                     output_layer_init_method, device,
                                     returned=True)
         self.reset_parameters()
 
     def _layer_spec(self):
-        return {"type": "LayerNormMLP", "hidden_size": self.hidden_size,
-                "ffn_hidden_size": self.ffn_hidden_size,
-                "activation": self.activation, "bias": self.use_bias,
-                "normalization": self.normalization, "eps": self.eps,
-                "zero_centered_gamma": self.zero_centered_gamma,
-                "return_layernorm_output": self.return_layernorm_output}
+        layer = {"type": "LayerNormMLP", "hidden_size": self.hidden_size,
+                 "ffn_hidden_size": self.ffn_hidden_size,
+                 "activation": self.activation, "bias": self.use_bias,
+                 "normalization": self.normalization, "eps": self.eps,
+                 "zero_centered_gamma": self.zero_centered_gamma,
+                 "return_layernorm_output": self.return_layernorm_output}
+        return _args.tensor_parallel_spec(layer, self.tp_size)
 
     def _input_features(self):
         return self.hidden_size

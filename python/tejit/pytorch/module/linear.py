@@ -10,9 +10,19 @@ class Linear(TransformerEngineBaseModule):
     bias=False), initialized as TE's (init_method, default N(0, 0.023^2);
     zeros). forward(inp) takes [..., in_features] and returns [...,
     out_features], or (output, bias) with return_bias=True (the bias not
-    added). Distributed arguments are accepted only at their defaults;
-    get_rng_state_tracker, rng_tracker_name, ub_name and name are accepted
-    and unused (they only matter with tensor parallelism or for debugging).
+    added).
+
+    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    tp_size, the group given later by set_tensor_parallel_group) with
+    parallel_mode "column" (weight [out/tp, in], bias [out/tp], output
+    [..., out/tp]; the input gradient summed over the ranks) or "row"
+    (weight [out, in/tp], bias [out] added once after the sum; input
+    [..., in/tp], output [..., out] summed over the ranks). As in TE,
+    in_features / out_features are then this rank's; parallel_mode None
+    splits nothing and communicates nothing. Weights are initialized under
+    get_rng_state_tracker().fork(rng_tracker_name) when a tracker is given.
+    Other distributed arguments only at their defaults; ub_name and name
+    are accepted and unused.
     """
 
     def __init__(self, in_features, out_features, sequence_parallel=False,
@@ -27,19 +37,30 @@ class Linear(TransformerEngineBaseModule):
                  save_original_input=False, name=None):
         super().__init__(params_dtype)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
+        owner = "Linear"
         _args.check_defaults(
-            "Linear", sequence_parallel=sequence_parallel,
-            tp_group=tp_group, tp_size=tp_size,
-            parameters_split=parameters_split, ub_overlap_ag=ub_overlap_ag,
+            owner, parameters_split=parameters_split,
+            ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad,
             delay_wgrad_compute=delay_wgrad_compute,
             symmetric_ar_type=symmetric_ar_type,
             save_original_input=save_original_input)
-        _args.check_parallel_mode("Linear", parallel_mode)
-        self.in_features = int(in_features)
-        self.out_features = int(out_features)
+        self.parallel_mode = _args.check_parallel_mode(owner, parallel_mode)
+        tp = self._init_tensor_parallel(
+            owner, tp_group, tp_size, sequence_parallel,
+            get_rng_state_tracker, rng_tracker_name)
+        # The global sizes (the spec's); in_features / out_features are
+        # this rank's, as in TE.
+        self._global_features = (int(in_features), int(out_features))
+        self.in_features, self.out_features = self._global_features
+        if self.parallel_mode == "column":
+            _args.check_divisible(owner, tp, out_features=self.out_features)
+            self.out_features //= tp
+        elif self.parallel_mode == "row":
+            _args.check_divisible(owner, tp, in_features=self.in_features)
+            self.in_features //= tp
         self.use_bias = bool(bias)
         self.return_bias = bool(return_bias)
         self._add_linear_parameters("weight", "bias", self.out_features,
@@ -47,9 +68,17 @@ class Linear(TransformerEngineBaseModule):
                                     returned=True)
         self.reset_parameters()
 
+    def _tp_communicates(self):
+        return self.tp_size > 1 and self.parallel_mode is not None
+
     def _layer_spec(self):
-        return {"type": "Linear", "in_features": self.in_features,
-                "out_features": self.out_features, "bias": self.use_bias}
+        in_features, out_features = self._global_features
+        layer = {"type": "Linear", "in_features": in_features,
+                 "out_features": out_features, "bias": self.use_bias}
+        if not self._tp_communicates():
+            return layer  # parallel_mode None: a whole layer per rank
+        return _args.tensor_parallel_spec(layer, self.tp_size,
+                                          self.parallel_mode)
 
     def _input_features(self):
         return self.in_features

@@ -8,7 +8,7 @@ from .attention import (DotProductAttention, check_cross_mask_type,
                         mask_type_of_call, run_attention_block,
                         window_of_call)
 from ._kv_cache import run_kv_cache_block
-from .base import TransformerEngineBaseModule
+from .base import TransformerEngineBaseModule, rng_fork
 
 
 def _limits_nothing(window, mask_type):
@@ -58,16 +58,28 @@ class MultiheadAttention(TransformerEngineBaseModule):
     return_layernorm_output and input_layernorm, the forward also returns
     the normalized input (last, after proj's bias with return_bias), as
     TE's. Refused (NotImplementedError naming the argument):
-    tensor/sequence parallelism, userbuffers, attention bias, ALiBi,
+    sequence parallelism, userbuffers, attention bias, ALiBi,
     cu_seqlens outside qkv_format="thd".
+
+    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    tp_size and set_tensor_parallel_group later) with
+    set_parallel_mode=True (required with tp_size > 1): the QKV projection
+    column-parallel, proj row-parallel. Each rank holds
+    num_attention_heads_per_partition = heads/tp query heads and
+    num_gqa_groups_per_partition = groups/tp key/value groups: its QKV
+    parameters are those of its heads and groups (TE's local layout, the
+    interleaved one too), proj.weight [hidden, heads/tp * kv_channels],
+    proj.bias [hidden] (added once, after the sum over the ranks), the norm
+    whole. QKV and proj weights are initialized, and the attention dropout
+    seeded, under get_rng_state_tracker().fork() when a tracker is given
+    (TE's rule).
     inference_params (TE's KV cache, InferenceParams; eval mode or
     torch.no_grad(), self-attention): a decoding step on the new tokens
     (thd, or bshd/sbhd with as many new tokens in every sequence), the
     rotary table's positions continuing after each sequence's cached
     tokens; module/_kv_cache.py.
-    Accepted and unused: layer_number, get_rng_state_tracker,
-    set_parallel_mode (no effect with tp_size 1), name,
-    checkpoint_core_attention, fast_zero_fill. `is_first_microbatch` is
+    Accepted and unused: layer_number, name, checkpoint_core_attention,
+    fast_zero_fill. `is_first_microbatch` is
     TE's FP8 weight caching (Linear.forward)."""
 
     def __init__(self, hidden_size, num_attention_heads, kv_channels=None,
@@ -90,11 +102,16 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "MultiheadAttention"
         _args.check_defaults(
-            owner, tp_group=tp_group, tp_size=tp_size,
-            sequence_parallel=sequence_parallel, ub_overlap_ag=ub_overlap_ag,
+            owner, ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad)
+        tp = self._init_tensor_parallel(owner, tp_group, tp_size,
+                                        sequence_parallel,
+                                        get_rng_state_tracker)
+        _args.check_set_parallel_mode(owner, set_parallel_mode, tp,
+                                      "the QKV projection", "proj")
+        self.set_parallel_mode = bool(set_parallel_mode)
         if attention_type not in ("self", "cross"):
             raise ValueError(f"{owner}: attention_type must be 'self' or "
                              f"'cross', got {attention_type!r}")
@@ -116,6 +133,12 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.kv_channels = int(kv_channels)
         self.num_gqa_groups = int(num_gqa_groups if num_gqa_groups is not None
                                   else num_attention_heads)
+        _args.check_divisible(owner, tp,
+                              num_attention_heads=self.num_attention_heads,
+                              num_gqa_groups=self.num_gqa_groups)
+        # This rank's heads and key/value groups (TE's names).
+        self.num_attention_heads_per_partition = self.num_attention_heads // tp
+        self.num_gqa_groups_per_partition = self.num_gqa_groups // tp
         self.attention_dropout = _args.check_dropout(
             owner, "attention_dropout", attention_dropout)
         self.layernorm_epsilon = float(layernorm_epsilon)
@@ -154,10 +177,13 @@ class MultiheadAttention(TransformerEngineBaseModule):
         init = init_method or _args.default_init_method()
 
         def group(fuse, interleaved, group_norm, parts):
-            return QkvGroup(self.hidden_size, self.num_attention_heads,
-                            self.num_gqa_groups, self.kv_channels, fuse,
-                            interleaved, self.use_bias, group_norm, init,
-                            self.params_dtype, device, parts)
+            return QkvGroup(self.hidden_size,
+                            self.num_attention_heads_per_partition,
+                            self.num_gqa_groups_per_partition,
+                            self.kv_channels, fuse, interleaved,
+                            self.use_bias, group_norm, init,
+                            self.params_dtype, device, parts,
+                            rng_tracker=get_rng_state_tracker)
         if attention_type == "self":
             self._qkv_name = ("layernorm_qkv" if self.input_layernorm
                               else "qkv")
@@ -183,11 +209,13 @@ class MultiheadAttention(TransformerEngineBaseModule):
             attention_dropout=self.attention_dropout,
             qkv_format=self.qkv_format, attn_mask_type=self.attn_mask_type,
             window_size=window if window_size is not None else None,
-            layer_number=layer_number, attention_type=attention_type)
-        self.proj = ParameterGroup(self.params_dtype)
+            layer_number=layer_number, attention_type=attention_type,
+            tp_size=tp, tp_group=tp_group,
+            get_rng_state_tracker=get_rng_state_tracker)
+        self.proj = ParameterGroup(self.params_dtype, get_rng_state_tracker)
         self.proj.add_linear(
             "weight", "bias", self.hidden_size,
-            self.num_attention_heads * self.kv_channels,
+            self.num_attention_heads_per_partition * self.kv_channels,
             output_layer_init_method or _args.default_init_method(),
             self.use_bias, device)
         if self.return_bias and self.use_bias:
@@ -196,6 +224,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
 
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
+
+    def _dropout_seed_context(self):
+        # TE draws attention dropout in get_rng_state_tracker().fork().
+        return rng_fork(self._rng_tracker)
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
                     seq_kv=None, padded_queries=False):
@@ -215,7 +247,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self.use_bias, rotary, window_size,
             seq_kv if self.attention_type == "cross" else None,
             padded_queries, self.rotary_pos_interleaved,
-            self._returns_layernorm_output())
+            self._returns_layernorm_output(), self.tp_size)
 
     def _returns_layernorm_output(self):
         return self.input_layernorm and self.return_layernorm_output
@@ -264,7 +296,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             outputs = run_kv_cache_block(
                 self, owner, hidden_states, self.hidden_size,
                 self.qkv_format, mask_type, attention_mask, rotary_pos_emb,
-                self.kv_channels, self.num_gqa_groups,
+                self.kv_channels, self.num_gqa_groups_per_partition,
                 lambda rotary: self._layer_spec(mask_type, rotary, window),
                 is_first_microbatch, window, inference_params,
                 cross=self.attention_type == "cross",

@@ -45,11 +45,23 @@ class TransformerLayer(TransformerEngineBaseModule):
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    tensor/sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
+    sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens outside attn_input_format="thd". inference_params (TE's KV
-    cache) as MultiheadAttention's, in encoder layers. Accepted and unused: layer_number,
-    get_rng_state_tracker, seq_length, micro_batch_size, set_parallel_mode,
-    the ub_* switches (they only act with ub_tp_comm_overlap), name,
+    cache) as MultiheadAttention's, in encoder layers.
+
+    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    tp_size and set_tensor_parallel_group later, which reaches the
+    submodules too) and set_parallel_mode=True (required with tp_size > 1;
+    TE passes it to its attention and MLP): the attention blocks and the
+    MLP are split as MultiheadAttention's and LayerNormMLP's are, the rest
+    (norms, residuals, dropouts) replicated. get_rng_state_tracker
+    initializes the GEMM weights under its fork(); the layer's one dropout
+    stream (hidden and attention dropout, drop path) is seeded from torch's
+    default generator, since the hidden dropout must draw the same masks
+    on every tensor-parallel rank (docs/tensor-parallel.md).
+
+    Accepted and unused: layer_number, seq_length, micro_batch_size, the
+    ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
     `is_first_microbatch` is TE's FP8 weight caching (Linear.forward)."""
 
@@ -78,10 +90,19 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "TransformerLayer"
         _args.check_defaults(
-            owner, tp_group=tp_group, tp_size=tp_size,
-            sequence_parallel=sequence_parallel,
-            ub_tp_comm_overlap=ub_tp_comm_overlap,
+            owner, ub_tp_comm_overlap=ub_tp_comm_overlap,
             activation_params=activation_params)
+        tp = self._init_tensor_parallel(owner, tp_group, tp_size,
+                                        sequence_parallel,
+                                        get_rng_state_tracker)
+        _args.check_set_parallel_mode(owner, set_parallel_mode, tp,
+                                      "QKV and fc1", "proj and fc2")
+        self.set_parallel_mode = bool(set_parallel_mode)
+        _args.check_divisible(
+            owner, tp, num_attention_heads=int(num_attention_heads),
+            num_gqa_groups=int(num_gqa_groups if num_gqa_groups is not None
+                               else num_attention_heads),
+            ffn_hidden_size=int(ffn_hidden_size))
         if layer_type not in ("encoder", "decoder"):
             raise ValueError(f"{owner}: layer_type must be 'encoder' or "
                              f"'decoder', got {layer_type!r}")
@@ -153,7 +174,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             zero_centered_gamma=zero_centered_gamma,
             qkv_weight_interleaved=qkv_weight_interleaved, bias=bias,
             normalization=normalization, device=device,
-            qkv_format=self.attn_input_format)
+            qkv_format=self.attn_input_format, tp_group=tp_group,
+            tp_size=tp, set_parallel_mode=set_parallel_mode,
+            get_rng_state_tracker=get_rng_state_tracker)
         self.self_attention = MultiheadAttention(
             self.hidden_size, self.num_attention_heads,
             attn_mask_type=self.self_attn_mask_type,
@@ -176,7 +199,10 @@ class TransformerLayer(TransformerEngineBaseModule):
             activation=activation,
             output_layer_init_method=output_layer_init_method,
             params_dtype=self.params_dtype,
-            zero_centered_gamma=zero_centered_gamma, device=device)
+            zero_centered_gamma=zero_centered_gamma, device=device,
+            tp_group=tp_group, tp_size=tp,
+            set_parallel_mode=set_parallel_mode,
+            get_rng_state_tracker=get_rng_state_tracker)
         if self.output_layernorm:
             norm = (LayerNorm if self.normalization == "LayerNorm"
                     else RMSNorm)
@@ -217,7 +243,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             if self.layer_type == "decoder" else None,
             self.output_layernorm, self.parallel_attention_mlp,
             self.rotary_pos_interleaved,
-            self.drop_path_rate if active else 0.0)
+            self.drop_path_rate if active else 0.0, self.tp_size)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
@@ -251,7 +277,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             outputs = run_kv_cache_block(
                 self, owner, hidden_states, self.hidden_size,
                 self.attn_input_format, mask_type, attention_mask,
-                rotary_pos_emb, self.kv_channels, self.num_gqa_groups,
+                rotary_pos_emb, self.kv_channels,
+                self.self_attention.num_gqa_groups_per_partition,
                 lambda rotary: self._layer_spec(mask_type, rotary, window),
                 is_first_microbatch, window, inference_params,
                 cross=self.layer_type == "decoder",

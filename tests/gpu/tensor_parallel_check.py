@@ -1,0 +1,738 @@
+"""Tensor parallelism of tejit.pytorch's modules (docs/tensor-parallel.md),
+on 2 (or more) GPUs:
+
+    torchrun --nproc_per_node=2 tests/gpu/tensor_parallel_check.py [--full]
+        [--filter SUBSTRING] [--tol-scale X]
+
+Every rank builds the same tp=1 module (the same seed on every rank,
+biases and norm weights perturbed so that a bias added twice or a norm
+gradient left unsummed shows) and the same module with tp_group=WORLD,
+whose parameters are this rank's shards copied from the tp=1 module's full
+parameters:
+  * column-parallel (Linear/LayerNormLinear "column", fc1, the QKV
+    projection): this rank's rows; gated fc1 (swiglu): this rank's rows of
+    the activation half, then of the gate half; the split QKV parameters
+    (query_/key_/value_weight) and TE's interleaved fused weight: this
+    rank's contiguous rows (its query heads, its key/value groups); the
+    fused q | k | v weight without interleaving: this rank's q rows, then
+    its k rows, then its v rows;
+  * row-parallel (Linear "row", fc2, proj): this rank's columns, the bias
+    whole;
+  * norms: whole.
+Both run forward and backward on the same input and output gradient (one
+seed on every rank; a row-parallel Linear's input is this rank's column
+slice of the full input, a column-parallel output's gradient this rank's
+slice); under DelayedScaling after 2 warm-up steps, so that the compared
+step casts with scales from real amaxes. Compared, by relative L2 error
+||got - want|| / ||want|| and by max |got - want| / max |want| (the key
+bias's gradient, zero in exact arithmetic, against the value bias's):
+  * the output (a column-parallel one against this rank's slice of the
+    full output), the input gradient, and every parameter gradient (a
+    shard's against the same shard of the full gradient, a replicated
+    parameter's whole);
+  * outputs, input gradients and replicated parameters' gradients must be
+    bit for bit the same on every rank (what the all-reduces give).
+Dropout: a TransformerLayer with hidden and attention dropout and drop
+path, under an RNG tracker seeded per rank, keeps its outputs and input
+gradients the same on every rank (its one dropout stream is seeded from
+torch's default generator), while a MultiheadAttention's attention
+dropout stream is seeded in the tracker's fork() and differs by rank.
+Precisions: bf16 without a recipe (bf16 rounding only: the row-parallel
+partial sums are rounded before the sum), DelayedScaling HYBRID under
+fp8_autocast(fp8_group=WORLD) (the amax reduction gives every rank the tp=1
+module's scales, so the FP8 casts match: close to bf16), and
+Float8CurrentScaling (per-shard weight scales differ from the full
+weight's: FP8 tolerances). Also: 3 DelayedScaling steps of a
+TransformerLayer whose outputs and scales keep matching; a module without
+a group refuses to run; set_tensor_parallel_group after construction.
+Cases: Linear column and row, LayerNormLinear column, LayerNormMLP gelu and
+swiglu, MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
+DotProductAttention (local heads, no communication), TransformerLayer
+(hidden_dropout = attention_dropout = 0; also a decoder, whose
+cross-attention's keys and values come from an encoder output); --full
+adds hidden 4096, FFN 16384, 32 heads, 4096 tokens for LayerNormMLP and
+TransformerLayer.
+
+Prints one PASS/FAIL line per case on rank 0 (with the worst errors
+measured) and a summary; exits non-zero if any rank failed a case. With
+one process (world size 1) every case runs at tp_size 1: a check of this
+script, not of tensor parallelism. TEJIT_TEST_SEED=N repeats a run.
+"""
+import argparse
+import contextlib
+import datetime
+import math
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+
+import tejit.pytorch as te  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+from gpu_test_support import perturb  # noqa: E402 - beside this script
+
+BF16 = torch.bfloat16
+MODES = ("bf16", "delayed", "current")
+# (output rel-L2, gradient rel-L2, max |diff| / max |want|) per precision.
+# A missing or doubled sum over 2 ranks, or a wrong shard, gives errors of
+# 0.5 and more. Measured on 2 H200s (seeds vary), worst over the cases:
+# bf16: about 5e-3 / 7e-3 (bf16 roundings of partial sums; TE's bf16 rtol,
+# 1.6e-2, as an L2 bound is the suite's). DelayedScaling: equal scales, so
+# equal FP8 casts except where a bf16 difference upstream moves a value
+# across an FP8 rounding boundary, which moves an E5M2 gradient by up to
+# 25%: outputs about 2e-2, gradients up to 8e-2 (the attention input
+# norm's and the key weights' gradients of the full-size TransformerLayer,
+# whose first step casts with scale 1). Float8CurrentScaling: per-shard
+# scales of the weights and of the column-parallel outputs' gradients
+# differ from the whole tensors', so their casts do: outputs up to 7e-2,
+# gradients up to 1.5e-1.
+TOLERANCES = {"bf16": (1e-2, 1.5e-2, 5e-2),
+              "delayed": (5e-2, 0.15, 0.3),
+              "current": (0.15, 0.3, 0.5)}
+DELAYED_WARMUP_STEPS = 2
+RANK = 0
+WORLD = 1
+TOL_SCALE = 1.0
+
+
+def delayed():
+    return recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID,
+                                 amax_history_len=16, amax_compute_algo="max")
+
+
+def precision(mode):
+    """The autocast of a step in `mode`."""
+    if mode == "bf16":
+        return contextlib.nullcontext()
+    if mode == "delayed":
+        return te.fp8_autocast(enabled=True, fp8_recipe=delayed(),
+                               fp8_group=dist.group.WORLD)
+    return te.fp8_autocast(
+        enabled=True,
+        fp8_recipe=recipe.Float8CurrentScaling(
+            fp8_format=recipe.Format.HYBRID))
+
+
+def same_randn(shape, seed, scale=1.0):
+    """The same random bf16 tensor on every rank."""
+    generator = torch.Generator(device="cuda")
+    generator.manual_seed(seed)
+    return (torch.randn(*shape, device="cuda", generator=generator)
+            * scale).to(BF16)
+
+
+# --- shards -----------------------------------------------------------------
+
+def mine(tensor, dim):
+    """This rank's contiguous chunk of `tensor` along `dim`."""
+    return tensor.chunk(WORLD, dim)[RANK]
+
+
+def shard(full, kind, qkv=None):
+    """This rank's shard of a full parameter (or gradient) of `kind`:
+    "rep" whole, "col" rows, "row" columns, "gated" rows of each half,
+    "qkv" rows of each of q | k | v (`qkv` = (heads, groups, kv_channels))."""
+    if kind == "rep":
+        return full
+    if kind == "col":
+        return mine(full, 0)
+    if kind == "row":
+        return mine(full, 1)
+    if kind == "gated":
+        act, gate = full.chunk(2, 0)
+        return torch.cat([mine(act, 0), mine(gate, 0)])
+    if kind == "qkv":
+        heads, groups, d = qkv
+        parts = full.split([heads * d, groups * d, groups * d])
+        return torch.cat([mine(part, 0) for part in parts])
+    raise ValueError(kind)
+
+
+def block_kind(name, gated=False, fused_plain=False):
+    """How a parameter of LayerNormLinear/LayerNormMLP/MultiheadAttention/
+    TransformerLayer is split (TE's Megatron layout)."""
+    leaf = name.rsplit(".", 1)[-1]
+    if "layer_norm" in leaf or name.startswith("layernorm."):
+        return "rep"
+    if name.endswith("proj.weight") or leaf == "fc2_weight":
+        return "row"
+    if name.endswith("proj.bias") or leaf == "fc2_bias":
+        return "rep"
+    if leaf.startswith("fc1_"):
+        return "gated" if gated else "col"
+    if fused_plain and leaf in ("weight", "bias"):
+        return "qkv"
+    return "col"  # the QKV rows, a column-parallel weight and bias
+
+
+def row_linear_kind(name):
+    return "row" if name == "weight" else "rep"
+
+
+# --- comparisons ------------------------------------------------------------
+
+def errors(got, want, scale=None):
+    """(||got - want|| / ||scale||, max |got - want| / max |scale|), `scale`
+    defaulting to `want`; inf for a non-finite `got`."""
+    got, want = got.detach().float(), want.detach().float()
+    scale = want if scale is None else scale.detach().float()
+    if tuple(got.shape) != tuple(want.shape):
+        raise AssertionError(f"shape {tuple(got.shape)}, expected "
+                             f"{tuple(want.shape)}")
+    if not torch.isfinite(got).all():
+        return math.inf, math.inf
+    diff = got - want
+    l2 = (diff.norm() / scale.norm().clamp_min(1e-30)).item()
+    biggest = (diff.abs().max() / scale.abs().max().clamp_min(1e-30)).item()
+    return l2, biggest
+
+
+class Report:
+    """The worst errors of a case, and its failures."""
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.worst = {"output": (0.0, 0.0), "grad": (0.0, 0.0)}
+        self.worst_grad = ""  # what the worst gradient L2 error was of
+        self.failures = []
+
+    def compare(self, what, got, want, gradient=True, scale=None):
+        """`got` against `want`, errors relative to `scale` (default
+        `want`)."""
+        out_l2, grad_l2, max_rel = TOLERANCES[self.mode]
+        l2_limit = (grad_l2 if gradient else out_l2) * TOL_SCALE
+        max_limit = max_rel * TOL_SCALE
+        try:
+            l2, biggest = errors(got, want, scale)
+        except AssertionError as error:
+            self.failures.append(f"{what}: {error}")
+            return
+        key = "grad" if gradient else "output"
+        worst = self.worst[key]
+        if gradient and l2 > worst[0]:
+            self.worst_grad = what
+        self.worst[key] = (max(worst[0], l2), max(worst[1], biggest))
+        if not (l2 <= l2_limit and biggest <= max_limit):
+            self.failures.append(
+                f"{what} ({self.mode}): rel L2 {l2:.3g} (limit "
+                f"{l2_limit:.3g}), max {biggest:.3g} (limit "
+                f"{max_limit:.3g})")
+
+    def same_on_ranks(self, what, tensor):
+        """Replicated results must be bit for bit the same on every rank."""
+        if WORLD == 1:
+            return
+        local = tensor.detach().contiguous()
+        parts = [torch.empty_like(local) for _ in range(WORLD)]
+        dist.all_gather(parts, local)
+        for rank, part in enumerate(parts):
+            if not torch.equal(part, parts[0]):
+                self.failures.append(
+                    f"{what}: rank {rank} differs from rank 0 (max diff "
+                    f"{(part.float() - parts[0].float()).abs().max():.3g})")
+                return
+
+    def check(self):
+        if self.failures:
+            raise AssertionError("; ".join(self.failures))
+
+    def summary(self):
+        return (f"{self.mode}: out L2 {self.worst['output'][0]:.2e} max "
+                f"{self.worst['output'][1]:.2e}, grads L2 "
+                f"{self.worst['grad'][0]:.2e} ({self.worst_grad}) max "
+                f"{self.worst['grad'][1]:.2e}")
+
+
+# --- steps ------------------------------------------------------------------
+
+def step(module, inputs, dy, mode, call=None):
+    """One training step: (output, [input gradients], {name: gradient});
+    `call(module, *inputs)` runs the forward (default module(*inputs))."""
+    inputs = [x.detach().clone().requires_grad_() for x in inputs]
+    module.zero_grad(set_to_none=True)
+    with precision(mode):
+        out = module(*inputs) if call is None else call(module, *inputs)
+    out.backward(dy)
+    grads = {}
+    for name, p in module.named_parameters():
+        if p.grad is None:
+            raise AssertionError(f"'{name}' got no gradient")
+        grads[name] = p.grad.detach().clone()
+    return out.detach(), [x.grad for x in inputs], grads
+
+
+def build_pair(make, kind_of, seed, qkv=None, after=None):
+    """(tp=1 module, tensor-parallel module with this rank's shards).
+    `make(**tp_arguments)` builds the module; `kind_of(name)` says how each
+    parameter splits; `after(tp_module)` runs after the copy."""
+    torch.manual_seed(seed)  # the same full parameters on every rank
+    full = make()
+    perturb(full)
+    parallel = make(tp_group=dist.group.WORLD)
+    full_params = dict(full.named_parameters())
+    parallel_params = dict(parallel.named_parameters())
+    if set(full_params) != set(parallel_params):
+        differ = sorted(set(full_params) ^ set(parallel_params))
+        raise AssertionError(f"parameter names differ: {differ}")
+    with torch.no_grad():
+        for name, p in parallel_params.items():
+            want = shard(full_params[name], kind_of(name), qkv)
+            if tuple(p.shape) != tuple(want.shape):
+                raise AssertionError(
+                    f"'{name}' is {tuple(p.shape)} on a rank, expected "
+                    f"{tuple(want.shape)} (a {kind_of(name)} shard of "
+                    f"{tuple(full_params[name].shape)})")
+            p.copy_(want)
+    if after is not None:
+        after(parallel)
+    return full, parallel
+
+
+def compare_step(report, full, parallel, inputs, dy, kind_of, qkv=None,
+                 input_split=None, output_split=None, label="", call=None):
+    """One step of both modules on the same data; the TP module gets this
+    rank's slice of an input split along dim `input_split` (None: whole),
+    and its output and output gradient are this rank's slice along
+    `output_split` (None: whole, replicated)."""
+    mode = report.mode
+    want_out, want_dx, want_grads = step(full, inputs, dy, mode, call)
+    local_inputs = [x if input_split is None else mine(x, input_split)
+                    for x in inputs]
+    local_dy = dy if output_split is None else mine(dy, output_split)
+    out, dx, grads = step(parallel, local_inputs, local_dy, mode, call)
+    report.compare(f"{label}output", out,
+                   want_out if output_split is None
+                   else mine(want_out, output_split), gradient=False)
+    if output_split is None:
+        report.same_on_ranks(f"{label}output", out)
+    for index, (got, want) in enumerate(zip(dx, want_dx)):
+        if input_split is not None:
+            want = mine(want, input_split)
+        report.compare(f"{label}input grad {index}", got, want)
+        if input_split is None:
+            report.same_on_ranks(f"{label}input grad {index}", got)
+    for name, got in grads.items():
+        kind = kind_of(name)
+        want = shard(want_grads[name], kind, qkv)
+        scale = None
+        if name.endswith("key_bias"):
+            # Zero in exact arithmetic (softmax ignores a shift shared by
+            # every key): both are rounding noise, measured against the
+            # value bias's gradient.
+            scale = shard(want_grads[name[:-len("key_bias")] + "value_bias"],
+                          kind, qkv)
+        report.compare(f"{label}grad of {name}", got, want, scale=scale)
+        if kind == "rep":
+            report.same_on_ranks(f"{label}grad of {name}", got)
+
+
+# --- cases ------------------------------------------------------------------
+
+def module_case(make, kind_of, input_shape, mode, seed, qkv=None,
+                input_split=None, output_split=None, after=None,
+                out_features=None):
+    """One step of a module taking one input of `input_shape`, whose
+    output has the input's shape, or `out_features` last."""
+    report = Report(mode)
+    full, parallel = build_pair(make, kind_of, seed, qkv, after)
+    x = same_randn(input_shape, seed + 1)
+    out_shape = list(input_shape)
+    if out_features is not None:
+        out_shape[-1] = out_features
+    dy = same_randn(out_shape, seed + 2)
+    if mode == "delayed":
+        # Steps that give both modules scales from real amaxes (TE's first
+        # step casts with scale 1), as test_pytorch_modules.py does.
+        for index in range(DELAYED_WARMUP_STEPS):
+            warm_x = same_randn(input_shape, seed + 100 + index)
+            step(full, [warm_x], dy, mode)
+            step(parallel, [warm_x if input_split is None
+                            else mine(warm_x, input_split)],
+                 dy if output_split is None else mine(dy, output_split),
+                 mode)
+    compare_step(report, full, parallel, [x], dy, kind_of, qkv,
+                 input_split, output_split)
+    report.check()
+    return report.summary()
+
+
+def linear_case(mode, parallel_mode, seed):
+    kwargs = dict(params_dtype=BF16)
+
+    def make(**tp):
+        if tp:
+            tp["parallel_mode"] = parallel_mode
+        return te.Linear(256, 512, **kwargs, **tp)
+    if parallel_mode == "column":
+        return module_case(make, lambda name: "col", (64, 2, 256), mode,
+                           seed, output_split=-1, out_features=512)
+    return module_case(make, row_linear_kind, (64, 2, 256), mode, seed,
+                       input_split=-1, out_features=512)
+
+
+def linear_set_group_case(seed):
+    """tp_size at construction, the group later (TE's
+    set_tensor_parallel_group), and the refusal without one."""
+    mode = "bf16"
+
+    def make(tp_group=None):
+        if tp_group is None:
+            return te.Linear(256, 512, params_dtype=BF16)
+        module = te.Linear(256, 512, params_dtype=BF16, tp_size=WORLD,
+                           parallel_mode="column")
+        if WORLD > 1:
+            x = torch.zeros(16, 256, device="cuda", dtype=BF16)
+            try:
+                module(x)
+            except RuntimeError as error:
+                if "set_tensor_parallel_group" not in str(error):
+                    raise AssertionError(f"unclear error without a group: "
+                                         f"{error}") from error
+            else:
+                raise AssertionError("a tp_size > 1 module without a group "
+                                     "ran")
+        module.set_tensor_parallel_group(tp_group)
+        if module.tp_group is not tp_group:
+            raise AssertionError("set_tensor_parallel_group did not take")
+        return module
+    return module_case(make, lambda name: "col", (32, 256), mode, seed,
+                       output_split=-1, out_features=512)
+
+
+def layernorm_linear_case(mode, seed):
+    def make(**tp):
+        if tp:
+            tp["parallel_mode"] = "column"
+        return te.LayerNormLinear(256, 512, params_dtype=BF16, **tp)
+    return module_case(make, block_kind, (64, 2, 256), mode, seed,
+                       output_split=-1, out_features=512)
+
+
+def mlp_case(mode, activation, seed, hidden=256, ffn=1024, tokens=128):
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.LayerNormMLP(hidden, ffn, activation=activation,
+                               params_dtype=BF16, **tp)
+    gated = activation.endswith("glu")
+    return module_case(make, lambda name: block_kind(name, gated=gated),
+                       (tokens, hidden), mode, seed)
+
+
+def mha_case(mode, seed, fuse_qkv_params=False, interleaved=True):
+    hidden, heads, groups = 256, 8, 4
+    d = hidden // heads
+
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.MultiheadAttention(
+            hidden, heads, num_gqa_groups=groups, attention_dropout=0.0,
+            input_layernorm=True, fuse_qkv_params=fuse_qkv_params,
+            qkv_weight_interleaved=interleaved, params_dtype=BF16, **tp)
+    fused_plain = fuse_qkv_params and not interleaved
+    return module_case(
+        make, lambda name: block_kind(name, fused_plain=fused_plain),
+        (64, 2, hidden), mode, seed, qkv=(heads, groups, d))
+
+
+def transformer_kwargs(hidden, ffn, heads, groups):
+    return dict(hidden_size=hidden, ffn_hidden_size=ffn,
+                num_attention_heads=heads, num_gqa_groups=groups,
+                hidden_dropout=0.0, attention_dropout=0.0,
+                params_dtype=BF16)
+
+
+def transformer_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
+                     seq=64, batch=2, activation="gelu"):
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.TransformerLayer(
+            **transformer_kwargs(hidden, ffn, heads, groups),
+            activation=activation, **tp)
+    gated = activation.endswith("glu")
+    return module_case(make, lambda name: block_kind(name, gated=gated),
+                       (seq, batch, hidden), mode, seed)
+
+
+def decoder_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
+                 seq=64, seq_kv=32, batch=2):
+    """A decoder TransformerLayer (self-attention, cross-attention over an
+    encoder output, MLP): the encoder output's gradient is summed over the
+    ranks too."""
+    report = Report(mode)
+
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.TransformerLayer(
+            **transformer_kwargs(hidden, ffn, heads, groups),
+            layer_type="decoder", **tp)
+    full, parallel = build_pair(make, block_kind, seed)
+    x = same_randn((seq, batch, hidden), seed + 1)
+    encoder = same_randn((seq_kv, batch, hidden), seed + 2)
+    dy = same_randn((seq, batch, hidden), seed + 3)
+
+    def call(module, hidden_states, encoder_output):
+        return module(hidden_states, encoder_output=encoder_output)
+    if mode == "delayed":
+        for _ in range(DELAYED_WARMUP_STEPS):
+            step(full, [x, encoder], dy, mode, call)
+            step(parallel, [x, encoder], dy, mode, call)
+    compare_step(report, full, parallel, [x, encoder], dy, block_kind,
+                 call=call)
+    report.check()
+    return report.summary()
+
+
+def dot_product_attention_case(seed):
+    """tp_size > 1: this rank's heads, no communication."""
+    report = Report("bf16")
+    heads, groups, d, seq, batch = 8, 4, 32, 64, 2
+    full = te.DotProductAttention(heads, d, num_gqa_groups=groups)
+    parallel = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                      tp_group=dist.group.WORLD)
+    q = same_randn((seq, batch, heads, d), seed + 1)
+    k = same_randn((seq, batch, groups, d), seed + 2)
+    v = same_randn((seq, batch, groups, d), seed + 3)
+    dy = same_randn((seq, batch, heads * d), seed + 4)
+    want_out, want_dx, _ = step(full, [q, k, v], dy, "bf16")
+    out, dx, _ = step(parallel, [mine(t, 2) for t in (q, k, v)],
+                      mine(dy, -1), "bf16")
+    report.compare("output", out, mine(want_out, -1), gradient=False)
+    for name, got, want in zip("qkv", dx, want_dx):
+        report.compare(f"grad of {name}", got, mine(want, 2))
+    report.check()
+    return report.summary()
+
+
+def scale_history_case(seed, steps=3):
+    """DelayedScaling over several steps (new data each, growing in
+    magnitude so the amaxes move): outputs and gradients keep matching the
+    tp=1 layer's, and so do the scales."""
+    report = Report("delayed")
+    hidden, ffn, heads, groups, seq, batch = 256, 1024, 8, 4, 64, 2
+
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.TransformerLayer(
+            **transformer_kwargs(hidden, ffn, heads, groups), **tp)
+    full, parallel = build_pair(make, block_kind, seed)
+    for index in range(steps):
+        x = same_randn((seq, batch, hidden), seed + 10 * index + 1,
+                       scale=1.0 + index)
+        dy = same_randn((seq, batch, hidden), seed + 10 * index + 2)
+        compare_step(report, full, parallel, [x], dy, block_kind,
+                     label=f"step {index + 1}: ")
+    want = {k: v for k, v in full.state_dict().items() if "fp8_meta" in k}
+    got = {k: v for k, v in parallel.state_dict().items() if "fp8_meta" in k}
+    scales = [k for k in want if k.endswith(".scale") and k in got
+              and tuple(got[k].shape) == tuple(want[k].shape)]
+    if not scales:
+        report.failures.append(f"no FP8 scales to compare (tp=1: "
+                               f"{sorted(want)}, tp: {sorted(got)})")
+    for name in scales:
+        report.compare(f"{name} after {steps} steps", got[name], want[name])
+        report.same_on_ranks(name, got[name].cuda())
+    report.check()
+    return report.summary() + f", {len(scales)} scale tensors"
+
+
+class RankTracker:
+    """Megatron's CUDA RNG tracker as TE uses it (fork()), seeded
+    differently on each rank (Megatron's model-parallel seed)."""
+
+    def __init__(self, seed):
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
+            torch.cuda.manual_seed(seed)
+            self.state = torch.cuda.get_rng_state()
+
+    @contextlib.contextmanager
+    def fork(self, name="model-parallel-rng"):
+        saved = torch.cuda.get_rng_state()
+        torch.cuda.set_rng_state(self.state)
+        try:
+            yield
+        finally:
+            self.state = torch.cuda.get_rng_state()
+            torch.cuda.set_rng_state(saved)
+
+
+def dropout_streams(module):
+    """The (seed, offset) of each dropout stream of `module`'s programs."""
+    from tejit.pytorch._device_view import device_view  # noqa: PLC0415
+    states = []
+    for compiled in module._programs.values():
+        address = compiled.program.rng_state_device_pointer()
+        if address:
+            states.append(device_view(address, 2, torch.int64,
+                                      torch.cuda.current_device()).clone())
+    if not states:
+        raise AssertionError(f"{type(module).__name__}: no dropout stream")
+    return torch.cat(states)
+
+
+def dropout_case(seed):
+    """Dropout under tensor parallelism with an RNG tracker seeded per rank
+    (Megatron's): a TransformerLayer's one stream (hidden dropout on the
+    replicated hidden states, attention dropout, drop path) is seeded from
+    torch's default generator, the same on every rank, so its outputs and
+    gradients stay replicated; a MultiheadAttention's attention dropout is
+    seeded in the tracker's fork(), as TE draws it, so the ranks' streams
+    differ."""
+    report = Report("bf16")
+    hidden, ffn, heads, seq, batch = 256, 1024, 8, 64, 2
+    tracker = RankTracker(seed + 1000 + RANK)
+    torch.manual_seed(seed)  # the same default generator on every rank
+    layer = te.TransformerLayer(
+        hidden, ffn, heads, hidden_dropout=0.1, attention_dropout=0.1,
+        drop_path_rate=0.1, params_dtype=BF16, tp_group=dist.group.WORLD,
+        set_parallel_mode=True, get_rng_state_tracker=lambda: tracker)
+    x = same_randn((seq, batch, hidden), seed + 1)
+    dy = same_randn((seq, batch, hidden), seed + 2)
+    out, (dx,), grads = step(layer, [x], dy, "bf16")
+    report.same_on_ranks("TransformerLayer output", out)
+    report.same_on_ranks("TransformerLayer input grad", dx)
+    report.same_on_ranks("TransformerLayer dropout stream",
+                         dropout_streams(layer))
+    mha = te.MultiheadAttention(
+        hidden, heads, attention_dropout=0.1, input_layernorm=True,
+        params_dtype=BF16, tp_group=dist.group.WORLD,
+        set_parallel_mode=True, get_rng_state_tracker=lambda: tracker)
+    out, _, _ = step(mha, [x], dy, "bf16")
+    report.same_on_ranks("MultiheadAttention output", out)
+    if WORLD > 1:
+        streams = dropout_streams(mha)
+        parts = [torch.empty_like(streams) for _ in range(WORLD)]
+        dist.all_gather(parts, streams)
+        if torch.equal(parts[0], parts[1]):
+            report.failures.append("MultiheadAttention: the ranks' attention "
+                                   "dropout streams are equal; expected "
+                                   "seeds from the per-rank tracker")
+    report.check()
+    return "replicated TransformerLayer under dropout, per-rank attention " \
+        "dropout seeds"
+
+
+def cases(full_size, seed):
+    result = []
+    for mode in MODES:
+        result += [
+            (f"Linear column 256 -> 512 [{mode}]",
+             lambda mode=mode: linear_case(mode, "column", seed)),
+            (f"Linear row 256 -> 512 [{mode}]",
+             lambda mode=mode: linear_case(mode, "row", seed)),
+            (f"LayerNormLinear column 256 -> 512 [{mode}]",
+             lambda mode=mode: layernorm_linear_case(mode, seed)),
+            (f"LayerNormMLP gelu 256/1024 [{mode}]",
+             lambda mode=mode: mlp_case(mode, "gelu", seed)),
+            (f"LayerNormMLP swiglu 256/1024 [{mode}]",
+             lambda mode=mode: mlp_case(mode, "swiglu", seed)),
+            (f"MultiheadAttention GQA 8/4 heads, split QKV [{mode}]",
+             lambda mode=mode: mha_case(mode, seed)),
+            (f"MultiheadAttention GQA 8/4 heads, fused interleaved QKV "
+             f"[{mode}]",
+             lambda mode=mode: mha_case(mode, seed, fuse_qkv_params=True)),
+            (f"MultiheadAttention GQA 8/4 heads, fused q|k|v QKV [{mode}]",
+             lambda mode=mode: mha_case(mode, seed, fuse_qkv_params=True,
+                                        interleaved=False)),
+            (f"TransformerLayer 256/1024/8 heads/4 groups [{mode}]",
+             lambda mode=mode: transformer_case(mode, seed)),
+        ]
+    result += [
+        ("TransformerLayer swiglu 256/1024 [bf16]",
+         lambda: transformer_case("bf16", seed, activation="swiglu")),
+        ("TransformerLayer decoder (cross-attention) [bf16]",
+         lambda: decoder_case("bf16", seed)),
+        ("TransformerLayer decoder (cross-attention) [delayed]",
+         lambda: decoder_case("delayed", seed)),
+        ("DotProductAttention GQA 8/4 heads (local heads) [bf16]",
+         lambda: dot_product_attention_case(seed)),
+        ("Linear: tp_size, then set_tensor_parallel_group [bf16]",
+         lambda: linear_set_group_case(seed)),
+        ("TransformerLayer, 3 DelayedScaling steps (scale history)",
+         lambda: scale_history_case(seed)),
+        ("Dropout: replicated hidden dropout, per-rank attention dropout "
+         "seeds [bf16]", lambda: dropout_case(seed)),
+    ]
+    if full_size:
+        for mode in MODES:
+            result += [
+                (f"LayerNormMLP 4096/16384, 4096 tokens [{mode}]",
+                 lambda mode=mode: mlp_case(mode, "gelu", seed, hidden=4096,
+                                            ffn=16384, tokens=4096)),
+                (f"TransformerLayer 4096/16384/32 heads, s 2048 b 2 "
+                 f"[{mode}]",
+                 lambda mode=mode: transformer_case(
+                     mode, seed, hidden=4096, ffn=16384, heads=32,
+                     groups=32, seq=2048, batch=2)),
+            ]
+    return result
+
+
+def main():
+    global RANK, WORLD, TOL_SCALE
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--full", action="store_true",
+                        help="also LayerNormMLP and TransformerLayer at "
+                             "hidden 4096, FFN 16384, 32 heads, 4096 tokens")
+    parser.add_argument("--filter", default="",
+                        help="run only the cases whose name contains this")
+    parser.add_argument("--tol-scale", type=float, default=1.0,
+                        help="multiply every tolerance by this")
+    args = parser.parse_args()
+    TOL_SCALE = args.tol_scale
+    # A rank that fails mid-collective must not hang the others for NCCL's
+    # default 10 minutes.
+    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=180))
+    RANK, WORLD = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", RANK)))
+    seeds = [int(os.environ.get("TEJIT_TEST_SEED",
+                                random.SystemRandom().randrange(1 << 30)))]
+    dist.broadcast_object_list(seeds, src=0)
+    seed = seeds[0]
+    if RANK == 0:
+        print(f"tensor_parallel_check: {WORLD} rank(s) on "
+              f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+              f"seed {seed} (TEJIT_TEST_SEED={seed} repeats this run)"
+              + ("" if WORLD > 1 else "; one rank: tp_size 1 everywhere, "
+                 "a check of the script only"), flush=True)
+    selected = [(name, check) for name, check in cases(args.full, seed)
+                if args.filter in name]
+    failed = 0
+    for name, check in selected:
+        error, detail = None, ""
+        start = time.perf_counter()
+        try:
+            detail = check()
+        except Exception:  # noqa: BLE001 - reported, then counted
+            error = traceback.format_exc()
+        seconds = time.perf_counter() - start
+        flag = torch.tensor([error is not None], device="cuda",
+                            dtype=torch.int32)
+        dist.all_reduce(flag)
+        if error is not None:
+            print(f"[rank {RANK}] {name}: FAILED\n{error}", flush=True)
+        if RANK == 0 and not flag.item():
+            print(f"PASS  {name}  ({detail}; {seconds:.1f} s)", flush=True)
+        elif RANK == 0:
+            print(f"FAIL  {name} (on {flag.item()} rank(s))", flush=True)
+        failed += bool(flag.item())
+    if RANK == 0:
+        print(f"tensor_parallel_check: {len(selected) - failed}/"
+              f"{len(selected)} passed", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
