@@ -98,7 +98,8 @@ Tensor cut(const Tensor &whole, const Shard &shard, int rank,
     appendRows(whole, rank * localRows, localRows, width, part.data);
     return part;
   case Shard::gatedRows: {
-    // [activation rows; gate rows]: this rank's slice of each half.
+    // [activation rows; gate rows] (or cross-attention's [k; v]): this
+    // rank's slice of each half.
     int64_t half = whole.shape[0] / 2, local = localRows / 2;
     appendRows(whole, rank * local, local, width, part.data);
     appendRows(whole, half + rank * local, local, width, part.data);
@@ -167,6 +168,16 @@ const TpCase kCases[] = {
      "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
      "attention_dropout: 0.0{tp}}\n",
      ", tp_size: 2", false, 4, 2, 8},
+    {"decoder_layer",
+     "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
+     "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0, layer_type: decoder{tp}}\n",
+     ", tp_size: 2", false, 4, 2, 8},
+    {"packed_sequences",
+     "input_format: thd\nlayers:\n  - {type: TransformerLayer, hidden_size: "
+     "32, ffn_hidden_size: 48, num_attention_heads: 4, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0, self_attn_mask_type: padding_causal{tp}}\n",
+     ", tp_size: 2", false, 4, 4, 8},
 };
 
 class TensorParallel : public ::testing::TestWithParam<TpCase> {
@@ -197,8 +208,9 @@ protected:
     if (whole[0] != local[0]) {
       bool qkv = name.contains("qkv");
       shard.kind = qkv ? Shard::qkvRows
-                   : GetParam().gated && (name.ends_with("fc1_weight") ||
-                                          name.ends_with("fc1_bias"))
+                   : (GetParam().gated && (name.ends_with("fc1_weight") ||
+                                           name.ends_with("fc1_bias"))) ||
+                           name.contains("key_value")
                        ? Shard::gatedRows
                        : Shard::rows;
       shard.heads = GetParam().heads;
