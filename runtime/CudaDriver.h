@@ -43,6 +43,9 @@ struct CudaDriver {
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemcpyDtoHAsync)                                                         \
   X(cuMemcpyDtoDAsync)                                                         \
+  X(cuStreamCreate)                                                            \
+  X(cuStreamDestroy)                                                           \
+  X(cuStreamWaitEvent)                                                         \
   X(cuStreamSynchronize)                                                       \
   X(cuStreamIsCapturing)                                                       \
   X(cuEventCreate)                                                             \

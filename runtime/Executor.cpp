@@ -432,6 +432,33 @@ Error Executor::setTensorParallelGroup(
   return Error::success();
 }
 
+llvm::SmallVector<DeviceRange, 8> Executor::bytesOf(const Step &step) const {
+  llvm::SmallVector<DeviceRange, 8> ranges;
+  forEachStepValue(step, [&](int64_t id, bool) {
+    CUdeviceptr begin = addresses[id];
+    ranges.push_back({begin, begin + CUdeviceptr(plan.values[id].bytes)});
+  });
+  return ranges;
+}
+
+Error Executor::startSum(const TpAllReduceStep &step, CUstream stream) {
+  const TensorType &type = plan.values[step.in].type;
+  auto enqueue = [&](CUstream on) {
+    return tpGroup->allReduceSum(addresses[step.in], addresses[step.out],
+                                 size_t(type.numElements()), type.element, on);
+  };
+  if (!overlapSums)
+    return enqueue(stream);
+  if (!sumOverlap)
+    sumOverlap = std::make_unique<SumOverlap>(driver);
+  DeviceRange buffers[] = {
+      {addresses[step.in],
+       addresses[step.in] + CUdeviceptr(plan.values[step.in].bytes)},
+      {addresses[step.out],
+       addresses[step.out] + CUdeviceptr(plan.values[step.out].bytes)}};
+  return sumOverlap->start(stream, buffers, enqueue);
+}
+
 size_t Executor::scratchBytes() const {
   size_t bytes = 0;
   for (const Step &step : plan.steps)
@@ -570,6 +597,21 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
     if (leaveState && !neededWhenLeavingState.empty() &&
         !neededWhenLeavingState[index])
       continue;
+    auto failed = [&](Error error) {
+      // Leave no fork open on the stream (or in a graph being captured).
+      if (sumOverlap)
+        llvm::consumeError(sumOverlap->joinAll(stream));
+      return annotate(
+          std::move(error),
+          llvm::formatv("function '{0}', step {1}", plan.name, index));
+    };
+    // A sum in flight is waited for by the steps that touch its bytes, and
+    // by collectives on other communicators (one order on every rank).
+    if (sumOverlap && sumOverlap->busy())
+      if (Error error = std::holds_alternative<AmaxAllReduceStep>(step)
+                            ? sumOverlap->joinAll(stream)
+                            : sumOverlap->joinTouching(stream, bytesOf(step)))
+        return failed(std::move(error));
     Error error = Error::success();
     if (const auto *kernel = std::get_if<KernelStep>(&step)) {
       error =
@@ -593,16 +635,14 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                                  plan.values[reduce->in].bytes, stream),
                              "copying amaxes");
     } else if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
-      const TensorType &type = plan.values[sum->in].type;
-      error = tpGroup->allReduceSum(addresses[sum->in], addresses[sum->out],
-                                    size_t(type.numElements()), type.element,
-                                    stream);
+      error = startSum(*sum, stream);
     }
     if (error)
-      return annotate(
-          std::move(error),
-          llvm::formatv("function '{0}', step {1}", plan.name, index));
+      return failed(std::move(error));
   }
+  if (sumOverlap)
+    if (Error error = sumOverlap->joinAll(stream))
+      return error;
   // The static steps ran into the cache (not only into a graph): later runs
   // may reuse what they wrote while the arguments stay where they are.
   if (useCache && !skip && !capturing && !skipFlag) {

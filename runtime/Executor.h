@@ -17,6 +17,7 @@
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Gemm.h"
 #include "runtime/StaticSteps.h"
+#include "runtime/SumOverlap.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
@@ -240,6 +241,13 @@ private:
   /// over.
   int64_t tpRanks = 0;
   std::shared_ptr<TensorParallelGroup> tpGroup;
+  /// The sums' own stream, made by the first run that has one to start.
+  std::unique_ptr<SumOverlap> sumOverlap;
+  bool overlapSums = SumOverlap::enabled();
+  /// The bytes `step` reads or writes in this run.
+  llvm::SmallVector<DeviceRange, 8> bytesOf(const Step &step) const;
+  /// Runs the sum `step` on the sums' stream (overlapSums) or on `stream`.
+  llvm::Error startSum(const TpAllReduceStep &step, CUstream stream);
   /// Per value id: its address in the current run.
   std::vector<CUdeviceptr> addresses;
 };

@@ -310,6 +310,13 @@ void Fuser::run() {
   });
   for (const Group &group : groups)
     materialize(group);
+  // A tensor-parallel sum starts as soon as its input is ready: the runtime
+  // runs it beside the ops that follow until one reads its output (a dgrad
+  // GEMM's sum beside the wgrad GEMM, as Transformer Engine overlaps them).
+  function.walk([](TpAllReduceOp sum) {
+    if (Operation *producer = sum.getInput().getDefiningOp())
+      sum->moveAfter(producer);
+  });
 }
 
 struct FusePass : public tejit::impl::TEFuseBase<FusePass> {

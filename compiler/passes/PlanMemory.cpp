@@ -86,8 +86,12 @@ LogicalResult checkStructure(func::FuncOp function) {
 std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
   SmallVector<PlannedBuffer> buffers;
   SmallVector<bool> returned;
+  // The first op that reads each buffer (-1: none yet).
+  SmallVector<int64_t> firstRead;
   // The buffer of each value that owns one or views one.
   DenseMap<Value, unsigned> bufferOf;
+  // Tensor-parallel sums: (input's buffer, output's buffer).
+  SmallVector<std::pair<unsigned, unsigned>> sums;
   for (auto [here, op] : llvm::enumerate(function.front())) {
     for (Value operand : op.getOperands()) {
       auto it = bufferOf.find(operand);
@@ -96,6 +100,13 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       if (isa<func::ReturnOp>(op))
         returned[it->second] = true;
       buffers[it->second].end = int64_t(here);
+      if (firstRead[it->second] < 0)
+        firstRead[it->second] = int64_t(here);
+    }
+    if (auto sum = dyn_cast<te::TpAllReduceOp>(op)) {
+      auto input = bufferOf.find(sum.getInput());
+      if (input != bufferOf.end())
+        sums.push_back({input->second, unsigned(buffers.size())});
     }
     if (isView(&op)) {
       auto it = bufferOf.find(op.getOperand(0));
@@ -108,6 +119,7 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       buffers.push_back({value, /*bytes=*/0, int64_t(here), int64_t(here),
                          /*offset=*/0});
       returned.push_back(false);
+      firstRead.push_back(-1);
     };
     // Attention gradients that a concat gathers live in the concat's
     // buffer, which starts with the first of them.
@@ -124,6 +136,12 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       newBuffer(result);
     }
   }
+  // The runtime sums on a stream of its own while the ops up to the sum's
+  // first reader run (docs/tensor-parallel.md, "Overlap"): the input must
+  // stay untouched until then.
+  for (auto [input, output] : sums)
+    buffers[input].end = std::max(
+        buffers[input].end, std::max(firstRead[output], buffers[output].start));
   std::vector<PlannedBuffer> arena;
   for (auto [buffer, isReturned] : llvm::zip(buffers, returned))
     if (!isReturned)
