@@ -97,7 +97,8 @@ Report deriveBuffers(func::FuncOp function) {
   Report report;
   Block &block = function.front();
   DenseMap<Value, Value> storageOf;
-  DenseMap<Value, int64_t> defined, lastUse;
+  DenseMap<Value, int64_t> defined, lastUse, firstUse;
+  SmallVector<te::TpAllReduceOp> sums;
   llvm::DenseSet<Value> callerOwned(block.args_begin(), block.args_end());
   for (BlockArgument arg : block.getArguments())
     storageOf[arg] = arg;
@@ -105,9 +106,12 @@ Report deriveBuffers(func::FuncOp function) {
     for (Value operand : op.getOperands()) {
       Value storage = storageOf.lookup(operand);
       lastUse[storage] = position;
+      firstUse.try_emplace(storage, position);
       if (isa<func::ReturnOp>(op))
         callerOwned.insert(storage);
     }
+    if (auto sum = dyn_cast<te::TpAllReduceOp>(op))
+      sums.push_back(sum);
     // Views: reshapes, and q/k/v slices only attention reads (strided).
     bool view = isa<te::ReshapeOp>(op) || te::isAttentionInputSlice(&op);
     for (Value result : op.getResults()) {
@@ -121,6 +125,14 @@ Report deriveBuffers(func::FuncOp function) {
       }
       defined.try_emplace(result, position);
     }
+  }
+  // A tensor-parallel sum runs beside the ops up to its output's first
+  // reader (SumOverlap.h): its input's bytes stay untouched until then.
+  for (te::TpAllReduceOp sum : sums) {
+    Value input = storageOf.lookup(sum.getInput());
+    auto read = firstUse.find(storageOf.lookup(sum.getOutput()));
+    if (read != firstUse.end())
+      lastUse[input] = std::max(lastUse.lookup(input), read->second);
   }
   for (Operation &op : block.without_terminator()) {
     auto offsets = op.getAttrOfType<ArrayAttr>("te.offsets");
