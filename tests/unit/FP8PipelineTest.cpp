@@ -10,7 +10,7 @@
 // change any value: the FP8 module before and after fusion agree exactly.
 //
 //===----------------------------------------------------------------------===//
-#include "PipelineTestUtils.h"
+#include "Fp8TrainingStep.h"
 
 #include "mlir/IR/Diagnostics.h"
 
@@ -21,111 +21,6 @@ using namespace tejit;
 using namespace tejit::testing;
 
 namespace {
-
-constexpr uint64_t kSeed = 99, kOffset = 5;
-
-/// Runs a forward/backward pair as a training step does, keeping the FP8
-/// meta state (arguments named fp8_meta.*) between steps.
-class TrainingStep {
-public:
-  TrainingStep(func::FuncOp forward, func::FuncOp backward)
-      : forward(forward), backward(backward) {}
-
-  /// Runs forward then backward; returns the forward's user results followed
-  /// by the gradients, in te.grad_of order.
-  std::map<std::string, Tensor> run(const std::vector<Tensor> &layerArgs,
-                                    const std::vector<Tensor> &outputGrads) {
-    std::vector<Tensor> args = forwardArgs(layerArgs);
-    std::vector<Tensor> results = call(forward, args);
-    lastForward = results;
-    update(forward, results);
-    std::map<std::string, Tensor> named;
-    for (unsigned i = 0; i < forward.getNumResults(); ++i)
-      if (resultName(forward, i) == "output" ||
-          StringRef(resultName(forward, i)).ends_with(".ln_output"))
-        named[resultName(forward, i)] = results[i];
-    if (!backward)
-      return named;
-    std::vector<Tensor> grads =
-        call(backward, backwardArgs(args, results, outputGrads));
-    update(backward, grads);
-    for (unsigned i = 0; i < backward.getNumResults(); ++i)
-      named[resultName(backward, i)] = grads[i];
-    return named;
-  }
-
-  std::vector<Tensor> lastForward;
-
-private:
-  static std::string resultName(func::FuncOp function, unsigned index) {
-    auto name = function.getResultAttrOfType<StringAttr>(index, "te.name");
-    return name ? name.getValue().str() : "";
-  }
-
-  static std::vector<Tensor> call(func::FuncOp function,
-                                  const std::vector<Tensor> &args) {
-    FailureOr<std::vector<Tensor>> results = interp::run(function, args);
-    EXPECT_TRUE(succeeded(results)) << function.getName().str();
-    return succeeded(results) ? *results : std::vector<Tensor>();
-  }
-
-  /// Meta state: scales start at 1 and histories at 0, as in TE.
-  Tensor &meta(func::FuncOp function, unsigned index) {
-    std::string name = argName(function, index).str();
-    auto it = state.find(name);
-    if (it != state.end())
-      return it->second;
-    auto type = cast<RankedTensorType>(function.getArgumentTypes()[index]);
-    Tensor init = Tensor::zeros(type.getShape());
-    if (!StringRef(name).ends_with("amax_history"))
-      std::fill(init.data.begin(), init.data.end(), 1.0);
-    return state[name] = init;
-  }
-
-  void update(func::FuncOp function, const std::vector<Tensor> &results) {
-    for (unsigned i = 0; i < results.size() && i < function.getNumResults();
-         ++i)
-      if (function.getResultAttr(i, "te.updates_arg"))
-        state[resultName(function, i)] = results[i];
-  }
-
-  std::vector<Tensor> forwardArgs(const std::vector<Tensor> &layerArgs) {
-    std::vector<Tensor> args;
-    for (unsigned i = 0; i < forward.getNumArguments(); ++i) {
-      StringRef name = argName(forward, i);
-      if (name.starts_with("fp8_meta."))
-        args.push_back(meta(forward, i));
-      else if (name == "rng_state")
-        args.push_back(Tensor({2}, {double(kSeed), double(kOffset)}));
-      else
-        args.push_back(layerArgs.at(i));
-    }
-    return args;
-  }
-
-  std::vector<Tensor> backwardArgs(const std::vector<Tensor> &forwardArgs,
-                                   const std::vector<Tensor> &forwardResults,
-                                   const std::vector<Tensor> &outputGrads) {
-    std::vector<Tensor> args;
-    size_t nextGrad = 0;
-    for (unsigned i = 0; i < backward.getNumArguments(); ++i) {
-      if (auto arg =
-              backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
-        args.push_back(forwardArgs[arg.getInt()]);
-      else if (auto result = backward.getArgAttrOfType<IntegerAttr>(
-                   i, "te.forward_result"))
-        args.push_back(forwardResults[result.getInt()]);
-      else if (argName(backward, i).starts_with("fp8_meta."))
-        args.push_back(meta(backward, i));
-      else
-        args.push_back(outputGrads.at(nextGrad++));
-    }
-    return args;
-  }
-
-  func::FuncOp forward, backward;
-  std::map<std::string, Tensor> state;
-};
 
 struct Fp8Case {
   const char *name;

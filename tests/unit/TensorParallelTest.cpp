@@ -7,11 +7,13 @@
 // its output, its input gradient, and their shard of every parameter
 // gradient, up to float64 rounding. Checked at the layer level (the
 // interpreter's layer ops) and after te-decompose and te-autodiff (the
-// te.tp_copy / te.tp_all_reduce placement and their gradients). Fresh random
-// data every run.
+// te.tp_copy / te.tp_all_reduce placement and their gradients), and, for
+// the FP8-aligned cases, as two DelayedScaling training steps through the
+// whole pipeline, where the amax reduction over the ranks must give every
+// rank the whole layer's scales. Fresh random data every run.
 //
 //===----------------------------------------------------------------------===//
-#include "PipelineTestUtils.h"
+#include "Fp8TrainingStep.h"
 
 #include "mlir/IR/Diagnostics.h"
 
@@ -180,6 +182,26 @@ const TpCase kCases[] = {
      ", tp_size: 2", false, 4, 4, 8},
 };
 
+/// FP8-aligned at tp_size 2: one rank's dims are multiples of 16.
+const TpCase kFp8Cases[] = {
+    {"linear_row_fp8",
+     "layers:\n  - {type: Linear, in_features: 64, out_features: 32{tp}}\n",
+     ", tp_size: 2, parallel_mode: row", false, 0, 0, 0},
+    {"layernorm_linear_fp8",
+     "layers:\n  - {type: LayerNormLinear, in_features: 32, out_features: 64,"
+     " return_layernorm_output: true{tp}}\n",
+     ", tp_size: 2, parallel_mode: column", false, 0, 0, 0},
+    {"mlp_swiglu_fp8",
+     "layers:\n  - {type: LayerNormMLP, hidden_size: 32, ffn_hidden_size: 64,"
+     " activation: swiglu{tp}}\n",
+     ", tp_size: 2", /*gated=*/true},
+    {"transformer_layer_fp8",
+     "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
+     "64, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0{tp}}\n",
+     ", tp_size: 2", false, 4, 2, 8},
+};
+
 class TensorParallel : public ::testing::TestWithParam<TpCase> {
 protected:
   TensorParallel()
@@ -190,8 +212,10 @@ protected:
     context.loadDialect<te::TEDialect, func::FuncDialect>();
   }
 
-  OwningOpRef<ModuleOp> import(bool parallel) {
-    std::string spec = "seq_length: 5\nbatch_size: 2\n";
+  OwningOpRef<ModuleOp> import(bool parallel, const std::string &extra = "") {
+    // FP8 GEMMs need a token count divisible by 8.
+    std::string spec = extra.empty() ? "seq_length: 5\nbatch_size: 2\n"
+                                     : "seq_length: 8\nbatch_size: 2\n" + extra;
     spec += GetParam().spec;
     size_t at = spec.find("{tp}");
     spec.replace(at, 4, parallel ? GetParam().tpKeys : "");
@@ -367,8 +391,95 @@ TEST_P(TensorParallel, GradientsOfTheRanksAreShardsOfTheWholeLayers) {
   });
 }
 
+/// FP8 under DelayedScaling: two training steps of the whole pipeline (the
+/// second with the scales the first's update made from amaxes reduced over
+/// the ranks). The ranks' shards of the whole layer's tensors get the same
+/// scales, so their FP8 casts agree exactly and the results agree up to
+/// float64 rounding; without the amax reduction the second step's would
+/// not.
+class TensorParallelFp8 : public TensorParallel {};
+
+TEST_P(TensorParallelFp8, StepsOfTheRanksGiveTheWholeLayers) {
+  std::string recipe = "recipe: {type: DelayedScaling, fp8_format: HYBRID, "
+                       "amax_history_len: 4}\n";
+  OwningOpRef<ModuleOp> whole = import(false, recipe),
+                        split = import(true, recipe);
+  ASSERT_TRUE(whole && split);
+  ASSERT_TRUE(runPipeline(*whole, {}));
+  ASSERT_TRUE(runPipeline(*split, {}));
+  func::FuncOp wholeFn = firstFunction(*whole), splitFn = firstFunction(*split);
+  func::FuncOp wholeBwd = backwardOf(*whole, wholeFn),
+               splitBwd = backwardOf(*split, splitFn);
+  ASSERT_TRUE(wholeBwd && splitBwd);
+
+  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+  std::vector<Tensor> outputGrads;
+  for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
+    if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
+        !wholeBwd.getArgAttr(i, "te.forward_result") &&
+        !argName(wholeBwd, i).starts_with("fp8_meta."))
+      outputGrads.push_back(tejit::interp::randomTensor(
+          cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
+  TrainingStep wholeStep(wholeFn, wholeBwd);
+  std::map<std::string, Tensor> expected;
+  for (int step = 0; step < 2; ++step)
+    expected = wholeStep.run(args, outputGrads);
+
+  // The shard of each named result: outputs by their shapes, gradients as
+  // the argument they belong to.
+  std::map<std::string, Shard> shardOfResult;
+  for (unsigned r = 0; r < splitBwd.getNumResults(); ++r) {
+    // The updated FP8 state has no te.grad_of: it is the same on every rank.
+    auto gradOf = splitBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of");
+    if (!gradOf)
+      continue;
+    int64_t arg = gradOf.getInt();
+    auto name = splitBwd.getResultAttrOfType<StringAttr>(r, "te.name");
+    shardOfResult[name.str()] =
+        shardOf(argName(splitFn, arg), shapeOf(wholeFn.getArgumentTypes()[arg]),
+                shapeOf(splitFn.getArgumentTypes()[arg]));
+  }
+  onRanks([&](int rank, tejit::interp::Collectives &collectives) {
+    std::vector<Tensor> local;
+    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
+      std::vector<int64_t> localShape = shapeOf(type);
+      local.push_back(
+          cut(args[index],
+              shardOf(argName(splitFn, index),
+                      shapeOf(wholeFn.getArgumentTypes()[index]), localShape),
+              rank, localShape));
+    }
+    std::vector<Tensor> localGrads;
+    for (const Tensor &grad : outputGrads) {
+      std::vector<int64_t> localShape =
+          shapeOf(splitFn.getResultTypes()[localGrads.size()]);
+      localGrads.push_back(
+          cut(grad, shardOf("", grad.shape, localShape), rank, localShape));
+    }
+    TrainingStep step(splitFn, splitBwd, &collectives);
+    std::map<std::string, Tensor> actual;
+    for (int i = 0; i < 2; ++i)
+      actual = step.run(local, localGrads);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (const auto &[name, tensor] : actual) {
+      auto found = shardOfResult.find(name);
+      Shard shard = found != shardOfResult.end()
+                        ? found->second
+                        : shardOf("", expected[name].shape, tensor.shape);
+      EXPECT_LT(
+          relativeError(tensor, cut(expected[name], shard, rank, tensor.shape)),
+          1e-9)
+          << "rank " << rank << ", " << name;
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Layers, TensorParallel, ::testing::ValuesIn(kCases),
                          [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Layers, TensorParallelFp8,
+                         ::testing::ValuesIn(kFp8Cases), [](const auto &info) {
                            return std::string(info.param.name);
                          });
 
