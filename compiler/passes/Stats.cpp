@@ -6,6 +6,7 @@
 #include "dialects/TEDialect.h"
 
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
 using namespace mlir::te;
@@ -28,6 +29,10 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
     }
     if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       ++stats.attentions;
+    if (auto sum = dyn_cast<TpAllReduceOp>(op)) {
+      ++stats.tpSums;
+      stats.tpSumBytes += bytesOf(sum.getType());
+    }
   });
   for (Operation &op : function.front()) {
     bool libraryCall = isa<MatmulOp, ScaledMatmulOp, AttentionOp,
@@ -36,7 +41,9 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       libraryCall = fused.getKind() == "gemm";
     bool view = isa<ReshapeOp>(op) || isMetaSlotRead(&op) ||
                 isAttentionInputSlice(&op) || isAttentionGradConcat(&op);
-    if (!libraryCall && !view && !isa<func::ReturnOp>(op))
+    // All-reduces over ranks are collectives (NCCL), not generated kernels.
+    bool collective = isa<AmaxAllReduceOp, TpAllReduceOp>(op);
+    if (!libraryCall && !view && !collective && !isa<func::ReturnOp>(op))
       ++stats.kernels;
   }
   for (unsigned i = 0; i < function.getNumResults(); ++i)
@@ -51,20 +58,24 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
 }
 
 LogicalResult tejit::printStats(ModuleOp module, llvm::raw_ostream &os) {
-  os << llvm::format("%-28s %8s %6s %9s %10s %12s %12s\n",
+  os << llvm::format("%-28s %8s %6s %9s %10s %12s %12s %14s\n",
                      (const char *)"function", (const char *)"kernels",
                      (const char *)"GEMMs", (const char *)"FP8 GEMMs",
                      (const char *)"attention", (const char *)"arena MiB",
-                     (const char *)"saved MiB");
+                     (const char *)"saved MiB", (const char *)"TP sums (MiB)");
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<FunctionStats> stats = computeStats(function);
     if (failed(stats))
       return failure();
-    os << llvm::format(
-        "%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f\n", stats->name.c_str(),
-        (long long)stats->kernels, (long long)stats->gemms,
-        (long long)stats->fp8Gemms, (long long)stats->attentions,
-        stats->arenaBytes / 1048576.0, stats->savedBytes / 1048576.0);
+    std::string sums = llvm::formatv("{0} ({1:F2})", stats->tpSums,
+                                     stats->tpSumBytes / 1048576.0)
+                           .str();
+    os << llvm::format("%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f %14s\n",
+                       stats->name.c_str(), (long long)stats->kernels,
+                       (long long)stats->gemms, (long long)stats->fp8Gemms,
+                       (long long)stats->attentions,
+                       stats->arenaBytes / 1048576.0,
+                       stats->savedBytes / 1048576.0, sums.c_str());
   }
   return success();
 }

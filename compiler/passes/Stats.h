@@ -13,7 +13,8 @@ namespace tejit {
 struct FunctionStats {
   std::string name;
   /// Generated kernels: te.fused regions and every other op that computes
-  /// (not views, not reads of a meta slot, not library calls).
+  /// (not views, not reads of a meta slot, not library calls, not
+  /// all-reduces over ranks).
   int64_t kernels = 0;
   /// GEMMs (cuBLASLt calls), FP8 or not, fused epilogues included.
   int64_t gemms = 0, fp8Gemms = 0;
@@ -22,6 +23,9 @@ struct FunctionStats {
   /// Arena of intermediates (te-plan-memory), and bytes of the values a
   /// forward function saves for its backward function.
   int64_t arenaBytes = 0, savedBytes = 0;
+  /// Tensor-parallel sums (te.tp_all_reduce) and the bytes each rank
+  /// all-reduces in them.
+  int64_t tpSums = 0, tpSumBytes = 0;
 };
 
 /// Counts `function`'s launches and plans its memory; fails (with a
