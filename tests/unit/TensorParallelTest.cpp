@@ -202,6 +202,22 @@ const TpCase kFp8Cases[] = {
      ", tp_size: 2", false, 4, 2, 8},
 };
 
+/// The interpreter's result, or an empty vector after a failure.
+std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
+                              tejit::interp::Collectives *collectives) {
+  tejit::interp::Options options;
+  options.collectives = collectives;
+  FailureOr<std::vector<Tensor>> results =
+      tejit::interp::run(function, args, options);
+  EXPECT_TRUE(succeeded(results));
+  return succeeded(results) ? *results : std::vector<Tensor>();
+}
+
+std::vector<int64_t> shapeOf(Type type) {
+  auto shape = cast<RankedTensorType>(type).getShape();
+  return std::vector<int64_t>(shape.begin(), shape.end());
+}
+
 class TensorParallel : public ::testing::TestWithParam<TpCase> {
 protected:
   TensorParallel()
@@ -246,6 +262,95 @@ protected:
     return shard;
   }
 
+  /// This rank's shard of each of the whole function's arguments `args`.
+  std::vector<Tensor> localArgs(func::FuncOp wholeFn, func::FuncOp splitFn,
+                                ArrayRef<Tensor> args, int rank) const {
+    std::vector<Tensor> local;
+    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
+      std::vector<int64_t> localShape = shapeOf(type);
+      local.push_back(
+          cut(args[index],
+              shardOf(argName(splitFn, index),
+                      shapeOf(wholeFn.getArgumentTypes()[index]), localShape),
+              rank, localShape));
+    }
+    return local;
+  }
+
+  /// Compiles the layer whole and split (with `extra` spec keys) to
+  /// `options.stopAfter`, runs `steps` training steps of the whole layer
+  /// and of every rank (the FP8 state kept between them), and checks that
+  /// each rank's outputs, gradients and FP8 state are its shards of the
+  /// whole layer's, within `tolerance`.
+  void checkTrainingSteps(const std::string &extra,
+                          const tejit::PipelineOptions &options, int steps,
+                          double tolerance) {
+    OwningOpRef<ModuleOp> whole = import(false, extra),
+                          split = import(true, extra);
+    ASSERT_TRUE(whole && split);
+    ASSERT_TRUE(runPipeline(*whole, options));
+    ASSERT_TRUE(runPipeline(*split, options));
+    func::FuncOp wholeFn = firstFunction(*whole),
+                 splitFn = firstFunction(*split);
+    func::FuncOp wholeBwd = backwardOf(*whole, wholeFn),
+                 splitBwd = backwardOf(*split, splitFn);
+    ASSERT_TRUE(wholeBwd && splitBwd);
+
+    std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+    std::vector<Tensor> outputGrads;
+    for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
+      if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
+          !wholeBwd.getArgAttr(i, "te.forward_result") &&
+          !argName(wholeBwd, i).starts_with("fp8_meta."))
+        outputGrads.push_back(tejit::interp::randomTensor(
+            cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
+    TrainingStep wholeStep(wholeFn, wholeBwd);
+    std::map<std::string, Tensor> expected;
+    for (int step = 0; step < steps; ++step)
+      expected = wholeStep.run(args, outputGrads);
+
+    // The shard of each gradient is its argument's; outputs and the FP8
+    // state (no te.grad_of) are cut by their shapes.
+    std::map<std::string, Shard> shardOfResult;
+    for (unsigned r = 0; r < splitBwd.getNumResults(); ++r) {
+      auto gradOf = splitBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of");
+      if (!gradOf)
+        continue;
+      int64_t arg = gradOf.getInt();
+      auto name = splitBwd.getResultAttrOfType<StringAttr>(r, "te.name");
+      shardOfResult[name.str()] = shardOf(
+          argName(splitFn, arg), shapeOf(wholeFn.getArgumentTypes()[arg]),
+          shapeOf(splitFn.getArgumentTypes()[arg]));
+    }
+    onRanks([&](int rank, tejit::interp::Collectives &collectives) {
+      // Whole outputs have whole gradients on every rank; a column-parallel
+      // output's gradient is this rank's slice.
+      std::vector<Tensor> localGrads;
+      for (const Tensor &grad : outputGrads) {
+        std::vector<int64_t> localShape =
+            shapeOf(splitFn.getResultTypes()[localGrads.size()]);
+        localGrads.push_back(
+            cut(grad, shardOf("", grad.shape, localShape), rank, localShape));
+      }
+      TrainingStep step(splitFn, splitBwd, &collectives);
+      std::vector<Tensor> local = localArgs(wholeFn, splitFn, args, rank);
+      std::map<std::string, Tensor> actual;
+      for (int i = 0; i < steps; ++i)
+        actual = step.run(local, localGrads);
+      ASSERT_EQ(actual.size(), expected.size());
+      for (const auto &[name, tensor] : actual) {
+        auto found = shardOfResult.find(name);
+        Shard shard = found != shardOfResult.end()
+                          ? found->second
+                          : shardOf("", expected[name].shape, tensor.shape);
+        EXPECT_LT(relativeError(tensor,
+                                cut(expected[name], shard, rank, tensor.shape)),
+                  tolerance)
+            << "rank " << rank << ", " << name;
+      }
+    });
+  }
+
   /// Runs `run(rank, collectives)` on every rank in its own thread.
   template <typename Fn> void onRanks(Fn run) {
     ThreadCollectives collectives(kRanks);
@@ -261,22 +366,6 @@ protected:
   std::mt19937_64 rng{std::random_device{}()};
 };
 
-/// The interpreter's result, or an empty vector after a failure.
-std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
-                              tejit::interp::Collectives *collectives) {
-  tejit::interp::Options options;
-  options.collectives = collectives;
-  FailureOr<std::vector<Tensor>> results =
-      tejit::interp::run(function, args, options);
-  EXPECT_TRUE(succeeded(results));
-  return succeeded(results) ? *results : std::vector<Tensor>();
-}
-
-std::vector<int64_t> shapeOf(Type type) {
-  auto shape = cast<RankedTensorType>(type).getShape();
-  return std::vector<int64_t>(shape.begin(), shape.end());
-}
-
 TEST_P(TensorParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
   OwningOpRef<ModuleOp> whole = import(false), split = import(true);
   ASSERT_TRUE(whole && split);
@@ -284,16 +373,8 @@ TEST_P(TensorParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
   std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
   std::vector<Tensor> expected = interpret(wholeFn, args, nullptr);
   onRanks([&](int rank, tejit::interp::Collectives &collectives) {
-    std::vector<Tensor> local;
-    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
-      std::vector<int64_t> wholeShape =
-          shapeOf(wholeFn.getArgumentTypes()[index]);
-      std::vector<int64_t> localShape = shapeOf(type);
-      local.push_back(cut(
-          args[index], shardOf(argName(splitFn, index), wholeShape, localShape),
-          rank, localShape));
-    }
-    std::vector<Tensor> actual = interpret(splitFn, local, &collectives);
+    std::vector<Tensor> actual = interpret(
+        splitFn, localArgs(wholeFn, splitFn, args, rank), &collectives);
     ASSERT_EQ(actual.size(), expected.size());
     // A column-parallel output is this rank's slice of the features.
     for (size_t i = 0; i < actual.size(); ++i)
@@ -306,89 +387,12 @@ TEST_P(TensorParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
   });
 }
 
+/// Every gradient after te-autodiff: one training step of the ranks against
+/// the whole layer's (no FP8 recipe).
 TEST_P(TensorParallel, GradientsOfTheRanksAreShardsOfTheWholeLayers) {
-  OwningOpRef<ModuleOp> whole = import(false), split = import(true);
-  ASSERT_TRUE(whole && split);
   tejit::PipelineOptions options;
   options.stopAfter = tejit::Stage::Autodiff;
-  ASSERT_TRUE(runPipeline(*whole, options));
-  ASSERT_TRUE(runPipeline(*split, options));
-  func::FuncOp wholeFn = firstFunction(*whole), splitFn = firstFunction(*split);
-  func::FuncOp wholeBwd = backwardOf(*whole, wholeFn),
-               splitBwd = backwardOf(*split, splitFn);
-  ASSERT_TRUE(wholeBwd && splitBwd);
-  ASSERT_EQ(wholeFn.getNumArguments(), splitFn.getNumArguments());
-  ASSERT_EQ(wholeBwd.getNumResults(), splitBwd.getNumResults());
-
-  // The backward's arguments: output gradients (drawn here, the same on
-  // every rank), forward arguments and saved forward results.
-  auto backwardArgs = [](func::FuncOp backward, ArrayRef<Tensor> args,
-                         ArrayRef<Tensor> results,
-                         ArrayRef<Tensor> outputGrads) {
-    std::vector<Tensor> bound;
-    size_t nextGrad = 0;
-    for (unsigned i = 0; i < backward.getNumArguments(); ++i) {
-      if (auto arg =
-              backward.getArgAttrOfType<IntegerAttr>(i, "te.forward_arg"))
-        bound.push_back(args[arg.getInt()]);
-      else if (auto result = backward.getArgAttrOfType<IntegerAttr>(
-                   i, "te.forward_result"))
-        bound.push_back(results[result.getInt()]);
-      else
-        bound.push_back(outputGrads[nextGrad++]);
-    }
-    return bound;
-  };
-
-  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
-  std::vector<Tensor> results = interpret(wholeFn, args, nullptr);
-  std::vector<Tensor> outputGrads;
-  for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
-    if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
-        !wholeBwd.getArgAttr(i, "te.forward_result"))
-      outputGrads.push_back(tejit::interp::randomTensor(
-          cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
-  std::vector<Tensor> grads = interpret(
-      wholeBwd, backwardArgs(wholeBwd, args, results, outputGrads), nullptr);
-  ASSERT_EQ(grads.size(), wholeBwd.getNumResults());
-
-  onRanks([&](int rank, tejit::interp::Collectives &collectives) {
-    std::vector<Tensor> local;
-    std::vector<Shard> shards;
-    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
-      std::vector<int64_t> localShape = shapeOf(type);
-      shards.push_back(shardOf(argName(splitFn, index),
-                               shapeOf(wholeFn.getArgumentTypes()[index]),
-                               localShape));
-      local.push_back(cut(args[index], shards.back(), rank, localShape));
-    }
-    std::vector<Tensor> localResults = interpret(splitFn, local, &collectives);
-    ASSERT_FALSE(localResults.empty());
-    // Whole outputs have whole gradients on every rank; a column-parallel
-    // output's gradient is this rank's slice.
-    std::vector<Tensor> localOutputGrads;
-    for (const Tensor &grad : outputGrads) {
-      unsigned index = localOutputGrads.size();
-      std::vector<int64_t> localShape =
-          shapeOf(splitFn.getResultTypes()[index]);
-      localOutputGrads.push_back(
-          cut(grad, shardOf("", grad.shape, localShape), rank, localShape));
-    }
-    std::vector<Tensor> localGrads = interpret(
-        splitBwd, backwardArgs(splitBwd, local, localResults, localOutputGrads),
-        &collectives);
-    ASSERT_EQ(localGrads.size(), grads.size());
-    for (unsigned r = 0; r < splitBwd.getNumResults(); ++r) {
-      int64_t arg =
-          splitBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of").getInt();
-      ASSERT_EQ(
-          wholeBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of").getInt(),
-          arg);
-      Tensor expected = cut(grads[r], shards[arg], rank, localGrads[r].shape);
-      EXPECT_LT(relativeError(localGrads[r], expected), 1e-10)
-          << "rank " << rank << ", gradient of " << argName(splitFn, arg).str();
-    }
-  });
+  checkTrainingSteps("", options, /*steps=*/1, 1e-10);
 }
 
 /// FP8 under DelayedScaling: two training steps of the whole pipeline (the
@@ -400,78 +404,9 @@ TEST_P(TensorParallel, GradientsOfTheRanksAreShardsOfTheWholeLayers) {
 class TensorParallelFp8 : public TensorParallel {};
 
 TEST_P(TensorParallelFp8, StepsOfTheRanksGiveTheWholeLayers) {
-  std::string recipe = "recipe: {type: DelayedScaling, fp8_format: HYBRID, "
-                       "amax_history_len: 4}\n";
-  OwningOpRef<ModuleOp> whole = import(false, recipe),
-                        split = import(true, recipe);
-  ASSERT_TRUE(whole && split);
-  ASSERT_TRUE(runPipeline(*whole, {}));
-  ASSERT_TRUE(runPipeline(*split, {}));
-  func::FuncOp wholeFn = firstFunction(*whole), splitFn = firstFunction(*split);
-  func::FuncOp wholeBwd = backwardOf(*whole, wholeFn),
-               splitBwd = backwardOf(*split, splitFn);
-  ASSERT_TRUE(wholeBwd && splitBwd);
-
-  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
-  std::vector<Tensor> outputGrads;
-  for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
-    if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
-        !wholeBwd.getArgAttr(i, "te.forward_result") &&
-        !argName(wholeBwd, i).starts_with("fp8_meta."))
-      outputGrads.push_back(tejit::interp::randomTensor(
-          cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
-  TrainingStep wholeStep(wholeFn, wholeBwd);
-  std::map<std::string, Tensor> expected;
-  for (int step = 0; step < 2; ++step)
-    expected = wholeStep.run(args, outputGrads);
-
-  // The shard of each named result: outputs by their shapes, gradients as
-  // the argument they belong to.
-  std::map<std::string, Shard> shardOfResult;
-  for (unsigned r = 0; r < splitBwd.getNumResults(); ++r) {
-    // The updated FP8 state has no te.grad_of: it is the same on every rank.
-    auto gradOf = splitBwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of");
-    if (!gradOf)
-      continue;
-    int64_t arg = gradOf.getInt();
-    auto name = splitBwd.getResultAttrOfType<StringAttr>(r, "te.name");
-    shardOfResult[name.str()] =
-        shardOf(argName(splitFn, arg), shapeOf(wholeFn.getArgumentTypes()[arg]),
-                shapeOf(splitFn.getArgumentTypes()[arg]));
-  }
-  onRanks([&](int rank, tejit::interp::Collectives &collectives) {
-    std::vector<Tensor> local;
-    for (auto [index, type] : llvm::enumerate(splitFn.getArgumentTypes())) {
-      std::vector<int64_t> localShape = shapeOf(type);
-      local.push_back(
-          cut(args[index],
-              shardOf(argName(splitFn, index),
-                      shapeOf(wholeFn.getArgumentTypes()[index]), localShape),
-              rank, localShape));
-    }
-    std::vector<Tensor> localGrads;
-    for (const Tensor &grad : outputGrads) {
-      std::vector<int64_t> localShape =
-          shapeOf(splitFn.getResultTypes()[localGrads.size()]);
-      localGrads.push_back(
-          cut(grad, shardOf("", grad.shape, localShape), rank, localShape));
-    }
-    TrainingStep step(splitFn, splitBwd, &collectives);
-    std::map<std::string, Tensor> actual;
-    for (int i = 0; i < 2; ++i)
-      actual = step.run(local, localGrads);
-    ASSERT_EQ(actual.size(), expected.size());
-    for (const auto &[name, tensor] : actual) {
-      auto found = shardOfResult.find(name);
-      Shard shard = found != shardOfResult.end()
-                        ? found->second
-                        : shardOf("", expected[name].shape, tensor.shape);
-      EXPECT_LT(
-          relativeError(tensor, cut(expected[name], shard, rank, tensor.shape)),
-          1e-9)
-          << "rank " << rank << ", " << name;
-    }
-  });
+  checkTrainingSteps("recipe: {type: DelayedScaling, fp8_format: HYBRID, "
+                     "amax_history_len: 4}\n",
+                     {}, /*steps=*/2, 1e-9);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, TensorParallel, ::testing::ValuesIn(kCases),
