@@ -299,11 +299,12 @@ static KernelGroup groupOf(Operation *op) {
 /// Ops that launch nothing here: views (reshapes, meta slot reads, q/k/v
 /// slices that attention reads strided), library calls (cuBLASLt, cuDNN),
 /// the concat that attention's gradients are written into, and the
-/// all-reduces over ranks (amaxes, tensor-parallel sums: runtime steps).
+/// collectives over ranks (amax all-reduces, tensor-parallel sums, gathers
+/// and scatters: runtime steps).
 static bool needsNoKernel(Operation *op) {
   return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp,
-             KvCacheAttentionOp, AmaxAllReduceOp, TpAllReduceOp,
-             func::ReturnOp>(op) ||
+             KvCacheAttentionOp, AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp,
+             TpReduceScatterOp, func::ReturnOp>(op) ||
          isMetaSlotRead(op) || isAttentionInputSlice(op) ||
          isAttentionGradConcat(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");

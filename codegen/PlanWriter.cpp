@@ -287,11 +287,20 @@ json::Array FunctionPlan::steps() {
       steps.push_back(json::Object{{"kind", "amax_allreduce"},
                                    {"in", id(reduce.getAmaxes())},
                                    {"out", id(reduce.getOutput())}});
+    // Tensor parallelism's collectives (docs/tensor-parallel.md).
+    auto collective = [&](StringRef kind, Value in, Value out, uint64_t ranks) {
+      steps.push_back(json::Object{
+          {"kind", kind}, {"in", id(in)}, {"out", id(out)}, {"ranks", ranks}});
+    };
     if (auto reduce = dyn_cast<TpAllReduceOp>(op))
-      steps.push_back(json::Object{{"kind", "tp_allreduce"},
-                                   {"in", id(reduce.getInput())},
-                                   {"out", id(reduce.getOutput())},
-                                   {"ranks", reduce.getRanks()}});
+      collective("tp_allreduce", reduce.getInput(), reduce.getOutput(),
+                 reduce.getRanks());
+    if (auto gather = dyn_cast<TpAllGatherOp>(op))
+      collective("tp_allgather", gather.getInput(), gather.getOutput(),
+                 gather.getRanks());
+    if (auto scatter = dyn_cast<TpReduceScatterOp>(op))
+      collective("tp_reducescatter", scatter.getInput(), scatter.getOutput(),
+                 scatter.getRanks());
   }
   return steps;
 }

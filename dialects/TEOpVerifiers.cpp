@@ -43,10 +43,35 @@ static LogicalResult verifyLnOutput(LayerChecker &checker, bool requested,
   return checker.optionalParam(lnOutput, "ln_output", shape, "like 'input'");
 }
 
-/// Token count of a GEMM fed by `input`, as FP8.md's rules name it.
-static Fp8Dim tokenDim(Value input) {
-  return {"the token count (product of the leading dims of 'input')",
-          leadingDimsProduct(cast<ShapedType>(input.getType())), 8};
+/// Token count of a GEMM fed by `input`, as FP8.md's rules name it; with
+/// sequence parallelism the GEMM reads the `ranks` ranks' tokens gathered.
+static Fp8Dim tokenDim(Value input, int64_t ranks = 1) {
+  return {ranks > 1 ? "the token count (product of the leading dims of "
+                      "'input', times tp_size: sequence_parallel gathers them)"
+                    : "the token count (product of the leading dims of "
+                      "'input')",
+          leadingDimsProduct(cast<ShapedType>(input.getType())) * ranks, 8};
+}
+
+/// `sequence_parallel` needs a tensor-parallel layer; returns the number of
+/// ranks whose slices of dim 0 the layer's GEMMs gather (1 without it).
+static FailureOr<int64_t> verifySequenceParallel(LayerChecker &checker,
+                                                 int64_t tpSize,
+                                                 bool sequenceParallel) {
+  if (!sequenceParallel)
+    return int64_t(1);
+  if (tpSize < 2)
+    return checker.emitError()
+           << "'sequence_parallel' needs 'tp_size' > 1, got " << tpSize;
+  return tpSize;
+}
+
+/// `shape` with its dim 0 multiplied by `ranks` (the whole tensor of which
+/// a sequence-parallel rank holds a slice).
+static SmallVector<int64_t> wholeShape(ArrayRef<int64_t> shape, int64_t ranks) {
+  SmallVector<int64_t> whole(shape);
+  whole.front() *= ranks;
+  return whole;
 }
 
 /// `tp_size` >= 1 and, for the Linear layers, the split a tensor-parallel
@@ -120,20 +145,41 @@ LogicalResult LinearOp::verify() {
   if (failed(checker.floatTensor(getInput(), "input", 2)) ||
       failed(checker.floatTensor(getWeight(), "weight", 2)))
     return failure();
+  FailureOr<int64_t> gathered =
+      verifySequenceParallel(checker, getTpSize(), getSequenceParallel());
+  if (failed(gathered))
+    return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
   int64_t in = shape.back(), out = shapeOf(getWeight())[0];
+  bool tp = getTpSize() > 1;
+  bool row = getParallelMode() == ParallelMode::row;
+  // Sequence parallelism: a column-parallel GEMM gathers the ranks' slices
+  // of dim 0, a row-parallel one scatters its sum over them.
+  SmallVector<int64_t> outShape = withLastDim(shape, out);
+  StringRef outRule = "[leading dims of 'input', out_features]";
+  if (*gathered > 1 && !row) {
+    outShape.front() *= *gathered;
+    outRule = "[dim 0 of 'input' * tp_size, other leading dims of 'input', "
+              "out_features] (sequence_parallel)";
+  } else if (*gathered > 1) {
+    if (shape.front() % *gathered != 0)
+      return checker.emitError()
+             << "dim 0 of 'input' (" << shape.front()
+             << ") must be divisible by tp_size (" << *gathered
+             << "): sequence_parallel scatters it over the ranks";
+    outShape.front() /= *gathered;
+    outRule = "[dim 0 of 'input' / tp_size, other leading dims of 'input', "
+              "out_features] (sequence_parallel)";
+  }
   if (failed(checker.param(getWeight(), "weight", {out, in},
                            "[out_features, in_features]")) ||
       failed(
           checker.optionalParam(getBias(), "bias", {out}, "[out_features]")) ||
-      failed(checker.param(getOutput(), "output", withLastDim(shape, out),
-                           "[leading dims of 'input', out_features]")))
+      failed(checker.param(getOutput(), "output", outShape, outRule)))
     return failure();
-  bool tp = getTpSize() > 1;
-  bool row = getParallelMode() == ParallelMode::row;
   return checker.fp8Dims(
       getFp8RecipeAttr(),
-      {tokenDim(getInput()),
+      {tokenDim(getInput(), row ? 1 : *gathered),
        {tp && row ? "in_features / tp_size" : "in_features", in, 16},
        {tp && !row ? "out_features / tp_size" : "out_features", out, 16}});
 }
@@ -146,6 +192,10 @@ LogicalResult LayerNormLinearOp::verify() {
   if (failed(checker.floatTensor(getInput(), "input", 2)) ||
       failed(checker.floatTensor(getWeight(), "weight", 2)))
     return failure();
+  FailureOr<int64_t> gathered =
+      verifySequenceParallel(checker, getTpSize(), getSequenceParallel());
+  if (failed(gathered))
+    return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
   int64_t in = shape.back(), out = shapeOf(getWeight())[0];
   if (failed(checker.normParams(getNormalization(), getLnWeight(), getLnBias(),
@@ -154,15 +204,18 @@ LogicalResult LayerNormLinearOp::verify() {
                            "[out_features, in_features]")) ||
       failed(
           checker.optionalParam(getBias(), "bias", {out}, "[out_features]")) ||
-      failed(checker.param(getOutput(), "output", withLastDim(shape, out),
-                           "[leading dims of 'input', out_features]")) ||
+      failed(checker.param(
+          getOutput(), "output", withLastDim(wholeShape(shape, *gathered), out),
+          *gathered > 1 ? "[dim 0 of 'input' * tp_size, other leading dims of "
+                          "'input', out_features] (sequence_parallel)"
+                        : "[leading dims of 'input', out_features]")) ||
       failed(verifyLnOutput(checker, getReturnLayernormOutput(), getLnOutput(),
                             shape)) ||
       failed(verifyEps(checker, "eps", getEps().convertToDouble())))
     return failure();
   return checker.fp8Dims(
       getFp8RecipeAttr(),
-      {tokenDim(getInput()),
+      {tokenDim(getInput(), *gathered),
        {"in_features", in, 16},
        {getTpSize() > 1 ? "out_features / tp_size" : "out_features", out, 16}});
 }
@@ -173,6 +226,10 @@ LogicalResult LayerNormMLPOp::verify() {
                                   /*hasMode=*/false, /*rowAllowed=*/false)))
     return failure();
   if (failed(checker.floatTensor(getInput(), "input", 2)))
+    return failure();
+  FailureOr<int64_t> gathered =
+      verifySequenceParallel(checker, getTpSize(), getSequenceParallel());
+  if (failed(gathered))
     return failure();
   ArrayRef<int64_t> shape = shapeOf(getInput());
   int64_t hidden = shape.back();
@@ -190,7 +247,7 @@ LogicalResult LayerNormMLPOp::verify() {
     return failure();
   return checker.fp8Dims(
       getFp8RecipeAttr(),
-      {tokenDim(getInput()),
+      {tokenDim(getInput(), *gathered),
        {"hidden_size", hidden, 16},
        {getTpSize() > 1 ? "ffn_hidden_size / tp_size" : "ffn_hidden_size", *ffn,
         16}});
@@ -415,17 +472,34 @@ struct AttentionBlock {
   /// Packed sequences (format thd): where each starts, and the longest.
   Value cuSeqlens = {};
   std::optional<int64_t> maxSeqlen = std::nullopt;
+  /// Sequence parallelism: the input and encoder_output are one of
+  /// `gatheredRanks` slices of dim 0, gathered before the projections.
+  int64_t gatheredRanks = 1;
 };
 } // namespace
+
+/// An attention layer's `sequence_parallel` (not with a KV cache: inference
+/// attends to the whole cached sequence on every rank).
+static FailureOr<int64_t> verifyAttentionSequenceParallel(LayerChecker &checker,
+                                                          int64_t tpSize,
+                                                          bool sequenceParallel,
+                                                          Value keyCache) {
+  if (sequenceParallel && keyCache)
+    return checker.emitError() << "'sequence_parallel' is not supported with "
+                                  "a KV cache ('key_cache')";
+  return verifySequenceParallel(checker, tpSize, sequenceParallel);
+}
 
 /// Checks a cross-attention block's `encoder_output` ([s_kv, b, hidden] in
 /// the block's layout) and returns s_kv.
 static FailureOr<int64_t> verifyEncoderOutput(LayerChecker &checker,
                                               const AttentionBlock &block) {
-  ArrayRef<int64_t> in = shapeOf(block.input);
+  SmallVector<int64_t> in =
+      wholeShape(shapeOf(block.input), block.gatheredRanks);
   if (failed(checker.floatTensor(block.encoderOutput, "encoder_output")))
     return failure();
-  ArrayRef<int64_t> enc = shapeOf(block.encoderOutput);
+  SmallVector<int64_t> enc =
+      wholeShape(shapeOf(block.encoderOutput), block.gatheredRanks);
   auto [seqDim, batchDim] = seqBatchDims(block.format);
   if (enc.size() != 3 || enc[batchDim] != in[batchDim] || enc[2] != in[2])
     return checker.emitError()
@@ -468,8 +542,13 @@ static LogicalResult verifyPackedAttentionBlock(LayerChecker &checker,
 static LogicalResult verifyAttentionBlock(LayerChecker &checker,
                                           const AttentionBlock &block,
                                           SmallVectorImpl<Fp8Dim> &fp8Dims) {
-  ArrayRef<int64_t> shape = shapeOf(block.input);
+  // Sequence parallelism: the attention sees the whole gathered tensor.
+  SmallVector<int64_t> shape =
+      wholeShape(shapeOf(block.input), block.gatheredRanks);
   bool packed = block.format == QkvFormat::thd;
+  if (packed && block.gatheredRanks > 1)
+    return checker.emitError() << "'sequence_parallel' is not supported with "
+                                  "packed sequences (thd)";
   if (shape.size() != (packed ? 2 : 3))
     return checker.emitError()
            << "'input' must have rank "
@@ -591,7 +670,7 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
              << headDim << "), got " << type;
   }
   fp8Dims.append(
-      {tokenDim(block.input),
+      {tokenDim(block.input, block.gatheredRanks),
        {"hidden_size", hidden, 16},
        {"the QKV width ((heads + 2 * gqa_groups) * kv_channels)", qkvRows, 16},
        {"num_attention_heads * kv_channels", projIn, 16}});
@@ -599,7 +678,8 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
     fp8Dims.append(
         {{"the encoder token count (product of the leading dims of "
           "'encoder_output')",
-          leadingDimsProduct(cast<ShapedType>(block.encoderOutput.getType())),
+          leadingDimsProduct(cast<ShapedType>(block.encoderOutput.getType())) *
+              block.gatheredRanks,
           8},
          {"the KV width (2 * gqa_groups * kv_channels)", kvRows, 16}});
   return success();
@@ -640,6 +720,11 @@ LogicalResult MultiheadAttentionOp::verify() {
   block.queryMask = getQueryMask();
   block.cuSeqlens = getCuSeqlens();
   block.maxSeqlen = signedValue(getMaxSeqlenAttr());
+  FailureOr<int64_t> gathered = verifyAttentionSequenceParallel(
+      checker, getTpSize(), getSequenceParallel(), getKeyCache());
+  if (failed(gathered))
+    return failure();
+  block.gatheredRanks = *gathered;
   if (getReturnLayernormOutput() && !getLnWeight())
     return emitOpError() << "'return_layernorm_output' needs the input "
                             "normalization ('ln_weight')";
@@ -769,6 +854,11 @@ LogicalResult TransformerLayerOp::verify() {
   block.maskTypeName = "self_attn_mask_type";
   block.cuSeqlens = getCuSeqlens();
   block.maxSeqlen = signedValue(getMaxSeqlenAttr());
+  FailureOr<int64_t> gathered = verifyAttentionSequenceParallel(
+      checker, getTpSize(), getSequenceParallel(), getKeyCache());
+  if (failed(gathered))
+    return failure();
+  block.gatheredRanks = *gathered;
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(verifyKvCache(

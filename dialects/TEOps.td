@@ -78,6 +78,10 @@ def TE_LinearOp : TE_LayerOp<"linear"> {
     out_features / tp_size rows of `W` and `b`; `row` holds in_features /
     tp_size columns of `W`, reads the same slice of the input features,
     and sums its output over the ranks before adding the whole `b`.
+    With `sequence_parallel` (docs/tensor-parallel.md), a column-parallel
+    op reads this rank's 1/tp_size of the input's dim 0 and all-gathers it
+    (its output has tp_size times the input's dim 0); a row-parallel one
+    reduce-scatters its output, keeping this rank's 1/tp_size of dim 0.
 
     ```mlir
     %y = te.linear %x weight(%w) bias(%b)
@@ -89,6 +93,7 @@ def TE_LinearOp : TE_LayerOp<"linear"> {
   let arguments = (ins TE_Tensor:$input, TE_Tensor:$weight,
                    Optional<TE_Tensor>:$bias,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   UnitAttr:$sequence_parallel,
                    OptionalAttr<TE_ParallelModeAttr>:$parallel_mode,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
@@ -106,7 +111,9 @@ def TE_LayerNormLinearOp : TE_LayerOp<"layernorm_linear",
     bias `ln_bias`) or RMSNorm (weight `ln_weight` only). With
     `return_layernorm_output`, the normalized input is a second result.
     With `tp_size` > 1, one rank's part of a column-parallel layer: `W` and
-    `b` hold out_features / tp_size rows.
+    `b` hold out_features / tp_size rows. With `sequence_parallel`, the
+    input (and `ln_output`) are this rank's 1/tp_size of dim 0, gathered
+    after the norm: the output has tp_size times the input's dim 0.
 
     ```mlir
     %y = te.layernorm_linear %x ln_weight(%g) ln_bias(%b) weight(%w) bias(%wb)
@@ -123,6 +130,7 @@ def TE_LayerNormLinearOp : TE_LayerOp<"layernorm_linear",
                    TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
                    UnitAttr:$return_layernorm_output,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   UnitAttr:$sequence_parallel,
                    OptionalAttr<TE_ParallelModeAttr>:$parallel_mode,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
@@ -145,7 +153,9 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
     With `tp_size` > 1, one rank's part of a tensor-parallel MLP: the
     weights hold this rank's ffn_hidden_size / tp_size features (FC1
     column-parallel, FC2 row-parallel: its output is summed over the ranks
-    before `b2` is added).
+    before `b2` is added). With `sequence_parallel`, the input and output
+    are this rank's 1/tp_size of dim 0: the norm's output is all-gathered
+    before FC1, FC2's output reduce-scattered before `b2`.
 
     ```mlir
     %y = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
@@ -168,6 +178,7 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
                    TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
                    UnitAttr:$return_layernorm_output,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   UnitAttr:$sequence_parallel,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -280,7 +291,10 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     `hidden / num_attention_heads`. With `tp_size` > 1 the op is one rank's
     part of a tensor-parallel block: the head counts and weights are this
     rank's (QKV column-parallel, the projection row-parallel: summed over
-    the ranks before its bias), and `kv_channels` must be given. `rotary_pos_emb` is f32
+    the ranks before its bias), and `kv_channels` must be given. With
+    `sequence_parallel`, the input, `encoder_output`, the output and
+    `ln_output` are this rank's 1/tp_size of dim 0 (all-gathered before the
+    QKV and KV projections, the projection's output reduce-scattered). `rotary_pos_emb` is f32
     `[s, 1, 1, r]` (angles, as Transformer Engine passes them), r even and
     at most `kv_channels`: the first r channels of each head rotate (all of
     them when r = kv_channels); `rotary_pos_interleaved` pairs adjacent
@@ -352,6 +366,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    UnitAttr:$return_layernorm_output,
                    OptionalAttr<I64Attr>:$max_seqlen,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   UnitAttr:$sequence_parallel,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -387,7 +402,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     normalized values instead. The self-attention mask defaults to causal,
     and both dropouts to 0.1, as in Transformer Engine. With `tp_size` > 1,
     one rank's part of a tensor-parallel layer: its attention blocks and
-    MLP as in `te.multihead_attention` and `te.layernorm_mlp`.
+    MLP as in `te.multihead_attention` and `te.layernorm_mlp`; with
+    `sequence_parallel` the input, `encoder_output` and output, and so the
+    norms, dropouts and residuals, are this rank's 1/tp_size of dim 0.
 
     A decoder layer (Transformer Engine's `layer_type = "decoder"`) when
     `encoder_output` is given: between the two blocks,
@@ -478,6 +495,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    UnitAttr:$rotary_pos_interleaved,
                    OptionalAttr<I64Attr>:$max_seqlen,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   UnitAttr:$sequence_parallel,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

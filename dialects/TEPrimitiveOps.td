@@ -122,6 +122,35 @@ def TE_TpAllReduceOp : TE_PrimOp<"tp_all_reduce",
   let assemblyFormat = "$input attr-dict `:` type($output)";
 }
 
+def TE_TpAllGatherOp : TE_PrimOp<"tp_all_gather"> {
+  let summary = "Concatenation along dim 0 of the ranks' slices";
+  let description = [{
+    Sequence parallelism: each of the `ranks` ranks holds chunk r of dim 0
+    (its slice of the sequence, or of the batch for bshd); the output is
+    the whole tensor, the chunks in rank order (the input of a
+    column-parallel GEMM). Its gradient is a `te.tp_reduce_scatter`.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output)
+  }];
+}
+
+def TE_TpReduceScatterOp : TE_PrimOp<"tp_reduce_scatter"> {
+  let summary = "Sum over the ranks, each keeping its chunk of dim 0";
+  let description = [{
+    Sequence parallelism: the element-wise sum of `input` over the `ranks`
+    ranks (the output of a row-parallel GEMM), of which rank r keeps chunk
+    r of dim 0. Its gradient is a `te.tp_all_gather`.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output)
+  }];
+}
+
 def TE_ActivationOp : TE_PrimOp<"act"> {
   let summary = "Applies an MLP activation along the last dim";
   let description = [{

@@ -127,6 +127,34 @@ LogicalResult TpAllReduceOp::verify() {
   return verifyTensorParallel(*this, getInput(), getRanks());
 }
 
+/// Sequence parallelism's collectives: `whole` is `slice` with `ranks`
+/// times its dim 0 (a chunk per rank).
+static LogicalResult verifySequenceParallel(Operation *op, Value slice,
+                                            Value whole, int64_t ranks) {
+  if (failed(verifyTensorParallel(op, op->getOperand(0), ranks)))
+    return failure();
+  auto sliceType = cast<RankedTensorType>(slice.getType());
+  auto wholeType = cast<RankedTensorType>(whole.getType());
+  SmallVector<int64_t> expected(sliceType.getShape());
+  if (!expected.empty())
+    expected.front() *= ranks;
+  if (expected.empty() ||
+      wholeType.getElementType() != sliceType.getElementType() ||
+      wholeType.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError()
+           << "the whole tensor " << wholeType << " must be the slice "
+           << sliceType << " with " << ranks << " times its dim 0";
+  return success();
+}
+
+LogicalResult TpAllGatherOp::verify() {
+  return verifySequenceParallel(*this, getInput(), getOutput(), getRanks());
+}
+
+LogicalResult TpReduceScatterOp::verify() {
+  return verifySequenceParallel(*this, getOutput(), getInput(), getRanks());
+}
+
 /// The last dim an activation produces from `inputWidth` channels.
 static FailureOr<int64_t> activationWidth(Operation *op, Activation activation,
                                           int64_t inputWidth) {

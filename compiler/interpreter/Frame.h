@@ -48,6 +48,17 @@ public:
     return options.collectives ? options.collectives->max(local) : local;
   }
 
+  /// Sequence parallelism: the ranks' slices of dim 0 concatenated (the
+  /// input of a column-parallel GEMM); an error at `op` in one process.
+  mlir::FailureOr<Tensor> gatherOverRanks(mlir::Operation *op,
+                                          const Tensor &local) const;
+  /// Sequence parallelism: this rank's chunk of dim 0 of `partial` summed
+  /// over the `ranks` ranks (a row-parallel GEMM's output); an error at
+  /// `op` in one process.
+  mlir::FailureOr<Tensor> scatterSumOverRanks(mlir::Operation *op,
+                                              const Tensor &partial,
+                                              int64_t ranks) const;
+
   /// The position of the layer op being run among the function's layer ops.
   uint64_t layerIndex = 0;
 

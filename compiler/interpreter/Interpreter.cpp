@@ -30,6 +30,38 @@ const Tensor &Frame::get(Value value) const {
   return it->second;
 }
 
+/// Sequence parallelism needs the other ranks' slices.
+static LogicalResult needCollectives(Operation *op, const Options &options) {
+  if (options.collectives)
+    return success();
+  return op->emitOpError()
+         << "gathers or scatters over the ranks of a sequence-parallel "
+            "group: run it with interp::Options::collectives";
+}
+
+FailureOr<Tensor> Frame::gatherOverRanks(Operation *op,
+                                         const Tensor &local) const {
+  if (failed(needCollectives(op, options)))
+    return failure();
+  return options.collectives->allGather(local, options.rank);
+}
+
+FailureOr<Tensor> Frame::scatterSumOverRanks(Operation *op,
+                                             const Tensor &partial,
+                                             int64_t ranks) const {
+  if (failed(needCollectives(op, options)))
+    return failure();
+  if (partial.shape.empty() || partial.shape[0] % ranks != 0)
+    return op->emitOpError()
+           << "cannot scatter dim 0 over " << ranks << " ranks";
+  Tensor sum = options.collectives->sum(partial);
+  int64_t chunkElements = sum.numElements() / ranks;
+  auto begin = sum.data.begin() + options.rank * chunkElements;
+  SmallVector<int64_t> shape(sum.shape);
+  shape.front() /= ranks;
+  return Tensor(shape, std::vector<double>(begin, begin + chunkElements));
+}
+
 void Frame::updateArgument(BlockArgument argument, Tensor tensor) {
   values[argument.getAsOpaquePointer()] = std::move(tensor);
 }

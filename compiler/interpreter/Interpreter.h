@@ -56,8 +56,10 @@ struct Tensor {
 /// The other ranks of the group a program runs in, for a run of one rank's
 /// program (tests run one interpreter per rank, in threads): te.tp_all_reduce
 /// and the row-parallel GEMMs of tensor-parallel layer ops sum over the
-/// ranks, te.amax_allreduce takes the maximum. Every rank calls them in the
-/// same order. Without one, a run is one process and both are the identity.
+/// ranks, te.amax_allreduce takes the maximum, sequence parallelism gathers
+/// and scatters slices of dim 0. Every rank calls them in the same order.
+/// Without one, a run is one process: sums and maxima are the identity, and
+/// gathers and scatters are errors.
 class Collectives {
 public:
   virtual ~Collectives();
@@ -65,6 +67,9 @@ public:
   virtual Tensor sum(const Tensor &local) = 0;
   /// The element-wise maximum over the ranks.
   virtual Tensor max(const Tensor &local) = 0;
+  /// Sequence parallelism: the ranks' `local` tensors (same shape)
+  /// concatenated along dim 0 in rank order; `rank` is the caller's.
+  virtual Tensor allGather(const Tensor &local, int64_t rank) = 0;
 };
 
 /// What a run needs besides the arguments.
@@ -77,6 +82,9 @@ struct Options {
   std::vector<Tensor> *updatedArguments = nullptr;
   /// The ranks' collectives; null: one process.
   Collectives *collectives = nullptr;
+  /// This run's rank in the group: sequence parallelism's gathers and
+  /// scatters place its slice at chunk `rank` of dim 0.
+  int64_t rank = 0;
 };
 
 /// Runs `function` (te ops and a func.return in one block) on `args`, one per

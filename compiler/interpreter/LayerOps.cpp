@@ -34,24 +34,63 @@ static LogicalResult runOp(te::RMSNormOp op, Frame &frame) {
                        .output);
 }
 
-/// `x W^T + b` of one rank's part of a row-parallel GEMM when `rowParallel`:
-/// the products are summed over the ranks before the bias.
-static Tensor linearOfRank(const Tensor &x, const Tensor &weight,
-                           const Tensor *bias, bool rowParallel,
-                           const Frame &frame) {
+/// The ranks whose slices of dim 0 a sequence-parallel layer op gathers
+/// (1 without sequence parallelism).
+static int64_t sequenceRanks(Operation *op) {
+  auto tp = op->getAttrOfType<IntegerAttr>("tp_size");
+  bool parallel = tp && tp.getInt() > 1 && op->hasAttr("sequence_parallel");
+  return parallel ? tp.getInt() : 1;
+}
+
+/// The input of a column-parallel GEMM of `op`: `x`, or with sequence
+/// parallelism the ranks' slices of `x` gathered along dim 0.
+static FailureOr<Tensor> columnInput(Operation *op, const Tensor &x,
+                                     Frame &frame) {
+  if (sequenceRanks(op) == 1)
+    return x;
+  return frame.gatherOverRanks(op, x);
+}
+
+/// `x W^T + b` of one rank's part of a row-parallel GEMM of `op` when
+/// `rowParallel`: the products are summed over the ranks before the bias
+/// (with sequence parallelism, this rank keeps its chunk of the sum's dim
+/// 0, and the bias is added to it).
+static FailureOr<Tensor> linearOfRank(Operation *op, const Tensor &x,
+                                      const Tensor &weight, const Tensor *bias,
+                                      bool rowParallel, Frame &frame) {
   if (!rowParallel)
     return linear(x, weight, bias);
-  Tensor sum = frame.sumOverRanks(linear(x, weight, nullptr));
-  return bias ? biasAdd(sum, *bias) : sum;
+  Tensor partial = linear(x, weight, nullptr);
+  int64_t ranks = sequenceRanks(op);
+  FailureOr<Tensor> sum = ranks > 1
+                              ? frame.scatterSumOverRanks(op, partial, ranks)
+                              : frame.sumOverRanks(partial);
+  if (failed(sum) || !bias)
+    return sum;
+  return biasAdd(*sum, *bias);
+}
+
+/// Binds `value` to `tensor` unless computing it failed.
+static LogicalResult setIfComputed(Operation *op, Value value,
+                                   FailureOr<Tensor> tensor, Frame &frame) {
+  return failure(failed(tensor) ||
+                 failed(frame.set(op, value, std::move(*tensor))));
 }
 
 static LogicalResult runOp(te::LinearOp op, Frame &frame) {
-  bool rowParallel =
-      op.getTpSize() > 1 && op.getParallelMode() == te::ParallelMode::row;
-  return frame.set(
-      op, op.getOutput(),
-      linearOfRank(frame.get(op.getInput()), frame.get(op.getWeight()),
-                   frame.getOptional(op.getBias()), rowParallel, frame));
+  bool parallel = op.getTpSize() > 1;
+  bool rowParallel = parallel && op.getParallelMode() == te::ParallelMode::row;
+  FailureOr<Tensor> input =
+      parallel && !rowParallel
+          ? columnInput(op, frame.get(op.getInput()), frame)
+          : FailureOr<Tensor>(frame.get(op.getInput()));
+  if (failed(input))
+    return failure();
+  return setIfComputed(op, op.getOutput(),
+                       linearOfRank(op, *input, frame.get(op.getWeight()),
+                                    frame.getOptional(op.getBias()),
+                                    rowParallel, frame),
+                       frame);
 }
 
 /// Binds the optional `ln_output` result of a LayerNorm* op.
@@ -67,19 +106,27 @@ static LogicalResult runOp(te::LayerNormLinearOp op, Frame &frame) {
       normalize(op.getNormalization(), frame.get(op.getInput()),
                 frame.get(op.getLnWeight()), frame.getOptional(op.getLnBias()),
                 toDouble(op.getEps()), op.getZeroCenteredGamma());
-  Tensor output = linear(normalized, frame.get(op.getWeight()),
-                         frame.getOptional(op.getBias()));
-  if (failed(frame.set(op, op.getOutput(), std::move(output))))
+  FailureOr<Tensor> input = columnInput(op, normalized, frame);
+  if (failed(input) ||
+      failed(frame.set(op, op.getOutput(),
+                       linear(*input, frame.get(op.getWeight()),
+                              frame.getOptional(op.getBias())))))
     return failure();
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
 
-/// FC2(act(FC1(x))) of an MLP; FC2 row-parallel in a tensor-parallel layer.
-static Tensor mlp(const Tensor &x, te::Activation kind, Frame &frame,
-                  Value fc1Weight, Value fc1Bias, Value fc2Weight,
-                  Value fc2Bias, int64_t tpSize) {
-  Tensor hidden = linear(x, frame.get(fc1Weight), frame.getOptional(fc1Bias));
-  return linearOfRank(activation(hidden, kind), frame.get(fc2Weight),
+/// FC2(act(FC1(x))) of an MLP; FC1 column-parallel and FC2 row-parallel in
+/// a tensor-parallel layer `op`.
+static FailureOr<Tensor> mlp(Operation *op, const Tensor &x,
+                             te::Activation kind, Frame &frame, Value fc1Weight,
+                             Value fc1Bias, Value fc2Weight, Value fc2Bias,
+                             int64_t tpSize) {
+  FailureOr<Tensor> input = columnInput(op, x, frame);
+  if (failed(input))
+    return failure();
+  Tensor hidden =
+      linear(*input, frame.get(fc1Weight), frame.getOptional(fc1Bias));
+  return linearOfRank(op, activation(hidden, kind), frame.get(fc2Weight),
                       frame.getOptional(fc2Bias), tpSize > 1, frame);
 }
 
@@ -88,10 +135,10 @@ static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {
       normalize(op.getNormalization(), frame.get(op.getInput()),
                 frame.get(op.getLnWeight()), frame.getOptional(op.getLnBias()),
                 toDouble(op.getEps()), op.getZeroCenteredGamma());
-  Tensor output =
-      mlp(normalized, op.getActivation(), frame, op.getFc1Weight(),
+  FailureOr<Tensor> output =
+      mlp(op, normalized, op.getActivation(), frame, op.getFc1Weight(),
           op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias(), op.getTpSize());
-  if (failed(frame.set(op, op.getOutput(), std::move(output))))
+  if (failed(setIfComputed(op, op.getOutput(), std::move(output), frame)))
     return failure();
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
@@ -235,12 +282,20 @@ static Tensor rotateHeads(const Tensor &heads, const Tensor &freqs,
 /// output projection of `x` ([s, b, hidden] or [b, s, hidden]).
 static FailureOr<Tensor>
 attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
-  Tensor qkv =
-      linear(x, frame.get(block.qkvWeight), frame.getOptional(block.qkvBias));
+  // Sequence parallelism: the projections read the gathered tokens.
+  FailureOr<Tensor> input = columnInput(block.op, x, frame);
+  if (failed(input))
+    return failure();
+  Tensor qkv = linear(*input, frame.get(block.qkvWeight),
+                      frame.getOptional(block.qkvBias));
   Tensor query = splitHeads(qkv, 0, block.heads, block.headDim);
   Tensor key, value;
   if (block.encoder) {
-    Tensor kv = linear(frame.get(block.encoder), frame.get(block.kvWeight),
+    FailureOr<Tensor> encoder =
+        columnInput(block.op, frame.get(block.encoder), frame);
+    if (failed(encoder))
+      return failure();
+    Tensor kv = linear(*encoder, frame.get(block.kvWeight),
                        frame.getOptional(block.kvBias));
     key = splitHeads(kv, 0, block.groups, block.headDim);
     value = splitHeads(kv, block.groups, block.groups, block.headDim);
@@ -269,7 +324,7 @@ attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
   } else {
     context = mergeHeads(attention(query, key, value, block.params).output);
   }
-  return linearOfRank(context, frame.get(block.projWeight),
+  return linearOfRank(block.op, context, frame.get(block.projWeight),
                       frame.getOptional(block.projBias), block.rowParallelProj,
                       frame);
 }
@@ -361,10 +416,12 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
     Tensor ln2 = normalize(
         op.getNormalization(), input, frame.get(op.getMlpLnWeight()),
         frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
-    Tensor both = add(std::move(*selfAttended),
-                      mlp(ln2, op.getActivation(), frame, op.getFc1Weight(),
-                          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias(),
-                          op.getTpSize()));
+    FailureOr<Tensor> mlpOut = mlp(
+        op, ln2, op.getActivation(), frame, op.getFc1Weight(), op.getFc1Bias(),
+        op.getFc2Weight(), op.getFc2Bias(), op.getTpSize());
+    if (failed(mlpOut))
+      return failure();
+    Tensor both = add(std::move(*selfAttended), std::move(*mlpOut));
     return frame.set(
         op, op.getOutput(),
         add(input, residualBranch(std::move(both), dropout::kMlpOutputSite,
@@ -390,10 +447,13 @@ static LogicalResult runOp(te::TransformerLayerOp op, Frame &frame) {
   Tensor ln2 = normalize(
       op.getNormalization(), hidden, frame.get(op.getMlpLnWeight()),
       frame.getOptional(op.getMlpLnBias()), eps, op.getZeroCenteredGamma());
-  Tensor mlpOut = residualBranch(
-      mlp(ln2, op.getActivation(), frame, op.getFc1Weight(), op.getFc1Bias(),
-          op.getFc2Weight(), op.getFc2Bias(), op.getTpSize()),
-      dropout::kMlpOutputSite, dropout::kMlpDropPathSite);
+  FailureOr<Tensor> mlpBranch =
+      mlp(op, ln2, op.getActivation(), frame, op.getFc1Weight(),
+          op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias(), op.getTpSize());
+  if (failed(mlpBranch))
+    return failure();
+  Tensor mlpOut = residualBranch(std::move(*mlpBranch), dropout::kMlpOutputSite,
+                                 dropout::kMlpDropPathSite);
   Tensor output = add(postLn ? ln2 : hidden, mlpOut);
   if (op.getOutLnWeight())
     output = normalize(

@@ -71,6 +71,19 @@ static LogicalResult runOp(te::TpAllReduceOp op, Frame &frame) {
                    frame.sumOverRanks(frame.get(op.getInput())));
 }
 
+static LogicalResult runOp(te::TpAllGatherOp op, Frame &frame) {
+  FailureOr<Tensor> whole = frame.gatherOverRanks(op, frame.get(op.getInput()));
+  return failure(failed(whole) ||
+                 failed(frame.set(op, op.getOutput(), std::move(*whole))));
+}
+
+static LogicalResult runOp(te::TpReduceScatterOp op, Frame &frame) {
+  FailureOr<Tensor> chunk = frame.scatterSumOverRanks(
+      op, frame.get(op.getInput()), int64_t(op.getRanks()));
+  return failure(failed(chunk) ||
+                 failed(frame.set(op, op.getOutput(), std::move(*chunk))));
+}
+
 static LogicalResult runOp(te::BiasGradOp op, Frame &frame) {
   return frame.set(op, op.getOutput(), biasGrad(frame.get(op.getGrad())));
 }
@@ -321,10 +334,10 @@ LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
             te::AddOp, te::BiasAddOp, te::BiasGradOp, te::TpCopyOp,
-            te::TpAllReduceOp, te::ActivationOp, te::ActivationGradOp,
-            te::DropoutOp, te::MatmulOp, te::LayerNormFwdOp, te::LayerNormBwdOp,
-            te::RMSNormFwdOp, te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp,
-            te::AttentionBwdOp, te::KvCacheAttentionOp>(
-          [&](auto op) { return runOp(op, frame); })
+            te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp,
+            te::ActivationOp, te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
+            te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
+            te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp, te::AttentionBwdOp,
+            te::KvCacheAttentionOp>([&](auto op) { return runOp(op, frame); })
       .Default([&](Operation *op) { return runQuantizedOp(op, frame); });
 }

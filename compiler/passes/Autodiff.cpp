@@ -289,6 +289,20 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         addGrad(op.getInput(), grad);
         return success();
       })
+      .Case([&](TpAllGatherOp op) {
+        // Each rank's slice of the whole tensor gets the sum of the ranks'
+        // gradients of its chunk.
+        addGrad(op.getInput(),
+                create<TpReduceScatterOp>(op.getInput().getType(), grad,
+                                          op.getRanksAttr()));
+        return success();
+      })
+      .Case([&](TpReduceScatterOp op) {
+        // Every rank's partial sum reaches every chunk of the output.
+        addGrad(op.getInput(), create<TpAllGatherOp>(op.getInput().getType(),
+                                                     grad, op.getRanksAttr()));
+        return success();
+      })
       .Case([&](BiasAddOp op) {
         addGrad(op.getInput(), grad);
         addGrad(op.getBias(), create<BiasGradOp>(op.getBias().getType(), grad));

@@ -78,6 +78,7 @@ public:
         ordinal(ordinal), inference(inference) {
     if (auto tp = layer->getAttrOfType<IntegerAttr>("tp_size"))
       tpSize = tp.getInt();
+    sequenceParallel = tpSize > 1 && layer->hasAttr("sequence_parallel");
   }
 
   /// How a GEMM of a tensor-parallel layer is split over the ranks.
@@ -103,21 +104,51 @@ public:
   /// tensor-parallel layer (docs/tensor-parallel.md) a column-parallel GEMM
   /// reads `x` through te.tp_copy (its gradient is summed over the ranks),
   /// and a row-parallel one sums its output over the ranks before the bias.
+  /// With sequence parallelism `x` of a column-parallel GEMM is this rank's
+  /// slice of the tokens, gathered first (te.tp_all_gather), and a
+  /// row-parallel GEMM's sum is scattered (te.tp_reduce_scatter): the bias
+  /// is added to this rank's slice.
   Value linear(Value x, Value weight, Value bias, Split split = Split::none) {
     bool parallel = tpSize > 1 && split != Split::none;
     IntegerAttr ranks = builder.getI64IntegerAttr(tpSize);
-    if (parallel && split == Split::column)
+    if (parallel && split == Split::column && sequenceParallel)
+      x = builder.create<TpAllGatherOp>(
+          loc, withDim0(x, shapeOf(x)[0] * tpSize), x, ranks);
+    else if (parallel && split == Split::column)
       x = builder.create<TpCopyOp>(loc, x.getType(), x, ranks);
     auto type = RankedTensorType::get({shapeOf(x)[0], shapeOf(weight)[0]},
                                       elementOf(x));
     Value y = builder.create<MatmulOp>(
         loc, type, x, weight, /*transpose_a=*/nullptr, builder.getUnitAttr(),
         recipe, GemmRoleAttr::get(ctx(), GemmRole::fprop));
-    if (parallel && split == Split::row)
-      y = builder.create<TpAllReduceOp>(loc, type, y, ranks);
+    if (parallel && split == Split::row) {
+      if (sequenceParallel) {
+        type = withDim0(y, shapeOf(y)[0] / tpSize);
+        y = builder.create<TpReduceScatterOp>(loc, type, y, ranks);
+      } else {
+        y = builder.create<TpAllReduceOp>(loc, type, y, ranks);
+      }
+    }
     if (!bias)
       return y;
     return builder.create<BiasAddOp>(loc, type, y, bias);
+  }
+
+  /// `value`'s type with dim 0 of `rows`.
+  static RankedTensorType withDim0(Value value, int64_t rows) {
+    SmallVector<int64_t> shape(shapeOf(value));
+    shape.front() = rows;
+    return RankedTensorType::get(shape, elementOf(value));
+  }
+
+  /// The whole activation of which a sequence-parallel layer holds a slice
+  /// of dim 0 shaped like `shape` (`shape` itself without sequence
+  /// parallelism).
+  SmallVector<int64_t> whole(ArrayRef<int64_t> shape) const {
+    SmallVector<int64_t> result(shape);
+    if (sequenceParallel)
+      result.front() *= tpSize;
+    return result;
   }
 
   Value norm(Normalization kind, Value x, Value gamma, Value beta, APFloat eps,
@@ -141,8 +172,8 @@ public:
   Value mlp(Value x, Activation activation, Value fc1Weight, Value fc1Bias,
             Value fc2Weight, Value fc2Bias) {
     Value hidden = linear(x, fc1Weight, fc1Bias, Split::column);
-    auto actType = RankedTensorType::get({shapeOf(x)[0], shapeOf(fc2Weight)[1]},
-                                         elementOf(x));
+    auto actType = RankedTensorType::get(
+        {shapeOf(hidden)[0], shapeOf(fc2Weight)[1]}, elementOf(x));
     Value activated = builder.create<ActivationOp>(
         loc, actType, hidden, ActivationAttr::get(ctx(), activation));
     return linear(activated, fc2Weight, fc2Bias, Split::row);
@@ -269,17 +300,19 @@ public:
         return reshape(slice, {shape[0], count, params.headDim});
       return reshape(slice, {shape[0], shape[1], count, params.headDim});
     };
-    Value query = heads(qkv, inputShape, 0, params.heads);
+    // Sequence parallelism: the heads span the gathered tokens.
+    SmallVector<int64_t> gatheredShape = whole(inputShape);
+    Value query = heads(qkv, gatheredShape, 0, params.heads);
     Value key, value;
     if (params.encoder) {
       Value kv = linear(tokens(params.encoder), params.kvWeight, params.kvBias,
                         Split::column);
-      ArrayRef<int64_t> encoderShape = shapeOf(params.encoder);
+      SmallVector<int64_t> encoderShape = whole(shapeOf(params.encoder));
       key = heads(kv, encoderShape, 0, params.kvHeads);
       value = heads(kv, encoderShape, kvWidth, params.kvHeads);
     } else {
-      key = heads(qkv, inputShape, qWidth, params.kvHeads);
-      value = heads(qkv, inputShape, qWidth + kvWidth, params.kvHeads);
+      key = heads(qkv, gatheredShape, qWidth, params.kvHeads);
+      value = heads(qkv, gatheredShape, qWidth + kvWidth, params.kvHeads);
     }
     if (params.rotary) {
       query = rotary(query, params);
@@ -294,8 +327,8 @@ public:
         1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
         params.dropoutSite, params.queryMask, static_cast<bool>(params.encoder),
         sequences);
-    return linear(reshape(context, {shapeOf(x)[0], qWidth}), params.projWeight,
-                  params.projBias, Split::row);
+    return linear(reshape(context, {shapeOf(qkv)[0], qWidth}),
+                  params.projWeight, params.projBias, Split::row);
   }
 
   /// Rotary embeddings on q or k heads. Packed tokens ([t, h, d]) rotate
@@ -333,11 +366,20 @@ private:
   int64_t ordinal;
   bool inference;
   int64_t tpSize = 1;
+  /// Sequence parallelism (docs/tensor-parallel.md): the layer's tokens
+  /// outside its GEMM pairs are this rank's slice of dim 0.
+  bool sequenceParallel = false;
 };
 
-/// `y` (tokens) reshaped like `like` with `y`'s last dim.
+/// `y` (tokens) reshaped like `like` with `y`'s last dim; with sequence
+/// parallelism `y` may hold tp_size times (gathered) or 1/tp_size
+/// (scattered) the tokens of `like`, which scales dim 0.
 Value restoreShape(LayerLowering &lower, Value y, Value like) {
   SmallVector<int64_t> shape(LayerLowering::shapeOf(like));
+  int64_t rows = 1, tokens = LayerLowering::shapeOf(y)[0];
+  for (int64_t dim : ArrayRef<int64_t>(shape).drop_back())
+    rows *= dim;
+  shape.front() = shape.front() * tokens / rows;
   shape.back() = LayerLowering::shapeOf(y).back();
   return lower.reshape(y, shape);
 }

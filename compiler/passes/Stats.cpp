@@ -29,9 +29,15 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
     }
     if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       ++stats.attentions;
-    if (auto sum = dyn_cast<TpAllReduceOp>(op)) {
+    // The bytes each rank contributes to a collective: a sum's or a
+    // scatter's input, a gather's output.
+    if (isa<TpAllReduceOp, TpReduceScatterOp>(op)) {
       ++stats.tpSums;
-      stats.tpSumBytes += bytesOf(sum.getType());
+      stats.tpSumBytes += bytesOf(op->getOperand(0).getType());
+    }
+    if (isa<TpAllGatherOp>(op)) {
+      ++stats.tpSums;
+      stats.tpSumBytes += bytesOf(op->getResult(0).getType());
     }
   });
   for (Operation &op : function.front()) {
@@ -41,8 +47,10 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       libraryCall = fused.getKind() == "gemm";
     bool view = isa<ReshapeOp>(op) || isMetaSlotRead(&op) ||
                 isAttentionInputSlice(&op) || isAttentionGradConcat(&op);
-    // All-reduces over ranks are collectives (NCCL), not generated kernels.
-    bool collective = isa<AmaxAllReduceOp, TpAllReduceOp>(op);
+    // Collectives over ranks (NCCL) are not generated kernels.
+    bool collective =
+        isa<AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(
+            op);
     if (!libraryCall && !view && !collective && !isa<func::ReturnOp>(op))
       ++stats.kernels;
   }
@@ -62,7 +70,7 @@ LogicalResult tejit::printStats(ModuleOp module, llvm::raw_ostream &os) {
                      (const char *)"function", (const char *)"kernels",
                      (const char *)"GEMMs", (const char *)"FP8 GEMMs",
                      (const char *)"attention", (const char *)"arena MiB",
-                     (const char *)"saved MiB", (const char *)"TP sums (MiB)");
+                     (const char *)"saved MiB", (const char *)"TP comm (MiB)");
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<FunctionStats> stats = computeStats(function);
     if (failed(stats))

@@ -23,8 +23,9 @@ struct FunctionStats {
   /// Arena of intermediates (te-plan-memory), and bytes of the values a
   /// forward function saves for its backward function.
   int64_t arenaBytes = 0, savedBytes = 0;
-  /// Tensor-parallel sums (te.tp_all_reduce) and the bytes each rank
-  /// all-reduces in them.
+  /// Tensor-parallel collectives (te.tp_all_reduce, te.tp_all_gather,
+  /// te.tp_reduce_scatter) and the bytes each rank sends into them (a sum's
+  /// or a scatter's input, a gather's output).
   int64_t tpSums = 0, tpSumBytes = 0;
 };
 

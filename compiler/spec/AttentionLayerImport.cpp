@@ -407,11 +407,20 @@ struct CrossOptions {
   }
 
   /// The `encoder_output` argument, shared by every cross-attention layer.
-  FailureOr<Value> encoderOutput(LayerContext &ctx, int64_t hidden) const {
+  /// With sequence parallelism (`slices` > 1), this rank's slice of its
+  /// dim 0.
+  FailureOr<Value> encoderOutput(LayerContext &ctx, int64_t hidden,
+                                 int64_t slices) const {
     ImportState &state = ctx.state;
     SmallVector<int64_t> shape = {kvSeq, state.batchSize, hidden};
     if (state.inputFormat == QkvFormat::bshd)
       std::swap(shape[0], shape[1]);
+    if (shape[0] % slices != 0)
+      return emitError(ctx.layer.valueLoc("sequence_parallel"))
+             << "'sequence_parallel' cuts dim 0 of 'encoder_output' ("
+             << shape[0] << " rows) into tp_size (" << slices
+             << ") slices: it must be divisible";
+    shape[0] /= slices;
     auto type = RankedTensorType::get(shape, state.dtype);
     if (Value shared = state.lookupInput("encoder_output"))
       if (shared.getType() != type)
@@ -502,13 +511,17 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   if (*returnNorm && !*inputLayernorm)
     return emitError(layer.valueLoc("return_layernorm_output"))
            << "'return_layernorm_output' needs 'input_layernorm: true'";
-  FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
+  // The attention reads whole sequences: a sequence-parallel layer's
+  // slice, gathered, or all of dim 0.
+  FailureOr<Value> input =
+      ctx.takeInput("hidden_size", *hidden, attention->tp.slices());
   if (failed(input))
     return failure();
   LayerOpParts parts;
   parts.add(*input);
   if (*cross) {
-    FailureOr<Value> encoder = (*cross)->encoderOutput(ctx, *hidden);
+    FailureOr<Value> encoder =
+        (*cross)->encoderOutput(ctx, *hidden, attention->tp.slices());
     if (failed(encoder))
       return failure();
     parts.addOptional(*encoder);
@@ -602,14 +615,18 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
                << "'parallel_attention_mlp' is not supported with '" << key
                << "' " << (key == "layer_type" ? "decoder" : "true");
   }
-  FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
+  // The attention reads whole sequences: a sequence-parallel layer's
+  // slice, gathered, or all of dim 0.
+  FailureOr<Value> input =
+      ctx.takeInput("hidden_size", *hidden, attention->tp.slices());
   if (failed(input))
     return failure();
   LayerOpParts parts;
   parts.add(*input);
   Value encoder;
   if (*cross) {
-    FailureOr<Value> shared = (*cross)->encoderOutput(ctx, *hidden);
+    FailureOr<Value> shared =
+        (*cross)->encoderOutput(ctx, *hidden, attention->tp.slices());
     if (failed(shared))
       return failure();
     encoder = *shared;

@@ -13,10 +13,15 @@ using namespace mlir::te;
 using namespace tejit::spec;
 using llvm::StringRef;
 
-static RankedTensorType withWidth(Value value, int64_t width) {
+/// `value`'s type with `width` features; with sequence parallelism, dim 0
+/// multiplied by `gathered` (a column-parallel GEMM's output) or divided by
+/// `scattered` (a row-parallel one's).
+static RankedTensorType withWidth(Value value, int64_t width,
+                                  int64_t gathered = 1, int64_t scattered = 1) {
   auto type = cast<RankedTensorType>(value.getType());
   SmallVector<int64_t> shape(type.getShape());
   shape.back() = width;
+  shape.front() = shape.front() * gathered / scattered;
   return RankedTensorType::get(shape, type.getElementType());
 }
 
@@ -41,7 +46,13 @@ FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
       column ? tp->split(ctx, "out_features", *out) : FailureOr<int64_t>(*out);
   if (failed(localIn) || failed(localOut))
     return failure();
-  FailureOr<Value> input = ctx.takeInput("in_features", *localIn);
+  // Sequence parallelism: a column-parallel Linear reads one rank's slice
+  // of dim 0 and gathers it; a row-parallel one reads all of it and
+  // scatters its output.
+  std::optional<int64_t> slice;
+  if (tp->sequence)
+    slice = row ? 1 : tp->size;
+  FailureOr<Value> input = ctx.takeInput("in_features", *localIn, slice);
   if (failed(input))
     return failure();
   LayerOpParts parts;
@@ -51,7 +62,9 @@ FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
   tp->addAttributes(ctx, parts);
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(LinearOp::getOperationName(), parts,
-                   withWidth(*input, *localOut), /*segmented=*/false);
+                   withWidth(*input, *localOut, column ? tp->slices() : 1,
+                             row ? tp->slices() : 1),
+                   /*segmented=*/false);
 }
 
 /// LayerNorm and RMSNorm share their keys; only LayerNorm has a bias.
@@ -119,7 +132,9 @@ FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
                                     : FailureOr<int64_t>(*out);
   if (failed(localOut))
     return failure();
-  FailureOr<Value> input = ctx.takeInput("in_features", *in);
+  FailureOr<Value> input = ctx.takeInput(
+      "in_features", *in,
+      tp->sequence ? std::optional<int64_t>(tp->size) : std::nullopt);
   if (failed(input))
     return failure();
   LayerOpParts parts;
@@ -132,8 +147,8 @@ FailureOr<Value> tejit::spec::importLayerNormLinear(LayerContext &ctx) {
   tp->addAttributes(ctx, parts);
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(LayerNormLinearOp::getOperationName(), parts,
-                   withWidth(*input, *localOut), /*segmented=*/true,
-                   returnOutput);
+                   withWidth(*input, *localOut, tp->slices()),
+                   /*segmented=*/true, returnOutput);
 }
 
 FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
@@ -152,7 +167,9 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   FailureOr<int64_t> localFfn = tp->split(ctx, "ffn_hidden_size", *ffn);
   if (failed(localFfn))
     return failure();
-  FailureOr<Value> input = ctx.takeInput("hidden_size", *hidden);
+  FailureOr<Value> input = ctx.takeInput(
+      "hidden_size", *hidden,
+      tp->sequence ? std::optional<int64_t>(tp->size) : std::nullopt);
   if (failed(input))
     return failure();
   LayerOpParts parts;

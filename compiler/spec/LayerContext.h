@@ -24,9 +24,12 @@ struct LayerContext {
 
   /// The layer's input of `width` features (read from `widthKey`): the
   /// previous layer's output, whose width must match, or a new `input`
-  /// argument for the first layer.
-  mlir::FailureOr<mlir::Value> takeInput(llvm::StringRef widthKey,
-                                         int64_t width);
+  /// argument for the first layer. With `slice`, its dim 0 must be 1 /
+  /// `*slice` of the spec's activations' (1: all of it; a sequence-parallel
+  /// layer reads one rank's slice); without, a per-token layer takes any.
+  mlir::FailureOr<mlir::Value>
+  takeInput(llvm::StringRef widthKey, int64_t width,
+            std::optional<int64_t> slice = std::nullopt);
   /// A parameter, or null when `present` is false.
   mlir::Value param(llvm::StringRef local, llvm::ArrayRef<int64_t> shape,
                     bool present = true);
@@ -84,11 +87,18 @@ struct NormOptions {
 };
 
 /// A layer's tensor parallelism (docs/tensor-parallel.md): `tp_size`
-/// (default 1) and, for the Linear layers, `parallel_mode`. Spec sizes are
-/// global; the layer op gets one rank's.
+/// (default 1), for the Linear layers `parallel_mode`, and
+/// `sequence_parallel`. Spec sizes are global; the layer op gets one rank's.
 struct TensorParallelOptions {
   int64_t size = 1;
   std::optional<mlir::te::ParallelMode> mode;
+  /// Sequence parallelism (ignored at tp_size 1, as Transformer Engine
+  /// does): activations outside the GEMM pairs hold 1/size of dim 0.
+  bool sequence = false;
+
+  /// The number of slices a sequence-parallel activation's dim 0 is cut
+  /// into (1 without sequence parallelism).
+  int64_t slices() const { return sequence ? size : 1; }
 
   /// Reads `tp_size`, and `parallel_mode` when `hasMode`.
   static mlir::FailureOr<TensorParallelOptions> read(LayerContext &ctx,
@@ -97,6 +107,9 @@ struct TensorParallelOptions {
   /// `key` when tp_size does not divide it.
   mlir::FailureOr<int64_t> split(LayerContext &ctx, llvm::StringRef key,
                                  int64_t global) const;
+  /// Fails (at `sequence_parallel`) where the layout or the spec's sizes
+  /// rule sequence parallelism out.
+  mlir::LogicalResult checkSequenceParallel(LayerContext &ctx);
   bool splits(mlir::te::ParallelMode which) const {
     return size > 1 && mode == which;
   }

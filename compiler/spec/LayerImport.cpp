@@ -121,16 +121,37 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   return output;
 }
 
-FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width) {
-  if (!input)
-    return state.addInput("input", state.activationType(width), loc());
-  int64_t have = cast<ShapedType>(input.getType()).getShape().back();
-  if (have != width)
+FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width,
+                                         std::optional<int64_t> slice) {
+  RankedTensorType whole = state.activationType(width);
+  if (!input) {
+    SmallVector<int64_t> shape(whole.getShape());
+    shape.front() /= slice.value_or(1);
+    return state.addInput(
+        "input", RankedTensorType::get(shape, whole.getElementType()), loc());
+  }
+  ArrayRef<int64_t> have = cast<ShapedType>(input.getType()).getShape();
+  if (have.back() != width)
     return emitError(layer.valueLoc(widthKey))
            << "'" << widthKey << "' of " << layer.getWhat() << " is " << width
-           << " but its input, the previous layer's output, has " << have
+           << " but its input, the previous layer's output, has " << have.back()
            << " features";
-  return input;
+  if (!slice || have.front() * *slice == whole.getShape().front())
+    return input;
+  int64_t rows = whole.getShape().front() / *slice;
+  if (*slice > 1)
+    return emitError(layer.valueLoc("sequence_parallel"))
+           << "a sequence-parallel " << layer.getWhat()
+           << " reads this rank's slice of dim 0 (" << rows
+           << " rows), but its input, the previous layer's output, has "
+           << have.front()
+           << ": the layer before it must end sequence-parallel too";
+  return emitError(loc()) << layer.getWhat() << " reads all " << rows
+                          << " rows of dim 0, but its input, the previous "
+                             "layer's output, has "
+                          << have.front()
+                          << " (a sequence-parallel slice): give it "
+                             "tp_size > 1 and 'sequence_parallel' too";
 }
 
 Value LayerContext::param(StringRef local, ArrayRef<int64_t> shape,
@@ -250,6 +271,12 @@ FailureOr<TensorParallelOptions> TensorParallelOptions::read(LayerContext &ctx,
     return failure();
   TensorParallelOptions options;
   options.size = size->value_or(1);
+  FailureOr<bool> sequence = ctx.layer.getBool("sequence_parallel", false);
+  if (failed(sequence))
+    return failure();
+  options.sequence = *sequence && options.size > 1;
+  if (options.sequence && failed(options.checkSequenceParallel(ctx)))
+    return failure();
   if (!hasMode)
     return options;
   FailureOr<std::optional<std::string>> mode =
@@ -267,6 +294,25 @@ FailureOr<TensorParallelOptions> TensorParallelOptions::read(LayerContext &ctx,
   return options;
 }
 
+LogicalResult TensorParallelOptions::checkSequenceParallel(LayerContext &ctx) {
+  ImportState &state = ctx.state;
+  Location at = ctx.layer.valueLoc("sequence_parallel");
+  if (state.inputFormat == QkvFormat::thd)
+    return emitError(at) << "'sequence_parallel' is not supported with "
+                            "packed sequences (input_format thd)";
+  if (state.kvCacheRows)
+    return emitError(at) << "'sequence_parallel' is not supported with a "
+                            "'kv_cache' (inference)";
+  bool sbhd = state.inputFormat == QkvFormat::sbhd;
+  int64_t rows = sbhd ? state.seqLength : state.batchSize;
+  if (rows % size != 0)
+    return emitError(at)
+           << "'sequence_parallel' cuts dim 0 of the activations ("
+           << (sbhd ? "seq_length " : "batch_size ") << rows
+           << ") into tp_size (" << size << ") slices: it must be divisible";
+  return success();
+}
+
 FailureOr<int64_t> TensorParallelOptions::split(LayerContext &ctx,
                                                 StringRef key,
                                                 int64_t global) const {
@@ -282,6 +328,7 @@ void TensorParallelOptions::addAttributes(LayerContext &ctx,
   if (size == 1)
     return;
   parts.set("tp_size", ctx.i64(size));
+  parts.set("sequence_parallel", ctx.flag(sequence));
   if (mode)
     parts.set("parallel_mode", ParallelModeAttr::get(ctx.context(), *mode));
 }

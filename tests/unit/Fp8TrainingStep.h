@@ -20,9 +20,12 @@ namespace tejit::testing {
 /// meta state (arguments named fp8_meta.*) between steps.
 class TrainingStep {
 public:
+  /// `collectives` and `rank`: one rank's program of a tensor-parallel
+  /// group.
   TrainingStep(mlir::func::FuncOp forward, mlir::func::FuncOp backward,
-               interp::Collectives *collectives = nullptr)
-      : forward(forward), backward(backward), collectives(collectives) {}
+               interp::Collectives *collectives = nullptr, int64_t rank = 0)
+      : forward(forward), backward(backward), collectives(collectives),
+        rank(rank) {}
 
   /// The dropout streams' key (the rng_state argument).
   static constexpr uint64_t kSeed = 99, kOffset = 5;
@@ -63,6 +66,7 @@ private:
                            const std::vector<Tensor> &args) {
     interp::Options options;
     options.collectives = collectives;
+    options.rank = rank;
     mlir::FailureOr<std::vector<Tensor>> results =
         interp::run(function, args, options);
     EXPECT_TRUE(mlir::succeeded(results)) << function.getName().str();
@@ -126,6 +130,7 @@ private:
 
   mlir::func::FuncOp forward, backward;
   interp::Collectives *collectives;
+  int64_t rank;
   std::map<std::string, Tensor> state;
 };
 

@@ -280,7 +280,8 @@ layers:
                   5, 5,
                   "unknown key 'hiden_size' in LayerNorm; did you mean "
                   "'hidden_size'?"},
-        ErrorCase{"KeyOfAnotherLayerType", "spec.yaml", R"(
+        ErrorCase{
+            "KeyOfAnotherLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 layers:
@@ -289,10 +290,11 @@ layers:
     out_features: 64
     activation: gelu
 )",
-                  7, 5,
-                  "unknown key 'activation' in Linear (valid keys: type, "
-                  "name, recipe, fuse_wgrad_accumulation, main_grad_dtype, "
-                  "in_features, out_features, bias, tp_size, parallel_mode)"},
+            7, 5,
+            "unknown key 'activation' in Linear (valid keys: type, "
+            "name, recipe, fuse_wgrad_accumulation, main_grad_dtype, "
+            "in_features, out_features, bias, tp_size, sequence_parallel, "
+            "parallel_mode)"},
         ErrorCase{"MainGradOnALayerWithoutGemms", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -317,30 +319,21 @@ layers:
                   7, 30,
                   "'fuse_wgrad_accumulation' in Linear must be true or false, "
                   "got 'yes please'"},
-        ErrorCase{"SequenceParallelIsUnknown", "spec.yaml", R"(
-seq_length: 16
+        ErrorCase{"SequenceParallelSliceNotWhole", "spec.yaml", R"(
+seq_length: 15
 batch_size: 2
 layers:
   - type: TransformerLayer
     hidden_size: 64
     ffn_hidden_size: 256
     num_attention_heads: 4
+    tp_size: 2
     sequence_parallel: true
 )",
-                  8, 5,
-                  "unknown key 'sequence_parallel' in TransformerLayer (valid "
-                  "keys: type, name, recipe, fuse_wgrad_accumulation, "
-                  "main_grad_dtype, "
-                  "hidden_size, ffn_hidden_size, hidden_dropout, "
-                  "drop_path_rate, activation, "
-                  "apply_residual_connection_post_layernorm, "
-                  "output_layernorm, parallel_attention_mlp, layer_type, "
-                  "normalization, layernorm_epsilon, zero_centered_gamma, "
-                  "num_attention_heads, num_gqa_groups, kv_channels, "
-                  "self_attn_mask_type, attention_dropout, bias, "
-                  "rotary_pos_emb, attn_input_format, window_size, rotary_dim, "
-                  "rotary_pos_interleaved, tp_size, "
-                  "enc_dec_attn_mask_type, kv_seq_length, padded_queries)"},
+                  9, 24,
+                  "'sequence_parallel' cuts dim 0 of the activations "
+                  "(seq_length 15) into tp_size (2) slices: it must be "
+                  "divisible"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

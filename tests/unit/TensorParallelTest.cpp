@@ -37,6 +37,29 @@ public:
   Tensor sum(const Tensor &local) override { return reduce(local, false); }
   Tensor max(const Tensor &local) override { return reduce(local, true); }
 
+  Tensor allGather(const Tensor &local, int64_t rank) override {
+    std::unique_lock<std::mutex> lock(mutex);
+    uint64_t round = generation;
+    if (arrived == 0)
+      slices.assign(ranks, Tensor());
+    slices[rank] = local;
+    if (++arrived == ranks) {
+      result = Tensor(local.shape, {});
+      result.shape[0] *= ranks;
+      for (const Tensor &slice : slices) {
+        EXPECT_EQ(slice.shape, local.shape);
+        result.data.insert(result.data.end(), slice.data.begin(),
+                           slice.data.end());
+      }
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+    } else {
+      changed.wait(lock, [&] { return generation != round; });
+    }
+    return result;
+  }
+
 private:
   Tensor reduce(const Tensor &local, bool takeMax) {
     std::unique_lock<std::mutex> lock(mutex);
@@ -69,6 +92,7 @@ private:
   int arrived = 0;
   uint64_t generation = 0;
   Tensor accumulated, result;
+  std::vector<Tensor> slices;
 };
 
 /// How one rank's tensor is cut from the whole layer's.
@@ -137,6 +161,14 @@ struct TpCase {
   bool gated = false;
   /// Attention: the whole layer's query heads, KV groups and head dim.
   int64_t heads = 0, groups = 0, headDim = 0;
+  /// The keys of a second layer, at `{tp2}`.
+  const char *tpKeys2 = "";
+
+  /// Sequence parallelism: each rank holds a slice of the activations'
+  /// dim 0, and its gradients of replicated parameters are partial sums.
+  bool sequenceParallel() const {
+    return llvm::StringRef(tpKeys).contains("sequence_parallel");
+  }
 };
 
 void PrintTo(const TpCase &tpCase, std::ostream *os) { *os << tpCase.name; }
@@ -180,6 +212,45 @@ const TpCase kCases[] = {
      "32, ffn_hidden_size: 48, num_attention_heads: 4, hidden_dropout: 0.0, "
      "attention_dropout: 0.0, self_attn_mask_type: padding_causal{tp}}\n",
      ", tp_size: 2", false, 4, 4, 8},
+    // Sequence parallelism: gathers before the column-parallel GEMMs,
+    // reduce-scatters after the row-parallel ones.
+    {"linear_column_sp",
+     "layers:\n  - {type: Linear, in_features: 24, out_features: 32{tp}}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true"},
+    {"linear_row_sp",
+     "layers:\n  - {type: Linear, in_features: 32, out_features: 24{tp}}\n",
+     ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
+    {"column_then_row_sp",
+     "layers:\n  - {type: LayerNormLinear, in_features: 24, out_features: 32,"
+     " return_layernorm_output: true{tp}}\n  - {type: Linear, in_features: "
+     "32, out_features: 24{tp2}}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
+     0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
+    {"mlp_swiglu_rmsnorm_sp",
+     "layers:\n  - {type: LayerNormMLP, hidden_size: 24, ffn_hidden_size: 40,"
+     " activation: swiglu, normalization: RMSNorm, return_layernorm_output: "
+     "true{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", /*gated=*/true},
+    {"mha_gqa_rotary_sp",
+     "layers:\n  - {type: MultiheadAttention, hidden_size: 32, "
+     "num_attention_heads: 4, num_gqa_groups: 2, input_layernorm: true, "
+     "attention_dropout: 0.0, rotary_pos_emb: true{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
+    {"transformer_layer_sp",
+     "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
+     "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
+    {"transformer_layer_bshd_sp",
+     "input_format: bshd\nlayers:\n  - {type: TransformerLayer, hidden_size: "
+     "32, ffn_hidden_size: 48, num_attention_heads: 4, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0, self_attn_mask_type: padding{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", false, 4, 4, 8},
+    {"decoder_layer_sp",
+     "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
+     "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0, layer_type: decoder{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
 };
 
 /// FP8-aligned at tp_size 2: one rank's dims are multiples of 16.
@@ -200,13 +271,27 @@ const TpCase kFp8Cases[] = {
      "64, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
      "attention_dropout: 0.0{tp}}\n",
      ", tp_size: 2", false, 4, 2, 8},
+    {"linear_row_fp8_sp",
+     "layers:\n  - {type: Linear, in_features: 64, out_features: 32{tp}}\n",
+     ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
+    {"mlp_swiglu_fp8_sp",
+     "layers:\n  - {type: LayerNormMLP, hidden_size: 32, ffn_hidden_size: 64,"
+     " activation: swiglu{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", /*gated=*/true},
+    {"transformer_layer_fp8_sp",
+     "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
+     "64, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
+     "attention_dropout: 0.0{tp}}\n",
+     ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
 };
 
 /// The interpreter's result, or an empty vector after a failure.
 std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
-                              tejit::interp::Collectives *collectives) {
+                              tejit::interp::Collectives *collectives,
+                              int rank = 0) {
   tejit::interp::Options options;
   options.collectives = collectives;
+  options.rank = rank;
   FailureOr<std::vector<Tensor>> results =
       tejit::interp::run(function, args, options);
   EXPECT_TRUE(succeeded(results));
@@ -229,12 +314,18 @@ protected:
   }
 
   OwningOpRef<ModuleOp> import(bool parallel, const std::string &extra = "") {
-    // FP8 GEMMs need a token count divisible by 8.
-    std::string spec = extra.empty() ? "seq_length: 5\nbatch_size: 2\n"
-                                     : "seq_length: 8\nbatch_size: 2\n" + extra;
+    // FP8 GEMMs need a token count divisible by 8; sequence parallelism
+    // an even sequence (or batch, bshd) to cut in two.
+    std::string spec = !extra.empty() ? "seq_length: 8\nbatch_size: 2\n" + extra
+                       : GetParam().sequenceParallel()
+                           ? "seq_length: 6\nbatch_size: 2\n"
+                           : "seq_length: 5\nbatch_size: 2\n";
     spec += GetParam().spec;
-    size_t at = spec.find("{tp}");
-    spec.replace(at, 4, parallel ? GetParam().tpKeys : "");
+    for (auto [key, keys] :
+         {std::pair<std::string, const char *>("{tp}", GetParam().tpKeys),
+          {"{tp2}", GetParam().tpKeys2}})
+      if (size_t at = spec.find(key); at != std::string::npos)
+        spec.replace(at, key.size(), parallel ? keys : "");
     return importSpecText(context, spec, GetParam().name);
   }
 
@@ -332,7 +423,7 @@ protected:
         localGrads.push_back(
             cut(grad, shardOf("", grad.shape, localShape), rank, localShape));
       }
-      TrainingStep step(splitFn, splitBwd, &collectives);
+      TrainingStep step(splitFn, splitBwd, &collectives, rank);
       std::vector<Tensor> local = localArgs(wholeFn, splitFn, args, rank);
       std::map<std::string, Tensor> actual;
       for (int i = 0; i < steps; ++i)
@@ -343,9 +434,16 @@ protected:
         Shard shard = found != shardOfResult.end()
                           ? found->second
                           : shardOf("", expected[name].shape, tensor.shape);
-        EXPECT_LT(relativeError(tensor,
-                                cut(expected[name], shard, rank, tensor.shape)),
-                  tolerance)
+        // Sequence parallelism: a replicated parameter's gradient on a rank
+        // is the part from its slice of the tokens; the ranks' parts add up
+        // to the whole layer's (Megatron-LM all-reduces them).
+        bool partial = GetParam().sequenceParallel() &&
+                       found != shardOfResult.end() &&
+                       shard.kind == Shard::whole;
+        Tensor got = partial ? collectives.sum(tensor) : tensor;
+        EXPECT_LT(
+            relativeError(got, cut(expected[name], shard, rank, got.shape)),
+            tolerance)
             << "rank " << rank << ", " << name;
       }
     });
@@ -374,7 +472,7 @@ TEST_P(TensorParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
   std::vector<Tensor> expected = interpret(wholeFn, args, nullptr);
   onRanks([&](int rank, tejit::interp::Collectives &collectives) {
     std::vector<Tensor> actual = interpret(
-        splitFn, localArgs(wholeFn, splitFn, args, rank), &collectives);
+        splitFn, localArgs(wholeFn, splitFn, args, rank), &collectives, rank);
     ASSERT_EQ(actual.size(), expected.size());
     // A column-parallel output is this rank's slice of the features.
     for (size_t i = 0; i < actual.size(); ++i)
