@@ -32,7 +32,7 @@ struct tejit_tp_group {
 
 static_assert(TEJIT_AMAX_GROUP_ID_BYTES == sizeof(ncclUniqueId),
               "an amax group id is an NCCL unique id");
-// A tejit_tp_all_reduce_fn is given int(ElementType) as its dtype
+// The tejit_tp_*_fn functions are given int(ElementType) as their dtype
 // (TensorParallel.h).
 static_assert(int(ElementType::F32) == TEJIT_F32 &&
                   int(ElementType::F16) == TEJIT_F16 &&
@@ -494,8 +494,20 @@ tejit_status tejit_tp_group_from_function(tejit_tp_all_reduce_fn function,
   if (!function || !group)
     return invalid("tejit_tp_group_from_function: function and group must "
                    "not be null");
-  *group = new tejit_tp_group{
-      std::make_shared<CallbackTensorParallelGroup>(function, user_data)};
+  *group = new tejit_tp_group{std::make_shared<CallbackTensorParallelGroup>(
+      TpFunctions{function, nullptr, nullptr}, user_data)};
+  return ok();
+}
+
+tejit_status
+tejit_tp_group_from_functions(tejit_tp_all_reduce_fn all_reduce,
+                              tejit_tp_all_gather_fn all_gather,
+                              tejit_tp_reduce_scatter_fn reduce_scatter,
+                              void *user_data, tejit_tp_group **group) {
+  if (!group)
+    return invalid("tejit_tp_group_from_functions: group is null");
+  *group = new tejit_tp_group{std::make_shared<CallbackTensorParallelGroup>(
+      TpFunctions{all_reduce, all_gather, reduce_scatter}, user_data)};
   return ok();
 }
 

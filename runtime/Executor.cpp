@@ -163,19 +163,13 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
                         ErrorCode::Unsupported);
       attention = std::move(*launcher);
     }
-    if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
-      // Parsed plans agree on one group; this guards plans built in memory.
-      if (executor->tpRanks && sum->ranks != executor->tpRanks)
-        return makeError(
-            ErrorCode::InvalidArgument,
-            llvm::formatv("function '{0}', step {1}: a tp_allreduce over {2} "
-                          "ranks after one over {3}",
-                          function.name, index, sum->ranks, executor->tpRanks));
-      executor->tpRanks = sum->ranks;
-    }
     executor->kernels.push_back(entry);
     executor->attentions.push_back(std::move(attention));
   }
+  llvm::Expected<TpNeeds> tpNeeds = TpNeeds::of(function);
+  if (!tpNeeds)
+    return tpNeeds.takeError();
+  executor->tpNeeds = *tpNeeds;
   executor->addresses.assign(function.values.size(), 0);
   // A view's address is its root's plus an offset, the same on every run:
   // follow each chain once here (the plan parser rejects cycles).
@@ -421,13 +415,14 @@ Error Executor::setTensorParallelGroup(
     std::shared_ptr<TensorParallelGroup> group) {
   // A group of another size would sum the wrong shards (or hang in the
   // collective); one of unknown size (a caller's function) is trusted.
-  if (group && tpRanks && group->ranks() >= 0 && group->ranks() != tpRanks)
+  int64_t ranks = tpNeeds.ranks;
+  if (group && ranks && group->ranks() >= 0 && group->ranks() != ranks)
     return makeError(
         ErrorCode::InvalidArgument,
         llvm::formatv("function '{0}' is compiled for tensor parallelism over "
                       "{1} ranks (tp_size {1}), but the tensor-parallel group "
                       "({2}) has {3}",
-                      plan.name, tpRanks, group->describe(), group->ranks()));
+                      plan.name, ranks, group->describe(), group->ranks()));
   tpGroup = std::move(group);
   return Error::success();
 }
@@ -441,21 +436,35 @@ llvm::SmallVector<DeviceRange, 8> Executor::bytesOf(const Step &step) const {
   return ranges;
 }
 
-Error Executor::startSum(const TpAllReduceStep &step, CUstream stream) {
-  const TensorType &type = plan.values[step.in].type;
+Error Executor::startCollective(TpStepRef step, CUstream stream) {
+  CUdeviceptr in = addresses[step.step.in], out = addresses[step.step.out];
+  const TensorType &inType = plan.values[step.step.in].type;
+  const TensorType &outType = plan.values[step.step.out].type;
   auto enqueue = [&](CUstream on) {
-    return tpGroup->allReduceSum(addresses[step.in], addresses[step.out],
-                                 size_t(type.numElements()), type.element, on);
+    switch (step.collective) {
+    case TpCollective::AllReduce:
+      return tpGroup->allReduceSum(in, out, size_t(inType.numElements()),
+                                   inType.element, on);
+    case TpCollective::AllGather:
+      // Counts are per rank: the gather's input, the scatter's output.
+      return tpGroup->allGather(in, out, size_t(inType.numElements()),
+                                inType.element, on);
+    case TpCollective::ReduceScatter:
+      return tpGroup->reduceScatter(in, out, size_t(outType.numElements()),
+                                    inType.element, on);
+    }
+    llvm_unreachable("unknown tensor-parallel collective");
   };
   if (!overlapSums)
     return enqueue(stream);
+  // Every collective of the group goes to the one side stream, so they keep
+  // the plan's order there (the same on every rank); a step that reads the
+  // gathered or scattered value joins it first, like a sum's reader.
   if (!sumOverlap)
     sumOverlap = std::make_unique<SumOverlap>(driver);
   DeviceRange buffers[] = {
-      {addresses[step.in],
-       addresses[step.in] + CUdeviceptr(plan.values[step.in].bytes)},
-      {addresses[step.out],
-       addresses[step.out] + CUdeviceptr(plan.values[step.out].bytes)}};
+      {in, in + CUdeviceptr(plan.values[step.step.in].bytes)},
+      {out, out + CUdeviceptr(plan.values[step.step.out].bytes)}};
   return sumOverlap->start(stream, buffers, enqueue);
 }
 
@@ -536,15 +545,10 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                     bool zeroSkippedAmaxes, CUdeviceptr skipFlag,
                     bool leaveState) {
   // Before anything is enqueued: a run that stopped at the first
-  // tp_allreduce would leave half a function on the stream (or in a graph
-  // being captured).
-  if (tpRanks && !tpGroup)
-    return makeError(
-        ErrorCode::State,
-        llvm::formatv("function '{0}': this program is compiled for tensor "
-                      "parallelism over {1} ranks (tp_size {1}); give it a "
-                      "tensor-parallel group (tejit_program_set_tp_group)",
-                      plan.name, tpRanks));
+  // tensor-parallel step would leave half a function on the stream (or in a
+  // graph being captured).
+  if (Error error = tpNeeds.check(plan.name, tpGroup.get()))
+    return error;
   useCache = useCache && staticCache.bytes();
   if (!useCache)
     skipFlag = 0;
@@ -634,8 +638,8 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                                  addresses[reduce->out], addresses[reduce->in],
                                  plan.values[reduce->in].bytes, stream),
                              "copying amaxes");
-    } else if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
-      error = startSum(*sum, stream);
+    } else if (std::optional<TpStepRef> collective = asTpStep(step)) {
+      error = startCollective(*collective, stream);
     }
     if (error)
       return failed(std::move(error));

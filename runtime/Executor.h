@@ -4,8 +4,9 @@
 // arguments and results, views of them, and offsets into a scratch arena)
 // and enqueues its steps in order on one stream: generated kernels, cuBLASLt
 // GEMMs, cuDNN flash attention, the amax reduction and the tensor-parallel
-// all-reduce. It allocates nothing and never synchronizes, so a run can be
-// captured in a CUDA graph.
+// collectives (all-reduce; all-gather and reduce-scatter with sequence
+// parallelism). It allocates nothing and never synchronizes, so a run can
+// be captured in a CUDA graph.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_EXECUTOR_H
@@ -18,6 +19,7 @@
 #include "runtime/Gemm.h"
 #include "runtime/StaticSteps.h"
 #include "runtime/SumOverlap.h"
+#include "runtime/TensorParallel.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
@@ -27,7 +29,6 @@
 namespace tejit::runtime {
 
 class AmaxReducer;
-class TensorParallelGroup;
 
 /// The CUDA modules of a bundle's binaries, loaded on first use and unloaded
 /// with the set. Needs the bundle's context current.
@@ -83,8 +84,9 @@ public:
   /// device pointer per argument and result of the function; `arena` at
   /// least function().arenaBytes of device memory, `scratch`
   /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
-  /// ranks (null: one process, the step is a copy); the tp_allreduce steps
-  /// run over setTensorParallelGroup's group. With `useCache` (the
+  /// ranks (null: one process, the step is a copy); the tensor-parallel
+  /// steps (tp_allreduce, tp_allgather, tp_reducescatter) run over
+  /// setTensorParallelGroup's group. With `useCache` (the
   /// cache allocated) the static steps write into the cache, and `reuse`
   /// says whether they may be skipped (StaticReuse); a skipping run with
   /// `zeroSkippedAmaxes` zeroes the amaxes they would have recorded (TE
@@ -106,14 +108,15 @@ public:
                   StaticReuse reuse = StaticReuse::Never, bool useCache = false,
                   bool zeroSkippedAmaxes = false, CUdeviceptr skipFlag = 0,
                   bool leaveState = false);
-  /// The group the tp_allreduce steps sum over from the next run on (null:
-  /// none, and a run of a function with such steps fails before it enqueues
-  /// anything). ErrorCode::InvalidArgument when the group knows its size
-  /// and it is not the steps' ranks.
+  /// The group the tensor-parallel steps run over from the next run on
+  /// (null: none, and a run of a function with such steps fails before it
+  /// enqueues anything, as does one whose group lacks a function of the
+  /// caller's that a step needs). ErrorCode::InvalidArgument when the group
+  /// knows its size and it is not the steps' ranks.
   llvm::Error
   setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
-  /// The ranks of the function's tp_allreduce steps, 0 when it has none.
-  int64_t tensorParallelRanks() const { return tpRanks; }
+  /// The ranks of the function's tensor-parallel steps, 0 when it has none.
+  int64_t tensorParallelRanks() const { return tpNeeds.ranks; }
 
   /// The results (by index) a run with `leaveState` throws away: the FP8
   /// state's update, which a forward under torch.no_grad() does not keep.
@@ -237,17 +240,19 @@ private:
   size_t skippedSteps = 0;
   /// Per step, whether a run that leaves the state needs it (empty: all).
   std::vector<bool> neededWhenLeavingState;
-  /// The ranks of the tp_allreduce steps (0: none), and the group they sum
-  /// over.
-  int64_t tpRanks = 0;
+  /// What the tensor-parallel steps need (their ranks, 0: none, and
+  /// collectives), and the group they run over.
+  TpNeeds tpNeeds;
   std::shared_ptr<TensorParallelGroup> tpGroup;
-  /// The sums' own stream, made by the first run that has one to start.
+  /// The collectives' own stream, made by the first run that has one to
+  /// start.
   std::unique_ptr<SumOverlap> sumOverlap;
   bool overlapSums = SumOverlap::enabled();
   /// The bytes `step` reads or writes in this run.
   llvm::SmallVector<DeviceRange, 8> bytesOf(const Step &step) const;
-  /// Runs the sum `step` on the sums' stream (overlapSums) or on `stream`.
-  llvm::Error startSum(const TpAllReduceStep &step, CUstream stream);
+  /// Runs the tensor-parallel `step` on the collectives' stream
+  /// (overlapSums) or on `stream`.
+  llvm::Error startCollective(TpStepRef step, CUstream stream);
   /// Per value id: its address in the current run.
   std::vector<CUdeviceptr> addresses;
 };

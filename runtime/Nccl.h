@@ -33,7 +33,9 @@ struct Nccl {
   X(ncclCommCount)                                                             \
   X(ncclCommCuDevice)                                                          \
   X(ncclCommUserRank)                                                          \
-  X(ncclAllReduce)
+  X(ncclAllReduce)                                                             \
+  X(ncclAllGather)                                                             \
+  X(ncclReduceScatter)
 #define TEJIT_DECLARE(fn) decltype(&::fn) fn = nullptr;
   TEJIT_NCCL_FUNCTIONS(TEJIT_DECLARE)
 #undef TEJIT_DECLARE

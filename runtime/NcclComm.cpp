@@ -95,6 +95,34 @@ Error NcclComm::allReduce(CUdeviceptr in, CUdeviceptr out, size_t count,
       comm);
 }
 
+Error NcclComm::allGather(CUdeviceptr in, CUdeviceptr out, size_t count,
+                          ncclDataType_t type, CUstream stream,
+                          llvm::StringRef what) const {
+  ncclResult_t result = lib.ncclAllGather(
+      reinterpret_cast<const void *>(in), reinterpret_cast<void *>(out), count,
+      type, comm, reinterpret_cast<cudaStream_t>(stream));
+  if (result == ncclSuccess)
+    return Error::success();
+  return lib.check(result,
+                   llvm::formatv("ncclAllGather of {0} {1} per rank ({2})",
+                                 count, what, describe()),
+                   comm);
+}
+
+Error NcclComm::reduceScatter(CUdeviceptr in, CUdeviceptr out, size_t count,
+                              ncclDataType_t type, ncclRedOp_t op,
+                              CUstream stream, llvm::StringRef what) const {
+  ncclResult_t result = lib.ncclReduceScatter(
+      reinterpret_cast<const void *>(in), reinterpret_cast<void *>(out), count,
+      type, op, comm, reinterpret_cast<cudaStream_t>(stream));
+  if (result == ncclSuccess)
+    return Error::success();
+  return lib.check(result,
+                   llvm::formatv("ncclReduceScatter to {0} {1} per rank ({2})",
+                                 count, what, describe()),
+                   comm);
+}
+
 std::string NcclComm::describe() const {
   return llvm::formatv("NCCL {0}, rank {1} of {2} on device {3}",
                        lib.versionString(), thisRank, numRanks, ordinal)

@@ -6,7 +6,8 @@
 // communicator that tejit makes from an NCCL unique id (one rank creates it,
 // every rank receives it) or that the caller lends. This class owns (or
 // borrows) it, knows its rank, size and device for messages, and enqueues
-// all-reduces on it.
+// all-reduces on it, and the all-gathers and reduce-scatters of sequence
+// parallelism.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_NCCLCOMM_H
@@ -46,6 +47,17 @@ public:
   llvm::Error allReduce(CUdeviceptr in, CUdeviceptr out, size_t count,
                         ncclDataType_t type, ncclRedOp_t op, CUstream stream,
                         llvm::StringRef what) const;
+  /// Enqueues ncclAllGather: `out` gets the `count` elements at `in` of
+  /// every rank, rank r's at element r * count. Errors read
+  /// "ncclAllGather of <count> <what> per rank (<describe()>): ...".
+  llvm::Error allGather(CUdeviceptr in, CUdeviceptr out, size_t count,
+                        ncclDataType_t type, CUstream stream,
+                        llvm::StringRef what) const;
+  /// Enqueues ncclReduceScatter: `out` gets `count` elements, chunk rank()
+  /// of the reduction over the ranks of the ranks() * `count` at `in`.
+  llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out, size_t count,
+                            ncclDataType_t type, ncclRedOp_t op,
+                            CUstream stream, llvm::StringRef what) const;
 
   int device() const { return ordinal; }
   int ranks() const { return numRanks; }

@@ -254,10 +254,32 @@ void tejit::runtime::forEachStepValue(
   } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {
     visit(reduce->in, false);
     visit(reduce->out, true);
-  } else if (const auto *sum = std::get_if<TpAllReduceStep>(&step)) {
-    visit(sum->in, false);
-    visit(sum->out, true);
+  } else if (std::optional<TpStepRef> collective = asTpStep(step)) {
+    visit(collective->step.in, false);
+    visit(collective->step.out, true);
   }
+}
+
+std::optional<TpStepRef> tejit::runtime::asTpStep(const Step &step) {
+  if (const auto *sum = std::get_if<TpAllReduceStep>(&step))
+    return TpStepRef{TpCollective::AllReduce, *sum};
+  if (const auto *gather = std::get_if<TpAllGatherStep>(&step))
+    return TpStepRef{TpCollective::AllGather, *gather};
+  if (const auto *scatter = std::get_if<TpReduceScatterStep>(&step))
+    return TpStepRef{TpCollective::ReduceScatter, *scatter};
+  return std::nullopt;
+}
+
+StringRef tejit::runtime::tpStepKind(TpCollective collective) {
+  switch (collective) {
+  case TpCollective::AllReduce:
+    return "tp_allreduce";
+  case TpCollective::AllGather:
+    return "tp_allgather";
+  case TpCollective::ReduceScatter:
+    return "tp_reducescatter";
+  }
+  llvm_unreachable("unknown tensor-parallel collective");
 }
 
 std::optional<ElementType> tejit::runtime::parseElementType(StringRef name) {
@@ -351,8 +373,8 @@ const FunctionPlan *Plan::backwardOf(const FunctionPlan &forward) const {
 int64_t Plan::tensorParallelRanks() const {
   for (const FunctionPlan &function : functions)
     for (const Step &step : function.steps)
-      if (const auto *sum = std::get_if<TpAllReduceStep>(&step))
-        return sum->ranks;
+      if (std::optional<TpStepRef> collective = asTpStep(step))
+        return collective->step.ranks;
   return 1;
 }
 
@@ -530,8 +552,12 @@ private:
                    int64_t &out);
   Error parseAmaxAllReduce(const json::Object &node, const Scope &scope,
                            AmaxAllReduceStep &step);
-  Error parseTpAllReduce(const json::Object &node, const Scope &scope,
-                         TpAllReduceStep &step);
+  /// A tp_allreduce, tp_allgather or tp_reducescatter step.
+  Error parseTpCollective(const json::Object &node, const Scope &scope,
+                          TpCollective collective, TpCollectiveStep &step);
+  /// Whether values `a` and `b` share bytes (of one argument, one result or
+  /// the arena).
+  bool shareBytes(int64_t a, int64_t b) const;
 
   /// A value id of this function; `name` is how errors call the field.
   Expected<int64_t> valueId(const json::Value &node, StringRef name,
@@ -951,13 +977,27 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
     function.steps.push_back(step);
   } else if (*kind == "tp_allreduce") {
     TpAllReduceStep step;
-    if (Error error = parseTpAllReduce(**object, scope, step))
+    if (Error error =
+            parseTpCollective(**object, scope, TpCollective::AllReduce, step))
+      return error;
+    function.steps.push_back(step);
+  } else if (*kind == "tp_allgather") {
+    TpAllGatherStep step;
+    if (Error error =
+            parseTpCollective(**object, scope, TpCollective::AllGather, step))
+      return error;
+    function.steps.push_back(step);
+  } else if (*kind == "tp_reducescatter") {
+    TpReduceScatterStep step;
+    if (Error error = parseTpCollective(**object, scope,
+                                        TpCollective::ReduceScatter, step))
       return error;
     function.steps.push_back(step);
   } else {
     return scope.error("kind", "is unknown (expected kernel, gemm, attention, "
                                "attention_bwd, kv_cache_attention, "
-                               "amax_allreduce or tp_allreduce)");
+                               "amax_allreduce, tp_allreduce, tp_allgather "
+                               "or tp_reducescatter)");
   }
   return Error::success();
 }
@@ -1331,9 +1371,41 @@ Error FunctionParser::parseAmaxAllReduce(const json::Object &node,
   return Error::success();
 }
 
-Error FunctionParser::parseTpAllReduce(const json::Object &node,
-                                       const Scope &scope,
-                                       TpAllReduceStep &step) {
+/// How errors call a tensor-parallel collective.
+StringRef tpCollectiveName(TpCollective collective) {
+  switch (collective) {
+  case TpCollective::AllReduce:
+    return "all-reduce";
+  case TpCollective::AllGather:
+    return "all-gather";
+  case TpCollective::ReduceScatter:
+    return "reduce-scatter";
+  }
+  llvm_unreachable("unknown tensor-parallel collective");
+}
+
+bool FunctionParser::shareBytes(int64_t a, int64_t b) const {
+  auto [aRoot, aOffset] = resolve(a);
+  auto [bRoot, bOffset] = resolve(b);
+  if (aRoot.kind != bRoot.kind)
+    return false;
+  // Arena values are offsets into one buffer; arguments and results are
+  // buffers of their own.
+  if (aRoot.kind == Storage::Arena) {
+    aOffset += aRoot.index;
+    bOffset += bRoot.index;
+  } else if (aRoot.index != bRoot.index) {
+    return false;
+  }
+  int64_t aBytes = function.values[a].bytes, bBytes = function.values[b].bytes;
+  return aBytes && bBytes && aOffset < bOffset + bBytes &&
+         bOffset < aOffset + aBytes;
+}
+
+Error FunctionParser::parseTpCollective(const json::Object &node,
+                                        const Scope &scope,
+                                        TpCollective collective,
+                                        TpCollectiveStep &step) {
   if (Error error = parseInOut(node, scope, step.in, step.out))
     return error;
   Expected<int64_t> ranks = scope.integer(node, "ranks");
@@ -1341,47 +1413,85 @@ Error FunctionParser::parseTpAllReduce(const json::Object &node,
     return ranks.takeError();
   int64_t in = step.in, out = step.out;
   step.ranks = *ranks;
-  // One rank has nothing to sum with: the compiler leaves no step then.
+  std::string what =
+      ("a tensor-parallel " + tpCollectiveName(collective)).str();
+  // One rank has nothing to combine with: the compiler leaves no step then.
   if (*ranks < 2)
-    return scope.error("ranks", "is " + Twine(*ranks) +
-                                    "; a tensor-parallel all-reduce spans "
-                                    "at least 2 ranks");
+    return scope.error("ranks", "is " + Twine(*ranks) + "; " + what +
+                                    " spans at least 2 ranks");
   const TensorType &inType = function.values[in].type;
   const TensorType &outType = function.values[out].type;
   // What NCCL sums and the layers' activations and gradients are.
   if (inType.element != ElementType::BF16 &&
       inType.element != ElementType::F16 && inType.element != ElementType::F32)
-    return scope.error("in", "is value " + Twine(in) + " of type " +
-                                 printType(inType) +
-                                 "; a tensor-parallel all-reduce sums bf16, "
-                                 "f16 or f32");
-  if (!sameType(inType, outType))
+    return scope.error(
+        "in",
+        "is value " + Twine(in) + " of type " + printType(inType) + "; " +
+            what +
+            (collective == TpCollective::AllGather ? " gathers" : " sums") +
+            " bf16, f16 or f32");
+  if (collective == TpCollective::AllReduce) {
+    if (!sameType(inType, outType))
+      return scope.error("out", "is value " + Twine(out) + " of type " +
+                                    printType(outType) + ", but 'in' (value " +
+                                    Twine(in) + ") is " + printType(inType) +
+                                    "; both must have the same type");
+    return Error::success();
+  }
+  if (inType.element != outType.element)
     return scope.error("out", "is value " + Twine(out) + " of type " +
                                   printType(outType) + ", but 'in' (value " +
                                   Twine(in) + ") is " + printType(inType) +
-                                  "; both must have the same type");
+                                  "; both must have the same element type");
+  // The gather writes a chunk per rank; the scatter reads one per rank and
+  // keeps this rank's.
+  bool gather = collective == TpCollective::AllGather;
+  StringRef wholeField = gather ? "out" : "in";
+  StringRef chunkField = gather ? "in" : "out";
+  int64_t wholeId = gather ? out : in, chunkId = gather ? in : out;
+  const TensorType &wholeType = function.values[wholeId].type;
+  int64_t whole = wholeType.numElements();
+  int64_t chunk = function.values[chunkId].type.numElements();
+  if (whole % *ranks != 0 || whole / *ranks != chunk)
+    return scope.error(
+        wholeField,
+        "is value " + Twine(wholeId) + " of type " + printType(wholeType) +
+            " (" + Twine(whole) + " elements), but '" + chunkField +
+            "' (value " + Twine(chunkId) + ") holds " + Twine(chunk) + "; " +
+            what + " over " + Twine(*ranks) + " ranks " +
+            (gather ? "writes " : "reads ") + Twine(*ranks) +
+            " times the elements it " + (gather ? "reads" : "writes"));
+  // NCCL's in-place forms want `in` at this rank's chunk of `out`; the
+  // plans never ask for them.
+  if (shareBytes(in, out))
+    return scope.error("out", "is value " + Twine(out) +
+                                  ", which shares bytes with 'in' (value " +
+                                  Twine(in) + "); " + what +
+                                  " runs out of place");
   return Error::success();
 }
 
-/// Checks that every tp_allreduce step of the plan spans as many ranks: a
-/// program runs over one tensor-parallel group.
+/// Checks that every tensor-parallel step of the plan (tp_allreduce,
+/// tp_allgather, tp_reducescatter) spans as many ranks: a program runs over
+/// one tensor-parallel group.
 Error checkTensorParallelRanks(const Plan &plan) {
   std::optional<std::string> first;
   int64_t ranks = 0;
   for (const FunctionPlan &function : plan.functions)
     for (auto [index, step] : llvm::enumerate(function.steps)) {
-      const auto *sum = std::get_if<TpAllReduceStep>(&step);
-      if (!sum)
+      std::optional<TpStepRef> collective = asTpStep(step);
+      if (!collective)
         continue;
+      int64_t stepRanks = collective->step.ranks;
       std::string where = "function '" + function.name + "', step " +
-                          std::to_string(index) + " (tp_allreduce)";
+                          std::to_string(index) + " (" +
+                          tpStepKind(collective->collective).str() + ")";
       if (!first) {
         first = where;
-        ranks = sum->ranks;
-      } else if (sum->ranks != ranks) {
-        return Scope(where).error("ranks", "is " + Twine(sum->ranks) +
-                                               ", but " + *first + " has " +
-                                               Twine(ranks) +
+        ranks = stepRanks;
+      } else if (stepRanks != ranks) {
+        return Scope(where).error("ranks", "is " + Twine(stepRanks) + ", but " +
+                                               *first + " has " + Twine(ranks) +
                                                "; a plan runs over one "
                                                "tensor-parallel group");
       }

@@ -143,16 +143,45 @@ struct AmaxAllReduceStep {
   int64_t in = 0, out = 0;
 };
 
-/// Tensor parallelism (docs/tensor-parallel.md): `out` = the element-wise
-/// sum over the `ranks` ranks of the group of `in`, two values of one type
-/// (bf16, f16 or f32).
-struct TpAllReduceStep {
+/// Tensor parallelism (docs/tensor-parallel.md): a collective over the
+/// `ranks` ranks of the tensor-parallel group, from `in` to `out`, values of
+/// one element type (bf16, f16 or f32). What the three kinds share.
+struct TpCollectiveStep {
   int64_t in = 0, out = 0;
   int64_t ranks = 0;
 };
 
-using Step = std::variant<KernelStep, GemmStep, AttentionStep,
-                          AmaxAllReduceStep, TpAllReduceStep>;
+/// "tp_allreduce": `out` = the element-wise sum over the ranks of `in`, of
+/// the same type.
+struct TpAllReduceStep : TpCollectiveStep {};
+/// "tp_allgather" (sequence parallelism): `in` holds E elements, `out`
+/// ranks * E; elements [r * E, (r + 1) * E) of `out` are rank r's `in`.
+/// `in` and `out` never share bytes.
+struct TpAllGatherStep : TpCollectiveStep {};
+/// "tp_reducescatter" (sequence parallelism): `in` holds ranks * E
+/// elements, `out` E: chunk `rank` (elements [rank * E, (rank + 1) * E)) of
+/// the element-wise sum over the ranks of `in`. `in` and `out` never share
+/// bytes.
+struct TpReduceScatterStep : TpCollectiveStep {};
+
+using Step =
+    std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep,
+                 TpAllReduceStep, TpAllGatherStep, TpReduceScatterStep>;
+
+/// Which tensor-parallel collective a step is.
+enum class TpCollective { AllReduce, AllGather, ReduceScatter };
+constexpr size_t kNumTpCollectives = 3;
+
+/// A tensor-parallel step: its collective and its fields.
+struct TpStepRef {
+  TpCollective collective;
+  const TpCollectiveStep &step;
+};
+/// `step` as a tensor-parallel step, or nullopt for other kinds.
+std::optional<TpStepRef> asTpStep(const Step &step);
+/// The plan's name of a step of `collective`: "tp_allreduce",
+/// "tp_allgather" or "tp_reducescatter".
+llvm::StringRef tpStepKind(TpCollective collective);
 
 struct FunctionPlan {
   std::string name;
@@ -224,7 +253,8 @@ struct Plan {
   /// The backward of `forward`, or null.
   const FunctionPlan *backwardOf(const FunctionPlan &forward) const;
   /// The tensor-parallel size the plan was compiled for: the ranks of its
-  /// tp_allreduce steps (parsing checks they agree), 1 when it has none.
+  /// tensor-parallel steps (tp_allreduce, tp_allgather, tp_reducescatter;
+  /// parsing checks they agree), 1 when it has none.
   int64_t tensorParallelRanks() const;
 };
 

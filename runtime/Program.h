@@ -139,11 +139,12 @@ public:
   llvm::Error setAmaxReducer(std::shared_ptr<AmaxReducer> reducer);
 
   /// The tensor-parallel size the program was compiled for (tp_size): the
-  /// ranks its tp_allreduce steps sum over, 1 when it has none.
+  /// ranks its tensor-parallel steps (tp_allreduce, tp_allgather,
+  /// tp_reducescatter) span, 1 when it has none.
   int64_t tensorParallelRanks() const {
     return bundle.plan.tensorParallelRanks();
   }
-  /// The group the tp_allreduce steps sum over from the next call on (null:
+  /// The group the tensor-parallel steps run over from the next call on (null:
   /// none; a program with such steps then fails its calls). The program
   /// keeps the group alive; one without such steps ignores it.
   /// ErrorCode::InvalidArgument when the group works on another device than

@@ -1,15 +1,17 @@
 //===- SumOverlap.h - tensor-parallel sums beside the steps -----*- C++ -*-===//
 //
-// A program's tp_allreduce steps run on a stream of their own, forked from
-// the caller's stream where the step stands and joined back before the
-// first later step that touches the sum's input or output (and before
-// anything that may communicate or leave the run): the steps in between,
-// a layer's wgrad GEMM after its dgrad GEMM's sum, run beside the
-// collective, as Transformer Engine overlaps them. te-fuse places each sum
-// right after its input's producer and te-plan-memory keeps the input's
-// bytes until the sum's first reader, so those steps do not touch them.
+// A program's tensor-parallel steps (tp_allreduce, and sequence
+// parallelism's tp_allgather and tp_reducescatter) run on a stream of their
+// own, forked from the caller's stream where the step stands and joined
+// back before the first later step that touches the collective's input or
+// output (and before anything that may communicate or leave the run): the
+// steps in between, a layer's wgrad GEMM after its dgrad GEMM's sum or
+// reduce-scatter, run beside the collective, as Transformer Engine overlaps
+// them. One side stream keeps the collectives in the plan's order. te-fuse
+// places each sum right after its input's producer and te-plan-memory keeps the
+// input's bytes until the sum's first reader, so those steps do not touch them.
 // Forks and joins are event records and waits: a CUDA graph captures them.
-// TEJIT_TP_OVERLAP=0 runs the sums on the caller's stream instead.
+// TEJIT_TP_OVERLAP=0 runs them on the caller's stream instead.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_SUMOVERLAP_H

@@ -1,4 +1,4 @@
-//===- TensorParallel.cpp - the tensor-parallel all-reduce ----------------===//
+//===- TensorParallel.cpp - the tensor-parallel collectives ---------------===//
 #include "runtime/TensorParallel.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -11,8 +11,8 @@ using llvm::Error;
 TensorParallelGroup::~TensorParallelGroup() = default;
 
 namespace {
-/// NCCL's name for an element type a tp_allreduce step may sum, and what
-/// an error calls the elements (a literal: every step builds the call).
+/// NCCL's name for an element type a tensor-parallel step may move, and
+/// what an error calls the elements (a literal: every step builds the call).
 struct NcclElement {
   ncclDataType_t type;
   llvm::StringLiteral what;
@@ -30,26 +30,86 @@ std::optional<NcclElement> ncclElement(ElementType element) {
     return std::nullopt;
   }
 }
+
+/// NCCL's element type for `element`, or an error: parsed plans move
+/// nothing else; this guards plans built in memory.
+llvm::Expected<NcclElement> checkedElement(ElementType element,
+                                           llvm::StringRef collective) {
+  if (std::optional<NcclElement> nccl = ncclElement(element))
+    return *nccl;
+  return makeError(ErrorCode::InvalidArgument,
+                   "the tensor-parallel " + collective +
+                       " moves bf16, f16 or f32, not " +
+                       elementTypeName(element));
+}
+
+/// An ErrorCode::Internal error for a function of the caller's that
+/// returned `status`.
+Error functionFailed(TpCollective collective, int status, size_t count,
+                     ElementType element) {
+  return makeError(ErrorCode::Internal,
+                   llvm::formatv("the tensor-parallel {0} function returned "
+                                 "{1} for {2} {3} elements",
+                                 tpFunctionName(collective), status, count,
+                                 elementTypeName(element)));
+}
+
+Error functionMissing(TpCollective collective) {
+  return makeError(ErrorCode::Internal,
+                   llvm::formatv("the tensor-parallel group has no {0} "
+                                 "function",
+                                 tpFunctionName(collective)));
+}
 } // namespace
 
 Error NcclTensorParallelGroup::allReduceSum(CUdeviceptr in, CUdeviceptr out,
                                             size_t count, ElementType element,
                                             CUstream stream) {
-  std::optional<NcclElement> nccl = ncclElement(element);
-  // Parsed plans sum nothing else; this guards plans built in memory.
+  llvm::Expected<NcclElement> nccl = checkedElement(element, "all-reduce");
   if (!nccl)
-    return makeError(ErrorCode::InvalidArgument,
-                     "the tensor-parallel all-reduce sums bf16, f16 or f32, "
-                     "not " +
-                         elementTypeName(element));
+    return nccl.takeError();
   return comm->allReduce(in, out, count, nccl->type, ncclSum, stream,
                          nccl->what);
+}
+
+Error NcclTensorParallelGroup::allGather(CUdeviceptr in, CUdeviceptr out,
+                                         size_t countPerRank,
+                                         ElementType element, CUstream stream) {
+  llvm::Expected<NcclElement> nccl = checkedElement(element, "all-gather");
+  if (!nccl)
+    return nccl.takeError();
+  return comm->allGather(in, out, countPerRank, nccl->type, stream, nccl->what);
+}
+
+Error NcclTensorParallelGroup::reduceScatter(CUdeviceptr in, CUdeviceptr out,
+                                             size_t countPerRank,
+                                             ElementType element,
+                                             CUstream stream) {
+  llvm::Expected<NcclElement> nccl = checkedElement(element, "reduce-scatter");
+  if (!nccl)
+    return nccl.takeError();
+  return comm->reduceScatter(in, out, countPerRank, nccl->type, ncclSum, stream,
+                             nccl->what);
+}
+
+bool CallbackTensorParallelGroup::has(TpCollective collective) const {
+  switch (collective) {
+  case TpCollective::AllReduce:
+    return functions.allReduce;
+  case TpCollective::AllGather:
+    return functions.allGather;
+  case TpCollective::ReduceScatter:
+    return functions.reduceScatter;
+  }
+  return false;
 }
 
 Error CallbackTensorParallelGroup::allReduceSum(CUdeviceptr in, CUdeviceptr out,
                                                 size_t count,
                                                 ElementType element,
                                                 CUstream stream) {
+  if (!functions.allReduce)
+    return functionMissing(TpCollective::AllReduce);
   if (in != out) {
     auto driver = CudaDriver::get();
     if (!driver)
@@ -60,11 +120,105 @@ Error CallbackTensorParallelGroup::allReduceSum(CUdeviceptr in, CUdeviceptr out,
             "copying the tensor-parallel all-reduce's input to its output"))
       return error;
   }
-  if (int status = function(userData, reinterpret_cast<void *>(out), count,
-                            static_cast<int>(element), stream))
-    return makeError(ErrorCode::Internal,
-                     llvm::formatv("the tensor-parallel all-reduce function "
-                                   "returned {0} for {1} {2} elements",
-                                   status, count, elementTypeName(element)));
+  if (int status =
+          functions.allReduce(userData, reinterpret_cast<void *>(out), count,
+                              static_cast<int>(element), stream))
+    return functionFailed(TpCollective::AllReduce, status, count, element);
+  return Error::success();
+}
+
+Error CallbackTensorParallelGroup::allGather(CUdeviceptr in, CUdeviceptr out,
+                                             size_t countPerRank,
+                                             ElementType element,
+                                             CUstream stream) {
+  if (!functions.allGather)
+    return functionMissing(TpCollective::AllGather);
+  if (int status =
+          functions.allGather(userData, reinterpret_cast<const void *>(in),
+                              reinterpret_cast<void *>(out), countPerRank,
+                              static_cast<int>(element), stream))
+    return functionFailed(TpCollective::AllGather, status, countPerRank,
+                          element);
+  return Error::success();
+}
+
+Error CallbackTensorParallelGroup::reduceScatter(CUdeviceptr in,
+                                                 CUdeviceptr out,
+                                                 size_t countPerRank,
+                                                 ElementType element,
+                                                 CUstream stream) {
+  if (!functions.reduceScatter)
+    return functionMissing(TpCollective::ReduceScatter);
+  if (int status =
+          functions.reduceScatter(userData, reinterpret_cast<const void *>(in),
+                                  reinterpret_cast<void *>(out), countPerRank,
+                                  static_cast<int>(element), stream))
+    return functionFailed(TpCollective::ReduceScatter, status, countPerRank,
+                          element);
+  return Error::success();
+}
+
+llvm::StringRef tejit::runtime::tpFunctionName(TpCollective collective) {
+  switch (collective) {
+  case TpCollective::AllReduce:
+    return "all_reduce";
+  case TpCollective::AllGather:
+    return "all_gather";
+  case TpCollective::ReduceScatter:
+    return "reduce_scatter";
+  }
+  llvm_unreachable("unknown tensor-parallel collective");
+}
+
+llvm::Expected<TpNeeds> TpNeeds::of(const FunctionPlan &function) {
+  TpNeeds needs;
+  for (auto [index, step] : llvm::enumerate(function.steps)) {
+    std::optional<TpStepRef> collective = asTpStep(step);
+    if (!collective)
+      continue;
+    int64_t ranks = collective->step.ranks;
+    if (needs.ranks && ranks != needs.ranks)
+      return makeError(
+          ErrorCode::InvalidArgument,
+          llvm::formatv("function '{0}', step {1}: a {2} over {3} ranks "
+                        "after a tensor-parallel step over {4}",
+                        function.name, index,
+                        tpStepKind(collective->collective), ranks,
+                        needs.ranks));
+    needs.ranks = ranks;
+    needs.uses[size_t(collective->collective)] = true;
+  }
+  return needs;
+}
+
+Error TpNeeds::check(llvm::StringRef name,
+                     const TensorParallelGroup *group) const {
+  if (!ranks)
+    return Error::success();
+  if (!group)
+    return makeError(
+        ErrorCode::State,
+        llvm::formatv("function '{0}': this program is compiled for tensor "
+                      "parallelism over {1} ranks (tp_size {1}); give it a "
+                      "tensor-parallel group (tejit_program_set_tp_group)",
+                      name, ranks));
+  for (TpCollective collective :
+       {TpCollective::AllReduce, TpCollective::AllGather,
+        TpCollective::ReduceScatter}) {
+    if (!uses[size_t(collective)] || group->has(collective))
+      continue;
+    llvm::StringRef function = tpFunctionName(collective);
+    return makeError(
+        ErrorCode::State,
+        llvm::formatv("function '{0}' has {1} steps{2}, but its "
+                      "tensor-parallel group ({3}) has no {4} function: give "
+                      "one to tejit_tp_group_from_functions (in Python, "
+                      "TensorParallelGroup.from_function's {4})",
+                      name, tpStepKind(collective),
+                      collective == TpCollective::AllReduce
+                          ? ""
+                          : " (sequence parallelism)",
+                      group->describe(), function));
+  }
   return Error::success();
 }

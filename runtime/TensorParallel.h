@@ -1,17 +1,22 @@
-//===- TensorParallel.h - the tensor-parallel all-reduce --------*- C++ -*-===//
+//===- TensorParallel.h - the tensor-parallel collectives -------*- C++ -*-===//
 //
 // A program compiled with tp_size N holds one rank's shard of each
 // parallel layer (docs/tensor-parallel.md): the plan's tp_allreduce steps
 // sum a partial result over the N ranks (a row-parallel GEMM's output in
 // the forward, a column-parallel GEMM's input gradient in the backward).
-// Unlike the amax reduction, there is no one-process fallback: a sum over
-// one rank would silently compute the wrong layer, so such a program needs
-// a group. Two kinds:
+// With sequence parallelism, tp_allgather steps gather the ranks' slices of
+// an activation (before a column-parallel GEMM; in the backward, the
+// gradient of a reduce-scatter) and tp_reducescatter steps sum a partial
+// result and keep this rank's slice (after a row-parallel GEMM; the
+// gradient of a gather). Unlike the amax reduction, there is no
+// one-process fallback: a sum over one rank would silently compute the
+// wrong layer, so such a program needs a group. Two kinds:
 //   * NcclTensorParallelGroup: over an NCCL communicator (NcclComm.h),
 //     tejit's own or the caller's;
-//   * CallbackTensorParallelGroup: through a function of the caller's
-//     (tejit.pytorch calls torch.distributed.all_reduce on the TP process
-//     group, ordered with the job's other collectives on it).
+//   * CallbackTensorParallelGroup: through functions of the caller's
+//     (tejit.pytorch calls torch.distributed's collectives on the TP process
+//     group, ordered with the job's other collectives on it); any may be
+//     missing, and a function whose steps need one fails its runs.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_TENSORPARALLEL_H
@@ -21,6 +26,7 @@
 #include "runtime/NcclComm.h"
 #include "runtime/Plan.h"
 
+#include <array>
 #include <memory>
 #include <string>
 
@@ -37,6 +43,23 @@ public:
   virtual llvm::Error allReduceSum(CUdeviceptr in, CUdeviceptr out,
                                    size_t count, ElementType element,
                                    CUstream stream) = 0;
+  /// Enqueues on `stream`: `out` = the `countPerRank` elements of type
+  /// `element` each rank has at `in`, rank r's at element r * countPerRank
+  /// (`in` and `out` do not overlap). Never synchronizes.
+  virtual llvm::Error allGather(CUdeviceptr in, CUdeviceptr out,
+                                size_t countPerRank, ElementType element,
+                                CUstream stream) = 0;
+  /// Enqueues on `stream`: `out` = the `countPerRank` elements of chunk
+  /// rank (elements [rank * countPerRank, (rank + 1) * countPerRank)) of the
+  /// element-wise sum over the ranks of the ranks * countPerRank elements
+  /// each rank has at `in` (`in` and `out` do not overlap). Never
+  /// synchronizes.
+  virtual llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out,
+                                    size_t countPerRank, ElementType element,
+                                    CUstream stream) = 0;
+  /// Whether the group can enqueue `collective` (a group of the caller's
+  /// functions may lack some).
+  virtual bool has(TpCollective collective) const { return true; }
   /// How many ranks the group has, -1 when unknown (a caller's function).
   virtual int ranks() const { return -1; }
   /// The CUDA device the group works on, -1 when any.
@@ -45,15 +68,21 @@ public:
   virtual std::string describe() const = 0;
 };
 
-/// SUM over an NCCL communicator.
+/// The collectives over an NCCL communicator (sums are ncclSum).
 class NcclTensorParallelGroup final : public TensorParallelGroup {
 public:
   explicit NcclTensorParallelGroup(std::unique_ptr<NcclComm> comm)
       : comm(std::move(comm)) {}
 
-  /// An ErrorCode::InvalidArgument error for other element types.
+  /// An ErrorCode::InvalidArgument error for other element types (also
+  /// for the gathers and scatters).
   llvm::Error allReduceSum(CUdeviceptr in, CUdeviceptr out, size_t count,
                            ElementType element, CUstream stream) override;
+  llvm::Error allGather(CUdeviceptr in, CUdeviceptr out, size_t countPerRank,
+                        ElementType element, CUstream stream) override;
+  llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out,
+                            size_t countPerRank, ElementType element,
+                            CUstream stream) override;
   int ranks() const override { return comm->ranks(); }
   int device() const override { return comm->device(); }
   std::string describe() const override { return comm->describe(); }
@@ -69,22 +98,71 @@ private:
 /// C API's tejit_tp_all_reduce_fn.
 using TpAllReduceFunction = int (*)(void *userData, void *data, size_t count,
                                     int dtype, void *stream);
+/// The caller's all-gather: returns 0 when it enqueued on `stream` the
+/// gather of the `count` elements (per rank) at `input` of every rank into
+/// `output`, rank r's at element r * count. The C API's
+/// tejit_tp_all_gather_fn.
+using TpAllGatherFunction = int (*)(void *userData, const void *input,
+                                    void *output, size_t count, int dtype,
+                                    void *stream);
+/// The caller's reduce-scatter: returns 0 when it enqueued on `stream` the
+/// sum over the ranks of the ranks * `count` elements at `input`, of which
+/// `output` gets this rank's chunk of `count` elements. The C API's
+/// tejit_tp_reduce_scatter_fn.
+using TpReduceScatterFunction = int (*)(void *userData, const void *input,
+                                        void *output, size_t count, int dtype,
+                                        void *stream);
+
+/// The caller's collectives; any may be null.
+struct TpFunctions {
+  TpAllReduceFunction allReduce = nullptr;
+  TpAllGatherFunction allGather = nullptr;
+  TpReduceScatterFunction reduceScatter = nullptr;
+};
 
 class CallbackTensorParallelGroup final : public TensorParallelGroup {
 public:
-  CallbackTensorParallelGroup(TpAllReduceFunction function, void *userData)
-      : function(function), userData(userData) {}
+  CallbackTensorParallelGroup(TpFunctions functions, void *userData)
+      : functions(functions), userData(userData) {}
 
   /// Copies `in` to `out` (when they differ) on the stream, then calls the
   /// function on `out`: a function reduces in place, the plan's step is
-  /// out of place. A nonzero return is an ErrorCode::Internal error.
+  /// out of place. A nonzero return is an ErrorCode::Internal error, and so
+  /// is a missing function (runs check has() before they enqueue).
   llvm::Error allReduceSum(CUdeviceptr in, CUdeviceptr out, size_t count,
                            ElementType element, CUstream stream) override;
+  llvm::Error allGather(CUdeviceptr in, CUdeviceptr out, size_t countPerRank,
+                        ElementType element, CUstream stream) override;
+  llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out,
+                            size_t countPerRank, ElementType element,
+                            CUstream stream) override;
+  bool has(TpCollective collective) const override;
   std::string describe() const override { return "the caller's function"; }
 
 private:
-  TpAllReduceFunction function;
+  TpFunctions functions;
   void *userData;
+};
+
+/// The name of the caller's function for `collective`, as the C API's
+/// tejit_tp_group_from_functions and Python's from_function call it:
+/// "all_reduce", "all_gather" or "reduce_scatter".
+llvm::StringRef tpFunctionName(TpCollective collective);
+
+/// What a plan function asks of its tensor-parallel group: the ranks of its
+/// tensor-parallel steps (0: it has none) and which collectives they are.
+struct TpNeeds {
+  int64_t ranks = 0;
+  std::array<bool, kNumTpCollectives> uses{};
+
+  /// ErrorCode::InvalidArgument when two steps disagree on the ranks
+  /// (parsed plans agree; this guards plans built in memory).
+  static llvm::Expected<TpNeeds> of(const FunctionPlan &function);
+  /// Whether `group` (null: none) can run the steps of function `name`;
+  /// else an ErrorCode::State error naming what is missing: the group, or
+  /// the function of the caller's that a kind of step needs.
+  llvm::Error check(llvm::StringRef name,
+                    const TensorParallelGroup *group) const;
 };
 
 } // namespace tejit::runtime

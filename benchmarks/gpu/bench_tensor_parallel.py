@@ -3,6 +3,7 @@ Megatron-style PyTorch peers in the same processes, on the same GPUs:
 
     torchrun --nproc_per_node=2 benchmarks/gpu/bench_tensor_parallel.py
         [--size seed|small] [--batch 4] [--iters 20] [--json FILE]
+        [--sequence-parallel]
 
 Every rank holds 1/tp of the layer (docs/tensor-parallel.md) and all ranks
 process the same batch (hidden 4096, FFN 16384, 32 heads, seq 2048, no
@@ -14,6 +15,11 @@ mask, dropout 0.1 as in bench_transformer.py). Rows:
     Megatron-LM splits it (tp_peers.py);
   * for scale: tejit FP8 with the whole layer on each GPU (tp_size 1, no
     communication), the same batch.
+--sequence-parallel: the tensor-parallel rows with sequence parallelism
+(TE's sequence_parallel=True; Megatron-LM's all-gather before the column-
+parallel GEMMs and reduce-scatter after the row-parallel ones in the
+peers): each rank's input, output gradient and output are its [seq/tp,
+batch, hidden] slice of the same batch (the tp 1 row keeps the whole).
 A step is forward + backward of a fixed output gradient, gradients cleared
 first. Times are CUDA-event means over --iters steps after warm-up, the
 slowest rank's; TFLOP/s per GPU counts the layer's FLOPs / tp; memory on
@@ -56,7 +62,15 @@ LABELS = {
 }
 
 
-def build(row, size, group):
+def label(row, sequence_parallel):
+    """The row's label, "+ SP" on the tensor-parallel rows with sequence
+    parallelism."""
+    if not sequence_parallel or row.endswith("tp1"):
+        return LABELS[row]
+    return LABELS[row].replace("tp 2", "tp 2 + SP")
+
+
+def build(row, size, group, sequence_parallel=False):
     """(model, forward context, callable)."""
     torch.manual_seed(1234)
     if row.startswith("tejit"):
@@ -66,7 +80,8 @@ def build(row, size, group):
             size["hidden"], size["ffn"], size["heads"],
             hidden_dropout=DROPOUT, attention_dropout=DROPOUT,
             self_attn_mask_type="no_mask", params_dtype=torch.bfloat16,
-            tp_group=None if tp1 else group, set_parallel_mode=not tp1)
+            tp_group=None if tp1 else group, set_parallel_mode=not tp1,
+            sequence_parallel=sequence_parallel and not tp1)
         model = model.cuda().train()
         if "fp8" in row:
             fp8_recipe = recipe_for_tejit()
@@ -76,7 +91,8 @@ def build(row, size, group):
         return model, contextlib.nullcontext, model
     fp8 = row == "torch-compile-fp8"
     model = tp_peers.make_tp_layer(size["hidden"], size["ffn"], size["heads"],
-                                   group, fp8=fp8)
+                                   group, fp8=fp8,
+                                   sequence_parallel=sequence_parallel)
     fn = torch.compile(model) if fp8 else model
     return model, contextlib.nullcontext, fn
 
@@ -84,8 +100,17 @@ def build(row, size, group):
 def run_row(row, size, batch, group, args):
     torch.cuda.reset_peak_memory_stats()
     mark = memory_mark()
-    model, context, fn = build(row, size, group)
-    shape = (size["seq"], batch, size["hidden"])
+    sequence_parallel = args.sequence_parallel and not row.endswith("tp1")
+    model, context, fn = build(row, size, group, sequence_parallel)
+    seq = size["seq"]
+    if sequence_parallel:
+        # This rank's slice of the sequence: the ranks together process
+        # the batch every rank of the other rows processes whole.
+        if seq % dist.get_world_size():
+            raise ValueError(f"seq {seq} is not divisible by the "
+                             f"{dist.get_world_size()} ranks")
+        seq //= dist.get_world_size()
+    shape = (seq, batch, size["hidden"])
     generator = torch.Generator(device="cuda").manual_seed(99)
     x = torch.rand(shape, device="cuda", dtype=torch.bfloat16,
                    generator=generator, requires_grad=True)
@@ -109,7 +134,8 @@ def run_row(row, size, batch, group, args):
     flops = peers.layer_flops(size["hidden"], size["ffn"], size["heads"],
                               size["seq"], batch)["total"] / tp
     ms = slowest.item()
-    return {"row": row, "label": LABELS[row], "ms": ms,
+    return {"row": row, "label": label(row, sequence_parallel), "ms": ms,
+            "sequence_parallel": sequence_parallel,
             "rank0_ms": timing["mean_ms"], "median_ms": timing["median_ms"],
             "tflops_per_gpu": flops / (ms * 1e-3) / 1e12,
             "peak_gib": memory["peak_allocated_bytes"] / 2**30,
@@ -124,6 +150,10 @@ def main():
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--sequence-parallel", action="store_true",
+                        help="the tensor-parallel rows with sequence "
+                             "parallelism (each rank its slice of the "
+                             "sequence)")
     args = parser.parse_args()
     dist.init_process_group("nccl")
     rank = dist.get_rank()
@@ -137,7 +167,8 @@ def main():
         except Exception as error:  # noqa: BLE001 - a row that fails is reported
             if rank == 0:
                 traceback.print_exc()
-            results.append({"row": row, "label": LABELS[row],
+            results.append({"row": row,
+                            "label": label(row, args.sequence_parallel),
                             "error": f"{type(error).__name__}: {error}"})
         torch.cuda.empty_cache()
         dist.barrier()
@@ -146,7 +177,9 @@ def main():
                      and "ms" in r), None)
         print(f"\n{args.size} TransformerLayer {size}, batch {args.batch}, "
               f"{dist.get_world_size()} x {torch.cuda.get_device_name()}, "
-              f"torch {torch.__version__}, {datetime.date.today()}\n")
+              f"torch {torch.__version__}, {datetime.date.today()}"
+              + (", sequence parallelism" if args.sequence_parallel else "")
+              + "\n")
         print("| row | ms / step | TFLOP/s per GPU | torch peak GiB | "
               "device GiB | tejit FP8 tp 2 is |")
         print("|---|---|---|---|---|---|")
@@ -159,8 +192,9 @@ def main():
                   f" | {r['peak_gib']:.2f} | {r['device_gib']:.2f} | {speedup} |")
         if args.json:
             args.json.write_text(json.dumps(
-                {"size": size, "batch": args.batch, "results": results},
-                indent=2))
+                {"size": size, "batch": args.batch,
+                 "sequence_parallel": args.sequence_parallel,
+                 "results": results}, indent=2))
     dist.destroy_process_group()
     return 0 if all("ms" in r for r in results) else 1
 

@@ -310,12 +310,16 @@ void Fuser::run() {
   });
   for (const Group &group : groups)
     materialize(group);
-  // A tensor-parallel sum starts as soon as its input is ready: the runtime
+  // A tensor-parallel collective (sum, or sequence parallelism's gather
+  // and reduce-scatter) starts as soon as its input is ready: the runtime
   // runs it beside the ops that follow until one reads its output (a dgrad
-  // GEMM's sum beside the wgrad GEMM, as Transformer Engine overlaps them).
-  function.walk([](TpAllReduceOp sum) {
-    if (Operation *producer = sum.getInput().getDefiningOp())
-      sum->moveAfter(producer);
+  // GEMM's sum or reduce-scatter beside the wgrad GEMM, as Transformer
+  // Engine overlaps them).
+  function.walk([](Operation *op) {
+    if (!isa<TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(op))
+      return;
+    if (Operation *producer = op->getOperand(0).getDefiningOp())
+      op->moveAfter(producer);
   });
 }
 

@@ -90,8 +90,8 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
   SmallVector<int64_t> firstRead;
   // The buffer of each value that owns one or views one.
   DenseMap<Value, unsigned> bufferOf;
-  // Tensor-parallel sums: (input's buffer, output's buffer).
-  SmallVector<std::pair<unsigned, unsigned>> sums;
+  // Tensor-parallel collectives: (input's buffer, output's buffer).
+  SmallVector<std::pair<unsigned, unsigned>> collectives;
   for (auto [here, op] : llvm::enumerate(function.front())) {
     for (Value operand : op.getOperands()) {
       auto it = bufferOf.find(operand);
@@ -103,10 +103,10 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       if (firstRead[it->second] < 0)
         firstRead[it->second] = int64_t(here);
     }
-    if (auto sum = dyn_cast<te::TpAllReduceOp>(op)) {
-      auto input = bufferOf.find(sum.getInput());
+    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op)) {
+      auto input = bufferOf.find(op.getOperand(0));
       if (input != bufferOf.end())
-        sums.push_back({input->second, unsigned(buffers.size())});
+        collectives.push_back({input->second, unsigned(buffers.size())});
     }
     if (isView(&op)) {
       auto it = bufferOf.find(op.getOperand(0));
@@ -136,10 +136,11 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       newBuffer(result);
     }
   }
-  // The runtime sums on a stream of its own while the ops up to the sum's
-  // first reader run (docs/tensor-parallel.md, "Overlap"): the input must
-  // stay untouched until then.
-  for (auto [input, output] : sums)
+  // The runtime runs tensor-parallel collectives (sums, gathers, scatters)
+  // on a stream of its own while the ops up to the output's first reader
+  // run (docs/tensor-parallel.md, "Overlap"): the input must stay
+  // untouched until then.
+  for (auto [input, output] : collectives)
     buffers[input].end = std::max(
         buffers[input].end, std::max(firstRead[output], buffers[output].start));
   std::vector<PlannedBuffer> arena;

@@ -287,11 +287,14 @@ size_t tejit_program_amax_reductions(const tejit_program *program);
  * program compiled with tp_size N > 1 holds this rank's shard of each
  * parallel layer and sums partial results over the N ranks of its
  * tensor-parallel group (after a row-parallel GEMM in the forward, after a
- * column-parallel GEMM's dgrad in the backward). It needs the group, set
- * with tejit_program_set_tp_group: without one its forward and backward
- * fail (TEJIT_ERROR_STATE) before they enqueue anything. Every rank of the
- * group must run the same programs' calls in the same order (each sum is a
- * collective). A group is one of:
+ * column-parallel GEMM's dgrad in the backward). With sequence parallelism
+ * (the spec's sequence_parallel) the sums become all-gathers (before a
+ * column-parallel GEMM) and reduce-scatters (after a row-parallel GEMM),
+ * and in the backward the reverse. It needs the group, set with
+ * tejit_program_set_tp_group: without one its forward and backward fail
+ * (TEJIT_ERROR_STATE) before they enqueue anything. Every rank of the
+ * group must run the same programs' calls in the same order (each step is
+ * a collective). A group is one of:
  *   - an NCCL communicator tejit makes: one rank calls
  *     tejit_amax_group_unique_id (both groups are NCCL communicators named
  *     by an NCCL unique id: the same call makes the bytes for either, but
@@ -300,14 +303,36 @@ size_t tejit_program_amax_reductions(const tejit_program *program);
  *     all have);
  *   - the caller's NCCL communicator (an ncclComm_t), which must outlive the
  *     group and every program that uses it;
- *   - the caller's function, which sums `count` elements of type `dtype`
- *     (TEJIT_BF16, TEJIT_F16 or TEJIT_F32) at device address `data` in
- *     place over the ranks on `stream` and returns 0 (nonzero fails the
- *     call). tejit copies the step's input to its output first.
+ *   - the caller's functions (tejit_tp_group_from_functions), each of which
+ *     enqueues its collective over the ranks on `stream` (a CUstream) and
+ *     returns 0 (nonzero fails the call), over elements of type `dtype`
+ *     (TEJIT_BF16, TEJIT_F16 or TEJIT_F32):
+ *       all_reduce sums the `count` elements at device address `data` in
+ *         place (tejit copies the step's input to its output first);
+ *       all_gather writes the `count` elements at `input` of every rank to
+ *         `output`, rank r's at element r * count (N * count in all);
+ *       reduce_scatter sums the N * `count` elements at `input` over the
+ *         ranks and writes this rank's chunk of the sum (elements
+ *         [rank * count, (rank + 1) * count)) to `output`;
+ *     `input` and `output` never overlap. Any of them may be NULL: a
+ *     program with steps that need a missing one fails its calls
+ *     (TEJIT_ERROR_STATE, naming the function) before they enqueue
+ *     anything. Only programs with sequence parallelism gather and
+ *     scatter; tejit_tp_group_from_function is all_reduce alone.
  * Programs keep the group they use alive: destroy the handle when done. */
 typedef struct tejit_tp_group tejit_tp_group;
 typedef int (*tejit_tp_all_reduce_fn)(void *user_data, void *data, size_t count,
                                       int dtype, void *stream);
+/* `count` is per rank: the elements at `input`; `output` holds N times as
+ * many. */
+typedef int (*tejit_tp_all_gather_fn)(void *user_data, const void *input,
+                                      void *output, size_t count, int dtype,
+                                      void *stream);
+/* `count` is per rank: the elements written to `output`; `input` holds N
+ * times as many. */
+typedef int (*tejit_tp_reduce_scatter_fn)(void *user_data, const void *input,
+                                          void *output, size_t count, int dtype,
+                                          void *stream);
 
 tejit_status
 tejit_tp_group_create(const unsigned char id[TEJIT_AMAX_GROUP_ID_BYTES],
@@ -317,6 +342,13 @@ tejit_status tejit_tp_group_from_nccl_comm(void *nccl_comm,
 tejit_status tejit_tp_group_from_function(tejit_tp_all_reduce_fn function,
                                           void *user_data,
                                           tejit_tp_group **group);
+/* The functions get `user_data` first; any of them may be NULL (only
+ * `group` must not be). */
+tejit_status
+tejit_tp_group_from_functions(tejit_tp_all_reduce_fn all_reduce,
+                              tejit_tp_all_gather_fn all_gather,
+                              tejit_tp_reduce_scatter_fn reduce_scatter,
+                              void *user_data, tejit_tp_group **group);
 void tejit_tp_group_destroy(tejit_tp_group *group);
 /* Sets (NULL: clears) the group `program` sums over from its next call on.
  * Fails when the group's communicator is on another device or has another

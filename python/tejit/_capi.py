@@ -230,6 +230,10 @@ def _declare(lib):
         "tejit_tp_group_from_nccl_comm": (status, [c_void_p, P(c_void_p)]),
         "tejit_tp_group_from_function": (status, [c_void_p, c_void_p,
                                                   P(c_void_p)]),
+        # The three functions (ctypes callbacks or None), then user_data.
+        "tejit_tp_group_from_functions": (status, [c_void_p, c_void_p,
+                                                   c_void_p, c_void_p,
+                                                   P(c_void_p)]),
         "tejit_tp_group_destroy": (None, [c_void_p]),
         "tejit_program_set_tp_group": (status, [program, c_void_p]),
         "tejit_program_tp_size": (ctypes.c_int64, [program]),

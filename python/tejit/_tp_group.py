@@ -1,5 +1,6 @@
 """Tensor-parallel groups: the ranks over which a program compiled with
-tp_size > 1 sums its partial results, over NCCL or a function of the
+tp_size > 1 sums its partial results (and, with sequence parallelism,
+gathers and reduce-scatters its activations), over NCCL or functions of the
 caller's (tejit.h, "Tensor parallelism"; docs/tensor-parallel.md)."""
 import ctypes
 
@@ -10,8 +11,15 @@ from ._rank_group import RankGroup
 ALL_REDUCE_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
                                        ctypes.c_void_p, ctypes.c_size_t,
                                        ctypes.c_int, ctypes.c_void_p)
+# int (*)(void *user_data, const void *input, void *output, size_t count,
+#         int dtype, void *stream): tejit_tp_all_gather_fn and
+# tejit_tp_reduce_scatter_fn, `count` per rank.
+GATHER_SCATTER_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
+                                           ctypes.c_void_p, ctypes.c_void_p,
+                                           ctypes.c_size_t, ctypes.c_int,
+                                           ctypes.c_void_p)
 
-# The dtypes a tensor-parallel sum is given (tejit_dtype), by torch's names.
+# The dtypes a tensor-parallel step is given (tejit_dtype), by torch's names.
 DTYPE_NAMES = {
     _capi.TEJIT_BF16: "bfloat16",
     _capi.TEJIT_F16: "float16",
@@ -31,10 +39,8 @@ class TensorParallelGroup(RankGroup):
         rank has joined);
       - TensorParallelGroup.from_nccl_comm(address): the caller's
         ncclComm_t, which must outlive the group and the programs using it;
-      - TensorParallelGroup.from_function(fn): fn(address, count, dtype,
-        stream) sums `count` elements of `dtype` ("bfloat16", "float16" or
-        "float32") at device address `address` in place over the ranks, on
-        the stream.
+      - TensorParallelGroup.from_function(all_reduce, all_gather=None,
+        reduce_scatter=None): functions of the caller's (see there).
 
     Programs keep a group alive while they use it; close() releases this
     handle."""
@@ -46,23 +52,73 @@ class TensorParallelGroup(RankGroup):
     DESTROY = "tejit_tp_group_destroy"
 
     @classmethod
-    def from_function(cls, function):
-        """`function(address, count, dtype, stream)`: addresses as ints
-        (stream None for the legacy default stream), dtype a name of
-        DTYPE_NAMES. An exception it raises fails the program call, which
-        raises it again (Program._check)."""
+    def from_function(cls, all_reduce, all_gather=None, reduce_scatter=None):
+        """A group over the caller's functions, each enqueuing its
+        collective over the ranks on `stream` (an int, None for the legacy
+        default stream); addresses are ints, `dtype` a name of DTYPE_NAMES
+        ("bfloat16", "float16" or "float32"), `count` elements per rank:
 
-        def make_callback(group):
-            def call(_user_data, data, count, dtype, stream):
-                try:
-                    name = DTYPE_NAMES.get(dtype)
-                    if name is None:
-                        raise ValueError(
-                            f"tensor-parallel sum of dtype {dtype}")
-                    function(data or 0, int(count), name, stream)
-                    return 0
-                except BaseException as error:  # noqa: BLE001 - re-raised
-                    return group._failed(error)
-            return ALL_REDUCE_FUNCTION(call)
+          - all_reduce(address, count, dtype, stream) sums the `count`
+            elements at `address` in place;
+          - all_gather(in_address, out_address, count, dtype, stream) writes
+            every rank's `count` elements at in_address to out_address,
+            rank r's at element r * count;
+          - reduce_scatter(in_address, out_address, count, dtype, stream)
+            sums the ranks * count elements at in_address over the ranks
+            and writes this rank's chunk of `count` to out_address.
 
-        return cls._from_callback(make_callback)
+        Only programs with sequence parallelism gather and scatter. Any
+        function may be None; a program with steps that need a missing one
+        fails its calls, naming it. An exception a function raises fails
+        the program call, which raises it again (Program._check)."""
+        group = cls(None)
+        # The ctypes callbacks stay alive with the group; `_function` is
+        # the all-reduce's, as for a group of one function.
+        group._function = _all_reduce_callback(group, all_reduce)
+        group._callbacks = (
+            group._function, _gather_scatter_callback(group, all_gather),
+            _gather_scatter_callback(group, reduce_scatter))
+        handle = ctypes.c_void_p()
+        _capi.check(_capi.lib().tejit_tp_group_from_functions(
+            *group._callbacks, None, ctypes.byref(handle)))
+        group._handle = handle
+        return group
+
+
+def _dtype_name(dtype):
+    name = DTYPE_NAMES.get(dtype)
+    if name is None:
+        raise ValueError(f"tensor-parallel collective of dtype {dtype}")
+    return name
+
+
+def _all_reduce_callback(group, function):
+    """The ctypes callback calling `function(address, count, dtype,
+    stream)`, or None for None; what it raises goes to group.error."""
+    if function is None:
+        return None
+
+    def call(_user_data, data, count, dtype, stream):
+        try:
+            function(data or 0, int(count), _dtype_name(dtype), stream)
+            return 0
+        except BaseException as error:  # noqa: BLE001 - re-raised
+            return group._failed(error)
+    return ALL_REDUCE_FUNCTION(call)
+
+
+def _gather_scatter_callback(group, function):
+    """The ctypes callback calling `function(in_address, out_address, count,
+    dtype, stream)`, or None for None; what it raises goes to
+    group.error."""
+    if function is None:
+        return None
+
+    def call(_user_data, source, target, count, dtype, stream):
+        try:
+            function(source or 0, target or 0, int(count),
+                     _dtype_name(dtype), stream)
+            return 0
+        except BaseException as error:  # noqa: BLE001 - re-raised
+            return group._failed(error)
+    return GATHER_SCATTER_FUNCTION(call)

@@ -679,12 +679,15 @@ def cases(full_size, seed):
     return result
 
 
-def main():
+def main(make_cases=cases, title="tensor_parallel_check",
+         full_help="also LayerNormMLP and TransformerLayer at hidden 4096, "
+                   "FFN 16384, 32 heads, 4096 tokens"):
+    """Runs `make_cases(full_size, seed)` ([(name, check)]) on every rank
+    and exits (sequence_parallel_check.py runs its own cases through it;
+    RANK, WORLD and TOL_SCALE are this module's, which its checks read)."""
     global RANK, WORLD, TOL_SCALE
     parser = argparse.ArgumentParser()
-    parser.add_argument("--full", action="store_true",
-                        help="also LayerNormMLP and TransformerLayer at "
-                             "hidden 4096, FFN 16384, 32 heads, 4096 tokens")
+    parser.add_argument("--full", action="store_true", help=full_help)
     parser.add_argument("--filter", default="",
                         help="run only the cases whose name contains this")
     parser.add_argument("--tol-scale", type=float, default=1.0,
@@ -701,12 +704,12 @@ def main():
     dist.broadcast_object_list(seeds, src=0)
     seed = seeds[0]
     if RANK == 0:
-        print(f"tensor_parallel_check: {WORLD} rank(s) on "
+        print(f"{title}: {WORLD} rank(s) on "
               f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
               f"seed {seed} (TEJIT_TEST_SEED={seed} repeats this run)"
               + ("" if WORLD > 1 else "; one rank: tp_size 1 everywhere, "
                  "a check of the script only"), flush=True)
-    selected = [(name, check) for name, check in cases(args.full, seed)
+    selected = [(name, check) for name, check in make_cases(args.full, seed)
                 if args.filter in name]
     failed = 0
     for name, check in selected:
@@ -728,7 +731,7 @@ def main():
             print(f"FAIL  {name} (on {flag.item()} rank(s))", flush=True)
         failed += bool(flag.item())
     if RANK == 0:
-        print(f"tensor_parallel_check: {len(selected) - failed}/"
+        print(f"{title}: {len(selected) - failed}/"
               f"{len(selected)} passed", flush=True)
     dist.destroy_process_group()
     sys.exit(1 if failed else 0)

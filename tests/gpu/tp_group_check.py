@@ -19,11 +19,28 @@ backward fc1's partial input gradient. Checked:
     and (the norm's backward being linear) to the summed input gradient;
   * a forward and backward captured in a CUDA graph over the NCCL group
     replay to the eager results, bit for bit.
+Sequence parallelism's collectives (tp_allgather, tp_reducescatter), first
+in a plan written here (no kernels: a forward that gathers each rank's
+`input` and its backward, which reduce-scatters the output's gradient), in
+bf16, f16 and f32:
+  * a group of functions lacking the all_gather (or reduce_scatter) fails
+    the forward (or backward) before it runs, naming the function;
+  * tejit's NCCL communicator, the caller's (torch's) and functions calling
+    torch.distributed.all_gather_into_tensor / reduce_scatter_tensor give
+    torch's gather (bit for bit) and reduce-scatter, with the collectives on
+    tejit's side stream and (TEJIT_TP_OVERLAP=0) on the caller's;
+  * a captured forward and backward over the NCCL group replay to them.
+Then a LayerNormMLP with sequence_parallel (spec key) against the same
+layer without it: this rank's rows of the output and input gradient, the
+same fc1/fc2 weight gradients, and norm and fc2 bias gradients that sum
+over the ranks to the layer's.
 Prints one line per check on rank 0; exits non-zero if any rank failed.
 """
 import datetime
+import json
 import os
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -82,9 +99,239 @@ def summed(tensor):
 
 
 def close(got, want, what):
+    want = want.float()
     error = (got.float() - want).abs().max().item()
     scale = want.abs().max().item()
     assert error <= 2e-2 * scale, f"{what}: max error {error}, max {scale}"
+
+
+# Sequence parallelism's collectives in a plan of no kernels: the forward
+# gathers `input` (COUNT elements per rank) into `output`, its backward
+# reduce-scatters `grad.output` into `grad.input`.
+COUNT = 3 * 1024 + 5
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+
+
+def gather_scatter_plan(element, ranks, arch):
+    def value(id, count, storage):
+        return {"id": id, "type": f"tensor<{count}x{element}>",
+                "bytes": count * ELEMENT_BYTES[element], "storage": storage}
+    whole = ranks * COUNT
+    return {
+        "format": "tejit-plan", "version": 4, "arch": arch,
+        "functions": [
+            {"name": "gather", "arena_bytes": 0,
+             "arguments": [{"value": 0, "te.name": "input"}],
+             "results": [{"value": 1, "te.name": "output"}],
+             "values": [value(0, COUNT, {"arg": 0}),
+                        value(1, whole, {"result": 0})],
+             "steps": [{"kind": "tp_allgather", "in": 0, "out": 1,
+                        "ranks": ranks}]},
+            {"name": "gather_backward", "backward_of": "gather",
+             "arena_bytes": 0,
+             "arguments": [{"value": 0, "te.name": "grad.output"}],
+             "results": [{"value": 1, "te.name": "grad.input",
+                          "te.grad_of": 0}],
+             "values": [value(0, whole, {"arg": 0}),
+                        value(1, COUNT, {"result": 0})],
+             "steps": [{"kind": "tp_reducescatter", "in": 0, "out": 1,
+                        "ranks": ranks}]}]}
+
+
+def load_gather_scatter(element, device, overlap=True):
+    """The program of gather_scatter_plan, loaded from a fresh bundle;
+    without `overlap`, with its collectives on the caller's stream."""
+    info = tejit.device_info(device)
+    plan = gather_scatter_plan(element, dist.get_world_size(),
+                               f"sm_{info.major}{info.minor}")
+    saved = os.environ.get("TEJIT_TP_OVERLAP")
+    with tempfile.TemporaryDirectory() as directory:
+        with open(os.path.join(directory, "plan.json"), "w") as file:
+            json.dump(plan, file)
+        # Executors read it when they are made.
+        os.environ["TEJIT_TP_OVERLAP"] = "1" if overlap else "0"
+        try:
+            return tejit.Program.load_bundle(directory, device)
+        finally:
+            if saved is None:
+                del os.environ["TEJIT_TP_OVERLAP"]
+            else:
+                os.environ["TEJIT_TP_OVERLAP"] = saved
+
+
+def torch_functions(device):
+    """all_reduce, all_gather and reduce_scatter for
+    TensorParallelGroup.from_function, through torch.distributed."""
+    ranks = dist.get_world_size()
+
+    def view(address, count, dtype):
+        return device_view(address, count, getattr(torch, dtype), device)
+
+    def on(handle):
+        return torch.cuda.stream(torch.cuda.ExternalStream(handle or 0))
+
+    def all_reduce(address, count, dtype, handle):
+        with on(handle):
+            dist.all_reduce(view(address, count, dtype))
+
+    def all_gather(source, target, count, dtype, handle):
+        with on(handle):
+            dist.all_gather_into_tensor(view(target, ranks * count, dtype),
+                                        view(source, count, dtype))
+
+    def reduce_scatter(source, target, count, dtype, handle):
+        with on(handle):
+            dist.reduce_scatter_tensor(view(target, count, dtype),
+                                       view(source, ranks * count, dtype))
+    return all_reduce, all_gather, reduce_scatter
+
+
+def gather_scatter_checks(check, device, groups):
+    """The checks of sequence parallelism's collectives over `groups`
+    (name -> TensorParallelGroup), the NCCL group first."""
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    stream = torch.cuda.Stream()
+    for element, dtype in DTYPES.items():
+        program = load_gather_scatter(element, device)
+        generator = torch.Generator(device="cuda").manual_seed(10 + rank)
+        source = torch.randn(COUNT, generator=generator, device="cuda",
+                             dtype=dtype)
+        # The output gradient differs across ranks: the scatter sums.
+        grad_output = torch.randn(ranks * COUNT, generator=generator,
+                                  device="cuda", dtype=dtype)
+        gathered = torch.empty(ranks * COUNT, device="cuda", dtype=dtype)
+        dist.all_gather_into_tensor(gathered, source)
+        scattered = torch.empty(COUNT, device="cuda", dtype=dtype)
+        dist.reduce_scatter_tensor(scattered, grad_output)
+        summed_chunk = summed(grad_output)[rank * COUNT:(rank + 1) * COUNT]
+
+        def run_on(program, group):
+            program.set_tp_group(group)
+            output = torch.zeros(ranks * COUNT, device="cuda", dtype=dtype)
+            grad_input = torch.zeros(COUNT, device="cuda", dtype=dtype)
+            with torch.cuda.stream(stream):
+                program.forward(stream, [source], [output])
+                program.backward(stream, [grad_output], [grad_input])
+            stream.synchronize()
+            return output, grad_input
+
+        def missing_functions():
+            assert program.tp_size == ranks, program.tp_size
+            functions = torch_functions(device)
+            no_gather = tejit.TensorParallelGroup.from_function(
+                functions[0], reduce_scatter=functions[2])
+            no_scatter = tejit.TensorParallelGroup.from_function(
+                functions[0], all_gather=functions[1])
+            output = torch.zeros(ranks * COUNT, device="cuda", dtype=dtype)
+            grad_input = torch.zeros(COUNT, device="cuda", dtype=dtype)
+            try:
+                for group, call, name in (
+                        (no_gather, "forward", "all_gather"),
+                        (no_scatter, "backward", "reduce_scatter")):
+                    program.set_tp_group(group)
+                    try:
+                        program.forward(stream, [source], [output])
+                        if call == "backward":
+                            program.backward(stream, [grad_output],
+                                             [grad_input])
+                    except tejit.TejitError as error:
+                        assert error.status == 8, error
+                        assert f"has no {name} function" in str(error), error
+                        assert "tejit_tp_group_from_functions" in str(error)
+                        continue
+                    raise AssertionError(f"a {call} without {name} ran")
+            finally:
+                stream.synchronize()
+                program.set_tp_group(None)
+                no_gather.close()
+                no_scatter.close()
+        check(f"{element}: a missing function fails the call",
+              missing_functions)
+
+        def against_torch():
+            first = None
+            for name, group in groups.items():
+                output, grad_input = run_on(program, group)
+                assert torch.equal(output, gathered), f"{name}: the gather"
+                close(grad_input, summed_chunk, f"{name}: the scatter")
+                if first is None:
+                    first = grad_input
+                    if ranks == 2:  # one addition: no order to differ in
+                        assert torch.equal(grad_input, scattered), name
+                else:
+                    assert torch.equal(grad_input, first), \
+                        f"{name} differs from {next(iter(groups))}"
+            serial = load_gather_scatter(element, device, overlap=False)
+            try:
+                for name, group in groups.items():
+                    output, grad_input = run_on(serial, group)
+                    assert torch.equal(output, gathered), name
+                    assert torch.equal(grad_input, first), name
+            finally:
+                serial.close()
+        check(f"{element}: gathers and reduce-scatters as torch does, over "
+              f"every group, overlapped or not", against_torch)
+
+        def graph_replays():
+            eager = run_on(program, next(iter(groups.values())))
+            output = torch.zeros_like(eager[0])
+            grad_input = torch.zeros_like(eager[1])
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                program.forward(stream, [source], [output])
+                program.backward(stream, [grad_output], [grad_input])
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(output, eager[0]), "the gather's replay"
+            assert torch.equal(grad_input, eager[1]), "the scatter's replay"
+        check(f"{element}: a captured graph replays them", graph_replays)
+        program.close()
+
+
+def sequence_parallel_checks(check, device, group):
+    """A LayerNormMLP with sequence_parallel against the same layer without
+    it (itself checked above), both over `group`."""
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    stream = torch.cuda.Stream()
+    spec = json.loads(json.dumps(SPEC))
+    spec["layers"][0]["sequence_parallel"] = True
+
+    def against_the_layer():
+        whole = tejit.Program.compile(SPEC, training=True, recipe="none",
+                                      device=device)
+        parallel = tejit.Program.compile(spec, training=True, recipe="none",
+                                         device=device)
+        try:
+            inputs = tensors(whole.inputs, seed=1, sharded_seed=100 + rank)
+            grad_outputs = tensors(whole.grad_outputs, seed=2)
+            want = run(whole, group, stream, inputs, grad_outputs)
+            by_name = dict(zip((i.name for i in whole.inputs), inputs))
+            rows = inputs[0].shape[0] // ranks
+            mine = slice(rank * rows, (rank + 1) * rows)
+            assert whole.inputs[0].name == "input", whole.inputs[0].name
+            by_name["input"] = inputs[0][mine].contiguous()
+            local_inputs = [by_name[i.name] for i in parallel.inputs]
+            local_grads = [grad_outputs[0][mine].contiguous()]
+            assert [tuple(i.shape) for i in parallel.inputs] == \
+                [tuple(t.shape) for t in local_inputs], parallel.inputs
+            got = run(parallel, group, stream, local_inputs, local_grads)
+            close(got[0][0], want[0][0][mine], "this rank's output rows")
+            names = [i.name for i in parallel.grad_inputs]
+            assert names == [i.name for i in whole.grad_inputs], names
+            for name, mine_grad, whole_grad in zip(names, got[1], want[1]):
+                if name == "grad.input":
+                    close(mine_grad, whole_grad[mine], name)
+                elif "layer_norm" in name or "fc2_bias" in name:
+                    # This rank's rows' part of the sum (TE's
+                    # param.sequence_parallel gradients).
+                    close(summed(mine_grad), whole_grad, name)
+                else:
+                    close(mine_grad, whole_grad, name)
+        finally:
+            whole.close()
+            parallel.close()
+    check("sequence_parallel LayerNormMLP: this rank's rows of the layer",
+          against_the_layer)
 
 
 def main():
@@ -149,6 +396,10 @@ def main():
     borrowed = tejit.TensorParallelGroup.from_nccl_comm(backend._comm_ptr())
     nothing = tejit.TensorParallelGroup.from_function(lambda *a: None)
 
+    all_reduce, all_gather, reduce_scatter = torch_functions(device)
+    functions = tejit.TensorParallelGroup.from_function(
+        all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter)
+
     want = run(program, nccl, stream, inputs, grad_outputs)
 
     def groups_agree():
@@ -187,6 +438,10 @@ def main():
             assert torch.equal(a, b), "the replay differs"
     check("a captured graph replays the sums", graph_replays)
 
+    gather_scatter_checks(check, device, {
+        "NCCL": nccl, "borrowed": borrowed, "functions": functions})
+    sequence_parallel_checks(check, device, nccl)
+
     failed = [name for name, error in results if error]
     flags = torch.tensor([len(failed)], device="cuda")
     dist.all_reduce(flags)
@@ -196,7 +451,7 @@ def main():
             if error:
                 print(error)
     program.close()
-    for group in (nccl, function, borrowed, nothing):
+    for group in (nccl, function, borrowed, nothing, functions):
         group.close()
     dist.destroy_process_group()
     return 1 if flags.item() else 0

@@ -2,8 +2,10 @@
 IR inspection at every stage, located compile errors, and clear errors for
 anything that needs a GPU. Run: python3 -m unittest discover tests/python"""
 import ctypes
+import json
 import os
 import sys
+import tempfile
 import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
@@ -280,6 +282,108 @@ class TensorParallelGroupTest(unittest.TestCase):
                       tejit._capi.last_error())
         self.assertFalse(handle.value)
         library.tejit_tp_group_destroy(None)  # does nothing
+
+    def test_gather_and_scatter_functions_get_their_arguments(self):
+        # Sequence parallelism's collectives (tejit_tp_all_gather_fn and
+        # tejit_tp_reduce_scatter_fn, called as CallbackTensorParallelGroup
+        # does): addresses, the count per rank, torch's dtype name, stream.
+        calls = []
+        group = tejit.TensorParallelGroup.from_function(
+            lambda *a: calls.append(("all_reduce",) + a),
+            all_gather=lambda *a: calls.append(("all_gather",) + a),
+            reduce_scatter=lambda *a: calls.append(("reduce_scatter",) + a))
+        self.assertTrue(group.handle.value)
+        reduce, gather, scatter = group._callbacks
+        self.assertIs(reduce, group._function)
+        self.assertEqual(gather(None, 0x1000, 0x2000, 16, 2, 0x5000), 0)
+        self.assertEqual(scatter(None, 0x2000, 0x3000, 8, 0, None), 0)
+        self.assertEqual(reduce(None, 0x3000, 4, 1, None), 0)
+        self.assertEqual(calls, [
+            ("all_gather", 0x1000, 0x2000, 16, "bfloat16", 0x5000),
+            ("reduce_scatter", 0x2000, 0x3000, 8, "float32", None),
+            ("all_reduce", 0x3000, 4, "float16", None)])
+        group.raise_pending()  # nothing pending
+        group.close()
+
+    def test_gather_and_scatter_failures_are_kept_for_the_call(self):
+        def fail(*_arguments):
+            raise RuntimeError("all_gather failed")
+        group = tejit.TensorParallelGroup.from_function(
+            None, all_gather=fail, reduce_scatter=lambda *a: None)
+        self.assertIsNone(group._function)
+        _, gather, scatter = group._callbacks
+        self.assertEqual(gather(None, 0x1000, 0x2000, 16, 2, None), 1)
+        with self.assertRaisesRegex(RuntimeError, "all_gather failed"):
+            group.raise_pending()
+        # An element type no collective has fails the call too.
+        self.assertEqual(scatter(None, 0x1000, 0x2000, 16, 3, None), 1)
+        with self.assertRaisesRegex(ValueError, "dtype 3"):
+            group.raise_pending()
+        group.close()
+
+    def test_functions_may_be_missing(self):
+        # A group of no function is made; a program with steps that need
+        # one refuses it at its call (runtime/TensorParallel.h, TpNeeds).
+        for functions in ((None,), (None, None, lambda *a: None),
+                          (lambda *a: None,)):
+            group = tejit.TensorParallelGroup.from_function(*functions)
+            self.assertTrue(group.handle.value)
+            self.assertEqual([c is not None for c in group._callbacks],
+                             [f is not None for f in
+                              functions + (None,) * (3 - len(functions))])
+            group.close()
+        library = tejit._capi.lib()
+        handle = ctypes.c_void_p()
+        self.assertEqual(library.tejit_tp_group_from_functions(
+            None, None, None, None, ctypes.byref(handle)), 0)
+        self.assertTrue(handle.value)
+        library.tejit_tp_group_destroy(handle)
+        self.assertEqual(library.tejit_tp_group_from_functions(
+            None, None, None, None, None), 1)
+        self.assertIn("tejit_tp_group_from_functions: group is null",
+                      tejit._capi.last_error())
+
+    @staticmethod
+    def gather_plan(out_type, ranks=2):
+        """A bundle's plan whose forward all-gathers its 64-element input
+        (sequence parallelism's tp_allgather) into an `out_type` output."""
+        count = int(out_type[len("tensor<"):].split("x")[0])
+        return {
+            "format": "tejit-plan", "version": 4, "arch": "sm_90a",
+            "functions": [{
+                "name": "gather", "arena_bytes": 0,
+                "arguments": [{"value": 0, "te.name": "input"}],
+                "results": [{"value": 1, "te.name": "output"}],
+                "values": [
+                    {"id": 0, "type": "tensor<64xbf16>", "bytes": 128,
+                     "storage": {"arg": 0}},
+                    {"id": 1, "type": out_type, "bytes": 2 * count,
+                     "storage": {"result": 0}}],
+                "steps": [{"kind": "tp_allgather", "in": 0, "out": 1,
+                           "ranks": ranks}]}]}
+
+    def load_plan(self, plan):
+        with tempfile.TemporaryDirectory() as directory:
+            with open(os.path.join(directory, "plan.json"), "w") as file:
+                json.dump(plan, file)
+            with self.assertRaises(tejit.TejitError) as caught:
+                tejit.Program.load_bundle(directory).close()
+        return caught.exception
+
+    def test_bundle_with_a_bad_gather_names_the_step(self):
+        # Parsed before a device is looked for: no GPU needed.
+        error = self.load_plan(self.gather_plan("tensor<96xbf16>"))
+        self.assertEqual(error.status, 1)
+        self.assertIn("plan: function 'gather', step 0 (tp_allgather): 'out' "
+                      "is value 1 of type tensor<96xbf16> (96 elements), but "
+                      "'in' (value 0) holds 64; a tensor-parallel all-gather "
+                      "over 2 ranks writes 2 times the elements it reads",
+                      str(error))
+
+    @unittest.skipIf(has_gpu(), "a GPU is present")
+    def test_bundle_with_a_gather_parses(self):
+        error = self.load_plan(self.gather_plan("tensor<256xbf16>", ranks=4))
+        self.assertEqual(error.status, 3)  # NO_DEVICE: it parsed
 
     def test_null_program(self):
         library = tejit._capi.lib()

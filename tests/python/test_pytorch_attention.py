@@ -156,8 +156,6 @@ class ArgumentTest(unittest.TestCase):
 
     def test_unsupported_constructor_arguments(self):
         cases = [
-            (lambda: te.DotProductAttention(8, 64, sequence_parallel=True,
-                                            tp_size=2), "sequence_parallel"),
             (lambda: te.DotProductAttention(8, 64, window_size=(128, 0),
                                             attn_mask_type="arbitrary"),
              "window_size"),
@@ -178,7 +176,9 @@ class ArgumentTest(unittest.TestCase):
                                            window_size=(8, 0), device=CPU),
              "cross-attention"),
             (lambda: te.MultiheadAttention(64, 4, sequence_parallel=True,
-                                           device=CPU), "sequence_parallel"),
+                                           tp_size=2, set_parallel_mode=True,
+                                           qkv_format="thd", device=CPU),
+             "sequence_parallel"),
             (lambda: te.MultiheadAttention(64, 4, ub_overlap_ag=True,
                                            device=CPU), "ub_overlap_ag"),
             (lambda: te.TransformerLayer(

@@ -4,8 +4,11 @@ the program the module's spec compiles to (which takes one rank's shards),
 TE's attributes (local in/out_features, size_per_partition, heads per
 partition), the errors naming the argument, initialization under an RNG
 tracker's fork(), the attention dropout seed drawn in it,
-set_tensor_parallel_group reaching the submodules, and TE's interleaved
-fused QKV rows of one rank mapped to its q | k | v rows. Needs PyTorch
+set_tensor_parallel_group reaching the submodules, TE's interleaved
+fused QKV rows of one rank mapped to its q | k | v rows, and sequence
+parallelism (SequenceParallelTest: the spec key, TE's `sequence_parallel`
+parameter attribute, the refusals, the dropout seed's generator, one
+rank's program shapes). Needs PyTorch
 (skipped without it; test_tensor_parallel_args.py checks the argument
 checks and specs without it). tests/gpu/tensor_parallel_check.py runs the
 modules on two GPUs.
@@ -236,9 +239,12 @@ class ArgumentTest(unittest.TestCase):
                                         parallel_mode="row", device=CPU),
              "parallel_mode='row'"),
             (NotImplementedError,
-             lambda: te.Linear(64, 64, tp_size=2, parallel_mode="column",
-                               sequence_parallel=True, device=CPU),
-             "sequence_parallel", "without sequence parallelism"),
+             lambda: te.TransformerLayer(64, 256, 4, tp_size=2,
+                                         set_parallel_mode=True,
+                                         sequence_parallel=True,
+                                         attn_input_format="thd",
+                                         device=CPU),
+             "attn_input_format='thd'", "sequence_parallel=True"),
             (ValueError,
              lambda: te.LayerNormMLP(64, 250, tp_size=4,
                                      set_parallel_mode=True, device=CPU),
@@ -354,6 +360,254 @@ class RngTrackerTest(unittest.TestCase):
         with layer._dropout_seed_context():
             pass
         self.assertEqual(len(tracker.forks), forks)
+
+
+def sequence_parallel_marks(module):
+    """{parameter name: its `sequence_parallel` attribute} of the
+    parameters that have one."""
+    return {name: p.sequence_parallel
+            for name, p in module.named_parameters()
+            if hasattr(p, "sequence_parallel")}
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class SequenceParallelTest(unittest.TestCase):
+    def build(self, sequence_parallel=True, tp_size=2):
+        """One of each module with sequence_parallel at tp_size."""
+        kwargs = dict(tp_size=tp_size, sequence_parallel=sequence_parallel,
+                      device=CPU)
+        return {
+            "column": te.Linear(64, 128, parallel_mode="column", **kwargs),
+            "row": te.Linear(128, 64, parallel_mode="row", **kwargs),
+            "none": te.Linear(64, 64, **kwargs),
+            "lnl": te.LayerNormLinear(64, 128, parallel_mode="column",
+                                      **kwargs),
+            "mlp": te.LayerNormMLP(64, 256, set_parallel_mode=True,
+                                   **kwargs),
+            "mha": te.MultiheadAttention(64, 4, input_layernorm=True,
+                                         set_parallel_mode=True, **kwargs),
+            "layer": te.TransformerLayer(64, 256, 4, set_parallel_mode=True,
+                                         **kwargs),
+        }
+
+    def test_spec_key_and_the_attribute(self):
+        modules = self.build()
+        for name, module in modules.items():
+            with self.subTest(module=name):
+                self.assertTrue(module.sequence_parallel)
+                spec = module._layer_spec()
+                if name == "none":
+                    # parallel_mode None splits nothing (TE).
+                    self.assertNotIn("sequence_parallel", spec)
+                    self.assertFalse(module._sequence_parallel_active())
+                else:
+                    self.assertIs(spec["sequence_parallel"], True)
+                    self.assertTrue(module._sequence_parallel_active())
+        layer = modules["layer"]
+        for child in (layer.self_attention, layer.layernorm_mlp):
+            self.assertTrue(child.sequence_parallel)
+
+    def test_ignored_at_tp_size_1(self):
+        # TE: self.sequence_parallel = tp_size > 1 and sequence_parallel.
+        for name, module in self.build(tp_size=1).items():
+            with self.subTest(module=name):
+                self.assertFalse(module.sequence_parallel)
+                self.assertNotIn("sequence_parallel", module._layer_spec())
+        thd = te.TransformerLayer(64, 256, 4, sequence_parallel=True,
+                                  attn_input_format="thd", device=CPU)
+        self.assertFalse(thd.sequence_parallel)
+
+    def test_marked_parameters_follow_te(self):
+        want = {
+            "column": set(),
+            "row": {"bias"},
+            "none": set(),
+            "lnl": {"layer_norm_weight", "layer_norm_bias"},
+            "mlp": {"layer_norm_weight", "layer_norm_bias", "fc2_bias"},
+            "mha": {"layernorm_qkv.layer_norm_weight",
+                    "layernorm_qkv.layer_norm_bias", "proj.bias"},
+            "layer": {"self_attention.layernorm_qkv.layer_norm_weight",
+                      "self_attention.layernorm_qkv.layer_norm_bias",
+                      "self_attention.proj.bias",
+                      "layernorm_mlp.layer_norm_weight",
+                      "layernorm_mlp.layer_norm_bias",
+                      "layernorm_mlp.fc2_bias"},
+        }
+        for sequence_parallel in (True, False):
+            modules = self.build(sequence_parallel)
+            for name, module in modules.items():
+                with self.subTest(module=name,
+                                  sequence_parallel=sequence_parallel):
+                    marks = sequence_parallel_marks(module)
+                    self.assertEqual(set(marks), want[name])
+                    # TE sets the module's value: False without it.
+                    self.assertEqual(set(marks.values()) or {
+                        sequence_parallel}, {sequence_parallel})
+        # reset_parameters keeps them.
+        mlp = modules["mlp"]
+        mlp.reset_parameters()
+        self.assertEqual(set(sequence_parallel_marks(mlp)), want["mlp"])
+
+    def test_decoder_and_output_layernorm(self):
+        layer = te.TransformerLayer(
+            64, 256, 4, layer_type="decoder", output_layernorm=True,
+            normalization="RMSNorm", tp_size=2, set_parallel_mode=True,
+            sequence_parallel=True, device=CPU)
+        self.assertEqual(set(sequence_parallel_marks(layer)), {
+            "self_attention.proj.bias",
+            "inter_attention.layernorm_query.layer_norm_weight",
+            "inter_attention.proj.bias",
+            "layernorm_mlp.layer_norm_weight", "layernorm_mlp.fc2_bias",
+            "layernorm.weight"})
+        self.assertTrue(all(sequence_parallel_marks(layer).values()))
+
+    def test_norm_modules(self):
+        # TE's LayerNorm/RMSNorm: the attribute only when the argument is
+        # given; the computation is unchanged.
+        self.assertEqual(sequence_parallel_marks(te.LayerNorm(
+            64, sequence_parallel=True, device=CPU)),
+            {"weight": True, "bias": True})
+        self.assertEqual(sequence_parallel_marks(te.RMSNorm(
+            64, sequence_parallel=False, device=CPU)), {"weight": False})
+        self.assertEqual(sequence_parallel_marks(te.LayerNorm(
+            64, device=CPU)), {})
+
+    def test_refusals(self):
+        for factory in (
+                lambda: te.MultiheadAttention(
+                    64, 4, qkv_format="thd", tp_size=2,
+                    set_parallel_mode=True, sequence_parallel=True,
+                    device=CPU),
+                lambda: te.TransformerLayer(
+                    64, 256, 4, attn_input_format="thd", tp_size=2,
+                    set_parallel_mode=True, sequence_parallel=True,
+                    device=CPU)):
+            with self.assertRaises(NotImplementedError) as caught:
+                factory()
+            self.assertIn("'thd'", str(caught.exception))
+        modules = self.build()
+        x = torch.zeros(4, 1, 64)
+        for name in ("mha", "layer"):
+            with self.subTest(module=name):
+                with self.assertRaises(NotImplementedError) as caught:
+                    modules[name](x, inference_params=object())
+                self.assertIn("inference_params", str(caught.exception))
+        # TE's seq_length check: an sbhd input holds seq_length / tp.
+        layer = te.TransformerLayer(64, 256, 4, seq_length=32, tp_size=2,
+                                    set_parallel_mode=True,
+                                    sequence_parallel=True, device=CPU)
+        with self.assertRaises(ValueError) as caught:
+            layer(torch.zeros(32, 2, 64))
+        self.assertIn("seq_length / tp_size", str(caught.exception))
+
+    def test_dropout_seed_generator(self):
+        tracker = FakeTracker()
+
+        def forks_of(module):
+            before = len(tracker.forks)
+            with module._dropout_seed_context():
+                pass
+            return len(tracker.forks) - before
+        kwargs = dict(tp_size=2, set_parallel_mode=True,
+                      get_rng_state_tracker=lambda: tracker, device=CPU)
+        # Each rank's own tokens: the layer's stream in the tracker's fork.
+        self.assertEqual(forks_of(te.TransformerLayer(
+            64, 256, 4, sequence_parallel=True, **kwargs)), 1)
+        # Replicated hidden states: the default generator.
+        self.assertEqual(forks_of(te.TransformerLayer(64, 256, 4,
+                                                      **kwargs)), 0)
+        self.assertEqual(forks_of(te.MultiheadAttention(
+            64, 4, sequence_parallel=True, **kwargs)), 1)
+        # TE's DotProductAttention: the caller's context under
+        # sequence_parallel.
+        dpa = te.DotProductAttention(4, 16, tp_size=2,
+                                     sequence_parallel=True,
+                                     get_rng_state_tracker=lambda: tracker)
+        self.assertEqual(forks_of(dpa), 0)
+
+    def test_program_shapes(self):
+        modules = self.build()
+        try:
+            program_tensors(modules["column"])
+        except tejit.TejitError as error:
+            if "sequence_parallel" not in str(error):
+                raise
+            self.skipTest("this build's compiler does not take "
+                          "'sequence_parallel' yet")
+        # Global seq 16, batch 2: a rank's slice holds 8 positions.
+        self.assertEqual(program_tensors(modules["column"])["input"],
+                         (8, 2, 64))
+        self.assertEqual(program_tensors(modules["row"])["output"],
+                         (8, 2, 64))
+        for name in ("lnl", "mlp", "mha", "layer"):
+            with self.subTest(module=name):
+                tensors = program_tensors(modules[name])
+                self.assertEqual(tensors["input"], (8, 2, 64))
+                for parameter_name, parameter in \
+                        modules[name].named_parameters():
+                    if parameter_name in tensors:
+                        self.assertEqual(tuple(parameter.shape),
+                                         tensors[parameter_name])
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class CollectiveFunctionsTest(unittest.TestCase):
+    """The TensorParallelGroup functions _distributed.tp_group gives the
+    runtime, called as the runtime calls them (addresses, elements per
+    rank, dtype name, stream), with torch.distributed and device memory
+    replaced by recorders: each calls its torch.distributed collective on
+    the process group, over views of the right sizes."""
+
+    def test_all_reduce_all_gather_reduce_scatter(self):
+        from unittest import mock
+        captured, views, calls = {}, [], []
+
+        def from_function(all_reduce, all_gather=None, reduce_scatter=None):
+            captured.update(all_reduce=all_reduce, all_gather=all_gather,
+                            reduce_scatter=reduce_scatter)
+            return object()
+
+        def device_view(address, count, dtype, device):
+            views.append((address, count, dtype, device))
+            return torch.zeros(count, dtype=dtype)
+
+        def record(name):
+            def collective(*args, **kwargs):
+                calls.append((name, [tuple(a.shape) for a in args],
+                              kwargs.get("group"), kwargs.get("op")))
+            return collective
+        group = object()
+        dist = torch.distributed
+        with mock.patch.object(tejit.TensorParallelGroup, "from_function",
+                               from_function), \
+                mock.patch.object(_distributed, "device_view", device_view), \
+                mock.patch.object(_distributed, "group_size",
+                                  lambda process_group: 2), \
+                mock.patch.object(_distributed, "_on_stream",
+                                  lambda device, stream:
+                                  contextlib.nullcontext()), \
+                mock.patch.object(dist, "all_reduce", record("all_reduce"),
+                                  create=True), \
+                mock.patch.object(dist, "all_gather_into_tensor",
+                                  record("all_gather"), create=True), \
+                mock.patch.object(dist, "reduce_scatter_tensor",
+                                  record("reduce_scatter"), create=True):
+            _distributed.tp_group(group, 3)
+            captured["all_reduce"](100, 8, "bfloat16", None)
+            captured["all_gather"](200, 300, 8, "float16", 7)
+            captured["reduce_scatter"](400, 500, 8, "float32", 7)
+            with self.assertRaises(ValueError):
+                captured["all_gather"](200, 300, 8, "int8", None)
+        _distributed._TP_GROUPS.pop((group, 3), None)
+        self.assertEqual(views, [
+            (100, 8, torch.bfloat16, 3),
+            (200, 8, torch.float16, 3), (300, 16, torch.float16, 3),
+            (400, 16, torch.float32, 3), (500, 8, torch.float32, 3)])
+        self.assertEqual([call[:3] for call in calls], [
+            ("all_reduce", [(8,)], group),
+            ("all_gather", [(16,), (8,)], group),      # (output, input)
+            ("reduce_scatter", [(8,), (16,)], group)])  # (output, input)
+        self.assertEqual(calls[2][3], dist.ReduceOp.SUM)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """Tensor parallelism in tejit.pytorch's modules (docs/tensor-parallel.md),
 without PyTorch or a GPU: TE's arguments as the modules take them
 (tp_group / tp_size, parallel_mode, set_parallel_mode, sequence_parallel)
-with errors naming the argument, the spec keys tp_size adds (none at
-tp_size 1, so existing specs and their cache keys are unchanged), and the
-program those specs compile to: its parameters are one rank's shards, with
-TE's local shapes (the table in docs/tensor-parallel.md), while the spec's
-sizes stay global. The argument checks live in
+with errors naming the argument, the spec keys tp_size and
+sequence_parallel add (none at tp_size 1, so existing specs and their
+cache keys are unchanged), and the program those specs compile to: its
+parameters are one rank's shards, with TE's local shapes (the table in
+docs/tensor-parallel.md), while the spec's sizes stay global; with
+sequence_parallel its input and output hold this rank's slice of dim 0
+(SequenceParallelShapesTest: skipped while the compiler does not know the
+key). The argument checks live in
 python/tejit/pytorch/module/_args.py and the attention spec builders in
 _attention_specs.py, loaded here by path (the tejit.pytorch package needs
 PyTorch; tests/python/test_pytorch_tensor_parallel.py checks the modules
@@ -90,15 +93,57 @@ class ArgumentTest(unittest.TestCase):
             args.check_defaults("Linear", ub_overlap_ag=True)
         self.assertIn("tensor parallelism", str(caught.exception))
 
-    def test_sequence_parallel_is_refused(self):
-        args.check_sequence_parallel("Linear", False)
-        args.check_sequence_parallel("Linear", None)
+    def test_sequence_parallel_only_with_tensor_parallelism(self):
+        # TE: self.sequence_parallel = tp_size > 1 and sequence_parallel.
+        self.assertFalse(args.sequence_parallel_of(True, 1))
+        self.assertTrue(args.sequence_parallel_of(True, 2))
+        self.assertFalse(args.sequence_parallel_of(False, 4))
+        self.assertFalse(args.sequence_parallel_of(None, 4))
+        self.assertNotIn("sequence_parallel", args._DEFAULTS_ONLY)
+
+    def test_sequence_parallel_refusals(self):
+        args.check_sequence_parallel_format("MultiheadAttention",
+                                            "qkv_format", "thd", False)
+        args.check_sequence_parallel_format("MultiheadAttention",
+                                            "qkv_format", "bshd", True)
         self.assertRefused(NotImplementedError,
-                           lambda: args.check_sequence_parallel(
-                               "LayerNormMLP", True),
-                           "LayerNormMLP(sequence_parallel=True)",
-                           "tensor parallelism without sequence "
-                           "parallelism is")
+                           lambda: args.check_sequence_parallel_format(
+                               "TransformerLayer", "attn_input_format",
+                               "thd", True),
+                           "TransformerLayer(attn_input_format='thd', "
+                           "sequence_parallel=True)")
+        args.check_sequence_parallel_kv_cache("TransformerLayer", False)
+        self.assertRefused(NotImplementedError,
+                           lambda: args.check_sequence_parallel_kv_cache(
+                               "MultiheadAttention", True),
+                           "inference_params", "sequence_parallel=True")
+
+    def test_sequence_parallel_token_counts(self):
+        # Column-parallel input: this rank's slice of dim 0, gathered.
+        self.assertEqual(args.sequence_parallel_tokens(
+            "Linear", (32, 2), 2, True), 128)
+        self.assertEqual(args.sequence_parallel_tokens(
+            "LayerNormMLP", (48,), 4, True), 192)
+        # Row-parallel input: the whole of dim 0, scattered in the output.
+        self.assertEqual(args.sequence_parallel_tokens(
+            "Linear", (64, 2), 2, False), 128)
+        self.assertRefused(ValueError,
+                           lambda: args.sequence_parallel_tokens(
+                               "Linear", (3, 4), 2, False),
+                           "first dimension (3)", "tp_size (2)")
+        self.assertRefused(ValueError,
+                           lambda: args.sequence_parallel_tokens(
+                               "Linear", (), 2, True),
+                           "leading dimension")
+
+    def test_sequence_parallel_attention_dims(self):
+        # sbhd splits the sequence, bshd the batch (TE's dim 0).
+        self.assertEqual(args.sequence_parallel_dims("sbhd", 32, 2, 2),
+                         (64, 2))
+        self.assertEqual(args.sequence_parallel_dims("bshd", 64, 2, 2),
+                         (64, 4))
+        self.assertEqual(args.sequence_parallel_dims("sbhd", 32, 2, 1),
+                         (32, 2))
 
     def test_divisibility(self):
         args.check_divisible("LayerNormMLP", 2, ffn_hidden_size=1024)
@@ -176,6 +221,169 @@ class SpecTest(unittest.TestCase):
             "causal", True, False, False, tp_size=2)
         self.assertEqual((block["tp_size"], block["ffn_hidden_size"]),
                          (2, 1024))
+
+
+class SequenceParallelSpecTest(unittest.TestCase):
+    def test_linear_keys(self):
+        self.assertEqual(
+            args.tensor_parallel_spec({"type": "Linear"}, 2, "column", True),
+            {"type": "Linear", "tp_size": 2, "parallel_mode": "column",
+             "sequence_parallel": True})
+        self.assertEqual(
+            args.tensor_parallel_spec({"type": "LayerNormMLP"}, 4, None,
+                                      True),
+            {"type": "LayerNormMLP", "tp_size": 4,
+             "sequence_parallel": True})
+        # Without tensor parallelism nothing is added (TE ignores it).
+        self.assertEqual(
+            args.tensor_parallel_spec({"type": "Linear"}, 1, "row", True),
+            {"type": "Linear"})
+        self.assertNotIn("sequence_parallel", args.tensor_parallel_spec(
+            {"type": "Linear"}, 2, "row", False))
+
+    def test_attention_keys(self):
+        mha = specs.multihead_attention_spec(
+            256, 8, 32, 4, True, "LayerNorm", 1e-5, False, "causal", 0.0,
+            True, False, tp_size=2, sequence_parallel=True)
+        self.assertEqual((mha["tp_size"], mha["sequence_parallel"],
+                          mha["num_attention_heads"]), (2, True, 8))
+        block = specs.transformer_layer_spec(
+            256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            "causal", True, False, False, tp_size=2, sequence_parallel=True)
+        self.assertEqual((block["tp_size"], block["sequence_parallel"],
+                          block["ffn_hidden_size"]), (2, True, 1024))
+        for tp_size, sequence_parallel in ((1, True), (2, False)):
+            with self.subTest(tp_size=tp_size,
+                              sequence_parallel=sequence_parallel):
+                block = specs.transformer_layer_spec(
+                    256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu",
+                    0.0, 0.0, "causal", True, False, False,
+                    tp_size=tp_size, sequence_parallel=sequence_parallel)
+                self.assertNotIn("sequence_parallel", block)
+        # The global sizes of a call (program_spec) from a rank's slice.
+        seq, batch = args.sequence_parallel_dims("bshd", 64, 1, 2)
+        spec = specs.program_spec("TransformerLayer", "bf16", "bshd", seq,
+                                  batch, block)
+        self.assertEqual((spec["seq_length"], spec["batch_size"]), (64, 2))
+
+
+_SP_SUPPORT = []
+
+
+def compiler_takes_sequence_parallel():
+    """Whether this build's compiler knows the `sequence_parallel` key
+    (the spec importer refuses unknown keys)."""
+    if not _SP_SUPPORT:
+        try:
+            parameters(args.tensor_parallel_spec(
+                {"type": "Linear", "in_features": 64, "out_features": 64},
+                2, "column", True))
+            _SP_SUPPORT.append(True)
+        except tejit.TejitError as error:
+            if "sequence_parallel" not in str(error):
+                raise
+            _SP_SUPPORT.append(False)
+    return _SP_SUPPORT[0]
+
+
+class SequenceParallelShapesTest(unittest.TestCase):
+    """The specs the modules write with sequence_parallel (tp_size 2, seq
+    16, batch 2; global sizes) compile to programs whose input and output
+    hold this rank's slice of dim 0 where the contract says (a column
+    GEMM's input is gathered, a row GEMM's output scattered), parameters
+    unchanged."""
+
+    def setUp(self):
+        if not compiler_takes_sequence_parallel():
+            self.skipTest("this build's compiler does not take "
+                          "'sequence_parallel' yet")
+
+    def test_linear(self):
+        column = parameters(args.tensor_parallel_spec(
+            {"type": "Linear", "in_features": 256, "out_features": 512},
+            2, "column", True))
+        self.assertEqual(column, {"input": (8, 2, 256),
+                                  "weight": (256, 256), "bias": (256,),
+                                  "output": (16, 2, 256)})
+        row = parameters(args.tensor_parallel_spec(
+            {"type": "Linear", "in_features": 256, "out_features": 512},
+            2, "row", True))
+        self.assertEqual(row, {"input": (16, 2, 128),
+                               "weight": (512, 128), "bias": (512,),
+                               "output": (8, 2, 512)})
+
+    def test_per_token_modules_flatten_tokens(self):
+        # What base._run compiles for an input [s/tp, b, h] = [8, 2, 256]:
+        # seq_length = 8 * 2 * tp tokens, batch 1.
+        tokens = args.sequence_parallel_tokens("LayerNormMLP", (8, 2), 2,
+                                               True)
+        got = parameters(args.tensor_parallel_spec(
+            {"type": "LayerNormMLP", "hidden_size": 256,
+             "ffn_hidden_size": 1024, "return_layernorm_output": True},
+            2, None, True), seq=tokens, batch=1)
+        self.assertEqual(got["input"], (16, 1, 256))
+        self.assertEqual(got["output"], (16, 1, 256))
+        self.assertEqual(got["ln_output"], (16, 1, 256))
+        self.assertEqual(got["fc1_weight"], (512, 256))
+        self.assertEqual(got["fc2_bias"], (256,))
+
+    def test_layernorm_linear(self):
+        got = parameters(args.tensor_parallel_spec(
+            {"type": "LayerNormLinear", "in_features": 256,
+             "out_features": 512, "return_layernorm_output": True},
+            2, "column", True))
+        self.assertEqual(got["input"], (8, 2, 256))
+        self.assertEqual(got["layer_norm_weight"], (256,))
+        self.assertEqual(got["weight"], (256, 256))
+        self.assertEqual(got["output"], (16, 2, 256))
+        self.assertEqual(got["ln_output"], (8, 2, 256))
+
+    def test_layernorm_mlp(self):
+        got = parameters(args.tensor_parallel_spec(
+            {"type": "LayerNormMLP", "hidden_size": 256,
+             "ffn_hidden_size": 1024, "activation": "swiglu"}, 2, None,
+            True))
+        self.assertEqual(got["input"], (8, 2, 256))
+        self.assertEqual(got["fc1_weight"], (1024, 256))
+        self.assertEqual(got["fc2_weight"], (256, 512))
+        self.assertEqual(got["output"], (8, 2, 256))
+
+    def test_multihead_attention(self):
+        layer = specs.multihead_attention_spec(
+            256, 8, 32, 4, True, "LayerNorm", 1e-5, False, "causal", 0.0,
+            True, False, tp_size=2, sequence_parallel=True)
+        for input_format, slice_shape in (("sbhd", (8, 2, 256)),
+                                          ("bshd", (1, 16, 256))):
+            with self.subTest(input_format=input_format):
+                got = parameters(layer, input_format=input_format)
+                self.assertEqual(got["input"], slice_shape)
+                self.assertEqual(got["output"], slice_shape)
+                self.assertEqual(got["layernorm_qkv.weight"],
+                                 ((4 + 2 * 2) * 32, 256))
+                self.assertEqual(got["proj.weight"], (256, 4 * 32))
+
+    def test_transformer_layer(self):
+        layer = specs.transformer_layer_spec(
+            256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu", 0.0,
+            0.0, "causal", True, False, False, tp_size=2,
+            sequence_parallel=True)
+        got = parameters(layer, input_format="sbhd")
+        self.assertEqual(got["input"], (8, 2, 256))
+        self.assertEqual(got["output"], (8, 2, 256))
+        self.assertEqual(got["layernorm_mlp.fc2_bias"], (256,))
+        got = parameters(layer, input_format="bshd")
+        self.assertEqual(got["input"], (1, 16, 256))
+        self.assertEqual(got["output"], (1, 16, 256))
+
+    def test_decoder_encoder_output_is_a_slice(self):
+        layer = specs.transformer_layer_spec(
+            256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu", 0.0,
+            0.0, "causal", True, False, False, decoder=(12, "no_mask", False),
+            tp_size=2, sequence_parallel=True)
+        got = parameters(layer, input_format="sbhd")
+        self.assertEqual(got["input"], (8, 2, 256))
+        self.assertEqual(got["encoder_output"], (6, 2, 256))
+        self.assertEqual(got["output"], (8, 2, 256))
 
 
 class LocalShapesTest(unittest.TestCase):

@@ -724,6 +724,113 @@ TEST(PlanTest, TpAllReduceStepParses) {
   EXPECT_EQ(twice->tensorParallelRanks(), 2);
 }
 
+/// Appends to the forward of kPlan a sequence-parallel collective over
+/// `ranks` ranks, step 5 (`kind` "tp_allgather" or "tp_reducescatter"): from
+/// value 11 (the attention's bf16 output, 32 elements in the arena) into a
+/// new value 13 at the end of a grown arena, `ranks` times as large for a
+/// gather and 1/ranks as large for a scatter.
+void appendTpCollective(json::Value &plan, llvm::StringRef kind,
+                        int64_t ranks = 2) {
+  bool gather = kind == "tp_allgather";
+  int64_t rows = gather ? 4 * ranks : 4 / ranks;
+  function(plan, 0)["arena_bytes"] = 168 + rows * 16;
+  function(plan, 0).getArray("values")->push_back(
+      json::Object{{"id", 13},
+                   {"type", "tensor<" + std::to_string(rows) + "x8xbf16>"},
+                   {"bytes", rows * 16},
+                   {"storage", json::Object{{"arena_offset", 168}}}});
+  function(plan, 0).getArray("steps")->push_back(
+      json::Object{{"kind", kind}, {"in", 11}, {"out", 13}, {"ranks", ranks}});
+}
+
+TEST(PlanTest, TpAllGatherAndReduceScatterStepsParse) {
+  for (auto [kind, collective] :
+       {std::pair{"tp_allgather", TpCollective::AllGather},
+        std::pair{"tp_reducescatter", TpCollective::ReduceScatter}}) {
+    SCOPED_TRACE(kind);
+    EXPECT_EQ(tpStepKind(collective), kind);
+    for (int64_t ranks : {2, 4}) {
+      json::Value document = basePlan();
+      appendTpCollective(document, kind, ranks);
+      llvm::Expected<Plan> plan = parsePlan(document);
+      ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+      const FunctionPlan &forward = plan->functions[0];
+      ASSERT_EQ(forward.steps.size(), 6u);
+      const Step &step = forward.steps[5];
+      EXPECT_EQ(std::holds_alternative<TpAllGatherStep>(step),
+                collective == TpCollective::AllGather);
+      EXPECT_EQ(std::holds_alternative<TpReduceScatterStep>(step),
+                collective == TpCollective::ReduceScatter);
+      std::optional<TpStepRef> parsed = asTpStep(step);
+      ASSERT_TRUE(parsed);
+      EXPECT_EQ(parsed->collective, collective);
+      EXPECT_EQ(parsed->step.in, 11);
+      EXPECT_EQ(parsed->step.out, 13);
+      EXPECT_EQ(parsed->step.ranks, ranks);
+      // They count for tejit_program_tp_size like the sums.
+      EXPECT_EQ(plan->tensorParallelRanks(), ranks);
+      std::vector<std::pair<int64_t, bool>> visited;
+      forEachStepValue(step, [&](int64_t value, bool written) {
+        visited.emplace_back(value, written);
+      });
+      EXPECT_EQ(visited, (std::vector<std::pair<int64_t, bool>>{{11, false},
+                                                                {13, true}}));
+    }
+    // f16 and f32 too.
+    for (const char *element : {"f16", "f32"}) {
+      json::Value other = basePlan();
+      appendTpCollective(other, kind);
+      int64_t bytes = llvm::StringRef(element) == "f32" ? 4 : 2;
+      int64_t outRows = collective == TpCollective::AllGather ? 8 : 2;
+      value(other, 0, 11)["type"] = std::string("tensor<4x8x") + element + ">";
+      value(other, 0, 11)["bytes"] = 32 * bytes;
+      value(other, 0, 13)["type"] =
+          "tensor<" + std::to_string(outRows) + "x8x" + element + ">";
+      value(other, 0, 13)["bytes"] = outRows * 8 * bytes;
+      storage(other, 0, 13)["arena_offset"] = 232;
+      function(other, 0)["arena_bytes"] = 232 + outRows * 8 * bytes;
+      // The attention's output stays bf16 in kPlan: point it elsewhere.
+      step(other, 0, 2)["results"] = json::Array{8};
+      llvm::Expected<Plan> parsed = parsePlan(other);
+      EXPECT_TRUE(bool(parsed))
+          << element << ": " << llvm::toString(parsed.takeError());
+    }
+  }
+  // The non-tensor-parallel steps are none.
+  llvm::Expected<Plan> base = parsePlan(basePlan());
+  ASSERT_TRUE(bool(base)) << llvm::toString(base.takeError());
+  for (const Step &step : base->functions[0].steps)
+    EXPECT_FALSE(asTpStep(step));
+}
+
+TEST(PlanTest, SequenceParallelStepsShareTheGroupWithTheSums) {
+  // A gather in the forward, a scatter (its gradient) and a sum in the
+  // backward, all over 2 ranks: one group. The backward scatters value 3
+  // (32 bf16 elements, arena bytes [0, 64)) into value 6 (16 elements, the
+  // bias gradient's bytes [64, 80) here).
+  json::Value document = basePlan();
+  appendTpCollective(document, "tp_allgather");
+  value(document, 1, 6)["type"] = "tensor<16xbf16>";
+  value(document, 1, 6)["bytes"] = 32;
+  function(document, 1)["arena_bytes"] = 96;
+  step(document, 1, 1)["epilogue"] = json::Object{};
+  function(document, 1)
+      .getArray("steps")
+      ->push_back(json::Object{
+          {"kind", "tp_reducescatter"}, {"in", 3}, {"out", 6}, {"ranks", 2}});
+  function(document, 1)
+      .getArray("steps")
+      ->push_back(json::Object{
+          {"kind", "tp_allreduce"}, {"in", 4}, {"out", 4}, {"ranks", 2}});
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  EXPECT_EQ(plan->tensorParallelRanks(), 2);
+  const FunctionPlan &backward = plan->functions[1];
+  ASSERT_EQ(backward.steps.size(), 5u);
+  EXPECT_TRUE(std::holds_alternative<TpReduceScatterStep>(backward.steps[3]));
+  EXPECT_TRUE(std::holds_alternative<TpAllReduceStep>(backward.steps[4]));
+}
+
 TEST(PlanTest, PlanWithoutTpAllReduceHasOneRank) {
   llvm::Expected<Plan> plan = parsePlan(basePlan());
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
@@ -925,7 +1032,7 @@ std::vector<ErrorCase> errorCases() {
       {"StepKindUnknown",
        [](V p) { step(p, 0, 4)["kind"] = "memcpy"; },
        {layer + ", step 4 (memcpy): 'kind' is unknown",
-        "amax_allreduce or tp_allreduce)"}},
+        "amax_allreduce, tp_allreduce, tp_allgather or tp_reducescatter)"}},
       {"KernelName",
        [](V p) { step(p, 0, 0).erase("name"); },
        {layer + ", step 0 (kernel): 'name' is missing"}},
@@ -1269,6 +1376,170 @@ std::vector<ErrorCase> errorCases() {
        {layerBackward + ", step 3 (tp_allreduce): 'ranks' is 4, but function "
                         "'layer', step 5 (tp_allreduce) has 2; a plan runs "
                         "over one tensor-parallel group"}},
+
+      // Sequence parallelism's gathers and scatters.
+      {"TpAllGatherRanksMissing",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         step(p, 0, 5).erase("ranks");
+       },
+       {layer + ", step 5 (tp_allgather): 'ranks' is missing"}},
+      {"TpReduceScatterRanksNotAnInteger",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         step(p, 0, 5)["ranks"] = 2.5;
+       },
+       {layer + ", step 5 (tp_reducescatter): 'ranks' must be an integer"}},
+      {"TpAllGatherOneRank",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         step(p, 0, 5)["ranks"] = 1;
+       },
+       {layer + ", step 5 (tp_allgather): 'ranks' is 1; a tensor-parallel "
+                "all-gather spans at least 2 ranks"}},
+      {"TpReduceScatterZeroRanks",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         step(p, 0, 5)["ranks"] = 0;
+       },
+       {layer + ", step 5 (tp_reducescatter): 'ranks' is 0; a "
+                "tensor-parallel reduce-scatter spans at least 2 ranks"}},
+      {"TpAllGatherInMissing",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         step(p, 0, 5).erase("in");
+       },
+       {layer + ", step 5 (tp_allgather): 'in' is missing"}},
+      {"TpReduceScatterOutMissing",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         step(p, 0, 5).erase("out");
+       },
+       {layer + ", step 5 (tp_reducescatter): 'out' is missing"}},
+      {"TpAllGatherOutOutOfRange",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         step(p, 0, 5)["out"] = 14;
+       },
+       {layer + ", step 5 (tp_allgather): 'out' refers to value 14 but the "
+                "function has 14 values"}},
+      {"TpReduceScatterInNegative",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         step(p, 0, 5)["in"] = -1;
+       },
+       {layer + ", step 5 (tp_reducescatter): 'in'"}},
+      {"TpAllGatherOfFp8",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         step(p, 0, 5)["in"] = 3;  // tensor<4x8xf8E4M3FN>
+         step(p, 0, 5)["out"] = 4; // tensor<8x8xf8E4M3FN>
+       },
+       {layer + ", step 5 (tp_allgather): 'in' is value 3 of type "
+                "tensor<4x8xf8E4M3FN>; a tensor-parallel all-gather gathers "
+                "bf16, f16 or f32"}},
+      {"TpReduceScatterOfFp8",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         step(p, 0, 5)["in"] = 4;  // tensor<8x8xf8E4M3FN>
+         step(p, 0, 5)["out"] = 3; // tensor<4x8xf8E4M3FN>
+       },
+       {layer + ", step 5 (tp_reducescatter): 'in' is value 4 of type "
+                "tensor<8x8xf8E4M3FN>; a tensor-parallel reduce-scatter sums "
+                "bf16, f16 or f32"}},
+      {"TpAllGatherOutOfAnotherElementType",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         value(p, 0, 13)["type"] = "tensor<8x8xf16>";
+       },
+       {layer + ", step 5 (tp_allgather): 'out' is value 13 of type "
+                "tensor<8x8xf16>, but 'in' (value 11) is tensor<4x8xbf16>; "
+                "both must have the same element type"}},
+      {"TpReduceScatterOutOfAnotherElementType",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         step(p, 0, 5)["out"] = 5; // tensor<2xf32>
+       },
+       {layer + ", step 5 (tp_reducescatter): 'out' is value 5 of type "
+                "tensor<2xf32>, but 'in' (value 11) is tensor<4x8xbf16>; "
+                "both must have the same element type"}},
+      {"TpAllGatherOutTooSmall",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         step(p, 0, 5)["out"] = 8; // tensor<4x8xbf16>, as large as `in`
+       },
+       {layer + ", step 5 (tp_allgather): 'out' is value 8 of type "
+                "tensor<4x8xbf16> (32 elements), but 'in' (value 11) holds "
+                "32; a tensor-parallel all-gather over 2 ranks writes 2 times "
+                "the elements it reads"}},
+      {"TpAllGatherRanksDoNotMatchTheSizes",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather"); // out: 2 * 32 elements
+         step(p, 0, 5)["ranks"] = 4;
+       },
+       {layer + ", step 5 (tp_allgather): 'out' is value 13 of type "
+                "tensor<8x8xbf16> (64 elements), but 'in' (value 11) holds "
+                "32; a tensor-parallel all-gather over 4 ranks writes 4 times "
+                "the elements it reads"}},
+      {"TpReduceScatterOutTooLarge",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         value(p, 0, 13)["type"] = "tensor<3x8xbf16>";
+         value(p, 0, 13)["bytes"] = 48;
+         function(p, 0)["arena_bytes"] = 216;
+       },
+       {layer + ", step 5 (tp_reducescatter): 'in' is value 11 of type "
+                "tensor<4x8xbf16> (32 elements), but 'out' (value 13) holds "
+                "24; a tensor-parallel reduce-scatter over 2 ranks reads 2 "
+                "times the elements it writes"}},
+      {"TpReduceScatterRanksDoNotDivide",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter"); // out: 16 elements
+         step(p, 0, 5)["ranks"] = 3;
+       },
+       {layer + ", step 5 (tp_reducescatter): 'in' is value 11 of type "
+                "tensor<4x8xbf16> (32 elements), but 'out' (value 13) holds "
+                "16; a tensor-parallel reduce-scatter over 3 ranks"}},
+      {"TpAllGatherInPlace",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         // Rank 1's chunk of `out` is `in`: NCCL's in-place form.
+         storage(p, 0, 13)["arena_offset"] = 40;
+       },
+       {layer + ", step 5 (tp_allgather): 'out' is value 13, which shares "
+                "bytes with 'in' (value 11); a tensor-parallel all-gather "
+                "runs out of place"}},
+      {"TpReduceScatterThroughAView",
+       [](V p) {
+         appendTpCollective(p, "tp_reducescatter");
+         // `out` views the second half of `in`.
+         storage(p, 0, 13) = json::Object{{"view_of", 11}, {"byte_offset", 32}};
+       },
+       {layer + ", step 5 (tp_reducescatter): 'out' is value 13, which "
+                "shares bytes with 'in' (value 11); a tensor-parallel "
+                "reduce-scatter runs out of place"}},
+      {"TpAllGatherRanksDisagreeWithASum",
+       [](V p) {
+         appendTpCollective(p, "tp_allgather");
+         function(p, 1).getArray("steps")->push_back(json::Object{
+             {"kind", "tp_allreduce"}, {"in", 3}, {"out", 4}, {"ranks", 4}});
+       },
+       {layerBackward + ", step 3 (tp_allreduce): 'ranks' is 4, but function "
+                        "'layer', step 5 (tp_allgather) has 2; a plan runs "
+                        "over one tensor-parallel group"}},
+      {"TpReduceScatterRanksDisagreeWithASum",
+       [](V p) {
+         appendTpAllReduce(p);
+         // 32 elements of value 3 to the 8 of value 6 over 4 ranks.
+         function(p, 1).getArray("steps")->push_back(
+             json::Object{{"kind", "tp_reducescatter"},
+                          {"in", 3},
+                          {"out", 6},
+                          {"ranks", 4}});
+       },
+       {layerBackward + ", step 3 (tp_reducescatter): 'ranks' is 4, but "
+                        "function 'layer', step 5 (tp_allreduce) has 2; a "
+                        "plan runs over one tensor-parallel group"}},
   };
 }
 
@@ -1371,6 +1642,10 @@ TEST_P(RealPlanTest, Parses) {
         EXPECT_TRUE(std::holds_alternative<AmaxAllReduceStep>(step));
       else if (kind == "tp_allreduce")
         EXPECT_TRUE(std::holds_alternative<TpAllReduceStep>(step));
+      else if (kind == "tp_allgather")
+        EXPECT_TRUE(std::holds_alternative<TpAllGatherStep>(step));
+      else if (kind == "tp_reducescatter")
+        EXPECT_TRUE(std::holds_alternative<TpReduceScatterStep>(step));
       else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
         EXPECT_EQ(attention->backward,
                   kind == "attention_bwd" || kind == "attention_backward")

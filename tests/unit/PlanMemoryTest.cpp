@@ -98,7 +98,7 @@ Report deriveBuffers(func::FuncOp function) {
   Block &block = function.front();
   DenseMap<Value, Value> storageOf;
   DenseMap<Value, int64_t> defined, lastUse, firstUse;
-  SmallVector<te::TpAllReduceOp> sums;
+  SmallVector<Operation *> collectives;
   llvm::DenseSet<Value> callerOwned(block.args_begin(), block.args_end());
   for (BlockArgument arg : block.getArguments())
     storageOf[arg] = arg;
@@ -110,8 +110,8 @@ Report deriveBuffers(func::FuncOp function) {
       if (isa<func::ReturnOp>(op))
         callerOwned.insert(storage);
     }
-    if (auto sum = dyn_cast<te::TpAllReduceOp>(op))
-      sums.push_back(sum);
+    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op))
+      collectives.push_back(&op);
     // Views: reshapes, and q/k/v slices only attention reads (strided).
     bool view = isa<te::ReshapeOp>(op) || te::isAttentionInputSlice(&op);
     for (Value result : op.getResults()) {
@@ -126,11 +126,12 @@ Report deriveBuffers(func::FuncOp function) {
       defined.try_emplace(result, position);
     }
   }
-  // A tensor-parallel sum runs beside the ops up to its output's first
-  // reader (SumOverlap.h): its input's bytes stay untouched until then.
-  for (te::TpAllReduceOp sum : sums) {
-    Value input = storageOf.lookup(sum.getInput());
-    auto read = firstUse.find(storageOf.lookup(sum.getOutput()));
+  // A tensor-parallel collective runs beside the ops up to its output's
+  // first reader (SumOverlap.h): its input's bytes stay untouched until
+  // then.
+  for (Operation *collective : collectives) {
+    Value input = storageOf.lookup(collective->getOperand(0));
+    auto read = firstUse.find(storageOf.lookup(collective->getResult(0)));
     if (read != firstUse.end())
       lastUse[input] = std::max(lastUse.lookup(input), read->second);
   }

@@ -6,7 +6,8 @@
 # layer x recipe, small and real sizes, against the PyTorch reference); and
 # tejit.pytorch (its PyTorch-side unit tests, modules, the TE quickstart, a
 # training curve, the amax
-# reduction across two GPUs where there are two, pip install).
+# reduction, tensor and sequence parallelism across two GPUs where there
+# are two, pip install).
 # SIZES=small|real|all (default all) picks the layer suite's
 # sizes. SKIP=REGEX leaves out the steps whose command line matches it, and
 # ONLY=REGEX runs only those (grep -E), e.g. to split the suite over two
@@ -86,6 +87,9 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   # tejit.pytorch's modules with tp_group, each against its tp=1 twin.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/tensor_parallel_check.py --full
+  # The same with sequence_parallel=True: each rank its slice of dim 0.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/sequence_parallel_check.py --full
 else
   echo "== amax reduction across ranks: skipped (one GPU; it runs on a" \
     "machine with two)"

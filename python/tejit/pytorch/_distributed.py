@@ -14,8 +14,15 @@ Tensor parallelism (docs/tensor-parallel.md): a program with tp_allreduce
 steps sums its partial results over the module's tp_group through a
 TensorParallelGroup whose function calls torch.distributed.all_reduce
 (SUM) on that group, on the program's stream, as TE's modules all-reduce
-on the current stream.
+on the current stream. Sequence parallelism's tp_allgather and
+tp_reducescatter steps go through the same group's all_gather
+(torch.distributed.all_gather_into_tensor: rank r's chunk at r * count)
+and reduce_scatter (reduce_scatter_tensor, SUM: this rank keeps chunk
+`rank` of the sum) functions, on the program's stream too.
 """
+import contextlib
+import functools
+
 import torch
 
 import tejit
@@ -74,15 +81,19 @@ def group_size(process_group):
 
 
 def tp_group(process_group, device):
-    """The tejit.TensorParallelGroup that sums over `process_group` the
-    tensors of tensor-parallel programs on CUDA device `device` (an
-    index)."""
+    """The tejit.TensorParallelGroup that sums (all-reduce), gathers and
+    reduce-scatters over `process_group` the tensors of tensor-parallel
+    programs on CUDA device `device` (an index)."""
     key = (process_group, device)
     group = _TP_GROUPS.get(key)
     if group is None:
+        ranks = group_size(process_group)
         group = tejit.TensorParallelGroup.from_function(
-            lambda address, count, dtype, stream: _all_reduce_sum(
-                process_group, device, address, count, dtype, stream))
+            functools.partial(_all_reduce_sum, process_group, device),
+            all_gather=functools.partial(_all_gather, process_group, ranks,
+                                         device),
+            reduce_scatter=functools.partial(_reduce_scatter_sum,
+                                             process_group, ranks, device))
         _TP_GROUPS[key] = group
     return group
 
@@ -96,20 +107,61 @@ def _stream(device, stream):
     return torch.cuda.ExternalStream(stream or 0, device=device)
 
 
-def _all_reduce_max(process_group, device, address, count, stream):
-    amaxes = device_view(address, count, torch.float32, device)
+@contextlib.contextmanager
+def _on_stream(device, stream):
+    """CUDA device `device` and the program's `stream` current while a
+    collective is enqueued (torch.distributed's NCCL calls run on the
+    current stream)."""
     with torch.cuda.device(device), torch.cuda.stream(_stream(device,
                                                               stream)):
+        yield
+
+
+def _all_reduce_max(process_group, device, address, count, stream):
+    amaxes = device_view(address, count, torch.float32, device)
+    with _on_stream(device, stream):
         torch.distributed.all_reduce(amaxes, op=torch.distributed.ReduceOp.MAX,
                                      group=process_group)
 
 
-def _all_reduce_sum(process_group, device, address, count, dtype, stream):
+def _tp_dtype(what, dtype):
+    """The torch dtype of a tensor-parallel collective's runtime name."""
     if dtype not in _TP_DTYPES:
-        raise ValueError(f"tejit: a tensor-parallel all-reduce of {dtype} "
+        raise ValueError(f"tejit: a tensor-parallel {what} of {dtype} "
                          f"(expected one of {', '.join(_TP_DTYPES)})")
-    tensor = device_view(address, count, _TP_DTYPES[dtype], device)
-    with torch.cuda.device(device), torch.cuda.stream(_stream(device,
-                                                              stream)):
+    return _TP_DTYPES[dtype]
+
+
+def _all_reduce_sum(process_group, device, address, count, dtype, stream):
+    tensor = device_view(address, count, _tp_dtype("all-reduce", dtype),
+                         device)
+    with _on_stream(device, stream):
         torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM,
                                      group=process_group)
+
+
+def _all_gather(process_group, ranks, device, in_address, out_address, count,
+                dtype, stream):
+    """Sequence parallelism's gather: `count` elements per rank at
+    `in_address`, every rank's at `out_address` (ranks * count, rank r's
+    at r * count)."""
+    torch_dtype = _tp_dtype("all-gather", dtype)
+    chunk = device_view(in_address, count, torch_dtype, device)
+    gathered = device_view(out_address, count * ranks, torch_dtype, device)
+    with _on_stream(device, stream):
+        torch.distributed.all_gather_into_tensor(gathered, chunk,
+                                                 group=process_group)
+
+
+def _reduce_scatter_sum(process_group, ranks, device, in_address, out_address,
+                        count, dtype, stream):
+    """Sequence parallelism's reduce-scatter: the element-wise sum over
+    the ranks of ranks * count elements at `in_address`, of which this
+    rank keeps chunk `rank` (`count` elements) at `out_address`."""
+    torch_dtype = _tp_dtype("reduce-scatter", dtype)
+    whole = device_view(in_address, count * ranks, torch_dtype, device)
+    chunk = device_view(out_address, count, torch_dtype, device)
+    with _on_stream(device, stream):
+        torch.distributed.reduce_scatter_tensor(
+            chunk, whole, op=torch.distributed.ReduceOp.SUM,
+            group=process_group)

@@ -1,7 +1,7 @@
 """Transformer Engine arguments the modules share: those accepted only at
-their non-distributed defaults, tensor parallelism's (tp_group / tp_size,
-parallel_mode, set_parallel_mode), the checks of the others, and TE's
-default initialization.
+their non-distributed defaults, tensor and sequence parallelism's
+(tp_group / tp_size, parallel_mode, set_parallel_mode, sequence_parallel),
+the checks of the others, and TE's default initialization.
 
 torch is imported only by the initializers and by tp_world_size for a
 process group: tests/python checks the argument checks on machines without
@@ -11,10 +11,10 @@ import functools
 import operator
 import warnings
 
-# TE's arguments for sequence/context parallelism, communication overlap
+# TE's arguments for context parallelism, communication overlap
 # (userbuffers), delayed wgrad computation and a few rarer options: tejit
-# runs none of these yet, so only their defaults. (Tensor parallelism
-# without sequence parallelism is supported: tp_world_size and below.)
+# runs none of these yet, so only their defaults. (Tensor and sequence
+# parallelism are supported: tp_world_size and below.)
 _DEFAULTS_ONLY = {
     "parameters_split": (None,),
     "ub_overlap_ag": (False,),
@@ -45,9 +45,10 @@ def check_defaults(owner, **arguments):
                    for a in allowed):
             raise NotImplementedError(
                 f"{owner}({name}={value!r}) is not supported by tejit yet "
-                f"(no sequence or context parallelism, communication "
-                f"overlap or delayed wgrad computation; tensor parallelism "
-                f"through tp_group/tp_size is supported); leave it at "
+                f"(no context parallelism, communication overlap or "
+                f"delayed wgrad computation; tensor parallelism through "
+                f"tp_group/tp_size, with sequence_parallel too, is "
+                f"supported); leave it at "
                 f"{allowed[0]!r}")
 
 
@@ -95,14 +96,68 @@ def tp_world_size(owner, tp_group, tp_size, group_size=None):
     return size
 
 
-def check_sequence_parallel(owner, sequence_parallel):
-    """NotImplementedError for sequence_parallel=True."""
+def sequence_parallel_of(sequence_parallel, tp_size):
+    """TE's rule: sequence parallelism only with tensor parallelism
+    (self.sequence_parallel = tp_size > 1 and sequence_parallel); ignored
+    at tp_size 1."""
+    return int(tp_size) > 1 and bool(sequence_parallel)
+
+
+def check_sequence_parallel_format(owner, argument, qkv_format,
+                                   sequence_parallel):
+    """NotImplementedError for packed sequences (thd) with sequence
+    parallelism: the tokens of a rank's slice would not be whole
+    sequences."""
+    if sequence_parallel and qkv_format == "thd":
+        raise NotImplementedError(
+            f"{owner}({argument}='thd', sequence_parallel=True) is not "
+            f"supported by tejit: packed sequences (thd) are not split over "
+            f"the tensor-parallel ranks; use 'sbhd' or 'bshd', or "
+            f"sequence_parallel=False")
+
+
+def check_sequence_parallel_kv_cache(owner, sequence_parallel):
+    """NotImplementedError for a KV-cache step (inference_params) of a
+    module with sequence parallelism."""
     if sequence_parallel:
         raise NotImplementedError(
-            f"{owner}(sequence_parallel=True) is not supported by tejit: "
-            f"tensor parallelism without sequence parallelism is (tp_group "
-            f"or tp_size, every rank holding the whole sequence); leave it "
-            f"False")
+            f"{owner}.forward(inference_params=...) with "
+            f"sequence_parallel=True is not supported by tejit (no KV-cache "
+            f"decoding with sequence parallelism); build the inference "
+            f"module with sequence_parallel=False")
+
+
+def sequence_parallel_tokens(owner, lead, tp_size, input_is_slice):
+    """The global token count of a per-token module's call with sequence
+    parallelism (the spec's seq_length), from the input's leading dims
+    `lead`: the input is this rank's slice of dim 0 (`input_is_slice`:
+    column-parallel modules, whose program gathers it), or the whole
+    sequence (a row-parallel Linear, whose output is this rank's 1/tp of
+    dim 0: dim 0 must divide by tp_size). ValueError for an input without
+    a leading dim."""
+    if not lead:
+        raise ValueError(f"{owner}: with sequence_parallel the input needs a "
+                         f"leading dimension to split over the ranks ([s, b, "
+                         f"features], [b, s, features] or [tokens, "
+                         f"features]), got a 1-D input")
+    tokens = functools.reduce(operator.mul, lead, 1)
+    if input_is_slice:
+        return tokens * int(tp_size)
+    if lead[0] % tp_size:
+        raise ValueError(f"{owner}: with sequence_parallel the input's first "
+                         f"dimension ({lead[0]}) must be divisible by "
+                         f"tp_size ({tp_size}): each rank keeps 1/tp_size of "
+                         f"it in the output")
+    return tokens
+
+
+def sequence_parallel_dims(qkv_format, seq, batch, tp_size):
+    """The global (seq, batch) of an attention module's input [s, b, h]
+    (sbhd) or [b, s, h] (bshd) whose dim 0 is this rank's slice (sequence
+    parallelism: s/tp rows of the sequence, or b/tp samples)."""
+    if qkv_format == "sbhd":
+        return seq * int(tp_size), batch
+    return seq, batch * int(tp_size)
 
 
 def check_divisible(owner, tp_size, **sizes):
@@ -141,14 +196,19 @@ def check_set_parallel_mode(owner, set_parallel_mode, tp_size, first,
             f"row-parallel, as Megatron-LM), or tp_size=1")
 
 
-def tensor_parallel_spec(layer, tp_size, parallel_mode=None):
+def tensor_parallel_spec(layer, tp_size, parallel_mode=None,
+                         sequence_parallel=False):
     """`layer` (a layer spec) with `tp_size` and, for Linear and
-    LayerNormLinear, `parallel_mode`, when tp_size > 1: specs of tp_size 1
-    stay as they were (and so their JIT and kernel cache keys)."""
+    LayerNormLinear, `parallel_mode`, when tp_size > 1, and
+    `sequence_parallel: true` with sequence parallelism (TE's rule: only
+    when tp_size > 1): specs of tp_size 1 stay as they were (and so their
+    JIT and kernel cache keys)."""
     if tp_size > 1:
         layer["tp_size"] = int(tp_size)
         if parallel_mode is not None:
             layer["parallel_mode"] = parallel_mode
+        if sequence_parallel:
+            layer["sequence_parallel"] = True
     return layer
 
 

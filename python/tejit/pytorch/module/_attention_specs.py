@@ -10,11 +10,16 @@ machines without PyTorch (loading this file by path).
 QKV_SPLIT = ("query", "key", "value")
 
 
-def _with_tensor_parallel(layer, tp_size):
+def _with_tensor_parallel(layer, tp_size, sequence_parallel=False):
     """`layer` with `tp_size` when it is > 1 (the sizes stay global: the
-    compiler makes one rank's shapes); tp_size 1 specs stay as they were."""
+    compiler makes one rank's shapes), and `sequence_parallel: true` with
+    sequence parallelism (only with tp_size > 1, TE's rule: the input and
+    output are then this rank's slice of dim 0); tp_size 1 specs stay as
+    they were."""
     if int(tp_size) > 1:
         layer["tp_size"] = int(tp_size)
+        if sequence_parallel:
+            layer["sequence_parallel"] = True
     return layer
 
 
@@ -120,11 +125,13 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              zero_centered_gamma, mask_type, dropout, bias,
                              rotary, window_size=None, kv_seq_length=None,
                              padded_queries=False, rotary_interleaved=False,
-                             return_layernorm_output=False, tp_size=1):
+                             return_layernorm_output=False, tp_size=1,
+                             sequence_parallel=False):
     """`kv_seq_length`: the encoder output's length for cross-attention
     (attention_type "cross"), else None; `padded_queries`: the queries
     have a padding mask of their own (`enc_dec_query_mask`); `tp_size`:
-    tensor parallelism (docs/tensor-parallel.md; sizes stay global)."""
+    tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
+    `sequence_parallel` its sequence parallelism."""
     layer = {"type": "MultiheadAttention", "hidden_size": hidden,
              "num_attention_heads": heads, "kv_channels": kv_channels,
              "num_gqa_groups": groups, "input_layernorm": input_layernorm,
@@ -140,7 +147,7 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
             layer["padded_queries"] = True
     if return_layernorm_output:
         layer["return_layernorm_output"] = True
-    _with_tensor_parallel(layer, tp_size)
+    _with_tensor_parallel(layer, tp_size, sequence_parallel)
     return _with_window(layer, mask_type, window_size)
 
 
@@ -152,13 +159,14 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            output_layernorm=False,
                            parallel_attention_mlp=False,
                            rotary_interleaved=False, drop_path_rate=0.0,
-                           tp_size=1):
+                           tp_size=1, sequence_parallel=False):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
     instead of before the attention); `parallel_attention_mlp`: TE's
     parallel block (attention and MLP both read the input); `tp_size`:
-    tensor parallelism (docs/tensor-parallel.md; sizes stay global)."""
+    tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
+    `sequence_parallel` its sequence parallelism."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -182,7 +190,7 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
         layer["enc_dec_attn_mask_type"] = decoder[1]
         if decoder[2]:
             layer["padded_queries"] = True
-    _with_tensor_parallel(layer, tp_size)
+    _with_tensor_parallel(layer, tp_size, sequence_parallel)
     return _with_window(layer, mask_type, window_size)
 
 

@@ -253,8 +253,13 @@ class DotProductAttention(TransformerEngineBaseModule):
     parallelism (tp_size, or tp_group's size): this rank's heads, as TE's
     heads per partition: query [.., heads/tp, d], key/value [..,
     groups/tp, d], output [.., heads/tp * d]; nothing is communicated.
-    Refused (NotImplementedError naming the argument): context and
-    sequence parallelism, attention bias, ALiBi, thd padding between
+    sequence_parallel changes no shape (the attention sees the whole
+    sequence, gathered before it); as in TE, the dropout seed is then
+    drawn in the caller's RNG context rather than the tracker's fork()
+    (Megatron-LM forks around the whole layer under sequence
+    parallelism).
+    Refused (NotImplementedError naming the argument): context
+    parallelism, attention bias, ALiBi, thd padding between
     sequences with keys packed on their own, kv_channels differing for k
     and v, "arbitrary" in cross-attention. inference_params (TE's KV cache,
     InferenceParams; eval mode or torch.no_grad(), self-attention): q/k/v
@@ -307,6 +312,10 @@ class DotProductAttention(TransformerEngineBaseModule):
         tp = self._init_tensor_parallel(owner, tp_group, tp_size,
                                         sequence_parallel,
                                         get_rng_state_tracker)
+        # TE's DotProductAttention: with sequence_parallel (the argument as
+        # given) its dropout runs in the caller's RNG context, not in the
+        # tracker's fork().
+        self._dropout_in_caller_context = bool(sequence_parallel)
         _args.check_divisible(owner, tp,
                               num_attention_heads=self.num_attention_heads,
                               num_gqa_groups=self.num_gqa_groups)
@@ -338,7 +347,10 @@ class DotProductAttention(TransformerEngineBaseModule):
         return False
 
     def _dropout_seed_context(self):
-        # TE draws attention dropout in get_rng_state_tracker().fork().
+        # TE draws attention dropout in get_rng_state_tracker().fork(),
+        # unless sequence_parallel (then in the caller's context).
+        if getattr(self, "_dropout_in_caller_context", False):
+            return rng_fork(None)
         return rng_fork(self._rng_tracker)
 
     def _layer_spec(self, mask_type=None, window_size=None, seq_kv=None,
@@ -598,7 +610,9 @@ def check_cross_mask_type(owner, argument, mask_type):
 def encoder_output_input(owner, encoder_output, qkv_format, batch, hidden,
                          dtype):
     """(the program's `encoder_output` input, its length s_kv) from TE's
-    encoder_output [s_kv, b, hidden] (sbhd) / [b, s_kv, hidden] (bshd)."""
+    encoder_output [s_kv, b, hidden] (sbhd) / [b, s_kv, hidden] (bshd);
+    `batch` and s_kv are the tensor's own (with sequence parallelism this
+    rank's slice of dim 0: the caller makes s_kv global)."""
     if encoder_output is None:
         raise ValueError(f"{owner}: cross-attention needs encoder_output "
                          f"(the keys' and values' source)")
@@ -629,6 +643,9 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     whether the block also self-attends: a decoder TransformerLayer, whose
     self-attention then takes `mask_type` and `attention_mask`)."""
     if qkv_format == "thd":
+        _args.check_sequence_parallel_format(
+            owner, "qkv_format", qkv_format,
+            module._sequence_parallel_active())
         return _run_packed_block(
             module, owner, hidden_states, hidden_size, mask_type,
             attention_mask, rotary_pos_emb, kv_channels, layer_spec,
@@ -639,7 +656,14 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
                          f"{'[s, b' if qkv_format == 'sbhd' else '[b, s'}, "
                          f"{hidden_size}] ({qkv_format}), got "
                          f"{list(hidden_states.shape)}")
-    seq, batch = _sequence_dims(qkv_format, hidden_states)
+    local_seq, local_batch = _sequence_dims(qkv_format, hidden_states)
+    # Sequence parallelism: hidden_states (and encoder_output) are this
+    # rank's slice of dim 0 (s/tp positions in sbhd, b/tp sequences in
+    # bshd); the spec, the masks and the rotary table take the global
+    # sizes.
+    tp_split = module.tp_size if module._sequence_parallel_active() else 1
+    seq, batch = _args.sequence_parallel_dims(qkv_format, local_seq,
+                                              local_batch, tp_split)
     # With cross-attention, max_seqlen_kv is the encoder output's length.
     max_seqlen_kv = (call_arguments.pop("max_seqlen_kv", None)
                      if cross is not None else None)
@@ -651,7 +675,10 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     if cross is not None:
         encoder_output, cross_mask_type, cross_mask, self_attends = cross
         activations["encoder_output"], seq_kv = encoder_output_input(
-            owner, encoder_output, qkv_format, batch, hidden_size, dtype)
+            owner, encoder_output, qkv_format, local_batch, hidden_size,
+            dtype)
+        seq_kv = _args.sequence_parallel_dims(qkv_format, seq_kv,
+                                              local_batch, tp_split)[0]
         if max_seqlen_kv is not None and int(max_seqlen_kv) != seq_kv:
             raise NotImplementedError(
                 f"{owner}.forward(max_seqlen_kv={max_seqlen_kv}) other than "

@@ -40,7 +40,12 @@ Tensor parallelism (docs/tensor-parallel.md): TE's tp_group / tp_size
 (and parallel_mode, set_parallel_mode); the parameters are this rank's
 shards, the spec says the global sizes and `tp_size`, and the program sums
 its partial results over the module's tp_group (set_tensor_parallel_group)
-through torch.distributed (_distributed.py).
+through torch.distributed (_distributed.py). With sequence_parallel (TE's,
+only with tp_size > 1) the input and output are this rank's slice of dim 0
+(column-parallel GEMMs all-gather it, row-parallel ones reduce-scatter
+their output), the spec gets `sequence_parallel: true` and global sizes,
+and the parameters whose gradients are then this rank's partial sums (the
+norms', the row-parallel biases) carry TE's `sequence_parallel = True`.
 """
 import contextlib
 import contextvars
@@ -211,6 +216,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
     # Tensor parallelism's defaults (__init__ sets them per module; these
     # serve modules unpickled from before they existed).
     tp_size = 1
+    sequence_parallel = False
     _tp_group = GroupRef()
     _rng_tracker = None
     _rng_tracker_name = None
@@ -240,6 +246,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # initialization; attention dropout seeds), and the parameters
         # initialized under the tracker.
         self.tp_size = 1
+        # TE's self.sequence_parallel: tp_size > 1 and sequence_parallel.
+        self.sequence_parallel = False
         self._tp_group = GroupRef()
         self._rng_tracker = None
         self._rng_tracker_name = None
@@ -253,9 +261,11 @@ class TransformerEngineBaseModule(torch.nn.Module):
                               rng_tracker_name=None):
         """Takes TE's tensor-parallel arguments: sets and returns tp_size
         (tp_group's size when it is given), keeps the group and the RNG
-        tracker; sequence_parallel=True is refused."""
-        _args.check_sequence_parallel(owner, sequence_parallel)
+        tracker, and sets sequence_parallel as TE does (only with tp_size
+        > 1)."""
         self.tp_size = _args.tp_world_size(owner, tp_group, tp_size)
+        self.sequence_parallel = _args.sequence_parallel_of(
+            sequence_parallel, self.tp_size)
         self._tp_group = GroupRef(tp_group)
         self._rng_tracker = get_rng_state_tracker
         self._rng_tracker_name = rng_tracker_name
@@ -288,6 +298,36 @@ class TransformerEngineBaseModule(torch.nn.Module):
         group (DotProductAttention's and a Linear's without parallel_mode
         do not)."""
         return self.tp_size > 1
+
+    def _sequence_parallel_active(self):
+        """Whether this module's programs run with sequence parallelism:
+        sequence_parallel (already False at tp_size 1) on a module that
+        communicates (a Linear without parallel_mode splits nothing, as in
+        TE)."""
+        return self.sequence_parallel and self._tp_communicates()
+
+    def _sequence_parallel_input_is_slice(self):
+        """With sequence parallelism, whether the input is this rank's
+        slice of dim 0 (a column-parallel GEMM first: the program gathers
+        it) rather than the whole of it (a row-parallel Linear)."""
+        return True
+
+    def _sequence_parallel_parameters(self):
+        """The names (dotted for a submodule's) of the parameters that get
+        TE's attribute `sequence_parallel` (their gradients are this rank's
+        partial sums under sequence parallelism: the norms' and the
+        row-parallel biases'), following TE's modules; none by default."""
+        return ()
+
+    def _mark_sequence_parallel(self):
+        """TE's parameter attribute: `param.sequence_parallel =
+        self.sequence_parallel` on _sequence_parallel_parameters (False
+        without sequence parallelism, as TE sets it), so that Megatron-LM
+        all-reduces their gradients over the tensor-parallel group."""
+        for name in self._sequence_parallel_parameters():
+            parameter = self._parameter(name)
+            if parameter is not None:
+                parameter.sequence_parallel = bool(self.sequence_parallel)
 
     def _required_tp_group(self):
         group = self._tp_group.group
@@ -361,6 +401,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
             reset = getattr(child, "reset_parameters", None)
             if reset is not None:
                 reset()
+        # TE sets its parallel attributes in reset_parameters too.
+        self._mark_sequence_parallel()
 
     def _bias_output(self, name, like):
         """The bias a return_bias module returns, in the output's dtype."""
@@ -493,11 +535,25 @@ class TransformerEngineBaseModule(torch.nn.Module):
         dtype = self._checked_dtype(inp)
         lead = tuple(inp.shape[:-1])
         tokens = math.prod(lead)
+        sequence_parallel = self._sequence_parallel_active()
+        # The spec's token count is global: with sequence parallelism a
+        # column-parallel module's input holds this rank's 1/tp of dim 0
+        # (flattened, rank r's tokens are rows [r*T/tp, (r+1)*T/tp) of the
+        # gathered [T, 1, features]: chunk r of dim 0).
+        spec_tokens = (_args.sequence_parallel_tokens(
+            name, lead, self.tp_size,
+            self._sequence_parallel_input_is_slice())
+            if sequence_parallel else tokens)
         x = inp.to(dtype).contiguous().view(tokens, 1, features)
         outputs = self._run_program(
             {"input": x}, dtype, tokens,
-            {"seq_length": tokens, "batch_size": 1}, inp.shape,
+            {"seq_length": spec_tokens, "batch_size": 1}, inp.shape,
             is_first_microbatch=is_first_microbatch)
+        if sequence_parallel:
+            # Outputs hold tp times (gathered) or 1/tp (scattered) of the
+            # input's dim 0, or as much as it (the norm's output).
+            return {output_name: out.view(-1, *lead[1:], out.shape[-1])
+                    for output_name, out in outputs.items()}
         return {output_name: out.view(*lead, out.shape[-1])
                 for output_name, out in outputs.items()}
 

@@ -10,7 +10,11 @@ class LayerNorm(TransformerEngineBaseModule):
     `normalized_shape` or TE 1.x's `hidden_size`; `dtype` is TE 2.x's alias
     of params_dtype; `sm_margin` is accepted and unused (it only reserves
     SMs for communication kernels). Runs in the activation dtype under any
-    FP8 autocast, as TE's does."""
+    FP8 autocast, as TE's does. `sequence_parallel` (TE's, deprecated
+    there) changes nothing in the computation: when given (not None) the
+    parameters get TE's attribute `sequence_parallel` with its value (a
+    norm on a slice of the sequence has partial gradients, which
+    Megatron-LM sums over the tensor-parallel group)."""
 
     _uses_fp8 = False
     _normalization = "LayerNorm"
@@ -21,7 +25,9 @@ class LayerNorm(TransformerEngineBaseModule):
                  dtype=None, sm_margin=0):
         owner = type(self).__name__
         super().__init__(params_dtype if params_dtype is not None else dtype)
-        _args.check_sequence_parallel(owner, sequence_parallel)
+        # TE's: kept as given (None: no attribute on the parameters).
+        self.sequence_parallel = (None if sequence_parallel is None
+                                  else bool(sequence_parallel))
         self.hidden_size = _args.normalized_size(owner, normalized_shape,
                                                  hidden_size)
         self.eps = float(eps)
@@ -30,6 +36,13 @@ class LayerNorm(TransformerEngineBaseModule):
                                   self._normalization,
                                   self.zero_centered_gamma, device)
         self.reset_parameters()
+
+    def _mark_sequence_parallel(self):
+        if self.sequence_parallel is None:
+            return
+        for parameter in (self.weight, getattr(self, "bias", None)):
+            if parameter is not None:
+                parameter.sequence_parallel = self.sequence_parallel
 
     def _layer_spec(self):
         return {"type": self._normalization, "hidden_size": self.hidden_size,

@@ -13,14 +13,19 @@ class LayerNormLinear(TransformerEngineBaseModule):
     return_bias (not added) and then the norm's output with
     return_layernorm_output, as TE's.
 
-    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
-    tp_size and set_tensor_parallel_group later) with
-    parallel_mode="column": the norm's parameters [in_features] whole on
-    every rank, weight [out/tp, in], bias [out/tp], output [..., out/tp];
-    the input gradient is summed over the ranks before the norm's backward.
-    out_features is then this rank's, as in TE. parallel_mode="row" is
-    refused with tp_size > 1; None splits nothing. Weights are initialized
-    under get_rng_state_tracker().fork() when a tracker is given. Other
+    Tensor parallelism (TE's): tp_group (or tp_size and
+    set_tensor_parallel_group later) with parallel_mode="column": the
+    norm's parameters [in_features] whole on every rank, weight [out/tp,
+    in], bias [out/tp], output [..., out/tp]; the input gradient is summed
+    over the ranks before the norm's backward. out_features is then this
+    rank's, as in TE. parallel_mode="row" is refused with tp_size > 1;
+    None splits nothing. Weights are initialized under
+    get_rng_state_tracker().fork() when a tracker is given.
+    sequence_parallel=True (ignored at tp_size 1, as in TE): the input is
+    this rank's slice of dim 0 ([s/tp, b, in]), normalized there and
+    all-gathered before the GEMM (output [s, b, out/tp]; ln_output [s/tp,
+    b, in]); the norm's gradients are then this rank's partial sums, and
+    its parameters carry TE's `sequence_parallel` attribute. Other
     distributed arguments only at their defaults; ub_name and name are
     unused."""
 
@@ -88,7 +93,17 @@ class LayerNormLinear(TransformerEngineBaseModule):
                  "return_layernorm_output": self.return_layernorm_output}
         if not self._tp_communicates():
             return layer  # parallel_mode None: a whole layer per rank
-        return _args.tensor_parallel_spec(layer, self.tp_size, "column")
+        return _args.tensor_parallel_spec(layer, self.tp_size, "column",
+                                          self.sequence_parallel)
+
+    def _sequence_parallel_parameters(self):
+        # TE's LayerNormLinear.reset_parameters: the norm's parameters, and
+        # a row-parallel bias (refused with tp_size > 1 here; at tp_size 1
+        # it gets False, as in TE).
+        names = ["layer_norm_weight", "layer_norm_bias"]
+        if self.parallel_mode == "row":
+            names.append("bias")
+        return names
 
     def _input_features(self):
         return self.in_features

@@ -22,7 +22,7 @@ class LayerNormMLP(TransformerEngineBaseModule):
     returns the output, plus fc2's bias with return_bias (not added) and
     then the norm's output with return_layernorm_output, as TE's.
 
-    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later) with
     set_parallel_mode=True (required with tp_size > 1): fc1
     column-parallel, fc2 row-parallel. Each rank holds the norm's
@@ -31,9 +31,15 @@ class LayerNormMLP(TransformerEngineBaseModule):
     rows], fc2_weight [hidden, ffn/tp] and fc2_bias [hidden] (added once,
     after the sum over the ranks); size_per_partition is ffn/tp, as in TE.
     fc1 and fc2 weights are initialized under get_rng_state_tracker().fork()
-    when a tracker is given. Other distributed arguments only at their
-    defaults; seq_length, micro_batch_size (userbuffers sizing) and name
-    are accepted and unused.
+    when a tracker is given. sequence_parallel=True (ignored at tp_size 1,
+    as in TE): the input and output are this rank's slice of dim 0 ([s/tp,
+    b, hidden]; so is ln_output): the norm runs on the slice, fc1's input
+    is all-gathered and fc2's output reduce-scattered before its bias;
+    the gradients of the norm's parameters and of fc2_bias are then this
+    rank's partial sums, and they carry TE's `sequence_parallel`
+    attribute. Other distributed arguments only at their defaults;
+    seq_length, micro_batch_size (userbuffers sizing) and name are
+    accepted and unused.
 
     `checkpoint=True` (TE's): the block keeps only its input for the
     backward and recomputes its forward there (tejit.pytorch.checkpoint:
@@ -109,7 +115,16 @@ class LayerNormMLP(TransformerEngineBaseModule):
                  "normalization": self.normalization, "eps": self.eps,
                  "zero_centered_gamma": self.zero_centered_gamma,
                  "return_layernorm_output": self.return_layernorm_output}
-        return _args.tensor_parallel_spec(layer, self.tp_size)
+        return _args.tensor_parallel_spec(layer, self.tp_size, None,
+                                          self.sequence_parallel)
+
+    def _sequence_parallel_parameters(self):
+        # TE's LayerNormMLP.reset_parameters: the norm's parameters, and
+        # fc2_bias with set_parallel_mode (fc2 row-parallel).
+        names = ["layer_norm_weight", "layer_norm_bias"]
+        if self.set_parallel_mode:
+            names.append("fc2_bias")
+        return names
 
     def _input_features(self):
         return self.hidden_size

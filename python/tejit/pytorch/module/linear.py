@@ -12,17 +12,22 @@ class Linear(TransformerEngineBaseModule):
     out_features], or (output, bias) with return_bias=True (the bias not
     added).
 
-    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
-    tp_size, the group given later by set_tensor_parallel_group) with
-    parallel_mode "column" (weight [out/tp, in], bias [out/tp], output
-    [..., out/tp]; the input gradient summed over the ranks) or "row"
-    (weight [out, in/tp], bias [out] added once after the sum; input
-    [..., in/tp], output [..., out] summed over the ranks). As in TE,
-    in_features / out_features are then this rank's; parallel_mode None
-    splits nothing and communicates nothing. Weights are initialized under
-    get_rng_state_tracker().fork(rng_tracker_name) when a tracker is given.
-    Other distributed arguments only at their defaults; ub_name and name
-    are accepted and unused.
+    Tensor parallelism (TE's): tp_group (or tp_size, the group given later
+    by set_tensor_parallel_group) with parallel_mode "column" (weight
+    [out/tp, in], bias [out/tp], output [..., out/tp]; the input gradient
+    summed over the ranks) or "row" (weight [out, in/tp], bias [out] added
+    once after the sum; input [..., in/tp], output [..., out] summed over
+    the ranks). As in TE, in_features / out_features are then this rank's;
+    parallel_mode None splits nothing and communicates nothing. Weights
+    are initialized under get_rng_state_tracker().fork(rng_tracker_name)
+    when a tracker is given. sequence_parallel=True (ignored at tp_size 1,
+    as in TE): "column" takes this rank's slice of the input's dim 0 ([s/tp,
+    b, in]) and all-gathers it (output [s, b, out/tp]); "row" reduce-
+    scatters its output along dim 0 (input [s, b, in/tp], output [s/tp, b,
+    out]; dim 0 must divide by tp_size) and adds the bias to its slice, so
+    the bias's gradient is this rank's partial sum: the row bias carries
+    TE's `sequence_parallel` attribute. Other distributed arguments only at
+    their defaults; ub_name and name are accepted and unused.
     """
 
     def __init__(self, in_features, out_features, sequence_parallel=False,
@@ -78,7 +83,17 @@ class Linear(TransformerEngineBaseModule):
         if not self._tp_communicates():
             return layer  # parallel_mode None: a whole layer per rank
         return _args.tensor_parallel_spec(layer, self.tp_size,
-                                          self.parallel_mode)
+                                          self.parallel_mode,
+                                          self.sequence_parallel)
+
+    def _sequence_parallel_input_is_slice(self):
+        return self.parallel_mode == "column"
+
+    def _sequence_parallel_parameters(self):
+        # TE's Linear.reset_parameters: a row-parallel bias gets
+        # `sequence_parallel` (a column-parallel one the tensor-parallel
+        # attributes instead; parallel_mode None: nothing).
+        return ("bias",) if self.parallel_mode == "row" else ()
 
     def _input_features(self):
         return self.in_features

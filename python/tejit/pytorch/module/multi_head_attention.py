@@ -58,10 +58,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
     return_layernorm_output and input_layernorm, the forward also returns
     the normalized input (last, after proj's bias with return_bias), as
     TE's. Refused (NotImplementedError naming the argument):
-    sequence parallelism, userbuffers, attention bias, ALiBi,
-    cu_seqlens outside qkv_format="thd".
+    userbuffers, attention bias, ALiBi, cu_seqlens outside
+    qkv_format="thd".
 
-    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later) with
     set_parallel_mode=True (required with tp_size > 1): the QKV projection
     column-parallel, proj row-parallel. Each rank holds
@@ -73,6 +73,18 @@ class MultiheadAttention(TransformerEngineBaseModule):
     whole. QKV and proj weights are initialized, and the attention dropout
     seeded, under get_rng_state_tracker().fork() when a tracker is given
     (TE's rule).
+    sequence_parallel=True (ignored at tp_size 1, as in TE): hidden_states
+    (and a cross-attention's encoder_output) are this rank's slice of dim
+    0 ([s/tp, b, hidden] sbhd, [b/tp, s, hidden] bshd), gathered before
+    the QKV projection; the output is this rank's slice too (proj's output
+    reduce-scattered, then its bias added). Masks and the rotary table are
+    the whole sequence's, as without it. The gradients of the input
+    norm's parameters and of proj.bias are then this rank's partial sums:
+    they carry TE's `sequence_parallel` attribute. The attention dropout
+    seed is still drawn in the tracker's fork() (TE's DotProductAttention
+    leaves it to the caller's fork under sequence parallelism, Megatron-LM
+    forking around the whole layer: the masks differ by rank either way).
+    Not with qkv_format="thd" or inference_params.
     inference_params (TE's KV cache, InferenceParams; eval mode or
     torch.no_grad(), self-attention): a decoding step on the new tokens
     (thd, or bshd/sbhd with as many new tokens in every sequence), the
@@ -111,6 +123,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
                                         get_rng_state_tracker)
         _args.check_set_parallel_mode(owner, set_parallel_mode, tp,
                                       "the QKV projection", "proj")
+        _args.check_sequence_parallel_format(owner, "qkv_format", qkv_format,
+                                             self.sequence_parallel)
         self.set_parallel_mode = bool(set_parallel_mode)
         if attention_type not in ("self", "cross"):
             raise ValueError(f"{owner}: attention_type must be 'self' or "
@@ -226,8 +240,23 @@ class MultiheadAttention(TransformerEngineBaseModule):
         return self.training and self.attention_dropout > 0
 
     def _dropout_seed_context(self):
-        # TE draws attention dropout in get_rng_state_tracker().fork().
+        # TE draws attention dropout in get_rng_state_tracker().fork()
+        # (with sequence parallelism TE's DotProductAttention draws it in
+        # the caller's context, which Megatron-LM forks around the whole
+        # layer: forking here too gives per-rank masks either way).
         return rng_fork(self._rng_tracker)
+
+    def _sequence_parallel_parameters(self):
+        # TE's MultiheadAttention: its LayerNormLinear (layernorm_qkv, or
+        # a cross-attention's layernorm_query) marks the norm's parameters,
+        # its proj Linear (row-parallel with set_parallel_mode) its bias.
+        names = []
+        if self.input_layernorm:
+            names += [f"{self._qkv_name}.layer_norm_weight",
+                      f"{self._qkv_name}.layer_norm_bias"]
+        if self.set_parallel_mode:
+            names.append("proj.bias")
+        return names
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
                     seq_kv=None, padded_queries=False):
@@ -247,7 +276,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             self.use_bias, rotary, window_size,
             seq_kv if self.attention_type == "cross" else None,
             padded_queries, self.rotary_pos_interleaved,
-            self._returns_layernorm_output(), self.tp_size)
+            self._returns_layernorm_output(), self.tp_size,
+            self.sequence_parallel)
 
     def _returns_layernorm_output(self):
         return self.input_layernorm and self.return_layernorm_output
@@ -291,6 +321,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
             pad_between_seqs=pad_between_seqs)
         if inference_params is not None:
+            _args.check_sequence_parallel_kv_cache(owner,
+                                                   self.sequence_parallel)
             window = window_of_call(owner, self.window_size, window_size,
                                     mask_type)
             outputs = run_kv_cache_block(

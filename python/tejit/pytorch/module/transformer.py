@@ -7,7 +7,7 @@ from . import _args, _attention_specs, _thd
 from .attention import (check_cross_mask_type, mask_type_of_call,
                         run_attention_block, window_of_call)
 from ._kv_cache import run_kv_cache_block
-from .base import TransformerEngineBaseModule
+from .base import TransformerEngineBaseModule, rng_fork
 from .layernorm import LayerNorm
 from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
 from .multi_head_attention import MultiheadAttention
@@ -45,11 +45,11 @@ class TransformerLayer(TransformerEngineBaseModule):
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    sequence parallelism, ub_tp_comm_overlap, attention bias, ALiBi,
+    ub_tp_comm_overlap, attention bias, ALiBi,
     cu_seqlens outside attn_input_format="thd". inference_params (TE's KV
     cache) as MultiheadAttention's, in encoder layers.
 
-    Tensor parallelism (TE's, without sequence parallelism): tp_group (or
+    Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later, which reaches the
     submodules too) and set_parallel_mode=True (required with tp_size > 1;
     TE passes it to its attention and MLP): the attention blocks and the
@@ -60,7 +60,24 @@ class TransformerLayer(TransformerEngineBaseModule):
     default generator, since the hidden dropout must draw the same masks
     on every tensor-parallel rank (docs/tensor-parallel.md).
 
-    Accepted and unused: layer_number, seq_length, micro_batch_size, the
+    sequence_parallel=True (ignored at tp_size 1, as in TE; passed to the
+    submodules): hidden_states, encoder_output and the output are this
+    rank's slice of dim 0 ([s/tp, b, hidden] sbhd, [b/tp, s, hidden]
+    bshd): the norms, dropouts and residuals run on the slice, each
+    column-parallel GEMM's input is all-gathered and each row-parallel
+    GEMM's output reduce-scattered before its bias. Masks and the rotary
+    table are the whole sequence's. The gradients of the norms' parameters
+    and of the proj and fc2 biases are then this rank's partial sums: they
+    carry TE's `sequence_parallel` attribute (set by the submodules, and
+    by the output layernorm). The layer's dropout stream is then seeded in
+    get_rng_state_tracker().fork() when a tracker is given: the hidden
+    dropout acts on each rank's own tokens, whose masks must differ, as
+    Megatron-LM forks the tracker around the layer under sequence
+    parallelism. With seq_length given (TE's), an sbhd input must hold
+    seq_length / tp_size positions. Not with attn_input_format="thd" or
+    inference_params.
+
+    Accepted and unused: layer_number, micro_batch_size, the
     ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
     `is_first_microbatch` is TE's FP8 weight caching (Linear.forward)."""
@@ -97,7 +114,13 @@ class TransformerLayer(TransformerEngineBaseModule):
                                         get_rng_state_tracker)
         _args.check_set_parallel_mode(owner, set_parallel_mode, tp,
                                       "QKV and fc1", "proj and fc2")
+        _args.check_sequence_parallel_format(
+            owner, "attn_input_format", attn_input_format,
+            self.sequence_parallel)
         self.set_parallel_mode = bool(set_parallel_mode)
+        # TE's: the whole sequence's length, checked against an sbhd
+        # input's under sequence parallelism.
+        self.seq_length = seq_length
         _args.check_divisible(
             owner, tp, num_attention_heads=int(num_attention_heads),
             num_gqa_groups=int(num_gqa_groups if num_gqa_groups is not None
@@ -176,6 +199,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             normalization=normalization, device=device,
             qkv_format=self.attn_input_format, tp_group=tp_group,
             tp_size=tp, set_parallel_mode=set_parallel_mode,
+            sequence_parallel=self.sequence_parallel,
             get_rng_state_tracker=get_rng_state_tracker)
         self.self_attention = MultiheadAttention(
             self.hidden_size, self.num_attention_heads,
@@ -202,11 +226,15 @@ class TransformerLayer(TransformerEngineBaseModule):
             zero_centered_gamma=zero_centered_gamma, device=device,
             tp_group=tp_group, tp_size=tp,
             set_parallel_mode=set_parallel_mode,
+            sequence_parallel=self.sequence_parallel,
             get_rng_state_tracker=get_rng_state_tracker)
         if self.output_layernorm:
             norm = (LayerNorm if self.normalization == "LayerNorm"
                     else RMSNorm)
+            # TE passes sequence_parallel (its parameters get the
+            # attribute).
             self.layernorm = norm(self.hidden_size, eps=layernorm_epsilon,
+                                  sequence_parallel=self.sequence_parallel,
                                   params_dtype=self.params_dtype,
                                   zero_centered_gamma=zero_centered_gamma,
                                   device=device)
@@ -215,6 +243,21 @@ class TransformerLayer(TransformerEngineBaseModule):
         return self.training and (self.hidden_dropout > 0
                                   or self.attention_dropout > 0
                                   or self.drop_path_rate > 0)
+
+    def _dropout_seed_context(self):
+        # The layer's one dropout stream draws its hidden dropout, drop
+        # path and attention dropout. Without sequence parallelism the
+        # hidden dropout acts on the hidden states every rank holds whole,
+        # so the seed comes from torch's default generator, the same on
+        # every rank (base's context; docs/tensor-parallel.md). With it
+        # each rank holds its own tokens, whose masks must differ by rank:
+        # the seed is drawn in get_rng_state_tracker().fork() when a
+        # tracker is given, as Megatron-LM runs the whole layer in the
+        # tracker's fork under sequence parallelism (and TE's attention
+        # then draws in that context too).
+        if self._sequence_parallel_active():
+            return rng_fork(self._rng_tracker)
+        return super()._dropout_seed_context()
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
                     seq_kv=None, enc_dec_mask_type=None,
@@ -243,7 +286,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             if self.layer_type == "decoder" else None,
             self.output_layernorm, self.parallel_attention_mlp,
             self.rotary_pos_interleaved,
-            self.drop_path_rate if active else 0.0, self.tp_size)
+            self.drop_path_rate if active else 0.0, self.tp_size,
+            self.sequence_parallel)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
@@ -270,6 +314,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
             pad_between_seqs=pad_between_seqs)
         if inference_params is not None:
+            _args.check_sequence_parallel_kv_cache(owner,
+                                                   self.sequence_parallel)
             window = window_of_call(owner, self.window_size, window_size,
                                     mask_type)
             _args.check_unsupported(f"{owner}.forward",
@@ -286,6 +332,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             return outputs["output"]
         if self.attn_input_format == "thd":
             mask_type = _thd.thd_mask_type(owner, mask_type)
+        self._check_sequence_parallel_length(owner, hidden_states)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
         cross, enc_dec_mask_type = None, None
@@ -314,6 +361,22 @@ class TransformerLayer(TransformerEngineBaseModule):
             cross=cross,
             encoder_output=encoder_output, **call_arguments)
         return outputs["output"]
+
+    def _check_sequence_parallel_length(self, owner, hidden_states):
+        """TE's check under sequence parallelism with seq_length given: an
+        sbhd input holds seq_length / tp_size positions."""
+        seq_length = getattr(self, "seq_length", None)
+        if (seq_length is None or not self._sequence_parallel_active()
+                or self.attn_input_format != "sbhd"
+                or getattr(hidden_states, "dim", lambda: 0)() != 3):
+            return
+        want = int(seq_length) // self.tp_size
+        if hidden_states.shape[0] != want:
+            raise ValueError(
+                f"{owner}: with sequence_parallel, hidden_states must be "
+                f"this rank's slice of the sequence, seq_length / tp_size "
+                f"= {seq_length} / {self.tp_size} = {want} positions, got "
+                f"{list(hidden_states.shape)}")
 
     def extra_repr(self):
         return (f"hidden_size={self.hidden_size}, "

@@ -1,0 +1,245 @@
+//===- TensorParallelGroupTest.cpp - the tensor-parallel group's checks ---===//
+//
+// What needs no GPU: the check a run makes before it enqueues anything
+// (TpNeeds: a group is set, and a group of the caller's functions has the
+// one each kind of step needs), and that a group of functions hands the
+// steps' buffers, counts and dtypes to the caller's functions as tejit.h
+// says. The collectives themselves run in tests/gpu/tp_group_check.py.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/TensorParallel.h"
+
+#include "gtest/gtest.h"
+
+#include <tuple>
+#include <vector>
+
+using namespace tejit::runtime;
+
+namespace {
+
+/// A function with `steps` (tensor-parallel steps over `ranks`, values 0
+/// and 1), as a plan built in memory.
+FunctionPlan functionWith(std::vector<Step> steps) {
+  FunctionPlan function;
+  function.name = "layer";
+  function.steps = std::move(steps);
+  return function;
+}
+
+template <typename StepType> Step tpStep(int64_t ranks = 2) {
+  StepType step;
+  step.in = 0;
+  step.out = 1;
+  step.ranks = ranks;
+  return step;
+}
+
+/// The code and message of `error` (success: ErrorCode(0), "").
+std::pair<ErrorCode, std::string> describe(llvm::Error error) {
+  if (!error)
+    return {ErrorCode(0), ""};
+  std::string message;
+  ErrorCode code = takeError(std::move(error), message);
+  return {code, message};
+}
+
+TpNeeds needsOf(std::vector<Step> steps) {
+  llvm::Expected<TpNeeds> needs = TpNeeds::of(functionWith(std::move(steps)));
+  if (!needs) {
+    ADD_FAILURE() << llvm::toString(needs.takeError());
+    return {};
+  }
+  return *needs;
+}
+
+/// Records what the functions of a group were given.
+struct Call {
+  TpCollective collective;
+  const void *input;
+  void *output;
+  size_t count;
+  int dtype;
+  void *stream;
+};
+
+struct Recorder {
+  std::vector<Call> calls;
+  int status = 0;
+};
+
+int allReduce(void *userData, void *data, size_t count, int dtype,
+              void *stream) {
+  auto *recorder = static_cast<Recorder *>(userData);
+  recorder->calls.push_back(
+      {TpCollective::AllReduce, data, data, count, dtype, stream});
+  return recorder->status;
+}
+
+int allGather(void *userData, const void *input, void *output, size_t count,
+              int dtype, void *stream) {
+  auto *recorder = static_cast<Recorder *>(userData);
+  recorder->calls.push_back(
+      {TpCollective::AllGather, input, output, count, dtype, stream});
+  return recorder->status;
+}
+
+int reduceScatter(void *userData, const void *input, void *output, size_t count,
+                  int dtype, void *stream) {
+  auto *recorder = static_cast<Recorder *>(userData);
+  recorder->calls.push_back(
+      {TpCollective::ReduceScatter, input, output, count, dtype, stream});
+  return recorder->status;
+}
+
+TEST(TensorParallelGroupTest, NeedsListTheCollectivesOfTheSteps) {
+  TpNeeds none = needsOf({AmaxAllReduceStep{}});
+  EXPECT_EQ(none.ranks, 0);
+  EXPECT_EQ(none.uses, (std::array<bool, kNumTpCollectives>{}));
+
+  TpNeeds sums = needsOf({tpStep<TpAllReduceStep>()});
+  EXPECT_EQ(sums.ranks, 2);
+  EXPECT_EQ(sums.uses,
+            (std::array<bool, kNumTpCollectives>{true, false, false}));
+
+  TpNeeds sequence =
+      needsOf({tpStep<TpAllGatherStep>(4), KernelStep{},
+               tpStep<TpReduceScatterStep>(4), tpStep<TpAllGatherStep>(4)});
+  EXPECT_EQ(sequence.ranks, 4);
+  EXPECT_EQ(sequence.uses,
+            (std::array<bool, kNumTpCollectives>{false, true, true}));
+}
+
+TEST(TensorParallelGroupTest, StepsOverOtherRanksAreRefused) {
+  llvm::Expected<TpNeeds> needs = TpNeeds::of(functionWith(
+      {tpStep<TpAllReduceStep>(2), tpStep<TpReduceScatterStep>(4)}));
+  ASSERT_FALSE(bool(needs));
+  auto [code, message] = describe(needs.takeError());
+  EXPECT_EQ(code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(message, "function 'layer', step 1: a tp_reducescatter over 4 "
+                     "ranks after a tensor-parallel step over 2");
+}
+
+TEST(TensorParallelGroupTest, AFunctionWithoutStepsNeedsNoGroup) {
+  TpNeeds none = needsOf({KernelStep{}});
+  EXPECT_EQ(describe(none.check("layer", nullptr)).first, ErrorCode(0));
+}
+
+TEST(TensorParallelGroupTest, RunWithoutAGroupNamesTheSetter) {
+  for (Step step : {tpStep<TpAllReduceStep>(), tpStep<TpAllGatherStep>(),
+                    tpStep<TpReduceScatterStep>()}) {
+    auto [code, message] = describe(needsOf({step}).check("layer", nullptr));
+    EXPECT_EQ(code, ErrorCode::State);
+    EXPECT_EQ(message, "function 'layer': this program is compiled for tensor "
+                       "parallelism over 2 ranks (tp_size 2); give it a "
+                       "tensor-parallel group (tejit_program_set_tp_group)");
+  }
+}
+
+TEST(TensorParallelGroupTest, MissingFunctionIsNamed) {
+  Recorder recorder;
+  CallbackTensorParallelGroup sumsOnly({allReduce, nullptr, nullptr},
+                                       &recorder);
+  CallbackTensorParallelGroup gathersOnly({nullptr, allGather, nullptr},
+                                          &recorder);
+  CallbackTensorParallelGroup all({allReduce, allGather, reduceScatter},
+                                  &recorder);
+
+  TpNeeds sequence =
+      needsOf({tpStep<TpAllGatherStep>(), tpStep<TpReduceScatterStep>()});
+  auto [code, message] = describe(sequence.check("layer", &sumsOnly));
+  EXPECT_EQ(code, ErrorCode::State);
+  EXPECT_EQ(message, "function 'layer' has tp_allgather steps (sequence "
+                     "parallelism), but its tensor-parallel group (the "
+                     "caller's function) has no all_gather function: give "
+                     "one to tejit_tp_group_from_functions (in Python, "
+                     "TensorParallelGroup.from_function's all_gather)");
+  std::tie(code, message) = describe(sequence.check("layer", &gathersOnly));
+  EXPECT_EQ(code, ErrorCode::State);
+  EXPECT_NE(message.find("has tp_reducescatter steps (sequence "
+                         "parallelism), but its tensor-parallel group (the "
+                         "caller's function) has no reduce_scatter function"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(describe(sequence.check("layer", &all)).first, ErrorCode(0));
+
+  TpNeeds sums = needsOf({tpStep<TpAllReduceStep>()});
+  std::tie(code, message) = describe(sums.check("layer", &gathersOnly));
+  EXPECT_EQ(code, ErrorCode::State);
+  EXPECT_NE(message.find("function 'layer' has tp_allreduce steps, but its "
+                         "tensor-parallel group (the caller's function) has "
+                         "no all_reduce function"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(describe(sums.check("layer", &sumsOnly)).first, ErrorCode(0));
+  // Nothing was called by the checks.
+  EXPECT_TRUE(recorder.calls.empty());
+
+  EXPECT_TRUE(all.has(TpCollective::AllReduce));
+  EXPECT_FALSE(sumsOnly.has(TpCollective::AllGather));
+  EXPECT_FALSE(sumsOnly.has(TpCollective::ReduceScatter));
+  EXPECT_FALSE(gathersOnly.has(TpCollective::AllReduce));
+  EXPECT_TRUE(gathersOnly.has(TpCollective::AllGather));
+  EXPECT_EQ(tpFunctionName(TpCollective::AllReduce), "all_reduce");
+  EXPECT_EQ(tpFunctionName(TpCollective::AllGather), "all_gather");
+  EXPECT_EQ(tpFunctionName(TpCollective::ReduceScatter), "reduce_scatter");
+}
+
+TEST(TensorParallelGroupTest, FunctionsGetTheBuffersCountsAndDtypes) {
+  Recorder recorder;
+  CallbackTensorParallelGroup group({allReduce, allGather, reduceScatter},
+                                    &recorder);
+  auto stream = reinterpret_cast<CUstream>(0x5000);
+  CUdeviceptr in = 0x1000, out = 0x2000;
+  // Counts are per rank, as the executor passes them: the gather's input,
+  // the scatter's output.
+  EXPECT_FALSE(bool(group.allGather(in, out, 16, ElementType::BF16, stream)));
+  EXPECT_FALSE(bool(group.reduceScatter(in, out, 8, ElementType::F32, stream)));
+  // In place: no copy before the call (which would need a GPU).
+  EXPECT_FALSE(
+      bool(group.allReduceSum(out, out, 32, ElementType::F16, stream)));
+  ASSERT_EQ(recorder.calls.size(), 3u);
+  const Call &gather = recorder.calls[0];
+  EXPECT_EQ(gather.collective, TpCollective::AllGather);
+  EXPECT_EQ(gather.input, reinterpret_cast<const void *>(in));
+  EXPECT_EQ(gather.output, reinterpret_cast<void *>(out));
+  EXPECT_EQ(gather.count, 16u);
+  EXPECT_EQ(gather.dtype, int(ElementType::BF16));
+  EXPECT_EQ(gather.stream, static_cast<void *>(stream));
+  const Call &scatter = recorder.calls[1];
+  EXPECT_EQ(scatter.collective, TpCollective::ReduceScatter);
+  EXPECT_EQ(scatter.input, reinterpret_cast<const void *>(in));
+  EXPECT_EQ(scatter.output, reinterpret_cast<void *>(out));
+  EXPECT_EQ(scatter.count, 8u);
+  EXPECT_EQ(scatter.dtype, int(ElementType::F32));
+  const Call &sum = recorder.calls[2];
+  EXPECT_EQ(sum.collective, TpCollective::AllReduce);
+  EXPECT_EQ(sum.output, reinterpret_cast<void *>(out));
+  EXPECT_EQ(sum.count, 32u);
+  EXPECT_EQ(sum.dtype, int(ElementType::F16));
+}
+
+TEST(TensorParallelGroupTest, FailingOrMissingFunctionsAreErrors) {
+  Recorder recorder;
+  recorder.status = 3;
+  CallbackTensorParallelGroup group({nullptr, allGather, reduceScatter},
+                                    &recorder);
+  auto [code, message] =
+      describe(group.allGather(0x1000, 0x2000, 16, ElementType::BF16, nullptr));
+  EXPECT_EQ(code, ErrorCode::Internal);
+  EXPECT_EQ(message, "the tensor-parallel all_gather function returned 3 for "
+                     "16 bf16 elements");
+  std::tie(code, message) = describe(
+      group.reduceScatter(0x1000, 0x2000, 4, ElementType::F32, nullptr));
+  EXPECT_EQ(code, ErrorCode::Internal);
+  EXPECT_EQ(message, "the tensor-parallel reduce_scatter function returned 3 "
+                     "for 4 f32 elements");
+  // Runs check first; a call anyway fails without calling anything.
+  std::tie(code, message) = describe(
+      group.allReduceSum(0x2000, 0x2000, 4, ElementType::F32, nullptr));
+  EXPECT_EQ(code, ErrorCode::Internal);
+  EXPECT_EQ(message, "the tensor-parallel group has no all_reduce function");
+  EXPECT_EQ(recorder.calls.size(), 2u);
+}
+
+} // namespace
