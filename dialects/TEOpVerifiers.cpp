@@ -70,7 +70,8 @@ static FailureOr<int64_t> verifySequenceParallel(LayerChecker &checker,
 /// a sequence-parallel rank holds a slice).
 static SmallVector<int64_t> wholeShape(ArrayRef<int64_t> shape, int64_t ranks) {
   SmallVector<int64_t> whole(shape);
-  whole.front() *= ranks;
+  if (!whole.empty())
+    whole.front() *= ranks;
   return whole;
 }
 
