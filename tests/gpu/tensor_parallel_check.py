@@ -61,6 +61,7 @@ script, not of tensor parallelism. TEJIT_TEST_SEED=N repeats a run.
 import argparse
 import contextlib
 import datetime
+import gc
 import math
 import os
 import random
@@ -514,6 +515,85 @@ def dot_product_attention_case(seed):
     return report.summary()
 
 
+def kv_cache_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8,
+                  groups=4):
+    """Inference through a KV cache (inference_params) at tp_size 2: a
+    prefill of three prompts, then single-token steps with a sequence
+    finishing and one joining. Each rank caches its groups/tp KV heads
+    (InferenceParams made with num_gqa_groups_per_partition, as
+    Megatron-LM makes them); every step's output must match the tp=1
+    layer's, which caches all heads, and be the same on every rank."""
+    report = Report(mode)
+
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.TransformerLayer(
+            **transformer_kwargs(hidden, ffn, heads, groups),
+            self_attn_mask_type="padding_causal", attn_input_format="thd",
+            **tp)
+    full, parallel = build_pair(make, block_kind, seed)
+    d = hidden // heads
+    caches = [te.InferenceParams(4, 128, module_groups, d, BF16,
+                                 qkv_format="thd", max_ctx_len=64)
+              for module_groups in (groups,
+                                    parallel.self_attention
+                                    .num_gqa_groups_per_partition)]
+    schedule = [[(0, 37), (1, 5), (2, 20)], [(0, 1), (1, 1), (2, 1)],
+                [(0, 1), (2, 1)], [(0, 1), (2, 1), (3, 9)],
+                [(0, 1), (2, 1), (3, 1)]]
+    full.eval()
+    parallel.eval()
+    for index, pairs in enumerate(schedule):
+        step_dict = dict(pairs)
+        tokens = sum(step_dict.values())
+        x = same_randn((tokens, hidden), seed + 10 + index)
+        outs = []
+        for module, params in zip((full, parallel), caches):
+            params.pre_step(step_dict)
+            with torch.no_grad(), precision(mode):
+                outs.append(module(x, inference_params=params))
+        what = f"step {index} {step_dict}: output"
+        report.compare(what, outs[1], outs[0], gradient=False)
+        report.same_on_ranks(what, outs[1])
+    report.check()
+    return report.summary()
+
+
+def graphed_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8, groups=4,
+                 seq=64, batch=2):
+    """make_graphed_callables of a tensor-parallel TransformerLayer: the
+    captured forward and backward replay the all-reduces (torch.distributed
+    inside the graphs); two replayed steps against the tp=1 layer's eager
+    steps."""
+    report = Report(mode)
+
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.TransformerLayer(
+            **transformer_kwargs(hidden, ffn, heads, groups), **tp)
+    full, parallel = build_pair(make, block_kind, seed)
+    sample = same_randn((seq, batch, hidden), seed + 1).requires_grad_()
+    fp8 = mode != "bf16"
+    graphed = te.make_graphed_callables(
+        parallel, (sample,), fp8_enabled=fp8,
+        fp8_recipe=delayed() if fp8 else None,
+        fp8_group=dist.group.WORLD if fp8 else None)
+    for index in range(2):
+        x = same_randn((seq, batch, hidden), seed + 20 + index)
+        dy = same_randn((seq, batch, hidden), seed + 30 + index)
+        compare_step(report, full, graphed, [x], dy, block_kind,
+                     label=f"replay {index}: ")
+    # The graphs hold captured collectives of the process group: free them
+    # before the group is destroyed at exit.
+    del graphed, parallel, sample
+    gc.collect()
+    torch.cuda.synchronize()
+    report.check()
+    return report.summary()
+
+
 def scale_history_case(seed, steps=3):
     """DelayedScaling over several steps (new data each, growing in
     magnitude so the amaxes move): outputs and gradients keep matching the
@@ -661,6 +741,12 @@ def cases(full_size, seed):
          lambda: linear_set_group_case(seed)),
         ("TransformerLayer, 3 DelayedScaling steps (scale history)",
          lambda: scale_history_case(seed)),
+        ("TransformerLayer decoding through a KV cache (inference_params) "
+         "[bf16]", lambda: kv_cache_case(seed)),
+        ("TransformerLayer decoding through a KV cache (inference_params) "
+         "[delayed]", lambda: kv_cache_case(seed, mode="delayed")),
+        ("TransformerLayer through make_graphed_callables [bf16]",
+         lambda: graphed_case(seed)),
         ("Dropout: replicated hidden dropout, per-rank attention dropout "
          "seeds [bf16]", lambda: dropout_case(seed)),
     ]
