@@ -1,6 +1,7 @@
 //===- PlanWriter.cpp - the executable plan a runtime loads ---------------===//
 #include "codegen/PlanWriter.h"
 #include "dialects/AttentionViews.h"
+#include "dialects/InPlaceSum.h"
 #include "dialects/TEDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -85,6 +86,9 @@ json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
         {"view_of", id(slice.getInput())},
         {"byte_offset", slice.getOffset() * elementBytesOf(value.getType())}};
   }
+  // A tensor-parallel sum in place: the GEMM output it sums.
+  if (isInPlaceSum(op))
+    return json::Object{{"view_of", id(op->getOperand(0))}, {"byte_offset", 0}};
   if (auto slot = gradConcatSlot(value)) {
     auto [concat, column] = *slot;
     return json::Object{

@@ -18,6 +18,7 @@
 #include "compiler/passes/PlanMemory.h"
 #include "compiler/passes/Passes.h"
 #include "dialects/AttentionViews.h"
+#include "dialects/InPlaceSum.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/STLExtras.h"
@@ -38,11 +39,12 @@ int64_t MemoryPlan::offsetOf(Value value) const {
 namespace {
 
 /// Whether `op` aliases its operand instead of writing a buffer of its own:
-/// a reshape, a read of one FP8 meta slot (a pointer offset), or q, k or v
-/// sliced out of a QKV projection for attention (a strided view).
+/// a reshape, a read of one FP8 meta slot (a pointer offset), q, k or v
+/// sliced out of a QKV projection for attention (a strided view), or a
+/// tensor-parallel sum in place (dialects/InPlaceSum.h).
 bool isView(Operation *op) {
   return isa<te::ReshapeOp>(op) || te::isMetaSlotRead(op) ||
-         te::isAttentionInputSlice(op);
+         te::isAttentionInputSlice(op) || te::isInPlaceSum(op);
 }
 
 /// The bytes of an op result that is a statically shaped tensor, rounded up to
@@ -103,7 +105,9 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       if (firstRead[it->second] < 0)
         firstRead[it->second] = int64_t(here);
     }
-    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op)) {
+    // (A sum in place is a view: its readers keep its input's buffer.)
+    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op) &&
+        !te::isInPlaceSum(&op)) {
       auto input = bufferOf.find(op.getOperand(0));
       if (input != bufferOf.end())
         collectives.push_back({input->second, unsigned(buffers.size())});

@@ -308,7 +308,8 @@ size_t tejit_program_amax_reductions(const tejit_program *program);
  *     returns 0 (nonzero fails the call), over elements of type `dtype`
  *     (TEJIT_BF16, TEJIT_F16 or TEJIT_F32):
  *       all_reduce sums the `count` elements at device address `data` in
- *         place (tejit copies the step's input to its output first);
+ *         place (tejit copies the step's input to its output first when
+ *         they differ; the compiler sums most in place);
  *       all_gather writes the `count` elements at `input` of every rank to
  *         `output`, rank r's at element r * count (N * count in all);
  *       reduce_scatter sums the N * `count` elements at `input` over the

@@ -16,6 +16,7 @@
 #include "compiler/passes/Passes.h"
 #include "compiler/spec/SpecImporter.h"
 #include "dialects/AttentionViews.h"
+#include "dialects/InPlaceSum.h"
 #include "dialects/TEDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -110,10 +111,13 @@ Report deriveBuffers(func::FuncOp function) {
       if (isa<func::ReturnOp>(op))
         callerOwned.insert(storage);
     }
-    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op))
+    // Views: reshapes, q/k/v slices only attention reads (strided), and
+    // tensor-parallel sums in place (whose readers read their input).
+    bool view = isa<te::ReshapeOp>(op) || te::isAttentionInputSlice(&op) ||
+                te::isInPlaceSum(&op);
+    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op) &&
+        !view)
       collectives.push_back(&op);
-    // Views: reshapes, and q/k/v slices only attention reads (strided).
-    bool view = isa<te::ReshapeOp>(op) || te::isAttentionInputSlice(&op);
     for (Value result : op.getResults()) {
       storageOf[result] = view ? storageOf.lookup(op.getOperand(0)) : result;
       // Attention gradients that a concat gathers are written into the
