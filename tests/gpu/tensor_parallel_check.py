@@ -560,6 +560,32 @@ def kv_cache_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8,
     return report.summary()
 
 
+def packed_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8, groups=4):
+    """Packed sequences (thd: cu_seqlens, padding_causal) in training at
+    tp_size 2: one step against the tp=1 layer."""
+    report = Report(mode)
+
+    def make(**tp):
+        if tp:
+            tp["set_parallel_mode"] = True
+        return te.TransformerLayer(
+            **transformer_kwargs(hidden, ffn, heads, groups),
+            self_attn_mask_type="padding_causal", attn_input_format="thd",
+            **tp)
+    full, parallel = build_pair(make, block_kind, seed)
+    lengths = [37, 5, 64, 22]
+    cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
+    x = same_randn((sum(lengths), hidden), seed + 1)
+    dy = same_randn((sum(lengths), hidden), seed + 2)
+
+    def call(module, inp):
+        return module(inp, cu_seqlens_q=cu, cu_seqlens_kv=cu,
+                      max_seqlen_q=max(lengths), max_seqlen_kv=max(lengths))
+    compare_step(report, full, parallel, [x], dy, block_kind, call=call)
+    report.check()
+    return report.summary()
+
+
 def graphed_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8, groups=4,
                  seq=64, batch=2):
     """make_graphed_callables of a tensor-parallel TransformerLayer: the
@@ -747,6 +773,10 @@ def cases(full_size, seed):
          "[delayed]", lambda: kv_cache_case(seed, mode="delayed")),
         ("TransformerLayer through make_graphed_callables [bf16]",
          lambda: graphed_case(seed)),
+        ("TransformerLayer on packed sequences (thd) [bf16]",
+         lambda: packed_case(seed)),
+        ("TransformerLayer on packed sequences (thd) [delayed]",
+         lambda: packed_case(seed, mode="delayed")),
         ("Dropout: replicated hidden dropout, per-rank attention dropout "
          "seeds [bf16]", lambda: dropout_case(seed)),
     ]
