@@ -319,6 +319,34 @@ INSTANTIATE_TEST_SUITE_P(Examples, ExamplePlans,
                                             ::testing::Bool()),
                          exampleName);
 
+/// A tensor-parallel sum of a GEMM output runs in place (its output a view,
+/// dialects/InPlaceSum.h) unless its output is a function result, the
+/// caller's buffer: with a bias after it, in place; without, not.
+TEST_F(PlanMemoryTest, TensorParallelSumsRunInPlaceUnlessReturned) {
+  for (bool bias : {true, false}) {
+    std::string spec = "seq_length: 16\nbatch_size: 2\nlayers:\n  - {type: "
+                       "Linear, in_features: 64, out_features: 32, tp_size: "
+                       "2, parallel_mode: row, bias: " +
+                       std::string(bias ? "true" : "false") + "}\n";
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(llvm::MemoryBuffer::getMemBufferCopy(spec),
+                                 llvm::SMLoc());
+    OwningOpRef<ModuleOp> module = tejit::importLayerSpec(sourceMgr, &context);
+    ASSERT_TRUE(module);
+    ASSERT_TRUE(succeeded(compile(*module, /*training=*/false)));
+    int sums = 0;
+    module->walk([&](te::TpAllReduceOp sum) {
+      ++sums;
+      EXPECT_EQ(te::isInPlaceSum(sum), bias) << "bias: " << bias;
+    });
+    EXPECT_EQ(sums, 1);
+    for (func::FuncOp function : module->getOps<func::FuncOp>()) {
+      Report report = checkPlan(function);
+      EXPECT_TRUE(report.problems.empty()) << report.describe();
+    }
+  }
+}
+
 /// Sets the offset recorded for `value`.
 void setOffset(Value value, int64_t offset) {
   auto result = cast<OpResult>(value);
