@@ -451,14 +451,22 @@ def transformer_kwargs(hidden, ffn, heads, groups):
                 params_dtype=BF16)
 
 
-def transformer_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
-                     seq=64, batch=2, activation="gelu"):
+def transformer_maker(hidden, ffn, heads, groups, **options):
+    """`make(**tp_arguments)` for build_pair: a TransformerLayer with
+    `options`, split by rows and columns (set_parallel_mode) when given
+    tensor-parallel arguments."""
     def make(**tp):
         if tp:
             tp["set_parallel_mode"] = True
         return te.TransformerLayer(
-            **transformer_kwargs(hidden, ffn, heads, groups),
-            activation=activation, **tp)
+            **transformer_kwargs(hidden, ffn, heads, groups), **options, **tp)
+    return make
+
+
+def transformer_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
+                     seq=64, batch=2, activation="gelu"):
+    make = transformer_maker(hidden, ffn, heads, groups,
+                             activation=activation)
     gated = activation.endswith("glu")
     return module_case(make, lambda name: block_kind(name, gated=gated),
                        (seq, batch, hidden), mode, seed)
@@ -471,12 +479,8 @@ def decoder_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
     ranks too."""
     report = Report(mode)
 
-    def make(**tp):
-        if tp:
-            tp["set_parallel_mode"] = True
-        return te.TransformerLayer(
-            **transformer_kwargs(hidden, ffn, heads, groups),
-            layer_type="decoder", **tp)
+    make = transformer_maker(hidden, ffn, heads, groups,
+                             layer_type="decoder")
     full, parallel = build_pair(make, block_kind, seed)
     x = same_randn((seq, batch, hidden), seed + 1)
     encoder = same_randn((seq_kv, batch, hidden), seed + 2)
@@ -525,13 +529,9 @@ def kv_cache_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8,
     layer's, which caches all heads, and be the same on every rank."""
     report = Report(mode)
 
-    def make(**tp):
-        if tp:
-            tp["set_parallel_mode"] = True
-        return te.TransformerLayer(
-            **transformer_kwargs(hidden, ffn, heads, groups),
-            self_attn_mask_type="padding_causal", attn_input_format="thd",
-            **tp)
+    make = transformer_maker(hidden, ffn, heads, groups,
+                             self_attn_mask_type="padding_causal",
+                             attn_input_format="thd")
     full, parallel = build_pair(make, block_kind, seed)
     d = hidden // heads
     caches = [te.InferenceParams(4, 128, module_groups, d, BF16,
@@ -565,13 +565,9 @@ def packed_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8, groups=4):
     tp_size 2: one step against the tp=1 layer."""
     report = Report(mode)
 
-    def make(**tp):
-        if tp:
-            tp["set_parallel_mode"] = True
-        return te.TransformerLayer(
-            **transformer_kwargs(hidden, ffn, heads, groups),
-            self_attn_mask_type="padding_causal", attn_input_format="thd",
-            **tp)
+    make = transformer_maker(hidden, ffn, heads, groups,
+                             self_attn_mask_type="padding_causal",
+                             attn_input_format="thd")
     full, parallel = build_pair(make, block_kind, seed)
     lengths = [37, 5, 64, 22]
     cu = torch.tensor([0] + lengths, device="cuda").cumsum(0).to(torch.int32)
@@ -594,11 +590,7 @@ def graphed_case(seed, mode="bf16", hidden=256, ffn=1024, heads=8, groups=4,
     steps."""
     report = Report(mode)
 
-    def make(**tp):
-        if tp:
-            tp["set_parallel_mode"] = True
-        return te.TransformerLayer(
-            **transformer_kwargs(hidden, ffn, heads, groups), **tp)
+    make = transformer_maker(hidden, ffn, heads, groups)
     full, parallel = build_pair(make, block_kind, seed)
     sample = same_randn((seq, batch, hidden), seed + 1).requires_grad_()
     fp8 = mode != "bf16"
@@ -627,11 +619,7 @@ def scale_history_case(seed, steps=3):
     report = Report("delayed")
     hidden, ffn, heads, groups, seq, batch = 256, 1024, 8, 4, 64, 2
 
-    def make(**tp):
-        if tp:
-            tp["set_parallel_mode"] = True
-        return te.TransformerLayer(
-            **transformer_kwargs(hidden, ffn, heads, groups), **tp)
+    make = transformer_maker(hidden, ffn, heads, groups)
     full, parallel = build_pair(make, block_kind, seed)
     for index in range(steps):
         x = same_randn((seq, batch, hidden), seed + 10 * index + 1,

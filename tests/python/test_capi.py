@@ -30,6 +30,21 @@ def has_gpu():
         return False
 
 
+def check_made_and_released(test, group_class):
+    """A group of `group_class` (tejit.AmaxGroup, tejit.TensorParallelGroup)
+    made from a function has a handle until closed (twice is fine), and the
+    function is not called without a program."""
+    calls = []
+    group = group_class.from_function(
+        lambda *arguments: calls.append(arguments))
+    test.assertTrue(group.handle.value)
+    group.close()
+    group.close()  # idempotent
+    with test.assertRaises(ValueError):
+        group.handle  # noqa: B018 - the property raises once closed
+    test.assertEqual(calls, [])  # nothing ran without a program
+
+
 class IrTest(unittest.TestCase):
     def test_every_stage_of_a_dict_spec(self):
         expected = {"te": "te.layernorm_mlp", "primitive": "te.matmul",
@@ -112,15 +127,7 @@ class AmaxGroupTest(unittest.TestCase):
     what needs one."""
 
     def test_function_group_is_made_and_released(self):
-        calls = []
-        group = tejit.AmaxGroup.from_function(
-            lambda *arguments: calls.append(arguments))
-        self.assertTrue(group.handle.value)
-        group.close()
-        group.close()  # idempotent
-        with self.assertRaises(ValueError):
-            group.handle  # noqa: B018 - the property raises once closed
-        self.assertEqual(calls, [])  # nothing ran without a program
+        check_made_and_released(self, tejit.AmaxGroup)
 
     def test_null_function_is_refused(self):
         library = tejit._capi.lib()
@@ -198,25 +205,13 @@ class AmaxGroupTest(unittest.TestCase):
         self.assertIn("flag is null", tejit._capi.last_error())
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class TensorParallelGroupTest(unittest.TestCase):
     """Tensor-parallel groups without a GPU: the function kind end to end
     through its ctypes callback, clear errors for null or invalid arguments
     of the C API, and what needs a GPU refused clearly."""
 
     def test_function_group_is_made_and_released(self):
-        calls = []
-        group = tejit.TensorParallelGroup.from_function(
-            lambda *arguments: calls.append(arguments))
-        self.assertTrue(group.handle.value)
-        group.close()
-        group.close()  # idempotent
-        with self.assertRaises(ValueError):
-            group.handle  # noqa: B018 - the property raises once closed
-        self.assertEqual(calls, [])  # nothing ran without a program
+        check_made_and_released(self, tejit.TensorParallelGroup)
 
     def test_function_gets_torch_dtype_names(self):
         # What the runtime calls (CallbackTensorParallelGroup): the dtype is
@@ -554,3 +549,7 @@ class DeferredDestroyTest(unittest.TestCase):
         self.capturing = False
         tejit._destroy_deferred()
         self.assertEqual(self.library.destroyed, [0x3000])
+
+
+if __name__ == "__main__":
+    unittest.main()
