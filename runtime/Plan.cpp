@@ -1581,12 +1581,16 @@ Error checkFunctions(const Plan &plan) {
               forward->values[forwardEntries[at].value].type;
           // A gradient accumulated into main_grad has main_grad's type
           // (float32 unless main_grad_dtype says otherwise).
+          bool highPrecision = type.element == ElementType::F32 ||
+                               type.element == ElementType::BF16 ||
+                               type.element == ElementType::F16;
           bool mainGrad = slot == &entry.gradOf && entry.accumulatesArg &&
-                          (type.element == ElementType::F32 ||
-                           type.element == ElementType::BF16 ||
-                           type.element == ElementType::F16) &&
-                          type.shape == forwardType.shape;
-          if (!mainGrad && !sameType(type, forwardType))
+                          highPrecision && type.shape == forwardType.shape;
+          // An FP8 weight (fp8_weights) has a high-precision gradient.
+          bool fp8WeightGrad = slot == &entry.gradOf && highPrecision &&
+                               isFp8(forwardType.element) &&
+                               type.shape == forwardType.shape;
+          if (!mainGrad && !fp8WeightGrad && !sameType(type, forwardType))
             return here.error(key, "is " + Twine(at) + ", of type " +
                                        printType(forwardType) + " in '" +
                                        forward->name + "', but the " + kind +

@@ -97,6 +97,28 @@ Fp8Value FunctionScaler::transpose(Fp8Value value) {
   return result;
 }
 
+Fp8Value FunctionScaler::fp8Argument(BlockArgument weight, StringRef name,
+                                     FloatType fp8Type, bool withTranspose) {
+  auto key = std::make_pair(Value(weight), Type(fp8Type));
+  if (auto it = casts.find(key); it != casts.end())
+    return it->second;
+  auto type = cast<RankedTensorType>(weight.getType());
+  weight.setType(RankedTensorType::get(type.getShape(), fp8Type));
+  Fp8Value result{weight, addArgument(slotType(function.getContext()),
+                                      (name + ".scale_inv").str())};
+  if (withTranspose) {
+    Value data =
+        addArgument(RankedTensorType::get(
+                        {type.getDimSize(1), type.getDimSize(0)}, fp8Type),
+                    (name + ".transpose").str());
+    transposed[weight] = {data, result.scaleInv};
+  }
+  function.setType(FunctionType::get(function.getContext(),
+                                     function.front().getArgumentTypes(),
+                                     function.getResultTypes()));
+  return casts[key] = result;
+}
+
 void FunctionScaler::addResult(Value value, StringRef name,
                                BlockArgument updates) {
   auto returnOp = cast<func::ReturnOp>(function.front().getTerminator());

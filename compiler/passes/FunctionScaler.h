@@ -39,6 +39,15 @@ public:
   /// The transpose of a 2-D FP8 value, emitted right after it once.
   Fp8Value transpose(Fp8Value value);
 
+  /// Transformer Engine's fp8_model_init: GEMM weight argument `weight`
+  /// (named `name`) arrives already cast to `fp8Type`. Retypes it, adds the
+  /// arguments `<name>.scale_inv` and, with `withTranspose`,
+  /// `<name>.transpose` (its K-major copy for the backward's dgrad, kept by
+  /// the caller as Transformer Engine's Float8Tensor keeps it), and makes
+  /// quantize() and transpose() of the weight return them.
+  Fp8Value fp8Argument(mlir::BlockArgument weight, llvm::StringRef name,
+                       mlir::FloatType fp8Type, bool withTranspose);
+
   /// Gathers the DelayedScaling amaxes and emits the state update before the
   /// function's return, which then also returns the new state.
   void finish();

@@ -14,6 +14,7 @@
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "llvm/ADT/BitVector.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace tejit {
 #define GEN_PASS_DEF_TEPLACESCALING
@@ -28,11 +29,14 @@ namespace {
 
 /// A forward function's FP8 state, which its backward function reuses.
 struct ForwardState {
-  explicit ForwardState(func::FuncOp function)
-      : function(function), scaler(function, "fp8_meta.fwd") {}
+  ForwardState(func::FuncOp function, bool training)
+      : function(function), scaler(function, "fp8_meta.fwd"),
+        training(training) {}
 
   func::FuncOp function;
   FunctionScaler scaler;
+  /// Whether a backward function reads this one's tensors.
+  bool training;
   /// The FP8 copy of each GEMM operand of the forward function.
   DenseMap<Value, Fp8Value> operands;
 };
@@ -120,6 +124,9 @@ public:
 private:
   /// A forward value as a backward argument (saved by the forward function).
   Value save(Value value);
+  /// A forward value as a backward argument: the forward's argument itself
+  /// when it is one (an FP8 weight's transpose and scale_inv), else saved.
+  Value fromForward(Value value);
   void pruneSavedValues();
 
   func::FuncOp backward;
@@ -127,6 +134,22 @@ private:
   FunctionScaler scaler;
   DenseMap<Value, Value> savedArgs;
 };
+
+Value BackwardScaler::fromForward(Value value) {
+  auto arg = dyn_cast<BlockArgument>(value);
+  if (!arg || arg.getOwner() != &forward.function.front())
+    return save(value);
+  if (Value passed = savedArgs.lookup(value))
+    return passed;
+  unsigned index = backward.getNumArguments();
+  OpBuilder builder(backward.getContext());
+  backward.insertArgument(
+      index, value.getType(),
+      builder.getDictionaryAttr(builder.getNamedAttr(
+          "te.forward_arg", builder.getI64IntegerAttr(arg.getArgNumber()))),
+      backward.getLoc());
+  return savedArgs[value] = backward.getArgument(index);
+}
 
 Value BackwardScaler::save(Value value) {
   if (Value arg = savedArgs.lookup(value))
@@ -164,7 +187,7 @@ LogicalResult BackwardScaler::scale(MatmulOp matmul,
     return matmul.emitOpError()
            << "reads a forward tensor that no FP8 forward GEMM quantized";
   Fp8Value saved = kMajor(forward.scaler, it->second, !matmul.getTransposeB());
-  Fp8Value b{save(saved.data), save(saved.scaleInv)};
+  Fp8Value b{fromForward(saved.data), fromForward(saved.scaleInv)};
   return replaceByScaled(matmul,
                          kMajor(scaler, gradient, matmul.getTransposeA()), b);
 }
@@ -265,7 +288,65 @@ LogicalResult PlaceScalingPass::parseOverride() {
   return success();
 }
 
+StringRef argumentName(func::FuncOp function, unsigned index) {
+  auto name = function.getArgAttrOfType<StringAttr>(index, "te.name");
+  return name ? name.getValue() : "weight";
+}
+
+/// Transformer Engine's fp8_model_init: the arguments marked te.fp8_weight
+/// (by the spec's `fp8_weights`) become FP8 arguments with their scale_inv
+/// and, for training, their transpose; the GEMMs read them as they are.
+void addFp8Weights(ForwardState &state) {
+  func::FuncOp function = state.function;
+  auto e4m3 = Float8E4M3FNType::get(function.getContext());
+  for (BlockArgument arg : llvm::to_vector(function.getArguments())) {
+    unsigned index = arg.getArgNumber();
+    if (!function.getArgAttr(index, "te.fp8_weight") || arg.use_empty())
+      continue;
+    state.scaler.fp8Argument(arg, argumentName(function, index), e4m3,
+                             state.training);
+  }
+}
+
+/// Checks that only FP8 GEMMs read the FP8 weights of `function`.
+LogicalResult checkFp8WeightUses(func::FuncOp function) {
+  for (BlockArgument arg : function.getArguments()) {
+    if (!function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
+      continue;
+    for (OpOperand &use : arg.getUses())
+      if (!isa<ScaledMatmulOp>(use.getOwner()))
+        return use.getOwner()->emitOpError()
+               << "reads FP8 weight '"
+               << argumentName(function, arg.getArgNumber())
+               << "' (fp8_weights), but only FP8 GEMMs can read it; give the "
+                  "layer an FP8 recipe or drop fp8_weights";
+  }
+  return success();
+}
+
+/// Checks that `backward` reads no FP8 weight of `forward` in high
+/// precision (only its FP8 transpose, through a dgrad GEMM).
+LogicalResult checkHighPrecisionReads(func::FuncOp backward,
+                                      func::FuncOp forward) {
+  for (BlockArgument arg : backward.getArguments()) {
+    auto of = backward.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                     "te.forward_arg");
+    if (!of || !forward.getArgAttr(of.getInt(), "te.fp8_weight") ||
+        arg.getType() == forward.getArgument(of.getInt()).getType())
+      continue;
+    if (arg.use_empty())
+      continue;
+    Operation *user = *arg.getUsers().begin();
+    return user->emitOpError()
+           << "reads FP8 weight '" << argumentName(forward, of.getInt())
+           << "' (fp8_weights) in high precision in the backward; only FP8 "
+              "GEMMs can read it";
+  }
+  return success();
+}
+
 LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
+  addFp8Weights(state);
   SmallVector<MatmulOp> matmuls(state.function.getOps<MatmulOp>());
   for (MatmulOp matmul : matmuls) {
     FP8RecipeAttrInterface recipe = recipeOf(matmul);
@@ -282,7 +363,7 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
       return failure();
   }
   state.scaler.finish();
-  return success();
+  return checkFp8WeightUses(state.function);
 }
 
 void PlaceScalingPass::runOnOperation() {
@@ -292,14 +373,22 @@ void PlaceScalingPass::runOnOperation() {
   if (overridden && !overrideRecipe) {
     // `none`: the GEMMs stay in high precision, and say so.
     module.walk([](MatmulOp matmul) { matmul.removeFp8RecipeAttr(); });
+    for (auto function : module.getOps<func::FuncOp>())
+      if (failed(checkFp8WeightUses(function)))
+        return signalPassFailure();
     return;
   }
+  llvm::StringSet<> differentiated;
+  for (auto function : module.getOps<func::FuncOp>())
+    if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("te.backward_of"))
+      differentiated.insert(of.getValue());
   // std::map keeps ForwardState (which holds a builder) at a stable address.
   std::map<StringRef, std::unique_ptr<ForwardState>> forwards;
   for (auto function : module.getOps<func::FuncOp>()) {
     if (function->hasAttr("te.backward_of") || function.isExternal())
       continue;
-    auto state = std::make_unique<ForwardState>(function);
+    auto state = std::make_unique<ForwardState>(
+        function, differentiated.contains(function.getName()));
     if (failed(scaleForward(*state)))
       return signalPassFailure();
     forwards[function.getName()] = std::move(state);
@@ -321,6 +410,8 @@ void PlaceScalingPass::runOnOperation() {
         if (failed(scaler.scale(matmul, recipe)))
           return signalPassFailure();
     scaler.finish();
+    if (failed(checkHighPrecisionReads(backward, it->second->function)))
+      return signalPassFailure();
   }
 }
 } // namespace

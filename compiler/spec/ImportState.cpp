@@ -43,6 +43,7 @@ Value ImportState::addInput(StringRef name, Type type, Location loc) {
   argNames.push_back(name.str());
   argIsParam.push_back(false);
   argMainGradType.push_back(Type());
+  argIsFp8Weight.push_back(false);
   inputsByName[name] = arg;
   return arg;
 }
@@ -78,20 +79,33 @@ Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
   argNames.push_back(name.str());
   argIsParam.push_back(true);
   argMainGradType.push_back(Type());
+  argIsFp8Weight.push_back(false);
   return arg;
 }
 
-size_t ImportState::markMainGrads(size_t firstArgument, Type elementType) {
-  size_t marked = 0;
+SmallVector<size_t> ImportState::gemmWeightArguments(size_t firstArgument) {
+  SmallVector<size_t> indices;
   for (size_t index = firstArgument; index < argNames.size(); ++index) {
     auto type =
         cast<RankedTensorType>(function.front().getArgument(index).getType());
-    if (argIsParam[index] && type.getRank() == 2) {
-      argMainGradType[index] = elementType;
-      ++marked;
-    }
+    if (argIsParam[index] && type.getRank() == 2)
+      indices.push_back(index);
   }
-  return marked;
+  return indices;
+}
+
+size_t ImportState::markMainGrads(size_t firstArgument, Type elementType) {
+  SmallVector<size_t> indices = gemmWeightArguments(firstArgument);
+  for (size_t index : indices)
+    argMainGradType[index] = elementType;
+  return indices.size();
+}
+
+size_t ImportState::markFp8Weights(size_t firstArgument) {
+  SmallVector<size_t> indices = gemmWeightArguments(firstArgument);
+  for (size_t index : indices)
+    argIsFp8Weight[index] = true;
+  return indices.size();
 }
 
 RankedTensorType ImportState::activationType(int64_t width) const {
@@ -152,6 +166,8 @@ OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
     if (argMainGradType[index])
       function.setArgAttr(index, "te.main_grad",
                           TypeAttr::get(argMainGradType[index]));
+    if (argIsFp8Weight[index])
+      function.setArgAttr(index, "te.fp8_weight", builder.getUnitAttr());
   }
   for (auto [index, result] : llvm::enumerate(results))
     function.setResultAttr(index, "te.name",

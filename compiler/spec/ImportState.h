@@ -84,6 +84,10 @@ public:
   /// (Transformer Engine's fuse_wgrad_accumulation). Returns how many it
   /// marked.
   size_t markMainGrads(size_t firstArgument, mlir::Type elementType);
+  /// Marks the same parameters with `te.fp8_weight` (Transformer Engine's
+  /// fp8_model_init): te-place-scaling makes them FP8 arguments. Returns how
+  /// many it marked.
+  size_t markFp8Weights(size_t firstArgument);
 
   /// Adds a named function result after those added so far, or before them
   /// with `first` (the spec's `output` leads, as a layer's output leads the
@@ -97,6 +101,10 @@ public:
   mlir::MLIRContext *getContext() { return builder.getContext(); }
 
 private:
+  /// The matrix (GEMM weight) parameters among the arguments from
+  /// `firstArgument` on.
+  llvm::SmallVector<size_t> gemmWeightArguments(size_t firstArgument);
+
   mlir::OwningOpRef<mlir::ModuleOp> module;
   mlir::func::FuncOp function;
   mlir::OpBuilder builder;
@@ -104,6 +112,7 @@ private:
   llvm::SmallVector<bool> argIsParam;
   /// The main_grad element type of each argument; null for none.
   llvm::SmallVector<mlir::Type> argMainGradType;
+  llvm::SmallVector<bool> argIsFp8Weight;
   llvm::StringMap<mlir::Value> inputsByName;
   llvm::SmallVector<std::pair<std::string, mlir::Location>> layerNames;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> results;

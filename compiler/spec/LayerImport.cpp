@@ -91,15 +91,22 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   // Transformer Engine's fuse_wgrad_accumulation: the layer's GEMM weights
   // accumulate their gradients into a main_grad (Megatron-LM's), float32
   // unless main_grad_dtype says otherwise.
-  bool fuseWgrad = false;
+  bool fuseWgrad = false, fp8Weights = false;
   Type mainGradType = Float32Type::get(state.getContext());
   if (kind->hasGemmWeights) {
     FailureOr<bool> value = layer->getBool("fuse_wgrad_accumulation", false);
     FailureOr<std::optional<std::string>> dtype =
         layer->getChoice("main_grad_dtype", {"fp32", "bf16", "fp16"});
-    if (failed(value) || failed(dtype))
+    // Transformer Engine's fp8_model_init: the GEMM weights arrive in FP8.
+    FailureOr<bool> fp8 = layer->getBool("fp8_weights", false);
+    if (failed(value) || failed(dtype) || failed(fp8))
       return failure();
     fuseWgrad = *value;
+    fp8Weights = *fp8;
+    if (fp8Weights && !recipe)
+      return emitError(layer->valueLoc("fp8_weights"))
+             << "'fp8_weights' needs an FP8 recipe for the layer (FP8 "
+                "weights feed FP8 GEMMs only)";
     if (*dtype && !fuseWgrad)
       return emitError(layer->valueLoc("main_grad_dtype"))
              << "'main_grad_dtype' needs 'fuse_wgrad_accumulation: true'";
@@ -111,7 +118,11 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   size_t firstArgument = state.numArguments();
   LayerContext ctx{state, *layer, layerName, input, recipe};
   FailureOr<Value> output = kind->import(ctx);
-  if (failed(output) || !fuseWgrad)
+  if (failed(output))
+    return output;
+  if (fp8Weights)
+    state.markFp8Weights(firstArgument);
+  if (!fuseWgrad)
     return output;
   if (state.markMainGrads(firstArgument, mainGradType) == 0)
     return emitError(layer->valueLoc("fuse_wgrad_accumulation"))

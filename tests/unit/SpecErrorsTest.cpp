@@ -293,6 +293,7 @@ layers:
             7, 5,
             "unknown key 'activation' in Linear (valid keys: type, "
             "name, recipe, fuse_wgrad_accumulation, main_grad_dtype, "
+            "fp8_weights, "
             "in_features, out_features, bias, tp_size, sequence_parallel, "
             "parallel_mode)"},
         ErrorCase{"MainGradOnALayerWithoutGemms", "spec.yaml", R"(
