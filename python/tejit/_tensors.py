@@ -1,6 +1,10 @@
 """Device addresses of the tensors callers hand to a program: an int, an
 object with data_ptr() (torch), the CUDA array interface (CuPy, Numba,
-torch), or DLPack (JAX, CuPy, torch, ...). No framework is imported."""
+torch), or DLPack (JAX, CuPy, torch, ...). No framework is imported.
+
+An object with a `_tejit_data()` method stands for the tensor it returns:
+tejit.pytorch's Float8Tensor (an FP8 weight, nominally of a high-precision
+dtype) gives its FP8 data, whose address and size the program takes."""
 import ctypes
 
 _DLPACK_CUDA = 2  # kDLCUDA
@@ -84,6 +88,9 @@ def address(tensor, what="tensor"):
         return None, None
     if isinstance(tensor, int):
         return tensor, None
+    stands_for = getattr(tensor, "_tejit_data", None)
+    if stands_for is not None:
+        tensor = stands_for()
     # torch first: its __cuda_array_interface__ refuses bf16.
     data_ptr = getattr(tensor, "data_ptr", None)
     if callable(data_ptr):

@@ -70,6 +70,8 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_weight_cast_cache.p
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_microbatch_weight_cache.py
 # fuse_wgrad_accumulation: weight gradients added to float32 main_grads.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_main_grad.py
+# fp8_model_init: FP8 primary weights against twins, optimizers, memory.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_model_init.py
 # LayerNormMLP(checkpoint=True): recomputed forward, bit-equal results.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_layernorm_mlp_checkpoint.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.

@@ -13,7 +13,9 @@ Modules: Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP,
 DotProductAttention, MultiheadAttention, TransformerLayer, with TE's
 constructor arguments and state_dict names; each compiles a program on its
 first call per shape/dtype/recipe/mode (module/base.py says how).
-FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py. CUDA graphs:
+FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py; FP8 primary
+weights: fp8_model_init (TE 2.x also quantized_model_init), which makes
+the GEMM weights Float8Tensors (float8_tensor.py). CUDA graphs:
 make_graphed_callables (graph.py), TE's signature. Activation
 checkpointing: checkpoint (_checkpointing.py), TE's. Rotary embeddings:
 attention.RotaryPositionEmbedding and attention.apply_rotary_pos_emb
@@ -34,7 +36,10 @@ except ImportError as error:
         "tejit.common.recipe work without it.") from error
 
 from .fp8 import (autocast, fp8_autocast, fp8_model_init,  # noqa: E402
-                  get_default_fp8_recipe, is_fp8_available)
+                  get_default_fp8_recipe, is_fp8_available,
+                  quantized_model_init)
+from . import float8_tensor  # noqa: E402  (TE's module of that name)
+from .float8_tensor import Float8Tensor  # noqa: E402
 from .module import (DotProductAttention, LayerNorm,  # noqa: E402
                      LayerNormLinear, LayerNormMLP, Linear,
                      MultiheadAttention, RMSNorm, TransformerLayer)
@@ -47,6 +52,7 @@ from .attention.inference import InferenceParams  # noqa: E402
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
            "TransformerLayer", "fp8_autocast", "autocast", "fp8_model_init",
+           "quantized_model_init", "Float8Tensor", "float8_tensor",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
            "InferenceParams"]

@@ -4,7 +4,9 @@ and what the modules read from it.
 The state is a context variable holding (enabled, recipe, amax reduction
 group) of the innermost active autocast, so nesting, threads and asyncio
 tasks each see their own.
-A module reads it when it runs its forward: the recipe is part of the key
+fp8_model_init (FP8 primary weights) is a second context variable,
+read when a module is built (module/_fp8_weights.py).
+A module reads the autocast state when it runs its forward: the recipe is part of the key
 of the program it compiles (module/base.py). Unlike TE, nothing happens at
 the exit of the outermost autocast: each compiled program updates its own
 delayed-scaling state at the end of its forward and of its backward. As in
@@ -16,10 +18,12 @@ amax_reduction_group (fp8_group), or of the default group (_distributed.py).
 """
 import contextlib
 import contextvars
+import typing
 
 from ..common import recipe as _recipe
 
 __all__ = ["autocast", "fp8_autocast", "fp8_model_init",
+           "quantized_model_init", "get_fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_enabled", "get_fp8_recipe",
            "get_fp8_group", "is_fp8_available"]
 
@@ -101,14 +105,74 @@ def fp8_autocast(enabled=True, calibrating=False, fp8_recipe=None,
                     _graph=_graph)
 
 
-def fp8_model_init(enabled=True, recipe=None,
-                   preserve_high_precision_init_val=False):
-    """TE's fp8_model_init: only enabled=False (a no-op) is supported."""
-    if enabled:
-        raise NotImplementedError(
-            "fp8_model_init(enabled=True) is not supported by tejit: "
-            "parameters stay in params_dtype and are quantized per step")
-    return contextlib.nullcontext()
+class ModelInit(typing.NamedTuple):
+    """What an enabled fp8_model_init gives the modules built inside it."""
+    recipe: _recipe.Recipe
+    preserve_high_precision_init_val: bool
+
+
+# The innermost active fp8_model_init's ModelInit, or None (none, or
+# enabled=False).
+_MODEL_INIT = contextvars.ContextVar("tejit_pytorch_fp8_model_init",
+                                     default=None)
+
+
+def get_fp8_model_init():
+    """The ModelInit of the innermost active fp8_model_init, or None when
+    there is none or it is disabled: what a module reads when it is
+    built."""
+    return _MODEL_INIT.get()
+
+
+class fp8_model_init(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
+    """TE's fp8_model_init: the tejit modules built inside hold their GEMM
+    weights (Linear's `weight`, LayerNormMLP's `fc1_weight`/`fc2_weight`,
+    the attention modules' fused QKV and `proj` weights) as Float8Tensors
+    (float8_tensor.py: E4M3 data, 1 byte per element, of nominal dtype
+    params_dtype), initialized as without it and then quantized under
+    `recipe`'s scaling (DelayedScaling, the default, or
+    Float8CurrentScaling; another recipe is a TypeError). Under
+    fp8_autocast their programs take the FP8 data as it is (no per-step
+    weight cast); without it, the dequantized values. Optimizers update
+    them in place (dequantize, op, requantize). With
+    `preserve_high_precision_init_val`, each keeps its initial
+    high-precision value on the CPU
+    (`param.get_high_precision_init_val()`,
+    `param.clear_high_precision_init_val()`), for master weights. Such
+    modules have `primary_weights_in_fp8 = True`. enabled=False inside
+    turns it off. Not with tp_size > 1, nor with split QKV weights
+    (fuse_qkv_params=False): NotImplementedError."""
+
+    __slots__ = ("_state", "_tokens")
+
+    def __init__(self, enabled=True, recipe=None,
+                 preserve_high_precision_init_val=False):
+        state = None
+        if enabled:
+            if recipe is None:
+                recipe = _recipe.DelayedScaling()
+            if not isinstance(recipe, (_recipe.DelayedScaling,
+                                       _recipe.Float8CurrentScaling)):
+                raise TypeError(
+                    f"fp8_model_init: recipe must be a DelayedScaling or "
+                    f"Float8CurrentScaling (tejit.common.recipe), not "
+                    f"{type(recipe).__module__}.{type(recipe).__name__}")
+            recipe.to_spec()  # report a bad recipe here, not at a module
+            state = ModelInit(recipe, bool(preserve_high_precision_init_val))
+        self._state = state
+        self._tokens = []  # one per active entry (the object may be reused)
+
+    def __enter__(self):
+        self._tokens.append(_MODEL_INIT.set(self._state))
+        return self
+
+    def __exit__(self, *exc_info):
+        _MODEL_INIT.reset(self._tokens.pop())
+        return False
+
+
+# TE 2.x's name for it.
+quantized_model_init = fp8_model_init
 
 
 def is_fp8_available(return_reason=False):

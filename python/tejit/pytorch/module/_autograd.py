@@ -26,7 +26,9 @@ class ProgramFunction(torch.autograd.Function):
     tables).
     `compiled` is a module/_compiled.CompiledProgram compiled for training;
     the inputs are in the program's order, as CompiledProgram.check_inputs
-    accepted them; `slots` (fuse_wgrad_accumulation) a _main_grad.Slot per
+    accepted them (an FP8 weight, fp8_model_init's, is its Float8Tensor:
+    the program reads its FP8 data, and autograd takes the gradient for it
+    in high precision); `slots` (fuse_wgrad_accumulation) a _main_grad.Slot per
     compiled.main_grad_inputs entry, where those inputs' gradients go."""
 
     @staticmethod
@@ -81,7 +83,8 @@ class ProgramFunction(torch.autograd.Function):
                                              ctx.needs_input_grad[2:])]
         for slot, input_index in zip(ctx.slots, compiled.main_grad_inputs):
             slot.finish(main_grads[compiled.grad_index[input_index]])
-            shape, dtype = compiled.input_spec(input_index)
+            # (An FP8 weight's gradient is of the activations' dtype.)
+            shape, dtype = compiled.gradient_spec(input_index)
             returned[input_index] = (
                 slot.gradient(shape, dtype, device)
                 if ctx.needs_input_grad[2 + input_index] else None)

@@ -13,13 +13,20 @@ import tejit
 
 from .. import _distributed
 from .._device_view import device_view
+from ..float8_tensor import Float8Tensor
 from ._attention_specs import KV_CACHE_TENSORS, kv_cache_input_name
 
 TORCH_DTYPES = {
     "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16,
+    "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2,
     "i64": torch.int64, "i32": torch.int32, "i8": torch.int8,
     "bool": torch.bool,
 }
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+# fp8_model_init: the inputs a program with FP8 weights takes beside each
+# (`<weight>.scale_inv`, and `<weight>.transpose` in training programs).
+FP8_WEIGHT_COMPANIONS = ("scale_inv", "transpose")
 
 # Bytes between the starts of consecutive saved tensors in a forward's
 # buffer (a multiple of every alignment the kernels and cuBLASLt ask for).
@@ -118,6 +125,22 @@ class CompiledProgram:
                          for o in program.outputs]
         self._grad_inputs = [(tuple(g.shape), TORCH_DTYPES[g.dtype])
                              for g in program.grad_inputs]
+        # fp8_model_init (the spec's `fp8_weights`): whether each parameter
+        # input is FP8 (the module passes the Float8Tensor), and the
+        # companions the module supplies from it: (input name, the weight's
+        # position among the parameters, "scale_inv" or "transpose").
+        self.parameter_fp8 = [dtype in FP8_DTYPES for (_, dtype), parameter
+                              in zip(self._inputs, self.is_parameter)
+                              if parameter]
+        position = {name: index
+                    for index, name in enumerate(self.parameter_names)}
+        self.fp8_weight_companions = []
+        for name, parameter in zip(self.input_names, self.is_parameter):
+            weight, _, kind = name.rpartition(".")
+            if (not parameter and kind in FP8_WEIGHT_COMPANIONS
+                    and weight in position):
+                self.fp8_weight_companions.append(
+                    (name, position[weight], kind))
         # The gradient of input i is grad_inputs[grad_index[i]] ("grad." +
         # its name); None for inputs without one (masks, rotary tables).
         grads = {g.name: index for index, g in enumerate(program.grad_inputs)}
@@ -197,6 +220,16 @@ class CompiledProgram:
         """(shape, torch dtype) of input `index`."""
         return self._inputs[index]
 
+    def gradient_spec(self, index):
+        """(shape, torch dtype) of the gradient autograd takes for input
+        `index`: the input's; for an FP8 weight (a Float8Tensor, nominally
+        of a high-precision dtype) the activations' dtype (autograd casts
+        it to the weight's nominal one)."""
+        shape, dtype = self._inputs[index]
+        if dtype in FP8_DTYPES:
+            dtype = self._inputs[0][1]
+        return shape, dtype
+
     def zero_grad_output(self, index, device):
         """The gradient of an output autograd left undefined (unused)."""
         shape, dtype = self._outputs[index]
@@ -211,11 +244,14 @@ class CompiledProgram:
         """The program reads raw pointers: a tensor of another shape, dtype
         or layout would be read out of bounds, so refuse it here. With
         `parameters_checked`, the parameter inputs passed before (the same
-        tensors, unchanged)."""
+        tensors, unchanged). A Float8Tensor is checked as its FP8 data,
+        what the program reads."""
         for tensor, (shape, dtype), name, parameter in zip(
                 tensors, self._inputs, names, self.is_parameter):
             if parameters_checked and parameter:
                 continue
+            if isinstance(tensor, Float8Tensor):
+                tensor = tensor._data
             if (tuple(tensor.shape) != shape or tensor.dtype != dtype
                     or not tensor.is_cuda or not tensor.is_contiguous()):
                 raise ValueError(

@@ -22,10 +22,17 @@ With tensor parallelism the groups hold this rank's shard, built with its
 head and group counts (heads / tp_size, groups / tp_size): the rows above
 are this rank's q heads, k groups and v groups (TE's local layout), and
 `proj.weight` is [hidden, heads / tp_size * kv_channels].
+
+Under fp8_model_init (fp8.py) a group's GEMM weights (`proj.weight`, the
+fused QKV `weight`) are Float8Tensors, as the modules' are
+(_fp8_weights.py); the interleaved fused weight's FP8 rows are permuted
+into q | k | v per call. Split Q/K/V weights are refused there.
 """
 import torch
 
-from . import _main_grad
+from .. import fp8 as _fp8
+from ..float8_tensor import Float8Tensor
+from . import _fp8_weights, _main_grad
 from ._attention_specs import QKV_SPLIT
 from .base import rng_fork, skip_te_extra_state
 
@@ -89,6 +96,8 @@ class ParameterGroup(torch.nn.Module):
 
     _rng_tracker = None
     _tracked = frozenset()
+    _fp8_init = None
+    _fp8_weight_names = frozenset()
 
     def __init__(self, params_dtype, rng_tracker=None):
         super().__init__()
@@ -96,18 +105,25 @@ class ParameterGroup(torch.nn.Module):
         self._initializers = {}  # parameter name -> init function
         self._rng_tracker = rng_tracker
         self._tracked = set()    # initialized under the tracker
+        # fp8_model_init's settings (fp8.ModelInit) when built inside an
+        # enabled one, and the GEMM weights it makes Float8Tensors.
+        self._fp8_init = _fp8.get_fp8_model_init()
+        self._fp8_weight_names = set()
 
-    def add(self, name, shape, init, device, tracked=False):
+    def add(self, name, shape, init, device, tracked=False,
+            gemm_weight=False):
         tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
         self.register_parameter(name, torch.nn.Parameter(tensor))
         self._initializers[name] = init
         if tracked:
             self._tracked.add(name)
+        if gemm_weight and self._fp8_init is not None:
+            self._fp8_weight_names.add(name)
 
     def add_linear(self, weight, bias, out_features, in_features, init,
                    use_bias, device):
         self.add(weight, (out_features, in_features), init, device,
-                 tracked=True)
+                 tracked=True, gemm_weight=True)
         if use_bias:
             self.add(bias, (out_features,), torch.nn.init.zeros_, device)
         else:
@@ -119,14 +135,22 @@ class ParameterGroup(torch.nn.Module):
                 parameter = getattr(self, name)
                 if parameter.device.type == "meta":
                     continue
+                if name in self._fp8_weight_names:
+                    init = _fp8_weights.quantizing_init(self, name, init,
+                                                        self._fp8_init)
                 if name in self._tracked:
                     with rng_fork(self._rng_tracker):
                         init(parameter)
                 else:
                     init(parameter)
 
-    def _argument(self, name, dtype):
-        return getattr(self, name).to(dtype).contiguous()
+    def _argument(self, name, dtype, fp8=False):
+        """The tensor the program takes for `name` (`fp8`: in FP8; see
+        TransformerEngineBaseModule._argument)."""
+        parameter = getattr(self, name)
+        if fp8 or isinstance(parameter, Float8Tensor):
+            return _fp8_weights.argument(parameter, name, dtype, fp8)
+        return parameter.to(dtype).contiguous()
 
     def _main_grad_slot(self, name):
         """Where the program's gradient of `name` goes under
@@ -203,12 +227,21 @@ class QkvGroup(ParameterGroup):
     def _split(self, kind):
         return [getattr(self, f"{part}_{kind}") for part in self.parts]
 
-    def _argument(self, name, dtype):
+    def _argument(self, name, dtype, fp8=False):
         if name not in ("weight", "bias"):
-            return super()._argument(name, dtype)
+            return super()._argument(name, dtype, fp8)
         if not self.fuse:
             return joined_rows(self._split(name), dtype)
-        fused = getattr(self, name).to(dtype)
+        parameter = getattr(self, name)
+        if self.interleaved and isinstance(parameter, Float8Tensor):
+            # fp8_model_init: the FP8 rows (or the dequantized ones)
+            # reordered, the gradient reordered back.
+            return _fp8_weights.reordered(parameter, dtype, fp8,
+                                          self.to_qkv_rows,
+                                          self.from_qkv_rows)
+        if fp8 or isinstance(parameter, Float8Tensor):
+            return _fp8_weights.argument(parameter, name, dtype, fp8)
+        fused = parameter.to(dtype)
         return self.to_qkv_rows(fused) if self.interleaved else fused
 
     def _main_grad_slot(self, name):

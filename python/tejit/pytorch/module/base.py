@@ -46,6 +46,13 @@ only with tp_size > 1) the input and output are this rank's slice of dim 0
 their output), the spec gets `sequence_parallel: true` and global sizes,
 and the parameters whose gradients are then this rank's partial sums (the
 norms', the row-parallel biases) carry TE's `sequence_parallel = True`.
+
+FP8 primary weights (TE's fp8_model_init, fp8.py): a module built inside
+it holds its GEMM weights as Float8Tensors (float8_tensor.py) and has
+`primary_weights_in_fp8 = True`. Under an FP8 recipe its program is
+compiled with the layer's `fp8_weights: true` (also in the JIT key) and
+reads the weights' FP8 data directly; without one it takes their
+dequantized values. module/_fp8_weights.py says how.
 """
 import contextlib
 import contextvars
@@ -58,7 +65,8 @@ import torch
 import tejit
 
 from .. import _checkpointing, _distributed, fp8
-from . import _args, _autograd, _compiled, _main_grad, _meta
+from ..float8_tensor import Float8Tensor
+from . import _args, _autograd, _compiled, _fp8_weights, _main_grad, _meta
 from ._args import default_init_method, gamma_init
 
 SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -221,6 +229,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
     _rng_tracker = None
     _rng_tracker_name = None
     _tracked = frozenset()
+    # fp8_model_init's defaults (likewise).
+    _fp8_init = None
+    _fp8_weight_names = frozenset()
+    primary_weights_in_fp8 = False
 
     def __init__(self, params_dtype):
         super().__init__()
@@ -252,6 +264,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
         self._rng_tracker = None
         self._rng_tracker_name = None
         self._tracked = set()
+        # fp8_model_init: its settings when the module was built inside an
+        # enabled one (fp8.ModelInit), and the GEMM weights it makes
+        # Float8Tensors (_fp8_weights.py). TE's attribute.
+        self._fp8_init = fp8.get_fp8_model_init()
+        self._fp8_weight_names = set()
+        self.primary_weights_in_fp8 = self._fp8_init is not None
 
     # --- tensor parallelism ------------------------------------------------
 
@@ -264,6 +282,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         tracker, and sets sequence_parallel as TE does (only with tp_size
         > 1)."""
         self.tp_size = _args.tp_world_size(owner, tp_group, tp_size)
+        _fp8_weights.refuse_tensor_parallel(owner, self._fp8_init,
+                                            self.tp_size)
         self.sequence_parallel = _args.sequence_parallel_of(
             sequence_parallel, self.tp_size)
         self._tp_group = GroupRef(tp_group)
@@ -348,14 +368,19 @@ class TransformerEngineBaseModule(torch.nn.Module):
 
     # --- parameters --------------------------------------------------------
 
-    def _add_parameter(self, name, shape, init, device, tracked=False):
+    def _add_parameter(self, name, shape, init, device, tracked=False,
+                       gemm_weight=False):
         """Parameter `name` initialized by `init`; `tracked`: under TE's
-        RNG tracker when one is given (GEMM weights, as TE's)."""
+        RNG tracker when one is given (GEMM weights, as TE's);
+        `gemm_weight`: a Float8Tensor under fp8_model_init (made by
+        reset_parameters)."""
         tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
         self.register_parameter(name, torch.nn.Parameter(tensor))
         self._initializers[name] = init
         if tracked:
             self._tracked.add(name)
+        if gemm_weight and self._fp8_init is not None:
+            self._fp8_weight_names.add(name)
 
     def _add_linear_parameters(self, weight, bias, out_features, in_features,
                                init, device, returned=False):
@@ -364,7 +389,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         sizes are this rank's (tensor parallelism)."""
         self._add_parameter(weight, (out_features, in_features),
                             init or default_init_method(), device,
-                            tracked=True)
+                            tracked=True, gemm_weight=True)
         if not self.use_bias:
             self.register_parameter(bias, None)
             return
@@ -385,13 +410,18 @@ class TransformerEngineBaseModule(torch.nn.Module):
         get_rng_state_tracker().fork() when a tracker is given (each
         tensor-parallel rank its own shard), the rest from torch's default
         generator. Parameters on the meta device are left for a later call
-        (TE's deferred init). Submodules that hold parameters (the
-        attention modules' groups and sublayers) reset theirs too."""
+        (TE's deferred init). Under fp8_model_init the GEMM weights are
+        initialized in high precision and quantized (_fp8_weights.py).
+        Submodules that hold parameters (the attention modules' groups and
+        sublayers) reset theirs too."""
         with torch.no_grad():
             for name, init in self._initializers.items():
                 parameter = getattr(self, name)
                 if parameter.device.type == "meta":
                     continue
+                if name in self._fp8_weight_names:
+                    init = _fp8_weights.quantizing_init(self, name, init,
+                                                        self._fp8_init)
                 if name in self._tracked:
                     with rng_fork(self._rng_tracker, self._rng_tracker_name):
                         init(parameter)
@@ -439,8 +469,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
         steps, load_state_dict, copy_; not by writes through `.data`). The
         same walk checks, outside torch.autocast, that they have the
         activation dtype `dtype` (as in Transformer Engine): one walk per
-        call."""
+        call. An FP8 weight (fp8_model_init) is its FP8 data's address, and
+        both its own version (in-place ops through torch: they requantize
+        inside its __torch_dispatch__, below the version counting) and its
+        data's (a direct quantize_())."""
         check = _torch_autocast_dtype() is None
+        fp8_weights = self.primary_weights_in_fp8
         token = []
         for parameter in self.parameters():
             if check and parameter.dtype != dtype:
@@ -452,13 +486,20 @@ class TransformerEngineBaseModule(torch.nn.Module):
                     f"they must match (as in Transformer Engine): cast the "
                     f"input or the module")
             if want_token:
+                if fp8_weights and isinstance(parameter, Float8Tensor):
+                    data = parameter._data
+                    token.append((data.data_ptr(), parameter._version,
+                                  data._version))
+                    continue
                 token.append((parameter.data_ptr(), parameter._version))
         return tuple(token) if want_token else None
 
-    def _argument(self, name, dtype):
+    def _argument(self, name, dtype, fp8=False):
         """The tensor the program takes for parameter `name` (a dotted path
         for a submodule's: a submodule with its own `_argument`, such as
-        the fused QKV weights, supplies it)."""
+        the fused QKV weights, supplies it); `fp8`: the program takes it in
+        FP8 (a Float8Tensor weight, passed as it is; one that is not, is
+        dequantized)."""
         if name == self._returned_bias:
             parameter = self._parameter(name)
             key = (tuple(parameter.shape), dtype, parameter.device)
@@ -468,8 +509,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
             return self._zero_biases[key]
         child, rest = self._child_with(name, "_argument")
         if child is not None:
-            return child._argument(rest, dtype)
+            return child._argument(rest, dtype, fp8)
         parameter = self._parameter(name)
+        if fp8 or isinstance(parameter, Float8Tensor):
+            return _fp8_weights.argument(parameter, name, dtype, fp8)
         # Casts only under torch.autocast; autograd carries the gradient
         # back to the parameter's dtype.
         return parameter.to(dtype).contiguous()
@@ -611,7 +654,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         _infer_with_weight_casts). `inference_only` runs the inference
         program even where autograd would record the call (a KV-cache
         step: its programs have no backward; the caller refuses training
-        mode). Returns {output name: tensor} in the program's shapes."""
+        mode). With FP8 weights (fp8_model_init) under an FP8 recipe, the
+        program takes them in FP8 (_fp8_weights.py). Returns {output name:
+        tensor} in the program's shapes."""
         if is_first_microbatch is None:
             # make_graphed_callables(fp8_weight_caching=True) captures every
             # module with a device flag that decides the casts (graph.py).
@@ -621,6 +666,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
                      else None)
         recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
         recipe_spec, recipe_key = _recipe_spec(recipe)
+        fp8_weights = (_fp8_weights.weights_of(self)
+                       if recipe is not None and self.primary_weights_in_fp8
+                       else ())
+        if fp8_weights:
+            # TE's weight caching: FP8 weights have no cast to keep.
+            is_first_microbatch, cast_flag = None, None
         first = next(iter(activations.values()))
         self._warn_if_recomputed_without_fp8(recipe, dtype)
         recorded = not inference_only and torch.is_grad_enabled() and any(
@@ -639,12 +690,16 @@ class TransformerEngineBaseModule(torch.nn.Module):
         main_grad_dtype = (_main_grad.main_grad_dtype(self.parameters())
                            if fuse_wgrad else None)
         key = (shape_key, dtype, recipe_key, training, first.device.index,
-               variant, main_grad_dtype)
+               variant, main_grad_dtype, bool(fp8_weights))
         compiled = self._programs.get(key)
         if compiled is None and self._tp_communicates():
             self._required_tp_group()  # refused before compiling
         if compiled is None:
             layer = (layer_spec or self._layer_spec)()
+            if fp8_weights:
+                # The GEMM weights arrive in FP8, with their scale_inv (and
+                # transpose, for training) as inputs.
+                layer["fp8_weights"] = True
             if fuse_wgrad:
                 # The backward adds each GEMM weight's gradient to its
                 # .main_grad (_autograd.py), of the main_grads' dtype.
@@ -663,16 +718,24 @@ class TransformerEngineBaseModule(torch.nn.Module):
                     seed = _dropout_seed(first.device)
                 compiled.program.set_seed(seed)
 
+        if fp8_weights and training and torch.is_grad_enabled():
+            # The scales the next requantizations (optimizer steps) use.
+            _fp8_weights.update_scaling(fp8_weights)
         parameters, checked = self._parameter_arguments(compiled, dtype,
                                                         token)
+        supplied = activations
+        if fp8_weights:
+            supplied = dict(activations)
+            supplied.update(_fp8_weights.companion_inputs(compiled,
+                                                          parameters))
         parameters = iter(parameters)
         arguments = []
         for input_name, parameter in zip(compiled.input_names,
                                          compiled.is_parameter):
             if parameter:
                 arguments.append(next(parameters))
-            elif input_name in activations:
-                arguments.append(activations[input_name])
+            elif input_name in supplied:
+                arguments.append(supplied[input_name])
             else:
                 raise RuntimeError(f"tejit: {type(self).__name__}'s program "
                                    f"takes an input '{input_name}' that the "
@@ -727,10 +790,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 and cached[0] is compiled and cached[1] == dtype
                 and cached[2] == token):
             return cached[3], True
-        parameters = [self._argument(name, dtype)
-                      for name, is_parameter in zip(compiled.input_names,
-                                                    compiled.is_parameter)
-                      if is_parameter]
+        parameters = [self._argument(name, dtype, fp8)
+                      for name, fp8 in zip(compiled.parameter_names,
+                                           compiled.parameter_fp8)]
         # Under autocast the arguments are cast copies: not kept alive.
         keep = token is not None and _torch_autocast_dtype() is None
         self._inference_parameters = ((compiled, dtype, token, parameters)

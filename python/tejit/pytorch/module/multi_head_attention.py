@@ -2,7 +2,7 @@
 attention, output projection, in one program; or cross-attention: queries
 from the (normalized) input, keys and values from an encoder's output."""
 
-from . import _args, _attention_specs, _thd
+from . import _args, _attention_specs, _fp8_weights, _thd
 from ._groups import ParameterGroup, QkvGroup
 from .attention import (DotProductAttention, check_cross_mask_type,
                         mask_type_of_call, run_attention_block,
@@ -90,6 +90,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
     (thd, or bshd/sbhd with as many new tokens in every sequence), the
     rotary table's positions continuing after each sequence's cached
     tokens; module/_kv_cache.py.
+    Under fp8_model_init (FP8 QKV and proj weights) fuse_qkv_params=True
+    is required (the split weights are refused).
     Accepted and unused: layer_number, name, checkpoint_core_attention,
     fast_zero_fill. `is_first_microbatch` is
     TE's FP8 weight caching (Linear.forward)."""
@@ -180,6 +182,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.use_bias = bool(bias)
         self.return_bias = bool(return_bias)
         self.fuse_qkv_params = bool(fuse_qkv_params)
+        _fp8_weights.refuse_split_qkv(owner, self._fp8_init,
+                                      self.fuse_qkv_params)
         # TE: "set to False when fuse_qkv_params=False".
         self.qkv_weight_interleaved = (self.fuse_qkv_params
                                        and bool(qkv_weight_interleaved))

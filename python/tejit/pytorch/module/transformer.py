@@ -3,7 +3,7 @@ projection, dropout + residual), for a decoder a cross-attention block over
 the encoder's output (the same, queries from this layer), then the MLP
 block (LayerNormMLP, dropout + residual), in one program."""
 
-from . import _args, _attention_specs, _thd
+from . import _args, _attention_specs, _fp8_weights, _thd
 from .attention import (check_cross_mask_type, mask_type_of_call,
                         run_attention_block, window_of_call)
 from ._kv_cache import run_kv_cache_block
@@ -77,6 +77,9 @@ class TransformerLayer(TransformerEngineBaseModule):
     seq_length / tp_size positions. Not with attn_input_format="thd" or
     inference_params.
 
+    Under fp8_model_init (FP8 GEMM weights, the submodules' too)
+    fuse_qkv_params=True is required (the split QKV weights are refused).
+
     Accepted and unused: layer_number, micro_batch_size, the
     ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
@@ -112,6 +115,8 @@ class TransformerLayer(TransformerEngineBaseModule):
         tp = self._init_tensor_parallel(owner, tp_group, tp_size,
                                         sequence_parallel,
                                         get_rng_state_tracker)
+        _fp8_weights.refuse_split_qkv(owner, self._fp8_init,
+                                      fuse_qkv_params)
         _args.check_set_parallel_mode(owner, set_parallel_mode, tp,
                                       "QKV and fc1", "proj and fc2")
         _args.check_sequence_parallel_format(

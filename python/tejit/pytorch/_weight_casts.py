@@ -1,0 +1,109 @@
+"""The casts that (re)quantize FP8 weights (float8_tensor.py), as small
+tejit programs: one generated kernel reads the high-precision weight once
+and writes its E4M3 data and, when asked, the transpose (the program's
+cast_transpose kernel, the one the layer programs cast with), with the
+amax of what it cast. Under Float8CurrentScaling an amax pass and the
+scale computation (te.compute_scale: TE's rules, power_2_scale included)
+come first. No temporary tensor is made, so a requantize costs about one
+read of the weight, as in a layer program, and runs on the current stream
+(CUDA graphs capture it).
+
+A program is compiled per (shape, dtype, device, recipe kind, transpose or
+not) on first use and kept for the process; its kernels come from tejit's
+kernel cache after the first time."""
+import threading
+
+import torch
+
+import tejit
+
+_ELEMENT_TYPES = {torch.bfloat16: "bf16", torch.float16: "f16",
+                  torch.float32: "f32"}
+_FP8 = "f8E4M3FN"
+_SLOT = "tensor<1xf32>"
+
+_programs = {}
+_lock = threading.Lock()
+
+
+def _tensor_type(shape, element):
+    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
+
+
+def cast_ir(shape, element, transpose, current, power_2_scale):
+    """The te IR of one weight cast: arguments `weight` (and `scale` under
+    DelayedScaling), results `data`, `transpose` (when asked), then
+    `amax` (DelayedScaling) or `scale` and `scale_inv` (current scaling)."""
+    weight = _tensor_type(shape, element)
+    data = _tensor_type(shape, _FP8)
+    arguments = [f'%weight: {weight} {{te.name = "weight"}}']
+    body = []
+    if current:
+        options = "fp8_type = f8E4M3FN" + (", power_2_scale"
+                                           if power_2_scale else "")
+        body += [f"%amax_now = te.amax %weight : {weight} -> {_SLOT}",
+                 f"%scale, %scale_inv = te.compute_scale %amax_now "
+                 f"{{{options}}} : {_SLOT} -> {_SLOT}, {_SLOT}"]
+    else:
+        arguments.append(f'%scale: {_SLOT} {{te.name = "scale"}}')
+    body.append(f"%data, %amax = te.quantize %weight, %scale : {weight}, "
+                f"{_SLOT} -> {data}, {_SLOT}")
+    results = [("%data", data, "data")]
+    if transpose:
+        transposed = _tensor_type(tuple(reversed(shape)), _FP8)
+        body.append(f"%transpose = te.transpose %data : {data} -> "
+                    f"{transposed}")
+        results.append(("%transpose", transposed, "transpose"))
+    if current:
+        results += [("%scale", _SLOT, "scale"),
+                    ("%scale_inv", _SLOT, "scale_inv")]
+    else:
+        results.append(("%amax", _SLOT, "amax"))
+    signature = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
+    values = ", ".join(v for v, _, _ in results)
+    types = ", ".join(t for _, t, _ in results)
+    lines = [f"func.func @fp8_weight_cast({', '.join(arguments)}) -> "
+             f"({signature}) {{"]
+    lines += [f"  {line}" for line in body]
+    lines += [f"  return {values} : {types}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _program(shape, dtype, device, transpose, current, power_2_scale):
+    element = _ELEMENT_TYPES.get(dtype)
+    if element is None or len(shape) != 2:
+        raise TypeError(f"tejit: FP8 weights are 2-D bf16, fp16 or fp32 "
+                        f"tensors; got {tuple(shape)} {dtype}")
+    key = (tuple(shape), dtype, device.index, transpose, current,
+           power_2_scale)
+    with _lock:
+        program = _programs.get(key)
+        if program is None:
+            program = tejit.Program.compile(
+                cast_ir(shape, element, transpose, current, power_2_scale),
+                training=False, device=device.index)
+            _programs[key] = program
+    return program
+
+
+def cast_delayed(weight, scale, data, transpose, amax):
+    """data (and transpose, unless None) = e4m3(weight * scale), saturated;
+    amax = max |weight|. All CUDA tensors of one device; `weight`
+    contiguous."""
+    program = _program(weight.shape, weight.dtype, weight.device,
+                       transpose is not None, False, False)
+    outputs = [data] + ([transpose] if transpose is not None else []) + [amax]
+    program.forward(torch.cuda.current_stream(weight.device),
+                    [weight, scale], outputs)
+
+
+def cast_current(weight, power_2_scale, data, transpose, scale, scale_inv):
+    """Float8CurrentScaling: scale = 448 / max |weight| (TE's rules), then
+    data (and transpose, unless None) = e4m3(weight * scale); writes scale
+    and scale_inv."""
+    program = _program(weight.shape, weight.dtype, weight.device,
+                       transpose is not None, True, power_2_scale)
+    outputs = ([data] + ([transpose] if transpose is not None else [])
+               + [scale, scale_inv])
+    program.forward(torch.cuda.current_stream(weight.device), [weight],
+                    outputs)
