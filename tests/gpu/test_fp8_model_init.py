@@ -42,7 +42,10 @@ Float8CurrentScaling:
   requantized weight seen by the next call; 1 byte per GEMM weight element
   (LayerNormMLP 4096/16384: torch.cuda.memory_allocated after building it
   with and without fp8_model_init);
-- torch.save/torch.load and copy.deepcopy bit-exact; load_state_dict of a
+- make_graphed_callables: replays with SGD steps between them equal an
+  eager twin's steps bit for bit, weights and scaling states too;
+- torch.save/torch.load (weights_only False and True) and copy.deepcopy
+  bit-exact; load_state_dict of a
   plain bf16 state_dict quantizes with the weight's scale; of an FP8 one
   copies the FP8 data and scale_inv (TE's Float8Tensor.copy_);
 - preserve_high_precision_init_val=True: the initial bf16 values on the
@@ -861,6 +864,60 @@ def test_save_load_and_deepcopy(fp8):
     got = train_step(clone, x, fp8_recipe)
     want = train_step(module, x, fp8_recipe, dy=got[1])
     compare_steps(got, want, f"{fp8}: the deepcopy's next step", exact=True)
+
+
+@pytest.mark.parametrize("fp8", list(RECIPES))
+def test_weights_only_load(fp8):
+    """torch.load(weights_only=True), torch's default: the Float8Tensors
+    come back bit for bit, with their scaling state."""
+    make, shape, _ = LAYERS["LayerNormMLP-gelu"]
+    module = trained(make, shape, RECIPES[fp8]())
+    buffer = io.BytesIO()
+    torch.save(module.state_dict(), buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)
+    errors = []
+    for name, p in fp8_weights(module).items():
+        errors += fp8_copy_errors(loaded[name], p, f"loaded {name}")
+    check(errors, f"{fp8}: weights_only load")
+
+
+@pytest.mark.parametrize("fp8", list(RECIPES))
+def test_graphed_steps_equal_eager_steps(fp8):
+    """make_graphed_callables of a module with FP8 weights: replays equal
+    an eager twin's steps bit for bit (outputs, input and parameter
+    gradients), with an SGD step on the weights between steps (the
+    requantizations and the scale updates the graphs replay), and the
+    weights' data and scaling states stay equal."""
+    make, shape, _ = LAYERS["LayerNormMLP-gelu"]
+    fp8_recipe = RECIPES[fp8]()
+    eager = build(make, fp8_recipe)
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    sample = torch.randn(*shape, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    graphed = te.make_graphed_callables(graphed, (sample,), fp8_enabled=True,
+                                        fp8_recipe=fp8_recipe)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=1e-2, foreach=False)
+                  for m in (eager, graphed)]
+    errors = []
+    for index in range(3):
+        x = torch.randn(*shape, device="cuda", dtype=BF16)
+        dy = torch.randn(*shape, device="cuda", dtype=BF16)
+        want = train_step(eager, x, fp8_recipe, dy=dy)
+        got = train_step(graphed, x, fp8_recipe, dy=dy)
+        what = f"{fp8}: step {index}"
+        errors += same_errors(got[0], want[0], f"{what} output")
+        errors += same_errors(got[2], want[2], f"{what} input gradient")
+        for name, grad in want[3].items():
+            errors += same_errors(got[3][name], grad, f"{what} {name}.grad")
+        for optimizer in optimizers:
+            optimizer.step()
+        graphed_weights = fp8_weights(graphed)
+        for name, p in fp8_weights(eager).items():
+            errors += fp8_copy_errors(graphed_weights.get(name), p,
+                                      f"{what} {name}")
+    check(errors, f"{fp8}: graphed")
 
 
 @pytest.mark.parametrize("fp8", list(RECIPES))

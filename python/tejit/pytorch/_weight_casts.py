@@ -1,12 +1,13 @@
-"""The casts that (re)quantize FP8 weights (float8_tensor.py), as small
-tejit programs: one generated kernel reads the high-precision weight once
+"""The casts that (re)quantize FP8 weights (float8_tensor.py), and their
+DelayedScaling update, as small tejit programs: one generated kernel reads the high-precision weight once
 and writes its E4M3 data and, when asked, the transpose (the program's
 cast_transpose kernel, the one the layer programs cast with), with the
 amax of what it cast. Under Float8CurrentScaling an amax pass and the
 scale computation (te.compute_scale: TE's rules, power_2_scale included)
 come first. No temporary tensor is made, so a requantize costs about one
 read of the weight, as in a layer program, and runs on the current stream
-(CUDA graphs capture it).
+(CUDA graphs capture it). The update is the layer programs' own
+te.delayed_scaling_update kernel (shared/FP8.md's rules, as TE's).
 
 A program is compiled per (shape, dtype, device, recipe kind, transpose or
 not) on first use and kept for the process; its kernels come from tejit's
@@ -69,21 +70,47 @@ def cast_ir(shape, element, transpose, current, power_2_scale):
     return "\n".join(lines) + "\n"
 
 
+def update_ir(length, margin, most_recent):
+    """The te IR of one weight's DelayedScaling update: arguments
+    `amax_history` [length, 1] (row 0: the amax since the last update),
+    `scale` and `amax` (that row 0); results the new history, scale and
+    scale_inv."""
+    history = _tensor_type((length, 1), "f32")
+    algo = "most_recent" if most_recent else "max"
+    recipe = (f"#te.delayed_scaling<margin = {margin}, amax_history_len = "
+              f"{length}, amax_compute_algo = {algo}, reduce_amax = false>")
+    return (
+        f'func.func @fp8_weight_update(%history: {history} {{te.name = '
+        f'"amax_history"}}, %scale: {_SLOT} {{te.name = "scale"}}, %amax: '
+        f'{_SLOT} {{te.name = "amax"}}) -> ({history} {{te.name = '
+        f'"new_amax_history"}}, {_SLOT} {{te.name = "new_scale"}}, {_SLOT} '
+        f'{{te.name = "new_scale_inv"}}) {{\n'
+        f"  %h, %s, %si = te.delayed_scaling_update %history, %scale, %amax "
+        f"{{fp8_type = f8E4M3FN, recipe = {recipe}}} : ({history}, {_SLOT}, "
+        f"{_SLOT}) -> ({history}, {_SLOT}, {_SLOT})\n"
+        f"  return %h, %s, %si : {history}, {_SLOT}, {_SLOT}\n}}\n")
+
+
+def _compiled(key, ir, device):
+    """The program of `key`, compiled from `ir` on first use."""
+    with _lock:
+        program = _programs.get(key)
+        if program is None:
+            program = tejit.Program.compile(ir(), training=False,
+                                            device=device.index)
+            _programs[key] = program
+    return program
+
+
 def _program(shape, dtype, device, transpose, current, power_2_scale):
     element = _ELEMENT_TYPES.get(dtype)
     if element is None or len(shape) != 2:
         raise TypeError(f"tejit: FP8 weights are 2-D bf16, fp16 or fp32 "
                         f"tensors; got {tuple(shape)} {dtype}")
-    key = (tuple(shape), dtype, device.index, transpose, current,
+    key = ("cast", tuple(shape), dtype, device.index, transpose, current,
            power_2_scale)
-    with _lock:
-        program = _programs.get(key)
-        if program is None:
-            program = tejit.Program.compile(
-                cast_ir(shape, element, transpose, current, power_2_scale),
-                training=False, device=device.index)
-            _programs[key] = program
-    return program
+    return _compiled(key, lambda: cast_ir(shape, element, transpose, current,
+                                          power_2_scale), device)
 
 
 def cast_delayed(weight, scale, data, transpose, amax):
@@ -107,3 +134,22 @@ def cast_current(weight, power_2_scale, data, transpose, scale, scale_inv):
                + [scale, scale_inv])
     program.forward(torch.cuda.current_stream(weight.device), [weight],
                     outputs)
+
+
+def update_delayed(amax_history, scale, margin, most_recent):
+    """TE's DelayedScaling update of one weight's state, in place:
+    `amax_history` [length] (element 0 the amax since the last update),
+    `scale` [1]."""
+    length = amax_history.shape[0]
+    device = amax_history.device
+    program = _compiled(("update", length, margin, most_recent, device.index),
+                        lambda: update_ir(length, margin, most_recent),
+                        device)
+    new_history = torch.empty_like(amax_history)
+    new_scale = torch.empty_like(scale)
+    new_scale_inv = torch.empty_like(scale)
+    program.forward(torch.cuda.current_stream(device),
+                    [amax_history, scale, amax_history[:1]],
+                    [new_history, new_scale, new_scale_inv])
+    amax_history.copy_(new_history)
+    scale.copy_(new_scale)

@@ -51,17 +51,6 @@ aten = torch.ops.aten
 
 # The weights' format under every recipe (HYBRID's forward format too).
 FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = 448.0
-FLT_MAX = torch.finfo(torch.float32).max
-
-
-def _quotient(numerator, amax):
-    """numerator / amax in float32, correctly rounded (a tensor division:
-    torch computes `number / tensor` as a reciprocal times the number), and
-    FLT_MAX where that overflows."""
-    quotient = torch.full_like(amax, numerator) / amax
-    return torch.where(torch.isinf(quotient),
-                       torch.full_like(quotient, FLT_MAX), quotient)
 
 
 def _reciprocal(scale):
@@ -113,25 +102,17 @@ class DelayedScalingState:
         scale_inv.copy_(_reciprocal(self.scale))
 
     def update(self):
-        """TE's update: with last = history[0] (0: nothing was quantized,
-        nothing changes), amax = max(history[1:] and last) for "max", last
-        for "most_recent"; the history shifts (history[i] = history[i + 1]
-        for 1 <= i < len - 1, history[len - 1] = last, history[0] = 0), and
-        scale = 448 * 2^-margin / amax when amax is finite and > 0 (FLT_MAX
-        when that overflows), else the old scale. Branch-free on the
-        device."""
-        history = self.amax_history
-        last = history[:1]
-        amax = history.amax().view(1) if self.amax_compute_algo == "max" \
-            else last
-        rolled = torch.roll(history, -1)
-        rolled[:1] = 0
-        recorded = last != 0
-        quotient = _quotient(FP8_MAX * 2.0 ** -self.margin, amax)
-        usable = recorded & torch.isfinite(amax) & (amax > 0)
-        scale = torch.where(usable, quotient, self.scale)
-        history.copy_(torch.where(recorded, rolled, history))
-        self.scale.copy_(scale)
+        """TE's update (shared/FP8.md), by the layer programs' own kernel:
+        with last = history[0] (0: nothing was quantized since, nothing
+        changes), amax = max(history[1:] and last) for "max" (NaN entries
+        ignored), last for "most_recent"; the history shifts (history[i] =
+        history[i + 1] for 1 <= i < len - 1, history[len - 1] = last,
+        history[0] = 0), and scale = 448 * 2^-margin / amax when amax is
+        finite and > 0 (FLT_MAX when that overflows), else the old scale.
+        On the device, no synchronization."""
+        _weight_casts.update_delayed(self.amax_history, self.scale,
+                                     self.margin,
+                                     self.amax_compute_algo == "most_recent")
 
     def state(self):
         """The state as plain values and tensors (what a pickle holds)."""
