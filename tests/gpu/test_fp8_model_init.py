@@ -50,7 +50,10 @@ Float8CurrentScaling:
   copies the FP8 data and scale_inv (TE's Float8Tensor.copy_);
 - preserve_high_precision_init_val=True: the initial bf16 values on the
   CPU, those of a plain module built from the same seed;
-- refusals: tp_size > 1, fuse_qkv_params=False, a recipe of another kind.
+- split QKV weights (fuse_qkv_params=False, TE's default) under
+  DelayedScaling share one scale; a step equals the twin's bit for bit;
+- refusals: tp_size > 1, fuse_qkv_params=False under current scaling, a
+  recipe of another kind.
 """
 import copy
 import gc
@@ -459,6 +462,66 @@ def test_fp8_weights_match_a_twin(layer, fp8):
     compare_steps(got, want, f"{layer} {fp8}", exact=fp8 == "delayed")
     check([f"{name}: {e}" for name, p in fp8_weights(module).items()
            for e in transpose_errors(p)], f"{layer} {fp8}")
+
+
+SPLIT_LAYERS = {
+    # TE's defaults: fuse_qkv_params=False, query_weight / key_weight /
+    # value_weight, here with GQA.
+    "TransformerLayer": (lambda: te.TransformerLayer(
+        256, 1024, 4, num_gqa_groups=2, params_dtype=BF16,
+        hidden_dropout=0.0, attention_dropout=0.0), (64, 2, 256),
+        "self_attention.layernorm_qkv.",
+        {"self_attention.proj.weight", "layernorm_mlp.fc1_weight",
+         "layernorm_mlp.fc2_weight"}),
+    "MultiheadAttention": (lambda: te.MultiheadAttention(
+        256, 4, num_gqa_groups=2, params_dtype=BF16, attention_dropout=0.0,
+        input_layernorm=True), (64, 2, 256), "layernorm_qkv.",
+        {"proj.weight"}),
+}
+
+
+@pytest.mark.parametrize("layer", list(SPLIT_LAYERS))
+def test_split_qkv_weights(layer):
+    """fuse_qkv_params=False (TE's default) under DelayedScaling: the
+    query/key/value weights are Float8Tensors sharing one scale_inv and
+    scaling state (a deepcopy's parts share theirs); a training step
+    equals the twin's bit for bit; after SGD steps (which requantize
+    each part with the shared scale) a step stays within FP8's distance
+    of a bf16 twin of the new values."""
+    make, shape, prefix, others = SPLIT_LAYERS[layer]
+    fp8_recipe = hybrid()
+    module = build(make, fp8_recipe)
+    parts = [f"{prefix}{part}_weight" for part in ("query", "key", "value")]
+    check_fresh_weights(module, set(parts) | others)
+    weights = fp8_weights(module)
+
+    def sharing_errors(weights, what):
+        first = weights[parts[0]]
+        return [f"{what}: {name} does not share {parts[0]}'s scale"
+                for name in parts[1:]
+                if weights[name]._scaling is not first._scaling
+                or weights[name]._scale_inv is not first._scale_inv]
+
+    errors = sharing_errors(weights, layer)
+    copied = fp8_weights(copy.deepcopy(module))
+    errors += sharing_errors(copied, f"{layer} deepcopy")
+    if copied[parts[0]]._scaling is weights[parts[0]]._scaling:
+        errors.append(f"{layer}: the deepcopy shares the original's scale")
+    check(errors, layer)
+    perturb(module)
+    x = torch.randn(*shape, device="cuda", dtype=BF16)
+    got = train_step(module, x, fp8_recipe)
+    want = train_step(twin_of(module, make), x, fp8_recipe, dy=got[1])
+    compare_steps(got, want, f"{layer} split", exact=True)
+    optimizer = torch.optim.SGD(module.parameters(), lr=2e-3, foreach=False)
+    for _ in range(2):
+        optimizer.step()
+        train_step(module, x, fp8_recipe)
+    check([f"{name}: {e}" for name in parts
+           for e in transpose_errors(weights[name])], f"{layer} split")
+    check(sharing_errors(fp8_weights(module), f"{layer} after SGD"), layer)
+    # Requantized with the shared scale (no longer 1): against bf16.
+    check_against_bf16_twin(module, make, shape, fp8_recipe)
 
 
 def mlp_full_size():
@@ -1028,8 +1091,8 @@ def test_tensor_ops_see_the_dequantized_value():
 
 def test_context_and_refusals():
     """fp8_model_init(enabled=False) inside turns it off, modules outside
-    are plain; tp_size > 1, split QKV weights (fuse_qkv_params=False) and a
-    recipe of another kind are refused."""
+    are plain; tp_size > 1, split QKV weights (fuse_qkv_params=False)
+    under current scaling and a recipe of another kind are refused."""
     with te.fp8_model_init(enabled=True, recipe=hybrid()):
         with te.fp8_model_init(enabled=False):
             off = te.Linear(256, 256, params_dtype=BF16)
@@ -1037,6 +1100,8 @@ def test_context_and_refusals():
         with pytest.raises(NotImplementedError, match="tp_size"):
             te.Linear(256, 256, tp_size=2, parallel_mode="column",
                       params_dtype=BF16)
+    # Split QKV weights share one scale: DelayedScaling only.
+    with te.fp8_model_init(enabled=True, recipe=current()):
         with pytest.raises(NotImplementedError, match="fuse_qkv_params"):
             te.MultiheadAttention(256, 4, params_dtype=BF16,
                                   fuse_qkv_params=False)

@@ -241,10 +241,19 @@ class _Store:
         self.high_precision_init_val = high_precision_init_val
         self.transpose_from = None
 
-    def clone(self):
-        """An independent copy (deepcopy)."""
-        return _Store(self.data.clone(), self.scale_inv.clone(),
-                      self.scaling.clone(),
+    def clone(self, memo=None):
+        """An independent copy (deepcopy). With deepcopy's `memo`, a
+        scale_inv and scaling state that several tensors share (split QKV
+        weights) stay shared among the copies."""
+        memo = {} if memo is None else memo
+
+        def once(value):
+            if id(value) not in memo:
+                memo[id(value)] = value.clone()
+            return memo[id(value)]
+
+        return _Store(self.data.clone(), once(self.scale_inv),
+                      once(self.scaling),
                       None if self.transpose is None
                       else self.transpose.clone(),
                       None if self.high_precision_init_val is None
@@ -326,18 +335,24 @@ class Float8Tensor(torch.Tensor):
 
     @classmethod
     def from_tensor(cls, tensor, recipe=None, requires_grad=False,
-                    preserve_high_precision_init_val=False):
+                    preserve_high_precision_init_val=False, shared=None):
         """`tensor` (high precision) quantized into a new Float8Tensor of
         its shape, dtype and device, with a fresh scaling state for
         `recipe` (DelayedScaling, the default, quantizes with scale 1.0
         first, as TE does; Float8CurrentScaling with 448 / amax). With
         `preserve_high_precision_init_val`, `tensor` is kept on the CPU
-        (get_high_precision_init_val())."""
+        (get_high_precision_init_val()). `shared`: a dict through which
+        tensors made with it share one scale_inv and scaling state (the
+        parts of one fused weight: split QKV weights), made by the first."""
         tensor = tensor.detach()
         data = torch.empty(tensor.shape, dtype=FP8_DTYPE,
                            device=tensor.device)
-        scale_inv = torch.ones(1, dtype=torch.float32, device=tensor.device)
-        result = cls(data, scale_inv, scaling_for(recipe, tensor.device),
+        shared = {} if shared is None else shared
+        if "scaling" not in shared:
+            shared["scale_inv"] = torch.ones(1, dtype=torch.float32,
+                                             device=tensor.device)
+            shared["scaling"] = scaling_for(recipe, tensor.device)
+        result = cls(data, shared["scale_inv"], shared["scaling"],
                      tensor.dtype, requires_grad)
         result.quantize_(tensor)
         if preserve_high_precision_init_val:
@@ -530,7 +545,8 @@ class Float8Tensor(torch.Tensor):
         if id(self) in memo:
             return memo[id(self)]
         with torch.no_grad():
-            result = Float8Tensor._from_store(self._store.clone(), self.dtype,
+            result = Float8Tensor._from_store(self._store.clone(memo),
+                                              self.dtype,
                                               self.requires_grad)
         memo[id(self)] = result
         for key, value in self.__dict__.items():

@@ -26,10 +26,14 @@ Float8Tensor as it is.
 
 TE's interleaved fused QKV weight (qkv_weight_interleaved) is reordered
 q | k | v per call: the FP8 rows are permuted into a Float8Tensor of the
-same scale (ReorderedRows), whose gradient is permuted back.
+same scale (ReorderedRows), whose gradient is permuted back. Split Q/K/V
+weights (fuse_qkv_params=False, TE's default) share one scale_inv and
+scaling state, as the parts of TE's one fused weight do (DelayedScaling
+only); a call joins their FP8 rows (JoinedRows).
 """
 import torch
 
+from ...common import recipe as _recipe
 from ..float8_tensor import Float8Tensor
 
 
@@ -43,21 +47,27 @@ def refuse_tensor_parallel(owner, settings, tp_size):
 
 
 def refuse_split_qkv(owner, settings, fuse_qkv_params):
-    """Split Q/K/V weights (views of one buffer) cannot be FP8 weights:
-    NotImplementedError for fuse_qkv_params=False under fp8_model_init."""
-    if settings is not None and not fuse_qkv_params:
+    """Split Q/K/V weights (fuse_qkv_params=False) share one scale, as the
+    parts of TE's one fused weight do: that takes DelayedScaling, whose
+    scale moves only at updates. Under Float8CurrentScaling each part's
+    requantization would set the shared scale from its own amax:
+    NotImplementedError."""
+    if (settings is not None and not fuse_qkv_params
+            and not isinstance(settings.recipe, _recipe.DelayedScaling)):
         raise NotImplementedError(
-            f"{owner}(fuse_qkv_params=False) under fp8_model_init is not "
-            f"supported by tejit: FP8 QKV weights need "
-            f"fuse_qkv_params=True (one fused weight)")
+            f"{owner}(fuse_qkv_params=False) under fp8_model_init with "
+            f"{type(settings.recipe).__name__} is not supported by tejit: "
+            f"split FP8 Q/K/V weights share one scale, which needs "
+            f"DelayedScaling; or use fuse_qkv_params=True")
 
 
-def quantizing_init(owner, name, init, settings):
+def quantizing_init(owner, name, init, settings, shared=None):
     """`init` for GEMM weight `name` of module `owner` built under
     fp8_model_init (`settings`, an fp8.ModelInit): called on the
     parameter, it initializes a high-precision value and quantizes it:
     into a new nn.Parameter(Float8Tensor) that replaces a plain parameter,
-    or in place into a Float8Tensor one."""
+    or in place into a Float8Tensor one. `shared` (a dict): the weights
+    made with it share one scale_inv and scaling state (split QKV)."""
     def initialize(parameter):
         preserve = settings.preserve_high_precision_init_val
         if isinstance(parameter, Float8Tensor):
@@ -71,7 +81,7 @@ def quantizing_init(owner, name, init, settings):
         init(parameter)
         weight = Float8Tensor.from_tensor(
             parameter, settings.recipe,
-            preserve_high_precision_init_val=preserve)
+            preserve_high_precision_init_val=preserve, shared=shared)
         setattr(owner, name, torch.nn.Parameter(
             weight, requires_grad=parameter.requires_grad))
     return initialize
@@ -84,9 +94,13 @@ def weights_of(module):
 
 def update_scaling(weights):
     """Each weight's scaling update, before a training forward under FP8
-    (on the device; nothing for current scaling)."""
+    (on the device; nothing for current scaling); a state that several
+    weights share (split QKV) once."""
+    updated = set()
     for weight in weights:
-        weight._scaling.update()
+        if id(weight._scaling) not in updated:
+            updated.add(id(weight._scaling))
+            weight._scaling.update()
 
 
 class Dequantized(torch.autograd.Function):
@@ -162,6 +176,51 @@ def reordered(parameter, dtype, fp8, to_rows, from_rows):
     if fp8:
         return ReorderedRows.apply(parameter, to_rows, from_rows)
     return to_rows(Dequantized.apply(parameter, dtype))
+
+
+class JoinedRows(torch.autograd.Function):
+    """JoinedRows.apply(*parts): split Q/K/V Float8Tensor weights that share
+    one scale_inv and scaling state, as the one fused Float8Tensor the
+    program takes (their FP8 rows concatenated, a copy of 1 byte per
+    element); its transpose joins the parts' kept transposes' columns. The
+    gradient splits back into the parts."""
+
+    @staticmethod
+    def forward(ctx, *parts):
+        ctx.rows = [part.shape[0] for part in parts]
+        first = parts[0]
+        result = Float8Tensor(
+            torch.cat([part._data.view(torch.uint8) for part in parts])
+            .view(first._data.dtype), first._scale_inv, first._scaling,
+            first.dtype)
+        result._store.transpose_from = lambda: torch.cat(
+            [part.transpose_data().view(torch.uint8) for part in parts],
+            dim=1).view(first._data.dtype)
+        return result
+
+    @staticmethod
+    def backward(ctx, grad):
+        return tuple(grad.split(ctx.rows, dim=0))
+
+
+def joined(parts, names, dtype, fp8):
+    """The fused QKV weight a program takes from split Float8Tensor parts
+    (`names`, in errors): their FP8 rows joined for an FP8 input, else the
+    dequantized values' (both differentiable)."""
+    for part, name in zip(parts, names):
+        if not isinstance(part, Float8Tensor):
+            argument(part, name, dtype, fp8)  # raises
+        if (part._scaling is not parts[0]._scaling
+                or part._scale_inv is not parts[0]._scale_inv):
+            raise RuntimeError(
+                f"tejit: the split QKV weights {', '.join(names)} must "
+                f"share one FP8 scale (built together under "
+                f"fp8_model_init), but '{name}' has its own: load values "
+                f"into them (load_state_dict without assign=True, copy_) "
+                f"rather than replacing them")
+    if fp8:
+        return JoinedRows.apply(*parts)
+    return torch.cat([Dequantized.apply(part, dtype) for part in parts])
 
 
 def companion_inputs(compiled, parameters):

@@ -26,7 +26,8 @@ are this rank's q heads, k groups and v groups (TE's local layout), and
 Under fp8_model_init (fp8.py) a group's GEMM weights (`proj.weight`, the
 fused QKV `weight`) are Float8Tensors, as the modules' are
 (_fp8_weights.py); the interleaved fused weight's FP8 rows are permuted
-into q | k | v per call. Split Q/K/V weights are refused there.
+into q | k | v per call. Split Q/K/V weights are Float8Tensors sharing
+one scale (DelayedScaling), joined per call.
 """
 import torch
 
@@ -98,6 +99,7 @@ class ParameterGroup(torch.nn.Module):
     _tracked = frozenset()
     _fp8_init = None
     _fp8_weight_names = frozenset()
+    _fp8_joined = frozenset()
 
     def __init__(self, params_dtype, rng_tracker=None):
         super().__init__()
@@ -109,6 +111,7 @@ class ParameterGroup(torch.nn.Module):
         # enabled one, and the GEMM weights it makes Float8Tensors.
         self._fp8_init = _fp8.get_fp8_model_init()
         self._fp8_weight_names = set()
+        self._fp8_joined = set()
 
     def add(self, name, shape, init, device, tracked=False,
             gemm_weight=False):
@@ -130,14 +133,17 @@ class ParameterGroup(torch.nn.Module):
             self.register_parameter(bias, None)
 
     def reset_parameters(self):
+        # The split QKV weights' shared FP8 scale, made by the first.
+        shared = {}
         with torch.no_grad():
             for name, init in self._initializers.items():
                 parameter = getattr(self, name)
                 if parameter.device.type == "meta":
                     continue
                 if name in self._fp8_weight_names:
-                    init = _fp8_weights.quantizing_init(self, name, init,
-                                                        self._fp8_init)
+                    init = _fp8_weights.quantizing_init(
+                        self, name, init, self._fp8_init,
+                        shared if name in self._fp8_joined else None)
                 if name in self._tracked:
                     with rng_fork(self._rng_tracker):
                         init(parameter)
@@ -223,6 +229,11 @@ class QkvGroup(ParameterGroup):
             self._initializers[f"{part}_{kind}"] = init
             if tracked:
                 self._tracked.add(f"{part}_{kind}")
+            if kind == "weight" and self._fp8_init is not None:
+                # fp8_model_init: Float8Tensors sharing one scale, as the
+                # parts of TE's one fused weight (_fp8_weights.joined).
+                self._fp8_weight_names.add(f"{part}_{kind}")
+                self._fp8_joined.add(f"{part}_{kind}")
 
     def _split(self, kind):
         return [getattr(self, f"{part}_{kind}") for part in self.parts]
@@ -231,7 +242,13 @@ class QkvGroup(ParameterGroup):
         if name not in ("weight", "bias"):
             return super()._argument(name, dtype, fp8)
         if not self.fuse:
-            return joined_rows(self._split(name), dtype)
+            parts = self._split(name)
+            if name == "weight" and (fp8 or any(
+                    isinstance(part, Float8Tensor) for part in parts)):
+                return _fp8_weights.joined(
+                    parts, [f"{part}_weight" for part in self.parts], dtype,
+                    fp8)
+            return joined_rows(parts, dtype)
         parameter = getattr(self, name)
         if self.interleaved and isinstance(parameter, Float8Tensor):
             # fp8_model_init: the FP8 rows (or the dequantized ones)
@@ -304,7 +321,11 @@ class QkvGroup(ParameterGroup):
             return
         for kind in ("weight", "bias"):
             parts = self._split(kind)
-            if parts[0] is None or adjacent(parts):
+            # FP8 weights (fp8_model_init) have their own memory each and
+            # are joined per call (_fp8_weights.joined).
+            if (parts[0] is None
+                    or any(isinstance(p, Float8Tensor) for p in parts)
+                    or adjacent(parts)):
                 continue
             if (len({(p.dtype, p.device) for p in parts}) != 1
                     or parts[0].device.type == "meta"):
