@@ -43,7 +43,9 @@ fp8_autocast(fp8_group=WORLD) (the amax reduction gives every rank the tp=1
 module's scales, so the FP8 casts match: close to bf16), and
 Float8CurrentScaling (per-shard weight scales differ from the full
 weight's: FP8 tolerances). Also: 3 DelayedScaling steps of a
-TransformerLayer whose outputs and scales keep matching; a module without
+TransformerLayer whose outputs and scales keep matching; FP8 weights
+(fp8_model_init: every rank's shard scale the same, a step after SGD
+against the tp=1 module); a module without
 a group refuses to run; set_tensor_parallel_group after construction.
 Cases: Linear column and row, LayerNormLinear column, LayerNormMLP gelu and
 swiglu, MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
@@ -472,6 +474,90 @@ def transformer_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
                        (seq, batch, hidden), mode, seed)
 
 
+def fp8_weights_case(seed, which):
+    """fp8_model_init (FP8 primary weights, docs/fp8-weights.md) at tp 2
+    under DelayedScaling: both modules built inside it, the shards
+    quantized from the tp=1 module's FP8 values. A training forward
+    reduces the weights' amaxes over fp8_group before their scale update,
+    so every rank's shard gets the whole weight's scale (checked bit for
+    bit: each shard's own amax differs); after an SGD step of both
+    modules' FP8 weights by the whole weight's gradient, each shard
+    holds its slice of the whole weight's FP8 values exactly, and a step
+    matches the tp=1 module's."""
+    mode = "delayed"
+    hidden, ffn, heads, groups = 256, 1024, 8, 4
+    if which == "LayerNormMLP":
+        def make(**tp):
+            if tp:
+                tp["set_parallel_mode"] = True
+            return te.LayerNormMLP(hidden, ffn, params_dtype=BF16, **tp)
+        shape, qkv = (128, hidden), None
+    else:  # TE's default TransformerLayer: split QKV weights
+        make = transformer_maker(hidden, ffn, heads, groups)
+        shape, qkv = (64, 2, hidden), None
+
+    def make_fp8(**tp):
+        with te.fp8_model_init(enabled=True, recipe=delayed()):
+            return make(**tp)
+    report = Report(mode)
+    full, parallel = build_pair(make_fp8, block_kind, seed, qkv)
+    # Each shard's pending amax also holds its own initialization's (the
+    # shards were built, then overwritten): start both modules' histories
+    # again from the values they hold, so that the reduced amaxes, and
+    # with them the scales the SGD step requantizes with, are the tp=1
+    # module's.
+    values = {name: p.dequantize() for name, p in full.named_parameters()
+              if isinstance(p, te.Float8Tensor)}
+    for module, split in ((full, False), (parallel, True)):
+        weights = {name: p for name, p in module.named_parameters()
+                   if isinstance(p, te.Float8Tensor)}
+        for p in weights.values():
+            p._scaling.amax_history.zero_()
+        for name, p in weights.items():
+            p.quantize_(shard(values[name], block_kind(name), qkv)
+                        if split else values[name])
+    x = same_randn(shape, seed + 1)
+    dy = same_randn(shape, seed + 2)
+    for module in (full, parallel):
+        step(module, [x], dy, mode)
+    full_weights = dict(full.named_parameters())
+    for name, p in parallel.named_parameters():
+        if isinstance(p, te.Float8Tensor):
+            report.same_on_ranks(f"scale of {name}", p._scaling.scale)
+            if not torch.equal(p._scaling.scale,
+                               full_weights[name]._scaling.scale):
+                report.failures.append(
+                    f"scale of {name}: {p._scaling.scale.item()} on a "
+                    f"rank, {full_weights[name]._scaling.scale.item()} "
+                    f"for the whole weight")
+    # One SGD step of the FP8 weights, the shards stepped by their slices
+    # of the whole weight's gradient (the TP gradients differ by rounding,
+    # and with them the FP8 roundings: attention's query gradient is
+    # ill-conditioned at these initial weights): requantized with the
+    # reduced scale, each shard must then hold its slice of the whole
+    # weight's FP8 values exactly.
+    for name, p in parallel.named_parameters():
+        if isinstance(p, te.Float8Tensor):
+            p.grad = shard(full_weights[name].grad, block_kind(name), qkv)
+    for module in (full, parallel):
+        torch.optim.SGD([p for p in module.parameters()
+                         if isinstance(p, te.Float8Tensor)], lr=1e-3).step()
+    for name, p in parallel.named_parameters():
+        if isinstance(p, te.Float8Tensor) and not torch.equal(
+                p.dequantize(), shard(full_weights[name].dequantize(),
+                                      block_kind(name), qkv)):
+            report.failures.append(
+                f"{name}: after SGD, not the whole weight's FP8 values")
+    compare_step(report, full, parallel, [same_randn(shape, seed + 3)], dy,
+                 block_kind, qkv)
+    for name, p in parallel.named_parameters():
+        if isinstance(p, te.Float8Tensor):
+            report.same_on_ranks(f"scale of {name} after SGD",
+                                 p._scaling.scale)
+    report.check()
+    return report.summary()
+
+
 def decoder_case(mode, seed, hidden=256, ffn=1024, heads=8, groups=4,
                  seq=64, seq_kv=32, batch=2):
     """A decoder TransformerLayer (self-attention, cross-attention over an
@@ -767,6 +853,10 @@ def cases(full_size, seed):
          lambda: packed_case(seed, mode="delayed")),
         ("Dropout: replicated hidden dropout, per-rank attention dropout "
          "seeds [bf16]", lambda: dropout_case(seed)),
+        ("LayerNormMLP with FP8 weights (fp8_model_init) [delayed]",
+         lambda: fp8_weights_case(seed, "LayerNormMLP")),
+        ("TransformerLayer with FP8 weights (fp8_model_init), split QKV "
+         "[delayed]", lambda: fp8_weights_case(seed, "TransformerLayer")),
     ]
     if full_size:
         for mode in MODES:

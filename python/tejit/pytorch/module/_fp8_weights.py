@@ -34,16 +34,7 @@ only); a call joins their FP8 rows (JoinedRows).
 import torch
 
 from ...common import recipe as _recipe
-from ..float8_tensor import Float8Tensor
-
-
-def refuse_tensor_parallel(owner, settings, tp_size):
-    """FP8 weights are not sharded by tejit: NotImplementedError for a
-    module built under fp8_model_init with tp_size > 1."""
-    if settings is not None and tp_size > 1:
-        raise NotImplementedError(
-            f"{owner}(tp_size={tp_size}) under fp8_model_init is not "
-            f"supported by tejit: FP8 primary weights only at tp_size 1")
+from ..float8_tensor import DelayedScalingState, Float8Tensor
 
 
 def refuse_split_qkv(owner, settings, fuse_qkv_params):
@@ -92,15 +83,29 @@ def weights_of(module):
     return [p for p in module.parameters() if isinstance(p, Float8Tensor)]
 
 
-def update_scaling(weights):
+def update_scaling(weights, group=None):
     """Each weight's scaling update, before a training forward under FP8
     (on the device; nothing for current scaling); a state that several
-    weights share (split QKV) once."""
-    updated = set()
+    weights share (split QKV) once. `group` (a torch ProcessGroup, or
+    None): the autocast's amax reduction group, over which the weights'
+    amaxes since the last update are max-reduced first, as TE reduces them
+    with the forward's other amaxes (tensor-parallel shards then share
+    the whole weight's scale; replicated weights are unchanged)."""
+    states, seen = [], set()
     for weight in weights:
-        if id(weight._scaling) not in updated:
-            updated.add(id(weight._scaling))
-            weight._scaling.update()
+        if id(weight._scaling) not in seen:
+            seen.add(id(weight._scaling))
+            states.append(weight._scaling)
+    delayed = [state for state in states
+               if isinstance(state, DelayedScalingState)]
+    if group is not None and delayed:
+        amaxes = torch.cat([state.amax_history[:1] for state in delayed])
+        torch.distributed.all_reduce(
+            amaxes, op=torch.distributed.ReduceOp.MAX, group=group)
+        for state, amax in zip(delayed, amaxes.split(1)):
+            state.amax_history[:1].copy_(amax)
+    for state in states:
+        state.update()
 
 
 class Dequantized(torch.autograd.Function):

@@ -282,8 +282,6 @@ class TransformerEngineBaseModule(torch.nn.Module):
         tracker, and sets sequence_parallel as TE does (only with tp_size
         > 1)."""
         self.tp_size = _args.tp_world_size(owner, tp_group, tp_size)
-        _fp8_weights.refuse_tensor_parallel(owner, self._fp8_init,
-                                            self.tp_size)
         self.sequence_parallel = _args.sequence_parallel_of(
             sequence_parallel, self.tp_size)
         self._tp_group = GroupRef(tp_group)
@@ -720,7 +718,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
 
         if fp8_weights and training and torch.is_grad_enabled():
             # The scales the next requantizations (optimizer steps) use.
-            _fp8_weights.update_scaling(fp8_weights)
+            _fp8_weights.update_scaling(fp8_weights,
+                                        _distributed.reduction_group(
+                                            recipe, fp8.get_fp8_group()))
         parameters, checked = self._parameter_arguments(compiled, dtype,
                                                         token)
         supplied = activations
