@@ -49,13 +49,14 @@ import datetime
 import gc
 import statistics
 import sys
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
 import torch  # noqa: E402
 
+import bench_sustained  # noqa: E402 (its hold and timed loops)
 import tejit  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 from tejit.common import recipe  # noqa: E402
@@ -69,8 +70,6 @@ SIZES = {
               "batch": 4, "mlp_tokens": 2048},
 }
 BLOCKS = ("transformer-train", "transformer-infer", "mlp-train")
-# Steps enqueued between host synchronizations while holding.
-HOLD_CHUNK = 4
 # (A tejit without FP8 weights still runs the plain rows.)
 FLOAT8_TENSOR = getattr(te, "Float8Tensor", ())
 
@@ -202,27 +201,6 @@ def build_row(block, fp8_weights, size, args):
                device_bytes=free - torch.cuda.mem_get_info()[0])
 
 
-def hold(step, seconds):
-    """The row's own steps for about `seconds`: its steady state."""
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        for _ in range(HOLD_CHUNK):
-            step()
-        torch.cuda.synchronize()
-
-
-def timed(step, iters):
-    """Per-step ms: a CUDA event before the first step and after each."""
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-    torch.cuda.synchronize()
-    events[0].record()
-    for event in events[1:]:
-        step()
-        event.record()
-    torch.cuda.synchronize()
-    return [a.elapsed_time(b) for a, b in zip(events, events[1:])]
-
-
 def run_block(block, size, args):
     """Both rows of `block` (plain first), timed; a row that fails is
     reported and left out."""
@@ -236,8 +214,9 @@ def run_block(block, size, args):
     for r in range(args.rounds):
         shift = r % max(len(rows), 1)
         for row in rows[shift:] + rows[:shift]:
-            hold(row.step, args.hold)
-            row.times.append(statistics.median(timed(row.step, args.iters)))
+            bench_sustained.hold(row.step, args.hold)
+            per_step, _, _ = bench_sustained.timed(row.step, args.iters)
+            row.times.append(statistics.median(per_step))
             print(f"round {r}: {block:18s} {row.label:15s} median "
                   f"{row.times[-1]:.3f} ms", flush=True)
     for row in rows:  # what is printed stays; the modules go

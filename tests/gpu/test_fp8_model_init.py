@@ -630,6 +630,23 @@ def check_against_bf16_twin(module, make, shape, fp8_recipe):
     check(errors, "after the optimizer steps")
 
 
+def sgd_step_errors(weights, models, optimizer, lr):
+    """Steps `optimizer` (SGD over `weights`, {name: Float8Tensor}) with
+    learning rate `lr`: each weight must then hold the host models'
+    quantization of its dequantized value minus lr times its gradient."""
+    before = {name: dequantized(p) for name, p in weights.items()}
+    grads = {name: p.grad.clone() for name, p in weights.items()}
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    errors = []
+    for name, p in weights.items():
+        new = before[name].clone().add_(grads[name], alpha=-lr)
+        errors += quantized_errors(p, models[name],
+                                   models[name].quantize(new), name)
+    return errors
+
+
 SGD_LRS = (1e-3, 4e-3, 5e-4, 2e-3)  # amaxes that rise and fall
 DELAYED_VARIANTS = {"max": {"amax_compute_algo": "max", "margin": 0},
                     "most_recent-margin1": {
@@ -664,17 +681,9 @@ def test_sgd_under_delayed_scaling(layer, variant):
                           "after a no_grad forward (no update)")
         train_step(module, x, fp8_recipe)
         update_models(module, models, f"after the forward of step {step}")
-        before = {name: dequantized(p) for name, p in weights.items()}
-        grads = {name: p.grad.clone() for name, p in weights.items()}
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-        errors = []
-        for name, p in weights.items():
-            new = before[name].clone().add_(grads[name], alpha=-lr)
-            errors += quantized_errors(p, models[name],
-                                       models[name].quantize(new), name)
-            errors += [f"{name}: {e}" for e in transpose_errors(p)]
+        errors = sgd_step_errors(weights, models, optimizer, lr)
+        errors += [f"{name}: {e}" for name, p in weights.items()
+                   for e in transpose_errors(p)]
         check(errors, f"{layer} {variant}, after SGD step {step} (lr {lr})")
     check_against_bf16_twin(module, make, shape, fp8_recipe)
 
@@ -747,17 +756,8 @@ def test_sgd_under_current_scaling():
     for step, lr in enumerate((1e-3, 4e-3, 5e-4)):
         x = torch.randn(*shape, device="cuda", dtype=BF16)
         train_step(module, x, fp8_recipe)
-        before = {name: dequantized(p) for name, p in weights.items()}
-        grads = {name: p.grad.clone() for name, p in weights.items()}
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.step()
-        errors = []
-        for name, p in weights.items():
-            new = before[name].clone().add_(grads[name], alpha=-lr)
-            errors += quantized_errors(p, models[name],
-                                       models[name].quantize(new), name)
-        check(errors, f"after SGD step {step}")
+        check(sgd_step_errors(weights, models, optimizer, lr),
+              f"after SGD step {step}")
     check_against_bf16_twin(module, make, shape, fp8_recipe)
 
 

@@ -15,6 +15,7 @@
 #include "Fp8TrainingStep.h"
 
 #include "compiler/interpreter/Fp8.h"
+#include "compiler/interpreter/Kernels.h"
 
 #include <map>
 
@@ -116,15 +117,6 @@ protected:
   std::mt19937_64 rng{std::random_device{}()};
 };
 
-Tensor transposed(const Tensor &matrix) {
-  int64_t rows = matrix.shape[0], cols = matrix.shape[1];
-  Tensor result = Tensor::zeros({cols, rows});
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      result.data[c * rows + r] = matrix.data[r * cols + c];
-  return result;
-}
-
 TEST_P(Fp8Weights, TrainingStepEqualsDequantizedWeights) {
   OwningOpRef<ModuleOp> layers = import(false);
   ASSERT_TRUE(layers);
@@ -169,7 +161,7 @@ TEST_P(Fp8Weights, TrainingStepEqualsDequantizedWeights) {
       fp8Args[i] = Tensor({1}, {fp8Weights.at(name.str()).second});
       ++extra;
     } else if (name.consume_back(".transpose")) {
-      fp8Args[i] = transposed(fp8Weights.at(name.str()).first);
+      fp8Args[i] = interp::transpose(fp8Weights.at(name.str()).first);
       ++extra;
     } else {
       ADD_FAILURE() << "unexpected argument " << name.str();
