@@ -91,10 +91,12 @@ def update_scaling(weights, group=None):
     amaxes since the last update are max-reduced first, as TE reduces them
     with the forward's other amaxes (tensor-parallel shards then share
     the whole weight's scale; replicated weights are unchanged)."""
+    # One update per scale tensor: an unpickled module's split QKV weights
+    # have scaling states of their own over the same tensors.
     states, seen = [], set()
     for weight in weights:
-        if id(weight._scaling) not in seen:
-            seen.add(id(weight._scaling))
+        if id(weight._scaling.scale) not in seen:
+            seen.add(id(weight._scaling.scale))
             states.append(weight._scaling)
     delayed = [state for state in states
                if isinstance(state, DelayedScalingState)]
@@ -215,7 +217,7 @@ def joined(parts, names, dtype, fp8):
     for part, name in zip(parts, names):
         if not isinstance(part, Float8Tensor):
             argument(part, name, dtype, fp8)  # raises
-        if (part._scaling is not parts[0]._scaling
+        if (part._scaling.scale is not parts[0]._scaling.scale
                 or part._scale_inv is not parts[0]._scale_inv):
             raise RuntimeError(
                 f"tejit: the split QKV weights {', '.join(names)} must "
