@@ -130,8 +130,7 @@ protected:
       return false;
     func::FuncOp layerFunction = firstFunction(*layers);
     args = randomLayerArgs(layerFunction, rng);
-    for (Type type : layerFunction.getResultTypes())
-      grads.push_back(interp::randomTensor(cast<RankedTensorType>(type), rng));
+    grads = randomResultGrads(layerFunction, rng);
     return true;
   }
 

@@ -95,22 +95,19 @@ protected:
   }
 
   /// Quantizes `weight` in place to the values its FP8 copy dequantizes to
-  /// and returns that copy (the FP8 values) and its scale_inv.
+  /// and returns that copy (the FP8 values) and its scale_inv. Current
+  /// scaling: the power-of-two scale the plain program's cast computes
+  /// from the weight, which maps the dequantized weight back onto the same
+  /// FP8 values (its amax stays within a factor 2 of 448 / scale).
   std::pair<Tensor, double> quantize(Tensor &weight) {
-    double scale = 1;
-    if (GetParam().currentScaling) {
-      double amax = 0;
-      for (double v : weight.data)
-        amax = std::max(amax, std::fabs(v));
-      scale = std::exp2(std::floor(std::log2(448.0 / amax)));
-    }
-    Tensor fp8 = weight;
-    for (size_t i = 0; i < fp8.data.size(); ++i) {
-      fp8.data[i] =
-          interp::roundToFp8(weight.data[i] * scale, interp::Fp8Kind::E4M3);
-      weight.data[i] = fp8.data[i] / scale;
-    }
-    return {fp8, 1 / scale};
+    interp::Fp8Scale scale{1, 1};
+    if (GetParam().currentScaling)
+      scale = interp::currentScale(interp::absMax(weight),
+                                   interp::Fp8Kind::E4M3, /*power2=*/true);
+    Tensor fp8 = interp::quantize(weight, scale.scale, interp::Fp8Kind::E4M3);
+    for (size_t i = 0; i < fp8.data.size(); ++i)
+      weight.data[i] = fp8.data[i] * double(scale.scaleInv);
+    return {fp8, scale.scaleInv};
   }
 
   MLIRContext context;
@@ -122,9 +119,7 @@ TEST_P(Fp8Weights, TrainingStepEqualsDequantizedWeights) {
   ASSERT_TRUE(layers);
   func::FuncOp layerFunction = firstFunction(*layers);
   std::vector<Tensor> plainArgs = randomLayerArgs(layerFunction, rng);
-  std::vector<Tensor> grads;
-  for (Type type : layerFunction.getResultTypes())
-    grads.push_back(interp::randomTensor(cast<RankedTensorType>(type), rng));
+  std::vector<Tensor> grads = randomResultGrads(layerFunction, rng);
 
   OwningOpRef<ModuleOp> plain = compile(false, true);
   OwningOpRef<ModuleOp> fp8 = compile(true, true);

@@ -149,6 +149,17 @@ inline std::vector<Tensor> randomLayerArgs(mlir::func::FuncOp function,
   return args;
 }
 
+/// Random gradients for every result of `function` (a training step's
+/// output gradients), N(0, 1).
+inline std::vector<Tensor> randomResultGrads(mlir::func::FuncOp function,
+                                             std::mt19937_64 &rng) {
+  std::vector<Tensor> grads;
+  for (mlir::Type type : function.getResultTypes())
+    grads.push_back(
+        interp::randomTensor(llvm::cast<mlir::RankedTensorType>(type), rng));
+  return grads;
+}
+
 /// Largest |a - b| over max(|b|, 1e-3 * max|b|), elementwise; infinite when
 /// NaNs differ.
 inline double relativeError(const Tensor &a, const Tensor &b) {
