@@ -76,3 +76,25 @@ CurrentScalingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 }
 
 Fp8Format CurrentScalingAttr::getFormat() const { return getFp8Format(); }
+
+LogicalResult
+BlockScalingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                         Fp8Format format, int64_t xDim, int64_t wDim,
+                         int64_t gradDim, bool /*power2Scale*/) {
+  for (auto [name, dim] : {std::pair<StringRef, int64_t>{"x", xDim},
+                           {"w", wDim},
+                           {"grad", gradDim}})
+    if (dim != 1 && dim != 2)
+      return emitError() << "block_scaling " << name
+                         << "_block_scaling_dim must be 1 or 2, got " << dim;
+  // fprop pairs x with w, dgrad grad with w, wgrad grad with x.
+  if ((xDim == 2 && wDim == 2) || (gradDim == 2 && wDim == 2) ||
+      (gradDim == 2 && xDim == 2))
+    return emitError() << "block_scaling: no GEMM can pair two 2-D scaled "
+                          "operands (x with w, grad with w, grad with x); "
+                          "got x = "
+                       << xDim << ", w = " << wDim << ", grad = " << gradDim;
+  return verifyRecipeFormat(emitError, format);
+}
+
+Fp8Format BlockScalingAttr::getFormat() const { return getFp8Format(); }

@@ -86,9 +86,37 @@ def TE_CurrentScalingAttr : TE_Attr<"CurrentScaling", "current_scaling",
   let genVerifyDecl = 1;
 }
 
+def TE_BlockScalingAttr : TE_Attr<"BlockScaling", "block_scaling",
+    [DeclareAttrInterfaceMethods<TE_FP8RecipeAttrInterface>]> {
+  let summary = "Transformer Engine's Float8BlockScaling recipe";
+  let description = [{
+    Scales each block of a tensor by that block's own amax in the same
+    step (DeepSeek-V3's recipe): blocks of 128 consecutive elements along a
+    GEMM's contracting dim (`*_block_scaling_dim = 1`) or tiles of 128 x 128
+    (`= 2`), for GEMM inputs (x), weights (w) and output gradients (grad).
+    No GEMM may pair two 2-D operands (cuBLASLt has no such kernel). With
+    `power_2_scale` (TE's default), scales are rounded down to powers of
+    two. Transformer Engine's default format here is e4m3.
+
+    ```mlir
+    #te.block_scaling<fp8_format = e4m3, x_block_scaling_dim = 1, w_block_scaling_dim = 2>
+    ```
+  }];
+  let parameters = (ins
+    DefaultValuedParameter<"::mlir::te::Fp8Format",
+      "::mlir::te::Fp8Format::E4M3", "FP8 format">:$fp8_format,
+    DefaultValuedParameter<"int64_t", "1", "block dims of GEMM inputs">:$x_block_scaling_dim,
+    DefaultValuedParameter<"int64_t", "2", "block dims of weights">:$w_block_scaling_dim,
+    DefaultValuedParameter<"int64_t", "1", "block dims of output gradients">:$grad_block_scaling_dim,
+    TE_BoolParameter<"round scales down to powers of two", "true">:$power_2_scale
+  );
+  let assemblyFormat = "`<` struct(params) `>`";
+  let genVerifyDecl = 1;
+}
+
 def TE_FP8RecipeAttr : Attr<
     CPred<"::llvm::isa<::mlir::te::FP8RecipeAttrInterface>($_self)">,
-    "FP8 recipe (#te.delayed_scaling or #te.current_scaling)"> {
+    "FP8 recipe (#te.delayed_scaling, #te.current_scaling or #te.block_scaling)"> {
   let storageType = "::mlir::te::FP8RecipeAttrInterface";
   let returnType = "::mlir::te::FP8RecipeAttrInterface";
   let convertFromStorage = "$_self";

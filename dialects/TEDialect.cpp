@@ -23,6 +23,10 @@ struct TEOpAsmInterface : public OpAsmDialectInterface {
       os << "current_scaling";
       return AliasResult::OverridableAlias;
     }
+    if (isa<BlockScalingAttr>(attr)) {
+      os << "block_scaling";
+      return AliasResult::OverridableAlias;
+    }
     return AliasResult::NoAlias;
   }
 };

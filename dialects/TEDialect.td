@@ -13,7 +13,8 @@ def TE_Dialect : Dialect {
     Engine's PyTorch modules do (`Linear`, `LayerNorm`, `RMSNorm`,
     `LayerNormLinear`, `LayerNormMLP`, `DotProductAttention`,
     `MultiheadAttention`, `TransformerLayer`) together with the FP8 recipes
-    that scale them (`DelayedScaling`, `Float8CurrentScaling`).
+    that scale them (`DelayedScaling`, `Float8CurrentScaling`,
+    `Float8BlockScaling`).
 
     Layer ops take activations and parameters as operands; their attributes
     mirror the constructor arguments of the Transformer Engine module of the

@@ -34,6 +34,34 @@ def TE_QuantizeOp : TE_PrimOp<"quantize"> {
   }];
 }
 
+def TE_BlockQuantizeOp : TE_PrimOp<"block_quantize"> {
+  let summary = "Casts to FP8 in blocks, each scaled by its own amax";
+  let description = [{
+    Float8BlockScaling's cast. The matrix cast is `input`, or `input`
+    transposed with `transpose` (the "columnwise" copy a backward GEMM
+    reads, quantized from the high-precision values: a 1-D block-scaled
+    tensor cannot be transposed after the cast). It is cut into blocks of
+    128 consecutive elements of a row (`block_dim = 1`) or 128 x 128 tiles
+    (`block_dim = 2`); partial blocks at the edges are blocks too. Each
+    block gets `scale = fp8_max / amax` with te.compute_scale's rules (1
+    when amax is 0, inf or NaN; FLT_MAX on overflow; rounded down to a
+    power of two with `power_2_scale`), `output = fp8(x * scale)` as
+    te.quantize casts, and `scale_inv = 1 / scale` at the block's place in
+    cuBLASLt's layout (dialects/BlockScaleLayout.h).
+
+    ```mlir
+    %q, %s = te.block_quantize %x {block_dim = 1 : i64, power_2_scale}
+        : tensor<8192x4096xbf16> -> tensor<8192x4096xf8E4M3FN>, tensor<32x8192xf32>
+    ```
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$block_dim,
+                   UnitAttr:$transpose, UnitAttr:$power_2_scale);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$scale_inv);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output) `,` type($scale_inv)
+  }];
+}
+
 def TE_AmaxOp : TE_PrimOp<"amax"> {
   let summary = "max |input| (the first pass of current scaling)";
   let arguments = (ins TE_AnyTensor:$input);
@@ -65,11 +93,24 @@ def TE_ScaledMatmulOp : TE_PrimOp<"scaled_matmul"> {
     `sum_k a[m,k] b[n,k] * a_scale_inv * b_scale_inv`, accumulated in f32
     (with `fast_accum`, cuBLASLt's faster and less precise accumulation,
     used for forward GEMMs). Never E5M2 x E5M2.
+
+    A scale inverse is one meta slot (`tensor<1xf32>`, one scale for the
+    operand) or, under Float8BlockScaling, the block scale inverses of
+    te.block_quantize, whose shape says whether the operand's blocks are
+    1-D or 2-D (dialects/BlockScaleLayout.h); never two 2-D operands, and
+    block-scaled GEMMs accumulate without `fast_accum` (cuBLASLt has no
+    such kernel).
   }];
   let arguments = (ins TE_AnyTensor:$a, TE_AnyTensor:$b,
                    TE_AnyTensor:$a_scale_inv, TE_AnyTensor:$b_scale_inv,
                    UnitAttr:$fast_accum);
   let results = (outs TE_AnyTensor:$output);
+  let extraClassDeclaration = [{
+    /// How operand a (b) is scaled: 0 = one scale, 1 or 2 = 1-D or 2-D
+    /// blocks, -1 = an invalid scale_inv.
+    int64_t getAScaling();
+    int64_t getBScaling();
+  }];
   let assemblyFormat = [{
     $a `,` $b `,` $a_scale_inv `,` $b_scale_inv attr-dict
     `:` functional-type(operands, results)

@@ -1,5 +1,6 @@
 //===- TEQuantizedVerifiers.cpp - rules of the FP8 quantization ops
 //--------===//
+#include "dialects/BlockScaleLayout.h"
 #include "dialects/TEDialect.h"
 
 using namespace mlir;
@@ -71,9 +72,76 @@ LogicalResult ScaledMatmulOp::verify() {
     return emitOpError() << "'output' must be a bf16/f16/f32 [M, N] = ["
                          << a.getDimSize(0) << ", " << b.getDimSize(0)
                          << "] matrix, got " << out;
-  if (failed(expectSlot(*this, getAScaleInv(), "a_scale_inv")))
+  int64_t aScaling = getAScaling(), bScaling = getBScaling();
+  auto expectScale = [&](Value scaleInv, int64_t scaling, StringRef name,
+                         RankedTensorType operand) -> LogicalResult {
+    if (scaling >= 0)
+      return success();
+    auto rows = operand.getDimSize(0), cols = operand.getDimSize(1);
+    auto vec = tejit::blockscale::scaleShape(rows, cols, 1);
+    auto blk = tejit::blockscale::scaleShape(rows, cols, 2);
+    return emitOpError() << "'" << name
+                         << "' must be tensor<1xf32> (one scale) or block "
+                            "scales: tensor<"
+                         << vec[0] << "x" << vec[1] << "xf32> (1-D) or tensor<"
+                         << blk[0] << "x" << blk[1] << "xf32> (2-D), got "
+                         << scaleInv.getType();
+  };
+  if (failed(expectScale(getAScaleInv(), aScaling, "a_scale_inv", a)) ||
+      failed(expectScale(getBScaleInv(), bScaling, "b_scale_inv", b)))
     return failure();
-  return expectSlot(*this, getBScaleInv(), "b_scale_inv");
+  if ((aScaling == 0) != (bScaling == 0))
+    return emitOpError() << "operands must both be block-scaled or both have "
+                            "one scale";
+  if (aScaling == 2 && bScaling == 2)
+    return emitOpError() << "cannot pair two 2-D block-scaled operands";
+  if (aScaling != 0 && getFastAccum())
+    return emitOpError() << "block-scaled GEMMs cannot use fast_accum";
+  return success();
+}
+
+/// 0 (one scale), 1 or 2 (block dims) or -1 (neither) for `scaleInv`
+/// scaling `operand`.
+static int64_t scalingOf(Value scaleInv, Value operand) {
+  auto scale = dyn_cast<RankedTensorType>(scaleInv.getType());
+  RankedTensorType matrix = typeOf(operand);
+  if (!scale || !scale.getElementType().isF32() || matrix.getRank() != 2)
+    return -1;
+  return tejit::blockscale::scalingOf(scale.getRank(), scale.getShape().data(),
+                                      matrix.getDimSize(0),
+                                      matrix.getDimSize(1));
+}
+
+int64_t ScaledMatmulOp::getAScaling() {
+  return scalingOf(getAScaleInv(), getA());
+}
+int64_t ScaledMatmulOp::getBScaling() {
+  return scalingOf(getBScaleInv(), getB());
+}
+
+LogicalResult BlockQuantizeOp::verify() {
+  RankedTensorType in = typeOf(getInput()), out = typeOf(getOutput());
+  if (in.getRank() != 2)
+    return emitOpError() << "'input' must be a matrix, got " << in;
+  int64_t rows = in.getDimSize(0), cols = in.getDimSize(1);
+  if (getTranspose())
+    std::swap(rows, cols);
+  if (!isFp8(out.getElementType()) || out.getRank() != 2 ||
+      out.getDimSize(0) != rows || out.getDimSize(1) != cols)
+    return emitOpError() << "'output' must be an f8E4M3FN or f8E5M2 [" << rows
+                         << ", " << cols << "] matrix ('input'"
+                         << (getTranspose() ? " transposed" : "") << "), got "
+                         << out;
+  if (getBlockDim() != 1 && getBlockDim() != 2)
+    return emitOpError() << "'block_dim' must be 1 or 2, got " << getBlockDim();
+  auto shape = tejit::blockscale::scaleShape(rows, cols, getBlockDim());
+  auto expected = RankedTensorType::get({shape[0], shape[1]},
+                                        Float32Type::get(getContext()));
+  if (getScaleInv().getType() != expected)
+    return emitOpError() << "'scale_inv' must be " << expected
+                         << " (dialects/BlockScaleLayout.h), got "
+                         << getScaleInv().getType();
+  return success();
 }
 
 LogicalResult AmaxAllReduceOp::verify() {

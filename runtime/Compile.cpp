@@ -68,11 +68,7 @@ public:
             : parseSourceFile<ModuleOp>(sourceMgr, &context);
     if (!module || failed(verify(*module)))
       return failure("the input was rejected");
-    std::string recipe = options.recipe;
-    if (recipe == "delayed")
-      recipe = "#te.delayed_scaling<>";
-    else if (recipe == "current")
-      recipe = "#te.current_scaling<>";
+    std::string recipe = tejit::expandRecipeShorthand(options.recipe);
     PassManager pm(&context);
     tejit::buildPipeline(pm, {stage, options.training, recipe});
     if (failed(pm.run(*module)))

@@ -15,7 +15,7 @@ namespace tejit::runtime {
 
 struct CompileOptions {
   bool training = true;
-  /// "" (the spec's), "delayed", "current", "none", or a #te recipe
+  /// "" (the spec's), "delayed", "current", "block", "none", or a #te recipe
   /// attribute.
   std::string recipe;
   /// The GPU arch kernels are built for, e.g. "sm_90a".

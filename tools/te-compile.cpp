@@ -88,7 +88,7 @@ llvm::cl::opt<Mode> mode(
 llvm::cl::opt<std::string> recipeOverride(
     "recipe",
     llvm::cl::desc("FP8 recipe for every GEMM, overriding the spec's: "
-                   "delayed, current, none, or an attribute such as "
+                   "delayed, current, block, none, or an attribute such as "
                    "'#te.delayed_scaling<amax_history_len = 16>'"),
     llvm::cl::value_desc("recipe"), llvm::cl::cat(teCompileCategory));
 llvm::cl::opt<std::string> targetArch(
@@ -322,11 +322,7 @@ int main(int argc, char **argv) {
   else if (!emitStage.getNumOccurrences() && !outputDir.empty())
     stage = Stage::Cuda;
   // Shorthands for TE's default recipes.
-  std::string recipe = recipeOverride;
-  if (recipe == "delayed")
-    recipe = "#te.delayed_scaling<>";
-  else if (recipe == "current")
-    recipe = "#te.current_scaling<>";
+  std::string recipe = tejit::expandRecipeShorthand(recipeOverride);
   Stage pipelineStage = stage == Stage::Cuda ? Stage::Planned : stage;
   tejit::buildPipeline(pm, {pipelineStage, mode == Mode::Training, recipe});
   if (failed(pm.run(*module)))

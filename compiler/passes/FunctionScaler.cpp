@@ -1,5 +1,6 @@
 //===- FunctionScaler.cpp - FP8 casts and scale state of one function -----===//
 #include "compiler/passes/FunctionScaler.h"
+#include "dialects/BlockScaleLayout.h"
 
 using namespace mlir;
 using namespace mlir::te;
@@ -50,8 +51,28 @@ Value FunctionScaler::slot(Value vector, int64_t index, Location loc) {
                                  builder.getI64IntegerAttr(index));
 }
 
+/// `value` [rows, cols] (or its transpose) cast in blocks.
+static Fp8Value blockQuantize(OpBuilder &builder, Location loc, Value value,
+                              FloatType fp8Type, int64_t blockDim, bool power2,
+                              bool transpose) {
+  auto type = cast<RankedTensorType>(value.getType());
+  int64_t rows = type.getDimSize(0), cols = type.getDimSize(1);
+  if (transpose)
+    std::swap(rows, cols);
+  auto shape = tejit::blockscale::scaleShape(rows, cols, blockDim);
+  auto quantized = builder.create<BlockQuantizeOp>(
+      loc, RankedTensorType::get({rows, cols}, fp8Type),
+      RankedTensorType::get({shape[0], shape[1]}, builder.getF32Type()), value,
+      builder.getI64IntegerAttr(blockDim),
+      transpose ? builder.getUnitAttr() : nullptr,
+      power2 ? builder.getUnitAttr() : nullptr);
+  return {quantized.getOutput(), quantized.getScaleInv(), value, blockDim,
+          power2};
+}
+
 Fp8Value FunctionScaler::quantize(Value value, FP8RecipeAttrInterface recipe,
-                                  FloatType fp8Type, Operation *user) {
+                                  FloatType fp8Type, Operation *user,
+                                  OperandRole role) {
   auto key = std::make_pair(value, Type(fp8Type));
   if (auto it = casts.find(key); it != casts.end())
     return it->second;
@@ -69,6 +90,13 @@ Fp8Value FunctionScaler::quantize(Value value, FP8RecipeAttrInterface recipe,
         loc, fp8TensorType, slotType(context), value, scale);
     group.amaxes.push_back(quantized.getAmax());
     result = {quantized.getOutput(), slot(group.scaleInv, index, loc)};
+  } else if (auto block = dyn_cast<BlockScalingAttr>(recipe)) {
+    int64_t blockDim = role == OperandRole::weight ? block.getWBlockScalingDim()
+                       : role == OperandRole::grad
+                           ? block.getGradBlockScalingDim()
+                           : block.getXBlockScalingDim();
+    result = blockQuantize(builder, loc, value, fp8Type, blockDim,
+                           block.getPower_2Scale(), /*transpose=*/false);
   } else {
     auto current = cast<CurrentScalingAttr>(recipe);
     Value amax = builder.create<AmaxOp>(loc, slotType(context), value);
@@ -87,6 +115,13 @@ Fp8Value FunctionScaler::transpose(Fp8Value value) {
   if (auto it = transposed.find(value.data); it != transposed.end())
     return it->second;
   builder.setInsertionPointAfterValue(value.data);
+  if (value.blockDim) {
+    auto fp8Type = cast<FloatType>(
+        cast<RankedTensorType>(value.data.getType()).getElementType());
+    return transposed[value.data] = blockQuantize(
+               builder, value.data.getLoc(), value.source, fp8Type,
+               value.blockDim, value.power2, /*transpose=*/true);
+  }
   auto type = cast<RankedTensorType>(value.data.getType());
   auto transposedType = RankedTensorType::get(
       {type.getDimSize(1), type.getDimSize(0)}, type.getElementType());

@@ -19,11 +19,22 @@
 
 namespace tejit {
 
-/// An FP8 tensor and the scale inverse that dequantizes it.
+/// An FP8 tensor and the scale inverse that dequantizes it. Block-scaled
+/// values (Float8BlockScaling) also keep the high-precision value they were
+/// cast from, because their transpose is cast again from it.
 struct Fp8Value {
   mlir::Value data;
   mlir::Value scaleInv;
+  /// Block-scaled values only: the cast's input, its block dims (1 or 2;
+  /// 0 = one scale for the tensor) and power-of-two rounding.
+  mlir::Value source = nullptr;
+  int64_t blockDim = 0;
+  bool power2 = false;
 };
+
+/// What a GEMM operand is to the recipe: Float8BlockScaling picks 1-D or 2-D
+/// blocks by it.
+enum class OperandRole { input, weight, grad };
 
 class FunctionScaler {
 public:
@@ -34,9 +45,12 @@ public:
   /// `value` cast to `fp8Type` under `recipe`, emitted before `user` the
   /// first time and reused after.
   Fp8Value quantize(mlir::Value value, mlir::te::FP8RecipeAttrInterface recipe,
-                    mlir::FloatType fp8Type, mlir::Operation *user);
+                    mlir::FloatType fp8Type, mlir::Operation *user,
+                    OperandRole role);
 
-  /// The transpose of a 2-D FP8 value, emitted right after it once.
+  /// The transpose of a 2-D FP8 value, emitted right after it once; for a
+  /// block-scaled value, its source cast transposed (te.block_quantize
+  /// with `transpose`).
   Fp8Value transpose(Fp8Value value);
 
   /// Transformer Engine's fp8_model_init: GEMM weight argument `weight`

@@ -119,6 +119,11 @@ void Fuser::addCast(Group &group, Value value) {
 }
 
 void Fuser::fuseGemm(Operation *gemm) {
+  // Block-scaled GEMMs (Float8BlockScaling) take no epilogue: the bias and
+  // activation go to the kernels that follow (act_cast, bias_dropout_add).
+  if (auto scaled = dyn_cast<ScaledMatmulOp>(gemm);
+      scaled && scaled.getAScaling() != 0)
+    return;
   Group group{{gemm}, "gemm"};
   Value value = gemm->getResult(0);
   // Backward: dGELU and the bias gradient are not taken as cuBLASLt's

@@ -47,3 +47,13 @@ llvm::StringRef tejit::stageName(Stage stage) {
   }
   return "";
 }
+
+std::string tejit::expandRecipeShorthand(llvm::StringRef recipe) {
+  if (recipe == "delayed")
+    return "#te.delayed_scaling<>";
+  if (recipe == "current")
+    return "#te.current_scaling<>";
+  if (recipe == "block")
+    return "#te.block_scaling<>";
+  return recipe.str();
+}

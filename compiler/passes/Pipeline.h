@@ -35,10 +35,14 @@ struct PipelineOptions {
   /// dropout, forward only.
   bool training = true;
   /// When set, the recipe of every GEMM (te-place-scaling's `recipe`
-  /// option): a #te.delayed_scaling / #te.current_scaling attribute, or
-  /// "none" for high precision.
+  /// option): a #te.delayed_scaling / #te.current_scaling /
+  /// #te.block_scaling attribute, or "none" for high precision.
   std::string recipeOverride;
 };
+
+/// The attribute a recipe shorthand stands for (TE's defaults): "delayed",
+/// "current" or "block"; anything else is returned as it is.
+std::string expandRecipeShorthand(llvm::StringRef recipe);
 
 /// Adds the passes that take imported te IR to `options.stopAfter`. In
 /// inference, stages that only exist for training are skipped.

@@ -72,7 +72,10 @@ LogicalResult replaceByScaled(MatmulOp matmul, Fp8Value a, Fp8Value b) {
   if (failed(checkFp8Shape(matmul, a.data, b.data)))
     return failure();
   OpBuilder builder(matmul);
-  bool fprop = !matmul.getRole() || *matmul.getRole() == GemmRole::fprop;
+  // TE's GEMM settings: fast accumulation for fprop, except under block
+  // scaling, whose cuBLASLt kernels have none.
+  bool fprop = (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop) &&
+               !a.blockDim && !b.blockDim;
   Value scaled = builder.create<ScaledMatmulOp>(
       matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv, b.scaleInv,
       fprop ? builder.getUnitAttr() : nullptr);
@@ -180,14 +183,17 @@ LogicalResult BackwardScaler::scale(MatmulOp matmul,
   // dgrad (dY W) and wgrad (dY^T X): operand a is the output gradient,
   // operand b the forward tensor.
   Fp8Value gradient =
-      scaler.quantize(matmul.getA(), recipe, recipe.getBackwardType(), matmul);
+      scaler.quantize(matmul.getA(), recipe, recipe.getBackwardType(), matmul,
+                      OperandRole::grad);
   Value source = forwardValueOf(matmul.getB(), forward.function);
   auto it = source ? forward.operands.find(source) : forward.operands.end();
   if (it == forward.operands.end())
     return matmul.emitOpError()
            << "reads a forward tensor that no FP8 forward GEMM quantized";
   Fp8Value saved = kMajor(forward.scaler, it->second, !matmul.getTransposeB());
-  Fp8Value b{fromForward(saved.data), fromForward(saved.scaleInv)};
+  Fp8Value b = saved;
+  b.data = fromForward(saved.data);
+  b.scaleInv = fromForward(saved.scaleInv);
   return replaceByScaled(matmul,
                          kMajor(scaler, gradient, matmul.getTransposeA()), b);
 }
@@ -282,8 +288,9 @@ LogicalResult PlaceScalingPass::parseOverride() {
   overrideRecipe = dyn_cast_or_null<FP8RecipeAttrInterface>(attr);
   if (!overrideRecipe)
     return emitError(UnknownLoc::get(&getContext()))
-           << "te-place-scaling: 'recipe' must be a #te.delayed_scaling or "
-              "#te.current_scaling attribute, or none; got '"
+           << "te-place-scaling: 'recipe' must be a #te.delayed_scaling, "
+              "#te.current_scaling or #te.block_scaling attribute, or none; "
+              "got '"
            << recipe << "'";
   return success();
 }
@@ -353,8 +360,19 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
     if (!recipe)
       continue;
     FloatType fp8 = recipe.getForwardType();
-    Fp8Value a = state.scaler.quantize(matmul.getA(), recipe, fp8, matmul);
-    Fp8Value b = state.scaler.quantize(matmul.getB(), recipe, fp8, matmul);
+    if (isa<BlockScalingAttr>(recipe))
+      if (auto arg = dyn_cast<BlockArgument>(matmul.getB());
+          arg && state.function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
+        return matmul.emitOpError()
+               << "reads FP8 weight '"
+               << argumentName(state.function, arg.getArgNumber())
+               << "' (fp8_weights), which Float8BlockScaling does not "
+                  "support yet; use DelayedScaling or Float8CurrentScaling";
+    // fprop: `a` is the layer's input, `b` its weight.
+    Fp8Value a = state.scaler.quantize(matmul.getA(), recipe, fp8, matmul,
+                                       OperandRole::input);
+    Fp8Value b = state.scaler.quantize(matmul.getB(), recipe, fp8, matmul,
+                                       OperandRole::weight);
     state.operands[matmul.getA()] = a;
     state.operands[matmul.getB()] = b;
     if (failed(replaceByScaled(

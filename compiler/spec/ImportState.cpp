@@ -183,19 +183,22 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
   FailureOr<SpecMap> map = SpecMap::get(node, locations, "recipe");
   if (failed(map))
     return failure();
-  FailureOr<std::optional<std::string>> type =
-      map->getChoice("type", {"DelayedScaling", "Float8CurrentScaling",
-                              "delayed_scaling", "current_scaling"});
+  FailureOr<std::optional<std::string>> type = map->getChoice(
+      "type", {"DelayedScaling", "Float8CurrentScaling", "Float8BlockScaling",
+               "delayed_scaling", "current_scaling", "block_scaling"});
   if (failed(type))
     return failure();
   if (!*type) {
     if (failed(map->checkMisspelled("type")))
       return failure();
-    return emitError(map->loc()) << "recipe needs 'type' (DelayedScaling or "
-                                    "Float8CurrentScaling)";
+    return emitError(map->loc())
+           << "recipe needs 'type' (DelayedScaling, Float8CurrentScaling or "
+              "Float8BlockScaling)";
   }
   bool delayed = **type == "DelayedScaling" || **type == "delayed_scaling";
+  bool block = **type == "Float8BlockScaling" || **type == "block_scaling";
   map->setWhat(delayed ? "DelayedScaling recipe"
+               : block ? "Float8BlockScaling recipe"
                        : "Float8CurrentScaling recipe");
   FailureOr<std::optional<std::string>> formatName =
       map->getChoice("fp8_format", {"HYBRID", "E4M3", "E5M2"});
@@ -208,11 +211,38 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
            << "'fp8_format' E5M2 is not a valid recipe format (as in "
               "Transformer Engine): use HYBRID (E4M3 forward, E5M2 backward) "
               "or E4M3";
+  // TE's default format: HYBRID, but E4M3 for Float8BlockScaling.
   Fp8Format format =
-      symbolizeFp8Format(StringRef(formatName->value_or("HYBRID")).lower())
+      symbolizeFp8Format(
+          StringRef(formatName->value_or(block ? "E4M3" : "HYBRID")).lower())
           .value();
   MLIRContext *context = locations.getContext();
   auto emitRecipeError = [&] { return emitError(map->loc()); };
+
+  if (block) {
+    SmallVector<int64_t, 3> dims;
+    bool dimsOk = true;
+    for (StringRef key : {"x_block_scaling_dim", "w_block_scaling_dim",
+                          "grad_block_scaling_dim"}) {
+      int64_t fallback = key.starts_with("w") ? 2 : 1;
+      FailureOr<int64_t> dim = map->getInt(key, fallback);
+      if (succeeded(dim) && *dim != 1 && *dim != 2) {
+        emitError(map->valueLoc(key)) << "'" << key << "' in " << map->getWhat()
+                                      << " must be 1 or 2, got " << *dim;
+        dim = failure();
+      }
+      dimsOk &= succeeded(dim);
+      dims.push_back(succeeded(dim) ? *dim : fallback);
+    }
+    FailureOr<bool> power2 = map->getBool("power_2_scale", true);
+    if (failed(map->finish()) || !dimsOk || failed(power2))
+      return failure();
+    BlockScalingAttr attr = BlockScalingAttr::getChecked(
+        emitRecipeError, context, format, dims[0], dims[1], dims[2], *power2);
+    if (!attr)
+      return failure();
+    return cast<FP8RecipeAttrInterface>(attr);
+  }
 
   if (!delayed) {
     FailureOr<bool> power2 = map->getBool("power_2_scale", false);

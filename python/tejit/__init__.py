@@ -187,7 +187,7 @@ class Program:
         """Compiles `spec` for GPU `device`: a dict (a layer spec, see
         docs/spec-format.md), a path (.yaml/.yml/.json/.mlir) or source text
         (YAML, JSON or te IR). `recipe` overrides the spec's: "delayed",
-        "current", "none" or a #te recipe attribute. `training` adds the
+        "current", "block", "none" or a #te recipe attribute. `training` adds the
         backward."""
         if not _stream_capturing():
             _destroy_deferred()

@@ -1046,7 +1046,8 @@ recipe:
 )",
                   4, 9,
                   "'type' in recipe must be one of DelayedScaling, "
-                  "Float8CurrentScaling, delayed_scaling, current_scaling; "
+                  "Float8CurrentScaling, Float8BlockScaling, delayed_scaling, "
+                  "current_scaling, block_scaling; "
                   "got 'DelayedScalling' (did you mean 'DelayedScaling'?)"},
         ErrorCase{"UnknownRecipeType", "spec.yaml", R"(
 seq_length: 16
@@ -1056,7 +1057,8 @@ recipe:
 )",
                   4, 9,
                   "'type' in recipe must be one of DelayedScaling, "
-                  "Float8CurrentScaling, delayed_scaling, current_scaling; "
+                  "Float8CurrentScaling, Float8BlockScaling, delayed_scaling, "
+                  "current_scaling, block_scaling; "
                   "got 'MXFP8BlockScaling'"},
         ErrorCase{"RecipeWithoutType", "spec.yaml", R"(
 seq_length: 16
@@ -1065,8 +1067,8 @@ recipe:
   fp8_format: HYBRID
 )",
                   4, 3,
-                  "recipe needs 'type' (DelayedScaling or "
-                  "Float8CurrentScaling)"},
+                  "recipe needs 'type' (DelayedScaling, "
+                  "Float8CurrentScaling or Float8BlockScaling)"},
         ErrorCase{"RecipeWithMisspelledTypeKey", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

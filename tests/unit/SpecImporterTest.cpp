@@ -864,6 +864,23 @@ TEST_F(SpecImporter, CurrentScalingDefaultsMatchTransformerEngine) {
   EXPECT_EQ(str(Attribute(recipe)), "#te.current_scaling<>");
 }
 
+TEST_F(SpecImporter, BlockScalingDefaultsMatchTransformerEngine) {
+  func::FuncOp function =
+      importOk(linearSpecWithRecipe("  type: Float8BlockScaling\n"));
+  ASSERT_TRUE(function);
+  auto recipe = dyn_cast<BlockScalingAttr>(
+      *opsOf<LinearOp>(function).at(0).getFp8Recipe());
+  ASSERT_TRUE(recipe);
+  // Float8BlockScaling(fp8_format=Format.E4M3): 1-D blocks for inputs and
+  // gradients, 2-D for weights, power-of-two scales.
+  EXPECT_EQ(recipe.getFp8Format(), Fp8Format::E4M3);
+  EXPECT_EQ(recipe.getXBlockScalingDim(), 1);
+  EXPECT_EQ(recipe.getWBlockScalingDim(), 2);
+  EXPECT_EQ(recipe.getGradBlockScalingDim(), 1);
+  EXPECT_TRUE(recipe.getPower_2Scale());
+  EXPECT_EQ(str(Attribute(recipe)), "#te.block_scaling<>");
+}
+
 struct RecipeCase {
   const char *name;
   const char *recipe; // the recipe's YAML lines
@@ -898,6 +915,14 @@ INSTANTIATE_TEST_SUITE_P(
                    "  type: DelayedScaling\n  fp8_format: HYBRID\n"
                    "  amax_history_len: 16\n  amax_compute_algo: max\n",
                    "#te.delayed_scaling<amax_history_len = 16>"},
+        RecipeCase{"SnakeCaseBlock", "  type: block_scaling\n",
+                   "#te.block_scaling<>"},
+        RecipeCase{"BlockHybridX2",
+                   "  type: Float8BlockScaling\n"
+                   "  fp8_format: HYBRID\n  x_block_scaling_dim: 2\n"
+                   "  w_block_scaling_dim: 1\n  power_2_scale: false\n",
+                   "#te.block_scaling<fp8_format = hybrid, x_block_scaling_dim "
+                   "= 2, w_block_scaling_dim = 1, power_2_scale = false>"},
         RecipeCase{"NoneWord", "  none\n", "<none>"},
         RecipeCase{"Null", "  null\n", "<none>"}),
     [](const ::testing::TestParamInfo<RecipeCase> &info) {

@@ -7,6 +7,8 @@
 //   delayed_scaling: margin = 0, fp8_format = hybrid, amax_history_len = 1024,
 //                    amax_compute_algo = max, reduce_amax = true
 //   current_scaling: fp8_format = hybrid, power_2_scale = false
+//   block_scaling:   fp8_format = e4m3, x/w/grad_block_scaling_dim = 1/2/1,
+//                    power_2_scale = true
 // Each distinct recipe is printed once, as a #delayed_scaling or
 // #current_scaling alias at the top of the module.
 
@@ -18,6 +20,8 @@
 // CHECK-DAG: #[[CS_E4M3:current_scaling[0-9]*]] = #te.current_scaling<fp8_format = e4m3>
 // CHECK-DAG: #[[CS_POW2:current_scaling[0-9]*]] = #te.current_scaling<power_2_scale = true>
 // CHECK-DAG: #[[CS_ALL:current_scaling[0-9]*]] = #te.current_scaling<fp8_format = e4m3, power_2_scale = true>
+// CHECK-DAG: #[[BS:block_scaling[0-9]*]] = #te.block_scaling<>
+// CHECK-DAG: #[[BS_ALL:block_scaling[0-9]*]] = #te.block_scaling<fp8_format = hybrid, x_block_scaling_dim = 2, w_block_scaling_dim = 1, power_2_scale = false>
 
 // Spelling out a default is the same as leaving it out.
 // CHECK-LABEL: func.func @delayed_scaling_defaults
@@ -108,4 +112,24 @@ func.func @shared_recipe(%x: tensor<16x64xbf16>, %g: tensor<64xbf16>,
       : (tensor<16x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
          tensor<256x64xbf16>, tensor<64x256xbf16>) -> tensor<16x64xbf16>
   return %0, %1 : tensor<16x192xbf16>, tensor<16x64xbf16>
+}
+
+// CHECK-LABEL: func.func @block_scaling
+// CHECK-COUNT-2: te.linear %{{.*}} weight(%{{.*}}) {fp8_recipe = #[[BS]]} :
+// CHECK: te.linear %{{.*}} weight(%{{.*}}) {fp8_recipe = #[[BS_ALL]]} :
+func.func @block_scaling(%x: tensor<16x64xbf16>, %w: tensor<64x64xbf16>) {
+  %0 = te.linear %x weight(%w) {fp8_recipe = #te.block_scaling<>}
+      : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
+  %1 = te.linear %x weight(%w)
+      {fp8_recipe = #te.block_scaling<fp8_format = e4m3, x_block_scaling_dim = 1,
+                                      w_block_scaling_dim = 2,
+                                      grad_block_scaling_dim = 1,
+                                      power_2_scale = true>}
+      : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
+  %2 = te.linear %x weight(%w)
+      {fp8_recipe = #te.block_scaling<fp8_format = hybrid, x_block_scaling_dim = 2,
+                                      w_block_scaling_dim = 1,
+                                      power_2_scale = false>}
+      : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
+  return
 }

@@ -111,7 +111,7 @@ func.func @delayed_scaling_unknown_parameter(%x: tensor<16x64xbf16>,
 // fp8_recipe takes a recipe attribute, not any te attribute.
 func.func @fp8_recipe_not_a_recipe(%x: tensor<16x64xbf16>,
                                    %w: tensor<64x64xbf16>) {
-  // expected-error @+1 {{attribute 'fp8_recipe' failed to satisfy constraint: FP8 recipe (#te.delayed_scaling or #te.current_scaling)}}
+  // expected-error @+1 {{attribute 'fp8_recipe' failed to satisfy constraint: FP8 recipe (#te.delayed_scaling, #te.current_scaling or #te.block_scaling)}}
   %y = te.linear %x weight(%w) {fp8_recipe = #te.activation<gelu>}
       : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
   return
@@ -160,5 +160,36 @@ func.func @dropout_group_not_rows(%x: tensor<4x6xbf16>, %rng: tensor<2xi64>) {
   // expected-error @+1 {{'group' must be a multiple of the last dim that divides the element count, got 9 for 'tensor<4x6xbf16>'}}
   %y = te.dropout %x, %rng {rate = 0.5 : f64, stream = 5 : i64, group = 9 : i64}
       : tensor<4x6xbf16>, tensor<2xi64> -> tensor<4x6xbf16>
+  return
+}
+
+// -----
+
+func.func @block_scaling_dim_3(%x: tensor<16x64xbf16>, %w: tensor<64x64xbf16>) {
+  // expected-error @+2 {{block_scaling w_block_scaling_dim must be 1 or 2, got 3}}
+  %y = te.linear %x weight(%w)
+      {fp8_recipe = #te.block_scaling<w_block_scaling_dim = 3>}
+      : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+// fprop would pair a 2-D input with a 2-D weight.
+func.func @block_scaling_2d_by_2d(%x: tensor<16x64xbf16>, %w: tensor<64x64xbf16>) {
+  // expected-error @+2 {{block_scaling: no GEMM can pair two 2-D scaled operands (x with w, grad with w, grad with x); got x = 2, w = 2, grad = 1}}
+  %y = te.linear %x weight(%w)
+      {fp8_recipe = #te.block_scaling<x_block_scaling_dim = 2>}
+      : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @block_scaling_e5m2(%x: tensor<16x64xbf16>, %w: tensor<64x64xbf16>) {
+  // expected-error @+2 {{fp8_format = e5m2 is not a valid recipe format}}
+  %y = te.linear %x weight(%w)
+      {fp8_recipe = #te.block_scaling<fp8_format = e5m2>}
+      : (tensor<16x64xbf16>, tensor<64x64xbf16>) -> tensor<16x64xbf16>
   return
 }

@@ -1,7 +1,7 @@
 // RUN: te-opt %s --te-autodiff --te-place-scaling -verify-diagnostics -split-input-file
 // RUN: not te-opt %s -split-input-file --te-place-scaling=recipe=bogus 2>&1 | FileCheck %s --check-prefix=OPTION
 
-// OPTION: te-place-scaling: 'recipe' must be a #te.delayed_scaling or #te.current_scaling attribute, or none; got 'bogus'
+// OPTION: te-place-scaling: 'recipe' must be a #te.delayed_scaling, #te.current_scaling or #te.block_scaling attribute, or none; got 'bogus'
 
 #cs = #te.current_scaling<>
 

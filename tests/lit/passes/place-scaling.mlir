@@ -2,6 +2,8 @@
 // RUN: te-opt %s --te-place-scaling | FileCheck %s --check-prefix=FWD
 // RUN: te-opt %s --te-autodiff '--te-place-scaling=recipe="#te.current_scaling<fp8_format = e4m3, power_2_scale = true>"' | FileCheck %s --check-prefix=CURRENT
 // RUN: te-opt %s --te-autodiff --te-place-scaling=recipe=none | FileCheck %s --check-prefix=NONE
+// RUN: te-opt %s --te-autodiff '--te-place-scaling=recipe="#te.block_scaling<>"' | FileCheck %s --check-prefix=BLOCK
+// RUN: te-opt %s '--te-place-scaling=recipe="#te.block_scaling<fp8_format = hybrid, x_block_scaling_dim = 2, w_block_scaling_dim = 1, power_2_scale = false>"' | FileCheck %s --check-prefix=BLOCK-FWD
 
 #ds = #te.delayed_scaling<amax_history_len = 4>
 
@@ -58,6 +60,32 @@
 // CURRENT-LABEL: func.func @linear_backward(
 // CURRENT:       te.compute_scale %{{.*}} {fp8_type = f8E4M3FN, power_2_scale}
 // CURRENT-NOT:   f8E5M2
+
+// Float8BlockScaling: no meta state; 1-D blocks for x and dY, 2-D tiles for
+// W, no fast accumulation; the transposed copies the backward reads are
+// cast again from the high-precision tensors (x^T, W^T in the forward, dY^T
+// in the backward), in E4M3 throughout (TE's default format here).
+// BLOCK-LABEL: func.func @linear(
+// BLOCK-NOT:   fp8_meta
+// BLOCK-SAME:  -> (tensor<16x48xbf16> {te.name = "y"}, tensor<32x48xf8E4M3FN> {te.name = "saved.fp8.1"}, tensor<1x4xf32> {te.name = "saved.fp8.2"}, tensor<32x16xf8E4M3FN> {te.name = "saved.fp8.3"}, tensor<1x32xf32> {te.name = "saved.fp8.4"})
+// BLOCK:       %[[QX:.*]], %[[SX:.*]] = te.block_quantize %arg0 {block_dim = 1 : i64, power_2_scale} : tensor<16x32xbf16> -> tensor<16x32xf8E4M3FN>, tensor<1x16xf32>
+// BLOCK-NEXT:  %[[QXT:.*]], %[[SXT:.*]] = te.block_quantize %arg0 {block_dim = 1 : i64, power_2_scale, transpose} : tensor<16x32xbf16> -> tensor<32x16xf8E4M3FN>, tensor<1x32xf32>
+// BLOCK-NEXT:  %[[QW:.*]], %[[SW:.*]] = te.block_quantize %arg1 {block_dim = 2 : i64, power_2_scale} : tensor<48x32xbf16> -> tensor<48x32xf8E4M3FN>, tensor<1x4xf32>
+// BLOCK-NEXT:  %[[QWT:.*]], %[[SWT:.*]] = te.block_quantize %arg1 {block_dim = 2 : i64, power_2_scale, transpose} : tensor<48x32xbf16> -> tensor<32x48xf8E4M3FN>, tensor<1x4xf32>
+// BLOCK-NEXT:  %[[Y:.*]] = te.scaled_matmul %[[QX]], %[[QW]], %[[SX]], %[[SW]] : (
+// BLOCK-NEXT:  return %[[Y]], %[[QWT]], %[[SWT]], %[[QXT]], %[[SXT]] :
+// BLOCK-LABEL: func.func @linear_backward(
+// BLOCK-SAME:  %[[DY:[^:]*]]: tensor<16x48xbf16> {te.name = "grad.y"}, %[[WT:[^:]*]]: tensor<32x48xf8E4M3FN> {te.forward_result = 1 : i64}, %[[SWT2:[^:]*]]: tensor<1x4xf32> {te.forward_result = 2 : i64}, %[[XT:[^:]*]]: tensor<32x16xf8E4M3FN> {te.forward_result = 3 : i64}, %[[SXT2:[^:]*]]: tensor<1x32xf32> {te.forward_result = 4 : i64})
+// BLOCK-NEXT:  %[[QDY:.*]], %[[SDY:.*]] = te.block_quantize %[[DY]] {block_dim = 1 : i64, power_2_scale} : tensor<16x48xbf16> -> tensor<16x48xf8E4M3FN>, tensor<1x16xf32>
+// BLOCK-NEXT:  %[[QDYT:.*]], %[[SDYT:.*]] = te.block_quantize %[[DY]] {block_dim = 1 : i64, power_2_scale, transpose} : tensor<16x48xbf16> -> tensor<48x16xf8E4M3FN>, tensor<1x48xf32>
+// BLOCK-NEXT:  te.scaled_matmul %[[QDY]], %[[WT]], %[[SDY]], %[[SWT2]] : (
+// BLOCK-NEXT:  te.scaled_matmul %[[QDYT]], %[[XT]], %[[SDYT]], %[[SXT2]] : (
+
+// Inference under a non-default block recipe: 2-D x, 1-D W, no transposes.
+// BLOCK-FWD-LABEL: func.func @linear(
+// BLOCK-FWD:       te.block_quantize %arg0 {block_dim = 2 : i64} : tensor<16x32xbf16> -> tensor<16x32xf8E4M3FN>, tensor<1x4xf32>
+// BLOCK-FWD-NEXT:  te.block_quantize %arg1 {block_dim = 1 : i64} : tensor<48x32xbf16> -> tensor<48x32xf8E4M3FN>, tensor<1x48xf32>
+// BLOCK-FWD-NOT:   transpose
 
 // NONE-NOT: te.scaled_matmul
 // NONE-NOT: fp8_recipe
