@@ -93,6 +93,8 @@ mlir::RankedTensorType tensorType(mlir::Value value);
 /// Product of all dims but the last (1 for vectors).
 int64_t rowsOf(mlir::Value value);
 int64_t colsOf(mlir::Value value);
+/// The largest finite value of an FP8 type (448 for E4M3, 57344 for E5M2).
+double fp8MaxOf(mlir::Type type);
 /// A float literal that reads back to the same float.
 std::string floatLiteral(double value);
 /// The widest vector of elements (at most 16 bytes, at most 8 elements) that
@@ -114,6 +116,9 @@ llvm::Error emitRotary(KernelBuilder &builder,
                        std::vector<EmittedKernel> &kernels);
 llvm::Error emitCopy(KernelBuilder &builder,
                      std::vector<EmittedKernel> &kernels);
+/// te.block_quantize casts of one input (Float8BlockScaling).
+llvm::Error emitBlockQuantize(KernelBuilder &builder,
+                              std::vector<EmittedKernel> &kernels);
 
 } // namespace tejit::codegen
 

@@ -4,6 +4,7 @@
 #include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
+#include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -60,6 +61,12 @@ int64_t tejit::codegen::rowsOf(Value value) {
 
 int64_t tejit::codegen::colsOf(Value value) {
   return tensorType(value).getShape().back();
+}
+
+double tejit::codegen::fp8MaxOf(Type type) {
+  auto floatType = cast<FloatType>(type);
+  return llvm::APFloat::getLargest(floatType.getFloatSemantics())
+      .convertToDouble();
 }
 
 std::string tejit::codegen::floatLiteral(double value) {
@@ -326,6 +333,8 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitScaling(builder, kernels);
   if (isa<SliceOp, ConcatOp>(first))
     return emitCopy(builder, kernels);
+  if (isa<BlockQuantizeOp>(first))
+    return emitBlockQuantize(builder, kernels);
   if (isa<RotaryOp>(first) && group.ops.size() == 1)
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {

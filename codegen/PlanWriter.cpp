@@ -37,6 +37,24 @@ int64_t bytesOf(Type type) {
   return cast<RankedTensorType>(type).getNumElements() * elementBytesOf(type);
 }
 
+/// A GEMM operand's scaling as the plan spells it (ScaledMatmulOp's
+/// getAScaling/getBScaling: 0 one scale, 1 or 2 block dims).
+StringRef scalingName(int64_t scaling) {
+  switch (scaling) {
+  case 0:
+    return "tensor";
+  case 1:
+    return "block_1d";
+  case 2:
+    return "block_2d";
+  default:
+    // The verifier admits no other scale_inv; should one get here, the
+    // runtime refuses the plan, naming the key, rather than run it with one
+    // scale.
+    return "invalid";
+  }
+}
+
 /// Writes one function: its values (with their storage) and its steps.
 class FunctionPlan {
 public:
@@ -157,6 +175,10 @@ json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
     step["b_scale_inv"] = ref(scaled.getBScaleInv());
     step["fast_accum"] = scaled.getFastAccum();
     step["layout"] = "TN";
+    // One scale per operand, or Float8BlockScaling's block scales, read off
+    // the scale_inv shapes (docs/block-scaling.md).
+    step["a_scaling"] = scalingName(scaled.getAScaling());
+    step["b_scaling"] = scalingName(scaled.getBScaling());
   } else {
     auto matmul = cast<MatmulOp>(gemm);
     step["transpose_a"] = matmul.getTransposeA();

@@ -11,7 +11,6 @@
 #include "dialects/TEDialect.h"
 
 #include "mlir/IR/BuiltinTypes.h"
-#include "llvm/ADT/APFloat.h"
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace mlir;
@@ -22,13 +21,6 @@ using llvm::formatv;
 namespace {
 
 constexpr int64_t kThreads = 256;
-
-/// The largest finite value of an FP8 type.
-double fp8Max(Type type) {
-  auto floatType = cast<FloatType>(type);
-  return llvm::APFloat::getLargest(floatType.getFloatSemantics())
-      .convertToDouble();
-}
 
 Dim3 gridFor(int64_t items) {
   return {(items + kThreads - 1) / kThreads, 1, 1};
@@ -48,7 +40,7 @@ EmittedKernel writeComputeScale(KernelBuilder &builder, ComputeScaleOp op) {
          "[slot];");
   w.line("float scale_f = 1.f;");
   w.open("if (amax_f > 0.f && amax_f < __int_as_float(0x7f800000))");
-  w.line("scale_f = " + floatLiteral(fp8Max(op.getFp8Type())) + " / amax_f;");
+  w.line("scale_f = " + floatLiteral(fp8MaxOf(op.getFp8Type())) + " / amax_f;");
   w.line("if (scale_f == __int_as_float(0x7f800000)) scale_f = "
          "__int_as_float(0x7f7fffff);  // FLT_MAX");
   if (op.getPower_2Scale())
@@ -76,7 +68,7 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   DelayedScalingAttr recipe = op.getRecipe();
   bool mostRecent = recipe.getAmaxComputeAlgo() == AmaxComputeAlgo::most_recent;
   double scaledMax = static_cast<float>(
-      fp8Max(op.getFp8Type()) * std::pow(2.0, -double(recipe.getMargin())));
+      fp8MaxOf(op.getFp8Type()) * std::pow(2.0, -double(recipe.getMargin())));
   std::string in = builder.param(op.getAmaxHistory()).str();
   std::string out = builder.param(op.getNewAmaxHistory()).str();
   std::string scale_f = builder.param(op.getScale()).str();

@@ -51,19 +51,21 @@ inline int64_t scaleIndex(int64_t rows, int64_t cols, int64_t blockDim,
 
 /// How a te.scaled_matmul operand [rows, cols] is scaled, read off its
 /// scale_inv's shape: 0 = one scale for the tensor ([1]), 1 or 2 = blocks,
-/// -1 = none of these.
+/// -1 = none of these, or both (at most 4 rows and 128 columns, where the
+/// two shapes coincide; FP8 GEMMs need 8 rows anyway).
 inline int64_t scalingOf(int64_t scaleRank, const int64_t *scaleDims,
                          int64_t rows, int64_t cols) {
   if (scaleRank == 1 && scaleDims[0] == 1)
     return 0;
   if (scaleRank != 2)
     return -1;
+  int64_t found = -1;
   for (int64_t blockDim : {1, 2}) {
     std::array<int64_t, 2> shape = scaleShape(rows, cols, blockDim);
     if (scaleDims[0] == shape[0] && scaleDims[1] == shape[1])
-      return blockDim;
+      found = found == -1 ? blockDim : -1;
   }
-  return -1;
+  return found;
 }
 
 } // namespace tejit::blockscale

@@ -80,6 +80,12 @@ LogicalResult ScaledMatmulOp::verify() {
     auto rows = operand.getDimSize(0), cols = operand.getDimSize(1);
     auto vec = tejit::blockscale::scaleShape(rows, cols, 1);
     auto blk = tejit::blockscale::scaleShape(rows, cols, 2);
+    if (vec == blk)
+      return emitOpError() << "'" << name << "' cannot say whether its " << rows
+                           << " x " << cols
+                           << " operand has 1-D or 2-D blocks (both scale "
+                              "shapes are the same); block-scaled operands "
+                              "need more than 4 rows or 128 columns";
     return emitOpError() << "'" << name
                          << "' must be tensor<1xf32> (one scale) or block "
                             "scales: tensor<"
@@ -121,8 +127,10 @@ int64_t ScaledMatmulOp::getBScaling() {
 
 LogicalResult BlockQuantizeOp::verify() {
   RankedTensorType in = typeOf(getInput()), out = typeOf(getOutput());
-  if (in.getRank() != 2)
-    return emitOpError() << "'input' must be a matrix, got " << in;
+  Type element = in.getElementType();
+  if (in.getRank() != 2 ||
+      !(element.isBF16() || element.isF16() || element.isF32()))
+    return emitOpError() << "'input' must be a bf16/f16/f32 matrix, got " << in;
   int64_t rows = in.getDimSize(0), cols = in.getDimSize(1);
   if (getTranspose())
     std::swap(rows, cols);

@@ -63,6 +63,29 @@
 // true f32, not TF32: te.matmul accumulates in f32) and give the operand
 // type or f32; C is D.
 //
+// Block scaling
+// -------------
+// Under Float8BlockScaling (docs/block-scaling.md) each operand's scale_inv
+// is a tensor of per-block scales: the plan's a_scaling and b_scaling say
+// "block_1d" (one per 128 elements of a row along K: cuBLASLt's
+// CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F) or "block_2d" (one per 128 x 128
+// tile: BLK128x128_32F). A_SCALE_MODE describes cuBLASLt's A, the plan's b,
+// and B_SCALE_MODE its B, the plan's a, just as the scale pointers swap;
+// each pointer is the scale_inv tensor itself (no staging: it is an array,
+// and 16-byte aligned as the arena and cuMemAlloc align it). Both operands
+// are block-scaled or neither, never both 2-D (cuBLASLt has no such
+// kernel), and block-scaled GEMMs run without fast accumulation (TE's split
+// accumulator), without an epilogue and with a bf16/f16/f32 out.
+//
+// The scale tensors are laid out as dialects/BlockScaleLayout.h says, for
+// an operand [rows, K] (a [M, K] or b [N, K], K contiguous): 1-D
+// [ceil(K/128), pad4(rows)] with rows contiguous, 2-D [ceil(rows/128),
+// pad4(ceil(K/128))]. That is Transformer Engine's "GEMM-ready" layout,
+// which TE hands to cuBLASLt's VEC128_32F / BLK128x128_32F modes as it is;
+// that cuBLASLt reads it so (rows of our operands being the outer M or N
+// index of its A and B) is what the GPU tests check against the
+// interpreter, not something this machine can verify.
+//
 // FP8 scalars: cuBLASLt's FP8 kernels also need the scale and amax pointers
 // 16-byte aligned (with cuBLASLt 13.1 on an H200, a 4-byte aligned scale
 // passes the heuristic and then fails cublasLtMatmul with NOT_SUPPORTED).
@@ -74,7 +97,8 @@
 // Caching
 // -------
 // Everything but the pointers decides a problem: types, M, N, K,
-// transposes, epilogue, fast accumulation, which optional pointers are set,
+// transposes, epilogue, fast accumulation, the operands' scale modes, which
+// optional pointers are set,
 // and the alignment of every matrix and vector pointer (up to 256 bytes),
 // since the heuristic picks kernels for the alignment it is told (A-D) or
 // reads off the descriptor's pointers (bias, aux). The first run of a problem
@@ -157,6 +181,19 @@ cudaDataType_t cudaType(ElementType type) {
   }
 }
 
+/// cuBLASLt's scale mode for an operand scaled so.
+cublasLtMatmulMatrixScale_t scaleMode(GemmScaling scaling) {
+  switch (scaling) {
+  case GemmScaling::Tensor:
+    return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  case GemmScaling::Block1D:
+    return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  case GemmScaling::Block2D:
+    return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  }
+  return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+}
+
 bool isFloat16Or32(ElementType type) {
   return type == ElementType::BF16 || type == ElementType::F16 ||
          type == ElementType::F32;
@@ -212,6 +249,10 @@ StringRef attributeName(cublasLtMatmulDescAttributes_t attribute) {
     return "A_SCALE_POINTER";
   case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
     return "B_SCALE_POINTER";
+  case CUBLASLT_MATMUL_DESC_A_SCALE_MODE:
+    return "A_SCALE_MODE";
+  case CUBLASLT_MATMUL_DESC_B_SCALE_MODE:
+    return "B_SCALE_MODE";
   case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER:
     return "D_SCALE_POINTER";
   case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER:
@@ -277,6 +318,8 @@ struct ProblemKey {
   int64_t m = 0, n = 0, k = 0;
   bool transposeA = false, transposeB = false;
   bool scaled = false, fastAccum = false;
+  /// The plan's a and b (scaled GEMMs): cuBLASLt's B and A scale modes.
+  GemmScaling aScaling = GemmScaling::Tensor, bScaling = GemmScaling::Tensor;
   ElementType a = ElementType::F32, b = ElementType::F32,
               out = ElementType::F32, c = ElementType::F32;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -290,12 +333,14 @@ struct ProblemKey {
   std::array<uint8_t, 6> alignments{};
 
   auto tie() const {
-    return std::tie(m, n, k, transposeA, transposeB, scaled, fastAccum, a, b,
-                    out, c, epilogue, vector, aux, amaxD, readsC, alignments);
+    return std::tie(m, n, k, transposeA, transposeB, scaled, fastAccum,
+                    aScaling, bScaling, a, b, out, c, epilogue, vector, aux,
+                    amaxD, readsC, alignments);
   }
   bool operator<(const ProblemKey &other) const { return tie() < other.tie(); }
 
   bool fp8Out() const { return isFp8(out); }
+  bool blockScaled() const { return aScaling != GemmScaling::Tensor; }
 
   /// "M=128 N=256 K=64, f8E4M3FN x f8E4M3FN -> bf16 (TN, fast accumulation),
   /// epilogue GELU_AUX_BIAS (bias bf16, aux bf16)".
@@ -303,7 +348,12 @@ struct ProblemKey {
     std::string text = llvm::formatv("M={0} N={1} K={2}, {3} x {4} -> {5}", m,
                                      n, k, elementTypeName(a),
                                      elementTypeName(b), elementTypeName(out));
-    text += parenthesized({layoutNote(scaled, transposeA, transposeB),
+    std::string scales;
+    if (blockScaled())
+      scales = (gemmScalingName(aScaling) + " x " + gemmScalingName(bScaling) +
+                " scales")
+                   .str();
+    text += parenthesized({layoutNote(scaled, transposeA, transposeB), scales,
                            fastAccum ? "fast accumulation" : "",
                            c != out ? ("C " + elementTypeName(c)).str() : ""});
     text += ", epilogue " + epilogueName(epilogue).str();
@@ -485,6 +535,17 @@ createProblem(const CublasLt &lib, cublasLtHandle_t handle,
     int8_t fastAccum = key.fastAccum ? 1 : 0;
     if (Error error =
             setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, fastAccum))
+      return std::move(error);
+  }
+  // Block scales: cuBLASLt's A is the plan's b, its B the plan's a. One
+  // scale per tensor is the default mode, left unset as before.
+  if (key.blockScaled()) {
+    int32_t modeA = scaleMode(key.bScaling), modeB = scaleMode(key.aScaling);
+    if (Error error =
+            setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, modeA))
+      return std::move(error);
+    if (Error error =
+            setAttribute(lib, desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, modeB))
       return std::move(error);
   }
   // The bias type defaults to D's, except for FP8 GEMMs, whose default
@@ -677,8 +738,34 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
           "out must be {0} or f32 for {0} operands", elementTypeName(aType)));
   }
 
-  // The epilogue.
+  // Block scales (see the file comment).
   const GemmEpilogue &epilogue = step.epilogue;
+  bool aBlocks = step.scaled && step.aScaling != GemmScaling::Tensor;
+  bool bBlocks = step.scaled && step.bScaling != GemmScaling::Tensor;
+  if (aBlocks != bBlocks)
+    return planError(llvm::formatv(
+        "a is scaled by {0} and b by {1}: both operands are block-scaled or "
+        "neither",
+        gemmScalingName(step.aScaling), gemmScalingName(step.bScaling)));
+  if (aBlocks) {
+    if (step.aScaling == GemmScaling::Block2D &&
+        step.bScaling == GemmScaling::Block2D)
+      return unsupported("cuBLASLt has no GEMM of two 2-D block-scaled "
+                         "operands (block_2d x block_2d)");
+    if (step.fastAccum)
+      return planError("block-scaled GEMMs accumulate without fast_accum");
+    if (fp8Out)
+      return unsupported("a block-scaled GEMM's out must be bf16, f16 or "
+                         "f32");
+    // A residual is cuBLASLt's C with beta = 1, not an epilogue: the wgrad
+    // GEMM adds into main_grad that way (fuse_wgrad_accumulation).
+    if (epilogue.bias || epilogue.aux || epilogue.dScale || epilogue.amaxD ||
+        epilogue.biasGrad || epilogue.gelu || epilogue.dgelu)
+      return unsupported("block-scaled GEMMs run without an epilogue but a "
+                         "residual (docs/block-scaling.md)");
+  }
+
+  // The epilogue.
   auto valueType = [&](int64_t id,
                        StringRef role) -> Expected<const TensorType *> {
     if (id < 0 || static_cast<size_t>(id) >= function.values.size())
@@ -820,8 +907,11 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
       {pointers.out, true, "out",
        step.scaled ? fp8Alignment
                    : static_cast<int64_t>(elementBytes(outType))},
-      {pointers.aScaleInv, step.scaled, "a_scale_inv", 4},
-      {pointers.bScaleInv, step.scaled, "b_scale_inv", 4},
+      // Single scales are staged when misaligned; block scales cannot be.
+      {pointers.aScaleInv, step.scaled, "a_scale_inv",
+       aBlocks ? fp8Alignment : 4},
+      {pointers.bScaleInv, step.scaled, "b_scale_inv",
+       bBlocks ? fp8Alignment : 4},
       {pointers.bias, epilogue.bias.has_value(), "bias",
        vectorType ? static_cast<int64_t>(elementBytes(*vectorType)) : 1},
       {pointers.aux, epilogue.aux.has_value(), "aux",
@@ -853,6 +943,10 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
   key.transposeB = transposeB;
   key.scaled = step.scaled;
   key.fastAccum = step.scaled && step.fastAccum;
+  if (step.scaled) {
+    key.aScaling = step.aScaling;
+    key.bScaling = step.bScaling;
+  }
   key.a = aType;
   key.b = bType;
   key.out = outType;
@@ -994,7 +1088,8 @@ Expected<Problem *> CublasLtGemmRunner::problemFor(const Request &request) {
   const ProblemKey &key = request.key;
   const TunedGemm *tuned =
       tuning && key.scaled
-          ? tuning->find(key.m, key.n, key.k, key.a, key.b, key.fastAccum)
+          ? tuning->find(key.m, key.n, key.k, key.a, key.b, key.fastAccum,
+                         key.aScaling, key.bScaling)
           : nullptr;
   std::string choice;
   Expected<std::unique_ptr<Problem>> created =
@@ -1015,15 +1110,21 @@ Error CublasLtGemmRunner::stageScalars(Request &request, CUstream stream,
     const void **input;
     void **output;
     StringRef name;
+    /// A block scale tensor, not a scalar: never staged (analyze() checked
+    /// its alignment).
+    bool blocks;
   };
+  const ProblemKey &key = request.key;
   const Scalar staged[scalarSlots] = {
-      {&request.aScale, nullptr, "b_scale_inv (cuBLASLt's A scale)"},
-      {&request.bScale, nullptr, "a_scale_inv (cuBLASLt's B scale)"},
-      {&request.dScale, nullptr, "d_scale"},
-      {nullptr, &request.amaxD, "amax_d"}};
+      {&request.aScale, nullptr, "b_scale_inv (cuBLASLt's A scale)",
+       key.bScaling != GemmScaling::Tensor},
+      {&request.bScale, nullptr, "a_scale_inv (cuBLASLt's B scale)",
+       key.aScaling != GemmScaling::Tensor},
+      {&request.dScale, nullptr, "d_scale", false},
+      {nullptr, &request.amaxD, "amax_d", false}};
   for (auto [slot, scalar] : llvm::enumerate(staged)) {
     const void *pointer = scalar.input ? *scalar.input : *scalar.output;
-    if (!pointer || isAligned(pointer, fp8Alignment))
+    if (!pointer || scalar.blocks || isAligned(pointer, fp8Alignment))
       continue;
     if (!scalars)
       return makeError(

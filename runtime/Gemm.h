@@ -1,7 +1,8 @@
 //===- Gemm.h - plan GEMMs through cuBLASLt ---------------------*- C++ -*-===//
 //
 // Runs a plan's `gemm` step with cuBLASLt: FP8 (E4M3 x E4M3, E4M3 x E5M2 in
-// either order, never E5M2 x E5M2) TN GEMMs with A/B scale_inv pointers,
+// either order, never E5M2 x E5M2) TN GEMMs with A/B scale_inv pointers
+// (one scale per operand, or Float8BlockScaling's 1-D/2-D block scales),
 // bf16/fp16/fp32 or FP8 output (D scale, amax_D), epilogues BIAS,
 // GELU_AUX(_BIAS), DGELU(_BGRAD); and plain bf16/fp16/fp32 GEMMs with
 // transposes for layers without a recipe. cuBLASLt is loaded with dlopen on
@@ -22,7 +23,8 @@ namespace tejit::runtime {
 struct GemmPointers {
   const void *a = nullptr, *b = nullptr;
   void *out = nullptr;
-  const void *aScaleInv = nullptr, *bScaleInv = nullptr; // float[1]
+  /// float[1], or a block-scaled operand's scale_inv tensor.
+  const void *aScaleInv = nullptr, *bScaleInv = nullptr;
   const void *bias = nullptr;
   void *aux = nullptr;          // written by gelu, read by dgelu
   const void *dScale = nullptr; // float[1], FP8 output

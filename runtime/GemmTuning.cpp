@@ -49,6 +49,24 @@ bool mapFp8Type(const json::Object &object, StringRef key, ElementType &type,
   type = *parsed;
   return true;
 }
+
+/// An optional "a_scaling" / "b_scaling": Tensor when absent.
+bool mapScaling(const json::Object &object, StringRef key, GemmScaling &scaling,
+                json::Path path) {
+  scaling = GemmScaling::Tensor;
+  const json::Value *value = object.get(key);
+  if (!value)
+    return true;
+  std::optional<StringRef> name = value->getAsString();
+  std::optional<GemmScaling> parsed =
+      name ? parseGemmScaling(*name) : std::nullopt;
+  if (!parsed) {
+    path.field(key).report("expected \"tensor\", \"block_1d\" or \"block_2d\"");
+    return false;
+  }
+  scaling = *parsed;
+  return true;
+}
 } // namespace
 
 // json::ObjectMapper finds these by argument-dependent lookup.
@@ -72,7 +90,9 @@ bool fromJSON(const json::Value &value, TunedGemm &gemm, json::Path path) {
     return false;
   const json::Object &object = *value.getAsObject();
   if (!mapFp8Type(object, "a", gemm.a, path) ||
-      !mapFp8Type(object, "b", gemm.b, path))
+      !mapFp8Type(object, "b", gemm.b, path) ||
+      !mapScaling(object, "a_scaling", gemm.aScaling, path) ||
+      !mapScaling(object, "b_scaling", gemm.bScaling, path))
     return false;
   for (auto [name, size] :
        {std::pair{"m", gemm.m}, std::pair{"n", gemm.n}, std::pair{"k", gemm.k}})
@@ -150,6 +170,12 @@ void GemmTuning::write(llvm::raw_ostream &os) const {
           out.attribute("a", elementTypeName(gemm.a));
           out.attribute("b", elementTypeName(gemm.b));
           out.attribute("fast_accum", gemm.fastAccum);
+          // Written for block scales only: files stay as they were.
+          if (gemm.aScaling != GemmScaling::Tensor ||
+              gemm.bScaling != GemmScaling::Tensor) {
+            out.attribute("a_scaling", gemmScalingName(gemm.aScaling));
+            out.attribute("b_scaling", gemmScalingName(gemm.bScaling));
+          }
           out.attributeObject("algo", [&] {
             forEachField(gemm.algo, [&](StringRef name, const int64_t &v) {
               out.attribute(name, v);
@@ -164,11 +190,13 @@ void GemmTuning::write(llvm::raw_ostream &os) const {
 }
 
 const TunedGemm *GemmTuning::find(int64_t m, int64_t n, int64_t k,
-                                  ElementType a, ElementType b,
-                                  bool fastAccum) const {
+                                  ElementType a, ElementType b, bool fastAccum,
+                                  GemmScaling aScaling,
+                                  GemmScaling bScaling) const {
   for (const TunedGemm &gemm : gemms)
     if (gemm.m == m && gemm.n == n && gemm.k == k && gemm.a == a &&
-        gemm.b == b && gemm.fastAccum == fastAccum)
+        gemm.b == b && gemm.fastAccum == fastAccum &&
+        gemm.aScaling == aScaling && gemm.bScaling == bScaling)
       return &gemm;
   return nullptr;
 }

@@ -21,8 +21,12 @@
 //
 // m, n, k, a and b are the plan's row-major view of an FP8 "TN" GEMM
 // (out[m, n] = a[m, k] * b[n, k]^T); the algorithm fields are cuBLASLt's
-// algorithm configuration attributes (cublasLt.h's enum values). Entries
-// apply only on the device and cuBLASLt version they were measured with.
+// algorithm configuration attributes (cublasLt.h's enum values). An entry
+// of a Float8BlockScaling GEMM adds "a_scaling" and "b_scaling" ("block_1d"
+// or "block_2d", as in the plan); without them it is a GEMM with one scale
+// per operand ("tensor"), and it only applies to such GEMMs: block-scaled
+// kernels are others. Entries apply only on the device and cuBLASLt version
+// they were measured with.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_GEMMTUNING_H
@@ -63,6 +67,8 @@ struct TunedGemm {
   int64_t m = 0, n = 0, k = 0;
   ElementType a = ElementType::F8E4M3, b = ElementType::F8E4M3;
   bool fastAccum = false;
+  /// How a and b are scaled ("a_scaling", "b_scaling"; Tensor when absent).
+  GemmScaling aScaling = GemmScaling::Tensor, bScaling = GemmScaling::Tensor;
   AlgoConfig algo;
   /// What the measurement found (ms per GEMM), for people reading the file.
   double heuristicMs = 0, tunedMs = 0;
@@ -81,9 +87,12 @@ struct GemmTuning {
   /// Writes the file parse() reads.
   void write(llvm::raw_ostream &os) const;
 
-  /// The entry for an FP8 GEMM of this shape and these types, if any.
+  /// The entry for an FP8 GEMM of this shape, these types and scalings,
+  /// if any.
   const TunedGemm *find(int64_t m, int64_t n, int64_t k, ElementType a,
-                        ElementType b, bool fastAccum) const;
+                        ElementType b, bool fastAccum,
+                        GemmScaling aScaling = GemmScaling::Tensor,
+                        GemmScaling bScaling = GemmScaling::Tensor) const;
   /// Why the entries do not apply to `deviceName` with cuBLASLt
   /// `cublasLtVersion`, or "" when they do.
   std::string mismatch(llvm::StringRef deviceName,

@@ -10,6 +10,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/Plan.h"
 
+#include "dialects/BlockScaleLayout.h"
+
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
@@ -282,6 +284,26 @@ StringRef tejit::runtime::tpStepKind(TpCollective collective) {
   llvm_unreachable("unknown tensor-parallel collective");
 }
 
+StringRef tejit::runtime::gemmScalingName(GemmScaling scaling) {
+  switch (scaling) {
+  case GemmScaling::Tensor:
+    return "tensor";
+  case GemmScaling::Block1D:
+    return "block_1d";
+  case GemmScaling::Block2D:
+    return "block_2d";
+  }
+  llvm_unreachable("unknown GEMM scaling");
+}
+
+std::optional<GemmScaling> tejit::runtime::parseGemmScaling(StringRef name) {
+  for (GemmScaling scaling :
+       {GemmScaling::Tensor, GemmScaling::Block1D, GemmScaling::Block2D})
+    if (name == gemmScalingName(scaling))
+      return scaling;
+  return std::nullopt;
+}
+
 std::optional<ElementType> tejit::runtime::parseElementType(StringRef name) {
   return llvm::StringSwitch<std::optional<ElementType>>(name)
       .Case("f32", ElementType::F32)
@@ -545,6 +567,10 @@ private:
   Error parseScratch(const json::Object &node, const Scope &scope,
                      KernelStep &step);
   Error parseGemm(const json::Object &node, const Scope &scope, GemmStep &step);
+  /// An FP8 GEMM's "a_scaling" and "b_scaling" and the scale_inv values
+  /// they describe.
+  Error parseScaling(const json::Object &node, const Scope &scope,
+                     GemmStep &step);
   Error parseAttention(const json::Object &node, const Scope &scope,
                        AttentionStep &step);
   /// The `in` and `out` value ids of an all-reduce step.
@@ -1171,17 +1197,8 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
           isFp8(step.aType.element) ? "b_type" : "a_type",
           "must be FP8 in a scaled (FP8) GEMM, got " +
               printType(isFp8(step.aType.element) ? step.bType : step.aType));
-    for (auto [key, slot] : {std::pair{"a_scale_inv", &step.aScaleInv},
-                             std::pair{"b_scale_inv", &step.bScaleInv}}) {
-      const json::Value *value = node.get(key);
-      if (!value)
-        return scope.error(key, "is missing; FP8 GEMMs need both scale_inv "
-                                "values");
-      Expected<int64_t> id = scalarF32(*value, key, scope);
-      if (!id)
-        return id.takeError();
-      *slot = *id;
-    }
+    if (Error error = parseScaling(node, scope, step))
+      return error;
     if (node.get("layout")) {
       Expected<StringRef> layout = scope.string(node, "layout");
       if (!layout)
@@ -1194,12 +1211,16 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
     if (!fastAccum)
       return fastAccum.takeError();
     step.fastAccum = *fastAccum;
+    if (step.fastAccum && step.aScaling != GemmScaling::Tensor)
+      return scope.error("fast_accum", "is true for a block-scaled GEMM, "
+                                       "which accumulates without it");
     for (StringRef key : {"transpose_a", "transpose_b"})
       if (node.get(key))
         return scope.error(key, "is given for an FP8 GEMM, which is TN");
   } else {
-    if (node.get("fast_accum"))
-      return scope.error("fast_accum", "is given for a GEMM that is not FP8");
+    for (StringRef key : {"fast_accum", "a_scaling", "b_scaling"})
+      if (node.get(key))
+        return scope.error(key, "is given for a GEMM that is not FP8");
     Expected<bool> transposeA = scope.boolean(node, "transpose_a");
     if (!transposeA)
       return transposeA.takeError();
@@ -1253,6 +1274,13 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
       return id.takeError();
     *slot = *id;
   }
+  // A residual (cuBLASLt's C, beta = 1) is the one term they take.
+  if (step.aScaling != GemmScaling::Tensor &&
+      llvm::any_of(**epilogue,
+                   [](const auto &entry) { return entry.first != "residual"; }))
+    return scope.error("epilogue", "has terms other than a residual, which "
+                                   "block-scaled GEMMs do not take "
+                                   "(docs/block-scaling.md)");
   if (terms.gelu && terms.dgelu)
     return scope.error("epilogue", "has both gelu and dgelu");
   if (terms.dgelu && !terms.aux)
@@ -1286,6 +1314,85 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
     return scope.error(terms.dScale ? "epilogue.d_scale" : "epilogue.amax_d",
                        "is given but the output " + printType(step.outType) +
                            " is not FP8");
+  return Error::success();
+}
+
+Error FunctionParser::parseScaling(const json::Object &node, const Scope &scope,
+                                   GemmStep &step) {
+  struct Operand {
+    StringRef scalingKey, scaleKey, typeKey;
+    const TensorType &type;
+    GemmScaling &scaling;
+    std::optional<int64_t> &scaleInv;
+  };
+  Operand operands[] = {{"a_scaling", "a_scale_inv", "a_type", step.aType,
+                         step.aScaling, step.aScaleInv},
+                        {"b_scaling", "b_scale_inv", "b_type", step.bType,
+                         step.bScaling, step.bScaleInv}};
+  for (Operand &operand : operands) {
+    // Plans written before the key scale every operand by one scale_inv.
+    operand.scaling = GemmScaling::Tensor;
+    if (node.get(operand.scalingKey)) {
+      Expected<StringRef> name = scope.string(node, operand.scalingKey);
+      if (!name)
+        return name.takeError();
+      std::optional<GemmScaling> scaling = parseGemmScaling(*name);
+      if (!scaling)
+        return scope.error(operand.scalingKey,
+                           "is \"" + *name +
+                               "\"; expected \"tensor\", \"block_1d\" or "
+                               "\"block_2d\"");
+      operand.scaling = *scaling;
+    }
+    const json::Value *value = node.get(operand.scaleKey);
+    if (!value)
+      return scope.error(operand.scaleKey,
+                         "is missing; FP8 GEMMs need both scale_inv values");
+    if (operand.scaling == GemmScaling::Tensor) {
+      Expected<int64_t> id = scalarF32(*value, operand.scaleKey, scope);
+      if (!id)
+        return id.takeError();
+      operand.scaleInv = *id;
+      continue;
+    }
+    // Block scales: the f32 tensor BlockScaleLayout.h lays out for the
+    // operand, [rows, K].
+    if (operand.type.shape.size() != 2)
+      return scope.error(operand.typeKey, "is " + printType(operand.type) +
+                                              ", but a " +
+                                              gemmScalingName(operand.scaling) +
+                                              " operand must be a matrix");
+    Expected<int64_t> id = valueId(*value, operand.scaleKey, scope);
+    if (!id)
+      return id.takeError();
+    std::array<int64_t, 2> shape = tejit::blockscale::scaleShape(
+        operand.type.shape[0], operand.type.shape[1],
+        operand.scaling == GemmScaling::Block1D ? 1 : 2);
+    const TensorType &actual = function.values[*id].type;
+    TensorType expected{{shape[0], shape[1]}, ElementType::F32};
+    if (!sameType(actual, expected))
+      return scope.error(
+          operand.scaleKey,
+          "refers to value " + Twine(*id) + " of type " + printType(actual) +
+              ", expected " + printType(expected) + " (the " +
+              gemmScalingName(operand.scaling) + " scales of " +
+              printType(operand.type) + ", dialects/BlockScaleLayout.h)");
+    operand.scaleInv = *id;
+  }
+  bool aBlocks = step.aScaling != GemmScaling::Tensor,
+       bBlocks = step.bScaling != GemmScaling::Tensor;
+  if (aBlocks != bBlocks)
+    return scope.error(
+        aBlocks ? "b_scaling" : "a_scaling",
+        "is \"tensor\", but '" + Twine(aBlocks ? "a_scaling" : "b_scaling") +
+            "' is \"" +
+            gemmScalingName(aBlocks ? step.aScaling : step.bScaling) +
+            "\": both operands are block-scaled or neither");
+  if (step.aScaling == GemmScaling::Block2D &&
+      step.bScaling == GemmScaling::Block2D)
+    return scope.error("b_scaling",
+                       "is \"block_2d\" like 'a_scaling'; cuBLASLt has no "
+                       "GEMM of two 2-D block-scaled operands");
   return Error::success();
 }
 

@@ -108,6 +108,17 @@ struct GemmEpilogue {
   bool gelu = false, dgelu = false;
 };
 
+/// How an FP8 GEMM operand is scaled (the plan's "a_scaling" and
+/// "b_scaling"): by one scale_inv for the whole tensor (a tensor<1xf32>),
+/// or, under Float8BlockScaling, by one per block of 128 elements along K
+/// (1-D) or per 128 x 128 tile (2-D), the scale_inv tensor laid out as
+/// dialects/BlockScaleLayout.h says for the operand's [rows, K] shape.
+enum class GemmScaling { Tensor, Block1D, Block2D };
+/// The plan's spelling: "tensor", "block_1d" or "block_2d".
+llvm::StringRef gemmScalingName(GemmScaling scaling);
+/// The scaling gemmScalingName spells `name`, if any.
+std::optional<GemmScaling> parseGemmScaling(llvm::StringRef name);
+
 /// Row-major `out[M,N] = op(a) * op(b)`. FP8 (`scaled`) GEMMs are TN:
 /// a [M,K], b [N,K], with scale_inv pointers; others give transposes.
 struct GemmStep {
@@ -115,6 +126,9 @@ struct GemmStep {
   TensorType aType, bType, outType;
   bool scaled = false;
   std::optional<int64_t> aScaleInv, bScaleInv;
+  /// What aScaleInv and bScaleInv hold (scaled GEMMs; both Tensor or both
+  /// block scalings, never two Block2D).
+  GemmScaling aScaling = GemmScaling::Tensor, bScaling = GemmScaling::Tensor;
   bool fastAccum = false;
   bool transposeA = false, transposeB = false;
   GemmEpilogue epilogue;

@@ -211,14 +211,9 @@ def run_block(block, size, args):
         except Exception as error:  # noqa: BLE001 - report, go on
             print(f"{block} {'fp8_model_init' if fp8_weights else 'plain'}: "
                   f"FAILED: {type(error).__name__}: {error}", flush=True)
-    for r in range(args.rounds):
-        shift = r % max(len(rows), 1)
-        for row in rows[shift:] + rows[:shift]:
-            bench_sustained.hold(row.step, args.hold)
-            per_step, _, _ = bench_sustained.timed(row.step, args.iters)
-            row.times.append(statistics.median(per_step))
-            print(f"round {r}: {block:18s} {row.label:15s} median "
-                  f"{row.times[-1]:.3f} ms", flush=True)
+    bench_sustained.interleaved_medians(
+        rows, args.rounds, args.hold, args.iters,
+        lambda row: f"{block:18s} {row.label:15s}")
     for row in rows:  # what is printed stays; the modules go
         row.step = row.keep = None
     release_memory()

@@ -170,6 +170,22 @@ def timed(step, iters):
     return per_step, events[0].elapsed_time(events[-1]) / iters, (start, end)
 
 
+def interleaved_medians(rows, rounds, hold_s, iters, describe):
+    """Times each row (with `.step` and a `.times` list) in `rounds`
+    rounds, each starting at the next row so that no row always runs first
+    after another; per round: hold the row's steady state, then append the
+    median of `iters` timed steps (ms) to its `.times`. `describe(row)`
+    names it in the progress lines."""
+    for r in range(rounds):
+        shift = r % max(len(rows), 1)
+        for row in rows[shift:] + rows[:shift]:
+            hold(row.step, hold_s)
+            per_step, _, _ = timed(row.step, iters)
+            row.times.append(statistics.median(per_step))
+            print(f"round {r}: {describe(row)} median {row.times[-1]:.3f} ms",
+                  flush=True)
+
+
 def run_rounds(rows, args, windows):
     results = {row.key: [] for row in rows}
     for r in range(args.rounds):

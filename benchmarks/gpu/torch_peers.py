@@ -5,6 +5,9 @@
 - the same modules with FP8 linears through torch._scaled_mm: tensorwise
   current scaling (torchao's "tensorwise" recipe), E4M3 for the forward
   operands and E5M2 for gradients, as a custom autograd.Function;
+- FP8 linears with DeepSeek-V3's block scaling (TE's Float8BlockScaling
+  defaults) through torch._scaled_mm's blockwise modes, where the
+  installed PyTorch has them (blockwise_support() says);
 - raw_gemm(): one cuBLASLt call of a given shape and dtypes, the ceiling a
   tejit GEMM step is compared with.
 
@@ -82,6 +85,144 @@ class Fp8Linear(torch.nn.Linear):
 
     def forward(self, x):
         return _Fp8LinearFunction.apply(x, self.weight, self.bias)
+
+
+# --- FP8 linear, block scaling (DeepSeek-V3's recipe) -------------------------
+
+BLOCK = 128
+
+
+def _power_of_2_scales(amax):
+    """E4M3's max over each amax, rounded down to a power of two (TE's
+    default power_2_scale); an all-zero block gets a huge but finite scale
+    (its values stay 0)."""
+    scale = torch.finfo(E4M3).max / amax.clamp(min=AMAX_FLOOR)
+    return torch.exp2(torch.floor(torch.log2(scale)))
+
+
+def quantize_1x128(t):
+    """`t` [R, C] (C a multiple of 128) in E4M3 with one scale per 128
+    consecutive elements of a row: (FP8 [R, C], float32 inverse scales
+    [R, C / 128] stored column-major, stride (1, R): the layout
+    torch._scaled_mm takes for 1x128 blocks)."""
+    rows, cols = t.shape
+    # contiguous(): a transposed view (X^T, dY^T for wgrad) would otherwise
+    # keep its strides through the cast, and torch._scaled_mm needs its
+    # first operand row-major.
+    blocks = t.float().contiguous().reshape(rows, cols // BLOCK, BLOCK)
+    scale = _power_of_2_scales(blocks.abs().amax(dim=-1))
+    fp8_max = torch.finfo(E4M3).max
+    q = (blocks * scale.unsqueeze(-1)).clamp(-fp8_max, fp8_max).to(E4M3)
+    return q.reshape(rows, cols), column_major(scale.reciprocal())
+
+
+def quantize_128x128(t):
+    """`t` [R, C] (multiples of 128) in E4M3 with one scale per 128 x 128
+    tile: (FP8 [R, C], float32 inverse scales [R / 128, C / 128],
+    row-major)."""
+    rows, cols = t.shape
+    tiles = t.float().contiguous().reshape(rows // BLOCK, BLOCK,
+                                           cols // BLOCK, BLOCK)
+    scale = _power_of_2_scales(tiles.abs().amax(dim=(1, 3)))
+    fp8_max = torch.finfo(E4M3).max
+    q = (tiles * scale[:, None, :, None]).clamp(-fp8_max, fp8_max).to(E4M3)
+    return q.reshape(rows, cols), scale.reciprocal().contiguous()
+
+
+def blockwise_mm(a, a_scale_inv, b, b_scale_inv):
+    """a [M, K] @ b [N, K]^T in bf16, both block-scaled along K (the
+    quantize_1x128 / quantize_128x128 results of the two K-major
+    matrices). torch._scaled_mm reads its second operand column-major and
+    that operand's scales transposed."""
+    return torch._scaled_mm(a, b.t(), scale_a=a_scale_inv,
+                            scale_b=b_scale_inv.t(), out_dtype=torch.bfloat16)
+
+
+def dequantize_blocks(q, scale_inv):
+    """The values a block-scaled FP8 matrix stands for, in float32: each
+    block times its inverse scale (1x128 or 128x128, told by the shape)."""
+    rows, cols = q.shape
+    if scale_inv.shape[0] == rows:  # 1x128
+        blocks = q.float().reshape(rows, cols // BLOCK, BLOCK)
+        return (blocks * scale_inv.unsqueeze(-1)).reshape(rows, cols)
+    tiles = q.float().reshape(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK)
+    return (tiles * scale_inv[:, None, :, None]).reshape(rows, cols)
+
+
+def blockwise_support(compile_too=True):
+    """None when torch._scaled_mm multiplies DeepSeek-style block-scaled
+    operands on this GPU with the right results (1x128 by 128x128, the
+    forward and dgrad GEMMs, and 1x128 by 1x128, the wgrad GEMM; eagerly
+    and, with `compile_too`, under torch.compile), else the reason why not
+    (recent PyTorch with CUDA >= 12.9 on Hopper has them)."""
+    if not hasattr(torch, "_scaled_mm"):
+        return "this PyTorch has no torch._scaled_mm"
+    m, n, k = 256, 384, 512
+    try:
+        for b_quantize in (quantize_128x128, quantize_1x128):
+            a = quantize_1x128(torch.randn(m, k, device="cuda"))
+            b = b_quantize(torch.randn(n, k, device="cuda") / 16)
+            want = dequantize_blocks(*a) @ dequantize_blocks(*b).t()
+            calls = [("eager", blockwise_mm)]
+            if compile_too:
+                calls.append(("torch.compile", torch.compile(blockwise_mm)))
+            for how, mm in calls:
+                got = mm(*a, *b).float()
+                error = ((got - want).norm() / want.norm()).item()
+                if not error < 1e-2:  # bf16 output: ~2e-3
+                    return (f"{how} torch._scaled_mm with "
+                            f"{b_quantize.__name__[len('quantize_'):]} "
+                            f"scales on b gave a relative error of "
+                            f"{error:.2e}")
+    except Exception as error:  # noqa: BLE001 - the reason is the report
+        first_line = str(error).strip().splitlines()[0] if str(error) else ""
+        return f"{type(error).__name__}: {first_line[:200]}"
+    return None
+
+
+class _BlockwiseFp8LinearFunction(torch.autograd.Function):
+    """y = x w^T + b with TE's Float8BlockScaling defaults: E4M3
+    everywhere, x and the output gradient in 1x128 blocks along the GEMM's
+    contracting dim, w in 128 x 128 tiles, power-of-2 scales, split
+    accumulation (no fast accumulation). The backward's operands are cast
+    again in their own orientation: X^T and dY^T along the tokens (wgrad),
+    W^T in tiles (dgrad; the tiles of W, transposed)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        x2d = x.reshape(-1, x.shape[-1])
+        xq, x_inv = quantize_1x128(x2d)
+        wq, w_inv = quantize_128x128(weight)
+        y = blockwise_mm(xq, x_inv, wq, w_inv)
+        if bias is not None:
+            y = y + bias
+        xtq, xt_inv = quantize_1x128(x2d.t())
+        ctx.save_for_backward(xtq, xt_inv, wq, w_inv)
+        ctx.x_shape = x.shape
+        ctx.has_bias = bias is not None
+        return y.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        xtq, xt_inv, wq, w_inv = ctx.saved_tensors
+        dy2d = dy.reshape(-1, dy.shape[-1])
+        # dgrad: dx [T, in] = dy [T, out] @ w [out, in]: b = w^T [in, out].
+        dyq, dy_inv = quantize_1x128(dy2d)
+        dx = blockwise_mm(dyq, dy_inv, wq.t().contiguous(),
+                          w_inv.t().contiguous())
+        # wgrad: dw [out, in] = dy^T [out, T] @ x [T, in]: b = x^T [in, T].
+        dytq, dyt_inv = quantize_1x128(dy2d.t())
+        dw = blockwise_mm(dytq, dyt_inv, xtq, xt_inv)
+        db = dy2d.sum(0) if ctx.has_bias else None
+        return dx.view(ctx.x_shape), dw.to(dy.dtype), db
+
+
+class BlockwiseFp8Linear(torch.nn.Linear):
+    """nn.Linear whose matmuls run in block-scaled FP8 (see
+    _BlockwiseFp8LinearFunction; dims multiples of 128)."""
+
+    def forward(self, x):
+        return _BlockwiseFp8LinearFunction.apply(x, self.weight, self.bias)
 
 
 # --- the blocks ----------------------------------------------------------------

@@ -18,8 +18,9 @@
 // - te.rotary with `inverse` negates the sine; that is the gradient when
 //   `freqs` repeats its first half, as Transformer Engine lays it out.
 // - FP8 tensors (f8E4M3FN, f8E5M2) hold doubles that their type represents;
-//   scale bookkeeping (te.compute_scale, te.delayed_scaling_update) runs in
-//   float32 to be bit-exact (QuantizedOps.cpp, ScalingKernels.cpp).
+//   scale bookkeeping (te.compute_scale, te.block_quantize's block scales,
+//   te.delayed_scaling_update) runs in float32 to be bit-exact
+//   (QuantizedOps.cpp, ScalingKernels.cpp, BlockScalingKernels.cpp).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_COMPILER_INTERPRETER_INTERPRETER_H

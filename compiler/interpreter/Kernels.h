@@ -200,7 +200,11 @@ Tensor rotary(const Tensor &x, const Tensor &freqs, mlir::te::QkvFormat format,
 // FP8 quantization and scaling (ScalingKernels.cpp)
 //===----------------------------------------------------------------------===//
 
-/// `roundToFp8(x * scale, kind)` per element, the product taken in double.
+/// One element cast to FP8 as Transformer Engine's kernels cast it:
+/// `roundToFp8(float(float(x) * float(scale)), kind)`, the product rounded to
+/// float32 first.
+double castToFp8(double x, double scale, Fp8Kind kind);
+/// castToFp8(x, scale, kind) per element.
 Tensor quantize(const Tensor &x, double scale, Fp8Kind kind);
 /// max |x| over all elements: NaN when one is NaN, 0 for an empty tensor.
 double absMax(const Tensor &x);
@@ -240,6 +244,33 @@ DelayedScalingState delayedScalingUpdate(const Tensor &amaxHistory,
                                          const Tensor &scale,
                                          const Tensor &amaxes,
                                          const DelayedScalingParams &params);
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling (BlockScalingKernels.cpp, docs/block-scaling.md)
+//===----------------------------------------------------------------------===//
+
+/// A matrix cast to FP8 in blocks and its scale inverses, laid out as
+/// dialects/BlockScaleLayout.h says (padding 0).
+struct BlockQuantized {
+  Tensor output, scaleInv;
+};
+
+/// te.block_quantize: the matrix `x` (or its transpose, with `transpose`)
+/// cut into blocks of 128 elements of a row (`blockDim` 1) or 128 x 128
+/// tiles (2); each block cast with currentScale() of its own amax.
+BlockQuantized blockQuantize(const Tensor &x, int64_t blockDim, bool transpose,
+                             bool power2, Fp8Kind kind);
+
+/// The matrix `x` with each element times its scale inverse: `scaling` 0
+/// reads the one scale of `scaleInv` ([1]), 1 and 2 the scale of the
+/// element's block (BlockScaleLayout.h).
+Tensor dequantize(const Tensor &x, const Tensor &scaleInv, int64_t scaling);
+
+/// te.scaled_matmul with per-operand scalings (ScaledMatmulOp::getAScaling):
+/// the float64 matmul `dequantize(a) dequantize(b)^T`.
+Tensor blockScaledMatmul(const Tensor &a, const Tensor &b,
+                         const Tensor &aScaleInv, int64_t aScaling,
+                         const Tensor &bScaleInv, int64_t bScaling);
 
 } // namespace tejit::interp
 

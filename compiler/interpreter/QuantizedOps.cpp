@@ -2,7 +2,9 @@
 //
 // te.quantize, te.amax, te.compute_scale, te.scaled_matmul,
 // te.amax_allreduce and te.delayed_scaling_update, on the kernels of
-// ScalingKernels.cpp. Conventions:
+// ScalingKernels.cpp; te.block_quantize and te.scaled_matmul with block
+// scales (Float8BlockScaling) on those of BlockScalingKernels.cpp.
+// Conventions:
 // - An FP8 tensor is a tensor of doubles holding values its FP8 type
 //   represents; te.quantize produces them, and shape ops (te.transpose,
 //   te.reshape, te.slice, ...) move them like any other tensor. Operands of
@@ -49,6 +51,15 @@ static LogicalResult runOp(te::QuantizeOp op, Frame &frame) {
   return frame.set(op, op.getAmax(), std::move(amax));
 }
 
+static LogicalResult runOp(te::BlockQuantizeOp op, Frame &frame) {
+  BlockQuantized cast = blockQuantize(
+      frame.get(op.getInput()), op.getBlockDim(), op.getTranspose(),
+      op.getPower_2Scale(), fp8KindOf(elementTypeOf(op.getOutput())));
+  if (failed(frame.set(op, op.getOutput(), std::move(cast.output))))
+    return failure();
+  return frame.set(op, op.getScaleInv(), std::move(cast.scaleInv));
+}
+
 static LogicalResult runOp(te::AmaxOp op, Frame &frame) {
   return frame.set(op, op.getAmax(),
                    makeSlot(absMax(frame.get(op.getInput()))));
@@ -64,6 +75,14 @@ static LogicalResult runOp(te::ComputeScaleOp op, Frame &frame) {
 }
 
 static LogicalResult runOp(te::ScaledMatmulOp op, Frame &frame) {
+  // Block scales: the verifier has checked that the scale_inv shapes name a
+  // scaling (neither is -1) and that both operands are block-scaled.
+  if (int64_t aScaling = op.getAScaling(); aScaling != 0)
+    return frame.set(
+        op, op.getOutput(),
+        blockScaledMatmul(frame.get(op.getA()), frame.get(op.getB()),
+                          frame.get(op.getAScaleInv()), aScaling,
+                          frame.get(op.getBScaleInv()), op.getBScaling()));
   // fast_accum only changes how a GPU accumulates; the reference is exact.
   return frame.set(op, op.getOutput(),
                    scaledMatmul(frame.get(op.getA()), frame.get(op.getB()),
@@ -95,8 +114,9 @@ static LogicalResult runOp(te::DelayedScalingUpdateOp op, Frame &frame) {
 
 LogicalResult tejit::interp::runQuantizedOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<te::QuantizeOp, te::AmaxOp, te::ComputeScaleOp, te::ScaledMatmulOp,
-            te::AmaxAllReduceOp, te::DelayedScalingUpdateOp>(
+      .Case<te::QuantizeOp, te::BlockQuantizeOp, te::AmaxOp, te::ComputeScaleOp,
+            te::ScaledMatmulOp, te::AmaxAllReduceOp,
+            te::DelayedScalingUpdateOp>(
           [&](auto op) { return runOp(op, frame); })
       .Default([](Operation *op) {
         return op->emitOpError() << "is not supported by the te interpreter";

@@ -20,15 +20,19 @@
 
 using namespace tejit::interp;
 
-Tensor tejit::interp::quantize(const Tensor &x, double scale, Fp8Kind kind) {
+double tejit::interp::castToFp8(double x, double scale, Fp8Kind kind) {
   // As Transformer Engine's kernels (and its bit-exact reference
   // `(x.float() * scale).to(fp8)`) do: the product is rounded to float32
   // first, then to FP8. Rounding once from double differs on rare ties.
+  return roundToFp8(
+      static_cast<float>(static_cast<float>(x) * static_cast<float>(scale)),
+      kind);
+}
+
+Tensor tejit::interp::quantize(const Tensor &x, double scale, Fp8Kind kind) {
   Tensor result = x;
   for (double &value : result.data)
-    value = roundToFp8(static_cast<float>(static_cast<float>(value) *
-                                          static_cast<float>(scale)),
-                       kind);
+    value = castToFp8(value, scale, kind);
   return result;
 }
 

@@ -119,12 +119,20 @@ void Fuser::addCast(Group &group, Value value) {
 }
 
 void Fuser::fuseGemm(Operation *gemm) {
+  Group group{{gemm}, "gemm"};
   // Block-scaled GEMMs (Float8BlockScaling) take no epilogue: the bias and
   // activation go to the kernels that follow (act_cast, bias_dropout_add).
+  // Only a residual, which cuBLASLt reads as C with beta = 1 (how wgrad adds
+  // into main_grad with fuse_wgrad_accumulation).
   if (auto scaled = dyn_cast<ScaledMatmulOp>(gemm);
-      scaled && scaled.getAScaling() != 0)
+      scaled && scaled.getAScaling() != 0) {
+    Value product = gemm->getResult(0);
+    if (product.hasOneUse())
+      if (auto add = dyn_cast<AddOp>(*product.getUsers().begin()))
+        tryAdd(group, add);
+    commit(group);
     return;
-  Group group{{gemm}, "gemm"};
+  }
   Value value = gemm->getResult(0);
   // Backward: dGELU and the bias gradient are not taken as cuBLASLt's
   // DGELU_BGRAD epilogue: cuBLASLt 13.1 runs that epilogue as a separate

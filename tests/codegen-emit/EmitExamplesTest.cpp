@@ -45,13 +45,15 @@ std::vector<Case> allCases() {
       specs.push_back(it->path());
   std::sort(specs.begin(), specs.end());
   for (const std::string &spec : specs) {
-    // FP8 weights (fp8_weights) feed FP8 GEMMs only: no `none` override.
+    // FP8 weights (fp8_weights) feed FP8 GEMMs only: no `none` override,
+    // and Float8BlockScaling does not take them.
     auto text = llvm::MemoryBuffer::getFile(spec, /*IsText=*/true);
     bool fp8Weights =
         text && (*text)->getBuffer().contains("fp8_weights: true");
-    for (const char *recipe : {"", "none", "current", "delayed"})
+    for (const char *recipe : {"", "none", "current", "delayed", "block"})
       for (bool training : {true, false})
-        if (!(fp8Weights && StringRef(recipe) == "none"))
+        if (!(fp8Weights &&
+              (StringRef(recipe) == "none" || StringRef(recipe) == "block")))
           cases.push_back({spec, recipe, training});
   }
   return cases;
@@ -70,9 +72,7 @@ TEST_P(EmitExamples, EveryKernelSelfContained) {
   OwningOpRef<ModuleOp> module = tejit::importLayerSpec(sourceMgr, &context);
   ASSERT_TRUE(module);
   PassManager pm(&context);
-  std::string recipe = c.recipe == "current"   ? "#te.current_scaling<>"
-                       : c.recipe == "delayed" ? "#te.delayed_scaling<>"
-                                               : c.recipe;
+  std::string recipe = tejit::expandRecipeShorthand(c.recipe);
   tejit::buildPipeline(pm, {tejit::Stage::Planned, c.training, recipe});
   ASSERT_TRUE(succeeded(pm.run(*module)));
 
@@ -92,6 +92,19 @@ TEST_P(EmitExamples, EveryKernelSelfContained) {
     EXPECT_GE(kernel.block.x, 32);
     EXPECT_LE(kernel.block.x * kernel.block.y * kernel.block.z, 1024);
     EXPECT_FALSE(kernel.params.empty());
+    // Float8BlockScaling's casts: a kernel of their own, one block per
+    // 128 x 128 tile of the input, which they read to write an FP8 matrix
+    // and its scale_inv.
+    if (auto quantize = dyn_cast<te::BlockQuantizeOp>(kernel.op)) {
+      auto input = cast<RankedTensorType>(quantize.getInput().getType());
+      EXPECT_EQ(kernel.grid.x, (input.getDimSize(1) + 127) / 128);
+      EXPECT_EQ(kernel.grid.y, (input.getDimSize(0) + 127) / 128);
+      ASSERT_EQ(kernel.params.size(), 3u);
+      EXPECT_EQ(kernel.params[0].value, quantize.getInput());
+      EXPECT_EQ(kernel.params[1].value, quantize.getOutput());
+      EXPECT_EQ(kernel.params[2].value, quantize.getScaleInv());
+      EXPECT_FALSE(kernel.params[2].zeroBeforeLaunch);
+    }
     // Pointers are __restrict__ but in the norm backward's row kernel.
     bool restricted =
         kernel.source.find(" *__restrict__ ") != std::string::npos;

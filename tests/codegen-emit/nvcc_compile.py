@@ -1,16 +1,20 @@
 """Compiles every kernel te-compile --emit=cuda prints for each spec with
 nvcc for sm_90a; fails on the first error or warning, with the log. Kernels
 that differ only in their name and source location (the same op in several
-layers) are compiled once."""
+layers) are compiled once. Arguments after te-compile that start with "--"
+are te-compile options for every spec (--recipe=block, --inference)."""
 import concurrent.futures, os, re, subprocess, sys, tempfile
 
-nvcc, te_compile, specs = sys.argv[1], sys.argv[2], sys.argv[3:]
+nvcc, te_compile = sys.argv[1], sys.argv[2]
+options = [a for a in sys.argv[3:] if a.startswith("--")]
+specs = [a for a in sys.argv[3:] if not a.startswith("--")]
 marker = "// ===== kernel "
 with tempfile.TemporaryDirectory() as tmp:
     sources, seen = [], set()
     for spec in specs:
-        out = subprocess.run([te_compile, spec, "--emit=cuda"], check=True,
-                             capture_output=True, text=True).stdout
+        out = subprocess.run([te_compile, spec, "--emit=cuda"] + options,
+                             check=True, capture_output=True,
+                             text=True).stdout
         for chunk in out.split(marker)[1:]:
             name = chunk.split(":")[0]
             source = chunk.split("\n", 2)[2]

@@ -19,6 +19,17 @@ compare the output and every gradient, for 3 training steps, with
 A scale-update case also checks tejit's DelayedScaling meta state over 50
 steps of varying magnitudes against the emulator's.
 
+Float8BlockScaling (docs/block-scaling.md) is emulated block by block: each
+GEMM operand is cast from the tensor tejit stores in the params dtype, with
+one scale per block of 128 elements along the GEMM's contracting dim (or
+per 128 x 128 tile), and the backward's GEMMs read second casts made from
+the high-precision tensors transposed (X^T and dY^T for wgrad, blocks of
+128 tokens; W^T for dgrad), not the forward's casts. Its GEMMs have no
+epilogues (bias and activation run in kernels after the GEMM's rounded
+output). Its cases draw data whose magnitude varies between 128 x 128
+tiles, so that every block gets a scale of its own and a block scale
+applied to the wrong block shows.
+
 Tolerances (shared/FP8.md, from TE's tests) are applied as
     |tejit - ref| <= atol * rms(ref) + rtol * |ref|
 TE's atol is absolute for unit-scale tensors; gradients here are not unit
@@ -161,13 +172,20 @@ def fmax(a, b):
 # --- FP8 recipes, re-implemented ------------------------------------------------
 
 
+def cast_fp8(scaled32, fmt):
+    """The FP8 cast of float32 values already scaled: saturated to +-max,
+    rounded to nearest even. torch's .to(float8) gives NaN past the largest
+    finite value instead of saturating, hence the clamp (NaN stays NaN
+    through it)."""
+    limit = FP8_MAX[fmt]
+    return scaled32.clamp_(-limit, limit).to(FP8_TORCH[fmt])
+
+
 def quantize_fp8(x32, scale, fmt):
     """TE's cast: float32(x * scale), saturated to +-max, rounded to nearest
-    even. torch's .to(float8) gives NaN past the largest finite value instead
-    of saturating, hence the clamp (NaN stays NaN through it)."""
+    even."""
     scale_t = torch.tensor(scale, dtype=torch.float32, device=x32.device)
-    limit = FP8_MAX[fmt]
-    return (x32 * scale_t).clamp_(-limit, limit).to(FP8_TORCH[fmt])
+    return cast_fp8(x32 * scale_t, fmt)
 
 
 def dequantize(q, scale, dtype):
@@ -185,6 +203,63 @@ def current_scale(amax, fmt, power_2):
     if math.isinf(scale):
         scale = FLT_MAX
     return mask_mantissa(scale) if power_2 else scale
+
+
+BLOCK = 128  # Float8BlockScaling's block length (and tile side)
+
+
+def block_scales(amax, fmt, power_2):
+    """current_scale over a tensor of float32 block amaxes: fp8_max / amax
+    rounded once to float32 (the float64 quotient of two float32 values,
+    rounded, is the float32 quotient); FLT_MAX where it overflows; 1 where
+    the amax is 0, inf or NaN; then the power-of-2 mask."""
+    quotient = (FP8_MAX[fmt] / amax.double()).float()
+    quotient = torch.where(torch.isinf(quotient),
+                           torch.full_like(quotient, FLT_MAX), quotient)
+    scale = torch.where(torch.isfinite(amax) & (amax > 0.0), quotient,
+                        torch.ones_like(quotient))
+    if power_2:
+        scale = (scale.view(torch.int32) & ~0x7FFFFF).view(torch.float32)
+    return scale
+
+
+def block_quantize(s, block_dim, fmt, power_2, dtype):
+    """te.block_quantize of the matrix `s` [R, C] and back: what a
+    block-scaled GEMM multiplies, in `dtype`. Blocks: row r, columns
+    [128 j, 128 j + 128) (block_dim 1) or 128 x 128 tiles (2), clipped at
+    the edges (the zero padding here changes no amax). Per block: amax of
+    |s| in float32 (NaN propagates), scale by block_scales, the float32
+    product s * scale saturated and rounded to FP8 (cast_fp8),
+    then times scale_inv, the float32 reciprocal of the scale."""
+    s32 = s.float()
+    rows, cols = s32.shape
+    tile_rows = BLOCK if block_dim == 2 else 1
+    row_blocks, col_blocks = -(-rows // tile_rows), -(-cols // BLOCK)
+    padded = torch.nn.functional.pad(
+        s32, (0, col_blocks * BLOCK - cols, 0, row_blocks * tile_rows - rows))
+    # reshape, not view: with nothing to pad, `padded` may be `s` itself,
+    # transposed (the columnwise casts).
+    blocks = padded.reshape(row_blocks, tile_rows, col_blocks, BLOCK)
+    amax = blocks.abs().amax(dim=(1, 3), keepdim=True)
+    scale = block_scales(amax, fmt, power_2)
+    q = cast_fp8(blocks * scale, fmt)
+    del blocks, padded
+    scale_inv = (1.0 / scale.double()).float().to(dtype)
+    out = q.to(dtype) * scale_inv
+    return out.view(row_blocks * tile_rows,
+                    col_blocks * BLOCK)[:rows, :cols].contiguous()
+
+
+def recipe_format(recipe):
+    """A spec recipe's fp8_format with TE's default: E4M3 for
+    Float8BlockScaling, HYBRID for the others."""
+    return recipe.get("fp8_format",
+                      "E4M3" if is_block_recipe(recipe) else "HYBRID")
+
+
+def is_block_recipe(recipe):
+    return recipe is not None and recipe["type"] in ("Float8BlockScaling",
+                                                     "block_scaling")
 
 
 class DelayedState:
@@ -226,26 +301,57 @@ class Fp8Emulator:
     returns what the FP8 GEMM computes with (the dequantized tensor); the
     layer's reference calls end_forward() after its forward and
     end_backward() after its backward, where TE and tejit update the
-    DelayedScaling state of the forward and backward tensors."""
+    DelayedScaling state of the forward and backward tensors.
+
+    Float8BlockScaling (`block`): each cast scales block by block with the
+    block dim of the tensor's role (role()); a transposed cast quantizes
+    the tensor transposed (blocks along its other dim) and returns it in
+    the tensor's orientation. No state."""
 
     def __init__(self, recipe):
         kind = recipe["type"]
         self.delayed = kind in ("DelayedScaling", "delayed_scaling")
-        fmt = recipe.get("fp8_format", "HYBRID")
+        self.block = is_block_recipe(recipe)
+        fmt = recipe_format(recipe)
         self.formats = {"fwd": "e4m3",
                         "bwd": "e5m2" if fmt == "HYBRID" else "e4m3"}
         self.history_len = recipe.get("amax_history_len", 1024)
         self.algo = recipe.get("amax_compute_algo", "max")
         self.margin = recipe.get("margin", 0)
-        self.power_2 = recipe.get("power_2_scale", False)
+        # Block scaling's default is power-of-2 scales (TE's), current
+        # scaling's float32 ones.
+        self.power_2 = recipe.get("power_2_scale", self.block)
+        self.block_dims = {"x": recipe.get("x_block_scaling_dim", 1),
+                           "w": recipe.get("w_block_scaling_dim", 2),
+                           "grad": recipe.get("grad_block_scaling_dim", 1)}
         self.states = {"fwd": {}, "bwd": {}}
 
-    def quantize(self, name, x, direction, dtype, amax_of=None):
+    @staticmethod
+    def role(name, direction):
+        """Float8BlockScaling's role of tensor `name`: "grad" for the
+        backward's casts (output gradients), "w" for a GEMM weight
+        ("<gemm>.weight"), "x" for a GEMM's input."""
+        if direction == "bwd":
+            return "grad"
+        return "w" if name.endswith(".weight") else "x"
+
+    def quantize(self, name, x, direction, dtype, amax_of=None,
+                 transpose=False):
         """`x` (the value tejit casts, float32 in its kernel) through an FP8
         cast of `direction`'s format, dequantized to `dtype`. The amax comes
         from `amax_of` when given (a fused kernel reduces its float32 values
-        but stores them rounded)."""
+        but stores them rounded). Under block scaling `x` is a matrix (what
+        tejit stores) and `transpose` casts x^T (the backward's copy);
+        amax_of does not apply (each block's amax is its own)."""
         fmt = self.formats[direction]
+        if self.block:
+            block_dim = self.block_dims[self.role(name, direction)]
+            if transpose:
+                return block_quantize(x.T, block_dim, fmt, self.power_2,
+                                      dtype).T
+            return block_quantize(x, block_dim, fmt, self.power_2, dtype)
+        if transpose:
+            raise ValueError("a transposed cast is block scaling's only")
         x32 = x.float()
         source = x32 if amax_of is None else amax_of.float()
         amax = source.abs().amax().item()  # float32 (NaN propagates)
@@ -294,7 +400,11 @@ class Ref:
     Where it does not: values that a fused kernel computes in float32 and
     casts straight to FP8 (norm -> cast, bias/act -> cast, dact -> cast, and
     GELU in the fc1 GEMM's epilogue), and the final outputs and gradients,
-    which are compared unrounded (rtol covers their last rounding)."""
+    which are compared unrounded (rtol covers their last rounding).
+
+    Under Float8BlockScaling there are no fused casts and no GEMM
+    epilogues: every GEMM operand is cast from its stored params-dtype
+    value, and a GEMM's bias is added to its stored (rounded) output."""
 
     def __init__(self, dtype, params_dtype, emulator):
         self.dtype = dtype
@@ -303,6 +413,40 @@ class Ref:
 
     def rnd(self, x):
         return x.to(self.params_dtype).to(self.dtype)
+
+    @property
+    def block(self):
+        """Whether the recipe is Float8BlockScaling."""
+        return self.emu is not None and self.emu.block
+
+    @property
+    def epilogues(self):
+        """Whether the GEMMs add their bias (and fc1 applies GELU) in the
+        epilogue, on the float32 accumulator: not under block scaling,
+        whose GEMMs write the params dtype and leave bias and activation to
+        the kernels after them."""
+        return not self.block
+
+    def gemm_bias(self, acc, bias):
+        """A GEMM's float32 result `acc` plus `bias` (None: no bias): in the
+        epilogue, or added by a kernel to the GEMM's stored output."""
+        if bias is None:
+            return acc
+        return acc + bias if self.epilogues else self.rnd(acc) + bias
+
+    def columnwise(self, name, x, rowwise, direction):
+        """What the backward's GEMMs read of operand `name` (X and dY in
+        wgrad, W in dgrad), in x's orientation. Per-tensor recipes: the one
+        cast `rowwise` (its transpose holds the same values). Block scaling:
+        a second cast of the stored value of `x` (the params dtype: a norm's
+        or activation's output is stored before its casts) transposed, with
+        blocks along the backward GEMM's contracting dim (128 tokens for
+        X^T and dY^T; out-features for W^T, where 2-D tiles give W's own
+        values)."""
+        if not self.block:
+            return rowwise
+        return self.emu.quantize(name, self.rnd(x), direction, self.dtype,
+                                 transpose=True)
 
     def gemm_operand(self, name, x, direction):
         """A GEMM operand already in memory in the params dtype (an input,
@@ -317,6 +461,10 @@ class Ref:
         from float32 under a recipe, stored in the params dtype without."""
         if self.emu is None:
             return self.rnd(x)
+        if self.emu.block:
+            # No fused cast: the kernel stores the value, te.block_quantize
+            # casts the stored tensor.
+            return self.emu.quantize(name, self.rnd(x), direction, self.dtype)
         if not self.emu.delayed:
             # Current scaling needs the tensor's amax before the cast, so
             # tejit (like TE) writes the value in the params dtype, with the
@@ -431,20 +579,28 @@ def act_backward(g, z, name):
 # in the compute dtype. Bias gradients always sum the unquantized gradient.
 
 
+def layer_bias(p, cfg, name="bias"):
+    return p[name] if cfg.get("bias", True) else None
+
+
 def linear_forward(ref, p, cfg):
     x = ref.gemm_operand("linear.input", p["input"], "fwd")
     w = ref.gemm_operand("linear.weight", p["weight"], "fwd")
-    y = x @ w.T
-    if cfg.get("bias", True):
-        y = y + p["bias"]  # the GEMM's bias epilogue, in float32
-    return y, {"x": x, "w": w}
+    # The bias in the GEMM's epilogue, in float32 (block scaling: added to
+    # the stored GEMM output).
+    y = ref.gemm_bias(x @ w.T, layer_bias(p, cfg))
+    # Saved for the backward: its copies of X and W (columnwise).
+    return y, {"x": ref.columnwise("linear.input", p["input"], x, "fwd"),
+               "w": ref.columnwise("linear.weight", p["weight"], w, "fwd")}
 
 
 def linear_backward(ref, p, cfg, s, dy):
-    # One cast of the incoming gradient serves dgrad and wgrad; they read
-    # the forward's FP8 copies of W and X.
+    # Per-tensor recipes: one cast of the incoming gradient serves dgrad
+    # and wgrad, which read the forward's FP8 copies of W and X. Block
+    # scaling: dgrad reads dY cast rowwise, wgrad dY^T cast again.
     dyq = ref.gemm_operand("linear.grad_output", dy, "bwd")
-    grads = {"input": dyq @ s["w"], "weight": dyq.T @ s["x"]}
+    dyc = ref.columnwise("linear.grad_output", dy, dyq, "bwd")
+    grads = {"input": dyq @ s["w"], "weight": dyc.T @ s["x"]}
     if cfg.get("bias", True):
         grads["bias"] = dy.sum(0)
     return grads
@@ -469,11 +625,13 @@ def norm_layer_backward(ref, p, cfg, s, dy):
 def layernorm_input(ref, p, cfg, name):
     """The normalized input as the first GEMM reads it: tejit's norm kernel
     casts its float32 result straight to FP8 (without a recipe it stores it
-    in the params dtype)."""
+    in the params dtype; under block scaling it stores it, then casts).
+    Returns (forward operand, the backward's copy, norm state)."""
     ln, saved = norm_forward(p["input"], p["layer_norm_weight"],
                              p.get("layer_norm_bias"), cfg.get("eps", 1e-5),
                              is_rms(cfg))
-    return ref.fused_operand(name, ln, "fwd"), saved
+    x = ref.fused_operand(name, ln, "fwd")
+    return x, ref.columnwise(name, ln, x, "fwd"), saved
 
 
 def layernorm_backward(ref, p, cfg, s, d_ln, grads):
@@ -487,17 +645,18 @@ def layernorm_backward(ref, p, cfg, s, d_ln, grads):
 
 
 def ln_linear_forward(ref, p, cfg):
-    x, norm_saved = layernorm_input(ref, p, cfg, "fc.input")
+    x, xc, norm_saved = layernorm_input(ref, p, cfg, "fc.input")
     w = ref.gemm_operand("fc.weight", p["weight"], "fwd")
-    y = x @ w.T
-    if cfg.get("bias", True):
-        y = y + p["bias"]
-    return y, {"x": x, "w": w, "norm": norm_saved}
+    y = ref.gemm_bias(x @ w.T, layer_bias(p, cfg))
+    return y, {"x": xc, "w": ref.columnwise("fc.weight", p["weight"], w,
+                                            "fwd"),
+               "norm": norm_saved}
 
 
 def ln_linear_backward(ref, p, cfg, s, dy):
     dyq = ref.gemm_operand("fc.grad_output", dy, "bwd")
-    grads = {"weight": dyq.T @ s["x"]}
+    dyc = ref.columnwise("fc.grad_output", dy, dyq, "bwd")
+    grads = {"weight": dyc.T @ s["x"]}
     if cfg.get("bias", True):
         grads["bias"] = dy.sum(0)
     d_ln = ref.rnd(dyq @ s["w"])  # the dgrad GEMM writes the params dtype
@@ -507,30 +666,42 @@ def ln_linear_backward(ref, p, cfg, s, dy):
 def mlp_forward(ref, p, cfg):
     activation = cfg.get("activation", "gelu")
     bias = cfg.get("bias", True)
-    x, norm_saved = layernorm_input(ref, p, cfg, "fc1.input")
+    x, xc, norm_saved = layernorm_input(ref, p, cfg, "fc1.input")
     w1 = ref.gemm_operand("fc1.weight", p["fc1_weight"], "fwd")
-    acc1 = x @ w1.T + (p["fc1_bias"] if bias else 0.0)
-    h = ref.rnd(acc1)  # fc1's output (GELU's aux) in the params dtype
-    # GELU runs in the fc1 GEMM's epilogue on the float32 accumulator; the
-    # other activations run in a kernel that reads fc1's stored output.
-    z = acc1 if activation == "gelu" else h
-    a = ref.fused_operand("fc2.input", act_forward(z, activation), "fwd",
+    if ref.epilogues:
+        acc1 = x @ w1.T + (p["fc1_bias"] if bias else 0.0)
+        h = ref.rnd(acc1)  # fc1's output (GELU's aux) in the params dtype
+        # GELU runs in the fc1 GEMM's epilogue on the float32 accumulator;
+        # the other activations run in a kernel that reads fc1's stored
+        # output.
+        z = acc1 if activation == "gelu" else h
+    else:
+        # Block scaling: fc1 writes the params dtype, a kernel adds the bias
+        # (fc1's output, stored), the activation reads the stored value.
+        h = ref.rnd(ref.gemm_bias(x @ w1.T, layer_bias(p, cfg, "fc1_bias")))
+        z = h
+    act = act_forward(z, activation)
+    a = ref.fused_operand("fc2.input", act, "fwd",
                           amax_of_stored=activation == "gelu")
     w2 = ref.gemm_operand("fc2.weight", p["fc2_weight"], "fwd")
-    y = a @ w2.T + (p["fc2_bias"] if bias else 0.0)
-    return y, {"x": x, "w1": w1, "h": h, "a": a, "w2": w2,
-               "norm": norm_saved}
+    y = ref.gemm_bias(a @ w2.T, layer_bias(p, cfg, "fc2_bias"))
+    return y, {"x": xc, "h": h, "norm": norm_saved,
+               "w1": ref.columnwise("fc1.weight", p["fc1_weight"], w1, "fwd"),
+               "a": ref.columnwise("fc2.input", act, a, "fwd"),
+               "w2": ref.columnwise("fc2.weight", p["fc2_weight"], w2,
+                                    "fwd")}
 
 
 def mlp_backward(ref, p, cfg, s, dy):
     activation = cfg.get("activation", "gelu")
     bias = cfg.get("bias", True)
     dyq = ref.gemm_operand("fc2.grad_output", dy, "bwd")
-    grads = {"fc2_weight": dyq.T @ s["a"]}
+    dyc = ref.columnwise("fc2.grad_output", dy, dyq, "bwd")
+    grads = {"fc2_weight": dyc.T @ s["a"]}
     if bias:
         grads["fc2_bias"] = dy.sum(0)
     g = dyq @ s["w2"]  # fc2's dgrad, float32 accumulator
-    if activation == "gelu":
+    if activation == "gelu" and ref.epilogues:
         # DGELU(+BGRAD) epilogue of the dgrad GEMM: float32 accumulator times
         # gelu'(aux), written in the params dtype, then a separate cast.
         dh_exact = act_backward(g, s["h"], activation)
@@ -538,11 +709,13 @@ def mlp_backward(ref, p, cfg, s, dy):
     else:
         # The dgrad GEMM writes the params dtype; the dact kernel computes
         # in float32 and casts to FP8 (or stores, without a recipe).
+        # (Block scaling: GELU's too, as its GEMMs have no epilogue.)
         dh_exact = act_backward(ref.rnd(g), s["h"], activation)
         dh = ref.fused_operand("fc1.grad_output", dh_exact, "bwd")
     if bias:
         grads["fc1_bias"] = dh_exact.sum(0)
-    grads["fc1_weight"] = dh.T @ s["x"]
+    dhc = ref.columnwise("fc1.grad_output", dh_exact, dh, "bwd")
+    grads["fc1_weight"] = dhc.T @ s["x"]
     d_ln = ref.rnd(dh @ s["w1"])
     return layernorm_backward(ref, p, cfg, s, d_ln, grads)
 
@@ -657,10 +830,26 @@ def check_interface(program, case):
 # --- data ----------------------------------------------------------------------
 
 
-def random_input(info, generator_scale=1.0):
+def tile_magnitudes(shape, spread=2.0):
+    """A factor 2^U(-spread, spread) per 128 x 128 tile of a tensor of
+    `shape` seen as a matrix [elements / last dim, last dim] (per 128
+    elements of a vector), as a float32 CUDA tensor of `shape`. Block
+    scaling's cases multiply their data by it: with data of one magnitude
+    every block would get the same (power-of-2) scale, and a scale applied
+    to the wrong block would go unnoticed."""
+    cols = shape[-1]
+    rows = math.prod(shape[:-1])
+    exponents = (2.0 * torch.rand(-(-rows // BLOCK), -(-cols // BLOCK),
+                                  device="cuda") - 1.0) * spread
+    factors = torch.exp2(exponents).repeat_interleave(BLOCK, 0)[:rows]
+    return factors.repeat_interleave(BLOCK, 1)[:, :cols].reshape(shape)
+
+
+def random_input(info, generator_scale=1.0, varied=False):
     """Fresh data for one program input, by its role:
     activations N(0, 1); weights N(0, 1/sqrt(fan_in)) so that GEMM outputs
-    stay about unit scale; norm weights 1 + 0.1 N(0, 1); biases 0.1 N(0, 1)."""
+    stay about unit scale; norm weights 1 + 0.1 N(0, 1); biases 0.1 N(0, 1).
+    `varied`: all but the biases times tile_magnitudes."""
     shape, dtype = info.shape, TORCH_DTYPES[info.dtype]
     name = short_name(info.name)
     x = torch.randn(shape, device="cuda", dtype=torch.float32)
@@ -672,6 +861,8 @@ def random_input(info, generator_scale=1.0):
         x /= math.sqrt(shape[-1])
     elif name.endswith("bias"):
         x *= 0.1
+    if varied and not name.endswith("bias"):
+        x *= tile_magnitudes(shape)
     return x.to(dtype)
 
 
@@ -827,6 +1018,12 @@ class Case:
     def tokens(self):
         return self.seq * self.batch
 
+    @property
+    def varied(self):
+        """Whether the data's magnitude varies between 128 x 128 tiles
+        (tile_magnitudes): block scaling's cases."""
+        return is_block_recipe(self.recipe)
+
     def spec(self):
         spec = {"name": "".join(c if c.isalnum() else "_" for c in self.name),
                 "params_dtype": self.params_dtype,
@@ -842,7 +1039,7 @@ class Case:
         if self.recipe is None:
             tol = TOL_NONE[self.params_dtype]
             return {"fwd": tol, "bwd": tol}
-        hybrid = self.recipe.get("fp8_format", "HYBRID") == "HYBRID"
+        hybrid = recipe_format(self.recipe) == "HYBRID"
         return {"fwd": TOL_E4M3, "bwd": TOL_E5M2 if hybrid else TOL_E4M3}
 
 
@@ -851,19 +1048,40 @@ def delayed(fmt, length, algo):
             "amax_history_len": length, "amax_compute_algo": algo}
 
 
+def block(fmt="E4M3", x=1, w=2, grad=1, power_2=True):
+    """A Float8BlockScaling spec recipe (TE's defaults: E4M3, 1-D x and
+    grad blocks, 2-D w tiles, power-of-2 scales)."""
+    return {"type": "Float8BlockScaling", "fp8_format": fmt,
+            "x_block_scaling_dim": x, "w_block_scaling_dim": w,
+            "grad_block_scaling_dim": grad, "power_2_scale": power_2}
+
+
 CURRENT = {"type": "Float8CurrentScaling", "fp8_format": "HYBRID"}
 DELAYED_1024 = delayed("HYBRID", 1024, "max")
+BLOCK_DEFAULT = block()
+# 2-D x (fprop and wgrad read 128 x 128 tiles of the activations) with 1-D
+# weights (W^T cast again along out-features for dgrad).
+BLOCK_X2_W1 = block(x=2, w=1)
+# E5M2 gradients and float32 (not power-of-2) block scales.
+BLOCK_HYBRID_FP32 = block("HYBRID", power_2=False)
+BLOCK_RECIPES = [BLOCK_DEFAULT, BLOCK_X2_W1, BLOCK_HYBRID_FP32]
 RECIPES = [None, DELAYED_1024, delayed("HYBRID", 1, "most_recent"),
-           delayed("E4M3", 16, "max"), CURRENT]
+           delayed("E4M3", 16, "max"), CURRENT] + BLOCK_RECIPES
 
 
 def recipe_label(recipe):
     if recipe is None:
         return "none"
-    fmt = recipe.get("fp8_format", "HYBRID")
+    fmt = recipe_format(recipe)
     if recipe["type"] == "DelayedScaling":
         return (f"delayed({fmt},{recipe['amax_history_len']},"
                 f"{recipe['amax_compute_algo']})")
+    if is_block_recipe(recipe):
+        dims = (f"x{recipe.get('x_block_scaling_dim', 1)}"
+                f"w{recipe.get('w_block_scaling_dim', 2)}"
+                f"g{recipe.get('grad_block_scaling_dim', 1)}")
+        scales = "p2" if recipe.get("power_2_scale", True) else "fp32"
+        return f"block({fmt},{dims},{scales})"
     return f"current({fmt})"
 
 
@@ -909,7 +1127,26 @@ FP16_SUBSET = [("linear_bias", None), ("linear_bias", DELAYED_1024),
                ("ln_linear", None), ("ln_linear", CURRENT),
                ("mlp_gelu", None), ("mlp_gelu", DELAYED_1024),
                ("mlp_swiglu", CURRENT), ("layernorm", None),
-               ("rmsnorm", None)]
+               ("rmsnorm", None), ("mlp_swiglu", BLOCK_DEFAULT),
+               ("linear_bias", BLOCK_HYBRID_FP32)]
+# Block scaling at small sizes with several blocks along every dim (the
+# layers above have one or two, and partial ones): grids of 128-element
+# blocks and 128 x 128 tiles that are not square, token counts that end in
+# a partial block (320), so that a scale read for the wrong block, or a
+# transposed scale layout, changes results.
+BLOCK_LAYERS = {
+    "linear_blocks": ({"type": "Linear", "in_features": 384,
+                       "out_features": 640}, 96, 4),
+    "rms_linear_blocks": ({"type": "LayerNormLinear", "in_features": 640,
+                           "out_features": 384,
+                           "normalization": "RMSNorm"}, 128, 2),
+    "mlp_gelu_blocks": ({"type": "LayerNormMLP", "hidden_size": 384,
+                         "ffn_hidden_size": 1024, "activation": "gelu"},
+                        64, 4),
+    "mlp_swiglu_blocks": ({"type": "LayerNormMLP", "hidden_size": 256,
+                           "ffn_hidden_size": 384, "activation": "swiglu",
+                           "bias": False}, 80, 4),
+}
 
 REAL_SEQ, REAL_BATCH = 2048, 4
 REAL_LAYERS = [
@@ -920,7 +1157,10 @@ REAL_LAYERS = [
      "activation": "swiglu"},
     {"type": "Linear", "in_features": 4096, "out_features": 4096},
 ]
-REAL_RECIPES = [DELAYED_1024, CURRENT, None]
+REAL_RECIPES = [DELAYED_1024, CURRENT, BLOCK_DEFAULT, None]
+# The other block-scaling settings on the quickstart's MLP.
+REAL_BLOCK_VARIANTS = [(REAL_LAYERS[1], BLOCK_X2_W1),
+                       (REAL_LAYERS[1], BLOCK_HYBRID_FP32)]
 
 
 def make_case(layer, seq, batch, params_dtype, recipe, size):
@@ -935,6 +1175,10 @@ def all_cases():
         for recipe in ([None] if key in NORM_ONLY else RECIPES):
             cases.append(make_case(layer, seq, batch, "bf16", recipe,
                                    "small"))
+    for layer, seq, batch in BLOCK_LAYERS.values():
+        for recipe in BLOCK_RECIPES:
+            cases.append(make_case(layer, seq, batch, "bf16", recipe,
+                                   "small"))
     for key, recipe in FP16_SUBSET:
         layer, seq, batch = SMALL_LAYERS[key]
         cases.append(make_case(layer, seq, batch, "fp16", recipe, "small"))
@@ -944,15 +1188,19 @@ def all_cases():
                       f"{recipe_label(recipe)}/50 steps", layer, seq, batch,
                       "bf16", recipe, "small", steps=50, kind="scale_update"))
     layer, seq, batch = SMALL_LAYERS["mlp_gelu"]
-    recipe = {"type": "Float8CurrentScaling", "fp8_format": "HYBRID"}
-    cases.append(Case(f"interleaved/{layer_label(layer)}/bf16/"
-                      f"{recipe_label(recipe)}/2 forwards then 2 backwards",
-                      layer, seq, batch, "bf16", recipe, "small",
-                      kind="interleaved"))
+    for recipe in ({"type": "Float8CurrentScaling", "fp8_format": "HYBRID"},
+                   BLOCK_DEFAULT):
+        cases.append(Case(f"interleaved/{layer_label(layer)}/bf16/"
+                          f"{recipe_label(recipe)}/2 forwards then 2 "
+                          f"backwards", layer, seq, batch, "bf16", recipe,
+                          "small", kind="interleaved"))
     for layer in REAL_LAYERS:
         for recipe in REAL_RECIPES:
             cases.append(make_case(layer, REAL_SEQ, REAL_BATCH, "bf16",
                                    recipe, "real"))
+    for layer, recipe in REAL_BLOCK_VARIANTS:
+        cases.append(make_case(layer, REAL_SEQ, REAL_BATCH, "bf16", recipe,
+                               "real"))
     return cases
 
 
@@ -1033,16 +1281,20 @@ def make_reference(case):
         PARAMS_DTYPES[case.params_dtype]], emulator)
 
 
-def draw_step_data(program, params, input_scale=1.0, grad_scale=1.0):
+def draw_step_data(program, params, input_scale=1.0, grad_scale=1.0,
+                   varied=False):
     """Fresh activations and output gradients for one step; the parameters
-    stay (as across optimizer steps, the emulator tracks whatever it sees)."""
+    stay (as across optimizer steps, the emulator tracks whatever it sees).
+    `varied`: magnitudes varying by tile (tile_magnitudes)."""
     inputs = dict(params)
     for info in program.inputs:
         if short_name(info.name) == "input":
-            inputs["input"] = random_input(info, input_scale)
+            inputs["input"] = random_input(info, input_scale, varied)
     grad_outputs = {}
     for info in program.grad_outputs:
         g = torch.randn(info.shape, device="cuda") * grad_scale
+        if varied:
+            g *= tile_magnitudes(info.shape)
         grad_outputs[short_name(info.name)] = g.to(TORCH_DTYPES[info.dtype])
     return inputs, grad_outputs
 
@@ -1062,11 +1314,12 @@ def run_layer_case(case, result):
         if case.recipe is not None:
             none = tejit.Program.compile(case.spec(), training=True,
                                          recipe="none")
-        params = {short_name(i.name): random_input(i)
+        params = {short_name(i.name): random_input(i, varied=case.varied)
                   for i in program.inputs if short_name(i.name) != "input"}
         ref = make_reference(case)
         for step in range(1, case.steps + 1):
-            inputs, grad_outputs = draw_step_data(program, params)
+            inputs, grad_outputs = draw_step_data(program, params,
+                                                  varied=case.varied)
             got = run_program(program, inputs, grad_outputs)
             ref_out, ref_grads = reference_of(ref, case, inputs, grad_outputs)
             compare_step(result, case, step, *got, ref_out, ref_grads)
@@ -1176,8 +1429,11 @@ def check_meta_roundtrip(result, program):
 def run_interleaved_case(case, result):
     """Caller-kept saved tensors (forward_ex/backward_ex, what autograd
     uses): two forwards, then their backwards in reverse order, must give
-    the same bits as two plain forward+backward steps. Current scaling keeps
-    no state between steps, so both orders compute the same thing."""
+    the same bits as two plain forward+backward steps. Current and block
+    scaling keep no state between steps, so both orders compute the same
+    thing (under block scaling the saved tensors include the transposed
+    casts of X and W, which the backward must take from its own
+    forward)."""
     program = tejit.Program.compile(case.spec(), training=True)
     try:
         params = {short_name(i.name): random_input(i)

@@ -1091,15 +1091,17 @@ def test_tensor_ops_see_the_dequantized_value():
 
 def test_context_and_refusals():
     """fp8_model_init(enabled=False) inside turns it off, modules outside
-    are plain; tp_size > 1, split QKV weights (fuse_qkv_params=False)
-    under current scaling and a recipe of another kind are refused."""
+    are plain; tensor-parallel shards get FP8 weights too; split QKV
+    weights (fuse_qkv_params=False) under current scaling, Float8BlockScaling
+    and a recipe of another kind are refused."""
     with te.fp8_model_init(enabled=True, recipe=hybrid()):
         with te.fp8_model_init(enabled=False):
             off = te.Linear(256, 256, params_dtype=BF16)
         on = te.Linear(256, 256, params_dtype=BF16)
-        with pytest.raises(NotImplementedError, match="tp_size"):
-            te.Linear(256, 256, tp_size=2, parallel_mode="column",
-                      params_dtype=BF16)
+        shard = te.Linear(256, 256, tp_size=2, parallel_mode="column",
+                          params_dtype=BF16)
+        assert isinstance(shard.weight, te.Float8Tensor)
+        assert tuple(shard.weight.shape) == (128, 256)
     # Split QKV weights share one scale: DelayedScaling only.
     with te.fp8_model_init(enabled=True, recipe=current()):
         with pytest.raises(NotImplementedError, match="fuse_qkv_params"):
@@ -1115,4 +1117,8 @@ def test_context_and_refusals():
         assert not getattr(module, "primary_weights_in_fp8", False)
     with pytest.raises(TypeError):
         with te.fp8_model_init(enabled=True, recipe=object()):
+            te.Linear(256, 256, params_dtype=BF16)
+    with pytest.raises(NotImplementedError, match="Float8BlockScaling"):
+        with te.fp8_model_init(enabled=True,
+                               recipe=recipe.Float8BlockScaling()):
             te.Linear(256, 256, params_dtype=BF16)

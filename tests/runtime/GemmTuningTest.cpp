@@ -127,6 +127,51 @@ TEST(GemmTuningTest, WriteThenParseRoundTrips) {
   }
 }
 
+// Float8BlockScaling's GEMMs run other kernels: an entry says its operands'
+// scalings, and only GEMMs scaled so find it.
+TEST(GemmTuningTest, BlockScaledEntriesApplyOnlyToBlockScaledGemms) {
+  std::string tensor = gemmJson(64, "f8E4M3FN", "f8E4M3FN");
+  std::string blocks = tensor;
+  blocks.replace(blocks.find("\"fast_accum\""), 0,
+                 R"("a_scaling": "block_1d", "b_scaling": "block_2d", )");
+  blocks.replace(blocks.find("\"id\": 1"), 7, "\"id\": 2");
+  llvm::Expected<GemmTuning> tuning =
+      GemmTuning::parse(withGemm(tensor + ", " + blocks), "t.json");
+  ASSERT_TRUE(bool(tuning)) << llvm::toString(tuning.takeError());
+  const TunedGemm *one =
+      tuning->find(64, 16, 16, ElementType::F8E4M3, ElementType::F8E4M3, false);
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->algo.id, 1);
+  EXPECT_EQ(one->aScaling, GemmScaling::Tensor);
+  const TunedGemm *block =
+      tuning->find(64, 16, 16, ElementType::F8E4M3, ElementType::F8E4M3, false,
+                   GemmScaling::Block1D, GemmScaling::Block2D);
+  ASSERT_NE(block, nullptr);
+  EXPECT_EQ(block->algo.id, 2);
+  EXPECT_EQ(tuning->find(64, 16, 16, ElementType::F8E4M3, ElementType::F8E4M3,
+                         false, GemmScaling::Block1D, GemmScaling::Block1D),
+            nullptr);
+
+  // Written back with the scalings of block-scaled entries only.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  tuning->write(os);
+  EXPECT_EQ(llvm::StringRef(text).count("\"a_scaling\": \"block_1d\""), 1u)
+      << text;
+  EXPECT_EQ(llvm::StringRef(text).count("a_scaling"), 1u) << text;
+  llvm::Expected<GemmTuning> read = GemmTuning::parse(text, "written");
+  ASSERT_TRUE(bool(read)) << llvm::toString(read.takeError());
+  ASSERT_EQ(read->gemms.size(), 2u);
+  EXPECT_EQ(read->gemms[1].aScaling, GemmScaling::Block1D);
+  EXPECT_EQ(read->gemms[1].bScaling, GemmScaling::Block2D);
+
+  std::string bad = tensor;
+  bad.replace(bad.find("\"fast_accum\""), 0, R"("b_scaling": "block", )");
+  EXPECT_THAT(errorOf(withGemm(bad)),
+              HasSubstr("expected \"tensor\", \"block_1d\" or "
+                        "\"block_2d\""));
+}
+
 TEST(GemmTuningTest, BadFilesSayWhatIsWrong) {
   EXPECT_THAT(errorOf("{"), HasSubstr("GEMM tuning file t.json"));
   EXPECT_THAT(errorOf(R"({"format": "other", "version": 1, "device": "d",

@@ -838,6 +838,58 @@ TEST(PlanTest, PlanWithoutTpAllReduceHasOneRank) {
 }
 
 //===----------------------------------------------------------------------===//
+// Float8BlockScaling
+//===----------------------------------------------------------------------===//
+
+/// Makes the forward's FP8 GEMM (step 1: a [4, 8], b [8, 8]) block-scaled,
+/// a 1-D and b 2-D, reading two new scale_inv values at the end of a grown
+/// arena: value 13, a's [ceil(8/128), pad4(4)] = [1, 4], and value 14, b's
+/// [ceil(8/128), pad4(ceil(8/128))] = [1, 4] (dialects/BlockScaleLayout.h).
+void makeBlockScaled(json::Value &plan) {
+  function(plan, 0)["arena_bytes"] = 200;
+  for (auto [id, offset] : {std::pair{13, 168}, std::pair{14, 184}})
+    function(plan, 0).getArray("values")->push_back(
+        json::Object{{"id", id},
+                     {"type", "tensor<1x4xf32>"},
+                     {"bytes", 16},
+                     {"storage", json::Object{{"arena_offset", offset}}}});
+  json::Object &gemm = step(plan, 0, 1);
+  gemm["a_scale_inv"] = 13;
+  gemm["b_scale_inv"] = 14;
+  gemm["a_scaling"] = "block_1d";
+  gemm["b_scaling"] = "block_2d";
+  gemm["fast_accum"] = false;
+}
+
+TEST(PlanTest, BlockScaledGemmParses) {
+  json::Value document = basePlan();
+  makeBlockScaled(document);
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const auto &gemm = std::get<GemmStep>(plan->functions[0].steps[1]);
+  EXPECT_TRUE(gemm.scaled);
+  EXPECT_EQ(gemm.aScaling, GemmScaling::Block1D);
+  EXPECT_EQ(gemm.bScaling, GemmScaling::Block2D);
+  EXPECT_EQ(gemm.aScaleInv, 13);
+  EXPECT_EQ(gemm.bScaleInv, 14);
+  // Plans without the keys (before them) scale by one scale_inv each.
+  llvm::Expected<Plan> base = parsePlan(basePlan());
+  ASSERT_TRUE(bool(base)) << llvm::toString(base.takeError());
+  const auto &tensor = std::get<GemmStep>(base->functions[0].steps[1]);
+  EXPECT_EQ(tensor.aScaling, GemmScaling::Tensor);
+  EXPECT_EQ(tensor.bScaling, GemmScaling::Tensor);
+  // "tensor" spelled out is the same.
+  json::Value spelled = basePlan();
+  step(spelled, 0, 1)["a_scaling"] = "tensor";
+  step(spelled, 0, 1)["b_scaling"] = "tensor";
+  EXPECT_TRUE(bool(parsePlan(spelled)));
+  for (GemmScaling scaling :
+       {GemmScaling::Tensor, GemmScaling::Block1D, GemmScaling::Block2D})
+    EXPECT_EQ(parseGemmScaling(gemmScalingName(scaling)), scaling);
+  EXPECT_EQ(parseGemmScaling("block"), std::nullopt);
+}
+
+//===----------------------------------------------------------------------===//
 // Each check, broken
 //===----------------------------------------------------------------------===//
 
@@ -1203,6 +1255,59 @@ std::vector<ErrorCase> errorCases() {
          step(p, 1, 1)["b_scale_inv"] = 0;
        },
        {layerBackward + ", step 1 (gemm): 'a_type' must be FP8"}},
+      {"GemmScalingUnknown",
+       [](V p) { step(p, 0, 1)["a_scaling"] = "block"; },
+       {layer + ", step 1 (gemm): 'a_scaling' is \"block\"; expected "
+                "\"tensor\", \"block_1d\" or \"block_2d\""}},
+      {"GemmScalingNotAString",
+       [](V p) { step(p, 0, 1)["b_scaling"] = 2; },
+       {layer + ", step 1 (gemm): 'b_scaling' must be a string"}},
+      {"GemmScalingWithoutFp8",
+       [](V p) { step(p, 1, 1)["a_scaling"] = "tensor"; },
+       {layerBackward + ", step 1 (gemm): 'a_scaling' is given for a GEMM "
+                        "that is not FP8"}},
+      {"GemmBlockScalingOfASingleScale",
+       [](V p) { step(p, 0, 1)["a_scaling"] = "block_1d"; },
+       {layer + ", step 1 (gemm): 'a_scale_inv' refers to value 6 of type "
+                "tensor<1xf32>, expected tensor<1x4xf32> (the block_1d "
+                "scales of tensor<4x8xf8E4M3FN>"}},
+      {"GemmBlockScaleInvOfAnotherShape",
+       [](V p) {
+         makeBlockScaled(p);
+         step(p, 0, 1)["b_scaling"] = "block_1d"; // [1, pad4(8)]
+       },
+       {layer + ", step 1 (gemm): 'b_scale_inv' refers to value 14 of type "
+                "tensor<1x4xf32>, expected tensor<1x8xf32>"}},
+      {"GemmBlockScalingOfOneOperand",
+       [](V p) {
+         makeBlockScaled(p);
+         step(p, 0, 1)["b_scaling"] = "tensor";
+         step(p, 0, 1)["b_scale_inv"] = 7;
+       },
+       {layer + ", step 1 (gemm): 'b_scaling' is \"tensor\", but "
+                "'a_scaling' is \"block_1d\": both operands are "
+                "block-scaled or neither"}},
+      {"GemmTwo2DBlockScalings",
+       [](V p) {
+         makeBlockScaled(p);
+         step(p, 0, 1)["a_scaling"] = "block_2d"; // a's 2-D scales: [1, 4]
+       },
+       {layer + ", step 1 (gemm): 'b_scaling' is \"block_2d\" like "
+                "'a_scaling'"}},
+      {"GemmBlockScaledWithFastAccum",
+       [](V p) {
+         makeBlockScaled(p);
+         step(p, 0, 1)["fast_accum"] = true;
+       },
+       {layer + ", step 1 (gemm): 'fast_accum' is true for a block-scaled "
+                "GEMM"}},
+      {"GemmBlockScaledWithEpilogue",
+       [](V p) {
+         makeBlockScaled(p);
+         step(p, 0, 1)["epilogue"] = json::Object{{"gelu", true}};
+       },
+       {layer + ", step 1 (gemm): 'epilogue' has terms other than a "
+                "residual, which block-scaled GEMMs do not take"}},
       {"GemmFastAccumWithoutFp8",
        [](V p) { step(p, 1, 1)["fast_accum"] = true; },
        {layerBackward + ", step 1 (gemm): 'fast_accum'", "not FP8"}},

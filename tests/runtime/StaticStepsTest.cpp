@@ -1,12 +1,13 @@
 //===- StaticStepsTest.cpp - which steps an inference program may keep ----===//
 //
 // findStaticSteps on the inference and training plans te-compile writes for
-// the bundled quickstart layer (DelayedScaling and current scaling): in the
-// forward exactly the weight casts are static (one quantize per FP8 GEMM
-// weight, and under current scaling the weight's amax and scale before
-// it), nothing that reads the activation input is, and every static output
-// is an arena value (inference) or, in training, also the weight transposes
-// the backward reads (results). Then a hand-made function where a
+// the bundled quickstart layer (DelayedScaling, current scaling and
+// Float8BlockScaling): in the forward exactly the weight casts are static
+// (one quantize per FP8 GEMM weight, under current scaling the weight's
+// amax and scale before it, under block scaling a block cast, two in
+// training), nothing that reads the activation input is, and every static
+// output is an arena value (inference) or, in training, also the weight
+// transposes the backward reads (results). Then a hand-made function where a
 // static-looking kernel hands scratch to the next step, which must keep it
 // out.
 //
@@ -124,6 +125,20 @@ TEST(StaticStepsTest, DelayedScalingInferenceKeepsTheWeightCasts) {
 TEST(StaticStepsTest, CurrentScalingInferenceKeepsAmaxScaleAndCast) {
   checkWeightCastsOnly("quickstart_small_current_inference",
                        {"_quantize_", "_amax_", "_compute_scale_"}, 4);
+}
+
+TEST(StaticStepsTest, BlockScalingInferenceKeepsTheWeightCasts) {
+  // Each weight's 2-D block cast, scale_inv included.
+  checkWeightCastsOnly("quickstart_small_block_inference", {"_block_quantize_"},
+                       4);
+}
+
+TEST(StaticStepsTest, BlockScalingTrainingForwardKeepsTheWeightCasts) {
+  // Each weight cast rowwise and, for dgrad, columnwise from the
+  // high-precision weight: the columnwise copies and their scale_inv are
+  // saved for the backward.
+  checkWeightCastsOnly("quickstart_small_block", {"_block_quantize_"}, 8,
+                       /*expectedResults=*/8);
 }
 
 TEST(StaticStepsTest, DelayedScalingTrainingForwardKeepsTheWeightCasts) {

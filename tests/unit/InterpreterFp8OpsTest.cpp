@@ -2,16 +2,15 @@
 //
 // te.quantize, te.amax, te.compute_scale, te.scaled_matmul,
 // te.amax_allreduce and te.delayed_scaling_update run on seeded random data
-// and are compared with what is written here from the op definitions and
-// shared/FP8.md, not with the interpreter's kernels: FP8 values come from a
-// table decoded from the bit patterns, float32 quotients are checked against
-// double quotients rounded once (exact: 53 >= 2 * 24 + 2 bits), and
-// DelayedScaling runs against a per-slot model kept as a std::vector.
+// and are compared with what is written here (and in Fp8TestUtils.h) from
+// the op definitions and shared/FP8.md, not with the interpreter's kernels:
+// FP8 values come from a table decoded from the bit patterns, float32 quotients
+// are checked against double quotients rounded once (exact: 53 >= 2 * 24 + 2
+// bits), and DelayedScaling runs against a per-slot model kept as a
+// std::vector.
 //
 //===----------------------------------------------------------------------===//
-#include "InterpreterTestUtils.h"
-
-#include "compiler/interpreter/Fp8.h"
+#include "Fp8TestUtils.h"
 
 #include <cfloat>
 #include <limits>
@@ -20,100 +19,6 @@
 using namespace tejit::testing;
 using tejit::interp::Fp8Kind;
 using tejit::interp::roundToFp8;
-
-namespace {
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-/// An FP8 element type as the IR spells it, and its largest finite value.
-struct Fp8Type {
-  const char *name;
-  Fp8Kind kind;
-  double max;
-};
-
-const Fp8Type kE4M3{"f8E4M3FN", Fp8Kind::E4M3, 448.0};
-const Fp8Type kE5M2{"f8E5M2", Fp8Kind::E5M2, 57344.0};
-
-/// The non-negative finite values of `kind`, increasing, decoded from codes
-/// 0, 1, ... (so a value's index is its code: the NaN/inf codes come last).
-std::vector<double> fp8Values(Fp8Kind kind) {
-  bool e4m3 = kind == Fp8Kind::E4M3;
-  int mantissaBits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
-  std::vector<double> values;
-  for (int bits = 0; bits < 0x80; ++bits) {
-    int mantissa = bits & ((1 << mantissaBits) - 1);
-    int exponent = bits >> mantissaBits;
-    if ((e4m3 && bits == 0x7F) || (!e4m3 && exponent == 0x1F))
-      break;
-    values.push_back(exponent == 0
-                         ? std::ldexp(mantissa, 1 - bias - mantissaBits)
-                         : std::ldexp((1 << mantissaBits) + mantissa,
-                                      exponent - bias - mantissaBits));
-  }
-  return values;
-}
-
-/// `x` rounded to the nearest entry of `table` (fp8Values), ties to the even
-/// code, saturating at the largest; NaN stays NaN.
-double nearestFp8(const std::vector<double> &table, double x) {
-  double magnitude = std::fabs(x);
-  if (std::isnan(x) || magnitude == 0.0)
-    return x;
-  if (magnitude >= table.back())
-    return std::copysign(table.back(), x);
-  size_t hi =
-      std::lower_bound(table.begin(), table.end(), magnitude) - table.begin();
-  // lo <= magnitude < up <= 2 lo: both distances are exact.
-  double lo = table[hi - 1], up = table[hi];
-  double pick = magnitude - lo < up - magnitude   ? lo
-                : up - magnitude < magnitude - lo ? up
-                : hi % 2 == 0                     ? up
-                                                  : lo;
-  return std::copysign(pick, x);
-}
-
-/// A one-element f32 meta slot.
-Tensor slot(double value) { return Tensor({1}, {value}); }
-
-/// Whether `value` is a float32 value.
-bool isFloat32(double value) {
-  return std::isnan(value) || double(float(value)) == value;
-}
-
-/// A float32 quotient a / b, from the double quotient rounded once more
-/// (double rounding is innocuous for division from 53 to 24 bits).
-float floatQuotient(double a, double b) { return float(a / b); }
-
-/// The largest power of two <= x (x > 0 finite), from frexp, not bit masks.
-double powerOfTwoBelow(double x) {
-  int exponent;
-  std::frexp(x, &exponent);
-  return std::ldexp(1.0, exponent - 1);
-}
-
-class InterpreterFp8OpsTest : public InterpreterTest {
-protected:
-  /// A random double of magnitude 2^U(lo, hi) and random sign.
-  double logUniform(double lo, double hi, bool signed_ = true) {
-    std::uniform_real_distribution<double> exponent(lo, hi);
-    double value = std::exp2(exponent(rng));
-    return signed_ && std::bernoulli_distribution(0.5)(rng) ? -value : value;
-  }
-
-  /// A random FP8 value of `kind` (any finite code, either sign).
-  double randomFp8(Fp8Kind kind) {
-    static const std::vector<double> tables[2] = {fp8Values(Fp8Kind::E4M3),
-                                                  fp8Values(Fp8Kind::E5M2)};
-    const std::vector<double> &table = tables[kind == Fp8Kind::E5M2];
-    std::uniform_int_distribution<size_t> index(0, table.size() - 1);
-    double value = table[index(rng)];
-    return std::bernoulli_distribution(0.5)(rng) ? -value : value;
-  }
-};
-
-} // namespace
 
 //===----------------------------------------------------------------------===//
 // te.quantize and te.amax

@@ -1059,7 +1059,8 @@ recipe:
                   "'type' in recipe must be one of DelayedScaling, "
                   "Float8CurrentScaling, Float8BlockScaling, delayed_scaling, "
                   "current_scaling, block_scaling; "
-                  "got 'MXFP8BlockScaling'"},
+                  "got 'MXFP8BlockScaling' (did you mean "
+                  "'Float8BlockScaling'?)"},
         ErrorCase{"RecipeWithoutType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -13,6 +13,10 @@ mkdir -p .gpu/lib .gpu/bin .gpu/debs
 cp build/lib/libtejit.so .gpu/lib/
 cp build/bin/tejit-train-step build/bin/tejit-attention-check build/bin/te-compile \
   build/bin/tejit-gemm-algos build/bin/tejit-attention-engines .gpu/bin/ 2>/dev/null || true
+# cuBLASLt's block-scale layout check (tests/gpu/block_gemm_layout_check.cpp).
+g++ -O2 -std=c++17 -I. -I/usr/local/cuda/include \
+  tests/gpu/block_gemm_layout_check.cpp -o .gpu/bin/tejit-block-gemm-check \
+  -L/usr/local/cuda/lib64 -lcublasLt -lcudart_static -ldl -lpthread -lrt
 strip --strip-unneeded .gpu/lib/libtejit.so .gpu/bin/* 2>/dev/null || true
 # The GPU machine has no network and no LLVM: bring Debian's packages.
 debs="${TEJIT_DEB_CACHE:-$HOME/.cache/tejit-debs}"

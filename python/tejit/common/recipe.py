@@ -8,9 +8,10 @@ dataclasses, so a field may change after construction), and `to_spec()`
 gives the `recipe` mapping of a layer spec (docs/spec-format.md).
 
 Errors: ValueError for what Transformer Engine rejects too (pure E5M2,
-unknown algorithm names) or for values out of range; NotImplementedError
-for TE features tejit does not implement (callable algorithms, FP8
-attention, precision overrides, block-scaling recipes).
+unknown algorithm names, block-scaling GEMMs of two 2-D operands) or for
+values out of range; NotImplementedError for TE features tejit does not
+implement (callable algorithms, FP8 attention, precision overrides, amax
+epsilons, the MXFP8 and NVFP4 recipes).
 """
 import dataclasses
 import enum
@@ -54,7 +55,8 @@ class MMParams:
 
 @dataclasses.dataclass(frozen=True)
 class QParams:
-    """Quantization options of a tensor role under current scaling."""
+    """Quantization options of a tensor role under current or block
+    scaling."""
     power_2_scale: bool = False
     amax_epsilon: float = 0.0
 
@@ -84,6 +86,31 @@ def _check_no_fp8_attention(owner, fp8_dpa, fp8_mha):
             raise NotImplementedError(
                 f"{owner}({name}=True): FP8 attention is not supported by "
                 f"tejit yet; attention runs in the params dtype")
+
+
+_QUANT_FIELDS = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight",
+                 "fp8_quant_bwd_grad")
+
+
+def _one_power_2_scale(recipe, owner):
+    """The power_2_scale of `recipe`'s three QParams (fp8_quant_fwd_inp,
+    fp8_quant_fwd_weight, fp8_quant_bwd_grad), which must agree: tejit has
+    one switch for every tensor of a recipe, and no amax floor."""
+    params = [getattr(recipe, name) for name in _QUANT_FIELDS]
+    for name, qparams in zip(_QUANT_FIELDS, params):
+        if not isinstance(qparams, QParams):
+            raise TypeError(f"{owner}.{name} must be a recipe.QParams")
+        if qparams.amax_epsilon != 0.0:
+            raise NotImplementedError(
+                f"{owner}.{name}.amax_epsilon={qparams.amax_epsilon}: "
+                f"an amax floor is not supported by tejit (only 0.0)")
+    flags = {bool(qparams.power_2_scale) for qparams in params}
+    if len(flags) > 1:
+        raise NotImplementedError(
+            f"{owner}: power_2_scale differs between fp8_quant_fwd_inp, "
+            f"fp8_quant_fwd_weight and fp8_quant_bwd_grad; tejit applies "
+            f"one setting to every tensor")
+    return flags.pop()
 
 
 def _check_backward_override(owner, backward_override):
@@ -230,33 +257,15 @@ class Float8CurrentScaling(Recipe):
     fp8_mha: bool = False
     backward_override: typing.Optional[str] = None
 
-    _QUANT_FIELDS = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight",
-                     "fp8_quant_bwd_grad")
-
     def __post_init__(self):
-        for name in self._QUANT_FIELDS:
+        for name in _QUANT_FIELDS:
             if getattr(self, name) is None:
                 setattr(self, name,
                         QParams(power_2_scale=bool(self.use_power_2_scales)))
         self._validate()
 
     def _power_2_scale(self):
-        owner = "Float8CurrentScaling"
-        params = [getattr(self, name) for name in self._QUANT_FIELDS]
-        for name, qparams in zip(self._QUANT_FIELDS, params):
-            if not isinstance(qparams, QParams):
-                raise TypeError(f"{owner}.{name} must be a recipe.QParams")
-            if qparams.amax_epsilon != 0.0:
-                raise NotImplementedError(
-                    f"{owner}.{name}.amax_epsilon={qparams.amax_epsilon}: "
-                    f"an amax floor is not supported by tejit (only 0.0)")
-        flags = {bool(qparams.power_2_scale) for qparams in params}
-        if len(flags) > 1:
-            raise NotImplementedError(
-                f"{owner}: power_2_scale differs between fp8_quant_fwd_inp, "
-                f"fp8_quant_fwd_weight and fp8_quant_bwd_grad; tejit applies "
-                f"one setting to every tensor")
-        return flags.pop()
+        return _one_power_2_scale(self, "Float8CurrentScaling")
 
     def _validate(self):
         owner = "Float8CurrentScaling"
@@ -279,6 +288,106 @@ class Float8CurrentScaling(Recipe):
                 "fp8_format": self.fp8_format.name, "power_2_scale": power_2}
 
 
+def _env_fp32_block_scales():
+    # TE's default for use_f32_scales (TE reads it once, at import): float32
+    # block scales instead of powers of two.
+    return os.getenv("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0") == "1"
+
+
+# TE's GEMM settings under block scaling: split accumulators for every
+# GEMM (TE asserts them; cuBLASLt's block-scaled kernels accumulate so).
+_BLOCK_GEMM = MMParams(use_split_accumulator=True)
+_BLOCK_DIM_FIELDS = ("x_block_scaling_dim", "w_block_scaling_dim",
+                     "grad_block_scaling_dim")
+# The operand pairs of the three GEMMs (fprop x*w, dgrad grad*w, wgrad
+# grad*x): cuBLASLt has no kernel for two 2-D block-scaled operands.
+_BLOCK_GEMM_PAIRS = (("fprop", "x_block_scaling_dim", "w_block_scaling_dim"),
+                     ("dgrad", "grad_block_scaling_dim",
+                      "w_block_scaling_dim"),
+                     ("wgrad", "grad_block_scaling_dim",
+                      "x_block_scaling_dim"))
+
+
+@dataclasses.dataclass
+class Float8BlockScaling(Recipe):
+    """TE's Float8BlockScaling (DeepSeek-V3's recipe, docs/block-scaling.md):
+    every GEMM operand is scaled per block of 128 elements along the GEMM's
+    contracting dim (dim 1) or per 128 x 128 tile (dim 2), each block by its
+    own amax at the time of the cast; x is a GEMM's input, w its weight,
+    grad an output gradient. Fields and defaults as TE's (E4M3, 1-D x and
+    grad, 2-D w, power-of-2 scales unless
+    NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1). As in Float8CurrentScaling, a
+    None fp8_quant_* follows use_f32_scales, and the three must agree.
+    FP8 primary weights (fp8_model_init) are not supported under it."""
+    use_f32_scales: bool = dataclasses.field(
+        default_factory=_env_fp32_block_scales)
+    fp8_format: Format = Format.E4M3
+    fp8_quant_fwd_inp: typing.Optional[QParams] = None
+    fp8_quant_fwd_weight: typing.Optional[QParams] = None
+    fp8_quant_bwd_grad: typing.Optional[QParams] = None
+    x_block_scaling_dim: int = 1
+    w_block_scaling_dim: int = 2
+    grad_block_scaling_dim: int = 1
+    fp8_gemm_fprop: MMParams = _BLOCK_GEMM
+    fp8_gemm_dgrad: MMParams = _BLOCK_GEMM
+    fp8_gemm_wgrad: MMParams = _BLOCK_GEMM
+    fp8_dpa: bool = False
+    fp8_mha: bool = False
+    backward_override: typing.Optional[str] = None
+
+    def __post_init__(self):
+        _check_flag("Float8BlockScaling", "use_f32_scales",
+                    self.use_f32_scales)
+        for name in _QUANT_FIELDS:
+            if getattr(self, name) is None:
+                setattr(self, name, QParams(
+                    power_2_scale=not self.use_f32_scales, amax_epsilon=0.0))
+        self._validate()
+
+    def _power_2_scale(self):
+        return _one_power_2_scale(self, "Float8BlockScaling")
+
+    def _validate(self):
+        owner = "Float8BlockScaling"
+        _check_format(self.fp8_format)
+        for name in _BLOCK_DIM_FIELDS:
+            value = getattr(self, name)
+            if (not isinstance(value, int) or isinstance(value, bool)
+                    or value not in (1, 2)):
+                raise ValueError(
+                    f"{owner}.{name} must be 1 (blocks of 128 elements) or "
+                    f"2 (128 x 128 tiles), got {value!r}")
+        for gemm, a, b in _BLOCK_GEMM_PAIRS:
+            if getattr(self, a) == 2 and getattr(self, b) == 2:
+                raise ValueError(
+                    f"{owner}: {a}=2 with {b}=2 would make the {gemm} GEMM "
+                    f"pair two 2-D block-scaled operands, which cuBLASLt "
+                    f"(and Transformer Engine) does not support; set one of "
+                    f"them to 1")
+        for name in ("fp8_gemm_fprop", "fp8_gemm_dgrad", "fp8_gemm_wgrad"):
+            value = getattr(self, name)
+            if not isinstance(value, MMParams):
+                raise TypeError(f"{owner}.{name} must be a recipe.MMParams")
+            if not value.use_split_accumulator:
+                raise ValueError(
+                    f"{owner}.{name}: use_split_accumulator=False (FP8 fast "
+                    f"accumulation) is not allowed under block scaling (as "
+                    f"in Transformer Engine): block-scaled GEMMs use split "
+                    f"accumulators")
+        _check_no_fp8_attention(owner, self.fp8_dpa, self.fp8_mha)
+        _check_backward_override(owner, self.backward_override)
+        return self._power_2_scale()
+
+    def to_spec(self):
+        power_2 = self._validate()
+        return {"type": "Float8BlockScaling",
+                "fp8_format": self.fp8_format.name,
+                "x_block_scaling_dim": self.x_block_scaling_dim,
+                "w_block_scaling_dim": self.w_block_scaling_dim,
+                "grad_block_scaling_dim": self.grad_block_scaling_dim,
+                "power_2_scale": power_2}
+
+
 class _UnsupportedRecipe(Recipe):
     """TE recipes tejit does not implement: they exist so that TE code fails
     with a message rather than an AttributeError."""
@@ -287,15 +396,11 @@ class _UnsupportedRecipe(Recipe):
     def __init__(self, *args, **kwargs):
         raise NotImplementedError(
             f"{type(self).__name__} is not supported by tejit ({self._why}); "
-            f"use DelayedScaling or Float8CurrentScaling")
+            f"use DelayedScaling, Float8CurrentScaling or Float8BlockScaling")
 
 
 class MXFP8BlockScaling(_UnsupportedRecipe):
     _why = "MXFP8 needs Blackwell GPUs"
-
-
-class Float8BlockScaling(_UnsupportedRecipe):
-    _why = "block-wise FP8 scaling is not implemented"
 
 
 class NVFP4BlockScaling(_UnsupportedRecipe):

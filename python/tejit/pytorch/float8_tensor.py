@@ -189,7 +189,8 @@ class CurrentScalingState:
 
 def scaling_for(recipe, device=None):
     """A fresh scaling state for a weight quantized under `recipe`
-    (DelayedScaling or Float8CurrentScaling; None: DelayedScaling())."""
+    (DelayedScaling or Float8CurrentScaling; None: DelayedScaling();
+    Float8BlockScaling: NotImplementedError)."""
     if recipe is None:
         recipe = _recipe.DelayedScaling()
     if isinstance(recipe, _recipe.DelayedScaling):
@@ -198,6 +199,12 @@ def scaling_for(recipe, device=None):
                                    recipe.amax_compute_algo, device)
     if isinstance(recipe, _recipe.Float8CurrentScaling):
         return CurrentScalingState(recipe._power_2_scale(), device)
+    if isinstance(recipe, _recipe.Float8BlockScaling):
+        raise NotImplementedError(
+            "Float8Tensor weights under Float8BlockScaling are not supported "
+            "by tejit: a Float8Tensor holds one per-tensor scale, block "
+            "scaling one per 128 x 128 tile; use DelayedScaling or "
+            "Float8CurrentScaling")
     raise TypeError(f"FP8 weights take a DelayedScaling or "
                     f"Float8CurrentScaling recipe, not "
                     f"{type(recipe).__module__}.{type(recipe).__name__}")
@@ -339,7 +346,8 @@ class Float8Tensor(torch.Tensor):
         """`tensor` (high precision) quantized into a new Float8Tensor of
         its shape, dtype and device, with a fresh scaling state for
         `recipe` (DelayedScaling, the default, quantizes with scale 1.0
-        first, as TE does; Float8CurrentScaling with 448 / amax). With
+        first, as TE does; Float8CurrentScaling with 448 / amax;
+        Float8BlockScaling is a NotImplementedError). With
         `preserve_high_precision_init_val`, `tensor` is kept on the CPU
         (get_high_precision_init_val()). `shared`: a dict through which
         tensors made with it share one scale_inv and scaling state (the

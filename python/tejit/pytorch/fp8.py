@@ -15,6 +15,9 @@ inference forward scales with the trained state, whatever ran before). As in
 TE, with DelayedScaling's reduce_amax and torch.distributed initialized,
 the amaxes are first reduced (MAX) across the ranks of the autocast's
 amax_reduction_group (fp8_group), or of the default group (_distributed.py).
+Float8CurrentScaling and Float8BlockScaling keep no state between steps:
+each cast scales by the amax of what it casts (the tensor, or each block),
+so there is nothing to update or reduce.
 """
 import contextlib
 import contextvars
@@ -57,7 +60,8 @@ def get_fp8_group():
 class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
     """Context manager (or decorator, as TE 1.x's @contextmanager was)
     enabling FP8 for the tejit modules called inside it, with `recipe`
-    (default: DelayedScaling()). Signature of TE 2.x's
+    (DelayedScaling, the default DelayedScaling(); Float8CurrentScaling;
+    Float8BlockScaling). Signature of TE 2.x's
     `transformer_engine.pytorch.autocast`.
 
     `amax_reduction_group` (a torch.distributed process group) is where
@@ -77,9 +81,9 @@ class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
                 "amaxes are recorded only by programs compiled with a recipe")
         if recipe is not None and not isinstance(recipe, _recipe.Recipe):
             raise TypeError(
-                f"recipe must be a tejit.common.recipe recipe (DelayedScaling "
-                f"or Float8CurrentScaling), not {type(recipe).__module__}."
-                f"{type(recipe).__name__}")
+                f"recipe must be a tejit.common.recipe recipe (DelayedScaling, "
+                f"Float8CurrentScaling or Float8BlockScaling), not "
+                f"{type(recipe).__module__}.{type(recipe).__name__}")
         if enabled:
             recipe = recipe if recipe is not None else get_default_fp8_recipe()
             recipe.to_spec()  # report a bad recipe here, not at a module
@@ -131,7 +135,9 @@ class fp8_model_init(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
     (float8_tensor.py: E4M3 data, 1 byte per element, of nominal dtype
     params_dtype), initialized as without it and then quantized under
     `recipe`'s scaling (DelayedScaling, the default, or
-    Float8CurrentScaling; another recipe is a TypeError). Under
+    Float8CurrentScaling; Float8BlockScaling is a NotImplementedError, as
+    its block scales have no per-tensor FP8 weight to keep; another recipe
+    is a TypeError). Under
     fp8_autocast their programs take the FP8 data as it is (no per-step
     weight cast); without it, the dequantized values. Optimizers update
     them in place (dequantize, op, requantize). With
@@ -151,6 +157,14 @@ class fp8_model_init(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
         if enabled:
             if recipe is None:
                 recipe = _recipe.DelayedScaling()
+            if isinstance(recipe, _recipe.Float8BlockScaling):
+                raise NotImplementedError(
+                    "fp8_model_init with Float8BlockScaling is not supported "
+                    "by tejit: FP8 primary weights hold one per-tensor scale, "
+                    "and the compiler refuses fp8_weights under block "
+                    "scaling; build the model without fp8_model_init (its "
+                    "weights are block-quantized at each forward), or use "
+                    "DelayedScaling or Float8CurrentScaling")
             if not isinstance(recipe, (_recipe.DelayedScaling,
                                        _recipe.Float8CurrentScaling)):
                 raise TypeError(

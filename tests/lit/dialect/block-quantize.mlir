@@ -94,3 +94,24 @@ func.func @bad_scale(%a: tensor<256x256xf8E4M3FN>, %b: tensor<128x256xf8E4M3FN>,
          tensor<1x4xf32>) -> tensor<256x128xbf16>
   return
 }
+
+// -----
+
+// At most 4 rows and 128 columns, 1-D and 2-D scales have one shape.
+func.func @ambiguous(%a: tensor<4x64xf8E4M3FN>, %b: tensor<128x64xf8E4M3FN>,
+                     %sa: tensor<1x4xf32>, %sb: tensor<1x128xf32>) {
+  // expected-error @+1 {{'te.scaled_matmul' op 'a_scale_inv' cannot say whether its 4 x 64 operand has 1-D or 2-D blocks (both scale shapes are the same); block-scaled operands need more than 4 rows or 128 columns}}
+  %y = te.scaled_matmul %a, %b, %sa, %sb
+      : (tensor<4x64xf8E4M3FN>, tensor<128x64xf8E4M3FN>, tensor<1x4xf32>,
+         tensor<1x128xf32>) -> tensor<4x128xbf16>
+  return
+}
+
+// -----
+
+func.func @fp8_input(%x: tensor<256x256xf8E4M3FN>) {
+  // expected-error @+1 {{'te.block_quantize' op 'input' must be a bf16/f16/f32 matrix, got 'tensor<256x256xf8E4M3FN>'}}
+  %q, %s = te.block_quantize %x {block_dim = 2 : i64}
+      : tensor<256x256xf8E4M3FN> -> tensor<256x256xf8E4M3FN>, tensor<2x4xf32>
+  return
+}

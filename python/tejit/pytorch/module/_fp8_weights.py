@@ -52,6 +52,21 @@ def refuse_split_qkv(owner, settings, fuse_qkv_params):
             f"DelayedScaling; or use fuse_qkv_params=True")
 
 
+def refuse_block_scaling(owner, recipe):
+    """FP8 weights (per-tensor scaled, made under DelayedScaling or
+    Float8CurrentScaling) cannot feed a Float8BlockScaling program, whose
+    GEMMs read block-scaled weights: the compiler refuses fp8_weights
+    under block scaling, so refuse the call here with a message that says
+    what to do (NotImplementedError)."""
+    if isinstance(recipe, _recipe.Float8BlockScaling):
+        raise NotImplementedError(
+            f"{owner} holds FP8 weights (built under fp8_model_init) and "
+            f"runs under fp8_autocast with Float8BlockScaling: FP8 primary "
+            f"weights are not supported under block scaling by tejit. Build "
+            f"the module without fp8_model_init, or run it under "
+            f"DelayedScaling or Float8CurrentScaling")
+
+
 def quantizing_init(owner, name, init, settings, shared=None):
     """`init` for GEMM weight `name` of module `owner` built under
     fp8_model_init (`settings`, an fp8.ModelInit): called on the

@@ -52,7 +52,8 @@ it holds its GEMM weights as Float8Tensors (float8_tensor.py) and has
 `primary_weights_in_fp8 = True`. Under an FP8 recipe its program is
 compiled with the layer's `fp8_weights: true` (also in the JIT key) and
 reads the weights' FP8 data directly; without one it takes their
-dequantized values. module/_fp8_weights.py says how.
+dequantized values (Float8BlockScaling refuses them: NotImplementedError).
+module/_fp8_weights.py says how.
 """
 import contextlib
 import contextvars
@@ -668,6 +669,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
                        if recipe is not None and self.primary_weights_in_fp8
                        else ())
         if fp8_weights:
+            _fp8_weights.refuse_block_scaling(type(self).__name__, recipe)
             # TE's weight caching: FP8 weights have no cast to keep.
             is_first_microbatch, cast_flag = None, None
         first = next(iter(activations.values()))
