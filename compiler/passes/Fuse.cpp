@@ -63,6 +63,7 @@ private:
   void fuseBiasDropoutAdd(DropoutOp dropout);
   void fuseAct(ActivationOp act);
   void fuseCastTranspose(QuantizeOp quantize);
+  void fuseBlockCasts(BlockQuantizeOp quantize);
 
   func::FuncOp function;
   DenseMap<Operation *, unsigned> position;
@@ -212,10 +213,21 @@ void Fuser::fuseBiasDropoutAdd(DropoutOp dropout) {
     commit(group);
 }
 
+/// Whether `value` is the product of a block-scaled GEMM, which takes no
+/// bias epilogue.
+static bool isBlockScaledProduct(Value value) {
+  auto scaled = value.getDefiningOp<ScaledMatmulOp>();
+  return scaled && scaled.getAScaling() != 0;
+}
+
 void Fuser::fuseAct(ActivationOp act) {
   Group group{{act.getOperation()}, "act_cast"};
+  // The bias is added here when no GEMM epilogue took it; after a
+  // block-scaled GEMM also when the backward reads the biased value (the
+  // activation's input), which the kernel then writes too.
   if (auto bias = act.getInput().getDefiningOp<BiasAddOp>();
-      bias && bias.getOutput().hasOneUse())
+      bias &&
+      (bias.getOutput().hasOneUse() || isBlockScaledProduct(bias.getInput())))
     tryAdd(group, bias);
   addCast(group, act.getOutput());
   commit(group);
@@ -233,6 +245,17 @@ void Fuser::fuseCastTranspose(QuantizeOp quantize) {
   if (auto dropout = quantize.getInput().getDefiningOp<DropoutOp>();
       dropout && tryAdd(group, dropout))
     tryAdd(group, dropout.getInput().getDefiningOp<AddOp>());
+  commit(group);
+}
+
+void Fuser::fuseBlockCasts(BlockQuantizeOp quantize) {
+  // Float8BlockScaling casts a tensor twice, for the forward GEMM and
+  // transposed for the backward's (docs/block-scaling.md): one kernel reads
+  // it once for both.
+  Group group{{quantize.getOperation()}, "block_quantize"};
+  for (Operation *user : quantize.getInput().getUsers())
+    if (isa<BlockQuantizeOp>(user))
+      tryAdd(group, user);
   commit(group);
 }
 
@@ -320,6 +343,10 @@ void Fuser::run() {
   each([&](Operation *op) {
     if (auto quantize = dyn_cast<QuantizeOp>(op))
       fuseCastTranspose(quantize);
+  });
+  each([&](Operation *op) {
+    if (auto quantize = dyn_cast<BlockQuantizeOp>(op))
+      fuseBlockCasts(quantize);
   });
   for (const Group &group : groups)
     materialize(group);
