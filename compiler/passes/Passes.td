@@ -68,7 +68,10 @@ def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
     te.quantize records amaxes, which are gathered, all-reduced (MAX) when
     `reduce_amax`, and fed to te.delayed_scaling_update once, at the end of
     the function. Float8CurrentScaling: te.amax, te.compute_scale and
-    te.quantize for each tensor, no state.
+    te.quantize for each tensor, no state. Float8BlockScaling: a
+    te.block_quantize per operand (1-D or 2-D blocks by its role: input,
+    weight or gradient), no state; the backward's transposed operands are
+    cast again from the high-precision tensor (docs/block-scaling.md).
 
     `recipe` overrides the GEMMs' own recipes: an attribute such as
     `#te.delayed_scaling<amax_history_len = 16>`, or `none` to run every
@@ -97,7 +100,9 @@ def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
     `dact_dbias_cast`: an activation gradient with its bias gradient and FP8
     cast + transpose; `bias_dropout_add`; `act_cast`: bias + activation +
     FP8 cast + transpose (or amax); `cast_transpose`: a lone FP8 cast with its
-    transpose.
+    transpose; `block_quantize`: the block casts of one tensor (row-wise and
+    transposed). Block-scaled GEMMs take only a residual (C) into their
+    `gemm` group.
     A group grows only while it stays legal: no op outside the group between
     its first and last op may read a value computed inside it.
   }];
