@@ -403,7 +403,7 @@ tejit::codegen::emitBlockQuantize(KernelBuilder &builder,
     cast.scaleInv = builder.param(quantize.getScaleInv()).str();
     Type fp8 = tensorType(quantize.getOutput()).getElementType();
     cast.fp8Type = elementTypeName(fp8);
-    cast.fp8Max = floatLiteral(fp8MaxOf(fp8));
+    cast.fp8Max = floatLiteral(getFp8MaxFinite(llvm::cast<FloatType>(fp8)));
     cast.power2 = quantize.getPower_2Scale();
     auto scaleType = tensorType(quantize.getScaleInv());
     if (scaleType.getRank() != 2)

@@ -93,8 +93,6 @@ mlir::RankedTensorType tensorType(mlir::Value value);
 /// Product of all dims but the last (1 for vectors).
 int64_t rowsOf(mlir::Value value);
 int64_t colsOf(mlir::Value value);
-/// The largest finite value of an FP8 type (448 for E4M3, 57344 for E5M2).
-double fp8MaxOf(mlir::Type type);
 /// A float literal that reads back to the same float.
 std::string floatLiteral(double value);
 /// The widest vector of elements (at most 16 bytes, at most 8 elements) that

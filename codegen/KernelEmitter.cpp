@@ -4,7 +4,6 @@
 #include "dialects/AttentionViews.h"
 #include "dialects/TEDialect.h"
 
-#include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -61,12 +60,6 @@ int64_t tejit::codegen::rowsOf(Value value) {
 
 int64_t tejit::codegen::colsOf(Value value) {
   return tensorType(value).getShape().back();
-}
-
-double tejit::codegen::fp8MaxOf(Type type) {
-  auto floatType = cast<FloatType>(type);
-  return llvm::APFloat::getLargest(floatType.getFloatSemantics())
-      .convertToDouble();
 }
 
 std::string tejit::codegen::floatLiteral(double value) {

@@ -40,7 +40,9 @@ EmittedKernel writeComputeScale(KernelBuilder &builder, ComputeScaleOp op) {
          "[slot];");
   w.line("float scale_f = 1.f;");
   w.open("if (amax_f > 0.f && amax_f < __int_as_float(0x7f800000))");
-  w.line("scale_f = " + floatLiteral(fp8MaxOf(op.getFp8Type())) + " / amax_f;");
+  w.line("scale_f = " +
+         floatLiteral(getFp8MaxFinite(cast<FloatType>(op.getFp8Type()))) +
+         " / amax_f;");
   w.line("if (scale_f == __int_as_float(0x7f800000)) scale_f = "
          "__int_as_float(0x7f7fffff);  // FLT_MAX");
   if (op.getPower_2Scale())
@@ -67,8 +69,9 @@ EmittedKernel writeDelayedUpdate(KernelBuilder &builder,
   int64_t length = history.getShape()[0], slots = history.getShape()[1];
   DelayedScalingAttr recipe = op.getRecipe();
   bool mostRecent = recipe.getAmaxComputeAlgo() == AmaxComputeAlgo::most_recent;
-  double scaledMax = static_cast<float>(
-      fp8MaxOf(op.getFp8Type()) * std::pow(2.0, -double(recipe.getMargin())));
+  double scaledMax =
+      static_cast<float>(getFp8MaxFinite(cast<FloatType>(op.getFp8Type())) *
+                         std::pow(2.0, -double(recipe.getMargin())));
   std::string in = builder.param(op.getAmaxHistory()).str();
   std::string out = builder.param(op.getNewAmaxHistory()).str();
   std::string scale_f = builder.param(op.getScale()).str();
