@@ -103,6 +103,35 @@ def TE_LinearOp : TE_LayerOp<"linear"> {
   }];
 }
 
+def TE_GroupedLinearOp : TE_LayerOp<"grouped_linear"> {
+  let summary = "One Linear per row segment (Transformer Engine's GroupedLinear)";
+  let description = [{
+    The experts of a mixture-of-experts layer: the input's tokens (its
+    leading dims flattened, T rows) are cut into G consecutive segments of
+    `m_splits[g]` rows (`m_splits`: i32 [G], known only at run time), and
+    segment g gets `y = x W[g]^T + b[g]`, with `weight` [G, out_features,
+    in_features] (TE's weight0..weight{G-1} stacked) and an optional `bias`
+    [G, out_features]. Rows past sum(m_splits) (padding) give zeros. The
+    runtime refuses negative splits, a sum over T and, under an FP8
+    recipe, splits not divisible by 16 (docs/grouped-linear.md).
+
+    ```mlir
+    %y = te.grouped_linear %x splits(%m) weight(%w) bias(%b)
+        {fp8_recipe = #te.delayed_scaling<amax_history_len = 16>}
+        : (tensor<8192x4096xbf16>, tensor<8xi32>, tensor<8x1024x4096xbf16>,
+           tensor<8x1024xbf16>) -> tensor<8192x1024xbf16>
+    ```
+  }];
+  let arguments = (ins TE_Tensor:$input, TE_Tensor:$m_splits,
+                   TE_Tensor:$weight, Optional<TE_Tensor>:$bias,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
+  let results = (outs TE_Tensor:$output);
+  let assemblyFormat = [{
+    $input `splits` `(` $m_splits `)` `weight` `(` $weight `)`
+    (`bias` `(` $bias^ `)`)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def TE_LayerNormLinearOp : TE_LayerOp<"layernorm_linear",
     [AttrSizedOperandSegments]> {
   let summary = "Normalization followed by a Linear (LayerNormLinear)";
@@ -536,6 +565,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
 
 include "TEPrimitiveOps.td"
 include "TEQuantizedOps.td"
+include "TEGroupedOps.td"
 include "TEKernelOps.td"
 
 #endif // TEJIT_DIALECT_TE_OPS_TD

@@ -75,7 +75,8 @@ def TE_ComputeScaleOp : TE_PrimOp<"compute_scale"> {
     `scale = fp8_max / amax`: 1 when amax is 0, inf or NaN; FLT_MAX when the
     quotient overflows; with `power_2_scale`, rounded down to a power of two
     (the mantissa masked off). `scale_inv = 1 / scale`. `fp8_max` is the
-    largest finite value of `fp8_type`.
+    largest finite value of `fp8_type`. Element-wise on vectors: one slot
+    (`tensor<1xf32>`), or one per group for te.grouped_quantize.
   }];
   let arguments = (ins TE_AnyTensor:$amax, TypeAttr:$fp8_type,
                    UnitAttr:$power_2_scale);

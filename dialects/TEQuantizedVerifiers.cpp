@@ -44,11 +44,17 @@ LogicalResult QuantizeOp::verify() {
 LogicalResult AmaxOp::verify() { return expectSlot(*this, getAmax(), "amax"); }
 
 LogicalResult ComputeScaleOp::verify() {
-  if (failed(expectFp8Type(*this, getFp8Type())) ||
-      failed(expectSlot(*this, getAmax(), "amax")) ||
-      failed(expectSlot(*this, getScale(), "scale")))
+  if (failed(expectFp8Type(*this, getFp8Type())))
     return failure();
-  return expectSlot(*this, getScaleInv(), "scale_inv");
+  // One slot, or one per group of a te.grouped_quantize.
+  RankedTensorType amax = typeOf(getAmax());
+  if (amax.getRank() != 1 || !amax.getElementType().isF32() ||
+      amax.getDimSize(0) < 1)
+    return emitOpError() << "'amax' must be an f32 vector, got " << amax;
+  if (getScale().getType() != amax || getScaleInv().getType() != amax)
+    return emitOpError() << "'scale' and 'scale_inv' must be " << amax
+                         << " like 'amax'";
+  return success();
 }
 
 LogicalResult ScaledMatmulOp::verify() {
