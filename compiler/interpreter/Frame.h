@@ -103,8 +103,13 @@ mlir::LogicalResult runLayerOp(mlir::Operation *op, Frame &frame);
 /// ops to runQuantizedOp; fails on other ops.
 mlir::LogicalResult runPrimitiveOp(mlir::Operation *op, Frame &frame);
 
-/// Runs an FP8 quantization op (QuantizedOps.cpp); fails on other ops.
+/// Runs an FP8 quantization op (QuantizedOps.cpp), handing the grouped ops
+/// to runGroupedOp; fails on other ops.
 mlir::LogicalResult runQuantizedOp(mlir::Operation *op, Frame &frame);
+
+/// Runs te.grouped_linear or one of the grouped ops it lowers to, after the
+/// run-time checks of `m_splits` (GroupedOps.cpp); fails on other ops.
+mlir::LogicalResult runGroupedOp(mlir::Operation *op, Frame &frame);
 
 } // namespace tejit::interp
 

@@ -272,6 +272,74 @@ Tensor blockScaledMatmul(const Tensor &a, const Tensor &b,
                          const Tensor &aScaleInv, int64_t aScaling,
                          const Tensor &bScaleInv, int64_t bScaling);
 
+//===----------------------------------------------------------------------===//
+// GroupedLinear (GroupedKernels.cpp, docs/grouped-linear.md)
+//
+// Groups are the row segments [offsets[g], offsets[g + 1]) of a matrix
+// [T, .] (offsets o_0 = 0 .. o_G from segmentOffsets()), rows past o_G being
+// padding (0 in outputs, in no sum); the casts and amaxes take empty
+// `offsets` for a stacked tensor [G, R, C] instead, whose groups are its
+// slices.
+//===----------------------------------------------------------------------===//
+
+/// Why `mSplits` (G row counts) cannot cut `tokens` rows into consecutive
+/// segments: a value that is not an i32 integer, a negative one, a sum over
+/// `tokens`, or with `fp8` a value that is not a multiple of 16; an empty
+/// string when they can. The text names `m_splits`.
+std::string mSplitsError(const Tensor &mSplits, int64_t tokens, bool fp8);
+
+/// The offsets o_0 = 0, o_1, ..., o_G of the segments of `mSplits` (which
+/// passed mSplitsError).
+llvm::SmallVector<int64_t> segmentOffsets(const Tensor &mSplits);
+
+/// te.grouped_matmul, rows form: `a[seg g] op(b[g]) (+ bias[g])` with a
+/// [T, K], b [G, K, N] ([G, N, K] with `transposeB`), bias [G, N] or null;
+/// the output [T, N].
+Tensor groupedMatmulRows(const Tensor &a, const Tensor &b,
+                         llvm::ArrayRef<int64_t> offsets, bool transposeB,
+                         const Tensor *bias);
+/// te.grouped_matmul, contraction form: `a[seg g]^T b[seg g]` with a [T, M],
+/// b [T, N]; the output [G, M, N].
+Tensor groupedMatmulContraction(const Tensor &a, const Tensor &b,
+                                llvm::ArrayRef<int64_t> offsets);
+/// te.grouped_linear: `x[seg g] weight[g]^T + bias[g]` over the rows of `x`
+/// [..., K] (its leading dims flattened); weight [G, N, K], bias [G, N] or
+/// null. The output is [..., N].
+Tensor groupedLinear(const Tensor &x, const Tensor &weight, const Tensor *bias,
+                     llvm::ArrayRef<int64_t> offsets);
+/// te.grouped_bias_grad: the column sums of each segment of `grad` [T, N],
+/// as [G, N].
+Tensor groupedBiasGrad(const Tensor &grad, llvm::ArrayRef<int64_t> offsets);
+
+/// te.grouped_amax: absMax() of each group of `x`, as [G].
+Tensor groupedAmax(const Tensor &x, llvm::ArrayRef<int64_t> offsets);
+
+/// A grouped FP8 cast and its per-group amaxes [G].
+struct GroupedQuantized {
+  Tensor output, amax;
+};
+
+/// te.grouped_quantize: each group of `x` cast with quantize() and its
+/// scale `scale[g]` ([G]); with `transpose`, the output is [K, T] (segment
+/// g in columns [o_g, o_{g+1})) or [G, C, R].
+GroupedQuantized groupedQuantize(const Tensor &x, const Tensor &scale,
+                                 llvm::ArrayRef<int64_t> offsets,
+                                 bool transpose, Fp8Kind kind);
+
+/// te.grouped_scaled_matmul, rows form: scaledMatmul() of each segment of a
+/// [T, K] and b[g] ([G, N, K]) with the scale inverses of group g ([G]
+/// each), plus bias[g] ([G, N]) when given; the output [T, N].
+Tensor groupedScaledMatmulRows(const Tensor &a, const Tensor &b,
+                               const Tensor &aScaleInv, const Tensor &bScaleInv,
+                               llvm::ArrayRef<int64_t> offsets,
+                               const Tensor *bias);
+/// te.grouped_scaled_matmul, contraction form: scaledMatmul() of columns
+/// [o_g, o_{g+1}) of a [M, T] and b [N, T]; the output [G, M, N].
+Tensor groupedScaledMatmulContraction(const Tensor &a, const Tensor &b,
+                                      const Tensor &aScaleInv,
+                                      const Tensor &bScaleInv,
+                                      llvm::ArrayRef<int64_t> offsets);
+
 } // namespace tejit::interp
 
 #endif // TEJIT_COMPILER_INTERPRETER_KERNELS_H

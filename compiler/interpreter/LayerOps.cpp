@@ -466,7 +466,7 @@ bool tejit::interp::isLayerOp(Operation *op) {
   return isa<te::LayerNormOp, te::RMSNormOp, te::LinearOp,
              te::LayerNormLinearOp, te::LayerNormMLPOp,
              te::DotProductAttentionOp, te::MultiheadAttentionOp,
-             te::TransformerLayerOp>(op);
+             te::TransformerLayerOp, te::GroupedLinearOp>(op);
 }
 
 LogicalResult tejit::interp::runLayerOp(Operation *op, Frame &frame) {
@@ -475,6 +475,8 @@ LogicalResult tejit::interp::runLayerOp(Operation *op, Frame &frame) {
             te::LayerNormMLPOp, te::DotProductAttentionOp,
             te::MultiheadAttentionOp, te::TransformerLayerOp>(
           [&](auto op) { return runOp(op, frame); })
+      .Case<te::GroupedLinearOp>(
+          [&](auto op) { return runGroupedOp(op, frame); })
       .Default([](Operation *op) {
         return op->emitOpError() << "is not a te layer op";
       });

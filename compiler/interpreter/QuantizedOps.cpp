@@ -3,7 +3,8 @@
 // te.quantize, te.amax, te.compute_scale, te.scaled_matmul,
 // te.amax_allreduce and te.delayed_scaling_update, on the kernels of
 // ScalingKernels.cpp; te.block_quantize and te.scaled_matmul with block
-// scales (Float8BlockScaling) on those of BlockScalingKernels.cpp.
+// scales (Float8BlockScaling) on those of BlockScalingKernels.cpp. Other
+// ops go to runGroupedOp (GroupedOps.cpp: GroupedLinear's grouped ops).
 // Conventions:
 // - An FP8 tensor is a tensor of doubles holding values its FP8 type
 //   represents; te.quantize produces them, and shape ops (te.transpose,
@@ -66,12 +67,18 @@ static LogicalResult runOp(te::AmaxOp op, Frame &frame) {
 }
 
 static LogicalResult runOp(te::ComputeScaleOp op, Frame &frame) {
-  Fp8Scale scale =
-      currentScale(slotValue(frame.get(op.getAmax())),
-                   fp8KindOf(op.getFp8Type()), op.getPower_2Scale());
-  if (failed(frame.set(op, op.getScale(), makeSlot(scale.scale))))
+  // Element-wise: one slot, or one per group of a te.grouped_quantize.
+  const Tensor &amax = frame.get(op.getAmax());
+  Tensor scale = Tensor::zeros(amax.shape), scaleInv = scale;
+  for (size_t i = 0; i < amax.data.size(); ++i) {
+    Fp8Scale slot = currentScale(amax.data[i], fp8KindOf(op.getFp8Type()),
+                                 op.getPower_2Scale());
+    scale.data[i] = slot.scale;
+    scaleInv.data[i] = slot.scaleInv;
+  }
+  if (failed(frame.set(op, op.getScale(), std::move(scale))))
     return failure();
-  return frame.set(op, op.getScaleInv(), makeSlot(scale.scaleInv));
+  return frame.set(op, op.getScaleInv(), std::move(scaleInv));
 }
 
 static LogicalResult runOp(te::ScaledMatmulOp op, Frame &frame) {
@@ -118,7 +125,5 @@ LogicalResult tejit::interp::runQuantizedOp(Operation *op, Frame &frame) {
             te::ScaledMatmulOp, te::AmaxAllReduceOp,
             te::DelayedScalingUpdateOp>(
           [&](auto op) { return runOp(op, frame); })
-      .Default([](Operation *op) {
-        return op->emitOpError() << "is not supported by the te interpreter";
-      });
+      .Default([&](Operation *op) { return runGroupedOp(op, frame); });
 }
