@@ -59,6 +59,7 @@ private:
 
   LogicalResult differentiate(Operation *op);
   void matmulGrads(MatmulOp op, Value grad);
+  LogicalResult groupedMatmulGrads(GroupedMatmulOp op, Value grad);
   void attentionGrads(AttentionOp op, Value grad);
 
   template <typename OpT, typename... Args> OpT create(Args &&...args) {
@@ -209,6 +210,48 @@ void Differentiator::matmulGrads(MatmulOp op, Value grad) {
                        GemmRole::wgrad));
 }
 
+LogicalResult Differentiator::groupedMatmulGrads(GroupedMatmulOp op,
+                                                 Value grad) {
+  // GroupedLinear (docs/grouped-linear.md): per segment g, C_g = A_g op(B_g)
+  // (+ bias_g), so dA_g = dC_g op(B_g)^T (the dgrad GEMM in the rows form
+  // again, B's transpose flipped) and dB_g = A_g^T dC_g, or its transpose
+  // when B was read transposed (the wgrad GEMM in the contraction form).
+  // m_splits, an integer input, has no gradient; the backward reads it as
+  // the forward's argument.
+  if (!op.isRowsForm())
+    return op.emitOpError()
+           << "in the contraction form (a wgrad GEMM) cannot be "
+              "differentiated by te-autodiff";
+  Value a = op.getA(), b = op.getB();
+  bool tb = op.getTransposeB();
+  Value mSplits = available(op.getMSplits());
+  UnitAttr unit = builder.getUnitAttr();
+  auto role = [&](GemmRole value) {
+    return GemmRoleAttr::get(op.getContext(), value);
+  };
+  if (isFloatTensor(a))
+    addGrad(a, create<GroupedMatmulOp>(
+                   a.getType(), grad, available(b), mSplits, /*bias=*/Value(),
+                   /*transpose_a=*/nullptr, tb ? nullptr : unit,
+                   op.getFp8RecipeAttr(), role(GemmRole::dgrad))
+                   .getResult());
+  Type bGradType = b.getType();
+  if (Type mainGrad = mainGradType(b))
+    bGradType = tensorType(b).clone(mainGrad);
+  if (isFloatTensor(b))
+    addGrad(b,
+            create<GroupedMatmulOp>(
+                bGradType, tb ? grad : available(a), tb ? available(a) : grad,
+                mSplits, /*bias=*/Value(), unit, /*transpose_b=*/nullptr,
+                op.getFp8RecipeAttr(), role(GemmRole::wgrad))
+                .getResult());
+  if (Value bias = op.getBias())
+    addGrad(
+        bias,
+        create<GroupedBiasGradOp>(bias.getType(), grad, mSplits).getResult());
+  return success();
+}
+
 void Differentiator::attentionGrads(AttentionOp op, Value grad) {
   Value mask =
       op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
@@ -328,6 +371,7 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         matmulGrads(op, grad);
         return success();
       })
+      .Case([&](GroupedMatmulOp op) { return groupedMatmulGrads(op, grad); })
       .Case([&](LayerNormFwdOp op) {
         auto bwd = create<LayerNormBwdOp>(
             op.getInput().getType(), op.getGamma().getType(),

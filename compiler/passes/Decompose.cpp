@@ -134,6 +134,19 @@ public:
     return builder.create<BiasAddOp>(loc, type, y, bias);
   }
 
+  /// GroupedLinear on tokens `x` [T, K]: one GEMM per row segment of
+  /// `mSplits` (docs/grouped-linear.md), each segment's bias added by the
+  /// grouped GEMM itself; under the layer's recipe every group gets its own
+  /// scales (te-place-scaling).
+  Value groupedLinear(Value x, Value mSplits, Value weight, Value bias) {
+    auto type = RankedTensorType::get({shapeOf(x)[0], shapeOf(weight)[1]},
+                                      elementOf(x));
+    return builder.create<GroupedMatmulOp>(
+        loc, type, x, weight, mSplits, bias, /*transpose_a=*/nullptr,
+        builder.getUnitAttr(), recipe,
+        GemmRoleAttr::get(ctx(), GemmRole::fprop));
+  }
+
   /// `value`'s type with dim 0 of `rows`.
   static RankedTensorType withDim0(Value value, int64_t rows) {
     SmallVector<int64_t> shape(shapeOf(value));
@@ -394,6 +407,12 @@ SmallVector<Value> lowerLayer(LinearOp op, LayerLowering &lower) {
   return {restoreShape(lower, y, op.getInput())};
 }
 
+SmallVector<Value> lowerLayer(GroupedLinearOp op, LayerLowering &lower) {
+  Value y = lower.groupedLinear(lower.tokens(op.getInput()), op.getMSplits(),
+                                op.getWeight(), op.getBias());
+  return {restoreShape(lower, y, op.getInput())};
+}
+
 SmallVector<Value> lowerLayer(LayerNormOp op, LayerLowering &lower) {
   Value y = lower.norm(Normalization::LayerNorm, lower.tokens(op.getInput()),
                        op.getWeight(), op.getBias(), op.getEps(),
@@ -595,10 +614,12 @@ bool usesDropout(Operation *op) {
          rate("drop_path_rate");
 }
 
+/// The layer ops, in the interpreter's sense: each one counts for the
+/// dropout streams of the ones after it.
 bool isLayerOp(Operation *op) {
-  return isa<LinearOp, LayerNormOp, RMSNormOp, LayerNormLinearOp,
-             LayerNormMLPOp, DotProductAttentionOp, MultiheadAttentionOp,
-             TransformerLayerOp>(op);
+  return isa<LinearOp, GroupedLinearOp, LayerNormOp, RMSNormOp,
+             LayerNormLinearOp, LayerNormMLPOp, DotProductAttentionOp,
+             MultiheadAttentionOp, TransformerLayerOp>(op);
 }
 
 /// Whether `layer` (an attention layer op) attends over a KV cache.
@@ -634,9 +655,9 @@ struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
       LayerLowering lowering(layer, rngState, ordinal, inference);
       SmallVector<Value> results =
           TypeSwitch<Operation *, SmallVector<Value>>(layer)
-              .Case<LinearOp, LayerNormOp, RMSNormOp, LayerNormLinearOp,
-                    LayerNormMLPOp, DotProductAttentionOp, MultiheadAttentionOp,
-                    TransformerLayerOp>(
+              .Case<LinearOp, GroupedLinearOp, LayerNormOp, RMSNormOp,
+                    LayerNormLinearOp, LayerNormMLPOp, DotProductAttentionOp,
+                    MultiheadAttentionOp, TransformerLayerOp>(
                   [&](auto op) { return lowerLayer(op, lowering); });
       layer->replaceAllUsesWith(results);
       layer->erase();

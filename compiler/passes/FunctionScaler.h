@@ -17,6 +17,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/MapVector.h"
 
+#include <tuple>
+
 namespace tejit {
 
 /// An FP8 tensor and the scale inverse that dequantizes it. Block-scaled
@@ -30,6 +32,14 @@ struct Fp8Value {
   mlir::Value source = nullptr;
   int64_t blockDim = 0;
   bool power2 = false;
+  /// Grouped casts (te.grouped_quantize, GroupedLinear) only: the f32 [G]
+  /// scales `source` was cast with, and the m_splits of its row segments
+  /// (null for stacked weights [G, R, C]). Their transpose is cast again
+  /// from `source` with the same scales.
+  mlir::Value groupScale = nullptr;
+  mlir::Value mSplits = nullptr;
+
+  bool isGrouped() const { return static_cast<bool>(groupScale); }
 };
 
 /// What a GEMM operand is to the recipe: Float8BlockScaling picks 1-D or 2-D
@@ -48,9 +58,21 @@ public:
                     mlir::FloatType fp8Type, mlir::Operation *user,
                     OperandRole role);
 
+  /// `value` cast to `fp8Type` with one scale per group (te.grouped_quantize;
+  /// Float8BlockScaling is not supported): groups are the row segments of
+  /// `mSplits` for a matrix [T, K], else the leading dim of stacked weights
+  /// [G, R, C]. DelayedScaling gives the cast G consecutive slots of the
+  /// meta vectors; current scaling computes the G scales from a
+  /// te.grouped_amax. Emitted before `user` the first time and reused after.
+  Fp8Value quantizeGrouped(mlir::Value value, mlir::Value mSplits,
+                           mlir::te::FP8RecipeAttrInterface recipe,
+                           mlir::FloatType fp8Type, mlir::Operation *user);
+
   /// The transpose of a 2-D FP8 value, emitted right after it once; for a
   /// block-scaled value, its source cast transposed (te.block_quantize
-  /// with `transpose`).
+  /// with `transpose`); for a grouped one, its source cast again per group
+  /// with its scales (te.grouped_quantize with `transpose`: [K, T], or
+  /// [G, C, R] for stacked weights).
   Fp8Value transpose(Fp8Value value);
 
   /// Transformer Engine's fp8_model_init: GEMM weight argument `weight`
@@ -72,8 +94,10 @@ private:
     mlir::te::DelayedScalingAttr recipe;
     mlir::FloatType fp8Type;
     mlir::BlockArgument scale, scaleInv, history;
+    /// The slots handed out so far (a grouped cast takes G of them) and
+    /// the amaxes that fill them, in slot order ([1] or [G] each).
+    int64_t slots = 0;
     llvm::SmallVector<mlir::Value> amaxes;
-    llvm::SmallVector<mlir::Value> scaleSlices, scaleInvSlices;
   };
 
   MetaGroup &metaGroup(mlir::te::DelayedScalingAttr recipe,
@@ -81,13 +105,19 @@ private:
   mlir::Value addArgument(mlir::Type type, llvm::StringRef name);
   void addResult(mlir::Value value, llvm::StringRef name,
                  mlir::BlockArgument updates);
-  mlir::Value slot(mlir::Value vector, int64_t index, mlir::Location loc);
+  /// Slots [index, index + count) of a meta vector.
+  mlir::Value slots(mlir::Value vector, int64_t index, int64_t count,
+                    mlir::Location loc);
 
   mlir::func::FuncOp function;
   std::string metaPrefix;
   mlir::OpBuilder builder;
   llvm::MapVector<std::pair<mlir::Attribute, mlir::Type>, MetaGroup> groups;
   llvm::DenseMap<std::pair<mlir::Value, mlir::Type>, Fp8Value> casts;
+  /// Grouped casts by (value, format, m_splits): a tensor may also be cast
+  /// per tensor by a plain GEMM.
+  llvm::DenseMap<std::tuple<mlir::Value, mlir::Type, mlir::Value>, Fp8Value>
+      groupedCasts;
   llvm::DenseMap<mlir::Value, Fp8Value> transposed;
   llvm::SmallVector<mlir::Value> metaArgs;
 };

@@ -49,7 +49,9 @@ private:
   /// Adds `op` to `group` if it is free and the group stays legal.
   bool tryAdd(Group &group, Operation *op);
   bool isLegal(ArrayRef<Operation *> ops);
-  void commit(Group &group);
+  /// Keeps `group` when it has at least `minOps` ops (a fusion needs two; a
+  /// grouped op is a kernel region of its own).
+  void commit(Group &group, size_t minOps = 2);
   void materialize(const Group &group);
 
   /// Extends `group` with the FP8 cast of `value` and its transpose, or,
@@ -64,6 +66,7 @@ private:
   void fuseAct(ActivationOp act);
   void fuseCastTranspose(QuantizeOp quantize);
   void fuseBlockCasts(BlockQuantizeOp quantize);
+  void fuseGroupedCasts(GroupedQuantizeOp quantize);
 
   func::FuncOp function;
   DenseMap<Operation *, unsigned> position;
@@ -102,8 +105,8 @@ bool Fuser::tryAdd(Group &group, Operation *op) {
   return false;
 }
 
-void Fuser::commit(Group &group) {
-  if (group.ops.size() < 2)
+void Fuser::commit(Group &group, size_t minOps) {
+  if (group.ops.size() < minOps)
     return;
   for (Operation *op : group.ops)
     claimed.insert(op);
@@ -259,6 +262,26 @@ void Fuser::fuseBlockCasts(BlockQuantizeOp quantize) {
   commit(group);
 }
 
+void Fuser::fuseGroupedCasts(GroupedQuantizeOp quantize) {
+  // GroupedLinear (docs/grouped-linear.md): a tensor's per-group cast and
+  // its transposed cast (the K-major copy a backward GEMM reads) with the
+  // same scales and segments are one kernel that reads it once; every other
+  // grouped cast is a kernel region of its own.
+  Group group{{quantize.getOperation()}, "grouped_quantize"};
+  for (Operation *user : quantize.getInput().getUsers())
+    if (auto other = dyn_cast<GroupedQuantizeOp>(user);
+        other && other != quantize &&
+        other.getTranspose() != quantize.getTranspose() &&
+        other.getScale() == quantize.getScale() &&
+        other.getMSplits() == quantize.getMSplits() &&
+        getElementTypeOrSelf(other.getOutput().getType()) ==
+            getElementTypeOrSelf(quantize.getOutput().getType())) {
+      tryAdd(group, other);
+      break;
+    }
+  commit(group, /*minOps=*/1);
+}
+
 void Fuser::materialize(const Group &group) {
   SmallVector<Operation *> ops(group.ops);
   llvm::sort(ops, [&](Operation *a, Operation *b) {
@@ -347,6 +370,18 @@ void Fuser::run() {
   each([&](Operation *op) {
     if (auto quantize = dyn_cast<BlockQuantizeOp>(op))
       fuseBlockCasts(quantize);
+  });
+  each([&](Operation *op) {
+    if (auto quantize = dyn_cast<GroupedQuantizeOp>(op))
+      fuseGroupedCasts(quantize);
+  });
+  // The other grouped kernels: each is a region of its own.
+  each([&](Operation *op) {
+    if (isa<GroupedAmaxOp, GroupedBiasGradOp>(op)) {
+      Group group{
+          {op}, isa<GroupedAmaxOp>(op) ? "grouped_amax" : "grouped_bias_grad"};
+      commit(group, /*minOps=*/1);
+    }
   });
   for (const Group &group : groups)
     materialize(group);

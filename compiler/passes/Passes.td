@@ -11,7 +11,9 @@ def TEDecompose : Pass<"te-decompose", "mlir::func::FuncOp"> {
     primitive ops it computes: normalizations with their statistics, 2-D
     matmuls on flattened tokens, bias adds, activations, the attention core
     with rotary embeddings, dropout and residual adds, and the reshapes,
-    slices that connect them.
+    slices that connect them. `te.grouped_linear` (GroupedLinear) becomes
+    one `te.grouped_matmul` on the flattened tokens with `transpose_b`, the
+    per-group bias, the layer's recipe and role fprop.
 
     Dropout draws from a `tensor<2xi64>` function argument named
     `rng_state` (`[seed, offset]`), added when some dropout rate is non-zero;
@@ -41,6 +43,11 @@ def TEAutodiff : Pass<"te-autodiff", "mlir::ModuleOp"> {
     returns it as an extra result named `saved.<k>`, and the backward
     argument carries `te.forward_result = j`. Gradient arguments are named
     `grad.<result name>`, gradient results `grad.<argument name>`.
+
+    A te.grouped_matmul (rows form) gets the dgrad grouped GEMM (rows form,
+    the weights' transpose flipped), the wgrad grouped GEMM (contraction
+    form, `transpose_a`) and te.grouped_bias_grad, all reading the forward's
+    `m_splits` argument, which has no gradient (integer arguments never do).
   }];
   let dependentDialects = ["::mlir::te::TEDialect"];
 }
@@ -73,6 +80,17 @@ def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
     weight or gradient), no state; the backward's transposed operands are
     cast again from the high-precision tensor (docs/block-scaling.md).
 
+    A te.grouped_matmul with a recipe (GroupedLinear; DelayedScaling or
+    Float8CurrentScaling) becomes a te.grouped_scaled_matmul on operands
+    cast by te.grouped_quantize with one scale per group: DelayedScaling
+    gives each cast G consecutive slots of the meta vectors (te.slice of G
+    elements; its [G] amax joins the update in slot order), current scaling
+    runs te.grouped_amax and te.compute_scale on [G] vectors. The K-major
+    copies the backward reads (W^T [G, K, N] for dgrad, x^T [K, T] and
+    dY^T [N, T] for wgrad) are cast again from the high-precision tensor,
+    transposed, with the same scales. Float8BlockScaling and fp8_weights are
+    refused for grouped GEMMs; without a recipe they stay high precision.
+
     `recipe` overrides the GEMMs' own recipes: an attribute such as
     `#te.delayed_scaling<amax_history_len = 16>`, or `none` to run every
     GEMM in high precision.
@@ -102,7 +120,12 @@ def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
     FP8 cast + transpose (or amax); `cast_transpose`: a lone FP8 cast with its
     transpose; `block_quantize`: the block casts of one tensor (row-wise and
     transposed). Block-scaled GEMMs take only a residual (C) into their
-    `gemm` group.
+    `gemm` group. GroupedLinear's ops: each te.grouped_quantize,
+    te.grouped_amax and te.grouped_bias_grad is a region of its own
+    (`grouped_quantize`, `grouped_amax`, `grouped_bias_grad`), except that
+    a tensor's per-group cast and its transposed cast with the same scales
+    and `m_splits` share one `grouped_quantize` region; grouped GEMMs stay
+    outside te.fused, as library calls.
     A group grows only while it stays legal: no op outside the group between
     its first and last op may read a value computed inside it.
   }];

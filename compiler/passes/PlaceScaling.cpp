@@ -39,6 +39,9 @@ struct ForwardState {
   bool training;
   /// The FP8 copy of each GEMM operand of the forward function.
   DenseMap<Value, Fp8Value> operands;
+  /// The per-group FP8 copy of each grouped GEMM operand, by (operand,
+  /// m_splits; null for stacked weights).
+  DenseMap<std::pair<Value, Value>, Fp8Value> groupedOperands;
 };
 
 /// `value`'s FP8 copy oriented as te.scaled_matmul wants it: K-major.
@@ -84,6 +87,63 @@ LogicalResult replaceByScaled(MatmulOp matmul, Fp8Value a, Fp8Value b) {
   return success();
 }
 
+/// Rejects grouped FP8 GEMM shapes cuBLASLt cannot run (the segment sizes,
+/// known at run time, are the runtime's to check: multiples of 16).
+LogicalResult checkGroupedFp8Shape(GroupedMatmulOp matmul, Value a, Value b) {
+  auto shapeA = cast<RankedTensorType>(a.getType()).getShape();
+  auto shapeB = cast<RankedTensorType>(b.getType()).getShape();
+  StringRef role =
+      matmul.getRole() ? stringifyGemmRole(*matmul.getRole()) : "FP8";
+  if (matmul.isRowsForm()) {
+    // a [T, K], b [G, N, K]: K leads both; N is the output's width.
+    if (shapeA[1] % 16 != 0 || shapeB[1] % 8 != 0)
+      return matmul.emitOpError()
+             << "grouped " << role
+             << " GEMM in FP8 needs its contracting dim divisible by 16 and "
+                "its output width by 8, got K = "
+             << shapeA[1] << " and N = " << shapeB[1];
+    return success();
+  }
+  // a [M, T], b [N, T]: the segments are column ranges of the token dim.
+  if (shapeA[1] % 16 != 0 || shapeA[0] % 8 != 0 || shapeB[0] % 8 != 0)
+    return matmul.emitOpError()
+           << "grouped " << role
+           << " GEMM in FP8 needs the token count divisible by 16 and its "
+              "output dims by 8, got T = "
+           << shapeA[1] << ", " << shapeA[0] << " x " << shapeB[0];
+  return success();
+}
+
+/// Replaces `matmul` by a grouped FP8 GEMM of K-major operands: `a` [T, K]
+/// and `b` [G, N, K] (rows form), or `a` [M, T] and `b` [N, T]
+/// (contraction form).
+LogicalResult replaceByGroupedScaled(GroupedMatmulOp matmul, Fp8Value a,
+                                     Fp8Value b) {
+  if (failed(checkGroupedFp8Shape(matmul, a.data, b.data)))
+    return failure();
+  OpBuilder builder(matmul);
+  // As te.scaled_matmul: fast accumulation for fprop only.
+  bool fprop = !matmul.getRole() || *matmul.getRole() == GemmRole::fprop;
+  Value scaled = builder.create<GroupedScaledMatmulOp>(
+      matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv, b.scaleInv,
+      matmul.getMSplits(), matmul.getBias(),
+      fprop ? builder.getUnitAttr() : nullptr);
+  matmul.replaceAllUsesWith(scaled);
+  matmul.erase();
+  return success();
+}
+
+/// The recipes grouped GEMMs take: tensor scaling, delayed or current.
+LogicalResult checkGroupedRecipe(GroupedMatmulOp matmul,
+                                 FP8RecipeAttrInterface recipe) {
+  if (isa<BlockScalingAttr>(recipe))
+    return matmul.emitOpError()
+           << "is a grouped GEMM (GroupedLinear), which Float8BlockScaling "
+              "does not support yet; use DelayedScaling or "
+              "Float8CurrentScaling";
+  return success();
+}
+
 /// Finds the forward value that backward value `value` stands for: a forward
 /// argument, a saved forward result, or a view of one recomputed backward.
 Value forwardValueOf(Value value, func::FuncOp forward) {
@@ -119,6 +179,7 @@ public:
   }
 
   LogicalResult scale(MatmulOp matmul, FP8RecipeAttrInterface recipe);
+  LogicalResult scale(GroupedMatmulOp matmul, FP8RecipeAttrInterface recipe);
   void finish() {
     scaler.finish();
     pruneSavedValues();
@@ -198,6 +259,55 @@ LogicalResult BackwardScaler::scale(MatmulOp matmul,
                          kMajor(scaler, gradient, matmul.getTransposeA()), b);
 }
 
+LogicalResult BackwardScaler::scale(GroupedMatmulOp matmul,
+                                    FP8RecipeAttrInterface recipe) {
+  if (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop)
+    return matmul.emitOpError()
+           << "in a backward function must be a dgrad or wgrad GEMM";
+  if (failed(checkGroupedRecipe(matmul, recipe)))
+    return failure();
+  // dgrad (rows form: dY [T, N] by W [G, N, K], read transposed) and wgrad
+  // (contraction form: dY^T and X^T, both [., T]). Each operand is either a
+  // forward tensor, whose per-group FP8 copy the forward function made (and
+  // now saves, K-major), or a gradient computed here, cast per group in the
+  // backward format. The forward's m_splits is the backward's forward
+  // argument.
+  Value mSplits = matmul.getMSplits();
+  Value forwardSplits = forwardValueOf(mSplits, forward.function);
+  bool rows = matmul.isRowsForm();
+  auto operand = [&](Value value, bool grouped,
+                     bool transposed) -> FailureOr<Fp8Value> {
+    if (Value source = forwardValueOf(value, forward.function)) {
+      auto it = forward.groupedOperands.find(
+          {source, grouped ? forwardSplits : Value()});
+      if (it == forward.groupedOperands.end())
+        return matmul.emitOpError() << "reads a forward tensor that no FP8 "
+                                       "grouped forward GEMM quantized";
+      Fp8Value saved = kMajor(forward.scaler, it->second, transposed);
+      Fp8Value result = saved;
+      result.data = fromForward(saved.data);
+      result.scaleInv = fromForward(saved.scaleInv);
+      return result;
+    }
+    if (!grouped)
+      return matmul.emitOpError()
+             << "reads stacked matrices that are no forward tensor";
+    Fp8Value gradient = scaler.quantizeGrouped(
+        value, mSplits, recipe, recipe.getBackwardType(), matmul);
+    return kMajor(scaler, gradient, transposed);
+  };
+  FailureOr<Fp8Value> a = operand(matmul.getA(), /*grouped=*/true,
+                                  /*transposed=*/!rows);
+  if (failed(a))
+    return failure();
+  FailureOr<Fp8Value> b =
+      operand(matmul.getB(), /*grouped=*/!rows,
+              /*transposed=*/!rows || !matmul.getTransposeB());
+  if (failed(b))
+    return failure();
+  return replaceByGroupedScaled(matmul, *a, *b);
+}
+
 /// Erases ops whose results nobody reads: views that fed replaced GEMMs.
 void eraseDeadOps(func::FuncOp function) {
   for (Operation &op :
@@ -267,12 +377,17 @@ struct PlaceScalingPass
   void runOnOperation() override;
 
 private:
-  /// The recipe `matmul` runs under, or null for high precision.
-  FP8RecipeAttrInterface recipeOf(MatmulOp matmul) const {
+  /// The recipe `matmul` (te.matmul or te.grouped_matmul) runs under, or
+  /// null for high precision.
+  template <typename OpT> FP8RecipeAttrInterface recipeOf(OpT matmul) const {
     return overridden ? overrideRecipe : matmul.getFp8RecipeAttr();
   }
   LogicalResult parseOverride();
   LogicalResult scaleForward(ForwardState &state);
+  LogicalResult scaleForward(ForwardState &state, MatmulOp matmul,
+                             FP8RecipeAttrInterface recipe);
+  LogicalResult scaleForward(ForwardState &state, GroupedMatmulOp matmul,
+                             FP8RecipeAttrInterface recipe);
 
   bool overridden = false;
   FP8RecipeAttrInterface overrideRecipe;
@@ -352,32 +467,91 @@ LogicalResult checkHighPrecisionReads(func::FuncOp backward,
   return success();
 }
 
-LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
-  addFp8Weights(state);
-  SmallVector<MatmulOp> matmuls(state.function.getOps<MatmulOp>());
-  for (MatmulOp matmul : matmuls) {
-    FP8RecipeAttrInterface recipe = recipeOf(matmul);
-    if (!recipe)
+LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
+                                             MatmulOp matmul,
+                                             FP8RecipeAttrInterface recipe) {
+  FloatType fp8 = recipe.getForwardType();
+  if (isa<BlockScalingAttr>(recipe))
+    if (auto arg = dyn_cast<BlockArgument>(matmul.getB());
+        arg && state.function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
+      return matmul.emitOpError()
+             << "reads FP8 weight '"
+             << argumentName(state.function, arg.getArgNumber())
+             << "' (fp8_weights), which Float8BlockScaling does not "
+                "support yet; use DelayedScaling or Float8CurrentScaling";
+  // fprop: `a` is the layer's input, `b` its weight.
+  Fp8Value a = state.scaler.quantize(matmul.getA(), recipe, fp8, matmul,
+                                     OperandRole::input);
+  Fp8Value b = state.scaler.quantize(matmul.getB(), recipe, fp8, matmul,
+                                     OperandRole::weight);
+  state.operands[matmul.getA()] = a;
+  state.operands[matmul.getB()] = b;
+  return replaceByScaled(matmul,
+                         kMajor(state.scaler, a, matmul.getTransposeA()),
+                         kMajor(state.scaler, b, !matmul.getTransposeB()));
+}
+
+LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
+                                             GroupedMatmulOp matmul,
+                                             FP8RecipeAttrInterface recipe) {
+  if (failed(checkGroupedRecipe(matmul, recipe)))
+    return failure();
+  if (!matmul.isRowsForm())
+    return matmul.emitOpError()
+           << "in the contraction form is a wgrad GEMM, which belongs to a "
+              "backward function";
+  // fprop: `a` [T, K] is the layer's input, cast per row segment (the G
+  // input slots), `b` [G, ., .] its stacked weights, cast per matrix (the G
+  // weight slots).
+  FloatType fp8 = recipe.getForwardType();
+  Value mSplits = matmul.getMSplits();
+  Fp8Value a =
+      state.scaler.quantizeGrouped(matmul.getA(), mSplits, recipe, fp8, matmul);
+  Fp8Value b =
+      state.scaler.quantizeGrouped(matmul.getB(), Value(), recipe, fp8, matmul);
+  state.groupedOperands[{matmul.getA(), mSplits}] = a;
+  state.groupedOperands[{matmul.getB(), Value()}] = b;
+  return replaceByGroupedScaled(
+      matmul, a, kMajor(state.scaler, b, !matmul.getTransposeB()));
+}
+
+/// Refuses FP8 weights (fp8_weights) that grouped GEMMs read: GroupedLinear
+/// has no FP8-weight form yet.
+LogicalResult checkGroupedFp8Weights(func::FuncOp function) {
+  for (BlockArgument arg : function.getArguments()) {
+    if (!function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
       continue;
-    FloatType fp8 = recipe.getForwardType();
-    if (isa<BlockScalingAttr>(recipe))
-      if (auto arg = dyn_cast<BlockArgument>(matmul.getB());
-          arg && state.function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
-        return matmul.emitOpError()
+    for (Operation *user : arg.getUsers())
+      if (isa<GroupedMatmulOp>(user))
+        return user->emitOpError()
                << "reads FP8 weight '"
-               << argumentName(state.function, arg.getArgNumber())
-               << "' (fp8_weights), which Float8BlockScaling does not "
-                  "support yet; use DelayedScaling or Float8CurrentScaling";
-    // fprop: `a` is the layer's input, `b` its weight.
-    Fp8Value a = state.scaler.quantize(matmul.getA(), recipe, fp8, matmul,
-                                       OperandRole::input);
-    Fp8Value b = state.scaler.quantize(matmul.getB(), recipe, fp8, matmul,
-                                       OperandRole::weight);
-    state.operands[matmul.getA()] = a;
-    state.operands[matmul.getB()] = b;
-    if (failed(replaceByScaled(
-            matmul, kMajor(state.scaler, a, matmul.getTransposeA()),
-            kMajor(state.scaler, b, !matmul.getTransposeB()))))
+               << argumentName(function, arg.getArgNumber())
+               << "' (fp8_weights), which GroupedLinear does not support "
+                  "yet; drop fp8_weights for this layer";
+  }
+  return success();
+}
+
+LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
+  if (failed(checkGroupedFp8Weights(state.function)))
+    return failure();
+  addFp8Weights(state);
+  // In program order, so that meta slots follow the GEMMs.
+  SmallVector<Operation *> matmuls;
+  for (Operation &op : state.function.front())
+    if (isa<MatmulOp, GroupedMatmulOp>(op))
+      matmuls.push_back(&op);
+  for (Operation *op : matmuls) {
+    LogicalResult status = success();
+    if (auto matmul = dyn_cast<MatmulOp>(op)) {
+      if (FP8RecipeAttrInterface recipe = recipeOf(matmul))
+        status = scaleForward(state, matmul, recipe);
+    } else {
+      auto grouped = cast<GroupedMatmulOp>(op);
+      if (FP8RecipeAttrInterface recipe = recipeOf(grouped))
+        status = scaleForward(state, grouped, recipe);
+    }
+    if (failed(status))
       return failure();
   }
   state.scaler.finish();
@@ -391,6 +565,7 @@ void PlaceScalingPass::runOnOperation() {
   if (overridden && !overrideRecipe) {
     // `none`: the GEMMs stay in high precision, and say so.
     module.walk([](MatmulOp matmul) { matmul.removeFp8RecipeAttr(); });
+    module.walk([](GroupedMatmulOp matmul) { matmul.removeFp8RecipeAttr(); });
     for (auto function : module.getOps<func::FuncOp>())
       if (failed(checkFp8WeightUses(function)))
         return signalPassFailure();
@@ -422,11 +597,23 @@ void PlaceScalingPass::runOnOperation() {
       return signalPassFailure();
     }
     BackwardScaler scaler(backward, *it->second);
-    SmallVector<MatmulOp> matmuls(backward.getOps<MatmulOp>());
-    for (MatmulOp matmul : matmuls)
-      if (FP8RecipeAttrInterface recipe = recipeOf(matmul))
-        if (failed(scaler.scale(matmul, recipe)))
-          return signalPassFailure();
+    SmallVector<Operation *> matmuls;
+    for (Operation &op : backward.front())
+      if (isa<MatmulOp, GroupedMatmulOp>(op))
+        matmuls.push_back(&op);
+    for (Operation *op : matmuls) {
+      LogicalResult status = success();
+      if (auto matmul = dyn_cast<MatmulOp>(op)) {
+        if (FP8RecipeAttrInterface recipe = recipeOf(matmul))
+          status = scaler.scale(matmul, recipe);
+      } else {
+        auto grouped = cast<GroupedMatmulOp>(op);
+        if (FP8RecipeAttrInterface recipe = recipeOf(grouped))
+          status = scaler.scale(grouped, recipe);
+      }
+      if (failed(status))
+        return signalPassFailure();
+    }
     scaler.finish();
     if (failed(checkHighPrecisionReads(backward, it->second->function)))
       return signalPassFailure();

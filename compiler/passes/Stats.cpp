@@ -23,9 +23,12 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
   FunctionStats stats;
   stats.name = function.getName().str();
   function.walk([&](Operation *op) {
-    if (isa<MatmulOp, ScaledMatmulOp>(op)) {
+    // A grouped GEMM (GroupedLinear) counts once: one plan step, which the
+    // runtime runs as a cuBLASLt call per non-empty group.
+    if (isa<MatmulOp, ScaledMatmulOp, GroupedMatmulOp, GroupedScaledMatmulOp>(
+            op)) {
       ++stats.gemms;
-      stats.fp8Gemms += isa<ScaledMatmulOp>(op);
+      stats.fp8Gemms += isa<ScaledMatmulOp, GroupedScaledMatmulOp>(op);
     }
     if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       ++stats.attentions;
@@ -41,8 +44,9 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
     }
   });
   for (Operation &op : function.front()) {
-    bool libraryCall = isa<MatmulOp, ScaledMatmulOp, AttentionOp,
-                           AttentionBwdOp, KvCacheAttentionOp>(op);
+    bool libraryCall =
+        isa<MatmulOp, ScaledMatmulOp, GroupedMatmulOp, GroupedScaledMatmulOp,
+            AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op);
     if (auto fused = dyn_cast<FusedOp>(op))
       libraryCall = fused.getKind() == "gemm";
     bool view = isa<ReshapeOp>(op) || isMetaSlotRead(&op) ||

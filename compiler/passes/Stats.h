@@ -16,7 +16,9 @@ struct FunctionStats {
   /// (not views, not reads of a meta slot, not library calls, not
   /// all-reduces over ranks).
   int64_t kernels = 0;
-  /// GEMMs (cuBLASLt calls), FP8 or not, fused epilogues included.
+  /// GEMMs (cuBLASLt calls), FP8 or not, fused epilogues included; a
+  /// grouped GEMM (GroupedLinear) counts once, though the runtime calls
+  /// cuBLASLt once per non-empty group.
   int64_t gemms = 0, fp8Gemms = 0;
   /// Fused attention calls (cuDNN), forward or backward.
   int64_t attentions = 0;

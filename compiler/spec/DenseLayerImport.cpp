@@ -67,6 +67,36 @@ FailureOr<Value> tejit::spec::importLinear(LayerContext &ctx) {
                    /*segmented=*/false);
 }
 
+FailureOr<Value> tejit::spec::importGroupedLinear(LayerContext &ctx) {
+  // Transformer Engine's GroupedLinear (docs/grouped-linear.md): num_gemms
+  // Linears over consecutive token segments whose sizes, the function's
+  // `m_splits` input, are known only at run time. TE's weight0..weight{G-1}
+  // (bias0..) are stacked into one parameter.
+  SpecMap &layer = ctx.layer;
+  FailureOr<int64_t> groups = layer.requirePositive("num_gemms");
+  FailureOr<int64_t> in = layer.requirePositive("in_features");
+  FailureOr<int64_t> out = layer.requirePositive("out_features");
+  FailureOr<bool> bias = layer.getBool("bias", true);
+  if (failed(layer.finish()) || failed(groups) || failed(in) || failed(out) ||
+      failed(bias))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("in_features", *in);
+  if (failed(input))
+    return failure();
+  FailureOr<Value> mSplits =
+      ctx.state.mSplits(*groups, layer.valueLoc("num_gemms"));
+  if (failed(mSplits))
+    return failure();
+  LayerOpParts parts;
+  parts.add(*input);
+  parts.add(*mSplits);
+  parts.add(ctx.param("weight", {*groups, *out, *in}));
+  parts.addOptional(ctx.param("bias", {*groups, *out}, *bias));
+  parts.set("fp8_recipe", ctx.recipe);
+  return ctx.build(GroupedLinearOp::getOperationName(), parts,
+                   withWidth(*input, *out), /*segmented=*/false);
+}
+
 /// LayerNorm and RMSNorm share their keys; only LayerNorm has a bias.
 static FailureOr<Value> importNorm(LayerContext &ctx, Normalization norm) {
   SpecMap &layer = ctx.layer;

@@ -130,6 +130,24 @@ Value ImportState::cuSeqlensKv(Location loc) {
       RankedTensorType::get({batchSize + 1}, builder.getIntegerType(32)), loc);
 }
 
+FailureOr<Value> ImportState::mSplits(int64_t groups, Location loc) {
+  auto type = RankedTensorType::get({groups}, builder.getIntegerType(32));
+  if (Value existing = lookupInput("m_splits")) {
+    int64_t earlier = cast<RankedTensorType>(existing.getType()).getDimSize(0);
+    if (earlier == groups)
+      return existing;
+    InFlightDiagnostic diag = emitError(loc);
+    diag << "'num_gemms' is " << groups << ", but an earlier GroupedLinear has "
+         << earlier
+         << ": every GroupedLinear of a spec reads the one 'm_splits' input "
+            "(the tokens of each GEMM), so their num_gemms must agree";
+    diag.attachNote(*mSplitsLoc) << "the earlier num_gemms is here";
+    return diag;
+  }
+  mSplitsLoc = loc;
+  return addInput("m_splits", type, loc);
+}
+
 FailureOr<Operation *>
 ImportState::createLayerOp(StringRef opName, Location loc, LayerOpParts &parts,
                            TypeRange resultTypes, bool segmented) {

@@ -70,6 +70,10 @@ public:
   /// KV cache: the `cu_seqlens_kv` input (each sequence's length after the
   /// step, cumulated), added once.
   mlir::Value cuSeqlensKv(mlir::Location loc);
+  /// GroupedLinear: the `m_splits` input (i32 [groups], the tokens of each
+  /// GEMM), shared by every GroupedLinear of the spec; fails at `loc` (the
+  /// layer's `num_gemms`) when an earlier one has another number of GEMMs.
+  mlir::FailureOr<mlir::Value> mSplits(int64_t groups, mlir::Location loc);
 
   /// Creates a layer op; fails when the op does not verify.
   mlir::FailureOr<mlir::Operation *>
@@ -115,6 +119,8 @@ private:
   llvm::SmallVector<bool> argIsFp8Weight;
   llvm::StringMap<mlir::Value> inputsByName;
   llvm::SmallVector<std::pair<std::string, mlir::Location>> layerNames;
+  /// Where the first GroupedLinear gave its `num_gemms`.
+  std::optional<mlir::Location> mSplitsLoc;
   llvm::SmallVector<std::pair<std::string, mlir::Value>> results;
 };
 

@@ -120,6 +120,7 @@ struct TensorParallelOptions {
 using LayerImporter = mlir::FailureOr<mlir::Value> (*)(LayerContext &);
 
 mlir::FailureOr<mlir::Value> importLinear(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importGroupedLinear(LayerContext &ctx);
 mlir::FailureOr<mlir::Value> importLayerNorm(LayerContext &ctx);
 mlir::FailureOr<mlir::Value> importRMSNorm(LayerContext &ctx);
 mlir::FailureOr<mlir::Value> importLayerNormLinear(LayerContext &ctx);

@@ -345,9 +345,10 @@ layers:
                   "'type' in a layer must be one of Linear, LayerNorm, "
                   "RMSNorm, LayerNormLinear, LayerNormMLP, "
                   "DotProductAttention, MultiheadAttention, "
-                  "TransformerLayer, linear, layernorm, rmsnorm, "
-                  "layernorm_linear, layernorm_mlp, dot_product_attention, "
-                  "multihead_attention, transformer_layer; got "
+                  "TransformerLayer, GroupedLinear, linear, layernorm, "
+                  "rmsnorm, layernorm_linear, layernorm_mlp, "
+                  "dot_product_attention, multihead_attention, "
+                  "transformer_layer, grouped_linear; got "
                   "'TransformerLayr' (did you mean 'TransformerLayer'?)"},
         ErrorCase{"UnknownLayerType", "spec.yaml", R"(
 seq_length: 16
@@ -359,9 +360,10 @@ layers:
                   "'type' in a layer must be one of Linear, LayerNorm, "
                   "RMSNorm, LayerNormLinear, LayerNormMLP, "
                   "DotProductAttention, MultiheadAttention, "
-                  "TransformerLayer, linear, layernorm, rmsnorm, "
-                  "layernorm_linear, layernorm_mlp, dot_product_attention, "
-                  "multihead_attention, transformer_layer; got 'Conv2d'"},
+                  "TransformerLayer, GroupedLinear, linear, layernorm, "
+                  "rmsnorm, layernorm_linear, layernorm_mlp, "
+                  "dot_product_attention, multihead_attention, "
+                  "transformer_layer, grouped_linear; got 'Conv2d'"},
         ErrorCase{"LayerWithoutType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -371,7 +373,7 @@ layers:
                   4, 5,
                   "a layer needs 'type' (one of Linear, LayerNorm, RMSNorm, "
                   "LayerNormLinear, LayerNormMLP, DotProductAttention, "
-                  "MultiheadAttention, TransformerLayer)"},
+                  "MultiheadAttention, TransformerLayer, GroupedLinear)"},
         ErrorCase{"LayerWithMisspelledTypeKey", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -1298,6 +1298,8 @@ TEST_F(SpecImporter, ExamplesImportAndVerify) {
        {"te.transformer_layer", "te.transformer_layer"},
        23},
       {"gptj_small.yaml", {"te.transformer_layer", "te.transformer_layer"}, 26},
+      // input, m_splits, weight, bias.
+      {"grouped_linear_small.yaml", {"te.grouped_linear"}, 4},
       {"llama.yaml", {"te.transformer_layer"}, 8},
       // input, 10 + 6 parameters, rotary_pos_emb, cu_seqlens.
       {"packed_small.yaml",

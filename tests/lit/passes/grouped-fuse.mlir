@@ -1,0 +1,104 @@
+// RUN: te-opt %s --te-fuse --split-input-file | FileCheck %s
+// RUN: te-compile %examples/grouped_linear_small.yaml --emit=fused --recipe=current | FileCheck %s --check-prefix=PIPELINE
+
+// GroupedLinear's kernels (docs/grouped-linear.md). A tensor's per-group
+// cast and its transposed cast with the same scales and segments are one
+// "grouped_quantize" kernel (it reads the tensor once), for the row
+// segments of an activation as for stacked weights. The grouped GEMM stays
+// outside te.fused (a library call, as te.scaled_matmul), and so do the
+// reads of meta slots.
+// CHECK-LABEL: func.func @row_and_transposed_casts
+// CHECK:      %[[S:.*]] = te.slice %arg3[0]
+// CHECK-NEXT: %[[X:.*]]:3 = te.fused "grouped_quantize"(%arg0, %[[S]], %arg1)
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_quantize %{{.*}}, %{{.*}}, %{{.*}} :
+// CHECK-NEXT:   te.grouped_quantize %{{.*}}, %{{.*}}, %{{.*}} {transpose} :
+// CHECK-NEXT:   te.yield
+// CHECK:      %[[W:.*]]:3 = te.fused "grouped_quantize"(%arg2, %{{.*}})
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_quantize
+// CHECK-NEXT:   te.grouped_quantize {{.*}} {transpose}
+// CHECK-NEXT:   te.yield
+// CHECK-NOT:  te.fused
+// CHECK:      %[[Y:.*]] = te.grouped_scaled_matmul %[[X]]#0, %[[W]]#0, %{{.*}}, %{{.*}}, %arg1 bias(%arg4) {fast_accum}
+// CHECK-NEXT: te.concat %[[X]]#1, %[[W]]#1
+// CHECK:      return %[[Y]], %{{.*}}, %[[W]]#2, %[[X]]#2
+func.func @row_and_transposed_casts(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16>, %scale: tensor<8xf32>, %b: tensor<4x48xbf16>) -> (tensor<32x48xbf16>, tensor<8xf32>, tensor<4x64x48xf8E4M3FN>, tensor<64x32xf8E4M3FN>) {
+  %0 = te.slice %scale[0] : tensor<8xf32> -> tensor<4xf32>
+  %qx, %ax = te.grouped_quantize %x, %0, %m : (tensor<32x64xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<4xf32>)
+  %qxt, %axt = te.grouped_quantize %x, %0, %m {transpose} : (tensor<32x64xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<4xf32>)
+  %1 = te.slice %scale[4] : tensor<8xf32> -> tensor<4xf32>
+  %qw, %aw = te.grouped_quantize %w, %1 : (tensor<4x48x64xbf16>, tensor<4xf32>) -> (tensor<4x48x64xf8E4M3FN>, tensor<4xf32>)
+  %qwt, %awt = te.grouped_quantize %w, %1 {transpose} : (tensor<4x48x64xbf16>, tensor<4xf32>) -> (tensor<4x64x48xf8E4M3FN>, tensor<4xf32>)
+  %y = te.grouped_scaled_matmul %qx, %qw, %0, %1, %m bias(%b) {fast_accum} : (tensor<32x64xf8E4M3FN>, tensor<4x48x64xf8E4M3FN>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32>, tensor<4x48xbf16>) -> tensor<32x48xbf16>
+  %amaxes = te.concat %ax, %aw : tensor<4xf32>, tensor<4xf32> -> tensor<8xf32>
+  return %y, %amaxes, %qwt, %qxt : tensor<32x48xbf16>, tensor<8xf32>, tensor<4x64x48xf8E4M3FN>, tensor<64x32xf8E4M3FN>
+}
+
+// -----
+
+// Casts of one tensor with other scales (or other segments) are kernels of
+// their own; so is a lone cast (inference reads no transposed copy).
+// CHECK-LABEL: func.func @other_scales
+// CHECK:      te.fused "grouped_quantize"(%arg0, %arg2, %arg1) : {{.*}} -> tensor<32x64xf8E4M3FN> {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_quantize
+// CHECK-NEXT:   te.yield
+// CHECK:      te.fused "grouped_quantize"(%arg0, %arg3, %arg1) : {{.*}} -> tensor<64x32xf8E4M3FN> {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_quantize {{.*}} {transpose}
+// CHECK-NEXT:   te.yield
+// CHECK:      te.fused "grouped_quantize"(%arg0, %arg2, %arg4) : {{.*}} -> tensor<64x32xf8E4M3FN> {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_quantize {{.*}} {transpose}
+// CHECK-NEXT:   te.yield
+func.func @other_scales(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %s1: tensor<4xf32>, %s2: tensor<4xf32>, %m2: tensor<4xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<64x32xf8E4M3FN>, tensor<64x32xf8E4M3FN>) {
+  %q, %a = te.grouped_quantize %x, %s1, %m : (tensor<32x64xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<4xf32>)
+  %qt, %at = te.grouped_quantize %x, %s2, %m {transpose} : (tensor<32x64xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<4xf32>)
+  %qt2, %at2 = te.grouped_quantize %x, %s1, %m2 {transpose} : (tensor<32x64xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<4xf32>)
+  return %q, %qt, %qt2 : tensor<32x64xf8E4M3FN>, tensor<64x32xf8E4M3FN>, tensor<64x32xf8E4M3FN>
+}
+
+// -----
+
+// Current scaling's per-group amax and the bias gradient are kernels of
+// their own; te.compute_scale on the [G] vector stays a kernel outside
+// te.fused, as for per-tensor scales.
+// CHECK-LABEL: func.func @amax_and_bias_grad
+// CHECK:      %[[A:.*]] = te.fused "grouped_amax"(%arg0, %arg1) : (tensor<32x48xbf16>, tensor<4xi32>) -> tensor<4xf32> {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_amax
+// CHECK-NEXT:   te.yield
+// CHECK:      %[[S:.*]], %{{.*}} = te.compute_scale %[[A]]
+// CHECK:      te.fused "grouped_quantize"(%arg0, %[[S]], %arg1)
+// CHECK:      te.fused "grouped_bias_grad"(%arg0, %arg1) : (tensor<32x48xbf16>, tensor<4xi32>) -> tensor<4x48xbf16> {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_bias_grad
+// CHECK-NEXT:   te.yield
+func.func @amax_and_bias_grad(%dy: tensor<32x48xbf16>, %m: tensor<4xi32>) -> (tensor<32x48xf8E5M2>, tensor<48x32xf8E5M2>, tensor<4xf32>, tensor<4x48xbf16>) {
+  %a = te.grouped_amax %dy, %m : (tensor<32x48xbf16>, tensor<4xi32>) -> tensor<4xf32>
+  %s, %si = te.compute_scale %a {fp8_type = f8E5M2} : tensor<4xf32> -> tensor<4xf32>, tensor<4xf32>
+  %q, %qa = te.grouped_quantize %dy, %s, %m : (tensor<32x48xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<32x48xf8E5M2>, tensor<4xf32>)
+  %qt, %qta = te.grouped_quantize %dy, %s, %m {transpose} : (tensor<32x48xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<48x32xf8E5M2>, tensor<4xf32>)
+  %db = te.grouped_bias_grad %dy, %m : (tensor<32x48xbf16>, tensor<4xi32>) -> tensor<4x48xbf16>
+  return %q, %qt, %si, %db : tensor<32x48xf8E5M2>, tensor<48x32xf8E5M2>, tensor<4xf32>, tensor<4x48xbf16>
+}
+
+// The example spec under current scaling: the forward's amaxes, casts and
+// grouped GEMM; the backward's dY amax, cast pair, two GEMMs and bias
+// gradient.
+// PIPELINE-LABEL: func.func @grouped_linear_small(
+// PIPELINE:       te.fused "grouped_amax"
+// PIPELINE:       te.compute_scale
+// PIPELINE:       te.fused "grouped_quantize"
+// PIPELINE:       te.fused "grouped_amax"
+// PIPELINE:       te.compute_scale
+// PIPELINE:       te.fused "grouped_quantize"
+// PIPELINE:       te.grouped_scaled_matmul {{.*}} {fast_accum}
+// PIPELINE-LABEL: func.func @grouped_linear_small_backward(
+// PIPELINE:       te.fused "grouped_amax"
+// PIPELINE:       te.compute_scale {{.*}} {fp8_type = f8E5M2}
+// PIPELINE:       te.fused "grouped_quantize"
+// PIPELINE:       te.grouped_scaled_matmul
+// PIPELINE-NEXT:  te.grouped_scaled_matmul
+// PIPELINE-NEXT:  te.fused "grouped_bias_grad"
