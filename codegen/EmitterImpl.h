@@ -117,6 +117,13 @@ llvm::Error emitCopy(KernelBuilder &builder,
 /// te.block_quantize casts of one input (Float8BlockScaling).
 llvm::Error emitBlockQuantize(KernelBuilder &builder,
                               std::vector<EmittedKernel> &kernels);
+/// GroupedLinear's per-group casts: te.grouped_quantize casts of one input
+/// (a row-major and a transposed copy read it once), or te.grouped_amax.
+llvm::Error emitGroupedCast(KernelBuilder &builder,
+                            std::vector<EmittedKernel> &kernels);
+/// te.grouped_bias_grad: per-segment column sums.
+llvm::Error emitGroupedBiasGrad(KernelBuilder &builder,
+                                std::vector<EmittedKernel> &kernels);
 
 } // namespace tejit::codegen
 

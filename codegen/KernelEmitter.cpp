@@ -42,6 +42,9 @@ std::string tejit::codegen::elementTypeName(Type type) {
     return "tj_bool";
   if (type.isInteger(64))
     return "tj_i64";
+  // m_splits (GroupedLinear's segment sizes).
+  if (type.isInteger(32))
+    return "int";
   return "";
 }
 
@@ -176,8 +179,8 @@ KernelBuilder::KernelBuilder(const KernelGroup &group, std::string name,
     for (int n = 1; !used.insert(unique).second; ++n)
       unique = base + "_" + std::to_string(n);
     Operation *def = inner.getDefiningOp();
-    bool isAmax = def && (isa<AmaxOp>(def) ||
-                          (isa<QuantizeOp>(def) &&
+    bool isAmax = def && (isa<AmaxOp, GroupedAmaxOp>(def) ||
+                          (isa<QuantizeOp, GroupedQuantizeOp>(def) &&
                            cast<OpResult>(inner).getResultNumber() == 1));
     paramIndex[inner] = params.size();
     params.push_back({group.outerOf(inner), unique,
@@ -302,7 +305,8 @@ static KernelGroup groupOf(Operation *op) {
 /// collectives over ranks (amax all-reduces, tensor-parallel sums, gathers
 /// and scatters: runtime steps).
 static bool needsNoKernel(Operation *op) {
-  return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, AttentionOp, AttentionBwdOp,
+  return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, GroupedMatmulOp,
+             GroupedScaledMatmulOp, AttentionOp, AttentionBwdOp,
              KvCacheAttentionOp, AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp,
              TpReduceScatterOp, func::ReturnOp>(op) ||
          isMetaSlotRead(op) || isAttentionInputSlice(op) ||
@@ -328,6 +332,10 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitCopy(builder, kernels);
   if (isa<BlockQuantizeOp>(first))
     return emitBlockQuantize(builder, kernels);
+  if (isa<GroupedQuantizeOp, GroupedAmaxOp>(first))
+    return emitGroupedCast(builder, kernels);
+  if (isa<GroupedBiasGradOp>(first))
+    return emitGroupedBiasGrad(builder, kernels);
   if (isa<RotaryOp>(first) && group.ops.size() == 1)
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {

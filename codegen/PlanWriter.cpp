@@ -6,6 +6,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace mlir::te;
@@ -55,6 +56,30 @@ StringRef scalingName(int64_t scaling) {
   }
 }
 
+/// Whether a grouped op reads `value` as its m_splits, directly or as the
+/// argument of a te.fused region (docs/grouped-linear.md): the caller
+/// passes such a function argument in host memory.
+bool readAsMSplits(Value value) {
+  for (OpOperand &use : value.getUses()) {
+    Operation *user = use.getOwner();
+    if (auto fused = dyn_cast<FusedOp>(user)) {
+      if (readAsMSplits(
+              fused.getBody().front().getArgument(use.getOperandNumber())))
+        return true;
+      continue;
+    }
+    Value mSplits =
+        llvm::TypeSwitch<Operation *, Value>(user)
+            .Case<GroupedMatmulOp, GroupedScaledMatmulOp, GroupedBiasGradOp,
+                  GroupedQuantizeOp, GroupedAmaxOp>(
+                [](auto op) -> Value { return op.getMSplits(); })
+            .Default([](Operation *) { return Value(); });
+    if (mSplits == value)
+      return true;
+  }
+  return false;
+}
+
 /// Writes one function: its values (with their storage) and its steps.
 class FunctionPlan {
 public:
@@ -73,6 +98,7 @@ private:
   json::Object gemmStep(Operation *gemm, ValueRange outerOperands,
                         ValueRange outerResults, Block *region);
   json::Object attentionStep(Operation *op);
+  json::Object groupedGemmStep(Operation *op);
 
   func::FuncOp function;
   DenseMap<Operation *, SmallVector<const BuiltKernel *>> kernelsOf;
@@ -219,6 +245,45 @@ json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
   return step;
 }
 
+/// te.grouped_matmul / te.grouped_scaled_matmul (docs/grouped-linear.md):
+/// one cuBLASLt GEMM per non-empty group, which the runtime issues from the
+/// host m_splits.
+json::Object FunctionPlan::groupedGemmStep(Operation *op) {
+  Value a = op->getOperand(0), b = op->getOperand(1), mSplits, bias;
+  bool rows;
+  json::Object step{{"kind", "grouped_gemm"}, {"op", "grouped_gemm"}};
+  if (auto scaled = dyn_cast<GroupedScaledMatmulOp>(op)) {
+    mSplits = scaled.getMSplits();
+    bias = scaled.getBias();
+    rows = scaled.isRowsForm();
+    step["fp8"] = true;
+    step["a_scale_inv"] = id(scaled.getAScaleInv());
+    step["b_scale_inv"] = id(scaled.getBScaleInv());
+    step["fast_accum"] = scaled.getFastAccum();
+  } else {
+    auto matmul = cast<GroupedMatmulOp>(op);
+    mSplits = matmul.getMSplits();
+    bias = matmul.getBias();
+    rows = matmul.isRowsForm();
+    step["fp8"] = false;
+    step["transpose_a"] = matmul.getTransposeA();
+    step["transpose_b"] = matmul.getTransposeB();
+  }
+  Value out = op->getResult(0);
+  step["form"] = rows ? "rows" : "contraction";
+  step["a"] = id(a);
+  step["b"] = id(b);
+  step["m_splits"] = id(mSplits);
+  step["out"] = id(out);
+  step["a_type"] = typeString(a.getType());
+  step["b_type"] = typeString(b.getType());
+  step["out_type"] = typeString(out.getType());
+  step["groups"] = cast<RankedTensorType>(mSplits.getType()).getDimSize(0);
+  if (bias)
+    step["bias"] = id(bias);
+  return step;
+}
+
 json::Object FunctionPlan::attentionStep(Operation *op) {
   json::Array operands, results;
   for (Value operand : op->getOperands())
@@ -307,6 +372,8 @@ json::Array FunctionPlan::steps() {
           steps.push_back(
               gemmStep(&inner, fused.getInputs(), fused.getResults(), &body));
     }
+    if (isa<GroupedMatmulOp, GroupedScaledMatmulOp>(op))
+      steps.push_back(groupedGemmStep(&op));
     if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       steps.push_back(attentionStep(&op));
     if (auto reduce = dyn_cast<AmaxAllReduceOp>(op))
@@ -349,6 +416,9 @@ llvm::Expected<json::Object> FunctionPlan::write() {
   for (BlockArgument arg : function.getArguments()) {
     json::Object object = named(function.getArgAttrDict(arg.getArgNumber()));
     object["value"] = id(arg);
+    // m_splits: G int32 values the caller passes in host memory.
+    if (readAsMSplits(arg))
+      object["host"] = true;
     arguments.push_back(std::move(object));
   }
   auto returned = cast<func::ReturnOp>(function.front().getTerminator());
@@ -396,7 +466,9 @@ tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
   }
   return json::Object{{"format", "tejit-plan"},
                       // 3: update kernels may write the state in place.
-                      {"version", 4},
+                      // 4: kernels take a skip flag. 5: host arguments
+                      // (m_splits) and grouped_gemm steps.
+                      {"version", 5},
                       {"arch", arch},
                       {"build_id", tejit::buildId()},
                       {"functions", std::move(functions)}};

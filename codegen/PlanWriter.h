@@ -3,8 +3,9 @@
 // A plan (docs/plan-format.md) lists, per function, where every value lives
 // (an argument, a result, an arena offset, or a view of another value) and
 // the steps to run in order: generated kernels with their binaries and
-// launch geometry, GEMMs with their operands and epilogue, attention calls,
-// and amax reductions.
+// launch geometry, GEMMs with their operands and epilogue, grouped GEMMs
+// (GroupedLinear, over the segments of a host m_splits argument), attention
+// calls, and amax reductions.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_CODEGEN_PLANWRITER_H

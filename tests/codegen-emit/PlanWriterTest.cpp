@@ -4,8 +4,11 @@
 // DelayedScaling: every FP8 GEMM step says how each operand is scaled
 // ("a_scaling", "b_scaling"), block-scaled ones with the scale_inv shapes
 // of dialects/BlockScaleLayout.h, no fast accumulation and no epilogue;
-// GEMMs without FP8 have neither key. (The kernels' binaries play no part:
-// the plan only names them.)
+// GEMMs without FP8 have neither key. GroupedLinear's hand-written forward
+// and backward (docs/grouped-linear.md): m_splits arguments marked "host",
+// grouped_gemm steps with their form, operands, per-group scale inverses or
+// transposes. (The kernels' binaries play no part: the plan only names
+// them.)
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/PlanWriter.h"
@@ -17,6 +20,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -167,6 +171,228 @@ TEST(PlanWriterTest, HighPrecisionGemmsHaveNoScaling) {
     EXPECT_EQ(gemm.step->get("a_scaling"), nullptr);
     EXPECT_EQ(gemm.step->get("b_scaling"), nullptr);
   }
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedLinear: host arguments and grouped_gemm steps
+//===----------------------------------------------------------------------===//
+
+/// A GroupedLinear's forward under FP8 and a high-precision backward, as
+/// te-place-scaling and te-fuse leave them (docs/grouped-linear.md): the
+/// casts in te.fused regions, the grouped GEMMs outside.
+constexpr const char *kGroupedModule = R"mlir(
+func.func @fwd(%x: tensor<64x32xbf16> {te.name = "x"},
+               %m: tensor<4xi32> {te.name = "m_splits"},
+               %w: tensor<4x48x32xbf16> {te.name = "weight", te.parameter},
+               %b: tensor<4x48xbf16> {te.name = "bias", te.parameter},
+               %sx: tensor<4xf32> {te.name = "scale_x"},
+               %six: tensor<4xf32> {te.name = "scale_inv_x"},
+               %sw: tensor<4xf32> {te.name = "scale_w"},
+               %siw: tensor<4xf32> {te.name = "scale_inv_w"})
+    -> (tensor<64x48xbf16> {te.name = "y"}, tensor<32x64xf8E4M3FN> {te.name = "xt"}, tensor<4xf32> {te.name = "amax_x"}) {
+  %qx:3 = te.fused "grouped_quantize"(%x, %sx, %m) : (tensor<64x32xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<4xf32>, tensor<32x64xf8E4M3FN>) {
+  ^bb0(%x0: tensor<64x32xbf16>, %s0: tensor<4xf32>, %m0: tensor<4xi32>):
+    %q, %a = te.grouped_quantize %x0, %s0, %m0 : (tensor<64x32xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<4xf32>)
+    %qt, %at = te.grouped_quantize %x0, %s0, %m0 {transpose} : (tensor<64x32xbf16>, tensor<4xf32>, tensor<4xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<4xf32>)
+    te.yield %q, %a, %qt : tensor<64x32xf8E4M3FN>, tensor<4xf32>, tensor<32x64xf8E4M3FN>
+  }
+  %qw:2 = te.fused "grouped_quantize"(%w, %sw) : (tensor<4x48x32xbf16>, tensor<4xf32>) -> (tensor<4x48x32xf8E4M3FN>, tensor<4xf32>) {
+  ^bb0(%w0: tensor<4x48x32xbf16>, %s1: tensor<4xf32>):
+    %q, %a = te.grouped_quantize %w0, %s1 : (tensor<4x48x32xbf16>, tensor<4xf32>) -> (tensor<4x48x32xf8E4M3FN>, tensor<4xf32>)
+    te.yield %q, %a : tensor<4x48x32xf8E4M3FN>, tensor<4xf32>
+  }
+  %y = te.grouped_scaled_matmul %qx#0, %qw#0, %six, %siw, %m bias(%b) {fast_accum} : (tensor<64x32xf8E4M3FN>, tensor<4x48x32xf8E4M3FN>, tensor<4xf32>, tensor<4xf32>, tensor<4xi32>, tensor<4x48xbf16>) -> tensor<64x48xbf16>
+  return %y, %qx#2, %qx#1 : tensor<64x48xbf16>, tensor<32x64xf8E4M3FN>, tensor<4xf32>
+}
+
+func.func @fwd_backward(%dy: tensor<64x48xbf16> {te.name = "grad_y"},
+                        %x: tensor<64x32xbf16> {te.forward_arg = 0 : i64},
+                        %m: tensor<4xi32> {te.forward_arg = 1 : i64},
+                        %w: tensor<4x48x32xbf16> {te.forward_arg = 2 : i64})
+    -> (tensor<64x32xbf16> {te.name = "grad.x", te.grad_of = 0 : i64}, tensor<4x48x32xbf16> {te.name = "grad.weight", te.grad_of = 2 : i64}, tensor<4x48xbf16> {te.name = "grad.bias", te.grad_of = 3 : i64})
+    attributes {te.backward_of = @fwd} {
+  %dx = te.grouped_matmul %dy, %w, %m : (tensor<64x48xbf16>, tensor<4x48x32xbf16>, tensor<4xi32>) -> tensor<64x32xbf16>
+  %dw = te.grouped_matmul %dy, %x, %m {transpose_a} : (tensor<64x48xbf16>, tensor<64x32xbf16>, tensor<4xi32>) -> tensor<4x48x32xbf16>
+  %db = te.fused "grouped_bias_grad"(%dy, %m) : (tensor<64x48xbf16>, tensor<4xi32>) -> tensor<4x48xbf16> {
+  ^bb0(%g: tensor<64x48xbf16>, %n: tensor<4xi32>):
+    %r = te.grouped_bias_grad %g, %n : (tensor<64x48xbf16>, tensor<4xi32>) -> tensor<4x48xbf16>
+    te.yield %r : tensor<4x48xbf16>
+  }
+  return %dx, %dw, %db : tensor<64x32xbf16>, tensor<4x48x32xbf16>, tensor<4x48xbf16>
+}
+)mlir";
+
+/// The plan of kGroupedModule (its kernels emitted, no binaries).
+json::Value groupedPlan() {
+  MLIRContext context;
+  context.loadDialect<te::TEDialect, func::FuncDialect>();
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(kGroupedModule, ParserConfig(&context));
+  EXPECT_TRUE(module);
+  if (!module)
+    return nullptr;
+  auto kernels = tejit::codegen::emitKernels(*module);
+  EXPECT_TRUE(bool(kernels)) << llvm::toString(kernels.takeError());
+  if (!kernels)
+    return nullptr;
+  std::vector<tejit::codegen::BuiltKernel> built;
+  for (const tejit::codegen::EmittedKernel &kernel : *kernels)
+    built.push_back({&kernel, "", true, "sm_90a"});
+  auto plan = tejit::codegen::writePlan(*module, built, "sm_90a");
+  EXPECT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  if (!plan)
+    return nullptr;
+  return std::move(*plan);
+}
+
+/// A function of a plan with its interface by name and its value types.
+struct PlannedFunction {
+  const json::Object *fields = nullptr;
+  /// te.name (or, in a backward, "forward_arg <i>") -> the entry.
+  std::map<std::string, const json::Object *> arguments;
+  std::vector<int64_t> results;
+  std::map<int64_t, std::string> types;
+
+  int64_t argument(const std::string &name) const {
+    return *arguments.at(name)->getInteger("value");
+  }
+  std::vector<const json::Object *> steps(llvm::StringRef kind) const {
+    std::vector<const json::Object *> found;
+    for (const json::Value &step : *fields->getArray("steps"))
+      if (step.getAsObject()->getString("kind") == kind)
+        found.push_back(step.getAsObject());
+    return found;
+  }
+};
+
+PlannedFunction plannedFunction(const json::Value &plan, llvm::StringRef name) {
+  PlannedFunction function;
+  for (const json::Value &entry : *plan.getAsObject()->getArray("functions"))
+    if (entry.getAsObject()->getString("name") == name)
+      function.fields = entry.getAsObject();
+  EXPECT_NE(function.fields, nullptr) << name.str();
+  if (!function.fields)
+    return function;
+  for (const json::Value &entry : *function.fields->getArray("arguments")) {
+    const json::Object &object = *entry.getAsObject();
+    std::string key =
+        object.getString("te.name")
+            ? object.getString("te.name")->str()
+            : "forward_arg " +
+                  std::to_string(
+                      object.getInteger("te.forward_arg").value_or(-1));
+    function.arguments[key] = &object;
+  }
+  for (const json::Value &entry : *function.fields->getArray("results"))
+    function.results.push_back(*entry.getAsObject()->getInteger("value"));
+  for (const json::Value &value : *function.fields->getArray("values"))
+    function.types[*value.getAsObject()->getInteger("id")] =
+        value.getAsObject()->getString("type")->str();
+  return function;
+}
+
+TEST(PlanWriterTest, MSplitsArgumentsLiveOnTheHost) {
+  json::Value plan = groupedPlan();
+  ASSERT_NE(plan.kind(), json::Value::Null);
+  // Host arguments and grouped_gemm steps came with version 5.
+  EXPECT_EQ(plan.getAsObject()->getInteger("version"), 5);
+  PlannedFunction forward = plannedFunction(plan, "fwd");
+  PlannedFunction backward = plannedFunction(plan, "fwd_backward");
+  ASSERT_TRUE(forward.fields && backward.fields);
+  // m_splits, read by the casts' region and the GEMM in the forward and by
+  // the GEMMs and the bias gradient's region in the backward.
+  for (auto [function, name] :
+       {std::pair{&forward, "m_splits"}, std::pair{&backward, "forward_arg 1"}})
+    for (auto &[key, entry] : function->arguments)
+      EXPECT_EQ(entry->getBoolean("host"),
+                key == name ? std::optional<bool>(true) : std::nullopt)
+          << key;
+  EXPECT_EQ(forward.types[forward.argument("m_splits")], "tensor<4xi32>");
+  // Kernel steps take the argument's value like any other (the runtime
+  // passes its device copy).
+  std::vector<const json::Object *> kernels = forward.steps("kernel");
+  ASSERT_EQ(kernels.size(), 2u);
+  auto argsOf = [](const json::Object *step) {
+    std::vector<std::pair<int64_t, bool>> args;
+    for (const json::Value &arg : *step->getArray("args"))
+      args.push_back({*arg.getAsObject()->getInteger("value"),
+                      *arg.getAsObject()->getBoolean("zero_before_launch")});
+    return args;
+  };
+  auto xArgs = argsOf(kernels[0]);
+  EXPECT_NE(llvm::find(xArgs, std::pair{forward.argument("m_splits"), false}),
+            xArgs.end());
+  // The x casts' amax (returned) is accumulated: zeroed first.
+  EXPECT_NE(llvm::find(xArgs, std::pair{forward.results[2], true}),
+            xArgs.end());
+  // The stacked weight casts read no m_splits.
+  EXPECT_EQ(argsOf(kernels[1]).size(), 4u);
+  std::vector<const json::Object *> backwardKernels = backward.steps("kernel");
+  ASSERT_EQ(backwardKernels.size(), 1u);
+  EXPECT_NE(llvm::find(argsOf(backwardKernels[0]),
+                       std::pair{backward.argument("forward_arg 1"), false}),
+            argsOf(backwardKernels[0]).end());
+}
+
+TEST(PlanWriterTest, GroupedGemmSteps) {
+  json::Value plan = groupedPlan();
+  ASSERT_NE(plan.kind(), json::Value::Null);
+  PlannedFunction forward = plannedFunction(plan, "fwd");
+  PlannedFunction backward = plannedFunction(plan, "fwd_backward");
+  ASSERT_TRUE(forward.fields && backward.fields);
+  EXPECT_TRUE(forward.steps("gemm").empty());
+
+  // FP8 fprop: rows form, TN, per-group scale_inv vectors, the bias.
+  std::vector<const json::Object *> fprop = forward.steps("grouped_gemm");
+  ASSERT_EQ(fprop.size(), 1u);
+  const json::Object &f = *fprop[0];
+  EXPECT_EQ(f.getString("op"), "grouped_gemm");
+  EXPECT_EQ(f.getString("form"), "rows");
+  EXPECT_EQ(f.getBoolean("fp8"), true);
+  EXPECT_EQ(f.getBoolean("fast_accum"), true);
+  EXPECT_EQ(f.getInteger("groups"), 4);
+  EXPECT_EQ(f.getInteger("m_splits"), forward.argument("m_splits"));
+  EXPECT_EQ(f.getInteger("a_scale_inv"), forward.argument("scale_inv_x"));
+  EXPECT_EQ(f.getInteger("b_scale_inv"), forward.argument("scale_inv_w"));
+  EXPECT_EQ(f.getInteger("bias"), forward.argument("bias"));
+  EXPECT_EQ(f.getInteger("out"), forward.results[0]);
+  EXPECT_EQ(f.getString("a_type"), "tensor<64x32xf8E4M3FN>");
+  EXPECT_EQ(f.getString("b_type"), "tensor<4x48x32xf8E4M3FN>");
+  EXPECT_EQ(f.getString("out_type"), "tensor<64x48xbf16>");
+  EXPECT_EQ(forward.types[*f.getInteger("a")], "tensor<64x32xf8E4M3FN>");
+  EXPECT_EQ(forward.types[*f.getInteger("b")], "tensor<4x48x32xf8E4M3FN>");
+  EXPECT_EQ(f.get("transpose_a"), nullptr);
+  EXPECT_EQ(f.get("transpose_b"), nullptr);
+  // The steps run after the casts that make their operands.
+  const json::Array &steps = *forward.fields->getArray("steps");
+  EXPECT_EQ(steps.back().getAsObject()->getString("kind"), "grouped_gemm");
+
+  // High precision: dgrad (rows, no transposes, no bias) and wgrad
+  // (contraction, transpose_a), in program order.
+  std::vector<const json::Object *> gemms = backward.steps("grouped_gemm");
+  ASSERT_EQ(gemms.size(), 2u);
+  const json::Object &dgrad = *gemms[0], &wgrad = *gemms[1];
+  for (const json::Object *step : gemms) {
+    EXPECT_EQ(step->getBoolean("fp8"), false);
+    EXPECT_EQ(step->get("a_scale_inv"), nullptr);
+    EXPECT_EQ(step->get("fast_accum"), nullptr);
+    EXPECT_EQ(step->get("bias"), nullptr);
+    EXPECT_EQ(step->getInteger("groups"), 4);
+    EXPECT_EQ(step->getInteger("m_splits"), backward.argument("forward_arg 1"));
+    EXPECT_EQ(step->getInteger("a"), backward.argument("grad_y"));
+  }
+  EXPECT_EQ(dgrad.getString("form"), "rows");
+  EXPECT_EQ(dgrad.getBoolean("transpose_a"), false);
+  EXPECT_EQ(dgrad.getBoolean("transpose_b"), false);
+  EXPECT_EQ(dgrad.getInteger("b"), backward.argument("forward_arg 2"));
+  EXPECT_EQ(dgrad.getInteger("out"), backward.results[0]);
+  EXPECT_EQ(dgrad.getString("out_type"), "tensor<64x32xbf16>");
+  EXPECT_EQ(wgrad.getString("form"), "contraction");
+  EXPECT_EQ(wgrad.getBoolean("transpose_a"), true);
+  EXPECT_EQ(wgrad.getBoolean("transpose_b"), false);
+  EXPECT_EQ(wgrad.getInteger("b"), backward.argument("forward_arg 0"));
+  EXPECT_EQ(wgrad.getInteger("out"), backward.results[1]);
+  EXPECT_EQ(wgrad.getString("out_type"), "tensor<4x48x32xbf16>");
 }
 
 } // namespace

@@ -1,0 +1,461 @@
+//===- GroupedEmitTest.cpp - GroupedLinear's kernels, compiled ------------===//
+//
+// The CUDA emitter on the grouped ops of docs/grouped-linear.md, standalone
+// and in the te.fused regions te-fuse makes of them ("grouped_quantize",
+// "grouped_amax", "grouped_bias_grad"), over shapes and types that take
+// each path of codegen/GroupedKernels.cpp: row segments (m_splits) and
+// stacked groups; whole and partial tiles; 16-byte to 1-element vectors;
+// transposed copies as words and byte by byte; E4M3 and E5M2; bias
+// gradients in one pass and split over blocks; te.compute_scale on [G].
+// Every kernel is compiled with NVRTC for sm_90a and sm_89 (no GPU
+// needed); tests/gpu/grouped_kernels_check.cpp runs them on a GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/KernelEmitter.h"
+#include "codegen/NvrtcCompiler.h"
+#include "dialects/TEDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using tejit::codegen::EmittedKernel;
+
+namespace {
+
+/// A te.grouped_quantize (or, with no fp8 type, te.grouped_amax) kernel:
+/// input [rows, cols] with `groups` segments, or stacked [groups, rows,
+/// cols] when `stacked`.
+struct CastCase {
+  int64_t groups, rows, cols;
+  bool stacked;
+  const char *input;
+  /// The casts: row-major, transposed (both: one fused kernel).
+  bool rowwise, transposed;
+  const char *fp8;
+};
+
+std::string tensor(llvm::ArrayRef<int64_t> shape, llvm::StringRef element) {
+  std::string text = "tensor<";
+  for (int64_t dim : shape)
+    text += std::to_string(dim) + "x";
+  return text + element.str() + ">";
+}
+
+/// The input's shape, and the transposed output's.
+std::vector<int64_t> inputShape(const CastCase &c) {
+  if (c.stacked)
+    return {c.groups, c.rows, c.cols};
+  return {c.rows, c.cols};
+}
+std::vector<int64_t> transposedShape(const CastCase &c) {
+  if (c.stacked)
+    return {c.groups, c.cols, c.rows};
+  return {c.cols, c.rows};
+}
+
+/// One te.grouped_quantize of region values `x`, `s` (and `m`).
+std::string quantizeOp(const CastCase &c, bool transpose, llvm::StringRef q,
+                       llvm::StringRef amax) {
+  std::string g = tensor({c.groups}, "f32");
+  std::string in = tensor(inputShape(c), c.input);
+  std::string out =
+      tensor(transpose ? transposedShape(c) : inputShape(c), c.fp8);
+  std::string operands = c.stacked ? "%x, %s" : "%x, %s, %m";
+  std::string types = c.stacked
+                          ? in + ", " + g
+                          : in + ", " + g + ", " + tensor({c.groups}, "i32");
+  return llvm::formatv("{0}, {1} = te.grouped_quantize {2}{3} : ({4}) -> ({5}, "
+                       "{6})",
+                       q, amax, operands, transpose ? " {transpose}" : "",
+                       types, out, g)
+      .str();
+}
+
+/// A function `name` holding the case's casts in one te.fused
+/// "grouped_quantize" region (te-fuse's form), its results the FP8 copies
+/// and their amaxes.
+std::string castFunction(llvm::StringRef name, const CastCase &c) {
+  std::string g = tensor({c.groups}, "f32");
+  std::string in = tensor(inputShape(c), c.input);
+  std::string m = tensor({c.groups}, "i32");
+  std::string args = "%a: " + in + ", %sa: " + g;
+  std::string inputs = "%a, %sa", inputTypes = in + ", " + g;
+  std::string blockArgs = "%x: " + in + ", %s: " + g;
+  if (!c.stacked) {
+    args += ", %ma: " + m + " {te.name = \"m_splits\"}";
+    inputs += ", %ma";
+    inputTypes += ", " + m;
+    blockArgs += ", %m: " + m;
+  }
+  std::string body, yields, resultTypes;
+  auto add = [&](bool transpose, llvm::StringRef suffix) {
+    body += "    " +
+            quantizeOp(c, transpose, ("%q" + suffix).str(),
+                       ("%amax" + suffix).str()) +
+            "\n";
+    yields += std::string(yields.empty() ? "" : ", ") + "%q" + suffix.str() +
+              ", %amax" + suffix.str();
+    resultTypes +=
+        std::string(resultTypes.empty() ? "" : ", ") +
+        tensor(transpose ? transposedShape(c) : inputShape(c), c.fp8) + ", " +
+        g;
+  };
+  if (c.rowwise)
+    add(false, "r");
+  if (c.transposed)
+    add(true, "t");
+  size_t results = (c.rowwise + c.transposed) * 2;
+  std::string returns;
+  for (size_t i = 0; i < results; ++i)
+    returns += std::string(i ? ", " : "") + "%r#" + std::to_string(i);
+  return llvm::formatv(R"mlir(
+func.func @{0}({1}) -> ({2}) {{
+  %r:{3} = te.fused "grouped_quantize"({4}) : ({5}) -> ({2}) {{
+  ^bb0({6}):
+{7}    te.yield {8} : {2}
+  }
+  return {9} : {2}
+}
+)mlir",
+                       name, args, resultTypes, results, inputs, inputTypes,
+                       blockArgs, body, yields, returns)
+      .str();
+}
+
+const CastCase kCasts[] = {
+    // The forward's x: segments, whole tiles, 16-byte bf16 vectors, the
+    // row-major and the transposed copy in one kernel.
+    {3, 256, 512, false, "bf16", true, true, "f8E4M3FN"},
+    // dy's transposed copy alone, E5M2, partial tiles (T % 128 != 0).
+    {8, 336, 192, false, "bf16", false, true, "f8E5M2"},
+    // f16, T % 8 != 0: transposed byte by byte.
+    {2, 100, 96, false, "f16", true, true, "f8E4M3FN"},
+    // f32 with one element a vector (K odd).
+    {2, 64, 37, false, "f32", true, true, "f8E4M3FN"},
+    // One group.
+    {1, 128, 64, false, "bf16", true, false, "f8E4M3FN"},
+    // Stacked weights [G, N, K] and their [G, K, N] copy (R % 8 == 0).
+    {4, 48, 64, true, "bf16", true, true, "f8E4M3FN"},
+    // Stacked, R % 8 != 0: bytes; 2-element f16 vectors.
+    {3, 20, 36, true, "f16", true, true, "f8E5M2"},
+};
+
+/// A te.grouped_amax of [rows, cols] segments (or stacked) as a region.
+std::string amaxFunction(llvm::StringRef name, int64_t groups, int64_t rows,
+                         int64_t cols, bool stacked, llvm::StringRef input) {
+  std::string g = tensor({groups}, "f32");
+  std::string m = tensor({groups}, "i32");
+  if (stacked) {
+    std::string in = tensor({groups, rows, cols}, input);
+    return llvm::formatv(R"mlir(
+func.func @{0}(%a: {1}) -> {2} {{
+  %r = te.fused "grouped_amax"(%a) : ({1}) -> {2} {{
+  ^bb0(%x: {1}):
+    %amax = te.grouped_amax %x : ({1}) -> {2}
+    te.yield %amax : {2}
+  }
+  return %r : {2}
+}
+)mlir",
+                         name, in, g)
+        .str();
+  }
+  std::string in = tensor({rows, cols}, input);
+  return llvm::formatv(R"mlir(
+func.func @{0}(%a: {1}, %ma: {3}) -> {2} {{
+  %r = te.fused "grouped_amax"(%a, %ma) : ({1}, {3}) -> {2} {{
+  ^bb0(%x: {1}, %m: {3}):
+    %amax = te.grouped_amax %x, %m : ({1}, {3}) -> {2}
+    te.yield %amax : {2}
+  }
+  return %r : {2}
+}
+)mlir",
+                       name, in, g, m)
+      .str();
+}
+
+/// A standalone te.grouped_bias_grad of dy [rows, cols].
+std::string biasGradFunction(llvm::StringRef name, int64_t groups, int64_t rows,
+                             int64_t cols, llvm::StringRef input,
+                             llvm::StringRef output) {
+  std::string dy = tensor({rows, cols}, input);
+  std::string m = tensor({groups}, "i32");
+  std::string out = tensor({groups, cols}, output);
+  return llvm::formatv(R"mlir(
+func.func @{0}(%dy: {1}, %m: {2}) -> {3} {{
+  %db = te.grouped_bias_grad %dy, %m : ({1}, {2}) -> {3}
+  return %db : {3}
+}
+)mlir",
+                       name, dy, m, out)
+      .str();
+}
+
+class GroupedEmit : public ::testing::Test {
+protected:
+  void SetUp() override {
+    context.loadDialect<te::TEDialect, func::FuncDialect>();
+  }
+
+  OwningOpRef<ModuleOp> parse(llvm::StringRef text) {
+    OwningOpRef<ModuleOp> module =
+        parseSourceString<ModuleOp>(text, ParserConfig(&context));
+    EXPECT_TRUE(module) << text.str();
+    return module;
+  }
+
+  /// The kernels of `text`; fails the test when emission fails.
+  std::vector<EmittedKernel> emit(OwningOpRef<ModuleOp> &module,
+                                  llvm::StringRef text) {
+    module = parse(text);
+    if (!module)
+      return {};
+    auto kernels = tejit::codegen::emitKernels(*module);
+    EXPECT_TRUE(bool(kernels)) << llvm::toString(kernels.takeError());
+    if (!kernels)
+      return {};
+    return std::move(*kernels);
+  }
+
+  MLIRContext context;
+};
+
+/// Compiles `kernels` with NVRTC for `arch`; fails the test on any error
+/// or warning.
+void expectCompiles(const std::vector<EmittedKernel> &kernels,
+                    llvm::StringRef arch) {
+  auto compiler = tejit::codegen::NvrtcCompiler::create();
+  ASSERT_TRUE(bool(compiler)) << "this test needs the CUDA toolkit's NVRTC: "
+                              << llvm::toString(compiler.takeError());
+  if (!llvm::is_contained((*compiler)->supportedArchs(),
+                          std::stoi(arch.drop_front(3).str())))
+    GTEST_SKIP() << "NVRTC " << (*compiler)->nvrtcVersionString()
+                 << " does not compile for " << arch.str();
+  std::vector<tejit::codegen::KernelSource> sources;
+  for (const EmittedKernel &kernel : kernels)
+    sources.push_back({kernel.name, kernel.source, arch.str(), {}});
+  auto compiled = (*compiler)->compileAll(sources);
+  ASSERT_TRUE(bool(compiled)) << llvm::toString(compiled.takeError());
+  for (const tejit::codegen::CompiledKernel &kernel : *compiled) {
+    EXPECT_FALSE(kernel.binary.empty()) << kernel.name;
+    EXPECT_EQ(kernel.log, "") << kernel.name;
+  }
+}
+
+/// The parameter of `kernel` named `name`, or null.
+const tejit::codegen::KernelParam *paramNamed(const EmittedKernel &kernel,
+                                              llvm::StringRef name) {
+  for (const tejit::codegen::KernelParam &param : kernel.params)
+    if (param.name == name)
+      return &param;
+  return nullptr;
+}
+
+/// The kernel's own code, after the device helpers.
+llvm::StringRef body(const EmittedKernel &kernel) {
+  llvm::StringRef source = kernel.source;
+  return source.drop_front(source.find("extern \"C\""));
+}
+
+TEST_F(GroupedEmit, CastsEmitAndCompile) {
+  std::string text;
+  for (auto [index, c] : llvm::enumerate(kCasts))
+    text += castFunction("cast" + std::to_string(index), c);
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, text);
+  ASSERT_EQ(kernels.size(), std::size(kCasts));
+  for (auto [index, c] : llvm::enumerate(kCasts)) {
+    const EmittedKernel &kernel = kernels[index];
+    SCOPED_TRACE(kernel.name);
+    EXPECT_EQ(kernel.name,
+              "cast" + std::to_string(index) + "_grouped_quantize_0");
+    // 128-row tiles of 8 vectors of 16 bytes (or fewer elements).
+    int64_t rows = c.stacked ? c.groups * c.rows : c.rows;
+    int64_t vec = llvm::StringRef(c.input) == "f32" ? 4 : 8;
+    while (c.cols % vec != 0)
+      vec /= 2;
+    EXPECT_EQ(kernel.grid.x, (c.cols + 8 * vec - 1) / (8 * vec));
+    EXPECT_EQ(kernel.grid.y, (rows + 127) / 128);
+    EXPECT_EQ(kernel.block.x, 256);
+    EXPECT_EQ(kernel.scratchBytes, 0);
+    // Inputs (x, scale, m_splits), then the copies and their amaxes, which
+    // the launcher zeroes.
+    size_t casts = c.rowwise + c.transposed;
+    ASSERT_EQ(kernel.params.size(), (c.stacked ? 2u : 3u) + 2 * casts);
+    const auto *m = paramNamed(kernel, "m_splits");
+    EXPECT_EQ(m != nullptr, !c.stacked);
+    if (m) {
+      EXPECT_EQ(m->elementType, "int");
+      EXPECT_FALSE(m->isOutput);
+    }
+    for (const auto &param : kernel.params) {
+      bool amax = llvm::StringRef(param.name).starts_with("amax");
+      EXPECT_EQ(param.zeroBeforeLaunch, amax) << param.name;
+      if (amax) {
+        EXPECT_EQ(param.elementType, "float");
+      }
+    }
+    llvm::StringRef source = body(kernel);
+    // The input is read once for every cast, and scaled and converted once
+    // for both copies (one scale).
+    EXPECT_EQ(source.count("x_in[p] = *reinterpret_cast"), 1u);
+    EXPECT_EQ(source.count("tj_to_float(x_in[p].v[i]) * scale_"), 1u);
+    // Segments: offsets by a scan and a search; stacked: a division.
+    EXPECT_EQ(source.contains("tj_segment_of(seg_end"), !c.stacked);
+    // Transposed copies as words where runs of 8 rows are contiguous (T,
+    // or R for stacked groups, % 8 == 0) and the rows are whole words;
+    // else bytes.
+    bool wide = vec % 4 == 0 && c.rows % 8 == 0;
+    EXPECT_EQ(source.contains("tj_transpose_8x4(lo"), c.transposed && wide);
+    EXPECT_EQ(source.contains("_tile[r][c];"), c.transposed && !wide);
+    // One atomic a group a block for each amax written.
+    EXPECT_EQ(source.count("atomicMax(reinterpret_cast<tj_u32 *>("), casts);
+  }
+  expectCompiles(kernels, "sm_90a");
+  expectCompiles(kernels, "sm_89");
+}
+
+TEST_F(GroupedEmit, StandaloneCastsAndAmaxesEmitAndCompile) {
+  // A cast outside te.fused (as before te-fuse) and grouped amaxes of both
+  // forms, in regions and standalone.
+  std::string text = R"mlir(
+func.func @lone(%x: tensor<160x96xbf16>, %s: tensor<5xf32>, %m: tensor<5xi32>) -> (tensor<96x160xf8E4M3FN>, tensor<5xf32>) {
+  %q, %a = te.grouped_quantize %x, %s, %m {transpose} : (tensor<160x96xbf16>, tensor<5xf32>, tensor<5xi32>) -> (tensor<96x160xf8E4M3FN>, tensor<5xf32>)
+  return %q, %a : tensor<96x160xf8E4M3FN>, tensor<5xf32>
+}
+func.func @lone_amax(%w: tensor<6x40x24xf32>) -> tensor<6xf32> {
+  %a = te.grouped_amax %w : (tensor<6x40x24xf32>) -> tensor<6xf32>
+  return %a : tensor<6xf32>
+}
+)mlir";
+  text += amaxFunction("amax_rows", 4, 8192, 256, false, "bf16");
+  text += amaxFunction("amax_stacked", 2, 72, 40, true, "f16");
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, text);
+  ASSERT_EQ(kernels.size(), 4u);
+  EXPECT_EQ(kernels[0].name, "lone_grouped_quantize_0");
+  EXPECT_EQ(kernels[1].name, "lone_amax_grouped_amax_0");
+  EXPECT_EQ(kernels[2].name, "amax_rows_grouped_amax_0");
+  EXPECT_EQ(kernels[3].name, "amax_stacked_grouped_amax_0");
+  for (const EmittedKernel &kernel : kernels) {
+    SCOPED_TRACE(kernel.name);
+    const auto &amax = kernel.params.back();
+    EXPECT_TRUE(amax.isOutput);
+    EXPECT_TRUE(amax.zeroBeforeLaunch);
+  }
+  // Amax kernels write nothing but the amaxes.
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_FALSE(body(kernels[i]).contains("tj_pack"));
+    EXPECT_EQ(body(kernels[i]).count("atomicMax(reinterpret_cast"), 1u);
+  }
+  EXPECT_EQ(kernels[2].grid.y, 8192 / 128);
+  EXPECT_EQ(kernels[2].params.size(), 3u);
+  EXPECT_EQ(kernels[2].params[1].elementType, "int");
+  expectCompiles(kernels, "sm_90a");
+  expectCompiles(kernels, "sm_89");
+}
+
+TEST_F(GroupedEmit, BiasGradientsEmitAndCompile) {
+  std::string text;
+  // Many groups: one split, sums stored directly.
+  text += biasGradFunction("wide", 8, 1024, 512, "bf16", "bf16");
+  // One group of a tall matrix: splits meeting in the scratch.
+  text += biasGradFunction("tall", 1, 8192, 256, "bf16", "f32");
+  // f32 with an odd width, f16 output.
+  text += biasGradFunction("odd", 3, 300, 45, "f32", "f16");
+  // In a region, as te-fuse leaves it.
+  text += R"mlir(
+func.func @fused(%dy: tensor<512x128xf16>, %m: tensor<2xi32>) -> tensor<2x128xf16> {
+  %r = te.fused "grouped_bias_grad"(%dy, %m) : (tensor<512x128xf16>, tensor<2xi32>) -> tensor<2x128xf16> {
+  ^bb0(%g: tensor<512x128xf16>, %n: tensor<2xi32>):
+    %db = te.grouped_bias_grad %g, %n : (tensor<512x128xf16>, tensor<2xi32>) -> tensor<2x128xf16>
+    te.yield %db : tensor<2x128xf16>
+  }
+  return %r : tensor<2x128xf16>
+}
+)mlir";
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, text);
+  ASSERT_EQ(kernels.size(), 4u);
+  // wide: 8 strips of 64 columns x 8 groups = 64 blocks, few rows a group:
+  // 1024 / (8 * 128) = 1 split.
+  EXPECT_EQ(kernels[0].name, "wide_grouped_bias_grad_0");
+  EXPECT_EQ(kernels[0].grid.x, 8 * 8);
+  EXPECT_EQ(kernels[0].grid.y, 1);
+  EXPECT_EQ(kernels[0].scratchBytes, 0);
+  // tall: 4 strips, 1 group: about 528 / 4 = 132 splits (of 64 tiles of
+  // rows at most: 64).
+  EXPECT_EQ(kernels[1].grid.x, 4);
+  EXPECT_EQ(kernels[1].grid.y, 64);
+  int64_t sums = 1 * 64 * 256 * 4;
+  EXPECT_EQ(kernels[1].scratchBytes, sums + 4 * 4);
+  EXPECT_EQ(kernels[1].scratchZeroOffset, sums);
+  EXPECT_EQ(kernels[1].scratchZeroBytes, 4 * 4);
+  EXPECT_TRUE(body(kernels[1]).contains("tj_last_block"));
+  // odd: vectors of one f32, 8-column strips.
+  EXPECT_EQ(kernels[2].grid.x, 3 * 6);
+  EXPECT_EQ(kernels[3].name, "fused_grouped_bias_grad_0");
+  for (const EmittedKernel &kernel : kernels) {
+    SCOPED_TRACE(kernel.name);
+    ASSERT_EQ(kernel.params.size(), 3u);
+    EXPECT_EQ(kernel.params[1].elementType, "int");
+    EXPECT_TRUE(kernel.params[2].isOutput);
+    EXPECT_FALSE(kernel.params[2].zeroBeforeLaunch);
+  }
+  expectCompiles(kernels, "sm_90a");
+  expectCompiles(kernels, "sm_89");
+}
+
+TEST_F(GroupedEmit, ComputeScaleTakesOneSlotAGroup) {
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, R"mlir(
+func.func @scales(%a: tensor<300xf32>) -> (tensor<300xf32>, tensor<300xf32>) {
+  %s, %si = te.compute_scale %a {fp8_type = f8E4M3FN, power_2_scale} : tensor<300xf32> -> tensor<300xf32>, tensor<300xf32>
+  return %s, %si : tensor<300xf32>, tensor<300xf32>
+}
+)mlir");
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].grid.x, 2);
+  EXPECT_TRUE(body(kernels[0]).contains("kSlots = 300"));
+  expectCompiles(kernels, "sm_90a");
+}
+
+TEST_F(GroupedEmit, GroupedGemmsLaunchNoKernel) {
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, R"mlir(
+func.func @gemm(%x: tensor<64x32xbf16>, %w: tensor<4x48x32xbf16>, %m: tensor<4xi32>) -> tensor<64x48xbf16> {
+  %y = te.grouped_matmul %x, %w, %m {transpose_b} : (tensor<64x32xbf16>, tensor<4x48x32xbf16>, tensor<4xi32>) -> tensor<64x48xbf16>
+  return %y : tensor<64x48xbf16>
+}
+)mlir");
+  EXPECT_TRUE(kernels.empty());
+}
+
+TEST_F(GroupedEmit, CastsOfDifferentInputsAreRefused) {
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+func.func @mixed(%x: tensor<64x32xbf16>, %y: tensor<64x32xbf16>, %s: tensor<2xf32>, %m: tensor<2xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<32x64xf8E4M3FN>) {
+  %r:2 = te.fused "grouped_quantize"(%x, %y, %s, %m) : (tensor<64x32xbf16>, tensor<64x32xbf16>, tensor<2xf32>, tensor<2xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<32x64xf8E4M3FN>) {
+  ^bb0(%a: tensor<64x32xbf16>, %b: tensor<64x32xbf16>, %t: tensor<2xf32>, %n: tensor<2xi32>):
+    %q0, %a0 = te.grouped_quantize %a, %t, %n : (tensor<64x32xbf16>, tensor<2xf32>, tensor<2xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<2xf32>)
+    %q1, %a1 = te.grouped_quantize %b, %t, %n {transpose} : (tensor<64x32xbf16>, tensor<2xf32>, tensor<2xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<2xf32>)
+    te.yield %q0, %q1 : tensor<64x32xf8E4M3FN>, tensor<32x64xf8E4M3FN>
+  }
+  return %r#0, %r#1 : tensor<64x32xf8E4M3FN>, tensor<32x64xf8E4M3FN>
+}
+)mlir");
+  ASSERT_TRUE(module);
+  auto kernels = tejit::codegen::emitKernels(*module);
+  ASSERT_FALSE(bool(kernels));
+  std::string message = llvm::toString(kernels.takeError());
+  EXPECT_NE(message.find("kind 'grouped_quantize'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("different inputs"), std::string::npos) << message;
+}
+
+} // namespace
