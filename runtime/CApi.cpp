@@ -279,6 +279,14 @@ tejit_status tejit_tensor_info_get(const tejit_program *program,
   return ok();
 }
 
+int tejit_tensor_is_host(const tejit_program *program, tejit_tensor_kind kind,
+                         size_t index) {
+  if (!program || kind < TEJIT_INPUT || kind > TEJIT_SAVED)
+    return 0;
+  const auto &list = program->program->tensors(static_cast<TensorKind>(kind));
+  return index < list.size() && list[index].host;
+}
+
 int tejit_is_training(const tejit_program *program) {
   return program && program->program->training();
 }

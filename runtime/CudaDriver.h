@@ -38,6 +38,8 @@ struct CudaDriver {
   X(cuLaunchKernel)                                                            \
   X(cuMemAlloc)                                                                \
   X(cuMemFree)                                                                 \
+  X(cuMemAllocHost)                                                            \
+  X(cuMemFreeHost)                                                             \
   X(cuMemsetD8Async)                                                           \
   X(cuMemsetD32Async)                                                          \
   X(cuMemcpyHtoDAsync)                                                         \
@@ -48,9 +50,13 @@ struct CudaDriver {
   X(cuStreamWaitEvent)                                                         \
   X(cuStreamSynchronize)                                                       \
   X(cuStreamIsCapturing)                                                       \
+  X(cuStreamBeginCapture)                                                      \
+  X(cuStreamEndCapture)                                                        \
+  X(cuGraphDestroy)                                                            \
   X(cuEventCreate)                                                             \
   X(cuEventRecord)                                                             \
   X(cuEventSynchronize)                                                        \
+  X(cuEventQuery)                                                              \
   X(cuEventElapsedTime)                                                        \
   X(cuEventDestroy)
 #define TEJIT_DECLARE(fn) decltype(&::fn) fn = nullptr;

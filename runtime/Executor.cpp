@@ -6,6 +6,9 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+#include <array>
+
 using namespace tejit::runtime;
 using llvm::Error;
 
@@ -163,8 +166,35 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
                         ErrorCode::Unsupported);
       attention = std::move(*launcher);
     }
+    std::optional<GroupedGemm> grouped;
+    if (const auto *groupedStep = std::get_if<GroupedGemmStep>(&step)) {
+      auto created = GroupedGemm::create(*groupedStep, function);
+      if (!created)
+        return annotate(
+            created.takeError(),
+            llvm::formatv("function '{0}', step {1}", function.name, index),
+            ErrorCode::InvalidArgument);
+      grouped = std::move(*created);
+    }
     executor->kernels.push_back(entry);
     executor->attentions.push_back(std::move(attention));
+    executor->groupedGemms.push_back(std::move(grouped));
+  }
+  // Host arguments (m_splits): device copies of their own, refreshed by
+  // every run.
+  executor->hostRules = hostArgumentRules(function);
+  if (!executor->hostRules.empty()) {
+    std::vector<int64_t> counts;
+    for (const HostArgumentRule &rule : executor->hostRules) {
+      counts.push_back(rule.count);
+      executor->hostValues.emplace_back(size_t(rule.count));
+    }
+    auto staging = HostArgumentStaging::create(
+        counts,
+        "the device copies of the host arguments of '" + function.name + "'");
+    if (!staging)
+      return staging.takeError();
+    executor->hostStaging = std::move(*staging);
   }
   llvm::Expected<TpNeeds> tpNeeds = TpNeeds::of(function);
   if (!tpNeeds)
@@ -246,11 +276,18 @@ Error Executor::allocateStaticCache() {
   llvm::DenseSet<int64_t> staticValues(staticSteps.outputs.begin(),
                                        staticSteps.outputs.end());
   for (const Step &step : plan.steps) {
-    const auto *gemm = std::get_if<GemmStep>(&step);
-    if (!gemm || !gemm->scaled)
+    // FP8 GEMMs, plain or grouped (whose scale_inv is a [G] vector).
+    std::optional<std::array<std::pair<int64_t, std::optional<int64_t>>, 2>>
+        operands;
+    if (const auto *gemm = std::get_if<GemmStep>(&step); gemm && gemm->scaled)
+      operands = {{{gemm->a, gemm->aScaleInv}, {gemm->b, gemm->bScaleInv}}};
+    if (const auto *grouped = std::get_if<GroupedGemmStep>(&step);
+        grouped && grouped->fp8)
+      operands = {
+          {{grouped->a, grouped->aScaleInv}, {grouped->b, grouped->bScaleInv}}};
+    if (!operands)
       continue;
-    for (auto [operand, scaleInv] : {std::pair{gemm->a, gemm->aScaleInv},
-                                     std::pair{gemm->b, gemm->bScaleInv}}) {
+    for (auto [operand, scaleInv] : *operands) {
       if (!scaleInv || !staticValues.count(plan.viewBase(operand).first) ||
           cacheOffset.count(*scaleInv))
         continue;
@@ -538,7 +575,68 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
   return gemms.run(step, plan, pointers, stream);
 }
 
-Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
+Error Executor::readHostArguments(llvm::ArrayRef<CUdeviceptr> arguments,
+                                  CUstream stream) {
+  // A graph would replay the sizes of the captured call (the grouped GEMMs'
+  // shapes are fixed when they are enqueued): refuse before enqueueing.
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (Error error = driver.check(driver.cuStreamIsCapturing(stream, &status),
+                                 "asking whether the stream is capturing"))
+    return error;
+  const HostArgumentRule &first = hostRules.front();
+  if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+    return makeError(
+        ErrorCode::Unsupported,
+        llvm::formatv("function '{0}' takes argument {1} ('{2}', m_splits) "
+                      "in host memory and sizes its grouped GEMMs from it at "
+                      "every call, so it cannot be captured into a CUDA "
+                      "graph (the stream is capturing); run it eagerly",
+                      plan.name, first.argument,
+                      plan.arguments[first.argument].name));
+  for (auto [rule, values] : llvm::zip(hostRules, hostValues)) {
+    if (!rule.count)
+      continue;
+    const auto *host = reinterpret_cast<const int32_t *>(
+        static_cast<uintptr_t>(arguments[rule.argument]));
+    if (!host)
+      return makeError(
+          ErrorCode::InvalidArgument,
+          llvm::formatv("function '{0}': argument {1} ('{2}', m_splits) is a "
+                        "null pointer; it takes {3} int32 values in host "
+                        "memory",
+                        plan.name, rule.argument,
+                        plan.arguments[rule.argument].name, rule.count));
+    // Read once, now: the caller may change the memory after the call.
+    std::copy(host, host + rule.count, values.begin());
+    if (Error error = checkHostArgument(rule, values, plan))
+      return error;
+  }
+  return Error::success();
+}
+
+Error Executor::groupedGemm(size_t index, const GroupedGemmStep &step,
+                            CUstream stream) {
+  auto rule = llvm::find_if(hostRules, [&](const HostArgumentRule &rule) {
+    return rule.value == step.mSplits;
+  });
+  if (rule == hostRules.end() || !groupedGemms[index])
+    return makeError(ErrorCode::Internal,
+                     "a grouped GEMM's m_splits is not a host argument");
+  auto pointer = [&](std::optional<int64_t> id) -> const void * {
+    return id ? reinterpret_cast<const void *>(addresses[*id]) : nullptr;
+  };
+  GroupedGemmPointers pointers;
+  pointers.a = pointer(step.a);
+  pointers.b = pointer(step.b);
+  pointers.out = reinterpret_cast<void *>(addresses[step.out]);
+  pointers.aScaleInv = pointer(step.aScaleInv);
+  pointers.bScaleInv = pointer(step.bScaleInv);
+  pointers.bias = pointer(step.bias);
+  return groupedGemms[index]->run(gemms, hostValues[rule - hostRules.begin()],
+                                  pointers, stream, driver);
+}
+
+Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
                     llvm::ArrayRef<CUdeviceptr> results, CUdeviceptr arena,
                     CUdeviceptr scratch, CUstream stream,
                     AmaxReducer *amaxReducer, StaticReuse reuse, bool useCache,
@@ -549,6 +647,20 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
   // graph being captured).
   if (Error error = tpNeeds.check(plan.name, tpGroup.get()))
     return error;
+  // Host arguments: read and checked before anything is enqueued, then
+  // copied to the device (HostArguments.h), where everything but the
+  // grouped GEMMs reads them.
+  llvm::ArrayRef<CUdeviceptr> arguments = callerArguments;
+  if (!hostRules.empty() && arguments.size() == plan.arguments.size()) {
+    if (Error error = readHostArguments(arguments, stream))
+      return error;
+    if (Error error = hostStaging->upload(hostValues, stream))
+      return error;
+    boundArguments.assign(arguments.begin(), arguments.end());
+    for (auto [index, rule] : llvm::enumerate(hostRules))
+      boundArguments[rule.argument] = hostStaging->address(index);
+    arguments = boundArguments;
+  }
   useCache = useCache && staticCache.bytes();
   if (!useCache)
     skipFlag = 0;
@@ -625,6 +737,8 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> arguments,
                      : skipFlag);
     } else if (const auto *gemmStep = std::get_if<GemmStep>(&step)) {
       error = gemm(*gemmStep, stream);
+    } else if (const auto *grouped = std::get_if<GroupedGemmStep>(&step)) {
+      error = groupedGemm(index, *grouped, stream);
     } else if (attentions[index]) {
       error = attentions[index]->run(addresses, scratch, stream, driver);
     } else if (const auto *reduce = std::get_if<AmaxAllReduceStep>(&step)) {

@@ -5,8 +5,10 @@
 // and enqueues its steps in order on one stream: generated kernels, cuBLASLt
 // GEMMs, cuDNN flash attention, the amax reduction and the tensor-parallel
 // collectives (all-reduce; all-gather and reduce-scatter with sequence
-// parallelism). It allocates nothing and never synchronizes, so a run can
-// be captured in a CUDA graph.
+// parallelism), and grouped GEMMs. It allocates no device memory and never
+// synchronizes, so a run can be captured in a CUDA graph; except a run of a
+// function with host arguments (m_splits, HostArguments.h), which reads them
+// on the host at every call and refuses capture.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_EXECUTOR_H
@@ -17,6 +19,8 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/DeviceBuffer.h"
 #include "runtime/Gemm.h"
+#include "runtime/GroupedGemm.h"
+#include "runtime/HostArguments.h"
 #include "runtime/StaticSteps.h"
 #include "runtime/SumOverlap.h"
 #include "runtime/TensorParallel.h"
@@ -81,7 +85,9 @@ public:
   const FunctionPlan &function() const { return plan; }
 
   /// Enqueues the function on `stream`. `arguments` and `results` hold one
-  /// device pointer per argument and result of the function; `arena` at
+  /// device pointer per argument and result of the function (a host
+  /// pointer to its values for a host argument: read, checked and copied
+  /// to the device before anything else is enqueued); `arena` at
   /// least function().arenaBytes of device memory, `scratch`
   /// scratchBytes(). `amaxReducer` runs the amax_allreduce steps across
   /// ranks (null: one process, the step is a copy); the tensor-parallel
@@ -117,6 +123,8 @@ public:
   setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
   /// The ranks of the function's tensor-parallel steps, 0 when it has none.
   int64_t tensorParallelRanks() const { return tpNeeds.ranks; }
+  /// Whether the function takes host arguments (runs cannot be captured).
+  bool hasHostArguments() const { return !hostRules.empty(); }
 
   /// The results (by index) a run with `leaveState` throws away: the FP8
   /// state's update, which a forward under torch.no_grad() does not keep.
@@ -195,6 +203,12 @@ private:
                      CUdeviceptr scratch, CUstream stream,
                      CUdeviceptr skipFlag = 0);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
+  /// Reads the host arguments' values from `arguments` (host pointers) into
+  /// hostValues and checks them; refuses a capturing `stream`.
+  llvm::Error readHostArguments(llvm::ArrayRef<CUdeviceptr> arguments,
+                                CUstream stream);
+  llvm::Error groupedGemm(size_t index, const GroupedGemmStep &step,
+                          CUstream stream);
 
   const FunctionPlan &plan;
   ModuleSet &modules;
@@ -207,6 +221,15 @@ private:
   std::vector<CUfunction> kernels;
   /// Per step: the attention step's cuDNN call (empty for other steps).
   std::vector<std::optional<AttentionLauncher>> attentions;
+  /// Per step: the grouped GEMM (empty for other steps).
+  std::vector<std::optional<GroupedGemm>> groupedGemms;
+  /// The host arguments (m_splits): their rules, the values of the current
+  /// run (one vector per rule), their device copies, and the arguments as
+  /// bound (each host pointer replaced by its device copy's address).
+  std::vector<HostArgumentRule> hostRules;
+  std::vector<std::vector<int32_t>> hostValues;
+  std::unique_ptr<HostArgumentStaging> hostStaging;
+  std::vector<CUdeviceptr> boundArguments;
   /// Results whose value lives elsewhere, copied into the result buffer:
   /// views of an argument before the steps (the FP8 state's scale_inv
   /// slots a forward saves: a snapshot before an in-place update, and a

@@ -97,16 +97,17 @@
 // Caching
 // -------
 // Everything but the pointers decides a problem: types, M, N, K,
-// transposes, epilogue, fast accumulation, the operands' scale modes, which
-// optional pointers are set,
-// and the alignment of every matrix and vector pointer (up to 256 bytes),
-// since the heuristic picks kernels for the alignment it is told (A-D) or
-// reads off the descriptor's pointers (bias, aux). The first run of a problem
-// creates its matmul descriptor and layouts, asks the heuristic once and
-// keeps all of it; later runs only set the pointer attributes and call
-// cublasLtMatmul. Both steps allocate nothing on the device and never
-// synchronize, so run() can be captured into a CUDA graph, even a problem's
-// first run.
+// transposes, the operands' row strides (GemmPointers: a grouped GEMM's
+// contraction reads column ranges, whose leading dimension is the whole
+// row), epilogue, fast accumulation, the operands' scale modes, which
+// optional pointers are set, and the alignment of every matrix and vector
+// pointer (up to 256 bytes), since the heuristic picks kernels for the
+// alignment it is told (A-D) or reads off the descriptor's pointers (bias,
+// aux). The first run of a problem creates its matmul descriptor and layouts,
+// asks the heuristic once and keeps all of it; later runs only set the pointer
+// attributes and call cublasLtMatmul. Both steps allocate nothing on the device
+// and never synchronize, so run() can be captured into a CUDA graph, even a
+// problem's first run.
 //
 // The workspace is shared by every GEMM of a runner: GEMMs of one runner must
 // not run concurrently on different streams.
@@ -331,11 +332,15 @@ struct ProblemKey {
   /// beta = 1: C is a residual added to the product (else beta = 0).
   bool readsC = false;
   std::array<uint8_t, 6> alignments{};
+  /// Elements between rows of the plan's a and b as stored (their leading
+  /// dimensions in cuBLASLt's column-major view): the column count for
+  /// packed matrices, more for a column range of a wider one.
+  int64_t aRowStride = 0, bRowStride = 0;
 
   auto tie() const {
     return std::tie(m, n, k, transposeA, transposeB, scaled, fastAccum,
                     aScaling, bScaling, a, b, out, c, epilogue, vector, aux,
-                    amaxD, readsC, alignments);
+                    amaxD, readsC, alignments, aRowStride, bRowStride);
   }
   bool operator<(const ProblemKey &other) const { return tie() < other.tie(); }
 
@@ -353,9 +358,14 @@ struct ProblemKey {
       scales = (gemmScalingName(aScaling) + " x " + gemmScalingName(bScaling) +
                 " scales")
                    .str();
+    std::string strides;
+    if (aRowStride || bRowStride)
+      strides =
+          llvm::formatv("row strides a {0} b {1}", aRowStride, bRowStride);
     text += parenthesized({layoutNote(scaled, transposeA, transposeB), scales,
                            fastAccum ? "fast accumulation" : "",
-                           c != out ? ("C " + elementTypeName(c)).str() : ""});
+                           c != out ? ("C " + elementTypeName(c)).str() : "",
+                           strides});
     text += ", epilogue " + epilogueName(epilogue).str();
     std::string vectorNote;
     if (vector)
@@ -568,22 +578,26 @@ createProblem(const CublasLt &lib, cublasLtHandle_t handle,
   }
 
   // Layouts give the stored (un-transposed) shapes: rows, columns, ld.
+  // `ld` 0: packed (ld = rows).
   auto makeLayout = [&](cublasLtMatrixLayout_t &layout, ElementType type,
-                        int64_t rows, int64_t cols, StringRef which) {
+                        int64_t rows, int64_t cols, int64_t ld,
+                        StringRef which) {
     return lib.check(lib.cublasLtMatrixLayoutCreate(&layout, cudaType(type),
-                                                    rows, cols, rows),
+                                                    rows, cols, ld ? ld : rows),
                      "cublasLtMatrixLayoutCreate(" + which + ")");
   };
   int64_t m = key.m, n = key.n, k = key.k;
-  if (Error error = makeLayout(problem->aLayout, key.b, key.transposeB ? k : n,
-                               key.transposeB ? n : k, "A, the plan's b"))
+  if (Error error =
+          makeLayout(problem->aLayout, key.b, key.transposeB ? k : n,
+                     key.transposeB ? n : k, key.bRowStride, "A, the plan's b"))
     return std::move(error);
-  if (Error error = makeLayout(problem->bLayout, key.a, key.transposeA ? m : k,
-                               key.transposeA ? k : m, "B, the plan's a"))
+  if (Error error =
+          makeLayout(problem->bLayout, key.a, key.transposeA ? m : k,
+                     key.transposeA ? k : m, key.aRowStride, "B, the plan's a"))
     return std::move(error);
-  if (Error error = makeLayout(problem->cLayout, key.c, n, m, "C"))
+  if (Error error = makeLayout(problem->cLayout, key.c, n, m, 0, "C"))
     return std::move(error);
-  if (Error error = makeLayout(problem->dLayout, key.out, n, m, "D, out"))
+  if (Error error = makeLayout(problem->dLayout, key.out, n, m, 0, "D, out"))
     return std::move(error);
 
   // The heuristic reads the bias and aux pointers' alignment off the
@@ -881,6 +895,20 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
       cType = ElementType::BF16;
   }
 
+  // Row strides (a column range of a wider matrix): at least a row.
+  for (auto [name, stride, columns] :
+       {std::tuple{"a", pointers.aRowStride, aShape[1]},
+        std::tuple{"b", pointers.bRowStride, bShape[1]}}) {
+    if (stride && stride < columns)
+      return planError(
+          llvm::formatv("{0}'s row stride {1} is less than its {2} columns",
+                        name, stride, columns));
+    if (stride && step.scaled && stride % fp8Alignment != 0)
+      return unsupported(llvm::formatv(
+          "FP8 GEMMs need 16-byte leading dimensions: {0}'s row stride {1} "
+          "must be a multiple of 16",
+          name, stride));
+  }
   // FP8 kernels need 16-byte leading dimensions: K bytes for A and B, N
   // elements of D.
   if (step.scaled &&
@@ -956,6 +984,9 @@ Expected<Request> analyze(const GemmStep &step, const FunctionPlan &function,
   key.aux = auxType;
   key.amaxD = epilogue.amaxD.has_value();
   key.readsC = epilogue.residual.has_value();
+  // A stride equal to the row is packed: one key for both spellings.
+  key.aRowStride = pointers.aRowStride == aShape[1] ? 0 : pointers.aRowStride;
+  key.bRowStride = pointers.bRowStride == bShape[1] ? 0 : pointers.bRowStride;
 
   request.a = pointers.b;
   request.b = pointers.a;

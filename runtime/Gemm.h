@@ -31,6 +31,10 @@ struct GemmPointers {
   void *amaxD = nullptr;        // float[1], FP8 output
   void *biasGrad = nullptr;
   const void *residual = nullptr; // out's type, added to the product (C)
+  /// Elements from one row of a (b) to the next as stored, 0 for packed
+  /// rows (the matrix's column count): a grouped GEMM's contraction reads
+  /// column ranges of [., T] operands (GroupedGemm.h).
+  int64_t aRowStride = 0, bRowStride = 0;
 };
 
 class GemmRunner {

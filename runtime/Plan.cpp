@@ -108,6 +108,27 @@ bool FunctionPlan::isViewed(int64_t id) const {
   });
 }
 
+std::vector<size_t> FunctionPlan::hostArguments() const {
+  std::vector<size_t> indices;
+  for (auto [index, entry] : llvm::enumerate(arguments))
+    if (entry.host)
+      indices.push_back(index);
+  return indices;
+}
+
+int64_t GroupedGemmStep::tokens() const {
+  if (aType.shape.size() != 2)
+    return 0;
+  // Rows: a [T, K]. Contraction: the dimension of a that is op(a)'s K.
+  if (form == Form::Rows)
+    return aType.shape[0];
+  return !fp8 && transposeA ? aType.shape[0] : aType.shape[1];
+}
+
+StringRef tejit::runtime::groupedFormName(GroupedGemmStep::Form form) {
+  return form == GroupedGemmStep::Form::Rows ? "rows" : "contraction";
+}
+
 bool FunctionPlan::resultCopiedFirst(size_t index) const {
   int64_t id = results[index].value;
   int64_t base = viewBase(id).first;
@@ -259,6 +280,14 @@ void tejit::runtime::forEachStepValue(
   } else if (std::optional<TpStepRef> collective = asTpStep(step)) {
     visit(collective->step.in, false);
     visit(collective->step.out, true);
+  } else if (const auto *grouped = std::get_if<GroupedGemmStep>(&step)) {
+    visit(grouped->a, false);
+    visit(grouped->b, false);
+    visit(grouped->mSplits, false);
+    maybe(grouped->aScaleInv, false);
+    maybe(grouped->bScaleInv, false);
+    maybe(grouped->bias, false);
+    visit(grouped->out, true);
   }
 }
 
@@ -567,6 +596,16 @@ private:
   Error parseScratch(const json::Object &node, const Scope &scope,
                      KernelStep &step);
   Error parseGemm(const json::Object &node, const Scope &scope, GemmStep &step);
+  /// A "grouped_gemm" step (docs/grouped-linear.md).
+  Error parseGroupedGemm(const json::Object &node, const Scope &scope,
+                         GroupedGemmStep &step);
+  /// The operand ids and types of a GEMM step ("a"/"a_type", "b"/"b_type",
+  /// "out"/"out_type"); each type must be its value's.
+  Error parseOperands(const json::Object &node, const Scope &scope, int64_t &a,
+                      int64_t &b, int64_t &out, TensorType &aType,
+                      TensorType &bType, TensorType &outType);
+  /// Checks what the steps do with host arguments: none writes one.
+  Error checkHostArguments();
   /// An FP8 GEMM's "a_scaling" and "b_scaling" and the scale_inv values
   /// they describe.
   Error parseScaling(const json::Object &node, const Scope &scope,
@@ -728,6 +767,30 @@ Error FunctionParser::parse() {
   for (auto [index, step] : llvm::enumerate(**steps))
     if (Error error = parseStep(step, index))
       return error;
+  return checkHostArguments();
+}
+
+Error FunctionParser::checkHostArguments() {
+  std::vector<size_t> hosts = function.hostArguments();
+  if (hosts.empty())
+    return Error::success();
+  for (auto [index, step] : llvm::enumerate(function.steps)) {
+    Error error = Error::success();
+    forEachStepValue(step, [&](int64_t value, bool written) {
+      if (!written || error)
+        return;
+      const Storage &root =
+          function.values[function.viewBase(value).first].storage;
+      if (root.kind == Storage::Argument && function.arguments[root.index].host)
+        error = Scope(functionScope.where + ", step " + std::to_string(index))
+                    .error("writes value " + Twine(value) + " of argument " +
+                           Twine(root.index) +
+                           ", a host argument (\"host\": true), which steps "
+                           "only read");
+    });
+    if (error)
+      return error;
+  }
   return Error::success();
 }
 
@@ -928,6 +991,26 @@ Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
     if (!parameter)
       return parameter.takeError();
     entry.parameter = *parameter;
+    // A host argument: G int32 values in the caller's host memory (a
+    // grouped op's m_splits), which the runtime reads before the steps.
+    Expected<bool> host = scope.boolean(**object, "host");
+    if (!host)
+      return host.takeError();
+    entry.host = *host;
+    if (entry.host) {
+      const TensorType &type = function.values[*id].type;
+      if (results)
+        return scope.error("host", "is set on a result; only arguments live "
+                                   "in host memory");
+      if (entry.parameter)
+        return scope.error("host", "is set on a parameter ('te.parameter'); "
+                                   "host arguments are m_splits vectors");
+      if (type.element != ElementType::I32 || type.shape.size() != 1)
+        return scope.error("host", "is set on value " + Twine(*id) +
+                                       " of type " + printType(type) +
+                                       "; a host argument is an i32 vector "
+                                       "(m_splits, tensor<Gxi32>)");
+    }
     for (auto [key, slot] :
          {std::pair{"te.forward_arg", &entry.forwardArg},
           std::pair{"te.forward_result", &entry.forwardResult},
@@ -965,6 +1048,15 @@ Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
                                                  "of the function");
       entry.accumulatesArg = found - function.arguments.begin();
     }
+    // The state a result updates, or the main_grad it accumulates into, is
+    // device memory.
+    for (auto [key, slot] :
+         {std::pair{"te.updates_arg", &entry.updatesArg},
+          std::pair{"te.accumulates", &entry.accumulatesArg}})
+      if (*slot && function.arguments[**slot].host)
+        return scope.error(key, "names argument " + Twine(**slot) +
+                                    ", a host argument (\"host\": true), "
+                                    "which results cannot update");
   }
   return Error::success();
 }
@@ -977,8 +1069,25 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
   Expected<StringRef> kind = scope.string(**object, "kind");
   if (!kind)
     return kind.takeError();
+  // docs/grouped-linear.md spells the grouped GEMM step `"op":
+  // "grouped_gemm"`: a "gemm" kind with that op, or a kind of its own.
+  if (const json::Value *op = (*object)->get("op")) {
+    std::optional<StringRef> name = op->getAsString();
+    if (!name || *name != "grouped_gemm" ||
+        (*kind != "gemm" && *kind != "grouped_gemm"))
+      return scope.error("op", "is " + Scope::describe(*op) +
+                                   " in a step of kind \"" + *kind +
+                                   "\"; the only op is \"grouped_gemm\", in "
+                                   "a \"gemm\" or \"grouped_gemm\" step");
+    *kind = "grouped_gemm";
+  }
   scope.where += " (" + kind->str() + ")";
-  if (*kind == "kernel") {
+  if (*kind == "grouped_gemm") {
+    GroupedGemmStep step;
+    if (Error error = parseGroupedGemm(**object, scope, step))
+      return error;
+    function.steps.push_back(std::move(step));
+  } else if (*kind == "kernel") {
     KernelStep step;
     if (Error error = parseKernel(**object, scope, step))
       return error;
@@ -1020,10 +1129,11 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
       return error;
     function.steps.push_back(step);
   } else {
-    return scope.error("kind", "is unknown (expected kernel, gemm, attention, "
-                               "attention_bwd, kv_cache_attention, "
-                               "amax_allreduce, tp_allreduce, tp_allgather "
-                               "or tp_reducescatter)");
+    return scope.error("kind", "is unknown (expected kernel, gemm, "
+                               "grouped_gemm, attention, attention_bwd, "
+                               "kv_cache_attention, amax_allreduce, "
+                               "tp_allreduce, tp_allgather or "
+                               "tp_reducescatter)");
   }
   return Error::success();
 }
@@ -1166,13 +1276,15 @@ Error FunctionParser::parseScratch(const json::Object &node, const Scope &scope,
   return Error::success();
 }
 
-Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
-                                GemmStep &step) {
+Error FunctionParser::parseOperands(const json::Object &node,
+                                    const Scope &scope, int64_t &a, int64_t &b,
+                                    int64_t &out, TensorType &aType,
+                                    TensorType &bType, TensorType &outType) {
   // Each operand's id and type; the type must be the value's.
   for (auto [key, typeKey, id, type] :
-       {std::tuple{"a", "a_type", &step.a, &step.aType},
-        std::tuple{"b", "b_type", &step.b, &step.bType},
-        std::tuple{"out", "out_type", &step.out, &step.outType}}) {
+       {std::tuple{"a", "a_type", &a, &aType},
+        std::tuple{"b", "b_type", &b, &bType},
+        std::tuple{"out", "out_type", &out, &outType}}) {
     Expected<int64_t> value = valueId(node, key, scope);
     if (!value)
       return value.takeError();
@@ -1187,6 +1299,14 @@ Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
                                       "' (value " + Twine(*value) + ") is " +
                                       printType(actual));
   }
+  return Error::success();
+}
+
+Error FunctionParser::parseGemm(const json::Object &node, const Scope &scope,
+                                GemmStep &step) {
+  if (Error error = parseOperands(node, scope, step.a, step.b, step.out,
+                                  step.aType, step.bType, step.outType))
+    return error;
 
   step.scaled = node.get("a_scale_inv") || node.get("b_scale_inv") ||
                 node.get("layout") || isFp8(step.aType.element) ||
@@ -1393,6 +1513,221 @@ Error FunctionParser::parseScaling(const json::Object &node, const Scope &scope,
     return scope.error("b_scaling",
                        "is \"block_2d\" like 'a_scaling'; cuBLASLt has no "
                        "GEMM of two 2-D block-scaled operands");
+  return Error::success();
+}
+
+Error FunctionParser::parseGroupedGemm(const json::Object &node,
+                                       const Scope &scope,
+                                       GroupedGemmStep &step) {
+  using Form = GroupedGemmStep::Form;
+  Expected<StringRef> form = scope.string(node, "form");
+  if (!form)
+    return form.takeError();
+  if (*form != "rows" && *form != "contraction")
+    return scope.error("form", "is \"" + *form +
+                                   "\"; expected \"rows\" or \"contraction\"");
+  step.form = *form == "rows" ? Form::Rows : Form::Contraction;
+  bool rows = step.form == Form::Rows;
+  if (Error error = parseOperands(node, scope, step.a, step.b, step.out,
+                                  step.aType, step.bType, step.outType))
+    return error;
+
+  // m_splits: the host argument holding the G segment sizes.
+  Expected<int64_t> splits = valueId(node, "m_splits", scope);
+  if (!splits)
+    return splits.takeError();
+  step.mSplits = *splits;
+  const ValueInfo &splitsValue = function.values[*splits];
+  bool host = splitsValue.storage.kind == Storage::Argument &&
+              function.arguments[splitsValue.storage.index].host;
+  if (!host)
+    return scope.error("m_splits", "is value " + Twine(*splits) +
+                                       ", which is not a host argument's "
+                                       "value (an argument with \"host\": "
+                                       "true)");
+  Expected<int64_t> groups = scope.integer(node, "groups");
+  if (!groups)
+    return groups.takeError();
+  if (*groups < 1)
+    return scope.error("groups", "is " + Twine(*groups) +
+                                     "; a grouped GEMM has at least 1 group");
+  step.groups = *groups;
+  int64_t g = *groups;
+  TensorType splitsType{{g}, ElementType::I32};
+  if (!sameType(splitsValue.type, splitsType))
+    return scope.error("m_splits", "is value " + Twine(*splits) + " of type " +
+                                       printType(splitsValue.type) +
+                                       ", expected " + printType(splitsType) +
+                                       " ('groups' is " + Twine(g) + ")");
+
+  // FP8 (TN, per-group scales) or high precision (transposes).
+  Expected<bool> fp8 = scope.boolean(node, "fp8");
+  if (!fp8)
+    return fp8.takeError();
+  step.fp8 = *fp8;
+  ElementType aElement = step.aType.element, bElement = step.bType.element,
+              outElement = step.outType.element;
+  auto isFloat = [](ElementType type) {
+    return type == ElementType::BF16 || type == ElementType::F16 ||
+           type == ElementType::F32;
+  };
+  if (isFp8(outElement) || !isFloat(outElement))
+    return scope.error("out_type", "is " + printType(step.outType) +
+                                       "; a grouped GEMM writes bf16, f16 or "
+                                       "f32");
+  if (step.fp8) {
+    if (!isFp8(aElement) || !isFp8(bElement))
+      return scope.error(
+          isFp8(aElement) ? "b_type" : "a_type",
+          "is " + printType(isFp8(aElement) ? step.bType : step.aType) +
+              ", but an FP8 grouped GEMM ('fp8': true) takes FP8 operands");
+    if (aElement == ElementType::F8E5M2 && bElement == ElementType::F8E5M2)
+      return scope.error("b_type", "is E5M2 like 'a_type'; FP8 GEMMs take "
+                                   "at most one E5M2 operand");
+    for (StringRef key : {"transpose_a", "transpose_b"}) {
+      Expected<bool> transpose = scope.boolean(node, key);
+      if (!transpose)
+        return transpose.takeError();
+      if (*transpose)
+        return scope.error(key, "is true for an FP8 grouped GEMM, which is "
+                                "TN");
+    }
+    Expected<bool> fastAccum = scope.boolean(node, "fast_accum");
+    if (!fastAccum)
+      return fastAccum.takeError();
+    step.fastAccum = *fastAccum;
+    // One scale_inv per group, an f32 [G] vector.
+    TensorType scalesType{{g}, ElementType::F32};
+    for (auto [key, slot] : {std::pair{"a_scale_inv", &step.aScaleInv},
+                             std::pair{"b_scale_inv", &step.bScaleInv}}) {
+      if (!node.get(key))
+        return scope.error(key, "is missing; an FP8 grouped GEMM needs both "
+                                "scale_inv vectors");
+      Expected<int64_t> id = valueId(node, key, scope);
+      if (!id)
+        return id.takeError();
+      const TensorType &type = function.values[*id].type;
+      if (!sameType(type, scalesType))
+        return scope.error(key, "refers to value " + Twine(*id) + " of type " +
+                                    printType(type) + ", expected " +
+                                    printType(scalesType) +
+                                    " (one scale_inv per group)");
+      *slot = *id;
+    }
+  } else {
+    if (isFp8(aElement) || isFp8(bElement))
+      return scope.error("fp8", "is not true, but the operands are FP8 (" +
+                                    printType(step.aType) + ", " +
+                                    printType(step.bType) + ")");
+    if (aElement != bElement || !isFloat(aElement))
+      return scope.error("b_type", "is " + printType(step.bType) + " and " +
+                                       "'a_type' " + printType(step.aType) +
+                                       "; a grouped GEMM takes two bf16, f16 "
+                                       "or f32 operands of one type");
+    if (outElement != aElement && outElement != ElementType::F32)
+      return scope.error("out_type", "is " + printType(step.outType) +
+                                         "; it must be the operands' type or "
+                                         "f32");
+    for (StringRef key : {"a_scale_inv", "b_scale_inv"})
+      if (node.get(key))
+        return scope.error(key, "is given for a grouped GEMM that is not FP8 "
+                                "('fp8' is not true)");
+    Expected<bool> fastAccum = scope.boolean(node, "fast_accum");
+    if (!fastAccum)
+      return fastAccum.takeError();
+    if (*fastAccum)
+      return scope.error("fast_accum", "is true for a grouped GEMM that is "
+                                       "not FP8");
+    Expected<bool> transposeA = scope.boolean(node, "transpose_a");
+    if (!transposeA)
+      return transposeA.takeError();
+    Expected<bool> transposeB = scope.boolean(node, "transpose_b");
+    if (!transposeB)
+      return transposeB.takeError();
+    step.transposeA = *transposeA;
+    step.transposeB = *transposeB;
+  }
+
+  // Shapes. op(x) is x, or x transposed; FP8 is TN (transpose_b).
+  const std::vector<int64_t> &aShape = step.aType.shape,
+                             &bShape = step.bType.shape,
+                             &outShape = step.outType.shape;
+  bool transposeB = step.fp8 || step.transposeB;
+  auto shapeError = [&](StringRef key, const TensorType &type,
+                        const Twine &expected) {
+    return scope.error(key, "is " + printType(type) + ", expected " + expected +
+                                " for a grouped GEMM of form \"" +
+                                groupedFormName(step.form) + "\"" +
+                                (step.fp8 ? " (FP8, TN)" : ""));
+  };
+  auto dims = [](std::initializer_list<StringRef> names) {
+    return "[" + llvm::join(names, ", ") + "]";
+  };
+  int64_t tokens = 0, n = 0;
+  if (rows) {
+    // a [T, K] (never transposed: segments are its rows), b [G, N, K] or
+    // [G, K, N], out [T, N].
+    if (step.transposeA)
+      return scope.error("transpose_a", "is true, but a grouped GEMM of form "
+                                        "\"rows\" takes a as [T, K] (its "
+                                        "segments are rows)");
+    if (aShape.size() != 2)
+      return shapeError("a_type", step.aType, dims({"T", "K"}));
+    tokens = aShape[0];
+    int64_t k = aShape[1];
+    StringRef bDims = transposeB ? "[G, N, K]" : "[G, K, N]";
+    if (bShape.size() != 3 || bShape[0] != g || bShape[transposeB ? 2 : 1] != k)
+      return shapeError("b_type", step.bType,
+                        bDims + " with G = " + Twine(g) +
+                            " ('groups') and K = " + Twine(k) +
+                            " (a's columns)");
+    n = bShape[transposeB ? 1 : 2];
+    if (outShape != std::vector<int64_t>{tokens, n})
+      return shapeError("out_type", step.outType,
+                        "[T, N] = [" + Twine(tokens) + ", " + Twine(n) + "]");
+  } else {
+    // The segments run along op(a)'s and op(b)'s K, which is T: FP8 a
+    // [M, T], b [N, T]; else a [T, M] with transpose_a, b [T, N] without
+    // transpose_b (or the transposed layouts).
+    bool transposeA = !step.fp8 && step.transposeA;
+    StringRef aDims = transposeA ? "[T, M]" : "[M, T]";
+    StringRef bDims = transposeB ? "[N, T]" : "[T, N]";
+    if (aShape.size() != 2)
+      return shapeError("a_type", step.aType, aDims);
+    tokens = transposeA ? aShape[0] : aShape[1];
+    int64_t m = transposeA ? aShape[1] : aShape[0];
+    if (bShape.size() != 2 || bShape[transposeB ? 1 : 0] != tokens)
+      return shapeError("b_type", step.bType,
+                        bDims + " with T = " + Twine(tokens) + " (from a)");
+    n = transposeB ? bShape[0] : bShape[1];
+    if (outShape != std::vector<int64_t>{g, m, n})
+      return shapeError("out_type", step.outType,
+                        "[G, M, N] = [" + Twine(g) + ", " + Twine(m) + ", " +
+                            Twine(n) + "]");
+  }
+
+  // The bias: one [N] row per group, added to that group's rows.
+  if (const json::Value *bias = node.get("bias");
+      bias && bias->kind() != json::Value::Null) {
+    if (!rows)
+      return scope.error("bias", "is given for a grouped GEMM of form "
+                                 "\"contraction\"; only the rows form adds a "
+                                 "bias");
+    Expected<int64_t> id = valueId(*bias, "bias", scope);
+    if (!id)
+      return id.takeError();
+    const TensorType &type = function.values[*id].type;
+    bool floatBias = step.fp8 ? type.element == ElementType::BF16 ||
+                                    type.element == ElementType::F16
+                              : isFloat(type.element);
+    if (type.shape != std::vector<int64_t>{g, n} || !floatBias)
+      return scope.error("bias",
+                         "refers to value " + Twine(*id) + " of type " +
+                             printType(type) + ", expected [G, N] = [" +
+                             Twine(g) + ", " + Twine(n) + "] of " +
+                             (step.fp8 ? "bf16 or f16" : "bf16, f16 or f32"));
+    step.bias = *id;
+  }
   return Error::success();
 }
 
@@ -1702,6 +2037,17 @@ Error checkFunctions(const Plan &plan) {
                                        printType(forwardType) + " in '" +
                                        forward->name + "', but the " + kind +
                                        " is " + printType(type));
+          // The backward is given the pointer the forward was: host memory
+          // exactly when the forward's argument is a host argument.
+          if (slot == &entry.forwardArg &&
+              entry.host != forwardEntries[at].host)
+            return here.error(key,
+                              "is " + Twine(at) + ", " +
+                                  (forwardEntries[at].host ? "a" : "not a") +
+                                  " host argument of '" + forward->name +
+                                  "', but the argument is " +
+                                  (entry.host ? "one" : "not") +
+                                  " (\"host\" must agree)");
         }
       }
     }
@@ -1730,9 +2076,10 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
   // Version 3 says its state updates may run in place (Plan::version).
   // Version 4 kernels may take a skip flag last ("skip_flag"): a reader of
   // version 3 would launch them one argument short.
-  if (*version < 1 || *version > 4)
+  // Version 5 adds host arguments ("host": true) and grouped_gemm steps.
+  if (*version < 1 || *version > 5)
     return scope.error("version",
-                       "is " + Twine(*version) + "; versions 1 to 4 are read");
+                       "is " + Twine(*version) + "; versions 1 to 5 are read");
 
   Plan plan;
   plan.version = *version;

@@ -71,6 +71,12 @@ struct InterfaceEntry {
   /// plus a gradient (fuse_wgrad_accumulation's main_grad), and the caller
   /// may pass that argument's buffer as the result's (in place).
   std::optional<int64_t> accumulatesArg;
+  /// "host": an argument the caller passes in host memory (a grouped op's
+  /// m_splits: G int32 values, an i32 [G] value). The executor checks the
+  /// values, copies them to device memory of its own for the kernel steps
+  /// and gives them to grouped_gemm steps as host values
+  /// (docs/grouped-linear.md).
+  bool host = false;
 };
 
 struct KernelArg {
@@ -134,6 +140,38 @@ struct GemmStep {
   GemmEpilogue epilogue;
 };
 
+/// "grouped_gemm" (docs/grouped-linear.md): G GEMMs over consecutive
+/// segments of the token dimension T, segment g being rows [o_g, o_g + m_g)
+/// with m_g the host argument `mSplits`'s values and o_g their prefix sum.
+///   Rows: out[T,N] rows of segment g = op(a[seg g]) op(b[g]) (+ bias[g]):
+///     a [T,K]; b [G,N,K] (FP8, and high precision with transposeB) or
+///     [G,K,N]; rows past o_G are zeroed.
+///   Contraction: out[g] = op(a[seg g]) op(b[seg g]) with K = m_g: FP8 TN
+///     a [M,T], b [N,T] (segments are column ranges); high precision a [T,M]
+///     with transposeA, b [T,N] (segments are row ranges; the other
+///     transposes take column ranges); empty segments' out[g] is zeroed.
+struct GroupedGemmStep {
+  enum class Form { Rows, Contraction };
+  Form form = Form::Rows;
+  int64_t a = 0, b = 0, mSplits = 0, out = 0;
+  TensorType aType, bType, outType;
+  int64_t groups = 0;
+  /// Rows form only: [G, N], group g's bias added to its rows.
+  std::optional<int64_t> bias;
+  /// FP8 (`fp8`): TN, with f32 [G] scale_inv vectors (group g's scale is
+  /// element g) and fast accumulation; else transposes.
+  bool fp8 = false;
+  std::optional<int64_t> aScaleInv, bScaleInv;
+  bool fastAccum = false;
+  bool transposeA = false, transposeB = false;
+
+  /// T, the token count m_splits divides: a's rows, or FP8 contraction's
+  /// a columns (a's dimension the segments range over).
+  int64_t tokens() const;
+};
+/// The plan's spelling of a grouped GEMM's form: "rows" or "contraction".
+llvm::StringRef groupedFormName(GroupedGemmStep::Form form);
+
 struct AttentionStep {
   bool backward = false; // "attention_bwd"
   /// "kv_cache_attention" (inference): operands q, k, v, k_cache, v_cache,
@@ -178,9 +216,9 @@ struct TpAllGatherStep : TpCollectiveStep {};
 /// bytes.
 struct TpReduceScatterStep : TpCollectiveStep {};
 
-using Step =
-    std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep,
-                 TpAllReduceStep, TpAllGatherStep, TpReduceScatterStep>;
+using Step = std::variant<KernelStep, GemmStep, AttentionStep,
+                          AmaxAllReduceStep, TpAllReduceStep, TpAllGatherStep,
+                          TpReduceScatterStep, GroupedGemmStep>;
 
 /// Which tensor-parallel collective a step is.
 enum class TpCollective { AllReduce, AllGather, ReduceScatter };
@@ -212,6 +250,8 @@ struct FunctionPlan {
   std::pair<int64_t, int64_t> viewBase(int64_t id) const;
   /// Whether some value is a view of value `id`.
   bool isViewed(int64_t id) const;
+  /// The indices of the arguments with "host" (grouped ops' m_splits).
+  std::vector<size_t> hostArguments() const;
   /// Whether result `index` is a view of an argument no step writes (a
   /// slot of the FP8 state the forward saves) that no other value views:
   /// the runtime copies it into its buffer before the steps, which then

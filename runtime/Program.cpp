@@ -153,7 +153,7 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
                         bool isBackward) {
   auto desc = [&](const InterfaceEntry &entry) {
     return TensorDesc{entry.name, plan.values[entry.value].type,
-                      entry.parameter};
+                      entry.parameter, entry.host};
   };
   for (const InterfaceEntry &entry : plan.arguments) {
     Binding binding;

@@ -25,6 +25,9 @@ struct TensorDesc {
   std::string name;
   TensorType type;
   bool parameter = false;
+  /// Passed as a host pointer (a grouped op's m_splits: the plan's "host"
+  /// arguments, HostArguments.h).
+  bool host = false;
 };
 
 enum class TensorKind { Input, Output, GradOutput, GradInput, Meta, Saved };

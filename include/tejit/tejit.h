@@ -124,11 +124,19 @@ size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind);
 tejit_status tejit_tensor_info_get(const tejit_program *program,
                                    tejit_tensor_kind kind, size_t index,
                                    tejit_tensor_info *info);
+/* 1 when the tensor is passed as a host pointer instead of a device one:
+ * a grouped op's m_splits (docs/grouped-linear.md), G int32 values in host
+ * memory, read during the call (and again by the backward, which is given
+ * the forward's pointer: keep the values until it has run). A program with
+ * one cannot be captured into a CUDA graph. 0 otherwise or on bad input. */
+int tejit_tensor_is_host(const tejit_program *program, tejit_tensor_kind kind,
+                         size_t index);
 /* 1 when the program was compiled for training (has a backward). */
 int tejit_is_training(const tejit_program *program);
 
 /* Runs the forward: `inputs` and `outputs` hold one device pointer per
- * TEJIT_INPUT / TEJIT_OUTPUT tensor. A training program saves what its
+ * TEJIT_INPUT / TEJIT_OUTPUT tensor (a host pointer for a host tensor,
+ * tejit_tensor_is_host). A training program saves what its
  * backward needs (and remembers the input pointers, and the output pointers
  * when its backward reads an output, as attention's does: keep them alive
  * and unchanged until the backward) and updates the forward FP8 state. */

@@ -914,8 +914,8 @@ std::vector<ErrorCase> errorCases() {
        [](V p) { root(p)["format"] = "tejit-plans"; },
        {"plan: 'format'", "tejit-plans"}},
       {"Version",
-       [](V p) { root(p)["version"] = 5; },
-       {"plan: 'version' is 5; versions 1 to 4 are read"}},
+       [](V p) { root(p)["version"] = 6; },
+       {"plan: 'version' is 6; versions 1 to 5 are read"}},
       {"VersionNotANumber",
        [](V p) { root(p)["version"] = "1"; },
        {"plan: 'version' must be an integer"}},
@@ -1739,7 +1739,13 @@ TEST_P(RealPlanTest, Parses) {
     for (auto [step, node] :
          llvm::zip(function.steps, *fields.getArray("steps"))) {
       llvm::StringRef kind = *node.getAsObject()->getString("kind");
-      if (kind == "kernel")
+      // docs/grouped-linear.md: `"op": "grouped_gemm"` (in a "gemm" step or
+      // a kind of its own).
+      if (node.getAsObject()->getString("op") == "grouped_gemm")
+        kind = "grouped_gemm";
+      if (kind == "grouped_gemm")
+        EXPECT_TRUE(std::holds_alternative<GroupedGemmStep>(step));
+      else if (kind == "kernel")
         EXPECT_TRUE(std::holds_alternative<KernelStep>(step));
       else if (kind == "gemm")
         EXPECT_TRUE(std::holds_alternative<GemmStep>(step));
@@ -1777,7 +1783,7 @@ TEST_P(RealPlanTest, Parses) {
 TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
   std::optional<Plan> plan = loadPlan();
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->version, 4);
+  EXPECT_EQ(plan->version, 5);
   size_t updates = 0;
   for (FunctionPlan &function : plan->functions) {
     for (auto [index, entry] : llvm::enumerate(function.results)) {

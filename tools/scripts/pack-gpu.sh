@@ -12,7 +12,9 @@ rm -rf .gpu
 mkdir -p .gpu/lib .gpu/bin .gpu/debs
 cp build/lib/libtejit.so .gpu/lib/
 cp build/bin/tejit-train-step build/bin/tejit-attention-check build/bin/te-compile \
-  build/bin/tejit-gemm-algos build/bin/tejit-attention-engines .gpu/bin/ 2>/dev/null || true
+  build/bin/tejit-gemm-algos build/bin/tejit-attention-engines \
+  build/bin/tejit-grouped-gemm-check build/bin/tejit-grouped-kernels-check \
+  .gpu/bin/ 2>/dev/null || true
 # cuBLASLt's block-scale layout check (tests/gpu/block_gemm_layout_check.cpp).
 g++ -O2 -std=c++17 -I. -I/usr/local/cuda/include \
   tests/gpu/block_gemm_layout_check.cpp -o .gpu/bin/tejit-block-gemm-check \

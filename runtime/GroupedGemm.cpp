@@ -1,0 +1,199 @@
+//===- GroupedGemm.cpp - a plan's grouped GEMMs through cuBLASLt ----------===//
+//
+// Each group is an ordinary plan GEMM (GemmStep) over sub-matrices of the
+// step's operands, handed to the GemmRunner with pointers offset to the
+// group's rows or columns; column ranges carry the whole row as their row
+// stride (GemmPointers::aRowStride / bRowStride), which becomes cuBLASLt's
+// leading dimension. The runner caches a problem per group shape, so a
+// sequence of calls with varying m_splits asks the heuristic once per size
+// it meets.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/GroupedGemm.h"
+
+#include "runtime/HostArguments.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+using namespace tejit::runtime;
+using llvm::Error;
+using Form = GroupedGemmStep::Form;
+
+namespace {
+Error planError(const GroupedGemmStep &step, const llvm::Twine &why) {
+  return makeError(ErrorCode::InvalidArgument,
+                   "grouped_gemm (" + groupedFormName(step.form) + "): " + why);
+}
+
+const char *byteAt(const void *base, int64_t bytes) {
+  return static_cast<const char *>(base) + bytes;
+}
+} // namespace
+
+llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
+                                                const FunctionPlan &function) {
+  GroupedGemm grouped(step);
+  const std::vector<int64_t> &a = step.aType.shape, &b = step.bType.shape,
+                             &out = step.outType.shape;
+  int64_t g = step.groups;
+  if (g < 1)
+    return planError(step, "needs at least one group");
+  bool transposeA = !step.fp8 && step.transposeA;
+  bool transposeB = step.fp8 || step.transposeB;
+  if (a.size() != 2)
+    return planError(step, "a must be a matrix");
+  int64_t tokens = step.tokens();
+  if (step.form == Form::Rows) {
+    if (transposeA)
+      return planError(step, "a is [T, K] in the rows form (no transpose_a)");
+    grouped.k = a[1];
+    if (b.size() != 3 || b[0] != g || b[transposeB ? 2 : 1] != grouped.k)
+      return planError(step, "b must be [G, N, K] (transposed) or [G, K, N]");
+    grouped.n = b[transposeB ? 1 : 2];
+    if (out != std::vector<int64_t>{tokens, grouped.n})
+      return planError(step, "out must be [T, N]");
+  } else {
+    grouped.m = transposeA ? a[1] : a[0];
+    if (b.size() != 2 || b[transposeB ? 1 : 0] != tokens)
+      return planError(step, "b must be [N, T] (transposed) or [T, N]");
+    grouped.n = transposeB ? b[0] : b[1];
+    if (out != std::vector<int64_t>{g, grouped.m, grouped.n})
+      return planError(step, "out must be [G, M, N]");
+    if (step.bias)
+      return planError(step, "only the rows form adds a bias");
+  }
+  if (step.fp8 && (!step.aScaleInv || !step.bScaleInv))
+    return planError(step, "an FP8 grouped GEMM needs a_scale_inv and "
+                           "b_scale_inv");
+  if (step.bias) {
+    if (*step.bias < 0 || size_t(*step.bias) >= function.values.size())
+      return planError(step, "the bias is not a value of the function");
+    const TensorType &type = function.values[*step.bias].type;
+    if (type.shape != std::vector<int64_t>{g, grouped.n})
+      return planError(step, "the bias must be [G, N]");
+    // The runner reads a group's bias row type off this value.
+    grouped.biasElement = type.element;
+    ValueInfo row;
+    row.type = TensorType{{grouped.n}, type.element};
+    row.bytes = row.type.bytes();
+    grouped.biasRow.name = "grouped_gemm bias";
+    grouped.biasRow.values.push_back(row);
+  }
+  return grouped;
+}
+
+Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
+                       const GroupedGemmPointers &pointers, CUstream stream,
+                       const CudaDriver &driver) const {
+  const GroupedGemmStep &step = grouped;
+  if (int64_t(splits.size()) != step.groups)
+    return planError(step, llvm::formatv("m_splits has {0} values for {1} "
+                                         "groups",
+                                         splits.size(), step.groups));
+  int64_t tokens = step.tokens();
+  if (Error error = checkSplits(splits, tokens, step.fp8, "grouped_gemm"))
+    return error;
+  if (!pointers.a || !pointers.b || !pointers.out ||
+      (step.fp8 && (!pointers.aScaleInv || !pointers.bScaleInv)) ||
+      (step.bias && !pointers.bias))
+    return planError(step, "a device pointer is null");
+
+  int64_t aBytes = elementBytes(step.aType.element),
+          bBytes = elementBytes(step.bType.element),
+          outBytes = elementBytes(step.outType.element);
+  bool rows = step.form == Form::Rows;
+  bool transposeA = !step.fp8 && step.transposeA;
+  bool transposeB = step.fp8 || step.transposeB;
+
+  // What no group writes: the padding rows (rows form), the products of
+  // empty groups (contraction form).
+  int64_t used = 0;
+  for (int32_t size : splits)
+    used += size;
+  auto zero = [&](int64_t offset, int64_t bytes) -> Error {
+    if (!bytes)
+      return Error::success();
+    return driver.check(
+        driver.cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(pointers.out) +
+                                   CUdeviceptr(offset),
+                               0, size_t(bytes), stream),
+        "zeroing what no group of a grouped GEMM writes");
+  };
+  if (rows) {
+    if (Error error = zero(used * n * outBytes, (tokens - used) * n * outBytes))
+      return error;
+  } else {
+    for (auto [group, size] : llvm::enumerate(splits))
+      if (size == 0)
+        if (Error error =
+                zero(int64_t(group) * m * n * outBytes, m * n * outBytes))
+          return error;
+  }
+
+  // Each group as a plan GEMM: the types' shapes change per group.
+  GemmStep gemm;
+  gemm.aType.element = step.aType.element;
+  gemm.bType.element = step.bType.element;
+  gemm.outType.element = step.outType.element;
+  gemm.scaled = step.fp8;
+  gemm.fastAccum = step.fp8 && step.fastAccum;
+  gemm.transposeA = transposeA;
+  gemm.transposeB = !step.fp8 && transposeB;
+  if (step.fp8) {
+    gemm.aScaleInv = 0;
+    gemm.bScaleInv = 0;
+  }
+  if (step.bias)
+    gemm.epilogue.bias = 0; // biasRow's one value
+  const FunctionPlan &function = biasRow;
+
+  int64_t offset = 0; // o_g
+  for (auto [index, size] : llvm::enumerate(splits)) {
+    int64_t g = int64_t(index), mg = size;
+    int64_t o = offset;
+    offset += mg;
+    if (mg == 0)
+      continue;
+    GemmPointers group;
+    if (step.fp8) {
+      group.aScaleInv = byteAt(pointers.aScaleInv, g * 4);
+      group.bScaleInv = byteAt(pointers.bScaleInv, g * 4);
+    }
+    if (rows) {
+      // a [T, K] rows [o, o + m_g); b[g]; out rows [o, o + m_g).
+      const std::vector<int64_t> &b = step.bType.shape;
+      gemm.aType.shape = {mg, k};
+      gemm.bType.shape = {b[1], b[2]};
+      gemm.outType.shape = {mg, n};
+      group.a = byteAt(pointers.a, o * k * aBytes);
+      group.b = byteAt(pointers.b, g * b[1] * b[2] * bBytes);
+      group.out = const_cast<char *>(byteAt(pointers.out, o * n * outBytes));
+      if (step.bias) {
+        int64_t biasBytes = elementBytes(biasElement);
+        group.bias = byteAt(pointers.bias, g * n * biasBytes);
+      }
+    } else {
+      // K = m_g: the segment's rows of a [T, .] operand, or its columns of
+      // a [., T] one (row stride T).
+      gemm.aType.shape = transposeA ? std::vector<int64_t>{mg, m}
+                                    : std::vector<int64_t>{m, mg};
+      gemm.bType.shape = transposeB ? std::vector<int64_t>{n, mg}
+                                    : std::vector<int64_t>{mg, n};
+      gemm.outType.shape = {m, n};
+      group.a = byteAt(pointers.a, (transposeA ? o * m : o) * aBytes);
+      group.aRowStride = transposeA ? 0 : tokens;
+      group.b = byteAt(pointers.b, (transposeB ? o : o * n) * bBytes);
+      group.bRowStride = transposeB ? tokens : 0;
+      group.out =
+          const_cast<char *>(byteAt(pointers.out, g * m * n * outBytes));
+    }
+    if (Error error = gemms.run(gemm, function, group, stream))
+      return annotate(std::move(error),
+                      llvm::formatv("grouped_gemm ({0}), group {1} of {2} "
+                                    "(m_splits[{1}] = {3})",
+                                    groupedFormName(step.form), g, step.groups,
+                                    mg),
+                      ErrorCode::Cublas);
+  }
+  return Error::success();
+}

@@ -1,0 +1,79 @@
+//===- GroupedGemm.h - a plan's grouped GEMMs through cuBLASLt ---*- C++
+//-*-===//
+//
+// Runs a "grouped_gemm" step (GroupedLinear, docs/grouped-linear.md): one
+// GEMM per non-empty group through the GemmRunner (Gemm.h), so each group
+// gets cuBLASLt's descriptors, heuristic (cached per shape), workspace and
+// FP8 scale handling as a plan GEMM does.
+//
+//   rows         group g: out[o_g : o_g + m_g] = op(a[o_g : o_g + m_g])
+//                op(b[g]) (+ bias[g]): M = m_g, a and out offset by o_g
+//                rows (packed sub-matrices); out rows from o_G on are
+//                zeroed (padding).
+//   contraction  group g: out[g] = op(a_g) op(b_g) with K = m_g: a_g and
+//                b_g are the segment's rows of a [T, .] operand (packed),
+//                or its columns [o_g, o_g + m_g) of a [., T] one (leading
+//                dimension T: FP8's TN a [M, T] and b [N, T]); out[g] of an
+//                empty group is zeroed.
+//
+// FP8 steps take per-group scales: group g's scale_inv is element g of the
+// f32 [G] vectors (4 bytes apart, so the runner stages them into its 16-byte
+// aligned slots); the bias of group g is row g of [G, N]. The groups' sizes
+// come from the host (the executor's copy of the m_splits host argument),
+// so each call may issue other GEMM shapes; nothing synchronizes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef TEJIT_RUNTIME_GROUPEDGEMM_H
+#define TEJIT_RUNTIME_GROUPEDGEMM_H
+
+#include "runtime/CudaDriver.h"
+#include "runtime/Gemm.h"
+#include "runtime/Plan.h"
+
+#include "llvm/ADT/ArrayRef.h"
+
+namespace tejit::runtime {
+
+/// Device pointers of a grouped_gemm step (bias and scales null when the
+/// step has none).
+struct GroupedGemmPointers {
+  const void *a = nullptr, *b = nullptr;
+  void *out = nullptr;
+  /// f32 [G] each (FP8 steps).
+  const void *aScaleInv = nullptr, *bScaleInv = nullptr;
+  /// [G, N] (rows form).
+  const void *bias = nullptr;
+};
+
+class GroupedGemm {
+public:
+  /// Checks what a parsed plan guarantees (for steps built in memory):
+  /// shapes, types, form. `function` holds the step (its bias's type).
+  static llvm::Expected<GroupedGemm> create(const GroupedGemmStep &step,
+                                            const FunctionPlan &function);
+
+  /// Enqueues `step` on `stream` with the segment sizes `splits` (G values,
+  /// checked here again: >= 0, sum <= T, multiples of 16 for FP8): zeroes
+  /// what no group writes, then runs one GEMM per non-empty group.
+  llvm::Error run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
+                  const GroupedGemmPointers &pointers, CUstream stream,
+                  const CudaDriver &driver) const;
+
+  const GroupedGemmStep &step() const { return grouped; }
+
+private:
+  explicit GroupedGemm(const GroupedGemmStep &step) : grouped(step) {}
+
+  GroupedGemmStep grouped;
+  /// A function with one value, the bias row of a group ([N]), that the
+  /// per-group GemmStep's epilogue names (the runner reads its type there).
+  FunctionPlan biasRow;
+  /// M, K, N of every group (K: the rows form's; M: the contraction's).
+  int64_t m = 0, k = 0, n = 0;
+  /// The bias's element type (rows form with a bias).
+  ElementType biasElement = ElementType::BF16;
+};
+
+} // namespace tejit::runtime
+
+#endif // TEJIT_RUNTIME_GROUPEDGEMM_H
