@@ -27,10 +27,13 @@ __all__ = ["Program", "AmaxGroup", "TensorParallelGroup", "TensorInfo",
            "device_info", "version"]
 
 TensorInfo = collections.namedtuple(
-    "TensorInfo", ["name", "dtype", "shape", "nbytes", "is_parameter"])
+    "TensorInfo", ["name", "dtype", "shape", "nbytes", "is_parameter",
+                   "is_host"], defaults=(False,))
 TensorInfo.__doc__ = ("A tensor a program exchanges: name, dtype ('bf16', "
-                      "'f32', 'f8e4m3', ...), shape tuple, size in bytes, and "
-                      "whether it is a parameter.")
+                      "'f32', 'f8e4m3', ...), shape tuple, size in bytes, "
+                      "whether it is a parameter, and whether it is passed as "
+                      "a host pointer (a grouped layer's m_splits: int32 "
+                      "values in host memory, e.g. a CPU tensor's data).")
 
 DeviceInfo = collections.namedtuple("DeviceInfo",
                                     ["ordinal", "name", "major", "minor"])
@@ -265,7 +268,9 @@ class Program:
                 dtype=_capi.DTYPE_NAMES.get(info.dtype, f"dtype{info.dtype}"),
                 shape=tuple(info.shape[i] for i in range(info.rank)),
                 nbytes=int(info.bytes),
-                is_parameter=bool(info.is_parameter)))
+                is_parameter=bool(info.is_parameter),
+                is_host=bool(library.tejit_tensor_is_host(self.handle, kind,
+                                                          index))))
         return infos
 
     @property
@@ -286,7 +291,8 @@ class Program:
 
     def forward(self, stream, input_ptrs, output_ptrs):
         """Runs the forward on `stream`, asynchronously. One device address
-        per entry of .inputs / .outputs, in order. A training program keeps
+        per entry of .inputs / .outputs, in order (a host address for an
+        input with is_host, read during the call). A training program keeps
         the input addresses for the backward: keep them alive and unchanged
         until then."""
         inputs = self._pointers("inputs", self.inputs, input_ptrs)

@@ -196,6 +196,7 @@ def _declare(lib):
         "tejit_num_tensors": (c_size_t, [program, c_int]),
         "tejit_tensor_info_get": (status, [program, c_int, c_size_t,
                                            P(TensorInfoStruct)]),
+        "tejit_tensor_is_host": (c_int, [program, c_int, c_size_t]),
         "tejit_is_training": (c_int, [program]),
         "tejit_forward": (status, [program, c_void_p, P(c_void_p),
                                    P(c_void_p)]),

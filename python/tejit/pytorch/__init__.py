@@ -10,7 +10,8 @@ code changes only its import lines:
     y.sum().backward()
 
 Modules: Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP,
-DotProductAttention, MultiheadAttention, TransformerLayer, with TE's
+DotProductAttention, MultiheadAttention, TransformerLayer, GroupedLinear
+(mixture-of-experts GEMMs, with Fp8Padding / Fp8Unpadding), with TE's
 constructor arguments and state_dict names; each compiles a program on its
 first call per shape/dtype/recipe/mode (module/base.py says how).
 FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py; FP8 primary
@@ -40,7 +41,8 @@ from .fp8 import (autocast, fp8_autocast, fp8_model_init,  # noqa: E402
                   quantized_model_init)
 from . import float8_tensor  # noqa: E402  (TE's module of that name)
 from .float8_tensor import Float8Tensor  # noqa: E402
-from .module import (DotProductAttention, LayerNorm,  # noqa: E402
+from .module import (DotProductAttention, Fp8Padding,  # noqa: E402
+                     Fp8Unpadding, GroupedLinear, LayerNorm,
                      LayerNormLinear, LayerNormMLP, Linear,
                      MultiheadAttention, RMSNorm, TransformerLayer)
 from .module.base import compile_count  # noqa: E402
@@ -51,7 +53,8 @@ from .attention.inference import InferenceParams  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
-           "TransformerLayer", "fp8_autocast", "autocast", "fp8_model_init",
+           "TransformerLayer", "GroupedLinear", "Fp8Padding",
+           "Fp8Unpadding", "fp8_autocast", "autocast", "fp8_model_init",
            "quantized_model_init", "Float8Tensor", "float8_tensor",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
            "make_graphed_callables", "checkpoint", "attention",

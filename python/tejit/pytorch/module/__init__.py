@@ -1,6 +1,7 @@
 """tejit's Transformer Engine modules, one per file; base.py holds what they
 share (JIT cache, autograd, FP8 meta state)."""
 from .attention import DotProductAttention
+from .grouped_linear import Fp8Padding, Fp8Unpadding, GroupedLinear
 from .layernorm import LayerNorm
 from .layernorm_linear import LayerNormLinear
 from .layernorm_mlp import LayerNormMLP
@@ -11,4 +12,5 @@ from .transformer import TransformerLayer
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
-           "TransformerLayer"]
+           "TransformerLayer", "GroupedLinear", "Fp8Padding",
+           "Fp8Unpadding"]

@@ -114,6 +114,9 @@ class CompiledProgram:
         self.is_parameter = [bool(i.is_parameter)
                              and name not in KV_CACHE_TENSORS
                              for i, name in zip(inputs, self.input_names)]
+        # Inputs passed as host pointers (GroupedLinear's m_splits: CPU
+        # int32 tensors), which the runtime reads during the call.
+        self.is_host = [bool(getattr(i, "is_host", False)) for i in inputs]
         # The per-token modules' programs take "input" then parameters.
         self.parameter_names = [name for name, parameter in
                                 zip(self.input_names, self.is_parameter)
@@ -167,7 +170,10 @@ class CompiledProgram:
         self._saved_bytes = offset
         if self.training:
             read_inputs, read_outputs = _backward_reads(program)
-            self.keep_inputs = [i.name in read_inputs for i in inputs]
+            # A host input (a few bytes) is always kept: the backward reads
+            # the forward's values of it wherever the plan says.
+            self.keep_inputs = [i.name in read_inputs or host
+                                for i, host in zip(inputs, self.is_host)]
             self.keep_outputs = [o.name in read_outputs
                                  for o in program.outputs]
         # FP8 meta tensors by name: (index for meta_get/meta_set, shape).
@@ -245,21 +251,24 @@ class CompiledProgram:
         or layout would be read out of bounds, so refuse it here. With
         `parameters_checked`, the parameter inputs passed before (the same
         tensors, unchanged). A Float8Tensor is checked as its FP8 data,
-        what the program reads."""
-        for tensor, (shape, dtype), name, parameter in zip(
-                tensors, self._inputs, names, self.is_parameter):
+        what the program reads. A host input (is_host) is a CPU tensor."""
+        for tensor, (shape, dtype), name, parameter, host in zip(
+                tensors, self._inputs, names, self.is_parameter,
+                self.is_host):
             if parameters_checked and parameter:
                 continue
             if isinstance(tensor, Float8Tensor):
                 tensor = tensor._data
+            placed = (tensor.device.type == "cpu" if host
+                      else tensor.is_cuda)
             if (tuple(tensor.shape) != shape or tensor.dtype != dtype
-                    or not tensor.is_cuda or not tensor.is_contiguous()):
+                    or not placed or not tensor.is_contiguous()):
                 raise ValueError(
                     f"tejit: '{name}' is {tuple(tensor.shape)} "
                     f"{tensor.dtype} on {tensor.device}"
                     f"{'' if tensor.is_contiguous() else ' (not contiguous)'}"
-                    f"; the compiled program takes a contiguous CUDA tensor "
-                    f"{shape} {dtype}")
+                    f"; the compiled program takes a contiguous "
+                    f"{'CPU' if host else 'CUDA'} tensor {shape} {dtype}")
 
     # --- FP8 meta state ------------------------------------------------------
 

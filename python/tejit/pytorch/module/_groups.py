@@ -81,6 +81,23 @@ def adjacent(parts):
     return True
 
 
+def pack_rows(parts):
+    """Packs `parts` (parameters of one dtype and device, equal trailing
+    dims) into one new buffer, rows back to back, when they are not
+    adjacent already, keeping the Parameter objects (an optimizer may hold
+    them): joined_rows then gives the buffer itself. Leaves them as they
+    are when they differ in dtype or device, or are on the meta device."""
+    if adjacent(parts):
+        return
+    if (len({(p.dtype, p.device) for p in parts}) != 1
+            or parts[0].device.type == "meta"):
+        return
+    with torch.no_grad():
+        buffer = torch.cat([p.data for p in parts])
+    for part, view in zip(parts, buffer.split([p.shape[0] for p in parts])):
+        part.data = view
+
+
 def joined_rows(parts, dtype):
     """The rows of `parts` as one tensor in `dtype`: the storage they share
     when adjacent, else a concatenation (both differentiable)."""
@@ -324,13 +341,6 @@ class QkvGroup(ParameterGroup):
             # FP8 weights (fp8_model_init) have their own memory each and
             # are joined per call (_fp8_weights.joined).
             if (parts[0] is None
-                    or any(isinstance(p, Float8Tensor) for p in parts)
-                    or adjacent(parts)):
+                    or any(isinstance(p, Float8Tensor) for p in parts)):
                 continue
-            if (len({(p.dtype, p.device) for p in parts}) != 1
-                    or parts[0].device.type == "meta"):
-                continue
-            with torch.no_grad():
-                buffer = torch.cat([p.data for p in parts])
-            for part, view in zip(parts, buffer.split(self._rows)):
-                part.data = view
+            pack_rows(parts)

@@ -368,12 +368,15 @@ class TransformerEngineBaseModule(torch.nn.Module):
     # --- parameters --------------------------------------------------------
 
     def _add_parameter(self, name, shape, init, device, tracked=False,
-                       gemm_weight=False):
+                       gemm_weight=False, tensor=None):
         """Parameter `name` initialized by `init`; `tracked`: under TE's
         RNG tracker when one is given (GEMM weights, as TE's);
         `gemm_weight`: a Float8Tensor under fp8_model_init (made by
-        reset_parameters)."""
-        tensor = torch.empty(shape, dtype=self.params_dtype, device=device)
+        reset_parameters); `tensor`: its memory (e.g. a view of a buffer
+        the module shares between parameters), else a new tensor."""
+        if tensor is None:
+            tensor = torch.empty(shape, dtype=self.params_dtype,
+                                 device=device)
         self.register_parameter(name, torch.nn.Parameter(tensor))
         self._initializers[name] = init
         if tracked:
@@ -501,11 +504,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         dequantized)."""
         if name == self._returned_bias:
             parameter = self._parameter(name)
-            key = (tuple(parameter.shape), dtype, parameter.device)
-            if key not in self._zero_biases:
-                self._zero_biases[key] = torch.zeros(
-                    key[0], dtype=dtype, device=parameter.device)
-            return self._zero_biases[key]
+            return self._zero_bias(parameter.shape, dtype, parameter.device)
         child, rest = self._child_with(name, "_argument")
         if child is not None:
             return child._argument(rest, dtype, fp8)
@@ -515,6 +514,15 @@ class TransformerEngineBaseModule(torch.nn.Module):
         # Casts only under torch.autocast; autograd carries the gradient
         # back to the parameter's dtype.
         return parameter.to(dtype).contiguous()
+
+    def _zero_bias(self, shape, dtype, device):
+        """Zeros of `shape` that a program adds in place of a bias the
+        module returns (return_bias), kept per shape, dtype and device."""
+        key = (tuple(shape), dtype, device)
+        if key not in self._zero_biases:
+            self._zero_biases[key] = torch.zeros(key[0], dtype=dtype,
+                                                 device=device)
+        return self._zero_biases[key]
 
     def _main_grad_slot(self, name):
         """Where the program's gradient of parameter input `name` goes
@@ -564,17 +572,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         ("output", "ln_output"): tensor [..., output features]}.
         `is_first_microbatch` as in _run_program."""
         name = type(self).__name__
-        if not isinstance(inp, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor input, got "
-                            f"{type(inp).__name__}")
+        dtype = self._checked_input(inp)
         features = self._input_features()
-        if inp.dim() == 0 or inp.shape[-1] != features:
-            raise ValueError(f"{name}: expected an input [..., {features}], "
-                             f"got {tuple(inp.shape)}")
-        if not inp.is_cuda:
-            raise ValueError(f"{name}: the input must be a CUDA tensor, got "
-                             f"one on {inp.device}")
-        dtype = self._checked_dtype(inp)
         lead = tuple(inp.shape[:-1])
         tokens = math.prod(lead)
         sequence_parallel = self._sequence_parallel_active()
@@ -598,6 +597,22 @@ class TransformerEngineBaseModule(torch.nn.Module):
                     for output_name, out in outputs.items()}
         return {output_name: out.view(*lead, out.shape[-1])
                 for output_name, out in outputs.items()}
+
+    def _checked_input(self, inp):
+        """Checks that `inp` is a CUDA tensor [..., _input_features()];
+        returns the call's activation dtype (_checked_dtype)."""
+        name = type(self).__name__
+        if not isinstance(inp, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor input, got "
+                            f"{type(inp).__name__}")
+        features = self._input_features()
+        if inp.dim() == 0 or inp.shape[-1] != features:
+            raise ValueError(f"{name}: expected an input [..., {features}], "
+                             f"got {tuple(inp.shape)}")
+        if not inp.is_cuda:
+            raise ValueError(f"{name}: the input must be a CUDA tensor, got "
+                             f"one on {inp.device}")
+        return self._checked_dtype(inp)
 
     def _checked_dtype(self, inp):
         """The activation dtype of a call on `inp` (_activation_dtype),

@@ -1,0 +1,414 @@
+#!/usr/bin/env python3
+"""What a mixture-of-experts layer's expert GEMMs cost through tejit's
+GroupedLinear (docs/grouped-linear.md): one training step (forward, then
+the backward of a fixed random output gradient) of G experts' Linears
+over their routed tokens, against PyTorch peers, on one GPU, in one
+process.
+
+    python3 benchmarks/gpu/bench_grouped_linear.py [--small] [--balanced]
+        [--rows KEY ...] [--rounds 3] [--hold 0.5] [--iters 10]
+        [--warmup 3] [--json OUT]
+    (the library path as for the other benchmarks: source
+    tools/scripts/gpu-env.sh)
+
+Shape (bf16 parameters, no biases): Mixtral 8x7B's expert up-projection,
+8 experts, hidden 4096 -> FFN 14336 each, on 16384 routed tokens (8192
+tokens, top-2 routing); --small: 8 experts, 1024 -> 2048, 4096 tokens.
+The routed counts are unequal (a fixed draw, each a multiple of 16, as
+FP8 needs: Fp8Padding's alignment), or equal with --balanced; the split
+is printed.
+
+Rows (--rows picks some, by key; the speed-ups are of the first row):
+  tejit-delayed     te.GroupedLinear under DelayedScaling(HYBRID, history
+                    1024, max)
+  tejit-current     te.GroupedLinear under Float8CurrentScaling(HYBRID)
+  tejit-bf16        te.GroupedLinear without a recipe
+  loop-bf16         PyTorch eager: torch.split, then one nn.Linear per
+                    expert, torch.cat
+  grouped-mm-bf16   torch._grouped_mm (one grouped GEMM for all experts,
+                    eager), where the installed PyTorch has it and it gives
+                    the loop's results forward and backward (checked
+                    first; otherwise skipped and the reason printed)
+  compile-bf16      torch.compile of loop-bf16
+  compile-fp8       torch.compile of the loop with torch_peers.Fp8Linear
+                    per expert (torch._scaled_mm, tensorwise current
+                    scaling: E4M3 forward operands, E5M2 gradients)
+
+Measuring as bench_block_scaling.py does (bench_sustained.py's
+interleaved rounds): the rows are built and kept together, each timed on
+its first step (tejit's JIT compile, torch.compile's) and warmed up; then
+--rounds rounds in rotated order, each timing --iters steps after --hold
+seconds of the row's own steps; per round the median, then the median
+over rounds, and the first row's speed-up per round (this row's time over
+the first's), then its median. TFLOP/s count the three GEMMs of each
+expert (6 x tokens x hidden x FFN per step). Memory per row: peak torch
+allocations over its first steps above what was allocated before it, and
+the drop in the device's free memory. Prints a markdown table; --json
+writes every number with the GPU, versions, date and command line.
+"""
+import argparse
+import dataclasses
+import datetime
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "python"))
+
+import torch  # noqa: E402
+
+import bench_block_scaling  # noqa: E402 (its table and cleanup)
+import bench_sustained  # noqa: E402 (its hold and timed loops)
+import bench_transformer  # noqa: E402
+import tejit  # noqa: E402
+import tejit.pytorch as te  # noqa: E402
+import torch_peers  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+
+BF16 = torch.bfloat16
+MIB = 2 ** 20
+SIZES = {
+    "full": {"experts": 8, "hidden": 4096, "ffn": 14336, "tokens": 16384},
+    "small": {"experts": 8, "hidden": 1024, "ffn": 2048, "tokens": 4096},
+}
+BLOCK = "experts"  # the table's block column
+ROWS = {  # key -> label
+    "tejit-delayed": "tejit FP8 DelayedScaling",
+    "tejit-current": "tejit FP8 Float8CurrentScaling",
+    "tejit-bf16": "tejit bf16",
+    "loop-bf16": "torch eager bf16 loop (split + nn.Linear)",
+    "grouped-mm-bf16": "torch._grouped_mm bf16",
+    "compile-bf16": "torch.compile bf16 loop",
+    "compile-fp8": "torch.compile FP8 loop (_scaled_mm tensorwise)",
+}
+TEJIT_RECIPES = {
+    "tejit-delayed": lambda: recipe.DelayedScaling(
+        fp8_format=recipe.Format.HYBRID, amax_history_len=1024,
+        amax_compute_algo="max"),
+    "tejit-current": lambda: recipe.Float8CurrentScaling(
+        fp8_format=recipe.Format.HYBRID),
+    "tejit-bf16": lambda: None,
+}
+SPLIT_ALIGNMENT = 16  # FP8's (Fp8Padding's) multiple
+
+
+@dataclasses.dataclass
+class Row:
+    key: str
+    step: object          # a zero-argument training step
+    keep: object          # what the step needs alive
+    first_step_s: float
+    peak_bytes: int
+    device_bytes: int
+    times: list = dataclasses.field(default_factory=list)
+
+    @property
+    def label(self):
+        return ROWS[self.key]
+
+
+def routed_splits(size, balanced, seed=1234):
+    """Tokens per expert, multiples of 16 summing to the size's tokens:
+    equal, or a fixed unequal draw (shares between 0.5 and 1.5 of the
+    mean, as a router's load varies)."""
+    experts, tokens = size["experts"], size["tokens"]
+    units = tokens // SPLIT_ALIGNMENT
+    if balanced:
+        shares = [1.0] * experts
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        shares = (torch.rand(experts, generator=generator) + 0.5).tolist()
+    counts = [int(units * s / sum(shares)) for s in shares]
+    counts[0] += units - sum(counts)
+    return [c * SPLIT_ALIGNMENT for c in counts]
+
+
+def step_flops(size):
+    """The forward, dgrad and wgrad GEMMs of every expert over its
+    tokens: 3 x 2 x tokens x hidden x FFN."""
+    return 6 * size["tokens"] * size["hidden"] * size["ffn"]
+
+
+class ExpertLoop(torch.nn.Module):
+    """The experts as PyTorch runs them without a grouped GEMM: the input
+    split into the experts' segments, one `linear` module per expert
+    (nn.Linear or torch_peers.Fp8Linear), the outputs concatenated."""
+
+    def __init__(self, experts, hidden, ffn, splits, linear=torch.nn.Linear,
+                 **factory):
+        super().__init__()
+        self.splits = tuple(splits)
+        self.experts = torch.nn.ModuleList(
+            linear(hidden, ffn, bias=False, **factory)
+            for _ in range(experts))
+
+    def forward(self, x):
+        return torch.cat([expert(part) for expert, part in
+                          zip(self.experts, x.split(self.splits))])
+
+
+class GroupedMm(torch.nn.Module):
+    """The experts through torch._grouped_mm: weights [G, FFN, hidden],
+    the segments given by their cumulative ends (int32 on the device)."""
+
+    def __init__(self, experts, hidden, ffn, splits, **factory):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(experts, ffn, hidden,
+                                                     **factory))
+        torch.nn.init.normal_(self.weight, std=0.023)
+        ends = torch.tensor(splits, dtype=torch.int64).cumsum(0)
+        self.register_buffer("offsets", ends.to(self.weight.device,
+                                                torch.int32))
+
+    def forward(self, x):
+        return torch._grouped_mm(x, self.weight.transpose(-2, -1),
+                                 offs=self.offsets)
+
+
+def grouped_mm_support():
+    """None when torch._grouped_mm runs the experts' forward and backward
+    in bf16 here with the loop's results (relative L2 below 1e-2 for the
+    output and every gradient), else the reason why not."""
+    if not hasattr(torch, "_grouped_mm"):
+        return "this PyTorch has no torch._grouped_mm"
+    splits = [64, 32, 16, 144]
+    factory = {"device": "cuda", "dtype": BF16}
+    try:
+        grouped = GroupedMm(4, 128, 256, splits, **factory)
+        loop = ExpertLoop(4, 128, 256, splits, **factory)
+        with torch.no_grad():
+            for expert, weight in zip(loop.experts, grouped.weight):
+                expert.weight.copy_(weight)
+        x = torch.randn(sum(splits), 128, device="cuda", dtype=BF16)
+        dy = torch.randn(sum(splits), 256, device="cuda", dtype=BF16)
+        results = []
+        for model in (grouped, loop):
+            xi = x.clone().requires_grad_()
+            y = model(xi)
+            y.backward(dy)
+            grads = ([model.weight.grad] if model is grouped else
+                     [torch.stack([e.weight.grad for e in model.experts])])
+            results.append([y, xi.grad] + grads)
+        for name, got, want in zip(("output", "dx", "dW"), *results):
+            error = ((got.float() - want.float()).norm()
+                     / want.float().norm()).item()
+            if not error < 1e-2:
+                return (f"torch._grouped_mm's {name} differs from the loop's "
+                        f"by a relative L2 error of {error:.2e}")
+    except Exception as error:  # noqa: BLE001 - the reason is the report
+        first_line = str(error).strip().splitlines()[0] if str(error) else ""
+        return f"{type(error).__name__}: {first_line[:200]}"
+    return None
+
+
+def build_model(key, size, splits):
+    """(model on the GPU in training mode, forward(model, x))."""
+    g, h, f = size["experts"], size["hidden"], size["ffn"]
+    if key in TEJIT_RECIPES:
+        model = te.GroupedLinear(g, h, f, bias=False, params_dtype=BF16)
+        fp8_recipe = TEJIT_RECIPES[key]()
+
+        def forward(m, x):
+            with te.fp8_autocast(enabled=fp8_recipe is not None,
+                                 fp8_recipe=fp8_recipe):
+                return m(x, splits)
+        return model.train(), forward
+    factory = {"device": "cuda", "dtype": BF16}
+    if key == "grouped-mm-bf16":
+        model = GroupedMm(g, h, f, splits, **factory)
+    else:
+        linear = (torch_peers.Fp8Linear if key == "compile-fp8"
+                  else torch.nn.Linear)
+        model = ExpertLoop(g, h, f, splits, linear=linear, **factory)
+    model = model.train()
+    if key.startswith("compile-"):
+        model = torch.compile(model)
+    return model, lambda m, x: m(x)
+
+
+def make_step(key, size, splits):
+    """(step, what it keeps alive)."""
+    torch.manual_seed(1234)
+    model, forward = build_model(key, size, splits)
+    x = torch.randn(size["tokens"], size["hidden"], device="cuda",
+                    dtype=BF16, requires_grad=True)
+    dy = torch.randn(size["tokens"], size["ffn"], device="cuda", dtype=BF16)
+    params = list(model.parameters())
+
+    def step():
+        x.grad = None
+        for p in params:
+            p.grad = None
+        forward(model, x).backward(dy)
+
+    return step, (model, x, dy, params)
+
+
+def build_row(key, size, splits, args):
+    """Builds the row, times its first step and warms it up, measuring its
+    memory."""
+    bench_block_scaling.release_memory()
+    allocated = torch.cuda.memory_allocated()
+    free = torch.cuda.mem_get_info()[0]
+    torch.cuda.reset_peak_memory_stats()
+    step, keep = make_step(key, size, splits)
+    start = time.perf_counter()
+    step()  # tejit's JIT compile, torch.compile's compile
+    torch.cuda.synchronize()
+    first_step_s = time.perf_counter() - start
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    row = Row(key=key, step=step, keep=keep, first_step_s=first_step_s,
+              peak_bytes=torch.cuda.max_memory_allocated() - allocated,
+              device_bytes=free - torch.cuda.mem_get_info()[0])
+    print(f"built {key}: first step {first_step_s:.1f} s, peak "
+          f"{row.peak_bytes / MIB:.0f} MiB", flush=True)
+    return row
+
+
+def summarize(rows, size):
+    """bench_block_scaling.summarize's entries for these rows (its
+    markdown reads them)."""
+    flops = step_flops(size)
+    first = rows[0] if rows else None
+    summary = []
+    for row in rows:
+        ms = statistics.median(row.times)
+        entry = {"block": BLOCK, "key": row.key, "label": row.label,
+                 "median_ms": ms, "round_medians_ms": row.times,
+                 "tflops": flops / (ms * 1e-3) / 1e12,
+                 "first_step_s": row.first_step_s,
+                 "peak_bytes": row.peak_bytes,
+                 "device_bytes": row.device_bytes}
+        if row is not first:
+            ratios = [t / f for t, f in zip(row.times, first.times)]
+            entry["speedup_of_first"] = statistics.median(ratios)
+            entry["speedup_per_round"] = ratios
+        summary.append(entry)
+    return summary
+
+
+def comparisons(summary):
+    """Lines comparing tejit with its peers of the same precision: tejit
+    bf16 against each bf16 peer, and the faster tejit FP8 row against
+    torch.compile's FP8 loop (time ratios of the medians; > 1: tejit is
+    faster)."""
+    by_key = {e["key"]: e for e in summary}
+    lines = []
+    pairs = [("tejit-bf16", peer) for peer in ("loop-bf16",
+                                               "grouped-mm-bf16",
+                                               "compile-bf16")]
+    fp8 = [by_key[k] for k in ("tejit-delayed", "tejit-current")
+           if k in by_key]
+    if fp8:
+        best = min(fp8, key=lambda e: e["median_ms"])["key"]
+        pairs += [(best, "compile-fp8"), (best, "tejit-bf16")]
+    for ours, peer in pairs:
+        if ours in by_key and peer in by_key:
+            ratio = by_key[peer]["median_ms"] / by_key[ours]["median_ms"]
+            lines.append(f"{by_key[ours]['label']} vs {by_key[peer]['label']}"
+                         f": {ratio:.2f}x")
+    return lines
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS),
+                        default=list(ROWS),
+                        help="rows, the first compared with the others")
+    parser.add_argument("--small", action="store_true",
+                        help="the small sizes: a quick check")
+    parser.add_argument("--balanced", action="store_true",
+                        help="equal token counts per expert")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hold", type=float, default=0.5,
+                        help="seconds of a row's steps before its timing")
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", metavar="OUT")
+    args = parser.parse_args()
+    if args.rounds < 1 or args.iters < 2 or args.hold < 0 or args.warmup < 0:
+        parser.error("--rounds >= 1, --iters >= 2, --hold >= 0, "
+                     "--warmup >= 0")
+    return args
+
+
+def main():
+    args = parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA device visible to PyTorch")
+        return 1
+    size = SIZES["small" if args.small else "full"]
+    splits = routed_splits(size, args.balanced)
+    env = {"gpu": torch.cuda.get_device_name(),
+           "driver": bench_transformer.driver_version(),
+           "torch": torch.__version__, "cuda": torch.version.cuda,
+           "tejit": tejit.version(),
+           "date": datetime.datetime.now().isoformat(timespec="seconds"),
+           "command": " ".join(sys.argv)}
+    print(f"{env['gpu']} (driver {env['driver']}), torch {env['torch']} "
+          f"(CUDA {env['cuda']}), tejit {env['tejit']}; sizes {size}, "
+          f"splits {splits}; rows {args.rows}, {args.rounds} rounds, hold "
+          f"{args.hold} s, {args.iters} steps", flush=True)
+    bench_transformer.warm_device()
+    skipped = {}
+    if "grouped-mm-bf16" in args.rows:
+        reason = grouped_mm_support()
+        if reason is not None:
+            skipped["grouped-mm-bf16"] = reason
+            print(f"grouped-mm-bf16 skipped: {reason}", flush=True)
+    rows = []
+    for key in args.rows:
+        if key in skipped:
+            continue
+        try:
+            rows.append(build_row(key, size, splits, args))
+        except Exception as error:  # noqa: BLE001 - reported, not hidden
+            print(f"{key}: FAILED: {type(error).__name__}: {error}\n"
+                  f"{traceback.format_exc(limit=-4)}", flush=True)
+            skipped[key] = f"{type(error).__name__}: {error}"
+            bench_block_scaling.release_memory()
+    bench_sustained.interleaved_medians(
+        rows, args.rounds, args.hold, args.iters,
+        lambda row: f"{row.key:16s}")
+    for row in rows:  # the numbers stay; the models go
+        row.step = row.keep = None
+    bench_block_scaling.release_memory()
+    bench_block_scaling.reset_dynamo()
+    summary = summarize(rows, size)
+    print(f"\n# GroupedLinear (MoE experts): {env['gpu']}, tejit "
+          f"{env['tejit'][:12]}, torch {env['torch']}, "
+          f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}")
+    print(f"sizes {size}, splits {splits}; {args.rounds} rounds x "
+          f"{args.iters} steps after {args.hold} s holds; command: "
+          f"{env['command']}")
+    if summary:
+        print()
+        print(bench_block_scaling.markdown(summary, summary[0]["label"]))
+    print("\nspeed-up: this row's median ms / the first row's, per round, "
+          "then the median (> 1: the first row is faster); peak: torch "
+          "allocations over the first steps, parameters included; device: "
+          "the drop in free device memory (tejit's own allocations too)")
+    lines = comparisons(summary)
+    if lines:
+        print("\n" + "\n".join(lines))
+    for what, reason in skipped.items():
+        print(f"skipped {what}: {reason}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "settings": vars(args),
+                       "sizes": size, "splits": splits, "summary": summary,
+                       "comparisons": lines, "skipped": skipped}, f,
+                      indent=1, default=str)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""What GroupedLinear (module/grouped_linear.py) decides without PyTorch:
+the checks of its constructor arguments and of `m_splits`, the token
+count its programs are compiled for, its layer spec, and Fp8Padding's
+split sizes (docs/grouped-linear.md).
+
+No torch and no relative imports: tests/python loads this file by path on
+machines without PyTorch (test_grouped_linear_args.py).
+"""
+import operator
+
+OWNER = "GroupedLinear"
+
+# A compiled program serves every token count up to a multiple of this:
+# the module appends zero rows (padding past sum(m_splits), which the
+# program leaves out of every result) and cuts the output back.
+TOKEN_ALIGNMENT = 64
+
+# Under an FP8 recipe every split must be a multiple of this (the wgrad
+# GEMMs read FP8 copies whose segment g starts at token o_g: cuBLASLt needs
+# 16-byte aligned operands), as in Transformer Engine, whose Fp8Padding
+# pads the splits to it.
+FP8_SPLIT_ALIGNMENT = 16
+
+# Arguments tejit's GroupedLinear takes only at their defaults, with what
+# each would need.
+_UNSUPPORTED = {
+    "fuse_wgrad_accumulation": (
+        False, "the stacked weights have no main_grad form yet"),
+    "ub_overlap_rs": (False, "no userbuffers communication overlap"),
+    "ub_overlap_ag": (False, "no userbuffers communication overlap"),
+    "delay_wgrad_compute": (
+        False, "the weight gradients are computed in the backward"),
+    "save_original_input": (
+        False, "the backward keeps the FP8 copies of the input"),
+}
+
+
+def _as_int(owner, name, value, minimum):
+    """`value` as an int >= minimum (bools refused), else ValueError."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got "
+                         f"{value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{owner}: {name} must be an int >= {minimum}, got "
+                         f"{number}")
+    return number
+
+
+def check_sizes(num_gemms, in_features, out_features, owner=OWNER):
+    """(num_gemms, in_features, out_features) as positive ints."""
+    return (_as_int(owner, "num_gemms", num_gemms, 1),
+            _as_int(owner, "in_features", in_features, 1),
+            _as_int(owner, "out_features", out_features, 1))
+
+
+def check_unsupported(owner=OWNER, **arguments):
+    """NotImplementedError naming the first of `arguments` (names of
+    _UNSUPPORTED) that is not at its default."""
+    for name, value in arguments.items():
+        default, why = _UNSUPPORTED[name]
+        if bool(value) != default:
+            raise NotImplementedError(
+                f"{owner}({name}={value!r}) is not supported by tejit yet "
+                f"({why}); leave it at {default!r}")
+
+
+def check_tensor_parallel(tp_size, parallel_mode, sequence_parallel,
+                          owner=OWNER):
+    """Refuses tensor parallelism (tp_size: tp_group's size, or the
+    argument; see _args.tp_world_size) with NotImplementedError naming the
+    arguments. parallel_mode and sequence_parallel split and communicate
+    nothing at tp_size 1 (Transformer Engine's rule), so they pass there."""
+    if parallel_mode not in (None, "column", "row"):
+        raise ValueError(f"{owner}: parallel_mode must be None, 'column' or "
+                         f"'row', got {parallel_mode!r}")
+    if tp_size > 1:
+        extra = ", sequence_parallel=True" if sequence_parallel else ""
+        raise NotImplementedError(
+            f"{owner}(tp_size={tp_size}{extra}) is not supported by tejit "
+            f"yet: no tensor (or sequence) parallelism for the grouped GEMMs; "
+            f"give no tp_group (or one of 1 rank) and tp_size=1")
+
+
+def check_fp8_model_init(fp8_init, owner=OWNER):
+    """FP8 primary weights (fp8_model_init): not for the stacked weights
+    (the compiler has no FP8-weight form of the grouped GEMMs)."""
+    if fp8_init is not None:
+        raise NotImplementedError(
+            f"{owner} was built inside fp8_model_init (FP8 primary "
+            f"weights), which tejit's GroupedLinear does not support yet: "
+            f"build it outside fp8_model_init (its weights stay in "
+            f"params_dtype and are cast per forward under fp8_autocast)")
+
+
+def check_recipe(recipe, owner=OWNER):
+    """Float8BlockScaling (and the recipes tejit does not run) refused
+    before anything compiles; DelayedScaling and Float8CurrentScaling
+    pass. `recipe` is a tejit.common.recipe object or None."""
+    if recipe is None:
+        return
+    block = getattr(recipe, "float8_block_scaling", None)
+    if block is not None and block():
+        raise NotImplementedError(
+            f"{owner} under fp8_autocast with Float8BlockScaling is not "
+            f"supported by tejit yet (no block-scaled grouped GEMMs); use "
+            f"DelayedScaling or Float8CurrentScaling")
+
+
+def split_list(m_splits, num_gemms, owner=OWNER):
+    """`m_splits` (a sequence: the tokens of each GEMM, in order) as a list
+    of `num_gemms` ints >= 0; ValueError naming m_splits otherwise."""
+    if isinstance(m_splits, (str, bytes)):
+        raise ValueError(f"{owner}: m_splits must be a list of "
+                         f"{num_gemms} ints, got {m_splits!r}")
+    try:
+        values = list(m_splits)
+    except TypeError:
+        raise ValueError(f"{owner}: m_splits must be a list of {num_gemms} "
+                         f"ints (or a 1-D integer tensor), got "
+                         f"{type(m_splits).__name__}") from None
+    if len(values) != num_gemms:
+        raise ValueError(f"{owner}: m_splits has {len(values)} entries, the "
+                         f"module has num_gemms={num_gemms}: give one token "
+                         f"count per GEMM")
+    splits = []
+    for index, value in enumerate(values):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            split = operator.index(value)
+        except TypeError:
+            raise ValueError(f"{owner}: m_splits[{index}] must be an int, "
+                             f"got {value!r}") from None
+        if split < 0:
+            raise ValueError(f"{owner}: m_splits[{index}] is {split}; token "
+                             f"counts must be >= 0")
+        splits.append(split)
+    return splits
+
+
+def checked_splits(m_splits, num_gemms, tokens, fp8, owner=OWNER):
+    """`m_splits` (a sequence of G ints: the tokens of each GEMM, in
+    order) checked against the input's `tokens`: one per GEMM, each >= 0,
+    summing to `tokens`, and with `fp8` (an FP8 recipe) each a multiple of
+    16. Returns them as a list of ints; ValueError naming m_splits
+    otherwise."""
+    splits = split_list(m_splits, num_gemms, owner)
+    if sum(splits) != tokens:
+        raise ValueError(f"{owner}: m_splits sums to {sum(splits)}, but the "
+                         f"input has {tokens} tokens (rows after flattening "
+                         f"its leading dims): the splits must cover them "
+                         f"exactly")
+    if fp8:
+        odd = [(i, m) for i, m in enumerate(splits)
+               if m % FP8_SPLIT_ALIGNMENT]
+        if odd:
+            index, split = odd[0]
+            raise ValueError(
+                f"{owner}: under an FP8 recipe every m_splits entry must be "
+                f"a multiple of {FP8_SPLIT_ALIGNMENT}, but m_splits[{index}] "
+                f"is {split}: pad each expert's tokens with "
+                f"Fp8Padding(num_gemms) before the layer and remove them "
+                f"with Fp8Unpadding(num_gemms) after it, as in Transformer "
+                f"Engine")
+    return splits
+
+
+def padded_tokens(tokens):
+    """The token count a call on `tokens` rows is compiled for: rounded up
+    to a multiple of TOKEN_ALIGNMENT (at least one multiple), so that
+    calls whose counts differ by routing share a program."""
+    blocks = max(1, -(-int(tokens) // TOKEN_ALIGNMENT))
+    return blocks * TOKEN_ALIGNMENT
+
+
+def layer_spec(num_gemms, in_features, out_features, bias):
+    """The spec's layer (docs/spec-format.md, `type: GroupedLinear`)."""
+    return {"type": "GroupedLinear", "num_gemms": int(num_gemms),
+            "in_features": int(in_features),
+            "out_features": int(out_features), "bias": bool(bias)}
+
+
+def alignment(align_size, owner="Fp8Padding"):
+    """Fp8Padding's `align_size`: an int >= 1, FP8_SPLIT_ALIGNMENT for
+    None (TE's default for the per-tensor FP8 recipes)."""
+    if align_size is None:
+        return FP8_SPLIT_ALIGNMENT
+    return _as_int(owner, "align_size", align_size, 1)
+
+
+def aligned_splits(m_splits, align_size=FP8_SPLIT_ALIGNMENT):
+    """Fp8Padding's split sizes: each rounded up to a multiple of
+    `align_size` (an int >= 1)."""
+    align_size = alignment(align_size)
+    return [-(-int(m) // align_size) * align_size for m in m_splits]

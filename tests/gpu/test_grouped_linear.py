@@ -1,0 +1,556 @@
+"""GPU tests of tejit.pytorch.GroupedLinear (mixture-of-experts GEMMs;
+docs/grouped-linear.md), Fp8Padding and Fp8Unpadding.
+
+    PYTHONPATH=python python3 -m pytest tests/gpu/test_grouped_linear.py
+    (-k "not full_size" leaves out the G=8, 4096 -> 2048, 16384-token
+    cases)
+
+Every training step (forward, backward of a random output gradient) is
+checked against a float64 reference computed per segment from the same
+parameters: y_g = x_g W_g^T + b_g, dx_g = dy_g W_g, dW_g = dy_g^T x_g, db_g
+= column sums of dy_g (zeros for an empty expert). Under an FP8 recipe the
+reference multiplies what tejit's FP8 GEMMs multiply: each segment of the
+input, each weight and each segment of dy cast with its own group's scale
+(run_layer_tests.Fp8Emulator, one tensor name per group and role:
+DelayedScaling's per-slot state and its update, or Float8CurrentScaling's
+amax of the group), then dequantized. Elementwise comparisons with the
+layer suite's tolerances (run_layer_tests.compare and its allowance for
+rounding-boundary outliers): TE's bf16 / fp16 ones without a recipe, E4M3
+forward and E5M2 (HYBRID) or E4M3 gradients under FP8.
+
+The data's magnitude differs by up to 2^12 between groups (the input's
+segments and the weights): one scale for all groups would push the small
+ones into FP8's subnormals, which the per-group emulation would not
+match. Under DelayedScaling the module's FP8 meta state (state_dict
+fp8_meta.*) is checked after every step against the emulator's: forward
+scales [G input slots, G weight slots], backward [G gradient slots], with
+an empty expert's input and gradient slots left at 1 (nothing recorded).
+
+Cases: no recipe in bf16 and fp16 (splits that are no multiples of 16),
+DelayedScaling HYBRID and E4M3 (three steps: the scales update),
+Float8CurrentScaling; splits with an empty expert, unequal splits, one
+GEMM; a token count that is no multiple of 64 (the module pads to one);
+the full size (G=8, 4096 -> 2048 per expert, 16384 routed tokens). Then
+the state_dict's weight{i}/bias{i} and FP8 meta state (a copy loaded from
+it continues bit for bit), m_splits as a list, a tuple, a CPU and a CUDA
+tensor, is_first_microbatch, return_bias, a replaced parameter (stacked
+per call), 3-D inputs, an input without tokens, program sharing across
+token counts, Fp8Padding -> GroupedLinear -> Fp8Unpadding under FP8, and
+the refusals (bad m_splits, splits no multiple of 16 under FP8,
+Float8BlockScaling).
+"""
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gpu_test_support import (hybrid, run_seed, seed_per_test,  # noqa: E402
+                              torch)
+
+import run_layer_tests as layers  # noqa: E402
+import tejit.pytorch as te  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+
+SEED = run_seed(__file__)
+fresh_seed = seed_per_test(SEED)
+# The references are float64 math (no TF32 anywhere).
+torch.backends.cuda.matmul.allow_tf32 = False
+
+BF16, FP16, F64 = torch.bfloat16, torch.float16, torch.float64
+IN, OUT = 192, 320  # the small cases' features (FP8: K % 16, N % 8)
+# Relative magnitudes of the groups' input segments and weights (cycled):
+# 2^12 apart at most.
+X_MAGNITUDES = (1.0, 2.0 ** -8, 2.0 ** 4, 2.0 ** -4)
+W_MAGNITUDES = (1.0, 2.0 ** 4, 2.0 ** -4, 0.5)
+
+
+def delayed_e4m3():
+    return recipe.DelayedScaling(fp8_format=recipe.Format.E4M3,
+                                 amax_history_len=4,
+                                 amax_compute_algo="most_recent")
+
+
+def current():
+    return recipe.Float8CurrentScaling(fp8_format=recipe.Format.HYBRID)
+
+
+# name -> (params dtype, recipe factory or None, steps)
+RECIPES = {
+    "bf16": (BF16, None, 2),
+    "fp16": (FP16, None, 2),
+    "delayed-hybrid": (BF16, hybrid, 3),
+    "delayed-e4m3": (BF16, delayed_e4m3, 3),
+    "current": (BF16, current, 2),
+}
+FP8_RECIPES = [name for name, (_, factory, _) in RECIPES.items() if factory]
+# name -> splits (multiples of 16, so that every recipe takes them).
+SPLITS = {
+    "unequal": [48, 208, 16, 80],        # 352 tokens: padded to 384
+    "empty-expert": [96, 0, 160, 32],
+    "one-gemm": [144],
+    "all-but-one-empty": [0, 0, 128, 0, 0],
+}
+# Without a recipe any split is fine.
+ODD_SPLITS = [45, 0, 211, 3, 93]
+
+
+def build(num_gemms, dtype, in_features=IN, out_features=OUT, bias=True,
+          spread=True, **kwargs):
+    """A GroupedLinear with non-zero biases and, with `spread`, weights
+    scaled by W_MAGNITUDES per group."""
+    module = te.GroupedLinear(num_gemms, in_features, out_features,
+                              bias=bias, params_dtype=dtype, **kwargs)
+    with torch.no_grad():
+        for g in range(num_gemms):
+            if spread:
+                getattr(module, f"weight{g}").mul_(
+                    W_MAGNITUDES[g % len(W_MAGNITUDES)])
+            if bias:
+                b = getattr(module, f"bias{g}")
+                b.copy_(0.1 * torch.randn_like(b))
+    return module
+
+
+def spread_input(splits, features, dtype, spread=True, lead=None):
+    """N(0, 1) tokens, segment g scaled by X_MAGNITUDES (with `spread`),
+    shaped `lead` + [features] (default [tokens, features])."""
+    x = torch.randn(sum(splits), features, device="cuda")
+    if spread:
+        scale = torch.cat([torch.full((m,), X_MAGNITUDES[g %
+                                                         len(X_MAGNITUDES)])
+                           for g, m in enumerate(splits)]).to("cuda")
+        x = x * scale[:, None]
+    return x.to(dtype).reshape(*(lead or (sum(splits),)), features)
+
+
+def parameters(module):
+    """(weights, biases or Nones) of `module` in float64."""
+    weights = [getattr(module, f"weight{g}").detach().to(F64)
+               for g in range(module.num_gemms)]
+    biases = [None if b is None else b.detach().to(F64)
+              for b in module._biases()]
+    return weights, biases
+
+
+class Reference:
+    """The float64 reference of one module over steps: `emulator` (an
+    run_layer_tests.Fp8Emulator, None without a recipe) keeps the FP8
+    state between steps as tejit's does."""
+
+    def __init__(self, fp8_recipe):
+        self.emulator = (layers.Fp8Emulator(fp8_recipe.to_spec())
+                         if fp8_recipe is not None else None)
+
+    def cast(self, name, value, direction):
+        if self.emulator is None or value.shape[0] == 0:
+            return value  # an empty segment records nothing
+        return self.emulator.quantize(name, value, direction, F64)
+
+    def step(self, module, x, dy, splits, with_bias=True):
+        """(y, dx, [dW_g], [db_g] or None) of one training step on `x`
+        [tokens, in] with output gradient `dy` [tokens, out]; updates the
+        emulated state as tejit's forward and backward do."""
+        weights, biases = parameters(module)
+        x = x.detach().reshape(-1, weights[0].shape[1]).to(F64)
+        dy = dy.detach().reshape(-1, weights[0].shape[0]).to(F64)
+        wq = [self.cast(f"gemm{g}.weight", w, "fwd")
+              for g, w in enumerate(weights)]
+        bounds = [0]
+        for m in splits:
+            bounds.append(bounds[-1] + m)
+        segments = list(zip(bounds[:-1], bounds[1:]))
+        xq = [self.cast(f"gemm{g}.input", x[a:b], "fwd")
+              for g, (a, b) in enumerate(segments)]
+        ys = []
+        for g, (a, b) in enumerate(segments):
+            y = xq[g] @ wq[g].T
+            if with_bias and biases[g] is not None:
+                y = y + biases[g]
+            ys.append(y)
+        if self.emulator is not None:
+            self.emulator.end_forward()
+        dyq = [self.cast(f"gemm{g}.grad_output", dy[a:b], "bwd")
+               for g, (a, b) in enumerate(segments)]
+        dx = torch.cat([dyq[g] @ wq[g] for g in range(len(splits))])
+        dws = [dyq[g].T @ xq[g] for g in range(len(splits))]
+        dbs = ([dy[a:b].sum(0) for a, b in segments]
+               if biases[0] is not None else None)
+        if self.emulator is not None:
+            self.emulator.end_backward()
+        return torch.cat(ys), dx, dws, dbs
+
+    def expected_scales(self, num_gemms):
+        """DelayedScaling: the scales the module's meta state should hold,
+        {"fwd": [inputs..., weights...], "bwd": [grads...]}; 1 for slots
+        never recorded."""
+        states = self.emulator.states
+
+        def scale(direction, name):
+            state = states[direction].get(name)
+            return 1.0 if state is None else state.scale
+        groups = range(num_gemms)
+        return {"fwd": ([scale("fwd", f"gemm{g}.input") for g in groups] +
+                        [scale("fwd", f"gemm{g}.weight") for g in groups]),
+                "bwd": [scale("bwd", f"gemm{g}.grad_output")
+                        for g in groups]}
+
+
+def tolerances(dtype, fp8_recipe):
+    if fp8_recipe is None:
+        tol = layers.TOL_NONE["bf16" if dtype == BF16 else "fp16"]
+        return tol, tol
+    hybrid_format = fp8_recipe.fp8_format is recipe.Format.HYBRID
+    return layers.TOL_E4M3, (layers.TOL_E5M2 if hybrid_format
+                             else layers.TOL_E4M3)
+
+
+def module_step(module, x, dy, splits, fp8_recipe, m_splits=None):
+    """One forward + backward: (output, dx, [dW_g], [db_g] or None),
+    detached copies."""
+    module.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_()
+    with te.fp8_autocast(enabled=fp8_recipe is not None,
+                         fp8_recipe=fp8_recipe):
+        out = module(x, splits if m_splits is None else m_splits)
+    out.backward(dy)
+    grads = [getattr(module, f"weight{g}").grad.clone()
+             for g in range(module.num_gemms)]
+    bias_grads = (None if not module.use_bias else
+                  [getattr(module, f"bias{g}").grad.clone()
+                   for g in range(module.num_gemms)])
+    return out.detach().clone(), x.grad.clone(), grads, bias_grads
+
+
+def check_step(got, want, dtype, fp8_recipe, what):
+    """Elementwise comparisons of a module step with the reference's."""
+    out, dx, dws, dbs = got
+    ref_out, ref_dx, ref_dws, ref_dbs = want
+    tol_fwd, tol_bwd = tolerances(dtype, fp8_recipe)
+    checks = [layers.compare("output", out, ref_out, tol_fwd),
+              layers.compare("grad.input", dx, ref_dx, tol_bwd)]
+    checks += [layers.compare(f"grad.weight{g}", dw, ref, tol_bwd)
+               for g, (dw, ref) in enumerate(zip(dws, ref_dws))]
+    if ref_dbs is not None:
+        checks += [layers.compare(f"grad.bias{g}", db, ref, tol_bwd)
+                   for g, (db, ref) in enumerate(zip(dbs, ref_dbs))]
+    failing = [c.describe() for c in checks if not c.ok]
+    worst = max(checks, key=lambda c: c.ratio)
+    print(f"{what}: worst {worst.describe()}")
+    assert not failing, f"{what} (seed {SEED}):\n  " + "\n  ".join(failing)
+
+
+def check_meta(module, reference, what):
+    """DelayedScaling: the module's scales and scale_invs against the
+    emulator's, slot by slot."""
+    state = module.state_dict()
+    expected = reference.expected_scales(module.num_gemms)
+    for direction, scales in expected.items():
+        got = state[f"fp8_meta.{direction}.scale"].flatten().tolist()
+        inverse = state[f"fp8_meta.{direction}.scale_inv"].flatten()
+        assert len(got) == len(scales), (
+            f"{what}: {direction} has {len(got)} scale slots, expected "
+            f"{len(scales)} (G inputs then G weights forward, G gradients "
+            f"backward)")
+        for slot, (g, w) in enumerate(zip(got, scales)):
+            assert math.isclose(g, w, rel_tol=1e-5), (
+                f"{what}: {direction} scale slot {slot} is {g}, the "
+                f"emulator's {w} (all: {got} vs {scales})")
+        want_inverse = (1.0 / torch.tensor(got, dtype=F64)).float()
+        assert torch.equal(inverse.float(), want_inverse), (
+            f"{what}: {direction} scale_inv {inverse.tolist()} is not "
+            f"1/scale in float32")
+
+
+def run_steps(module, splits, dtype, fp8_recipe, steps, what, spread=True,
+              lead=None):
+    """`steps` training steps of fresh data, each checked (and the meta
+    state under DelayedScaling)."""
+    reference = Reference(fp8_recipe)
+    for step in range(1, steps + 1):
+        x = spread_input(splits, module.in_features, dtype, spread, lead)
+        dy = torch.randn(*x.shape[:-1], module.out_features,
+                         device="cuda").to(dtype)
+        got = module_step(module, x, dy, splits, fp8_recipe)
+        want = reference.step(module, x, dy, splits)
+        check_step(got, want, dtype, fp8_recipe, f"{what} step {step}")
+        if isinstance(fp8_recipe, recipe.DelayedScaling):
+            check_meta(module, reference, f"{what} step {step}")
+    return reference
+
+
+# --- numerics against the per-segment reference ------------------------------
+
+
+@pytest.mark.parametrize("splits_name", list(SPLITS))
+@pytest.mark.parametrize("recipe_name", list(RECIPES))
+def test_steps_match_reference(recipe_name, splits_name):
+    dtype, factory, steps = RECIPES[recipe_name]
+    splits = SPLITS[splits_name]
+    fp8_recipe = factory() if factory else None
+    module = build(len(splits), dtype)
+    run_steps(module, splits, dtype, fp8_recipe, steps,
+              f"{recipe_name} {splits_name}")
+
+
+@pytest.mark.parametrize("recipe_name", ["bf16", "fp16"])
+def test_odd_splits_without_fp8(recipe_name):
+    """Without a recipe the splits need no alignment; a 3-D input."""
+    dtype = RECIPES[recipe_name][0]
+    module = build(len(ODD_SPLITS), dtype, bias=False)
+    assert sum(ODD_SPLITS) == 11 * 32  # no multiple of 64: padded
+    run_steps(module, ODD_SPLITS, dtype, None, 2, f"{recipe_name} odd",
+              lead=(11, 32))
+
+
+@pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid",
+                                         "current"])
+def test_full_size(recipe_name):
+    """G=8 experts, 4096 -> 2048 each, 16384 routed tokens in unequal
+    splits (multiples of 16), against the float64 reference."""
+    dtype, factory, _ = RECIPES[recipe_name]
+    fp8_recipe = factory() if factory else None
+    generator = torch.Generator().manual_seed(SEED)
+    weights = torch.rand(8, generator=generator) + 0.25
+    splits = [int(16 * round(w.item() / weights.sum().item() * 1024))
+              for w in weights]
+    splits[-1] += 16384 - sum(splits)
+    assert sum(splits) == 16384 and min(splits) >= 0
+    module = build(8, dtype, 4096, 2048, spread=False)
+    run_steps(module, splits, dtype, fp8_recipe,
+              2 if fp8_recipe else 1, f"full size {recipe_name} {splits}",
+              spread=False)
+
+
+# --- the module's plumbing ---------------------------------------------------
+
+
+def test_state_dict_and_meta_state_continue():
+    """weight{i}/bias{i} and the FP8 meta state in the state_dict; a module
+    loaded from it continues bit for bit."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16)
+    fp8_recipe = hybrid()
+    run_steps(module, splits, BF16, fp8_recipe, 2, "state_dict")
+    state = module.state_dict()
+    names = {k for k in state if not k.startswith("fp8_meta.")}
+    assert names == ({f"weight{g}" for g in range(4)} |
+                     {f"bias{g}" for g in range(4)})
+    assert {k for k in state if k.startswith("fp8_meta.")} == {
+        f"fp8_meta.{d}.{t}" for d in ("fwd", "bwd")
+        for t in ("scale", "scale_inv", "amax_history")}
+    copy = te.GroupedLinear(4, IN, OUT, params_dtype=BF16)
+    copy.load_state_dict(state)
+    for g in range(4):
+        assert torch.equal(copy.get_parameter(f"weight{g}"),
+                           module.get_parameter(f"weight{g}"))
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    first = module_step(module, x, dy, splits, fp8_recipe)
+    second = module_step(copy, x, dy, splits, fp8_recipe)
+    assert torch.equal(first[0], second[0])
+    assert torch.equal(first[1], second[1])
+    assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
+    after, after_copy = module.state_dict(), copy.state_dict()
+    for name in ("fp8_meta.fwd.scale", "fp8_meta.bwd.scale"):
+        assert torch.equal(after[name], after_copy[name]), name
+
+
+def test_m_splits_forms():
+    """A list, a tuple, a CPU int64 tensor and a CUDA int32 tensor give
+    the same bits."""
+    splits = SPLITS["empty-expert"]
+    module = build(4, BF16)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    fp8_recipe = current()
+    results = [module_step(module, x, dy, splits, fp8_recipe, m_splits=form)
+               for form in (list(splits), tuple(splits),
+                            torch.tensor(splits),
+                            torch.tensor(splits, dtype=torch.int32,
+                                         device="cuda"))]
+    for other in results[1:]:
+        assert torch.equal(results[0][0], other[0])
+        assert torch.equal(results[0][1], other[1])
+        assert all(torch.equal(a, b)
+                   for a, b in zip(results[0][2], other[2]))
+
+
+def test_is_first_microbatch():
+    """TE's weight caching: under Float8CurrentScaling (no state) a step
+    with is_first_microbatch True (casts the weights and keeps them) and
+    then False (reuses them) gives the bits of a step with None."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    fp8_recipe = current()
+    results = []
+    for first in (None, True, False):
+        module.zero_grad(set_to_none=True)
+        xi = x.clone().requires_grad_()
+        with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+            out = module(xi, splits, is_first_microbatch=first)
+        out.backward(dy)
+        results.append((out.detach(), xi.grad, module.weight3.grad.clone()))
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
+def test_return_bias():
+    """return_bias: the output without the biases, and the biases as a
+    list (TE's)."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16, return_bias=True)
+    x = spread_input(splits, IN, BF16).requires_grad_()
+    out, biases = module(x, splits)
+    assert isinstance(biases, list) and len(biases) == 4
+    for g, b in enumerate(biases):
+        assert torch.equal(b, module.get_parameter(f"bias{g}"))
+    ref_out = Reference(None).step(module, x, torch.zeros_like(out), splits,
+                                   with_bias=False)[0]
+    check = layers.compare("output", out.detach(), ref_out,
+                           layers.TOL_NONE["bf16"])
+    assert check.ok, check.describe()
+    out.sum().backward()
+    assert x.grad is not None and module.weight2.grad is not None
+
+
+def test_replaced_parameter():
+    """A weight replaced by a new Parameter (no longer a view of the
+    stacked buffer) is stacked per call; its gradient reaches it."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16)
+    new = torch.nn.Parameter(0.05 * torch.randn(OUT, IN, device="cuda",
+                                                dtype=BF16))
+    module.weight1 = new
+    run_steps(module, splits, BF16, None, 1, "replaced weight1")
+    assert module.weight1 is new and new.grad is not None
+    # .to() packs them into one buffer again.
+    module.to(BF16)
+    module.cuda()
+    weights = [module.get_parameter(f"weight{g}") for g in range(4)]
+    assert all(b.data_ptr() - a.data_ptr() == OUT * IN * 2
+               for a, b in zip(weights, weights[1:]))
+
+
+def test_inference_matches_reference():
+    """Forwards under torch.no_grad() (the inference program) for each
+    precision."""
+    splits = SPLITS["empty-expert"]
+    for name in ("bf16", "delayed-hybrid", "current"):
+        dtype, factory, _ = RECIPES[name]
+        fp8_recipe = factory() if factory else None
+        module = build(4, dtype)
+        x = spread_input(splits, IN, dtype)
+        for step in range(2):
+            with torch.no_grad(), te.fp8_autocast(
+                    enabled=fp8_recipe is not None, fp8_recipe=fp8_recipe):
+                out = module(x, splits)
+            # Inference scales with the trained state, which no_grad leaves
+            # as it stands: scale 1 (DelayedScaling) at every step here.
+            want = Reference(fp8_recipe).step(
+                module, x, torch.zeros_like(out), splits)[0]
+            check = layers.compare("output", out, want,
+                                   tolerances(dtype, fp8_recipe)[0])
+            assert check.ok, f"{name} step {step}: {check.describe()}"
+
+
+def test_programs_are_shared_across_token_counts():
+    """Token counts that round up to the same multiple of 64 share one
+    program; an input without tokens works (all experts empty)."""
+    module = build(3, BF16, spread=False)
+    before = te.compile_count()
+    for splits in ([100, 0, 200], [96, 30, 180], [0, 0, 320]):
+        run_steps(module, splits, BF16, None, 1, f"shared {splits}",
+                  spread=False)
+    assert te.compile_count() - before == 1
+    module.zero_grad(set_to_none=True)
+    x = torch.empty(0, IN, device="cuda", dtype=BF16, requires_grad=True)
+    out = module(x, [0, 0, 0])
+    assert tuple(out.shape) == (0, OUT)
+    out.sum().backward()
+    assert all(module.get_parameter(f"weight{g}").grad.abs().sum() == 0
+               for g in range(3))
+
+
+def test_fp8_padding_round_trip():
+    """Fp8Padding -> GroupedLinear under FP8 -> Fp8Unpadding: the real
+    tokens' outputs and gradients as the reference computes them on the
+    padded input (zero rows change no amax)."""
+    splits = [5, 0, 37, 22]
+    module = build(4, BF16)
+    pad, unpad = te.Fp8Padding(4), te.Fp8Unpadding(4)
+    fp8_recipe = current()
+    x = spread_input(splits, IN, BF16).requires_grad_()
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    padded, padded_splits = pad(x, splits)
+    assert padded_splits == [16, 0, 48, 32]
+    with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+        out = unpad(module(padded, padded_splits), splits)
+    out.backward(dy)
+    padded_dy, _ = pad(dy, splits)
+    ref_out, ref_dx, ref_dws, _ = Reference(fp8_recipe).step(
+        module, padded, padded_dy, padded_splits)
+    tol_fwd, tol_bwd = tolerances(BF16, fp8_recipe)
+    keep = torch.cat([torch.arange(start, start + m) for start, m in
+                      zip([0, 16, 16, 64], splits)]).to("cuda")
+    checks = [layers.compare("output", out.detach(), ref_out[keep], tol_fwd),
+              layers.compare("grad.input", x.grad, ref_dx[keep], tol_bwd)]
+    checks += [layers.compare(f"grad.weight{g}",
+                              module.get_parameter(f"weight{g}").grad, ref,
+                              tol_bwd) for g, ref in enumerate(ref_dws)]
+    failing = [c.describe() for c in checks if not c.ok]
+    assert not failing, "\n".join(failing)
+
+
+# --- refusals ----------------------------------------------------------------
+
+
+def test_bad_m_splits_are_refused():
+    module = build(3, BF16)
+    x = torch.randn(64, IN, device="cuda", dtype=BF16)
+    cases = [([32, 32], "2 entries"), ([32, 40, -8], "m_splits[2]"),
+             ([32, 16, 8], "sums to 56"),
+             (torch.tensor([32.0, 16.0, 16.0]), "integer tensor"),
+             (torch.tensor([[32, 16, 16]]), "1-D"), ("abc", "list")]
+    for m_splits, words in cases:
+        with pytest.raises(ValueError) as caught:
+            module(x, m_splits)
+        assert "m_splits" in str(caught.value)
+        assert words in str(caught.value), str(caught.value)
+
+
+def test_fp8_needs_multiples_of_16():
+    module = build(3, BF16)
+    x = torch.randn(64, IN, device="cuda", dtype=BF16)
+    for fp8_recipe in (hybrid(), current()):
+        with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+            with pytest.raises(ValueError) as caught:
+                module(x, [24, 8, 32])
+        assert "Fp8Padding" in str(caught.value)
+        assert "m_splits[0] is 24" in str(caught.value)
+    module(x, [24, 8, 32])  # fine without FP8
+
+
+def test_block_scaling_is_refused():
+    module = build(2, BF16)
+    x = torch.randn(64, IN, device="cuda", dtype=BF16)
+    with te.fp8_autocast(enabled=True,
+                         fp8_recipe=recipe.Float8BlockScaling()):
+        with pytest.raises(NotImplementedError) as caught:
+            module(x, [32, 32])
+    assert "Float8BlockScaling" in str(caught.value)
+
+
+def test_constructor_refusals():
+    for name in ("fuse_wgrad_accumulation", "ub_overlap_rs",
+                 "ub_overlap_ag", "delay_wgrad_compute"):
+        with pytest.raises(NotImplementedError) as caught:
+            te.GroupedLinear(2, IN, OUT, **{name: True})
+        assert name in str(caught.value)
+    with pytest.raises(NotImplementedError) as caught:
+        te.GroupedLinear(2, IN, OUT, tp_size=2, parallel_mode="column")
+    assert "tp_size=2" in str(caught.value)

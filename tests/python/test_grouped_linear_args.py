@@ -1,0 +1,265 @@
+"""tejit.pytorch's GroupedLinear (docs/grouped-linear.md) without PyTorch
+or a GPU: what python/tejit/pytorch/module/_grouped.py decides (loaded
+here by path; the module itself needs PyTorch, see
+test_pytorch_grouped_linear.py): the refusals of TE's constructor
+arguments tejit does not run (naming the argument), the checks of
+m_splits (count, signs, sum, FP8's multiples of 16 with Fp8Padding named),
+the token count a call compiles for (rounded up to 64), Fp8Padding's
+splits, and the layer spec, which compiles through te-compile's importer
+to a program taking input [T, 1, in], m_splits i32 [G] and the stacked
+layers.0.weight [G, out, in] / layers.0.bias [G, out] (skipped while the
+library does not know `type: GroupedLinear`).
+Run: python3 -m pytest tests/python
+"""
+import importlib.util
+import os
+import re
+import sys
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+import tejit  # noqa: E402
+from tejit.common import recipe  # noqa: E402
+
+
+def _load(file_name, module_name):
+    path = os.path.join(REPO, "python", "tejit", "pytorch", "module",
+                        file_name)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+grouped = _load("_grouped.py", "tejit_grouped_args")
+
+# The forward's arguments and results: `tensor<SHAPE> {te.name = "NAME"`.
+_TENSOR = re.compile(r'tensor<([^>]*)> \{te\.name = "([^"]+)"')
+
+
+def program_spec(layer, tokens=128, recipe_spec=None):
+    spec = {"name": "grouped", "params_dtype": "bf16",
+            "seq_length": tokens, "batch_size": 1, "layers": [layer]}
+    if recipe_spec is not None:
+        spec["recipe"] = recipe_spec
+    return spec
+
+
+def forward_tensors(spec):
+    """{name: (shape tuple, element type)} of the forward's arguments and
+    results at the te stage."""
+    text = tejit.compile_ir(spec, "te")
+    header = next(line for line in text.splitlines()
+                  if "func.func" in line and "_backward" not in line)
+    found = {}
+    for shape, name in _TENSOR.findall(header):
+        *dims, element = shape.split("x")
+        found[name] = (tuple(int(d) for d in dims), element)
+    return found
+
+
+def compiler_knows_grouped_linear():
+    try:
+        tejit.compile_ir(program_spec(grouped.layer_spec(2, 64, 32, True)),
+                         "te")
+        return True
+    except tejit.TejitError as error:
+        if "GroupedLinear" in str(error) and "type" in str(error):
+            return False
+        raise
+
+
+class ConstructorTest(unittest.TestCase):
+    def assertRefused(self, error, function, *words):
+        with self.assertRaises(error) as caught:
+            function()
+        for word in words:
+            self.assertIn(word, str(caught.exception))
+        return str(caught.exception)
+
+    def test_sizes(self):
+        self.assertEqual(grouped.check_sizes(8, 4096, 2048), (8, 4096, 2048))
+        for bad in ({"num_gemms": 0}, {"in_features": -1},
+                    {"out_features": 2.5}, {"num_gemms": True}):
+            arguments = {"num_gemms": 4, "in_features": 64,
+                         "out_features": 32, **bad}
+            name = next(iter(bad))
+            self.assertRefused(ValueError,
+                               lambda a=arguments: grouped.check_sizes(**a),
+                               "GroupedLinear", name)
+
+    def test_unsupported_arguments_name_themselves(self):
+        grouped.check_unsupported(fuse_wgrad_accumulation=False,
+                                  ub_overlap_rs=False, ub_overlap_ag=False,
+                                  delay_wgrad_compute=False,
+                                  save_original_input=False)
+        for name in ("fuse_wgrad_accumulation", "ub_overlap_rs",
+                     "ub_overlap_ag", "delay_wgrad_compute",
+                     "save_original_input"):
+            message = self.assertRefused(
+                NotImplementedError,
+                lambda n=name: grouped.check_unsupported(**{n: True}),
+                f"GroupedLinear({name}=True)", "not supported")
+            self.assertIn("False", message)  # says what to leave it at
+
+    def test_tensor_parallelism_is_refused(self):
+        grouped.check_tensor_parallel(1, None, False)
+        # TE's rule: at tp_size 1 these split and communicate nothing.
+        grouped.check_tensor_parallel(1, "column", True)
+        grouped.check_tensor_parallel(1, "row", False)
+        self.assertRefused(NotImplementedError,
+                           lambda: grouped.check_tensor_parallel(2, None,
+                                                                 False),
+                           "tp_size=2", "tensor")
+        self.assertRefused(NotImplementedError,
+                           lambda: grouped.check_tensor_parallel(
+                               4, "column", True),
+                           "tp_size=4", "sequence_parallel=True")
+        self.assertRefused(ValueError,
+                           lambda: grouped.check_tensor_parallel(
+                               1, "diagonal", False), "parallel_mode")
+
+    def test_fp8_model_init_is_refused(self):
+        grouped.check_fp8_model_init(None)
+        self.assertRefused(NotImplementedError,
+                           lambda: grouped.check_fp8_model_init(object()),
+                           "fp8_model_init")
+
+    def test_recipes(self):
+        grouped.check_recipe(None)
+        grouped.check_recipe(recipe.DelayedScaling())
+        grouped.check_recipe(recipe.Float8CurrentScaling())
+        self.assertRefused(NotImplementedError,
+                           lambda: grouped.check_recipe(
+                               recipe.Float8BlockScaling()),
+                           "Float8BlockScaling", "DelayedScaling")
+
+
+class SplitsTest(unittest.TestCase):
+    def assertRefused(self, function, *words):
+        with self.assertRaises(ValueError) as caught:
+            function()
+        message = str(caught.exception)
+        self.assertIn("m_splits", message)
+        for word in words:
+            self.assertIn(word, message)
+
+    def test_valid_splits(self):
+        self.assertEqual(grouped.checked_splits([3, 0, 5], 3, 8, False),
+                         [3, 0, 5])
+        self.assertEqual(grouped.checked_splits((16, 0, 32), 3, 48, True),
+                         [16, 0, 32])
+        # Every expert empty, no tokens at all.
+        self.assertEqual(grouped.checked_splits([0, 0], 2, 0, True), [0, 0])
+
+    def test_count(self):
+        self.assertRefused(lambda: grouped.checked_splits([4, 4], 3, 8,
+                                                          False),
+                           "2 entries", "num_gemms=3")
+        self.assertRefused(lambda: grouped.checked_splits(5, 1, 5, False),
+                           "list")
+        self.assertRefused(lambda: grouped.checked_splits("ab", 2, 2,
+                                                          False), "list")
+
+    def test_entries(self):
+        self.assertRefused(lambda: grouped.checked_splits([4, -1, 5], 3, 8,
+                                                          False),
+                           "m_splits[1]", ">= 0")
+        self.assertRefused(lambda: grouped.checked_splits([4.0, 4], 2, 8,
+                                                          False),
+                           "m_splits[0]", "int")
+        self.assertRefused(lambda: grouped.checked_splits([True, 7], 2, 8,
+                                                          False),
+                           "m_splits[0]")
+
+    def test_sum_must_cover_the_tokens(self):
+        self.assertRefused(lambda: grouped.checked_splits([4, 4], 2, 9,
+                                                          False),
+                           "sums to 8", "9 tokens")
+        self.assertRefused(lambda: grouped.checked_splits([4, 6], 2, 9,
+                                                          False),
+                           "sums to 10")
+
+    def test_fp8_needs_multiples_of_16(self):
+        self.assertEqual(grouped.checked_splits([24, 8], 2, 32, False),
+                         [24, 8])
+        self.assertRefused(lambda: grouped.checked_splits([24, 8], 2, 32,
+                                                          True),
+                           "m_splits[0] is 24", "multiple of 16",
+                           "Fp8Padding")
+        self.assertRefused(lambda: grouped.checked_splits([16, 0, 8], 3, 24,
+                                                          True),
+                           "m_splits[2] is 8")
+
+
+class ShapesTest(unittest.TestCase):
+    def test_padded_tokens(self):
+        for tokens, rows in ((0, 64), (1, 64), (64, 64), (65, 128),
+                             (352, 384), (16384, 16384)):
+            self.assertEqual(grouped.padded_tokens(tokens), rows, tokens)
+
+    def test_fp8_padding_splits(self):
+        self.assertEqual(grouped.aligned_splits([0, 1, 16, 17, 33]),
+                         [0, 16, 16, 32, 48])
+        self.assertEqual(grouped.aligned_splits([5, 64], 32), [32, 64])
+        self.assertEqual(grouped.alignment(None), 16)
+        self.assertEqual(grouped.alignment(32), 32)
+        with self.assertRaises(ValueError) as caught:
+            grouped.alignment(0, "Fp8Unpadding")
+        self.assertIn("Fp8Unpadding: align_size", str(caught.exception))
+
+    def test_layer_spec(self):
+        self.assertEqual(grouped.layer_spec(8, 4096, 2048, True),
+                         {"type": "GroupedLinear", "num_gemms": 8,
+                          "in_features": 4096, "out_features": 2048,
+                          "bias": True})
+        self.assertFalse(grouped.layer_spec(2, 64, 32, False)["bias"])
+
+
+@unittest.skipUnless(compiler_knows_grouped_linear(),
+                     "the library does not know type: GroupedLinear yet")
+class SpecCompilesTest(unittest.TestCase):
+    def test_program_interface(self):
+        rows = grouped.padded_tokens(300)
+        tensors = forward_tensors(program_spec(
+            grouped.layer_spec(3, 192, 320, True), tokens=rows))
+        self.assertEqual(tensors, {
+            "input": ((rows, 1, 192), "bf16"),
+            "m_splits": ((3,), "i32"),
+            "layers.0.weight": ((3, 320, 192), "bf16"),
+            "layers.0.bias": ((3, 320), "bf16"),
+            "output": ((rows, 1, 320), "bf16")})
+
+    def test_without_bias(self):
+        tensors = forward_tensors(program_spec(
+            grouped.layer_spec(1, 64, 128, False)))
+        self.assertNotIn("layers.0.bias", tensors)
+        self.assertEqual(tensors["layers.0.weight"], ((1, 128, 64), "bf16"))
+
+    def test_training_program_under_each_recipe(self):
+        layer = grouped.layer_spec(4, 128, 256, True)
+        for fp8_recipe in (None, recipe.DelayedScaling(),
+                           recipe.Float8CurrentScaling()):
+            spec = program_spec(layer, recipe_spec=(
+                fp8_recipe.to_spec() if fp8_recipe else None))
+            with self.subTest(recipe=type(fp8_recipe).__name__):
+                scaled = tejit.compile_ir(spec, "scaled")
+                self.assertIn("_backward", scaled)
+                self.assertEqual("te.grouped_scaled_matmul" in scaled,
+                                 fp8_recipe is not None)
+                # And on to the plan.
+                tejit.compile_ir(spec, "planned")
+
+    def test_block_scaling_is_refused_by_the_compiler_too(self):
+        spec = program_spec(grouped.layer_spec(2, 128, 128, True),
+                            recipe_spec=recipe.Float8BlockScaling().to_spec())
+        with self.assertRaises(tejit.TejitError) as caught:
+            tejit.compile_ir(spec, "scaled")
+        self.assertIn("Float8BlockScaling", str(caught.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
