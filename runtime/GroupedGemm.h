@@ -1,5 +1,4 @@
-//===- GroupedGemm.h - a plan's grouped GEMMs through cuBLASLt ---*- C++
-//-*-===//
+//===- GroupedGemm.h - a plan's grouped GEMMs -------------------*- C++ -*-===//
 //
 // Runs a "grouped_gemm" step (GroupedLinear, docs/grouped-linear.md): one
 // GEMM per non-empty group through the GemmRunner (Gemm.h), so each group

@@ -1,5 +1,4 @@
-//===- HostArguments.h - arguments the caller passes in host memory -*- C++
-//-*-===//
+//===- HostArguments.h - arguments passed in host memory --------*- C++ -*-===//
 //
 // A grouped op's m_splits (docs/grouped-linear.md) is a plan argument with
 // "host": true: the caller passes a host pointer to G int32 values (the

@@ -44,6 +44,17 @@ if command -v compute-sanitizer >/dev/null; then
 else
   echo "compute-sanitizer not found: sanitizer runs skipped"; status=1
 fi
+# GroupedLinear's pieces: the grouped GEMM (per-group cuBLASLt calls, host
+# m_splits) and the grouped cast/amax/bias-gradient kernels, both against
+# float64 references, and the kernels under the sanitizers.
+step tejit-grouped-gemm-check
+step tejit-grouped-kernels-check
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    step compute-sanitizer --tool "$tool" --error-exitcode 1 \
+      tejit-grouped-kernels-check --filter G=3
+  done
+fi
 step python3 tests/gpu/run_layer_tests.py --sizes "${SIZES:-all}"
 # Algorithms from a GEMM tuning file (not the heuristic's) at real sizes.
 step tests/gpu/check_gemm_tuning.sh
@@ -76,6 +87,10 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_model_init.py
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_layernorm_mlp_checkpoint.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callables.py
+# Float8BlockScaling, and GroupedLinear (TE's MoE experts) with
+# Fp8Padding/Fp8Unpadding against float64 references at G=8, 4096 -> 2048.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_block_scaling.py
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_grouped_linear.py
 step python3 tests/gpu/quickstart_te_layer.py --full
 # DelayedScaling's amax reduction across ranks (torch.distributed, DDP and
 # tejit's own NCCL communicator): needs two GPUs.
