@@ -48,6 +48,7 @@
 #include "runtime/GroupedGemm.h"
 #include "runtime/HostArguments.h"
 #include "runtime/Plan.h"
+#include "tests/gpu/CheckExit.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -61,25 +62,10 @@
 #include <vector>
 
 using namespace tejit::runtime;
+using namespace tejit::gpucheck;
 using Form = GroupedGemmStep::Form;
 
 namespace {
-
-constexpr int exitSkipped = 77;
-
-[[noreturn]] void die(llvm::Error error) {
-  std::fprintf(stderr, "fatal: %s\n", llvm::toString(std::move(error)).c_str());
-  std::exit(1);
-}
-template <typename T> T orDie(llvm::Expected<T> value) {
-  if (!value)
-    die(value.takeError());
-  return std::move(*value);
-}
-void check(llvm::Error error) {
-  if (error)
-    die(std::move(error));
-}
 
 //===----------------------------------------------------------------------===//
 // Element encodings (host side)

@@ -43,6 +43,7 @@
 #include "runtime/CudaDriver.h"
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
+#include "tests/gpu/CheckExit.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -63,25 +64,10 @@
 
 using namespace mlir;
 using namespace tejit::runtime;
+using namespace tejit::gpucheck;
 using tejit::codegen::EmittedKernel;
 
 namespace {
-
-constexpr int exitSkipped = 77;
-
-[[noreturn]] void die(llvm::Error error) {
-  std::fprintf(stderr, "fatal: %s\n", llvm::toString(std::move(error)).c_str());
-  std::exit(1);
-}
-template <typename T> T orDie(llvm::Expected<T> value) {
-  if (!value)
-    die(value.takeError());
-  return std::move(*value);
-}
-void check(llvm::Error error) {
-  if (error)
-    die(std::move(error));
-}
 
 //===----------------------------------------------------------------------===//
 // Element types on the host

@@ -15,6 +15,7 @@
 #include "runtime/HostArguments.h"
 #include "runtime/Plan.h"
 #include "runtime/StaticSteps.h"
+#include "tests/runtime/PlanJson.h"
 
 #include "gtest/gtest.h"
 
@@ -22,6 +23,7 @@
 #include <random>
 
 using namespace tejit::runtime;
+using namespace tejit::runtime::plantest;
 namespace json = llvm::json;
 
 namespace {
@@ -36,7 +38,7 @@ namespace {
 //   step 1: bf16 contraction wgrad: dW_g = dy_g^T x_g (a [T, M], transpose_a)
 //   step 2: FP8 contraction: [16, 64] E5M2 x [32, 64] E4M3 -> [4, 16, 32] f32
 constexpr const char *kGroupedPlan = R"json({
-  "format": "tejit-plan", "version": 4, "arch": "sm_90a",
+  "format": "tejit-plan", "version": 5, "arch": "sm_90a",
   "functions": [
     {
       "name": "moe", "arena_bytes": 4096,
@@ -154,26 +156,7 @@ constexpr const char *kGroupedPlan = R"json({
   ]
 })json";
 
-json::Value basePlan() {
-  llvm::Expected<json::Value> plan = json::parse(kGroupedPlan);
-  if (!plan) {
-    ADD_FAILURE() << "kGroupedPlan is not JSON: "
-                  << llvm::toString(plan.takeError());
-    return json::Object{};
-  }
-  return std::move(*plan);
-}
-
-json::Object &function(json::Value &plan, size_t index) {
-  return *(*plan.getAsObject()->getArray("functions"))[index].getAsObject();
-}
-json::Object &entry(json::Value &plan, size_t fn, llvm::StringRef list,
-                    size_t index) {
-  return *(*function(plan, fn).getArray(list))[index].getAsObject();
-}
-json::Object &step(json::Value &plan, size_t fn, size_t index) {
-  return entry(plan, fn, "steps", index);
-}
+json::Value basePlan() { return parseJson(kGroupedPlan, "kGroupedPlan"); }
 
 Plan parsed(const json::Value &document) {
   llvm::Expected<Plan> plan = parsePlan(document);
@@ -304,16 +287,6 @@ TEST(GroupedPlanTest, HighPrecisionContractionTakesEveryLayout) {
 //===----------------------------------------------------------------------===//
 // Each check, broken
 //===----------------------------------------------------------------------===//
-
-struct ErrorCase {
-  std::string name;
-  std::function<void(json::Value &)> change;
-  std::vector<std::string> expected;
-};
-
-void PrintTo(const ErrorCase &errorCase, std::ostream *os) {
-  *os << errorCase.name;
-}
 
 std::vector<ErrorCase> errorCases() {
   using V = json::Value &;
@@ -545,22 +518,11 @@ std::vector<ErrorCase> errorCases() {
 class GroupedPlanErrorTest : public ::testing::TestWithParam<ErrorCase> {};
 
 TEST_P(GroupedPlanErrorTest, NamesTheProblem) {
-  const ErrorCase &errorCase = GetParam();
-  json::Value document = basePlan();
-  errorCase.change(document);
-  llvm::Expected<Plan> plan = parsePlan(document);
-  ASSERT_FALSE(bool(plan)) << "the broken plan parsed";
-  std::string message = llvm::toString(plan.takeError());
-  for (const std::string &part : errorCase.expected)
-    EXPECT_NE(message.find(part), std::string::npos)
-        << "expected \"" << part << "\" in: " << message;
+  expectRefused(basePlan(), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Checks, GroupedPlanErrorTest,
-                         ::testing::ValuesIn(errorCases()),
-                         [](const ::testing::TestParamInfo<ErrorCase> &info) {
-                           return info.param.name;
-                         });
+                         ::testing::ValuesIn(errorCases()), errorCaseName);
 
 //===----------------------------------------------------------------------===//
 // m_splits at run time
