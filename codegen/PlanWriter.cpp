@@ -8,6 +8,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
+
 using namespace mlir;
 using namespace mlir::te;
 using namespace tejit::codegen;
@@ -98,7 +100,13 @@ private:
   json::Object gemmStep(Operation *gemm, ValueRange outerOperands,
                         ValueRange outerResults, Block *region);
   json::Object attentionStep(Operation *op);
-  json::Object groupedGemmStep(Operation *op);
+  json::Object groupedGemmStep(Operation *op, ValueRange outerOperands,
+                               ValueRange outerResults, Block *region);
+  /// The plan id of `value`, seen through the te.fused `region` (null for
+  /// an op outside one) whose arguments stand for `outerOperands` and whose
+  /// yield for `outerResults`: null for a value internal to the region.
+  std::function<json::Value(Value)>
+  outerRef(ValueRange outerOperands, ValueRange outerResults, Block *region);
 
   func::FuncOp function;
   DenseMap<Operation *, SmallVector<const BuiltKernel *>> kernelsOf;
@@ -175,8 +183,9 @@ json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
 /// A GEMM and its cuBLASLt epilogue. `region` is the te.fused body (null for
 /// a lone GEMM), whose arguments stand for `outerOperands` and whose yield
 /// for `outerResults`.
-json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
-                                    ValueRange outerResults, Block *region) {
+std::function<json::Value(Value)>
+FunctionPlan::outerRef(ValueRange outerOperands, ValueRange outerResults,
+                       Block *region) {
   DenseMap<Value, Value> outer;
   if (region) {
     for (auto [arg, operand] : llvm::zip(region->getArguments(), outerOperands))
@@ -185,12 +194,18 @@ json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
          llvm::zip(region->getTerminator()->getOperands(), outerResults))
       outer[yielded] = result;
   }
-  auto ref = [&](Value value) -> json::Value {
+  return [this, outer = std::move(outer), region](Value value) -> json::Value {
     Value mapped = outer.lookup(value);
     if (!mapped && !region)
       mapped = value;
     return mapped ? json::Value(id(mapped)) : json::Value(nullptr);
   };
+}
+
+json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
+                                    ValueRange outerResults, Block *region) {
+  std::function<json::Value(Value)> ref =
+      outerRef(outerOperands, outerResults, region);
   json::Object step{{"kind", "gemm"},
                     {"a", ref(gemm->getOperand(0))},
                     {"b", ref(gemm->getOperand(1))},
@@ -247,8 +262,15 @@ json::Object FunctionPlan::gemmStep(Operation *gemm, ValueRange outerOperands,
 
 /// te.grouped_matmul / te.grouped_scaled_matmul (docs/grouped-linear.md):
 /// one cuBLASLt GEMM per non-empty group, which the runtime issues from the
-/// host m_splits.
-json::Object FunctionPlan::groupedGemmStep(Operation *op) {
+/// host m_splits. In a te.fused "gemm" region (`region`, as gemmStep's) a
+/// wgrad GEMM is followed by the te.add of a main_grad: "accumulate", which
+/// each group's GEMM reads as C with beta = 1.
+json::Object FunctionPlan::groupedGemmStep(Operation *op,
+                                           ValueRange outerOperands,
+                                           ValueRange outerResults,
+                                           Block *region) {
+  std::function<json::Value(Value)> id =
+      outerRef(outerOperands, outerResults, region);
   Value a = op->getOperand(0), b = op->getOperand(1), mSplits, bias;
   bool rows;
   json::Object step{{"kind", "grouped_gemm"}, {"op", "grouped_gemm"}};
@@ -270,6 +292,13 @@ json::Object FunctionPlan::groupedGemmStep(Operation *op) {
     step["transpose_b"] = matmul.getTransposeB();
   }
   Value out = op->getResult(0);
+  if (region)
+    for (Operation &inner : region->without_terminator())
+      if (auto add = dyn_cast<AddOp>(inner)) {
+        Value accumulated = add.getLhs() == out ? add.getRhs() : add.getLhs();
+        step["accumulate"] = id(accumulated);
+        out = add.getOutput();
+      }
   step["form"] = rows ? "rows" : "contraction";
   step["a"] = id(a);
   step["b"] = id(b);
@@ -367,13 +396,18 @@ json::Array FunctionPlan::steps() {
     if (auto fused = dyn_cast<FusedOp>(op);
         fused && fused.getKind() == "gemm") {
       Block &body = fused.getBody().front();
-      for (Operation &inner : body)
+      for (Operation &inner : body) {
         if (isa<MatmulOp, ScaledMatmulOp>(inner))
           steps.push_back(
               gemmStep(&inner, fused.getInputs(), fused.getResults(), &body));
+        if (isa<GroupedMatmulOp, GroupedScaledMatmulOp>(inner))
+          steps.push_back(groupedGemmStep(&inner, fused.getInputs(),
+                                          fused.getResults(), &body));
+      }
     }
     if (isa<GroupedMatmulOp, GroupedScaledMatmulOp>(op))
-      steps.push_back(groupedGemmStep(&op));
+      steps.push_back(
+          groupedGemmStep(&op, op.getOperands(), op.getResults(), nullptr));
     if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
       steps.push_back(attentionStep(&op));
     if (auto reduce = dyn_cast<AmaxAllReduceOp>(op))

@@ -632,6 +632,7 @@ Error Executor::groupedGemm(size_t index, const GroupedGemmStep &step,
   pointers.aScaleInv = pointer(step.aScaleInv);
   pointers.bScaleInv = pointer(step.bScaleInv);
   pointers.bias = pointer(step.bias);
+  pointers.accumulate = pointer(step.accumulate);
   return groupedGemms[index]->run(gemms, hostValues[rule - hostRules.begin()],
                                   pointers, stream, driver);
 }

@@ -76,9 +76,25 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
     ValueInfo row;
     row.type = TensorType{{grouped.n}, type.element};
     row.bytes = row.type.bytes();
-    grouped.biasRow.name = "grouped_gemm bias";
-    grouped.biasRow.values.push_back(row);
+    grouped.biasRowValue = int64_t(grouped.groupValues.values.size());
+    grouped.groupValues.values.push_back(row);
   }
+  if (step.accumulate) {
+    if (step.form == Form::Rows)
+      return planError(step, "only the contraction form accumulates");
+    if (*step.accumulate < 0 ||
+        size_t(*step.accumulate) >= function.values.size())
+      return planError(step, "accumulate is not a value of the function");
+    const TensorType &type = function.values[*step.accumulate].type;
+    if (type.shape != out || type.element != step.outType.element)
+      return planError(step, "accumulate must have out's type");
+    ValueInfo product;
+    product.type = TensorType{{grouped.m, grouped.n}, type.element};
+    product.bytes = product.type.bytes();
+    grouped.accumulateValue = int64_t(grouped.groupValues.values.size());
+    grouped.groupValues.values.push_back(product);
+  }
+  grouped.groupValues.name = "grouped_gemm";
   return grouped;
 }
 
@@ -95,7 +111,8 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     return error;
   if (!pointers.a || !pointers.b || !pointers.out ||
       (step.fp8 && (!pointers.aScaleInv || !pointers.bScaleInv)) ||
-      (step.bias && !pointers.bias))
+      (step.bias && !pointers.bias) ||
+      (step.accumulate && !pointers.accumulate))
     return planError(step, "a device pointer is null");
 
   int64_t aBytes = elementBytes(step.aType.element),
@@ -123,11 +140,27 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     if (Error error = zero(used * n * outBytes, (tokens - used) * n * outBytes))
       return error;
   } else {
-    for (auto [group, size] : llvm::enumerate(splits))
-      if (size == 0)
-        if (Error error =
-                zero(int64_t(group) * m * n * outBytes, m * n * outBytes))
+    // An empty group's product is 0: out[g] is 0, or accumulate[g] (left
+    // as it is when accumulating in place).
+    for (auto [group, size] : llvm::enumerate(splits)) {
+      if (size != 0)
+        continue;
+      int64_t offset = int64_t(group) * m * n * outBytes;
+      if (!step.accumulate) {
+        if (Error error = zero(offset, m * n * outBytes))
           return error;
+      } else if (pointers.accumulate != pointers.out) {
+        if (Error error = driver.check(
+                driver.cuMemcpyDtoDAsync(
+                    reinterpret_cast<CUdeviceptr>(pointers.out) +
+                        CUdeviceptr(offset),
+                    reinterpret_cast<CUdeviceptr>(pointers.accumulate) +
+                        CUdeviceptr(offset),
+                    size_t(m * n * outBytes), stream),
+                "copying an empty group's accumulated product"))
+          return error;
+      }
+    }
   }
 
   // Each group as a plan GEMM: the types' shapes change per group.
@@ -143,9 +176,9 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     gemm.aScaleInv = 0;
     gemm.bScaleInv = 0;
   }
-  if (step.bias)
-    gemm.epilogue.bias = 0; // biasRow's one value
-  const FunctionPlan &function = biasRow;
+  gemm.epilogue.bias = biasRowValue;
+  gemm.epilogue.residual = accumulateValue; // C, beta = 1
+  const FunctionPlan &function = groupValues;
 
   int64_t offset = 0; // o_g
   for (auto [index, size] : llvm::enumerate(splits)) {
@@ -186,6 +219,8 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
       group.bRowStride = transposeB ? tokens : 0;
       group.out =
           const_cast<char *>(byteAt(pointers.out, g * m * n * outBytes));
+      if (step.accumulate)
+        group.residual = byteAt(pointers.accumulate, g * m * n * outBytes);
     }
     if (Error error = gemms.run(gemm, function, group, stream))
       return annotate(std::move(error),

@@ -31,6 +31,8 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
+#include <optional>
+
 namespace tejit::runtime {
 
 /// Device pointers of a grouped_gemm step (bias and scales null when the
@@ -42,6 +44,9 @@ struct GroupedGemmPointers {
   const void *aScaleInv = nullptr, *bScaleInv = nullptr;
   /// [G, N] (rows form).
   const void *bias = nullptr;
+  /// [G, M, N], out's type (contraction form): C of each group's GEMM. It
+  /// may be `out` (accumulating in place).
+  const void *accumulate = nullptr;
 };
 
 class GroupedGemm {
@@ -53,7 +58,8 @@ public:
 
   /// Enqueues `step` on `stream` with the segment sizes `splits` (G values,
   /// checked here again: >= 0, sum <= T, multiples of 16 for FP8): zeroes
-  /// what no group writes, then runs one GEMM per non-empty group.
+  /// what no group writes (copies `accumulate` there instead where the
+  /// step accumulates), then runs one GEMM per non-empty group.
   llvm::Error run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
                   const GroupedGemmPointers &pointers, CUstream stream,
                   const CudaDriver &driver) const;
@@ -64,9 +70,11 @@ private:
   explicit GroupedGemm(const GroupedGemmStep &step) : grouped(step) {}
 
   GroupedGemmStep grouped;
-  /// A function with one value, the bias row of a group ([N]), that the
-  /// per-group GemmStep's epilogue names (the runner reads its type there).
-  FunctionPlan biasRow;
+  /// A function holding the values the per-group GemmStep's epilogue
+  /// names (the runner reads their types there): a group's bias row ([N])
+  /// and its accumulated product ([M, N]).
+  FunctionPlan groupValues;
+  std::optional<int64_t> biasRowValue, accumulateValue;
   /// M, K, N of every group (K: the rows form's; M: the contraction's).
   int64_t m = 0, k = 0, n = 0;
   /// The bias's element type (rows form with a bias).

@@ -195,7 +195,11 @@ bool FunctionPlan::canAccumulateInPlace(size_t resultIndex) const {
   std::optional<size_t> writer = soleWriter(resultIndex, argument);
   // cuBLASLt reads C and writes D at the same places (C may be D); a
   // generated kernel may take its pointers __restrict__.
-  const auto *gemm = writer ? std::get_if<GemmStep>(&steps[*writer]) : nullptr;
+  if (!writer)
+    return false;
+  if (const auto *grouped = std::get_if<GroupedGemmStep>(&steps[*writer]))
+    return grouped->accumulate == argument;
+  const auto *gemm = std::get_if<GemmStep>(&steps[*writer]);
   return gemm && gemm->epilogue.residual &&
          *gemm->epilogue.residual == argument;
 }
@@ -287,6 +291,7 @@ void tejit::runtime::forEachStepValue(
     maybe(grouped->aScaleInv, false);
     maybe(grouped->bScaleInv, false);
     maybe(grouped->bias, false);
+    maybe(grouped->accumulate, false);
     visit(grouped->out, true);
   }
 }
@@ -1727,6 +1732,25 @@ Error FunctionParser::parseGroupedGemm(const json::Object &node,
                              Twine(g) + ", " + Twine(n) + "] of " +
                              (step.fp8 ? "bf16 or f16" : "bf16, f16 or f32"));
     step.bias = *id;
+  }
+
+  // What each group's GEMM adds its product to (cuBLASLt's C, beta = 1).
+  if (const json::Value *accumulate = node.get("accumulate");
+      accumulate && accumulate->kind() != json::Value::Null) {
+    if (rows)
+      return scope.error("accumulate", "is given for a grouped GEMM of form "
+                                       "\"rows\"; only the contraction form "
+                                       "accumulates");
+    Expected<int64_t> id = valueId(*accumulate, "accumulate", scope);
+    if (!id)
+      return id.takeError();
+    const TensorType &type = function.values[*id].type;
+    if (!sameType(type, step.outType))
+      return scope.error("accumulate", "refers to value " + Twine(*id) +
+                                           " of type " + printType(type) +
+                                           "; it must have out's type " +
+                                           printType(step.outType));
+    step.accumulate = *id;
   }
   return Error::success();
 }

@@ -158,6 +158,10 @@ struct GroupedGemmStep {
   int64_t groups = 0;
   /// Rows form only: [G, N], group g's bias added to its rows.
   std::optional<int64_t> bias;
+  /// Contraction form only: out's type, read as each group's C with beta =
+  /// 1 (out[g] = product + accumulate[g]; accumulate[g] where the group is
+  /// empty); it may be out itself (fuse_wgrad_accumulation's main_grad).
+  std::optional<int64_t> accumulate;
   /// FP8 (`fp8`): TN, with f32 [G] scale_inv vectors (group g's scale is
   /// element g) and fast accumulation; else transposes.
   bool fp8 = false;

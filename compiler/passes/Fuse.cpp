@@ -59,6 +59,7 @@ private:
   void addCast(Group &group, Value value);
 
   void fuseGemm(Operation *gemm);
+  void fuseGroupedWgradAccumulation(Operation *gemm);
   void fuseNorm(Operation *norm);
   void fuseNormBwdAdd(Operation *normBwd);
   void fuseDact(ActivationGradOp dact);
@@ -120,6 +121,27 @@ void Fuser::addCast(Group &group, Value value) {
     return;
   }
   tryAdd(group, userOf<AmaxOp>(value));
+}
+
+void Fuser::fuseGroupedWgradAccumulation(Operation *gemm) {
+  // GroupedLinear's wgrad under fuse_wgrad_accumulation: dW_g + main_grad_g
+  // is cuBLASLt's C with beta = 1 in each group's GEMM (the runtime's
+  // "accumulate"), instead of a float32 [G, N, K] product written, read back
+  // and added by a kernel of its own. Only the contraction form (out
+  // [G, M, N]): the rows form zeroes its padding rows, which an accumulated
+  // output would have to keep.
+  bool contraction = isa<GroupedMatmulOp>(gemm)
+                         ? !cast<GroupedMatmulOp>(gemm).isRowsForm()
+                         : !cast<GroupedScaledMatmulOp>(gemm).isRowsForm();
+  Value product = gemm->getResult(0);
+  if (!contraction || !product.hasOneUse())
+    return;
+  auto add = dyn_cast<AddOp>(*product.getUsers().begin());
+  if (!add || add.getOutput().getType() != product.getType())
+    return;
+  Group group{{gemm}, "gemm"};
+  tryAdd(group, add);
+  commit(group);
 }
 
 void Fuser::fuseGemm(Operation *gemm) {
@@ -342,6 +364,8 @@ void Fuser::run() {
   each([&](Operation *op) {
     if (isa<MatmulOp, ScaledMatmulOp>(op))
       fuseGemm(op);
+    else if (isa<GroupedMatmulOp, GroupedScaledMatmulOp>(op))
+      fuseGroupedWgradAccumulation(op);
   });
   each([&](Operation *op) {
     if (isa<LayerNormFwdOp, RMSNormFwdOp>(op))

@@ -83,26 +83,28 @@ Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
   return arg;
 }
 
-SmallVector<size_t> ImportState::gemmWeightArguments(size_t firstArgument) {
+SmallVector<size_t> ImportState::gemmWeightArguments(size_t firstArgument,
+                                                     unsigned rank) {
   SmallVector<size_t> indices;
   for (size_t index = firstArgument; index < argNames.size(); ++index) {
     auto type =
         cast<RankedTensorType>(function.front().getArgument(index).getType());
-    if (argIsParam[index] && type.getRank() == 2)
+    if (argIsParam[index] && type.getRank() == rank)
       indices.push_back(index);
   }
   return indices;
 }
 
-size_t ImportState::markMainGrads(size_t firstArgument, Type elementType) {
-  SmallVector<size_t> indices = gemmWeightArguments(firstArgument);
+size_t ImportState::markMainGrads(size_t firstArgument, unsigned rank,
+                                  Type elementType) {
+  SmallVector<size_t> indices = gemmWeightArguments(firstArgument, rank);
   for (size_t index : indices)
     argMainGradType[index] = elementType;
   return indices.size();
 }
 
-size_t ImportState::markFp8Weights(size_t firstArgument) {
-  SmallVector<size_t> indices = gemmWeightArguments(firstArgument);
+size_t ImportState::markFp8Weights(size_t firstArgument, unsigned rank) {
+  SmallVector<size_t> indices = gemmWeightArguments(firstArgument, rank);
   for (size_t index : indices)
     argIsFp8Weight[index] = true;
   return indices.size();

@@ -82,16 +82,19 @@ public:
 
   /// The number of function arguments so far (activations and parameters).
   size_t numArguments() const { return argNames.size(); }
-  /// Marks the matrix (GEMM weight) parameters among the arguments from
-  /// `firstArgument` on with `te.main_grad = <element type>`: their
+  /// Marks the GEMM weight parameters (those of rank `rank`: 2 for [out,
+  /// in] matrices, 3 for GroupedLinear's stacked weights) among the
+  /// arguments from `firstArgument` on with `te.main_grad = <element
+  /// type>`: their
   /// gradients accumulate into a main_grad of that type the backward takes
   /// (Transformer Engine's fuse_wgrad_accumulation). Returns how many it
   /// marked.
-  size_t markMainGrads(size_t firstArgument, mlir::Type elementType);
+  size_t markMainGrads(size_t firstArgument, unsigned rank,
+                       mlir::Type elementType);
   /// Marks the same parameters with `te.fp8_weight` (Transformer Engine's
   /// fp8_model_init): te-place-scaling makes them FP8 arguments. Returns how
   /// many it marked.
-  size_t markFp8Weights(size_t firstArgument);
+  size_t markFp8Weights(size_t firstArgument, unsigned rank);
 
   /// Adds a named function result after those added so far, or before them
   /// with `first` (the spec's `output` leads, as a layer's output leads the
@@ -105,9 +108,10 @@ public:
   mlir::MLIRContext *getContext() { return builder.getContext(); }
 
 private:
-  /// The matrix (GEMM weight) parameters among the arguments from
+  /// The GEMM weight parameters (of rank `rank`) among the arguments from
   /// `firstArgument` on.
-  llvm::SmallVector<size_t> gemmWeightArguments(size_t firstArgument);
+  llvm::SmallVector<size_t> gemmWeightArguments(size_t firstArgument,
+                                                unsigned rank);
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
   mlir::func::FuncOp function;

@@ -17,24 +17,24 @@ struct LayerKind {
   StringRef className;
   StringRef opName;
   LayerImporter import;
-  /// Whether the layer has GEMM weights (and so the key
-  /// fuse_wgrad_accumulation).
-  bool hasGemmWeights;
+  /// The rank of the layer's GEMM weights: 2 ([out, in] matrices), 3
+  /// (GroupedLinear's stacked [G, out, in]), or 0 when it has none (and so
+  /// no key fuse_wgrad_accumulation).
+  unsigned gemmWeightRank;
 };
 } // namespace
 
 static const LayerKind kLayerKinds[] = {
-    {"Linear", "linear", importLinear, true},
-    {"LayerNorm", "layernorm", importLayerNorm, false},
-    {"RMSNorm", "rmsnorm", importRMSNorm, false},
-    {"LayerNormLinear", "layernorm_linear", importLayerNormLinear, true},
-    {"LayerNormMLP", "layernorm_mlp", importLayerNormMLP, true},
+    {"Linear", "linear", importLinear, 2},
+    {"LayerNorm", "layernorm", importLayerNorm, 0},
+    {"RMSNorm", "rmsnorm", importRMSNorm, 0},
+    {"LayerNormLinear", "layernorm_linear", importLayerNormLinear, 2},
+    {"LayerNormMLP", "layernorm_mlp", importLayerNormMLP, 2},
     {"DotProductAttention", "dot_product_attention", importDotProductAttention,
-     false},
-    {"MultiheadAttention", "multihead_attention", importMultiheadAttention,
-     true},
-    {"TransformerLayer", "transformer_layer", importTransformerLayer, true},
-    {"GroupedLinear", "grouped_linear", importGroupedLinear, true},
+     0},
+    {"MultiheadAttention", "multihead_attention", importMultiheadAttention, 2},
+    {"TransformerLayer", "transformer_layer", importTransformerLayer, 2},
+    {"GroupedLinear", "grouped_linear", importGroupedLinear, 3},
 };
 
 ArrayRef<StringRef> tejit::spec::getLayerTypeNames() {
@@ -94,7 +94,7 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   // unless main_grad_dtype says otherwise.
   bool fuseWgrad = false, fp8Weights = false;
   Type mainGradType = Float32Type::get(state.getContext());
-  if (kind->hasGemmWeights) {
+  if (kind->gemmWeightRank != 0) {
     FailureOr<bool> value = layer->getBool("fuse_wgrad_accumulation", false);
     FailureOr<std::optional<std::string>> dtype =
         layer->getChoice("main_grad_dtype", {"fp32", "bf16", "fp16"});
@@ -104,12 +104,10 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
       return failure();
     fuseWgrad = *value;
     fp8Weights = *fp8;
-    // GroupedLinear's stacked weights have neither form yet.
-    if (kind->className == "GroupedLinear" && (fuseWgrad || fp8Weights)) {
-      StringRef key = fp8Weights ? "fp8_weights" : "fuse_wgrad_accumulation";
-      return emitError(layer->valueLoc(key))
-             << "'" << key << "' is not supported by GroupedLinear yet";
-    }
+    // GroupedLinear's stacked weights have no FP8 form yet.
+    if (kind->className == "GroupedLinear" && fp8Weights)
+      return emitError(layer->valueLoc("fp8_weights"))
+             << "'fp8_weights' is not supported by GroupedLinear yet";
     if (fp8Weights && !recipe)
       return emitError(layer->valueLoc("fp8_weights"))
              << "'fp8_weights' needs an FP8 recipe for the layer (FP8 "
@@ -128,10 +126,11 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   if (failed(output))
     return output;
   if (fp8Weights)
-    state.markFp8Weights(firstArgument);
+    state.markFp8Weights(firstArgument, kind->gemmWeightRank);
   if (!fuseWgrad)
     return output;
-  if (state.markMainGrads(firstArgument, mainGradType) == 0)
+  if (state.markMainGrads(firstArgument, kind->gemmWeightRank, mainGradType) ==
+      0)
     return emitError(layer->valueLoc("fuse_wgrad_accumulation"))
            << "'fuse_wgrad_accumulation' is set, but " << kind->className
            << " has no GEMM weight whose gradient could accumulate into "

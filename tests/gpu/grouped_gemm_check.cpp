@@ -140,6 +140,13 @@ HostTensor randomTensor(ElementType type, size_t count, std::mt19937_64 &rng) {
       tensor.values[i] = fromE5M2(encoded);
       break;
     }
+    case ElementType::F32: {
+      // Uniform in [-8, 8): main_grads the size of a few products.
+      float value = (float(r >> 8) / float(1u << 24)) * 16.0f - 8.0f;
+      std::memcpy(&tensor.bytes[4 * i], &value, 4);
+      tensor.values[i] = value;
+      break;
+    }
     default:
       std::fprintf(stderr, "unsupported random type\n");
       std::exit(1);
@@ -209,6 +216,14 @@ struct Case {
   std::vector<int32_t> splits;
   bool bias = false, transposeA = false, transposeB = false;
   bool fastAccum = false;
+  /// Contraction form: add the products to a random f32 tensor of out's
+  /// shape (fuse_wgrad_accumulation's main_grad), in another buffer or in
+  /// out itself.
+  enum class Accumulate {
+    None,
+    OtherBuffer,
+    InPlace
+  } accumulate = Accumulate::None;
   /// Compare this many sampled entries (0: all).
   size_t samples = 0;
   bool timed = false;
@@ -248,6 +263,8 @@ GroupedGemmStep stepOf(const Case &c) {
   }
   if (c.bias)
     step.bias = 0;
+  if (c.accumulate != Case::Accumulate::None)
+    step.accumulate = 3;
   return step;
 }
 
@@ -268,14 +285,16 @@ struct Result {
 /// What the product should be at out[index] (flat), from the host tensors.
 struct Reference {
   const Case &c;
-  const HostTensor &a, &b, &bias;
+  const HostTensor &a, &b, &bias, &accumulated;
   const std::vector<double> &aScale, &bScale;
   std::vector<int64_t> offsets; // o_g, and o_G last
 
   Reference(const Case &c, const HostTensor &a, const HostTensor &b,
-            const HostTensor &bias, const std::vector<double> &aScale,
+            const HostTensor &bias, const HostTensor &accumulated,
+            const std::vector<double> &aScale,
             const std::vector<double> &bScale)
-      : c(c), a(a), b(b), bias(bias), aScale(aScale), bScale(bScale) {
+      : c(c), a(a), b(b), bias(bias), accumulated(accumulated), aScale(aScale),
+        bScale(bScale) {
     offsets.push_back(0);
     for (int32_t size : c.splits)
       offsets.push_back(offsets.back() + size);
@@ -289,8 +308,9 @@ struct Reference {
     return -1;
   }
 
-  /// The expected value, and whether it must be exactly 0 (nothing writes
-  /// it but the zeroing).
+  /// The expected value, and whether it must be exactly that (nothing
+  /// writes it but the zeroing, or the copy of an empty group's
+  /// accumulated values).
   double at(int64_t index, bool &zero) const {
     bool tb = c.fp8 || c.transposeB, ta = !c.fp8 && c.transposeA;
     zero = false;
@@ -314,15 +334,18 @@ struct Reference {
     }
     int64_t g = index / (c.m * c.n), rest = index % (c.m * c.n);
     int64_t row = rest / c.n, col = rest % c.n;
+    double before = c.accumulate == Case::Accumulate::None
+                        ? 0.0
+                        : accumulated.values[size_t(index)];
     if (c.splits[g] == 0) {
       zero = true;
-      return 0;
+      return before;
     }
     double sum = 0;
     for (int64_t t = offsets[g]; t < offsets[g + 1]; ++t)
       sum += a.values[size_t(ta ? t * c.m + row : row * c.tokens + t)] *
              b.values[size_t(tb ? col * c.tokens + t : t * c.n + col)];
-    return sum * aScale[g] * bScale[g];
+    return sum * aScale[g] * bScale[g] + before;
   }
 };
 
@@ -367,10 +390,11 @@ void compare(const Case &c, const Reference &reference,
     double want = reference.at(index, zero);
     double got = readElement(out, c.out, size_t(index));
     if (zero) {
-      if (got != 0 && ++nonZero == 1)
+      if (got != want && ++nonZero == 1)
         result.fail(llvm::formatv("out[{0}] is {1}, but nothing computes it "
-                                  "(padding row or empty group): must be 0",
-                                  index, got));
+                                  "(padding row or empty group): must be "
+                                  "{2}",
+                                  index, got, want));
       continue;
     }
     if (!std::isfinite(got)) {
@@ -408,10 +432,11 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   // The function the step's ids refer to: the bias, the two scale vectors.
   FunctionPlan function;
   function.name = "grouped_gemm_check";
-  function.values.resize(3);
+  function.values.resize(4);
   function.values[0].type = {{g, c.n}, biasType(c)};
   function.values[1].type = {{g}, ElementType::F32};
   function.values[2].type = {{g}, ElementType::F32};
+  function.values[3].type = step.outType;
   llvm::Expected<GroupedGemm> grouped = GroupedGemm::create(step, function);
   if (!grouped) {
     result.fail("create: " + llvm::toString(grouped.takeError()));
@@ -432,6 +457,11 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
       std::memcpy(&bias.bytes[4 * i], &value, 4);
     }
   }
+  // What the products are added to (f32 outputs only: main_grads).
+  HostTensor accumulated;
+  if (c.accumulate != Case::Accumulate::None)
+    accumulated =
+        randomTensor(ElementType::F32, size_t(step.outType.numElements()), rng);
   // Per-group power-of-two scales (1 without FP8).
   std::vector<double> aScale(size_t(g), 1.0), bScale(size_t(g), 1.0);
   std::vector<float> aScaleF(size_t(g), 1.0f), bScaleF(size_t(g), 1.0f);
@@ -450,7 +480,9 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
                outBuffer = gpu.allocate(outBytes + guard, "out"),
                biasBuffer = gpu.allocate(bias.bytes.size(), "bias"),
                aScaleBuffer = gpu.allocate(size_t(g) * 4, "a_scale_inv"),
-               bScaleBuffer = gpu.allocate(size_t(g) * 4, "b_scale_inv");
+               bScaleBuffer = gpu.allocate(size_t(g) * 4, "b_scale_inv"),
+               accumulateBuffer =
+                   gpu.allocate(accumulated.bytes.size(), "accumulate");
   gpu.upload(aBuffer, a.bytes.data(), a.bytes.size());
   gpu.upload(bBuffer, b.bytes.data(), b.bytes.size());
   if (c.bias)
@@ -459,6 +491,11 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   gpu.upload(bScaleBuffer, bScaleF.data(), size_t(g) * 4);
   // NaN everywhere: what the GEMMs or the zeroing do not write shows.
   gpu.fill(outBuffer, 0xff);
+  if (c.accumulate == Case::Accumulate::OtherBuffer)
+    gpu.upload(accumulateBuffer, accumulated.bytes.data(),
+               accumulated.bytes.size());
+  if (c.accumulate == Case::Accumulate::InPlace)
+    gpu.upload(outBuffer, accumulated.bytes.data(), accumulated.bytes.size());
 
   GroupedGemmPointers pointers;
   pointers.a = reinterpret_cast<const void *>(aBuffer.get());
@@ -470,6 +507,11 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   }
   if (c.bias)
     pointers.bias = reinterpret_cast<const void *>(biasBuffer.get());
+  if (c.accumulate == Case::Accumulate::OtherBuffer)
+    pointers.accumulate =
+        reinterpret_cast<const void *>(accumulateBuffer.get());
+  if (c.accumulate == Case::Accumulate::InPlace)
+    pointers.accumulate = pointers.out;
 
   if (llvm::Error error =
           grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver)) {
@@ -479,7 +521,7 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   gpu.sync();
   std::vector<uint8_t> out(outBytes + guard);
   gpu.download(out.data(), outBuffer.get(), out.size());
-  Reference reference(c, a, b, bias, aScale, bScale);
+  Reference reference(c, a, b, bias, accumulated, aScale, bScale);
   compare(c, reference, out, outBytes, guard, rng, result);
 
   if (c.timed && result.pass) {
@@ -542,9 +584,10 @@ std::vector<Case> cases(bool large) {
     c.fastAccum = fastAccum;
     list.push_back(c);
   };
+  using Acc = Case::Accumulate;
   auto contraction = [&](std::string name, std::vector<int32_t> splits, E a,
                          E b, E out, bool fp8, bool transposeA = true,
-                         bool transposeB = false) {
+                         bool transposeB = false, Acc accumulate = Acc::None) {
     Case c;
     c.name = "contraction " + name;
     c.form = Form::Contraction;
@@ -558,6 +601,7 @@ std::vector<Case> cases(bool large) {
     c.splits = std::move(splits);
     c.transposeA = transposeA;
     c.transposeB = transposeB;
+    c.accumulate = accumulate;
     list.push_back(c);
   };
   E bf16 = E::BF16, f32 = E::F32, e4m3 = E::F8E4M3, e5m2 = E::F8E5M2;
@@ -594,6 +638,16 @@ std::vector<Case> cases(bool large) {
   contraction("FP8 E5M2 x E4M3 G=1 (wgrad)", g1, e5m2, e4m3, bf16, true);
   contraction("FP8 E5M2 x E4M3 G=4 (wgrad) -> f32", g4, e5m2, e4m3, f32, true);
   contraction("FP8 E5M2 x E4M3 G=8 (wgrad)", g8, e5m2, e4m3, bf16, true);
+  // fuse_wgrad_accumulation: products added to f32 main_grads.
+  contraction("bf16 wgrad -> f32 G=4 accumulated in place", g4, bf16, bf16, f32,
+              false, true, false, Acc::InPlace);
+  contraction("bf16 wgrad -> f32 G=8 accumulated from another buffer", g8, bf16,
+              bf16, f32, false, true, false, Acc::OtherBuffer);
+  contraction("FP8 E5M2 x E4M3 wgrad -> f32 G=8 accumulated in place", g8, e5m2,
+              e4m3, f32, true, false, false, Acc::InPlace);
+  contraction("FP8 E5M2 x E4M3 wgrad -> f32 G=4 accumulated from another "
+              "buffer",
+              g4, e5m2, e4m3, f32, true, false, false, Acc::OtherBuffer);
   if (!large)
     return list;
 
@@ -620,14 +674,16 @@ std::vector<Case> cases(bool large) {
   };
   bigRows("bf16 fprop bias T=8192 K=4096 N=2048 G=8", bf16, bf16, false);
   bigRows("FP8 E4M3 fprop bias T=8192 K=4096 N=2048 G=8", e4m3, e4m3, true);
-  auto bigWgrad = [&](std::string name, E a, E b, bool fp8) {
+  auto bigWgrad = [&](std::string name, E a, E b, bool fp8,
+                      Acc accumulate = Acc::None) {
     Case c;
     c.name = "large contraction " + name;
     c.form = Form::Contraction;
     c.fp8 = fp8;
     c.a = a;
     c.b = b;
-    c.out = bf16;
+    c.out = accumulate == Acc::None ? bf16 : f32;
+    c.accumulate = accumulate;
     c.tokens = 8192;
     c.m = 2048; // dW_g [N, K] = dy_g^T x_g
     c.n = 4096;
@@ -639,6 +695,9 @@ std::vector<Case> cases(bool large) {
   };
   bigWgrad("bf16 wgrad T=8192 M=2048 N=4096 G=8", bf16, bf16, false);
   bigWgrad("FP8 E5M2 x E4M3 wgrad T=8192 M=2048 N=4096 G=8", e5m2, e4m3, true);
+  bigWgrad("FP8 E5M2 x E4M3 wgrad into f32 main_grads in place T=8192 "
+           "M=2048 N=4096 G=8",
+           e5m2, e4m3, true, Acc::InPlace);
   return list;
 }
 
@@ -759,7 +818,8 @@ void executorCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
       gpu.sync();
       std::vector<uint8_t> out(outBytes + guard);
       gpu.download(out.data(), outBuffer.get(), out.size());
-      Reference reference(c, x, w, bias, ones, ones);
+      HostTensor nothingAccumulated;
+      Reference reference(c, x, w, bias, nothingAccumulated, ones, ones);
       compare(c, reference, out, outBytes, guard, rng, result);
     }
     tally.report(llvm::formatv("executor: host m_splits {0} {1} {2} {3}",

@@ -38,6 +38,20 @@ per call), 3-D inputs, an input without tokens, program sharing across
 token counts, Fp8Padding -> GroupedLinear -> Fp8Unpadding under FP8, and
 the refusals (bad m_splits, splits no multiple of 16 under FP8,
 Float8BlockScaling).
+
+fuse_wgrad_accumulation (Megatron-LM's main_grads, TE's semantics), no
+recipe and DelayedScaling, two steps each (the sums accumulate): every
+weight{i}.main_grad ends at its initial random value + the sum of the
+reference's float64 dW_i over the steps (float32 main_grads: the added
+part compared per expert, an empty expert's left exactly as it was;
+bfloat16 ones as a whole), with the main_grads views of one buffer in
+weight order (the program adds into it in place), in reverse order
+(Megatron-LM's buffer order: stacked and copied back) and tensors of their
+own; output, input and bias gradients against the reference at each step;
+weight{i}.grad TE's placeholder with grad_added_to_main_grad set (zeros
+with zero_out_wgrad), None without the attribute; a frozen expert (no
+main_grad needed); one program per main_grad dtype; the errors naming the
+weight.
 """
 import math
 import os
@@ -506,6 +520,223 @@ def test_fp8_padding_round_trip():
     assert not failing, "\n".join(failing)
 
 
+# --- fuse_wgrad_accumulation -------------------------------------------------
+
+# How weight{i}.main_grad lie: views of one buffer in weight order (the
+# program's stacked main_grad is a view of it), of one buffer in reverse
+# order (as Megatron-LM's grad buffer holds them) and tensors of their own
+# (both stacked per backward and copied back).
+MAIN_GRAD_LAYOUTS = ("one-buffer", "reversed", "own-tensors")
+
+
+def give_main_grads(module, layout, dtype=torch.float32):
+    """Random main_grads [out, in] for the weights, laid out as `layout`
+    says, and Megatron-LM's grad_added_to_main_grad; returns their initial
+    values (copies)."""
+    weights = module._weights()
+    shape = (module.out_features, module.in_features)
+    if layout == "own-tensors":
+        grads = [torch.randn(shape, device="cuda").to(dtype)
+                 for _ in weights]
+    else:
+        flat = torch.randn(len(weights), *shape, device="cuda").to(dtype)
+        grads = list(flat.unbind(0))
+        if layout == "reversed":
+            grads.reverse()
+    for weight, grad in zip(weights, grads):
+        assert grad.is_contiguous()
+        weight.main_grad = grad
+        weight.grad_added_to_main_grad = False
+    return [grad.clone() for grad in grads]
+
+
+def fused_step(module, x, dy, splits, fp8_recipe):
+    """One forward + backward of a fuse_wgrad_accumulation module:
+    (output, dx, [db_g] or None), detached copies (the weights' gradients
+    went into their main_grads)."""
+    module.zero_grad(set_to_none=True)
+    for weight in module._weights():
+        if hasattr(weight, "grad_added_to_main_grad"):
+            weight.grad_added_to_main_grad = False  # as Megatron-LM's
+    x = x.detach().requires_grad_()
+    with te.fp8_autocast(enabled=fp8_recipe is not None,
+                         fp8_recipe=fp8_recipe):
+        out = module(x, splits)
+    out.backward(dy)
+    bias_grads = (None if not module.use_bias else
+                  [b.grad.clone() for b in module._biases()])
+    return out.detach().clone(), x.grad.clone(), bias_grads
+
+
+def run_fused_steps(module, splits, dtype, fp8_recipe, steps, what,
+                    spread=True):
+    """`steps` training steps of fresh data, the output, input and bias
+    gradients (and the meta state under DelayedScaling) checked against
+    the reference, the weights' .grad TE's placeholders; returns the
+    reference's float64 dW_g summed over the steps."""
+    reference = Reference(fp8_recipe)
+    totals = None
+    for step in range(1, steps + 1):
+        x = spread_input(splits, module.in_features, dtype, spread)
+        dy = torch.randn(x.shape[0], module.out_features,
+                         device="cuda").to(dtype)
+        out, dx, dbs = fused_step(module, x, dy, splits, fp8_recipe)
+        ref_out, ref_dx, ref_dws, ref_dbs = reference.step(module, x, dy,
+                                                           splits)
+        check_step((out, dx, [], dbs), (ref_out, ref_dx, [], ref_dbs),
+                   dtype, fp8_recipe, f"{what} step {step}")
+        if isinstance(fp8_recipe, recipe.DelayedScaling):
+            check_meta(module, reference, f"{what} step {step}")
+        totals = (ref_dws if totals is None else
+                  [a + b for a, b in zip(totals, ref_dws)])
+        for g, weight in enumerate(module._weights()):
+            assert weight.grad_added_to_main_grad, f"{what}: weight{g}"
+            assert weight.grad is not None and (
+                weight.grad.shape == weight.shape), (
+                f"{what}: weight{g}.grad is not TE's placeholder")
+    return totals
+
+
+def check_main_grads(module, start, totals, tol, what, whole=False):
+    """weight{g}.main_grad against start[g] + totals[g]: the added part
+    (main_grad - start, exact in float64 for float32 main_grads), or with
+    `whole` the values themselves (bfloat16 main_grads, rounded at each
+    step)."""
+    checks = []
+    for g, (weight, begin, total) in enumerate(zip(module._weights(), start,
+                                                   totals)):
+        got, begin = weight.main_grad.to(F64), begin.to(F64)
+        if whole:
+            checks.append(layers.compare(f"main_grad{g}", got, begin + total,
+                                         tol))
+        else:
+            checks.append(layers.compare(f"main_grad{g} - start",
+                                         got - begin, total, tol))
+    failing = [c.describe() for c in checks if not c.ok]
+    worst = max(checks, key=lambda c: c.ratio)
+    print(f"{what}: worst {worst.describe()}")
+    assert not failing, f"{what} (seed {SEED}):\n  " + "\n  ".join(failing)
+
+
+@pytest.mark.parametrize("layout", MAIN_GRAD_LAYOUTS)
+@pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid"])
+def test_fuse_wgrad_accumulation(recipe_name, layout):
+    """Float32 main_grads over two steps, an empty expert among the
+    experts (its main_grad unchanged)."""
+    dtype, factory, _ = RECIPES[recipe_name]
+    fp8_recipe = factory() if factory else None
+    splits = SPLITS["empty-expert"]
+    module = build(len(splits), dtype, fuse_wgrad_accumulation=True)
+    start = give_main_grads(module, layout)
+    what = f"fuse_wgrad {recipe_name} {layout}"
+    totals = run_fused_steps(module, splits, dtype, fp8_recipe, 2, what)
+    check_main_grads(module, start, totals,
+                     tolerances(dtype, fp8_recipe)[1], what)
+    empty = splits.index(0)
+    assert torch.equal(module._weights()[empty].main_grad, start[empty]), (
+        f"{what}: the empty expert's main_grad changed")
+    if layout == "one-buffer":
+        # Still views of the one buffer (written in place).
+        weights = module._weights()
+        assert all(b.main_grad.data_ptr() - a.main_grad.data_ptr()
+                   == OUT * IN * 4 for a, b in zip(weights, weights[1:]))
+
+
+@pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid"])
+def test_fuse_wgrad_accumulation_bf16_main_grads(recipe_name):
+    """main_grad_dtype bf16 (bfloat16 main_grads of bf16 weights), views
+    of one buffer, over two steps: each step's sum is rounded to bf16 once
+    (unspread data, so that the gradients dominate the start)."""
+    dtype, factory, _ = RECIPES[recipe_name]
+    fp8_recipe = factory() if factory else None
+    splits = SPLITS["unequal"]
+    module = build(len(splits), dtype, spread=False,
+                   fuse_wgrad_accumulation=True)
+    start = give_main_grads(module, "one-buffer", BF16)
+    what = f"fuse_wgrad bf16 main_grads {recipe_name}"
+    totals = run_fused_steps(module, splits, dtype, fp8_recipe, 2, what,
+                             spread=False)
+    check_main_grads(module, start, totals,
+                     tolerances(dtype, fp8_recipe)[1], what, whole=True)
+    for weight in module._weights():
+        assert weight.main_grad.dtype == BF16
+
+
+def test_fuse_wgrad_grad_rule_and_frozen_expert():
+    """TE's .grad per weight: grad_added_to_main_grad set and a
+    placeholder (zeros with zero_out_wgrad), None without the attribute;
+    a frozen expert needs no main_grad and gets nothing; the others'
+    main_grads get their sums."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16, fuse_wgrad_accumulation=True)
+    start = give_main_grads(module, "one-buffer")
+    w0, w1, w2, w3 = module._weights()
+    del w0.grad_added_to_main_grad
+    w1.zero_out_wgrad = True
+    w2.requires_grad_(False)
+    del w2.main_grad
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    fused_step(module, x, dy, splits, None)
+    ref_dws = Reference(None).step(module, x, dy, splits)[2]
+    assert w0.grad is None and not hasattr(w0, "grad_added_to_main_grad")
+    assert w1.grad_added_to_main_grad
+    assert w1.grad is not None and torch.count_nonzero(w1.grad) == 0
+    assert w2.grad is None and not hasattr(w2, "main_grad")
+    assert w3.grad_added_to_main_grad and w3.grad is not None
+    tol = layers.TOL_NONE["bf16"]
+    for g in (0, 1, 3):
+        weight = module._weights()[g]
+        check = layers.compare(f"main_grad{g} - start",
+                               weight.main_grad.to(F64) - start[g].to(F64),
+                               ref_dws[g], tol)
+        assert check.ok, check.describe()
+
+
+def test_fuse_wgrad_programs_per_main_grad_dtype():
+    """The main_grads' dtype selects the program (float32, then bfloat16:
+    one more compile); inference forwards need no main_grad."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16, fuse_wgrad_accumulation=True)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    before = te.compile_count()
+    for dtype in (torch.float32, BF16, torch.float32):
+        start = give_main_grads(module, "own-tensors", dtype)
+        fused_step(module, x, dy, splits, None)
+        ref_dws = Reference(None).step(module, x, dy, splits)[2]
+        for g, weight in enumerate(module._weights()):
+            assert weight.main_grad.dtype == dtype
+            check = layers.compare(f"{dtype} main_grad{g}",
+                                   weight.main_grad.to(F64),
+                                   start[g].to(F64) + ref_dws[g],
+                                   layers.TOL_NONE["bf16"])
+            assert check.ok, check.describe()
+    assert te.compile_count() - before == 2
+    for weight in module._weights():
+        del weight.main_grad
+    with torch.no_grad():
+        module(x, splits)
+
+
+def test_fuse_wgrad_errors_name_the_weight():
+    splits = SPLITS["unequal"]
+    module = build(4, BF16, fuse_wgrad_accumulation=True)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    give_main_grads(module, "one-buffer")
+    del module.weight1.main_grad
+    with pytest.raises(RuntimeError, match="'weight1' has no .main_grad"):
+        fused_step(module, x, dy, splits, None)
+    module.weight1.main_grad = torch.zeros(IN, OUT, device="cuda")
+    with pytest.raises(RuntimeError, match="weight1.main_grad"):
+        fused_step(module, x, dy, splits, None)
+    module.weight1.main_grad = torch.zeros(OUT, IN, device="cuda",
+                                           dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        fused_step(module, x, dy, splits, None)
+
+
 # --- refusals ----------------------------------------------------------------
 
 
@@ -546,8 +777,7 @@ def test_block_scaling_is_refused():
 
 
 def test_constructor_refusals():
-    for name in ("fuse_wgrad_accumulation", "ub_overlap_rs",
-                 "ub_overlap_ag", "delay_wgrad_compute"):
+    for name in ("ub_overlap_rs", "ub_overlap_ag", "delay_wgrad_compute"):
         with pytest.raises(NotImplementedError) as caught:
             te.GroupedLinear(2, IN, OUT, **{name: True})
         assert name in str(caught.value)

@@ -8,7 +8,10 @@ the token count a call compiles for (rounded up to 64), Fp8Padding's
 splits, and the layer spec, which compiles through te-compile's importer
 to a program taking input [T, 1, in], m_splits i32 [G] and the stacked
 layers.0.weight [G, out, in] / layers.0.bias [G, out] (skipped while the
-library does not know `type: GroupedLinear`).
+library does not know `type: GroupedLinear`); with
+fuse_wgrad_accumulation (and main_grad_dtype) its backward takes one
+stacked main_grad.layers.0.weight [G, out, in] and accumulates the
+weights' gradient into it.
 Run: python3 -m pytest tests/python
 """
 import importlib.util
@@ -61,6 +64,31 @@ def forward_tensors(spec):
     return found
 
 
+# A tensor of a function header with its attributes:
+# `tensor<SHAPE> {ATTRIBUTES}`.
+_TENSOR_ATTRIBUTES = re.compile(r'tensor<([^>]*)> \{([^}]*)\}')
+_ATTRIBUTE = re.compile(r'te\.(name|accumulates) = "([^"]+)"')
+
+
+def backward_tensors(spec):
+    """{name: (shape tuple, element type, attributes)} of the backward's
+    arguments and results at the autodiff stage (`attributes` maps te.name
+    / te.accumulates to their values); None when there is no backward."""
+    text = tejit.compile_ir(spec, "autodiff")
+    header = next((line for line in text.splitlines()
+                   if "func.func" in line and "_backward" in line), None)
+    if header is None:
+        return None
+    found = {}
+    for shape, attributes in _TENSOR_ATTRIBUTES.findall(header):
+        named = dict(_ATTRIBUTE.findall(attributes))
+        if "name" not in named:
+            continue
+        *dims, element = shape.split("x")
+        found[named["name"]] = (tuple(int(d) for d in dims), element, named)
+    return found
+
+
 def compiler_knows_grouped_linear():
     try:
         tejit.compile_ir(program_spec(grouped.layer_spec(2, 64, 32, True)),
@@ -92,13 +120,13 @@ class ConstructorTest(unittest.TestCase):
                                "GroupedLinear", name)
 
     def test_unsupported_arguments_name_themselves(self):
-        grouped.check_unsupported(fuse_wgrad_accumulation=False,
-                                  ub_overlap_rs=False, ub_overlap_ag=False,
+        grouped.check_unsupported(ub_overlap_rs=False, ub_overlap_ag=False,
                                   delay_wgrad_compute=False,
                                   save_original_input=False)
-        for name in ("fuse_wgrad_accumulation", "ub_overlap_rs",
-                     "ub_overlap_ag", "delay_wgrad_compute",
-                     "save_original_input"):
+        # Supported now (the stacked main_grad).
+        self.assertNotIn("fuse_wgrad_accumulation", grouped._UNSUPPORTED)
+        for name in ("ub_overlap_rs", "ub_overlap_ag",
+                     "delay_wgrad_compute", "save_original_input"):
             message = self.assertRefused(
                 NotImplementedError,
                 lambda n=name: grouped.check_unsupported(**{n: True}),
@@ -218,6 +246,31 @@ class ShapesTest(unittest.TestCase):
                           "bias": True})
         self.assertFalse(grouped.layer_spec(2, 64, 32, False)["bias"])
 
+    def test_layer_spec_with_fuse_wgrad_accumulation(self):
+        """The keys module/base.py adds for fuse_wgrad_accumulation:
+        main_grad_dtype only when it is not float32 (the spec's
+        default)."""
+        base = grouped.layer_spec(4, 64, 32, True)
+        self.assertNotIn("fuse_wgrad_accumulation", base)
+        self.assertNotIn("main_grad_dtype", base)
+        self.assertEqual(
+            grouped.layer_spec(4, 64, 32, True, fuse_wgrad_accumulation=True),
+            {**base, "fuse_wgrad_accumulation": True})
+        for dtype in ("bf16", "fp16"):
+            self.assertEqual(
+                grouped.layer_spec(4, 64, 32, True,
+                                   fuse_wgrad_accumulation=True,
+                                   main_grad_dtype=dtype),
+                {**base, "fuse_wgrad_accumulation": True,
+                 "main_grad_dtype": dtype})
+        with self.assertRaises(ValueError) as caught:
+            grouped.layer_spec(4, 64, 32, True, fuse_wgrad_accumulation=True,
+                               main_grad_dtype="f64")
+        self.assertIn("main_grad_dtype", str(caught.exception))
+        with self.assertRaises(ValueError) as caught:
+            grouped.layer_spec(4, 64, 32, True, main_grad_dtype="bf16")
+        self.assertIn("fuse_wgrad_accumulation", str(caught.exception))
+
 
 @unittest.skipUnless(compiler_knows_grouped_linear(),
                      "the library does not know type: GroupedLinear yet")
@@ -252,6 +305,47 @@ class SpecCompilesTest(unittest.TestCase):
                                  fp8_recipe is not None)
                 # And on to the plan.
                 tejit.compile_ir(spec, "planned")
+
+    def test_fuse_wgrad_accumulation_takes_one_stacked_main_grad(self):
+        """The backward's extra argument `main_grad.layers.0.weight` [G,
+        out, in] (float32 by default, else main_grad_dtype), accumulated
+        into by the stacked weight's gradient (the name the module's
+        CompiledProgram.main_grad_inputs resolves to the weight input);
+        the bias gradient stays a plain one."""
+        element = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+        for dtype in grouped.MAIN_GRAD_DTYPES:
+            layer = grouped.layer_spec(3, 64, 96, True,
+                                       fuse_wgrad_accumulation=True,
+                                       main_grad_dtype=dtype)
+            with self.subTest(main_grad_dtype=dtype):
+                tensors = backward_tensors(program_spec(layer))
+                self.assertIsNotNone(tensors)
+                main_grad = tensors.get("main_grad.layers.0.weight")
+                self.assertIsNotNone(main_grad, sorted(tensors))
+                self.assertEqual(main_grad[:2], ((3, 96, 64),
+                                                 element[dtype]))
+                grad = tensors["grad.layers.0.weight"]
+                self.assertEqual(grad[:2], ((3, 96, 64), element[dtype]))
+                self.assertEqual(grad[2].get("accumulates"),
+                                 "main_grad.layers.0.weight")
+                self.assertNotIn("main_grad.layers.0.bias", tensors)
+                self.assertEqual(tensors["grad.layers.0.bias"][:2],
+                                 ((3, 96), "bf16"))
+        plain = backward_tensors(program_spec(
+            grouped.layer_spec(3, 64, 96, True)))
+        self.assertFalse([n for n in plain if n.startswith("main_grad.")])
+
+    def test_fuse_wgrad_accumulation_plans_under_each_recipe(self):
+        layer = grouped.layer_spec(4, 128, 256, True,
+                                   fuse_wgrad_accumulation=True,
+                                   main_grad_dtype="bf16")
+        for fp8_recipe in (None, recipe.DelayedScaling(),
+                           recipe.Float8CurrentScaling()):
+            spec = program_spec(layer, recipe_spec=(
+                fp8_recipe.to_spec() if fp8_recipe else None))
+            with self.subTest(recipe=type(fp8_recipe).__name__):
+                self.assertIn("main_grad.layers.0.weight",
+                              tejit.compile_ir(spec, "planned"))
 
     def test_block_scaling_is_refused_by_the_compiler_too(self):
         spec = program_spec(grouped.layer_spec(2, 128, 128, True),

@@ -5,7 +5,10 @@ layers.0.weight [G, out, in] and layers.0.bias [G, out]), TE's
 initialization, the stacked argument after a parameter was replaced
 (values and gradients reach the right parameters), re-packing after
 .to() and deepcopy, the constructor's refusals, m_splits given as a
-tensor, and Fp8Padding / Fp8Unpadding against a per-segment reference.
+tensor, fuse_wgrad_accumulation's stacked main_grad (a view of main_grads
+back to back in order, else a copy written back; frozen experts; the
+errors naming the parameter) and TE's .grad rule per weight, and
+Fp8Padding / Fp8Unpadding against a per-segment reference.
 Needs PyTorch (skipped without it; test_grouped_linear_args.py checks the
 argument checks and the spec without it). tests/gpu/test_grouped_linear.py
 runs the module.
@@ -27,7 +30,7 @@ if HAVE_TORCH:
 
     import tejit
     import tejit.pytorch as te
-    from tejit.pytorch.module import grouped_linear
+    from tejit.pytorch.module import _main_grad, grouped_linear
 
 CPU = "cpu"
 
@@ -156,9 +159,11 @@ class ParametersTest(unittest.TestCase):
                          module.weight0.data_ptr())
 
     def test_constructor_refusals(self):
-        for name in ("fuse_wgrad_accumulation", "ub_overlap_rs",
-                     "ub_overlap_ag", "delay_wgrad_compute",
-                     "save_original_input"):
+        self.assertFalse(self.make().fuse_wgrad_accumulation)
+        self.assertTrue(self.make(
+            fuse_wgrad_accumulation=True).fuse_wgrad_accumulation)
+        for name in ("ub_overlap_rs", "ub_overlap_ag",
+                     "delay_wgrad_compute", "save_original_input"):
             with self.subTest(name=name):
                 with self.assertRaises(NotImplementedError) as caught:
                     self.make(**{name: True})
@@ -181,6 +186,238 @@ class ParametersTest(unittest.TestCase):
         with self.assertRaises(ValueError) as caught:
             module(torch.randn(8, 64), [8, 0, 0])
         self.assertIn("CUDA", str(caught.exception))
+
+
+if HAVE_TORCH:
+    class FakeProgram(torch.autograd.Function):
+        """What _autograd.ProgramFunction returns for the stacked weight
+        under fuse_wgrad_accumulation: the slot's placeholder (or
+        None)."""
+
+        @staticmethod
+        def forward(ctx, slot, stacked):
+            ctx.slot, ctx.spec = slot, (tuple(stacked.shape), stacked.dtype)
+            return torch.zeros(1, dtype=stacked.dtype)
+
+        @staticmethod
+        def backward(ctx, grad):
+            shape, dtype = ctx.spec
+            return None, ctx.slot.gradient(shape, dtype, torch.device(CPU))
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class MainGradTest(unittest.TestCase):
+    """fuse_wgrad_accumulation on the CPU: the buffer the program's
+    backward adds into (module._main_grad_slot("weight"), as
+    _autograd.ProgramFunction uses it) and the gradients autograd gets."""
+    G, OUT, IN = 3, 48, 64
+    SHAPE = (3, 48, 64)
+
+    def make(self, **kwargs):
+        return te.GroupedLinear(self.G, self.IN, self.OUT,
+                                params_dtype=torch.float32, device=CPU,
+                                fuse_wgrad_accumulation=True, **kwargs)
+
+    def weights(self, module):
+        return [getattr(module, f"weight{i}") for i in range(self.G)]
+
+    def give_main_grads(self, module, order=None, dtype=None, gap=0):
+        """Views of one random `dtype` (float32) buffer in `order` (weight
+        indices, default 0..G-1), `gap` elements between them; returns
+        the buffer."""
+        dtype = dtype or torch.float32
+        order = list(range(self.G)) if order is None else order
+        size = self.OUT * self.IN
+        flat = torch.randn(len(order) * (size + gap), dtype=dtype)
+        for slot, index in enumerate(order):
+            start = slot * (size + gap)
+            self.weights(module)[index].main_grad = flat[
+                start:start + size].view(self.OUT, self.IN)
+        return flat
+
+    def buffer(self, module, dtype=None):
+        slot = module._main_grad_slot("weight")
+        dtype = dtype or torch.float32
+        return slot, slot.buffer(self.SHAPE, dtype, torch.device(CPU))
+
+    def add_and_finish(self, module, slot, buffer):
+        """What the backward does: add each expert's gradient (here
+        index + 1) in place, then finish; returns the expected sums."""
+        want = [w.main_grad + float(index + 1)
+                for index, w in enumerate(self.weights(module))]
+        buffer += torch.arange(1.0, self.G + 1).view(self.G, 1, 1).to(
+            buffer.dtype)
+        slot.finish(buffer)
+        return want
+
+    def test_one_buffer_in_order_is_a_view(self):
+        module = self.make()
+        flat = self.give_main_grads(module)
+        slot, buffer = self.buffer(module)
+        self.assertEqual(tuple(buffer.shape), self.SHAPE)
+        self.assertEqual(buffer.data_ptr(), flat.data_ptr())
+        self.assertTrue(buffer.is_contiguous())
+        want = self.add_and_finish(module, slot, buffer)
+        for weight, expected in zip(self.weights(module), want):
+            self.assertTrue(torch.equal(weight.main_grad, expected))
+        # bf16 main_grads too, of the dtype the program takes.
+        module = self.make()
+        flat = self.give_main_grads(module, dtype=torch.bfloat16)
+        _, buffer = self.buffer(module, torch.bfloat16)
+        self.assertEqual(buffer.data_ptr(), flat.data_ptr())
+
+    def test_other_layouts_are_copied_back(self):
+        layouts = {"reversed": dict(order=[2, 1, 0]),
+                   "shuffled": dict(order=[1, 0, 2]),
+                   "gaps": dict(gap=8)}
+        for name, layout in layouts.items():
+            with self.subTest(layout=name):
+                module = self.make()
+                self.give_main_grads(module, **layout)
+                before = [w.main_grad.clone() for w in self.weights(module)]
+                slot, buffer = self.buffer(module)
+                self.assertNotIn(buffer.data_ptr(),
+                                 [w.main_grad.data_ptr()
+                                  for w in self.weights(module)])
+                for index, grad in enumerate(before):
+                    self.assertTrue(torch.equal(buffer[index], grad))
+                want = self.add_and_finish(module, slot, buffer)
+                for index, weight in enumerate(self.weights(module)):
+                    self.assertTrue(torch.equal(weight.main_grad,
+                                                want[index]), index)
+        # Tensors of their own.
+        module = self.make()
+        for weight in self.weights(module):
+            weight.main_grad = torch.randn(self.OUT, self.IN)
+        slot, buffer = self.buffer(module)
+        want = self.add_and_finish(module, slot, buffer)
+        for weight, expected in zip(self.weights(module), want):
+            self.assertTrue(torch.equal(weight.main_grad, expected))
+
+    def test_frozen_experts_need_no_main_grad(self):
+        module = self.make()
+        self.give_main_grads(module)
+        module.weight1.requires_grad_(False)
+        del module.weight1.main_grad
+        slot, buffer = self.buffer(module)
+        self.assertEqual(buffer[1].abs().sum().item(), 0)
+        kept = [module.weight0.main_grad.clone(),
+                module.weight2.main_grad.clone()]
+        buffer += 5.0
+        slot.finish(buffer)
+        self.assertTrue(torch.equal(module.weight0.main_grad, kept[0] + 5))
+        self.assertTrue(torch.equal(module.weight2.main_grad, kept[1] + 5))
+        self.assertFalse(hasattr(module.weight1, "main_grad"))
+        # Every expert frozen: a scratch buffer.
+        module = self.make()
+        for weight in self.weights(module):
+            weight.requires_grad_(False)
+        slot, buffer = self.buffer(module)
+        self.assertEqual(tuple(buffer.shape), self.SHAPE)
+        slot.finish(buffer)
+
+    def test_bad_main_grads_name_the_parameter(self):
+        cases = {
+            "missing": (lambda w: delattr(w, "main_grad"), "no .main_grad"),
+            "shape": (lambda w: setattr(w, "main_grad", torch.zeros(
+                self.IN, self.OUT)), "(64, 48)"),
+            "dtype": (lambda w: setattr(w, "main_grad", torch.zeros(
+                self.OUT, self.IN, dtype=torch.bfloat16)), "bfloat16"),
+            "layout": (lambda w: setattr(w, "main_grad", torch.zeros(
+                self.IN, self.OUT).t()), "not contiguous"),
+        }
+        for name, (spoil, words) in cases.items():
+            with self.subTest(case=name):
+                module = self.make()
+                self.give_main_grads(module)
+                spoil(module.weight2)
+                with self.assertRaises(RuntimeError) as caught:
+                    self.buffer(module)
+                self.assertIn("weight2", str(caught.exception))
+                self.assertIn(words, str(caught.exception))
+        # Mixed dtypes: the module's main_grad dtype is refused first.
+        module = self.make()
+        self.give_main_grads(module)
+        module.weight1.main_grad = module.weight1.main_grad.to(
+            torch.float64)
+        with self.assertRaises(RuntimeError) as caught:
+            _main_grad.main_grad_dtype(module.parameters())
+        self.assertIn("share one dtype", str(caught.exception))
+
+    def backward(self, module, dtype=None):
+        """The stacked argument through a fake program whose backward
+        returns the slot's placeholder, as ProgramFunction does."""
+        dtype = dtype or torch.float32
+        stacked = module._argument("weight", dtype)
+        self.assertEqual(tuple(stacked.shape), self.SHAPE)
+        FakeProgram.apply(module._main_grad_slot("weight"),
+                          stacked).sum().backward()
+
+    def test_te_grad_rule(self):
+        module = self.make()
+        self.give_main_grads(module)
+        stacked = module._argument("weight", torch.float32)
+        # The weights' own buffer, no copy.
+        self.assertEqual(stacked.data_ptr(), module.weight0.data_ptr())
+        for weight in self.weights(module):
+            weight.grad_added_to_main_grad = False
+        module.weight2.zero_out_wgrad = True
+        self.backward(module)
+        for weight in self.weights(module):
+            self.assertTrue(weight.grad_added_to_main_grad)
+            self.assertEqual(tuple(weight.grad.shape), (self.OUT, self.IN))
+        self.assertEqual(module.weight2.grad.abs().sum().item(), 0)
+        # Without the attribute: no .grad at all (not zeros).
+        module = self.make()
+        self.give_main_grads(module)
+        self.backward(module)
+        for weight in self.weights(module):
+            self.assertIsNone(weight.grad)
+            self.assertFalse(hasattr(weight, "grad_added_to_main_grad"))
+        # Per weight: only those with it get a placeholder.
+        module = self.make()
+        self.give_main_grads(module)
+        module.weight1.grad_added_to_main_grad = False
+        module.weight1.zero_out_wgrad = True
+        self.backward(module)
+        self.assertIsNone(module.weight0.grad)
+        self.assertIsNone(module.weight2.grad)
+        self.assertTrue(module.weight1.grad_added_to_main_grad)
+        self.assertEqual(module.weight1.grad.abs().sum().item(), 0)
+
+    def test_grad_rule_through_casts_and_frozen_experts(self):
+        """A cast argument (torch.autocast's dtype): a stack of the casts,
+        the placeholders cast back to the weights' dtype; a frozen expert
+        gets nothing."""
+        module = self.make()
+        self.give_main_grads(module)
+        module.weight0.requires_grad_(False)
+        for weight in self.weights(module):
+            weight.grad_added_to_main_grad = False
+            weight.zero_out_wgrad = True
+        stacked = module._argument("weight", torch.float64)
+        self.assertEqual(stacked.dtype, torch.float64)
+        self.assertTrue(torch.equal(stacked[1], module.weight1.double()))
+        self.backward(module, torch.float64)
+        self.assertIsNone(module.weight0.grad)
+        self.assertFalse(module.weight0.grad_added_to_main_grad)
+        for weight in (module.weight1, module.weight2):
+            self.assertTrue(weight.grad_added_to_main_grad)
+            self.assertEqual(weight.grad.dtype, torch.float32)
+            self.assertEqual(weight.grad.abs().sum().item(), 0)
+
+    def test_replaced_weight_is_stacked(self):
+        module = self.make()
+        module.weight1 = torch.nn.Parameter(torch.randn(self.OUT, self.IN))
+        stacked = module._argument("weight", torch.float32)
+        self.assertNotEqual(stacked.data_ptr(), module.weight0.data_ptr())
+        self.assertTrue(torch.equal(stacked[1], module.weight1))
+        for weight in self.weights(module):
+            weight.grad_added_to_main_grad = False
+        self.give_main_grads(module)
+        self.backward(module)
+        self.assertEqual(tuple(module.weight1.grad.shape),
+                         (self.OUT, self.IN))
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")

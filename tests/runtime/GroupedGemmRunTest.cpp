@@ -9,8 +9,11 @@
 // (both forms, every layout, f32 and FP8 operands, G = 1, 4, 8 with empty
 // groups and padding rows) is compared with a float64 product computed
 // here from the whole tensors; padding rows and empty groups' products
-// must be exactly 0 and nothing past the output may be written. Then run
-// must refuse bad m_splits before it issues anything.
+// must be exactly 0 and nothing past the output may be written. A
+// contraction step that accumulates (fuse_wgrad_accumulation's main_grad)
+// adds each product to its [M, N] slice of `accumulate`, in place or from
+// another buffer, and leaves an empty group's slice as it is there. Then
+// run must refuse bad m_splits before it issues anything.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/GroupedGemm.h"
@@ -86,6 +89,11 @@ public:
     if (step.scaled)
       scale = decode(pointers.aScaleInv, ElementType::F32, 0) *
               decode(pointers.bScaleInv, ElementType::F32, 0);
+    if (step.epilogue.residual) {
+      const TensorType &type = function.values[*step.epilogue.residual].type;
+      EXPECT_EQ(type.shape, (std::vector<int64_t>{m, n}));
+      EXPECT_EQ(type.element, ElementType::F32);
+    }
     std::optional<ElementType> biasType;
     if (step.epilogue.bias) {
       const TensorType &type = function.values[*step.epilogue.bias].type;
@@ -105,6 +113,8 @@ public:
         sum *= scale;
         if (biasType)
           sum += decode(pointers.bias, *biasType, j);
+        if (step.epilogue.residual)
+          sum += decode(pointers.residual, ElementType::F32, i * n + j);
         EXPECT_EQ(step.outType.element, ElementType::F32);
         float value = float(sum);
         std::memcpy(static_cast<char *>(pointers.out) + 4 * (i * n + j), &value,
@@ -122,9 +132,17 @@ CUresult hostMemset(CUdeviceptr pointer, unsigned char value, size_t bytes,
   return CUDA_SUCCESS;
 }
 
+CUresult hostCopy(CUdeviceptr to, CUdeviceptr from, size_t bytes, CUstream) {
+  std::memcpy(reinterpret_cast<void *>(static_cast<uintptr_t>(to)),
+              reinterpret_cast<const void *>(static_cast<uintptr_t>(from)),
+              bytes);
+  return CUDA_SUCCESS;
+}
+
 CudaDriver hostDriver() {
   CudaDriver driver;
   driver.cuMemsetD8Async = hostMemset;
+  driver.cuMemcpyDtoDAsync = hostCopy;
   return driver;
 }
 
@@ -163,6 +181,9 @@ std::vector<uint8_t> randomBytes(ElementType type, int64_t count,
   return bytes;
 }
 
+/// Where a contraction step's products are added (its "accumulate").
+enum class Accumulate { None, OtherBuffer, InPlace };
+
 struct Problem {
   std::string name;
   Form form;
@@ -170,6 +191,7 @@ struct Problem {
   ElementType a, b;
   bool transposeA, transposeB, bias;
   std::vector<int32_t> splits;
+  Accumulate accumulate = Accumulate::None;
 };
 
 /// T = 96; rows: K = 32, N = 16; contraction: M = 16, N = 32.
@@ -204,8 +226,11 @@ void runProblem(const Problem &problem, unsigned seed) {
   }
   ElementType biasType = problem.fp8 ? ElementType::BF16 : ElementType::F32;
   FunctionPlan function;
-  function.values.resize(3);
+  function.values.resize(4);
   function.values[0].type = {{g, n}, biasType};
+  function.values[3].type = step.outType;
+  if (problem.accumulate != Accumulate::None)
+    step.accumulate = 3;
   if (problem.bias)
     step.bias = 0;
   if (problem.fp8) {
@@ -229,6 +254,10 @@ void runProblem(const Problem &problem, unsigned seed) {
   int64_t outCount = step.outType.numElements();
   constexpr size_t guard = 64;
   std::vector<uint8_t> out(size_t(outCount) * 4 + guard, 0xff);
+  std::vector<uint8_t> accumulated =
+      randomBytes(ElementType::F32, outCount, rng);
+  if (problem.accumulate == Accumulate::InPlace)
+    std::memcpy(out.data(), accumulated.data(), accumulated.size());
 
   GroupedGemmPointers pointers;
   pointers.a = a.data();
@@ -236,6 +265,10 @@ void runProblem(const Problem &problem, unsigned seed) {
   pointers.out = out.data();
   if (problem.bias)
     pointers.bias = bias.data();
+  if (problem.accumulate == Accumulate::OtherBuffer)
+    pointers.accumulate = accumulated.data();
+  if (problem.accumulate == Accumulate::InPlace)
+    pointers.accumulate = out.data();
   if (problem.fp8) {
     pointers.aScaleInv = aScale.data();
     pointers.bScaleInv = bScale.data();
@@ -297,6 +330,11 @@ void runProblem(const Problem &problem, unsigned seed) {
                 bAt(tb ? col * t + tt : tt * n + col);
       if (problem.fp8)
         want *= double(aScale[group]) * bScale[group];
+      if (problem.accumulate != Accumulate::None) {
+        // An empty group's slice keeps the accumulated values.
+        want += decode(accumulated.data(), ElementType::F32, index);
+        zero = false;
+      }
     }
     double got = decode(out.data(), ElementType::F32, index);
     if (zero) {
@@ -343,6 +381,16 @@ TEST(GroupedGemmRunTest, MatchesFloat64) {
        E::F8E4M3, false, false, false, g4},
       {"FP8 contraction E4M3 G=8", Form::Contraction, true, E::F8E4M3,
        E::F8E4M3, false, false, false, g8},
+      {"contraction wgrad accumulated in place G=4", Form::Contraction, false,
+       E::F32, E::F32, true, false, false, g4, Accumulate::InPlace},
+      {"contraction wgrad accumulated from another buffer G=8",
+       Form::Contraction, false, E::F32, E::F32, true, false, false, g8,
+       Accumulate::OtherBuffer},
+      {"FP8 contraction accumulated in place G=8", Form::Contraction, true,
+       E::F8E5M2, E::F8E4M3, false, false, false, g8, Accumulate::InPlace},
+      {"FP8 contraction accumulated from another buffer G=4", Form::Contraction,
+       true, E::F8E5M2, E::F8E4M3, false, false, false, g4,
+       Accumulate::OtherBuffer},
   };
   for (auto [index, problem] : llvm::enumerate(problems))
     runProblem(problem, 100 + unsigned(index));

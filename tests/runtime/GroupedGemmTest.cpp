@@ -284,6 +284,22 @@ TEST(GroupedPlanTest, HighPrecisionContractionTakesEveryLayout) {
   EXPECT_EQ(step.tokens(), 64);
 }
 
+TEST(GroupedPlanTest, ContractionAccumulates) {
+  // fuse_wgrad_accumulation: the FP8 wgrad adds its products to a value of
+  // out's type (here out itself, in place).
+  json::Value document = basePlan();
+  step(document, 1, 2)["accumulate"] = 9;
+  Plan plan = parsed(document);
+  ASSERT_EQ(plan.functions.size(), 2u);
+  const auto &step = std::get<GroupedGemmStep>(plan.functions[1].steps[2]);
+  EXPECT_EQ(step.accumulate, std::optional<int64_t>(9));
+  bool read = false;
+  forEachStepValue(plan.functions[1].steps[2], [&](int64_t value, bool out) {
+    read |= value == 9 && !out;
+  });
+  EXPECT_TRUE(read) << "the accumulated value is not among the step's reads";
+}
+
 //===----------------------------------------------------------------------===//
 // Each check, broken
 //===----------------------------------------------------------------------===//
@@ -297,6 +313,16 @@ std::vector<ErrorCase> errorCases() {
   const std::string wgrad = back + ", step 1 (grouped_gemm): ";
   const std::string fp8Wgrad = back + ", step 2 (grouped_gemm): ";
   return {
+      // What a contraction step accumulates into.
+      {"AccumulateOnRows",
+       [](V p) { step(p, 1, 0)["accumulate"] = 4; },
+       {back + ", step 0 (grouped_gemm): 'accumulate' is given for a grouped "
+               "GEMM of form \"rows\""}},
+      {"AccumulateOtherType",
+       [](V p) { step(p, 1, 2)["accumulate"] = 5; },
+       {fp8Wgrad + "'accumulate' refers to value 5 of type "
+                   "tensor<4x16x32xbf16>; it must have out's type "
+                   "tensor<4x16x32xf32>"}},
       // Host arguments.
       {"HostNotBoolean",
        [](V p) { entry(p, 0, "arguments", 1)["host"] = 1; },

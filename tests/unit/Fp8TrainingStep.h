@@ -54,6 +54,9 @@ public:
   }
 
   std::vector<Tensor> lastForward;
+  /// The backward's `main_grad.<weight>` arguments (fuse_wgrad_accumulation),
+  /// by name.
+  std::map<std::string, Tensor> mainGrads;
 
 private:
   static std::string resultName(mlir::func::FuncOp function, unsigned index) {
@@ -122,6 +125,8 @@ private:
         args.push_back(forwardResults[result.getInt()]);
       else if (argName(backward, i).starts_with("fp8_meta."))
         args.push_back(meta(backward, i));
+      else if (argName(backward, i).starts_with("main_grad."))
+        args.push_back(mainGrads.at(argName(backward, i).str()));
       else
         args.push_back(outputGrads.at(nextGrad++));
     }

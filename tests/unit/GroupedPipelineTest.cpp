@@ -10,7 +10,11 @@
 // op itself: exactly without a recipe, within FP8 error under a recipe
 // (DelayedScaling's second step, which runs on the scales of the first).
 // Random m_splits leave an empty group and padding rows past the segments,
-// whose outputs and gradients must be exactly zero.
+// whose outputs and gradients must be exactly zero. Under
+// fuse_wgrad_accumulation the weight gradients are added to random
+// main_grads (te-fuse folds the add into the grouped wgrad GEMM): the
+// result less the main_grad must be the definition's gradient, and an empty
+// group's slice the main_grad's.
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8TrainingStep.h"
@@ -92,6 +96,25 @@ layers:
   - {type: GroupedLinear, name: fc2, num_gemms: 3, in_features: 80, out_features: 32, bias: false}
 )",
      0.1, 0.18, true},
+    {"grouped_none_main_grad", R"(
+seq_length: 32
+batch_size: 4
+layers:
+  - {type: GroupedLinear, num_gemms: 4, in_features: 64, out_features: 48,
+     fuse_wgrad_accumulation: true}
+)",
+     1e-10, 1e-10, false},
+    {"experts_delayed_main_grad", R"(
+seq_length: 16
+batch_size: 6
+recipe: {type: DelayedScaling, fp8_format: HYBRID, amax_history_len: 4}
+layers:
+  - {type: GroupedLinear, name: fc1, num_gemms: 3, in_features: 32, out_features: 80,
+     fuse_wgrad_accumulation: true}
+  - {type: GroupedLinear, name: fc2, num_gemms: 3, in_features: 80, out_features: 32,
+     bias: false, fuse_wgrad_accumulation: true}
+)",
+     0.1, 0.12, true},
 };
 
 /// Segment offsets o_0 = 0, ..., o_G = sum(m_splits).
@@ -290,7 +313,16 @@ protected:
                                      const std::vector<Tensor> &grads,
                                      int steps) {
     func::FuncOp forward = firstFunction(module);
-    TrainingStep runner(forward, backwardOf(module, forward));
+    func::FuncOp backward = backwardOf(module, forward);
+    TrainingStep runner(forward, backward);
+    // The same main_grads for every stage of one test (made on first use).
+    for (auto [index, type] : llvm::enumerate(backward.getArgumentTypes())) {
+      std::string name = argName(backward, index).str();
+      if (StringRef(name).starts_with("main_grad.") && !mainGrads.count(name))
+        mainGrads[name] =
+            interp::randomTensor(cast<RankedTensorType>(type), rng);
+    }
+    runner.mainGrads = mainGrads;
     std::map<std::string, Tensor> results;
     for (int i = 0; i < steps; ++i)
       results = runner.run(args, grads);
@@ -299,6 +331,8 @@ protected:
 
   MLIRContext context;
   ScopedDiagnosticHandler handler;
+  /// The backward's main_grad arguments, by name (fuse_wgrad_accumulation).
+  std::map<std::string, Tensor> mainGrads;
   std::mt19937_64 rng{std::random_device{}()};
 };
 
@@ -338,6 +372,21 @@ TEST_P(GroupedPipeline, PlannedStepMatchesDefinition) {
   ASSERT_TRUE(planned);
   std::map<std::string, Tensor> actual =
       step(*planned, args, outputGrads, GetParam().fp8 ? 2 : 1);
+  // Gradients accumulated into main_grad: compare what was added to it.
+  auto mainGradOf = [&](const std::string &gradName) -> const Tensor * {
+    auto found = mainGrads.find("main_grad." + gradName.substr(5));
+    return found == mainGrads.end() ? nullptr : &found->second;
+  };
+  std::map<std::string, Tensor> accumulated;
+  for (auto &[name, tensor] : actual)
+    if (const Tensor *mainGrad = mainGradOf(name)) {
+      accumulated[name] = tensor;
+      for (size_t i = 0; i < tensor.data.size(); ++i)
+        tensor.data[i] -= mainGrad->data[i];
+    }
+  if (StringRef(GetParam().name).ends_with("main_grad")) {
+    EXPECT_FALSE(accumulated.empty()) << "no gradient went to a main_grad";
+  }
   // (The backward also returns DelayedScaling's new state.)
   double largest = 0;
   for (auto &[name, tensor] : expected) {
@@ -357,15 +406,19 @@ TEST_P(GroupedPipeline, PlannedStepMatchesDefinition) {
   EXPECT_TRUE(rowsZeroFrom(actual["output"], used));
   EXPECT_TRUE(
       rowsZeroFrom(actual["grad." + argName(layerFunction, 0).str()], used));
-  // The empty group: zero weight and bias gradients.
+  // The empty group: zero weight and bias gradients (a main_grad's slice
+  // as it was, where the gradient accumulates).
   auto emptyGroupIsZero = [&](unsigned arg) {
-    const Tensor &grad = actual["grad." + argName(layerFunction, arg).str()];
+    std::string name = "grad." + argName(layerFunction, arg).str();
+    const Tensor *mainGrad = mainGradOf(name);
+    const Tensor &grad = mainGrad ? accumulated[name] : actual[name];
     int64_t size = grad.numElements() / grad.shape[0];
     for (size_t g = 0; g + 1 < offsets.size(); ++g) {
       if (offsets[g] != offsets[g + 1])
         continue;
       for (int64_t i = 0; i < size; ++i) {
-        if (grad.data[g * size + i] != 0.0)
+        double before = mainGrad ? mainGrad->data[g * size + i] : 0.0;
+        if (grad.data[g * size + i] != before)
           return false;
       }
     }
@@ -403,6 +456,18 @@ TEST_P(GroupedPipeline, FusionChangesNoValue) {
   ASSERT_EQ(actual.size(), expected.size());
   for (auto &[name, tensor] : expected)
     EXPECT_EQ(actual[name].data, tensor.data) << name;
+  // fuse_wgrad_accumulation: each layer's main_grad add is folded into its
+  // wgrad GEMM (a "gemm" region around the grouped GEMM and the add).
+  int accumulatingGemms = 0;
+  fused->walk([&](te::FusedOp region) {
+    bool grouped = false, add = false;
+    region.getBody().walk([&](Operation *op) {
+      grouped |= isa<te::GroupedMatmulOp, te::GroupedScaledMatmulOp>(op);
+      add |= isa<te::AddOp>(op);
+    });
+    accumulatingGemms += region.getKind() == "gemm" && grouped && add;
+  });
+  EXPECT_EQ(accumulatingGemms, int(mainGrads.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, GroupedPipeline, ::testing::ValuesIn(kCases),

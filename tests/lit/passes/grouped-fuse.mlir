@@ -84,6 +84,34 @@ func.func @amax_and_bias_grad(%dy: tensor<32x48xbf16>, %m: tensor<4xi32>) -> (te
   return %q, %qt, %si, %db : tensor<32x48xf8E5M2>, tensor<48x32xf8E5M2>, tensor<4xf32>, tensor<4x48xbf16>
 }
 
+// fuse_wgrad_accumulation: a wgrad GEMM (contraction form) whose only use
+// adds a main_grad becomes a "gemm" region with the add (the runtime's
+// "accumulate": cuBLASLt's C, beta = 1). Not the rows form (its padding
+// rows are zeroed), and not a product read elsewhere too.
+// CHECK-LABEL: func.func @wgrad_into_main_grad
+// CHECK:      %[[DW:.*]] = te.fused "gemm"(%arg0, %arg1, %arg2, %arg3)
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   %[[P:.*]] = te.grouped_matmul {{.*}} {role = #te.gemm_role<wgrad>, transpose_a}
+// CHECK-NEXT:   %[[S:.*]] = te.add %[[P]], %{{.*}} : tensor<4x48x32xf32>
+// CHECK-NEXT:   te.yield %[[S]]
+// CHECK:      %[[Y:.*]] = te.grouped_matmul %arg4, %arg5, %arg2 :
+// CHECK-NEXT: te.add %[[Y]], %arg6 : tensor<64x48xf32>
+// CHECK-NEXT: %[[T:.*]] = te.grouped_matmul %arg0, %arg1, %arg2 {transpose_a}
+// CHECK-NEXT: te.add %[[T]], %arg3
+// CHECK-NOT:  te.fused
+// CHECK:      return
+func.func @wgrad_into_main_grad(%dy: tensor<64x48xbf16>, %x: tensor<64x32xbf16>, %m: tensor<4xi32>, %main: tensor<4x48x32xf32>, %a: tensor<64x32xf32>, %w: tensor<4x32x48xf32>, %r: tensor<64x48xf32>) -> (tensor<4x48x32xf32>, tensor<64x48xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>) {
+  %dw = te.grouped_matmul %dy, %x, %m {transpose_a, role = #te.gemm_role<wgrad>} : (tensor<64x48xbf16>, tensor<64x32xbf16>, tensor<4xi32>) -> tensor<4x48x32xf32>
+  %acc = te.add %dw, %main : tensor<4x48x32xf32>
+  %y = te.grouped_matmul %a, %w, %m : (tensor<64x32xf32>, tensor<4x32x48xf32>, tensor<4xi32>) -> tensor<64x48xf32>
+  %yr = te.add %y, %r : tensor<64x48xf32>
+  %twice = te.grouped_matmul %dy, %x, %m {transpose_a} : (tensor<64x48xbf16>, tensor<64x32xbf16>, tensor<4xi32>) -> tensor<4x48x32xf32>
+  %acc2 = te.add %twice, %main : tensor<4x48x32xf32>
+  return %acc, %yr, %acc2, %twice : tensor<4x48x32xf32>, tensor<64x48xf32>, tensor<4x48x32xf32>, tensor<4x48x32xf32>
+}
+
+// -----
+
 // The example spec under current scaling: the forward's amaxes, casts and
 // grouped GEMM; the backward's dY amax, cast pair, two GEMMs and bias
 // gradient.

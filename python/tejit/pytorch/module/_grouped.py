@@ -24,8 +24,6 @@ FP8_SPLIT_ALIGNMENT = 16
 # Arguments tejit's GroupedLinear takes only at their defaults, with what
 # each would need.
 _UNSUPPORTED = {
-    "fuse_wgrad_accumulation": (
-        False, "the stacked weights have no main_grad form yet"),
     "ub_overlap_rs": (False, "no userbuffers communication overlap"),
     "ub_overlap_ag": (False, "no userbuffers communication overlap"),
     "delay_wgrad_compute": (
@@ -177,11 +175,33 @@ def padded_tokens(tokens):
     return blocks * TOKEN_ALIGNMENT
 
 
-def layer_spec(num_gemms, in_features, out_features, bias):
-    """The spec's layer (docs/spec-format.md, `type: GroupedLinear`)."""
-    return {"type": "GroupedLinear", "num_gemms": int(num_gemms),
-            "in_features": int(in_features),
-            "out_features": int(out_features), "bias": bool(bias)}
+# fuse_wgrad_accumulation's main_grad dtypes as the spec names them
+# (float32 is the spec's default, left out as module/base.py leaves it).
+MAIN_GRAD_DTYPES = ("fp32", "bf16", "fp16")
+
+
+def layer_spec(num_gemms, in_features, out_features, bias,
+               fuse_wgrad_accumulation=False, main_grad_dtype="fp32"):
+    """The spec's layer (docs/spec-format.md, `type: GroupedLinear`).
+    `fuse_wgrad_accumulation` (a training program's: the backward then
+    takes `main_grad.layers.0.weight` [G, out, in] of `main_grad_dtype`,
+    one of MAIN_GRAD_DTYPES, and adds the weights' gradients to it) adds
+    the keys module/base.py adds to every module's layer for it."""
+    layer = {"type": "GroupedLinear", "num_gemms": int(num_gemms),
+             "in_features": int(in_features),
+             "out_features": int(out_features), "bias": bool(bias)}
+    if main_grad_dtype not in MAIN_GRAD_DTYPES:
+        raise ValueError(f"{OWNER}: main_grad_dtype must be one of "
+                         f"{', '.join(MAIN_GRAD_DTYPES)}, got "
+                         f"{main_grad_dtype!r}")
+    if fuse_wgrad_accumulation:
+        layer["fuse_wgrad_accumulation"] = True
+        if main_grad_dtype != "fp32":
+            layer["main_grad_dtype"] = main_grad_dtype
+    elif main_grad_dtype != "fp32":
+        raise ValueError(f"{OWNER}: main_grad_dtype={main_grad_dtype!r} "
+                         f"needs fuse_wgrad_accumulation")
+    return layer
 
 
 def alignment(align_size, owner="Fp8Padding"):

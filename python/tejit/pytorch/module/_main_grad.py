@@ -134,3 +134,114 @@ def reordered_slot(parameter, name, to_program, from_program):
                 join=lambda grads: to_program(grads[0]).contiguous(),
                 split=lambda buffer, grads: grads[0].copy_(
                     from_program(buffer)))
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _stacked_view(first, count):
+    """`count` tensors of `first`'s shape lying back to back from `first`
+    on (contiguous) as one [count, *shape] view, without a copy."""
+    shape = (count, *first.shape)
+    return first.as_strided(shape, _contiguous_strides(shape),
+                            first.storage_offset())
+
+
+class StackedSlot(Slot):
+    """The slot of a weight the program takes stacked, [G, *shape], from G
+    parameters of that shape (GroupedLinear's `weight0`..`weight{G-1}`):
+    their main_grads go to the program as one [G, *shape] buffer, a view
+    when every parameter is trained and the main_grads lie back to back in
+    parameter order in one storage (`adjacent(tensors)`: same dtype,
+    contiguous, each starting where the previous ends), else a stack whose
+    slices are copied back into them after the backward. A frozen
+    parameter (requires_grad False) needs no main_grad: zeros stand in its
+    place (what the program adds there is dropped). .grad follows TE's
+    rule per parameter (`gradient`, with StackedParameters)."""
+
+    def __init__(self, parameters, names, adjacent):
+        super().__init__(parameters, names)
+        self._adjacent = adjacent
+        self._copied = False
+
+    def buffer(self, shape, dtype, device):
+        self._copied = False
+        if not self._trained():
+            return torch.zeros(shape, dtype=dtype, device=device)
+        grads = [checked_main_grad(p, n, dtype) if p.requires_grad else None
+                 for p, n in zip(self.parameters, self.names)]
+        if all(g is not None for g in grads) and self._adjacent(grads):
+            buffer = _stacked_view(grads[0], len(grads))
+        else:
+            buffer = torch.stack([
+                g if g is not None else torch.zeros(
+                    p.shape, dtype=dtype, device=device)
+                for g, p in zip(grads, self.parameters)])
+            self._copied = True
+        if tuple(buffer.shape) != tuple(shape):
+            raise RuntimeError(f"tejit: the main_grads of {self.names} "
+                               f"stack to {tuple(buffer.shape)}, the "
+                               f"program takes {tuple(shape)}")
+        return buffer
+
+    def finish(self, buffer):
+        if not self._copied:
+            return  # a view: the program added in place (or a scratch)
+        for parameter, part in zip(self.parameters, buffer.unbind(0)):
+            if parameter.requires_grad:
+                parameter.main_grad.copy_(part)
+
+    def gradient(self, shape, dtype, device):
+        """TE's rule per parameter (GroupedLinear's backward): a trained
+        parameter with Megatron-LM's `grad_added_to_main_grad` gets it set
+        and a placeholder .grad (zeros with its `zero_out_wgrad`, else
+        uninitialized), one without it no .grad. Returns the stacked
+        placeholder (None when no parameter takes one); StackedParameters
+        passes each slice on only to parameters with the attribute."""
+        takers = [p.requires_grad and hasattr(p, "grad_added_to_main_grad")
+                  for p in self.parameters]
+        if not any(takers):
+            return None
+        placeholder = torch.empty(shape, dtype=dtype, device=device)
+        for parameter, part, taker in zip(self.parameters,
+                                          placeholder.unbind(0), takers):
+            if not taker:
+                continue
+            parameter.grad_added_to_main_grad = True
+            if getattr(parameter, "zero_out_wgrad", False):
+                part.zero_()
+        return placeholder
+
+
+class StackedParameters(torch.autograd.Function):
+    """StackedParameters.apply(parameters, adjacent, *parts): `parts` (the
+    `parameters` themselves, or their casts under torch.autocast) as one
+    [G, *shape] tensor, a view when `adjacent(parts)` (the storage they
+    share), else a stack; for a StackedSlot's program input. The gradient
+    of slice g reaches part g only when parameters[g] has Megatron-LM's
+    `grad_added_to_main_grad` (TE's rule under fuse_wgrad_accumulation:
+    its placeholder .grad; the others get none, not zeros)."""
+
+    @staticmethod
+    def forward(ctx, parameters, adjacent, *parts):
+        # An undefined gradient (no placeholder) stays None: no zeros.
+        ctx.set_materialize_grads(False)
+        ctx.parameters = parameters
+        if adjacent(parts):
+            return _stacked_view(parts[0].detach(), len(parts))
+        return torch.stack([part.detach() for part in parts])
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad is None:
+            return (None, None) + (None,) * len(ctx.parameters)
+        return (None, None, *(
+            part if needed and hasattr(parameter, "grad_added_to_main_grad")
+            else None
+            for part, parameter, needed in zip(
+                grad.unbind(0), ctx.parameters, ctx.needs_input_grad[2:])))

@@ -5,8 +5,11 @@ Fp8Padding / Fp8Unpadding; docs/grouped-linear.md is the contract.
 The module's program is the spec layer `type: GroupedLinear`, whose inputs
 are `input` [T, 1, in], `m_splits` (int32 [G], passed as a host pointer:
 the C API's tejit_tensor_is_host) and the stacked `weight` [G, out, in]
-and `bias` [G, out]. Arguments and splits are checked in _grouped.py
-(without PyTorch, so that tests/python checks them everywhere).
+and `bias` [G, out]; with fuse_wgrad_accumulation its backward also
+takes `main_grad.layers.0.weight` [G, out, in], the weights' main_grads
+stacked (_main_grad.StackedSlot). Arguments and splits are checked in
+_grouped.py (without PyTorch, so that tests/python checks them
+everywhere).
 """
 import math
 
@@ -14,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import fp8
-from . import _args, _grouped
-from ._groups import joined_rows, pack_rows
+from . import _args, _grouped, _main_grad
+from ._groups import adjacent, joined_rows, pack_rows
 from .base import TransformerEngineBaseModule
 
 
@@ -65,10 +68,25 @@ class GroupedLinear(TransformerEngineBaseModule):
     `fp8_meta.*` in the state_dict: the G input slots then the G weight
     slots forward, the G gradient slots backward) or Float8CurrentScaling.
     Float8BlockScaling, fp8_model_init, tensor parallelism (tp_size > 1),
-    userbuffers overlap, fuse_wgrad_accumulation, delay_wgrad_compute and
-    save_original_input are refused (NotImplementedError naming them).
+    userbuffers overlap, delay_wgrad_compute and save_original_input are
+    refused (NotImplementedError naming them).
     sequence_parallel and parallel_mode change nothing at tp_size 1 (TE's
     rule) and are accepted there; ub_name is accepted and unused.
+
+    fuse_wgrad_accumulation=True (Megatron-LM's gradient accumulation
+    fusion, as TE's): each `weight{i}` needs a `.main_grad` [out_features,
+    in_features] (float32, or bfloat16 / float16: one dtype for the
+    module, on the weight's device, contiguous), to which the backward
+    adds that expert's weight gradient inside its wgrad GEMM. The program
+    takes one stacked [G, out, in] main_grad: a view when weight0's ..
+    weight{G-1}'s main_grads lie back to back in that order in one buffer
+    (no copy), else a stack made per backward and copied back into each
+    main_grad (e.g. in reverse order, as Megatron-LM's grad buffer lays
+    parameters out). .grad follows TE: a weight with Megatron-LM's
+    `grad_added_to_main_grad` gets it set True and a placeholder .grad
+    (zeros with `zero_out_wgrad`), one without it no .grad. A frozen
+    expert (requires_grad False) needs no main_grad. The biases' gradients
+    stay ordinary .grad.
 
     A program with m_splits cannot be captured into a CUDA graph (the
     splits are read on the host at each call): make_graphed_callables
@@ -88,14 +106,13 @@ class GroupedLinear(TransformerEngineBaseModule):
         self.num_gemms, self.in_features, self.out_features = (
             _grouped.check_sizes(num_gemms, in_features, out_features))
         _grouped.check_unsupported(
-            fuse_wgrad_accumulation=fuse_wgrad_accumulation,
             ub_overlap_rs=ub_overlap_rs, ub_overlap_ag=ub_overlap_ag,
             delay_wgrad_compute=delay_wgrad_compute,
             save_original_input=save_original_input)
         tp = _args.tp_world_size(owner, tp_group, tp_size)
         _grouped.check_tensor_parallel(tp, parallel_mode, sequence_parallel)
         _grouped.check_fp8_model_init(self._fp8_init)
-        self.fuse_wgrad_accumulation = False
+        self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         self.parallel_mode = parallel_mode
         self._init_tensor_parallel(owner, tp_group, tp, sequence_parallel,
                                    get_rng_state_tracker, rng_tracker_name)
@@ -136,10 +153,17 @@ class GroupedLinear(TransformerEngineBaseModule):
         the buffer the parameters are views of (no copy) while they are,
         else a stack made for this call; both differentiable, so each
         parameter gets its slice of the program's gradient. With
-        return_bias the program adds zeros."""
+        return_bias the program adds zeros. Under fuse_wgrad_accumulation
+        the weights' slices carry TE's placeholder gradients instead
+        (_main_grad.StackedParameters)."""
         groups, out = self.num_gemms, self.out_features
         if name == "weight":
-            return joined_rows(self._weights(), dtype).view(
+            weights = self._weights()
+            if self.fuse_wgrad_accumulation:
+                return _main_grad.StackedParameters.apply(
+                    tuple(weights), adjacent,
+                    *[weight.to(dtype) for weight in weights])
+            return joined_rows(weights, dtype).view(
                 groups, out, self.in_features)
         if name == "bias":
             biases = self._biases()
@@ -148,6 +172,16 @@ class GroupedLinear(TransformerEngineBaseModule):
                                        biases[0].device)
             return joined_rows(biases, dtype).view(groups, out)
         return super()._argument(name, dtype, fp8)
+
+    def _main_grad_slot(self, name):
+        """fuse_wgrad_accumulation: the program's stacked `weight` adds
+        into the main_grads of weight0..weight{G-1}
+        (_main_grad.StackedSlot)."""
+        if name != "weight":
+            return super()._main_grad_slot(name)
+        return _main_grad.StackedSlot(
+            self._weights(), [f"weight{i}" for i in range(self.num_gemms)],
+            adjacent)
 
     def _requires_grad(self, inp):
         if not self.return_bias:
