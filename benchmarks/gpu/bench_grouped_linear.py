@@ -33,6 +33,17 @@ Rows (--rows picks some, by key; the speed-ups are of the first row):
   compile-fp8       torch.compile of the loop with torch_peers.Fp8Linear
                     per expert (torch._scaled_mm, tensorwise current
                     scaling: E4M3 forward operands, E5M2 gradients)
+Rows for Megatron-LM's main_grads (float32 weight{i}.main_grad, to which
+each step adds its gradients; not run unless named with --rows):
+  tejit-main-grad       tejit-delayed with fuse_wgrad_accumulation, the
+                        main_grads in one buffer in expert order (the
+                        program adds into them in its wgrad GEMMs)
+  tejit-main-grad-copy  the same with the main_grads in reverse order
+                        (Megatron-Core's buffer layout): tejit stacks them
+                        into a copy and writes it back each step
+  tejit-grad-add        tejit-delayed without fuse_wgrad_accumulation, then
+                        main_grad.add_(weight.grad) per expert (Megatron's
+                        path without gradient accumulation fusion)
 
 Measuring as bench_block_scaling.py does (bench_sustained.py's
 interleaved rounds): the rows are built and kept together, each timed on
@@ -85,7 +96,18 @@ ROWS = {  # key -> label
     "grouped-mm-bf16": "torch._grouped_mm bf16",
     "compile-bf16": "torch.compile bf16 loop",
     "compile-fp8": "torch.compile FP8 loop (_scaled_mm tensorwise)",
+    "tejit-main-grad": "tejit FP8 DelayedScaling, main_grads fused",
+    "tejit-main-grad-copy": "tejit FP8 DelayedScaling, main_grads fused "
+                            "(reversed: copied)",
+    "tejit-grad-add": "tejit FP8 DelayedScaling + main_grad.add_",
 }
+DEFAULT_ROWS = ["tejit-delayed", "tejit-current", "tejit-bf16", "loop-bf16",
+                "grouped-mm-bf16", "compile-bf16", "compile-fp8"]
+# The main_grad rows: where the main_grads lie, and whether the program
+# adds into them (fuse_wgrad_accumulation).
+MAIN_GRAD_ROWS = {"tejit-main-grad": ("in order", True),
+                  "tejit-main-grad-copy": ("reversed", True),
+                  "tejit-grad-add": ("in order", False)}
 TEJIT_RECIPES = {
     "tejit-delayed": lambda: recipe.DelayedScaling(
         fp8_format=recipe.Format.HYBRID, amax_history_len=1024,
@@ -94,6 +116,8 @@ TEJIT_RECIPES = {
         fp8_format=recipe.Format.HYBRID),
     "tejit-bf16": lambda: None,
 }
+for _key in MAIN_GRAD_ROWS:
+    TEJIT_RECIPES[_key] = TEJIT_RECIPES["tejit-delayed"]
 SPLIT_ALIGNMENT = 16  # FP8's (Fp8Padding's) multiple
 
 
@@ -210,7 +234,17 @@ def build_model(key, size, splits):
     """(model on the GPU in training mode, forward(model, x))."""
     g, h, f = size["experts"], size["hidden"], size["ffn"]
     if key in TEJIT_RECIPES:
-        model = te.GroupedLinear(g, h, f, bias=False, params_dtype=BF16)
+        layout, fused = MAIN_GRAD_ROWS.get(key, (None, False))
+        model = te.GroupedLinear(g, h, f, bias=False, params_dtype=BF16,
+                                 fuse_wgrad_accumulation=fused)
+        if layout:
+            # One float32 buffer, as Megatron-LM's gradient buffer.
+            buffer = torch.zeros(g * f * h, device="cuda",
+                                 dtype=torch.float32)
+            for i in range(g):
+                at = i if layout == "in order" else g - 1 - i
+                getattr(model, f"weight{i}").main_grad = (
+                    buffer[at * f * h:(at + 1) * f * h].view(f, h))
         fp8_recipe = TEJIT_RECIPES[key]()
 
         def forward(m, x):
@@ -239,12 +273,17 @@ def make_step(key, size, splits):
                     dtype=BF16, requires_grad=True)
     dy = torch.randn(size["tokens"], size["ffn"], device="cuda", dtype=BF16)
     params = list(model.parameters())
+    add_to_main_grads = (key in MAIN_GRAD_ROWS
+                         and not MAIN_GRAD_ROWS[key][1])
 
     def step():
         x.grad = None
         for p in params:
             p.grad = None
         forward(model, x).backward(dy)
+        if add_to_main_grads:
+            for p in params:
+                p.main_grad.add_(p.grad)
 
     return step, (model, x, dy, params)
 
@@ -309,6 +348,8 @@ def comparisons(summary):
     if fp8:
         best = min(fp8, key=lambda e: e["median_ms"])["key"]
         pairs += [(best, "compile-fp8"), (best, "tejit-bf16")]
+    pairs += [("tejit-main-grad", "tejit-grad-add"),
+              ("tejit-main-grad", "tejit-main-grad-copy")]
     for ours, peer in pairs:
         if ours in by_key and peer in by_key:
             ratio = by_key[peer]["median_ms"] / by_key[ours]["median_ms"]
@@ -320,7 +361,7 @@ def comparisons(summary):
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", nargs="+", choices=list(ROWS),
-                        default=list(ROWS),
+                        default=DEFAULT_ROWS,
                         help="rows, the first compared with the others")
     parser.add_argument("--small", action="store_true",
                         help="the small sizes: a quick check")
