@@ -1,5 +1,4 @@
-//===- DiskCache.h - size-bounded folder of kernel cache entries -*- C++
-//-*-===//
+//===- DiskCache.h - size-bounded folder of cache entries -------*- C++ -*-===//
 //
 // One file per key, `<digest>.tkc`, in a folder that several processes may
 // share. Writers create a uniquely named temp file in the same folder, fsync

@@ -1,5 +1,4 @@
-//===- KernelBuild.h - emitted kernels to binaries, through the cache -*- C++
-//-*-===//
+//===- KernelBuild.h - kernels to binaries via the cache --------*- C++ -*-===//
 #ifndef TEJIT_CODEGEN_KERNELBUILD_H
 #define TEJIT_CODEGEN_KERNELBUILD_H
 

@@ -1,5 +1,4 @@
-//===- AttentionViews.h - q/k/v and their gradients in place -----*- C++
-//-*-===//
+//===- AttentionViews.h - q/k/v and their gradients in place ----*- C++ -*-===//
 //
 // A fused QKV projection writes [tokens, (h + 2 kv_h) * d]; attention reads
 // q, k and v as column ranges of it. cuDNN takes strided tensors, so those

@@ -1,5 +1,4 @@
-//===- BlockScaleLayout.h - where block-scaled FP8 keeps its scales -*- C++
-//-*-===//
+//===- BlockScaleLayout.h - where block-scaled FP8 keeps scales -*- C++ -*-===//
 //
 // Float8BlockScaling quantizes an FP8 matrix [rows, cols] (cols: the GEMM's
 // contracting dim, contiguous) in blocks of 128 consecutive elements of a

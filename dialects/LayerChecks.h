@@ -1,5 +1,4 @@
-//===- LayerChecks.h - shape and dtype rules shared by layer verifiers -*- C++
-//-*-===//
+//===- LayerChecks.h - rules shared by layer verifiers ----------*- C++ -*-===//
 //
 // Every diagnostic names the operand (by its assembly keyword) and the rule
 // it breaks, so that a user who wrote a spec can find the field to fix.

@@ -1,5 +1,4 @@
-//===- TEDialect.h - the te dialect: enums, recipes and layer ops -*- C++
-//-*-===//
+//===- TEDialect.h - the te dialect: enums, recipes, layer ops --*- C++ -*-===//
 #ifndef TEJIT_DIALECTS_TEDIALECT_H
 #define TEJIT_DIALECTS_TEDIALECT_H
 

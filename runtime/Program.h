@@ -1,5 +1,4 @@
-//===- Program.h - compiled layers with their state, ready to run -*- C++
-//-*-===//
+//===- Program.h - compiled layers with their state -------------*- C++ -*-===//
 //
 // A program is what the C API hands out: a bundle's forward (and backward)
 // executors, and the state that lives between calls in device memory: the

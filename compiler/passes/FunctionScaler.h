@@ -1,5 +1,4 @@
-//===- FunctionScaler.h - FP8 casts and scale state of one function -*- C++
-//-*-===//
+//===- FunctionScaler.h - FP8 casts and scales of a function ----*- C++ -*-===//
 //
 // The bookkeeping te-place-scaling needs per function: which values are
 // already in FP8 (each value is cast once per format), their FP8

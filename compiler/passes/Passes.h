@@ -1,5 +1,4 @@
-//===- Passes.h - tejit compiler passes --------------------------*- C++
-//-*-===//
+//===- Passes.h - tejit compiler passes -------------------------*- C++ -*-===//
 #ifndef TEJIT_COMPILER_PASSES_PASSES_H
 #define TEJIT_COMPILER_PASSES_PASSES_H
 

@@ -1,5 +1,4 @@
-//===- Stats.h - what a compiled function costs to run -----------*- C++
-//-*-===//
+//===- Stats.h - what a compiled function costs to run ----------*- C++ -*-===//
 #ifndef TEJIT_COMPILER_PASSES_STATS_H
 #define TEJIT_COMPILER_PASSES_STATS_H
 

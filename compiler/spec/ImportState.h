@@ -1,5 +1,4 @@
-//===- ImportState.h - the function a layer spec is imported into -*- C++
-//-*-===//
+//===- ImportState.h - the function a spec is imported into -----*- C++ -*-===//
 #ifndef TEJIT_COMPILER_SPEC_IMPORTSTATE_H
 #define TEJIT_COMPILER_SPEC_IMPORTSTATE_H
 

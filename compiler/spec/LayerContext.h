@@ -1,5 +1,4 @@
-//===- LayerContext.h - what a layer importer reads and builds with -*- C++
-//-*-===//
+//===- LayerContext.h - what a layer importer works with --------*- C++ -*-===//
 #ifndef TEJIT_COMPILER_SPEC_LAYERCONTEXT_H
 #define TEJIT_COMPILER_SPEC_LAYERCONTEXT_H
 

@@ -1,5 +1,4 @@
-//===- LayerImport.h - one spec layer into one te layer op -------*- C++
-//-*-===//
+//===- LayerImport.h - one spec layer into one te layer op ------*- C++ -*-===//
 #ifndef TEJIT_COMPILER_SPEC_LAYERIMPORT_H
 #define TEJIT_COMPILER_SPEC_LAYERIMPORT_H
 

@@ -1,5 +1,4 @@
-//===- SpecImporter.h - layer specs (YAML/JSON) into te IR -------*- C++
-//-*-===//
+//===- SpecImporter.h - layer specs (YAML/JSON) into te IR ------*- C++ -*-===//
 //
 // A layer spec names one or more Transformer Engine layers, applied in
 // sequence, with the shapes to compile them for and an optional FP8 recipe.

@@ -1,5 +1,4 @@
-//===- SpecMap.h - typed, located reads of one spec mapping ------*- C++
-//-*-===//
+//===- SpecMap.h - typed, located reads of one spec mapping -----*- C++ -*-===//
 #ifndef TEJIT_COMPILER_SPEC_SPECMAP_H
 #define TEJIT_COMPILER_SPEC_SPECMAP_H
 

@@ -1,5 +1,4 @@
-//===- SpecTree.h - a layer spec's YAML/JSON document as a small tree -*- C++
-//-*-===//
+//===- SpecTree.h - a spec's YAML/JSON as a tree ----------------*- C++ -*-===//
 //
 // llvm::yaml's nodes can be walked only once, in order; the importer wants to
 // look keys up by name and report unknown ones afterwards, so the document is

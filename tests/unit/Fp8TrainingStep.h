@@ -1,5 +1,4 @@
-//===- Fp8TrainingStep.h - FP8 training steps in the interpreter -*- C++
-//-*-===//
+//===- Fp8TrainingStep.h - FP8 training steps, interpreted ------*- C++ -*-===//
 //
 // Runs a compiled forward/backward pair as a training step does, keeping
 // the FP8 meta state (arguments named fp8_meta.*) between steps: shared by

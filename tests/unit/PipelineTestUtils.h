@@ -1,5 +1,4 @@
-//===- PipelineTestUtils.h - run specs through the pipeline in tests -*- C++
-//-*-===//
+//===- PipelineTestUtils.h - specs through the pipeline ---------*- C++ -*-===//
 //
 // Shared by the tests that check compiler passes with the reference
 // interpreter: import a spec, run the pipeline to a stage, draw arguments
