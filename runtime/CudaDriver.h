@@ -45,6 +45,7 @@ struct CudaDriver {
   X(cuMemcpyHtoDAsync)                                                         \
   X(cuMemcpyDtoHAsync)                                                         \
   X(cuMemcpyDtoDAsync)                                                         \
+  X(cuMemcpy2DAsync)                                                           \
   X(cuStreamCreate)                                                            \
   X(cuStreamDestroy)                                                           \
   X(cuStreamWaitEvent)                                                         \

@@ -176,9 +176,21 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
             ErrorCode::InvalidArgument);
       grouped = std::move(*created);
     }
+    DeviceBuffer scaleSlots;
+    if (grouped && grouped->step().fp8) {
+      auto slots = DeviceBuffer::allocate(
+          scaleSlotBytes(grouped->step().groups),
+          llvm::formatv("the scale slots of function '{0}', step {1}",
+                        function.name, index)
+              .str());
+      if (!slots)
+        return slots.takeError();
+      scaleSlots = std::move(*slots);
+    }
     executor->kernels.push_back(entry);
     executor->attentions.push_back(std::move(attention));
     executor->groupedGemms.push_back(std::move(grouped));
+    executor->groupedScaleSlots.push_back(std::move(scaleSlots));
   }
   // Host arguments (m_splits): device copies of their own, refreshed by
   // every run.
@@ -633,6 +645,8 @@ Error Executor::groupedGemm(size_t index, const GroupedGemmStep &step,
   pointers.bScaleInv = pointer(step.bScaleInv);
   pointers.bias = pointer(step.bias);
   pointers.accumulate = pointer(step.accumulate);
+  if (CUdeviceptr slots = groupedScaleSlots[index].get())
+    pointers.scaleSlots = reinterpret_cast<void *>(slots);
   return groupedGemms[index]->run(gemms, hostValues[rule - hostRules.begin()],
                                   pointers, stream, driver);
 }

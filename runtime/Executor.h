@@ -221,8 +221,10 @@ private:
   std::vector<CUfunction> kernels;
   /// Per step: the attention step's cuDNN call (empty for other steps).
   std::vector<std::optional<AttentionLauncher>> attentions;
-  /// Per step: the grouped GEMM (empty for other steps).
+  /// Per step: the grouped GEMM (empty for other steps), and for an FP8 one
+  /// the device slots it stages its per-group scales in (GroupedGemm.h).
   std::vector<std::optional<GroupedGemm>> groupedGemms;
+  std::vector<DeviceBuffer> groupedScaleSlots;
   /// The host arguments (m_splits): their rules, the values of the current
   /// run (one vector per rule), their device copies, and the arguments as
   /// bound (each host pointer replaced by its device copy's address).

@@ -180,6 +180,33 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   gemm.epilogue.residual = accumulateValue; // C, beta = 1
   const FunctionPlan &function = groupValues;
 
+  // FP8: every group's scale_inv pair into aligned slots, two copies.
+  const void *aScales = pointers.aScaleInv, *bScales = pointers.bScaleInv;
+  int64_t scaleStride = 4;
+  if (step.fp8 && pointers.scaleSlots) {
+    auto *slots = static_cast<char *>(pointers.scaleSlots);
+    for (auto [from, to] :
+         {std::pair{pointers.aScaleInv, slots},
+          std::pair{pointers.bScaleInv, slots + 16 * step.groups}}) {
+      CUDA_MEMCPY2D copy = {};
+      copy.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+      copy.srcDevice = reinterpret_cast<CUdeviceptr>(from);
+      copy.srcPitch = 4;
+      copy.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      copy.dstDevice = reinterpret_cast<CUdeviceptr>(to);
+      copy.dstPitch = 16;
+      copy.WidthInBytes = 4;
+      copy.Height = size_t(step.groups);
+      if (Error error =
+              driver.check(driver.cuMemcpy2DAsync(&copy, stream),
+                           "staging a grouped GEMM's scale_inv values"))
+        return error;
+    }
+    aScales = slots;
+    bScales = slots + 16 * step.groups;
+    scaleStride = 16;
+  }
+
   int64_t offset = 0; // o_g
   for (auto [index, size] : llvm::enumerate(splits)) {
     int64_t g = int64_t(index), mg = size;
@@ -189,8 +216,8 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
       continue;
     GemmPointers group;
     if (step.fp8) {
-      group.aScaleInv = byteAt(pointers.aScaleInv, g * 4);
-      group.bScaleInv = byteAt(pointers.bScaleInv, g * 4);
+      group.aScaleInv = byteAt(aScales, g * scaleStride);
+      group.bScaleInv = byteAt(bScales, g * scaleStride);
     }
     if (rows) {
       // a [T, K] rows [o, o + m_g); b[g]; out rows [o, o + m_g).

@@ -47,7 +47,18 @@ struct GroupedGemmPointers {
   /// [G, M, N], out's type (contraction form): C of each group's GEMM. It
   /// may be `out` (accumulating in place).
   const void *accumulate = nullptr;
+  /// FP8 steps: scaleSlotBytes(G) of 16-byte aligned device memory where
+  /// run() stages every group's two scale_inv values with one strided copy
+  /// per vector (cuBLASLt wants its FP8 scale pointers 16-byte aligned; the
+  /// [G] vectors hold them 4 bytes apart). Null: the GEMM runner stages
+  /// each group's scales itself, a 4-byte copy each (about 6 us apiece on
+  /// an H200).
+  void *scaleSlots = nullptr;
 };
+
+/// The bytes of GroupedGemmPointers::scaleSlots for `groups` groups: a
+/// 16-byte slot per group for a's scale_inv, then one per group for b's.
+inline size_t scaleSlotBytes(int64_t groups) { return size_t(groups) * 32; }
 
 class GroupedGemm {
 public:

@@ -512,6 +512,11 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
         reinterpret_cast<const void *>(accumulateBuffer.get());
   if (c.accumulate == Case::Accumulate::InPlace)
     pointers.accumulate = pointers.out;
+  // FP8: the scales staged into aligned slots with two strided copies (the
+  // executor's way; without slots the runner copies each group's).
+  DeviceBuffer scaleSlots = gpu.allocate(scaleSlotBytes(g), "scale slots");
+  if (c.fp8)
+    pointers.scaleSlots = reinterpret_cast<void *>(scaleSlots.get());
 
   if (llvm::Error error =
           grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver)) {

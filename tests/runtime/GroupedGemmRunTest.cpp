@@ -86,6 +86,11 @@ public:
     int64_t lda = pointers.aRowStride ? pointers.aRowStride : a[1];
     int64_t ldb = pointers.bRowStride ? pointers.bRowStride : b[1];
     double scale = 1;
+    if (step.scaled && alignedScales) {
+      // Staged by the grouped GEMM into its scale slots.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(pointers.aScaleInv) % 16, 0u);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(pointers.bScaleInv) % 16, 0u);
+    }
     if (step.scaled)
       scale = decode(pointers.aScaleInv, ElementType::F32, 0) *
               decode(pointers.bScaleInv, ElementType::F32, 0);
@@ -123,6 +128,8 @@ public:
     return llvm::Error::success();
   }
   std::vector<Call> calls;
+  /// Whether the FP8 scale pointers must be 16-byte aligned (staged).
+  bool alignedScales = false;
 };
 
 CUresult hostMemset(CUdeviceptr pointer, unsigned char value, size_t bytes,
@@ -139,10 +146,21 @@ CUresult hostCopy(CUdeviceptr to, CUdeviceptr from, size_t bytes, CUstream) {
   return CUDA_SUCCESS;
 }
 
+CUresult hostCopy2D(const CUDA_MEMCPY2D *copy, CUstream) {
+  for (size_t row = 0; row < copy->Height; ++row)
+    std::memcpy(reinterpret_cast<char *>(static_cast<uintptr_t>(
+                    copy->dstDevice + row * copy->dstPitch)),
+                reinterpret_cast<const char *>(static_cast<uintptr_t>(
+                    copy->srcDevice + row * copy->srcPitch)),
+                copy->WidthInBytes);
+  return CUDA_SUCCESS;
+}
+
 CudaDriver hostDriver() {
   CudaDriver driver;
   driver.cuMemsetD8Async = hostMemset;
   driver.cuMemcpyDtoDAsync = hostCopy;
+  driver.cuMemcpy2DAsync = hostCopy2D;
   return driver;
 }
 
@@ -192,6 +210,9 @@ struct Problem {
   bool transposeA, transposeB, bias;
   std::vector<int32_t> splits;
   Accumulate accumulate = Accumulate::None;
+  /// FP8: give the grouped GEMM scale slots to stage the scales in (else
+  /// the runner gets them 4 bytes apart).
+  bool scaleSlots = true;
 };
 
 /// T = 96; rows: K = 32, N = 16; contraction: M = 16, N = 32.
@@ -273,7 +294,13 @@ void runProblem(const Problem &problem, unsigned seed) {
     pointers.aScaleInv = aScale.data();
     pointers.bScaleInv = bScale.data();
   }
+  // 16-byte aligned host memory for the staged scales.
+  std::vector<uint8_t> slots(scaleSlotBytes(g) + 16);
+  size_t misalignment = reinterpret_cast<uintptr_t>(slots.data()) % 16;
+  if (problem.fp8 && problem.scaleSlots)
+    pointers.scaleSlots = slots.data() + (misalignment ? 16 - misalignment : 0);
   HostGemmRunner runner;
+  runner.alignedScales = pointers.scaleSlots != nullptr;
   CudaDriver driver = hostDriver();
   llvm::Error error =
       grouped->run(runner, problem.splits, pointers, nullptr, driver);
@@ -391,6 +418,9 @@ TEST(GroupedGemmRunTest, MatchesFloat64) {
       {"FP8 contraction accumulated from another buffer G=4", Form::Contraction,
        true, E::F8E5M2, E::F8E4M3, false, false, false, g4,
        Accumulate::OtherBuffer},
+      {"FP8 rows, scales staged by the runner G=8", Form::Rows, true, E::F8E4M3,
+       E::F8E4M3, false, false, true, g8, Accumulate::None,
+       /*scaleSlots=*/false},
   };
   for (auto [index, problem] : llvm::enumerate(problems))
     runProblem(problem, 100 + unsigned(index));
