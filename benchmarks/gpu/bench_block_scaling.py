@@ -293,6 +293,36 @@ def markdown(summary, first_label):
     return "\n".join(lines)
 
 
+def add_timing_args(parser, hold, iters):
+    """The interleaved rounds' arguments (--rounds, --hold, --iters,
+    --warmup) and --json, with these defaults for --hold and --iters."""
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hold", type=float, default=hold,
+                        help="seconds of a row's steps before its timing")
+    parser.add_argument("--iters", type=int, default=iters)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", metavar="OUT")
+
+
+def parsed_timing_args(parser):
+    """parser.parse_args(), the timing arguments checked."""
+    args = parser.parse_args()
+    if args.rounds < 1 or args.iters < 2 or args.hold < 0 or args.warmup < 0:
+        parser.error("--rounds >= 1, --iters >= 2, --hold >= 0, "
+                     "--warmup >= 0")
+    return args
+
+
+def environment():
+    """The GPU, driver, versions, date and command line of this run."""
+    return {"gpu": torch.cuda.get_device_name(),
+            "driver": bench_transformer.driver_version(),
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "tejit": tejit.version(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": " ".join(sys.argv)}
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", nargs="+", choices=BLOCKS,
@@ -302,17 +332,8 @@ def parse_args():
                         help="rows, the first compared with the others")
     parser.add_argument("--small", action="store_true",
                         help="the small sizes: a quick check")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--hold", type=float, default=1.0,
-                        help="seconds of a row's steps before its timing")
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--json", metavar="OUT")
-    args = parser.parse_args()
-    if args.rounds < 1 or args.iters < 2 or args.hold < 0 or args.warmup < 0:
-        parser.error("--rounds >= 1, --iters >= 2, --hold >= 0, "
-                     "--warmup >= 0")
-    return args
+    add_timing_args(parser, hold=1.0, iters=20)
+    return parsed_timing_args(parser)
 
 
 def main():
@@ -321,12 +342,7 @@ def main():
         print("no CUDA device visible to PyTorch")
         return 1
     size = SIZES["small" if args.small else "full"]
-    env = {"gpu": torch.cuda.get_device_name(),
-           "driver": bench_transformer.driver_version(),
-           "torch": torch.__version__, "cuda": torch.version.cuda,
-           "tejit": tejit.version(),
-           "date": datetime.datetime.now().isoformat(timespec="seconds"),
-           "command": " ".join(sys.argv)}
+    env = environment()
     print(f"{env['gpu']} (driver {env['driver']}), torch {env['torch']} "
           f"(CUDA {env['cuda']}), tejit {env['tejit']}; blocks "
           f"{args.blocks}, rows {args.rows}, {args.rounds} rounds, hold "

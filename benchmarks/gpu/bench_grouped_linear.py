@@ -76,7 +76,6 @@ import torch  # noqa: E402
 import bench_block_scaling  # noqa: E402 (its table and cleanup)
 import bench_sustained  # noqa: E402 (its hold and timed loops)
 import bench_transformer  # noqa: E402
-import tejit  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 import torch_peers  # noqa: E402
 from tejit.common import recipe  # noqa: E402
@@ -367,17 +366,8 @@ def parse_args():
                         help="the small sizes: a quick check")
     parser.add_argument("--balanced", action="store_true",
                         help="equal token counts per expert")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--hold", type=float, default=0.5,
-                        help="seconds of a row's steps before its timing")
-    parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--json", metavar="OUT")
-    args = parser.parse_args()
-    if args.rounds < 1 or args.iters < 2 or args.hold < 0 or args.warmup < 0:
-        parser.error("--rounds >= 1, --iters >= 2, --hold >= 0, "
-                     "--warmup >= 0")
-    return args
+    bench_block_scaling.add_timing_args(parser, hold=0.5, iters=10)
+    return bench_block_scaling.parsed_timing_args(parser)
 
 
 def main():
@@ -387,12 +377,7 @@ def main():
         return 1
     size = SIZES["small" if args.small else "full"]
     splits = routed_splits(size, args.balanced)
-    env = {"gpu": torch.cuda.get_device_name(),
-           "driver": bench_transformer.driver_version(),
-           "torch": torch.__version__, "cuda": torch.version.cuda,
-           "tejit": tejit.version(),
-           "date": datetime.datetime.now().isoformat(timespec="seconds"),
-           "command": " ".join(sys.argv)}
+    env = bench_block_scaling.environment()
     print(f"{env['gpu']} (driver {env['driver']}), torch {env['torch']} "
           f"(CUDA {env['cuda']}), tejit {env['tejit']}; sizes {size}, "
           f"splits {splits}; rows {args.rows}, {args.rounds} rounds, hold "
