@@ -111,16 +111,13 @@ TEJIT_RECIPES = {
 class Row:
     block: str
     key: str
+    label: str
     step: object          # a zero-argument training step
     keep: object          # what the step needs alive
     first_step_s: float
     peak_bytes: int
     device_bytes: int
     times: list = dataclasses.field(default_factory=list)
-
-    @property
-    def label(self):
-        return ROWS[self.key]
 
 
 def step_flops(block, size):
@@ -193,14 +190,15 @@ def release_memory():
     torch.cuda.empty_cache()
 
 
-def build_row(block, key, size, args):
-    """Builds the row, times its first step and warms it up, measuring its
-    memory."""
+def build_row(block, key, size, args, steps, labels):
+    """Builds the row (`steps(block, key, size)` gives its step and what
+    the step keeps alive), times its first step and warms it up, measuring
+    its memory."""
     release_memory()
     allocated = torch.cuda.memory_allocated()
     free = torch.cuda.mem_get_info()[0]
     torch.cuda.reset_peak_memory_stats()
-    step, keep = make_step(block, key, size)
+    step, keep = steps(block, key, size)
     start = time.perf_counter()
     step()  # tejit's JIT compile, torch.compile's compile
     torch.cuda.synchronize()
@@ -208,7 +206,7 @@ def build_row(block, key, size, args):
     for _ in range(args.warmup):
         step()
     torch.cuda.synchronize()
-    row = Row(block=block, key=key, step=step, keep=keep,
+    row = Row(block=block, key=key, label=labels[key], step=step, keep=keep,
               first_step_s=first_step_s,
               peak_bytes=torch.cuda.max_memory_allocated() - allocated,
               device_bytes=free - torch.cuda.mem_get_info()[0])
@@ -217,15 +215,16 @@ def build_row(block, key, size, args):
     return row
 
 
-def run_block(block, size, args, skipped):
-    """The block's rows built (a row that fails is reported and left out)
-    and timed in rounds."""
+def run_block(block, size, args, skipped, steps=make_step, labels=ROWS):
+    """The block's rows (args.rows; `steps` and `labels` as build_row's)
+    built (a row that fails is reported and left out) and timed in
+    rounds."""
     rows = []
     for key in args.rows:
         if key in skipped:
             continue
         try:
-            rows.append(build_row(block, key, size, args))
+            rows.append(build_row(block, key, size, args, steps, labels))
         except Exception as error:  # noqa: BLE001 - reported, not hidden
             print(f"{block} {key}: FAILED: {type(error).__name__}: {error}"
                   f"\n{traceback.format_exc(limit=-4)}", flush=True)
@@ -249,11 +248,10 @@ def reset_dynamo():
         print(f"(torch._dynamo.reset failed: {error})", flush=True)
 
 
-def summarize(block, rows, size):
-    """Per row: median ms over rounds, its rounds, TFLOP/s, and the first
-    row's speed-up (this row's time over the first's, per round, then the
-    median)."""
-    flops = step_flops(block, size)
+def summarize(block, rows, flops):
+    """Per row: median ms over rounds, its rounds, TFLOP/s (`flops` a
+    step), and the first row's speed-up (this row's time over the first's,
+    per round, then the median)."""
     first = rows[0] if rows else None
     summary = []
     for row in rows:
@@ -359,7 +357,7 @@ def main():
     tables = []
     for block in args.blocks:
         rows = run_block(block, size, args, skipped)
-        tables.append(summarize(block, rows, size))
+        tables.append(summarize(block, rows, step_flops(block, size)))
     print(f"\n# Float8BlockScaling: {env['gpu']}, tejit "
           f"{env['tejit'][:12]}, torch {env['torch']}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}")

@@ -58,13 +58,9 @@ the drop in the device's free memory. Prints a markdown table; --json
 writes every number with the GPU, versions, date and command line.
 """
 import argparse
-import dataclasses
 import datetime
 import json
-import statistics
 import sys
-import time
-import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,14 +70,12 @@ sys.path.insert(0, str(HERE.parents[1] / "python"))
 import torch  # noqa: E402
 
 import bench_block_scaling  # noqa: E402 (its table and cleanup)
-import bench_sustained  # noqa: E402 (its hold and timed loops)
 import bench_transformer  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 import torch_peers  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
 BF16 = torch.bfloat16
-MIB = 2 ** 20
 SIZES = {
     "full": {"experts": 8, "hidden": 4096, "ffn": 14336, "tokens": 16384},
     "small": {"experts": 8, "hidden": 1024, "ffn": 2048, "tokens": 4096},
@@ -118,21 +112,6 @@ TEJIT_RECIPES = {
 for _key in MAIN_GRAD_ROWS:
     TEJIT_RECIPES[_key] = TEJIT_RECIPES["tejit-delayed"]
 SPLIT_ALIGNMENT = 16  # FP8's (Fp8Padding's) multiple
-
-
-@dataclasses.dataclass
-class Row:
-    key: str
-    step: object          # a zero-argument training step
-    keep: object          # what the step needs alive
-    first_step_s: float
-    peak_bytes: int
-    device_bytes: int
-    times: list = dataclasses.field(default_factory=list)
-
-    @property
-    def label(self):
-        return ROWS[self.key]
 
 
 def routed_splits(size, balanced, seed=1234):
@@ -287,51 +266,6 @@ def make_step(key, size, splits):
     return step, (model, x, dy, params)
 
 
-def build_row(key, size, splits, args):
-    """Builds the row, times its first step and warms it up, measuring its
-    memory."""
-    bench_block_scaling.release_memory()
-    allocated = torch.cuda.memory_allocated()
-    free = torch.cuda.mem_get_info()[0]
-    torch.cuda.reset_peak_memory_stats()
-    step, keep = make_step(key, size, splits)
-    start = time.perf_counter()
-    step()  # tejit's JIT compile, torch.compile's compile
-    torch.cuda.synchronize()
-    first_step_s = time.perf_counter() - start
-    for _ in range(args.warmup):
-        step()
-    torch.cuda.synchronize()
-    row = Row(key=key, step=step, keep=keep, first_step_s=first_step_s,
-              peak_bytes=torch.cuda.max_memory_allocated() - allocated,
-              device_bytes=free - torch.cuda.mem_get_info()[0])
-    print(f"built {key}: first step {first_step_s:.1f} s, peak "
-          f"{row.peak_bytes / MIB:.0f} MiB", flush=True)
-    return row
-
-
-def summarize(rows, size):
-    """bench_block_scaling.summarize's entries for these rows (its
-    markdown reads them)."""
-    flops = step_flops(size)
-    first = rows[0] if rows else None
-    summary = []
-    for row in rows:
-        ms = statistics.median(row.times)
-        entry = {"block": BLOCK, "key": row.key, "label": row.label,
-                 "median_ms": ms, "round_medians_ms": row.times,
-                 "tflops": flops / (ms * 1e-3) / 1e12,
-                 "first_step_s": row.first_step_s,
-                 "peak_bytes": row.peak_bytes,
-                 "device_bytes": row.device_bytes}
-        if row is not first:
-            ratios = [t / f for t, f in zip(row.times, first.times)]
-            entry["speedup_of_first"] = statistics.median(ratios)
-            entry["speedup_per_round"] = ratios
-        summary.append(entry)
-    return summary
-
-
 def comparisons(summary):
     """Lines comparing tejit with its peers of the same precision: tejit
     bf16 against each bf16 peer, and the faster tejit FP8 row against
@@ -389,25 +323,12 @@ def main():
         if reason is not None:
             skipped["grouped-mm-bf16"] = reason
             print(f"grouped-mm-bf16 skipped: {reason}", flush=True)
-    rows = []
-    for key in args.rows:
-        if key in skipped:
-            continue
-        try:
-            rows.append(build_row(key, size, splits, args))
-        except Exception as error:  # noqa: BLE001 - reported, not hidden
-            print(f"{key}: FAILED: {type(error).__name__}: {error}\n"
-                  f"{traceback.format_exc(limit=-4)}", flush=True)
-            skipped[key] = f"{type(error).__name__}: {error}"
-            bench_block_scaling.release_memory()
-    bench_sustained.interleaved_medians(
-        rows, args.rounds, args.hold, args.iters,
-        lambda row: f"{row.key:16s}")
-    for row in rows:  # the numbers stay; the models go
-        row.step = row.keep = None
-    bench_block_scaling.release_memory()
-    bench_block_scaling.reset_dynamo()
-    summary = summarize(rows, size)
+    # The rows built, timed in interleaved rounds, and released.
+    rows = bench_block_scaling.run_block(
+        BLOCK, size, args, skipped,
+        steps=lambda block, key, size: make_step(key, size, splits),
+        labels=ROWS)
+    summary = bench_block_scaling.summarize(BLOCK, rows, step_flops(size))
     print(f"\n# GroupedLinear (MoE experts): {env['gpu']}, tejit "
           f"{env['tejit'][:12]}, torch {env['torch']}, "
           f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d}")

@@ -13,6 +13,7 @@
 #include "codegen/NvrtcCompiler.h"
 #include "dialects/BlockScaleLayout.h"
 #include "dialects/TEDialect.h"
+#include "tests/codegen-emit/TeIrTest.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -112,21 +113,7 @@ func.func @fused(%x: tensor<200x136xbf16> {{te.name = "x"}) -> ({0}) {{
       .str();
 }
 
-class BlockQuantizeEmit : public ::testing::Test {
-protected:
-  void SetUp() override {
-    context.loadDialect<te::TEDialect, func::FuncDialect>();
-  }
-
-  OwningOpRef<ModuleOp> parse(llvm::StringRef text) {
-    OwningOpRef<ModuleOp> module =
-        parseSourceString<ModuleOp>(text, ParserConfig(&context));
-    EXPECT_TRUE(module) << text.str();
-    return module;
-  }
-
-  MLIRContext context;
-};
+class BlockQuantizeEmit : public tejit::testing::TeIrTest {};
 
 /// Compiles `kernels` with NVRTC for `arch`; fails the test on any error.
 void expectCompiles(const std::vector<tejit::codegen::EmittedKernel> &kernels,

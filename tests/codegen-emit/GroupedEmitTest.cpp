@@ -14,6 +14,7 @@
 #include "codegen/KernelEmitter.h"
 #include "codegen/NvrtcCompiler.h"
 #include "dialects/TEDialect.h"
+#include "tests/codegen-emit/TeIrTest.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -197,19 +198,8 @@ func.func @{0}(%dy: {1}, %m: {2}) -> {3} {{
       .str();
 }
 
-class GroupedEmit : public ::testing::Test {
+class GroupedEmit : public tejit::testing::TeIrTest {
 protected:
-  void SetUp() override {
-    context.loadDialect<te::TEDialect, func::FuncDialect>();
-  }
-
-  OwningOpRef<ModuleOp> parse(llvm::StringRef text) {
-    OwningOpRef<ModuleOp> module =
-        parseSourceString<ModuleOp>(text, ParserConfig(&context));
-    EXPECT_TRUE(module) << text.str();
-    return module;
-  }
-
   /// The kernels of `text`; fails the test when emission fails.
   std::vector<EmittedKernel> emit(OwningOpRef<ModuleOp> &module,
                                   llvm::StringRef text) {
@@ -222,8 +212,6 @@ protected:
       return {};
     return std::move(*kernels);
   }
-
-  MLIRContext context;
 };
 
 /// Compiles `kernels` with NVRTC for `arch`; fails the test on any error

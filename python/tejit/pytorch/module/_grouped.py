@@ -124,20 +124,9 @@ def split_list(m_splits, num_gemms, owner=OWNER):
         raise ValueError(f"{owner}: m_splits has {len(values)} entries, the "
                          f"module has num_gemms={num_gemms}: give one token "
                          f"count per GEMM")
-    splits = []
-    for index, value in enumerate(values):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            split = operator.index(value)
-        except TypeError:
-            raise ValueError(f"{owner}: m_splits[{index}] must be an int, "
-                             f"got {value!r}") from None
-        if split < 0:
-            raise ValueError(f"{owner}: m_splits[{index}] is {split}; token "
-                             f"counts must be >= 0")
-        splits.append(split)
-    return splits
+    # Token counts: ints >= 0.
+    return [_as_int(owner, f"m_splits[{index}]", value, 0)
+            for index, value in enumerate(values)]
 
 
 def checked_splits(m_splits, num_gemms, tokens, fp8, owner=OWNER):
