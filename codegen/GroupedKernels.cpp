@@ -39,6 +39,7 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 using namespace mlir::te;
@@ -52,8 +53,6 @@ constexpr int64_t kThreads = 256, kThreadsX = 8,
                   kTileRows = kRowsPerPass * kPasses;
 /// Grid rows are limited to 65535.
 constexpr int64_t kMaxGridY = 65535;
-
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /// The groups of a grouped cast's input.
 struct GroupedInput {
@@ -330,9 +329,10 @@ EmittedKernel writeGroupedCast(KernelBuilder &builder, const GroupedInput &in,
       w.line("atomicMax(reinterpret_cast<tj_u32 *>(" + amax + ") + i, m);");
     w.close();
   }
-  return builder.finish(
-      w, {ceilDiv(in.cols, tileCols), ceilDiv(in.rows, kTileRows), 1},
-      {kThreads, 1, 1});
+  return builder.finish(w,
+                        {llvm::divideCeilSigned(in.cols, tileCols),
+                         llvm::divideCeilSigned(in.rows, kTileRows), 1},
+                        {kThreads, 1, 1});
 }
 
 /// The group's amax outputs of `amax` values, by parameter name.
@@ -343,7 +343,7 @@ void addAmax(const KernelGroup &group, KernelBuilder &builder, Value amax,
 }
 
 llvm::Error checkGrid(const KernelGroup &group, const GroupedInput &in) {
-  if (ceilDiv(in.rows, kTileRows) > kMaxGridY)
+  if (llvm::divideCeilSigned(in.rows, kTileRows) > kMaxGridY)
     return noEmitter(group.op, "more than 65535 tiles of 128 rows");
   return llvm::Error::success();
 }
@@ -416,14 +416,15 @@ tejit::codegen::emitGroupedBiasGrad(KernelBuilder &builder,
   int64_t vec = vectorWidth(
       {in.cols}, elementBytes(tensorType(in.input).getElementType()));
   int64_t tileCols = kThreadsX * vec;
-  int64_t strips = ceilDiv(in.cols, tileCols);
+  int64_t strips = llvm::divideCeilSigned(in.cols, tileCols);
   // About four blocks an SM of 132, as the bias gradient of the pointwise
   // kernels, a split taking at least a tile's rows of a segment of T / G.
   constexpr int64_t kTargetBlocks = 4 * 132;
   int64_t perGroup = strips * in.groups;
   int64_t splits = std::clamp<int64_t>(
       (kTargetBlocks + perGroup / 2) / perGroup, 1,
-      std::max<int64_t>(1, ceilDiv(in.rows, in.groups * kTileRows)));
+      std::max<int64_t>(
+          1, llvm::divideCeilSigned(in.rows, in.groups * kTileRows)));
   splits = std::min(splits, kMaxGridY);
   if (perGroup > (int64_t(1) << 31) - 1)
     return noEmitter(group.op, "too many column strips and groups");
