@@ -583,6 +583,24 @@ tejit_status tejit_program_set_weight_cast_flag(tejit_program *program,
   return ok();
 }
 
+tejit_status tejit_program_set_group_pointers(tejit_program *program,
+                                              size_t index,
+                                              const void *const *pointers,
+                                              size_t count) {
+  if (!program)
+    return invalid("tejit_program_set_group_pointers: program is null");
+  if (count && !pointers)
+    return invalid("tejit_program_set_group_pointers: pointers is null for "
+                   "a count of " +
+                   std::to_string(count));
+  std::vector<CUdeviceptr> addresses(count);
+  for (size_t group = 0; group < count; ++group)
+    addresses[group] = reinterpret_cast<CUdeviceptr>(pointers[group]);
+  if (llvm::Error error = program->program->setGroupPointers(index, addresses))
+    return fail(std::move(error));
+  return ok();
+}
+
 tejit_status tejit_saved_cache_pointer(tejit_program *program, size_t index,
                                        void **pointer) {
   if (!program || !pointer)

@@ -191,6 +191,7 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
     executor->attentions.push_back(std::move(attention));
     executor->groupedGemms.push_back(std::move(grouped));
     executor->groupedScaleSlots.push_back(std::move(scaleSlots));
+    executor->groupedOutputs.emplace_back();
   }
   // Host arguments (m_splits): device copies of their own, refreshed by
   // every run.
@@ -445,14 +446,27 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
     }
     addresses[id] = base + root.byteOffset;
   }
+  // A grouped GEMM given per-group outputs reads and writes neither its
+  // stacked accumulate nor its stacked out (setGroupedOutputs).
+  auto perGroup = [&](int64_t value) {
+    for (auto [step, outputs] : llvm::enumerate(groupedOutputs))
+      if (!outputs.empty()) {
+        const auto &grouped = std::get<GroupedGemmStep>(plan.steps[step]);
+        if (grouped.out == value || grouped.accumulate == value)
+          return true;
+      }
+    return false;
+  };
   for (auto [index, entry] : llvm::enumerate(plan.arguments))
-    if (!arguments[index] && plan.values[entry.value].bytes)
+    if (!arguments[index] && plan.values[entry.value].bytes &&
+        !perGroup(entry.value))
       return makeError(ErrorCode::InvalidArgument,
                        llvm::formatv("function '{0}': argument {1} ('{2}') is "
                                      "a null pointer",
                                      plan.name, index, entry.name));
   for (auto [index, entry] : llvm::enumerate(plan.results))
-    if (!results[index] && plan.values[entry.value].bytes)
+    if (!results[index] && plan.values[entry.value].bytes &&
+        !perGroup(entry.value))
       return makeError(ErrorCode::InvalidArgument,
                        llvm::formatv("function '{0}': result {1} ('{2}') is "
                                      "a null pointer",
@@ -626,6 +640,32 @@ Error Executor::readHostArguments(llvm::ArrayRef<CUdeviceptr> arguments,
   return Error::success();
 }
 
+Error Executor::setGroupedOutputs(size_t step,
+                                  llvm::ArrayRef<CUdeviceptr> pointers) {
+  const auto *grouped = step < plan.steps.size()
+                            ? std::get_if<GroupedGemmStep>(&plan.steps[step])
+                            : nullptr;
+  if (!grouped || !grouped->accumulate ||
+      grouped->form != GroupedGemmStep::Form::Contraction)
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("function '{0}': step {1} is not a grouped "
+                                   "GEMM that accumulates",
+                                   plan.name, step));
+  if (!pointers.empty() && int64_t(pointers.size()) != grouped->groups)
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("function '{0}': step {1} has {2} groups, "
+                                   "given {3} output pointers",
+                                   plan.name, step, grouped->groups,
+                                   pointers.size()));
+  if (llvm::is_contained(pointers, CUdeviceptr(0)))
+    return makeError(ErrorCode::InvalidArgument,
+                     llvm::formatv("function '{0}': a per-group output "
+                                   "pointer of step {1} is null",
+                                   plan.name, step));
+  groupedOutputs[step].assign(pointers.begin(), pointers.end());
+  return Error::success();
+}
+
 Error Executor::groupedGemm(size_t index, const GroupedGemmStep &step,
                             CUstream stream) {
   auto rule = llvm::find_if(hostRules, [&](const HostArgumentRule &rule) {
@@ -647,6 +687,7 @@ Error Executor::groupedGemm(size_t index, const GroupedGemmStep &step,
   pointers.accumulate = pointer(step.accumulate);
   if (CUdeviceptr slots = groupedScaleSlots[index].get())
     pointers.scaleSlots = reinterpret_cast<void *>(slots);
+  pointers.groupOut = groupedOutputs[index];
   return groupedGemms[index]->run(gemms, hostValues[rule - hostRules.begin()],
                                   pointers, stream, driver);
 }

@@ -125,6 +125,15 @@ public:
   int64_t tensorParallelRanks() const { return tpNeeds.ranks; }
   /// Whether the function takes host arguments (runs cannot be captured).
   bool hasHostArguments() const { return !hostRules.empty(); }
+  /// From the next run on, grouped GEMM step `step` (a contraction that
+  /// accumulates in place: FunctionPlan::groupedAccumulation) writes group
+  /// g's product into the [M, N] matrix at `pointers[g]`, adding to what is
+  /// there, instead of into its stacked out (GroupedGemmPointers::groupOut).
+  /// Empty `pointers`: the stacked buffers again.
+  /// ErrorCode::InvalidArgument for another step, a wrong count or a null
+  /// pointer.
+  llvm::Error setGroupedOutputs(size_t step,
+                                llvm::ArrayRef<CUdeviceptr> pointers);
 
   /// The results (by index) a run with `leaveState` throws away: the FP8
   /// state's update, which a forward under torch.no_grad() does not keep.
@@ -225,6 +234,8 @@ private:
   /// the device slots it stages its per-group scales in (GroupedGemm.h).
   std::vector<std::optional<GroupedGemm>> groupedGemms;
   std::vector<DeviceBuffer> groupedScaleSlots;
+  /// Per step: a grouped GEMM's per-group outputs (setGroupedOutputs).
+  std::vector<std::vector<CUdeviceptr>> groupedOutputs;
   /// The host arguments (m_splits): their rules, the values of the current
   /// run (one vector per rule), their device copies, and the arguments as
   /// bound (each host pointer replaced by its device copy's address).

@@ -109,10 +109,22 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   int64_t tokens = step.tokens();
   if (Error error = checkSplits(splits, tokens, step.fp8, "grouped_gemm"))
     return error;
-  if (!pointers.a || !pointers.b || !pointers.out ||
+  bool perGroup = !pointers.groupOut.empty();
+  if (perGroup && (step.form != Form::Contraction || !step.accumulate))
+    return planError(step, "only a contraction that accumulates takes "
+                           "per-group output pointers");
+  if (perGroup && int64_t(pointers.groupOut.size()) != step.groups)
+    return planError(step,
+                     llvm::formatv("{0} per-group output pointers for "
+                                   "{1} groups",
+                                   pointers.groupOut.size(), step.groups));
+  if (perGroup && llvm::is_contained(pointers.groupOut, CUdeviceptr(0)))
+    return planError(step, "a per-group output pointer is null");
+  if (!pointers.a || !pointers.b ||
+      (!perGroup &&
+       (!pointers.out || (step.accumulate && !pointers.accumulate))) ||
       (step.fp8 && (!pointers.aScaleInv || !pointers.bScaleInv)) ||
-      (step.bias && !pointers.bias) ||
-      (step.accumulate && !pointers.accumulate))
+      (step.bias && !pointers.bias))
     return planError(step, "a device pointer is null");
 
   int64_t aBytes = elementBytes(step.aType.element),
@@ -143,7 +155,8 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     // An empty group's product is 0: out[g] is 0, or accumulate[g] (left
     // as it is when accumulating in place).
     for (auto [group, size] : llvm::enumerate(splits)) {
-      if (size != 0)
+      // Per-group matrices are accumulated in place: an empty group's stays.
+      if (size != 0 || perGroup)
         continue;
       int64_t offset = int64_t(group) * m * n * outBytes;
       if (!step.accumulate) {
@@ -178,6 +191,7 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   }
   gemm.epilogue.bias = biasRowValue;
   gemm.epilogue.residual = accumulateValue; // C, beta = 1
+  gemm.sizesVary = true; // an algorithm per size class, not per size
   const FunctionPlan &function = groupValues;
 
   // FP8: every group's scale_inv pair into aligned slots, two copies.
@@ -244,10 +258,15 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
       group.aRowStride = transposeA ? 0 : tokens;
       group.b = byteAt(pointers.b, (transposeB ? o : o * n) * bBytes);
       group.bRowStride = transposeB ? tokens : 0;
-      group.out =
-          const_cast<char *>(byteAt(pointers.out, g * m * n * outBytes));
-      if (step.accumulate)
-        group.residual = byteAt(pointers.accumulate, g * m * n * outBytes);
+      if (perGroup) {
+        group.out = reinterpret_cast<void *>(pointers.groupOut[g]);
+        group.residual = group.out;
+      } else {
+        group.out =
+            const_cast<char *>(byteAt(pointers.out, g * m * n * outBytes));
+        if (step.accumulate)
+          group.residual = byteAt(pointers.accumulate, g * m * n * outBytes);
+      }
     }
     if (Error error = gemms.run(gemm, function, group, stream))
       return annotate(std::move(error),

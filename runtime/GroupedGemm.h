@@ -47,6 +47,12 @@ struct GroupedGemmPointers {
   /// [G, M, N], out's type (contraction form): C of each group's GEMM. It
   /// may be `out` (accumulating in place).
   const void *accumulate = nullptr;
+  /// Contraction form accumulating in place: G device pointers, group g's
+  /// [M, N] matrix, which is both C and out of its GEMM, instead of `out`
+  /// and `accumulate` (then unused): a grouped weight's main_grads where
+  /// they are G separate buffers (Program::setGroupPointers). Empty: the
+  /// stacked buffers.
+  llvm::ArrayRef<CUdeviceptr> groupOut;
   /// FP8 steps: scaleSlotBytes(G) of 16-byte aligned device memory where
   /// run() stages every group's two scale_inv values with one strided copy
   /// per vector (cuBLASLt wants its FP8 scale pointers 16-byte aligned; the

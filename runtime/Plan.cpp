@@ -204,6 +204,28 @@ bool FunctionPlan::canAccumulateInPlace(size_t resultIndex) const {
          *gemm->epilogue.residual == argument;
 }
 
+std::optional<size_t>
+FunctionPlan::groupedAccumulation(size_t resultIndex) const {
+  if (!canAccumulateInPlace(resultIndex))
+    return std::nullopt;
+  int64_t argument = arguments[*results[resultIndex].accumulatesArg].value;
+  std::optional<size_t> writer = soleWriter(resultIndex, argument);
+  if (!writer || !std::holds_alternative<GroupedGemmStep>(steps[*writer]) ||
+      isViewed(argument))
+    return std::nullopt;
+  bool elsewhere = false;
+  for (auto [index, step] : llvm::enumerate(steps))
+    if (index != *writer)
+      forEachStepValue(step, [&](int64_t value, bool) {
+        elsewhere |= viewBase(value).first == argument;
+      });
+  for (const auto &entry : results)
+    elsewhere |= viewBase(entry.value).first == argument;
+  if (elsewhere)
+    return std::nullopt;
+  return writer;
+}
+
 std::vector<bool>
 FunctionPlan::stepsNeededWithout(llvm::ArrayRef<size_t> dropped) const {
   // A value's memory: an argument's or a result's buffer (several values

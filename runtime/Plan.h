@@ -138,6 +138,11 @@ struct GemmStep {
   bool fastAccum = false;
   bool transposeA = false, transposeB = false;
   GemmEpilogue epilogue;
+  /// Not in plans: set by the runtime for a grouped GEMM's per-group GEMMs,
+  /// whose M (rows form) or K (contraction) changes from call to call with
+  /// the routing. The GEMM runner then reuses one algorithm per size class
+  /// instead of asking cuBLASLt's heuristic for every new size (Gemm.cpp).
+  bool sizesVary = false;
 };
 
 /// "grouped_gemm" (docs/grouped-linear.md): G GEMMs over consecutive
@@ -274,6 +279,13 @@ struct FunctionPlan {
   /// no other step touches the result, and none after that step reads the
   /// argument.
   bool canAccumulateInPlace(size_t resultIndex) const;
+  /// The grouped GEMM that writes result `resultIndex` when the result may
+  /// take its argument as G separate matrices, one per group (a grouped
+  /// weight's main_grads that do not lie in one stacked buffer): the step is
+  /// a grouped GEMM accumulating in place (canAccumulateInPlace), and no
+  /// other step and no other value touches the argument, whose stacked
+  /// address then means nothing. Else nullopt.
+  std::optional<size_t> groupedAccumulation(size_t resultIndex) const;
   /// The step that writes result `resultIndex` when it is the only step
   /// touching the result, the result lives in its own buffer that no value
   /// views, and no step after it touches `argument` (a value id); else

@@ -233,9 +233,11 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
                          "function '" + plan.name + "': result '" + entry.name +
                              "' accumulates into an argument that is not the "
                              "caller's");
-      function.accumulations.push_back(
-          {accumulated.index, binding.index, entry.name,
-           plan.canAccumulateInPlace(function.results.size())});
+      size_t position = function.results.size();
+      function.accumulations.push_back({accumulated.index, binding.index,
+                                        entry.name,
+                                        plan.canAccumulateInPlace(position),
+                                        plan.groupedAccumulation(position)});
     }
     function.results.push_back(binding);
   }
@@ -481,8 +483,15 @@ Error Program::backward(CUstream stream,
                     gradInputs.size(), TensorKind::GradInput))
     return error;
   for (const Accumulation &accumulation : backwardFn.accumulations)
-    if (!accumulation.inPlace && gradOutputs[accumulation.gradOutput] ==
-                                     gradInputs[accumulation.gradInput])
+    if (accumulation.perGroup && (gradOutputs[accumulation.gradOutput] ||
+                                  gradInputs[accumulation.gradInput]))
+      return makeError(ErrorCode::InvalidArgument,
+                       "backward: '" + accumulation.name +
+                           "' adds into per-group main_grads "
+                           "(tejit_program_set_group_pointers): pass null "
+                           "for its main_grad and its gradient");
+    else if (!accumulation.inPlace && gradOutputs[accumulation.gradOutput] ==
+                                          gradInputs[accumulation.gradInput])
       return makeError(ErrorCode::InvalidArgument,
                        "backward: '" + accumulation.name +
                            "' is given its main_grad's buffer, but this "
@@ -504,6 +513,38 @@ Error Program::backward(CUstream stream,
       pointersOf(forwardFn.arguments, forward->inputs, forward->saved, nullptr),
       pointersOf(forwardFn.results, forward->outputs, forward->saved, nullptr)};
   return run(backwardFn, stream, gradOutputs, gradInputs, {}, &pointers);
+}
+
+Error Program::setGroupPointers(size_t gradOutput,
+                                llvm::ArrayRef<CUdeviceptr> pointers) {
+  const auto &gradOutputs = tensors(TensorKind::GradOutput);
+  auto accumulation =
+      llvm::find_if(backwardFn.accumulations, [&](const Accumulation &entry) {
+        return entry.gradOutput == gradOutput;
+      });
+  if (accumulation == backwardFn.accumulations.end())
+    return makeError(
+        ErrorCode::InvalidArgument,
+        llvm::formatv("set_group_pointers: grad output {0}{1} is not a "
+                      "main_grad the backward adds into",
+                      gradOutput,
+                      gradOutput < gradOutputs.size()
+                          ? " ('" + gradOutputs[gradOutput].name + "')"
+                          : std::string(" (there are ") +
+                                std::to_string(gradOutputs.size()) + ")"));
+  if (!accumulation->groupedStep)
+    return makeError(ErrorCode::InvalidArgument,
+                     "set_group_pointers: '" + accumulation->name +
+                         "' is not added in place by a grouped GEMM that "
+                         "alone reads its main_grad, so its main_grad must "
+                         "be one stacked buffer");
+  if (Error error = backwardFn.executor->setGroupedOutputs(
+          *accumulation->groupedStep, pointers))
+    return annotate(std::move(error),
+                    "set_group_pointers('" + accumulation->name + "')",
+                    ErrorCode::InvalidArgument);
+  accumulation->perGroup = !pointers.empty();
+  return Error::success();
 }
 
 llvm::Expected<CUdeviceptr> Program::metaPointer(size_t index) const {

@@ -140,6 +140,19 @@ public:
   /// the reducer works on another device than the program.
   llvm::Error setAmaxReducer(std::shared_ptr<AmaxReducer> reducer);
 
+  /// fuse_wgrad_accumulation of a grouped weight (GroupedLinear's stacked
+  /// [G, N, K] main_grad, GradOutput `gradOutput`) whose main_grads are G
+  /// separate [N, K] buffers, e.g. Megatron-Core's gradient buffer, which
+  /// lays parameters out in reverse order: from the next backward on, group
+  /// g's gradient is added in place into the matrix at `pointers[g]`, and
+  /// the backward takes null for that GradOutput and for its weight's
+  /// GradInput. Empty `pointers`: one stacked buffer again.
+  /// ErrorCode::InvalidArgument for another tensor, a plan whose grouped
+  /// GEMM cannot (FunctionPlan::groupedAccumulation), a count other than G
+  /// or a null pointer.
+  llvm::Error setGroupPointers(size_t gradOutput,
+                               llvm::ArrayRef<CUdeviceptr> pointers);
+
   /// The tensor-parallel size the program was compiled for (tp_size): the
   /// ranks its tensor-parallel steps (tp_allreduce, tp_allgather,
   /// tp_reducescatter) span, 1 when it has none.
@@ -187,6 +200,11 @@ private:
     size_t gradOutput, gradInput;
     std::string name;
     bool inPlace = false;
+    /// The grouped GEMM that may take the main_grad as per-group matrices
+    /// (FunctionPlan::groupedAccumulation), and whether it does now
+    /// (setGroupPointers).
+    std::optional<size_t> groupedStep;
+    bool perGroup = false;
   };
   struct Function {
     std::unique_ptr<Executor> executor;

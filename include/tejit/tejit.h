@@ -167,6 +167,23 @@ tejit_status tejit_backward_ex(tejit_program *program, void *stream,
                                const void *const *grad_outputs,
                                void *const *grad_inputs);
 
+/* fuse_wgrad_accumulation of a grouped op (GroupedLinear), whose
+ * main_grad is one stacked [G, N, K] TEJIT_GRAD_OUTPUT tensor, when the
+ * weights' main_grads are G separate [N, K] buffers instead (Megatron-Core's
+ * gradient buffer lays parameters out in reverse order): `pointers` holds
+ * group g's device pointer at [g], `count` = G. From the next backward on,
+ * each group's weight gradient is added in place into its buffer (an empty
+ * group's is left as it is), and the backward takes NULL for that
+ * TEJIT_GRAD_OUTPUT and for its weight's TEJIT_GRAD_INPUT. `count` 0 goes
+ * back to one stacked buffer. TEJIT_ERROR_INVALID_ARGUMENT for a tensor
+ * that is no grouped op's main_grad, a plan that cannot (one whose grouped
+ * GEMM does not alone read the main_grad), a count other than G or a NULL
+ * pointer. */
+tejit_status tejit_program_set_group_pointers(tejit_program *program,
+                                              size_t index,
+                                              const void *const *pointers,
+                                              size_t count);
+
 /* Copies a TEJIT_META tensor to or from host memory (`bytes` long), ordered
  * on `stream`; get synchronizes the stream. Meta tensors are float32. */
 tejit_status tejit_meta_get(tejit_program *program, size_t index, void *host,

@@ -405,6 +405,17 @@ class Program:
         _capi.check(_capi.lib().tejit_program_set_weight_cast_flag(
             self.handle, ctypes.c_void_p(int(pointer))))
 
+    def set_group_pointers(self, grad_output_index, pointers):
+        """fuse_wgrad_accumulation of a grouped op whose weights' main_grads
+        are G separate buffers: `pointers` (G device addresses, or [] to go
+        back to one stacked buffer) for .grad_outputs[grad_output_index]
+        (its stacked main_grad); later backwards add group g's gradient into
+        pointers[g] and take None for that main_grad and its weight's
+        gradient (tejit_program_set_group_pointers)."""
+        _capi.check(_capi.lib().tejit_program_set_group_pointers(
+            self.handle, int(grad_output_index),
+            _capi.pointer_array(pointers), len(pointers)))
+
     def saved_cache_pointers(self):
         """Per .saved entry, where it lives in the kept weight casts under
         the current mode (tejit_saved_cache_pointer), 0 where it does not:

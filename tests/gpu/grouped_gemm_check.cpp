@@ -217,12 +217,15 @@ struct Case {
   bool bias = false, transposeA = false, transposeB = false;
   bool fastAccum = false;
   /// Contraction form: add the products to a random f32 tensor of out's
-  /// shape (fuse_wgrad_accumulation's main_grad), in another buffer or in
-  /// out itself.
+  /// shape (fuse_wgrad_accumulation's main_grad), in another buffer, in out
+  /// itself, or in place in G matrices given by per-group pointers (laid
+  /// out in reverse group order, as Megatron-Core's gradient buffer holds a
+  /// GroupedLinear's main_grads).
   enum class Accumulate {
     None,
     OtherBuffer,
-    InPlace
+    InPlace,
+    PerGroupReversed
   } accumulate = Accumulate::None;
   /// Compare this many sampled entries (0: all).
   size_t samples = 0;
@@ -496,6 +499,23 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
                accumulated.bytes.size());
   if (c.accumulate == Case::Accumulate::InPlace)
     gpu.upload(outBuffer, accumulated.bytes.data(), accumulated.bytes.size());
+  // Per-group matrices: group g's at slot G - 1 - g of the out buffer.
+  bool perGroup = c.accumulate == Case::Accumulate::PerGroupReversed;
+  size_t groupBytes = outBytes / size_t(g);
+  auto reverseGroups = [&](uint8_t *bytes) {
+    for (int64_t i = 0; i < g / 2; ++i)
+      std::swap_ranges(bytes + size_t(i) * groupBytes,
+                       bytes + size_t(i + 1) * groupBytes,
+                       bytes + size_t(g - 1 - i) * groupBytes);
+  };
+  std::vector<CUdeviceptr> groupOut;
+  if (perGroup) {
+    std::vector<uint8_t> reversed = accumulated.bytes;
+    reverseGroups(reversed.data());
+    gpu.upload(outBuffer, reversed.data(), reversed.size());
+    for (int64_t i = 0; i < g; ++i)
+      groupOut.push_back(outBuffer.get() + CUdeviceptr(g - 1 - i) * groupBytes);
+  }
 
   GroupedGemmPointers pointers;
   pointers.a = reinterpret_cast<const void *>(aBuffer.get());
@@ -512,6 +532,11 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
         reinterpret_cast<const void *>(accumulateBuffer.get());
   if (c.accumulate == Case::Accumulate::InPlace)
     pointers.accumulate = pointers.out;
+  if (perGroup) {
+    // The stacked pointers mean nothing then: null.
+    pointers.out = nullptr;
+    pointers.groupOut = groupOut;
+  }
   // FP8: the scales staged into aligned slots with two strided copies (the
   // executor's way; without slots the runner copies each group's).
   DeviceBuffer scaleSlots = gpu.allocate(scaleSlotBytes(g), "scale slots");
@@ -526,6 +551,8 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   gpu.sync();
   std::vector<uint8_t> out(outBytes + guard);
   gpu.download(out.data(), outBuffer.get(), out.size());
+  if (perGroup)
+    reverseGroups(out.data());
   Reference reference(c, a, b, bias, accumulated, aScale, bScale);
   compare(c, reference, out, outBytes, guard, rng, result);
 
@@ -653,6 +680,12 @@ std::vector<Case> cases(bool large) {
   contraction("FP8 E5M2 x E4M3 wgrad -> f32 G=4 accumulated from another "
               "buffer",
               g4, e5m2, e4m3, f32, true, false, false, Acc::OtherBuffer);
+  // Megatron-Core's layout: per-group main_grads, reversed.
+  contraction("bf16 wgrad -> f32 G=8 accumulated into per-group buffers", g8,
+              bf16, bf16, f32, false, true, false, Acc::PerGroupReversed);
+  contraction("FP8 E5M2 x E4M3 wgrad -> f32 G=4 accumulated into per-group "
+              "buffers",
+              g4, e5m2, e4m3, f32, true, false, false, Acc::PerGroupReversed);
   if (!large)
     return list;
 
@@ -703,6 +736,9 @@ std::vector<Case> cases(bool large) {
   bigWgrad("FP8 E5M2 x E4M3 wgrad into f32 main_grads in place T=8192 "
            "M=2048 N=4096 G=8",
            e5m2, e4m3, true, Acc::InPlace);
+  bigWgrad("FP8 E5M2 x E4M3 wgrad into f32 per-group main_grads (reversed) "
+           "T=8192 M=2048 N=4096 G=8",
+           e5m2, e4m3, true, Acc::PerGroupReversed);
   return list;
 }
 
@@ -831,6 +867,21 @@ void executorCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
                                splits[0], splits[1], splits[2], splits[3])
                      .str(),
                  result);
+  }
+
+  // Per-group outputs: only for a grouped GEMM that accumulates.
+  {
+    Result result;
+    CUdeviceptr groups[] = {outBuffer.get(), outBuffer.get(), outBuffer.get(),
+                            outBuffer.get()};
+    llvm::Error error = (*executor)->setGroupedOutputs(0, groups);
+    std::string message = error ? llvm::toString(std::move(error)) : "";
+    if (message.find("not a grouped GEMM that accumulates") ==
+        std::string::npos)
+      result.fail("a rows-form step took per-group outputs: '" + message + "'");
+    else
+      result.detail = message;
+    tally.report("executor: refuses per-group outputs of a rows step", result);
   }
 
   // Bad splits: refused before anything runs, the output untouched.

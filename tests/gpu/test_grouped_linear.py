@@ -525,7 +525,7 @@ def test_fp8_padding_round_trip():
 # How weight{i}.main_grad lie: views of one buffer in weight order (the
 # program's stacked main_grad is a view of it), of one buffer in reverse
 # order (as Megatron-LM's grad buffer holds them) and tensors of their own
-# (both stacked per backward and copied back).
+# (both given to the program as per-group buffers: set_group_pointers).
 MAIN_GRAD_LAYOUTS = ("one-buffer", "reversed", "own-tensors")
 
 
@@ -635,11 +635,45 @@ def test_fuse_wgrad_accumulation(recipe_name, layout):
     empty = splits.index(0)
     assert torch.equal(module._weights()[empty].main_grad, start[empty]), (
         f"{what}: the empty expert's main_grad changed")
+    weights = module._weights()
     if layout == "one-buffer":
         # Still views of the one buffer (written in place).
-        weights = module._weights()
         assert all(b.main_grad.data_ptr() - a.main_grad.data_ptr()
                    == OUT * IN * 4 for a, b in zip(weights, weights[1:]))
+    # The others went to the program as per-group buffers, no copy.
+    assert given_group_pointers(module) == (
+        [] if layout == "one-buffer" else
+        [w.main_grad.data_ptr() for w in weights]), what
+
+
+def given_group_pointers(module):
+    """The per-group main_grad addresses the module's training program
+    was last given (empty: a stacked buffer)."""
+    programs = [c for c in module._programs.values() if c.training]
+    assert len(programs) == 1, len(programs)
+    pointers = programs[0]._group_pointers
+    return [list(p) for p in pointers.values() if p][0] if any(
+        pointers.values()) else []
+
+
+def test_fuse_wgrad_accumulation_layout_changes():
+    """One module whose main_grads move between steps: reversed
+    (per-group buffers), then one buffer in order (the stacked view: the
+    program is taken off the per-group ones), then reversed in new memory.
+    Each step's sums land in that step's main_grads. (bf16: each step
+    checks against a fresh reference, which has no FP8 state to carry.)"""
+    dtype = RECIPES["bf16"][0]
+    splits = SPLITS["empty-expert"]
+    module = build(len(splits), dtype, fuse_wgrad_accumulation=True)
+    for step, layout in enumerate(["reversed", "one-buffer", "reversed"]):
+        start = give_main_grads(module, layout)
+        what = f"layout change, step {step} ({layout})"
+        totals = run_fused_steps(module, splits, dtype, None, 1, what)
+        check_main_grads(module, start, totals, tolerances(dtype, None)[1],
+                         what)
+        assert given_group_pointers(module) == (
+            [] if layout == "one-buffer" else
+            [w.main_grad.data_ptr() for w in module._weights()]), what
 
 
 @pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid"])

@@ -245,8 +245,12 @@ class MainGradTest(unittest.TestCase):
         index + 1) in place, then finish; returns the expected sums."""
         want = [w.main_grad + float(index + 1)
                 for index, w in enumerate(self.weights(module))]
-        buffer += torch.arange(1.0, self.G + 1).view(self.G, 1, 1).to(
-            buffer.dtype)
+        if isinstance(buffer, _main_grad.GroupBuffers):
+            for index, tensor in enumerate(buffer.tensors):
+                tensor += float(index + 1)
+        else:
+            buffer += torch.arange(1.0, self.G + 1).view(self.G, 1, 1).to(
+                buffer.dtype)
         slot.finish(buffer)
         return want
 
@@ -266,7 +270,9 @@ class MainGradTest(unittest.TestCase):
         _, buffer = self.buffer(module, torch.bfloat16)
         self.assertEqual(buffer.data_ptr(), flat.data_ptr())
 
-    def test_other_layouts_are_copied_back(self):
+    def test_other_layouts_are_per_group_buffers(self):
+        """Main_grads not back to back in weight order reach the program as
+        their own G buffers (GroupBuffers: set_group_pointers), no copy."""
         layouts = {"reversed": dict(order=[2, 1, 0]),
                    "shuffled": dict(order=[1, 0, 2]),
                    "gaps": dict(gap=8)}
@@ -274,13 +280,11 @@ class MainGradTest(unittest.TestCase):
             with self.subTest(layout=name):
                 module = self.make()
                 self.give_main_grads(module, **layout)
-                before = [w.main_grad.clone() for w in self.weights(module)]
                 slot, buffer = self.buffer(module)
-                self.assertNotIn(buffer.data_ptr(),
+                self.assertIsInstance(buffer, _main_grad.GroupBuffers)
+                self.assertEqual(buffer.pointers(),
                                  [w.main_grad.data_ptr()
                                   for w in self.weights(module)])
-                for index, grad in enumerate(before):
-                    self.assertTrue(torch.equal(buffer[index], grad))
                 want = self.add_and_finish(module, slot, buffer)
                 for index, weight in enumerate(self.weights(module)):
                     self.assertTrue(torch.equal(weight.main_grad,
@@ -290,6 +294,7 @@ class MainGradTest(unittest.TestCase):
         for weight in self.weights(module):
             weight.main_grad = torch.randn(self.OUT, self.IN)
         slot, buffer = self.buffer(module)
+        self.assertIsInstance(buffer, _main_grad.GroupBuffers)
         want = self.add_and_finish(module, slot, buffer)
         for weight, expected in zip(self.weights(module), want):
             self.assertTrue(torch.equal(weight.main_grad, expected))
@@ -300,10 +305,16 @@ class MainGradTest(unittest.TestCase):
         module.weight1.requires_grad_(False)
         del module.weight1.main_grad
         slot, buffer = self.buffer(module)
-        self.assertEqual(buffer[1].abs().sum().item(), 0)
+        # The others' main_grads themselves, scratch zeros for weight1.
+        self.assertIsInstance(buffer, _main_grad.GroupBuffers)
+        self.assertEqual(buffer.tensors[1].abs().sum().item(), 0)
+        self.assertEqual([buffer.pointers()[i] for i in (0, 2)],
+                         [module.weight0.main_grad.data_ptr(),
+                          module.weight2.main_grad.data_ptr()])
         kept = [module.weight0.main_grad.clone(),
                 module.weight2.main_grad.clone()]
-        buffer += 5.0
+        for tensor in buffer.tensors:
+            tensor += 5.0
         slot.finish(buffer)
         self.assertTrue(torch.equal(module.weight0.main_grad, kept[0] + 5))
         self.assertTrue(torch.equal(module.weight2.main_grad, kept[1] + 5))

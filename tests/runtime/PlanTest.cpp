@@ -1819,15 +1819,19 @@ TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
 // fuse_wgrad_accumulation: each weight's gradient is its main_grad argument
 // plus the wgrad GEMM, which reads main_grad as C, so the caller may pass
 // main_grad's buffer as the result; not when a later step reads main_grad
-// (made up here) or when no GEMM adds it.
+// (made up here) or when no GEMM adds it. A grouped weight's main_grad may
+// also be per-group matrices (groupedAccumulation), unless another step
+// reads it, before or after.
 TEST_P(RealPlanTest, MainGradsAccumulateInPlace) {
   std::optional<Plan> plan = loadPlan();
   ASSERT_TRUE(plan);
+  bool grouped = llvm::StringRef(GetParam()).starts_with("grouped_main_grad");
   size_t accumulations = 0;
   for (FunctionPlan &function : plan->functions) {
     for (auto [index, entry] : llvm::enumerate(function.results)) {
       if (!entry.accumulatesArg) {
         EXPECT_FALSE(function.canAccumulateInPlace(index));
+        EXPECT_FALSE(function.groupedAccumulation(index));
         continue;
       }
       ++accumulations;
@@ -1835,23 +1839,39 @@ TEST_P(RealPlanTest, MainGradsAccumulateInPlace) {
           function.arguments[*entry.accumulatesArg];
       EXPECT_EQ(mainGrad.name, "main_grad." + entry.name.substr(5));
       EXPECT_TRUE(function.canAccumulateInPlace(index)) << entry.name;
-      FunctionPlan readAfter = function;
+      std::optional<size_t> groupedStep = function.groupedAccumulation(index);
+      EXPECT_EQ(groupedStep.has_value(), grouped) << entry.name;
+      if (groupedStep)
+        EXPECT_TRUE(std::holds_alternative<GroupedGemmStep>(
+            function.steps[*groupedStep]));
       KernelStep reader;
       reader.args.push_back({mainGrad.value, false, false});
+      FunctionPlan readAfter = function;
       readAfter.steps.push_back(reader);
       EXPECT_FALSE(readAfter.canAccumulateInPlace(index)) << entry.name;
+      EXPECT_FALSE(readAfter.groupedAccumulation(index)) << entry.name;
+      FunctionPlan readBefore = function;
+      readBefore.steps.insert(readBefore.steps.begin(), reader);
+      EXPECT_EQ(readBefore.canAccumulateInPlace(index), true) << entry.name;
+      EXPECT_FALSE(readBefore.groupedAccumulation(index)) << entry.name;
       FunctionPlan noResidual = function;
-      for (Step &step : noResidual.steps)
+      for (Step &step : noResidual.steps) {
         if (auto *gemm = std::get_if<GemmStep>(&step);
             gemm && gemm->epilogue.residual &&
             *gemm->epilogue.residual == mainGrad.value)
           gemm->epilogue.residual.reset();
+        if (auto *gemm = std::get_if<GroupedGemmStep>(&step);
+            gemm && gemm->accumulate && *gemm->accumulate == mainGrad.value)
+          gemm->accumulate.reset();
+      }
       EXPECT_FALSE(noResidual.canAccumulateInPlace(index)) << entry.name;
+      EXPECT_FALSE(noResidual.groupedAccumulation(index)) << entry.name;
     }
   }
-  // qkv, proj, fc1 and fc2 of the main_grad example's layer.
+  // qkv, proj, fc1 and fc2 of the main_grad example's layer; the grouped
+  // example's stacked weight.
   bool mainGradExample = llvm::StringRef(GetParam()).starts_with("main_grad");
-  EXPECT_EQ(accumulations, mainGradExample ? 4u : 0u);
+  EXPECT_EQ(accumulations, mainGradExample ? 4u : grouped ? 1u : 0u);
 }
 
 // A forward that leaves the FP8 state (torch.no_grad()) drops the state's

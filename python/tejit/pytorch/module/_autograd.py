@@ -9,6 +9,8 @@ device; autograd runs a backward on the stream of its forward.
 """
 import torch
 
+from . import _main_grad
+
 
 def _kept(tensors, keep):
     """Tensors the backward reads; None (NULL for the program) elsewhere, so
@@ -68,15 +70,25 @@ class ProgramFunction(torch.autograd.Function):
                 dy = dy.to(compiled.output_dtype(index)).contiguous()
             dys.append(dy)
         main_grads = {}  # gradient index -> the buffer the backward adds to
-        for slot, input_index in zip(ctx.slots, compiled.main_grad_inputs):
+        stacked = {}  # the same, None for per-group main_grads (NULL)
+        group_pointers = {}  # main_grad output index -> per-group addresses
+        for slot, input_index, output_index in zip(
+                ctx.slots, compiled.main_grad_inputs,
+                compiled.main_grad_outputs):
             index = compiled.grad_index[input_index]
             main_grads[index] = slot.buffer(compiled.grad_input_shape(index),
                                             compiled.grad_input_dtype(index),
                                             device)
-        grads = compiled.new_grad_inputs(device, main_grads)
+            stacked[index] = main_grads[index]
+            if isinstance(main_grads[index], _main_grad.GroupBuffers):
+                group_pointers[output_index] = main_grads[index].pointers()
+                stacked[index] = None
+        if compiled.main_grad_outputs:
+            compiled.use_group_pointers(group_pointers)
+        grads = compiled.new_grad_inputs(device, stacked)
         compiled.program.backward_ex(torch.cuda.current_stream(device),
                                      inputs, outputs, saved,
-                                     dys + list(main_grads.values()), grads)
+                                     dys + list(stacked.values()), grads)
         # needs_input_grad[:2] are `compiled` and `slots`, not tensors.
         returned = [grads[index] if index is not None and needed else None
                     for index, needed in zip(compiled.grad_index,

@@ -155,11 +155,17 @@ class CompiledProgram:
         # gradients, a "main_grad.<weight>" per GEMM weight and adds
         # the weight's gradient to it (the caller passes the same tensor as
         # that gradient's buffer: in place). By input index, in that order.
+        # main_grad_outputs: their indices among the backward's inputs.
         position = {i.name: index for index, i in enumerate(inputs)}
-        self.main_grad_inputs = [
-            position[g.name[len("main_grad."):]]
-            for g in getattr(program, "grad_outputs", [])
-            if g.name.startswith("main_grad.")]
+        main_grads = [(position[g.name[len("main_grad."):]], index)
+                      for index, g in enumerate(getattr(program,
+                                                        "grad_outputs", []))
+                      if g.name.startswith("main_grad.")]
+        self.main_grad_inputs = [entry[0] for entry in main_grads]
+        self.main_grad_outputs = [entry[1] for entry in main_grads]
+        # Per main_grad output index: the per-group main_grad addresses the
+        # program was last given (use_group_pointers; none: stacked).
+        self._group_pointers = {}
         # The saved tensors live in one byte buffer per forward (one
         # allocation instead of one per tensor), each at a 256-byte aligned
         # offset (FP8 GEMM operands need 16).
@@ -208,10 +214,22 @@ class CompiledProgram:
                         zip(self._saved_in_cache, pointers)]
         return pointers
 
+    def use_group_pointers(self, pointers):
+        """Gives the program, for each main_grad output index in
+        `pointers`, its per-group main_grad addresses (a grouped weight's
+        main_grads in separate buffers: tejit.Program.set_group_pointers),
+        and takes back the ones of main_grads not in it (stacked buffers
+        again); calls the library only where that changes."""
+        for index in self.main_grad_outputs:
+            wanted = tuple(pointers.get(index, ()))
+            if self._group_pointers.get(index, ()) != wanted:
+                self.program.set_group_pointers(index, wanted)
+                self._group_pointers[index] = wanted
+
     def new_grad_inputs(self, device, given=None):
         """Buffers for the backward's gradients; `given` maps gradient
         indices to tensors to use instead (main_grads)."""
-        given = given or {}
+        given = given or {}  # None: no buffer (NULL)
         return [given[index] if index in given else
                 torch.empty(shape, dtype=dtype, device=device)
                 for index, (shape, dtype) in enumerate(self._grad_inputs)]

@@ -9,7 +9,9 @@ attention modules' QKV weight is made of other parameters' rows: TE's
 split `query_weight`/`key_weight`/`value_weight`, or its fused weight
 interleaved by key/value group. Then the program gets their main_grads in
 its row order (a view when they lie back to back, else a copy that is
-written back after the backward).
+written back after the backward). GroupedLinear's stacked weight takes
+its experts' main_grads as a view, or else one pointer per expert
+(StackedSlot).
 """
 import torch
 
@@ -152,49 +154,55 @@ def _stacked_view(first, count):
                             first.storage_offset())
 
 
+class GroupBuffers:
+    """A stacked main_grad given to the program as G separate buffers, one
+    per group (tejit.Program.set_group_pointers): the backward adds group
+    g's gradient into `tensors[g]` in place."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def pointers(self):
+        return [tensor.data_ptr() for tensor in self.tensors]
+
+
 class StackedSlot(Slot):
     """The slot of a weight the program takes stacked, [G, *shape], from G
     parameters of that shape (GroupedLinear's `weight0`..`weight{G-1}`):
-    their main_grads go to the program as one [G, *shape] buffer, a view
-    when every parameter is trained and the main_grads lie back to back in
-    parameter order in one storage (`adjacent(tensors)`: same dtype,
-    contiguous, each starting where the previous ends), else a stack whose
-    slices are copied back into them after the backward. A frozen
-    parameter (requires_grad False) needs no main_grad: zeros stand in its
-    place (what the program adds there is dropped). .grad follows TE's
-    rule per parameter (`gradient`, with StackedParameters)."""
+    their main_grads go to the program as one [G, *shape] view when every
+    parameter is trained and they lie back to back in parameter order in
+    one storage (`adjacent(tensors)`: same dtype, contiguous, each starting
+    where the previous ends), else as G separate buffers (GroupBuffers:
+    e.g. Megatron-Core's gradient buffer, which holds them in reverse
+    order), without a copy either way. A frozen parameter (requires_grad
+    False) needs no main_grad: a scratch buffer takes its place (what the
+    program adds there is dropped). .grad follows TE's rule per parameter
+    (`gradient`, with StackedParameters)."""
 
     def __init__(self, parameters, names, adjacent):
         super().__init__(parameters, names)
         self._adjacent = adjacent
-        self._copied = False
 
     def buffer(self, shape, dtype, device):
-        self._copied = False
         if not self._trained():
             return torch.zeros(shape, dtype=dtype, device=device)
+        if tuple(shape) != (len(self.parameters),
+                            *self.parameters[0].shape):
+            raise RuntimeError(f"tejit: the main_grads of {self.names} "
+                               f"stack to {(len(self.parameters),)} + "
+                               f"{tuple(self.parameters[0].shape)}, the "
+                               f"program takes {tuple(shape)}")
         grads = [checked_main_grad(p, n, dtype) if p.requires_grad else None
                  for p, n in zip(self.parameters, self.names)]
         if all(g is not None for g in grads) and self._adjacent(grads):
-            buffer = _stacked_view(grads[0], len(grads))
-        else:
-            buffer = torch.stack([
-                g if g is not None else torch.zeros(
-                    p.shape, dtype=dtype, device=device)
-                for g, p in zip(grads, self.parameters)])
-            self._copied = True
-        if tuple(buffer.shape) != tuple(shape):
-            raise RuntimeError(f"tejit: the main_grads of {self.names} "
-                               f"stack to {tuple(buffer.shape)}, the "
-                               f"program takes {tuple(shape)}")
-        return buffer
+            return _stacked_view(grads[0], len(grads))
+        return GroupBuffers([
+            g if g is not None else torch.zeros(p.shape, dtype=dtype,
+                                                device=device)
+            for g, p in zip(grads, self.parameters)])
 
     def finish(self, buffer):
-        if not self._copied:
-            return  # a view: the program added in place (or a scratch)
-        for parameter, part in zip(self.parameters, buffer.unbind(0)):
-            if parameter.requires_grad:
-                parameter.main_grad.copy_(part)
+        pass  # the program added in place (or into scratch)
 
     def gradient(self, shape, dtype, device):
         """TE's rule per parameter (GroupedLinear's backward): a trained

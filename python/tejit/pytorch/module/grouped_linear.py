@@ -7,7 +7,7 @@ are `input` [T, 1, in], `m_splits` (int32 [G], passed as a host pointer:
 the C API's tejit_tensor_is_host) and the stacked `weight` [G, out, in]
 and `bias` [G, out]; with fuse_wgrad_accumulation its backward also
 takes `main_grad.layers.0.weight` [G, out, in], the weights' main_grads
-stacked (_main_grad.StackedSlot). Arguments and splits are checked in
+stacked, or as G pointers (_main_grad.StackedSlot). Arguments and splits are checked in
 _grouped.py (without PyTorch, so that tests/python checks them
 everywhere).
 """
@@ -77,12 +77,12 @@ class GroupedLinear(TransformerEngineBaseModule):
     fusion, as TE's): each `weight{i}` needs a `.main_grad` [out_features,
     in_features] (float32, or bfloat16 / float16: one dtype for the
     module, on the weight's device, contiguous), to which the backward
-    adds that expert's weight gradient inside its wgrad GEMM. The program
-    takes one stacked [G, out, in] main_grad: a view when weight0's ..
-    weight{G-1}'s main_grads lie back to back in that order in one buffer
-    (no copy), else a stack made per backward and copied back into each
-    main_grad (e.g. in reverse order, as Megatron-LM's grad buffer lays
-    parameters out). .grad follows TE: a weight with Megatron-LM's
+    adds that expert's weight gradient inside its wgrad GEMM, in place
+    wherever the main_grads lie: as one stacked [G, out, in] view when
+    weight0's .. weight{G-1}'s main_grads lie back to back in that order in
+    one buffer, else as one pointer per expert (e.g. in reverse order, as
+    Megatron-Core's grad buffer lays parameters out); no copy either way.
+    .grad follows TE: a weight with Megatron-LM's
     `grad_added_to_main_grad` gets it set True and a placeholder .grad
     (zeros with `zero_out_wgrad`), one without it no .grad. A frozen
     expert (requires_grad False) needs no main_grad. The biases' gradients
