@@ -656,6 +656,50 @@ def given_group_pointers(module):
         pointers.values()) else []
 
 
+def test_group_pointers_refusals():
+    """tejit_program_set_group_pointers refuses what it cannot take, naming
+    it: a grad output that is no main_grad, a count other than G, a null
+    pointer, a main_grad a plain GEMM adds into (te.Linear's); and a
+    backward given the stacked main_grad while per-group ones are set."""
+    import tejit
+    splits = SPLITS["unequal"]
+    module = build(len(splits), BF16, fuse_wgrad_accumulation=True)
+    give_main_grads(module, "reversed")
+    run_fused_steps(module, splits, BF16, None, 1, "refusals")
+    compiled = [c for c in module._programs.values() if c.training][0]
+    program, index = compiled.program, compiled.main_grad_outputs[0]
+    good = [w.main_grad.data_ptr() for w in module._weights()]
+    cases = [(0, good, "is not a main_grad the backward adds into"),
+             (index, good[:-1], f"has {len(good)} groups, given "
+                                f"{len(good) - 1} output pointers"),
+             (index, good[:-1] + [0], "pointer of step"),]
+    for grad_output, pointers, words in cases:
+        with pytest.raises(tejit.TejitError, match=words):
+            program.set_group_pointers(grad_output, pointers)
+    # Still per-group (the refusals changed nothing): a stacked main_grad
+    # given now is refused by the backward.
+    assert given_group_pointers(module) == good
+    stacked = torch.zeros(len(good), OUT, IN, device="cuda")
+    grad_outputs = [None] * len(program.grad_outputs)
+    grad_outputs[index] = stacked
+    with pytest.raises(tejit.TejitError, match="pass null for its main_grad"):
+        program.backward_ex(torch.cuda.current_stream(),
+                            [None] * len(program.inputs),
+                            [None] * len(program.outputs),
+                            [None] * len(program.saved), grad_outputs,
+                            [None] * len(program.grad_inputs))
+    linear = te.Linear(IN, OUT, params_dtype=BF16,
+                       fuse_wgrad_accumulation=True)
+    linear.weight.main_grad = torch.zeros(OUT, IN, device="cuda")
+    x = torch.randn(16, IN, device="cuda", dtype=BF16, requires_grad=True)
+    linear(x).sum().backward()
+    plain = [c for c in linear._programs.values() if c.training][0]
+    with pytest.raises(tejit.TejitError, match="not added in place by a "
+                                               "grouped GEMM"):
+        plain.program.set_group_pointers(plain.main_grad_outputs[0],
+                                         [good[0]])
+
+
 def test_fuse_wgrad_accumulation_layout_changes():
     """One module whose main_grads move between steps: reversed
     (per-group buffers), then one buffer in order (the stacked view: the

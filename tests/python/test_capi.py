@@ -204,6 +204,19 @@ class AmaxGroupTest(unittest.TestCase):
             fake, None), 1)
         self.assertIn("flag is null", tejit._capi.last_error())
 
+    def test_group_pointers_need_a_program_and_pointers(self):
+        library = tejit._capi.lib()
+        pointers = tejit._capi.pointer_array([0x1000, 0x2000])
+        self.assertEqual(library.tejit_program_set_group_pointers(
+            None, 0, pointers, 2), 1)
+        self.assertIn("program is null", tejit._capi.last_error())
+        # Null pointers for a count: refused before the program is used.
+        fake = ctypes.cast(ctypes.pointer(ctypes.c_int(0)), ctypes.c_void_p)
+        self.assertEqual(library.tejit_program_set_group_pointers(
+            fake, 0, None, 2), 1)
+        self.assertIn("pointers is null for a count of 2",
+                      tejit._capi.last_error())
+
 
 class TensorParallelGroupTest(unittest.TestCase):
     """Tensor-parallel groups without a GPU: the function kind end to end
