@@ -126,7 +126,7 @@ def gpu_ms(step, steps):
     return total_us / 1e3 / steps, {k: v / steps for k, v in kinds.items()}
 
 
-def host_profile(step, steps, top):
+def host_profile(step, steps, top, sort="tottime"):
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(steps):
@@ -134,7 +134,7 @@ def host_profile(step, steps, top):
     torch.cuda.synchronize()
     profiler.disable()
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    pstats.Stats(profiler, stream=out).sort_stats(sort).print_stats(top)
     return out.getvalue()
 
 
@@ -151,6 +151,9 @@ def main():
                              "routing gives), from a pool of 64 draws")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--sort", default="tottime",
+                        choices=["tottime", "cumtime"],
+                        help="how the host functions are ordered")
     args = parser.parse_args()
     splits = splits_for(args.experts, args.tokens)
     if args.vary:
@@ -171,7 +174,7 @@ def main():
         for kind, count in sorted(kinds.items(), key=lambda kv: -kv[1]):
             print(f"  {count:5.1f}  {kind}")
         if name == "tejit":
-            print(host_profile(step, args.steps, args.top))
+            print(host_profile(step, args.steps, args.top, args.sort))
 
 
 if __name__ == "__main__":
