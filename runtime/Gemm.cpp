@@ -109,7 +109,7 @@
 // and never synchronize, so run() can be captured into a CUDA graph, even a
 // problem's first run. A grouped GEMM's per-group GEMMs change M (or K) with
 // the routing at every call (GemmStep::sizesVary): a new size there reuses
-// the algorithm of its size class (sizeClass), checked with
+// the algorithm of its size class (gemmSizeClass), checked with
 // cublasLtMatmulAlgoCheck, so that the heuristic runs once per class, not
 // per size (GroupedLinear's step, 8 experts with new sizes at each step,
 // took 4.1 ms with the heuristic per size and 2.3 ms so on an H200).
@@ -405,19 +405,6 @@ struct Request {
   /// GemmStep::sizesVary.
   bool sizesVary = false;
 };
-
-/// The size class of a GEMM dimension that varies from call to call (a
-/// grouped GEMM's M or K): powers of two and the midpoints between them
-/// (16, 24, 32, 48, 64, ...), rounding up. Sizes of one class share the
-/// algorithm the heuristic picked for the first of them.
-int64_t sizeClass(int64_t size) {
-  if (size <= 16)
-    return 16;
-  int64_t power = int64_t(llvm::bit_floor(uint64_t(size)));
-  if (size == power)
-    return power;
-  return size <= power + power / 2 ? power + power / 2 : 2 * power;
-}
 
 /// A problem's cuBLASLt objects and algorithm, made on its first run.
 struct Problem {
@@ -1152,7 +1139,7 @@ private:
   /// GEMMs one per group size seen, at most tokens / 16 per GEMM).
   std::map<ProblemKey, std::unique_ptr<Problem>> problems;
   /// Requests whose sizes vary (GemmStep::sizesVary): the algorithm of each
-  /// size class (the key with M and K replaced by their sizeClass), the
+  /// size class (the key with M and K replaced by their gemmSizeClass), the
   /// heuristic's pick for the first problem of the class.
   std::map<ProblemKey, cublasLtMatmulAlgo_t> classAlgos;
 };
@@ -1174,8 +1161,8 @@ Expected<Problem *> CublasLtGemmRunner::problemFor(const Request &request) {
   const cublasLtMatmulAlgo_t *classAlgo = nullptr;
   if (request.sizesVary) {
     classKey = key;
-    classKey->m = sizeClass(key.m);
-    classKey->k = sizeClass(key.k);
+    classKey->m = gemmSizeClass(key.m);
+    classKey->k = gemmSizeClass(key.k);
     auto known = classAlgos.find(*classKey);
     if (known != classAlgos.end())
       classAlgo = &known->second;
@@ -1284,6 +1271,15 @@ Error CublasLtGemmRunner::run(const GemmStep &step,
 }
 
 } // namespace
+
+int64_t tejit::runtime::gemmSizeClass(int64_t size) {
+  if (size <= 16)
+    return 16;
+  int64_t power = int64_t(llvm::bit_floor(uint64_t(size)));
+  if (size == power)
+    return power;
+  return size <= power + power / 2 ? power + power / 2 : 2 * power;
+}
 
 Expected<std::unique_ptr<GemmRunner>> GemmRunner::create(void *workspace,
                                                          size_t workspaceBytes,

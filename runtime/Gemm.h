@@ -37,6 +37,13 @@ struct GemmPointers {
   int64_t aRowStride = 0, bRowStride = 0;
 };
 
+/// The size class of a GEMM dimension that varies from call to call (a
+/// grouped GEMM's M or K, GemmStep::sizesVary): the powers of two and the
+/// midpoints between them (16, 24, 32, 48, 64, 96, ...), rounding up. The
+/// runner reuses, for every size of a class, the algorithm cuBLASLt's
+/// heuristic picked for the first.
+int64_t gemmSizeClass(int64_t size);
+
 class GemmRunner {
 public:
   /// Loads cuBLASLt and creates its handle; the caller's CUDA context must
