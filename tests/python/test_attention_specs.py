@@ -11,7 +11,6 @@ python/tejit/pytorch/module/_attention_specs.py and the argument checks in
 _args.py, loaded here by path (the tejit.pytorch package needs PyTorch).
 Run: python3 -m pytest tests/python
 """
-import importlib.util
 import os
 import re
 import sys
@@ -23,19 +22,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from torch_free import load  # noqa: E402
 
 
-def _load(file_name, module_name):
-    path = os.path.join(REPO, "python", "tejit", "pytorch", "module",
-                        file_name)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-specs = _load("_attention_specs.py", "tejit_attention_specs")
-args_checks = _load("_args.py", "tejit_args")
+specs = load("module/_attention_specs.py", "tejit_attention_specs")
+args_checks = load("module/_args.py", "tejit_args")
 
 _ARGUMENT = re.compile(r'%arg\d+: tensor<([^>]*)> \{te\.name = "([^"]+)"')
 

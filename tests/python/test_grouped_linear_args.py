@@ -14,7 +14,6 @@ stacked main_grad.layers.0.weight [G, out, in] and accumulates the
 weights' gradient into it.
 Run: python3 -m pytest tests/python
 """
-import importlib.util
 import os
 import re
 import sys
@@ -25,19 +24,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from torch_free import load  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
 
-def _load(file_name, module_name):
-    path = os.path.join(REPO, "python", "tejit", "pytorch", "module",
-                        file_name)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-grouped = _load("_grouped.py", "tejit_grouped_args")
+grouped = load("module/_grouped.py", "tejit_grouped_args")
 
 # The forward's arguments and results: `tensor<SHAPE> {te.name = "NAME"`.
 _TENSOR = re.compile(r'tensor<([^>]*)> \{te\.name = "([^"]+)"')

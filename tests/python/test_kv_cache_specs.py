@@ -10,7 +10,6 @@ checks against the compiler skip while the library does not know
 `kv_cache` yet (the compiler part of the contract lands separately).
 Run: python3 -m pytest tests/python
 """
-import importlib.util
 import os
 import re
 import sys
@@ -22,18 +21,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from torch_free import load  # noqa: E402
 
 
-def _load(relative, module_name):
-    path = os.path.join(REPO, "python", "tejit", "pytorch", *relative)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-steps = _load(("attention", "_inference_steps.py"), "tejit_inference_steps")
-specs = _load(("module", "_attention_specs.py"), "tejit_attention_specs_kv")
+steps = load("attention/_inference_steps.py", "tejit_inference_steps")
+specs = load("module/_attention_specs.py", "tejit_attention_specs_kv")
 
 _ARGUMENT = re.compile(r'%arg\d+: tensor<([^>]*)> \{te\.name = "([^"]+)"')
 

@@ -16,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from torch_free import load  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
 
@@ -26,11 +27,7 @@ def load_fp8_module():
     if importlib.util.find_spec("torch") is not None:
         from tejit.pytorch import fp8  # noqa: PLC0415
         return fp8
-    path = os.path.join(REPO, "python", "tejit", "pytorch", "fp8.py")
-    spec = importlib.util.spec_from_file_location("tejit.pytorch.fp8", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("fp8.py", "tejit.pytorch.fp8")
 
 
 def library_loads():

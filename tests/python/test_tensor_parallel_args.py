@@ -15,7 +15,6 @@ PyTorch; tests/python/test_pytorch_tensor_parallel.py checks the modules
 themselves where it is installed).
 Run: python3 -m pytest tests/python
 """
-import importlib.util
 import os
 import re
 import sys
@@ -26,19 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from torch_free import load  # noqa: E402
 
 
-def _load(file_name, module_name):
-    path = os.path.join(REPO, "python", "tejit", "pytorch", "module",
-                        file_name)
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-args = _load("_args.py", "tejit_args_tp")
-specs = _load("_attention_specs.py", "tejit_attention_specs_tp")
+args = load("module/_args.py", "tejit_args_tp")
+specs = load("module/_attention_specs.py", "tejit_attention_specs_tp")
 
 # The forward's arguments and results: `tensor<SHAPE> {te.name = "NAME"`.
 _ARGUMENT = re.compile(r'tensor<([^>]*)> \{te\.name = "([^"]+)"')

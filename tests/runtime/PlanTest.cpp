@@ -1841,9 +1841,10 @@ TEST_P(RealPlanTest, MainGradsAccumulateInPlace) {
       EXPECT_TRUE(function.canAccumulateInPlace(index)) << entry.name;
       std::optional<size_t> groupedStep = function.groupedAccumulation(index);
       EXPECT_EQ(groupedStep.has_value(), grouped) << entry.name;
-      if (groupedStep)
+      if (groupedStep) {
         EXPECT_TRUE(std::holds_alternative<GroupedGemmStep>(
             function.steps[*groupedStep]));
+      }
       KernelStep reader;
       reader.args.push_back({mainGrad.value, false, false});
       FunctionPlan readAfter = function;
@@ -1902,8 +1903,9 @@ TEST_P(RealPlanTest, LeavingTheStateSkipsOnlyItsUpdate) {
                          !llvm::is_contained(updates, storage.index))))
           writesKept = true;
       });
-      if (writesKept)
+      if (writesKept) {
         EXPECT_TRUE(needed[index]) << function.name << ": step " << index;
+      }
       if (needed[index])
         continue;
       ++skipped;
@@ -1929,9 +1931,11 @@ TEST_P(RealPlanTest, LeavingTheStateSkipsOnlyItsUpdate) {
       std::vector<bool> kept = reads.stepsNeededWithout(others);
       for (auto [index, step] : llvm::enumerate(reads.steps))
         forEachStepValue(step, [&](int64_t value, bool written) {
-          if (written && reads.viewBase(value).first ==
-                             reads.viewBase(reads.results[result].value).first)
+          if (written &&
+              reads.viewBase(value).first ==
+                  reads.viewBase(reads.results[result].value).first) {
             EXPECT_TRUE(kept[index]) << function.name << ": step " << index;
+          }
         });
     }
   }
