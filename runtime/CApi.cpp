@@ -583,6 +583,14 @@ tejit_status tejit_program_set_weight_cast_flag(tejit_program *program,
   return ok();
 }
 
+tejit_status tejit_program_set_capture_host_arguments(tejit_program *program,
+                                                      int enabled) {
+  if (!program)
+    return invalid("tejit_program_set_capture_host_arguments: program is null");
+  program->program->setHostArgumentsCapturable(enabled != 0);
+  return ok();
+}
+
 tejit_status tejit_program_set_group_pointers(tejit_program *program,
                                               size_t index,
                                               const void *const *pointers,

@@ -602,21 +602,25 @@ Error Executor::gemm(const GemmStep &step, CUstream stream) {
 }
 
 Error Executor::readHostArguments(llvm::ArrayRef<CUdeviceptr> arguments,
-                                  CUstream stream) {
-  // A graph would replay the sizes of the captured call (the grouped GEMMs'
-  // shapes are fixed when they are enqueued): refuse before enqueueing.
+                                  CUstream stream, bool &capturing) {
+  // A graph replays the sizes of the captured call (the grouped GEMMs'
+  // shapes are fixed when they are enqueued): refused before enqueueing
+  // unless the caller said its values stay.
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (Error error = driver.check(driver.cuStreamIsCapturing(stream, &status),
                                  "asking whether the stream is capturing"))
     return error;
   const HostArgumentRule &first = hostRules.front();
-  if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+  capturing = status != CU_STREAM_CAPTURE_STATUS_NONE;
+  if (capturing && !hostArgumentsCapturable)
     return makeError(
         ErrorCode::Unsupported,
         llvm::formatv("function '{0}' takes argument {1} ('{2}', m_splits) "
                       "in host memory and sizes its grouped GEMMs from it at "
-                      "every call, so it cannot be captured into a CUDA "
-                      "graph (the stream is capturing); run it eagerly",
+                      "every call, so a CUDA graph would replay the values "
+                      "of the captured call (the stream is capturing); run "
+                      "it eagerly, or allow it for fixed splits "
+                      "(tejit_program_set_capture_host_arguments)",
                       plan.name, first.argument,
                       plan.arguments[first.argument].name));
   for (auto [rule, values] : llvm::zip(hostRules, hostValues)) {
@@ -708,9 +712,12 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
   // grouped GEMMs reads them.
   llvm::ArrayRef<CUdeviceptr> arguments = callerArguments;
   if (!hostRules.empty() && arguments.size() == plan.arguments.size()) {
-    if (Error error = readHostArguments(arguments, stream))
+    bool capturing = false;
+    if (Error error = readHostArguments(arguments, stream, capturing))
       return error;
-    if (Error error = hostStaging->upload(hostValues, stream))
+    if (Error error = capturing
+                          ? hostStaging->uploadCaptured(hostValues, stream)
+                          : hostStaging->upload(hostValues, stream))
       return error;
     boundArguments.assign(arguments.begin(), arguments.end());
     for (auto [index, rule] : llvm::enumerate(hostRules))

@@ -123,8 +123,15 @@ public:
   setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
   /// The ranks of the function's tensor-parallel steps, 0 when it has none.
   int64_t tensorParallelRanks() const { return tpNeeds.ranks; }
-  /// Whether the function takes host arguments (runs cannot be captured).
+  /// Whether the function takes host arguments (m_splits).
   bool hasHostArguments() const { return !hostRules.empty(); }
+  /// Whether a run on a capturing stream may read its host arguments
+  /// (false, the default: refused). A graph captured so replays the
+  /// values of the captured run: the GEMM sizes are fixed when enqueued,
+  /// and the device copy is made from pinned memory kept for the graph.
+  void setHostArgumentsCapturable(bool capturable) {
+    hostArgumentsCapturable = capturable;
+  }
   /// From the next run on, grouped GEMM step `step` (a contraction that
   /// accumulates in place: FunctionPlan::groupedAccumulation) writes group
   /// g's product into the [M, N] matrix at `pointers[g]`, adding to what is
@@ -213,9 +220,10 @@ private:
                      CUdeviceptr skipFlag = 0);
   llvm::Error gemm(const GemmStep &step, CUstream stream);
   /// Reads the host arguments' values from `arguments` (host pointers) into
-  /// hostValues and checks them; refuses a capturing `stream`.
+  /// hostValues and checks them; refuses a capturing `stream` unless
+  /// setHostArgumentsCapturable allowed it (`capturing` says which).
   llvm::Error readHostArguments(llvm::ArrayRef<CUdeviceptr> arguments,
-                                CUstream stream);
+                                CUstream stream, bool &capturing);
   llvm::Error groupedGemm(size_t index, const GroupedGemmStep &step,
                           CUstream stream);
 
@@ -241,6 +249,7 @@ private:
   /// bound (each host pointer replaced by its device copy's address).
   std::vector<HostArgumentRule> hostRules;
   std::vector<std::vector<int32_t>> hostValues;
+  bool hostArgumentsCapturable = false;
   std::unique_ptr<HostArgumentStaging> hostStaging;
   std::vector<CUdeviceptr> boundArguments;
   /// Results whose value lives elsewhere, copied into the result buffer:

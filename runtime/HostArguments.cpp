@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 using namespace tejit::runtime;
 using llvm::Error;
@@ -104,6 +105,55 @@ HostArgumentStaging::~HostArgumentStaging() {
     if (slot.host)
       driver.cuMemFreeHost(slot.host);
   }
+  for (void *host : captured)
+    driver.cuMemFreeHost(host);
+  if (spare)
+    driver.cuMemFreeHost(spare);
+}
+
+/// Copies `values` (one vector per host argument) into `host` at
+/// `offsets`, zeroing the padding between them.
+static void fill(char *host, size_t bytes, llvm::ArrayRef<size_t> offsets,
+                 llvm::ArrayRef<std::vector<int32_t>> values) {
+  std::memset(host, 0, bytes);
+  for (auto [argument, list] : llvm::enumerate(values))
+    std::memcpy(host + offsets[argument], list.data(),
+                list.size() * sizeof(int32_t));
+}
+
+Error HostArgumentStaging::reserveCaptureSlot() {
+  if (spare || !bytes)
+    return Error::success();
+  return driver.check(driver.cuMemAllocHost(&spare, bytes),
+                      "allocating pinned host memory for the host "
+                      "arguments (m_splits) of a CUDA graph");
+}
+
+Error HostArgumentStaging::uploadCaptured(
+    llvm::ArrayRef<std::vector<int32_t>> values, CUstream stream) {
+  if (!bytes)
+    return Error::success();
+  if (spare) {
+    // The graph's memcpy node reads this memory at every replay: it is the
+    // graph's from now on.
+    void *host = std::exchange(spare, nullptr);
+    captured.push_back(host);
+    fill(static_cast<char *>(host), bytes, offsets, values);
+    return driver.check(
+        driver.cuMemcpyHtoDAsync(device.get(), host, bytes, stream),
+        "copying host arguments (m_splits) to the device in a graph");
+  }
+  // No pinned memory reserved (allocating it would end a global-mode
+  // capture): a memset node per value, which holds the value itself.
+  for (auto [argument, list] : llvm::enumerate(values))
+    for (auto [index, value] : llvm::enumerate(list))
+      if (Error error = driver.check(
+              driver.cuMemsetD32Async(device.get() + offsets[argument] +
+                                          index * sizeof(int32_t),
+                                      uint32_t(value), 1, stream),
+              "setting host arguments (m_splits) on the device in a graph"))
+        return error;
+  return Error::success();
 }
 
 llvm::Expected<size_t> HostArgumentStaging::freeSlot() {
@@ -158,11 +208,11 @@ Error HostArgumentStaging::upload(llvm::ArrayRef<std::vector<int32_t>> values,
   if (!index)
     return index.takeError();
   Slot &slot = slots[*index];
+  // A later capture's pinned memory, allocated now that no capture runs.
+  if (Error error = reserveCaptureSlot())
+    return error;
   auto *host = static_cast<char *>(slot.host);
-  std::memset(host, 0, bytes);
-  for (auto [argument, list] : llvm::enumerate(values))
-    std::memcpy(host + offsets[argument], list.data(),
-                list.size() * sizeof(int32_t));
+  fill(host, bytes, offsets, values);
   if (Error error = driver.check(
           driver.cuMemcpyHtoDAsync(device.get(), host, bytes, stream),
           "copying host arguments (m_splits) to the device"))

@@ -8,8 +8,11 @@
 // reads the values once, checks them (the rules below, checkSplits), and
 // copies them into device memory of its own, which kernel steps are given
 // wherever their args name the argument; grouped_gemm steps use the host
-// copy. A function with a host argument cannot be captured into a CUDA
-// graph: a replay would reuse the sizes of the captured call.
+// copy. A CUDA graph captured from such a function replays the values of
+// the captured call (its GEMM sizes and its device copy), so the executor
+// refuses capture unless the caller allowed it
+// (Executor::setHostArgumentsCapturable): TE's GroupedLinear with fixed
+// splits (capacity-padded routing) captured by make_graphed_callables.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_HOSTARGUMENTS_H
@@ -90,6 +93,14 @@ public:
   /// argument, of the counts given to create) to the device copies.
   llvm::Error upload(llvm::ArrayRef<std::vector<int32_t>> values,
                      CUstream stream);
+  /// The same on a capturing `stream`, with no call a global-mode capture
+  /// refuses (no allocation, no event): the copy reads the pinned memory
+  /// that the last upload() reserved, which the graph keeps (until this
+  /// object goes) so that every replay copies the captured values; without
+  /// one (two captures with no eager run between), one memset node per
+  /// value.
+  llvm::Error uploadCaptured(llvm::ArrayRef<std::vector<int32_t>> values,
+                             CUstream stream);
   /// Where host argument `index`'s device copy lives.
   CUdeviceptr address(size_t index) const {
     return device.get() + offsets[index];
@@ -114,6 +125,12 @@ private:
   std::vector<size_t> offsets;
   size_t bytes = 0;
   std::vector<Slot> slots;
+  /// Pinned copies read by captured graphs (uploadCaptured), and the one
+  /// reserved for the next capture.
+  std::vector<void *> captured;
+  void *spare = nullptr;
+  /// Allocates `spare` unless there is one.
+  llvm::Error reserveCaptureSlot();
   /// The slot the search for a free one starts at (the oldest in use).
   size_t next = 0;
 };

@@ -515,6 +515,13 @@ Error Program::backward(CUstream stream,
   return run(backwardFn, stream, gradOutputs, gradInputs, {}, &pointers);
 }
 
+void Program::setHostArgumentsCapturable(bool capturable) {
+  capturableHostArguments = capturable;
+  for (Function *function : {&forwardFn, &backwardFn})
+    if (function->executor)
+      function->executor->setHostArgumentsCapturable(capturable);
+}
+
 Error Program::setGroupPointers(size_t gradOutput,
                                 llvm::ArrayRef<CUdeviceptr> pointers) {
   const auto &gradOutputs = tensors(TensorKind::GradOutput);

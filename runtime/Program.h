@@ -140,6 +140,13 @@ public:
   /// the reducer works on another device than the program.
   llvm::Error setAmaxReducer(std::shared_ptr<AmaxReducer> reducer);
 
+  /// Whether calls on a capturing stream may read the host arguments
+  /// (m_splits; Executor::setHostArgumentsCapturable): the captured graph
+  /// then replays the splits of the captured call. Off by default: such a
+  /// capture is refused.
+  void setHostArgumentsCapturable(bool capturable);
+  bool hostArgumentsCapturable() const { return capturableHostArguments; }
+
   /// fuse_wgrad_accumulation of a grouped weight (GroupedLinear's stacked
   /// [G, N, K] main_grad, GradOutput `gradOutput`) whose main_grads are G
   /// separate [N, K] buffers, e.g. Megatron-Core's gradient buffer, which
@@ -256,6 +263,7 @@ private:
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
   bool forwardUpdatesState = true;
+  bool capturableHostArguments = false;
   WeightCasts weightCasts = WeightCasts::Run;
   CUdeviceptr weightCastFlag = 0;
 };

@@ -167,6 +167,16 @@ tejit_status tejit_backward_ex(tejit_program *program, void *stream,
                                const void *const *grad_outputs,
                                void *const *grad_inputs);
 
+/* Whether forwards and backwards on a capturing stream (CUDA graph capture)
+ * may read the program's host arguments (tejit_tensor_is_host: a grouped
+ * op's m_splits): 0, the default, refuses such a capture
+ * (TEJIT_ERROR_UNSUPPORTED), since the graph replays the values of the
+ * captured call (its per-group GEMM sizes and the device copy of the
+ * splits); 1 allows it, for callers whose splits stay fixed (capacity-
+ * padded routing). Eager calls read the values at every call either way. */
+tejit_status tejit_program_set_capture_host_arguments(tejit_program *program,
+                                                      int enabled);
+
 /* fuse_wgrad_accumulation of a grouped op (GroupedLinear), whose
  * main_grad is one stacked [G, N, K] TEJIT_GRAD_OUTPUT tensor, when the
  * weights' main_grads are G separate [N, K] buffers instead (Megatron-Core's

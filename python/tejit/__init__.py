@@ -405,6 +405,13 @@ class Program:
         _capi.check(_capi.lib().tejit_program_set_weight_cast_flag(
             self.handle, ctypes.c_void_p(int(pointer))))
 
+    def set_capture_host_arguments(self, enabled):
+        """Whether calls under CUDA-graph capture may read the host
+        arguments (m_splits): the graph then replays the captured splits
+        (tejit_program_set_capture_host_arguments); off by default."""
+        _capi.check(_capi.lib().tejit_program_set_capture_host_arguments(
+            self.handle, 1 if enabled else 0))
+
     def set_group_pointers(self, grad_output_index, pointers):
         """fuse_wgrad_accumulation of a grouped op whose weights' main_grads
         are G separate buffers: `pointers` (G device addresses, or [] to go

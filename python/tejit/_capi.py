@@ -245,6 +245,8 @@ def _declare(lib):
         "tejit_program_skipped_steps": (c_size_t, [program]),
         "tejit_saved_cache_pointer": (status, [program, c_size_t,
                                                P(c_void_p)]),
+        "tejit_program_set_capture_host_arguments": (status,
+                                                     [program, c_int]),
         "tejit_program_set_group_pointers": (status, [program, c_size_t,
                                                       P(c_void_p), c_size_t]),
     }

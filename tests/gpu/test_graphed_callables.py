@@ -10,7 +10,8 @@ bit for bit (the same kernels run in the same order; only the launches
 differ), and so must the FP8 state after the steps, which shows that the
 delayed scaling moves on at every replay and that the warm-up left it
 untouched. With dropout, replays must draw fresh masks. Keyword arguments
-(a rotary table) become graph inputs. With fp8_weight_caching, graphs
+(a rotary table) become graph inputs; GroupedLinear's m_splits is a fixed
+one. With fp8_weight_caching, graphs
 replayed with is_first_microbatch True/False equal eager micro-batches,
 and one graph set serves both (the memory check). Sizes: hidden 256 and the
 quickstart's LayerNormMLP (hidden 4096, FFN 16384, 8192 tokens).
@@ -325,6 +326,43 @@ def test_keyword_arguments_become_graph_inputs():
         graphed(x, rotary_pos_emb=rope, self_attn_mask_type="no_mask")
     with pytest.raises(TypeError, match="rotary_pos_emb"):
         graphed(x)
+
+
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+def test_grouped_linear_graph_with_fixed_splits(fp8):
+    """GroupedLinear graphed with its m_splits fixed at capture (capacity-
+    padded routing; an empty expert among them): steps equal an eager
+    twin's bit for bit (outputs, input and parameter gradients, FP8
+    state); a graphed call with other splits is refused."""
+    splits = [32, 0, 48, 48]
+    torch.manual_seed(SEED)
+    eager = te.GroupedLinear(4, 256, 512, params_dtype=BF16)
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    fp8_recipe = hybrid() if fp8 else None
+    sample = torch.randn(128, 256, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    graphed = te.make_graphed_callables(
+        graphed, (sample,), fp8_enabled=fp8, fp8_recipe=fp8_recipe,
+        sample_kwargs={"m_splits": splits})
+    for index in range(STEPS):
+        x = torch.randn(128, 256, device="cuda", dtype=BF16)
+        dy = torch.randn(128, 512, device="cuda", dtype=BF16)
+        want = step(eager, x, dy, fp8_recipe, m_splits=splits)
+        got = step(graphed, x, dy, fp8_recipe, m_splits=splits)
+        assert torch.equal(got[0], want[0]), f"output, step {index}"
+        assert torch.equal(got[1], want[1]), f"input gradient, step {index}"
+        for name, grad in want[2].items():
+            assert torch.equal(got[2][name], grad), \
+                f"gradient of {name}, step {index}"
+    want_meta, got_meta = meta_state(eager), meta_state(graphed)
+    for name, value in want_meta.items():
+        assert torch.equal(got_meta[name], value), f"FP8 state {name}"
+    if fp8:
+        assert torch.count_nonzero(
+            want_meta["fp8_meta.bwd.amax_history"]) > 0, "no amax recorded"
+    with pytest.raises(ValueError, match="m_splits"):
+        graphed(sample.detach(), m_splits=[48, 0, 32, 48])
 
 
 def test_layernorm_mlp_full_size_graph():

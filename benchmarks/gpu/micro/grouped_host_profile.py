@@ -8,10 +8,12 @@ torch._grouped_mm at one shape.
         [--experts 8] [--hidden 1024] [--ffn 2048] [--tokens 4096] \
         [--recipe delayed|current|none] [--steps 50] [--top 25]
 
-Prints, per row: the wall ms per step (host synchronized once at the end
-of --steps steps), the sum of the GPU kernel and copy times per step
-(torch.profiler), and for tejit the --top host functions by their own
-time (cProfile over --steps steps).
+Rows: tejit's GroupedLinear, the same replayed from CUDA graphs captured
+with the splits fixed (make_graphed_callables; not with --vary), and
+torch._grouped_mm. Prints, per row: the wall ms per step (host
+synchronized once at the end of --steps steps), the sum of the GPU kernel
+and copy times per step (torch.profiler), and for tejit the --top host
+functions by their own time (cProfile over --steps steps).
 """
 import argparse
 import cProfile
@@ -42,6 +44,14 @@ def splits_for(experts, tokens, seed=7):
     return [int(c) * 16 for c in counts]
 
 
+RECIPES = {"delayed": lambda: recipe.DelayedScaling(
+               fp8_format=recipe.Format.HYBRID, amax_history_len=1024,
+               amax_compute_algo="max"),
+           "current": lambda: recipe.Float8CurrentScaling(
+               fp8_format=recipe.Format.HYBRID),
+           "none": lambda: None}
+
+
 class VaryingSplits:
     """Stands for the splits: each step takes the next of `pool`."""
 
@@ -57,18 +67,21 @@ def current(splits):
     return splits.next() if isinstance(splits, VaryingSplits) else splits
 
 
-def tejit_step(args, splits):
+def tejit_step(args, splits, graphed=False):
+    """tejit's GroupedLinear step; `graphed`: replayed from CUDA graphs
+    captured with the splits fixed (make_graphed_callables), as
+    capacity-padded routing allows."""
     model = te.GroupedLinear(args.experts, args.hidden, args.ffn, bias=False,
                              params_dtype=BF16).cuda().train()
-    fp8_recipe = {"delayed": lambda: recipe.DelayedScaling(
-                      fp8_format=recipe.Format.HYBRID,
-                      amax_history_len=1024, amax_compute_algo="max"),
-                  "current": lambda: recipe.Float8CurrentScaling(
-                      fp8_format=recipe.Format.HYBRID),
-                  "none": lambda: None}[args.recipe]()
+    fp8_recipe = RECIPES[args.recipe]()
     x = torch.randn(args.tokens, args.hidden, device="cuda", dtype=BF16,
                     requires_grad=True)
     dy = torch.randn(args.tokens, args.ffn, device="cuda", dtype=BF16)
+    run = model
+    if graphed:
+        run = te.make_graphed_callables(
+            model, (x,), fp8_enabled=fp8_recipe is not None,
+            fp8_recipe=fp8_recipe, sample_kwargs={"m_splits": splits})
 
     def step():
         x.grad = None
@@ -76,7 +89,7 @@ def tejit_step(args, splits):
             p.grad = None
         with te.fp8_autocast(enabled=fp8_recipe is not None,
                              fp8_recipe=fp8_recipe):
-            y = model(x, current(splits))
+            y = run(x, m_splits=current(splits))
         y.backward(dy)
     return step
 
@@ -163,6 +176,9 @@ def main():
     print(f"{torch.cuda.get_device_name()}; {vars(args)}; splits "
           f"{current(splits)}")
     rows = {"tejit": tejit_step(args, splits)}
+    if not args.vary:
+        rows["tejit graphed (fixed splits)"] = tejit_step(args, splits,
+                                                         graphed=True)
     if hasattr(torch, "_grouped_mm"):
         rows["torch._grouped_mm"] = grouped_mm_step(args, splits)
     for name, step in rows.items():

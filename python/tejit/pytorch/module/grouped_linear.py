@@ -88,9 +88,13 @@ class GroupedLinear(TransformerEngineBaseModule):
     expert (requires_grad False) needs no main_grad. The biases' gradients
     stay ordinary .grad.
 
-    A program with m_splits cannot be captured into a CUDA graph (the
-    splits are read on the host at each call): make_graphed_callables
-    refuses it (the runtime's error).
+    CUDA graphs replay the splits they were captured with, as they replay
+    every shape: for routing whose splits stay fixed (capacity-padded, as
+    Megatron-LM's drop-and-pad), capture with them as a fixed keyword
+    argument, `make_graphed_callables(module, (x,), sample_kwargs={
+    "m_splits": splits}, ...)`; a graphed call given other splits raises
+    ValueError. The program reads the host splits during capture and the
+    graph replays them (tejit.Program.set_capture_host_arguments).
     """
 
     def __init__(self, num_gemms, in_features, out_features,
@@ -209,6 +213,13 @@ class GroupedLinear(TransformerEngineBaseModule):
         self._pack()
 
     # --- what the base class runs ------------------------------------------
+
+    def _compile(self, key, spec, shape):
+        compiled = super()._compile(key, spec, shape)
+        # A captured graph replays the captured splits (the class
+        # docstring): allowed, as for any shape a graph captures.
+        compiled.program.set_capture_host_arguments(True)
+        return compiled
 
     def _layer_spec(self):
         return _grouped.layer_spec(self.num_gemms, self.in_features,
