@@ -692,8 +692,21 @@ Error Executor::groupedGemm(size_t index, const GroupedGemmStep &step,
   if (CUdeviceptr slots = groupedScaleSlots[index].get())
     pointers.scaleSlots = reinterpret_cast<void *>(slots);
   pointers.groupOut = groupedOutputs[index];
+  if (!lanesLooked) {
+    // The process's side streams for small groups (GemmLanes.h), made on
+    // the first grouped GEMM that runs (eagerly: a capture may not create
+    // streams or allocate).
+    llvm::Expected<GemmLanes *> shared = GemmLanes::shared();
+    if (!shared)
+      return shared.takeError();
+    lanes = *shared;
+    lanesLooked = true;
+  }
+  // Only in a capture: eagerly the groups wait for the host anyway
+  // (GemmLanes.h).
   return groupedGemms[index]->run(gemms, hostValues[rule - hostRules.begin()],
-                                  pointers, stream, driver);
+                                  pointers, stream, driver,
+                                  capturingHostArguments ? lanes : nullptr);
 }
 
 Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
@@ -712,7 +725,7 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
   // grouped GEMMs reads them.
   llvm::ArrayRef<CUdeviceptr> arguments = callerArguments;
   if (!hostRules.empty() && arguments.size() == plan.arguments.size()) {
-    bool capturing = false;
+    bool &capturing = capturingHostArguments;
     if (Error error = readHostArguments(arguments, stream, capturing))
       return error;
     if (Error error = capturing

@@ -242,6 +242,13 @@ private:
   /// the device slots it stages its per-group scales in (GroupedGemm.h).
   std::vector<std::optional<GroupedGemm>> groupedGemms;
   std::vector<DeviceBuffer> groupedScaleSlots;
+  /// The side streams grouped GEMMs run small groups on (null: none), once
+  /// looked up.
+  GemmLanes *lanes = nullptr;
+  bool lanesLooked = false;
+  /// Whether the current run is being captured (set with the host
+  /// arguments).
+  bool capturingHostArguments = false;
   /// Per step: a grouped GEMM's per-group outputs (setGroupedOutputs).
   std::vector<std::vector<CUdeviceptr>> groupedOutputs;
   /// The host arguments (m_splits): their rules, the values of the current

@@ -100,7 +100,7 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
 
 Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
                        const GroupedGemmPointers &pointers, CUstream stream,
-                       const CudaDriver &driver) const {
+                       const CudaDriver &driver, GemmLanes *lanes) const {
   const GroupedGemmStep &step = grouped;
   if (int64_t(splits.size()) != step.groups)
     return planError(step, llvm::formatv("m_splits has {0} values for {1} "
@@ -221,6 +221,24 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     scaleStride = 16;
   }
 
+  // Small groups run concurrently on the lanes (after the zeroing and the
+  // scale staging above, which the fork orders before them).
+  int64_t nonEmpty = llvm::count_if(splits, [](int32_t size) { return size; });
+  // rows: M = m_g, K fixed; contraction: M, N fixed, K = m_g.
+  double flopsPerGroup = nonEmpty ? 2.0 * double(used) / double(nonEmpty) *
+                                        double(n) * double(rows ? k : m)
+                                  : 0.0;
+  bool useLanes =
+      lanes && lanes->size() > 1 && nonEmpty > 1 && flopsPerGroup < kLaneFlops;
+  std::unique_lock<std::mutex> laneLock;
+  if (useLanes) {
+    laneLock = std::unique_lock<std::mutex>(lanes->mutex);
+    if (Error error = lanes->fork(stream))
+      return error;
+  }
+  Error failed = Error::success();
+  size_t lane = 0;
+
   int64_t offset = 0; // o_g
   for (auto [index, size] : llvm::enumerate(splits)) {
     int64_t g = int64_t(index), mg = size;
@@ -268,13 +286,25 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
           group.residual = byteAt(pointers.accumulate, g * m * n * outBytes);
       }
     }
-    if (Error error = gemms.run(gemm, function, group, stream))
-      return annotate(std::move(error),
-                      llvm::formatv("grouped_gemm ({0}), group {1} of {2} "
-                                    "(m_splits[{1}] = {3})",
-                                    groupedFormName(step.form), g, step.groups,
-                                    mg),
-                      ErrorCode::Cublas);
+    GemmRunner &runner = useLanes ? lanes->runner(lane) : gemms;
+    CUstream groupStream = useLanes ? lanes->stream(lane) : stream;
+    if (useLanes)
+      lane = (lane + 1) % lanes->size();
+    if (Error error = runner.run(gemm, function, group, groupStream)) {
+      llvm::consumeError(std::move(failed)); // success so far
+      failed = annotate(std::move(error),
+                        llvm::formatv("grouped_gemm ({0}), group {1} of {2} "
+                                      "(m_splits[{1}] = {3})",
+                                      groupedFormName(step.form), g,
+                                      step.groups, mg),
+                        ErrorCode::Cublas);
+      break;
+    }
   }
-  return Error::success();
+  // Joined also after a failure: the caller's stream must not run ahead of
+  // what the lanes enqueued.
+  if (useLanes)
+    if (Error error = lanes->join(stream))
+      return llvm::joinErrors(std::move(failed), std::move(error));
+  return failed;
 }

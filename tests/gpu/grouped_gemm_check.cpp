@@ -230,6 +230,8 @@ struct Case {
   /// Compare this many sampled entries (0: all).
   size_t samples = 0;
   bool timed = false;
+  /// Run the groups on side streams (GemmLanes) where they are small.
+  bool lanes = false;
 };
 
 int64_t groupsOf(const Case &c) { return int64_t(c.splits.size()); }
@@ -427,7 +429,7 @@ void compare(const Case &c, const Reference &reference,
 }
 
 Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
-               uint64_t seed) {
+               GemmLanes *lanes, uint64_t seed) {
   Result result;
   std::mt19937_64 rng(seed);
   GroupedGemmStep step = stepOf(c);
@@ -543,8 +545,8 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   if (c.fp8)
     pointers.scaleSlots = reinterpret_cast<void *>(scaleSlots.get());
 
-  if (llvm::Error error =
-          grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver)) {
+  if (llvm::Error error = grouped->run(gemms, c.splits, pointers, gpu.stream,
+                                       gpu.driver, c.lanes ? lanes : nullptr)) {
     result.fail("run: " + llvm::toString(std::move(error)));
     return result;
   }
@@ -562,12 +564,14 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
     check(gpu.driver.check(gpu.driver.cuEventCreate(&stop, 0), "event"));
     const int iterations = 10;
     for (int i = 0; i < 2; ++i)
-      check(grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver));
+      check(grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver,
+                         c.lanes ? lanes : nullptr));
     check(gpu.driver.check(gpu.driver.cuEventRecord(start, gpu.stream), "e"));
     // The host's time to enqueue: one cuBLASLt call per non-empty group.
     auto hostStart = std::chrono::steady_clock::now();
     for (int i = 0; i < iterations; ++i)
-      check(grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver));
+      check(grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver,
+                         c.lanes ? lanes : nullptr));
     double hostUs = std::chrono::duration<double, std::micro>(
                         std::chrono::steady_clock::now() - hostStart)
                         .count() /
@@ -577,9 +581,33 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
     float ms = 0;
     check(gpu.driver.check(gpu.driver.cuEventElapsedTime(&ms, start, stop),
                            "elapsed"));
+    // The GPU's time alone: the same runs captured into a CUDA graph and
+    // replayed (eager runs of small groups wait for the host).
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    check(gpu.driver.check(gpu.driver.cuStreamBeginCapture(
+                               gpu.stream, CU_STREAM_CAPTURE_MODE_RELAXED),
+                           "capture"));
+    for (int i = 0; i < iterations; ++i)
+      check(grouped->run(gemms, c.splits, pointers, gpu.stream, gpu.driver,
+                         c.lanes ? lanes : nullptr));
+    check(gpu.driver.check(gpu.driver.cuStreamEndCapture(gpu.stream, &graph),
+                           "capture"));
+    check(gpu.driver.check(
+        gpu.driver.cuGraphInstantiateWithFlags(&exec, graph, 0), "graph"));
+    check(gpu.driver.check(gpu.driver.cuGraphLaunch(exec, gpu.stream), "g"));
+    check(gpu.driver.check(gpu.driver.cuEventRecord(start, gpu.stream), "e"));
+    check(gpu.driver.check(gpu.driver.cuGraphLaunch(exec, gpu.stream), "g"));
+    check(gpu.driver.check(gpu.driver.cuEventRecord(stop, gpu.stream), "e"));
+    check(gpu.driver.check(gpu.driver.cuEventSynchronize(stop), "e"));
+    float graphMs = 0;
+    check(gpu.driver.check(gpu.driver.cuEventElapsedTime(&graphMs, start, stop),
+                           "elapsed"));
+    gpu.driver.cuGraphExecDestroy(exec);
+    gpu.driver.cuGraphDestroy(graph);
     gpu.driver.cuEventDestroy(start);
     gpu.driver.cuEventDestroy(stop);
-    double perRun = ms / iterations;
+    double perRun = ms / iterations, perReplay = graphMs / iterations;
     int64_t used = 0;
     for (int32_t size : c.splits)
       used += size;
@@ -587,12 +615,14 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
                                         : 2.0 * double(used) * c.m * c.n;
     size_t groups = size_t(
         llvm::count_if(c.splits, [](int32_t size) { return size != 0; }));
-    result.detail += llvm::formatv("; {0:f3} ms per grouped GEMM, {1:f0} "
-                                   "TFLOP/s; host {2:f0} us to enqueue it "
-                                   "({3:f1} us per group)",
-                                   perRun, flops / (perRun * 1e-3) / 1e12,
-                                   hostUs, hostUs / double(groups))
-                         .str();
+    result.detail +=
+        llvm::formatv("; {0:f3} ms per grouped GEMM, {1:f0} TFLOP/s; host "
+                      "{2:f0} us to enqueue it ({3:f1} us per group); from a "
+                      "CUDA graph {4:f3} ms, {5:f0} TFLOP/s",
+                      perRun, flops / (perRun * 1e-3) / 1e12, hostUs,
+                      hostUs / double(groups), perReplay,
+                      flops / (perReplay * 1e-3) / 1e12)
+            .str();
   }
   return result;
 }
@@ -696,6 +726,17 @@ std::vector<Case> cases(bool large) {
   contraction("FP8 E5M2 x E4M3 wgrad -> f32 G=4 accumulated into per-group "
               "buffers",
               g4, e5m2, e4m3, f32, true, false, false, Acc::PerGroupReversed);
+  // The same groups on side streams (GemmLanes): rows and contractions,
+  // empty groups, accumulation in place and into per-group buffers.
+  for (size_t index = 0, count = list.size(); index < count; ++index) {
+    const Case &base = list[index];
+    if (base.name.find("G=8") == std::string::npos)
+      continue;
+    Case c = base;
+    c.name += ", on side streams";
+    c.lanes = true;
+    list.push_back(c);
+  }
   if (!large)
     return list;
 
@@ -740,6 +781,9 @@ std::vector<Case> cases(bool large) {
     c.fastAccum = true;
     c.samples = 8192;
     c.timed = true;
+    list.push_back(c);
+    c.name += ", on 4 side streams";
+    c.lanes = true;
     list.push_back(c);
   }
   auto bigWgrad = [&](std::string name, E a, E b, bool fp8,
@@ -1134,13 +1178,15 @@ int main(int argc, char **argv) {
       orDie(GemmRunner::create(reinterpret_cast<void *>(workspace.get()),
                                workspace.bytes(), device->name));
 
+  std::unique_ptr<GemmLanes> lanes =
+      orDie(GemmLanes::create(4, GemmLanes::kWorkspaceBytes));
   Tally tally;
   std::vector<Case> list = cases(large);
   for (auto [index, c] : llvm::enumerate(list)) {
     if (!filter.empty() && c.name.find(filter) == std::string::npos)
       continue;
     auto start = std::chrono::steady_clock::now();
-    Result result = runCase(c, gpu, *gemms, seed + index);
+    Result result = runCase(c, gpu, *gemms, lanes.get(), seed + index);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();

@@ -91,6 +91,10 @@ step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_graphed_callable
 # Fp8Padding/Fp8Unpadding against float64 references at G=8, 4096 -> 2048.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_block_scaling.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_grouped_linear.py
+# GroupedLinear's graphs again without side streams for small groups
+# (runtime/GemmLanes.h; captures use four by default).
+step env TEJIT_GROUPED_GEMM_STREAMS=1 python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_graphed_callables.py -k grouped
 # The mixture-of-experts example (router, Fp8Padding, two GroupedLinears)
 # against its PyTorch bf16 twin, with and without main_grads.
 step python3 examples/pytorch/moe_experts.py --steps 3
