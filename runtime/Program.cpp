@@ -516,7 +516,6 @@ Error Program::backward(CUstream stream,
 }
 
 void Program::setHostArgumentsCapturable(bool capturable) {
-  capturableHostArguments = capturable;
   for (Function *function : {&forwardFn, &backwardFn})
     if (function->executor)
       function->executor->setHostArgumentsCapturable(capturable);

@@ -145,7 +145,6 @@ public:
   /// then replays the splits of the captured call. Off by default: such a
   /// capture is refused.
   void setHostArgumentsCapturable(bool capturable);
-  bool hostArgumentsCapturable() const { return capturableHostArguments; }
 
   /// fuse_wgrad_accumulation of a grouped weight (GroupedLinear's stacked
   /// [G, N, K] main_grad, GradOutput `gradOutput`) whose main_grads are G
@@ -263,7 +262,6 @@ private:
   std::vector<TensorDesc> descs[6];
   bool forwardDone = false;
   bool forwardUpdatesState = true;
-  bool capturableHostArguments = false;
   WeightCasts weightCasts = WeightCasts::Run;
   CUdeviceptr weightCastFlag = 0;
 };

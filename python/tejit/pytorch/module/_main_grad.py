@@ -186,12 +186,11 @@ class StackedSlot(Slot):
     def buffer(self, shape, dtype, device):
         if not self._trained():
             return torch.zeros(shape, dtype=dtype, device=device)
-        if tuple(shape) != (len(self.parameters),
-                            *self.parameters[0].shape):
+        stacked = (len(self.parameters), *self.parameters[0].shape)
+        if tuple(shape) != stacked:
             raise RuntimeError(f"tejit: the main_grads of {self.names} "
-                               f"stack to {(len(self.parameters),)} + "
-                               f"{tuple(self.parameters[0].shape)}, the "
-                               f"program takes {tuple(shape)}")
+                               f"stack to {stacked}, the program takes "
+                               f"{tuple(shape)}")
         grads = [checked_main_grad(p, n, dtype) if p.requires_grad else None
                  for p, n in zip(self.parameters, self.names)]
         if all(g is not None for g in grads) and self._adjacent(grads):

@@ -7,9 +7,9 @@ are `input` [T, 1, in], `m_splits` (int32 [G], passed as a host pointer:
 the C API's tejit_tensor_is_host) and the stacked `weight` [G, out, in]
 and `bias` [G, out]; with fuse_wgrad_accumulation its backward also
 takes `main_grad.layers.0.weight` [G, out, in], the weights' main_grads
-stacked, or as G pointers (_main_grad.StackedSlot). Arguments and splits are checked in
-_grouped.py (without PyTorch, so that tests/python checks them
-everywhere).
+stacked, or as G pointers (_main_grad.StackedSlot). Arguments and splits
+are checked in _grouped.py (without PyTorch, so that tests/python checks
+them everywhere).
 """
 import math
 
