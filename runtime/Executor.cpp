@@ -646,26 +646,16 @@ Error Executor::readHostArguments(llvm::ArrayRef<CUdeviceptr> arguments,
 
 Error Executor::setGroupedOutputs(size_t step,
                                   llvm::ArrayRef<CUdeviceptr> pointers) {
-  const auto *grouped = step < plan.steps.size()
-                            ? std::get_if<GroupedGemmStep>(&plan.steps[step])
-                            : nullptr;
-  if (!grouped || !grouped->accumulate ||
-      grouped->form != GroupedGemmStep::Form::Contraction)
+  if (step >= groupedGemms.size() || !groupedGemms[step])
     return makeError(ErrorCode::InvalidArgument,
                      llvm::formatv("function '{0}': step {1} is not a grouped "
-                                   "GEMM that accumulates",
+                                   "GEMM",
                                    plan.name, step));
-  if (!pointers.empty() && int64_t(pointers.size()) != grouped->groups)
-    return makeError(ErrorCode::InvalidArgument,
-                     llvm::formatv("function '{0}': step {1} has {2} groups, "
-                                   "given {3} output pointers",
-                                   plan.name, step, grouped->groups,
-                                   pointers.size()));
-  if (llvm::is_contained(pointers, CUdeviceptr(0)))
-    return makeError(ErrorCode::InvalidArgument,
-                     llvm::formatv("function '{0}': a per-group output "
-                                   "pointer of step {1} is null",
-                                   plan.name, step));
+  if (Error error =
+          GroupedGemm::checkGroupOut(groupedGemms[step]->step(), pointers))
+    return annotate(std::move(error),
+                    llvm::formatv("function '{0}', step {1}", plan.name, step),
+                    ErrorCode::InvalidArgument);
   groupedOutputs[step].assign(pointers.begin(), pointers.end());
   return Error::success();
 }

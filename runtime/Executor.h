@@ -141,6 +141,10 @@ public:
   /// pointer.
   llvm::Error setGroupedOutputs(size_t step,
                                 llvm::ArrayRef<CUdeviceptr> pointers);
+  /// Whether grouped GEMM step `step` writes per-group outputs now.
+  bool hasGroupedOutputs(size_t step) const {
+    return step < groupedOutputs.size() && !groupedOutputs[step].empty();
+  }
 
   /// The results (by index) a run with `leaveState` throws away: the FP8
   /// state's update, which a forward under torch.no_grad() does not keep.

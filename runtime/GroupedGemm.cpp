@@ -98,6 +98,22 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
   return grouped;
 }
 
+Error GroupedGemm::checkGroupOut(const GroupedGemmStep &step,
+                                 llvm::ArrayRef<CUdeviceptr> groupOut) {
+  if (groupOut.empty())
+    return Error::success();
+  if (step.form != Form::Contraction || !step.accumulate)
+    return planError(step, "only a contraction that accumulates takes "
+                           "per-group output pointers");
+  if (int64_t(groupOut.size()) != step.groups)
+    return planError(step, llvm::formatv("{0} per-group output pointers for "
+                                         "{1} groups",
+                                         groupOut.size(), step.groups));
+  if (llvm::is_contained(groupOut, CUdeviceptr(0)))
+    return planError(step, "a per-group output pointer is null");
+  return Error::success();
+}
+
 Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
                        const GroupedGemmPointers &pointers, CUstream stream,
                        const CudaDriver &driver, GemmLanes *lanes) const {
@@ -110,16 +126,8 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   if (Error error = checkSplits(splits, tokens, step.fp8, "grouped_gemm"))
     return error;
   bool perGroup = !pointers.groupOut.empty();
-  if (perGroup && (step.form != Form::Contraction || !step.accumulate))
-    return planError(step, "only a contraction that accumulates takes "
-                           "per-group output pointers");
-  if (perGroup && int64_t(pointers.groupOut.size()) != step.groups)
-    return planError(step,
-                     llvm::formatv("{0} per-group output pointers for "
-                                   "{1} groups",
-                                   pointers.groupOut.size(), step.groups));
-  if (perGroup && llvm::is_contained(pointers.groupOut, CUdeviceptr(0)))
-    return planError(step, "a per-group output pointer is null");
+  if (Error error = checkGroupOut(step, pointers.groupOut))
+    return error;
   if (!pointers.a || !pointers.b ||
       (!perGroup &&
        (!pointers.out || (step.accumulate && !pointers.accumulate))) ||

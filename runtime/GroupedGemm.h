@@ -94,6 +94,12 @@ public:
 
   const GroupedGemmStep &step() const { return grouped; }
 
+  /// Checks per-group output pointers (GroupedGemmPointers::groupOut) for
+  /// `step`: only a contraction that accumulates takes them, one per group,
+  /// none null. Empty `groupOut` passes (the stacked buffers).
+  static llvm::Error checkGroupOut(const GroupedGemmStep &step,
+                                   llvm::ArrayRef<CUdeviceptr> groupOut);
+
 private:
   explicit GroupedGemm(const GroupedGemmStep &step) : grouped(step) {}
 

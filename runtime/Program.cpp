@@ -483,8 +483,10 @@ Error Program::backward(CUstream stream,
                     gradInputs.size(), TensorKind::GradInput))
     return error;
   for (const Accumulation &accumulation : backwardFn.accumulations)
-    if (accumulation.perGroup && (gradOutputs[accumulation.gradOutput] ||
-                                  gradInputs[accumulation.gradInput]))
+    if (accumulation.groupedStep &&
+        backwardFn.executor->hasGroupedOutputs(*accumulation.groupedStep) &&
+        (gradOutputs[accumulation.gradOutput] ||
+         gradInputs[accumulation.gradInput]))
       return makeError(ErrorCode::InvalidArgument,
                        "backward: '" + accumulation.name +
                            "' adds into per-group main_grads "
@@ -549,7 +551,6 @@ Error Program::setGroupPointers(size_t gradOutput,
     return annotate(std::move(error),
                     "set_group_pointers('" + accumulation->name + "')",
                     ErrorCode::InvalidArgument);
-  accumulation->perGroup = !pointers.empty();
   return Error::success();
 }
 

@@ -207,10 +207,9 @@ private:
     std::string name;
     bool inPlace = false;
     /// The grouped GEMM that may take the main_grad as per-group matrices
-    /// (FunctionPlan::groupedAccumulation), and whether it does now
-    /// (setGroupPointers).
+    /// (FunctionPlan::groupedAccumulation; whether it does now is its
+    /// executor's Executor::hasGroupedOutputs).
     std::optional<size_t> groupedStep;
-    bool perGroup = false;
   };
   struct Function {
     std::unique_ptr<Executor> executor;

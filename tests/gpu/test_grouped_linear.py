@@ -670,9 +670,9 @@ def test_group_pointers_refusals():
     program, index = compiled.program, compiled.main_grad_outputs[0]
     good = [w.main_grad.data_ptr() for w in module._weights()]
     cases = [(0, good, "is not a main_grad the backward adds into"),
-             (index, good[:-1], f"has {len(good)} groups, given "
-                                f"{len(good) - 1} output pointers"),
-             (index, good[:-1] + [0], "pointer of step"),]
+             (index, good[:-1], f"{len(good) - 1} per-group output "
+                                f"pointers for {len(good)} groups"),
+             (index, good[:-1] + [0], "per-group output pointer is null")]
     for grad_output, pointers, words in cases:
         with pytest.raises(tejit.TejitError, match=words):
             program.set_group_pointers(grad_output, pointers)

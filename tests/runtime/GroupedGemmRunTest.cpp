@@ -17,6 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/GroupedGemm.h"
+#include "tests/runtime/ReversedGroups.h"
 
 #include "gtest/gtest.h"
 
@@ -200,7 +201,10 @@ std::vector<uint8_t> randomBytes(ElementType type, int64_t count,
 }
 
 /// Where a contraction step's products are added (its "accumulate").
-enum class Accumulate { None, OtherBuffer, InPlace };
+/// (PerGroupReversed: in place, in G matrices given by per-group pointers,
+/// laid out in reverse group order as Megatron-Core's gradient buffer holds
+/// a GroupedLinear's main_grads.)
+enum class Accumulate { None, OtherBuffer, InPlace, PerGroupReversed };
 
 struct Problem {
   std::string name;
@@ -279,6 +283,20 @@ void runProblem(const Problem &problem, unsigned seed) {
       randomBytes(ElementType::F32, outCount, rng);
   if (problem.accumulate == Accumulate::InPlace)
     std::memcpy(out.data(), accumulated.data(), accumulated.size());
+  // Per-group matrices: group i's at slot G - 1 - i of `out`.
+  bool perGroup = problem.accumulate == Accumulate::PerGroupReversed;
+  size_t groupBytes = size_t(m * n) * 4;
+  auto reverseGroups = [&](uint8_t *bytes) {
+    tejit::testing::reverseGroups(bytes, g, groupBytes);
+  };
+  std::vector<CUdeviceptr> groupOut;
+  if (perGroup) {
+    std::memcpy(out.data(), accumulated.data(), accumulated.size());
+    reverseGroups(out.data());
+    for (int64_t i = 0; i < g; ++i)
+      groupOut.push_back(reinterpret_cast<CUdeviceptr>(
+          out.data() + size_t(g - 1 - i) * groupBytes));
+  }
 
   GroupedGemmPointers pointers;
   pointers.a = a.data();
@@ -290,6 +308,11 @@ void runProblem(const Problem &problem, unsigned seed) {
     pointers.accumulate = accumulated.data();
   if (problem.accumulate == Accumulate::InPlace)
     pointers.accumulate = out.data();
+  if (perGroup) {
+    // The stacked pointers mean nothing then.
+    pointers.out = nullptr;
+    pointers.groupOut = groupOut;
+  }
   if (problem.fp8) {
     pointers.aScaleInv = aScale.data();
     pointers.bScaleInv = bScale.data();
@@ -305,6 +328,8 @@ void runProblem(const Problem &problem, unsigned seed) {
   llvm::Error error =
       grouped->run(runner, problem.splits, pointers, nullptr, driver);
   ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+  if (perGroup)
+    reverseGroups(out.data());
 
   // One GEMM per non-empty group; column ranges have row stride T.
   size_t nonEmpty = 0;
@@ -418,6 +443,12 @@ TEST(GroupedGemmRunTest, MatchesFloat64) {
       {"FP8 contraction accumulated from another buffer G=4", Form::Contraction,
        true, E::F8E5M2, E::F8E4M3, false, false, false, g4,
        Accumulate::OtherBuffer},
+      {"contraction accumulated into per-group buffers G=8", Form::Contraction,
+       false, E::F32, E::F32, true, false, false, g8,
+       Accumulate::PerGroupReversed},
+      {"FP8 contraction accumulated into per-group buffers G=4",
+       Form::Contraction, true, E::F8E5M2, E::F8E4M3, false, false, false, g4,
+       Accumulate::PerGroupReversed},
       {"FP8 rows, scales staged by the runner G=8", Form::Rows, true, E::F8E4M3,
        E::F8E4M3, false, false, true, g8, Accumulate::None,
        /*scaleSlots=*/false},
@@ -460,6 +491,47 @@ TEST(GroupedGemmRunTest, RefusesBadSplitsBeforeIssuingAnything) {
     EXPECT_TRUE(std::all_of(out.begin(), out.end(),
                             [](uint8_t byte) { return byte == 0xff; }));
   }
+}
+
+// Per-group output pointers: only a contraction that accumulates takes
+// them, one per group, none null; nothing is issued otherwise.
+TEST(GroupedGemmRunTest, RefusesBadPerGroupOutputs) {
+  GroupedGemmStep contraction;
+  contraction.form = Form::Contraction;
+  contraction.groups = 2;
+  contraction.transposeA = true;
+  contraction.aType = {{32, 16}, ElementType::F32};
+  contraction.bType = {{32, 8}, ElementType::F32};
+  contraction.outType = {{2, 16, 8}, ElementType::F32};
+  GroupedGemmStep rows;
+  rows.form = Form::Rows;
+  rows.groups = 2;
+  rows.transposeB = true;
+  rows.aType = {{32, 16}, ElementType::F32};
+  rows.bType = {{2, 8, 16}, ElementType::F32};
+  rows.outType = {{32, 8}, ElementType::F32};
+  GroupedGemmStep accumulating = contraction;
+  accumulating.accumulate = 0;
+  const CUdeviceptr two[] = {0x1000, 0x2000}, three[] = {1, 2, 3},
+                    withNull[] = {0x1000, 0};
+  auto message = [](const GroupedGemmStep &step,
+                    llvm::ArrayRef<CUdeviceptr> groupOut) {
+    llvm::Error error = GroupedGemm::checkGroupOut(step, groupOut);
+    return error ? llvm::toString(std::move(error)) : std::string();
+  };
+  EXPECT_EQ(message(accumulating, two), "");
+  EXPECT_EQ(message(rows, {}), "");
+  const std::string onlyContractions =
+      "only a contraction that accumulates takes per-group output pointers";
+  EXPECT_NE(message(rows, two).find(onlyContractions), std::string::npos);
+  EXPECT_NE(message(contraction, two).find(onlyContractions),
+            std::string::npos);
+  EXPECT_NE(message(accumulating, three)
+                .find("3 per-group output pointers for 2 groups"),
+            std::string::npos);
+  EXPECT_NE(message(accumulating, withNull)
+                .find("a per-group output pointer is null"),
+            std::string::npos);
 }
 
 TEST(GroupedGemmRunTest, CreateRefusesInconsistentSteps) {

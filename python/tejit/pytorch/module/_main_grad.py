@@ -200,9 +200,6 @@ class StackedSlot(Slot):
                                                 device=device)
             for g, p in zip(grads, self.parameters)])
 
-    def finish(self, buffer):
-        pass  # the program added in place (or into scratch)
-
     def gradient(self, shape, dtype, device):
         """TE's rule per parameter (GroupedLinear's backward): a trained
         parameter with Megatron-LM's `grad_added_to_main_grad` gets it set
