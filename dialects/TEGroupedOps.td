@@ -94,6 +94,38 @@ def TE_GroupedQuantizeOp : TE_PrimOp<"grouped_quantize"> {
   }];
 }
 
+def TE_GroupedBlockQuantizeOp : TE_PrimOp<"grouped_block_quantize"> {
+  let summary = "Casts to FP8 in blocks, per group (Float8BlockScaling)";
+  let description = [{
+    te.block_quantize for GroupedLinear: each group is cast as its own
+    matrix would be, so a block never spans two groups. With `m_splits`,
+    `input` is x [T, K] in row segments and `block_dim` is 1: without
+    `transpose` each row's blocks of 128 along K (output [T, K]); with it
+    the cast is x^T [K, T] with blocks of 128 columns counted from each
+    segment's first column. Without `m_splits`, `input` is [G, R, C] and
+    group g is cast as te.block_quantize casts input[g] (1-D or 2-D
+    blocks, transposed with `transpose`). Rows (columns) past the segments
+    are written as 0. Scales follow te.block_quantize's rules; `scale_inv`
+    lies where each group's GEMM reads it
+    (dialects/GroupedBlockScaleLayout.h): f32 [ceil(K/128), T] (segments),
+    [ceil(T/128) + G, pad4(K)] (transposed segments) or [G, s0, s1]
+    (stacked).
+
+    ```mlir
+    %q, %s = te.grouped_block_quantize %x, %m_splits {block_dim = 1 : i64, power_2_scale}
+        : (tensor<8192x4096xbf16>, tensor<8xi32>)
+          -> (tensor<8192x4096xf8E4M3FN>, tensor<32x8192xf32>)
+    ```
+  }];
+  let arguments = (ins TE_AnyTensor:$input, Optional<TE_AnyTensor>:$m_splits,
+                   I64Attr:$block_dim, UnitAttr:$transpose,
+                   UnitAttr:$power_2_scale);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$scale_inv);
+  let assemblyFormat = [{
+    $input (`,` $m_splits^)? attr-dict `:` functional-type(operands, results)
+  }];
+}
+
 def TE_GroupedAmaxOp : TE_PrimOp<"grouped_amax"> {
   let summary = "max |input| per group (current scaling's first pass)";
   let description = [{
@@ -108,10 +140,13 @@ def TE_GroupedAmaxOp : TE_PrimOp<"grouped_amax"> {
 }
 
 def TE_GroupedScaledMatmulOp : TE_PrimOp<"grouped_scaled_matmul"> {
-  let summary = "FP8 grouped GEMM, one scale inverse per group and operand";
+  let summary = "FP8 grouped GEMM, per-group scale inverses";
   let description = [{
     te.grouped_matmul on K-major FP8 operands (TN, as te.scaled_matmul),
-    with `a_scale_inv` and `b_scale_inv` f32 [G]:
+    with `a_scale_inv` and `b_scale_inv` f32 [G] (one scale per group and
+    operand), or, under Float8BlockScaling, both te.grouped_block_quantize's
+    block scales (each group's GEMM scaled as te.scaled_matmul with block
+    scales; no `fast_accum`, never two 2-D operands):
     - rows (`b` [G, N, K]): `a` [T, K]; output [T, N], segment g =
       `(a[seg g] * a_scale_inv[g]) (b[g] * b_scale_inv[g])^T (+ bias[g])`,
       rows past the segments 0.
@@ -129,6 +164,10 @@ def TE_GroupedScaledMatmulOp : TE_PrimOp<"grouped_scaled_matmul"> {
   let extraClassDeclaration = [{
     /// True for the rows form (b holds one matrix per group).
     bool isRowsForm() { return getB().getType().getRank() == 3; }
+    /// How operand a (b) is scaled: 0 = one scale per group, 1 or 2 = 1-D
+    /// or 2-D blocks (dialects/GroupedBlockScaleLayout.h), -1 = invalid.
+    int64_t getAScaling();
+    int64_t getBScaling();
   }];
   let assemblyFormat = [{
     $a `,` $b `,` $a_scale_inv `,` $b_scale_inv `,` $m_splits

@@ -6,6 +6,7 @@
 // per-group operands.
 //
 //===----------------------------------------------------------------------===//
+#include "dialects/GroupedBlockScaleLayout.h"
 #include "dialects/LayerChecks.h"
 #include "dialects/TEDialect.h"
 
@@ -79,10 +80,18 @@ LogicalResult GroupedLinearOp::verify() {
       failed(checker.param(getOutput(), "output", outShape,
                            "[leading dims of 'input', out_features]")))
     return failure();
-  if (isa_and_nonnull<BlockScalingAttr>(getFp8RecipeAttr()))
-    return emitOpError() << "Float8BlockScaling is not supported by "
-                            "te.grouped_linear yet (use DelayedScaling or "
-                            "Float8CurrentScaling)";
+  // Block casts of the token segments are 1-D (blocks along K for the
+  // forward, along each segment's tokens for wgrad).
+  if (auto block = dyn_cast_or_null<BlockScalingAttr>(getFp8RecipeAttr()))
+    for (auto [name, dim] :
+         {std::pair{"x_block_scaling_dim", block.getXBlockScalingDim()},
+          std::pair{"grad_block_scaling_dim", block.getGradBlockScalingDim()}})
+      if (dim != 1)
+        return emitOpError() << "Float8BlockScaling with " << name << " = "
+                             << dim
+                             << " is not supported by te.grouped_linear "
+                                "(token segments are cast in 1-D blocks; "
+                                "use 1)";
   // The transposed FP8 copies the wgrad GEMMs read have the token count as
   // their leading dim, and segment g starts at a column multiple of 16.
   int64_t tokens = 1;
@@ -190,6 +199,48 @@ LogicalResult GroupedQuantizeOp::verify() {
   return expectGroupVector(*this, getAmax(), "amax", *groups);
 }
 
+LogicalResult GroupedBlockQuantizeOp::verify() {
+  FailureOr<int64_t> groups = inputGroups(*this, getInput(), getMSplits());
+  if (failed(groups))
+    return failure();
+  int64_t blockDim = getBlockDim();
+  if (blockDim != 1 && blockDim != 2)
+    return emitOpError() << "'block_dim' must be 1 or 2, got " << blockDim;
+  if (getMSplits() && blockDim != 1)
+    return emitOpError() << "token segments ('m_splits' given) are cast in "
+                            "1-D blocks: 'block_dim' must be 1, got "
+                         << blockDim;
+  SmallVector<int64_t> shape(typeOf(getInput()).getShape());
+  if (getTranspose())
+    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+  RankedTensorType out = typeOf(getOutput());
+  if (!isFp8(out.getElementType()) || out.getShape() != ArrayRef(shape))
+    return emitOpError() << "'output' must be an f8E4M3FN or f8E5M2 tensor "
+                            "shaped like 'input'"
+                         << (getTranspose() ? " transposed per group" : "")
+                         << ", got " << out;
+  namespace layout = tejit::groupedblockscale;
+  SmallVector<int64_t> expected;
+  StringRef rule;
+  if (!getMSplits()) {
+    auto stacked = layout::stackedShape(*groups, shape[1], shape[2], blockDim);
+    expected.assign(stacked.begin(), stacked.end());
+    rule = "[G, s0, s1], s = te.block_quantize's scale shape of one group";
+  } else if (!getTranspose()) {
+    auto segments = layout::segmentsShape(shape[0], shape[1]);
+    expected.assign(segments.begin(), segments.end());
+    rule = "[ceil(K/128), T]";
+  } else {
+    auto segments = layout::transposedSegmentsShape(shape[0], shape[1], *groups);
+    expected.assign(segments.begin(), segments.end());
+    rule = "[ceil(T/128) + G, pad4(K)]";
+  }
+  RankedTensorType scale = typeOf(getScaleInv());
+  if (!scale.getElementType().isF32())
+    return emitOpError() << "'scale_inv' must be f32, got " << scale;
+  return expectShape(*this, getScaleInv(), "scale_inv", expected, rule);
+}
+
 LogicalResult GroupedAmaxOp::verify() {
   FailureOr<int64_t> groups = inputGroups(*this, getInput(), getMSplits());
   if (failed(groups))
@@ -211,10 +262,25 @@ LogicalResult GroupedScaledMatmulOp::verify() {
       isa<Float8E5M2Type>(b.getElementType()))
     return emitOpError() << "E5M2 x E5M2 GEMMs are not supported by FP8 "
                             "tensor cores";
-  if (failed(expectGroupVector(*this, getAScaleInv(), "a_scale_inv",
-                               *groups)) ||
-      failed(expectGroupVector(*this, getBScaleInv(), "b_scale_inv", *groups)))
-    return failure();
+  int64_t aScaling = getAScaling(), bScaling = getBScaling();
+  if (aScaling == 0 || bScaling == 0) {
+    if (failed(expectGroupVector(*this, getAScaleInv(), "a_scale_inv",
+                                 *groups)) ||
+        failed(
+            expectGroupVector(*this, getBScaleInv(), "b_scale_inv", *groups)))
+      return failure();
+  } else if (aScaling < 0 || bScaling < 0) {
+    return emitOpError()
+           << "'a_scale_inv' and 'b_scale_inv' must be f32 [G] or "
+              "te.grouped_block_quantize's block scales of the operands "
+              "(dialects/GroupedBlockScaleLayout.h), got "
+           << getAScaleInv().getType() << " and " << getBScaleInv().getType();
+  } else if (aScaling == 2 && bScaling == 2) {
+    return emitOpError() << "two 2-D block-scaled operands: cuBLASLt has no "
+                            "such GEMM";
+  } else if (getFastAccum()) {
+    return emitOpError() << "block-scaled GEMMs take no fast_accum";
+  }
   RankedTensorType out = typeOf(getOutput());
   if (!isHighPrecision(out.getElementType()))
     return emitOpError() << "'output' must be bf16, f16 or f32, got " << out;
@@ -236,4 +302,50 @@ LogicalResult GroupedScaledMatmulOp::verify() {
     return emitOpError() << "the contraction form takes no bias";
   return expectShape(*this, getOutput(), "output", {*groups, as[0], bs[0]},
                      "[num_gemms, M, N]");
+}
+
+/// How a grouped GEMM operand is scaled, read off its scale_inv: 0 = f32 [G],
+/// 1 or 2 = blocks in GroupedBlockScaleLayout.h's layout for that operand,
+/// -1 otherwise. `stacked` is b of the rows form ([G, N, K]); `segmentsOfRows`
+/// is a of the rows form ([T, K] in row segments); otherwise the operand is
+/// [R, T] in column segments (the contraction form).
+static int64_t groupedScaling(Value scaleInv, Value operand, int64_t groups,
+                              bool stacked, bool segmentsOfRows) {
+  namespace layout = tejit::groupedblockscale;
+  auto scale = dyn_cast<RankedTensorType>(scaleInv.getType());
+  if (!scale || !scale.getElementType().isF32())
+    return -1;
+  ArrayRef<int64_t> dims = scale.getShape(), shape = typeOf(operand).getShape();
+  if (dims == ArrayRef<int64_t>{groups})
+    return 0;
+  if (stacked) {
+    if (shape.size() != 3)
+      return -1;
+    int64_t found = -1;
+    for (int64_t blockDim : {1, 2}) {
+      auto expected = layout::stackedShape(groups, shape[1], shape[2], blockDim);
+      if (dims == ArrayRef<int64_t>(expected))
+        found = found == -1 ? blockDim : -1;
+    }
+    return found;
+  }
+  if (shape.size() != 2)
+    return -1;
+  std::array<int64_t, 2> expected =
+      segmentsOfRows ? layout::segmentsShape(shape[0], shape[1])
+                     : layout::transposedSegmentsShape(shape[0], shape[1],
+                                                       groups);
+  return dims == ArrayRef<int64_t>(expected) ? 1 : -1;
+}
+
+int64_t GroupedScaledMatmulOp::getAScaling() {
+  int64_t groups = typeOf(getMSplits()).getDimSize(0);
+  return groupedScaling(getAScaleInv(), getA(), groups, /*stacked=*/false,
+                        /*segmentsOfRows=*/isRowsForm());
+}
+
+int64_t GroupedScaledMatmulOp::getBScaling() {
+  int64_t groups = typeOf(getMSplits()).getDimSize(0);
+  return groupedScaling(getBScaleInv(), getB(), groups,
+                        /*stacked=*/isRowsForm(), /*segmentsOfRows=*/false);
 }
