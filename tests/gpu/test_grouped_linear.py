@@ -13,7 +13,11 @@ reference multiplies what tejit's FP8 GEMMs multiply: each segment of the
 input, each weight and each segment of dy cast with its own group's scale
 (run_layer_tests.Fp8Emulator, one tensor name per group and role:
 DelayedScaling's per-slot state and its update, or Float8CurrentScaling's
-amax of the group), then dequantized. Elementwise comparisons with the
+amax of the group), then dequantized. Under Float8BlockScaling each
+segment and weight is cast block by block as a tensor of its own (TE's
+split quantize), and the backward's GEMMs multiply copies cast transposed:
+W^T for dgrad, each segment's x^T and dy^T for wgrad (blocks along the
+segment's tokens, counted from its first row). Elementwise comparisons with the
 layer suite's tolerances (run_layer_tests.compare and its allowance for
 rounding-boundary outliers): TE's bf16 / fp16 ones without a recipe, E4M3
 forward and E5M2 (HYBRID) or E4M3 gradients under FP8.
@@ -28,7 +32,8 @@ an empty expert's input and gradient slots left at 1 (nothing recorded).
 
 Cases: no recipe in bf16 and fp16 (splits that are no multiples of 16),
 DelayedScaling HYBRID and E4M3 (three steps: the scales update),
-Float8CurrentScaling; splits with an empty expert, unequal splits, one
+Float8CurrentScaling, Float8BlockScaling (TE's default, and HYBRID with
+1-D weight blocks and float32 scales); splits with an empty expert, unequal splits, one
 GEMM; a token count that is no multiple of 64 (the module pads to one);
 the full size (G=8, 4096 -> 2048 per expert, 16384 routed tokens). Then
 the state_dict's weight{i}/bias{i} and FP8 meta state (a copy loaded from
@@ -37,11 +42,11 @@ tensor, is_first_microbatch, return_bias, a replaced parameter (stacked
 per call), 3-D inputs, an input without tokens, program sharing across
 token counts, Fp8Padding -> GroupedLinear -> Fp8Unpadding under FP8, and
 the refusals (bad m_splits, splits no multiple of 16 under FP8,
-Float8BlockScaling).
+Float8BlockScaling with 2-D token blocks).
 
 fuse_wgrad_accumulation (Megatron-LM's main_grads, TE's semantics), no
-recipe and DelayedScaling, two steps each (the sums accumulate): every
-weight{i}.main_grad ends at its initial random value + the sum of the
+recipe, DelayedScaling and Float8BlockScaling, two steps each (the sums
+accumulate): every weight{i}.main_grad ends at its initial random value + the sum of the
 reference's float64 dW_i over the steps (float32 main_grads: the added
 part compared per expert, an empty expert's left exactly as it was;
 bfloat16 ones as a whole), with the main_grads views of one buffer in
@@ -91,6 +96,20 @@ def current():
     return recipe.Float8CurrentScaling(fp8_format=recipe.Format.HYBRID)
 
 
+def block():
+    """TE's default Float8BlockScaling: E4M3, 1-D x and grad blocks, 2-D
+    weight tiles, power-of-2 scales."""
+    return recipe.Float8BlockScaling()
+
+
+def block_hybrid_w1():
+    """Float8BlockScaling with HYBRID (E5M2 grads), 1-D weight blocks and
+    float32 scales."""
+    return recipe.Float8BlockScaling(fp8_format=recipe.Format.HYBRID,
+                                     w_block_scaling_dim=1,
+                                     use_f32_scales=True)
+
+
 # name -> (params dtype, recipe factory or None, steps)
 RECIPES = {
     "bf16": (BF16, None, 2),
@@ -98,6 +117,8 @@ RECIPES = {
     "delayed-hybrid": (BF16, hybrid, 3),
     "delayed-e4m3": (BF16, delayed_e4m3, 3),
     "current": (BF16, current, 2),
+    "block": (BF16, block, 2),
+    "block-hybrid-w1": (BF16, block_hybrid_w1, 2),
 }
 FP8_RECIPES = [name for name, (_, factory, _) in RECIPES.items() if factory]
 # name -> splits (multiples of 16, so that every recipe takes them).
@@ -158,10 +179,17 @@ class Reference:
         self.emulator = (layers.Fp8Emulator(fp8_recipe.to_spec())
                          if fp8_recipe is not None else None)
 
-    def cast(self, name, value, direction):
+    def cast(self, name, value, direction, transpose=False):
+        """What an FP8 GEMM multiplies of `value`, dequantized. Under
+        Float8BlockScaling each segment (weight) is cast as a tensor of
+        its own, and the backward's GEMMs read copies cast transposed
+        (`transpose`: blocks along the other dim); the other recipes have
+        one cast per tensor and ignore `transpose`."""
         if self.emulator is None or value.shape[0] == 0:
             return value  # an empty segment records nothing
-        return self.emulator.quantize(name, value, direction, F64)
+        return self.emulator.quantize(
+            name, value, direction, F64,
+            transpose=transpose and self.emulator.block)
 
     def step(self, module, x, dy, splits, with_bias=True):
         """(y, dx, [dW_g], [db_g] or None) of one training step on `x`
@@ -178,6 +206,12 @@ class Reference:
         segments = list(zip(bounds[:-1], bounds[1:]))
         xq = [self.cast(f"gemm{g}.input", x[a:b], "fwd")
               for g, (a, b) in enumerate(segments)]
+        # What the backward's GEMMs read (transposed casts under block
+        # scaling: W^T for dgrad, x^T and dy^T for wgrad).
+        wq_t = [self.cast(f"gemm{g}.weight", w, "fwd", transpose=True)
+                for g, w in enumerate(weights)]
+        xq_t = [self.cast(f"gemm{g}.input", x[a:b], "fwd", transpose=True)
+                for g, (a, b) in enumerate(segments)]
         ys = []
         for g, (a, b) in enumerate(segments):
             y = xq[g] @ wq[g].T
@@ -188,8 +222,11 @@ class Reference:
             self.emulator.end_forward()
         dyq = [self.cast(f"gemm{g}.grad_output", dy[a:b], "bwd")
                for g, (a, b) in enumerate(segments)]
-        dx = torch.cat([dyq[g] @ wq[g] for g in range(len(splits))])
-        dws = [dyq[g].T @ xq[g] for g in range(len(splits))]
+        dyq_t = [self.cast(f"gemm{g}.grad_output", dy[a:b], "bwd",
+                           transpose=True)
+                 for g, (a, b) in enumerate(segments)]
+        dx = torch.cat([dyq[g] @ wq_t[g] for g in range(len(splits))])
+        dws = [dyq_t[g].T @ xq_t[g] for g in range(len(splits))]
         dbs = ([dy[a:b].sum(0) for a, b in segments]
                if biases[0] is not None else None)
         if self.emulator is not None:
@@ -320,7 +357,7 @@ def test_odd_splits_without_fp8(recipe_name):
 
 
 @pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid",
-                                         "current"])
+                                         "current", "block"])
 def test_full_size(recipe_name):
     """G=8 experts, 4096 -> 2048 each, 16384 routed tokens in unequal
     splits (multiples of 16), against the float64 reference."""
@@ -454,7 +491,7 @@ def test_inference_matches_reference():
     """Forwards under torch.no_grad() (the inference program) for each
     precision."""
     splits = SPLITS["empty-expert"]
-    for name in ("bf16", "delayed-hybrid", "current"):
+    for name in ("bf16", "delayed-hybrid", "current", "block"):
         dtype, factory, _ = RECIPES[name]
         fp8_recipe = factory() if factory else None
         module = build(4, dtype)
@@ -619,7 +656,7 @@ def check_main_grads(module, start, totals, tol, what, whole=False):
 
 
 @pytest.mark.parametrize("layout", MAIN_GRAD_LAYOUTS)
-@pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid"])
+@pytest.mark.parametrize("recipe_name", ["bf16", "delayed-hybrid", "block"])
 def test_fuse_wgrad_accumulation(recipe_name, layout):
     """Float32 main_grads over two steps, an empty expert among the
     experts (its main_grad unchanged)."""
@@ -844,14 +881,33 @@ def test_fp8_needs_multiples_of_16():
     module(x, [24, 8, 32])  # fine without FP8
 
 
-def test_block_scaling_is_refused():
+def test_block_scaling_token_blocks_must_be_1d():
+    """Float8BlockScaling runs with 1-D blocks for the token segments;
+    2-D ones are refused, naming the field."""
     module = build(2, BF16)
     x = torch.randn(64, IN, device="cuda", dtype=BF16)
-    with te.fp8_autocast(enabled=True,
-                         fp8_recipe=recipe.Float8BlockScaling()):
-        with pytest.raises(NotImplementedError) as caught:
-            module(x, [32, 32])
-    assert "Float8BlockScaling" in str(caught.value)
+    for field in ("x_block_scaling_dim", "grad_block_scaling_dim"):
+        fp8_recipe = recipe.Float8BlockScaling(w_block_scaling_dim=1,
+                                               **{field: 2})
+        with te.fp8_autocast(enabled=True, fp8_recipe=fp8_recipe):
+            with pytest.raises(NotImplementedError) as caught:
+                module(x, [32, 32])
+        assert field in str(caught.value), str(caught.value)
+
+
+def test_block_scaling_holds_no_meta_state():
+    """Float8BlockScaling scales each block from its own amax: the module
+    keeps no FP8 meta state, and two identical steps give the same bits."""
+    splits = SPLITS["unequal"]
+    module = build(4, BF16)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    first = module_step(module, x, dy, splits, block())
+    second = module_step(module, x, dy, splits, block())
+    assert not any(k.startswith("fp8_meta.") for k in module.state_dict())
+    assert torch.equal(first[0], second[0])
+    assert torch.equal(first[1], second[1])
+    assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
 
 
 def test_constructor_refusals():

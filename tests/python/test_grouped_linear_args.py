@@ -151,10 +151,14 @@ class ConstructorTest(unittest.TestCase):
         grouped.check_recipe(None)
         grouped.check_recipe(recipe.DelayedScaling())
         grouped.check_recipe(recipe.Float8CurrentScaling())
-        self.assertRefused(NotImplementedError,
-                           lambda: grouped.check_recipe(
-                               recipe.Float8BlockScaling()),
-                           "Float8BlockScaling", "DelayedScaling")
+        grouped.check_recipe(recipe.Float8BlockScaling())
+        grouped.check_recipe(recipe.Float8BlockScaling(w_block_scaling_dim=1))
+        for field in ("x_block_scaling_dim", "grad_block_scaling_dim"):
+            block = recipe.Float8BlockScaling(
+                w_block_scaling_dim=1, **{field: 2})
+            self.assertRefused(NotImplementedError,
+                               lambda: grouped.check_recipe(block),
+                               "Float8BlockScaling", field, "1-D")
 
 
 class SplitsTest(unittest.TestCase):

@@ -95,17 +95,23 @@ def check_fp8_model_init(fp8_init, owner=OWNER):
 
 
 def check_recipe(recipe, owner=OWNER):
-    """Float8BlockScaling (and the recipes tejit does not run) refused
-    before anything compiles; DelayedScaling and Float8CurrentScaling
-    pass. `recipe` is a tejit.common.recipe object or None."""
+    """The recipes the grouped GEMMs run: DelayedScaling,
+    Float8CurrentScaling and Float8BlockScaling with 1-D blocks for the
+    token segments (x and grad; weights 1-D or 2-D). Anything else is
+    refused before anything compiles. `recipe` is a tejit.common.recipe
+    object or None."""
     if recipe is None:
         return
     block = getattr(recipe, "float8_block_scaling", None)
-    if block is not None and block():
-        raise NotImplementedError(
-            f"{owner} under fp8_autocast with Float8BlockScaling is not "
-            f"supported by tejit yet (no block-scaled grouped GEMMs); use "
-            f"DelayedScaling or Float8CurrentScaling")
+    if block is None or not block():
+        return
+    for field in ("x_block_scaling_dim", "grad_block_scaling_dim"):
+        dim = getattr(recipe, field)
+        if dim != 1:
+            raise NotImplementedError(
+                f"{owner} under Float8BlockScaling({field}={dim}) is not "
+                f"supported by tejit: the token segments of each GEMM are "
+                f"cast in 1-D blocks; use {field}=1 (TE's default)")
 
 
 def split_list(m_splits, num_gemms, owner=OWNER):

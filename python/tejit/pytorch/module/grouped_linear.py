@@ -66,8 +66,11 @@ class GroupedLinear(TransformerEngineBaseModule):
     Precision: no recipe (the GEMMs in the activation dtype),
     DelayedScaling (per-GEMM scaling state in the module's FP8 meta state,
     `fp8_meta.*` in the state_dict: the G input slots then the G weight
-    slots forward, the G gradient slots backward) or Float8CurrentScaling.
-    Float8BlockScaling, fp8_model_init, tensor parallelism (tp_size > 1),
+    slots forward, the G gradient slots backward), Float8CurrentScaling
+    or Float8BlockScaling (DeepSeek-V3's: each expert's tokens cast in 1-D
+    blocks of 128 as their own tensor, the weights in 128 x 128 tiles or
+    1-D blocks; no meta state; x/grad_block_scaling_dim=2 is refused).
+    fp8_model_init, tensor parallelism (tp_size > 1),
     userbuffers overlap, delay_wgrad_compute and save_original_input are
     refused (NotImplementedError naming them).
     sequence_parallel and parallel_mode change nothing at tp_size 1 (TE's
