@@ -33,6 +33,17 @@ Rows (--rows picks some, by key; the speed-ups are of the first row):
   compile-fp8       torch.compile of the loop with torch_peers.Fp8Linear
                     per expert (torch._scaled_mm, tensorwise current
                     scaling: E4M3 forward operands, E5M2 gradients)
+Rows for Float8BlockScaling (DeepSeek-V3's recipe; not run unless named
+with --rows; with either, every split is a multiple of 128, as the
+blockwise peer needs):
+  tejit-block        te.GroupedLinear under Float8BlockScaling (TE's
+                     defaults: E4M3, 1x128 blocks for x and dy, 128 x 128
+                     weight tiles, power-of-2 scales)
+  compile-fp8-block  torch.compile of the loop with
+                     torch_peers.BlockwiseFp8Linear per expert (the same
+                     numerics through torch._scaled_mm's blockwise
+                     scaling), where torch_peers.blockwise_support() finds
+                     it usable (otherwise skipped and the reason printed)
 Rows for Megatron-LM's main_grads (float32 weight{i}.main_grad, to which
 each step adds its gradients; not run unless named with --rows):
   tejit-main-grad           tejit-delayed with fuse_wgrad_accumulation,
@@ -94,7 +105,10 @@ ROWS = {  # key -> label
     "tejit-main-grad-reversed": "tejit FP8 DelayedScaling, main_grads "
                                 "fused (reversed: per-expert pointers)",
     "tejit-grad-add": "tejit FP8 DelayedScaling + main_grad.add_",
+    "tejit-block": "tejit FP8 Float8BlockScaling",
+    "compile-fp8-block": "torch.compile FP8 blockwise loop (_scaled_mm)",
 }
+BLOCK_ROWS = ("tejit-block", "compile-fp8-block")
 DEFAULT_ROWS = ["tejit-delayed", "tejit-current", "tejit-bf16", "loop-bf16",
                 "grouped-mm-bf16", "compile-bf16", "compile-fp8"]
 # The main_grad rows: where the main_grads lie, and whether the program
@@ -109,18 +123,22 @@ TEJIT_RECIPES = {
     "tejit-current": lambda: recipe.Float8CurrentScaling(
         fp8_format=recipe.Format.HYBRID),
     "tejit-bf16": lambda: None,
+    "tejit-block": lambda: recipe.Float8BlockScaling(),
 }
 for _key in MAIN_GRAD_ROWS:
     TEJIT_RECIPES[_key] = TEJIT_RECIPES["tejit-delayed"]
 SPLIT_ALIGNMENT = 16  # FP8's (Fp8Padding's) multiple
+# The blockwise peer casts each expert's tokens transposed in 1 x 128
+# blocks of whole 128-token columns.
+BLOCK_SPLIT_ALIGNMENT = 128
 
 
-def routed_splits(size, balanced, seed=1234):
+def routed_splits(size, balanced, seed=1234, alignment=SPLIT_ALIGNMENT):
     """Tokens per expert, multiples of 16 summing to the size's tokens:
     equal, or a fixed unequal draw (shares between 0.5 and 1.5 of the
     mean, as a router's load varies)."""
     experts, tokens = size["experts"], size["tokens"]
-    units = tokens // SPLIT_ALIGNMENT
+    units = tokens // alignment
     if balanced:
         shares = [1.0] * experts
     else:
@@ -128,7 +146,7 @@ def routed_splits(size, balanced, seed=1234):
         shares = (torch.rand(experts, generator=generator) + 0.5).tolist()
     counts = [int(units * s / sum(shares)) for s in shares]
     counts[0] += units - sum(counts)
-    return [c * SPLIT_ALIGNMENT for c in counts]
+    return [c * alignment for c in counts]
 
 
 def step_flops(size):
@@ -235,8 +253,9 @@ def build_model(key, size, splits):
     if key == "grouped-mm-bf16":
         model = GroupedMm(g, h, f, splits, **factory)
     else:
-        linear = (torch_peers.Fp8Linear if key == "compile-fp8"
-                  else torch.nn.Linear)
+        linear = {"compile-fp8": torch_peers.Fp8Linear,
+                  "compile-fp8-block": torch_peers.BlockwiseFp8Linear}.get(
+                      key, torch.nn.Linear)
         model = ExpertLoop(g, h, f, splits, linear=linear, **factory)
     model = model.train()
     if key.startswith("compile-"):
@@ -282,7 +301,9 @@ def comparisons(summary):
     if fp8:
         best = min(fp8, key=lambda e: e["median_ms"])["key"]
         pairs += [(best, "compile-fp8"), (best, "tejit-bf16")]
-    pairs += [("tejit-main-grad", "tejit-grad-add"),
+    pairs += [("tejit-block", "compile-fp8-block"),
+              ("tejit-block", "tejit-delayed"),
+              ("tejit-main-grad", "tejit-grad-add"),
               ("tejit-main-grad", "tejit-main-grad-reversed")]
     for ours, peer in pairs:
         if ours in by_key and peer in by_key:
@@ -311,7 +332,10 @@ def main():
         print("no CUDA device visible to PyTorch")
         return 1
     size = SIZES["small" if args.small else "full"]
-    splits = routed_splits(size, args.balanced)
+    block_rows = any(key in BLOCK_ROWS for key in args.rows)
+    splits = routed_splits(size, args.balanced,
+                           alignment=(BLOCK_SPLIT_ALIGNMENT if block_rows
+                                      else SPLIT_ALIGNMENT))
     env = bench_block_scaling.environment()
     print(f"{env['gpu']} (driver {env['driver']}), torch {env['torch']} "
           f"(CUDA {env['cuda']}), tejit {env['tejit']}; sizes {size}, "
@@ -324,6 +348,11 @@ def main():
         if reason is not None:
             skipped["grouped-mm-bf16"] = reason
             print(f"grouped-mm-bf16 skipped: {reason}", flush=True)
+    if "compile-fp8-block" in args.rows:
+        reason = torch_peers.blockwise_support()
+        if reason is not None:
+            skipped["compile-fp8-block"] = reason
+            print(f"compile-fp8-block skipped: {reason}", flush=True)
     # The rows built, timed in interleaved rounds, and released.
     rows = bench_block_scaling.run_block(
         BLOCK, size, args, skipped,
