@@ -263,6 +263,12 @@ LogicalResult GroupedScaledMatmulOp::verify() {
     return emitOpError() << "E5M2 x E5M2 GEMMs are not supported by FP8 "
                             "tensor cores";
   int64_t aScaling = getAScaling(), bScaling = getBScaling();
+  if ((aScaling == 0 && bScaling > 0) || (aScaling > 0 && bScaling == 0))
+    return emitOpError() << "'a_scale_inv' and 'b_scale_inv' must both be "
+                            "f32 [G] (one scale per group) or both block "
+                            "scales, got "
+                         << getAScaleInv().getType() << " and "
+                         << getBScaleInv().getType();
   if (aScaling == 0 || bScaling == 0) {
     if (failed(expectGroupVector(*this, getAScaleInv(), "a_scale_inv",
                                  *groups)) ||

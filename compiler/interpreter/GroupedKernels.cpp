@@ -52,7 +52,7 @@ tejit::interp::segmentOffsets(const Tensor &mSplits) {
 }
 
 /// Rows [begin, end) of a matrix.
-static Tensor rowRange(const Tensor &x, int64_t begin, int64_t end) {
+Tensor tejit::interp::rowRange(const Tensor &x, int64_t begin, int64_t end) {
   assert(x.shape.size() == 2 && 0 <= begin && begin <= end &&
          end <= x.shape[0] && "rows out of range");
   int64_t cols = x.shape[1];
@@ -62,7 +62,7 @@ static Tensor rowRange(const Tensor &x, int64_t begin, int64_t end) {
 }
 
 /// Copies the matrix `rows` into `out` from row `begin` on.
-static void writeRows(Tensor &out, int64_t begin, const Tensor &rows) {
+void tejit::interp::writeRows(Tensor &out, int64_t begin, const Tensor &rows) {
   assert(out.shape.size() == 2 && rows.shape.size() == 2 &&
          out.shape[1] == rows.shape[1] &&
          begin + rows.shape[0] <= out.shape[0] && "rows out of range");
@@ -71,7 +71,7 @@ static void writeRows(Tensor &out, int64_t begin, const Tensor &rows) {
 }
 
 /// Slice g of a stacked tensor [G, ...]: a tensor of the trailing dims.
-static Tensor groupOf(const Tensor &stack, int64_t g) {
+Tensor tejit::interp::groupOf(const Tensor &stack, int64_t g) {
   llvm::SmallVector<int64_t> shape(stack.shape.begin() + 1, stack.shape.end());
   Tensor result = Tensor::zeros(shape);
   int64_t size = result.numElements();
@@ -80,7 +80,7 @@ static Tensor groupOf(const Tensor &stack, int64_t g) {
 }
 
 /// Copies `slice` into slice g of the stacked tensor `out`.
-static void writeGroup(Tensor &out, int64_t g, const Tensor &slice) {
+void tejit::interp::writeGroup(Tensor &out, int64_t g, const Tensor &slice) {
   int64_t size = slice.numElements();
   assert(out.numElements() == out.shape[0] * size && "slice shapes differ");
   std::copy(slice.data.begin(), slice.data.end(), out.data.begin() + g * size);

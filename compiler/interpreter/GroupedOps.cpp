@@ -3,13 +3,16 @@
 // te.grouped_linear (the layer op, from its definition) and the ops it
 // lowers to: te.grouped_matmul, te.grouped_bias_grad, te.grouped_quantize,
 // te.grouped_amax and te.grouped_scaled_matmul, on the kernels of
-// GroupedKernels.cpp. `m_splits` holds its values only at run time, so each
-// op checks them first (docs/grouped-linear.md): integers >= 0 summing to at
-// most the rows they cut, and multiples of 16 where an FP8 GEMM reads the
-// segments (te.grouped_quantize with `m_splits`, te.grouped_scaled_matmul,
-// and te.grouped_linear / te.grouped_matmul with an `fp8_recipe`, which
-// their lowering turns into those). The interpreter computes exactly, as
-// everywhere: f32 accumulation and fast_accum are a GPU's, not modelled.
+// GroupedKernels.cpp; under Float8BlockScaling te.grouped_block_quantize and
+// te.grouped_scaled_matmul with block scales, on those of
+// GroupedBlockScalingKernels.cpp. `m_splits` holds its values only at run
+// time, so each op checks them first (docs/grouped-linear.md): integers >= 0
+// summing to at most the rows they cut, and multiples of 16 where an FP8
+// GEMM reads the segments (te.grouped_quantize and te.grouped_block_quantize
+// with `m_splits`, te.grouped_scaled_matmul, and te.grouped_linear /
+// te.grouped_matmul with an `fp8_recipe`, which their lowering turns into
+// those). The interpreter computes exactly, as everywhere: f32 accumulation
+// and fast_accum are a GPU's, not modelled.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/interpreter/Frame.h"
@@ -106,6 +109,41 @@ static LogicalResult runOp(te::GroupedQuantizeOp op, Frame &frame) {
   return frame.set(op, op.getAmax(), std::move(cast.amax));
 }
 
+static LogicalResult runOp(te::GroupedBlockQuantizeOp op, Frame &frame) {
+  // The segments layout also relies on 16-aligned segments: a segment's
+  // te.block_quantize scales [ceil(K/128), pad4(m_g)] fill its m_g columns.
+  FailureOr<SmallVector<int64_t>> offsets =
+      inputSegments(op, op.getInput(), op.getMSplits(), /*fp8=*/true, frame);
+  if (failed(offsets))
+    return failure();
+  Type element =
+      cast<RankedTensorType>(op.getOutput().getType()).getElementType();
+  BlockQuantized cast = groupedBlockQuantize(
+      frame.get(op.getInput()), *offsets, op.getBlockDim(), op.getTranspose(),
+      op.getPower_2Scale(),
+      isa<Float8E5M2Type>(element) ? Fp8Kind::E5M2 : Fp8Kind::E4M3);
+  if (failed(frame.set(op, op.getOutput(), std::move(cast.output))))
+    return failure();
+  return frame.set(op, op.getScaleInv(), std::move(cast.scaleInv));
+}
+
+/// te.grouped_scaled_matmul with block scales, after the run-time checks.
+/// The verifier has made both operands block-scaled, a in 1-D blocks.
+static LogicalResult runBlockScaled(te::GroupedScaledMatmulOp op,
+                                    ArrayRef<int64_t> offsets, Frame &frame) {
+  const Tensor &a = frame.get(op.getA()), &b = frame.get(op.getB());
+  const Tensor &aScaleInv = frame.get(op.getAScaleInv()),
+               &bScaleInv = frame.get(op.getBScaleInv());
+  if (op.isRowsForm())
+    return frame.set(op, op.getOutput(),
+                     groupedBlockScaledMatmulRows(
+                         a, b, aScaleInv, bScaleInv, op.getBScaling(), offsets,
+                         frame.getOptional(op.getBias())));
+  return frame.set(
+      op, op.getOutput(),
+      groupedBlockScaledMatmulContraction(a, b, aScaleInv, bScaleInv, offsets));
+}
+
 static LogicalResult runOp(te::GroupedScaledMatmulOp op, Frame &frame) {
   const Tensor &a = frame.get(op.getA()), &b = frame.get(op.getB());
   const Tensor &aScaleInv = frame.get(op.getAScaleInv()),
@@ -116,6 +154,8 @@ static LogicalResult runOp(te::GroupedScaledMatmulOp op, Frame &frame) {
       segments(op, op.getMSplits(), a.shape[rows ? 0 : 1], /*fp8=*/true, frame);
   if (failed(offsets))
     return failure();
+  if (op.getAScaling() != 0)
+    return runBlockScaled(op, *offsets, frame);
   if (rows)
     return frame.set(op, op.getOutput(),
                      groupedScaledMatmulRows(a, b, aScaleInv, bScaleInv,
@@ -130,7 +170,7 @@ LogicalResult tejit::interp::runGroupedOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case<te::GroupedLinearOp, te::GroupedMatmulOp, te::GroupedBiasGradOp,
             te::GroupedAmaxOp, te::GroupedQuantizeOp,
-            te::GroupedScaledMatmulOp>(
+            te::GroupedBlockQuantizeOp, te::GroupedScaledMatmulOp>(
           [&](auto op) { return runOp(op, frame); })
       .Default([](Operation *op) {
         return op->emitOpError() << "is not supported by the te interpreter";

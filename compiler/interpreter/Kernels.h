@@ -292,6 +292,15 @@ std::string mSplitsError(const Tensor &mSplits, int64_t tokens, bool fp8);
 /// passed mSplitsError).
 llvm::SmallVector<int64_t> segmentOffsets(const Tensor &mSplits);
 
+/// Rows [begin, end) of a matrix.
+Tensor rowRange(const Tensor &x, int64_t begin, int64_t end);
+/// Copies the matrix `rows` into `out` from row `begin` on.
+void writeRows(Tensor &out, int64_t begin, const Tensor &rows);
+/// Slice g of a stacked tensor [G, ...]: a tensor of the trailing dims.
+Tensor groupOf(const Tensor &stack, int64_t g);
+/// Copies `slice` into slice g of the stacked tensor `out`.
+void writeGroup(Tensor &out, int64_t g, const Tensor &slice);
+
 /// te.grouped_matmul, rows form: `a[seg g] op(b[g]) (+ bias[g])` with a
 /// [T, K], b [G, K, N] ([G, N, K] with `transposeB`), bias [G, N] or null;
 /// the output [T, N].
@@ -339,6 +348,46 @@ Tensor groupedScaledMatmulContraction(const Tensor &a, const Tensor &b,
                                       const Tensor &aScaleInv,
                                       const Tensor &bScaleInv,
                                       llvm::ArrayRef<int64_t> offsets);
+
+//===----------------------------------------------------------------------===//
+// GroupedLinear under Float8BlockScaling (GroupedBlockScalingKernels.cpp)
+//
+// Each group is cast and multiplied as te.block_quantize and te.scaled_matmul
+// treat one matrix; the groups' scale inverses lie where
+// dialects/GroupedBlockScaleLayout.h puts them. Segments are 16-aligned (the
+// FP8 check of mSplitsError), so a segment's 1-D layout [ceil(K/128),
+// pad4(m_g)] fills exactly its range of the segments layout.
+//===----------------------------------------------------------------------===//
+
+/// te.grouped_block_quantize: each group cast by blockQuantize() as its own
+/// matrix. With `offsets`, x [T, K] in row segments, 1-D blocks: the output
+/// is [T, K], or [K, T] with `transpose` (segment g in columns [o_g,
+/// o_{g+1})), and the scale inverses are the segments (transposed segments)
+/// layout. Without, x [G, R, C]: the output [G, R, C] ([G, C, R]) and the
+/// stacked layout [G, s0, s1]. Padding rows (columns) and every scale no
+/// group owns are 0.
+BlockQuantized groupedBlockQuantize(const Tensor &x,
+                                    llvm::ArrayRef<int64_t> offsets,
+                                    int64_t blockDim, bool transpose,
+                                    bool power2, Fp8Kind kind);
+
+/// te.grouped_scaled_matmul with block scales, rows form: blockScaledMatmul()
+/// of each segment of a [T, K] (1-D blocks, segments layout) and b[g]
+/// ([G, N, K], `bScaling`-D blocks, stacked layout), plus bias[g] when
+/// given; the output [T, N], rows past the segments 0.
+Tensor groupedBlockScaledMatmulRows(const Tensor &a, const Tensor &b,
+                                    const Tensor &aScaleInv,
+                                    const Tensor &bScaleInv, int64_t bScaling,
+                                    llvm::ArrayRef<int64_t> offsets,
+                                    const Tensor *bias);
+/// te.grouped_scaled_matmul with block scales, contraction form:
+/// blockScaledMatmul() of columns [o_g, o_{g+1}) of a [M, T] and b [N, T],
+/// both 1-D blocks in the transposed segments layout; the output [G, M, N],
+/// 0 for an empty group.
+Tensor groupedBlockScaledMatmulContraction(const Tensor &a, const Tensor &b,
+                                           const Tensor &aScaleInv,
+                                           const Tensor &bScaleInv,
+                                           llvm::ArrayRef<int64_t> offsets);
 
 } // namespace tejit::interp
 

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,13 @@ Tensor transposed(const Tensor &x) {
   return ::testing::AssertionSuccess();
 }
 
+/// The elements of `x` as a matrix [n, 1]: rowsAreZero() of it checks a
+/// range of flat indices.
+Tensor asColumn(Tensor x) {
+  x.shape = {x.numElements(), 1};
+  return x;
+}
+
 /// One set of splits over T rows (padding rows past their sum).
 struct SplitCase {
   const char *name;
@@ -104,6 +112,49 @@ const SplitCase kFp8SplitCases[] = {
     {"Fp8Full", 64, {32, 16, 0, 16}},
     {"Fp8OneGroup", 48, {32}},
 };
+
+/// Float8BlockScaling splits: segments longer than a block of 128 tokens
+/// (with a short last block), an empty one, padding; segments of whole
+/// blocks; small segments; nothing but padding.
+const SplitCase kBlockSplitCases[] = {
+    {"LongSegmentsPadding", 400, {144, 0, 160, 32}},
+    {"WholeBlocks", 272, {16, 256}},
+    {"Fp8EmptyPadding", 80, {16, 0, 32, 16}},
+    {"AllPadding", 32, {0, 0}},
+};
+
+/// Elements along a block's side (docs/block-scaling.md).
+constexpr int64_t kBlockSide = 128;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t roundUpTo4(int64_t n) { return ceilDiv(n, 4) * 4; }
+
+/// te.block_quantize's scale_inv shape of a cast matrix [rows, cols]
+/// (docs/block-scaling.md): 1-D [ceil(cols/128), pad4(rows)], 2-D
+/// [ceil(rows/128), pad4(ceil(cols/128))].
+std::vector<int64_t> blockScaleShape(int64_t rows, int64_t cols,
+                                     int64_t blockDim) {
+  if (blockDim == 1)
+    return {ceilDiv(cols, kBlockSide), roundUpTo4(rows)};
+  return {ceilDiv(rows, kBlockSide), roundUpTo4(ceilDiv(cols, kBlockSide))};
+}
+
+/// c_0 = 0, c_1, ..., c_G: the 128-token blocks of the segments before each
+/// (the transposed segments layout, docs/grouped-linear.md).
+std::vector<int64_t> blocksBefore(const std::vector<int64_t> &splits) {
+  std::vector<int64_t> blocks = {0};
+  for (int64_t split : splits)
+    blocks.push_back(blocks.back() + ceilDiv(split, kBlockSide));
+  return blocks;
+}
+
+/// A float32 tensor of `shape` filled with NaN: scale inverses whose
+/// elements no group owns, so that reading one shows in a GEMM's output.
+Tensor nanTensor(const std::vector<int64_t> &shape) {
+  Tensor x = Tensor::zeros(shape);
+  std::fill(x.data.begin(), x.data.end(), kNaN);
+  return x;
+}
 
 class InterpreterGroupedTest : public InterpreterFp8OpsTest {
 protected:
@@ -183,6 +234,66 @@ func.func @f(%a: tensor<1xf32>) -> (tensor<1xf32>, tensor<1xf32>) {
     for (double &scale : scales.data)
       scale = float(logUniform(-3, 7, /*signed_=*/false));
     return scales;
+  }
+
+  /// te.block_quantize of the matrix `x` run by the interpreter: the cast
+  /// and its scale_inv.
+  std::pair<Tensor, Tensor> runBlockQuantize(const Tensor &x, int64_t blockDim,
+                                             bool transpose, bool power2,
+                                             const Fp8Type &type) {
+    int64_t rows = x.shape[transpose], cols = x.shape[!transpose];
+    std::string flags = std::string(transpose ? ", transpose" : "") +
+                        (power2 ? ", power_2_scale" : "");
+    mlir::func::FuncOp f = parse(substitute(
+        R"mlir(
+func.func @f(%x: $X) -> ($Q, $S) {
+  %q, %s = te.block_quantize %x {block_dim = $D : i64$FLAGS} : $X -> $Q, $S
+  return %q, %s : $Q, $S
+}
+)mlir",
+        {{"X", tensorType(x.shape, "bf16")},
+         {"Q", tensorType({rows, cols}, type.name)},
+         {"S", tensorType(blockScaleShape(rows, cols, blockDim))},
+         {"D", std::to_string(blockDim)},
+         {"FLAGS", flags}}));
+    std::vector<Tensor> out = f ? run(f, {x}) : std::vector<Tensor>();
+    if (out.size() != 2)
+      return {};
+    return {out[0], out[1]};
+  }
+
+  /// Random values whose magnitudes vary from row to row (2^U(-8, 8)) and
+  /// from one band of 32 columns to the next (2^U(-4, 4)), so that blocks
+  /// along either dim get scales of their own. Rows from `used` on are
+  /// padding (+-1000, paddedRandom()).
+  Tensor blockRandom(int64_t rows, int64_t cols, int64_t used) {
+    Tensor x = paddedRandom(rows, cols, used);
+    std::uniform_real_distribution<double> rowExp(-8, 8), bandExp(-4, 4);
+    std::vector<double> bands(ceilDiv(cols, 32));
+    for (double &band : bands)
+      band = bandExp(rng);
+    for (int64_t r = 0; r < used; ++r) {
+      double rowScale = std::exp2(rowExp(rng));
+      for (int64_t c = 0; c < cols; ++c)
+        x.data[r * cols + c] *= rowScale * std::exp2(bands[c / 32]);
+    }
+    return x;
+  }
+
+  /// A random FP8 tensor of `shape`.
+  Tensor fp8Random(const std::vector<int64_t> &shape,
+                   tejit::interp::Fp8Kind kind) {
+    Tensor x = Tensor::zeros(shape);
+    for (double &value : x.data)
+      value = randomFp8(kind);
+    return x;
+  }
+
+  /// A random float32 scale inverse, 2^U(-6, 6): sets `slot` unless an
+  /// earlier element of the same block set it.
+  void setScale(double &slot) {
+    if (std::isnan(slot))
+      slot = float(logUniform(-6, 6, /*signed_=*/false));
   }
 };
 
@@ -688,6 +799,491 @@ func.func @f(%x: tensor<80x32xbf16>, %m: tensor<4xi32>,
   }
   EXPECT_TRUE(rowsAreZero(out[1], c.used(), 80));
   EXPECT_FALSE(allClose(out[1], out[0])) << "the casts changed nothing";
+}
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling: te.grouped_block_quantize, te.grouped_scaled_matmul
+// with block scales. Layout formulas are written here from
+// docs/grouped-linear.md, not taken from GroupedBlockScaleLayout.h.
+//===----------------------------------------------------------------------===//
+
+TEST_F(InterpreterGroupedTest,
+       GroupedBlockQuantizeOfSegmentsIsBlockQuantizePerSegment) {
+  // Rowwise and transposed casts of x [T, K] in segments against
+  // te.block_quantize run on each segment as its own matrix, scattered by
+  // the segments and transposed segments layouts. K = 198: a full and a
+  // short block along K, and pad4(K) = 200 pads the transposed layout.
+  const int64_t k = 198, nb = ceilDiv(k, kBlockSide), kPad = roundUpTo4(k);
+  for (const SplitCase &c : kBlockSplitCases)
+    for (bool power2 : {true, false})
+      for (const Fp8Type &type : {kE4M3, kE5M2}) {
+        SCOPED_TRACE(std::string(c.name) + " " + type.name +
+                     (power2 ? " power_2_scale" : ""));
+        int64_t g = c.groups(), t = c.tokens;
+        std::vector<int64_t> rowScales = {nb, t},
+                             colScales = {ceilDiv(t, kBlockSide) + g, kPad};
+        mlir::func::FuncOp f = parse(substitute(
+            R"mlir(
+func.func @f(%x: $X, %m: $M) -> ($QR, $SR, $QT, $ST) {
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64$P}
+      : ($X, $M) -> ($QR, $SR)
+  %qt, %st = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, transpose$P}
+      : ($X, $M) -> ($QT, $ST)
+  return %q, %s, %qt, %st : $QR, $SR, $QT, $ST
+}
+)mlir",
+            {{"X", tensorType({t, k}, "bf16")},
+             {"M", tensorType({g}, "i32")},
+             {"QR", tensorType({t, k}, type.name)},
+             {"SR", tensorType(rowScales)},
+             {"QT", tensorType({k, t}, type.name)},
+             {"ST", tensorType(colScales)},
+             {"P", power2 ? ", power_2_scale" : ""}}));
+        ASSERT_TRUE(f);
+        Tensor x = blockRandom(t, k, c.used());
+        if (c.splits[0] >= 16) {
+          // A NaN, an all-zero row (scale 1) and an amax beyond float32.
+          x.data[5] = kNaN;
+          std::fill_n(x.data.begin() + k, k, 0.0);
+          x.data[2 * k + 150] = 1e39;
+        }
+        std::vector<Tensor> out = run(f, {x, splitsTensor(c.splits)});
+        ASSERT_EQ(out.size(), 4u);
+
+        Tensor q = Tensor::zeros({t, k}), s = Tensor::zeros(rowScales);
+        Tensor qt = Tensor::zeros({k, t}), st = Tensor::zeros(colScales);
+        std::vector<int64_t> offsets = offsetsOf(c.splits),
+                             blocks = blocksBefore(c.splits);
+        for (int64_t group = 0; group < g; ++group) {
+          int64_t begin = offsets[group], m = c.splits[group];
+          if (m == 0)
+            continue;
+          Tensor segment = rowsOf(x, begin, begin + m);
+          // Rowwise: [m, K] with scales [nb, m]; element (j, r) of segment
+          // g at nb * o_g + j * m_g + (r - o_g).
+          auto [rows, rowInv] =
+              runBlockQuantize(segment, 1, /*transpose=*/false, power2, type);
+          ASSERT_EQ(rowInv.numElements(), nb * m);
+          for (int64_t i = 0; i < m * k; ++i)
+            q.data[begin * k + i] = rows.data[i];
+          for (int64_t j = 0; j < nb; ++j)
+            for (int64_t r = 0; r < m; ++r)
+              s.data[nb * begin + j * m + r] = rowInv.data[j * m + r];
+          // Transposed: [K, m] in columns [o_g, o_g + m) of x^T, scales
+          // [ceil(m/128), pad4(K)]; element (j, r) at pad4(K) (c_g + j) + r.
+          auto [cols, colInv] =
+              runBlockQuantize(segment, 1, /*transpose=*/true, power2, type);
+          ASSERT_EQ(colInv.numElements(), ceilDiv(m, kBlockSide) * kPad);
+          for (int64_t r = 0; r < k; ++r)
+            for (int64_t i = 0; i < m; ++i)
+              qt.data[r * t + begin + i] = cols.data[r * m + i];
+          for (int64_t i = 0; i < colInv.numElements(); ++i)
+            st.data[kPad * blocks[group] + i] = colInv.data[i];
+        }
+        EXPECT_TRUE(allClose(out[0], q, 0, 0));
+        EXPECT_TRUE(allClose(out[1], s, 0, 0));
+        EXPECT_TRUE(allClose(out[2], qt, 0, 0));
+        EXPECT_TRUE(allClose(out[3], st, 0, 0));
+        // Padding: rows (columns) past the segments and the scales no
+        // segment owns are 0.
+        EXPECT_TRUE(rowsAreZero(out[0], c.used(), t));
+        EXPECT_TRUE(rowsAreZero(transposed(out[2]), c.used(), t));
+        EXPECT_TRUE(rowsAreZero(asColumn(out[1]), nb * c.used(), nb * t));
+        EXPECT_TRUE(rowsAreZero(out[3], blocks[g], colScales[0]));
+        if (c.used() == 0)
+          continue;
+        // Blocks have scales of their own: the data is not degenerate.
+        std::set<double> distinct(out[1].data.begin(), out[1].data.end());
+        EXPECT_GE(distinct.size(), 8u);
+        distinct = std::set<double>(out[3].data.begin(), out[3].data.end());
+        EXPECT_GE(distinct.size(), 8u);
+      }
+}
+
+TEST_F(InterpreterGroupedTest,
+       GroupedBlockQuantizeOfStackedIsBlockQuantizePerSlice) {
+  // Stacked weights [G, R, C] without m_splits: slice g as te.block_quantize
+  // casts it (1-D or 2-D, transposed or not), its scales at g * s0 * s1 of
+  // [G, s0, s1]. 136 x 150: partial tiles and blocks in both dims.
+  const int64_t g = 3, r = 136, cols = 150;
+  for (int64_t blockDim : {1, 2})
+    for (bool transpose : {false, true})
+      for (bool power2 : {true, false})
+        for (const Fp8Type &type : {kE4M3, kE5M2}) {
+          SCOPED_TRACE(std::to_string(blockDim) + "-D " + type.name +
+                       (transpose ? " transpose" : "") +
+                       (power2 ? " power_2_scale" : ""));
+          int64_t castRows = transpose ? cols : r,
+                  castCols = transpose ? r : cols;
+          std::vector<int64_t> one =
+              blockScaleShape(castRows, castCols, blockDim);
+          std::vector<int64_t> scales = {g, one[0], one[1]};
+          std::string flags = std::string(transpose ? ", transpose" : "") +
+                              (power2 ? ", power_2_scale" : "");
+          mlir::func::FuncOp f = parse(substitute(
+              R"mlir(
+func.func @f(%w: $W) -> ($Q, $S) {
+  %q, %s = te.grouped_block_quantize %w {block_dim = $D : i64$FLAGS}
+      : ($W) -> ($Q, $S)
+  return %q, %s : $Q, $S
+}
+)mlir",
+              {{"W", tensorType({g, r, cols}, "bf16")},
+               {"Q", tensorType({g, castRows, castCols}, type.name)},
+               {"S", tensorType(scales)},
+               {"D", std::to_string(blockDim)},
+               {"FLAGS", flags}}));
+          ASSERT_TRUE(f);
+          Tensor w = blockRandom(g * r, cols, g * r);
+          w.shape = {g, r, cols};
+          std::vector<Tensor> out = run(f, {w});
+          ASSERT_EQ(out.size(), 2u);
+          for (int64_t group = 0; group < g; ++group) {
+            auto [cast, inverse] = runBlockQuantize(sliceOf(w, group), blockDim,
+                                                    transpose, power2, type);
+            EXPECT_TRUE(allClose(sliceOf(out[0], group), cast, 0, 0)) << group;
+            EXPECT_TRUE(allClose(sliceOf(out[1], group), inverse, 0, 0))
+                << group;
+          }
+          std::set<double> distinct(out[1].data.begin(), out[1].data.end());
+          EXPECT_GE(distinct.size(), 4u);
+        }
+}
+
+TEST_F(InterpreterGroupedTest,
+       BlockScaledGroupedMatmulRowsDequantizesPerGroup) {
+  // Rows form: a [T, K] in the segments layout (1-D), b [G, N, K] stacked,
+  // 1-D or 2-D: each element of group g dequantized with the scale the
+  // layout formulas give, then multiplied in float64. Every scale no group
+  // owns is NaN, so a read of one shows. K = 208 (blocks of 128 and 80);
+  // N = 134: two tiles of rows, pad4 pads both stacked layouts.
+  const int64_t k = 208, n = 134, nb = ceilDiv(k, kBlockSide);
+  using tejit::interp::Fp8Kind;
+  for (const SplitCase &c : kBlockSplitCases)
+    for (int64_t bDim : {1, 2}) {
+      bool withBias = bDim == 2;
+      SCOPED_TRACE(std::string(c.name) + " b " + std::to_string(bDim) + "-D");
+      int64_t g = c.groups(), t = c.tokens;
+      std::vector<int64_t> one = blockScaleShape(n, k, bDim);
+      std::vector<int64_t> aScales = {nb, t}, bScales = {g, one[0], one[1]};
+      mlir::func::FuncOp f = parse(substitute(
+          R"mlir(
+func.func @f(%a: $A, %b: $B, %sa: $SA, %sb: $SB, %m: $M$OPTARG) -> $Y {
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m$OPTUSE
+      : ($A, $B, $SA, $SB, $M$OPTTYPE) -> $Y
+  return %y : $Y
+}
+)mlir",
+          {{"A", tensorType({t, k}, "f8E4M3FN")},
+           {"B", tensorType({g, n, k}, "f8E4M3FN")},
+           {"SA", tensorType(aScales)},
+           {"SB", tensorType(bScales)},
+           {"M", tensorType({g}, "i32")},
+           {"Y", tensorType({t, n}, "bf16")},
+           {"OPTARG", withBias ? ", %bias: " + tensorType({g, n}, "bf16") : ""},
+           {"OPTUSE", withBias ? " bias(%bias)" : ""},
+           {"OPTTYPE", withBias ? ", " + tensorType({g, n}, "bf16") : ""}}));
+      ASSERT_TRUE(f);
+      Tensor a = fp8Random({t, k}, Fp8Kind::E4M3),
+             b = fp8Random({g, n, k}, Fp8Kind::E4M3), bias = randomLike({g, n});
+      Tensor sa = nanTensor(aScales), sb = nanTensor(bScales);
+      std::vector<int64_t> offsets = offsetsOf(c.splits);
+      // a's element (row, col) of segment g: nb * o_g + (col / 128) m_g +
+      // (row - o_g).
+      auto aScale = [&](int64_t group, int64_t row, int64_t col) -> double & {
+        int64_t m = c.splits[group], o = offsets[group];
+        return sa.data[nb * o + col / kBlockSide * m + (row - o)];
+      };
+      // b[g]'s element (row, col): 1-D (col / 128, row), 2-D (row / 128,
+      // col / 128) of slice g of [G, s0, s1].
+      auto bScale = [&](int64_t group, int64_t row, int64_t col) -> double & {
+        int64_t index = bDim == 1
+                            ? col / kBlockSide * one[1] + row
+                            : row / kBlockSide * one[1] + col / kBlockSide;
+        return sb.data[group * one[0] * one[1] + index];
+      };
+      for (int64_t group = 0; group < g; ++group) {
+        for (int64_t row = offsets[group]; row < offsets[group + 1]; ++row)
+          for (int64_t col = 0; col < k; ++col)
+            setScale(aScale(group, row, col));
+        for (int64_t row = 0; row < n; ++row)
+          for (int64_t col = 0; col < k; ++col)
+            setScale(bScale(group, row, col));
+      }
+      std::vector<Tensor> args = {a, b, sa, sb, splitsTensor(c.splits)};
+      if (withBias)
+        args.push_back(bias);
+      std::vector<Tensor> out = run(f, args);
+      ASSERT_EQ(out.size(), 1u);
+      for (int64_t group = 0; group < g; ++group)
+        for (int64_t row = offsets[group]; row < offsets[group + 1]; ++row)
+          for (int64_t j = 0; j < n; ++j) {
+            double sum = withBias ? bias.data[group * n + j] : 0.0;
+            double magnitude = std::fabs(sum);
+            for (int64_t i = 0; i < k; ++i) {
+              double term = a.data[row * k + i] * aScale(group, row, i) *
+                            b.data[(group * n + j) * k + i] *
+                            bScale(group, j, i);
+              sum += term;
+              magnitude += std::fabs(term);
+            }
+            ASSERT_NEAR(out[0].data[row * n + j], sum, 1e-13 * magnitude)
+                << "row " << row << " col " << j;
+          }
+      EXPECT_TRUE(rowsAreZero(out[0], c.used(), t));
+      if (c.used() > 0)
+        EXPECT_GT(maxAbs(out[0]), 0.0);
+    }
+}
+
+TEST_F(InterpreterGroupedTest,
+       BlockScaledGroupedMatmulContractionDequantizesPerGroup) {
+  // Contraction form (wgrad): a = dy^T [M, T] (E5M2), b = x^T [N, T], both
+  // in the transposed segments layout: 1-D blocks of 128 columns counted
+  // from each segment's first column. M = 22, N = 18 pad to 24 and 20;
+  // scales no group owns are NaN.
+  const int64_t m = 22, n = 18;
+  using tejit::interp::Fp8Kind;
+  for (const SplitCase &c : kBlockSplitCases) {
+    SCOPED_TRACE(c.name);
+    int64_t g = c.groups(), t = c.tokens,
+            blockRows = ceilDiv(t, kBlockSide) + g;
+    std::vector<int64_t> aScales = {blockRows, roundUpTo4(m)},
+                         bScales = {blockRows, roundUpTo4(n)};
+    mlir::func::FuncOp f =
+        parse(substitute(R"mlir(
+func.func @f(%a: $A, %b: $B, %sa: $SA, %sb: $SB, %m: $M) -> $Y {
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : ($A, $B, $SA, $SB, $M) -> $Y
+  return %y : $Y
+}
+)mlir",
+                         {{"A", tensorType({m, t}, "f8E5M2")},
+                          {"B", tensorType({n, t}, "f8E4M3FN")},
+                          {"SA", tensorType(aScales)},
+                          {"SB", tensorType(bScales)},
+                          {"M", tensorType({g}, "i32")},
+                          {"Y", tensorType({g, m, n})}}));
+    ASSERT_TRUE(f);
+    Tensor a = fp8Random({m, t}, Fp8Kind::E5M2),
+           b = fp8Random({n, t}, Fp8Kind::E4M3);
+    Tensor sa = nanTensor(aScales), sb = nanTensor(bScales);
+    std::vector<int64_t> offsets = offsetsOf(c.splits),
+                         blocks = blocksBefore(c.splits);
+    // Element (row, col) of segment g of an operand with `rows` rows:
+    // pad4(rows) (c_g + (col - o_g) / 128) + row.
+    auto scaleOf = [&](Tensor &scales, int64_t rows, int64_t group, int64_t row,
+                       int64_t col) -> double & {
+      int64_t block = blocks[group] + (col - offsets[group]) / kBlockSide;
+      return scales.data[roundUpTo4(rows) * block + row];
+    };
+    for (int64_t group = 0; group < g; ++group)
+      for (int64_t col = offsets[group]; col < offsets[group + 1]; ++col) {
+        for (int64_t row = 0; row < m; ++row)
+          setScale(scaleOf(sa, m, group, row, col));
+        for (int64_t row = 0; row < n; ++row)
+          setScale(scaleOf(sb, n, group, row, col));
+      }
+    std::vector<Tensor> out = run(f, {a, b, sa, sb, splitsTensor(c.splits)});
+    ASSERT_EQ(out.size(), 1u);
+    for (int64_t group = 0; group < g; ++group)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double sum = 0.0, magnitude = 0.0;
+          for (int64_t col = offsets[group]; col < offsets[group + 1]; ++col) {
+            double term = a.data[i * t + col] * scaleOf(sa, m, group, i, col) *
+                          b.data[j * t + col] * scaleOf(sb, n, group, j, col);
+            sum += term;
+            magnitude += std::fabs(term);
+          }
+          // An empty group's output is exactly 0.
+          ASSERT_NEAR(out[0].data[(group * m + i) * n + j], sum,
+                      1e-13 * magnitude)
+              << "group " << group << " [" << i << ", " << j << "]";
+        }
+    if (c.used() > 0)
+      EXPECT_GT(maxAbs(out[0]), 0.0);
+  }
+}
+
+TEST_F(InterpreterGroupedTest, BlockScaledPipelineIsCloseToGroupedMatmuls) {
+  // GroupedLinear's three GEMMs under Float8BlockScaling (HYBRID) as
+  // docs/grouped-linear.md has te-place-scaling build them: x in 1-D
+  // segments (rowwise for fprop, transposed for wgrad), W in 2-D tiles
+  // (W^T for dgrad), dy in E5M2 rowwise (dgrad) and transposed (wgrad).
+  // Each within FP8's relative error of te.grouped_matmul on the
+  // high-precision operands, measured against the same GEMMs of |operands|.
+  const SplitCase c = kBlockSplitCases[0];
+  const int64_t t = c.tokens, k = 160, n = 136, g = c.groups();
+  mlir::func::FuncOp f = parse(substitute(
+      R"mlir(
+func.func @f(%x: $X, %m: $M, %w: $W, %b: $B, %dy: $Y)
+    -> ($Y, $X, $DW, $Y, $X, $DW) {
+  %y = te.grouped_matmul %x, %w, %m bias(%b) {transpose_b}
+      : ($X, $W, $M, $B) -> $Y
+  %dx = te.grouped_matmul %dy, %w, %m : ($Y, $W, $M) -> $X
+  %dw = te.grouped_matmul %dy, %x, %m {transpose_a} : ($Y, $X, $M) -> $DW
+  %qx, %sx = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, power_2_scale}
+      : ($X, $M) -> ($QX, $SX)
+  %qxt, %sxt = te.grouped_block_quantize %x, %m
+      {block_dim = 1 : i64, transpose, power_2_scale} : ($X, $M) -> ($QXT, $SXT)
+  %qw, %sw = te.grouped_block_quantize %w {block_dim = 2 : i64, power_2_scale}
+      : ($W) -> ($QW, $SW)
+  %qwt, %swt = te.grouped_block_quantize %w
+      {block_dim = 2 : i64, transpose, power_2_scale} : ($W) -> ($QWT, $SWT)
+  %qdy, %sdy = te.grouped_block_quantize %dy, %m
+      {block_dim = 1 : i64, power_2_scale} : ($Y, $M) -> ($QDY, $SDY)
+  %qdyt, %sdyt = te.grouped_block_quantize %dy, %m
+      {block_dim = 1 : i64, transpose, power_2_scale} : ($Y, $M) -> ($QDYT, $SDYT)
+  %y8 = te.grouped_scaled_matmul %qx, %qw, %sx, %sw, %m bias(%b)
+      : ($QX, $QW, $SX, $SW, $M, $B) -> $Y
+  %dx8 = te.grouped_scaled_matmul %qdy, %qwt, %sdy, %swt, %m
+      : ($QDY, $QWT, $SDY, $SWT, $M) -> $X
+  %dw8 = te.grouped_scaled_matmul %qdyt, %qxt, %sdyt, %sxt, %m
+      : ($QDYT, $QXT, $SDYT, $SXT, $M) -> $DW
+  return %y, %dx, %dw, %y8, %dx8, %dw8 : $Y, $X, $DW, $Y, $X, $DW
+}
+)mlir",
+      // Transposed names first: "$QX" would match the start of "$QXT".
+      {{"QXT", tensorType({k, t}, "f8E4M3FN")},
+       {"SXT", tensorType({ceilDiv(t, kBlockSide) + g, roundUpTo4(k)})},
+       {"QWT", tensorType({g, k, n}, "f8E4M3FN")},
+       {"SWT", tensorType({g, ceilDiv(k, kBlockSide),
+                           roundUpTo4(ceilDiv(n, kBlockSide))})},
+       {"QDYT", tensorType({n, t}, "f8E5M2")},
+       {"SDYT", tensorType({ceilDiv(t, kBlockSide) + g, roundUpTo4(n)})},
+       {"QX", tensorType({t, k}, "f8E4M3FN")},
+       {"SX", tensorType({ceilDiv(k, kBlockSide), t})},
+       {"QW", tensorType({g, n, k}, "f8E4M3FN")},
+       {"SW", tensorType({g, ceilDiv(n, kBlockSide),
+                          roundUpTo4(ceilDiv(k, kBlockSide))})},
+       {"QDY", tensorType({t, n}, "f8E5M2")},
+       {"SDY", tensorType({ceilDiv(n, kBlockSide), t})},
+       {"X", tensorType({t, k}, "bf16")},
+       {"Y", tensorType({t, n}, "bf16")},
+       {"W", tensorType({g, n, k}, "bf16")},
+       {"B", tensorType({g, n}, "bf16")},
+       {"DW", tensorType({g, n, k})},
+       {"M", tensorType({g}, "i32")}}));
+  ASSERT_TRUE(f);
+  // Segments of very different magnitudes: per-group (and per-block)
+  // scales matter.
+  Tensor x = paddedRandom(t, k, c.used()), dy = paddedRandom(t, n, c.used());
+  std::vector<int64_t> offsets = offsetsOf(c.splits);
+  for (int64_t group = 0; group < g; ++group) {
+    double factor = std::ldexp(1.0, 6 * group - 9);
+    for (int64_t i = offsets[group] * k; i < offsets[group + 1] * k; ++i)
+      x.data[i] *= factor;
+    for (int64_t i = offsets[group] * n; i < offsets[group + 1] * n; ++i)
+      dy.data[i] /= factor;
+  }
+  Tensor w = randomLike({g, n, k}, 0.1), b = randomLike({g, n});
+  Tensor m = splitsTensor(c.splits);
+  std::vector<Tensor> out = run(f, {x, m, w, b, dy});
+  ASSERT_EQ(out.size(), 6u);
+  // The high-precision GEMMs of the absolute values bound each sum.
+  auto absolute = [](Tensor x) {
+    for (double &value : x.data)
+      value = std::fabs(value);
+    return x;
+  };
+  std::vector<Tensor> bound =
+      run(f, {absolute(x), m, absolute(w), absolute(b), absolute(dy)});
+  ASSERT_EQ(bound.size(), 6u);
+  // E4M3 x E4M3 (fprop): 2^-4 relative per operand; E5M2 x E4M3: 2^-3 and
+  // 2^-4.
+  const double tolerance[3] = {0.13, 0.2, 0.2};
+  const char *names[3] = {"fprop", "dgrad", "wgrad"};
+  for (int gemm = 0; gemm < 3; ++gemm) {
+    SCOPED_TRACE(names[gemm]);
+    const Tensor &exact = out[gemm], &fp8 = out[gemm + 3];
+    ASSERT_EQ(exact.shape, fp8.shape);
+    for (size_t i = 0; i < exact.data.size(); ++i)
+      ASSERT_NEAR(fp8.data[i], exact.data[i],
+                  tolerance[gemm] * bound[gemm].data[i])
+          << "element " << i;
+    EXPECT_FALSE(allClose(fp8, exact)) << "the casts changed nothing";
+  }
+  EXPECT_TRUE(rowsAreZero(out[3], c.used(), t));
+  EXPECT_TRUE(rowsAreZero(out[4], c.used(), t));
+  EXPECT_TRUE(allClose(sliceOf(out[5], 1), Tensor::zeros({n, k}), 0, 0))
+      << "the empty group's wgrad is 0";
+}
+
+TEST_F(InterpreterGroupedTest, BlockScaledMSplitsAreCheckedAtRunTime) {
+  // te.grouped_block_quantize with m_splits (both layouts) and the
+  // block-scaled te.grouped_scaled_matmul (both forms) check m_splits as
+  // the other FP8 grouped ops: >= 0, sum <= T, multiples of 16.
+  mlir::func::FuncOp quantize = parse(R"mlir(
+func.func @quantize(%x: tensor<48x16xf32>, %m: tensor<3xi32>)
+    -> (tensor<48x16xf8E4M3FN>, tensor<1x48xf32>) {
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64}
+      : (tensor<48x16xf32>, tensor<3xi32>)
+        -> (tensor<48x16xf8E4M3FN>, tensor<1x48xf32>)
+  return %q, %s : tensor<48x16xf8E4M3FN>, tensor<1x48xf32>
+}
+)mlir",
+                                      "quantize");
+  mlir::func::FuncOp quantizeT = parse(R"mlir(
+func.func @quantize_t(%x: tensor<48x16xf32>, %m: tensor<3xi32>)
+    -> (tensor<16x48xf8E4M3FN>, tensor<4x16xf32>) {
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, transpose}
+      : (tensor<48x16xf32>, tensor<3xi32>)
+        -> (tensor<16x48xf8E4M3FN>, tensor<4x16xf32>)
+  return %q, %s : tensor<16x48xf8E4M3FN>, tensor<4x16xf32>
+}
+)mlir",
+                                       "quantize_t");
+  mlir::func::FuncOp rows = parse(R"mlir(
+func.func @rows(%a: tensor<48x16xf8E4M3FN>, %b: tensor<3x16x16xf8E4M3FN>,
+                %sa: tensor<1x48xf32>, %sb: tensor<3x1x16xf32>,
+                %m: tensor<3xi32>) -> tensor<48x16xf32> {
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<48x16xf8E4M3FN>, tensor<3x16x16xf8E4M3FN>, tensor<1x48xf32>,
+         tensor<3x1x16xf32>, tensor<3xi32>) -> tensor<48x16xf32>
+  return %y : tensor<48x16xf32>
+}
+)mlir",
+                                  "rows");
+  mlir::func::FuncOp contraction = parse(R"mlir(
+func.func @contraction(%a: tensor<16x48xf8E5M2>, %b: tensor<16x48xf8E4M3FN>,
+                       %s: tensor<4x16xf32>, %m: tensor<3xi32>)
+    -> tensor<3x16x16xf32> {
+  %y = te.grouped_scaled_matmul %a, %b, %s, %s, %m
+      : (tensor<16x48xf8E5M2>, tensor<16x48xf8E4M3FN>, tensor<4x16xf32>,
+         tensor<4x16xf32>, tensor<3xi32>) -> tensor<3x16x16xf32>
+  return %y : tensor<3x16x16xf32>
+}
+)mlir",
+                                         "contraction");
+  ASSERT_TRUE(quantize && quantizeT && rows && contraction);
+  Tensor x = randomLike({48, 16});
+  Tensor a = Tensor::zeros({48, 16}), b = Tensor::zeros({3, 16, 16});
+  Tensor sa = Tensor::zeros({1, 48}), sb = Tensor::zeros({3, 1, 16});
+  Tensor at = Tensor::zeros({16, 48}), s = Tensor::zeros({4, 16});
+  auto failures = [&](const Tensor &m) {
+    return std::vector<std::string>{runFailing(quantize, {x, m}),
+                                    runFailing(quantizeT, {x, m}),
+                                    runFailing(rows, {a, b, sa, sb, m}),
+                                    runFailing(contraction, {at, at, s, m})};
+  };
+  for (const auto &[splits, rule] :
+       {std::pair(std::vector<int64_t>{16, -16, 32},
+                  "'m_splits'[1] = -16 is negative"),
+        std::pair(std::vector<int64_t>{16, 32, 16},
+                  "'m_splits' sums to 64, more than the 48 rows"),
+        std::pair(std::vector<int64_t>{8, 24, 8},
+                  "'m_splits'[0] = 8 is not a multiple of 16")}) {
+    SCOPED_TRACE(rule);
+    for (const std::string &message : failures(splitsTensor(splits)))
+      EXPECT_THAT(message, HasSubstr(rule));
+  }
+  // Valid splits run (an empty group, padding rows).
+  Tensor valid = splitsTensor({16, 0, 16});
+  EXPECT_EQ(run(quantize, {x, valid}).size(), 2u);
+  EXPECT_EQ(run(quantizeT, {x, valid}).size(), 2u);
+  EXPECT_EQ(run(rows, {a, b, sa, sb, valid}).size(), 1u);
+  EXPECT_EQ(run(contraction, {at, at, s, valid}).size(), 1u);
 }
 
 //===----------------------------------------------------------------------===//

@@ -8,6 +8,7 @@
 
 // CHECK-DAG: #delayed_scaling = #te.delayed_scaling<amax_history_len = 16>
 // CHECK-DAG: #current_scaling = #te.current_scaling<>
+// CHECK-DAG: #block_scaling = #te.block_scaling<>
 
 //===----------------------------------------------------------------------===//
 // te.grouped_linear
@@ -161,4 +162,91 @@ func.func @grouped_fp8(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
          tensor<4xf32>, tensor<4xi32>) -> tensor<4x48x32xf32>
   return %y, %dw, %qwt
       : tensor<64x48xbf16>, tensor<4x48x32xf32>, tensor<4x32x48xf8E4M3FN>
+}
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling: te.grouped_block_quantize and te.grouped_scaled_matmul
+// with block scales (dialects/GroupedBlockScaleLayout.h). T = 320 tokens in
+// G = 4 segments, K = 160, N = 144.
+//===----------------------------------------------------------------------===//
+
+// The layer op takes the recipe with 1-D x and grad blocks (TE's defaults).
+// CHECK-LABEL: func.func @grouped_linear_block
+// CHECK: te.grouped_linear {{.*}} {fp8_recipe = #block_scaling}
+func.func @grouped_linear_block(%x: tensor<320x160xbf16>, %m: tensor<4xi32>,
+                                %w: tensor<4x144x160xbf16>)
+    -> tensor<320x144xbf16> {
+  %y = te.grouped_linear %x splits(%m) weight(%w)
+      {fp8_recipe = #te.block_scaling<>}
+      : (tensor<320x160xbf16>, tensor<4xi32>, tensor<4x144x160xbf16>)
+        -> tensor<320x144xbf16>
+  return %y : tensor<320x144xbf16>
+}
+
+// Each form: segments [ceil(K/128), T], transposed segments
+// [ceil(T/128) + G, pad4(K)], stacked [G, s0, s1] with 2-D tiles and with
+// 1-D blocks of the per-group transpose.
+// CHECK-LABEL: func.func @grouped_block_quantize
+// CHECK-SAME: (%[[X:.*]]: tensor<320x160xbf16>, %[[M:.*]]: tensor<4xi32>, %[[W:.*]]: tensor<4x144x160xbf16>)
+// CHECK: te.grouped_block_quantize %[[X]], %[[M]] {block_dim = 1 : i64, power_2_scale} :
+// CHECK-SAME: (tensor<320x160xbf16>, tensor<4xi32>) -> (tensor<320x160xf8E4M3FN>, tensor<2x320xf32>)
+// CHECK: te.grouped_block_quantize %[[X]], %[[M]] {block_dim = 1 : i64, power_2_scale, transpose} :
+// CHECK-SAME: (tensor<320x160xbf16>, tensor<4xi32>) -> (tensor<160x320xf8E5M2>, tensor<7x160xf32>)
+// CHECK: te.grouped_block_quantize %[[W]] {block_dim = 2 : i64, power_2_scale} :
+// CHECK-SAME: (tensor<4x144x160xbf16>) -> (tensor<4x144x160xf8E4M3FN>, tensor<4x2x4xf32>)
+// CHECK: te.grouped_block_quantize %[[W]] {block_dim = 1 : i64, transpose} :
+// CHECK-SAME: (tensor<4x144x160xbf16>) -> (tensor<4x160x144xf8E4M3FN>, tensor<4x2x160xf32>)
+func.func @grouped_block_quantize(%x: tensor<320x160xbf16>, %m: tensor<4xi32>,
+                                  %w: tensor<4x144x160xbf16>)
+    -> (tensor<2x320xf32>, tensor<7x160xf32>, tensor<4x2x4xf32>,
+        tensor<4x2x160xf32>) {
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, power_2_scale}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<320x160xf8E4M3FN>, tensor<2x320xf32>)
+  %qt, %st = te.grouped_block_quantize %x, %m
+      {block_dim = 1 : i64, transpose, power_2_scale}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<160x320xf8E5M2>, tensor<7x160xf32>)
+  %qw, %sw = te.grouped_block_quantize %w {block_dim = 2 : i64, power_2_scale}
+      : (tensor<4x144x160xbf16>)
+        -> (tensor<4x144x160xf8E4M3FN>, tensor<4x2x4xf32>)
+  %qwt, %swt = te.grouped_block_quantize %w {block_dim = 1 : i64, transpose}
+      : (tensor<4x144x160xbf16>)
+        -> (tensor<4x160x144xf8E4M3FN>, tensor<4x2x160xf32>)
+  return %s, %st, %sw, %swt : tensor<2x320xf32>, tensor<7x160xf32>,
+      tensor<4x2x4xf32>, tensor<4x2x160xf32>
+}
+
+// fprop (rows form, 2-D weights, bias), dgrad (rows form, 1-D blocks of
+// W^T) and wgrad (contraction form, both transposed segments).
+// CHECK-LABEL: func.func @grouped_block_scaled_gemms
+// CHECK-SAME: (%[[QX:[^:]*]]: tensor<320x160xf8E4M3FN>, %[[SX:[^:]*]]: tensor<2x320xf32>, %[[QW:[^:]*]]: tensor<4x144x160xf8E4M3FN>, %[[SW:[^:]*]]: tensor<4x2x4xf32>, %[[M:[^:]*]]: tensor<4xi32>, %[[B:[^:]*]]: tensor<4x144xbf16>,
+// CHECK: te.grouped_scaled_matmul %[[QX]], %[[QW]], %[[SX]], %[[SW]], %[[M]] bias(%[[B]]) :
+// CHECK-SAME: (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>, tensor<2x320xf32>, tensor<4x2x4xf32>, tensor<4xi32>, tensor<4x144xbf16>) -> tensor<320x144xbf16>
+// CHECK: te.grouped_scaled_matmul
+// CHECK-SAME: (tensor<320x144xf8E5M2>, tensor<4x160x144xf8E4M3FN>, tensor<2x320xf32>, tensor<4x2x160xf32>, tensor<4xi32>) -> tensor<320x160xbf16>
+// CHECK: te.grouped_scaled_matmul
+// CHECK-SAME: (tensor<144x320xf8E5M2>, tensor<160x320xf8E4M3FN>, tensor<7x144xf32>, tensor<7x160xf32>, tensor<4xi32>) -> tensor<4x144x160xf32>
+func.func @grouped_block_scaled_gemms(
+    %qx: tensor<320x160xf8E4M3FN>, %sx: tensor<2x320xf32>,
+    %qw: tensor<4x144x160xf8E4M3FN>, %sw: tensor<4x2x4xf32>,
+    %m: tensor<4xi32>, %b: tensor<4x144xbf16>,
+    %qdy: tensor<320x144xf8E5M2>, %sdy: tensor<2x320xf32>,
+    %qwt: tensor<4x160x144xf8E4M3FN>, %swt: tensor<4x2x160xf32>,
+    %qdyt: tensor<144x320xf8E5M2>, %sdyt: tensor<7x144xf32>,
+    %qxt: tensor<160x320xf8E4M3FN>, %sxt: tensor<7x160xf32>)
+    -> (tensor<320x144xbf16>, tensor<320x160xbf16>, tensor<4x144x160xf32>) {
+  %y = te.grouped_scaled_matmul %qx, %qw, %sx, %sw, %m bias(%b)
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
+         tensor<2x320xf32>, tensor<4x2x4xf32>, tensor<4xi32>,
+         tensor<4x144xbf16>) -> tensor<320x144xbf16>
+  %dx = te.grouped_scaled_matmul %qdy, %qwt, %sdy, %swt, %m
+      : (tensor<320x144xf8E5M2>, tensor<4x160x144xf8E4M3FN>,
+         tensor<2x320xf32>, tensor<4x2x160xf32>, tensor<4xi32>)
+        -> tensor<320x160xbf16>
+  %dw = te.grouped_scaled_matmul %qdyt, %qxt, %sdyt, %sxt, %m
+      : (tensor<144x320xf8E5M2>, tensor<160x320xf8E4M3FN>, tensor<7x144xf32>,
+         tensor<7x160xf32>, tensor<4xi32>) -> tensor<4x144x160xf32>
+  return %y, %dx, %dw
+      : tensor<320x144xbf16>, tensor<320x160xbf16>, tensor<4x144x160xf32>
 }

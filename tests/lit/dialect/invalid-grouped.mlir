@@ -76,11 +76,27 @@ func.func @linear_output_shape(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
 
 // -----
 
-func.func @linear_block_scaling(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
-                                %w: tensor<4x48x32xbf16>) {
-  // expected-error @+1 {{'te.grouped_linear' op Float8BlockScaling is not supported by te.grouped_linear yet (use DelayedScaling or Float8CurrentScaling)}}
+// Float8BlockScaling casts token segments in 1-D blocks: x and grad blocks
+// of 128 x 128 tiles are refused, naming the field.
+func.func @linear_block_scaling_x(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
+                                  %w: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{'te.grouped_linear' op Float8BlockScaling with x_block_scaling_dim = 2 is not supported by te.grouped_linear (token segments are cast in 1-D blocks; use 1)}}
   %y = te.grouped_linear %x splits(%m) weight(%w)
-      {fp8_recipe = #te.block_scaling<>}
+      {fp8_recipe = #te.block_scaling<x_block_scaling_dim = 2,
+                                      w_block_scaling_dim = 1>}
+      : (tensor<64x32xbf16>, tensor<4xi32>,
+         tensor<4x48x32xbf16>) -> tensor<64x48xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_block_scaling_grad(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
+                                     %w: tensor<4x48x32xbf16>) {
+  // expected-error @+1 {{'te.grouped_linear' op Float8BlockScaling with grad_block_scaling_dim = 2 is not supported by te.grouped_linear (token segments are cast in 1-D blocks; use 1)}}
+  %y = te.grouped_linear %x splits(%m) weight(%w)
+      {fp8_recipe = #te.block_scaling<grad_block_scaling_dim = 2,
+                                      w_block_scaling_dim = 1>}
       : (tensor<64x32xbf16>, tensor<4xi32>,
          tensor<4x48x32xbf16>) -> tensor<64x48xbf16>
   return
@@ -381,6 +397,112 @@ func.func @quantize_amax(%x: tensor<64x32xbf16>, %s: tensor<4xf32>,
 // -----
 
 //===----------------------------------------------------------------------===//
+// te.grouped_block_quantize (T = 320 in 4 segments, K = 160; weights
+// [4, 144, 160])
+//===----------------------------------------------------------------------===//
+
+func.func @block_quantize_block_dim(%w: tensor<4x144x160xbf16>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'block_dim' must be 1 or 2, got 3}}
+  %q, %s = te.grouped_block_quantize %w {block_dim = 3 : i64}
+      : (tensor<4x144x160xbf16>)
+        -> (tensor<4x144x160xf8E4M3FN>, tensor<4x2x4xf32>)
+  return
+}
+
+// -----
+
+func.func @block_quantize_segments_2d(%x: tensor<320x160xbf16>,
+                                      %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op token segments ('m_splits' given) are cast in 1-D blocks: 'block_dim' must be 1, got 2}}
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 2 : i64}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<320x160xf8E4M3FN>, tensor<3x4xf32>)
+  return
+}
+
+// -----
+
+func.func @block_quantize_segments_rank(%x: tensor<4x80x160xbf16>,
+                                        %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'input' must be a matrix [T, K] with 'm_splits', got 'tensor<4x80x160xbf16>'}}
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64}
+      : (tensor<4x80x160xbf16>, tensor<4xi32>)
+        -> (tensor<4x80x160xf8E4M3FN>, tensor<2x320xf32>)
+  return
+}
+
+// -----
+
+func.func @block_quantize_output(%x: tensor<320x160xbf16>,
+                                 %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'output' must be an f8E4M3FN or f8E5M2 tensor shaped like 'input' transposed per group, got 'tensor<320x160xf8E4M3FN>'}}
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, transpose}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<320x160xf8E4M3FN>, tensor<7x160xf32>)
+  return
+}
+
+// -----
+
+func.func @block_quantize_scale_type(%x: tensor<320x160xbf16>,
+                                     %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'scale_inv' must be f32, got 'tensor<2x320xbf16>'}}
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<320x160xf8E4M3FN>, tensor<2x320xbf16>)
+  return
+}
+
+// -----
+
+// Segments: [ceil(K/128), T] (here the transposed form's shape was given).
+func.func @block_quantize_segments_scale(%x: tensor<320x160xbf16>,
+                                         %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'scale_inv' must be [ceil(K/128), T] = [2, 320], got 'tensor<7x160xf32>'}}
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<320x160xf8E4M3FN>, tensor<7x160xf32>)
+  return
+}
+
+// -----
+
+// Transposed segments: G more rows than te.block_quantize's [3, 160], for
+// the short last block of each segment.
+func.func @block_quantize_transposed_scale(%x: tensor<320x160xbf16>,
+                                           %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'scale_inv' must be [ceil(T/128) + G, pad4(K)] = [7, 160], got 'tensor<3x160xf32>'}}
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, transpose}
+      : (tensor<320x160xbf16>, tensor<4xi32>)
+        -> (tensor<160x320xf8E4M3FN>, tensor<3x160xf32>)
+  return
+}
+
+// -----
+
+// Stacked: one te.block_quantize layout per group.
+func.func @block_quantize_stacked_scale(%w: tensor<4x144x160xbf16>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'scale_inv' must be [G, s0, s1], s = te.block_quantize's scale shape of one group = [4, 2, 4], got 'tensor<2x4xf32>'}}
+  %q, %s = te.grouped_block_quantize %w {block_dim = 2 : i64}
+      : (tensor<4x144x160xbf16>) -> (tensor<4x144x160xf8E4M3FN>, tensor<2x4xf32>)
+  return
+}
+
+// -----
+
+// Stacked, transposed: the cast matrices are [160, 144], 1-D blocks.
+func.func @block_quantize_stacked_transposed_scale(
+    %w: tensor<4x144x160xbf16>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'scale_inv' must be [G, s0, s1], s = te.block_quantize's scale shape of one group = [4, 2, 160], got 'tensor<4x2x144xf32>'}}
+  %q, %s = te.grouped_block_quantize %w {block_dim = 1 : i64, transpose}
+      : (tensor<4x144x160xbf16>)
+        -> (tensor<4x160x144xf8E4M3FN>, tensor<4x2x144xf32>)
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
 // te.grouped_amax
 //===----------------------------------------------------------------------===//
 
@@ -552,5 +674,116 @@ func.func @scaled_contraction_output(%a: tensor<48x64xf8E5M2>,
   %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
       : (tensor<48x64xf8E5M2>, tensor<32x64xf8E4M3FN>, tensor<4xf32>,
          tensor<4xf32>, tensor<4xi32>) -> tensor<4x32x48xf32>
+  return
+}
+
+// -----
+
+//===----------------------------------------------------------------------===//
+// te.grouped_scaled_matmul with block scales (T = 320 in 4 segments,
+// K = 160, N = 144)
+//===----------------------------------------------------------------------===//
+
+// Both operands block-scaled or neither.
+func.func @block_scaled_mixed(%a: tensor<320x160xf8E4M3FN>,
+                              %b: tensor<4x144x160xf8E4M3FN>,
+                              %sa: tensor<4xf32>, %sb: tensor<4x2x4xf32>,
+                              %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op 'a_scale_inv' and 'b_scale_inv' must both be f32 [G] (one scale per group) or both block scales, got 'tensor<4xf32>' and 'tensor<4x2x4xf32>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>, tensor<4xf32>,
+         tensor<4x2x4xf32>, tensor<4xi32>) -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+func.func @block_scaled_mixed_b(%a: tensor<320x160xf8E4M3FN>,
+                                %b: tensor<4x144x160xf8E4M3FN>,
+                                %sa: tensor<2x320xf32>, %sb: tensor<4xf32>,
+                                %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op 'a_scale_inv' and 'b_scale_inv' must both be f32 [G] (one scale per group) or both block scales, got 'tensor<2x320xf32>' and 'tensor<4xf32>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
+         tensor<2x320xf32>, tensor<4xf32>, tensor<4xi32>) -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+// Rows form, a: the segments layout [ceil(K/128), T], not its transpose.
+func.func @block_scaled_rows_a_scale(%a: tensor<320x160xf8E4M3FN>,
+                                     %b: tensor<4x144x160xf8E4M3FN>,
+                                     %sa: tensor<320x2xf32>,
+                                     %sb: tensor<4x2x4xf32>,
+                                     %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op 'a_scale_inv' and 'b_scale_inv' must be f32 [G] or te.grouped_block_quantize's block scales of the operands (dialects/GroupedBlockScaleLayout.h), got 'tensor<320x2xf32>' and 'tensor<4x2x4xf32>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
+         tensor<320x2xf32>, tensor<4x2x4xf32>, tensor<4xi32>)
+        -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+// Rows form, b: stacked [G, s0, s1], one layout per group.
+func.func @block_scaled_rows_b_scale(%a: tensor<320x160xf8E4M3FN>,
+                                     %b: tensor<4x144x160xf8E4M3FN>,
+                                     %sa: tensor<2x320xf32>,
+                                     %sb: tensor<2x4xf32>,
+                                     %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op 'a_scale_inv' and 'b_scale_inv' must be f32 [G] or te.grouped_block_quantize's block scales of the operands (dialects/GroupedBlockScaleLayout.h), got 'tensor<2x320xf32>' and 'tensor<2x4xf32>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
+         tensor<2x320xf32>, tensor<2x4xf32>, tensor<4xi32>)
+        -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+// Contraction form: both operands in the transposed segments layout
+// [ceil(T/128) + G, pad4(rows)]; te.block_quantize's [3, 144] lacks the G
+// rows.
+func.func @block_scaled_contraction_scale(%a: tensor<144x320xf8E5M2>,
+                                          %b: tensor<160x320xf8E4M3FN>,
+                                          %sa: tensor<3x144xf32>,
+                                          %sb: tensor<7x160xf32>,
+                                          %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op 'a_scale_inv' and 'b_scale_inv' must be f32 [G] or te.grouped_block_quantize's block scales of the operands (dialects/GroupedBlockScaleLayout.h), got 'tensor<3x144xf32>' and 'tensor<7x160xf32>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<144x320xf8E5M2>, tensor<160x320xf8E4M3FN>, tensor<3x144xf32>,
+         tensor<7x160xf32>, tensor<4xi32>) -> tensor<4x144x160xf32>
+  return
+}
+
+// -----
+
+// Never two 2-D operands: a's segments are cast in 1-D blocks only, so 128 x
+// 128 tiles of a ([ceil(T/128), pad4(ceil(K/128))]) are no layout of it.
+func.func @block_scaled_two_2d(%a: tensor<320x160xf8E4M3FN>,
+                               %b: tensor<4x144x160xf8E4M3FN>,
+                               %sa: tensor<3x4xf32>, %sb: tensor<4x2x4xf32>,
+                               %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op 'a_scale_inv' and 'b_scale_inv' must be f32 [G] or te.grouped_block_quantize's block scales of the operands (dialects/GroupedBlockScaleLayout.h), got 'tensor<3x4xf32>' and 'tensor<4x2x4xf32>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>, tensor<3x4xf32>,
+         tensor<4x2x4xf32>, tensor<4xi32>) -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+func.func @block_scaled_fast_accum(%a: tensor<320x160xf8E4M3FN>,
+                                   %b: tensor<4x144x160xf8E4M3FN>,
+                                   %sa: tensor<2x320xf32>,
+                                   %sb: tensor<4x2x4xf32>,
+                                   %m: tensor<4xi32>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op block-scaled GEMMs take no fast_accum}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m {fast_accum}
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
+         tensor<2x320xf32>, tensor<4x2x4xf32>, tensor<4xi32>)
+        -> tensor<320x144xbf16>
   return
 }
