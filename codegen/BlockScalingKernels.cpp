@@ -28,51 +28,25 @@
 //
 // A group may hold several casts of one input (a rowwise and a columnwise
 // copy, should te-fuse ever group them): they share the loads and the
-// amaxes.
+// amaxes. The same kernel casts GroupedLinear's stacked weights
+// (te.grouped_block_quantize without m_splits, blockIdx.z = the group), and
+// its pieces serve the token segments' kernel too (BlockCastParts.h).
 //
 //===----------------------------------------------------------------------===//
-#include "codegen/EmitterImpl.h"
+#include "codegen/BlockCastParts.h"
 
-#include "dialects/BlockScaleLayout.h"
 #include "dialects/TEDialect.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
-#include <array>
-
 using namespace mlir;
 using namespace mlir::te;
 using namespace tejit::codegen;
+using namespace tejit::codegen::blockcast;
 using llvm::formatv;
 namespace blockscale = tejit::blockscale;
 
 namespace {
-
-constexpr int64_t kTile = blockscale::kBlock;
-constexpr int64_t kThreads = 256, kThreadsX = 16,
-                  kRowsPerPass = kThreads / kThreadsX,
-                  kPasses = kTile / kRowsPerPass, kWarps = kThreads / 32;
-/// Columns of a tile row one thread loads (as 8 / kVec vectors of kVec).
-constexpr int64_t kColsPerThread = kTile / kThreadsX;
-static_assert(kColsPerThread == 8 && kPasses == 8, "the layout of the kernel");
-
-/// Which amax a cast's scales come from, in the input's terms.
-enum class AmaxKind { Rows, Cols, Tile };
-
-/// One te.block_quantize of the group and the names it writes with.
-struct Cast {
-  AmaxKind amax;
-  bool transpose;
-  /// Parameter names of the FP8 output and of scale_inv.
-  std::string out, scaleInv;
-  /// The output's element type and its largest finite value, as C++.
-  std::string fp8Type, fp8Max;
-  bool power2;
-  /// The scale_inv shape (BlockScaleLayout.h), over S.
-  std::array<int64_t, 2> scaleShape;
-  /// A suffix for this cast's own variables.
-  std::string suffix;
-};
 
 /// The scale of element i of piece q in pass p under `cast`.
 std::string scaleOf(const Cast &cast) {
@@ -93,8 +67,53 @@ std::string blockScale(const Cast &cast, llvm::StringRef amaxBits) {
       .str();
 }
 
-/// Loads the tile into `x_in[kPasses][kPieces]` (zeros outside the input).
-void writeLoads(CudaWriter &w, llvm::StringRef input, llvm::StringRef type) {
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The pieces both block cast kernels use (BlockCastParts.h)
+//===----------------------------------------------------------------------===//
+
+Cast blockcast::describeCast(KernelBuilder &builder, Value output,
+                             Value scaleInv, int64_t blockDim, bool transpose,
+                             bool power2, size_t index) {
+  Cast cast;
+  cast.transpose = transpose;
+  cast.amax = blockDim == 2 ? AmaxKind::Tile
+              : transpose   ? AmaxKind::Cols
+                            : AmaxKind::Rows;
+  cast.out = builder.param(output).str();
+  cast.scaleInv = builder.param(scaleInv).str();
+  Type fp8 = tensorType(output).getElementType();
+  cast.fp8Type = elementTypeName(fp8);
+  cast.fp8Max = floatLiteral(getFp8MaxFinite(llvm::cast<FloatType>(fp8)));
+  cast.power2 = power2;
+  ArrayRef<int64_t> shape = tensorType(scaleInv).getShape();
+  cast.scaleShape = {shape[shape.size() - 2], shape.back()};
+  cast.suffix = std::to_string(index);
+  return cast;
+}
+
+void blockcast::writeTileLayout(CudaWriter &w, int64_t vec) {
+  w.line(formatv("[[maybe_unused]] constexpr int kTile = {0}, kThreads = {1}, "
+                 "kThreadsX = {2}, "
+                 "kRowsPerPass = {3}, kPasses = {4}, kWarps = {5};",
+                 kTile, kThreads, kThreadsX, kRowsPerPass, kPasses, kWarps)
+             .str());
+  w.line(formatv("constexpr int kVec = {0}, kPieces = {1};", vec,
+                 kColsPerThread / vec)
+             .str());
+  w.line("const int tx = threadIdx.x % kThreadsX, ty = threadIdx.x / "
+         "kThreadsX;");
+  w.line("[[maybe_unused]] const int lane = threadIdx.x % 32, warp = "
+         "threadIdx.x / 32;");
+  w.line("// The tile column where this thread's piece q starts: the pieces "
+         "of a tile row's threads interleave, so that each load of a warp is "
+         "contiguous.");
+  w.line("auto tile_col = [&](int q) { return (q * kThreadsX + tx) * kVec; };");
+}
+
+void blockcast::writeLoads(CudaWriter &w, llvm::StringRef input,
+                           llvm::StringRef type, llvm::StringRef inBounds) {
   w.line(formatv("tj_vec<{0}, kVec> x_in[kPasses][kPieces];", type).str());
   w.line("// Every load is issued before the first use.");
   w.line("#pragma unroll");
@@ -103,18 +122,16 @@ void writeLoads(CudaWriter &w, llvm::StringRef input, llvm::StringRef type) {
   w.open("for (int q = 0; q < kPieces; ++q)");
   w.line("const Index row = row0 + ty + p * kRowsPerPass, col = col0 + "
          "tile_col(q);");
-  w.line(formatv("if (kExact || (row < kRows && col < kCols)) x_in[p][q] = "
-                 "*reinterpret_cast<const tj_vec<{0}, kVec> *>({1} + row * "
-                 "kCols + col);",
-                 type, input)
+  w.line(formatv("if ({0}) x_in[p][q] = *reinterpret_cast<const tj_vec<{1}, "
+                 "kVec> *>({2} + row * kCols + col);",
+                 inBounds, type, input)
              .str());
   w.line("else x_in[p][q] = {};");
   w.close();
   w.close();
 }
 
-/// row_amax[p]: the amax of tile row ty + p * kRowsPerPass.
-void writeRowAmaxes(CudaWriter &w) {
+void blockcast::writeRowAmaxes(CudaWriter &w) {
   w.line("tj_u32 row_amax[kPasses];");
   w.line("#pragma unroll");
   w.open("for (int p = 0; p < kPasses; ++p)");
@@ -132,10 +149,7 @@ void writeRowAmaxes(CudaWriter &w) {
   w.close();
 }
 
-/// The amax of each column of this warp's two tile rows, in
-/// col_part[warp][column] for the warps to meet; with `keep`, in
-/// col_amax[q][i] too (for the tile's amax).
-void writeColAmaxes(CudaWriter &w, bool keep) {
+void blockcast::writeColAmaxes(CudaWriter &w, bool keep) {
   w.line("__shared__ tj_u32 col_part[kWarps][kTile];");
   if (keep)
     w.line("tj_u32 col_amax[kPieces][kVec];");
@@ -156,6 +170,108 @@ void writeColAmaxes(CudaWriter &w, bool keep) {
   w.close();
   w.line("__syncthreads();");
 }
+
+/// Writes `code`, lines separated by '\n'.
+static void writeLines(CudaWriter &w, llvm::StringRef code) {
+  SmallVector<llvm::StringRef> lines;
+  code.split(lines, '\n');
+  for (llvm::StringRef line : lines)
+    w.line(line);
+}
+
+void blockcast::writeRowScales(CudaWriter &w, const Cast &cast,
+                               llvm::StringRef storeScaleInv) {
+  // Of a tile row's 16 lanes, lane p divides for pass p and the others read
+  // its scale (two float32 divisions a thread rather than sixteen).
+  const std::string &s = cast.suffix;
+  w.line("tj_u32 mine" + s + " = row_amax[0];");
+  w.line("#pragma unroll");
+  w.line("for (int p = 1; p < kPasses; ++p) if (tx == p) mine" + s +
+         " = row_amax[p];");
+  w.line("const float scale" + s + " = " + blockScale(cast, "mine" + s) + ";");
+  w.open("if (tx < kPasses)");
+  w.line("const int r = ty + tx * kRowsPerPass;");
+  writeLines(w, storeScaleInv);
+  w.close();
+  w.line("float row_scale" + s + "[kPasses];");
+  w.line("#pragma unroll");
+  w.line("for (int p = 0; p < kPasses; ++p) row_scale" + s +
+         "[p] = __shfl_sync(0xffffffffu, scale" + s +
+         ", (lane & ~(kThreadsX - 1)) | p);");
+}
+
+void blockcast::writeColScales(CudaWriter &w, const Cast &cast,
+                               llvm::StringRef storeScaleInv) {
+  w.line("__shared__ float col_scale" + cast.suffix + "[kTile];");
+  w.open("if (threadIdx.x < kTile)");
+  w.line("tj_u32 m = 0;");
+  w.line("#pragma unroll");
+  w.line("for (int v = 0; v < kWarps; ++v) m = tj_max_bits(m, "
+         "col_part[v][threadIdx.x]);");
+  w.line("const float scale = " + blockScale(cast, "m") + ";");
+  w.line("col_scale" + cast.suffix + "[threadIdx.x] = scale;");
+  writeLines(w, storeScaleInv);
+  w.close();
+}
+
+std::string blockcast::transposedTile(const Cast &cast) {
+  return "tile" + cast.suffix;
+}
+
+void blockcast::writeCastOutput(CudaWriter &w, const Cast &cast, int64_t vec,
+                                llvm::StringRef inBounds) {
+  std::string tile = transposedTile(cast);
+  if (cast.transpose)
+    w.line("__shared__ __align__(16) tj_u8 " + tile +
+           "[kTile][kTile + 4];  // +4 bytes a row: no bank conflicts");
+  w.line("#pragma unroll");
+  w.open("for (int p = 0; p < kPasses; ++p)");
+  w.line("#pragma unroll");
+  w.open("for (int q = 0; q < kPieces; ++q)");
+  if (!cast.transpose) {
+    w.line("const Index row = row0 + ty + p * kRowsPerPass, col = col0 + "
+           "tile_col(q);");
+    w.open(formatv("if ({0})", inBounds).str());
+  }
+  w.line("float y[kVec];");
+  w.line("#pragma unroll");
+  w.line("for (int i = 0; i < kVec; ++i) y[i] = tj_to_float(x_in[p][q].v[i]) "
+         "* " +
+         scaleOf(cast) + ";");
+  if (vec % 4 == 0) {
+    // Four FP8 elements a word, converted in pairs (te.quantize's cvt).
+    w.line("tj_vec<tj_u32, kVec / 4> words;");
+    w.line("tj_pack_words<" + cast.fp8Type + ">(words, y);");
+    if (cast.transpose) {
+      w.line("#pragma unroll");
+      w.line("for (int word = 0; word < kVec / 4; ++word) "
+             "*reinterpret_cast<tj_u32 *>(&" +
+             tile +
+             "[ty + p * kRowsPerPass][tile_col(q) + 4 * word]) = "
+             "words.v[word];");
+    } else {
+      w.line("*reinterpret_cast<tj_vec<tj_u32, kVec / 4> *>(" + cast.out +
+             " + row * kCols + col) = words;");
+    }
+  } else if (cast.transpose) {
+    w.line("#pragma unroll");
+    w.line("for (int i = 0; i < kVec; ++i) " + tile +
+           "[ty + p * kRowsPerPass][tile_col(q) + i] = tj_convert<" +
+           cast.fp8Type + ">::from(y[i]).bits;");
+  } else {
+    w.line("tj_store(" + cast.out + " + row * kCols + col, y);");
+  }
+  if (!cast.transpose)
+    w.close();
+  w.close();
+  w.close();
+}
+
+//===----------------------------------------------------------------------===//
+// te.block_quantize's kernel
+//===----------------------------------------------------------------------===//
+
+namespace {
 
 /// tile_amax, over the whole tile, from the row or column amaxes when those
 /// are there; every thread gets it.
@@ -200,48 +316,24 @@ void writeScales(CudaWriter &w, const Cast &cast, int64_t rows, int64_t cols,
   const std::string &si = cast.scaleInv;
   int64_t stride = cast.scaleShape[1];
   switch (cast.amax) {
-  case AmaxKind::Rows: {
-    // S = the input: element (j, r) is row r's block j = blockIdx.x. Of a
-    // tile row's 16 lanes, lane p divides for pass p and the others read its
-    // scale (two float32 divisions a thread rather than sixteen).
-    std::string scales = "row_scale" + cast.suffix;
-    w.line("tj_u32 mine" + cast.suffix + " = row_amax[0];");
-    w.line("#pragma unroll");
-    w.line("for (int p = 1; p < kPasses; ++p) if (tx == p) mine" + cast.suffix +
-           " = row_amax[p];");
-    w.line("const float scale" + cast.suffix + " = " +
-           blockScale(cast, "mine" + cast.suffix) + ";");
-    w.open("if (tx < kPasses)");
-    w.line("const Index row = row0 + ty + tx * kRowsPerPass;");
-    w.line(formatv("if (kExact || row < kRows) {0}[blockIdx.x * {1} + row] = "
-                   "1.f / scale{2};",
-                   si, stride, cast.suffix)
-               .str());
-    w.close();
-    w.line("float " + scales + "[kPasses];");
-    w.line("#pragma unroll");
-    w.line("for (int p = 0; p < kPasses; ++p) " + scales +
-           "[p] = __shfl_sync(0xffffffffu, scale" + cast.suffix +
-           ", (lane & ~(kThreadsX - 1)) | p);");
+  case AmaxKind::Rows:
+    // S = the input: element (j, r) is row r's block j = blockIdx.x.
+    writeRowScales(w, cast,
+                   formatv("const Index row = row0 + r;\nif (kExact || row < "
+                           "kRows) {0}[blockIdx.x * {1} + row] = 1.f / "
+                           "scale{2};",
+                           si, stride, cast.suffix)
+                       .str());
     break;
-  }
   case AmaxKind::Cols:
     // S = the input transposed: element (j, c) is input column c's block
     // j = blockIdx.y.
-    w.line("__shared__ float col_scale" + cast.suffix + "[kTile];");
-    w.open("if (threadIdx.x < kTile)");
-    w.line("tj_u32 m = 0;");
-    w.line("#pragma unroll");
-    w.line("for (int v = 0; v < kWarps; ++v) m = tj_max_bits(m, "
-           "col_part[v][threadIdx.x]);");
-    w.line("const float scale = " + blockScale(cast, "m") + ";");
-    w.line("col_scale" + cast.suffix + "[threadIdx.x] = scale;");
-    w.line("const Index col = col0 + threadIdx.x;");
-    w.line(formatv("if (kExact || col < kCols) {0}[blockIdx.y * {1} + col] = "
-                   "1.f / scale;",
-                   si, stride)
-               .str());
-    w.close();
+    writeColScales(w, cast,
+                   formatv("const Index col = col0 + threadIdx.x;\nif (kExact "
+                           "|| col < kCols) {0}[blockIdx.y * {1} + col] = 1.f "
+                           "/ scale;",
+                           si, stride)
+                       .str());
     break;
   case AmaxKind::Tile:
     w.line("const float tile_scale" + cast.suffix + " = " +
@@ -288,57 +380,6 @@ void writeScales(CudaWriter &w, const Cast &cast, int64_t rows, int64_t cols,
                .str());
 }
 
-/// Scales, converts and stores one cast's elements: rows of S straight to
-/// memory, a transposed S into its shared tile (`tile<suffix>`, the input's
-/// layout) for writeTransposedStores.
-void writeCastOutput(CudaWriter &w, const Cast &cast, int64_t vec) {
-  std::string tile = "tile" + cast.suffix;
-  if (cast.transpose)
-    w.line("__shared__ __align__(16) tj_u8 " + tile +
-           "[kTile][kTile + 4];  // +4 bytes a row: no bank conflicts");
-  w.line("#pragma unroll");
-  w.open("for (int p = 0; p < kPasses; ++p)");
-  w.line("#pragma unroll");
-  w.open("for (int q = 0; q < kPieces; ++q)");
-  if (!cast.transpose) {
-    w.line("const Index row = row0 + ty + p * kRowsPerPass, col = col0 + "
-           "tile_col(q);");
-    w.open("if (kExact || (row < kRows && col < kCols))");
-  }
-  w.line("float y[kVec];");
-  w.line("#pragma unroll");
-  w.line("for (int i = 0; i < kVec; ++i) y[i] = tj_to_float(x_in[p][q].v[i]) "
-         "* " +
-         scaleOf(cast) + ";");
-  if (vec % 4 == 0) {
-    // Four FP8 elements a word, converted in pairs (te.quantize's cvt).
-    w.line("tj_vec<tj_u32, kVec / 4> words;");
-    w.line("tj_pack_words<" + cast.fp8Type + ">(words, y);");
-    if (cast.transpose) {
-      w.line("#pragma unroll");
-      w.line("for (int word = 0; word < kVec / 4; ++word) "
-             "*reinterpret_cast<tj_u32 *>(&" +
-             tile +
-             "[ty + p * kRowsPerPass][tile_col(q) + 4 * word]) = "
-             "words.v[word];");
-    } else {
-      w.line("*reinterpret_cast<tj_vec<tj_u32, kVec / 4> *>(" + cast.out +
-             " + row * kCols + col) = words;");
-    }
-  } else if (cast.transpose) {
-    w.line("#pragma unroll");
-    w.line("for (int i = 0; i < kVec; ++i) " + tile +
-           "[ty + p * kRowsPerPass][tile_col(q) + i] = tj_convert<" +
-           cast.fp8Type + ">::from(y[i]).bits;");
-  } else {
-    w.line("tj_store(" + cast.out + " + row * kCols + col, y);");
-  }
-  if (!cast.transpose)
-    w.close();
-  w.close();
-  w.close();
-}
-
 /// Stores a transposed cast's tile: S rows col0 + c, bytes row0 + r on.
 /// With `wide`, a task is 8 rows x 4 columns of the tile (eight 4-byte
 /// shared reads, byte permutes, four 8-byte stores), laid out so that a
@@ -348,7 +389,7 @@ void writeCastOutput(CudaWriter &w, const Cast &cast, int64_t vec) {
 /// 0) and whole words of columns (C % 4 == 0); otherwise bytes go one by
 /// one.
 void writeTransposedStores(CudaWriter &w, const Cast &cast, bool wide) {
-  std::string tile = "tile" + cast.suffix;
+  std::string tile = transposedTile(cast);
   if (!wide) {
     w.open("for (int e = threadIdx.x; e < kTile * kTile; e += kThreads)");
     w.line("const int c = e / kTile, r = e % kTile;");
@@ -375,7 +416,100 @@ void writeTransposedStores(CudaWriter &w, const Cast &cast, bool wide) {
   w.close();
 }
 
+/// For stacked matrices: pointers to blockIdx.z's matrix of the input and
+/// of each cast's output and scale_inv, which the kernel then uses instead
+/// of the parameters (renamed in `casts`).
+std::string writeGroupPointers(CudaWriter &w, const BlockCastInput &input,
+                               SmallVectorImpl<Cast> &casts) {
+  w.line("// This block's matrix of the stacked ones.");
+  w.line("const tj_i64 group = blockIdx.z;");
+  // "tj_" names are the generated code's own (as the device helpers'),
+  // apart from the parameters, which are named after the IR.
+  std::string in = "tj_g_" + input.name;
+  w.line(formatv("const {0} *const {1} = {2} + group * {3};",
+                 elementTypeName(input.element), in, input.name,
+                 input.rows * input.cols)
+             .str());
+  for (Cast &cast : casts) {
+    std::string out = "tj_g_" + cast.out, scaleInv = "tj_g_" + cast.scaleInv;
+    w.line(formatv("{0} *const {1} = {2} + group * {3};", cast.fp8Type, out,
+                   cast.out, input.rows * input.cols)
+               .str());
+    w.line(formatv("float *const {0} = {1} + group * {2};", scaleInv,
+                   cast.scaleInv, cast.scaleShape[0] * cast.scaleShape[1])
+               .str());
+    cast.out = out;
+    cast.scaleInv = scaleInv;
+  }
+  return in;
+}
+
 } // namespace
+
+llvm::Error blockcast::emitBlockCastKernel(
+    KernelBuilder &builder, const BlockCastInput &input,
+    SmallVectorImpl<Cast> &casts, std::vector<EmittedKernel> &kernels) {
+  const KernelGroup &group = builder.group;
+  int64_t rows = input.rows, cols = input.cols;
+  int64_t tilesX = blockscale::ceilDiv(cols, kTile),
+          tilesY = blockscale::ceilDiv(rows, kTile);
+  if (rows <= 0 || cols <= 0 || tilesY > 65535)
+    return noEmitter(group.op, "more than 65535 tiles of 128 rows");
+  if (input.groups > 65535)
+    return noEmitter(group.op, "more than 65535 stacked matrices");
+  // A thread's 8 columns of a tile row are 8 / kVec vectors of kVec.
+  int64_t vec = vectorWidth({cols}, elementBytes(input.element));
+  bool exact = rows % kTile == 0 && cols % kTile == 0;
+  // Offsets within one matrix (a group's pointers are 64-bit).
+  bool narrow = rows * cols < (int64_t(1) << 31);
+  bool anyRows = false, anyCols = false, anyTile = false, anyTranspose = false;
+  for (const Cast &cast : casts) {
+    anyRows |= cast.amax == AmaxKind::Rows;
+    anyCols |= cast.amax == AmaxKind::Cols;
+    anyTile |= cast.amax == AmaxKind::Tile;
+    anyTranspose |= cast.transpose;
+  }
+
+  CudaWriter w;
+  builder.writeSignature(w, kThreads);
+  w.line(std::string("using Index = ") + (narrow ? "int;" : "tj_i64;"));
+  w.line(
+      formatv("constexpr Index kRows = {0}, kCols = {1};", rows, cols).str());
+  w.line(formatv("constexpr bool kExact = {0};  // whole tiles: no bounds "
+                 "checks",
+                 exact ? "true" : "false")
+             .str());
+  writeTileLayout(w, vec);
+  w.line("const Index row0 = static_cast<Index>(blockIdx.y) * kTile, col0 = "
+         "static_cast<Index>(blockIdx.x) * kTile;");
+  std::string in =
+      input.groups ? writeGroupPointers(w, input, casts) : input.name;
+  writeLoads(w, in, elementTypeName(input.element),
+             "kExact || (row < kRows && col < kCols)");
+  if (anyRows)
+    writeRowAmaxes(w);
+  if (anyCols)
+    writeColAmaxes(w, /*keep=*/anyTile && !anyRows);
+  if (anyTile)
+    writeTileAmax(w, anyRows, anyCols);
+  for (const Cast &cast : casts)
+    writeScales(w, cast, rows, cols, tilesX, tilesY);
+  if (anyCols)
+    w.line("__syncthreads();  // the column scales");
+  for (const Cast &cast : casts)
+    writeCastOutput(w, cast, vec, "kExact || (row < kRows && col < kCols)");
+  if (anyTranspose) {
+    w.line("__syncthreads();  // the transposed tiles");
+    bool wide = vec % 4 == 0 && rows % 8 == 0;
+    for (const Cast &cast : casts)
+      if (cast.transpose)
+        writeTransposedStores(w, cast, wide);
+  }
+  kernels.push_back(
+      builder.finish(w, {tilesX, tilesY, std::max<int64_t>(input.groups, 1)},
+                     {kThreads, 1, 1}));
+  return llvm::Error::success();
+}
 
 llvm::Error
 tejit::codegen::emitBlockQuantize(KernelBuilder &builder,
@@ -394,23 +528,12 @@ tejit::codegen::emitBlockQuantize(KernelBuilder &builder,
         !group.isOutput(quantize.getScaleInv()))
       return noEmitter(group.op, "a block cast whose output or scale_inv the "
                                  "kernel does not write");
-    Cast cast;
-    cast.transpose = quantize.getTranspose();
-    cast.amax = quantize.getBlockDim() == 2 ? AmaxKind::Tile
-                : cast.transpose            ? AmaxKind::Cols
-                                            : AmaxKind::Rows;
-    cast.out = builder.param(quantize.getOutput()).str();
-    cast.scaleInv = builder.param(quantize.getScaleInv()).str();
-    Type fp8 = tensorType(quantize.getOutput()).getElementType();
-    cast.fp8Type = elementTypeName(fp8);
-    cast.fp8Max = floatLiteral(getFp8MaxFinite(llvm::cast<FloatType>(fp8)));
-    cast.power2 = quantize.getPower_2Scale();
-    auto scaleType = tensorType(quantize.getScaleInv());
-    if (scaleType.getRank() != 2)
+    if (tensorType(quantize.getScaleInv()).getRank() != 2)
       return noEmitter(group.op, "a scale_inv that is not a matrix");
-    cast.scaleShape = {scaleType.getDimSize(0), scaleType.getDimSize(1)};
-    cast.suffix = std::to_string(casts.size());
-    casts.push_back(std::move(cast));
+    casts.push_back(describeCast(builder, quantize.getOutput(),
+                                 quantize.getScaleInv(), quantize.getBlockDim(),
+                                 quantize.getTranspose(),
+                                 quantize.getPower_2Scale(), casts.size()));
   }
   if (!input || !llvm::is_contained(group.inputs, input))
     return noEmitter(group.op,
@@ -421,70 +544,7 @@ tejit::codegen::emitBlockQuantize(KernelBuilder &builder,
       !(element.isBF16() || element.isF16() || element.isF32()))
     return noEmitter(group.op, "a block cast of other than a bf16, f16 or f32 "
                                "matrix");
-  int64_t rows = rowsOf(input), cols = colsOf(input);
-  int64_t tilesX = blockscale::ceilDiv(cols, kTile),
-          tilesY = blockscale::ceilDiv(rows, kTile);
-  if (rows <= 0 || cols <= 0 || tilesY > 65535)
-    return noEmitter(group.op, "more than 65535 tiles of 128 rows");
-  // A thread's 8 columns of a tile row are 8 / kVec vectors of kVec.
-  int64_t vec = vectorWidth({cols}, elementBytes(element));
-  bool exact = rows % kTile == 0 && cols % kTile == 0;
-  bool narrow = rows * cols < (int64_t(1) << 31);
-  bool anyRows = false, anyCols = false, anyTile = false, anyTranspose = false;
-  for (const Cast &cast : casts) {
-    anyRows |= cast.amax == AmaxKind::Rows;
-    anyCols |= cast.amax == AmaxKind::Cols;
-    anyTile |= cast.amax == AmaxKind::Tile;
-    anyTranspose |= cast.transpose;
-  }
-
-  CudaWriter w;
-  builder.writeSignature(w, kThreads);
-  w.line(std::string("using Index = ") + (narrow ? "int;" : "tj_i64;"));
-  w.line(formatv("[[maybe_unused]] constexpr int kTile = {0}, kThreads = {1}, "
-                 "kThreadsX = {2}, "
-                 "kRowsPerPass = {3}, kPasses = {4}, kWarps = {5};",
-                 kTile, kThreads, kThreadsX, kRowsPerPass, kPasses, kWarps)
-             .str());
-  w.line(formatv("constexpr int kVec = {0}, kPieces = {1};", vec,
-                 kColsPerThread / vec)
-             .str());
-  w.line(
-      formatv("constexpr Index kRows = {0}, kCols = {1};", rows, cols).str());
-  w.line(formatv("constexpr bool kExact = {0};  // whole tiles: no bounds "
-                 "checks",
-                 exact ? "true" : "false")
-             .str());
-  w.line("const int tx = threadIdx.x % kThreadsX, ty = threadIdx.x / "
-         "kThreadsX;");
-  w.line("[[maybe_unused]] const int lane = threadIdx.x % 32, warp = "
-         "threadIdx.x / 32;");
-  w.line("const Index row0 = static_cast<Index>(blockIdx.y) * kTile, col0 = "
-         "static_cast<Index>(blockIdx.x) * kTile;");
-  w.line("// The tile column where this thread's piece q starts: the pieces "
-         "of a tile row's threads interleave, so that each load of a warp is "
-         "contiguous.");
-  w.line("auto tile_col = [&](int q) { return (q * kThreadsX + tx) * kVec; };");
-  writeLoads(w, builder.param(input), elementTypeName(element));
-  if (anyRows)
-    writeRowAmaxes(w);
-  if (anyCols)
-    writeColAmaxes(w, /*keep=*/anyTile && !anyRows);
-  if (anyTile)
-    writeTileAmax(w, anyRows, anyCols);
-  for (const Cast &cast : casts)
-    writeScales(w, cast, rows, cols, tilesX, tilesY);
-  if (anyCols)
-    w.line("__syncthreads();  // the column scales");
-  for (const Cast &cast : casts)
-    writeCastOutput(w, cast, vec);
-  if (anyTranspose) {
-    w.line("__syncthreads();  // the transposed tiles");
-    bool wide = vec % 4 == 0 && rows % 8 == 0;
-    for (const Cast &cast : casts)
-      if (cast.transpose)
-        writeTransposedStores(w, cast, wide);
-  }
-  kernels.push_back(builder.finish(w, {tilesX, tilesY, 1}, {kThreads, 1, 1}));
-  return llvm::Error::success();
+  BlockCastInput in{builder.param(input).str(), element, rowsOf(input),
+                    colsOf(input), 0};
+  return emitBlockCastKernel(builder, in, casts, kernels);
 }

@@ -121,6 +121,10 @@ llvm::Error emitBlockQuantize(KernelBuilder &builder,
 /// (a row-major and a transposed copy read it once), or te.grouped_amax.
 llvm::Error emitGroupedCast(KernelBuilder &builder,
                             std::vector<EmittedKernel> &kernels);
+/// te.grouped_block_quantize casts of one input (Float8BlockScaling for
+/// GroupedLinear): token segments or stacked matrices.
+llvm::Error emitGroupedBlockQuantize(KernelBuilder &builder,
+                                     std::vector<EmittedKernel> &kernels);
 /// te.grouped_bias_grad: per-segment column sums.
 llvm::Error emitGroupedBiasGrad(KernelBuilder &builder,
                                 std::vector<EmittedKernel> &kernels);

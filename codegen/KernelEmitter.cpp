@@ -334,6 +334,8 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitBlockQuantize(builder, kernels);
   if (isa<GroupedQuantizeOp, GroupedAmaxOp>(first))
     return emitGroupedCast(builder, kernels);
+  if (isa<GroupedBlockQuantizeOp>(first))
+    return emitGroupedBlockQuantize(builder, kernels);
   if (isa<GroupedBiasGradOp>(first))
     return emitGroupedBiasGrad(builder, kernels);
   if (isa<RotaryOp>(first) && group.ops.size() == 1)

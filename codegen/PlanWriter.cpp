@@ -40,8 +40,9 @@ int64_t bytesOf(Type type) {
   return cast<RankedTensorType>(type).getNumElements() * elementBytesOf(type);
 }
 
-/// A GEMM operand's scaling as the plan spells it (ScaledMatmulOp's
-/// getAScaling/getBScaling: 0 one scale, 1 or 2 block dims).
+/// A GEMM operand's scaling as the plan spells it (getAScaling/getBScaling
+/// of ScaledMatmulOp and GroupedScaledMatmulOp: 0 one scale (per group), 1
+/// or 2 block dims).
 StringRef scalingName(int64_t scaling) {
   switch (scaling) {
   case 0:
@@ -73,7 +74,7 @@ bool readAsMSplits(Value value) {
     Value mSplits =
         llvm::TypeSwitch<Operation *, Value>(user)
             .Case<GroupedMatmulOp, GroupedScaledMatmulOp, GroupedBiasGradOp,
-                  GroupedQuantizeOp, GroupedAmaxOp>(
+                  GroupedQuantizeOp, GroupedAmaxOp, GroupedBlockQuantizeOp>(
                 [](auto op) -> Value { return op.getMSplits(); })
             .Default([](Operation *) { return Value(); });
     if (mSplits == value)
@@ -281,7 +282,12 @@ json::Object FunctionPlan::groupedGemmStep(Operation *op,
     step["fp8"] = true;
     step["a_scale_inv"] = id(scaled.getAScaleInv());
     step["b_scale_inv"] = id(scaled.getBScaleInv());
+    // False for block scales (the verifier refuses fast_accum with them).
     step["fast_accum"] = scaled.getFastAccum();
+    // One scale per group (f32 [G]) or te.grouped_block_quantize's block
+    // scales (dialects/GroupedBlockScaleLayout.h), as gemm steps spell it.
+    step["a_scaling"] = scalingName(scaled.getAScaling());
+    step["b_scaling"] = scalingName(scaled.getBScaling());
   } else {
     auto matmul = cast<GroupedMatmulOp>(op);
     mSplits = matmul.getMSplits();

@@ -10,6 +10,18 @@
 #ifndef TEJIT_GROUPED_CUH
 #define TEJIT_GROUPED_CUH
 
+/// The inclusive sum of `v` over lanes 0 .. lane of a warp.
+__device__ __forceinline__ int tj_warp_scan(int v) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const int u = __shfl_up_sync(0xffffffffu, v, d);
+    if (lane >= d)
+      v += u;
+  }
+  return v;
+}
+
 /// ends[g] = o_{g+1} = m_0 + ... + m_g for g < groups, by warp 0 of the
 /// block, 32 groups a step (a shuffle scan); the caller synchronizes before
 /// reading `ends` (shared memory).
@@ -20,16 +32,34 @@ __device__ __forceinline__ void tj_segment_ends(const int *m_splits, int *ends,
   const int lane = threadIdx.x;
   int carry = 0;
   for (int base = 0; base < groups; base += 32) {
-    int v = base + lane < groups ? m_splits[base + lane] : 0;
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const int u = __shfl_up_sync(0xffffffffu, v, d);
-      if (lane >= d)
-        v += u;
-    }
+    const int v = tj_warp_scan(base + lane < groups ? m_splits[base + lane] : 0);
     if (base + lane < groups)
       ends[base + lane] = carry + v;
     carry += __shfl_sync(0xffffffffu, v, 31);
+  }
+}
+
+/// tj_segment_ends, and chunk_ends[g] = ceil(m_0 / rows) + ... +
+/// ceil(m_g / rows): the chunks of at most `rows` rows, none crossing a
+/// segment boundary, that segments 0 .. g cut into (the 1-D blocks of 128
+/// tokens of a transposed block-scaled cast). tj_segment_of(chunk_ends,
+/// groups, chunk) is then the segment of a chunk.
+__device__ __forceinline__ void tj_chunk_ends(const int *m_splits, int *ends,
+                                              int *chunk_ends, int groups,
+                                              int rows) {
+  if (threadIdx.x >= 32)
+    return;
+  const int lane = threadIdx.x;
+  int carry = 0, chunk_carry = 0;
+  for (int base = 0; base < groups; base += 32) {
+    const int m = base + lane < groups ? m_splits[base + lane] : 0;
+    const int v = tj_warp_scan(m), n = tj_warp_scan((m + rows - 1) / rows);
+    if (base + lane < groups) {
+      ends[base + lane] = carry + v;
+      chunk_ends[base + lane] = chunk_carry + n;
+    }
+    carry += __shfl_sync(0xffffffffu, v, 31);
+    chunk_carry += __shfl_sync(0xffffffffu, n, 31);
   }
 }
 

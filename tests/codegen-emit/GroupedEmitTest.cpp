@@ -6,13 +6,17 @@
 // each path of codegen/GroupedKernels.cpp: row segments (m_splits) and
 // stacked groups; whole and partial tiles; 16-byte to 1-element vectors;
 // transposed copies as words and byte by byte; E4M3 and E5M2; bias
-// gradients in one pass and split over blocks; te.compute_scale on [G].
-// Every kernel is compiled with NVRTC for sm_90a and sm_89 (no GPU
-// needed); tests/gpu/grouped_kernels_check.cpp runs them on a GPU.
+// gradients in one pass and split over blocks; te.compute_scale on [G];
+// Float8BlockScaling's te.grouped_block_quantize ("grouped_block_quantize":
+// token segments, rowwise and/or transposed, and stacked matrices in 1-D or
+// 2-D blocks; codegen/GroupedBlockScalingKernels.cpp). Every kernel is
+// compiled with NVRTC for sm_90a and sm_89 (no GPU needed);
+// tests/gpu/grouped_kernels_check.cpp runs them on a GPU.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/KernelEmitter.h"
 #include "codegen/NvrtcCompiler.h"
+#include "dialects/GroupedBlockScaleLayout.h"
 #include "dialects/TEDialect.h"
 #include "tests/codegen-emit/TeIrTest.h"
 
@@ -444,6 +448,237 @@ func.func @mixed(%x: tensor<64x32xbf16>, %y: tensor<64x32xbf16>, %s: tensor<2xf3
   EXPECT_NE(message.find("kind 'grouped_quantize'"), std::string::npos)
       << message;
   EXPECT_NE(message.find("different inputs"), std::string::npos) << message;
+}
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling: te.grouped_block_quantize
+//===----------------------------------------------------------------------===//
+
+/// te.grouped_block_quantize casts of one input: x [rows, cols] in `groups`
+/// token segments (block_dim 1), or stacked [groups, rows, cols] when
+/// `stacked`.
+struct BlockCastCase {
+  int64_t groups, rows, cols;
+  bool stacked;
+  const char *input, *fp8;
+  int64_t blockDim;
+  bool rowwise, transposed, power2;
+};
+
+std::vector<int64_t> blockInputShape(const BlockCastCase &c) {
+  if (c.stacked)
+    return {c.groups, c.rows, c.cols};
+  return {c.rows, c.cols};
+}
+
+/// The FP8 output's shape and scale_inv's (GroupedBlockScaleLayout.h).
+std::vector<int64_t> blockOutputShape(const BlockCastCase &c, bool transpose) {
+  std::vector<int64_t> shape = blockInputShape(c);
+  if (transpose)
+    std::swap(shape[shape.size() - 2], shape.back());
+  return shape;
+}
+std::vector<int64_t> blockScaleShape(const BlockCastCase &c, bool transpose) {
+  namespace layout = tejit::groupedblockscale;
+  if (c.stacked) {
+    auto shape =
+        transpose ? layout::stackedShape(c.groups, c.cols, c.rows, c.blockDim)
+                  : layout::stackedShape(c.groups, c.rows, c.cols, c.blockDim);
+    return {shape.begin(), shape.end()};
+  }
+  auto shape = transpose
+                   ? layout::transposedSegmentsShape(c.cols, c.rows, c.groups)
+                   : layout::segmentsShape(c.rows, c.cols);
+  return {shape.begin(), shape.end()};
+}
+
+/// One te.grouped_block_quantize of region values `x` (and `m`).
+std::string blockQuantizeOp(const BlockCastCase &c, bool transpose,
+                            llvm::StringRef results) {
+  std::string in = tensor(blockInputShape(c), c.input);
+  std::string attrs = llvm::formatv("block_dim = {0} : i64", c.blockDim);
+  if (transpose)
+    attrs += ", transpose";
+  if (c.power2)
+    attrs += ", power_2_scale";
+  return llvm::formatv(
+             "{0} = te.grouped_block_quantize {1} {{{2}} : ({3}) -> ({4}, {5})",
+             results, c.stacked ? "%x" : "%x, %m", attrs,
+             c.stacked ? in : in + ", " + tensor({c.groups}, "i32"),
+             tensor(blockOutputShape(c, transpose), c.fp8),
+             tensor(blockScaleShape(c, transpose), "f32"))
+      .str();
+}
+
+/// A function `name` holding the case's casts in one te.fused
+/// "grouped_block_quantize" region (te-fuse's form), its results each
+/// cast's output and scale_inv.
+std::string blockCastFunction(llvm::StringRef name, const BlockCastCase &c) {
+  std::string in = tensor(blockInputShape(c), c.input);
+  std::string m = tensor({c.groups}, "i32");
+  std::string args = "%a: " + in, inputs = "%a", inputTypes = in,
+              blockArgs = "%x: " + in;
+  if (!c.stacked) {
+    args += ", %ma: " + m + " {te.name = \"m_splits\"}";
+    inputs += ", %ma";
+    inputTypes += ", " + m;
+    blockArgs += ", %m: " + m;
+  }
+  std::string body, yields, resultTypes;
+  auto add = [&](bool transpose, llvm::StringRef suffix) {
+    body +=
+        "    " +
+        blockQuantizeOp(c, transpose, ("%q" + suffix + ", %s" + suffix).str()) +
+        "\n";
+    yields += std::string(yields.empty() ? "" : ", ") + "%q" + suffix.str() +
+              ", %s" + suffix.str();
+    resultTypes += std::string(resultTypes.empty() ? "" : ", ") +
+                   tensor(blockOutputShape(c, transpose), c.fp8) + ", " +
+                   tensor(blockScaleShape(c, transpose), "f32");
+  };
+  if (c.rowwise)
+    add(false, "r");
+  if (c.transposed)
+    add(true, "t");
+  size_t results = (c.rowwise + c.transposed) * 2;
+  std::string returns;
+  for (size_t i = 0; i < results; ++i)
+    returns += std::string(i ? ", " : "") + "%r#" + std::to_string(i);
+  return llvm::formatv(R"mlir(
+func.func @{0}({1}) -> ({2}) {{
+  %r:{3} = te.fused "grouped_block_quantize"({4}) : ({5}) -> ({2}) {{
+  ^bb0({6}):
+{7}    te.yield {8} : {2}
+  }
+  return {9} : {2}
+}
+)mlir",
+                       name, args, resultTypes, results, inputs, inputTypes,
+                       blockArgs, body, yields, returns)
+      .str();
+}
+
+const BlockCastCase kBlockCasts[] = {
+    // The forward's x and x^T: whole tiles, 16-byte vectors, x^T in words.
+    {4, 512, 384, false, "bf16", "f8E4M3FN", 1, true, true, true},
+    // dy (HYBRID: E5M2), K % 128 != 0, T % 8 != 0: x^T byte by byte.
+    {3, 300, 200, false, "bf16", "f8E5M2", 1, true, true, false},
+    // The transposed copy alone, f16.
+    {5, 1024, 256, false, "f16", "f8E4M3FN", 1, false, true, false},
+    // f32, K odd: one element a vector, bytes.
+    {2, 160, 37, false, "f32", "f8E4M3FN", 1, true, true, true},
+    // The rowwise copy alone, many groups.
+    {8, 2048, 512, false, "bf16", "f8E5M2", 1, true, false, true},
+    // Stacked weights W [G, N, K] and W^T, 128 x 128 tiles.
+    {4, 256, 384, true, "bf16", "f8E4M3FN", 2, true, true, true},
+    // Stacked, 1-D blocks, partial tiles.
+    {3, 200, 136, true, "bf16", "f8E4M3FN", 1, true, true, false},
+    // Stacked, 2-D, W^T alone, R % 8 != 0 (bytes), E5M2.
+    {2, 100, 60, true, "f16", "f8E5M2", 2, false, true, false},
+    // Stacked f32, K odd, rowwise.
+    {5, 48, 37, true, "f32", "f8E4M3FN", 1, true, false, true},
+};
+
+TEST_F(GroupedEmit, BlockCastsEmitAndCompile) {
+  std::string text;
+  for (auto [index, c] : llvm::enumerate(kBlockCasts))
+    text += blockCastFunction("block" + std::to_string(index), c);
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, text);
+  ASSERT_EQ(kernels.size(), std::size(kBlockCasts));
+  for (auto [index, c] : llvm::enumerate(kBlockCasts)) {
+    const EmittedKernel &kernel = kernels[index];
+    SCOPED_TRACE(kernel.name);
+    EXPECT_EQ(kernel.name,
+              "block" + std::to_string(index) + "_grouped_block_quantize_0");
+    // 128-column tiles x (chunks of up to 128 tokens, at most ceil(T/128) +
+    // G of them; or 128-row tiles of each stacked matrix).
+    EXPECT_EQ(kernel.grid.x, (c.cols + 127) / 128);
+    if (c.stacked) {
+      EXPECT_EQ(kernel.grid.y, (c.rows + 127) / 128);
+      EXPECT_EQ(kernel.grid.z, c.groups);
+    } else {
+      EXPECT_EQ(kernel.grid.y, (c.rows + 127) / 128 + c.groups);
+      EXPECT_EQ(kernel.grid.z, 1);
+    }
+    EXPECT_EQ(kernel.block.x, 256);
+    // Every element is written by the kernel: no scratch, nothing zeroed
+    // by the launcher.
+    EXPECT_EQ(kernel.scratchBytes, 0);
+    size_t casts = c.rowwise + c.transposed;
+    ASSERT_EQ(kernel.params.size(), (c.stacked ? 1u : 2u) + 2 * casts);
+    for (const auto &param : kernel.params)
+      EXPECT_FALSE(param.zeroBeforeLaunch) << param.name;
+    const auto *m = paramNamed(kernel, "m_splits");
+    EXPECT_EQ(m != nullptr, !c.stacked);
+    if (m) {
+      EXPECT_EQ(m->elementType, "int");
+    }
+    llvm::StringRef source = body(kernel);
+    // One read of the input for every cast.
+    EXPECT_EQ(source.count("x_in[p][q] = *reinterpret_cast"), 1u);
+    // Segments: chunks found from m_splits on the device; stacked: a
+    // matrix a grid layer.
+    EXPECT_EQ(source.contains("tj_chunk_ends(m_splits"), !c.stacked);
+    EXPECT_EQ(source.contains("blockIdx.z"), c.stacked);
+    // Each cast's scales with its format's largest value and rounding.
+    std::string max =
+        llvm::StringRef(c.fp8) == "f8E4M3FN" ? "448.f" : "57344.f";
+    EXPECT_EQ(source.count(max + (c.power2 ? ", true)" : ", false)")), casts);
+    // x^T in 8-byte runs where the tokens (rows) are whole groups of 8 and
+    // the columns whole words.
+    int64_t vec = llvm::StringRef(c.input) == "f32" ? 4 : 8;
+    while (c.cols % vec != 0)
+      vec /= 2;
+    bool wide = vec % 4 == 0 && c.rows % 8 == 0;
+    EXPECT_EQ(source.contains("tj_transpose_8x4(lo"), c.transposed && wide);
+    EXPECT_EQ(source.contains("[r][c];"), c.transposed && !wide);
+  }
+  expectCompiles(kernels, "sm_90a");
+  expectCompiles(kernels, "sm_89");
+}
+
+TEST_F(GroupedEmit, StandaloneBlockCastsEmitAndCompile) {
+  // Casts outside te.fused (as before te-fuse): one kernel each.
+  OwningOpRef<ModuleOp> module;
+  std::vector<EmittedKernel> kernels = emit(module, R"mlir(
+func.func @lone(%x: tensor<200x96xbf16>, %m: tensor<3xi32>) -> (tensor<96x200xf8E4M3FN>, tensor<5x96xf32>) {
+  %q, %s = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, transpose} : (tensor<200x96xbf16>, tensor<3xi32>) -> (tensor<96x200xf8E4M3FN>, tensor<5x96xf32>)
+  return %q, %s : tensor<96x200xf8E4M3FN>, tensor<5x96xf32>
+}
+func.func @lone_stacked(%w: tensor<3x64x160xbf16>) -> (tensor<3x64x160xf8E4M3FN>, tensor<3x1x4xf32>) {
+  %q, %s = te.grouped_block_quantize %w {block_dim = 2 : i64, power_2_scale} : (tensor<3x64x160xbf16>) -> (tensor<3x64x160xf8E4M3FN>, tensor<3x1x4xf32>)
+  return %q, %s : tensor<3x64x160xf8E4M3FN>, tensor<3x1x4xf32>
+}
+)mlir");
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].name, "lone_grouped_block_quantize_0");
+  EXPECT_EQ(kernels[0].grid.y, 2 + 3);
+  EXPECT_EQ(kernels[1].name, "lone_stacked_grouped_block_quantize_0");
+  EXPECT_EQ(kernels[1].grid.z, 3);
+  expectCompiles(kernels, "sm_90a");
+}
+
+TEST_F(GroupedEmit, BlockCastsOfDifferentSegmentsAreRefused) {
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+func.func @mixed(%x: tensor<64x32xbf16>, %m: tensor<2xi32>, %n: tensor<2xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<1x64xf32>, tensor<32x64xf8E4M3FN>, tensor<3x32xf32>) {
+  %r:4 = te.fused "grouped_block_quantize"(%x, %m, %n) : (tensor<64x32xbf16>, tensor<2xi32>, tensor<2xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<1x64xf32>, tensor<32x64xf8E4M3FN>, tensor<3x32xf32>) {
+  ^bb0(%a: tensor<64x32xbf16>, %b: tensor<2xi32>, %c: tensor<2xi32>):
+    %q0, %s0 = te.grouped_block_quantize %a, %b {block_dim = 1 : i64} : (tensor<64x32xbf16>, tensor<2xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<1x64xf32>)
+    %q1, %s1 = te.grouped_block_quantize %a, %c {block_dim = 1 : i64, transpose} : (tensor<64x32xbf16>, tensor<2xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<3x32xf32>)
+    te.yield %q0, %s0, %q1, %s1 : tensor<64x32xf8E4M3FN>, tensor<1x64xf32>, tensor<32x64xf8E4M3FN>, tensor<3x32xf32>
+  }
+  return %r#0, %r#1, %r#2, %r#3 : tensor<64x32xf8E4M3FN>, tensor<1x64xf32>, tensor<32x64xf8E4M3FN>, tensor<3x32xf32>
+}
+)mlir");
+  ASSERT_TRUE(module);
+  auto kernels = tejit::codegen::emitKernels(*module);
+  ASSERT_FALSE(bool(kernels));
+  std::string message = llvm::toString(kernels.takeError());
+  EXPECT_NE(message.find("kind 'grouped_block_quantize'"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("different inputs or segments"), std::string::npos)
+      << message;
 }
 
 } // namespace

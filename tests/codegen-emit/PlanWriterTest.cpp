@@ -7,8 +7,8 @@
 // GEMMs without FP8 have neither key. GroupedLinear's hand-written forward
 // and backward (docs/grouped-linear.md): m_splits arguments marked "host",
 // grouped_gemm steps with their form, operands, per-group scale inverses or
-// transposes. (The kernels' binaries play no part: the plan only names
-// them.)
+// transposes; under Float8BlockScaling, how each grouped GEMM operand is
+// scaled. (The kernels' binaries play no part: the plan only names them.)
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/PlanWriter.h"
@@ -222,12 +222,13 @@ func.func @fwd_backward(%dy: tensor<64x48xbf16> {te.name = "grad_y"},
 }
 )mlir";
 
-/// The plan of kGroupedModule (its kernels emitted, no binaries).
-json::Value groupedPlan() {
+/// The plan of `text`, kGroupedModule by default (its kernels emitted, no
+/// binaries).
+json::Value groupedPlan(llvm::StringRef text = kGroupedModule) {
   MLIRContext context;
   context.loadDialect<te::TEDialect, func::FuncDialect>();
   OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(kGroupedModule, ParserConfig(&context));
+      parseSourceString<ModuleOp>(text, ParserConfig(&context));
   EXPECT_TRUE(module);
   if (!module)
     return nullptr;
@@ -350,6 +351,8 @@ TEST(PlanWriterTest, GroupedGemmSteps) {
   EXPECT_EQ(f.getString("form"), "rows");
   EXPECT_EQ(f.getBoolean("fp8"), true);
   EXPECT_EQ(f.getBoolean("fast_accum"), true);
+  EXPECT_EQ(f.getString("a_scaling"), "tensor");
+  EXPECT_EQ(f.getString("b_scaling"), "tensor");
   EXPECT_EQ(f.getInteger("groups"), 4);
   EXPECT_EQ(f.getInteger("m_splits"), forward.argument("m_splits"));
   EXPECT_EQ(f.getInteger("a_scale_inv"), forward.argument("scale_inv_x"));
@@ -376,6 +379,7 @@ TEST(PlanWriterTest, GroupedGemmSteps) {
     EXPECT_EQ(step->getBoolean("fp8"), false);
     EXPECT_EQ(step->get("a_scale_inv"), nullptr);
     EXPECT_EQ(step->get("fast_accum"), nullptr);
+    EXPECT_EQ(step->get("a_scaling"), nullptr);
     EXPECT_EQ(step->get("bias"), nullptr);
     EXPECT_EQ(step->getInteger("groups"), 4);
     EXPECT_EQ(step->getInteger("m_splits"), backward.argument("forward_arg 1"));
@@ -393,6 +397,83 @@ TEST(PlanWriterTest, GroupedGemmSteps) {
   EXPECT_EQ(wgrad.getInteger("b"), backward.argument("forward_arg 0"));
   EXPECT_EQ(wgrad.getInteger("out"), backward.results[1]);
   EXPECT_EQ(wgrad.getString("out_type"), "tensor<4x48x32xbf16>");
+}
+
+/// GroupedLinear's three GEMMs under Float8BlockScaling (HYBRID: dy in
+/// E5M2), with the casts te-place-scaling and te-fuse make
+/// (docs/grouped-linear.md): x rowwise and transposed in one region, W in
+/// 2-D blocks, W^T for dgrad, dy rowwise and transposed.
+constexpr const char *kBlockGroupedModule = R"mlir(
+func.func @blk(%x: tensor<64x256xbf16> {te.name = "x"},
+               %m: tensor<4xi32> {te.name = "m_splits"},
+               %w: tensor<4x48x256xbf16> {te.name = "weight"},
+               %dy: tensor<64x48xbf16> {te.name = "grad_y"})
+    -> (tensor<64x48xbf16>, tensor<4x48x256xbf16>, tensor<64x256xbf16>) {
+  %qx:4 = te.fused "grouped_block_quantize"(%x, %m) : (tensor<64x256xbf16>, tensor<4xi32>) -> (tensor<64x256xf8E4M3FN>, tensor<2x64xf32>, tensor<256x64xf8E4M3FN>, tensor<5x256xf32>) {
+  ^bb0(%x0: tensor<64x256xbf16>, %m0: tensor<4xi32>):
+    %q, %s = te.grouped_block_quantize %x0, %m0 {block_dim = 1 : i64, power_2_scale} : (tensor<64x256xbf16>, tensor<4xi32>) -> (tensor<64x256xf8E4M3FN>, tensor<2x64xf32>)
+    %qt, %st = te.grouped_block_quantize %x0, %m0 {block_dim = 1 : i64, transpose, power_2_scale} : (tensor<64x256xbf16>, tensor<4xi32>) -> (tensor<256x64xf8E4M3FN>, tensor<5x256xf32>)
+    te.yield %q, %s, %qt, %st : tensor<64x256xf8E4M3FN>, tensor<2x64xf32>, tensor<256x64xf8E4M3FN>, tensor<5x256xf32>
+  }
+  %qw:4 = te.fused "grouped_block_quantize"(%w) : (tensor<4x48x256xbf16>) -> (tensor<4x48x256xf8E4M3FN>, tensor<4x1x4xf32>, tensor<4x256x48xf8E4M3FN>, tensor<4x2x4xf32>) {
+  ^bb0(%w0: tensor<4x48x256xbf16>):
+    %q, %s = te.grouped_block_quantize %w0 {block_dim = 2 : i64, power_2_scale} : (tensor<4x48x256xbf16>) -> (tensor<4x48x256xf8E4M3FN>, tensor<4x1x4xf32>)
+    %qt, %st = te.grouped_block_quantize %w0 {block_dim = 2 : i64, transpose, power_2_scale} : (tensor<4x48x256xbf16>) -> (tensor<4x256x48xf8E4M3FN>, tensor<4x2x4xf32>)
+    te.yield %q, %s, %qt, %st : tensor<4x48x256xf8E4M3FN>, tensor<4x1x4xf32>, tensor<4x256x48xf8E4M3FN>, tensor<4x2x4xf32>
+  }
+  %y = te.grouped_scaled_matmul %qx#0, %qw#0, %qx#1, %qw#1, %m : (tensor<64x256xf8E4M3FN>, tensor<4x48x256xf8E4M3FN>, tensor<2x64xf32>, tensor<4x1x4xf32>, tensor<4xi32>) -> tensor<64x48xbf16>
+  %qdy:4 = te.fused "grouped_block_quantize"(%dy, %m) : (tensor<64x48xbf16>, tensor<4xi32>) -> (tensor<64x48xf8E5M2>, tensor<1x64xf32>, tensor<48x64xf8E5M2>, tensor<5x48xf32>) {
+  ^bb0(%g0: tensor<64x48xbf16>, %m1: tensor<4xi32>):
+    %q, %s = te.grouped_block_quantize %g0, %m1 {block_dim = 1 : i64, power_2_scale} : (tensor<64x48xbf16>, tensor<4xi32>) -> (tensor<64x48xf8E5M2>, tensor<1x64xf32>)
+    %qt, %st = te.grouped_block_quantize %g0, %m1 {block_dim = 1 : i64, transpose, power_2_scale} : (tensor<64x48xbf16>, tensor<4xi32>) -> (tensor<48x64xf8E5M2>, tensor<5x48xf32>)
+    te.yield %q, %s, %qt, %st : tensor<64x48xf8E5M2>, tensor<1x64xf32>, tensor<48x64xf8E5M2>, tensor<5x48xf32>
+  }
+  %dx = te.grouped_scaled_matmul %qdy#0, %qw#2, %qdy#1, %qw#3, %m : (tensor<64x48xf8E5M2>, tensor<4x256x48xf8E4M3FN>, tensor<1x64xf32>, tensor<4x2x4xf32>, tensor<4xi32>) -> tensor<64x256xbf16>
+  %dw = te.grouped_scaled_matmul %qdy#2, %qx#2, %qdy#3, %qx#3, %m : (tensor<48x64xf8E5M2>, tensor<256x64xf8E4M3FN>, tensor<5x48xf32>, tensor<5x256xf32>, tensor<4xi32>) -> tensor<4x48x256xbf16>
+  return %y, %dw, %dx : tensor<64x48xbf16>, tensor<4x48x256xbf16>, tensor<64x256xbf16>
+}
+)mlir";
+
+TEST(PlanWriterTest, BlockScaledGroupedGemmSteps) {
+  json::Value plan = groupedPlan(kBlockGroupedModule);
+  ASSERT_NE(plan.kind(), json::Value::Null);
+  // The scalings are new keys of grouped_gemm steps: a runtime before them
+  // refuses block scale_inv values (not f32 [G]), so the version stays.
+  EXPECT_EQ(plan.getAsObject()->getInteger("version"), 5);
+  PlannedFunction function = plannedFunction(plan, "blk");
+  ASSERT_TRUE(function.fields);
+  EXPECT_EQ(function.arguments.at("m_splits")->getBoolean("host"), true);
+  // One kernel a cast input, each reading m_splits where it has segments.
+  std::vector<const json::Object *> kernels = function.steps("kernel");
+  ASSERT_EQ(kernels.size(), 3u);
+  for (const json::Object *kernel : kernels)
+    EXPECT_TRUE(kernel->getString("name")->contains("grouped_block_quantize"));
+
+  std::vector<const json::Object *> gemms = function.steps("grouped_gemm");
+  ASSERT_EQ(gemms.size(), 3u);
+  struct Expected {
+    const char *form, *a, *b;
+  } expected[] = {{"rows", "block_1d", "block_2d"},
+                  {"rows", "block_1d", "block_2d"},
+                  {"contraction", "block_1d", "block_1d"}};
+  for (auto [step, want] : llvm::zip(gemms, expected)) {
+    EXPECT_EQ(step->getString("form"), want.form);
+    EXPECT_EQ(step->getBoolean("fp8"), true);
+    EXPECT_EQ(step->getString("a_scaling"), want.a);
+    EXPECT_EQ(step->getString("b_scaling"), want.b);
+    // Block-scaled GEMMs accumulate without fast_accum.
+    EXPECT_EQ(step->getBoolean("fast_accum"), false);
+    EXPECT_EQ(step->getInteger("m_splits"), function.argument("m_splits"));
+  }
+  // The scale_inv operands are the block scales the casts wrote.
+  EXPECT_EQ(function.types[*gemms[0]->getInteger("a_scale_inv")],
+            "tensor<2x64xf32>");
+  EXPECT_EQ(function.types[*gemms[0]->getInteger("b_scale_inv")],
+            "tensor<4x1x4xf32>");
+  EXPECT_EQ(function.types[*gemms[2]->getInteger("a_scale_inv")],
+            "tensor<5x48xf32>");
+  EXPECT_EQ(function.types[*gemms[2]->getInteger("b_scale_inv")],
+            "tensor<5x256xf32>");
 }
 
 } // namespace

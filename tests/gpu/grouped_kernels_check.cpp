@@ -24,6 +24,16 @@
 //     and without power-of-two scales): bit-equal to float32 arithmetic.
 //   * current scaling's chain: grouped_amax -> compute_scale -> the two
 //     casts, through device values.
+//   * te.grouped_block_quantize (Float8BlockScaling; codegen/
+//     GroupedBlockScalingKernels.cpp): token segments (x and/or x^T, an
+//     empty segment, segments that are not multiples of 128 or of 8,
+//     padding rows holding inf and NaN, nothing but padding, T = 8192 x K =
+//     4096 timed) and stacked matrices (1-D and 2-D blocks, W and/or W^T);
+//     bf16 / f16 / f32, E4M3 and E5M2 (HYBRID's gradients), power_2_scale
+//     on and off; outliers: zero and subnormal rows and columns (scale 1,
+//     FLT_MAX), large values, a NaN and an inf. Every output value and
+//     every scale_inv element (0 where no group owns it) against a host
+//     reference of docs/block-scaling.md's rules.
 // Outputs start as 0xff bytes (NaN), so an element no kernel writes fails.
 //
 // One line per case (PASS/FAIL), exit status 1 on any failure, 77 (skipped)
@@ -963,6 +973,416 @@ func.func @chain(%x: {0}, %m: {1}) -> ({2}, {3}, tensor<4xf32>) {{
   return result;
 }
 
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling: te.grouped_block_quantize
+//===----------------------------------------------------------------------===//
+//
+// The reference is written here from docs/block-scaling.md and
+// docs/grouped-linear.md (the check links no interpreter): per block, amax
+// = max |x| (NaN when one is NaN), scale = fp8_max / amax in float32 (1 for
+// an amax of 0, inf or NaN; FLT_MAX when the quotient overflows; with
+// power_2_scale the mantissa bits cleared), scale_inv = 1 / scale, each
+// element fp8Reference(x * scale). Outputs are compared as values (every
+// byte, but any NaN for NaN and either zero for zero); scale_inv bit for
+// bit, 0 wherever no group owns the element.
+
+/// te.compute_scale's rule for a block's amax, in float32.
+float blockScaleRef(double amax, Elem fp8, bool power2) {
+  float a = float(amax); // exact: inputs are bf16, f16 or f32
+  float scale = 1.f;
+  if (a > 0.f && std::isfinite(a)) {
+    scale = (fp8 == Elem::E4M3 ? 448.f : 57344.f) / a;
+    if (std::isinf(scale))
+      scale = FLT_MAX;
+    if (power2)
+      scale = bitsToFloat(floatToBits(scale) & 0xff800000u);
+  }
+  return scale;
+}
+
+/// The expected outputs of one cast: values and scale inverses.
+struct BlockCastRef {
+  std::vector<double> out;
+  std::vector<float> scaleInv;
+};
+
+/// Casts one block of `count` elements: element i is x's flat element
+/// inAt(i), written at out[outAt(i)]; its scale_inv at `scaleAt`.
+template <typename InAt, typename OutAt>
+void castBlockRef(const HostTensor &x, int64_t count, InAt inAt, OutAt outAt,
+                  int64_t scaleAt, Elem fp8, bool power2, BlockCastRef &ref) {
+  double amax = 0.0;
+  for (int64_t i = 0; i < count && !std::isnan(amax); ++i) {
+    double v = std::fabs(x.at(inAt(i)));
+    amax = std::isnan(v) ? v : std::max(amax, v);
+  }
+  float scale = blockScaleRef(amax, fp8, power2);
+  for (int64_t i = 0; i < count; ++i)
+    ref.out[outAt(i)] = fp8Reference(float(x.at(inAt(i))) * scale, fp8);
+  ref.scaleInv[scaleAt] = 1.f / scale;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t pad4(int64_t n) { return (n + 3) / 4 * 4; }
+
+/// x [T, K] in segments, rowwise: scale_inv [ceil(K/128), T], segment g's
+/// element (j, r) at nb o_g + j m_g + (r - o_g).
+BlockCastRef segmentsRowwiseRef(const HostTensor &x,
+                                const std::vector<int64_t> &offsets, Elem fp8,
+                                bool power2) {
+  int64_t tokens = x.shape[0], cols = x.shape[1], nb = ceilDiv(cols, 128);
+  BlockCastRef ref{std::vector<double>(tokens * cols, 0.0),
+                   std::vector<float>(nb * tokens, 0.f)};
+  for (size_t g = 0; g + 1 < offsets.size(); ++g) {
+    int64_t begin = offsets[g], size = offsets[g + 1] - begin;
+    for (int64_t r = begin; r < begin + size; ++r)
+      for (int64_t j = 0; j < nb; ++j) {
+        int64_t first = r * cols + 128 * j;
+        auto at = [&](int64_t i) { return first + i; };
+        castBlockRef(x, std::min<int64_t>(128, cols - 128 * j), at, at,
+                     nb * begin + j * size + (r - begin), fp8, power2, ref);
+      }
+  }
+  return ref;
+}
+
+/// x [T, K] in segments, transposed: x^T [K, T]; scale_inv [ceil(T/128) +
+/// G, pad4(K)], segment g's block j of row k at pad4(K) (c_g + j) + k,
+/// c_g = the blocks of the segments before g.
+BlockCastRef segmentsTransposedRef(const HostTensor &x,
+                                   const std::vector<int64_t> &offsets,
+                                   Elem fp8, bool power2) {
+  int64_t tokens = x.shape[0], cols = x.shape[1];
+  int64_t groups = int64_t(offsets.size()) - 1;
+  BlockCastRef ref{
+      std::vector<double>(tokens * cols, 0.0),
+      std::vector<float>((ceilDiv(tokens, 128) + groups) * pad4(cols), 0.f)};
+  int64_t blocksBefore = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t begin = offsets[g], size = offsets[g + 1] - begin;
+    for (int64_t j = 0; j < ceilDiv(size, 128); ++j) {
+      int64_t first = begin + 128 * j;
+      int64_t count = std::min<int64_t>(128, begin + size - first);
+      for (int64_t k = 0; k < cols; ++k)
+        castBlockRef(
+            x, count, [&](int64_t i) { return (first + i) * cols + k; },
+            [&](int64_t i) { return k * tokens + first + i; },
+            pad4(cols) * (blocksBefore + j) + k, fp8, power2, ref);
+    }
+    blocksBefore += ceilDiv(size, 128);
+  }
+  return ref;
+}
+
+/// Stacked [G, R, C]: te.block_quantize of each x[g] (transposed with
+/// `transpose`), 1-D blocks (scale_inv [ceil(cols/128), pad4(rows)] of the
+/// cast matrix) or 2-D (ceil(rows/128) x pad4(ceil(cols/128))), one after
+/// another.
+BlockCastRef stackedRef(const HostTensor &x, int64_t blockDim, bool transpose,
+                        Elem fp8, bool power2) {
+  int64_t groups = x.shape[0], xRows = x.shape[1], xCols = x.shape[2];
+  // The cast matrix S of each group.
+  int64_t rows = transpose ? xCols : xRows, cols = transpose ? xRows : xCols;
+  int64_t s0 = blockDim == 1 ? ceilDiv(cols, 128) : ceilDiv(rows, 128);
+  int64_t s1 = blockDim == 1 ? pad4(rows) : pad4(ceilDiv(cols, 128));
+  BlockCastRef ref{std::vector<double>(x.elements(), 0.0),
+                   std::vector<float>(groups * s0 * s1, 0.f)};
+  int64_t blockRows = blockDim == 1 ? 1 : 128;
+  for (int64_t g = 0; g < groups; ++g) {
+    int64_t base = g * xRows * xCols;
+    for (int64_t r0 = 0; r0 < rows; r0 += blockRows)
+      for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+        int64_t height = std::min(blockRows, rows - r0);
+        int64_t width = std::min<int64_t>(128, cols - c0);
+        // Element i of the block is S(r0 + i / width, c0 + i % width).
+        auto inAt = [&](int64_t i) {
+          int64_t r = r0 + i / width, c = c0 + i % width;
+          return base + (transpose ? c * xCols + r : r * xCols + c);
+        };
+        auto outAt = [&](int64_t i) {
+          return base + (r0 + i / width) * cols + c0 + i % width;
+        };
+        int64_t scaleAt =
+            g * s0 * s1 +
+            (blockDim == 1 ? c0 / 128 * s1 + r0 : r0 / 128 * s1 + c0 / 128);
+        castBlockRef(x, height * width, inAt, outAt, scaleAt, fp8, power2, ref);
+      }
+  }
+  return ref;
+}
+
+/// Puts the outliers a block cast must get right into the matrix [rows,
+/// cols] of `x`: zero rows and columns (amax 0: scale 1), rows and columns
+/// of the smallest subnormals (bf16 and f32: fp8_max / amax overflows, the
+/// scale is FLT_MAX), large values, and, with `specials`, a NaN and an inf
+/// (scale 1; the NaN stays NaN, the inf saturates).
+void addBlockOutliers(HostTensor &x, int64_t rows, int64_t cols, bool specials,
+                      std::mt19937_64 &rng) {
+  std::uniform_int_distribution<int64_t> row(0, rows - 1), col(0, cols - 1);
+  auto set = [&](int64_t i, double value) {
+    if (x.elem == Elem::F32) {
+      setF32(x, i, float(value));
+      return;
+    }
+    uint32_t bits = floatToBits(float(value));
+    uint16_t h;
+    if (x.elem == Elem::BF16) {
+      h = uint16_t(bits >> 16); // the values below are exact in bf16
+    } else {
+      // f16: 2^-24 (the smallest subnormal) or a power of two in range.
+      int exponent = std::ilogb(std::fabs(value));
+      h = value == 0.0     ? 0
+          : exponent < -14 ? 1
+                           : uint16_t((exponent + 15) << 10);
+      if (std::signbit(value))
+        h |= 0x8000;
+    }
+    std::memcpy(&x.bytes[2 * i], &h, 2);
+  };
+  double tiny =
+      x.elem == Elem::F16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -130);
+  for (int n = 0; n < 2; ++n) {
+    int64_t zeroRow = row(rng), tinyRow = row(rng);
+    int64_t zeroCol = col(rng), tinyCol = col(rng);
+    for (int64_t c = 0; c < cols; ++c) {
+      set(zeroRow * cols + c, 0.0);
+      set(tinyRow * cols + c, c % 2 ? tiny : -tiny);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      set(r * cols + zeroCol, 0.0);
+      set(r * cols + tinyCol, r % 3 ? tiny : -tiny);
+    }
+  }
+  for (int n = 0; n < 8; ++n)
+    set(row(rng) * cols + col(rng), n % 2 ? 4096.0 : -2048.0);
+  if (specials) {
+    setSpecial(x, row(rng) * cols + col(rng), /*nan=*/true);
+    setSpecial(x, row(rng) * cols + col(rng), /*nan=*/false, /*negative=*/true);
+  }
+}
+
+struct BlockCastCase {
+  std::string name;
+  Elem input, fp8;
+  /// Segments: x [rows, cols] cut by `splits`; stacked (splits empty):
+  /// [groups, rows, cols].
+  int64_t groups, rows, cols;
+  std::vector<int32_t> splits;
+  int64_t blockDim;
+  bool rowwise, transposed, power2;
+  bool timed = false;
+};
+
+/// The FP8 output and scale_inv types of one cast of the case.
+std::pair<HostTensor, HostTensor> blockCastResults(const BlockCastCase &c,
+                                                   bool transpose) {
+  bool stacked = c.splits.empty();
+  if (stacked) {
+    int64_t rows = transpose ? c.cols : c.rows;
+    int64_t cols = transpose ? c.rows : c.cols;
+    std::vector<int64_t> scale =
+        c.blockDim == 1
+            ? std::vector<int64_t>{c.groups, ceilDiv(cols, 128), pad4(rows)}
+            : std::vector<int64_t>{c.groups, ceilDiv(rows, 128),
+                                   pad4(ceilDiv(cols, 128))};
+    return {tensorOf(c.fp8, {c.groups, rows, cols}),
+            tensorOf(Elem::F32, scale)};
+  }
+  if (transpose)
+    return {
+        tensorOf(c.fp8, {c.cols, c.rows}),
+        tensorOf(Elem::F32, {ceilDiv(c.rows, 128) + c.groups, pad4(c.cols)})};
+  return {tensorOf(c.fp8, {c.rows, c.cols}),
+          tensorOf(Elem::F32, {ceilDiv(c.cols, 128), c.rows})};
+}
+
+/// A function of one te.fused "grouped_block_quantize" region: the case's
+/// casts of `x` (with `m_splits` for segments); results: each cast's output
+/// and scale_inv.
+std::string blockCastIr(const BlockCastCase &c, const HostTensor &x,
+                        const HostTensor *splits) {
+  std::string args = "%xa: " + x.irType(), inputs = "%xa", types = x.irType(),
+              blockArgs = "%x: " + x.irType(), operands = "%x";
+  if (splits) {
+    args += ", %ma: " + splits->irType();
+    inputs += ", %ma";
+    types += ", " + splits->irType();
+    blockArgs += ", %m: " + splits->irType();
+    operands += ", %m";
+  }
+  std::string body, yields, results, returns;
+  int count = 0;
+  auto add = [&](bool transpose) {
+    auto [out, scale] = blockCastResults(c, transpose);
+    std::string q = "%q" + std::to_string(count),
+                s = "%s" + std::to_string(count);
+    std::string attrs = "block_dim = " + std::to_string(c.blockDim) + " : i64";
+    if (transpose)
+      attrs += ", transpose";
+    if (c.power2)
+      attrs += ", power_2_scale";
+    body += llvm::formatv("    {0}, {1} = te.grouped_block_quantize {2} {{{3}} "
+                          ": ({4}) -> ({5}, {6})\n",
+                          q, s, operands, attrs, types, out.irType(),
+                          scale.irType())
+                .str();
+    std::string sep = count ? ", " : "";
+    yields += sep + q + ", " + s;
+    results += sep + out.irType() + ", " + scale.irType();
+    returns += sep + "%r#" + std::to_string(2 * count) + ", %r#" +
+               std::to_string(2 * count + 1);
+    ++count;
+  };
+  if (c.rowwise)
+    add(false);
+  if (c.transposed)
+    add(true);
+  return llvm::formatv(R"mlir(
+func.func @block_cast({0}) -> ({1}) {{
+  %r:{2} = te.fused "grouped_block_quantize"({3}) : ({4}) -> ({1}) {{
+  ^bb0({5}):
+{6}    te.yield {7} : {1}
+  }
+  return {8} : {1}
+}
+)mlir",
+                       args, results, 2 * count, inputs, types, blockArgs, body,
+                       yields, returns)
+      .str();
+}
+
+/// One cast's output and scale_inv against its reference.
+void checkBlockCast(Result &result, const char *what, const HostTensor &out,
+                    const HostTensor &scaleInv, const BlockCastRef &want) {
+  for (int64_t i = 0; i < out.elements(); ++i)
+    result.expect(sameValue(out.at(i), want.out[i]),
+                  llvm::formatv("{0} output [{1}]: got {2}, want {3}", what, i,
+                                out.at(i), want.out[i]));
+  for (int64_t i = 0; i < scaleInv.elements(); ++i)
+    result.expect(floatToBits(scaleInv.f32(i)) == floatToBits(want.scaleInv[i]),
+                  llvm::formatv("{0} scale_inv [{1}]: got {2}, want {3}", what,
+                                i, scaleInv.f32(i), want.scaleInv[i]));
+}
+
+Result runBlockCast(Gpu &gpu, const BlockCastCase &c, std::mt19937_64 &rng) {
+  bool stacked = c.splits.empty();
+  std::vector<int64_t> shape =
+      stacked ? std::vector<int64_t>{c.groups, c.rows, c.cols}
+              : std::vector<int64_t>{c.rows, c.cols};
+  int64_t rows = stacked ? c.groups * c.rows : c.rows;
+  HostTensor x = randomInput(c.input, shape, rng);
+  std::vector<int64_t> offsets = offsetsOf(c.splits);
+  addBlockOutliers(x, stacked ? rows : std::max<int64_t>(offsets.back(), 1),
+                   c.cols, !c.timed, rng);
+  // Padding rows hold inf and NaN: written as 0, scales 0.
+  if (!stacked)
+    for (int64_t t = offsets.back(); t < rows; ++t)
+      for (int64_t col = 0; col < c.cols; col += 3)
+        setSpecial(x, t * c.cols + col, col % 2 == 0, t % 2 == 1);
+  std::vector<HostTensor> args = {x};
+  HostTensor splits = splitsTensor(c.splits);
+  if (!stacked)
+    args.push_back(splits);
+  std::vector<HostTensor> like;
+  for (bool transpose : {false, true})
+    if (transpose ? c.transposed : c.rowwise) {
+      auto [out, scale] = blockCastResults(c, transpose);
+      like.push_back(std::move(out));
+      like.push_back(std::move(scale));
+    }
+  double us = 0;
+  std::vector<HostTensor> got =
+      runFunction(gpu, blockCastIr(c, x, stacked ? nullptr : &splits), args,
+                  like, c.timed ? 20 : 0, &us);
+  Result result;
+  size_t next = 0;
+  for (bool transpose : {false, true}) {
+    if (!(transpose ? c.transposed : c.rowwise))
+      continue;
+    BlockCastRef want =
+        stacked     ? stackedRef(x, c.blockDim, transpose, c.fp8, c.power2)
+        : transpose ? segmentsTransposedRef(x, offsets, c.fp8, c.power2)
+                    : segmentsRowwiseRef(x, offsets, c.fp8, c.power2);
+    checkBlockCast(result, transpose ? "transposed" : "rowwise", got[next],
+                   got[next + 1], want);
+    next += 2;
+  }
+  if (c.timed) {
+    double bytes =
+        double(rows) * c.cols * (bytesOf(c.input) + c.rowwise + c.transposed);
+    result.extra =
+        llvm::formatv(" {0:f1} us, {1:f0} GB/s", us, bytes / (us * 1e-6) / 1e9)
+            .str();
+  }
+  return result;
+}
+
+std::vector<BlockCastCase> blockCastCases() {
+  using E = Elem;
+  std::vector<BlockCastCase> cases;
+  auto segments = [&](std::string name, E input, E fp8,
+                      std::vector<int32_t> splits, int64_t tokens, int64_t cols,
+                      bool rowwise, bool transposed, bool power2) {
+    cases.push_back({"segments " + name, input, fp8, int64_t(splits.size()),
+                     tokens, cols, std::move(splits), 1, rowwise, transposed,
+                     power2});
+  };
+  auto stacked = [&](std::string name, E input, E fp8, int64_t groups,
+                     int64_t rows, int64_t cols, int64_t blockDim, bool rowwise,
+                     bool transposed, bool power2) {
+    cases.push_back({"stacked " + name,
+                     input,
+                     fp8,
+                     groups,
+                     rows,
+                     cols,
+                     {},
+                     blockDim,
+                     rowwise,
+                     transposed,
+                     power2});
+  };
+  // The forward's x and x^T: an empty segment, padding, whole tiles.
+  segments("bf16 G=4 x and x^T, power of 2", E::BF16, E::E4M3,
+           {128, 0, 200, 100}, 512, 384, true, true, true);
+  // HYBRID's dy (E5M2): segments not multiples of 8 (x^T byte by byte),
+  // K % 128 != 0, float32 scales.
+  segments("bf16 G=3 E5M2 K=200", E::BF16, E::E5M2, {17, 150, 96}, 300, 200,
+           true, true, false);
+  // T % 8 == 0 but chunks that start off a multiple of 8 (x^T's 8-byte
+  // runs fall back to bytes there); f16.
+  segments("f16 G=5 unaligned", E::F16, E::E4M3, {200, 0, 333, 130, 64}, 1024,
+           256, true, true, false);
+  // f32, K odd: one element a vector.
+  segments("f32 K=37", E::F32, E::E4M3, {50, 100}, 160, 37, true, true, true);
+  // x^T alone, one group, no padding.
+  segments("bf16 G=1 x^T", E::BF16, E::E4M3, {256}, 256, 128, false, true,
+           true);
+  // dy rowwise alone, E5M2, splits multiples of 16 (FP8's).
+  segments("bf16 G=8 E5M2 rowwise", E::BF16, E::E5M2,
+           {256, 128, 0, 512, 144, 16, 400, 528}, 2048, 512, true, false, true);
+  // Nothing but padding.
+  segments("bf16 all padding", E::BF16, E::E4M3, {0, 0}, 128, 64, true, true,
+           true);
+  // W and W^T in 128 x 128 tiles.
+  stacked("bf16 G=4 2-D W and W^T", E::BF16, E::E4M3, 4, 256, 384, 2, true,
+          true, true);
+  // 1-D, partial tiles, float32 scales.
+  stacked("bf16 G=3 1-D partial", E::BF16, E::E4M3, 3, 200, 136, 1, true, true,
+          false);
+  // W^T alone, 2-D, R % 8 != 0 (bytes), E5M2, f16.
+  stacked("f16 G=2 2-D W^T E5M2", E::F16, E::E5M2, 2, 100, 60, 2, false, true,
+          false);
+  // f32, K odd, 1-D rowwise.
+  stacked("f32 G=5 1-D K=37", E::F32, E::E4M3, 5, 48, 37, 1, true, false, true);
+  // A real size: T = 8192, K = 4096, G = 8 (one empty, 256 padding rows).
+  segments("bf16 T=8192 K=4096 G=8", E::BF16, E::E4M3,
+           {1024, 2048, 512, 0, 1536, 1024, 784, 1008}, 8192, 4096, true, true,
+           true);
+  cases.back().timed = true;
+  return cases;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -1044,6 +1464,10 @@ int main(int argc, char **argv) {
   }
   if (wanted("current scaling chain"))
     report("current scaling chain", runCurrentScalingChain(gpu, rng));
+  // After the cases above, which keep their random data.
+  for (const BlockCastCase &c : blockCastCases())
+    if (wanted("block " + c.name))
+      report("block " + c.name, runBlockCast(gpu, c, rng));
   std::printf("%d passed, %d failed\n", passed, failed);
   driver.cuStreamDestroy(gpu.stream);
   return failed ? 1 : 0;
