@@ -176,8 +176,10 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
             ErrorCode::InvalidArgument);
       grouped = std::move(*created);
     }
+    // Per-tensor FP8 scales are staged into aligned slots; block scales are
+    // read in place.
     DeviceBuffer scaleSlots;
-    if (grouped && grouped->step().fp8) {
+    if (grouped && grouped->step().fp8 && !grouped->step().blockScaled()) {
       auto slots = DeviceBuffer::allocate(
           scaleSlotBytes(grouped->step().groups),
           llvm::formatv("the scale slots of function '{0}', step {1}",
@@ -289,7 +291,8 @@ Error Executor::allocateStaticCache() {
   llvm::DenseSet<int64_t> staticValues(staticSteps.outputs.begin(),
                                        staticSteps.outputs.end());
   for (const Step &step : plan.steps) {
-    // FP8 GEMMs, plain or grouped (whose scale_inv is a [G] vector).
+    // FP8 GEMMs, plain or grouped (whose scale_inv is a [G] vector or
+    // block scales).
     std::optional<std::array<std::pair<int64_t, std::optional<int64_t>>, 2>>
         operands;
     if (const auto *gemm = std::get_if<GemmStep>(&step); gemm && gemm->scaled)

@@ -1160,6 +1160,9 @@ Expected<Problem *> CublasLtGemmRunner::problemFor(const Request &request) {
   std::optional<ProblemKey> classKey;
   const cublasLtMatmulAlgo_t *classAlgo = nullptr;
   if (request.sizesVary) {
+    // Everything but M and K, the scale modes included: a block-scaled
+    // group never reuses a per-tensor problem's algorithm, nor 1-D x 2-D
+    // one of 1-D x 1-D.
     classKey = key;
     classKey->m = gemmSizeClass(key.m);
     classKey->k = gemmSizeClass(key.k);

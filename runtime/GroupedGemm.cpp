@@ -13,10 +13,13 @@
 
 #include "runtime/HostArguments.h"
 
+#include "dialects/GroupedBlockScaleLayout.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 using namespace tejit::runtime;
 using llvm::Error;
+using llvm::Expected;
 using Form = GroupedGemmStep::Form;
 
 namespace {
@@ -65,6 +68,9 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
   if (step.fp8 && (!step.aScaleInv || !step.bScaleInv))
     return planError(step, "an FP8 grouped GEMM needs a_scale_inv and "
                            "b_scale_inv");
+  if (std::optional<std::pair<llvm::StringRef, std::string>> problem =
+          groupedScalingProblem(step))
+    return planError(step, "'" + problem->first + "' " + problem->second);
   if (step.bias) {
     if (*step.bias < 0 || size_t(*step.bias) >= function.values.size())
       return planError(step, "the bias is not a value of the function");
@@ -114,6 +120,59 @@ Error GroupedGemm::checkGroupOut(const GroupedGemmStep &step,
   return Error::success();
 }
 
+int64_t GroupedGemm::blockScaleOffset(const GroupedGemmStep &step,
+                                      bool operandB,
+                                      llvm::ArrayRef<int32_t> splits,
+                                      int64_t group) {
+  namespace layout = tejit::groupedblockscale;
+  const std::vector<int64_t> &shape =
+      operandB ? step.bType.shape : step.aType.shape;
+  // Contraction: a [M, T] and b [N, T], cast transposed in token segments.
+  if (step.form == Form::Contraction)
+    return layout::transposedSegmentsOffset(splits, group, shape[0]);
+  // Rows: b [G, N, K], one te.block_quantize per group.
+  if (operandB)
+    return layout::stackedOffset(group, shape[1], shape[2],
+                                 step.bScaling == GemmScaling::Block1D ? 1 : 2);
+  // Rows: a [T, K] in row segments.
+  return layout::segmentsOffset(splits, group, shape[1]);
+}
+
+Expected<std::vector<std::array<int64_t, 2>>>
+GroupedGemm::blockScaleOffsets(llvm::ArrayRef<int32_t> splits,
+                               const GroupedGemmPointers &pointers) const {
+  const GroupedGemmStep &step = grouped;
+  // cuBLASLt reads block scales in place: each group's pointer must be
+  // 16-byte aligned, as the base is when the arena or cuMemAlloc placed it.
+  for (auto [name, base] : {std::pair{"a_scale_inv", pointers.aScaleInv},
+                            std::pair{"b_scale_inv", pointers.bScaleInv}})
+    if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
+      return planError(step, llvm::formatv("the block scales {0} at {1} are "
+                                           "not 16-byte aligned, which "
+                                           "cuBLASLt needs (they are read in "
+                                           "place)",
+                                           name, base));
+  std::vector<std::array<int64_t, 2>> offsets;
+  offsets.reserve(splits.size());
+  for (int64_t g = 0; g < step.groups; ++g) {
+    std::array<int64_t, 2> offset = {blockScaleOffset(step, false, splits, g),
+                                     blockScaleOffset(step, true, splits, g)};
+    // The layouts make every offset a multiple of 4 floats when each m_g is
+    // a multiple of 16 (checkSplits): this only fails on a layout bug.
+    for (auto [name, elements] :
+         {std::pair{"a_scale_inv", offset[0]}, {"b_scale_inv", offset[1]}})
+      if (elements % 4 != 0)
+        return makeError(
+            ErrorCode::Internal,
+            llvm::formatv("grouped_gemm ({0}): group {1}'s {2} starts {3} "
+                          "floats into the tensor, not at a 16-byte offset "
+                          "(dialects/GroupedBlockScaleLayout.h)",
+                          groupedFormName(step.form), g, name, elements));
+    offsets.push_back(offset);
+  }
+  return offsets;
+}
+
 Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
                        const GroupedGemmPointers &pointers, CUstream stream,
                        const CudaDriver &driver, GemmLanes *lanes) const {
@@ -134,6 +193,16 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
       (step.fp8 && (!pointers.aScaleInv || !pointers.bScaleInv)) ||
       (step.bias && !pointers.bias))
     return planError(step, "a device pointer is null");
+  // Block scales: every group's offsets, checked before anything is issued.
+  bool blocks = step.blockScaled();
+  std::vector<std::array<int64_t, 2>> scaleOffsets;
+  if (blocks) {
+    Expected<std::vector<std::array<int64_t, 2>>> offsets =
+        blockScaleOffsets(splits, pointers);
+    if (!offsets)
+      return offsets.takeError();
+    scaleOffsets = std::move(*offsets);
+  }
 
   int64_t aBytes = elementBytes(step.aType.element),
           bBytes = elementBytes(step.bType.element),
@@ -190,7 +259,14 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   gemm.bType.element = step.bType.element;
   gemm.outType.element = step.outType.element;
   gemm.scaled = step.fp8;
-  gemm.fastAccum = step.fp8 && step.fastAccum;
+  // Block-scaled GEMMs accumulate without fast accumulation (create()
+  // refuses a step asking for it); the problem cache and the size classes'
+  // algorithms are keyed on the scalings (Gemm.cpp's ProblemKey).
+  gemm.fastAccum = step.fp8 && !blocks && step.fastAccum;
+  if (blocks) {
+    gemm.aScaling = step.aScaling;
+    gemm.bScaling = step.bScaling;
+  }
   gemm.transposeA = transposeA;
   gemm.transposeB = !step.fp8 && transposeB;
   if (step.fp8) {
@@ -202,10 +278,11 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   gemm.sizesVary = true; // an algorithm per size class, not per size
   const FunctionPlan &function = groupValues;
 
-  // FP8: every group's scale_inv pair into aligned slots, two copies.
+  // FP8 per tensor: every group's scale_inv pair into aligned slots, two
+  // copies. (Block scales are read in place.)
   const void *aScales = pointers.aScaleInv, *bScales = pointers.bScaleInv;
   int64_t scaleStride = 4;
-  if (step.fp8 && pointers.scaleSlots) {
+  if (step.fp8 && !blocks && pointers.scaleSlots) {
     auto *slots = static_cast<char *>(pointers.scaleSlots);
     for (auto [from, to] :
          {std::pair{pointers.aScaleInv, slots},
@@ -255,7 +332,12 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     if (mg == 0)
       continue;
     GemmPointers group;
-    if (step.fp8) {
+    if (blocks) {
+      // The group's sub-matrices' scales, laid out as BlockScaleLayout.h
+      // lays out those of one matrix.
+      group.aScaleInv = byteAt(aScales, 4 * scaleOffsets[index][0]);
+      group.bScaleInv = byteAt(bScales, 4 * scaleOffsets[index][1]);
+    } else if (step.fp8) {
       group.aScaleInv = byteAt(aScales, g * scaleStride);
       group.bScaleInv = byteAt(bScales, g * scaleStride);
     }

@@ -17,9 +17,16 @@
 //
 // FP8 steps take per-group scales: group g's scale_inv is element g of the
 // f32 [G] vectors (4 bytes apart, so the runner stages them into its 16-byte
-// aligned slots); the bias of group g is row g of [G, N]. The groups' sizes
-// come from the host (the executor's copy of the m_splits host argument),
-// so each call may issue other GEMM shapes; nothing synchronizes.
+// aligned slots); the bias of group g is row g of [G, N]. Under
+// Float8BlockScaling (GroupedGemmStep::aScaling, bScaling) the scale_inv
+// tensors hold each operand's block scales in dialects/
+// GroupedBlockScaleLayout.h's layouts: group g's GEMM is a block-scaled
+// GEMM (no fast accumulation) whose scale pointers are the tensors plus the
+// group's offset in its layout (segments for the rows form's a, stacked for
+// its b, transposed segments for the contraction's a and b), which is a
+// multiple of 16 bytes: nothing is staged. The groups' sizes come from the
+// host (the executor's copy of the m_splits host argument), so each call
+// may issue other GEMM shapes; nothing synchronizes.
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_GROUPEDGEMM_H
@@ -32,7 +39,9 @@
 
 #include "llvm/ADT/ArrayRef.h"
 
+#include <array>
 #include <optional>
+#include <vector>
 
 namespace tejit::runtime {
 
@@ -41,7 +50,7 @@ namespace tejit::runtime {
 struct GroupedGemmPointers {
   const void *a = nullptr, *b = nullptr;
   void *out = nullptr;
-  /// f32 [G] each (FP8 steps).
+  /// FP8 steps: f32 [G] each, or block scale tensors (16-byte aligned).
   const void *aScaleInv = nullptr, *bScaleInv = nullptr;
   /// [G, N] (rows form).
   const void *bias = nullptr;
@@ -54,7 +63,8 @@ struct GroupedGemmPointers {
   /// they are G separate buffers (Program::setGroupPointers). Empty: the
   /// stacked buffers.
   llvm::ArrayRef<CUdeviceptr> groupOut;
-  /// FP8 steps: scaleSlotBytes(G) of 16-byte aligned device memory where
+  /// FP8 steps scaled per tensor (block scales need none):
+  /// scaleSlotBytes(G) of 16-byte aligned device memory where
   /// run() stages every group's two scale_inv values with one strided copy
   /// per vector (cuBLASLt wants its FP8 scale pointers 16-byte aligned; the
   /// [G] vectors hold them 4 bytes apart). Null: the GEMM runner stages
@@ -75,9 +85,10 @@ public:
                                             const FunctionPlan &function);
 
   /// Enqueues `step` on `stream` with the segment sizes `splits` (G values,
-  /// checked here again: >= 0, sum <= T, multiples of 16 for FP8): zeroes
-  /// what no group writes (copies `accumulate` there instead where the
-  /// step accumulates), then runs one GEMM per non-empty group.
+  /// checked here again: >= 0, sum <= T, multiples of 16 for FP8; block
+  /// scale tensors 16-byte aligned): zeroes what no group writes (copies
+  /// `accumulate` there instead where the step accumulates), then runs one
+  /// GEMM per non-empty group.
   /// With `lanes` (GemmLanes.h), groups too small to keep the GPU busy
   /// alone (fewer than kLaneFlops on average) run on the lanes, round
   /// robin, instead of one after another on `stream`.
@@ -100,8 +111,23 @@ public:
   static llvm::Error checkGroupOut(const GroupedGemmStep &step,
                                    llvm::ArrayRef<CUdeviceptr> groupOut);
 
+  /// Elements (f32) from the start of a block-scaled step's a (`operandB`
+  /// false) or b scale_inv tensor to group `group`'s scales, for the
+  /// segment sizes `splits`: its offset in the operand's
+  /// GroupedBlockScaleLayout.h layout.
+  static int64_t blockScaleOffset(const GroupedGemmStep &step, bool operandB,
+                                  llvm::ArrayRef<int32_t> splits,
+                                  int64_t group);
+
 private:
   explicit GroupedGemm(const GroupedGemmStep &step) : grouped(step) {}
+
+  /// A block-scaled step's scale offsets (blockScaleOffset) of every group,
+  /// a's then b's, once the scale_inv bases are known to be 16-byte aligned
+  /// and the offsets to be multiples of 16 bytes (else an error).
+  llvm::Expected<std::vector<std::array<int64_t, 2>>>
+  blockScaleOffsets(llvm::ArrayRef<int32_t> splits,
+                    const GroupedGemmPointers &pointers) const;
 
   GroupedGemmStep grouped;
   /// A function holding the values the per-group GemmStep's epilogue

@@ -11,6 +11,7 @@
 #include "runtime/Plan.h"
 
 #include "dialects/BlockScaleLayout.h"
+#include "dialects/GroupedBlockScaleLayout.h"
 
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/STLExtras.h"
@@ -127,6 +128,84 @@ int64_t GroupedGemmStep::tokens() const {
 
 StringRef tejit::runtime::groupedFormName(GroupedGemmStep::Form form) {
   return form == GroupedGemmStep::Form::Rows ? "rows" : "contraction";
+}
+
+std::optional<std::pair<StringRef, std::string>>
+tejit::runtime::groupedScalingProblem(const GroupedGemmStep &step) {
+  auto quoted = [](GemmScaling scaling) {
+    return ("\"" + gemmScalingName(scaling) + "\"").str();
+  };
+  bool aBlocks = step.aScaling != GemmScaling::Tensor,
+       bBlocks = step.bScaling != GemmScaling::Tensor;
+  if (!step.fp8) {
+    if (aBlocks || bBlocks)
+      return std::pair{aBlocks ? StringRef("a_scaling") : "b_scaling",
+                       "is " + quoted(aBlocks ? step.aScaling : step.bScaling) +
+                           " for a grouped GEMM that is not FP8"};
+    return std::nullopt;
+  }
+  if (aBlocks != bBlocks)
+    return std::pair{aBlocks ? StringRef("b_scaling") : "a_scaling",
+                     "is \"tensor\", but '" +
+                         std::string(aBlocks ? "a_scaling" : "b_scaling") +
+                         "' is " +
+                         quoted(aBlocks ? step.aScaling : step.bScaling) +
+                         ": both operands are block-scaled or neither"};
+  if (!aBlocks)
+    return std::nullopt;
+  if (step.aScaling == GemmScaling::Block2D &&
+      step.bScaling == GemmScaling::Block2D)
+    return std::pair{StringRef("b_scaling"),
+                     std::string("is \"block_2d\" like 'a_scaling'; cuBLASLt "
+                                 "has no GEMM of two 2-D block-scaled "
+                                 "operands")};
+  bool rows = step.form == GroupedGemmStep::Form::Rows;
+  if (step.aScaling == GemmScaling::Block2D ||
+      (!rows && step.bScaling == GemmScaling::Block2D))
+    return std::pair{
+        step.aScaling == GemmScaling::Block2D ? StringRef("a_scaling")
+                                              : "b_scaling",
+        "is \"block_2d\", but only b of a grouped GEMM of form \"rows\" (the "
+        "stacked weights) takes 2-D blocks; token segments are cast in 1-D "
+        "blocks (dialects/GroupedBlockScaleLayout.h)"};
+  if (step.fastAccum)
+    return std::pair{StringRef("fast_accum"),
+                     std::string("is true for a block-scaled grouped GEMM, "
+                                 "which accumulates without it")};
+  if (step.bias)
+    return std::pair{
+        StringRef("bias"),
+        std::string("is given for a block-scaled grouped GEMM; cuBLASLt's "
+                    "block-scaled GEMMs take no bias epilogue "
+                    "(docs/block-scaling.md)")};
+  return std::nullopt;
+}
+
+TensorType tejit::runtime::groupedScaleType(const GroupedGemmStep &step,
+                                            bool operandB) {
+  namespace layout = tejit::groupedblockscale;
+  GemmScaling scaling = operandB ? step.bScaling : step.aScaling;
+  if (scaling == GemmScaling::Tensor)
+    return TensorType{{step.groups}, ElementType::F32};
+  const std::vector<int64_t> &shape =
+      operandB ? step.bType.shape : step.aType.shape;
+  std::vector<int64_t> dims;
+  if (step.form == GroupedGemmStep::Form::Contraction) {
+    // a [M, T], b [N, T]: the transposed casts of the token segments.
+    std::array<int64_t, 2> scales =
+        layout::transposedSegmentsShape(shape[0], shape[1], step.groups);
+    dims.assign(scales.begin(), scales.end());
+  } else if (operandB) {
+    // b [G, N, K]: one te.block_quantize per group.
+    std::array<int64_t, 3> scales = layout::stackedShape(
+        shape[0], shape[1], shape[2], scaling == GemmScaling::Block1D ? 1 : 2);
+    dims.assign(scales.begin(), scales.end());
+  } else {
+    // a [T, K] in row segments.
+    std::array<int64_t, 2> scales = layout::segmentsShape(shape[0], shape[1]);
+    dims.assign(scales.begin(), scales.end());
+  }
+  return TensorType{std::move(dims), ElementType::F32};
 }
 
 bool FunctionPlan::resultCopiedFirst(size_t index) const {
@@ -626,6 +705,10 @@ private:
   /// A "grouped_gemm" step (docs/grouped-linear.md).
   Error parseGroupedGemm(const json::Object &node, const Scope &scope,
                          GroupedGemmStep &step);
+  /// An FP8 grouped GEMM's scaling rules and its scale_inv values, whose
+  /// types follow from the scalings and the (checked) operand shapes.
+  Error parseGroupedScales(const json::Object &node, const Scope &scope,
+                           GroupedGemmStep &step);
   /// The operand ids and types of a GEMM step ("a"/"a_type", "b"/"b_type",
   /// "out"/"out_type"); each type must be its value's.
   Error parseOperands(const json::Object &node, const Scope &scope, int64_t &a,
@@ -1623,23 +1706,21 @@ Error FunctionParser::parseGroupedGemm(const json::Object &node,
     if (!fastAccum)
       return fastAccum.takeError();
     step.fastAccum = *fastAccum;
-    // One scale_inv per group, an f32 [G] vector.
-    TensorType scalesType{{g}, ElementType::F32};
-    for (auto [key, slot] : {std::pair{"a_scale_inv", &step.aScaleInv},
-                             std::pair{"b_scale_inv", &step.bScaleInv}}) {
+    // How the operands are scaled; their scale_inv values are checked once
+    // the shapes are (parseGroupedScales).
+    for (auto [key, scaling] : {std::pair{"a_scaling", &step.aScaling},
+                                std::pair{"b_scaling", &step.bScaling}}) {
       if (!node.get(key))
-        return scope.error(key, "is missing; an FP8 grouped GEMM needs both "
-                                "scale_inv vectors");
-      Expected<int64_t> id = valueId(node, key, scope);
-      if (!id)
-        return id.takeError();
-      const TensorType &type = function.values[*id].type;
-      if (!sameType(type, scalesType))
-        return scope.error(key, "refers to value " + Twine(*id) + " of type " +
-                                    printType(type) + ", expected " +
-                                    printType(scalesType) +
-                                    " (one scale_inv per group)");
-      *slot = *id;
+        continue; // "tensor", as in plans written before the keys
+      Expected<StringRef> name = scope.string(node, key);
+      if (!name)
+        return name.takeError();
+      std::optional<GemmScaling> parsed = parseGemmScaling(*name);
+      if (!parsed)
+        return scope.error(key, "is \"" + *name +
+                                    "\"; expected \"tensor\", \"block_1d\" "
+                                    "or \"block_2d\"");
+      *scaling = *parsed;
     }
   } else {
     if (isFp8(aElement) || isFp8(bElement))
@@ -1655,7 +1736,8 @@ Error FunctionParser::parseGroupedGemm(const json::Object &node,
       return scope.error("out_type", "is " + printType(step.outType) +
                                          "; it must be the operands' type or "
                                          "f32");
-    for (StringRef key : {"a_scale_inv", "b_scale_inv"})
+    for (StringRef key :
+         {"a_scale_inv", "b_scale_inv", "a_scaling", "b_scaling"})
       if (node.get(key))
         return scope.error(key, "is given for a grouped GEMM that is not FP8 "
                                 "('fp8' is not true)");
@@ -1773,6 +1855,47 @@ Error FunctionParser::parseGroupedGemm(const json::Object &node,
                                            "; it must have out's type " +
                                            printType(step.outType));
     step.accumulate = *id;
+  }
+  if (step.fp8)
+    return parseGroupedScales(node, scope, step);
+  return Error::success();
+}
+
+Error FunctionParser::parseGroupedScales(const json::Object &node,
+                                         const Scope &scope,
+                                         GroupedGemmStep &step) {
+  if (std::optional<std::pair<StringRef, std::string>> problem =
+          groupedScalingProblem(step))
+    return scope.error(problem->first, problem->second);
+  for (bool operandB : {false, true}) {
+    StringRef key = operandB ? "b_scale_inv" : "a_scale_inv";
+    if (!node.get(key))
+      return scope.error(key, "is missing; an FP8 grouped GEMM needs both "
+                              "scale_inv vectors (or block scale tensors)");
+    Expected<int64_t> id = valueId(node, key, scope);
+    if (!id)
+      return id.takeError();
+    const TensorType &type = function.values[*id].type;
+    TensorType expected = groupedScaleType(step, operandB);
+    GemmScaling scaling = operandB ? step.bScaling : step.aScaling;
+    if (!sameType(type, expected)) {
+      std::string what = "one scale_inv per group";
+      if (scaling != GemmScaling::Tensor) {
+        const TensorType &operand = operandB ? step.bType : step.aType;
+        StringRef layout =
+            step.form == GroupedGemmStep::Form::Contraction
+                ? "cast transposed in token segments"
+                : (operandB ? "cast per group" : "cast in row segments");
+        what = ("the " + gemmScalingName(scaling) + " scales of " +
+                printType(operand) + " " + layout +
+                ", dialects/GroupedBlockScaleLayout.h")
+                   .str();
+      }
+      return scope.error(key, "refers to value " + Twine(*id) + " of type " +
+                                  printType(type) + ", expected " +
+                                  printType(expected) + " (" + what + ")");
+    }
+    (operandB ? step.bScaleInv : step.aScaleInv) = *id;
   }
   return Error::success();
 }

@@ -167,19 +167,44 @@ struct GroupedGemmStep {
   /// 1 (out[g] = product + accumulate[g]; accumulate[g] where the group is
   /// empty); it may be out itself (fuse_wgrad_accumulation's main_grad).
   std::optional<int64_t> accumulate;
-  /// FP8 (`fp8`): TN, with f32 [G] scale_inv vectors (group g's scale is
-  /// element g) and fast accumulation; else transposes.
+  /// FP8 (`fp8`): TN, with scale_inv tensors and optional fast
+  /// accumulation; else transposes.
   bool fp8 = false;
   std::optional<int64_t> aScaleInv, bScaleInv;
+  /// What aScaleInv and bScaleInv hold ("a_scaling", "b_scaling"; FP8
+  /// only). Tensor: f32 [G] vectors, group g's scale is element g.
+  /// Float8BlockScaling: the block scales of te.grouped_block_quantize in
+  /// dialects/GroupedBlockScaleLayout.h's layouts (rows a: segments, Block1D;
+  /// rows b: stacked, Block1D or Block2D; contraction a and b: transposed
+  /// segments, Block1D), group g's at the layout's offset. Both Tensor or
+  /// both blocks (groupedScalingProblem).
+  GemmScaling aScaling = GemmScaling::Tensor, bScaling = GemmScaling::Tensor;
   bool fastAccum = false;
   bool transposeA = false, transposeB = false;
 
   /// T, the token count m_splits divides: a's rows, or FP8 contraction's
   /// a columns (a's dimension the segments range over).
   int64_t tokens() const;
+  /// Whether the operands carry Float8BlockScaling's block scales.
+  bool blockScaled() const { return fp8 && aScaling != GemmScaling::Tensor; }
 };
 /// The plan's spelling of a grouped GEMM's form: "rows" or "contraction".
 llvm::StringRef groupedFormName(GroupedGemmStep::Form form);
+
+/// What `step`'s scalings break, as the plan field to blame and why, or
+/// nullopt when they are valid: scalings other than Tensor on a step that
+/// is not FP8; one operand block-scaled and the other not; two Block2D;
+/// Block2D on another operand than the rows form's b (the token segments
+/// are cast in 1-D blocks); fast accumulation or a bias with blocks
+/// (cuBLASLt's block-scaled GEMMs take neither, docs/block-scaling.md).
+/// The parser and GroupedGemm::create both apply it.
+std::optional<std::pair<llvm::StringRef, std::string>>
+groupedScalingProblem(const GroupedGemmStep &step);
+
+/// The type operand b's (`operandB`) or a's scale_inv must have in an FP8
+/// `step` with valid shapes and scalings: f32 [G] for Tensor, else the
+/// dialects/GroupedBlockScaleLayout.h shape of the operand's layout.
+TensorType groupedScaleType(const GroupedGemmStep &step, bool operandB);
 
 struct AttentionStep {
   bool backward = false; // "attention_bwd"

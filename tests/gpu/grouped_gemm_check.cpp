@@ -27,7 +27,22 @@
 //     run in a capturing stream (refused);
 //   * the pinned staging ring of host arguments (HostArgumentStaging):
 //     more uploads than it has slots while the GPU is busy, each one's
-//     device copy snapshotted on the stream and compared afterwards.
+//     device copy snapshotted on the stream and compared afterwards;
+//   * Float8BlockScaling ("block" cases, session 28): fresh random data
+//     (magnitudes changing every 16 x 32 elements, so blocks get their own
+//     scales) cast on the host per group as te.grouped_block_quantize does
+//     (docs/block-scaling.md's numerics, power-of-two scales) into
+//     dialects/GroupedBlockScaleLayout.h's layouts, whose offsets are
+//     written out here from the contract: rows form with b 1-D and 2-D
+//     (E4M3 fprop, E5M2 x E4M3 dgrad), contraction (wgrad) incl.
+//     accumulation into f32 main_grads, side streams, segments that are
+//     no multiples of 128 tokens, empty groups and padding; large sizes
+//     (T = 8192, timed, with CUDA graph replays) and G = 32; and the
+//     executor's path from a block-scaled plan, eager and captured. The
+//     reference is the float64 product of the dequantized operands:
+//     besides the relative L2 bound, every entry must be within TE's FP8
+//     tolerances (E4M3 rtol 0.125 / atol 0.0675, E5M2 0.25 / 0.125, atol
+//     times the reference's rms).
 //
 // Relative L2 error must stay within 1e-2 for bf16 outputs and 2e-3 for f32
 // ones. One line per case (PASS/FAIL), a summary, exit status 1 on any
@@ -40,6 +55,7 @@
 // after `source tools/scripts/gpu-env.sh`.
 //
 //===----------------------------------------------------------------------===//
+#include "dialects/BlockScaleLayout.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
@@ -54,10 +70,12 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -233,6 +251,12 @@ struct Case {
   bool timed = false;
   /// Run the groups on side streams (GemmLanes) where they are small.
   bool lanes = false;
+  /// Float8BlockScaling (both not Tensor): the operands are fresh random
+  /// data cast per group into dialects/GroupedBlockScaleLayout.h's layouts
+  /// (blockOperands) instead of random FP8 bytes with [G] scales.
+  GemmScaling aScaling = GemmScaling::Tensor, bScaling = GemmScaling::Tensor;
+
+  bool blockScaled() const { return aScaling != GemmScaling::Tensor; }
 };
 
 int64_t groupsOf(const Case &c) { return int64_t(c.splits.size()); }
@@ -245,6 +269,8 @@ GroupedGemmStep stepOf(const Case &c) {
   step.transposeA = c.transposeA;
   step.transposeB = c.transposeB;
   step.groups = groupsOf(c);
+  step.aScaling = c.aScaling;
+  step.bScaling = c.bScaling;
   int64_t g = groupsOf(c);
   bool tb = c.fp8 || c.transposeB, ta = !c.fp8 && c.transposeA;
   if (c.form == Form::Rows) {
@@ -355,6 +381,36 @@ struct Reference {
   }
 };
 
+/// TE's FP8 tolerances (tests/gpu/run_layer_tests.py: E4M3 rtol 0.125,
+/// atol 0.0675; E5M2 0.25, 0.125; atol relative to the reference's rms) on
+/// every computed entry of a block-scaled case: |got - want| <= atol * rms +
+/// rtol * |want|. The reference is exact (the dequantized operands), so
+/// the relative L2 bound above is the sharp check; this one is TE's.
+void checkFp8Tolerances(const Case &c,
+                        const std::vector<std::array<double, 3>> &computed,
+                        double referenceSquares, Result &result) {
+  bool e5m2 = c.a == ElementType::F8E5M2 || c.b == ElementType::F8E5M2;
+  double rtol = e5m2 ? 0.25 : 0.125, atol = e5m2 ? 0.125 : 0.0675;
+  double rms = std::sqrt(referenceSquares / double(computed.size()));
+  size_t outside = 0;
+  for (auto [index, want, got] : computed) {
+    if (std::fabs(got - want) <= atol * rms + rtol * std::fabs(want))
+      continue;
+    if (++outside == 1)
+      result.fail(
+          llvm::formatv("out[{0}] is {1}, want {2}: beyond TE's FP8 "
+                        "tolerances (rtol {3:f3}, atol {4:f4} x rms {5:e2})",
+                        int64_t(index), got, want, rtol, atol, rms));
+  }
+  if (outside > 1)
+    result.detail += llvm::formatv(" ({0} entries beyond)", outside).str();
+  else if (result.pass)
+    result.detail += llvm::formatv("; within TE's FP8 tolerances (rtol "
+                                   "{0:f3}, atol {1:f4} x rms)",
+                                   rtol, atol)
+                         .str();
+}
+
 /// Checks out (bytes of the whole output) against the reference; `guard`
 /// bytes after it must still be 0xff.
 void compare(const Case &c, const Reference &reference,
@@ -391,6 +447,9 @@ void compare(const Case &c, const Reference &reference,
   }
   double errorSquares = 0, referenceSquares = 0, worst = 0;
   int64_t worstIndex = -1, nonZero = 0;
+  // Block-scaled cases: (index, want, got) of every computed entry, for
+  // TE's elementwise FP8 tolerances below.
+  std::vector<std::array<double, 3>> computed;
   for (int64_t index : indices) {
     bool zero = false;
     double want = reference.at(index, zero);
@@ -408,6 +467,8 @@ void compare(const Case &c, const Reference &reference,
           llvm::formatv("out[{0}] is {1} (want {2})", index, got, want));
       continue;
     }
+    if (c.blockScaled())
+      computed.push_back({double(index), want, got});
     double error = got - want;
     errorSquares += error * error;
     referenceSquares += want * want;
@@ -427,6 +488,212 @@ void compare(const Case &c, const Reference &reference,
     result.fail(summary + llvm::formatv(" > {0:e1}", tolerance).str());
   else if (result.pass)
     result.detail = summary;
+  if (c.blockScaled() && !computed.empty())
+    checkFp8Tolerances(c, computed, referenceSquares, result);
+}
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling on the host (docs/block-scaling.md's numerics)
+//===----------------------------------------------------------------------===//
+
+double fromFp8(uint8_t code, ElementType type) {
+  return type == ElementType::F8E4M3 ? fromE4M3(code) : fromE5M2(code);
+}
+
+/// The largest finite value of an FP8 type.
+float fp8Max(ElementType type) {
+  return type == ElementType::F8E4M3 ? 448.0f : 57344.0f;
+}
+
+/// te.quantize's cast: `value` to the nearest FP8 value of `type`, ties to
+/// the even code, saturating at +-fp8Max.
+uint8_t toFp8(float value, ElementType type) {
+  // The non-negative codes' values, increasing up to the largest finite one
+  // (E4M3FN 0x7e, E5M2 0x7b).
+  static const auto tables = [] {
+    std::array<std::array<double, 128>, 2> values{};
+    for (int code = 0; code < 128; ++code) {
+      values[0][code] = fromE4M3(uint8_t(code));
+      values[1][code] = fromE5M2(uint8_t(code));
+    }
+    return values;
+  }();
+  const std::array<double, 128> &table =
+      tables[type == ElementType::F8E4M3 ? 0 : 1];
+  uint8_t largest = type == ElementType::F8E4M3 ? 0x7e : 0x7b;
+  uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  double magnitude = std::fabs(double(value));
+  if (magnitude >= table[largest])
+    return sign | largest;
+  uint8_t low = 0, high = largest; // table[low] <= magnitude < table[high]
+  while (high - low > 1) {
+    uint8_t middle = uint8_t((low + high) / 2);
+    (table[middle] <= magnitude ? low : high) = middle;
+  }
+  double below = magnitude - table[low], above = table[high] - magnitude;
+  uint8_t code = below < above   ? low
+                 : above < below ? high
+                                 : (low % 2 == 0 ? low : high);
+  return sign | code;
+}
+
+/// te.compute_scale's rules with power_2_scale, in float32: fp8_max / amax,
+/// 1 for an amax of 0 (or not finite), FLT_MAX on overflow, rounded down
+/// to a power of two.
+float blockScale(float amax, ElementType type) {
+  float scale = 1.0f;
+  if (amax > 0 && std::isfinite(amax)) {
+    scale = fp8Max(type) / amax;
+    if (std::isinf(scale))
+      scale = std::numeric_limits<float>::max();
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &scale, 4);
+  bits &= 0xff800000u; // sign and exponent: a power of two
+  std::memcpy(&scale, &bits, 4);
+  return scale;
+}
+
+/// te.block_quantize (power_2_scale) of the matrix [rows, cols] whose
+/// element (r, c) is `source(r, c)`, in `blockDim`-D blocks: each element's
+/// code and dequantized value (code times its block's scale_inv) go to
+/// `store(r, c, code, value)`. Returns the scale inverses in
+/// dialects/BlockScaleLayout.h's layout for [rows, cols] (padding 0).
+template <typename Source, typename Store>
+std::vector<float> blockQuantize(int64_t rows, int64_t cols, int64_t blockDim,
+                                 ElementType type, Source source, Store store) {
+  using namespace tejit::blockscale;
+  std::array<int64_t, 2> shape = scaleShape(rows, cols, blockDim);
+  std::vector<float> scaleInv(size_t(shape[0] * shape[1]), 0.0f);
+  int64_t blockRows = blockDim == 1 ? 1 : kBlock;
+  for (int64_t r0 = 0; r0 < rows; r0 += blockRows)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      int64_t r1 = std::min(rows, r0 + blockRows),
+              c1 = std::min(cols, c0 + kBlock);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c)
+          amax = std::max(amax, std::fabs(source(r, c)));
+      float scale = blockScale(amax, type), inverse = 1.0f / scale;
+      scaleInv[size_t(scaleIndex(rows, cols, blockDim, r0, c0))] = inverse;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t c = c0; c < c1; ++c) {
+          uint8_t code = toFp8(source(r, c) * scale, type);
+          store(r, c, code, fromFp8(code, type) * double(inverse));
+        }
+    }
+  return scaleInv;
+}
+
+/// Random high-precision values [rows, cols] (bf16, uniform in [-2, 2))
+/// whose magnitude changes by a random power of two, 2^-4 .. 2^4, from one
+/// 16 x 32 region to the next, so that neighbouring blocks get other
+/// scales and a scale read from the wrong block shows.
+std::vector<float> blockSource(int64_t rows, int64_t cols,
+                               std::mt19937_64 &rng) {
+  int64_t regionCols = (cols + 31) / 32;
+  std::vector<float> magnitude(size_t(((rows + 15) / 16) * regionCols));
+  std::uniform_int_distribution<int> exponent(-4, 4);
+  for (float &value : magnitude)
+    value = std::ldexp(1.0f, exponent(rng));
+  std::uniform_int_distribution<uint32_t> bits;
+  std::vector<float> values(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float uniform = (float(bits(rng) >> 8) / float(1u << 24)) * 4.0f - 2.0f;
+      values[size_t(r * cols + c)] =
+          float(fromBf16(toBf16(uniform))) *
+          magnitude[size_t((r / 16) * regionCols + c / 32)];
+    }
+  return values;
+}
+
+/// A block-scaled case's operands: FP8 codes with their dequantized values,
+/// and the scale_inv tensors.
+struct BlockOperands {
+  HostTensor a, b;
+  std::vector<float> aScales, bScales;
+};
+
+/// Casts one operand as te.grouped_block_quantize does (docs/grouped-
+/// linear.md): the rows form's a [T, K] per row segment (1-D blocks along
+/// K; group g's [nb, m_g] scales from nb * o_g), the contraction's a [M, T]
+/// and b [N, T] per column segment (1-D blocks of 128 tokens from the
+/// segment's first; group g's [ceil(m_g/128), pad4(R)] scales from pad4(R)
+/// * c_g), the rows form's b [G, N, K] per group (1-D or 2-D; group g's
+/// from g * s0 * s1). The offsets are written out here from the contract.
+/// Tokens no group owns stay 0, as do unowned scales.
+void castOperand(const Case &c, const GroupedGemmStep &step, bool operandB,
+                 std::mt19937_64 &rng, HostTensor &tensor,
+                 std::vector<float> &scales) {
+  using tejit::blockscale::pad4;
+  const TensorType &type = operandB ? step.bType : step.aType;
+  tensor.type = type.element;
+  tensor.bytes.assign(size_t(type.numElements()), 0);
+  tensor.values.assign(size_t(type.numElements()), 0.0);
+  scales.assign(size_t(groupedScaleType(step, operandB).numElements()), 0.0f);
+  auto place = [&](const std::vector<float> &local, int64_t offset) {
+    std::copy(local.begin(), local.end(), scales.begin() + offset);
+  };
+  const std::vector<int64_t> &shape = type.shape;
+  if (c.form == Form::Rows && operandB) {
+    int64_t n = shape[1], k = shape[2];
+    int64_t blockDim = c.bScaling == GemmScaling::Block1D ? 1 : 2;
+    for (int64_t g = 0; g < groupsOf(c); ++g) {
+      std::vector<float> source = blockSource(n, k, rng);
+      size_t base = size_t(g * n * k);
+      std::vector<float> local = blockQuantize(
+          n, k, blockDim, type.element,
+          [&](int64_t r, int64_t col) { return source[size_t(r * k + col)]; },
+          [&](int64_t r, int64_t col, uint8_t code, double value) {
+            tensor.bytes[base + size_t(r * k + col)] = code;
+            tensor.values[base + size_t(r * k + col)] = value;
+          });
+      place(local, g * int64_t(local.size()));
+    }
+    return;
+  }
+  int64_t rows = shape[0], cols = shape[1];
+  std::vector<float> source = blockSource(rows, cols, rng);
+  int64_t o = 0, blocksBefore = 0; // o_g, c_g
+  for (int32_t size : c.splits) {
+    int64_t m = size;
+    if (c.form == Form::Rows) {
+      // Rows [o, o + m_g) of a [T, K].
+      std::vector<float> local = blockQuantize(
+          m, cols, 1, type.element,
+          [&](int64_t r, int64_t col) {
+            return source[size_t((o + r) * cols + col)];
+          },
+          [&](int64_t r, int64_t col, uint8_t code, double value) {
+            tensor.bytes[size_t((o + r) * cols + col)] = code;
+            tensor.values[size_t((o + r) * cols + col)] = value;
+          });
+      place(local, (cols + 127) / 128 * o);
+    } else {
+      // Columns [o, o + m_g) of a [R, T] operand, cast transposed.
+      std::vector<float> local = blockQuantize(
+          rows, m, 1, type.element,
+          [&](int64_t r, int64_t t) {
+            return source[size_t(r * cols + o + t)];
+          },
+          [&](int64_t r, int64_t t, uint8_t code, double value) {
+            tensor.bytes[size_t(r * cols + o + t)] = code;
+            tensor.values[size_t(r * cols + o + t)] = value;
+          });
+      place(local, pad4(rows) * blocksBefore);
+    }
+    o += m;
+    blocksBefore += (m + 127) / 128;
+  }
+}
+
+BlockOperands blockOperands(const Case &c, const GroupedGemmStep &step,
+                            std::mt19937_64 &rng) {
+  BlockOperands operands;
+  castOperand(c, step, false, rng, operands.a, operands.aScales);
+  castOperand(c, step, true, rng, operands.b, operands.bScales);
+  return operands;
 }
 
 Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
@@ -440,8 +707,8 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   function.name = "grouped_gemm_check";
   function.values.resize(4);
   function.values[0].type = {{g, c.n}, biasType(c)};
-  function.values[1].type = {{g}, ElementType::F32};
-  function.values[2].type = {{g}, ElementType::F32};
+  function.values[1].type = groupedScaleType(step, false);
+  function.values[2].type = groupedScaleType(step, true);
   function.values[3].type = step.outType;
   llvm::Expected<GroupedGemm> grouped = GroupedGemm::create(step, function);
   if (!grouped) {
@@ -449,8 +716,18 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
     return result;
   }
 
-  HostTensor a = randomTensor(c.a, size_t(step.aType.numElements()), rng);
-  HostTensor b = randomTensor(c.b, size_t(step.bType.numElements()), rng);
+  // Block-scaled: fresh data cast per group into the block layouts (the
+  // reference reads the dequantized values, per-tensor scales 1).
+  bool blocks = c.blockScaled();
+  BlockOperands blockScaled;
+  if (blocks)
+    blockScaled = blockOperands(c, step, rng);
+  HostTensor a = blocks
+                     ? std::move(blockScaled.a)
+                     : randomTensor(c.a, size_t(step.aType.numElements()), rng);
+  HostTensor b = blocks
+                     ? std::move(blockScaled.b)
+                     : randomTensor(c.b, size_t(step.bType.numElements()), rng);
   HostTensor bias;
   if (c.bias)
     bias = randomTensor(ElementType::BF16, size_t(g * c.n), rng);
@@ -471,7 +748,10 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   // Per-group power-of-two scales (1 without FP8).
   std::vector<double> aScale(size_t(g), 1.0), bScale(size_t(g), 1.0);
   std::vector<float> aScaleF(size_t(g), 1.0f), bScaleF(size_t(g), 1.0f);
-  if (c.fp8) {
+  if (blocks) {
+    aScaleF = std::move(blockScaled.aScales);
+    bScaleF = std::move(blockScaled.bScales);
+  } else if (c.fp8) {
     std::uniform_int_distribution<int> exponent(-3, 3);
     for (int64_t i = 0; i < g; ++i) {
       aScale[size_t(i)] = aScaleF[size_t(i)] = std::ldexp(1.0f, exponent(rng));
@@ -485,16 +765,16 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
                bBuffer = gpu.allocate(b.bytes.size(), "b"),
                outBuffer = gpu.allocate(outBytes + guard, "out"),
                biasBuffer = gpu.allocate(bias.bytes.size(), "bias"),
-               aScaleBuffer = gpu.allocate(size_t(g) * 4, "a_scale_inv"),
-               bScaleBuffer = gpu.allocate(size_t(g) * 4, "b_scale_inv"),
+               aScaleBuffer = gpu.allocate(aScaleF.size() * 4, "a_scale_inv"),
+               bScaleBuffer = gpu.allocate(bScaleF.size() * 4, "b_scale_inv"),
                accumulateBuffer =
                    gpu.allocate(accumulated.bytes.size(), "accumulate");
   gpu.upload(aBuffer, a.bytes.data(), a.bytes.size());
   gpu.upload(bBuffer, b.bytes.data(), b.bytes.size());
   if (c.bias)
     gpu.upload(biasBuffer, bias.bytes.data(), bias.bytes.size());
-  gpu.upload(aScaleBuffer, aScaleF.data(), size_t(g) * 4);
-  gpu.upload(bScaleBuffer, bScaleF.data(), size_t(g) * 4);
+  gpu.upload(aScaleBuffer, aScaleF.data(), aScaleF.size() * 4);
+  gpu.upload(bScaleBuffer, bScaleF.data(), bScaleF.size() * 4);
   // NaN everywhere: what the GEMMs or the zeroing do not write shows.
   gpu.fill(outBuffer, 0xff);
   if (c.accumulate == Case::Accumulate::OtherBuffer)
@@ -538,9 +818,10 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
     pointers.groupOut = groupOut;
   }
   // FP8: the scales staged into aligned slots with two strided copies (the
-  // executor's way; without slots the runner copies each group's).
+  // executor's way; without slots the runner copies each group's). Block
+  // scales are read in place.
   DeviceBuffer scaleSlots = gpu.allocate(scaleSlotBytes(g), "scale slots");
-  if (c.fp8)
+  if (c.fp8 && !blocks)
     pointers.scaleSlots = reinterpret_cast<void *>(scaleSlots.get());
 
   if (llvm::Error error = grouped->run(gemms, c.splits, pointers, gpu.stream,
@@ -625,7 +906,8 @@ Result runCase(const Case &c, const Gpu &gpu, GemmRunner &gemms,
   return result;
 }
 
-std::vector<Case> cases(bool large) {
+/// The cases of the high-precision and per-tensor FP8 grouped GEMMs.
+std::vector<Case> baseCases(bool large) {
   using E = ElementType;
   std::vector<Case> list;
   // Splits with an empty group and padding rows (T = 256: 48 rows of
@@ -799,6 +1081,144 @@ std::vector<Case> cases(bool large) {
   bigWgrad("FP8 E5M2 x E4M3 wgrad into f32 per-group main_grads (reversed) "
            "T=8192 M=2048 N=4096 G=8",
            e5m2, e4m3, true, Acc::PerGroupReversed);
+  return list;
+}
+
+/// Float8BlockScaling (docs/grouped-linear.md, session 28): both forms,
+/// b 1-D and 2-D in the rows form, E4M3 and E5M2 x E4M3 (dgrad, wgrad),
+/// bf16 and f32 outputs, accumulation into main_grads (in place, from
+/// another buffer, per-group buffers in reverse), side streams; segments
+/// longer than a block of 128 tokens and no multiples of 128 (the last
+/// block of a segment is short), an empty group, padding tokens.
+void appendBlockCases(std::vector<Case> &list, bool large) {
+  using E = ElementType;
+  using S = GemmScaling;
+  using Acc = Case::Accumulate;
+  E bf16 = E::BF16, f32 = E::F32, e4m3 = E::F8E4M3, e5m2 = E::F8E5M2;
+  // T = 512: 64 or 96 padding tokens (none for G = 1 ... 64).
+  const std::vector<int32_t> g1 = {448}, g4 = {192, 0, 48, 176},
+                             g8 = {64, 16, 0, 144, 32, 0, 48, 112};
+  size_t first = list.size();
+  auto rows = [&](std::string name, std::vector<int32_t> splits, E a,
+                  S bScaling, E out = E::BF16) {
+    Case c;
+    c.name = "block rows " + name;
+    c.form = Form::Rows;
+    c.fp8 = true;
+    c.a = a;
+    c.b = e4m3;
+    c.out = out;
+    c.tokens = 512;
+    c.k = 320; // blocks of 128, 128, 64
+    c.n = 192; // 2-D: tile rows of 128 and 64
+    c.splits = std::move(splits);
+    c.transposeB = true;
+    c.aScaling = S::Block1D;
+    c.bScaling = bScaling;
+    list.push_back(c);
+  };
+  auto contraction = [&](std::string name, std::vector<int32_t> splits, E a,
+                         E out, Acc accumulate = Acc::None) {
+    Case c;
+    c.name = "block contraction " + name;
+    c.form = Form::Contraction;
+    c.fp8 = true;
+    c.a = a;
+    c.b = e4m3;
+    c.out = out;
+    c.tokens = 512;
+    c.m = 96;
+    c.n = 160;
+    c.splits = std::move(splits);
+    c.accumulate = accumulate;
+    c.aScaling = c.bScaling = S::Block1D;
+    list.push_back(c);
+  };
+  rows("fprop E4M3, b 1-D G=1", g1, e4m3, S::Block1D);
+  rows("fprop E4M3, b 1-D G=4", g4, e4m3, S::Block1D);
+  rows("fprop E4M3, b 2-D G=4", g4, e4m3, S::Block2D);
+  rows("fprop E4M3, b 2-D G=8 -> f32", g8, e4m3, S::Block2D, f32);
+  rows("dgrad E5M2 x E4M3, b 1-D G=4", g4, e5m2, S::Block1D);
+  rows("dgrad E5M2 x E4M3, b 2-D G=8", g8, e5m2, S::Block2D);
+  contraction("wgrad E5M2 x E4M3 G=1", g1, e5m2, bf16);
+  contraction("wgrad E5M2 x E4M3 G=4", g4, e5m2, bf16);
+  contraction("E4M3 G=8 -> f32", g8, e4m3, f32);
+  contraction("wgrad E5M2 x E4M3 -> f32 G=8 accumulated in place", g8, e5m2,
+              f32, Acc::InPlace);
+  contraction("wgrad E5M2 x E4M3 -> f32 G=4 accumulated from another buffer",
+              g4, e5m2, f32, Acc::OtherBuffer);
+  contraction("wgrad E5M2 x E4M3 -> f32 G=4 accumulated into per-group "
+              "buffers",
+              g4, e5m2, f32, Acc::PerGroupReversed);
+  for (size_t index = first, count = list.size(); index < count; ++index) {
+    if (list[index].name.find("G=8") == std::string::npos)
+      continue;
+    Case c = list[index];
+    c.name += ", on side streams";
+    c.lanes = true;
+    list.push_back(c);
+  }
+  if (!large)
+    return;
+
+  // T = 8192, G = 8, no split a multiple of 128, 256 padding tokens.
+  const std::vector<int32_t> big = {1040, 2032, 0, 496, 1552, 1008, 784, 1024};
+  auto bigRows = [&](std::string name, S bScaling, std::vector<int32_t> splits,
+                     int64_t k, int64_t n, bool lanes = false) {
+    Case c;
+    c.name = "large block rows " + name;
+    c.form = Form::Rows;
+    c.fp8 = true;
+    c.a = c.b = e4m3;
+    c.out = bf16;
+    c.tokens = 8192;
+    c.k = k;
+    c.n = n;
+    c.splits = std::move(splits);
+    c.transposeB = true;
+    c.aScaling = S::Block1D;
+    c.bScaling = bScaling;
+    c.samples = 8192;
+    c.timed = true;
+    c.lanes = lanes;
+    list.push_back(c);
+  };
+  bigRows("fprop E4M3, b 2-D T=8192 K=4096 N=2048 G=8", S::Block2D, big, 4096,
+          2048);
+  bigRows("fprop E4M3, b 1-D T=8192 K=4096 N=2048 G=8", S::Block1D, big, 4096,
+          2048);
+  // Fine-grained experts: 32 of 256 tokens, 2048 -> 1408; also on lanes.
+  const std::vector<int32_t> fine(32, 256);
+  for (bool lanes : {false, true})
+    bigRows(std::string("fprop E4M3, b 2-D T=8192 K=2048 N=1408 G=32") +
+                (lanes ? ", on 4 side streams" : ""),
+            S::Block2D, fine, 2048, 1408, lanes);
+  for (Acc accumulate : {Acc::None, Acc::InPlace}) {
+    Case c;
+    c.name = std::string("large block contraction wgrad E5M2 x E4M3 ") +
+             (accumulate == Acc::None ? "" : "into f32 main_grads in place ") +
+             "T=8192 M=2048 N=4096 G=8";
+    c.form = Form::Contraction;
+    c.fp8 = true;
+    c.a = e5m2;
+    c.b = e4m3;
+    c.out = accumulate == Acc::None ? bf16 : f32;
+    c.accumulate = accumulate;
+    c.tokens = 8192;
+    c.m = 2048;
+    c.n = 4096;
+    c.splits = big;
+    c.aScaling = c.bScaling = S::Block1D;
+    c.samples = 8192;
+    c.timed = true;
+    list.push_back(c);
+  }
+}
+
+/// Every case: baseCases' (their seeds unchanged), then the block-scaled.
+std::vector<Case> cases(bool large) {
+  std::vector<Case> list = baseCases(large);
+  appendBlockCases(list, large);
   return list;
 }
 
@@ -1061,6 +1481,193 @@ void executorCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
   }
 }
 
+/// A forward whose one step is a block-scaled FP8 grouped GEMM (rows,
+/// Float8BlockScaling: a's 1-D segments scales, b's 2-D stacked scales),
+/// all operands arguments: T = 256, K = 256, N = 128, G = 4.
+std::string executorBlockPlan() {
+  return R"json({
+  "format": "tejit-plan", "version": 5, "arch": "sm_90a",
+  "functions": [{
+    "name": "moe_block", "arena_bytes": 0,
+    "arguments": [
+      {"value": 0, "te.name": "input_fp8"},
+      {"value": 1, "te.name": "m_splits", "host": true},
+      {"value": 2, "te.name": "weight_fp8", "te.parameter": true},
+      {"value": 3, "te.name": "input_scale_inv"},
+      {"value": 4, "te.name": "weight_scale_inv", "te.parameter": true}
+    ],
+    "results": [{"value": 5, "te.name": "output"}],
+    "values": [
+      {"id": 0, "type": "tensor<256x256xf8E4M3FN>", "bytes": 65536,
+       "storage": {"arg": 0}},
+      {"id": 1, "type": "tensor<4xi32>", "bytes": 16, "storage": {"arg": 1}},
+      {"id": 2, "type": "tensor<4x128x256xf8E4M3FN>", "bytes": 131072,
+       "storage": {"arg": 2}},
+      {"id": 3, "type": "tensor<2x256xf32>", "bytes": 2048,
+       "storage": {"arg": 3}},
+      {"id": 4, "type": "tensor<4x1x4xf32>", "bytes": 64,
+       "storage": {"arg": 4}},
+      {"id": 5, "type": "tensor<256x128xbf16>", "bytes": 65536,
+       "storage": {"result": 0}}
+    ],
+    "steps": [
+      {"kind": "grouped_gemm", "form": "rows", "a": 0, "b": 2,
+       "m_splits": 1, "out": 5, "a_type": "tensor<256x256xf8E4M3FN>",
+       "b_type": "tensor<4x128x256xf8E4M3FN>",
+       "out_type": "tensor<256x128xbf16>", "groups": 4, "fp8": true,
+       "a_scale_inv": 3, "b_scale_inv": 4, "a_scaling": "block_1d",
+       "b_scaling": "block_2d", "fast_accum": false}
+    ]
+  }]
+})json";
+}
+
+/// The executor's path for a block-scaled grouped GEMM: the plan parsed
+/// from JSON (no scale slots: block scales are read in place), eager runs
+/// with other splits (the operands cast anew for each), and a capture
+/// (allowed) replayed after an eager run with other splits and data.
+void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
+                        Tally &tally) {
+  std::string text = executorBlockPlan();
+  llvm::Expected<Plan> parsed = parsePlan(llvm::StringRef(text));
+  if (!parsed) {
+    Result result;
+    result.fail(llvm::toString(parsed.takeError()));
+    tally.report("executor: block-scaled plan", result);
+    return;
+  }
+  Bundle bundle;
+  bundle.plan = std::move(*parsed);
+  ModuleSet modules(bundle);
+  auto executor = Executor::create(bundle.plan.functions[0], modules, gemms);
+  if (!executor) {
+    Result result;
+    result.fail(llvm::toString(executor.takeError()));
+    tally.report("executor: block-scaled plan, create", result);
+    return;
+  }
+  Case c;
+  c.form = Form::Rows;
+  c.fp8 = true;
+  c.a = c.b = ElementType::F8E4M3;
+  c.out = ElementType::BF16;
+  c.tokens = 256;
+  c.k = 256;
+  c.n = 128;
+  c.transposeB = true;
+  c.aScaling = GemmScaling::Block1D;
+  c.bScaling = GemmScaling::Block2D;
+  c.splits = {0, 0, 0, 0};
+  std::mt19937_64 rng(seed + 28);
+  GroupedGemmStep step = stepOf(c);
+  constexpr size_t guard = 256, outBytes = 256 * 128 * 2;
+  DeviceBuffer xBuffer = gpu.allocate(256 * 256, "x"),
+               wBuffer = gpu.allocate(4 * 128 * 256, "w"),
+               aScaleBuffer = gpu.allocate(
+                   size_t(groupedScaleType(step, false).bytes()), "x scales"),
+               bScaleBuffer = gpu.allocate(
+                   size_t(groupedScaleType(step, true).bytes()), "w scales"),
+               outBuffer = gpu.allocate(outBytes + guard, "out");
+  // The operands cast for `splits` (a's scales depend on them).
+  auto cast = [&](const std::vector<int32_t> &splits) {
+    c.splits = splits;
+    return blockOperands(c, stepOf(c), rng);
+  };
+  auto upload = [&](const BlockOperands &operands) {
+    gpu.upload(xBuffer, operands.a.bytes.data(), operands.a.bytes.size());
+    gpu.upload(wBuffer, operands.b.bytes.data(), operands.b.bytes.size());
+    gpu.upload(aScaleBuffer, operands.aScales.data(),
+               operands.aScales.size() * 4);
+    gpu.upload(bScaleBuffer, operands.bScales.data(),
+               operands.bScales.size() * 4);
+  };
+  auto runWith = [&](std::vector<int32_t> splits) -> llvm::Error {
+    auto host = std::make_unique<std::vector<int32_t>>(splits);
+    CUdeviceptr arguments[] = {
+        xBuffer.get(), CUdeviceptr(reinterpret_cast<uintptr_t>(host->data())),
+        wBuffer.get(), aScaleBuffer.get(), bScaleBuffer.get()};
+    CUdeviceptr results[] = {outBuffer.get()};
+    return (*executor)->run(arguments, results, 0, 0, gpu.stream);
+  };
+  std::vector<double> ones(4, 1.0);
+  HostTensor none;
+  auto verify = [&](const BlockOperands &operands,
+                    const std::vector<int32_t> &splits, Result &result) {
+    std::vector<uint8_t> out(outBytes + guard);
+    gpu.download(out.data(), outBuffer.get(), out.size());
+    c.splits = splits;
+    Reference reference(c, operands.a, operands.b, none, none, ones, ones);
+    compare(c, reference, out, outBytes, guard, rng, result);
+  };
+
+  for (std::vector<int32_t> splits : {std::vector<int32_t>{64, 0, 96, 64},
+                                      std::vector<int32_t>{16, 128, 0, 48},
+                                      std::vector<int32_t>{0, 0, 0, 256}}) {
+    Result result;
+    BlockOperands operands = cast(splits);
+    upload(operands);
+    gpu.fill(outBuffer, 0xff);
+    if (llvm::Error error = runWith(splits))
+      result.fail(llvm::toString(std::move(error)));
+    else
+      verify(operands, splits, result);
+    tally.report(llvm::formatv("executor: block-scaled plan, host m_splits "
+                               "{0} {1} {2} {3}",
+                               splits[0], splits[1], splits[2], splits[3])
+                     .str(),
+                 result);
+  }
+
+  // Captured with fixed splits, replayed after an eager run with others.
+  Result result;
+  const CudaDriver &driver = gpu.driver;
+  (*executor)->setHostArgumentsCapturable(true);
+  const std::vector<int32_t> captured = {32, 64, 0, 128},
+                             other = {48, 0, 160, 16};
+  BlockOperands capturedOperands = cast(captured);
+  upload(capturedOperands);
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  check(driver.check(
+      driver.cuStreamBeginCapture(gpu.stream, CU_STREAM_CAPTURE_MODE_GLOBAL),
+      "cuStreamBeginCapture"));
+  llvm::Error error = runWith(captured);
+  CUresult ended = driver.cuStreamEndCapture(gpu.stream, &graph);
+  if (error)
+    result.fail("capture: " + llvm::toString(std::move(error)));
+  else if (ended != CUDA_SUCCESS || !graph)
+    result.fail("the capture could not be ended");
+  else
+    check(driver.check(driver.cuGraphInstantiateWithFlags(&exec, graph, 0),
+                       "cuGraphInstantiate"));
+  if (exec) {
+    BlockOperands otherOperands = cast(other);
+    upload(otherOperands);
+    gpu.fill(outBuffer, 0xff);
+    if (llvm::Error eager = runWith(other))
+      result.fail("eager run: " + llvm::toString(std::move(eager)));
+    else
+      verify(otherOperands, other, result);
+    upload(capturedOperands);
+    gpu.fill(outBuffer, 0xff);
+    check(
+        driver.check(driver.cuGraphLaunch(exec, gpu.stream), "cuGraphLaunch"));
+    gpu.sync();
+    Result replay;
+    verify(capturedOperands, captured, replay);
+    if (!replay.pass)
+      result.fail("the replay: " + replay.detail);
+    else if (result.pass)
+      result.detail = "replay: " + replay.detail;
+    driver.cuGraphExecDestroy(exec);
+  }
+  if (graph)
+    driver.cuGraphDestroy(graph);
+  (*executor)->setHostArgumentsCapturable(false);
+  tally.report("executor: block-scaled plan, capture replays its m_splits",
+               result);
+}
+
 /// More uploads than the ring has slots while the GPU is kept busy (so the
 /// ring grows and then waits), each upload's device copy snapshotted on the
 /// stream right after it: a slot reused before its copy ran would show as
@@ -1181,6 +1788,10 @@ int main(int argc, char **argv) {
   }
   if (filter.empty() || std::string("executor").find(filter) == 0)
     executorCases(gpu, *gemms, seed, tally);
+  if (filter.empty() ||
+      std::string("executor: block-scaled plan").find(filter) !=
+          std::string::npos)
+    executorBlockCases(gpu, *gemms, seed, tally);
   if (filter.empty() || std::string("staging ring").find(filter) == 0)
     stagingCase(gpu, seed, tally);
   std::printf("%d passed, %d failed\n", tally.passed, tally.failed);

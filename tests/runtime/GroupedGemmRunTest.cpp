@@ -14,10 +14,20 @@
 // adds each product to its [M, N] slice of `accumulate`, in place or from
 // another buffer, and leaves an empty group's slice as it is there. Then
 // run must refuse bad m_splits before it issues anything.
+// Float8BlockScaling: each group's GEMM is block-scaled (1-D a, 1-D or 2-D
+// b; no fast accumulation) with scale pointers at the group's offsets in
+// the layouts of docs/grouped-linear.md (written out here independently of
+// dialects/GroupedBlockScaleLayout.h), and the host runner dequantizes by
+// blocks as cuBLASLt reads them (BlockScaleLayout.h for one matrix): the
+// result must match a float64 product of the whole operands dequantized
+// through the contract's layouts, whose unowned scales are NaN. Misaligned
+// block scales and bad block scalings are refused.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/GroupedGemm.h"
 #include "tests/runtime/ReversedGroups.h"
+
+#include "dialects/BlockScaleLayout.h"
 
 #include "gtest/gtest.h"
 
@@ -69,7 +79,21 @@ double decode(const void *base, ElementType type, int64_t index) {
 struct Call {
   int64_t m, n, k;
   int64_t aRowStride, bRowStride;
+  GemmScaling aScaling = GemmScaling::Tensor, bScaling = GemmScaling::Tensor;
+  bool fastAccum = false;
+  const void *a = nullptr, *b = nullptr;
+  const void *aScaleInv = nullptr, *bScaleInv = nullptr;
 };
+
+/// The block scale (Float8BlockScaling) of element (row, col) of an FP8
+/// operand [rows, cols] whose scale_inv tensor is at `scales`, laid out as
+/// dialects/BlockScaleLayout.h says for one matrix: what cuBLASLt reads.
+double blockScale(const void *scales, GemmScaling scaling, int64_t rows,
+                  int64_t cols, int64_t row, int64_t col) {
+  int64_t blockDim = scaling == GemmScaling::Block1D ? 1 : 2;
+  return decode(scales, ElementType::F32,
+                tejit::blockscale::scaleIndex(rows, cols, blockDim, row, col));
+}
 
 /// Runs plan GEMMs on the host as GemmRunner's contract says.
 class HostGemmRunner final : public GemmRunner {
@@ -83,16 +107,26 @@ public:
     int64_t n = transposeB ? b[0] : b[1];
     EXPECT_EQ(transposeB ? b[1] : b[0], k);
     EXPECT_EQ(step.outType.shape, (std::vector<int64_t>{m, n}));
-    calls.push_back({m, n, k, pointers.aRowStride, pointers.bRowStride});
+    calls.push_back({m, n, k, pointers.aRowStride, pointers.bRowStride,
+                     step.aScaling, step.bScaling, step.fastAccum, pointers.a,
+                     pointers.b, pointers.aScaleInv, pointers.bScaleInv});
     int64_t lda = pointers.aRowStride ? pointers.aRowStride : a[1];
     int64_t ldb = pointers.bRowStride ? pointers.bRowStride : b[1];
     double scale = 1;
-    if (step.scaled && alignedScales) {
+    bool blocks = step.scaled && step.aScaling != GemmScaling::Tensor;
+    if (blocks) {
+      // Read in place: cuBLASLt wants them 16-byte aligned.
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(pointers.aScaleInv) % 16, 0u);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(pointers.bScaleInv) % 16, 0u);
+      EXPECT_FALSE(step.fastAccum);
+      EXPECT_NE(step.bScaling, GemmScaling::Tensor);
+    }
+    if (step.scaled && alignedScales && !blocks) {
       // Staged by the grouped GEMM into its scale slots.
       EXPECT_EQ(reinterpret_cast<uintptr_t>(pointers.aScaleInv) % 16, 0u);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(pointers.bScaleInv) % 16, 0u);
     }
-    if (step.scaled)
+    if (step.scaled && !blocks)
       scale = decode(pointers.aScaleInv, ElementType::F32, 0) *
               decode(pointers.bScaleInv, ElementType::F32, 0);
     if (step.epilogue.residual) {
@@ -113,8 +147,14 @@ public:
           // a as stored: [m, k] or [k, m]; b: [n, k] or [k, n].
           int64_t aIndex = transposeA ? kk * lda + i : i * lda + kk;
           int64_t bIndex = transposeB ? j * ldb + kk : kk * ldb + j;
-          sum += decode(pointers.a, step.aType.element, aIndex) *
-                 decode(pointers.b, step.bType.element, bIndex);
+          double product = decode(pointers.a, step.aType.element, aIndex) *
+                           decode(pointers.b, step.bType.element, bIndex);
+          // FP8 block-scaled: TN, a [m, k] and b [n, k].
+          if (blocks)
+            product *=
+                blockScale(pointers.aScaleInv, step.aScaling, m, k, i, kk) *
+                blockScale(pointers.bScaleInv, step.bScaling, n, k, j, kk);
+          sum += product;
         }
         sum *= scale;
         if (biasType)
@@ -563,6 +603,454 @@ TEST(GroupedGemmRunTest, CreateRefusesInconsistentSteps) {
   refused = GroupedGemm::create(broken, function);
   EXPECT_FALSE(bool(refused));
   llvm::consumeError(refused.takeError());
+}
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling
+//===----------------------------------------------------------------------===//
+
+/// A block-scaled grouped GEMM: rows (a [T, K] in row segments, b [G, N, K]
+/// per group, 1-D or 2-D) or contraction (a [M, T], b [N, T], transposed
+/// segments); f32 out.
+struct BlockProblem {
+  std::string name;
+  Form form;
+  ElementType a, b;
+  GemmScaling bScaling;
+  std::vector<int32_t> splits;
+  Accumulate accumulate = Accumulate::None;
+};
+
+/// T = 320; rows: K = 288 (blocks of 128, 128, 32), N = 130 (pad4: 132;
+/// 2-D: 2 x 3 tiles, pad4: 4); contraction: M = 18, N = 130 (pad4 20, 132).
+constexpr int64_t kBlockTokens = 320, kBlockK = 288, kBlockM = 18,
+                  kBlockN = 130;
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t pad4(int64_t n) { return (n + 3) / 4 * 4; }
+
+/// Where group g's scales start in each operand's scale_inv tensor, from
+/// the contract's layouts (docs/grouped-linear.md), written out here rather
+/// than taken from GroupedBlockScaleLayout.h; and the flat index of the
+/// scale of each element of the whole operands.
+struct BlockLayouts {
+  const BlockProblem &problem;
+  std::vector<int64_t> offsets;      // o_g, then o_G
+  std::vector<int64_t> blocksBefore; // c_g: token blocks of earlier groups
+  bool rows;
+  int64_t t = kBlockTokens, k = kBlockK, m = kBlockM, n = kBlockN;
+
+  explicit BlockLayouts(const BlockProblem &problem)
+      : problem(problem), rows(problem.form == Form::Rows) {
+    offsets.push_back(0);
+    blocksBefore.push_back(0);
+    for (int32_t size : problem.splits) {
+      offsets.push_back(offsets.back() + size);
+      blocksBefore.push_back(blocksBefore.back() + ceilDiv(size, 128));
+    }
+  }
+  int64_t groups() const { return int64_t(problem.splits.size()); }
+  bool twoD() const { return problem.bScaling == GemmScaling::Block2D; }
+  /// The scale tensors' element counts.
+  int64_t aScaleCount() const {
+    return rows ? ceilDiv(k, 128) * t : (ceilDiv(t, 128) + groups()) * pad4(m);
+  }
+  int64_t bScaleCount() const {
+    if (!rows)
+      return (ceilDiv(t, 128) + groups()) * pad4(n);
+    return groups() * bPerGroup();
+  }
+  int64_t bPerGroup() const {
+    return twoD() ? ceilDiv(n, 128) * pad4(ceilDiv(k, 128))
+                  : ceilDiv(k, 128) * pad4(n);
+  }
+  /// Group g's first scale.
+  int64_t aStart(int64_t g) const {
+    return rows ? ceilDiv(k, 128) * offsets[g] : pad4(m) * blocksBefore[g];
+  }
+  int64_t bStart(int64_t g) const {
+    return rows ? g * bPerGroup() : pad4(n) * blocksBefore[g];
+  }
+  int64_t groupOf(int64_t token) const {
+    for (int64_t g = 0; g < groups(); ++g)
+      if (token >= offsets[g] && token < offsets[g + 1])
+        return g;
+    return -1;
+  }
+  /// Rows: a[token, col]'s scale (segment (j, r) at nb * o_g + j * m_g +
+  /// (r - o_g)). Contraction: a[row, token]'s (transposed segment (j, r)
+  /// at pad4(M) * (c_g + j) + r, j counted from the segment's first token).
+  int64_t aScale(int64_t row, int64_t col) const {
+    if (rows) {
+      int64_t g = groupOf(row);
+      return aStart(g) + col / 128 * problem.splits[g] + (row - offsets[g]);
+    }
+    int64_t g = groupOf(col);
+    return pad4(m) * (blocksBefore[g] + (col - offsets[g]) / 128) + row;
+  }
+  /// Rows: b[g][row, col]'s scale (te.block_quantize of b[g]).
+  /// Contraction: b[row, token]'s.
+  int64_t bScale(int64_t g, int64_t row, int64_t col) const {
+    if (rows)
+      return bStart(g) + (twoD() ? row / 128 * pad4(ceilDiv(k, 128)) + col / 128
+                                 : col / 128 * pad4(n) + row);
+    int64_t group = groupOf(col);
+    return pad4(n) * (blocksBefore[group] + (col - offsets[group]) / 128) + row;
+  }
+};
+
+/// Scale tensors whose elements no group owns are NaN (a GEMM reading one
+/// shows); owned ones random powers of two, 2^-3 .. 2^3 (a misplaced scale
+/// moves a product by up to 2^6).
+void fillBlockScales(const BlockLayouts &layouts, std::vector<float> &a,
+                     std::vector<float> &b, std::mt19937 &rng) {
+  a.assign(size_t(layouts.aScaleCount()), std::nanf(""));
+  b.assign(size_t(layouts.bScaleCount()), std::nanf(""));
+  std::uniform_int_distribution<int> exponent(-3, 3);
+  auto power = [&] { return std::ldexp(1.0f, exponent(rng)); };
+  int64_t k = layouts.k, m = layouts.m, n = layouts.n;
+  if (layouts.rows) {
+    for (int64_t row = 0; row < layouts.offsets.back(); ++row)
+      for (int64_t col = 0; col < k; col += 128)
+        a[size_t(layouts.aScale(row, col))] = power();
+    for (int64_t g = 0; g < layouts.groups(); ++g)
+      for (int64_t row = 0; row < n; ++row)
+        for (int64_t col = 0; col < k; col += 128)
+          b[size_t(layouts.bScale(g, row, col))] = power();
+    return;
+  }
+  for (int64_t g = 0; g < layouts.groups(); ++g)
+    for (int64_t token = layouts.offsets[g]; token < layouts.offsets[g + 1];
+         token += 128) {
+      for (int64_t row = 0; row < m; ++row)
+        a[size_t(layouts.aScale(row, token))] = power();
+      for (int64_t row = 0; row < n; ++row)
+        b[size_t(layouts.bScale(0, row, token))] = power();
+    }
+}
+
+/// 16-byte aligned host copies (what the arena gives the scales).
+struct AlignedFloats {
+  std::vector<float> storage;
+  float *data = nullptr;
+  explicit AlignedFloats(const std::vector<float> &values)
+      : storage(values.size() + 4) {
+    size_t misalignment = reinterpret_cast<uintptr_t>(storage.data()) % 16;
+    data = storage.data() + (misalignment ? (16 - misalignment) / 4 : 0);
+    std::copy(values.begin(), values.end(), data);
+  }
+};
+
+void runBlockProblem(const BlockProblem &problem, unsigned seed) {
+  SCOPED_TRACE(problem.name);
+  std::mt19937 rng(seed);
+  BlockLayouts layouts(problem);
+  bool rows = layouts.rows;
+  int64_t g = layouts.groups(), t = layouts.t, k = layouts.k, m = layouts.m,
+          n = layouts.n;
+  GroupedGemmStep step;
+  step.form = problem.form;
+  step.fp8 = true;
+  step.groups = g;
+  step.aScaling = GemmScaling::Block1D;
+  step.bScaling = problem.bScaling;
+  if (rows) {
+    step.aType = {{t, k}, problem.a};
+    step.bType = {{g, n, k}, problem.b};
+    step.outType = {{t, n}, ElementType::F32};
+  } else {
+    step.aType = {{m, t}, problem.a};
+    step.bType = {{n, t}, problem.b};
+    step.outType = {{g, m, n}, ElementType::F32};
+  }
+  step.aScaleInv = 1;
+  step.bScaleInv = 2;
+  FunctionPlan function;
+  function.values.resize(4);
+  function.values[1].type = groupedScaleType(step, false);
+  function.values[2].type = groupedScaleType(step, true);
+  function.values[3].type = step.outType;
+  // The header's shapes are the contract's.
+  EXPECT_EQ(function.values[1].type.numElements(), layouts.aScaleCount());
+  EXPECT_EQ(function.values[2].type.numElements(), layouts.bScaleCount());
+  if (problem.accumulate != Accumulate::None)
+    step.accumulate = 3;
+  llvm::Expected<GroupedGemm> grouped = GroupedGemm::create(step, function);
+  ASSERT_TRUE(bool(grouped)) << llvm::toString(grouped.takeError());
+
+  std::vector<uint8_t> a = randomBytes(problem.a, step.aType.numElements(),
+                                       rng),
+                       b = randomBytes(problem.b, step.bType.numElements(),
+                                       rng);
+  std::vector<float> aScales, bScales;
+  fillBlockScales(layouts, aScales, bScales, rng);
+  AlignedFloats aScaleInv(aScales), bScaleInv(bScales);
+  int64_t outCount = step.outType.numElements();
+  constexpr size_t guard = 64;
+  std::vector<uint8_t> out(size_t(outCount) * 4 + guard, 0xff);
+  std::vector<uint8_t> accumulated =
+      randomBytes(ElementType::F32, outCount, rng);
+  GroupedGemmPointers pointers;
+  pointers.a = a.data();
+  pointers.b = b.data();
+  pointers.out = out.data();
+  pointers.aScaleInv = aScaleInv.data;
+  pointers.bScaleInv = bScaleInv.data;
+  if (problem.accumulate == Accumulate::InPlace) {
+    std::memcpy(out.data(), accumulated.data(), accumulated.size());
+    pointers.accumulate = out.data();
+  } else if (problem.accumulate == Accumulate::OtherBuffer) {
+    pointers.accumulate = accumulated.data();
+  }
+  HostGemmRunner runner;
+  CudaDriver driver = hostDriver();
+  // Block scales are read in place: no staging copies.
+  driver.cuMemcpy2DAsync = [](const CUDA_MEMCPY2D *, CUstream) {
+    ADD_FAILURE() << "block scales were staged";
+    return CUDA_SUCCESS;
+  };
+  llvm::Error error =
+      grouped->run(runner, problem.splits, pointers, nullptr, driver);
+  ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+
+  // One block-scaled GEMM per non-empty group, in group order, its scale
+  // pointers at the group's offsets.
+  std::vector<int64_t> nonEmpty;
+  for (int64_t i = 0; i < g; ++i)
+    if (problem.splits[size_t(i)])
+      nonEmpty.push_back(i);
+  ASSERT_EQ(runner.calls.size(), nonEmpty.size());
+  for (auto [call, group] : llvm::zip(runner.calls, nonEmpty)) {
+    SCOPED_TRACE("group " + std::to_string(group));
+    int64_t size = problem.splits[size_t(group)], o = layouts.offsets[group];
+    EXPECT_EQ(call.aScaling, GemmScaling::Block1D);
+    EXPECT_EQ(call.bScaling, problem.bScaling);
+    EXPECT_FALSE(call.fastAccum);
+    EXPECT_EQ(call.aScaleInv, aScaleInv.data + layouts.aStart(group));
+    EXPECT_EQ(call.bScaleInv, bScaleInv.data + layouts.bStart(group));
+    int64_t bytesA = int64_t(elementBytes(problem.a)),
+            bytesB = int64_t(elementBytes(problem.b));
+    if (rows) {
+      EXPECT_EQ(call.m, size);
+      EXPECT_EQ(call.n, n);
+      EXPECT_EQ(call.k, k);
+      EXPECT_EQ(call.a, a.data() + o * k * bytesA);
+      EXPECT_EQ(call.b, b.data() + group * n * k * bytesB);
+    } else {
+      EXPECT_EQ(call.m, m);
+      EXPECT_EQ(call.n, n);
+      EXPECT_EQ(call.k, size);
+      EXPECT_EQ(call.aRowStride, t);
+      EXPECT_EQ(call.bRowStride, t);
+      EXPECT_EQ(call.a, a.data() + o * bytesA);
+      EXPECT_EQ(call.b, b.data() + o * bytesB);
+    }
+  }
+
+  // The float64 reference: the dequantized operands, each element times
+  // its block's scale as the contract's layouts place it.
+  auto aAt = [&](int64_t row, int64_t col) {
+    int64_t cols = rows ? k : t;
+    return decode(a.data(), problem.a, row * cols + col) *
+           aScales[size_t(layouts.aScale(row, col))];
+  };
+  auto bAt = [&](int64_t group, int64_t row, int64_t col) {
+    int64_t index = rows ? (group * n + row) * k + col : row * t + col;
+    return decode(b.data(), problem.b, index) *
+           bScales[size_t(layouts.bScale(group, row, col))];
+  };
+  for (int64_t index = 0; index < outCount; ++index) {
+    double want = 0;
+    bool exact = false;
+    if (rows) {
+      int64_t row = index / n, col = index % n;
+      int64_t group = layouts.groupOf(row);
+      exact = group < 0;
+      for (int64_t kk = 0; group >= 0 && kk < k; ++kk)
+        want += aAt(row, kk) * bAt(group, col, kk);
+    } else {
+      int64_t group = index / (m * n), row = (index / n) % m, col = index % n;
+      exact = problem.splits[size_t(group)] == 0;
+      for (int64_t token = layouts.offsets[group];
+           token < layouts.offsets[group + 1]; ++token)
+        want += aAt(row, token) * bAt(group, col, token);
+      if (problem.accumulate != Accumulate::None)
+        want += decode(accumulated.data(), ElementType::F32, index);
+    }
+    double got = decode(out.data(), ElementType::F32, index);
+    if (exact) {
+      ASSERT_EQ(got, want) << "out[" << index
+                           << "] is written by no group's GEMM";
+      continue;
+    }
+    ASSERT_NEAR(got, want, 1e-5 * (1 + std::fabs(want)))
+        << "out[" << index << "]";
+  }
+  for (size_t i = size_t(outCount) * 4; i < out.size(); ++i)
+    ASSERT_EQ(out[i], 0xff) << "byte " << i << " past the output";
+}
+
+TEST(GroupedGemmRunTest, BlockScalesMatchFloat64) {
+  using E = ElementType;
+  using S = GemmScaling;
+  // T = 320: segments longer than a block of 128 tokens, an empty group,
+  // padding tokens after the last group (none for G = 1).
+  const std::vector<int32_t> g1 = {320}, g4 = {144, 0, 16, 128},
+                             g8 = {16, 0, 48, 0, 144, 16, 0, 32};
+  const std::vector<BlockProblem> problems = {
+      {"rows, b 1-D, G=1", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D, g1},
+      {"rows, b 1-D, G=4", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D, g4},
+      {"rows, b 2-D, G=4", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block2D, g4},
+      {"rows dgrad E5M2 x E4M3, b 2-D, G=8", Form::Rows, E::F8E5M2, E::F8E4M3,
+       S::Block2D, g8},
+      {"rows, b 1-D, G=8", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D, g8},
+      {"contraction E5M2 x E4M3 G=4", Form::Contraction, E::F8E5M2, E::F8E4M3,
+       S::Block1D, g4},
+      {"contraction E4M3 G=1", Form::Contraction, E::F8E4M3, E::F8E4M3,
+       S::Block1D, g1},
+      {"contraction G=8 accumulated in place", Form::Contraction, E::F8E5M2,
+       E::F8E4M3, S::Block1D, g8, Accumulate::InPlace},
+      {"contraction G=4 accumulated from another buffer", Form::Contraction,
+       E::F8E5M2, E::F8E4M3, S::Block1D, g4, Accumulate::OtherBuffer},
+  };
+  for (auto [index, problem] : llvm::enumerate(problems))
+    runBlockProblem(problem, 300 + unsigned(index));
+}
+
+// The header's offsets are the contract's (rows a: nb * o_g; rows b:
+// g * s0 * s1; contraction: pad4(rows) * c_g), for random splits.
+TEST(GroupedGemmRunTest, BlockScaleOffsetsFollowTheLayouts) {
+  std::mt19937 rng(28);
+  std::uniform_int_distribution<int> size(0, 40), groups(1, 12);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> splits(size_t(groups(rng)));
+    for (int32_t &value : splits)
+      value = 16 * size(rng);
+    for (Form form : {Form::Rows, Form::Contraction})
+      for (GemmScaling bScaling :
+           {GemmScaling::Block1D, GemmScaling::Block2D}) {
+        if (form == Form::Contraction && bScaling == GemmScaling::Block2D)
+          continue;
+        BlockProblem problem{
+            "",       form,  ElementType::F8E4M3, ElementType::F8E4M3,
+            bScaling, splits};
+        BlockLayouts layouts(problem);
+        GroupedGemmStep step;
+        step.form = form;
+        step.fp8 = true;
+        step.groups = layouts.groups();
+        step.aScaling = GemmScaling::Block1D;
+        step.bScaling = bScaling;
+        int64_t t = layouts.t, k = layouts.k, m = layouts.m, n = layouts.n,
+                g = layouts.groups();
+        step.aType = {form == Form::Rows ? std::vector<int64_t>{t, k}
+                                         : std::vector<int64_t>{m, t},
+                      ElementType::F8E4M3};
+        step.bType = {form == Form::Rows ? std::vector<int64_t>{g, n, k}
+                                         : std::vector<int64_t>{n, t},
+                      ElementType::F8E4M3};
+        for (int64_t group = 0; group < g; ++group) {
+          EXPECT_EQ(GroupedGemm::blockScaleOffset(step, false, splits, group),
+                    layouts.aStart(group))
+              << "trial " << trial << " group " << group;
+          EXPECT_EQ(GroupedGemm::blockScaleOffset(step, true, splits, group),
+                    layouts.bStart(group))
+              << "trial " << trial << " group " << group;
+          EXPECT_EQ(layouts.aStart(group) % 4, 0);
+          EXPECT_EQ(layouts.bStart(group) % 4, 0);
+        }
+      }
+  }
+}
+
+// Block scales are used in place: a scale_inv base that is not 16-byte
+// aligned is refused before anything is issued.
+TEST(GroupedGemmRunTest, RefusesMisalignedBlockScales) {
+  GroupedGemmStep step;
+  step.form = Form::Rows;
+  step.fp8 = true;
+  step.groups = 2;
+  step.aScaling = GemmScaling::Block1D;
+  step.bScaling = GemmScaling::Block2D;
+  step.aType = {{64, 32}, ElementType::F8E4M3};
+  step.bType = {{2, 16, 32}, ElementType::F8E4M3};
+  step.outType = {{64, 16}, ElementType::BF16};
+  step.aScaleInv = 0;
+  step.bScaleInv = 0;
+  FunctionPlan function;
+  llvm::Expected<GroupedGemm> grouped = GroupedGemm::create(step, function);
+  ASSERT_TRUE(bool(grouped)) << llvm::toString(grouped.takeError());
+  std::vector<uint8_t> a(64 * 32), b(2 * 16 * 32), out(64 * 16 * 2, 0xff);
+  AlignedFloats scales(std::vector<float>(64 + 8, 1.0f));
+  CudaDriver driver = hostDriver();
+  for (bool misalignA : {true, false}) {
+    GroupedGemmPointers pointers;
+    pointers.a = a.data();
+    pointers.b = b.data();
+    pointers.out = out.data();
+    pointers.aScaleInv = scales.data + (misalignA ? 1 : 0);
+    pointers.bScaleInv = scales.data + (misalignA ? 0 : 2);
+    HostGemmRunner runner;
+    llvm::Error error =
+        grouped->run(runner, {16, 32}, pointers, nullptr, driver);
+    ASSERT_TRUE(bool(error));
+    std::string message = llvm::toString(std::move(error));
+    EXPECT_NE(
+        message.find(std::string("grouped_gemm (rows): the block scales ") +
+                     (misalignA ? "a_scale_inv" : "b_scale_inv")),
+        std::string::npos)
+        << message;
+    EXPECT_NE(message.find("not 16-byte aligned"), std::string::npos)
+        << message;
+    EXPECT_TRUE(runner.calls.empty());
+    EXPECT_TRUE(std::all_of(out.begin(), out.end(),
+                            [](uint8_t byte) { return byte == 0xff; }));
+  }
+}
+
+// What a step built in memory may not ask of block scales.
+TEST(GroupedGemmRunTest, CreateRefusesBadBlockScalings) {
+  GroupedGemmStep step;
+  step.form = Form::Rows;
+  step.fp8 = true;
+  step.groups = 2;
+  step.aScaling = GemmScaling::Block1D;
+  step.bScaling = GemmScaling::Block2D;
+  step.aType = {{64, 32}, ElementType::F8E4M3};
+  step.bType = {{2, 16, 32}, ElementType::F8E4M3};
+  step.outType = {{64, 16}, ElementType::BF16};
+  step.aScaleInv = 1;
+  step.bScaleInv = 2;
+  FunctionPlan function;
+  function.values.resize(3);
+  function.values[0].type = {{2, 16}, ElementType::BF16};
+  EXPECT_TRUE(bool(GroupedGemm::create(step, function)));
+  auto refused = [&](const GroupedGemmStep &broken) {
+    llvm::Expected<GroupedGemm> grouped = GroupedGemm::create(broken, function);
+    return grouped ? std::string() : llvm::toString(grouped.takeError());
+  };
+  GroupedGemmStep broken = step;
+  broken.fastAccum = true;
+  EXPECT_NE(refused(broken).find("'fast_accum' is true for a block-scaled"),
+            std::string::npos);
+  broken = step;
+  broken.bScaling = GemmScaling::Tensor;
+  EXPECT_NE(refused(broken).find("both operands are block-scaled or neither"),
+            std::string::npos);
+  broken = step;
+  broken.aScaling = GemmScaling::Block2D;
+  EXPECT_NE(refused(broken).find("two 2-D block-scaled operands"),
+            std::string::npos);
+  broken = step;
+  broken.bias = 0;
+  EXPECT_NE(refused(broken).find("'bias' is given for a block-scaled"),
+            std::string::npos);
+  broken = step;
+  broken.fp8 = false;
+  broken.transposeB = true; // b [G, N, K]
+  broken.aType.element = broken.bType.element = ElementType::BF16;
+  EXPECT_NE(refused(broken).find("for a grouped GEMM that is not FP8"),
+            std::string::npos);
 }
 
 } // namespace

@@ -10,6 +10,11 @@
 // contract says; the executor's rules for a host argument (its T and FP8
 // rule) come from the steps that read it; and neither m_splits nor a step
 // reading it is static (kept between runs), while the weight cast is.
+// Float8BlockScaling: the FP8 steps with "a_scaling"/"b_scaling" and block
+// scale tensors in dialects/GroupedBlockScaleLayout.h's shapes parse, and
+// each of its rules (both or neither block-scaled, 2-D only for the rows
+// form's b, never two 2-D, no fast_accum or bias, the scales' shapes) is
+// broken in turn.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/HostArguments.h"
@@ -549,6 +554,212 @@ TEST_P(GroupedPlanErrorTest, NamesTheProblem) {
 
 INSTANTIATE_TEST_SUITE_P(Checks, GroupedPlanErrorTest,
                          ::testing::ValuesIn(errorCases()), errorCaseName);
+
+//===----------------------------------------------------------------------===//
+// Float8BlockScaling (docs/grouped-linear.md, session 28)
+//===----------------------------------------------------------------------===//
+
+/// The base plan with its FP8 GEMMs block-scaled: the forward's rows step
+/// (a [64, 32] E4M3, b [4, 16, 32]) takes a's segments scales [1, 64] and
+/// b's 2-D stacked scales [4, 1, 4] (values 11 and 13; value 12 holds b's
+/// 1-D scales [4, 1, 16]); the backward's contraction (a [16, 64], b
+/// [32, 64]) takes transposed segments scales [ceil(64/128) + 4, pad4(16)]
+/// = [5, 16] and [5, 32] (values 10 and 11).
+json::Value blockPlan() {
+  json::Value document = basePlan();
+  auto addValue = [&](size_t fn, int64_t id, const char *type, int64_t bytes,
+                      int64_t offset) {
+    function(document, fn)
+        .getArray("values")
+        ->push_back(
+            json::Object{{"id", id},
+                         {"type", type},
+                         {"bytes", bytes},
+                         {"storage", json::Object{{"arena_offset", offset}}}});
+  };
+  function(document, 0)["arena_bytes"] = 8192;
+  addValue(0, 11, "tensor<1x64xf32>", 256, 4096);
+  addValue(0, 12, "tensor<4x1x16xf32>", 256, 4352);
+  addValue(0, 13, "tensor<4x1x4xf32>", 64, 4608);
+  json::Object &fprop = step(document, 0, 3);
+  fprop["a_scaling"] = "block_1d";
+  fprop["b_scaling"] = "block_2d";
+  fprop["a_scale_inv"] = 11;
+  fprop["b_scale_inv"] = 13;
+  fprop["fast_accum"] = false;
+  function(document, 1)["arena_bytes"] = 12240;
+  addValue(1, 10, "tensor<5x16xf32>", 320, 11280);
+  addValue(1, 11, "tensor<5x32xf32>", 640, 11600);
+  json::Object &wgrad = step(document, 1, 2);
+  wgrad["a_scaling"] = "block_1d";
+  wgrad["b_scaling"] = "block_1d";
+  wgrad["a_scale_inv"] = 10;
+  wgrad["b_scale_inv"] = 11;
+  return document;
+}
+
+TEST(GroupedBlockPlanTest, BlockScaledStepsParse) {
+  Plan plan = parsed(blockPlan());
+  ASSERT_EQ(plan.functions.size(), 2u);
+  const auto &fprop = std::get<GroupedGemmStep>(plan.functions[0].steps[3]);
+  EXPECT_TRUE(fprop.blockScaled());
+  EXPECT_EQ(fprop.aScaling, GemmScaling::Block1D);
+  EXPECT_EQ(fprop.bScaling, GemmScaling::Block2D);
+  EXPECT_EQ(fprop.aScaleInv, 11);
+  EXPECT_EQ(fprop.bScaleInv, 13);
+  EXPECT_FALSE(fprop.fastAccum);
+  EXPECT_EQ(groupedScaleType(fprop, false).shape,
+            (std::vector<int64_t>{1, 64}));
+  EXPECT_EQ(groupedScaleType(fprop, true).shape,
+            (std::vector<int64_t>{4, 1, 4}));
+  const auto &wgrad = std::get<GroupedGemmStep>(plan.functions[1].steps[2]);
+  EXPECT_TRUE(wgrad.blockScaled());
+  EXPECT_EQ(wgrad.aScaling, GemmScaling::Block1D);
+  EXPECT_EQ(wgrad.bScaling, GemmScaling::Block1D);
+  EXPECT_EQ(wgrad.aScaleInv, 10);
+  EXPECT_EQ(wgrad.bScaleInv, 11);
+  // The scales are among the step's reads.
+  std::vector<std::pair<int64_t, bool>> seen;
+  forEachStepValue(plan.functions[1].steps[2], [&](int64_t value, bool out) {
+    seen.push_back({value, out});
+  });
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::pair<int64_t, bool>>{{2, false},
+                                                         {6, false},
+                                                         {7, false},
+                                                         {9, true},
+                                                         {10, false},
+                                                         {11, false}}));
+  // Splits stay multiples of 16 (FP8).
+  std::vector<HostArgumentRule> rules = hostArgumentRules(plan.functions[0]);
+  ASSERT_EQ(rules.size(), 1u);
+  EXPECT_TRUE(rules[0].fp8);
+}
+
+TEST(GroupedBlockPlanTest, AbsentScalingsArePerTensor) {
+  Plan plan = parsed(basePlan());
+  ASSERT_EQ(plan.functions.size(), 2u);
+  const auto &fprop = std::get<GroupedGemmStep>(plan.functions[0].steps[3]);
+  EXPECT_EQ(fprop.aScaling, GemmScaling::Tensor);
+  EXPECT_EQ(fprop.bScaling, GemmScaling::Tensor);
+  EXPECT_FALSE(fprop.blockScaled());
+  EXPECT_EQ(groupedScaleType(fprop, true).shape, std::vector<int64_t>{4});
+  // "tensor" spelled out is the same.
+  json::Value document = basePlan();
+  step(document, 0, 3)["a_scaling"] = "tensor";
+  step(document, 0, 3)["b_scaling"] = "tensor";
+  Plan spelled = parsed(document);
+  ASSERT_EQ(spelled.functions.size(), 2u);
+  EXPECT_FALSE(
+      std::get<GroupedGemmStep>(spelled.functions[0].steps[3]).blockScaled());
+}
+
+TEST(GroupedBlockPlanTest, RowsBTakesOneDimensionalBlocks) {
+  json::Value document = blockPlan();
+  step(document, 0, 3)["b_scaling"] = "block_1d";
+  step(document, 0, 3)["b_scale_inv"] = 12;
+  Plan plan = parsed(document);
+  ASSERT_EQ(plan.functions.size(), 2u);
+  const auto &fprop = std::get<GroupedGemmStep>(plan.functions[0].steps[3]);
+  EXPECT_EQ(fprop.bScaling, GemmScaling::Block1D);
+  EXPECT_EQ(fprop.bScaleInv, 12);
+}
+
+std::vector<ErrorCase> blockErrorCases() {
+  using V = json::Value &;
+  const std::string moe = "plan: function 'moe'";
+  const std::string fp8Step = moe + ", step 3 (grouped_gemm): ";
+  const std::string fp8Wgrad =
+      "plan: function 'moe_backward', step 2 (grouped_gemm): ";
+  return {
+      {"BlockOnlyA",
+       [](V p) { step(p, 0, 3).erase("b_scaling"); },
+       {fp8Step + "'b_scaling' is \"tensor\", but 'a_scaling' is "
+                  "\"block_1d\": both operands are block-scaled or neither"}},
+      {"BlockOnlyB",
+       [](V p) { step(p, 1, 2)["a_scaling"] = "tensor"; },
+       {fp8Wgrad + "'a_scaling' is \"tensor\", but 'b_scaling' is "
+                   "\"block_1d\": both operands are block-scaled or "
+                   "neither"}},
+      {"BlockTwo2D",
+       [](V p) { step(p, 0, 3)["a_scaling"] = "block_2d"; },
+       {fp8Step + "'b_scaling' is \"block_2d\" like 'a_scaling'; cuBLASLt has "
+                  "no GEMM of two 2-D block-scaled operands"}},
+      {"Block2DOnRowsA",
+       [](V p) {
+         step(p, 0, 3)["a_scaling"] = "block_2d";
+         step(p, 0, 3)["b_scaling"] = "block_1d";
+       },
+       {fp8Step + "'a_scaling' is \"block_2d\", but only b of a grouped GEMM "
+                  "of form \"rows\" (the stacked weights) takes 2-D blocks"}},
+      {"Block2DOnContractionB",
+       [](V p) { step(p, 1, 2)["b_scaling"] = "block_2d"; },
+       {fp8Wgrad + "'b_scaling' is \"block_2d\", but only b of a grouped "
+                   "GEMM of form \"rows\""}},
+      {"Block2DOnContractionA",
+       [](V p) { step(p, 1, 2)["a_scaling"] = "block_2d"; },
+       {fp8Wgrad + "'a_scaling' is \"block_2d\", but only b"}},
+      {"BlockFastAccum",
+       [](V p) { step(p, 0, 3)["fast_accum"] = true; },
+       {fp8Step + "'fast_accum' is true for a block-scaled grouped GEMM, "
+                  "which accumulates without it"}},
+      {"BlockBias",
+       [](V p) { step(p, 0, 3)["bias"] = 3; },
+       {fp8Step + "'bias' is given for a block-scaled grouped GEMM"}},
+      {"BlockScalingUnknown",
+       [](V p) { step(p, 0, 3)["a_scaling"] = "block_3d"; },
+       {fp8Step + "'a_scaling' is \"block_3d\"; expected \"tensor\", "
+                  "\"block_1d\" or \"block_2d\""}},
+      {"BlockScalingNotString",
+       [](V p) { step(p, 0, 3)["b_scaling"] = 2; },
+       {fp8Step + "'b_scaling' must be a string"}},
+      {"BlockScalingOnHighPrecision",
+       [](V p) { step(p, 0, 2)["a_scaling"] = "block_1d"; },
+       {moe + ", step 2 (grouped_gemm): 'a_scaling' is given for a grouped "
+              "GEMM that is not FP8"}},
+      {"BlockRowsAScalesPerTensor",
+       [](V p) { step(p, 0, 3)["a_scale_inv"] = 8; },
+       {fp8Step + "'a_scale_inv' refers to value 8 of type tensor<4xf32>, "
+                  "expected tensor<1x64xf32> (the block_1d scales of "
+                  "tensor<64x32xf8E4M3FN> cast in row segments"}},
+      {"BlockRowsBScalesOtherDim",
+       [](V p) { step(p, 0, 3)["b_scale_inv"] = 12; },
+       {fp8Step + "'b_scale_inv' refers to value 12 of type "
+                  "tensor<4x1x16xf32>, expected tensor<4x1x4xf32> (the "
+                  "block_2d scales of tensor<4x16x32xf8E4M3FN> cast per "
+                  "group"}},
+      {"BlockRowsB1DScalesOf2D",
+       [](V p) { step(p, 0, 3)["b_scaling"] = "block_1d"; },
+       {fp8Step + "'b_scale_inv' refers to value 13 of type "
+                  "tensor<4x1x4xf32>, expected tensor<4x1x16xf32>"}},
+      {"BlockContractionScales",
+       [](V p) { step(p, 1, 2)["a_scale_inv"] = 11; },
+       {fp8Wgrad + "'a_scale_inv' refers to value 11 of type "
+                   "tensor<5x32xf32>, expected tensor<5x16xf32> (the "
+                   "block_1d scales of tensor<16x64xf8E5M2> cast transposed "
+                   "in token segments"}},
+      {"BlockScaleMissing",
+       [](V p) { step(p, 1, 2).erase("b_scale_inv"); },
+       {fp8Wgrad + "'b_scale_inv' is missing"}},
+      {"PerTensorWithBlockScales",
+       [](V p) {
+         step(p, 0, 3).erase("a_scaling");
+         step(p, 0, 3).erase("b_scaling");
+       },
+       {fp8Step + "'a_scale_inv' refers to value 11 of type "
+                  "tensor<1x64xf32>, expected tensor<4xf32> (one scale_inv "
+                  "per group)"}},
+  };
+}
+
+class GroupedBlockPlanErrorTest : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(GroupedBlockPlanErrorTest, NamesTheProblem) {
+  expectRefused(blockPlan(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(BlockChecks, GroupedBlockPlanErrorTest,
+                         ::testing::ValuesIn(blockErrorCases()), errorCaseName);
 
 //===----------------------------------------------------------------------===//
 // m_splits at run time
