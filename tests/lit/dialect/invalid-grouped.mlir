@@ -76,11 +76,12 @@ func.func @linear_output_shape(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
 
 // -----
 
+// Float8BlockScaling casts the token segments in 1-D blocks only.
 func.func @linear_block_scaling(%x: tensor<64x32xbf16>, %m: tensor<4xi32>,
                                 %w: tensor<4x48x32xbf16>) {
-  // expected-error @+1 {{'te.grouped_linear' op Float8BlockScaling is not supported by te.grouped_linear yet (use DelayedScaling or Float8CurrentScaling)}}
+  // expected-error @+1 {{'te.grouped_linear' op Float8BlockScaling with x_block_scaling_dim = 2 is not supported by te.grouped_linear (token segments are cast in 1-D blocks; use 1)}}
   %y = te.grouped_linear %x splits(%m) weight(%w)
-      {fp8_recipe = #te.block_scaling<>}
+      {fp8_recipe = #te.block_scaling<x_block_scaling_dim = 2, w_block_scaling_dim = 1>}
       : (tensor<64x32xbf16>, tensor<4xi32>,
          tensor<4x48x32xbf16>) -> tensor<64x48xbf16>
   return
