@@ -1,6 +1,7 @@
 //===- FunctionScaler.cpp - FP8 casts and scale state of one function -----===//
 #include "compiler/passes/FunctionScaler.h"
 #include "dialects/BlockScaleLayout.h"
+#include "dialects/GroupedBlockScaleLayout.h"
 
 using namespace mlir;
 using namespace mlir::te;
@@ -73,6 +74,19 @@ static Fp8Value blockQuantize(OpBuilder &builder, Location loc, Value value,
           power2};
 }
 
+/// The block dims Float8BlockScaling gives an operand of `role`.
+static int64_t blockDimOf(BlockScalingAttr block, OperandRole role) {
+  switch (role) {
+  case OperandRole::weight:
+    return block.getWBlockScalingDim();
+  case OperandRole::grad:
+    return block.getGradBlockScalingDim();
+  case OperandRole::input:
+    break;
+  }
+  return block.getXBlockScalingDim();
+}
+
 Fp8Value FunctionScaler::quantize(Value value, FP8RecipeAttrInterface recipe,
                                   FloatType fp8Type, Operation *user,
                                   OperandRole role) {
@@ -94,12 +108,9 @@ Fp8Value FunctionScaler::quantize(Value value, FP8RecipeAttrInterface recipe,
     group.amaxes.push_back(quantized.getAmax());
     result = {quantized.getOutput(), slots(group.scaleInv, index, 1, loc)};
   } else if (auto block = dyn_cast<BlockScalingAttr>(recipe)) {
-    int64_t blockDim = role == OperandRole::weight ? block.getWBlockScalingDim()
-                       : role == OperandRole::grad
-                           ? block.getGradBlockScalingDim()
-                           : block.getXBlockScalingDim();
-    result = blockQuantize(builder, loc, value, fp8Type, blockDim,
-                           block.getPower_2Scale(), /*transpose=*/false);
+    result = blockQuantize(builder, loc, value, fp8Type,
+                           blockDimOf(block, role), block.getPower_2Scale(),
+                           /*transpose=*/false);
   } else {
     auto current = cast<CurrentScalingAttr>(recipe);
     Value amax = builder.create<AmaxOp>(loc, slotType(context), value);
@@ -125,18 +136,72 @@ static RankedTensorType groupedCastType(Value value, FloatType fp8Type,
   return RankedTensorType::get(shape, fp8Type);
 }
 
+/// The number of groups of a grouped cast of `value`: the size of
+/// `mSplits`, else the leading dim of stacked matrices [G, R, C].
+static int64_t numGroups(Value value, Value mSplits) {
+  return cast<RankedTensorType>((mSplits ? mSplits : value).getType())
+      .getDimSize(0);
+}
+
+/// The scale_inv shape te.grouped_block_quantize gives its output
+/// `castType` (transposed per group when `transpose`): the row or column
+/// segments of `groups` groups with m_splits, else stacked matrices
+/// (dialects/GroupedBlockScaleLayout.h).
+static SmallVector<int64_t>
+groupedBlockScaleShape(RankedTensorType castType, bool segments, int64_t groups,
+                       int64_t blockDim, bool transpose) {
+  namespace layout = tejit::groupedblockscale;
+  ArrayRef<int64_t> shape = castType.getShape();
+  if (!segments) {
+    auto stacked = layout::stackedShape(groups, shape[1], shape[2], blockDim);
+    return SmallVector<int64_t>(stacked.begin(), stacked.end());
+  }
+  // The cast is x [T, K], or x^T [K, T] with `transpose`.
+  auto scale = transpose
+                   ? layout::transposedSegmentsShape(shape[0], shape[1], groups)
+                   : layout::segmentsShape(shape[0], shape[1]);
+  return SmallVector<int64_t>(scale.begin(), scale.end());
+}
+
+/// `value` cast per group in blocks (te.grouped_block_quantize): its row
+/// segments with `mSplits`, else its stacked matrices; transposed per group
+/// with `transpose`.
+static Fp8Value groupedBlockQuantize(OpBuilder &builder, Location loc,
+                                     Value value, Value mSplits,
+                                     FloatType fp8Type, int64_t blockDim,
+                                     bool power2, bool transpose) {
+  int64_t groups = numGroups(value, mSplits);
+  RankedTensorType castType = groupedCastType(value, fp8Type, transpose);
+  auto scaleType = RankedTensorType::get(
+      groupedBlockScaleShape(castType, static_cast<bool>(mSplits), groups,
+                             blockDim, transpose),
+      builder.getF32Type());
+  auto quantized = builder.create<GroupedBlockQuantizeOp>(
+      loc, castType, scaleType, value, mSplits,
+      builder.getI64IntegerAttr(blockDim),
+      transpose ? builder.getUnitAttr() : nullptr,
+      power2 ? builder.getUnitAttr() : nullptr);
+  Fp8Value result{quantized.getOutput(), quantized.getScaleInv(), value,
+                  blockDim, power2};
+  result.grouped = true;
+  result.mSplits = mSplits;
+  return result;
+}
+
 Fp8Value FunctionScaler::quantizeGrouped(Value value, Value mSplits,
                                          FP8RecipeAttrInterface recipe,
-                                         FloatType fp8Type, Operation *user) {
+                                         FloatType fp8Type, Operation *user,
+                                         OperandRole role) {
   auto key = std::make_tuple(value, Type(fp8Type), mSplits);
   if (auto it = groupedCasts.find(key); it != groupedCasts.end())
     return it->second;
   builder.setInsertionPoint(user);
   Location loc = user->getLoc();
-  auto type = cast<RankedTensorType>(value.getType());
-  int64_t groups = mSplits
-                       ? cast<RankedTensorType>(mSplits.getType()).getDimSize(0)
-                       : type.getDimSize(0);
+  if (auto block = dyn_cast<BlockScalingAttr>(recipe))
+    return groupedCasts[key] = groupedBlockQuantize(
+               builder, loc, value, mSplits, fp8Type, blockDimOf(block, role),
+               block.getPower_2Scale(), /*transpose=*/false);
+  int64_t groups = numGroups(value, mSplits);
   auto vectorType =
       RankedTensorType::get({groups}, Float32Type::get(function.getContext()));
   Value scale, scaleInv;
@@ -156,8 +221,7 @@ Fp8Value FunctionScaler::quantizeGrouped(Value value, Value mSplits,
     group.amaxes.push_back(quantized.getAmax());
     scaleInv = slots(group.scaleInv, index, groups, loc);
   } else {
-    // Current scaling (the verifiers and te-place-scaling refuse block
-    // scaling for grouped GEMMs): each group's scale from its own amax.
+    // Current scaling: each group's scale from its own amax.
     auto current = cast<CurrentScalingAttr>(recipe);
     Value amax = builder.create<GroupedAmaxOp>(loc, vectorType, value, mSplits);
     auto scales = builder.create<ComputeScaleOp>(
@@ -169,6 +233,7 @@ Fp8Value FunctionScaler::quantizeGrouped(Value value, Value mSplits,
   }
   Fp8Value result{quantized.getOutput(), scaleInv};
   result.source = value;
+  result.grouped = true;
   result.groupScale = scale;
   result.mSplits = mSplits;
   return groupedCasts[key] = result;
@@ -178,6 +243,15 @@ Fp8Value FunctionScaler::transpose(Fp8Value value) {
   if (auto it = transposed.find(value.data); it != transposed.end())
     return it->second;
   builder.setInsertionPointAfterValue(value.data);
+  if (value.isGrouped() && value.blockDim) {
+    // Cast again from the high-precision source, per group and transposed,
+    // with blocks of its own (along the tokens of each segment for x^T).
+    auto fp8Type = cast<FloatType>(
+        cast<RankedTensorType>(value.data.getType()).getElementType());
+    return transposed[value.data] = groupedBlockQuantize(
+               builder, value.data.getLoc(), value.source, value.mSplits,
+               fp8Type, value.blockDim, value.power2, /*transpose=*/true);
+  }
   if (value.isGrouped()) {
     // Cast again from the high-precision source, per group with the same
     // scales: the K-major copy a backward GEMM reads (its amax is the row

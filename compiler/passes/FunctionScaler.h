@@ -31,14 +31,16 @@ struct Fp8Value {
   mlir::Value source = nullptr;
   int64_t blockDim = 0;
   bool power2 = false;
-  /// Grouped casts (te.grouped_quantize, GroupedLinear) only: the f32 [G]
-  /// scales `source` was cast with, and the m_splits of its row segments
-  /// (null for stacked weights [G, R, C]). Their transpose is cast again
-  /// from `source` with the same scales.
+  /// Grouped casts (GroupedLinear) only: whether the value is one, the
+  /// m_splits of its row segments (null for stacked weights [G, R, C]) and,
+  /// for te.grouped_quantize, the f32 [G] scales `source` was cast with.
+  /// Their transpose is cast again from `source`: with the same scales, or,
+  /// block-scaled (te.grouped_block_quantize), with `blockDim` and `power2`.
+  bool grouped = false;
   mlir::Value groupScale = nullptr;
   mlir::Value mSplits = nullptr;
 
-  bool isGrouped() const { return static_cast<bool>(groupScale); }
+  bool isGrouped() const { return grouped; }
 };
 
 /// What a GEMM operand is to the recipe: Float8BlockScaling picks 1-D or 2-D
@@ -57,21 +59,23 @@ public:
                     mlir::FloatType fp8Type, mlir::Operation *user,
                     OperandRole role);
 
-  /// `value` cast to `fp8Type` with one scale per group (te.grouped_quantize;
-  /// Float8BlockScaling is not supported): groups are the row segments of
+  /// `value` cast to `fp8Type` per group: groups are the row segments of
   /// `mSplits` for a matrix [T, K], else the leading dim of stacked weights
-  /// [G, R, C]. DelayedScaling gives the cast G consecutive slots of the
-  /// meta vectors; current scaling computes the G scales from a
-  /// te.grouped_amax. Emitted before `user` the first time and reused after.
+  /// [G, R, C]. DelayedScaling gives the cast (te.grouped_quantize) G
+  /// consecutive slots of the meta vectors; current scaling computes the G
+  /// scales from a te.grouped_amax; Float8BlockScaling casts in blocks
+  /// (te.grouped_block_quantize) whose dims `role` picks, no state. Emitted
+  /// before `user` the first time and reused after.
   Fp8Value quantizeGrouped(mlir::Value value, mlir::Value mSplits,
                            mlir::te::FP8RecipeAttrInterface recipe,
-                           mlir::FloatType fp8Type, mlir::Operation *user);
+                           mlir::FloatType fp8Type, mlir::Operation *user,
+                           OperandRole role);
 
   /// The transpose of a 2-D FP8 value, emitted right after it once; for a
   /// block-scaled value, its source cast transposed (te.block_quantize
-  /// with `transpose`); for a grouped one, its source cast again per group
-  /// with its scales (te.grouped_quantize with `transpose`: [K, T], or
-  /// [G, C, R] for stacked weights).
+  /// with `transpose`); for a grouped one, its source cast again per group,
+  /// transposed ([K, T], or [G, C, R] for stacked weights), with its scales
+  /// (te.grouped_quantize) or its blocks (te.grouped_block_quantize).
   Fp8Value transpose(Fp8Value value);
 
   /// Transformer Engine's fp8_model_init: GEMM weight argument `weight`

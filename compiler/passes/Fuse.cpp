@@ -68,6 +68,7 @@ private:
   void fuseCastTranspose(QuantizeOp quantize);
   void fuseBlockCasts(BlockQuantizeOp quantize);
   void fuseGroupedCasts(GroupedQuantizeOp quantize);
+  void fuseGroupedBlockCasts(GroupedBlockQuantizeOp quantize);
 
   func::FuncOp function;
   DenseMap<Operation *, unsigned> position;
@@ -304,6 +305,19 @@ void Fuser::fuseGroupedCasts(GroupedQuantizeOp quantize) {
   commit(group, /*minOps=*/1);
 }
 
+void Fuser::fuseGroupedBlockCasts(GroupedBlockQuantizeOp quantize) {
+  // GroupedLinear under Float8BlockScaling: the block casts of one tensor
+  // in the same groups (row-wise for the forward GEMM, transposed for the
+  // backward's) are one kernel that reads it once; a lone cast is a kernel
+  // region of its own.
+  Group group{{quantize.getOperation()}, "grouped_block_quantize"};
+  for (Operation *user : quantize.getInput().getUsers())
+    if (auto other = dyn_cast<GroupedBlockQuantizeOp>(user);
+        other && other.getMSplits() == quantize.getMSplits())
+      tryAdd(group, other);
+  commit(group, /*minOps=*/1);
+}
+
 void Fuser::materialize(const Group &group) {
   SmallVector<Operation *> ops(group.ops);
   llvm::sort(ops, [&](Operation *a, Operation *b) {
@@ -398,6 +412,10 @@ void Fuser::run() {
   each([&](Operation *op) {
     if (auto quantize = dyn_cast<GroupedQuantizeOp>(op))
       fuseGroupedCasts(quantize);
+  });
+  each([&](Operation *op) {
+    if (auto quantize = dyn_cast<GroupedBlockQuantizeOp>(op))
+      fuseGroupedBlockCasts(quantize);
   });
   // The other grouped kernels: each is a region of its own.
   each([&](Operation *op) {

@@ -80,16 +80,21 @@ def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
     weight or gradient), no state; the backward's transposed operands are
     cast again from the high-precision tensor (docs/block-scaling.md).
 
-    A te.grouped_matmul with a recipe (GroupedLinear; DelayedScaling or
-    Float8CurrentScaling) becomes a te.grouped_scaled_matmul on operands
-    cast by te.grouped_quantize with one scale per group: DelayedScaling
-    gives each cast G consecutive slots of the meta vectors (te.slice of G
-    elements; its [G] amax joins the update in slot order), current scaling
-    runs te.grouped_amax and te.compute_scale on [G] vectors. The K-major
-    copies the backward reads (W^T [G, K, N] for dgrad, x^T [K, T] and
-    dY^T [N, T] for wgrad) are cast again from the high-precision tensor,
-    transposed, with the same scales. Float8BlockScaling and fp8_weights are
-    refused for grouped GEMMs; without a recipe they stay high precision.
+    A te.grouped_matmul with a recipe (GroupedLinear) becomes a
+    te.grouped_scaled_matmul on operands cast per group: under
+    DelayedScaling and Float8CurrentScaling by te.grouped_quantize with one
+    scale per group (DelayedScaling gives each cast G consecutive slots of
+    the meta vectors: te.slice of G elements, its [G] amax joining the
+    update in slot order; current scaling runs te.grouped_amax and
+    te.compute_scale on [G] vectors); under Float8BlockScaling by
+    te.grouped_block_quantize (x and dY in 1-D blocks per row segment, the
+    stacked weights in w_block_scaling_dim blocks per matrix; no state, no
+    fast accumulation; x_block_scaling_dim or grad_block_scaling_dim other
+    than 1 is refused). The K-major copies the backward reads (W^T
+    [G, K, N] for dgrad, x^T [K, T] and dY^T [N, T] for wgrad) are cast
+    again from the high-precision tensor, transposed, with the same scales
+    or blocks of their own (docs/grouped-linear.md). fp8_weights is refused
+    for grouped GEMMs; without a recipe they stay high precision.
 
     `recipe` overrides the GEMMs' own recipes: an attribute such as
     `#te.delayed_scaling<amax_history_len = 16>`, or `none` to run every
@@ -124,8 +129,10 @@ def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
     te.grouped_amax and te.grouped_bias_grad is a region of its own
     (`grouped_quantize`, `grouped_amax`, `grouped_bias_grad`), except that
     a tensor's per-group cast and its transposed cast with the same scales
-    and `m_splits` share one `grouped_quantize` region; grouped GEMMs stay
-    outside te.fused, as library calls.
+    and `m_splits` share one `grouped_quantize` region; the
+    te.grouped_block_quantize ops of one tensor and `m_splits` (or none)
+    are one `grouped_block_quantize` region; grouped GEMMs stay outside
+    te.fused, as library calls.
     A group grows only while it stays legal: no op outside the group between
     its first and last op may read a value computed inside it.
   }];

@@ -122,8 +122,10 @@ LogicalResult replaceByGroupedScaled(GroupedMatmulOp matmul, Fp8Value a,
   if (failed(checkGroupedFp8Shape(matmul, a.data, b.data)))
     return failure();
   OpBuilder builder(matmul);
-  // As te.scaled_matmul: fast accumulation for fprop only.
-  bool fprop = !matmul.getRole() || *matmul.getRole() == GemmRole::fprop;
+  // As te.scaled_matmul: fast accumulation for fprop only, and never under
+  // block scaling.
+  bool fprop = (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop) &&
+               !a.blockDim && !b.blockDim;
   Value scaled = builder.create<GroupedScaledMatmulOp>(
       matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv, b.scaleInv,
       matmul.getMSplits(), matmul.getBias(),
@@ -133,14 +135,22 @@ LogicalResult replaceByGroupedScaled(GroupedMatmulOp matmul, Fp8Value a,
   return success();
 }
 
-/// The recipes grouped GEMMs take: tensor scaling, delayed or current.
+/// The recipes grouped GEMMs take: any, but under Float8BlockScaling the
+/// token segments (x and dY) are cast in 1-D blocks, as te.grouped_linear's
+/// verifier requires; a `recipe` override reaches here unverified.
 LogicalResult checkGroupedRecipe(GroupedMatmulOp matmul,
                                  FP8RecipeAttrInterface recipe) {
-  if (isa<BlockScalingAttr>(recipe))
-    return matmul.emitOpError()
-           << "is a grouped GEMM (GroupedLinear), which Float8BlockScaling "
-              "does not support yet; use DelayedScaling or "
-              "Float8CurrentScaling";
+  auto block = dyn_cast<BlockScalingAttr>(recipe);
+  if (!block)
+    return success();
+  for (auto [name, dim] :
+       {std::pair{"x_block_scaling_dim", block.getXBlockScalingDim()},
+        std::pair{"grad_block_scaling_dim", block.getGradBlockScalingDim()}})
+    if (dim != 1)
+      return matmul.emitOpError()
+             << "is a grouped GEMM (GroupedLinear), whose token segments "
+                "Float8BlockScaling casts in 1-D blocks; got "
+             << name << " = " << dim << " (use 1)";
   return success();
 }
 
@@ -292,8 +302,9 @@ LogicalResult BackwardScaler::scale(GroupedMatmulOp matmul,
     if (!grouped)
       return matmul.emitOpError()
              << "reads stacked matrices that are no forward tensor";
-    Fp8Value gradient = scaler.quantizeGrouped(
-        value, mSplits, recipe, recipe.getBackwardType(), matmul);
+    Fp8Value gradient =
+        scaler.quantizeGrouped(value, mSplits, recipe, recipe.getBackwardType(),
+                               matmul, OperandRole::grad);
     return kMajor(scaler, gradient, transposed);
   };
   FailureOr<Fp8Value> a = operand(matmul.getA(), /*grouped=*/true,
@@ -501,14 +512,14 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
            << "in the contraction form is a wgrad GEMM, which belongs to a "
               "backward function";
   // fprop: `a` [T, K] is the layer's input, cast per row segment (the G
-  // input slots), `b` [G, ., .] its stacked weights, cast per matrix (the G
-  // weight slots).
+  // input slots; 1-D blocks along K), `b` [G, ., .] its stacked weights,
+  // cast per matrix (the G weight slots; w_block_scaling_dim blocks).
   FloatType fp8 = recipe.getForwardType();
   Value mSplits = matmul.getMSplits();
-  Fp8Value a =
-      state.scaler.quantizeGrouped(matmul.getA(), mSplits, recipe, fp8, matmul);
-  Fp8Value b =
-      state.scaler.quantizeGrouped(matmul.getB(), Value(), recipe, fp8, matmul);
+  Fp8Value a = state.scaler.quantizeGrouped(matmul.getA(), mSplits, recipe, fp8,
+                                            matmul, OperandRole::input);
+  Fp8Value b = state.scaler.quantizeGrouped(matmul.getB(), Value(), recipe, fp8,
+                                            matmul, OperandRole::weight);
   state.groupedOperands[{matmul.getA(), mSplits}] = a;
   state.groupedOperands[{matmul.getB(), Value()}] = b;
   return replaceByGroupedScaled(

@@ -35,6 +35,9 @@ public:
                                     const std::vector<Tensor> &outputGrads) {
     std::vector<Tensor> args = forwardArgs(layerArgs);
     std::vector<Tensor> results = call(forward, args);
+    // A failed run (reported by call()) leaves nothing for the backward.
+    if (results.size() != forward.getNumResults())
+      return {};
     lastForward = results;
     update(forward, results);
     std::map<std::string, Tensor> named;
@@ -46,6 +49,8 @@ public:
       return named;
     std::vector<Tensor> grads =
         call(backward, backwardArgs(args, results, outputGrads));
+    if (grads.size() != backward.getNumResults())
+      return {};
     update(backward, grads);
     for (unsigned i = 0; i < backward.getNumResults(); ++i)
       named[resultName(backward, i)] = grads[i];

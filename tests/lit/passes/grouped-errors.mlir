@@ -3,10 +3,23 @@
 // Grouped GEMMs (GroupedLinear, docs/grouped-linear.md) that te-autodiff
 // and te-place-scaling refuse.
 
-#bs = #te.block_scaling<>
+#bs = #te.block_scaling<x_block_scaling_dim = 2, w_block_scaling_dim = 1>
 
-func.func @block_scaling(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16>) -> tensor<32x48xbf16> {
-  // expected-error @+1 {{'te.grouped_matmul' op is a grouped GEMM (GroupedLinear), which Float8BlockScaling does not support yet; use DelayedScaling or Float8CurrentScaling}}
+// Float8BlockScaling casts the token segments (x, dY) in 1-D blocks only
+// (te.grouped_linear's verifier says so too; a grouped GEMM written by hand
+// or a `recipe` override reaches te-place-scaling without it).
+func.func @block_scaling_x_2d(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16>) -> tensor<32x48xbf16> {
+  // expected-error @+1 {{'te.grouped_matmul' op is a grouped GEMM (GroupedLinear), whose token segments Float8BlockScaling casts in 1-D blocks; got x_block_scaling_dim = 2 (use 1)}}
+  %y = te.grouped_matmul %x, %w, %m {fp8_recipe = #bs, role = #te.gemm_role<fprop>, transpose_b} : (tensor<32x64xbf16>, tensor<4x48x64xbf16>, tensor<4xi32>) -> tensor<32x48xbf16>
+  return %y : tensor<32x48xbf16>
+}
+
+// -----
+
+#bs = #te.block_scaling<grad_block_scaling_dim = 2, w_block_scaling_dim = 1>
+
+func.func @block_scaling_grad_2d(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16>) -> tensor<32x48xbf16> {
+  // expected-error @+1 {{'te.grouped_matmul' op is a grouped GEMM (GroupedLinear), whose token segments Float8BlockScaling casts in 1-D blocks; got grad_block_scaling_dim = 2 (use 1)}}
   %y = te.grouped_matmul %x, %w, %m {fp8_recipe = #bs, role = #te.gemm_role<fprop>, transpose_b} : (tensor<32x64xbf16>, tensor<4x48x64xbf16>, tensor<4xi32>) -> tensor<32x48xbf16>
   return %y : tensor<32x48xbf16>
 }

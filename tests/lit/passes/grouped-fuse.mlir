@@ -61,6 +61,39 @@ func.func @other_scales(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %s1: tensor<4
 
 // -----
 
+// Float8BlockScaling: the block casts of one tensor in the same groups (same
+// m_splits, or both stacked) are one "grouped_block_quantize" kernel that
+// reads it once; a cast of it in other segments is a kernel of its own.
+// CHECK-LABEL: func.func @block_casts
+// CHECK:      %[[X:.*]]:4 = te.fused "grouped_block_quantize"(%arg0, %arg1) : {{.*}} -> (tensor<32x64xf8E4M3FN>, tensor<1x32xf32>, tensor<64x32xf8E4M3FN>, tensor<5x64xf32>) {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_block_quantize %{{.*}}, %{{.*}} {block_dim = 1 : i64} :
+// CHECK-NEXT:   te.grouped_block_quantize %{{.*}}, %{{.*}} {block_dim = 1 : i64, transpose} :
+// CHECK-NEXT:   te.yield
+// CHECK:      %[[X2:.*]] = te.fused "grouped_block_quantize"(%arg0, %arg2) : {{.*}} -> tensor<64x32xf8E4M3FN> {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_block_quantize {{.*}} transpose
+// CHECK-NEXT:   te.yield
+// CHECK:      %[[W:.*]]:4 = te.fused "grouped_block_quantize"(%arg3) : {{.*}} -> (tensor<4x48x64xf8E4M3FN>, tensor<4x1x4xf32>, tensor<4x64x48xf8E4M3FN>, tensor<4x1x4xf32>) {
+// CHECK-NEXT: ^bb0(
+// CHECK-NEXT:   te.grouped_block_quantize %{{.*}} {block_dim = 2 : i64} :
+// CHECK-NEXT:   te.grouped_block_quantize %{{.*}} {block_dim = 2 : i64, transpose} :
+// CHECK-NEXT:   te.yield
+// CHECK-NOT:  te.fused
+// CHECK:      %[[Y:.*]] = te.grouped_scaled_matmul %[[X]]#0, %[[W]]#0, %[[X]]#1, %[[W]]#1, %arg1 :
+// CHECK-NEXT: return %[[Y]], %[[X]]#2, %[[X]]#3, %[[X2]], %[[W]]#2, %[[W]]#3
+func.func @block_casts(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %m2: tensor<4xi32>, %w: tensor<4x48x64xbf16>) -> (tensor<32x48xbf16>, tensor<64x32xf8E4M3FN>, tensor<5x64xf32>, tensor<64x32xf8E4M3FN>, tensor<4x64x48xf8E4M3FN>, tensor<4x1x4xf32>) {
+  %qx, %sx = te.grouped_block_quantize %x, %m {block_dim = 1 : i64} : (tensor<32x64xbf16>, tensor<4xi32>) -> (tensor<32x64xf8E4M3FN>, tensor<1x32xf32>)
+  %qxt, %sxt = te.grouped_block_quantize %x, %m {block_dim = 1 : i64, transpose} : (tensor<32x64xbf16>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<5x64xf32>)
+  %qxt2, %sxt2 = te.grouped_block_quantize %x, %m2 {block_dim = 1 : i64, transpose} : (tensor<32x64xbf16>, tensor<4xi32>) -> (tensor<64x32xf8E4M3FN>, tensor<5x64xf32>)
+  %qw, %sw = te.grouped_block_quantize %w {block_dim = 2 : i64} : (tensor<4x48x64xbf16>) -> (tensor<4x48x64xf8E4M3FN>, tensor<4x1x4xf32>)
+  %qwt, %swt = te.grouped_block_quantize %w {block_dim = 2 : i64, transpose} : (tensor<4x48x64xbf16>) -> (tensor<4x64x48xf8E4M3FN>, tensor<4x1x4xf32>)
+  %y = te.grouped_scaled_matmul %qx, %qw, %sx, %sw, %m : (tensor<32x64xf8E4M3FN>, tensor<4x48x64xf8E4M3FN>, tensor<1x32xf32>, tensor<4x1x4xf32>, tensor<4xi32>) -> tensor<32x48xbf16>
+  return %y, %qxt, %sxt, %qxt2, %qwt, %swt : tensor<32x48xbf16>, tensor<64x32xf8E4M3FN>, tensor<5x64xf32>, tensor<64x32xf8E4M3FN>, tensor<4x64x48xf8E4M3FN>, tensor<4x1x4xf32>
+}
+
+// -----
+
 // Current scaling's per-group amax and the bias gradient are kernels of
 // their own; te.compute_scale on the [G] vector stays a kernel outside
 // te.fused, as for per-tensor scales.
