@@ -290,7 +290,8 @@ class SpecCompilesTest(unittest.TestCase):
     def test_training_program_under_each_recipe(self):
         layer = grouped.layer_spec(4, 128, 256, True)
         for fp8_recipe in (None, recipe.DelayedScaling(),
-                           recipe.Float8CurrentScaling()):
+                           recipe.Float8CurrentScaling(),
+                           recipe.Float8BlockScaling()):
             spec = program_spec(layer, recipe_spec=(
                 fp8_recipe.to_spec() if fp8_recipe else None))
             with self.subTest(recipe=type(fp8_recipe).__name__):
@@ -335,20 +336,29 @@ class SpecCompilesTest(unittest.TestCase):
                                    fuse_wgrad_accumulation=True,
                                    main_grad_dtype="bf16")
         for fp8_recipe in (None, recipe.DelayedScaling(),
-                           recipe.Float8CurrentScaling()):
+                           recipe.Float8CurrentScaling(),
+                           recipe.Float8BlockScaling()):
             spec = program_spec(layer, recipe_spec=(
                 fp8_recipe.to_spec() if fp8_recipe else None))
             with self.subTest(recipe=type(fp8_recipe).__name__):
                 self.assertIn("main_grad.layers.0.weight",
                               tejit.compile_ir(spec, "planned"))
 
-    def test_block_scaling_is_refused_by_the_compiler_too(self):
-        spec = program_spec(grouped.layer_spec(2, 128, 128, True),
-                            recipe_spec=recipe.Float8BlockScaling().to_spec())
+    def test_block_scaling_compiles_and_2d_token_blocks_are_refused(self):
+        """Float8BlockScaling: the module's spec plans (block casts per
+        group, no meta state); 2-D x blocks are refused by the compiler
+        too, naming the field."""
+        layer = grouped.layer_spec(2, 128, 128, True)
+        planned = tejit.compile_ir(program_spec(
+            layer, recipe_spec=recipe.Float8BlockScaling().to_spec()),
+            "planned")
+        self.assertIn("te.grouped_block_quantize", planned)
+        self.assertNotIn("fp8_meta", planned)
+        spec = program_spec(layer, recipe_spec=recipe.Float8BlockScaling(
+            x_block_scaling_dim=2, w_block_scaling_dim=1).to_spec())
         with self.assertRaises(tejit.TejitError) as caught:
             tejit.compile_ir(spec, "scaled")
-        self.assertIn("Float8BlockScaling", str(caught.exception))
-
+        self.assertIn("x_block_scaling_dim", str(caught.exception))
 
 if __name__ == "__main__":
     unittest.main()
