@@ -6,7 +6,7 @@ then the experts' outputs weighted and summed back per token.
 
     python3 examples/pytorch/moe_experts.py [--hidden 1024] [--ffn 4096]
         [--experts 8] [--top-k 2] [--tokens 4096] [--steps 5]
-        [--recipe delayed|current|none] [--main-grads]
+        [--recipe delayed|current|block|none] [--main-grads]
 
 Trains a few steps under fp8_autocast and, at each one, compares the
 layer's output and input gradient with the same model run in bf16 by
@@ -98,7 +98,8 @@ def main():
     parser.add_argument("--top-k", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--recipe", choices=["delayed", "current", "none"],
+    parser.add_argument("--recipe",
+                        choices=["delayed", "current", "block", "none"],
                         default="delayed")
     parser.add_argument("--main-grads", action="store_true")
     args = parser.parse_args()
@@ -118,6 +119,8 @@ def main():
                       fp8_format=recipe.Format.HYBRID, amax_history_len=16,
                       amax_compute_algo="max"),
                   "current": lambda: recipe.Float8CurrentScaling(),
+                  # DeepSeek-V3's recipe (TE's defaults).
+                  "block": lambda: recipe.Float8BlockScaling(),
                   "none": lambda: None}[args.recipe]()
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     worst = 0.0

@@ -99,6 +99,7 @@ step env TEJIT_GROUPED_GEMM_STREAMS=1 python3 -m pytest -q -p no:cacheprovider \
 # against its PyTorch bf16 twin, with and without main_grads.
 step python3 examples/pytorch/moe_experts.py --steps 3
 step python3 examples/pytorch/moe_experts.py --steps 3 --recipe current --main-grads
+step python3 examples/pytorch/moe_experts.py --steps 3 --recipe block --main-grads
 step python3 tests/gpu/quickstart_te_layer.py --full
 # DelayedScaling's amax reduction across ranks (torch.distributed, DDP and
 # tejit's own NCCL communicator): needs two GPUs.
