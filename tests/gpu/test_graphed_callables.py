@@ -24,6 +24,7 @@ import pytest
 from gpu_test_support import hybrid, perturb, run_seed, torch
 
 import tejit.pytorch as te  # noqa: E402
+from tejit.common import recipe  # noqa: E402
 
 SEED = run_seed("test_graphed_callables")
 BF16 = torch.bfloat16
@@ -328,22 +329,28 @@ def test_keyword_arguments_become_graph_inputs():
         graphed(x)
 
 
-@pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
+@pytest.mark.parametrize("fp8", [None, "delayed", "block"],
+                         ids=["bf16", "fp8", "block"])
 def test_grouped_linear_graph_with_fixed_splits(fp8):
     """GroupedLinear graphed with its m_splits fixed at capture (capacity-
     padded routing; an empty expert among them): steps equal an eager
     twin's bit for bit (outputs, input and parameter gradients, FP8
-    state); a graphed call with other splits is refused."""
+    state), also under Float8BlockScaling (block casts and block-scaled
+    grouped GEMMs in the graph); a graphed call with other splits is
+    refused."""
     splits = [32, 0, 48, 48]
     torch.manual_seed(SEED)
     eager = te.GroupedLinear(4, 256, 512, params_dtype=BF16)
     perturb(eager)
     graphed = copy.deepcopy(eager)
-    fp8_recipe = hybrid() if fp8 else None
+    fp8_recipe = {None: None, "delayed": hybrid,
+                  "block": recipe.Float8BlockScaling}[fp8]
+    fp8_recipe = fp8_recipe() if fp8_recipe else None
     sample = torch.randn(128, 256, device="cuda", dtype=BF16,
                          requires_grad=True)
     graphed = te.make_graphed_callables(
-        graphed, (sample,), fp8_enabled=fp8, fp8_recipe=fp8_recipe,
+        graphed, (sample,), fp8_enabled=fp8 is not None,
+        fp8_recipe=fp8_recipe,
         sample_kwargs={"m_splits": splits})
     for index in range(STEPS):
         x = torch.randn(128, 256, device="cuda", dtype=BF16)
@@ -358,7 +365,7 @@ def test_grouped_linear_graph_with_fixed_splits(fp8):
     want_meta, got_meta = meta_state(eager), meta_state(graphed)
     for name, value in want_meta.items():
         assert torch.equal(got_meta[name], value), f"FP8 state {name}"
-    if fp8:
+    if fp8 == "delayed":
         assert torch.count_nonzero(
             want_meta["fp8_meta.bwd.amax_history"]) > 0, "no amax recorded"
     with pytest.raises(ValueError, match="m_splits"):
