@@ -31,6 +31,29 @@ Error planError(const GroupedGemmStep &step, const llvm::Twine &why) {
 const char *byteAt(const void *base, int64_t bytes) {
   return static_cast<const char *>(base) + bytes;
 }
+
+/// Fills `rows` rows of `rowBytes` bytes from `to` with copies of the row
+/// at `row` (device memory), on `stream`: the row, then the filled rows
+/// doubled by one contiguous copy apiece (disjoint from its source), so
+/// 1 + ceil(log2(rows)) device-to-device copies: no kernel, no
+/// allocation, graph nodes under capture. (A block-scaled grouped GEMM's
+/// bias, added as C: an extra pass writing the group's output rows.)
+Error fillRows(const CudaDriver &driver, CUdeviceptr to, CUdeviceptr row,
+               int64_t rows, int64_t rowBytes, CUstream stream) {
+  auto copy = [&](CUdeviceptr destination, CUdeviceptr source, int64_t bytes) {
+    return driver.check(
+        driver.cuMemcpyDtoDAsync(destination, source, size_t(bytes), stream),
+        "filling a block-scaled grouped GEMM's output rows "
+        "with its bias");
+  };
+  if (Error error = copy(to, row, rowBytes))
+    return error;
+  for (int64_t filled = 1; filled < rows; filled *= 2)
+    if (Error error = copy(to + CUdeviceptr(filled * rowBytes), to,
+                           std::min(filled, rows - filled) * rowBytes))
+      return error;
+  return Error::success();
+}
 } // namespace
 
 llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
@@ -77,13 +100,29 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
     const TensorType &type = function.values[*step.bias].type;
     if (type.shape != std::vector<int64_t>{g, grouped.n})
       return planError(step, "the bias must be [G, N]");
-    // The runner reads a group's bias row type off this value.
     grouped.biasElement = type.element;
-    ValueInfo row;
-    row.type = TensorType{{grouped.n}, type.element};
-    row.bytes = row.type.bytes();
-    grouped.biasRowValue = int64_t(grouped.groupValues.values.size());
-    grouped.groupValues.values.push_back(row);
+    if (step.blockScaled()) {
+      // No bias epilogue with block scales: run() fills the group's out
+      // rows with its bias row and the GEMM adds them as C, out's type.
+      if (type.element != step.outType.element)
+        return planError(
+            step, llvm::formatv("the bias of a block-scaled grouped GEMM "
+                                "is added as C (beta = 1) and must have "
+                                "out's element type {0}, not {1}",
+                                elementTypeName(step.outType.element),
+                                elementTypeName(type.element)));
+      ValueInfo filled;
+      filled.type = TensorType{{0, grouped.n}, type.element};
+      grouped.biasFilledValue = int64_t(grouped.groupValues.values.size());
+      grouped.groupValues.values.push_back(filled);
+    } else {
+      // The runner reads a group's bias row type off this value.
+      ValueInfo row;
+      row.type = TensorType{{grouped.n}, type.element};
+      row.bytes = row.type.bytes();
+      grouped.biasRowValue = int64_t(grouped.groupValues.values.size());
+      grouped.groupValues.values.push_back(row);
+    }
   }
   if (step.accumulate) {
     if (step.form == Form::Rows)
@@ -273,10 +312,18 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     gemm.aScaleInv = 0;
     gemm.bScaleInv = 0;
   }
+  // A block-scaled rows step's bias: C = the group's out rows, filled with
+  // the bias before its GEMM (fillRows), beta = 1; their [m_g, N] type is
+  // set per group in a copy of groupValues (the runner checks it).
+  bool fillBias = biasFilledValue.has_value();
   gemm.epilogue.bias = biasRowValue;
-  gemm.epilogue.residual = accumulateValue; // C, beta = 1
+  gemm.epilogue.residual =
+      fillBias ? biasFilledValue : accumulateValue; // C, beta = 1
   gemm.sizesVary = true; // an algorithm per size class, not per size
-  const FunctionPlan &function = groupValues;
+  FunctionPlan filledValues;
+  if (fillBias)
+    filledValues = groupValues;
+  const FunctionPlan &function = fillBias ? filledValues : groupValues;
 
   // FP8 per tensor: every group's scale_inv pair into aligned slots, two
   // copies. (Block scales are read in place.)
@@ -350,7 +397,12 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
       group.a = byteAt(pointers.a, o * k * aBytes);
       group.b = byteAt(pointers.b, g * b[1] * b[2] * bBytes);
       group.out = const_cast<char *>(byteAt(pointers.out, o * n * outBytes));
-      if (step.bias) {
+      if (fillBias) {
+        TensorType &filled = filledValues.values[*biasFilledValue].type;
+        filled.shape = {mg, n};
+        filledValues.values[*biasFilledValue].bytes = filled.bytes();
+        group.residual = group.out; // in place, as fillRows left it
+      } else if (step.bias) {
         int64_t biasBytes = elementBytes(biasElement);
         group.bias = byteAt(pointers.bias, g * n * biasBytes);
       }
@@ -380,6 +432,17 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     CUstream groupStream = useLanes ? lanes->stream(lane) : stream;
     if (useLanes)
       lane = (lane + 1) % lanes->size();
+    // On the GEMM's own stream, so the fill precedes the GEMM reading it.
+    if (fillBias)
+      if (Error error =
+              fillRows(driver, reinterpret_cast<CUdeviceptr>(group.out),
+                       reinterpret_cast<CUdeviceptr>(
+                           byteAt(pointers.bias, g * n * outBytes)),
+                       mg, n * outBytes, groupStream)) {
+        llvm::consumeError(std::move(failed)); // success so far
+        failed = std::move(error);
+        break;
+      }
     if (Error error = runner.run(gemm, function, group, groupStream)) {
       llvm::consumeError(std::move(failed)); // success so far
       failed = annotate(std::move(error),

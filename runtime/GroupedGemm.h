@@ -24,7 +24,12 @@
 // GEMM (no fast accumulation) whose scale pointers are the tensors plus the
 // group's offset in its layout (segments for the rows form's a, stacked for
 // its b, transposed segments for the contraction's a and b), which is a
-// multiple of 16 bytes: nothing is staged. The groups' sizes come from the
+// multiple of 16 bytes: nothing is staged. cuBLASLt's block-scaled GEMMs
+// take no bias epilogue, so a block-scaled rows step adds its bias as C:
+// run() first fills group g's out rows with bias[g] (device-to-device
+// copies on the group's stream, an extra pass over the output) and the
+// group's GEMM then reads them as its residual (C = out, beta = 1).
+// The groups' sizes come from the
 // host (the executor's copy of the m_splits host argument), so each call
 // may issue other GEMM shapes; nothing synchronizes.
 //
@@ -88,7 +93,8 @@ public:
   /// checked here again: >= 0, sum <= T, multiples of 16 for FP8; block
   /// scale tensors 16-byte aligned): zeroes what no group writes (copies
   /// `accumulate` there instead where the step accumulates), then runs one
-  /// GEMM per non-empty group.
+  /// GEMM per non-empty group (a block-scaled rows step with a bias fills
+  /// the group's out rows with its bias row first, on the GEMM's stream).
   /// With `lanes` (GemmLanes.h), groups too small to keep the GPU busy
   /// alone (fewer than kLaneFlops on average) run on the lanes, round
   /// robin, instead of one after another on `stream`.
@@ -132,12 +138,14 @@ private:
   GroupedGemmStep grouped;
   /// A function holding the values the per-group GemmStep's epilogue
   /// names (the runner reads their types there): a group's bias row ([N])
-  /// and its accumulated product ([M, N]).
+  /// and its accumulated product ([M, N]); for a block-scaled rows step
+  /// with a bias, its out rows filled with the bias ([m_g, N], out's type;
+  /// run() sets m_g per group in a copy) instead of the bias row.
   FunctionPlan groupValues;
-  std::optional<int64_t> biasRowValue, accumulateValue;
+  std::optional<int64_t> biasRowValue, accumulateValue, biasFilledValue;
   /// M, K, N of every group (K: the rows form's; M: the contraction's).
   int64_t m = 0, k = 0, n = 0;
-  /// The bias's element type (rows form with a bias).
+  /// The bias's element type (rows form with a bias; out's under blocks).
   ElementType biasElement = ElementType::BF16;
 };
 

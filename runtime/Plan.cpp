@@ -172,12 +172,6 @@ tejit::runtime::groupedScalingProblem(const GroupedGemmStep &step) {
     return std::pair{StringRef("fast_accum"),
                      std::string("is true for a block-scaled grouped GEMM, "
                                  "which accumulates without it")};
-  if (step.bias)
-    return std::pair{
-        StringRef("bias"),
-        std::string("is given for a block-scaled grouped GEMM; cuBLASLt's "
-                    "block-scaled GEMMs take no bias epilogue "
-                    "(docs/block-scaling.md)")};
   return std::nullopt;
 }
 
@@ -1867,6 +1861,19 @@ Error FunctionParser::parseGroupedScales(const json::Object &node,
   if (std::optional<std::pair<StringRef, std::string>> problem =
           groupedScalingProblem(step))
     return scope.error(problem->first, problem->second);
+  // A block-scaled GEMM adds the bias as C (GroupedGemm.cpp fills each
+  // group's out rows with it first), which has out's type.
+  if (step.blockScaled() && step.bias) {
+    const TensorType &type = function.values[*step.bias].type;
+    if (type.element != step.outType.element)
+      return scope.error("bias",
+                         "refers to value " + Twine(*step.bias) + " of type " +
+                             printType(type) +
+                             "; a block-scaled grouped GEMM adds "
+                             "its bias as C (beta = 1), which must have out's "
+                             "element type " +
+                             elementTypeName(step.outType.element));
+  }
   for (bool operandB : {false, true}) {
     StringRef key = operandB ? "b_scale_inv" : "a_scale_inv";
     if (!node.get(key))

@@ -195,8 +195,10 @@ llvm::StringRef groupedFormName(GroupedGemmStep::Form form);
 /// nullopt when they are valid: scalings other than Tensor on a step that
 /// is not FP8; one operand block-scaled and the other not; two Block2D;
 /// Block2D on another operand than the rows form's b (the token segments
-/// are cast in 1-D blocks); fast accumulation or a bias with blocks
-/// (cuBLASLt's block-scaled GEMMs take neither, docs/block-scaling.md).
+/// are cast in 1-D blocks); fast accumulation with blocks (cuBLASLt's
+/// block-scaled GEMMs accumulate without it, docs/block-scaling.md). A
+/// bias is allowed: GroupedGemm adds it as C, so the parser and create()
+/// also want it of out's element type under blocks.
 /// The parser and GroupedGemm::create both apply it.
 std::optional<std::pair<llvm::StringRef, std::string>>
 groupedScalingProblem(const GroupedGemmStep &step);

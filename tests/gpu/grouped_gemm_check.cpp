@@ -36,9 +36,13 @@
 //     written out here from the contract: rows form with b 1-D and 2-D
 //     (E4M3 fprop, E5M2 x E4M3 dgrad), contraction (wgrad) incl.
 //     accumulation into f32 main_grads, side streams, segments that are
-//     no multiples of 128 tokens, empty groups and padding; large sizes
-//     (T = 8192, timed, with CUDA graph replays) and G = 32; and the
-//     executor's path from a block-scaled plan, eager and captured. The
+//     no multiples of 128 tokens, empty groups and padding; the rows form
+//     with a bf16 bias (no bias epilogue there: the runtime fills each
+//     group's out rows with its bias row by copies and adds the product as
+//     C), with and without side streams; large sizes (T = 8192, timed,
+//     with CUDA graph replays, one with a bias) and G = 32; and the
+//     executor's path from a block-scaled plan, without and with a bias,
+//     eager and captured. The
 //     reference is the float64 product of the dequantized operands:
 //     besides the relative L2 bound, every entry must be within TE's FP8
 //     tolerances (E4M3 rtol 0.125 / atol 0.0675, E5M2 0.25 / 0.125, atol
@@ -300,8 +304,10 @@ GroupedGemmStep stepOf(const Case &c) {
   return step;
 }
 
+/// FP8 biases are bf16, except that a block-scaled GEMM adds its bias as
+/// C, of out's type.
 ElementType biasType(const Case &c) {
-  return c.fp8 ? ElementType::BF16 : c.out;
+  return c.fp8 && !c.blockScaled() ? ElementType::BF16 : c.out;
 }
 
 struct Result {
@@ -1100,8 +1106,9 @@ void appendBlockCases(std::vector<Case> &list, bool large) {
                              g8 = {64, 16, 0, 144, 32, 0, 48, 112};
   size_t first = list.size();
   auto rows = [&](std::string name, std::vector<int32_t> splits, E a,
-                  S bScaling, E out = E::BF16) {
+                  S bScaling, E out = E::BF16, bool bias = false) {
     Case c;
+    c.bias = bias;
     c.name = "block rows " + name;
     c.form = Form::Rows;
     c.fp8 = true;
@@ -1140,6 +1147,10 @@ void appendBlockCases(std::vector<Case> &list, bool large) {
   rows("fprop E4M3, b 2-D G=8 -> f32", g8, e4m3, S::Block2D, f32);
   rows("dgrad E5M2 x E4M3, b 1-D G=4", g4, e5m2, S::Block1D);
   rows("dgrad E5M2 x E4M3, b 2-D G=8", g8, e5m2, S::Block2D);
+  // A bias (bf16, out's type): each group's rows filled with it, then C.
+  rows("fprop E4M3, b 1-D G=1, bias", g1, e4m3, S::Block1D, bf16, true);
+  rows("fprop E4M3, b 2-D G=4, bias", g4, e4m3, S::Block2D, bf16, true);
+  rows("fprop E4M3, b 1-D G=8, bias", g8, e4m3, S::Block1D, bf16, true);
   contraction("wgrad E5M2 x E4M3 G=1", g1, e5m2, bf16);
   contraction("wgrad E5M2 x E4M3 G=4", g4, e5m2, bf16);
   contraction("E4M3 G=8 -> f32", g8, e4m3, f32);
@@ -1164,8 +1175,10 @@ void appendBlockCases(std::vector<Case> &list, bool large) {
   // T = 8192, G = 8, no split a multiple of 128, 256 padding tokens.
   const std::vector<int32_t> big = {1040, 2032, 0, 496, 1552, 1008, 784, 1024};
   auto bigRows = [&](std::string name, S bScaling, std::vector<int32_t> splits,
-                     int64_t k, int64_t n, bool lanes = false) {
+                     int64_t k, int64_t n, bool lanes = false,
+                     bool bias = false) {
     Case c;
+    c.bias = bias;
     c.name = "large block rows " + name;
     c.form = Form::Rows;
     c.fp8 = true;
@@ -1193,6 +1206,10 @@ void appendBlockCases(std::vector<Case> &list, bool large) {
     bigRows(std::string("fprop E4M3, b 2-D T=8192 K=2048 N=1408 G=32") +
                 (lanes ? ", on 4 side streams" : ""),
             S::Block2D, fine, 2048, 1408, lanes);
+  // With a bias: 1 + log2(256) = 9 fill copies per group, in the graph.
+  bigRows("fprop E4M3, b 2-D T=8192 K=2048 N=1408 G=32, bias, on 4 side "
+          "streams",
+          S::Block2D, fine, 2048, 1408, true, true);
   for (Acc accumulate : {Acc::None, Acc::InPlace}) {
     Case c;
     c.name = std::string("large block contraction wgrad E5M2 x E4M3 ") +
@@ -1481,11 +1498,18 @@ void executorCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
   }
 }
 
+/// The executor block cases' name (a prefix of each line they report).
+std::string executorBlockName(bool bias) {
+  return bias ? "executor: block-scaled plan with a bias"
+              : "executor: block-scaled plan";
+}
+
 /// A forward whose one step is a block-scaled FP8 grouped GEMM (rows,
 /// Float8BlockScaling: a's 1-D segments scales, b's 2-D stacked scales),
-/// all operands arguments: T = 256, K = 256, N = 128, G = 4.
-std::string executorBlockPlan() {
-  return R"json({
+/// all operands arguments: T = 256, K = 256, N = 128, G = 4; with `bias`,
+/// also a bf16 bias [4, 128] (argument 5, value 6).
+std::string executorBlockPlan(bool bias) {
+  std::string text = R"json({
   "format": "tejit-plan", "version": 5, "arch": "sm_90a",
   "functions": [{
     "name": "moe_block", "arena_bytes": 0,
@@ -1494,7 +1518,7 @@ std::string executorBlockPlan() {
       {"value": 1, "te.name": "m_splits", "host": true},
       {"value": 2, "te.name": "weight_fp8", "te.parameter": true},
       {"value": 3, "te.name": "input_scale_inv"},
-      {"value": 4, "te.name": "weight_scale_inv", "te.parameter": true}
+      {"value": 4, "te.name": "weight_scale_inv", "te.parameter": true}BIAS_ARGUMENT
     ],
     "results": [{"value": 5, "te.name": "output"}],
     "values": [
@@ -1508,7 +1532,7 @@ std::string executorBlockPlan() {
       {"id": 4, "type": "tensor<4x1x4xf32>", "bytes": 64,
        "storage": {"arg": 4}},
       {"id": 5, "type": "tensor<256x128xbf16>", "bytes": 65536,
-       "storage": {"result": 0}}
+       "storage": {"result": 0}}BIAS_VALUE
     ],
     "steps": [
       {"kind": "grouped_gemm", "form": "rows", "a": 0, "b": 2,
@@ -1516,24 +1540,38 @@ std::string executorBlockPlan() {
        "b_type": "tensor<4x128x256xf8E4M3FN>",
        "out_type": "tensor<256x128xbf16>", "groups": 4, "fp8": true,
        "a_scale_inv": 3, "b_scale_inv": 4, "a_scaling": "block_1d",
-       "b_scaling": "block_2d", "fast_accum": false}
+       "b_scaling": "block_2d", "fast_accum": falseBIAS_STEP}
     ]
   }]
 })json";
+  auto replace = [&](llvm::StringRef marker, llvm::StringRef with) {
+    size_t at = text.find(marker.str());
+    text.replace(at, marker.size(), bias ? with.str() : std::string());
+  };
+  replace("BIAS_ARGUMENT", R"(,
+      {"value": 6, "te.name": "bias", "te.parameter": true})");
+  replace("BIAS_VALUE", R"(,
+      {"id": 6, "type": "tensor<4x128xbf16>", "bytes": 1024,
+       "storage": {"arg": 5}})");
+  replace("BIAS_STEP", R"(, "bias": 6)");
+  return text;
 }
 
 /// The executor's path for a block-scaled grouped GEMM: the plan parsed
 /// from JSON (no scale slots: block scales are read in place), eager runs
 /// with other splits (the operands cast anew for each), and a capture
-/// (allowed) replayed after an eager run with other splits and data.
+/// (allowed) replayed after an eager run with other splits and data. With
+/// `bias`, the plan's step adds a bf16 bias (the bias fill's copies are
+/// captured too).
 void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
-                        Tally &tally) {
-  std::string text = executorBlockPlan();
+                        bool bias, Tally &tally) {
+  std::string text = executorBlockPlan(bias);
+  std::string name = executorBlockName(bias);
   llvm::Expected<Plan> parsed = parsePlan(llvm::StringRef(text));
   if (!parsed) {
     Result result;
     result.fail(llvm::toString(parsed.takeError()));
-    tally.report("executor: block-scaled plan", result);
+    tally.report(name, result);
     return;
   }
   Bundle bundle;
@@ -1543,7 +1581,7 @@ void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
   if (!executor) {
     Result result;
     result.fail(llvm::toString(executor.takeError()));
-    tally.report("executor: block-scaled plan, create", result);
+    tally.report(name + ", create", result);
     return;
   }
   Case c;
@@ -1558,7 +1596,8 @@ void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
   c.aScaling = GemmScaling::Block1D;
   c.bScaling = GemmScaling::Block2D;
   c.splits = {0, 0, 0, 0};
-  std::mt19937_64 rng(seed + 28);
+  c.bias = bias;
+  std::mt19937_64 rng(seed + (bias ? 29 : 28));
   GroupedGemmStep step = stepOf(c);
   constexpr size_t guard = 256, outBytes = 256 * 128 * 2;
   DeviceBuffer xBuffer = gpu.allocate(256 * 256, "x"),
@@ -1567,7 +1606,13 @@ void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
                    size_t(groupedScaleType(step, false).bytes()), "x scales"),
                bScaleBuffer = gpu.allocate(
                    size_t(groupedScaleType(step, true).bytes()), "w scales"),
-               outBuffer = gpu.allocate(outBytes + guard, "out");
+               outBuffer = gpu.allocate(outBytes + guard, "out"),
+               biasBuffer = gpu.allocate(bias ? 4 * 128 * 2 : 0, "bias");
+  HostTensor biasValues, none;
+  if (bias) {
+    biasValues = randomTensor(ElementType::BF16, 4 * 128, rng);
+    gpu.upload(biasBuffer, biasValues.bytes.data(), biasValues.bytes.size());
+  }
   // The operands cast for `splits` (a's scales depend on them).
   auto cast = [&](const std::vector<int32_t> &splits) {
     c.splits = splits;
@@ -1583,20 +1628,22 @@ void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
   };
   auto runWith = [&](std::vector<int32_t> splits) -> llvm::Error {
     auto host = std::make_unique<std::vector<int32_t>>(splits);
-    CUdeviceptr arguments[] = {
+    std::vector<CUdeviceptr> arguments = {
         xBuffer.get(), CUdeviceptr(reinterpret_cast<uintptr_t>(host->data())),
         wBuffer.get(), aScaleBuffer.get(), bScaleBuffer.get()};
+    if (bias)
+      arguments.push_back(biasBuffer.get());
     CUdeviceptr results[] = {outBuffer.get()};
     return (*executor)->run(arguments, results, 0, 0, gpu.stream);
   };
   std::vector<double> ones(4, 1.0);
-  HostTensor none;
   auto verify = [&](const BlockOperands &operands,
                     const std::vector<int32_t> &splits, Result &result) {
     std::vector<uint8_t> out(outBytes + guard);
     gpu.download(out.data(), outBuffer.get(), out.size());
     c.splits = splits;
-    Reference reference(c, operands.a, operands.b, none, none, ones, ones);
+    Reference reference(c, operands.a, operands.b, biasValues, none, ones,
+                        ones);
     compare(c, reference, out, outBytes, guard, rng, result);
   };
 
@@ -1611,8 +1658,7 @@ void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
       result.fail(llvm::toString(std::move(error)));
     else
       verify(operands, splits, result);
-    tally.report(llvm::formatv("executor: block-scaled plan, host m_splits "
-                               "{0} {1} {2} {3}",
+    tally.report(llvm::formatv("{0}, host m_splits {1} {2} {3} {4}", name,
                                splits[0], splits[1], splits[2], splits[3])
                      .str(),
                  result);
@@ -1664,8 +1710,7 @@ void executorBlockCases(const Gpu &gpu, GemmRunner &gemms, uint64_t seed,
   if (graph)
     driver.cuGraphDestroy(graph);
   (*executor)->setHostArgumentsCapturable(false);
-  tally.report("executor: block-scaled plan, capture replays its m_splits",
-               result);
+  tally.report(name + ", capture replays its m_splits", result);
 }
 
 /// More uploads than the ring has slots while the GPU is kept busy (so the
@@ -1788,10 +1833,10 @@ int main(int argc, char **argv) {
   }
   if (filter.empty() || std::string("executor").find(filter) == 0)
     executorCases(gpu, *gemms, seed, tally);
-  if (filter.empty() ||
-      std::string("executor: block-scaled plan").find(filter) !=
-          std::string::npos)
-    executorBlockCases(gpu, *gemms, seed, tally);
+  for (bool bias : {false, true})
+    if (filter.empty() ||
+        executorBlockName(bias).find(filter) != std::string::npos)
+      executorBlockCases(gpu, *gemms, seed, bias, tally);
   if (filter.empty() || std::string("staging ring").find(filter) == 0)
     stagingCase(gpu, seed, tally);
   std::printf("%d passed, %d failed\n", tally.passed, tally.failed);

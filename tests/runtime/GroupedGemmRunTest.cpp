@@ -21,7 +21,11 @@
 // blocks as cuBLASLt reads them (BlockScaleLayout.h for one matrix): the
 // result must match a float64 product of the whole operands dequantized
 // through the contract's layouts, whose unowned scales are NaN. Misaligned
-// block scales and bad block scalings are refused.
+// block scales and bad block scalings are refused. A block-scaled rows
+// step's bias is no epilogue: before each group's GEMM, device-to-device
+// copies (recorded here) fill its out rows with its bias row, which the
+// GEMM reads as C (residual = out, beta = 1); a bias of another type than
+// out is refused.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/GroupedGemm.h"
@@ -33,6 +37,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 
 using namespace tejit::runtime;
@@ -100,6 +105,8 @@ class HostGemmRunner final : public GemmRunner {
 public:
   llvm::Error run(const GemmStep &step, const FunctionPlan &function,
                   const GemmPointers &pointers, void *stream) override {
+    if (inspect)
+      inspect(step, function, pointers);
     const std::vector<int64_t> &a = step.aType.shape, &b = step.bType.shape;
     bool transposeA = !step.scaled && step.transposeA;
     bool transposeB = step.scaled || step.transposeB;
@@ -171,6 +178,10 @@ public:
   std::vector<Call> calls;
   /// Whether the FP8 scale pointers must be 16-byte aligned (staged).
   bool alignedScales = false;
+  /// Called with each GEMM before it runs (what its C holds then).
+  std::function<void(const GemmStep &, const FunctionPlan &,
+                     const GemmPointers &)>
+      inspect;
 };
 
 CUresult hostMemset(CUdeviceptr pointer, unsigned char value, size_t bytes,
@@ -195,6 +206,19 @@ CUresult hostCopy2D(const CUDA_MEMCPY2D *copy, CUstream) {
                     copy->srcDevice + row * copy->srcPitch)),
                 copy->WidthInBytes);
   return CUDA_SUCCESS;
+}
+
+/// The device-to-device copies recordingCopy made (to, from, bytes).
+struct Copy {
+  uintptr_t to, from;
+  size_t bytes;
+};
+std::vector<Copy> recordedCopies;
+
+CUresult recordingCopy(CUdeviceptr to, CUdeviceptr from, size_t bytes,
+                       CUstream stream) {
+  recordedCopies.push_back({uintptr_t(to), uintptr_t(from), bytes});
+  return hostCopy(to, from, bytes, stream);
 }
 
 CudaDriver hostDriver() {
@@ -619,6 +643,8 @@ struct BlockProblem {
   GemmScaling bScaling;
   std::vector<int32_t> splits;
   Accumulate accumulate = Accumulate::None;
+  /// Rows: a bias [G, N] of out's type (f32), added as C.
+  bool bias = false;
 };
 
 /// T = 320; rows: K = 288 (blocks of 128, 128, 32), N = 130 (pad4: 132;
@@ -775,6 +801,11 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
   EXPECT_EQ(function.values[2].type.numElements(), layouts.bScaleCount());
   if (problem.accumulate != Accumulate::None)
     step.accumulate = 3;
+  if (problem.bias) {
+    function.values.resize(5);
+    function.values[4].type = {{g, n}, ElementType::F32};
+    step.bias = 4;
+  }
   llvm::Expected<GroupedGemm> grouped = GroupedGemm::create(step, function);
   ASSERT_TRUE(bool(grouped)) << llvm::toString(grouped.takeError());
 
@@ -790,6 +821,7 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
   std::vector<uint8_t> out(size_t(outCount) * 4 + guard, 0xff);
   std::vector<uint8_t> accumulated =
       randomBytes(ElementType::F32, outCount, rng);
+  std::vector<uint8_t> bias = randomBytes(ElementType::F32, g * n, rng);
   GroupedGemmPointers pointers;
   pointers.a = a.data();
   pointers.b = b.data();
@@ -802,16 +834,79 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
   } else if (problem.accumulate == Accumulate::OtherBuffer) {
     pointers.accumulate = accumulated.data();
   }
+  if (problem.bias)
+    pointers.bias = bias.data();
   HostGemmRunner runner;
+  int64_t rowBytes = n * 4;
+  if (problem.bias)
+    // No bias epilogue: C is the group's out rows, each its bias row.
+    runner.inspect = [&](const GemmStep &gemm, const FunctionPlan &values,
+                         const GemmPointers &group) {
+      EXPECT_FALSE(gemm.epilogue.bias);
+      EXPECT_EQ(group.bias, nullptr);
+      ASSERT_TRUE(gemm.epilogue.residual);
+      EXPECT_EQ(group.residual, group.out);
+      const TensorType &type = values.values[*gemm.epilogue.residual].type;
+      EXPECT_EQ(type.shape, gemm.outType.shape);
+      EXPECT_EQ(type.element, ElementType::F32);
+      int64_t first =
+          (static_cast<const uint8_t *>(group.out) - out.data()) / rowBytes;
+      int64_t owner = layouts.groupOf(first);
+      ASSERT_GE(owner, 0);
+      EXPECT_EQ(first, layouts.offsets[owner]);
+      for (int64_t row = 0; row < gemm.outType.shape[0]; ++row)
+        ASSERT_EQ(std::memcmp(out.data() + (first + row) * rowBytes,
+                              bias.data() + owner * rowBytes, size_t(rowBytes)),
+                  0)
+            << "row " << first + row << " does not hold group " << owner
+            << "'s bias when its GEMM runs";
+    };
   CudaDriver driver = hostDriver();
   // Block scales are read in place: no staging copies.
   driver.cuMemcpy2DAsync = [](const CUDA_MEMCPY2D *, CUstream) {
     ADD_FAILURE() << "block scales were staged";
     return CUDA_SUCCESS;
   };
+  driver.cuMemcpyDtoDAsync = recordingCopy;
+  recordedCopies.clear();
   llvm::Error error =
       grouped->run(runner, problem.splits, pointers, nullptr, driver);
   ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
+
+  if (problem.bias) {
+    // Per non-empty group: its bias row into its first row, then doubling
+    // copies within its rows (1 + ceil(log2(m_g)) copies), source and
+    // destination disjoint.
+    size_t next = 0;
+    for (int64_t group = 0; group < g; ++group) {
+      int64_t size = problem.splits[size_t(group)];
+      if (!size)
+        continue;
+      SCOPED_TRACE("bias fill of group " + std::to_string(group));
+      uintptr_t rowsStart =
+          uintptr_t(out.data() + layouts.offsets[group] * rowBytes);
+      uintptr_t rowsEnd = rowsStart + uintptr_t(size * rowBytes);
+      int64_t copies = 1;
+      while ((int64_t(1) << (copies - 1)) < size)
+        ++copies;
+      ASSERT_LE(next + size_t(copies), recordedCopies.size());
+      const Copy &row = recordedCopies[next];
+      EXPECT_EQ(row.to, rowsStart);
+      EXPECT_EQ(row.from, uintptr_t(bias.data() + group * rowBytes));
+      EXPECT_EQ(row.bytes, size_t(rowBytes));
+      for (int64_t i = 1; i < copies; ++i) {
+        const Copy &copy = recordedCopies[next + size_t(i)];
+        EXPECT_EQ(copy.from, rowsStart);
+        EXPECT_GE(copy.to, copy.from + copy.bytes);
+        EXPECT_LE(copy.to + copy.bytes, rowsEnd);
+        EXPECT_EQ(copy.bytes % size_t(rowBytes), 0u);
+      }
+      next += size_t(copies);
+    }
+    EXPECT_EQ(next, recordedCopies.size());
+  } else if (problem.accumulate == Accumulate::None) {
+    EXPECT_TRUE(recordedCopies.empty());
+  }
 
   // One block-scaled GEMM per non-empty group, in group order, its scale
   // pointers at the group's offsets.
@@ -868,6 +963,8 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
       exact = group < 0;
       for (int64_t kk = 0; group >= 0 && kk < k; ++kk)
         want += aAt(row, kk) * bAt(group, col, kk);
+      if (group >= 0 && problem.bias)
+        want += decode(bias.data(), ElementType::F32, group * n + col);
     } else {
       int64_t group = index / (m * n), row = (index / n) % m, col = index % n;
       exact = problem.splits[size_t(group)] == 0;
@@ -904,6 +1001,12 @@ TEST(GroupedGemmRunTest, BlockScalesMatchFloat64) {
       {"rows dgrad E5M2 x E4M3, b 2-D, G=8", Form::Rows, E::F8E5M2, E::F8E4M3,
        S::Block2D, g8},
       {"rows, b 1-D, G=8", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D, g8},
+      {"rows, b 2-D, G=4, bias", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block2D,
+       g4, Accumulate::None, true},
+      {"rows, b 1-D, G=8, bias", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D,
+       g8, Accumulate::None, true},
+      {"rows dgrad E5M2 x E4M3, b 1-D, G=1, bias", Form::Rows, E::F8E5M2,
+       E::F8E4M3, S::Block1D, g1, Accumulate::None, true},
       {"contraction E5M2 x E4M3 G=4", Form::Contraction, E::F8E5M2, E::F8E4M3,
        S::Block1D, g4},
       {"contraction E4M3 G=1", Form::Contraction, E::F8E4M3, E::F8E4M3,
@@ -1041,10 +1144,17 @@ TEST(GroupedGemmRunTest, CreateRefusesBadBlockScalings) {
   broken.aScaling = GemmScaling::Block2D;
   EXPECT_NE(refused(broken).find("two 2-D block-scaled operands"),
             std::string::npos);
+  // A bias is added as C: of out's element type (value 0: bf16 like out).
   broken = step;
   broken.bias = 0;
-  EXPECT_NE(refused(broken).find("'bias' is given for a block-scaled"),
-            std::string::npos);
+  EXPECT_TRUE(bool(GroupedGemm::create(broken, function)));
+  function.values[0].type.element = ElementType::F16;
+  EXPECT_NE(refused(broken).find("the bias of a block-scaled grouped GEMM is "
+                                 "added as C (beta = 1) and must have out's "
+                                 "element type bf16, not f16"),
+            std::string::npos)
+      << refused(broken);
+  function.values[0].type.element = ElementType::BF16;
   broken = step;
   broken.fp8 = false;
   broken.transposeB = true; // b [G, N, K]

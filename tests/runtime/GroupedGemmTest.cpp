@@ -13,10 +13,11 @@
 // Float8BlockScaling: the FP8 steps with "a_scaling"/"b_scaling" and block
 // scale tensors in dialects/GroupedBlockScaleLayout.h's shapes parse, and
 // each of its rules (both or neither block-scaled, 2-D only for the rows
-// form's b, never two 2-D, no fast_accum or bias, the scales' shapes) is
-// broken in turn.
+// form's b, never two 2-D, no fast_accum, the scales' shapes, a bias of
+// out's element type) is broken in turn; the rows step takes a bias.
 //
 //===----------------------------------------------------------------------===//
+#include "runtime/GroupedGemm.h"
 #include "runtime/HostArguments.h"
 #include "runtime/Plan.h"
 #include "runtime/StaticSteps.h"
@@ -564,7 +565,8 @@ INSTANTIATE_TEST_SUITE_P(Checks, GroupedPlanErrorTest,
 /// b's 2-D stacked scales [4, 1, 4] (values 11 and 13; value 12 holds b's
 /// 1-D scales [4, 1, 16]); the backward's contraction (a [16, 64], b
 /// [32, 64]) takes transposed segments scales [ceil(64/128) + 4, pad4(16)]
-/// = [5, 16] and [5, 32] (values 10 and 11).
+/// = [5, 16] and [5, 32] (values 10 and 11). Value 14 is an f16 bias
+/// [4, 16] (not out's bf16).
 json::Value blockPlan() {
   json::Value document = basePlan();
   auto addValue = [&](size_t fn, int64_t id, const char *type, int64_t bytes,
@@ -581,6 +583,7 @@ json::Value blockPlan() {
   addValue(0, 11, "tensor<1x64xf32>", 256, 4096);
   addValue(0, 12, "tensor<4x1x16xf32>", 256, 4352);
   addValue(0, 13, "tensor<4x1x4xf32>", 64, 4608);
+  addValue(0, 14, "tensor<4x16xf16>", 128, 4672);
   json::Object &fprop = step(document, 0, 3);
   fprop["a_scaling"] = "block_1d";
   fprop["b_scaling"] = "block_2d";
@@ -665,6 +668,22 @@ TEST(GroupedBlockPlanTest, RowsBTakesOneDimensionalBlocks) {
   EXPECT_EQ(fprop.bScaleInv, 12);
 }
 
+// cuBLASLt's block-scaled GEMMs take no bias epilogue, but the runtime
+// adds a bias of out's type as C (GroupedGemm.cpp): the rows step takes
+// the forward's bf16 bias.
+TEST(GroupedBlockPlanTest, RowsTakesABiasOfOutsType) {
+  json::Value document = blockPlan();
+  step(document, 0, 3)["bias"] = 3;
+  Plan plan = parsed(document);
+  ASSERT_EQ(plan.functions.size(), 2u);
+  const auto &fprop = std::get<GroupedGemmStep>(plan.functions[0].steps[3]);
+  EXPECT_TRUE(fprop.blockScaled());
+  EXPECT_EQ(fprop.bias, 3);
+  llvm::Expected<GroupedGemm> grouped =
+      GroupedGemm::create(fprop, plan.functions[0]);
+  EXPECT_TRUE(bool(grouped)) << llvm::toString(grouped.takeError());
+}
+
 std::vector<ErrorCase> blockErrorCases() {
   using V = json::Value &;
   const std::string moe = "plan: function 'moe'";
@@ -703,9 +722,11 @@ std::vector<ErrorCase> blockErrorCases() {
        [](V p) { step(p, 0, 3)["fast_accum"] = true; },
        {fp8Step + "'fast_accum' is true for a block-scaled grouped GEMM, "
                   "which accumulates without it"}},
-      {"BlockBias",
-       [](V p) { step(p, 0, 3)["bias"] = 3; },
-       {fp8Step + "'bias' is given for a block-scaled grouped GEMM"}},
+      {"BlockBiasOtherType",
+       [](V p) { step(p, 0, 3)["bias"] = 14; },
+       {fp8Step + "'bias' refers to value 14 of type tensor<4x16xf16>; a "
+                  "block-scaled grouped GEMM adds its bias as C (beta = 1), "
+                  "which must have out's element type bf16"}},
       {"BlockScalingUnknown",
        [](V p) { step(p, 0, 3)["a_scaling"] = "block_3d"; },
        {fp8Step + "'a_scaling' is \"block_3d\"; expected \"tensor\", "
