@@ -54,9 +54,9 @@ static LogicalResult expectGroupVector(Operation *op, Value value,
   auto expected =
       RankedTensorType::get({groups}, Float32Type::get(op->getContext()));
   if (value.getType() != expected)
-    return op->emitOpError() << "'" << name << "' must be " << expected
-                             << " (one value per group), got "
-                             << value.getType();
+    return op->emitOpError()
+           << "'" << name << "' must be " << expected
+           << " (one value per group), got " << value.getType();
   return success();
 }
 
@@ -87,11 +87,11 @@ LogicalResult GroupedLinearOp::verify() {
          {std::pair{"x_block_scaling_dim", block.getXBlockScalingDim()},
           std::pair{"grad_block_scaling_dim", block.getGradBlockScalingDim()}})
       if (dim != 1)
-        return emitOpError() << "Float8BlockScaling with " << name << " = "
-                             << dim
-                             << " is not supported by te.grouped_linear "
-                                "(token segments are cast in 1-D blocks; "
-                                "use 1)";
+        return emitOpError()
+               << "Float8BlockScaling with " << name << " = " << dim
+               << " is not supported by te.grouped_linear "
+                  "(token segments are cast in 1-D blocks; "
+                  "use 1)";
   // The transposed FP8 copies the wgrad GEMMs read have the token count as
   // their leading dim, and segment g starts at a column multiple of 16.
   int64_t tokens = 1;
@@ -99,8 +99,7 @@ LogicalResult GroupedLinearOp::verify() {
     tokens *= dim;
   return checker.fp8Dims(
       getFp8RecipeAttr(),
-      {{"the token count (product of the leading dims of 'input')", tokens,
-        16},
+      {{"the token count (product of the leading dims of 'input')", tokens, 16},
        {"in_features", in, 16},
        {"out_features", out, 16}});
 }
@@ -109,7 +108,8 @@ LogicalResult GroupedMatmulOp::verify() {
   FailureOr<int64_t> groups = numGroups(*this, getMSplits());
   if (failed(groups))
     return failure();
-  ArrayRef<int64_t> a = typeOf(getA()).getShape(), b = typeOf(getB()).getShape();
+  ArrayRef<int64_t> a = typeOf(getA()).getShape(),
+                    b = typeOf(getB()).getShape();
   if (a.size() != 2)
     return emitOpError() << "'a' must be a matrix [T, .], got "
                          << getA().getType();
@@ -119,13 +119,13 @@ LogicalResult GroupedMatmulOp::verify() {
     if (b[0] != *groups)
       return emitOpError() << "'b' must hold num_gemms = " << *groups
                            << " matrices, got " << getB().getType();
-    int64_t k = getTransposeB() ? b[2] : b[1], n = getTransposeB() ? b[1] : b[2];
+    int64_t k = getTransposeB() ? b[2] : b[1],
+            n = getTransposeB() ? b[1] : b[2];
     if (a[1] != k)
       return emitOpError() << "contracting dims differ: " << a[1] << " (a) vs "
                            << k << " (b)";
-    if (getBias() &&
-        failed(expectShape(*this, getBias(), "bias", {*groups, n},
-                           "[num_gemms, N]")))
+    if (getBias() && failed(expectShape(*this, getBias(), "bias", {*groups, n},
+                                        "[num_gemms, N]")))
       return failure();
     return expectShape(*this, getOutput(), "output", {a[0], n}, "[T, N]");
   }
@@ -161,13 +161,12 @@ static FailureOr<int64_t> inputGroups(Operation *op, Value input,
                                       Value mSplits) {
   RankedTensorType type = typeOf(input);
   if (!isHighPrecision(type.getElementType()))
-    return op->emitOpError() << "'input' must be bf16, f16 or f32, got "
-                             << type;
+    return op->emitOpError()
+           << "'input' must be bf16, f16 or f32, got " << type;
   if (mSplits) {
     if (type.getRank() != 2)
       return op->emitOpError()
-             << "'input' must be a matrix [T, K] with 'm_splits', got "
-             << type;
+             << "'input' must be a matrix [T, K] with 'm_splits', got " << type;
     return numGroups(op, mSplits);
   }
   if (type.getRank() != 3)
@@ -175,6 +174,22 @@ static FailureOr<int64_t> inputGroups(Operation *op, Value input,
                                 "got "
                              << type;
   return type.getDimSize(0);
+}
+
+/// The FP8 output of a grouped cast is shaped like its input, with the last
+/// two dims swapped by `transpose`; returns that shape.
+static FailureOr<SmallVector<int64_t>>
+expectCastOutput(Operation *op, Value input, Value output, bool transpose) {
+  SmallVector<int64_t> shape(typeOf(input).getShape());
+  if (transpose)
+    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+  RankedTensorType out = typeOf(output);
+  if (!isFp8(out.getElementType()) || out.getShape() != ArrayRef(shape))
+    return op->emitOpError()
+           << "'output' must be an f8E4M3FN or f8E5M2 "
+              "tensor shaped like 'input'"
+           << (transpose ? " transposed per group" : "") << ", got " << out;
+  return shape;
 }
 
 int64_t GroupedQuantizeOp::getNumGroups() {
@@ -185,15 +200,10 @@ LogicalResult GroupedQuantizeOp::verify() {
   FailureOr<int64_t> groups = inputGroups(*this, getInput(), getMSplits());
   if (failed(groups))
     return failure();
-  SmallVector<int64_t> shape(typeOf(getInput()).getShape());
-  if (getTranspose())
-    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
-  RankedTensorType out = typeOf(getOutput());
-  if (!isFp8(out.getElementType()) || out.getShape() != ArrayRef(shape))
-    return emitOpError() << "'output' must be an f8E4M3FN or f8E5M2 tensor "
-                            "shaped like 'input'"
-                         << (getTranspose() ? " transposed per group" : "")
-                         << ", got " << out;
+  FailureOr<SmallVector<int64_t>> shape =
+      expectCastOutput(*this, getInput(), getOutput(), getTranspose());
+  if (failed(shape))
+    return failure();
   if (failed(expectGroupVector(*this, getScale(), "scale", *groups)))
     return failure();
   return expectGroupVector(*this, getAmax(), "amax", *groups);
@@ -210,28 +220,25 @@ LogicalResult GroupedBlockQuantizeOp::verify() {
     return emitOpError() << "token segments ('m_splits' given) are cast in "
                             "1-D blocks: 'block_dim' must be 1, got "
                          << blockDim;
-  SmallVector<int64_t> shape(typeOf(getInput()).getShape());
-  if (getTranspose())
-    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
-  RankedTensorType out = typeOf(getOutput());
-  if (!isFp8(out.getElementType()) || out.getShape() != ArrayRef(shape))
-    return emitOpError() << "'output' must be an f8E4M3FN or f8E5M2 tensor "
-                            "shaped like 'input'"
-                         << (getTranspose() ? " transposed per group" : "")
-                         << ", got " << out;
+  FailureOr<SmallVector<int64_t>> shape =
+      expectCastOutput(*this, getInput(), getOutput(), getTranspose());
+  if (failed(shape))
+    return failure();
   namespace layout = tejit::groupedblockscale;
   SmallVector<int64_t> expected;
   StringRef rule;
   if (!getMSplits()) {
-    auto stacked = layout::stackedShape(*groups, shape[1], shape[2], blockDim);
+    auto stacked =
+        layout::stackedShape(*groups, (*shape)[1], (*shape)[2], blockDim);
     expected.assign(stacked.begin(), stacked.end());
     rule = "[G, s0, s1], s = te.block_quantize's scale shape of one group";
   } else if (!getTranspose()) {
-    auto segments = layout::segmentsShape(shape[0], shape[1]);
+    auto segments = layout::segmentsShape((*shape)[0], (*shape)[1]);
     expected.assign(segments.begin(), segments.end());
     rule = "[ceil(K/128), T]";
   } else {
-    auto segments = layout::transposedSegmentsShape(shape[0], shape[1], *groups);
+    auto segments =
+        layout::transposedSegmentsShape((*shape)[0], (*shape)[1], *groups);
     expected.assign(segments.begin(), segments.end());
     rule = "[ceil(T/128) + G, pad4(K)]";
   }
@@ -270,8 +277,8 @@ LogicalResult GroupedScaledMatmulOp::verify() {
                          << getAScaleInv().getType() << " and "
                          << getBScaleInv().getType();
   if (aScaling == 0 || bScaling == 0) {
-    if (failed(expectGroupVector(*this, getAScaleInv(), "a_scale_inv",
-                                 *groups)) ||
+    if (failed(
+            expectGroupVector(*this, getAScaleInv(), "a_scale_inv", *groups)) ||
         failed(
             expectGroupVector(*this, getBScaleInv(), "b_scale_inv", *groups)))
       return failure();
@@ -295,9 +302,8 @@ LogicalResult GroupedScaledMatmulOp::verify() {
     if (bs[0] != *groups || bs[2] != as[1])
       return emitOpError() << "'b' must be [num_gemms, N, K] = [" << *groups
                            << ", N, " << as[1] << "], got " << b;
-    if (getBias() &&
-        failed(expectShape(*this, getBias(), "bias", {*groups, bs[1]},
-                           "[num_gemms, N]")))
+    if (getBias() && failed(expectShape(*this, getBias(), "bias",
+                                        {*groups, bs[1]}, "[num_gemms, N]")))
       return failure();
     return expectShape(*this, getOutput(), "output", {as[0], bs[1]}, "[T, N]");
   }
@@ -329,7 +335,8 @@ static int64_t groupedScaling(Value scaleInv, Value operand, int64_t groups,
       return -1;
     int64_t found = -1;
     for (int64_t blockDim : {1, 2}) {
-      auto expected = layout::stackedShape(groups, shape[1], shape[2], blockDim);
+      auto expected =
+          layout::stackedShape(groups, shape[1], shape[2], blockDim);
       if (dims == ArrayRef<int64_t>(expected))
         found = found == -1 ? blockDim : -1;
     }
@@ -338,9 +345,9 @@ static int64_t groupedScaling(Value scaleInv, Value operand, int64_t groups,
   if (shape.size() != 2)
     return -1;
   std::array<int64_t, 2> expected =
-      segmentsOfRows ? layout::segmentsShape(shape[0], shape[1])
-                     : layout::transposedSegmentsShape(shape[0], shape[1],
-                                                       groups);
+      segmentsOfRows
+          ? layout::segmentsShape(shape[0], shape[1])
+          : layout::transposedSegmentsShape(shape[0], shape[1], groups);
   return dims == ArrayRef<int64_t>(expected) ? 1 : -1;
 }
 
