@@ -123,6 +123,10 @@ struct Segments {
 /// Finds this block's chunk: segment `g` (kGroups for the padding rows),
 /// `pad`, its rows [row0, row_end) and the segment's [seg_begin,
 /// seg_stop); `load_end` (row_end, or row0 for padding, which is not read).
+/// The kernel trusts m_splits to sum to at most T: the runtime checks that
+/// before any step (HostArguments.cpp), from the grouped GEMM that reads
+/// the same m_splits in every plan that has these casts; the stores stay
+/// in bounds anyway (rows are clamped to T).
 void writeChunk(CudaWriter &w, const Segments &seg) {
   w.line("__shared__ int seg_end[kGroups], chunk_end[kGroups];");
   w.line("tj_chunk_ends(" + seg.mSplits +

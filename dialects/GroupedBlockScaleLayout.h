@@ -1,4 +1,5 @@
-//===- GroupedBlockScaleLayout.h - block scales of grouped GEMMs -*- C++ -*-===//
+//===- GroupedBlockScaleLayout.h - grouped GEMMs' block scales -*- C++ -*-===//
+//-*-===//
 //
 // Where Float8BlockScaling keeps the scale inverses of GroupedLinear's FP8
 // operands (te.grouped_block_quantize, docs/grouped-linear.md). Each group's
@@ -61,8 +62,7 @@ inline std::array<int64_t, 3> stackedShape(int64_t groups, int64_t rows,
 /// The flat index where segment `group`'s scales start, for each layout.
 /// `splits` are the G values of m_splits (any indexable range of ints).
 template <typename Splits>
-int64_t segmentsOffset(const Splits &splits,
-                              int64_t group, int64_t cols) {
+int64_t segmentsOffset(const Splits &splits, int64_t group, int64_t cols) {
   int64_t rowsBefore = 0;
   for (int64_t g = 0; g < group; ++g)
     rowsBefore += int64_t(splits[g]);

@@ -169,9 +169,9 @@ static FailureOr<int64_t> inputGroups(Operation *op, Value input,
              << "'input' must be a matrix [T, K] with 'm_splits', got " << type;
     return numGroups(op, mSplits);
   }
-  if (type.getRank() != 3)
-    return op->emitOpError() << "'input' must be [G, R, C] without 'm_splits', "
-                                "got "
+  if (type.getRank() != 3 || type.getDimSize(0) < 1)
+    return op->emitOpError() << "'input' must be [G, R, C] with G >= 1 "
+                                "without 'm_splits', got "
                              << type;
   return type.getDimSize(0);
 }
@@ -297,6 +297,14 @@ LogicalResult GroupedScaledMatmulOp::verify() {
   RankedTensorType out = typeOf(getOutput());
   if (!isHighPrecision(out.getElementType()))
     return emitOpError() << "'output' must be bf16, f16 or f32, got " << out;
+  // Block-scaled GEMMs have no bias epilogue: the runtime writes the bias
+  // into the output rows and accumulates onto them, in the output's type.
+  if (aScaling > 0 && getBias() &&
+      typeOf(getBias()).getElementType() != out.getElementType())
+    return emitOpError() << "a block-scaled grouped GEMM's 'bias' must have "
+                            "the output's element type "
+                         << out.getElementType() << ", got "
+                         << getBias().getType();
   ArrayRef<int64_t> as = a.getShape(), bs = b.getShape();
   if (isRowsForm()) {
     if (bs[0] != *groups || bs[2] != as[1])

@@ -93,17 +93,20 @@ static LogicalResult runOp(te::GroupedAmaxOp op, Frame &frame) {
                    groupedAmax(frame.get(op.getInput()), *offsets));
 }
 
+/// The FP8 format of a cast's output.
+static Fp8Kind fp8KindOf(Value output) {
+  Type element = cast<RankedTensorType>(output.getType()).getElementType();
+  return isa<Float8E5M2Type>(element) ? Fp8Kind::E5M2 : Fp8Kind::E4M3;
+}
+
 static LogicalResult runOp(te::GroupedQuantizeOp op, Frame &frame) {
   FailureOr<SmallVector<int64_t>> offsets =
       inputSegments(op, op.getInput(), op.getMSplits(), /*fp8=*/true, frame);
   if (failed(offsets))
     return failure();
-  Type element =
-      cast<RankedTensorType>(op.getOutput().getType()).getElementType();
-  GroupedQuantized cast = groupedQuantize(
-      frame.get(op.getInput()), frame.get(op.getScale()), *offsets,
-      op.getTranspose(),
-      isa<Float8E5M2Type>(element) ? Fp8Kind::E5M2 : Fp8Kind::E4M3);
+  GroupedQuantized cast =
+      groupedQuantize(frame.get(op.getInput()), frame.get(op.getScale()),
+                      *offsets, op.getTranspose(), fp8KindOf(op.getOutput()));
   if (failed(frame.set(op, op.getOutput(), std::move(cast.output))))
     return failure();
   return frame.set(op, op.getAmax(), std::move(cast.amax));
@@ -116,12 +119,9 @@ static LogicalResult runOp(te::GroupedBlockQuantizeOp op, Frame &frame) {
       inputSegments(op, op.getInput(), op.getMSplits(), /*fp8=*/true, frame);
   if (failed(offsets))
     return failure();
-  Type element =
-      cast<RankedTensorType>(op.getOutput().getType()).getElementType();
   BlockQuantized cast = groupedBlockQuantize(
       frame.get(op.getInput()), *offsets, op.getBlockDim(), op.getTranspose(),
-      op.getPower_2Scale(),
-      isa<Float8E5M2Type>(element) ? Fp8Kind::E5M2 : Fp8Kind::E4M3);
+      op.getPower_2Scale(), fp8KindOf(op.getOutput()));
   if (failed(frame.set(op, op.getOutput(), std::move(cast.output))))
     return failure();
   return frame.set(op, op.getScaleInv(), std::move(cast.scaleInv));

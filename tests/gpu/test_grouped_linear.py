@@ -183,13 +183,11 @@ class Reference:
         """What an FP8 GEMM multiplies of `value`, dequantized. Under
         Float8BlockScaling each segment (weight) is cast as a tensor of
         its own, and the backward's GEMMs read copies cast transposed
-        (`transpose`: blocks along the other dim); the other recipes have
-        one cast per tensor and ignore `transpose`."""
+        (`transpose`: blocks along the other dim, block scaling only)."""
         if self.emulator is None or value.shape[0] == 0:
             return value  # an empty segment records nothing
-        return self.emulator.quantize(
-            name, value, direction, F64,
-            transpose=transpose and self.emulator.block)
+        return self.emulator.quantize(name, value, direction, F64,
+                                      transpose=transpose)
 
     def step(self, module, x, dy, splits, with_bias=True):
         """(y, dx, [dW_g], [db_g] or None) of one training step on `x`
@@ -206,12 +204,14 @@ class Reference:
         segments = list(zip(bounds[:-1], bounds[1:]))
         xq = [self.cast(f"gemm{g}.input", x[a:b], "fwd")
               for g, (a, b) in enumerate(segments)]
-        # What the backward's GEMMs read (transposed casts under block
-        # scaling: W^T for dgrad, x^T and dy^T for wgrad).
-        wq_t = [self.cast(f"gemm{g}.weight", w, "fwd", transpose=True)
-                for g, w in enumerate(weights)]
-        xq_t = [self.cast(f"gemm{g}.input", x[a:b], "fwd", transpose=True)
-                for g, (a, b) in enumerate(segments)]
+        # What the backward's GEMMs read: under block scaling copies cast
+        # transposed (W^T for dgrad, x^T and dy^T for wgrad), else the
+        # forward's casts (a second cast would record the state twice).
+        block = self.emulator is not None and self.emulator.block
+        wq_t = ([self.cast(f"gemm{g}.weight", w, "fwd", transpose=True)
+                 for g, w in enumerate(weights)] if block else wq)
+        xq_t = ([self.cast(f"gemm{g}.input", x[a:b], "fwd", transpose=True)
+                 for g, (a, b) in enumerate(segments)] if block else xq)
         ys = []
         for g, (a, b) in enumerate(segments):
             y = xq[g] @ wq[g].T
@@ -222,9 +222,9 @@ class Reference:
             self.emulator.end_forward()
         dyq = [self.cast(f"gemm{g}.grad_output", dy[a:b], "bwd")
                for g, (a, b) in enumerate(segments)]
-        dyq_t = [self.cast(f"gemm{g}.grad_output", dy[a:b], "bwd",
-                           transpose=True)
-                 for g, (a, b) in enumerate(segments)]
+        dyq_t = ([self.cast(f"gemm{g}.grad_output", dy[a:b], "bwd",
+                            transpose=True)
+                  for g, (a, b) in enumerate(segments)] if block else dyq)
         dx = torch.cat([dyq[g] @ wq_t[g] for g in range(len(splits))])
         dws = [dyq_t[g].T @ xq_t[g] for g in range(len(splits))]
         dbs = ([dy[a:b].sum(0) for a, b in segments]

@@ -360,5 +360,6 @@ class SpecCompilesTest(unittest.TestCase):
             tejit.compile_ir(spec, "scaled")
         self.assertIn("x_block_scaling_dim", str(caught.exception))
 
+
 if __name__ == "__main__":
     unittest.main()

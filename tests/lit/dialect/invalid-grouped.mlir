@@ -331,7 +331,7 @@ func.func @quantize_segments_rank(%x: tensor<4x48x32xbf16>, %s: tensor<4xf32>,
 // -----
 
 func.func @quantize_stacked_rank(%x: tensor<64x32xbf16>, %s: tensor<4xf32>) {
-  // expected-error @+1 {{'te.grouped_quantize' op 'input' must be [G, R, C] without 'm_splits', got 'tensor<64x32xbf16>'}}
+  // expected-error @+1 {{'te.grouped_quantize' op 'input' must be [G, R, C] with G >= 1 without 'm_splits', got 'tensor<64x32xbf16>'}}
   %q, %amax = te.grouped_quantize %x, %s
       : (tensor<64x32xbf16>,
          tensor<4xf32>) -> (tensor<64x32xf8E4M3FN>, tensor<4xf32>)
@@ -517,7 +517,7 @@ func.func @amax_groups(%w: tensor<4x48x32xbf16>) {
 // -----
 
 func.func @amax_rank(%x: tensor<64x32xbf16>) {
-  // expected-error @+1 {{'te.grouped_amax' op 'input' must be [G, R, C] without 'm_splits', got 'tensor<64x32xbf16>'}}
+  // expected-error @+1 {{'te.grouped_amax' op 'input' must be [G, R, C] with G >= 1 without 'm_splits', got 'tensor<64x32xbf16>'}}
   %amax = te.grouped_amax %x
       : (tensor<64x32xbf16>) -> tensor<4xf32>
   return
@@ -785,5 +785,30 @@ func.func @block_scaled_fast_accum(%a: tensor<320x160xf8E4M3FN>,
       : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
          tensor<2x320xf32>, tensor<4x2x4xf32>, tensor<4xi32>)
         -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+func.func @block_scaled_bias_type(%a: tensor<320x160xf8E4M3FN>,
+                                  %b: tensor<4x144x160xf8E4M3FN>,
+                                  %sa: tensor<2x320xf32>,
+                                  %sb: tensor<4x2x4xf32>,
+                                  %m: tensor<4xi32>,
+                                  %bias: tensor<4x144xf16>) {
+  // expected-error @+1 {{'te.grouped_scaled_matmul' op a block-scaled grouped GEMM's 'bias' must have the output's element type 'bf16', got 'tensor<4x144xf16>'}}
+  %y = te.grouped_scaled_matmul %a, %b, %sa, %sb, %m bias(%bias)
+      : (tensor<320x160xf8E4M3FN>, tensor<4x144x160xf8E4M3FN>,
+         tensor<2x320xf32>, tensor<4x2x4xf32>, tensor<4xi32>,
+         tensor<4x144xf16>) -> tensor<320x144xbf16>
+  return
+}
+
+// -----
+
+func.func @block_quantize_no_groups(%w: tensor<0x48x32xbf16>) {
+  // expected-error @+1 {{'te.grouped_block_quantize' op 'input' must be [G, R, C] with G >= 1 without 'm_splits', got 'tensor<0x48x32xbf16>'}}
+  %q, %s = te.grouped_block_quantize %w {block_dim = 2 : i64}
+      : (tensor<0x48x32xbf16>) -> (tensor<0x48x32xf8E4M3FN>, tensor<0x1x4xf32>)
   return
 }
