@@ -175,6 +175,9 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
             llvm::formatv("function '{0}', step {1}", function.name, index),
             ErrorCode::InvalidArgument);
       grouped = std::move(*created);
+      // Now, not on a first run that may be under stream capture.
+      if (Error error = grouped->loadKernels(*driver))
+        return std::move(error);
     }
     // Per-tensor FP8 scales are staged into aligned slots; block scales are
     // read in place.

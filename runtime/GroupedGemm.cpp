@@ -17,6 +17,11 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+#include <mutex>
+
+#include "GroupedBiasPtx.inc"
+
 using namespace tejit::runtime;
 using llvm::Error;
 using llvm::Expected;
@@ -32,27 +37,66 @@ const char *byteAt(const void *base, int64_t bytes) {
   return static_cast<const char *>(base) + bytes;
 }
 
-/// Fills `rows` rows of `rowBytes` bytes from `to` with copies of the row
-/// at `row` (device memory), on `stream`: the row, then the filled rows
-/// doubled by one contiguous copy apiece (disjoint from its source), so
-/// 1 + ceil(log2(rows)) device-to-device copies: no kernel, no
-/// allocation, graph nodes under capture. (A block-scaled grouped GEMM's
-/// bias, added as C: an extra pass writing the group's output rows.)
-Error fillRows(const CudaDriver &driver, CUdeviceptr to, CUdeviceptr row,
-               int64_t rows, int64_t rowBytes, CUstream stream) {
-  auto copy = [&](CUdeviceptr destination, CUdeviceptr source, int64_t bytes) {
-    return driver.check(
-        driver.cuMemcpyDtoDAsync(destination, source, size_t(bytes), stream),
-        "filling a block-scaled grouped GEMM's output rows "
-        "with its bias");
-  };
-  if (Error error = copy(to, row, rowBytes))
-    return error;
-  for (int64_t filled = 1; filled < rows; filled *= 2)
-    if (Error error = copy(to + CUdeviceptr(filled * rowBytes), to,
-                           std::min(filled, rows - filled) * rowBytes))
-      return error;
+/// Enqueues tejit_grouped_bias_rows on `stream`: out row t < o_G (`out`'s
+/// rows of `rowBytes` bytes, o_g from `splits`) becomes bias row g(t)
+/// (`bias`, [G, rowBytes]), one launch per GroupedBiasRowsParams::kMaxGroups
+/// groups (none for groups owning no rows), each passing its groups' row
+/// ends by value: a graph node under capture, replaying these splits.
+Error launchBiasRows(const CudaDriver &driver, CUfunction kernel,
+                     llvm::ArrayRef<int32_t> splits, CUdeviceptr out,
+                     CUdeviceptr bias, int64_t rowBytes, CUstream stream) {
+  using Params = GroupedBiasRowsParams;
+  // Bandwidth bound: the widest stores (up to 16 bytes) that every row of
+  // both tensors allows.
+  int64_t vectorBytes = 16;
+  while (vectorBytes > 1 &&
+         (rowBytes % vectorBytes != 0 || out % CUdeviceptr(vectorBytes) != 0 ||
+          bias % CUdeviceptr(vectorBytes) != 0))
+    vectorBytes /= 2;
+  // A block per row at a time (grid-stride), its threads over the row's
+  // vectors; enough blocks to fill an H200 several times over.
+  int64_t vectors = rowBytes / vectorBytes;
+  unsigned threads =
+      unsigned(std::clamp<int64_t>((vectors + 31) / 32 * 32, 32, 256));
+  constexpr int64_t maxBlocks = 2048;
+  int64_t first = 0; // o of the launch's first group
+  for (size_t start = 0; start < splits.size(); start += Params::kMaxGroups) {
+    Params params;
+    params.groups =
+        std::min<int64_t>(Params::kMaxGroups, int64_t(splits.size() - start));
+    int64_t rows = 0;
+    for (int64_t i = 0; i < params.groups; ++i) {
+      rows += splits[start + size_t(i)];
+      params.ends[i] = rows;
+    }
+    if (rows && rowBytes) {
+      params.out = out + CUdeviceptr(first * rowBytes);
+      params.bias = bias + CUdeviceptr(int64_t(start) * rowBytes);
+      params.rows = rows;
+      params.rowBytes = rowBytes;
+      params.vectorBytes = vectorBytes;
+      void *arguments[] = {&params};
+      if (Error error = driver.check(
+              driver.cuLaunchKernel(kernel, unsigned(std::min(rows, maxBlocks)),
+                                    1, 1, threads, 1, 1, 0, stream, arguments,
+                                    nullptr),
+              "writing a block-scaled grouped GEMM's output rows with its "
+              "bias (tejit_grouped_bias_rows)"))
+        return error;
+    }
+    first += rows;
+  }
   return Error::success();
+}
+
+/// The bias rows kernel's function per context (see biasRowsKernel).
+struct BiasRowsKernels {
+  std::mutex mutex;
+  std::vector<std::pair<CUcontext, CUfunction>> loaded;
+};
+BiasRowsKernels &biasRowsKernels() {
+  static BiasRowsKernels kernels;
+  return kernels;
 }
 } // namespace
 
@@ -102,7 +146,7 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
       return planError(step, "the bias must be [G, N]");
     grouped.biasElement = type.element;
     if (step.blockScaled()) {
-      // No bias epilogue with block scales: run() fills the group's out
+      // No bias epilogue with block scales: run() writes the group's out
       // rows with its bias row and the GEMM adds them as C, out's type.
       if (type.element != step.outType.element)
         return planError(
@@ -141,6 +185,39 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
   }
   grouped.groupValues.name = "grouped_gemm";
   return grouped;
+}
+
+Expected<CUfunction> GroupedGemm::biasRowsKernel(const CudaDriver &driver) {
+  CUcontext context = nullptr;
+  if (Error error = driver.check(driver.cuCtxGetCurrent(&context),
+                                 "finding the current CUDA context"))
+    return std::move(error);
+  BiasRowsKernels &kernels = biasRowsKernels();
+  std::lock_guard<std::mutex> lock(kernels.mutex);
+  for (const auto &[loadedIn, function] : kernels.loaded)
+    if (loadedIn == context)
+      return function;
+  CUmodule module;
+  if (Error error =
+          driver.check(driver.cuModuleLoadData(&module, tejitGroupedBiasPtx),
+                       "loading the grouped GEMM bias rows kernel (PTX)"))
+    return std::move(error);
+  CUfunction function;
+  if (Error error = driver.check(
+          driver.cuModuleGetFunction(&function, module,
+                                     "tejit_grouped_bias_rows"),
+          "finding the runtime helper kernel 'tejit_grouped_bias_rows'")) {
+    driver.cuModuleUnload(module);
+    return std::move(error);
+  }
+  kernels.loaded.emplace_back(context, function);
+  return function;
+}
+
+Error GroupedGemm::loadKernels(const CudaDriver &driver) const {
+  if (!writesBiasRows())
+    return Error::success();
+  return biasRowsKernel(driver).takeError();
 }
 
 Error GroupedGemm::checkGroupOut(const GroupedGemmStep &step,
@@ -312,9 +389,10 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     gemm.aScaleInv = 0;
     gemm.bScaleInv = 0;
   }
-  // A block-scaled rows step's bias: C = the group's out rows, filled with
-  // the bias before its GEMM (fillRows), beta = 1; their [m_g, N] type is
-  // set per group in a copy of groupValues (the runner checks it).
+  // A block-scaled rows step's bias: C = the group's out rows, written with
+  // the bias before the GEMMs (launchBiasRows, below), beta = 1; their
+  // [m_g, N] type is set per group in a copy of groupValues (the runner
+  // checks it).
   bool fillBias = biasFilledValue.has_value();
   gemm.epilogue.bias = biasRowValue;
   gemm.epilogue.residual =
@@ -351,6 +429,20 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     aScales = slots;
     bScales = slots + 16 * step.groups;
     scaleStride = 16;
+  }
+
+  // A block-scaled rows step's bias: every group's out rows written with
+  // its bias row in one launch on `stream` (per kMaxGroups groups), before
+  // the fork, which orders it before every lane's GEMM.
+  if (fillBias && used) {
+    Expected<CUfunction> kernel = biasRowsKernel(driver);
+    if (!kernel)
+      return kernel.takeError();
+    if (Error error = launchBiasRows(
+            driver, *kernel, splits,
+            reinterpret_cast<CUdeviceptr>(pointers.out),
+            reinterpret_cast<CUdeviceptr>(pointers.bias), n * outBytes, stream))
+      return error;
   }
 
   // Small groups run concurrently on the lanes (after the zeroing and the
@@ -401,7 +493,7 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
         TensorType &filled = filledValues.values[*biasFilledValue].type;
         filled.shape = {mg, n};
         filledValues.values[*biasFilledValue].bytes = filled.bytes();
-        group.residual = group.out; // in place, as fillRows left it
+        group.residual = group.out; // in place, as launchBiasRows left it
       } else if (step.bias) {
         int64_t biasBytes = elementBytes(biasElement);
         group.bias = byteAt(pointers.bias, g * n * biasBytes);
@@ -432,17 +524,6 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
     CUstream groupStream = useLanes ? lanes->stream(lane) : stream;
     if (useLanes)
       lane = (lane + 1) % lanes->size();
-    // On the GEMM's own stream, so the fill precedes the GEMM reading it.
-    if (fillBias)
-      if (Error error =
-              fillRows(driver, reinterpret_cast<CUdeviceptr>(group.out),
-                       reinterpret_cast<CUdeviceptr>(
-                           byteAt(pointers.bias, g * n * outBytes)),
-                       mg, n * outBytes, groupStream)) {
-        llvm::consumeError(std::move(failed)); // success so far
-        failed = std::move(error);
-        break;
-      }
     if (Error error = runner.run(gemm, function, group, groupStream)) {
       llvm::consumeError(std::move(failed)); // success so far
       failed = annotate(std::move(error),

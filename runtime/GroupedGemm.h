@@ -26,9 +26,10 @@
 // its b, transposed segments for the contraction's a and b), which is a
 // multiple of 16 bytes: nothing is staged. cuBLASLt's block-scaled GEMMs
 // take no bias epilogue, so a block-scaled rows step adds its bias as C:
-// run() first fills group g's out rows with bias[g] (device-to-device
-// copies on the group's stream, an extra pass over the output) and the
-// group's GEMM then reads them as its residual (C = out, beta = 1).
+// run() first writes every group's out rows with its bias row, out[t] =
+// bias[g(t)], by one launch of runtime/kernels/GroupedBias.cu on the step's
+// stream (one per kMaxGroups groups; an extra pass over the output), and
+// group g's GEMM then reads its rows as its residual (C = out, beta = 1).
 // The groups' sizes come from the
 // host (the executor's copy of the m_splits host argument), so each call
 // may issue other GEMM shapes; nothing synchronizes.
@@ -82,6 +83,27 @@ struct GroupedGemmPointers {
 /// 16-byte slot per group for a's scale_inv, then one per group for b's.
 inline size_t scaleSlotBytes(int64_t groups) { return size_t(groups) * 32; }
 
+/// The host mirror of runtime/kernels/GroupedBias.cu's TejitGroupedBiasRows,
+/// passed by value to tejit_grouped_bias_rows: 8-byte fields only, in the
+/// same order. One launch writes the bias rows of up to kMaxGroups
+/// consecutive groups: row t < rows of `out` gets the `rowBytes` bytes of
+/// bias row g (from `bias`, the launch's first group's row), g the first
+/// group with ends[g] > t; stored `vectorBytes` at a time (a power of two
+/// up to 16 dividing rowBytes, out and bias).
+struct GroupedBiasRowsParams {
+  /// The kernel's cap: the row ends travel in the launch's parameters
+  /// (2 KiB of the 4 KiB a launch may pass), so a captured launch replays
+  /// the captured m_splits.
+  static constexpr int64_t kMaxGroups = 256;
+  CUdeviceptr out = 0, bias = 0;
+  int64_t rows = 0, rowBytes = 0, vectorBytes = 0, groups = 0;
+  int64_t ends[kMaxGroups] = {};
+};
+static_assert(sizeof(GroupedBiasRowsParams) ==
+                  (6 + GroupedBiasRowsParams::kMaxGroups) * 8,
+              "GroupedBiasRowsParams must match TejitGroupedBiasRows field "
+              "for field");
+
 class GroupedGemm {
 public:
   /// Checks what a parsed plan guarantees (for steps built in memory):
@@ -93,8 +115,12 @@ public:
   /// checked here again: >= 0, sum <= T, multiples of 16 for FP8; block
   /// scale tensors 16-byte aligned): zeroes what no group writes (copies
   /// `accumulate` there instead where the step accumulates), then runs one
-  /// GEMM per non-empty group (a block-scaled rows step with a bias fills
-  /// the group's out rows with its bias row first, on the GEMM's stream).
+  /// GEMM per non-empty group (a block-scaled rows step with a bias first
+  /// writes every group's out rows with its bias row, one kernel launch on
+  /// `stream` per kMaxGroups groups, before the GEMMs fork to the lanes).
+  /// Loads the bias rows kernel on first use in the current context
+  /// (biasRowsKernel): call loadKernels() first where that first use could
+  /// be under stream capture.
   /// With `lanes` (GemmLanes.h), groups too small to keep the GPU busy
   /// alone (fewer than kLaneFlops on average) run on the lanes, round
   /// robin, instead of one after another on `stream`.
@@ -110,6 +136,20 @@ public:
   static constexpr double kLaneFlops = 16e9;
 
   const GroupedGemmStep &step() const { return grouped; }
+
+  /// Whether run() writes the bias rows with tejit_grouped_bias_rows (a
+  /// block-scaled rows step with a bias).
+  bool writesBiasRows() const { return biasFilledValue.has_value(); }
+  /// Loads the kernels run() launches (the bias rows kernel where
+  /// writesBiasRows()) into the current context now, so that no run loads a
+  /// module, which a stream capture may refuse. The executor calls it at
+  /// creation.
+  llvm::Error loadKernels(const CudaDriver &driver) const;
+  /// tejit_grouped_bias_rows in the current context: its module is loaded
+  /// on the first call there (runtime/kernels/GroupedBias.cu's PTX, JIT
+  /// compiled by the driver) and kept for the process's life, as the
+  /// primary contexts the runtime uses are (Device.cpp). Thread-safe.
+  static llvm::Expected<CUfunction> biasRowsKernel(const CudaDriver &driver);
 
   /// Checks per-group output pointers (GroupedGemmPointers::groupOut) for
   /// `step`: only a contraction that accumulates takes them, one per group,
@@ -139,7 +179,7 @@ private:
   /// A function holding the values the per-group GemmStep's epilogue
   /// names (the runner reads their types there): a group's bias row ([N])
   /// and its accumulated product ([M, N]); for a block-scaled rows step
-  /// with a bias, its out rows filled with the bias ([m_g, N], out's type;
+  /// with a bias, its out rows written with the bias ([m_g, N], out's type;
   /// run() sets m_g per group in a copy) instead of the bias row.
   FunctionPlan groupValues;
   std::optional<int64_t> biasRowValue, accumulateValue, biasFilledValue;

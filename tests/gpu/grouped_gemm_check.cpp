@@ -37,11 +37,12 @@
 //     (E4M3 fprop, E5M2 x E4M3 dgrad), contraction (wgrad) incl.
 //     accumulation into f32 main_grads, side streams, segments that are
 //     no multiples of 128 tokens, empty groups and padding; the rows form
-//     with a bf16 bias (no bias epilogue there: the runtime fills each
-//     group's out rows with its bias row by copies and adds the product as
-//     C), with and without side streams; large sizes (T = 8192, timed,
-//     with CUDA graph replays, one with a bias) and G = 32; and the
-//     executor's path from a block-scaled plan, without and with a bias,
+//     with a bf16 bias (no bias epilogue there: the runtime writes each
+//     group's out rows with its bias row, one kernel launch for all groups,
+//     and adds the product as C), with and without side streams; large
+//     sizes (T = 8192, timed, with CUDA graph replays, one with a bias) and
+//     G = 32; and the executor's path from a block-scaled plan, without and
+//     with a bias,
 //     eager and captured. The
 //     reference is the float64 product of the dequantized operands:
 //     besides the relative L2 bound, every entry must be within TE's FP8
@@ -1206,7 +1207,8 @@ void appendBlockCases(std::vector<Case> &list, bool large) {
     bigRows(std::string("fprop E4M3, b 2-D T=8192 K=2048 N=1408 G=32") +
                 (lanes ? ", on 4 side streams" : ""),
             S::Block2D, fine, 2048, 1408, lanes);
-  // With a bias: 1 + log2(256) = 9 fill copies per group, in the graph.
+  // With a bias: one tejit_grouped_bias_rows launch for the 32 groups, in
+  // the graph.
   bigRows("fprop E4M3, b 2-D T=8192 K=2048 N=1408 G=32, bias, on 4 side "
           "streams",
           S::Block2D, fine, 2048, 1408, true, true);

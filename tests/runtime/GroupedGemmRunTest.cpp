@@ -22,10 +22,12 @@
 // result must match a float64 product of the whole operands dequantized
 // through the contract's layouts, whose unowned scales are NaN. Misaligned
 // block scales and bad block scalings are refused. A block-scaled rows
-// step's bias is no epilogue: before each group's GEMM, device-to-device
-// copies (recorded here) fill its out rows with its bias row, which the
-// GEMM reads as C (residual = out, beta = 1); a bias of another type than
-// out is refused.
+// step's bias is no epilogue: before the groups' GEMMs, one launch of
+// tejit_grouped_bias_rows per 256 groups (its parameters checked and the
+// kernel emulated here on the host: no module is loaded for real) writes
+// every group's out rows with its bias row, which the group's GEMM reads as
+// C (residual = out, beta = 1); a bias of another type than out is
+// refused.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/GroupedGemm.h"
@@ -221,11 +223,75 @@ CUresult recordingCopy(CUdeviceptr to, CUdeviceptr from, size_t bytes,
   return hostCopy(to, from, bytes, stream);
 }
 
+/// The fake driver's context, module and bias rows kernel.
+CUcontext const fakeContext = reinterpret_cast<CUcontext>(uintptr_t(0x100));
+CUmodule const fakeModule = reinterpret_cast<CUmodule>(uintptr_t(0x200));
+CUfunction const fakeBiasRows = reinterpret_cast<CUfunction>(uintptr_t(0x300));
+
+/// The launches emulatedLaunch ran: the function, its grid and block, its
+/// stream and its parameters.
+struct Launch {
+  CUfunction function;
+  unsigned blocks[3], threads[3];
+  CUstream stream;
+  GroupedBiasRowsParams params;
+};
+std::vector<Launch> recordedLaunches;
+
+/// tejit_grouped_bias_rows (runtime/kernels/GroupedBias.cu) on the host:
+/// row t < rows of out gets bias row g, the first group whose end is past
+/// t.
+CUresult emulatedLaunch(CUfunction function, unsigned gx, unsigned gy,
+                        unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned sharedBytes, CUstream stream, void **params,
+                        void **extra) {
+  EXPECT_EQ(function, fakeBiasRows);
+  EXPECT_EQ(sharedBytes, 0u);
+  EXPECT_EQ(extra, nullptr);
+  Launch launch = {function, {gx, gy, gz}, {bx, by, bz}, stream, {}};
+  std::memcpy(&launch.params, params[0], sizeof(GroupedBiasRowsParams));
+  recordedLaunches.push_back(launch);
+  const GroupedBiasRowsParams &p = launch.params;
+  for (int64_t row = 0, group = 0; row < p.rows; ++row) {
+    while (group < p.groups && p.ends[group] <= row)
+      ++group;
+    if (group == p.groups) {
+      ADD_FAILURE() << "row " << row << " is past the last group's end";
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    std::memcpy(reinterpret_cast<char *>(
+                    static_cast<uintptr_t>(p.out + row * p.rowBytes)),
+                reinterpret_cast<const char *>(
+                    static_cast<uintptr_t>(p.bias + group * p.rowBytes)),
+                size_t(p.rowBytes));
+  }
+  return CUDA_SUCCESS;
+}
+
 CudaDriver hostDriver() {
   CudaDriver driver;
   driver.cuMemsetD8Async = hostMemset;
   driver.cuMemcpyDtoDAsync = hostCopy;
   driver.cuMemcpy2DAsync = hostCopy2D;
+  driver.cuCtxGetCurrent = [](CUcontext *context) {
+    *context = fakeContext;
+    return CUDA_SUCCESS;
+  };
+  driver.cuModuleLoadData = [](CUmodule *module, const void *image) {
+    EXPECT_NE(std::strstr(static_cast<const char *>(image),
+                          "tejit_grouped_bias_rows"),
+              nullptr);
+    *module = fakeModule;
+    return CUDA_SUCCESS;
+  };
+  driver.cuModuleGetFunction = [](CUfunction *function, CUmodule module,
+                                  const char *name) {
+    EXPECT_EQ(module, fakeModule);
+    EXPECT_STREQ(name, "tejit_grouped_bias_rows");
+    *function = fakeBiasRows;
+    return CUDA_SUCCESS;
+  };
+  driver.cuLaunchKernel = emulatedLaunch;
   return driver;
 }
 
@@ -869,43 +935,62 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
   };
   driver.cuMemcpyDtoDAsync = recordingCopy;
   recordedCopies.clear();
+  recordedLaunches.clear();
+  EXPECT_EQ(grouped->writesBiasRows(), problem.bias);
+  CUstream stream = reinterpret_cast<CUstream>(uintptr_t(0x400));
   llvm::Error error =
-      grouped->run(runner, problem.splits, pointers, nullptr, driver);
+      grouped->run(runner, problem.splits, pointers, stream, driver);
   ASSERT_FALSE(bool(error)) << llvm::toString(std::move(error));
 
   if (problem.bias) {
-    // Per non-empty group: its bias row into its first row, then doubling
-    // copies within its rows (1 + ceil(log2(m_g)) copies), source and
-    // destination disjoint.
-    size_t next = 0;
-    for (int64_t group = 0; group < g; ++group) {
-      int64_t size = problem.splits[size_t(group)];
-      if (!size)
-        continue;
-      SCOPED_TRACE("bias fill of group " + std::to_string(group));
-      uintptr_t rowsStart =
-          uintptr_t(out.data() + layouts.offsets[group] * rowBytes);
-      uintptr_t rowsEnd = rowsStart + uintptr_t(size * rowBytes);
-      int64_t copies = 1;
-      while ((int64_t(1) << (copies - 1)) < size)
-        ++copies;
-      ASSERT_LE(next + size_t(copies), recordedCopies.size());
-      const Copy &row = recordedCopies[next];
-      EXPECT_EQ(row.to, rowsStart);
-      EXPECT_EQ(row.from, uintptr_t(bias.data() + group * rowBytes));
-      EXPECT_EQ(row.bytes, size_t(rowBytes));
-      for (int64_t i = 1; i < copies; ++i) {
-        const Copy &copy = recordedCopies[next + size_t(i)];
-        EXPECT_EQ(copy.from, rowsStart);
-        EXPECT_GE(copy.to, copy.from + copy.bytes);
-        EXPECT_LE(copy.to + copy.bytes, rowsEnd);
-        EXPECT_EQ(copy.bytes % size_t(rowBytes), 0u);
-      }
-      next += size_t(copies);
-    }
-    EXPECT_EQ(next, recordedCopies.size());
-  } else if (problem.accumulate == Accumulate::None) {
+    // No copies: per 256 groups owning rows, one launch on the step's
+    // stream, its groups' row ends by value, out and bias at its first
+    // group's rows, stores as wide as rows and addresses allow.
     EXPECT_TRUE(recordedCopies.empty());
+    constexpr int64_t cap = GroupedBiasRowsParams::kMaxGroups;
+    int64_t widest = 16;
+    while (widest > 1 &&
+           (rowBytes % widest != 0 ||
+            reinterpret_cast<uintptr_t>(out.data()) % uintptr_t(widest) != 0 ||
+            reinterpret_cast<uintptr_t>(bias.data()) % uintptr_t(widest) != 0))
+      widest /= 2;
+    size_t next = 0;
+    for (int64_t start = 0; start < g; start += cap) {
+      SCOPED_TRACE("bias rows of groups from " + std::to_string(start));
+      int64_t groups = std::min(cap, g - start), rows = 0;
+      for (int64_t i = 0; i < groups; ++i)
+        rows += problem.splits[size_t(start + i)];
+      if (!rows)
+        continue;
+      ASSERT_LT(next, recordedLaunches.size());
+      const Launch &launch = recordedLaunches[next++];
+      const GroupedBiasRowsParams &p = launch.params;
+      EXPECT_EQ(launch.stream, stream);
+      EXPECT_GE(launch.blocks[0], 1u);
+      EXPECT_LE(int64_t(launch.blocks[0]), rows);
+      EXPECT_EQ(launch.blocks[1] * launch.blocks[2], 1u);
+      EXPECT_EQ(launch.threads[0] % 32, 0u);
+      EXPECT_LE(launch.threads[0], 1024u);
+      EXPECT_EQ(launch.threads[1] * launch.threads[2], 1u);
+      EXPECT_EQ(p.groups, groups);
+      EXPECT_EQ(p.rows, rows);
+      EXPECT_EQ(p.rowBytes, rowBytes);
+      EXPECT_EQ(p.vectorBytes, widest);
+      EXPECT_EQ(p.out,
+                CUdeviceptr(out.data() + layouts.offsets[start] * rowBytes));
+      EXPECT_EQ(p.bias, CUdeviceptr(bias.data() + start * rowBytes));
+      for (int64_t i = 0; i < groups; ++i) {
+        EXPECT_EQ(p.ends[i],
+                  layouts.offsets[start + i + 1] - layouts.offsets[start])
+            << "group " << start + i;
+      }
+    }
+    EXPECT_EQ(next, recordedLaunches.size());
+  } else {
+    EXPECT_TRUE(recordedLaunches.empty());
+    if (problem.accumulate == Accumulate::None) {
+      EXPECT_TRUE(recordedCopies.empty());
+    }
   }
 
   // One block-scaled GEMM per non-empty group, in group order, its scale
@@ -994,6 +1079,15 @@ TEST(GroupedGemmRunTest, BlockScalesMatchFloat64) {
   // padding tokens after the last group (none for G = 1).
   const std::vector<int32_t> g1 = {320}, g4 = {144, 0, 16, 128},
                              g8 = {16, 0, 48, 0, 144, 16, 0, 32};
+  // G = 300: past the bias rows kernel's 256 groups a launch, two launches;
+  // 19 groups of 16 rows, 7 of them past group 255, some adjacent.
+  std::vector<int32_t> g300(300, 0);
+  for (int group : {0, 1, 17, 100, 101, 200, 254, 255, 256, 257, 258, 270, 280,
+                    290, 291, 299, 40, 60, 80})
+    g300[size_t(group)] = 16;
+  // And none past group 255: one launch.
+  std::vector<int32_t> g300Low(300, 0);
+  g300Low[0] = g300Low[5] = g300Low[255] = 16;
   const std::vector<BlockProblem> problems = {
       {"rows, b 1-D, G=1", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D, g1},
       {"rows, b 1-D, G=4", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D, g4},
@@ -1007,6 +1101,10 @@ TEST(GroupedGemmRunTest, BlockScalesMatchFloat64) {
        g8, Accumulate::None, true},
       {"rows dgrad E5M2 x E4M3, b 1-D, G=1, bias", Form::Rows, E::F8E5M2,
        E::F8E4M3, S::Block1D, g1, Accumulate::None, true},
+      {"rows, b 1-D, G=300, bias", Form::Rows, E::F8E4M3, E::F8E4M3, S::Block1D,
+       g300, Accumulate::None, true},
+      {"rows, b 2-D, G=300, bias, groups past 255 empty", Form::Rows, E::F8E4M3,
+       E::F8E4M3, S::Block2D, g300Low, Accumulate::None, true},
       {"contraction E5M2 x E4M3 G=4", Form::Contraction, E::F8E5M2, E::F8E4M3,
        S::Block1D, g4},
       {"contraction E4M3 G=1", Form::Contraction, E::F8E4M3, E::F8E4M3,
