@@ -32,7 +32,8 @@ __device__ __forceinline__ void tj_segment_ends(const int *m_splits, int *ends,
   const int lane = threadIdx.x;
   int carry = 0;
   for (int base = 0; base < groups; base += 32) {
-    const int v = tj_warp_scan(base + lane < groups ? m_splits[base + lane] : 0);
+    const int v =
+        tj_warp_scan(base + lane < groups ? m_splits[base + lane] : 0);
     if (base + lane < groups)
       ends[base + lane] = carry + v;
     carry += __shfl_sync(0xffffffffu, v, 31);
