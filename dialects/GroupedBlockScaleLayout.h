@@ -59,14 +59,30 @@ inline std::array<int64_t, 3> stackedShape(int64_t groups, int64_t rows,
   return {groups, one[0], one[1]};
 }
 
-/// The flat index where segment `group`'s scales start, for each layout.
-/// `splits` are the G values of m_splits (any indexable range of ints).
+/// The flat index where a segment's scales start, for each layout, from
+/// the rows (block columns) of the segments before it.
+inline int64_t segmentsOffsetAfter(int64_t rowsBefore, int64_t cols) {
+  return ceilDiv(cols, kBlock) * rowsBefore;
+}
+
+inline int64_t transposedSegmentsOffsetAfter(int64_t blocksBefore,
+                                             int64_t rows) {
+  return pad4(rows) * blocksBefore;
+}
+
+/// The block columns of a segment of `tokens` rows, cast transposed.
+inline int64_t transposedSegmentBlocks(int64_t tokens) {
+  return ceilDiv(tokens, kBlock);
+}
+
+/// The same from the G values of m_splits (any indexable range of ints):
+/// where segment `group`'s scales start.
 template <typename Splits>
 int64_t segmentsOffset(const Splits &splits, int64_t group, int64_t cols) {
   int64_t rowsBefore = 0;
   for (int64_t g = 0; g < group; ++g)
     rowsBefore += int64_t(splits[g]);
-  return ceilDiv(cols, kBlock) * rowsBefore;
+  return segmentsOffsetAfter(rowsBefore, cols);
 }
 
 template <typename Splits>
@@ -74,8 +90,8 @@ int64_t transposedSegmentsOffset(const Splits &splits, int64_t group,
                                  int64_t rows) {
   int64_t blocksBefore = 0;
   for (int64_t g = 0; g < group; ++g)
-    blocksBefore += ceilDiv(int64_t(splits[g]), kBlock);
-  return pad4(rows) * blocksBefore;
+    blocksBefore += transposedSegmentBlocks(int64_t(splits[g]));
+  return transposedSegmentsOffsetAfter(blocksBefore, rows);
 }
 
 inline int64_t stackedOffset(int64_t group, int64_t rows, int64_t cols,

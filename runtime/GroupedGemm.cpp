@@ -236,22 +236,34 @@ Error GroupedGemm::checkGroupOut(const GroupedGemmStep &step,
   return Error::success();
 }
 
-int64_t GroupedGemm::blockScaleOffset(const GroupedGemmStep &step,
-                                      bool operandB,
-                                      llvm::ArrayRef<int32_t> splits,
-                                      int64_t group) {
+int64_t GroupedGemm::blockScaleOffsetAt(const GroupedGemmStep &step,
+                                        bool operandB, int64_t group,
+                                        int64_t rowsBefore,
+                                        int64_t blocksBefore) {
   namespace layout = tejit::groupedblockscale;
   const std::vector<int64_t> &shape =
       operandB ? step.bType.shape : step.aType.shape;
   // Contraction: a [M, T] and b [N, T], cast transposed in token segments.
   if (step.form == Form::Contraction)
-    return layout::transposedSegmentsOffset(splits, group, shape[0]);
+    return layout::transposedSegmentsOffsetAfter(blocksBefore, shape[0]);
   // Rows: b [G, N, K], one te.block_quantize per group.
   if (operandB)
     return layout::stackedOffset(group, shape[1], shape[2],
                                  step.bScaling == GemmScaling::Block1D ? 1 : 2);
   // Rows: a [T, K] in row segments.
-  return layout::segmentsOffset(splits, group, shape[1]);
+  return layout::segmentsOffsetAfter(rowsBefore, shape[1]);
+}
+
+int64_t GroupedGemm::blockScaleOffset(const GroupedGemmStep &step,
+                                      bool operandB,
+                                      llvm::ArrayRef<int32_t> splits,
+                                      int64_t group) {
+  int64_t rowsBefore = 0, blocksBefore = 0;
+  for (int32_t size : splits.take_front(group)) {
+    rowsBefore += size;
+    blocksBefore += tejit::groupedblockscale::transposedSegmentBlocks(size);
+  }
+  return blockScaleOffsetAt(step, operandB, group, rowsBefore, blocksBefore);
 }
 
 Expected<std::vector<std::array<int64_t, 2>>>
@@ -270,9 +282,15 @@ GroupedGemm::blockScaleOffsets(llvm::ArrayRef<int32_t> splits,
                                            name, base));
   std::vector<std::array<int64_t, 2>> offsets;
   offsets.reserve(splits.size());
+  // Running sums of the segments before group g: O(G) per run.
+  int64_t rowsBefore = 0, blocksBefore = 0;
   for (int64_t g = 0; g < step.groups; ++g) {
-    std::array<int64_t, 2> offset = {blockScaleOffset(step, false, splits, g),
-                                     blockScaleOffset(step, true, splits, g)};
+    std::array<int64_t, 2> offset = {
+        blockScaleOffsetAt(step, false, g, rowsBefore, blocksBefore),
+        blockScaleOffsetAt(step, true, g, rowsBefore, blocksBefore)};
+    rowsBefore += splits[g];
+    blocksBefore +=
+        tejit::groupedblockscale::transposedSegmentBlocks(splits[g]);
     // The layouts make every offset a multiple of 4 floats when each m_g is
     // a multiple of 16 (checkSplits): this only fails on a layout bug.
     for (auto [name, elements] :

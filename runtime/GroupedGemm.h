@@ -168,6 +168,12 @@ public:
 private:
   explicit GroupedGemm(const GroupedGemmStep &step) : grouped(step) {}
 
+  /// blockScaleOffset given the rows and the transposed block columns of
+  /// the segments before `group`.
+  static int64_t blockScaleOffsetAt(const GroupedGemmStep &step, bool operandB,
+                                    int64_t group, int64_t rowsBefore,
+                                    int64_t blocksBefore);
+
   /// A block-scaled step's scale offsets (blockScaleOffset) of every group,
   /// a's then b's, once the scale_inv bases are known to be 16-byte aligned
   /// and the offsets to be multiples of 16 bytes (else an error).
