@@ -34,6 +34,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace tejit::groupedblockscale {
 
@@ -57,6 +58,34 @@ inline std::array<int64_t, 3> stackedShape(int64_t groups, int64_t rows,
                                            int64_t cols, int64_t blockDim) {
   std::array<int64_t, 2> one = blockscale::scaleShape(rows, cols, blockDim);
   return {groups, one[0], one[1]};
+}
+
+/// Which layout a grouped cast's scales take.
+enum class Layout { Segments, TransposedSegments, Stacked };
+
+/// The scale_inv shape of a grouped cast whose FP8 output is `cast` (rank
+/// 2: [T, K] for Segments, [K, T] for TransposedSegments; rank 3: [G, R,
+/// C] for Stacked) with `groups` groups and `blockDim`-D blocks (Stacked
+/// only; segments are 1-D). The one place that picks between the shapes
+/// above: the verifiers, the passes and the runtime all ask it.
+inline std::vector<int64_t> castScaleShape(Layout layout, const int64_t *cast,
+                                           int64_t groups, int64_t blockDim) {
+  switch (layout) {
+  case Layout::Segments: {
+    std::array<int64_t, 2> shape = segmentsShape(cast[0], cast[1]);
+    return {shape.begin(), shape.end()};
+  }
+  case Layout::TransposedSegments: {
+    std::array<int64_t, 2> shape =
+        transposedSegmentsShape(cast[0], cast[1], groups);
+    return {shape.begin(), shape.end()};
+  }
+  case Layout::Stacked:
+    break;
+  }
+  std::array<int64_t, 3> shape =
+      stackedShape(groups, cast[1], cast[2], blockDim);
+  return {shape.begin(), shape.end()};
 }
 
 /// The flat index where a segment's scales start, for each layout, from

@@ -225,23 +225,16 @@ LogicalResult GroupedBlockQuantizeOp::verify() {
   if (failed(shape))
     return failure();
   namespace layout = tejit::groupedblockscale;
-  SmallVector<int64_t> expected;
-  StringRef rule;
-  if (!getMSplits()) {
-    auto stacked =
-        layout::stackedShape(*groups, (*shape)[1], (*shape)[2], blockDim);
-    expected.assign(stacked.begin(), stacked.end());
-    rule = "[G, s0, s1], s = te.block_quantize's scale shape of one group";
-  } else if (!getTranspose()) {
-    auto segments = layout::segmentsShape((*shape)[0], (*shape)[1]);
-    expected.assign(segments.begin(), segments.end());
-    rule = "[ceil(K/128), T]";
-  } else {
-    auto segments =
-        layout::transposedSegmentsShape((*shape)[0], (*shape)[1], *groups);
-    expected.assign(segments.begin(), segments.end());
-    rule = "[ceil(T/128) + G, pad4(K)]";
-  }
+  layout::Layout kind = !getMSplits()    ? layout::Layout::Stacked
+                        : getTranspose() ? layout::Layout::TransposedSegments
+                                         : layout::Layout::Segments;
+  std::vector<int64_t> expected =
+      layout::castScaleShape(kind, shape->data(), *groups, blockDim);
+  StringRef rule =
+      kind == layout::Layout::Stacked
+          ? "[G, s0, s1], s = te.block_quantize's scale shape of one group"
+      : kind == layout::Layout::Segments ? "[ceil(K/128), T]"
+                                         : "[ceil(T/128) + G, pad4(K)]";
   RankedTensorType scale = typeOf(getScaleInv());
   if (!scale.getElementType().isF32())
     return emitOpError() << "'scale_inv' must be f32, got " << scale;
@@ -338,25 +331,21 @@ static int64_t groupedScaling(Value scaleInv, Value operand, int64_t groups,
   ArrayRef<int64_t> dims = scale.getShape(), shape = typeOf(operand).getShape();
   if (dims == ArrayRef<int64_t>{groups})
     return 0;
-  if (stacked) {
-    if (shape.size() != 3)
-      return -1;
-    int64_t found = -1;
-    for (int64_t blockDim : {1, 2}) {
-      auto expected =
-          layout::stackedShape(groups, shape[1], shape[2], blockDim);
-      if (dims == ArrayRef<int64_t>(expected))
-        found = found == -1 ? blockDim : -1;
-    }
-    return found;
-  }
-  if (shape.size() != 2)
+  if (shape.size() != (stacked ? 3u : 2u))
     return -1;
-  std::array<int64_t, 2> expected =
-      segmentsOfRows
-          ? layout::segmentsShape(shape[0], shape[1])
-          : layout::transposedSegmentsShape(shape[0], shape[1], groups);
-  return dims == ArrayRef<int64_t>(expected) ? 1 : -1;
+  layout::Layout kind = stacked          ? layout::Layout::Stacked
+                        : segmentsOfRows ? layout::Layout::Segments
+                                         : layout::Layout::TransposedSegments;
+  int64_t found = -1;
+  // Segments are 1-D; stacked matrices 1-D or 2-D (-1 when both fit).
+  for (int64_t blockDim : {1, 2}) {
+    if (blockDim == 2 && !stacked)
+      break;
+    if (dims == ArrayRef<int64_t>(layout::castScaleShape(kind, shape.data(),
+                                                         groups, blockDim)))
+      found = found == -1 ? blockDim : -1;
+  }
+  return found;
 }
 
 int64_t GroupedScaledMatmulOp::getAScaling() {

@@ -135,26 +135,24 @@ llvm::Expected<GroupedGemm> GroupedGemm::create(const GroupedGemmStep &step,
   if (step.fp8 && (!step.aScaleInv || !step.bScaleInv))
     return planError(step, "an FP8 grouped GEMM needs a_scale_inv and "
                            "b_scale_inv");
+  if (step.bias &&
+      (*step.bias < 0 || size_t(*step.bias) >= function.values.size()))
+    return planError(step, "the bias is not a value of the function");
+  std::optional<ElementType> biasElement;
+  if (step.bias)
+    biasElement = function.values[*step.bias].type.element;
   if (std::optional<std::pair<llvm::StringRef, std::string>> problem =
-          groupedScalingProblem(step))
+          groupedScalingProblem(step, biasElement))
     return planError(step, "'" + problem->first + "' " + problem->second);
   if (step.bias) {
-    if (*step.bias < 0 || size_t(*step.bias) >= function.values.size())
-      return planError(step, "the bias is not a value of the function");
     const TensorType &type = function.values[*step.bias].type;
     if (type.shape != std::vector<int64_t>{g, grouped.n})
       return planError(step, "the bias must be [G, N]");
     grouped.biasElement = type.element;
     if (step.blockScaled()) {
       // No bias epilogue with block scales: run() writes the group's out
-      // rows with its bias row and the GEMM adds them as C, out's type.
-      if (type.element != step.outType.element)
-        return planError(
-            step, llvm::formatv("the bias of a block-scaled grouped GEMM "
-                                "is added as C (beta = 1) and must have "
-                                "out's element type {0}, not {1}",
-                                elementTypeName(step.outType.element),
-                                elementTypeName(type.element)));
+      // rows with its bias row and the GEMM adds them as C, out's type
+      // (groupedScalingProblem).
       ValueInfo filled;
       filled.type = TensorType{{0, grouped.n}, type.element};
       grouped.biasFilledValue = int64_t(grouped.groupValues.values.size());

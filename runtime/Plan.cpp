@@ -131,7 +131,8 @@ StringRef tejit::runtime::groupedFormName(GroupedGemmStep::Form form) {
 }
 
 std::optional<std::pair<StringRef, std::string>>
-tejit::runtime::groupedScalingProblem(const GroupedGemmStep &step) {
+tejit::runtime::groupedScalingProblem(const GroupedGemmStep &step,
+                                      std::optional<ElementType> biasElement) {
   auto quoted = [](GemmScaling scaling) {
     return ("\"" + gemmScalingName(scaling) + "\"").str();
   };
@@ -172,6 +173,15 @@ tejit::runtime::groupedScalingProblem(const GroupedGemmStep &step) {
     return std::pair{StringRef("fast_accum"),
                      std::string("is true for a block-scaled grouped GEMM, "
                                  "which accumulates without it")};
+  // No bias epilogue with block scales: GroupedGemm writes each group's
+  // out rows with its bias row and the GEMM adds onto them as C.
+  if (biasElement && *biasElement != step.outType.element)
+    return std::pair{StringRef("bias"),
+                     ("is " + elementTypeName(*biasElement) +
+                      "; a block-scaled grouped GEMM adds its bias as C "
+                      "(beta = 1), which must have out's element type " +
+                      elementTypeName(step.outType.element))
+                         .str()};
   return std::nullopt;
 }
 
@@ -183,22 +193,15 @@ TensorType tejit::runtime::groupedScaleType(const GroupedGemmStep &step,
     return TensorType{{step.groups}, ElementType::F32};
   const std::vector<int64_t> &shape =
       operandB ? step.bType.shape : step.aType.shape;
-  std::vector<int64_t> dims;
-  if (step.form == GroupedGemmStep::Form::Contraction) {
-    // a [M, T], b [N, T]: the transposed casts of the token segments.
-    std::array<int64_t, 2> scales =
-        layout::transposedSegmentsShape(shape[0], shape[1], step.groups);
-    dims.assign(scales.begin(), scales.end());
-  } else if (operandB) {
-    // b [G, N, K]: one te.block_quantize per group.
-    std::array<int64_t, 3> scales = layout::stackedShape(
-        shape[0], shape[1], shape[2], scaling == GemmScaling::Block1D ? 1 : 2);
-    dims.assign(scales.begin(), scales.end());
-  } else {
-    // a [T, K] in row segments.
-    std::array<int64_t, 2> scales = layout::segmentsShape(shape[0], shape[1]);
-    dims.assign(scales.begin(), scales.end());
-  }
+  // Contraction: a [M, T] and b [N, T], the transposed casts of the token
+  // segments; rows: b [G, N, K] one te.block_quantize per group, a [T, K]
+  // in row segments.
+  layout::Layout kind = step.form == GroupedGemmStep::Form::Contraction
+                            ? layout::Layout::TransposedSegments
+                        : operandB ? layout::Layout::Stacked
+                                   : layout::Layout::Segments;
+  std::vector<int64_t> dims = layout::castScaleShape(
+      kind, shape.data(), step.groups, scaling == GemmScaling::Block1D ? 1 : 2);
   return TensorType{std::move(dims), ElementType::F32};
 }
 
@@ -1858,22 +1861,12 @@ Error FunctionParser::parseGroupedGemm(const json::Object &node,
 Error FunctionParser::parseGroupedScales(const json::Object &node,
                                          const Scope &scope,
                                          GroupedGemmStep &step) {
+  std::optional<ElementType> biasElement;
+  if (step.bias)
+    biasElement = function.values[*step.bias].type.element;
   if (std::optional<std::pair<StringRef, std::string>> problem =
-          groupedScalingProblem(step))
+          groupedScalingProblem(step, biasElement))
     return scope.error(problem->first, problem->second);
-  // A block-scaled GEMM adds the bias as C (GroupedGemm.cpp fills each
-  // group's out rows with it first), which has out's type.
-  if (step.blockScaled() && step.bias) {
-    const TensorType &type = function.values[*step.bias].type;
-    if (type.element != step.outType.element)
-      return scope.error("bias",
-                         "refers to value " + Twine(*step.bias) + " of type " +
-                             printType(type) +
-                             "; a block-scaled grouped GEMM adds "
-                             "its bias as C (beta = 1), which must have out's "
-                             "element type " +
-                             elementTypeName(step.outType.element));
-  }
   for (bool operandB : {false, true}) {
     StringRef key = operandB ? "b_scale_inv" : "a_scale_inv";
     if (!node.get(key))

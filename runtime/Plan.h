@@ -196,12 +196,13 @@ llvm::StringRef groupedFormName(GroupedGemmStep::Form form);
 /// is not FP8; one operand block-scaled and the other not; two Block2D;
 /// Block2D on another operand than the rows form's b (the token segments
 /// are cast in 1-D blocks); fast accumulation with blocks (cuBLASLt's
-/// block-scaled GEMMs accumulate without it, docs/block-scaling.md). A
-/// bias is allowed: GroupedGemm adds it as C, so the parser and create()
-/// also want it of out's element type under blocks.
-/// The parser and GroupedGemm::create both apply it.
+/// block-scaled GEMMs accumulate without it, docs/block-scaling.md); a
+/// bias (of element type `biasElement`, when the step has one) of another
+/// type than out under blocks (GroupedGemm adds it as C). The parser and
+/// GroupedGemm::create both apply it.
 std::optional<std::pair<llvm::StringRef, std::string>>
-groupedScalingProblem(const GroupedGemmStep &step);
+groupedScalingProblem(const GroupedGemmStep &step,
+                      std::optional<ElementType> biasElement);
 
 /// The type operand b's (`operandB`) or a's scale_inv must have in an FP8
 /// `step` with valid shapes and scalings: f32 [G] for Tensor, else the

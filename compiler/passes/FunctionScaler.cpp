@@ -143,26 +143,6 @@ static int64_t numGroups(Value value, Value mSplits) {
       .getDimSize(0);
 }
 
-/// The scale_inv shape te.grouped_block_quantize gives its output
-/// `castType` (transposed per group when `transpose`): the row or column
-/// segments of `groups` groups with m_splits, else stacked matrices
-/// (dialects/GroupedBlockScaleLayout.h).
-static SmallVector<int64_t>
-groupedBlockScaleShape(RankedTensorType castType, bool segments, int64_t groups,
-                       int64_t blockDim, bool transpose) {
-  namespace layout = tejit::groupedblockscale;
-  ArrayRef<int64_t> shape = castType.getShape();
-  if (!segments) {
-    auto stacked = layout::stackedShape(groups, shape[1], shape[2], blockDim);
-    return SmallVector<int64_t>(stacked.begin(), stacked.end());
-  }
-  // The cast is x [T, K], or x^T [K, T] with `transpose`.
-  auto scale = transpose
-                   ? layout::transposedSegmentsShape(shape[0], shape[1], groups)
-                   : layout::segmentsShape(shape[0], shape[1]);
-  return SmallVector<int64_t>(scale.begin(), scale.end());
-}
-
 /// `value` cast per group in blocks (te.grouped_block_quantize): its row
 /// segments with `mSplits`, else its stacked matrices; transposed per group
 /// with `transpose`.
@@ -172,9 +152,13 @@ static Fp8Value groupedBlockQuantize(OpBuilder &builder, Location loc,
                                      bool power2, bool transpose) {
   int64_t groups = numGroups(value, mSplits);
   RankedTensorType castType = groupedCastType(value, fp8Type, transpose);
+  namespace layout = tejit::groupedblockscale;
+  layout::Layout kind = !mSplits    ? layout::Layout::Stacked
+                        : transpose ? layout::Layout::TransposedSegments
+                                    : layout::Layout::Segments;
   auto scaleType = RankedTensorType::get(
-      groupedBlockScaleShape(castType, static_cast<bool>(mSplits), groups,
-                             blockDim, transpose),
+      layout::castScaleShape(kind, castType.getShape().data(), groups,
+                             blockDim),
       builder.getF32Type());
   auto quantized = builder.create<GroupedBlockQuantizeOp>(
       loc, castType, scaleType, value, mSplits,

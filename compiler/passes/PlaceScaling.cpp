@@ -77,11 +77,12 @@ LogicalResult replaceByScaled(MatmulOp matmul, Fp8Value a, Fp8Value b) {
   OpBuilder builder(matmul);
   // TE's GEMM settings: fast accumulation for fprop, except under block
   // scaling, whose cuBLASLt kernels have none.
-  bool fprop = (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop) &&
-               !a.blockDim && !b.blockDim;
+  bool fastAccum =
+      (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop) &&
+      !a.blockDim && !b.blockDim;
   Value scaled = builder.create<ScaledMatmulOp>(
       matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv, b.scaleInv,
-      fprop ? builder.getUnitAttr() : nullptr);
+      fastAccum ? builder.getUnitAttr() : nullptr);
   matmul.replaceAllUsesWith(scaled);
   matmul.erase();
   return success();
@@ -124,12 +125,13 @@ LogicalResult replaceByGroupedScaled(GroupedMatmulOp matmul, Fp8Value a,
   OpBuilder builder(matmul);
   // As te.scaled_matmul: fast accumulation for fprop only, and never under
   // block scaling.
-  bool fprop = (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop) &&
-               !a.blockDim && !b.blockDim;
+  bool fastAccum =
+      (!matmul.getRole() || *matmul.getRole() == GemmRole::fprop) &&
+      !a.blockDim && !b.blockDim;
   Value scaled = builder.create<GroupedScaledMatmulOp>(
       matmul.getLoc(), matmul.getType(), a.data, b.data, a.scaleInv, b.scaleInv,
       matmul.getMSplits(), matmul.getBias(),
-      fprop ? builder.getUnitAttr() : nullptr);
+      fastAccum ? builder.getUnitAttr() : nullptr);
   matmul.replaceAllUsesWith(scaled);
   matmul.erase();
   return success();

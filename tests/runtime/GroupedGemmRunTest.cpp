@@ -1247,9 +1247,9 @@ TEST(GroupedGemmRunTest, CreateRefusesBadBlockScalings) {
   broken.bias = 0;
   EXPECT_TRUE(bool(GroupedGemm::create(broken, function)));
   function.values[0].type.element = ElementType::F16;
-  EXPECT_NE(refused(broken).find("the bias of a block-scaled grouped GEMM is "
-                                 "added as C (beta = 1) and must have out's "
-                                 "element type bf16, not f16"),
+  EXPECT_NE(refused(broken).find("'bias' is f16; a block-scaled grouped GEMM "
+                                 "adds its bias as C (beta = 1), which must "
+                                 "have out's element type bf16"),
             std::string::npos)
       << refused(broken);
   function.values[0].type.element = ElementType::BF16;

@@ -724,9 +724,9 @@ std::vector<ErrorCase> blockErrorCases() {
                   "which accumulates without it"}},
       {"BlockBiasOtherType",
        [](V p) { step(p, 0, 3)["bias"] = 14; },
-       {fp8Step + "'bias' refers to value 14 of type tensor<4x16xf16>; a "
-                  "block-scaled grouped GEMM adds its bias as C (beta = 1), "
-                  "which must have out's element type bf16"}},
+       {fp8Step + "'bias' is f16; a block-scaled grouped GEMM adds its "
+                  "bias as C (beta = 1), which must have out's element type "
+                  "bf16"}},
       {"BlockScalingUnknown",
        [](V p) { step(p, 0, 3)["a_scaling"] = "block_3d"; },
        {fp8Step + "'a_scaling' is \"block_3d\"; expected \"tensor\", "
