@@ -2622,12 +2622,10 @@ int main(int argc, char **argv) {
   for (const KvCacheCase &c : kvCacheCases())
     if (selected(c.name))
       checker.runKvCache(c);
-  for (const Case &c : biasCases())
-    if (selected(c.name))
-      checker.run(c);
-  for (const Case &c : alibiCases())
-    if (selected(c.name))
-      checker.run(c);
+  for (const std::vector<Case> &cases : {biasCases(), alibiCases()})
+    for (const Case &c : cases)
+      if (selected(c.name))
+        checker.run(c);
   for (const Case &c : dropoutCases())
     if (selected(c.name))
       checker.runDropout(c);

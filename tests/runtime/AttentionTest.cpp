@@ -135,6 +135,29 @@ void expectRejections(AttentionProblem (*make)(),
   }
 }
 
+/// A cuDNN version and compute capability that must or must not run a
+/// problem: validateFor's verdict, with the expected words (null: runs).
+struct VersionCase {
+  const AttentionProblem &problem;
+  int64_t version, capability;
+  const char *expected;
+};
+
+void expectVersionCases(llvm::ArrayRef<VersionCase> cases) {
+  for (const VersionCase &c : cases) {
+    llvm::Error error = c.problem.validateFor(c.version, c.capability);
+    if (!c.expected) {
+      EXPECT_FALSE(bool(error)) << c.version << " sm_" << c.capability << ": "
+                                << llvm::toString(std::move(error));
+      continue;
+    }
+    auto [code, message] = takeFailure(std::move(error));
+    EXPECT_EQ(code, ErrorCode::Unsupported);
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_NE(message.find(c.problem.key()), std::string::npos) << message;
+  }
+}
+
 TEST(AttentionProblemTest, ValidProblemPasses) {
   EXPECT_FALSE(bool(validProblem().validate()));
   AttentionProblem f16 = validProblem();
@@ -514,12 +537,7 @@ TEST(AttentionThdTest, NeedsARecentEnoughCudnnAndGpu) {
   mha.tokenStrides = {};
   AttentionProblem window = mha;
   window.windowLeft = 31;
-  struct Case {
-    const AttentionProblem &problem;
-    int64_t version, capability;
-    const char *expected; // null: supported
-  };
-  const Case cases[] = {
+  const VersionCase cases[] = {
       {mha, 90003, 90, "needs cuDNN 9.1.0 or newer (this is 9.0.3)"},
       {mha, 90100, 90, nullptr},
       {gqa, 90501, 90, "with kv_heads < heads needs cuDNN 9.6.0"},
@@ -530,18 +548,7 @@ TEST(AttentionThdTest, NeedsARecentEnoughCudnnAndGpu) {
       {gqa, 91801, 86, nullptr},
       {gqa, 91900, 100, nullptr},
   };
-  for (const Case &c : cases) {
-    llvm::Error error = c.problem.validateFor(c.version, c.capability);
-    if (!c.expected) {
-      EXPECT_FALSE(bool(error)) << c.version << " sm_" << c.capability << ": "
-                                << llvm::toString(std::move(error));
-      continue;
-    }
-    auto [code, message] = takeFailure(std::move(error));
-    EXPECT_EQ(code, ErrorCode::Unsupported);
-    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
-    EXPECT_NE(message.find(c.problem.key()), std::string::npos) << message;
-  }
+  expectVersionCases(cases);
   // The padded layouts have no such limits here.
   EXPECT_FALSE(bool(validProblem().validateFor(90000, 80)));
 }
@@ -1438,12 +1445,7 @@ TEST(AttentionBiasTest, NeedsAGpuAndCudnnThatHaveIt) {
   window.seqKv = 128;
   window.windowLeft = 31;
   AttentionProblem alibi = alibiProblem();
-  struct Case {
-    const AttentionProblem &problem;
-    int64_t version, capability;
-    const char *expected; // null: supported
-  };
-  const Case cases[] = {
+  const VersionCase cases[] = {
       {forward, 90000, 75,
        "a post-scale bias needs an Ampere or newer GPU (this is sm_75)"},
       {forward, 90000, 80, nullptr},
@@ -1460,18 +1462,7 @@ TEST(AttentionBiasTest, NeedsAGpuAndCudnnThatHaveIt) {
       {aligned, 90000, 80, nullptr},
       {bias, 91002, 80, nullptr},
   };
-  for (const Case &c : cases) {
-    llvm::Error error = c.problem.validateFor(c.version, c.capability);
-    if (!c.expected) {
-      EXPECT_FALSE(bool(error)) << c.version << " sm_" << c.capability << ": "
-                                << llvm::toString(std::move(error));
-      continue;
-    }
-    auto [code, message] = takeFailure(std::move(error));
-    EXPECT_EQ(code, ErrorCode::Unsupported);
-    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
-    EXPECT_NE(message.find(c.problem.key()), std::string::npos) << message;
-  }
+  expectVersionCases(cases);
   // s_kv 200 takes the backward's full-length padding pattern before 9.16.
   AttentionProblem ragged = aligned;
   ragged.seqKv = 200;
