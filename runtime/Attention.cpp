@@ -20,6 +20,7 @@
 #include "runtime/AttentionGraph.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Cudnn.h"
+#include "runtime/DeviceBuffer.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -67,7 +68,79 @@ llvm::StringRef tejit::runtime::attentionLayoutName(AttentionLayout layout) {
   return "?";
 }
 
+std::vector<float> tejit::runtime::vanillaAlibiSlopes(int64_t heads) {
+  std::vector<float> slopes;
+  if (heads <= 0)
+    return slopes;
+  // n: the largest power of two not above `heads`.
+  int64_t n = int64_t(1) << llvm::Log2_64(uint64_t(heads));
+  for (int64_t k = 0; k < heads; ++k) {
+    double exponent = k < n ? -8.0 * double(k + 1) / double(n)
+                            : -4.0 * double(2 * (k - n) + 1) / double(n);
+    slopes.push_back(static_cast<float>(std::exp2(exponent)));
+  }
+  return slopes;
+}
+
+std::string AttentionProblem::biasShapeName() const {
+  return std::string(biasBatch == 1 ? "1" : "b") +
+         (biasHeads == 1 ? "1" : "h") + "ss";
+}
+
 namespace {
+/// " bias=1hss grad", " alibi=heads" or "": the bias part of key().
+std::string biasKey(const AttentionProblem &p) {
+  switch (p.bias) {
+  case AttentionBias::None:
+    return "";
+  case AttentionBias::PostScale:
+    return " bias=" + p.biasShapeName() + (p.biasGrad ? " grad" : "");
+  case AttentionBias::Alibi:
+    switch (p.alibiSlopes) {
+    case AlibiSlopes::None:
+      return " alibi=vanilla";
+    case AlibiSlopes::Heads:
+      return " alibi=heads";
+    case AlibiSlopes::BatchHeads:
+      return " alibi=batch_heads";
+    }
+  }
+  return " bias=?";
+}
+
+/// The bias's and ALiBi's own checks (docs/attention-bias.md).
+Error validateBias(const AttentionProblem &p) {
+  auto unsupported = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::Unsupported, p.key() + ": " + why);
+  };
+  bool any = p.bias != AttentionBias::None;
+  if (p.biasGrad && p.bias != AttentionBias::PostScale)
+    return unsupported("a bias gradient needs a post-scale bias (ALiBi "
+                       "slopes take no gradient)");
+  if (p.alibiSlopes != AlibiSlopes::None && p.bias != AttentionBias::Alibi)
+    return unsupported("ALiBi slopes need the alibi bias type");
+  if (any && p.kvCache)
+    return unsupported("a bias or ALiBi is not supported with a kv cache");
+  if (any && p.thd())
+    return unsupported("a bias or ALiBi is not supported with the thd layout "
+                       "(packed sequences)");
+  if (p.bias != AttentionBias::PostScale)
+    return Error::success();
+  if ((p.biasBatch != 1 && p.biasBatch != p.batch) ||
+      (p.biasHeads != 1 && p.biasHeads != p.heads))
+    return unsupported(llvm::formatv(
+        "a bias of shape [{0}, {1}, s_q, s_kv] does not broadcast: its first "
+        "two dims must be 1 or the batch ({2}) and 1 or the heads ({3})",
+        p.biasBatch, p.biasHeads, p.batch, p.heads));
+  if (p.biasGrad && !p.backward)
+    return unsupported("a bias gradient comes from the backward");
+  if (p.biasGrad && (p.biasBatch != 1 || p.biasHeads != p.heads))
+    return unsupported("a bias gradient is supported for the bias shape 1hss "
+                       "([1, h, s_q, s_kv]) only, not " +
+                       p.biasShapeName() + " (cuDNN's limit)");
+  return Error::success();
+}
+
 /// The shortest decimal form that reads back as `value`.
 std::string exactDouble(double value) {
   for (int precision = 6; precision < 17; ++precision) {
@@ -157,6 +230,7 @@ std::string AttentionProblem::key() const {
           .str();
   if (windowLeft >= 0 || windowRight >= 0)
     text += llvm::formatv(" window={0},{1}", windowLeft, windowRight).str();
+  text += biasKey(*this);
   const TokenStrides &t = tokenStrides;
   for (auto [name, stride] :
        {std::pair{"q", t.q}, std::pair{"k", t.k}, std::pair{"v", t.v},
@@ -225,44 +299,102 @@ Error AttentionProblem::validate() const {
   if (bottomRight() && !kvCache)
     return unsupported("the mask type padding_causal_bottom_right is "
                        "supported with a kv cache only");
+  if (Error error = validateBias(*this))
+    return error;
   if (thd())
     return validateThd(*this);
   return Error::success();
 }
 
-Error AttentionProblem::validateFor(int64_t cudnnVersion,
-                                    int64_t computeCapability) const {
-  if (!thd())
-    return Error::success();
-  auto needs = [&](const char *version, const llvm::Twine &what) {
-    return makeError(
-        ErrorCode::Unsupported,
-        llvm::formatv("{0}: {1} needs cuDNN {2} or newer (this is {3}.{4}.{5})",
-                      key(), what.str(), version, cudnnVersion / 10000,
-                      cudnnVersion / 100 % 100, cudnnVersion % 100));
-  };
+namespace {
+/// "9.10.2" from cudnnGetVersion()'s 91002.
+std::string versionText(int64_t version) {
+  return llvm::formatv("{0}.{1}.{2}", version / 10000, version / 100 % 100,
+                       version % 100)
+      .str();
+}
+
+/// An Unsupported error: `what` needs cuDNN `needed` or newer.
+Error needsCudnn(const AttentionProblem &p, int64_t version, const char *needed,
+                 const llvm::Twine &what) {
+  return makeError(ErrorCode::Unsupported,
+                   llvm::formatv("{0}: {1} needs cuDNN {2} or newer (this is "
+                                 "{3})",
+                                 p.key(), what.str(), needed,
+                                 versionText(version)));
+}
+
+/// An Unsupported error: `what` needs `gpu` ("a Hopper or newer GPU").
+Error needsGpu(const AttentionProblem &p, int64_t capability,
+               const llvm::Twine &what, const char *gpu) {
+  return makeError(ErrorCode::Unsupported,
+                   llvm::formatv("{0}: {1} needs {2} (this is sm_{3})", p.key(),
+                                 what.str(), gpu, capability));
+}
+
+/// What the thd layout (and a kv cache) needs of cuDNN and the GPU.
+Error validateThdFor(const AttentionProblem &p, int64_t version,
+                     int64_t capability) {
   // Transformer Engine's fused-attention backend table: thd with a padding
   // mask from 9.1, with GQA/MQA or a sliding window from 9.6 (cudnn-frontend
   // also refuses ragged GQA backward graphs before 9.6).
-  if (cudnnVersion < 90100)
-    return needs("9.1.0", "the thd layout (ragged offsets)");
+  if (version < 90100)
+    return needsCudnn(p, version, "9.1.0", "the thd layout (ragged offsets)");
   // Transformer Engine's table: thd queries over bshd keys (mixed formats),
   // and padding_causal_bottom_right at any length, from 9.7.
-  if (kvCache && cudnnVersion < 90700)
-    return needs("9.7.0", "a kv cache (thd queries over bshd k/v caches)");
-  if (cudnnVersion < 90600 && kvHeads != heads)
-    return needs("9.6.0", "the thd layout with kv_heads < heads");
-  if (cudnnVersion < 90600 && (windowLeft >= 0 || windowRight >= 0))
-    return needs("9.6.0", "the thd layout with a sliding window");
+  if (p.kvCache && version < 90700)
+    return needsCudnn(p, version, "9.7.0",
+                      "a kv cache (thd queries over bshd k/v caches)");
+  if (version < 90600 && p.kvHeads != p.heads)
+    return needsCudnn(p, version, "9.6.0",
+                      "the thd layout with kv_heads < heads");
+  if (version < 90600 && (p.windowLeft >= 0 || p.windowRight >= 0))
+    return needsCudnn(p, version, "9.6.0",
+                      "the thd layout with a sliding window");
   // cudnn-frontend: ragged offsets run on Hopper and newer only, until 9.18.1
   // brought them to Ampere and Ada.
-  if (computeCapability < 90 && cudnnVersion < 91801)
-    return makeError(
-        ErrorCode::Unsupported,
-        llvm::formatv("{0}: the thd layout (ragged offsets) needs a Hopper or "
-                      "newer GPU before cuDNN 9.18.1 (this is sm_{1})",
-                      key(), computeCapability));
+  if (capability < 90 && version < 91801)
+    return needsGpu(p, capability, "the thd layout (ragged offsets)",
+                    "a Hopper or newer GPU before cuDNN 9.18.1");
   return Error::success();
+}
+
+/// What a post-scale bias, its gradient and ALiBi need of cuDNN and the GPU:
+/// Transformer Engine's fused-attention table and cudnn-frontend's sdpa
+/// support checks, conservatively.
+Error validateBiasFor(const AttentionProblem &p, int64_t version,
+                      int64_t capability) {
+  if (p.bias == AttentionBias::None)
+    return Error::success();
+  // TE: a post-scale bias on Ampere and newer from cuDNN 9.0, ALiBi on
+  // Hopper and newer only.
+  if (p.bias == AttentionBias::PostScale && capability < 80)
+    return needsGpu(p, capability, "a post-scale bias",
+                    "an Ampere or newer GPU");
+  if (p.bias == AttentionBias::Alibi && capability < 90)
+    return needsGpu(p, capability, "ALiBi", "a Hopper or newer GPU");
+  // cudnn-frontend: a left bound with a bias or ALiBi only from 9.10.2.
+  if (version < 91002 && (p.windowLeft >= 0 || p.windowRight >= 0))
+    return needsCudnn(p, version, "9.10.2",
+                      "a sliding window with a bias or ALiBi");
+  // cudnn-frontend: dbias with sequence lengths (the padding pattern) or
+  // lengths off 64 only from 9.5. The backward graph takes the padding
+  // pattern also for s_kv % 128 != 0 before 9.16 (AttentionGraph.cpp).
+  if (p.biasGrad && version < 90500 &&
+      (p.padding() || p.seqQ % 64 != 0 || p.seqKv % 128 != 0))
+    return needsCudnn(p, version, "9.5.0",
+                      "a bias gradient with a padding mask, s_q not a "
+                      "multiple of 64 or s_kv not a multiple of 128");
+  return Error::success();
+}
+} // namespace
+
+Error AttentionProblem::validateFor(int64_t cudnnVersion,
+                                    int64_t computeCapability) const {
+  if (thd())
+    if (Error error = validateThdFor(*this, cudnnVersion, computeCapability))
+      return error;
+  return validateBiasFor(*this, cudnnVersion, computeCapability);
 }
 
 //===----------------------------------------------------------------------===//
@@ -315,6 +447,9 @@ struct AttentionRunner::Impl {
   size_t cudnnWorkspaceBytes = 0;
   AttentionEngineConfig config;
   const char *heuristicMode = "";
+  /// ALiBi without the caller's slopes: TE's vanilla slopes, f32 [h],
+  /// uploaded once when the runner is built.
+  DeviceBuffer vanillaSlopes;
 };
 
 namespace {
@@ -435,6 +570,28 @@ Error makePlan(AttentionRunner::Impl &impl,
   return Error::success();
 }
 
+/// The vanilla ALiBi slopes of `p` in a buffer of the runner's own, copied
+/// from the host once (at creation, so that runs stay capturable).
+Expected<DeviceBuffer> uploadVanillaSlopes(const AttentionProblem &p) {
+  std::vector<float> slopes = vanillaAlibiSlopes(p.heads);
+  size_t bytes = slopes.size() * sizeof(float);
+  auto buffer = DeviceBuffer::allocate(bytes, "vanilla ALiBi slopes");
+  if (!buffer)
+    return buffer.takeError();
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
+  if (Error error =
+          driver->check(driver->cuMemcpyHtoDAsync(buffer->get(), slopes.data(),
+                                                  bytes, nullptr),
+                        "uploading the vanilla ALiBi slopes"))
+    return std::move(error);
+  if (Error error = driver->check(driver->cuStreamSynchronize(nullptr),
+                                  "uploading the vanilla ALiBi slopes"))
+    return std::move(error);
+  return buffer;
+}
+
 /// Builds a problem's runner from scratch: graph, then the plan of `config`,
 /// or of the heuristics' first configuration that plans when it is null.
 Expected<std::unique_ptr<AttentionRunner::Impl>>
@@ -451,6 +608,13 @@ buildRunner(const Cudnn &lib, Handle *handle, const AttentionProblem &problem,
   impl->graph = std::move(*graph);
   if (Error error = config ? makePlan(*impl, *config) : makePlan(*impl))
     return std::move(error);
+  if (problem.bias == AttentionBias::Alibi &&
+      problem.alibiSlopes == AlibiSlopes::None) {
+    auto slopes = uploadVanillaSlopes(problem);
+    if (!slopes)
+      return annotate(slopes.takeError(), problem.key());
+    impl->vanillaSlopes = std::move(*slopes);
+  }
   return std::move(impl);
 }
 } // namespace
@@ -544,7 +708,7 @@ Expected<Setup> setUp(const AttentionProblem &problem) {
                                    "its fused attention; use 9.10.2 or newer",
                                    problem.key(), lib->versionString(),
                                    lib->path));
-  if (problem.thd()) {
+  if (problem.thd() || problem.bias != AttentionBias::None) {
     Expected<int64_t> capability = computeCapability(*driver);
     if (!capability)
       return capability.takeError();
@@ -721,11 +885,51 @@ std::pair<CUdeviceptr, const char *> pointerFor(attention::Slot slot,
     return {p.raggedGradK, "raggedGradK"};
   case Slot::RaggedGradV:
     return {p.raggedGradV, "raggedGradV"};
+  case Slot::Bias:
+    return {p.bias, "bias"};
+  case Slot::GradBias:
+    return {p.gradBias, "gradBias"};
+  case Slot::AlibiSlopes:
+    return {p.alibiSlopes, "alibiSlopes"};
   case Slot::Workspace:
   case Slot::Host:
     break;
   }
   return {0, "?"};
+}
+} // namespace
+
+namespace {
+/// Whether a mask or window hides some scores of `p`.
+bool masksScores(const AttentionProblem &p) {
+  return p.mask != AttentionMask::None || p.windowLeft >= 0 ||
+         p.windowRight >= 0;
+}
+
+/// The memsets before cuDNN runs: the graph's workspace fills, and dbias
+/// where scores are masked (cuDNN's flash kernels may skip tiles that are
+/// masked whole; dbias is 0 there).
+Error clearBeforeRun(const AttentionProblem &p, const attention::Graph &graph,
+                     const AttentionPointers &pointers, CUdeviceptr workspace,
+                     CUstream stream) {
+  bool clearGradBias = p.biasGrad && masksScores(p);
+  if (graph.fills.empty() && !clearGradBias)
+    return Error::success();
+  auto driver = CudaDriver::get();
+  if (!driver)
+    return driver.takeError();
+  for (const attention::WorkspaceFill &fill : graph.fills)
+    if (Error error = driver->check(
+            driver->cuMemsetD32Async(workspace + fill.offset, fill.value,
+                                     fill.count, stream),
+            "cuMemsetD32Async (attention workspace)"))
+      return error;
+  if (!clearGradBias)
+    return Error::success();
+  size_t bytes = size_t(p.heads * p.seqQ * p.seqKv) * 2; // bf16/f16
+  return driver->check(
+      driver->cuMemsetD8Async(pointers.gradBias, 0, bytes, stream),
+      "zeroing dbias before the attention backward");
 }
 } // namespace
 
@@ -753,7 +957,9 @@ Error AttentionRunner::run(const AttentionPointers &pointers,
     if (binding.slot == Slot::Workspace) {
       address = reinterpret_cast<void *>(workspace + binding.index);
     } else if (binding.slot == Slot::Host) {
-      address = const_cast<float *>(&graph.hostScalars[binding.index]);
+      address = const_cast<uint32_t *>(&graph.hostScalars[binding.index]);
+    } else if (binding.slot == Slot::AlibiSlopes && impl->vanillaSlopes.get()) {
+      address = reinterpret_cast<void *>(impl->vanillaSlopes.get());
     } else {
       auto [pointer, name] = pointerFor(binding.slot, pointers);
       if (!pointer)
@@ -764,17 +970,9 @@ Error AttentionRunner::run(const AttentionPointers &pointers,
     data.push_back(address);
   }
 
-  if (!graph.fills.empty()) {
-    auto driver = CudaDriver::get();
-    if (!driver)
-      return driver.takeError();
-    for (const attention::WorkspaceFill &fill : graph.fills)
-      if (Error error = driver->check(
-              driver->cuMemsetD32Async(workspace + fill.offset, fill.value,
-                                       fill.count, stream),
-              "cuMemsetD32Async (attention workspace)"))
-        return error;
-  }
+  if (Error error =
+          clearBeforeRun(impl->problem, graph, pointers, workspace, stream))
+    return error;
 
   void *cudnnWorkspace =
       impl->cudnnWorkspaceBytes

@@ -22,6 +22,14 @@
 // its cache. Forward only; the prep kernel appends the step's new k and v
 // tokens to the caches before cuDNN reads them (enqueueThdPrep).
 //
+// Bias (docs/attention-bias.md, Transformer Engine's core_attention_bias_type):
+// a post-scale bias [1 or b, 1 or h, s_q, s_kv] (bf16/f16, q's type, packed)
+// is added to the scaled scores before the masks; its gradient, dbias [1, h,
+// s_q, s_kv] in the same type, is the gradient of the post-scale scores
+// summed over the batch. ALiBi adds -slope[h] * |column - row - off| (off =
+// s_kv - s_q, 0 for the causal and padding_causal masks), the slopes f32 [h]
+// or [b, h], or TE's vanilla ones, which the runner keeps on the device.
+//
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_ATTENTION_H
 #define TEJIT_RUNTIME_ATTENTION_H
@@ -51,11 +59,24 @@ enum class AttentionMask {
 };
 enum class AttentionLayout { Sbhd, Bshd, Thd };
 
+/// What is added to the scaled scores: nothing, the caller's post-scale
+/// bias tensor, or ALiBi's linear position penalty.
+enum class AttentionBias { None, PostScale, Alibi };
+/// ALiBi's slopes: TE's vanilla ones (None: no slopes operand; the runner
+/// uploads vanillaAlibiSlopes(heads) once), or the caller's f32 [h] or
+/// [b, h].
+enum class AlibiSlopes { None, Heads, BatchHeads };
+
 /// "none", "causal", "padding", "padding_causal",
 /// "padding_causal_bottom_right".
 llvm::StringRef attentionMaskName(AttentionMask mask);
 /// "sbhd", "bshd", "thd".
 llvm::StringRef attentionLayoutName(AttentionLayout layout);
+
+/// Transformer Engine's vanilla ALiBi slopes of `heads` heads: with n =
+/// 2^floor(log2(heads)), 2^(-8 (k + 1) / n) for k < n, then 2^(-4 (2 (k - n)
+/// + 1) / n); computed in float64, rounded to f32.
+std::vector<float> vanillaAlibiSlopes(int64_t heads);
 
 struct AttentionProblem {
   int64_t batch = 0, heads = 0, kvHeads = 0, seqQ = 0, seqKv = 0, headDim = 0;
@@ -85,6 +106,13 @@ struct AttentionProblem {
   /// thd queries over bshd k/v caches of s_kv rows (see the file comment);
   /// tokenStrides.k and .v are then the new tokens' strides.
   bool kvCache = false;
+  /// The post-scale bias or ALiBi (see the file comment). biasBatch and
+  /// biasHeads are the bias's first two dims, each 1 or batch / heads;
+  /// biasGrad (backward, the [1, h, s_q, s_kv] bias only) writes dbias.
+  AttentionBias bias = AttentionBias::None;
+  int64_t biasBatch = 1, biasHeads = 1;
+  bool biasGrad = false;
+  AlibiSlopes alibiSlopes = AlibiSlopes::None;
 
   bool padding() const {
     return mask == AttentionMask::Padding ||
@@ -100,6 +128,15 @@ struct AttentionProblem {
     return mask == AttentionMask::PaddingCausalBottomRight;
   }
   bool thd() const { return layout == AttentionLayout::Thd; }
+  /// ALiBi's `off`: s_kv - s_q (bottom-right alignment), 0 for the causal
+  /// and padding_causal masks (top-left), as in Transformer Engine.
+  int64_t alibiOffset() const {
+    return mask == AttentionMask::Causal || mask == AttentionMask::PaddingCausal
+               ? 0
+               : seqKv - seqQ;
+  }
+  /// "1hss", "b1ss", "bhss" or "11ss" (TE's names): the bias's shape.
+  std::string biasShapeName() const;
 
   /// Success, or an ErrorCode::Unsupported error naming the problem and
   /// what is out of range (element type, head dim, heads, dropout, ...).
@@ -108,14 +145,17 @@ struct AttentionProblem {
   /// and the device (compute capability, 90 for sm_90) can run of a valid
   /// problem: an ErrorCode::Unsupported error naming the version needed
   /// (thd: 9.1, 9.6 with kv_heads < heads or a window; Hopper or newer
-  /// before 9.18.1; a kv cache: 9.7).
+  /// before 9.18.1; a kv cache: 9.7; a bias: Ampere or newer, 9.10.2 with a
+  /// sliding window, 9.5 for dbias with padding or lengths off the tiles;
+  /// ALiBi: Hopper or newer).
   llvm::Error validateFor(int64_t cudnnVersion,
                           int64_t computeCapability) const;
   /// Everything that decides the cuDNN graph, readable and exact (doubles
   /// printed to round-trip): "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2
   /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1", then
-  /// " window=L,R" when a window is set; "attention bf16 thd kv_cache ..."
-  /// for a kv cache.
+  /// " window=L,R" when a window is set, " bias=1hss" (" grad" with dbias)
+  /// or " alibi=vanilla" (heads, batch_heads) with a bias; "attention bf16
+  /// thd kv_cache ..." for a kv cache.
   std::string key() const;
 };
 
@@ -132,6 +172,10 @@ struct AttentionPointers {
   /// token stride (enqueueThdPrep in AttentionLauncher.h writes them).
   CUdeviceptr raggedQ = 0, raggedK = 0, raggedV = 0, raggedO = 0;
   CUdeviceptr raggedGradQ = 0, raggedGradK = 0, raggedGradV = 0;
+  /// A post-scale bias: the bias (q's type, [biasBatch, biasHeads, s_q,
+  /// s_kv], packed) and, with biasGrad, dbias [1, h, s_q, s_kv]; ALiBi with
+  /// the caller's slopes: f32 [h] or [b, h] (unused with vanilla slopes).
+  CUdeviceptr bias = 0, gradBias = 0, alibiSlopes = 0;
 };
 
 /// One way for cuDNN to run a problem: an engine of the problem's operation
@@ -192,8 +236,10 @@ public:
   /// No synchronization and no allocation, so it can be captured into a
   /// CUDA graph. Pointers must be non-null where the problem uses them
   /// (ErrorCode::InvalidArgument otherwise); `workspace` must hold
-  /// workspaceBytes(), 256-byte aligned. Runs of one runner on several
-  /// threads take turns (one cuDNN handle per context).
+  /// workspaceBytes(), 256-byte aligned. With dbias under a mask (or
+  /// window), dbias is zeroed first: its masked positions are 0 whether or
+  /// not cuDNN writes them. Runs of one runner on several threads take
+  /// turns (one cuDNN handle per context).
   llvm::Error run(const AttentionPointers &pointers, CUdeviceptr workspace,
                   CUstream stream) const;
 

@@ -39,6 +39,17 @@
 //   dQacc = matmul(dS, reshape(K^T))   (f32, a workspace tensor)
 //   dQ = identity(dQacc)
 //
+// Bias (docs/attention-bias.md), where cudnn-frontend puts it: right after
+// `S = S * scale` (forward and backward), S = S + bias, the bias a
+// non-virtual [1|b, 1|h, s_q, s_kv] io tensor that cuDNN broadcasts; ALiBi
+// as S = S + d * slope (slopes f32 [1|b, h, 1, 1]) with d from the GEN_INDEX
+// row and column indices in int32: column - row under the top-left causal
+// masks (cudnn-frontend's alibi graph; visible scores have d <= 0), else
+// -|column - row - (s_kv - s_q)|. With dbias the backward reduces dS before
+// its `* scale` (the gradient of the post-scale scores) over the batch into
+// dbias [1, h, s_q, s_kv] (io), and, as cudnn-frontend does with dbias,
+// writes dQ = matmul(dS, K) directly, without the dQ accumulator.
+//
 // thd (packed sequences) is the padded bshd graph with a padding mask whose
 // Q, K, V, O, dO, dQ, dK and dV descriptors (and the reshaped K of the dQ
 // matmul) carry CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC: an int32 [b + 1, 1,
@@ -66,6 +77,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/AttentionGraph.h"
 
+#include "llvm/ADT/bit.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -153,14 +165,12 @@ public:
 
   /// An f32 by-value scalar [1, 1, 1, 1].
   Tensor scalar(float value, const char *what) {
-    Tensor tensor = make({1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT,
-                         /*isVirtual=*/false, /*byValue=*/true, what);
-    if (tensor.desc) {
-      graph.bindings.push_back(
-          {tensor.uid, Slot::Host, graph.hostScalars.size()});
-      graph.hostScalars.push_back(value);
-    }
-    return tensor;
+    return byValue(CUDNN_DATA_FLOAT, llvm::bit_cast<uint32_t>(value), what);
+  }
+
+  /// An int32 by-value scalar [1, 1, 1, 1].
+  Tensor scalarInt32(int32_t value, const char *what) {
+    return byValue(CUDNN_DATA_INT32, llvm::bit_cast<uint32_t>(value), what);
   }
 
   Tensor virtualTensor(Dims dims, Dims strides, cudnnDataType_t type,
@@ -373,6 +383,18 @@ private:
     return llvm::formatv("building the cuDNN {0} graph for {1}",
                          lib.versionString(), problem.key())
         .str();
+  }
+
+  /// A by-value scalar of `type` whose 4 bytes are `bits`.
+  Tensor byValue(cudnnDataType_t type, uint32_t bits, const char *what) {
+    Tensor tensor = make({1, 1, 1, 1}, {1, 1, 1, 1}, type,
+                         /*isVirtual=*/false, /*byValue=*/true, what);
+    if (tensor.desc) {
+      graph.bindings.push_back(
+          {tensor.uid, Slot::Host, graph.hostScalars.size()});
+      graph.hostScalars.push_back(bits);
+    }
+    return tensor;
   }
 
   Tensor make(Dims dims, Dims strides, cudnnDataType_t type, bool isVirtual,
@@ -647,6 +669,51 @@ struct Common {
     return result;
   }
 
+  /// The post-scale bias or ALiBi added to the scaled scores where
+  /// cudnn-frontend adds them: after the scale, before the masks.
+  Tensor addBias(Builder &g, const Tensor &s) const {
+    if (p.bias == AttentionBias::Alibi)
+      return alibi(g, s);
+    if (p.bias != AttentionBias::PostScale)
+      return s;
+    // Packed strides, as Transformer Engine describes its bias: cuDNN
+    // broadcasts the dims of size 1.
+    Dims dims = {p.biasBatch, p.biasHeads, p.seqQ, p.seqKv};
+    Tensor bias = g.bound(Slot::Bias, dims, rowMajorStrides(dims), io, "bias");
+    return g.binary(CUDNN_POINTWISE_ADD, s, bias, "scores + bias");
+  }
+
+  /// ALiBi from the score indices: s + d * slope with d = column - row
+  /// under a top-left causal mask, where every visible score has d <= 0
+  /// (cudnn-frontend's alibi graph: int32 indices, one MUL by the f32
+  /// slopes, one ADD), else d = -|column - row - off|, still int32.
+  Tensor alibi(Builder &g, const Tensor &s) const {
+    auto [row, col] = indices(g, s, "alibi row index", "alibi column index",
+                              CUDNN_DATA_INT32, CUDNN_DATA_INT32);
+    Tensor distance = g.binary(CUDNN_POINTWISE_SUB, col, row, "column - row",
+                               CUDNN_DATA_INT32, CUDNN_DATA_INT32);
+    bool topLeftCausal = p.mask == AttentionMask::Causal ||
+                         p.mask == AttentionMask::PaddingCausal;
+    if (!topLeftCausal) {
+      if (int64_t offset = p.alibiOffset())
+        distance = g.binary(
+            CUDNN_POINTWISE_SUB, distance,
+            g.scalarInt32(static_cast<int32_t>(offset), "alibi offset"),
+            "column - row - offset", CUDNN_DATA_INT32, CUDNN_DATA_INT32);
+      distance = g.unary(CUDNN_POINTWISE_ABS, distance, "|distance|",
+                         CUDNN_DATA_INT32, CUDNN_DATA_INT32);
+      distance = g.unary(CUDNN_POINTWISE_NEG, distance, "-|distance|",
+                         CUDNN_DATA_INT32, CUDNN_DATA_INT32);
+    }
+    Dims dims = {p.alibiSlopes == AlibiSlopes::BatchHeads ? p.batch : 1,
+                 p.heads, 1, 1};
+    Tensor slopes = g.bound(Slot::AlibiSlopes, dims, rowMajorStrides(dims),
+                            CUDNN_DATA_FLOAT, "alibi slopes");
+    Tensor penalty =
+        g.binary(CUDNN_POINTWISE_MUL, distance, slopes, "distance * slope");
+    return g.binary(CUDNN_POINTWISE_ADD, s, penalty, "scores + alibi");
+  }
+
   Tensor dropoutMask(Builder &g) const {
     return g.rng(*seed, *offset, 1.0 - p.dropout, scores, "dropout mask");
   }
@@ -677,6 +744,7 @@ void buildForward(Builder &g, const AttentionProblem &p) {
   s = g.binary(CUDNN_POINTWISE_MUL, s,
                g.scalar(static_cast<float>(p.softmaxScale), "softmax scale"),
                "scale scores");
+  s = c.addBias(g, s);
   if (p.padding())
     s = c.padding(g, s);
   s = c.band(g, s);
@@ -783,6 +851,7 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "q k^T");
   Tensor scale = g.scalar(static_cast<float>(p.softmaxScale), "softmax scale");
   s = g.binary(CUDNN_POINTWISE_MUL, s, scale, "scale scores");
+  s = c.addBias(g, s);
   s = g.binary(CUDNN_POINTWISE_SUB, s, stats, "scores - stats");
   if (padding) {
     s = c.padding(g, s);
@@ -840,6 +909,14 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   if (dropoutScale)
     gradS =
         g.binary(CUDNN_POINTWISE_MUL, gradS, *dropoutScale, "dS dropout scale");
+  // dS so far is the gradient of the post-scale scores, the bias's.
+  if (p.biasGrad) {
+    Dims dims = {1, h, sq, skv};
+    Tensor gradBias =
+        g.bound(Slot::GradBias, dims, rowMajorStrides(dims), c.io, "dbias");
+    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, gradS, gradBias,
+                 "dbias = dS summed over the batch");
+  }
   gradS = g.binary(CUDNN_POINTWISE_MUL, gradS, scale, "dS softmax scale");
 
   // dK = dS^T Q.
@@ -850,6 +927,12 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   // dQ = dS K, accumulated in f32 in the workspace, then converted.
   Tensor k = g.reshape(kT, c.kv, c.kvStridesOf(t.k), CUDNN_DATA_FLOAT, "k",
                        c.ragged(g, Slot::RaggedK));
+  // With dbias, cudnn-frontend takes the engines' dP-workspace form: dQ
+  // straight from the matmul, no accumulator of the graph's own.
+  if (p.biasGrad) {
+    g.matmul(gradS, k, gradQ, c.seqQ(), nullptr, c.seqKv(), "dS k");
+    return;
+  }
   Dims qDims = {b, h, sq, d};
   Tensor accum = g.workspace(qDims, rowMajorStrides(qDims), CUDNN_DATA_FLOAT,
                              b * h * sq * d * sizeof(float), "dQ accumulator");

@@ -44,6 +44,11 @@ enum class Slot {
   RaggedGradQ,
   RaggedGradK,
   RaggedGradV,
+  // A post-scale bias, its gradient (dbias) and ALiBi's slopes (the
+  // caller's, or the runner's vanilla ones).
+  Bias,
+  GradBias,
+  AlibiSlopes,
   Workspace,
   Host,
 };
@@ -68,8 +73,9 @@ struct Graph {
   std::vector<BackendDescriptor> descriptors;
   BackendDescriptor operationGraph;
   std::vector<Binding> bindings;
-  /// By-value scalars (all f32); their addresses go into the variant pack.
-  std::vector<float> hostScalars;
+  /// By-value scalars, 4 bytes each (the bits of an f32 or an int32, as
+  /// the tensor's data type says); their addresses go into the variant pack.
+  std::vector<uint32_t> hostScalars;
   /// Bytes at the start of the workspace used by the graph's own buffers
   /// (a multiple of 256); cuDNN's workspace follows.
   size_t workspaceBytes = 0;

@@ -57,6 +57,13 @@ struct StepAttributes {
                    "', not an enum attribute");
     return text->slice(open + 1, close).trim();
   }
+  /// bias_type's case ("#te.attn_bias_type<alibi>" -> "alibi"); "no_bias"
+  /// when absent.
+  llvm::Expected<StringRef> biasType() const {
+    if (!raw("bias_type"))
+      return StringRef("no_bias");
+    return enumCase("bias_type");
+  }
   /// "2.500000e-01 : f64" -> 0.25; `fallback` when absent.
   llvm::Expected<double> number(StringRef name, double fallback) const {
     std::optional<StringRef> text = raw(name);
@@ -197,6 +204,130 @@ Error readThdProblem(const StepAttributes &attributes,
           " is expected (value, output, gradients as q [t, h, d] or k "
           "[t_kv, kv_heads, d]; stats [b, h, max_seqlen_q])");
   return Error::success();
+}
+
+/// The value ids of a step's bias, ALiBi slopes and dbias, when it has them.
+struct BiasValues {
+  std::optional<int64_t> bias, slopes, gradBias;
+};
+
+/// bias_type as a problem's AttentionBias.
+llvm::Expected<AttentionBias> biasOf(StringRef name,
+                                     const StepAttributes &attributes) {
+  if (name == "no_bias")
+    return AttentionBias::None;
+  if (name == "post_scale_bias")
+    return AttentionBias::PostScale;
+  if (name == "alibi")
+    return AttentionBias::Alibi;
+  if (name == "pre_scale_bias")
+    return attributes.error("bias_type pre_scale_bias is not supported: pass "
+                            "bias * softmax_scale as a post_scale_bias");
+  return attributes.error("bias_type '" + name +
+                          "' is not supported (no_bias, post_scale_bias and "
+                          "alibi are)");
+}
+
+/// The bias operand [1|b, 1|h, s_q, s_kv] of q's type and, with bias_grad,
+/// dbias [1, h, s_q, s_kv] of the same type.
+Error readPostScaleBias(const StepAttributes &attributes,
+                        const FunctionPlan &function, const BiasValues &ids,
+                        bool grad, AttentionProblem &problem) {
+  const AttentionProblem &p = problem;
+  const TensorType &type = function.values[*ids.bias].type;
+  const std::vector<int64_t> &shape = type.shape;
+  if (type.element != p.element || shape[2] != p.seqQ || shape[3] != p.seqKv ||
+      (shape[0] != 1 && shape[0] != p.batch) ||
+      (shape[1] != 1 && shape[1] != p.heads))
+    return attributes.error(llvm::formatv(
+        "the bias (value {0}) is {1} of {2}; expected [1 or b, 1 or h, s_q, "
+        "s_kv] = [1 or {3}, 1 or {4}, {5}, {6}] of {7} (q's type)",
+        *ids.bias, shapeText(shape), elementTypeName(type.element), p.batch,
+        p.heads, p.seqQ, p.seqKv, elementTypeName(p.element)));
+  problem.biasBatch = shape[0];
+  problem.biasHeads = shape[1];
+  if (grad && (shape[0] != 1 || shape[1] != p.heads))
+    return attributes.error("bias_grad takes the bias shape 1hss ([1, h, s_q, "
+                            "s_kv]) only, not " +
+                            p.biasShapeName() + " " + shapeText(shape));
+  if (!ids.gradBias)
+    return Error::success();
+  const TensorType &gradType = function.values[*ids.gradBias].type;
+  std::vector<int64_t> expected{1, p.heads, p.seqQ, p.seqKv};
+  if (gradType.shape != expected || gradType.element != type.element)
+    return attributes.error(llvm::formatv(
+        "dbias (value {0}) is {1} of {2}; expected {3} of {4} (the bias's "
+        "type)",
+        *ids.gradBias, shapeText(gradType.shape),
+        elementTypeName(gradType.element), shapeText(expected),
+        elementTypeName(type.element)));
+  return Error::success();
+}
+
+/// ALiBi's slopes operand, when there is one: f32 [h] or [b, h].
+Error readAlibiSlopes(const StepAttributes &attributes,
+                      const FunctionPlan &function, const BiasValues &ids,
+                      AttentionProblem &problem) {
+  if (!ids.slopes)
+    return Error::success();
+  const TensorType &type = function.values[*ids.slopes].type;
+  if (type.element == ElementType::F32 &&
+      type.shape == std::vector<int64_t>{problem.heads}) {
+    problem.alibiSlopes = AlibiSlopes::Heads;
+    return Error::success();
+  }
+  if (type.element == ElementType::F32 &&
+      type.shape == std::vector<int64_t>{problem.batch, problem.heads}) {
+    problem.alibiSlopes = AlibiSlopes::BatchHeads;
+    return Error::success();
+  }
+  return attributes.error(llvm::formatv(
+      "the ALiBi slopes (value {0}) are {1} of {2}; expected f32 [h] = [{3}] "
+      "or [b, h] = [{4}, {3}]",
+      *ids.slopes, shapeText(type.shape), elementTypeName(type.element),
+      problem.heads, problem.batch));
+}
+
+/// bias_type and bias_grad, and the operands and result they need
+/// (docs/attention-bias.md), into `problem` (shapes already read).
+Error readBias(const StepAttributes &attributes, const FunctionPlan &function,
+               const BiasValues &ids, AttentionProblem &problem) {
+  auto name = attributes.biasType();
+  if (!name)
+    return name.takeError();
+  auto bias = biasOf(*name, attributes);
+  if (!bias)
+    return bias.takeError();
+  bool grad = attributes.raw("bias_grad").has_value();
+  if (ids.bias && *bias != AttentionBias::PostScale)
+    return attributes.error("a bias operand needs bias_type post_scale_bias, "
+                            "not '" +
+                            *name + "'");
+  if (*bias == AttentionBias::PostScale && !ids.bias)
+    return attributes.error("bias_type post_scale_bias without a bias "
+                            "operand");
+  if (ids.slopes && *bias != AttentionBias::Alibi)
+    return attributes.error("an ALiBi slopes operand needs bias_type alibi, "
+                            "not '" +
+                            *name + "'");
+  if (grad && *bias != AttentionBias::PostScale)
+    return attributes.error("bias_grad needs bias_type post_scale_bias, not '" +
+                            *name + "'");
+  if (problem.backward && grad != ids.gradBias.has_value())
+    return attributes.error(
+        grad ? "attention_bwd with bias_grad has 4 results (dq, dk, dv, "
+               "dbias), got 3"
+             : "attention_bwd has 3 results (dq, dk, dv) without bias_grad, "
+               "got 4");
+  if (*bias != AttentionBias::None && problem.thd())
+    return attributes.error("qkv_format thd takes no bias or ALiBi (bias_type "
+                            "'" +
+                            *name + "')");
+  problem.bias = *bias;
+  problem.biasGrad = problem.backward && grad;
+  if (*bias == AttentionBias::PostScale)
+    return readPostScaleBias(attributes, function, ids, grad, problem);
+  return readAlibiSlopes(attributes, function, ids, problem);
 }
 
 /// The host mirror of runtime/kernels/AttentionPrep.cu's TejitAttentionPrep,
@@ -396,22 +527,30 @@ AttentionLauncher::parse(const AttentionStep &step,
   }
   StepAttributes attributes{step, function};
   AttentionLauncher launcher;
-  // Optional operands (masks, rng, cu_seqlens) follow the fixed ones; their
-  // element types tell them apart (the plan drops operandSegmentSizes).
-  constexpr size_t maxOptional = 5;
+  // Optional operands (masks, rng, cu_seqlens, bias, ALiBi slopes) follow
+  // the fixed ones; their element types and ranks tell them apart (the plan
+  // drops operandSegmentSizes).
+  constexpr size_t maxOptional = 7;
   size_t fixed = step.backward ? 6 : 3;
-  size_t results = step.backward ? 3 : 2;
+  // attention_bwd: dq, dk, dv, and dbias with bias_grad (readBias checks).
+  size_t results = step.backward ? 3 : 2, maxResults = step.backward ? 4 : 2;
   if (step.operands.size() < fixed ||
       step.operands.size() > fixed + maxOptional ||
-      step.results.size() != results)
+      step.results.size() < results || step.results.size() > maxResults)
     return attributes.error(llvm::formatv(
         "expected {0} to {1} operands and {2} results, got {3} and {4}", fixed,
-        fixed + maxOptional, results, step.operands.size(),
-        step.results.size()));
+        fixed + maxOptional,
+        results == maxResults
+            ? std::to_string(results)
+            : llvm::formatv("{0} or {1}", results, maxResults).str(),
+        step.operands.size(), step.results.size()));
   // Masks come in operand order: the padding mask, then the query mask; so
   // do cu_seqlens: the queries', then the keys'.
   for (int64_t id : llvm::ArrayRef(step.operands).drop_front(fixed)) {
-    ElementType element = function.values[id].type.element;
+    const TensorType &type = function.values[id].type;
+    ElementType element = type.element;
+    bool floating = element == ElementType::BF16 ||
+                    element == ElementType::F16 || element == ElementType::F32;
     if (element == ElementType::I1 && !launcher.mask)
       launcher.mask = id;
     else if (element == ElementType::I1 && !launcher.queryMask)
@@ -422,10 +561,18 @@ AttentionLauncher::parse(const AttentionStep &step,
       launcher.cuSeqlensQ = id;
     else if (element == ElementType::I32 && !launcher.cuSeqlensKv)
       launcher.cuSeqlensKv = id;
+    else if (floating && type.shape.size() == 4 && !launcher.bias)
+      launcher.bias = id;
+    else if (element == ElementType::F32 && type.shape.size() <= 2 &&
+             !launcher.alibiSlopes)
+      launcher.alibiSlopes = id;
     else
       return attributes.error("an optional operand is neither an i1 mask, an "
-                              "i64 RNG state nor i32 cu_seqlens");
+                              "i64 RNG state, i32 cu_seqlens, a 4-D bias nor "
+                              "f32 ALiBi slopes");
   }
+  if (step.results.size() == 4)
+    launcher.gradBias = step.results[3];
   const auto &ops = step.operands;
   if (step.backward) {
     launcher.gradOut = ops[0];
@@ -586,6 +733,9 @@ AttentionLauncher::parse(const AttentionStep &step,
   }
   if (problem.causal())
     problem.windowRight = -1;
+  BiasValues biasIds{launcher.bias, launcher.alibiSlopes, launcher.gradBias};
+  if (Error error = readBias(attributes, function, biasIds, problem))
+    return std::move(error);
   if (problem.dropout > 0 && !launcher.rng)
     return attributes.error("attention dropout without an RNG state operand");
   if (problem.dropout == 0)
@@ -699,6 +849,13 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
     return attributes.error("kv_cache_attention takes attn_mask_type padding "
                             "or padding_causal_bottom_right, not '" +
                             *maskName + "'");
+  auto biasType = attributes.biasType();
+  if (!biasType)
+    return biasType.takeError();
+  if (*biasType != "no_bias" || attributes.raw("bias_grad"))
+    return attributes.error("kv_cache_attention takes no bias or ALiBi "
+                            "(bias_type '" +
+                            *biasType + "')");
   auto scale = attributes.number("softmax_scale", 0);
   if (!scale)
     return scale.takeError();
@@ -809,6 +966,9 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
     pointers.gradK = addresses[gradK];
     pointers.gradV = addresses[gradV];
   }
+  pointers.bias = bias ? addresses[*bias] : 0;
+  pointers.alibiSlopes = alibiSlopes ? addresses[*alibiSlopes] : 0;
+  pointers.gradBias = gradBias ? addresses[*gradBias] : 0;
   if (problemDesc.thd())
     return runThd(addresses, pointers, scratch, stream, driver);
 

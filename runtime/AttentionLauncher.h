@@ -1,7 +1,8 @@
 //===- AttentionLauncher.h - a plan's attention step on cuDNN ---*- C++ -*-===//
 //
 // Turns one te.attention / te.attention_bwd / te.kv_cache_attention plan
-// step into a cuDNN flash attention call: reads the step's shapes and
+// step into a cuDNN flash attention call (with a post-scale bias or ALiBi,
+// docs/attention-bias.md): reads the step's shapes and
 // printed attributes once, at executor creation (where cuDNN's plan is
 // built, or its refusal reported), and on each run launches the small prep
 // kernel (padding mask -> sequence lengths, thd cu_seqlens -> lengths and
@@ -136,6 +137,9 @@ private:
   int64_t gradOut = 0, gradQ = 0, gradK = 0, gradV = 0;
   std::optional<int64_t> mask, queryMask, rng, cuSeqlensQ, cuSeqlensKv;
   std::optional<int64_t> kCache, vCache;
+  /// A post-scale bias, ALiBi's slopes (an operand each) and dbias (the
+  /// backward's fourth result).
+  std::optional<int64_t> bias, alibiSlopes, gradBias;
   uint64_t offsetDelta = 0;
   /// Cross-attention (s_q != s_kv, or pad_keys_only) with a key padding
   /// mask and no query mask: every query is valid, so cuDNN gets s_q as

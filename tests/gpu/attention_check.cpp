@@ -52,6 +52,17 @@
 //   * one real size, batch 2, 32 heads, s = 2048, d 128, causal, bf16 (also
 //     with a 512-key sliding window): the reference covers a few (batch,
 //     head) slices; forward and backward are timed with CUDA events.
+//   * attention bias (`--filter bias`, docs/attention-bias.md): the shapes
+//     1hss (with dbias, compared at every position, also those no key sees:
+//     0), b1ss, bhss and 11ss under every mask in bf16 and f16; GQA/MQA,
+//     bshd, d 128; cross-attention both ways; s 192; sliding windows; a
+//     fused QKV buffer; dropout (the keep mask read with a bias of zeros);
+//     and b 2, h 16, s 2048, d 128 causal with dbias (timed);
+//   * ALiBi (`--filter alibi`): vanilla slopes (the contract's formula,
+//     written again here; 8 and 12 heads) and the caller's [h] and [b, h]
+//     under every mask with s_q = s_kv, s_q < s_kv and s_q > s_kv (the
+//     bottom-right offset), f16/GQA/bshd/d 128, windows, dropout (slopes of
+//     0 while the keep mask is read), and the real size with vanilla slopes.
 //
 // Relative L2 error must stay within 1e-2 (bf16) or 5e-3 (f16). One line per
 // problem (PASS/FAIL/UNSUPPORTED), a summary, exit status 1 on any failure,
@@ -77,6 +88,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <string>
@@ -220,6 +232,11 @@ struct Gpu {
 // Host tensors
 //===----------------------------------------------------------------------===//
 
+/// bf16 or f16 bits as a double.
+double decodeElement(ElementType element, uint16_t raw) {
+  return element == ElementType::BF16 ? fromBf16(raw) : fromHalf(raw);
+}
+
 /// A [b, h, s, d] tensor in the problem's layout: the device bits and the
 /// same rounded values as doubles, both in device order.
 struct HostTensor {
@@ -248,9 +265,7 @@ struct HostTensor {
     bits[i] = element == ElementType::BF16 ? toBf16(value) : toHalf(value);
     values[i] = decode(bits[i]);
   }
-  double decode(uint16_t raw) const {
-    return element == ElementType::BF16 ? fromBf16(raw) : fromHalf(raw);
-  }
+  double decode(uint16_t raw) const { return decodeElement(element, raw); }
   void randomize(std::mt19937_64 &rng) {
     std::normal_distribution<float> normal(0.f, 1.f);
     for (size_t i = 0; i < bits.size(); ++i)
@@ -263,13 +278,41 @@ struct HostTensor {
   }
 };
 
+/// What a problem with a bias adds to its scores (docs/attention-bias.md):
+/// a post-scale bias [biasBatch, biasHeads, s_q, s_kv] (the device bits and
+/// their values), or ALiBi's slopes: the caller's as uploaded (f32 [h] or
+/// [b, h]; empty for vanilla slopes) and every (batch, head)'s as doubles.
+struct ScoreBias {
+  std::vector<uint16_t> bits;
+  std::vector<double> values;
+  std::vector<float> deviceSlopes;
+  std::vector<double> slopes; // [b * h]
+};
+
+/// TE's vanilla ALiBi slopes as the contract spells them (float64, stored
+/// as f32), written here again so that the check does not take the
+/// runtime's word for them.
+std::vector<double> contractVanillaSlopes(int64_t heads) {
+  int64_t n = 1;
+  while (n * 2 <= heads)
+    n *= 2;
+  std::vector<double> slopes;
+  for (int64_t k = 0; k < heads; ++k) {
+    double exponent = k < n ? -8.0 * double(k + 1) / double(n)
+                            : -4.0 * double(2 * (k - n) + 1) / double(n);
+    slopes.push_back(double(float(std::pow(2.0, exponent))));
+  }
+  return slopes;
+}
+
 //===----------------------------------------------------------------------===//
 // The float64 reference
 //===----------------------------------------------------------------------===//
 
-/// Reference outputs in canonical [b, h, s, d] order (stats [b, h, s]).
+/// Reference outputs in canonical [b, h, s, d] order (stats [b, h, s];
+/// dbias [h, s_q, s_kv] with a bias gradient).
 struct Reference {
-  std::vector<double> o, stats, dq, dk, dv;
+  std::vector<double> o, stats, dq, dk, dv, dbias;
 };
 
 struct Inputs {
@@ -278,7 +321,28 @@ struct Inputs {
   std::vector<int32_t> lenQ, lenKv; // per batch entry
   /// keep[((b * h + head) * s_q + i) * s_kv + j], empty without dropout.
   const std::vector<uint8_t> *keep = nullptr;
+  /// The bias or ALiBi slopes, when the problem has one.
+  const ScoreBias *scoreBias = nullptr;
 };
+
+/// What the contract adds to the scaled score of (b, h, i, j): the bias, or
+/// ALiBi's -slope * |j - i - off| with off = s_kv - s_q, but 0 under the
+/// causal and padding_causal masks (TE's top-left alignment).
+double scoreBias(const Inputs &in, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const AttentionProblem &p = in.p;
+  if (p.bias == AttentionBias::PostScale) {
+    int64_t bb = p.biasBatch == 1 ? 0 : b, bh = p.biasHeads == 1 ? 0 : h;
+    return in.scoreBias
+        ->values[size_t(((bb * p.biasHeads + bh) * p.seqQ + i) * p.seqKv + j)];
+  }
+  if (p.bias != AttentionBias::Alibi)
+    return 0;
+  bool topLeft =
+      p.mask == AttentionMask::Causal || p.mask == AttentionMask::PaddingCausal;
+  int64_t off = topLeft ? 0 : p.seqKv - p.seqQ;
+  double slope = in.scoreBias->slopes[size_t(b * p.heads + h)];
+  return -slope * double(std::abs(j - i - off));
+}
 
 /// The keys query i sees, [first, last), with `keys` unpadded keys: the
 /// causal mask (top-left), a right bound without it, and a left bound.
@@ -308,6 +372,9 @@ void reference(const Inputs &in, Reference &ref,
   ref.dq.assign(ref.o.size(), 0);
   ref.dk.assign(size_t(p.batch * Hk * skv * D), 0);
   ref.dv.assign(ref.dk.size(), 0);
+  // dbias sums over the batch: rows of one head from several threads.
+  ref.dbias.assign(p.biasGrad ? size_t(H * sq * skv) : 0, 0);
+  std::vector<std::mutex> headLocks(size_t(p.biasGrad ? H : 0));
   if (groups.empty())
     for (int64_t b = 0; b < p.batch; ++b)
       for (int64_t g = 0; g < Hk; ++g)
@@ -327,7 +394,7 @@ void reference(const Inputs &in, Reference &ref,
           double dot = 0;
           for (int64_t d = 0; d < D; ++d)
             dot += in.q.at(b, h, i, d) * in.k.at(b, g, j, d);
-          prob[j] = dot * p.softmaxScale;
+          prob[j] = dot * p.softmaxScale + scoreBias(in, b, h, i, j);
           max = std::max(max, prob[j]);
         }
         double sum = 0;
@@ -357,6 +424,13 @@ void reference(const Inputs &in, Reference &ref,
             dot += in.gradO.at(b, h, i, d) * in.v.at(b, g, j, d);
           // dS = P (dP - D), dP = dO.v through the dropout mask.
           gradP[j] = prob[j] * (dot * keep[j] * keepScale - rowDot);
+        }
+        // dbias: dS of the post-scale scores (before `* scale`).
+        if (p.biasGrad) {
+          std::lock_guard<std::mutex> lock(headLocks[size_t(h)]);
+          double *row = &ref.dbias[size_t((h * sq + i) * skv)];
+          for (int64_t j = first; j < last; ++j)
+            row[j] += gradP[j];
         }
         for (int64_t j = first; j < last; ++j) {
           double ds = gradP[j] * p.softmaxScale;
@@ -405,11 +479,34 @@ struct Outcome {
   }
 };
 
-/// Device outputs of one forward + backward.
+/// Device outputs of one forward + backward (dbias [h, s_q, s_kv] with a
+/// bias gradient).
 struct DeviceResults {
   HostTensor o, dq, dk, dv;
   std::vector<float> stats;
+  std::vector<double> dbias;
 };
+
+/// dbias [h, s_q, s_kv], every position (those no batch entry sees are 0),
+/// of the heads whose every batch entry the reference covers.
+template <typename Covered>
+Error2 compareGradBias(const Inputs &in, const Reference &ref,
+                       const DeviceResults &got, Covered covered) {
+  const AttentionProblem &p = in.p;
+  int64_t perGroup = p.heads / p.kvHeads;
+  Error2 error;
+  for (int64_t h = 0; h < p.heads; ++h) {
+    bool all = true;
+    for (int64_t b = 0; b < p.batch; ++b)
+      all = all && covered(b, h / perGroup);
+    if (!all)
+      continue;
+    size_t first = size_t(h * p.seqQ * p.seqKv);
+    for (size_t at = first; at < first + size_t(p.seqQ * p.seqKv); ++at)
+      error.add(got.dbias[at], ref.dbias[at]);
+  }
+  return error;
+}
 
 Outcome compare(const Inputs &in, const Reference &ref,
                 const DeviceResults &got,
@@ -465,6 +562,8 @@ Outcome compare(const Inputs &in, const Reference &ref,
     outcome.errors.push_back({"dk", dk});
     outcome.errors.push_back({"dv", dv});
   }
+  if (backward && p.biasGrad)
+    outcome.errors.push_back({"dbias", compareGradBias(in, ref, got, covered)});
   if (!(paddedMax == 0))
     outcome.problems += "dk/dv of padded key positions are not 0 (max |x| = " +
                         std::to_string(paddedMax) + ", NaN: not written)";
@@ -566,7 +665,9 @@ public:
         v(p, p.kvHeads, p.seqKv), gradO(p, p.heads, p.seqQ);
     for (HostTensor *t : {&q, &k, &v, &gradO})
       t->randomize(rng);
+    ScoreBias bias = scoreBiasOf(p);
     Inputs in{p, q, k, v, gradO, lengths(p, p.seqQ), lengths(p, p.seqKv)};
+    in.scoreBias = &bias;
     if (!p.padding()) {
       in.lenQ.assign(size_t(p.batch), int32_t(p.seqQ));
       in.lenKv.assign(size_t(p.batch), int32_t(p.seqKv));
@@ -592,30 +693,18 @@ public:
     finish(c, compare(in, ref, got, c.groups, true), timing);
   }
 
-  /// The dropout checks for keep probability 1 - p.
-  void runDropout(ElementType element, double dropout) {
-    AttentionProblem p;
-    p.batch = 2;
-    p.heads = 8;
-    p.kvHeads = 8;
-    p.headDim = 128;
-    p.seqQ = 128;
-    p.seqKv = p.headDim; // v = identity needs s_kv = d
-    p.element = element;
-    p.layout = AttentionLayout::Sbhd;
-    p.mask = AttentionMask::None;
-    p.softmaxScale = 1 / std::sqrt(double(p.headDim));
-    p.dropout = dropout;
-    char buffer[64];
-    std::snprintf(buffer, sizeof(buffer), "dropout p=%g %s d128 s128", dropout,
-                  elementTypeName(element).str().c_str());
-    Case c{buffer, p, true, {}, false};
+  /// The dropout checks of `c` (dropoutCase's, perhaps with a bias or
+  /// ALiBi of the caller's slopes) for keep probability 1 - p.
+  void runDropout(const Case &c) {
+    const AttentionProblem &p = c.problem;
+    double dropout = p.dropout;
     Runners runners;
     if (!getRunners(c, runners))
       return;
     uint64_t seedValue = rng(), offsetValue = rng() % 1000000 * 16;
 
-    // 1. The keep mask: q = k = 0, v = identity.
+    // 1. The keep mask: q = k = 0, v = identity (a bias of zeros, ALiBi
+    // slopes of 0).
     HostTensor zeros(p, p.heads, p.seqQ), zerosK(p, p.kvHeads, p.seqKv),
         identity(p, p.kvHeads, p.seqKv), gradO(p, p.heads, p.seqQ);
     for (size_t i = 0; i < zeros.bits.size(); ++i)
@@ -635,6 +724,8 @@ public:
                   gradO,
                   std::vector<int32_t>(size_t(p.batch), int32_t(p.seqQ)),
                   std::vector<int32_t>(size_t(p.batch), int32_t(p.seqKv))};
+    ScoreBias noBias = scoreBiasOf(p, /*zero=*/true);
+    maskIn.scoreBias = &noBias;
     DeviceResults maskOut = results(p);
     std::string failure;
     if (!execute(c, runners, maskIn, maskOut, failure, nullptr, seedValue,
@@ -679,7 +770,8 @@ public:
         v(p, p.kvHeads, p.seqKv);
     for (HostTensor *t : {&q, &k, &v})
       t->randomize(rng);
-    Inputs in{p, q, k, v, gradO, maskIn.lenQ, maskIn.lenKv, &keep};
+    ScoreBias bias = scoreBiasOf(p);
+    Inputs in{p, q, k, v, gradO, maskIn.lenQ, maskIn.lenKv, &keep, &bias};
     DeviceResults got = results(p);
     if (!execute(c, runners, in, got, failure, nullptr, seedValue, offsetValue,
                  /*backward=*/true)) {
@@ -983,7 +1075,45 @@ private:
             HostTensor(p, p.heads, p.seqQ),
             HostTensor(p, p.kvHeads, p.seqKv),
             HostTensor(p, p.kvHeads, p.seqKv),
+            {},
             {}};
+  }
+
+  /// Random inputs for `p`'s bias (normal, rounded to the element type) or
+  /// ALiBi slopes (the caller's: uniform in [0.02, 0.5]; vanilla: the
+  /// contract's); with `zero`, a bias of zeros and slopes of 0 instead.
+  ScoreBias scoreBiasOf(const AttentionProblem &p, bool zero = false) {
+    ScoreBias bias;
+    if (p.bias == AttentionBias::PostScale) {
+      size_t count = size_t(p.biasBatch * p.biasHeads * p.seqQ * p.seqKv);
+      std::normal_distribution<float> normal(0.f, 1.f);
+      for (size_t i = 0; i < count; ++i) {
+        float value = zero ? 0.f : normal(rng);
+        uint16_t raw =
+            p.element == ElementType::BF16 ? toBf16(value) : toHalf(value);
+        bias.bits.push_back(raw);
+        bias.values.push_back(decodeElement(p.element, raw));
+      }
+    } else if (p.bias == AttentionBias::Alibi) {
+      std::vector<double> vanilla = contractVanillaSlopes(p.heads);
+      std::uniform_real_distribution<float> uniform(0.02f, 0.5f);
+      size_t count =
+          size_t(p.alibiSlopes == AlibiSlopes::BatchHeads ? p.batch * p.heads
+                                                          : p.heads);
+      if (p.alibiSlopes != AlibiSlopes::None)
+        for (size_t i = 0; i < count; ++i)
+          bias.deviceSlopes.push_back(zero ? 0.f : uniform(rng));
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t h = 0; h < p.heads; ++h)
+          bias.slopes.push_back(
+              p.alibiSlopes == AlibiSlopes::None
+                  ? vanilla[size_t(h)]
+                  : double(bias.deviceSlopes[size_t(
+                        (p.alibiSlopes == AlibiSlopes::BatchHeads ? b : 0) *
+                            p.heads +
+                        h)]));
+    }
+    return bias;
   }
 
   std::vector<int32_t> lengths(const AttentionProblem &p, int64_t seq) {
@@ -994,11 +1124,13 @@ private:
     return result;
   }
 
-  /// False (reported) when cuDNN refuses the problem.
+  /// False (reported) when cuDNN refuses the problem. A case's biasGrad is
+  /// its backward's: the forward has no dbias to write.
   bool getRunners(const Case &c, Runners &runners) {
-    AttentionProblem backward = c.problem;
+    AttentionProblem forward = c.problem, backward = c.problem;
+    forward.biasGrad = false;
     backward.backward = true;
-    for (auto [problem, slot] : {std::make_pair(c.problem, &runners.forward),
+    for (auto [problem, slot] : {std::make_pair(forward, &runners.forward),
                                  std::make_pair(backward, &runners.backward)}) {
       auto runner = AttentionRunner::get(problem);
       if (runner) {
@@ -1067,6 +1199,27 @@ private:
     pointers.seqLenKv = lenKv.get();
     pointers.seed = seed.get();
     pointers.offset = offset.get();
+
+    // The bias, ALiBi's slopes and dbias (NaN first, as the outputs above).
+    DeviceBuffer bias, slopes, gradBias;
+    const ScoreBias *score = in.scoreBias;
+    if (score && !score->bits.empty()) {
+      bias = gpu.allocate(score->bits.size() * 2, "bias");
+      gpu.upload(bias, score->bits.data(), score->bits.size() * 2);
+      pointers.bias = bias.get();
+    }
+    if (score && !score->deviceSlopes.empty()) {
+      slopes = gpu.allocate(score->deviceSlopes.size() * 4, "alibi slopes");
+      gpu.upload(slopes, score->deviceSlopes.data(),
+                 score->deviceSlopes.size() * 4);
+      pointers.alibiSlopes = slopes.get();
+    }
+    size_t gradBiasCount = size_t(p.heads * p.seqQ * p.seqKv);
+    if (p.biasGrad) {
+      gradBias = gpu.allocate(gradBiasCount * 2, "dbias");
+      gpu.fill(gradBias, 0xff);
+      pointers.gradBias = gradBias.get();
+    }
 
     // Packed: q, k and v as column ranges of one [tokens, (h + 2 kv_h) d]
     // buffer, as a fused QKV projection writes them, and the gradients into
@@ -1138,6 +1291,13 @@ private:
         gpu.download(host->bits.data(), *device, host->bytes());
         host->decodeAll();
       }
+    }
+    if (backward && p.biasGrad) {
+      std::vector<uint16_t> bits(gradBiasCount);
+      gpu.download(bits.data(), gradBias, gradBiasCount * 2);
+      got.dbias.clear();
+      for (uint16_t raw : bits)
+        got.dbias.push_back(decodeElement(p.element, raw));
     }
     return true;
   }
@@ -1877,6 +2037,199 @@ std::vector<Case> smallCases() {
   return cases;
 }
 
+/// The dropout checks' problem: s_kv = d (the keep mask is read with v =
+/// identity), no mask.
+Case dropoutCase(ElementType element, double dropout) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.heads = 8;
+  p.kvHeads = 8;
+  p.headDim = 128;
+  p.seqQ = 128;
+  p.seqKv = p.headDim; // v = identity needs s_kv = d
+  p.element = element;
+  p.layout = AttentionLayout::Sbhd;
+  p.mask = AttentionMask::None;
+  p.softmaxScale = 1 / std::sqrt(double(p.headDim));
+  p.dropout = dropout;
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "dropout p=%g %s d128 s128", dropout,
+                elementTypeName(element).str().c_str());
+  return {buffer, p, true, {}, false};
+}
+
+//===----------------------------------------------------------------------===//
+// Bias and ALiBi (docs/attention-bias.md): `--filter bias`, `--filter alibi`
+//===----------------------------------------------------------------------===//
+
+/// A post-scale bias of TE's shape `shape` ("1hss", "b1ss", "bhss" or
+/// "11ss") on `p`, with its gradient when the shape takes one (1hss).
+void setBias(AttentionProblem &p, const std::string &shape) {
+  p.bias = AttentionBias::PostScale;
+  p.biasBatch = shape[0] == 'b' ? p.batch : 1;
+  p.biasHeads = shape[1] == 'h' ? p.heads : 1;
+  p.biasGrad = p.biasBatch == 1 && p.biasHeads == p.heads;
+}
+
+void setAlibi(AttentionProblem &p, AlibiSlopes slopes) {
+  p.bias = AttentionBias::Alibi;
+  p.alibiSlopes = slopes;
+}
+
+/// "bias 1hss grad" or "alibi vanilla": how case names start.
+std::string biasName(const AttentionProblem &p) {
+  if (p.bias == AttentionBias::PostScale)
+    return "bias " + p.biasShapeName() + (p.biasGrad ? " grad" : "");
+  const char *slopes[] = {"vanilla", "heads", "batch_heads"};
+  return std::string("alibi ") + slopes[int(p.alibiSlopes)];
+}
+
+/// "bias 1hss grad bf16 d64 causal gqa sbhd s_q128 s_kv256 h8".
+std::string biasCaseName(const AttentionProblem &p, const char *grouping,
+                         const std::string &extra = "") {
+  char name[160];
+  std::snprintf(name, sizeof(name),
+                "%s bf16 d%lld %s %s %s s_q%lld s_kv%lld "
+                "h%lld%s",
+                biasName(p).c_str(), (long long)p.headDim,
+                attentionMaskName(p.mask).str().c_str(), grouping,
+                attentionLayoutName(p.layout).str().c_str(), (long long)p.seqQ,
+                (long long)p.seqKv, (long long)p.heads, extra.c_str());
+  std::string text = name;
+  if (p.element == ElementType::F16)
+    text.replace(text.find(" bf16 "), 6, " f16 ");
+  return text;
+}
+
+const AttentionMask allMasks[] = {AttentionMask::None, AttentionMask::Causal,
+                                  AttentionMask::Padding,
+                                  AttentionMask::PaddingCausal};
+
+std::vector<Case> biasCases() {
+  std::vector<Case> cases;
+  auto add = [&](AttentionProblem p, const char *grouping,
+                 const std::string &extra = "") {
+    cases.push_back({biasCaseName(p, grouping, extra), p, true, {}, false});
+  };
+  // Every shape and mask, both types: d 64, MHA, sbhd (dbias for 1hss).
+  for (const char *shape : {"1hss", "b1ss", "bhss", "11ss"})
+    for (AttentionMask mask : allMasks)
+      for (ElementType element : {ElementType::BF16, ElementType::F16}) {
+        AttentionProblem p =
+            smallProblem(8, 128, 128, 64, element, AttentionLayout::Sbhd, mask);
+        setBias(p, shape);
+        add(p, "mha");
+      }
+  // GQA and MQA, bshd, d 128.
+  for (const char *shape : {"1hss", "bhss"})
+    for (AttentionMask mask : {AttentionMask::None, AttentionMask::Causal})
+      for (const Grouping &grouping : {groupings[1], groupings[2]}) {
+        AttentionProblem p =
+            smallProblem(grouping.kvHeads, 128, 128, 128, ElementType::BF16,
+                         AttentionLayout::Bshd, mask);
+        setBias(p, shape);
+        add(p, grouping.name);
+      }
+  // Cross-attention (padding masks pad the keys), with dbias.
+  for (auto [seqQ, seqKv] : {std::pair<int64_t, int64_t>{128, 256}, {256, 64}})
+    for (AttentionMask mask : allMasks) {
+      AttentionProblem p = smallProblem(2, seqQ, seqKv, 128, ElementType::BF16,
+                                        AttentionLayout::Bshd, mask);
+      setBias(p, "1hss");
+      add(p, "gqa");
+    }
+  // s_kv off 128 (the backward's full-length padding pattern before 9.16),
+  // f16 with dbias.
+  for (AttentionMask mask : {AttentionMask::None, AttentionMask::Causal}) {
+    AttentionProblem p = smallProblem(8, 192, 192, 128, ElementType::F16,
+                                      AttentionLayout::Sbhd, mask);
+    setBias(p, "1hss");
+    add(p, "mha");
+  }
+  // Sliding windows, and q, k, v read from a fused QKV projection.
+  AttentionProblem window =
+      smallProblem(2, 256, 256, 128, ElementType::BF16, AttentionLayout::Sbhd,
+                   AttentionMask::Causal);
+  window.windowLeft = 32;
+  setBias(window, "1hss");
+  add(window, "gqa", " window(32,-1)");
+  window.mask = AttentionMask::Padding;
+  window.windowLeft = 40;
+  setBias(window, "11ss");
+  add(window, "gqa", " window(40,-1)");
+  AttentionProblem packed =
+      smallProblem(2, 128, 128, 64, ElementType::BF16, AttentionLayout::Sbhd,
+                   AttentionMask::Causal);
+  int64_t width = (packed.heads + 2 * packed.kvHeads) * packed.headDim;
+  packed.tokenStrides = {width, width, width, width, width, width};
+  setBias(packed, "1hss");
+  add(packed, "gqa", " packed qkv");
+  return cases;
+}
+
+std::vector<Case> alibiCases() {
+  std::vector<Case> cases;
+  auto add = [&](AttentionProblem p, const char *grouping,
+                 const std::string &extra = "") {
+    cases.push_back({biasCaseName(p, grouping, extra), p, true, {}, false});
+  };
+  // Every kind of slopes and mask, with s_q != s_kv both ways (the offset).
+  for (AlibiSlopes slopes :
+       {AlibiSlopes::None, AlibiSlopes::Heads, AlibiSlopes::BatchHeads})
+    for (AttentionMask mask : allMasks)
+      for (auto [seqQ, seqKv] :
+           {std::pair<int64_t, int64_t>{128, 128}, {128, 256}, {256, 128}}) {
+        AttentionProblem p = smallProblem(8, seqQ, seqKv, 64, ElementType::BF16,
+                                          AttentionLayout::Sbhd, mask);
+        setAlibi(p, slopes);
+        add(p, "mha");
+      }
+  // f16, d 128, GQA, bshd; 12 heads (vanilla slopes past the power of two).
+  for (AttentionMask mask : {AttentionMask::None, AttentionMask::Causal}) {
+    AttentionProblem p = smallProblem(2, 256, 256, 128, ElementType::F16,
+                                      AttentionLayout::Bshd, mask);
+    setAlibi(p, AlibiSlopes::None);
+    add(p, "gqa");
+    AttentionProblem twelve = smallProblem(4, 128, 128, 64, ElementType::BF16,
+                                           AttentionLayout::Sbhd, mask);
+    twelve.heads = 12;
+    setAlibi(twelve, AlibiSlopes::None);
+    add(twelve, "gqa");
+  }
+  // Sliding windows.
+  for (AttentionMask mask : {AttentionMask::Causal, AttentionMask::None}) {
+    AttentionProblem p = smallProblem(8, 256, 256, 128, ElementType::BF16,
+                                      AttentionLayout::Sbhd, mask);
+    p.windowLeft = 32;
+    setAlibi(p, mask == AttentionMask::Causal ? AlibiSlopes::None
+                                              : AlibiSlopes::Heads);
+    add(p, "mha", " window(32,-1)");
+  }
+  return cases;
+}
+
+/// The dropout checks: no bias, then a bias with dbias and ALiBi with the
+/// caller's slopes (zeroed while the keep mask is read).
+std::vector<Case> dropoutCases() {
+  std::vector<Case> cases;
+  for (ElementType element : {ElementType::BF16, ElementType::F16})
+    for (double dropout : {0.1, 0.5})
+      cases.push_back(dropoutCase(element, dropout));
+  for (ElementType element : {ElementType::BF16, ElementType::F16}) {
+    Case bias = dropoutCase(element, 0.1);
+    setBias(bias.problem, "1hss");
+    bias.name = biasName(bias.problem) + " " + bias.name;
+    cases.push_back(bias);
+    Case alibi = dropoutCase(element, 0.1);
+    setAlibi(alibi.problem, element == ElementType::BF16
+                                ? AlibiSlopes::Heads
+                                : AlibiSlopes::BatchHeads);
+    alibi.name = biasName(alibi.problem) + " " + alibi.name;
+    cases.push_back(alibi);
+  }
+  return cases;
+}
+
 Case realCase() {
   AttentionProblem p;
   p.batch = 2;
@@ -1902,6 +2255,27 @@ Case realWindowCase() {
   c.problem.windowLeft = 511;
   c.name = "real bf16 d128 causal window(511,-1) mha sbhd b2 h32 s2048";
   return c;
+}
+
+/// Real sizes with a bias (b 2, h 16, s 2048, d 128, causal, bf16): a 1hss
+/// bias with dbias, whose reference covers both batch entries of heads 0, 7
+/// and 15, and vanilla ALiBi; timed.
+std::vector<Case> realBiasCases() {
+  AttentionProblem p = realCase().problem;
+  p.heads = p.kvHeads = 16;
+  AttentionProblem bias = p, alibi = p;
+  setBias(bias, "1hss");
+  setAlibi(alibi, AlibiSlopes::None);
+  return {{biasName(bias) + " real bf16 d128 causal mha sbhd b2 h16 s2048",
+           bias,
+           true,
+           {{0, 0}, {1, 0}, {0, 7}, {1, 7}, {0, 15}, {1, 15}},
+           true},
+          {biasName(alibi) + " real bf16 d128 causal mha sbhd b2 h16 s2048",
+           alibi,
+           true,
+           {{0, 3}, {1, 12}},
+           true}};
 }
 
 /// The longest of `lengths` rounded up to 64 (as callers bucket
@@ -2248,14 +2622,13 @@ int main(int argc, char **argv) {
   for (const KvCacheCase &c : kvCacheCases())
     if (selected(c.name))
       checker.runKvCache(c);
-  for (ElementType element : {ElementType::BF16, ElementType::F16})
-    for (double dropout : {0.1, 0.5}) {
-      char name[64];
-      std::snprintf(name, sizeof(name), "dropout p=%g %s", dropout,
-                    elementTypeName(element).str().c_str());
-      if (selected(name))
-        checker.runDropout(element, dropout);
-    }
+  for (const std::vector<Case> &cases : {biasCases(), alibiCases()})
+    for (const Case &c : cases)
+      if (selected(c.name))
+        checker.run(c);
+  for (const Case &c : dropoutCases())
+    if (selected(c.name))
+      checker.runDropout(c);
   if (real) {
     // The real size once more with q, k and v read in place (timed too).
     Case packed = realCase();
@@ -2267,6 +2640,9 @@ int main(int argc, char **argv) {
     Case window = realWindowCase();
     if (selected(window.name))
       checker.run(window);
+    for (const Case &c : realBiasCases())
+      if (selected(c.name))
+        checker.run(c);
     Case c = realCase();
     if (selected(c.name)) {
       auto start = std::chrono::steady_clock::now();

@@ -135,6 +135,29 @@ void expectRejections(AttentionProblem (*make)(),
   }
 }
 
+/// A cuDNN version and compute capability that must or must not run a
+/// problem: validateFor's verdict, with the expected words (null: runs).
+struct VersionCase {
+  const AttentionProblem &problem;
+  int64_t version, capability;
+  const char *expected;
+};
+
+void expectVersionCases(llvm::ArrayRef<VersionCase> cases) {
+  for (const VersionCase &c : cases) {
+    llvm::Error error = c.problem.validateFor(c.version, c.capability);
+    if (!c.expected) {
+      EXPECT_FALSE(bool(error)) << c.version << " sm_" << c.capability << ": "
+                                << llvm::toString(std::move(error));
+      continue;
+    }
+    auto [code, message] = takeFailure(std::move(error));
+    EXPECT_EQ(code, ErrorCode::Unsupported);
+    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    EXPECT_NE(message.find(c.problem.key()), std::string::npos) << message;
+  }
+}
+
 TEST(AttentionProblemTest, ValidProblemPasses) {
   EXPECT_FALSE(bool(validProblem().validate()));
   AttentionProblem f16 = validProblem();
@@ -514,12 +537,7 @@ TEST(AttentionThdTest, NeedsARecentEnoughCudnnAndGpu) {
   mha.tokenStrides = {};
   AttentionProblem window = mha;
   window.windowLeft = 31;
-  struct Case {
-    const AttentionProblem &problem;
-    int64_t version, capability;
-    const char *expected; // null: supported
-  };
-  const Case cases[] = {
+  const VersionCase cases[] = {
       {mha, 90003, 90, "needs cuDNN 9.1.0 or newer (this is 9.0.3)"},
       {mha, 90100, 90, nullptr},
       {gqa, 90501, 90, "with kv_heads < heads needs cuDNN 9.6.0"},
@@ -530,18 +548,7 @@ TEST(AttentionThdTest, NeedsARecentEnoughCudnnAndGpu) {
       {gqa, 91801, 86, nullptr},
       {gqa, 91900, 100, nullptr},
   };
-  for (const Case &c : cases) {
-    llvm::Error error = c.problem.validateFor(c.version, c.capability);
-    if (!c.expected) {
-      EXPECT_FALSE(bool(error)) << c.version << " sm_" << c.capability << ": "
-                                << llvm::toString(std::move(error));
-      continue;
-    }
-    auto [code, message] = takeFailure(std::move(error));
-    EXPECT_EQ(code, ErrorCode::Unsupported);
-    EXPECT_NE(message.find(c.expected), std::string::npos) << message;
-    EXPECT_NE(message.find(c.problem.key()), std::string::npos) << message;
-  }
+  expectVersionCases(cases);
   // The padded layouts have no such limits here.
   EXPECT_FALSE(bool(validProblem().validateFor(90000, 80)));
 }
@@ -1278,6 +1285,534 @@ TEST(AttentionLauncherTest, ReadsAPaddedStepAsBefore) {
             "attention f16 bshd b=2 h=8 kv_heads=2 s_q=128 s_kv=256 d=64 "
             "mask=padding scale=0.125 dropout=0");
   EXPECT_EQ(launcher->cuSeqlensQValue(), std::nullopt);
+}
+
+//===----------------------------------------------------------------------===//
+// Bias and ALiBi (docs/attention-bias.md)
+//===----------------------------------------------------------------------===//
+
+/// validProblem() (backward, causal, s_q 128, s_kv 256, 8 heads, batch 2)
+/// with a [1, h, s_q, s_kv] bias and its gradient.
+AttentionProblem biasProblem() {
+  AttentionProblem problem = validProblem();
+  problem.bias = AttentionBias::PostScale;
+  problem.biasBatch = 1;
+  problem.biasHeads = 8;
+  problem.biasGrad = true;
+  return problem;
+}
+
+/// validProblem() with ALiBi, the caller's slopes [b, h].
+AttentionProblem alibiProblem() {
+  AttentionProblem problem = validProblem();
+  problem.bias = AttentionBias::Alibi;
+  problem.alibiSlopes = AlibiSlopes::BatchHeads;
+  return problem;
+}
+
+TEST(AttentionBiasTest, KeyNamesTheBiasAfterTheWindow) {
+  AttentionProblem bias = biasProblem();
+  EXPECT_FALSE(bool(bias.validate()));
+  EXPECT_EQ(bias.key(),
+            "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2 s_q=128 s_kv=256 d=64 "
+            "mask=causal scale=0.125 dropout=0.1 bias=1hss grad");
+  bias.biasGrad = false;
+  bias.biasBatch = 2;
+  bias.biasHeads = 1;
+  bias.tokenStrides.q = 768;
+  EXPECT_EQ(bias.key(),
+            "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2 s_q=128 s_kv=256 d=64 "
+            "mask=causal scale=0.125 dropout=0.1 bias=b1ss q_stride=768");
+  AttentionProblem alibi = alibiProblem();
+  alibi.seqKv = 128;
+  alibi.windowLeft = 15;
+  EXPECT_FALSE(bool(alibi.validate()));
+  EXPECT_EQ(alibi.key(),
+            "attention_bwd bf16 sbhd b=2 h=8 kv_heads=2 s_q=128 s_kv=128 d=64 "
+            "mask=causal scale=0.125 dropout=0.1 window=15,-1 "
+            "alibi=batch_heads");
+  alibi.alibiSlopes = AlibiSlopes::Heads;
+  EXPECT_NE(alibi.key().find(" alibi=heads"), std::string::npos);
+  alibi.alibiSlopes = AlibiSlopes::None;
+  EXPECT_NE(alibi.key().find(" alibi=vanilla"), std::string::npos);
+}
+
+TEST(AttentionBiasTest, KeysTellEveryBiasApart) {
+  std::vector<void (*)(AttentionProblem &)> changes = {
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.bias = AttentionBias::None;
+      },
+      [](AttentionProblem &p) { p.biasGrad = false; },
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.biasBatch = 2;
+      },
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.biasHeads = 1;
+      },
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.biasBatch = 2;
+        p.biasHeads = 1;
+      },
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.bias = AttentionBias::Alibi;
+      },
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.bias = AttentionBias::Alibi;
+        p.alibiSlopes = AlibiSlopes::Heads;
+      },
+      [](AttentionProblem &p) {
+        p.biasGrad = false;
+        p.bias = AttentionBias::Alibi;
+        p.alibiSlopes = AlibiSlopes::BatchHeads;
+      },
+  };
+  std::set<std::string> keys = {biasProblem().key()};
+  for (auto change : changes) {
+    AttentionProblem problem = biasProblem();
+    change(problem);
+    EXPECT_FALSE(bool(problem.validate())) << problem.key();
+    EXPECT_TRUE(keys.insert(problem.key()).second) << problem.key();
+  }
+}
+
+TEST(AttentionBiasTest, RejectsWithClearMessages) {
+  const Rejection cases[] = {
+      {"bias batch 3", [](AttentionProblem &p) { p.biasBatch = 3; },
+       "a bias of shape [3, 8, s_q, s_kv] does not broadcast: its first two "
+       "dims must be 1 or the batch (2) and 1 or the heads (8)"},
+      {"bias heads 2", [](AttentionProblem &p) { p.biasHeads = 2; },
+       "a bias of shape [1, 2, s_q, s_kv] does not broadcast"},
+      {"grad of b1ss",
+       [](AttentionProblem &p) {
+         p.biasBatch = 2;
+         p.biasHeads = 1;
+       },
+       "a bias gradient is supported for the bias shape 1hss ([1, h, s_q, "
+       "s_kv]) only, not b1ss"},
+      {"grad of bhss", [](AttentionProblem &p) { p.biasBatch = 2; },
+       "only, not bhss"},
+      {"grad of 11ss", [](AttentionProblem &p) { p.biasHeads = 1; },
+       "only, not 11ss"},
+      {"grad in the forward", [](AttentionProblem &p) { p.backward = false; },
+       "a bias gradient comes from the backward"},
+      {"grad without a bias",
+       [](AttentionProblem &p) { p.bias = AttentionBias::None; },
+       "a bias gradient needs a post-scale bias"},
+      {"grad of ALiBi",
+       [](AttentionProblem &p) { p.bias = AttentionBias::Alibi; },
+       "ALiBi slopes take no gradient"},
+      {"slopes without ALiBi",
+       [](AttentionProblem &p) {
+         p.biasGrad = false;
+         p.alibiSlopes = AlibiSlopes::Heads;
+       },
+       "ALiBi slopes need the alibi bias type"},
+      {"bias with thd",
+       [](AttentionProblem &p) {
+         AttentionProblem thd = thdProblem();
+         thd.bias = p.bias;
+         thd.biasHeads = p.biasHeads;
+         p = thd;
+       },
+       "a bias or ALiBi is not supported with the thd layout (packed "
+       "sequences)"},
+      {"ALiBi with a kv cache",
+       [](AttentionProblem &p) {
+         p = kvCacheProblem();
+         p.bias = AttentionBias::Alibi;
+       },
+       "a bias or ALiBi is not supported with a kv cache"},
+  };
+  expectRejections(biasProblem, cases);
+}
+
+TEST(AttentionBiasTest, NeedsAGpuAndCudnnThatHaveIt) {
+  AttentionProblem bias = biasProblem();
+  AttentionProblem forward = biasProblem();
+  forward.backward = false;
+  forward.biasGrad = false;
+  AttentionProblem padded = biasProblem();
+  padded.mask = AttentionMask::Padding;
+  AttentionProblem aligned = biasProblem(); // s_q 128, s_kv 256
+  aligned.mask = AttentionMask::None;
+  AttentionProblem window = forward;
+  window.seqKv = 128;
+  window.windowLeft = 31;
+  AttentionProblem alibi = alibiProblem();
+  const VersionCase cases[] = {
+      {forward, 90000, 75,
+       "a post-scale bias needs an Ampere or newer GPU (this is sm_75)"},
+      {forward, 90000, 80, nullptr},
+      {alibi, 91900, 89, "ALiBi needs a Hopper or newer GPU (this is sm_89)"},
+      {alibi, 90000, 90, nullptr},
+      {window, 90900, 90,
+       "a sliding window with a bias or ALiBi needs cuDNN 9.10.2 or newer "
+       "(this is 9.9.0)"},
+      {window, 91002, 80, nullptr},
+      {padded, 90400, 90,
+       "a bias gradient with a padding mask, s_q not a multiple of 64 or s_kv "
+       "not a multiple of 128 needs cuDNN 9.5.0 or newer (this is 9.4.0)"},
+      {padded, 90500, 90, nullptr},
+      {aligned, 90000, 80, nullptr},
+      {bias, 91002, 80, nullptr},
+  };
+  expectVersionCases(cases);
+  // s_kv 200 takes the backward's full-length padding pattern before 9.16.
+  AttentionProblem ragged = aligned;
+  ragged.seqKv = 200;
+  auto [code, message] = takeFailure(ragged.validateFor(90400, 90));
+  EXPECT_NE(message.find("needs cuDNN 9.5.0"), std::string::npos) << message;
+}
+
+TEST(AttentionBiasTest, VanillaSlopesAreTransformerEngines) {
+  // 8 heads: 2^-1 ... 2^-8.
+  std::vector<float> eight = vanillaAlibiSlopes(8);
+  ASSERT_EQ(eight.size(), 8u);
+  for (int k = 0; k < 8; ++k)
+    EXPECT_EQ(eight[k], std::ldexp(1.0f, -(k + 1))) << k;
+  // 12 heads: n = 8's, then 2^(-4 (2 j + 1) / 8) = 2^-0.5, 2^-1.5, ...
+  std::vector<float> twelve = vanillaAlibiSlopes(12);
+  ASSERT_EQ(twelve.size(), 12u);
+  for (int k = 0; k < 8; ++k)
+    EXPECT_EQ(twelve[k], eight[k]) << k;
+  for (int j = 0; j < 4; ++j)
+    EXPECT_EQ(twelve[8 + j], float(std::exp2(-0.5 - j))) << j;
+  // One head: 2^-8; 6 heads: n = 4, 2^-2 ... 2^-8, then 2^-1, 2^-3.
+  EXPECT_EQ(vanillaAlibiSlopes(1), std::vector<float>{std::ldexp(1.0f, -8)});
+  std::vector<float> six = vanillaAlibiSlopes(6);
+  std::vector<float> expected = {0.25f,       0.0625f, 0.015625f,
+                                 0.00390625f, 0.5f,    0.125f};
+  EXPECT_EQ(six, expected);
+  EXPECT_TRUE(vanillaAlibiSlopes(0).empty());
+}
+
+/// Every bias and ALiBi variant builds and finalizes on the host, with
+/// the bias, dbias and slopes bound where the problem has them.
+TEST(AttentionBiasTest, EveryVariantFinalizesWithoutAGpu) {
+  auto lib = Cudnn::get();
+  if (!lib) {
+    std::string message = llvm::toString(lib.takeError());
+    GTEST_SKIP() << "no cuDNN: " << message;
+  }
+  using attention::Slot;
+  struct Shape {
+    int64_t batch, heads;
+  };
+  const Shape shapes[] = {{1, 8}, {2, 1}, {2, 8}, {1, 1}};
+  const AttentionMask masks[] = {AttentionMask::None, AttentionMask::Causal,
+                                 AttentionMask::Padding,
+                                 AttentionMask::PaddingCausal};
+  auto check = [&](const AttentionProblem &problem) {
+    ASSERT_FALSE(bool(problem.validate())) << problem.key();
+    auto graph = attention::buildGraph(*lib, nullptr, problem);
+    ASSERT_TRUE(bool(graph)) << llvm::toString(graph.takeError());
+    std::multiset<Slot> slots;
+    for (const attention::Binding &binding : graph->bindings)
+      slots.insert(binding.slot);
+    bool postScale = problem.bias == AttentionBias::PostScale;
+    EXPECT_EQ(slots.count(Slot::Bias), size_t(postScale)) << problem.key();
+    EXPECT_EQ(slots.count(Slot::GradBias), size_t(problem.biasGrad))
+        << problem.key();
+    EXPECT_EQ(slots.count(Slot::AlibiSlopes), size_t(!postScale))
+        << problem.key();
+    EXPECT_EQ(slots.count(Slot::GradQ), size_t(problem.backward))
+        << problem.key();
+    // With dbias, dQ comes straight from its matmul: the workspace holds
+    // the softmax sum only.
+    if (problem.biasGrad) {
+      EXPECT_EQ(
+          graph->workspaceBytes,
+          llvm::alignTo(problem.batch * problem.heads * problem.seqQ * 4, 256))
+          << problem.key();
+    }
+  };
+  int built = 0;
+  for (bool backward : {false, true})
+    for (AttentionMask mask : masks)
+      for (const Shape &shape : shapes)
+        for (int64_t kvHeads : {8, 2})
+          for (double dropout : {0.0, 0.2}) {
+            AttentionProblem problem = biasProblem();
+            problem.backward = backward;
+            problem.mask = mask;
+            problem.biasBatch = shape.batch;
+            problem.biasHeads = shape.heads;
+            problem.biasGrad = backward && shape.batch == 1 && shape.heads == 8;
+            problem.kvHeads = kvHeads;
+            problem.dropout = dropout;
+            check(problem);
+            ++built;
+          }
+  for (bool backward : {false, true})
+    for (AttentionMask mask : masks)
+      for (AlibiSlopes slopes :
+           {AlibiSlopes::None, AlibiSlopes::Heads, AlibiSlopes::BatchHeads})
+        for (int64_t seqKv : {128, 256}) {
+          AttentionProblem problem = alibiProblem();
+          problem.backward = backward;
+          problem.mask = mask;
+          problem.alibiSlopes = slopes;
+          problem.seqKv = seqKv;
+          check(problem);
+          ++built;
+        }
+  // A window with each, f16, a fused QKV's strides.
+  AttentionProblem window = biasProblem();
+  window.seqKv = 128;
+  window.windowLeft = 31;
+  window.element = ElementType::F16;
+  window.tokenStrides = {768, 768, 768, 768, 768, 768};
+  check(window);
+  window.bias = AttentionBias::Alibi;
+  window.biasGrad = false;
+  check(window);
+  EXPECT_EQ(built, 2 * 4 * 4 * 2 * 2 + 2 * 4 * 3 * 2);
+}
+
+/// bshd steps over values 0-16: q [2, 128, 8, 64] (bf16), k and v [2,
+/// 256, 2, 64], o and stats, dO, dq, dk, dv; then biases, slopes and dbias
+/// of every shape (and some wrong ones).
+struct BiasSteps {
+  FunctionPlan function = functionWith({
+      tensorOf({2, 128, 8, 64}, ElementType::BF16),  // 0 q
+      tensorOf({2, 256, 2, 64}, ElementType::BF16),  // 1 k
+      tensorOf({2, 256, 2, 64}, ElementType::BF16),  // 2 v
+      tensorOf({2, 128, 8, 64}, ElementType::BF16),  // 3 o
+      tensorOf({2, 8, 128}, ElementType::F32),       // 4 stats
+      tensorOf({2, 128, 8, 64}, ElementType::BF16),  // 5 dO
+      tensorOf({2, 128, 8, 64}, ElementType::BF16),  // 6 dq
+      tensorOf({2, 256, 2, 64}, ElementType::BF16),  // 7 dk
+      tensorOf({2, 256, 2, 64}, ElementType::BF16),  // 8 dv
+      tensorOf({1, 8, 128, 256}, ElementType::BF16), // 9 bias 1hss
+      tensorOf({2, 1, 128, 256}, ElementType::BF16), // 10 bias b1ss
+      tensorOf({1, 8, 128, 256}, ElementType::BF16), // 11 dbias
+      tensorOf({8}, ElementType::F32),               // 12 slopes [h]
+      tensorOf({2, 8}, ElementType::F32),            // 13 slopes [b, h]
+      tensorOf({1, 8, 128, 128}, ElementType::BF16), // 14 a square bias
+      tensorOf({1, 8, 128, 256}, ElementType::F16),  // 15 an f16 bias
+      tensorOf({4}, ElementType::F32),               // 16 slopes [4]
+      tensorOf({2, 1, 1, 256}, ElementType::I1),     // 17 a padding mask
+      tensorOf({2}, ElementType::I64),               // 18 rng state
+      tensorOf({8}, ElementType::BF16),              // 19 bf16 slopes
+  });
+  AttentionStep forward, backward;
+
+  BiasSteps() {
+    forward.operands = {0, 1, 2, 9};
+    forward.results = {3, 4};
+    forward.attributes = {{"qkv_format", "#te.qkv_format<bshd>"},
+                          {"attn_mask_type", "#te.attn_mask_type<causal>"},
+                          {"bias_type", "#te.attn_bias_type<post_scale_bias>"},
+                          {"softmax_scale", "1.250000e-01 : f64"}};
+    backward = forward;
+    backward.backward = true;
+    backward.operands = {5, 0, 1, 2, 3, 4, 9};
+    backward.results = {6, 7, 8, 11};
+    backward.attributes["bias_grad"] = "unit";
+  }
+};
+
+TEST(AttentionLauncherTest, ReadsBiasAndAlibiSteps) {
+  BiasSteps steps;
+  auto forward = AttentionLauncher::parse(steps.forward, steps.function);
+  ASSERT_TRUE(bool(forward)) << llvm::toString(forward.takeError());
+  const AttentionProblem &f = forward->problem();
+  EXPECT_EQ(f.bias, AttentionBias::PostScale);
+  EXPECT_EQ(f.biasBatch, 1);
+  EXPECT_EQ(f.biasHeads, 8);
+  EXPECT_FALSE(f.biasGrad);
+  EXPECT_EQ(f.key(), "attention bf16 bshd b=2 h=8 kv_heads=2 s_q=128 "
+                     "s_kv=256 d=64 mask=causal scale=0.125 dropout=0 "
+                     "bias=1hss");
+
+  auto backward = AttentionLauncher::parse(steps.backward, steps.function);
+  ASSERT_TRUE(bool(backward)) << llvm::toString(backward.takeError());
+  EXPECT_TRUE(backward->problem().biasGrad);
+  EXPECT_NE(backward->problem().key().find(" bias=1hss grad"),
+            std::string::npos);
+
+  // b1ss after a padding mask and dropout's RNG state, no gradient; the
+  // forward may carry bias_grad (the backward's business).
+  steps.forward.operands = {0, 1, 2, 17, 18, 10};
+  steps.forward.attributes["attn_mask_type"] = "#te.attn_mask_type<padding>";
+  steps.forward.attributes["dropout"] = "1.000000e-01 : f64";
+  auto b1ss = AttentionLauncher::parse(steps.forward, steps.function);
+  ASSERT_TRUE(bool(b1ss)) << llvm::toString(b1ss.takeError());
+  EXPECT_EQ(b1ss->problem().biasBatch, 2);
+  EXPECT_EQ(b1ss->problem().biasHeads, 1);
+  EXPECT_EQ(b1ss->problem().mask, AttentionMask::Padding);
+
+  // ALiBi: vanilla (no operand), [h] and [b, h] slopes.
+  BiasSteps alibiSteps;
+  AttentionStep &alibi = alibiSteps.forward;
+  alibi.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+  struct Case {
+    std::vector<int64_t> operands;
+    AlibiSlopes slopes;
+  };
+  const Case cases[] = {{{0, 1, 2}, AlibiSlopes::None},
+                        {{0, 1, 2, 12}, AlibiSlopes::Heads},
+                        {{0, 1, 2, 13}, AlibiSlopes::BatchHeads}};
+  for (const Case &c : cases) {
+    alibi.operands = c.operands;
+    auto launcher = AttentionLauncher::parse(alibi, alibiSteps.function);
+    ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+    EXPECT_EQ(launcher->problem().bias, AttentionBias::Alibi);
+    EXPECT_EQ(launcher->problem().alibiSlopes, c.slopes);
+  }
+  // No bias_type: no bias, as before.
+  BiasSteps plain;
+  plain.forward.attributes.erase("bias_type");
+  plain.forward.operands = {0, 1, 2};
+  auto none = AttentionLauncher::parse(plain.forward, plain.function);
+  ASSERT_TRUE(bool(none)) << llvm::toString(none.takeError());
+  EXPECT_EQ(none->problem().bias, AttentionBias::None);
+  plain.forward.attributes["bias_type"] = "#te.attn_bias_type<no_bias>";
+  none = AttentionLauncher::parse(plain.forward, plain.function);
+  ASSERT_TRUE(bool(none)) << llvm::toString(none.takeError());
+  EXPECT_EQ(none->problem().bias, AttentionBias::None);
+}
+
+TEST(AttentionLauncherTest, RefusesMalformedBiasSteps) {
+  const StepRejection forwardCases[] = {
+      {"a bias without bias_type",
+       [](AttentionStep &s) { s.attributes.erase("bias_type"); },
+       "a bias operand needs bias_type post_scale_bias, not 'no_bias'"},
+      {"a bias with alibi",
+       [](AttentionStep &s) {
+         s.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+       },
+       "a bias operand needs bias_type post_scale_bias, not 'alibi'"},
+      {"post_scale_bias without a bias",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2};
+       },
+       "bias_type post_scale_bias without a bias operand"},
+      {"pre_scale_bias",
+       [](AttentionStep &s) {
+         s.attributes["bias_type"] = "#te.attn_bias_type<pre_scale_bias>";
+       },
+       "pass bias * softmax_scale as a post_scale_bias"},
+      {"an unknown bias type",
+       [](AttentionStep &s) {
+         s.attributes["bias_type"] = "#te.attn_bias_type<relative>";
+       },
+       "bias_type 'relative' is not supported"},
+      {"bias_type not an enum",
+       [](AttentionStep &s) { s.attributes["bias_type"] = "1 : i64"; },
+       "attribute 'bias_type' is '1 : i64', not an enum attribute"},
+      {"a bias of s_kv 128",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 14};
+       },
+       "the bias (value 14) is [1, 8, 128, 128] of bf16; expected [1 or b, 1 "
+       "or h, s_q, s_kv] = [1 or 2, 1 or 8, 128, 256] of bf16 (q's type)"},
+      {"an f16 bias for bf16 q",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 15};
+       },
+       "the bias (value 15) is [1, 8, 128, 256] of f16"},
+      {"bias_grad of b1ss",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 10};
+         s.attributes["bias_grad"] = "unit";
+       },
+       "bias_grad takes the bias shape 1hss ([1, h, s_q, s_kv]) only, not "
+       "b1ss [2, 1, 128, 256]"},
+      {"slopes with post_scale_bias",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 9, 12};
+       },
+       "an ALiBi slopes operand needs bias_type alibi, not "
+       "'post_scale_bias'"},
+      {"slopes without a bias type",
+       [](AttentionStep &s) {
+         s.attributes.erase("bias_type");
+         s.operands = {0, 1, 2, 12};
+       },
+       "an ALiBi slopes operand needs bias_type alibi, not 'no_bias'"},
+      {"slopes of 4 heads",
+       [](AttentionStep &s) {
+         s.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+         s.operands = {0, 1, 2, 16};
+       },
+       "the ALiBi slopes (value 16) are [4] of f32; expected f32 [h] = [8] or "
+       "[b, h] = [2, 8]"},
+      {"bf16 slopes",
+       [](AttentionStep &s) {
+         s.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+         s.operands = {0, 1, 2, 19};
+       },
+       "neither an i1 mask, an i64 RNG state, i32 cu_seqlens, a 4-D bias nor "
+       "f32 ALiBi slopes"},
+      {"bias_grad with alibi",
+       [](AttentionStep &s) {
+         s.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+         s.attributes["bias_grad"] = "unit";
+         s.operands = {0, 1, 2};
+       },
+       "bias_grad needs bias_type post_scale_bias, not 'alibi'"},
+      {"two biases",
+       [](AttentionStep &s) {
+         s.operands = {0, 1, 2, 9, 10};
+       },
+       "neither an i1 mask"},
+  };
+  expectStepRejections<BiasSteps>(
+      forwardCases,
+      [](BiasSteps &fixture) -> AttentionStep & { return fixture.forward; });
+  const StepRejection backwardCases[] = {
+      {"bias_grad without dbias",
+       [](AttentionStep &s) {
+         s.results = {6, 7, 8};
+       },
+       "attention_bwd with bias_grad has 4 results (dq, dk, dv, dbias), got "
+       "3"},
+      {"dbias without bias_grad",
+       [](AttentionStep &s) { s.attributes.erase("bias_grad"); },
+       "attention_bwd has 3 results (dq, dk, dv) without bias_grad, got 4"},
+      {"dbias of b1ss's shape",
+       [](AttentionStep &s) {
+         s.results = {6, 7, 8, 10};
+       },
+       "dbias (value 10) is [2, 1, 128, 256] of bf16; expected [1, 8, 128, "
+       "256] of bf16 (the bias's type)"},
+      {"five results",
+       [](AttentionStep &s) {
+         s.results = {6, 7, 8, 11, 9};
+       },
+       "expected 6 to 13 operands and 3 or 4 results, got 7 and 5"},
+  };
+  expectStepRejections<BiasSteps>(
+      backwardCases,
+      [](BiasSteps &fixture) -> AttentionStep & { return fixture.backward; });
+}
+
+TEST(AttentionLauncherTest, RefusesBiasWithThdOrAKvCache) {
+  ThdSteps thd;
+  thd.forward.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+  auto launcher = AttentionLauncher::parse(thd.forward, thd.function);
+  ASSERT_FALSE(bool(launcher));
+  auto [code, message] = takeFailure(launcher.takeError());
+  EXPECT_NE(message.find("qkv_format thd takes no bias or ALiBi (bias_type "
+                         "'alibi')"),
+            std::string::npos)
+      << message;
+  KvCacheStep kv;
+  kv.step.attributes["bias_type"] = "#te.attn_bias_type<alibi>";
+  auto cache = AttentionLauncher::parse(kv.step, kv.function);
+  ASSERT_FALSE(bool(cache));
+  auto [cacheCode, cacheMessage] = takeFailure(cache.takeError());
+  EXPECT_NE(cacheMessage.find("kv_cache_attention takes no bias or ALiBi "
+                              "(bias_type 'alibi')"),
+            std::string::npos)
+      << cacheMessage;
 }
 
 } // namespace
