@@ -405,7 +405,8 @@ class DotProductAttention(TransformerEngineBaseModule):
             _bias.refuse(owner, "qkv_format='thd'", **bias_arguments)
             return self._packed_forward(
                 query_layer, key_layer, value_layer, attention_mask,
-                mask_type, window, cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                mask_type, window, cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_kv=cu_seqlens_kv,
                 cu_seqlens_q_padded=cu_seqlens_q_padded,
                 cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                 max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,

@@ -664,8 +664,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         spec and defaults to _layer_spec, and `variant`
         (hashable) is what else of this call selects the program (the
         attention modules' mask type, dropout on or off, rotary
-        embeddings, attention bias). `is_first_microbatch` is TE's: FP8 weight casts kept
-        between forwards (CompiledProgram.use_training_weight_casts,
+        embeddings, attention bias). `is_first_microbatch` is TE's: FP8
+        weight casts kept between forwards (CompiledProgram.use_training_weight_casts,
         _infer_with_weight_casts). `inference_only` runs the inference
         program even where autograd would record the call (a KV-cache
         step: its programs have no backward; the caller refuses training

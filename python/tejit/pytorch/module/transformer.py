@@ -49,8 +49,9 @@ class TransformerLayer(TransformerEngineBaseModule):
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
     ub_tp_comm_overlap, cu_seqlens outside attn_input_format="thd",
-    attention bias and ALiBi with thd, inference_params or tp_size > 1. inference_params (TE's KV
-    cache) as MultiheadAttention's, in encoder layers.
+    attention bias and ALiBi with thd, inference_params or tp_size > 1.
+    inference_params (TE's KV cache) as MultiheadAttention's, in encoder
+    layers.
 
     Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later, which reaches the
