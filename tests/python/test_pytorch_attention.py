@@ -246,10 +246,8 @@ class ArgumentTest(unittest.TestCase):
     def test_forward_refusals(self):
         mha = te.MultiheadAttention(64, 4, device=CPU)
         x = torch.zeros(8, 2, 64)
+        # (Attention bias and ALiBi: test_pytorch_attention_bias.py.)
         cases = [
-            (dict(core_attention_bias_type="post_scale_bias"),
-             "core_attention_bias_type"),
-            (dict(alibi_slopes=torch.zeros(4)), "alibi_slopes"),
             (dict(cu_seqlens_q=torch.zeros(3)), "cu_seqlens_q"),
             (dict(encoder_output=x), "encoder_output"),
             (dict(attn_mask_type="arbitrary", window_size=(4, 4)),
@@ -738,7 +736,8 @@ class JitKeyTest(unittest.TestCase):
         # TE's pair pads the queries in the program (input query_mask,
         # spec key padded_queries), also with as many keys as queries;
         # one tensor twice is self-attention's padding; a query mask of
-        # another shape and arbitrary masks are refused.
+        # another shape is refused; an arbitrary mask [b, 1, s_q, s_kv]
+        # becomes a bias of the no_mask program (_bias.py).
         q_mask[0, 0, 0, 7] = True
         self_mask = torch.zeros(2, 1, 1, 8, dtype=torch.bool)
         kv8 = torch.zeros(8, 2, 2, 16)
@@ -767,10 +766,13 @@ class JitKeyTest(unittest.TestCase):
             self.calls(dpa, [((q, kv, kv), dict(
                 attn_mask_type="padding",
                 attention_mask=(q_mask[:, :, :, :4], kv_mask)))])
-        with self.assertRaises(NotImplementedError):
-            self.calls(dpa, [((q, kv, kv), dict(
-                attn_mask_type="arbitrary",
-                attention_mask=torch.zeros(2, 1, 8, 5, dtype=torch.bool)))])
+        arbitrary = self.calls(dpa, [((q, kv, kv), dict(
+            attn_mask_type="arbitrary",
+            attention_mask=torch.zeros(2, 1, 8, 5, dtype=torch.bool)))])[0]
+        self.assertEqual(arbitrary[2][0], "no_mask")
+        self.assertEqual(arbitrary[5], ["core_attention_bias", "key",
+                                        "query", "value"])
+        self.assertEqual(arbitrary[4]["bias_shape"], "b1ss")
 
     def test_cross_attention_blocks(self):
         """MultiheadAttention(attention_type="cross") and a decoder

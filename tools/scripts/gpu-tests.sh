@@ -71,6 +71,7 @@ step python3 tests/gpu/quickstart_te.py --full
 step python3 tests/gpu/train_curve.py
 # The attention modules, and TE's quickstart with te.TransformerLayer.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_bias.py
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_cross_attention_layers.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_thd_attention.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_thd_blocks.py

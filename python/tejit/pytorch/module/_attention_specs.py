@@ -36,6 +36,65 @@ def _with_window(layer, mask_type, window_size):
     return layer
 
 
+# Attention bias and ALiBi (docs/attention-bias.md): the types a spec takes
+# (tejit.pytorch passes TE's pre_scale_bias as a post-scale bias times the
+# softmax scale), the bias shapes by TE's names ([1 or b, 1 or h, s_q,
+# s_kv]) and how ALiBi slopes arrive (none: TE's vanilla slopes, computed
+# by the runtime; [heads] or [batch, heads] float32).
+BIAS_TYPES = ("no_bias", "post_scale_bias", "alibi")
+BIAS_SHAPES = ("1hss", "b1ss", "bhss", "11ss")
+ALIBI_SLOPES = ("none", "heads", "batch_heads")
+
+
+def bias_shape_code(bias_batch, bias_heads, batch, heads):
+    """TE's name of a bias [bias_batch, bias_heads, s_q, s_kv] for `batch`
+    sequences of `heads` heads, or None when it is none of them. A dim of
+    1 reads as broadcast (so [1, h] is 1hss also when batch is 1: the
+    shape that takes a gradient)."""
+    if bias_batch == 1 and bias_heads == heads:
+        return "1hss"
+    if bias_batch == 1 and bias_heads == 1:
+        return "11ss"
+    if bias_batch == batch and bias_heads == 1:
+        return "b1ss"
+    if bias_batch == batch and bias_heads == heads:
+        return "bhss"
+    return None
+
+
+def bias_dims(code, batch, heads):
+    """The leading dims (bias batch, bias heads) of a bias of shape
+    `code`."""
+    return (batch if code[0] == "b" else 1, heads if code[1] == "h" else 1)
+
+
+def bias_spec_keys(bias):
+    """The layer keys of a call's attention bias: `bias` is None (no bias)
+    or (type, bias shape, requires grad, slopes) -- ("post_scale_bias",
+    "1hss", True, None), ("alibi", None, False, "heads") -- as the modules
+    key their programs by it."""
+    if bias is None or bias[0] == "no_bias":
+        return {}
+    bias_type, shape, requires_grad, slopes = bias
+    if bias_type not in BIAS_TYPES:
+        raise ValueError(f"unknown attention bias type {bias_type!r}")
+    keys = {"core_attention_bias_type": bias_type}
+    if bias_type == "post_scale_bias":
+        keys["bias_shape"] = shape
+        if requires_grad:
+            keys["bias_requires_grad"] = True
+    else:
+        keys["alibi_slopes"] = slopes or "none"
+    return keys
+
+
+def _with_bias(layer, bias):
+    """`layer` with the keys of the call's attention `bias`
+    (bias_spec_keys); specs without one stay as they were."""
+    layer.update(bias_spec_keys(bias))
+    return layer
+
+
 def program_spec(name, dtype, qkv_format, seq, batch, layer, recipe=None):
     """The spec of one call: `layer` on [s, b] (sbhd) or [b, s] (bshd)
     activations of the spec dtype `dtype` ("bf16", "fp16", "fp32"), with
@@ -105,10 +164,12 @@ def _with_rotary(layer, rotary, kv_channels, interleaved):
 
 def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
                                dropout, softmax_scale, window_size=None,
-                               kv_seq_length=None, padded_queries=False):
+                               kv_seq_length=None, padded_queries=False,
+                               attention_bias=None):
     """`kv_seq_length`: the keys' and values' length when it is not the
     queries' (cross-attention), else None; `padded_queries`: the queries
-    have a padding mask of their own (input `query_mask`, TE's pair)."""
+    have a padding mask of their own (input `query_mask`, TE's pair);
+    `attention_bias`: the call's attention bias (bias_spec_keys)."""
     layer = {"type": "DotProductAttention", "num_attention_heads": heads,
              "kv_channels": kv_channels, "num_gqa_groups": groups,
              "attn_mask_type": mask_type, "attention_dropout": dropout,
@@ -117,6 +178,7 @@ def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
         layer["kv_seq_length"] = int(kv_seq_length)
     if padded_queries:
         layer["padded_queries"] = True
+    _with_bias(layer, attention_bias)
     return _with_window(layer, mask_type, window_size)
 
 
@@ -126,12 +188,14 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              rotary, window_size=None, kv_seq_length=None,
                              padded_queries=False, rotary_interleaved=False,
                              return_layernorm_output=False, tp_size=1,
-                             sequence_parallel=False):
+                             sequence_parallel=False, attention_bias=None):
     """`kv_seq_length`: the encoder output's length for cross-attention
     (attention_type "cross"), else None; `padded_queries`: the queries
     have a padding mask of their own (`enc_dec_query_mask`); `tp_size`:
     tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
-    `sequence_parallel` its sequence parallelism."""
+    `sequence_parallel` its sequence parallelism; `attention_bias`: the
+    call's attention bias (bias_spec_keys; the cross-attention's in a
+    cross block)."""
     layer = {"type": "MultiheadAttention", "hidden_size": hidden,
              "num_attention_heads": heads, "kv_channels": kv_channels,
              "num_gqa_groups": groups, "input_layernorm": input_layernorm,
@@ -148,6 +212,7 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
     if return_layernorm_output:
         layer["return_layernorm_output"] = True
     _with_tensor_parallel(layer, tp_size, sequence_parallel)
+    _with_bias(layer, attention_bias)
     return _with_window(layer, mask_type, window_size)
 
 
@@ -159,14 +224,17 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            output_layernorm=False,
                            parallel_attention_mlp=False,
                            rotary_interleaved=False, drop_path_rate=0.0,
-                           tp_size=1, sequence_parallel=False):
+                           tp_size=1, sequence_parallel=False,
+                           attention_bias=None):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
     instead of before the attention); `parallel_attention_mlp`: TE's
     parallel block (attention and MLP both read the input); `tp_size`:
     tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
-    `sequence_parallel` its sequence parallelism."""
+    `sequence_parallel` its sequence parallelism; `attention_bias`: the
+    call's attention bias (bias_spec_keys; a decoder's
+    self-attention's)."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -191,6 +259,7 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
         if decoder[2]:
             layer["padded_queries"] = True
     _with_tensor_parallel(layer, tp_size, sequence_parallel)
+    _with_bias(layer, attention_bias)
     return _with_window(layer, mask_type, window_size)
 
 

@@ -28,7 +28,7 @@ finishing.
 import torch
 import torch.nn.functional as F
 
-from . import _attention_specs, _thd
+from . import _attention_specs, _bias, _thd
 from ..attention.inference import InferenceParams
 from ..attention.rope import token_sequences
 from ..attention._inference_steps import round_up
@@ -259,6 +259,8 @@ def start_step(owner, module, inference_params, qkv_format, mask_type,
     `lead`: the input's leading dims; `call_arguments` the forward's
     arguments check_attention_call refuses."""
     from .attention import check_attention_call
+    _bias.refuse(owner, "inference_params (a KV cache)",
+                 **_bias.pop_arguments(call_arguments))
     check_inference_call(owner, module, inference_params, attention_mask,
                          window, cross)
     mask_type = _attention_specs.kv_cache_mask_type(owner, mask_type)

@@ -1,19 +1,21 @@
-"""te.DotProductAttention: softmax(q k^T * scale + mask) v over [s, b, h, d]
-(sbhd) or [b, s, h, d] (bshd) query/key/value, on cuDNN's fused attention
-(runtime); and what the attention modules share: the call's mask type,
-attention mask, rotary table and the forward arguments they refuse.
+"""te.DotProductAttention: softmax(q k^T * scale + bias + mask) v over [s,
+b, h, d] (sbhd) or [b, s, h, d] (bshd) query/key/value, on cuDNN's fused
+attention (runtime); and what the attention modules share: the call's mask
+type, attention mask, attention bias (_bias.py), rotary table and the
+forward arguments they refuse.
 
 Unlike the per-token modules these compile for the call's real sequence
 length, batch size and layout (base.py): the JIT key holds (qkv_format,
 seq, batch), and the program is further keyed by the call's mask type,
-sliding window, whether dropout is on (training mode with p > 0) and
-whether a rotary table is given.
+sliding window, whether dropout is on (training mode with p > 0), whether
+a rotary table is given and the attention bias (type, shape, whether it
+takes a gradient, ALiBi slopes).
 """
 import math
 
 import torch
 
-from . import _args, _attention_specs, _kv_cache, _thd
+from . import _args, _attention_specs, _bias, _kv_cache, _thd
 from .base import TransformerEngineBaseModule, rng_fork
 
 
@@ -70,11 +72,10 @@ def window_of_call(owner, constructed, given, mask_type):
 def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
                          device):
     """The program's mask input for `mask_type`: {"attention_mask": [b, 1,
-    1, s] bool} for the padding types, {"arbitrary_attention_mask": [b, 1,
-    s, s] bool} for "arbitrary" (broadcast from any shape that expands to
-    it), else {} -- TE ignores a mask given with the other types, and so
-    does tejit. True means masked out, as in TE."""
-    if "padding" not in mask_type and mask_type != "arbitrary":
+    1, s] bool} for the padding types, else {} -- TE ignores a mask given
+    with the other types, and so does tejit (an "arbitrary" mask is part of
+    the call's bias: _bias.call_bias). True means masked out, as in TE."""
+    if "padding" not in mask_type:
         return {}
     # TE's (query mask, key/value mask) pair: self-attention has one.
     attention_mask = _one_of_pair(
@@ -93,22 +94,12 @@ def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
     if attention_mask.device != device:
         raise ValueError(f"{owner}: attention_mask is on "
                          f"{attention_mask.device}, the input on {device}")
-    if mask_type == "arbitrary":
-        shape, name = (batch, 1, seq, seq), "arbitrary_attention_mask"
-        try:
-            attention_mask = attention_mask.expand(shape)
-        except RuntimeError:
-            raise ValueError(f"{owner}: an arbitrary attention_mask must be "
-                             f"[b, 1, sq, skv] = {list(shape)} (or "
-                             f"broadcast to it), got "
-                             f"{list(attention_mask.shape)}") from None
-    else:
-        shape, name = (batch, 1, 1, seq), "attention_mask"
-        if tuple(attention_mask.shape) != shape:
-            raise ValueError(f"{owner}: a padding attention_mask must be [b, "
-                             f"1, 1, s] = {list(shape)} (True = padding), got "
-                             f"{list(attention_mask.shape)}")
-    return {name: attention_mask.contiguous()}
+    shape = (batch, 1, 1, seq)
+    if tuple(attention_mask.shape) != shape:
+        raise ValueError(f"{owner}: a padding attention_mask must be [b, 1, "
+                         f"1, s] = {list(shape)} (True = padding), got "
+                         f"{list(attention_mask.shape)}")
+    return {"attention_mask": attention_mask.contiguous()}
 
 
 def check_query_mask(owner, query_mask, batch, seq_q, device):
@@ -180,21 +171,14 @@ def rotary_input(owner, rotary_pos_emb, seq, kv_channels, device):
 
 
 def check_attention_call(owner, seq, inference_params=None,
-                         core_attention_bias_type="no_bias",
-                         core_attention_bias=None, alibi_slopes=None,
                          cu_seqlens_q=None, cu_seqlens_kv=None,
                          cu_seqlens_q_padded=None, cu_seqlens_kv_padded=None,
                          max_seqlen_q=None, max_seqlen_kv=None,
                          pad_between_seqs=None, encoder_output=None):
-    """Refuses forward arguments tejit's attention does not implement."""
-    if core_attention_bias_type != "no_bias":
-        raise NotImplementedError(
-            f"{owner}.forward(core_attention_bias_type="
-            f"{core_attention_bias_type!r}) is not supported by tejit (no "
-            f"attention bias); leave it 'no_bias'")
+    """Refuses forward arguments tejit's attention does not implement (the
+    bias arguments are the callers': _bias.call_bias, _bias.refuse)."""
     _args.check_unsupported(
-        f"{owner}.forward", core_attention_bias=core_attention_bias,
-        alibi_slopes=alibi_slopes, inference_params=inference_params,
+        f"{owner}.forward", inference_params=inference_params,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
         cu_seqlens_q_padded=cu_seqlens_q_padded,
         cu_seqlens_kv_padded=cu_seqlens_kv_padded,
@@ -231,7 +215,14 @@ class DotProductAttention(TransformerEngineBaseModule):
     its own program) "no_mask", "causal", "causal_bottom_right", and
     "padding", "padding_causal", "padding_causal_bottom_right" with
     attention_mask [b, 1, 1, s] bool (True = padding), or "arbitrary" with
-    [b, 1, s, s]. Sliding windows: window_size (left, right), the
+    [1 or b, 1 or h, s_q, s_kv] (computed as a post-scale bias, -10000
+    where masked, on top of core_attention_bias if given). Attention bias
+    (docs/attention-bias.md, _bias.py), TE's forward arguments:
+    core_attention_bias_type "post_scale_bias" / "pre_scale_bias" with
+    core_attention_bias [1 or b, 1 or h, s_q, s_kv] (cast to the
+    activation dtype; its gradient for the shape [1, h, s_q, s_kv] only),
+    or "alibi" with alibi_slopes float32 [h] or [b, h] (None: TE's vanilla
+    slopes). Sliding windows: window_size (left, right), the
     constructor's or the forward's (which selects its own program),
     normalized for the call's mask type as TE does
     (_args.check_window_size): key j is visible to query i only for
@@ -259,9 +250,10 @@ class DotProductAttention(TransformerEngineBaseModule):
     (Megatron-LM forks around the whole layer under sequence
     parallelism).
     Refused (NotImplementedError naming the argument): context
-    parallelism, attention bias, ALiBi, thd padding between
+    parallelism, attention bias and ALiBi with thd or inference_params,
+    ALiBi with an arbitrary mask, thd padding between
     sequences with keys packed on their own, kv_channels differing for k
-    and v, "arbitrary" in cross-attention. inference_params (TE's KV cache,
+    and v. inference_params (TE's KV cache,
     InferenceParams; eval mode or torch.no_grad(), self-attention): q/k/v
     are the step's new tokens (thd, or bshd/sbhd with as many in every
     sequence), written into layer_number's caches and attended against
@@ -354,11 +346,12 @@ class DotProductAttention(TransformerEngineBaseModule):
         return rng_fork(self._rng_tracker)
 
     def _layer_spec(self, mask_type=None, window_size=None, seq_kv=None,
-                    padded_queries=False):
+                    padded_queries=False, bias=None):
         """The layer's spec for a call with `mask_type`, the normalized
         `window_size` (the constructor's when None), keys/values of
-        `seq_kv` positions (None: as many as the queries) and, with
-        `padded_queries`, a padding mask of the queries' own."""
+        `seq_kv` positions (None: as many as the queries), with
+        `padded_queries` a padding mask of the queries' own, and the
+        attention `bias` (_bias.CallBias.key, None: none)."""
         mask_type = mask_type or self.attn_mask_type
         if window_size is None:
             window_size = window_of_call("DotProductAttention",
@@ -368,7 +361,8 @@ class DotProductAttention(TransformerEngineBaseModule):
             self.num_attention_heads_per_partition, self.kv_channels,
             self.num_gqa_groups_per_partition, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
-            self.softmax_scale, window_size, seq_kv, padded_queries)
+            self.softmax_scale, window_size, seq_kv, padded_queries,
+            attention_bias=bias)
 
     def _constructed_window(self):
         return self.window_size if self._window_given else None
@@ -392,26 +386,27 @@ class DotProductAttention(TransformerEngineBaseModule):
         window = window_of_call(owner, self._constructed_window(),
                                 window_size, mask_type)
         _args.check_forward(owner, fp8_output, False)
+        bias_arguments = dict(
+            core_attention_bias_type=core_attention_bias_type,
+            core_attention_bias=core_attention_bias,
+            alibi_slopes=alibi_slopes)
         if inference_params is not None:
+            _bias.refuse(owner, "inference_params (a KV cache)",
+                         **bias_arguments)
             return self._kv_cache_forward(
                 query_layer, key_layer, value_layer, attention_mask,
                 mask_type, window, qkv_format, inference_params,
                 cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
                 max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
-                core_attention_bias_type=core_attention_bias_type,
-                core_attention_bias=core_attention_bias,
-                alibi_slopes=alibi_slopes,
                 cu_seqlens_q_padded=cu_seqlens_q_padded,
                 cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                 pad_between_seqs=pad_between_seqs)
         if qkv_format == "thd":
-            _args.check_unsupported(
-                owner, core_attention_bias=core_attention_bias,
-                alibi_slopes=alibi_slopes)
+            _bias.refuse(owner, "qkv_format='thd'", **bias_arguments)
             return self._packed_forward(
                 query_layer, key_layer, value_layer, attention_mask,
-                mask_type, window, core_attention_bias_type,
-                cu_seqlens_q=cu_seqlens_q, cu_seqlens_kv=cu_seqlens_kv,
+                mask_type, window, cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_kv=cu_seqlens_kv,
                 cu_seqlens_q_padded=cu_seqlens_q_padded,
                 cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                 max_seqlen_q=max_seqlen_q, max_seqlen_kv=max_seqlen_kv,
@@ -424,8 +419,7 @@ class DotProductAttention(TransformerEngineBaseModule):
         # Cross-attention: keys and values of their own length.
         seq_kv = _sequence_dims(qkv_format, key_layer)[0]
         check_attention_call(
-            owner, seq, inference_params, core_attention_bias_type,
-            core_attention_bias, alibi_slopes, cu_seqlens_q, cu_seqlens_kv,
+            owner, seq, inference_params, cu_seqlens_q, cu_seqlens_kv,
             cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q,
             None, pad_between_seqs)
         if max_seqlen_kv is not None and int(max_seqlen_kv) != seq_kv:
@@ -451,6 +445,14 @@ class DotProductAttention(TransformerEngineBaseModule):
             "query": query_layer.to(dtype).contiguous(),
             "key": key_layer.to(dtype).contiguous(),
             "value": value_layer.to(dtype).contiguous()}
+        bias = _bias.call_bias(
+            owner, mask_type, attention_mask, core_attention_bias_type,
+            core_attention_bias, alibi_slopes, batch=batch, heads=heads,
+            seq_q=seq, seq_kv=seq_kv, dtype=dtype, device=query_layer.device,
+            softmax_scale=self.softmax_scale)
+        activations.update(bias.inputs)
+        if bias.mask_type != mask_type:  # an arbitrary mask, now the bias
+            mask_type, attention_mask = bias.mask_type, None
         query_masks = []  # TE's pair's query mask
         if seq_kv == seq and not _distinct_pair(mask_type, attention_mask):
             activations.update(attention_mask_input(
@@ -468,7 +470,8 @@ class DotProductAttention(TransformerEngineBaseModule):
                              query_layer.device)
             activations["query_mask"] = query_masks[0].contiguous()
         padded_queries = "query_mask" in activations
-        variant = (mask_type, self._dropout_active(), window, padded_queries)
+        variant = (mask_type, self._dropout_active(), window,
+                   padded_queries) + bias.variant()
         out = self._run_program(
             activations, dtype, (qkv_format, seq, batch, seq_kv),
             {"seq_length": seq, "batch_size": batch,
@@ -476,13 +479,12 @@ class DotProductAttention(TransformerEngineBaseModule):
             query_layer.shape,
             lambda: self._layer_spec(mask_type, window, seq_kv=(
                 seq_kv if seq_kv != seq else None),
-                padded_queries=padded_queries),
+                padded_queries=padded_queries, bias=bias.key),
             variant)
         return out["output"]
 
     def _packed_forward(self, query_layer, key_layer, value_layer,
-                        attention_mask, mask_type, window, bias_type,
-                        **sequences):
+                        attention_mask, mask_type, window, **sequences):
         """A thd call: q [t, heads, d], k/v [t_kv, groups, d] packed as
         `sequences` (the forward's cu_seqlens and max_seqlen arguments,
         _thd.packed_calls) say, the keys as the queries or on their own
@@ -503,10 +505,6 @@ class DotProductAttention(TransformerEngineBaseModule):
                     f"{'heads' if count == heads else 'gqa_groups'}, d] = "
                     f"{[rows, count, d]} (keys and values hold the same "
                     f"tokens), got {list(tensor.shape)}")
-        if bias_type != "no_bias":
-            raise NotImplementedError(
-                f"{owner}.forward(core_attention_bias_type={bias_type!r}) "
-                f"is not supported by tejit")
         if attention_mask is not None:
             raise ValueError(f"{owner}: qkv_format='thd' takes the "
                              f"sequences from cu_seqlens_q/cu_seqlens_kv, "
@@ -632,13 +630,17 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
                         window=(-1, -1), cross=None, **call_arguments):
     """Runs MultiheadAttention's or TransformerLayer's program on
     hidden_states [s, b, hidden] (sbhd) / [b, s, hidden] (bshd): the
-    outputs by name, in the input's shape. `layer_spec(rotary, seq_kv,
-    padded_queries)` is the layer's spec for this call, with the call's
+    outputs by name, in the input's shape. `layer_spec(mask_type, rotary,
+    seq_kv, padded_queries, bias)` is the layer's spec for this call
+    (`mask_type` the program's: no_mask for an arbitrary mask, which
+    becomes part of the bias; `bias` _bias.CallBias.key), with the call's
     normalized sliding `window` (window_of_call), which also keys the
     program;
     `is_first_microbatch` is TE's (weight casts of inference forwards,
-    _run_program); `call_arguments` are the forward's arguments
-    check_attention_call refuses. `cross` is None, or for cross-attention
+    _run_program); `call_arguments` are the forward's bias arguments
+    (_bias.call_bias: the self-attention's, or a cross-attention block's
+    cross-attention's) and those check_attention_call refuses. `cross` is
+    None, or for cross-attention
     (encoder_output, its mask type, its attention mask as TE takes it, and
     whether the block also self-attends: a decoder TransformerLayer, whose
     self-attention then takes `mask_type` and `attention_mask`)."""
@@ -667,6 +669,7 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     # With cross-attention, max_seqlen_kv is the encoder output's length.
     max_seqlen_kv = (call_arguments.pop("max_seqlen_kv", None)
                      if cross is not None else None)
+    bias_arguments = _bias.pop_arguments(call_arguments)
     check_attention_call(owner, seq, **call_arguments)
     dtype = module._checked_dtype(hidden_states)
     device = hidden_states.device
@@ -694,7 +697,25 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
             # TE's pair with a query mask: the program pads the queries too.
             check_query_mask(owner, query_masks[0], batch, seq, device)
             activations["enc_dec_query_mask"] = query_masks[0].contiguous()
-    if cross is None or self_attends:
+    # The bias is the self-attention's, or a cross-attention block's
+    # cross-attention's (s_kv: the encoder output's length); an arbitrary
+    # mask of the self-attention becomes part of it.
+    self_attention = cross is None or self_attends
+    core = getattr(module, "self_attention", module).core_attention
+    bias = _bias.call_bias(
+        owner, mask_type if self_attention else cross_mask_type,
+        attention_mask if self_attention else None,
+        bias_arguments["core_attention_bias_type"],
+        bias_arguments["core_attention_bias"],
+        bias_arguments["alibi_slopes"], batch=batch,
+        heads=core.num_attention_heads_per_partition, seq_q=seq,
+        seq_kv=seq if self_attention else seq_kv, dtype=dtype,
+        device=device, softmax_scale=core.softmax_scale,
+        tp_size=module.tp_size)
+    activations.update(bias.inputs)
+    if self_attention:
+        if bias.mask_type != mask_type:  # an arbitrary mask, now the bias
+            mask_type, attention_mask = bias.mask_type, None
         activations.update(attention_mask_input(
             owner, mask_type, attention_mask, batch, seq, device))
     rotary = rotary_input(owner, rotary_pos_emb, seq, kv_channels, device)
@@ -703,12 +724,14 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     rotary_dim = rotary["rotary_pos_emb"].shape[3] if rotary else 0
     padded_queries = "enc_dec_query_mask" in activations
     variant = (mask_type, module._dropout_active(), rotary_dim,
-               tuple(window), cross_mask_type, padded_queries)
+               tuple(window), cross_mask_type,
+               padded_queries) + bias.variant()
     return module._run_program(
         activations, dtype, (qkv_format, seq, batch, seq_kv),
         {"seq_length": seq, "batch_size": batch, "input_format": qkv_format},
         hidden_states.shape,
-        lambda: layer_spec(rotary_dim, seq_kv, padded_queries), variant,
+        lambda: layer_spec(mask_type, rotary_dim, seq_kv, padded_queries,
+                           bias.key), variant,
         is_first_microbatch=is_first_microbatch)
 
 
@@ -740,6 +763,8 @@ def _run_packed_block(module, owner, hidden_states, hidden_size, mask_type,
                          f"attention_mask")
     sequences = {name: call_arguments.pop(name, None)
                  for name in _SEQUENCE_ARGUMENTS}
+    _bias.refuse(owner, "qkv_format='thd'",
+                 **_bias.pop_arguments(call_arguments))
     check_attention_call(owner, None, **call_arguments)
     device = hidden_states.device
     tokens = hidden_states.shape[0]
@@ -758,6 +783,7 @@ def _run_packed_block(module, owner, hidden_states, hidden_size, mask_type,
                tuple(window), None, False)
     outputs = module._run_program(
         activations, dtype, packed.shape_key(), packed.shape_spec(),
-        hidden_states.shape, lambda: layer_spec(rotary_dim, None, False),
+        hidden_states.shape,
+        lambda: layer_spec(mask_type, rotary_dim, None, False, None),
         variant, is_first_microbatch=is_first_microbatch)
     return {name: packed.unpad(tensor) for name, tensor in outputs.items()}

@@ -13,7 +13,8 @@ The attention modules (attention.py, multi_head_attention.py,
 transformer.py) mix tokens, so they compile for the real [s, b] (or [b, s])
 and qkv_format instead: their key holds (format, seq, batch) where the
 others' holds the token count, plus what else selects their program (mask
-type, dropout on or off, rotary embeddings); see _run_program.
+type, dropout on or off, rotary embeddings, attention bias); see
+_run_program.
 
 JIT: a module compiles on the first call with a new key (token count,
 activation dtype, recipe, training or inference, device) and keeps the
@@ -663,8 +664,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
         spec and defaults to _layer_spec, and `variant`
         (hashable) is what else of this call selects the program (the
         attention modules' mask type, dropout on or off, rotary
-        embeddings). `is_first_microbatch` is TE's: FP8 weight casts kept
-        between forwards (CompiledProgram.use_training_weight_casts,
+        embeddings, attention bias). `is_first_microbatch` is TE's: FP8
+        weight casts kept between forwards (CompiledProgram.use_training_weight_casts,
         _infer_with_weight_casts). `inference_only` runs the inference
         program even where autograd would record the call (a KV-cache
         step: its programs have no backward; the caller refuses training

@@ -54,12 +54,15 @@ class MultiheadAttention(TransformerEngineBaseModule):
     types with TE's (query mask [b, 1, 1, s], key/value mask [b, 1, 1,
     s_kv]) pair (padded queries' attention rows are 0, as in TE), or the
     key/value mask alone; no
-    rotary embeddings or sliding windows there. With
+    rotary embeddings or sliding windows there. Attention bias and ALiBi
+    (core_attention_bias_type, core_attention_bias, alibi_slopes) as
+    DotProductAttention's, in the cross-attention of a cross block; not
+    with tensor parallelism. With
     return_layernorm_output and input_layernorm, the forward also returns
     the normalized input (last, after proj's bias with return_bias), as
     TE's. Refused (NotImplementedError naming the argument):
-    userbuffers, attention bias, ALiBi, cu_seqlens outside
-    qkv_format="thd".
+    userbuffers, cu_seqlens outside qkv_format="thd", attention bias and
+    ALiBi with thd, inference_params or tp_size > 1.
 
     Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later) with
@@ -263,11 +266,12 @@ class MultiheadAttention(TransformerEngineBaseModule):
         return names
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
-                    seq_kv=None, padded_queries=False):
+                    seq_kv=None, padded_queries=False, bias=None):
         """The layer's spec for a call with `mask_type`, a rotary table of
         `rotary` channels (True: all, 0/False: none), the normalized
-        `window_size` (the constructor's when None) and, for
-        cross-attention, an encoder output of `seq_kv` positions."""
+        `window_size` (the constructor's when None), for cross-attention
+        an encoder output of `seq_kv` positions, and the attention `bias`
+        (_bias.CallBias.key, None: none)."""
         mask_type = mask_type or self.attn_mask_type
         if window_size is None:
             window_size = window_of_call("MultiheadAttention",
@@ -281,7 +285,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             seq_kv if self.attention_type == "cross" else None,
             padded_queries, self.rotary_pos_interleaved,
             self._returns_layernorm_output(), self.tp_size,
-            self.sequence_parallel)
+            self.sequence_parallel, attention_bias=bias)
 
     def _returns_layernorm_output(self):
         return self.input_layernorm and self.return_layernorm_output
@@ -350,8 +354,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
         outputs = run_attention_block(
             self, owner, hidden_states, self.hidden_size, self.qkv_format,
             mask_type, attention_mask, rotary_pos_emb, self.kv_channels,
-            lambda rotary, seq_kv, padded: self._layer_spec(
-                mask_type, rotary, window, seq_kv, padded),
+            lambda program_mask_type, rotary, seq_kv, padded, bias:
+            self._layer_spec(program_mask_type, rotary, window, seq_kv,
+                             padded, bias),
             is_first_microbatch=is_first_microbatch, window=window,
             cross=cross,
             encoder_output=encoder_output, **call_arguments)

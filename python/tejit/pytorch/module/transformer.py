@@ -41,13 +41,17 @@ class TransformerLayer(TransformerEngineBaseModule):
     (top-left) or the padding types with TE's (query mask, key/value mask
     [b, 1, 1, s_kv]) pair (padded queries' cross-attention rows are 0, as
     in TE), or the key/value mask alone; rotary_pos_emb applies to the
-    self-attention only, as in TE. hidden_dropout and attention_dropout
+    self-attention only, as in TE; so do core_attention_bias_type,
+    core_attention_bias and alibi_slopes (TE's attention bias and ALiBi,
+    as DotProductAttention's; not with tensor parallelism).
+    hidden_dropout and attention_dropout
     apply in training mode only (module.train()); in eval mode the layer
     compiles without dropout. Refused (NotImplementedError naming the
     argument): enc_dec_window_size other than None or (-1, -1),
-    ub_tp_comm_overlap, attention bias, ALiBi,
-    cu_seqlens outside attn_input_format="thd". inference_params (TE's KV
-    cache) as MultiheadAttention's, in encoder layers.
+    ub_tp_comm_overlap, cu_seqlens outside attn_input_format="thd",
+    attention bias and ALiBi with thd, inference_params or tp_size > 1.
+    inference_params (TE's KV cache) as MultiheadAttention's, in encoder
+    layers.
 
     Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later, which reaches the
@@ -266,12 +270,13 @@ class TransformerLayer(TransformerEngineBaseModule):
 
     def _layer_spec(self, mask_type=None, rotary=False, window_size=None,
                     seq_kv=None, enc_dec_mask_type=None,
-                    padded_queries=False):
+                    padded_queries=False, bias=None):
         """The layer's spec for a call with `mask_type`, a rotary table or
         not, and the normalized `window_size` (the constructor's when
         None); a decoder's with an encoder output of `seq_kv` positions and
         the cross-attention's `enc_dec_mask_type` (the constructor's when
-        None)."""
+        None); `bias` the self-attention's attention bias
+        (_bias.CallBias.key, None: none)."""
         mask_type = mask_type or self.self_attn_mask_type
         if window_size is None:
             window_size = window_of_call("TransformerLayer", self.window_size,
@@ -292,7 +297,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.output_layernorm, self.parallel_attention_mlp,
             self.rotary_pos_interleaved,
             self.drop_path_rate if active else 0.0, self.tp_size,
-            self.sequence_parallel)
+            self.sequence_parallel, attention_bias=bias)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
@@ -359,9 +364,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             self, owner, hidden_states, self.hidden_size,
             self.attn_input_format, mask_type, attention_mask,
             rotary_pos_emb, self.kv_channels,
-            lambda rotary, seq_kv, padded: self._layer_spec(
-                mask_type, rotary, window, seq_kv, enc_dec_mask_type,
-                padded),
+            lambda program_mask_type, rotary, seq_kv, padded, bias:
+            self._layer_spec(program_mask_type, rotary, window, seq_kv,
+                             enc_dec_mask_type, padded, bias),
             is_first_microbatch=is_first_microbatch, window=window,
             cross=cross,
             encoder_output=encoder_output, **call_arguments)
