@@ -373,6 +373,18 @@ Error validateBiasFor(const AttentionProblem &p, int64_t version,
                     "an Ampere or newer GPU");
   if (p.bias == AttentionBias::Alibi && capability < 90)
     return needsGpu(p, capability, "ALiBi", "a Hopper or newer GPU");
+  // Per-batch slopes [b, h, 1, 1] in the graph build and run, but the
+  // engines read them wrong (every output off, measured on an H200 with
+  // cuDNN 9.x, session 29); [h] slopes are right. tejit.pytorch passes
+  // per-batch ALiBi as the bias it makes, as Transformer Engine does for
+  // the caller's slopes.
+  if (p.alibiSlopes == AlibiSlopes::BatchHeads && p.batch > 1)
+    return makeError(ErrorCode::Unsupported,
+                     p.key() + ": per-batch ALiBi slopes [b, h] are not "
+                               "supported on cuDNN's fused attention (its "
+                               "engines compute them wrong); give [h] "
+                               "slopes, or the ALiBi bias [b, h, s_q, "
+                               "s_kv] as a post_scale_bias");
   // cudnn-frontend: a left bound with a bias or ALiBi only from 9.10.2.
   if (version < 91002 && (p.windowLeft >= 0 || p.windowRight >= 0))
     return needsCudnn(p, version, "9.10.2",

@@ -2171,7 +2171,10 @@ std::vector<Case> alibiCases() {
   std::vector<Case> cases;
   auto add = [&](AttentionProblem p, const char *grouping,
                  const std::string &extra = "") {
-    cases.push_back({biasCaseName(p, grouping, extra), p, true, {}, false});
+    // Per-batch slopes are refused (validateFor: cuDNN's engines read them
+    // wrong); the check reports them as unsupported.
+    bool mustPass = p.alibiSlopes != AlibiSlopes::BatchHeads || p.batch == 1;
+    cases.push_back({biasCaseName(p, grouping, extra), p, mustPass, {}, false});
   };
   // Every kind of slopes and mask, with s_q != s_kv both ways (the offset).
   for (AlibiSlopes slopes :
@@ -2221,9 +2224,8 @@ std::vector<Case> dropoutCases() {
     bias.name = biasName(bias.problem) + " " + bias.name;
     cases.push_back(bias);
     Case alibi = dropoutCase(element, 0.1);
-    setAlibi(alibi.problem, element == ElementType::BF16
-                                ? AlibiSlopes::Heads
-                                : AlibiSlopes::BatchHeads);
+    setAlibi(alibi.problem, element == ElementType::BF16 ? AlibiSlopes::Heads
+                                                         : AlibiSlopes::None);
     alibi.name = biasName(alibi.problem) + " " + alibi.name;
     cases.push_back(alibi);
   }

@@ -1445,7 +1445,16 @@ TEST(AttentionBiasTest, NeedsAGpuAndCudnnThatHaveIt) {
   window.seqKv = 128;
   window.windowLeft = 31;
   AttentionProblem alibi = alibiProblem();
+  alibi.alibiSlopes = AlibiSlopes::Heads;
+  // Per-batch slopes: cuDNN's engines read them wrong (Attention.cpp).
+  AttentionProblem perBatch = alibiProblem();
+  AttentionProblem oneBatch = alibiProblem();
+  oneBatch.batch = 1;
   const VersionCase cases[] = {
+      {perBatch, 91900, 90,
+       "per-batch ALiBi slopes [b, h] are not supported on cuDNN's fused "
+       "attention"},
+      {oneBatch, 91900, 90, nullptr},
       {forward, 90000, 75,
        "a post-scale bias needs an Ampere or newer GPU (this is sm_75)"},
       {forward, 90000, 80, nullptr},

@@ -165,6 +165,19 @@ def _arbitrary_mask(owner, attention_mask, batch, heads, seq_q, seq_kv,
     return mask
 
 
+def _alibi_bias(slopes, mask_type, seq_q, seq_kv, dtype):
+    """The ALiBi bias [b, h, s_q, s_kv] of slopes [b, h] (contract:
+    -slope * |i - j + off|, off = s_kv - s_q but for the top-left causal
+    mask types)."""
+    top_left = mask_type in ("causal", "padding_causal")
+    offset = 0 if top_left else seq_kv - seq_q
+    rows = torch.arange(seq_q, device=slopes.device, dtype=torch.float32)
+    cols = torch.arange(seq_kv, device=slopes.device, dtype=torch.float32)
+    distance = (rows.view(-1, 1) - cols.view(1, -1) + offset).abs()
+    batch, heads = slopes.shape
+    return (-slopes.view(batch, heads, 1, 1) * distance).to(dtype)
+
+
 def call_bias(owner, mask_type, attention_mask, bias_type, bias, slopes, *,
               batch, heads, seq_q, seq_kv, dtype, device, softmax_scale,
               tp_size=1):
@@ -210,6 +223,14 @@ def call_bias(owner, mask_type, attention_mask, bias_type, bias, slopes, *,
                 f"bias as a core_attention_bias")
         inputs = {}
         slopes, code = _check_slopes(owner, slopes, batch, heads, device)
+        if code == "batch_heads" and batch > 1:
+            # cuDNN's engines read per-batch slopes wrong (the runtime
+            # refuses them): the ALiBi bias itself, as TE passes the
+            # caller's slopes to its fused attention.
+            return CallBias(mask_type, ("post_scale_bias", "bhss", False,
+                                        None),
+                            {"core_attention_bias": _alibi_bias(
+                                slopes, mask_type, seq_q, seq_kv, dtype)})
         if slopes is not None:
             inputs["alibi_slopes"] = slopes
         return CallBias(mask_type, ("alibi", None, False, code), inputs)
