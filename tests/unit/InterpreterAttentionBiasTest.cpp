@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 using namespace tejit::testing;
 using mlir::te::AttnBiasType;
@@ -272,65 +273,79 @@ Expected reference(const BiasCase &c, const std::vector<Tensor> &args,
   return e;
 }
 
-class AttentionBiasTest : public InterpreterTest,
-                          public ::testing::WithParamInterface<BiasCase> {
+/// Runs the cases' modules.
+class BiasFixture : public InterpreterTest {
 protected:
-  /// @bwd's arguments: (dout, q, k, v, o, lse, [mask,] [operand,] rng).
-  static std::vector<Tensor> backwardArgs(const std::vector<Tensor> &args,
-                                          const std::vector<Tensor> &outs,
-                                          const Tensor &dout) {
-    std::vector<Tensor> result = {dout,    args[0], args[1],
-                                  args[2], outs[0], outs[1]};
-    result.insert(result.end(), args.begin() + 3, args.end());
+  /// One case run: @fwd on random arguments, @bwd at a random output
+  /// gradient `dout` (grads empty when a run failed).
+  struct Run {
+    mlir::func::FuncOp fwd;
+    std::vector<Tensor> args, outs, grads;
+    Tensor dout;
+  };
+
+  /// Runs `c`, with `rngState` ([seed, offset]) when given.
+  Run runCase(const BiasCase &c, std::optional<Tensor> rngState = {}) {
+    Run result;
+    result.fwd = parse(c.module(), "fwd");
+    if (!result.fwd)
+      return result;
+    auto bwd = modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+    result.args = randomArgs(result.fwd);
+    if (rngState)
+      result.args.back() = *rngState;
+    result.outs = run(result.fwd, result.args);
+    if (result.outs.size() != 2)
+      return result;
+    result.dout = randomLike(result.outs[0].shape);
+    // (dout, q, k, v, o, lse, [mask,] [bias or slopes,] rng).
+    std::vector<Tensor> bwdArgs = {result.dout,    result.args[0],
+                                   result.args[1], result.args[2],
+                                   result.outs[0], result.outs[1]};
+    bwdArgs.insert(bwdArgs.end(), result.args.begin() + 3, result.args.end());
+    result.grads = run(bwd, bwdArgs);
+    EXPECT_EQ(result.grads.size(), c.grad() ? 4u : 3u);
     return result;
   }
+
+  /// dq, and dbias when the case takes it, against central differences of
+  /// the forward.
+  void expectFiniteDifferences(const BiasCase &c, Run &r) {
+    EXPECT_TRUE(gradientClose(
+        r.grads[0], numericGradient(r.fwd, r.args, 0, {r.dout, Tensor()})))
+        << "dq";
+    if (c.grad())
+      EXPECT_TRUE(gradientClose(
+          r.grads[3],
+          numericGradient(r.fwd, r.args, c.operandIndex(), {r.dout, Tensor()})))
+          << "dbias";
+  }
 };
+
+class AttentionBiasTest : public BiasFixture,
+                          public ::testing::WithParamInterface<BiasCase> {};
 
 } // namespace
 
 TEST_P(AttentionBiasTest, MatchesTheDefinition) {
   const BiasCase &c = GetParam();
-  mlir::func::FuncOp fwd = parse(c.module(), "fwd");
-  ASSERT_TRUE(fwd);
-  mlir::func::FuncOp bwd =
-      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
-  std::vector<Tensor> args = randomArgs(fwd);
-  std::vector<Tensor> outs = run(fwd, args);
-  ASSERT_EQ(outs.size(), 2u);
-  Tensor dout = randomLike(outs[0].shape);
-  Expected expected = reference(c, args, dout);
-  EXPECT_TRUE(allClose(outs[0], expected.out));
-  EXPECT_TRUE(allClose(outs[1], expected.lse));
-
-  std::vector<Tensor> grads = run(bwd, backwardArgs(args, outs, dout));
-  ASSERT_EQ(grads.size(), c.grad() ? 4u : 3u);
-  EXPECT_TRUE(allClose(grads[0], expected.dq)) << "dq";
-  EXPECT_TRUE(allClose(grads[1], expected.dk)) << "dk";
-  EXPECT_TRUE(allClose(grads[2], expected.dv)) << "dv";
+  Run r = runCase(c);
+  ASSERT_EQ(r.grads.size(), c.grad() ? 4u : 3u);
+  Expected expected = reference(c, r.args, r.dout);
+  EXPECT_TRUE(allClose(r.outs[0], expected.out));
+  EXPECT_TRUE(allClose(r.outs[1], expected.lse));
+  EXPECT_TRUE(allClose(r.grads[0], expected.dq)) << "dq";
+  EXPECT_TRUE(allClose(r.grads[1], expected.dk)) << "dk";
+  EXPECT_TRUE(allClose(r.grads[2], expected.dv)) << "dv";
   if (c.grad())
-    EXPECT_TRUE(allClose(grads[3], expected.dbias)) << "dbias";
+    EXPECT_TRUE(allClose(r.grads[3], expected.dbias)) << "dbias";
 }
 
 TEST_P(AttentionBiasTest, GradientsMatchFiniteDifferences) {
   const BiasCase &c = GetParam();
-  mlir::func::FuncOp fwd = parse(c.module(), "fwd");
-  ASSERT_TRUE(fwd);
-  mlir::func::FuncOp bwd =
-      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
-  std::vector<Tensor> args = randomArgs(fwd);
-  std::vector<Tensor> outs = run(fwd, args);
-  ASSERT_EQ(outs.size(), 2u);
-  Tensor dout = randomLike(outs[0].shape);
-  std::vector<Tensor> grads = run(bwd, backwardArgs(args, outs, dout));
-  ASSERT_EQ(grads.size(), c.grad() ? 4u : 3u);
-  EXPECT_TRUE(
-      gradientClose(grads[0], numericGradient(fwd, args, 0, {dout, Tensor()})))
-      << "dq";
-  if (c.grad())
-    EXPECT_TRUE(
-        gradientClose(grads[3], numericGradient(fwd, args, c.operandIndex(),
-                                                {dout, Tensor()})))
-        << "dbias";
+  Run r = runCase(c);
+  ASSERT_EQ(r.grads.size(), c.grad() ? 4u : 3u);
+  expectFiniteDifferences(c, r);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, AttentionBiasTest,
@@ -342,7 +357,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, AttentionBiasTest,
 // With attention dropout, dbias is the gradient of the scores after the
 // dropped probabilities' softmax backward: finite differences of the
 // forward (whose masks the RNG state fixes) check it.
-TEST_F(InterpreterTest, BiasGradientUnderDropoutMatchesFiniteDifferences) {
+TEST_F(BiasFixture, GradientsUnderDropoutMatchFiniteDifferences) {
   BiasCase c{"Dropout",
              QkvFormat::bshd,
              AttnMaskType::causal,
@@ -355,24 +370,9 @@ TEST_F(InterpreterTest, BiasGradientUnderDropoutMatchesFiniteDifferences) {
              AttnBiasType::post_scale_bias,
              {1, 2, 4, 4},
              0.3};
-  mlir::func::FuncOp fwd = parse(c.module(), "fwd");
-  ASSERT_TRUE(fwd);
-  mlir::func::FuncOp bwd =
-      modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
-  std::vector<Tensor> args = randomArgs(fwd);
-  args.back() = Tensor({2}, {12345.0, 6.0});
-  std::vector<Tensor> outs = run(fwd, args);
-  ASSERT_EQ(outs.size(), 2u);
-  Tensor dout = randomLike(outs[0].shape);
-  std::vector<Tensor> bwdArgs = {dout,    args[0], args[1],
-                                 args[2], outs[0], outs[1]};
-  bwdArgs.insert(bwdArgs.end(), args.begin() + 3, args.end());
-  std::vector<Tensor> grads = run(bwd, bwdArgs);
-  ASSERT_EQ(grads.size(), 4u);
-  EXPECT_TRUE(
-      gradientClose(grads[3], numericGradient(fwd, args, 3, {dout, Tensor()})));
-  EXPECT_TRUE(
-      gradientClose(grads[0], numericGradient(fwd, args, 0, {dout, Tensor()})));
+  Run r = runCase(c, Tensor({2}, {12345.0, 6.0}));
+  ASSERT_EQ(r.grads.size(), 4u);
+  expectFiniteDifferences(c, r);
 }
 
 // TE's get_alibi slopes, spelled out: 8 heads give 2^-1 .. 2^-8; 12 heads
