@@ -5,7 +5,8 @@
 // against a naive float64 definition written here (scores, softmax, the
 // softmax backward and dbias = sum over the batch of dS), and their
 // gradients (dq, and dbias, also under dropout) against central finite
-// differences. docs/attention-bias.md is the contract.
+// differences; and the layer ops honour their bias (a mask as a bias of
+// -1e30, ALiBi as its bias matrix). docs/attention-bias.md is the contract.
 //
 //===----------------------------------------------------------------------===//
 #include "InterpreterTestUtils.h"
@@ -391,4 +392,154 @@ TEST(AttentionBias, VanillaSlopesAreTransformerEngines) {
   for (int64_t k = 0; k < 6; ++k)
     EXPECT_EQ(vanillaAlibiSlope(k, 6), six[k]);
   EXPECT_EQ(vanillaAlibiSlope(0, 1), 0x1p-8);
+}
+
+//===----------------------------------------------------------------------===//
+// Layer ops: each honours its bias (an arbitrary mask as a bias of -1e30
+// where masked gives the masked attention; ALiBi is its bias matrix)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// An i1 mask `shape` [b or 1, h or 1, s_q, s_kv] with random entries but
+/// the diagonal visible (no row fully masked), and the bias that masks the
+/// same keys: -1e30 where masked, 0 elsewhere.
+std::pair<Tensor, Tensor> maskAndBias(llvm::ArrayRef<int64_t> shape,
+                                      std::mt19937_64 &rng) {
+  Tensor mask = Tensor::zeros(shape), bias = Tensor::zeros(shape);
+  for (size_t at = 0; at < mask.data.size(); ++at) {
+    int64_t j = int64_t(at) % shape[3], i = int64_t(at) / shape[3] % shape[2];
+    mask.data[at] = i != j && rng() % 2 == 0 ? 1.0 : 0.0;
+    bias.data[at] = mask.data[at] != 0.0 ? -1e30 : 0.0;
+  }
+  return {mask, bias};
+}
+
+const char *kDpaMaskedOrBiased = R"mlir(
+func.func @masked(%q: tensor<3x2x2x4xf32>, %m: tensor<2x2x3x3xi1>)
+    -> tensor<3x2x8xf32> {
+  %o = te.dot_product_attention %q, %q, %q mask(%m)
+      {attn_mask_type = #te.attn_mask_type<arbitrary>}
+      : (tensor<3x2x2x4xf32>, tensor<3x2x2x4xf32>, tensor<3x2x2x4xf32>,
+         tensor<2x2x3x3xi1>) -> tensor<3x2x8xf32>
+  return %o : tensor<3x2x8xf32>
+}
+func.func @biased(%q: tensor<3x2x2x4xf32>, %b: tensor<2x2x3x3xf32>)
+    -> tensor<3x2x8xf32> {
+  %o = te.dot_product_attention %q, %q, %q core_attention_bias(%b)
+      {attn_mask_type = #te.attn_mask_type<no_mask>,
+       core_attention_bias_type = #te.attn_bias_type<post_scale_bias>}
+      : (tensor<3x2x2x4xf32>, tensor<3x2x2x4xf32>, tensor<3x2x2x4xf32>,
+         tensor<2x2x3x3xf32>) -> tensor<3x2x8xf32>
+  return %o : tensor<3x2x8xf32>
+}
+)mlir";
+
+const char *kMhaMaskedOrBiased = R"mlir(
+func.func @masked(%x: tensor<3x2x8xf32>, %wqkv: tensor<24x8xf32>,
+                  %wo: tensor<8x8xf32>, %m: tensor<2x1x3x3xi1>)
+    -> tensor<3x2x8xf32> {
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo) mask(%m)
+      {num_attention_heads = 2 : i64, attention_dropout = 0.0 : f64,
+       attn_mask_type = #te.attn_mask_type<arbitrary>}
+      : (tensor<3x2x8xf32>, tensor<24x8xf32>, tensor<8x8xf32>,
+         tensor<2x1x3x3xi1>) -> tensor<3x2x8xf32>
+  return %y : tensor<3x2x8xf32>
+}
+func.func @biased(%x: tensor<3x2x8xf32>, %wqkv: tensor<24x8xf32>,
+                  %wo: tensor<8x8xf32>, %b: tensor<2x1x3x3xf32>)
+    -> tensor<3x2x8xf32> {
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      core_attention_bias(%b)
+      {num_attention_heads = 2 : i64, attention_dropout = 0.0 : f64,
+       attn_mask_type = #te.attn_mask_type<no_mask>,
+       core_attention_bias_type = #te.attn_bias_type<post_scale_bias>}
+      : (tensor<3x2x8xf32>, tensor<24x8xf32>, tensor<8x8xf32>,
+         tensor<2x1x3x3xf32>) -> tensor<3x2x8xf32>
+  return %y : tensor<3x2x8xf32>
+}
+)mlir";
+
+class LayerBiasTest : public InterpreterTest {
+protected:
+  /// @masked(args..., mask) and @biased(args..., bias) of `source` agree.
+  void expectMaskIsBias(const char *source, llvm::ArrayRef<int64_t> maskShape) {
+    mlir::func::FuncOp masked = parse(source, "masked");
+    ASSERT_TRUE(masked);
+    auto biased = modules.back()->lookupSymbol<mlir::func::FuncOp>("biased");
+    std::vector<Tensor> args = randomArgs(masked);
+    auto [mask, bias] = maskAndBias(maskShape, rng);
+    args.back() = mask;
+    std::vector<Tensor> expected = run(masked, args);
+    args.back() = bias;
+    std::vector<Tensor> actual = run(biased, args);
+    ASSERT_EQ(actual.size(), 1u);
+    ASSERT_EQ(expected.size(), 1u);
+    EXPECT_TRUE(allClose(actual[0], expected[0]));
+  }
+};
+
+} // namespace
+
+TEST_F(LayerBiasTest, DotProductAttentionAddsItsBias) {
+  expectMaskIsBias(kDpaMaskedOrBiased, {2, 2, 3, 3});
+}
+
+TEST_F(LayerBiasTest, MultiheadAttentionAddsItsBias) {
+  expectMaskIsBias(kMhaMaskedOrBiased, {2, 1, 3, 3});
+}
+
+// A cross-attention block (3 queries, 5 keys: ALiBi's offset is 2) with
+// the caller's [b, h] slopes equals the block with their bias matrix
+// -slope[b, h] |i - j + 2| as a bhss post-scale bias.
+TEST_F(LayerBiasTest, AlibiIsItsBiasMatrix) {
+  mlir::func::FuncOp alibi = parse(R"mlir(
+func.func @alibi(%x: tensor<3x2x8xf32>, %enc: tensor<5x2x8xf32>,
+                 %wq: tensor<8x8xf32>, %wkv: tensor<16x8xf32>,
+                 %wo: tensor<8x8xf32>, %s: tensor<2x2xf32>)
+    -> tensor<3x2x8xf32> {
+  %y = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) alibi_slopes(%s)
+      {num_attention_heads = 2 : i64, attention_dropout = 0.0 : f64,
+       attn_mask_type = #te.attn_mask_type<no_mask>,
+       core_attention_bias_type = #te.attn_bias_type<alibi>}
+      : (tensor<3x2x8xf32>, tensor<5x2x8xf32>, tensor<8x8xf32>,
+         tensor<16x8xf32>, tensor<8x8xf32>, tensor<2x2xf32>)
+        -> tensor<3x2x8xf32>
+  return %y : tensor<3x2x8xf32>
+}
+func.func @biased(%x: tensor<3x2x8xf32>, %enc: tensor<5x2x8xf32>,
+                  %wq: tensor<8x8xf32>, %wkv: tensor<16x8xf32>,
+                  %wo: tensor<8x8xf32>, %b: tensor<2x2x3x5xf32>)
+    -> tensor<3x2x8xf32> {
+  %y = te.multihead_attention %x encoder_output(%enc) qkv_weight(%wq)
+      kv_weight(%wkv) proj_weight(%wo) core_attention_bias(%b)
+      {num_attention_heads = 2 : i64, attention_dropout = 0.0 : f64,
+       attn_mask_type = #te.attn_mask_type<no_mask>,
+       core_attention_bias_type = #te.attn_bias_type<post_scale_bias>}
+      : (tensor<3x2x8xf32>, tensor<5x2x8xf32>, tensor<8x8xf32>,
+         tensor<16x8xf32>, tensor<8x8xf32>, tensor<2x2x3x5xf32>)
+        -> tensor<3x2x8xf32>
+  return %y : tensor<3x2x8xf32>
+}
+)mlir",
+                                   "alibi");
+  ASSERT_TRUE(alibi);
+  auto biased = modules.back()->lookupSymbol<mlir::func::FuncOp>("biased");
+  std::vector<Tensor> args = randomArgs(alibi);
+  std::vector<Tensor> expectedArgs = args;
+  const Tensor &slopes = args.back();
+  Tensor bias = Tensor::zeros({2, 2, 3, 5});
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 3; ++i)
+        for (int64_t j = 0; j < 5; ++j)
+          bias.data[flatIndex(bias.shape, {b, h, i, j})] =
+              -slopes.data[b * 2 + h] * double(std::abs(i - j + 2));
+  expectedArgs.back() = bias;
+  std::vector<Tensor> actual = run(alibi, args);
+  std::vector<Tensor> expected = run(biased, expectedArgs);
+  ASSERT_EQ(actual.size(), 1u);
+  ASSERT_EQ(expected.size(), 1u);
+  EXPECT_TRUE(allClose(actual[0], expected[0]));
 }
