@@ -45,6 +45,14 @@ bool aligned(int64_t columns, Type type) {
   return columns * elementBytes(type) % kAlignmentBytes == 0;
 }
 
+/// Whether `value` is dq, dk or dv of a te.attention_bwd (not its dbias,
+/// which is no token-major tensor).
+bool isQkvGrad(Value value) {
+  auto result = dyn_cast<OpResult>(value);
+  return result && isa<AttentionBwdOp>(result.getOwner()) &&
+         result.getResultNumber() < 3;
+}
+
 } // namespace
 
 bool mlir::te::isAttentionInputSlice(Operation *op) {
@@ -78,7 +86,7 @@ static Value gradBehind(Value input) {
   if (!reshape || !input.hasOneUse())
     return nullptr;
   Value grad = reshape->getOperand(0);
-  if (!grad.getDefiningOp<AttentionBwdOp>() || !grad.hasOneUse() ||
+  if (!isQkvGrad(grad) || !grad.hasOneUse() ||
       !splitsTokensAndHeads(reshape, input, grad))
     return nullptr;
   return grad;
@@ -99,7 +107,7 @@ bool mlir::te::isAttentionGradConcat(Operation *op) {
 
 std::optional<std::pair<ConcatOp, int64_t>>
 mlir::te::gradConcatSlot(Value grad) {
-  if (!grad.getDefiningOp<AttentionBwdOp>() || !grad.hasOneUse())
+  if (!isQkvGrad(grad) || !grad.hasOneUse())
     return std::nullopt;
   Operation *reshape = *grad.getUsers().begin();
   if (!isa<ReshapeOp>(reshape) || !reshape->getResult(0).hasOneUse())

@@ -113,6 +113,98 @@ mlir::te::verifyKvCache(Operation *op, Value keyCache, Value valueCache,
   return success();
 }
 
+/// TE's name of a bias shape [1|b, 1|h, s_q, s_kv]: 1hss, b1ss, bhss, 11ss.
+static std::string biasShapeName(ArrayRef<int64_t> shape) {
+  return std::string(shape[0] == 1 ? "1" : "b") + (shape[1] == 1 ? "1" : "h") +
+         "ss";
+}
+
+/// The bias operand's shape and element type, and the one shape a bias
+/// gradient takes.
+static LogicalResult verifyBiasOperand(Operation *op,
+                                       const AttentionBiasNames &names,
+                                       const AttentionBias &bias,
+                                       ArrayRef<int64_t> dims, Type element) {
+  auto type = cast<RankedTensorType>(bias.bias.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  bool ok = type.getElementType() == element && shape.size() == 4 &&
+            (shape[0] == 1 || shape[0] == dims[0]) &&
+            (shape[1] == 1 || shape[1] == dims[1]) && shape[2] == dims[2] &&
+            shape[3] == dims[3];
+  if (!ok)
+    return op->emitOpError()
+           << "'" << names.bias << "' must be " << element
+           << " of shape [1 or b, 1 or heads, s_q, s_kv] = [1 or " << dims[0]
+           << ", 1 or " << dims[1] << ", " << dims[2] << ", " << dims[3]
+           << "] (q's element type), got " << type;
+  if (bias.grad && (shape[0] != 1 || shape[1] != dims[1]))
+    return op->emitOpError()
+           << "'" << names.grad << "' needs '" << names.bias
+           << "' of shape [1, heads, s_q, s_kv] (1hss: the bias gradient is "
+              "summed over the batch), got "
+           << formatShape(shape) << " (" << biasShapeName(shape) << ")";
+  return success();
+}
+
+/// ALiBi slopes: f32 [heads] or [b, heads].
+static LogicalResult verifySlopes(Operation *op, StringRef name, Value slopes,
+                                  ArrayRef<int64_t> dims) {
+  auto type = cast<RankedTensorType>(slopes.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  bool ok = type.getElementType().isF32() &&
+            (shape == ArrayRef<int64_t>{dims[1]} ||
+             shape == ArrayRef<int64_t>{dims[0], dims[1]});
+  if (!ok)
+    return op->emitOpError() << "'" << name << "' must be f32 [heads] = ["
+                             << dims[1] << "] or [b, heads] = [" << dims[0]
+                             << ", " << dims[1] << "], got " << type;
+  return success();
+}
+
+LogicalResult mlir::te::verifyAttentionBias(Operation *op,
+                                            const AttentionBiasNames &names,
+                                            const AttentionBias &bias,
+                                            ArrayRef<int64_t> dims,
+                                            Type element, AttnMaskType maskType,
+                                            StringRef unsupported) {
+  if (!bias.any())
+    return success();
+  StringRef typeName = stringifyAttnBiasType(bias.type);
+  if (!unsupported.empty() || maskType == AttnMaskType::arbitrary) {
+    InFlightDiagnostic diag = op->emitOpError();
+    if (bias.type != AttnBiasType::no_bias)
+      diag << "'" << names.type << "' " << typeName;
+    else
+      diag << "'"
+           << (bias.bias     ? names.bias
+               : bias.slopes ? names.slopes
+                             : names.grad)
+           << "'";
+    if (!unsupported.empty())
+      return diag << " is not supported with " << unsupported;
+    return diag << " is not supported with the arbitrary mask type (fold the "
+                   "mask into a post_scale_bias, -10000 where masked, with "
+                   "the no_mask type)";
+  }
+  bool postScale = bias.type == AttnBiasType::post_scale_bias;
+  if (postScale != static_cast<bool>(bias.bias))
+    return op->emitOpError() << names.type << " = " << typeName
+                             << (bias.bias ? " takes no '" : " requires a '")
+                             << names.bias << "' operand";
+  if (bias.slopes && bias.type != AttnBiasType::alibi)
+    return op->emitOpError() << "'" << names.slopes << "' needs " << names.type
+                             << " = alibi, got " << typeName;
+  if (bias.grad && !postScale)
+    return op->emitOpError()
+           << "'" << names.grad << "' needs " << names.type
+           << " = post_scale_bias (ALiBi slopes take no gradient), got "
+           << typeName;
+  if (bias.bias && failed(verifyBiasOperand(op, names, bias, dims, element)))
+    return failure();
+  return bias.slopes ? verifySlopes(op, names.slopes, bias.slopes, dims)
+                     : success();
+}
+
 AttnMaskType mlir::te::kvCacheMaskType(AttnMaskType maskType) {
   switch (maskType) {
   case AttnMaskType::causal:

@@ -95,6 +95,54 @@ LogicalResult verifyKvCache(Operation *op, Value keyCache, Value valueCache,
                             int64_t kvHeads, int64_t headDim, Type element,
                             std::optional<int64_t> maxSeqlen, bool window);
 
+/// How an attention op names its bias operands and attributes in
+/// diagnostics: the layer ops' `core_attention_bias_type`,
+/// `core_attention_bias`, `alibi_slopes`, `bias_requires_grad`, or the
+/// primitives' `bias_type`, `bias`, `alibi_slopes`, `bias_grad`.
+struct AttentionBiasNames {
+  StringRef type, bias, slopes, grad;
+};
+
+/// An attention op's bias (docs/attention-bias.md): its type, the bias and
+/// slopes operands (or null) and whether the bias takes a gradient.
+struct AttentionBias {
+  AttnBiasType type = AttnBiasType::no_bias;
+  Value bias = {}, slopes = {};
+  bool grad = false;
+
+  /// Whether the op asks for anything beyond plain scores.
+  bool any() const {
+    return type != AttnBiasType::no_bias || bias || slopes || grad;
+  }
+};
+
+/// The bias of te.dot_product_attention, te.multihead_attention or
+/// te.transformer_layer.
+template <typename OpT> AttentionBias layerAttentionBias(OpT op) {
+  return {op.getCoreAttentionBiasType(), op.getCoreAttentionBias(),
+          op.getAlibiSlopes(), op.getBiasRequiresGrad()};
+}
+
+/// The bias of te.attention or te.attention_bwd.
+template <typename OpT> AttentionBias primitiveAttentionBias(OpT op) {
+  return {op.getBiasType(), op.getBias(), op.getAlibiSlopes(),
+          op.getBiasGrad()};
+}
+
+/// Checks an attention op's bias against its problem: `dims` = {b, heads,
+/// s_q, s_kv} and q's `element` type. The bias operand goes with
+/// post_scale_bias alone and is `element` [1|b, 1|heads, s_q, s_kv]; the
+/// slopes with alibi alone, f32 [heads] or [b, heads]; the gradient with a
+/// [1, heads, s_q, s_kv] post_scale_bias alone; none of it with the
+/// arbitrary mask type or, when `unsupported` names it (packed sequences,
+/// a KV cache), at all.
+LogicalResult verifyAttentionBias(Operation *op,
+                                  const AttentionBiasNames &names,
+                                  const AttentionBias &bias,
+                                  ArrayRef<int64_t> dims, Type element,
+                                  AttnMaskType maskType,
+                                  StringRef unsupported = "");
+
 /// The mask type of te.kv_cache_attention for an attention layer's
 /// `maskType`: causal ones align bottom-right (the new tokens end each
 /// sequence, as in Transformer Engine's inference), the others pad only.

@@ -64,6 +64,17 @@ def TE_AttnMaskType : TE_Enum<"AttnMaskType", "attention mask type", [
 ]>;
 def TE_AttnMaskTypeAttr : TE_EnumAttr<TE_AttnMaskType, "attn_mask_type">;
 
+// Transformer Engine's core_attention_bias_type (docs/attention-bias.md):
+// `post_scale_bias` adds a bias operand to the scaled scores, `alibi` adds
+// -slope[h] * |i - j + off| (TE's ALiBi). TE's `pre_scale_bias` is not a
+// case: callers pass bias * softmax_scale as a post-scale bias.
+def TE_AttnBiasType : TE_Enum<"AttnBiasType", "attention bias type", [
+  I32EnumAttrCase<"no_bias", 0>,
+  I32EnumAttrCase<"post_scale_bias", 1>,
+  I32EnumAttrCase<"alibi", 2>
+]>;
+def TE_AttnBiasTypeAttr : TE_EnumAttr<TE_AttnBiasType, "attn_bias_type">;
+
 def TE_QkvFormat : TE_Enum<"QkvFormat",
     "memory layout of attention inputs (s = sequence, b = batch, h = heads, "
     "d = head dim)", [

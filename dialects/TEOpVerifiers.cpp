@@ -288,6 +288,22 @@ static LogicalResult verifyMask(LayerChecker &checker, StringRef typeName,
                       "[b or 1, heads or 1, s_q, s_kv]", maskName);
 }
 
+/// The layer ops' names of their bias operands and attributes.
+static const AttentionBiasNames kLayerBiasNames = {
+    "core_attention_bias_type", "core_attention_bias", "alibi_slopes",
+    "bias_requires_grad"};
+
+/// What the layer ops' attention bias is not supported with, if anything.
+static StringRef biasUnsupportedWith(bool packed, bool kvCache) {
+  return kvCache  ? "a KV cache (inference)"
+         : packed ? "packed sequences (thd)"
+                  : "";
+}
+
+static Type elementOf(Value value) {
+  return cast<ShapedType>(value.getType()).getElementType();
+}
+
 /// Positions of the sequence and batch dims for a layout.
 static std::pair<unsigned, unsigned> seqBatchDims(QkvFormat format) {
   return format == QkvFormat::sbhd ? std::make_pair(0u, 1u)
@@ -392,8 +408,13 @@ LogicalResult DotProductAttentionOp::verify() {
     if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
       return emitOpError() << "'softmax_scale' must be finite and > 0, got "
                            << scale->convertToDouble();
+  AttentionBias bias = layerAttentionBias(*this);
   if (format == QkvFormat::thd)
-    return verifyPackedAttention(*this, checker);
+    return failure(
+        failed(verifyAttentionBias(
+            *this, kLayerBiasNames, bias, {}, Type(), getAttnMaskType(),
+            biasUnsupportedWith(/*packed=*/true, bool(getKeyCache())))) ||
+        failed(verifyPackedAttention(*this, checker)));
   if (getCuSeqlensQ() || getCuSeqlensKv() || getMaxSeqlenQAttr() ||
       getMaxSeqlenKvAttr())
     return emitOpError() << "'cu_seqlens_q', 'cu_seqlens_kv', 'max_seqlen_q' "
@@ -431,6 +452,9 @@ LogicalResult DotProductAttentionOp::verify() {
       failed(verifyMask(checker, "attn_mask_type", getAttnMaskType(),
                         getAttentionMask(), q[batchDim], heads, q[seqDim],
                         k[seqDim])) ||
+      failed(verifyAttentionBias(*this, kLayerBiasNames, bias,
+                                 {q[batchDim], heads, q[seqDim], k[seqDim]},
+                                 elementOf(getQuery()), getAttnMaskType())) ||
       failed(verifyDropout(checker, "attention_dropout",
                            getAttentionDropout().convertToDouble())) ||
       failed(verifyAttentionWindow(*this, getWindowSize(), getAttnMaskType())))
@@ -476,6 +500,10 @@ struct AttentionBlock {
   /// Sequence parallelism: the input and encoder_output are one of
   /// `gatheredRanks` slices of dim 0, gathered before the projections.
   int64_t gatheredRanks = 1;
+  /// The attention's bias (docs/attention-bias.md), and whether the block
+  /// attends over a KV cache, which takes none.
+  AttentionBias bias = {};
+  bool kvCache = false;
 };
 } // namespace
 
@@ -651,6 +679,10 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
   if ((!packed && failed(verifyMask(checker, block.maskTypeName, block.maskType,
                                     block.mask, batch, block.heads, seq, seqKV,
                                     block.maskName))) ||
+      failed(verifyAttentionBias(checker.getOperation(), kLayerBiasNames,
+                                 block.bias, {batch, block.heads, seq, seqKV},
+                                 elementOf(block.input), block.maskType,
+                                 biasUnsupportedWith(packed, block.kvCache))) ||
       failed(verifyDropout(checker, "attention_dropout", block.dropout)) ||
       failed(verifyAttentionWindow(checker.getOperation(), block.window,
                                    block.maskType)))
@@ -720,6 +752,8 @@ LogicalResult MultiheadAttentionOp::verify() {
                        getWindowSize()};
   block.queryMask = getQueryMask();
   block.cuSeqlens = getCuSeqlens();
+  block.bias = layerAttentionBias(*this);
+  block.kvCache = static_cast<bool>(getKeyCache());
   block.maxSeqlen = signedValue(getMaxSeqlenAttr());
   FailureOr<int64_t> gathered = verifyAttentionSequenceParallel(
       checker, getTpSize(), getSequenceParallel(), getKeyCache());
@@ -794,6 +828,8 @@ static LogicalResult verifyDecoderBlock(TransformerLayerOp op,
   cross.queryMaskName = "enc_dec_query_mask";
   cross.prefix = "inter_";
   cross.qkvName = "inter_q";
+  // The bias belongs to the self-attention.
+  cross.bias = {};
   return verifyAttentionBlock(checker, cross, fp8Dims);
 }
 
@@ -854,6 +890,8 @@ LogicalResult TransformerLayerOp::verify() {
                        getWindowSize()};
   block.maskTypeName = "self_attn_mask_type";
   block.cuSeqlens = getCuSeqlens();
+  block.bias = layerAttentionBias(*this);
+  block.kvCache = static_cast<bool>(getKeyCache());
   block.maxSeqlen = signedValue(getMaxSeqlenAttr());
   FailureOr<int64_t> gathered = verifyAttentionSequenceParallel(
       checker, getTpSize(), getSequenceParallel(), getKeyCache());

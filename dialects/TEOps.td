@@ -255,6 +255,20 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     for the `causal` and `padding_causal` mask types, as in Transformer
     Engine. Not allowed with the `arbitrary` mask type.
 
+    `core_attention_bias_type` (Transformer Engine's, default `no_bias`;
+    docs/attention-bias.md) adds to the scaled scores, before the masks:
+    with `post_scale_bias` the `core_attention_bias` operand `[1 or b, 1 or
+    heads, s_q, s_kv]` (TE's shapes 1hss, b1ss, bhss, 11ss) of the query's
+    element type, broadcast over its dims of size 1; with `alibi`,
+    `-slope[h] * |i - j + s_kv - s_q|` (`|i - j|` for the causal and
+    padding_causal mask types), the slopes from `alibi_slopes` (f32
+    `[heads]` or `[b, heads]`) or, without it, TE's vanilla ones
+    (`2^(-8 (k + 1) / n)` for head k, n the largest power of 2 <= heads,
+    then interleaved for the heads past n). `bias_requires_grad` (a
+    `post_scale_bias` of shape `[1, heads, s_q, s_kv]` only) says the bias
+    takes a gradient, the gradient of the post-scale scores summed over the
+    batch. Neither with thd, a KV cache or the `arbitrary` mask type.
+
     `qkv_format = thd` (Transformer Engine's packed variable-length
     sequences): `query` is `[t, heads, head_dim]` and `key`/`value`
     `[t_kv, gqa_groups, head_dim]`, the tokens of every sequence back to
@@ -286,8 +300,13 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
                    Optional<TE_Tensor>:$cu_seqlens_kv,
                    Optional<TE_Tensor>:$key_cache,
                    Optional<TE_Tensor>:$value_cache,
+                   Optional<TE_Tensor>:$core_attention_bias,
+                   Optional<TE_Tensor>:$alibi_slopes,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
+                   DefaultValuedAttr<TE_AttnBiasTypeAttr,
+                     "::mlir::te::AttnBiasType::no_bias">:$core_attention_bias_type,
+                   UnitAttr:$bias_requires_grad,
                    TE_Dropout<"0.0">:$attention_dropout,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
@@ -302,6 +321,8 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
     (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
     (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    (`core_attention_bias` `(` $core_attention_bias^ `)`)?
+    (`alibi_slopes` `(` $alibi_slopes^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
 }
@@ -357,6 +378,11 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     step's new tokens, attending as te.kv_cache_attention does; the
     causal mask types align bottom-right.
 
+    `core_attention_bias_type`, `core_attention_bias`, `alibi_slopes` and
+    `bias_requires_grad` are te.dot_product_attention's, over this rank's
+    heads; with cross-attention s_kv is the encoder output's length. Not
+    with thd or a KV cache.
+
     ```mlir
     %y = te.multihead_attention %x ln_weight(%g) ln_bias(%b)
         qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 32 : i64}
@@ -379,6 +405,8 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    Optional<TE_Tensor>:$cu_seqlens_kv,
                    Optional<TE_Tensor>:$key_cache,
                    Optional<TE_Tensor>:$value_cache,
+                   Optional<TE_Tensor>:$core_attention_bias,
+                   Optional<TE_Tensor>:$alibi_slopes,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
                    OptionalAttr<I64Attr>:$kv_channels,
@@ -387,6 +415,9 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    TE_Eps:$layernorm_epsilon, UnitAttr:$zero_centered_gamma,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::causal">:$attn_mask_type,
+                   DefaultValuedAttr<TE_AttnBiasTypeAttr,
+                     "::mlir::te::AttnBiasType::no_bias">:$core_attention_bias_type,
+                   UnitAttr:$bias_requires_grad,
                    TE_Dropout<"0.1">:$attention_dropout,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$qkv_format,
@@ -410,6 +441,8 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
     (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
     (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    (`core_attention_bias` `(` $core_attention_bias^ `)`)?
+    (`alibi_slopes` `(` $alibi_slopes^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = [{
@@ -467,6 +500,11 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     (`cu_seqlens_kv`, `key_cache`, `value_cache`) are
     te.multihead_attention's.
 
+    `core_attention_bias_type`, `core_attention_bias`, `alibi_slopes` and
+    `bias_requires_grad` (te.dot_product_attention's) apply to the
+    self-attention only: a decoder's cross-attention takes no bias (its
+    keys are the encoder output's, of another length).
+
     ```mlir
     %y = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
         qkv_weight(%wqkv) qkv_bias(%bqkv) proj_weight(%wo) proj_bias(%bo)
@@ -501,6 +539,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    Optional<TE_Tensor>:$cu_seqlens_kv,
                    Optional<TE_Tensor>:$key_cache,
                    Optional<TE_Tensor>:$value_cache,
+                   Optional<TE_Tensor>:$core_attention_bias,
+                   Optional<TE_Tensor>:$alibi_slopes,
                    I64Attr:$num_attention_heads,
                    OptionalAttr<I64Attr>:$num_gqa_groups,
                    OptionalAttr<I64Attr>:$kv_channels,
@@ -516,6 +556,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                      "::mlir::te::AttnMaskType::causal">:$self_attn_mask_type,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
                      "::mlir::te::AttnMaskType::no_mask">:$enc_dec_attn_mask_type,
+                   DefaultValuedAttr<TE_AttnBiasTypeAttr,
+                     "::mlir::te::AttnBiasType::no_bias">:$core_attention_bias_type,
+                   UnitAttr:$bias_requires_grad,
                    DefaultValuedAttr<TE_QkvFormatAttr,
                      "::mlir::te::QkvFormat::sbhd">:$attn_input_format,
                    UnitAttr:$apply_residual_connection_post_layernorm,
@@ -554,6 +597,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
     (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
     (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    (`core_attention_bias` `(` $core_attention_bias^ `)`)?
+    (`alibi_slopes` `(` $alibi_slopes^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
   let extraClassDeclaration = [{

@@ -335,6 +335,16 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
     alone; the mask type is padding or padding_causal and there is no mask
     operand. Tokens from `cu_seqlens_q[b]` on (a packed buffer's tail) get
     output rows 0 and no gradient.
+
+    `bias_type` (docs/attention-bias.md, Transformer Engine's
+    core_attention_bias_type) adds to the scaled scores, before the masks
+    and dropout: `post_scale_bias` the `bias` operand `[1 or b, 1 or heads,
+    s_q, s_kv]` of q's element type (dims of size 1 broadcast); `alibi`
+    `-slope[h] * |i - j + s_kv - s_q|` (`|i - j|` for the causal and
+    padding_causal mask types), with the slopes of `alibi_slopes` (f32
+    `[heads]` or `[b, heads]`) or TE's vanilla ones when it is absent.
+    `bias_grad` (a `[1, heads, s_q, s_kv]` bias only) makes
+    te.attention_bwd return the bias's gradient. Not with thd.
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
@@ -342,6 +352,8 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
                    Optional<TE_AnyTensor>:$rng_state,
                    Optional<TE_AnyTensor>:$cu_seqlens_q,
                    Optional<TE_AnyTensor>:$cu_seqlens_kv,
+                   Optional<TE_AnyTensor>:$bias,
+                   Optional<TE_AnyTensor>:$alibi_slopes,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
@@ -349,20 +361,31 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
                    DefaultValuedAttr<I64Attr, "0">:$stream,
                    UnitAttr:$pad_keys_only,
                    OptionalAttr<I64Attr>:$max_seqlen_q,
-                   OptionalAttr<I64Attr>:$max_seqlen_kv);
+                   OptionalAttr<I64Attr>:$max_seqlen_kv,
+                   DefaultValuedAttr<TE_AttnBiasTypeAttr,
+                     "::mlir::te::AttnBiasType::no_bias">:$bias_type,
+                   UnitAttr:$bias_grad);
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
     (`query_mask` `(` $query_mask^ `)`)? (`rng` `(` $rng_state^ `)`)?
     (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
-    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? attr-dict
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? (`bias` `(` $bias^ `)`)?
+    (`alibi_slopes` `(` $alibi_slopes^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }
 
 def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
     [AttrSizedOperandSegments]> {
-  let summary = "Gradients of te.attention: dq, dk, dv";
+  let summary = "Gradients of te.attention: dq, dk, dv (and dbias)";
+  let description = [{
+    Takes te.attention's operands and attributes, and its output and
+    log-sum-exp. With `bias_grad`, a fourth result `dbias` `[1, heads, s_q,
+    s_kv]` (the bias's type) is the bias's gradient: the gradient of the
+    post-scale scores (softmax backward, dropout included, 0 where masked)
+    summed over the batch. ALiBi slopes take no gradient.
+  }];
   let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$query,
                    TE_AnyTensor:$key, TE_AnyTensor:$value,
                    TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
@@ -371,6 +394,8 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    Optional<TE_AnyTensor>:$rng_state,
                    Optional<TE_AnyTensor>:$cu_seqlens_q,
                    Optional<TE_AnyTensor>:$cu_seqlens_kv,
+                   Optional<TE_AnyTensor>:$bias,
+                   Optional<TE_AnyTensor>:$alibi_slopes,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
                    DefaultValuedAttr<F64Attr, "0.0">:$dropout,
@@ -378,14 +403,19 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    DefaultValuedAttr<I64Attr, "0">:$stream,
                    UnitAttr:$pad_keys_only,
                    OptionalAttr<I64Attr>:$max_seqlen_q,
-                   OptionalAttr<I64Attr>:$max_seqlen_kv);
+                   OptionalAttr<I64Attr>:$max_seqlen_kv,
+                   DefaultValuedAttr<TE_AttnBiasTypeAttr,
+                     "::mlir::te::AttnBiasType::no_bias">:$bias_type,
+                   UnitAttr:$bias_grad);
+  // The bias's gradient is named `dbias`: `bias_grad` is the attribute.
   let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
-                 TE_AnyTensor:$value_grad);
+                 TE_AnyTensor:$value_grad, Optional<TE_AnyTensor>:$dbias);
   let assemblyFormat = [{
     $grad `,` $query `,` $key `,` $value `,` $output `,` $softmax_lse
     (`mask` `(` $attention_mask^ `)`)? (`query_mask` `(` $query_mask^ `)`)?
     (`rng` `(` $rng_state^ `)`)? (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
-    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? attr-dict
+    (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)? (`bias` `(` $bias^ `)`)?
+    (`alibi_slopes` `(` $alibi_slopes^ `)`)? attr-dict
     `:` functional-type(operands, results)
   }];
 }

@@ -387,6 +387,25 @@ static LogicalResult verifyQueryMask(Operation *op, Value queryMask,
   return expectType(op, queryMask, "query_mask", type);
 }
 
+/// The bias (docs/attention-bias.md) of te.attention or te.attention_bwd,
+/// whose statistics are `stats` ([b, heads, s_q]).
+template <typename OpT>
+static LogicalResult verifyBias(OpT op, ArrayRef<int64_t> stats) {
+  static const AttentionBiasNames names = {"bias_type", "bias", "alibi_slopes",
+                                           "bias_grad"};
+  bool packed = op.getQkvFormat() == QkvFormat::thd;
+  SmallVector<int64_t> dims(stats);
+  // s_kv; thd refuses a bias before it is read.
+  dims.push_back(
+      packed
+          ? 0
+          : shapeOf(op.getKey())[op.getQkvFormat() == QkvFormat::sbhd ? 0 : 1]);
+  return verifyAttentionBias(op, names, primitiveAttentionBias(op), dims,
+                             typeOf(op.getQuery()).getElementType(),
+                             op.getAttnMaskType(),
+                             packed ? "packed sequences (thd)" : "");
+}
+
 /// What te.attention and te.attention_bwd check alike; returns the
 /// softmax statistics' type.
 template <typename OpT>
@@ -397,8 +416,9 @@ static FailureOr<RankedTensorType> verifyAttentionCommon(OpT op) {
   if (failed(stats) || failed(verifyPackedSequences(op, *stats)) ||
       failed(verifyQueryMask(op, op.getQueryMask(), *stats,
                              op.getAttnMaskType())) ||
-      failed(
-          verifyAttentionWindow(op, op.getWindowSize(), op.getAttnMaskType())))
+      failed(verifyAttentionWindow(op, op.getWindowSize(),
+                                   op.getAttnMaskType())) ||
+      failed(verifyBias(op, *stats)))
     return failure();
   return RankedTensorType::get(*stats, Float32Type::get(op.getContext()));
 }
@@ -419,9 +439,18 @@ LogicalResult AttentionBwdOp::verify() {
       failed(expectType(*this, getSoftmaxLse(), "softmax_lse", *stats)) ||
       failed(expectType(*this, getQueryGrad(), "query_grad",
                         getQuery().getType())) ||
-      failed(expectType(*this, getKeyGrad(), "key_grad", getKey().getType())))
+      failed(expectType(*this, getKeyGrad(), "key_grad", getKey().getType())) ||
+      failed(expectType(*this, getValueGrad(), "value_grad",
+                        getValue().getType())))
     return failure();
-  return expectType(*this, getValueGrad(), "value_grad", getValue().getType());
+  // The bias's gradient: a result exactly with `bias_grad`, of the bias's
+  // type (which the verifier has held to [1, heads, s_q, s_kv]).
+  if (getBiasGrad() != static_cast<bool>(getDbias()))
+    return emitOpError() << "the 'dbias' result must be present exactly when "
+                            "'bias_grad' is set";
+  return getDbias()
+             ? expectType(*this, getDbias(), "dbias", getBias().getType())
+             : success();
 }
 
 LogicalResult KvCacheAttentionOp::verify() {

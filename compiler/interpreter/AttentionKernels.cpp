@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 using namespace tejit::interp;
@@ -74,6 +75,9 @@ struct Problem {
   /// Whether the mask hides key j from query i of batch b, head h.
   bool isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const;
 
+  /// What the bias type adds to score (b, h, i, j) after the scale.
+  double biasAt(int64_t b, int64_t h, int64_t i, int64_t j) const;
+
   /// Whether query i of batch b is padded (queryMask, or past the end of
   /// a packed sequence).
   bool isPaddedQuery(int64_t b, int64_t i) const {
@@ -121,6 +125,40 @@ bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
   return mask.data[((mb * mask.shape[1] + mh) * q.seq + i) * kv.seq + j] != 0.0;
 }
 
+double tejit::interp::vanillaAlibiSlope(int64_t head, int64_t heads) {
+  int64_t n = 1;
+  while (2 * n <= heads)
+    n *= 2;
+  double exponent = head < n ? -8.0 * double(head + 1) / double(n)
+                             : -4.0 * double(2 * (head - n) + 1) / double(n);
+  return double(float(std::exp2(exponent)));
+}
+
+double Problem::biasAt(int64_t b, int64_t h, int64_t i, int64_t j) const {
+  switch (params.biasType) {
+  case mlir::te::AttnBiasType::no_bias:
+    return 0.0;
+  case mlir::te::AttnBiasType::post_scale_bias: {
+    // [1 or b, 1 or h, s_q, s_kv]: size-1 dims broadcast.
+    const Tensor &bias = *params.bias;
+    int64_t bb = bias.shape[0] == 1 ? 0 : b, bh = bias.shape[1] == 1 ? 0 : h;
+    return bias.data[((bb * bias.shape[1] + bh) * q.seq + i) * kv.seq + j];
+  }
+  case mlir::te::AttnBiasType::alibi: {
+    const Tensor *slopes = params.alibiSlopes;
+    double slope = !slopes                     ? vanillaAlibiSlope(h, q.heads)
+                   : slopes->shape.size() == 1 ? slopes->data[h]
+                                               : slopes->data[b * q.heads + h];
+    // TE's bottom-right alignment, except for the top-left causal types.
+    bool topLeft = params.maskType == AttnMaskType::causal ||
+                   params.maskType == AttnMaskType::padding_causal;
+    int64_t offset = topLeft ? 0 : kv.seq - q.seq;
+    return -slope * double(std::abs(i - j + offset));
+  }
+  }
+  return 0.0;
+}
+
 double Problem::dropoutScale(int64_t b, int64_t h, int64_t i, int64_t j) const {
   const DropoutKey &key = params.dropoutKey;
   uint64_t index = row(b, h, i) * kv.seq + j;
@@ -141,7 +179,7 @@ void Problem::scores(const Tensor &query, const Tensor &key, int64_t b,
     double dot = 0.0;
     for (int64_t d = 0; d < q.dim; ++d)
       dot += qi[d] * kj[d];
-    out[j] = dot * params.softmaxScale;
+    out[j] = dot * params.softmaxScale + biasAt(b, h, i, j);
   }
 }
 
@@ -216,7 +254,9 @@ tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
   Problem p{Layout::of(query, params, /*query=*/true),
             Layout::of(key, params, /*query=*/false), params};
   AttentionGrads result{Tensor::zeros(query.shape), Tensor::zeros(key.shape),
-                        Tensor::zeros(value.shape)};
+                        Tensor::zeros(value.shape), Tensor()};
+  if (params.biasGrad)
+    result.bias = Tensor::zeros({1, p.q.heads, p.q.seq, p.kv.seq});
   std::vector<double> scores;
   for (int64_t b = 0; b < p.q.batch; ++b)
     for (int64_t h = 0; h < p.q.heads; ++h)
@@ -243,9 +283,13 @@ tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
             result.value.data[kvOffset + d] += prob * keep * dO[d];
             dProb += dO[d] * value.data[kvOffset + d];
           }
-          // dS_ij = P_ij (dP_ij - D); scores = scale * q . k.
-          double dScore =
-              prob * (keep * dProb - correction) * params.softmaxScale;
+          // dS_ij = P_ij (dP_ij - D), the gradient of the post-scale
+          // score (the bias's, summed over the batch); scores = scale *
+          // q . k + bias.
+          double dScaled = prob * (keep * dProb - correction);
+          if (params.biasGrad)
+            result.bias.data[(h * p.q.seq + i) * p.kv.seq + j] += dScaled;
+          double dScore = dScaled * params.softmaxScale;
           for (int64_t d = 0; d < p.q.dim; ++d) {
             result.query.data[qOffset + d] += dScore * key.data[kvOffset + d];
             result.key.data[kvOffset + d] += dScore * query.data[qOffset + d];

@@ -4,6 +4,7 @@
 
 #include "compiler/interpreter/DropoutRng.h"
 #include "compiler/interpreter/Kernels.h"
+#include "dialects/LayerChecks.h"
 
 #include "llvm/ADT/DenseMap.h"
 
@@ -83,6 +84,11 @@ setPackedSequences(mlir::Operation *op, AttentionParams &params,
                    const Tensor &cuQ, const Tensor *cuKv, int64_t maxQ,
                    int64_t maxKv, int64_t tokensQ, int64_t tokensKv,
                    llvm::StringRef nameQ, llvm::StringRef nameKv);
+
+/// Points `params` at the bias operands of an attention op
+/// (docs/attention-bias.md) and takes its bias type (PrimitiveOps.cpp).
+void setAttentionBias(AttentionParams &params,
+                      const mlir::te::AttentionBias &bias, const Frame &frame);
 
 /// te.kv_cache_attention's sequences checked (kvCacheSequencesError, at
 /// `op`), the new tokens stored into the cache arguments `keyCache` /

@@ -128,6 +128,14 @@ struct AttentionParams {
   /// statistics' padded s_q, and s_kv).
   const Tensor *cuSeqlensQ = nullptr, *cuSeqlensKv = nullptr;
   int64_t maxSeqlenQ = 0, maxSeqlenKv = 0;
+  /// What is added to the scaled scores before the masks
+  /// (docs/attention-bias.md): `bias` [1 or b, 1 or h, s_q, s_kv] for
+  /// post_scale_bias; for alibi -slope * |i - j + off| with the slopes of
+  /// `alibiSlopes` ([h] or [b, h]), or vanillaAlibiSlope's when it is null.
+  mlir::te::AttnBiasType biasType = mlir::te::AttnBiasType::no_bias;
+  const Tensor *bias = nullptr, *alibiSlopes = nullptr;
+  /// Whether attentionBwd returns the bias's gradient [1, h, s_q, s_kv].
+  bool biasGrad = false;
 
   /// Takes an optional window_size attribute's [left, right].
   void setWindow(std::optional<llvm::ArrayRef<int64_t>> window) {
@@ -176,9 +184,16 @@ std::string kvCacheSequencesError(const Tensor &cuSeqlensQ,
 std::string packedSequencesError(const Tensor &cuSeqlens, int64_t maxSeqlen,
                                  int64_t tokens);
 
-/// Gradients of attention with respect to q, k and v.
+/// Transformer Engine's ALiBi slope of head `head` of `heads` when the
+/// caller gives none: 2^(-8 (k + 1) / n) for k < n, n the largest power of
+/// 2 <= heads, then 2^(-4 (2 (k - n) + 1) / n); rounded to f32, as the
+/// runtime stores it.
+double vanillaAlibiSlope(int64_t head, int64_t heads);
+
+/// Gradients of attention with respect to q, k and v, and with
+/// AttentionParams::biasGrad the bias's ([1, h, s_q, s_kv]; else empty).
 struct AttentionGrads {
-  Tensor query, key, value;
+  Tensor query, key, value, bias;
 };
 
 /// The attention backward as fused kernels compute it: probabilities from

@@ -164,6 +164,7 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   params.dropout = toDouble(op.getAttentionDropout());
   params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   params.setWindow(op.getWindowSize());
+  setAttentionBias(params, te::layerAttentionBias(op), frame);
   if (params.format == te::QkvFormat::thd) {
     int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
     const Tensor &cuQ = frame.get(op.getCuSeqlensQ());
@@ -233,6 +234,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.dropout = toDouble(op.getAttentionDropout());
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   block.params.setWindow(op.getWindowSize());
+  setAttentionBias(block.params, te::layerAttentionBias(op), frame);
   block.rotaryInterleaved = op.getRotaryPosInterleaved();
   block.rowParallelProj = op.getTpSize() > 1;
   block.op = op;
@@ -372,6 +374,8 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
   block.params.queryMask = frame.getOptional(op.getEncDecQueryMask());
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kCrossAttentionSite);
   block.params.windowLeft = block.params.windowRight = -1;
+  // The bias belongs to the self-attention.
+  setAttentionBias(block.params, te::AttentionBias(), frame);
   return block;
 }
 

@@ -225,6 +225,14 @@ LogicalResult tejit::interp::setPackedSequences(
   return success();
 }
 
+void tejit::interp::setAttentionBias(AttentionParams &params,
+                                     const te::AttentionBias &bias,
+                                     const Frame &frame) {
+  params.biasType = bias.type;
+  params.bias = frame.getOptional(bias.bias);
+  params.alibiSlopes = frame.getOptional(bias.slopes);
+}
+
 /// The parameters te.attention and te.attention_bwd share.
 template <typename AttentionOpT>
 static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
@@ -237,6 +245,7 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
   params.softmaxScale = op.getSoftmaxScale().convertToDouble();
   params.dropout = op.getDropout().convertToDouble();
   params.setWindow(op.getWindowSize());
+  setAttentionBias(params, te::primitiveAttentionBias(op), frame);
   if (params.format == te::QkvFormat::thd) {
     // The verifier has checked the operands' types; their values are the
     // caller's. Keys packed as the queries are checked against the keys'
@@ -283,14 +292,17 @@ static LogicalResult runOp(te::AttentionBwdOp op, Frame &frame) {
   FailureOr<AttentionParams> params = attentionParams(op, frame);
   if (failed(params))
     return failure();
+  params->biasGrad = op.getBiasGrad();
   AttentionGrads grads = attentionBwd(
       frame.get(op.getGrad()), frame.get(op.getQuery()), frame.get(op.getKey()),
       frame.get(op.getValue()), frame.get(op.getOutput()),
       frame.get(op.getSoftmaxLse()), *params);
   if (failed(frame.set(op, op.getQueryGrad(), std::move(grads.query))) ||
-      failed(frame.set(op, op.getKeyGrad(), std::move(grads.key))))
+      failed(frame.set(op, op.getKeyGrad(), std::move(grads.key))) ||
+      failed(frame.set(op, op.getValueGrad(), std::move(grads.value))))
     return failure();
-  return frame.set(op, op.getValueGrad(), std::move(grads.value));
+  return op.getDbias() ? frame.set(op, op.getDbias(), std::move(grads.bias))
+                       : success();
 }
 
 FailureOr<Tensor> tejit::interp::runKvCacheAttention(

@@ -253,33 +253,39 @@ LogicalResult Differentiator::groupedMatmulGrads(GroupedMatmulOp op,
 }
 
 void Differentiator::attentionGrads(AttentionOp op, Value grad) {
-  Value mask =
-      op.getAttentionMask() ? available(op.getAttentionMask()) : Value();
-  Value queryMask = op.getQueryMask() ? available(op.getQueryMask()) : Value();
-  Value rng = op.getRngState() ? available(op.getRngState()) : Value();
-  Value cuQ = op.getCuSeqlensQ() ? available(op.getCuSeqlensQ()) : Value();
-  Value cuKv = op.getCuSeqlensKv() ? available(op.getCuSeqlensKv()) : Value();
+  // The optional operands (mask, query mask, RNG state, cu_seqlens, bias,
+  // ALiBi slopes) follow the six fixed ones in te.attention's order, which
+  // te.attention_bwd shares.
+  SmallVector<Value> optionals;
+  SmallVector<int32_t> segments(6, 1);
+  for (Value optional :
+       {op.getAttentionMask(), op.getQueryMask(), op.getRngState(),
+        op.getCuSeqlensQ(), op.getCuSeqlensKv(), op.getBias(),
+        op.getAlibiSlopes()}) {
+    if (optional)
+      optionals.push_back(available(optional));
+    segments.push_back(optional ? 1 : 0);
+  }
   SmallVector<Value> operands = {grad,
                                  available(op.getQuery()),
                                  available(op.getKey()),
                                  available(op.getValue()),
                                  available(op.getOutput()),
                                  available(op.getSoftmaxLse())};
-  for (Value optional : {mask, queryMask, rng, cuQ, cuKv})
-    if (optional)
-      operands.push_back(optional);
+  operands.append(optionals);
   NamedAttrList attrs(op->getAttrDictionary());
-  attrs.set("operandSegmentSizes",
-            builder.getDenseI32ArrayAttr({1, 1, 1, 1, 1, 1, mask ? 1 : 0,
-                                          queryMask ? 1 : 0, rng ? 1 : 0,
-                                          cuQ ? 1 : 0, cuKv ? 1 : 0}));
-  auto bwd = create<AttentionBwdOp>(TypeRange{op.getQuery().getType(),
-                                              op.getKey().getType(),
-                                              op.getValue().getType()},
-                                    operands, attrs.getAttrs());
+  attrs.set("operandSegmentSizes", builder.getDenseI32ArrayAttr(segments));
+  SmallVector<Type> types = {op.getQuery().getType(), op.getKey().getType(),
+                             op.getValue().getType()};
+  // With bias_grad, a fourth result: the bias's gradient.
+  if (op.getBiasGrad())
+    types.push_back(op.getBias().getType());
+  auto bwd = create<AttentionBwdOp>(types, operands, attrs.getAttrs());
   addGrad(op.getQuery(), bwd.getQueryGrad());
   addGrad(op.getKey(), bwd.getKeyGrad());
   addGrad(op.getValue(), bwd.getValueGrad());
+  if (Value dbias = bwd.getDbias())
+    addGrad(op.getBias(), dbias);
 }
 
 LogicalResult Differentiator::differentiate(Operation *op) {

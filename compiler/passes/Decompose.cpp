@@ -58,6 +58,8 @@ struct AttentionParams {
   /// KV cache (inference): each sequence's length after the step, and the
   /// caches the new keys and values are stored in.
   Value cuSeqlensKv = {}, keyCache = {}, valueCache = {};
+  /// The bias added to the scaled scores (docs/attention-bias.md).
+  AttentionBias bias = {};
 };
 
 /// te.attention's packed-sequence operands (format thd only), and the KV
@@ -222,7 +224,8 @@ public:
                   double dropoutRate, DenseI64ArrayAttr window,
                   int64_t dropoutSite = kAttention, Value queryMask = {},
                   bool crossAttention = false,
-                  const PackedSequences &packed = {}) {
+                  const PackedSequences &packed = {},
+                  const AttentionBias &bias = {}) {
     if (packed.keyCache)
       return kvCacheAttention(query, key, value, maskType, scale, packed);
     ArrayRef<int64_t> q = shapeOf(query);
@@ -236,8 +239,8 @@ public:
     double rate = inference ? 0.0 : dropoutRate;
     Value rng = rate > 0.0 ? rngState : Value();
     SmallVector<Value> operands = {query, key, value};
-    for (Value optional :
-         {mask, queryMask, rng, packed.cuSeqlensQ, packed.cuSeqlensKv})
+    for (Value optional : {mask, queryMask, rng, packed.cuSeqlensQ,
+                           packed.cuSeqlensKv, bias.bias, bias.slopes})
       if (optional)
         operands.push_back(optional);
     SmallVector<NamedAttribute> attrs = {
@@ -249,7 +252,13 @@ public:
             "operandSegmentSizes",
             builder.getDenseI32ArrayAttr(
                 {1, 1, 1, mask ? 1 : 0, queryMask ? 1 : 0, rng ? 1 : 0,
-                 packed.cuSeqlensQ ? 1 : 0, packed.cuSeqlensKv ? 1 : 0}))};
+                 packed.cuSeqlensQ ? 1 : 0, packed.cuSeqlensKv ? 1 : 0,
+                 bias.bias ? 1 : 0, bias.slopes ? 1 : 0}))};
+    if (bias.type != AttnBiasType::no_bias)
+      attrs.push_back(builder.getNamedAttr(
+          "bias_type", AttnBiasTypeAttr::get(ctx(), bias.type)));
+    if (bias.grad)
+      attrs.push_back(builder.getNamedAttr("bias_grad", builder.getUnitAttr()));
     if (packed.cuSeqlensQ) {
       attrs.push_back(builder.getNamedAttr(
           "max_seqlen_q", builder.getI64IntegerAttr(packed.maxSeqlenQ)));
@@ -339,7 +348,7 @@ public:
         query, key, value, params.mask, params.maskType, params.format,
         1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
         params.dropoutSite, params.queryMask, static_cast<bool>(params.encoder),
-        sequences);
+        sequences, params.bias);
     return linear(reshape(context, {shapeOf(qkv)[0], qWidth}),
                   params.projWeight, params.projBias, Split::row);
   }
@@ -470,7 +479,8 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
       op.getAttnMaskType(), op.getQkvFormat(), scale,
       op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr(),
       kAttention, op.getQueryMask(),
-      /*crossAttention=*/bool(op.getQueryMask()), packed);
+      /*crossAttention=*/bool(op.getQueryMask()), packed,
+      layerAttentionBias(op));
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 
@@ -496,6 +506,7 @@ AttentionParams attentionParams(OpT op, AttnMaskType maskType,
   params.cuSeqlensKv = op.getCuSeqlensKv();
   params.keyCache = op.getKeyCache();
   params.valueCache = op.getValueCache();
+  params.bias = layerAttentionBias(op);
   return params;
 }
 
@@ -537,6 +548,8 @@ AttentionParams crossAttentionParams(TransformerLayerOp op) {
   params.kvBias = op.getInterKvBias();
   params.queryMask = op.getEncDecQueryMask();
   params.dropoutSite = kCrossAttention;
+  // The bias belongs to the self-attention.
+  params.bias = {};
   return params;
 }
 

@@ -104,6 +104,163 @@ static void addKvCache(LayerContext &ctx, LayerOpParts &parts, int64_t kvHeads,
   parts.addOptional(state.addInput(ctx.name + ".value_cache", type, ctx.loc()));
 }
 
+namespace {
+/// A layer's attention bias (docs/attention-bias.md): Transformer Engine's
+/// `core_attention_bias_type`, the bias's shape (TE's names) and whether it
+/// takes a gradient, and which ALiBi slopes the caller passes (`none`:
+/// TE's vanilla ones). One `core_attention_bias` and one `alibi_slopes`
+/// input serve every layer of a spec, as one mask does.
+struct BiasOptions {
+  AttnBiasType type = AttnBiasType::no_bias;
+  std::string shape = "1hss";
+  bool requiresGrad = false;
+  std::string slopes = "none";
+
+  /// Reads the keys; `maskType` is the layer's (self-)attention mask type.
+  static FailureOr<BiasOptions> read(LayerContext &ctx,
+                                     FailureOr<AttnMaskType> maskType) {
+    SpecMap &layer = ctx.layer;
+    FailureOr<std::optional<std::string>> type = layer.getChoice(
+        "core_attention_bias_type",
+        {"no_bias", "pre_scale_bias", "post_scale_bias", "alibi"});
+    FailureOr<std::optional<std::string>> shape =
+        layer.getChoice("bias_shape", {"1hss", "b1ss", "bhss", "11ss"});
+    FailureOr<bool> requiresGrad = layer.getBool("bias_requires_grad", false);
+    FailureOr<std::optional<std::string>> slopes =
+        layer.getChoice("alibi_slopes", {"none", "heads", "batch_heads"});
+    if (failed(type) || failed(shape) || failed(requiresGrad) || failed(slopes))
+      return failure();
+    if (*type == "pre_scale_bias")
+      return emitError(layer.valueLoc("core_attention_bias_type"))
+             << "'core_attention_bias_type' pre_scale_bias is not supported: "
+                "pass bias * softmax_scale as a post_scale_bias (scale * (q.k "
+                "+ bias) = scale * q.k + scale * bias)";
+    BiasOptions options;
+    options.type = symbolizeAttnBiasType(type->value_or("no_bias")).value();
+    options.shape = shape->value_or("1hss");
+    options.requiresGrad = *requiresGrad;
+    options.slopes = slopes->value_or("none");
+    if (failed(options.checkKeys(ctx)) ||
+        failed(options.checkSupported(ctx, maskType)))
+      return failure();
+    return options;
+  }
+
+  /// Adds the `core_attention_bias` ([1|b, 1|h, s, s_kv] of the spec's
+  /// dtype, `heads` the layer's) and `alibi_slopes` (f32 [h] or [b, h])
+  /// operands, or empty slots.
+  LogicalResult addOperands(LayerContext &ctx, LayerOpParts &parts,
+                            int64_t heads, int64_t kvSeq) const {
+    ImportState &state = ctx.state;
+    FailureOr<Value> bias = Value(), alibiSlopes = Value();
+    if (type == AttnBiasType::post_scale_bias) {
+      auto biasType = RankedTensorType::get(
+          {shape[0] == 'b' ? state.batchSize : 1, shape[1] == 'h' ? heads : 1,
+           state.seqLength, kvSeq},
+          state.dtype);
+      bias =
+          sharedInput(ctx, "core_attention_bias", biasType,
+                      ctx.layer.has("bias_shape") ? "bias_shape"
+                                                  : "core_attention_bias_type");
+      if (failed(bias) || failed(agreeOnGrad(ctx)))
+        return failure();
+    }
+    if (type == AttnBiasType::alibi && slopes != "none") {
+      SmallVector<int64_t> slopesShape = {heads};
+      if (slopes == "batch_heads")
+        slopesShape.insert(slopesShape.begin(), state.batchSize);
+      alibiSlopes = sharedInput(
+          ctx, "alibi_slopes",
+          RankedTensorType::get(slopesShape, Float32Type::get(ctx.context())),
+          "alibi_slopes");
+      if (failed(alibiSlopes))
+        return failure();
+    }
+    parts.addOptional(*bias);
+    parts.addOptional(*alibiSlopes);
+    return success();
+  }
+
+  void addAttributes(LayerContext &ctx, LayerOpParts &parts) const {
+    if (type != AttnBiasType::no_bias)
+      parts.set("core_attention_bias_type",
+                AttnBiasTypeAttr::get(ctx.context(), type));
+    parts.set("bias_requires_grad", ctx.flag(requiresGrad));
+  }
+
+private:
+  /// The keys that refine one bias type appear with that type alone, and
+  /// the gradient goes with TE's one shape that takes it.
+  LogicalResult checkKeys(LayerContext &ctx) const {
+    SpecMap &layer = ctx.layer;
+    for (auto [key, needed] :
+         {std::pair<StringRef, AttnBiasType>{"bias_shape",
+                                             AttnBiasType::post_scale_bias},
+          {"bias_requires_grad", AttnBiasType::post_scale_bias},
+          {"alibi_slopes", AttnBiasType::alibi}})
+      if (layer.has(key) && type != needed)
+        return emitError(layer.keyLoc(key))
+               << "'" << key << "' needs 'core_attention_bias_type: "
+               << stringifyAttnBiasType(needed) << "'";
+    if (requiresGrad && shape != "1hss")
+      return emitError(layer.valueLoc("bias_requires_grad"))
+             << "'bias_requires_grad' needs bias_shape 1hss (the gradient is "
+                "[1, heads, s, s_kv], summed over the batch), got "
+             << shape;
+    return success();
+  }
+
+  /// A bias or ALiBi is refused with packed sequences, a KV cache and the
+  /// arbitrary mask type.
+  LogicalResult checkSupported(LayerContext &ctx,
+                               FailureOr<AttnMaskType> maskType) const {
+    if (type == AttnBiasType::no_bias)
+      return success();
+    StringRef with =
+        ctx.state.kvCacheRows ? "a 'kv_cache' (inference)"
+        : ctx.state.inputFormat == QkvFormat::thd
+            ? "packed sequences (input_format thd)"
+        : succeeded(maskType) && *maskType == AttnMaskType::arbitrary
+            ? "the arbitrary mask type (fold the mask into the bias)"
+            : "";
+    if (with.empty())
+      return success();
+    return emitError(ctx.layer.valueLoc("core_attention_bias_type"))
+           << "'core_attention_bias_type' " << stringifyAttnBiasType(type)
+           << " is not supported with " << with;
+  }
+
+  /// Every layer reading the one bias input agrees on its gradient.
+  LogicalResult agreeOnGrad(LayerContext &ctx) const {
+    std::optional<bool> &earlier = ctx.state.biasRequiresGrad;
+    if (earlier && *earlier != requiresGrad)
+      return emitError(ctx.layer.has("bias_requires_grad")
+                           ? ctx.layer.valueLoc("bias_requires_grad")
+                           : ctx.layer.valueLoc("core_attention_bias_type"))
+             << "'bias_requires_grad' is " << (requiresGrad ? "true" : "false")
+             << " here but " << (*earlier ? "true" : "false")
+             << " in an earlier layer: the layers of a spec share one "
+                "'core_attention_bias', which takes a gradient or not";
+    earlier = requiresGrad;
+    return success();
+  }
+
+  /// The input `name` of `type`, shared with earlier layers, whose type
+  /// must then agree (an error at `key`).
+  static FailureOr<Value> sharedInput(LayerContext &ctx, StringRef name,
+                                      RankedTensorType type, StringRef key) {
+    if (Value shared = ctx.state.lookupInput(name);
+        shared && shared.getType() != type)
+      return emitError(ctx.layer.valueLoc(key))
+             << ctx.layer.getWhat() << " needs the input '" << name << "' of "
+             << type << ", but an earlier layer's is " << shared.getType()
+             << ": one '" << name
+             << "' serves every layer of a spec, so their shapes must agree";
+    return ctx.state.addInput(name, type, ctx.loc());
+  }
+};
+} // namespace
+
 FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   SpecMap &layer = ctx.layer;
   FailureOr<int64_t> heads = layer.requirePositive("num_attention_heads");
@@ -122,10 +279,11 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   FailureOr<std::optional<int64_t>> kvTokens = layer.getPositive("kv_tokens");
   // TE's mask pair: the queries have a padding mask of their own.
   FailureOr<bool> paddedQueries = layer.getBool("padded_queries", false);
+  FailureOr<BiasOptions> bias = BiasOptions::read(ctx, maskType);
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
       failed(format) || failed(window) || failed(kvSeq) || failed(kvTokens) ||
-      failed(paddedQueries) || failed(ctx.rejectRecipe()) ||
+      failed(paddedQueries) || failed(bias) || failed(ctx.rejectRecipe()) ||
       failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
                                 "attn_mask_type")))
     return failure();
@@ -172,6 +330,9 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
                         ? ctx.state.cuSeqlensKv(ctx.loc())
                         : Value());
   addKvCache(ctx, parts, kvHeads, *headDim, /*cuSeqlensKvSlot=*/false);
+  if (failed(bias->addOperands(ctx, parts, *heads, kvSeqLength)))
+    return failure();
+  bias->addAttributes(ctx, parts);
   if (packed) {
     parts.set("max_seqlen_q", ctx.i64(seq));
     parts.set("max_seqlen_kv",
@@ -204,6 +365,8 @@ struct AttentionOptions {
   std::optional<int64_t> rotaryDim;
   bool rotaryInterleaved;
   TensorParallelOptions tp;
+  /// The attention's bias or ALiBi (core_attention_bias_type).
+  BiasOptions coreBias;
 
   static FailureOr<AttentionOptions> read(LayerContext &ctx, StringRef maskKey,
                                           StringRef formatKey) {
@@ -226,18 +389,20 @@ struct AttentionOptions {
         layer.getBool("rotary_pos_interleaved", false);
     FailureOr<TensorParallelOptions> tp =
         TensorParallelOptions::read(ctx, /*hasMode=*/false);
+    FailureOr<BiasOptions> attentionBias = BiasOptions::read(ctx, maskType);
     if (failed(heads) || failed(groups) || failed(kvChannels) ||
         failed(maskType) || failed(dropout) || failed(bias) || failed(rotary) ||
         failed(format) || failed(window) || failed(rotaryDim) ||
-        failed(interleaved) || failed(tp))
+        failed(interleaved) || failed(tp) || failed(attentionBias))
       return failure();
     for (StringRef key : {"rotary_dim", "rotary_pos_interleaved"})
       if (!*rotary && layer.has(key))
         return emitError(layer.keyLoc(key))
                << "'" << key << "' needs 'rotary_pos_emb: true'";
-    return AttentionOptions{*heads,   *groups,    *kvChannels,  *maskType,
-                            *dropout, *bias,      *rotary,      *format,
-                            *window,  *rotaryDim, *interleaved, *tp};
+    return AttentionOptions{*heads,        *groups,    *kvChannels,  *maskType,
+                            *dropout,      *bias,      *rotary,      *format,
+                            *window,       *rotaryDim, *interleaved, *tp,
+                            *attentionBias};
   }
 
   /// With tp_size > 1, keeps one rank's heads and KV groups, and their
@@ -336,6 +501,7 @@ struct AttentionOptions {
     if (window)
       parts.set("window_size", window);
     parts.set("rotary_pos_interleaved", ctx.flag(rotaryInterleaved));
+    coreBias.addAttributes(ctx, parts);
     tp.addAttributes(ctx, parts);
     parts.set("fp8_recipe", ctx.recipe);
   }
@@ -563,6 +729,10 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
     addKvCache(ctx, parts, attention->groups.value_or(attention->heads),
                attention->headDim(*hidden), /*cuSeqlensKvSlot=*/true);
   }
+  if (failed(attention->coreBias.addOperands(ctx, parts, attention->heads,
+                                             *cross ? (*cross)->kvSeq
+                                                    : ctx.state.seqLength)))
+    return failure();
   attention->addAttributes(ctx, parts, "attn_mask_type", "qkv_format");
   norm->addAttributes(ctx, parts);
   parts.set("return_layernorm_output", ctx.flag(*returnNorm));
@@ -687,6 +857,10 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   AttentionOptions::addPackedSequences(ctx, parts);
   addKvCache(ctx, parts, attention->groups.value_or(attention->heads),
              attention->headDim(*hidden), /*cuSeqlensKvSlot=*/true);
+  // The bias belongs to the self-attention.
+  if (failed(attention->coreBias.addOperands(ctx, parts, attention->heads,
+                                             ctx.state.seqLength)))
+    return failure();
   attention->addAttributes(ctx, parts, "self_attn_mask_type",
                            "attn_input_format");
   if (*cross)

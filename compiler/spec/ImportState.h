@@ -42,6 +42,9 @@ public:
   /// `kv_cache: {max_sequence_length: S}` (inference with a KV cache): S,
   /// the cache rows per sequence.
   std::optional<int64_t> kvCacheRows;
+  /// Whether the `core_attention_bias` input takes a gradient, once a layer
+  /// has added it (every layer that reads it must agree).
+  std::optional<bool> biasRequiresGrad;
   mlir::Type dtype;
 
   /// An activation argument; asking twice for one name returns the same

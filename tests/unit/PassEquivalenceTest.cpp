@@ -189,6 +189,47 @@ layers:
   - {type: MultiheadAttention, hidden_size: 16, num_attention_heads: 2,
      attn_mask_type: padding, window_size: [1, 2]}
 )"},
+    // Attention bias and ALiBi (docs/attention-bias.md): a bhss bias over
+    // keys of their own length, then vanilla ALiBi of 3 heads (n = 2).
+    {"attention_bias", R"(
+seq_length: 5
+batch_size: 2
+layers:
+  - {type: DotProductAttention, num_attention_heads: 3, kv_channels: 4,
+     attn_mask_type: padding, kv_seq_length: 7,
+     core_attention_bias_type: post_scale_bias, bias_shape: bhss}
+  - {type: TransformerLayer, hidden_size: 12, ffn_hidden_size: 16,
+     num_attention_heads: 3, core_attention_bias_type: alibi,
+     attention_dropout: 0.2}
+)"},
+    // A bias with its gradient, shared by a decoder's self-attention and a
+    // MultiheadAttention, under attention dropout.
+    {"attention_bias_grad", R"(
+seq_length: 4
+batch_size: 2
+input_format: bshd
+layers:
+  - {type: TransformerLayer, hidden_size: 16, ffn_hidden_size: 24,
+     num_attention_heads: 2, layer_type: decoder, kv_seq_length: 6,
+     core_attention_bias_type: post_scale_bias, bias_requires_grad: true,
+     attention_dropout: 0.2}
+  - {type: MultiheadAttention, hidden_size: 16, num_attention_heads: 2,
+     input_layernorm: true, attn_mask_type: no_mask,
+     core_attention_bias_type: post_scale_bias, bias_requires_grad: true}
+)"},
+    // The caller's [b, h] ALiBi slopes in a cross-attention (padded keys)
+    // and a self-attention (padding_causal, top-left).
+    {"alibi_slopes", R"(
+seq_length: 5
+batch_size: 2
+layers:
+  - {type: MultiheadAttention, hidden_size: 12, num_attention_heads: 3,
+     attention_type: cross, kv_seq_length: 3, attn_mask_type: padding,
+     core_attention_bias_type: alibi, alibi_slopes: batch_heads}
+  - {type: MultiheadAttention, hidden_size: 12, num_attention_heads: 3,
+     attn_mask_type: padding_causal, core_attention_bias_type: alibi,
+     alibi_slopes: batch_heads}
+)"},
 };
 
 class PassEquivalence : public ::testing::TestWithParam<std::string> {
@@ -342,6 +383,12 @@ TEST_P(PassEquivalence, AutodiffMatchesFiniteDifferences) {
           << "d output / d arg " << argIndex << "[" << element << "]";
     }
   }
+  // A bias with bias_requires_grad gets its gradient; one without, none.
+  bool biasGrad = false;
+  for (unsigned r = 0; r < backward.getNumResults(); ++r)
+    biasGrad |= backward.getResultAttr(r, "te.name") ==
+                StringAttr::get(&context, "grad.core_attention_bias");
+  EXPECT_EQ(biasGrad, GetParam() == "attention_bias_grad");
   // The variant's GEMM weights: qkv, proj, fc1, fc2 and the Linear's.
   EXPECT_EQ(accumulating, GetParam() == "main_grad"        ? 5
                           : GetParam() == "main_grad_bf16" ? 2
@@ -358,7 +405,8 @@ INSTANTIATE_TEST_SUITE_P(
         "main_grad_bf16", "attention_cross", "attention_query_mask",
         "mha_layernorm_output", "drop_path", "parallel_attention_mlp",
         "decoder_cross", "output_layernorm", "packed_small.yaml",
-        "packed_attention", "packed_cross_attention"),
+        "packed_attention", "packed_cross_attention", "attention_bias",
+        "attention_bias_grad", "alibi_slopes"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

@@ -1034,6 +1034,164 @@ layers:
     caseName);
 
 //===----------------------------------------------------------------------===//
+// Attention bias and ALiBi (docs/attention-bias.md)
+//===----------------------------------------------------------------------===//
+
+INSTANTIATE_TEST_SUITE_P(
+    AttentionBias, SpecError,
+    ::testing::Values(
+        ErrorCase{"PreScaleBias", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    core_attention_bias_type: pre_scale_bias
+)",
+                  7, 31,
+                  "'core_attention_bias_type' pre_scale_bias is not "
+                  "supported: pass bias * softmax_scale as a post_scale_bias "
+                  "(scale * (q.k + bias) = scale * q.k + scale * bias)"},
+        ErrorCase{"BiasShapeWithAlibi", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    core_attention_bias_type: alibi
+    bias_shape: bhss
+)",
+                  9, 5,
+                  "'bias_shape' needs 'core_attention_bias_type: "
+                  "post_scale_bias'"},
+        ErrorCase{"GradOfAlibi", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    core_attention_bias_type: alibi
+    bias_requires_grad: true
+)",
+                  8, 5,
+                  "'bias_requires_grad' needs 'core_attention_bias_type: "
+                  "post_scale_bias'"},
+        ErrorCase{"SlopesWithoutAlibi", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    alibi_slopes: heads
+)",
+                  7, 5,
+                  "'alibi_slopes' needs 'core_attention_bias_type: alibi'"},
+        ErrorCase{"GradOfB1ss", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    core_attention_bias_type: post_scale_bias
+    bias_shape: b1ss
+    bias_requires_grad: true
+)",
+                  9, 25,
+                  "'bias_requires_grad' needs bias_shape 1hss (the gradient "
+                  "is [1, heads, s, s_kv], summed over the batch), got b1ss"},
+        ErrorCase{"BiasWithThd", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+input_format: thd
+layers:
+  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 128,
+     num_attention_heads: 4, self_attn_mask_type: padding,
+     core_attention_bias_type: alibi}
+)",
+                  7, 32,
+                  "'core_attention_bias_type' alibi is not supported with "
+                  "packed sequences (input_format thd)"},
+        ErrorCase{"BiasWithKvCache", "spec.yaml", R"(
+seq_length: 4
+batch_size: 3
+tokens: 16
+input_format: thd
+kv_cache: {max_sequence_length: 32}
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal,
+     core_attention_bias_type: post_scale_bias}
+)",
+                  9, 32,
+                  "'core_attention_bias_type' post_scale_bias is not "
+                  "supported with a 'kv_cache' (inference)"},
+        ErrorCase{"BiasWithArbitraryMask", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 16,
+     attn_mask_type: arbitrary, core_attention_bias_type: post_scale_bias}
+)",
+                  5, 59,
+                  "'core_attention_bias_type' post_scale_bias is not "
+                  "supported with the arbitrary mask type (fold the mask "
+                  "into the bias)"},
+        ErrorCase{"BiasShapesDisagree", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    core_attention_bias_type: post_scale_bias
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    core_attention_bias_type: post_scale_bias
+    bias_shape: bhss
+)",
+                  12, 17,
+                  "MultiheadAttention needs the input 'core_attention_bias' of "
+                  "'tensor<2x4x16x16xbf16>', but an earlier layer's is "
+                  "'tensor<1x4x16x16xbf16>': one 'core_attention_bias' "
+                  "serves every layer of a spec, so their shapes must "
+                  "agree"},
+        ErrorCase{"SlopesDisagree", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     core_attention_bias_type: alibi, alibi_slopes: heads}
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     core_attention_bias_type: alibi, alibi_slopes: batch_heads}
+)",
+                  7, 53,
+                  "MultiheadAttention needs the input 'alibi_slopes' of "
+                  "'tensor<2x4xf32>', but an earlier layer's is "
+                  "'tensor<4xf32>': one 'alibi_slopes' serves every layer "
+                  "of a spec, so their shapes must agree"},
+        ErrorCase{"BiasGradDisagrees", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     core_attention_bias_type: post_scale_bias, bias_requires_grad: true}
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     core_attention_bias_type: post_scale_bias}
+)",
+                  7, 32,
+                  "'bias_requires_grad' is false here but true in an earlier "
+                  "layer: the layers of a spec share one "
+                  "'core_attention_bias', which takes a gradient or not"}),
+    caseName);
+
+//===----------------------------------------------------------------------===//
 // Recipes
 //===----------------------------------------------------------------------===//
 

@@ -1137,6 +1137,145 @@ layers:
   EXPECT_TRUE(succeeded(verify(function)));
 }
 
+// Attention bias (docs/attention-bias.md): DotProductAttention with
+// keys of their own length, a decoder TransformerLayer (its self-attention
+// takes the bias) and a MultiheadAttention share one bias input.
+TEST_F(SpecImporter, AttentionBiasIsOneSharedInput) {
+  func::FuncOp function = importOk(R"yaml(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    attn_mask_type: no_mask
+    core_attention_bias_type: post_scale_bias
+    bias_requires_grad: true
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    layer_type: decoder
+    core_attention_bias_type: post_scale_bias
+    bias_shape: 1hss
+    bias_requires_grad: true
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    core_attention_bias_type: post_scale_bias
+    bias_requires_grad: true
+)yaml");
+  ASSERT_TRUE(function);
+  std::vector<std::string> names = argNames(function);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "core_attention_bias"), 1);
+  EXPECT_EQ(argType(function, "core_attention_bias"), "tensor<1x4x16x16xbf16>");
+  BlockArgument bias = argNamed(function, "core_attention_bias");
+  DotProductAttentionOp dpa = opsOf<DotProductAttentionOp>(function).at(0);
+  TransformerLayerOp layer = opsOf<TransformerLayerOp>(function).at(0);
+  MultiheadAttentionOp mha = opsOf<MultiheadAttentionOp>(function).at(0);
+  EXPECT_EQ(dpa.getCoreAttentionBias(), bias);
+  EXPECT_EQ(layer.getCoreAttentionBias(), bias);
+  EXPECT_EQ(mha.getCoreAttentionBias(), bias);
+  EXPECT_EQ(dpa.getCoreAttentionBiasType(), AttnBiasType::post_scale_bias);
+  EXPECT_EQ(layer.getCoreAttentionBiasType(), AttnBiasType::post_scale_bias);
+  EXPECT_TRUE(dpa.getBiasRequiresGrad());
+  EXPECT_TRUE(layer.getBiasRequiresGrad());
+  EXPECT_TRUE(mha.getBiasRequiresGrad());
+  EXPECT_FALSE(layer.getAlibiSlopes());
+  // The bias is an input, not a parameter.
+  for (const std::string &name : paramNames(function))
+    EXPECT_NE(name, "core_attention_bias");
+}
+
+struct BiasShapeCase {
+  const char *shape;
+  const char *type;
+};
+
+class BiasShape : public SpecTest,
+                  public ::testing::WithParamInterface<BiasShapeCase> {};
+
+// Cross-attention: s_kv is kv_seq_length (24); bshd.
+TEST_P(BiasShape, CrossAttentionBiasOfEachShape) {
+  std::string spec = R"yaml(
+seq_length: 16
+batch_size: 2
+input_format: bshd
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    attention_type: cross
+    kv_seq_length: 24
+    core_attention_bias_type: post_scale_bias
+    bias_shape: )yaml" +
+                     std::string(GetParam().shape) + "\n";
+  func::FuncOp function = importOk(spec);
+  ASSERT_TRUE(function);
+  EXPECT_EQ(argType(function, "core_attention_bias"), GetParam().type);
+  MultiheadAttentionOp op = opsOf<MultiheadAttentionOp>(function).at(0);
+  EXPECT_EQ(op.getCoreAttentionBias(),
+            argNamed(function, "core_attention_bias"));
+  EXPECT_FALSE(op.getBiasRequiresGrad());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, BiasShape,
+    ::testing::Values(BiasShapeCase{"1hss", "tensor<1x4x16x24xbf16>"},
+                      BiasShapeCase{"b1ss", "tensor<2x1x16x24xbf16>"},
+                      BiasShapeCase{"bhss", "tensor<2x4x16x24xbf16>"},
+                      BiasShapeCase{"11ss", "tensor<1x1x16x24xbf16>"}),
+    [](const auto &info) { return std::string(info.param.shape); });
+
+// ALiBi: vanilla slopes take no input; `heads` and `batch_heads` add the
+// f32 input alibi_slopes, [heads] or [batch, heads] (one rank's heads).
+TEST_F(SpecImporter, AlibiSlopes) {
+  func::FuncOp vanilla = importOk(R"yaml(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 64,
+     num_attention_heads: 4, core_attention_bias_type: alibi}
+)yaml");
+  ASSERT_TRUE(vanilla);
+  TransformerLayerOp layer = opsOf<TransformerLayerOp>(vanilla).at(0);
+  EXPECT_EQ(layer.getCoreAttentionBiasType(), AttnBiasType::alibi);
+  EXPECT_FALSE(layer.getAlibiSlopes());
+  EXPECT_FALSE(layer.getCoreAttentionBias());
+  std::vector<std::string> names = argNames(vanilla);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "alibi_slopes"), 0);
+
+  func::FuncOp slopes = importOk(R"yaml(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     core_attention_bias_type: alibi, alibi_slopes: batch_heads}
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     core_attention_bias_type: alibi}
+  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 64,
+     num_attention_heads: 4, core_attention_bias_type: alibi,
+     alibi_slopes: batch_heads}
+)yaml");
+  ASSERT_TRUE(slopes);
+  EXPECT_EQ(argType(slopes, "alibi_slopes"), "tensor<2x4xf32>");
+  std::vector<MultiheadAttentionOp> mhas = opsOf<MultiheadAttentionOp>(slopes);
+  BlockArgument input = argNamed(slopes, "alibi_slopes");
+  EXPECT_EQ(mhas.at(0).getAlibiSlopes(), input);
+  EXPECT_FALSE(mhas.at(1).getAlibiSlopes());
+  EXPECT_EQ(opsOf<TransformerLayerOp>(slopes).at(0).getAlibiSlopes(), input);
+
+  func::FuncOp heads = importOk(R"yaml(
+seq_length: 16
+batch_size: 2
+layers:
+  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 16,
+     core_attention_bias_type: alibi, alibi_slopes: heads}
+)yaml");
+  ASSERT_TRUE(heads);
+  EXPECT_EQ(argType(heads, "alibi_slopes"), "tensor<4xf32>");
+}
+
 TEST_F(SpecImporter, TwoTransformerLayersGetTheirOwnParameters) {
   func::FuncOp function = importOk(R"yaml(
 seq_length: 16
