@@ -164,7 +164,7 @@ class CompiledBiasSpecTest(unittest.TestCase):
         self.assertIn("grad.query", backward)
         # Inference programs have no backward.
         forward, backward = functions(dpa(post("1hss", True)),
-                                      training=False)
+                                      stage="primitive", training=False)
         self.assertEqual(forward["core_attention_bias"],
                          f"1x{HEADS}x{SEQ}x{SEQ}xbf16")
         self.assertEqual(backward, {})
