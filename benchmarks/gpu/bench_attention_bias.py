@@ -20,28 +20,12 @@ tejit's (relative L2, printed). Times: CUDA events around 10 runs after 3
 warm-ups, median of 5 such batches."""
 import argparse
 import math
-import statistics
 
 import torch
 import torch.nn.functional as F
 
 import tejit.pytorch as te
-
-
-def timed(fn, warmup=3, runs=10, batches=5):
-    for _ in range(warmup):
-        fn()
-    results = []
-    for _ in range(batches):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(runs):
-            fn()
-        stop.record()
-        stop.synchronize()
-        results.append(start.elapsed_time(stop) / runs)
-    return statistics.median(results)
+from bench_attention import timed
 
 
 def vanilla_slopes(heads):
@@ -173,7 +157,7 @@ def main():
             else:
                 error = ", ".join(f"{rel_l2(a, r):.1e}" for a, r in
                                   zip(results, reference[case]))
-            ms = timed(step_fn(forward, inputs, grad_out))
+            ms = timed(step_fn(forward, inputs, grad_out), warmup=3, runs=10)
             print(f"| {case} | {name} | {ms:.3f} | {flops / ms / 1e9:.0f} "
                   f"| {error} |", flush=True)
         except Exception as exc:  # a peer that cannot run this case
