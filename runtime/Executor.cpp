@@ -54,21 +54,29 @@ llvm::Expected<CUfunction> ModuleSet::helper(llvm::StringRef name) {
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
-  // Two PTX modules, each JIT-compiled on first use: the decode attention
-  // kernels (tejit_decode_attention*) and everything else.
-  bool decode = name.starts_with("tejit_decode_attention");
-  llvm::StringRef key =
-      decode ? "<runtime decode attention>" : "<runtime helpers>";
-  auto found = modules.find(key);
+  // Three PTX modules, each JIT-compiled on first use: the decode
+  // attention kernels (tejit_decode_attention*), the grouped GEMM's bias
+  // rows (tejit_grouped_*) and everything else.
+  struct Source {
+    llvm::StringRef key;
+    const char *ptx;
+    const char *what;
+  };
+  Source source = {"<runtime helpers>", attentionPrepPtx(),
+                   "loading the runtime helper kernels (PTX)"};
+  if (name.starts_with("tejit_decode_attention"))
+    source = {"<runtime decode attention>", decodeAttentionPtx(),
+              "loading the decode attention kernels (PTX)"};
+  else if (name.starts_with("tejit_grouped_"))
+    source = {"<runtime grouped GEMM>", groupedBiasPtx(),
+              "loading the grouped GEMM bias rows kernel (PTX)"};
+  auto found = modules.find(source.key);
   if (found == modules.end()) {
     CUmodule module;
     if (Error error = driver->check(
-            driver->cuModuleLoadData(&module, decode ? decodeAttentionPtx()
-                                                     : attentionPrepPtx()),
-            decode ? "loading the decode attention kernels (PTX)"
-                   : "loading the runtime helper kernels (PTX)"))
+            driver->cuModuleLoadData(&module, source.ptx), source.what))
       return std::move(error);
-    found = modules.try_emplace(key, module).first;
+    found = modules.try_emplace(source.key, module).first;
   }
   CUfunction function;
   if (Error error =
@@ -176,8 +184,12 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
             ErrorCode::InvalidArgument);
       grouped = std::move(*created);
       // Now, not on a first run that may be under stream capture.
-      if (Error error = grouped->loadKernels(*driver))
-        return std::move(error);
+      if (grouped->writesBiasRows()) {
+        auto kernel = modules.helper("tejit_grouped_bias_rows");
+        if (!kernel)
+          return kernel.takeError();
+        grouped->useBiasRowsKernel(*kernel);
+      }
     }
     // Per-tensor FP8 scales are staged into aligned slots; block scales are
     // read in place.

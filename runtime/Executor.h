@@ -47,9 +47,10 @@ public:
   llvm::Expected<CUfunction> function(llvm::StringRef binary,
                                       llvm::StringRef name);
   /// A runtime helper kernel of runtime/kernels/AttentionPrep.cu
-  /// ("tejit_attention_prep", "tejit_rng_advance") or DecodeAttention.cu
-  /// ("tejit_decode_attention", "tejit_decode_attention_combine"), from PTX
-  /// the driver compiles on first use (one module per file).
+  /// ("tejit_attention_prep", "tejit_rng_advance"), DecodeAttention.cu
+  /// ("tejit_decode_attention", "tejit_decode_attention_combine") or
+  /// GroupedBias.cu ("tejit_grouped_bias_rows"), from PTX the driver
+  /// compiles on first use (one module per file).
   llvm::Expected<CUfunction> helper(llvm::StringRef name);
 
 private:

@@ -212,11 +212,7 @@ Expected<CUfunction> GroupedGemm::biasRowsKernel(const CudaDriver &driver) {
   return function;
 }
 
-Error GroupedGemm::loadKernels(const CudaDriver &driver) const {
-  if (!writesBiasRows())
-    return Error::success();
-  return biasRowsKernel(driver).takeError();
-}
+const char *tejit::runtime::groupedBiasPtx() { return tejitGroupedBiasPtx; }
 
 Error GroupedGemm::checkGroupOut(const GroupedGemmStep &step,
                                  llvm::ArrayRef<CUdeviceptr> groupOut) {
@@ -451,7 +447,8 @@ Error GroupedGemm::run(GemmRunner &gemms, llvm::ArrayRef<int32_t> splits,
   // its bias row in one launch on `stream` (per kMaxGroups groups), before
   // the fork, which orders it before every lane's GEMM.
   if (fillBias && used) {
-    Expected<CUfunction> kernel = biasRowsKernel(driver);
+    Expected<CUfunction> kernel =
+        biasRows ? Expected<CUfunction>(biasRows) : biasRowsKernel(driver);
     if (!kernel)
       return kernel.takeError();
     if (Error error = launchBiasRows(

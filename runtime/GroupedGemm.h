@@ -119,8 +119,8 @@ public:
   /// writes every group's out rows with its bias row, one kernel launch on
   /// `stream` per kMaxGroups groups, before the GEMMs fork to the lanes).
   /// Loads the bias rows kernel on first use in the current context
-  /// (biasRowsKernel): call loadKernels() first where that first use could
-  /// be under stream capture.
+  /// (biasRowsKernel) unless useBiasRowsKernel gave it one: give it one
+  /// where that first use could be under stream capture.
   /// With `lanes` (GemmLanes.h), groups too small to keep the GPU busy
   /// alone (fewer than kLaneFlops on average) run on the lanes, round
   /// robin, instead of one after another on `stream`.
@@ -140,15 +140,15 @@ public:
   /// Whether run() writes the bias rows with tejit_grouped_bias_rows (a
   /// block-scaled rows step with a bias).
   bool writesBiasRows() const { return biasFilledValue.has_value(); }
-  /// Loads the kernels run() launches (the bias rows kernel where
-  /// writesBiasRows()) into the current context now, so that no run loads a
-  /// module, which a stream capture may refuse. The executor calls it at
-  /// creation.
-  llvm::Error loadKernels(const CudaDriver &driver) const;
-  /// tejit_grouped_bias_rows in the current context: its module is loaded
-  /// on the first call there (runtime/kernels/GroupedBias.cu's PTX, JIT
-  /// compiled by the driver) and kept for the process's life, as the
-  /// primary contexts the runtime uses are (Device.cpp). Thread-safe.
+  /// Has run() launch `kernel` as tejit_grouped_bias_rows: the executor's,
+  /// from its program's modules (ModuleSet::helper), loaded at creation and
+  /// unloaded with the program, so that no run loads a module (which a
+  /// stream capture may refuse). Without it, run() takes biasRowsKernel's.
+  void useBiasRowsKernel(CUfunction kernel) { biasRows = kernel; }
+  /// tejit_grouped_bias_rows in the current context for callers without a
+  /// program's modules (tools, tests): its module is loaded on the first
+  /// call there and kept for the process's life, as the primary contexts
+  /// the runtime uses are (Device.cpp). Thread-safe.
   static llvm::Expected<CUfunction> biasRowsKernel(const CudaDriver &driver);
 
   /// Checks per-group output pointers (GroupedGemmPointers::groupOut) for
@@ -193,7 +193,12 @@ private:
   int64_t m = 0, k = 0, n = 0;
   /// The bias's element type (rows form with a bias; out's under blocks).
   ElementType biasElement = ElementType::BF16;
+  /// useBiasRowsKernel's kernel, if given.
+  CUfunction biasRows = nullptr;
 };
+
+/// The PTX of runtime/kernels/GroupedBias.cu (tejit_grouped_bias_rows).
+const char *groupedBiasPtx();
 
 } // namespace tejit::runtime
 

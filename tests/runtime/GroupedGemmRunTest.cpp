@@ -227,6 +227,9 @@ CUresult recordingCopy(CUdeviceptr to, CUdeviceptr from, size_t bytes,
 CUcontext const fakeContext = reinterpret_cast<CUcontext>(uintptr_t(0x100));
 CUmodule const fakeModule = reinterpret_cast<CUmodule>(uintptr_t(0x200));
 CUfunction const fakeBiasRows = reinterpret_cast<CUfunction>(uintptr_t(0x300));
+/// The kernel an executor hands over (GroupedGemm::useBiasRowsKernel).
+CUfunction const handedBiasRows =
+    reinterpret_cast<CUfunction>(uintptr_t(0x310));
 
 /// The launches emulatedLaunch ran: the function, its grid and block, its
 /// stream and its parameters.
@@ -245,7 +248,7 @@ CUresult emulatedLaunch(CUfunction function, unsigned gx, unsigned gy,
                         unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sharedBytes, CUstream stream, void **params,
                         void **extra) {
-  EXPECT_EQ(function, fakeBiasRows);
+  EXPECT_TRUE(function == fakeBiasRows || function == handedBiasRows);
   EXPECT_EQ(sharedBytes, 0u);
   EXPECT_EQ(extra, nullptr);
   Launch launch = {function, {gx, gy, gz}, {bx, by, bz}, stream, {}};
@@ -937,6 +940,19 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
   recordedCopies.clear();
   recordedLaunches.clear();
   EXPECT_EQ(grouped->writesBiasRows(), problem.bias);
+  // Every other bias case takes the kernel as the executor hands it over
+  // (useBiasRowsKernel): then nothing is loaded.
+  if (problem.bias && seed % 2 == 0) {
+    grouped->useBiasRowsKernel(handedBiasRows);
+    driver.cuModuleLoadData = [](CUmodule *, const void *) {
+      ADD_FAILURE() << "a module was loaded despite useBiasRowsKernel";
+      return CUDA_ERROR_INVALID_VALUE;
+    };
+    driver.cuModuleGetFunction = [](CUfunction *, CUmodule, const char *) {
+      ADD_FAILURE() << "a function was looked up despite useBiasRowsKernel";
+      return CUDA_ERROR_INVALID_VALUE;
+    };
+  }
   CUstream stream = reinterpret_cast<CUstream>(uintptr_t(0x400));
   llvm::Error error =
       grouped->run(runner, problem.splits, pointers, stream, driver);
@@ -964,6 +980,7 @@ void runBlockProblem(const BlockProblem &problem, unsigned seed) {
         continue;
       ASSERT_LT(next, recordedLaunches.size());
       const Launch &launch = recordedLaunches[next++];
+      EXPECT_EQ(launch.function, seed % 2 == 0 ? handedBiasRows : fakeBiasRows);
       const GroupedBiasRowsParams &p = launch.params;
       EXPECT_EQ(launch.stream, stream);
       EXPECT_GE(launch.blocks[0], 1u);
