@@ -380,7 +380,7 @@ Error validateBiasFor(const AttentionProblem &p, int64_t version,
                                "engines compute them wrong); give [h] "
                                "slopes, or the ALiBi bias [b, h, s_q, "
                                "s_kv] as a post_scale_bias");
-  // cudnn-frontend: a left bound with a bias or ALiBi only from 9.10.2.
+  // cudnn-frontend: a sliding window with a bias or ALiBi only from 9.10.2.
   if (version < 91002 && (p.windowLeft >= 0 || p.windowRight >= 0))
     return needsCudnn(p, version, "9.10.2",
                       "a sliding window with a bias or ALiBi");
