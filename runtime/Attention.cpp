@@ -22,6 +22,8 @@
 #include "runtime/Cudnn.h"
 #include "runtime/DeviceBuffer.h"
 
+#include "dialects/AlibiSlopes.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -70,15 +72,8 @@ llvm::StringRef tejit::runtime::attentionLayoutName(AttentionLayout layout) {
 
 std::vector<float> tejit::runtime::vanillaAlibiSlopes(int64_t heads) {
   std::vector<float> slopes;
-  if (heads <= 0)
-    return slopes;
-  // n: the largest power of two not above `heads`.
-  int64_t n = int64_t(1) << llvm::Log2_64(uint64_t(heads));
-  for (int64_t k = 0; k < heads; ++k) {
-    double exponent = k < n ? -8.0 * double(k + 1) / double(n)
-                            : -4.0 * double(2 * (k - n) + 1) / double(n);
-    slopes.push_back(static_cast<float>(std::exp2(exponent)));
-  }
+  for (int64_t k = 0; k < heads; ++k)
+    slopes.push_back(alibi::vanillaSlope(k, heads));
   return slopes;
 }
 
@@ -385,7 +380,7 @@ Error validateBiasFor(const AttentionProblem &p, int64_t version,
                                "engines compute them wrong); give [h] "
                                "slopes, or the ALiBi bias [b, h, s_q, "
                                "s_kv] as a post_scale_bias");
-  // cudnn-frontend: a left bound with a bias or ALiBi only from 9.10.2.
+  // cudnn-frontend: a sliding window with a bias or ALiBi only from 9.10.2.
   if (version < 91002 && (p.windowLeft >= 0 || p.windowRight >= 0))
     return needsCudnn(p, version, "9.10.2",
                       "a sliding window with a bias or ALiBi");

@@ -73,9 +73,8 @@ llvm::StringRef attentionMaskName(AttentionMask mask);
 /// "sbhd", "bshd", "thd".
 llvm::StringRef attentionLayoutName(AttentionLayout layout);
 
-/// Transformer Engine's vanilla ALiBi slopes of `heads` heads: with n =
-/// 2^floor(log2(heads)), 2^(-8 (k + 1) / n) for k < n, then 2^(-4 (2 (k - n)
-/// + 1) / n); computed in float64, rounded to f32.
+/// Transformer Engine's vanilla ALiBi slopes of `heads` heads
+/// (dialects/AlibiSlopes.h, which the interpreter shares).
 std::vector<float> vanillaAlibiSlopes(int64_t heads);
 
 struct AttentionProblem {

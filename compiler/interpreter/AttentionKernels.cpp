@@ -1,6 +1,7 @@
 //===- AttentionKernels.cpp - attention core, its backward, rotary --------===//
 #include "compiler/interpreter/DropoutRng.h"
 #include "compiler/interpreter/Kernels.h"
+#include "dialects/AlibiSlopes.h"
 
 #include <algorithm>
 #include <cassert>
@@ -126,12 +127,7 @@ bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
 }
 
 double tejit::interp::vanillaAlibiSlope(int64_t head, int64_t heads) {
-  int64_t n = 1;
-  while (2 * n <= heads)
-    n *= 2;
-  double exponent = head < n ? -8.0 * double(head + 1) / double(n)
-                             : -4.0 * double(2 * (head - n) + 1) / double(n);
-  return double(float(std::exp2(exponent)));
+  return tejit::alibi::vanillaSlope(head, heads);
 }
 
 double Problem::biasAt(int64_t b, int64_t h, int64_t i, int64_t j) const {

@@ -185,9 +185,8 @@ std::string packedSequencesError(const Tensor &cuSeqlens, int64_t maxSeqlen,
                                  int64_t tokens);
 
 /// Transformer Engine's ALiBi slope of head `head` of `heads` when the
-/// caller gives none: 2^(-8 (k + 1) / n) for k < n, n the largest power of
-/// 2 <= heads, then 2^(-4 (2 (k - n) + 1) / n); rounded to f32, as the
-/// runtime stores it.
+/// caller gives none (dialects/AlibiSlopes.h: the f32 value the runtime
+/// uploads).
 double vanillaAlibiSlope(int64_t head, int64_t heads);
 
 /// Gradients of attention with respect to q, k and v, and with

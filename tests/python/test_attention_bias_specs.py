@@ -119,6 +119,11 @@ class BiasKeysTest(unittest.TestCase):
                          "batch_heads")
         with self.assertRaises(ValueError):
             keys(("pre_scale_bias", "1hss", False, None))
+        # Shapes and slopes the spec importer would refuse fail here.
+        with self.assertRaises(ValueError):
+            keys(post(None))
+        with self.assertRaises(ValueError):
+            keys(alibi("b"))
 
     def test_specs_without_a_bias_are_unchanged(self):
         for build in (dpa, mha, transformer):

@@ -80,11 +80,16 @@ def bias_spec_keys(bias):
         raise ValueError(f"unknown attention bias type {bias_type!r}")
     keys = {"core_attention_bias_type": bias_type}
     if bias_type == "post_scale_bias":
+        if shape not in BIAS_SHAPES:
+            raise ValueError(f"unknown attention bias shape {shape!r}")
         keys["bias_shape"] = shape
         if requires_grad:
             keys["bias_requires_grad"] = True
     else:
-        keys["alibi_slopes"] = slopes or "none"
+        slopes = slopes or "none"
+        if slopes not in ALIBI_SLOPES:
+            raise ValueError(f"unknown ALiBi slopes {slopes!r}")
+        keys["alibi_slopes"] = slopes
     return keys
 
 
