@@ -127,13 +127,14 @@ struct AttentionProblem {
     return mask == AttentionMask::PaddingCausalBottomRight;
   }
   bool thd() const { return layout == AttentionLayout::Thd; }
-  /// ALiBi's `off`: s_kv - s_q (bottom-right alignment), 0 for the causal
-  /// and padding_causal masks (top-left), as in Transformer Engine.
-  int64_t alibiOffset() const {
-    return mask == AttentionMask::Causal || mask == AttentionMask::PaddingCausal
-               ? 0
-               : seqKv - seqQ;
+  /// Whether ALiBi aligns top-left: under the causal and padding_causal
+  /// masks, as in Transformer Engine (every other mask: bottom-right).
+  bool alibiTopLeft() const {
+    return mask == AttentionMask::Causal ||
+           mask == AttentionMask::PaddingCausal;
   }
+  /// ALiBi's `off`: s_kv - s_q (bottom-right alignment), 0 top-left.
+  int64_t alibiOffset() const { return alibiTopLeft() ? 0 : seqKv - seqQ; }
   /// "1hss", "b1ss", "bhss" or "11ss" (TE's names): the bias's shape.
   std::string biasShapeName() const;
 

@@ -692,9 +692,8 @@ struct Common {
                               CUDNN_DATA_INT32, CUDNN_DATA_INT32);
     Tensor distance = g.binary(CUDNN_POINTWISE_SUB, col, row, "column - row",
                                CUDNN_DATA_INT32, CUDNN_DATA_INT32);
-    bool topLeftCausal = p.mask == AttentionMask::Causal ||
-                         p.mask == AttentionMask::PaddingCausal;
-    if (!topLeftCausal) {
+    // Top-left, every visible score has column <= row: no ABS needed.
+    if (!p.alibiTopLeft()) {
       if (int64_t offset = p.alibiOffset())
         distance = g.binary(
             CUDNN_POINTWISE_SUB, distance,

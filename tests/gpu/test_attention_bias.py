@@ -564,17 +564,7 @@ def check_block_bias(module, reference, fmt, fp8_recipe, mask, kind,
     if table is not None:
         errors["bias table grad"] = rel_l2(table.grad, table32.grad)
     if param_grads:
-        for name, grad in grads.items():
-            assert grad is not None, f"{what}: no gradient for {name}"
-            want = params[name].grad
-            if name.endswith("key_bias"):
-                # Its exact gradient is zero (test_attention_layers.py's
-                # check_block): measured against the query bias's.
-                scale = params[name.replace("key_bias", "query_bias")].grad
-                errors[name] = ((grad.double() - want.double()).norm() /
-                                scale.double().norm().clamp_min(1e-30)).item()
-            else:
-                errors[name] = rel_l2(grad, want)
+        errors.update(layers.param_grad_errors(grads, params, what))
     if fp8_recipe is None:
         limits = dict.fromkeys(errors, L2_DTYPE[BF16])
         limits["bias table grad"] = L2_DBIAS[BF16]

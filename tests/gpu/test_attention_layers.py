@@ -638,6 +638,25 @@ def block_step(module, x, fp8_recipe, dy, **call):
     return out.detach()
 
 
+def param_grad_errors(grads, params, what):
+    """{parameter name: error} of the module's gradients `grads` against
+    the float32 reference parameters' (`params`) gradients."""
+    errors = {}
+    for name, grad in grads.items():
+        assert grad is not None, f"{what}: no gradient for {name}"
+        want = params[name].grad
+        if name.endswith("key_bias"):
+            # Its exact gradient is zero (adding q.b_k shifts a whole
+            # softmax row), so a relative error means nothing: measure it
+            # against the query bias gradient's size instead.
+            scale = params[name.replace("key_bias", "query_bias")].grad
+            errors[name] = ((grad.double() - want.double()).norm() /
+                            scale.double().norm().clamp_min(1e-30)).item()
+        else:
+            errors[name] = rel_l2(grad, want)
+    return errors
+
+
 def check_block(module, reference, fmt, fp8_recipe, mask="causal",
                 rotary=False, seq=64, batch=2, hidden=None,
                 what="", param_grads=True, before_step=None):
@@ -680,18 +699,7 @@ def check_block(module, reference, fmt, fp8_recipe, mask="causal",
     errors = {"output": rel_l2(out * rows, ref * rows),
               "input grad": rel_l2(dx * rows, x32.grad * rows)}
     if param_grads:
-        for name, grad in grads.items():
-            assert grad is not None, f"{what}: no gradient for {name}"
-            want = params[name].grad
-            if name.endswith("key_bias"):
-                # Its exact gradient is zero (adding q.b_k shifts a whole
-                # softmax row), so a relative error means nothing: measure
-                # it against the query bias gradient's size instead.
-                scale = params[name.replace("key_bias", "query_bias")].grad
-                errors[name] = ((grad.double() - want.double()).norm() /
-                                scale.double().norm().clamp_min(1e-30)).item()
-            else:
-                errors[name] = rel_l2(grad, want)
+        errors.update(param_grad_errors(grads, params, what))
     if fp8_recipe is None:
         limits = dict.fromkeys(errors, L2_DTYPE[BF16])
         if getattr(module, "activation", "") in RELU_FAMILY:

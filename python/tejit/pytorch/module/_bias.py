@@ -134,24 +134,12 @@ def _arbitrary_mask(owner, attention_mask, batch, heads, seq_q, seq_kv,
                     device):
     """TE's arbitrary mask (bool, True = masked out) [1 or b, 1 or h, s_q,
     s_kv], or a lower-rank tensor that broadcasts to it, as 4-D."""
-    from .attention import _one_of_pair
+    from .attention import _one_of_pair, check_bool_mask
     attention_mask = _one_of_pair(
         attention_mask, f"{owner}: an arbitrary attention_mask is one tensor "
         f"[b, 1, s_q, s_kv]; different query and key/value masks are not "
         f"supported by tejit")
-    if attention_mask is None:
-        raise ValueError(f"{owner}: attn_mask_type='arbitrary' needs an "
-                         f"attention_mask (bool, True = masked out)")
-    if not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(f"{owner}: attention_mask must be a torch.Tensor, "
-                        f"got {type(attention_mask).__name__}")
-    if attention_mask.dtype != torch.bool:
-        raise TypeError(f"{owner}: attention_mask must be torch.bool (True "
-                        f"= masked out), as in Transformer Engine; got "
-                        f"{attention_mask.dtype}")
-    if attention_mask.device != device:
-        raise ValueError(f"{owner}: attention_mask is on "
-                         f"{attention_mask.device}, the input on {device}")
+    check_bool_mask(owner, "arbitrary", attention_mask, device)
     mask = attention_mask
     if mask.dim() < 4:
         mask = mask.view(*([1] * (4 - mask.dim())), *mask.shape)

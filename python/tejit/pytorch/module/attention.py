@@ -69,18 +69,9 @@ def window_of_call(owner, constructed, given, mask_type):
                                    mask_type)
 
 
-def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
-                         device):
-    """The program's mask input for `mask_type`: {"attention_mask": [b, 1,
-    1, s] bool} for the padding types, else {} -- TE ignores a mask given
-    with the other types, and so does tejit (an "arbitrary" mask is part of
-    the call's bias: _bias.call_bias). True means masked out, as in TE."""
-    if "padding" not in mask_type:
-        return {}
-    # TE's (query mask, key/value mask) pair: self-attention has one.
-    attention_mask = _one_of_pair(
-        attention_mask, f"{owner}: different query and key/value padding "
-        f"masks (cross-attention) are not supported by tejit")
+def check_bool_mask(owner, mask_type, attention_mask, device):
+    """Refuses a missing `attention_mask` (`mask_type` needs one), or one
+    that is not a bool tensor on `device` (True = masked out, as in TE)."""
     if attention_mask is None:
         raise ValueError(f"{owner}: attn_mask_type={mask_type!r} needs an "
                          f"attention_mask (bool, True = masked out)")
@@ -94,6 +85,21 @@ def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
     if attention_mask.device != device:
         raise ValueError(f"{owner}: attention_mask is on "
                          f"{attention_mask.device}, the input on {device}")
+
+
+def attention_mask_input(owner, mask_type, attention_mask, batch, seq,
+                         device):
+    """The program's mask input for `mask_type`: {"attention_mask": [b, 1,
+    1, s] bool} for the padding types, else {} -- TE ignores a mask given
+    with the other types, and so does tejit (an "arbitrary" mask is part of
+    the call's bias: _bias.call_bias). True means masked out, as in TE."""
+    if "padding" not in mask_type:
+        return {}
+    # TE's (query mask, key/value mask) pair: self-attention has one.
+    attention_mask = _one_of_pair(
+        attention_mask, f"{owner}: different query and key/value padding "
+        f"masks (cross-attention) are not supported by tejit")
+    check_bool_mask(owner, mask_type, attention_mask, device)
     shape = (batch, 1, 1, seq)
     if tuple(attention_mask.shape) != shape:
         raise ValueError(f"{owner}: a padding attention_mask must be [b, 1, "
