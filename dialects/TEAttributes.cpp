@@ -58,7 +58,7 @@ LogicalResult
 DelayedScalingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                            int64_t margin, Fp8Format format,
                            int64_t amaxHistoryLen, AmaxComputeAlgo,
-                           bool /*reduceAmax*/) {
+                           bool /*reduceAmax*/, bool /*fp8Dpa*/) {
   if (margin < 0)
     return emitError() << "delayed_scaling margin must be >= 0, got " << margin;
   if (amaxHistoryLen < 1)

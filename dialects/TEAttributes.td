@@ -59,7 +59,8 @@ def TE_DelayedScalingAttr : TE_Attr<"DelayedScaling", "delayed_scaling",
     DefaultValuedParameter<"int64_t", "1024", "amax history length">:$amax_history_len,
     DefaultValuedParameter<"::mlir::te::AmaxComputeAlgo",
       "::mlir::te::AmaxComputeAlgo::max", "amax reduction over the history">:$amax_compute_algo,
-    TE_BoolParameter<"all-reduce amaxes across ranks", "true">:$reduce_amax
+    TE_BoolParameter<"all-reduce amaxes across ranks", "true">:$reduce_amax,
+    TE_BoolParameter<"FP8 dot-product attention (TE's fp8_dpa)", "false">:$fp8_dpa
   );
   let assemblyFormat = "`<` struct(params) `>`";
   let genVerifyDecl = 1;

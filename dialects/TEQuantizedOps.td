@@ -154,4 +154,107 @@ def TE_DelayedScalingUpdateOp : TE_PrimOp<"delayed_scaling_update"> {
   }];
 }
 
+def TE_DequantizeOp : TE_PrimOp<"dequantize"> {
+  let summary = "FP8 back to high precision: `input * scale_inv`";
+  let description = [{
+    `output = float(input) * scale_inv`, rounded to the output's element
+    type (bf16, f16 or f32); `scale_inv` is one meta slot. FP8 attention
+    (docs/fp8-attention.md) hands its FP8 output and gradients back to the
+    bf16/f16 graph with it, as Transformer Engine dequantizes them when
+    `fp8_mha` is off.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, TE_AnyTensor:$scale_inv);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input `,` $scale_inv attr-dict `:` type($input) `,` type($scale_inv)
+    `->` type($output)
+  }];
+}
+
+def TE_Fp8AttentionOp : TE_PrimOp<"fp8_attention",
+    [AttrSizedOperandSegments]> {
+  let summary = "te.attention on FP8 q, k, v with an FP8 output (fp8_dpa)";
+  let description = [{
+    Transformer Engine's FP8 dot-product attention (DelayedScaling with
+    `fp8_dpa`, docs/fp8-attention.md). `query`, `key`, `value` are FP8
+    (f8E4M3FN) in te.attention's 4-D layouts (sbhd or bshd), all three
+    dequantized by `qkv_scale_inv`. With Q, K, V the dequantized values:
+      P = softmax(Q K^T * softmax_scale + mask)   (dropout as te.attention)
+      O = P V
+    `amax_s = max P` (before dropout) and `amax_o = max |O|` (each
+    `tensor<1xf32>`); the output is `fp8(O * o_scale)` (f8E4M3FN, q's
+    shape) and `softmax_lse` te.attention's f32 `[b, heads, s_q]`
+    statistics. On the GPU, P is cast to FP8 with `s_scale` before the
+    second matmul and dequantized with `s_scale_inv`; the float64
+    reference (the interpreter) computes P V exactly. Masks, dropout, GQA,
+    `pad_keys_only` as te.attention; no bias, ALiBi, window or thd.
+  }];
+  let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
+                   TE_AnyTensor:$value, TE_AnyTensor:$qkv_scale_inv,
+                   TE_AnyTensor:$s_scale, TE_AnyTensor:$s_scale_inv,
+                   TE_AnyTensor:$o_scale,
+                   Optional<TE_AnyTensor>:$attention_mask,
+                   Optional<TE_AnyTensor>:$query_mask,
+                   Optional<TE_AnyTensor>:$rng_state,
+                   TE_AttnMaskTypeAttr:$attn_mask_type,
+                   TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$stream,
+                   UnitAttr:$pad_keys_only);
+  let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
+                 TE_AnyTensor:$amax_s, TE_AnyTensor:$amax_o);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $qkv_scale_inv `,` $s_scale `,`
+    $s_scale_inv `,` $o_scale (`mask` `(` $attention_mask^ `)`)?
+    (`query_mask` `(` $query_mask^ `)`)? (`rng` `(` $rng_state^ `)`)?
+    attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def TE_Fp8AttentionBwdOp : TE_PrimOp<"fp8_attention_bwd",
+    [AttrSizedOperandSegments]> {
+  let summary = "Gradients of te.fp8_attention, in FP8";
+  let description = [{
+    `grad` is dO in FP8 (the backward format: f8E5M2 under HYBRID,
+    f8E4M3FN under E4M3) dequantized by `grad_scale_inv`; `query`, `key`,
+    `value`, `output` and `softmax_lse` are te.fp8_attention's FP8 operands,
+    its FP8 output (dequantized by `o_scale_inv`) and statistics. With the
+    dequantized values the gradients are te.attention_bwd's: dP = dO V^T,
+    dS = P * (dP - rowsum(dO * O)) * softmax_scale, dQ = dS K, dK = dS^T Q,
+    dV = P^T dO. `amax_dp = max |dS|` (cuDNN's amax of its scaled dP) and
+    `amax_dq`, `amax_dk`, `amax_dv` are the gradients' max |.|; the results
+    are `fp8(dQ * dqkv_scale)` etc. in `grad`'s FP8 type, q's, k's and v's
+    shapes. On the GPU P is cast with `s_scale` (the forward's) and dS with
+    `dp_scale` to `grad`'s type, dequantized with `s_scale_inv` and
+    `dp_scale_inv`; the float64 reference computes them exactly.
+  }];
+  let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$query,
+                   TE_AnyTensor:$key, TE_AnyTensor:$value,
+                   TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
+                   TE_AnyTensor:$qkv_scale_inv, TE_AnyTensor:$o_scale_inv,
+                   TE_AnyTensor:$grad_scale_inv, TE_AnyTensor:$s_scale,
+                   TE_AnyTensor:$s_scale_inv, TE_AnyTensor:$dp_scale,
+                   TE_AnyTensor:$dp_scale_inv, TE_AnyTensor:$dqkv_scale,
+                   Optional<TE_AnyTensor>:$attention_mask,
+                   Optional<TE_AnyTensor>:$query_mask,
+                   Optional<TE_AnyTensor>:$rng_state,
+                   TE_AttnMaskTypeAttr:$attn_mask_type,
+                   TE_QkvFormatAttr:$qkv_format, F64Attr:$softmax_scale,
+                   DefaultValuedAttr<F64Attr, "0.0">:$dropout,
+                   DefaultValuedAttr<I64Attr, "0">:$stream,
+                   UnitAttr:$pad_keys_only);
+  let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
+                 TE_AnyTensor:$value_grad, TE_AnyTensor:$amax_dp,
+                 TE_AnyTensor:$amax_dq, TE_AnyTensor:$amax_dk,
+                 TE_AnyTensor:$amax_dv);
+  let assemblyFormat = [{
+    $grad `,` $query `,` $key `,` $value `,` $output `,` $softmax_lse `,`
+    $qkv_scale_inv `,` $o_scale_inv `,` $grad_scale_inv `,` $s_scale `,`
+    $s_scale_inv `,` $dp_scale `,` $dp_scale_inv `,` $dqkv_scale
+    (`mask` `(` $attention_mask^ `)`)? (`query_mask` `(` $query_mask^ `)`)?
+    (`rng` `(` $rng_state^ `)`)? attr-dict
+    `:` functional-type(operands, results)
+  }];
+}
+
 #endif // TEJIT_DIALECT_TE_QUANTIZED_OPS_TD

@@ -185,3 +185,9 @@ LogicalResult DelayedScalingUpdateOp::verify() {
       return emitOpError() << "scales must be " << amaxes << " like 'amaxes'";
   return success();
 }
+
+// FP8 attention (docs/fp8-attention.md). Placeholders: the rules land with
+// the compiler part of the feature.
+LogicalResult DequantizeOp::verify() { return success(); }
+LogicalResult Fp8AttentionOp::verify() { return success(); }
+LogicalResult Fp8AttentionBwdOp::verify() { return success(); }

@@ -290,7 +290,8 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
     return failure();
   DelayedScalingAttr attr = DelayedScalingAttr::getChecked(
       emitRecipeError, context, *margin, format, historyLen->value_or(1024),
-      symbolizeAmaxComputeAlgo(algo->value_or("max")).value(), *reduceAmax);
+      symbolizeAmaxComputeAlgo(algo->value_or("max")).value(), *reduceAmax,
+      /*fp8Dpa=*/false);
   if (!attr)
     return failure();
   return cast<FP8RecipeAttrInterface>(attr);
