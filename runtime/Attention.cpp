@@ -218,7 +218,9 @@ std::string AttentionProblem::key() const {
       llvm::formatv(
           "{0} {1} {2} b={3} h={4} kv_heads={5} s_q={6} "
           "s_kv={7} d={8} mask={9} scale={10} dropout={11}",
-          backward ? "attention_bwd" : "attention", elementTypeName(element),
+          std::string(fp8 ? "fp8_" : "") +
+              (backward ? "attention_bwd" : "attention"),
+          elementTypeName(element),
           attentionLayoutName(layout).str() + (kvCache ? " kv_cache" : ""),
           batch, heads, kvHeads, seqQ, seqKv, headDim, attentionMaskName(mask),
           exactDouble(softmaxScale), exactDouble(dropout))
@@ -226,6 +228,8 @@ std::string AttentionProblem::key() const {
   if (windowLeft >= 0 || windowRight >= 0)
     text += llvm::formatv(" window={0},{1}", windowLeft, windowRight).str();
   text += biasKey(*this);
+  if (fp8 && backward)
+    text += (" grad=" + elementTypeName(gradElement)).str();
   const TokenStrides &t = tokenStrides;
   for (auto [name, stride] :
        {std::pair{"q", t.q}, std::pair{"k", t.k}, std::pair{"v", t.v},
@@ -236,14 +240,55 @@ std::string AttentionProblem::key() const {
   return text;
 }
 
+namespace {
+/// What FP8 attention (cuDNN's FP8 flash attention) takes of a problem: the
+/// element types, and none of the features its graphs do not have.
+Error validateFp8(const AttentionProblem &p) {
+  auto unsupported = [&](const llvm::Twine &why) {
+    return makeError(ErrorCode::Unsupported,
+                     p.key() + ": FP8 attention " + why);
+  };
+  if (p.element != ElementType::F8E4M3)
+    return unsupported("takes q, k, v and o in f8E4M3FN, got " +
+                       elementTypeName(p.element));
+  if (p.backward && p.gradElement != ElementType::F8E4M3 &&
+      p.gradElement != ElementType::F8E5M2)
+    return unsupported("takes dO, dq, dk and dv in f8E4M3FN or f8E5M2, got " +
+                       elementTypeName(p.gradElement));
+  if (p.headDim % 16 != 0)
+    return unsupported(llvm::formatv(
+        "needs a head dim that is a multiple of 16, got {0}", p.headDim));
+  if (p.bias != AttentionBias::None)
+    return unsupported("does not support an attention bias or ALiBi");
+  if (p.thd() || p.kvCache)
+    return unsupported("does not support the thd layout or a kv cache");
+  if (p.windowLeft >= 0 || p.windowRight >= 0)
+    return unsupported("does not support a sliding window");
+  if (p.bottomRight())
+    return unsupported("does not support the bottom-right causal mask");
+  // cuDNN 9.19's FP8 forward engine accepts a graph with the bf16 path's
+  // dropout (Philox mask and scale before amax_s) and then faults with an
+  // illegal address (measured on an H200, session 30).
+  if (p.dropout > 0)
+    return unsupported("does not support attention dropout (cuDNN's FP8 "
+                       "engines fault on it): set attention_dropout to 0, "
+                       "or run the attention in bf16 (fp8_dpa=False)");
+  return Error::success();
+}
+} // namespace
+
 Error AttentionProblem::validate() const {
   auto unsupported = [&](const llvm::Twine &why) {
     return makeError(ErrorCode::Unsupported, key() + ": " + why);
   };
-  if (element != ElementType::BF16 && element != ElementType::F16)
+  if (fp8) {
+    if (Error error = validateFp8(*this))
+      return error;
+  } else if (element != ElementType::BF16 && element != ElementType::F16) {
     return unsupported("element type " + elementTypeName(element) +
                        " is not supported: cuDNN's fused attention takes "
-                       "bf16 or f16");
+                       "bf16 or f16 (or FP8 E4M3 as FP8 attention)");
+  }
   if (batch <= 0 || heads <= 0 || kvHeads <= 0 || seqQ <= 0 || seqKv <= 0 ||
       headDim <= 0)
     return unsupported("batch, heads, kv_heads, s_q, s_kv and the head dim "
@@ -396,8 +441,30 @@ Error validateBiasFor(const AttentionProblem &p, int64_t version,
 }
 } // namespace
 
+namespace {
+/// What FP8 attention needs of cuDNN and the GPU (cudnn-frontend's sdpa_fp8
+/// checks): cuDNN 9.1 on Hopper or newer, and on Hopper a backward with a
+/// head dim of exactly 128.
+Error validateFp8For(const AttentionProblem &p, int64_t version,
+                     int64_t capability) {
+  if (version < 90100)
+    return needsCudnn(p, version, "9.1.0", "FP8 attention");
+  if (capability < 90)
+    return needsGpu(p, capability, "FP8 attention", "a Hopper or newer GPU");
+  if (p.backward && capability < 100 && p.headDim != 128)
+    return makeError(
+        ErrorCode::Unsupported,
+        llvm::formatv("{0}: the FP8 attention backward on Hopper needs a head "
+                      "dim of 128 (cuDNN's FP8 engines), got {1}",
+                      p.key(), p.headDim));
+  return Error::success();
+}
+} // namespace
+
 Error AttentionProblem::validateFor(int64_t cudnnVersion,
                                     int64_t computeCapability) const {
+  if (fp8)
+    return validateFp8For(*this, cudnnVersion, computeCapability);
   if (thd())
     if (Error error = validateThdFor(*this, cudnnVersion, computeCapability))
       return error;
@@ -457,6 +524,8 @@ struct AttentionRunner::Impl {
   /// ALiBi without the caller's slopes: TE's vanilla slopes, f32 [h],
   /// uploaded once when the runner is built.
   DeviceBuffer vanillaSlopes;
+  /// FP8: attention::fp8Constants.
+  DeviceBuffer fp8Constants;
 };
 
 namespace {
@@ -577,24 +646,24 @@ Error makePlan(AttentionRunner::Impl &impl,
   return Error::success();
 }
 
-/// The vanilla ALiBi slopes of `p` in a buffer of the runner's own, copied
-/// from the host once (at creation, so that runs stay capturable).
-Expected<DeviceBuffer> uploadVanillaSlopes(const AttentionProblem &p) {
-  std::vector<float> slopes = vanillaAlibiSlopes(p.heads);
-  size_t bytes = slopes.size() * sizeof(float);
-  auto buffer = DeviceBuffer::allocate(bytes, "vanilla ALiBi slopes");
+/// `values` in a buffer of the runner's own, copied from the host once (at
+/// creation, so that runs stay capturable).
+Expected<DeviceBuffer> uploadConstants(const std::vector<float> &values,
+                                       const char *what) {
+  size_t bytes = values.size() * sizeof(float);
+  auto buffer = DeviceBuffer::allocate(bytes, what);
   if (!buffer)
     return buffer.takeError();
   auto driver = CudaDriver::get();
   if (!driver)
     return driver.takeError();
   if (Error error =
-          driver->check(driver->cuMemcpyHtoDAsync(buffer->get(), slopes.data(),
+          driver->check(driver->cuMemcpyHtoDAsync(buffer->get(), values.data(),
                                                   bytes, nullptr),
-                        "uploading the vanilla ALiBi slopes"))
+                        llvm::Twine("uploading the ") + what))
     return std::move(error);
   if (Error error = driver->check(driver->cuStreamSynchronize(nullptr),
-                                  "uploading the vanilla ALiBi slopes"))
+                                  llvm::Twine("uploading the ") + what))
     return std::move(error);
   return buffer;
 }
@@ -617,10 +686,18 @@ buildRunner(const Cudnn &lib, Handle *handle, const AttentionProblem &problem,
     return std::move(error);
   if (problem.bias == AttentionBias::Alibi &&
       problem.alibiSlopes == AlibiSlopes::None) {
-    auto slopes = uploadVanillaSlopes(problem);
+    auto slopes =
+        uploadConstants(vanillaAlibiSlopes(problem.heads), "ALiBi slopes");
     if (!slopes)
       return annotate(slopes.takeError(), problem.key());
     impl->vanillaSlopes = std::move(*slopes);
+  }
+  if (problem.fp8) {
+    auto buffer =
+        uploadConstants(attention::fp8Constants(), "FP8 attention constants");
+    if (!buffer)
+      return annotate(buffer.takeError(), problem.key());
+    impl->fp8Constants = std::move(*buffer);
   }
   return std::move(impl);
 }
@@ -898,6 +975,34 @@ std::pair<CUdeviceptr, const char *> pointerFor(attention::Slot slot,
     return {p.gradBias, "gradBias"};
   case Slot::AlibiSlopes:
     return {p.alibiSlopes, "alibiSlopes"};
+  case Slot::DescaleQkv:
+    return {p.descaleQkv, "descaleQkv"};
+  case Slot::ScaleO:
+    return {p.scaleO, "scaleO"};
+  case Slot::AmaxS:
+    return {p.amaxS, "amaxS"};
+  case Slot::AmaxO:
+    return {p.amaxO, "amaxO"};
+  case Slot::DescaleO:
+    return {p.descaleO, "descaleO"};
+  case Slot::DescaleGradO:
+    return {p.descaleGradO, "descaleGradO"};
+  case Slot::ScaleDp:
+    return {p.scaleDp, "scaleDp"};
+  case Slot::DescaleDp:
+    return {p.descaleDp, "descaleDp"};
+  case Slot::ScaleGradQkv:
+    return {p.scaleGradQkv, "scaleGradQkv"};
+  case Slot::AmaxDp:
+    return {p.amaxDp, "amaxDp"};
+  case Slot::AmaxGradQ:
+    return {p.amaxGradQ, "amaxGradQ"};
+  case Slot::AmaxGradK:
+    return {p.amaxGradK, "amaxGradK"};
+  case Slot::AmaxGradV:
+    return {p.amaxGradV, "amaxGradV"};
+  case Slot::ProbabilityScale:
+  case Slot::ProbabilityDescale:
   case Slot::Workspace:
   case Slot::Host:
     break;
@@ -967,6 +1072,11 @@ Error AttentionRunner::run(const AttentionPointers &pointers,
       address = const_cast<uint32_t *>(&graph.hostScalars[binding.index]);
     } else if (binding.slot == Slot::AlibiSlopes && impl->vanillaSlopes.get()) {
       address = reinterpret_cast<void *>(impl->vanillaSlopes.get());
+    } else if (binding.slot == Slot::ProbabilityScale ||
+               binding.slot == Slot::ProbabilityDescale) {
+      address =
+          reinterpret_cast<void *>(impl->fp8Constants.get() +
+                                   attention::fp8ConstantOffset(binding.slot));
     } else {
       auto [pointer, name] = pointerFor(binding.slot, pointers);
       if (!pointer)

@@ -30,6 +30,17 @@
 // s_kv - s_q, 0 for the causal and padding_causal masks), the slopes f32 [h]
 // or [b, h], or TE's vanilla ones, which the runner keeps on the device.
 //
+// FP8 (docs/fp8-attention.md, Transformer Engine's fp8_dpa): q, k, v and o
+// are FP8 E4M3 in the same layouts; dO, dq, dk and dv FP8 of gradElement
+// (E5M2 under HYBRID, E4M3 under E4M3). Every scale, scale inverse and amax
+// is one f32 on the device (a meta slot): the inputs are dequantized with
+// their scale inverses, P (the softmax output) is cast to E4M3 inside the
+// kernel with the fixed scale 448 (AttentionGraph.cpp says why) and o with
+// scale_o; the backward casts dS with scale_dp and dq, dk, dv with
+// scale_dqkv. amax_s = max P (after dropout), amax_o =
+// max |o| (before its cast), amax_dp = max |dS * softmax scale|, and the
+// gradients' amaxes before their casts.
+//
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_ATTENTION_H
 #define TEJIT_RUNTIME_ATTENTION_H
@@ -112,6 +123,10 @@ struct AttentionProblem {
   int64_t biasBatch = 1, biasHeads = 1;
   bool biasGrad = false;
   AlibiSlopes alibiSlopes = AlibiSlopes::None;
+  /// FP8 attention (see the file comment): element is then F8E4M3, and
+  /// gradElement the backward's dO / dq / dk / dv type.
+  bool fp8 = false;
+  ElementType gradElement = ElementType::F8E5M2;
 
   bool padding() const {
     return mask == AttentionMask::Padding ||
@@ -176,6 +191,14 @@ struct AttentionPointers {
   /// s_kv], packed) and, with biasGrad, dbias [1, h, s_q, s_kv]; ALiBi with
   /// the caller's slopes: f32 [h] or [b, h] (unused with vanilla slopes).
   CUdeviceptr bias = 0, gradBias = 0, alibiSlopes = 0;
+  /// FP8 only, each one f32 (see the file comment). Forward: q, k and v
+  /// share descaleQkv; scaleO casts o; amaxS and amaxO are written.
+  /// Backward: descaleQkv, descaleO, descaleGradO, scaleDp / descaleDp, and
+  /// scaleGradQkv for dq, dk and dv; amaxDp and amaxGradQ/K/V are written.
+  CUdeviceptr descaleQkv = 0, scaleO = 0, amaxS = 0, amaxO = 0;
+  CUdeviceptr descaleO = 0, descaleGradO = 0, scaleDp = 0, descaleDp = 0;
+  CUdeviceptr scaleGradQkv = 0, amaxDp = 0, amaxGradQ = 0, amaxGradK = 0,
+              amaxGradV = 0;
 };
 
 /// One way for cuDNN to run a problem: an engine of the problem's operation

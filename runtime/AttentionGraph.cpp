@@ -498,7 +498,16 @@ private:
 //===----------------------------------------------------------------------===//
 
 cudnnDataType_t ioType(ElementType element) {
-  return element == ElementType::F16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+  switch (element) {
+  case ElementType::F16:
+    return CUDNN_DATA_HALF;
+  case ElementType::F8E4M3:
+    return CUDNN_DATA_FP8_E4M3;
+  case ElementType::F8E5M2:
+    return CUDNN_DATA_FP8_E5M2;
+  default:
+    return CUDNN_DATA_BFLOAT16;
+  }
 }
 
 /// [b, h, s, d] dimensions and strides of a tensor with `heads` heads and
@@ -944,13 +953,221 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
                   "dQ from the accumulator");
 }
 
+//===----------------------------------------------------------------------===//
+// FP8 attention (docs/fp8-attention.md)
+//===----------------------------------------------------------------------===//
+
+/// One f32 [1, 1, 1, 1] device scalar of the FP8 graphs (a meta slot).
+Tensor scaleTensor(Builder &g, Slot slot, const char *what) {
+  return g.bound(slot, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, what);
+}
+
+/// P's cast to E4M3: kProbabilityScale and its inverse, device constants
+/// of the runner's (fp8Constants).
+std::pair<Tensor, Tensor> probabilityScales(Builder &g) {
+  return {scaleTensor(g, Slot::ProbabilityScale, "scale s (fixed)"),
+          scaleTensor(g, Slot::ProbabilityDescale, "descale s (fixed)")};
+}
+
+/// An FP8 matmul as cudnn-frontend's matmul_fp8 node lowers it: the f32
+/// product (GQA: over all query heads, then summed over each group of
+/// heads), times the two descales, written to `out` times `scaleOut`, and
+/// the amax of the descaled product (before that scale) into `amax`.
+void fp8Matmul(Builder &g, const Tensor &a, const Tensor &b, const Tensor &out,
+               const Tensor &descaleA, const Tensor &descaleB,
+               const Tensor &scaleOut, const Tensor &amax, const Tensor *m,
+               const Tensor *k, const char *what) {
+  Dims dims = {a.dims[0], a.dims[1], a.dims[2], b.dims[3]};
+  Tensor product =
+      g.virtualTensor(dims, rowMajorStrides(dims), CUDNN_DATA_FLOAT, what);
+  g.matmul(a, b, product, m, nullptr, k, what);
+  if (dims[1] != out.dims[1]) {
+    Dims grouped = out.dims;
+    Tensor sum = g.virtualTensor(grouped, rowMajorStrides(grouped),
+                                 CUDNN_DATA_FLOAT, "head groups");
+    g.reduceInto(CUDNN_REDUCE_TENSOR_ADD, product, sum, "head groups");
+    product = sum;
+  }
+  product = g.binary(CUDNN_POINTWISE_MUL, product, descaleA, "descale a");
+  product = g.binary(CUDNN_POINTWISE_MUL, product, descaleB, "descale b");
+  g.pointwiseInto(CUDNN_POINTWISE_MUL, product, &scaleOut, nullptr, out,
+                  "scale the output");
+  g.reduceInto(CUDNN_REDUCE_TENSOR_AMAX, product, amax, "output amax");
+}
+
+/// Forward, in cudnn-frontend's sdpa_fp8 order: S = q k^T * scale *
+/// descale_q * descale_k, masked; softmax with its statistics; amax_s;
+/// P * scale_s cast to FP8; o = fp8 matmul(P, v). No dropout (validate()
+/// says why).
+void buildForwardFp8(Builder &g, const AttentionProblem &p) {
+  Common c(g, p);
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q");
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
+                      c.io, "k (transposed)");
+  Tensor v = g.bound(Slot::V, c.kv, c.kvStridesOf(t.v), c.io, "v");
+  Tensor descaleQ = scaleTensor(g, Slot::DescaleQkv, "descale q");
+  Tensor descaleK = scaleTensor(g, Slot::DescaleQkv, "descale k");
+  Tensor descaleV = scaleTensor(g, Slot::DescaleQkv, "descale v");
+  auto [scaleS, descaleS] = probabilityScales(g);
+  Tensor scaleO = scaleTensor(g, Slot::ScaleO, "scale o");
+  Tensor amaxS = scaleTensor(g, Slot::AmaxS, "amax s");
+  Tensor amaxO = scaleTensor(g, Slot::AmaxO, "amax o");
+  if (p.padding())
+    c.bindSeqLens(g);
+
+  Tensor s = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
+                             CUDNN_DATA_FLOAT, "q k^T");
+  g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "bmm1 q k^T");
+  s = g.binary(CUDNN_POINTWISE_MUL, s,
+               g.scalar(static_cast<float>(p.softmaxScale), "softmax scale"),
+               "scale scores");
+  s = g.binary(CUDNN_POINTWISE_MUL, s, descaleQ, "descale q");
+  s = g.binary(CUDNN_POINTWISE_MUL, s, descaleK, "descale k");
+  if (p.padding())
+    s = c.padding(g, s);
+  s = c.band(g, s);
+
+  Tensor max = g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, c.rows, "row max");
+  Tensor shifted = g.binary(CUDNN_POINTWISE_SUB, s, max, "scores - max");
+  Tensor e = g.unary(CUDNN_POINTWISE_EXP, shifted, "exp");
+  Tensor sum = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, c.rows, "row sum");
+  Tensor logSum = g.unary(CUDNN_POINTWISE_LOG, sum, "log(sum)");
+  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
+                         CUDNN_DATA_FLOAT, "stats");
+  g.pointwiseInto(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats,
+                  "stats = max + log(sum)");
+  Tensor prob = g.binary(CUDNN_POINTWISE_DIV, e, sum, "softmax");
+  g.reduceInto(CUDNN_REDUCE_TENSOR_AMAX, prob, amaxS, "amax s");
+  // bmm2 reads P in FP8: the scale's pointwise writes it.
+  prob = g.binary(CUDNN_POINTWISE_MUL, prob, scaleS, "scale s", c.io);
+  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
+  fp8Matmul(g, prob, v, o, descaleS, descaleV, scaleO, amaxO, c.seqQ(),
+            c.seqKv(), "bmm2 p v");
+}
+
+/// Backward, in cudnn-frontend's sdpa_fp8_backward order (see the file
+/// comment's bf16 backward for the math): D from dO * o and their descales;
+/// P recomputed and cast with scale_s; dV = fp8 matmul(P^T, dO); dS from
+/// dO v^T, scaled by the softmax scale, its amax, cast with scale_dp; dQ =
+/// fp8 matmul(dS, k), dK = fp8 matmul(dS^T, q).
+void buildBackwardFp8(Builder &g, const AttentionProblem &p) {
+  Common c(g, p);
+  int64_t b = p.batch, h = p.heads, sq = p.seqQ, skv = p.seqKv, d = p.headDim;
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  cudnnDataType_t gradType = ioType(p.gradElement);
+  Tensor q = g.bound(Slot::Q, c.q, c.qStridesOf(t.q), c.io, "q");
+  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(c.kvStridesOf(t.k)),
+                      c.io, "k (transposed)");
+  Tensor vT = g.bound(Slot::V, swapLast(c.kv), swapLast(c.kvStridesOf(t.v)),
+                      c.io, "v (transposed)");
+  Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
+  Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, gradType, "dO");
+  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
+                         CUDNN_DATA_FLOAT, "stats");
+  Tensor gradQ =
+      g.bound(Slot::GradQ, c.q, c.qStridesOf(t.gradQ), gradType, "dQ");
+  Tensor gradK =
+      g.bound(Slot::GradK, c.kv, c.kvStridesOf(t.gradK), gradType, "dK");
+  Tensor gradV =
+      g.bound(Slot::GradV, c.kv, c.kvStridesOf(t.gradV), gradType, "dV");
+  Tensor descaleQ = scaleTensor(g, Slot::DescaleQkv, "descale q");
+  Tensor descaleK = scaleTensor(g, Slot::DescaleQkv, "descale k");
+  Tensor descaleV = scaleTensor(g, Slot::DescaleQkv, "descale v");
+  Tensor descaleO = scaleTensor(g, Slot::DescaleO, "descale o");
+  Tensor descaleGradO = scaleTensor(g, Slot::DescaleGradO, "descale dO");
+  auto [scaleS, descaleS] = probabilityScales(g);
+  Tensor descaleDp = scaleTensor(g, Slot::DescaleDp, "descale dP");
+  Tensor scaleDp = scaleTensor(g, Slot::ScaleDp, "scale dP");
+  Tensor scaleGradQ = scaleTensor(g, Slot::ScaleGradQkv, "scale dQ");
+  Tensor scaleGradK = scaleTensor(g, Slot::ScaleGradQkv, "scale dK");
+  Tensor scaleGradV = scaleTensor(g, Slot::ScaleGradQkv, "scale dV");
+  Tensor amaxDp = scaleTensor(g, Slot::AmaxDp, "amax dP");
+  Tensor amaxGradQ = scaleTensor(g, Slot::AmaxGradQ, "amax dQ");
+  Tensor amaxGradK = scaleTensor(g, Slot::AmaxGradK, "amax dK");
+  Tensor amaxGradV = scaleTensor(g, Slot::AmaxGradV, "amax dV");
+  if (p.padding())
+    c.bindSeqLens(g);
+
+  // D = rowsum(dO * o) * descale_dO * descale_o.
+  Tensor gradOO = g.virtualTensor({b, h, sq, d}, {h * sq * d, sq * d, h * d, 1},
+                                  CUDNN_DATA_FLOAT, "dO * o");
+  g.pointwiseInto(CUDNN_POINTWISE_MUL, gradO, &o, nullptr, gradOO, "dO * o");
+  Tensor softmaxSum =
+      g.reduce(CUDNN_REDUCE_TENSOR_ADD, gradOO, c.rows, "rowsum(dO * o)");
+  softmaxSum =
+      g.binary(CUDNN_POINTWISE_MUL, softmaxSum, descaleGradO, "descale dO");
+  softmaxSum = g.binary(CUDNN_POINTWISE_MUL, softmaxSum, descaleO, "descale o");
+
+  // P, recomputed from the statistics.
+  Tensor s = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
+                             CUDNN_DATA_FLOAT, "q k^T");
+  g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "q k^T");
+  Tensor scale = g.scalar(static_cast<float>(p.softmaxScale), "softmax scale");
+  s = g.binary(CUDNN_POINTWISE_MUL, s, scale, "scale scores");
+  s = g.binary(CUDNN_POINTWISE_MUL, s, descaleQ, "descale q");
+  s = g.binary(CUDNN_POINTWISE_MUL, s, descaleK, "descale k");
+  if (p.padding())
+    s = c.padding(g, s);
+  s = c.band(g, s);
+  s = g.binary(CUDNN_POINTWISE_SUB, s, stats, "scores - stats");
+  Tensor e = g.unary(CUDNN_POINTWISE_EXP, s, "exp");
+  Tensor prob = g.binary(CUDNN_POINTWISE_MUL, e, scaleS, "scale s", c.io);
+
+  Dims transposedScores = {b, h, skv, sq};
+  Dims transposedStrides = {h * sq * skv, sq * skv, 1, skv};
+  Tensor probT =
+      g.reshape(prob, transposedScores, transposedStrides, c.io, "p^T");
+  fp8Matmul(g, probT, gradO, gradV, descaleS, descaleGradO, scaleGradV,
+            amaxGradV, c.seqKv(), c.seqQ(), "p^T dO");
+
+  // dS = (dO v^T * descales - D) * E * scale.
+  Tensor gradP = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
+                                 CUDNN_DATA_FLOAT, "dO v^T");
+  g.matmul(gradO, vT, gradP, c.seqQ(), c.seqKv(), nullptr, "dO v^T");
+  gradP = g.binary(CUDNN_POINTWISE_MUL, gradP, descaleGradO, "descale dO");
+  gradP = g.binary(CUDNN_POINTWISE_MUL, gradP, descaleV, "descale v");
+  Tensor gradS =
+      g.binary(CUDNN_POINTWISE_SUB, gradP, softmaxSum, "dP - softmax sum");
+  gradS = g.binary(CUDNN_POINTWISE_MUL, gradS, e, "(dP - D) * exp");
+  gradS = g.binary(CUDNN_POINTWISE_MUL, gradS, scale, "dS softmax scale");
+  g.reduceInto(CUDNN_REDUCE_TENSOR_AMAX, gradS, amaxDp, "amax dP");
+  gradS = g.binary(CUDNN_POINTWISE_MUL, gradS, scaleDp, "scale dP", gradType);
+
+  // dQ = dS k, dK = dS^T q.
+  Tensor k = g.reshape(kT, c.kv, c.kvStridesOf(t.k), c.io, "k");
+  fp8Matmul(g, gradS, k, gradQ, descaleDp, descaleK, scaleGradQ, amaxGradQ,
+            c.seqQ(), c.seqKv(), "dS k");
+  Tensor gradST =
+      g.reshape(gradS, transposedScores, transposedStrides, gradType, "dS^T");
+  fp8Matmul(g, gradST, q, gradK, descaleDp, descaleQ, scaleGradK, amaxGradK,
+            c.seqKv(), c.seqQ(), "dS^T q");
+}
+
 } // namespace
+
+std::vector<float> attention::fp8Constants() {
+  std::vector<float> values(8, 0.0f);
+  values[fp8ConstantOffset(Slot::ProbabilityScale) / 4] = kProbabilityScale;
+  values[fp8ConstantOffset(Slot::ProbabilityDescale) / 4] =
+      1.0f / kProbabilityScale;
+  return values;
+}
+
+size_t attention::fp8ConstantOffset(Slot slot) {
+  return 16 * (static_cast<size_t>(slot) -
+               static_cast<size_t>(Slot::ProbabilityScale));
+}
 
 llvm::Expected<Graph> attention::buildGraph(const Cudnn &lib,
                                             cudnnHandle_t handle,
                                             const AttentionProblem &problem) {
   Builder builder(lib, handle);
-  if (problem.backward)
+  if (problem.fp8 && problem.backward)
+    buildBackwardFp8(builder, problem);
+  else if (problem.fp8)
+    buildForwardFp8(builder, problem);
+  else if (problem.backward)
     buildBackward(builder, problem);
   else
     buildForward(builder, problem);

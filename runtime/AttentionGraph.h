@@ -49,9 +49,44 @@ enum class Slot {
   Bias,
   GradBias,
   AlibiSlopes,
+  // FP8 attention's f32 scales, scale inverses and amaxes (AttentionPointers).
+  DescaleQkv,
+  ScaleO,
+  // FP8: P's fixed scale and its inverse, in a buffer of the runner's own
+  // (fp8Constants).
+  ProbabilityScale,
+  ProbabilityDescale,
+  AmaxS,
+  AmaxO,
+  DescaleO,
+  DescaleGradO,
+  ScaleDp,
+  DescaleDp,
+  ScaleGradQkv,
+  AmaxDp,
+  AmaxGradQ,
+  AmaxGradK,
+  AmaxGradV,
   Workspace,
   Host,
 };
+
+/// The scale P (the softmax output) is cast to E4M3 with inside FP8
+/// attention: E4M3's largest value. cuDNN's FP8 kernels cast the
+/// unnormalized probabilities of their running softmax, exp(s - running
+/// max), which reach 1 in every row whatever the final maximum (amax_s is
+/// of the normalized ones): a scale above 448 would saturate them
+/// (measured on an H200: attention without a causal mask 10x less
+/// accurate, amax_o 60% low).
+constexpr float kProbabilityScale = 448.0f;
+
+/// The device constants of an FP8 attention runner, 16 bytes apart (cuDNN
+/// is told every tensor is 16-byte aligned), in Slot order from
+/// ProbabilityScale: FP8 engines read P's scales through pointers (by-value
+/// ones faulted in a GQA backward on cuDNN 9.19).
+std::vector<float> fp8Constants();
+/// The byte offset of `slot`'s constant in fp8Constants' buffer.
+size_t fp8ConstantOffset(Slot slot);
 
 struct Binding {
   int64_t uid = 0;

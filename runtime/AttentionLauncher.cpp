@@ -510,6 +510,37 @@ validated(AttentionLauncher launcher, const FunctionPlan &function) {
   return launcher;
 }
 
+/// The scale, scale-inverse and amax value ids of an FP8 attention step
+/// whose operand and result counts parse() checked, in the order of
+/// te.fp8_attention(_bwd)'s operands and results.
+AttentionLauncher::Fp8Values
+AttentionLauncher::fp8Values(const AttentionStep &step) {
+  const std::vector<int64_t> &ops = step.operands, &results = step.results;
+  Fp8Values f;
+  if (!step.backward) {
+    // q, k, v, qkv_scale_inv, o_scale; o, lse, amax_s, amax_o.
+    f.descaleQkv = ops[3];
+    f.scaleO = ops[4];
+    f.amaxS = results[2];
+    f.amaxO = results[3];
+    return f;
+  }
+  // dO, q, k, v, o, lse, qkv_scale_inv, o_scale_inv, grad_scale_inv,
+  // dp_scale, dp_scale_inv, dqkv_scale;
+  // dq, dk, dv, amax_dp, amax_dq, amax_dk, amax_dv.
+  f.descaleQkv = ops[6];
+  f.descaleO = ops[7];
+  f.descaleGradO = ops[8];
+  f.scaleDp = ops[9];
+  f.descaleDp = ops[10];
+  f.scaleGradQkv = ops[11];
+  f.amaxDp = results[3];
+  f.amaxGradQ = results[4];
+  f.amaxGradK = results[5];
+  f.amaxGradV = results[6];
+  return f;
+}
+
 llvm::Expected<AttentionLauncher>
 AttentionLauncher::parse(const AttentionStep &step,
                          const FunctionPlan &function, int64_t smCount) {
@@ -530,10 +561,16 @@ AttentionLauncher::parse(const AttentionStep &step,
   // Optional operands (masks, rng, cu_seqlens, bias, ALiBi slopes) follow
   // the fixed ones; their element types and ranks tell them apart (the plan
   // drops operandSegmentSizes).
-  constexpr size_t maxOptional = 7;
+  size_t maxOptional = step.fp8 ? 3 : 7;
   size_t fixed = step.backward ? 6 : 3;
   // attention_bwd: dq, dk, dv, and dbias with bias_grad (readBias checks).
   size_t results = step.backward ? 3 : 2, maxResults = step.backward ? 4 : 2;
+  // FP8 (docs/fp8-attention.md): the scales after the fixed operands, the
+  // amaxes after the results; masks and the RNG state only.
+  if (step.fp8) {
+    fixed = step.backward ? 12 : 5;
+    results = maxResults = step.backward ? 7 : 4;
+  }
   if (step.operands.size() < fixed ||
       step.operands.size() > fixed + maxOptional ||
       step.results.size() < results || step.results.size() > maxResults)
@@ -571,9 +608,24 @@ AttentionLauncher::parse(const AttentionStep &step,
                               "i64 RNG state, i32 cu_seqlens, a 4-D bias nor "
                               "f32 ALiBi slopes");
   }
-  if (step.results.size() == 4)
-    launcher.gradBias = step.results[3];
   const auto &ops = step.operands;
+  if (step.fp8) {
+    launcher.fp8 = fp8Values(step);
+    const Fp8Values &f = *launcher.fp8;
+    for (int64_t id : {f.descaleQkv, f.scaleO, f.amaxS, f.amaxO, f.descaleO,
+                       f.descaleGradO, f.scaleDp, f.descaleDp, f.scaleGradQkv,
+                       f.amaxDp, f.amaxGradQ, f.amaxGradK, f.amaxGradV}) {
+      if (id < 0)
+        continue;
+      const TensorType &type = function.values[id].type;
+      if (type.element != ElementType::F32 || type.numElements() != 1)
+        return attributes.error(llvm::formatv(
+            "FP8 attention's scales and amaxes are single f32 values; value "
+            "{0} is {1} of {2}",
+            id, shapeText(type.shape), elementTypeName(type.element)));
+    }
+  } else if (step.results.size() == 4)
+    launcher.gradBias = step.results[3];
   if (step.backward) {
     launcher.gradOut = ops[0];
     launcher.q = ops[1];
@@ -640,6 +692,9 @@ AttentionLauncher::parse(const AttentionStep &step,
     problem.seqKv = kType.shape[sbhd ? 0 : 1];
     problem.kvHeads = kType.shape[2];
     problem.element = qType.element;
+    problem.fp8 = step.fp8;
+    if (step.fp8 && step.backward)
+      problem.gradElement = function.values[launcher.gradOut].type.element;
   }
   problem.tokenStrides = {
       step.tokenStride("q"),      step.tokenStride("k"),
@@ -969,6 +1024,23 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
   pointers.bias = bias ? addresses[*bias] : 0;
   pointers.alibiSlopes = alibiSlopes ? addresses[*alibiSlopes] : 0;
   pointers.gradBias = gradBias ? addresses[*gradBias] : 0;
+  if (fp8) {
+    const Fp8Values &f = *fp8;
+    auto address = [&](int64_t id) { return id >= 0 ? addresses[id] : 0; };
+    pointers.descaleQkv = address(f.descaleQkv);
+    pointers.scaleO = address(f.scaleO);
+    pointers.amaxS = address(f.amaxS);
+    pointers.amaxO = address(f.amaxO);
+    pointers.descaleO = address(f.descaleO);
+    pointers.descaleGradO = address(f.descaleGradO);
+    pointers.scaleDp = address(f.scaleDp);
+    pointers.descaleDp = address(f.descaleDp);
+    pointers.scaleGradQkv = address(f.scaleGradQkv);
+    pointers.amaxDp = address(f.amaxDp);
+    pointers.amaxGradQ = address(f.amaxGradQ);
+    pointers.amaxGradK = address(f.amaxGradK);
+    pointers.amaxGradV = address(f.amaxGradV);
+  }
   if (problemDesc.thd())
     return runThd(addresses, pointers, scratch, stream, driver);
 

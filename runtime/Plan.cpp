@@ -1205,10 +1205,13 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
       return error;
     function.steps.push_back(std::move(step));
   } else if (*kind == "attention" || *kind == "attention_bwd" ||
-             *kind == "attention_backward" || *kind == "kv_cache_attention") {
+             *kind == "attention_backward" || *kind == "kv_cache_attention" ||
+             *kind == "fp8_attention" || *kind == "fp8_attention_bwd") {
     AttentionStep step;
-    step.backward = *kind == "attention_bwd" || *kind == "attention_backward";
+    step.backward = *kind == "attention_bwd" || *kind == "attention_backward" ||
+                    *kind == "fp8_attention_bwd";
     step.kvCache = *kind == "kv_cache_attention";
+    step.fp8 = kind->starts_with("fp8_");
     if (Error error = parseAttention(**object, scope, step))
       return error;
     function.steps.push_back(std::move(step));
@@ -1238,6 +1241,7 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
   } else {
     return scope.error("kind", "is unknown (expected kernel, gemm, "
                                "grouped_gemm, attention, attention_bwd, "
+                               "fp8_attention, fp8_attention_bwd, "
                                "kv_cache_attention, amax_allreduce, "
                                "tp_allreduce, tp_allgather or "
                                "tp_reducescatter)");

@@ -215,6 +215,10 @@ struct AttentionStep {
   /// cu_seqlens_q, cu_seqlens_kv and result o; the step appends the new k
   /// and v tokens to the caches in place (docs/kv-cache-plan.md).
   bool kvCache = false;
+  /// "fp8_attention" / "fp8_attention_bwd" (docs/fp8-attention.md): FP8
+  /// operands and results, with their scales and amaxes as operands and
+  /// results after the ones te.attention has.
+  bool fp8 = false;
   std::vector<int64_t> operands, results;
   std::map<std::string, std::string> attributes; // printed MLIR attributes
   /// Elements between consecutive tokens of the operands and results that

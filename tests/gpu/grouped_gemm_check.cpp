@@ -70,6 +70,7 @@
 #include "runtime/HostArguments.h"
 #include "runtime/Plan.h"
 #include "tests/gpu/CheckExit.h"
+#include "tests/gpu/HostFp8.h"
 #include "tests/runtime/ReversedGroups.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -107,23 +108,6 @@ double fromBf16(uint16_t value) {
   std::memcpy(&result, &bits, 4);
   return result;
 }
-/// E4M3FN: bias 7, no infinities, 0x7f/0xff NaN.
-double fromE4M3(uint8_t v) {
-  int sign = v >> 7, exponent = (v >> 3) & 15, mantissa = v & 7;
-  double magnitude = exponent == 0
-                         ? std::ldexp(mantissa / 8.0, -6)
-                         : std::ldexp(1.0 + mantissa / 8.0, exponent - 7);
-  return sign ? -magnitude : magnitude;
-}
-/// E5M2: bias 15.
-double fromE5M2(uint8_t v) {
-  int sign = v >> 7, exponent = (v >> 2) & 31, mantissa = v & 3;
-  double magnitude = exponent == 0
-                         ? std::ldexp(mantissa / 4.0, -14)
-                         : std::ldexp(1.0 + mantissa / 4.0, exponent - 15);
-  return sign ? -magnitude : magnitude;
-}
-
 /// A host matrix: its bytes as the device holds them, and the exact values.
 struct HostTensor {
   ElementType type = ElementType::BF16;
@@ -502,47 +486,6 @@ void compare(const Case &c, const Reference &reference,
 //===----------------------------------------------------------------------===//
 // Float8BlockScaling on the host (docs/block-scaling.md's numerics)
 //===----------------------------------------------------------------------===//
-
-double fromFp8(uint8_t code, ElementType type) {
-  return type == ElementType::F8E4M3 ? fromE4M3(code) : fromE5M2(code);
-}
-
-/// The largest finite value of an FP8 type.
-float fp8Max(ElementType type) {
-  return type == ElementType::F8E4M3 ? 448.0f : 57344.0f;
-}
-
-/// te.quantize's cast: `value` to the nearest FP8 value of `type`, ties to
-/// the even code, saturating at +-fp8Max.
-uint8_t toFp8(float value, ElementType type) {
-  // The non-negative codes' values, increasing up to the largest finite one
-  // (E4M3FN 0x7e, E5M2 0x7b).
-  static const auto tables = [] {
-    std::array<std::array<double, 128>, 2> values{};
-    for (int code = 0; code < 128; ++code) {
-      values[0][code] = fromE4M3(uint8_t(code));
-      values[1][code] = fromE5M2(uint8_t(code));
-    }
-    return values;
-  }();
-  const std::array<double, 128> &table =
-      tables[type == ElementType::F8E4M3 ? 0 : 1];
-  uint8_t largest = type == ElementType::F8E4M3 ? 0x7e : 0x7b;
-  uint8_t sign = std::signbit(value) ? 0x80 : 0;
-  double magnitude = std::fabs(double(value));
-  if (magnitude >= table[largest])
-    return sign | largest;
-  uint8_t low = 0, high = largest; // table[low] <= magnitude < table[high]
-  while (high - low > 1) {
-    uint8_t middle = uint8_t((low + high) / 2);
-    (table[middle] <= magnitude ? low : high) = middle;
-  }
-  double below = magnitude - table[low], above = table[high] - magnitude;
-  uint8_t code = below < above   ? low
-                 : above < below ? high
-                                 : (low % 2 == 0 ? low : high);
-  return sign | code;
-}
 
 /// te.compute_scale's rules with power_2_scale, in float32: fp8_max / amax,
 /// 1 for an amax of 0 (or not finite), FLT_MAX on overflow, rounded down

@@ -35,6 +35,8 @@ step tejit-train-step examples/layernorm_mlp.yaml
 # cuDNN flash attention against a float64 reference (every mask, GQA/MQA,
 # both layouts, dropout), then a TransformerLayer through the C API.
 step tejit-attention-check
+# FP8 attention (fp8_dpa, docs/fp8-attention.md) against float64.
+step tejit-fp8-attention-check
 step tejit-train-step examples/quickstart_small.yaml
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do

@@ -12,6 +12,7 @@ rm -rf .gpu
 mkdir -p .gpu/lib .gpu/bin .gpu/debs
 cp build/lib/libtejit.so .gpu/lib/
 cp build/bin/tejit-train-step build/bin/tejit-attention-check build/bin/te-compile \
+  build/bin/tejit-fp8-attention-check \
   build/bin/tejit-gemm-algos build/bin/tejit-attention-engines \
   build/bin/tejit-grouped-gemm-check build/bin/tejit-grouped-kernels-check \
   .gpu/bin/ 2>/dev/null || true
