@@ -162,9 +162,10 @@ class CompiledSpecTest(unittest.TestCase):
         return tejit.compile_ir(spec, "scaled", training=training)
 
     def test_recipe_attribute(self):
-        self.assertIn("fp8_dpa = true", tejit.compile_ir(dpa_spec(), "te"))
+        self.assertIn("fp8_dpa = true",
+                      tejit.compile_ir(dpa_spec(), "autodiff"))
         plain = dpa_spec(fp8_recipe=recipe.DelayedScaling())
-        self.assertNotIn("fp8_dpa", tejit.compile_ir(plain, "te"))
+        self.assertNotIn("fp8_dpa", tejit.compile_ir(plain, "autodiff"))
 
     def test_dot_product_attention(self):
         for mask in ("no_mask", "causal", "padding", "padding_causal"):
@@ -208,22 +209,29 @@ class CompiledSpecTest(unittest.TestCase):
 
     def test_compiler_refusals(self):
         """What tejit.pytorch refuses before compiling, the compiler
-        refuses too (a spec written by hand)."""
-        cases = {
-            "window": dpa_spec(window=(8, 0)),
-            "bias": dpa_spec(bias=("post_scale_bias", "1hss", False, None)),
-            "alibi": dpa_spec(bias=("alibi", None, False, "none")),
-            "head dim 72": dpa_spec(d=72),
-            "head dim 320": dpa_spec(d=320),
-        }
+        refuses too (a spec written by hand), naming the attribute (one of
+        the words listed) and FP8 attention / fp8_dpa."""
         current = dpa_spec(fp8_recipe=None)
         current["recipe"] = {"type": "Float8CurrentScaling", "fp8_dpa": True}
-        cases["current scaling"] = current
-        for name, spec in cases.items():
+        cases = {  # name: (spec, words one of which the message has)
+            "window": (dpa_spec(window=(8, 0)), ("window",)),
+            "bias": (dpa_spec(bias=("post_scale_bias", "1hss", False, None)),
+                     ("bias",)),
+            "alibi": (dpa_spec(bias=("alibi", None, False, "none")),
+                      ("alibi",)),
+            "head dim 72": (dpa_spec(d=72), ("kv_channels", "head")),
+            "head dim 320": (dpa_spec(d=320), ("kv_channels", "head")),
+            "current scaling": (current, ("delayedscaling",)),
+        }
+        for name, (spec, words) in cases.items():
             with self.subTest(case=name):
                 with self.assertRaises(tejit.TejitError) as caught:
                     self.scaled(spec)
-                self.assertIn("fp8", str(caught.exception).lower())
+                message = str(caught.exception).lower()
+                self.assertNotIn("unknown key", message)
+                self.assertIn("fp8", message)
+                self.assertTrue(any(word in message for word in words),
+                                message)
 
 
 if HAVE_TORCH:
