@@ -698,9 +698,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         program even where autograd would record the call (a KV-cache
         step: its programs have no backward; the caller refuses training
         mode; its attention stays in the activation dtype under fp8_dpa:
-        _program_recipe, _recipe_spec). With FP8 weights (fp8_model_init) under an FP8 recipe, the
-        program takes them in FP8 (_fp8_weights.py). Returns {output name:
-        tensor} in the program's shapes."""
+        _program_recipe, _recipe_spec). With FP8 weights (fp8_model_init)
+        under an FP8 recipe, the program takes them in FP8
+        (_fp8_weights.py). Returns {output name: tensor} in the program's
+        shapes."""
         if is_first_microbatch is None:
             # make_graphed_callables(fp8_weight_caching=True) captures every
             # module with a device flag that decides the casts (graph.py).

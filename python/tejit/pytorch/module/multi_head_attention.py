@@ -170,8 +170,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         # call's mask type (window_of_call); checked here.
         window = _args.check_window_size(owner, "window_size", window_size,
                                          self.attn_mask_type)
-        if (attention_type == "cross"
-                and _attention_specs.window_limits(self.attn_mask_type, window)):
+        if attention_type == "cross" and _attention_specs.window_limits(
+                self.attn_mask_type, window):
             raise NotImplementedError(
                 f"{owner}: window_size {tuple(window)} with cross-attention "
                 f"is not supported by tejit")
