@@ -99,7 +99,7 @@ class DelayedScalingTest(unittest.TestCase):
         cases = {
             "amax_compute_algo": lambda history: history.max(),
             "scaling_factor_compute_algo": lambda *args: 1.0,
-            "fp8_dpa": True, "fp8_mha": True,
+            "fp8_mha": True,
             "backward_override": "high_precision",
             "override_linear_precision": (False, False, True),
         }
@@ -107,6 +107,38 @@ class DelayedScalingTest(unittest.TestCase):
             with self.subTest(argument=name):
                 with self.assertRaises(NotImplementedError) as caught:
                     recipe.DelayedScaling(**{name: value})
+                self.assertIn(name, str(caught.exception))
+
+    def test_fp8_dpa(self):
+        """FP8 attention (docs/fp8-attention.md): `fp8_dpa: true` in the
+        spec only when it is on (specs without it stay as they were)."""
+        self.assertNotIn("fp8_dpa", recipe.DelayedScaling().to_spec())
+        r = recipe.DelayedScaling(fp8_dpa=True, amax_history_len=16)
+        self.assertTrue(r.fp8_dpa)
+        self.assertEqual(r.to_spec(), {
+            "type": "DelayedScaling", "fp8_format": "HYBRID", "margin": 0,
+            "amax_history_len": 16, "amax_compute_algo": "max",
+            "reduce_amax": True, "fp8_dpa": True})
+        r.fp8_dpa = False
+        self.assertNotIn("fp8_dpa", r.to_spec())
+
+    def test_fp8_mha_names_what_runs(self):
+        for kwargs in ({"fp8_mha": True}, {"fp8_mha": True, "fp8_dpa": True}):
+            with self.subTest(**kwargs):
+                with self.assertRaises(NotImplementedError) as caught:
+                    recipe.DelayedScaling(**kwargs)
+                self.assertIn("fp8_mha", str(caught.exception))
+                self.assertIn("fp8_dpa=True", str(caught.exception))
+        r = recipe.DelayedScaling(fp8_dpa=True)
+        r.fp8_mha = True  # mutated after construction: to_spec checks again
+        with self.assertRaises(NotImplementedError):
+            r.to_spec()
+
+    def test_fp8_attention_flags_are_bools(self):
+        for name in ("fp8_dpa", "fp8_mha"):
+            with self.subTest(argument=name):
+                with self.assertRaises(TypeError) as caught:
+                    recipe.DelayedScaling(**{name: 1})
                 self.assertIn(name, str(caught.exception))
 
     def test_interval_is_deprecated_and_unused(self):
@@ -142,13 +174,24 @@ class CurrentScalingTest(unittest.TestCase):
             "fp8_quant_fwd_inp": recipe.QParams(power_2_scale=True),
             "fp8_quant_bwd_grad": recipe.QParams(amax_epsilon=1e-6),
             "fp8_gemm_fprop": recipe.MMParams(use_split_accumulator=True),
-            "fp8_dpa": True,
+            "fp8_dpa": True, "fp8_mha": True,
             "backward_override": "dequantized",
         }
         for name, value in cases.items():
             with self.subTest(argument=name):
                 with self.assertRaises(NotImplementedError):
                     recipe.Float8CurrentScaling(**{name: value})
+
+    def test_fp8_attention_needs_delayed_scaling(self):
+        for make in (recipe.Float8CurrentScaling, recipe.Float8BlockScaling):
+            for name in ("fp8_dpa", "fp8_mha"):
+                with self.subTest(recipe=make.__name__, argument=name):
+                    with self.assertRaises(NotImplementedError) as caught:
+                        make(**{name: True})
+                    message = str(caught.exception)
+                    self.assertIn(f"{make.__name__}({name}=True)", message)
+                    self.assertIn("fp8_dpa needs the DelayedScaling recipe",
+                                  message)
 
     def test_blackwell_recipes_say_why(self):
         for make in (recipe.MXFP8BlockScaling, recipe.NVFP4BlockScaling):
@@ -322,6 +365,7 @@ class AutocastTest(unittest.TestCase):
 
     def test_autocast_takes_every_recipe(self):
         for r in (recipe.DelayedScaling(), recipe.Float8CurrentScaling(),
+                  recipe.DelayedScaling(fp8_dpa=True),
                   recipe.Float8BlockScaling(),
                   recipe.Float8BlockScaling(x_block_scaling_dim=2,
                                             w_block_scaling_dim=1)):
@@ -369,6 +413,7 @@ class SpecTest(unittest.TestCase):
                                          amax_history_len=16,
                                          amax_compute_algo="most_recent",
                                          reduce_amax=False),
+                   recipe.DelayedScaling(fp8_dpa=True),
                    recipe.Float8CurrentScaling(),
                    recipe.Float8CurrentScaling(use_power_2_scales=True)]
         for r in recipes:

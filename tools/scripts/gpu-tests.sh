@@ -74,6 +74,9 @@ step python3 tests/gpu/train_curve.py
 # The attention modules, and TE's quickstart with te.TransformerLayer.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_layers.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_attention_bias.py
+# FP8 attention (DelayedScaling(fp8_dpa=True)): the three attention modules
+# against float32 math (FP8.md's RMSE bounds), their FP8 state, the seed size.
+step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_fp8_attention.py
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_cross_attention_layers.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_thd_attention.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_thd_blocks.py

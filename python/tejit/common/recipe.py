@@ -10,8 +10,14 @@ gives the `recipe` mapping of a layer spec (docs/spec-format.md).
 Errors: ValueError for what Transformer Engine rejects too (pure E5M2,
 unknown algorithm names, block-scaling GEMMs of two 2-D operands) or for
 values out of range; NotImplementedError for TE features tejit does not
-implement (callable algorithms, FP8 attention, precision overrides, amax
-epsilons, the MXFP8 and NVFP4 recipes).
+implement (callable algorithms, fp8_mha, FP8 attention outside
+DelayedScaling, precision overrides, amax epsilons, the MXFP8 and NVFP4
+recipes).
+
+FP8 attention (docs/fp8-attention.md): DelayedScaling(fp8_dpa=True) runs
+the attention core of the attention modules on FP8 q, k, v; its spec
+mapping then has `fp8_dpa: true` (absent when off, so that specs and
+compile caches without it stay as they were).
 """
 import dataclasses
 import enum
@@ -79,13 +85,22 @@ def _check_flag(owner, name, value):
                         f"{type(value).__name__}")
 
 
-def _check_no_fp8_attention(owner, fp8_dpa, fp8_mha):
-    for name, value in (("fp8_dpa", fp8_dpa), ("fp8_mha", fp8_mha)):
-        _check_flag(owner, name, value)
-        if value:
-            raise NotImplementedError(
-                f"{owner}({name}=True): FP8 attention is not supported by "
-                f"tejit yet; attention runs in the params dtype")
+def _check_fp8_attention(owner, fp8_dpa, fp8_mha, delayed=False):
+    """TE's FP8 attention flags of a recipe (`delayed`: DelayedScaling):
+    fp8_dpa runs under DelayedScaling only; fp8_mha (FP8 tensors between
+    the QKV GEMM, the attention and the projection) nowhere."""
+    _check_flag(owner, "fp8_dpa", fp8_dpa)
+    _check_flag(owner, "fp8_mha", fp8_mha)
+    if fp8_mha:
+        runs = ("fp8_dpa=True (FP8 attention between bf16/fp16 GEMM "
+                "outputs) is what runs" if delayed else
+                "fp8_dpa needs the DelayedScaling recipe")
+        raise NotImplementedError(
+            f"{owner}(fp8_mha=True) is not supported by tejit: {runs}")
+    if fp8_dpa and not delayed:
+        raise NotImplementedError(
+            f"{owner}(fp8_dpa=True) is not supported by tejit: fp8_dpa "
+            f"needs the DelayedScaling recipe")
 
 
 _QUANT_FIELDS = ("fp8_quant_fwd_inp", "fp8_quant_fwd_weight",
@@ -160,7 +175,9 @@ class DelayedScaling(Recipe):
     """TE's DelayedScaling: each tensor's scale comes from the amax history
     of earlier steps (shared/FP8.md). Fields as TE's, plus TE 1.x's
     `interval` (deprecated and unused there, warned about here) and
-    `override_linear_precision` (only the all-False default)."""
+    `override_linear_precision` (only the all-False default). fp8_dpa=True
+    runs the attention core on FP8 q, k, v (docs/fp8-attention.md; the
+    attention modules refuse what it does not run); fp8_mha is refused."""
     margin: int = 0
     fp8_format: Format = Format.HYBRID
     amax_history_len: int = 1024
@@ -207,7 +224,8 @@ class DelayedScaling(Recipe):
                 f"tejit computes scale = fp8_max * 2^-margin / amax in its "
                 f"update kernel")
         _check_flag(owner, "reduce_amax", self.reduce_amax)
-        _check_no_fp8_attention(owner, self.fp8_dpa, self.fp8_mha)
+        _check_fp8_attention(owner, self.fp8_dpa, self.fp8_mha,
+                             delayed=True)
         _check_backward_override(owner, self.backward_override)
         if tuple(self.override_linear_precision) != (False, False, False):
             raise NotImplementedError(
@@ -217,11 +235,14 @@ class DelayedScaling(Recipe):
 
     def to_spec(self):
         self._validate()
-        return {"type": "DelayedScaling", "fp8_format": self.fp8_format.name,
+        spec = {"type": "DelayedScaling", "fp8_format": self.fp8_format.name,
                 "margin": self.margin,
                 "amax_history_len": self.amax_history_len,
                 "amax_compute_algo": self.amax_compute_algo,
                 "reduce_amax": self.reduce_amax}
+        if self.fp8_dpa:
+            spec["fp8_dpa"] = True
+        return spec
 
 
 def _env_power_2_scales():
@@ -278,7 +299,7 @@ class Float8CurrentScaling(Recipe):
                     f"{owner}.{name}={getattr(self, name)} is not supported: "
                     f"tejit uses TE's defaults (fast accumulation for fprop, "
                     f"split accumulators for dgrad and wgrad)")
-        _check_no_fp8_attention(owner, self.fp8_dpa, self.fp8_mha)
+        _check_fp8_attention(owner, self.fp8_dpa, self.fp8_mha)
         _check_backward_override(owner, self.backward_override)
         return self._power_2_scale()
 
@@ -374,7 +395,7 @@ class Float8BlockScaling(Recipe):
                     f"accumulation) is not allowed under block scaling (as "
                     f"in Transformer Engine): block-scaled GEMMs use split "
                     f"accumulators")
-        _check_no_fp8_attention(owner, self.fp8_dpa, self.fp8_mha)
+        _check_fp8_attention(owner, self.fp8_dpa, self.fp8_mha)
         _check_backward_override(owner, self.backward_override)
         return self._power_2_scale()
 

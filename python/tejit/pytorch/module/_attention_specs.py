@@ -23,17 +23,64 @@ def _with_tensor_parallel(layer, tp_size, sequence_parallel=False):
     return layer
 
 
+def window_limits(mask_type, window_size):
+    """Whether a normalized `window_size` limits anything beyond
+    `mask_type`: not None, (-1, -1), or (-1, 0) with a causal mask type."""
+    if window_size is None:
+        return False
+    window = [int(w) for w in window_size]
+    return window != [-1, -1] and not (window == [-1, 0]
+                                       and "causal" in mask_type)
+
+
 def _with_window(layer, mask_type, window_size):
-    """`layer` with `window_size: [left, right]`, unless the window limits
-    nothing beyond the mask type: None, (-1, -1), or (-1, 0) with a causal
-    mask type. Specs without a window stay as they were (and so their
-    compile cache entries)."""
-    if window_size is not None:
-        window = [int(w) for w in window_size]
-        if window != [-1, -1] and not (window == [-1, 0]
-                                       and "causal" in mask_type):
-            layer["window_size"] = window
+    """`layer` with `window_size: [left, right]` when the window limits
+    something beyond the mask type (window_limits). Specs without a window
+    stay as they were (and so their compile cache entries)."""
+    if window_limits(mask_type, window_size):
+        layer["window_size"] = [int(w) for w in window_size]
     return layer
+
+
+# FP8 attention (DelayedScaling(fp8_dpa=True), docs/fp8-attention.md):
+# cuDNN's FP8 engines take head dims that are multiples of 16 up to 256.
+FP8_ATTENTION_HEAD_DIM_MULTIPLE = 16
+FP8_ATTENTION_MAX_HEAD_DIM = 256
+
+
+def check_fp8_attention(owner, kv_channels, qkv_format, mask_type,
+                        window_size, core_attention_bias_type="no_bias",
+                        format_argument="qkv_format"):
+    """Refuses, before anything compiles, a call that FP8 attention does
+    not run: NotImplementedError naming the attribute. `mask_type` is the
+    call's (an "arbitrary" mask becomes an attention bias), `window_size`
+    its normalized sliding window, `core_attention_bias_type` the
+    forward's, `format_argument` the module's name for its qkv_format
+    (TransformerLayer's attn_input_format). KV-cache steps are not
+    checked: their attention stays in the activation dtype."""
+    what = None
+    if qkv_format == "thd":
+        what = f"{format_argument}='thd' (packed sequences)"
+    elif core_attention_bias_type not in (None, "no_bias"):
+        what = (f"core_attention_bias_type={core_attention_bias_type!r} "
+                f"(an attention bias or ALiBi)")
+    elif mask_type == "arbitrary":
+        what = ("attn_mask_type='arbitrary' (tejit computes the mask as an "
+                "attention bias)")
+    elif window_limits(mask_type, window_size):
+        what = f"window_size={tuple(int(w) for w in window_size)} (a " \
+               f"sliding window)"
+    elif (kv_channels % FP8_ATTENTION_HEAD_DIM_MULTIPLE
+          or kv_channels > FP8_ATTENTION_MAX_HEAD_DIM):
+        what = (f"kv_channels={kv_channels} (FP8 attention takes head dims "
+                f"that are multiples of {FP8_ATTENTION_HEAD_DIM_MULTIPLE} "
+                f"up to {FP8_ATTENTION_MAX_HEAD_DIM})")
+    if what is not None:
+        raise NotImplementedError(
+            f"{owner}: {what} is not supported by FP8 attention "
+            f"(DelayedScaling(fp8_dpa=True)); run this call under a recipe "
+            f"with fp8_dpa=False (its attention then runs in the "
+            f"activation dtype)")
 
 
 # Attention bias and ALiBi (docs/attention-bias.md): the types a spec takes

@@ -1,8 +1,9 @@
 """te.DotProductAttention: softmax(q k^T * scale + bias + mask) v over [s,
 b, h, d] (sbhd) or [b, s, h, d] (bshd) query/key/value, on cuDNN's fused
 attention (runtime); and what the attention modules share: the call's mask
-type, attention mask, attention bias (_bias.py), rotary table and the
-forward arguments they refuse.
+type, attention mask, attention bias (_bias.py), rotary table, the
+forward arguments they refuse, and what FP8 attention (a recipe's fp8_dpa)
+refuses.
 
 Unlike the per-token modules these compile for the call's real sequence
 length, batch size and layout (base.py): the JIT key holds (qkv_format,
@@ -15,9 +16,9 @@ import math
 
 import torch
 
+from .. import fp8
 from . import _args, _attention_specs, _bias, _kv_cache, _thd
 from .base import TransformerEngineBaseModule, rng_fork
-
 
 
 def _one_of_pair(value, message):
@@ -198,6 +199,18 @@ def check_attention_call(owner, seq, inference_params=None,
                 f"it None")
 
 
+def refuse_for_fp8_attention(owner, kv_channels, qkv_format, mask_type,
+                             window, bias_type,
+                             format_argument="qkv_format"):
+    """Under an autocast whose recipe has fp8_dpa, refuses what FP8
+    attention does not run (_attention_specs.check_fp8_attention); a
+    KV-cache step does not call it."""
+    if getattr(fp8.get_fp8_recipe(), "fp8_dpa", False):
+        _attention_specs.check_fp8_attention(
+            owner, kv_channels, qkv_format, mask_type, window, bias_type,
+            format_argument)
+
+
 def check_input(owner, name, tensor, rank):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{owner}: expected a torch.Tensor {name}, got "
@@ -265,9 +278,19 @@ class DotProductAttention(TransformerEngineBaseModule):
     sequence), written into layer_number's caches and attended against
     each sequence's cached and new tokens (module/_kv_cache.py). Accepted
     and unused: layer_number, checkpoint_core_attention (recomputation
-    changes no result), fast_zero_fill."""
+    changes no result), fast_zero_fill.
+    FP8 attention (docs/fp8-attention.md): inside an fp8_autocast whose
+    recipe is DelayedScaling(fp8_dpa=True) the program takes the recipe
+    and runs the attention on FP8 q, k, v (amax histories and scales in
+    the module's fp8_meta state); without fp8_dpa, and in KV-cache steps,
+    it ignores the recipe (TE's default). With fp8_dpa, refused
+    (NotImplementedError naming the attribute, before compiling): an
+    attention bias or ALiBi, an arbitrary mask, thd, a sliding window,
+    kv_channels not a multiple of 16 or above 256."""
 
-    _uses_fp8 = False  # TE's attention runs in the activation dtype too
+    # No GEMM: the recipe applies only with fp8_dpa (_program_recipe).
+    _uses_fp8 = False
+    _has_attention = True
 
     def __init__(self, num_attention_heads, kv_channels, num_gqa_groups=None,
                  attention_dropout=0.0, qkv_format="sbhd",
@@ -407,6 +430,8 @@ class DotProductAttention(TransformerEngineBaseModule):
                 cu_seqlens_q_padded=cu_seqlens_q_padded,
                 cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                 pad_between_seqs=pad_between_seqs)
+        refuse_for_fp8_attention(owner, self.kv_channels, qkv_format,
+                                 mask_type, window, core_attention_bias_type)
         if qkv_format == "thd":
             _bias.refuse(owner, "qkv_format='thd'", **bias_arguments)
             return self._packed_forward(

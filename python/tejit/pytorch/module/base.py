@@ -32,7 +32,9 @@ forward under torch.no_grad() too (not recorded; what it saves is
 dropped).
 
 Precision: the recipe of the innermost enabled fp8_autocast / autocast
-(fp8.py), else none (the GEMMs in the activation dtype). The activation
+(fp8.py), else none (the GEMMs in the activation dtype); with its fp8_dpa
+the attention core too runs in FP8 (docs/fp8-attention.md), except in
+KV-cache steps (_program_recipe). The activation
 dtype is torch.autocast's when it is enabled (input and parameters are cast
 to it, differentiably), else the input's, which must then be the
 parameters' dtype (TE's rule).
@@ -139,20 +141,27 @@ def _torch_autocast_dtype():
 _RECIPE_SPECS = {}
 
 
-def _recipe_spec(recipe):
+def _recipe_spec(recipe, fp8_attention=True):
     """(The recipe's spec mapping, its JSON as the JIT key), or (None, None)
-    without a recipe. Recipes are mutable dataclasses: the memo is keyed by
-    their field values (a recipe with unhashable values is not memoized)."""
+    without a recipe; without `fp8_attention` (a program with no attention
+    core, or a KV-cache step's, whose attention stays in the activation
+    dtype) the mapping leaves out fp8_dpa, so that such programs are those
+    of the recipe without it. Recipes are mutable dataclasses: the memo is
+    keyed by their field values (a recipe with unhashable values is not
+    memoized)."""
     if recipe is None:
         return None, None
     try:
-        fingerprint = (type(recipe), tuple(vars(recipe).items()))
+        fingerprint = (type(recipe), tuple(vars(recipe).items()),
+                       bool(fp8_attention))
         found = _RECIPE_SPECS.get(fingerprint)
     except TypeError:
         fingerprint = found = None
     if found is not None:
         return found
     spec = recipe.to_spec()
+    if not fp8_attention:
+        spec.pop("fp8_dpa", None)
     found = (spec, json.dumps(spec, sort_keys=True))
     if fingerprint is not None:
         _RECIPE_SPECS[fingerprint] = found
@@ -223,6 +232,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
     # Norm modules run no GEMM: they ignore the FP8 recipe (as TE's do), so
     # autocast does not give them a second program.
     _uses_fp8 = True
+    # The attention modules' programs hold an attention core, which a
+    # recipe with fp8_dpa runs in FP8 (docs/fp8-attention.md): only their
+    # specs carry the recipe's fp8_dpa.
+    _has_attention = False
     # Tensor parallelism's defaults (__init__ sets them per module; these
     # serve modules unpickled from before they existed).
     tp_size = 1
@@ -652,6 +665,21 @@ class TransformerEngineBaseModule(torch.nn.Module):
             f"tejit.pytorch.checkpoint, which recomputes under the first "
             f"forward's autocast.", stacklevel=3)
 
+    def _program_recipe(self, kv_cache=False):
+        """The recipe of this call's program: the innermost enabled
+        autocast's (fp8.get_fp8_recipe()), for modules that run GEMMs;
+        for one with an attention core but no GEMM (DotProductAttention)
+        only a recipe with fp8_dpa, and not in a KV-cache step
+        (`kv_cache`), whose attention stays in the activation dtype; else
+        None."""
+        recipe = fp8.get_fp8_recipe()
+        if recipe is None or self._uses_fp8:
+            return recipe
+        if (self._has_attention and not kv_cache
+                and getattr(recipe, "fp8_dpa", False)):
+            return recipe
+        return None
+
     def _run_program(self, activations, dtype, shape_key, shape_spec, shape,
                      layer_spec=None, variant=(), is_first_microbatch=None,
                      inference_only=False):
@@ -669,9 +697,11 @@ class TransformerEngineBaseModule(torch.nn.Module):
         _infer_with_weight_casts). `inference_only` runs the inference
         program even where autograd would record the call (a KV-cache
         step: its programs have no backward; the caller refuses training
-        mode). With FP8 weights (fp8_model_init) under an FP8 recipe, the
-        program takes them in FP8 (_fp8_weights.py). Returns {output name:
-        tensor} in the program's shapes."""
+        mode; its attention stays in the activation dtype under fp8_dpa:
+        _program_recipe, _recipe_spec). With FP8 weights (fp8_model_init)
+        under an FP8 recipe, the program takes them in FP8
+        (_fp8_weights.py). Returns {output name: tensor} in the program's
+        shapes."""
         if is_first_microbatch is None:
             # make_graphed_callables(fp8_weight_caching=True) captures every
             # module with a device flag that decides the casts (graph.py).
@@ -679,8 +709,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
         cast_flag = (is_first_microbatch
                      if isinstance(is_first_microbatch, WeightCastFlag)
                      else None)
-        recipe = fp8.get_fp8_recipe() if self._uses_fp8 else None
-        recipe_spec, recipe_key = _recipe_spec(recipe)
+        recipe = self._program_recipe(kv_cache=inference_only)
+        recipe_spec, recipe_key = _recipe_spec(
+            recipe, fp8_attention=self._has_attention and not inference_only)
         fp8_weights = (_fp8_weights.weights_of(self)
                        if recipe is not None and self.primary_weights_in_fp8
                        else ())

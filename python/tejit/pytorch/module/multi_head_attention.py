@@ -5,16 +5,10 @@ from the (normalized) input, keys and values from an encoder's output."""
 from . import _args, _attention_specs, _fp8_weights, _thd
 from ._groups import ParameterGroup, QkvGroup
 from .attention import (DotProductAttention, check_cross_mask_type,
-                        mask_type_of_call, run_attention_block,
-                        window_of_call)
+                        mask_type_of_call, refuse_for_fp8_attention,
+                        run_attention_block, window_of_call)
 from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule, rng_fork
-
-
-def _limits_nothing(window, mask_type):
-    """Whether a normalized window adds nothing to `mask_type`."""
-    return tuple(window) == (-1, -1) or (tuple(window) == (-1, 0)
-                                         and "causal" in mask_type)
 
 
 class MultiheadAttention(TransformerEngineBaseModule):
@@ -94,10 +88,16 @@ class MultiheadAttention(TransformerEngineBaseModule):
     rotary table's positions continuing after each sequence's cached
     tokens; module/_kv_cache.py.
     Under fp8_model_init (FP8 QKV and proj weights) fuse_qkv_params=True
-    is required (the split weights are refused).
+    is required (the split weights are refused). Under
+    DelayedScaling(fp8_dpa=True) the attention core runs on FP8 q, k, v
+    too, and what FP8 attention does not run is refused as
+    DotProductAttention's (the KV-cache steps keep it in the activation
+    dtype).
     Accepted and unused: layer_number, name, checkpoint_core_attention,
     fast_zero_fill. `is_first_microbatch` is
     TE's FP8 weight caching (Linear.forward)."""
+
+    _has_attention = True  # fp8_dpa reaches its spec
 
     def __init__(self, hidden_size, num_attention_heads, kv_channels=None,
                  attention_dropout=0.1, layernorm_epsilon=1e-5,
@@ -170,8 +170,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         # call's mask type (window_of_call); checked here.
         window = _args.check_window_size(owner, "window_size", window_size,
                                          self.attn_mask_type)
-        if (attention_type == "cross"
-                and not _limits_nothing(window, self.attn_mask_type)):
+        if attention_type == "cross" and _attention_specs.window_limits(
+                self.attn_mask_type, window):
             raise NotImplementedError(
                 f"{owner}: window_size {tuple(window)} with cross-attention "
                 f"is not supported by tejit")
@@ -300,7 +300,7 @@ class MultiheadAttention(TransformerEngineBaseModule):
             raise NotImplementedError(
                 f"{owner}: rotary_pos_emb with cross-attention is not "
                 f"supported by tejit")
-        if not _limits_nothing(window, mask_type):
+        if _attention_specs.window_limits(mask_type, window):
             raise NotImplementedError(
                 f"{owner}: window_size {tuple(window)} with cross-attention "
                 f"is not supported by tejit")
@@ -346,6 +346,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
+        refuse_for_fp8_attention(owner, self.kv_channels, self.qkv_format,
+                                 mask_type, window, core_attention_bias_type)
         cross = None
         if self.attention_type == "cross":
             cross = self._cross_call(owner, encoder_output, mask_type,

@@ -5,7 +5,8 @@ block (LayerNormMLP, dropout + residual), in one program."""
 
 from . import _args, _attention_specs, _fp8_weights, _thd
 from .attention import (check_cross_mask_type, mask_type_of_call,
-                        run_attention_block, window_of_call)
+                        refuse_for_fp8_attention, run_attention_block,
+                        window_of_call)
 from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule, rng_fork
 from .layernorm import LayerNorm
@@ -51,7 +52,9 @@ class TransformerLayer(TransformerEngineBaseModule):
     ub_tp_comm_overlap, cu_seqlens outside attn_input_format="thd",
     attention bias and ALiBi with thd, inference_params or tp_size > 1.
     inference_params (TE's KV cache) as MultiheadAttention's, in encoder
-    layers.
+    layers. DelayedScaling(fp8_dpa=True): FP8 attention cores (the
+    self-attention's, a decoder's cross-attention's), refusals as
+    MultiheadAttention's.
 
     Tensor parallelism (TE's): tp_group (or
     tp_size and set_tensor_parallel_group later, which reaches the
@@ -88,6 +91,8 @@ class TransformerLayer(TransformerEngineBaseModule):
     ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
     `is_first_microbatch` is TE's FP8 weight caching (Linear.forward)."""
+
+    _has_attention = True  # fp8_dpa reaches its spec
 
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
                  num_gqa_groups=None, layernorm_epsilon=1e-5,
@@ -345,6 +350,10 @@ class TransformerLayer(TransformerEngineBaseModule):
         self._check_sequence_parallel_length(owner, hidden_states)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
+        refuse_for_fp8_attention(owner, self.kv_channels,
+                                 self.attn_input_format, mask_type, window,
+                                 core_attention_bias_type,
+                                 format_argument="attn_input_format")
         cross, enc_dec_mask_type = None, None
         if self.layer_type == "decoder":
             enc_dec_mask_type = check_cross_mask_type(
