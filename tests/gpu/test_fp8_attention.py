@@ -19,14 +19,13 @@ with TE's initial scale 1 (P, whose values lie far below 1, then loses
 most of its bits, and an FP8 GEMM's weights too), so it is only checked
 finite; steps 2 and 3 (scales from the earlier steps' amaxes) are held to
 the bounds. Cases:
-- DotProductAttention: bf16 and fp16, head dim 64 and 128, no_mask,
+- DotProductAttention: bf16 and fp16, head dim 128, no_mask,
   causal, padding and padding_causal, 8 heads over 8 (MHA) or 2 (GQA)
   key/value groups, sbhd and bshd, batch 2, s 128; the recipe's E4M3
   format (an E4M3 backward) on a few; the seed's attention (32 heads of
-  128, s 2048, b 2, causal). Dropout 0.3: finite outputs and gradients of
-  the right shapes; the mean of 64 forwards (fresh masks each) within the
-  output bound of the dropout-free reference and nearer to it than one
-  forward; eval mode (no dropout, the inference program) within the bound.
+  128, s 2048, b 2, causal). Head dim 64 forward-only (Hopper's FP8
+  backward takes 128: a training step says so). Attention dropout in
+  training is refused before compiling (cuDNN's FP8 engines fault on it).
 - The FP8 state: a DotProductAttention's fp8_meta after each step: three
   forward slots (q/k/v, P, O) and three backward ones (dO, dS, dq/dk/dv),
   one amax per slot and step, history row 0 cleared, scale = fp8_max /
@@ -164,8 +163,10 @@ def check_dot_product_attention(dtype, d, mask, groups, fmt, heads=8,
         check_step(dpa_errors(got, want, keep), step, what)
 
 
+# Hopper's FP8 attention backward takes a head dim of 128 only
+# (docs/fp8-attention.md); 64 runs forward-only below.
 DPA_CASES = [(dtype, d, mask, groups, fmt)
-             for dtype in (BF16, FP16) for d in (64, 128)
+             for dtype in (BF16, FP16) for d in (128,)
              for mask in ("no_mask", "causal", "padding", "padding_causal")
              for groups in (8, 2) for fmt in ("sbhd", "bshd")]
 
@@ -181,8 +182,46 @@ def test_dot_product_attention(dtype, d, mask, groups, fmt):
 @pytest.mark.parametrize("dtype", [BF16, FP16], ids=["bf16", "fp16"])
 def test_dot_product_attention_e4m3(dtype, mask):
     """Format.E4M3: the backward casts dO, dS and dq/dk/dv to E4M3."""
-    check_dot_product_attention(dtype, 64, mask, 2, "bshd",
+    check_dot_product_attention(dtype, 128, mask, 2, "bshd",
                                 fp8_format=recipe.Format.E4M3)
+
+
+@pytest.mark.parametrize("mask", ["no_mask", "causal", "padding"])
+def test_dot_product_attention_head_dim_64_forward(mask):
+    """Head dim 64: the forward (inference) runs in FP8 on Hopper; the
+    output within the bound after the scales warm up."""
+    heads, groups, d, seq, batch = 8, 2, 64, 128, 2
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 attn_mask_type=mask, attention_dropout=0.0)
+    q, k, v = (t.detach() for t in qkv_inputs((seq, batch), heads, groups,
+                                               d, BF16))
+    padding = random_padding(batch, seq, "cuda") if "padding" in mask \
+        else None
+    call = {"attention_mask": padding} if padding is not None else {}
+    rows = (valid_rows(padding, "sbhd") if padding is not None
+            else torch.ones(seq, batch, 1, device="cuda"))
+    keep = rows.squeeze(-1).bool()
+    with torch.no_grad():
+        ref = attention_ref(q.float(), k.float(), v.float(), mask, padding,
+                            "sbhd", 1.0 / math.sqrt(d))
+        for step in range(1, STEPS + 1):
+            with te.fp8_autocast(fp8_recipe=fp8_dpa()):
+                out = dpa(q, k, v, **call)
+            check_step({"output": range_rmse(out[keep], ref[keep])}, step,
+                       f"DotProductAttention fp8_dpa d 64 {mask} forward")
+
+
+def test_hopper_backward_needs_head_dim_128():
+    """A training step with head dim 64 under fp8_dpa fails with the
+    runtime's message naming the head dim, not a crash."""
+    dpa = te.DotProductAttention(4, 64, attn_mask_type="causal",
+                                 attention_dropout=0.0)
+    q, k, v = qkv_inputs((128, 2), 4, 4, 64, BF16)
+    with pytest.raises(Exception) as caught:
+        with te.fp8_autocast(fp8_recipe=fp8_dpa()):
+            out = dpa(q, k, v)
+        out.sum().backward()
+    assert "head dim of 128" in str(caught.value), str(caught.value)
 
 
 def test_dot_product_attention_seed_size():
@@ -192,44 +231,22 @@ def test_dot_product_attention_seed_size():
                                 seq=2048)
 
 
-def test_dot_product_attention_dropout():
-    """Dropout 0.3 under fp8_dpa: the masks are drawn inside the kernel,
-    so the comparison is statistical: the mean of many forwards (fresh
-    masks) approaches the dropout-free attention (E[dropout(P) / (1 - p)]
-    = P); one forward is farther from it; eval mode computes it."""
-    heads, groups, d, seq, batch, rate, draws = 8, 2, 64, 128, 2, 0.3, 64
-    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
-                                 attn_mask_type="causal",
-                                 attention_dropout=rate)
-    q, k, v = qkv_inputs((seq, batch), heads, groups, d, BF16)
-    dy = torch.randn(seq, batch, heads * d, device="cuda", dtype=BF16)
-    for _ in range(STEPS):
-        out, dq, dk, dv = dpa_step(dpa, q, k, v, dy, fp8_dpa())
-        assert tuple(out.shape) == (seq, batch, heads * d)
-        for name, grad, like in (("dq", dq, q), ("dk", dk, k),
-                                 ("dv", dv, v)):
-            assert grad is not None and grad.shape == like.shape, name
-            assert torch.isfinite(grad).all(), f"{name} not finite"
-            assert grad.abs().max() > 0, f"{name} is all zero"
-        assert torch.isfinite(out).all()
-    ref = dpa_reference(q, k, v, dy, "causal", None, "sbhd", d)[0]
+def test_dot_product_attention_dropout_refused():
+    """Attention dropout in training under fp8_dpa is refused before
+    compiling (cuDNN's FP8 engines fault on it); eval mode runs."""
+    heads, d, seq, batch = 4, 128, 128, 2
+    dpa = te.DotProductAttention(heads, d, attn_mask_type="causal",
+                                 attention_dropout=0.1)
+    q, k, v = qkv_inputs((seq, batch), heads, heads, d, BF16)
+    before = te.compile_count()
+    with pytest.raises(NotImplementedError) as caught:
+        with te.fp8_autocast(fp8_recipe=fp8_dpa()):
+            dpa(q, k, v)
+    assert "attention_dropout" in str(caught.value), str(caught.value)
+    assert te.compile_count() == before, "a refused call compiled"
+    dpa.eval()
     with torch.no_grad(), te.fp8_autocast(fp8_recipe=fp8_dpa()):
-        outputs = [dpa(q, k, v).float() for _ in range(draws)]
-        dpa.eval()
-        quiet = dpa(q, k, v)
-    single = range_rmse(outputs[0], ref)
-    mean = range_rmse(torch.stack(outputs).mean(0), ref)
-    eval_error = range_rmse(quiet, ref)
-    print(f"dropout {rate}: one forward {single:.4f}, mean of {draws} "
-          f"{mean:.4f}, eval {eval_error:.4f}")
-    assert not torch.equal(outputs[0], outputs[1]), "no fresh masks"
-    check_errors({"mean of the draws": mean, "eval": eval_error},
-                 {"mean of the draws": RMSE_OUTPUT, "eval": RMSE_OUTPUT},
-                 "DotProductAttention fp8_dpa dropout (RMSE / range)")
-    assert single > mean, (
-        f"one dropout forward ({single:.4f}) is no farther from the "
-        f"dropout-free attention than the mean of {draws} ({mean:.4f}): "
-        f"is dropout applied?")
+        assert torch.isfinite(dpa(q, k, v)).all()
 
 
 # --- the FP8 state -----------------------------------------------------------
@@ -426,9 +443,19 @@ def check_block(module, reference, fmt, mask="causal", rotary=False, seq=128,
     return last
 
 
+def head_dim_128(kwargs):
+    """A block case of test_attention_layers with its heads widened to 128
+    (what Hopper's FP8 attention backward takes)."""
+    kwargs = dict(kwargs)
+    kwargs["hidden_size"] = kwargs["num_attention_heads"] * 128
+    kwargs.pop("kv_channels", None)
+    return kwargs
+
+
 @pytest.mark.parametrize("case", list(MHA_CASES))
 def test_multihead_attention(case):
     kwargs, mask, rotary = MHA_CASES[case]
+    kwargs = head_dim_128(kwargs)
     mha = te.MultiheadAttention(attention_dropout=0.0, attn_mask_type=mask,
                                 params_dtype=BF16, **kwargs)
     perturb(mha)
@@ -439,6 +466,7 @@ def test_multihead_attention(case):
 @pytest.mark.parametrize("case", list(TL_CASES))
 def test_transformer_layer(case):
     kwargs, mask, rotary = TL_CASES[case]
+    kwargs = head_dim_128(kwargs)
     layer = te.TransformerLayer(hidden_dropout=0.0, attention_dropout=0.0,
                                 self_attn_mask_type=mask, params_dtype=BF16,
                                 **kwargs)

@@ -50,13 +50,14 @@ FP8_ATTENTION_MAX_HEAD_DIM = 256
 
 def check_fp8_attention(owner, kv_channels, qkv_format, mask_type,
                         window_size, core_attention_bias_type="no_bias",
-                        format_argument="qkv_format"):
+                        format_argument="qkv_format", dropout=0.0):
     """Refuses, before anything compiles, a call that FP8 attention does
     not run: NotImplementedError naming the attribute. `mask_type` is the
     call's (an "arbitrary" mask becomes an attention bias), `window_size`
     its normalized sliding window, `core_attention_bias_type` the
     forward's, `format_argument` the module's name for its qkv_format
-    (TransformerLayer's attn_input_format). KV-cache steps are not
+    (TransformerLayer's attn_input_format), `dropout` the attention
+    dropout the call applies (0 in eval mode). KV-cache steps are not
     checked: their attention stays in the activation dtype."""
     what = None
     if qkv_format == "thd":
@@ -70,6 +71,10 @@ def check_fp8_attention(owner, kv_channels, qkv_format, mask_type,
     elif window_limits(mask_type, window_size):
         what = f"window_size={tuple(int(w) for w in window_size)} (a " \
                f"sliding window)"
+    elif dropout > 0:
+        # cuDNN's FP8 engines fault on it (docs/fp8-attention.md).
+        what = (f"attention_dropout={dropout} in training (attention "
+                f"dropout; set attention_dropout=0)")
     elif (kv_channels % FP8_ATTENTION_HEAD_DIM_MULTIPLE
           or kv_channels > FP8_ATTENTION_MAX_HEAD_DIM):
         what = (f"kv_channels={kv_channels} (FP8 attention takes head dims "

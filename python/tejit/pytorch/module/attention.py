@@ -200,7 +200,7 @@ def check_attention_call(owner, seq, inference_params=None,
 
 
 def refuse_for_fp8_attention(owner, kv_channels, qkv_format, mask_type,
-                             window, bias_type,
+                             window, bias_type, dropout,
                              format_argument="qkv_format"):
     """Under an autocast whose recipe has fp8_dpa, refuses what FP8
     attention does not run (_attention_specs.check_fp8_attention); a
@@ -208,7 +208,7 @@ def refuse_for_fp8_attention(owner, kv_channels, qkv_format, mask_type,
     if getattr(fp8.get_fp8_recipe(), "fp8_dpa", False):
         _attention_specs.check_fp8_attention(
             owner, kv_channels, qkv_format, mask_type, window, bias_type,
-            format_argument)
+            format_argument, dropout)
 
 
 def check_input(owner, name, tensor, rank):
@@ -430,8 +430,10 @@ class DotProductAttention(TransformerEngineBaseModule):
                 cu_seqlens_q_padded=cu_seqlens_q_padded,
                 cu_seqlens_kv_padded=cu_seqlens_kv_padded,
                 pad_between_seqs=pad_between_seqs)
-        refuse_for_fp8_attention(owner, self.kv_channels, qkv_format,
-                                 mask_type, window, core_attention_bias_type)
+        refuse_for_fp8_attention(
+            owner, self.kv_channels, qkv_format, mask_type, window,
+            core_attention_bias_type,
+            self.attention_dropout if self._dropout_active() else 0.0)
         if qkv_format == "thd":
             _bias.refuse(owner, "qkv_format='thd'", **bias_arguments)
             return self._packed_forward(

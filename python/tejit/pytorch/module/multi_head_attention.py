@@ -346,8 +346,10 @@ class MultiheadAttention(TransformerEngineBaseModule):
             mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
-        refuse_for_fp8_attention(owner, self.kv_channels, self.qkv_format,
-                                 mask_type, window, core_attention_bias_type)
+        refuse_for_fp8_attention(
+            owner, self.kv_channels, self.qkv_format, mask_type, window,
+            core_attention_bias_type,
+            self.attention_dropout if self._dropout_active() else 0.0)
         cross = None
         if self.attention_type == "cross":
             cross = self._cross_call(owner, encoder_output, mask_type,

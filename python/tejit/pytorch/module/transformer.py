@@ -350,10 +350,11 @@ class TransformerLayer(TransformerEngineBaseModule):
         self._check_sequence_parallel_length(owner, hidden_states)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
-        refuse_for_fp8_attention(owner, self.kv_channels,
-                                 self.attn_input_format, mask_type, window,
-                                 core_attention_bias_type,
-                                 format_argument="attn_input_format")
+        refuse_for_fp8_attention(
+            owner, self.kv_channels, self.attn_input_format, mask_type,
+            window, core_attention_bias_type,
+            self.attention_dropout if self._dropout_active() else 0.0,
+            format_argument="attn_input_format")
         cross, enc_dec_mask_type = None, None
         if self.layer_type == "decoder":
             enc_dec_mask_type = check_cross_mask_type(
