@@ -1,7 +1,8 @@
 //===- PointwiseKernels.cpp - elementwise kernels, casts, transposes ------===//
 //
 // One family for every group of elementwise ops (bias, activations and
-// their gradients, dropout, adds, FP8 casts, amaxes), with two layouts:
+// their gradients, dropout, adds, FP8 casts and dequantizations, amaxes),
+// with two layouts:
 // - flat: each thread loads kUnroll vectors of kVec elements (16 bytes of
 //   bf16) before computing any, so that several loads are in flight;
 // - tiled, when the group transposes or reduces over rows: a block owns a
@@ -231,6 +232,11 @@ std::string PointwiseBody::at(Value value, int half, CudaWriter &w) {
     // Rounded to float32 first, then to FP8 by the store (as TE).
     expr = at(quantize.getInput(), half, w) + " * " +
            at(quantize.getScale(), 0, w);
+  } else if (auto dequantize = dyn_cast<DequantizeOp>(op)) {
+    // FP8 widens exactly to float; the product is rounded once, to the
+    // output type, by the store (or feeds the next op as a float).
+    expr = at(dequantize.getInput(), half, w) + " * " +
+           at(dequantize.getScaleInv(), 0, w);
   } else {
     llvm_unreachable("not a per-element value");
   }
