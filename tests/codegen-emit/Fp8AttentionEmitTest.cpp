@@ -6,8 +6,9 @@
 // cast the projection GEMM reads and in a hand-made region with an add and
 // a cast; no kernel for te.fp8_attention(_bwd), which the plan runs as
 // "fp8_attention" / "fp8_attention_bwd" steps with the ops' operands and
-// results in order. Every kernel is compiled with NVRTC for sm_90a and
-// sm_89 (no GPU needed).
+// results in order; te.amax over the concatenated amaxes of the shared qkv
+// slot. Every kernel is compiled with NVRTC for sm_90a and sm_89 (no GPU
+// needed).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/KernelBuild.h"
@@ -219,6 +220,34 @@ func.func @add(%g8: tensor<16x64xf8E5M2>, %si: tensor<1xf32>,
       << addSource.str();
   EXPECT_TRUE(addSource.contains("const float t1 = t0 + arg2_in[u][i];"));
   EXPECT_TRUE(addSource.contains("const float t2 = t1 * arg3_v;"));
+  expectCompiles(kernels, "sm_90a");
+  expectCompiles(kernels, "sm_89");
+}
+
+// The qkv slot's amax (docs/fp8-attention.md): the three casts' amaxes
+// concatenated and reduced, a kernel over a vector alone.
+TEST_F(Fp8AttentionEmit, AmaxOfConcatenatedAmaxesEmitsAndCompiles) {
+  OwningOpRef<ModuleOp> module = parse(R"mlir(
+func.func @qkv(%a: tensor<1xf32>, %b: tensor<1xf32>, %c: tensor<1xf32>)
+    -> tensor<1xf32> {
+  %x = te.concat %a, %b, %c : tensor<1xf32>, tensor<1xf32>, tensor<1xf32>
+      -> tensor<3xf32>
+  %m = te.amax %x : tensor<3xf32> -> tensor<1xf32>
+  return %m : tensor<1xf32>
+}
+)mlir");
+  ASSERT_TRUE(module);
+  std::vector<EmittedKernel> kernels = emit(*module, /*fuse=*/true);
+  ASSERT_EQ(kernels.size(), 2u);
+  const EmittedKernel &amax = kernels[1];
+  EXPECT_EQ(amax.name, "qkv_amax_0");
+  ASSERT_EQ(amax.params.size(), 2u);
+  EXPECT_TRUE(amax.params[1].zeroBeforeLaunch);
+  llvm::StringRef source = body(amax);
+  EXPECT_TRUE(source.contains("constexpr Index kRows = 1, kCols = 3;"))
+      << source.str();
+  EXPECT_TRUE(source.contains("tj_load(v0_in[u], v0 + col);"));
+  EXPECT_TRUE(source.contains("tj_atomic_amax(v1, amax0_block);"));
   expectCompiles(kernels, "sm_90a");
   expectCompiles(kernels, "sm_89");
 }
