@@ -306,9 +306,10 @@ static KernelGroup groupOf(Operation *op) {
 /// and scatters: runtime steps).
 static bool needsNoKernel(Operation *op) {
   return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, GroupedMatmulOp,
-             GroupedScaledMatmulOp, AttentionOp, AttentionBwdOp,
-             KvCacheAttentionOp, AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp,
-             TpReduceScatterOp, func::ReturnOp>(op) ||
+             GroupedScaledMatmulOp, AttentionOp, AttentionBwdOp, Fp8AttentionOp,
+             Fp8AttentionBwdOp, KvCacheAttentionOp, AmaxAllReduceOp,
+             TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp, func::ReturnOp>(
+             op) ||
          isMetaSlotRead(op) || isAttentionInputSlice(op) ||
          isAttentionGradConcat(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");
@@ -342,7 +343,7 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {
     return isa<BiasAddOp, ActivationOp, ActivationGradOp, AddOp, DropoutOp,
-               QuantizeOp, AmaxOp, TransposeOp, BiasGradOp>(op);
+               QuantizeOp, DequantizeOp, AmaxOp, TransposeOp, BiasGradOp>(op);
   });
   if (pointwise)
     return emitPointwise(builder, kernels);

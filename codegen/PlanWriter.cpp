@@ -345,22 +345,20 @@ json::Object FunctionPlan::attentionStep(Operation *op) {
     if (int64_t stride = attentionTokenStride(value))
       strides[role] = stride;
   };
-  if (auto forward = dyn_cast<AttentionOp>(op)) {
-    note("q", forward.getQuery());
-    note("k", forward.getKey());
-    note("v", forward.getValue());
-  } else if (auto cached = dyn_cast<KvCacheAttentionOp>(op)) {
-    note("q", cached.getQuery());
-    note("k", cached.getKey());
-    note("v", cached.getValue());
-  } else if (auto backward = dyn_cast<AttentionBwdOp>(op)) {
-    note("q", backward.getQuery());
-    note("k", backward.getKey());
-    note("v", backward.getValue());
-    note("grad_q", backward.getQueryGrad());
-    note("grad_k", backward.getKeyGrad());
-    note("grad_v", backward.getValueGrad());
-  }
+  llvm::TypeSwitch<Operation *>(op)
+      .Case<AttentionOp, Fp8AttentionOp, KvCacheAttentionOp>([&](auto forward) {
+        note("q", forward.getQuery());
+        note("k", forward.getKey());
+        note("v", forward.getValue());
+      })
+      .Case<AttentionBwdOp, Fp8AttentionBwdOp>([&](auto backward) {
+        note("q", backward.getQuery());
+        note("k", backward.getKey());
+        note("v", backward.getValue());
+        note("grad_q", backward.getQueryGrad());
+        note("grad_k", backward.getKeyGrad());
+        note("grad_v", backward.getValueGrad());
+      });
   if (!strides.empty())
     step["token_strides"] = std::move(strides);
   return step;
@@ -414,7 +412,10 @@ json::Array FunctionPlan::steps() {
     if (isa<GroupedMatmulOp, GroupedScaledMatmulOp>(op))
       steps.push_back(
           groupedGemmStep(&op, op.getOperands(), op.getResults(), nullptr));
-    if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
+    // FP8 attention's steps are written alike, kinds "fp8_attention" and
+    // "fp8_attention_bwd" (docs/fp8-attention.md).
+    if (isa<AttentionOp, AttentionBwdOp, Fp8AttentionOp, Fp8AttentionBwdOp,
+            KvCacheAttentionOp>(op))
       steps.push_back(attentionStep(&op));
     if (auto reduce = dyn_cast<AmaxAllReduceOp>(op))
       steps.push_back(json::Object{{"kind", "amax_allreduce"},

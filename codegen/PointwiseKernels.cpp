@@ -1,7 +1,8 @@
 //===- PointwiseKernels.cpp - elementwise kernels, casts, transposes ------===//
 //
 // One family for every group of elementwise ops (bias, activations and
-// their gradients, dropout, adds, FP8 casts, amaxes), with two layouts:
+// their gradients, dropout, adds, FP8 casts and dequantizations, amaxes),
+// with two layouts:
 // - flat: each thread loads kUnroll vectors of kVec elements (16 bytes of
 //   bf16) before computing any, so that several loads are in flight;
 // - tiled, when the group transposes or reduces over rows: a block owns a
@@ -231,6 +232,11 @@ std::string PointwiseBody::at(Value value, int half, CudaWriter &w) {
     // Rounded to float32 first, then to FP8 by the store (as TE).
     expr = at(quantize.getInput(), half, w) + " * " +
            at(quantize.getScale(), 0, w);
+  } else if (auto dequantize = dyn_cast<DequantizeOp>(op)) {
+    // FP8 widens exactly to float; the product is rounded once, to the
+    // output type, by the store (or feeds the next op as a float).
+    expr = at(dequantize.getInput(), half, w) + " * " +
+           at(dequantize.getScaleInv(), 0, w);
   } else {
     llvm_unreachable("not a per-element value");
   }
@@ -371,16 +377,21 @@ bool fitsNarrowIndex(const KernelGroup &group) {
 }
 
 /// The iteration width: the narrowest last dim of the group's matrices
-/// (transposed results aside, whose dims are swapped).
+/// (transposed results aside, whose dims are swapped). A group of vectors
+/// alone (the te.amax of FP8 attention's q, k and v amaxes, concatenated)
+/// iterates over them as one row.
 int64_t iterationWidth(const KernelGroup &group, int64_t &rows,
                        int64_t &minBytes, int64_t &maxBytes) {
   int64_t width = INT64_MAX;
   rows = -1;
   minBytes = 16;
   maxBytes = 0;
-  auto visit = [&](Value value) {
+  auto visit = [&](Value value, bool vectors) {
     auto type = dyn_cast<RankedTensorType>(value.getType());
-    if (!type || type.getRank() < 2 || type.getElementType().isInteger(64))
+    if (!type || type.getElementType().isInteger(64))
+      return;
+    if (vectors ? type.getRank() != 1 || type.getNumElements() < 2
+                : type.getRank() < 2)
       return;
     if (Operation *def = value.getDefiningOp(); def && isa<TransposeOp>(def))
       return;
@@ -389,11 +400,15 @@ int64_t iterationWidth(const KernelGroup &group, int64_t &rows,
     minBytes = std::min(minBytes, elementBytes(type.getElementType()));
     maxBytes = std::max(maxBytes, elementBytes(type.getElementType()));
   };
-  for (Value input : group.inputs)
-    visit(input);
-  for (Operation *op : group.ops)
-    for (Value result : op->getResults())
-      visit(result);
+  for (bool vectors : {false, true}) {
+    for (Value input : group.inputs)
+      visit(input, vectors);
+    for (Operation *op : group.ops)
+      for (Value result : op->getResults())
+        visit(result, vectors);
+    if (width != INT64_MAX)
+      break;
+  }
   return width;
 }
 
@@ -434,7 +449,8 @@ void writeLoadsThenCompute(CudaWriter &w, const PointwiseBody &body,
   w.line("#pragma unroll");
   w.open("for (int u = 0; u < kUnroll; ++u)");
   w.open("if (ok_[u])");
-  w.line("const Index row = rows_[u], col = cols_[u];");
+  // Vectors alone (iterationWidth's one row) read no row.
+  w.line("[[maybe_unused]] const Index row = rows_[u], col = cols_[u];");
   for (auto &[array, pointer] : body.loads)
     w.line("tj_load(" + array + "[u], " + pointer + ");");
   w.close();

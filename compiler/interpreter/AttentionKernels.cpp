@@ -192,6 +192,13 @@ static double logSumExp(const std::vector<double> &scores) {
   return max + std::log(sum);
 }
 
+/// `acc = max(acc, value)`, NaN from the first NaN on (as absMax()).
+static void foldMax(double &acc, double value) {
+  acc = std::isnan(acc) || std::isnan(value)
+            ? std::numeric_limits<double>::quiet_NaN()
+            : std::max(acc, value);
+}
+
 std::string tejit::interp::packedSequencesError(const Tensor &cuSeqlens,
                                                 int64_t maxSeqlen,
                                                 int64_t tokens) {
@@ -232,8 +239,9 @@ AttentionOutputs tejit::interp::attention(const Tensor &query,
         for (int64_t j = 0; j < p.kv.seq && !std::isinf(lse); ++j) {
           if (std::isinf(scores[j]))
             continue;
-          double weight =
-              std::exp(scores[j] - lse) * p.dropoutScale(b, h, i, j);
+          double prob = std::exp(scores[j] - lse);
+          foldMax(result.maxProbability, prob);
+          double weight = prob * p.dropoutScale(b, h, i, j);
           const double *vj = value.data.data() + p.kv.at(b, j, p.kvHead(h));
           for (int64_t d = 0; d < p.q.dim; ++d)
             out[d] += weight * vj[d];
@@ -283,6 +291,7 @@ tejit::interp::attentionBwd(const Tensor &grad, const Tensor &query,
           // score (the bias's, summed over the batch); scores = scale *
           // q . k + bias.
           double dScaled = prob * (keep * dProb - correction);
+          foldMax(result.maxScoreGrad, std::fabs(dScaled));
           if (params.biasGrad)
             result.bias.data[(h * p.q.seq + i) * p.kv.seq + j] += dScaled;
           double dScore = dScaled * params.softmaxScale;

@@ -102,6 +102,14 @@ runKvCacheAttention(mlir::Operation *op, Frame &frame, const Tensor &query,
                     const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv,
                     int64_t maxSeqlenQ, const AttentionParams &params);
 
+/// The AttentionParams of te.fp8_attention / te.fp8_attention_bwd: layout,
+/// masks (checked as te.attention's), softmax scale and dropout with its
+/// key (PrimitiveOps.cpp).
+mlir::FailureOr<AttentionParams> fp8AttentionParams(mlir::te::Fp8AttentionOp op,
+                                                    const Frame &frame);
+mlir::FailureOr<AttentionParams>
+fp8AttentionParams(mlir::te::Fp8AttentionBwdOp op, const Frame &frame);
+
 /// Runs a layer op (LayerOps.cpp).
 mlir::LogicalResult runLayerOp(mlir::Operation *op, Frame &frame);
 

@@ -17,6 +17,10 @@
 //   the exact gradient when those operands come from te.attention.
 // - te.rotary with `inverse` negates the sine; that is the gradient when
 //   `freqs` repeats its first half, as Transformer Engine lays it out.
+// - te.fp8_attention(_bwd) are te.attention(_bwd) on the dequantized FP8
+//   operands, computed exactly (the GPU's FP8 casts of the softmax output
+//   and of dS inside cuDNN are not modelled), outputs cast as te.quantize
+//   casts, amaxes exact (QuantizedOps.cpp).
 // - FP8 tensors (f8E4M3FN, f8E5M2) hold doubles that their type represents;
 //   scale bookkeeping (te.compute_scale, te.block_quantize's block scales,
 //   te.delayed_scaling_update) runs in float32 to be bit-exact

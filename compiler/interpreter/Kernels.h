@@ -148,8 +148,11 @@ struct AttentionParams {
 
 /// The attention output (q's layout) and the softmax log-sum-exp per row
 /// ([b, heads, s_q]; -inf for a fully masked row, whose output is 0).
+/// `maxProbability` is the largest softmax probability before dropout (FP8
+/// attention's amax_s; 0 when every row is masked, NaN when one is NaN).
 struct AttentionOutputs {
   Tensor output, softmaxLse;
+  double maxProbability = 0.0;
 };
 
 AttentionOutputs attention(const Tensor &query, const Tensor &key,
@@ -191,8 +194,11 @@ double vanillaAlibiSlope(int64_t head, int64_t heads);
 
 /// Gradients of attention with respect to q, k and v, and with
 /// AttentionParams::biasGrad the bias's ([1, h, s_q, s_kv]; else empty).
+/// `maxScoreGrad` is max |dS| over the gradient of the post-scale scores
+/// (what the bias's sums; FP8 attention's amax_dp).
 struct AttentionGrads {
   Tensor query, key, value, bias;
+  double maxScoreGrad = 0.0;
 };
 
 /// The attention backward as fused kernels compute it: probabilities from
@@ -222,6 +228,10 @@ double castToFp8(double x, double scale, Fp8Kind kind);
 Tensor quantize(const Tensor &x, double scale, Fp8Kind kind);
 /// max |x| over all elements: NaN when one is NaN, 0 for an empty tensor.
 double absMax(const Tensor &x);
+/// `x * scaleInv` per element, in double: an FP8 tensor (any shape) with one
+/// scale inverse back to the values it stands for. Exact, as an FP8
+/// significand times a float32 one fits in a double.
+Tensor dequantize(const Tensor &x, double scaleInv);
 
 /// A scale and its inverse, both float32 values.
 struct Fp8Scale {

@@ -233,10 +233,11 @@ void tejit::interp::setAttentionBias(AttentionParams &params,
   params.alibiSlopes = frame.getOptional(bias.slopes);
 }
 
-/// The parameters te.attention and te.attention_bwd share.
+/// What every attention op (te.attention(_bwd), te.fp8_attention(_bwd))
+/// has: layout, mask type and masks, softmax scale and dropout rate.
 template <typename AttentionOpT>
-static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
-                                                  Frame &frame) {
+static AttentionParams commonAttentionParams(AttentionOpT op,
+                                             const Frame &frame) {
   AttentionParams params;
   params.format = op.getQkvFormat();
   params.maskType = op.getAttnMaskType();
@@ -244,6 +245,34 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
   params.queryMask = frame.getOptional(op.getQueryMask());
   params.softmaxScale = op.getSoftmaxScale().convertToDouble();
   params.dropout = op.getDropout().convertToDouble();
+  return params;
+}
+
+/// Checks the dropout rate and, when it is not 0, takes the key from the
+/// op's RNG state.
+template <typename AttentionOpT>
+static LogicalResult setDropoutKey(AttentionOpT op, const Frame &frame,
+                                   AttentionParams &params) {
+  if (!(params.dropout >= 0.0 && params.dropout < 1.0))
+    return op.emitOpError()
+           << "'dropout' must be in [0, 1), got " << params.dropout;
+  if (params.dropout == 0.0)
+    return success();
+  if (!op.getRngState())
+    return op.emitOpError() << "dropout needs an 'rng_state' operand";
+  FailureOr<DropoutKey> key =
+      rngKey(op, frame.get(op.getRngState()), op.getStreamAttr().getInt());
+  if (failed(key))
+    return failure();
+  params.dropoutKey = *key;
+  return success();
+}
+
+/// The parameters te.attention and te.attention_bwd share.
+template <typename AttentionOpT>
+static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
+                                                  Frame &frame) {
+  AttentionParams params = commonAttentionParams(op, frame);
   params.setWindow(op.getWindowSize());
   setAttentionBias(params, te::primitiveAttentionBias(op), frame);
   if (params.format == te::QkvFormat::thd) {
@@ -261,19 +290,35 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
                               op.getQuery(), op.getKey(), params.format))) {
     return failure();
   }
-  if (!(params.dropout >= 0.0 && params.dropout < 1.0))
-    return op.emitOpError()
-           << "'dropout' must be in [0, 1), got " << params.dropout;
-  if (params.dropout == 0.0)
-    return params;
-  if (!op.getRngState())
-    return op.emitOpError() << "dropout needs an 'rng_state' operand";
-  FailureOr<DropoutKey> key =
-      rngKey(op, frame.get(op.getRngState()), op.getStreamAttr().getInt());
-  if (failed(key))
+  if (failed(setDropoutKey(op, frame, params)))
     return failure();
-  params.dropoutKey = *key;
   return params;
+}
+
+/// te.fp8_attention(_bwd) have no bias, window or packed sequences.
+template <typename Fp8AttentionOpT>
+static FailureOr<AttentionParams> fp8AttentionParamsOf(Fp8AttentionOpT op,
+                                                       const Frame &frame) {
+  AttentionParams params = commonAttentionParams(op, frame);
+  // Without cu_seqlens operands the kernels could not address thd.
+  if (params.format == te::QkvFormat::thd)
+    return op.emitOpError() << "FP8 attention does not support qkv_format thd";
+  if (failed(checkMask(op, params.maskType, op.getAttentionMask(),
+                       op.getQuery(), op.getKey(), params.format)) ||
+      failed(setDropoutKey(op, frame, params)))
+    return failure();
+  return params;
+}
+
+FailureOr<AttentionParams>
+tejit::interp::fp8AttentionParams(te::Fp8AttentionOp op, const Frame &frame) {
+  return fp8AttentionParamsOf(op, frame);
+}
+
+FailureOr<AttentionParams>
+tejit::interp::fp8AttentionParams(te::Fp8AttentionBwdOp op,
+                                  const Frame &frame) {
+  return fp8AttentionParamsOf(op, frame);
 }
 
 static LogicalResult runOp(te::AttentionOp op, Frame &frame) {

@@ -1,10 +1,12 @@
 //===- QuantizedOps.cpp - the interpreter's FP8 quantization ops ----------===//
 //
-// te.quantize, te.amax, te.compute_scale, te.scaled_matmul,
+// te.quantize, te.dequantize, te.amax, te.compute_scale, te.scaled_matmul,
 // te.amax_allreduce and te.delayed_scaling_update, on the kernels of
 // ScalingKernels.cpp; te.block_quantize and te.scaled_matmul with block
-// scales (Float8BlockScaling) on those of BlockScalingKernels.cpp. Other
-// ops go to runGroupedOp (GroupedOps.cpp: GroupedLinear's grouped ops).
+// scales (Float8BlockScaling) on those of BlockScalingKernels.cpp;
+// te.fp8_attention(_bwd) (docs/fp8-attention.md) on te.attention(_bwd)'s
+// kernels. Other ops go to runGroupedOp (GroupedOps.cpp: GroupedLinear's
+// grouped ops).
 // Conventions:
 // - An FP8 tensor is a tensor of doubles holding values its FP8 type
 //   represents; te.quantize produces them, and shape ops (te.transpose,
@@ -13,6 +15,12 @@
 // - Amaxes are computed exactly, in double (te.quantize and te.amax);
 //   te.compute_scale and te.delayed_scaling_update read their f32 operands
 //   as float32 values and compute in float32, so that scales are bit-exact.
+// - te.dequantize is exact in double, like every other op's output (no
+//   rounding to its bf16/f16 element type; see Interpreter.h).
+// - FP8 attention is exact attention on the dequantized FP8 operands, its
+//   outputs cast as te.quantize casts. The GPU also casts the softmax
+//   output P (with s_scale) and dS (with dp_scale) to FP8 inside cuDNN;
+//   the reference does not, so those scales are read by nothing here.
 // - te.amax_allreduce is the maximum over the ranks of Options::collectives
 //   (the identity in one process).
 //
@@ -50,6 +58,72 @@ static LogicalResult runOp(te::QuantizeOp op, Frame &frame) {
   if (failed(frame.set(op, op.getOutput(), std::move(output))))
     return failure();
   return frame.set(op, op.getAmax(), std::move(amax));
+}
+
+static LogicalResult runOp(te::DequantizeOp op, Frame &frame) {
+  return frame.set(op, op.getOutput(),
+                   dequantize(frame.get(op.getInput()),
+                              slotValue(frame.get(op.getScaleInv()))));
+}
+
+/// Binds `op`'s one-slot results `slots` to `values`.
+static LogicalResult setSlots(Operation *op, Frame &frame, ValueRange slots,
+                              ArrayRef<double> values) {
+  for (auto [slot, value] : llvm::zip_equal(slots, values))
+    if (failed(frame.set(op, slot, makeSlot(value))))
+      return failure();
+  return success();
+}
+
+static LogicalResult runOp(te::Fp8AttentionOp op, Frame &frame) {
+  FailureOr<AttentionParams> params = fp8AttentionParams(op, frame);
+  if (failed(params))
+    return failure();
+  double qkvScaleInv = slotValue(frame.get(op.getQkvScaleInv()));
+  AttentionOutputs result =
+      attention(dequantize(frame.get(op.getQuery()), qkvScaleInv),
+                dequantize(frame.get(op.getKey()), qkvScaleInv),
+                dequantize(frame.get(op.getValue()), qkvScaleInv), *params);
+  double amaxO = absMax(result.output);
+  Tensor output = quantize(result.output, slotValue(frame.get(op.getOScale())),
+                           fp8KindOf(elementTypeOf(op.getOutput())));
+  if (failed(frame.set(op, op.getOutput(), std::move(output))) ||
+      failed(frame.set(op, op.getSoftmaxLse(), std::move(result.softmaxLse))))
+    return failure();
+  return setSlots(op, frame, {op.getAmaxS(), op.getAmaxO()},
+                  {result.maxProbability, amaxO});
+}
+
+static LogicalResult runOp(te::Fp8AttentionBwdOp op, Frame &frame) {
+  FailureOr<AttentionParams> params = fp8AttentionParams(op, frame);
+  if (failed(params))
+    return failure();
+  double qkvScaleInv = slotValue(frame.get(op.getQkvScaleInv()));
+  // D = rowsum(dO * O) reads the dequantized FP8 output, as cuDNN does.
+  AttentionGrads grads =
+      attentionBwd(dequantize(frame.get(op.getGrad()),
+                              slotValue(frame.get(op.getGradScaleInv()))),
+                   dequantize(frame.get(op.getQuery()), qkvScaleInv),
+                   dequantize(frame.get(op.getKey()), qkvScaleInv),
+                   dequantize(frame.get(op.getValue()), qkvScaleInv),
+                   dequantize(frame.get(op.getOutput()),
+                              slotValue(frame.get(op.getOScaleInv()))),
+                   frame.get(op.getSoftmaxLse()), *params);
+  double amaxDq = absMax(grads.query), amaxDk = absMax(grads.key),
+         amaxDv = absMax(grads.value);
+  double scale = slotValue(frame.get(op.getDqkvScale()));
+  Fp8Kind kind = fp8KindOf(elementTypeOf(op.getQueryGrad()));
+  if (failed(frame.set(op, op.getQueryGrad(),
+                       quantize(grads.query, scale, kind))) ||
+      failed(
+          frame.set(op, op.getKeyGrad(), quantize(grads.key, scale, kind))) ||
+      failed(
+          frame.set(op, op.getValueGrad(), quantize(grads.value, scale, kind))))
+    return failure();
+  return setSlots(
+      op, frame,
+      {op.getAmaxDp(), op.getAmaxDq(), op.getAmaxDk(), op.getAmaxDv()},
+      {grads.maxScoreGrad, amaxDq, amaxDk, amaxDv});
 }
 
 static LogicalResult runOp(te::BlockQuantizeOp op, Frame &frame) {
@@ -121,9 +195,9 @@ static LogicalResult runOp(te::DelayedScalingUpdateOp op, Frame &frame) {
 
 LogicalResult tejit::interp::runQuantizedOp(Operation *op, Frame &frame) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
-      .Case<te::QuantizeOp, te::BlockQuantizeOp, te::AmaxOp, te::ComputeScaleOp,
-            te::ScaledMatmulOp, te::AmaxAllReduceOp,
-            te::DelayedScalingUpdateOp>(
-          [&](auto op) { return runOp(op, frame); })
+      .Case<te::QuantizeOp, te::DequantizeOp, te::BlockQuantizeOp, te::AmaxOp,
+            te::ComputeScaleOp, te::ScaledMatmulOp, te::AmaxAllReduceOp,
+            te::DelayedScalingUpdateOp, te::Fp8AttentionOp,
+            te::Fp8AttentionBwdOp>([&](auto op) { return runOp(op, frame); })
       .Default([&](Operation *op) { return runGroupedOp(op, frame); });
 }

@@ -53,6 +53,13 @@ static float maskMantissa(float scale) {
   return llvm::bit_cast<float>(bits);
 }
 
+Tensor tejit::interp::dequantize(const Tensor &x, double scaleInv) {
+  Tensor result = x;
+  for (double &value : result.data)
+    value *= scaleInv;
+  return result;
+}
+
 Fp8Scale tejit::interp::currentScale(double amax, Fp8Kind kind, bool power2) {
   // Transformer Engine's compute_scale_from_amax with amax_epsilon 0: amax is
   // a float32 (a double amax below the float32 range reads as 0 and one above
@@ -77,12 +84,8 @@ Tensor tejit::interp::scaledMatmul(const Tensor &a, const Tensor &b,
   // models neither the f32 accumulator nor fast_accum: the reference is the
   // exact product, which FP8 GEMMs are compared with under FP8.md's
   // tolerances.
-  Tensor lhs = a, rhs = b;
-  for (double &value : lhs.data)
-    value *= aScaleInv;
-  for (double &value : rhs.data)
-    value *= bScaleInv;
-  return matmul(lhs, rhs, /*transposeA=*/false, /*transposeB=*/true);
+  return matmul(dequantize(a, aScaleInv), dequantize(b, bScaleInv),
+                /*transposeA=*/false, /*transposeB=*/true);
 }
 
 //===----------------------------------------------------------------------===//

@@ -271,6 +271,10 @@ void Fuser::fuseCastTranspose(QuantizeOp quantize) {
   if (auto dropout = quantize.getInput().getDefiningOp<DropoutOp>();
       dropout && tryAdd(group, dropout))
     tryAdd(group, dropout.getInput().getDefiningOp<AddOp>());
+  // FP8 attention's output handed back to bf16 (te.dequantize) and cast
+  // again for the projection GEMM: one pass from FP8 to FP8. The cast reads
+  // the float product, not its bf16 rounding, as in every fused group.
+  tryAdd(group, quantize.getInput().getDefiningOp<DequantizeOp>());
   commit(group);
 }
 
@@ -358,12 +362,41 @@ void Fuser::materialize(const Group &group) {
     op->erase();
 }
 
+/// Reshapes the FP8 input of each te.dequantize that only a te.reshape
+/// reads instead of its output (element-wise, the two commute; reshapes
+/// move no data): the dequantization then reads what its consumer does,
+/// as FP8 attention's 4-D output does through the [tokens, hidden] reshape
+/// before the projection GEMM's cast, and fuses with it.
+static void reshapeBeforeDequantize(func::FuncOp function) {
+  SmallVector<ReshapeOp> reshapes;
+  function.walk([&](ReshapeOp reshape) {
+    if (auto dequantize = reshape.getInput().getDefiningOp<DequantizeOp>();
+        dequantize && dequantize.getOutput().hasOneUse())
+      reshapes.push_back(reshape);
+  });
+  for (ReshapeOp reshape : reshapes) {
+    auto dequantize = reshape.getInput().getDefiningOp<DequantizeOp>();
+    OpBuilder builder(reshape);
+    auto outputType = cast<RankedTensorType>(reshape.getOutput().getType());
+    Value fp8 = builder.create<ReshapeOp>(
+        reshape.getLoc(),
+        outputType.clone(getElementTypeOrSelf(dequantize.getInput())),
+        dequantize.getInput());
+    Value output = builder.create<DequantizeOp>(dequantize.getLoc(), outputType,
+                                                fp8, dequantize.getScaleInv());
+    reshape.getOutput().replaceAllUsesWith(output);
+    reshape.erase();
+    dequantize.erase();
+  }
+}
+
 void Fuser::run() {
   // te.tp_copy only told te-autodiff where to sum a gradient over the ranks.
   function.walk([](TpCopyOp copy) {
     copy.getOutput().replaceAllUsesWith(copy.getInput());
     copy.erase();
   });
+  reshapeBeforeDequantize(function);
   unsigned index = 0;
   for (Operation &op : function.front())
     position[&op] = index++;

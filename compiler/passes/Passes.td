@@ -123,7 +123,9 @@ def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
     `dact_dbias_cast`: an activation gradient with its bias gradient and FP8
     cast + transpose; `bias_dropout_add`; `act_cast`: bias + activation +
     FP8 cast + transpose (or amax); `cast_transpose`: a lone FP8 cast with its
-    transpose; `block_quantize`: the block casts of one tensor (row-wise and
+    transpose (and the te.dequantize it may read: FP8 attention's output
+    cast again for the next GEMM; a te.reshape of a dequantization's output
+    is first moved to its FP8 input); `block_quantize`: the block casts of one tensor (row-wise and
     transposed). Block-scaled GEMMs take only a residual (C) into their
     `gemm` group. GroupedLinear's ops: each te.grouped_quantize,
     te.grouped_amax and te.grouped_bias_grad is a region of its own

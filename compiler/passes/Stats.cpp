@@ -30,7 +30,8 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       ++stats.gemms;
       stats.fp8Gemms += isa<ScaledMatmulOp, GroupedScaledMatmulOp>(op);
     }
-    if (isa<AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op))
+    if (isa<AttentionOp, AttentionBwdOp, Fp8AttentionOp, Fp8AttentionBwdOp,
+            KvCacheAttentionOp>(op))
       ++stats.attentions;
     // The bytes each rank contributes to a collective: a sum's or a
     // scatter's input, a gather's output.
@@ -46,7 +47,8 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
   for (Operation &op : function.front()) {
     bool libraryCall =
         isa<MatmulOp, ScaledMatmulOp, GroupedMatmulOp, GroupedScaledMatmulOp,
-            AttentionOp, AttentionBwdOp, KvCacheAttentionOp>(op);
+            AttentionOp, AttentionBwdOp, Fp8AttentionOp, Fp8AttentionBwdOp,
+            KvCacheAttentionOp>(op);
     if (auto fused = dyn_cast<FusedOp>(op))
       libraryCall = fused.getKind() == "gemm";
     bool view = isa<ReshapeOp>(op) || isMetaSlotRead(&op) ||

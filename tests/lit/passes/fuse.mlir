@@ -297,3 +297,42 @@ func.func @norm_bwd_add_before_cast(%dy: tensor<16x32xbf16>, %x: tensor<16x32xbf
   %t = te.transpose %q : tensor<16x32xf8E5M2> -> tensor<32x16xf8E5M2>
   return %0, %dg, %db, %q, %t, %amax : tensor<16x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<16x32xf8E5M2>, tensor<32x16xf8E5M2>, tensor<1xf32>
 }
+
+// -----
+
+// FP8 attention's output: the reshape to [tokens, hidden] moves to the FP8
+// value, and the dequantization joins the cast and transpose for the next
+// GEMM.
+// CHECK-LABEL: func.func @dequantize_reshape_cast
+// CHECK:      %[[R:.*]] = te.reshape %arg0 : tensor<4x2x2x16xf8E4M3FN> -> tensor<8x32xf8E4M3FN>
+// CHECK-NEXT: te.fused "cast_transpose"(%[[R]], %arg1, %arg2)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   te.dequantize {{.*}} -> tensor<8x32xbf16>
+// CHECK-NEXT:   te.quantize
+// CHECK-NEXT:   te.transpose
+// CHECK-NEXT:   te.yield
+func.func @dequantize_reshape_cast(%o8: tensor<4x2x2x16xf8E4M3FN>, %si: tensor<1xf32>, %s: tensor<1xf32>) -> (tensor<8x32xf8E4M3FN>, tensor<32x8xf8E4M3FN>, tensor<1xf32>) {
+  %o = te.dequantize %o8, %si : tensor<4x2x2x16xf8E4M3FN>, tensor<1xf32> -> tensor<4x2x2x16xbf16>
+  %x = te.reshape %o : tensor<4x2x2x16xbf16> -> tensor<8x32xbf16>
+  %q, %amax = te.quantize %x, %s : tensor<8x32xbf16>, tensor<1xf32> -> tensor<8x32xf8E4M3FN>, tensor<1xf32>
+  %t = te.transpose %q : tensor<8x32xf8E4M3FN> -> tensor<32x8xf8E4M3FN>
+  return %q, %t, %amax : tensor<8x32xf8E4M3FN>, tensor<32x8xf8E4M3FN>, tensor<1xf32>
+}
+
+// -----
+
+// A dequantized value that is also returned keeps its shape; the cast's
+// kernel writes it too.
+// CHECK-LABEL: func.func @dequantize_read_twice
+// CHECK:      %[[K:.*]]:3 = te.fused "cast_transpose"(%arg0, %arg1, %arg2)
+// CHECK-NEXT: ^bb0
+// CHECK-NEXT:   %[[D:.*]] = te.dequantize {{.*}} -> tensor<4x2x2x16xbf16>
+// CHECK-NEXT:   %[[Q:.*]], %[[A:.*]] = te.quantize %[[D]]
+// CHECK-NEXT:   te.yield %[[D]], %[[Q]], %[[A]]
+// CHECK:      te.reshape %[[K]]#0 : tensor<4x2x2x16xbf16> -> tensor<8x32xbf16>
+func.func @dequantize_read_twice(%o8: tensor<4x2x2x16xf8E4M3FN>, %si: tensor<1xf32>, %s: tensor<1xf32>) -> (tensor<4x2x2x16xf8E5M2>, tensor<1xf32>, tensor<8x32xbf16>) {
+  %o = te.dequantize %o8, %si : tensor<4x2x2x16xf8E4M3FN>, tensor<1xf32> -> tensor<4x2x2x16xbf16>
+  %q, %amax = te.quantize %o, %s : tensor<4x2x2x16xbf16>, tensor<1xf32> -> tensor<4x2x2x16xf8E5M2>, tensor<1xf32>
+  %x = te.reshape %o : tensor<4x2x2x16xbf16> -> tensor<8x32xbf16>
+  return %q, %amax, %x : tensor<4x2x2x16xf8E5M2>, tensor<1xf32>, tensor<8x32xbf16>
+}
