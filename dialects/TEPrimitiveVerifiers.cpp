@@ -407,6 +407,10 @@ static LogicalResult verifyBias(OpT op, ArrayRef<int64_t> stats) {
 /// softmax statistics' type.
 template <typename OpT>
 static FailureOr<RankedTensorType> verifyAttentionCommon(OpT op) {
+  if (DelayedScalingAttr recipe = op.getFp8RecipeAttr();
+      recipe && !recipe.getFp8Dpa())
+    return op.emitOpError() << "'fp8_recipe' runs the attention in FP8, so "
+                               "it needs fp8_dpa = true";
   FailureOr<SmallVector<int64_t>> stats =
       verifyAttentionOperands(op, op.getQuery(), op.getKey(), op.getValue(),
                               op.getRngState(), op.getQkvFormat());
