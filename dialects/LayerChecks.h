@@ -148,6 +148,23 @@ LogicalResult verifyAttentionBias(Operation *op,
 /// sequence, as in Transformer Engine's inference), the others pad only.
 AttnMaskType kvCacheMaskType(AttnMaskType maskType);
 
+// The operand rules of the attention primitives (te.attention,
+// te.attention_bwd and their FP8 forms), defined in TEPrimitiveVerifiers.cpp.
+
+/// q/k/v layouts in `format`: 4-D (sbhd or bshd; 3-D [t, h, d] for thd), key
+/// and value of one type sharing query's batch and head dim, query heads a
+/// multiple of theirs; `rngState`, when present, i64 [2]. Returns the
+/// (batch, heads, s_q) of the softmax statistics (batch and s_q are 0 for
+/// thd, whose sequence operands say them).
+FailureOr<SmallVector<int64_t>>
+verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
+                        Value rngState, QkvFormat format);
+
+/// `queryMask`, when present: i1 [b, 1, 1, s_q] (from the statistics'
+/// shape `stats`), with a padding mask type only.
+LogicalResult verifyQueryMask(Operation *op, Value queryMask,
+                              ArrayRef<int64_t> stats, AttnMaskType maskType);
+
 /// Formats a shape as "[2048, 4, 4096]".
 std::string formatShape(ArrayRef<int64_t> shape);
 

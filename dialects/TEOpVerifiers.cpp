@@ -404,6 +404,14 @@ static LogicalResult verifyPackedAttention(DotProductAttentionOp op,
 LogicalResult DotProductAttentionOp::verify() {
   LayerChecker checker(*this);
   QkvFormat format = getQkvFormat();
+  if (FP8RecipeAttrInterface recipe = getFp8RecipeAttr()) {
+    auto delayed = dyn_cast<DelayedScalingAttr>(recipe);
+    if (!delayed || !delayed.getFp8Dpa())
+      return emitOpError() << "runs no GEMM, so its 'fp8_recipe' must be a "
+                              "#te.delayed_scaling with fp8_dpa = true (FP8 "
+                              "attention), got "
+                           << recipe;
+  }
   if (std::optional<APFloat> scale = getSoftmaxScale())
     if (!(scale->convertToDouble() > 0.0) || scale->isInfinity())
       return emitOpError() << "'softmax_scale' must be finite and > 0, got "

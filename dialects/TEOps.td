@@ -286,6 +286,10 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     the attention is te.kv_cache_attention's: the new tokens are stored in
     the caches, causal mask types align bottom-right.
 
+    `fp8_recipe` (it runs no GEMM, so only a DelayedScaling with
+    `fp8_dpa = true`) runs the attention in FP8, Transformer Engine's
+    fp8_dpa (docs/fp8-attention.md); a KV cache's attention stays bf16/f16.
+
     ```mlir
     %o = te.dot_product_attention %q, %k, %v
         {attn_mask_type = #te.attn_mask_type<causal>}
@@ -313,7 +317,8 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
                    OptionalAttr<F64Attr>:$softmax_scale,
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    OptionalAttr<I64Attr>:$max_seqlen_q,
-                   OptionalAttr<I64Attr>:$max_seqlen_kv);
+                   OptionalAttr<I64Attr>:$max_seqlen_kv,
+                   OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?

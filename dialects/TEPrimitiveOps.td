@@ -345,6 +345,10 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
     `[heads]` or `[b, heads]`) or TE's vanilla ones when it is absent.
     `bias_grad` (a `[1, heads, s_q, s_kv]` bias only) makes
     te.attention_bwd return the bias's gradient. Not with thd.
+
+    `fp8_recipe` (a DelayedScaling with `fp8_dpa`, from the layer op) asks
+    te-place-scaling to run the attention in FP8: te.fp8_attention and
+    te.fp8_attention_bwd (docs/fp8-attention.md).
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
@@ -364,7 +368,8 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
                    OptionalAttr<I64Attr>:$max_seqlen_kv,
                    DefaultValuedAttr<TE_AttnBiasTypeAttr,
                      "::mlir::te::AttnBiasType::no_bias">:$bias_type,
-                   UnitAttr:$bias_grad);
+                   UnitAttr:$bias_grad,
+                   OptionalAttr<TE_DelayedScalingAttr>:$fp8_recipe);
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
   let assemblyFormat = [{
     $query `,` $key `,` $value (`mask` `(` $attention_mask^ `)`)?
@@ -406,7 +411,8 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    OptionalAttr<I64Attr>:$max_seqlen_kv,
                    DefaultValuedAttr<TE_AttnBiasTypeAttr,
                      "::mlir::te::AttnBiasType::no_bias">:$bias_type,
-                   UnitAttr:$bias_grad);
+                   UnitAttr:$bias_grad,
+                   OptionalAttr<TE_DelayedScalingAttr>:$fp8_recipe);
   // The bias's gradient is named `dbias`: `bias_grad` is the attribute.
   let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,
                  TE_AnyTensor:$value_grad, Optional<TE_AnyTensor>:$dbias);

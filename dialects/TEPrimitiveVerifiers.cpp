@@ -303,11 +303,10 @@ LogicalResult RotaryOp::verify() {
   return expectType(*this, getOutput(), "output", getInput().getType());
 }
 
-/// q/k/v layouts shared by the two attention primitives; returns the
-/// (batch, heads, s_q) of the softmax statistics.
-static FailureOr<SmallVector<int64_t>>
-verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
-                        Value rngState, QkvFormat format) {
+FailureOr<SmallVector<int64_t>>
+mlir::te::verifyAttentionOperands(Operation *op, Value query, Value key,
+                                  Value value, Value rngState,
+                                  QkvFormat format) {
   ArrayRef<int64_t> q = shapeOf(query), k = shapeOf(key);
   if (key.getType() != value.getType())
     return op->emitOpError() << "key and value must have one type";
@@ -371,11 +370,9 @@ static LogicalResult verifyPackedSequences(OpT op,
   return success();
 }
 
-/// `query_mask`: i1 [b, 1, 1, s_q] (s_q from the statistics' shape), with
-/// a padding mask type only.
-static LogicalResult verifyQueryMask(Operation *op, Value queryMask,
-                                     ArrayRef<int64_t> stats,
-                                     AttnMaskType maskType) {
+LogicalResult mlir::te::verifyQueryMask(Operation *op, Value queryMask,
+                                        ArrayRef<int64_t> stats,
+                                        AttnMaskType maskType) {
   if (!queryMask)
     return success();
   if (maskType != AttnMaskType::padding &&
@@ -410,6 +407,10 @@ static LogicalResult verifyBias(OpT op, ArrayRef<int64_t> stats) {
 /// softmax statistics' type.
 template <typename OpT>
 static FailureOr<RankedTensorType> verifyAttentionCommon(OpT op) {
+  if (DelayedScalingAttr recipe = op.getFp8RecipeAttr();
+      recipe && !recipe.getFp8Dpa())
+    return op.emitOpError() << "'fp8_recipe' runs the attention in FP8, so "
+                               "it needs fp8_dpa = true";
   FailureOr<SmallVector<int64_t>> stats =
       verifyAttentionOperands(op, op.getQuery(), op.getKey(), op.getValue(),
                               op.getRngState(), op.getQkvFormat());

@@ -1,6 +1,7 @@
 //===- TEQuantizedVerifiers.cpp - rules of the FP8 quantization ops
 //--------===//
 #include "dialects/BlockScaleLayout.h"
+#include "dialects/LayerChecks.h"
 #include "dialects/TEDialect.h"
 
 using namespace mlir;
@@ -186,8 +187,115 @@ LogicalResult DelayedScalingUpdateOp::verify() {
   return success();
 }
 
-// FP8 attention (docs/fp8-attention.md). Placeholders: the rules land with
-// the compiler part of the feature.
-LogicalResult DequantizeOp::verify() { return success(); }
-LogicalResult Fp8AttentionOp::verify() { return success(); }
-LogicalResult Fp8AttentionBwdOp::verify() { return success(); }
+// FP8 attention (docs/fp8-attention.md).
+
+LogicalResult DequantizeOp::verify() {
+  RankedTensorType in = typeOf(getInput()), out = typeOf(getOutput());
+  if (!isFp8(in.getElementType()))
+    return emitOpError() << "'input' must be an f8E4M3FN or f8E5M2 tensor, got "
+                         << in;
+  if (failed(expectSlot(*this, getScaleInv(), "scale_inv")))
+    return failure();
+  Type element = out.getElementType();
+  if (out.getShape() != in.getShape() ||
+      !(element.isBF16() || element.isF16() || element.isF32()))
+    return emitOpError() << "'output' must be a bf16/f16/f32 tensor shaped "
+                            "like 'input', got "
+                         << out;
+  return success();
+}
+
+/// `value` has exactly `expected` type; `name` names it.
+static LogicalResult expectType(Operation *op, Value value, StringRef name,
+                                Type expected) {
+  if (value.getType() != expected)
+    return op->emitOpError() << "'" << name << "' must be " << expected
+                             << ", got " << value.getType();
+  return success();
+}
+
+/// The largest head dim cuDNN's FP8 attention runs.
+constexpr int64_t kMaxFp8HeadDim = 256;
+
+/// What te.fp8_attention and te.fp8_attention_bwd check alike: FP8 E4M3
+/// q, k, v in te.attention's 4-D layouts (not thd) with a head dim cuDNN's
+/// FP8 engines take, the query mask, the meta slots among `slots`, the FP8
+/// output and the statistics. Returns q's type.
+template <typename OpT>
+static FailureOr<RankedTensorType>
+verifyFp8AttentionCommon(OpT op, ArrayRef<std::pair<Value, StringRef>> slots) {
+  if (op.getQkvFormat() == QkvFormat::thd)
+    return op.emitOpError() << "takes sbhd or bshd; packed sequences "
+                               "(qkv_format = thd) are not supported by FP8 "
+                               "attention";
+  for (auto [value, name] :
+       {std::pair(op.getQuery(), "query"), std::pair(op.getKey(), "key"),
+        std::pair(op.getValue(), "value")})
+    if (!isa<Float8E4M3FNType>(typeOf(value).getElementType()))
+      return op.emitOpError()
+             << "'" << name << "' must be f8E4M3FN, got " << value.getType();
+  FailureOr<SmallVector<int64_t>> stats =
+      verifyAttentionOperands(op, op.getQuery(), op.getKey(), op.getValue(),
+                              op.getRngState(), op.getQkvFormat());
+  if (failed(stats) || failed(verifyQueryMask(op, op.getQueryMask(), *stats,
+                                              op.getAttnMaskType())))
+    return failure();
+  RankedTensorType query = typeOf(op.getQuery());
+  int64_t headDim = query.getDimSize(3);
+  if (headDim % 16 != 0 || headDim > kMaxFp8HeadDim)
+    return op.emitOpError()
+           << "head dim must be a multiple of 16 and at most " << kMaxFp8HeadDim
+           << " for FP8 attention, got " << headDim;
+  for (auto [value, name] : slots)
+    if (failed(expectSlot(op, value, name)))
+      return failure();
+  auto lse = RankedTensorType::get(*stats, Float32Type::get(op.getContext()));
+  if (failed(expectType(op, op.getOutput(), "output", query)) ||
+      failed(expectType(op, op.getSoftmaxLse(), "softmax_lse", lse)))
+    return failure();
+  return query;
+}
+
+LogicalResult Fp8AttentionOp::verify() {
+  return failure(failed(
+      verifyFp8AttentionCommon(*this, {{getQkvScaleInv(), "qkv_scale_inv"},
+                                       {getSScale(), "s_scale"},
+                                       {getSScaleInv(), "s_scale_inv"},
+                                       {getOScale(), "o_scale"},
+                                       {getAmaxS(), "amax_s"},
+                                       {getAmaxO(), "amax_o"}})));
+}
+
+LogicalResult Fp8AttentionBwdOp::verify() {
+  FailureOr<RankedTensorType> query =
+      verifyFp8AttentionCommon(*this, {{getQkvScaleInv(), "qkv_scale_inv"},
+                                       {getOScaleInv(), "o_scale_inv"},
+                                       {getGradScaleInv(), "grad_scale_inv"},
+                                       {getSScale(), "s_scale"},
+                                       {getSScaleInv(), "s_scale_inv"},
+                                       {getDpScale(), "dp_scale"},
+                                       {getDpScaleInv(), "dp_scale_inv"},
+                                       {getDqkvScale(), "dqkv_scale"},
+                                       {getAmaxDp(), "amax_dp"},
+                                       {getAmaxDq(), "amax_dq"},
+                                       {getAmaxDk(), "amax_dk"},
+                                       {getAmaxDv(), "amax_dv"}});
+  if (failed(query))
+    return failure();
+  // dO and the gradients are in the backward format, E5M2 or E4M3.
+  RankedTensorType grad = typeOf(getGrad());
+  Type fp8 = grad.getElementType();
+  if (!isFp8(fp8) || grad.getShape() != query->getShape())
+    return emitOpError() << "'grad' must be an f8E4M3FN or f8E5M2 tensor of "
+                            "query's shape, got "
+                         << grad;
+  auto like = [&](Value value) {
+    return RankedTensorType::get(typeOf(value).getShape(), fp8);
+  };
+  return failure(
+      failed(
+          expectType(*this, getQueryGrad(), "query_grad", like(getQuery()))) ||
+      failed(expectType(*this, getKeyGrad(), "key_grad", like(getKey()))) ||
+      failed(
+          expectType(*this, getValueGrad(), "value_grad", like(getValue()))));
+}

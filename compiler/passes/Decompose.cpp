@@ -267,6 +267,10 @@ public:
     }
     if (window)
       attrs.push_back(builder.getNamedAttr("window_size", window));
+    // fp8_dpa: te-place-scaling runs this attention in FP8.
+    if (auto delayed = dyn_cast_or_null<DelayedScalingAttr>(recipe);
+        delayed && delayed.getFp8Dpa())
+      attrs.push_back(builder.getNamedAttr("fp8_recipe", delayed));
     // Keys from another sequence: the mask pads them alone, whatever the
     // lengths.
     if (crossAttention && mask)

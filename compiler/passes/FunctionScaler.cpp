@@ -55,6 +55,23 @@ Value FunctionScaler::slots(Value vector, int64_t index, int64_t count,
                                  builder.getI64IntegerAttr(index));
 }
 
+MetaSlot FunctionScaler::addSlot(DelayedScalingAttr recipe, FloatType fp8Type,
+                                 Operation *user) {
+  builder.setInsertionPoint(user);
+  Location loc = user->getLoc();
+  MetaGroup &group = metaGroup(recipe, fp8Type);
+  int64_t index = group.slots++;
+  group.amaxes.push_back(nullptr);
+  return {slots(group.scale, index, 1, loc),
+          slots(group.scaleInv, index, 1, loc),
+          {recipe, fp8Type},
+          group.amaxes.size() - 1};
+}
+
+void FunctionScaler::setAmax(const MetaSlot &slot, Value amax) {
+  groups.find(slot.group)->second.amaxes[slot.amaxIndex] = amax;
+}
+
 /// `value` [rows, cols] (or its transpose) cast in blocks.
 static Fp8Value blockQuantize(OpBuilder &builder, Location loc, Value value,
                               FloatType fp8Type, int64_t blockDim, bool power2,
@@ -316,6 +333,8 @@ void FunctionScaler::finish() {
         RankedTensorType::get({group.recipe.getAmaxHistoryLen(), slots},
                               vectorType.getElementType()));
 
+    assert(llvm::all_of(group.amaxes, [](Value amax) { return amax; }) &&
+           "a meta slot without its amax");
     builder.setInsertionPoint(returnOp);
     Location loc = function.getLoc();
     Value amaxes =

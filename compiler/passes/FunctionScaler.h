@@ -47,6 +47,15 @@ struct Fp8Value {
 /// blocks by it.
 enum class OperandRole { input, weight, grad };
 
+/// A DelayedScaling meta slot whose casts the caller emits (FP8 attention:
+/// one scale shared by three casts, or casts inside cuDNN): the slot's
+/// scale and scale_inv, and where FunctionScaler::setAmax() puts its amax.
+struct MetaSlot {
+  mlir::Value scale, scaleInv;
+  std::pair<mlir::Attribute, mlir::Type> group;
+  size_t amaxIndex;
+};
+
 class FunctionScaler {
 public:
   /// `metaPrefix` names the meta arguments: "fp8_meta.fwd" or
@@ -87,6 +96,14 @@ public:
   Fp8Value fp8Argument(mlir::BlockArgument weight, llvm::StringRef name,
                        mlir::FloatType fp8Type, bool withTranspose);
 
+  /// A new slot of the `fp8Type` meta vectors of `recipe`, read before
+  /// `user`; its amax must be given with setAmax() before finish().
+  MetaSlot addSlot(mlir::te::DelayedScalingAttr recipe, mlir::FloatType fp8Type,
+                   mlir::Operation *user);
+
+  /// `amax` (tensor<1xf32>) is what `slot` records this step.
+  void setAmax(const MetaSlot &slot, mlir::Value amax);
+
   /// Gathers the DelayedScaling amaxes and emits the state update before the
   /// function's return, which then also returns the new state.
   void finish();
@@ -98,7 +115,8 @@ private:
     mlir::FloatType fp8Type;
     mlir::BlockArgument scale, scaleInv, history;
     /// The slots handed out so far (a grouped cast takes G of them) and
-    /// the amaxes that fill them, in slot order ([1] or [G] each).
+    /// the amaxes that fill them, in slot order ([1] or [G] each; null
+    /// until setAmax() for an addSlot() slot).
     int64_t slots = 0;
     llvm::SmallVector<mlir::Value> amaxes;
   };

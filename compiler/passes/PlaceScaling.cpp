@@ -8,9 +8,15 @@
 // interface and recomputed views), whose FP8 copy, transposed, is saved
 // for the backward GEMM.
 //
+// Under DelayedScaling with fp8_dpa, te.attention and its te.attention_bwd
+// become FP8 attention the same way (docs/fp8-attention.md): casts and meta
+// slots in each function, and the forward's FP8 tensors and scales saved
+// for the backward.
+//
 //===----------------------------------------------------------------------===//
 #include "compiler/passes/FunctionScaler.h"
 #include "compiler/passes/Passes.h"
+#include "dialects/LayerChecks.h"
 
 #include "mlir/AsmParser/AsmParser.h"
 #include "llvm/ADT/BitVector.h"
@@ -42,7 +48,99 @@ struct ForwardState {
   /// The per-group FP8 copy of each grouped GEMM operand, by (operand,
   /// m_splits; null for stacked weights).
   DenseMap<std::pair<Value, Value>, Fp8Value> groupedOperands;
+  /// The `o` slot's scale_inv of each te.fp8_attention, which dequantizes
+  /// its output (and, saved, dO's partner O in the backward).
+  DenseMap<Operation *, Value> outputScaleInvs;
 };
+
+/// The recipe that runs attention op `op` (te.attention or
+/// te.attention_bwd) in FP8: its own, or `overrideRecipe` when `overridden`,
+/// when that is a DelayedScaling with fp8_dpa; else null.
+template <typename OpT>
+DelayedScalingAttr fp8AttentionRecipe(OpT op, bool overridden,
+                                      FP8RecipeAttrInterface overrideRecipe) {
+  auto recipe = dyn_cast_or_null<DelayedScalingAttr>(
+      overridden ? overrideRecipe
+                 : FP8RecipeAttrInterface(op.getFp8RecipeAttr()));
+  return recipe && recipe.getFp8Dpa() ? recipe : nullptr;
+}
+
+/// `value`'s shape with element type `element`.
+RankedTensorType withElement(Value value, Type element) {
+  return RankedTensorType::get(
+      cast<RankedTensorType>(value.getType()).getShape(), element);
+}
+
+RankedTensorType slotType(MLIRContext *context) {
+  return RankedTensorType::get({1}, Float32Type::get(context));
+}
+
+/// The largest of `amaxes` (each tensor<1xf32>): te.amax of their concat,
+/// as the max |.| of non-negative values is their max.
+Value maxOf(OpBuilder &builder, Location loc, ArrayRef<Value> amaxes) {
+  if (amaxes.size() == 1)
+    return amaxes.front();
+  MLIRContext *context = builder.getContext();
+  auto all = RankedTensorType::get({int64_t(amaxes.size())},
+                                   Float32Type::get(context));
+  Value joined = builder.create<ConcatOp>(loc, all, amaxes);
+  return builder.create<AmaxOp>(loc, slotType(context), joined);
+}
+
+/// The attributes te.attention (or te.attention_bwd) `op` shares with its
+/// FP8 form, with the FP8 op's operand segments: `fixed` operands, then the
+/// mask, query mask and RNG state when present.
+template <typename OpT>
+SmallVector<NamedAttribute> fp8AttentionAttrs(OpT op, int32_t fixed) {
+  SmallVector<NamedAttribute> attrs;
+  for (StringRef name : {"attn_mask_type", "qkv_format", "softmax_scale",
+                         "dropout", "stream", "pad_keys_only"})
+    if (Attribute attr = op->getAttr(name))
+      attrs.push_back(
+          NamedAttribute(StringAttr::get(op.getContext(), name), attr));
+  SmallVector<int32_t> segments(fixed, 1);
+  for (Value optional :
+       {op.getAttentionMask(), op.getQueryMask(), op.getRngState()})
+    segments.push_back(optional ? 1 : 0);
+  Builder builder(op.getContext());
+  attrs.push_back(builder.getNamedAttr("operandSegmentSizes",
+                                       builder.getDenseI32ArrayAttr(segments)));
+  return attrs;
+}
+
+/// The mask, query mask and RNG state of `op`, those present.
+template <typename OpT> SmallVector<Value> attentionOptionals(OpT op) {
+  SmallVector<Value> values;
+  for (Value optional :
+       {op.getAttentionMask(), op.getQueryMask(), op.getRngState()})
+    if (optional)
+      values.push_back(optional);
+  return values;
+}
+
+/// Refuses what cuDNN's FP8 attention does not run, naming the attribute.
+LogicalResult checkFp8Attention(AttentionOp attention) {
+  auto refuse = [&]() -> InFlightDiagnostic {
+    return attention.emitOpError() << "runs in FP8 (fp8_dpa), which does not "
+                                      "support ";
+  };
+  if (attention.getBiasType() != AttnBiasType::no_bias || attention.getBias() ||
+      attention.getAlibiSlopes())
+    return refuse() << "bias_type = "
+                    << stringifyAttnBiasType(attention.getBiasType())
+                    << " (an attention bias or ALiBi)";
+  if (attention.getQkvFormat() == QkvFormat::thd)
+    return refuse() << "qkv_format = thd (packed sequences)";
+  if (std::optional<ArrayRef<int64_t>> window = attention.getWindowSize())
+    return refuse() << "window_size = " << formatShape(*window)
+                    << " (sliding-window attention)";
+  int64_t headDim =
+      cast<RankedTensorType>(attention.getQuery().getType()).getDimSize(3);
+  if (headDim % 16 != 0 || headDim > 256)
+    return refuse() << "head dim " << headDim
+                    << " (it needs a multiple of 16, at most 256)";
+  return success();
+}
 
 /// `value`'s FP8 copy oriented as te.scaled_matmul wants it: K-major.
 Fp8Value kMajor(FunctionScaler &scaler, Fp8Value value, bool transposed) {
@@ -192,6 +290,7 @@ public:
 
   LogicalResult scale(MatmulOp matmul, FP8RecipeAttrInterface recipe);
   LogicalResult scale(GroupedMatmulOp matmul, FP8RecipeAttrInterface recipe);
+  LogicalResult scale(AttentionBwdOp attention, DelayedScalingAttr recipe);
   void finish() {
     scaler.finish();
     pruneSavedValues();
@@ -321,6 +420,66 @@ LogicalResult BackwardScaler::scale(GroupedMatmulOp matmul,
   return replaceByGroupedScaled(matmul, *a, *b);
 }
 
+LogicalResult BackwardScaler::scale(AttentionBwdOp attention,
+                                    DelayedScalingAttr recipe) {
+  // The forward op through its statistics, a saved forward result.
+  Value lse = forwardValueOf(attention.getSoftmaxLse(), forward.function);
+  auto fwd = lse ? lse.getDefiningOp<Fp8AttentionOp>() : Fp8AttentionOp();
+  if (!fwd)
+    return attention.emitOpError()
+           << "is the gradient of an attention that does not run in FP8; "
+              "fp8_dpa must run both";
+  // dO in the backward format with a slot of its own; then dS's slot
+  // (cuDNN's "dP") and the one that dq, dk and dv share.
+  FloatType fp8 = FP8RecipeAttrInterface(recipe).getBackwardType();
+  Fp8Value grad = scaler.quantize(attention.getGrad(), recipe, fp8, attention,
+                                  OperandRole::grad);
+  MetaSlot dp = scaler.addSlot(recipe, fp8, attention);
+  MetaSlot dqkv = scaler.addSlot(recipe, fp8, attention);
+  // The forward's FP8 q, k, v and O, and the scales it used, saved.
+  SmallVector<Value> operands = {
+      grad.data,
+      fromForward(fwd.getQuery()),
+      fromForward(fwd.getKey()),
+      fromForward(fwd.getValue()),
+      fromForward(fwd.getOutput()),
+      attention.getSoftmaxLse(),
+      fromForward(fwd.getQkvScaleInv()),
+      fromForward(forward.outputScaleInvs.lookup(fwd)),
+      grad.scaleInv,
+      fromForward(fwd.getSScale()),
+      fromForward(fwd.getSScaleInv()),
+      dp.scale,
+      dp.scaleInv,
+      dqkv.scale};
+  size_t fixed = operands.size();
+  operands.append(attentionOptionals(attention));
+  MLIRContext *context = attention.getContext();
+  SmallVector<Type> types;
+  for (Value value :
+       {attention.getQuery(), attention.getKey(), attention.getValue()})
+    types.push_back(withElement(value, fp8));
+  types.append(4, slotType(context));
+  OpBuilder builder(attention);
+  Location loc = attention.getLoc();
+  auto fp8Bwd = builder.create<Fp8AttentionBwdOp>(
+      loc, types, operands, fp8AttentionAttrs(attention, fixed));
+  scaler.setAmax(dp, fp8Bwd.getAmaxDp());
+  scaler.setAmax(dqkv, maxOf(builder, loc,
+                             {fp8Bwd.getAmaxDq(), fp8Bwd.getAmaxDk(),
+                              fp8Bwd.getAmaxDv()}));
+  SmallVector<Value> fp8Grads = {fp8Bwd.getQueryGrad(), fp8Bwd.getKeyGrad(),
+                                 fp8Bwd.getValueGrad()};
+  for (auto [result, fp8Grad] :
+       llvm::zip(attention->getResults().take_front(3), fp8Grads)) {
+    Value dequantized = builder.create<DequantizeOp>(loc, result.getType(),
+                                                     fp8Grad, dqkv.scaleInv);
+    result.replaceAllUsesWith(dequantized);
+  }
+  attention.erase();
+  return success();
+}
+
 /// Erases ops whose results nobody reads: views that fed replaced GEMMs.
 void eraseDeadOps(func::FuncOp function) {
   for (Operation &op :
@@ -345,11 +504,12 @@ void BackwardScaler::pruneSavedValues() {
                        : StringAttr();
     bool forwardArg =
         backward.getArgAttr(arg.getArgNumber(), "te.forward_arg") != nullptr;
-    if (!arg.use_empty() ||
-        !(forwardArg || (name && name.getValue().starts_with("saved."))))
+    if (!arg.use_empty() || !(forwardArg || result))
       continue;
+    // A forward result of its own (attention's output, which FP8 attention
+    // no longer reads in high precision) stays a result of the forward.
     deadArgs.set(arg.getArgNumber());
-    if (result)
+    if (name && name.getValue().starts_with("saved."))
       deadResults.set(result.getInt());
   }
   for (int index = deadResults.size() - 1; index >= 0; --index)
@@ -383,6 +543,13 @@ void BackwardScaler::pruneSavedValues() {
   }
 }
 
+/// Drops the recipes of the attention ops that stay in high precision
+/// (an overriding recipe without fp8_dpa, or none), as GEMMs drop theirs.
+void removeAttentionRecipes(ModuleOp module) {
+  module.walk([](AttentionOp op) { op.removeFp8RecipeAttr(); });
+  module.walk([](AttentionBwdOp op) { op.removeFp8RecipeAttr(); });
+}
+
 struct PlaceScalingPass
     : public tejit::impl::TEPlaceScalingBase<PlaceScalingPass> {
   using TEPlaceScalingBase::TEPlaceScalingBase;
@@ -401,6 +568,12 @@ private:
                              FP8RecipeAttrInterface recipe);
   LogicalResult scaleForward(ForwardState &state, GroupedMatmulOp matmul,
                              FP8RecipeAttrInterface recipe);
+  LogicalResult scaleForward(ForwardState &state, AttentionOp attention,
+                             DelayedScalingAttr recipe);
+  /// The recipe that runs `op` (te.attention or te.attention_bwd) in FP8.
+  template <typename OpT> DelayedScalingAttr fp8RecipeOf(OpT op) const {
+    return fp8AttentionRecipe(op, overridden, overrideRecipe);
+  }
 
   bool overridden = false;
   FP8RecipeAttrInterface overrideRecipe;
@@ -528,6 +701,56 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
       matmul, a, kMajor(state.scaler, b, !matmul.getTransposeB()));
 }
 
+LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
+                                             AttentionOp attention,
+                                             DelayedScalingAttr recipe) {
+  if (failed(checkFp8Attention(attention)))
+    return failure();
+  FunctionScaler &scaler = state.scaler;
+  FloatType fp8 = FP8RecipeAttrInterface(recipe).getForwardType();
+  MetaSlot qkv = scaler.addSlot(recipe, fp8, attention);
+  MetaSlot s = scaler.addSlot(recipe, fp8, attention);
+  MetaSlot o = scaler.addSlot(recipe, fp8, attention);
+  OpBuilder builder(attention);
+  Location loc = attention.getLoc();
+  MLIRContext *context = attention.getContext();
+  // q, k and v with one scale, as Transformer Engine casts them together;
+  // the slot records the largest of their amaxes.
+  SmallVector<Value> operands, amaxes;
+  DenseMap<Value, Value> casts;
+  for (Value value :
+       {attention.getQuery(), attention.getKey(), attention.getValue()}) {
+    Value &data = casts[value];
+    if (!data) {
+      auto quantize = builder.create<QuantizeOp>(
+          loc, withElement(value, fp8), slotType(context), value, qkv.scale);
+      data = quantize.getOutput();
+      amaxes.push_back(quantize.getAmax());
+    }
+    operands.push_back(data);
+  }
+  scaler.setAmax(qkv, maxOf(builder, loc, amaxes));
+  operands.append({qkv.scaleInv, s.scale, s.scaleInv, o.scale});
+  size_t fixed = operands.size();
+  operands.append(attentionOptionals(attention));
+  Value output = attention.getOutput();
+  auto fp8Attention = builder.create<Fp8AttentionOp>(
+      loc,
+      TypeRange{withElement(output, fp8), attention.getSoftmaxLse().getType(),
+                slotType(context), slotType(context)},
+      operands, fp8AttentionAttrs(attention, fixed));
+  scaler.setAmax(s, fp8Attention.getAmaxS());
+  scaler.setAmax(o, fp8Attention.getAmaxO());
+  state.outputScaleInvs[fp8Attention] = o.scaleInv;
+  // The layer goes on in high precision (fp8_mha is off).
+  Value dequantized = builder.create<DequantizeOp>(
+      loc, output.getType(), fp8Attention.getOutput(), o.scaleInv);
+  output.replaceAllUsesWith(dequantized);
+  attention.getSoftmaxLse().replaceAllUsesWith(fp8Attention.getSoftmaxLse());
+  attention.erase();
+  return success();
+}
+
 /// Refuses FP8 weights (fp8_weights) that grouped GEMMs read: GroupedLinear
 /// has no FP8-weight form yet.
 LogicalResult checkGroupedFp8Weights(func::FuncOp function) {
@@ -549,16 +772,19 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
   if (failed(checkGroupedFp8Weights(state.function)))
     return failure();
   addFp8Weights(state);
-  // In program order, so that meta slots follow the GEMMs.
+  // In program order, so that meta slots follow the GEMMs (and attention).
   SmallVector<Operation *> matmuls;
   for (Operation &op : state.function.front())
-    if (isa<MatmulOp, GroupedMatmulOp>(op))
+    if (isa<MatmulOp, GroupedMatmulOp, AttentionOp>(op))
       matmuls.push_back(&op);
   for (Operation *op : matmuls) {
     LogicalResult status = success();
     if (auto matmul = dyn_cast<MatmulOp>(op)) {
       if (FP8RecipeAttrInterface recipe = recipeOf(matmul))
         status = scaleForward(state, matmul, recipe);
+    } else if (auto attention = dyn_cast<AttentionOp>(op)) {
+      if (DelayedScalingAttr recipe = fp8RecipeOf(attention))
+        status = scaleForward(state, attention, recipe);
     } else {
       auto grouped = cast<GroupedMatmulOp>(op);
       if (FP8RecipeAttrInterface recipe = recipeOf(grouped))
@@ -579,6 +805,7 @@ void PlaceScalingPass::runOnOperation() {
     // `none`: the GEMMs stay in high precision, and say so.
     module.walk([](MatmulOp matmul) { matmul.removeFp8RecipeAttr(); });
     module.walk([](GroupedMatmulOp matmul) { matmul.removeFp8RecipeAttr(); });
+    removeAttentionRecipes(module);
     for (auto function : module.getOps<func::FuncOp>())
       if (failed(checkFp8WeightUses(function)))
         return signalPassFailure();
@@ -612,13 +839,16 @@ void PlaceScalingPass::runOnOperation() {
     BackwardScaler scaler(backward, *it->second);
     SmallVector<Operation *> matmuls;
     for (Operation &op : backward.front())
-      if (isa<MatmulOp, GroupedMatmulOp>(op))
+      if (isa<MatmulOp, GroupedMatmulOp, AttentionBwdOp>(op))
         matmuls.push_back(&op);
     for (Operation *op : matmuls) {
       LogicalResult status = success();
       if (auto matmul = dyn_cast<MatmulOp>(op)) {
         if (FP8RecipeAttrInterface recipe = recipeOf(matmul))
           status = scaler.scale(matmul, recipe);
+      } else if (auto attention = dyn_cast<AttentionBwdOp>(op)) {
+        if (DelayedScalingAttr recipe = fp8RecipeOf(attention))
+          status = scaler.scale(attention, recipe);
       } else {
         auto grouped = cast<GroupedMatmulOp>(op);
         if (FP8RecipeAttrInterface recipe = recipeOf(grouped))
@@ -631,5 +861,6 @@ void PlaceScalingPass::runOnOperation() {
     if (failed(checkHighPrecisionReads(backward, it->second->function)))
       return signalPassFailure();
   }
+  removeAttentionRecipes(module);
 }
 } // namespace

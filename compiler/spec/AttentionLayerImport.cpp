@@ -280,10 +280,16 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   // TE's mask pair: the queries have a padding mask of their own.
   FailureOr<bool> paddedQueries = layer.getBool("padded_queries", false);
   FailureOr<BiasOptions> bias = BiasOptions::read(ctx, maskType);
+  // It runs no GEMM: a recipe (its own or the spec's) applies only as a
+  // DelayedScaling with fp8_dpa, which runs the attention in FP8.
+  auto fp8Dpa = dyn_cast_or_null<DelayedScalingAttr>(ctx.recipe);
+  if (fp8Dpa && !fp8Dpa.getFp8Dpa())
+    fp8Dpa = nullptr;
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
       failed(format) || failed(window) || failed(kvSeq) || failed(kvTokens) ||
-      failed(paddedQueries) || failed(bias) || failed(ctx.rejectRecipe()) ||
+      failed(paddedQueries) || failed(bias) ||
+      (!fp8Dpa && failed(ctx.rejectRecipe())) ||
       failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
                                 "attn_mask_type")))
     return failure();
@@ -345,6 +351,8 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
     parts.set("softmax_scale", ctx.f64(**scale));
   if (*window)
     parts.set("window_size", *window);
+  if (fp8Dpa)
+    parts.set("fp8_recipe", fp8Dpa);
   return ctx.build(DotProductAttentionOp::getOperationName(), parts,
                    ctx.state.activationType(*heads * *headDim),
                    /*segmented=*/true);

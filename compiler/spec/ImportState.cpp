@@ -238,6 +238,19 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
           .value();
   MLIRContext *context = locations.getContext();
   auto emitRecipeError = [&] { return emitError(map->loc()); };
+  // FP8 attention is DelayedScaling's alone (docs/fp8-attention.md). The
+  // other recipes take a false fp8_dpa, as Transformer Engine's carry it,
+  // without listing the key as theirs.
+  FailureOr<bool> fp8Dpa = false;
+  if (!delayed && map->has("fp8_dpa")) {
+    fp8Dpa = map->getBool("fp8_dpa", false);
+    if (succeeded(fp8Dpa) && *fp8Dpa) {
+      emitError(map->keyLoc("fp8_dpa"))
+          << "fp8_dpa needs the DelayedScaling recipe, not "
+          << (block ? "Float8BlockScaling" : "Float8CurrentScaling");
+      fp8Dpa = failure();
+    }
+  }
 
   if (block) {
     SmallVector<int64_t, 3> dims;
@@ -255,7 +268,7 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
       dims.push_back(succeeded(dim) ? *dim : fallback);
     }
     FailureOr<bool> power2 = map->getBool("power_2_scale", true);
-    if (failed(map->finish()) || !dimsOk || failed(power2))
+    if (failed(map->finish()) || !dimsOk || failed(power2) || failed(fp8Dpa))
       return failure();
     BlockScalingAttr attr = BlockScalingAttr::getChecked(
         emitRecipeError, context, format, dims[0], dims[1], dims[2], *power2);
@@ -266,7 +279,7 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
 
   if (!delayed) {
     FailureOr<bool> power2 = map->getBool("power_2_scale", false);
-    if (failed(map->finish()) || failed(power2))
+    if (failed(map->finish()) || failed(power2) || failed(fp8Dpa))
       return failure();
     CurrentScalingAttr attr = CurrentScalingAttr::getChecked(
         emitRecipeError, context, format, *power2);
@@ -285,13 +298,14 @@ tejit::spec::readRecipe(const SpecNode &node, const SpecLocations &locations) {
   FailureOr<std::optional<std::string>> algo =
       map->getChoice("amax_compute_algo", {"max", "most_recent"});
   FailureOr<bool> reduceAmax = map->getBool("reduce_amax", true);
+  fp8Dpa = map->getBool("fp8_dpa", false);
   if (failed(map->finish()) || failed(margin) || failed(historyLen) ||
-      failed(algo) || failed(reduceAmax))
+      failed(algo) || failed(reduceAmax) || failed(fp8Dpa))
     return failure();
   DelayedScalingAttr attr = DelayedScalingAttr::getChecked(
       emitRecipeError, context, *margin, format, historyLen->value_or(1024),
       symbolizeAmaxComputeAlgo(algo->value_or("max")).value(), *reduceAmax,
-      /*fp8Dpa=*/false);
+      *fp8Dpa);
   if (!attr)
     return failure();
   return cast<FP8RecipeAttrInterface>(attr);

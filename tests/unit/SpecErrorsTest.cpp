@@ -1265,7 +1265,7 @@ recipe:
                   5, 3,
                   "unknown key 'power_2_scale' in DelayedScaling recipe "
                   "(valid keys: type, fp8_format, margin, amax_history_len, "
-                  "amax_compute_algo, reduce_amax)"},
+                  "amax_compute_algo, reduce_amax, fp8_dpa)"},
         ErrorCase{"E5M2Delayed", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -1365,6 +1365,51 @@ layers:
     num_attention_heads: 4
     kv_channels: 16
     recipe: {type: DelayedScaling}
+)",
+                  7, 5,
+                  "DotProductAttention runs no GEMM, so a 'recipe' does not "
+                  "apply to it"},
+        ErrorCase{"Fp8DpaInCurrentScaling", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+recipe:
+  type: Float8CurrentScaling
+  fp8_dpa: true
+)",
+                  5, 3,
+                  "fp8_dpa needs the DelayedScaling recipe, not "
+                  "Float8CurrentScaling"},
+        ErrorCase{"Fp8DpaInBlockScaling", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: Linear
+    in_features: 64
+    out_features: 64
+    recipe: {type: Float8BlockScaling, fp8_dpa: true}
+)",
+                  7, 40,
+                  "fp8_dpa needs the DelayedScaling recipe, not "
+                  "Float8BlockScaling"},
+        ErrorCase{"Fp8DpaNotBool", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+recipe:
+  type: DelayedScaling
+  fp8_dpa: 1
+)",
+                  5, 12,
+                  "'fp8_dpa' in DelayedScaling recipe must be true or false, "
+                  "got '1'"},
+        ErrorCase{"RecipeWithoutFp8DpaOnDotProductAttention", "spec.yaml",
+                  R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    recipe: {type: DelayedScaling, fp8_dpa: false}
 )",
                   7, 5,
                   "DotProductAttention runs no GEMM, so a 'recipe' does not "

@@ -850,6 +850,69 @@ TEST_F(SpecImporter, DelayedScalingAllFields) {
   EXPECT_FALSE(recipe.getReduceAmax());
 }
 
+TEST_F(SpecImporter, DelayedScalingFp8Dpa) {
+  // TE's DelayedScaling(fp8_dpa=False) by default; true prints.
+  func::FuncOp function =
+      importOk(linearSpecWithRecipe("  type: DelayedScaling\n"));
+  ASSERT_TRUE(function);
+  auto recipe = dyn_cast<DelayedScalingAttr>(
+      *opsOf<LinearOp>(function).at(0).getFp8Recipe());
+  ASSERT_TRUE(recipe);
+  EXPECT_FALSE(recipe.getFp8Dpa());
+  function = importOk(
+      linearSpecWithRecipe("  type: DelayedScaling\n  fp8_dpa: true\n"));
+  ASSERT_TRUE(function);
+  EXPECT_EQ(linearRecipe(*this, function),
+            "#te.delayed_scaling<fp8_dpa = true>");
+  // Transformer Engine's other recipes carry fp8_dpa = False too.
+  function = importOk(
+      linearSpecWithRecipe("  type: Float8CurrentScaling\n  fp8_dpa: false\n"));
+  ASSERT_TRUE(function);
+  EXPECT_EQ(linearRecipe(*this, function), "#te.current_scaling<>");
+}
+
+TEST_F(SpecImporter, DotProductAttentionFp8Dpa) {
+  // DotProductAttention runs no GEMM, but fp8_dpa (from the spec's recipe
+  // or its own) runs its attention in FP8; a recipe without it is ignored
+  // at the top level.
+  const char *spec = R"yaml(
+seq_length: 32
+batch_size: 2
+recipe: {type: DelayedScaling, fp8_dpa: %s}
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+)yaml";
+  for (bool fp8Dpa : {true, false}) {
+    std::string text = spec;
+    text.replace(text.find("%s"), 2, fp8Dpa ? "true" : "false");
+    func::FuncOp function = importOk(text);
+    ASSERT_TRUE(function);
+    DotProductAttentionOp op = opsOf<DotProductAttentionOp>(function).at(0);
+    std::optional<FP8RecipeAttrInterface> recipe = op.getFp8Recipe();
+    EXPECT_EQ(recipe.has_value(), fp8Dpa);
+    if (recipe)
+      EXPECT_EQ(str(*recipe), "#te.delayed_scaling<fp8_dpa = true>");
+    EXPECT_TRUE(succeeded(verify(function)));
+  }
+  func::FuncOp function = importOk(R"yaml(
+seq_length: 32
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    recipe: {type: DelayedScaling, fp8_dpa: true, amax_history_len: 8}
+)yaml");
+  ASSERT_TRUE(function);
+  std::optional<FP8RecipeAttrInterface> recipe =
+      opsOf<DotProductAttentionOp>(function).at(0).getFp8Recipe();
+  ASSERT_TRUE(recipe.has_value());
+  EXPECT_EQ(str(*recipe),
+            "#te.delayed_scaling<amax_history_len = 8, fp8_dpa = true>");
+}
+
 TEST_F(SpecImporter, CurrentScalingDefaultsMatchTransformerEngine) {
   func::FuncOp function =
       importOk(linearSpecWithRecipe("  type: Float8CurrentScaling\n"));
