@@ -179,19 +179,19 @@ def TE_Fp8AttentionOp : TE_PrimOp<"fp8_attention",
     `fp8_dpa`, docs/fp8-attention.md). `query`, `key`, `value` are FP8
     (f8E4M3FN) in te.attention's 4-D layouts (sbhd or bshd), all three
     dequantized by `qkv_scale_inv`. With Q, K, V the dequantized values:
-      P = softmax(Q K^T * softmax_scale + mask)   (dropout as te.attention)
+      P = softmax(Q K^T * softmax_scale + mask)
       O = P V
-    `amax_s = max P` (before dropout) and `amax_o = max |O|` (each
-    `tensor<1xf32>`); the output is `fp8(O * o_scale)` (f8E4M3FN, q's
-    shape) and `softmax_lse` te.attention's f32 `[b, heads, s_q]`
-    statistics. On the GPU, P is cast to FP8 with `s_scale` before the
-    second matmul and dequantized with `s_scale_inv`; the float64
-    reference (the interpreter) computes P V exactly. Masks, dropout, GQA,
-    `pad_keys_only` as te.attention; no bias, ALiBi, window or thd.
+    `amax_s = max P` and `amax_o = max |O|` (each `tensor<1xf32>`); the
+    output is `fp8(O * o_scale)` (f8E4M3FN, q's shape) and `softmax_lse`
+    te.attention's f32 `[b, heads, s_q]` statistics. On the GPU, P is cast
+    to E4M3 with the fixed scale 448 before the second matmul (cuDNN casts
+    its running softmax's unnormalized probabilities, up to 1); the
+    float64 reference (the interpreter) computes P V exactly. Masks, GQA,
+    `pad_keys_only` as te.attention; `dropout` must be 0 (cuDNN's FP8
+    engines fault on it); no bias, ALiBi, window or thd.
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, TE_AnyTensor:$qkv_scale_inv,
-                   TE_AnyTensor:$s_scale, TE_AnyTensor:$s_scale_inv,
                    TE_AnyTensor:$o_scale,
                    Optional<TE_AnyTensor>:$attention_mask,
                    Optional<TE_AnyTensor>:$query_mask,
@@ -204,8 +204,8 @@ def TE_Fp8AttentionOp : TE_PrimOp<"fp8_attention",
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
                  TE_AnyTensor:$amax_s, TE_AnyTensor:$amax_o);
   let assemblyFormat = [{
-    $query `,` $key `,` $value `,` $qkv_scale_inv `,` $s_scale `,`
-    $s_scale_inv `,` $o_scale (`mask` `(` $attention_mask^ `)`)?
+    $query `,` $key `,` $value `,` $qkv_scale_inv `,` $o_scale
+    (`mask` `(` $attention_mask^ `)`)?
     (`query_mask` `(` $query_mask^ `)`)? (`rng` `(` $rng_state^ `)`)?
     attr-dict `:` functional-type(operands, results)
   }];
@@ -221,19 +221,19 @@ def TE_Fp8AttentionBwdOp : TE_PrimOp<"fp8_attention_bwd",
     its FP8 output (dequantized by `o_scale_inv`) and statistics. With the
     dequantized values the gradients are te.attention_bwd's: dP = dO V^T,
     dS = P * (dP - rowsum(dO * O)) * softmax_scale, dQ = dS K, dK = dS^T Q,
-    dV = P^T dO. `amax_dp = max |dS|` (cuDNN's amax of its scaled dP) and
+    dV = P^T dO. `amax_dp = max |dS|` (cuDNN's amax of its scaled dP: the
+    gradient of the raw q k^T) and
     `amax_dq`, `amax_dk`, `amax_dv` are the gradients' max |.|; the results
     are `fp8(dQ * dqkv_scale)` etc. in `grad`'s FP8 type, q's, k's and v's
-    shapes. On the GPU P is cast with `s_scale` (the forward's) and dS with
-    `dp_scale` to `grad`'s type, dequantized with `s_scale_inv` and
+    shapes. On the GPU P is cast with the forward's fixed scale and dS *
+    softmax_scale with `dp_scale` to `grad`'s type, dequantized with
     `dp_scale_inv`; the float64 reference computes them exactly.
   }];
   let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$query,
                    TE_AnyTensor:$key, TE_AnyTensor:$value,
                    TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse,
                    TE_AnyTensor:$qkv_scale_inv, TE_AnyTensor:$o_scale_inv,
-                   TE_AnyTensor:$grad_scale_inv, TE_AnyTensor:$s_scale,
-                   TE_AnyTensor:$s_scale_inv, TE_AnyTensor:$dp_scale,
+                   TE_AnyTensor:$grad_scale_inv, TE_AnyTensor:$dp_scale,
                    TE_AnyTensor:$dp_scale_inv, TE_AnyTensor:$dqkv_scale,
                    Optional<TE_AnyTensor>:$attention_mask,
                    Optional<TE_AnyTensor>:$query_mask,
@@ -249,8 +249,8 @@ def TE_Fp8AttentionBwdOp : TE_PrimOp<"fp8_attention_bwd",
                  TE_AnyTensor:$amax_dv);
   let assemblyFormat = [{
     $grad `,` $query `,` $key `,` $value `,` $output `,` $softmax_lse `,`
-    $qkv_scale_inv `,` $o_scale_inv `,` $grad_scale_inv `,` $s_scale `,`
-    $s_scale_inv `,` $dp_scale `,` $dp_scale_inv `,` $dqkv_scale
+    $qkv_scale_inv `,` $o_scale_inv `,` $grad_scale_inv `,` $dp_scale `,`
+    $dp_scale_inv `,` $dqkv_scale
     (`mask` `(` $attention_mask^ `)`)? (`query_mask` `(` $query_mask^ `)`)?
     (`rng` `(` $rng_state^ `)`)? attr-dict
     `:` functional-type(operands, results)

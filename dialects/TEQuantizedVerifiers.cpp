@@ -249,6 +249,11 @@ verifyFp8AttentionCommon(OpT op, ArrayRef<std::pair<Value, StringRef>> slots) {
   for (auto [value, name] : slots)
     if (failed(expectSlot(op, value, name)))
       return failure();
+  // cuDNN's FP8 engines fault on attention dropout (docs/fp8-attention.md).
+  if (op.getDropout().convertToDouble() != 0.0)
+    return op.emitOpError() << "'dropout' must be 0: FP8 attention does not "
+                               "support attention dropout, got "
+                            << op.getDropout().convertToDouble();
   auto lse = RankedTensorType::get(*stats, Float32Type::get(op.getContext()));
   if (failed(expectType(op, op.getOutput(), "output", query)) ||
       failed(expectType(op, op.getSoftmaxLse(), "softmax_lse", lse)))
@@ -259,8 +264,6 @@ verifyFp8AttentionCommon(OpT op, ArrayRef<std::pair<Value, StringRef>> slots) {
 LogicalResult Fp8AttentionOp::verify() {
   return failure(failed(
       verifyFp8AttentionCommon(*this, {{getQkvScaleInv(), "qkv_scale_inv"},
-                                       {getSScale(), "s_scale"},
-                                       {getSScaleInv(), "s_scale_inv"},
                                        {getOScale(), "o_scale"},
                                        {getAmaxS(), "amax_s"},
                                        {getAmaxO(), "amax_o"}})));
@@ -271,8 +274,6 @@ LogicalResult Fp8AttentionBwdOp::verify() {
       verifyFp8AttentionCommon(*this, {{getQkvScaleInv(), "qkv_scale_inv"},
                                        {getOScaleInv(), "o_scale_inv"},
                                        {getGradScaleInv(), "grad_scale_inv"},
-                                       {getSScale(), "s_scale"},
-                                       {getSScaleInv(), "s_scale_inv"},
                                        {getDpScale(), "dp_scale"},
                                        {getDpScaleInv(), "dp_scale_inv"},
                                        {getDqkvScale(), "dqkv_scale"},

@@ -113,7 +113,8 @@ MLIR_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16,
                "f8E5M2": torch.float8_e5m2}
 # Plan steps whose kernels come from a library (cuBLASLt, cuDNN): their
 # kernels carry the library's names, so they are matched by position.
-LIBRARY_STEPS = ("gemm", "attention", "attention_bwd")
+LIBRARY_STEPS = ("gemm", "attention", "attention_bwd", "fp8_attention",
+                 "fp8_attention_bwd")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 

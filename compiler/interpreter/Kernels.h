@@ -195,7 +195,8 @@ double vanillaAlibiSlope(int64_t head, int64_t heads);
 /// Gradients of attention with respect to q, k and v, and with
 /// AttentionParams::biasGrad the bias's ([1, h, s_q, s_kv]; else empty).
 /// `maxScoreGrad` is max |dS| over the gradient of the post-scale scores
-/// (what the bias's sums; FP8 attention's amax_dp).
+/// (what the bias's sums; FP8 attention's amax_dp is it times the softmax
+/// scale).
 struct AttentionGrads {
   Tensor query, key, value, bias;
   double maxScoreGrad = 0.0;

@@ -19,8 +19,8 @@
 //   rounding to its bf16/f16 element type; see Interpreter.h).
 // - FP8 attention is exact attention on the dequantized FP8 operands, its
 //   outputs cast as te.quantize casts. The GPU also casts the softmax
-//   output P (with s_scale) and dS (with dp_scale) to FP8 inside cuDNN;
-//   the reference does not, so those scales are read by nothing here.
+//   output P (with a fixed scale) and dS (with dp_scale) to FP8 inside
+//   cuDNN; the reference does not, so dp_scale is read by nothing here.
 // - te.amax_allreduce is the maximum over the ranks of Options::collectives
 //   (the identity in one process).
 //
@@ -120,10 +120,13 @@ static LogicalResult runOp(te::Fp8AttentionBwdOp op, Frame &frame) {
       failed(
           frame.set(op, op.getValueGrad(), quantize(grads.value, scale, kind))))
     return failure();
+  // cuDNN's amax_dp is of dS times the softmax scale: the gradient of the
+  // raw q k^T, which its FP8 matmuls for dq and dk read.
+  double amaxDp = grads.maxScoreGrad * std::fabs(params->softmaxScale);
   return setSlots(
       op, frame,
       {op.getAmaxDp(), op.getAmaxDq(), op.getAmaxDk(), op.getAmaxDv()},
-      {grads.maxScoreGrad, amaxDq, amaxDk, amaxDv});
+      {amaxDp, amaxDq, amaxDk, amaxDv});
 }
 
 static LogicalResult runOp(te::BlockQuantizeOp op, Frame &frame) {

@@ -139,6 +139,10 @@ LogicalResult checkFp8Attention(AttentionOp attention) {
   if (headDim % 16 != 0 || headDim > 256)
     return refuse() << "head dim " << headDim
                     << " (it needs a multiple of 16, at most 256)";
+  // cuDNN's FP8 engines fault on it (docs/fp8-attention.md).
+  if (attention.getDropout().convertToDouble() != 0.0)
+    return refuse() << "dropout = " << attention.getDropout().convertToDouble()
+                    << " (attention dropout; set it to 0)";
   return success();
 }
 
@@ -447,8 +451,6 @@ LogicalResult BackwardScaler::scale(AttentionBwdOp attention,
       fromForward(fwd.getQkvScaleInv()),
       fromForward(forward.outputScaleInvs.lookup(fwd)),
       grad.scaleInv,
-      fromForward(fwd.getSScale()),
-      fromForward(fwd.getSScaleInv()),
       dp.scale,
       dp.scaleInv,
       dqkv.scale};
@@ -709,6 +711,8 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
   FunctionScaler &scaler = state.scaler;
   FloatType fp8 = FP8RecipeAttrInterface(recipe).getForwardType();
   MetaSlot qkv = scaler.addSlot(recipe, fp8, attention);
+  // P's slot records amax_s only: cuDNN casts P with a fixed scale
+  // (docs/fp8-attention.md).
   MetaSlot s = scaler.addSlot(recipe, fp8, attention);
   MetaSlot o = scaler.addSlot(recipe, fp8, attention);
   OpBuilder builder(attention);
@@ -730,7 +734,7 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
     operands.push_back(data);
   }
   scaler.setAmax(qkv, maxOf(builder, loc, amaxes));
-  operands.append({qkv.scaleInv, s.scale, s.scaleInv, o.scale});
+  operands.append({qkv.scaleInv, o.scale});
   size_t fixed = operands.size();
   operands.append(attentionOptionals(attention));
   Value output = attention.getOutput();

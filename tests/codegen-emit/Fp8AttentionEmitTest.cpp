@@ -143,19 +143,16 @@ TEST_F(Fp8AttentionEmit, DequantizeFusesWithNeighbours) {
   OwningOpRef<ModuleOp> module = parse(R"mlir(
 func.func @fwd(%q8: tensor<8x2x4x32xf8E4M3FN>, %k8: tensor<8x2x2x32xf8E4M3FN>,
                %v8: tensor<8x2x2x32xf8E4M3FN>,
-               %qkv_si: tensor<1xf32>, %s_s: tensor<1xf32>,
-               %s_si: tensor<1xf32>, %o_s: tensor<1xf32>,
+               %qkv_si: tensor<1xf32>, %o_s: tensor<1xf32>,
                %o_si: tensor<1xf32> {te.name = "o_scale_inv"},
                %x_s: tensor<1xf32> {te.name = "x_scale"})
     -> (tensor<16x128xf8E4M3FN>, tensor<128x16xf8E4M3FN>, tensor<1xf32>,
         tensor<2x4x8xf32>, tensor<1xf32>, tensor<1xf32>) {
-  %o8, %lse, %as, %ao = te.fp8_attention %q8, %k8, %v8, %qkv_si, %s_s,
-      %s_si, %o_s {attn_mask_type = #te.attn_mask_type<causal>,
-                   qkv_format = #te.qkv_format<sbhd>,
-                   softmax_scale = 0.125 : f64}
+  %o8, %lse, %as, %ao = te.fp8_attention %q8, %k8, %v8, %qkv_si, %o_s
+      {attn_mask_type = #te.attn_mask_type<causal>,
+       qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.125 : f64}
       : (tensor<8x2x4x32xf8E4M3FN>, tensor<8x2x2x32xf8E4M3FN>,
-         tensor<8x2x2x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>,
-         tensor<1xf32>, tensor<1xf32>)
+         tensor<8x2x2x32xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>)
         -> (tensor<8x2x4x32xf8E4M3FN>, tensor<2x4x8xf32>, tensor<1xf32>,
             tensor<1xf32>)
   %o = te.dequantize %o8, %o_si : tensor<8x2x4x32xf8E4M3FN>, tensor<1xf32>
@@ -293,22 +290,21 @@ func.func @bwd(%do8: tensor<2x8x4x32xf8E5M2>, %q8: tensor<2x8x4x32xf8E4M3FN>,
                %o8: tensor<2x8x4x32xf8E4M3FN>, %lse: tensor<2x4x8xf32>,
                %s0: tensor<1xf32>, %s1: tensor<1xf32>, %s2: tensor<1xf32>,
                %s3: tensor<1xf32>, %s4: tensor<1xf32>, %s5: tensor<1xf32>,
-               %s6: tensor<1xf32>, %s7: tensor<1xf32>,
                %mask: tensor<2x1x1x8xi1>, %qmask: tensor<2x1x1x8xi1>,
                %rng: tensor<2xi64>)
     -> (tensor<2x8x4x32xf8E5M2>, tensor<2x8x2x32xf8E5M2>,
         tensor<2x8x2x32xf8E5M2>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>,
         tensor<1xf32>) {
   %r:7 = te.fp8_attention_bwd %do8, %q8, %k8, %v8, %o8, %lse, %s0, %s1, %s2,
-      %s3, %s4, %s5, %s6, %s7 mask(%mask) query_mask(%qmask) rng(%rng)
+      %s3, %s4, %s5 mask(%mask) query_mask(%qmask) rng(%rng)
       {attn_mask_type = #te.attn_mask_type<padding>,
        qkv_format = #te.qkv_format<bshd>, softmax_scale = 0.125 : f64,
-       dropout = 0.1 : f64, stream = 4 : i64, pad_keys_only}
+       stream = 4 : i64, pad_keys_only}
       : (tensor<2x8x4x32xf8E5M2>, tensor<2x8x4x32xf8E4M3FN>,
          tensor<2x8x2x32xf8E4M3FN>, tensor<2x8x2x32xf8E4M3FN>,
          tensor<2x8x4x32xf8E4M3FN>, tensor<2x4x8xf32>, tensor<1xf32>,
          tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>,
-         tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<2x1x1x8xi1>,
+         tensor<1xf32>, tensor<2x1x1x8xi1>,
          tensor<2x1x1x8xi1>, tensor<2xi64>)
         -> (tensor<2x8x4x32xf8E5M2>, tensor<2x8x2x32xf8E5M2>,
             tensor<2x8x2x32xf8E5M2>, tensor<1xf32>, tensor<1xf32>,
@@ -331,7 +327,7 @@ func.func @bwd(%do8: tensor<2x8x4x32xf8E5M2>, %q8: tensor<2x8x4x32xf8E4M3FN>,
   // The arguments in order: every operand is one, the optional masks and
   // the RNG state last.
   const json::Array &operands = *step.getArray("operands");
-  ASSERT_EQ(operands.size(), 17u);
+  ASSERT_EQ(operands.size(), 15u);
   for (auto [index, id] : llvm::enumerate(operands))
     EXPECT_EQ(id.getAsInteger(), int64_t(index));
   std::vector<std::string> results = typesOf(f, *step.getArray("results"));

@@ -44,10 +44,11 @@ class CheckTest(unittest.TestCase):
 
     def refused(self, *words, owner="DotProductAttention", d=D,
                 qkv_format="sbhd", mask="causal", window=(-1, 0),
-                bias_type="no_bias", format_argument="qkv_format"):
+                bias_type="no_bias", format_argument="qkv_format",
+                dropout=0.0):
         with self.assertRaises(NotImplementedError) as caught:
             specs.check_fp8_attention(owner, d, qkv_format, mask, window,
-                                      bias_type, format_argument)
+                                      bias_type, format_argument, dropout)
         message = str(caught.exception)
         for word in (owner, "FP8 attention", "fp8_dpa") + words:
             self.assertIn(word, message)
@@ -98,6 +99,11 @@ class CheckTest(unittest.TestCase):
         for d in (8, 24, 72, 100, 257, 272, 320, 512):
             with self.subTest(d=d):
                 self.refused(f"kv_channels={d}", "16", "256", d=d)
+
+    def test_attention_dropout(self):
+        self.refused("attention_dropout=0.1", dropout=0.1)
+        specs.check_fp8_attention("DotProductAttention", D, "sbhd", "causal",
+                                  (-1, 0), "no_bias", "qkv_format", 0.0)
 
     def test_window_limits(self):
         limits = specs.window_limits
@@ -178,13 +184,11 @@ class CompiledSpecTest(unittest.TestCase):
                         self.assertIn("te.fp8_attention_bwd", text)
                         self.assertIn("te.dequantize", text)
 
-    def test_dropout_and_head_dims(self):
+    def test_head_dims(self):
         for d in (16, 128, 256):
             with self.subTest(d=d):
                 self.assertIn("te.fp8_attention ",
                               self.scaled(dpa_spec(d=d)))
-        self.assertIn("te.fp8_attention ",
-                      self.scaled(dpa_spec(dropout=0.1)))
 
     def test_inference_program(self):
         text = self.scaled(dpa_spec(), training=False)
@@ -221,6 +225,7 @@ class CompiledSpecTest(unittest.TestCase):
                       ("alibi",)),
             "head dim 72": (dpa_spec(d=72), ("kv_channels", "head")),
             "head dim 320": (dpa_spec(d=320), ("kv_channels", "head")),
+            "dropout": (dpa_spec(dropout=0.1), ("dropout",)),
             "current scaling": (current, ("delayedscaling",)),
         }
         for name, (spec, words) in cases.items():

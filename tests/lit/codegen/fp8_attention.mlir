@@ -78,8 +78,6 @@
 // PLAN-NEXT:   21,
 // PLAN-NEXT:   22,
 // PLAN-NEXT:   4,
-// PLAN-NEXT:   5,
-// PLAN-NEXT:   6,
 // PLAN-NEXT:   7
 // PLAN-NEXT: ],
 // PLAN-NEXT: "results": [
@@ -91,14 +89,15 @@
 // PLAN-NEXT: },
 // PLAN-NOT:  "token_strides"
 // PLAN:      "name": "fwd_cast_transpose_0",
-// In @bwd, ids 0-17 are the arguments (the mask 16, the RNG state 17),
+// In @bwd, ids 0-17 are the arguments (the mask 16; s_scale, s_scale_inv
+// and the RNG state unused: P's scale is fixed, there is no dropout),
 // 18-23 the results (amax_dp 20, amax_dq 21, amax_dk 22, amax_dv 23), 25
 // the cast of dO and 26-28 dq, dk, dv in the arena.
 // PLAN:      "name": "bwd",
 // PLAN:      "name": "bwd_quantize_0",
 // PLAN:      "attributes": {
 // PLAN-NEXT:   "attn_mask_type": "#te.attn_mask_type<padding_causal>",
-// PLAN-NEXT:   "dropout": "1.000000e-01 : f64",
+// PLAN-NEXT:   "dropout": "0.000000e+00 : f64",
 // PLAN-NEXT:   "qkv_format": "#te.qkv_format<sbhd>",
 // PLAN-NEXT:   "softmax_scale": "1.250000e-01 : f64",
 // PLAN-NEXT:   "stream": "2 : i64",
@@ -114,13 +113,10 @@
 // PLAN-NEXT:   6,
 // PLAN-NEXT:   7,
 // PLAN-NEXT:   9,
-// PLAN-NEXT:   10,
-// PLAN-NEXT:   11,
 // PLAN-NEXT:   12,
 // PLAN-NEXT:   13,
 // PLAN-NEXT:   14,
-// PLAN-NEXT:   16,
-// PLAN-NEXT:   17
+// PLAN-NEXT:   16
 // PLAN-NEXT: ],
 // PLAN-NEXT: "results": [
 // PLAN-NEXT:   26,
@@ -140,8 +136,8 @@ func.func @fwd(%q: tensor<16x2x4x64xbf16> {te.name = "q"},
                %v: tensor<16x2x2x64xbf16> {te.name = "v"},
                %qkv_s: tensor<1xf32> {te.name = "qkv_scale"},
                %qkv_si: tensor<1xf32> {te.name = "qkv_scale_inv"},
-               %s_s: tensor<1xf32> {te.name = "s_scale"},
-               %s_si: tensor<1xf32> {te.name = "s_scale_inv"},
+               %s_s: tensor<1xf32> {te.name = "s_scale (unused)"},
+               %s_si: tensor<1xf32> {te.name = "s_scale_inv (unused)"},
                %o_s: tensor<1xf32> {te.name = "o_scale"},
                %o_si: tensor<1xf32> {te.name = "o_scale_inv"},
                %x_s: tensor<1xf32> {te.name = "proj_input_scale"})
@@ -152,9 +148,9 @@ func.func @fwd(%q: tensor<16x2x4x64xbf16> {te.name = "q"},
   %q8, %aq = te.quantize %q, %qkv_s : tensor<16x2x4x64xbf16>, tensor<1xf32> -> tensor<16x2x4x64xf8E4M3FN>, tensor<1xf32>
   %k8, %ak = te.quantize %k, %qkv_s : tensor<16x2x2x64xbf16>, tensor<1xf32> -> tensor<16x2x2x64xf8E4M3FN>, tensor<1xf32>
   %v8, %av = te.quantize %v, %qkv_s : tensor<16x2x2x64xbf16>, tensor<1xf32> -> tensor<16x2x2x64xf8E4M3FN>, tensor<1xf32>
-  %o8, %lse, %amax_s, %amax_o = te.fp8_attention %q8, %k8, %v8, %qkv_si, %s_s, %s_si, %o_s
+  %o8, %lse, %amax_s, %amax_o = te.fp8_attention %q8, %k8, %v8, %qkv_si, %o_s
       {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.125 : f64}
-      : (tensor<16x2x4x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>)
+      : (tensor<16x2x4x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<1xf32>, tensor<1xf32>)
         -> (tensor<16x2x4x64xf8E4M3FN>, tensor<2x4x16xf32>, tensor<1xf32>, tensor<1xf32>)
   %o = te.dequantize %o8, %o_si : tensor<16x2x4x64xf8E4M3FN>, tensor<1xf32> -> tensor<16x2x4x64xbf16>
   %o2 = te.reshape %o : tensor<16x2x4x64xbf16> -> tensor<32x256xbf16>
@@ -186,9 +182,9 @@ func.func @bwd(%dy: tensor<32x256xbf16> {te.name = "grad.output"},
         tensor<1xf32>, tensor<1xf32>) {
   %do = te.reshape %dy : tensor<32x256xbf16> -> tensor<16x2x4x64xbf16>
   %do8, %ado = te.quantize %do, %do_s : tensor<16x2x4x64xbf16>, tensor<1xf32> -> tensor<16x2x4x64xf8E5M2>, tensor<1xf32>
-  %dq8, %dk8, %dv8, %adp, %adq, %adk, %adv = te.fp8_attention_bwd %do8, %q8, %k8, %v8, %o8, %lse, %qkv_si, %o_si, %do_si, %s_s, %s_si, %dp_s, %dp_si, %dqkv_s mask(%mask) rng(%rng)
-      {attn_mask_type = #te.attn_mask_type<padding_causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.125 : f64, dropout = 0.1 : f64, stream = 2 : i64}
-      : (tensor<16x2x4x64xf8E5M2>, tensor<16x2x4x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<16x2x4x64xf8E4M3FN>, tensor<2x4x16xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<2x1x1x16xi1>, tensor<2xi64>)
+  %dq8, %dk8, %dv8, %adp, %adq, %adk, %adv = te.fp8_attention_bwd %do8, %q8, %k8, %v8, %o8, %lse, %qkv_si, %o_si, %do_si, %dp_s, %dp_si, %dqkv_s mask(%mask)
+      {attn_mask_type = #te.attn_mask_type<padding_causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.125 : f64, stream = 2 : i64}
+      : (tensor<16x2x4x64xf8E5M2>, tensor<16x2x4x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<16x2x2x64xf8E4M3FN>, tensor<16x2x4x64xf8E4M3FN>, tensor<2x4x16xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<2x1x1x16xi1>)
         -> (tensor<16x2x4x64xf8E5M2>, tensor<16x2x2x64xf8E5M2>, tensor<16x2x2x64xf8E5M2>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>)
   %dq = te.dequantize %dq8, %dqkv_si : tensor<16x2x4x64xf8E5M2>, tensor<1xf32> -> tensor<16x2x4x64xbf16>
   %dk = te.dequantize %dk8, %dqkv_si : tensor<16x2x2x64xf8E5M2>, tensor<1xf32> -> tensor<16x2x2x64xbf16>

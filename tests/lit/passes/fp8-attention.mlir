@@ -16,11 +16,9 @@
 // CHECK-SAME:  %[[Q:[^:]*]]: tensor<2x4x4x16xbf16> {te.name = "q"}, %[[K:[^:]*]]: tensor<2x4x4x16xbf16> {te.name = "k"}, %[[V:[^:]*]]: tensor<2x4x4x16xbf16> {te.name = "v"}, %[[M:[^:]*]]: tensor<2x1x1x4xi1> {te.name = "mask"},
 // CHECK-SAME:  %[[SCALE:[^:]*]]: tensor<3xf32> {te.name = "fp8_meta.fwd.scale"}, %[[SCALE_INV:[^:]*]]: tensor<3xf32> {te.name = "fp8_meta.fwd.scale_inv"}, %{{[^:]*}}: tensor<4x3xf32> {te.name = "fp8_meta.fwd.amax_history"})
 // CHECK-SAME:  -> (tensor<2x4x64xbf16> {te.name = "o"}, tensor<2x4x4xf32> {te.name = "saved.0"},
-// CHECK-SAME:  tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.5"}, tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.6"}, tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.7"}, tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.8"}, tensor<1xf32> {te.name = "saved.fp8.9"}, tensor<1xf32> {te.name = "saved.fp8.10"}, tensor<1xf32> {te.name = "saved.fp8.11"}, tensor<1xf32> {te.name = "saved.fp8.12"})
+// CHECK-SAME:  tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.5"}, tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.6"}, tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.7"}, tensor<2x4x4x16xf8E4M3FN> {te.name = "saved.fp8.8"}, tensor<1xf32> {te.name = "saved.fp8.9"}, tensor<1xf32> {te.name = "saved.fp8.10"})
 // CHECK-NEXT: %[[QKV_S:.*]] = te.slice %[[SCALE]][0]
 // CHECK-NEXT: %[[QKV_SI:.*]] = te.slice %[[SCALE_INV]][0]
-// CHECK-NEXT: %[[S_S:.*]] = te.slice %[[SCALE]][1]
-// CHECK-NEXT: %[[S_SI:.*]] = te.slice %[[SCALE_INV]][1]
 // CHECK-NEXT: %[[O_S:.*]] = te.slice %[[SCALE]][2]
 // CHECK-NEXT: %[[O_SI:.*]] = te.slice %[[SCALE_INV]][2]
 // CHECK-NEXT: %[[Q8:.*]], %[[AQ:.*]] = te.quantize %[[Q]], %[[QKV_S]] : tensor<2x4x4x16xbf16>, tensor<1xf32> -> tensor<2x4x4x16xf8E4M3FN>, tensor<1xf32>
@@ -28,12 +26,12 @@
 // CHECK-NEXT: %[[V8:.*]], %[[AV:.*]] = te.quantize %[[V]], %[[QKV_S]]
 // CHECK-NEXT: %[[AQKV:.*]] = te.concat %[[AQ]], %[[AK]], %[[AV]] : tensor<1xf32>, tensor<1xf32>, tensor<1xf32> -> tensor<3xf32>
 // CHECK-NEXT: %[[A:.*]] = te.amax %[[AQKV]] : tensor<3xf32> -> tensor<1xf32>
-// CHECK-NEXT: %[[O8:.*]], %[[LSE:.*]], %[[AS:.*]], %[[AO:.*]] = te.fp8_attention %[[Q8]], %[[K8]], %[[V8]], %[[QKV_SI]], %[[S_S]], %[[S_SI]], %[[O_S]] mask(%[[M]]) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 2.500000e-01 : f64}
+// CHECK-NEXT: %[[O8:.*]], %[[LSE:.*]], %[[AS:.*]], %[[AO:.*]] = te.fp8_attention %[[Q8]], %[[K8]], %[[V8]], %[[QKV_SI]], %[[O_S]] mask(%[[M]]) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 2.500000e-01 : f64}
 // CHECK-SAME:  -> (tensor<2x4x4x16xf8E4M3FN>, tensor<2x4x4xf32>, tensor<1xf32>, tensor<1xf32>)
 // CHECK-NEXT: %[[O:.*]] = te.dequantize %[[O8]], %[[O_SI]] : tensor<2x4x4x16xf8E4M3FN>, tensor<1xf32> -> tensor<2x4x4x16xbf16>
 // CHECK-NEXT: %[[FLAT:.*]] = te.reshape %[[O]]
 // CHECK-NEXT: %[[AMAXES:.*]] = te.concat %[[A]], %[[AS]], %[[AO]]
-// CHECK:      return %[[FLAT]], %[[LSE]], %{{.*}}, %{{.*}}, %{{.*}}, %[[Q8]], %[[K8]], %[[V8]], %[[O8]], %[[QKV_SI]], %[[O_SI]], %[[S_S]], %[[S_SI]] :
+// CHECK:      return %[[FLAT]], %[[LSE]], %{{.*}}, %{{.*}}, %{{.*}}, %[[Q8]], %[[K8]], %[[V8]], %[[O8]], %[[QKV_SI]], %[[O_SI]] :
 
 // Backward: dO cast to E5M2 (HYBRID) with the do slot, then the dp and
 // dqkv slots; the FP8 gradients dequantized with dqkv's scale_inv. The
@@ -42,7 +40,7 @@
 // CHECK-SAME:  %[[DO:[^:]*]]: tensor<2x4x64xbf16> {te.name = "grad.o"}, %[[BM:[^:]*]]: tensor<2x1x1x4xi1> {te.forward_arg = 3 : i64}, %[[BLSE:[^:]*]]: tensor<2x4x4xf32> {te.forward_result = 1 : i64},
 // CHECK-SAME:  %[[BSCALE:[^:]*]]: tensor<3xf32> {te.name = "fp8_meta.bwd.scale"}, %[[BSCALE_INV:[^:]*]]: tensor<3xf32> {te.name = "fp8_meta.bwd.scale_inv"}, %{{[^:]*}}: tensor<4x3xf32> {te.name = "fp8_meta.bwd.amax_history"},
 // CHECK-SAME:  %[[BQ8:[^:]*]]: tensor<2x4x4x16xf8E4M3FN> {te.forward_result = 5 : i64}, %[[BK8:[^:]*]]: tensor<2x4x4x16xf8E4M3FN> {te.forward_result = 6 : i64}, %[[BV8:[^:]*]]: tensor<2x4x4x16xf8E4M3FN> {te.forward_result = 7 : i64}, %[[BO8:[^:]*]]: tensor<2x4x4x16xf8E4M3FN> {te.forward_result = 8 : i64},
-// CHECK-SAME:  %[[BQKV_SI:[^:]*]]: tensor<1xf32> {te.forward_result = 9 : i64}, %[[BO_SI:[^:]*]]: tensor<1xf32> {te.forward_result = 10 : i64}, %[[BS_S:[^:]*]]: tensor<1xf32> {te.forward_result = 11 : i64}, %[[BS_SI:[^:]*]]: tensor<1xf32> {te.forward_result = 12 : i64})
+// CHECK-SAME:  %[[BQKV_SI:[^:]*]]: tensor<1xf32> {te.forward_result = 9 : i64}, %[[BO_SI:[^:]*]]: tensor<1xf32> {te.forward_result = 10 : i64})
 // CHECK-NOT:  te.forward_arg = 0
 // CHECK:      %[[DO4:.*]] = te.reshape %[[DO]] : tensor<2x4x64xbf16> -> tensor<2x4x4x16xbf16>
 // CHECK-NEXT: %[[DO_S:.*]] = te.slice %[[BSCALE]][0]
@@ -52,7 +50,7 @@
 // CHECK-NEXT: %[[DP_SI:.*]] = te.slice %[[BSCALE_INV]][1]
 // CHECK-NEXT: %[[DQKV_S:.*]] = te.slice %[[BSCALE]][2]
 // CHECK-NEXT: %[[DQKV_SI:.*]] = te.slice %[[BSCALE_INV]][2]
-// CHECK-NEXT: %[[DQ8:.*]], %[[DK8:.*]], %[[DV8:.*]], %[[ADP:.*]], %[[ADQ:.*]], %[[ADK:.*]], %[[ADV:.*]] = te.fp8_attention_bwd %[[DO8]], %[[BQ8]], %[[BK8]], %[[BV8]], %[[BO8]], %[[BLSE]], %[[BQKV_SI]], %[[BO_SI]], %[[DO_SI]], %[[BS_S]], %[[BS_SI]], %[[DP_S]], %[[DP_SI]], %[[DQKV_S]] mask(%[[BM]]) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 2.500000e-01 : f64}
+// CHECK-NEXT: %[[DQ8:.*]], %[[DK8:.*]], %[[DV8:.*]], %[[ADP:.*]], %[[ADQ:.*]], %[[ADK:.*]], %[[ADV:.*]] = te.fp8_attention_bwd %[[DO8]], %[[BQ8]], %[[BK8]], %[[BV8]], %[[BO8]], %[[BLSE]], %[[BQKV_SI]], %[[BO_SI]], %[[DO_SI]], %[[DP_S]], %[[DP_SI]], %[[DQKV_S]] mask(%[[BM]]) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 2.500000e-01 : f64}
 // CHECK-SAME:  -> (tensor<2x4x4x16xf8E5M2>, tensor<2x4x4x16xf8E5M2>, tensor<2x4x4x16xf8E5M2>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>, tensor<1xf32>)
 // CHECK-NEXT: %[[ADQKV:.*]] = te.concat %[[ADQ]], %[[ADK]], %[[ADV]]
 // CHECK-NEXT: %[[A2:.*]] = te.amax %[[ADQKV]]
@@ -71,8 +69,8 @@ func.func @dpa(%q: tensor<2x4x4x16xbf16> {te.name = "q"}, %k: tensor<2x4x4x16xbf
 // attention's output, proj_weight) and the attention's three in program
 // order; backward, two GEMM slots (the output's and dQKV's gradients) and
 // the attention's three. q, k and v are column ranges of the QKV GEMM's
-// output, which the casts read (so the slices are no views for cuDNN);
-// attention dropout reads the saved RNG state in both.
+// output, which the casts read (so the slices are no views for cuDNN).
+// No attention dropout under fp8_dpa (docs/fp8-attention.md).
 // CHECK-LABEL: func.func @mha(
 // CHECK-SAME:  tensor<7xf32> {te.name = "fp8_meta.fwd.scale"}
 // CHECK:      %[[QKV:.*]] = te.scaled_matmul
@@ -80,20 +78,20 @@ func.func @dpa(%q: tensor<2x4x4x16xbf16> {te.name = "q"}, %k: tensor<2x4x4x16xbf
 // CHECK-NEXT: %[[Q4:.*]] = te.reshape %[[QS]] : tensor<32x64xbf16> -> tensor<16x2x4x16xbf16>
 // CHECK:      %[[S2:.*]] = te.slice %{{.*}}[2] : tensor<7xf32> -> tensor<1xf32>
 // CHECK:      te.quantize %[[Q4]], %[[S2]] : tensor<16x2x4x16xbf16>, tensor<1xf32> -> tensor<16x2x4x16xf8E4M3FN>, tensor<1xf32>
-// CHECK:      te.fp8_attention {{.*}} rng(%{{[^)]*}}) {attn_mask_type = #te.attn_mask_type<causal>, dropout = 1.000000e-01 : f64, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 2.500000e-01 : f64}
+// CHECK:      te.fp8_attention {{.*}} {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 2.500000e-01 : f64}
 // CHECK:      te.scaled_matmul
 // CHECK:      te.delayed_scaling_update {{.*}} : (tensor<4x7xf32>, tensor<7xf32>, tensor<7xf32>)
 // CHECK-LABEL: func.func @mha_backward(
 // CHECK-SAME:  tensor<5xf32> {te.name = "fp8_meta.bwd.scale"}
 // CHECK:      te.scaled_matmul
-// CHECK:      te.fp8_attention_bwd {{.*}} rng(%{{[^)]*}}) {attn_mask_type = #te.attn_mask_type<causal>, dropout = 1.000000e-01 : f64
+// CHECK:      te.fp8_attention_bwd {{.*}} {attn_mask_type = #te.attn_mask_type<causal>, qkv_format
 // CHECK:      %[[DQ:.*]] = te.dequantize
 // CHECK-NEXT: %[[DK:.*]] = te.dequantize
 // CHECK-NEXT: %[[DV:.*]] = te.dequantize
 // CHECK:      te.concat %{{.*}}, %{{.*}}, %{{.*}} : tensor<32x64xbf16>, tensor<32x64xbf16>, tensor<32x64xbf16> -> tensor<32x192xbf16>
 // CHECK:      te.delayed_scaling_update {{.*}} : (tensor<4x5xf32>, tensor<5xf32>, tensor<5xf32>)
 func.func @mha(%x: tensor<16x2x64xbf16> {te.name = "x"}, %wqkv: tensor<192x64xbf16> {te.name = "qkv_weight", te.parameter}, %wo: tensor<64x64xbf16> {te.name = "proj_weight", te.parameter}) -> (tensor<16x2x64xbf16> {te.name = "y"}) {
-  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 4 : i64, fp8_recipe = #dpa} : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>) -> tensor<16x2x64xbf16>
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo) {num_attention_heads = 4 : i64, attention_dropout = 0.0 : f64, fp8_recipe = #dpa} : (tensor<16x2x64xbf16>, tensor<192x64xbf16>, tensor<64x64xbf16>) -> tensor<16x2x64xbf16>
   return %y : tensor<16x2x64xbf16>
 }
 
