@@ -362,12 +362,10 @@ protected:
     std::vector<Tensor> outs = run(fwd, args);
     if (outs.size() != 4)
       return {};
-    std::vector<Tensor> bwdArgs = {in.do8,         in.q8,
-                                   in.k8,          in.v8,
-                                   outs[0],        outs[1],
-                                   slot(s.qkvInv), slot(s.oInv),
-                                   slot(s.doInv),  slot(s.dpScale),
-                                   slot(s.dpInv),  slot(s.dqkvScale)};
+    std::vector<Tensor> bwdArgs = {
+        in.do8,        in.q8,           in.k8,          in.v8,
+        outs[0],       outs[1],         slot(s.qkvInv), slot(s.oInv),
+        slot(s.doInv), slot(s.dpScale), slot(s.dpInv),  slot(s.dqkvScale)};
     if (c.hasMask())
       bwdArgs.push_back(in.mask);
     bwdArgs.push_back(rngState);
