@@ -792,7 +792,7 @@ Expected<Setup> setUp(const AttentionProblem &problem) {
                                    "its fused attention; use 9.10.2 or newer",
                                    problem.key(), lib->versionString(),
                                    lib->path));
-  if (problem.thd() || problem.bias != AttentionBias::None) {
+  if (problem.thd() || problem.bias != AttentionBias::None || problem.fp8) {
     Expected<int64_t> capability = computeCapability(*driver);
     if (!capability)
       return capability.takeError();

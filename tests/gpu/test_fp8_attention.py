@@ -293,7 +293,7 @@ def check_host_update(meta, direction, fp8_max, steps, what):
                                         recipe.Format.E4M3],
                          ids=["HYBRID", "E4M3"])
 def test_dot_product_attention_fp8_state(fp8_format):
-    heads, groups, d, seq, batch = 8, 2, 64, 128, 2
+    heads, groups, d, seq, batch = 8, 2, 128, 128, 2
     dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
                                  attn_mask_type="causal",
                                  attention_dropout=0.0)
@@ -349,14 +349,14 @@ def test_blocks_add_the_attention_slots(kind):
     def make():
         torch.manual_seed(SEED)
         if kind == "MultiheadAttention":
-            return te.MultiheadAttention(256, 8, num_gqa_groups=2,
+            return te.MultiheadAttention(1024, 8, num_gqa_groups=2,
                                          attention_dropout=0.0,
                                          input_layernorm=True,
                                          params_dtype=BF16)
-        return te.TransformerLayer(256, 1024, 8, num_gqa_groups=2,
+        return te.TransformerLayer(1024, 2048, 8, num_gqa_groups=2,
                                    hidden_dropout=0.0, attention_dropout=0.0,
                                    params_dtype=BF16)
-    x = torch.randn(128, 2, 256, device="cuda", dtype=BF16,
+    x = torch.randn(128, 2, 1024, device="cuda", dtype=BF16,
                     requires_grad=True)
     dy = torch.randn_like(x)
     slots, recorded = {}, {}
