@@ -225,9 +225,9 @@ def TE_Fp8AttentionBwdOp : TE_PrimOp<"fp8_attention_bwd",
     gradient of the raw q k^T) and
     `amax_dq`, `amax_dk`, `amax_dv` are the gradients' max |.|; the results
     are `fp8(dQ * dqkv_scale)` etc. in `grad`'s FP8 type, q's, k's and v's
-    shapes. On the GPU P is cast with the forward's fixed scale and dS *
-    softmax_scale with `dp_scale` to `grad`'s type, dequantized with
-    `dp_scale_inv`; the float64 reference computes them exactly.
+    shapes. On the GPU P is cast with the forward's fixed scale and dS
+    with `dp_scale` to `grad`'s type, dequantized with `dp_scale_inv`; the
+    float64 reference computes them exactly.
   }];
   let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$query,
                    TE_AnyTensor:$key, TE_AnyTensor:$value,

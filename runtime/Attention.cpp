@@ -293,10 +293,13 @@ Error AttentionProblem::validate() const {
       headDim <= 0)
     return unsupported("batch, heads, kv_heads, s_q, s_kv and the head dim "
                        "must all be positive");
-  if (headDim % 8 != 0 || headDim > 128)
+  // FP8 attention's forward takes head dims up to 256 (validateFp8For
+  // limits Hopper's backward to 128).
+  int64_t maxHeadDim = fp8 ? 256 : 128;
+  if (headDim % 8 != 0 || headDim > maxHeadDim)
     return unsupported(llvm::formatv("head dim {0} is not supported: it must "
-                                     "be a multiple of 8 and at most 128",
-                                     headDim));
+                                     "be a multiple of 8 and at most {1}",
+                                     headDim, maxHeadDim));
   if (heads % kvHeads != 0)
     return unsupported(llvm::formatv("{0} heads cannot share {1} kv heads: "
                                      "heads must be a multiple of kv_heads",

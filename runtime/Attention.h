@@ -37,7 +37,7 @@
 // their scale inverses, P (the softmax output) is cast to E4M3 inside the
 // kernel with the fixed scale 448 (AttentionGraph.cpp says why) and o with
 // scale_o; the backward casts dS with scale_dp and dq, dk, dv with
-// scale_dqkv. amax_s = max P (after dropout), amax_o =
+// scale_dqkv. amax_s = max P (the normalized probabilities), amax_o =
 // max |o| (before its cast), amax_dp = max |dS * softmax scale|, and the
 // gradients' amaxes before their casts.
 //

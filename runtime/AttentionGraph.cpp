@@ -722,6 +722,34 @@ struct Common {
     return g.binary(CUDNN_POINTWISE_ADD, s, penalty, "scores + alibi");
   }
 
+  /// q k^T times the softmax scale (f32 [b, h, s_q, s_kv]); `what` names
+  /// the matmul.
+  Tensor scaledScores(Builder &g, const Tensor &q, const Tensor &kT,
+                      const char *what) const {
+    Tensor s = g.virtualTensor(scores, rowMajorStrides(scores),
+                               CUDNN_DATA_FLOAT, "q k^T");
+    g.matmul(q, kT, s, seqQ(), seqKv(), nullptr, what);
+    return g.binary(
+        CUDNN_POINTWISE_MUL, s,
+        g.scalar(static_cast<float>(p.softmaxScale), "softmax scale"),
+        "scale scores");
+  }
+
+  /// The forward's softmax of the masked scores `s` in flash form: writes
+  /// the statistics max + log(sum) into `stats` and returns (exp(s - max),
+  /// sum), whose quotient is P.
+  std::pair<Tensor, Tensor> softmaxWithStats(Builder &g, const Tensor &s,
+                                             const Tensor &stats) const {
+    Tensor max = g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, rows, "row max");
+    Tensor shifted = g.binary(CUDNN_POINTWISE_SUB, s, max, "scores - max");
+    Tensor e = g.unary(CUDNN_POINTWISE_EXP, shifted, "exp");
+    Tensor sum = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, rows, "row sum");
+    Tensor logSum = g.unary(CUDNN_POINTWISE_LOG, sum, "log(sum)");
+    g.pointwiseInto(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats,
+                    "stats = max + log(sum)");
+    return {e, sum};
+  }
+
   Tensor dropoutMask(Builder &g) const {
     return g.rng(*seed, *offset, 1.0 - p.dropout, scores, "dropout mask");
   }
@@ -746,34 +774,22 @@ void buildForward(Builder &g, const AttentionProblem &p) {
   if (p.padding())
     c.bindSeqLens(g);
 
-  Tensor s = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
-                             CUDNN_DATA_FLOAT, "q k^T");
-  g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "bmm1 q k^T");
-  s = g.binary(CUDNN_POINTWISE_MUL, s,
-               g.scalar(static_cast<float>(p.softmaxScale), "softmax scale"),
-               "scale scores");
+  Tensor s = c.scaledScores(g, q, kT, "bmm1 q k^T");
   s = c.addBias(g, s);
   if (p.padding())
     s = c.padding(g, s);
   s = c.band(g, s);
 
-  // Softmax with its statistics.
-  Tensor max = g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, c.rows, "row max");
-  Tensor shifted = g.binary(CUDNN_POINTWISE_SUB, s, max, "scores - max");
-  Tensor e = g.unary(CUDNN_POINTWISE_EXP, shifted, "exp");
-  Tensor sum = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, c.rows, "row sum");
-  Tensor logSum = g.unary(CUDNN_POINTWISE_LOG, sum, "log(sum)");
-  // Inference (the kv cache) has no backward to read the statistics; the
-  // graph keeps writing them, in the workspace, so that it keeps the shape
-  // the engines recognize.
+  // Softmax with its statistics. Inference (the kv cache) has no backward
+  // to read them; the graph keeps writing them, in the workspace, so that
+  // it keeps the shape the engines recognize.
   Tensor stats =
       cache ? g.workspace(c.rows, rowMajorStrides(c.rows), CUDNN_DATA_FLOAT,
                           size_t(p.batch * p.heads * p.seqQ) * sizeof(float),
                           "stats (unused)")
             : g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
                       CUDNN_DATA_FLOAT, "stats");
-  g.pointwiseInto(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats,
-                  "stats = max + log(sum)");
+  auto [e, sum] = c.softmaxWithStats(g, s, stats);
 
   // bmm2 reads P in the input type: the last pointwise before it writes it.
   Tensor prob;
@@ -1016,27 +1032,16 @@ void buildForwardFp8(Builder &g, const AttentionProblem &p) {
   if (p.padding())
     c.bindSeqLens(g);
 
-  Tensor s = g.virtualTensor(c.scores, rowMajorStrides(c.scores),
-                             CUDNN_DATA_FLOAT, "q k^T");
-  g.matmul(q, kT, s, c.seqQ(), c.seqKv(), nullptr, "bmm1 q k^T");
-  s = g.binary(CUDNN_POINTWISE_MUL, s,
-               g.scalar(static_cast<float>(p.softmaxScale), "softmax scale"),
-               "scale scores");
+  Tensor s = c.scaledScores(g, q, kT, "bmm1 q k^T");
   s = g.binary(CUDNN_POINTWISE_MUL, s, descaleQ, "descale q");
   s = g.binary(CUDNN_POINTWISE_MUL, s, descaleK, "descale k");
   if (p.padding())
     s = c.padding(g, s);
   s = c.band(g, s);
 
-  Tensor max = g.reduce(CUDNN_REDUCE_TENSOR_MAX, s, c.rows, "row max");
-  Tensor shifted = g.binary(CUDNN_POINTWISE_SUB, s, max, "scores - max");
-  Tensor e = g.unary(CUDNN_POINTWISE_EXP, shifted, "exp");
-  Tensor sum = g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, c.rows, "row sum");
-  Tensor logSum = g.unary(CUDNN_POINTWISE_LOG, sum, "log(sum)");
   Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
                          CUDNN_DATA_FLOAT, "stats");
-  g.pointwiseInto(CUDNN_POINTWISE_ADD, max, &logSum, nullptr, stats,
-                  "stats = max + log(sum)");
+  auto [e, sum] = c.softmaxWithStats(g, s, stats);
   Tensor prob = g.binary(CUDNN_POINTWISE_DIV, e, sum, "softmax");
   g.reduceInto(CUDNN_REDUCE_TENSOR_AMAX, prob, amaxS, "amax s");
   // bmm2 reads P in FP8: the scale's pointwise writes it.

@@ -541,6 +541,30 @@ AttentionLauncher::fp8Values(const AttentionStep &step) {
   return f;
 }
 
+std::vector<std::pair<std::string, int64_t>>
+AttentionLauncher::fp8Roles() const {
+  std::vector<std::pair<std::string, int64_t>> roles;
+  if (!fp8)
+    return roles;
+  const Fp8Values &f = *fp8;
+  for (auto [role, id] : {std::pair{"qkv_scale_inv", f.descaleQkv},
+                          {"o_scale", f.scaleO},
+                          {"amax_s", f.amaxS},
+                          {"amax_o", f.amaxO},
+                          {"o_scale_inv", f.descaleO},
+                          {"grad_scale_inv", f.descaleGradO},
+                          {"dp_scale", f.scaleDp},
+                          {"dp_scale_inv", f.descaleDp},
+                          {"dqkv_scale", f.scaleGradQkv},
+                          {"amax_dp", f.amaxDp},
+                          {"amax_dq", f.amaxGradQ},
+                          {"amax_dk", f.amaxGradK},
+                          {"amax_dv", f.amaxGradV}})
+    if (id >= 0)
+      roles.emplace_back(role, id);
+  return roles;
+}
+
 llvm::Expected<AttentionLauncher>
 AttentionLauncher::parse(const AttentionStep &step,
                          const FunctionPlan &function, int64_t smCount) {
@@ -611,18 +635,13 @@ AttentionLauncher::parse(const AttentionStep &step,
   const auto &ops = step.operands;
   if (step.fp8) {
     launcher.fp8 = fp8Values(step);
-    const Fp8Values &f = *launcher.fp8;
-    for (int64_t id : {f.descaleQkv, f.scaleO, f.amaxS, f.amaxO, f.descaleO,
-                       f.descaleGradO, f.scaleDp, f.descaleDp, f.scaleGradQkv,
-                       f.amaxDp, f.amaxGradQ, f.amaxGradK, f.amaxGradV}) {
-      if (id < 0)
-        continue;
+    for (auto [role, id] : launcher.fp8Roles()) {
       const TensorType &type = function.values[id].type;
       if (type.element != ElementType::F32 || type.numElements() != 1)
         return attributes.error(llvm::formatv(
-            "FP8 attention's scales and amaxes are single f32 values; value "
-            "{0} is {1} of {2}",
-            id, shapeText(type.shape), elementTypeName(type.element)));
+            "FP8 attention's scales and amaxes are single f32 values; {0} "
+            "(value {1}) is {2} of {3}",
+            role, id, shapeText(type.shape), elementTypeName(type.element)));
     }
   } else if (step.results.size() == 4)
     launcher.gradBias = step.results[3];

@@ -114,6 +114,10 @@ public:
   /// writes in place (the new tokens appended).
   std::optional<int64_t> kCacheValue() const { return kCache; }
   std::optional<int64_t> vCacheValue() const { return vCache; }
+  /// FP8 attention: the value ids of the step's scales, scale inverses and
+  /// amaxes by te.fp8_attention(_bwd)'s operand and result names, in the
+  /// order run() hands them to cuDNN (AttentionPointers); empty otherwise.
+  std::vector<std::pair<std::string, int64_t>> fp8Roles() const;
 
 private:
   /// parse() of a kv_cache_attention step.

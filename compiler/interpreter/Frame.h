@@ -103,8 +103,8 @@ runKvCacheAttention(mlir::Operation *op, Frame &frame, const Tensor &query,
                     int64_t maxSeqlenQ, const AttentionParams &params);
 
 /// The AttentionParams of te.fp8_attention / te.fp8_attention_bwd: layout,
-/// masks (checked as te.attention's), softmax scale and dropout with its
-/// key (PrimitiveOps.cpp).
+/// masks (checked as te.attention's) and softmax scale (their verifier pins
+/// dropout to 0; PrimitiveOps.cpp).
 mlir::FailureOr<AttentionParams> fp8AttentionParams(mlir::te::Fp8AttentionOp op,
                                                     const Frame &frame);
 mlir::FailureOr<AttentionParams>

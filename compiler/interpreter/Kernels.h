@@ -148,8 +148,9 @@ struct AttentionParams {
 
 /// The attention output (q's layout) and the softmax log-sum-exp per row
 /// ([b, heads, s_q]; -inf for a fully masked row, whose output is 0).
-/// `maxProbability` is the largest softmax probability before dropout (FP8
-/// attention's amax_s; 0 when every row is masked, NaN when one is NaN).
+/// `maxProbability` is the largest (normalized) softmax probability, before
+/// any dropout (FP8 attention's amax_s, which takes no dropout; 0 when every
+/// row is masked, NaN when one is NaN).
 struct AttentionOutputs {
   Tensor output, softmaxLse;
   double maxProbability = 0.0;

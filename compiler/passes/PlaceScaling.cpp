@@ -429,7 +429,8 @@ LogicalResult BackwardScaler::scale(AttentionBwdOp attention,
   // The forward op through its statistics, a saved forward result.
   Value lse = forwardValueOf(attention.getSoftmaxLse(), forward.function);
   auto fwd = lse ? lse.getDefiningOp<Fp8AttentionOp>() : Fp8AttentionOp();
-  if (!fwd)
+  Value outputScaleInv = fwd ? forward.outputScaleInvs.lookup(fwd) : Value();
+  if (!outputScaleInv)
     return attention.emitOpError()
            << "is the gradient of an attention that does not run in FP8; "
               "fp8_dpa must run both";
@@ -441,19 +442,18 @@ LogicalResult BackwardScaler::scale(AttentionBwdOp attention,
   MetaSlot dp = scaler.addSlot(recipe, fp8, attention);
   MetaSlot dqkv = scaler.addSlot(recipe, fp8, attention);
   // The forward's FP8 q, k, v and O, and the scales it used, saved.
-  SmallVector<Value> operands = {
-      grad.data,
-      fromForward(fwd.getQuery()),
-      fromForward(fwd.getKey()),
-      fromForward(fwd.getValue()),
-      fromForward(fwd.getOutput()),
-      attention.getSoftmaxLse(),
-      fromForward(fwd.getQkvScaleInv()),
-      fromForward(forward.outputScaleInvs.lookup(fwd)),
-      grad.scaleInv,
-      dp.scale,
-      dp.scaleInv,
-      dqkv.scale};
+  SmallVector<Value> operands = {grad.data,
+                                 fromForward(fwd.getQuery()),
+                                 fromForward(fwd.getKey()),
+                                 fromForward(fwd.getValue()),
+                                 fromForward(fwd.getOutput()),
+                                 attention.getSoftmaxLse(),
+                                 fromForward(fwd.getQkvScaleInv()),
+                                 fromForward(outputScaleInv),
+                                 grad.scaleInv,
+                                 dp.scale,
+                                 dp.scaleInv,
+                                 dqkv.scale};
   size_t fixed = operands.size();
   operands.append(attentionOptionals(attention));
   MLIRContext *context = attention.getContext();

@@ -19,6 +19,8 @@ namespace tejit::gpucheck {
 
 /// E4M3FN: bias 7, no infinities, 0x7f/0xff NaN.
 inline double fromE4M3(uint8_t v) {
+  if ((v & 0x7f) == 0x7f)
+    return std::nan("");
   int sign = v >> 7, exponent = (v >> 3) & 15, mantissa = v & 7;
   double magnitude = exponent == 0
                          ? std::ldexp(mantissa / 8.0, -6)
@@ -26,9 +28,11 @@ inline double fromE4M3(uint8_t v) {
   return sign ? -magnitude : magnitude;
 }
 
-/// E5M2: bias 15.
+/// E5M2: bias 15, IEEE-style infinities and NaNs at exponent 31.
 inline double fromE5M2(uint8_t v) {
   int sign = v >> 7, exponent = (v >> 2) & 31, mantissa = v & 3;
+  if (exponent == 31)
+    return mantissa ? std::nan("") : (sign ? -HUGE_VAL : HUGE_VAL);
   double magnitude = exponent == 0
                          ? std::ldexp(mantissa / 4.0, -14)
                          : std::ldexp(1.0 + mantissa / 4.0, exponent - 15);

@@ -12,8 +12,8 @@
 //     scale|) and the gradients' amaxes, from dO cast to E5M2 (HYBRID) or
 //     E4M3;
 //   * sbhd and bshd, no_mask / causal / padding / padding_causal, GQA and
-//     cross-attention lengths, a head dim of 64 (forward only: Hopper's FP8
-//     backward takes 128) and 128, one real size (b 2, 16 heads, s 2048).
+//     cross-attention lengths, head dims of 64 and 256 (forward only:
+//     Hopper's FP8 backward takes 128) and 128, one real size (b 2, 16 heads, s 2048).
 //     No dropout: FP8 attention refuses it (runtime/Attention.cpp).
 //
 // Scales are those DelayedScaling would hold after a step on the same data
@@ -565,6 +565,9 @@ std::vector<Case> smallCases() {
                            ElementType::F8E5M2));
   // Head dim 64: the forward only on Hopper.
   cases.push_back(makeCase(L::Bshd, M::Causal, 2, 4, 4, 256, 256, 64, false,
+                           ElementType::F8E5M2));
+  // Head dim 256, the largest the forward takes.
+  cases.push_back(makeCase(L::Sbhd, M::None, 2, 4, 4, 256, 256, 256, false,
                            ElementType::F8E5M2));
   return cases;
 }

@@ -368,6 +368,7 @@ class ModuleRefusalTest(OnTheCpu):
             "window_size": (dpa(attn_mask_type="causal", window_size=(8, 0)),
                             {}),
         }
+        cases["attention_dropout=0.1"] = (dpa(attention_dropout=0.1), {})
         for word, (module, kwargs) in cases.items():
             with self.subTest(argument=word):
                 self.refused(module, (q, k, v), kwargs, word)
@@ -410,6 +411,7 @@ class ModuleRefusalTest(OnTheCpu):
                               {"attention_mask": arbitrary}),
                 "window_size=(16, 0)": ({mask_argument: "causal",
                                          "window_size": (16, 0)}, {}),
+                "attention_dropout=0.1": ({"attention_dropout": 0.1}, {}),
             }
             for word, (constructor, kwargs) in cases.items():
                 with self.subTest(module=make.__name__, argument=word):

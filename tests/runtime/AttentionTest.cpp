@@ -13,6 +13,7 @@
 #include "runtime/AttentionGraph.h"
 #include "runtime/AttentionLauncher.h"
 #include "runtime/Cudnn.h"
+#include "tests/runtime/StepFunctions.h"
 
 #include "gtest/gtest.h"
 
@@ -23,6 +24,7 @@
 #include <tuple>
 
 using namespace tejit::runtime;
+using namespace tejit::runtime::steptest;
 
 namespace {
 
@@ -746,25 +748,6 @@ TEST(AttentionKvCacheTest, EveryVariantFinalizesWithoutAGpu) {
 //===----------------------------------------------------------------------===//
 
 /// A function whose values have the given types (ids in order).
-FunctionPlan functionWith(const std::vector<TensorType> &types) {
-  FunctionPlan function;
-  function.name = "layer";
-  for (auto [id, type] : llvm::enumerate(types)) {
-    ValueInfo value;
-    value.id = int64_t(id);
-    value.type = type;
-    value.bytes = type.bytes();
-    function.values.push_back(value);
-  }
-  return function;
-}
-
-TensorType tensorOf(std::vector<int64_t> shape, ElementType element) {
-  TensorType type;
-  type.shape = std::move(shape);
-  type.element = element;
-  return type;
-}
 
 /// A thd forward step over values 0-7: q [1000, 8, 64], k and v [1000, 2,
 /// 64], cu_seqlens i32 [4], o and stats results, an rng state; and a thd

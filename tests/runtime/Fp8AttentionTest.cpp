@@ -13,12 +13,14 @@
 #include "runtime/AttentionGraph.h"
 #include "runtime/AttentionLauncher.h"
 #include "runtime/Cudnn.h"
+#include "tests/runtime/StepFunctions.h"
 
 #include "gtest/gtest.h"
 
 #include <set>
 
 using namespace tejit::runtime;
+using namespace tejit::runtime::steptest;
 
 namespace {
 
@@ -181,26 +183,6 @@ TEST(Fp8AttentionTest, EveryVariantFinalizesWithoutAGpu) {
   EXPECT_EQ(built, 2 * 4 * 2 * 2 * 2);
 }
 
-FunctionPlan functionWith(const std::vector<TensorType> &types) {
-  FunctionPlan function;
-  function.name = "layer";
-  for (auto [id, type] : llvm::enumerate(types)) {
-    ValueInfo value;
-    value.id = int64_t(id);
-    value.type = type;
-    value.bytes = type.bytes();
-    function.values.push_back(value);
-  }
-  return function;
-}
-
-TensorType tensorOf(std::vector<int64_t> shape, ElementType element) {
-  TensorType type;
-  type.shape = std::move(shape);
-  type.element = element;
-  return type;
-}
-
 /// An fp8_attention step over values 0-8 and an fp8_attention_bwd step
 /// over 0-21, as te.fp8_attention(_bwd) lists their operands and results.
 struct Fp8Steps {
@@ -255,10 +237,27 @@ TEST(Fp8AttentionTest, LauncherReadsFp8Steps) {
   EXPECT_EQ(forward->problem().key(),
             "fp8_attention f8E4M3FN bshd b=2 h=8 kv_heads=2 s_q=256 s_kv=256 "
             "d=128 mask=causal scale=0.08838835 dropout=0");
+  using Roles = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(
+      forward->fp8Roles(),
+      (Roles{
+          {"qkv_scale_inv", 3}, {"o_scale", 4}, {"amax_s", 7}, {"amax_o", 8}}));
   auto backward = AttentionLauncher::parse(steps.backward, steps.function);
   ASSERT_TRUE(bool(backward)) << llvm::toString(backward.takeError());
   EXPECT_EQ(backward->problem().gradElement, ElementType::F8E5M2);
   EXPECT_TRUE(backward->problem().backward);
+  // Each scale where te.fp8_attention_bwd lists it: a swap of two of them
+  // (a scale with its inverse) fails here.
+  EXPECT_EQ(backward->fp8Roles(), (Roles{{"qkv_scale_inv", 3},
+                                         {"o_scale_inv", 10},
+                                         {"grad_scale_inv", 11},
+                                         {"dp_scale", 12},
+                                         {"dp_scale_inv", 13},
+                                         {"dqkv_scale", 14},
+                                         {"amax_dp", 18},
+                                         {"amax_dq", 19},
+                                         {"amax_dk", 20},
+                                         {"amax_dv", 21}}));
 
   // A padding mask follows the fixed operands.
   Fp8Steps padded;
@@ -286,7 +285,8 @@ TEST(Fp8AttentionTest, LauncherRefusesMalformedFp8Steps) {
     auto launcher = AttentionLauncher::parse(steps.forward, steps.function);
     ASSERT_FALSE(bool(launcher));
     std::string message = failure(launcher.takeError());
-    EXPECT_NE(message.find("scales and amaxes are single f32 values; value 6"),
+    EXPECT_NE(message.find(
+                  "scales and amaxes are single f32 values; o_scale (value 6)"),
               std::string::npos)
         << message;
   }

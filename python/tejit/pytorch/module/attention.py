@@ -286,7 +286,9 @@ class DotProductAttention(TransformerEngineBaseModule):
     it ignores the recipe (TE's default). With fp8_dpa, refused
     (NotImplementedError naming the attribute, before compiling): an
     attention bias or ALiBi, an arbitrary mask, thd, a sliding window,
-    kv_channels not a multiple of 16 or above 256."""
+    attention dropout in training (cuDNN's FP8 engines fault on it),
+    kv_channels not a multiple of 16 or above 256 (and, on Hopper, a
+    backward at a head dim other than 128: the runtime's error)."""
 
     # No GEMM: the recipe applies only with fp8_dpa (_program_recipe).
     _uses_fp8 = False
