@@ -37,12 +37,17 @@ step tejit-train-step examples/layernorm_mlp.yaml
 step tejit-attention-check
 # FP8 attention (fp8_dpa, docs/fp8-attention.md) against float64.
 step tejit-fp8-attention-check
+step tejit-train-step examples/fp8_attention_small.yaml
 step tejit-train-step examples/quickstart_small.yaml
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step compute-sanitizer --tool "$tool" --error-exitcode 1 \
       tejit-train-step examples/layernorm_mlp_small.yaml
   done
+  # FP8 attention's casts and cuDNN steps (memcheck: cuDNN's kernels are
+  # not ours to racecheck).
+  step compute-sanitizer --tool memcheck --error-exitcode 1 \
+    tejit-train-step examples/fp8_attention_small.yaml
 else
   echo "compute-sanitizer not found: sanitizer runs skipped"; status=1
 fi
