@@ -8,6 +8,14 @@
 using namespace mlir;
 using namespace mlir::te;
 
+LogicalResult mlir::te::expectType(Operation *op, Value value, StringRef what,
+                                   Type expected) {
+  if (value.getType() != expected)
+    return op->emitOpError() << "'" << what << "' must be " << expected
+                             << ", got " << value.getType();
+  return success();
+}
+
 LogicalResult
 mlir::te::verifyAttentionWindow(Operation *op,
                                 std::optional<ArrayRef<int64_t>> window,

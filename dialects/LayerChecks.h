@@ -11,6 +11,20 @@
 
 namespace mlir::te {
 
+/// `value` must have exactly `expected` type; `what` names it.
+LogicalResult expectType(Operation *op, Value value, StringRef what,
+                         Type expected);
+
+/// The head dims cuDNN's FP8 attention runs: multiples of 16 up to 256
+/// (docs/fp8-attention.md; Hopper's backward takes 128 alone, which the
+/// runtime checks against the GPU).
+constexpr int64_t kFp8AttentionHeadDimMultiple = 16;
+constexpr int64_t kMaxFp8AttentionHeadDim = 256;
+inline bool isFp8AttentionHeadDim(int64_t headDim) {
+  return headDim % kFp8AttentionHeadDimMultiple == 0 &&
+         headDim <= kMaxFp8AttentionHeadDim;
+}
+
 /// A dimension that FP8 GEMMs need divisible by some number.
 struct Fp8Dim {
   StringRef what;

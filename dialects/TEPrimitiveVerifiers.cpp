@@ -19,15 +19,6 @@ static ArrayRef<int64_t> shapeOf(Value value) {
   return typeOf(value).getShape();
 }
 
-/// `value` must have exactly `expected` type; `what` names it.
-static LogicalResult expectType(Operation *op, Value value, StringRef what,
-                                Type expected) {
-  if (value.getType() != expected)
-    return op->emitOpError() << "'" << what << "' must be " << expected
-                             << ", got " << value.getType();
-  return success();
-}
-
 static RankedTensorType withShape(Value like, ArrayRef<int64_t> shape) {
   return RankedTensorType::get(shape, typeOf(like).getElementType());
 }

@@ -205,18 +205,6 @@ LogicalResult DequantizeOp::verify() {
   return success();
 }
 
-/// `value` has exactly `expected` type; `name` names it.
-static LogicalResult expectType(Operation *op, Value value, StringRef name,
-                                Type expected) {
-  if (value.getType() != expected)
-    return op->emitOpError() << "'" << name << "' must be " << expected
-                             << ", got " << value.getType();
-  return success();
-}
-
-/// The largest head dim cuDNN's FP8 attention runs.
-constexpr int64_t kMaxFp8HeadDim = 256;
-
 /// What te.fp8_attention and te.fp8_attention_bwd check alike: FP8 E4M3
 /// q, k, v in te.attention's 4-D layouts (not thd) with a head dim cuDNN's
 /// FP8 engines take, the query mask, the meta slots among `slots`, the FP8
@@ -242,9 +230,10 @@ verifyFp8AttentionCommon(OpT op, ArrayRef<std::pair<Value, StringRef>> slots) {
     return failure();
   RankedTensorType query = typeOf(op.getQuery());
   int64_t headDim = query.getDimSize(3);
-  if (headDim % 16 != 0 || headDim > kMaxFp8HeadDim)
+  if (!isFp8AttentionHeadDim(headDim))
     return op.emitOpError()
-           << "head dim must be a multiple of 16 and at most " << kMaxFp8HeadDim
+           << "head dim must be a multiple of " << kFp8AttentionHeadDimMultiple
+           << " and at most " << kMaxFp8AttentionHeadDim
            << " for FP8 attention, got " << headDim;
   for (auto [value, name] : slots)
     if (failed(expectSlot(op, value, name)))

@@ -136,9 +136,10 @@ LogicalResult checkFp8Attention(AttentionOp attention) {
                     << " (sliding-window attention)";
   int64_t headDim =
       cast<RankedTensorType>(attention.getQuery().getType()).getDimSize(3);
-  if (headDim % 16 != 0 || headDim > 256)
-    return refuse() << "head dim " << headDim
-                    << " (it needs a multiple of 16, at most 256)";
+  if (!isFp8AttentionHeadDim(headDim))
+    return refuse() << "head dim " << headDim << " (it needs a multiple of "
+                    << kFp8AttentionHeadDimMultiple << ", at most "
+                    << kMaxFp8AttentionHeadDim << ")";
   // cuDNN's FP8 engines fault on it (docs/fp8-attention.md).
   if (attention.getDropout().convertToDouble() != 0.0)
     return refuse() << "dropout = " << attention.getDropout().convertToDouble()
