@@ -13,6 +13,7 @@
 #include "codegen/NvrtcCompiler.h"
 #include "dialects/BlockScaleLayout.h"
 #include "dialects/TEDialect.h"
+#include "tests/codegen-emit/ExpectCompiles.h"
 #include "tests/codegen-emit/TeIrTest.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -23,6 +24,7 @@
 #include <gtest/gtest.h>
 
 using namespace mlir;
+using tejit::testing::expectCompiles;
 namespace blockscale = tejit::blockscale;
 
 namespace {
@@ -114,28 +116,6 @@ func.func @fused(%x: tensor<200x136xbf16> {{te.name = "x"}) -> ({0}) {{
 }
 
 class BlockQuantizeEmit : public tejit::testing::TeIrTest {};
-
-/// Compiles `kernels` with NVRTC for `arch`; fails the test on any error.
-void expectCompiles(const std::vector<tejit::codegen::EmittedKernel> &kernels,
-                    llvm::StringRef arch) {
-  auto compiler = tejit::codegen::NvrtcCompiler::create();
-  ASSERT_TRUE(bool(compiler)) << "this test needs the CUDA toolkit's NVRTC: "
-                              << llvm::toString(compiler.takeError());
-  if (!llvm::is_contained((*compiler)->supportedArchs(),
-                          std::stoi(arch.drop_front(3).str())))
-    GTEST_SKIP() << "NVRTC " << (*compiler)->nvrtcVersionString()
-                 << " does not compile for " << arch.str();
-  std::vector<tejit::codegen::KernelSource> sources;
-  for (const tejit::codegen::EmittedKernel &kernel : kernels)
-    sources.push_back({kernel.name, kernel.source, arch.str(), {}});
-  auto compiled = (*compiler)->compileAll(sources);
-  ASSERT_TRUE(bool(compiled)) << llvm::toString(compiled.takeError());
-  for (const tejit::codegen::CompiledKernel &kernel : *compiled) {
-    EXPECT_FALSE(kernel.binary.empty()) << kernel.name;
-    // Warnings are errors for generated code as in the nvcc check.
-    EXPECT_EQ(kernel.log, "") << kernel.name;
-  }
-}
 
 TEST_F(BlockQuantizeEmit, EveryPathEmitsAndCompiles) {
   std::string text;

@@ -18,6 +18,7 @@
 #include "codegen/NvrtcCompiler.h"
 #include "dialects/GroupedBlockScaleLayout.h"
 #include "dialects/TEDialect.h"
+#include "tests/codegen-emit/ExpectCompiles.h"
 #include "tests/codegen-emit/TeIrTest.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,6 +30,7 @@
 
 using namespace mlir;
 using tejit::codegen::EmittedKernel;
+using tejit::testing::expectCompiles;
 
 namespace {
 
@@ -217,28 +219,6 @@ protected:
     return std::move(*kernels);
   }
 };
-
-/// Compiles `kernels` with NVRTC for `arch`; fails the test on any error
-/// or warning.
-void expectCompiles(const std::vector<EmittedKernel> &kernels,
-                    llvm::StringRef arch) {
-  auto compiler = tejit::codegen::NvrtcCompiler::create();
-  ASSERT_TRUE(bool(compiler)) << "this test needs the CUDA toolkit's NVRTC: "
-                              << llvm::toString(compiler.takeError());
-  if (!llvm::is_contained((*compiler)->supportedArchs(),
-                          std::stoi(arch.drop_front(3).str())))
-    GTEST_SKIP() << "NVRTC " << (*compiler)->nvrtcVersionString()
-                 << " does not compile for " << arch.str();
-  std::vector<tejit::codegen::KernelSource> sources;
-  for (const EmittedKernel &kernel : kernels)
-    sources.push_back({kernel.name, kernel.source, arch.str(), {}});
-  auto compiled = (*compiler)->compileAll(sources);
-  ASSERT_TRUE(bool(compiled)) << llvm::toString(compiled.takeError());
-  for (const tejit::codegen::CompiledKernel &kernel : *compiled) {
-    EXPECT_FALSE(kernel.binary.empty()) << kernel.name;
-    EXPECT_EQ(kernel.log, "") << kernel.name;
-  }
-}
 
 /// The parameter of `kernel` named `name`, or null.
 const tejit::codegen::KernelParam *paramNamed(const EmittedKernel &kernel,

@@ -78,6 +78,7 @@
 #include "runtime/Cudnn.h"
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
+#include "tests/gpu/CudnnGpu.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -96,10 +97,10 @@
 #include <vector>
 
 using namespace tejit::runtime;
+using tejit::gpucheck::CudnnGpu;
+using tejit::gpucheck::openCudnnGpu;
 
 namespace {
-
-constexpr int exitSkipped = 77;
 
 //===----------------------------------------------------------------------===//
 // Small helpers
@@ -2570,33 +2571,20 @@ int main(int argc, char **argv) {
     }
   }
 
-  auto driver = CudaDriver::get();
-  if (!driver) {
-    std::printf("SKIPPED: %s\n", llvm::toString(driver.takeError()).c_str());
-    return exitSkipped;
-  }
-  auto device = useDevice(0);
-  if (!device) {
-    std::string message;
-    ErrorCode code = takeError(device.takeError(), message);
-    std::printf("SKIPPED: %s\n", message.c_str());
-    // No usable GPU is a skip; anything else is a failure.
-    return code == ErrorCode::NoDevice ? exitSkipped : 1;
-  }
-  auto cudnn = Cudnn::get();
-  if (!cudnn) {
-    std::printf("FAIL: %s\n", llvm::toString(cudnn.takeError()).c_str());
-    return 1;
-  }
+  int exitStatus = 0;
+  std::optional<CudnnGpu> opened = openCudnnGpu(exitStatus);
+  if (!opened)
+    return exitStatus;
   std::printf("device %s (%s), cuDNN %s (%s), seed %llu (--seed %llu to "
               "reproduce)\n",
-              device->name.c_str(), device->arch.c_str(),
-              cudnn->versionString().c_str(), cudnn->path.c_str(),
-              (unsigned long long)seed, (unsigned long long)seed);
+              opened->device.name.c_str(), opened->device.arch.c_str(),
+              opened->cudnn->versionString().c_str(),
+              opened->cudnn->path.c_str(), (unsigned long long)seed,
+              (unsigned long long)seed);
 
-  Gpu gpu{&*driver};
+  Gpu gpu{opened->driver};
   Checker checker(gpu, seed);
-  checker.setSmCount(device->multiprocessors);
+  checker.setSmCount(opened->device.multiprocessors);
   if (timeDecode) {
     // Only the timings: decode kernel against cuDNN.
     checker.timeDecode(4096, 512);

@@ -13,8 +13,8 @@
 //     E4M3;
 //   * sbhd and bshd, no_mask / causal / padding / padding_causal, GQA and
 //     cross-attention lengths, head dims of 64 and 256 (forward only:
-//     Hopper's FP8 backward takes 128) and 128, one real size (b 2, 16 heads, s 2048).
-//     No dropout: FP8 attention refuses it (runtime/Attention.cpp).
+//     Hopper's FP8 backward takes 128) and 128, one real size (b 2, 16 heads, s
+//     2048). No dropout: FP8 attention refuses it (runtime/Attention.cpp).
 //
 // Scales are those DelayedScaling would hold after a step on the same data
 // (fp8_max / amax of the reference), so every FP8 tensor uses its range; P
@@ -35,6 +35,7 @@
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
 #include "tests/gpu/CheckExit.h"
+#include "tests/gpu/CudnnGpu.h"
 #include "tests/gpu/HostFp8.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -593,29 +594,16 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  auto driver = CudaDriver::get();
-  if (!driver) {
-    std::printf("SKIPPED: %s\n", llvm::toString(driver.takeError()).c_str());
-    return exitSkipped;
-  }
-  auto device = useDevice(0);
-  if (!device) {
-    std::string message;
-    ErrorCode code = takeError(device.takeError(), message);
-    std::printf("SKIPPED: %s\n", message.c_str());
-    return code == ErrorCode::NoDevice ? exitSkipped : 1;
-  }
-  auto cudnn = Cudnn::get();
-  if (!cudnn) {
-    std::printf("FAIL: %s\n", llvm::toString(cudnn.takeError()).c_str());
-    return 1;
-  }
+  int exitStatus = 0;
+  std::optional<CudnnGpu> gpu = openCudnnGpu(exitStatus);
+  if (!gpu)
+    return exitStatus;
   std::printf("device %s (%s), cuDNN %s, seed %llu (--seed %llu to "
               "reproduce)\n",
-              device->name.c_str(), device->arch.c_str(),
-              cudnn->versionString().c_str(), (unsigned long long)seed,
+              gpu->device.name.c_str(), gpu->device.arch.c_str(),
+              gpu->cudnn->versionString().c_str(), (unsigned long long)seed,
               (unsigned long long)seed);
-  Checker checker{*driver, std::mt19937_64(seed)};
+  Checker checker{*gpu->driver, std::mt19937_64(seed)};
   std::vector<Case> cases = smallCases();
   if (real)
     cases.push_back(makeCase(AttentionLayout::Sbhd, AttentionMask::Causal, 2,
