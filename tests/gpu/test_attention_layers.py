@@ -638,22 +638,24 @@ def block_step(module, x, fp8_recipe, dy, **call):
     return out.detach()
 
 
-def param_grad_errors(grads, params, what):
-    """{parameter name: error} of the module's gradients `grads` against
-    the float32 reference parameters' (`params`) gradients."""
+def param_grad_errors(grads, params, what, error=rel_l2):
+    """{parameter name: error(got, want)} of the module's gradients
+    `grads` against the float32 reference parameters' (`params`)
+    gradients."""
     errors = {}
     for name, grad in grads.items():
         assert grad is not None, f"{what}: no gradient for {name}"
-        want = params[name].grad
+        want = params[name].grad.double()
         if name.endswith("key_bias"):
             # Its exact gradient is zero (adding q.b_k shifts a whole
-            # softmax row), so a relative error means nothing: measure it
-            # against the query bias gradient's size instead.
+            # softmax row), so an error relative to it means nothing:
+            # measure the difference against the query bias gradient
+            # instead (error(d + s, s) is d's error at s's scale).
             scale = params[name.replace("key_bias", "query_bias")].grad
-            errors[name] = ((grad.double() - want.double()).norm() /
-                            scale.double().norm().clamp_min(1e-30)).item()
+            scale = scale.double()
+            errors[name] = error(grad.double() - want + scale, scale)
         else:
-            errors[name] = rel_l2(grad, want)
+            errors[name] = error(grad, want)
     return errors
 
 

@@ -63,8 +63,8 @@ from tejit.common import recipe  # noqa: E402
 
 from test_attention_layers import (  # noqa: E402
     BF16, FP16, MHA_CASES, SEED, TL_CASES, attention_ref, block_step,
-    check_errors, mha_reference, random_padding, rel_l2, rotary_freqs,
-    transformer_ref, valid_rows)
+    check_errors, mha_reference, param_grad_errors, random_padding, rel_l2,
+    rotary_freqs, transformer_ref, valid_rows)
 
 fresh_seed = seed_per_test(SEED)
 
@@ -382,25 +382,6 @@ def test_blocks_add_the_attention_slots(kind):
 # --- MultiheadAttention / TransformerLayer -----------------------------------
 
 
-def param_errors(grads, params):
-    """{parameter name: RMSE / range} of the module's gradients against
-    the float32 reference's; a key bias's exact gradient is 0 (q.b_k
-    shifts a whole softmax row), so its error is taken against the range
-    of the query bias's gradient."""
-    errors = {}
-    for name, grad in grads.items():
-        assert grad is not None, f"no gradient for {name}"
-        want = params[name].grad
-        if name.endswith("key_bias"):
-            scale = params[name.replace("key_bias", "query_bias")].grad
-            span = (scale.max() - scale.min()).item()
-            errors[name] = ((grad.double() - want.double()).pow(2).mean()
-                            .sqrt().item() / max(span, 1e-30))
-        else:
-            errors[name] = range_rmse(grad, want)
-    return errors
-
-
 def check_block(module, reference, fmt, mask="causal", rotary=False, seq=128,
                 batch=2, param_grads=True, what=""):
     """STEPS training steps of `module` under fp8_dpa on one input, each
@@ -437,8 +418,9 @@ def check_block(module, reference, fmt, mask="causal", rotary=False, seq=128,
         errors = {"output": range_rmse(out[keep], ref[keep]),
                   "input grad": range_rmse(x.grad[keep], x32.grad[keep])}
         if param_grads:
-            errors.update(param_errors(
-                {n: p.grad for n, p in module.named_parameters()}, params))
+            errors.update(param_grad_errors(
+                {n: p.grad for n, p in module.named_parameters()}, params,
+                what, error=range_rmse))
         print(f"{what} step {step}: output rel. L2 "
               f"{rel_l2(out[keep], ref[keep]):.4f}")
         check_step(errors, step, what)
