@@ -795,13 +795,13 @@ Expected<Setup> setUp(const AttentionProblem &problem) {
                                    "its fused attention; use 9.10.2 or newer",
                                    problem.key(), lib->versionString(),
                                    lib->path));
-  if (problem.thd() || problem.bias != AttentionBias::None || problem.fp8) {
-    Expected<int64_t> capability = computeCapability(*driver);
-    if (!capability)
-      return capability.takeError();
-    if (Error error = problem.validateFor(int64_t(lib->version), *capability))
-      return std::move(error);
-  }
+  // What this cuDNN and GPU can run of the problem (validateFor decides
+  // which features need anything).
+  Expected<int64_t> capability = computeCapability(*driver);
+  if (!capability)
+    return capability.takeError();
+  if (Error error = problem.validateFor(int64_t(lib->version), *capability))
+    return std::move(error);
   setup.lib = &*lib;
   return setup;
 }
