@@ -638,24 +638,32 @@ def block_step(module, x, fp8_recipe, dy, **call):
     return out.detach()
 
 
-def param_grad_errors(grads, params, what, error=rel_l2):
-    """{parameter name: error(got, want)} of the module's gradients
-    `grads` against the float32 reference parameters' (`params`)
-    gradients."""
+# How far a gradient is from the reference's: (deviation of the
+# difference, size of the reference), their quotient the error. NORM gives
+# rel_l2's ||got - want|| / ||want||.
+NORM = (lambda d: d.norm().item(), lambda r: r.norm().item())
+
+
+def param_grad_errors(grads, params, what, measure=NORM):
+    """{parameter name: error} of the module's gradients `grads` against
+    the float32 reference parameters' (`params`) gradients, by `measure`;
+    inf for a gradient with a NaN or inf."""
+    deviation, size = measure
     errors = {}
     for name, grad in grads.items():
         assert grad is not None, f"{what}: no gradient for {name}"
-        want = params[name].grad.double()
+        got, want = grad.double(), params[name].grad.double()
+        reference = want
         if name.endswith("key_bias"):
             # Its exact gradient is zero (adding q.b_k shifts a whole
             # softmax row), so an error relative to it means nothing:
-            # measure the difference against the query bias gradient
-            # instead (error(d + s, s) is d's error at s's scale).
-            scale = params[name.replace("key_bias", "query_bias")].grad
-            scale = scale.double()
-            errors[name] = error(grad.double() - want + scale, scale)
-        else:
-            errors[name] = error(grad, want)
+            # measure it against the query bias gradient's size instead.
+            reference = params[name.replace("key_bias", "query_bias")].grad
+        if not torch.isfinite(got).all():
+            errors[name] = math.inf
+            continue
+        errors[name] = deviation(got - want) / max(
+            size(reference.double()), 1e-30)
     return errors
 
 

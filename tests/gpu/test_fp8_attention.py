@@ -80,6 +80,11 @@ def fp8_dpa(fp8_format=recipe.Format.HYBRID, enabled=True):
                                  amax_compute_algo="max", fp8_dpa=enabled)
 
 
+# param_grad_errors' measure for range_rmse: RMSE over the value range.
+RANGE_RMSE = (lambda d: d.pow(2).mean().sqrt().item(),
+              lambda r: (r.max() - r.min()).item())
+
+
 def range_rmse(got, want):
     """RMSE(got - want) / (want.max() - want.min()); inf if `got` has a
     NaN or inf."""
@@ -420,7 +425,7 @@ def check_block(module, reference, fmt, mask="causal", rotary=False, seq=128,
         if param_grads:
             errors.update(param_grad_errors(
                 {n: p.grad for n, p in module.named_parameters()}, params,
-                what, error=range_rmse))
+                what, measure=RANGE_RMSE))
         print(f"{what} step {step}: output rel. L2 "
               f"{rel_l2(out[keep], ref[keep]):.4f}")
         check_step(errors, step, what)
