@@ -175,6 +175,13 @@ Error validateKvCache(const AttentionProblem &p) {
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
   if (t.gradQ || t.gradK || t.gradV)
     return unsupported("a kv cache has no gradients to give strides");
+  if (p.pageSize < 0 || (p.paged() && p.pages <= 0))
+    return unsupported("a paged kv cache needs a positive page size and "
+                       "number of pages");
+  if (p.paged() && p.seqKv % p.pageSize != 0)
+    return unsupported(llvm::formatv(
+        "a paged kv cache's {0} rows a sequence must be whole pages of {1}",
+        p.seqKv, p.pageSize));
   return Error::success();
 }
 
@@ -225,6 +232,9 @@ std::string AttentionProblem::key() const {
           batch, heads, kvHeads, seqQ, seqKv, headDim, attentionMaskName(mask),
           exactDouble(softmaxScale), exactDouble(dropout))
           .str();
+  if (paged())
+    text +=
+        llvm::formatv(" paged pages={0} page_size={1}", pages, pageSize).str();
   if (windowLeft >= 0 || windowRight >= 0)
     text += llvm::formatv(" window={0},{1}", windowLeft, windowRight).str();
   text += biasKey(*this);
@@ -309,6 +319,8 @@ Error AttentionProblem::validate() const {
                        " is out of range: it must be in [0, 1)");
   if (!std::isfinite(softmaxScale) || softmaxScale == 0.0)
     return unsupported("the softmax scale must be finite and non-zero");
+  if (paged() && !kvCache)
+    return unsupported("a page table serves a kv cache only");
   // Before the window checks: a kv cache takes no window at all.
   if (kvCache)
     if (Error error = validateKvCache(*this))
@@ -954,6 +966,8 @@ std::pair<CUdeviceptr, const char *> pointerFor(attention::Slot slot,
     return {p.seqLenQ, "seqLenQ"};
   case Slot::SeqLenKv:
     return {p.seqLenKv, "seqLenKv"};
+  case Slot::PageTable:
+    return {p.pageTable, "pageTable"};
   case Slot::Seed:
     return {p.seed, "seed"};
   case Slot::Offset:

@@ -22,6 +22,14 @@
 // its cache. Forward only; the prep kernel appends the step's new k and v
 // tokens to the caches before cuDNN reads them (enqueueThdPrep).
 //
+// Paged kv cache (docs/paged-kv-cache.md, Transformer Engine's is_paged):
+// the caches are pools of pages [pages, page_size, kv_heads, d] and an int32
+// page table [b, s_kv / page_size] says which page holds each sequence's
+// rows: logical row r of sequence i is row r % page_size of page
+// table[i][r / page_size]. The prep kernel appends through the table and
+// writes a copy of it with every id clamped into [0, pages), which the
+// attention reads (cuDNN's paged cache load, or the decode kernels).
+//
 // Bias (docs/attention-bias.md, Transformer Engine's core_attention_bias_type):
 // a post-scale bias [1 or b, 1 or h, s_q, s_kv] (bf16/f16, q's type, packed)
 // is added to the scaled scores before the masks; its gradient, dbias [1, h,
@@ -116,6 +124,10 @@ struct AttentionProblem {
   /// thd queries over bshd k/v caches of s_kv rows (see the file comment);
   /// tokenStrides.k and .v are then the new tokens' strides.
   bool kvCache = false;
+  /// Paged kv cache (see the file comment): the rows of a page and the
+  /// pages of each cache; 0 for plain caches. s_kv is then the table's
+  /// width times pageSize.
+  int64_t pageSize = 0, pages = 0;
   /// The post-scale bias or ALiBi (see the file comment). biasBatch and
   /// biasHeads are the bias's first two dims, each 1 or batch / heads;
   /// biasGrad (backward, the [1, h, s_q, s_kv] bias only) writes dbias.
@@ -142,6 +154,9 @@ struct AttentionProblem {
     return mask == AttentionMask::PaddingCausalBottomRight;
   }
   bool thd() const { return layout == AttentionLayout::Thd; }
+  bool paged() const { return pageSize > 0; }
+  /// Entries of a sequence's page table row (s_kv / pageSize).
+  int64_t pagesPerSequence() const { return paged() ? seqKv / pageSize : 0; }
   /// Whether ALiBi aligns top-left: under the causal and padding_causal
   /// masks, as in Transformer Engine (every other mask: bottom-right).
   bool alibiTopLeft() const {
@@ -170,17 +185,21 @@ struct AttentionProblem {
   /// s_q=128 s_kv=128 d=64 mask=causal scale=0.125 dropout=0.1", then
   /// " window=L,R" when a window is set, " bias=1hss" (" grad" with dbias)
   /// or " alibi=vanilla" (heads, batch_heads) with a bias; "attention bf16
-  /// thd kv_cache ..." for a kv cache.
+  /// thd kv_cache ..." for a kv cache (" paged pages=P page_size=S" when
+  /// paged).
   std::string key() const;
 };
 
 /// Device pointers (CUdeviceptr). o and stats are outputs in the forward and
 /// inputs in the backward. With a kv cache, k and v are the caches and stats
-/// is unused (the graph keeps its statistics in the workspace).
+/// is unused (the graph keeps its statistics in the workspace); paged, k and
+/// v are the page pools and pageTable the clamped int32 [b, s_kv /
+/// page_size] table.
 struct AttentionPointers {
   CUdeviceptr q = 0, k = 0, v = 0, o = 0, stats = 0;
   CUdeviceptr gradO = 0, gradQ = 0, gradK = 0, gradV = 0; // backward only
   CUdeviceptr seqLenQ = 0, seqLenKv = 0; // int32 [batch], padding masks only
+  CUdeviceptr pageTable = 0;             // paged kv cache only
   CUdeviceptr seed = 0, offset = 0;      // int64 scalars, dropout only
   /// thd only: int32 [batch + 1], where each sequence starts in q, k, v, o
   /// (and dO), dq, dk and dv, in elements: cu_seqlens times the tensor's

@@ -317,6 +317,23 @@ public:
     return y;
   }
 
+  /// y (virtual) = the rows of `container`'s pages that `pageTable` lists
+  /// for each sequence, up to its `seqLen` (cuDNN 9.5's paged cache load).
+  void pagedCacheLoad(const Tensor &container, const Tensor &seqLen,
+                      const Tensor &pageTable, const Tensor &y,
+                      const char *what) {
+    cudnnBackendDescriptor_t op =
+        create(CUDNN_BACKEND_OPERATION_PAGED_CACHE_LOAD_DESCRIPTOR, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_CONTAINER_DESC,
+            container.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_PAGE_TABLE_DESC,
+            pageTable.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_SEQUENCE_DESC,
+            seqLen.desc, what);
+    setDesc(op, CUDNN_ATTR_OPERATION_PAGED_CACHE_LOAD_YDESC, y.desc, what);
+    finishOperation(op, what);
+  }
+
   /// Philox Bernoulli samples (1 with probability `keep`) of shape `dims`,
   /// from device seed and offset tensors.
   Tensor rng(const Tensor &seed, const Tensor &offset, double keep, Dims dims,
@@ -582,6 +599,31 @@ struct Common {
     return &entry->second;
   }
 
+  /// A paged kv cache's K^T [b, h_kv, d, s_kv] and V [b, h_kv, s_kv, d]
+  /// (virtual), loaded from the page pools [pages, page_size, h_kv, d]
+  /// (cuDNN's container dims [pages, h_kv, page_size, d]) through the page
+  /// table [b, 1, s_kv / page_size, 1], as cudnn-frontend's paged sdpa does.
+  std::pair<Tensor, Tensor> pagedKeysValues(Builder &g) const {
+    int64_t b = p.batch, kvHeads = p.kvHeads, d = p.headDim, s = p.seqKv,
+            ps = p.pageSize, width = p.pagesPerSequence();
+    Dims pool = {p.pages, kvHeads, ps, d},
+         poolStrides = {ps * kvHeads * d, d, kvHeads * d, 1};
+    Tensor kPool = g.bound(Slot::K, pool, poolStrides, io, "k pages");
+    Tensor vPool = g.bound(Slot::V, pool, poolStrides, io, "v pages");
+    Tensor table =
+        g.bound(Slot::PageTable, {b, 1, width, 1}, {width, width, 1, 1},
+                CUDNN_DATA_INT32, "page table");
+    Tensor kT =
+        g.virtualTensor({b, kvHeads, d, s}, {kvHeads * d * s, d * s, 1, d}, io,
+                        "k (transposed, from pages)");
+    Tensor v =
+        g.virtualTensor({b, kvHeads, s, d}, {kvHeads * s * d, s * d, d, 1}, io,
+                        "v (from pages)");
+    g.pagedCacheLoad(kPool, *seqLenKv, table, kT, "paged k load");
+    g.pagedCacheLoad(vPool, *seqLenKv, table, v, "paged v load");
+    return {kT, v};
+  }
+
   const Tensor *seqQ() const { return seqLenQ ? &*seqLenQ : nullptr; }
   const Tensor *seqKv() const { return seqLenKv ? &*seqLenKv : nullptr; }
 
@@ -765,14 +807,18 @@ void buildForward(Builder &g, const AttentionProblem &p) {
   bool cache = p.kvCache;
   Dims kStrides = cache ? c.kvStrides : c.kvStridesOf(t.k);
   Dims vStrides = cache ? c.kvStrides : c.kvStridesOf(t.v);
-  // cuDNN takes K^T [b, h_kv, d, s_kv]: the same bytes, last two swapped.
-  Tensor kT = g.bound(Slot::K, swapLast(c.kv), swapLast(kStrides), c.io,
-                      "k (transposed)", 0,
-                      cache ? nullptr : c.ragged(g, Slot::RaggedK));
-  Tensor v = g.bound(Slot::V, c.kv, vStrides, c.io, "v", 0,
-                     cache ? nullptr : c.ragged(g, Slot::RaggedV));
   if (p.padding())
     c.bindSeqLens(g);
+  // cuDNN takes K^T [b, h_kv, d, s_kv]: the same bytes, last two swapped.
+  // Paged caches are gathered into them through the page table.
+  auto [kT, v] =
+      p.paged()
+          ? c.pagedKeysValues(g)
+          : std::pair{g.bound(Slot::K, swapLast(c.kv), swapLast(kStrides), c.io,
+                              "k (transposed)", 0,
+                              cache ? nullptr : c.ragged(g, Slot::RaggedK)),
+                      g.bound(Slot::V, c.kv, vStrides, c.io, "v", 0,
+                              cache ? nullptr : c.ragged(g, Slot::RaggedV))};
 
   Tensor s = c.scaledScores(g, q, kT, "bmm1 q k^T");
   s = c.addBias(g, s);

@@ -33,6 +33,8 @@ enum class Slot {
   GradV,
   SeqLenQ,
   SeqLenKv,
+  // A paged kv cache's int32 page table (the prep kernel's clamped copy).
+  PageTable,
   Seed,
   Offset,
   // thd: the int32 [b + 1] ragged offsets of q, k, v, o (and dO), dq, dk

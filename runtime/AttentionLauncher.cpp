@@ -348,8 +348,10 @@ struct PrepParams {
           zeroedStride[zeroedCount] = {};
   CUdeviceptr appendFrom[2] = {}, appendTo[2] = {};
   int64_t appendStride[2] = {}, appendWidth = 0;
+  CUdeviceptr pageTable = 0, pageTableOut = 0;
+  int64_t pageSize = 0, pages = 0, pagesPerSequence = 0;
 };
-static_assert(sizeof(PrepParams) == 55 * 8,
+static_assert(sizeof(PrepParams) == 60 * 8,
               "PrepParams must match TejitAttentionPrep field for field");
 
 Error launchPrep(const CudaDriver &driver, CUfunction prep,
@@ -397,8 +399,10 @@ struct DecodeParams {
           cacheRows = 0, splits = 0, qStride = 0, rowBlocksPerCta = 0,
           causal = 0, f16 = 0;
   double scaleLog2 = 0;
+  CUdeviceptr pageTable = 0;
+  int64_t pageSize = 0, pagesPerSequence = 0;
 };
-static_assert(sizeof(DecodeParams) == 22 * 8,
+static_assert(sizeof(DecodeParams) == 25 * 8,
               "DecodeParams must match TejitDecodeAttention field for field");
 
 /// The rows of one (sequence, kv head) in blocks of a warp's rows, how many
@@ -824,10 +828,12 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
   StepAttributes attributes{step, function};
   AttentionLauncher launcher;
   // Plan.cpp checks these counts too; steps may also be made by hand.
-  if (step.operands.size() != 7 || step.results.size() != 1)
+  if ((step.operands.size() != 7 && step.operands.size() != 8) ||
+      step.results.size() != 1)
     return attributes.error(llvm::formatv(
         "kv_cache_attention takes 7 operands (q, k, v, k_cache, v_cache, "
-        "cu_seqlens_q, cu_seqlens_kv) and 1 result (o), got {0} and {1}",
+        "cu_seqlens_q, cu_seqlens_kv), 8 with a page table, and 1 result "
+        "(o), got {0} and {1}",
         step.operands.size(), step.results.size()));
   const auto &ops = step.operands;
   launcher.q = ops[0];
@@ -837,6 +843,8 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
   launcher.vCache = ops[4];
   launcher.cuSeqlensQ = ops[5];
   launcher.cuSeqlensKv = ops[6];
+  if (ops.size() == 8)
+    launcher.pageTable = ops[7];
   launcher.out = step.results[0];
 
   // Each operand against the contract's shape, by name: the first that
@@ -868,15 +876,28 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
                     {}, ElementType::I32);
   if (kType.shape.size() != 3)
     return mismatch("k", launcher.k, "[t, kv_heads, head dim]", {}, element);
+  bool paged = launcher.pageTable.has_value();
+  const char *cachePattern =
+      paged ? "[pages, page_size, kv_heads, head dim]"
+            : "[b, max_sequence_length, kv_heads, head dim]";
   if (cacheType.shape.size() != 4)
-    return mismatch("k_cache", *launcher.kCache,
-                    "[b, max_sequence_length, kv_heads, head dim]", {},
-                    element);
+    return mismatch("k_cache", *launcher.kCache, cachePattern, {}, element);
   int64_t tokens = qType.shape[0], heads = qType.shape[1], dim = qType.shape[2],
           batch = cuType.shape[0] - 1, kvHeads = kType.shape[1],
-          cacheRows = cacheType.shape[1];
+          cacheRows = cacheType.shape[1], pages = 0, pageSize = 0;
+  if (paged) {
+    const TensorType &tableType = typeOf(*launcher.pageTable);
+    if (tableType.shape.size() != 2 || tableType.shape[0] != batch ||
+        tableType.element != ElementType::I32)
+      return mismatch("page_table", *launcher.pageTable,
+                      "[b, pages per sequence]", {}, ElementType::I32);
+    pages = cacheType.shape[0];
+    pageSize = cacheType.shape[1];
+    cacheRows = tableType.shape[1] * pageSize;
+  }
   std::vector<int64_t> newTokens{tokens, kvHeads, dim},
-      cache{batch, cacheRows, kvHeads, dim};
+      cache = paged ? std::vector<int64_t>{pages, pageSize, kvHeads, dim}
+                    : std::vector<int64_t>{batch, cacheRows, kvHeads, dim};
   struct Contract {
     const char *name;
     int64_t id;
@@ -887,10 +908,8 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
   const Contract contract[] = {
       {"k", launcher.k, "[t, kv_heads, head dim]", newTokens, element},
       {"v", launcher.v, "[t, kv_heads, head dim]", newTokens, element},
-      {"k_cache", *launcher.kCache,
-       "[b, max_sequence_length, kv_heads, head dim]", cache, element},
-      {"v_cache", *launcher.vCache,
-       "[b, max_sequence_length, kv_heads, head dim]", cache, element},
+      {"k_cache", *launcher.kCache, cachePattern, cache, element},
+      {"v_cache", *launcher.vCache, cachePattern, cache, element},
       {"cu_seqlens_kv",
        *launcher.cuSeqlensKv,
        "[b + 1]",
@@ -947,6 +966,8 @@ AttentionLauncher::parseKvCache(const AttentionStep &step,
   problem.headDim = dim;
   problem.seqQ = *maxQ;
   problem.seqKv = cacheRows;
+  problem.pageSize = pageSize;
+  problem.pages = pages;
   problem.tokensQ = problem.tokensKv = tokens;
   problem.softmaxScale = *scale;
   problem.tokenStrides.q = step.tokenStride("q");
@@ -1131,6 +1152,7 @@ Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,
   if (problemDesc.kvCache) {
     buffers.newK = addresses[k];
     buffers.newV = addresses[v];
+    buffers.pageTable = pageTable ? addresses[*pageTable] : 0;
     KvCacheEngine engine;
     engine.runner = decode ? nullptr : runner.get();
     engine.decode = decodeKernels;
@@ -1157,13 +1179,19 @@ Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,
 
 namespace {
 /// Where thd's sequence lengths and ragged offsets lie in the prep scratch.
+/// A paged kv cache's clamped page table follows them.
 struct ThdScratch {
-  size_t lengths = 0, offsets = 0, total = 0;
+  size_t lengths = 0, offsets = 0, pageTable = 0, total = 0;
 
   explicit ThdScratch(const AttentionProblem &p)
       : lengths(alignUp(size_t(p.batch) * sizeof(int32_t))),
         offsets(alignUp(size_t(p.batch + 1) * sizeof(int32_t))),
-        total(2 * lengths + PrepParams::raggedCount * offsets) {}
+        pageTable(
+            alignUp(size_t(p.batch * p.pagesPerSequence()) * sizeof(int32_t))),
+        total(2 * lengths + PrepParams::raggedCount * offsets + pageTable) {}
+
+  /// Where the clamped page table starts.
+  size_t pageTableOffset() const { return total - pageTable; }
 };
 
 /// One ragged tensor's offsets: where they go, which cu_seqlens they follow
@@ -1198,6 +1226,10 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
     return makeError(ErrorCode::InvalidArgument,
                      p.key() + ": the kv-cache prep needs the new k and v "
                                "tokens, cu_seqlens_kv and the caches");
+  if (p.paged() && !buffers.pageTable)
+    return makeError(ErrorCode::InvalidArgument,
+                     p.key() + ": a paged kv cache's prep needs its page "
+                               "table");
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
   int64_t qWidth = p.heads * p.headDim, kvWidth = p.kvHeads * p.headDim;
   ThdScratch layout(p);
@@ -1227,6 +1259,14 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
     params.appendStride[0] = strideOr(t.k, p.kvHeads, p);
     params.appendStride[1] = strideOr(t.v, p.kvHeads, p);
     params.appendWidth = kvWidth;
+  }
+  if (p.paged()) {
+    params.pageTable = buffers.pageTable;
+    pointers.pageTable = params.pageTableOut =
+        buffers.scratch + layout.pageTableOffset();
+    params.pageSize = p.pageSize;
+    params.pages = p.pages;
+    params.pagesPerSequence = p.pagesPerSequence();
   }
 
   // o and dO are packed; q, k, v and the gradients may be strided views. A
@@ -1285,7 +1325,8 @@ Error tejit::runtime::enqueueThdPrep(const AttentionProblem &p, CUfunction prep,
   // the tail is short and most blocks find nothing to do.
   constexpr unsigned threads = 256, maxBlocks = 256;
   int64_t appended = p.kvCache ? p.batch * p.seqQ * kvWidth : 0;
-  int64_t stores = (std::max(widestTail, appended) + 7) / 8;
+  int64_t stores = std::max((std::max(widestTail, appended) + 7) / 8,
+                            p.batch * p.pagesPerSequence());
   unsigned blocks = unsigned(
       std::clamp<int64_t>((stores + threads - 1) / threads, 1, maxBlocks));
   return launchPrep(driver, prep, params, blocks, threads, stream,
@@ -1358,6 +1399,9 @@ Error tejit::runtime::enqueueKvCacheAttention(
   params.causal = p.bottomRight() ? 1 : 0;
   params.f16 = p.element == ElementType::F16 ? 1 : 0;
   params.scaleLog2 = p.softmaxScale / std::log(2.0);
+  params.pageTable = pointers.pageTable;
+  params.pageSize = p.pageSize;
+  params.pagesPerSequence = p.pagesPerSequence();
   void *arguments[] = {&params};
   if (Error error = driver.check(
           driver.cuLaunchKernel(

@@ -114,6 +114,8 @@ public:
   /// writes in place (the new tokens appended).
   std::optional<int64_t> kCacheValue() const { return kCache; }
   std::optional<int64_t> vCacheValue() const { return vCache; }
+  /// A paged kv_cache_attention: the value id of its page table.
+  std::optional<int64_t> pageTableValue() const { return pageTable; }
   /// FP8 attention: the value ids of the step's scales, scale inverses and
   /// amaxes by te.fp8_attention(_bwd)'s operand and result names, in the
   /// order run() hands them to cuDNN (AttentionPointers); empty otherwise.
@@ -140,7 +142,7 @@ private:
   int64_t q = 0, k = 0, v = 0, out = 0, stats = 0;
   int64_t gradOut = 0, gradQ = 0, gradK = 0, gradV = 0;
   std::optional<int64_t> mask, queryMask, rng, cuSeqlensQ, cuSeqlensKv;
-  std::optional<int64_t> kCache, vCache;
+  std::optional<int64_t> kCache, vCache, pageTable;
   /// A post-scale bias, ALiBi's slopes (an operand each) and dbias (the
   /// backward's fourth result).
   std::optional<int64_t> bias, alibiSlopes, gradBias;
@@ -184,6 +186,11 @@ struct ThdPrepBuffers {
   /// are appended to the caches pointers.k and pointers.v point at;
   /// cuSeqlensKv counts each sequence's tokens in all (cached + new).
   CUdeviceptr newK = 0, newV = 0;
+  /// Paged kv cache (required then): the caller's int32 [batch, s_kv /
+  /// page_size] page table. The prep appends through it and leaves a copy
+  /// with every id clamped into [0, pages) in the scratch, which
+  /// pointers.pageTable then points at for the attention.
+  CUdeviceptr pageTable = 0;
 };
 
 /// The scratch enqueueThdPrep needs for `problem` (a multiple of 256).

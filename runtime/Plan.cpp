@@ -1915,11 +1915,14 @@ Error FunctionParser::parseAttention(const json::Object &node,
     return results.takeError();
   step.results = std::move(*results);
   // The operands the runtime writes in place must be there to be written.
-  if (step.kvCache && (step.operands.size() != 7 || step.results.size() != 1))
+  if (step.kvCache &&
+      ((step.operands.size() != 7 && step.operands.size() != 8) ||
+       step.results.size() != 1))
     return scope.error(
         "operands",
         "must be [q, k, v, k_cache, v_cache, cu_seqlens_q, cu_seqlens_kv] "
-        "with results [o] for a kv_cache_attention step; got " +
+        "(and page_table when paged) with results [o] for a "
+        "kv_cache_attention step; got " +
             Twine(step.operands.size()) + " operands and " +
             Twine(step.results.size()) + " results");
   if (node.get("token_strides")) {

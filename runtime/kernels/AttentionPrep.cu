@@ -29,6 +29,13 @@
 // another writes, so cuDNN, launched after this kernel on the same stream,
 // sees the lengths and the appended rows alike.
 //
+// Paged kv cache (page_table set): the caches are pools of pages
+// [pages, page_size, append_width] and logical row r of sequence i is row
+// r % page_size of page page_table[i][r / page_size]. The append goes
+// through the table, and every block writes its share of page_table_out: the
+// table with each id clamped into [0, pages), which the attention reads, so
+// that bad ids (the caller's to avoid) give wrong rows, never a fault.
+//
 // The host mirror of the struct is in runtime/AttentionLauncher.cpp; every
 // field is 8 bytes wide so that both compilers lay it out alike.
 #define TEJIT_PREP_RAGGED 7
@@ -53,7 +60,40 @@ struct TejitAttentionPrep {
   const unsigned short *append_from[2];
   unsigned short *append_to[2];
   long long append_stride[2], append_width;
+  // Paged kv cache: the caller's int32 [batch, pages_per_sequence] table
+  // and its clamped copy.
+  const int *page_table;
+  int *page_table_out;
+  long long page_size, pages, pages_per_sequence;
 };
+
+// The page holding logical row `row` of sequence i, clamped into
+// [0, pages).
+__device__ long long tejitPage(const TejitAttentionPrep &p, long long i,
+                               long long row) {
+  long long page = p.page_table[i * p.pages_per_sequence + row / p.page_size];
+  return page < 0 ? 0 : (page >= p.pages ? p.pages - 1 : page);
+}
+
+// Element offset of logical cache row `row` of sequence i.
+__device__ long long tejitCacheRow(const TejitAttentionPrep &p, long long i,
+                                   long long row) {
+  if (!p.page_table)
+    return i * p.max_seqlen[1] + row;
+  return tejitPage(p, i, row) * p.page_size + row % p.page_size;
+}
+
+// Every block's share of the clamped page table.
+__device__ void tejitClampPageTable(const TejitAttentionPrep &p) {
+  long long entries = p.batch * p.pages_per_sequence;
+  long long step = (long long)gridDim.x * blockDim.x;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+       e < entries; e += step) {
+    long long page = p.page_table[e];
+    p.page_table_out[e] =
+        int(page < 0 ? 0 : (page >= p.pages ? p.pages - 1 : page));
+  }
+}
 
 // cu_seqlens[side][i] clamped to [0, t].
 __device__ long long tejitSequenceStart(const TejitAttentionPrep &p, int side,
@@ -169,7 +209,7 @@ __device__ void tejitAppend(const TejitAttentionPrep &p) {
       const unsigned short *from =
           p.append_from[c] + token * p.append_stride[c] + column;
       unsigned short *to =
-          p.append_to[c] + (i * cacheRows + row) * width + column;
+          p.append_to[c] + tejitCacheRow(p, i, row) * width + column;
       if (vector)
         *reinterpret_cast<uint4 *>(to) = *reinterpret_cast<const uint4 *>(from);
       else
@@ -192,6 +232,8 @@ extern "C" __global__ void tejit_attention_prep(TejitAttentionPrep p) {
       tejitZeroRows(p, z);
   if (p.append_to[0])
     tejitAppend(p);
+  if (p.page_table)
+    tejitClampPageTable(p);
 }
 
 // Moves a program's dropout state (seed, offset) on by `delta` after a

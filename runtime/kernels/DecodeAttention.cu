@@ -56,6 +56,12 @@
 // o's tail rows, and rows of other sequences are theirs). Merges the row's
 // non-empty splits and rounds once to bf16 / f16 into o.
 //
+// Paged caches (page_table set; docs/paged-kv-cache.md): the caches are pools
+// [pages, page_size, kv_heads, d] and key r of sequence i is row
+// r % page_size of page page_table[i][r / page_size] (the prep kernel's
+// clamped copy of the table, so every id is in range); tejitDecodeRow maps
+// each key as its piece is copied.
+//
 // bf16 and f16 share one body (a uniform branch where elements widen).
 // The host mirror of the struct is in runtime/AttentionLauncher.cpp; every
 // field is 8 bytes wide so that both compilers lay it out alike.
@@ -89,7 +95,21 @@ struct TejitDecodeAttention {
   long long batch, heads, kv_heads, head_dim, seq_q, cache_rows, splits,
       q_stride, row_blocks_per_cta, causal, f16;
   double scale_log2; // softmax_scale * log2(e)
+  // Paged caches: int32 [b, pages_per_sequence], ids in [0, pages).
+  const int *page_table;
+  long long page_size, pages_per_sequence;
 };
+
+// The cache row (in units of kv_heads * d elements) of key `key` of
+// sequence i: [i, key] of plain caches, or its page's row.
+__device__ __forceinline__ size_t tejitDecodeRow(const TejitDecodeAttention &p,
+                                                 int i, int key) {
+  if (!p.page_table)
+    return size_t(i) * size_t(p.cache_rows) + size_t(key);
+  const int size = int(p.page_size);
+  const int page = p.page_table[i * int(p.pages_per_sequence) + key / size];
+  return size_t(page) * size_t(size) + size_t(key % size);
+}
 
 __device__ __forceinline__ float tejitExp2(float x) {
   float y;
@@ -270,7 +290,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   TejitDecodeCta c;
   if (!tejitDecodePlace(p, rbPerCta * R, stepKeys, c))
     return;
-  const int i = c.i, kh = c.kh, kvHeads = c.kvHeads, perKv = c.perKv;
+  const int i = c.i, kh = c.kh, perKv = c.perKv;
   const int ctaRow0 = c.row0, keyEnd = c.keyEnd;
   const int ctaRowEnd = c.rowEnd;
   const long long keyBegin = c.keyBegin;
@@ -281,9 +301,9 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   const int dim0 = (lane % LPK) * 8;
   const bool dimOk = dim0 < D;
   const size_t rowStride = size_t(p.kv_heads) * D;
-  const size_t first =
-      (size_t(i) * size_t(p.cache_rows) * size_t(kvHeads) + size_t(kh)) * D +
-      dim0;
+  // Key rows come from tejitDecodeRow (sequence and page); this is the
+  // lane's place in a row.
+  const size_t first = size_t(kh) * D + dim0;
   const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
   // Step t of this warp: keys keyBegin + t * stepKeys + kp * 8 + [0, 8);
   // piece u of a lane is key u * KPG + lane / LPK of those.
@@ -301,7 +321,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
       for (int u = 0; u < U; ++u) {
         int key = warpKey0 + t * stepKeys + u * KPG;
         bool ok = key < keyEnd && dimOk;
-        size_t at = ok ? size_t(key) * rowStride : 0;
+        size_t at = ok ? tejitDecodeRow(p, i, key) * rowStride : 0;
         tejitCopy16(ringBase + 16u * unsigned(slot(stage, 0, u)), kBase + at,
                     ok ? 16 : 0);
         tejitCopy16(ringBase + 16u * unsigned(slot(stage, 1, u)), vBase + at,
@@ -518,9 +538,8 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   const long long qOffset = p.q_offsets[c.i];
 
   const size_t rowStride = size_t(c.kvHeads) * D;
-  const size_t first =
-      (size_t(c.i) * size_t(p.cache_rows) * size_t(c.kvHeads) + size_t(c.kh)) *
-      D;
+  // Key rows come from tejitDecodeRow (sequence and page).
+  const size_t first = size_t(c.kh) * D;
   const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
   const int warpKey0 = c.keyBegin + warp * KEYS;
   const int steps = (c.keyEnd - c.keyBegin + STEP - 1) / STEP;
@@ -543,7 +562,8 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
         const int key = warpKey0 + step * STEP + row;
         const bool ok = key < c.keyEnd;
         tejitCopy16(slots + piece(item % 3, row, chunk),
-                    base + (ok ? size_t(key) * rowStride : 0) + chunk * 8,
+                    base + (ok ? tejitDecodeRow(p, c.i, key) * rowStride : 0) +
+                        chunk * 8,
                     ok ? 16 : 0);
       }
     }

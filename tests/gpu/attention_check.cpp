@@ -45,6 +45,11 @@
 //     more cases for the decode kernels: caches of 4096 and 32768 rows with
 //     lengths 1 to S, up to 16 uneven new tokens, MQA with 32 heads, d 64 and
 //     128, bf16 and f16, strided q, hostile cu_seqlens;
+//     Paged caches (`--filter paged`, docs/paged-kv-cache.md): a share of
+//     those cases with their caches scattered into shuffled pages of 16, 64
+//     or 256 rows plus spare pages, on both paths; the pages are gathered
+//     back and checked as above, spare pages must stay untouched, and bad
+//     page ids must keep the run in bounds;
 //   * `--time-decode`: only the timing of decode kernel against cuDNN at b 8,
 //     h 32, g 8, d 128, one new query, S 4096 (L 512, 3072) and S 32768 (L
 //     16384): microseconds per call (median of 50 after 5 warm-ups) and GB/s
@@ -648,6 +653,12 @@ struct KvCacheCase {
   /// When set: cu_seqlens as uploaded instead (out of order, out of range);
   /// the run must finish within its buffers, nothing is compared.
   std::vector<int32_t> hostileCuQ, hostileCuKv;
+  /// Paged (problem.pageSize > 0): the logical caches are scattered into
+  /// pages in a shuffled order (seeded by `pageSeed`), with spare pages no
+  /// sequence uses; hostilePages puts ids outside [0, pages) into the
+  /// table (nothing compared, the run must stay in bounds).
+  uint64_t pageSeed = 0;
+  bool hostilePages = false;
 };
 
 class Checker {
@@ -886,7 +897,7 @@ public:
       report(false, name, "run failed: " + failure);
       return;
     }
-    if (!c.hostileCuQ.empty()) {
+    if (!c.hostileCuQ.empty() || c.hostilePages) {
       // Nothing to compare: the run finished and stayed in its buffers.
       if (run.problems.empty())
         report(true, name, "bad cu_seqlens stayed in bounds");
@@ -1734,6 +1745,82 @@ private:
     }
   };
 
+  /// A paged case's pools and table: logical row r of sequence i goes to
+  /// row r % page_size of page table[i][r / page_size], the pages shuffled;
+  /// the spare pages (no sequence's) hold random bits.
+  struct PagedCaches {
+    const AttentionProblem &p;
+    int64_t rowElements = 0, width = 0;
+    std::vector<int32_t> table;
+    std::vector<uint16_t> kPool, vPool, spareK, spareV;
+    std::vector<bool> used;
+
+    PagedCaches(const KvCacheCase &c, const KvCacheRun &run)
+        : p(c.problem), rowElements(p.kvHeads * p.headDim),
+          width(p.pagesPerSequence()) {
+      if (!p.paged())
+        return;
+      std::vector<int32_t> ids(size_t(p.pages));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::mt19937_64 shuffle(c.pageSeed);
+      std::shuffle(ids.begin(), ids.end(), shuffle);
+      table.assign(ids.begin(), ids.begin() + p.batch * width);
+      used.assign(size_t(p.pages), false);
+      for (int32_t id : table)
+        used[size_t(id)] = true;
+      size_t poolSize = size_t(p.pages * p.pageSize * rowElements);
+      kPool.resize(poolSize);
+      vPool.resize(poolSize);
+      for (auto *pool : {&kPool, &vPool})
+        for (uint16_t &bits : *pool)
+          bits = uint16_t(shuffle() & 0x3fff); // finite, |x| < 2
+      spareK = kPool;
+      spareV = vPool;
+      scatter(run.kCache.bits, kPool);
+      scatter(run.vCache.bits, vPool);
+      if (c.hostilePages)
+        for (size_t e = 0; e < table.size(); e += 3)
+          table[e] = e % 2 ? int32_t(p.pages + e) : -int32_t(e + 1);
+    }
+
+    /// Where logical row r of sequence i starts in the pool.
+    size_t poolRow(int64_t i, int64_t r) const {
+      int64_t page = table[size_t(i * width + r / p.pageSize)];
+      return size_t((page * p.pageSize + r % p.pageSize) * rowElements);
+    }
+    void scatter(const std::vector<uint16_t> &logical,
+                 std::vector<uint16_t> &pool) const {
+      for (int64_t i = 0; i < p.batch; ++i)
+        for (int64_t r = 0; r < p.seqKv; ++r)
+          std::copy_n(logical.begin() + (i * p.seqKv + r) * rowElements,
+                      rowElements, pool.begin() + poolRow(i, r));
+    }
+    std::vector<uint16_t> gather(const std::vector<uint16_t> &pool) const {
+      std::vector<uint16_t> logical(size_t(p.batch * p.seqKv * rowElements));
+      for (int64_t i = 0; i < p.batch; ++i)
+        for (int64_t r = 0; r < p.seqKv; ++r)
+          std::copy_n(pool.begin() + poolRow(i, r), rowElements,
+                      logical.begin() + (i * p.seqKv + r) * rowElements);
+      return logical;
+    }
+    /// " spare pages written;" when a page no sequence owns changed.
+    std::string untouchedSpares(const std::vector<uint16_t> &k,
+                                const std::vector<uint16_t> &v) const {
+      size_t pageElements = size_t(p.pageSize * rowElements);
+      for (size_t page = 0; page < used.size(); ++page) {
+        if (used[page])
+          continue;
+        size_t at = page * pageElements;
+        if (!std::equal(k.begin() + at, k.begin() + at + pageElements,
+                        spareK.begin() + at) ||
+            !std::equal(v.begin() + at, v.begin() + at + pageElements,
+                        spareV.begin() + at))
+          return " spare pages written;";
+      }
+      return "";
+    }
+  };
+
   /// Uploads, runs the prep kernel and cuDNN (as AttentionLauncher does),
   /// downloads o and both caches; checks every guard.
   bool executeKvCache(const KvCacheCase &c, const KvCacheEngine &engine,
@@ -1743,7 +1830,12 @@ private:
     std::vector<int32_t> cuQ = c.hostileCuQ.empty() ? run.cuQ : c.hostileCuQ;
     std::vector<int32_t> cuKv =
         c.hostileCuKv.empty() ? run.cuKv : c.hostileCuKv;
-    size_t cuBytes = cuQ.size() * 4, cacheBytes = run.kCache.bytes();
+    PagedCaches pages(c, run);
+    const std::vector<uint16_t> &kStart =
+        p.paged() ? pages.kPool : run.kCache.bits;
+    const std::vector<uint16_t> &vStart =
+        p.paged() ? pages.vPool : run.vCache.bits;
+    size_t cuBytes = cuQ.size() * 4, cacheBytes = kStart.size() * 2;
     DeviceBuffer cuQBuffer = guarded(cuBytes, "cu_seqlens_q"),
                  cuKvBuffer = guarded(cuBytes, "cu_seqlens_kv"),
                  o = guarded(run.o.bytes(), "o"),
@@ -1751,8 +1843,14 @@ private:
                  vCache = guarded(cacheBytes, "v_cache");
     gpu.upload(cuQBuffer, cuQ.data(), cuBytes);
     gpu.upload(cuKvBuffer, cuKv.data(), cuBytes);
-    gpu.upload(kCache, run.kCache.bits.data(), cacheBytes);
-    gpu.upload(vCache, run.vCache.bits.data(), cacheBytes);
+    gpu.upload(kCache, kStart.data(), cacheBytes);
+    gpu.upload(vCache, vStart.data(), cacheBytes);
+    size_t tableBytes = pages.table.size() * 4;
+    DeviceBuffer table;
+    if (p.paged()) {
+      table = guarded(tableBytes, "page_table");
+      gpu.upload(table, pages.table.data(), tableBytes);
+    }
     // o starts as NaN, so that rows neither cuDNN nor the prep kernel
     // writes show.
     fillBytes(o, run.o.bytes(), 0xff);
@@ -1797,6 +1895,7 @@ private:
     buffers.cuSeqlensQ = cuQBuffer.get();
     buffers.cuSeqlensKv = cuKvBuffer.get();
     buffers.scratch = scratch.get();
+    buffers.pageTable = p.paged() ? table.get() : 0;
     // What AttentionLauncher::run enqueues for the step.
     const CudaDriver &driver = *gpu.driver;
     llvm::Error error =
@@ -1812,10 +1911,19 @@ private:
 
     gpu.download(run.o.bits.data(), o, run.o.bytes());
     run.o.decodeAll();
-    run.kGot.resize(run.kCache.bits.size());
-    run.vGot.resize(run.vCache.bits.size());
+    run.kGot.resize(kStart.size());
+    run.vGot.resize(vStart.size());
     gpu.download(run.kGot.data(), kCache, cacheBytes);
     gpu.download(run.vGot.data(), vCache, cacheBytes);
+    if (p.paged() && !c.hostilePages) {
+      // Back to the logical layout, which compareKvCache checks; the pages
+      // no sequence uses must be as they were.
+      run.problems += pages.untouchedSpares(run.kGot, run.vGot);
+      run.kGot = pages.gather(run.kGot);
+      run.vGot = pages.gather(run.vGot);
+    }
+    if (p.paged())
+      checkGuard(table, tableBytes, "page_table", run.problems);
     if (c.fused) {
       std::vector<uint16_t> after(packed.size());
       gpu.download(after.data(), qkv, after.size() * 2);
@@ -2522,6 +2630,42 @@ std::vector<KvCacheCase> kvCacheCases() {
     c.problem.tokenStrides = {width, width, width, 0, 0, 0};
     c.fused = true;
     cases.push_back(c);
+  }
+  // Paged caches (docs/paged-kv-cache.md): the cases above with their
+  // caches in shuffled pages, page sizes 16, 64 and 256 (one page a
+  // sequence), and bad page ids kept in bounds.
+  {
+    std::vector<KvCacheCase> paged;
+    uint64_t pageSeed = 1;
+    auto page = [&](KvCacheCase c, int64_t pageSize) {
+      c.name += " paged" + std::to_string(pageSize);
+      c.problem.pageSize = pageSize;
+      c.problem.pages = c.problem.batch * c.problem.seqKv / pageSize + 3;
+      c.pageSeed = pageSeed++;
+      return c;
+    };
+    for (const KvCacheCase &c : cases) {
+      if (!c.hostileCuQ.empty())
+        continue;
+      bool small = c.problem.seqKv == 256;
+      bool bf16d128 =
+          c.problem.element == ElementType::BF16 && c.problem.headDim == 128;
+      if (small && !c.fused && !bf16d128)
+        continue; // the small grid once per kind, mask and grouping
+      paged.push_back(page(c, small ? 16 : 64));
+      if (small && c.name.find("chunked") != std::string::npos)
+        paged.push_back(page(c, 256));
+    }
+    KvCacheCase hostile =
+        page(kvCacheCase("kv_cache hostile page ids bf16 d128 "
+                         "padding_causal_bottom_right gqa",
+                         ElementType::BF16, 128, 2,
+                         AttentionMask::PaddingCausalBottomRight, {16, 1, 3},
+                         {100, 256, 40}, 256, 0),
+             16);
+    hostile.hostilePages = true;
+    paged.push_back(hostile);
+    cases.insert(cases.end(), paged.begin(), paged.end());
   }
   // Bad cu_seqlens (past the tokens, decreasing, negative, more tokens than
   // the cache holds or than max_seqlen_q): clamped on the device, so

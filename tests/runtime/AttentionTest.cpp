@@ -676,6 +676,25 @@ TEST(AttentionKvCacheTest, RejectsWithClearMessages) {
        "token counts of q and k/v (t, t_kv) to be positive"},
       {"head dim 100", [](AttentionProblem &p) { p.headDim = 100; },
        "head dim 100 is not supported"},
+      {"a paged cache of no pages",
+       [](AttentionProblem &p) {
+         p.pageSize = 16;
+         p.pages = 0;
+       },
+       "a paged kv cache needs a positive page size and number of pages"},
+      {"a paged cache of part pages",
+       [](AttentionProblem &p) {
+         p.pageSize = 48;
+         p.pages = 10;
+       },
+       "a paged kv cache's 2048 rows a sequence must be whole pages of 48"},
+      {"a page table without a cache",
+       [](AttentionProblem &p) {
+         p.kvCache = false;
+         p.pageSize = 16;
+         p.pages = 10;
+       },
+       "a page table serves a kv cache only"},
       // Bottom-right alignment outside the kv cache.
       {"bottom right without a cache",
        [](AttentionProblem &p) { p.kvCache = false; },
@@ -1015,7 +1034,8 @@ TEST(AttentionLauncherTest, RefusesMalformedKvCacheSteps) {
        "kv_cache_attention has no grad_q to give a token stride"},
       {"no cu_seqlens_kv", [](AttentionStep &s) { s.operands.pop_back(); },
        "kv_cache_attention takes 7 operands (q, k, v, k_cache, v_cache, "
-       "cu_seqlens_q, cu_seqlens_kv) and 1 result (o), got 6 and 1"},
+       "cu_seqlens_q, cu_seqlens_kv), 8 with a page table, and 1 result (o), "
+       "got 6 and 1"},
       {"an unaligned k stride",
        [](AttentionStep &s) { s.tokenStrides["k"] = 130; },
        "the token stride of k (130 elements)"},
@@ -1023,6 +1043,89 @@ TEST(AttentionLauncherTest, RefusesMalformedKvCacheSteps) {
   expectStepRejections<KvCacheStep>(
       cases,
       [](KvCacheStep &fixture) -> AttentionStep & { return fixture.step; });
+}
+
+/// A paged kv_cache_attention step (docs/paged-kv-cache.md) over values
+/// 0-7: q [64, 8, 64], k and v [64, 2, 64], page pools [40, 16, 2, 64]
+/// (40 pages of 16 rows), cu_seqlens_q and _kv i32 [5], page table i32
+/// [4, 8] (128 rows a sequence), o; and values to get wrong (8-11).
+struct PagedKvCacheStep {
+  FunctionPlan function = functionWith({
+      tensorOf({64, 8, 64}, ElementType::BF16),     // 0 q
+      tensorOf({64, 2, 64}, ElementType::BF16),     // 1 k
+      tensorOf({64, 2, 64}, ElementType::BF16),     // 2 v
+      tensorOf({40, 16, 2, 64}, ElementType::BF16), // 3 k pages
+      tensorOf({40, 16, 2, 64}, ElementType::BF16), // 4 v pages
+      tensorOf({5}, ElementType::I32),              // 5 cu_seqlens_q
+      tensorOf({5}, ElementType::I32),              // 6 cu_seqlens_kv
+      tensorOf({4, 8}, ElementType::I32),           // 7 page table
+      tensorOf({64, 8, 64}, ElementType::BF16),     // 8 o
+      tensorOf({3, 8}, ElementType::I32),           // 9 a table of 3 rows
+      tensorOf({4, 8}, ElementType::BF16),          // 10 a bf16 table
+      tensorOf({40, 32, 2, 64}, ElementType::BF16), // 11 pages of 32 rows
+  });
+  AttentionStep step;
+
+  PagedKvCacheStep() {
+    step.kvCache = true;
+    step.operands = {0, 1, 2, 3, 4, 5, 6, 7};
+    step.results = {8};
+    step.attributes = {
+        {"attn_mask_type", "#te.attn_mask_type<padding_causal_bottom_right>"},
+        {"softmax_scale", "1.250000e-01 : f64"},
+        {"max_seqlen_q", "4 : i64"}};
+  }
+};
+
+TEST(AttentionLauncherTest, ReadsAPagedKvCacheStep) {
+  PagedKvCacheStep kv;
+  auto launcher = AttentionLauncher::parse(kv.step, kv.function);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  const AttentionProblem &p = launcher->problem();
+  EXPECT_TRUE(p.kvCache);
+  EXPECT_TRUE(p.paged());
+  EXPECT_EQ(p.batch, 4);
+  EXPECT_EQ(p.pageSize, 16);
+  EXPECT_EQ(p.pages, 40);
+  // A sequence's rows: the table's 8 entries of 16 rows.
+  EXPECT_EQ(p.seqKv, 128);
+  EXPECT_EQ(p.pagesPerSequence(), 8);
+  EXPECT_EQ(p.key(), "attention bf16 thd kv_cache b=4 h=8 kv_heads=2 s_q=4 "
+                     "s_kv=128 d=64 mask=padding_causal_bottom_right "
+                     "scale=0.125 dropout=0 paged pages=40 page_size=16");
+  EXPECT_EQ(launcher->pageTableValue(), std::optional<int64_t>(7));
+  EXPECT_EQ(launcher->kCacheValue(), std::optional<int64_t>(3));
+  // The clamped table follows the lengths and offsets in the prep scratch.
+  AttentionProblem plain = p;
+  plain.pageSize = plain.pages = 0;
+  EXPECT_EQ(thdPrepBytes(p), thdPrepBytes(plain) + 256);
+  // Plain steps have no table.
+  KvCacheStep plainStep;
+  auto unpaged = AttentionLauncher::parse(plainStep.step, plainStep.function);
+  ASSERT_TRUE(bool(unpaged)) << llvm::toString(unpaged.takeError());
+  EXPECT_EQ(unpaged->pageTableValue(), std::nullopt);
+  EXPECT_FALSE(unpaged->problem().paged());
+}
+
+TEST(AttentionLauncherTest, RefusesMalformedPagedKvCacheSteps) {
+  const StepRejection cases[] = {
+      {"a table of another batch", [](AttentionStep &s) { s.operands[7] = 9; },
+       "page_table (value 9) is [3, 8] of i32; expected [b, pages per "
+       "sequence] of i32"},
+      {"a bf16 table", [](AttentionStep &s) { s.operands[7] = 10; },
+       "page_table (value 10) is [4, 8] of bf16"},
+      {"pools of other page sizes",
+       [](AttentionStep &s) { s.operands[4] = 11; },
+       "v_cache (value 11) is [40, 32, 2, 64] of bf16; expected [pages, "
+       "page_size, kv_heads, head dim] = [40, 16, 2, 64] of bf16"},
+      {"more new tokens than a sequence's rows",
+       [](AttentionStep &s) { s.attributes["max_seqlen_q"] = "129 : i64"; },
+       "max_seqlen_q (129) exceeds the cache's 128 rows"},
+  };
+  expectStepRejections<PagedKvCacheStep>(
+      cases, [](PagedKvCacheStep &fixture) -> AttentionStep & {
+        return fixture.step;
+      });
 }
 
 //===----------------------------------------------------------------------===//

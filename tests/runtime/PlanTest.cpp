@@ -573,9 +573,9 @@ TEST(PlanTest, KvCacheAttentionStepNeedsItsOperands) {
   std::string message = llvm::toString(plan.takeError());
   EXPECT_NE(message.find("function 'decode', step 0 (kv_cache_attention): "
                          "'operands' must be [q, k, v, k_cache, v_cache, "
-                         "cu_seqlens_q, cu_seqlens_kv] with results [o] for a "
-                         "kv_cache_attention step; got 6 operands and 1 "
-                         "results"),
+                         "cu_seqlens_q, cu_seqlens_kv] (and page_table when "
+                         "paged) with results [o] for a kv_cache_attention "
+                         "step; got 6 operands and 1 results"),
             std::string::npos)
       << message;
 }
