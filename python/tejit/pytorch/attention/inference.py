@@ -78,7 +78,8 @@ _TABLE_GRANULE = 16
 
 class KVCacheManager:
     """TE's base class of cache managers (custom managers derive from it;
-    tejit runs only its own NonPagedKVCacheManager)."""
+    tejit runs only its own NonPagedKVCacheManager and
+    PagedKVCacheManager)."""
 
     def __init__(self):
         self.cache = {}
@@ -88,9 +89,10 @@ class KVCacheManager:
         self.sequences = OrderedDict()
 
 
-class NonPagedKVCacheManager(KVCacheManager):
-    """The caches of one InferenceParams: cache[layer_number] = (key cache,
-    value cache), each [max_batch_size, max_seqlen, num_heads, head_dim]."""
+class _OwnCacheManager(KVCacheManager):
+    """What tejit's two managers share: the shape they were made for
+    (num_heads, head dims and dtype may be filled in by the first layer
+    that runs) and allocate_memory of a cache_shape()."""
 
     def __init__(self, max_batch_size, max_seqlen, num_heads, head_dim_k,
                  dtype, head_dim_v=None, device=None):
@@ -115,6 +117,11 @@ class NonPagedKVCacheManager(KVCacheManager):
                         device=self.device)
             for head_dim in (self.head_dim_k, self.head_dim_v))
 
+
+class NonPagedKVCacheManager(_OwnCacheManager):
+    """The caches of one InferenceParams: cache[layer_number] = (key cache,
+    value cache), each [max_batch_size, max_seqlen, num_heads, head_dim]."""
+
     def cache_shape(self, head_dim):
         """One layer's key or value cache shape."""
         return (self.max_batch_size, self.max_seqlen, self.num_heads,
@@ -133,7 +140,7 @@ class NonPagedKVCacheManager(KVCacheManager):
                 cache[new, :length] = cache[old, :length]
 
 
-class PagedKVCacheManager(NonPagedKVCacheManager):
+class PagedKVCacheManager(_OwnCacheManager):
     """The paged caches of one InferenceParams(is_paged=True):
     cache[layer_number] = (key cache, value cache), each [total_num_pages,
     page_size, num_heads, head_dim], and one page table [max_batch_size,
@@ -310,7 +317,8 @@ class InferenceParams:
     # --- TE's interface -----------------------------------------------------
 
     def reset(self):
-        """Forgets every sequence (the caches stay allocated)."""
+        """Forgets every sequence (the caches stay allocated; paged: every
+        page is free again)."""
         self.sequences = OrderedDict()
         self.sequences_pre_step = OrderedDict()
         self.batch_size = 0
