@@ -12,8 +12,11 @@ GPU.
 Run on the GPU machine (after tools/scripts/pack-gpu.sh here, carry .gpu):
     source tools/scripts/gpu-env.sh; PYTHONPATH=$PWD/python \\
         python3 benchmarks/gpu/bench_kv_cache.py [--steps 128] [--layers N]
-        [--profile N] [--fp8] [--no-compile-peer]
+        [--profile N] [--fp8] [--paged 64] [--no-compile-peer]
 
+--paged PAGE_SIZE adds tejit bf16 rows with paged caches
+(InferenceParams(is_paged=True): pages of PAGE_SIZE rows, as many as the
+non-paged caches hold; the same decode loop, eager and CUDA graph).
 --fp8 adds tejit rows under fp8_autocast (DelayedScaling: FP8 GEMMs with
 the weight casts kept, attention in bf16), after two training steps that
 calibrate the FP8 state. --layers N decodes through a stack of N such layers (one cache each, as a
@@ -245,6 +248,10 @@ def main():
     parser.add_argument("--fp8", action="store_true",
                         help="also run tejit under fp8_autocast "
                         "(DelayedScaling: FP8 GEMMs, weight casts kept)")
+    parser.add_argument("--paged", type=int, default=0, metavar="PAGE_SIZE",
+                        help="also run tejit bf16 with paged caches of "
+                        "this page size (InferenceParams(is_paged=True), "
+                        "as many pages as the non-paged caches' rows)")
     parser.add_argument("--no-compile-peer", action="store_true",
                         help="skip the torch.compile static-cache rows "
                         "(their first compile takes 20-30 s)")
@@ -256,6 +263,11 @@ def main():
     reference = Stack([TorchLayer(one, rope) for one in layers])
     params = te.InferenceParams(BATCH, CACHE, GROUPS, D, torch.bfloat16,
                                 qkv_format="bshd")
+    paged = (te.InferenceParams(BATCH, CACHE, GROUPS, D, torch.bfloat16,
+                                qkv_format="bshd", is_paged=True,
+                                total_num_pages=BATCH * CACHE // args.paged,
+                                page_size=args.paged)
+             if args.paged else None)
     step_x = torch.randn(BATCH, 1, HIDDEN, device="cuda",
                          dtype=torch.bfloat16)
     decode = OrderedDict((i, 1) for i in range(BATCH))
@@ -264,58 +276,65 @@ def main():
           f"{HEADS} heads/{GROUPS} KV heads, RMSNorm swiglu rotary bf16, "
           f"batch {BATCH}, cache {CACHE}, {args.steps} decode steps")
 
-    def forward(model, x, fp8_recipe, **kwargs):
+    def forward(model, x, fp8_recipe, cache=None, **kwargs):
+        """`model` on x with the InferenceParams `cache` (default: the
+        non-paged `params`)."""
         with torch.no_grad(), te.fp8_autocast(enabled=fp8_recipe is not None,
                                               fp8_recipe=fp8_recipe):
-            return model(x, inference_params=params, rotary_pos_emb=rope,
-                         **kwargs)
+            return model(x, inference_params=cache or params,
+                         rotary_pos_emb=rope, **kwargs)
 
-    def prefill(context, fp8_recipe=None, peer=None):
-        """tejit's and PyTorch's caches (and the static-cache `peer`'s,
-        given one) filled with the same random prompts; the relative L2
-        of tejit's prefill output against PyTorch's."""
+    def prefill(context, fp8_recipe=None, peer=None, cache=None):
+        """tejit's (InferenceParams `cache`, default `params`) and
+        PyTorch's caches (and the static-cache `peer`'s, given one) filled
+        with the same random prompts; the relative L2 of tejit's prefill
+        output against PyTorch's."""
+        cache = cache or params
         prompt = torch.randn(BATCH, context, HIDDEN, device="cuda",
                              dtype=torch.bfloat16)
-        params.reset()
-        params.pre_step(OrderedDict((i, context) for i in range(BATCH)))
+        cache.reset()
+        cache.pre_step(OrderedDict((i, context) for i in range(BATCH)))
         reference.reset()
-        a = forward(layer, prompt, fp8_recipe)
+        a = forward(layer, prompt, fp8_recipe, cache)
         with torch.no_grad():
             b = reference(prompt)
             if peer is not None:
                 peer.stack.prefill(prompt)
         return rel_l2(a, b)
 
-    def tejit_rows(label, fp8_recipe, context):
+    def tejit_rows(label, fp8_recipe, context, cache=None):
         """(name, loop) of tejit eager and of its step in a CUDA graph
         (captured here, once per context and precision; FP8 captures reuse
-        the weight casts the eager steps before made)."""
+        the weight casts the eager steps before made), with the
+        InferenceParams `cache` (default `params`)."""
+        cache = cache or params
+
         def eager(mark):
-            prefill(context, fp8_recipe)
+            prefill(context, fp8_recipe, cache=cache)
             mark()
             for _ in range(args.steps):
-                params.pre_step(decode)
-                forward(layer, step_x, fp8_recipe)
+                cache.pre_step(decode)
+                forward(layer, step_x, fp8_recipe, cache)
             mark()
 
-        prefill(context, fp8_recipe)
-        params.pre_step(decode)
+        prefill(context, fp8_recipe, cache=cache)
+        cache.pre_step(decode)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                forward(layer, step_x, fp8_recipe)
+                forward(layer, step_x, fp8_recipe, cache)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            forward(layer, step_x, fp8_recipe,
+            forward(layer, step_x, fp8_recipe, cache,
                     is_first_microbatch=False if fp8_recipe else None)
 
         def graphed(mark):
-            prefill(context, fp8_recipe)
+            prefill(context, fp8_recipe, cache=cache)
             mark()
             for _ in range(args.steps):
-                params.pre_step(decode)
+                cache.pre_step(decode)
                 graph.replay()
             mark()
         return [(f"tejit {label} (eager)", eager),
@@ -386,6 +405,23 @@ def main():
             mark()
         return run
 
+    def paged_rows(context):
+        """tejit bf16 with the paged caches: the first decode step against
+        the non-paged one's on the same prompts (printed), then its rows."""
+        torch.manual_seed(context)
+        prefill(context)
+        params.pre_step(decode)
+        a = forward(layer, step_x, None)
+        torch.manual_seed(context)
+        prefill(context, cache=paged)
+        paged.pre_step(decode)
+        b = forward(layer, step_x, None, paged)
+        print(f"context {context}: tejit bf16 paged (page size "
+              f"{args.paged}) vs non-paged, relative L2: first decode step "
+              f"{rel_l2(b, a):.2e}")
+        return tejit_rows(f"bf16 paged (page size {args.paged})", None,
+                          context, paged)
+
     peers = [] if args.no_compile_peer else compile_peers()
     precisions = [("bf16", None)]
     if args.fp8:
@@ -403,6 +439,8 @@ def main():
                   f"relative L2: prefill {error:.2e}, first decode step "
                   f"{rel_l2(a, b):.2e}")
             rows += tejit_rows(label, fp8_recipe, context)
+            if paged is not None and fp8_recipe is None:
+                rows += paged_rows(context)
             if args.profile:
                 profile_eager(layer, params, decode, step_x, rope, prefill,
                               context, args.profile, fp8_recipe)

@@ -27,6 +27,16 @@ bit (fixed input shape, sequences finishing and joining between
 replays), and a full-size Llama-style layer (hidden 4096, 32 heads, 8 KV
 heads, cache 2048, batch 8).
 
+Paged caches (InferenceParams(is_paged=True), docs/paged-kv-cache.md;
+-k paged selects them): DotProductAttention, MultiheadAttention and
+TransformerLayer (bf16 and FP8) decode loops with paged caches against
+the same loop and inputs with non-paged ones (PAGED_CONFIGS: bit-equal
+where both take the decode kernels, within bf16 rounding on cuDNN), the
+pages handed out in a shuffled order, finished sequences' pages reused
+(checked), convert_paged_to_nonpaged equal to the non-paged caches after
+every step; and a paged decode step captured in a CUDA graph, replayed
+while the page table changes, equal to its eager twin bit for bit.
+
 Failures name the module, the step (its step_dict) and each error.
 Data: fresh random tokens every run from test_attention_layers.py's seed
 (TEJIT_TEST_SEED=N repeats a run).
@@ -278,6 +288,26 @@ def mha_keys_values(mha, x, p, freqs, prefix=""):
     return k.view(-1, g, d), v
 
 
+def fp8_context(fp8_recipe):
+    return te.fp8_autocast(enabled=fp8_recipe is not None,
+                           fp8_recipe=fp8_recipe)
+
+
+def warm_fp8(module, schedule, hidden, call, fp8_recipe):
+    """FP8 scales from two recorded forwards on the first step's prompts
+    (nothing without a recipe); the loops (no_grad) then update nothing,
+    so the steps they compare quantize alike."""
+    if fp8_recipe is None:
+        return
+    first = OrderedDict(schedule[0])
+    warm = torch.randn(sum(first.values()), hidden, device="cuda",
+                       dtype=BF16)
+    cu = offsets(first.values())
+    for _ in range(2):
+        with fp8_context(fp8_recipe):
+            module(warm, cu_seqlens_q=cu, cu_seqlens_kv=cu, **call)
+
+
 def block_decode_loop(module, params, hidden, rope, what, fp8_recipe=None,
                       limit=L2_BF16, schedule=SCHEDULE, check_cache=True):
     """SCHEDULE through `module` (thd, eval) with a cache, each step
@@ -289,19 +319,8 @@ def block_decode_loop(module, params, hidden, rope, what, fp8_recipe=None,
     history, longest = {}, 0
 
     def fp8():
-        return te.fp8_autocast(enabled=fp8_recipe is not None,
-                               fp8_recipe=fp8_recipe)
-    if fp8_recipe is not None:
-        # FP8 scales from two recorded forwards on the prompts; the loop
-        # (no_grad) then updates nothing, so cached and uncached steps
-        # quantize alike.
-        first = OrderedDict(schedule[0])
-        warm = torch.randn(sum(first.values()), hidden, device="cuda",
-                           dtype=BF16)
-        cu = offsets(first.values())
-        for _ in range(2):
-            with fp8():
-                module(warm, cu_seqlens_q=cu, cu_seqlens_kv=cu, **call)
+        return fp8_context(fp8_recipe)
+    warm_fp8(module, schedule, hidden, call, fp8_recipe)
     for index, pairs in enumerate(schedule):
         step = OrderedDict(pairs)
         where = f"{what}, step {index} {dict(step)}"
@@ -508,6 +527,311 @@ def test_transformer_layer_decode_step_in_a_cuda_graph():
                               both[1][1].cache_manager.cache[layer]):
             assert torch.equal(a, b), (f"CUDA graph: the {name} caches of "
                                        f"eager and replayed steps differ")
+
+
+# --- paged caches (docs/paged-kv-cache.md) --------------------------------------
+
+# Prompts of at most 16 tokens, then decode steps crossing page boundaries
+# (page_size 8), sequences finishing and joining.
+SHORT_SCHEDULE = [
+    [(0, 13), (1, 5), (2, 16)],
+    [(0, 1), (1, 1), (2, 1)],
+    [(0, 1), (2, 1)],                      # 1 finished: its page is free
+    [(0, 1), (2, 1), (3, 9)],
+    [(0, 1), (2, 1), (3, 1)],              # 0 reaches a third page
+    [(2, 1), (3, 1)],                      # 0 finished
+    [(2, 1), (3, 1), (4, 3)],
+    [(2, 1), (3, 1), (4, 1)],
+]
+
+# The paged twin loops: the same module and inputs through non-paged and
+# paged InferenceParams of one shape.
+#  "cudnn": SCHEDULE, max_ctx_len 64 (every step compiles 64 queries a
+#      sequence, which cuDNN runs: paged cache loads against plain
+#      caches): outputs equal within bf16 rounding.
+#  "decode": SHORT_SCHEDULE, max_ctx_len 16, caches of 256 rows (every
+#      step takes the runtime's decode kernels, paged or not:
+#      kDecodeMaxQueries, kDecodePreferredCacheRows): bit-equal outputs.
+# total_pages is a little above the most pages a step holds, so freed
+# pages are handed out again (checked).
+PAGED_CONFIGS = {
+    "cudnn": dict(schedule=SCHEDULE, max_sequence=128, max_ctx=64,
+                  page_size=16, total_pages=11, exact=False),
+    "decode": dict(schedule=SHORT_SCHEDULE, max_sequence=256, max_ctx=16,
+                   page_size=8, total_pages=8, exact=True),
+}
+
+
+def shuffle_pages(params):
+    """The free pool of a fresh paged InferenceParams in a random order:
+    sequences get scattered, non-adjacent pages from the first step."""
+    allocator = params.cache_manager.allocator
+    order = torch.randperm(allocator.total_pages).tolist()
+    allocator.free = type(allocator.free)(order)
+
+
+def paged_twins(groups, kv_channels, config):
+    """(non-paged, paged) InferenceParams of `config`'s shape."""
+    shape = dict(max_batch=MAX_BATCH, max_sequence=config["max_sequence"],
+                 max_ctx=config["max_ctx"])
+    flat = new_params(groups, kv_channels, **shape)
+    paged = te.InferenceParams(
+        MAX_BATCH, config["max_sequence"], groups, kv_channels, BF16,
+        qkv_format="thd", max_ctx_len=config["max_ctx"], is_paged=True,
+        total_num_pages=config["total_pages"],
+        page_size=config["page_size"])
+    shuffle_pages(paged)
+    return flat, paged
+
+
+def assert_same(got, want, exact, what, fp8=False):
+    """Paged against non-paged outputs: bit-equal where both take the
+    decode kernels; else within bf16 rounding (cuDNN's paged and plain
+    engines may sum in another order): a few units of bf16's last place
+    of the output's scale, or with FP8 GEMMs (where a rounding flips an
+    FP8 code of the projection's input) a relative L2 of 1e-2."""
+    assert tuple(got.shape) == tuple(want.shape), what
+    if exact:
+        torch.testing.assert_close(
+            got, want, rtol=0, atol=0,
+            msg=lambda m: f"{what}: paged differs from non-paged: {m}")
+    elif fp8:
+        check_errors({"output": rel_l2(got, want)}, {"output": 1e-2},
+                     f"{what}: paged against non-paged")
+    else:
+        scale = want.float().abs().max().item()
+        torch.testing.assert_close(
+            got, want, rtol=2 ** -6, atol=2 ** -7 * scale,
+            msg=lambda m: f"{what}: paged against non-paged: {m}")
+
+
+def check_converted(paged, flat, layer, what):
+    """convert_paged_to_nonpaged(layer) holds the non-paged caches' rows
+    of each live sequence bit for bit, zeros past them."""
+    converted = paged.convert_paged_to_nonpaged(layer)
+    for name, got, want in zip(("key", "value"), converted,
+                               flat.cache_manager.cache[layer]):
+        assert tuple(got.shape) == tuple(want.shape), (what, name)
+        for row, length in enumerate(flat.sequences.values()):
+            assert torch.equal(got[row, :length], want[row, :length]), (
+                f"{what}: the paged {name} cache's row {row} (through the "
+                f"page table) differs from the non-paged one")
+            assert not got[row, length:].any(), (
+                f"{what}: converted {name} row {row} is not 0 past its "
+                f"{length} tokens")
+        assert not got[len(flat.sequences):].any(), (
+            f"{what}: converted {name} rows without a sequence are not 0")
+
+
+class PageReuse:
+    """Watches a paged InferenceParams over a loop: which pages finished
+    sequences gave back, and whether any was handed out again."""
+
+    def __init__(self, params):
+        self.allocator = params.cache_manager.allocator
+        self.freed, self.reused = set(), set()
+
+    def before(self, step):
+        for seq, pages in self.allocator.pages.items():
+            if seq not in step:
+                self.freed.update(pages)
+
+    def after(self):
+        held = {p for pages in self.allocator.pages.values() for p in pages}
+        self.reused |= held & self.freed
+
+    def check(self, what):
+        assert self.reused, (f"{what}: no page of a finished sequence was "
+                             f"handed out again (freed {sorted(self.freed)})")
+
+
+def paged_twin_loop(config, groups, kv_channels, layer, inputs_of, forward,
+                    what, fp8=False):
+    """config's schedule through `forward(inputs, params)` with non-paged
+    and paged caches (`inputs_of(step)`: the step's packed new tokens):
+    outputs compared each step (assert_same), the paged caches through
+    convert_paged_to_nonpaged against the non-paged ones."""
+    flat, paged = paged_twins(groups, kv_channels, config)
+    reuse = PageReuse(paged)
+    for index, pairs in enumerate(config["schedule"]):
+        step = OrderedDict(pairs)
+        where = f"{what}, step {index} {dict(step)}"
+        reuse.before(step)
+        for params in (flat, paged):
+            params.pre_step(step)
+        reuse.after()
+        inputs = inputs_of(step)
+        with torch.no_grad():
+            want = forward(inputs, flat)
+            got = forward(inputs, paged)
+        assert_same(got, want, config["exact"], where, fp8)
+        check_converted(paged, flat, layer, where)
+    reuse.check(what)
+
+
+@pytest.mark.parametrize("config", list(PAGED_CONFIGS))
+@pytest.mark.parametrize("mask", ["padding_causal", "padding"])
+def test_dot_product_attention_paged_decode_loop(mask, config):
+    """GQA (8 heads, 2 groups, d 64), thd new tokens: paged against
+    non-paged caches."""
+    heads, groups, d = 8, 2, 64
+    dpa = te.DotProductAttention(heads, d, num_gqa_groups=groups,
+                                 qkv_format="thd", attn_mask_type=mask,
+                                 attention_dropout=0.0, layer_number=3)
+
+    def inputs_of(step):
+        tokens = sum(step.values())
+        return [torch.randn(tokens, c, d, device="cuda", dtype=BF16)
+                for c in (heads, groups, groups)]
+
+    paged_twin_loop(PAGED_CONFIGS[config], groups, d, 3, inputs_of,
+                    lambda qkv, params: dpa(*qkv, inference_params=params),
+                    f"DotProductAttention {mask} paged ({config})")
+
+
+def block_inputs(hidden):
+    def inputs_of(step):
+        return torch.randn(sum(step.values()), hidden, device="cuda",
+                           dtype=BF16)
+    return inputs_of
+
+
+@pytest.mark.parametrize("config", list(PAGED_CONFIGS))
+def test_multihead_attention_paged_decode_loop(config):
+    mha = te.MultiheadAttention(256, 8, num_gqa_groups=2,
+                                input_layernorm=True, attention_dropout=0.0,
+                                attn_mask_type="padding_causal",
+                                qkv_format="thd", params_dtype=BF16,
+                                layer_number=2)
+    perturb(mha)
+    mha.eval()
+    settings = PAGED_CONFIGS[config]
+    rope = te.attention.RotaryPositionEmbedding(mha.kv_channels)(
+        settings["max_sequence"])
+    paged_twin_loop(
+        settings, 2, mha.kv_channels, 2, block_inputs(256),
+        lambda x, params: mha(x, inference_params=params,
+                              rotary_pos_emb=rope),
+        f"MultiheadAttention rotary paged ({config})")
+
+
+@pytest.mark.parametrize("config", list(PAGED_CONFIGS))
+@pytest.mark.parametrize("case", list(TL_CASES))
+def test_transformer_layer_paged_decode_loop(case, config):
+    kwargs, rotary, fp8 = TL_CASES[case]
+    layer = te.TransformerLayer(hidden_dropout=0.0, attention_dropout=0.0,
+                                self_attn_mask_type="padding_causal",
+                                attn_input_format="thd", params_dtype=BF16,
+                                **kwargs)
+    perturb(layer)
+    layer.eval()
+    settings = PAGED_CONFIGS[config]
+    call = ({"rotary_pos_emb": te.attention.RotaryPositionEmbedding(
+        layer.kv_channels)(settings["max_sequence"])} if rotary else {})
+    fp8_recipe = hybrid() if fp8 else None
+    warm_fp8(layer, settings["schedule"], layer.hidden_size, call,
+             fp8_recipe)
+
+    def forward(x, params):
+        with fp8_context(fp8_recipe):
+            return layer(x, inference_params=params, **call)
+
+    paged_twin_loop(settings, layer.num_gqa_groups, layer.kv_channels, 1,
+                    block_inputs(layer.hidden_size), forward,
+                    f"TransformerLayer {case} paged ({config})", fp8=fp8)
+
+
+def test_transformer_layer_paged_decode_step_in_a_cuda_graph():
+    """A decode step with paged caches (page_size 4: sequences take new
+    pages between replays; finished sequences' pages go to the one that
+    joins) captured once and replayed, against an eager twin with its own
+    paged InferenceParams (the same page order): outputs and caches equal
+    bit for bit. The replays read the page table pre_step rewrote in
+    place. 17 pages: at most 16 are held at once, so the joining
+    sequence takes a page the finished one gave back."""
+    kwargs = dict(hidden_dropout=0.0, attention_dropout=0.0,
+                  normalization="RMSNorm", activation="swiglu", bias=False,
+                  params_dtype=BF16, self_attn_mask_type="padding_causal",
+                  attn_input_format="thd")
+    eager = te.TransformerLayer(256, 512, 8, num_gqa_groups=2, **kwargs)
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    eager.eval()
+    graphed.eval()
+    rope = te.attention.RotaryPositionEmbedding(eager.kv_channels)(
+        MAX_SEQUENCE)
+
+    def paged_params(order):
+        params = te.InferenceParams(MAX_BATCH, MAX_SEQUENCE, 2, 32, BF16,
+                                    qkv_format="thd", max_ctx_len=MAX_CTX,
+                                    is_paged=True, total_num_pages=17,
+                                    page_size=4)
+        allocator = params.cache_manager.allocator
+        allocator.free = type(allocator.free)(order)
+        return params
+
+    order = torch.randperm(17).tolist()
+    both = [(eager, paged_params(order)), (graphed, paged_params(order))]
+    table = both[1][1].cache_manager.page_table
+    address = table.data_ptr()
+
+    def pre_step(step):
+        for _, params in both:
+            params.pre_step(step)
+
+    prefill = OrderedDict([(0, 20), (1, 7), (2, 30)])
+    pre_step(prefill)
+    x = torch.randn(57, 256, device="cuda", dtype=BF16)
+    with torch.no_grad():
+        a, b = (module(x, inference_params=params, rotary_pos_emb=rope)
+                for module, params in both)
+    assert torch.equal(a, b), "paged prefill: the twins differ"
+
+    decode = [[(0, 1), (1, 1), (2, 1)], [(0, 1), (2, 1)],
+              [(0, 1), (2, 1), (5, 1)], [(2, 1), (5, 1)],
+              [(2, 1), (5, 1)], [(2, 1), (5, 1)], [(2, 1), (5, 1)]]
+    static_x = torch.randn(4, 256, device="cuda", dtype=BF16)
+    pre_step(OrderedDict(decode[0]))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(2):
+            graphed(static_x, inference_params=both[1][1],
+                    rotary_pos_emb=rope)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_y = graphed(static_x, inference_params=both[1][1],
+                           rotary_pos_emb=rope)
+    tables = set()
+    reuse = PageReuse(both[1][1])
+    for index, pairs in enumerate(decode):
+        step = OrderedDict(pairs)
+        what = f"paged CUDA-graph decode step {index} {dict(step)}"
+        x = torch.randn(4, 256, device="cuda", dtype=BF16)
+        if index > 0:
+            reuse.before(step)
+            pre_step(step)
+            reuse.after()
+        tables.add(str(table.tolist()))
+        with torch.no_grad():
+            want = eager(x, inference_params=both[0][1],
+                         rotary_pos_emb=rope)
+        static_x.copy_(x)
+        graph.replay()
+        live = len(step)
+        diff = (static_y[:live].float() - want[:live].float()).abs().max()
+        assert torch.equal(static_y[:live], want[:live]), (
+            f"{what}: the replay differs from the eager step (max abs "
+            f"difference {diff.item():.3e})")
+    assert table.data_ptr() == address, "the page table moved"
+    assert len(tables) > 3, "the page table did not change between replays"
+    reuse.check("paged CUDA graph")
+    for name, a, b in zip(("key", "value"),
+                          both[0][1].cache_manager.cache[1],
+                          both[1][1].cache_manager.cache[1]):
+        assert torch.equal(a, b), (f"paged CUDA graph: the {name} caches of "
+                                   f"eager and replayed steps differ")
 
 
 # --- full size ------------------------------------------------------------------

@@ -2,6 +2,8 @@
 inference_params path on the CPU (nothing compiles or runs on a GPU):
 TE's constructor and refusals, pre_step's device tensors (values and
 fixed addresses), cached tokens moving rows when a sequence finishes,
+paged caches (the page table pre_step writes, out of pages, step() and
+convert_paged_to_nonpaged through the table),
 step() (TE's PyTorch-side copy), and what a cached step hands its program
 (_run_program replaced by a recorder): packed, padded new tokens, the
 InferenceParams' own cu_seqlens and cache tensors (the same objects: the
@@ -53,15 +55,26 @@ class InferenceParamsTest(OnTheCpu):
         self.assertIs(te.InferenceParams, te.attention.InferenceParams)
 
     def test_refusals(self):
-        for kwargs, word in ((dict(is_paged=True), "is_paged"),
-                             (dict(page_size=16), "page_size"),
-                             (dict(total_num_pages=8), "total_num_pages"),
-                             (dict(custom_cache_manager=object()),
+        for kwargs, word in ((dict(custom_cache_manager=object()),
                               "custom_cache_manager"),
                              (dict(head_dim_v=16), "head_dim_v")):
             with self.subTest(word=word):
                 with self.assertRaisesRegex(NotImplementedError, word):
                     self.params(**kwargs)
+        for kwargs, word in ((dict(is_paged=True), "total_num_pages"),
+                             (dict(is_paged=True, total_num_pages=8),
+                              "page_size"),
+                             (dict(is_paged=True, total_num_pages=0,
+                                   page_size=8), "total_num_pages"),
+                             (dict(is_paged=True, total_num_pages=8,
+                                   page_size=12),
+                              r"page_size \(12\) must divide "
+                              r"max_sequence_length \(32\)")):
+            with self.subTest(word=word):
+                with self.assertRaisesRegex(ValueError, word):
+                    self.params(**kwargs)
+        # TE reads the page arguments only with is_paged=True.
+        self.assertFalse(self.params(page_size=12).is_paged)
         with self.assertRaisesRegex(ValueError, "max_ctx_len"):
             self.params(qkv_format="thd")
         with self.assertRaisesRegex(TypeError, "bfloat16"):
@@ -126,6 +139,94 @@ class InferenceParamsTest(OnTheCpu):
         params.step(7, step, step, "bshd")
         self.assertTrue((k[0, 3] == 1).all() and (k[1, 2] == 1).all())
         self.assertTrue(torch.equal(k[0, :3].float(), new_k[:3]))
+
+
+class PagedInferenceParamsTest(OnTheCpu):
+    """is_paged=True: page pools, the page table pre_step writes, step()
+    and convert_paged_to_nonpaged through the table."""
+
+    def params(self, total_num_pages=6, page_size=4, **kwargs):
+        args = dict(max_batch_size=3, max_sequence_length=16,
+                    num_heads_kv=2, head_dim_k=8, dtype=torch.bfloat16,
+                    is_paged=True, total_num_pages=total_num_pages,
+                    page_size=page_size)
+        args.update(kwargs)
+        return te.InferenceParams(**args)
+
+    def test_exported_like_te(self):
+        from tejit.pytorch.attention import inference
+        params = self.params()
+        self.assertIsInstance(params.cache_manager,
+                              inference.PagedKVCacheManager)
+        self.assertIn("PagedKVCacheManager", inference.__all__)
+        self.assertIn("is_paged=True", repr(params))
+
+    def test_caches_and_page_table(self):
+        params = self.params()
+        params.allocate_memory(2)
+        k, v = params.cache_manager.cache[2]
+        self.assertEqual(tuple(k.shape), (6, 4, 2, 8))
+        self.assertEqual(tuple(v.shape), (6, 4, 2, 8))
+        table = params.cache_manager.page_table
+        self.assertEqual((tuple(table.shape), table.dtype),
+                         ((3, 4), torch.int32))
+        address = table.data_ptr()
+        params.pre_step(OrderedDict([(10, 5), (11, 3)]))
+        self.assertEqual(table.tolist(), [[0, 1, 0, 0], [2, 0, 0, 0],
+                                          [0, 0, 0, 0]])
+        self.assertEqual(params.cu_seqlens_kv.tolist(), [0, 5, 8, 8])
+        params.pre_step(OrderedDict([(11, 2), (12, 5)]))  # 10 finished
+        self.assertEqual(table.tolist(), [[2, 3, 0, 0], [4, 5, 0, 0],
+                                          [0, 0, 0, 0]])
+        self.assertEqual(table.data_ptr(), address)
+        self.assertEqual(params.cu_seqlens_kv.tolist(), [0, 5, 10, 10])
+        # Rotary positions still follow the sequence tensors' values.
+        self.assertEqual(params._token_positions[:6].tolist(),
+                         [3, 4, 0, 1, 2, 3])
+
+    def test_out_of_pages_leaves_the_params_unchanged(self):
+        params = self.params(total_num_pages=3)
+        params.pre_step(OrderedDict([(1, 4), (2, 1)]))
+        state = (dict(params.sequences), params.cu_seqlens_kv.tolist(),
+                 params.cache_manager.page_table.tolist())
+        with self.assertRaisesRegex(RuntimeError,
+                                    "sequence 3 needs 2.*total_num_pages "
+                                    "= 3"):
+            params.pre_step(OrderedDict([(1, 1), (2, 1), (3, 8)]))
+        self.assertEqual((dict(params.sequences),
+                          params.cu_seqlens_kv.tolist(),
+                          params.cache_manager.page_table.tolist()), state)
+        params.pre_step(OrderedDict([(1, 1), (2, 1)]))
+        self.assertEqual(dict(params.sequences), {1: 5, 2: 2})
+        self.assertEqual(params.cache_manager.page_table.tolist()[0],
+                         [0, 2, 0, 0])
+        params.reset()
+        self.assertEqual(list(params.cache_manager.allocator.free),
+                         [0, 1, 2])
+
+    def test_step_and_convert_paged_to_nonpaged(self):
+        paged = self.params()
+        flat = te.InferenceParams(3, 16, 2, 8, torch.bfloat16)
+        new_k = torch.randn(9, 2, 8).to(torch.bfloat16)
+        for params in (paged, flat):
+            params.pre_step(OrderedDict([(1, 6), (2, 3)]))
+            params.step(4, new_k, -new_k, "thd")
+            params.pre_step(OrderedDict([(2, 1), (3, 2)]))  # 1 finished
+            params.step(4, new_k[:3], -new_k[:3], "thd")
+        k, v = paged.convert_paged_to_nonpaged(4)
+        self.assertEqual(tuple(k.shape), (3, 16, 2, 8))
+        want_k, want_v = flat.cache_manager.cache[4]
+        for row, length in enumerate((4, 2)):
+            self.assertTrue(torch.equal(k[row, :length],
+                                        want_k[row, :length]))
+            self.assertTrue(torch.equal(v[row, :length],
+                                        want_v[row, :length]))
+            self.assertFalse(k[row, length:].any())
+        self.assertFalse(k[2].any())
+        # 2's rows sit in its pages: page 2 (rows 0..3 of sequence 2).
+        cache = paged.cache_manager.cache[4][0]
+        self.assertTrue(torch.equal(cache[2, :3], new_k[6:9]))
+        self.assertTrue(torch.equal(cache[2, 3], new_k[0]))
 
 
 class CachedStepTest(OnTheCpu):
@@ -307,6 +408,29 @@ class CachedStepTest(OnTheCpu):
         self.assertIs(acts["key_cache"], params.cache_manager.cache[2][0])
         self.assertEqual(self.calls[-1]["variant"],
                          ("kv_cache", "padding_causal"))
+
+    def test_paged_step_passes_the_page_table(self):
+        dpa = te.DotProductAttention(4, 16, num_gqa_groups=2,
+                                     qkv_format="bshd", layer_number=2)
+        self.record(dpa, 64)
+        params = te.InferenceParams(2, 16, 2, 16, torch.bfloat16,
+                                    is_paged=True, total_num_pages=5,
+                                    page_size=4)
+        params.pre_step(OrderedDict([(0, 1), (1, 1)]))
+        q = torch.randn(2, 1, 4, 16, dtype=torch.bfloat16)
+        k = torch.randn(2, 1, 2, 16, dtype=torch.bfloat16)
+        with torch.no_grad():
+            dpa(q, k, k, inference_params=params)
+        call = self.calls[-1]
+        self.assertEqual(call["shape_spec"]["kv_cache"], {
+            "max_sequence_length": 16, "page_size": 4, "total_pages": 5})
+        acts = call["activations"]
+        self.assertEqual(list(acts)[3:], ["cu_seqlens", "cu_seqlens_kv",
+                                          "page_table", "key_cache",
+                                          "value_cache"])
+        self.assertIs(acts["page_table"], params.cache_manager.page_table)
+        self.assertIs(acts["key_cache"], params.cache_manager.cache[2][0])
+        self.assertEqual(tuple(acts["key_cache"].shape), (5, 4, 2, 16))
 
     def test_refusals(self):
         mha = te.MultiheadAttention(64, 4, qkv_format="bshd",

@@ -172,9 +172,12 @@ KV_CACHE_MASK_TYPES = ("no_mask", "causal", "causal_bottom_right", "padding",
                        "padding_causal", "padding_causal_bottom_right")
 
 # The inputs a KV-cache program takes besides its layer's: where each
-# sequence's new tokens start, where its cached + new tokens start, and
-# per attention layer its caches (layers.0.key_cache / value_cache).
+# sequence's new tokens start, where its cached + new tokens start, with
+# paged caches the page table (right after cu_seqlens_kv; shared by the
+# layers), and per attention layer its caches (layers.0.key_cache /
+# value_cache).
 KV_CACHE_INPUTS = ("cu_seqlens", "cu_seqlens_kv")
+PAGED_KV_CACHE_INPUTS = KV_CACHE_INPUTS + ("page_table",)
 KV_CACHE_TENSORS = ("key_cache", "value_cache")
 
 
@@ -187,14 +190,40 @@ def kv_cache_input_name(name):
     return name
 
 
-def kv_cache_shape_spec(batch, seq, tokens, max_sequence_length):
+def kv_cache_shape_spec(batch, seq, tokens, max_sequence_length,
+                        page_size=None, total_pages=None):
     """The spec's top-level shape keys of one KV-cache step: `batch`
     sequences (max_batch_size: rows of the caches), at most `seq` new
     tokens in one sequence, `tokens` packed new tokens, caches of
-    `max_sequence_length` positions."""
+    `max_sequence_length` positions; with `page_size` the caches are
+    paged: `total_pages` pages of `page_size` rows per layer
+    (docs/paged-kv-cache.md)."""
+    kv_cache = {"max_sequence_length": int(max_sequence_length)}
+    if page_size is not None:
+        kv_cache["page_size"] = int(page_size)
+        kv_cache["total_pages"] = int(total_pages)
     return {"input_format": "thd", "batch_size": int(batch),
             "seq_length": int(seq), "tokens": int(tokens),
-            "kv_cache": {"max_sequence_length": int(max_sequence_length)}}
+            "kv_cache": kv_cache}
+
+
+def kv_cache_shapes(batch, max_sequence_length, groups, kv_channels,
+                    page_size=None, total_pages=None):
+    """{input name: shape} of a KV-cache step's sequence and cache inputs
+    (the caches per attention layer, unprefixed): cu_seqlens and
+    cu_seqlens_kv [batch + 1], with `page_size` the page table [batch,
+    max_sequence_length / page_size] and caches [total_pages, page_size,
+    groups, kv_channels], else caches [batch, max_sequence_length, groups,
+    kv_channels]. In the program's input order (the caches after the
+    layer's parameters)."""
+    shapes = {"cu_seqlens": (batch + 1,), "cu_seqlens_kv": (batch + 1,)}
+    if page_size is None:
+        cache = (batch, max_sequence_length, groups, kv_channels)
+    else:
+        shapes["page_table"] = (batch, max_sequence_length // page_size)
+        cache = (total_pages, page_size, groups, kv_channels)
+    shapes.update(dict.fromkeys(KV_CACHE_TENSORS, cache))
+    return shapes
 
 
 def kv_cache_mask_type(owner, mask_type):

@@ -10,11 +10,12 @@ have no tokens), `seq_length` = the most new tokens of one sequence
 (InferenceParams.max_ctx_len when given) rounded up by query_bucket (a
 power of two up to 16: 1 for a decode step; beyond, a multiple of
 _thd.MAX_SEQ_GRANULE; at most max_sequence_length), and `kv_cache:
-{max_sequence_length}`; inputs
-cu_seqlens (InferenceParams.cu_seqlens_q), cu_seqlens_kv and the layer's
-key_cache / value_cache, passed by pointer: the program writes the new
-keys and values into them and attends to rows [0, cached + new) of each
-sequence. Everything a step needs from the host comes from pre_step's
+{max_sequence_length}` (paged caches, docs/paged-kv-cache.md: also
+page_size and total_pages); inputs cu_seqlens
+(InferenceParams.cu_seqlens_q), cu_seqlens_kv, (paged) page_table and the
+layer's key_cache / value_cache, passed by pointer: the program writes
+the new keys and values into them (paged: into the pages the table
+lists) and attends to rows [0, cached + new) of each sequence. Everything a step needs from the host comes from pre_step's
 plan, so a step never waits for the GPU and is CUDA-graph capturable
 (fixed input shape, the same InferenceParams and rotary table).
 
@@ -155,14 +156,20 @@ class KvStep:
         self.max_s = min(query_bucket(longest),
                          inference_params.max_sequence_length)
 
+    def paging(self):
+        """(page_size, total pages) of paged caches, else (None, None)."""
+        params = self.params
+        return ((params.page_size, params.total_num_pages)
+                if params.is_paged else (None, None))
+
     def shape_key(self):
         return ("kv_cache", self.padded_tokens, self.params.max_batch_size,
-                self.max_s, self.params.max_sequence_length)
+                self.max_s, self.params.max_sequence_length, *self.paging())
 
     def shape_spec(self):
         return _attention_specs.kv_cache_shape_spec(
             self.params.max_batch_size, self.max_s, self.padded_tokens,
-            self.params.max_sequence_length)
+            self.params.max_sequence_length, *self.paging())
 
     def pad(self, tensor):
         extra = self.padded_tokens - self.tokens
@@ -176,14 +183,20 @@ class KvStep:
 
     def inputs(self, owner, module, groups, kv_channels, dtype, device):
         """The program's sequence and cache inputs, with module's
-        (layer_number's) caches. The caches go as they are (the program
-        writes them): no copy may stand in for them."""
+        (layer_number's) caches and, paged, the shared page table (after
+        cu_seqlens_kv, as the program takes it). The caches and the table
+        go as they are (the program writes the caches; pre_step rewrites
+        the table in place, which a captured step replays against): no
+        copy may stand in for them."""
         key_cache, value_cache = self.params._caches(
             owner, layer_number_of(module), groups, kv_channels, dtype,
             device)
-        return {"cu_seqlens": self.params.cu_seqlens_q,
-                "cu_seqlens_kv": self.params.cu_seqlens_kv,
-                "key_cache": key_cache, "value_cache": value_cache}
+        inputs = {"cu_seqlens": self.params.cu_seqlens_q,
+                  "cu_seqlens_kv": self.params.cu_seqlens_kv}
+        if self.params.is_paged:
+            inputs["page_table"] = self.params.cache_manager.page_table
+        inputs.update(key_cache=key_cache, value_cache=value_cache)
+        return inputs
 
     def token_angles(self, owner, rotary_pos_emb, kv_channels, device):
         """TE's rotary table [max_s, 1, 1, r] as the angles of each packed
