@@ -900,7 +900,9 @@ public:
     if (!c.hostileCuQ.empty() || c.hostilePages) {
       // Nothing to compare: the run finished and stayed in its buffers.
       if (run.problems.empty())
-        report(true, name, "bad cu_seqlens stayed in bounds");
+        report(true, name,
+               c.hostilePages ? "bad page ids stayed in bounds"
+                              : "bad cu_seqlens stayed in bounds");
       else
         report(false, name, run.problems);
       return;
@@ -942,9 +944,10 @@ public:
   /// enqueueKvCacheAttention) at b `batch`, h 32, g 8, d 128, one new query per
   /// sequence, every sequence with `total` tokens in caches of `rows`; the
   /// median of 50 calls after 5 warm-ups, CUDA events between calls
-  /// enqueued back to back.
+  /// enqueued back to back. `pageSize` > 0: the caches are pools of pages
+  /// of that many rows, handed to the sequences in a shuffled order.
   void timeDecode(int64_t rows, int32_t total, bool uneven = false,
-                  int64_t batch = 8) {
+                  int64_t batch = 8, int64_t pageSize = 0) {
     AttentionProblem p;
     p.kvCache = true;
     p.layout = AttentionLayout::Thd;
@@ -958,8 +961,16 @@ public:
     p.seqKv = rows;
     p.tokensQ = p.tokensKv = batch;
     p.softmaxScale = 1 / std::sqrt(128.0);
+    p.pageSize = pageSize;
+    p.pages = pageSize ? batch * rows / pageSize : 0;
     const CudaDriver &driver = *gpu.driver;
     size_t cacheBytes = size_t(p.batch * rows * p.kvHeads * p.headDim) * 2;
+    std::vector<int32_t> tableHost(size_t(p.pages));
+    std::iota(tableHost.begin(), tableHost.end(), 0);
+    std::shuffle(tableHost.begin(), tableHost.end(), std::mt19937_64(7));
+    DeviceBuffer table =
+        gpu.allocate(std::max<size_t>(tableHost.size() * 4, 4), "page table");
+    gpu.upload(table, tableHost.data(), tableHost.size() * 4);
     size_t tokenBytes = size_t(p.tokensQ * p.heads * p.headDim) * 2;
     DeviceBuffer kCache = gpu.allocate(cacheBytes, "k_cache"),
                  vCache = gpu.allocate(cacheBytes, "v_cache"),
@@ -997,6 +1008,7 @@ public:
       buffers.scratch = scratch.get();
       buffers.newK = k.get();
       buffers.newV = v.get();
+      buffers.pageTable = pageSize ? table.get() : 0;
       AttentionPointers pointers;
       pointers.q = q.get();
       pointers.o = o.get();
@@ -1050,11 +1062,13 @@ public:
     // The cache bytes a call reads: L_i keys and values of every (sequence,
     // kv head).
     double bytes = 2.0 * double(cuKvHost.back() * p.kvHeads * p.headDim) * 2;
-    std::printf("TIME decode b=%lld h=32 g=8 d=128 S=%lld L=%d%s: decode "
+    std::string paged =
+        pageSize ? " paged" + std::to_string(pageSize) + " (shuffled)" : "";
+    std::printf("TIME decode b=%lld h=32 g=8 d=128 S=%lld L=%d%s%s: decode "
                 "kernel %.1f us (%.0f GB/s, %lld splits), cuDNN %.1f us "
                 "(%.0f GB/s), cuDNN / decode %.2fx\n",
                 (long long)batch, (long long)rows, total,
-                uneven ? " (uneven, mean)" : "", decodeUs,
+                uneven ? " (uneven, mean)" : "", paged.c_str(), decodeUs,
                 bytes / decodeUs / 1e3, (long long)decodeEngine.splits.splits,
                 cudnnUs, bytes / cudnnUs / 1e3, cudnnUs / decodeUs);
     // Other split counts, for tuning decodeSplits().
@@ -2743,6 +2757,13 @@ int main(int argc, char **argv) {
     checker.timeDecode(4096, 32);
     checker.timeDecode(4096, 512, false, /*batch=*/1);
     checker.timeDecode(32768, 16384, false, /*batch=*/1);
+    // Paged caches (docs/paged-kv-cache.md): the same calls through a page
+    // table, against the plain rows above.
+    for (int64_t pageSize : {16, 64, 256}) {
+      checker.timeDecode(4096, 512, false, 8, pageSize);
+      checker.timeDecode(4096, 3072, false, 8, pageSize);
+      checker.timeDecode(32768, 16384, false, 8, pageSize);
+    }
     return 0;
   }
   auto selected = [&](const std::string &name) {
