@@ -59,8 +59,8 @@
 // Paged caches (page_table set; docs/paged-kv-cache.md): the caches are pools
 // [pages, page_size, kv_heads, d] and key r of sequence i is row
 // r % page_size of page page_table[i][r / page_size] (the prep kernel's
-// clamped copy of the table, so every id is in range); tejitDecodeRow maps
-// each key as its piece is copied.
+// clamped copy of the table, so every id is in range); tejitPagedRow maps
+// keys as their pieces are copied (the tensor-core pass: once a tile).
 //
 // bf16 and f16 share one body (a uniform branch where elements widen).
 // The host mirror of the struct is in runtime/AttentionLauncher.cpp; every
@@ -100,15 +100,20 @@ struct TejitDecodeAttention {
   long long page_size, pages_per_sequence;
 };
 
-// The cache row (in units of kv_heads * d elements) of key `key` of
-// sequence i: [i, key] of plain caches, or its page's row.
-__device__ __forceinline__ size_t tejitDecodeRow(const TejitDecodeAttention &p,
-                                                 int i, int key) {
-  if (!p.page_table)
-    return size_t(i) * size_t(p.cache_rows) + size_t(key);
+// Paged caches: the pool row (in units of kv_heads * d elements) holding key
+// `key` of sequence i.
+__device__ __forceinline__ size_t tejitPagedRow(const TejitDecodeAttention &p,
+                                                int i, int key) {
   const int size = int(p.page_size);
   const int page = p.page_table[i * int(p.pages_per_sequence) + key / size];
   return size_t(page) * size_t(size) + size_t(key % size);
+}
+
+// Where sequence i's rows start: row 0 of its plain cache, or the pool's
+// start (paged: tejitPagedRow places each key).
+__device__ __forceinline__ size_t
+tejitSequenceRows(const TejitDecodeAttention &p, int i) {
+  return p.page_table ? 0 : size_t(i) * size_t(p.cache_rows);
 }
 
 __device__ __forceinline__ float tejitExp2(float x) {
@@ -301,9 +306,9 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   const int dim0 = (lane % LPK) * 8;
   const bool dimOk = dim0 < D;
   const size_t rowStride = size_t(p.kv_heads) * D;
-  // Key rows come from tejitDecodeRow (sequence and page); this is the
-  // lane's place in a row.
-  const size_t first = size_t(kh) * D + dim0;
+  const bool paged = p.page_table != nullptr;
+  const size_t first =
+      (tejitSequenceRows(p, i) * size_t(p.kv_heads) + size_t(kh)) * D + dim0;
   const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
   // Step t of this warp: keys keyBegin + t * stepKeys + kp * 8 + [0, 8);
   // piece u of a lane is key u * KPG + lane / LPK of those.
@@ -321,7 +326,8 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
       for (int u = 0; u < U; ++u) {
         int key = warpKey0 + t * stepKeys + u * KPG;
         bool ok = key < keyEnd && dimOk;
-        size_t at = ok ? tejitDecodeRow(p, i, key) * rowStride : 0;
+        size_t row = paged && ok ? tejitPagedRow(p, i, key) : size_t(key);
+        size_t at = ok ? row * rowStride : 0;
         tejitCopy16(ringBase + 16u * unsigned(slot(stage, 0, u)), kBase + at,
                     ok ? 16 : 0);
         tejitCopy16(ringBase + 16u * unsigned(slot(stage, 1, u)), vBase + at,
@@ -538,9 +544,14 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   const long long qOffset = p.q_offsets[c.i];
 
   const size_t rowStride = size_t(c.kvHeads) * D;
-  // Key rows come from tejitDecodeRow (sequence and page).
-  const size_t first = size_t(c.kh) * D;
+  const size_t first =
+      (tejitSequenceRows(p, c.i) * size_t(c.kvHeads) + size_t(c.kh)) * D;
   const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
+  // A warp's tiles start at multiples of 16 keys (keyBegin is whole steps):
+  // with pages of a multiple of 16 rows a tile lies in one page, and one
+  // table read places all of it; other page sizes place every key.
+  const bool paged = p.page_table != nullptr;
+  const bool tileInPage = !paged || p.page_size % KEYS == 0;
   const int warpKey0 = c.keyBegin + warp * KEYS;
   const int steps = (c.keyEnd - c.keyBegin + STEP - 1) / STEP;
   const unsigned slots =
@@ -556,14 +567,20 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
     const int step = item >> 1;
     if (step < steps) {
       const unsigned short *base = (item & 1) ? vBase : kBase;
+      const int key0 = warpKey0 + step * STEP;
+      const size_t row0 = paged && tileInPage && key0 < c.keyEnd
+                              ? tejitPagedRow(p, c.i, key0)
+                              : size_t(key0);
 #pragma unroll
       for (int u = 0; u < PER_LANE; ++u) {
         const int at = u * 32 + lane, row = at / CHUNKS, chunk = at % CHUNKS;
-        const int key = warpKey0 + step * STEP + row;
+        const int key = key0 + row;
         const bool ok = key < c.keyEnd;
+        const size_t cacheRow = tileInPage
+                                    ? row0 + size_t(row)
+                                    : (ok ? tejitPagedRow(p, c.i, key) : 0);
         tejitCopy16(slots + piece(item % 3, row, chunk),
-                    base + (ok ? tejitDecodeRow(p, c.i, key) * rowStride : 0) +
-                        chunk * 8,
+                    base + (ok ? cacheRow * rowStride : 0) + chunk * 8,
                     ok ? 16 : 0);
       }
     }
