@@ -43,9 +43,22 @@ inline bool decodeUsesTensorCores(const AttentionProblem &problem) {
   return problem.headDim == 64 || problem.headDim == 128;
 }
 
-/// The decode kernels of runtime/kernels/DecodeAttention.cu
-/// (tejit_decode_attention_mma, tejit_decode_attention,
-/// tejit_decode_attention_combine) and the device's SM count, which
+/// The entry points of runtime/kernels/DecodeAttention.cu for a problem
+/// with plain or paged caches: the split passes (tensor cores, CUDA
+/// cores) differ, the combine is shared.
+struct DecodeKernelNames {
+  const char *splitTensorCores, *split, *combine;
+};
+inline DecodeKernelNames decodeKernelNames(bool paged) {
+  if (paged)
+    return {"tejit_decode_attention_mma_paged", "tejit_decode_attention_paged",
+            "tejit_decode_attention_combine"};
+  return {"tejit_decode_attention_mma", "tejit_decode_attention",
+          "tejit_decode_attention_combine"};
+}
+
+/// The decode kernels of runtime/kernels/DecodeAttention.cu for one kind of
+/// cache (decodeKernelNames) and the device's SM count, which
 /// decodeSplits() sizes the grid with.
 struct DecodeKernels {
   CUfunction splitTensorCores = nullptr, split = nullptr, combine = nullptr;

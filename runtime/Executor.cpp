@@ -130,15 +130,16 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       // A kv cache step with few new queries may run on the decode
       // kernels: loaded (a JIT of their PTX) only for a step that prefers
       // them, or that they can run when cuDNN cannot.
-      auto decodeKernels = [&]() -> llvm::Expected<DecodeKernels> {
+      auto decodeKernels = [&](bool paged) -> llvm::Expected<DecodeKernels> {
         DecodeKernels decode;
-        auto splitTensorCores = modules.helper("tejit_decode_attention_mma");
+        DecodeKernelNames names = decodeKernelNames(paged);
+        auto splitTensorCores = modules.helper(names.splitTensorCores);
         if (!splitTensorCores)
           return splitTensorCores.takeError();
-        auto split = modules.helper("tejit_decode_attention");
+        auto split = modules.helper(names.split);
         if (!split)
           return split.takeError();
-        auto combine = modules.helper("tejit_decode_attention_combine");
+        auto combine = modules.helper(names.combine);
         if (!combine)
           return combine.takeError();
         decode.splitTensorCores = *splitTensorCores;
@@ -154,7 +155,7 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       bool prefersDecode = parsed->usesDecodeKernels();
       DecodeKernels decode;
       if (prefersDecode) {
-        auto loaded = decodeKernels();
+        auto loaded = decodeKernels(parsed->problem().paged());
         if (!loaded)
           return loaded.takeError();
         decode = *loaded;
@@ -163,7 +164,7 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
           AttentionLauncher::complete(*parsed, function, *prep, decode);
       if (!launcher && parsed->decodeEligible() && !prefersDecode) {
         llvm::consumeError(launcher.takeError());
-        auto loaded = decodeKernels();
+        auto loaded = decodeKernels(parsed->problem().paged());
         if (!loaded)
           return loaded.takeError();
         launcher =

@@ -279,7 +279,7 @@ __device__ __forceinline__ void tejitDecodeMerge(const TejitDecodeAttention &p,
   }
 }
 
-template <int LPK>
+template <int LPK, bool PAGED>
 __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   constexpr int KPG = 32 / LPK;              // keys per warp copy
   constexpr int U = TEJIT_DECODE_KEYS / KPG; // pieces per step (K or V)
@@ -306,7 +306,7 @@ __device__ void tejitDecodeSplit(const TejitDecodeAttention &p, uint4 *ring) {
   const int dim0 = (lane % LPK) * 8;
   const bool dimOk = dim0 < D;
   const size_t rowStride = size_t(p.kv_heads) * D;
-  const bool paged = p.page_table != nullptr;
+  constexpr bool paged = PAGED;
   const size_t first =
       (tejitSequenceRows(p, i) * size_t(p.kv_heads) + size_t(kh)) * D + dim0;
   const unsigned short *kBase = p.k_cache + first, *vBase = p.v_cache + first;
@@ -520,7 +520,7 @@ __device__ __forceinline__ unsigned tejitPack2(float lo, float hi) {
 // through a ring of 3 tile slots per warp by cp.async, in the order K0 V0 K1
 // V1 ..., so that two tiles are in flight while one is used; 16-byte pieces
 // are XOR-swizzled by key row so that ldmatrix reads conflict-free.
-template <int D, bool F16>
+template <int D, bool F16, bool PAGED>
 __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
                                     uint4 *ring) {
   constexpr int KEYS = 16;            // a warp's keys per step
@@ -550,7 +550,7 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   // A warp's tiles start at multiples of 16 keys (keyBegin is whole steps):
   // with pages of a multiple of 16 rows a tile lies in one page, and one
   // table read places all of it; other page sizes place every key.
-  const bool paged = p.page_table != nullptr;
+  constexpr bool paged = PAGED;
   const bool tileInPage = !paged || p.page_size % KEYS == 0;
   const int warpKey0 = c.keyBegin + warp * KEYS;
   const int steps = (c.keyEnd - c.keyBegin + STEP - 1) / STEP;
@@ -728,19 +728,46 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   tejitDecodeMerge(p, c, sO, sM, sL, W);
 }
 
+template <bool PAGED>
+__device__ __forceinline__ void
+tejitDecodeSplitMmaFor(const TejitDecodeAttention &p, uint4 *ring) {
+  if (p.head_dim == 128)
+    p.f16 ? tejitDecodeSplitMma<128, true, PAGED>(p, ring)
+          : tejitDecodeSplitMma<128, false, PAGED>(p, ring);
+  else
+    p.f16 ? tejitDecodeSplitMma<64, true, PAGED>(p, ring)
+          : tejitDecodeSplitMma<64, false, PAGED>(p, ring);
+}
+
 // The split pass for head dims 64 and 128 (the host's
 // decodeUsesTensorCores). A kernel of its own: its launch bounds differ, and
-// one function holding both passes spills.
+// one function holding both passes spills. Paged caches have kernels of
+// their own (the _paged names): page lookups in the plain pass's kernel,
+// even behind a uniform branch, cost it 10-30% (the pass is issue-bound;
+// H200, session 31).
 extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
                                              TEJIT_DECODE_MMA_CTAS_PER_SM)
     tejit_decode_attention_mma(TejitDecodeAttention p) {
   __shared__ uint4 ring[TEJIT_DECODE_RING];
-  if (p.head_dim == 128)
-    p.f16 ? tejitDecodeSplitMma<128, true>(p, ring)
-          : tejitDecodeSplitMma<128, false>(p, ring);
+  tejitDecodeSplitMmaFor<false>(p, ring);
+}
+
+extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
+                                             TEJIT_DECODE_MMA_CTAS_PER_SM)
+    tejit_decode_attention_mma_paged(TejitDecodeAttention p) {
+  __shared__ uint4 ring[TEJIT_DECODE_RING];
+  tejitDecodeSplitMmaFor<true>(p, ring);
+}
+
+template <bool PAGED>
+__device__ __forceinline__ void
+tejitDecodeSplitFor(const TejitDecodeAttention &p, uint4 *ring) {
+  if (p.head_dim > 64)
+    tejitDecodeSplit<16, PAGED>(p, ring);
+  else if (p.head_dim > 32)
+    tejitDecodeSplit<8, PAGED>(p, ring);
   else
-    p.f16 ? tejitDecodeSplitMma<64, true>(p, ring)
-          : tejitDecodeSplitMma<64, false>(p, ring);
+    tejitDecodeSplit<4, PAGED>(p, ring);
 }
 
 // The split pass for the other head dims, on the CUDA cores.
@@ -748,12 +775,14 @@ extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
                                              TEJIT_DECODE_CTAS_PER_SM)
     tejit_decode_attention(TejitDecodeAttention p) {
   __shared__ uint4 ring[TEJIT_DECODE_RING];
-  if (p.head_dim > 64)
-    tejitDecodeSplit<16>(p, ring);
-  else if (p.head_dim > 32)
-    tejitDecodeSplit<8>(p, ring);
-  else
-    tejitDecodeSplit<4>(p, ring);
+  tejitDecodeSplitFor<false>(p, ring);
+}
+
+extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
+                                             TEJIT_DECODE_CTAS_PER_SM)
+    tejit_decode_attention_paged(TejitDecodeAttention p) {
+  __shared__ uint4 ring[TEJIT_DECODE_RING];
+  tejitDecodeSplitFor<true>(p, ring);
 }
 
 extern "C" __global__ void

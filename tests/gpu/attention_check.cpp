@@ -860,7 +860,7 @@ public:
     // Eligible problems run on both paths: the decode kernels and cuDNN.
     if (eligible) {
       KvCacheEngine engine;
-      engine.decode = decodeKernels();
+      engine.decode = decodeKernels(p.paged());
       engine.splits = decodeSplits(p, engine.decode.smCount);
       runKvCacheOn(c, c.name + " [decode kernel]", engine);
     }
@@ -911,31 +911,29 @@ public:
     finish(asCase, compareKvCache(c, run), {});
   }
 
-  /// The decode kernels (loaded once) with the device's SM count.
+  /// The decode kernels for plain or paged caches (each set loaded once)
+  /// with the device's SM count.
   void setSmCount(int64_t sms) { smCount = sms; }
-  DecodeKernels decodeKernels() {
-    if (!decode.split) {
-      const CudaDriver &driver = *gpu.driver;
-      CUmodule module;
-      orDie(driver.check(driver.cuModuleLoadData(&module, decodeAttentionPtx()),
-                         "cuModuleLoadData"),
+  DecodeKernels decodeKernels(bool paged) {
+    DecodeKernels &decode = paged ? pagedDecode : plainDecode;
+    if (decode.split)
+      return decode;
+    const CudaDriver &driver = *gpu.driver;
+    if (!decodeModule)
+      orDie(driver.check(
+                driver.cuModuleLoadData(&decodeModule, decodeAttentionPtx()),
+                "cuModuleLoadData"),
             "loading the decode attention kernels");
-      orDie(driver.check(
-                driver.cuModuleGetFunction(&decode.splitTensorCores, module,
-                                           "tejit_decode_attention_mma"),
-                "cuModuleGetFunction"),
-            "finding tejit_decode_attention_mma");
-      orDie(driver.check(driver.cuModuleGetFunction(&decode.split, module,
-                                                    "tejit_decode_attention"),
-                         "cuModuleGetFunction"),
-            "finding tejit_decode_attention");
-      orDie(driver.check(
-                driver.cuModuleGetFunction(&decode.combine, module,
-                                           "tejit_decode_attention_combine"),
-                "cuModuleGetFunction"),
-            "finding tejit_decode_attention_combine");
-      decode.smCount = smCount;
-    }
+    DecodeKernelNames names = decodeKernelNames(paged);
+    for (auto [function, name] :
+         {std::pair{&decode.splitTensorCores, names.splitTensorCores},
+          std::pair{&decode.split, names.split},
+          std::pair{&decode.combine, names.combine}})
+      orDie(
+          driver.check(driver.cuModuleGetFunction(function, decodeModule, name),
+                       "cuModuleGetFunction"),
+          (std::string("finding ") + name).c_str());
+    decode.smCount = smCount;
     return decode;
   }
 
@@ -1046,7 +1044,7 @@ public:
       return samples[samples.size() / 2];
     };
     KvCacheEngine decodeEngine;
-    decodeEngine.decode = decodeKernels();
+    decodeEngine.decode = decodeKernels(p.paged());
     decodeEngine.splits = decodeSplits(p, smCount);
     double decodeUs =
         timeWith(decodeEngine, decodePartialBytes(p, decodeEngine.splits));
@@ -1093,7 +1091,8 @@ private:
 
   Gpu &gpu;
   std::mt19937_64 rng;
-  DecodeKernels decode;
+  DecodeKernels plainDecode, pagedDecode;
+  CUmodule decodeModule = nullptr;
   int64_t smCount = 0;
 
   DeviceResults results(const AttentionProblem &p) {
