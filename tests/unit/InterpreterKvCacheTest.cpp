@@ -206,6 +206,15 @@ std::string layerSpec(int64_t seqLength, int64_t tokens,
 )yaml";
 }
 
+/// Decomposes `module`'s layer ops into primitive ops for inference, as
+/// te-compile --inference does.
+bool lowerForInference(mlir::ModuleOp module) {
+  PipelineOptions options;
+  options.training = false;
+  options.stopAfter = Stage::Primitive;
+  return runPipeline(module, options);
+}
+
 class KvCacheLayerTest : public InterpreterTest,
                          public ::testing::WithParamInterface<bool> {};
 
@@ -222,11 +231,8 @@ TEST_P(KvCacheLayerTest, DecodingMatchesTheWholeSequences) {
   auto wholeModule = importSpecText(context, layerSpec(12, 24, {}), "w");
   ASSERT_TRUE(cachedModule && wholeModule);
   if (GetParam()) {
-    PipelineOptions options;
-    options.training = false;
-    options.stopAfter = Stage::Primitive;
-    ASSERT_TRUE(runPipeline(*cachedModule, options));
-    ASSERT_TRUE(runPipeline(*wholeModule, options));
+    ASSERT_TRUE(lowerForInference(*cachedModule));
+    ASSERT_TRUE(lowerForInference(*wholeModule));
   }
   mlir::func::FuncOp cached = firstFunction(*cachedModule);
   mlir::func::FuncOp whole = firstFunction(*wholeModule);
@@ -360,11 +366,8 @@ protected:
         "paged");
     ASSERT_TRUE(flatModule && pagedModule);
     if (GetParam()) {
-      PipelineOptions options;
-      options.training = false;
-      options.stopAfter = Stage::Primitive;
-      ASSERT_TRUE(runPipeline(*flatModule, options));
-      ASSERT_TRUE(runPipeline(*pagedModule, options));
+      ASSERT_TRUE(lowerForInference(*flatModule));
+      ASSERT_TRUE(lowerForInference(*pagedModule));
     }
     flat = firstFunction(*flatModule);
     paged = firstFunction(*pagedModule);
