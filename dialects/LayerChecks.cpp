@@ -60,13 +60,57 @@ FailureOr<int64_t> mlir::te::verifyPackedSequences(
   return type.getShape()[0] - 1;
 }
 
+FailureOr<int64_t> mlir::te::verifyPageTable(Operation *op, Value pageTable,
+                                             int64_t batch, int64_t pageSize) {
+  auto type = cast<RankedTensorType>(pageTable.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  if (shape.size() != 2 || shape[0] != batch || shape[1] < 1 ||
+      !type.getElementType().isInteger(32))
+    return op->emitOpError()
+           << "'page_table' must be i32 [b, max_pages] = [" << batch
+           << ", max_pages] (the pages of each sequence), got " << type;
+  return shape[1] * pageSize;
+}
+
+/// Checks one cache of an attention layer op: `[b, s_cache, kvHeads,
+/// headDim]` of `element`, or `[pages, page_size, kvHeads, headDim]` when
+/// `paged`, an argument of the function.
+static LogicalResult verifyLayerCache(Operation *op, Value cache,
+                                      StringRef name, bool paged, int64_t batch,
+                                      int64_t kvHeads, int64_t headDim,
+                                      Type element) {
+  auto type = cast<RankedTensorType>(cache.getType());
+  ArrayRef<int64_t> shape = type.getShape();
+  if (shape.size() != 4 || shape[0] < 1 || (!paged && shape[0] != batch) ||
+      shape[1] < 1 || shape[2] != kvHeads || shape[3] != headDim ||
+      type.getElementType() != element) {
+    InFlightDiagnostic diag = op->emitOpError() << "'" << name << "' must be ";
+    if (paged)
+      diag << "paged [pages, page_size, kv_heads, head_dim] = [pages, "
+              "page_size, ";
+    else
+      diag << "[b, s_cache, kv_heads, head_dim] = [" << batch << ", s_cache, ";
+    return diag << kvHeads << ", " << headDim << "] of " << element << ", got "
+                << type;
+  }
+  if (!isa<BlockArgument>(cache))
+    return op->emitOpError()
+           << "'" << name
+           << "' must be an argument of the function (the caller's cache, "
+              "updated in place)";
+  return success();
+}
+
 LogicalResult
 mlir::te::verifyKvCache(Operation *op, Value keyCache, Value valueCache,
-                        Value cuSeqlensQ, Value cuSeqlensKv,
+                        Value pageTable, Value cuSeqlensQ, Value cuSeqlensKv,
                         bool cuSeqlensKvIsCacheOnly, bool packed,
                         int64_t kvHeads, int64_t headDim, Type element,
                         std::optional<int64_t> maxSeqlen, bool window) {
   if (!keyCache && !valueCache) {
+    if (pageTable)
+      return op->emitOpError() << "'page_table' belongs to a paged KV cache "
+                                  "('key_cache' and 'value_cache')";
     if (cuSeqlensKvIsCacheOnly && cuSeqlensKv)
       return op->emitOpError() << "'cu_seqlens_kv' belongs to the KV cache "
                                   "('key_cache' and 'value_cache')";
@@ -93,31 +137,27 @@ mlir::te::verifyKvCache(Operation *op, Value keyCache, Value valueCache,
       cuSeqlensQ
           ? cast<RankedTensorType>(cuSeqlensQ.getType()).getShape()[0] - 1
           : ShapedType::kDynamic;
-  for (auto [value, name] : {std::pair{keyCache, "key_cache"},
-                             std::pair{valueCache, "value_cache"}}) {
-    auto type = cast<RankedTensorType>(value.getType());
-    ArrayRef<int64_t> shape = type.getShape();
-    if (shape.size() != 4 || shape[0] != batch || shape[1] < 1 ||
-        shape[2] != kvHeads || shape[3] != headDim ||
-        type.getElementType() != element)
-      return op->emitOpError()
-             << "'" << name << "' must be [b, s_cache, kv_heads, head_dim] = ["
-             << batch << ", s_cache, " << kvHeads << ", " << headDim << "] of "
-             << element << ", got " << value.getType();
-    if (maxSeqlen && *maxSeqlen > shape[1])
-      return op->emitOpError()
-             << "'" << name << "' holds " << shape[1]
-             << " tokens a sequence, fewer than the " << *maxSeqlen
-             << " new tokens a sequence may bring (max_seqlen)";
-    if (!isa<BlockArgument>(value))
-      return op->emitOpError()
-             << "'" << name
-             << "' must be an argument of the function (the caller's cache, "
-                "updated in place)";
-  }
+  bool paged = static_cast<bool>(pageTable);
+  for (auto [value, name] :
+       {std::pair{keyCache, "key_cache"}, std::pair{valueCache, "value_cache"}})
+    if (failed(verifyLayerCache(op, value, name, paged, batch, kvHeads, headDim,
+                                element)))
+      return failure();
   if (keyCache.getType() != valueCache.getType() || keyCache == valueCache)
     return op->emitOpError() << "'key_cache' and 'value_cache' must be "
                                 "distinct arguments of one type";
+  int64_t rows = cast<RankedTensorType>(keyCache.getType()).getShape()[1];
+  if (paged) {
+    FailureOr<int64_t> pagedRows = verifyPageTable(op, pageTable, batch, rows);
+    if (failed(pagedRows))
+      return failure();
+    rows = *pagedRows;
+  }
+  if (maxSeqlen && *maxSeqlen > rows)
+    return op->emitOpError()
+           << (paged ? "the paged caches hold " : "'key_cache' holds ") << rows
+           << " tokens a sequence, fewer than the " << *maxSeqlen
+           << " new tokens a sequence may bring (max_seqlen)";
   return success();
 }
 

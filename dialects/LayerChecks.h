@@ -98,16 +98,26 @@ FailureOr<int64_t> verifyPackedSequences(Operation *op, Value cuSeqlens,
                                          StringRef maskTypeName);
 
 /// The KV cache operands of an attention layer op (docs/kv-cache-plan.md):
-/// none of `keyCache`, `valueCache` (and `cuSeqlensKv` when
+/// none of `keyCache`, `valueCache`, `pageTable` (and `cuSeqlensKv` when
 /// `cuSeqlensKvIsCacheOnly`), or both caches `[b, s_cache, kvHeads,
 /// headDim]` of `element`, arguments of the function, with `cuSeqlensKv`
 /// typed like `cuSeqlensQ`; packed sequences (`packed`) only, no sliding
-/// window, and at most s_cache new tokens a sequence (`maxSeqlen`).
+/// window, and at most s_cache new tokens a sequence (`maxSeqlen`). With
+/// `pageTable` the caches are paged (docs/paged-kv-cache.md): `[pages,
+/// page_size, kvHeads, headDim]`, and a sequence holds max_pages *
+/// page_size rows.
 LogicalResult verifyKvCache(Operation *op, Value keyCache, Value valueCache,
-                            Value cuSeqlensQ, Value cuSeqlensKv,
-                            bool cuSeqlensKvIsCacheOnly, bool packed,
-                            int64_t kvHeads, int64_t headDim, Type element,
-                            std::optional<int64_t> maxSeqlen, bool window);
+                            Value pageTable, Value cuSeqlensQ,
+                            Value cuSeqlensKv, bool cuSeqlensKvIsCacheOnly,
+                            bool packed, int64_t kvHeads, int64_t headDim,
+                            Type element, std::optional<int64_t> maxSeqlen,
+                            bool window);
+
+/// A paged cache's `page_table`: i32 `[batch, max_pages]`, each sequence's
+/// pages of `pageSize` rows. Returns the rows a sequence holds, max_pages *
+/// pageSize.
+FailureOr<int64_t> verifyPageTable(Operation *op, Value pageTable,
+                                   int64_t batch, int64_t pageSize);
 
 /// How an attention op names its bias operands and attributes in
 /// diagnostics: the layer ops' `core_attention_bias_type`,

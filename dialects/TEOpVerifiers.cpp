@@ -362,22 +362,22 @@ static LogicalResult verifyPackedAttention(DotProductAttentionOp op,
                             op.getAttnMaskType(), "attn_mask_type");
   if (failed(batch))
     return failure();
-  if (op.getKeyCache() || op.getValueCache()) {
-    // The keys are the step's new tokens, packed like the queries.
-    if (k[0] != q[0])
-      return op.emitOpError()
-             << "with a KV cache, 'key' and 'value' are the new tokens, "
-                "packed like 'query' ("
-             << q[0] << " tokens), got " << k[0];
+  if (op.getKeyCache() || op.getValueCache() || op.getPageTable()) {
     if (failed(verifyKvCache(
-            op, op.getKeyCache(), op.getValueCache(), op.getCuSeqlensQ(),
-            op.getCuSeqlensKv(),
+            op, op.getKeyCache(), op.getValueCache(), op.getPageTable(),
+            op.getCuSeqlensQ(), op.getCuSeqlensKv(),
             /*cuSeqlensKvIsCacheOnly=*/false,
             /*packed=*/true, groups, headDim,
             cast<ShapedType>(op.getQuery().getType()).getElementType(),
             signedValue(op.getMaxSeqlenQAttr()),
             op.getWindowSize().has_value())))
       return failure();
+    // The keys are the step's new tokens, packed like the queries.
+    if (k[0] != q[0])
+      return op.emitOpError()
+             << "with a KV cache, 'key' and 'value' are the new tokens, "
+                "packed like 'query' ("
+             << q[0] << " tokens), got " << k[0];
   }
   if (Value cuKv = op.getCuSeqlensKv())
     if (cuKv.getType() != op.getCuSeqlensQ().getType())
@@ -428,7 +428,7 @@ LogicalResult DotProductAttentionOp::verify() {
     return emitOpError() << "'cu_seqlens_q', 'cu_seqlens_kv', 'max_seqlen_q' "
                             "and 'max_seqlen_kv' belong to packed sequences "
                             "(qkv_format = thd)";
-  if (getKeyCache() || getValueCache())
+  if (getKeyCache() || getValueCache() || getPageTable())
     return emitOpError() << "a KV cache needs packed new tokens (qkv_format "
                             "= thd, with 'cu_seqlens_q')";
   if (failed(verifyAttentionInput(checker, getQuery(), "query", format)) ||
@@ -774,7 +774,7 @@ LogicalResult MultiheadAttentionOp::verify() {
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(verifyKvCache(
-          *this, getKeyCache(), getValueCache(), getCuSeqlens(),
+          *this, getKeyCache(), getValueCache(), getPageTable(), getCuSeqlens(),
           getCuSeqlensKv(),
           /*cuSeqlensKvIsCacheOnly=*/true, getQkvFormat() == QkvFormat::thd,
           getNumKVHeads(), getHeadDim(),
@@ -909,7 +909,7 @@ LogicalResult TransformerLayerOp::verify() {
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(verifyKvCache(
-          *this, getKeyCache(), getValueCache(), getCuSeqlens(),
+          *this, getKeyCache(), getValueCache(), getPageTable(), getCuSeqlens(),
           getCuSeqlensKv(),
           /*cuSeqlensKvIsCacheOnly=*/true,
           getAttnInputFormat() == QkvFormat::thd, getNumKVHeads(), getHeadDim(),

@@ -284,7 +284,10 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     new tokens packed like the queries, `cu_seqlens_kv` (required) holds
     each sequence's length after the step (cached + new), cumulated, and
     the attention is te.kv_cache_attention's: the new tokens are stored in
-    the caches, causal mask types align bottom-right.
+    the caches, causal mask types align bottom-right. With `page_table`
+    (i32 `[b, max_pages]`, paged caches) the caches are `[pages,
+    page_size, gqa_groups, head_dim]` pools of pages, each sequence's rows
+    in the pages its table row lists (te.kv_cache_attention's paging).
 
     `fp8_recipe` (it runs no GEMM, so only a DelayedScaling with
     `fp8_dpa = true`) runs the attention in FP8, Transformer Engine's
@@ -304,6 +307,7 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
                    Optional<TE_Tensor>:$cu_seqlens_kv,
                    Optional<TE_Tensor>:$key_cache,
                    Optional<TE_Tensor>:$value_cache,
+                   Optional<TE_Tensor>:$page_table,
                    Optional<TE_Tensor>:$core_attention_bias,
                    Optional<TE_Tensor>:$alibi_slopes,
                    DefaultValuedAttr<TE_AttnMaskTypeAttr,
@@ -326,6 +330,7 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     (`cu_seqlens_q` `(` $cu_seqlens_q^ `)`)?
     (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
     (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    (`page_table` `(` $page_table^ `)`)?
     (`core_attention_bias` `(` $core_attention_bias^ `)`)?
     (`alibi_slopes` `(` $alibi_slopes^ `)`)?
     attr-dict `:` functional-type(operands, results)
@@ -381,7 +386,9 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     s_cache, kv_heads, head_dim]` (function arguments) and `cu_seqlens_kv`
     (each sequence's length after the step, cumulated) make the input the
     step's new tokens, attending as te.kv_cache_attention does; the
-    causal mask types align bottom-right.
+    causal mask types align bottom-right. `page_table` (i32 `[b,
+    max_pages]`) pages the caches: they are then `[pages, page_size,
+    kv_heads, head_dim]`, as te.kv_cache_attention's paged caches.
 
     `core_attention_bias_type`, `core_attention_bias`, `alibi_slopes` and
     `bias_requires_grad` are te.dot_product_attention's, over this rank's
@@ -410,6 +417,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    Optional<TE_Tensor>:$cu_seqlens_kv,
                    Optional<TE_Tensor>:$key_cache,
                    Optional<TE_Tensor>:$value_cache,
+                   Optional<TE_Tensor>:$page_table,
                    Optional<TE_Tensor>:$core_attention_bias,
                    Optional<TE_Tensor>:$alibi_slopes,
                    I64Attr:$num_attention_heads,
@@ -446,6 +454,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
     (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
     (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    (`page_table` `(` $page_table^ `)`)?
     (`core_attention_bias` `(` $core_attention_bias^ `)`)?
     (`alibi_slopes` `(` $alibi_slopes^ `)`)?
     attr-dict `:` functional-type(operands, results)
@@ -502,7 +511,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     `attn_input_format = thd` (packed sequences): the input is `[t,
     hidden]` with `cu_seqlens` and `max_seqlen` as in
     `te.multihead_attention`; not with a decoder. The KV cache operands
-    (`cu_seqlens_kv`, `key_cache`, `value_cache`) are
+    (`cu_seqlens_kv`, `key_cache`, `value_cache`, `page_table`) are
     te.multihead_attention's.
 
     `core_attention_bias_type`, `core_attention_bias`, `alibi_slopes` and
@@ -544,6 +553,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    Optional<TE_Tensor>:$cu_seqlens_kv,
                    Optional<TE_Tensor>:$key_cache,
                    Optional<TE_Tensor>:$value_cache,
+                   Optional<TE_Tensor>:$page_table,
                    Optional<TE_Tensor>:$core_attention_bias,
                    Optional<TE_Tensor>:$alibi_slopes,
                    I64Attr:$num_attention_heads,
@@ -602,6 +612,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     (`cu_seqlens` `(` $cu_seqlens^ `)`)?
     (`cu_seqlens_kv` `(` $cu_seqlens_kv^ `)`)?
     (`key_cache` `(` $key_cache^ `)`)? (`value_cache` `(` $value_cache^ `)`)?
+    (`page_table` `(` $page_table^ `)`)?
     (`core_attention_bias` `(` $core_attention_bias^ `)`)?
     (`alibi_slopes` `(` $alibi_slopes^ `)`)?
     attr-dict `:` functional-type(operands, results)

@@ -445,18 +445,25 @@ def TE_KvCacheAttentionOp : TE_Op<"kv_cache_attention"> {
     after `L_i - n_i + j`, `padding` none. Tokens from `cu_seqlens_q[b]` on
     (a packed buffer's tail) get output rows of 0. No dropout, no
     statistics and no backward: inference only.
+
+    Paged caches (Transformer Engine's `is_paged`): with `page_table` (i32
+    `[b, max_pages]`) the caches are pools of pages `[pages, page_size,
+    kv_heads, d]` and a sequence holds `max_pages * page_size` rows; its
+    row r lives in page `page_table[i, r / page_size]`, row `r % page_size`
+    of that page. Everything else is as above, over these rows.
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, TE_AnyTensor:$key_cache,
                    TE_AnyTensor:$value_cache, TE_AnyTensor:$cu_seqlens_q,
                    TE_AnyTensor:$cu_seqlens_kv,
+                   Optional<TE_AnyTensor>:$page_table,
                    TE_AttnMaskTypeAttr:$attn_mask_type,
                    F64Attr:$softmax_scale, I64Attr:$max_seqlen_q);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
     $query `,` $key `,` $value `,` $key_cache `,` $value_cache
     `cu_seqlens_q` `(` $cu_seqlens_q `)` `cu_seqlens_kv` `(` $cu_seqlens_kv `)`
-    attr-dict `:` functional-type(operands, results)
+    (`page_table` `(` $page_table^ `)`)? attr-dict `:` functional-type(operands, results)
   }];
   let hasVerifier = 1;
 }

@@ -469,19 +469,35 @@ LogicalResult KvCacheAttentionOp::verify() {
                         getCuSeqlensQ().getType())))
     return failure();
   ArrayRef<int64_t> cache = shapeOf(getKeyCache());
-  if (cache.size() != 4 || cache[0] != *batch || cache[2] != k[1] ||
-      cache[3] != k[2] || cache[1] < 1)
+  bool paged = static_cast<bool>(getPageTable());
+  if (cache.size() != 4 || cache[0] < 1 || (!paged && cache[0] != *batch) ||
+      cache[2] != k[1] || cache[3] != k[2] || cache[1] < 1) {
+    if (paged)
+      return fail() << "key_cache must be paged [pages, page_size, kv_heads, "
+                       "d] = [pages, page_size, "
+                    << k[1] << ", " << k[2] << "], got "
+                    << getKeyCache().getType();
     return fail() << "key_cache must be [b, s_cache, kv_heads, d] = [" << *batch
                   << ", s_cache, " << k[1] << ", " << k[2] << "], got "
                   << getKeyCache().getType();
+  }
   if (failed(expectType(*this, getKeyCache(), "key_cache",
                         withShape(getQuery(), cache))) ||
       failed(expectType(*this, getValueCache(), "value_cache",
                         getKeyCache().getType())))
     return failure();
-  if (int64_t(getMaxSeqlenQ()) > cache[1])
-    return fail() << "'max_seqlen_q' (" << getMaxSeqlenQ()
-                  << ") exceeds the cache's " << cache[1] << " rows";
+  // A sequence's rows: the cache's, or its pages' when paged.
+  int64_t rows = cache[1];
+  if (paged) {
+    FailureOr<int64_t> pagedRows =
+        verifyPageTable(*this, getPageTable(), *batch, cache[1]);
+    if (failed(pagedRows))
+      return failure();
+    rows = *pagedRows;
+  }
+  if (int64_t(getMaxSeqlenQ()) > rows)
+    return fail() << "'max_seqlen_q' (" << getMaxSeqlenQ() << ") exceeds the "
+                  << (paged ? "paged " : "") << "cache's " << rows << " rows";
   AttnMaskType mask = getAttnMaskType();
   if (mask != AttnMaskType::padding &&
       mask != AttnMaskType::padding_causal_bottom_right)

@@ -395,3 +395,89 @@ KvCacheOutputs tejit::interp::kvCacheAttention(
   result.output = attention(query, packedKey, packedValue, params).output;
   return result;
 }
+
+namespace {
+/// A sequence's rows in a paged cache: where logical row `row` of sequence
+/// `seq` lives, as a row of the pool seen as [pages * page_size, ...].
+struct PagedRows {
+  const Tensor &pageTable;
+  int64_t pageSize;
+
+  int64_t operator()(int64_t seq, int64_t row) const {
+    int64_t maxPages = pageTable.shape[1];
+    auto page = int64_t(pageTable.data[seq * maxPages + row / pageSize]);
+    return page * pageSize + row % pageSize;
+  }
+};
+
+/// Copies row `fromRow` of `from` to row `toRow` of `to` (rows of `width`).
+void copyRow(const Tensor &from, int64_t fromRow, Tensor &to, int64_t toRow,
+             int64_t width) {
+  std::copy_n(from.data.begin() + fromRow * width, width,
+              to.data.begin() + toRow * width);
+}
+
+/// Sequence i's length after the step, L_i.
+int64_t lengthAfterStep(const Tensor &cuSeqlensKv, int64_t i) {
+  return int64_t(cuSeqlensKv.data[i + 1] - cuSeqlensKv.data[i]);
+}
+} // namespace
+
+std::string tejit::interp::pageTableError(const Tensor &pageTable,
+                                          const Tensor &cuSeqlensKv,
+                                          int64_t pageSize, int64_t pages) {
+  int64_t batch = pageTable.shape[0], maxPages = pageTable.shape[1];
+  for (int64_t i = 0; i < batch; ++i) {
+    // The pages holding rows [0, L_i), the ones the step touches.
+    int64_t used = std::clamp<int64_t>(
+        (lengthAfterStep(cuSeqlensKv, i) + pageSize - 1) / pageSize, 0,
+        maxPages);
+    for (int64_t p = 0; p < used; ++p) {
+      double id = pageTable.data[i * maxPages + p];
+      if (id >= 0 && id < double(pages))
+        continue;
+      return "page_table[" + std::to_string(i) + ", " + std::to_string(p) +
+             "] = " + std::to_string(int64_t(id)) + " (the page of sequence " +
+             std::to_string(i) + "'s rows from " +
+             std::to_string(p * pageSize) + ") is not a page in [0, " +
+             std::to_string(pages) + ")";
+    }
+  }
+  return "";
+}
+
+KvCacheOutputs tejit::interp::pagedKvCacheAttention(
+    const Tensor &query, const Tensor &key, const Tensor &value,
+    const Tensor &keyCache, const Tensor &valueCache, const Tensor &pageTable,
+    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv, int64_t maxSeqlenQ,
+    const AttentionParams &params) {
+  int64_t batch = int64_t(cuSeqlensQ.data.size()) - 1;
+  PagedRows paged{pageTable, keyCache.shape[1]};
+  int64_t rows = paged.pageSize * pageTable.shape[1];
+  int64_t width = keyCache.shape[2] * keyCache.shape[3];
+  // The non-paged caches [b, S, g, d] whose row r of sequence i holds its
+  // paged row r, for the rows the step reads ([0, L_i); the others stay 0).
+  Tensor keys =
+      Tensor::zeros({batch, rows, keyCache.shape[2], keyCache.shape[3]});
+  Tensor values = Tensor::zeros(keys.shape);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t r = 0; r < lengthAfterStep(cuSeqlensKv, i); ++r) {
+      copyRow(keyCache, paged(i, r), keys, i * rows + r, width);
+      copyRow(valueCache, paged(i, r), values, i * rows + r, width);
+    }
+  KvCacheOutputs flat =
+      kvCacheAttention(query, key, value, keys, values, cuSeqlensQ, cuSeqlensKv,
+                       maxSeqlenQ, params);
+  // Store the new tokens (rows [L_i - n_i, L_i)) through the table.
+  KvCacheOutputs result{std::move(flat.output), keyCache, valueCache};
+  for (int64_t i = 0; i < batch; ++i) {
+    int64_t length = lengthAfterStep(cuSeqlensKv, i);
+    int64_t fresh = int64_t(cuSeqlensQ.data[i + 1] - cuSeqlensQ.data[i]);
+    for (int64_t r = length - fresh; r < length; ++r) {
+      copyRow(flat.keyCache, i * rows + r, result.keyCache, paged(i, r), width);
+      copyRow(flat.valueCache, i * rows + r, result.valueCache, paged(i, r),
+              width);
+    }
+  }
+  return result;
+}

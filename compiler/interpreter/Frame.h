@@ -90,17 +90,16 @@ setPackedSequences(mlir::Operation *op, AttentionParams &params,
 void setAttentionBias(AttentionParams &params,
                       const mlir::te::AttentionBias &bias, const Frame &frame);
 
-/// te.kv_cache_attention's sequences checked (kvCacheSequencesError, at
-/// `op`), the new tokens stored into the cache arguments `keyCache` /
-/// `valueCache` (Frame::updateArgument) and the queries' attention over
-/// them returned ([t, h, d]); `params` gives the mask type and scale
-/// (PrimitiveOps.cpp).
-mlir::FailureOr<Tensor>
-runKvCacheAttention(mlir::Operation *op, Frame &frame, const Tensor &query,
-                    const Tensor &key, const Tensor &value,
-                    mlir::Value keyCache, mlir::Value valueCache,
-                    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv,
-                    int64_t maxSeqlenQ, const AttentionParams &params);
+/// te.kv_cache_attention's sequences checked (kvCacheSequencesError, and
+/// pageTableError when paged, at `op`), the new tokens stored into the
+/// cache arguments `keyCache` / `valueCache` (Frame::updateArgument; through
+/// `pageTable` when not null) and the queries' attention over them returned
+/// ([t, h, d]); `params` gives the mask type and scale (PrimitiveOps.cpp).
+mlir::FailureOr<Tensor> runKvCacheAttention(
+    mlir::Operation *op, Frame &frame, const Tensor &query, const Tensor &key,
+    const Tensor &value, mlir::Value keyCache, mlir::Value valueCache,
+    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv,
+    const Tensor *pageTable, int64_t maxSeqlenQ, const AttentionParams &params);
 
 /// The AttentionParams of te.fp8_attention / te.fp8_attention_bwd: layout,
 /// masks (checked as te.attention's) and softmax scale (their verifier pins

@@ -174,6 +174,25 @@ KvCacheOutputs kvCacheAttention(const Tensor &query, const Tensor &key,
                                 const Tensor &cuSeqlensKv, int64_t maxSeqlenQ,
                                 AttentionParams params);
 
+/// te.kv_cache_attention over paged caches (docs/paged-kv-cache.md):
+/// `keyCache` / `valueCache` are [pages, page_size, g, d] and row r of
+/// sequence i lives in page `pageTable[i, r / page_size]`, row `r %
+/// page_size`. The result is kvCacheAttention's over the rows so mapped;
+/// the entries the step touches must pass pageTableError.
+KvCacheOutputs
+pagedKvCacheAttention(const Tensor &query, const Tensor &key,
+                      const Tensor &value, const Tensor &keyCache,
+                      const Tensor &valueCache, const Tensor &pageTable,
+                      const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv,
+                      int64_t maxSeqlenQ, const AttentionParams &params);
+
+/// Why `pageTable` ([b, max_pages]) does not map the rows [0, L_i) of every
+/// sequence (L_i from `cuSeqlensKv`) into pages [0, `pages`) of `pageSize`
+/// rows, or an empty string when it does. Entries past a sequence's rows
+/// are never read, so they may hold anything.
+std::string pageTableError(const Tensor &pageTable, const Tensor &cuSeqlensKv,
+                           int64_t pageSize, int64_t pages);
+
 /// Why the new tokens (`cuSeqlensQ`, at most `maxSeqlenQ` a sequence within
 /// `tokens`) and the lengths after the step (`cuSeqlensKv`, at most
 /// `cacheRows`, never fewer than the new tokens) do not describe a KV-cache

@@ -180,7 +180,8 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
     FailureOr<Tensor> output = runKvCacheAttention(
         op, frame, query, frame.get(op.getKey()), frame.get(op.getValue()),
         op.getKeyCache(), op.getValueCache(), frame.get(op.getCuSeqlensQ()),
-        frame.get(op.getCuSeqlensKv()), int64_t(*op.getMaxSeqlenQ()), params);
+        frame.get(op.getCuSeqlensKv()), frame.getOptional(op.getPageTable()),
+        int64_t(*op.getMaxSeqlenQ()), params);
     if (failed(output))
       return failure();
     return frame.set(op, op.getOutput(), mergeHeads(std::move(*output)));
@@ -203,10 +204,11 @@ struct AttentionBlock {
   bool rowParallelProj = false;
   /// GPT-J's rotary layout (rotary_pos_interleaved).
   bool rotaryInterleaved = false;
-  /// KV cache (inference): the op, the caches and each sequence's length
-  /// after the step; the queries' cu_seqlens and max_seqlen are in params.
+  /// KV cache (inference): the op, the caches, each sequence's length after
+  /// the step and the page table of paged caches; the queries' cu_seqlens
+  /// and max_seqlen are in params.
   Operation *op = nullptr;
-  Value keyCache, valueCache, cuSeqlensKv;
+  Value keyCache, valueCache, cuSeqlensKv, pageTable;
 };
 } // namespace
 
@@ -241,6 +243,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.keyCache = op.getKeyCache();
   block.valueCache = op.getValueCache();
   block.cuSeqlensKv = op.getCuSeqlensKv();
+  block.pageTable = op.getPageTable();
   return block;
 }
 
@@ -319,7 +322,7 @@ attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
     FailureOr<Tensor> output = runKvCacheAttention(
         block.op, frame, query, key, value, block.keyCache, block.valueCache,
         *block.params.cuSeqlensQ, frame.get(block.cuSeqlensKv),
-        block.params.maxSeqlenQ, params);
+        frame.getOptional(block.pageTable), block.params.maxSeqlenQ, params);
     if (failed(output))
       return failure();
     context = mergeHeads(std::move(*output));
@@ -366,7 +369,8 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
   block.projWeight = op.getInterProjWeight();
   block.projBias = op.getInterProjBias();
   block.rotary = Value();
-  block.keyCache = block.valueCache = block.cuSeqlensKv = Value();
+  block.keyCache = block.valueCache = block.cuSeqlensKv = block.pageTable =
+      Value();
   block.encoder = op.getEncoderOutput();
   block.kvWeight = op.getInterKvWeight();
   block.kvBias = op.getInterKvBias();

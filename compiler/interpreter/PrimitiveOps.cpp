@@ -353,7 +353,8 @@ static LogicalResult runOp(te::AttentionBwdOp op, Frame &frame) {
 FailureOr<Tensor> tejit::interp::runKvCacheAttention(
     Operation *op, Frame &frame, const Tensor &query, const Tensor &key,
     const Tensor &value, Value keyCache, Value valueCache,
-    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv, int64_t maxSeqlenQ,
+    const Tensor &cuSeqlensQ, const Tensor &cuSeqlensKv,
+    const Tensor *pageTable, int64_t maxSeqlenQ,
     const AttentionParams &params) {
   auto keyArgument = dyn_cast<BlockArgument>(keyCache);
   auto valueArgument = dyn_cast<BlockArgument>(valueCache);
@@ -361,13 +362,24 @@ FailureOr<Tensor> tejit::interp::runKvCacheAttention(
     return op->emitOpError()
            << "the KV caches must be arguments of the function";
   const Tensor &keys = frame.get(keyCache);
+  // A sequence's rows: the cache's, or its pages' when paged.
+  int64_t rows = keys.shape[1] * (pageTable ? pageTable->shape[1] : 1);
   if (std::string error = kvCacheSequencesError(
-          cuSeqlensQ, cuSeqlensKv, maxSeqlenQ, query.shape[0], keys.shape[1]);
+          cuSeqlensQ, cuSeqlensKv, maxSeqlenQ, query.shape[0], rows);
       !error.empty())
     return op->emitOpError() << error;
+  if (pageTable)
+    if (std::string error = pageTableError(*pageTable, cuSeqlensKv,
+                                           keys.shape[1], keys.shape[0]);
+        !error.empty())
+      return op->emitOpError() << error;
   KvCacheOutputs result =
-      kvCacheAttention(query, key, value, keys, frame.get(valueCache),
-                       cuSeqlensQ, cuSeqlensKv, maxSeqlenQ, params);
+      pageTable
+          ? pagedKvCacheAttention(query, key, value, keys,
+                                  frame.get(valueCache), *pageTable, cuSeqlensQ,
+                                  cuSeqlensKv, maxSeqlenQ, params)
+          : kvCacheAttention(query, key, value, keys, frame.get(valueCache),
+                             cuSeqlensQ, cuSeqlensKv, maxSeqlenQ, params);
   frame.updateArgument(keyArgument, std::move(result.keyCache));
   frame.updateArgument(valueArgument, std::move(result.valueCache));
   return std::move(result.output);
@@ -381,7 +393,8 @@ static LogicalResult runOp(te::KvCacheAttentionOp op, Frame &frame) {
       op, frame, frame.get(op.getQuery()), frame.get(op.getKey()),
       frame.get(op.getValue()), op.getKeyCache(), op.getValueCache(),
       frame.get(op.getCuSeqlensQ()), frame.get(op.getCuSeqlensKv()),
-      int64_t(op.getMaxSeqlenQ()), params);
+      frame.getOptional(op.getPageTable()), int64_t(op.getMaxSeqlenQ()),
+      params);
   if (failed(output))
     return failure();
   return frame.set(op, op.getOutput(), std::move(*output));

@@ -55,19 +55,21 @@ struct AttentionParams {
   /// Packed sequences (format thd): where each starts, and the longest.
   Value cuSeqlens = {};
   int64_t maxSeqlen = 0;
-  /// KV cache (inference): each sequence's length after the step, and the
-  /// caches the new keys and values are stored in.
-  Value cuSeqlensKv = {}, keyCache = {}, valueCache = {};
+  /// KV cache (inference): each sequence's length after the step, the
+  /// caches the new keys and values are stored in, and the page table of
+  /// paged caches.
+  Value cuSeqlensKv = {}, keyCache = {}, valueCache = {}, pageTable = {};
   /// The bias added to the scaled scores (docs/attention-bias.md).
   AttentionBias bias = {};
 };
 
 /// te.attention's packed-sequence operands (format thd only), and the KV
-/// caches that make it a te.kv_cache_attention.
+/// caches (with their page table when paged) that make it a
+/// te.kv_cache_attention.
 struct PackedSequences {
   Value cuSeqlensQ, cuSeqlensKv;
   int64_t maxSeqlenQ = 0, maxSeqlenKv = 0;
-  Value keyCache = {}, valueCache = {};
+  Value keyCache = {}, valueCache = {}, pageTable = {};
 };
 
 /// Builds the primitive ops of one layer op, in front of it.
@@ -296,8 +298,8 @@ public:
     auto mask = AttnMaskTypeAttr::get(ctx(), kvCacheMaskType(maskType));
     return builder.create<KvCacheAttentionOp>(
         loc, query.getType(), query, key, value, packed.keyCache,
-        packed.valueCache, packed.cuSeqlensQ, packed.cuSeqlensKv, mask,
-        builder.getF64FloatAttr(scale),
+        packed.valueCache, packed.cuSeqlensQ, packed.cuSeqlensKv,
+        packed.pageTable, mask, builder.getF64FloatAttr(scale),
         builder.getI64IntegerAttr(packed.maxSeqlenQ));
   }
 
@@ -347,7 +349,8 @@ public:
     PackedSequences sequences;
     if (packed)
       sequences = {params.cuSeqlens, params.cuSeqlensKv, params.maxSeqlen,
-                   params.maxSeqlen, params.keyCache,    params.valueCache};
+                   params.maxSeqlen, params.keyCache,    params.valueCache,
+                   params.pageTable};
     Value context = attention(
         query, key, value, params.mask, params.maskType, params.format,
         1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
@@ -474,7 +477,8 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
               maxQ,
               int64_t(op.getMaxSeqlenKv().value_or(maxQ)),
               op.getKeyCache(),
-              op.getValueCache()};
+              op.getValueCache(),
+              op.getPageTable()};
   }
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
@@ -510,6 +514,7 @@ AttentionParams attentionParams(OpT op, AttnMaskType maskType,
   params.cuSeqlensKv = op.getCuSeqlensKv();
   params.keyCache = op.getKeyCache();
   params.valueCache = op.getValueCache();
+  params.pageTable = op.getPageTable();
   params.bias = layerAttentionBias(op);
   return params;
 }
@@ -545,7 +550,8 @@ AttentionParams crossAttentionParams(TransformerLayerOp op) {
   params.projBias = op.getInterProjBias();
   params.mask = op.getEncDecMask();
   params.rotary = Value();
-  params.cuSeqlensKv = params.keyCache = params.valueCache = Value();
+  params.cuSeqlensKv = params.keyCache = params.valueCache = params.pageTable =
+      Value();
   params.window = DenseI64ArrayAttr();
   params.encoder = op.getEncoderOutput();
   params.kvWeight = op.getInterKvWeight();

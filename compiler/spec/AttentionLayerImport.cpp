@@ -85,23 +85,29 @@ static Value queryMaskInput(LayerContext &ctx, StringRef name) {
 }
 
 /// The spec's KV cache (`kv_cache`): `cu_seqlens_kv` (when `cuSeqlensKvSlot`;
-/// DotProductAttention fills its own slot) and the layer's
-/// `<name>.key_cache` / `<name>.value_cache` inputs [b, S, kvHeads,
-/// headDim]; empty slots without a cache.
+/// DotProductAttention fills its own slot, just before), the shared
+/// `page_table` of paged caches, and the layer's `<name>.key_cache` /
+/// `<name>.value_cache` inputs ([b, S, kvHeads, headDim], or [pages,
+/// page_size, kvHeads, headDim] when paged); empty slots without a cache.
+/// The slots follow the ops' operand order: cu_seqlens_kv, key_cache,
+/// value_cache, page_table.
 static void addKvCache(LayerContext &ctx, LayerOpParts &parts, int64_t kvHeads,
                        int64_t headDim, bool cuSeqlensKvSlot) {
   ImportState &state = ctx.state;
   if (!state.kvCacheRows) {
-    for (int slot = cuSeqlensKvSlot ? 0 : 1; slot < 3; ++slot)
+    for (int slot = cuSeqlensKvSlot ? 0 : 1; slot < 4; ++slot)
       parts.addOptional(Value());
     return;
   }
   if (cuSeqlensKvSlot)
     parts.addOptional(state.cuSeqlensKv(ctx.loc()));
-  auto type = RankedTensorType::get(
-      {state.batchSize, *state.kvCacheRows, kvHeads, headDim}, state.dtype);
+  // The table is an input right after cu_seqlens_kv, before the caches.
+  Value pageTable = state.pageTable(ctx.loc());
+  auto type =
+      RankedTensorType::get(state.kvCacheShape(kvHeads, headDim), state.dtype);
   parts.addOptional(state.addInput(ctx.name + ".key_cache", type, ctx.loc()));
   parts.addOptional(state.addInput(ctx.name + ".value_cache", type, ctx.loc()));
+  parts.addOptional(pageTable);
 }
 
 namespace {

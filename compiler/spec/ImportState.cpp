@@ -132,6 +132,23 @@ Value ImportState::cuSeqlensKv(Location loc) {
       RankedTensorType::get({batchSize + 1}, builder.getIntegerType(32)), loc);
 }
 
+Value ImportState::pageTable(Location loc) {
+  if (!kvCacheRows || kvCachePageSize == 0)
+    return Value();
+  return addInput(
+      "page_table",
+      RankedTensorType::get({batchSize, *kvCacheRows / kvCachePageSize},
+                            builder.getIntegerType(32)),
+      loc);
+}
+
+SmallVector<int64_t, 4> ImportState::kvCacheShape(int64_t kvHeads,
+                                                  int64_t headDim) const {
+  if (kvCachePageSize > 0)
+    return {kvCachePages, kvCachePageSize, kvHeads, headDim};
+  return {batchSize, *kvCacheRows, kvHeads, headDim};
+}
+
 FailureOr<Value> ImportState::mSplits(int64_t groups, Location loc) {
   auto type = RankedTensorType::get({groups}, builder.getIntegerType(32));
   if (Value existing = lookupInput("m_splits")) {

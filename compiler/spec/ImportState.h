@@ -42,6 +42,9 @@ public:
   /// `kv_cache: {max_sequence_length: S}` (inference with a KV cache): S,
   /// the cache rows per sequence.
   std::optional<int64_t> kvCacheRows;
+  /// Paged caches (`kv_cache: {page_size, total_pages}`): the rows of a page
+  /// and the pages of each layer's caches; 0 when the caches are not paged.
+  int64_t kvCachePageSize = 0, kvCachePages = 0;
   /// Whether the `core_attention_bias` input takes a gradient, once a layer
   /// has added it (every layer that reads it must agree).
   std::optional<bool> biasRequiresGrad;
@@ -72,6 +75,15 @@ public:
   /// KV cache: the `cu_seqlens_kv` input (each sequence's length after the
   /// step, cumulated), added once.
   mlir::Value cuSeqlensKv(mlir::Location loc);
+  /// Paged KV caches: the `page_table` input (i32 [b, S / page_size], each
+  /// sequence's pages), shared by every layer and added once; null unless
+  /// the caches are paged. Asked for right after cuSeqlensKv, so that it
+  /// follows cu_seqlens_kv among the inputs.
+  mlir::Value pageTable(mlir::Location loc);
+  /// The shape of each layer's key or value cache: [b, S, kvHeads, headDim],
+  /// or [pages, page_size, kvHeads, headDim] when paged.
+  llvm::SmallVector<int64_t, 4> kvCacheShape(int64_t kvHeads,
+                                             int64_t headDim) const;
   /// GroupedLinear: the `m_splits` input (i32 [groups], the tokens of each
   /// GEMM), shared by every GroupedLinear of the spec; fails at `loc` (the
   /// layer's `num_gemms`) when an earlier one has another number of GEMMs.

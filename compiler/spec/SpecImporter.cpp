@@ -52,6 +52,47 @@ static FailureOr<Type> readDtype(SpecMap &spec, MLIRContext *context) {
   return Type(BFloat16Type::get(context));
 }
 
+/// Reads `kv_cache` (docs/spec-format.md) into `state`: the rows a sequence
+/// holds, at least the `seq` new tokens of a step, and for paged caches
+/// (docs/paged-kv-cache.md) the rows of a page, which divide them, and the
+/// pages of each layer's caches.
+static LogicalResult readKvCache(const SpecNode &node,
+                                 const SpecLocations &locations, int64_t seq,
+                                 ImportState &state) {
+  FailureOr<SpecMap> cache = SpecMap::get(node, locations, "kv_cache");
+  if (failed(cache))
+    return failure();
+  FailureOr<int64_t> rows = cache->requirePositive("max_sequence_length");
+  FailureOr<std::optional<int64_t>> pageSize = cache->getPositive("page_size");
+  FailureOr<std::optional<int64_t>> pages = cache->getPositive("total_pages");
+  if (failed(cache->finish()) || failed(rows) || failed(pageSize) ||
+      failed(pages))
+    return failure();
+  if (*rows < seq)
+    return emitError(cache->valueLoc("max_sequence_length"))
+           << "'max_sequence_length' (" << *rows
+           << ") must hold the 'seq_length' (" << seq
+           << ") new tokens a sequence may bring in one step";
+  // Paged caches need both keys: the page's rows and the pool's pages.
+  if (pageSize->has_value() != pages->has_value()) {
+    bool sized = pageSize->has_value();
+    return emitError(cache->keyLoc(sized ? "page_size" : "total_pages"))
+           << "paged KV caches need both 'page_size' and 'total_pages': '"
+           << (sized ? "total_pages" : "page_size") << "' ("
+           << (sized ? "the pages of each layer's caches"
+                     : "the rows of a page")
+           << ") is missing";
+  }
+  if (*pageSize && *rows % **pageSize != 0)
+    return emitError(cache->valueLoc("page_size"))
+           << "'page_size' (" << **pageSize
+           << ") must divide 'max_sequence_length' (" << *rows << ")";
+  state.kvCacheRows = *rows;
+  state.kvCachePageSize = pageSize->value_or(0);
+  state.kvCachePages = pages->value_or(0);
+  return success();
+}
+
 /// Reads the top-level keys into `state` and returns the layer list.
 static FailureOr<const SpecNode *>
 readTopLevel(SpecMap &spec, ImportState &state,
@@ -82,19 +123,8 @@ readTopLevel(SpecMap &spec, ImportState &state,
       return emitError(spec.keyLoc("kv_cache"))
              << "'kv_cache' needs 'input_format: thd' (the step's new tokens, "
                 "packed by cu_seqlens)";
-    FailureOr<SpecMap> cache =
-        SpecMap::get(*kvCacheNode, spec.getLocations(), "kv_cache");
-    if (failed(cache))
+    if (failed(readKvCache(*kvCacheNode, spec.getLocations(), *seq, state)))
       return failure();
-    FailureOr<int64_t> rows = cache->requirePositive("max_sequence_length");
-    if (failed(cache->finish()) || failed(rows))
-      return failure();
-    if (*rows < *seq)
-      return emitError(cache->valueLoc("max_sequence_length"))
-             << "'max_sequence_length' (" << *rows
-             << ") must hold the 'seq_length' (" << *seq
-             << ") new tokens a sequence may bring in one step";
-    state.kvCacheRows = *rows;
   }
   if (recipeNode) {
     FailureOr<FP8RecipeAttrInterface> parsed =

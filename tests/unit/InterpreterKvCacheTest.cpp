@@ -4,9 +4,11 @@
 // written here from the definition (each new query over its sequence's
 // cached keys followed by the new ones, bottom-right causal or not), with
 // the caches it stores into; the errors for sequences that do not fit the
-// cache; and a TransformerLayer decoding through its cache (prefill, then
+// cache; a TransformerLayer decoding through its cache (prefill, then
 // one token a sequence) against the same layer run without a cache on the
-// whole sequences, for the layer op and for its decomposition.
+// whole sequences, for the layer op and for its decomposition; and the same
+// layer over paged caches (docs/paged-kv-cache.md) against the non-paged
+// one, step by step, with the error for a page id out of the pool.
 //
 //===----------------------------------------------------------------------===//
 #include "InterpreterTestUtils.h"
@@ -178,15 +180,17 @@ namespace {
 
 /// A small TransformerLayer (GQA, rotary, RMSNorm, SwiGLU, no dropout) on
 /// packed tokens; with `cacheRows`, through a KV cache of that many rows.
+/// `paging` (e.g. ", page_size: 4, total_pages: 11") goes into kv_cache.
 std::string layerSpec(int64_t seqLength, int64_t tokens,
-                      std::optional<int64_t> cacheRows) {
+                      std::optional<int64_t> cacheRows,
+                      llvm::StringRef paging = "") {
   std::string spec = "name: decode\nparams_dtype: bf16\ninput_format: thd\n"
                      "batch_size: 3\nseq_length: " +
                      std::to_string(seqLength) +
                      "\ntokens: " + std::to_string(tokens) + "\n";
   if (cacheRows)
-    spec +=
-        "kv_cache: {max_sequence_length: " + std::to_string(*cacheRows) + "}\n";
+    spec += "kv_cache: {max_sequence_length: " + std::to_string(*cacheRows) +
+            paging.str() + "}\n";
   return spec + R"yaml(layers:
   - type: TransformerLayer
     hidden_size: 32
@@ -200,6 +204,15 @@ std::string layerSpec(int64_t seqLength, int64_t tokens,
     hidden_dropout: 0.0
     attention_dropout: 0.0
 )yaml";
+}
+
+/// Decomposes `module`'s layer ops into primitive ops for inference, as
+/// te-compile --inference does.
+bool lowerForInference(mlir::ModuleOp module) {
+  PipelineOptions options;
+  options.training = false;
+  options.stopAfter = Stage::Primitive;
+  return runPipeline(module, options);
 }
 
 class KvCacheLayerTest : public InterpreterTest,
@@ -218,11 +231,8 @@ TEST_P(KvCacheLayerTest, DecodingMatchesTheWholeSequences) {
   auto wholeModule = importSpecText(context, layerSpec(12, 24, {}), "w");
   ASSERT_TRUE(cachedModule && wholeModule);
   if (GetParam()) {
-    PipelineOptions options;
-    options.training = false;
-    options.stopAfter = Stage::Primitive;
-    ASSERT_TRUE(runPipeline(*cachedModule, options));
-    ASSERT_TRUE(runPipeline(*wholeModule, options));
+    ASSERT_TRUE(lowerForInference(*cachedModule));
+    ASSERT_TRUE(lowerForInference(*wholeModule));
   }
   mlir::func::FuncOp cached = firstFunction(*cachedModule);
   mlir::func::FuncOp whole = firstFunction(*wholeModule);
@@ -326,6 +336,151 @@ TEST_P(KvCacheLayerTest, DecodingMatchesTheWholeSequences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(LayerOrDecomposed, KvCacheLayerTest,
+                         ::testing::Values(false, true), [](const auto &info) {
+                           return info.param ? "decomposed" : "layer_op";
+                         });
+
+namespace {
+
+/// Paged caches: pages of 4 rows, 3 a sequence (12 rows), from a pool of 11,
+/// handed out in a shuffled order. Sequence 2 never reaches its second and
+/// third pages, whose entries hold junk: they must not be read.
+constexpr int64_t kPageSize = 4, kPages = 11, kRows = 12;
+const std::vector<std::vector<double>> kPageTable = {
+    {7, 2, 9}, {0, 10, 4}, {5, 99, -1}};
+
+/// The paged and the non-paged program of one layer, with shared weights,
+/// run through the same steps.
+class PagedLayerTest : public KvCacheLayerTest {
+protected:
+  mlir::func::FuncOp flat, paged;
+  std::vector<Tensor> flatArgs, pagedArgs;
+
+  void SetUp() override {
+    flatModule = importSpecText(context, layerSpec(6, 16, kRows), "flat");
+    pagedModule = importSpecText(
+        context,
+        layerSpec(6, 16, kRows,
+                  ", page_size: " + std::to_string(kPageSize) +
+                      ", total_pages: " + std::to_string(kPages)),
+        "paged");
+    ASSERT_TRUE(flatModule && pagedModule);
+    if (GetParam()) {
+      ASSERT_TRUE(lowerForInference(*flatModule));
+      ASSERT_TRUE(lowerForInference(*pagedModule));
+    }
+    flat = firstFunction(*flatModule);
+    paged = firstFunction(*pagedModule);
+    flatArgs = randomLayerArgs(flat, rng);
+    pagedArgs = randomLayerArgs(paged, rng);
+    // Empty caches, the table, and the non-paged program's other inputs.
+    for (unsigned a = 0; a < paged.getNumArguments(); ++a) {
+      llvm::StringRef name = argName(paged, a);
+      if (name.ends_with("_cache"))
+        std::fill(pagedArgs[a].data.begin(), pagedArgs[a].data.end(), 0.0);
+      else if (name == "page_table")
+        for (int64_t i = 0; i < 3; ++i)
+          std::copy(kPageTable[i].begin(), kPageTable[i].end(),
+                    pagedArgs[a].data.begin() + i * 3);
+      else
+        pagedArgs[a] = flatArgs[indexOf(flat, name)];
+    }
+    for (unsigned a = 0; a < flat.getNumArguments(); ++a)
+      if (argName(flat, a).ends_with("_cache"))
+        std::fill(flatArgs[a].data.begin(), flatArgs[a].data.end(), 0.0);
+  }
+
+  static unsigned indexOf(mlir::func::FuncOp function, llvm::StringRef name) {
+    for (unsigned a = 0; a < function.getNumArguments(); ++a)
+      if (argName(function, a) == name)
+        return a;
+    ADD_FAILURE() << "no argument " << name.str();
+    return 0;
+  }
+
+  /// Sets both programs' input (new random tokens) and sequences: `fresh`
+  /// new tokens each, `total` in all after the step.
+  void setStep(const std::vector<int64_t> &fresh,
+               const std::vector<int64_t> &total) {
+    Tensor &input = flatArgs[indexOf(flat, "input")];
+    input = randomLike(input.shape, 0.5);
+    Tensor &cuQ = flatArgs[indexOf(flat, "cu_seqlens")];
+    Tensor &cuKv = flatArgs[indexOf(flat, "cu_seqlens_kv")];
+    cuQ.data[0] = cuKv.data[0] = 0;
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      cuQ.data[i + 1] = cuQ.data[i] + double(fresh[i]);
+      cuKv.data[i + 1] = cuKv.data[i] + double(total[i]);
+    }
+    for (llvm::StringRef name : {"input", "cu_seqlens", "cu_seqlens_kv"})
+      pagedArgs[indexOf(paged, name)] = flatArgs[indexOf(flat, name)];
+  }
+
+  /// Runs `function` on `args` and keeps the caches it updated.
+  std::vector<Tensor> runStep(mlir::func::FuncOp function,
+                              std::vector<Tensor> &args) {
+    std::vector<Tensor> updated;
+    interp::Options options;
+    options.updatedArguments = &updated;
+    std::vector<Tensor> outs = run(function, args, options);
+    for (unsigned a = 0; a < function.getNumArguments(); ++a)
+      if (argName(function, a).ends_with("_cache") && a < updated.size())
+        args[a] = updated[a];
+    return outs;
+  }
+
+private:
+  mlir::OwningOpRef<mlir::ModuleOp> flatModule, pagedModule;
+};
+
+} // namespace
+
+// A prefill, a step where some sequences bring nothing, and a chunked
+// step: the paged program's outputs are the non-paged one's, and its pages
+// hold the non-paged caches' rows where the table says.
+TEST_P(PagedLayerTest, PagedDecodingMatchesNonPaged) {
+  const std::vector<std::vector<int64_t>> fresh = {
+      {3, 6, 1}, {1, 0, 1}, {1, 3, 0}};
+  std::vector<int64_t> total(3, 0);
+  for (const std::vector<int64_t> &step : fresh) {
+    for (size_t i = 0; i < step.size(); ++i)
+      total[i] += step[i];
+    setStep(step, total);
+    std::vector<Tensor> expected = runStep(flat, flatArgs);
+    std::vector<Tensor> got = runStep(paged, pagedArgs);
+    ASSERT_EQ(expected.size(), 1u);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_TRUE(allClose(got[0], expected[0], 1e-12));
+  }
+  const int64_t width = 2 * 8; // kv heads * head_dim
+  for (llvm::StringRef name : {"layers.0.key_cache", "layers.0.value_cache"}) {
+    const Tensor &flatCache = flatArgs[indexOf(flat, name)];
+    const Tensor &pagedCache = pagedArgs[indexOf(paged, name)];
+    ASSERT_EQ(llvm::ArrayRef<int64_t>(pagedCache.shape),
+              llvm::ArrayRef<int64_t>({kPages, kPageSize, 2, 8}));
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t r = 0; r < total[i]; ++r) {
+        auto page = int64_t(kPageTable[i][r / kPageSize]);
+        int64_t pagedRow = page * kPageSize + r % kPageSize;
+        for (int64_t e = 0; e < width; ++e)
+          ASSERT_EQ(pagedCache.data[pagedRow * width + e],
+                    flatCache.data[(i * kRows + r) * width + e])
+              << name.str() << " sequence " << i << " row " << r;
+      }
+  }
+}
+
+// A page id out of the pool in an entry the step touches is an error that
+// names the sequence and the entry.
+TEST_P(PagedLayerTest, PageOutOfThePoolIsAnError) {
+  setStep({3, 1, 1}, {3, 9, 1});
+  pagedArgs[indexOf(paged, "page_table")].data[1 * 3 + 2] = double(kPages);
+  EXPECT_NE(runFailing(paged, pagedArgs)
+                .find("page_table[1, 2] = 11 (the page of sequence 1's rows "
+                      "from 8) is not a page in [0, 11)"),
+            std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(LayerOrDecomposed, PagedLayerTest,
                          ::testing::Values(false, true), [](const auto &info) {
                            return info.param ? "decomposed" : "layer_op";
                          });

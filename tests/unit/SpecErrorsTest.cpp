@@ -1192,6 +1192,88 @@ layers:
     caseName);
 
 //===----------------------------------------------------------------------===//
+// Paged KV caches (docs/paged-kv-cache.md): `page_size` and `total_pages`
+//===----------------------------------------------------------------------===//
+
+INSTANTIATE_TEST_SUITE_P(
+    PagedKvCache, SpecError,
+    ::testing::Values(
+        ErrorCase{"PageSizeNotDividing", "spec.yaml", R"(
+seq_length: 1
+batch_size: 2
+input_format: thd
+kv_cache:
+  max_sequence_length: 2048
+  page_size: 48
+  total_pages: 64
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal}
+)",
+                  6, 14,
+                  "'page_size' (48) must divide 'max_sequence_length' (2048)"},
+        ErrorCase{"PageSizeWithoutTotalPages", "spec.yaml", R"(
+seq_length: 1
+batch_size: 2
+input_format: thd
+kv_cache:
+  max_sequence_length: 64
+  page_size: 16
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal}
+)",
+                  6, 3,
+                  "paged KV caches need both 'page_size' and 'total_pages': "
+                  "'total_pages' (the pages of each layer's caches) is "
+                  "missing"},
+        ErrorCase{"TotalPagesWithoutPageSize", "spec.yaml", R"(
+seq_length: 1
+batch_size: 2
+input_format: thd
+kv_cache: {max_sequence_length: 64, total_pages: 8}
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal}
+)",
+                  4, 37,
+                  "paged KV caches need both 'page_size' and 'total_pages': "
+                  "'page_size' (the rows of a page) is missing"},
+        ErrorCase{"PageSizeZero", "spec.yaml", R"(
+seq_length: 1
+batch_size: 2
+input_format: thd
+kv_cache: {max_sequence_length: 64, page_size: 0, total_pages: 8}
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal}
+)",
+                  4, 48, "'page_size' in kv_cache must be >= 1, got 0"},
+        ErrorCase{"TotalPagesNegative", "spec.yaml", R"(
+seq_length: 1
+batch_size: 2
+input_format: thd
+kv_cache: {max_sequence_length: 64, page_size: 8, total_pages: -2}
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal}
+)",
+                  4, 64, "'total_pages' in kv_cache must be >= 1, got -2"},
+        ErrorCase{"MisspelledPageSize", "spec.yaml", R"(
+seq_length: 1
+batch_size: 2
+input_format: thd
+kv_cache: {max_sequence_length: 64, page_sise: 8, total_pages: 8}
+layers:
+  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,
+     attn_mask_type: padding_causal}
+)",
+                  4, 37,
+                  "unknown key 'page_sise' in kv_cache; did you mean "
+                  "'page_size'?"}),
+    caseName);
+
+//===----------------------------------------------------------------------===//
 // Recipes
 //===----------------------------------------------------------------------===//
 

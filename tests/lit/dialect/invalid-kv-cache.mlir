@@ -102,3 +102,171 @@ func.func @mha_stray_cu_seqlens_kv(%x: tensor<16x64xbf16>,
          tensor<4xi32>, tensor<4xi32>) -> tensor<16x64xbf16>
   return
 }
+
+// -----
+
+// Paged caches (docs/paged-kv-cache.md): pools of 10 pages of 8 rows.
+
+func.func @paged_table_batch(%q: tensor<16x4x16xbf16>,
+                             %k: tensor<16x2x16xbf16>,
+                             %kc: tensor<10x8x2x16xbf16>,
+                             %vc: tensor<10x8x2x16xbf16>, %cq: tensor<4xi32>,
+                             %pt: tensor<2x4xi32>) {
+  // expected-error @+1 {{'page_table' must be i32 [b, max_pages] = [3, max_pages] (the pages of each sequence), got 'tensor<2x4xi32>'}}
+  %o = te.kv_cache_attention %q, %k, %k, %kc, %vc cu_seqlens_q(%cq)
+      cu_seqlens_kv(%cq) page_table(%pt)
+      {attn_mask_type = #te.attn_mask_type<padding>,
+       softmax_scale = 0.25 : f64, max_seqlen_q = 4 : i64}
+      : (tensor<16x4x16xbf16>, tensor<16x2x16xbf16>, tensor<16x2x16xbf16>,
+         tensor<10x8x2x16xbf16>, tensor<10x8x2x16xbf16>, tensor<4xi32>,
+         tensor<4xi32>, tensor<2x4xi32>) -> tensor<16x4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @paged_table_type(%q: tensor<16x4x16xbf16>,
+                            %k: tensor<16x2x16xbf16>,
+                            %kc: tensor<10x8x2x16xbf16>,
+                            %vc: tensor<10x8x2x16xbf16>, %cq: tensor<4xi32>,
+                            %pt: tensor<3x4xi64>) {
+  // expected-error @+1 {{'page_table' must be i32 [b, max_pages] = [3, max_pages] (the pages of each sequence), got 'tensor<3x4xi64>'}}
+  %o = te.kv_cache_attention %q, %k, %k, %kc, %vc cu_seqlens_q(%cq)
+      cu_seqlens_kv(%cq) page_table(%pt)
+      {attn_mask_type = #te.attn_mask_type<padding>,
+       softmax_scale = 0.25 : f64, max_seqlen_q = 4 : i64}
+      : (tensor<16x4x16xbf16>, tensor<16x2x16xbf16>, tensor<16x2x16xbf16>,
+         tensor<10x8x2x16xbf16>, tensor<10x8x2x16xbf16>, tensor<4xi32>,
+         tensor<4xi32>, tensor<3x4xi64>) -> tensor<16x4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @paged_cache_heads(%q: tensor<16x4x16xbf16>,
+                             %k: tensor<16x2x16xbf16>,
+                             %kc: tensor<10x8x4x16xbf16>,
+                             %vc: tensor<10x8x4x16xbf16>, %cq: tensor<4xi32>,
+                             %pt: tensor<3x4xi32>) {
+  // expected-error @+1 {{key_cache must be paged [pages, page_size, kv_heads, d] = [pages, page_size, 2, 16], got 'tensor<10x8x4x16xbf16>'}}
+  %o = te.kv_cache_attention %q, %k, %k, %kc, %vc cu_seqlens_q(%cq)
+      cu_seqlens_kv(%cq) page_table(%pt)
+      {attn_mask_type = #te.attn_mask_type<padding>,
+       softmax_scale = 0.25 : f64, max_seqlen_q = 4 : i64}
+      : (tensor<16x4x16xbf16>, tensor<16x2x16xbf16>, tensor<16x2x16xbf16>,
+         tensor<10x8x4x16xbf16>, tensor<10x8x4x16xbf16>, tensor<4xi32>,
+         tensor<4xi32>, tensor<3x4xi32>) -> tensor<16x4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @paged_rows(%q: tensor<16x4x16xbf16>, %k: tensor<16x2x16xbf16>,
+                      %kc: tensor<10x1x2x16xbf16>,
+                      %vc: tensor<10x1x2x16xbf16>, %cq: tensor<4xi32>,
+                      %pt: tensor<3x2xi32>) {
+  // expected-error @+1 {{'max_seqlen_q' (4) exceeds the paged cache's 2 rows}}
+  %o = te.kv_cache_attention %q, %k, %k, %kc, %vc cu_seqlens_q(%cq)
+      cu_seqlens_kv(%cq) page_table(%pt)
+      {attn_mask_type = #te.attn_mask_type<padding>,
+       softmax_scale = 0.25 : f64, max_seqlen_q = 4 : i64}
+      : (tensor<16x4x16xbf16>, tensor<16x2x16xbf16>, tensor<16x2x16xbf16>,
+         tensor<10x1x2x16xbf16>, tensor<10x1x2x16xbf16>, tensor<4xi32>,
+         tensor<4xi32>, tensor<3x2xi32>) -> tensor<16x4x16xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_page_table_without_caches(%x: tensor<16x64xbf16>,
+                                         %wqkv: tensor<128x64xbf16>,
+                                         %wo: tensor<64x64xbf16>,
+                                         %cq: tensor<4xi32>,
+                                         %pt: tensor<3x4xi32>) {
+  // expected-error @+1 {{'page_table' belongs to a paged KV cache ('key_cache' and 'value_cache')}}
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      cu_seqlens(%cq) page_table(%pt)
+      {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64,
+       attn_mask_type = #te.attn_mask_type<padding_causal>,
+       qkv_format = #te.qkv_format<thd>, max_seqlen = 4 : i64}
+      : (tensor<16x64xbf16>, tensor<128x64xbf16>, tensor<64x64xbf16>,
+         tensor<4xi32>, tensor<3x4xi32>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @dpa_page_table_without_caches(%q: tensor<16x4x16xbf16>,
+                                         %k: tensor<16x2x16xbf16>,
+                                         %cq: tensor<4xi32>,
+                                         %pt: tensor<3x4xi32>) {
+  // expected-error @+1 {{'page_table' belongs to a paged KV cache ('key_cache' and 'value_cache')}}
+  %o = te.dot_product_attention %q, %k, %k cu_seqlens_q(%cq)
+      cu_seqlens_kv(%cq) page_table(%pt)
+      {attn_mask_type = #te.attn_mask_type<padding>,
+       qkv_format = #te.qkv_format<thd>, max_seqlen_q = 4 : i64}
+      : (tensor<16x4x16xbf16>, tensor<16x2x16xbf16>, tensor<16x2x16xbf16>,
+         tensor<4xi32>, tensor<4xi32>, tensor<3x4xi32>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_paged_cache_shape(%x: tensor<16x64xbf16>,
+                                 %wqkv: tensor<128x64xbf16>,
+                                 %wo: tensor<64x64xbf16>, %cq: tensor<4xi32>,
+                                 %kc: tensor<10x8x2x32xbf16>,
+                                 %vc: tensor<10x8x2x32xbf16>,
+                                 %pt: tensor<3x4xi32>) {
+  // expected-error @+1 {{'key_cache' must be paged [pages, page_size, kv_heads, head_dim] = [pages, page_size, 2, 16] of 'bf16', got 'tensor<10x8x2x32xbf16>'}}
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      cu_seqlens(%cq) cu_seqlens_kv(%cq) key_cache(%kc) value_cache(%vc)
+      page_table(%pt)
+      {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64,
+       attn_mask_type = #te.attn_mask_type<padding_causal>,
+       qkv_format = #te.qkv_format<thd>, max_seqlen = 4 : i64}
+      : (tensor<16x64xbf16>, tensor<128x64xbf16>, tensor<64x64xbf16>,
+         tensor<4xi32>, tensor<4xi32>, tensor<10x8x2x32xbf16>,
+         tensor<10x8x2x32xbf16>, tensor<3x4xi32>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_paged_table_shape(%x: tensor<16x64xbf16>,
+                                 %wqkv: tensor<128x64xbf16>,
+                                 %wo: tensor<64x64xbf16>, %cq: tensor<4xi32>,
+                                 %kc: tensor<10x8x2x16xbf16>,
+                                 %vc: tensor<10x8x2x16xbf16>,
+                                 %pt: tensor<3xi32>) {
+  // expected-error @+1 {{'page_table' must be i32 [b, max_pages] = [3, max_pages] (the pages of each sequence), got 'tensor<3xi32>'}}
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      cu_seqlens(%cq) cu_seqlens_kv(%cq) key_cache(%kc) value_cache(%vc)
+      page_table(%pt)
+      {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64,
+       attn_mask_type = #te.attn_mask_type<padding_causal>,
+       qkv_format = #te.qkv_format<thd>, max_seqlen = 4 : i64}
+      : (tensor<16x64xbf16>, tensor<128x64xbf16>, tensor<64x64xbf16>,
+         tensor<4xi32>, tensor<4xi32>, tensor<10x8x2x16xbf16>,
+         tensor<10x8x2x16xbf16>, tensor<3xi32>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @mha_paged_rows(%x: tensor<16x64xbf16>, %wqkv: tensor<128x64xbf16>,
+                          %wo: tensor<64x64xbf16>, %cq: tensor<4xi32>,
+                          %kc: tensor<10x1x2x16xbf16>,
+                          %vc: tensor<10x1x2x16xbf16>, %pt: tensor<3x2xi32>) {
+  // expected-error @+1 {{the paged caches hold 2 tokens a sequence, fewer than the 4 new tokens a sequence may bring (max_seqlen)}}
+  %y = te.multihead_attention %x qkv_weight(%wqkv) proj_weight(%wo)
+      cu_seqlens(%cq) cu_seqlens_kv(%cq) key_cache(%kc) value_cache(%vc)
+      page_table(%pt)
+      {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64,
+       attn_mask_type = #te.attn_mask_type<padding_causal>,
+       qkv_format = #te.qkv_format<thd>, max_seqlen = 4 : i64}
+      : (tensor<16x64xbf16>, tensor<128x64xbf16>, tensor<64x64xbf16>,
+         tensor<4xi32>, tensor<4xi32>, tensor<10x1x2x16xbf16>,
+         tensor<10x1x2x16xbf16>, tensor<3x2xi32>) -> tensor<16x64xbf16>
+  return
+}
