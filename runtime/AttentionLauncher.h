@@ -43,18 +43,21 @@ inline bool decodeUsesTensorCores(const AttentionProblem &problem) {
   return problem.headDim == 64 || problem.headDim == 128;
 }
 
-/// The entry points of runtime/kernels/DecodeAttention.cu for a problem
-/// with plain or paged caches: the split passes (tensor cores, CUDA
-/// cores) differ, the combine is shared.
+/// The entry points of runtime/kernels/DecodeAttention.cu for `problem`'s
+/// caches: plain, paged with pages of a multiple of 16 rows (the
+/// tensor-core pass reads the table once a 16-key tile), or other pages
+/// (once a key); the CUDA-core pass has a plain and a paged kernel, the
+/// combine is shared.
 struct DecodeKernelNames {
   const char *splitTensorCores, *split, *combine;
 };
-inline DecodeKernelNames decodeKernelNames(bool paged) {
-  if (paged)
-    return {"tejit_decode_attention_mma_paged", "tejit_decode_attention_paged",
-            "tejit_decode_attention_combine"};
-  return {"tejit_decode_attention_mma", "tejit_decode_attention",
-          "tejit_decode_attention_combine"};
+inline DecodeKernelNames decodeKernelNames(const AttentionProblem &problem) {
+  const char *combine = "tejit_decode_attention_combine";
+  if (!problem.paged())
+    return {"tejit_decode_attention_mma", "tejit_decode_attention", combine};
+  return {problem.pageSize % 16 == 0 ? "tejit_decode_attention_mma_paged"
+                                     : "tejit_decode_attention_mma_paged_keys",
+          "tejit_decode_attention_paged", combine};
 }
 
 /// The decode kernels of runtime/kernels/DecodeAttention.cu for one kind of

@@ -130,9 +130,10 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       // A kv cache step with few new queries may run on the decode
       // kernels: loaded (a JIT of their PTX) only for a step that prefers
       // them, or that they can run when cuDNN cannot.
-      auto decodeKernels = [&](bool paged) -> llvm::Expected<DecodeKernels> {
+      auto decodeKernels = [&](const AttentionProblem &problem)
+          -> llvm::Expected<DecodeKernels> {
         DecodeKernels decode;
-        DecodeKernelNames names = decodeKernelNames(paged);
+        DecodeKernelNames names = decodeKernelNames(problem);
         auto splitTensorCores = modules.helper(names.splitTensorCores);
         if (!splitTensorCores)
           return splitTensorCores.takeError();
@@ -155,7 +156,7 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       bool prefersDecode = parsed->usesDecodeKernels();
       DecodeKernels decode;
       if (prefersDecode) {
-        auto loaded = decodeKernels(parsed->problem().paged());
+        auto loaded = decodeKernels(parsed->problem());
         if (!loaded)
           return loaded.takeError();
         decode = *loaded;
@@ -164,7 +165,7 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
           AttentionLauncher::complete(*parsed, function, *prep, decode);
       if (!launcher && parsed->decodeEligible() && !prefersDecode) {
         llvm::consumeError(launcher.takeError());
-        auto loaded = decodeKernels(parsed->problem().paged());
+        auto loaded = decodeKernels(parsed->problem());
         if (!loaded)
           return loaded.takeError();
         launcher =

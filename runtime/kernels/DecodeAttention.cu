@@ -520,7 +520,14 @@ __device__ __forceinline__ unsigned tejitPack2(float lo, float hi) {
 // through a ring of 3 tile slots per warp by cp.async, in the order K0 V0 K1
 // V1 ..., so that two tiles are in flight while one is used; 16-byte pieces
 // are XOR-swizzled by key row so that ldmatrix reads conflict-free.
-template <int D, bool F16, bool PAGED>
+// How the tensor-core pass finds a key's cache row: row [i, key] of a plain
+// cache; through the table once a 16-key tile (pages of a multiple of 16
+// rows hold whole tiles); through the table key by key (other page sizes).
+#define TEJIT_PLAIN_ROWS 0
+#define TEJIT_PAGED_TILES 1
+#define TEJIT_PAGED_KEYS 2
+
+template <int D, bool F16, int PAGING>
 __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
                                     uint4 *ring) {
   constexpr int KEYS = 16;            // a warp's keys per step
@@ -550,8 +557,8 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   // A warp's tiles start at multiples of 16 keys (keyBegin is whole steps):
   // with pages of a multiple of 16 rows a tile lies in one page, and one
   // table read places all of it; other page sizes place every key.
-  constexpr bool paged = PAGED;
-  const bool tileInPage = !paged || p.page_size % KEYS == 0;
+  constexpr bool paged = PAGING != TEJIT_PLAIN_ROWS;
+  constexpr bool tileInPage = PAGING != TEJIT_PAGED_KEYS;
   const int warpKey0 = c.keyBegin + warp * KEYS;
   const int steps = (c.keyEnd - c.keyBegin + STEP - 1) / STEP;
   const unsigned slots =
@@ -560,35 +567,60 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   auto piece = [](int slot, int row, int chunk) {
     return 16u * unsigned(slot * SLOT + row * CHUNKS + (chunk ^ (row & 7)));
   };
+  // Paged, a tile in one page: the page id of step s's tile (-1 past the
+  // split's keys), read a step before its copies are issued so that the
+  // table's latency overlaps a step's math; and the tile's first row.
+  auto tilePage = [&](int step) {
+    const int key0 = warpKey0 + step * STEP;
+    return paged && tileInPage && step < steps && key0 < c.keyEnd
+               ? p.page_table[c.i * int(p.pages_per_sequence) +
+                              key0 / int(p.page_size)]
+               : -1;
+  };
+  auto tileRow = [&](int step, int page) {
+    const int key0 = warpKey0 + step * STEP;
+    if (!paged || !tileInPage || page < 0)
+      return size_t(key0);
+    const int size = int(p.page_size);
+    return size_t(page) * size_t(size) + size_t(key0 % size);
+  };
   // Item q of the warp's stream: the K tile of step q / 2 (q even) or its
-  // V tile, into slot q % 3; past the last step an empty group keeps the
-  // count of groups uniform.
-  auto issue = [&](int item) {
+  // V tile, into slot q % 3, the tile's first key at cache row `row0`
+  // (tileRow's); past the last step an empty group keeps the count of
+  // groups uniform.
+  auto issue = [&](int item, size_t row0) {
     const int step = item >> 1;
     if (step < steps) {
       const unsigned short *base = (item & 1) ? vBase : kBase;
       const int key0 = warpKey0 + step * STEP;
-      const size_t row0 = paged && tileInPage && key0 < c.keyEnd
-                              ? tejitPagedRow(p, c.i, key0)
-                              : size_t(key0);
+      // Paged tiles: the tile's first row, then each piece's offset from it.
+      const unsigned short *tile = base + row0 * rowStride;
 #pragma unroll
       for (int u = 0; u < PER_LANE; ++u) {
         const int at = u * 32 + lane, row = at / CHUNKS, chunk = at % CHUNKS;
         const int key = key0 + row;
         const bool ok = key < c.keyEnd;
-        const size_t cacheRow = tileInPage
-                                    ? row0 + size_t(row)
-                                    : (ok ? tejitPagedRow(p, c.i, key) : 0);
-        tejitCopy16(slots + piece(item % 3, row, chunk),
-                    base + (ok ? cacheRow * rowStride : 0) + chunk * 8,
+        const unsigned short *from;
+        if constexpr (PAGING == TEJIT_PLAIN_ROWS)
+          from = base + (ok ? size_t(key) * rowStride : 0);
+        else if constexpr (PAGING == TEJIT_PAGED_TILES)
+          from = ok ? tile + size_t(row) * rowStride : base;
+        else
+          from = base + (ok ? tejitPagedRow(p, c.i, key) * rowStride : 0);
+        tejitCopy16(slots + piece(item % 3, row, chunk), from + chunk * 8,
                     ok ? 16 : 0);
       }
     }
     tejitCopyCommit();
   };
-  issue(0);
-  issue(1);
-  issue(2);
+  // The rows of the tiles of the step after the one being issued (`next`)
+  // and of the one after that (from `ahead`, the page read early).
+  const size_t tile0 = tileRow(0, tilePage(0));
+  issue(0, tile0);
+  issue(1, tile0);
+  size_t next = tileRow(1, tilePage(1));
+  issue(2, next);
+  int ahead = -1;
 
   // Q as A fragments: rows g and g + 8 of the CTA's 16, k-chunks of 16.
   // Element by element: q's rows need not be 4-byte aligned.
@@ -623,6 +655,8 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
 
   for (int step = 0; step < steps; ++step) {
     const int kSlot = (2 * step) % 3, vSlot = (2 * step + 1) % 3;
+    if (paged)
+      ahead = tilePage(step + 2); // used at the step's end
     tejitCopyWait<2>(); // this step's K has landed (its V, next K in flight)
     __syncwarp();       // ... every lane's part of it
     // S = Q K^T: two n-tiles of 8 keys. Matrix mi of an ldmatrix.x4: keys
@@ -639,7 +673,7 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
       tejitMma<F16>(sc[1], qa[kc], b[2], b[3]);
     }
     __syncwarp(); // every lane has read the K tile: its slot takes a V next
-    issue(2 * step + 3);
+    issue(2 * step + 3, next);
 
     // Online softmax. sc[nt][e]: row g + 8 * (e / 2), key nt * 8 + 2 t +
     // e % 2 of the warp's 16; a row's values sit in the 4 lanes of its g.
@@ -698,7 +732,8 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
       tejitMma<F16>(o[2 * dp + 1], pa, b[2], b[3]);
     }
     __syncwarp(); // every lane has read the V tile: its slot takes a K next
-    issue(2 * step + 4);
+    next = tileRow(step + 2, ahead);
+    issue(2 * step + 4, next);
   }
   tejitCopyWait<0>();
 #pragma unroll
@@ -728,15 +763,15 @@ __device__ void tejitDecodeSplitMma(const TejitDecodeAttention &p,
   tejitDecodeMerge(p, c, sO, sM, sL, W);
 }
 
-template <bool PAGED>
+template <int PAGING>
 __device__ __forceinline__ void
 tejitDecodeSplitMmaFor(const TejitDecodeAttention &p, uint4 *ring) {
   if (p.head_dim == 128)
-    p.f16 ? tejitDecodeSplitMma<128, true, PAGED>(p, ring)
-          : tejitDecodeSplitMma<128, false, PAGED>(p, ring);
+    p.f16 ? tejitDecodeSplitMma<128, true, PAGING>(p, ring)
+          : tejitDecodeSplitMma<128, false, PAGING>(p, ring);
   else
-    p.f16 ? tejitDecodeSplitMma<64, true, PAGED>(p, ring)
-          : tejitDecodeSplitMma<64, false, PAGED>(p, ring);
+    p.f16 ? tejitDecodeSplitMma<64, true, PAGING>(p, ring)
+          : tejitDecodeSplitMma<64, false, PAGING>(p, ring);
 }
 
 // The split pass for head dims 64 and 128 (the host's
@@ -749,14 +784,24 @@ extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
                                              TEJIT_DECODE_MMA_CTAS_PER_SM)
     tejit_decode_attention_mma(TejitDecodeAttention p) {
   __shared__ uint4 ring[TEJIT_DECODE_RING];
-  tejitDecodeSplitMmaFor<false>(p, ring);
+  tejitDecodeSplitMmaFor<TEJIT_PLAIN_ROWS>(p, ring);
 }
 
 extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
                                              TEJIT_DECODE_MMA_CTAS_PER_SM)
     tejit_decode_attention_mma_paged(TejitDecodeAttention p) {
   __shared__ uint4 ring[TEJIT_DECODE_RING];
-  tejitDecodeSplitMmaFor<true>(p, ring);
+  tejitDecodeSplitMmaFor<TEJIT_PAGED_TILES>(p, ring);
+}
+
+// Pages of other sizes (not a multiple of 16 rows), each key through the
+// table: a kernel of its own (with the tile pass in one function, 8 bytes
+// of spills).
+extern "C" __global__ void __launch_bounds__(TEJIT_DECODE_WARPS * 32,
+                                             TEJIT_DECODE_MMA_CTAS_PER_SM)
+    tejit_decode_attention_mma_paged_keys(TejitDecodeAttention p) {
+  __shared__ uint4 ring[TEJIT_DECODE_RING];
+  tejitDecodeSplitMmaFor<TEJIT_PAGED_KEYS>(p, ring);
 }
 
 template <bool PAGED>

@@ -94,6 +94,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -860,7 +861,7 @@ public:
     // Eligible problems run on both paths: the decode kernels and cuDNN.
     if (eligible) {
       KvCacheEngine engine;
-      engine.decode = decodeKernels(p.paged());
+      engine.decode = decodeKernels(p);
       engine.splits = decodeSplits(p, engine.decode.smCount);
       runKvCacheOn(c, c.name + " [decode kernel]", engine);
     }
@@ -911,11 +912,16 @@ public:
     finish(asCase, compareKvCache(c, run), {});
   }
 
-  /// The decode kernels for plain or paged caches (each set loaded once)
-  /// with the device's SM count.
+  /// --time-decode with --filter: only the rows whose "b=8 S=4096 L=512
+  /// paged16 (shuffled)" label contains it (for profiling one row).
+  std::string timeFilter;
+
+  /// The decode kernels for `problem`'s caches (decodeKernelNames; each
+  /// set loaded once) with the device's SM count.
   void setSmCount(int64_t sms) { smCount = sms; }
-  DecodeKernels decodeKernels(bool paged) {
-    DecodeKernels &decode = paged ? pagedDecode : plainDecode;
+  DecodeKernels decodeKernels(const AttentionProblem &problem) {
+    DecodeKernelNames names = decodeKernelNames(problem);
+    DecodeKernels &decode = decodeSets[names.splitTensorCores];
     if (decode.split)
       return decode;
     const CudaDriver &driver = *gpu.driver;
@@ -924,7 +930,6 @@ public:
                 driver.cuModuleLoadData(&decodeModule, decodeAttentionPtx()),
                 "cuModuleLoadData"),
             "loading the decode attention kernels");
-    DecodeKernelNames names = decodeKernelNames(paged);
     for (auto [function, name] :
          {std::pair{&decode.splitTensorCores, names.splitTensorCores},
           std::pair{&decode.split, names.split},
@@ -945,7 +950,17 @@ public:
   /// enqueued back to back. `pageSize` > 0: the caches are pools of pages
   /// of that many rows, handed to the sequences in a shuffled order.
   void timeDecode(int64_t rows, int32_t total, bool uneven = false,
-                  int64_t batch = 8, int64_t pageSize = 0) {
+                  int64_t batch = 8, int64_t pageSize = 0,
+                  bool shuffled = true) {
+    std::string paged = pageSize
+                            ? " paged" + std::to_string(pageSize) +
+                                  (shuffled ? " (shuffled)" : " (in order)")
+                            : "";
+    std::string label = llvm::formatv("b={0} S={1} L={2}{3}{4}", batch, rows,
+                                      total, uneven ? " uneven" : "", paged)
+                            .str();
+    if (!timeFilter.empty() && label.find(timeFilter) == std::string::npos)
+      return;
     AttentionProblem p;
     p.kvCache = true;
     p.layout = AttentionLayout::Thd;
@@ -965,7 +980,8 @@ public:
     size_t cacheBytes = size_t(p.batch * rows * p.kvHeads * p.headDim) * 2;
     std::vector<int32_t> tableHost(size_t(p.pages));
     std::iota(tableHost.begin(), tableHost.end(), 0);
-    std::shuffle(tableHost.begin(), tableHost.end(), std::mt19937_64(7));
+    if (shuffled)
+      std::shuffle(tableHost.begin(), tableHost.end(), std::mt19937_64(7));
     DeviceBuffer table =
         gpu.allocate(std::max<size_t>(tableHost.size() * 4, 4), "page table");
     gpu.upload(table, tableHost.data(), tableHost.size() * 4);
@@ -1044,7 +1060,7 @@ public:
       return samples[samples.size() / 2];
     };
     KvCacheEngine decodeEngine;
-    decodeEngine.decode = decodeKernels(p.paged());
+    decodeEngine.decode = decodeKernels(p);
     decodeEngine.splits = decodeSplits(p, smCount);
     double decodeUs =
         timeWith(decodeEngine, decodePartialBytes(p, decodeEngine.splits));
@@ -1060,8 +1076,6 @@ public:
     // The cache bytes a call reads: L_i keys and values of every (sequence,
     // kv head).
     double bytes = 2.0 * double(cuKvHost.back() * p.kvHeads * p.headDim) * 2;
-    std::string paged =
-        pageSize ? " paged" + std::to_string(pageSize) + " (shuffled)" : "";
     std::printf("TIME decode b=%lld h=32 g=8 d=128 S=%lld L=%d%s%s: decode "
                 "kernel %.1f us (%.0f GB/s, %lld splits), cuDNN %.1f us "
                 "(%.0f GB/s), cuDNN / decode %.2fx\n",
@@ -1091,7 +1105,7 @@ private:
 
   Gpu &gpu;
   std::mt19937_64 rng;
-  DecodeKernels plainDecode, pagedDecode;
+  std::map<std::string, DecodeKernels> decodeSets;
   CUmodule decodeModule = nullptr;
   int64_t smCount = 0;
 
@@ -2645,8 +2659,8 @@ std::vector<KvCacheCase> kvCacheCases() {
     cases.push_back(c);
   }
   // Paged caches (docs/paged-kv-cache.md): the cases above with their
-  // caches in shuffled pages, page sizes 16, 64 and 256 (one page a
-  // sequence), and bad page ids kept in bounds.
+  // caches in shuffled pages, page sizes 8 (not whole 16-key tiles), 16, 64
+  // and 256 (one page a sequence), and bad page ids kept in bounds.
   {
     std::vector<KvCacheCase> paged;
     uint64_t pageSeed = 1;
@@ -2668,6 +2682,9 @@ std::vector<KvCacheCase> kvCacheCases() {
       paged.push_back(page(c, small ? 16 : 64));
       if (small && c.name.find("chunked") != std::string::npos)
         paged.push_back(page(c, 256));
+      // Pages of 8 rows: the tensor-core pass reads the table key by key.
+      if (small && c.name.find("decode") != std::string::npos)
+        paged.push_back(page(c, 8));
     }
     KvCacheCase hostile =
         page(kvCacheCase("kv_cache hostile page ids bf16 d128 "
@@ -2744,6 +2761,7 @@ int main(int argc, char **argv) {
   checker.setSmCount(opened->device.multiprocessors);
   if (timeDecode) {
     // Only the timings: decode kernel against cuDNN.
+    checker.timeFilter = filter;
     checker.timeDecode(4096, 512);
     checker.timeDecode(4096, 1024);
     checker.timeDecode(4096, 2048);
@@ -2763,6 +2781,9 @@ int main(int argc, char **argv) {
       checker.timeDecode(4096, 3072, false, 8, pageSize);
       checker.timeDecode(32768, 16384, false, 8, pageSize);
     }
+    // Pages in order (each sequence's rows contiguous, as plain caches).
+    checker.timeDecode(4096, 512, false, 8, 16, /*shuffled=*/false);
+    checker.timeDecode(4096, 3072, false, 8, 16, /*shuffled=*/false);
     return 0;
   }
   auto selected = [&](const std::string &name) {
