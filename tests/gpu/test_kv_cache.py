@@ -452,11 +452,9 @@ def test_multihead_attention_sbhd_decode_steps():
 # --- CUDA graphs ----------------------------------------------------------------
 
 
-def test_transformer_layer_decode_step_in_a_cuda_graph():
-    """One decode step of a fixed shape (4 packed tokens, 4 cache rows)
-    captured with torch.cuda.graph, replayed for later steps (sequences
-    finishing, one joining) against an eager twin with its own
-    InferenceParams: outputs and caches equal bit for bit."""
+def graph_twins():
+    """Two equal small TransformerLayers (RMSNorm, SwiGLU, GQA, thd; eval)
+    for an eager step and a graphed one, and their rotary table."""
     kwargs = dict(hidden_dropout=0.0, attention_dropout=0.0,
                   normalization="RMSNorm", activation="swiglu", bias=False,
                   params_dtype=BF16, self_attn_mask_type="padding_causal",
@@ -468,6 +466,15 @@ def test_transformer_layer_decode_step_in_a_cuda_graph():
     graphed.eval()
     rope = te.attention.RotaryPositionEmbedding(eager.kv_channels)(
         MAX_SEQUENCE)
+    return eager, graphed, rope
+
+
+def test_transformer_layer_decode_step_in_a_cuda_graph():
+    """One decode step of a fixed shape (4 packed tokens, 4 cache rows)
+    captured with torch.cuda.graph, replayed for later steps (sequences
+    finishing, one joining) against an eager twin with its own
+    InferenceParams: outputs and caches equal bit for bit."""
+    eager, graphed, rope = graph_twins()
     both = [(eager, new_params(2, 32)), (graphed, new_params(2, 32))]
 
     def step_both(step, x):
@@ -749,17 +756,7 @@ def test_transformer_layer_paged_decode_step_in_a_cuda_graph():
     bit for bit. The replays read the page table pre_step rewrote in
     place. 17 pages: at most 16 are held at once, so the joining
     sequence takes a page the finished one gave back."""
-    kwargs = dict(hidden_dropout=0.0, attention_dropout=0.0,
-                  normalization="RMSNorm", activation="swiglu", bias=False,
-                  params_dtype=BF16, self_attn_mask_type="padding_causal",
-                  attn_input_format="thd")
-    eager = te.TransformerLayer(256, 512, 8, num_gqa_groups=2, **kwargs)
-    perturb(eager)
-    graphed = copy.deepcopy(eager)
-    eager.eval()
-    graphed.eval()
-    rope = te.attention.RotaryPositionEmbedding(eager.kv_channels)(
-        MAX_SEQUENCE)
+    eager, graphed, rope = graph_twins()
 
     def paged_params(order):
         params = te.InferenceParams(MAX_BATCH, MAX_SEQUENCE, 2, 32, BF16,
