@@ -126,6 +126,34 @@ class PageAllocatorTest(unittest.TestCase):
         self.assertEqual(list(pool.allocator.free), list(range(8)))
         self.assertEqual(pool.allocator.table(), [0] * 12)
 
+    def test_table_kept_up_to_date_equals_a_rebuilt_one(self):
+        # The allocator rewrites only the table rows that changed; over
+        # random steps (rows reordered, sequences finishing, joining and
+        # growing, a step refused for want of pages) its table must equal
+        # one built afresh from the pages each sequence holds.
+        import random
+        rng = random.Random(31)
+        pool = Pool(total_pages=40, page_size=4, batch=5, max_s=64)
+        live, next_id = OrderedDict(), 0
+        for _ in range(300):
+            step = [(seq, 1) for seq in live if rng.random() < 0.8]
+            rng.shuffle(step)
+            while len(step) < 5 and rng.random() < 0.5:
+                step.append((next_id, rng.randint(1, 12)))
+                next_id += 1
+            try:
+                plan = pool.step(step)
+            except RuntimeError:
+                continue
+            live = OrderedDict((seq, n) for seq, n in plan.sequences.items()
+                               if n < 60)
+            width = pool.allocator.max_pages
+            want = []
+            for held in pool.allocator.pages.values():
+                want += held + [0] * (width - len(held))
+            want += [0] * (pool.batch * width - len(want))
+            self.assertEqual(pool.allocator.table(), want)
+
     def test_table_rows_follow_the_step_rows(self):
         pool = Pool()
         pool.step([(1, 8), (2, 1), (3, 5)])

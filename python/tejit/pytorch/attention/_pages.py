@@ -22,6 +22,7 @@ late is then reused late, and the ids a long run hands out end up mixed,
 which is what a server's caches look like (and what the GPU tests
 exercise); nothing depends on the order.
 """
+from array import array
 from collections import OrderedDict, deque
 
 OWNER = "InferenceParams.pre_step"
@@ -71,6 +72,14 @@ class PageAllocator:
         """Every page free again, in id order; no sequence holds any."""
         self.pages = OrderedDict()
         self.free = deque(range(self.total_pages))
+        # The table, kept from step to step and rewritten only where it
+        # changed (a server's table holds max_batch_size * max_pages ids:
+        # rebuilding it in Python every step would cost more than the
+        # step), and what each of its rows held after the last step: (seq
+        # id, pages written).
+        self._flat = array("i", bytes(4 * self.max_batch_size *
+                                      self.max_pages))
+        self._rows = []
 
     def step(self, sequences):
         """Allocates for one step: `sequences` (OrderedDict seq_id ->
@@ -85,9 +94,30 @@ class PageAllocator:
         for seq, length in sequences.items():
             held = self.pages.get(seq, [])
             missing = pages_for(length, self.page_size) - len(held)
-            pages[seq] = held + [self.free.popleft()
-                                 for _ in range(max(missing, 0))]
+            held.extend(self.free.popleft() for _ in range(max(missing, 0)))
+            pages[seq] = held
         self.pages = pages
+        self._write_rows()
+
+    def _write_rows(self):
+        """Brings the table up to date with `pages`: a row that holds the
+        same sequence as before gets only its new pages; another row is
+        rewritten, and entries past its pages that held ids become 0."""
+        width, flat = self.max_pages, self._flat
+        rows = [(seq, len(held)) for seq, held in self.pages.items()]
+        for i in range(max(len(rows), len(self._rows))):
+            seq, count = rows[i] if i < len(rows) else (None, 0)
+            old_seq, old_count = (self._rows[i] if i < len(self._rows)
+                                  else (None, 0))
+            start = old_count if seq is not None and seq == old_seq else 0
+            at = i * width
+            if start < count:
+                flat[at + start:at + count] = array(
+                    "i", self.pages[seq][start:count])
+            if old_count > count:
+                flat[at + count:at + old_count] = array(
+                    "i", bytes(4 * (old_count - count)))
+        self._rows = rows
 
     def _check_fits(self, sequences, finished):
         """RuntimeError naming the first sequence (in row order) whose new
@@ -111,14 +141,13 @@ class PageAllocator:
 
     def table(self):
         """The page table [max_batch_size][max_pages], flattened (row i:
-        the i-th sequence's pages in order, then 0): what pre_step copies
-        to the device."""
-        flat = []
-        for held in self.pages.values():
-            flat.extend(held)
-            flat.extend([0] * (self.max_pages - len(held)))
-        rows = len(self.pages)
-        return flat + [0] * ((self.max_batch_size - rows) * self.max_pages)
+        the i-th sequence's pages in order, then 0), as a list."""
+        return self._flat.tolist()
+
+    def table_buffer(self):
+        """The same table, the allocator's own int32 array (no copy):
+        what pre_step copies to the device. Valid until the next step."""
+        return self._flat
 
     def slots(self, row_pages, positions):
         """(page, row in page) of logical `positions` of a sequence

@@ -357,19 +357,30 @@ class InferenceParams:
         written = max(positioned, self._positions_written)
         self._positions_written = positioned
         values = plan.device_values()
+        positions = plan.token_positions(written)
+        pinned = self.device.type == "cuda"
         if self.is_paged:
-            values += [0] * (self._table_offset - len(values))
-            values += self.cache_manager.allocator.table()
-        values += plan.token_positions(written)
-        target = self._device_state[:len(values)]
-        if self.device.type == "cuda":
-            # Pinned, so the copy waits for nothing; the pinned block is
-            # not reused before the copy has run (PyTorch's host caching
-            # allocator records the stream).
-            target.copy_(torch.tensor(values, dtype=torch.int32,
-                                      pin_memory=True), non_blocking=True)
+            # The table is copied from the allocator's array (a memcpy),
+            # not through a Python list: it holds max_batch_size *
+            # max_pages ids.
+            table = torch.frombuffer(
+                self.cache_manager.allocator.table_buffer(),
+                dtype=torch.int32)
+            end = self._table_offset + table.numel()
+            staging = torch.zeros(end + len(positions), dtype=torch.int32,
+                                  pin_memory=pinned)
+            staging[:len(values)] = torch.tensor(values, dtype=torch.int32)
+            staging[self._table_offset:end] = table
+            if positions:
+                staging[end:] = torch.tensor(positions, dtype=torch.int32)
         else:
-            target.copy_(torch.tensor(values, dtype=torch.int32))
+            staging = torch.tensor(values + positions, dtype=torch.int32,
+                                   pin_memory=pinned)
+        target = self._device_state[:staging.numel()]
+        # Pinned, so the copy waits for nothing; the pinned block is not
+        # reused before the copy has run (PyTorch's host caching allocator
+        # records the stream).
+        target.copy_(staging, non_blocking=pinned)
         self._plan = plan
         self._angles = None
 
