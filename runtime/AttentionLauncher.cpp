@@ -514,58 +514,47 @@ validated(AttentionLauncher launcher, const FunctionPlan &function) {
   return launcher;
 }
 
-/// The scale, scale-inverse and amax value ids of an FP8 attention step
-/// whose operand and result counts parse() checked, in the order of
-/// te.fp8_attention(_bwd)'s operands and results.
-AttentionLauncher::Fp8Values
-AttentionLauncher::fp8Values(const AttentionStep &step) {
-  const std::vector<int64_t> &ops = step.operands, &results = step.results;
-  Fp8Values f;
-  if (!step.backward) {
-    // q, k, v, qkv_scale_inv, o_scale; o, lse, amax_s, amax_o.
-    f.descaleQkv = ops[3];
-    f.scaleO = ops[4];
-    f.amaxS = results[2];
-    f.amaxO = results[3];
-    return f;
-  }
-  // dO, q, k, v, o, lse, qkv_scale_inv, o_scale_inv, grad_scale_inv,
-  // dp_scale, dp_scale_inv, dqkv_scale;
-  // dq, dk, dv, amax_dp, amax_dq, amax_dk, amax_dv.
-  f.descaleQkv = ops[6];
-  f.descaleO = ops[7];
-  f.descaleGradO = ops[8];
-  f.scaleDp = ops[9];
-  f.descaleDp = ops[10];
-  f.scaleGradQkv = ops[11];
-  f.amaxDp = results[3];
-  f.amaxGradQ = results[4];
-  f.amaxGradK = results[5];
-  f.amaxGradV = results[6];
-  return f;
-}
+/// One FP8 attention scale, scale inverse or amax: its name in
+/// te.fp8_attention(_bwd), where the step holds it (an operand or a result,
+/// by index) and the AttentionPointers field cuDNN reads it from. The one
+/// list of them: parse(), fp8Roles() and run() all read it.
+struct AttentionLauncher::Fp8Role {
+  const char *name;
+  bool backward, result;
+  size_t index;
+  CUdeviceptr AttentionPointers::*pointer;
+};
+
+namespace {
+using Role = AttentionLauncher::Fp8Role;
+using P = AttentionPointers;
+// Forward: q, k, v, qkv_scale_inv, o_scale; o, lse, amax_s, amax_o.
+// Backward: dO, q, k, v, o, lse, qkv_scale_inv, o_scale_inv,
+// grad_scale_inv, dp_scale, dp_scale_inv, dqkv_scale; dq, dk, dv, amax_dp,
+// amax_dq, amax_dk, amax_dv.
+const Role fp8RoleTable[] = {
+    {"qkv_scale_inv", false, false, 3, &P::descaleQkv},
+    {"o_scale", false, false, 4, &P::scaleO},
+    {"amax_s", false, true, 2, &P::amaxS},
+    {"amax_o", false, true, 3, &P::amaxO},
+    {"qkv_scale_inv", true, false, 6, &P::descaleQkv},
+    {"o_scale_inv", true, false, 7, &P::descaleO},
+    {"grad_scale_inv", true, false, 8, &P::descaleGradO},
+    {"dp_scale", true, false, 9, &P::scaleDp},
+    {"dp_scale_inv", true, false, 10, &P::descaleDp},
+    {"dqkv_scale", true, false, 11, &P::scaleGradQkv},
+    {"amax_dp", true, true, 3, &P::amaxDp},
+    {"amax_dq", true, true, 4, &P::amaxGradQ},
+    {"amax_dk", true, true, 5, &P::amaxGradK},
+    {"amax_dv", true, true, 6, &P::amaxGradV},
+};
+} // namespace
 
 std::vector<std::pair<std::string, int64_t>>
 AttentionLauncher::fp8Roles() const {
   std::vector<std::pair<std::string, int64_t>> roles;
-  if (!fp8)
-    return roles;
-  const Fp8Values &f = *fp8;
-  for (auto [role, id] : {std::pair{"qkv_scale_inv", f.descaleQkv},
-                          {"o_scale", f.scaleO},
-                          {"amax_s", f.amaxS},
-                          {"amax_o", f.amaxO},
-                          {"o_scale_inv", f.descaleO},
-                          {"grad_scale_inv", f.descaleGradO},
-                          {"dp_scale", f.scaleDp},
-                          {"dp_scale_inv", f.descaleDp},
-                          {"dqkv_scale", f.scaleGradQkv},
-                          {"amax_dp", f.amaxDp},
-                          {"amax_dq", f.amaxGradQ},
-                          {"amax_dk", f.amaxGradK},
-                          {"amax_dv", f.amaxGradV}})
-    if (id >= 0)
-      roles.emplace_back(role, id);
+  for (auto [role, id] : fp8)
+    roles.emplace_back(role->name, id);
   return roles;
 }
 
@@ -638,14 +627,19 @@ AttentionLauncher::parse(const AttentionStep &step,
   }
   const auto &ops = step.operands;
   if (step.fp8) {
-    launcher.fp8 = fp8Values(step);
-    for (auto [role, id] : launcher.fp8Roles()) {
+    // The operand and result counts are checked above.
+    for (const Fp8Role &role : fp8RoleTable) {
+      if (role.backward != step.backward)
+        continue;
+      int64_t id = (role.result ? step.results : ops)[role.index];
       const TensorType &type = function.values[id].type;
       if (type.element != ElementType::F32 || type.numElements() != 1)
         return attributes.error(llvm::formatv(
             "FP8 attention's scales and amaxes are single f32 values; {0} "
             "(value {1}) is {2} of {3}",
-            role, id, shapeText(type.shape), elementTypeName(type.element)));
+            role.name, id, shapeText(type.shape),
+            elementTypeName(type.element)));
+      launcher.fp8.emplace_back(&role, id);
     }
   } else if (step.results.size() == 4)
     launcher.gradBias = step.results[3];
@@ -1064,23 +1058,8 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
   pointers.bias = bias ? addresses[*bias] : 0;
   pointers.alibiSlopes = alibiSlopes ? addresses[*alibiSlopes] : 0;
   pointers.gradBias = gradBias ? addresses[*gradBias] : 0;
-  if (fp8) {
-    const Fp8Values &f = *fp8;
-    auto address = [&](int64_t id) { return id >= 0 ? addresses[id] : 0; };
-    pointers.descaleQkv = address(f.descaleQkv);
-    pointers.scaleO = address(f.scaleO);
-    pointers.amaxS = address(f.amaxS);
-    pointers.amaxO = address(f.amaxO);
-    pointers.descaleO = address(f.descaleO);
-    pointers.descaleGradO = address(f.descaleGradO);
-    pointers.scaleDp = address(f.scaleDp);
-    pointers.descaleDp = address(f.descaleDp);
-    pointers.scaleGradQkv = address(f.scaleGradQkv);
-    pointers.amaxDp = address(f.amaxDp);
-    pointers.amaxGradQ = address(f.amaxGradQ);
-    pointers.amaxGradK = address(f.amaxGradK);
-    pointers.amaxGradV = address(f.amaxGradV);
-  }
+  for (auto [role, id] : fp8)
+    pointers.*(role->pointer) = addresses[id];
   if (problemDesc.thd())
     return runThd(addresses, pointers, scratch, stream, driver);
 

@@ -136,6 +136,9 @@ public:
   /// amaxes by te.fp8_attention(_bwd)'s operand and result names, in the
   /// order run() hands them to cuDNN (AttentionPointers); empty otherwise.
   std::vector<std::pair<std::string, int64_t>> fp8Roles() const;
+  /// One FP8 scale, scale inverse or amax of te.fp8_attention(_bwd)
+  /// (defined in AttentionLauncher.cpp, with the table of them).
+  struct Fp8Role;
 
 private:
   /// parse() of a kv_cache_attention step.
@@ -162,17 +165,12 @@ private:
   /// A post-scale bias, ALiBi's slopes (an operand each) and dbias (the
   /// backward's fourth result).
   std::optional<int64_t> bias, alibiSlopes, gradBias;
-  /// FP8 attention's scale, scale-inverse and amax values (one f32 each;
-  /// AttentionPointers names them), absent on other steps.
-  struct Fp8Values {
-    // -1: not an operand of this step (forward or backward).
-    int64_t descaleQkv = -1, scaleO = -1, amaxS = -1, amaxO = -1;
-    int64_t descaleO = -1, descaleGradO = -1, scaleDp = -1, descaleDp = -1;
-    int64_t scaleGradQkv = -1, amaxDp = -1, amaxGradQ = -1, amaxGradK = -1,
-            amaxGradV = -1;
-  };
-  std::optional<Fp8Values> fp8;
-  static Fp8Values fp8Values(const AttentionStep &step);
+  /// FP8 attention's scale, scale-inverse and amax values (one f32 each):
+  /// the step's role table entry (AttentionLauncher.cpp's fp8RoleTable,
+  /// which also names their AttentionPointers field) and value id, in
+  /// te.fp8_attention(_bwd)'s operand and result order; empty on other
+  /// steps.
+  std::vector<std::pair<const Fp8Role *, int64_t>> fp8;
   uint64_t offsetDelta = 0;
   /// Cross-attention (s_q != s_kv, or pad_keys_only) with a key padding
   /// mask and no query mask: every query is valid, so cuDNN gets s_q as
