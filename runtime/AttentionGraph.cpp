@@ -77,7 +77,9 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/AttentionGraph.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/bit.h"
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -1197,17 +1199,28 @@ void buildBackwardFp8(Builder &g, const AttentionProblem &p) {
 
 } // namespace
 
+namespace {
+/// The device constants of an FP8 runner and their values, in buffer
+/// order, 16 bytes apart.
+constexpr std::pair<Slot, float> fp8ConstantValues[] = {
+    {Slot::ProbabilityScale, kProbabilityScale},
+    {Slot::ProbabilityDescale, 1.0f / kProbabilityScale}};
+constexpr size_t fp8ConstantStride = 16 / sizeof(float);
+} // namespace
+
 std::vector<float> attention::fp8Constants() {
-  std::vector<float> values(8, 0.0f);
-  values[fp8ConstantOffset(Slot::ProbabilityScale) / 4] = kProbabilityScale;
-  values[fp8ConstantOffset(Slot::ProbabilityDescale) / 4] =
-      1.0f / kProbabilityScale;
+  std::vector<float> values(std::size(fp8ConstantValues) * fp8ConstantStride,
+                            0.0f);
+  for (auto [index, constant] : llvm::enumerate(fp8ConstantValues))
+    values[index * fp8ConstantStride] = constant.second;
   return values;
 }
 
 size_t attention::fp8ConstantOffset(Slot slot) {
-  return 16 * (static_cast<size_t>(slot) -
-               static_cast<size_t>(Slot::ProbabilityScale));
+  for (auto [index, constant] : llvm::enumerate(fp8ConstantValues))
+    if (constant.first == slot)
+      return index * fp8ConstantStride * sizeof(float);
+  llvm_unreachable("not an FP8 attention constant");
 }
 
 llvm::Expected<Graph> attention::buildGraph(const Cudnn &lib,

@@ -82,10 +82,10 @@ enum class Slot {
 /// accurate, amax_o 60% low).
 constexpr float kProbabilityScale = 448.0f;
 
-/// The device constants of an FP8 attention runner, 16 bytes apart (cuDNN
-/// is told every tensor is 16-byte aligned), in Slot order from
-/// ProbabilityScale: FP8 engines read P's scales through pointers (by-value
-/// ones faulted in a GQA backward on cuDNN 9.19).
+/// The device constants of an FP8 attention runner (P's scale and its
+/// inverse), 16 bytes apart (cuDNN is told every tensor is 16-byte
+/// aligned): FP8 engines read P's scales through pointers (by-value ones
+/// faulted in a GQA backward on cuDNN 9.19).
 std::vector<float> fp8Constants();
 /// The byte offset of `slot`'s constant in fp8Constants' buffer.
 size_t fp8ConstantOffset(Slot slot);

@@ -229,6 +229,21 @@ struct Fp8Steps {
   }
 };
 
+TEST(Fp8AttentionTest, ConstantsHoldPsScalesSixteenBytesApart) {
+  using attention::Slot;
+  std::vector<float> constants = attention::fp8Constants();
+  size_t scale = attention::fp8ConstantOffset(Slot::ProbabilityScale),
+         descale = attention::fp8ConstantOffset(Slot::ProbabilityDescale);
+  EXPECT_NE(scale, descale);
+  for (size_t offset : {scale, descale}) {
+    EXPECT_EQ(offset % 16, 0u);
+    EXPECT_LT(offset / sizeof(float), constants.size());
+  }
+  EXPECT_EQ(constants[scale / sizeof(float)], attention::kProbabilityScale);
+  EXPECT_FLOAT_EQ(
+      constants[descale / sizeof(float)] * attention::kProbabilityScale, 1.0f);
+}
+
 TEST(Fp8AttentionTest, LauncherReadsFp8Steps) {
   Fp8Steps steps;
   auto forward = AttentionLauncher::parse(steps.forward, steps.function);
