@@ -71,15 +71,16 @@ def check_fp8_attention(owner, kv_channels, qkv_format, mask_type,
     elif window_limits(mask_type, window_size):
         what = f"window_size={tuple(int(w) for w in window_size)} (a " \
                f"sliding window)"
-    elif dropout > 0:
-        # cuDNN's FP8 engines fault on it (docs/fp8-attention.md).
-        what = (f"attention_dropout={dropout} in training (attention "
-                f"dropout; set attention_dropout=0)")
     elif (kv_channels % FP8_ATTENTION_HEAD_DIM_MULTIPLE
           or kv_channels > FP8_ATTENTION_MAX_HEAD_DIM):
         what = (f"kv_channels={kv_channels} (FP8 attention takes head dims "
                 f"that are multiples of {FP8_ATTENTION_HEAD_DIM_MULTIPLE} "
                 f"up to {FP8_ATTENTION_MAX_HEAD_DIM})")
+    elif dropout > 0:
+        # cuDNN's FP8 engines fault on it (docs/fp8-attention.md). After
+        # the head dim, as the compiler's verifier checks them.
+        what = (f"attention_dropout={dropout} in training (attention "
+                f"dropout; set attention_dropout=0)")
     if what is not None:
         raise NotImplementedError(
             f"{owner}: {what} is not supported by FP8 attention "
