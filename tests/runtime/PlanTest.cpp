@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/Plan.h"
+#include "runtime/AttentionLauncher.h"
 #include "tests/runtime/PlanJson.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -1737,6 +1738,40 @@ TEST_P(RealPlanTest, Parses) {
   bool inference = llvm::StringRef(GetParam()).contains("inference");
   EXPECT_EQ(backward == nullptr, inference);
   EXPECT_EQ(plan->functions.size(), inference ? 1u : 2u);
+}
+
+// Every attention step te-compile writes is one the runtime reads (without
+// cuDNN: AttentionLauncher::parse), and the KV-cache plans' steps are what
+// their specs say: the paged one's (tests/lit/te-compile/Inputs/
+// kv_cache_paged.yaml) reads pages of 8 rows from pools of 10 through a
+// table of 4 pages a sequence.
+TEST_P(RealPlanTest, AttentionStepsParse) {
+  std::optional<Plan> plan = loadPlan();
+  ASSERT_TRUE(plan);
+  bool paged = llvm::StringRef(GetParam()).contains("paged");
+  size_t kvCacheSteps = 0;
+  for (const FunctionPlan &function : plan->functions)
+    for (const Step &step : function.steps) {
+      const auto *attention = std::get_if<AttentionStep>(&step);
+      if (!attention)
+        continue;
+      llvm::Expected<AttentionLauncher> launcher =
+          AttentionLauncher::parse(*attention, function);
+      ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+      if (!attention->kvCache)
+        continue;
+      ++kvCacheSteps;
+      const AttentionProblem &p = launcher->problem();
+      EXPECT_EQ(p.paged(), paged) << p.key();
+      EXPECT_EQ(p.seqKv, 32) << p.key();
+      if (paged) {
+        EXPECT_EQ(p.pageSize, 8) << p.key();
+        EXPECT_EQ(p.pages, 10) << p.key();
+        EXPECT_TRUE(launcher->pageTableValue().has_value());
+      }
+    }
+  bool kvCache = llvm::StringRef(GetParam()).starts_with("kv_cache");
+  EXPECT_EQ(kvCacheSteps > 0, kvCache);
 }
 
 // Format 3: every FP8 state update of te-compile's plans may run in place,
