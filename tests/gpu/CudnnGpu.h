@@ -3,7 +3,8 @@
 // tejit-attention-check and tejit-fp8-attention-check need the CUDA driver,
 // device 0 made current and cuDNN. Without a driver or a GPU they are
 // skipped (exit 77); any other failure fails them. Either way the reason is
-// printed.
+// printed. Both take the same options (CheckOptions) and print the same
+// first line (printCheckBanner).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_TESTS_GPU_CUDNNGPU_H
@@ -14,7 +15,9 @@
 #include "runtime/Device.h"
 #include "tests/gpu/CheckExit.h"
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -51,6 +54,50 @@ inline std::optional<CudnnGpu> openCudnnGpu(int &exitStatus) {
     return std::nullopt;
   }
   return CudnnGpu{&*driver, *device, &*cudnn};
+}
+
+/// The checks' options: `--seed N` (default: the clock), `--filter TEXT`
+/// (cases whose name holds it), `--no-real` (skip the full-size cases), and
+/// one flag of the tool's own (`extraFlag`, e.g. "--time-decode").
+struct CheckOptions {
+  uint64_t seed =
+      uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  std::string filter;
+  bool real = true, extra = false;
+};
+
+/// `argv`'s options, or nothing after printing the usage (exit 2).
+inline std::optional<CheckOptions>
+parseCheckOptions(int argc, char **argv, const char *extraFlag = nullptr) {
+  CheckOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--seed" && i + 1 < argc)
+      options.seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (arg == "--filter" && i + 1 < argc)
+      options.filter = argv[++i];
+    else if (arg == "--no-real")
+      options.real = false;
+    else if (extraFlag && arg == extraFlag)
+      options.extra = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: %s [--seed N] [--filter TEXT] [--no-real]%s%s%s\n",
+                   argv[0], extraFlag ? " [" : "", extraFlag ? extraFlag : "",
+                   extraFlag ? "]" : "");
+      return std::nullopt;
+    }
+  }
+  return options;
+}
+
+/// The device, the cuDNN loaded (and from where) and the seed.
+inline void printCheckBanner(const CudnnGpu &gpu, uint64_t seed) {
+  std::printf("device %s (%s), cuDNN %s (%s), seed %llu (--seed %llu to "
+              "reproduce)\n",
+              gpu.device.name.c_str(), gpu.device.arch.c_str(),
+              gpu.cudnn->versionString().c_str(), gpu.cudnn->path.c_str(),
+              (unsigned long long)seed, (unsigned long long)seed);
 }
 
 } // namespace tejit::gpucheck

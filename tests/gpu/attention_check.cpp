@@ -103,8 +103,7 @@
 #include <vector>
 
 using namespace tejit::runtime;
-using tejit::gpucheck::CudnnGpu;
-using tejit::gpucheck::openCudnnGpu;
+using namespace tejit::gpucheck;
 
 namespace {
 
@@ -2722,39 +2721,19 @@ std::vector<KvCacheCase> kvCacheCases() {
 } // namespace
 
 int main(int argc, char **argv) {
-  uint64_t seed =
-      uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
-  std::string filter;
-  bool real = true, timeDecode = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--seed" && i + 1 < argc)
-      seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (arg == "--filter" && i + 1 < argc)
-      filter = argv[++i];
-    else if (arg == "--no-real")
-      real = false;
-    else if (arg == "--time-decode")
-      timeDecode = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: %s [--seed N] [--filter TEXT] [--no-real] "
-                   "[--time-decode]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  std::optional<CheckOptions> options =
+      parseCheckOptions(argc, argv, "--time-decode");
+  if (!options)
+    return 2;
+  uint64_t seed = options->seed;
+  const std::string &filter = options->filter;
+  bool real = options->real, timeDecode = options->extra;
 
   int exitStatus = 0;
   std::optional<CudnnGpu> opened = openCudnnGpu(exitStatus);
   if (!opened)
     return exitStatus;
-  std::printf("device %s (%s), cuDNN %s (%s), seed %llu (--seed %llu to "
-              "reproduce)\n",
-              opened->device.name.c_str(), opened->device.arch.c_str(),
-              opened->cudnn->versionString().c_str(),
-              opened->cudnn->path.c_str(), (unsigned long long)seed,
-              (unsigned long long)seed);
+  printCheckBanner(*opened, seed);
 
   Gpu gpu{opened->driver};
   Checker checker(gpu, seed);

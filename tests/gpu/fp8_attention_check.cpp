@@ -576,41 +576,24 @@ std::vector<Case> smallCases() {
 } // namespace
 
 int main(int argc, char **argv) {
-  uint64_t seed =
-      uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
-  std::string filter;
-  bool real = true;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--seed" && i + 1 < argc)
-      seed = std::strtoull(argv[++i], nullptr, 10);
-    else if (arg == "--filter" && i + 1 < argc)
-      filter = argv[++i];
-    else if (arg == "--no-real")
-      real = false;
-    else {
-      std::fprintf(stderr, "usage: %s [--seed N] [--filter TEXT] [--no-real]\n",
-                   argv[0]);
-      return 2;
-    }
-  }
+  std::optional<CheckOptions> options = parseCheckOptions(argc, argv);
+  if (!options)
+    return 2;
+  uint64_t seed = options->seed;
   int exitStatus = 0;
   std::optional<CudnnGpu> gpu = openCudnnGpu(exitStatus);
   if (!gpu)
     return exitStatus;
-  std::printf("device %s (%s), cuDNN %s, seed %llu (--seed %llu to "
-              "reproduce)\n",
-              gpu->device.name.c_str(), gpu->device.arch.c_str(),
-              gpu->cudnn->versionString().c_str(), (unsigned long long)seed,
-              (unsigned long long)seed);
+  printCheckBanner(*gpu, seed);
   Checker checker{*gpu->driver, std::mt19937_64(seed)};
   std::vector<Case> cases = smallCases();
-  if (real)
+  if (options->real)
     cases.push_back(makeCase(AttentionLayout::Sbhd, AttentionMask::Causal, 2,
                              16, 16, 2048, 2048, 128, true,
                              ElementType::F8E5M2));
   for (const Case &c : cases)
-    if (filter.empty() || c.name.find(filter) != std::string::npos)
+    if (options->filter.empty() ||
+        c.name.find(options->filter) != std::string::npos)
       checker.run(c);
   std::printf("%d passed, %d failed\n", checker.passed, checker.failed);
   return checker.failed ? 1 : 0;
