@@ -667,19 +667,18 @@ def param_grad_errors(grads, params, what, measure=NORM):
     return errors
 
 
-def check_block(module, reference, fmt, fp8_recipe, mask="causal",
-                rotary=False, seq=64, batch=2, hidden=None,
-                what="", param_grads=True, before_step=None):
-    """One training step of `module` (after the FP8 warm-up) against
-    `reference` in float32; `before_step(x, call)` runs just before it."""
-    hidden = hidden or module.hidden_size
+def block_inputs(module, fmt, mask, rotary, seq, batch, hidden):
+    """A block's random training inputs: (x, dy, padding, freqs, call,
+    rows): x [*lead, hidden] bf16 (sbhd or bshd), a random key padding
+    mask under the padding mask types, the rotary table (`rotary`: True for
+    every channel, or the rotated width; the module's layout), the forward's
+    keyword arguments, the valid rows (1 per kept token) and dy, zero on
+    padded rows."""
     lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
     x = torch.randn(*lead, hidden, device="cuda", dtype=BF16,
                     requires_grad=True)
     padding = random_padding(batch, seq, "cuda") if "padding" in mask \
         else None
-    # rotary: True (every channel) or the rotated width (partial rotary);
-    # the table's layout is the module's (rotary_pos_interleaved).
     attention = getattr(module, "self_attention", module)
     freqs = (rotary_freqs(seq, module.kv_channels if rotary is True
                           else rotary, "cuda",
@@ -693,6 +692,17 @@ def check_block(module, reference, fmt, fp8_recipe, mask="causal",
     rows = (valid_rows(padding, fmt) if padding is not None
             else torch.ones(*lead, 1, device="cuda"))
     dy = (torch.randn(*lead, hidden, device="cuda") * rows).to(BF16)
+    return x, dy, padding, freqs, call, rows
+
+
+def check_block(module, reference, fmt, fp8_recipe, mask="causal",
+                rotary=False, seq=64, batch=2, hidden=None,
+                what="", param_grads=True, before_step=None):
+    """One training step of `module` (after the FP8 warm-up) against
+    `reference` in float32; `before_step(x, call)` runs just before it."""
+    hidden = hidden or module.hidden_size
+    x, dy, padding, freqs, call, rows = block_inputs(
+        module, fmt, mask, rotary, seq, batch, hidden)
     for _ in range(FP8_WARMUP_STEPS if fp8_recipe is not None else 0):
         block_step(module, x, fp8_recipe, dy, **call)
     if before_step is not None:

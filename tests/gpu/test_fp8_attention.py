@@ -62,9 +62,9 @@ import tejit.pytorch as te  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
 from test_attention_layers import (  # noqa: E402
-    BF16, FP16, MHA_CASES, SEED, TL_CASES, attention_ref, block_step,
-    check_errors, mha_reference, param_grad_errors, random_padding, rel_l2,
-    rotary_freqs, transformer_ref, valid_rows)
+    BF16, FP16, MHA_CASES, SEED, TL_CASES, attention_ref, block_inputs,
+    block_step, check_errors, mha_reference, param_grad_errors,
+    random_padding, rel_l2, transformer_ref, valid_rows)
 
 fresh_seed = seed_per_test(SEED)
 
@@ -391,26 +391,9 @@ def check_block(module, reference, fmt, mask="causal", rotary=False, seq=128,
                 batch=2, param_grads=True, what=""):
     """STEPS training steps of `module` under fp8_dpa on one input, each
     against `reference` in float32 (check_step's rule)."""
-    hidden = module.hidden_size
-    lead = (seq, batch) if fmt == "sbhd" else (batch, seq)
-    x = torch.randn(*lead, hidden, device="cuda", dtype=BF16,
-                    requires_grad=True)
-    padding = random_padding(batch, seq, "cuda") if "padding" in mask \
-        else None
-    attention = getattr(module, "self_attention", module)
-    freqs = (rotary_freqs(seq, module.kv_channels if rotary is True
-                          else rotary, "cuda",
-                          getattr(attention, "rotary_pos_interleaved", False))
-             if rotary else None)
-    call = {}
-    if padding is not None:
-        call["attention_mask"] = padding
-    if freqs is not None:
-        call["rotary_pos_emb"] = freqs
-    rows = (valid_rows(padding, fmt) if padding is not None
-            else torch.ones(*lead, 1, device="cuda"))
+    x, dy, padding, freqs, call, rows = block_inputs(
+        module, fmt, mask, rotary, seq, batch, module.hidden_size)
     keep = rows.squeeze(-1).bool()
-    dy = (torch.randn(*lead, hidden, device="cuda") * rows).to(BF16)
     params = {n: p.detach().float().requires_grad_()
               for n, p in module.named_parameters()}
     x32 = x.detach().float().requires_grad_()

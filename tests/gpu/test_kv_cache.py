@@ -469,6 +469,38 @@ def graph_twins():
     return eager, graphed, rope
 
 
+def capture_step(module, static_x, params, rope):
+    """(graph, output) of one decode step of `module` on `static_x`
+    captured with torch.cuda.graph after two warm-up calls on a side
+    stream (the first compiles; both write the step's cache slots, which
+    every replay rewrites)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(2):
+            module(static_x, inference_params=params, rotary_pos_emb=rope)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        static_y = module(static_x, inference_params=params,
+                          rotary_pos_emb=rope)
+    return graph, static_y
+
+
+def check_replay(graph, static_x, static_y, x, eager, params, rope, live,
+                 what):
+    """The eager twin's step on `x` against a replay of `graph` on it: the
+    first `live` output rows equal bit for bit."""
+    with torch.no_grad():
+        want = eager(x, inference_params=params, rotary_pos_emb=rope)
+    static_x.copy_(x)
+    graph.replay()
+    diff = (static_y[:live].float() - want[:live].float()).abs().max()
+    assert torch.equal(static_y[:live], want[:live]), (
+        f"{what}: the replay differs from the eager step (max abs "
+        f"difference {diff.item():.3e})")
+
+
 def test_transformer_layer_decode_step_in_a_cuda_graph():
     """One decode step of a fixed shape (4 packed tokens, 4 cache rows)
     captured with torch.cuda.graph, replayed for later steps (sequences
@@ -500,17 +532,7 @@ def test_transformer_layer_decode_step_in_a_cuda_graph():
     first = OrderedDict(decode[0])
     for _, params in both:
         params.pre_step(first)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(2):
-            graphed(static_x, inference_params=both[1][1],
-                    rotary_pos_emb=rope)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        static_y = graphed(static_x, inference_params=both[1][1],
-                           rotary_pos_emb=rope)
+    graph, static_y = capture_step(graphed, static_x, both[1][1], rope)
     for index, pairs in enumerate(decode):
         step = OrderedDict(pairs)
         what = f"CUDA-graph decode step {index} {dict(step)}"
@@ -518,16 +540,8 @@ def test_transformer_layer_decode_step_in_a_cuda_graph():
         if index > 0:
             for _, params in both:
                 params.pre_step(step)
-        with torch.no_grad():
-            want = eager(x, inference_params=both[0][1],
-                         rotary_pos_emb=rope)
-        static_x.copy_(x)
-        graph.replay()
-        live = len(step)
-        diff = (static_y[:live].float() - want[:live].float()).abs().max()
-        assert torch.equal(static_y[:live], want[:live]), (
-            f"{what}: the replay differs from the eager step (max abs "
-            f"difference {diff.item():.3e})")
+        check_replay(graph, static_x, static_y, x, eager, both[0][1], rope,
+                     len(step), what)
     for layer in both[0][1].cache_manager.cache:
         for name, a, b in zip(("key", "value"),
                               both[0][1].cache_manager.cache[layer],
@@ -789,17 +803,7 @@ def test_transformer_layer_paged_decode_step_in_a_cuda_graph():
               [(2, 1), (5, 1)], [(2, 1), (5, 1)], [(2, 1), (5, 1)]]
     static_x = torch.randn(4, 256, device="cuda", dtype=BF16)
     pre_step(OrderedDict(decode[0]))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.no_grad():
-        for _ in range(2):
-            graphed(static_x, inference_params=both[1][1],
-                    rotary_pos_emb=rope)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.no_grad():
-        static_y = graphed(static_x, inference_params=both[1][1],
-                           rotary_pos_emb=rope)
+    graph, static_y = capture_step(graphed, static_x, both[1][1], rope)
     tables = set()
     reuse = PageReuse(both[1][1])
     for index, pairs in enumerate(decode):
@@ -811,16 +815,8 @@ def test_transformer_layer_paged_decode_step_in_a_cuda_graph():
             pre_step(step)
             reuse.after()
         tables.add(str(table.tolist()))
-        with torch.no_grad():
-            want = eager(x, inference_params=both[0][1],
-                         rotary_pos_emb=rope)
-        static_x.copy_(x)
-        graph.replay()
-        live = len(step)
-        diff = (static_y[:live].float() - want[:live].float()).abs().max()
-        assert torch.equal(static_y[:live], want[:live]), (
-            f"{what}: the replay differs from the eager step (max abs "
-            f"difference {diff.item():.3e})")
+        check_replay(graph, static_x, static_y, x, eager, both[0][1], rope,
+                     len(step), what)
     assert table.data_ptr() == address, "the page table moved"
     assert len(tables) > 3, "the page table did not change between replays"
     reuse.check("paged CUDA graph")
