@@ -21,21 +21,13 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
 from tejit.common import recipe  # noqa: E402
-from torch_free import load  # noqa: E402
+from torch_free import library_loads, load  # noqa: E402
 
 specs = load("module/_attention_specs.py", "tejit_attention_specs_fp8")
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 HEADS, GROUPS, D, SEQ, BATCH = 4, 2, 64, 32, 2
 FP8_DPA = recipe.DelayedScaling(fp8_dpa=True, amax_history_len=16)
-
-
-def library_loads():
-    try:
-        tejit.version()
-        return True
-    except tejit.LibraryNotFoundError:
-        return False
 
 
 class CheckTest(unittest.TestCase):

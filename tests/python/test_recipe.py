@@ -16,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
-from torch_free import load  # noqa: E402
+from torch_free import library_loads, load  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
 
@@ -28,14 +28,6 @@ def load_fp8_module():
         from tejit.pytorch import fp8  # noqa: PLC0415
         return fp8
     return load("fp8.py", "tejit.pytorch.fp8")
-
-
-def library_loads():
-    try:
-        tejit.version()
-        return True
-    except tejit.LibraryNotFoundError:
-        return False
 
 
 class FormatTest(unittest.TestCase):

@@ -18,3 +18,13 @@ def load(relative, module_name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def library_loads():
+    """Whether libtejit.so loads here (tests that compile skip without it)."""
+    import tejit
+    try:
+        tejit.version()
+        return True
+    except tejit.LibraryNotFoundError:
+        return False
