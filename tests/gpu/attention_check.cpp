@@ -84,11 +84,11 @@
 #include "runtime/Device.h"
 #include "runtime/DeviceBuffer.h"
 #include "tests/gpu/CudnnGpu.h"
+#include "tests/gpu/HostAttention.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -99,7 +99,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace tejit::runtime;
@@ -181,20 +180,6 @@ float fromHalf(uint16_t value) {
   return (value & 0x8000) ? -magnitude : magnitude;
 }
 
-/// Runs body(i) for i in [0, count) on all cores.
-template <typename Body> void parallelFor(size_t count, Body body) {
-  size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < std::min(threads, count); ++t)
-    pool.emplace_back([&] {
-      for (size_t i; (i = next++) < count;)
-        body(i);
-    });
-  for (std::thread &thread : pool)
-    thread.join();
-}
-
 //===----------------------------------------------------------------------===//
 // The device
 //===----------------------------------------------------------------------===//
@@ -258,9 +243,7 @@ struct HostTensor {
         bits(size_t(p.batch * heads * seq * p.headDim)), values(bits.size()) {}
 
   size_t index(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    if (layout == AttentionLayout::Sbhd)
-      return size_t(((s * batch + b) * heads + h) * dim + d);
-    return size_t(((b * seq + s) * heads + h) * dim + d);
+    return layoutIndex(layout, batch, heads, seq, dim, b, h, s, d);
   }
   double at(int64_t b, int64_t h, int64_t s, int64_t d) const {
     return values[index(b, h, s, d)];

@@ -36,6 +36,7 @@
 #include "runtime/DeviceBuffer.h"
 #include "tests/gpu/CheckExit.h"
 #include "tests/gpu/CudnnGpu.h"
+#include "tests/gpu/HostAttention.h"
 #include "tests/gpu/HostFp8.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -48,25 +49,12 @@
 #include <limits>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 using namespace tejit::runtime;
 using namespace tejit::gpucheck;
 
 namespace {
-
-template <typename Body> void parallelFor(size_t count, Body body) {
-  size_t threads = std::max(1u, std::thread::hardware_concurrency());
-  std::vector<std::thread> pool;
-  for (size_t t = 0; t < std::min(threads, count); ++t)
-    pool.emplace_back([&, t] {
-      for (size_t i = t; i < count; i += threads)
-        body(i);
-    });
-  for (std::thread &thread : pool)
-    thread.join();
-}
 
 /// A [b, h, s, d] FP8 tensor in the problem's layout: the device codes and
 /// their dequantized values (code value / scale), in device order.
@@ -85,9 +73,7 @@ struct Fp8Tensor {
   }
 
   size_t index(int64_t b, int64_t h, int64_t s, int64_t d) const {
-    if (layout == AttentionLayout::Sbhd)
-      return size_t(((s * batch + b) * heads + h) * dim + d);
-    return size_t(((b * seq + s) * heads + h) * dim + d);
+    return layoutIndex(layout, batch, heads, seq, dim, b, h, s, d);
   }
   double at(int64_t b, int64_t h, int64_t s, int64_t d) const {
     return values[index(b, h, s, d)];
