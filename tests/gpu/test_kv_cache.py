@@ -358,14 +358,21 @@ def block_decode_loop(module, params, hidden, rope, what, fp8_recipe=None,
         check_untouched_tail(params, longest, what)
 
 
-@pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
-def test_multihead_attention_decode_loop(rotary):
+def small_mha():
+    """The MultiheadAttention the decode loops run (hidden 256, 8 heads on
+    2 KV groups, LayerNorm input, thd, layer 2), weights perturbed."""
     mha = te.MultiheadAttention(256, 8, num_gqa_groups=2,
                                 input_layernorm=True, attention_dropout=0.0,
                                 attn_mask_type="padding_causal",
                                 qkv_format="thd", params_dtype=BF16,
                                 layer_number=2)
     perturb(mha)
+    return mha
+
+
+@pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
+def test_multihead_attention_decode_loop(rotary):
+    mha = small_mha()
     rope = (te.attention.RotaryPositionEmbedding(mha.kv_channels)(
         MAX_SEQUENCE) if rotary else None)
     block_decode_loop(mha, new_params(2, mha.kv_channels), 256, rope,
@@ -719,12 +726,7 @@ def block_inputs(hidden):
 
 @pytest.mark.parametrize("config", list(PAGED_CONFIGS))
 def test_multihead_attention_paged_decode_loop(config):
-    mha = te.MultiheadAttention(256, 8, num_gqa_groups=2,
-                                input_layernorm=True, attention_dropout=0.0,
-                                attn_mask_type="padding_causal",
-                                qkv_format="thd", params_dtype=BF16,
-                                layer_number=2)
-    perturb(mha)
+    mha = small_mha()
     mha.eval()
     settings = PAGED_CONFIGS[config]
     rope = te.attention.RotaryPositionEmbedding(mha.kv_channels)(
