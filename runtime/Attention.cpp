@@ -54,6 +54,8 @@ llvm::StringRef tejit::runtime::attentionMaskName(AttentionMask mask) {
     return "padding_causal";
   case AttentionMask::PaddingCausalBottomRight:
     return "padding_causal_bottom_right";
+  case AttentionMask::CausalBottomRight:
+    return "causal_bottom_right";
   }
   return "?";
 }
@@ -237,6 +239,8 @@ std::string AttentionProblem::key() const {
         llvm::formatv(" paged pages={0} page_size={1}", pages, pageSize).str();
   if (windowLeft >= 0 || windowRight >= 0)
     text += llvm::formatv(" window={0},{1}", windowLeft, windowRight).str();
+  if (bufferRowsQ || bufferRowsKv)
+    text += llvm::formatv(" rows={0},{1}", rowsQ(), rowsKv()).str();
   text += biasKey(*this);
   if (fp8 && backward)
     text += (" grad=" + elementTypeName(gradElement)).str();
@@ -351,9 +355,20 @@ Error AttentionProblem::validate() const {
           name, stride, count, headDim));
   // Bottom-right alignment needs each sequence's lengths: the kv cache has
   // them (the other layouts could too, but nothing asks for it yet).
-  if (bottomRight() && !kvCache)
+  if (mask == AttentionMask::PaddingCausalBottomRight && !kvCache)
     return unsupported("the mask type padding_causal_bottom_right is "
                        "supported with a kv cache only");
+  if (mask == AttentionMask::CausalBottomRight &&
+      (kvCache || thd() || seqKv < seqQ))
+    return unsupported("the mask type causal_bottom_right needs the sbhd or "
+                       "bshd layout and at least as many keys as queries");
+  if ((bufferRowsQ && bufferRowsQ < seqQ) ||
+      (bufferRowsKv && bufferRowsKv < seqKv) ||
+      ((bufferRowsQ || bufferRowsKv) && (thd() || kvCache)))
+    return unsupported(llvm::formatv(
+        "buffer rows ({0} and {1}) must hold s_q and s_kv, with the sbhd or "
+        "bshd layout",
+        bufferRowsQ, bufferRowsKv));
   if (Error error = validateBias(*this))
     return error;
   if (thd())

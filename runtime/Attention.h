@@ -30,6 +30,12 @@
 // writes a copy of it with every id clamped into [0, pages), which the
 // attention reads (cuDNN's paged cache load, or the decode kernels).
 //
+// Buffer rows (context parallelism, docs/context-parallel.md): a problem may
+// be a run over part of its buffers' rows. bufferRowsQ (q, o, dO, dq and the
+// stats) and bufferRowsKv (k, v, dk, dv) are the positions each batch entry
+// has in them (0: s_q and s_kv): the bshd batch stride and the stats' row
+// stride follow them; the pointers point at the first row of the run.
+//
 // Bias (docs/attention-bias.md, Transformer Engine's core_attention_bias_type):
 // a post-scale bias [1 or b, 1 or h, s_q, s_kv] (bf16/f16, q's type, packed)
 // is added to the scaled scores before the masks; its gradient, dbias [1, h,
@@ -68,13 +74,16 @@ namespace tejit::runtime {
 /// and keys at or past seq_len_kv[b]. The causal mask is top-left aligned:
 /// query i sees keys j <= i; bottom-right aligned (the kv cache's), each
 /// batch entry's diagonal ends at its last query and key: query i sees keys
-/// j <= i + seq_len_kv[b] - seq_len_q[b].
+/// j <= i + seq_len_kv[b] - seq_len_q[b]. CausalBottomRight is that
+/// alignment without padding (every entry's lengths are s_q and s_kv):
+/// query i sees keys j <= i + s_kv - s_q.
 enum class AttentionMask {
   None,
   Causal,
   Padding,
   PaddingCausal,
-  PaddingCausalBottomRight
+  PaddingCausalBottomRight,
+  CausalBottomRight
 };
 enum class AttentionLayout { Sbhd, Bshd, Thd };
 
@@ -87,7 +96,7 @@ enum class AttentionBias { None, PostScale, Alibi };
 enum class AlibiSlopes { None, Heads, BatchHeads };
 
 /// "none", "causal", "padding", "padding_causal",
-/// "padding_causal_bottom_right".
+/// "padding_causal_bottom_right", "causal_bottom_right".
 llvm::StringRef attentionMaskName(AttentionMask mask);
 /// "sbhd", "bshd", "thd".
 llvm::StringRef attentionLayoutName(AttentionLayout layout);
@@ -128,6 +137,9 @@ struct AttentionProblem {
   /// pages of each cache; 0 for plain caches. s_kv is then the table's
   /// width times pageSize.
   int64_t pageSize = 0, pages = 0;
+  /// The rows each batch entry has in the q-shaped buffers (q, o, dO, dq,
+  /// stats) and the k-shaped ones (see the file comment); 0: s_q, s_kv.
+  int64_t bufferRowsQ = 0, bufferRowsKv = 0;
   /// The post-scale bias or ALiBi (see the file comment). biasBatch and
   /// biasHeads are the bias's first two dims, each 1 or batch / heads;
   /// biasGrad (backward, the [1, h, s_q, s_kv] bias only) writes dbias.
@@ -151,8 +163,12 @@ struct AttentionProblem {
            mask == AttentionMask::PaddingCausal || bottomRight();
   }
   bool bottomRight() const {
-    return mask == AttentionMask::PaddingCausalBottomRight;
+    return mask == AttentionMask::PaddingCausalBottomRight ||
+           mask == AttentionMask::CausalBottomRight;
   }
+  /// The rows of a batch entry in the q-shaped and k-shaped buffers.
+  int64_t rowsQ() const { return bufferRowsQ ? bufferRowsQ : seqQ; }
+  int64_t rowsKv() const { return bufferRowsKv ? bufferRowsKv : seqKv; }
   bool thd() const { return layout == AttentionLayout::Thd; }
   bool paged() const { return pageSize > 0; }
   /// Entries of a sequence's page table row (s_kv / pageSize).

@@ -531,17 +531,18 @@ cudnnDataType_t ioType(ElementType element) {
 
 /// [b, h, s, d] dimensions and strides of a tensor with `heads` heads and
 /// `seq` positions in the problem's layout, `token` elements apart from one
-/// token to the next (0: packed, heads * d). thd is viewed as bshd: its
+/// token to the next (0: packed, heads * d), in a buffer of `rows` positions
+/// per batch entry (the bshd batch stride). thd is viewed as bshd: its
 /// ragged offsets replace the batch stride.
 std::pair<Dims, Dims> view(const AttentionProblem &p, int64_t heads,
-                           int64_t seq, int64_t token = 0) {
+                           int64_t seq, int64_t rows, int64_t token = 0) {
   int64_t b = p.batch, d = p.headDim;
   if (token == 0)
     token = heads * d;
   Dims dims = {b, heads, seq, d};
   if (p.layout == AttentionLayout::Sbhd) // [s, b, h, d]
     return {dims, {token, d, b * token, 1}};
-  return {dims, {seq * token, d, token, 1}}; // [b, s, h, d]
+  return {dims, {rows * token, d, token, 1}}; // [b, s, h, d]
 }
 
 /// The pieces the forward and backward graphs share.
@@ -551,6 +552,8 @@ struct Common {
   /// Dimensions, and strides of packed tensors (o, dO).
   Dims q, qStrides, kv, kvStrides;
   Dims scores, rows; // [b, h, s_q, s_kv], [b, h, s_q, 1]
+  /// The stats' strides: packed, or rowsQ() rows per (b, h).
+  Dims statsStrides;
   std::optional<Tensor> seqLenQ, seqLenKv;
   std::optional<Tensor> seed, offset;
   /// thd: the ragged offset tensors made so far, by slot.
@@ -559,10 +562,12 @@ struct Common {
   float maskValue;
 
   Common(Builder &g, const AttentionProblem &p) : p(p), io(ioType(p.element)) {
-    std::tie(q, qStrides) = view(p, p.heads, p.seqQ);
-    std::tie(kv, kvStrides) = view(p, p.kvHeads, p.seqKv);
+    std::tie(q, qStrides) = view(p, p.heads, p.seqQ, p.rowsQ());
+    std::tie(kv, kvStrides) = view(p, p.kvHeads, p.seqKv, p.rowsKv());
     scores = {p.batch, p.heads, p.seqQ, p.seqKv};
     rows = {p.batch, p.heads, p.seqQ, 1};
+    int64_t statsRows = p.rowsQ();
+    statsStrides = {p.heads * statsRows, statsRows, 1, 1};
     maskValue = g.version() < 91000 ? std::numeric_limits<float>::lowest()
                                     : -std::numeric_limits<float>::infinity();
     if (p.dropout > 0) {
@@ -576,10 +581,10 @@ struct Common {
   /// Strides of q-shaped and k/v-shaped operands `token` elements apart
   /// from one token to the next (0: packed).
   Dims qStridesOf(int64_t token) const {
-    return view(p, p.heads, p.seqQ, token).second;
+    return view(p, p.heads, p.seqQ, p.rowsQ(), token).second;
   }
   Dims kvStridesOf(int64_t token) const {
-    return view(p, p.kvHeads, p.seqKv, token).second;
+    return view(p, p.kvHeads, p.seqKv, p.rowsKv(), token).second;
   }
 
   void bindSeqLens(Builder &g) {
@@ -670,17 +675,24 @@ struct Common {
   /// become the mask value: keep row + seq_len_kv - seq_len_q >= column,
   /// the shift added to the row index in int32 (the length tensors
   /// broadcast along the column axis), then compared with the column index.
+  /// Without padding (CausalBottomRight) the lengths are s_q and s_kv, as
+  /// int32 by-value scalars, in cudnn-frontend's form of that mask.
   Tensor causalBottomRight(Builder &g, const Tensor &s) const {
     auto [row, col] = indices(g, s, "bottom-right causal row index",
                               "bottom-right causal column index",
                               CUDNN_DATA_INT32, CUDNN_DATA_FLOAT);
+    bool padded = p.padding();
+    Tensor keys =
+        padded ? *seqLenKv : g.scalarInt32(int32_t(p.seqKv), "s_kv (scalar)");
+    Tensor queries =
+        padded ? *seqLenQ : g.scalarInt32(int32_t(p.seqQ), "s_q (scalar)");
     Tensor plusKv = g.virtualTensor(row.dims, row.strides, CUDNN_DATA_INT32,
                                     "row + seq_len_kv");
-    g.pointwiseInto(CUDNN_POINTWISE_ADD, row, &*seqLenKv, nullptr, plusKv,
+    g.pointwiseInto(CUDNN_POINTWISE_ADD, row, &keys, nullptr, plusKv,
                     "row + seq_len_kv", CUDNN_DATA_INT32, 3);
     Tensor diagonal = g.virtualTensor(row.dims, row.strides, CUDNN_DATA_INT32,
                                       "row + seq_len_kv - seq_len_q");
-    g.pointwiseInto(CUDNN_POINTWISE_SUB, plusKv, &*seqLenQ, nullptr, diagonal,
+    g.pointwiseInto(CUDNN_POINTWISE_SUB, plusKv, &queries, nullptr, diagonal,
                     "row + seq_len_kv - seq_len_q", CUDNN_DATA_INT32, 3);
     Tensor keep = g.binary(CUDNN_POINTWISE_CMP_GE, diagonal, col,
                            "row + seq_len_kv - seq_len_q >= column",
@@ -835,8 +847,8 @@ void buildForward(Builder &g, const AttentionProblem &p) {
       cache ? g.workspace(c.rows, rowMajorStrides(c.rows), CUDNN_DATA_FLOAT,
                           size_t(p.batch * p.heads * p.seqQ) * sizeof(float),
                           "stats (unused)")
-            : g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
-                      CUDNN_DATA_FLOAT, "stats");
+            : g.bound(Slot::Stats, c.rows, c.statsStrides, CUDNN_DATA_FLOAT,
+                      "stats");
   auto [e, sum] = c.softmaxWithStats(g, s, stats);
 
   // bmm2 reads P in the input type: the last pointwise before it writes it.
@@ -873,8 +885,8 @@ void buildBackward(Builder &g, const AttentionProblem &p) {
   Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, c.io, "dO", 0,
                          c.ragged(g, Slot::RaggedO));
   // Stats stay [b, h, s_q, 1], padded per sequence, even for thd.
-  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
-                         CUDNN_DATA_FLOAT, "stats");
+  Tensor stats =
+      g.bound(Slot::Stats, c.rows, c.statsStrides, CUDNN_DATA_FLOAT, "stats");
   Tensor gradQ = g.bound(Slot::GradQ, c.q, c.qStridesOf(t.gradQ), c.io, "dQ", 0,
                          c.ragged(g, Slot::RaggedGradQ));
   Tensor gradK = g.bound(Slot::GradK, c.kv, c.kvStridesOf(t.gradK), c.io, "dK",
@@ -1087,8 +1099,8 @@ void buildForwardFp8(Builder &g, const AttentionProblem &p) {
     s = c.padding(g, s);
   s = c.band(g, s);
 
-  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
-                         CUDNN_DATA_FLOAT, "stats");
+  Tensor stats =
+      g.bound(Slot::Stats, c.rows, c.statsStrides, CUDNN_DATA_FLOAT, "stats");
   auto [e, sum] = c.softmaxWithStats(g, s, stats);
   Tensor prob = g.binary(CUDNN_POINTWISE_DIV, e, sum, "softmax");
   g.reduceInto(CUDNN_REDUCE_TENSOR_AMAX, prob, amaxS, "amax s");
@@ -1116,8 +1128,8 @@ void buildBackwardFp8(Builder &g, const AttentionProblem &p) {
                       c.io, "v (transposed)");
   Tensor o = g.bound(Slot::O, c.q, c.qStrides, c.io, "o");
   Tensor gradO = g.bound(Slot::GradO, c.q, c.qStrides, gradType, "dO");
-  Tensor stats = g.bound(Slot::Stats, c.rows, rowMajorStrides(c.rows),
-                         CUDNN_DATA_FLOAT, "stats");
+  Tensor stats =
+      g.bound(Slot::Stats, c.rows, c.statsStrides, CUDNN_DATA_FLOAT, "stats");
   Tensor gradQ =
       g.bound(Slot::GradQ, c.q, c.qStridesOf(t.gradQ), gradType, "dQ");
   Tensor gradK =

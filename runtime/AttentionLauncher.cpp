@@ -122,6 +122,32 @@ llvm::Expected<AttentionMask> maskOf(StringRef name, bool sameLengths,
                           "(no_mask, causal, padding and padding_causal are)");
 }
 
+/// A step's cp_ranks / cp_rank attributes (docs/context-parallel.md): the
+/// split of its parsed problem over the ranks, or nullopt without them.
+llvm::Expected<std::optional<CpAttentionSplit>>
+readContextParallel(const StepAttributes &attributes,
+                    const AttentionProblem &problem, bool masked) {
+  // Absent: the attributes' defaults (MLIR leaves them out when printing).
+  int64_t ranks = 1, rank = 0;
+  for (auto [name, value] :
+       {std::pair{"cp_ranks", &ranks}, std::pair{"cp_rank", &rank}}) {
+    if (!attributes.raw(name))
+      continue;
+    auto read = attributes.integer(name);
+    if (!read)
+      return read.takeError();
+    *value = *read;
+  }
+  if (ranks == 1 && rank == 0)
+    return std::nullopt;
+  if (masked)
+    return attributes.error("context parallelism takes no padding mask");
+  auto split = splitCpAttention(problem, ranks, rank);
+  if (!split)
+    return attributes.error(llvm::toString(split.takeError()));
+  return std::optional<CpAttentionSplit>(std::move(*split));
+}
+
 std::string shapeText(llvm::ArrayRef<int64_t> shape) {
   return "[" +
          llvm::join(llvm::map_range(
@@ -813,6 +839,14 @@ AttentionLauncher::parse(const AttentionStep &step,
   if (problem.dropout == 0)
     launcher.rng.reset();
   launcher.offsetDelta = uint64_t(*site) << siteOffsetShift;
+  auto split = readContextParallel(attributes, problem,
+                                   launcher.mask || launcher.queryMask);
+  if (!split)
+    return split.takeError();
+  if (*split) {
+    launcher.problemDesc = (*split)->early;
+    launcher.cpSplit = std::move(*split);
+  }
   return validated(std::move(launcher), function);
 }
 
@@ -1022,6 +1056,16 @@ AttentionLauncher::complete(AttentionLauncher parsed,
                     ErrorCode::Unsupported);
   }
   launcher->runner = std::move(*runner);
+  if (launcher->cpSplit && launcher->cpSplit->late) {
+    auto late = AttentionRunner::get(*launcher->cpSplit->late);
+    if (!late)
+      return annotate(late.takeError(),
+                      "function '" + function.name +
+                          "', attention step (context parallelism's late "
+                          "chunk)",
+                      ErrorCode::Unsupported);
+    launcher->lateRunner = std::move(*late);
+  }
   return std::move(parsed);
 }
 
@@ -1031,7 +1075,17 @@ size_t AttentionLauncher::scratchBytes() const {
                        : 2 * alignUp(problemDesc.batch * sizeof(int32_t));
   size_t workspace = decode ? decodePartialBytes(problemDesc, splits)
                             : alignUp(runner->workspaceBytes());
-  return lengths + alignUp(16) + workspace;
+  if (lateRunner)
+    workspace = std::max(workspace, alignUp(lateRunner->workspaceBytes()));
+  return lengths + alignUp(2 * 16) + workspace + cpGradientBytes();
+}
+
+size_t AttentionLauncher::cpGradientBytes() const {
+  if (!needsCpAccumulate())
+    return 0;
+  const AttentionProblem &p = problemDesc;
+  return 2 * alignUp(size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) *
+                     elementBytes(p.element));
 }
 
 Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
@@ -1067,7 +1121,7 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
   CUdeviceptr seqLens = scratch;
   CUdeviceptr queryLens = seqLens + lengthsBytes;
   CUdeviceptr rngState = queryLens + lengthsBytes;
-  CUdeviceptr workspace = rngState + alignUp(16);
+  CUdeviceptr workspace = rngState + alignUp(2 * 16);
   if (mask || rng) {
     PrepParams params;
     params.mask = mask ? addresses[*mask] : 0;
@@ -1115,7 +1169,76 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
       pointers.offset = rngState + sizeof(uint64_t);
     }
   }
-  return runner->run(pointers, workspace, stream);
+  if (!lateRunner)
+    return runner->run(pointers, workspace, stream);
+  CUdeviceptr lateRng = 0;
+  if (rng) {
+    // The late chunk draws its own dropout stream, half a site on from the
+    // early chunk's (sites are 1 << siteOffsetShift apart).
+    lateRng = rngState + 16;
+    PrepParams params;
+    params.batch = problemDesc.batch;
+    params.rngIn = addresses[*rng];
+    params.rngOut = lateRng;
+    params.rngOffsetDelta =
+        offsetDelta + (uint64_t(1) << (siteOffsetShift - 1));
+    if (Error error = launchPrep(driver, prep, params, 1,
+                                 maskThreads(problemDesc.batch), stream,
+                                 "launching the attention prep kernel (late "
+                                 "context-parallel chunk)"))
+      return error;
+  }
+  return runCpChunks(pointers, lateRng, workspace, stream, driver);
+}
+
+Error AttentionLauncher::runCpChunks(const AttentionPointers &pointers,
+                                     CUdeviceptr lateRng, CUdeviceptr workspace,
+                                     CUstream stream,
+                                     const CudaDriver &driver) const {
+  const CpAttentionSplit &split = *cpSplit;
+  const AttentionProblem &p = problemDesc;
+  AttentionPointers late = pointers;
+  // The late chunk's queries (and their o, dO, dq, stats) start c rows in;
+  // both chunks read the keys from row 0.
+  const AttentionProblem::TokenStrides &t = p.tokenStrides;
+  int64_t c = split.chunk;
+  late.q += cpRowOffsetBytes(p, c, t.q, false);
+  late.o += cpRowOffsetBytes(p, c, 0, false);
+  late.stats += uint64_t(c) * sizeof(float);
+  if (lateRng) {
+    late.seed = lateRng;
+    late.offset = lateRng + sizeof(uint64_t);
+  }
+  if (!p.backward) {
+    if (Error error = runner->run(pointers, workspace, stream))
+      return error;
+    return lateRunner->run(late, workspace, stream);
+  }
+  late.gradO += cpRowOffsetBytes(p, c, 0, false);
+  late.gradQ += cpRowOffsetBytes(p, c, t.gradQ, false);
+  // The late chunk sees a superset of the early chunk's keys: it writes dk
+  // and dv in place, the early chunk into the scratch after the workspace.
+  if (Error error = lateRunner->run(late, workspace, stream))
+    return error;
+  size_t gradBytes = cpGradientBytes() / 2;
+  CUdeviceptr earlyK =
+      workspace +
+      alignUp(std::max(runner->workspaceBytes(), lateRunner->workspaceBytes()));
+  CUdeviceptr earlyV = earlyK + gradBytes;
+  AttentionPointers early = pointers;
+  early.gradK = earlyK;
+  early.gradV = earlyV;
+  if (Error error = runner->run(early, workspace, stream))
+    return error;
+  if (!cpAccumulate)
+    return makeError(ErrorCode::State,
+                     "the context-parallel attention backward has no "
+                     "accumulation kernel (setCpAccumulateKernel)");
+  if (Error error = enqueueCpAccumulate(driver, cpAccumulate, split,
+                                        pointers.gradK, earlyK, stream))
+    return error;
+  return enqueueCpAccumulate(driver, cpAccumulate, split, pointers.gradV,
+                             earlyV, stream);
 }
 
 Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,

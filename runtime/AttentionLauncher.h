@@ -14,6 +14,7 @@
 #define TEJIT_RUNTIME_ATTENTIONLAUNCHER_H
 
 #include "runtime/Attention.h"
+#include "runtime/ContextParallel.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/Plan.h"
 
@@ -122,6 +123,19 @@ public:
                   CUstream stream, const CudaDriver &driver) const;
 
   const AttentionProblem &problem() const { return problemDesc; }
+  /// Context parallelism (docs/context-parallel.md, runtime/
+  /// ContextParallel.h): how the step's local queries run, or null for a
+  /// step without cp_ranks.
+  const CpAttentionSplit *contextParallel() const {
+    return cpSplit ? &*cpSplit : nullptr;
+  }
+  /// Whether run() needs setCpAccumulateKernel()'s kernel (the backward of
+  /// a causal context-parallel step), and that kernel (runtime/kernels/
+  /// AttentionPrep.cu's tejit_cp_accumulate).
+  bool needsCpAccumulate() const {
+    return cpSplit && cpSplit->late && problemDesc.backward;
+  }
+  void setCpAccumulateKernel(CUfunction kernel) { cpAccumulate = kernel; }
   /// thd: the value ids of cu_seqlens_q and cu_seqlens_kv (q's when the
   /// step has one).
   std::optional<int64_t> cuSeqlensQValue() const { return cuSeqlensQ; }
@@ -144,6 +158,14 @@ private:
   /// parse() of a kv_cache_attention step.
   static llvm::Expected<AttentionLauncher>
   parseKvCache(const AttentionStep &step, const FunctionPlan &function);
+
+  /// run() of a causal context-parallel step: its two chunks.
+  /// `lateRng`: the late chunk's dropout state (0 without dropout).
+  llvm::Error runCpChunks(const AttentionPointers &pointers,
+                          CUdeviceptr lateRng, CUdeviceptr workspace,
+                          CUstream stream, const CudaDriver &driver) const;
+  /// The scratch for the early chunk's dk and dv (needsCpAccumulate()).
+  size_t cpGradientBytes() const;
 
   llvm::Error runThd(llvm::ArrayRef<CUdeviceptr> addresses,
                      AttentionPointers &pointers, CUdeviceptr scratch,
@@ -172,6 +194,11 @@ private:
   /// steps.
   std::vector<std::pair<const Fp8Role *, int64_t>> fp8;
   uint64_t offsetDelta = 0;
+  /// Context parallelism: the split (problemDesc is its early problem) and,
+  /// under the causal mask, the late chunk's runner.
+  std::optional<CpAttentionSplit> cpSplit;
+  std::shared_ptr<const AttentionRunner> lateRunner;
+  CUfunction cpAccumulate = nullptr;
   /// Cross-attention (s_q != s_kv, or pad_keys_only) with a key padding
   /// mask and no query mask: every query is valid, so cuDNN gets s_q as
   /// each query length.

@@ -535,6 +535,20 @@ int64_t tejit_program_tp_size(const tejit_program *program) {
   return program ? program->program->tensorParallelRanks() : 0;
 }
 
+tejit_status tejit_program_set_cp_group(tejit_program *program,
+                                        tejit_tp_group *group) {
+  if (!program)
+    return invalid("tejit_program_set_cp_group: program is null");
+  if (llvm::Error error = program->program->setContextParallelGroup(
+          group ? group->group : nullptr))
+    return fail(std::move(error));
+  return ok();
+}
+
+int64_t tejit_program_cp_size(const tejit_program *program) {
+  return program ? program->program->contextParallelRanks() : 0;
+}
+
 tejit_status tejit_program_set_forward_state_updates(tejit_program *program,
                                                      int enabled) {
   if (!program)

@@ -1,6 +1,7 @@
 //===- Executor.cpp - running one plan function on a stream ---------------===//
 #include "runtime/Executor.h"
 #include "runtime/AmaxReducer.h"
+#include "runtime/CpCollective.h"
 #include "runtime/TensorParallel.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -174,6 +175,12 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       if (!launcher)
         return annotate(launcher.takeError(), llvm::formatv("step {0}", index),
                         ErrorCode::Unsupported);
+      if (launcher->needsCpAccumulate()) {
+        auto accumulate = modules.helper("tejit_cp_accumulate");
+        if (!accumulate)
+          return accumulate.takeError();
+        launcher->setCpAccumulateKernel(*accumulate);
+      }
       attention = std::move(*launcher);
     }
     std::optional<GroupedGemm> grouped;
@@ -232,6 +239,9 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
   if (!tpNeeds)
     return tpNeeds.takeError();
   executor->tpNeeds = *tpNeeds;
+  for (const Step &step : function.steps)
+    if (const auto *cp = std::get_if<CpCollectiveStep>(&step))
+      executor->cpRanks = cp->ranks;
   executor->addresses.assign(function.values.size(), 0);
   // A view's address is its root's plus an offset, the same on every run:
   // follow each chain once here (the plan parser rejects cycles).
@@ -510,6 +520,42 @@ Error Executor::setTensorParallelGroup(
   return Error::success();
 }
 
+Error Executor::setContextParallelGroup(
+    std::shared_ptr<TensorParallelGroup> group) {
+  if (group && cpRanks && group->ranks() >= 0 && group->ranks() != cpRanks)
+    return makeError(
+        ErrorCode::InvalidArgument,
+        llvm::formatv("function '{0}' is compiled for context parallelism "
+                      "over {1} ranks (cp_size {1}), but the context-parallel "
+                      "group ({2}) has {3}",
+                      plan.name, cpRanks, group->describe(), group->ranks()));
+  cpGroup = std::move(group);
+  return Error::success();
+}
+
+Error Executor::checkContextParallelGroup() const {
+  if (!cpRanks)
+    return Error::success();
+  if (!cpGroup)
+    return makeError(
+        ErrorCode::State,
+        llvm::formatv("function '{0}': this program is compiled for context "
+                      "parallelism over {1} ranks (cp_size {1}); give it a "
+                      "context-parallel group (tejit_program_set_cp_group)",
+                      plan.name, cpRanks));
+  for (TpCollective collective :
+       {TpCollective::AllGather, TpCollective::ReduceScatter})
+    if (!cpGroup->has(collective))
+      return makeError(
+          ErrorCode::State,
+          llvm::formatv("function '{0}': its context-parallel group ({1}) "
+                        "has no {2} function, which context parallelism "
+                        "needs",
+                        plan.name, cpGroup->describe(),
+                        tpFunctionName(collective)));
+  return Error::success();
+}
+
 llvm::SmallVector<DeviceRange, 8> Executor::bytesOf(const Step &step) const {
   llvm::SmallVector<DeviceRange, 8> ranges;
   forEachStepValue(step, [&](int64_t id, bool) {
@@ -559,6 +605,9 @@ size_t Executor::scratchBytes() const {
   for (const std::optional<AttentionLauncher> &attention : attentions)
     if (attention)
       bytes = std::max(bytes, attention->scratchBytes());
+  for (const Step &step : plan.steps)
+    if (const auto *cp = std::get_if<CpCollectiveStep>(&step))
+      bytes = std::max(bytes, cpCollectiveScratchBytes(*cp, plan));
   return bytes;
 }
 
@@ -730,6 +779,8 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
   // graph being captured).
   if (Error error = tpNeeds.check(plan.name, tpGroup.get()))
     return error;
+  if (Error error = checkContextParallelGroup())
+    return error;
   // Host arguments: read and checked before anything is enqueued, then
   // copied to the device (HostArguments.h), where everything but the
   // grouped GEMMs reads them.
@@ -810,7 +861,8 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
     // A sum in flight is waited for by the steps that touch its bytes, and
     // by collectives on other communicators (one order on every rank).
     if (sumOverlap && sumOverlap->busy())
-      if (Error error = std::holds_alternative<AmaxAllReduceStep>(step)
+      if (Error error = std::holds_alternative<AmaxAllReduceStep>(step) ||
+                                std::holds_alternative<CpCollectiveStep>(step)
                             ? sumOverlap->joinAll(stream)
                             : sumOverlap->joinTouching(stream, bytesOf(step)))
         return failed(std::move(error));
@@ -840,6 +892,11 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
                              "copying amaxes");
     } else if (std::optional<TpStepRef> collective = asTpStep(step)) {
       error = startCollective(*collective, stream);
+    } else if (const auto *cp = std::get_if<CpCollectiveStep>(&step)) {
+      // On the caller's stream: the reordering copies use the scratch.
+      error =
+          enqueueCpCollective(*cp, plan, addresses[cp->in], addresses[cp->out],
+                              scratch, *cpGroup, driver, stream);
     }
     if (error)
       return failed(std::move(error));

@@ -124,6 +124,13 @@ public:
   setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
   /// The ranks of the function's tensor-parallel steps, 0 when it has none.
   int64_t tensorParallelRanks() const { return tpNeeds.ranks; }
+  /// The group the context-parallel steps (cp_allgather, cp_reducescatter;
+  /// docs/context-parallel.md) run over, as setTensorParallelGroup's: its
+  /// all-gather and reduce-scatter are used.
+  llvm::Error
+  setContextParallelGroup(std::shared_ptr<TensorParallelGroup> group);
+  /// The ranks of the function's context-parallel steps, 0 when it has none.
+  int64_t contextParallelRanks() const { return cpRanks; }
   /// Whether the function takes host arguments (m_splits).
   bool hasHostArguments() const { return !hostRules.empty(); }
   /// Whether a run on a capturing stream may read its host arguments
@@ -301,6 +308,11 @@ private:
   /// collectives), and the group they run over.
   TpNeeds tpNeeds;
   std::shared_ptr<TensorParallelGroup> tpGroup;
+  /// The context-parallel steps' ranks (0: none) and group.
+  int64_t cpRanks = 0;
+  std::shared_ptr<TensorParallelGroup> cpGroup;
+  /// Whether the CP group can run the function's steps (before a run).
+  llvm::Error checkContextParallelGroup() const;
   /// The collectives' own stream, made by the first run that has one to
   /// start.
   std::unique_ptr<SumOverlap> sumOverlap;

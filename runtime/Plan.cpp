@@ -382,6 +382,9 @@ void tejit::runtime::forEachStepValue(
   } else if (std::optional<TpStepRef> collective = asTpStep(step)) {
     visit(collective->step.in, false);
     visit(collective->step.out, true);
+  } else if (const auto *cp = std::get_if<CpCollectiveStep>(&step)) {
+    visit(cp->in, false);
+    visit(cp->out, true);
   } else if (const auto *grouped = std::get_if<GroupedGemmStep>(&step)) {
     visit(grouped->a, false);
     visit(grouped->b, false);
@@ -522,6 +525,14 @@ const FunctionPlan *Plan::backwardOf(const FunctionPlan &forward) const {
     if (!function.backwardOf.empty() && function.backwardOf == forward.name)
       return &function;
   return nullptr;
+}
+
+int64_t Plan::contextParallelRanks() const {
+  for (const FunctionPlan &function : functions)
+    for (const Step &step : function.steps)
+      if (const auto *cp = std::get_if<CpCollectiveStep>(&step))
+        return cp->ranks;
+  return 1;
 }
 
 int64_t Plan::tensorParallelRanks() const {
@@ -727,6 +738,9 @@ private:
   /// A tp_allreduce, tp_allgather or tp_reducescatter step.
   Error parseTpCollective(const json::Object &node, const Scope &scope,
                           TpCollective collective, TpCollectiveStep &step);
+  /// A cp_allgather or cp_reducescatter step (`step.gather` set).
+  Error parseCpCollective(const json::Object &node, const Scope &scope,
+                          CpCollectiveStep &step);
   /// Whether values `a` and `b` share bytes (of one argument, one result or
   /// the arena).
   bool shareBytes(int64_t a, int64_t b) const;
@@ -1238,13 +1252,20 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
                                         TpCollective::ReduceScatter, step))
       return error;
     function.steps.push_back(step);
+  } else if (*kind == "cp_allgather" || *kind == "cp_reducescatter") {
+    CpCollectiveStep step;
+    step.gather = *kind == "cp_allgather";
+    if (Error error = parseCpCollective(**object, scope, step))
+      return error;
+    function.steps.push_back(step);
   } else {
     return scope.error("kind", "is unknown (expected kernel, gemm, "
                                "grouped_gemm, attention, attention_bwd, "
                                "fp8_attention, fp8_attention_bwd, "
                                "kv_cache_attention, amax_allreduce, "
-                               "tp_allreduce, tp_allgather or "
-                               "tp_reducescatter)");
+                               "tp_allreduce, tp_allgather, "
+                               "tp_reducescatter, cp_allgather or "
+                               "cp_reducescatter)");
   }
   return Error::success();
 }
@@ -2089,6 +2110,96 @@ Error FunctionParser::parseTpCollective(const json::Object &node,
   return Error::success();
 }
 
+Error FunctionParser::parseCpCollective(const json::Object &node,
+                                        const Scope &scope,
+                                        CpCollectiveStep &step) {
+  if (Error error = parseInOut(node, scope, step.in, step.out))
+    return error;
+  Expected<int64_t> ranks = scope.integer(node, "ranks");
+  if (!ranks)
+    return ranks.takeError();
+  Expected<int64_t> seqDim = scope.integer(node, "seq_dim");
+  if (!seqDim)
+    return seqDim.takeError();
+  Expected<bool> loadBalanced = scope.boolean(node, "load_balanced");
+  if (!loadBalanced)
+    return loadBalanced.takeError();
+  step.ranks = *ranks;
+  step.seqDim = *seqDim;
+  step.loadBalanced = *loadBalanced;
+  StringRef what = step.gather ? "a context-parallel all-gather"
+                               : "a context-parallel reduce-scatter";
+  if (*ranks < 2)
+    return scope.error("ranks", "is " + Twine(*ranks) + "; " + what +
+                                    " spans at least 2 ranks");
+  const TensorType &inType = function.values[step.in].type;
+  const TensorType &outType = function.values[step.out].type;
+  if ((inType.element != ElementType::BF16 &&
+       inType.element != ElementType::F16 &&
+       inType.element != ElementType::F32) ||
+      inType.element != outType.element)
+    return scope.error("out", "is value " + Twine(step.out) + " of type " +
+                                  printType(outType) + " and 'in' (value " +
+                                  Twine(step.in) + ") " + printType(inType) +
+                                  "; " + what +
+                                  " takes one element type, bf16, f16 or f32");
+  // The whole sequence and this rank's tokens: the same shape but for dim
+  // seq_dim, ranks times longer in the whole one.
+  const TensorType &whole = step.gather ? outType : inType;
+  const TensorType &local = step.gather ? inType : outType;
+  size_t rank = whole.shape.size();
+  if (*seqDim < 0 || *seqDim > 1 || size_t(*seqDim) >= rank)
+    return scope.error("seq_dim", "is " + Twine(*seqDim) +
+                                      "; the sequence is dim 0 (sbhd) or 1 "
+                                      "(bshd) of a tensor of rank " +
+                                      Twine(rank));
+  bool shapesMatch = local.shape.size() == rank;
+  for (size_t dim = 0; shapesMatch && dim < rank; ++dim)
+    shapesMatch = whole.shape[dim] ==
+                  local.shape[dim] * (dim == size_t(*seqDim) ? *ranks : 1);
+  if (!shapesMatch)
+    return scope.error(step.gather ? "out" : "in",
+                       "is " + printType(whole) + ", this rank's tokens " +
+                           printType(local) + "; " + what + " over " +
+                           Twine(*ranks) +
+                           " ranks has the same shape with dim seq_dim " +
+                           Twine(*ranks) + " times longer");
+  if (step.loadBalanced && local.shape[*seqDim] % 2 != 0)
+    return scope.error("load_balanced",
+                       "is set, but this rank's " +
+                           Twine(local.shape[*seqDim]) +
+                           " tokens do not split into two chunks");
+  if (shareBytes(step.in, step.out))
+    return scope.error("out", "is value " + Twine(step.out) +
+                                  ", which shares bytes with 'in' (value " +
+                                  Twine(step.in) + "); " + what +
+                                  " runs out of place");
+  return Error::success();
+}
+
+/// Checks that every context-parallel step of the plan spans as many ranks:
+/// a program runs over one context-parallel group.
+Error checkContextParallelRanks(const Plan &plan) {
+  int64_t ranks = 0;
+  for (const FunctionPlan &function : plan.functions)
+    for (auto [index, step] : llvm::enumerate(function.steps)) {
+      const auto *cp = std::get_if<CpCollectiveStep>(&step);
+      if (!cp)
+        continue;
+      if (ranks && cp->ranks != ranks)
+        return Scope("function '" + function.name + "', step " +
+                     std::to_string(index))
+            .error("ranks",
+                   "is " + Twine(cp->ranks) +
+                       ", but an earlier "
+                       "context-parallel step has " +
+                       Twine(ranks) +
+                       "; a plan runs over one context-parallel group");
+      ranks = cp->ranks;
+    }
+  return Error::success();
+}
+
 /// Checks that every tensor-parallel step of the plan (tp_allreduce,
 /// tp_allgather, tp_reducescatter) spans as many ranks: a program runs over
 /// one tensor-parallel group.
@@ -2287,6 +2398,8 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
       return error;
   }
   if (Error error = checkFunctions(plan))
+    return error;
+  if (Error error = checkContextParallelRanks(plan))
     return error;
   if (Error error = checkTensorParallelRanks(plan))
     return error;

@@ -257,9 +257,27 @@ struct TpAllGatherStep : TpCollectiveStep {};
 /// bytes.
 struct TpReduceScatterStep : TpCollectiveStep {};
 
-using Step = std::variant<KernelStep, GemmStep, AttentionStep,
-                          AmaxAllReduceStep, TpAllReduceStep, TpAllGatherStep,
-                          TpReduceScatterStep, GroupedGemmStep>;
+/// Context parallelism (docs/context-parallel.md): "cp_allgather" gathers
+/// the `ranks` ranks' `in` (this rank's tokens of every sequence) along dim
+/// `seqDim` (0 or 1) into `out` (the whole sequence); "cp_reducescatter"
+/// (gather false) sums `in` (a whole-sequence tensor) over the ranks and
+/// keeps this rank's tokens in `out`. With `loadBalanced`, rank r's tokens
+/// are chunks r and 2N - 1 - r of the sequence's 2N chunks (each half of its
+/// rows) and the whole tensor is in sequence order; without, the ranks'
+/// tokens follow each other in rank order. `in` and `out` have one element
+/// type (bf16, f16 or f32) and never share bytes.
+struct CpCollectiveStep {
+  int64_t in = 0, out = 0;
+  int64_t ranks = 0;
+  bool gather = true;
+  int64_t seqDim = 0;
+  bool loadBalanced = false;
+};
+
+using Step =
+    std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep,
+                 TpAllReduceStep, TpAllGatherStep, TpReduceScatterStep,
+                 GroupedGemmStep, CpCollectiveStep>;
 
 /// Which tensor-parallel collective a step is.
 enum class TpCollective { AllReduce, AllGather, ReduceScatter };
@@ -358,6 +376,10 @@ struct Plan {
   /// tensor-parallel steps (tp_allreduce, tp_allgather, tp_reducescatter;
   /// parsing checks they agree), 1 when it has none.
   int64_t tensorParallelRanks() const;
+  /// The context-parallel size the plan was compiled for: the ranks of its
+  /// cp_allgather / cp_reducescatter steps (parsing checks they agree), 1
+  /// when it has none.
+  int64_t contextParallelRanks() const;
 };
 
 /// Why `step`, which reads the scratch as the step before it left it, cannot

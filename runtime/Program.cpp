@@ -285,31 +285,48 @@ Error Program::setAmaxReducer(std::shared_ptr<AmaxReducer> reducer) {
   return Error::success();
 }
 
-Error Program::setTensorParallelGroup(
-    std::shared_ptr<TensorParallelGroup> group) {
+Error Program::setGroup(const std::shared_ptr<TensorParallelGroup> &group,
+                        int64_t ranks, llvm::StringRef what,
+                        llvm::StringRef sizeName,
+                        llvm::function_ref<Error(Executor &)> give) {
   if (group && group->device() >= 0 && group->device() != deviceInfo.ordinal)
     return makeError(ErrorCode::InvalidArgument,
-                     llvm::formatv("the tensor-parallel group ({0}) is on "
-                                   "device {1}, the program on device {2}",
-                                   group->describe(), group->device(),
+                     llvm::formatv("the {0}-parallel group ({1}) is on device "
+                                   "{2}, the program on device {3}",
+                                   what, group->describe(), group->device(),
                                    deviceInfo.ordinal));
   // Checked here, before either executor takes the group, so that a
   // refused group leaves both with the one they had.
-  int64_t ranks = tensorParallelRanks();
   if (group && ranks > 1 && group->ranks() >= 0 && group->ranks() != ranks)
     return makeError(
         ErrorCode::InvalidArgument,
-        llvm::formatv("the program is compiled for tensor parallelism over "
-                      "{0} ranks (tp_size {0}), but the tensor-parallel group "
-                      "({1}) has {2}",
-                      ranks, group->describe(), group->ranks()));
+        llvm::formatv(
+            "the program is compiled for {0} parallelism over {1} "
+            "ranks ({2} {1}), but the {0}-parallel group ({3}) has {4}",
+            what, ranks, sizeName, group->describe(), group->ranks()));
   // The executors hold it (and keep it alive): every call, also one whose
-  // forward leaves the FP8 state, sums over it.
+  // forward leaves the FP8 state, runs its collectives over it.
   for (Function *function : {&forwardFn, &backwardFn})
     if (function->executor)
-      if (Error error = function->executor->setTensorParallelGroup(group))
+      if (Error error = give(*function->executor))
         return error;
   return Error::success();
+}
+
+Error Program::setTensorParallelGroup(
+    std::shared_ptr<TensorParallelGroup> group) {
+  return setGroup(group, tensorParallelRanks(), "tensor", "tp_size",
+                  [&](Executor &executor) {
+                    return executor.setTensorParallelGroup(group);
+                  });
+}
+
+Error Program::setContextParallelGroup(
+    std::shared_ptr<TensorParallelGroup> group) {
+  return setGroup(group, contextParallelRanks(), "context", "cp_size",
+                  [&](Executor &executor) {
+                    return executor.setContextParallelGroup(group);
+                  });
 }
 
 Error Program::setSeed(uint64_t seed) {

@@ -172,8 +172,27 @@ public:
   /// the program, or knows its size and it is not tensorParallelRanks().
   llvm::Error
   setTensorParallelGroup(std::shared_ptr<TensorParallelGroup> group);
+  /// The context-parallel size the program was compiled for (cp_size): the
+  /// ranks its cp_allgather / cp_reducescatter steps span, 1 when it has
+  /// none (docs/context-parallel.md).
+  int64_t contextParallelRanks() const {
+    return bundle.plan.contextParallelRanks();
+  }
+  /// The group the context-parallel steps run over, as
+  /// setTensorParallelGroup's (its all-gather and reduce-scatter).
+  llvm::Error
+  setContextParallelGroup(std::shared_ptr<TensorParallelGroup> group);
 
 private:
+  /// What setTensorParallelGroup and setContextParallelGroup share: `group`
+  /// checked against the device and `ranks` (`what`: "tensor" or
+  /// "context", `sizeName` the size's name), then given to both executors
+  /// by `give`.
+  llvm::Error setGroup(const std::shared_ptr<TensorParallelGroup> &group,
+                       int64_t ranks, llvm::StringRef what,
+                       llvm::StringRef sizeName,
+                       llvm::function_ref<llvm::Error(Executor &)> give);
+
   /// How one argument or result of a function is supplied.
   struct Binding {
     enum Kind {

@@ -396,6 +396,21 @@ tejit_status tejit_program_set_tp_group(tejit_program *program,
  * NULL program). */
 int64_t tejit_program_tp_size(const tejit_program *program);
 
+/* Context parallelism (docs/context-parallel.md; TE's cp_group): a program
+ * compiled with cp_size N > 1 holds this rank's s / N tokens of every
+ * sequence (chunks r and 2N - 1 - r of 2N) and gathers the keys and values
+ * of the others with a group's all-gather (and reduce-scatters their
+ * gradients). The group is a tejit_tp_group of the context-parallel ranks
+ * (tejit_tp_group_create, _from_nccl_comm, or _from_functions with
+ * all_gather and reduce_scatter). Sets (NULL: clears) it from the next call
+ * on; without one a program with cp_size > 1 fails its calls. Fails when the
+ * group is on another device or has another number of ranks than cp_size. */
+tejit_status tejit_program_set_cp_group(tejit_program *program,
+                                        tejit_tp_group *group);
+/* The context-parallel size the program was compiled for (1: none; 0 for a
+ * NULL program). */
+int64_t tejit_program_cp_size(const tejit_program *program);
+
 #ifdef __cplusplus
 }
 #endif

@@ -38,6 +38,10 @@
 //
 // The host mirror of the struct is in runtime/AttentionLauncher.cpp; every
 // field is 8 bytes wide so that both compilers lay it out alike.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #define TEJIT_PREP_RAGGED 7
 #define TEJIT_PREP_ZEROED 3
 struct TejitAttentionPrep {
@@ -257,4 +261,44 @@ extern "C" __global__ void tejit_copy_unless_flag(const int *flag,
     return;
   for (unsigned long long i = threadIdx.x; i < bytes; i += blockDim.x)
     to[i] = from[i];
+}
+
+// Context parallelism (docs/context-parallel.md): the backward of a causal
+// step runs its two query chunks as two cuDNN calls. The late chunk writes
+// dk (or dv) in place for its key prefix, the early chunk writes its own
+// prefix's gradient to `src` (a buffer laid out as `dst`); this kernel then
+// adds src's rows [0, add_rows) to dst and zeroes dst's rows from
+// `zero_from` on, which no query of this rank sees. The tensors are
+// [outer, rows, inner] (sbhd: outer 1, inner b * h * d; bshd: outer b,
+// inner h * d) of bf16 (is_half 0) or f16.
+struct TejitCpAccumulate {
+  unsigned short *dst;
+  const unsigned short *src;
+  long long outer, rows, inner, add_rows, zero_from, is_half;
+};
+
+__device__ inline float tejitLoad16(unsigned short bits, bool half) {
+  if (half)
+    return __half2float(__ushort_as_half(bits));
+  return __uint_as_float(unsigned(bits) << 16);
+}
+
+__device__ inline unsigned short tejitStore16(float value, bool half) {
+  if (half)
+    return __half_as_ushort(__float2half_rn(value));
+  return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+}
+
+extern "C" __global__ void tejit_cp_accumulate(TejitCpAccumulate p) {
+  long long total = p.outer * p.rows * p.inner;
+  bool half = p.is_half != 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+       i < total; i += (long long)gridDim.x * blockDim.x) {
+    long long row = i / p.inner % p.rows;
+    if (row < p.add_rows)
+      p.dst[i] = tejitStore16(
+          tejitLoad16(p.dst[i], half) + tejitLoad16(p.src[i], half), half);
+    else if (row >= p.zero_from)
+      p.dst[i] = 0;
+  }
 }

@@ -16,6 +16,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include <algorithm>
@@ -788,6 +789,122 @@ TEST(PlanTest, TpAllGatherAndReduceScatterStepsParse) {
     EXPECT_FALSE(asTpStep(step));
 }
 
+/// Appends to the forward of kPlan a context-parallel step (`kind`
+/// "cp_allgather" or "cp_reducescatter") from value 11 ([4, 8] bf16) into a
+/// new value 13 of `outShape`, with the given fields.
+void appendCpCollective(json::Value &plan, llvm::StringRef kind,
+                        llvm::StringRef outShape, int64_t outElements,
+                        int64_t ranks, int64_t seqDim, bool loadBalanced) {
+  function(plan, 0)["arena_bytes"] = 168 + outElements * 2;
+  function(plan, 0).getArray("values")->push_back(
+      json::Object{{"id", 13},
+                   {"type", ("tensor<" + outShape + "xbf16>").str()},
+                   {"bytes", outElements * 2},
+                   {"storage", json::Object{{"arena_offset", 168}}}});
+  function(plan, 0).getArray("steps")->push_back(
+      json::Object{{"kind", kind},
+                   {"in", 11},
+                   {"out", 13},
+                   {"ranks", ranks},
+                   {"seq_dim", seqDim},
+                   {"load_balanced", loadBalanced}});
+}
+
+TEST(PlanTest, ContextParallelStepsParse) {
+  json::Value document = basePlan();
+  appendCpCollective(document, "cp_allgather", "8x8", 64, 2, 0, true);
+  llvm::Expected<Plan> plan = parsePlan(document);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const auto *gather =
+      std::get_if<CpCollectiveStep>(&plan->functions[0].steps[5]);
+  ASSERT_TRUE(gather);
+  EXPECT_TRUE(gather->gather);
+  EXPECT_EQ(gather->in, 11);
+  EXPECT_EQ(gather->out, 13);
+  EXPECT_EQ(gather->ranks, 2);
+  EXPECT_EQ(gather->seqDim, 0);
+  EXPECT_TRUE(gather->loadBalanced);
+  EXPECT_EQ(plan->contextParallelRanks(), 2);
+  // Not a tensor-parallel step: it runs over the other group.
+  EXPECT_FALSE(asTpStep(plan->functions[0].steps[5]));
+  EXPECT_EQ(plan->tensorParallelRanks(), 1);
+  std::vector<std::pair<int64_t, bool>> visited;
+  forEachStepValue(*gather, [&](int64_t value, bool written) {
+    visited.emplace_back(value, written);
+  });
+  EXPECT_EQ(visited,
+            (std::vector<std::pair<int64_t, bool>>{{11, false}, {13, true}}));
+
+  // The reduce-scatter, along dim 1, over 4 ranks: [4, 8] -> [4, 2].
+  json::Value scatter = basePlan();
+  appendCpCollective(scatter, "cp_reducescatter", "4x2", 8, 4, 1, false);
+  llvm::Expected<Plan> scattered = parsePlan(scatter);
+  ASSERT_TRUE(bool(scattered)) << llvm::toString(scattered.takeError());
+  const auto *step =
+      std::get_if<CpCollectiveStep>(&scattered->functions[0].steps[5]);
+  ASSERT_TRUE(step);
+  EXPECT_FALSE(step->gather);
+  EXPECT_EQ(step->seqDim, 1);
+  EXPECT_EQ(scattered->contextParallelRanks(), 4);
+  // Without such steps the size is 1.
+  llvm::Expected<Plan> base = parsePlan(basePlan());
+  ASSERT_TRUE(bool(base)) << llvm::toString(base.takeError());
+  EXPECT_EQ(base->contextParallelRanks(), 1);
+}
+
+TEST(PlanTest, ContextParallelStepsAreChecked) {
+  struct Bad {
+    const char *kind, *outShape;
+    int64_t elements, ranks, seqDim;
+    bool loadBalanced;
+    const char *expected;
+  };
+  for (const Bad &bad : {
+           Bad{"cp_allgather", "8x4", 32, 2, 0, false,
+               "has the same shape with dim seq_dim 2 times longer"},
+           Bad{"cp_allgather", "8x8", 64, 2, 2, false,
+               "'seq_dim' is 2; the sequence is dim 0 (sbhd) or 1 (bshd)"},
+           Bad{"cp_allgather", "8x8", 64, 1, 0, false,
+               "'ranks' is 1; a context-parallel all-gather spans at least "
+               "2 ranks"},
+           Bad{"cp_reducescatter", "4x1", 4, 8, 1, true,
+               "'load_balanced' is set, but this rank's 1 tokens do not split"},
+       }) {
+    SCOPED_TRACE(bad.expected);
+    json::Value document = basePlan();
+    appendCpCollective(document, bad.kind, bad.outShape, bad.elements,
+                       bad.ranks, bad.seqDim, bad.loadBalanced);
+    llvm::Expected<Plan> plan = parsePlan(document);
+    ASSERT_FALSE(bool(plan));
+    EXPECT_THAT(llvm::toString(plan.takeError()),
+                ::testing::HasSubstr(bad.expected));
+  }
+  // Every step of a plan spans one group.
+  json::Value twoSizes = basePlan();
+  appendCpCollective(twoSizes, "cp_allgather", "8x8", 64, 2, 0, true);
+  function(twoSizes, 1)["arena_bytes"] = 96;
+  function(twoSizes, 1)
+      .getArray("values")
+      ->push_back(
+          json::Object{{"id", 7},
+                       {"type", "tensor<1x8xbf16>"},
+                       {"bytes", 16},
+                       {"storage", json::Object{{"arena_offset", 80}}}});
+  function(twoSizes, 1)
+      .getArray("steps")
+      ->push_back(json::Object{{"kind", "cp_reducescatter"},
+                               {"in", 3},
+                               {"out", 7},
+                               {"ranks", 4},
+                               {"seq_dim", 0},
+                               {"load_balanced", false}});
+  llvm::Expected<Plan> plan = parsePlan(twoSizes);
+  ASSERT_FALSE(bool(plan));
+  EXPECT_THAT(llvm::toString(plan.takeError()),
+              ::testing::HasSubstr("a plan runs over one context-parallel "
+                                   "group"));
+}
+
 TEST(PlanTest, SequenceParallelStepsShareTheGroupWithTheSums) {
   // A gather in the forward, a scatter (its gradient) and a sum in the
   // backward, all over 2 ranks: one group. The backward scatters value 3
@@ -1058,7 +1175,7 @@ std::vector<ErrorCase> errorCases() {
       {"StepKindUnknown",
        [](V p) { step(p, 0, 4)["kind"] = "memcpy"; },
        {layer + ", step 4 (memcpy): 'kind' is unknown",
-        "amax_allreduce, tp_allreduce, tp_allgather or tp_reducescatter)"}},
+        "tp_reducescatter, cp_allgather or cp_reducescatter)"}},
       {"KernelName",
        [](V p) { step(p, 0, 0).erase("name"); },
        {layer + ", step 0 (kernel): 'name' is missing"}},

@@ -1,0 +1,238 @@
+//===- ContextParallelTest.cpp - context parallelism without a GPU --------===//
+//
+// docs/context-parallel.md: how a context-parallel attention step splits its
+// local queries (runtime/ContextParallel.h), and the copies that put the
+// ranks' tokens in sequence order (runtime/CpCollective.h), checked by
+// running those copies on the host for simulated ranks against the layout
+// the contract gives.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/ContextParallel.h"
+#include "runtime/AttentionLauncher.h"
+#include "runtime/CpCollective.h"
+#include "tests/runtime/StepFunctions.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include <cstring>
+#include <numeric>
+#include <random>
+
+using namespace tejit::runtime;
+using namespace tejit::runtime::steptest;
+
+namespace {
+
+/// A causal sbhd step of rank `rank` of 2: 256 local queries (b 2, h 8,
+/// d 64) against 512 gathered keys of 2 groups; the backward's operands and
+/// results after the forward's.
+struct CpSteps {
+  FunctionPlan function = functionWith({
+      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 0 q
+      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 1 k
+      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 2 v
+      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 3 o
+      tensorOf({2, 8, 256}, ElementType::F32),      // 4 stats
+      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 5 dO
+      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 6 dq
+      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 7 dk
+      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 8 dv
+      tensorOf({2, 1, 1, 512}, ElementType::I1),    // 9 a padding mask
+  });
+  AttentionStep forward, backward;
+
+  explicit CpSteps(int64_t rank, const char *mask = "causal") {
+    forward.operands = {0, 1, 2};
+    forward.results = {3, 4};
+    forward.attributes = {
+        {"qkv_format", "#te.qkv_format<sbhd>"},
+        {"attn_mask_type", std::string("#te.attn_mask_type<") + mask + ">"},
+        {"softmax_scale", "1.250000e-01 : f64"},
+        {"cp_ranks", "2 : i64"},
+        {"cp_rank", std::to_string(rank) + " : i64"}};
+    backward = forward;
+    backward.backward = true;
+    backward.operands = {5, 0, 1, 2, 3, 4};
+    backward.results = {6, 7, 8};
+  }
+};
+
+TEST(ContextParallelTest, CausalStepsRunAsTwoChunks) {
+  // Rank 0 holds chunks 0 and 3 of 4 (128 tokens each): the early chunk
+  // sees its own 128 keys (the plain causal mask), the late one 512.
+  for (auto [rank, earlyKeys, lateKeys] :
+       {std::tuple{0, 128, 512}, std::tuple{1, 256, 384}}) {
+    SCOPED_TRACE(rank);
+    CpSteps steps(rank);
+    for (const AttentionStep *step : {&steps.forward, &steps.backward}) {
+      auto launcher = AttentionLauncher::parse(*step, steps.function);
+      ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+      const CpAttentionSplit *split = launcher->contextParallel();
+      ASSERT_NE(split, nullptr);
+      EXPECT_EQ(split->ranks, 2);
+      EXPECT_EQ(split->rank, rank);
+      EXPECT_EQ(split->chunk, 128);
+      const AttentionProblem &early = launcher->problem();
+      EXPECT_EQ(early.seqQ, 128);
+      EXPECT_EQ(early.seqKv, earlyKeys);
+      EXPECT_EQ(early.mask, earlyKeys == 128
+                                ? AttentionMask::Causal
+                                : AttentionMask::CausalBottomRight);
+      EXPECT_EQ(early.rowsQ(), 256);
+      EXPECT_EQ(early.rowsKv(), 512);
+      ASSERT_TRUE(split->late);
+      EXPECT_EQ(split->late->seqKv, lateKeys);
+      EXPECT_EQ(split->late->mask, AttentionMask::CausalBottomRight);
+      EXPECT_EQ(launcher->needsCpAccumulate(), step->backward);
+      // The buffers' rows are part of the graph's key.
+      EXPECT_THAT(early.key(), ::testing::HasSubstr(" rows=256,512"));
+      EXPECT_FALSE(bool(early.validate()));
+    }
+  }
+}
+
+TEST(ContextParallelTest, UnmaskedStepsRunAsOne) {
+  CpSteps steps(1, "no_mask");
+  auto launcher = AttentionLauncher::parse(steps.backward, steps.function);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  ASSERT_NE(launcher->contextParallel(), nullptr);
+  EXPECT_FALSE(launcher->contextParallel()->late);
+  EXPECT_FALSE(launcher->needsCpAccumulate());
+  const AttentionProblem &p = launcher->problem();
+  EXPECT_EQ(p.seqQ, 256);
+  EXPECT_EQ(p.seqKv, 512);
+  EXPECT_EQ(p.mask, AttentionMask::None);
+  EXPECT_EQ(p.bufferRowsQ, 0);
+}
+
+TEST(ContextParallelTest, RefusesWhatItDoesNotSplit) {
+  auto refusal = [](CpSteps steps) {
+    auto launcher = AttentionLauncher::parse(steps.forward, steps.function);
+    return launcher ? std::string() : llvm::toString(launcher.takeError());
+  };
+  CpSteps padded(0, "padding");
+  padded.forward.operands.push_back(9);
+  EXPECT_THAT(refusal(padded), ::testing::HasSubstr("takes no padding mask"));
+  CpSteps outOfRange(2);
+  EXPECT_THAT(refusal(outOfRange),
+              ::testing::HasSubstr("cp_rank must lie in [0, cp_ranks)"));
+  CpSteps threeRanks(0);
+  threeRanks.forward.attributes["cp_ranks"] = "3 : i64";
+  EXPECT_THAT(refusal(threeRanks),
+              ::testing::HasSubstr("s_kv (512) must be cp_ranks times s_q "
+                                   "(256)"));
+  CpSteps strided(0);
+  strided.backward.tokenStrides = {{"grad_k", 1024}};
+  auto launcher = AttentionLauncher::parse(strided.backward, strided.function);
+  ASSERT_FALSE(bool(launcher));
+  EXPECT_THAT(llvm::toString(launcher.takeError()),
+              ::testing::HasSubstr("dk and dv must be packed"));
+}
+
+TEST(ContextParallelTest, RowOffsets) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.heads = 8;
+  p.kvHeads = 2;
+  p.headDim = 64;
+  p.element = ElementType::BF16;
+  p.layout = AttentionLayout::Sbhd;
+  // sbhd: a position holds every batch entry's tokens.
+  EXPECT_EQ(cpRowOffsetBytes(p, 128, 0, false), 128u * 2 * 8 * 64 * 2);
+  EXPECT_EQ(cpRowOffsetBytes(p, 128, 0, true), 128u * 2 * 2 * 64 * 2);
+  EXPECT_EQ(cpRowOffsetBytes(p, 128, 768, false), 128u * 2 * 768 * 2);
+  p.layout = AttentionLayout::Bshd;
+  EXPECT_EQ(cpRowOffsetBytes(p, 128, 0, false), 128u * 8 * 64 * 2);
+  EXPECT_EQ(cpRowOffsetBytes(p, 128, 768, false), 128u * 768 * 2);
+}
+
+/// The whole tensor's row of rank `rank`'s local row `local` (the
+/// contract's layout, written independently of cpReorderCopies).
+int64_t globalRow(int64_t rank, int64_t local, int64_t localRows, int64_t ranks,
+                  bool loadBalanced) {
+  if (!loadBalanced)
+    return rank * localRows + local;
+  int64_t chunk = localRows / 2;
+  return local < chunk ? rank * chunk + local
+                       : (2 * ranks - 1 - rank) * chunk + (local - chunk);
+}
+
+TEST(ContextParallelTest, GatherCopiesPutTheSequenceInOrder) {
+  std::mt19937 random(std::random_device{}());
+  for (int64_t ranks : {2, 4})
+    for (int64_t seqDim : {0, 1})
+      for (bool loadBalanced : {false, true}) {
+        SCOPED_TRACE(llvm::formatv("ranks {0}, seq_dim {1}, balanced {2}",
+                                   ranks, seqDim, loadBalanced)
+                         .str());
+        // [s, b, inner] (sbhd) or [b, s, inner] (bshd) of f32.
+        int64_t s = 8 * ranks, b = 3, inner = 5, local = s / ranks;
+        std::vector<int64_t> whole = seqDim == 0
+                                         ? std::vector<int64_t>{s, b, inner}
+                                         : std::vector<int64_t>{b, s, inner};
+        std::vector<int64_t> part = whole;
+        part[seqDim] = local;
+        FunctionPlan function =
+            functionWith({tensorOf(part, ElementType::F32),
+                          tensorOf(whole, ElementType::F32)});
+        CpCollectiveStep step;
+        step.in = 0;
+        step.out = 1;
+        step.ranks = ranks;
+        step.seqDim = seqDim;
+        step.loadBalanced = loadBalanced;
+        // Each rank's tokens: fresh random values, where each came from.
+        std::uniform_real_distribution<float> value(-1, 1);
+        auto at = [&](int64_t row, int64_t batch, int64_t column,
+                      int64_t rows) {
+          return seqDim == 0 ? (row * b + batch) * inner + column
+                             : (batch * rows + row) * inner + column;
+        };
+        std::vector<float> expected(size_t(s * b * inner));
+        std::vector<float> rankOrder;
+        for (int64_t rank = 0; rank < ranks; ++rank) {
+          std::vector<float> tokens(size_t(local * b * inner));
+          for (int64_t row = 0; row < local; ++row)
+            for (int64_t batch = 0; batch < b; ++batch)
+              for (int64_t column = 0; column < inner; ++column) {
+                float x = value(random);
+                tokens[at(row, batch, column, local)] = x;
+                expected[at(globalRow(rank, row, local, ranks, loadBalanced),
+                            batch, column, s)] = x;
+              }
+          // What the group's all-gather leaves: the ranks' buffers in rank
+          // order.
+          rankOrder.insert(rankOrder.end(), tokens.begin(), tokens.end());
+        }
+        std::vector<CpRowCopy> copies = cpReorderCopies(step, function);
+        EXPECT_EQ(copies.empty(), seqDim == 0 && !loadBalanced);
+        EXPECT_EQ(cpCollectiveScratchBytes(step, function),
+                  copies.empty() ? 0u : expected.size() * sizeof(float));
+        std::vector<float> gathered(expected.size(), -7.0f);
+        if (copies.empty())
+          gathered = rankOrder; // gathered in place
+        auto *from = reinterpret_cast<const char *>(rankOrder.data());
+        auto *to = reinterpret_cast<char *>(gathered.data());
+        for (const CpRowCopy &copy : copies)
+          for (size_t line = 0; line < copy.height; ++line)
+            std::memcpy(to + copy.wholeOffset + line * copy.wholePitch,
+                        from + copy.rankOffset + line * copy.rankPitch,
+                        copy.width);
+        EXPECT_EQ(gathered, expected);
+        // The reduce-scatter runs the same copies backwards: back to rank
+        // order, each rank's block its own tokens.
+        std::vector<float> back(rankOrder.size(), -7.0f);
+        if (copies.empty())
+          back = gathered;
+        for (const CpRowCopy &copy : copies)
+          for (size_t line = 0; line < copy.height; ++line)
+            std::memcpy(reinterpret_cast<char *>(back.data()) +
+                            copy.rankOffset + line * copy.rankPitch,
+                        to + copy.wholeOffset + line * copy.wholePitch,
+                        copy.width);
+        EXPECT_EQ(back, rankOrder);
+      }
+}
+
+} // namespace
