@@ -87,6 +87,9 @@ class CompiledProgram:
         # (use_tp_group).
         self.tp_size = int(getattr(program, "tp_size", 1))
         self._tp_process_group = None
+        # Context parallelism, likewise (use_cp_group).
+        self.cp_size = int(getattr(program, "cp_size", 1))
+        self._cp_process_group = None
         self._forward_updates_state = True
         # Inference programs that keep their weight casts (the runtime made
         # them a cache; TEJIT_WEIGHT_CAST_CACHE=0 at compile time did not):
@@ -347,14 +350,34 @@ class CompiledProgram:
         call on."""
         if process_group is self._tp_process_group:
             return
-        size = _distributed.group_size(process_group)
-        if size != self.tp_size:
-            raise ValueError(
-                f"tejit: the tensor-parallel group has {size} rank(s), the "
-                f"program was compiled for tp_size {self.tp_size}")
+        self._check_group_size("tensor", "tp_size", self.tp_size,
+                               process_group)
         self.program.set_tp_group(
             _distributed.tp_group(process_group, self.device_index))
         self._tp_process_group = process_group
+
+    def use_cp_group(self, process_group):
+        """Gathers the keys and values of the program's context-parallel
+        attention (and reduce-scatters their gradients) over
+        `process_group` (a torch ProcessGroup of cp_size ranks) from this
+        call on."""
+        if process_group is self._cp_process_group:
+            return
+        self._check_group_size("context", "cp_size", self.cp_size,
+                               process_group)
+        self.program.set_cp_group(
+            _distributed.cp_group(process_group, self.device_index))
+        self._cp_process_group = process_group
+
+    @staticmethod
+    def _check_group_size(kind, key, size, process_group):
+        """ValueError unless `process_group` has the `size` ranks the
+        program was compiled for (its `key`, tp_size or cp_size)."""
+        ranks = _distributed.group_size(process_group)
+        if ranks != size:
+            raise ValueError(
+                f"tejit: the {kind}-parallel group has {ranks} rank(s), the "
+                f"program was compiled for {key} {size}")
 
     def use_weight_casts(self, token, is_first_microbatch=None):
         """Sets whether this inference forward reuses the weight casts the
