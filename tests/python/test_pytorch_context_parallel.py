@@ -133,6 +133,67 @@ class SpecTest(unittest.TestCase):
         self.assertEqual(cp_keys(layer), (None, None, None))
         self.assertEqual(layer.self_attention.core_attention.cp_size, 1)
 
+    def run_captured(self, module, *inputs, **kwargs):
+        """`module`'s forward on CPU tensors up to its program: the input
+        checks (which want CUDA tensors) skipped, _run_program replaced by
+        a recorder of what it is given. Returns {activations, shape_spec,
+        layer}."""
+        from unittest import mock
+        from tejit.pytorch.module import attention as attention_module
+        captured = {}
+
+        def run_program(activations, dtype, shape_key, shape_spec, shape,
+                        layer_spec=None, variant=(), **_kwargs):
+            captured.update(activations=activations, shape_spec=shape_spec,
+                            layer=(layer_spec or module._layer_spec)())
+            return {"output": None}
+        with mock.patch.object(attention_module, "check_input",
+                               lambda *args: None), \
+                mock.patch.object(module, "_run_program", run_program):
+            module(*inputs, **kwargs)
+        return captured
+
+    def test_a_call_takes_global_lengths(self):
+        group = object()
+        with cp_world(2, 1):
+            block = small("MultiheadAttention", cp_group=group,
+                          params_dtype=torch.bfloat16)
+            layer = small("TransformerLayer", cp_group=group,
+                          params_dtype=torch.bfloat16,
+                          attn_input_format="bshd")
+            attention = small("DotProductAttention", cp_group=group)
+        # sbhd: this rank's 16 of 32 positions; the rotary table is the
+        # whole sequence's (TE's), its first 32 positions taken.
+        freqs = torch.zeros(64, 1, 1, 32)
+        got = self.run_captured(block, torch.zeros(16, 2, 256,
+                                                   dtype=torch.bfloat16),
+                                rotary_pos_emb=freqs)
+        self.assertEqual((got["shape_spec"]["seq_length"],
+                          got["shape_spec"]["batch_size"]), (32, 2))
+        self.assertEqual(tuple(got["activations"]["rotary_pos_emb"].shape),
+                         (32, 1, 1, 32))
+        self.assertEqual((got["layer"]["cp_size"], got["layer"]["cp_rank"]),
+                         (2, 1))
+        # bshd: dim 1 is the sequence.
+        got = self.run_captured(layer, torch.zeros(2, 24, 256,
+                                                   dtype=torch.bfloat16))
+        self.assertEqual((got["shape_spec"]["seq_length"],
+                          got["shape_spec"]["batch_size"]), (48, 2))
+        self.assertEqual(got["layer"]["cp_comm_type"], "all_gather")
+        q = torch.zeros(8, 2, 8, 32, dtype=torch.bfloat16)
+        kv = torch.zeros(8, 2, 4, 32, dtype=torch.bfloat16)
+        got = self.run_captured(attention, q, kv, kv)
+        self.assertEqual(got["shape_spec"]["seq_length"], 16)
+        self.assertNotIn("kv_seq_length", got["layer"])
+        # An odd local length, and keys of another length, are refused.
+        with self.assertRaises(ValueError) as caught:
+            self.run_captured(block, torch.zeros(15, 2, 256,
+                                                 dtype=torch.bfloat16))
+        self.assertIn("hidden_states", str(caught.exception))
+        with self.assertRaises(NotImplementedError) as caught:
+            self.run_captured(attention, q, kv[:4], kv[:4])
+        self.assertIn("key_layer", str(caught.exception))
+
     def test_copies(self):
         group = object()
         with cp_world(2, 0):
