@@ -56,7 +56,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tejit.pytorch as te  # noqa: E402
 import tensor_parallel_check as tpc  # noqa: E402 - beside this script
-from gpu_test_support import perturb  # noqa: E402 - beside this script
 
 BF16 = tpc.BF16
 MODES = tpc.MODES
@@ -86,20 +85,11 @@ def sum_over_ranks(tensor):
 
 
 def build_pair(make, seed):
-    """(cp=1 module, context-parallel module with the same parameters).
-    `make(**cp_arguments)` builds a module."""
-    torch.manual_seed(seed)  # the same parameters on every rank
-    full = make()
-    perturb(full)
-    parallel = make(cp_group=dist.group.WORLD)
-    full_params = dict(full.named_parameters())
-    parallel_params = dict(parallel.named_parameters())
-    if set(full_params) != set(parallel_params):
-        raise AssertionError(f"parameter names differ: "
-                             f"{sorted(set(full_params) ^ set(parallel_params))}")
-    with torch.no_grad():
-        for name, p in parallel_params.items():
-            p.copy_(full_params[name])
+    """(cp=1 module, context-parallel module with the same parameters:
+    tensor_parallel_check's build_pair with cp_group=WORLD, every
+    parameter whole). `make(**cp_arguments)` builds a module."""
+    full, parallel = tpc.build_pair(make, lambda name: "rep", seed,
+                                    arguments={"cp_group": dist.group.WORLD})
     if parallel.cp_size != tpc.WORLD:
         raise AssertionError(f"cp_size {parallel.cp_size}, expected "
                              f"{tpc.WORLD}")
@@ -236,16 +226,10 @@ def set_group_case(seed, seq=256, batch=2, hidden=256):
         if restored.cp_group is not None or restored.cp_size != tpc.WORLD:
             raise AssertionError("a pickled copy kept its group, or lost "
                                  "its cp_size")
-        x = torch.zeros(seq // tpc.WORLD, batch, hidden, dtype=BF16,
-                        device="cuda")
-        try:
-            restored(x)
-        except RuntimeError as error:
-            if "set_context_parallel_group" not in str(error):
-                raise AssertionError(f"unclear error without a group: "
-                                     f"{error}") from error
-        else:
-            raise AssertionError("a cp_size > 1 module without a group ran")
+        tpc.refuses_without_group(
+            restored, torch.zeros(seq // tpc.WORLD, batch, hidden,
+                                  dtype=BF16, device="cuda"),
+            "set_context_parallel_group")
         restored.set_context_parallel_group(dist.group.WORLD, None, None,
                                             "all_gather")
         if restored.self_attention.core_attention.cp_group is not \

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
 from test_tensor_parallel_args import parameters  # noqa: E402
-from torch_free import load, library_loads  # noqa: E402
+from torch_free import StandInLibrary, load, library_loads  # noqa: E402
 
 args = load("module/_args.py", "tejit_args_cp")
 specs = load("module/_attention_specs.py", "tejit_attention_specs_cp")
@@ -298,7 +298,7 @@ class ContextParallelShapesTest(unittest.TestCase):
         self.assertIn("seq_length", str(caught.exception))
 
 
-class ProgramContextParallelTest(unittest.TestCase):
+class ProgramContextParallelTest(StandInLibrary, unittest.TestCase):
     """Program.set_cp_group and Program.cp_size over a stand-in library
     (a real program needs a GPU), as test_capi's tensor-parallel test:
     what reaches the C API, the group kept only once accepted, and a
@@ -324,21 +324,7 @@ class ProgramContextParallelTest(unittest.TestCase):
     class OldLibrary:
         _name = "old-libtejit.so"
 
-    def setUp(self):
-        self.library = self.FakeLibrary()
-        self.saved = tejit._capi.lib
-        tejit._capi.lib = lambda: self.library
-        self.program = tejit.Program.__new__(tejit.Program)
-        self.program._handle = ctypes.c_void_p(0x5000)
-        self.program._amax_group = None
-        self.program._tp_group = None
-        self.program._cp_group = None
-        self.group = tejit.TensorParallelGroup(0x6000)
-
-    def tearDown(self):
-        self.group._handle.value = None  # not a real handle: nothing to free
-        self.program._handle.value = None
-        tejit._capi.lib = self.saved
+    Library = FakeLibrary
 
     def test_set_and_clear(self):
         self.assertEqual(self.program.cp_size, 2)

@@ -33,6 +33,7 @@ if HAVE_TORCH:
     import tejit.pytorch as te
     from tejit.pytorch import _distributed
     from tejit.pytorch.module import _args
+    from test_pytorch_tensor_parallel import group_sizes
 
 CPU = "cpu"
 CP_KEYS = ("cp_size", "cp_rank", "cp_comm_type")
@@ -40,16 +41,16 @@ CP_KEYS = ("cp_size", "cp_rank", "cp_comm_type")
 
 @contextlib.contextmanager
 def cp_world(size, rank):
-    """torch.distributed stand-in: every process group has `size` ranks,
-    this process is `rank` in each."""
-    saved = (_args._group_size, _args._group_rank, _distributed.group_size)
-    _args._group_size = _distributed.group_size = lambda group: size
+    """torch.distributed stand-in: every process group has `size` ranks
+    (test_pytorch_tensor_parallel's group_sizes), this process is `rank`
+    in each."""
+    saved = _args._group_rank
     _args._group_rank = lambda group: rank
     try:
-        yield
+        with group_sizes(size):
+            yield
     finally:
-        (_args._group_size, _args._group_rank,
-         _distributed.group_size) = saved
+        _args._group_rank = saved
 
 
 def cp_keys(module):

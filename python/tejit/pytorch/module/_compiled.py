@@ -348,36 +348,34 @@ class CompiledProgram:
         """Sums the program's tensor-parallel partial results over
         `process_group` (a torch ProcessGroup of tp_size ranks) from this
         call on."""
-        if process_group is self._tp_process_group:
-            return
-        self._check_group_size("tensor", "tp_size", self.tp_size,
-                               process_group)
-        self.program.set_tp_group(
-            _distributed.tp_group(process_group, self.device_index))
-        self._tp_process_group = process_group
+        self._use_group("tp", "tensor", process_group)
 
     def use_cp_group(self, process_group):
         """Gathers the keys and values of the program's context-parallel
         attention (and reduce-scatters their gradients) over
         `process_group` (a torch ProcessGroup of cp_size ranks) from this
         call on."""
-        if process_group is self._cp_process_group:
-            return
-        self._check_group_size("context", "cp_size", self.cp_size,
-                               process_group)
-        self.program.set_cp_group(
-            _distributed.cp_group(process_group, self.device_index))
-        self._cp_process_group = process_group
+        self._use_group("cp", "context", process_group)
 
-    @staticmethod
-    def _check_group_size(kind, key, size, process_group):
-        """ValueError unless `process_group` has the `size` ranks the
-        program was compiled for (its `key`, tp_size or cp_size)."""
+    def _use_group(self, kind, name, process_group):
+        """Gives the program (Program.set_tp_group / set_cp_group, `kind`
+        "tp" or "cp") the tejit group over `process_group`, unless it has
+        it already; ValueError unless the process group has the
+        {kind}_size ranks the program was compiled for. Both kinds use
+        _distributed's group of the process group (cp_group is
+        tp_group's)."""
+        attribute = f"_{kind}_process_group"
+        if process_group is getattr(self, attribute):
+            return
+        size = getattr(self, f"{kind}_size")
         ranks = _distributed.group_size(process_group)
         if ranks != size:
             raise ValueError(
-                f"tejit: the {kind}-parallel group has {ranks} rank(s), the "
-                f"program was compiled for {key} {size}")
+                f"tejit: the {name}-parallel group has {ranks} rank(s), the "
+                f"program was compiled for {kind}_size {size}")
+        getattr(self.program, f"set_{kind}_group")(
+            _distributed.tp_group(process_group, self.device_index))
+        setattr(self, attribute, process_group)
 
     def use_weight_casts(self, token, is_first_microbatch=None):
         """Sets whether this inference forward reuses the weight casts the

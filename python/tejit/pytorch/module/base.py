@@ -403,14 +403,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         return None
 
     def _required_cp_group(self):
-        group = self._cp_group.group
-        if group is None:
-            raise RuntimeError(
-                f"{type(self).__name__}: cp_size is {self.cp_size} but the "
-                f"module has no context-parallel process group (a pickled "
-                f"copy drops it): pass cp_group to the constructor or call "
-                f"set_context_parallel_group(group) before the forward")
-        return group
+        return self._required_group(
+            self._cp_group, f"cp_size is {self.cp_size}",
+            "context-parallel process group (a pickled copy drops it)",
+            "cp_group", "set_context_parallel_group")
 
     def _tp_communicates(self):
         """Whether this module's programs sum over the tensor-parallel
@@ -449,13 +445,21 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 parameter.sequence_parallel = bool(self.sequence_parallel)
 
     def _required_tp_group(self):
-        group = self._tp_group.group
+        return self._required_group(
+            self._tp_group, f"tp_size is {self.tp_size}",
+            "tensor-parallel process group", "tp_group",
+            "set_tensor_parallel_group")
+
+    def _required_group(self, reference, size, what, argument, setter):
+        """The process group `reference` (a GroupRef) holds, else
+        RuntimeError saying `size` ("tp_size is 2"), that the module has no
+        `what`, and to pass `argument` or call `setter`."""
+        group = reference.group
         if group is None:
             raise RuntimeError(
-                f"{type(self).__name__}: tp_size is {self.tp_size} but the "
-                f"module has no tensor-parallel process group: pass "
-                f"tp_group to the constructor or call "
-                f"set_tensor_parallel_group(group) before the forward")
+                f"{type(self).__name__}: {size} but the module has no "
+                f"{what}: pass {argument} to the constructor or call "
+                f"{setter}(group) before the forward")
         return group
 
     def _dropout_seed_context(self):
