@@ -311,8 +311,16 @@ class DotProductAttention(TransformerEngineBaseModule):
     drawn in the caller's RNG context rather than the tracker's fork()
     (Megatron-LM forks around the whole layer under sequence
     parallelism).
-    Refused (NotImplementedError naming the argument): context
-    parallelism, attention bias and ALiBi with thd or inference_params,
+    Context parallelism (cp_group, or set_context_parallel_group;
+    docs/context-parallel.md): q, k, v, the output and its gradients are
+    this rank's two load-balanced chunks of each sequence
+    (tejit.pytorch.distributed.context_parallel_split), the program
+    all-gathers the keys and values over the group; cp_comm_type "p2p"
+    (TE's default) runs as "all_gather", "a2a" / "a2a+p2p" are refused;
+    no_mask and causal only, no thd, sliding window, bias, fp8_dpa, KV
+    cache or cross-attention (NotImplementedError naming the argument).
+    Refused (NotImplementedError naming the argument): attention bias and
+    ALiBi with thd or inference_params,
     ALiBi with an arbitrary mask, thd padding between
     sequences with keys packed on their own, kv_channels differing for k
     and v. inference_params (TE's KV cache,

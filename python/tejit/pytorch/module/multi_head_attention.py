@@ -94,6 +94,13 @@ class MultiheadAttention(TransformerEngineBaseModule):
     too, and what FP8 attention does not run is refused as
     DotProductAttention's (the KV-cache steps keep it in the activation
     dtype).
+    Context parallelism (cp_group, cp_global_ranks, cp_stream,
+    cp_comm_type here and in set_context_parallel_group, which reaches
+    core_attention): hidden_states and the output are this rank's two
+    load-balanced chunks of each sequence, rotary_pos_emb the whole
+    sequence's table, parameter gradients this rank's part (summed over
+    the group by the caller); refusals as DotProductAttention's, and
+    attention_type="cross" and sequence_parallel (docs/context-parallel.md).
     Accepted and unused: layer_number, name, checkpoint_core_attention,
     fast_zero_fill. `is_first_microbatch` is
     TE's FP8 weight caching (Linear.forward)."""

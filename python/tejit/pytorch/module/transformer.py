@@ -87,6 +87,13 @@ class TransformerLayer(TransformerEngineBaseModule):
     Under fp8_model_init (FP8 GEMM weights, the submodules' too)
     fuse_qkv_params=True is required (the split QKV weights are refused).
 
+    Context parallelism (cp_group and the rest, or
+    set_context_parallel_group, which reaches the submodules): as
+    MultiheadAttention's, the whole layer on this rank's two load-balanced
+    chunks of each sequence (the per-token parts need nothing more); not
+    with layer_type="decoder", attn_input_format="thd" or
+    sequence_parallel (docs/context-parallel.md).
+
     Accepted and unused: layer_number, micro_batch_size, the
     ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
