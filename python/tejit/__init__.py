@@ -176,6 +176,7 @@ class Program:
         self._meta_uploads = {}    # host buffers of pending meta_set copies
         self._amax_group = None    # set_amax_group's, kept for its errors
         self._tp_group = None      # set_tp_group's, likewise
+        self._cp_group = None      # set_cp_group's, likewise
         self.inputs = self._infos(_capi.TEJIT_INPUT)
         self.outputs = self._infos(_capi.TEJIT_OUTPUT)
         self.grad_outputs = self._infos(_capi.TEJIT_GRAD_OUTPUT)
@@ -478,11 +479,48 @@ class Program:
             self.handle, group.handle if group is not None else None))
         self._tp_group = group
 
+    # --- context parallelism -----------------------------------------------
+
+    @property
+    def cp_size(self):
+        """The context-parallel size the program was compiled for: the
+        ranks over which its attention gathers the sequence's keys and
+        values (1: none; also with a library that predates context
+        parallelism, which compiles no such program)."""
+        if not _capi.has("tejit_program_cp_size"):
+            return 1
+        return _capi.lib().tejit_program_cp_size(self.handle)
+
+    def set_cp_group(self, group):
+        """Gathers the keys and values of context-parallel attention (and
+        reduce-scatters their gradients) over `group` (a
+        TensorParallelGroup: its all-gather and reduce-scatter functions
+        are used) from the next call on; None clears it (a program with
+        cp_size > 1 then fails its calls). Raises when the group is on
+        another device or has another size than cp_size, and
+        NotImplementedError when the library predates context parallelism
+        (no tejit_program_set_cp_group). The program keeps the group, as
+        set_tp_group's."""
+        if not _capi.has("tejit_program_set_cp_group"):
+            if group is None:
+                self._cp_group = None
+                return
+            raise NotImplementedError(
+                f"tejit: this library "
+                f"({getattr(_capi.lib(), '_name', 'libtejit')}) has no "
+                f"context parallelism (tejit_program_set_cp_group is "
+                f"missing); rebuild it from a tree that has it")
+        _capi.check(_capi.lib().tejit_program_set_cp_group(
+            self.handle, group.handle if group is not None else None))
+        self._cp_group = group
+
     def _check(self, status):
-        """_capi.check for calls that may run the amax or tensor-parallel
-        group's function: the exception it raised comes first."""
+        """_capi.check for calls that may run the amax, tensor-parallel or
+        context-parallel group's function: the exception it raised comes
+        first."""
         if status:
-            for group in (self._amax_group, self._tp_group):
+            for group in (self._amax_group, self._tp_group,
+                          getattr(self, "_cp_group", None)):
                 if group is None:
                     continue
                 try:

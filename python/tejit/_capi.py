@@ -238,6 +238,9 @@ def _declare(lib):
         "tejit_tp_group_destroy": (None, [c_void_p]),
         "tejit_program_set_tp_group": (status, [program, c_void_p]),
         "tejit_program_tp_size": (ctypes.c_int64, [program]),
+        # Context parallelism: the CP group is a tejit_tp_group * too.
+        "tejit_program_set_cp_group": (status, [program, c_void_p]),
+        "tejit_program_cp_size": (ctypes.c_int64, [program]),
         "tejit_program_set_forward_state_updates": (status, [program, c_int]),
         "tejit_program_set_reuse_weight_casts": (status, [program, c_int]),
         "tejit_program_set_weight_cast_flag": (status, [program, c_void_p]),
@@ -251,9 +254,22 @@ def _declare(lib):
                                                       P(c_void_p), c_size_t]),
     }
     for name, (restype, argtypes) in signatures.items():
+        if name in OPTIONAL and not hasattr(lib, name):
+            continue
         function = getattr(lib, name)
         function.restype = restype
         function.argtypes = argtypes
+
+
+# Functions a library built before them lacks (context parallelism): left
+# undeclared there; has() says whether the loaded library has one.
+OPTIONAL = frozenset({"tejit_program_set_cp_group", "tejit_program_cp_size"})
+
+
+def has(name):
+    """Whether the loaded library has the function `name` (those of
+    OPTIONAL may be missing in an older build)."""
+    return hasattr(lib(), name)
 
 
 def lib():

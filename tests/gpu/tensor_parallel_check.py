@@ -271,14 +271,16 @@ def step(module, inputs, dy, mode, call=None):
     return out.detach(), [x.grad for x in inputs], grads
 
 
-def build_pair(make, kind_of, seed, qkv=None, after=None):
+def build_pair(make, kind_of, seed, qkv=None, after=None, arguments=None):
     """(tp=1 module, tensor-parallel module with this rank's shards).
     `make(**tp_arguments)` builds the module; `kind_of(name)` says how each
-    parameter splits; `after(tp_module)` runs after the copy."""
+    parameter splits; `after(tp_module)` runs after the copy. `arguments`
+    are the parallel module's (default tp_group=WORLD; context_parallel_check
+    gives cp_group, with every parameter "rep")."""
     torch.manual_seed(seed)  # the same full parameters on every rank
     full = make()
     perturb(full)
-    parallel = make(tp_group=dist.group.WORLD)
+    parallel = make(**(arguments or {"tp_group": dist.group.WORLD}))
     full_params = dict(full.named_parameters())
     parallel_params = dict(parallel.named_parameters())
     if set(full_params) != set(parallel_params):
@@ -380,6 +382,20 @@ def linear_case(mode, parallel_mode, seed):
                        input_split=-1, out_features=512)
 
 
+def refuses_without_group(module, x, setter):
+    """`module(x)` must raise RuntimeError naming `setter`: a module built
+    for more than one rank that has no process group."""
+    try:
+        module(x)
+    except RuntimeError as error:
+        if setter not in str(error):
+            raise AssertionError(f"unclear error without a group: "
+                                 f"{error}") from error
+    else:
+        raise AssertionError(f"a {type(module).__name__} for several ranks "
+                             f"ran without a group")
+
+
 def linear_set_group_case(seed):
     """tp_size at construction, the group later (TE's
     set_tensor_parallel_group), and the refusal without one."""
@@ -391,16 +407,9 @@ def linear_set_group_case(seed):
         module = te.Linear(256, 512, params_dtype=BF16, tp_size=WORLD,
                            parallel_mode="column")
         if WORLD > 1:
-            x = torch.zeros(16, 256, device="cuda", dtype=BF16)
-            try:
-                module(x)
-            except RuntimeError as error:
-                if "set_tensor_parallel_group" not in str(error):
-                    raise AssertionError(f"unclear error without a group: "
-                                         f"{error}") from error
-            else:
-                raise AssertionError("a tp_size > 1 module without a group "
-                                     "ran")
+            refuses_without_group(
+                module, torch.zeros(16, 256, device="cuda", dtype=BF16),
+                "set_tensor_parallel_group")
         module.set_tensor_parallel_group(tp_group)
         if module.tp_group is not tp_group:
             raise AssertionError("set_tensor_parallel_group did not take")

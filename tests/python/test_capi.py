@@ -13,6 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from torch_free import StandInLibrary  # noqa: E402
 
 SMALL_MLP = {
     "name": "mlp", "params_dtype": "bf16", "seq_length": 32, "batch_size": 2,
@@ -428,7 +429,7 @@ class TensorParallelGroupTest(unittest.TestCase):
         self.assertRegex(str(caught.exception), "no CUDA (driver|device)")
 
 
-class ProgramTensorParallelTest(unittest.TestCase):
+class ProgramTensorParallelTest(StandInLibrary, unittest.TestCase):
     """Program.set_tp_group and Program.tp_size over a stand-in library (a
     real program needs a GPU): what reaches the C API, and that the program
     keeps the group only once it is accepted."""
@@ -448,20 +449,7 @@ class ProgramTensorParallelTest(unittest.TestCase):
         def tejit_last_error(self):
             return b"the tensor-parallel group has 2 ranks"
 
-    def setUp(self):
-        self.library = self.FakeLibrary()
-        self.saved = tejit._capi.lib
-        tejit._capi.lib = lambda: self.library
-        self.program = tejit.Program.__new__(tejit.Program)
-        self.program._handle = ctypes.c_void_p(0x5000)
-        self.program._amax_group = None
-        self.program._tp_group = None
-        self.group = tejit.TensorParallelGroup(0x6000)
-
-    def tearDown(self):
-        self.group._handle.value = None  # not a real handle: nothing to free
-        self.program._handle.value = None
-        tejit._capi.lib = self.saved
+    Library = FakeLibrary
 
     def test_set_and_clear(self):
         self.assertEqual(self.program.tp_size, 4)

@@ -165,8 +165,9 @@ class ArgumentTest(unittest.TestCase):
             (lambda: te.TransformerLayer(64, 256, 4, attn_input_format="thd",
                                          layer_type="decoder",
                                          device=CPU), "thd"),
-            (lambda: te.DotProductAttention(8, 64, cp_group=object()),
-             "cp_group"),
+            (lambda: te.DotProductAttention(
+                8, 64, cp_group=[object(), object()],
+                cp_comm_type="a2a+p2p"), "cp_group"),
             (lambda: te.DotProductAttention(8, (64, 32)), "kv_channels"),
             (lambda: te.MultiheadAttention(
                 64, 4, attention_type="cross",

@@ -2,6 +2,7 @@
 the package (whose __init__ needs PyTorch): the torch-free tests check what
 such files decide (argument checks, specs) on machines without PyTorch.
 The file must import neither torch nor its package's relatives."""
+import ctypes
 import importlib.util
 import os
 
@@ -28,3 +29,33 @@ def library_loads():
         return True
     except tejit.LibraryNotFoundError:
         return False
+
+
+class StandInLibrary:
+    """A mixin for unittest.TestCase tests of tejit.Program's methods over
+    a stand-in library (a real program needs a GPU): setUp puts an
+    instance of the class's `Library` in the place of libtejit
+    (self.library, read at each call: a test may replace it) and makes
+    self.program, a Program over handle 0x5000 without groups, and
+    self.group, a TensorParallelGroup over handle 0x6000 (neither real:
+    nothing is freed); tearDown puts the library back."""
+
+    Library = None
+
+    def setUp(self):
+        import tejit
+        self.library = self.Library()
+        self.saved_library = tejit._capi.lib
+        tejit._capi.lib = lambda: self.library
+        self.program = tejit.Program.__new__(tejit.Program)
+        self.program._handle = ctypes.c_void_p(0x5000)
+        self.program._amax_group = None
+        self.program._tp_group = None
+        self.program._cp_group = None
+        self.group = tejit.TensorParallelGroup(0x6000)
+
+    def tearDown(self):
+        import tejit
+        self.group._handle.value = None
+        self.program._handle.value = None
+        tejit._capi.lib = self.saved_library

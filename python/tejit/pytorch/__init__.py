@@ -22,7 +22,10 @@ checkpointing: checkpoint (_checkpointing.py), TE's. Rotary embeddings:
 attention.RotaryPositionEmbedding and attention.apply_rotary_pos_emb
 (attention/rope.py), where TE keeps them. KV caches for decoding:
 InferenceParams (attention/inference.py), TE's, passed to the attention
-modules' forward as inference_params.
+modules' forward as inference_params. Context parallelism (cp_group on
+the attention modules): distributed.context_parallel_split / _merge /
+_gather cut a whole sequence into a rank's load-balanced chunks and join
+them (distributed.py).
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -49,6 +52,7 @@ from .module.base import compile_count  # noqa: E402
 from .graph import make_graphed_callables  # noqa: E402
 from ._checkpointing import checkpoint  # noqa: E402
 from . import attention  # noqa: E402  (TE's RotaryPositionEmbedding)
+from . import distributed  # noqa: E402  (context parallelism's split)
 from .attention.inference import InferenceParams  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
@@ -58,4 +62,4 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "quantized_model_init", "Float8Tensor", "float8_tensor",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
-           "InferenceParams"]
+           "distributed", "InferenceParams"]

@@ -1,20 +1,22 @@
 """Transformer Engine arguments the modules share: those accepted only at
 their non-distributed defaults, tensor and sequence parallelism's
 (tp_group / tp_size, parallel_mode, set_parallel_mode, sequence_parallel),
-the checks of the others, and TE's default initialization.
+context parallelism's (cp_group, cp_global_ranks, cp_stream, cp_comm_type;
+docs/context-parallel.md), the checks of the others, and TE's default
+initialization.
 
-torch is imported only by the initializers and by tp_world_size for a
-process group: tests/python checks the argument checks on machines without
-PyTorch (loading this file by path).
+torch is imported only by the initializers and by tp_world_size /
+context_parallel_of for a process group: tests/python checks the argument
+checks on machines without PyTorch (loading this file by path).
 """
 import functools
 import operator
 import warnings
 
-# TE's arguments for context parallelism, communication overlap
-# (userbuffers), delayed wgrad computation and a few rarer options: tejit
-# runs none of these yet, so only their defaults. (Tensor and sequence
-# parallelism are supported: tp_world_size and below.)
+# TE's arguments for communication overlap (userbuffers), delayed wgrad
+# computation and a few rarer options: tejit runs none of these yet, so
+# only their defaults. (Tensor, sequence and context parallelism are
+# supported: tp_world_size, context_parallel_of and below.)
 _DEFAULTS_ONLY = {
     "parameters_split": (None,),
     "ub_overlap_ag": (False,),
@@ -29,9 +31,6 @@ _DEFAULTS_ONLY = {
     "activation_params": (None,),
     # The attention modules'.
     "ub_tp_comm_overlap": (False,),
-    "cp_group": (None,),
-    "cp_global_ranks": (None,),
-    "cp_stream": (None,),
 }
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
@@ -45,10 +44,10 @@ def check_defaults(owner, **arguments):
                    for a in allowed):
             raise NotImplementedError(
                 f"{owner}({name}={value!r}) is not supported by tejit yet "
-                f"(no context parallelism, communication overlap or "
-                f"delayed wgrad computation; tensor parallelism through "
-                f"tp_group/tp_size, with sequence_parallel too, is "
-                f"supported); leave it at "
+                f"(no communication overlap or delayed wgrad "
+                f"computation; tensor parallelism through tp_group/tp_size, "
+                f"with sequence_parallel too, and context parallelism "
+                f"through cp_group are supported); leave it at "
                 f"{allowed[0]!r}")
 
 
@@ -210,6 +209,144 @@ def tensor_parallel_spec(layer, tp_size, parallel_mode=None,
         if sequence_parallel:
             layer["sequence_parallel"] = True
     return layer
+
+
+# --- context parallelism (docs/context-parallel.md) ---------------------------
+
+# TE's cp_comm_type values: those tejit runs (all as an all-gather of the
+# keys and values: "p2p", TE's default ring, gives the same numbers), and
+# those it refuses.
+CP_COMM_TYPES = ("p2p", "all_gather")
+CP_COMM_TYPES_REFUSED = ("a2a", "a2a+p2p")
+# The spec's cp_comm_type (the only one the compiler takes).
+CP_SPEC_COMM_TYPE = "all_gather"
+
+
+def _group_rank(group):
+    """This process's rank in `group` (torch.distributed.get_rank(group));
+    0 when torch.distributed is not initialized."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        return 0
+    return dist.get_rank(group=group)
+
+
+def context_parallel_of(owner, cp_group, cp_global_ranks=None,
+                        cp_comm_type="p2p", group_size=None,
+                        group_rank=None):
+    """(cp_size, cp_rank) of TE's context-parallel arguments: (1, 0)
+    without a group, else the group's size and this process's rank in it
+    (`group_size` / `group_rank`, functions of the group, default to
+    torch.distributed's). cp_comm_type "p2p" and "all_gather" run (as an
+    all-gather); "a2a" and "a2a+p2p" raise NotImplementedError with
+    cp_size > 1, other values ValueError; a list of groups (a2a+p2p's
+    hierarchy) is NotImplementedError; cp_global_ranks, when given, must
+    hold cp_size ranks; a process outside the group is a ValueError."""
+    if cp_comm_type not in CP_COMM_TYPES + CP_COMM_TYPES_REFUSED:
+        raise ValueError(f"{owner}: cp_comm_type must be one of "
+                         f"{', '.join(CP_COMM_TYPES + CP_COMM_TYPES_REFUSED)}"
+                         f", got {cp_comm_type!r}")
+    if cp_group is None:
+        return 1, 0
+    if isinstance(cp_group, (list, tuple)):
+        raise NotImplementedError(
+            f"{owner}(cp_group=[...]): a list of context-parallel groups "
+            f"(cp_comm_type='a2a+p2p') is not supported by tejit; pass one "
+            f"process group")
+    size = int((group_size or _group_size)(cp_group))
+    if size > 1 and cp_comm_type in CP_COMM_TYPES_REFUSED:
+        raise NotImplementedError(
+            f"{owner}(cp_comm_type={cp_comm_type!r}) is not supported by "
+            f"tejit: context parallelism runs as an all-gather of the keys "
+            f"and values; use cp_comm_type='all_gather' (or 'p2p', which "
+            f"tejit also runs as the all-gather: the same numbers)")
+    rank = int((group_rank or _group_rank)(cp_group))
+    if not 0 <= rank < size:
+        raise ValueError(f"{owner}: this process is not in cp_group (rank "
+                         f"{rank} of {size})")
+    if cp_global_ranks is not None and len(cp_global_ranks) != size:
+        raise ValueError(f"{owner}: cp_global_ranks has "
+                         f"{len(cp_global_ranks)} ranks, cp_group {size}")
+    return size, rank
+
+
+def check_context_parallel_module(owner, cp_size, refusals):
+    """NotImplementedError naming the first of `refusals` ({argument as
+    written, e.g. "attn_input_format='thd'": whether the module has it})
+    that holds with cp_size > 1: what a module's configuration brings that
+    context parallelism does not run."""
+    if cp_size <= 1:
+        return
+    for argument, present in refusals.items():
+        if present:
+            raise NotImplementedError(
+                f"{owner}({argument}) with context parallelism (cp_size "
+                f"{cp_size}) is not supported by tejit")
+
+
+def check_context_parallel_call(owner, cp_size, format_argument="qkv_format",
+                                qkv_format="sbhd", mask_argument=
+                                "attn_mask_type", mask_type="causal",
+                                window_limited=False, bias_arguments=None,
+                                fp8_dpa=False, kv_cache=False, cross=False,
+                                sequence_arguments=None):
+    """With cp_size > 1, NotImplementedError naming the first argument of
+    a call that context parallelism does not run: packed sequences (thd,
+    `sequence_arguments`: the forward's cu_seqlens and max_seqlen ones),
+    mask types other than no_mask and causal (padding masks, arbitrary
+    ones, bottom-right alignment), a sliding window (`window_limited`), an
+    attention bias or ALiBi (`bias_arguments`: the forward's
+    core_attention_bias_type, core_attention_bias, alibi_slopes), FP8
+    attention (the recipe's fp8_dpa), a KV cache (inference_params), and
+    cross-attention (`cross`: the argument that brings it, or False)."""
+    if cp_size <= 1:
+        return
+    what = None
+    sequence_arguments = sequence_arguments or {}
+    given = [name for name, value in sequence_arguments.items()
+             if value is not None and value is not False]
+    bias_arguments = bias_arguments or {}
+    bias = [name for name, value in bias_arguments.items()
+            if value is not None and value is not False
+            and not (name == "core_attention_bias_type"
+                     and value == "no_bias")]
+    if qkv_format == "thd":
+        what = f"{format_argument}='thd' (packed sequences)"
+    elif given:
+        what = f"{given[0]}=... (packed sequences)"
+    elif kv_cache:
+        what = "inference_params=... (a KV cache)"
+    elif cross:
+        what = f"{cross} (cross-attention)"
+    elif mask_type not in ("no_mask", "causal"):
+        what = (f"{mask_argument}={mask_type!r} (context parallelism runs "
+                f"'no_mask' and 'causal')")
+    elif window_limited:
+        what = "window_size=... (a sliding window)"
+    elif bias:
+        what = f"{bias[0]}=... (an attention bias or ALiBi)"
+    elif fp8_dpa:
+        what = "a recipe with fp8_dpa=True (FP8 attention)"
+    if what is not None:
+        raise NotImplementedError(
+            f"{owner}: {what} with context parallelism (cp_size {cp_size}) "
+            f"is not supported by tejit")
+
+
+def context_parallel_seq(owner, argument, local_seq, cp_size):
+    """The global sequence length of a call whose `argument` holds this
+    rank's `local_seq` positions (two chunks of TE's load-balanced
+    order, so an even count): local_seq * cp_size; ValueError naming the
+    argument for an odd one."""
+    if cp_size <= 1:
+        return local_seq
+    if local_seq % 2:
+        raise ValueError(
+            f"{owner}: with context parallelism {argument} holds this "
+            f"rank's two chunks of the sequence (chunks r and 2 cp - 1 - r "
+            f"of 2 cp), so its sequence length must be divisible by 2, got "
+            f"{local_seq}")
+    return local_seq * int(cp_size)
 
 
 def check_forward(owner, fp8_output, fp8_grad):

@@ -23,6 +23,20 @@ def _with_tensor_parallel(layer, tp_size, sequence_parallel=False):
     return layer
 
 
+def _with_context_parallel(layer, context_parallel):
+    """`layer` with context parallelism's keys (docs/context-parallel.md)
+    when `context_parallel` is (cp_size, cp_rank) with cp_size > 1:
+    cp_size, cp_rank and cp_comm_type "all_gather" (the one the compiler
+    runs; TE's "p2p" gives the same numbers). The sequence lengths of the
+    spec are then global. Specs without it stay as they were."""
+    if context_parallel is not None and int(context_parallel[0]) > 1:
+        cp_size, cp_rank = (int(value) for value in context_parallel)
+        layer["cp_size"] = cp_size
+        layer["cp_rank"] = cp_rank
+        layer["cp_comm_type"] = "all_gather"
+    return layer
+
+
 def window_limits(mask_type, window_size):
     """Whether a normalized `window_size` limits anything beyond
     `mask_type`: not None, (-1, -1), or (-1, 0) with a causal mask type."""
@@ -252,11 +266,13 @@ def _with_rotary(layer, rotary, kv_channels, interleaved):
 def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
                                dropout, softmax_scale, window_size=None,
                                kv_seq_length=None, padded_queries=False,
-                               attention_bias=None):
+                               attention_bias=None, context_parallel=None):
     """`kv_seq_length`: the keys' and values' length when it is not the
     queries' (cross-attention), else None; `padded_queries`: the queries
     have a padding mask of their own (input `query_mask`, TE's pair);
-    `attention_bias`: the call's attention bias (bias_spec_keys)."""
+    `attention_bias`: the call's attention bias (bias_spec_keys);
+    `context_parallel`: (cp_size, cp_rank) or None
+    (_with_context_parallel)."""
     layer = {"type": "DotProductAttention", "num_attention_heads": heads,
              "kv_channels": kv_channels, "num_gqa_groups": groups,
              "attn_mask_type": mask_type, "attention_dropout": dropout,
@@ -266,6 +282,7 @@ def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
     if padded_queries:
         layer["padded_queries"] = True
     _with_bias(layer, attention_bias)
+    _with_context_parallel(layer, context_parallel)
     return _with_window(layer, mask_type, window_size)
 
 
@@ -275,14 +292,16 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
                              rotary, window_size=None, kv_seq_length=None,
                              padded_queries=False, rotary_interleaved=False,
                              return_layernorm_output=False, tp_size=1,
-                             sequence_parallel=False, attention_bias=None):
+                             sequence_parallel=False, attention_bias=None,
+                             context_parallel=None):
     """`kv_seq_length`: the encoder output's length for cross-attention
     (attention_type "cross"), else None; `padded_queries`: the queries
     have a padding mask of their own (`enc_dec_query_mask`); `tp_size`:
     tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
     `sequence_parallel` its sequence parallelism; `attention_bias`: the
     call's attention bias (bias_spec_keys; the cross-attention's in a
-    cross block)."""
+    cross block); `context_parallel`: (cp_size, cp_rank) or None
+    (_with_context_parallel)."""
     layer = {"type": "MultiheadAttention", "hidden_size": hidden,
              "num_attention_heads": heads, "kv_channels": kv_channels,
              "num_gqa_groups": groups, "input_layernorm": input_layernorm,
@@ -300,6 +319,7 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
         layer["return_layernorm_output"] = True
     _with_tensor_parallel(layer, tp_size, sequence_parallel)
     _with_bias(layer, attention_bias)
+    _with_context_parallel(layer, context_parallel)
     return _with_window(layer, mask_type, window_size)
 
 
@@ -312,7 +332,7 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
                            parallel_attention_mlp=False,
                            rotary_interleaved=False, drop_path_rate=0.0,
                            tp_size=1, sequence_parallel=False,
-                           attention_bias=None):
+                           attention_bias=None, context_parallel=None):
     """`decoder`: (encoder output length, enc_dec_attn_mask_type, whether
     the queries are padded too) for layer_type "decoder", else None;
     `output_layernorm`: TE's post-LN layer (the norm after the output
@@ -321,7 +341,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
     tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
     `sequence_parallel` its sequence parallelism; `attention_bias`: the
     call's attention bias (bias_spec_keys; a decoder's
-    self-attention's)."""
+    self-attention's); `context_parallel`: (cp_size, cp_rank) or None
+    (_with_context_parallel)."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,
@@ -347,6 +368,7 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
             layer["padded_queries"] = True
     _with_tensor_parallel(layer, tp_size, sequence_parallel)
     _with_bias(layer, attention_bias)
+    _with_context_parallel(layer, context_parallel)
     return _with_window(layer, mask_type, window_size)
 
 

@@ -87,6 +87,9 @@ class CompiledProgram:
         # (use_tp_group).
         self.tp_size = int(getattr(program, "tp_size", 1))
         self._tp_process_group = None
+        # Context parallelism, likewise (use_cp_group).
+        self.cp_size = int(getattr(program, "cp_size", 1))
+        self._cp_process_group = None
         self._forward_updates_state = True
         # Inference programs that keep their weight casts (the runtime made
         # them a cache; TEJIT_WEIGHT_CAST_CACHE=0 at compile time did not):
@@ -345,16 +348,34 @@ class CompiledProgram:
         """Sums the program's tensor-parallel partial results over
         `process_group` (a torch ProcessGroup of tp_size ranks) from this
         call on."""
-        if process_group is self._tp_process_group:
+        self._use_group("tp", "tensor", process_group)
+
+    def use_cp_group(self, process_group):
+        """Gathers the keys and values of the program's context-parallel
+        attention (and reduce-scatters their gradients) over
+        `process_group` (a torch ProcessGroup of cp_size ranks) from this
+        call on."""
+        self._use_group("cp", "context", process_group)
+
+    def _use_group(self, kind, name, process_group):
+        """Gives the program (Program.set_tp_group / set_cp_group, `kind`
+        "tp" or "cp") the tejit group over `process_group`, unless it has
+        it already; ValueError unless the process group has the
+        {kind}_size ranks the program was compiled for. Both kinds use
+        _distributed's group of the process group (cp_group is
+        tp_group's)."""
+        attribute = f"_{kind}_process_group"
+        if process_group is getattr(self, attribute):
             return
-        size = _distributed.group_size(process_group)
-        if size != self.tp_size:
+        size = getattr(self, f"{kind}_size")
+        ranks = _distributed.group_size(process_group)
+        if ranks != size:
             raise ValueError(
-                f"tejit: the tensor-parallel group has {size} rank(s), the "
-                f"program was compiled for tp_size {self.tp_size}")
-        self.program.set_tp_group(
+                f"tejit: the {name}-parallel group has {ranks} rank(s), the "
+                f"program was compiled for {kind}_size {size}")
+        getattr(self.program, f"set_{kind}_group")(
             _distributed.tp_group(process_group, self.device_index))
-        self._tp_process_group = process_group
+        setattr(self, attribute, process_group)
 
     def use_weight_casts(self, token, is_first_microbatch=None):
         """Sets whether this inference forward reuses the weight casts the

@@ -211,6 +211,49 @@ def refuse_for_fp8_attention(owner, kv_channels, qkv_format, mask_type,
             format_argument, dropout)
 
 
+# The forward's arguments of packed sequences and of an attention bias, as
+# check_context_parallel_call takes them.
+_CP_SEQUENCE_ARGUMENTS = ("cu_seqlens_q", "cu_seqlens_kv",
+                          "cu_seqlens_q_padded", "cu_seqlens_kv_padded",
+                          "pad_between_seqs")
+_CP_BIAS_ARGUMENTS = ("core_attention_bias_type", "core_attention_bias",
+                      "alibi_slopes")
+
+
+def refuse_for_context_parallel(module, owner, qkv_format, mask_type, window,
+                                call_arguments, inference_params=None,
+                                format_argument="qkv_format",
+                                mask_argument="attn_mask_type"):
+    """With context parallelism (module._context_parallel()), refuses
+    what it does not run (_args.check_context_parallel_call): packed
+    sequences, a KV cache, masks other than no_mask and causal, a sliding
+    window (`window`: the call's normalized one), an attention bias or
+    ALiBi and the sequence arguments among `call_arguments` (the
+    forward's), FP8 attention (the autocast recipe's fp8_dpa)."""
+    context_parallel = module._context_parallel()
+    if context_parallel is None:
+        return
+    _args.check_context_parallel_call(
+        owner, context_parallel[0], format_argument, qkv_format,
+        mask_argument, mask_type,
+        _attention_specs.window_limits(mask_type, window),
+        {name: call_arguments.get(name) for name in _CP_BIAS_ARGUMENTS},
+        getattr(fp8.get_fp8_recipe(), "fp8_dpa", False),
+        inference_params is not None, False,
+        {name: call_arguments.get(name) for name in _CP_SEQUENCE_ARGUMENTS})
+
+
+def context_parallel_seq(module, owner, argument, local_seq):
+    """The call's global sequence length: `local_seq` (this rank's, in
+    `argument`) times cp_size with context parallelism, which needs it
+    even (_args.context_parallel_seq); else `local_seq`."""
+    context_parallel = module._context_parallel()
+    if context_parallel is None:
+        return local_seq
+    return _args.context_parallel_seq(owner, argument, local_seq,
+                                      context_parallel[0])
+
+
 def check_input(owner, name, tensor, rank):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"{owner}: expected a torch.Tensor {name}, got "
@@ -268,8 +311,16 @@ class DotProductAttention(TransformerEngineBaseModule):
     drawn in the caller's RNG context rather than the tracker's fork()
     (Megatron-LM forks around the whole layer under sequence
     parallelism).
-    Refused (NotImplementedError naming the argument): context
-    parallelism, attention bias and ALiBi with thd or inference_params,
+    Context parallelism (cp_group, or set_context_parallel_group;
+    docs/context-parallel.md): q, k, v, the output and its gradients are
+    this rank's two load-balanced chunks of each sequence
+    (tejit.pytorch.distributed.context_parallel_split), the program
+    all-gathers the keys and values over the group; cp_comm_type "p2p"
+    (TE's default) runs as "all_gather", "a2a" / "a2a+p2p" are refused;
+    no_mask and causal only, no thd, sliding window, bias, fp8_dpa, KV
+    cache or cross-attention (NotImplementedError naming the argument).
+    Refused (NotImplementedError naming the argument): attention bias and
+    ALiBi with thd or inference_params,
     ALiBi with an arbitrary mask, thd padding between
     sequences with keys packed on their own, kv_channels differing for k
     and v. inference_params (TE's KV cache,
@@ -305,9 +356,6 @@ class DotProductAttention(TransformerEngineBaseModule):
                  return_max_logit=False):
         super().__init__(None)
         owner = "DotProductAttention"
-        _args.check_defaults(owner, cp_group=cp_group,
-                             cp_global_ranks=cp_global_ranks,
-                             cp_stream=cp_stream)
         if softmax_type != "vanilla":
             raise NotImplementedError(
                 f"{owner}(softmax_type={softmax_type!r}) is not supported by "
@@ -362,6 +410,12 @@ class DotProductAttention(TransformerEngineBaseModule):
         self.layer_number = layer_number
         self.softmax_scale = (float(softmax_scale) if softmax_scale is not None
                               else 1.0 / math.sqrt(self.kv_channels))
+        self._init_context_parallel(owner, cp_group, cp_global_ranks,
+                                    cp_stream, cp_comm_type)
+
+    def _context_parallel_refusals(self):
+        return {"qkv_format='thd'": self.qkv_format == "thd",
+                "attention_type='cross'": self.attention_type == "cross"}
 
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
@@ -393,7 +447,7 @@ class DotProductAttention(TransformerEngineBaseModule):
             self.num_gqa_groups_per_partition, mask_type,
             self.attention_dropout if self._dropout_active() else 0.0,
             self.softmax_scale, window_size, seq_kv, padded_queries,
-            attention_bias=bias)
+            attention_bias=bias, context_parallel=self._context_parallel())
 
     def _constructed_window(self):
         return self.window_size if self._window_given else None
@@ -421,6 +475,13 @@ class DotProductAttention(TransformerEngineBaseModule):
             core_attention_bias_type=core_attention_bias_type,
             core_attention_bias=core_attention_bias,
             alibi_slopes=alibi_slopes)
+        refuse_for_context_parallel(
+            self, owner, qkv_format, mask_type, window,
+            dict(bias_arguments, cu_seqlens_q=cu_seqlens_q,
+                 cu_seqlens_kv=cu_seqlens_kv,
+                 cu_seqlens_q_padded=cu_seqlens_q_padded,
+                 cu_seqlens_kv_padded=cu_seqlens_kv_padded,
+                 pad_between_seqs=pad_between_seqs), inference_params)
         if inference_params is not None:
             _bias.refuse(owner, "inference_params (a KV cache)",
                          **bias_arguments)
@@ -450,9 +511,17 @@ class DotProductAttention(TransformerEngineBaseModule):
                              ("key_layer", key_layer),
                              ("value_layer", value_layer)):
             check_input(owner, name, tensor, 4)
-        seq, batch = _sequence_dims(qkv_format, query_layer)
+        local_seq, batch = _sequence_dims(qkv_format, query_layer)
         # Cross-attention: keys and values of their own length.
-        seq_kv = _sequence_dims(qkv_format, key_layer)[0]
+        local_seq_kv = _sequence_dims(qkv_format, key_layer)[0]
+        if self._context_parallel() is not None and local_seq_kv != local_seq:
+            _args.check_context_parallel_call(
+                owner, self.cp_size, cross="key_layer of another length "
+                "than query_layer")
+        # Context parallelism: q, k and v hold this rank's chunks of the
+        # sequence, whose global length the spec and the checks take.
+        seq = context_parallel_seq(self, owner, "query_layer", local_seq)
+        seq_kv = seq if local_seq_kv == local_seq else local_seq_kv
         check_attention_call(
             owner, seq, inference_params, cu_seqlens_q, cu_seqlens_kv,
             cu_seqlens_q_padded, cu_seqlens_kv_padded, max_seqlen_q,
@@ -465,9 +534,9 @@ class DotProductAttention(TransformerEngineBaseModule):
                             self.num_gqa_groups_per_partition,
                             self.kv_channels)
         for name, tensor, count, length in (
-                ("query_layer", query_layer, heads, seq),
-                ("key_layer", key_layer, groups, seq_kv),
-                ("value_layer", value_layer, groups, seq_kv)):
+                ("query_layer", query_layer, heads, local_seq),
+                ("key_layer", key_layer, groups, local_seq_kv),
+                ("value_layer", value_layer, groups, local_seq_kv)):
             lead = (length, batch) if qkv_format == "sbhd" else (batch,
                                                                  length)
             want = (*lead, count, d)
@@ -701,6 +770,9 @@ def run_attention_block(module, owner, hidden_states, hidden_size,
     tp_split = module.tp_size if module._sequence_parallel_active() else 1
     seq, batch = _args.sequence_parallel_dims(qkv_format, local_seq,
                                               local_batch, tp_split)
+    # Context parallelism: this rank's two chunks of each sequence; the
+    # spec and the rotary table take the whole sequence.
+    seq = context_parallel_seq(module, owner, "hidden_states", seq)
     # With cross-attention, max_seqlen_kv is the encoder output's length.
     max_seqlen_kv = (call_arguments.pop("max_seqlen_kv", None)
                      if cross is not None else None)

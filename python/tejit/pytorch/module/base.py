@@ -50,6 +50,16 @@ their output), the spec gets `sequence_parallel: true` and global sizes,
 and the parameters whose gradients are then this rank's partial sums (the
 norms', the row-parallel biases) carry TE's `sequence_parallel = True`.
 
+Context parallelism (docs/context-parallel.md): TE's cp_group,
+cp_global_ranks, cp_stream and cp_comm_type (the attention modules'
+constructors, and set_context_parallel_group on every module, which
+reaches its submodules). The modules with an attention core take this
+rank's two load-balanced chunks of each sequence; their spec gets cp_size,
+cp_rank and global sequence lengths, and the program gathers keys and
+values over the group through torch.distributed (_distributed.py). The
+per-token modules keep the arguments and use none of them (their tokens
+are independent).
+
 FP8 primary weights (TE's fp8_model_init, fp8.py): a module built inside
 it holds its GEMM weights as Float8Tensors (float8_tensor.py) and has
 `primary_weights_in_fp8 = True`. Under an FP8 recipe its program is
@@ -244,6 +254,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
     _rng_tracker = None
     _rng_tracker_name = None
     _tracked = frozenset()
+    # Context parallelism's defaults (_init_context_parallel and
+    # set_context_parallel_group set them; likewise for old pickles).
+    cp_size = 1
+    cp_rank = 0
+    _cp_group = GroupRef()
+    cp_global_ranks = None
+    cp_stream = None
+    cp_comm_type = "p2p"
     # fp8_model_init's defaults (likewise).
     _fp8_init = None
     _fp8_weight_names = frozenset()
@@ -326,6 +344,70 @@ class TransformerEngineBaseModule(torch.nn.Module):
             if setter is not None:
                 setter(tp_group)
 
+    # --- context parallelism -----------------------------------------------
+
+    def _init_context_parallel(self, owner, cp_group, cp_global_ranks,
+                               cp_stream, cp_comm_type):
+        """Takes TE's context-parallel arguments (_args.context_parallel_of:
+        cp_size is cp_group's size, cp_rank this process's rank in it) and
+        refuses a configuration context parallelism does not run
+        (_context_parallel_refusals). Children are not reached (the
+        constructors pass the arguments on)."""
+        cp_size, cp_rank = _args.context_parallel_of(
+            owner, cp_group, cp_global_ranks, cp_comm_type)
+        _args.check_context_parallel_module(
+            owner, cp_size if self._has_attention else 1,
+            self._context_parallel_refusals())
+        self.cp_size, self.cp_rank = cp_size, cp_rank
+        self._cp_group = GroupRef(cp_group)
+        self.cp_global_ranks = cp_global_ranks
+        self.cp_stream = cp_stream
+        self.cp_comm_type = cp_comm_type
+
+    @property
+    def cp_group(self):
+        """The context-parallel process group (None: none, or dropped by
+        pickling)."""
+        return self._cp_group.group
+
+    def set_context_parallel_group(self, cp_group, cp_global_ranks=None,
+                                   cp_stream=None, cp_comm_type="p2p"):
+        """TE's: the process group over which this module's attention (and
+        its submodules') runs context parallelism, each rank holding its
+        two load-balanced chunks of every sequence (docs/context-parallel.md);
+        cp_size becomes the group's size (None: 1). cp_comm_type "p2p"
+        (TE's default) and "all_gather" both run as tejit's all-gather of
+        the keys and values; cp_stream is accepted and unused (nothing
+        overlaps the gather yet). The next call compiles programs for the
+        new size and rank (they key the program)."""
+        self._init_context_parallel(
+            f"{type(self).__name__}.set_context_parallel_group", cp_group,
+            cp_global_ranks, cp_stream, cp_comm_type)
+        for child in self.children():
+            setter = getattr(child, "set_context_parallel_group", None)
+            if setter is not None:
+                setter(cp_group, cp_global_ranks, cp_stream, cp_comm_type)
+
+    def _context_parallel_refusals(self):
+        """{argument as written: whether this module has it} for what its
+        configuration brings that context parallelism does not run
+        (_args.check_context_parallel_module); none by default."""
+        return {}
+
+    def _context_parallel(self):
+        """(cp_size, cp_rank) when this module's programs run context
+        parallelism (a module with an attention core and cp_size > 1),
+        else None: the spec's keys and part of the JIT key."""
+        if self._has_attention and self.cp_size > 1:
+            return (self.cp_size, self.cp_rank)
+        return None
+
+    def _required_cp_group(self):
+        return self._required_group(
+            self._cp_group, f"cp_size is {self.cp_size}",
+            "context-parallel process group (a pickled copy drops it)",
+            "cp_group", "set_context_parallel_group")
+
     def _tp_communicates(self):
         """Whether this module's programs sum over the tensor-parallel
         group (DotProductAttention's and a Linear's without parallel_mode
@@ -363,13 +445,21 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 parameter.sequence_parallel = bool(self.sequence_parallel)
 
     def _required_tp_group(self):
-        group = self._tp_group.group
+        return self._required_group(
+            self._tp_group, f"tp_size is {self.tp_size}",
+            "tensor-parallel process group", "tp_group",
+            "set_tensor_parallel_group")
+
+    def _required_group(self, reference, size, what, argument, setter):
+        """The process group `reference` (a GroupRef) holds, else
+        RuntimeError saying `size` ("tp_size is 2"), that the module has no
+        `what`, and to pass `argument` or call `setter`."""
+        group = reference.group
         if group is None:
             raise RuntimeError(
-                f"{type(self).__name__}: tp_size is {self.tp_size} but the "
-                f"module has no tensor-parallel process group: pass "
-                f"tp_group to the constructor or call "
-                f"set_tensor_parallel_group(group) before the forward")
+                f"{type(self).__name__}: {size} but the module has no "
+                f"{what}: pass {argument} to the constructor or call "
+                f"{setter}(group) before the forward")
         return group
 
     def _dropout_seed_context(self):
@@ -736,11 +826,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
                       and getattr(self, "fuse_wgrad_accumulation", False))
         main_grad_dtype = (_main_grad.main_grad_dtype(self.parameters())
                            if fuse_wgrad else None)
+        context_parallel = self._context_parallel()
         key = (shape_key, dtype, recipe_key, training, first.device.index,
-               variant, main_grad_dtype, bool(fp8_weights))
+               variant, main_grad_dtype, bool(fp8_weights), context_parallel)
         compiled = self._programs.get(key)
         if compiled is None and self._tp_communicates():
             self._required_tp_group()  # refused before compiling
+        if compiled is None and context_parallel is not None:
+            self._required_cp_group()  # likewise
         if compiled is None:
             layer = (layer_spec or self._layer_spec)()
             if fp8_weights:
@@ -796,6 +889,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
             recipe, fp8.get_fp8_group()))
         if compiled.tp_size > 1:
             compiled.use_tp_group(self._required_tp_group())
+        if context_parallel is not None or compiled.cp_size > 1:
+            compiled.use_cp_group(self._required_cp_group())
         compiled.use_forward_state_updates(torch.is_grad_enabled())
         if rewinds is not None:
             rewind = compiled.dropout_stream_rewind()

@@ -5,8 +5,9 @@ from the (normalized) input, keys and values from an encoder's output."""
 from . import _args, _attention_specs, _fp8_weights, _thd
 from ._groups import ParameterGroup, QkvGroup
 from .attention import (DotProductAttention, check_cross_mask_type,
-                        mask_type_of_call, refuse_for_fp8_attention,
-                        run_attention_block, window_of_call)
+                        mask_type_of_call, refuse_for_context_parallel,
+                        refuse_for_fp8_attention, run_attention_block,
+                        window_of_call)
 from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule, rng_fork
 
@@ -93,6 +94,13 @@ class MultiheadAttention(TransformerEngineBaseModule):
     too, and what FP8 attention does not run is refused as
     DotProductAttention's (the KV-cache steps keep it in the activation
     dtype).
+    Context parallelism (cp_group, cp_global_ranks, cp_stream,
+    cp_comm_type here and in set_context_parallel_group, which reaches
+    core_attention): hidden_states and the output are this rank's two
+    load-balanced chunks of each sequence, rotary_pos_emb the whole
+    sequence's table, parameter gradients this rank's part (summed over
+    the group by the caller); refusals as DotProductAttention's, and
+    attention_type="cross" and sequence_parallel (docs/context-parallel.md).
     Accepted and unused: layer_number, name, checkpoint_core_attention,
     fast_zero_fill. `is_first_microbatch` is
     TE's FP8 weight caching (Linear.forward)."""
@@ -114,7 +122,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
                  ub_overlap_rs=False, ub_overlap_rs_dgrad=False,
                  ub_bulk_dgrad=False, ub_bulk_wgrad=False, bias=True,
                  normalization="LayerNorm", device="cuda", qkv_format="sbhd",
-                 name=None, rotary_pos_interleaved=False):
+                 name=None, rotary_pos_interleaved=False, cp_group=None,
+                 cp_global_ranks=None, cp_stream=None, cp_comm_type="p2p"):
         super().__init__(params_dtype)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "MultiheadAttention"
@@ -191,6 +200,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
         self.qkv_weight_interleaved = (self.fuse_qkv_params
                                        and bool(qkv_weight_interleaved))
         self.layer_number = layer_number
+        self._init_context_parallel(owner, cp_group, cp_global_ranks,
+                                    cp_stream, cp_comm_type)
         norm = None
         if self.input_layernorm:
             norm = (self.normalization,
@@ -232,7 +243,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
             window_size=window if window_size is not None else None,
             layer_number=layer_number, attention_type=attention_type,
             tp_size=tp, tp_group=tp_group,
-            get_rng_state_tracker=get_rng_state_tracker)
+            get_rng_state_tracker=get_rng_state_tracker, cp_group=cp_group,
+            cp_global_ranks=cp_global_ranks, cp_stream=cp_stream,
+            cp_comm_type=cp_comm_type)
         self.proj = ParameterGroup(self.params_dtype, get_rng_state_tracker)
         self.proj.add_linear(
             "weight", "bias", self.hidden_size,
@@ -245,6 +258,11 @@ class MultiheadAttention(TransformerEngineBaseModule):
 
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0
+
+    def _context_parallel_refusals(self):
+        return {"qkv_format='thd'": self.qkv_format == "thd",
+                "attention_type='cross'": self.attention_type == "cross",
+                "sequence_parallel=True": self.sequence_parallel}
 
     def _dropout_seed_context(self):
         # TE draws attention dropout in get_rng_state_tracker().fork()
@@ -285,7 +303,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             seq_kv if self.attention_type == "cross" else None,
             padded_queries, self.rotary_pos_interleaved,
             self._returns_layernorm_output(), self.tp_size,
-            self.sequence_parallel, attention_bias=bias)
+            self.sequence_parallel, attention_bias=bias,
+            context_parallel=self._context_parallel())
 
     def _returns_layernorm_output(self):
         return self.input_layernorm and self.return_layernorm_output
@@ -333,6 +352,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
                                                    self.sequence_parallel)
             window = window_of_call(owner, self.window_size, window_size,
                                     mask_type)
+            refuse_for_context_parallel(self, owner, self.qkv_format,
+                                        mask_type, window, call_arguments,
+                                        inference_params)
             outputs = run_kv_cache_block(
                 self, owner, hidden_states, self.hidden_size,
                 self.qkv_format, mask_type, attention_mask, rotary_pos_emb,
@@ -346,6 +368,8 @@ class MultiheadAttention(TransformerEngineBaseModule):
             mask_type = _thd.thd_mask_type(owner, mask_type)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
+        refuse_for_context_parallel(self, owner, self.qkv_format, mask_type,
+                                    window, call_arguments)
         refuse_for_fp8_attention(
             owner, self.kv_channels, self.qkv_format, mask_type, window,
             core_attention_bias_type,

@@ -5,8 +5,8 @@ block (LayerNormMLP, dropout + residual), in one program."""
 
 from . import _args, _attention_specs, _fp8_weights, _thd
 from .attention import (check_cross_mask_type, mask_type_of_call,
-                        refuse_for_fp8_attention, run_attention_block,
-                        window_of_call)
+                        refuse_for_context_parallel, refuse_for_fp8_attention,
+                        run_attention_block, window_of_call)
 from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule, rng_fork
 from .layernorm import LayerNorm
@@ -87,6 +87,13 @@ class TransformerLayer(TransformerEngineBaseModule):
     Under fp8_model_init (FP8 GEMM weights, the submodules' too)
     fuse_qkv_params=True is required (the split QKV weights are refused).
 
+    Context parallelism (cp_group and the rest, or
+    set_context_parallel_group, which reaches the submodules): as
+    MultiheadAttention's, the whole layer on this rank's two load-balanced
+    chunks of each sequence (the per-token parts need nothing more); not
+    with layer_type="decoder", attn_input_format="thd" or
+    sequence_parallel (docs/context-parallel.md).
+
     Accepted and unused: layer_number, micro_batch_size, the
     ub_* switches (they only act with ub_tp_comm_overlap), name,
     checkpoint_core_attention, fast_zero_fill.
@@ -114,7 +121,9 @@ class TransformerLayer(TransformerEngineBaseModule):
                  ub_overlap_rs_dgrad=False, ub_bulk_dgrad=True,
                  ub_bulk_wgrad=True, bias=True, activation="gelu",
                  activation_params=None, normalization="LayerNorm",
-                 device="cuda", attn_input_format="sbhd", name=None):
+                 device="cuda", attn_input_format="sbhd", name=None,
+                 cp_group=None, cp_global_ranks=None, cp_stream=None,
+                 cp_comm_type="p2p"):
         super().__init__(params_dtype)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "TransformerLayer"
@@ -200,6 +209,8 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.activation = activation
         self.use_bias = bool(bias)
         self.layer_number = layer_number
+        self._init_context_parallel(owner, cp_group, cp_global_ranks,
+                                    cp_stream, cp_comm_type)
         # What TE's self_attention and inter_attention share.
         attention_kwargs = dict(
             kv_channels=kv_channels, attention_dropout=attention_dropout,
@@ -214,7 +225,9 @@ class TransformerLayer(TransformerEngineBaseModule):
             qkv_format=self.attn_input_format, tp_group=tp_group,
             tp_size=tp, set_parallel_mode=set_parallel_mode,
             sequence_parallel=self.sequence_parallel,
-            get_rng_state_tracker=get_rng_state_tracker)
+            get_rng_state_tracker=get_rng_state_tracker, cp_group=cp_group,
+            cp_global_ranks=cp_global_ranks, cp_stream=cp_stream,
+            cp_comm_type=cp_comm_type)
         self.self_attention = MultiheadAttention(
             self.hidden_size, self.num_attention_heads,
             attn_mask_type=self.self_attn_mask_type,
@@ -257,6 +270,11 @@ class TransformerLayer(TransformerEngineBaseModule):
         return self.training and (self.hidden_dropout > 0
                                   or self.attention_dropout > 0
                                   or self.drop_path_rate > 0)
+
+    def _context_parallel_refusals(self):
+        return {"attn_input_format='thd'": self.attn_input_format == "thd",
+                "layer_type='decoder'": self.layer_type == "decoder",
+                "sequence_parallel=True": self.sequence_parallel}
 
     def _dropout_seed_context(self):
         # The layer's one dropout stream draws its hidden dropout, drop
@@ -302,7 +320,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.output_layernorm, self.parallel_attention_mlp,
             self.rotary_pos_interleaved,
             self.drop_path_rate if active else 0.0, self.tp_size,
-            self.sequence_parallel, attention_bias=bias)
+            self.sequence_parallel, attention_bias=bias,
+            context_parallel=self._context_parallel())
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
@@ -333,6 +352,9 @@ class TransformerLayer(TransformerEngineBaseModule):
                                                    self.sequence_parallel)
             window = window_of_call(owner, self.window_size, window_size,
                                     mask_type)
+            self._refuse_for_context_parallel(owner, mask_type, window,
+                                              call_arguments,
+                                              inference_params)
             _args.check_unsupported(f"{owner}.forward",
                                     enc_dec_attn_mask=enc_dec_attn_mask)
             outputs = run_kv_cache_block(
@@ -350,6 +372,8 @@ class TransformerLayer(TransformerEngineBaseModule):
         self._check_sequence_parallel_length(owner, hidden_states)
         window = window_of_call(owner, self.window_size, window_size,
                                 mask_type)
+        self._refuse_for_context_parallel(owner, mask_type, window,
+                                          call_arguments)
         refuse_for_fp8_attention(
             owner, self.kv_channels, self.attn_input_format, mask_type,
             window, core_attention_bias_type,
@@ -381,6 +405,16 @@ class TransformerLayer(TransformerEngineBaseModule):
             cross=cross,
             encoder_output=encoder_output, **call_arguments)
         return outputs["output"]
+
+    def _refuse_for_context_parallel(self, owner, mask_type, window,
+                                     call_arguments, inference_params=None):
+        """refuse_for_context_parallel with TransformerLayer's argument
+        names (attn_input_format, self_attn_mask_type)."""
+        refuse_for_context_parallel(
+            self, owner, self.attn_input_format, mask_type, window,
+            call_arguments, inference_params,
+            format_argument="attn_input_format",
+            mask_argument="self_attn_mask_type")
 
     def _check_sequence_parallel_length(self, owner, hidden_states):
         """TE's check under sequence parallelism with seq_length given: an

@@ -1,0 +1,347 @@
+"""tejit.pytorch's attention modules with TE's context-parallel arguments
+(docs/context-parallel.md), on the CPU (parameters on the CPU, nothing
+runs): cp_group's size and this process's rank reaching the spec (cp_size,
+cp_rank, cp_comm_type) of DotProductAttention, MultiheadAttention and
+TransformerLayer and their submodules, set_context_parallel_group reaching
+the submodules, a copy's group (deepcopy shares it, pickling drops it: the
+module then refuses to run, naming set_context_parallel_group), the
+refusals naming the argument (constructor, set_context_parallel_group and
+forward), the program's CP group (_distributed.cp_group: the process
+group's TensorParallelGroup), and tejit.pytorch.distributed's split and
+merge on tensors. Needs PyTorch (skipped without it;
+test_context_parallel_args.py checks the argument checks and specs without
+it). tests/gpu/context_parallel_check.py runs the modules on two GPUs.
+Run: python3 -m pytest tests/python
+"""
+import contextlib
+import copy
+import importlib.util
+import os
+import pickle
+import sys
+import unittest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+if HAVE_TORCH:
+    import torch
+
+    import tejit
+    import tejit.pytorch as te
+    from tejit.pytorch import _distributed
+    from tejit.pytorch.module import _args
+    from test_pytorch_tensor_parallel import group_sizes
+
+CPU = "cpu"
+CP_KEYS = ("cp_size", "cp_rank", "cp_comm_type")
+
+
+@contextlib.contextmanager
+def cp_world(size, rank):
+    """torch.distributed stand-in: every process group has `size` ranks
+    (test_pytorch_tensor_parallel's group_sizes), this process is `rank`
+    in each."""
+    saved = _args._group_rank
+    _args._group_rank = lambda group: rank
+    try:
+        with group_sizes(size):
+            yield
+    finally:
+        _args._group_rank = saved
+
+
+def cp_keys(module):
+    layer = module._layer_spec()
+    return tuple(layer.get(key) for key in CP_KEYS)
+
+
+def small(kind, **kwargs):
+    """A small module of `kind` on the CPU."""
+    if kind == "DotProductAttention":
+        return te.DotProductAttention(8, 32, num_gqa_groups=4, **kwargs)
+    if kind == "MultiheadAttention":
+        return te.MultiheadAttention(256, 8, num_gqa_groups=4,
+                                     input_layernorm=True, device=CPU,
+                                     **kwargs)
+    return te.TransformerLayer(256, 1024, 8, num_gqa_groups=4, device=CPU,
+                               **kwargs)
+
+
+KINDS = ("DotProductAttention", "MultiheadAttention", "TransformerLayer")
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class SpecTest(unittest.TestCase):
+    def test_no_keys_without_a_group(self):
+        for kind in KINDS:
+            with self.subTest(kind=kind):
+                module = small(kind)
+                self.assertEqual((module.cp_size, module.cp_rank), (1, 0))
+                self.assertIsNone(module.cp_group)
+                self.assertEqual(cp_keys(module), (None, None, None))
+                self.assertIsNone(module._context_parallel())
+
+    def test_constructor_group(self):
+        group = object()
+        for kind in KINDS:
+            for rank in (0, 1):
+                with self.subTest(kind=kind, rank=rank), cp_world(2, rank):
+                    module = small(kind, cp_group=group,
+                                   cp_global_ranks=[0, 1],
+                                   cp_comm_type="all_gather")
+                    self.assertEqual(cp_keys(module),
+                                     (2, rank, "all_gather"))
+                    self.assertIs(module.cp_group, group)
+                    self.assertEqual(module.cp_global_ranks, [0, 1])
+                    self.assertEqual(module.cp_comm_type, "all_gather")
+                    # TE's default "p2p" runs as the all-gather too.
+                    module = small(kind, cp_group=group)
+                    self.assertEqual(cp_keys(module),
+                                     (2, rank, "all_gather"))
+
+    def test_submodules_get_the_group(self):
+        group = object()
+        with cp_world(2, 1):
+            layer = small("TransformerLayer", cp_group=group)
+        for module in (layer.self_attention,
+                       layer.self_attention.core_attention):
+            self.assertIs(module.cp_group, group, type(module).__name__)
+            self.assertEqual((module.cp_size, module.cp_rank), (2, 1))
+
+    def test_set_context_parallel_group_reaches_submodules(self):
+        layer = small("TransformerLayer")
+        group = object()
+        with cp_world(2, 1):
+            layer.set_context_parallel_group(group, [2, 3], None,
+                                             "all_gather")
+        for module in (layer, layer.self_attention,
+                       layer.self_attention.core_attention,
+                       layer.layernorm_mlp):
+            self.assertIs(module.cp_group, group, type(module).__name__)
+            self.assertEqual((module.cp_size, module.cp_rank,
+                              module.cp_global_ranks), (2, 1, [2, 3]))
+        self.assertEqual(cp_keys(layer), (2, 1, "all_gather"))
+        self.assertEqual(cp_keys(layer.self_attention),
+                         (2, 1, "all_gather"))
+        # The per-token MLP keeps the arguments and uses none.
+        self.assertIsNone(layer.layernorm_mlp._context_parallel())
+        self.assertNotIn("cp_size", layer.layernorm_mlp._layer_spec())
+        # None: back to cp_size 1.
+        layer.set_context_parallel_group(None, None, None)
+        self.assertEqual(cp_keys(layer), (None, None, None))
+        self.assertEqual(layer.self_attention.core_attention.cp_size, 1)
+
+    def run_captured(self, module, *inputs, **kwargs):
+        """`module`'s forward on CPU tensors up to its program: the input
+        checks (which want CUDA tensors) skipped, _run_program replaced by
+        a recorder of what it is given. Returns {activations, shape_spec,
+        layer}."""
+        from unittest import mock
+        from tejit.pytorch.module import attention as attention_module
+        captured = {}
+
+        def run_program(activations, dtype, shape_key, shape_spec, shape,
+                        layer_spec=None, variant=(), **_kwargs):
+            captured.update(activations=activations, shape_spec=shape_spec,
+                            layer=(layer_spec or module._layer_spec)())
+            return {"output": None}
+        with mock.patch.object(attention_module, "check_input",
+                               lambda *args: None), \
+                mock.patch.object(module, "_run_program", run_program):
+            module(*inputs, **kwargs)
+        return captured
+
+    def test_a_call_takes_global_lengths(self):
+        group = object()
+        with cp_world(2, 1):
+            block = small("MultiheadAttention", cp_group=group,
+                          params_dtype=torch.bfloat16)
+            layer = small("TransformerLayer", cp_group=group,
+                          params_dtype=torch.bfloat16,
+                          attn_input_format="bshd")
+            attention = small("DotProductAttention", cp_group=group)
+        # sbhd: this rank's 16 of 32 positions; the rotary table is the
+        # whole sequence's (TE's), its first 32 positions taken.
+        freqs = torch.zeros(64, 1, 1, 32)
+        got = self.run_captured(block, torch.zeros(16, 2, 256,
+                                                   dtype=torch.bfloat16),
+                                rotary_pos_emb=freqs)
+        self.assertEqual((got["shape_spec"]["seq_length"],
+                          got["shape_spec"]["batch_size"]), (32, 2))
+        self.assertEqual(tuple(got["activations"]["rotary_pos_emb"].shape),
+                         (32, 1, 1, 32))
+        self.assertEqual((got["layer"]["cp_size"], got["layer"]["cp_rank"]),
+                         (2, 1))
+        # bshd: dim 1 is the sequence.
+        got = self.run_captured(layer, torch.zeros(2, 24, 256,
+                                                   dtype=torch.bfloat16))
+        self.assertEqual((got["shape_spec"]["seq_length"],
+                          got["shape_spec"]["batch_size"]), (48, 2))
+        self.assertEqual(got["layer"]["cp_comm_type"], "all_gather")
+        q = torch.zeros(8, 2, 8, 32, dtype=torch.bfloat16)
+        kv = torch.zeros(8, 2, 4, 32, dtype=torch.bfloat16)
+        got = self.run_captured(attention, q, kv, kv)
+        self.assertEqual(got["shape_spec"]["seq_length"], 16)
+        self.assertNotIn("kv_seq_length", got["layer"])
+        # An odd local length, and keys of another length, are refused.
+        with self.assertRaises(ValueError) as caught:
+            self.run_captured(block, torch.zeros(15, 2, 256,
+                                                 dtype=torch.bfloat16))
+        self.assertIn("hidden_states", str(caught.exception))
+        with self.assertRaises(NotImplementedError) as caught:
+            self.run_captured(attention, q, kv[:4], kv[:4])
+        self.assertIn("key_layer", str(caught.exception))
+
+    def test_copies(self):
+        group = object()
+        with cp_world(2, 0):
+            layer = small("TransformerLayer", cp_group=group)
+        self.assertIs(copy.deepcopy(layer).cp_group, group)
+        restored = pickle.loads(pickle.dumps(layer))
+        self.assertIsNone(restored.cp_group)
+        self.assertEqual(restored.cp_size, 2)
+        with self.assertRaises(RuntimeError) as caught:
+            restored._required_cp_group()
+        self.assertIn("set_context_parallel_group", str(caught.exception))
+        self.assertIs(layer._required_cp_group(), group)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class RefusalTest(unittest.TestCase):
+    def assertRefused(self, error, factory, *words):
+        with self.assertRaises(error) as caught:
+            factory()
+        for word in words:
+            self.assertIn(word, str(caught.exception))
+
+    def test_constructor_and_set_group(self):
+        group = object()
+        cases = [
+            (NotImplementedError,
+             lambda: small("TransformerLayer", layer_type="decoder",
+                           cp_group=group), "layer_type='decoder'"),
+            (NotImplementedError,
+             lambda: small("TransformerLayer", attn_input_format="thd",
+                           cp_group=group), "attn_input_format='thd'"),
+            (NotImplementedError,
+             lambda: small("MultiheadAttention", attention_type="cross",
+                           cp_group=group), "attention_type='cross'"),
+            (NotImplementedError,
+             lambda: small("DotProductAttention", qkv_format="thd",
+                           cp_group=group), "qkv_format='thd'"),
+            (NotImplementedError,
+             lambda: small("TransformerLayer", tp_size=2,
+                           set_parallel_mode=True, sequence_parallel=True,
+                           cp_group=group), "sequence_parallel=True"),
+            (NotImplementedError,
+             lambda: small("DotProductAttention", cp_group=group,
+                           cp_comm_type="a2a"), "cp_comm_type='a2a'"),
+            (ValueError,
+             lambda: small("MultiheadAttention", cp_group=group,
+                           cp_comm_type="ring"), "cp_comm_type"),
+            (NotImplementedError,
+             lambda: small("TransformerLayer",
+                           layer_type="decoder").set_context_parallel_group(
+                               group, None, None),
+             "set_context_parallel_group", "layer_type='decoder'"),
+        ]
+        with cp_world(2, 0):
+            for error, factory, *words in cases:
+                with self.subTest(words=words):
+                    self.assertRefused(error, factory, *words)
+        # Without context parallelism the same modules build.
+        small("TransformerLayer", layer_type="decoder")
+        small("DotProductAttention", qkv_format="thd", cp_comm_type="a2a")
+
+    def test_forward(self):
+        group = object()
+        with cp_world(2, 0):
+            attention = small("DotProductAttention", cp_group=group)
+            block = small("MultiheadAttention", cp_group=group)
+            layer = small("TransformerLayer", cp_group=group)
+        q = torch.zeros(8, 2, 8, 32, dtype=torch.bfloat16)
+        kv = torch.zeros(8, 2, 4, 32, dtype=torch.bfloat16)
+        x = torch.zeros(8, 2, 256)
+        cases = [
+            (lambda: attention(q, kv, kv, attn_mask_type="padding"),
+             "attn_mask_type='padding'"),
+            (lambda: attention(q, kv, kv, attn_mask_type="arbitrary"),
+             "attn_mask_type='arbitrary'"),
+            (lambda: attention(q, kv, kv, window_size=(16, 0)),
+             "window_size"),
+            (lambda: attention(q, kv, kv, core_attention_bias_type="alibi"),
+             "core_attention_bias_type"),
+            (lambda: attention(q, kv, kv, qkv_format="thd"),
+             "qkv_format='thd'"),
+            (lambda: attention(q, kv, kv, inference_params=object()),
+             "inference_params"),
+            (lambda: block(x, attn_mask_type="padding_causal"),
+             "attn_mask_type='padding_causal'"),
+            (lambda: block(x, window_size=(16, 0)), "window_size"),
+            (lambda: block(x, inference_params=object()),
+             "inference_params"),
+            (lambda: layer(x, self_attn_mask_type="padding"),
+             "self_attn_mask_type='padding'"),
+            (lambda: layer(x, alibi_slopes=torch.zeros(8)), "alibi_slopes"),
+            (lambda: layer(x, inference_params=object()),
+             "inference_params"),
+        ]
+        for factory, word in cases:
+            with self.subTest(word=word):
+                self.assertRefused(NotImplementedError, factory, word,
+                                   "context parallelism")
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class CollectiveTest(unittest.TestCase):
+    def test_cp_group_is_the_process_groups_group(self):
+        from unittest import mock
+        made = []
+
+        def from_function(all_reduce, all_gather=None, reduce_scatter=None):
+            made.append((all_gather, reduce_scatter))
+            return object()
+        group = object()
+        with mock.patch.object(tejit.TensorParallelGroup, "from_function",
+                               from_function), \
+                mock.patch.object(_distributed, "group_size",
+                                  lambda process_group: 2):
+            cp = _distributed.cp_group(group, 5)
+            self.assertIs(_distributed.cp_group(group, 5), cp)
+            self.assertIs(_distributed.tp_group(group, 5), cp)
+        _distributed._TP_GROUPS.pop((group, 5), None)
+        self.assertEqual(len(made), 1)
+        self.assertTrue(all(function is not None for function in made[0]))
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class SplitTest(unittest.TestCase):
+    def test_round_trip_on_tensors(self):
+        split = te.distributed
+        for cp_size in (1, 2, 4):
+            for seq_dim, shape in ((0, (8 * cp_size, 3, 5)),
+                                   (1, (3, 8 * cp_size, 5))):
+                with self.subTest(cp_size=cp_size, seq_dim=seq_dim):
+                    whole = torch.randn(*shape)
+                    parts = [split.context_parallel_split(whole, cp_size, r,
+                                                          seq_dim)
+                             for r in range(cp_size)]
+                    for rank, part in enumerate(parts):
+                        positions = torch.tensor(
+                            split.context_parallel_positions(
+                                shape[seq_dim], cp_size, rank))
+                        self.assertTrue(torch.equal(
+                            part, whole.index_select(seq_dim, positions)))
+                    self.assertTrue(torch.equal(
+                        split.context_parallel_merge(parts, seq_dim), whole))
+        # Without torch.distributed the gather is this rank's part.
+        part = torch.randn(4, 2)
+        self.assertTrue(torch.equal(
+            split.context_parallel_gather(part, None), part))
+
+
+if __name__ == "__main__":
+    unittest.main()
