@@ -15,6 +15,7 @@ cp build/bin/tejit-train-step build/bin/tejit-attention-check build/bin/te-compi
   build/bin/tejit-fp8-attention-check \
   build/bin/tejit-gemm-algos build/bin/tejit-attention-engines \
   build/bin/tejit-grouped-gemm-check build/bin/tejit-grouped-kernels-check \
+  build/bin/tejit-cp-attention-check \
   .gpu/bin/ 2>/dev/null || true
 # cuBLASLt's block-scale layout check (tests/gpu/block_gemm_layout_check.cpp).
 g++ -O2 -std=c++17 -I. -I/usr/local/cuda/include \
