@@ -106,18 +106,6 @@ Tensor chunksOfRank(const Tensor &whole, int64_t seqDim, int rank) {
   return part;
 }
 
-std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
-                              tejit::interp::Collectives *collectives,
-                              int rank = 0) {
-  tejit::interp::Options options;
-  options.collectives = collectives;
-  options.rank = rank;
-  FailureOr<std::vector<Tensor>> results =
-      tejit::interp::run(function, args, options);
-  EXPECT_TRUE(succeeded(results));
-  return succeeded(results) ? *results : std::vector<Tensor>();
-}
-
 ArrayRef<int64_t> shapeOf(Type type) {
   return cast<RankedTensorType>(type).getShape();
 }
@@ -182,13 +170,7 @@ protected:
     ASSERT_TRUE(wholeBwd);
 
     std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
-    std::vector<Tensor> outputGrads;
-    for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
-      if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
-          !wholeBwd.getArgAttr(i, "te.forward_result") &&
-          !argName(wholeBwd, i).starts_with("fp8_meta."))
-        outputGrads.push_back(tejit::interp::randomTensor(
-            cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
+    std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
     TrainingStep wholeStep(wholeFn, wholeBwd);
     std::map<std::string, Tensor> expected;
     for (int step = 0; step < steps; ++step)

@@ -215,19 +215,6 @@ const TpCase kFp8Cases[] = {
      ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
 };
 
-/// The interpreter's result, or an empty vector after a failure.
-std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
-                              tejit::interp::Collectives *collectives,
-                              int rank = 0) {
-  tejit::interp::Options options;
-  options.collectives = collectives;
-  options.rank = rank;
-  FailureOr<std::vector<Tensor>> results =
-      tejit::interp::run(function, args, options);
-  EXPECT_TRUE(succeeded(results));
-  return succeeded(results) ? *results : std::vector<Tensor>();
-}
-
 std::vector<int64_t> shapeOf(Type type) {
   auto shape = cast<RankedTensorType>(type).getShape();
   return std::vector<int64_t>(shape.begin(), shape.end());
@@ -318,13 +305,7 @@ protected:
     ASSERT_TRUE(wholeBwd && splitBwd);
 
     std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
-    std::vector<Tensor> outputGrads;
-    for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
-      if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
-          !wholeBwd.getArgAttr(i, "te.forward_result") &&
-          !argName(wholeBwd, i).starts_with("fp8_meta."))
-        outputGrads.push_back(tejit::interp::randomTensor(
-            cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
+    std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
     TrainingStep wholeStep(wholeFn, wholeBwd);
     std::map<std::string, Tensor> expected;
     for (int step = 0; step < steps; ++step)

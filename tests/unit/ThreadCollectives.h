@@ -86,6 +86,21 @@ private:
   std::vector<Tensor> slices;
 };
 
+/// Runs `function` as rank `rank` of the group `collectives` (null: one
+/// process); the interpreter's result, or an empty vector after a failure.
+inline std::vector<Tensor> interpret(mlir::func::FuncOp function,
+                                     llvm::ArrayRef<Tensor> args,
+                                     interp::Collectives *collectives,
+                                     int rank = 0) {
+  interp::Options options;
+  options.collectives = collectives;
+  options.rank = rank;
+  mlir::FailureOr<std::vector<Tensor>> results =
+      interp::run(function, args, options);
+  EXPECT_TRUE(mlir::succeeded(results));
+  return mlir::succeeded(results) ? *results : std::vector<Tensor>();
+}
+
 /// Runs `run(rank, collectives)` for each of `ranks` ranks, each in its own
 /// thread, over one ThreadCollectives.
 template <typename Fn> void onRanks(int ranks, Fn run) {
