@@ -435,6 +435,20 @@ json::Array FunctionPlan::steps() {
     if (auto scatter = dyn_cast<TpReduceScatterOp>(op))
       collective("tp_reducescatter", scatter.getInput(), scatter.getOutput(),
                  scatter.getRanks());
+    // Context parallelism's (docs/context-parallel.md): the gather's input
+    // and the reduce-scatter's output are this rank's tokens, packed.
+    auto cpCollective = [&](StringRef kind, auto cpOp) {
+      steps.push_back(json::Object{{"kind", kind},
+                                   {"in", id(cpOp.getInput())},
+                                   {"out", id(cpOp.getOutput())},
+                                   {"ranks", cpOp.getRanks()},
+                                   {"seq_dim", cpOp.getSeqDim()},
+                                   {"load_balanced", cpOp.getLoadBalanced()}});
+    };
+    if (auto gather = dyn_cast<CpAllGatherOp>(op))
+      cpCollective("cp_allgather", gather);
+    if (auto scatter = dyn_cast<CpReduceScatterOp>(op))
+      cpCollective("cp_reducescatter", scatter);
   }
   return steps;
 }

@@ -189,6 +189,28 @@ verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
 LogicalResult verifyQueryMask(Operation *op, Value queryMask,
                               ArrayRef<int64_t> stats, AttnMaskType maskType);
 
+/// An attention layer op's context parallelism (docs/context-parallel.md)
+/// and the features it is checked against.
+struct ContextParallel {
+  int64_t size = 1, rank = 0;
+  QkvFormat format = QkvFormat::sbhd;
+  AttnMaskType maskType = AttnMaskType::no_mask;
+  /// The op's name for the mask type, for diagnostics.
+  StringRef maskTypeName = "attn_mask_type";
+  bool window = false;
+  AttentionBias bias = {};
+  FP8RecipeAttrInterface recipe = {};
+  bool kvCache = false, cross = false;
+  /// The sequence length of the op's operands (this rank's tokens).
+  int64_t localSeq = 0;
+};
+
+/// `cp_rank` in [0, cp_size); with cp_size > 1 no thd, masks other than
+/// no_mask and causal, window, bias, FP8 attention, KV cache or
+/// cross-attention, and an even local sequence (two chunks a rank).
+LogicalResult verifyLayerContextParallel(Operation *op,
+                                         const ContextParallel &cp);
+
 /// Formats a shape as "[2048, 4, 4096]".
 std::string formatShape(ArrayRef<int64_t> shape);
 

@@ -417,6 +417,25 @@ LogicalResult DotProductAttentionOp::verify() {
       return emitOpError() << "'softmax_scale' must be finite and > 0, got "
                            << scale->convertToDouble();
   AttentionBias bias = layerAttentionBias(*this);
+  if (getCpSize() != 1 || getCpRank() != 0) {
+    ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey());
+    unsigned seqDim = format == QkvFormat::bshd ? 1 : 0;
+    bool packed = format == QkvFormat::thd;
+    ContextParallel cp{getCpSize(),
+                       getCpRank(),
+                       format,
+                       getAttnMaskType(),
+                       "attn_mask_type",
+                       getWindowSize().has_value(),
+                       bias,
+                       getFp8RecipeAttr(),
+                       bool(getKeyCache()),
+                       !packed && (getQueryMask() || q.size() != k.size() ||
+                                   q[seqDim] != k[seqDim]),
+                       packed ? 0 : q[seqDim]};
+    if (failed(verifyLayerContextParallel(*this, cp)))
+      return failure();
+  }
   if (format == QkvFormat::thd)
     return failure(
         failed(verifyAttentionBias(
@@ -512,8 +531,32 @@ struct AttentionBlock {
   /// attends over a KV cache, which takes none.
   AttentionBias bias = {};
   bool kvCache = false;
+  /// Context parallelism: the input holds one of `cpSize` ranks' tokens,
+  /// the rotary table the whole sequence's.
+  int64_t cpSize = 1;
 };
 } // namespace
+
+/// The context parallelism of a self-attention block of `op`
+/// (`cross` when it has an encoder_output).
+template <typename OpT>
+static LogicalResult
+verifyBlockContextParallel(OpT op, const AttentionBlock &block, bool cross) {
+  ArrayRef<int64_t> in = shapeOf(block.input);
+  unsigned seqDim = block.format == QkvFormat::bshd ? 1 : 0;
+  ContextParallel cp{op.getCpSize(),
+                     op.getCpRank(),
+                     block.format,
+                     block.maskType,
+                     block.maskTypeName,
+                     block.window.has_value(),
+                     block.bias,
+                     op.getFp8RecipeAttr(),
+                     block.kvCache,
+                     cross,
+                     in.size() > seqDim ? in[seqDim] : 0};
+  return verifyLayerContextParallel(op, cp);
+}
 
 /// An attention layer's `sequence_parallel` (not with a KV cache: inference
 /// attends to the whole cached sequence on every rank).
@@ -701,14 +744,18 @@ static LogicalResult verifyAttentionBlock(LayerChecker &checker,
     ArrayRef<int64_t> shape = type.getShape();
     int64_t rotated = shape.size() == 4 ? shape[3] : 0;
     if (!type.getElementType().isF32() || shape.size() != 4 ||
-        shape[0] != seq || shape[1] != 1 || shape[2] != 1 || rotated <= 0 ||
-        rotated > headDim || rotated % 2 != 0)
+        shape[0] != seq * block.cpSize || shape[1] != 1 || shape[2] != 1 ||
+        rotated <= 0 || rotated > headDim || rotated % 2 != 0)
       return checker.emitError()
              << "'rotary_pos_emb' must be f32 of shape "
              << (packed ? "[t, 1, 1, r] (each token's angles) = ["
-                        : "[s, 1, 1, r] = [")
-             << seq << ", 1, 1, r] with r even and at most kv_channels ("
-             << headDim << "), got " << type;
+                 : block.cpSize > 1
+                     ? "[s, 1, 1, r] (the whole sequence's, cp_size times the "
+                       "local one) = ["
+                     : "[s, 1, 1, r] = [")
+             << seq * block.cpSize
+             << ", 1, 1, r] with r even and at most kv_channels (" << headDim
+             << "), got " << type;
   }
   fp8Dims.append(
       {tokenDim(block.input, block.gatheredRanks),
@@ -768,6 +815,10 @@ LogicalResult MultiheadAttentionOp::verify() {
   if (failed(gathered))
     return failure();
   block.gatheredRanks = *gathered;
+  block.cpSize = getCpSize();
+  if (failed(
+          verifyBlockContextParallel(*this, block, bool(getEncoderOutput()))))
+    return failure();
   if (getReturnLayernormOutput() && !getLnWeight())
     return emitOpError() << "'return_layernorm_output' needs the input "
                             "normalization ('ln_weight')";
@@ -906,6 +957,10 @@ LogicalResult TransformerLayerOp::verify() {
   if (failed(gathered))
     return failure();
   block.gatheredRanks = *gathered;
+  block.cpSize = getCpSize();
+  if (failed(
+          verifyBlockContextParallel(*this, block, bool(getEncoderOutput()))))
+    return failure();
   SmallVector<Fp8Dim> fp8Dims;
   if (failed(verifyAttentionBlock(checker, block, fp8Dims)) ||
       failed(verifyKvCache(

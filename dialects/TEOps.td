@@ -293,6 +293,13 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     `fp8_dpa = true`) runs the attention in FP8, Transformer Engine's
     fp8_dpa (docs/fp8-attention.md); a KV cache's attention stays bf16/f16.
 
+    Context parallelism (docs/context-parallel.md): with `cp_size` > 1 the
+    op is rank `cp_rank`'s part of the layer: query, key, value and the
+    output hold its `s / cp_size` tokens of every sequence, chunks `cp_rank`
+    and `2 cp_size - 1 - cp_rank` of `2 cp_size` (load-balanced order); the
+    keys and values are all-gathered over the ranks. Masks no_mask and
+    causal, sbhd and bshd only.
+
     ```mlir
     %o = te.dot_product_attention %q, %k, %v
         {attn_mask_type = #te.attn_mask_type<causal>}
@@ -322,6 +329,8 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
                    OptionalAttr<TE_AttentionWindow>:$window_size,
                    OptionalAttr<I64Attr>:$max_seqlen_q,
                    OptionalAttr<I64Attr>:$max_seqlen_kv,
+                   DefaultValuedAttr<I64Attr, "1">:$cp_size,
+                   DefaultValuedAttr<I64Attr, "0">:$cp_rank,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
@@ -359,6 +368,14 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     at most `kv_channels`: the first r channels of each head rotate (all of
     them when r = kv_channels); `rotary_pos_interleaved` pairs adjacent
     channels instead of halves (GPT-J's layout).
+
+    Context parallelism (docs/context-parallel.md): with `cp_size` > 1 the
+    input, output and `ln_output` hold rank `cp_rank`'s `s / cp_size`
+    tokens of every sequence (chunks `cp_rank` and `2 cp_size - 1 -
+    cp_rank` of `2 cp_size`), while `rotary_pos_emb` keeps the whole
+    sequence's `[s, 1, 1, r]`; k and v are all-gathered over the ranks
+    after the rotary embedding. Self-attention with no_mask or causal,
+    sbhd or bshd, no window, bias, FP8 attention or KV cache.
 
     Cross-attention (Transformer Engine's `attention_type = "cross"`) when
     `encoder_output` (`[s_kv, b, hidden]`, `bshd`: `[b, s_kv, hidden]`) is
@@ -440,6 +457,8 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    OptionalAttr<I64Attr>:$max_seqlen,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
                    UnitAttr:$sequence_parallel,
+                   DefaultValuedAttr<I64Attr, "1">:$cp_size,
+                   DefaultValuedAttr<I64Attr, "0">:$cp_rank,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -481,6 +500,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     MLP as in `te.multihead_attention` and `te.layernorm_mlp`; with
     `sequence_parallel` the input, `encoder_output` and output, and so the
     norms, dropouts and residuals, are this rank's 1/tp_size of dim 0.
+    `cp_size` / `cp_rank`: context parallelism of the self-attention, as in
+    `te.multihead_attention` (not with a decoder's `encoder_output`).
 
     A decoder layer (Transformer Engine's `layer_type = "decoder"`) when
     `encoder_output` is given: between the two blocks,
@@ -583,6 +604,8 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    OptionalAttr<I64Attr>:$max_seqlen,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
                    UnitAttr:$sequence_parallel,
+                   DefaultValuedAttr<I64Attr, "1">:$cp_size,
+                   DefaultValuedAttr<I64Attr, "0">:$cp_rank,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

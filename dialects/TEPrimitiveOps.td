@@ -151,6 +151,42 @@ def TE_TpReduceScatterOp : TE_PrimOp<"tp_reduce_scatter"> {
   }];
 }
 
+def TE_CpAllGatherOp : TE_PrimOp<"cp_all_gather"> {
+  let summary = "Context parallelism: the whole sequence from the ranks' tokens";
+  let description = [{
+    Each of the `ranks` ranks holds `s / ranks` tokens of dim `seq_dim` (0
+    for sbhd, 1 for bshd); the output holds all `s`. With `load_balanced`,
+    rank r's input is chunks r and 2 ranks - 1 - r of the `2 ranks` chunks
+    (each half of its rows) and the output is the sequence in order;
+    without, the output is the ranks' inputs in rank order. Its gradient
+    is a `te.cp_reduce_scatter` with the same attributes
+    (docs/context-parallel.md).
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks, I64Attr:$seq_dim,
+                   UnitAttr:$load_balanced);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output)
+  }];
+}
+
+def TE_CpReduceScatterOp : TE_PrimOp<"cp_reduce_scatter"> {
+  let summary = "Context parallelism: sum over the ranks, each keeping its tokens";
+  let description = [{
+    The element-wise sum of the whole-sequence `input` over the `ranks`
+    ranks, of which each keeps the rows of dim `seq_dim` that
+    `te.cp_all_gather` with the same attributes takes from it (with
+    `load_balanced`, chunks r and 2 ranks - 1 - r, in that order). Its
+    gradient is that `te.cp_all_gather`.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks, I64Attr:$seq_dim,
+                   UnitAttr:$load_balanced);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output)
+  }];
+}
+
 def TE_ActivationOp : TE_PrimOp<"act"> {
   let summary = "Applies an MLP activation along the last dim";
   let description = [{
@@ -349,6 +385,17 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
     `fp8_recipe` (a DelayedScaling with `fp8_dpa`, from the layer op) asks
     te-place-scaling to run the attention in FP8: te.fp8_attention and
     te.fp8_attention_bwd (docs/fp8-attention.md).
+
+    Context parallelism (docs/context-parallel.md): with `cp_ranks` N > 1,
+    q, the output and `softmax_lse` hold rank `cp_rank`'s 2c local queries,
+    local row i at global position r c + i for i < c and (2N - 1 - r) c +
+    (i - c) otherwise, and k / v the whole sequence (a te.cp_all_gather's
+    output, N times q's sequence length). `causal` shows key j to local
+    query i iff j <= its global position (k/v in sequence order);
+    `no_mask` shows every key. te.attention_bwd's dk / dv are then this
+    rank's queries' contributions, which a te.cp_reduce_scatter sums.
+    Masks no_mask and causal, sbhd and bshd only; no window, bias, query
+    mask or FP8.
   }];
   let arguments = (ins TE_AnyTensor:$query, TE_AnyTensor:$key,
                    TE_AnyTensor:$value, Optional<TE_AnyTensor>:$attention_mask,
@@ -369,6 +416,8 @@ def TE_AttentionOp : TE_PrimOp<"attention", [AttrSizedOperandSegments]> {
                    DefaultValuedAttr<TE_AttnBiasTypeAttr,
                      "::mlir::te::AttnBiasType::no_bias">:$bias_type,
                    UnitAttr:$bias_grad,
+                   DefaultValuedAttr<I64Attr, "1">:$cp_ranks,
+                   DefaultValuedAttr<I64Attr, "0">:$cp_rank,
                    OptionalAttr<TE_DelayedScalingAttr>:$fp8_recipe);
   let results = (outs TE_AnyTensor:$output, TE_AnyTensor:$softmax_lse);
   let assemblyFormat = [{
@@ -412,6 +461,8 @@ def TE_AttentionBwdOp : TE_PrimOp<"attention_bwd",
                    DefaultValuedAttr<TE_AttnBiasTypeAttr,
                      "::mlir::te::AttnBiasType::no_bias">:$bias_type,
                    UnitAttr:$bias_grad,
+                   DefaultValuedAttr<I64Attr, "1">:$cp_ranks,
+                   DefaultValuedAttr<I64Attr, "0">:$cp_rank,
                    OptionalAttr<TE_DelayedScalingAttr>:$fp8_recipe);
   // The bias's gradient is named `dbias`: `bias_grad` is the attribute.
   let results = (outs TE_AnyTensor:$query_grad, TE_AnyTensor:$key_grad,

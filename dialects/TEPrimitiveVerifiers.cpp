@@ -146,6 +146,46 @@ LogicalResult TpReduceScatterOp::verify() {
   return verifySequenceParallel(*this, getOutput(), getInput(), getRanks());
 }
 
+/// Context parallelism's collectives: `whole` is `local` with `ranks` times
+/// its dim `seq_dim` (0 or 1), which load balancing cuts into 2 ranks
+/// chunks.
+static LogicalResult verifyContextParallel(Operation *op, Value local,
+                                           Value whole, int64_t ranks,
+                                           int64_t seqDim, bool loadBalanced) {
+  if (failed(verifyTensorParallel(op, op->getOperand(0), ranks)))
+    return failure();
+  auto localType = cast<RankedTensorType>(local.getType());
+  auto wholeType = cast<RankedTensorType>(whole.getType());
+  if (seqDim != 0 && seqDim != 1)
+    return op->emitOpError()
+           << "seq_dim must be 0 (sbhd) or 1 (bshd), got " << seqDim;
+  if (localType.getRank() <= seqDim)
+    return op->emitOpError()
+           << "the local tensor " << localType << " has no dim " << seqDim;
+  SmallVector<int64_t> expected(localType.getShape());
+  expected[seqDim] *= ranks;
+  if (wholeType.getElementType() != localType.getElementType() ||
+      wholeType.getShape() != ArrayRef<int64_t>(expected))
+    return op->emitOpError()
+           << "the whole tensor " << wholeType << " must be the local "
+           << localType << " with " << ranks << " times its dim " << seqDim;
+  if (loadBalanced && localType.getShape()[seqDim] % 2 != 0)
+    return op->emitOpError()
+           << "load_balanced needs an even local dim " << seqDim
+           << " (two chunks a rank), got " << localType.getShape()[seqDim];
+  return success();
+}
+
+LogicalResult CpAllGatherOp::verify() {
+  return verifyContextParallel(*this, getInput(), getOutput(), getRanks(),
+                               getSeqDim(), getLoadBalanced());
+}
+
+LogicalResult CpReduceScatterOp::verify() {
+  return verifyContextParallel(*this, getOutput(), getInput(), getRanks(),
+                               getSeqDim(), getLoadBalanced());
+}
+
 /// The last dim an activation produces from `inputWidth` channels.
 static FailureOr<int64_t> activationWidth(Operation *op, Activation activation,
                                           int64_t inputWidth) {
@@ -394,6 +434,44 @@ static LogicalResult verifyBias(OpT op, ArrayRef<int64_t> stats) {
                              packed ? "packed sequences (thd)" : "");
 }
 
+/// Context parallelism (docs/context-parallel.md): with cp_ranks N > 1,
+/// q holds this rank's 2c queries and k/v the whole N * 2c keys, under
+/// no_mask or causal alone.
+template <typename OpT> static LogicalResult verifyAttentionCp(OpT op) {
+  int64_t ranks = op.getCpRanks(), rank = op.getCpRank();
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    return op.emitOpError() << "'cp_rank' must be in [0, cp_ranks), with "
+                               "cp_ranks >= 1; got cp_rank "
+                            << rank << " of " << ranks;
+  if (ranks == 1)
+    return success();
+  AttnMaskType mask = op.getAttnMaskType();
+  StringRef refused =
+      op.getQkvFormat() == QkvFormat::thd ? "qkv_format thd"
+      : mask != AttnMaskType::no_mask && mask != AttnMaskType::causal
+          ? "a mask type other than no_mask and causal"
+      : op.getWindowSize()               ? "'window_size'"
+      : op.getAttentionMask()            ? "an attention mask operand"
+      : op.getQueryMask()                ? "'query_mask'"
+      : primitiveAttentionBias(op).any() ? "an attention bias"
+      : op.getFp8RecipeAttr()            ? "'fp8_recipe'"
+                                         : "";
+  if (!refused.empty())
+    return op.emitOpError() << "context parallelism (cp_ranks " << ranks
+                            << ") is not supported with " << refused;
+  unsigned seqDim = op.getQkvFormat() == QkvFormat::sbhd ? 0 : 1;
+  int64_t sq = shapeOf(op.getQuery())[seqDim],
+          skv = shapeOf(op.getKey())[seqDim];
+  if (sq % 2 != 0 || skv != sq * ranks)
+    return op.emitOpError()
+           << "with cp_ranks " << ranks
+           << " the query holds two chunks of this rank's tokens (an even "
+              "length) and key/value the whole sequence (cp_ranks times "
+              "it), got "
+           << sq << " queries and " << skv << " keys";
+  return success();
+}
+
 /// What te.attention and te.attention_bwd check alike; returns the
 /// softmax statistics' type.
 template <typename OpT>
@@ -410,7 +488,7 @@ static FailureOr<RankedTensorType> verifyAttentionCommon(OpT op) {
                              op.getAttnMaskType())) ||
       failed(verifyAttentionWindow(op, op.getWindowSize(),
                                    op.getAttnMaskType())) ||
-      failed(verifyBias(op, *stats)))
+      failed(verifyBias(op, *stats)) || failed(verifyAttentionCp(op)))
     return failure();
   return RankedTensorType::get(*stats, Float32Type::get(op.getContext()));
 }

@@ -99,6 +99,9 @@ struct Problem {
 
 bool Problem::isMasked(int64_t b, int64_t h, int64_t i, int64_t j) const {
   AttnMaskType type = params.maskType;
+  // Context parallelism takes no_mask or causal over the whole sequence.
+  if (params.cpRanks > 1)
+    return type == AttnMaskType::causal && j > params.queryPosition(i, q.seq);
   bool padding = type == AttnMaskType::padding ||
                  type == AttnMaskType::padding_causal ||
                  type == AttnMaskType::padding_causal_bottom_right;

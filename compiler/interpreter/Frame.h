@@ -60,15 +60,40 @@ public:
                                               const Tensor &partial,
                                               int64_t ranks) const;
 
+  /// Context parallelism (docs/context-parallel.md): the ranks' tokens of
+  /// dim `seqDim` (`ranks` of them, this rank's `local`) as the whole
+  /// sequence, in sequence order when `loadBalanced` (rank r holds chunks r
+  /// and 2 ranks - 1 - r), else in rank order; an error at `op` in one
+  /// process (ContextParallel.cpp).
+  mlir::FailureOr<Tensor> gatherSequence(mlir::Operation *op,
+                                         const Tensor &local, int64_t ranks,
+                                         int64_t seqDim,
+                                         bool loadBalanced) const;
+  /// The inverse's gradient: `whole` summed over the ranks, of which this
+  /// rank keeps its tokens (in its local order).
+  mlir::FailureOr<Tensor> scatterSequenceSum(mlir::Operation *op,
+                                             const Tensor &whole, int64_t ranks,
+                                             int64_t seqDim,
+                                             bool loadBalanced) const;
+
   /// The position of the layer op being run among the function's layer ops.
   uint64_t layerIndex = 0;
 
 private:
+  /// Fails at `op` unless the run has the other ranks' collectives.
+  mlir::LogicalResult needCollectives(mlir::Operation *op) const;
+
   const Options &options;
   /// Node-based, so that a reference from get() stays valid while results
   /// are bound (a DenseMap would move its tensors when it grows).
   std::unordered_map<const void *, Tensor> values;
 };
+
+/// Context parallelism: the chunks `rank` and 2 `ranks` - 1 - `rank` of
+/// `2 ranks` along dim `seqDim` of the whole sequence `whole` (the rotary
+/// angles of a rank's tokens).
+Tensor sequenceChunksOfRank(const Tensor &whole, int64_t ranks, int64_t rank,
+                            int64_t seqDim);
 
 /// Whether `op` is one of the eight layer ops (TE modules), as opposed to a
 /// primitive.

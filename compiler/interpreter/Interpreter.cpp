@@ -30,18 +30,18 @@ const Tensor &Frame::get(Value value) const {
   return it->second;
 }
 
-/// Sequence parallelism needs the other ranks' slices.
-static LogicalResult needCollectives(Operation *op, const Options &options) {
+/// Sequence and context parallelism need the other ranks' tokens.
+LogicalResult Frame::needCollectives(Operation *op) const {
   if (options.collectives)
     return success();
   return op->emitOpError()
-         << "gathers or scatters over the ranks of a sequence-parallel "
-            "group: run it with interp::Options::collectives";
+         << "gathers or scatters over the ranks of a sequence- or "
+            "context-parallel group: run it with interp::Options::collectives";
 }
 
 FailureOr<Tensor> Frame::gatherOverRanks(Operation *op,
                                          const Tensor &local) const {
-  if (failed(needCollectives(op, options)))
+  if (failed(needCollectives(op)))
     return failure();
   return options.collectives->allGather(local, options.rank);
 }
@@ -49,7 +49,7 @@ FailureOr<Tensor> Frame::gatherOverRanks(Operation *op,
 FailureOr<Tensor> Frame::scatterSumOverRanks(Operation *op,
                                              const Tensor &partial,
                                              int64_t ranks) const {
-  if (failed(needCollectives(op, options)))
+  if (failed(needCollectives(op)))
     return failure();
   if (partial.shape.empty() || partial.shape[0] % ranks != 0)
     return op->emitOpError()

@@ -136,6 +136,22 @@ struct AttentionParams {
   const Tensor *bias = nullptr, *alibiSlopes = nullptr;
   /// Whether attentionBwd returns the bias's gradient [1, h, s_q, s_kv].
   bool biasGrad = false;
+  /// Context parallelism (docs/context-parallel.md): with cpRanks N > 1 the
+  /// queries are rank cpRank's 2c tokens, local row i at global position
+  /// cpRank c + i for i < c and (2N - 1 - cpRank) c + i - c otherwise; the
+  /// keys are the whole sequence. Causal: key j is visible iff j <= that
+  /// position (no_mask: every key).
+  int64_t cpRanks = 1, cpRank = 0;
+
+  /// The global position of local query `i` of `localSeq` under context
+  /// parallelism (`i` itself without it).
+  int64_t queryPosition(int64_t i, int64_t localSeq) const {
+    if (cpRanks == 1)
+      return i;
+    int64_t chunk = localSeq / 2;
+    return i < chunk ? cpRank * chunk + i
+                     : (2 * cpRanks - 1 - cpRank) * chunk + (i - chunk);
+  }
 
   /// Takes an optional window_size attribute's [left, right].
   void setWindow(std::optional<llvm::ArrayRef<int64_t>> window) {

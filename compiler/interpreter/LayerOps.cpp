@@ -143,6 +143,27 @@ static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {
   return setLnOutput(op, op.getLnOutput(), frame, std::move(normalized));
 }
 
+/// Context parallelism (docs/context-parallel.md): this rank's keys or
+/// values `local` of `op` gathered into the whole sequence, in sequence
+/// order for the causal mask and in rank order for no_mask (`local` itself
+/// without context parallelism).
+static FailureOr<Tensor> gatherSequence(Operation *op, const Tensor &local,
+                                        const AttentionParams &params,
+                                        Frame &frame) {
+  if (params.cpRanks == 1)
+    return local;
+  return frame.gatherSequence(op, local, params.cpRanks,
+                              params.format == te::QkvFormat::bshd ? 1 : 0,
+                              params.maskType == te::AttnMaskType::causal);
+}
+
+/// Takes the context parallelism of layer op `op` into `params`.
+template <typename OpT>
+static void setContextParallel(OpT op, AttentionParams &params) {
+  params.cpRanks = int64_t(op.getCpSize());
+  params.cpRank = int64_t(op.getCpRank());
+}
+
 /// An attention result [d0, d1, h, d] ([t, h, d] for thd) as the layer
 /// ops return it: [d0, d1, h * d] ([t, h * d]).
 static Tensor mergeHeads(Tensor x) {
@@ -165,6 +186,7 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   params.setWindow(op.getWindowSize());
   setAttentionBias(params, te::layerAttentionBias(op), frame);
+  setContextParallel(op, params);
   if (params.format == te::QkvFormat::thd) {
     int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
     const Tensor &cuQ = frame.get(op.getCuSeqlensQ());
@@ -186,8 +208,13 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
       return failure();
     return frame.set(op, op.getOutput(), mergeHeads(std::move(*output)));
   }
-  AttentionOutputs result = attention(query, frame.get(op.getKey()),
-                                      frame.get(op.getValue()), params);
+  FailureOr<Tensor> key =
+      gatherSequence(op, frame.get(op.getKey()), params, frame);
+  FailureOr<Tensor> value =
+      gatherSequence(op, frame.get(op.getValue()), params, frame);
+  if (failed(key) || failed(value))
+    return failure();
+  AttentionOutputs result = attention(query, *key, *value, params);
   return frame.set(op, op.getOutput(), mergeHeads(std::move(result.output)));
 }
 
@@ -237,6 +264,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   block.params.setWindow(op.getWindowSize());
   setAttentionBias(block.params, te::layerAttentionBias(op), frame);
+  setContextParallel(op, block.params);
   block.rotaryInterleaved = op.getRotaryPosInterleaved();
   block.rowParallelProj = op.getTpSize() > 1;
   block.op = op;
@@ -309,12 +337,23 @@ attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
     value = splitHeads(qkv, block.heads + block.groups, block.groups,
                        block.headDim);
   }
+  const AttentionParams &params = block.params;
   if (const Tensor *freqs = frame.getOptional(block.rotary)) {
-    query = rotateHeads(query, *freqs, block.params.format,
-                        block.rotaryInterleaved);
-    key =
-        rotateHeads(key, *freqs, block.params.format, block.rotaryInterleaved);
+    // Context parallelism: the angles of this rank's tokens.
+    Tensor local = params.cpRanks > 1
+                       ? sequenceChunksOfRank(*freqs, params.cpRanks,
+                                              params.cpRank, /*seqDim=*/0)
+                       : *freqs;
+    query = rotateHeads(query, local, params.format, block.rotaryInterleaved);
+    key = rotateHeads(key, local, params.format, block.rotaryInterleaved);
   }
+  FailureOr<Tensor> gatheredKey = gatherSequence(block.op, key, params, frame);
+  FailureOr<Tensor> gatheredValue =
+      gatherSequence(block.op, value, params, frame);
+  if (failed(gatheredKey) || failed(gatheredValue))
+    return failure();
+  key = std::move(*gatheredKey);
+  value = std::move(*gatheredValue);
   Tensor context;
   if (block.keyCache) {
     AttentionParams params = block.params;
@@ -369,6 +408,10 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
   block.projWeight = op.getInterProjWeight();
   block.projBias = op.getInterProjBias();
   block.rotary = Value();
+  // Context parallelism serves the self-attention (the verifier refuses
+  // it in decoders).
+  block.params.cpRanks = 1;
+  block.params.cpRank = 0;
   block.keyCache = block.valueCache = block.cuSeqlensKv = block.pageTable =
       Value();
   block.encoder = op.getEncoderOutput();

@@ -84,6 +84,22 @@ static LogicalResult runOp(te::TpReduceScatterOp op, Frame &frame) {
                  failed(frame.set(op, op.getOutput(), std::move(*chunk))));
 }
 
+static LogicalResult runOp(te::CpAllGatherOp op, Frame &frame) {
+  FailureOr<Tensor> whole =
+      frame.gatherSequence(op, frame.get(op.getInput()), int64_t(op.getRanks()),
+                           int64_t(op.getSeqDim()), op.getLoadBalanced());
+  return failure(failed(whole) ||
+                 failed(frame.set(op, op.getOutput(), std::move(*whole))));
+}
+
+static LogicalResult runOp(te::CpReduceScatterOp op, Frame &frame) {
+  FailureOr<Tensor> local = frame.scatterSequenceSum(
+      op, frame.get(op.getInput()), int64_t(op.getRanks()),
+      int64_t(op.getSeqDim()), op.getLoadBalanced());
+  return failure(failed(local) ||
+                 failed(frame.set(op, op.getOutput(), std::move(*local))));
+}
+
 static LogicalResult runOp(te::BiasGradOp op, Frame &frame) {
   return frame.set(op, op.getOutput(), biasGrad(frame.get(op.getGrad())));
 }
@@ -274,6 +290,8 @@ static FailureOr<AttentionParams> attentionParams(AttentionOpT op,
                                                   Frame &frame) {
   AttentionParams params = commonAttentionParams(op, frame);
   params.setWindow(op.getWindowSize());
+  params.cpRanks = int64_t(op.getCpRanks());
+  params.cpRank = int64_t(op.getCpRank());
   setAttentionBias(params, te::primitiveAttentionBias(op), frame);
   if (params.format == te::QkvFormat::thd) {
     // The verifier has checked the operands' types; their values are the
@@ -405,7 +423,8 @@ LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
       .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
             te::AddOp, te::BiasAddOp, te::BiasGradOp, te::TpCopyOp,
             te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp,
-            te::ActivationOp, te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
+            te::CpAllGatherOp, te::CpReduceScatterOp, te::ActivationOp,
+            te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
             te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
             te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp, te::AttentionBwdOp,
             te::KvCacheAttentionOp>([&](auto op) { return runOp(op, frame); })

@@ -352,6 +352,19 @@ LogicalResult Differentiator::differentiate(Operation *op) {
                                                      grad, op.getRanksAttr()));
         return success();
       })
+      .Case([&](CpAllGatherOp op) {
+        // Every rank's queries read every key: the ranks' gradients of the
+        // whole sequence add up, and each keeps its own tokens.
+        addGrad(op.getInput(),
+                create<CpReduceScatterOp>(op.getInput().getType(), grad,
+                                          op->getAttrs()));
+        return success();
+      })
+      .Case([&](CpReduceScatterOp op) {
+        addGrad(op.getInput(), create<CpAllGatherOp>(op.getInput().getType(),
+                                                     grad, op->getAttrs()));
+        return success();
+      })
       .Case([&](BiasAddOp op) {
         addGrad(op.getInput(), grad);
         addGrad(op.getBias(), create<BiasGradOp>(op.getBias().getType(), grad));

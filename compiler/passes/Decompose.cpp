@@ -83,6 +83,10 @@ public:
     if (auto tp = layer->getAttrOfType<IntegerAttr>("tp_size"))
       tpSize = tp.getInt();
     sequenceParallel = tpSize > 1 && layer->hasAttr("sequence_parallel");
+    if (auto cp = layer->getAttrOfType<IntegerAttr>("cp_size"))
+      cpSize = cp.getInt();
+    if (auto rank = layer->getAttrOfType<IntegerAttr>("cp_rank"))
+      cpRank = rank.getInt();
   }
 
   /// How a GEMM of a tensor-parallel layer is split over the ranks.
@@ -278,6 +282,12 @@ public:
     if (crossAttention && mask)
       attrs.push_back(
           builder.getNamedAttr("pad_keys_only", builder.getUnitAttr()));
+    if (cpSize > 1) {
+      attrs.push_back(
+          builder.getNamedAttr("cp_ranks", builder.getI64IntegerAttr(cpSize)));
+      attrs.push_back(
+          builder.getNamedAttr("cp_rank", builder.getI64IntegerAttr(cpRank)));
+    }
     if (rate > 0.0) {
       attrs.push_back(
           builder.getNamedAttr("dropout", builder.getF64FloatAttr(rate)));
@@ -343,9 +353,12 @@ public:
       value = heads(qkv, gatheredShape, qWidth + kvWidth, params.kvHeads);
     }
     if (params.rotary) {
-      query = rotary(query, params);
-      key = rotary(key, params);
+      Value freqs = localFreqs(params.rotary);
+      query = rotary(query, freqs, params);
+      key = rotary(key, freqs, params);
     }
+    key = gatherSequence(key, params.format, params.maskType);
+    value = gatherSequence(value, params.format, params.maskType);
     PackedSequences sequences;
     if (packed)
       sequences = {params.cuSeqlens, params.cuSeqlensKv, params.maxSeqlen,
@@ -360,9 +373,48 @@ public:
                   params.projWeight, params.projBias, Split::row);
   }
 
-  /// Rotary embeddings on q or k heads. Packed tokens ([t, h, d]) rotate
-  /// as an sbhd view [t, 1, h, d] with a row of angles per token.
-  Value rotary(Value heads, const AttentionParams &params) {
+  /// Context parallelism (docs/context-parallel.md): the rows of the whole
+  /// sequence's rotary table `freqs` [s, 1, 1, r] that this rank's tokens
+  /// take, chunks r and 2N - 1 - r of 2N (`freqs` itself without it).
+  Value localFreqs(Value freqs) {
+    if (cpSize == 1)
+      return freqs;
+    ArrayRef<int64_t> shape = shapeOf(freqs);
+    int64_t chunk = shape[0] / (2 * cpSize) * shape[3];
+    // te.slice and te.concat work on the last dim: the table as one row.
+    Value flat = reshape(freqs, {1, shape[0] * shape[3]});
+    auto chunkType = RankedTensorType::get({1, chunk}, elementOf(freqs));
+    auto sliceAt = [&](int64_t index) {
+      return builder.create<SliceOp>(loc, chunkType, flat,
+                                     builder.getI64IntegerAttr(index * chunk));
+    };
+    Value first = sliceAt(cpRank), second = sliceAt(2 * cpSize - 1 - cpRank);
+    auto pairType = RankedTensorType::get({1, 2 * chunk}, elementOf(freqs));
+    Value pair =
+        builder.create<ConcatOp>(loc, pairType, ValueRange{first, second});
+    return reshape(pair, {shape[0] / cpSize, 1, 1, shape[3]});
+  }
+
+  /// Context parallelism: this rank's keys or values `x` ([s/N, b, h, d]
+  /// or bshd) all-gathered into the whole sequence, in sequence order for
+  /// the causal mask (load-balanced) and in rank order for no_mask, which
+  /// does not care; `x` itself without context parallelism.
+  Value gatherSequence(Value x, QkvFormat format, AttnMaskType maskType) {
+    if (cpSize == 1)
+      return x;
+    int64_t seqDim = format == QkvFormat::bshd ? 1 : 0;
+    SmallVector<int64_t> shape(shapeOf(x));
+    shape[seqDim] *= cpSize;
+    return builder.create<CpAllGatherOp>(
+        loc, RankedTensorType::get(shape, elementOf(x)), x,
+        builder.getI64IntegerAttr(cpSize), builder.getI64IntegerAttr(seqDim),
+        maskType == AttnMaskType::causal ? builder.getUnitAttr() : nullptr);
+  }
+
+  /// Rotary embeddings on q or k heads by the angles `freqs`. Packed tokens
+  /// ([t, h, d]) rotate as an sbhd view [t, 1, h, d] with a row of angles
+  /// per token.
+  Value rotary(Value heads, Value freqs, const AttentionParams &params) {
     bool packed = params.format == QkvFormat::thd;
     ArrayRef<int64_t> shape = shapeOf(heads);
     Value x =
@@ -371,7 +423,7 @@ public:
         QkvFormatAttr::get(ctx(), packed ? QkvFormat::sbhd : params.format);
     UnitAttr interleaved =
         params.rotaryInterleaved ? builder.getUnitAttr() : nullptr;
-    Value rotated = builder.create<RotaryOp>(loc, x.getType(), x, params.rotary,
+    Value rotated = builder.create<RotaryOp>(loc, x.getType(), x, freqs,
                                              formatAttr, nullptr, interleaved);
     return packed ? reshape(rotated, shape) : rotated;
   }
@@ -398,6 +450,10 @@ private:
   /// Sequence parallelism (docs/tensor-parallel.md): the layer's tokens
   /// outside its GEMM pairs are this rank's slice of dim 0.
   bool sequenceParallel = false;
+  /// Context parallelism (docs/context-parallel.md): the layer holds rank
+  /// cpRank's tokens of each sequence, and its attention gathers the keys
+  /// and values of all cpSize ranks.
+  int64_t cpSize = 1, cpRank = 0;
 };
 
 /// `y` (tokens) reshaped like `like` with `y`'s last dim; with sequence
@@ -483,8 +539,12 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
   Value context = lower.attention(
-      op.getQuery(), op.getKey(), op.getValue(), op.getAttentionMask(),
-      op.getAttnMaskType(), op.getQkvFormat(), scale,
+      op.getQuery(),
+      lower.gatherSequence(op.getKey(), op.getQkvFormat(),
+                           op.getAttnMaskType()),
+      lower.gatherSequence(op.getValue(), op.getQkvFormat(),
+                           op.getAttnMaskType()),
+      op.getAttentionMask(), op.getAttnMaskType(), op.getQkvFormat(), scale,
       op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr(),
       kAttention, op.getQueryMask(),
       /*crossAttention=*/bool(op.getQueryMask()), packed,

@@ -106,7 +106,8 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
         firstRead[it->second] = int64_t(here);
     }
     // (A sum in place is a view: its readers keep its input's buffer.)
-    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op) &&
+    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp,
+            te::CpAllGatherOp, te::CpReduceScatterOp>(op) &&
         !te::isInPlaceSum(&op)) {
       auto input = bufferOf.find(op.getOperand(0));
       if (input != bufferOf.end())
@@ -140,9 +141,9 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       newBuffer(result);
     }
   }
-  // The runtime runs tensor-parallel collectives (sums, gathers, scatters)
-  // on a stream of its own while the ops up to the output's first reader
-  // run (docs/tensor-parallel.md, "Overlap"): the input must stay
+  // The runtime may run tensor- and context-parallel collectives (sums,
+  // gathers, scatters) on a stream of its own while the ops up to the output's
+  // first reader run (docs/tensor-parallel.md, "Overlap"): the input must stay
   // untouched until then.
   for (auto [input, output] : collectives)
     buffers[input].end = std::max(

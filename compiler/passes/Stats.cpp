@@ -43,6 +43,15 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       ++stats.tpSums;
       stats.tpSumBytes += bytesOf(op->getResult(0).getType());
     }
+    // Context parallelism's: the whole sequence either way.
+    if (isa<CpAllGatherOp>(op)) {
+      ++stats.cpCollectives;
+      stats.cpBytes += bytesOf(op->getResult(0).getType());
+    }
+    if (isa<CpReduceScatterOp>(op)) {
+      ++stats.cpCollectives;
+      stats.cpBytes += bytesOf(op->getOperand(0).getType());
+    }
   });
   for (Operation &op : function.front()) {
     bool libraryCall =
@@ -55,8 +64,8 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
                 isAttentionInputSlice(&op) || isAttentionGradConcat(&op);
     // Collectives over ranks (NCCL) are not generated kernels.
     bool collective =
-        isa<AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp>(
-            op);
+        isa<AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp,
+            CpAllGatherOp, CpReduceScatterOp>(op);
     if (!libraryCall && !view && !collective && !isa<func::ReturnOp>(op))
       ++stats.kernels;
   }
@@ -72,11 +81,12 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
 }
 
 LogicalResult tejit::printStats(ModuleOp module, llvm::raw_ostream &os) {
-  os << llvm::format("%-28s %8s %6s %9s %10s %12s %12s %14s\n",
+  os << llvm::format("%-28s %8s %6s %9s %10s %12s %12s %14s %14s\n",
                      (const char *)"function", (const char *)"kernels",
                      (const char *)"GEMMs", (const char *)"FP8 GEMMs",
                      (const char *)"attention", (const char *)"arena MiB",
-                     (const char *)"saved MiB", (const char *)"TP comm (MiB)");
+                     (const char *)"saved MiB", (const char *)"TP comm (MiB)",
+                     (const char *)"CP comm (MiB)");
   for (auto function : module.getOps<func::FuncOp>()) {
     FailureOr<FunctionStats> stats = computeStats(function);
     if (failed(stats))
@@ -84,12 +94,15 @@ LogicalResult tejit::printStats(ModuleOp module, llvm::raw_ostream &os) {
     std::string sums = llvm::formatv("{0} ({1:F2})", stats->tpSums,
                                      stats->tpSumBytes / 1048576.0)
                            .str();
-    os << llvm::format("%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f %14s\n",
-                       stats->name.c_str(), (long long)stats->kernels,
-                       (long long)stats->gemms, (long long)stats->fp8Gemms,
-                       (long long)stats->attentions,
-                       stats->arenaBytes / 1048576.0,
-                       stats->savedBytes / 1048576.0, sums.c_str());
+    std::string cp = llvm::formatv("{0} ({1:F2})", stats->cpCollectives,
+                                   stats->cpBytes / 1048576.0)
+                         .str();
+    os << llvm::format(
+        "%-28s %8lld %6lld %9lld %10lld %12.2f %12.2f %14s %14s\n",
+        stats->name.c_str(), (long long)stats->kernels, (long long)stats->gemms,
+        (long long)stats->fp8Gemms, (long long)stats->attentions,
+        stats->arenaBytes / 1048576.0, stats->savedBytes / 1048576.0,
+        sums.c_str(), cp.c_str());
   }
   return success();
 }

@@ -28,6 +28,9 @@ struct FunctionStats {
   /// te.tp_reduce_scatter) and the bytes each rank sends into them (a sum's
   /// or a scatter's input, a gather's output).
   int64_t tpSums = 0, tpSumBytes = 0;
+  /// Context-parallel collectives (te.cp_all_gather, te.cp_reduce_scatter)
+  /// and the whole-sequence bytes each moves.
+  int64_t cpCollectives = 0, cpBytes = 0;
 };
 
 /// Counts `function`'s launches and plans its memory; fails (with a

@@ -110,6 +110,12 @@ static void addKvCache(LayerContext &ctx, LayerOpParts &parts, int64_t kvHeads,
   parts.addOptional(pageTable);
 }
 
+/// Whether `type` is one context parallelism refuses (docs/context-parallel.md:
+/// no_mask and causal only).
+static bool isCpRefusedMask(AttnMaskType type) {
+  return type != AttnMaskType::no_mask && type != AttnMaskType::causal;
+}
+
 namespace {
 /// A layer's attention bias (docs/attention-bias.md): Transformer Engine's
 /// `core_attention_bias_type`, the bias's shape (TE's names) and whether it
@@ -286,6 +292,7 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   // TE's mask pair: the queries have a padding mask of their own.
   FailureOr<bool> paddedQueries = layer.getBool("padded_queries", false);
   FailureOr<BiasOptions> bias = BiasOptions::read(ctx, maskType);
+  FailureOr<ContextParallelOptions> cp = ContextParallelOptions::read(ctx);
   // It runs no GEMM: a recipe (its own or the spec's) applies only as a
   // DelayedScaling with fp8_dpa, which runs the attention in FP8.
   auto fp8Dpa = dyn_cast_or_null<DelayedScalingAttr>(ctx.recipe);
@@ -294,10 +301,18 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
   if (failed(layer.finish()) || failed(heads) || failed(headDim) ||
       failed(groups) || failed(maskType) || failed(dropout) || failed(scale) ||
       failed(format) || failed(window) || failed(kvSeq) || failed(kvTokens) ||
-      failed(paddedQueries) || failed(bias) ||
+      failed(paddedQueries) || failed(bias) || failed(cp) ||
       (!fp8Dpa && failed(ctx.rejectRecipe())) ||
       failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
                                 "attn_mask_type")))
+    return failure();
+  if (failed(cp->refuse(ctx, {{"attn_mask_type", isCpRefusedMask(*maskType)},
+                              {"window_size", bool(*window)},
+                              {"core_attention_bias_type",
+                               bias->type != AttnBiasType::no_bias},
+                              {"fp8_dpa", bool(fp8Dpa)},
+                              {"kv_seq_length", bool(*kvSeq)},
+                              {"padded_queries", *paddedQueries}})))
     return failure();
   bool packed = ctx.state.inputFormat == QkvFormat::thd;
   if (packed && *paddedQueries)
@@ -322,7 +337,9 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
               "only be the first layer of a spec";
   int64_t kvHeads = groups->value_or(*heads);
   LayerOpParts parts;
-  int64_t seq = ctx.state.seqLength, kvSeqLength = kvSeq->value_or(seq);
+  // Context parallelism: this rank's tokens of each sequence.
+  int64_t seq = cp->local(ctx.state.seqLength),
+          kvSeqLength = kvSeq->value_or(seq);
   RankedTensorType kvType =
       packedKeys ? RankedTensorType::get(
                        {kvTokens->value_or(ctx.state.batchSize * kvSeqLength),
@@ -359,8 +376,15 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
     parts.set("window_size", *window);
   if (fp8Dpa)
     parts.set("fp8_recipe", fp8Dpa);
-  return ctx.build(DotProductAttentionOp::getOperationName(), parts,
-                   ctx.state.activationType(*heads * *headDim),
+  cp->addAttributes(ctx, parts);
+  RankedTensorType outputType = ctx.state.activationType(*heads * *headDim);
+  if (cp->size > 1) {
+    SmallVector<int64_t> shape(outputType.getShape());
+    unsigned seqDim = ctx.state.inputFormat == QkvFormat::bshd ? 1 : 0;
+    shape[seqDim] = seq;
+    outputType = RankedTensorType::get(shape, outputType.getElementType());
+  }
+  return ctx.build(DotProductAttentionOp::getOperationName(), parts, outputType,
                    /*segmented=*/true);
 }
 
@@ -381,6 +405,8 @@ struct AttentionOptions {
   TensorParallelOptions tp;
   /// The attention's bias or ALiBi (core_attention_bias_type).
   BiasOptions coreBias;
+  /// Context parallelism (cp_size, cp_rank, cp_comm_type).
+  ContextParallelOptions cp;
 
   static FailureOr<AttentionOptions> read(LayerContext &ctx, StringRef maskKey,
                                           StringRef formatKey) {
@@ -404,19 +430,45 @@ struct AttentionOptions {
     FailureOr<TensorParallelOptions> tp =
         TensorParallelOptions::read(ctx, /*hasMode=*/false);
     FailureOr<BiasOptions> attentionBias = BiasOptions::read(ctx, maskType);
+    FailureOr<ContextParallelOptions> cp = ContextParallelOptions::read(ctx);
     if (failed(heads) || failed(groups) || failed(kvChannels) ||
         failed(maskType) || failed(dropout) || failed(bias) || failed(rotary) ||
         failed(format) || failed(window) || failed(rotaryDim) ||
-        failed(interleaved) || failed(tp) || failed(attentionBias))
+        failed(interleaved) || failed(tp) || failed(attentionBias) ||
+        failed(cp))
       return failure();
     for (StringRef key : {"rotary_dim", "rotary_pos_interleaved"})
       if (!*rotary && layer.has(key))
         return emitError(layer.keyLoc(key))
                << "'" << key << "' needs 'rotary_pos_emb: true'";
-    return AttentionOptions{*heads,        *groups,    *kvChannels,  *maskType,
-                            *dropout,      *bias,      *rotary,      *format,
-                            *window,       *rotaryDim, *interleaved, *tp,
-                            *attentionBias};
+    return AttentionOptions{*heads,         *groups,    *kvChannels,  *maskType,
+                            *dropout,       *bias,      *rotary,      *format,
+                            *window,        *rotaryDim, *interleaved, *tp,
+                            *attentionBias, *cp};
+  }
+
+  /// The first version's refusals under context parallelism: besides the
+  /// mask type (read under `maskKey`), window and bias, FP8 attention and
+  /// cross-attention (named by `crossKey`, set when `cross`); with
+  /// sequence parallelism in sbhd, tp_size must divide the local tokens.
+  LogicalResult checkContextParallel(LayerContext &ctx, StringRef maskKey,
+                                     StringRef crossKey, bool cross) const {
+    auto delayed = dyn_cast_or_null<DelayedScalingAttr>(ctx.recipe);
+    if (failed(cp.refuse(ctx, {{maskKey, isCpRefusedMask(maskType)},
+                               {"window_size", bool(window)},
+                               {"core_attention_bias_type",
+                                coreBias.type != AttnBiasType::no_bias},
+                               {"fp8_dpa", delayed && delayed.getFp8Dpa()},
+                               {crossKey, cross}})))
+      return failure();
+    int64_t localSeq = cp.local(ctx.state.seqLength);
+    if (cp.size > 1 && tp.sequence &&
+        ctx.state.inputFormat == QkvFormat::sbhd && localSeq % tp.size != 0)
+      return emitError(ctx.layer.valueLoc("sequence_parallel"))
+             << "'sequence_parallel' cuts this rank's " << localSeq
+             << " tokens (seq_length / cp_size) into tp_size (" << tp.size
+             << ") slices: it must be divisible";
+    return success();
   }
 
   /// With tp_size > 1, keeps one rank's heads and KV groups, and their
@@ -517,6 +569,7 @@ struct AttentionOptions {
     parts.set("rotary_pos_interleaved", ctx.flag(rotaryInterleaved));
     coreBias.addAttributes(ctx, parts);
     tp.addAttributes(ctx, parts);
+    cp.addAttributes(ctx, parts);
     parts.set("fp8_recipe", ctx.recipe);
   }
 };
@@ -691,10 +744,14 @@ FailureOr<Value> tejit::spec::importMultiheadAttention(LayerContext &ctx) {
   if (*returnNorm && !*inputLayernorm)
     return emitError(layer.valueLoc("return_layernorm_output"))
            << "'return_layernorm_output' needs 'input_layernorm: true'";
+  if (failed(attention->checkContextParallel(ctx, "attn_mask_type",
+                                             "attention_type", isCross)))
+    return failure();
   // The attention reads whole sequences: a sequence-parallel layer's
-  // slice, gathered, or all of dim 0.
-  FailureOr<Value> input =
-      ctx.takeInput("hidden_size", *hidden, attention->tp.slices());
+  // slice, gathered, or all of dim 0 (this rank's tokens of each sequence
+  // under context parallelism).
+  FailureOr<Value> input = ctx.takeInput(
+      "hidden_size", *hidden, attention->tp.slices(), attention->cp.size);
   if (failed(input))
     return failure();
   LayerOpParts parts;
@@ -799,10 +856,14 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
                << "'parallel_attention_mlp' is not supported with '" << key
                << "' " << (key == "layer_type" ? "decoder" : "true");
   }
+  if (failed(attention->checkContextParallel(ctx, "self_attn_mask_type",
+                                             "layer_type", decoder)))
+    return failure();
   // The attention reads whole sequences: a sequence-parallel layer's
-  // slice, gathered, or all of dim 0.
-  FailureOr<Value> input =
-      ctx.takeInput("hidden_size", *hidden, attention->tp.slices());
+  // slice, gathered, or all of dim 0 (this rank's tokens of each sequence
+  // under context parallelism).
+  FailureOr<Value> input = ctx.takeInput(
+      "hidden_size", *hidden, attention->tp.slices(), attention->cp.size);
   if (failed(input))
     return failure();
   LayerOpParts parts;

@@ -26,9 +26,11 @@ struct LayerContext {
   /// argument for the first layer. With `slice`, its dim 0 must be 1 /
   /// `*slice` of the spec's activations' (1: all of it; a sequence-parallel
   /// layer reads one rank's slice); without, a per-token layer takes any.
+  /// `cpSize` > 1 (context parallelism) holds seq_length / cpSize tokens
+  /// of each sequence, which the input must too.
   mlir::FailureOr<mlir::Value>
   takeInput(llvm::StringRef widthKey, int64_t width,
-            std::optional<int64_t> slice = std::nullopt);
+            std::optional<int64_t> slice = std::nullopt, int64_t cpSize = 1);
   /// A parameter, or null when `present` is false.
   mlir::Value param(llvm::StringRef local, llvm::ArrayRef<int64_t> shape,
                     bool present = true);
@@ -113,6 +115,28 @@ struct TensorParallelOptions {
     return size > 1 && mode == which;
   }
   /// Sets `tp_size` (and `parallel_mode`) on the op when tp_size > 1.
+  void addAttributes(LayerContext &ctx, LayerOpParts &parts) const;
+};
+
+/// An attention layer's context parallelism (docs/context-parallel.md):
+/// `cp_size` (default 1), `cp_rank` (default 0) and `cp_comm_type` (only
+/// all_gather). Spec sequence lengths are global; the layer's activations
+/// hold this rank's seq_length / cp_size tokens of every sequence.
+struct ContextParallelOptions {
+  int64_t size = 1, rank = 0;
+
+  /// Reads the keys and checks them against the spec's sequences: ranges,
+  /// seq_length divisible by 2 * cp_size, no packed sequences or KV cache.
+  static mlir::FailureOr<ContextParallelOptions> read(LayerContext &ctx);
+  /// With cp_size > 1, fails at the first of `features` (a spec key and
+  /// whether the layer uses what it asks for) that is set: the first
+  /// version's refusals.
+  mlir::LogicalResult
+  refuse(LayerContext &ctx,
+         llvm::ArrayRef<std::pair<llvm::StringRef, bool>> features) const;
+  /// The activations' dim `seqDim` (the sequence dim) of one rank.
+  int64_t local(int64_t global) const { return global / size; }
+  /// Sets `cp_size` and `cp_rank` on the op when cp_size > 1.
   void addAttributes(LayerContext &ctx, LayerOpParts &parts) const;
 };
 

@@ -139,10 +139,16 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
 }
 
 FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width,
-                                         std::optional<int64_t> slice) {
+                                         std::optional<int64_t> slice,
+                                         int64_t cpSize) {
   RankedTensorType whole = state.activationType(width);
+  // Context parallelism: this rank's tokens of each sequence.
+  unsigned seqDim = state.inputFormat == QkvFormat::bshd ? 1 : 0;
+  SmallVector<int64_t> local(whole.getShape());
+  if (state.inputFormat != QkvFormat::thd)
+    local[seqDim] /= cpSize;
   if (!input) {
-    SmallVector<int64_t> shape(whole.getShape());
+    SmallVector<int64_t> shape(local);
     shape.front() /= slice.value_or(1);
     return state.addInput(
         "input", RankedTensorType::get(shape, whole.getElementType()), loc());
@@ -153,9 +159,21 @@ FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width,
            << "'" << widthKey << "' of " << layer.getWhat() << " is " << width
            << " but its input, the previous layer's output, has " << have.back()
            << " features";
-  if (!slice || have.front() * *slice == whole.getShape().front())
+  // In sbhd a sequence-parallel slice cuts dim 0 too: its own messages
+  // below explain a mismatch there unless the layer is context-parallel.
+  if (slice && state.inputFormat != QkvFormat::thd &&
+      (cpSize > 1 || seqDim == 1) &&
+      have[seqDim] * (seqDim == 0 ? *slice : 1) != local[seqDim])
+    return emitError(loc())
+           << layer.getWhat() << " reads "
+           << (cpSize > 1 ? "this rank's " : "all ") << local[seqDim]
+           << " tokens of each sequence (cp_size " << cpSize
+           << "), but its input, the previous layer's output, holds "
+           << have[seqDim] * (seqDim == 0 ? *slice : 1)
+           << ": the attention layers of a spec share one cp_size";
+  if (!slice || have.front() * *slice == local.front())
     return input;
-  int64_t rows = whole.getShape().front() / *slice;
+  int64_t rows = local.front() / *slice;
   if (*slice > 1)
     return emitError(layer.valueLoc("sequence_parallel"))
            << "a sequence-parallel " << layer.getWhat()

@@ -15,6 +15,22 @@
 
 namespace tejit::testing {
 
+/// Random gradients, N(0, 1), for the output-gradient arguments of
+/// `backward` (neither forward arguments or results nor FP8 meta state), in
+/// TrainingStep::run's order.
+inline std::vector<Tensor> randomOutputGrads(mlir::func::FuncOp backward,
+                                             std::mt19937_64 &rng) {
+  std::vector<Tensor> grads;
+  for (unsigned i = 0; i < backward.getNumArguments(); ++i)
+    if (!backward.getArgAttr(i, "te.forward_arg") &&
+        !backward.getArgAttr(i, "te.forward_result") &&
+        !argName(backward, i).starts_with("fp8_meta."))
+      grads.push_back(interp::randomTensor(
+          llvm::cast<mlir::RankedTensorType>(backward.getArgumentTypes()[i]),
+          rng));
+  return grads;
+}
+
 /// Runs a forward/backward pair as a training step does, keeping the FP8
 /// meta state (arguments named fp8_meta.*) between steps.
 class TrainingStep {

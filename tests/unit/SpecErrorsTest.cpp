@@ -1971,4 +1971,179 @@ TEST(ClosestMatch, PrefersTheFirstOfEquallyCloseCandidates) {
   EXPECT_EQ(closestMatch("sbhd", {"bshd", "sbhd"}), "sbhd");
 }
 
+//===----------------------------------------------------------------------===//
+// Context parallelism (docs/context-parallel.md): cp_size, cp_rank,
+// cp_comm_type and what the first version refuses
+//===----------------------------------------------------------------------===//
+
+INSTANTIATE_TEST_SUITE_P(
+    ContextParallel, SpecError,
+    ::testing::Values(
+        ErrorCase{"CpSeqLengthNotDivisible", "spec.yaml", R"(
+seq_length: 12
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    cp_size: 4
+)",
+                  8, 14,
+                  "'seq_length' (12) must be divisible by 2 * cp_size (8): "
+                  "each rank holds two chunks of every sequence"},
+        ErrorCase{"CpRankOutOfRange", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    cp_size: 2
+    cp_rank: 2
+)",
+                  8, 14,
+                  "'cp_rank' (2) must be in [0, cp_size) = [0, 2)"},
+        ErrorCase{"CpCommTypeP2p", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    cp_size: 2
+    cp_comm_type: p2p
+)",
+                  8, 19,
+                  "'cp_comm_type' p2p is not supported: the supported value "
+                  "is all_gather"},
+        ErrorCase{"CpPaddingMask", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    self_attn_mask_type: padding
+    cp_size: 2
+)",
+                  8, 26,
+                  "'cp_size' 2 is not supported with 'self_attn_mask_type' "
+                  "(context parallelism takes no_mask or causal "
+                  "self-attention without window, bias, FP8 attention or KV "
+                  "cache)"},
+        ErrorCase{"CpWindow", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    window_size: [4, 0]
+    cp_size: 2
+)",
+                  7, 18,
+                  "'cp_size' 2 is not supported with 'window_size' (context "
+                  "parallelism takes no_mask or causal self-attention without "
+                  "window, bias, FP8 attention or KV cache)"},
+        ErrorCase{"CpAttentionBias", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    core_attention_bias_type: alibi
+    cp_size: 2
+)",
+                  7, 31,
+                  "'cp_size' 2 is not supported with "
+                  "'core_attention_bias_type' (context parallelism takes "
+                  "no_mask or causal self-attention without window, bias, FP8 "
+                  "attention or KV cache)"},
+        ErrorCase{"CpFp8Attention", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: DelayedScaling, fp8_dpa: true}
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    cp_size: 2
+)",
+                  9, 14,
+                  "'cp_size' 2 is not supported with 'fp8_dpa' (context "
+                  "parallelism takes no_mask or causal self-attention without "
+                  "window, bias, FP8 attention or KV cache)"},
+        ErrorCase{"CpDecoder", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    layer_type: decoder
+    cp_size: 2
+)",
+                  8, 17,
+                  "'cp_size' 2 is not supported with 'layer_type' (context "
+                  "parallelism takes no_mask or causal self-attention without "
+                  "window, bias, FP8 attention or KV cache)"},
+        ErrorCase{"CpPackedSequences", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+input_format: thd
+tokens: 32
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    self_attn_mask_type: padding_causal
+    cp_size: 2
+)",
+                  11, 14,
+                  "'cp_size' 2 is not supported with packed sequences "
+                  "(input_format thd)"},
+        ErrorCase{"CpKvCache", "spec.yaml", R"(
+seq_length: 4
+batch_size: 2
+input_format: thd
+tokens: 8
+kv_cache:
+  max_sequence_length: 32
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    cp_size: 2
+)",
+                  11, 14,
+                  "'cp_size' 2 is not supported with packed sequences "
+                  "(input_format thd)"},
+        ErrorCase{"CpLayersDisagree", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+input_format: bshd
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    cp_size: 2
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+)",
+                  10, 5,
+                  "TransformerLayer reads all 16 tokens of each sequence "
+                  "(cp_size 1), but its input, the previous layer's output, "
+                  "holds 8: the attention layers of a spec share one "
+                  "cp_size"}),
+    caseName);
+
 } // namespace

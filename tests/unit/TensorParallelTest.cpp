@@ -14,12 +14,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8TrainingStep.h"
+#include "ThreadCollectives.h"
 
 #include "mlir/IR/Diagnostics.h"
-
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 
 using namespace mlir;
 using namespace tejit::testing;
@@ -27,73 +24,6 @@ using namespace tejit::testing;
 namespace {
 
 constexpr int kRanks = 2;
-
-/// The collectives of `ranks` interpreters running in threads: each call
-/// waits until every rank has made it, and all get the same result.
-class ThreadCollectives final : public tejit::interp::Collectives {
-public:
-  explicit ThreadCollectives(int ranks) : ranks(ranks) {}
-
-  Tensor sum(const Tensor &local) override { return reduce(local, false); }
-  Tensor max(const Tensor &local) override { return reduce(local, true); }
-
-  Tensor allGather(const Tensor &local, int64_t rank) override {
-    std::unique_lock<std::mutex> lock(mutex);
-    uint64_t round = generation;
-    if (arrived == 0)
-      slices.assign(ranks, Tensor());
-    slices[rank] = local;
-    if (++arrived == ranks) {
-      result = Tensor(local.shape, {});
-      result.shape[0] *= ranks;
-      for (const Tensor &slice : slices) {
-        EXPECT_EQ(slice.shape, local.shape);
-        result.data.insert(result.data.end(), slice.data.begin(),
-                           slice.data.end());
-      }
-      arrived = 0;
-      ++generation;
-      changed.notify_all();
-    } else {
-      changed.wait(lock, [&] { return generation != round; });
-    }
-    return result;
-  }
-
-private:
-  Tensor reduce(const Tensor &local, bool takeMax) {
-    std::unique_lock<std::mutex> lock(mutex);
-    uint64_t round = generation;
-    if (arrived == 0) {
-      accumulated = local;
-    } else {
-      EXPECT_EQ(accumulated.shape, local.shape);
-      for (size_t i = 0; i < local.data.size(); ++i)
-        accumulated.data[i] = takeMax
-                                  ? std::max(accumulated.data[i], local.data[i])
-                                  : accumulated.data[i] + local.data[i];
-    }
-    if (++arrived == ranks) {
-      result = accumulated;
-      arrived = 0;
-      ++generation;
-      changed.notify_all();
-    } else {
-      changed.wait(lock, [&] { return generation != round; });
-    }
-    // The next round cannot finish before this rank joins it, so `result`
-    // is still this round's.
-    return result;
-  }
-
-  int ranks;
-  std::mutex mutex;
-  std::condition_variable changed;
-  int arrived = 0;
-  uint64_t generation = 0;
-  Tensor accumulated, result;
-  std::vector<Tensor> slices;
-};
 
 /// How one rank's tensor is cut from the whole layer's.
 struct Shard {
@@ -285,19 +215,6 @@ const TpCase kFp8Cases[] = {
      ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
 };
 
-/// The interpreter's result, or an empty vector after a failure.
-std::vector<Tensor> interpret(func::FuncOp function, ArrayRef<Tensor> args,
-                              tejit::interp::Collectives *collectives,
-                              int rank = 0) {
-  tejit::interp::Options options;
-  options.collectives = collectives;
-  options.rank = rank;
-  FailureOr<std::vector<Tensor>> results =
-      tejit::interp::run(function, args, options);
-  EXPECT_TRUE(succeeded(results));
-  return succeeded(results) ? *results : std::vector<Tensor>();
-}
-
 std::vector<int64_t> shapeOf(Type type) {
   auto shape = cast<RankedTensorType>(type).getShape();
   return std::vector<int64_t>(shape.begin(), shape.end());
@@ -388,13 +305,7 @@ protected:
     ASSERT_TRUE(wholeBwd && splitBwd);
 
     std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
-    std::vector<Tensor> outputGrads;
-    for (unsigned i = 0; i < wholeBwd.getNumArguments(); ++i)
-      if (!wholeBwd.getArgAttr(i, "te.forward_arg") &&
-          !wholeBwd.getArgAttr(i, "te.forward_result") &&
-          !argName(wholeBwd, i).starts_with("fp8_meta."))
-        outputGrads.push_back(tejit::interp::randomTensor(
-            cast<RankedTensorType>(wholeBwd.getArgumentTypes()[i]), rng));
+    std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
     TrainingStep wholeStep(wholeFn, wholeBwd);
     std::map<std::string, Tensor> expected;
     for (int step = 0; step < steps; ++step)
@@ -451,12 +362,7 @@ protected:
 
   /// Runs `run(rank, collectives)` on every rank in its own thread.
   template <typename Fn> void onRanks(Fn run) {
-    ThreadCollectives collectives(kRanks);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < kRanks; ++rank)
-      threads.emplace_back([&, rank] { run(rank, collectives); });
-    for (std::thread &thread : threads)
-      thread.join();
+    tejit::testing::onRanks(kRanks, run);
   }
 
   MLIRContext context;

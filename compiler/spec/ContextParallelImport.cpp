@@ -1,0 +1,76 @@
+//===- ContextParallelImport.cpp - cp_size, cp_rank, cp_comm_type ---------===//
+//
+// Context parallelism's spec keys on DotProductAttention,
+// MultiheadAttention and TransformerLayer (docs/context-parallel.md).
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/spec/LayerContext.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+using namespace mlir;
+using namespace mlir::te;
+using namespace tejit::spec;
+using llvm::StringRef;
+
+FailureOr<ContextParallelOptions>
+ContextParallelOptions::read(LayerContext &ctx) {
+  SpecMap &layer = ctx.layer;
+  FailureOr<std::optional<int64_t>> size = layer.getPositive("cp_size");
+  FailureOr<int64_t> rank = layer.getInt("cp_rank", 0);
+  FailureOr<std::optional<std::string>> commType =
+      layer.getString("cp_comm_type");
+  if (failed(size) || failed(rank) || failed(commType))
+    return failure();
+  ContextParallelOptions options;
+  options.size = size->value_or(1);
+  options.rank = *rank;
+  if (*commType && **commType != "all_gather")
+    return emitError(layer.valueLoc("cp_comm_type"))
+           << "'cp_comm_type' " << **commType
+           << " is not supported: the supported value is all_gather";
+  if (options.rank < 0 || options.rank >= options.size)
+    return emitError(layer.valueLoc("cp_rank"))
+           << "'cp_rank' (" << options.rank
+           << ") must be in [0, cp_size) = [0, " << options.size << ")";
+  if (options.size == 1)
+    return options;
+  ImportState &state = ctx.state;
+  Location at = layer.valueLoc("cp_size");
+  if (state.inputFormat == QkvFormat::thd)
+    return emitError(at) << "'cp_size' " << options.size
+                         << " is not supported with packed sequences "
+                            "(input_format thd)";
+  if (state.kvCacheRows)
+    return emitError(at) << "'cp_size' " << options.size
+                         << " is not supported with a 'kv_cache' (inference)";
+  if (state.seqLength % (2 * options.size) != 0)
+    return emitError(at) << "'seq_length' (" << state.seqLength
+                         << ") must be divisible by 2 * cp_size ("
+                         << 2 * options.size
+                         << "): each rank holds two chunks of every sequence";
+  return options;
+}
+
+LogicalResult ContextParallelOptions::refuse(
+    LayerContext &ctx, ArrayRef<std::pair<StringRef, bool>> features) const {
+  if (size == 1)
+    return success();
+  for (auto [key, used] : features)
+    if (used)
+      return emitError(ctx.layer.has(key) ? ctx.layer.valueLoc(key)
+                                          : ctx.layer.valueLoc("cp_size"))
+             << "'cp_size' " << size << " is not supported with '" << key
+             << "' (context parallelism takes no_mask or causal "
+                "self-attention without window, bias, FP8 attention or KV "
+                "cache)";
+  return success();
+}
+
+void ContextParallelOptions::addAttributes(LayerContext &ctx,
+                                           LayerOpParts &parts) const {
+  if (size == 1)
+    return;
+  parts.set("cp_size", ctx.i64(size));
+  parts.set("cp_rank", ctx.i64(rank));
+}

@@ -1,0 +1,46 @@
+//===- ContextParallelChecks.cpp - cp_size / cp_rank of attention layers --===//
+//
+// Context parallelism (docs/context-parallel.md): what the first version
+// refuses, and the local sequence the layer ops' operands hold.
+//
+//===----------------------------------------------------------------------===//
+#include "dialects/LayerChecks.h"
+
+using namespace mlir;
+using namespace mlir::te;
+
+LogicalResult mlir::te::verifyLayerContextParallel(Operation *op,
+                                                   const ContextParallel &cp) {
+  if (cp.size < 1 || cp.rank < 0 || cp.rank >= cp.size)
+    return op->emitOpError() << "'cp_rank' must be in [0, cp_size) with "
+                                "cp_size >= 1, got cp_rank "
+                             << cp.rank << " and cp_size " << cp.size;
+  if (cp.size == 1)
+    return success();
+  auto delayed = dyn_cast_or_null<DelayedScalingAttr>(cp.recipe);
+  std::string maskRule =
+      ("'" + cp.maskTypeName + "' " + stringifyAttnMaskType(cp.maskType) +
+       " (no_mask and causal are supported)")
+          .str();
+  std::string refused =
+      cp.format == QkvFormat::thd ? "packed sequences (qkv_format thd)"
+      : cp.maskType != AttnMaskType::no_mask &&
+              cp.maskType != AttnMaskType::causal
+          ? maskRule
+      : cp.window     ? "'window_size'"
+      : cp.bias.any() ? "an attention bias ('core_attention_bias_type')"
+      : delayed && delayed.getFp8Dpa() ? "FP8 attention (fp8_dpa)"
+      : cp.kvCache                     ? "a KV cache ('key_cache')"
+      : cp.cross                       ? "cross-attention ('encoder_output')"
+                                       : "";
+  if (!refused.empty())
+    return op->emitOpError() << "context parallelism (cp_size " << cp.size
+                             << ") is not supported with " << refused;
+  if (cp.localSeq % 2 != 0)
+    return op->emitOpError()
+           << "with cp_size " << cp.size
+           << " each rank holds two chunks of every sequence, so the local "
+              "sequence length must be even, got "
+           << cp.localSeq;
+  return success();
+}

@@ -1,0 +1,106 @@
+// RUN: te-opt %s -split-input-file -verify-diagnostics
+
+// Diagnostics of context parallelism (docs/context-parallel.md): the
+// collectives, te.attention's cp attributes and the layer ops' cp_size.
+
+func.func @gather_shape(%k: tensor<4x2x2x8xbf16>) {
+  // expected-error @+1 {{the whole tensor 'tensor<4x4x2x8xbf16>' must be the local 'tensor<4x2x2x8xbf16>' with 2 times its dim 0}}
+  %0 = te.cp_all_gather %k {ranks = 2 : i64, seq_dim = 0 : i64} : tensor<4x2x2x8xbf16> -> tensor<4x4x2x8xbf16>
+  return
+}
+
+// -----
+
+func.func @scatter_seq_dim(%k: tensor<8x2x2x8xbf16>) {
+  // expected-error @+1 {{seq_dim must be 0 (sbhd) or 1 (bshd), got 2}}
+  %0 = te.cp_reduce_scatter %k {ranks = 2 : i64, seq_dim = 2 : i64} : tensor<8x2x2x8xbf16> -> tensor<8x2x1x8xbf16>
+  return
+}
+
+// -----
+
+func.func @odd_chunks(%k: tensor<3x2x2x8xbf16>) {
+  // expected-error @+1 {{load_balanced needs an even local dim 0 (two chunks a rank), got 3}}
+  %0 = te.cp_all_gather %k {ranks = 2 : i64, seq_dim = 0 : i64, load_balanced} : tensor<3x2x2x8xbf16> -> tensor<6x2x2x8xbf16>
+  return
+}
+
+// -----
+
+func.func @one_rank(%k: tensor<4x2x2x8xbf16>) {
+  // expected-error @+1 {{ranks must be at least 2, got 1}}
+  %0 = te.cp_all_gather %k {ranks = 1 : i64, seq_dim = 0 : i64} : tensor<4x2x2x8xbf16> -> tensor<4x2x2x8xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_keys(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>) {
+  // expected-error @+1 {{with cp_ranks 2 the query holds two chunks of this rank's tokens (an even length) and key/value the whole sequence (cp_ranks times it), got 4 queries and 4 keys}}
+  %o, %lse = te.attention %q, %k, %k {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.35 : f64, cp_ranks = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x2x8xbf16>, tensor<4x2x2x8xbf16>) -> (tensor<4x2x4x8xbf16>, tensor<2x4x4xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_rank(%q: tensor<4x2x4x8xbf16>, %k: tensor<8x2x2x8xbf16>) {
+  // expected-error @+1 {{'cp_rank' must be in [0, cp_ranks), with cp_ranks >= 1; got cp_rank 2 of 2}}
+  %o, %lse = te.attention %q, %k, %k {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.35 : f64, cp_ranks = 2 : i64, cp_rank = 2 : i64}
+      : (tensor<4x2x4x8xbf16>, tensor<8x2x2x8xbf16>, tensor<8x2x2x8xbf16>) -> (tensor<4x2x4x8xbf16>, tensor<2x4x4xf32>)
+  return
+}
+
+// -----
+
+func.func @attention_window(%q: tensor<4x2x4x8xbf16>, %k: tensor<8x2x2x8xbf16>) {
+  // expected-error @+1 {{context parallelism (cp_ranks 2) is not supported with 'window_size'}}
+  %o, %lse = te.attention %q, %k, %k {attn_mask_type = #te.attn_mask_type<causal>, qkv_format = #te.qkv_format<sbhd>, softmax_scale = 0.35 : f64, window_size = array<i64: 2, 0>, cp_ranks = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<4x2x4x8xbf16>, tensor<8x2x2x8xbf16>, tensor<8x2x2x8xbf16>) -> (tensor<4x2x4x8xbf16>, tensor<2x4x4xf32>)
+  return
+}
+
+// -----
+
+func.func @layer_rank(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>) {
+  // expected-error @+1 {{'cp_rank' must be in [0, cp_size) with cp_size >= 1, got cp_rank 3 and cp_size 2}}
+  %o = te.dot_product_attention %q, %k, %k {cp_size = 2 : i64, cp_rank = 3 : i64}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x2x8xbf16>, tensor<4x2x2x8xbf16>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_padding(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>, %m: tensor<2x1x1x4xi1>) {
+  // expected-error @+1 {{context parallelism (cp_size 2) is not supported with 'attn_mask_type' padding (no_mask and causal are supported)}}
+  %o = te.dot_product_attention %q, %k, %k mask(%m) {attn_mask_type = #te.attn_mask_type<padding>, cp_size = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x2x8xbf16>, tensor<4x2x2x8xbf16>, tensor<2x1x1x4xi1>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_odd_tokens(%q: tensor<3x2x4x8xbf16>, %k: tensor<3x2x2x8xbf16>) {
+  // expected-error @+1 {{with cp_size 2 each rank holds two chunks of every sequence, so the local sequence length must be even, got 3}}
+  %o = te.dot_product_attention %q, %k, %k {cp_size = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<3x2x4x8xbf16>, tensor<3x2x2x8xbf16>, tensor<3x2x2x8xbf16>) -> tensor<3x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @rotary_is_global(%x: tensor<4x2x32xbf16>, %w: tensor<64x32xbf16>, %p: tensor<32x32xbf16>, %f: tensor<4x1x1x8xf32>) {
+  // expected-error @+1 {{'rotary_pos_emb' must be f32 of shape [s, 1, 1, r] (the whole sequence's, cp_size times the local one) = [8, 1, 1, r]}}
+  %y = te.multihead_attention %x qkv_weight(%w) proj_weight(%p) rotary_pos_emb(%f) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, cp_size = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<4x2x32xbf16>, tensor<64x32xbf16>, tensor<32x32xbf16>, tensor<4x1x1x8xf32>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @decoder(%x: tensor<4x2x32xbf16>, %e: tensor<4x2x32xbf16>, %w: tensor<32x32xbf16>, %kv: tensor<32x32xbf16>, %p: tensor<32x32xbf16>) {
+  // expected-error @+1 {{context parallelism (cp_size 2) is not supported with cross-attention ('encoder_output')}}
+  %y = te.multihead_attention %x encoder_output(%e) qkv_weight(%w) kv_weight(%kv) proj_weight(%p) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, attn_mask_type = #te.attn_mask_type<no_mask>, cp_size = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<4x2x32xbf16>, tensor<4x2x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>) -> tensor<4x2x32xbf16>
+  return
+}

@@ -1,0 +1,270 @@
+//===- ContextParallelTest.cpp - context-parallel layers in the interpreter
+//===//
+//
+// An attention layer with cp_size 2 runs as two ranks, each in its own
+// thread with its own interpreter and its own program (cp_rank is baked in),
+// holding its tokens of every sequence in the load-balanced order
+// (docs/context-parallel.md: rank r holds chunks r and 3 - r of 4). Each
+// rank must return its chunks of what the whole layer (cp_size 1, the whole
+// sequence) returns for the same parameters: its output and its input
+// gradients, while the ranks' parameter gradients add up to the whole
+// layer's, up to float64 rounding. Checked at the layer level (the
+// interpreter's layer ops), after te-decompose and te-autodiff (the
+// te.cp_all_gather placement, the local rotary angles, te.attention's cp
+// attributes and the gradients), and as two FP8 DelayedScaling training
+// steps through the whole pipeline. Fresh random data every run.
+//
+//===----------------------------------------------------------------------===//
+#include "Fp8TrainingStep.h"
+#include "ThreadCollectives.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+using namespace mlir;
+using namespace tejit::testing;
+
+namespace {
+
+constexpr int kRanks = 2;
+
+struct CpCase {
+  const char *name;
+  /// The spec's layers, with `{cp}` where the context-parallel keys go.
+  const char *layers;
+  bool bshd = false;
+};
+
+void PrintTo(const CpCase &cpCase, std::ostream *os) { *os << cpCase.name; }
+
+const CpCase kCases[] = {
+    {"dpa_causal",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " num_gqa_groups: 2, attn_mask_type: causal{cp}}\n"},
+    {"dpa_no_mask_bshd",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " attn_mask_type: no_mask{cp}}\n",
+     true},
+    {"mha_gqa_rotary_causal",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, input_layernorm: true, attention_dropout: 0.0,"
+     " rotary_pos_emb: true{cp}}\n"},
+    {"mha_gqa_rotary_no_mask_bshd",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, attention_dropout: 0.0, rotary_pos_emb: true,"
+     " attn_mask_type: no_mask{cp}}\n",
+     true},
+    {"transformer_layer_causal",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n"},
+    {"transformer_layer_causal_bshd",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, hidden_dropout: 0.0, attention_dropout: "
+     "0.0{cp}}\n",
+     true},
+    {"transformer_layer_no_mask",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 1, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, self_attn_mask_type: no_mask{cp}}\n"},
+    // Two context-parallel layers in a row: the second reads the first's
+    // local tokens.
+    {"two_transformer_layers",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n"
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, hidden_dropout: 0.0, attention_dropout: 0.0,"
+     " self_attn_mask_type: no_mask{cp}}\n"},
+};
+
+/// FP8-aligned (16 tokens a rank, dims multiples of 16).
+const CpCase kFp8Cases[] = {
+    {"transformer_layer_fp8",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 64,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n"},
+};
+
+/// Rank `rank`'s tokens of `whole` along `seqDim`: chunks rank and
+/// 2 kRanks - 1 - rank of 2 kRanks, written here from the contract rather
+/// than taken from the interpreter.
+Tensor chunksOfRank(const Tensor &whole, int64_t seqDim, int rank) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < seqDim; ++d)
+    outer *= whole.shape[d];
+  for (size_t d = seqDim + 1; d < whole.shape.size(); ++d)
+    inner *= whole.shape[d];
+  int64_t seq = whole.shape[seqDim], chunk = seq / (2 * kRanks);
+  Tensor part(whole.shape, {});
+  part.shape[seqDim] = 2 * chunk;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t which : {int64_t(rank), int64_t(2 * kRanks - 1 - rank)})
+      for (int64_t s = which * chunk; s < (which + 1) * chunk; ++s) {
+        auto begin = whole.data.begin() + (o * seq + s) * inner;
+        part.data.insert(part.data.end(), begin, begin + inner);
+      }
+  return part;
+}
+
+ArrayRef<int64_t> shapeOf(Type type) {
+  return cast<RankedTensorType>(type).getShape();
+}
+
+class ContextParallel : public ::testing::TestWithParam<CpCase> {
+protected:
+  ContextParallel()
+      : handler(&context, [](Diagnostic &diag) {
+          ADD_FAILURE() << diag.str();
+          return success();
+        }) {
+    context.loadDialect<te::TEDialect, func::FuncDialect>();
+  }
+
+  /// The layer on the whole sequence (rank < 0) or rank `rank`'s part.
+  OwningOpRef<ModuleOp> import(int rank, const std::string &extra = "",
+                               int seqLength = 8) {
+    std::string spec = "seq_length: " + std::to_string(seqLength) +
+                       "\nbatch_size: 2\n" + extra;
+    if (GetParam().bshd)
+      spec += "input_format: bshd\n";
+    spec += "layers:\n" + std::string(GetParam().layers);
+    std::string keys = rank < 0
+                           ? ""
+                           : ", cp_size: 2, cp_rank: " + std::to_string(rank) +
+                                 ", cp_comm_type: all_gather";
+    for (size_t at; (at = spec.find("{cp}")) != std::string::npos;)
+      spec.replace(at, 4, keys);
+    return importSpecText(context, spec, GetParam().name);
+  }
+
+  int64_t seqDim() const { return GetParam().bshd ? 1 : 0; }
+
+  /// `whole` as the rank's program with `localShape` takes or returns it:
+  /// its tokens when the shapes differ (an activation), else all of it (a
+  /// parameter, the rotary table).
+  Tensor localOf(const Tensor &whole, ArrayRef<int64_t> localShape,
+                 int rank) const {
+    if (ArrayRef<int64_t>(whole.shape) == localShape)
+      return whole;
+    Tensor part = chunksOfRank(whole, seqDim(), rank);
+    EXPECT_EQ(ArrayRef<int64_t>(part.shape), localShape);
+    return part;
+  }
+
+  /// Compiles the whole layer and each rank's to `options.stopAfter`, runs
+  /// `steps` training steps of each (FP8 state kept), and checks each
+  /// rank's outputs and input gradients against its tokens of the whole
+  /// layer's, and the ranks' summed parameter gradients against the whole
+  /// layer's, within `tolerance`.
+  void checkTrainingSteps(const std::string &extra,
+                          const tejit::PipelineOptions &options, int steps,
+                          double tolerance, int seqLength = 8) {
+    OwningOpRef<ModuleOp> whole = import(-1, extra, seqLength);
+    OwningOpRef<ModuleOp> ranks[kRanks] = {import(0, extra, seqLength),
+                                           import(1, extra, seqLength)};
+    ASSERT_TRUE(whole && ranks[0] && ranks[1]);
+    for (ModuleOp module : {*whole, *ranks[0], *ranks[1]})
+      ASSERT_TRUE(runPipeline(module, options));
+    func::FuncOp wholeFn = firstFunction(*whole);
+    func::FuncOp wholeBwd = backwardOf(*whole, wholeFn);
+    ASSERT_TRUE(wholeBwd);
+
+    std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+    std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
+    TrainingStep wholeStep(wholeFn, wholeBwd);
+    std::map<std::string, Tensor> expected;
+    for (int step = 0; step < steps; ++step)
+      expected = wholeStep.run(args, outputGrads);
+    ASSERT_FALSE(expected.empty());
+
+    onRanks(kRanks, [&](int rank, tejit::interp::Collectives &collectives) {
+      func::FuncOp fn = firstFunction(*ranks[rank]);
+      func::FuncOp bwd = backwardOf(*ranks[rank], fn);
+      ASSERT_TRUE(bwd);
+      std::vector<Tensor> local, localGrads;
+      for (auto [index, type] : llvm::enumerate(fn.getArgumentTypes()))
+        local.push_back(localOf(args[index], shapeOf(type), rank));
+      for (const Tensor &grad : outputGrads)
+        localGrads.push_back(localOf(
+            grad, shapeOf(fn.getResultTypes()[localGrads.size()]), rank));
+      // Gradients of parameters (whole on every rank) are partial sums.
+      std::map<std::string, bool> partial;
+      for (unsigned r = 0; r < bwd.getNumResults(); ++r)
+        if (auto gradOf = bwd.getResultAttrOfType<IntegerAttr>(r, "te.grad_of"))
+          partial[bwd.getResultAttrOfType<StringAttr>(r, "te.name").str()] =
+              shapeOf(fn.getArgumentTypes()[gradOf.getInt()]) ==
+              shapeOf(wholeFn.getArgumentTypes()[gradOf.getInt()]);
+      TrainingStep step(fn, bwd, &collectives, rank);
+      std::map<std::string, Tensor> actual;
+      for (int i = 0; i < steps; ++i)
+        actual = step.run(local, localGrads);
+      ASSERT_EQ(actual.size(), expected.size());
+      // Every rank visits the names in the same (sorted) order, so their
+      // sums pair up.
+      for (const auto &[name, tensor] : actual) {
+        bool sum = partial.count(name) && partial[name];
+        Tensor got = sum ? collectives.sum(tensor) : tensor;
+        Tensor want =
+            sum ? expected[name] : localOf(expected[name], got.shape, rank);
+        EXPECT_LT(relativeError(got, want), tolerance)
+            << "rank " << rank << ", " << name;
+      }
+    });
+  }
+
+  MLIRContext context;
+  ScopedDiagnosticHandler handler;
+  std::mt19937_64 rng{std::random_device{}()};
+};
+
+TEST_P(ContextParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
+  OwningOpRef<ModuleOp> whole = import(-1);
+  OwningOpRef<ModuleOp> ranks[kRanks] = {import(0), import(1)};
+  ASSERT_TRUE(whole && ranks[0] && ranks[1]);
+  func::FuncOp wholeFn = firstFunction(*whole);
+  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+  std::vector<Tensor> expected = interpret(wholeFn, args, nullptr);
+  onRanks(kRanks, [&](int rank, tejit::interp::Collectives &collectives) {
+    func::FuncOp fn = firstFunction(*ranks[rank]);
+    std::vector<Tensor> local;
+    for (auto [index, type] : llvm::enumerate(fn.getArgumentTypes()))
+      local.push_back(localOf(args[index], shapeOf(type), rank));
+    std::vector<Tensor> actual = interpret(fn, local, &collectives, rank);
+    ASSERT_EQ(actual.size(), expected.size());
+    for (size_t i = 0; i < actual.size(); ++i)
+      EXPECT_LT(
+          relativeError(actual[i], localOf(expected[i], actual[i].shape, rank)),
+          1e-10)
+          << "rank " << rank << " result " << i;
+  });
+}
+
+/// Every gradient after te-decompose and te-autodiff: one training step of
+/// the ranks against the whole layer's (no FP8 recipe).
+TEST_P(ContextParallel, GradientsOfTheRanksAreChunksOfTheWholeLayers) {
+  tejit::PipelineOptions options;
+  options.stopAfter = tejit::Stage::Autodiff;
+  checkTrainingSteps("", options, /*steps=*/1, 1e-10);
+}
+
+/// FP8 under DelayedScaling: two training steps of the whole pipeline. The
+/// amax reduction over the ranks gives both the whole layer's scales for
+/// the second step, so the FP8 casts of their tokens agree exactly.
+class ContextParallelFp8 : public ContextParallel {};
+
+TEST_P(ContextParallelFp8, StepsOfTheRanksGiveTheWholeLayers) {
+  checkTrainingSteps("recipe: {type: DelayedScaling, fp8_format: HYBRID, "
+                     "amax_history_len: 4}\n",
+                     {}, /*steps=*/2, 1e-9, /*seqLength=*/16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layers, ContextParallel, ::testing::ValuesIn(kCases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Layers, ContextParallelFp8,
+                         ::testing::ValuesIn(kFp8Cases), [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+
+} // namespace
