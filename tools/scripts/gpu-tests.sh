@@ -37,6 +37,9 @@ step tejit-train-step examples/layernorm_mlp.yaml
 step tejit-attention-check
 # FP8 attention (fp8_dpa, docs/fp8-attention.md) against float64.
 step tejit-fp8-attention-check
+# Context parallelism's attention steps (docs/context-parallel.md), every
+# rank's on this GPU, against float64 on the whole sequence.
+step tejit-cp-attention-check
 step tejit-train-step examples/fp8_attention_small.yaml
 step tejit-train-step examples/quickstart_small.yaml
 if command -v compute-sanitizer >/dev/null; then
