@@ -129,6 +129,31 @@ struct Gpu {
   }
 };
 
+/// The milliseconds one call of `run` (which enqueues on the legacy stream)
+/// takes: CUDA events around `runs` calls after `warmups` untimed ones.
+template <typename Run>
+double timeRuns(const CudaDriver &driver, Run run, int warmups, int runs) {
+  for (int i = 0; i < warmups; ++i)
+    run();
+  CUevent start, stop;
+  orDie(driver.check(driver.cuEventCreate(&start, CU_EVENT_DEFAULT),
+                     "cuEventCreate"),
+        "timing");
+  orDie(driver.check(driver.cuEventCreate(&stop, CU_EVENT_DEFAULT),
+                     "cuEventCreate"),
+        "timing");
+  driver.cuEventRecord(start, nullptr);
+  for (int i = 0; i < runs; ++i)
+    run();
+  driver.cuEventRecord(stop, nullptr);
+  driver.cuEventSynchronize(stop);
+  float ms = 0;
+  driver.cuEventElapsedTime(&ms, start, stop);
+  driver.cuEventDestroy(start);
+  driver.cuEventDestroy(stop);
+  return ms / runs;
+}
+
 } // namespace tejit::gpucheck
 
 #endif // TEJIT_TESTS_GPU_GPUCHECKUTILS_H

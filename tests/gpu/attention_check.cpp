@@ -1214,27 +1214,10 @@ private:
   /// Milliseconds per run, from CUDA events over 20 runs after 3 warm-ups.
   double time(const AttentionRunner &runner, const AttentionPointers &pointers,
               CUdeviceptr workspace) {
-    const CudaDriver &driver = *gpu.driver;
-    CUevent start, stop;
-    orDie(driver.check(driver.cuEventCreate(&start, CU_EVENT_DEFAULT),
-                       "cuEventCreate"),
-          "timing");
-    orDie(driver.check(driver.cuEventCreate(&stop, CU_EVENT_DEFAULT),
-                       "cuEventCreate"),
-          "timing");
-    constexpr int warmups = 3, runs = 20;
-    for (int i = 0; i < warmups; ++i)
-      orDie(runner.run(pointers, workspace, nullptr), "warm-up");
-    driver.cuEventRecord(start, nullptr);
-    for (int i = 0; i < runs; ++i)
-      orDie(runner.run(pointers, workspace, nullptr), "timed run");
-    driver.cuEventRecord(stop, nullptr);
-    driver.cuEventSynchronize(stop);
-    float ms = 0;
-    driver.cuEventElapsedTime(&ms, start, stop);
-    driver.cuEventDestroy(start);
-    driver.cuEventDestroy(stop);
-    return ms / runs;
+    return timeRuns(
+        *gpu.driver,
+        [&] { orDie(runner.run(pointers, workspace, nullptr), "timed run"); },
+        /*warmups=*/3, /*runs=*/20);
   }
 
   void finish(const Case &c, const Outcome &outcome, const Timing &timing,

@@ -277,30 +277,6 @@ Kernels loadKernels(const CudaDriver &driver) {
   return kernels;
 }
 
-/// The milliseconds `run` takes (after warm-up runs), on the legacy stream.
-template <typename Run> double timeRuns(const CudaDriver &driver, Run run) {
-  constexpr int warmups = 3, runs = 10;
-  for (int i = 0; i < warmups; ++i)
-    run();
-  CUevent start, stop;
-  orDie(driver.check(driver.cuEventCreate(&start, CU_EVENT_DEFAULT),
-                     "cuEventCreate"),
-        "timing");
-  orDie(driver.check(driver.cuEventCreate(&stop, CU_EVENT_DEFAULT),
-                     "cuEventCreate"),
-        "timing");
-  driver.cuEventRecord(start, nullptr);
-  for (int i = 0; i < runs; ++i)
-    run();
-  driver.cuEventRecord(stop, nullptr);
-  driver.cuEventSynchronize(stop);
-  float elapsed = 0;
-  driver.cuEventElapsedTime(&elapsed, start, stop);
-  driver.cuEventDestroy(start);
-  driver.cuEventDestroy(stop);
-  return elapsed / runs;
-}
-
 /// Device buffers for every value of `function`, and their addresses.
 struct StepBuffers {
   std::vector<DeviceBuffer> buffers;
@@ -332,12 +308,17 @@ double timeWhole(const Gpu &gpu, const Kernels &kernels, const CpCase &c) {
     gpu.fill(buffer, 0); // zeros: a valid input, timed like any
   DeviceBuffer scratch = gpu.allocate(
       std::max(forward.scratchBytes(), backward.scratchBytes()), "scratch");
-  return timeRuns(*gpu.driver, [&] {
-    orDie(forward.run(values.addresses, scratch.get(), nullptr, *gpu.driver),
-          "whole forward");
-    orDie(backward.run(values.addresses, scratch.get(), nullptr, *gpu.driver),
-          "whole backward");
-  });
+  return timeRuns(
+      *gpu.driver,
+      [&] {
+        orDie(
+            forward.run(values.addresses, scratch.get(), nullptr, *gpu.driver),
+            "whole forward");
+        orDie(
+            backward.run(values.addresses, scratch.get(), nullptr, *gpu.driver),
+            "whole backward");
+      },
+      /*warmups=*/3, /*runs=*/10);
 }
 
 /// Forward and backward of one rank, checked; with `time`, their time.
@@ -412,7 +393,7 @@ bool checkRank(const Gpu &gpu, const Kernels &kernels, const CpCase &c,
     details += llvm::formatv(" {0}={1:e2}", name, rel).str();
   }
   if (time) {
-    ms = timeRuns(driver, run);
+    ms = timeRuns(driver, run, /*warmups=*/3, /*runs=*/10);
     details += llvm::formatv("  fwd+bwd {0:f3} ms", ms).str();
   }
   std::printf("%s  %s rank %lld/%lld:%s\n", pass ? "PASS" : "FAIL",
