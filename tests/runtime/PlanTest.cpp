@@ -1837,7 +1837,11 @@ TEST_P(RealPlanTest, Parses) {
         EXPECT_TRUE(std::holds_alternative<TpAllGatherStep>(step));
       else if (kind == "tp_reducescatter")
         EXPECT_TRUE(std::holds_alternative<TpReduceScatterStep>(step));
-      else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
+      else if (kind == "cp_allgather" || kind == "cp_reducescatter") {
+        const auto *cp = std::get_if<CpCollectiveStep>(&step);
+        ASSERT_TRUE(cp) << kind.str();
+        EXPECT_EQ(cp->gather, kind == "cp_allgather");
+      } else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
         EXPECT_EQ(attention->backward,
                   kind == "attention_bwd" || kind == "attention_backward")
             << kind.str();
