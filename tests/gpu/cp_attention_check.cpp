@@ -11,7 +11,9 @@
 // the step leaves unwritten fail. Fresh random data each run (--seed N
 // repeats one); errors are relative L2 norms, with the tolerances of
 // tejit-attention-check (1e-2 bf16, 5e-3 f16). `--time` also times each
-// rank's forward + backward against the whole problem's on the GPU.
+// rank's forward + backward against the whole problem's on the GPU and
+// (with the full-size cases) probes whether cuDNN skips the masked blocks
+// of bottom-right-aligned chunks.
 //
 // Exit status: 0 all passed, 1 a failure, 77 no GPU (skipped).
 //
@@ -436,6 +438,60 @@ std::vector<CpCase> cases() {
   return all;
 }
 
+/// Whether cuDNN skips the masked blocks of a bottom-right-aligned causal
+/// problem (the chunks' mask): forward and backward times of one problem
+/// (b 1, h 32, g 8, d 128, s_q 4096, s_kv 8192: a quarter of its scores
+/// masked) under CausalBottomRight and under no mask. Equal times mean no
+/// skipping.
+void probeBottomRight(const Gpu &gpu) {
+  const CudaDriver &driver = *gpu.driver;
+  for (AttentionMask mask :
+       {AttentionMask::CausalBottomRight, AttentionMask::None}) {
+    double ms[2] = {0, 0};
+    for (bool backward : {false, true}) {
+      AttentionProblem p;
+      p.batch = 1;
+      p.heads = 32;
+      p.kvHeads = 8;
+      p.headDim = 128;
+      p.seqQ = 4096;
+      p.seqKv = 8192;
+      p.mask = mask;
+      p.softmaxScale = 1.0 / std::sqrt(128.0);
+      p.backward = backward;
+      auto runner = orDie(AttentionRunner::get(p), "the probe's problem");
+      size_t qBytes = size_t(p.seqQ * p.heads * p.headDim * 2);
+      size_t kvBytes = size_t(p.seqKv * p.kvHeads * p.headDim * 2);
+      std::vector<DeviceBuffer> buffers;
+      auto zeros = [&](size_t bytes) {
+        buffers.push_back(gpu.allocate(bytes, "probe"));
+        gpu.fill(buffers.back(), 0);
+        return buffers.back().get();
+      };
+      AttentionPointers pointers;
+      pointers.q = zeros(qBytes);
+      pointers.k = zeros(kvBytes);
+      pointers.v = zeros(kvBytes);
+      pointers.o = zeros(qBytes);
+      pointers.stats = zeros(size_t(p.heads * p.seqQ) * sizeof(float));
+      if (backward) {
+        pointers.gradO = zeros(qBytes);
+        pointers.gradQ = zeros(qBytes);
+        pointers.gradK = zeros(kvBytes);
+        pointers.gradV = zeros(kvBytes);
+      }
+      CUdeviceptr workspace = zeros(runner->workspaceBytes());
+      ms[backward] = timeRuns(
+          driver,
+          [&] { orDie(runner->run(pointers, workspace, nullptr), "probe"); },
+          /*warmups=*/3, /*runs=*/20);
+    }
+    std::printf("PROBE b1 h32 g8 d128 s_q 4096 s_kv 8192 mask %s: forward "
+                "%.3f ms, backward %.3f ms\n",
+                attentionMaskName(mask).str().c_str(), ms[0], ms[1]);
+  }
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -472,6 +528,8 @@ int main(int argc, char **argv) {
                   slowest);
     }
   }
+  if (options->extra && options->real)
+    probeBottomRight(gpu);
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }
