@@ -1056,15 +1056,36 @@ AttentionLauncher::complete(AttentionLauncher parsed,
                     ErrorCode::Unsupported);
   }
   launcher->runner = std::move(*runner);
-  if (launcher->cpSplit && launcher->cpSplit->late) {
-    auto late = AttentionRunner::get(*launcher->cpSplit->late);
-    if (!late)
-      return annotate(late.takeError(),
-                      "function '" + function.name +
-                          "', attention step (context parallelism's late "
-                          "chunk)",
-                      ErrorCode::Unsupported);
-    launcher->lateRunner = std::move(*late);
+  if (launcher->cpSplit) {
+    auto get = [&](const AttentionProblem &problem)
+        -> llvm::Expected<std::shared_ptr<const AttentionRunner>> {
+      auto made = AttentionRunner::get(problem);
+      if (!made)
+        return annotate(made.takeError(),
+                        "function '" + function.name +
+                            "', attention step (a context-parallel chunk)",
+                        ErrorCode::Unsupported);
+      return std::move(*made);
+    };
+    for (const CpChunk &chunk : launcher->cpSplit->chunks) {
+      CpChunkRunners runners;
+      const AttentionProblem *needed[] = {
+          launcher->problemDesc.backward ? nullptr : &chunk.forward,
+          launcher->problemDesc.backward && chunk.visible ? &*chunk.visible
+                                                          : nullptr,
+          launcher->problemDesc.backward ? &chunk.diagonal : nullptr};
+      std::shared_ptr<const AttentionRunner> *slots[] = {
+          &runners.forward, &runners.visible, &runners.diagonal};
+      for (auto [problem, slot] : llvm::zip(needed, slots)) {
+        if (!problem)
+          continue;
+        auto made = get(*problem);
+        if (!made)
+          return made.takeError();
+        *slot = std::move(*made);
+      }
+      launcher->cpRunners.push_back(std::move(runners));
+    }
   }
   return std::move(parsed);
 }
@@ -1073,19 +1094,32 @@ size_t AttentionLauncher::scratchBytes() const {
   size_t lengths = problemDesc.thd()
                        ? thdPrepBytes(problemDesc)
                        : 2 * alignUp(problemDesc.batch * sizeof(int32_t));
-  size_t workspace = decode ? decodePartialBytes(problemDesc, splits)
-                            : alignUp(runner->workspaceBytes());
-  if (lateRunner)
-    workspace = std::max(workspace, alignUp(lateRunner->workspaceBytes()));
+  size_t workspace =
+      decode ? decodePartialBytes(problemDesc, splits) : workspaceBytes();
   return lengths + alignUp(2 * 16) + workspace + cpGradientBytes();
+}
+
+size_t AttentionLauncher::workspaceBytes() const {
+  size_t bytes = alignUp(runner->workspaceBytes());
+  for (const CpChunkRunners &runners : cpRunners)
+    for (const auto &each :
+         {runners.forward, runners.visible, runners.diagonal})
+      if (each)
+        bytes = std::max(bytes, alignUp(each->workspaceBytes()));
+  return bytes;
 }
 
 size_t AttentionLauncher::cpGradientBytes() const {
   if (!needsCpAccumulate())
     return 0;
   const AttentionProblem &p = problemDesc;
-  return 2 * alignUp(size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) *
-                     elementBytes(p.element));
+  size_t element = elementBytes(p.element);
+  // dq as the step's dq (its token stride too), dk and dv packed.
+  int64_t qStride =
+      p.tokenStrides.gradQ ? p.tokenStrides.gradQ : p.heads * p.headDim;
+  size_t dq = size_t(p.batch * p.rowsQ() * qStride) * element;
+  size_t dk = size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) * element;
+  return alignUp(dq) + 2 * alignUp(dk);
 }
 
 Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
@@ -1169,7 +1203,7 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
       pointers.offset = rngState + sizeof(uint64_t);
     }
   }
-  if (!lateRunner)
+  if (cpRunners.empty())
     return runner->run(pointers, workspace, stream);
   CUdeviceptr lateRng = 0;
   if (rng) {
@@ -1188,57 +1222,89 @@ Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
                                  "context-parallel chunk)"))
       return error;
   }
-  return runCpChunks(pointers, lateRng, workspace, stream, driver);
+  return runCpChunks(pointers, lateRng, workspace, workspace + workspaceBytes(),
+                     stream, driver);
 }
 
 Error AttentionLauncher::runCpChunks(const AttentionPointers &pointers,
                                      CUdeviceptr lateRng, CUdeviceptr workspace,
-                                     CUstream stream,
+                                     CUdeviceptr scratch, CUstream stream,
                                      const CudaDriver &driver) const {
   const CpAttentionSplit &split = *cpSplit;
   const AttentionProblem &p = problemDesc;
-  AttentionPointers late = pointers;
-  // The late chunk's queries (and their o, dO, dq, stats) start c rows in;
-  // both chunks read the keys from row 0.
   const AttentionProblem::TokenStrides &t = p.tokenStrides;
-  int64_t c = split.chunk;
-  late.q += cpRowOffsetBytes(p, c, t.q, false);
-  late.o += cpRowOffsetBytes(p, c, 0, false);
-  late.stats += uint64_t(c) * sizeof(float);
-  if (lateRng) {
-    late.seed = lateRng;
-    late.offset = lateRng + sizeof(uint64_t);
-  }
-  if (!p.backward) {
-    if (Error error = runner->run(pointers, workspace, stream))
-      return error;
-    return lateRunner->run(late, workspace, stream);
-  }
-  late.gradO += cpRowOffsetBytes(p, c, 0, false);
-  late.gradQ += cpRowOffsetBytes(p, c, t.gradQ, false);
-  // The late chunk sees a superset of the early chunk's keys: it writes dk
-  // and dv in place, the early chunk into the scratch after the workspace.
-  if (Error error = lateRunner->run(late, workspace, stream))
-    return error;
-  size_t gradBytes = cpGradientBytes() / 2;
-  CUdeviceptr earlyK =
-      workspace +
-      alignUp(std::max(runner->workspaceBytes(), lateRunner->workspaceBytes()));
-  CUdeviceptr earlyV = earlyK + gradBytes;
-  AttentionPointers early = pointers;
-  early.gradK = earlyK;
-  early.gradV = earlyV;
-  if (Error error = runner->run(early, workspace, stream))
-    return error;
-  if (!cpAccumulate)
+  bool backward = p.backward;
+  if (backward && !cpAccumulate)
     return makeError(ErrorCode::State,
                      "the context-parallel attention backward has no "
                      "accumulation kernel (setCpAccumulateKernel)");
-  if (Error error = enqueueCpAccumulate(driver, cpAccumulate, split,
-                                        pointers.gradK, earlyK, stream))
+  // The partial gradients' scratch, each laid out as the gradient it adds
+  // to: dq (the visible keys' share), then the early chunk's dk and dv.
+  int64_t qStride = t.gradQ ? t.gradQ : p.heads * p.headDim;
+  size_t element = elementBytes(p.element);
+  CUdeviceptr scratchQ = scratch;
+  CUdeviceptr scratchK =
+      scratchQ + alignUp(size_t(p.batch * p.rowsQ() * qStride) * element);
+  CUdeviceptr scratchV =
+      scratchK +
+      alignUp(size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) * element);
+  for (auto [chunk, runners] : llvm::zip(split.chunks, cpRunners)) {
+    // The chunk's queries (and their o, dO, dq, stats) start firstRow rows
+    // in; its keys at row 0.
+    AttentionPointers at = pointers;
+    int64_t row = chunk.firstRow;
+    at.q += cpRowOffsetBytes(p, row, t.q, false);
+    at.o += cpRowOffsetBytes(p, row, 0, false);
+    at.stats += uint64_t(row) * sizeof(float);
+    if (row > 0 && lateRng) {
+      at.seed = lateRng;
+      at.offset = lateRng + sizeof(uint64_t);
+    }
+    if (!backward) {
+      if (Error error = runners.forward->run(at, workspace, stream))
+        return error;
+      continue;
+    }
+    at.gradO += cpRowOffsetBytes(p, row, 0, false);
+    at.gradQ += cpRowOffsetBytes(p, row, t.gradQ, false);
+    // The late chunk sees a superset of the early chunk's keys: it writes dk
+    // and dv in place, the early chunk into the scratch.
+    bool late = row > 0;
+    CUdeviceptr gradK = late ? pointers.gradK : scratchK;
+    CUdeviceptr gradV = late ? pointers.gradV : scratchV;
+    AttentionPointers diagonal = at;
+    int64_t start = chunk.diagonalStart;
+    diagonal.k += cpRowOffsetBytes(p, start, t.k, true);
+    diagonal.v += cpRowOffsetBytes(p, start, t.v, true);
+    diagonal.gradK = gradK + cpRowOffsetBytes(p, start, 0, true);
+    diagonal.gradV = gradV + cpRowOffsetBytes(p, start, 0, true);
+    if (Error error = runners.diagonal->run(diagonal, workspace, stream))
+      return error;
+    if (!runners.visible)
+      continue;
+    // The keys before the diagonal block: dk and dv rows of their own, dq
+    // to add to the diagonal block's.
+    AttentionPointers visible = at;
+    visible.gradQ = scratchQ + cpRowOffsetBytes(p, row, t.gradQ, false);
+    visible.gradK = gradK;
+    visible.gradV = gradV;
+    if (Error error = runners.visible->run(visible, workspace, stream))
+      return error;
+    if (Error error = enqueueCpAccumulate(
+            driver, cpAccumulate, p, false, t.gradQ, pointers.gradQ, scratchQ,
+            {row, row + split.chunk, p.rowsQ()}, stream))
+      return error;
+  }
+  if (!backward)
+    return Error::success();
+  // The early chunk's dk and dv onto the late chunk's; no local query sees
+  // the keys past the late chunk's.
+  CpAccumulateRows keys{0, split.chunks[0].keys, split.chunks[1].keys};
+  if (Error error = enqueueCpAccumulate(driver, cpAccumulate, p, true, 0,
+                                        pointers.gradK, scratchK, keys, stream))
     return error;
-  return enqueueCpAccumulate(driver, cpAccumulate, split, pointers.gradV,
-                             earlyV, stream);
+  return enqueueCpAccumulate(driver, cpAccumulate, p, true, 0, pointers.gradV,
+                             scratchV, keys, stream);
 }
 
 Error AttentionLauncher::runThd(llvm::ArrayRef<CUdeviceptr> addresses,

@@ -133,7 +133,7 @@ public:
   /// a causal context-parallel step), and that kernel (runtime/kernels/
   /// AttentionPrep.cu's tejit_cp_accumulate).
   bool needsCpAccumulate() const {
-    return cpSplit && cpSplit->late && problemDesc.backward;
+    return cpSplit && !cpSplit->chunks.empty() && problemDesc.backward;
   }
   void setCpAccumulateKernel(CUfunction kernel) { cpAccumulate = kernel; }
   /// thd: the value ids of cu_seqlens_q and cu_seqlens_kv (q's when the
@@ -160,12 +160,18 @@ private:
   parseKvCache(const AttentionStep &step, const FunctionPlan &function);
 
   /// run() of a causal context-parallel step: its two chunks.
-  /// `lateRng`: the late chunk's dropout state (0 without dropout).
+  /// `lateRng`: the late chunk's dropout state (0 without dropout);
+  /// `scratch` after the workspace: cpGradientBytes().
   llvm::Error runCpChunks(const AttentionPointers &pointers,
                           CUdeviceptr lateRng, CUdeviceptr workspace,
-                          CUstream stream, const CudaDriver &driver) const;
-  /// The scratch for the early chunk's dk and dv (needsCpAccumulate()).
+                          CUdeviceptr scratch, CUstream stream,
+                          const CudaDriver &driver) const;
+  /// The scratch for the partial dq, dk and dv of a causal
+  /// context-parallel backward (needsCpAccumulate()), laid out as dq, dk and
+  /// dv, each 256-byte aligned.
   size_t cpGradientBytes() const;
+  /// The largest workspace of the step's runners.
+  size_t workspaceBytes() const;
 
   llvm::Error runThd(llvm::ArrayRef<CUdeviceptr> addresses,
                      AttentionPointers &pointers, CUdeviceptr scratch,
@@ -197,7 +203,12 @@ private:
   /// Context parallelism: the split (problemDesc is its early problem) and,
   /// under the causal mask, the late chunk's runner.
   std::optional<CpAttentionSplit> cpSplit;
-  std::shared_ptr<const AttentionRunner> lateRunner;
+  /// Per chunk of a causal split: the forward's runner, or the backward's
+  /// (visible: null when the chunk has no keys before its diagonal).
+  struct CpChunkRunners {
+    std::shared_ptr<const AttentionRunner> forward, visible, diagonal;
+  };
+  std::vector<CpChunkRunners> cpRunners;
   CUfunction cpAccumulate = nullptr;
   /// Cross-attention (s_q != s_kv, or pad_keys_only) with a key padding
   /// mask and no query mask: every query is valid, so cuDNN gets s_q as

@@ -49,19 +49,39 @@ tejit::runtime::splitCpAttention(const AttentionProblem &local, int64_t ranks,
   if (local.mask == AttentionMask::None)
     return split;
   int64_t c = split.chunk;
-  auto chunkProblem = [&](int64_t keys) {
+  // A problem of the chunk's c queries against `keys` keys in the step's
+  // buffers.
+  auto part = [&](int64_t keys, AttentionMask mask) {
     AttentionProblem p = local;
     p.seqQ = c;
     p.seqKv = keys;
     p.bufferRowsQ = local.seqQ;
     p.bufferRowsKv = local.seqKv;
     // With as many keys as queries both alignments are the same diagonal.
-    p.mask =
-        keys == c ? AttentionMask::Causal : AttentionMask::CausalBottomRight;
+    p.mask = mask == AttentionMask::CausalBottomRight && keys == c
+                 ? AttentionMask::Causal
+                 : mask;
     return p;
   };
-  split.early = chunkProblem((rank + 1) * c);
-  split.late = chunkProblem((2 * ranks - rank) * c);
+  for (auto [firstRow, keys] : {std::pair{int64_t(0), (rank + 1) * c},
+                                std::pair{c, (2 * ranks - rank) * c}}) {
+    CpChunk chunk;
+    chunk.firstRow = firstRow;
+    chunk.keys = keys;
+    chunk.forward = part(keys, AttentionMask::CausalBottomRight);
+    if (local.dropout > 0) {
+      chunk.diagonal = chunk.forward;
+    } else {
+      chunk.diagonalStart = keys - c;
+      chunk.diagonal = part(c, AttentionMask::Causal);
+      if (keys > c)
+        chunk.visible = part(keys - c, AttentionMask::None);
+    }
+    split.chunks.push_back(chunk);
+  }
+  // What the launcher's own runner runs: a problem of the step itself.
+  split.early =
+      local.backward ? split.chunks[0].diagonal : split.chunks[0].forward;
   return split;
 }
 
@@ -83,35 +103,35 @@ namespace {
 /// The host mirror of runtime/kernels/AttentionPrep.cu's TejitCpAccumulate.
 struct CpAccumulateParams {
   CUdeviceptr dst = 0, src = 0;
-  int64_t outer = 0, rows = 0, inner = 0, addRows = 0, zeroFrom = 0, isHalf = 0;
+  int64_t batch = 0, rows = 0, width = 0, stride = 0, addFrom = 0, addTo = 0,
+          zeroFrom = 0, isSbhd = 0, isHalf = 0;
 };
-static_assert(sizeof(CpAccumulateParams) == 8 * 8,
+static_assert(sizeof(CpAccumulateParams) == 11 * 8,
               "CpAccumulateParams must match TejitCpAccumulate");
 } // namespace
 
-Error tejit::runtime::enqueueCpAccumulate(const CudaDriver &driver,
-                                          CUfunction kernel,
-                                          const CpAttentionSplit &split,
-                                          CUdeviceptr grad, CUdeviceptr early,
-                                          CUstream stream) {
-  const AttentionProblem &p = split.early;
-  int64_t rows = p.rowsKv(), width = p.kvHeads * p.headDim;
-  bool sbhd = p.layout == AttentionLayout::Sbhd;
+Error tejit::runtime::enqueueCpAccumulate(
+    const CudaDriver &driver, CUfunction kernel, const AttentionProblem &p,
+    bool keys, int64_t tokenStride, CUdeviceptr grad, CUdeviceptr scratch,
+    CpAccumulateRows rows, CUstream stream) {
   CpAccumulateParams params;
   params.dst = grad;
-  params.src = early;
-  params.outer = sbhd ? 1 : p.batch;
-  params.rows = rows;
-  params.inner = sbhd ? p.batch * width : width;
-  params.addRows = p.seqKv;
-  params.zeroFrom = split.late ? split.late->seqKv : rows;
+  params.src = scratch;
+  params.batch = p.batch;
+  params.rows = keys ? p.rowsKv() : p.rowsQ();
+  params.width = (keys ? p.kvHeads : p.heads) * p.headDim;
+  params.stride = tokenStride ? tokenStride : params.width;
+  params.addFrom = rows.addFrom;
+  params.addTo = rows.addTo;
+  params.zeroFrom = rows.zeroFrom;
+  params.isSbhd = p.layout == AttentionLayout::Sbhd ? 1 : 0;
   params.isHalf = p.element == ElementType::F16 ? 1 : 0;
-  int64_t total = params.outer * rows * params.inner;
+  int64_t total = params.batch * params.rows * params.width;
   unsigned threads = 256;
   unsigned blocks =
       unsigned(std::clamp<int64_t>((total + threads - 1) / threads, 1, 65535));
   void *arguments[] = {&params};
   return driver.check(driver.cuLaunchKernel(kernel, blocks, 1, 1, threads, 1, 1,
                                             0, stream, arguments, nullptr),
-                      "launching the context-parallel dk/dv accumulation");
+                      "launching the context-parallel gradient accumulation");
 }

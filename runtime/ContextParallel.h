@@ -11,9 +11,11 @@
 // key. The problems read and write part of the step's buffers (their
 // bufferRowsQ / bufferRowsKv are the buffers' rows).
 //
-// The backward writes the late chunk's dk and dv in place, the early chunk's
-// into scratch buffers laid out as dk and dv, and enqueueCpAccumulate adds
-// those to the prefix they cover and zeroes the keys no local query sees.
+// The backward runs each chunk as its diagonal block and the keys before it
+// (CpChunk), writes the late chunk's dk and dv in place and the early
+// chunk's into scratch buffers laid out as dk and dv; enqueueCpAccumulate
+// adds partial gradients from such scratch buffers (and zeroes the keys no
+// local query sees).
 //
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_CONTEXTPARALLEL_H
@@ -25,19 +27,42 @@
 #include "llvm/Support/Error.h"
 
 #include <optional>
+#include <vector>
 
 namespace tejit::runtime {
+
+/// One query chunk of a causal step: its c queries against keys [0, keys).
+/// The forward runs it as one problem with the causal diagonal aligned
+/// bottom-right. The backward runs the diagonal block (keys [keys - c,
+/// keys), the plain causal mask, whose masked blocks cuDNN skips) and the
+/// keys before it (no mask) as two problems over the same stats, o and dO:
+/// their dq add up and their dk / dv are disjoint rows. cuDNN's backward of
+/// the bottom-right mask computes the masked blocks too (slower than no
+/// mask, measured on an H200). With dropout the masks would move with the
+/// keys, so the backward keeps the forward's one problem then (`visible`
+/// absent, `diagonalStart` 0).
+struct CpChunk {
+  /// The chunk's first local query row (0 or c) and its keys.
+  int64_t firstRow = 0, keys = 0;
+  AttentionProblem forward;
+  /// Backward: the keys [0, diagonalStart) without a mask (absent when
+  /// there are none), and keys [diagonalStart, keys).
+  std::optional<AttentionProblem> visible;
+  AttentionProblem diagonal;
+  int64_t diagonalStart = 0;
+};
 
 /// How a context-parallel attention step runs on this rank.
 struct CpAttentionSplit {
   int64_t ranks = 1, rank = 0;
-  /// Tokens of a chunk (c); the late chunk starts c rows into q, o, dO, dq
-  /// and the stats.
+  /// Tokens of a chunk (c).
   int64_t chunk = 0;
-  /// The early chunk's problem (the whole step's without a mask), and the
-  /// late chunk's under the causal mask.
+  /// The step's problem (the local queries against every key) without a
+  /// mask; under the causal mask the early chunk's first problem (its
+  /// forward, or its backward's diagonal block).
   AttentionProblem early;
-  std::optional<AttentionProblem> late;
+  /// Causal: the early and the late chunk; empty without a mask.
+  std::vector<CpChunk> chunks;
 };
 
 /// The split of `local` (a step's problem as parsed: s_q = 2c local
@@ -54,13 +79,21 @@ llvm::Expected<CpAttentionSplit> splitCpAttention(const AttentionProblem &local,
 uint64_t cpRowOffsetBytes(const AttentionProblem &problem, int64_t rows,
                           int64_t tokenStride, bool keys);
 
-/// Enqueues runtime/kernels/AttentionPrep.cu's tejit_cp_accumulate on one of
-/// `split`'s backward gradients: adds `early`'s rows [0, (r + 1) c) into
-/// `grad` and zeroes grad's rows from (2N - r) c on. Both are packed k-shaped
-/// tensors of the step's problem (s_kv rows).
+/// Rows of a gradient that runtime/kernels/AttentionPrep.cu's
+/// tejit_cp_accumulate adds from a scratch laid out as the gradient: rows
+/// [addFrom, addTo) are added, rows from zeroFrom on zeroed.
+struct CpAccumulateRows {
+  int64_t addFrom = 0, addTo = 0, zeroFrom = 0;
+};
+
+/// Enqueues tejit_cp_accumulate on `grad` (dq when `keys` is false, else dk
+/// or dv, of `problem`'s layout and buffer rows, tokens `tokenStride`
+/// elements apart, 0: packed) and `scratch`.
 llvm::Error enqueueCpAccumulate(const CudaDriver &driver, CUfunction kernel,
-                                const CpAttentionSplit &split, CUdeviceptr grad,
-                                CUdeviceptr early, CUstream stream);
+                                const AttentionProblem &problem, bool keys,
+                                int64_t tokenStride, CUdeviceptr grad,
+                                CUdeviceptr scratch, CpAccumulateRows rows,
+                                CUstream stream);
 
 } // namespace tejit::runtime
 

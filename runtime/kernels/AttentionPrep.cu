@@ -264,17 +264,18 @@ extern "C" __global__ void tejit_copy_unless_flag(const int *flag,
 }
 
 // Context parallelism (docs/context-parallel.md): the backward of a causal
-// step runs its two query chunks as two cuDNN calls. The late chunk writes
-// dk (or dv) in place for its key prefix, the early chunk writes its own
-// prefix's gradient to `src` (a buffer laid out as `dst`); this kernel then
-// adds src's rows [0, add_rows) to dst and zeroes dst's rows from
-// `zero_from` on, which no query of this rank sees. The tensors are
-// [outer, rows, inner] (sbhd: outer 1, inner b * h * d; bshd: outer b,
-// inner h * d) of bf16 (is_half 0) or f16.
+// step runs its query chunks as several cuDNN calls over parts of the keys,
+// some into scratch buffers laid out as the gradient they belong to; this
+// kernel adds src's rows [add_from, add_to) to dst and zeroes dst's rows from
+// `zero_from` on (keys no local query sees). Both hold `batch` sequences of
+// `rows` positions of `width` elements (bf16, or f16 with is_half), a
+// position's elements `stride` apart from the next's; sbhd (is_sbhd) stores
+// position-major ([rows, batch]), bshd batch-major.
 struct TejitCpAccumulate {
   unsigned short *dst;
   const unsigned short *src;
-  long long outer, rows, inner, add_rows, zero_from, is_half;
+  long long batch, rows, width, stride, add_from, add_to, zero_from, is_sbhd,
+      is_half;
 };
 
 __device__ inline float tejitLoad16(unsigned short bits, bool half) {
@@ -290,15 +291,17 @@ __device__ inline unsigned short tejitStore16(float value, bool half) {
 }
 
 extern "C" __global__ void tejit_cp_accumulate(TejitCpAccumulate p) {
-  long long total = p.outer * p.rows * p.inner;
+  long long total = p.batch * p.rows * p.width;
   bool half = p.is_half != 0;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
        i < total; i += (long long)gridDim.x * blockDim.x) {
-    long long row = i / p.inner % p.rows;
-    if (row < p.add_rows)
-      p.dst[i] = tejitStore16(
-          tejitLoad16(p.dst[i], half) + tejitLoad16(p.src[i], half), half);
+    long long token = i / p.width, column = i % p.width;
+    long long row = p.is_sbhd ? token / p.batch : token % p.rows;
+    long long at = token * p.stride + column;
+    if (row >= p.add_from && row < p.add_to)
+      p.dst[at] = tejitStore16(
+          tejitLoad16(p.dst[at], half) + tejitLoad16(p.src[at], half), half);
     else if (row >= p.zero_from)
-      p.dst[i] = 0;
+      p.dst[at] = 0;
   }
 }

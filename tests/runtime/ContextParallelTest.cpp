@@ -39,6 +39,7 @@ struct CpSteps {
       tensorOf({512, 2, 2, 64}, ElementType::BF16), // 7 dk
       tensorOf({512, 2, 2, 64}, ElementType::BF16), // 8 dv
       tensorOf({2, 1, 1, 512}, ElementType::I1),    // 9 a padding mask
+      tensorOf({2}, ElementType::I64),              // 10 an RNG state
   });
   AttentionStep forward, backward;
 
@@ -73,22 +74,50 @@ TEST(ContextParallelTest, CausalStepsRunAsTwoChunks) {
       EXPECT_EQ(split->ranks, 2);
       EXPECT_EQ(split->rank, rank);
       EXPECT_EQ(split->chunk, 128);
-      const AttentionProblem &early = launcher->problem();
-      EXPECT_EQ(early.seqQ, 128);
-      EXPECT_EQ(early.seqKv, earlyKeys);
-      EXPECT_EQ(early.mask, earlyKeys == 128
-                                ? AttentionMask::Causal
-                                : AttentionMask::CausalBottomRight);
-      EXPECT_EQ(early.rowsQ(), 256);
-      EXPECT_EQ(early.rowsKv(), 512);
-      ASSERT_TRUE(split->late);
-      EXPECT_EQ(split->late->seqKv, lateKeys);
-      EXPECT_EQ(split->late->mask, AttentionMask::CausalBottomRight);
+      ASSERT_EQ(split->chunks.size(), 2u);
+      for (auto [chunk, firstRow, keys] :
+           {std::tuple{&split->chunks[0], 0, earlyKeys},
+            std::tuple{&split->chunks[1], 128, lateKeys}}) {
+        EXPECT_EQ(chunk->firstRow, firstRow);
+        EXPECT_EQ(chunk->keys, keys);
+        const AttentionProblem &forward = chunk->forward;
+        EXPECT_EQ(forward.seqQ, 128);
+        EXPECT_EQ(forward.seqKv, keys);
+        EXPECT_EQ(forward.mask, keys == 128 ? AttentionMask::Causal
+                                            : AttentionMask::CausalBottomRight);
+        EXPECT_EQ(forward.rowsQ(), 256);
+        EXPECT_EQ(forward.rowsKv(), 512);
+        // The backward: the diagonal block (causal) and the keys before it.
+        EXPECT_EQ(chunk->diagonalStart, keys - 128);
+        EXPECT_EQ(chunk->diagonal.seqKv, 128);
+        EXPECT_EQ(chunk->diagonal.mask, AttentionMask::Causal);
+        EXPECT_EQ(bool(chunk->visible), keys > 128);
+        if (chunk->visible) {
+          EXPECT_EQ(chunk->visible->seqKv, keys - 128);
+          EXPECT_EQ(chunk->visible->mask, AttentionMask::None);
+          EXPECT_EQ(chunk->visible->rowsKv(), 512);
+        }
+        EXPECT_FALSE(bool(forward.validate()));
+      }
+      // The launcher's own problem is the early chunk's first one.
+      const AttentionProblem &own = launcher->problem();
+      EXPECT_EQ(own.seqKv, step->backward ? 128 : earlyKeys);
       EXPECT_EQ(launcher->needsCpAccumulate(), step->backward);
       // The buffers' rows are part of the graph's key.
-      EXPECT_THAT(early.key(), ::testing::HasSubstr(" rows=256,512"));
-      EXPECT_FALSE(bool(early.validate()));
+      EXPECT_THAT(own.key(), ::testing::HasSubstr(" rows=256,512"));
     }
+  }
+  // With dropout each chunk's backward is its forward's one problem: the
+  // masks must stay where the forward drew them.
+  CpSteps dropout(1);
+  dropout.backward.attributes["dropout"] = "1.000000e-01 : f64";
+  dropout.backward.operands.push_back(10);
+  auto launcher = AttentionLauncher::parse(dropout.backward, dropout.function);
+  ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
+  for (const CpChunk &chunk : launcher->contextParallel()->chunks) {
+    EXPECT_FALSE(chunk.visible);
+    EXPECT_EQ(chunk.diagonalStart, 0);
+    EXPECT_EQ(chunk.diagonal.seqKv, chunk.keys);
   }
 }
 
@@ -97,7 +126,7 @@ TEST(ContextParallelTest, UnmaskedStepsRunAsOne) {
   auto launcher = AttentionLauncher::parse(steps.backward, steps.function);
   ASSERT_TRUE(bool(launcher)) << llvm::toString(launcher.takeError());
   ASSERT_NE(launcher->contextParallel(), nullptr);
-  EXPECT_FALSE(launcher->contextParallel()->late);
+  EXPECT_TRUE(launcher->contextParallel()->chunks.empty());
   EXPECT_FALSE(launcher->needsCpAccumulate());
   const AttentionProblem &p = launcher->problem();
   EXPECT_EQ(p.seqQ, 256);
