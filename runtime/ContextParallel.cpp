@@ -69,7 +69,7 @@ tejit::runtime::splitCpAttention(const AttentionProblem &local, int64_t ranks,
     chunk.firstRow = firstRow;
     chunk.keys = keys;
     chunk.forward = part(keys, AttentionMask::CausalBottomRight);
-    if (local.dropout > 0) {
+    if (local.dropout > 0 || c < kSplitBackwardMinChunk) {
       chunk.diagonal = chunk.forward;
     } else {
       chunk.diagonalStart = keys - c;

@@ -419,6 +419,20 @@ std::vector<CpCase> cases() {
                      .str();
         all.push_back(c);
       }
+  // Chunks of 1024: the backward's split (kSplitBackwardMinChunk).
+  for (auto [layout, ranks] : {std::pair{AttentionLayout::Bshd, int64_t(2)},
+                               std::pair{AttentionLayout::Sbhd, int64_t(4)}}) {
+    CpCase split;
+    split.layout = layout;
+    split.ranks = ranks;
+    split.batch = 1;
+    split.seq = 2048 * ranks;
+    split.name = llvm::formatv("{0} causal cp{1} b1 s{2} h8 g2 d64 bf16 "
+                               "(split backward)",
+                               attentionLayoutName(layout), ranks, split.seq)
+                     .str();
+    all.push_back(split);
+  }
   CpCase half;
   half.element = ElementType::F16;
   half.dim = 128;

@@ -29,17 +29,17 @@ namespace {
 /// results after the forward's.
 struct CpSteps {
   FunctionPlan function = functionWith({
-      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 0 q
-      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 1 k
-      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 2 v
-      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 3 o
-      tensorOf({2, 8, 256}, ElementType::F32),      // 4 stats
-      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 5 dO
-      tensorOf({256, 2, 8, 64}, ElementType::BF16), // 6 dq
-      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 7 dk
-      tensorOf({512, 2, 2, 64}, ElementType::BF16), // 8 dv
-      tensorOf({2, 1, 1, 512}, ElementType::I1),    // 9 a padding mask
-      tensorOf({2}, ElementType::I64),              // 10 an RNG state
+      tensorOf({2048, 2, 8, 64}, ElementType::BF16), // 0 q
+      tensorOf({4096, 2, 2, 64}, ElementType::BF16), // 1 k
+      tensorOf({4096, 2, 2, 64}, ElementType::BF16), // 2 v
+      tensorOf({2048, 2, 8, 64}, ElementType::BF16), // 3 o
+      tensorOf({2, 8, 2048}, ElementType::F32),      // 4 stats
+      tensorOf({2048, 2, 8, 64}, ElementType::BF16), // 5 dO
+      tensorOf({2048, 2, 8, 64}, ElementType::BF16), // 6 dq
+      tensorOf({4096, 2, 2, 64}, ElementType::BF16), // 7 dk
+      tensorOf({4096, 2, 2, 64}, ElementType::BF16), // 8 dv
+      tensorOf({2, 1, 1, 4096}, ElementType::I1),    // 9 a padding mask
+      tensorOf({2}, ElementType::I64),               // 10 an RNG state
   });
   AttentionStep forward, backward;
 
@@ -60,10 +60,10 @@ struct CpSteps {
 };
 
 TEST(ContextParallelTest, CausalStepsRunAsTwoChunks) {
-  // Rank 0 holds chunks 0 and 3 of 4 (128 tokens each): the early chunk
-  // sees its own 128 keys (the plain causal mask), the late one 512.
+  // Rank 0 holds chunks 0 and 3 of 4 (1024 tokens each): the early chunk
+  // sees its own 1024 keys (the plain causal mask), the late one 4096.
   for (auto [rank, earlyKeys, lateKeys] :
-       {std::tuple{0, 128, 512}, std::tuple{1, 256, 384}}) {
+       {std::tuple{0, 1024, 4096}, std::tuple{1, 2048, 3072}}) {
     SCOPED_TRACE(rank);
     CpSteps steps(rank);
     for (const AttentionStep *step : {&steps.forward, &steps.backward}) {
@@ -73,42 +73,44 @@ TEST(ContextParallelTest, CausalStepsRunAsTwoChunks) {
       ASSERT_NE(split, nullptr);
       EXPECT_EQ(split->ranks, 2);
       EXPECT_EQ(split->rank, rank);
-      EXPECT_EQ(split->chunk, 128);
+      EXPECT_EQ(split->chunk, 1024);
       ASSERT_EQ(split->chunks.size(), 2u);
       for (auto [chunk, firstRow, keys] :
            {std::tuple{&split->chunks[0], 0, earlyKeys},
-            std::tuple{&split->chunks[1], 128, lateKeys}}) {
+            std::tuple{&split->chunks[1], 1024, lateKeys}}) {
         EXPECT_EQ(chunk->firstRow, firstRow);
         EXPECT_EQ(chunk->keys, keys);
         const AttentionProblem &forward = chunk->forward;
-        EXPECT_EQ(forward.seqQ, 128);
+        EXPECT_EQ(forward.seqQ, 1024);
         EXPECT_EQ(forward.seqKv, keys);
-        EXPECT_EQ(forward.mask, keys == 128 ? AttentionMask::Causal
-                                            : AttentionMask::CausalBottomRight);
-        EXPECT_EQ(forward.rowsQ(), 256);
-        EXPECT_EQ(forward.rowsKv(), 512);
+        EXPECT_EQ(forward.mask, keys == 1024
+                                    ? AttentionMask::Causal
+                                    : AttentionMask::CausalBottomRight);
+        EXPECT_EQ(forward.rowsQ(), 2048);
+        EXPECT_EQ(forward.rowsKv(), 4096);
         // The backward: the diagonal block (causal) and the keys before it.
-        EXPECT_EQ(chunk->diagonalStart, keys - 128);
-        EXPECT_EQ(chunk->diagonal.seqKv, 128);
+        EXPECT_EQ(chunk->diagonalStart, keys - 1024);
+        EXPECT_EQ(chunk->diagonal.seqKv, 1024);
         EXPECT_EQ(chunk->diagonal.mask, AttentionMask::Causal);
-        EXPECT_EQ(bool(chunk->visible), keys > 128);
+        EXPECT_EQ(bool(chunk->visible), keys > 1024);
         if (chunk->visible) {
-          EXPECT_EQ(chunk->visible->seqKv, keys - 128);
+          EXPECT_EQ(chunk->visible->seqKv, keys - 1024);
           EXPECT_EQ(chunk->visible->mask, AttentionMask::None);
-          EXPECT_EQ(chunk->visible->rowsKv(), 512);
+          EXPECT_EQ(chunk->visible->rowsKv(), 4096);
         }
         EXPECT_FALSE(bool(forward.validate()));
       }
       // The launcher's own problem is the early chunk's first one.
       const AttentionProblem &own = launcher->problem();
-      EXPECT_EQ(own.seqKv, step->backward ? 128 : earlyKeys);
+      EXPECT_EQ(own.seqKv, step->backward ? 1024 : earlyKeys);
       EXPECT_EQ(launcher->needsCpAccumulate(), step->backward);
       // The buffers' rows are part of the graph's key.
-      EXPECT_THAT(own.key(), ::testing::HasSubstr(" rows=256,512"));
+      EXPECT_THAT(own.key(), ::testing::HasSubstr(" rows=2048,4096"));
     }
   }
   // With dropout each chunk's backward is its forward's one problem: the
-  // masks must stay where the forward drew them.
+  // masks must stay where the forward drew them. So it is for short
+  // chunks, where the extra calls cost more than they save.
   CpSteps dropout(1);
   dropout.backward.attributes["dropout"] = "1.000000e-01 : f64";
   dropout.backward.operands.push_back(10);
@@ -119,6 +121,18 @@ TEST(ContextParallelTest, CausalStepsRunAsTwoChunks) {
     EXPECT_EQ(chunk.diagonalStart, 0);
     EXPECT_EQ(chunk.diagonal.seqKv, chunk.keys);
   }
+  AttentionProblem shortChunks;
+  shortChunks.batch = 1;
+  shortChunks.heads = shortChunks.kvHeads = 8;
+  shortChunks.headDim = 64;
+  shortChunks.seqQ = 2 * (kSplitBackwardMinChunk / 2);
+  shortChunks.seqKv = 2 * shortChunks.seqQ;
+  shortChunks.mask = AttentionMask::Causal;
+  shortChunks.backward = true;
+  auto split = splitCpAttention(shortChunks, 2, 1);
+  ASSERT_TRUE(bool(split)) << llvm::toString(split.takeError());
+  for (const CpChunk &chunk : split->chunks)
+    EXPECT_FALSE(chunk.visible);
 }
 
 TEST(ContextParallelTest, UnmaskedStepsRunAsOne) {
@@ -129,8 +143,8 @@ TEST(ContextParallelTest, UnmaskedStepsRunAsOne) {
   EXPECT_TRUE(launcher->contextParallel()->chunks.empty());
   EXPECT_FALSE(launcher->needsCpAccumulate());
   const AttentionProblem &p = launcher->problem();
-  EXPECT_EQ(p.seqQ, 256);
-  EXPECT_EQ(p.seqKv, 512);
+  EXPECT_EQ(p.seqQ, 2048);
+  EXPECT_EQ(p.seqKv, 4096);
   EXPECT_EQ(p.mask, AttentionMask::None);
   EXPECT_EQ(p.bufferRowsQ, 0);
 }
@@ -149,8 +163,8 @@ TEST(ContextParallelTest, RefusesWhatItDoesNotSplit) {
   CpSteps threeRanks(0);
   threeRanks.forward.attributes["cp_ranks"] = "3 : i64";
   EXPECT_THAT(refusal(threeRanks),
-              ::testing::HasSubstr("s_kv (512) must be cp_ranks times s_q "
-                                   "(256)"));
+              ::testing::HasSubstr("s_kv (4096) must be cp_ranks times s_q "
+                                   "(2048)"));
   CpSteps strided(0);
   strided.backward.tokenStrides = {{"grad_k", 1024}};
   auto launcher = AttentionLauncher::parse(strided.backward, strided.function);
