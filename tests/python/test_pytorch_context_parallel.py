@@ -6,8 +6,8 @@ TransformerLayer and their submodules, set_context_parallel_group reaching
 the submodules, a copy's group (deepcopy shares it, pickling drops it: the
 module then refuses to run, naming set_context_parallel_group), the
 refusals naming the argument (constructor, set_context_parallel_group and
-forward), the program's CP group (_distributed.cp_group: the process
-group's TensorParallelGroup), and tejit.pytorch.distributed's split and
+forward), the program's CP group (the process group's TensorParallelGroup,
+_distributed.tp_group's), and tejit.pytorch.distributed's split and
 merge on tensors. Needs PyTorch (skipped without it;
 test_context_parallel_args.py checks the argument checks and specs without
 it). tests/gpu/context_parallel_check.py runs the modules on two GPUs.
@@ -309,8 +309,7 @@ class CollectiveTest(unittest.TestCase):
                                from_function), \
                 mock.patch.object(_distributed, "group_size",
                                   lambda process_group: 2):
-            cp = _distributed.cp_group(group, 5)
-            self.assertIs(_distributed.cp_group(group, 5), cp)
+            cp = _distributed.tp_group(group, 5)
             self.assertIs(_distributed.tp_group(group, 5), cp)
         _distributed._TP_GROUPS.pop((group, 5), None)
         self.assertEqual(len(made), 1)

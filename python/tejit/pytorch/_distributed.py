@@ -23,10 +23,10 @@ and reduce_scatter (reduce_scatter_tensor, SUM: this rank keeps chunk
 Context parallelism (docs/context-parallel.md): a program with cp_size > 1
 gathers its attention's keys and values over the module's cp_group
 (cp_allgather steps) and reduce-scatters their gradients
-(cp_reducescatter) through the same kind of group: cp_group(process_group,
-device) is tp_group's object for that process group and device (the
+(cp_reducescatter) through tp_group(process_group, device), the same
+object a tensor-parallel program over that process group gets (the
 all-gather and reduce-scatter functions above; the runtime reorders the
-load-balanced chunks itself), so a process group serving both gets one.
+load-balanced chunks itself).
 """
 import contextlib
 import functools
@@ -104,14 +104,6 @@ def tp_group(process_group, device):
                                              process_group, ranks, device))
         _TP_GROUPS[key] = group
     return group
-
-
-def cp_group(process_group, device):
-    """The tejit.TensorParallelGroup a context-parallel program on CUDA
-    device `device` gathers (all_gather_into_tensor) and reduce-scatters
-    (reduce_scatter_tensor) over `process_group` with: tp_group's, one
-    object per process group and device."""
-    return tp_group(process_group, device)
 
 
 def _stream(device, stream):

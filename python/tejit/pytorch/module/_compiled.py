@@ -362,8 +362,7 @@ class CompiledProgram:
         "tp" or "cp") the tejit group over `process_group`, unless it has
         it already; ValueError unless the process group has the
         {kind}_size ranks the program was compiled for. Both kinds use
-        _distributed's group of the process group (cp_group is
-        tp_group's)."""
+        _distributed.tp_group's object for the process group."""
         attribute = f"_{kind}_process_group"
         if process_group is getattr(self, attribute):
             return
