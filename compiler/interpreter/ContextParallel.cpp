@@ -82,14 +82,18 @@ FailureOr<Tensor> Frame::gatherSequence(Operation *op, const Tensor &local,
     Tensor gathered = options.collectives->allGather(x, options.rank);
     if (!loadBalanced)
       return gathered;
-    // Chunk k of the sequence is half of rank min(k, 2N - 1 - k)'s rows.
-    int64_t chunk = x.shape[0] / 2;
-    SmallVector<std::pair<int64_t, int64_t>> order;
-    for (int64_t k = 0; k < 2 * ranks; ++k) {
-      int64_t owner = k < ranks ? k : 2 * ranks - 1 - k;
-      order.push_back({owner * 2 * chunk + (k < ranks ? 0 : chunk), chunk});
+    // Each rank's rows back to the places rowsOfRank gives them.
+    int64_t local = x.shape[0], width = x.numElements() / local;
+    Tensor whole(gathered.shape, std::vector<double>(gathered.data.size()));
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      auto from = gathered.data.begin() + rank * local * width;
+      for (auto [begin, count] :
+           rowsOfRank(local * ranks, ranks, rank, /*loadBalanced=*/true)) {
+        std::copy_n(from, count * width, whole.data.begin() + begin * width);
+        from += count * width;
+      }
     }
-    return takeRows(gathered, order);
+    return whole;
   });
 }
 

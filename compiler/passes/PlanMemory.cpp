@@ -106,8 +106,9 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
         firstRead[it->second] = int64_t(here);
     }
     // (A sum in place is a view: its readers keep its input's buffer.)
-    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp,
-            te::CpAllGatherOp, te::CpReduceScatterOp>(op) &&
+    // Context parallelism's gathers and scatters run on the caller's stream
+    // (they reorder through the scratch): their inputs need no more time.
+    if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op) &&
         !te::isInPlaceSum(&op)) {
       auto input = bufferOf.find(op.getOperand(0));
       if (input != bufferOf.end())
@@ -141,10 +142,10 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
       newBuffer(result);
     }
   }
-  // The runtime may run tensor- and context-parallel collectives (sums,
-  // gathers, scatters) on a stream of its own while the ops up to the output's
-  // first reader run (docs/tensor-parallel.md, "Overlap"): the input must stay
-  // untouched until then.
+  // The runtime runs tensor-parallel collectives (sums, gathers, scatters)
+  // on a stream of its own while the ops up to the output's first reader
+  // run (docs/tensor-parallel.md, "Overlap"): the input must stay untouched
+  // until then.
   for (auto [input, output] : collectives)
     buffers[input].end = std::max(
         buffers[input].end, std::max(firstRead[output], buffers[output].start));
