@@ -844,7 +844,7 @@ AttentionLauncher::parse(const AttentionStep &step,
   if (!split)
     return split.takeError();
   if (*split) {
-    launcher.problemDesc = (*split)->early;
+    launcher.problemDesc = (*split)->first();
     launcher.cpSplit = std::move(*split);
   }
   return validated(std::move(launcher), function);

@@ -45,7 +45,7 @@ tejit::runtime::splitCpAttention(const AttentionProblem &local, int64_t ranks,
   split.ranks = ranks;
   split.rank = rank;
   split.chunk = local.seqQ / 2;
-  split.early = local;
+  split.local = local;
   if (local.mask == AttentionMask::None)
     return split;
   int64_t c = split.chunk;
@@ -79,9 +79,6 @@ tejit::runtime::splitCpAttention(const AttentionProblem &local, int64_t ranks,
     }
     split.chunks.push_back(chunk);
   }
-  // What the launcher's own runner runs: a problem of the step itself.
-  split.early =
-      local.backward ? split.chunks[0].diagonal : split.chunks[0].forward;
   return split;
 }
 

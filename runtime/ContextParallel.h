@@ -65,12 +65,19 @@ struct CpAttentionSplit {
   int64_t ranks = 1, rank = 0;
   /// Tokens of a chunk (c).
   int64_t chunk = 0;
-  /// The step's problem (the local queries against every key) without a
-  /// mask; under the causal mask the early chunk's first problem (its
-  /// forward, or its backward's diagonal block).
-  AttentionProblem early;
+  /// The step's problem: the local queries against every key.
+  AttentionProblem local;
   /// Causal: the early and the late chunk; empty without a mask.
   std::vector<CpChunk> chunks;
+
+  /// The problem the step's own runner runs: `local` without a mask, else
+  /// the early chunk's first (its forward, or its backward's diagonal
+  /// block).
+  const AttentionProblem &first() const {
+    if (chunks.empty())
+      return local;
+    return local.backward ? chunks[0].diagonal : chunks[0].forward;
+  }
 };
 
 /// The split of `local` (a step's problem as parsed: s_q = 2c local
