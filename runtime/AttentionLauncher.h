@@ -200,8 +200,7 @@ private:
   /// steps.
   std::vector<std::pair<const Fp8Role *, int64_t>> fp8;
   uint64_t offsetDelta = 0;
-  /// Context parallelism: the split (problemDesc is its first()) and,
-  /// under the causal mask, the late chunk's runner.
+  /// Context parallelism: the split (problemDesc is its first()).
   std::optional<CpAttentionSplit> cpSplit;
   /// Per chunk of a causal split: the forward's runner, or the backward's
   /// (visible: null when the chunk has no keys before its diagonal).
