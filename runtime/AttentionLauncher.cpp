@@ -1109,17 +1109,27 @@ size_t AttentionLauncher::workspaceBytes() const {
   return bytes;
 }
 
+namespace {
+/// The scratch of a causal context-parallel backward's partial gradients,
+/// each laid out as the gradient it adds to (256-byte aligned sizes): dq
+/// (with the step's dq token stride), then dk and dv (packed).
+struct CpGradientScratch {
+  size_t dq = 0, dk = 0;
+
+  explicit CpGradientScratch(const AttentionProblem &p) {
+    size_t element = elementBytes(p.element);
+    int64_t qStride =
+        p.tokenStrides.gradQ ? p.tokenStrides.gradQ : p.heads * p.headDim;
+    dq = alignUp(size_t(p.batch * p.rowsQ() * qStride) * element);
+    dk =
+        alignUp(size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) * element);
+  }
+  size_t bytes() const { return dq + 2 * dk; }
+};
+} // namespace
+
 size_t AttentionLauncher::cpGradientBytes() const {
-  if (!needsCpAccumulate())
-    return 0;
-  const AttentionProblem &p = problemDesc;
-  size_t element = elementBytes(p.element);
-  // dq as the step's dq (its token stride too), dk and dv packed.
-  int64_t qStride =
-      p.tokenStrides.gradQ ? p.tokenStrides.gradQ : p.heads * p.headDim;
-  size_t dq = size_t(p.batch * p.rowsQ() * qStride) * element;
-  size_t dk = size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) * element;
-  return alignUp(dq) + 2 * alignUp(dk);
+  return needsCpAccumulate() ? CpGradientScratch(problemDesc).bytes() : 0;
 }
 
 Error AttentionLauncher::run(llvm::ArrayRef<CUdeviceptr> addresses,
@@ -1238,16 +1248,12 @@ Error AttentionLauncher::runCpChunks(const AttentionPointers &pointers,
     return makeError(ErrorCode::State,
                      "the context-parallel attention backward has no "
                      "accumulation kernel (setCpAccumulateKernel)");
-  // The partial gradients' scratch, each laid out as the gradient it adds
-  // to: dq (the visible keys' share), then the early chunk's dk and dv.
-  int64_t qStride = t.gradQ ? t.gradQ : p.heads * p.headDim;
-  size_t element = elementBytes(p.element);
+  // The partial gradients' scratch: dq (the visible keys' share), then the
+  // early chunk's dk and dv.
+  CpGradientScratch sizes(p);
   CUdeviceptr scratchQ = scratch;
-  CUdeviceptr scratchK =
-      scratchQ + alignUp(size_t(p.batch * p.rowsQ() * qStride) * element);
-  CUdeviceptr scratchV =
-      scratchK +
-      alignUp(size_t(p.batch * p.rowsKv() * p.kvHeads * p.headDim) * element);
+  CUdeviceptr scratchK = scratchQ + sizes.dq;
+  CUdeviceptr scratchV = scratchK + sizes.dk;
   for (auto [chunk, runners] : llvm::zip(split.chunks, cpRunners)) {
     // The chunk's queries (and their o, dO, dq, stats) start firstRow rows
     // in; its keys at row 0.
