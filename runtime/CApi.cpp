@@ -519,6 +519,22 @@ tejit_tp_group_from_functions(tejit_tp_all_reduce_fn all_reduce,
   return ok();
 }
 
+tejit_status tejit_tp_group_set_all_to_all(tejit_tp_group *group,
+                                           tejit_tp_all_to_all_fn all_to_all) {
+  if (!group)
+    return invalid("tejit_tp_group_set_all_to_all: group is null");
+  auto *functions =
+      dynamic_cast<CallbackTensorParallelGroup *>(group->group.get());
+  if (!functions)
+    return invalid(
+        "tejit_tp_group_set_all_to_all: the group (" +
+        group->group->describe() +
+        ") is not one of the caller's functions; an NCCL group has its own "
+        "all-to-all");
+  functions->setAllToAll(all_to_all);
+  return ok();
+}
+
 void tejit_tp_group_destroy(tejit_tp_group *group) { delete group; }
 
 tejit_status tejit_program_set_tp_group(tejit_program *program,

@@ -13,6 +13,7 @@ struct SequenceLayout {
   size_t outer = 1, rows = 0, rowBytes = 0, localRows = 0;
 
   SequenceLayout(const CpCollectiveStep &step, const FunctionPlan &function) {
+    // The whole sequence's tensor (of H / N heads for an all-to-all).
     const TensorType &whole =
         function.values[step.gather ? step.out : step.in].type;
     rowBytes = elementBytes(whole.element);
@@ -96,16 +97,83 @@ tejit::runtime::cpReorderCopies(const CpCollectiveStep &step,
   return copies;
 }
 
+std::vector<CpRowCopy>
+tejit::runtime::cpHeadBlockCopies(const CpCollectiveStep &step,
+                                  const FunctionPlan &function) {
+  // This rank's tokens of all heads: the all-to-all's input to heads, its
+  // output to sequence.
+  const TensorType &allHeads =
+      function.values[step.gather ? step.in : step.out].type;
+  size_t rows = 1, headsBytes = elementBytes(allHeads.element);
+  for (auto [dim, size] : llvm::enumerate(allHeads.shape)) {
+    if (int64_t(dim) < step.headDim)
+      rows *= size_t(size);
+    else
+      headsBytes *= size_t(size);
+  }
+  size_t ranks = size_t(step.ranks), blockWidth = headsBytes / ranks;
+  std::vector<CpRowCopy> copies;
+  for (size_t block = 0; block < ranks; ++block) {
+    CpRowCopy copy;
+    copy.rankOffset = block * rows * blockWidth;
+    copy.wholeOffset = block * blockWidth;
+    copy.width = blockWidth;
+    copy.height = rows;
+    copy.rankPitch = blockWidth;
+    copy.wholePitch = headsBytes;
+    copies.push_back(copy);
+  }
+  return copies;
+}
+
 size_t tejit::runtime::cpCollectiveScratchBytes(const CpCollectiveStep &step,
                                                 const FunctionPlan &function) {
   SequenceLayout layout(step, function);
+  // An all-to-all sends from one buffer and receives into another.
+  if (step.allToAll)
+    return 2 * layout.bytes();
   return layout.inOrder(step) ? 0 : layout.bytes();
 }
+
+namespace {
+/// A cp_alltoall: head blocks out, the exchange, the tokens placed (to
+/// heads), or the reverse (to sequence). `scratch` holds two buffers.
+Error enqueueCpAllToAll(const CpCollectiveStep &step,
+                        const FunctionPlan &function, CUdeviceptr in,
+                        CUdeviceptr out, CUdeviceptr scratch,
+                        TensorParallelGroup &group, const CudaDriver &driver,
+                        CUstream stream) {
+  SequenceLayout layout(step, function);
+  ElementType element = function.values[step.in].type.element;
+  size_t perRank = layout.bytes() / size_t(step.ranks) / elementBytes(element);
+  CUdeviceptr send = scratch, received = scratch + layout.bytes();
+  std::vector<CpRowCopy> blocks = cpHeadBlockCopies(step, function);
+  std::vector<CpRowCopy> tokens = cpReorderCopies(step, function);
+  bool inOrder = tokens.empty();
+  if (step.gather) {
+    if (Error error = enqueueCopies(blocks, send, in, false, driver, stream))
+      return error;
+    if (Error error = group.allToAll(send, inOrder ? out : received, perRank,
+                                     element, stream))
+      return error;
+    return enqueueCopies(tokens, received, out, true, driver, stream);
+  }
+  if (Error error = enqueueCopies(tokens, send, in, false, driver, stream))
+    return error;
+  if (Error error = group.allToAll(inOrder ? in : send, received, perRank,
+                                   element, stream))
+    return error;
+  return enqueueCopies(blocks, received, out, true, driver, stream);
+}
+} // namespace
 
 Error tejit::runtime::enqueueCpCollective(
     const CpCollectiveStep &step, const FunctionPlan &function, CUdeviceptr in,
     CUdeviceptr out, CUdeviceptr scratch, TensorParallelGroup &group,
     const CudaDriver &driver, CUstream stream) {
+  if (step.allToAll)
+    return enqueueCpAllToAll(step, function, in, out, scratch, group, driver,
+                             stream);
   SequenceLayout layout(step, function);
   ElementType element = function.values[step.in].type.element;
   size_t perRank = layout.bytes() / size_t(step.ranks) / elementBytes(element);

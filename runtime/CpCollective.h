@@ -10,6 +10,13 @@
 // scratch; a gather that needs no reordering (sbhd, not load balanced)
 // lands in place.
 //
+// A cp_alltoall (cp_comm_type a2a) exchanges blocks of heads: to heads,
+// this rank's tokens are copied head block by head block into a send
+// buffer [ranks][outer rows, H / ranks heads] (block j for rank j), the
+// group's all-to-all returns [ranks][rank j's tokens of this rank's heads]
+// (the gather's rank-order layout for a tensor of H / ranks heads), and the
+// gather's reordering places them; to sequence runs the same backwards.
+//
 //===----------------------------------------------------------------------===//
 #ifndef TEJIT_RUNTIME_CPCOLLECTIVE_H
 #define TEJIT_RUNTIME_CPCOLLECTIVE_H
@@ -37,6 +44,13 @@ struct CpRowCopy {
 /// the same (the step then runs in place).
 std::vector<CpRowCopy> cpReorderCopies(const CpCollectiveStep &step,
                                        const FunctionPlan &function);
+
+/// The copies between a tensor of all H heads (the "whole" side: this
+/// rank's tokens) and the all-to-all's rank-order buffer of head blocks
+/// (the "rank" side: block j holds heads [j H / N, (j + 1) H / N) of every
+/// row before the head dim) for a cp_alltoall step; one 2D copy per block.
+std::vector<CpRowCopy> cpHeadBlockCopies(const CpCollectiveStep &step,
+                                         const FunctionPlan &function);
 
 /// The scratch `step` of `function` needs: the whole tensor's bytes, or 0
 /// when it runs in place.

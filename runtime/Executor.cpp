@@ -240,8 +240,10 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
     return tpNeeds.takeError();
   executor->tpNeeds = *tpNeeds;
   for (const Step &step : function.steps)
-    if (const auto *cp = std::get_if<CpCollectiveStep>(&step))
+    if (const auto *cp = std::get_if<CpCollectiveStep>(&step)) {
       executor->cpRanks = cp->ranks;
+      executor->cpUses[size_t(cp->collective())] = true;
+    }
   executor->addresses.assign(function.values.size(), 0);
   // A view's address is its root's plus an offset, the same on every run:
   // follow each chain once here (the plan parser rejects cycles).
@@ -544,8 +546,9 @@ Error Executor::checkContextParallelGroup() const {
                       "context-parallel group (tejit_program_set_cp_group)",
                       plan.name, cpRanks));
   for (TpCollective collective :
-       {TpCollective::AllGather, TpCollective::ReduceScatter})
-    if (!cpGroup->has(collective))
+       {TpCollective::AllGather, TpCollective::ReduceScatter,
+        TpCollective::AllToAll})
+    if (cpUses[size_t(collective)] && !cpGroup->has(collective))
       return makeError(
           ErrorCode::State,
           llvm::formatv("function '{0}': its context-parallel group ({1}) "

@@ -308,8 +308,10 @@ private:
   /// collectives), and the group they run over.
   TpNeeds tpNeeds;
   std::shared_ptr<TensorParallelGroup> tpGroup;
-  /// The context-parallel steps' ranks (0: none) and group.
+  /// The context-parallel steps' ranks (0: none), the group's collectives
+  /// they use, and the group.
   int64_t cpRanks = 0;
+  std::array<bool, kNumTpCollectives> cpUses{};
   std::shared_ptr<TensorParallelGroup> cpGroup;
   /// Whether the CP group can run the function's steps (before a run).
   llvm::Error checkContextParallelGroup() const;

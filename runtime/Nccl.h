@@ -35,7 +35,11 @@ struct Nccl {
   X(ncclCommUserRank)                                                          \
   X(ncclAllReduce)                                                             \
   X(ncclAllGather)                                                             \
-  X(ncclReduceScatter)
+  X(ncclReduceScatter)                                                         \
+  X(ncclGroupStart)                                                            \
+  X(ncclGroupEnd)                                                              \
+  X(ncclSend)                                                                  \
+  X(ncclRecv)
 #define TEJIT_DECLARE(fn) decltype(&::fn) fn = nullptr;
   TEJIT_NCCL_FUNCTIONS(TEJIT_DECLARE)
 #undef TEJIT_DECLARE

@@ -123,6 +123,43 @@ Error NcclComm::reduceScatter(CUdeviceptr in, CUdeviceptr out, size_t count,
                    comm);
 }
 
+Error NcclComm::allToAll(CUdeviceptr in, CUdeviceptr out, size_t count,
+                         ncclDataType_t type, size_t elementBytes,
+                         CUstream stream, llvm::StringRef what) const {
+  auto failed = [&](ncclResult_t result, llvm::StringRef call) {
+    return lib.check(result,
+                     llvm::formatv("{0} in an all-to-all of {1} {2} per rank "
+                                   "({3})",
+                                   call, count, what, describe()),
+                     comm);
+  };
+  auto cudaStream = reinterpret_cast<cudaStream_t>(stream);
+  size_t blockBytes = count * elementBytes;
+  if (ncclResult_t result = lib.ncclGroupStart(); result != ncclSuccess)
+    return failed(result, "ncclGroupStart");
+  // Every send and receive is posted before the group ends; a failed post
+  // still closes the group so that the communicator stays usable.
+  ncclResult_t posted = ncclSuccess;
+  llvm::StringRef failedCall;
+  for (int peer = 0; peer < numRanks && posted == ncclSuccess; ++peer) {
+    posted =
+        lib.ncclSend(reinterpret_cast<const void *>(in + peer * blockBytes),
+                     count, type, peer, comm, cudaStream);
+    failedCall = "ncclSend";
+    if (posted == ncclSuccess) {
+      posted = lib.ncclRecv(reinterpret_cast<void *>(out + peer * blockBytes),
+                            count, type, peer, comm, cudaStream);
+      failedCall = "ncclRecv";
+    }
+  }
+  ncclResult_t ended = lib.ncclGroupEnd();
+  if (posted != ncclSuccess)
+    return failed(posted, failedCall);
+  if (ended != ncclSuccess)
+    return failed(ended, "ncclGroupEnd");
+  return Error::success();
+}
+
 std::string NcclComm::describe() const {
   return llvm::formatv("NCCL {0}, rank {1} of {2} on device {3}",
                        lib.versionString(), thisRank, numRanks, ordinal)

@@ -58,6 +58,13 @@ public:
   llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out, size_t count,
                             ncclDataType_t type, ncclRedOp_t op,
                             CUstream stream, llvm::StringRef what) const;
+  /// Enqueues an all-to-all as grouped ncclSend / ncclRecv: block j of
+  /// `out` (`count` elements) gets block rank() of rank j's `in` (`in` and
+  /// `out` hold ranks() * `count`; they do not overlap). Errors read "an
+  /// all-to-all of <count> <what> per rank (<describe()>): ...".
+  llvm::Error allToAll(CUdeviceptr in, CUdeviceptr out, size_t count,
+                       ncclDataType_t type, size_t elementBytes,
+                       CUstream stream, llvm::StringRef what) const;
 
   int device() const { return ordinal; }
   int ranks() const { return numRanks; }

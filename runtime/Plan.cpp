@@ -415,6 +415,8 @@ StringRef tejit::runtime::tpStepKind(TpCollective collective) {
     return "tp_allgather";
   case TpCollective::ReduceScatter:
     return "tp_reducescatter";
+  case TpCollective::AllToAll:
+    return "cp_alltoall";
   }
   llvm_unreachable("unknown tensor-parallel collective");
 }
@@ -738,9 +740,21 @@ private:
   /// A tp_allreduce, tp_allgather or tp_reducescatter step.
   Error parseTpCollective(const json::Object &node, const Scope &scope,
                           TpCollective collective, TpCollectiveStep &step);
-  /// A cp_allgather or cp_reducescatter step (`step.gather` set).
+  /// A cp_allgather or cp_reducescatter step (`step.gather` set), or a
+  /// cp_alltoall (`step.allToAll` set).
   Error parseCpCollective(const json::Object &node, const Scope &scope,
                           CpCollectiveStep &step);
+  /// A cp_alltoall's head_dim and shapes; sets its direction.
+  Error parseCpAllToAllShapes(const json::Object &node, const Scope &scope,
+                              CpCollectiveStep &step);
+  /// A gather's or reduce-scatter's whole and local shapes.
+  Error checkCpGatherShapes(const Scope &scope, const CpCollectiveStep &step,
+                            StringRef what);
+  /// seq_dim: 0 or 1 of a tensor of rank `rank`.
+  Error checkCpSeqDim(const Scope &scope, int64_t seqDim, size_t rank);
+  /// Load balancing needs an even number of local tokens.
+  Error checkCpChunks(const Scope &scope, const CpCollectiveStep &step,
+                      const TensorType &local);
   /// Whether values `a` and `b` share bytes (of one argument, one result or
   /// the arena).
   bool shareBytes(int64_t a, int64_t b) const;
@@ -1252,9 +1266,11 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
                                         TpCollective::ReduceScatter, step))
       return error;
     function.steps.push_back(step);
-  } else if (*kind == "cp_allgather" || *kind == "cp_reducescatter") {
+  } else if (*kind == "cp_allgather" || *kind == "cp_reducescatter" ||
+             *kind == "cp_alltoall") {
     CpCollectiveStep step;
     step.gather = *kind == "cp_allgather";
+    step.allToAll = *kind == "cp_alltoall";
     if (Error error = parseCpCollective(**object, scope, step))
       return error;
     function.steps.push_back(step);
@@ -1264,8 +1280,8 @@ Error FunctionParser::parseStep(const json::Value &node, size_t index) {
                                "fp8_attention, fp8_attention_bwd, "
                                "kv_cache_attention, amax_allreduce, "
                                "tp_allreduce, tp_allgather, "
-                               "tp_reducescatter, cp_allgather or "
-                               "cp_reducescatter)");
+                               "tp_reducescatter, cp_allgather, "
+                               "cp_reducescatter or cp_alltoall)");
   }
   return Error::success();
 }
@@ -2019,6 +2035,8 @@ StringRef tpCollectiveName(TpCollective collective) {
     return "all-gather";
   case TpCollective::ReduceScatter:
     return "reduce-scatter";
+  case TpCollective::AllToAll:
+    return "all-to-all";
   }
   llvm_unreachable("unknown tensor-parallel collective");
 }
@@ -2127,8 +2145,9 @@ Error FunctionParser::parseCpCollective(const json::Object &node,
   step.ranks = *ranks;
   step.seqDim = *seqDim;
   step.loadBalanced = *loadBalanced;
-  StringRef what = step.gather ? "a context-parallel all-gather"
-                               : "a context-parallel reduce-scatter";
+  StringRef what = step.allToAll ? "a context-parallel all-to-all"
+                   : step.gather ? "a context-parallel all-gather"
+                                 : "a context-parallel reduce-scatter";
   if (*ranks < 2)
     return scope.error("ranks", "is " + Twine(*ranks) + "; " + what +
                                     " spans at least 2 ranks");
@@ -2143,37 +2162,114 @@ Error FunctionParser::parseCpCollective(const json::Object &node,
                                   Twine(step.in) + ") " + printType(inType) +
                                   "; " + what +
                                   " takes one element type, bf16, f16 or f32");
-  // The whole sequence and this rank's tokens: the same shape but for dim
-  // seq_dim, ranks times longer in the whole one.
-  const TensorType &whole = step.gather ? outType : inType;
-  const TensorType &local = step.gather ? inType : outType;
-  size_t rank = whole.shape.size();
-  if (*seqDim < 0 || *seqDim > 1 || size_t(*seqDim) >= rank)
-    return scope.error("seq_dim", "is " + Twine(*seqDim) +
-                                      "; the sequence is dim 0 (sbhd) or 1 "
-                                      "(bshd) of a tensor of rank " +
-                                      Twine(rank));
-  bool shapesMatch = local.shape.size() == rank;
-  for (size_t dim = 0; shapesMatch && dim < rank; ++dim)
-    shapesMatch = whole.shape[dim] ==
-                  local.shape[dim] * (dim == size_t(*seqDim) ? *ranks : 1);
-  if (!shapesMatch)
-    return scope.error(step.gather ? "out" : "in",
-                       "is " + printType(whole) + ", this rank's tokens " +
-                           printType(local) + "; " + what + " over " +
-                           Twine(*ranks) +
-                           " ranks has the same shape with dim seq_dim " +
-                           Twine(*ranks) + " times longer");
-  if (step.loadBalanced && local.shape[*seqDim] % 2 != 0)
-    return scope.error("load_balanced",
-                       "is set, but this rank's " +
-                           Twine(local.shape[*seqDim]) +
-                           " tokens do not split into two chunks");
+  if (step.allToAll) {
+    if (Error error = parseCpAllToAllShapes(node, scope, step))
+      return error;
+  } else if (Error error = checkCpGatherShapes(scope, step, what))
+    return error;
   if (shareBytes(step.in, step.out))
     return scope.error("out", "is value " + Twine(step.out) +
                                   ", which shares bytes with 'in' (value " +
                                   Twine(step.in) + "); " + what +
                                   " runs out of place");
+  return Error::success();
+}
+
+Error FunctionParser::checkCpGatherShapes(const Scope &scope,
+                                          const CpCollectiveStep &step,
+                                          StringRef what) {
+  const TensorType &inType = function.values[step.in].type;
+  const TensorType &outType = function.values[step.out].type;
+  int64_t ranks = step.ranks, seqDim = step.seqDim;
+  // The whole sequence and this rank's tokens: the same shape but for dim
+  // seq_dim, ranks times longer in the whole one.
+  const TensorType &whole = step.gather ? outType : inType;
+  const TensorType &local = step.gather ? inType : outType;
+  size_t rank = whole.shape.size();
+  if (Error error = checkCpSeqDim(scope, seqDim, rank))
+    return error;
+  bool shapesMatch = local.shape.size() == rank;
+  for (size_t dim = 0; shapesMatch && dim < rank; ++dim)
+    shapesMatch = whole.shape[dim] ==
+                  local.shape[dim] * (dim == size_t(seqDim) ? ranks : 1);
+  if (!shapesMatch)
+    return scope.error(step.gather ? "out" : "in",
+                       "is " + printType(whole) + ", this rank's tokens " +
+                           printType(local) + "; " + what + " over " +
+                           Twine(ranks) +
+                           " ranks has the same shape with dim seq_dim " +
+                           Twine(ranks) + " times longer");
+  return checkCpChunks(scope, step, local);
+}
+
+Error FunctionParser::parseCpAllToAllShapes(const json::Object &node,
+                                            const Scope &scope,
+                                            CpCollectiveStep &step) {
+  Expected<int64_t> headDim = scope.integer(node, "head_dim");
+  if (!headDim)
+    return headDim.takeError();
+  step.headDim = *headDim;
+  const TensorType &inType = function.values[step.in].type;
+  const TensorType &outType = function.values[step.out].type;
+  size_t rank = inType.shape.size();
+  if (Error error = checkCpSeqDim(scope, step.seqDim, rank))
+    return error;
+  if (*headDim < 0 || size_t(*headDim) >= rank || *headDim == step.seqDim)
+    return scope.error("head_dim", "is " + Twine(*headDim) +
+                                       "; the heads are a dim other than "
+                                       "seq_dim (" +
+                                       Twine(step.seqDim) +
+                                       ") of a tensor of rank " + Twine(rank));
+  // To heads: the sequence N times longer and the heads N times fewer in
+  // `out`; to sequence the other way round; every other dim the same.
+  auto relates = [&](const TensorType &tokens, const TensorType &heads) {
+    if (tokens.shape.size() != rank || heads.shape.size() != rank)
+      return false;
+    for (size_t dim = 0; dim < rank; ++dim) {
+      int64_t expected = tokens.shape[dim];
+      if (int64_t(dim) == step.seqDim)
+        expected *= step.ranks;
+      else if (int64_t(dim) == *headDim) {
+        if (expected % step.ranks != 0)
+          return false;
+        expected /= step.ranks;
+      }
+      if (heads.shape[dim] != expected)
+        return false;
+    }
+    return true;
+  };
+  if (relates(inType, outType))
+    step.gather = true;
+  else if (relates(outType, inType))
+    step.gather = false;
+  else
+    return scope.error(
+        "out", "is " + printType(outType) + " and 'in' " + printType(inType) +
+                   "; a context-parallel all-to-all over " + Twine(step.ranks) +
+                   " ranks makes dim seq_dim that many times longer and dim "
+                   "head_dim that many times shorter, or the reverse");
+  return checkCpChunks(scope, step, step.gather ? inType : outType);
+}
+
+Error FunctionParser::checkCpSeqDim(const Scope &scope, int64_t seqDim,
+                                    size_t rank) {
+  if (seqDim < 0 || seqDim > 1 || size_t(seqDim) >= rank)
+    return scope.error("seq_dim", "is " + Twine(seqDim) +
+                                      "; the sequence is dim 0 (sbhd) or 1 "
+                                      "(bshd) of a tensor of rank " +
+                                      Twine(rank));
+  return Error::success();
+}
+
+Error FunctionParser::checkCpChunks(const Scope &scope,
+                                    const CpCollectiveStep &step,
+                                    const TensorType &local) {
+  if (step.loadBalanced && local.shape[step.seqDim] % 2 != 0)
+    return scope.error("load_balanced",
+                       "is set, but this rank's " +
+                           Twine(local.shape[step.seqDim]) +
+                           " tokens do not split into two chunks");
   return Error::success();
 }
 

@@ -257,6 +257,12 @@ struct TpAllGatherStep : TpCollectiveStep {};
 /// bytes.
 struct TpReduceScatterStep : TpCollectiveStep {};
 
+/// Which tensor-parallel collective a step is.
+/// (AllToAll is context parallelism's a2a alone: no tensor-parallel step
+/// uses it, but the groups are one class.)
+enum class TpCollective { AllReduce, AllGather, ReduceScatter, AllToAll };
+constexpr size_t kNumTpCollectives = 4;
+
 /// Context parallelism (docs/context-parallel.md): "cp_allgather" gathers
 /// the `ranks` ranks' `in` (this rank's tokens of every sequence) along dim
 /// `seqDim` (0 or 1) into `out` (the whole sequence); "cp_reducescatter"
@@ -266,22 +272,33 @@ struct TpReduceScatterStep : TpCollectiveStep {};
 /// rows) and the whole tensor is in sequence order; without, the ranks'
 /// tokens follow each other in rank order. `in` and `out` have one element
 /// type (bf16, f16 or f32) and never share bytes.
+///
+/// "cp_alltoall" (`allToAll`, cp_comm_type a2a) trades heads (dim
+/// `headDim`) for tokens: to heads (`gather` set) `in` is this rank's
+/// tokens of all H heads and `out` the whole sequence (placed as the
+/// gather places it) of head block `rank` (H / N heads); to sequence the
+/// inverse. Which one is read from the shapes.
 struct CpCollectiveStep {
   int64_t in = 0, out = 0;
   int64_t ranks = 0;
   bool gather = true;
   int64_t seqDim = 0;
   bool loadBalanced = false;
+  bool allToAll = false;
+  int64_t headDim = 2;
+
+  /// The group's collective the step runs.
+  TpCollective collective() const {
+    return allToAll ? TpCollective::AllToAll
+           : gather ? TpCollective::AllGather
+                    : TpCollective::ReduceScatter;
+  }
 };
 
 using Step =
     std::variant<KernelStep, GemmStep, AttentionStep, AmaxAllReduceStep,
                  TpAllReduceStep, TpAllGatherStep, TpReduceScatterStep,
                  GroupedGemmStep, CpCollectiveStep>;
-
-/// Which tensor-parallel collective a step is.
-enum class TpCollective { AllReduce, AllGather, ReduceScatter };
-constexpr size_t kNumTpCollectives = 3;
 
 /// A tensor-parallel step: its collective and its fields.
 struct TpStepRef {

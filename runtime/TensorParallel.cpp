@@ -92,6 +92,16 @@ Error NcclTensorParallelGroup::reduceScatter(CUdeviceptr in, CUdeviceptr out,
                              nccl->what);
 }
 
+Error NcclTensorParallelGroup::allToAll(CUdeviceptr in, CUdeviceptr out,
+                                        size_t countPerRank,
+                                        ElementType element, CUstream stream) {
+  llvm::Expected<NcclElement> nccl = checkedElement(element, "all-to-all");
+  if (!nccl)
+    return nccl.takeError();
+  return comm->allToAll(in, out, countPerRank, nccl->type,
+                        elementBytes(element), stream, nccl->what);
+}
+
 bool CallbackTensorParallelGroup::has(TpCollective collective) const {
   switch (collective) {
   case TpCollective::AllReduce:
@@ -100,6 +110,8 @@ bool CallbackTensorParallelGroup::has(TpCollective collective) const {
     return functions.allGather;
   case TpCollective::ReduceScatter:
     return functions.reduceScatter;
+  case TpCollective::AllToAll:
+    return functions.allToAll;
   }
   return false;
 }
@@ -158,6 +170,21 @@ Error CallbackTensorParallelGroup::reduceScatter(CUdeviceptr in,
   return Error::success();
 }
 
+Error CallbackTensorParallelGroup::allToAll(CUdeviceptr in, CUdeviceptr out,
+                                            size_t countPerRank,
+                                            ElementType element,
+                                            CUstream stream) {
+  if (!functions.allToAll)
+    return functionMissing(TpCollective::AllToAll);
+  if (int status =
+          functions.allToAll(userData, reinterpret_cast<const void *>(in),
+                             reinterpret_cast<void *>(out), countPerRank,
+                             static_cast<int>(element), stream))
+    return functionFailed(TpCollective::AllToAll, status, countPerRank,
+                          element);
+  return Error::success();
+}
+
 llvm::StringRef tejit::runtime::tpFunctionName(TpCollective collective) {
   switch (collective) {
   case TpCollective::AllReduce:
@@ -166,6 +193,8 @@ llvm::StringRef tejit::runtime::tpFunctionName(TpCollective collective) {
     return "all_gather";
   case TpCollective::ReduceScatter:
     return "reduce_scatter";
+  case TpCollective::AllToAll:
+    return "all_to_all";
   }
   llvm_unreachable("unknown tensor-parallel collective");
 }

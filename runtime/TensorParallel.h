@@ -57,6 +57,13 @@ public:
   virtual llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out,
                                     size_t countPerRank, ElementType element,
                                     CUstream stream) = 0;
+  /// Enqueues on `stream`: block j of `out` (`countPerRank` elements) =
+  /// block `rank` of rank j's `in`; `in` and `out` hold ranks *
+  /// countPerRank elements and do not overlap (context parallelism's a2a).
+  /// Never synchronizes.
+  virtual llvm::Error allToAll(CUdeviceptr in, CUdeviceptr out,
+                               size_t countPerRank, ElementType element,
+                               CUstream stream) = 0;
   /// Whether the group can enqueue `collective` (a group of the caller's
   /// functions may lack some).
   virtual bool has(TpCollective collective) const { return true; }
@@ -83,6 +90,8 @@ public:
   llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out,
                             size_t countPerRank, ElementType element,
                             CUstream stream) override;
+  llvm::Error allToAll(CUdeviceptr in, CUdeviceptr out, size_t countPerRank,
+                       ElementType element, CUstream stream) override;
   int ranks() const override { return comm->ranks(); }
   int device() const override { return comm->device(); }
   std::string describe() const override { return comm->describe(); }
@@ -113,11 +122,20 @@ using TpReduceScatterFunction = int (*)(void *userData, const void *input,
                                         void *output, size_t count, int dtype,
                                         void *stream);
 
+/// The caller's all-to-all: returns 0 when it enqueued on `stream` the
+/// exchange in which block j (`count` elements) of `output` gets block rank
+/// of rank j's `input` (both hold ranks * `count`). The C API's
+/// tejit_tp_all_to_all_fn.
+using TpAllToAllFunction = int (*)(void *userData, const void *input,
+                                   void *output, size_t count, int dtype,
+                                   void *stream);
+
 /// The caller's collectives; any may be null.
 struct TpFunctions {
   TpAllReduceFunction allReduce = nullptr;
   TpAllGatherFunction allGather = nullptr;
   TpReduceScatterFunction reduceScatter = nullptr;
+  TpAllToAllFunction allToAll = nullptr;
 };
 
 class CallbackTensorParallelGroup final : public TensorParallelGroup {
@@ -136,7 +154,13 @@ public:
   llvm::Error reduceScatter(CUdeviceptr in, CUdeviceptr out,
                             size_t countPerRank, ElementType element,
                             CUstream stream) override;
+  llvm::Error allToAll(CUdeviceptr in, CUdeviceptr out, size_t countPerRank,
+                       ElementType element, CUstream stream) override;
   bool has(TpCollective collective) const override;
+  /// Sets the all-to-all (the C API's tejit_tp_group_set_all_to_all).
+  void setAllToAll(TpAllToAllFunction function) {
+    functions.allToAll = function;
+  }
   std::string describe() const override { return "the caller's function"; }
 
 private:
@@ -146,7 +170,7 @@ private:
 
 /// The name of the caller's function for `collective`, as the C API's
 /// tejit_tp_group_from_functions and Python's from_function call it:
-/// "all_reduce", "all_gather" or "reduce_scatter".
+/// "all_reduce", "all_gather", "reduce_scatter" or "all_to_all".
 llvm::StringRef tpFunctionName(TpCollective collective);
 
 /// What a plan function asks of its tensor-parallel group: the ranks of its

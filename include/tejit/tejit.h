@@ -385,6 +385,19 @@ tejit_tp_group_from_functions(tejit_tp_all_reduce_fn all_reduce,
                               tejit_tp_all_gather_fn all_gather,
                               tejit_tp_reduce_scatter_fn reduce_scatter,
                               void *user_data, tejit_tp_group **group);
+/* Context parallelism's a2a (cp_comm_type a2a) exchanges blocks with an
+ * all-to-all: block j (`count` elements, so `input` and `output` hold N *
+ * count) of `output` gets this rank's block of rank j's `input`; they never
+ * overlap. An NCCL group has it; a group of the caller's functions gets it
+ * here (with the group's user_data), before a program first runs over the
+ * group: TEJIT_ERROR_INVALID_ARGUMENT for an NCCL group; NULL removes it. A
+ * program with cp_alltoall steps over a group without one fails its calls
+ * naming all_to_all. */
+typedef int (*tejit_tp_all_to_all_fn)(void *user_data, const void *input,
+                                      void *output, size_t count, int dtype,
+                                      void *stream);
+tejit_status tejit_tp_group_set_all_to_all(tejit_tp_group *group,
+                                           tejit_tp_all_to_all_fn all_to_all);
 void tejit_tp_group_destroy(tejit_tp_group *group);
 /* Sets (NULL: clears) the group `program` sums over from its next call on.
  * Fails when the group's communicator is on another device or has another

@@ -278,4 +278,128 @@ TEST(ContextParallelTest, GatherCopiesPutTheSequenceInOrder) {
       }
 }
 
+/// Runs `copies` on the host: from the rank-order buffer to the whole one
+/// (`toWhole`) or back.
+void runCopies(llvm::ArrayRef<CpRowCopy> copies, std::vector<float> &rankSide,
+               std::vector<float> &wholeSide, bool toWhole) {
+  auto *ranked = reinterpret_cast<char *>(rankSide.data());
+  auto *whole = reinterpret_cast<char *>(wholeSide.data());
+  for (const CpRowCopy &copy : copies)
+    for (size_t line = 0; line < copy.height; ++line) {
+      char *rankLine = ranked + copy.rankOffset + line * copy.rankPitch;
+      char *wholeLine = whole + copy.wholeOffset + line * copy.wholePitch;
+      std::memcpy(toWhole ? wholeLine : rankLine,
+                  toWhole ? rankLine : wholeLine, copy.width);
+    }
+}
+
+/// The group's all-to-all over simulated ranks: block j of rank r's output
+/// is block r of rank j's input.
+std::vector<std::vector<float>>
+allToAll(const std::vector<std::vector<float>> &sent) {
+  size_t ranks = sent.size(), block = sent[0].size() / ranks;
+  std::vector<std::vector<float>> received(
+      ranks, std::vector<float>(sent[0].size(), -9.0f));
+  for (size_t to = 0; to < ranks; ++to)
+    for (size_t from = 0; from < ranks; ++from)
+      std::copy_n(sent[from].begin() + to * block, block,
+                  received[to].begin() + from * block);
+  return received;
+}
+
+TEST(ContextParallelTest, AllToAllTradesHeadsForTokens) {
+  std::mt19937 random(std::random_device{}());
+  std::uniform_real_distribution<float> value(-1, 1);
+  for (int64_t ranks : {2, 4})
+    for (int64_t seqDim : {0, 1})
+      for (bool loadBalanced : {false, true}) {
+        SCOPED_TRACE(llvm::formatv("ranks {0}, seq_dim {1}, balanced {2}",
+                                   ranks, seqDim, loadBalanced)
+                         .str());
+        // [s, b, h, d] (sbhd) or [b, s, h, d] (bshd) of f32: each rank's
+        // tokens of all heads, and the whole sequence of its heads.
+        int64_t s = 4 * ranks, b = 2, heads = 2 * ranks, d = 3;
+        int64_t local = s / ranks, blockHeads = heads / ranks;
+        auto shape = [&](int64_t rows, int64_t h) {
+          return seqDim == 0 ? std::vector<int64_t>{rows, b, h, d}
+                             : std::vector<int64_t>{b, rows, h, d};
+        };
+        auto at = [&](int64_t row, int64_t batch, int64_t head, int64_t col,
+                      int64_t rows, int64_t h) {
+          size_t outer = seqDim == 0 ? row * b + batch : batch * rows + row;
+          return (outer * h + head) * d + col;
+        };
+        FunctionPlan toHeads =
+            functionWith({tensorOf(shape(local, heads), ElementType::F32),
+                          tensorOf(shape(s, blockHeads), ElementType::F32)});
+        FunctionPlan toSequence =
+            functionWith({tensorOf(shape(s, blockHeads), ElementType::F32),
+                          tensorOf(shape(local, heads), ElementType::F32)});
+        CpCollectiveStep step;
+        step.in = 0;
+        step.out = 1;
+        step.ranks = ranks;
+        step.seqDim = seqDim;
+        step.loadBalanced = loadBalanced;
+        step.allToAll = true;
+        step.headDim = 2;
+        size_t elements = size_t(s * b * blockHeads * d);
+        std::vector<std::vector<float>> tokens(ranks), expected(ranks);
+        for (int64_t rank = 0; rank < ranks; ++rank)
+          expected[rank].assign(elements, 0.0f);
+        for (int64_t rank = 0; rank < ranks; ++rank) {
+          tokens[rank].resize(elements);
+          for (int64_t row = 0; row < local; ++row)
+            for (int64_t batch = 0; batch < b; ++batch)
+              for (int64_t head = 0; head < heads; ++head)
+                for (int64_t col = 0; col < d; ++col) {
+                  float x = value(random);
+                  tokens[rank][at(row, batch, head, col, local, heads)] = x;
+                  // Head block head / blockHeads goes to that rank, at
+                  // this token's place in the sequence.
+                  int64_t global =
+                      globalRow(rank, row, local, ranks, loadBalanced);
+                  expected[head / blockHeads][at(
+                      global, batch, head % blockHeads, col, s, blockHeads)] =
+                      x;
+                }
+        }
+        // To heads: head blocks out, the exchange, the tokens placed.
+        step.gather = true;
+        std::vector<CpRowCopy> blocks = cpHeadBlockCopies(step, toHeads);
+        std::vector<CpRowCopy> places = cpReorderCopies(step, toHeads);
+        EXPECT_EQ(places.empty(), seqDim == 0 && !loadBalanced);
+        EXPECT_EQ(cpCollectiveScratchBytes(step, toHeads),
+                  2 * elements * sizeof(float));
+        std::vector<std::vector<float>> sent(ranks);
+        for (int64_t rank = 0; rank < ranks; ++rank) {
+          sent[rank].assign(elements, -7.0f);
+          runCopies(blocks, sent[rank], tokens[rank], false);
+        }
+        std::vector<std::vector<float>> received = allToAll(sent);
+        std::vector<std::vector<float>> whole(ranks);
+        for (int64_t rank = 0; rank < ranks; ++rank) {
+          whole[rank] = places.empty() ? received[rank]
+                                       : std::vector<float>(elements, -7.0f);
+          runCopies(places, received[rank], whole[rank], true);
+          EXPECT_EQ(whole[rank], expected[rank]) << "rank " << rank;
+        }
+        // To sequence: the same backwards gives each rank its tokens.
+        step.gather = false;
+        blocks = cpHeadBlockCopies(step, toSequence);
+        places = cpReorderCopies(step, toSequence);
+        for (int64_t rank = 0; rank < ranks; ++rank) {
+          sent[rank] = places.empty() ? whole[rank]
+                                      : std::vector<float>(elements, -7.0f);
+          runCopies(places, sent[rank], whole[rank], false);
+        }
+        received = allToAll(sent);
+        for (int64_t rank = 0; rank < ranks; ++rank) {
+          std::vector<float> back(elements, -7.0f);
+          runCopies(blocks, received[rank], back, true);
+          EXPECT_EQ(back, tokens[rank]) << "rank " << rank;
+        }
+      }
+}
+
 } // namespace

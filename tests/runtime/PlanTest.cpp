@@ -790,11 +790,13 @@ TEST(PlanTest, TpAllGatherAndReduceScatterStepsParse) {
 }
 
 /// Appends to the forward of kPlan a context-parallel step (`kind`
-/// "cp_allgather" or "cp_reducescatter") from value 11 ([4, 8] bf16) into a
-/// new value 13 of `outShape`, with the given fields.
+/// "cp_allgather", "cp_reducescatter" or "cp_alltoall") from value 11 ([4,
+/// 8] bf16) into a new value 13 of `outShape`, with the given fields
+/// (head_dim when not negative).
 void appendCpCollective(json::Value &plan, llvm::StringRef kind,
                         llvm::StringRef outShape, int64_t outElements,
-                        int64_t ranks, int64_t seqDim, bool loadBalanced) {
+                        int64_t ranks, int64_t seqDim, bool loadBalanced,
+                        int64_t headDim = -1) {
   function(plan, 0)["arena_bytes"] = 168 + outElements * 2;
   function(plan, 0).getArray("values")->push_back(
       json::Object{{"id", 13},
@@ -808,6 +810,9 @@ void appendCpCollective(json::Value &plan, llvm::StringRef kind,
                    {"ranks", ranks},
                    {"seq_dim", seqDim},
                    {"load_balanced", loadBalanced}});
+  if (headDim >= 0)
+    (*function(plan, 0).getArray("steps")->back().getAsObject())["head_dim"] =
+        headDim;
 }
 
 TEST(PlanTest, ContextParallelStepsParse) {
@@ -850,6 +855,62 @@ TEST(PlanTest, ContextParallelStepsParse) {
   llvm::Expected<Plan> base = parsePlan(basePlan());
   ASSERT_TRUE(bool(base)) << llvm::toString(base.takeError());
   EXPECT_EQ(base->contextParallelRanks(), 1);
+}
+
+TEST(PlanTest, ContextParallelAllToAllParses) {
+  // To heads: [4 tokens, 8 heads] -> [8 tokens, 4 heads] over 2 ranks.
+  json::Value toHeads = basePlan();
+  appendCpCollective(toHeads, "cp_alltoall", "8x4", 32, 2, 0, true, 1);
+  llvm::Expected<Plan> plan = parsePlan(toHeads);
+  ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
+  const auto *step =
+      std::get_if<CpCollectiveStep>(&plan->functions[0].steps[5]);
+  ASSERT_TRUE(step);
+  EXPECT_TRUE(step->allToAll);
+  EXPECT_TRUE(step->gather);
+  EXPECT_EQ(step->headDim, 1);
+  EXPECT_EQ(step->collective(), TpCollective::AllToAll);
+  EXPECT_EQ(plan->contextParallelRanks(), 2);
+  EXPECT_FALSE(asTpStep(plan->functions[0].steps[5]));
+  // To sequence: [4 tokens of the whole sequence, 8 heads] -> [2, 16].
+  json::Value toSequence = basePlan();
+  appendCpCollective(toSequence, "cp_alltoall", "2x16", 32, 2, 0, false, 1);
+  llvm::Expected<Plan> back = parsePlan(toSequence);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  step = std::get_if<CpCollectiveStep>(&back->functions[0].steps[5]);
+  ASSERT_TRUE(step);
+  EXPECT_TRUE(step->allToAll);
+  EXPECT_FALSE(step->gather);
+  // Bad ones.
+  struct Bad {
+    const char *outShape;
+    int64_t elements, seqDim, headDim;
+    const char *expected;
+  };
+  for (const Bad &bad : {
+           Bad{"8x8", 64, 0, 1,
+               "makes dim seq_dim that many times longer and dim head_dim "
+               "that many times shorter, or the reverse"},
+           Bad{"8x4", 32, 0, 0,
+               "'head_dim' is 0; the heads are a dim other than seq_dim"},
+           Bad{"8x4", 32, 0, 2, "'head_dim' is 2"},
+       }) {
+    SCOPED_TRACE(bad.expected);
+    json::Value document = basePlan();
+    appendCpCollective(document, "cp_alltoall", bad.outShape, bad.elements, 2,
+                       bad.seqDim, false, bad.headDim);
+    llvm::Expected<Plan> refused = parsePlan(document);
+    ASSERT_FALSE(bool(refused));
+    EXPECT_THAT(llvm::toString(refused.takeError()),
+                ::testing::HasSubstr(bad.expected));
+  }
+  // head_dim is required.
+  json::Value missing = basePlan();
+  appendCpCollective(missing, "cp_alltoall", "8x4", 32, 2, 0, false);
+  llvm::Expected<Plan> refused = parsePlan(missing);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_THAT(llvm::toString(refused.takeError()),
+              ::testing::HasSubstr("'head_dim' is missing"));
 }
 
 TEST(PlanTest, ContextParallelStepsAreChecked) {
@@ -1175,7 +1236,7 @@ std::vector<ErrorCase> errorCases() {
       {"StepKindUnknown",
        [](V p) { step(p, 0, 4)["kind"] = "memcpy"; },
        {layer + ", step 4 (memcpy): 'kind' is unknown",
-        "tp_reducescatter, cp_allgather or cp_reducescatter)"}},
+        "tp_reducescatter, cp_allgather, cp_reducescatter or cp_alltoall)"}},
       {"KernelName",
        [](V p) { step(p, 0, 0).erase("name"); },
        {layer + ", step 0 (kernel): 'name' is missing"}},
@@ -1837,10 +1898,13 @@ TEST_P(RealPlanTest, Parses) {
         EXPECT_TRUE(std::holds_alternative<TpAllGatherStep>(step));
       else if (kind == "tp_reducescatter")
         EXPECT_TRUE(std::holds_alternative<TpReduceScatterStep>(step));
-      else if (kind == "cp_allgather" || kind == "cp_reducescatter") {
+      else if (kind == "cp_allgather" || kind == "cp_reducescatter" ||
+               kind == "cp_alltoall") {
         const auto *cp = std::get_if<CpCollectiveStep>(&step);
         ASSERT_TRUE(cp) << kind.str();
-        EXPECT_EQ(cp->gather, kind == "cp_allgather");
+        EXPECT_EQ(cp->allToAll, kind == "cp_alltoall");
+        if (!cp->allToAll)
+          EXPECT_EQ(cp->gather, kind == "cp_allgather");
       } else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
         EXPECT_EQ(attention->backward,
                   kind == "attention_bwd" || kind == "attention_backward")
