@@ -125,6 +125,14 @@ TEST(TensorParallelGroupTest, AFunctionWithoutStepsNeedsNoGroup) {
   EXPECT_EQ(describe(none.check("layer", nullptr)).first, ErrorCode(0));
 }
 
+int allToAll(void *userData, const void *input, void *output, size_t count,
+             int dtype, void *stream) {
+  auto *recorder = static_cast<Recorder *>(userData);
+  recorder->calls.push_back(
+      {TpCollective::AllToAll, input, output, count, dtype, stream});
+  return recorder->status;
+}
+
 TEST(TensorParallelGroupTest, RunWithoutAGroupNamesTheSetter) {
   for (Step step : {tpStep<TpAllReduceStep>(), tpStep<TpAllGatherStep>(),
                     tpStep<TpReduceScatterStep>()}) {
@@ -240,6 +248,42 @@ TEST(TensorParallelGroupTest, FailingOrMissingFunctionsAreErrors) {
   EXPECT_EQ(code, ErrorCode::Internal);
   EXPECT_EQ(message, "the tensor-parallel group has no all_reduce function");
   EXPECT_EQ(recorder.calls.size(), 2u);
+}
+
+// Context parallelism's a2a: the all-to-all is set on a group of functions
+// after it is made (tejit_tp_group_set_all_to_all).
+TEST(TensorParallelGroupTest, AllToAllIsSetLater) {
+  Recorder recorder;
+  CallbackTensorParallelGroup group({nullptr, allGather, reduceScatter},
+                                    &recorder);
+  auto stream = reinterpret_cast<CUstream>(0x5000);
+  EXPECT_FALSE(group.has(TpCollective::AllToAll));
+  auto [code, message] =
+      describe(group.allToAll(0x1000, 0x2000, 4, ElementType::BF16, stream));
+  EXPECT_EQ(code, ErrorCode::Internal);
+  EXPECT_EQ(message, "the tensor-parallel group has no all_to_all function");
+  EXPECT_TRUE(recorder.calls.empty());
+
+  group.setAllToAll(allToAll);
+  EXPECT_TRUE(group.has(TpCollective::AllToAll));
+  EXPECT_FALSE(
+      bool(group.allToAll(0x1000, 0x2000, 24, ElementType::F16, stream)));
+  ASSERT_EQ(recorder.calls.size(), 1u);
+  const Call &exchange = recorder.calls[0];
+  EXPECT_EQ(exchange.collective, TpCollective::AllToAll);
+  EXPECT_EQ(exchange.input, reinterpret_cast<const void *>(0x1000));
+  EXPECT_EQ(exchange.output, reinterpret_cast<void *>(0x2000));
+  EXPECT_EQ(exchange.count, 24u);
+  EXPECT_EQ(exchange.dtype, int(ElementType::F16));
+  EXPECT_EQ(exchange.stream, static_cast<void *>(stream));
+
+  recorder.status = 3;
+  std::tie(code, message) =
+      describe(group.allToAll(0x1000, 0x2000, 24, ElementType::F32, stream));
+  EXPECT_EQ(code, ErrorCode::Internal);
+  EXPECT_EQ(message, "the tensor-parallel all_to_all function returned 3 for "
+                     "24 f32 elements");
+  EXPECT_EQ(tpFunctionName(TpCollective::AllToAll), "all_to_all");
 }
 
 } // namespace
