@@ -61,8 +61,11 @@ class TensorParallelGroup(RankGroup):
     def takes_all_to_all(cls):
         """Whether the loaded library gives function groups an all-to-all
         (tejit_tp_group_set_all_to_all): from_function takes all_to_all
-        only then."""
-        return _capi.has(cls.SET_ALL_TO_ALL)
+        only then. False when no library loads (nothing would run)."""
+        try:
+            return _capi.has(cls.SET_ALL_TO_ALL)
+        except _capi.LibraryNotFoundError:
+            return False
 
     @classmethod
     def from_function(cls, all_reduce, all_gather=None, reduce_scatter=None,
