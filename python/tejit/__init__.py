@@ -495,7 +495,8 @@ class Program:
         """Gathers the keys and values of context-parallel attention (and
         reduce-scatters their gradients) over `group` (a
         TensorParallelGroup: its all-gather and reduce-scatter functions
-        are used) from the next call on; None clears it (a program with
+        are used; a program of cp_comm_type a2a uses its all-to-all) from
+        the next call on; None clears it (a program with
         cp_size > 1 then fails its calls). Raises when the group is on
         another device or has another size than cp_size, and
         NotImplementedError when the library predates context parallelism

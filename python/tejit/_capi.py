@@ -235,6 +235,9 @@ def _declare(lib):
         "tejit_tp_group_from_functions": (status, [c_void_p, c_void_p,
                                                    c_void_p, c_void_p,
                                                    P(c_void_p)]),
+        # A group's all-to-all (a ctypes callback): context parallelism's
+        # a2a, on a group of tejit_tp_group_from_functions.
+        "tejit_tp_group_set_all_to_all": (status, [c_void_p, c_void_p]),
         "tejit_tp_group_destroy": (None, [c_void_p]),
         "tejit_program_set_tp_group": (status, [program, c_void_p]),
         "tejit_program_tp_size": (ctypes.c_int64, [program]),
@@ -261,9 +264,11 @@ def _declare(lib):
         function.argtypes = argtypes
 
 
-# Functions a library built before them lacks (context parallelism): left
-# undeclared there; has() says whether the loaded library has one.
-OPTIONAL = frozenset({"tejit_program_set_cp_group", "tejit_program_cp_size"})
+# Functions a library built before them lacks (context parallelism, its
+# a2a's all-to-all): left undeclared there; has() says whether the loaded
+# library has one.
+OPTIONAL = frozenset({"tejit_program_set_cp_group", "tejit_program_cp_size",
+                      "tejit_tp_group_set_all_to_all"})
 
 
 def has(name):

@@ -1,7 +1,9 @@
 """Tensor-parallel groups: the ranks over which a program compiled with
 tp_size > 1 sums its partial results (and, with sequence parallelism,
 gathers and reduce-scatters its activations), over NCCL or functions of the
-caller's (tejit.h, "Tensor parallelism"; docs/tensor-parallel.md)."""
+caller's (tejit.h, "Tensor parallelism"; docs/tensor-parallel.md). A
+program's context-parallel group is one too (docs/context-parallel.md: the
+all-gather and reduce-scatter, and cp_comm_type a2a's all-to-all)."""
 import ctypes
 
 from . import _capi
@@ -12,8 +14,8 @@ ALL_REDUCE_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
                                        ctypes.c_void_p, ctypes.c_size_t,
                                        ctypes.c_int, ctypes.c_void_p)
 # int (*)(void *user_data, const void *input, void *output, size_t count,
-#         int dtype, void *stream): tejit_tp_all_gather_fn and
-# tejit_tp_reduce_scatter_fn, `count` per rank.
+#         int dtype, void *stream): tejit_tp_all_gather_fn,
+# tejit_tp_reduce_scatter_fn and tejit_tp_all_to_all_fn, `count` per rank.
 GATHER_SCATTER_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
                                            ctypes.c_void_p, ctypes.c_void_p,
                                            ctypes.c_size_t, ctypes.c_int,
@@ -40,7 +42,8 @@ class TensorParallelGroup(RankGroup):
       - TensorParallelGroup.from_nccl_comm(address): the caller's
         ncclComm_t, which must outlive the group and the programs using it;
       - TensorParallelGroup.from_function(all_reduce, all_gather=None,
-        reduce_scatter=None): functions of the caller's (see there).
+        reduce_scatter=None, all_to_all=None): functions of the caller's
+        (see there).
 
     Programs keep a group alive while they use it; close() releases this
     handle."""
@@ -50,9 +53,23 @@ class TensorParallelGroup(RankGroup):
     FROM_NCCL_COMM = "tejit_tp_group_from_nccl_comm"
     FROM_FUNCTION = "tejit_tp_group_from_function"
     DESTROY = "tejit_tp_group_destroy"
+    # The C function that gives a function group its all-to-all (a library
+    # built before context parallelism's a2a lacks it).
+    SET_ALL_TO_ALL = "tejit_tp_group_set_all_to_all"
 
     @classmethod
-    def from_function(cls, all_reduce, all_gather=None, reduce_scatter=None):
+    def takes_all_to_all(cls):
+        """Whether the loaded library gives function groups an all-to-all
+        (tejit_tp_group_set_all_to_all): from_function takes all_to_all
+        only then. False when no library loads (nothing would run)."""
+        try:
+            return _capi.has(cls.SET_ALL_TO_ALL)
+        except _capi.LibraryNotFoundError:
+            return False
+
+    @classmethod
+    def from_function(cls, all_reduce, all_gather=None, reduce_scatter=None,
+                      all_to_all=None):
         """A group over the caller's functions, each enqueuing its
         collective over the ranks on `stream` (an int, None for the legacy
         default stream); addresses are ints, `dtype` a name of DTYPE_NAMES
@@ -65,12 +82,27 @@ class TensorParallelGroup(RankGroup):
             rank r's at element r * count;
           - reduce_scatter(in_address, out_address, count, dtype, stream)
             sums the ranks * count elements at in_address over the ranks
-            and writes this rank's chunk of `count` to out_address.
+            and writes this rank's chunk of `count` to out_address;
+          - all_to_all(in_address, out_address, count, dtype, stream):
+            both hold ranks * count elements (never overlapping); block j
+            of out_address (elements [j * count, (j + 1) * count)) becomes
+            block r of rank j's in_address, r being this rank (torch's
+            all_to_all_single).
 
-        Only programs with sequence parallelism gather and scatter. Any
-        function may be None; a program with steps that need a missing one
-        fails its calls, naming it. An exception a function raises fails
-        the program call, which raises it again (Program._check)."""
+        Programs with sequence parallelism gather and scatter, and so do
+        context-parallel ones (cp_comm_type all_gather); context-parallel
+        ones with cp_comm_type a2a run the all-to-all. Any function may be
+        None; a program with steps that need a missing one fails its
+        calls, naming it. An exception a function raises fails the program
+        call, which raises it again (Program._check). A library without
+        tejit_tp_group_set_all_to_all (takes_all_to_all()) takes no
+        all_to_all: NotImplementedError naming that function."""
+        if all_to_all is not None and not cls.takes_all_to_all():
+            raise NotImplementedError(
+                f"TensorParallelGroup.from_function(all_to_all=...): this "
+                f"library ({getattr(_capi.lib(), '_name', 'libtejit')}) "
+                f"has no {cls.SET_ALL_TO_ALL} (it was built before context "
+                f"parallelism's a2a); rebuild it, or leave all_to_all None")
         group = cls(None)
         # The ctypes callbacks stay alive with the group; `_function` is
         # the all-reduce's, as for a group of one function.
@@ -78,10 +110,20 @@ class TensorParallelGroup(RankGroup):
         group._callbacks = (
             group._function, _gather_scatter_callback(group, all_gather),
             _gather_scatter_callback(group, reduce_scatter))
+        # The all-to-all's, kept apart (the C API takes it separately).
+        group._all_to_all = _gather_scatter_callback(group, all_to_all)
         handle = ctypes.c_void_p()
         _capi.check(_capi.lib().tejit_tp_group_from_functions(
             *group._callbacks, None, ctypes.byref(handle)))
         group._handle = handle
+        if group._all_to_all is not None:
+            # A group the library refuses it is released.
+            status = getattr(_capi.lib(), cls.SET_ALL_TO_ALL)(
+                handle, group._all_to_all)
+            if status != _capi.TEJIT_OK:
+                message = _capi.last_error()
+                group.close()
+                raise _capi.TejitError(status, message)
         return group
 
 

@@ -1,6 +1,6 @@
 """Context parallelism of tejit.pytorch's attention modules (TE's cp_group
-with cp_comm_type all_gather, docs/context-parallel.md), on 2 (or more)
-GPUs:
+with cp_comm_type all_gather and a2a, docs/context-parallel.md), on 2 (or
+more) GPUs:
 
     torchrun --nproc-per-node 2 tests/gpu/context_parallel_check.py
         [--full] [--filter SUBSTRING] [--tol-scale X]
@@ -37,8 +37,17 @@ TransformerLayer shaped like the seed layer but smaller (hidden 512, FFN
 sbhd and bshd; a Llama-like TransformerLayer (RMSNorm, swiglu, GQA,
 rotary); set_context_parallel_group after construction, with a pickled
 copy (which drops its group) refusing to run until it gets one; and a
-refusal (a padding mask). --full adds the TransformerLayer at hidden 4096,
-FFN 16384, 32 heads, seq 8192, batch 1 (causal, sbhd, every precision).
+refusal (a padding mask). cp_comm_type a2a (all-to-alls trade heads for
+tokens; heads and groups per rank divisible by cp_size: the GQA cases
+take max(2, ranks) groups): the same modules, layouts and masks at cp 2
+against their cp 1 twins as above (every precision for
+MultiheadAttention and TransformerLayer), the Llama-like layer and
+set_context_parallel_group with a2a; and each module against its
+all_gather twin (the same parameters and local inputs, bf16): this rank's
+output, input gradients and parameter gradients (not summed: each rank's
+part is the same in both). --full adds the TransformerLayer at hidden
+4096, FFN 16384, 32 heads, seq 8192, batch 1 (causal, sbhd, every
+precision; all_gather and a2a).
 
 Prints one PASS/FAIL line per case on rank 0 and a pass count; exits
 non-zero if any rank failed a case. With one process every case runs at
@@ -61,6 +70,7 @@ BF16 = tpc.BF16
 MODES = tpc.MODES
 LAYOUTS = ("sbhd", "bshd")
 MASKS = ("causal", "no_mask")
+COMM_TYPES = ("all_gather", "a2a")
 
 
 # --- the ranks' parts -------------------------------------------------------
@@ -84,16 +94,56 @@ def sum_over_ranks(tensor):
     return total
 
 
-def build_pair(make, seed):
+def a2a_groups(groups):
+    """A GQA case's key/value groups under a2a: each rank takes
+    groups / cp_size of them, so at least as many as ranks (8 heads:
+    2 groups at cp 2, 4 at cp 4)."""
+    return max(groups, tpc.WORLD)
+
+
+def cp_arguments(comm_type):
+    """The context-parallel module's arguments."""
+    return {"cp_group": dist.group.WORLD, "cp_comm_type": comm_type}
+
+
+def check_cp_module(module, comm_type):
+    if module.cp_size != tpc.WORLD or module.cp_comm_type != comm_type:
+        raise AssertionError(f"cp_size {module.cp_size}, cp_comm_type "
+                             f"{module.cp_comm_type!r}, expected "
+                             f"{tpc.WORLD}, {comm_type!r}")
+
+
+def build_pair(make, seed, comm_type="all_gather"):
     """(cp=1 module, context-parallel module with the same parameters:
-    tensor_parallel_check's build_pair with cp_group=WORLD, every
-    parameter whole). `make(**cp_arguments)` builds a module."""
+    tensor_parallel_check's build_pair with cp_group=WORLD and
+    `comm_type`, every parameter whole). `make(**cp_arguments)` builds a
+    module."""
     full, parallel = tpc.build_pair(make, lambda name: "rep", seed,
-                                    arguments={"cp_group": dist.group.WORLD})
-    if parallel.cp_size != tpc.WORLD:
-        raise AssertionError(f"cp_size {parallel.cp_size}, expected "
-                             f"{tpc.WORLD}")
+                                    arguments=cp_arguments(comm_type))
+    check_cp_module(parallel, comm_type)
     return full, parallel
+
+
+def build_twins(make, seed):
+    """(all_gather module, a2a module), both context-parallel with the same
+    parameters (those of build_pair's cp=1 module)."""
+    full, gathered = build_pair(make, seed, "all_gather")
+    exchanged = make(**cp_arguments("a2a"))
+    check_cp_module(exchanged, "a2a")
+    copy_parameters(full, exchanged)
+    return gathered, exchanged
+
+
+def copy_parameters(source, target):
+    """`target`'s parameters set to `source`'s (the same names)."""
+    want = dict(source.named_parameters())
+    got = dict(target.named_parameters())
+    if set(want) != set(got):
+        raise AssertionError(f"parameter names differ: "
+                             f"{sorted(set(want) ^ set(got))}")
+    with torch.no_grad():
+        for name, parameter in got.items():
+            parameter.copy_(want[name])
 
 
 # --- steps ------------------------------------------------------------------
@@ -126,13 +176,14 @@ def compare_cp_step(report, full, parallel, inputs, dy, dims, out_dim,
                        sum_over_ranks(got), want_grads[name], scale=scale)
 
 
-def cp_case(make, shapes, mode, seed, dims, out_shape, out_dim, call=None):
+def cp_case(make, shapes, mode, seed, dims, out_shape, out_dim, call=None,
+            comm_type="all_gather"):
     """One step of a module on whole inputs of `shapes` (each split along
-    its `dims` for the context-parallel module) and an output of
-    `out_shape` (split along `out_dim`); under DelayedScaling after
-    warm-up steps, as tensor_parallel_check's module_case."""
+    its `dims` for the context-parallel module, of `comm_type`) and an
+    output of `out_shape` (split along `out_dim`); under DelayedScaling
+    after warm-up steps, as tensor_parallel_check's module_case."""
     report = tpc.Report(mode)
-    full, parallel = build_pair(make, seed)
+    full, parallel = build_pair(make, seed, comm_type)
     inputs = [tpc.same_randn(shape, seed + 1 + index)
               for index, shape in enumerate(shapes)]
     dy = tpc.same_randn(out_shape, seed + 50)
@@ -149,6 +200,36 @@ def cp_case(make, shapes, mode, seed, dims, out_shape, out_dim, call=None):
     return report.summary()
 
 
+def twins_case(make, shapes, seed, dims, out_shape, out_dim, call=None):
+    """a2a against all_gather: one bf16 step of both context-parallel
+    modules (the same parameters) on this rank's part of the same whole
+    inputs and output gradient; this rank's output, input gradients and
+    parameter gradients compared directly (each rank's parameter gradient
+    is the same partial sum under both)."""
+    report = tpc.Report("bf16")
+    gathered, exchanged = build_twins(make, seed)
+    inputs = [mine(tpc.same_randn(shape, seed + 1 + index), dim)
+              for index, (shape, dim) in enumerate(zip(shapes, dims))]
+    dy = mine(tpc.same_randn(out_shape, seed + 50), out_dim)
+    want_out, want_dx, want_grads = tpc.step(gathered, inputs, dy, "bf16",
+                                             call)
+    out, dx, grads = tpc.step(exchanged, inputs, dy, "bf16", call)
+    report.compare("a2a output (this rank's chunks)", out, want_out,
+                   gradient=False)
+    for index, (got, want) in enumerate(zip(dx, want_dx)):
+        report.compare(f"a2a input grad {index} (this rank's chunks)", got,
+                       want)
+    for name, got in grads.items():
+        scale = None
+        if name.endswith("key_bias"):
+            # Zero in exact arithmetic (tensor_parallel_check says why).
+            scale = want_grads[name[:-len("key_bias")] + "value_bias"]
+        report.compare(f"a2a grad of {name} (this rank's part)", got,
+                       want_grads[name], scale=scale)
+    report.check()
+    return report.summary()
+
+
 def lead(layout, seq, batch):
     return (seq, batch) if layout == "sbhd" else (batch, seq)
 
@@ -156,9 +237,11 @@ def lead(layout, seq, batch):
 # --- cases ------------------------------------------------------------------
 
 def dot_product_attention_case(seed, layout, mask, heads=8, groups=2, d=64,
-                               seq=256, batch=2):
+                               seq=256, batch=2, comm_type="all_gather",
+                               twins=False):
     """GQA attention without parameters: q [.., heads, d], k/v [..,
-    groups, d], each this rank's chunks."""
+    groups, d], each this rank's chunks; `twins`: a2a against all_gather
+    (twins_case) instead of against the cp=1 module."""
     def make(**cp):
         return te.DotProductAttention(heads, d, num_gqa_groups=groups,
                                       attention_dropout=0.0,
@@ -166,9 +249,12 @@ def dot_product_attention_case(seed, layout, mask, heads=8, groups=2, d=64,
                                       **cp)
     shape = lead(layout, seq, batch)
     dim = seq_dim(layout)
-    return cp_case(make, [(*shape, heads, d), (*shape, groups, d),
-                          (*shape, groups, d)], "bf16", seed,
-                   [dim] * 3, (*shape, heads * d), dim)
+    shapes = [(*shape, heads, d), (*shape, groups, d), (*shape, groups, d)]
+    if twins:
+        return twins_case(make, shapes, seed, [dim] * 3,
+                          (*shape, heads * d), dim)
+    return cp_case(make, shapes, "bf16", seed, [dim] * 3,
+                   (*shape, heads * d), dim, comm_type=comm_type)
 
 
 def rotary_call(kv_channels, seq):
@@ -181,15 +267,19 @@ def rotary_call(kv_channels, seq):
 
 
 def mha_case(mode, seed, layout, mask, hidden=256, heads=8, groups=4,
-             seq=256, batch=2):
+             seq=256, batch=2, comm_type="all_gather", twins=False):
     def make(**cp):
         return te.MultiheadAttention(
             hidden, heads, num_gqa_groups=groups, attention_dropout=0.0,
             input_layernorm=True, attn_mask_type=mask, qkv_format=layout,
             params_dtype=BF16, **cp)
     shape = (*lead(layout, seq, batch), hidden)
+    call = rotary_call(hidden // heads, seq)
+    if twins:
+        return twins_case(make, [shape], seed, [seq_dim(layout)], shape,
+                          seq_dim(layout), call=call)
     return cp_case(make, [shape], mode, seed, [seq_dim(layout)], shape,
-                   seq_dim(layout), call=rotary_call(hidden // heads, seq))
+                   seq_dim(layout), call=call, comm_type=comm_type)
 
 
 def transformer_maker(layout, mask, hidden, ffn, heads, groups, **options):
@@ -203,20 +293,27 @@ def transformer_maker(layout, mask, hidden, ffn, heads, groups, **options):
 
 def transformer_case(mode, seed, layout="sbhd", mask="causal", hidden=512,
                      ffn=2048, heads=8, groups=8, seq=512, batch=2,
-                     rotary=False, **options):
+                     rotary=False, comm_type="all_gather", twins=False,
+                     **options):
     make = transformer_maker(layout, mask, hidden, ffn, heads, groups,
                              **options)
     shape = (*lead(layout, seq, batch), hidden)
     call = rotary_call(hidden // heads, seq) if rotary else None
+    if twins:
+        return twins_case(make, [shape], seed, [seq_dim(layout)], shape,
+                          seq_dim(layout), call=call)
     return cp_case(make, [shape], mode, seed, [seq_dim(layout)], shape,
-                   seq_dim(layout), call=call)
+                   seq_dim(layout), call=call, comm_type=comm_type)
 
 
-def set_group_case(seed, seq=256, batch=2, hidden=256):
+def set_group_case(seed, seq=256, batch=2, hidden=256,
+                   comm_type="all_gather"):
     """set_context_parallel_group after construction: a pickled copy of a
-    context-parallel layer keeps cp_size but drops its group, refuses to
-    run (naming set_context_parallel_group) and runs once it gets one."""
-    base = transformer_maker("sbhd", "causal", hidden, 4 * hidden, 8, 4)
+    context-parallel layer (of `comm_type`) keeps cp_size but drops its
+    group, refuses to run (naming set_context_parallel_group) and runs
+    once it gets one."""
+    base = transformer_maker("sbhd", "causal", hidden, 4 * hidden, 8,
+                             a2a_groups(4))
 
     def make(**cp):
         layer = base(**cp)
@@ -231,14 +328,16 @@ def set_group_case(seed, seq=256, batch=2, hidden=256):
                                   dtype=BF16, device="cuda"),
             "set_context_parallel_group")
         restored.set_context_parallel_group(dist.group.WORLD, None, None,
-                                            "all_gather")
-        if restored.self_attention.core_attention.cp_group is not \
-                dist.group.WORLD:
+                                            comm_type)
+        core = restored.self_attention.core_attention
+        if core.cp_group is not dist.group.WORLD or \
+                core.cp_comm_type != comm_type:
             raise AssertionError("set_context_parallel_group did not reach "
                                  "the submodules")
         return restored
     shape = (seq, batch, hidden)
-    return cp_case(make, [shape], "bf16", seed, [0], shape, 0)
+    return cp_case(make, [shape], "bf16", seed, [0], shape, 0,
+                   comm_type=comm_type)
 
 
 def refusal_case():
@@ -260,48 +359,98 @@ def refusal_case():
     raise AssertionError("a padding mask ran under context parallelism")
 
 
-def cases(full_size, seed):
+def comm_cases(seed, comm_type):
+    """The modules at cp_comm_type `comm_type` against their cp=1 twins;
+    a2a's GQA cases take a2a_groups."""
+    tag = "" if comm_type == "all_gather" else "a2a "
+    gqa = (lambda groups: groups) if comm_type == "all_gather" else a2a_groups
     result = []
     for layout in LAYOUTS:
         for mask in MASKS:
             result.append((
-                f"CP DotProductAttention GQA 8/2 heads, d 64, s 256 {layout} "
-                f"{mask} [bf16]",
+                f"CP {tag}DotProductAttention GQA 8/{gqa(2)} heads, d 64, "
+                f"s 256 {layout} {mask} [bf16]",
                 lambda layout=layout, mask=mask:
-                dot_product_attention_case(seed, layout, mask)))
+                dot_product_attention_case(seed, layout, mask,
+                                           groups=gqa(2),
+                                           comm_type=comm_type)))
     for mode in MODES:
         for layout in LAYOUTS:
             for mask in MASKS:
                 result += [
-                    (f"CP MultiheadAttention GQA 8/4 heads, rotary, s 256 "
+                    (f"CP {tag}MultiheadAttention GQA 8/{gqa(4)} heads, "
+                     f"rotary, s 256 {layout} {mask} [{mode}]",
+                     lambda mode=mode, layout=layout, mask=mask:
+                     mha_case(mode, seed, layout, mask, groups=gqa(4),
+                              comm_type=comm_type)),
+                    (f"CP {tag}TransformerLayer 512/2048/8 heads, s 512 b 2 "
                      f"{layout} {mask} [{mode}]",
                      lambda mode=mode, layout=layout, mask=mask:
-                     mha_case(mode, seed, layout, mask)),
-                    (f"CP TransformerLayer 512/2048/8 heads, s 512 b 2 "
-                     f"{layout} {mask} [{mode}]",
-                     lambda mode=mode, layout=layout, mask=mask:
-                     transformer_case(mode, seed, layout, mask)),
+                     transformer_case(mode, seed, layout, mask,
+                                      comm_type=comm_type)),
                 ]
-    for mode in ("bf16", "current"):
+    modes = ("bf16", "current") if comm_type == "all_gather" else ("bf16",)
+    for mode in modes:
         result.append((
-            f"CP TransformerLayer Llama-like (RMSNorm, swiglu, GQA 8/2, "
-            f"rotary, no bias) [{mode}]",
+            f"CP {tag}TransformerLayer Llama-like (RMSNorm, swiglu, GQA "
+            f"8/{gqa(2)}, rotary, no bias) [{mode}]",
             lambda mode=mode: transformer_case(
-                mode, seed, groups=2, rotary=True, normalization="RMSNorm",
-                activation="swiglu", bias=False)))
-    result += [
-        ("CP TransformerLayer: set_context_parallel_group, and a copy "
-         "without a group refuses [bf16]", lambda: set_group_case(seed)),
-        ("CP refuses a padding mask", refusal_case),
-    ]
+                mode, seed, groups=gqa(2), rotary=True,
+                normalization="RMSNorm", activation="swiglu", bias=False,
+                comm_type=comm_type)))
+    result.append((
+        f"CP {tag}TransformerLayer: set_context_parallel_group, and a copy "
+        f"without a group refuses [bf16]",
+        lambda: set_group_case(seed, comm_type=comm_type)))
+    return result
+
+
+def twin_cases(seed):
+    """a2a against all_gather (bf16): each module, layout and mask."""
+    result = []
+    for layout in LAYOUTS:
+        for mask in MASKS:
+            result += [
+                (f"CP a2a vs all_gather DotProductAttention GQA "
+                 f"8/{a2a_groups(2)} heads, d 64, s 256 {layout} {mask} "
+                 f"[bf16]",
+                 lambda layout=layout, mask=mask:
+                 dot_product_attention_case(seed, layout, mask,
+                                            groups=a2a_groups(2),
+                                            twins=True)),
+                (f"CP a2a vs all_gather MultiheadAttention GQA "
+                 f"8/{a2a_groups(4)} heads, rotary, s 256 {layout} {mask} "
+                 f"[bf16]",
+                 lambda layout=layout, mask=mask:
+                 mha_case("bf16", seed, layout, mask, groups=a2a_groups(4),
+                          twins=True)),
+                (f"CP a2a vs all_gather TransformerLayer 512/2048/8 heads "
+                 f"GQA 8/{a2a_groups(2)}, rotary, s 512 b 2 {layout} {mask} "
+                 f"[bf16]",
+                 lambda layout=layout, mask=mask:
+                 transformer_case("bf16", seed, layout, mask,
+                                  groups=a2a_groups(2), rotary=True,
+                                  twins=True)),
+            ]
+    return result
+
+
+def cases(full_size, seed):
+    result = []
+    for comm_type in COMM_TYPES:
+        result += comm_cases(seed, comm_type)
+    result += twin_cases(seed)
+    result.append(("CP refuses a padding mask", refusal_case))
     if full_size:
-        for mode in MODES:
-            result.append((
-                f"CP TransformerLayer 4096/16384/32 heads, s 8192 b 1 sbhd "
-                f"causal [{mode}]",
-                lambda mode=mode: transformer_case(
-                    mode, seed, hidden=4096, ffn=16384, heads=32, groups=32,
-                    seq=8192, batch=1)))
+        for comm_type in COMM_TYPES:
+            tag = "" if comm_type == "all_gather" else "a2a "
+            for mode in MODES:
+                result.append((
+                    f"CP {tag}TransformerLayer 4096/16384/32 heads, s 8192 "
+                    f"b 1 sbhd causal [{mode}]",
+                    lambda mode=mode, comm_type=comm_type: transformer_case(
+                        mode, seed, hidden=4096, ffn=16384, heads=32,
+                        groups=32, seq=8192, batch=1, comm_type=comm_type)))
     return result
 
 

@@ -34,10 +34,22 @@ Then a LayerNormMLP with sequence_parallel (spec key) against the same
 layer without it: this rank's rows of the output and input gradient, the
 same fc1/fc2 weight gradients, and norm and fc2 bias gradients that sum
 over the ranks to the layer's.
+Context parallelism's all-to-all (cp_comm_type a2a: cp_alltoall steps
+over the program's CP group, Program.set_cp_group), in a plan written
+here (no kernels: a forward trading this rank's tokens of every head for
+the whole sequence of its heads, and its backward, the reverse), sbhd and
+bshd, load-balanced or in rank order, bf16, f16 and f32:
+  * a group of functions without all_to_all fails the call before it
+    runs, naming the function;
+  * tejit's NCCL communicator, the caller's (torch's) and functions
+    calling torch.distributed.all_to_all_single (from_function's
+    all_to_all) give the blocks torch's all_gather says (bit for bit);
+  * a captured forward and backward over the NCCL group replay to them.
 Prints one line per check on rank 0; exits non-zero if any rank failed.
 """
 import datetime
 import json
+import math
 import os
 import sys
 import tempfile
@@ -186,6 +198,21 @@ def torch_functions(device):
     return all_reduce, all_gather, reduce_scatter
 
 
+def torch_all_to_all(device):
+    """all_to_all for TensorParallelGroup.from_function, through
+    torch.distributed.all_to_all_single (block j of the output from rank
+    j)."""
+    ranks = dist.get_world_size()
+
+    def all_to_all(source, target, count, dtype, handle):
+        torch_dtype = getattr(torch, dtype)
+        with torch.cuda.stream(torch.cuda.ExternalStream(handle or 0)):
+            dist.all_to_all_single(
+                device_view(target, ranks * count, torch_dtype, device),
+                device_view(source, ranks * count, torch_dtype, device))
+    return all_to_all
+
+
 def gather_scatter_checks(check, device, groups):
     """The checks of sequence parallelism's collectives over `groups`
     (name -> TensorParallelGroup), the NCCL group first."""
@@ -286,6 +313,190 @@ def gather_scatter_checks(check, device, groups):
             assert torch.equal(grad_input, eager[1]), "the scatter's replay"
         check(f"{element}: a captured graph replays them", graph_replays)
         program.close()
+
+
+# Context parallelism's all-to-all in a plan of no kernels: the forward
+# (cp_alltoall to heads) takes this rank's 2 A2A_CHUNK tokens of all
+# A2A_HEADS heads ([tokens, batch, heads, d] sbhd, [batch, tokens, heads,
+# d] bshd) to the whole sequence of heads / N of them; its backward
+# (cp_alltoall to sequence) the reverse.
+A2A_CHUNK = 5
+A2A_BATCH = 3
+A2A_HEADS = 8
+A2A_HEAD_DIM = 24
+
+
+def all_to_all_shapes(layout, ranks):
+    """(this rank's tokens of every head, the whole sequence of its
+    heads)."""
+    local, whole = 2 * A2A_CHUNK, 2 * A2A_CHUNK * ranks
+    tokens = (local, A2A_BATCH) if layout == "sbhd" else (A2A_BATCH, local)
+    sequence = (whole, A2A_BATCH) if layout == "sbhd" else (A2A_BATCH, whole)
+    return ((*tokens, A2A_HEADS, A2A_HEAD_DIM),
+            (*sequence, A2A_HEADS // ranks, A2A_HEAD_DIM))
+
+
+def all_to_all_plan(element, ranks, arch, layout, load_balanced):
+    def value(id, shape, storage):
+        dims = "x".join(str(size) for size in shape)
+        return {"id": id, "type": f"tensor<{dims}x{element}>",
+                "bytes": math.prod(shape) * ELEMENT_BYTES[element],
+                "storage": storage}
+    tokens, heads = all_to_all_shapes(layout, ranks)
+    step = {"kind": "cp_alltoall", "in": 0, "out": 1, "ranks": ranks,
+            "seq_dim": 0 if layout == "sbhd" else 1, "head_dim": 2,
+            "load_balanced": load_balanced}
+    return {
+        "format": "tejit-plan", "version": 4, "arch": arch,
+        "functions": [
+            {"name": "to_heads", "arena_bytes": 0,
+             "arguments": [{"value": 0, "te.name": "input"}],
+             "results": [{"value": 1, "te.name": "output"}],
+             "values": [value(0, tokens, {"arg": 0}),
+                        value(1, heads, {"result": 0})],
+             "steps": [step]},
+            {"name": "to_heads_backward", "backward_of": "to_heads",
+             "arena_bytes": 0,
+             "arguments": [{"value": 0, "te.name": "grad.output"}],
+             "results": [{"value": 1, "te.name": "grad.input",
+                          "te.grad_of": 0}],
+             "values": [value(0, heads, {"arg": 0}),
+                        value(1, tokens, {"result": 0})],
+             "steps": [step]}]}
+
+
+def load_all_to_all(element, device, layout, load_balanced):
+    """The program of all_to_all_plan, loaded from a fresh bundle."""
+    info = tejit.device_info(device)
+    plan = all_to_all_plan(element, dist.get_world_size(),
+                           f"sm_{info.major}{info.minor}", layout,
+                           load_balanced)
+    with tempfile.TemporaryDirectory() as directory:
+        with open(os.path.join(directory, "plan.json"), "w") as file:
+            json.dump(plan, file)
+        return tejit.Program.load_bundle(directory, device)
+
+
+def token_rows(rank, ranks, seq, load_balanced):
+    """The positions of the sequence (of `seq`) rank `rank` holds:
+    chunks rank and 2 ranks - 1 - rank of 2 ranks when load balanced,
+    else the rank's 1/ranks in order."""
+    if not load_balanced:
+        local = seq // ranks
+        rows = list(range(rank * local, (rank + 1) * local))
+    else:
+        chunk = seq // (2 * ranks)
+        late = 2 * ranks - 1 - rank
+        rows = (list(range(rank * chunk, (rank + 1) * chunk))
+                + list(range(late * chunk, (late + 1) * chunk)))
+    return torch.tensor(rows, device="cuda", dtype=torch.long)
+
+
+def all_to_all_reference(source, grad_output, layout, load_balanced):
+    """(the forward's output, the backward's grad.input) from every rank's
+    tensors (torch's all_gather): the whole sequence of this rank's head
+    block, and this rank's tokens of every rank's heads."""
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    seq_dim = 0 if layout == "sbhd" else 1
+    seq = source.shape[seq_dim] * ranks
+    per_rank = A2A_HEADS // ranks
+    parts = [torch.empty_like(source) for _ in range(ranks)]
+    dist.all_gather(parts, source)
+    shape = list(source.shape)
+    shape[seq_dim] = seq
+    whole = torch.empty(shape, device="cuda", dtype=source.dtype)
+    for other, part in enumerate(parts):
+        whole.index_copy_(seq_dim,
+                          token_rows(other, ranks, seq, load_balanced), part)
+    output = whole.narrow(2, rank * per_rank, per_rank).contiguous()
+    grads = [torch.empty_like(grad_output) for _ in range(ranks)]
+    dist.all_gather(grads, grad_output)
+    mine = token_rows(rank, ranks, seq, load_balanced)
+    grad_input = torch.cat([grad.index_select(seq_dim, mine)
+                            for grad in grads], dim=2)
+    return output, grad_input
+
+
+def all_to_all_checks(check, device, groups, without):
+    """The checks of context parallelism's all-to-all over `groups` (name
+    -> TensorParallelGroup, the NCCL group first); `without` a function
+    group without all_to_all."""
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    stream = torch.cuda.Stream()
+    for element, dtype in DTYPES.items():
+        for layout in ("sbhd", "bshd"):
+            for load_balanced in (True, False):
+                program = load_all_to_all(element, device, layout,
+                                          load_balanced)
+                tokens, heads = all_to_all_shapes(layout, ranks)
+                generator = torch.Generator(device="cuda").manual_seed(
+                    20 + rank)
+                source = torch.randn(*tokens, generator=generator,
+                                     device="cuda", dtype=dtype)
+                grad_output = torch.randn(*heads, generator=generator,
+                                          device="cuda", dtype=dtype)
+                want = all_to_all_reference(source, grad_output, layout,
+                                            load_balanced)
+                what = (f"{element} {layout}"
+                        f"{' load-balanced' if load_balanced else ''}")
+
+                def run_on(program, group):
+                    program.set_cp_group(group)
+                    output = torch.zeros(*heads, device="cuda", dtype=dtype)
+                    grad_input = torch.zeros(*tokens, device="cuda",
+                                             dtype=dtype)
+                    with torch.cuda.stream(stream):
+                        program.forward(stream, [source], [output])
+                        program.backward(stream, [grad_output], [grad_input])
+                    stream.synchronize()
+                    return output, grad_input
+
+                def against_torch():
+                    assert program.cp_size == ranks, program.cp_size
+                    for name, group in groups.items():
+                        output, grad_input = run_on(program, group)
+                        assert torch.equal(output, want[0]), \
+                            f"{name}: to heads"
+                        assert torch.equal(grad_input, want[1]), \
+                            f"{name}: to sequence"
+                check(f"{what}: all-to-alls as torch's all_gather says, "
+                      f"over every group", against_torch)
+                if not (layout == "sbhd" and load_balanced):
+                    program.close()
+                    continue
+
+                def missing_function():
+                    output = torch.zeros(*heads, device="cuda", dtype=dtype)
+                    try:
+                        program.set_cp_group(without)
+                        program.forward(stream, [source], [output])
+                    except tejit.TejitError as error:
+                        assert error.status == 8, error
+                        assert "has no all_to_all function" in str(error), \
+                            error
+                        return
+                    finally:
+                        stream.synchronize()
+                        program.set_cp_group(None)
+                    raise AssertionError("a forward without all_to_all ran")
+                check(f"{what}: a group without all_to_all fails the call",
+                      missing_function)
+
+                def graph_replays():
+                    eager = run_on(program, next(iter(groups.values())))
+                    output = torch.zeros_like(eager[0])
+                    grad_input = torch.zeros_like(eager[1])
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, stream=stream):
+                        program.forward(stream, [source], [output])
+                        program.backward(stream, [grad_output], [grad_input])
+                    graph.replay()
+                    torch.cuda.synchronize()
+                    assert torch.equal(output, eager[0]), "to heads"
+                    assert torch.equal(grad_input, eager[1]), "to sequence"
+                check(f"{what}: a captured graph replays them",
+                      graph_replays)
+                program.close()
 
 
 def sequence_parallel_checks(check, device, group):
@@ -397,7 +608,13 @@ def main():
     nothing = tejit.TensorParallelGroup.from_function(lambda *a: None)
 
     all_reduce, all_gather, reduce_scatter = torch_functions(device)
+    # With all_to_all where the library takes one (context parallelism's
+    # a2a; the checks below say when it does not).
+    a2a = tejit.TensorParallelGroup.takes_all_to_all()
     functions = tejit.TensorParallelGroup.from_function(
+        all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter,
+        all_to_all=torch_all_to_all(device) if a2a else None)
+    without_all_to_all = tejit.TensorParallelGroup.from_function(
         all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter)
 
     want = run(program, nccl, stream, inputs, grad_outputs)
@@ -441,6 +658,18 @@ def main():
     gather_scatter_checks(check, device, {
         "NCCL": nccl, "borrowed": borrowed, "functions": functions})
     sequence_parallel_checks(check, device, nccl)
+    if a2a:
+        all_to_all_checks(check, device, {
+            "NCCL": nccl, "borrowed": borrowed, "functions": functions},
+            without_all_to_all)
+    else:
+        def library_has_all_to_all():
+            raise AssertionError(
+                f"this library ({tejit._capi.library_path()}) has no "
+                f"tejit_tp_group_set_all_to_all: context parallelism's a2a "
+                f"was not checked")
+        check("all-to-all: the library gives function groups one",
+              library_has_all_to_all)
 
     failed = [name for name, error in results if error]
     flags = torch.tensor([len(failed)], device="cuda")
@@ -451,7 +680,8 @@ def main():
             if error:
                 print(error)
     program.close()
-    for group in (nccl, function, borrowed, nothing, functions):
+    for group in (nccl, function, borrowed, nothing, functions,
+                  without_all_to_all):
         group.close()
     dist.destroy_process_group()
     return 1 if flags.item() else 0

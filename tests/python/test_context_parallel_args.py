@@ -1,18 +1,22 @@
 """Context parallelism in tejit.pytorch (docs/context-parallel.md), without
 PyTorch or a GPU: TE's arguments as the modules take them (cp_group's size
 and this process's rank in it, cp_global_ranks, cp_comm_type: "p2p" and
-"all_gather" run as the all-gather, "a2a" / "a2a+p2p" refused) with errors
-naming the argument, what a context-parallel call refuses (packed
+"all_gather" run as the all-gather, "a2a" as all-to-alls with heads and
+num_gqa_groups per rank divisible by cp_size, "a2a+p2p" refused) with
+errors naming the argument, what a context-parallel call refuses (packed
 sequences, padding and other masks, sliding windows, attention bias, FP8
 attention, KV caches, cross-attention), the global sequence length of a
-rank's (even) part, the spec keys (cp_size, cp_rank, cp_comm_type; none at
-cp_size 1, so existing specs and their cache keys are unchanged), the
-programs those specs compile to (ContextParallelShapesTest: skipped while
-the compiler does not know the keys), Program.set_cp_group / cp_size over a
-stand-in library, and tejit.pytorch.distributed's load-balanced split and
-merge. The checks live in python/tejit/pytorch/module/_args.py, the spec
-builders in _attention_specs.py and the split in distributed.py, loaded
-here by path (the tejit.pytorch package needs PyTorch;
+rank's (even) part, the spec keys (cp_size, cp_rank, cp_comm_type
+"all_gather" or "a2a"; none at cp_size 1, so existing specs and their
+cache keys are unchanged), the programs those specs compile to
+(ContextParallelShapesTest and A2aShapesTest: skipped while the compiler
+does not know the keys or the value a2a), Program.set_cp_group / cp_size
+and TensorParallelGroup.from_function's all_to_all
+(tejit_tp_group_set_all_to_all, declared only where the library has it)
+over stand-in libraries, and tejit.pytorch.distributed's load-balanced
+split and merge. The checks live in python/tejit/pytorch/module/_args.py,
+the spec builders in _attention_specs.py and the split in distributed.py,
+loaded here by path (the tejit.pytorch package needs PyTorch;
 tests/python/test_pytorch_context_parallel.py checks the modules where it
 is installed, tests/gpu/context_parallel_check.py runs them on 2 GPUs).
 Run: python3 -m pytest tests/python
@@ -59,7 +63,7 @@ class ArgumentTest(Refusing):
                 "DotProductAttention", None, None, comm_type), (1, 0))
 
     def test_size_and_rank_from_the_group(self):
-        for comm_type in ("p2p", "all_gather"):
+        for comm_type in ("p2p", "all_gather", "a2a"):
             with self.subTest(cp_comm_type=comm_type):
                 self.assertEqual(args.context_parallel_of(
                     "TransformerLayer", "cp", [4, 5], comm_type,
@@ -67,19 +71,72 @@ class ArgumentTest(Refusing):
         self.assertEqual(args.context_parallel_of(
             "TransformerLayer", "cp", None, "p2p", **sizes(4, 3)), (4, 3))
 
-    def test_a2a_is_refused_naming_cp_comm_type(self):
-        for comm_type in ("a2a", "a2a+p2p"):
+    def test_a2a_p2p_is_refused_naming_cp_comm_type(self):
+        self.assertRefused(
+            NotImplementedError,
+            lambda: args.context_parallel_of(
+                "MultiheadAttention", "cp", None, "a2a+p2p", **sizes(2, 0)),
+            "MultiheadAttention", "cp_comm_type='a2a+p2p'", "all_gather",
+            "'a2a'")
+        # A group of one rank runs nothing in parallel: accepted.
+        self.assertEqual(args.context_parallel_of(
+            "MultiheadAttention", "cp", None, "a2a+p2p", **sizes(1, 0)),
+            (1, 0))
+        # a2a+p2p's list of groups, with any comm type.
+        for comm_type in ("a2a", "a2a+p2p", "p2p"):
             with self.subTest(cp_comm_type=comm_type):
                 self.assertRefused(
                     NotImplementedError,
                     lambda: args.context_parallel_of(
-                        "MultiheadAttention", "cp", None, comm_type,
+                        "MultiheadAttention", ["a", "b"], None, comm_type,
                         **sizes(2, 0)),
-                    "MultiheadAttention", f"cp_comm_type={comm_type!r}",
-                    "all_gather")
-        # A group of one rank runs nothing in parallel: accepted.
-        self.assertEqual(args.context_parallel_of(
-            "MultiheadAttention", "cp", None, "a2a", **sizes(1, 0)), (1, 0))
+                    "cp_group=[...]", "a2a+p2p")
+
+    def test_spec_comm_types(self):
+        self.assertEqual({comm_type: args.spec_comm_type(comm_type)
+                          for comm_type in args.CP_COMM_TYPES},
+                         {"p2p": "all_gather", "all_gather": "all_gather",
+                          "a2a": "a2a"})
+        self.assertEqual(set(args.CP_SPEC_COMM_TYPES.values()),
+                         set(specs.CP_SPEC_COMM_TYPES))
+
+    def test_a2a_heads_divisible_by_cp_size(self):
+        check = args.check_a2a_heads
+        # What runs: heads and groups per rank divisible by cp_size.
+        for cp_size, heads, groups, tp_size in ((2, 8, 4, 1), (2, 8, 2, 1),
+                                                (4, 16, 4, 1), (2, 8, 4, 2),
+                                                (2, 16, 8, 4)):
+            check("TransformerLayer", cp_size, "a2a", heads, groups,
+                  tp_size=tp_size)
+        cases = [
+            # (cp_size, heads, groups, tp_size), the argument, its value,
+            # what else the message says.
+            ((2, 6, 3, 1), "num_gqa_groups", "(3)", ()),
+            ((4, 6, 2, 1), "num_attention_heads", "(6)", ()),
+            ((2, 8, 1, 1), "num_gqa_groups", "(1)", ()),  # MQA
+            ((4, 8, 2, 1), "num_gqa_groups", "(2)", ()),
+            ((4, 8, 8, 4), "num_attention_heads", "(8)",
+             ("2 per tensor-parallel rank", "tp_size 4")),
+            ((4, 16, 4, 2), "num_gqa_groups", "(4)",
+             ("2 per tensor-parallel rank", "tp_size 2")),
+        ]
+        for (cp_size, heads, groups, tp_size), name, value, words in cases:
+            with self.subTest(cp_size=cp_size, heads=heads, groups=groups,
+                              tp_size=tp_size):
+                self.assertRefused(ValueError,
+                                   lambda: check("MultiheadAttention",
+                                                 cp_size, "a2a", heads,
+                                                 groups, tp_size=tp_size),
+                                   "MultiheadAttention",
+                                   f"{name} {value}",
+                                   f"cp_size ({cp_size})",
+                                   "cp_comm_type='a2a'", *words)
+                # The all-gather has no such rule, nor cp_size 1.
+                for comm_type in ("p2p", "all_gather"):
+                    check("MultiheadAttention", cp_size, comm_type, heads,
+                          groups, tp_size=tp_size)
+                check("MultiheadAttention", 1, "a2a", heads, groups,
+                      tp_size=tp_size)
 
     def test_bad_values(self):
         self.assertRefused(ValueError,
@@ -205,15 +262,44 @@ class SpecTest(unittest.TestCase):
                     self.assertEqual(
                         (layer["cp_size"], layer["cp_rank"],
                          layer["cp_comm_type"]), (2, rank, "all_gather"))
+                    self.assertEqual(
+                        build(context_parallel=(2, rank, "all_gather")),
+                        layer)
                     plain = build()
                     for key in ("cp_size", "cp_rank", "cp_comm_type"):
                         layer.pop(key)
                     self.assertEqual(layer, plain)
 
+    def test_a2a_keys(self):
+        for build in (self.mha, self.block, self.dpa):
+            for rank in (0, 1):
+                with self.subTest(build=build.__name__, rank=rank):
+                    layer = build(context_parallel=(2, rank, "a2a"))
+                    self.assertEqual(
+                        (layer["cp_size"], layer["cp_rank"],
+                         layer["cp_comm_type"]), (2, rank, "a2a"))
+                    gathered = build(context_parallel=(2, rank))
+                    gathered["cp_comm_type"] = "a2a"
+                    self.assertEqual(layer, gathered)
+            with self.subTest(build=build.__name__, cp_size=1):
+                # No keys at cp_size 1, whatever the comm type.
+                self.assertEqual(build(context_parallel=(1, 0, "a2a")),
+                                 build())
+            with self.subTest(build=build.__name__, comm_type="p2p"):
+                # The spec's values only (TE's p2p is the module's
+                # business: _args.spec_comm_type).
+                with self.assertRaises(ValueError) as caught:
+                    build(context_parallel=(2, 0, "p2p"))
+                self.assertIn("'p2p'", str(caught.exception))
+
     def test_with_tensor_parallelism(self):
         layer = self.block(tp_size=2, context_parallel=(2, 1))
         self.assertEqual((layer["tp_size"], layer["cp_size"],
                           layer["cp_rank"]), (2, 2, 1))
+        layer = self.mha(tp_size=2, context_parallel=(2, 1, "a2a"))
+        self.assertEqual((layer["tp_size"], layer["cp_size"],
+                          layer["cp_rank"], layer["cp_comm_type"]),
+                         (2, 2, 1, "a2a"))
 
     def test_global_lengths_of_a_call(self):
         # A rank's [s/cp, b, h] input: the spec's seq_length is global.
@@ -298,6 +384,109 @@ class ContextParallelShapesTest(unittest.TestCase):
         self.assertIn("seq_length", str(caught.exception))
 
 
+_A2A_SUPPORT = []
+
+
+def compiler_takes_a2a():
+    """Whether this build's compiler takes `cp_comm_type: a2a` (session
+    33's contract; an older one refuses the value naming the key)."""
+    if not compiler_takes_context_parallelism():
+        return False
+    if not _A2A_SUPPORT:
+        try:
+            parameters(specs.dot_product_attention_spec(
+                4, 32, 2, "causal", 0.0, 0.125,
+                context_parallel=(2, 0, "a2a")), seq=32)
+            _A2A_SUPPORT.append(True)
+        except tejit.TejitError as error:
+            if "cp_comm_type" not in str(error):
+                raise
+            _A2A_SUPPORT.append(False)
+    return _A2A_SUPPORT[0]
+
+
+class A2aShapesTest(unittest.TestCase):
+    """cp_comm_type a2a's specs (global seq 32, batch 2, cp 2) compile to
+    programs of the all-gather's shapes (one rank's 16 positions of every
+    head in and out, the whole sequence's rotary table); the comm type
+    reaches the layer op, te-decompose makes all-to-alls (no gather), and
+    the compiler refuses heads or groups per rank that cp_size does not
+    divide, naming the key."""
+
+    def setUp(self):
+        if not compiler_takes_a2a():
+            self.skipTest("this build's compiler does not take "
+                          "'cp_comm_type: a2a' yet (or no library)")
+
+    def test_dot_product_attention_shapes_are_the_all_gathers(self):
+        for layout in ("sbhd", "bshd"):
+            for mask_type in ("causal", "no_mask"):
+                with self.subTest(layout=layout, mask_type=mask_type):
+                    def shapes(comm_type):
+                        return parameters(specs.dot_product_attention_spec(
+                            8, 32, 2, mask_type, 0.0, 0.125,
+                            context_parallel=(2, 1, comm_type)),
+                            seq=32, input_format=layout)
+                    got = shapes("a2a")
+                    self.assertEqual(got, shapes("all_gather"))
+                    local = (16, 2) if layout == "sbhd" else (2, 16)
+                    self.assertEqual(got["query"], (*local, 8, 32))
+                    self.assertEqual(got["key"], (*local, 2, 32))
+                    self.assertEqual(got["output"], (*local, 256))
+
+    def test_multihead_attention_rotary(self):
+        def shapes(comm_type):
+            return parameters(specs.multihead_attention_spec(
+                256, 8, 32, 4, True, "LayerNorm", 1e-5, False, "causal",
+                0.0, True, 32, context_parallel=(2, 0, comm_type)), seq=32)
+        got = shapes("a2a")
+        self.assertEqual(got, shapes("all_gather"))
+        self.assertEqual(got["input"], (16, 2, 256))
+        self.assertEqual(got["rotary_pos_emb"], (32, 1, 1, 32))
+
+    def test_transformer_layer_all_to_alls(self):
+        for rank in (0, 1):
+            with self.subTest(rank=rank):
+                layer = specs.transformer_layer_spec(
+                    256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu",
+                    0.0, 0.0, "causal", True, False, 32,
+                    context_parallel=(2, rank, "a2a"))
+                spec = specs.program_spec("TransformerLayer", "bf16", "bshd",
+                                          32, 2, layer)
+                got = parameters(layer, seq=32, input_format="bshd")
+                self.assertEqual(got["input"], (2, 16, 256))
+                text = tejit.compile_ir(spec, "te")
+                self.assertIn("cp_size = 2", text)
+                self.assertIn('cp_comm_type = "a2a"', text)
+                decomposed = tejit.compile_ir(spec, "primitive")
+                self.assertIn("te.cp_all_to_all", decomposed)
+                self.assertNotIn("te.cp_all_gather", decomposed)
+                # The backward's are all-to-alls too (no sums).
+                trained = tejit.compile_ir(spec, "autodiff")
+                self.assertNotIn("te.cp_reduce_scatter", trained)
+
+    def test_the_compiler_checks_the_heads(self):
+        cases = [
+            (specs.dot_product_attention_spec(
+                8, 32, 1, "causal", 0.0, 0.125,
+                context_parallel=(2, 0, "a2a")), "num_gqa_groups"),
+            (specs.dot_product_attention_spec(
+                6, 32, 6, "causal", 0.0, 0.125,
+                context_parallel=(4, 0, "a2a")), "num_attention_heads"),
+            # Per tensor-parallel rank: 4 groups over tp 2 are 2, over cp 4.
+            (specs.multihead_attention_spec(
+                256, 8, 32, 4, True, "LayerNorm", 1e-5, False, "causal",
+                0.0, True, 32, tp_size=2, context_parallel=(4, 0, "a2a")),
+             "num_gqa_groups"),
+        ]
+        for layer, key in cases:
+            with self.subTest(key=key, layer=layer["type"]):
+                with self.assertRaises(tejit.TejitError) as caught:
+                    parameters(layer, seq=64)
+                self.assertIn(key, str(caught.exception))
+                self.assertIn("cp_size", str(caught.exception))
+
+
 class ProgramContextParallelTest(StandInLibrary, unittest.TestCase):
     """Program.set_cp_group and Program.cp_size over a stand-in library
     (a real program needs a GPU), as test_capi's tensor-parallel test:
@@ -360,16 +549,170 @@ class ProgramContextParallelTest(StandInLibrary, unittest.TestCase):
         self.assertIn("all_gather failed", str(caught.exception.__cause__))
 
 
+class AllToAllFunctionTest(unittest.TestCase):
+    """TensorParallelGroup.from_function's all_to_all (cp_comm_type a2a)
+    over a stand-in library: given to tejit_tp_group_set_all_to_all after
+    the group is made, its callback passing the addresses, the count per
+    rank, torch's dtype name and the stream; a refusal releases the group;
+    a library without the function takes groups without all_to_all and
+    refuses one with it, naming the function."""
+
+    class FakeLibrary:
+        _name = "fake-libtejit.so"
+
+        def __init__(self):
+            self.calls = []
+            self.status = 0
+
+        def tejit_tp_group_from_functions(self, reduce, gather, scatter,
+                                          user_data, handle):
+            self.calls.append(("from_functions", reduce is not None,
+                               gather is not None, scatter is not None))
+            handle._obj.value = 0x7000
+            return 0
+
+        def tejit_tp_group_set_all_to_all(self, group, function):
+            self.calls.append(("set_all_to_all", group.value))
+            self.function = function
+            return self.status
+
+        def tejit_tp_group_destroy(self, group):
+            self.calls.append(("destroy", group.value))
+
+        def tejit_last_error(self):
+            return b"tejit_tp_group_set_all_to_all: not a function group"
+
+    class OldLibrary(FakeLibrary):
+        """Built before context parallelism's a2a."""
+        _name = "old-libtejit.so"
+
+        def __getattribute__(self, name):
+            if name == "tejit_tp_group_set_all_to_all":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    def setUp(self):
+        self.library = self.FakeLibrary()
+        self.saved_library = tejit._capi.lib
+        tejit._capi.lib = lambda: self.library
+
+    def tearDown(self):
+        tejit._capi.lib = self.saved_library
+
+    def test_the_function_reaches_the_group(self):
+        calls = []
+        self.assertTrue(tejit.TensorParallelGroup.takes_all_to_all())
+        group = tejit.TensorParallelGroup.from_function(
+            lambda *a: None, all_to_all=lambda *a: calls.append(a))
+        self.assertEqual(self.library.calls,
+                         [("from_functions", True, False, False),
+                          ("set_all_to_all", 0x7000)])
+        self.assertIs(self.library.function, group._all_to_all)
+        self.assertEqual(len(group._callbacks), 3)
+        # As the runtime calls it: (user_data, input, output, count per
+        # rank, tejit_dtype, stream).
+        for dtype, name in ((2, "bfloat16"), (1, "float16"),
+                            (0, "float32")):
+            self.assertEqual(group._all_to_all(None, 0x1000, 0x2000, 16,
+                                               dtype, 0x5000), 0)
+            self.assertEqual(calls[-1], (0x1000, 0x2000, 16, name, 0x5000))
+        group.raise_pending()  # nothing pending
+        # What it raises is kept for the program call (Program._check).
+        self.assertEqual(group._all_to_all(None, 0x1000, 0x2000, 16, 3,
+                                           None), 1)
+        with self.assertRaisesRegex(ValueError, "dtype 3"):
+            group.raise_pending()
+        group._handle.value = None
+
+    def test_without_all_to_all_nothing_is_set(self):
+        group = tejit.TensorParallelGroup.from_function(
+            lambda *a: None, all_gather=lambda *a: None)
+        self.assertIsNone(group._all_to_all)
+        self.assertEqual(self.library.calls,
+                         [("from_functions", True, True, False)])
+        group._handle.value = None
+
+    def test_a_refused_function_releases_the_group(self):
+        self.library.status = 1
+        with self.assertRaises(tejit.TejitError) as caught:
+            tejit.TensorParallelGroup.from_function(
+                None, all_to_all=lambda *a: None)
+        self.assertEqual(caught.exception.status, 1)
+        self.assertIn("not a function group", str(caught.exception))
+        self.assertEqual(self.library.calls[-1], ("destroy", 0x7000))
+
+    def test_a_library_without_the_function(self):
+        self.library = self.OldLibrary()
+        self.assertFalse(tejit.TensorParallelGroup.takes_all_to_all())
+        with self.assertRaises(NotImplementedError) as caught:
+            tejit.TensorParallelGroup.from_function(
+                lambda *a: None, all_to_all=lambda *a: None)
+        self.assertIn("tejit_tp_group_set_all_to_all", str(caught.exception))
+        self.assertIn("old-libtejit.so", str(caught.exception))
+        self.assertEqual(self.library.calls, [])  # refused before making
+        group = tejit.TensorParallelGroup.from_function(lambda *a: None)
+        self.assertIsNone(group._all_to_all)
+        group._handle.value = None
+
+
+class DeclarationTest(unittest.TestCase):
+    """_capi declares the optional functions only where the library has
+    them (a stand-in library of every function but those left out)."""
+
+    class Functions:
+        def __init__(self, missing):
+            self.missing = frozenset(missing)
+            self.made = {}
+
+        def __getattr__(self, name):
+            if name.startswith("_") or name in self.missing:
+                raise AttributeError(name)
+            return self.made.setdefault(name, type("Function", (), {})())
+
+    def test_all_to_all_declared_only_when_present(self):
+        name = "tejit_tp_group_set_all_to_all"
+        self.assertIn(name, tejit._capi.OPTIONAL)
+        old = self.Functions({name})
+        tejit._capi._declare(old)
+        self.assertNotIn(name, old.made)
+        self.assertIn("tejit_tp_group_from_functions", old.made)
+        new = self.Functions(())
+        tejit._capi._declare(new)
+        self.assertIs(new.made[name].restype, ctypes.c_int)
+        self.assertEqual(new.made[name].argtypes,
+                         [ctypes.c_void_p, ctypes.c_void_p])
+
+
 @unittest.skipUnless(library_loads(), "needs libtejit.so")
 class LibraryDeclarationTest(unittest.TestCase):
     def test_declared_when_present(self):
         library = tejit._capi.lib()
         for name, restype in (("tejit_program_set_cp_group", ctypes.c_int),
-                              ("tejit_program_cp_size", ctypes.c_int64)):
+                              ("tejit_program_cp_size", ctypes.c_int64),
+                              ("tejit_tp_group_set_all_to_all",
+                               ctypes.c_int)):
             with self.subTest(name=name):
                 if not tejit._capi.has(name):
-                    self.skipTest(f"this library has no {name} yet")
+                    continue
                 self.assertIs(getattr(library, name).restype, restype)
+
+    def test_all_to_all_of_a_function_group(self):
+        # This library's own answer: a function group takes all_to_all
+        # where the library has tejit_tp_group_set_all_to_all, else the
+        # call names the missing function.
+        calls = []
+        if not tejit.TensorParallelGroup.takes_all_to_all():
+            with self.assertRaises(NotImplementedError) as caught:
+                tejit.TensorParallelGroup.from_function(
+                    None, all_to_all=lambda *a: calls.append(a))
+            self.assertIn("tejit_tp_group_set_all_to_all",
+                          str(caught.exception))
+            return
+        group = tejit.TensorParallelGroup.from_function(
+            None, all_to_all=lambda *a: calls.append(a))
+        self.assertTrue(group.handle.value)
+        group.close()
+        self.assertEqual(calls, [])  # nothing ran without a program
 
 
 class Fake:

@@ -1,16 +1,19 @@
 """tejit.pytorch's attention modules with TE's context-parallel arguments
 (docs/context-parallel.md), on the CPU (parameters on the CPU, nothing
 runs): cp_group's size and this process's rank reaching the spec (cp_size,
-cp_rank, cp_comm_type) of DotProductAttention, MultiheadAttention and
+cp_rank, cp_comm_type "all_gather" for TE's p2p and all_gather, "a2a" for
+a2a) and the JIT key of DotProductAttention, MultiheadAttention and
 TransformerLayer and their submodules, set_context_parallel_group reaching
 the submodules, a copy's group (deepcopy shares it, pickling drops it: the
 module then refuses to run, naming set_context_parallel_group), the
 refusals naming the argument (constructor, set_context_parallel_group and
-forward), the program's CP group (the process group's TensorParallelGroup,
-_distributed.tp_group's), and tejit.pytorch.distributed's split and
-merge on tensors. Needs PyTorch (skipped without it;
-test_context_parallel_args.py checks the argument checks and specs without
-it). tests/gpu/context_parallel_check.py runs the modules on two GPUs.
+forward; a2a's heads per rank not divisible by cp_size: ValueError), the
+program's CP group (the process group's TensorParallelGroup,
+_distributed.tp_group's, with its all_to_all_single), and
+tejit.pytorch.distributed's split and merge on tensors. Needs PyTorch
+(skipped without it; test_context_parallel_args.py checks the argument
+checks and specs without it). tests/gpu/context_parallel_check.py runs
+the modules on two GPUs.
 Run: python3 -m pytest tests/python
 """
 import contextlib
@@ -101,6 +104,33 @@ class SpecTest(unittest.TestCase):
                     module = small(kind, cp_group=group)
                     self.assertEqual(cp_keys(module),
                                      (2, rank, "all_gather"))
+                    self.assertEqual(module._context_parallel(),
+                                     (2, rank, "all_gather"))
+
+    def test_a2a(self):
+        group = object()
+        for kind in KINDS:
+            for rank in (0, 1):
+                with self.subTest(kind=kind, rank=rank), cp_world(2, rank):
+                    module = small(kind, cp_group=group, cp_comm_type="a2a")
+                    self.assertEqual(module.cp_comm_type, "a2a")
+                    self.assertEqual(cp_keys(module), (2, rank, "a2a"))
+                    # Part of the JIT key (_run_program's), unlike the
+                    # all-gather's.
+                    self.assertEqual(module._context_parallel(),
+                                     (2, rank, "a2a"))
+                    self.assertNotEqual(
+                        module._context_parallel(),
+                        small(kind, cp_group=group)._context_parallel())
+                    for name, child in module.named_modules():
+                        if getattr(child, "_has_attention", False):
+                            self.assertEqual(cp_keys(child),
+                                             (2, rank, "a2a"), name)
+        # Four ranks: 8 heads and 4 groups per rank divide by 4.
+        with cp_world(4, 3):
+            layer = small("TransformerLayer", cp_group=group,
+                          cp_comm_type="a2a")
+        self.assertEqual(cp_keys(layer), (4, 3, "a2a"))
 
     def test_submodules_get_the_group(self):
         group = object()
@@ -133,6 +163,18 @@ class SpecTest(unittest.TestCase):
         layer.set_context_parallel_group(None, None, None)
         self.assertEqual(cp_keys(layer), (None, None, None))
         self.assertEqual(layer.self_attention.core_attention.cp_size, 1)
+        # a2a, and back to TE's default (the all-gather).
+        with cp_world(2, 0):
+            layer.set_context_parallel_group(group, None, None, "a2a")
+            for module in (layer, layer.self_attention,
+                           layer.self_attention.core_attention):
+                self.assertEqual(cp_keys(module), (2, 0, "a2a"),
+                                 type(module).__name__)
+            self.assertEqual(layer.layernorm_mlp.cp_comm_type, "a2a")
+            self.assertIsNone(layer.layernorm_mlp._context_parallel())
+            layer.set_context_parallel_group(group, None, None)
+        self.assertEqual(cp_keys(layer.self_attention.core_attention),
+                         (2, 0, "all_gather"))
 
     def run_captured(self, module, *inputs, **kwargs):
         """`module`'s forward on CPU tensors up to its program: the input
@@ -195,6 +237,32 @@ class SpecTest(unittest.TestCase):
             self.run_captured(attention, q, kv[:4], kv[:4])
         self.assertIn("key_layer", str(caught.exception))
 
+    def test_an_a2a_call(self):
+        # The same global lengths and inputs as the all-gather's; the
+        # layer's spec says a2a.
+        group = object()
+        with cp_world(2, 0):
+            block = small("MultiheadAttention", cp_group=group,
+                          params_dtype=torch.bfloat16, cp_comm_type="a2a")
+            attention = small("DotProductAttention", cp_group=group,
+                              qkv_format="bshd", cp_comm_type="a2a")
+        got = self.run_captured(block, torch.zeros(16, 2, 256,
+                                                   dtype=torch.bfloat16),
+                                rotary_pos_emb=torch.zeros(64, 1, 1, 32))
+        self.assertEqual(got["shape_spec"]["seq_length"], 32)
+        self.assertEqual(tuple(got["activations"]["rotary_pos_emb"].shape),
+                         (32, 1, 1, 32))
+        self.assertEqual(tuple(got["layer"].get(key) for key in CP_KEYS),
+                         (2, 0, "a2a"))
+        q = torch.zeros(2, 8, 8, 32, dtype=torch.bfloat16)
+        kv = torch.zeros(2, 8, 4, 32, dtype=torch.bfloat16)
+        got = self.run_captured(attention, q, kv, kv,
+                                attn_mask_type="no_mask")
+        self.assertEqual((got["shape_spec"]["seq_length"],
+                          got["shape_spec"]["batch_size"]), (16, 2))
+        self.assertEqual((got["layer"]["cp_comm_type"],
+                          got["layer"]["attn_mask_type"]), ("a2a", "no_mask"))
+
     def test_copies(self):
         group = object()
         with cp_world(2, 0):
@@ -238,7 +306,10 @@ class RefusalTest(unittest.TestCase):
                            cp_group=group), "sequence_parallel=True"),
             (NotImplementedError,
              lambda: small("DotProductAttention", cp_group=group,
-                           cp_comm_type="a2a"), "cp_comm_type='a2a'"),
+                           cp_comm_type="a2a+p2p"), "cp_comm_type='a2a+p2p'"),
+            (NotImplementedError,
+             lambda: small("DotProductAttention", cp_group=[group, group],
+                           cp_comm_type="a2a+p2p"), "cp_group=[...]"),
             (ValueError,
              lambda: small("MultiheadAttention", cp_group=group,
                            cp_comm_type="ring"), "cp_comm_type"),
@@ -255,6 +326,46 @@ class RefusalTest(unittest.TestCase):
         # Without context parallelism the same modules build.
         small("TransformerLayer", layer_type="decoder")
         small("DotProductAttention", qkv_format="thd", cp_comm_type="a2a")
+        small("DotProductAttention", cp_comm_type="a2a+p2p")
+
+    def test_a2a_heads_not_divisible(self):
+        group = object()
+        # small(): 8 heads, 4 groups.
+        cases = [
+            (8, lambda: small("DotProductAttention", cp_group=group,
+                              cp_comm_type="a2a"),
+             ("DotProductAttention", "num_gqa_groups (4)", "cp_size (8)")),
+            (4, lambda: te.DotProductAttention(6, 32, cp_group=group,
+                                               cp_comm_type="a2a"),
+             ("DotProductAttention", "num_attention_heads (6)",
+              "cp_size (4)")),
+            (8, lambda: small("MultiheadAttention", cp_group=group,
+                              cp_comm_type="a2a"),
+             ("MultiheadAttention", "num_gqa_groups (4)")),
+            # Per tensor-parallel rank: 4 groups over tp 2 are 2.
+            (4, lambda: small("MultiheadAttention", tp_size=2,
+                              set_parallel_mode=True, cp_group=group,
+                              cp_comm_type="a2a"),
+             ("MultiheadAttention", "num_gqa_groups (4)",
+              "2 per tensor-parallel rank", "cp_size (4)")),
+            # The layer's own check comes before its submodules'.
+            (8, lambda: small("TransformerLayer", cp_group=group,
+                              cp_comm_type="a2a"),
+             ("TransformerLayer", "num_gqa_groups (4)")),
+            (8, lambda: small("TransformerLayer").set_context_parallel_group(
+                group, None, None, "a2a"),
+             ("TransformerLayer.set_context_parallel_group",
+              "num_gqa_groups (4)")),
+        ]
+        for cp_size, factory, words in cases:
+            with self.subTest(words=words), cp_world(cp_size, 0):
+                self.assertRefused(ValueError, factory, *words,
+                                   "cp_comm_type='a2a'")
+        with cp_world(8, 0):
+            # The all-gather has no such rule.
+            small("TransformerLayer", cp_group=group)
+            small("MultiheadAttention", tp_size=2, set_parallel_mode=True,
+                  cp_group=group)
 
     def test_forward(self):
         group = object()
@@ -299,21 +410,82 @@ class RefusalTest(unittest.TestCase):
 class CollectiveTest(unittest.TestCase):
     def test_cp_group_is_the_process_groups_group(self):
         from unittest import mock
-        made = []
+        for takes_all_to_all in (True, False):
+            made = []
 
-        def from_function(all_reduce, all_gather=None, reduce_scatter=None):
-            made.append((all_gather, reduce_scatter))
+            def from_function(all_reduce, all_gather=None,
+                              reduce_scatter=None, **optional):
+                made.append((all_gather, reduce_scatter, optional))
+                return object()
+            group = object()
+            with self.subTest(takes_all_to_all=takes_all_to_all), \
+                    mock.patch.object(tejit.TensorParallelGroup,
+                                      "from_function", from_function), \
+                    mock.patch.object(tejit.TensorParallelGroup,
+                                      "takes_all_to_all",
+                                      lambda: takes_all_to_all), \
+                    mock.patch.object(_distributed, "group_size",
+                                      lambda process_group: 2):
+                cp = _distributed.tp_group(group, 5)
+                self.assertIs(_distributed.tp_group(group, 5), cp)
+                _distributed._TP_GROUPS.pop((group, 5), None)
+                self.assertEqual(len(made), 1)
+                all_gather, reduce_scatter, optional = made[0]
+                self.assertIsNotNone(all_gather)
+                self.assertIsNotNone(reduce_scatter)
+                # all_to_all only where the library takes one (an older
+                # one refuses it: TensorParallelGroup.from_function).
+                self.assertEqual(list(optional),
+                                 ["all_to_all"] if takes_all_to_all else [])
+                self.assertTrue(all(function is not None
+                                    for function in optional.values()))
+
+    def test_all_to_all_function(self):
+        # Called as the runtime calls it: ranks * count elements at each
+        # address, torch's all_to_all_single(output, input, group=...).
+        from unittest import mock
+        captured, views, calls = {}, {}, []
+
+        def from_function(all_reduce, all_gather=None, reduce_scatter=None,
+                          all_to_all=None):
+            captured["all_to_all"] = all_to_all
             return object()
+
+        def device_view(address, count, dtype, device):
+            tensor = torch.zeros(count, dtype=dtype)
+            views[id(tensor)] = (address, count, dtype, device)
+            return tensor
+
+        def all_to_all_single(target, source, *args, **kwargs):
+            calls.append((views[id(target)], views[id(source)], args,
+                          kwargs.get("group")))
         group = object()
+        dist = torch.distributed
         with mock.patch.object(tejit.TensorParallelGroup, "from_function",
                                from_function), \
+                mock.patch.object(tejit.TensorParallelGroup,
+                                  "takes_all_to_all", lambda: True), \
+                mock.patch.object(_distributed, "device_view", device_view), \
                 mock.patch.object(_distributed, "group_size",
-                                  lambda process_group: 2):
-            cp = _distributed.tp_group(group, 5)
-            self.assertIs(_distributed.tp_group(group, 5), cp)
-        _distributed._TP_GROUPS.pop((group, 5), None)
-        self.assertEqual(len(made), 1)
-        self.assertTrue(all(function is not None for function in made[0]))
+                                  lambda process_group: 4), \
+                mock.patch.object(_distributed, "_on_stream",
+                                  lambda device, stream:
+                                  contextlib.nullcontext()), \
+                mock.patch.object(dist, "all_to_all_single",
+                                  all_to_all_single, create=True):
+            _distributed.tp_group(group, 3)
+            for dtype, torch_dtype in (("bfloat16", torch.bfloat16),
+                                       ("float16", torch.float16),
+                                       ("float32", torch.float32)):
+                captured["all_to_all"](200, 300, 8, dtype, 7)
+                self.assertEqual(calls.pop(), (
+                    (300, 32, torch_dtype, 3), (200, 32, torch_dtype, 3),
+                    (), group))
+            with self.assertRaises(ValueError) as caught:
+                captured["all_to_all"](200, 300, 8, "int8", None)
+            self.assertIn("all-to-all", str(caught.exception))
+        _distributed._TP_GROUPS.pop((group, 3), None)
+        self.assertEqual(calls, [])
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")

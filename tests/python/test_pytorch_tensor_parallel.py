@@ -562,7 +562,8 @@ class CollectiveFunctionsTest(unittest.TestCase):
         from unittest import mock
         captured, views, calls = {}, [], []
 
-        def from_function(all_reduce, all_gather=None, reduce_scatter=None):
+        def from_function(all_reduce, all_gather=None, reduce_scatter=None,
+                          all_to_all=None):
             captured.update(all_reduce=all_reduce, all_gather=all_gather,
                             reduce_scatter=reduce_scatter)
             return object()

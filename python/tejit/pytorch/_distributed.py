@@ -26,7 +26,11 @@ gathers its attention's keys and values over the module's cp_group
 (cp_reducescatter) through tp_group(process_group, device), the same
 object a tensor-parallel program over that process group gets (the
 all-gather and reduce-scatter functions above; the runtime reorders the
-load-balanced chunks itself).
+load-balanced chunks itself). With cp_comm_type a2a its cp_alltoall steps
+trade heads for tokens through that object's all_to_all function
+(torch.distributed.all_to_all_single over the process group, on the
+program's stream; given where the library takes one:
+TensorParallelGroup.takes_all_to_all).
 """
 import contextlib
 import functools
@@ -89,19 +93,25 @@ def group_size(process_group):
 
 
 def tp_group(process_group, device):
-    """The tejit.TensorParallelGroup that sums (all-reduce), gathers and
-    reduce-scatters over `process_group` the tensors of tensor-parallel
-    programs on CUDA device `device` (an index)."""
+    """The tejit.TensorParallelGroup that sums (all-reduce), gathers,
+    reduce-scatters and (where the library takes one) all-to-alls over
+    `process_group` the tensors of tensor- and context-parallel programs
+    on CUDA device `device` (an index)."""
     key = (process_group, device)
     group = _TP_GROUPS.get(key)
     if group is None:
         ranks = group_size(process_group)
+        optional = {}
+        if tejit.TensorParallelGroup.takes_all_to_all():
+            optional["all_to_all"] = functools.partial(
+                _all_to_all, process_group, ranks, device)
         group = tejit.TensorParallelGroup.from_function(
             functools.partial(_all_reduce_sum, process_group, device),
             all_gather=functools.partial(_all_gather, process_group, ranks,
                                          device),
             reduce_scatter=functools.partial(_reduce_scatter_sum,
-                                             process_group, ranks, device))
+                                             process_group, ranks, device),
+            **optional)
         _TP_GROUPS[key] = group
     return group
 
@@ -173,3 +183,17 @@ def _reduce_scatter_sum(process_group, ranks, device, in_address, out_address,
         torch.distributed.reduce_scatter_tensor(
             chunk, whole, op=torch.distributed.ReduceOp.SUM,
             group=process_group)
+
+
+def _all_to_all(process_group, ranks, device, in_address, out_address, count,
+                dtype, stream):
+    """Context parallelism's a2a: ranks * count elements at `in_address`
+    and at `out_address`; block j of the output (`count` elements) is
+    block r (this rank's) of rank j's input, as all_to_all_single's equal
+    splits."""
+    torch_dtype = _tp_dtype("all-to-all", dtype)
+    source = device_view(in_address, count * ranks, torch_dtype, device)
+    target = device_view(out_address, count * ranks, torch_dtype, device)
+    with _on_stream(device, stream):
+        torch.distributed.all_to_all_single(target, source,
+                                            group=process_group)

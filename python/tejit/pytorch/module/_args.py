@@ -213,13 +213,21 @@ def tensor_parallel_spec(layer, tp_size, parallel_mode=None,
 
 # --- context parallelism (docs/context-parallel.md) ---------------------------
 
-# TE's cp_comm_type values: those tejit runs (all as an all-gather of the
-# keys and values: "p2p", TE's default ring, gives the same numbers), and
-# those it refuses.
-CP_COMM_TYPES = ("p2p", "all_gather")
-CP_COMM_TYPES_REFUSED = ("a2a", "a2a+p2p")
-# The spec's cp_comm_type (the only one the compiler takes).
-CP_SPEC_COMM_TYPE = "all_gather"
+# TE's cp_comm_type values: those tejit runs ("p2p", TE's default ring,
+# runs as the all-gather of the keys and values: the same numbers; "a2a"
+# trades heads for tokens through all-to-alls), and those it refuses.
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
+CP_COMM_TYPES_REFUSED = ("a2a+p2p",)
+# The spec's cp_comm_type of each value tejit runs (the compiler takes
+# "all_gather" and "a2a").
+CP_SPEC_COMM_TYPES = {"p2p": "all_gather", "all_gather": "all_gather",
+                      "a2a": "a2a"}
+
+
+def spec_comm_type(cp_comm_type):
+    """The spec's cp_comm_type for TE's `cp_comm_type` (one tejit runs):
+    "a2a" for "a2a", else "all_gather"."""
+    return CP_SPEC_COMM_TYPES[cp_comm_type]
 
 
 def _group_rank(group):
@@ -238,10 +246,11 @@ def context_parallel_of(owner, cp_group, cp_global_ranks=None,
     without a group, else the group's size and this process's rank in it
     (`group_size` / `group_rank`, functions of the group, default to
     torch.distributed's). cp_comm_type "p2p" and "all_gather" run (as an
-    all-gather); "a2a" and "a2a+p2p" raise NotImplementedError with
-    cp_size > 1, other values ValueError; a list of groups (a2a+p2p's
-    hierarchy) is NotImplementedError; cp_global_ranks, when given, must
-    hold cp_size ranks; a process outside the group is a ValueError."""
+    all-gather), "a2a" as all-to-alls; "a2a+p2p" raises
+    NotImplementedError with cp_size > 1, other values ValueError; a list
+    of groups (a2a+p2p's hierarchy) is NotImplementedError; cp_global_ranks,
+    when given, must hold cp_size ranks; a process outside the group is a
+    ValueError. check_a2a_heads checks a2a's heads."""
     if cp_comm_type not in CP_COMM_TYPES + CP_COMM_TYPES_REFUSED:
         raise ValueError(f"{owner}: cp_comm_type must be one of "
                          f"{', '.join(CP_COMM_TYPES + CP_COMM_TYPES_REFUSED)}"
@@ -258,8 +267,9 @@ def context_parallel_of(owner, cp_group, cp_global_ranks=None,
         raise NotImplementedError(
             f"{owner}(cp_comm_type={cp_comm_type!r}) is not supported by "
             f"tejit: context parallelism runs as an all-gather of the keys "
-            f"and values; use cp_comm_type='all_gather' (or 'p2p', which "
-            f"tejit also runs as the all-gather: the same numbers)")
+            f"and values or as all-to-alls between heads and tokens; use "
+            f"cp_comm_type='all_gather' (or 'p2p', which tejit runs as the "
+            f"all-gather: the same numbers) or 'a2a'")
     rank = int((group_rank or _group_rank)(cp_group))
     if not 0 <= rank < size:
         raise ValueError(f"{owner}: this process is not in cp_group (rank "
@@ -268,6 +278,30 @@ def context_parallel_of(owner, cp_group, cp_global_ranks=None,
         raise ValueError(f"{owner}: cp_global_ranks has "
                          f"{len(cp_global_ranks)} ranks, cp_group {size}")
     return size, rank
+
+
+def check_a2a_heads(owner, cp_size, cp_comm_type, num_attention_heads,
+                    num_gqa_groups, tp_size=1):
+    """With cp_comm_type "a2a" and cp_size > 1, ValueError naming
+    num_attention_heads or num_gqa_groups when this rank's count (after
+    tensor parallelism: the global count / tp_size) is not divisible by
+    cp_size: the all-to-all gives each rank 1/cp_size of its heads and of
+    its key/value groups over the whole sequence."""
+    if cp_size <= 1 or cp_comm_type != "a2a":
+        return
+    tp_size = int(tp_size)
+    for name, count in (("num_attention_heads", int(num_attention_heads)),
+                        ("num_gqa_groups", int(num_gqa_groups))):
+        per_rank = count // tp_size
+        if per_rank % cp_size:
+            where = (f" ({per_rank} per tensor-parallel rank with tp_size "
+                     f"{tp_size})" if tp_size > 1 else "")
+            raise ValueError(
+                f"{owner}: with cp_comm_type='a2a' each context-parallel "
+                f"rank attends over 1/cp_size of the heads, so {name} "
+                f"({count}){where} must be divisible by cp_size "
+                f"({cp_size}); use cp_comm_type='all_gather' or another "
+                f"cp_size")
 
 
 def check_context_parallel_module(owner, cp_size, refusals):

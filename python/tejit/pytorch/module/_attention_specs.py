@@ -23,17 +23,28 @@ def _with_tensor_parallel(layer, tp_size, sequence_parallel=False):
     return layer
 
 
+# The spec's cp_comm_type values (the compiler's).
+CP_SPEC_COMM_TYPES = ("all_gather", "a2a")
+
+
 def _with_context_parallel(layer, context_parallel):
     """`layer` with context parallelism's keys (docs/context-parallel.md)
-    when `context_parallel` is (cp_size, cp_rank) with cp_size > 1:
-    cp_size, cp_rank and cp_comm_type "all_gather" (the one the compiler
-    runs; TE's "p2p" gives the same numbers). The sequence lengths of the
-    spec are then global. Specs without it stay as they were."""
+    when `context_parallel` is (cp_size, cp_rank) or (cp_size, cp_rank,
+    comm type) with cp_size > 1: cp_size, cp_rank and cp_comm_type, the
+    spec's "all_gather" (the default; TE's "p2p" gives the same numbers)
+    or "a2a" (all-to-alls between heads and tokens). The sequence lengths
+    of the spec are then global. Specs without it stay as they were."""
     if context_parallel is not None and int(context_parallel[0]) > 1:
-        cp_size, cp_rank = (int(value) for value in context_parallel)
+        cp_size, cp_rank = (int(value) for value in context_parallel[:2])
+        comm_type = (context_parallel[2] if len(context_parallel) > 2
+                     else "all_gather")
+        if comm_type not in CP_SPEC_COMM_TYPES:
+            raise ValueError(f"unknown spec cp_comm_type {comm_type!r} "
+                             f"(expected one of "
+                             f"{', '.join(CP_SPEC_COMM_TYPES)})")
         layer["cp_size"] = cp_size
         layer["cp_rank"] = cp_rank
-        layer["cp_comm_type"] = "all_gather"
+        layer["cp_comm_type"] = comm_type
     return layer
 
 
@@ -271,7 +282,7 @@ def dot_product_attention_spec(heads, kv_channels, groups, mask_type,
     queries' (cross-attention), else None; `padded_queries`: the queries
     have a padding mask of their own (input `query_mask`, TE's pair);
     `attention_bias`: the call's attention bias (bias_spec_keys);
-    `context_parallel`: (cp_size, cp_rank) or None
+    `context_parallel`: (cp_size, cp_rank[, comm type]) or None
     (_with_context_parallel)."""
     layer = {"type": "DotProductAttention", "num_attention_heads": heads,
              "kv_channels": kv_channels, "num_gqa_groups": groups,
@@ -300,7 +311,7 @@ def multihead_attention_spec(hidden, heads, kv_channels, groups,
     tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
     `sequence_parallel` its sequence parallelism; `attention_bias`: the
     call's attention bias (bias_spec_keys; the cross-attention's in a
-    cross block); `context_parallel`: (cp_size, cp_rank) or None
+    cross block); `context_parallel`: (cp_size, cp_rank[, comm type]) or None
     (_with_context_parallel)."""
     layer = {"type": "MultiheadAttention", "hidden_size": hidden,
              "num_attention_heads": heads, "kv_channels": kv_channels,
@@ -341,8 +352,8 @@ def transformer_layer_spec(hidden, ffn, heads, kv_channels, groups, eps,
     tensor parallelism (docs/tensor-parallel.md; sizes stay global), with
     `sequence_parallel` its sequence parallelism; `attention_bias`: the
     call's attention bias (bias_spec_keys; a decoder's
-    self-attention's); `context_parallel`: (cp_size, cp_rank) or None
-    (_with_context_parallel)."""
+    self-attention's); `context_parallel`: (cp_size, cp_rank[, comm
+    type]) or None (_with_context_parallel)."""
     layer = {"type": "TransformerLayer", "hidden_size": hidden,
              "ffn_hidden_size": ffn, "num_attention_heads": heads,
              "num_gqa_groups": groups, "kv_channels": kv_channels,

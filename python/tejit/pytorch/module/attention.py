@@ -316,7 +316,9 @@ class DotProductAttention(TransformerEngineBaseModule):
     this rank's two load-balanced chunks of each sequence
     (tejit.pytorch.distributed.context_parallel_split), the program
     all-gathers the keys and values over the group; cp_comm_type "p2p"
-    (TE's default) runs as "all_gather", "a2a" / "a2a+p2p" are refused;
+    (TE's default) runs as "all_gather"; with "a2a" all-to-alls trade
+    heads for tokens instead (heads and num_gqa_groups per rank divisible
+    by cp_size, else ValueError), "a2a+p2p" is refused;
     no_mask and causal only, no thd, sliding window, bias, fp8_dpa, KV
     cache or cross-attention (NotImplementedError naming the argument).
     Refused (NotImplementedError naming the argument): attention bias and
@@ -416,6 +418,9 @@ class DotProductAttention(TransformerEngineBaseModule):
     def _context_parallel_refusals(self):
         return {"qkv_format='thd'": self.qkv_format == "thd",
                 "attention_type='cross'": self.attention_type == "cross"}
+
+    def _context_parallel_heads(self):
+        return self.num_attention_heads, self.num_gqa_groups
 
     def _dropout_active(self):
         return self.training and self.attention_dropout > 0

@@ -55,10 +55,11 @@ cp_global_ranks, cp_stream and cp_comm_type (the attention modules'
 constructors, and set_context_parallel_group on every module, which
 reaches its submodules). The modules with an attention core take this
 rank's two load-balanced chunks of each sequence; their spec gets cp_size,
-cp_rank and global sequence lengths, and the program gathers keys and
-values over the group through torch.distributed (_distributed.py). The
-per-token modules keep the arguments and use none of them (their tokens
-are independent).
+cp_rank, cp_comm_type and global sequence lengths, and the program gathers
+keys and values over the group (cp_comm_type "p2p" / "all_gather") or
+trades heads for tokens by all-to-alls ("a2a") through torch.distributed
+(_distributed.py). The per-token modules keep the arguments and use none
+of them (their tokens are independent).
 
 FP8 primary weights (TE's fp8_model_init, fp8.py): a module built inside
 it holds its GEMM weights as Float8Tensors (float8_tensor.py) and has
@@ -351,13 +352,19 @@ class TransformerEngineBaseModule(torch.nn.Module):
         """Takes TE's context-parallel arguments (_args.context_parallel_of:
         cp_size is cp_group's size, cp_rank this process's rank in it) and
         refuses a configuration context parallelism does not run
-        (_context_parallel_refusals). Children are not reached (the
+        (_context_parallel_refusals; with cp_comm_type "a2a", heads per
+        rank that cp_size does not divide: _args.check_a2a_heads over
+        _context_parallel_heads). Children are not reached (the
         constructors pass the arguments on)."""
         cp_size, cp_rank = _args.context_parallel_of(
             owner, cp_group, cp_global_ranks, cp_comm_type)
         _args.check_context_parallel_module(
             owner, cp_size if self._has_attention else 1,
             self._context_parallel_refusals())
+        heads = self._context_parallel_heads()
+        if self._has_attention and heads is not None:
+            _args.check_a2a_heads(owner, cp_size, cp_comm_type, *heads,
+                                  tp_size=self.tp_size)
         self.cp_size, self.cp_rank = cp_size, cp_rank
         self._cp_group = GroupRef(cp_group)
         self.cp_global_ranks = cp_global_ranks
@@ -377,9 +384,11 @@ class TransformerEngineBaseModule(torch.nn.Module):
         two load-balanced chunks of every sequence (docs/context-parallel.md);
         cp_size becomes the group's size (None: 1). cp_comm_type "p2p"
         (TE's default) and "all_gather" both run as tejit's all-gather of
-        the keys and values; cp_stream is accepted and unused (nothing
-        overlaps the gather yet). The next call compiles programs for the
-        new size and rank (they key the program)."""
+        the keys and values, "a2a" as all-to-alls between heads and tokens
+        (heads and key/value groups per rank divisible by cp_size),
+        "a2a+p2p" is refused; cp_stream is accepted and unused (nothing
+        overlaps the communication yet). The next call compiles programs
+        for the new size, rank and comm type (they key the program)."""
         self._init_context_parallel(
             f"{type(self).__name__}.set_context_parallel_group", cp_group,
             cp_global_ranks, cp_stream, cp_comm_type)
@@ -394,12 +403,20 @@ class TransformerEngineBaseModule(torch.nn.Module):
         (_args.check_context_parallel_module); none by default."""
         return {}
 
+    def _context_parallel_heads(self):
+        """(num_attention_heads, num_gqa_groups) of the module's attention,
+        global (tensor parallelism divides them), for cp_comm_type "a2a"'s
+        check; None for a module without one."""
+        return None
+
     def _context_parallel(self):
-        """(cp_size, cp_rank) when this module's programs run context
-        parallelism (a module with an attention core and cp_size > 1),
-        else None: the spec's keys and part of the JIT key."""
+        """(cp_size, cp_rank, the spec's cp_comm_type: "all_gather" or
+        "a2a") when this module's programs run context parallelism (a
+        module with an attention core and cp_size > 1), else None: the
+        spec's keys and part of the JIT key."""
         if self._has_attention and self.cp_size > 1:
-            return (self.cp_size, self.cp_rank)
+            return (self.cp_size, self.cp_rank,
+                    _args.spec_comm_type(self.cp_comm_type))
         return None
 
     def _required_cp_group(self):

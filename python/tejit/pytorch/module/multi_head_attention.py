@@ -264,6 +264,9 @@ class MultiheadAttention(TransformerEngineBaseModule):
                 "attention_type='cross'": self.attention_type == "cross",
                 "sequence_parallel=True": self.sequence_parallel}
 
+    def _context_parallel_heads(self):
+        return self.num_attention_heads, self.num_gqa_groups
+
     def _dropout_seed_context(self):
         # TE draws attention dropout in get_rng_state_tracker().fork()
         # (with sequence parallelism TE's DotProductAttention draws it in

@@ -187,6 +187,10 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.hidden_size = int(hidden_size)
         self.ffn_hidden_size = int(ffn_hidden_size)
         self.num_attention_heads = int(num_attention_heads)
+        # (self_attention's, set again below once it is built; read by
+        # _init_context_parallel's a2a check before.)
+        self.num_gqa_groups = int(num_gqa_groups if num_gqa_groups is not None
+                                  else num_attention_heads)
         self.hidden_dropout = _args.check_dropout(owner, "hidden_dropout",
                                                   hidden_dropout)
         self.attention_dropout = _args.check_dropout(
@@ -275,6 +279,9 @@ class TransformerLayer(TransformerEngineBaseModule):
         return {"attn_input_format='thd'": self.attn_input_format == "thd",
                 "layer_type='decoder'": self.layer_type == "decoder",
                 "sequence_parallel=True": self.sequence_parallel}
+
+    def _context_parallel_heads(self):
+        return self.num_attention_heads, self.num_gqa_groups
 
     def _dropout_seed_context(self):
         # The layer's one dropout stream draws its hidden dropout, drop
