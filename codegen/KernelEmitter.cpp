@@ -303,14 +303,14 @@ static KernelGroup groupOf(Operation *op) {
 /// slices that attention reads strided), library calls (cuBLASLt, cuDNN),
 /// the concat that attention's gradients are written into, and the
 /// collectives over ranks (amax all-reduces, tensor-parallel sums, gathers
-/// and scatters, context parallelism's gathers and scatters: runtime
-/// steps).
+/// and scatters, context parallelism's gathers, scatters and all-to-alls:
+/// runtime steps).
 static bool needsNoKernel(Operation *op) {
   return isa<ReshapeOp, MatmulOp, ScaledMatmulOp, GroupedMatmulOp,
              GroupedScaledMatmulOp, AttentionOp, AttentionBwdOp, Fp8AttentionOp,
              Fp8AttentionBwdOp, KvCacheAttentionOp, AmaxAllReduceOp,
              TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp, CpAllGatherOp,
-             CpReduceScatterOp, func::ReturnOp>(op) ||
+             CpReduceScatterOp, CpAllToAllOp, func::ReturnOp>(op) ||
          isMetaSlotRead(op) || isAttentionInputSlice(op) ||
          isAttentionGradConcat(op) ||
          (isa<FusedOp>(op) && cast<FusedOp>(op).getKind() == "gemm");

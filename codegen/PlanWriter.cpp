@@ -449,6 +449,16 @@ json::Array FunctionPlan::steps() {
       cpCollective("cp_allgather", gather);
     if (auto scatter = dyn_cast<CpReduceScatterOp>(op))
       cpCollective("cp_reducescatter", scatter);
+    // cp_comm_type a2a: the direction is in the values' shapes.
+    if (auto allToAll = dyn_cast<CpAllToAllOp>(op))
+      steps.push_back(
+          json::Object{{"kind", "cp_alltoall"},
+                       {"in", id(allToAll.getInput())},
+                       {"out", id(allToAll.getOutput())},
+                       {"ranks", allToAll.getRanks()},
+                       {"seq_dim", allToAll.getSeqDim()},
+                       {"head_dim", allToAll.getHeadDim()},
+                       {"load_balanced", allToAll.getLoadBalanced()}});
   }
   return steps;
 }

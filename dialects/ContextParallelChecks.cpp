@@ -1,7 +1,8 @@
 //===- ContextParallelChecks.cpp - cp_size / cp_rank of attention layers --===//
 //
 // Context parallelism (docs/context-parallel.md): what the first version
-// refuses, and the local sequence the layer ops' operands hold.
+// refuses, the local sequence the layer ops' operands hold, and the heads
+// cp_comm_type a2a splits over the ranks.
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/LayerChecks.h"
@@ -11,6 +12,10 @@ using namespace mlir::te;
 
 LogicalResult mlir::te::verifyLayerContextParallel(Operation *op,
                                                    const ContextParallel &cp) {
+  if (cp.commType != kCpAllGather && cp.commType != kCpAllToAll)
+    return op->emitOpError()
+           << "'cp_comm_type' must be " << kCpAllGather << " or " << kCpAllToAll
+           << ", got '" << cp.commType << "'";
   if (cp.size < 1 || cp.rank < 0 || cp.rank >= cp.size)
     return op->emitOpError() << "'cp_rank' must be in [0, cp_size) with "
                                 "cp_size >= 1, got cp_rank "
@@ -42,5 +47,16 @@ LogicalResult mlir::te::verifyLayerContextParallel(Operation *op,
            << " each rank holds two chunks of every sequence, so the local "
               "sequence length must be even, got "
            << cp.localSeq;
+  if (cp.commType != kCpAllToAll)
+    return success();
+  // The all-to-all hands each rank 1/cp_size of the query heads and of the
+  // key/value heads.
+  for (auto [name, count] : {std::pair<StringRef, int64_t>{"query", cp.heads},
+                             {"key/value", cp.groups}})
+    if (count % cp.size != 0)
+      return op->emitOpError()
+             << "with cp_comm_type a2a the " << name << " heads (" << count
+             << ") must be divisible by cp_size (" << cp.size
+             << "): each rank attends over 1/cp_size of them";
   return success();
 }

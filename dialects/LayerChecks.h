@@ -189,6 +189,11 @@ verifyAttentionOperands(Operation *op, Value query, Value key, Value value,
 LogicalResult verifyQueryMask(Operation *op, Value queryMask,
                               ArrayRef<int64_t> stats, AttnMaskType maskType);
 
+/// The layer ops' `cp_comm_type` values (docs/context-parallel.md): the
+/// keys and values all-gathered, or q, k, v and the attention's output
+/// through all-to-alls between heads and tokens.
+inline constexpr StringLiteral kCpAllGather = "all_gather", kCpAllToAll = "a2a";
+
 /// An attention layer op's context parallelism (docs/context-parallel.md)
 /// and the features it is checked against.
 struct ContextParallel {
@@ -203,11 +208,16 @@ struct ContextParallel {
   bool kvCache = false, cross = false;
   /// The sequence length of the op's operands (this rank's tokens).
   int64_t localSeq = 0;
+  /// `cp_comm_type`, and this rank's query and key/value head counts
+  /// (which "a2a" splits over the ranks).
+  StringRef commType = kCpAllGather;
+  int64_t heads = 0, groups = 0;
 };
 
-/// `cp_rank` in [0, cp_size); with cp_size > 1 no thd, masks other than
-/// no_mask and causal, window, bias, FP8 attention, KV cache or
-/// cross-attention, and an even local sequence (two chunks a rank).
+/// `cp_comm_type` all_gather or a2a; `cp_rank` in [0, cp_size); with
+/// cp_size > 1 no thd, masks other than no_mask and causal, window, bias,
+/// FP8 attention, KV cache or cross-attention, and an even local sequence
+/// (two chunks a rank); with a2a, heads and groups divisible by cp_size.
 LogicalResult verifyLayerContextParallel(Operation *op,
                                          const ContextParallel &cp);
 

@@ -417,7 +417,7 @@ LogicalResult DotProductAttentionOp::verify() {
       return emitOpError() << "'softmax_scale' must be finite and > 0, got "
                            << scale->convertToDouble();
   AttentionBias bias = layerAttentionBias(*this);
-  if (getCpSize() != 1 || getCpRank() != 0) {
+  if (getCpSize() != 1 || getCpRank() != 0 || getCpCommType() != kCpAllGather) {
     ArrayRef<int64_t> q = shapeOf(getQuery()), k = shapeOf(getKey());
     unsigned seqDim = format == QkvFormat::bshd ? 1 : 0;
     bool packed = format == QkvFormat::thd;
@@ -433,6 +433,9 @@ LogicalResult DotProductAttentionOp::verify() {
                        !packed && (getQueryMask() || q.size() != k.size() ||
                                    q[seqDim] != k[seqDim]),
                        packed ? 0 : q[seqDim]};
+    cp.commType = getCpCommType();
+    cp.heads = q.size() == 4 ? q[2] : 0;
+    cp.groups = k.size() == 4 ? k[2] : 0;
     if (failed(verifyLayerContextParallel(*this, cp)))
       return failure();
   }
@@ -555,6 +558,9 @@ verifyBlockContextParallel(OpT op, const AttentionBlock &block, bool cross) {
                      block.kvCache,
                      cross,
                      in.size() > seqDim ? in[seqDim] : 0};
+  cp.commType = op.getCpCommType();
+  cp.heads = block.heads;
+  cp.groups = block.groups.value_or(block.heads);
   return verifyLayerContextParallel(op, cp);
 }
 

@@ -298,7 +298,10 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
     output hold its `s / cp_size` tokens of every sequence, chunks `cp_rank`
     and `2 cp_size - 1 - cp_rank` of `2 cp_size` (load-balanced order); the
     keys and values are all-gathered over the ranks. Masks no_mask and
-    causal, sbhd and bshd only.
+    causal, sbhd and bshd only. With `cp_comm_type = "a2a"` an all-to-all
+    trades heads for tokens instead (te.cp_all_to_all): each rank attends
+    over the whole sequence with `heads / cp_size` query heads and
+    `gqa_groups / cp_size` key/value heads, which must be whole numbers.
 
     ```mlir
     %o = te.dot_product_attention %q, %k, %v
@@ -331,6 +334,7 @@ def TE_DotProductAttentionOp : TE_LayerOp<"dot_product_attention",
                    OptionalAttr<I64Attr>:$max_seqlen_kv,
                    DefaultValuedAttr<I64Attr, "1">:$cp_size,
                    DefaultValuedAttr<I64Attr, "0">:$cp_rank,
+                   DefaultValuedStrAttr<StrAttr, "all_gather">:$cp_comm_type,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{
@@ -375,7 +379,11 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
     cp_rank` of `2 cp_size`), while `rotary_pos_emb` keeps the whole
     sequence's `[s, 1, 1, r]`; k and v are all-gathered over the ranks
     after the rotary embedding. Self-attention with no_mask or causal,
-    sbhd or bshd, no window, bias, FP8 attention or KV cache.
+    sbhd or bshd, no window, bias, FP8 attention or KV cache. With
+    `cp_comm_type = "a2a"`, q, k and v go through an all-to-all to the
+    whole sequence of `1 / cp_size` of the heads instead (head and
+    gqa_groups counts divisible by cp_size), and the attention's output
+    back to this rank's tokens of all heads.
 
     Cross-attention (Transformer Engine's `attention_type = "cross"`) when
     `encoder_output` (`[s_kv, b, hidden]`, `bshd`: `[b, s_kv, hidden]`) is
@@ -459,6 +467,7 @@ def TE_MultiheadAttentionOp : TE_LayerOp<"multihead_attention",
                    UnitAttr:$sequence_parallel,
                    DefaultValuedAttr<I64Attr, "1">:$cp_size,
                    DefaultValuedAttr<I64Attr, "0">:$cp_rank,
+                   DefaultValuedStrAttr<StrAttr, "all_gather">:$cp_comm_type,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output, Optional<TE_Tensor>:$ln_output);
   let assemblyFormat = [{
@@ -500,8 +509,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
     MLP as in `te.multihead_attention` and `te.layernorm_mlp`; with
     `sequence_parallel` the input, `encoder_output` and output, and so the
     norms, dropouts and residuals, are this rank's 1/tp_size of dim 0.
-    `cp_size` / `cp_rank`: context parallelism of the self-attention, as in
-    `te.multihead_attention` (not with a decoder's `encoder_output`).
+    `cp_size` / `cp_rank` / `cp_comm_type`: context parallelism of the
+    self-attention, as in `te.multihead_attention` (not with a decoder's
+    `encoder_output`).
 
     A decoder layer (Transformer Engine's `layer_type = "decoder"`) when
     `encoder_output` is given: between the two blocks,
@@ -606,6 +616,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                    UnitAttr:$sequence_parallel,
                    DefaultValuedAttr<I64Attr, "1">:$cp_size,
                    DefaultValuedAttr<I64Attr, "0">:$cp_rank,
+                   DefaultValuedStrAttr<StrAttr, "all_gather">:$cp_comm_type,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

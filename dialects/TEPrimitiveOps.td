@@ -187,6 +187,43 @@ def TE_CpReduceScatterOp : TE_PrimOp<"cp_reduce_scatter"> {
   }];
 }
 
+def TE_CpAllToAllOp : TE_PrimOp<"cp_all_to_all"> {
+  let summary = "Context parallelism: trades heads for tokens between the ranks";
+  let description = [{
+    cp_comm_type a2a (DeepSpeed-Ulysses, docs/context-parallel.md) on a
+    rank-4 tensor whose dim `seq_dim` (0 for sbhd, 1 for bshd) is tokens
+    and dim `head_dim` (2) heads; the types give the direction:
+
+    - to heads: input `[.., s / ranks, .., H, d]` (this rank's tokens of
+      every head), output `[.., s, .., H / ranks, d]`: rank r's output is
+      head block r (heads [r H / ranks, (r + 1) H / ranks)) of every
+      rank's input, placed along `seq_dim` as `te.cp_all_gather` with the
+      same `load_balanced` places the ranks' tokens (the sequence in
+      order, or rank order without it);
+    - to sequence, the inverse: input `[.., s, .., H / ranks, d]`, output
+      `[.., s / ranks, .., H, d]`: head block j of rank r's output is the
+      rows of rank j's input that `te.cp_all_gather` takes from rank r.
+
+    Each direction's gradient is the other with the same attributes.
+  }];
+  let arguments = (ins TE_AnyTensor:$input, I64Attr:$ranks, I64Attr:$seq_dim,
+                   I64Attr:$head_dim, UnitAttr:$load_balanced);
+  let results = (outs TE_AnyTensor:$output);
+  let assemblyFormat = [{
+    $input attr-dict `:` type($input) `->` type($output)
+  }];
+  let extraClassDeclaration = [{
+    /// Whether the output holds the whole sequence of 1/ranks of the heads
+    /// (else this rank's tokens of all heads); the verifier checks that
+    /// the types say one or the other.
+    bool isToHeads() {
+      auto in = ::llvm::cast<::mlir::RankedTensorType>(getInput().getType());
+      auto out = ::llvm::cast<::mlir::RankedTensorType>(getOutput().getType());
+      return out.getDimSize(getSeqDim()) > in.getDimSize(getSeqDim());
+    }
+  }];
+}
+
 def TE_ActivationOp : TE_PrimOp<"act"> {
   let summary = "Applies an MLP activation along the last dim";
   let description = [{

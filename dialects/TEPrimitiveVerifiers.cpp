@@ -186,6 +186,58 @@ LogicalResult CpReduceScatterOp::verify() {
                                getSeqDim(), getLoadBalanced());
 }
 
+/// te.cp_all_to_all: rank 4; the output is the input with `ranks` times
+/// its dim seq_dim and 1/ranks of its dim head_dim (to heads) or the
+/// other way round (to sequence), the other dims equal.
+LogicalResult CpAllToAllOp::verify() {
+  if (failed(verifyTensorParallel(*this, getInput(), getRanks())))
+    return failure();
+  auto inType = cast<RankedTensorType>(getInput().getType());
+  auto outType = cast<RankedTensorType>(getOutput().getType());
+  int64_t ranks = getRanks(), seqDim = getSeqDim(), headDim = getHeadDim();
+  if (inType.getRank() != 4 || outType.getRank() != 4)
+    return emitOpError() << "takes and returns rank-4 tensors (tokens, "
+                            "heads, head_dim), got "
+                         << inType << " -> " << outType;
+  if (seqDim != 0 && seqDim != 1)
+    return emitOpError() << "seq_dim must be 0 (sbhd) or 1 (bshd), got "
+                         << seqDim;
+  if (headDim != 2)
+    return emitOpError() << "head_dim must be 2 (the heads of [s, b, h, d] "
+                            "or [b, s, h, d]), got "
+                         << headDim;
+  // The shape on the other side of each direction.
+  auto other = [&](bool toHeads) {
+    SmallVector<int64_t> shape(inType.getShape());
+    if (toHeads) {
+      shape[seqDim] *= ranks;
+      shape[headDim] /= ranks;
+    } else {
+      shape[seqDim] /= ranks;
+      shape[headDim] *= ranks;
+    }
+    return shape;
+  };
+  ArrayRef<int64_t> in = inType.getShape(), out = outType.getShape();
+  bool toHeads =
+      in[headDim] % ranks == 0 && out == ArrayRef<int64_t>(other(true));
+  bool toSequence =
+      in[seqDim] % ranks == 0 && out == ArrayRef<int64_t>(other(false));
+  if (outType.getElementType() != inType.getElementType() ||
+      toHeads == toSequence)
+    return emitOpError() << "the output " << outType << " must be the input "
+                         << inType << " with " << ranks << " times its dim "
+                         << seqDim << " (tokens) and 1/" << ranks
+                         << " of its dim " << headDim
+                         << " (heads), or the other way round";
+  // Load balancing cuts each rank's tokens into two chunks.
+  int64_t localTokens = toHeads ? in[seqDim] : out[seqDim];
+  if (getLoadBalanced() && localTokens % 2 != 0)
+    return emitOpError() << "load_balanced needs an even local dim " << seqDim
+                         << " (two chunks a rank), got " << localTokens;
+  return success();
+}
+
 /// The last dim an activation produces from `inputWidth` channels.
 static FailureOr<int64_t> activationWidth(Operation *op, Activation activation,
                                           int64_t inputWidth) {

@@ -5,7 +5,9 @@
 // chunks r and 2N - 1 - r of 2N. The gather puts the whole sequence
 // together (in sequence order when load-balanced, in rank order
 // otherwise), the reduce-scatter sums a whole-sequence tensor over the
-// ranks and keeps this rank's tokens.
+// ranks and keeps this rank's tokens. cp_comm_type a2a's all-to-all trades
+// heads (dim 2 of a rank-4 tensor) for tokens: here an all-gather of which
+// each rank keeps its part, which the interpreter's collectives give.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/interpreter/Frame.h"
@@ -52,6 +54,29 @@ Tensor takeRows(const Tensor &x, ArrayRef<std::pair<int64_t, int64_t>> ranges) {
     result.shape[0] += count;
   }
   return result;
+}
+
+/// Heads [first, first + count) of `x` [d0, d1, heads, d].
+Tensor headsOf(const Tensor &x, int64_t first, int64_t count) {
+  int64_t d0 = x.shape[0], d1 = x.shape[1], heads = x.shape[2],
+          width = x.shape[3];
+  Tensor flat = reshape(x, {d0, d1, heads * width});
+  return reshape(slice(flat, first * width, count * width),
+                 {d0, d1, count, width});
+}
+
+/// `blocks` [d0, d1, h, d] side by side along the heads.
+Tensor concatHeads(ArrayRef<Tensor> blocks) {
+  int64_t d0 = blocks[0].shape[0], d1 = blocks[0].shape[1],
+          heads = blocks[0].shape[2], width = blocks[0].shape[3];
+  SmallVector<Tensor> flat;
+  for (const Tensor &block : blocks)
+    flat.push_back(reshape(block, {d0, d1, heads * width}));
+  SmallVector<const Tensor *> inputs;
+  for (const Tensor &block : flat)
+    inputs.push_back(&block);
+  return reshape(concat(inputs),
+                 {d0, d1, heads * int64_t(blocks.size()), width});
 }
 
 /// The rows of the whole sequence (dim 0, `rows` of them) that rank `rank`
@@ -106,5 +131,36 @@ FailureOr<Tensor> Frame::scatterSequenceSum(Operation *op, const Tensor &whole,
   return withSequenceFirst(sum, seqDim, [&](const Tensor &x) {
     return takeRows(x,
                     rowsOfRank(x.shape[0], ranks, options.rank, loadBalanced));
+  });
+}
+
+FailureOr<Tensor> Frame::exchangeHeads(Operation *op, const Tensor &x,
+                                       int64_t ranks, int64_t seqDim,
+                                       bool loadBalanced, bool toHeads) const {
+  if (toHeads) {
+    // Every rank's tokens of every head, then this rank's head block.
+    FailureOr<Tensor> whole =
+        gatherSequence(op, x, ranks, seqDim, loadBalanced);
+    if (failed(whole))
+      return failure();
+    int64_t count = whole->shape[2] / ranks;
+    return headsOf(*whole, options.rank * count, count);
+  }
+  if (failed(needCollectives(op)))
+    return failure();
+  return withSequenceFirst(x, seqDim, [&](const Tensor &y) {
+    // Rank j's whole sequence of head block j, of which this rank keeps
+    // its rows, as head block j.
+    Tensor gathered = options.collectives->allGather(y, options.rank);
+    int64_t size = y.numElements();
+    SmallVector<Tensor> blocks;
+    for (int64_t rank = 0; rank < ranks; ++rank) {
+      Tensor block(y.shape, std::vector<double>(
+                                gathered.data.begin() + rank * size,
+                                gathered.data.begin() + (rank + 1) * size));
+      blocks.push_back(takeRows(
+          block, rowsOfRank(y.shape[0], ranks, options.rank, loadBalanced)));
+    }
+    return concatHeads(blocks);
   });
 }

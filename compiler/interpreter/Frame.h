@@ -76,6 +76,15 @@ public:
                                              int64_t seqDim,
                                              bool loadBalanced) const;
 
+  /// cp_comm_type a2a's all-to-all (te.cp_all_to_all) on `x` [.., h, d]
+  /// with tokens along `seqDim`: `toHeads`, this rank's tokens of all
+  /// heads to the whole sequence (placed as gatherSequence places them) of
+  /// head block `rank` of `ranks`; else the inverse. An error at `op` in
+  /// one process (ContextParallel.cpp).
+  mlir::FailureOr<Tensor> exchangeHeads(mlir::Operation *op, const Tensor &x,
+                                        int64_t ranks, int64_t seqDim,
+                                        bool loadBalanced, bool toHeads) const;
+
   /// The position of the layer op being run among the function's layer ops.
   uint64_t layerIndex = 0;
 

@@ -157,11 +157,45 @@ static FailureOr<Tensor> gatherSequence(Operation *op, const Tensor &local,
                               params.maskType == te::AttnMaskType::causal);
 }
 
-/// Takes the context parallelism of layer op `op` into `params`.
+/// Takes the context parallelism of layer op `op` into `params`; returns
+/// whether it trades heads for tokens (cp_comm_type a2a).
 template <typename OpT>
-static void setContextParallel(OpT op, AttentionParams &params) {
+static bool setContextParallel(OpT op, AttentionParams &params) {
   params.cpRanks = int64_t(op.getCpSize());
   params.cpRank = int64_t(op.getCpRank());
+  return params.cpRanks > 1 && op.getCpCommType() == te::kCpAllToAll;
+}
+
+/// The attention of layer op `op` on this rank's q, k and v [.., h, d]
+/// under the context parallelism in `params`: with all_gather over the
+/// whole sequence's keys and values; with a2a (`allToAll`) q, k and v go
+/// to the whole sequence of this rank's head block, the attention there
+/// is an ordinary one, and its output comes back to this rank's tokens.
+static FailureOr<Tensor> attendOverSequence(Operation *op, Tensor query,
+                                            Tensor key, Tensor value,
+                                            const AttentionParams &params,
+                                            bool allToAll, Frame &frame) {
+  if (!allToAll) {
+    FailureOr<Tensor> wholeKey = gatherSequence(op, key, params, frame);
+    FailureOr<Tensor> wholeValue = gatherSequence(op, value, params, frame);
+    if (failed(wholeKey) || failed(wholeValue))
+      return failure();
+    return attention(query, *wholeKey, *wholeValue, params).output;
+  }
+  int64_t seqDim = params.format == te::QkvFormat::bshd ? 1 : 0;
+  bool loadBalanced = params.maskType == te::AttnMaskType::causal;
+  auto exchange = [&](const Tensor &x, bool toHeads) {
+    return frame.exchangeHeads(op, x, params.cpRanks, seqDim, loadBalanced,
+                               toHeads);
+  };
+  FailureOr<Tensor> q = exchange(query, true), k = exchange(key, true),
+                    v = exchange(value, true);
+  if (failed(q) || failed(k) || failed(v))
+    return failure();
+  AttentionParams whole = params;
+  whole.cpRanks = 1;
+  whole.cpRank = 0;
+  return exchange(attention(*q, *k, *v, whole).output, false);
 }
 
 /// An attention result [d0, d1, h, d] ([t, h, d] for thd) as the layer
@@ -186,7 +220,7 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
   params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   params.setWindow(op.getWindowSize());
   setAttentionBias(params, te::layerAttentionBias(op), frame);
-  setContextParallel(op, params);
+  bool allToAll = setContextParallel(op, params);
   if (params.format == te::QkvFormat::thd) {
     int64_t maxQ = int64_t(*op.getMaxSeqlenQ());
     const Tensor &cuQ = frame.get(op.getCuSeqlensQ());
@@ -208,14 +242,12 @@ static LogicalResult runOp(te::DotProductAttentionOp op, Frame &frame) {
       return failure();
     return frame.set(op, op.getOutput(), mergeHeads(std::move(*output)));
   }
-  FailureOr<Tensor> key =
-      gatherSequence(op, frame.get(op.getKey()), params, frame);
-  FailureOr<Tensor> value =
-      gatherSequence(op, frame.get(op.getValue()), params, frame);
-  if (failed(key) || failed(value))
+  FailureOr<Tensor> output =
+      attendOverSequence(op, query, frame.get(op.getKey()),
+                         frame.get(op.getValue()), params, allToAll, frame);
+  if (failed(output))
     return failure();
-  AttentionOutputs result = attention(query, *key, *value, params);
-  return frame.set(op, op.getOutput(), mergeHeads(std::move(result.output)));
+  return frame.set(op, op.getOutput(), mergeHeads(std::move(*output)));
 }
 
 namespace {
@@ -231,6 +263,8 @@ struct AttentionBlock {
   bool rowParallelProj = false;
   /// GPT-J's rotary layout (rotary_pos_interleaved).
   bool rotaryInterleaved = false;
+  /// Context parallelism with cp_comm_type a2a (else all_gather).
+  bool cpAllToAll = false;
   /// KV cache (inference): the op, the caches, each sequence's length after
   /// the step and the page table of paged caches; the queries' cu_seqlens
   /// and max_seqlen are in params.
@@ -264,7 +298,7 @@ static AttentionBlock attentionBlock(OpT op, Frame &frame,
   block.params.dropoutKey = frame.layerDropoutKey(dropout::kAttentionSite);
   block.params.setWindow(op.getWindowSize());
   setAttentionBias(block.params, te::layerAttentionBias(op), frame);
-  setContextParallel(op, block.params);
+  block.cpAllToAll = setContextParallel(op, block.params);
   block.rotaryInterleaved = op.getRotaryPosInterleaved();
   block.rowParallelProj = op.getTpSize() > 1;
   block.op = op;
@@ -347,15 +381,9 @@ attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
     query = rotateHeads(query, local, params.format, block.rotaryInterleaved);
     key = rotateHeads(key, local, params.format, block.rotaryInterleaved);
   }
-  FailureOr<Tensor> gatheredKey = gatherSequence(block.op, key, params, frame);
-  FailureOr<Tensor> gatheredValue =
-      gatherSequence(block.op, value, params, frame);
-  if (failed(gatheredKey) || failed(gatheredValue))
-    return failure();
-  key = std::move(*gatheredKey);
-  value = std::move(*gatheredValue);
   Tensor context;
   if (block.keyCache) {
+    // (No context parallelism: the verifier refuses it with a KV cache.)
     AttentionParams params = block.params;
     params.maskType = te::kvCacheMaskType(params.maskType);
     FailureOr<Tensor> output = runKvCacheAttention(
@@ -366,7 +394,12 @@ attendBlock(const Tensor &x, const AttentionBlock &block, Frame &frame) {
       return failure();
     context = mergeHeads(std::move(*output));
   } else {
-    context = mergeHeads(attention(query, key, value, block.params).output);
+    FailureOr<Tensor> output =
+        attendOverSequence(block.op, std::move(query), std::move(key),
+                           std::move(value), params, block.cpAllToAll, frame);
+    if (failed(output))
+      return failure();
+    context = mergeHeads(std::move(*output));
   }
   return linearOfRank(block.op, context, frame.get(block.projWeight),
                       frame.getOptional(block.projBias), block.rowParallelProj,
@@ -412,6 +445,7 @@ static AttentionBlock crossAttentionBlock(te::TransformerLayerOp op,
   // it in decoders).
   block.params.cpRanks = 1;
   block.params.cpRank = 0;
+  block.cpAllToAll = false;
   block.keyCache = block.valueCache = block.cuSeqlensKv = block.pageTable =
       Value();
   block.encoder = op.getEncoderOutput();

@@ -100,6 +100,14 @@ static LogicalResult runOp(te::CpReduceScatterOp op, Frame &frame) {
                  failed(frame.set(op, op.getOutput(), std::move(*local))));
 }
 
+static LogicalResult runOp(te::CpAllToAllOp op, Frame &frame) {
+  FailureOr<Tensor> output = frame.exchangeHeads(
+      op, frame.get(op.getInput()), int64_t(op.getRanks()),
+      int64_t(op.getSeqDim()), op.getLoadBalanced(), op.isToHeads());
+  return failure(failed(output) ||
+                 failed(frame.set(op, op.getOutput(), std::move(*output))));
+}
+
 static LogicalResult runOp(te::BiasGradOp op, Frame &frame) {
   return frame.set(op, op.getOutput(), biasGrad(frame.get(op.getGrad())));
 }
@@ -423,8 +431,8 @@ LogicalResult tejit::interp::runPrimitiveOp(Operation *op, Frame &frame) {
       .Case<te::ReshapeOp, te::TransposeOp, te::SliceOp, te::ConcatOp,
             te::AddOp, te::BiasAddOp, te::BiasGradOp, te::TpCopyOp,
             te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp,
-            te::CpAllGatherOp, te::CpReduceScatterOp, te::ActivationOp,
-            te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
+            te::CpAllGatherOp, te::CpReduceScatterOp, te::CpAllToAllOp,
+            te::ActivationOp, te::ActivationGradOp, te::DropoutOp, te::MatmulOp,
             te::LayerNormFwdOp, te::LayerNormBwdOp, te::RMSNormFwdOp,
             te::RMSNormBwdOp, te::RotaryOp, te::AttentionOp, te::AttentionBwdOp,
             te::KvCacheAttentionOp>([&](auto op) { return runOp(op, frame); })

@@ -365,6 +365,13 @@ LogicalResult Differentiator::differentiate(Operation *op) {
                                                      grad, op->getAttrs()));
         return success();
       })
+      .Case([&](CpAllToAllOp op) {
+        // A permutation of the ranks' elements: its gradient is the
+        // inverse permutation, the other direction (the types tell).
+        addGrad(op.getInput(), create<CpAllToAllOp>(op.getInput().getType(),
+                                                    grad, op->getAttrs()));
+        return success();
+      })
       .Case([&](BiasAddOp op) {
         addGrad(op.getInput(), grad);
         addGrad(op.getBias(), create<BiasGradOp>(op.getBias().getType(), grad));

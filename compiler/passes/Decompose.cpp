@@ -87,6 +87,8 @@ public:
       cpSize = cp.getInt();
     if (auto rank = layer->getAttrOfType<IntegerAttr>("cp_rank"))
       cpRank = rank.getInt();
+    if (auto comm = layer->getAttrOfType<StringAttr>("cp_comm_type"))
+      cpAllToAll = cpSize > 1 && comm.getValue() == kCpAllToAll;
   }
 
   /// How a GEMM of a tensor-parallel layer is split over the ranks.
@@ -282,7 +284,9 @@ public:
     if (crossAttention && mask)
       attrs.push_back(
           builder.getNamedAttr("pad_keys_only", builder.getUnitAttr()));
-    if (cpSize > 1) {
+    // With a2a the attention holds the whole sequence of its heads: an
+    // ordinary one.
+    if (cpSize > 1 && !cpAllToAll) {
       attrs.push_back(
           builder.getNamedAttr("cp_ranks", builder.getI64IntegerAttr(cpSize)));
       attrs.push_back(
@@ -357,8 +361,7 @@ public:
       query = rotary(query, freqs, params);
       key = rotary(key, freqs, params);
     }
-    key = gatherSequence(key, params.format, params.maskType);
-    value = gatherSequence(value, params.format, params.maskType);
+    shareSequence(query, key, value, params.format, params.maskType);
     PackedSequences sequences;
     if (packed)
       sequences = {params.cuSeqlens, params.cuSeqlensKv, params.maxSeqlen,
@@ -369,6 +372,7 @@ public:
         1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
         params.dropoutSite, params.queryMask, static_cast<bool>(params.encoder),
         sequences, params.bias);
+    context = localTokens(context, params.format, params.maskType);
     return linear(reshape(context, {shapeOf(qkv)[0], qWidth}),
                   params.projWeight, params.projBias, Split::row);
   }
@@ -409,6 +413,48 @@ public:
         loc, RankedTensorType::get(shape, elementOf(x)), x,
         builder.getI64IntegerAttr(cpSize), builder.getI64IntegerAttr(seqDim),
         maskType == AttnMaskType::causal ? builder.getUnitAttr() : nullptr);
+  }
+
+  /// cp_comm_type a2a: heads `x` through te.cp_all_to_all, to the whole
+  /// sequence of 1/cpSize of the heads (`toHeads`) or back to this rank's
+  /// tokens of all heads; in sequence order for the causal mask
+  /// (load-balanced), in rank order for no_mask, as gatherSequence.
+  Value allToAll(Value x, QkvFormat format, AttnMaskType maskType,
+                 bool toHeads) {
+    int64_t seqDim = format == QkvFormat::bshd ? 1 : 0, headDim = 2;
+    SmallVector<int64_t> shape(shapeOf(x));
+    shape[seqDim] = toHeads ? shape[seqDim] * cpSize : shape[seqDim] / cpSize;
+    shape[headDim] =
+        toHeads ? shape[headDim] / cpSize : shape[headDim] * cpSize;
+    return builder.create<CpAllToAllOp>(
+        loc, RankedTensorType::get(shape, elementOf(x)), x,
+        builder.getI64IntegerAttr(cpSize), builder.getI64IntegerAttr(seqDim),
+        builder.getI64IntegerAttr(headDim),
+        maskType == AttnMaskType::causal ? builder.getUnitAttr() : nullptr);
+  }
+
+  /// Context parallelism before the attention: with all_gather the keys
+  /// and values of the whole sequence (the queries stay this rank's), with
+  /// a2a all three as the whole sequence of this rank's heads; nothing
+  /// without context parallelism.
+  void shareSequence(Value &query, Value &key, Value &value, QkvFormat format,
+                     AttnMaskType maskType) {
+    if (!cpAllToAll) {
+      key = gatherSequence(key, format, maskType);
+      value = gatherSequence(value, format, maskType);
+      return;
+    }
+    query = allToAll(query, format, maskType, /*toHeads=*/true);
+    key = allToAll(key, format, maskType, /*toHeads=*/true);
+    value = allToAll(value, format, maskType, /*toHeads=*/true);
+  }
+
+  /// The attention's output `context` as this rank's tokens of all heads:
+  /// with a2a back through the inverse all-to-all, else `context` itself.
+  Value localTokens(Value context, QkvFormat format, AttnMaskType maskType) {
+    if (!cpAllToAll)
+      return context;
+    return allToAll(context, format, maskType, /*toHeads=*/false);
   }
 
   /// Rotary embeddings on q or k heads by the angles `freqs`. Packed tokens
@@ -452,8 +498,10 @@ private:
   bool sequenceParallel = false;
   /// Context parallelism (docs/context-parallel.md): the layer holds rank
   /// cpRank's tokens of each sequence, and its attention gathers the keys
-  /// and values of all cpSize ranks.
+  /// and values of all cpSize ranks (cp_comm_type all_gather), or trades
+  /// heads for tokens with them around it (`cpAllToAll`, cp_comm_type a2a).
   int64_t cpSize = 1, cpRank = 0;
+  bool cpAllToAll = false;
 };
 
 /// `y` (tokens) reshaped like `like` with `y`'s last dim; with sequence
@@ -538,17 +586,16 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
   }
   double scale = op.getSoftmaxScale() ? op.getSoftmaxScale()->convertToDouble()
                                       : 1.0 / std::sqrt(headDim);
+  Value query = op.getQuery(), key = op.getKey(), value = op.getValue();
+  lower.shareSequence(query, key, value, op.getQkvFormat(),
+                      op.getAttnMaskType());
   Value context = lower.attention(
-      op.getQuery(),
-      lower.gatherSequence(op.getKey(), op.getQkvFormat(),
-                           op.getAttnMaskType()),
-      lower.gatherSequence(op.getValue(), op.getQkvFormat(),
-                           op.getAttnMaskType()),
-      op.getAttentionMask(), op.getAttnMaskType(), op.getQkvFormat(), scale,
-      op.getAttentionDropout().convertToDouble(), op.getWindowSizeAttr(),
-      kAttention, op.getQueryMask(),
+      query, key, value, op.getAttentionMask(), op.getAttnMaskType(),
+      op.getQkvFormat(), scale, op.getAttentionDropout().convertToDouble(),
+      op.getWindowSizeAttr(), kAttention, op.getQueryMask(),
       /*crossAttention=*/bool(op.getQueryMask()), packed,
       layerAttentionBias(op));
+  context = lower.localTokens(context, op.getQkvFormat(), op.getAttnMaskType());
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 

@@ -106,8 +106,9 @@ std::vector<PlannedBuffer> liveRanges(func::FuncOp function) {
         firstRead[it->second] = int64_t(here);
     }
     // (A sum in place is a view: its readers keep its input's buffer.)
-    // Context parallelism's gathers and scatters run on the caller's stream
-    // (they reorder through the scratch): their inputs need no more time.
+    // Context parallelism's gathers, scatters and all-to-alls run on the
+    // caller's stream (they reorder through the scratch): their inputs
+    // need no more time.
     if (isa<te::TpAllReduceOp, te::TpAllGatherOp, te::TpReduceScatterOp>(op) &&
         !te::isInPlaceSum(&op)) {
       auto input = bufferOf.find(op.getOperand(0));

@@ -52,6 +52,12 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
       ++stats.cpCollectives;
       stats.cpBytes += bytesOf(op->getOperand(0).getType());
     }
+    // An all-to-all's sides hold as many bytes: the whole sequence of 1/N
+    // of the heads, this rank's tokens of all of them.
+    if (isa<CpAllToAllOp>(op)) {
+      ++stats.cpCollectives;
+      stats.cpBytes += bytesOf(op->getOperand(0).getType());
+    }
   });
   for (Operation &op : function.front()) {
     bool libraryCall =
@@ -65,7 +71,7 @@ FailureOr<FunctionStats> tejit::computeStats(func::FuncOp function) {
     // Collectives over ranks (NCCL) are not generated kernels.
     bool collective =
         isa<AmaxAllReduceOp, TpAllReduceOp, TpAllGatherOp, TpReduceScatterOp,
-            CpAllGatherOp, CpReduceScatterOp>(op);
+            CpAllGatherOp, CpReduceScatterOp, CpAllToAllOp>(op);
     if (!libraryCall && !view && !collective && !isa<func::ReturnOp>(op))
       ++stats.kernels;
   }

@@ -28,8 +28,9 @@ struct FunctionStats {
   /// te.tp_reduce_scatter) and the bytes each rank sends into them (a sum's
   /// or a scatter's input, a gather's output).
   int64_t tpSums = 0, tpSumBytes = 0;
-  /// Context-parallel collectives (te.cp_all_gather, te.cp_reduce_scatter)
-  /// and the whole-sequence bytes each moves.
+  /// Context-parallel collectives (te.cp_all_gather, te.cp_reduce_scatter,
+  /// te.cp_all_to_all) and the whole-sequence bytes each moves (an
+  /// all-to-all's: the whole sequence of its 1/N of the heads).
   int64_t cpCollectives = 0, cpBytes = 0;
 };
 

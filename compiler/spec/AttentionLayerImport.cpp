@@ -312,7 +312,8 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
                                bias->type != AttnBiasType::no_bias},
                               {"fp8_dpa", bool(fp8Dpa)},
                               {"kv_seq_length", bool(*kvSeq)},
-                              {"padded_queries", *paddedQueries}})))
+                              {"padded_queries", *paddedQueries}})) ||
+      failed(cp->checkHeads(ctx, *heads, *groups)))
     return failure();
   bool packed = ctx.state.inputFormat == QkvFormat::thd;
   if (packed && *paddedQueries)
@@ -450,7 +451,8 @@ struct AttentionOptions {
   /// The first version's refusals under context parallelism: besides the
   /// mask type (read under `maskKey`), window and bias, FP8 attention and
   /// cross-attention (named by `crossKey`, set when `cross`); with
-  /// sequence parallelism in sbhd, tp_size must divide the local tokens.
+  /// sequence parallelism in sbhd, tp_size must divide the local tokens;
+  /// with a2a, cp_size this rank's heads (after splitHeads).
   LogicalResult checkContextParallel(LayerContext &ctx, StringRef maskKey,
                                      StringRef crossKey, bool cross) const {
     auto delayed = dyn_cast_or_null<DelayedScalingAttr>(ctx.recipe);
@@ -459,7 +461,8 @@ struct AttentionOptions {
                                {"core_attention_bias_type",
                                 coreBias.type != AttnBiasType::no_bias},
                                {"fp8_dpa", delayed && delayed.getFp8Dpa()},
-                               {crossKey, cross}})))
+                               {crossKey, cross}})) ||
+        failed(cp.checkHeads(ctx, heads, groups, tp.size)))
       return failure();
     int64_t localSeq = cp.local(ctx.state.seqLength);
     if (cp.size > 1 && tp.sequence &&

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/spec/LayerContext.h"
+#include "dialects/LayerChecks.h"
 
 #include "mlir/IR/Diagnostics.h"
 
@@ -25,10 +26,12 @@ ContextParallelOptions::read(LayerContext &ctx) {
   ContextParallelOptions options;
   options.size = size->value_or(1);
   options.rank = *rank;
-  if (*commType && **commType != "all_gather")
+  if (*commType && **commType != kCpAllGather && **commType != kCpAllToAll)
     return emitError(layer.valueLoc("cp_comm_type"))
            << "'cp_comm_type' " << **commType
-           << " is not supported: the supported value is all_gather";
+           << " is not supported: the supported values are " << kCpAllGather
+           << " and " << kCpAllToAll;
+  options.allToAll = *commType && **commType == kCpAllToAll;
   if (options.rank < 0 || options.rank >= options.size)
     return emitError(layer.valueLoc("cp_rank"))
            << "'cp_rank' (" << options.rank
@@ -67,10 +70,34 @@ LogicalResult ContextParallelOptions::refuse(
   return success();
 }
 
+LogicalResult ContextParallelOptions::checkHeads(LayerContext &ctx,
+                                                 int64_t heads,
+                                                 std::optional<int64_t> groups,
+                                                 int64_t tpSize) const {
+  if (!allToAll || size == 1)
+    return success();
+  for (auto [key, count] : {std::pair<StringRef, std::optional<int64_t>>{
+                                "num_attention_heads", heads},
+                            {"num_gqa_groups", groups}}) {
+    if (!count || *count % size == 0)
+      continue;
+    InFlightDiagnostic error = emitError(ctx.layer.valueLoc(key));
+    error << "'" << key << "' (" << *count * tpSize;
+    if (tpSize > 1)
+      error << ", " << *count << " a rank with tp_size " << tpSize;
+    return error << ") must be divisible by cp_size (" << size
+                 << ") with cp_comm_type a2a: each rank attends over "
+                    "1/cp_size of the heads";
+  }
+  return success();
+}
+
 void ContextParallelOptions::addAttributes(LayerContext &ctx,
                                            LayerOpParts &parts) const {
   if (size == 1)
     return;
   parts.set("cp_size", ctx.i64(size));
   parts.set("cp_rank", ctx.i64(rank));
+  if (allToAll)
+    parts.set("cp_comm_type", StringAttr::get(ctx.context(), kCpAllToAll));
 }

@@ -119,11 +119,15 @@ struct TensorParallelOptions {
 };
 
 /// An attention layer's context parallelism (docs/context-parallel.md):
-/// `cp_size` (default 1), `cp_rank` (default 0) and `cp_comm_type` (only
-/// all_gather). Spec sequence lengths are global; the layer's activations
-/// hold this rank's seq_length / cp_size tokens of every sequence.
+/// `cp_size` (default 1), `cp_rank` (default 0) and `cp_comm_type`
+/// (all_gather, the default, or a2a). Spec sequence lengths are global; the
+/// layer's activations hold this rank's seq_length / cp_size tokens of
+/// every sequence.
 struct ContextParallelOptions {
   int64_t size = 1, rank = 0;
+  /// cp_comm_type a2a: all-to-alls between heads and tokens instead of the
+  /// keys' and values' all-gather.
+  bool allToAll = false;
 
   /// Reads the keys and checks them against the spec's sequences: ranges,
   /// seq_length divisible by 2 * cp_size, no packed sequences or KV cache.
@@ -134,9 +138,16 @@ struct ContextParallelOptions {
   mlir::LogicalResult
   refuse(LayerContext &ctx,
          llvm::ArrayRef<std::pair<llvm::StringRef, bool>> features) const;
+  /// With a2a, fails unless cp_size divides the query heads and the KV
+  /// groups (`groups`, when the spec gives num_gqa_groups) of one
+  /// tensor-parallel rank of `tpSize`; the errors name the spec's values.
+  mlir::LogicalResult checkHeads(LayerContext &ctx, int64_t heads,
+                                 std::optional<int64_t> groups,
+                                 int64_t tpSize = 1) const;
   /// The activations' dim `seqDim` (the sequence dim) of one rank.
   int64_t local(int64_t global) const { return global / size; }
-  /// Sets `cp_size` and `cp_rank` on the op when cp_size > 1.
+  /// Sets `cp_size`, `cp_rank` and `cp_comm_type` on the op when
+  /// cp_size > 1.
   void addAttributes(LayerContext &ctx, LayerOpParts &parts) const;
 };
 

@@ -12,7 +12,10 @@
 // interpreter's layer ops), after te-decompose and te-autodiff (the
 // te.cp_all_gather placement, the local rotary angles, te.attention's cp
 // attributes and the gradients), and as two FP8 DelayedScaling training
-// steps through the whole pipeline. Fresh random data every run.
+// steps through the whole pipeline. The same with cp_comm_type a2a (q, k,
+// v and the attention's output through te.cp_all_to_all: each rank attends
+// over the whole sequence of half the heads), which must also give what
+// all_gather gives. Fresh random data every run.
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8TrainingStep.h"
@@ -29,9 +32,12 @@ constexpr int kRanks = 2;
 
 struct CpCase {
   const char *name;
-  /// The spec's layers, with `{cp}` where the context-parallel keys go.
+  /// The spec's layers, with `{cp}` where the context-parallel keys go
+  /// (cp_comm_type `commType`), or `{cp_all_gather}` for a layer that keeps
+  /// all_gather whatever the case's.
   const char *layers;
   bool bshd = false;
+  const char *commType = "all_gather";
 };
 
 void PrintTo(const CpCase &cpCase, std::ostream *os) { *os << cpCase.name; }
@@ -77,12 +83,84 @@ const CpCase kCases[] = {
      " self_attn_mask_type: no_mask{cp}}\n"},
 };
 
+/// cp_comm_type a2a: 4 query heads and 2 KV groups (or none: 4 KV heads),
+/// 2 and 1 (2) a rank.
+const CpCase kA2aCases[] = {
+    {"dpa_causal",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " num_gqa_groups: 2, attn_mask_type: causal{cp}}\n",
+     false, "a2a"},
+    {"dpa_no_mask_bshd",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " attn_mask_type: no_mask{cp}}\n",
+     true, "a2a"},
+    {"dpa_causal_bshd",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " num_gqa_groups: 2, attn_mask_type: causal{cp}}\n",
+     true, "a2a"},
+    {"mha_gqa_rotary_causal",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, input_layernorm: true, attention_dropout: 0.0,"
+     " rotary_pos_emb: true{cp}}\n",
+     false, "a2a"},
+    {"mha_gqa_rotary_causal_bshd",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n",
+     true, "a2a"},
+    {"mha_gqa_rotary_no_mask",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, attention_dropout: 0.0, rotary_pos_emb: true,"
+     " attn_mask_type: no_mask{cp}}\n",
+     false, "a2a"},
+    {"mha_gqa_rotary_no_mask_bshd",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, attention_dropout: 0.0, rotary_pos_emb: true,"
+     " attn_mask_type: no_mask{cp}}\n",
+     true, "a2a"},
+    {"transformer_layer_causal",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n",
+     false, "a2a"},
+    {"transformer_layer_causal_bshd",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, hidden_dropout: 0.0, attention_dropout: "
+     "0.0{cp}}\n",
+     true, "a2a"},
+    {"transformer_layer_no_mask",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, self_attn_mask_type: no_mask{cp}}\n",
+     false, "a2a"},
+    {"transformer_layer_no_mask_bshd",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true,"
+     " self_attn_mask_type: no_mask{cp}}\n",
+     true, "a2a"},
+    // An a2a layer, then an all_gather one: both hold the same local
+    // tokens between layers.
+    {"a2a_then_all_gather_layers",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n"
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, hidden_dropout: 0.0, attention_dropout: 0.0,"
+     " self_attn_mask_type: no_mask{cp_all_gather}}\n",
+     false, "a2a"},
+};
+
 /// FP8-aligned (16 tokens a rank, dims multiples of 16).
 const CpCase kFp8Cases[] = {
     {"transformer_layer_fp8",
      "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 64,"
      " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
      " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n"},
+    {"transformer_layer_a2a_fp8",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 64,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n",
+     false, "a2a"},
 };
 
 /// Rank `rank`'s tokens of `whole` along `seqDim`: chunks rank and
@@ -120,20 +198,27 @@ protected:
     context.loadDialect<te::TEDialect, func::FuncDialect>();
   }
 
-  /// The layer on the whole sequence (rank < 0) or rank `rank`'s part.
+  /// The layer on the whole sequence (rank < 0) or rank `rank`'s part,
+  /// with cp_comm_type `commType` (default: the case's).
   OwningOpRef<ModuleOp> import(int rank, const std::string &extra = "",
-                               int seqLength = 8) {
+                               int seqLength = 8,
+                               const char *commType = nullptr) {
     std::string spec = "seq_length: " + std::to_string(seqLength) +
                        "\nbatch_size: 2\n" + extra;
     if (GetParam().bshd)
       spec += "input_format: bshd\n";
     spec += "layers:\n" + std::string(GetParam().layers);
-    std::string keys = rank < 0
-                           ? ""
-                           : ", cp_size: 2, cp_rank: " + std::to_string(rank) +
-                                 ", cp_comm_type: all_gather";
-    for (size_t at; (at = spec.find("{cp}")) != std::string::npos;)
-      spec.replace(at, 4, keys);
+    auto keys = [&](StringRef comm) {
+      return rank < 0 ? std::string()
+                      : ", cp_size: 2, cp_rank: " + std::to_string(rank) +
+                            ", cp_comm_type: " + comm.str();
+    };
+    for (auto [marker, comm] :
+         {std::pair<StringRef, StringRef>{
+              "{cp}", commType ? commType : GetParam().commType},
+          {"{cp_all_gather}", "all_gather"}})
+      for (size_t at; (at = spec.find(marker)) != std::string::npos;)
+        spec.replace(at, marker.size(), keys(comm));
     return importSpecText(context, spec, GetParam().name);
   }
 
@@ -258,8 +343,76 @@ TEST_P(ContextParallelFp8, StepsOfTheRanksGiveTheWholeLayers) {
                      {}, /*steps=*/2, 1e-9, /*seqLength=*/16);
 }
 
+/// cp_comm_type a2a against all_gather: each rank's two programs on the
+/// same local inputs, the layer ops' forward and one training step after
+/// te-decompose and te-autodiff (every result, parameter gradients
+/// unsummed).
+class ContextParallelA2a : public ContextParallel {};
+
+TEST_P(ContextParallelA2a, GivesWhatAllGatherGives) {
+  tejit::PipelineOptions options;
+  options.stopAfter = tejit::Stage::Autodiff;
+  // The whole layer's inputs and output gradients, of which each rank
+  // takes its tokens.
+  OwningOpRef<ModuleOp> whole = import(-1);
+  ASSERT_TRUE(whole && runPipeline(*whole, options));
+  func::FuncOp wholeFn = firstFunction(*whole);
+  func::FuncOp wholeBwd = backwardOf(*whole, wholeFn);
+  ASSERT_TRUE(wholeBwd);
+  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+  std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
+  // [comm type][rank]: the layer ops, and their training step.
+  constexpr const char *kCommTypes[] = {"a2a", "all_gather"};
+  OwningOpRef<ModuleOp> layers[2][kRanks], steps[2][kRanks];
+  for (int comm = 0; comm < 2; ++comm)
+    for (int rank = 0; rank < kRanks; ++rank) {
+      layers[comm][rank] = import(rank, "", 8, kCommTypes[comm]);
+      steps[comm][rank] = import(rank, "", 8, kCommTypes[comm]);
+      ASSERT_TRUE(layers[comm][rank] && steps[comm][rank]);
+      ASSERT_TRUE(runPipeline(*steps[comm][rank], options));
+    }
+  onRanks(kRanks, [&](int rank, tejit::interp::Collectives &collectives) {
+    std::vector<Tensor> results[2];
+    std::map<std::string, Tensor> trained[2];
+    for (int comm = 0; comm < 2; ++comm) {
+      func::FuncOp fn = firstFunction(*layers[comm][rank]);
+      std::vector<Tensor> local;
+      for (auto [index, type] : llvm::enumerate(fn.getArgumentTypes()))
+        local.push_back(localOf(args[index], shapeOf(type), rank));
+      results[comm] = interpret(fn, local, &collectives, rank);
+
+      func::FuncOp forward = firstFunction(*steps[comm][rank]);
+      func::FuncOp backward = backwardOf(*steps[comm][rank], forward);
+      ASSERT_TRUE(backward);
+      std::vector<Tensor> localGrads;
+      for (const Tensor &grad : outputGrads)
+        localGrads.push_back(localOf(
+            grad, shapeOf(forward.getResultTypes()[localGrads.size()]), rank));
+      TrainingStep step(forward, backward, &collectives, rank);
+      trained[comm] = step.run(local, localGrads);
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_LT(relativeError(results[0][i], results[1][i]), 1e-10)
+          << "rank " << rank << ", layer op result " << i;
+    ASSERT_FALSE(trained[0].empty());
+    ASSERT_EQ(trained[0].size(), trained[1].size());
+    for (const auto &[name, tensor] : trained[0])
+      EXPECT_LT(relativeError(tensor, trained[1][name]), 1e-10)
+          << "rank " << rank << ", " << name;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Layers, ContextParallel, ::testing::ValuesIn(kCases),
                          [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(A2a, ContextParallel, ::testing::ValuesIn(kA2aCases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(A2a, ContextParallelA2a,
+                         ::testing::ValuesIn(kA2aCases), [](const auto &info) {
                            return std::string(info.param.name);
                          });
 INSTANTIATE_TEST_SUITE_P(Layers, ContextParallelFp8,

@@ -2002,8 +2002,7 @@ layers:
     cp_size: 2
     cp_rank: 2
 )",
-                  8, 14,
-                  "'cp_rank' (2) must be in [0, cp_size) = [0, 2)"},
+                  8, 14, "'cp_rank' (2) must be in [0, cp_size) = [0, 2)"},
         ErrorCase{"CpCommTypeP2p", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -2015,8 +2014,57 @@ layers:
     cp_comm_type: p2p
 )",
                   8, 19,
-                  "'cp_comm_type' p2p is not supported: the supported value "
-                  "is all_gather"},
+                  "'cp_comm_type' p2p is not supported: the supported values "
+                  "are all_gather and a2a"},
+        // cp_comm_type a2a hands each rank 1/cp_size of the heads.
+        ErrorCase{"CpA2aHeadsNotDivisible", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 96
+    num_attention_heads: 6
+    attn_mask_type: no_mask
+    cp_size: 4
+    cp_comm_type: a2a
+)",
+                  6, 26,
+                  "'num_attention_heads' (6) must be divisible by cp_size (4) "
+                  "with cp_comm_type a2a: each rank attends over 1/cp_size of "
+                  "the heads"},
+        ErrorCase{"CpA2aGroupsNotDivisible", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    num_gqa_groups: 1
+    kv_channels: 16
+    cp_size: 2
+    cp_rank: 1
+    cp_comm_type: a2a
+)",
+                  6, 21,
+                  "'num_gqa_groups' (1) must be divisible by cp_size (2) with "
+                  "cp_comm_type a2a: each rank attends over 1/cp_size of the "
+                  "heads"},
+        ErrorCase{"CpA2aHeadsOfATensorParallelRank", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 4
+    num_gqa_groups: 4
+    tp_size: 2
+    cp_size: 4
+    cp_comm_type: a2a
+)",
+                  7, 26,
+                  "'num_attention_heads' (4, 2 a rank with tp_size 2) must be "
+                  "divisible by cp_size (4) with cp_comm_type a2a: each rank "
+                  "attends over 1/cp_size of the heads"},
         ErrorCase{"CpPaddingMask", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -1,7 +1,8 @@
 // RUN: te-opt %s -split-input-file -verify-diagnostics
 
 // Diagnostics of context parallelism (docs/context-parallel.md): the
-// collectives, te.attention's cp attributes and the layer ops' cp_size.
+// collectives, te.attention's cp attributes and the layer ops' cp_size and
+// cp_comm_type.
 
 func.func @gather_shape(%k: tensor<4x2x2x8xbf16>) {
   // expected-error @+1 {{the whole tensor 'tensor<4x4x2x8xbf16>' must be the local 'tensor<4x2x2x8xbf16>' with 2 times its dim 0}}
@@ -102,5 +103,113 @@ func.func @decoder(%x: tensor<4x2x32xbf16>, %e: tensor<4x2x32xbf16>, %w: tensor<
   // expected-error @+1 {{context parallelism (cp_size 2) is not supported with cross-attention ('encoder_output')}}
   %y = te.multihead_attention %x encoder_output(%e) qkv_weight(%w) kv_weight(%kv) proj_weight(%p) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, attn_mask_type = #te.attn_mask_type<no_mask>, cp_size = 2 : i64, cp_rank = 0 : i64}
       : (tensor<4x2x32xbf16>, tensor<4x2x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>, tensor<32x32xbf16>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_shape(%q: tensor<4x2x4x8xbf16>) {
+  // expected-error @+1 {{the output 'tensor<8x2x4x8xbf16>' must be the input 'tensor<4x2x4x8xbf16>' with 2 times its dim 0 (tokens) and 1/2 of its dim 2 (heads), or the other way round}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 2 : i64} : tensor<4x2x4x8xbf16> -> tensor<8x2x4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_other_dims(%q: tensor<4x2x4x8xbf16>) {
+  // expected-error @+1 {{the output 'tensor<8x2x2x4xbf16>' must be the input 'tensor<4x2x4x8xbf16>' with 2 times its dim 0}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 2 : i64} : tensor<4x2x4x8xbf16> -> tensor<8x2x2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_element(%q: tensor<4x2x4x8xbf16>) {
+  // expected-error @+1 {{the output 'tensor<8x2x2x8xf16>' must be the input 'tensor<4x2x4x8xbf16>'}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 2 : i64} : tensor<4x2x4x8xbf16> -> tensor<8x2x2x8xf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_heads_not_divisible(%q: tensor<4x2x3x8xbf16>) {
+  // expected-error @+1 {{must be the input 'tensor<4x2x3x8xbf16>' with 2 times its dim 0 (tokens) and 1/2 of its dim 2 (heads)}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 2 : i64} : tensor<4x2x3x8xbf16> -> tensor<8x2x1x8xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_rank(%q: tensor<4x8x32xbf16>) {
+  // expected-error @+1 {{takes and returns rank-4 tensors (tokens, heads, head_dim), got 'tensor<4x8x32xbf16>' -> 'tensor<8x4x32xbf16>'}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 2 : i64} : tensor<4x8x32xbf16> -> tensor<8x4x32xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_head_dim(%q: tensor<4x2x4x8xbf16>) {
+  // expected-error @+1 {{head_dim must be 2 (the heads of [s, b, h, d] or [b, s, h, d]), got 1}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 1 : i64} : tensor<4x2x4x8xbf16> -> tensor<8x1x4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_seq_dim(%q: tensor<2x2x4x8xbf16>) {
+  // expected-error @+1 {{seq_dim must be 0 (sbhd) or 1 (bshd), got 2}}
+  %0 = te.cp_all_to_all %q {ranks = 2 : i64, seq_dim = 2 : i64, head_dim = 2 : i64} : tensor<2x2x4x8xbf16> -> tensor<2x2x4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_odd_chunks(%o: tensor<6x2x2x8xbf16>) {
+  // expected-error @+1 {{load_balanced needs an even local dim 0 (two chunks a rank), got 3}}
+  %0 = te.cp_all_to_all %o {ranks = 2 : i64, seq_dim = 0 : i64, head_dim = 2 : i64, load_balanced} : tensor<6x2x2x8xbf16> -> tensor<3x2x4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @all_to_all_one_rank(%q: tensor<4x2x4x8xbf16>) {
+  // expected-error @+1 {{ranks must be at least 2, got 1}}
+  %0 = te.cp_all_to_all %q {ranks = 1 : i64, seq_dim = 0 : i64, head_dim = 2 : i64} : tensor<4x2x4x8xbf16> -> tensor<4x2x4x8xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_comm_type(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>) {
+  // expected-error @+1 {{'cp_comm_type' must be all_gather or a2a, got 'p2p'}}
+  %o = te.dot_product_attention %q, %k, %k {cp_size = 2 : i64, cp_rank = 0 : i64, cp_comm_type = "p2p"}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x2x8xbf16>, tensor<4x2x2x8xbf16>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_a2a_groups(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x1x8xbf16>) {
+  // expected-error @+1 {{with cp_comm_type a2a the key/value heads (1) must be divisible by cp_size (2): each rank attends over 1/cp_size of them}}
+  %o = te.dot_product_attention %q, %k, %k {cp_size = 2 : i64, cp_rank = 0 : i64, cp_comm_type = "a2a"}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x1x8xbf16>, tensor<4x2x1x8xbf16>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_a2a_heads(%x: tensor<4x2x48xbf16>, %w: tensor<144x48xbf16>, %p: tensor<48x48xbf16>) {
+  // expected-error @+1 {{with cp_comm_type a2a the query heads (3) must be divisible by cp_size (2): each rank attends over 1/cp_size of them}}
+  %y = te.multihead_attention %x qkv_weight(%w) proj_weight(%p) {num_attention_heads = 3 : i64, attn_mask_type = #te.attn_mask_type<no_mask>, cp_size = 2 : i64, cp_rank = 1 : i64, cp_comm_type = "a2a"}
+      : (tensor<4x2x48xbf16>, tensor<144x48xbf16>, tensor<48x48xbf16>) -> tensor<4x2x48xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_comm_type_one_rank(%x: tensor<4x2x32xbf16>, %w: tensor<96x32xbf16>, %p: tensor<32x32xbf16>) {
+  // expected-error @+1 {{'cp_comm_type' must be all_gather or a2a, got 'ring'}}
+  %y = te.multihead_attention %x qkv_weight(%w) proj_weight(%p) {num_attention_heads = 4 : i64, cp_comm_type = "ring"}
+      : (tensor<4x2x32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>) -> tensor<4x2x32xbf16>
   return
 }
