@@ -213,6 +213,23 @@ def torch_all_to_all(device):
     return all_to_all
 
 
+def replays_to(eager, program, stream, source, grad_output, what):
+    """Captures `program`'s forward (of `source`) and backward (of
+    `grad_output`) in a CUDA graph on `stream` and checks that a replay
+    gives `eager` (the output and the input gradient) bit for bit; `what`
+    names the two in the message."""
+    output = torch.zeros_like(eager[0])
+    grad_input = torch.zeros_like(eager[1])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        program.forward(stream, [source], [output])
+        program.backward(stream, [grad_output], [grad_input])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(output, eager[0]), f"{what[0]}'s replay"
+    assert torch.equal(grad_input, eager[1]), f"{what[1]}'s replay"
+
+
 def gather_scatter_checks(check, device, groups):
     """The checks of sequence parallelism's collectives over `groups`
     (name -> TensorParallelGroup), the NCCL group first."""
@@ -301,16 +318,8 @@ def gather_scatter_checks(check, device, groups):
 
         def graph_replays():
             eager = run_on(program, next(iter(groups.values())))
-            output = torch.zeros_like(eager[0])
-            grad_input = torch.zeros_like(eager[1])
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=stream):
-                program.forward(stream, [source], [output])
-                program.backward(stream, [grad_output], [grad_input])
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(output, eager[0]), "the gather's replay"
-            assert torch.equal(grad_input, eager[1]), "the scatter's replay"
+            replays_to(eager, program, stream, source, grad_output,
+                       ("the gather", "the scatter"))
         check(f"{element}: a captured graph replays them", graph_replays)
         program.close()
 
@@ -484,16 +493,8 @@ def all_to_all_checks(check, device, groups, without):
 
                 def graph_replays():
                     eager = run_on(program, next(iter(groups.values())))
-                    output = torch.zeros_like(eager[0])
-                    grad_input = torch.zeros_like(eager[1])
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph, stream=stream):
-                        program.forward(stream, [source], [output])
-                        program.backward(stream, [grad_output], [grad_input])
-                    graph.replay()
-                    torch.cuda.synchronize()
-                    assert torch.equal(output, eager[0]), "to heads"
-                    assert torch.equal(grad_input, eager[1]), "to sequence"
+                    replays_to(eager, program, stream, source, grad_output,
+                               ("to heads", "to sequence"))
                 check(f"{what}: a captured graph replays them",
                       graph_replays)
                 program.close()

@@ -201,6 +201,21 @@ int64_t globalRow(int64_t rank, int64_t local, int64_t localRows, int64_t ranks,
                        : (2 * ranks - 1 - rank) * chunk + (local - chunk);
 }
 
+/// Runs `copies` on the host: from the rank-order buffer to the whole one
+/// (`toWhole`) or back.
+void runCopies(llvm::ArrayRef<CpRowCopy> copies, std::vector<float> &rankSide,
+               std::vector<float> &wholeSide, bool toWhole) {
+  auto *ranked = reinterpret_cast<char *>(rankSide.data());
+  auto *whole = reinterpret_cast<char *>(wholeSide.data());
+  for (const CpRowCopy &copy : copies)
+    for (size_t line = 0; line < copy.height; ++line) {
+      char *rankLine = ranked + copy.rankOffset + line * copy.rankPitch;
+      char *wholeLine = whole + copy.wholeOffset + line * copy.wholePitch;
+      std::memcpy(toWhole ? wholeLine : rankLine,
+                  toWhole ? rankLine : wholeLine, copy.width);
+    }
+}
+
 TEST(ContextParallelTest, GatherCopiesPutTheSequenceInOrder) {
   std::mt19937 random(std::random_device{}());
   for (int64_t ranks : {2, 4})
@@ -255,42 +270,16 @@ TEST(ContextParallelTest, GatherCopiesPutTheSequenceInOrder) {
         std::vector<float> gathered(expected.size(), -7.0f);
         if (copies.empty())
           gathered = rankOrder; // gathered in place
-        auto *from = reinterpret_cast<const char *>(rankOrder.data());
-        auto *to = reinterpret_cast<char *>(gathered.data());
-        for (const CpRowCopy &copy : copies)
-          for (size_t line = 0; line < copy.height; ++line)
-            std::memcpy(to + copy.wholeOffset + line * copy.wholePitch,
-                        from + copy.rankOffset + line * copy.rankPitch,
-                        copy.width);
+        runCopies(copies, rankOrder, gathered, true);
         EXPECT_EQ(gathered, expected);
         // The reduce-scatter runs the same copies backwards: back to rank
         // order, each rank's block its own tokens.
         std::vector<float> back(rankOrder.size(), -7.0f);
         if (copies.empty())
           back = gathered;
-        for (const CpRowCopy &copy : copies)
-          for (size_t line = 0; line < copy.height; ++line)
-            std::memcpy(reinterpret_cast<char *>(back.data()) +
-                            copy.rankOffset + line * copy.rankPitch,
-                        to + copy.wholeOffset + line * copy.wholePitch,
-                        copy.width);
+        runCopies(copies, back, gathered, false);
         EXPECT_EQ(back, rankOrder);
       }
-}
-
-/// Runs `copies` on the host: from the rank-order buffer to the whole one
-/// (`toWhole`) or back.
-void runCopies(llvm::ArrayRef<CpRowCopy> copies, std::vector<float> &rankSide,
-               std::vector<float> &wholeSide, bool toWhole) {
-  auto *ranked = reinterpret_cast<char *>(rankSide.data());
-  auto *whole = reinterpret_cast<char *>(wholeSide.data());
-  for (const CpRowCopy &copy : copies)
-    for (size_t line = 0; line < copy.height; ++line) {
-      char *rankLine = ranked + copy.rankOffset + line * copy.rankPitch;
-      char *wholeLine = whole + copy.wholeOffset + line * copy.wholePitch;
-      std::memcpy(toWhole ? wholeLine : rankLine,
-                  toWhole ? rankLine : wholeLine, copy.width);
-    }
 }
 
 /// The group's all-to-all over simulated ranks: block j of rank r's output
