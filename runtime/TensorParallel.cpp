@@ -139,19 +139,29 @@ Error CallbackTensorParallelGroup::allReduceSum(CUdeviceptr in, CUdeviceptr out,
   return Error::success();
 }
 
+namespace {
+/// Calls the caller's out-of-place `function` for `collective` (the
+/// all-gather, reduce-scatter and all-to-all share one signature).
+Error callOutOfPlace(TpCollective collective, TpAllGatherFunction function,
+                     void *userData, CUdeviceptr in, CUdeviceptr out,
+                     size_t countPerRank, ElementType element,
+                     CUstream stream) {
+  if (!function)
+    return functionMissing(collective);
+  if (int status = function(userData, reinterpret_cast<const void *>(in),
+                            reinterpret_cast<void *>(out), countPerRank,
+                            static_cast<int>(element), stream))
+    return functionFailed(collective, status, countPerRank, element);
+  return Error::success();
+}
+} // namespace
+
 Error CallbackTensorParallelGroup::allGather(CUdeviceptr in, CUdeviceptr out,
                                              size_t countPerRank,
                                              ElementType element,
                                              CUstream stream) {
-  if (!functions.allGather)
-    return functionMissing(TpCollective::AllGather);
-  if (int status =
-          functions.allGather(userData, reinterpret_cast<const void *>(in),
-                              reinterpret_cast<void *>(out), countPerRank,
-                              static_cast<int>(element), stream))
-    return functionFailed(TpCollective::AllGather, status, countPerRank,
-                          element);
-  return Error::success();
+  return callOutOfPlace(TpCollective::AllGather, functions.allGather, userData,
+                        in, out, countPerRank, element, stream);
 }
 
 Error CallbackTensorParallelGroup::reduceScatter(CUdeviceptr in,
@@ -159,30 +169,16 @@ Error CallbackTensorParallelGroup::reduceScatter(CUdeviceptr in,
                                                  size_t countPerRank,
                                                  ElementType element,
                                                  CUstream stream) {
-  if (!functions.reduceScatter)
-    return functionMissing(TpCollective::ReduceScatter);
-  if (int status =
-          functions.reduceScatter(userData, reinterpret_cast<const void *>(in),
-                                  reinterpret_cast<void *>(out), countPerRank,
-                                  static_cast<int>(element), stream))
-    return functionFailed(TpCollective::ReduceScatter, status, countPerRank,
-                          element);
-  return Error::success();
+  return callOutOfPlace(TpCollective::ReduceScatter, functions.reduceScatter,
+                        userData, in, out, countPerRank, element, stream);
 }
 
 Error CallbackTensorParallelGroup::allToAll(CUdeviceptr in, CUdeviceptr out,
                                             size_t countPerRank,
                                             ElementType element,
                                             CUstream stream) {
-  if (!functions.allToAll)
-    return functionMissing(TpCollective::AllToAll);
-  if (int status =
-          functions.allToAll(userData, reinterpret_cast<const void *>(in),
-                             reinterpret_cast<void *>(out), countPerRank,
-                             static_cast<int>(element), stream))
-    return functionFailed(TpCollective::AllToAll, status, countPerRank,
-                          element);
-  return Error::success();
+  return callOutOfPlace(TpCollective::AllToAll, functions.allToAll, userData,
+                        in, out, countPerRank, element, stream);
 }
 
 llvm::StringRef tejit::runtime::tpFunctionName(TpCollective collective) {
