@@ -130,8 +130,9 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   # The same with sequence_parallel=True: each rank its slice of dim 0.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/sequence_parallel_check.py --full
-  # Context parallelism (cp_group, all_gather): each rank its load-balanced
-  # chunks of the sequence, against the cp=1 twin on the whole sequence.
+  # Context parallelism (cp_group; all_gather and a2a): each rank its
+  # load-balanced chunks of the sequence, against the cp=1 twin on the
+  # whole sequence.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/context_parallel_check.py --full
 else
