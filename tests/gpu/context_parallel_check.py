@@ -28,9 +28,14 @@ Precisions: bf16; DelayedScaling HYBRID on the GEMMs under
 fp8_autocast(fp8_group=WORLD) (the group holds the CP ranks, so the amax
 reduction gives every rank the whole sequence's amaxes and the cp=1
 module's scales; after 2 warm-up steps); Float8CurrentScaling (each rank
-scales its own tokens: FP8 tolerances). DotProductAttention has no GEMM
-(the recipe would apply only with fp8_dpa, which context parallelism
-refuses): bf16 only. Cases: DotProductAttention with GQA (8 heads, 2
+scales its own tokens: FP8 tolerances); with a2a also fp8_dpa
+(tensor_parallel_check's: DelayedScaling(fp8_dpa=True) under
+fp8_autocast(fp8_group=WORLD), FP8 attention on top of the FP8 GEMMs,
+after 2 warm-up steps; its tolerances are FP8 attention's, and the
+context-parallel module's FP8 scales are compared with the cp=1
+module's and must be the same bit for bit on every rank). Without
+fp8_dpa DotProductAttention has no GEMM for a recipe to apply to: bf16
+only. Cases: DotProductAttention with GQA (8 heads, 2
 groups), MultiheadAttention with GQA and rotary embeddings, and a
 TransformerLayer shaped like the seed layer but smaller (hidden 512, FFN
 2048, 8 heads, seq 512, batch 2, no dropout), each causal and no_mask,
@@ -45,9 +50,17 @@ MultiheadAttention and TransformerLayer), the Llama-like layer and
 set_context_parallel_group with a2a; and each module against its
 all_gather twin (the same parameters and local inputs, bf16): this rank's
 output, input gradients and parameter gradients (not summed: each rank's
-part is the same in both). --full adds the TransformerLayer at hidden
-4096, FFN 16384, 32 heads, seq 8192, batch 1 (causal, sbhd, every
-precision; all_gather and a2a).
+part is the same in both). What a2a runs and the all-gather refuses
+(docs/context-parallel.md, "a2a runs more than all_gather"), at cp 2
+against the cp 1 twins, each module in sbhd causal and bshd no_mask:
+FP8 attention (fp8_dpa; DotProductAttention GQA 8/2 heads of 128,
+MultiheadAttention hidden 1024 with rotary, TransformerLayer 1024/2048;
+heads of 128: Hopper's FP8 attention backward takes no other) and
+sliding windows (bf16; (128, 0) causal, (128, -1) no_mask: a right
+bound other than 0 or -1 is refused, cuDNN's fused attention computes
+none; the a2a modules' shapes above). --full adds the TransformerLayer
+at hidden 4096, FFN 16384, 32 heads, seq 8192, batch 1 (causal, sbhd,
+every precision; all_gather and a2a).
 
 Prints one PASS/FAIL line per case on rank 0 and a pass count; exits
 non-zero if any rank failed a case. With one process every case runs at
@@ -71,6 +84,13 @@ MODES = tpc.MODES
 LAYOUTS = ("sbhd", "bshd")
 MASKS = ("causal", "no_mask")
 COMM_TYPES = ("all_gather", "a2a")
+# The precisions of DelayedScaling, whose compared step follows warm-up
+# steps: "fp8_dpa" (tensor_parallel_check's: FP8 attention too) runs with
+# a2a only.
+DELAYED_MODES = ("delayed", "fp8_dpa")
+# A sliding window per mask (a right bound other than 0 or -1 is refused:
+# cuDNN's fused attention computes none).
+WINDOWS = {"causal": (128, 0), "no_mask": (128, -1)}
 
 
 # --- the ranks' parts -------------------------------------------------------
@@ -187,7 +207,7 @@ def cp_case(make, shapes, mode, seed, dims, out_shape, out_dim, call=None,
     inputs = [tpc.same_randn(shape, seed + 1 + index)
               for index, shape in enumerate(shapes)]
     dy = tpc.same_randn(out_shape, seed + 50)
-    if mode == "delayed":
+    if mode in DELAYED_MODES:
         for step in range(tpc.DELAYED_WARMUP_STEPS):
             warm = [tpc.same_randn(shape, seed + 100 + 10 * step + index)
                     for index, shape in enumerate(shapes)]
@@ -196,8 +216,37 @@ def cp_case(make, shapes, mode, seed, dims, out_shape, out_dim, call=None,
                      mine(dy, out_dim), mode, call)
     compare_cp_step(report, full, parallel, inputs, dy, dims, out_dim,
                     call=call)
+    detail = ""
+    if mode == "fp8_dpa":
+        detail = compare_scales(report, full, parallel)
     report.check()
-    return report.summary()
+    return report.summary() + detail
+
+
+def compare_scales(report, full, parallel):
+    """Under fp8_dpa: the context-parallel module's FP8 scales (forward
+    and backward, the attention's slots with the GEMMs') against the cp=1
+    module's (the same slots: the all-to-alls move bf16 and add none), and
+    the same bit for bit on every rank (the amax reduction over fp8_group,
+    which holds the CP ranks: each rank's amaxes cover only its heads of
+    the sequence, or its tokens)."""
+    want = {k: v for k, v in full.state_dict().items()
+            if k.startswith("fp8_meta.") and k.endswith(".scale")}
+    got = {k: v for k, v in parallel.state_dict().items()
+           if k.startswith("fp8_meta.") and k.endswith(".scale")}
+    if not want or set(got) != set(want):
+        report.failures.append(f"FP8 scales: cp=1 {sorted(want)}, "
+                               f"context-parallel {sorted(got)}")
+        return ""
+    for name, scale in got.items():
+        if tuple(scale.shape) != tuple(want[name].shape):
+            report.failures.append(
+                f"{name}: {tuple(scale.shape)} slots, the cp=1 module "
+                f"{tuple(want[name].shape)}")
+            continue
+        report.compare(name, scale, want[name])
+        report.same_on_ranks(name, scale.cuda())
+    return f", {len(got)} scale tensors"
 
 
 def twins_case(make, shapes, seed, dims, out_shape, out_dim, call=None):
@@ -238,22 +287,24 @@ def lead(layout, seq, batch):
 
 def dot_product_attention_case(seed, layout, mask, heads=8, groups=2, d=64,
                                seq=256, batch=2, comm_type="all_gather",
-                               twins=False):
+                               twins=False, mode="bf16", window_size=None):
     """GQA attention without parameters: q [.., heads, d], k/v [..,
     groups, d], each this rank's chunks; `twins`: a2a against all_gather
-    (twins_case) instead of against the cp=1 module."""
+    (twins_case) instead of against the cp=1 module. `mode` bf16 or
+    fp8_dpa (the recipe applies only with FP8 attention: no GEMM here);
+    `window_size`: a sliding window."""
     def make(**cp):
         return te.DotProductAttention(heads, d, num_gqa_groups=groups,
                                       attention_dropout=0.0,
                                       qkv_format=layout, attn_mask_type=mask,
-                                      **cp)
+                                      window_size=window_size, **cp)
     shape = lead(layout, seq, batch)
     dim = seq_dim(layout)
     shapes = [(*shape, heads, d), (*shape, groups, d), (*shape, groups, d)]
     if twins:
         return twins_case(make, shapes, seed, [dim] * 3,
                           (*shape, heads * d), dim)
-    return cp_case(make, shapes, "bf16", seed, [dim] * 3,
+    return cp_case(make, shapes, mode, seed, [dim] * 3,
                    (*shape, heads * d), dim, comm_type=comm_type)
 
 
@@ -267,12 +318,13 @@ def rotary_call(kv_channels, seq):
 
 
 def mha_case(mode, seed, layout, mask, hidden=256, heads=8, groups=4,
-             seq=256, batch=2, comm_type="all_gather", twins=False):
+             seq=256, batch=2, comm_type="all_gather", twins=False,
+             window_size=None):
     def make(**cp):
         return te.MultiheadAttention(
             hidden, heads, num_gqa_groups=groups, attention_dropout=0.0,
             input_layernorm=True, attn_mask_type=mask, qkv_format=layout,
-            params_dtype=BF16, **cp)
+            window_size=window_size, params_dtype=BF16, **cp)
     shape = (*lead(layout, seq, batch), hidden)
     call = rotary_call(hidden // heads, seq)
     if twins:
@@ -435,11 +487,64 @@ def twin_cases(seed):
     return result
 
 
+def a2a_only_cases(seed):
+    """What a2a runs and the all-gather refuses, against the cp=1 twins:
+    FP8 attention (each module under fp8_dpa, heads of 128 channels:
+    Hopper's FP8 attention backward takes no other) and sliding windows
+    (bf16); each in sbhd with a causal mask and in bshd without one."""
+    result = []
+    for layout, mask in (("sbhd", "causal"), ("bshd", "no_mask")):
+        result += [
+            (f"CP a2a fp8_dpa DotProductAttention GQA 8/{a2a_groups(2)} "
+             f"heads, d 128, s 256 {layout} {mask} [fp8_dpa]",
+             lambda layout=layout, mask=mask:
+             dot_product_attention_case(seed, layout, mask,
+                                        groups=a2a_groups(2), d=128,
+                                        comm_type="a2a", mode="fp8_dpa")),
+            (f"CP a2a fp8_dpa MultiheadAttention 1024, GQA "
+             f"8/{a2a_groups(2)} heads of 128, rotary, s 256 {layout} "
+             f"{mask} [fp8_dpa]",
+             lambda layout=layout, mask=mask:
+             mha_case("fp8_dpa", seed, layout, mask, hidden=1024,
+                      groups=a2a_groups(2), comm_type="a2a")),
+            (f"CP a2a fp8_dpa TransformerLayer 1024/2048/8 heads of 128, "
+             f"GQA 8/{a2a_groups(2)}, s 512 b 2 {layout} {mask} [fp8_dpa]",
+             lambda layout=layout, mask=mask:
+             transformer_case("fp8_dpa", seed, layout, mask, hidden=1024,
+                              ffn=2048, groups=a2a_groups(2),
+                              comm_type="a2a")),
+        ]
+    for layout, mask in (("sbhd", "causal"), ("bshd", "no_mask")):
+        window = WINDOWS[mask]
+        result += [
+            (f"CP a2a window {window} DotProductAttention GQA "
+             f"8/{a2a_groups(2)} heads, d 64, s 256 {layout} {mask} [bf16]",
+             lambda layout=layout, mask=mask, window=window:
+             dot_product_attention_case(seed, layout, mask,
+                                        groups=a2a_groups(2),
+                                        comm_type="a2a",
+                                        window_size=window)),
+            (f"CP a2a window {window} MultiheadAttention GQA "
+             f"8/{a2a_groups(4)} heads, rotary, s 256 {layout} {mask} "
+             f"[bf16]",
+             lambda layout=layout, mask=mask, window=window:
+             mha_case("bf16", seed, layout, mask, groups=a2a_groups(4),
+                      comm_type="a2a", window_size=window)),
+            (f"CP a2a window {window} TransformerLayer 512/2048/8 heads, "
+             f"s 512 b 2 {layout} {mask} [bf16]",
+             lambda layout=layout, mask=mask, window=window:
+             transformer_case("bf16", seed, layout, mask, comm_type="a2a",
+                              window_size=window)),
+        ]
+    return result
+
+
 def cases(full_size, seed):
     result = []
     for comm_type in COMM_TYPES:
         result += comm_cases(seed, comm_type)
     result += twin_cases(seed)
+    result += a2a_only_cases(seed)
     result.append(("CP refuses a padding mask", refusal_case))
     if full_size:
         for comm_type in COMM_TYPES:

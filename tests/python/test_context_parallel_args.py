@@ -4,13 +4,16 @@ and this process's rank in it, cp_global_ranks, cp_comm_type: "p2p" and
 "all_gather" run as the all-gather, "a2a" as all-to-alls with heads and
 num_gqa_groups per rank divisible by cp_size, "a2a+p2p" refused) with
 errors naming the argument, what a context-parallel call refuses (packed
-sequences, padding and other masks, sliding windows, attention bias, FP8
-attention, KV caches, cross-attention), the global sequence length of a
+sequences, padding and other masks, attention bias, KV caches,
+cross-attention; sliding windows and FP8 attention unless cp_comm_type is
+"a2a", the message naming a2a), the global sequence length of a
 rank's (even) part, the spec keys (cp_size, cp_rank, cp_comm_type
 "all_gather" or "a2a"; none at cp_size 1, so existing specs and their
 cache keys are unchanged), the programs those specs compile to
 (ContextParallelShapesTest and A2aShapesTest: skipped while the compiler
-does not know the keys or the value a2a), Program.set_cp_group / cp_size
+does not know the keys or the value a2a; A2aWindowShapesTest and
+A2aFp8AttentionShapesTest: while it refuses a window or fp8_dpa with a2a,
+session 33's second contract), Program.set_cp_group / cp_size
 and TensorParallelGroup.from_function's all_to_all
 (tejit_tp_group_set_all_to_all, declared only where the library has it)
 over stand-in libraries, and tejit.pytorch.distributed's load-balanced
@@ -31,6 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
+from tejit.common import recipe  # noqa: E402
 from test_tensor_parallel_args import parameters  # noqa: E402
 from torch_free import StandInLibrary, load, library_loads  # noqa: E402
 
@@ -218,6 +222,69 @@ class ArgumentTest(Refusing):
                     "MultiheadAttention", word, "context parallelism")
                 call("MultiheadAttention", 1, **arguments)  # cp_size 1
 
+    def test_a2a_runs_windows_and_fp8_attention(self):
+        call = args.check_context_parallel_call
+        lifted = [(dict(window_limited=True), "window_size"),
+                  (dict(fp8_dpa=True), "fp8_dpa"),
+                  (dict(window_limited=True, fp8_dpa=True), "window_size")]
+        for arguments, word in lifted:
+            for mask_type in ("no_mask", "causal"):
+                with self.subTest(word=word, mask_type=mask_type):
+                    call("TransformerLayer", 2, mask_type=mask_type,
+                         cp_comm_type="a2a", **arguments)
+                    call("TransformerLayer", 4, mask_type=mask_type,
+                         cp_comm_type="a2a", **arguments)
+                    # The all-gather (and TE's p2p, which runs as it)
+                    # refuses them, naming a2a as the way to run them.
+                    for comm_type in ("p2p", "all_gather"):
+                        self.assertRefused(
+                            NotImplementedError,
+                            lambda: call("TransformerLayer", 2,
+                                         mask_type=mask_type,
+                                         cp_comm_type=comm_type,
+                                         **arguments),
+                            "TransformerLayer", word, "context parallelism",
+                            f"cp_comm_type={comm_type!r}",
+                            "cp_comm_type='a2a' runs it")
+        # TE's default comm type is p2p.
+        self.assertRefused(NotImplementedError,
+                           lambda: call("DotProductAttention", 2,
+                                        fp8_dpa=True),
+                           "fp8_dpa", "cp_comm_type='p2p'",
+                           "cp_comm_type='a2a'")
+
+    def test_a2a_keeps_the_other_refusals(self):
+        call = args.check_context_parallel_call
+        cases = [
+            (dict(qkv_format="thd"), "qkv_format='thd'"),
+            (dict(sequence_arguments={"cu_seqlens_kv": object()}),
+             "cu_seqlens_kv"),
+            (dict(kv_cache=True), "inference_params"),
+            (dict(cross="key_layer of another length"), "key_layer"),
+            (dict(mask_type="padding_causal"),
+             "attn_mask_type='padding_causal'"),
+            (dict(mask_type="causal_bottom_right"), "causal_bottom_right"),
+            (dict(bias_arguments={"core_attention_bias_type": "alibi"}),
+             "core_attention_bias_type"),
+            # What a2a runs does not hide what it does not.
+            (dict(window_limited=True, fp8_dpa=True,
+                  bias_arguments={"core_attention_bias": object()}),
+             "core_attention_bias"),
+            (dict(window_limited=True, mask_type="padding"),
+             "attn_mask_type='padding'"),
+        ]
+        for arguments, word in cases:
+            with self.subTest(word=word):
+                with self.assertRaises(NotImplementedError) as caught:
+                    call("MultiheadAttention", 2, cp_comm_type="a2a",
+                         **arguments)
+                message = str(caught.exception)
+                self.assertIn(word, message)
+                self.assertIn("context parallelism", message)
+                # Not lifted by a2a: the message does not send the user
+                # there.
+                self.assertNotIn("'a2a'", message)
+
     def test_global_sequence_length(self):
         self.assertEqual(args.context_parallel_seq("MultiheadAttention",
                                                    "hidden_states", 64, 2),
@@ -291,6 +358,48 @@ class SpecTest(unittest.TestCase):
                 with self.assertRaises(ValueError) as caught:
                     build(context_parallel=(2, 0, "p2p"))
                 self.assertIn("'p2p'", str(caught.exception))
+
+    def windowed(self, kind, mask_type, window, **kwargs):
+        """The layer of `kind` (as mha, block, dpa) with `mask_type` and
+        the sliding `window`."""
+        if kind == "DotProductAttention":
+            return specs.dot_product_attention_spec(
+                8, 32, 4, mask_type, 0.0, 0.125, window_size=window,
+                **kwargs)
+        if kind == "MultiheadAttention":
+            return specs.multihead_attention_spec(
+                256, 8, 32, 4, True, "LayerNorm", 1e-5, False, mask_type,
+                0.0, True, 32, window_size=window, **kwargs)
+        return specs.transformer_layer_spec(
+            256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu", 0.0, 0.0,
+            mask_type, True, False, 32, window_size=window, **kwargs)
+
+    def test_a2a_keeps_the_window(self):
+        """A sliding window reaches the spec under context parallelism as
+        without it (only the cp keys differ)."""
+        for kind in ("DotProductAttention", "MultiheadAttention",
+                     "TransformerLayer"):
+            for mask_type, window in (("causal", (128, 0)),
+                                      ("no_mask", (128, -1))):
+                with self.subTest(kind=kind, mask_type=mask_type):
+                    plain = self.windowed(kind, mask_type, window)
+                    layer = self.windowed(kind, mask_type, window,
+                                          context_parallel=(2, 1, "a2a"))
+                    self.assertEqual(layer["window_size"], list(window))
+                    self.assertEqual(
+                        (layer.pop("cp_size"), layer.pop("cp_rank"),
+                         layer.pop("cp_comm_type")), (2, 1, "a2a"))
+                    self.assertEqual(layer, plain)
+
+    def test_a2a_keeps_the_recipe(self):
+        """fp8_dpa reaches the program's spec under context parallelism
+        (the recipe is the call's, next to the layer)."""
+        fp8 = recipe.DelayedScaling(fp8_dpa=True).to_spec()
+        spec = specs.program_spec("TransformerLayer", "bf16", "sbhd", 64, 2,
+                                  self.block(context_parallel=(2, 0, "a2a")),
+                                  fp8)
+        self.assertTrue(spec["recipe"]["fp8_dpa"])
+        self.assertEqual(spec["layers"][0]["cp_comm_type"], "a2a")
 
     def test_with_tensor_parallelism(self):
         layer = self.block(tp_size=2, context_parallel=(2, 1))
@@ -485,6 +594,186 @@ class A2aShapesTest(unittest.TestCase):
                     parameters(layer, seq=64)
                 self.assertIn(key, str(caught.exception))
                 self.assertIn("cp_size", str(caught.exception))
+
+
+_A2A_FEATURES = {}
+
+
+def compiler_runs_with_a2a(feature):
+    """Whether this build's compiler takes `feature` ("window_size" or
+    "fp8_dpa") with cp_comm_type a2a (session 33's second contract; an
+    older one refuses it naming the key whatever the comm type)."""
+    if not compiler_takes_a2a():
+        return False
+    if feature not in _A2A_FEATURES:
+        window = (8, 0) if feature == "window_size" else None
+        fp8 = (recipe.DelayedScaling(fp8_dpa=True).to_spec()
+               if feature == "fp8_dpa" else None)
+        layer = specs.dot_product_attention_spec(
+            4, 32, 2, "causal", 0.0, 0.125, window_size=window,
+            context_parallel=(2, 0, "a2a"))
+        try:
+            tejit.compile_ir(specs.program_spec(
+                "DotProductAttention", "bf16", "sbhd", 32, 2, layer, fp8),
+                "te")
+            _A2A_FEATURES[feature] = True
+        except tejit.TejitError as error:
+            if feature not in str(error):
+                raise
+            _A2A_FEATURES[feature] = False
+    return _A2A_FEATURES[feature]
+
+
+def all_to_alls(text):
+    """The te.cp_all_to_all lines of an IR text."""
+    return [line for line in text.splitlines() if "te.cp_all_to_all" in line]
+
+
+class A2aWindowShapesTest(unittest.TestCase):
+    """Sliding windows with cp_comm_type a2a (global seq 32, batch 2, cp 2):
+    the programs take the all-gather's local shapes, the all-to-alls are
+    load balanced also without a causal mask (the window needs the
+    sequence in order), the attention carries the window and no cp
+    attributes (it is the ordinary attention over the whole sequence), and
+    all_gather's refusal names a2a. Needs the compiler of session 33's
+    second contract (h3); skipped before."""
+
+    def setUp(self):
+        if not compiler_runs_with_a2a("window_size"):
+            self.skipTest("this build's compiler refuses window_size with "
+                          "cp_comm_type a2a (or does not take a2a, or no "
+                          "library)")
+
+    def spec(self, mask_type, window, comm_type="a2a", layout="sbhd"):
+        layer = specs.dot_product_attention_spec(
+            8, 32, 2, mask_type, 0.0, 0.125, window_size=window,
+            context_parallel=(2, 1, comm_type))
+        return specs.program_spec("DotProductAttention", "bf16", layout, 32,
+                                  2, layer)
+
+    def test_dot_product_attention(self):
+        for layout, local in (("sbhd", (16, 2)), ("bshd", (2, 16))):
+            for mask_type, window in (("causal", (8, 0)),
+                                      ("no_mask", (8, -1))):
+                with self.subTest(layout=layout, mask_type=mask_type):
+                    spec = self.spec(mask_type, window, layout=layout)
+                    got = parameters(spec["layers"][0], seq=32,
+                                     input_format=layout)
+                    self.assertEqual(got["query"], (*local, 8, 32))
+                    self.assertEqual(got["output"], (*local, 256))
+                    text = tejit.compile_ir(spec, "primitive")
+                    exchanged = all_to_alls(text)
+                    self.assertEqual(len(exchanged), 4, text)
+                    for line in exchanged:
+                        self.assertIn("load_balanced", line)
+                    attention = [line for line in text.splitlines()
+                                 if "te.attention " in line]
+                    self.assertEqual(len(attention), 1, text)
+                    self.assertIn(f"window_size = array<i64: {window[0]}, "
+                                  f"{window[1]}>", attention[0])
+                    self.assertNotIn("cp_ranks", attention[0])
+                    trained = tejit.compile_ir(spec, "autodiff")
+                    self.assertIn("te.attention_bwd", trained)
+                    self.assertNotIn("te.cp_all_gather", trained)
+
+    def test_blocks(self):
+        for layer in (
+                specs.multihead_attention_spec(
+                    256, 8, 32, 4, True, "LayerNorm", 1e-5, False, "causal",
+                    0.0, True, 32, window_size=(8, 0),
+                    context_parallel=(2, 0, "a2a")),
+                specs.transformer_layer_spec(
+                    256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu",
+                    0.0, 0.0, "no_mask", True, False, 32,
+                    window_size=(8, -1), context_parallel=(2, 0, "a2a"))):
+            with self.subTest(layer=layer["type"]):
+                got = parameters(layer, seq=32)
+                self.assertEqual(got["input"], (16, 2, 256))
+                self.assertEqual(got["rotary_pos_emb"], (32, 1, 1, 32))
+                text = tejit.compile_ir(specs.program_spec(
+                    layer["type"], "bf16", "sbhd", 32, 2, layer),
+                    "primitive")
+                self.assertTrue(all_to_alls(text))
+                for line in all_to_alls(text):
+                    self.assertIn("load_balanced", line)
+                self.assertIn("window_size = array<i64: 8", text)
+
+    def test_all_gather_refuses_naming_a2a(self):
+        for mask_type, window in (("causal", (8, 0)), ("no_mask", (8, -1))):
+            with self.subTest(mask_type=mask_type):
+                with self.assertRaises(tejit.TejitError) as caught:
+                    tejit.compile_ir(self.spec(mask_type, window,
+                                               "all_gather"), "te")
+                message = str(caught.exception)
+                self.assertIn("window", message)
+                self.assertIn("a2a", message)
+
+
+class A2aFp8AttentionShapesTest(unittest.TestCase):
+    """FP8 attention (DelayedScaling(fp8_dpa=True)) with cp_comm_type a2a
+    (global seq 32, batch 2, cp 2): te.fp8_attention and its backward over
+    the rank's heads of the whole sequence, q, k and v cast after the
+    all-to-alls (which move bf16), and all_gather's refusal naming a2a.
+    Needs the compiler of session 33's second contract (h3); skipped
+    before."""
+
+    FP8_DPA = recipe.DelayedScaling(fp8_dpa=True, amax_history_len=16)
+
+    def setUp(self):
+        if not compiler_runs_with_a2a("fp8_dpa"):
+            self.skipTest("this build's compiler refuses fp8_dpa with "
+                          "cp_comm_type a2a (or does not take a2a, or no "
+                          "library)")
+
+    def scaled(self, layer, layout="sbhd"):
+        return tejit.compile_ir(specs.program_spec(
+            layer["type"], "bf16", layout, 32, 2, layer,
+            self.FP8_DPA.to_spec()), "scaled", training=True)
+
+    def check(self, text, heads, groups):
+        """The attention over 32 positions of heads / 2 and groups / 2
+        (sbhd), on FP8 operands cast from the all-to-alls' bf16."""
+        self.assertIn("te.fp8_attention ", text)
+        self.assertIn("te.fp8_attention_bwd", text)
+        exchanged = all_to_alls(text)
+        self.assertTrue(exchanged, text)
+        for line in exchanged:
+            self.assertNotIn("xf8", line)
+        self.assertIn(f"tensor<32x2x{heads // 2}x32xf8E4M3FN>", text)
+        self.assertIn(f"tensor<32x2x{groups // 2}x32xf8E4M3FN>", text)
+        # Not the local tokens of every head.
+        self.assertNotIn(f"tensor<16x2x{heads}x32xf8", text)
+
+    def test_dot_product_attention(self):
+        for mask_type in ("causal", "no_mask"):
+            with self.subTest(mask_type=mask_type):
+                self.check(self.scaled(specs.dot_product_attention_spec(
+                    8, 32, 4, mask_type, 0.0, 0.125,
+                    context_parallel=(2, 1, "a2a"))), 8, 4)
+
+    def test_blocks(self):
+        for layer in (
+                specs.multihead_attention_spec(
+                    256, 8, 32, 4, True, "LayerNorm", 1e-5, False, "causal",
+                    0.0, True, 32, context_parallel=(2, 0, "a2a")),
+                specs.transformer_layer_spec(
+                    256, 1024, 8, 32, 4, 1e-5, "LayerNorm", False, "gelu",
+                    0.0, 0.0, "no_mask", True, False, False,
+                    context_parallel=(2, 1, "a2a"))):
+            with self.subTest(layer=layer["type"]):
+                text = self.scaled(layer)
+                self.check(text, 8, 4)
+                # The GEMMs run in FP8 under the recipe as without cp.
+                self.assertIn("te.scaled_matmul", text)
+
+    def test_all_gather_refuses_naming_a2a(self):
+        with self.assertRaises(tejit.TejitError) as caught:
+            self.scaled(specs.dot_product_attention_spec(
+                8, 32, 4, "causal", 0.0, 0.125,
+                context_parallel=(2, 1, "all_gather")))
+        message = str(caught.exception)
+        self.assertIn("fp8", message.lower())
+        self.assertIn("a2a", message)
 
 
 class ProgramContextParallelTest(StandInLibrary, unittest.TestCase):

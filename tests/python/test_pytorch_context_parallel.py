@@ -7,7 +7,9 @@ TransformerLayer and their submodules, set_context_parallel_group reaching
 the submodules, a copy's group (deepcopy shares it, pickling drops it: the
 module then refuses to run, naming set_context_parallel_group), the
 refusals naming the argument (constructor, set_context_parallel_group and
-forward; a2a's heads per rank not divisible by cp_size: ValueError), the
+forward; a2a's heads per rank not divisible by cp_size: ValueError; a
+sliding window and fp8_dpa refused with all_gather / p2p, naming a2a, and
+reaching the compiled spec with a2a), the
 program's CP group (the process group's TensorParallelGroup,
 _distributed.tp_group's, with its all_to_all_single), and
 tejit.pytorch.distributed's split and merge on tensors. Needs PyTorch
@@ -35,8 +37,11 @@ if HAVE_TORCH:
     import tejit
     import tejit.pytorch as te
     from tejit.pytorch import _distributed
+    from tejit.common import recipe
     from tejit.pytorch.module import _args
     from test_pytorch_tensor_parallel import group_sizes
+
+    FP8_DPA = recipe.DelayedScaling(fp8_dpa=True, amax_history_len=16)
 
 CPU = "cpu"
 CP_KEYS = ("cp_size", "cp_rank", "cp_comm_type")
@@ -74,6 +79,55 @@ def small(kind, **kwargs):
 
 
 KINDS = ("DotProductAttention", "MultiheadAttention", "TransformerLayer")
+
+
+class CompileReached(Exception):
+    """Raised by compiled_spec's stand-in for _compile."""
+
+
+def compiled_spec(module, *inputs, **kwargs):
+    """The whole spec (layer, lengths, recipe) `module(*inputs, **kwargs)`
+    would compile: the input checks (which want CUDA tensors) skipped,
+    _compile replaced by a recorder that stops the call."""
+    from unittest import mock
+    from tejit.pytorch.module import attention as attention_module
+    seen = []
+
+    def compile_(key, spec, shape):
+        seen.append(spec)
+        raise CompileReached()
+    with mock.patch.object(attention_module, "check_input",
+                           lambda *args: None), \
+            mock.patch.object(module, "_compile", compile_):
+        try:
+            module(*inputs, **kwargs)
+        except CompileReached:
+            return seen[0]
+    raise AssertionError("the call did not reach _compile")
+
+
+MASK_ARGUMENTS = {"DotProductAttention": "attn_mask_type",
+                  "MultiheadAttention": "attn_mask_type",
+                  "TransformerLayer": "self_attn_mask_type"}
+
+
+def small_bf16(kind, mask_type="causal", **kwargs):
+    """small(kind) with `mask_type`, no attention dropout (FP8 attention
+    refuses it in training) and, for the blocks, bf16 parameters."""
+    if kind != "DotProductAttention":
+        kwargs.setdefault("params_dtype", torch.bfloat16)
+    kwargs[MASK_ARGUMENTS[kind]] = mask_type
+    return small(kind, attention_dropout=0.0, **kwargs)
+
+
+def small_inputs(kind):
+    """bf16 CPU inputs of small(kind) for one rank at cp 2: 16 of 32
+    positions, batch 2 (sbhd)."""
+    if kind == "DotProductAttention":
+        return (torch.zeros(16, 2, 8, 32, dtype=torch.bfloat16),
+                torch.zeros(16, 2, 4, 32, dtype=torch.bfloat16),
+                torch.zeros(16, 2, 4, 32, dtype=torch.bfloat16))
+    return (torch.zeros(16, 2, 256, dtype=torch.bfloat16),)
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
@@ -404,6 +458,123 @@ class RefusalTest(unittest.TestCase):
             with self.subTest(word=word):
                 self.assertRefused(NotImplementedError, factory, word,
                                    "context parallelism")
+
+
+    def test_forward_names_a2a(self):
+        """A sliding window and FP8 attention: refused with the all-gather
+        (TE's default p2p, and all_gather), the message naming a2a as the
+        way to run them; before anything compiles."""
+        group = object()
+        for comm_type in ("p2p", "all_gather"):
+            for kind in KINDS:
+                with cp_world(2, 0):
+                    module = small_bf16(kind, cp_group=group,
+                                        cp_comm_type=comm_type)
+                inputs = small_inputs(kind)
+                with self.subTest(kind=kind, comm_type=comm_type,
+                                  what="window_size"):
+                    self.assertRefused(
+                        NotImplementedError,
+                        lambda: compiled_spec(module, *inputs,
+                                              window_size=(8, 0)),
+                        kind, "window_size", "context parallelism",
+                        f"cp_comm_type={comm_type!r}",
+                        "cp_comm_type='a2a' runs it")
+                with self.subTest(kind=kind, comm_type=comm_type,
+                                  what="fp8_dpa"):
+                    with te.fp8_autocast(fp8_recipe=FP8_DPA):
+                        self.assertRefused(
+                            NotImplementedError,
+                            lambda: compiled_spec(module, *inputs),
+                            kind, "fp8_dpa", "context parallelism",
+                            "cp_comm_type='a2a' runs it")
+
+    def test_a2a_keeps_what_it_does_not_run(self):
+        group = object()
+        with cp_world(2, 0):
+            attention = small_bf16("DotProductAttention", cp_group=group,
+                                   cp_comm_type="a2a")
+            layer = small_bf16("TransformerLayer", cp_group=group,
+                               cp_comm_type="a2a")
+        q, kv, _ = small_inputs("DotProductAttention")
+        x, = small_inputs("TransformerLayer")
+        cases = [
+            (lambda: compiled_spec(attention, q, kv, kv,
+                                   attn_mask_type="padding",
+                                   window_size=(8, -1)),
+             ("attn_mask_type='padding'", "context parallelism")),
+            (lambda: compiled_spec(attention, q, kv, kv,
+                                   core_attention_bias_type="alibi",
+                                   window_size=(8, 0)),
+             ("core_attention_bias_type", "context parallelism")),
+            (lambda: compiled_spec(layer, x, inference_params=object()),
+             ("inference_params", "context parallelism")),
+            (lambda: compiled_spec(attention, q, kv[:4], kv[:4]),
+             ("key_layer", "context parallelism")),
+        ]
+        for factory, words in cases:
+            with self.subTest(words=words):
+                self.assertRefused(NotImplementedError, factory, *words)
+        # FP8 attention's own refusals stay: no window under fp8_dpa.
+        with te.fp8_autocast(fp8_recipe=FP8_DPA):
+            self.assertRefused(
+                NotImplementedError,
+                lambda: compiled_spec(layer, x, window_size=(8, 0)),
+                "TransformerLayer", "window_size", "FP8 attention")
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class A2aRunsMoreTest(unittest.TestCase):
+    """With cp_comm_type a2a a sliding window and FP8 attention reach the
+    program's spec as at cp_size 1: the layer's window_size next to the cp
+    keys, the recipe's fp8_dpa (docs/context-parallel.md, "a2a runs more
+    than all_gather")."""
+
+    def modules(self, mask_type="causal", **kwargs):
+        """{kind: small_bf16(kind)} at cp 2 (rank 1) with a2a."""
+        group = object()
+        with cp_world(2, 1):
+            return {kind: small_bf16(kind, mask_type, cp_group=group,
+                                     cp_comm_type="a2a", **kwargs)
+                    for kind in KINDS}
+
+    def test_windows(self):
+        for mask_type, window in (("causal", (8, 0)), ("no_mask", (8, -1))):
+            for where in ("constructor", "forward"):
+                built = self.modules(
+                    mask_type, **({"window_size": window}
+                                  if where == "constructor" else {}))
+                call = {} if where == "constructor" else {
+                    "window_size": window}
+                for kind, module in built.items():
+                    with self.subTest(kind=kind, where=where,
+                                      mask_type=mask_type):
+                        spec = compiled_spec(module, *small_inputs(kind),
+                                             **call)
+                        layer = spec["layers"][0]
+                        self.assertEqual(
+                            tuple(layer.get(k) for k in CP_KEYS),
+                            (2, 1, "a2a"))
+                        self.assertEqual(layer["window_size"], list(window))
+                        self.assertEqual(layer[MASK_ARGUMENTS[kind]],
+                                         mask_type)
+                        self.assertEqual(spec["seq_length"], 32)
+
+    def test_fp8_attention(self):
+        for kind, module in self.modules().items():
+            with self.subTest(kind=kind):
+                with te.fp8_autocast(fp8_recipe=FP8_DPA):
+                    spec = compiled_spec(module, *small_inputs(kind))
+                self.assertEqual(spec["recipe"], FP8_DPA.to_spec())
+                self.assertTrue(spec["recipe"]["fp8_dpa"])
+                self.assertEqual(
+                    tuple(spec["layers"][0].get(k) for k in CP_KEYS),
+                    (2, 1, "a2a"))
+                self.assertNotIn("window_size", spec["layers"][0])
+                # The program's recipe (DotProductAttention's too, with
+                # fp8_dpa), as at cp_size 1.
+                with te.fp8_autocast(fp8_recipe=FP8_DPA):
+                    self.assertIs(module._program_recipe(), FP8_DPA)
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")

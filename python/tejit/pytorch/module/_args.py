@@ -323,19 +323,26 @@ def check_context_parallel_call(owner, cp_size, format_argument="qkv_format",
                                 "attn_mask_type", mask_type="causal",
                                 window_limited=False, bias_arguments=None,
                                 fp8_dpa=False, kv_cache=False, cross=False,
-                                sequence_arguments=None):
+                                sequence_arguments=None, cp_comm_type="p2p"):
     """With cp_size > 1, NotImplementedError naming the first argument of
     a call that context parallelism does not run: packed sequences (thd,
     `sequence_arguments`: the forward's cu_seqlens and max_seqlen ones),
     mask types other than no_mask and causal (padding masks, arbitrary
-    ones, bottom-right alignment), a sliding window (`window_limited`), an
-    attention bias or ALiBi (`bias_arguments`: the forward's
-    core_attention_bias_type, core_attention_bias, alibi_slopes), FP8
-    attention (the recipe's fp8_dpa), a KV cache (inference_params), and
-    cross-attention (`cross`: the argument that brings it, or False)."""
+    ones, bottom-right alignment), an attention bias or ALiBi
+    (`bias_arguments`: the forward's core_attention_bias_type,
+    core_attention_bias, alibi_slopes), a KV cache (inference_params), and
+    cross-attention (`cross`: the argument that brings it, or False). A
+    sliding window (`window_limited`) and FP8 attention (the recipe's
+    fp8_dpa) run with the module's `cp_comm_type` (TE's value) "a2a" only:
+    with "p2p" / "all_gather" the message names cp_comm_type='a2a' as the
+    way to run them (each rank's attention is then the ordinary one over
+    the whole sequence for 1/cp_size of the heads; the all-gather's split
+    attention takes neither)."""
     if cp_size <= 1:
         return
     what = None
+    a2a_runs_it = False
+    a2a = cp_comm_type == "a2a"
     sequence_arguments = sequence_arguments or {}
     given = [name for name, value in sequence_arguments.items()
              if value is not None and value is not False]
@@ -355,16 +362,25 @@ def check_context_parallel_call(owner, cp_size, format_argument="qkv_format",
     elif mask_type not in ("no_mask", "causal"):
         what = (f"{mask_argument}={mask_type!r} (context parallelism runs "
                 f"'no_mask' and 'causal')")
-    elif window_limited:
-        what = "window_size=... (a sliding window)"
+    elif window_limited and not a2a:
+        what, a2a_runs_it = "window_size=... (a sliding window)", True
     elif bias:
         what = f"{bias[0]}=... (an attention bias or ALiBi)"
-    elif fp8_dpa:
-        what = "a recipe with fp8_dpa=True (FP8 attention)"
-    if what is not None:
+    elif fp8_dpa and not a2a:
+        what, a2a_runs_it = ("a recipe with fp8_dpa=True (FP8 attention)",
+                             True)
+    if what is None:
+        return
+    if a2a_runs_it:
         raise NotImplementedError(
             f"{owner}: {what} with context parallelism (cp_size {cp_size}) "
-            f"is not supported by tejit")
+            f"is not supported by tejit with cp_comm_type="
+            f"{cp_comm_type!r} (the all-gather splits each rank's "
+            f"attention); cp_comm_type='a2a' runs it (each rank attends "
+            f"over the whole sequence for 1/cp_size of the heads)")
+    raise NotImplementedError(
+        f"{owner}: {what} with context parallelism (cp_size {cp_size}) "
+        f"is not supported by tejit")
 
 
 def context_parallel_seq(owner, argument, local_seq, cp_size):

@@ -226,10 +226,13 @@ def refuse_for_context_parallel(module, owner, qkv_format, mask_type, window,
                                 mask_argument="attn_mask_type"):
     """With context parallelism (module._context_parallel()), refuses
     what it does not run (_args.check_context_parallel_call): packed
-    sequences, a KV cache, masks other than no_mask and causal, a sliding
-    window (`window`: the call's normalized one), an attention bias or
-    ALiBi and the sequence arguments among `call_arguments` (the
-    forward's), FP8 attention (the autocast recipe's fp8_dpa)."""
+    sequences, a KV cache, masks other than no_mask and causal, an
+    attention bias or ALiBi and the sequence arguments among
+    `call_arguments` (the forward's), and with a cp_comm_type other than
+    "a2a" (module.cp_comm_type) a sliding window (`window`: the call's
+    normalized one) and FP8 attention (the autocast recipe's fp8_dpa),
+    which a2a runs (the spec keeps the window and the recipe's fp8_dpa as
+    without context parallelism)."""
     context_parallel = module._context_parallel()
     if context_parallel is None:
         return
@@ -240,7 +243,8 @@ def refuse_for_context_parallel(module, owner, qkv_format, mask_type, window,
         {name: call_arguments.get(name) for name in _CP_BIAS_ARGUMENTS},
         getattr(fp8.get_fp8_recipe(), "fp8_dpa", False),
         inference_params is not None, False,
-        {name: call_arguments.get(name) for name in _CP_SEQUENCE_ARGUMENTS})
+        {name: call_arguments.get(name) for name in _CP_SEQUENCE_ARGUMENTS},
+        module.cp_comm_type)
 
 
 def context_parallel_seq(module, owner, argument, local_seq):
@@ -319,8 +323,9 @@ class DotProductAttention(TransformerEngineBaseModule):
     (TE's default) runs as "all_gather"; with "a2a" all-to-alls trade
     heads for tokens instead (heads and num_gqa_groups per rank divisible
     by cp_size, else ValueError), "a2a+p2p" is refused;
-    no_mask and causal only, no thd, sliding window, bias, fp8_dpa, KV
-    cache or cross-attention (NotImplementedError naming the argument).
+    no_mask and causal only, no thd, bias, KV cache or cross-attention,
+    and sliding windows and fp8_dpa with cp_comm_type "a2a" only
+    (NotImplementedError naming the argument).
     Refused (NotImplementedError naming the argument): attention bias and
     ALiBi with thd or inference_params,
     ALiBi with an arbitrary mask, thd padding between
