@@ -1,8 +1,9 @@
 //===- ContextParallelChecks.cpp - cp_size / cp_rank of attention layers --===//
 //
-// Context parallelism (docs/context-parallel.md): what the first version
-// refuses, the local sequence the layer ops' operands hold, and the heads
-// cp_comm_type a2a splits over the ranks.
+// Context parallelism (docs/context-parallel.md): what it refuses (a
+// window and FP8 attention only with cp_comm_type all_gather), the local
+// sequence the layer ops' operands hold, and the heads cp_comm_type a2a
+// splits over the ranks.
 //
 //===----------------------------------------------------------------------===//
 #include "dialects/LayerChecks.h"
@@ -32,15 +33,25 @@ LogicalResult mlir::te::verifyLayerContextParallel(Operation *op,
       : cp.maskType != AttnMaskType::no_mask &&
               cp.maskType != AttnMaskType::causal
           ? maskRule
-      : cp.window     ? "'window_size'"
       : cp.bias.any() ? "an attention bias ('core_attention_bias_type')"
-      : delayed && delayed.getFp8Dpa() ? "FP8 attention (fp8_dpa)"
-      : cp.kvCache                     ? "a KV cache ('key_cache')"
-      : cp.cross                       ? "cross-attention ('encoder_output')"
-                                       : "";
+      : cp.kvCache    ? "a KV cache ('key_cache')"
+      : cp.cross      ? "cross-attention ('encoder_output')"
+                      : "";
   if (!refused.empty())
     return op->emitOpError() << "context parallelism (cp_size " << cp.size
                              << ") is not supported with " << refused;
+  // With a2a each rank's attention is an ordinary one over the whole
+  // sequence (in order for a window) of its heads: it takes a window and
+  // FP8 attention; the all-gather's split attention takes neither.
+  StringRef a2aOnly = cp.window ? "'window_size'"
+                      : delayed && delayed.getFp8Dpa()
+                          ? "FP8 attention (fp8_dpa)"
+                          : "";
+  if (!a2aOnly.empty() && cp.commType == kCpAllGather)
+    return op->emitOpError() << "context parallelism (cp_size " << cp.size
+                             << ") with cp_comm_type " << kCpAllGather
+                             << " is not supported with " << a2aOnly
+                             << "; cp_comm_type " << kCpAllToAll << " runs it";
   if (cp.localSeq % 2 != 0)
     return op->emitOpError()
            << "with cp_size " << cp.size

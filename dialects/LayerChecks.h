@@ -215,9 +215,10 @@ struct ContextParallel {
 };
 
 /// `cp_comm_type` all_gather or a2a; `cp_rank` in [0, cp_size); with
-/// cp_size > 1 no thd, masks other than no_mask and causal, window, bias,
-/// FP8 attention, KV cache or cross-attention, and an even local sequence
-/// (two chunks a rank); with a2a, heads and groups divisible by cp_size.
+/// cp_size > 1 no thd, masks other than no_mask and causal, bias, KV cache
+/// or cross-attention, no window or FP8 attention with all_gather, and an
+/// even local sequence (two chunks a rank); with a2a, heads and groups
+/// divisible by cp_size.
 LogicalResult verifyLayerContextParallel(Operation *op,
                                          const ContextParallel &cp);
 

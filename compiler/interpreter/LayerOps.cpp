@@ -170,7 +170,8 @@ static bool setContextParallel(OpT op, AttentionParams &params) {
 /// under the context parallelism in `params`: with all_gather over the
 /// whole sequence's keys and values; with a2a (`allToAll`) q, k and v go
 /// to the whole sequence of this rank's head block, the attention there
-/// is an ordinary one, and its output comes back to this rank's tokens.
+/// is an ordinary one (any window; in sequence order for the causal mask
+/// or a window), and its output comes back to this rank's tokens.
 static FailureOr<Tensor> attendOverSequence(Operation *op, Tensor query,
                                             Tensor key, Tensor value,
                                             const AttentionParams &params,
@@ -183,7 +184,10 @@ static FailureOr<Tensor> attendOverSequence(Operation *op, Tensor query,
     return attention(query, *wholeKey, *wholeValue, params).output;
   }
   int64_t seqDim = params.format == te::QkvFormat::bshd ? 1 : 0;
-  bool loadBalanced = params.maskType == te::AttnMaskType::causal;
+  // The causal mask and a window see keys by position: the whole sequence
+  // in order (load balanced); no_mask alone takes the ranks' order.
+  bool loadBalanced = params.maskType == te::AttnMaskType::causal ||
+                      params.windowLeft != -1 || params.windowRight != -1;
   auto exchange = [&](const Tensor &x, bool toHeads) {
     return frame.exchangeHeads(op, x, params.cpRanks, seqDim, loadBalanced,
                                toHeads);

@@ -361,7 +361,8 @@ public:
       query = rotary(query, freqs, params);
       key = rotary(key, freqs, params);
     }
-    shareSequence(query, key, value, params.format, params.maskType);
+    shareSequence(query, key, value, params.format, params.maskType,
+                  params.window);
     PackedSequences sequences;
     if (packed)
       sequences = {params.cuSeqlens, params.cuSeqlensKv, params.maxSeqlen,
@@ -372,7 +373,8 @@ public:
         1.0 / std::sqrt(double(params.headDim)), params.dropout, params.window,
         params.dropoutSite, params.queryMask, static_cast<bool>(params.encoder),
         sequences, params.bias);
-    context = localTokens(context, params.format, params.maskType);
+    context =
+        localTokens(context, params.format, params.maskType, params.window);
     return linear(reshape(context, {shapeOf(qkv)[0], qWidth}),
                   params.projWeight, params.projBias, Split::row);
   }
@@ -417,10 +419,9 @@ public:
 
   /// cp_comm_type a2a: heads `x` through te.cp_all_to_all, to the whole
   /// sequence of 1/cpSize of the heads (`toHeads`) or back to this rank's
-  /// tokens of all heads; in sequence order for the causal mask
-  /// (load-balanced), in rank order for no_mask, as gatherSequence.
-  Value allToAll(Value x, QkvFormat format, AttnMaskType maskType,
-                 bool toHeads) {
+  /// tokens of all heads; in sequence order (load-balanced) when
+  /// `inOrder`, else in rank order.
+  Value allToAll(Value x, QkvFormat format, bool inOrder, bool toHeads) {
     int64_t seqDim = format == QkvFormat::bshd ? 1 : 0, headDim = 2;
     SmallVector<int64_t> shape(shapeOf(x));
     shape[seqDim] = toHeads ? shape[seqDim] * cpSize : shape[seqDim] / cpSize;
@@ -430,31 +431,42 @@ public:
         loc, RankedTensorType::get(shape, elementOf(x)), x,
         builder.getI64IntegerAttr(cpSize), builder.getI64IntegerAttr(seqDim),
         builder.getI64IntegerAttr(headDim),
-        maskType == AttnMaskType::causal ? builder.getUnitAttr() : nullptr);
+        inOrder ? builder.getUnitAttr() : nullptr);
+  }
+
+  /// Whether a2a's attention needs the whole sequence in order: for the
+  /// causal mask and for a window (both see keys by position); no_mask
+  /// alone takes the keys in any order.
+  static bool sequenceInOrder(AttnMaskType maskType, DenseI64ArrayAttr window) {
+    return maskType == AttnMaskType::causal || window;
   }
 
   /// Context parallelism before the attention: with all_gather the keys
   /// and values of the whole sequence (the queries stay this rank's), with
-  /// a2a all three as the whole sequence of this rank's heads; nothing
-  /// without context parallelism.
+  /// a2a all three as the whole sequence of this rank's heads (in order
+  /// for the causal mask or a `window`); nothing without context
+  /// parallelism.
   void shareSequence(Value &query, Value &key, Value &value, QkvFormat format,
-                     AttnMaskType maskType) {
+                     AttnMaskType maskType, DenseI64ArrayAttr window) {
     if (!cpAllToAll) {
       key = gatherSequence(key, format, maskType);
       value = gatherSequence(value, format, maskType);
       return;
     }
-    query = allToAll(query, format, maskType, /*toHeads=*/true);
-    key = allToAll(key, format, maskType, /*toHeads=*/true);
-    value = allToAll(value, format, maskType, /*toHeads=*/true);
+    bool inOrder = sequenceInOrder(maskType, window);
+    query = allToAll(query, format, inOrder, /*toHeads=*/true);
+    key = allToAll(key, format, inOrder, /*toHeads=*/true);
+    value = allToAll(value, format, inOrder, /*toHeads=*/true);
   }
 
   /// The attention's output `context` as this rank's tokens of all heads:
   /// with a2a back through the inverse all-to-all, else `context` itself.
-  Value localTokens(Value context, QkvFormat format, AttnMaskType maskType) {
+  Value localTokens(Value context, QkvFormat format, AttnMaskType maskType,
+                    DenseI64ArrayAttr window) {
     if (!cpAllToAll)
       return context;
-    return allToAll(context, format, maskType, /*toHeads=*/false);
+    return allToAll(context, format, sequenceInOrder(maskType, window),
+                    /*toHeads=*/false);
   }
 
   /// Rotary embeddings on q or k heads by the angles `freqs`. Packed tokens
@@ -588,14 +600,15 @@ SmallVector<Value> lowerLayer(DotProductAttentionOp op, LayerLowering &lower) {
                                       : 1.0 / std::sqrt(headDim);
   Value query = op.getQuery(), key = op.getKey(), value = op.getValue();
   lower.shareSequence(query, key, value, op.getQkvFormat(),
-                      op.getAttnMaskType());
+                      op.getAttnMaskType(), op.getWindowSizeAttr());
   Value context = lower.attention(
       query, key, value, op.getAttentionMask(), op.getAttnMaskType(),
       op.getQkvFormat(), scale, op.getAttentionDropout().convertToDouble(),
       op.getWindowSizeAttr(), kAttention, op.getQueryMask(),
       /*crossAttention=*/bool(op.getQueryMask()), packed,
       layerAttentionBias(op));
-  context = lower.localTokens(context, op.getQkvFormat(), op.getAttnMaskType());
+  context = lower.localTokens(context, op.getQkvFormat(), op.getAttnMaskType(),
+                              op.getWindowSizeAttr());
   return {lower.reshape(context, LayerLowering::shapeOf(op.getOutput()))};
 }
 

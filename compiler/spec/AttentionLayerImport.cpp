@@ -307,10 +307,10 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
                                 "attn_mask_type")))
     return failure();
   if (failed(cp->refuse(ctx, {{"attn_mask_type", isCpRefusedMask(*maskType)},
-                              {"window_size", bool(*window)},
+                              {"window_size", bool(*window), true},
                               {"core_attention_bias_type",
                                bias->type != AttnBiasType::no_bias},
-                              {"fp8_dpa", bool(fp8Dpa)},
+                              {"fp8_dpa", bool(fp8Dpa), true},
                               {"kv_seq_length", bool(*kvSeq)},
                               {"padded_queries", *paddedQueries}})) ||
       failed(cp->checkHeads(ctx, *heads, *groups)))
@@ -448,20 +448,21 @@ struct AttentionOptions {
                             *attentionBias, *cp};
   }
 
-  /// The first version's refusals under context parallelism: besides the
-  /// mask type (read under `maskKey`), window and bias, FP8 attention and
-  /// cross-attention (named by `crossKey`, set when `cross`); with
+  /// What context parallelism refuses: besides the mask type (read under
+  /// `maskKey`), bias and cross-attention (named by `crossKey`, set when
+  /// `cross`), a window and FP8 attention unless cp_comm_type is a2a; with
   /// sequence parallelism in sbhd, tp_size must divide the local tokens;
   /// with a2a, cp_size this rank's heads (after splitHeads).
   LogicalResult checkContextParallel(LayerContext &ctx, StringRef maskKey,
                                      StringRef crossKey, bool cross) const {
     auto delayed = dyn_cast_or_null<DelayedScalingAttr>(ctx.recipe);
-    if (failed(cp.refuse(ctx, {{maskKey, isCpRefusedMask(maskType)},
-                               {"window_size", bool(window)},
-                               {"core_attention_bias_type",
-                                coreBias.type != AttnBiasType::no_bias},
-                               {"fp8_dpa", delayed && delayed.getFp8Dpa()},
-                               {crossKey, cross}})) ||
+    if (failed(
+            cp.refuse(ctx, {{maskKey, isCpRefusedMask(maskType)},
+                            {"window_size", bool(window), true},
+                            {"core_attention_bias_type",
+                             coreBias.type != AttnBiasType::no_bias},
+                            {"fp8_dpa", delayed && delayed.getFp8Dpa(), true},
+                            {crossKey, cross}})) ||
         failed(cp.checkHeads(ctx, heads, groups, tp.size)))
       return failure();
     int64_t localSeq = cp.local(ctx.state.seqLength);

@@ -55,18 +55,26 @@ ContextParallelOptions::read(LayerContext &ctx) {
   return options;
 }
 
-LogicalResult ContextParallelOptions::refuse(
-    LayerContext &ctx, ArrayRef<std::pair<StringRef, bool>> features) const {
+LogicalResult ContextParallelOptions::refuse(LayerContext &ctx,
+                                             ArrayRef<Feature> features) const {
   if (size == 1)
     return success();
-  for (auto [key, used] : features)
-    if (used)
-      return emitError(ctx.layer.has(key) ? ctx.layer.valueLoc(key)
-                                          : ctx.layer.valueLoc("cp_size"))
-             << "'cp_size' " << size << " is not supported with '" << key
-             << "' (context parallelism takes no_mask or causal "
-                "self-attention without window, bias, FP8 attention or KV "
-                "cache)";
+  for (const Feature &feature : features) {
+    if (!feature.used || (feature.allToAllRuns && allToAll))
+      continue;
+    Location at = ctx.layer.has(feature.key) ? ctx.layer.valueLoc(feature.key)
+                                             : ctx.layer.valueLoc("cp_size");
+    if (feature.allToAllRuns)
+      return emitError(at) << "'cp_size' " << size << " with cp_comm_type "
+                           << kCpAllGather << " is not supported with '"
+                           << feature.key << "': cp_comm_type " << kCpAllToAll
+                           << " runs it";
+    return emitError(at)
+           << "'cp_size' " << size << " is not supported with '" << feature.key
+           << "' (context parallelism takes no_mask or causal self-attention "
+              "without bias or KV cache; a window or FP8 attention with "
+              "cp_comm_type a2a)";
+  }
   return success();
 }
 

@@ -132,12 +132,18 @@ struct ContextParallelOptions {
   /// Reads the keys and checks them against the spec's sequences: ranges,
   /// seq_length divisible by 2 * cp_size, no packed sequences or KV cache.
   static mlir::FailureOr<ContextParallelOptions> read(LayerContext &ctx);
-  /// With cp_size > 1, fails at the first of `features` (a spec key and
-  /// whether the layer uses what it asks for) that is set: the first
-  /// version's refusals.
-  mlir::LogicalResult
-  refuse(LayerContext &ctx,
-         llvm::ArrayRef<std::pair<llvm::StringRef, bool>> features) const;
+  /// A feature context parallelism may refuse: its spec key, whether the
+  /// layer uses it, and whether cp_comm_type a2a runs it (each rank's
+  /// attention is an ordinary one there).
+  struct Feature {
+    llvm::StringRef key;
+    bool used;
+    bool allToAllRuns = false;
+  };
+  /// With cp_size > 1, fails at the first of `features` that is used and
+  /// not run by this cp_comm_type.
+  mlir::LogicalResult refuse(LayerContext &ctx,
+                             llvm::ArrayRef<Feature> features) const;
   /// With a2a, fails unless cp_size divides the query heads and the KV
   /// groups (`groups`, when the spec gives num_gqa_groups) of one
   /// tensor-parallel rank of `tpSize`; the errors name the spec's values.

@@ -15,7 +15,10 @@
 // steps through the whole pipeline. The same with cp_comm_type a2a (q, k,
 // v and the attention's output through te.cp_all_to_all: each rank attends
 // over the whole sequence of half the heads), which must also give what
-// all_gather gives. Fresh random data every run.
+// all_gather gives, and which also runs a sliding window (the sequence in
+// order for no_mask too) and FP8 attention (fp8_dpa, whose amaxes the
+// DelayedScaling reduction gathers over the ranks). Fresh random data
+// every run.
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8TrainingStep.h"
@@ -148,6 +151,69 @@ const CpCase kA2aCases[] = {
      " num_attention_heads: 4, hidden_dropout: 0.0, attention_dropout: 0.0,"
      " self_attn_mask_type: no_mask{cp_all_gather}}\n",
      false, "a2a"},
+};
+
+/// cp_comm_type a2a with a sliding window (all_gather refuses it): the
+/// all-to-all must hand each rank the whole sequence in order, for no_mask
+/// too. 8 tokens: windows narrower than the sequence.
+const CpCase kA2aWindowCases[] = {
+    {"dpa_causal_window",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " num_gqa_groups: 2, attn_mask_type: causal, window_size: [3, 0]{cp}}\n",
+     false, "a2a"},
+    {"dpa_no_mask_window_bshd",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 8,"
+     " attn_mask_type: no_mask, window_size: [2, 2]{cp}}\n",
+     true, "a2a"},
+    {"mha_gqa_rotary_causal_window_bshd",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, attention_dropout: 0.0, rotary_pos_emb: true,"
+     " window_size: [2, 0]{cp}}\n",
+     true, "a2a"},
+    {"mha_gqa_rotary_no_mask_window",
+     "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 4,"
+     " num_gqa_groups: 2, attention_dropout: 0.0, rotary_pos_emb: true,"
+     " attn_mask_type: no_mask, window_size: [1, 3]{cp}}\n",
+     false, "a2a"},
+    {"transformer_layer_causal_window",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true, window_size: [3, 0]{cp}}"
+     "\n",
+     false, "a2a"},
+    {"transformer_layer_no_mask_window_bshd",
+     "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"
+     " num_attention_heads: 4, hidden_dropout: 0.0, attention_dropout: 0.0,"
+     " self_attn_mask_type: no_mask, window_size: [2, 2]{cp}}\n",
+     true, "a2a"},
+};
+
+/// cp_comm_type a2a with FP8 attention (fp8_dpa; all_gather refuses it):
+/// head dim 16, no attention dropout.
+const CpCase kA2aFp8AttentionCases[] = {
+    {"dpa_a2a_fp8_dpa_causal_bshd",
+     "  - {type: DotProductAttention, num_attention_heads: 4, kv_channels: 16,"
+     " num_gqa_groups: 2, attn_mask_type: causal{cp}}\n",
+     true, "a2a"},
+    {"mha_a2a_fp8_dpa_causal",
+     "  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,"
+     " num_gqa_groups: 2, input_layernorm: true, attention_dropout: 0.0,"
+     " rotary_pos_emb: true{cp}}\n",
+     false, "a2a"},
+    {"mha_a2a_fp8_dpa_no_mask_bshd",
+     "  - {type: MultiheadAttention, hidden_size: 64, num_attention_heads: 4,"
+     " attention_dropout: 0.0, attn_mask_type: no_mask{cp}}\n",
+     true, "a2a"},
+    {"transformer_layer_a2a_fp8_dpa_causal",
+     "  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 64,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, rotary_pos_emb: true{cp}}\n",
+     false, "a2a"},
+    {"transformer_layer_a2a_fp8_dpa_no_mask_bshd",
+     "  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 64,"
+     " num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0,"
+     " attention_dropout: 0.0, self_attn_mask_type: no_mask{cp}}\n",
+     true, "a2a"},
 };
 
 /// FP8-aligned (16 tokens a rank, dims multiples of 16).
@@ -343,6 +409,28 @@ TEST_P(ContextParallelFp8, StepsOfTheRanksGiveTheWholeLayers) {
                      {}, /*steps=*/2, 1e-9, /*seqLength=*/16);
 }
 
+/// FP8 attention (fp8_dpa) with a2a: two DelayedScaling training steps of
+/// the whole pipeline. Each rank's attention amaxes cover its heads of the
+/// whole sequence; reduced over the ranks they are the whole layer's, so
+/// the second step's scales (q, k, v, s, o, dO, dP, ...) and casts agree.
+class ContextParallelFp8Attention : public ContextParallel {};
+
+TEST_P(ContextParallelFp8Attention, StepsOfTheRanksGiveTheWholeLayers) {
+  const std::string recipe = "recipe: {type: DelayedScaling, fp8_format: "
+                             "HYBRID, amax_history_len: 4, fp8_dpa: true}\n";
+  // The rank's attention runs in FP8 between the all-to-alls, both ways.
+  OwningOpRef<ModuleOp> rank = import(1, recipe, /*seqLength=*/16);
+  ASSERT_TRUE(rank && runPipeline(*rank, {}));
+  int fp8Attentions = 0, allToAlls = 0;
+  rank->walk([&](Operation *op) {
+    fp8Attentions += isa<te::Fp8AttentionOp, te::Fp8AttentionBwdOp>(op);
+    allToAlls += isa<te::CpAllToAllOp>(op);
+  });
+  EXPECT_EQ(fp8Attentions, 2);
+  EXPECT_EQ(allToAlls, 8);
+  checkTrainingSteps(recipe, {}, /*steps=*/2, 1e-9, /*seqLength=*/16);
+}
+
 /// cp_comm_type a2a against all_gather: each rank's two programs on the
 /// same local inputs, the layer ops' forward and one training step after
 /// te-decompose and te-autodiff (every result, parameter gradients
@@ -413,6 +501,16 @@ INSTANTIATE_TEST_SUITE_P(A2a, ContextParallel, ::testing::ValuesIn(kA2aCases),
                          });
 INSTANTIATE_TEST_SUITE_P(A2a, ContextParallelA2a,
                          ::testing::ValuesIn(kA2aCases), [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(A2aWindow, ContextParallel,
+                         ::testing::ValuesIn(kA2aWindowCases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(A2a, ContextParallelFp8Attention,
+                         ::testing::ValuesIn(kA2aFp8AttentionCases),
+                         [](const auto &info) {
                            return std::string(info.param.name);
                          });
 INSTANTIATE_TEST_SUITE_P(Layers, ContextParallelFp8,

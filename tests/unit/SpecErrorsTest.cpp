@@ -2079,8 +2079,8 @@ layers:
                   8, 26,
                   "'cp_size' 2 is not supported with 'self_attn_mask_type' "
                   "(context parallelism takes no_mask or causal "
-                  "self-attention without window, bias, FP8 attention or KV "
-                  "cache)"},
+                  "self-attention without bias or KV cache; a window or FP8 "
+                  "attention with cp_comm_type a2a)"},
         ErrorCase{"CpWindow", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -2092,9 +2092,8 @@ layers:
     cp_size: 2
 )",
                   7, 18,
-                  "'cp_size' 2 is not supported with 'window_size' (context "
-                  "parallelism takes no_mask or causal self-attention without "
-                  "window, bias, FP8 attention or KV cache)"},
+                  "'cp_size' 2 with cp_comm_type all_gather is not supported "
+                  "with 'window_size': cp_comm_type a2a runs it"},
         ErrorCase{"CpAttentionBias", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -2108,8 +2107,8 @@ layers:
                   7, 31,
                   "'cp_size' 2 is not supported with "
                   "'core_attention_bias_type' (context parallelism takes "
-                  "no_mask or causal self-attention without window, bias, FP8 "
-                  "attention or KV cache)"},
+                  "no_mask or causal self-attention without bias or KV cache; "
+                  "a window or FP8 attention with cp_comm_type a2a)"},
         ErrorCase{"CpFp8Attention", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -2122,9 +2121,43 @@ layers:
     cp_size: 2
 )",
                   9, 14,
-                  "'cp_size' 2 is not supported with 'fp8_dpa' (context "
+                  "'cp_size' 2 with cp_comm_type all_gather is not supported "
+                  "with 'fp8_dpa': cp_comm_type a2a runs it"},
+        // a2a runs a window and FP8 attention, not the other refusals.
+        ErrorCase{"CpA2aPaddingMask", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    attn_mask_type: padding_causal
+    window_size: [4, 0]
+    cp_size: 2
+    cp_comm_type: a2a
+)",
+                  7, 21,
+                  "'cp_size' 2 is not supported with 'attn_mask_type' (context "
                   "parallelism takes no_mask or causal self-attention without "
-                  "window, bias, FP8 attention or KV cache)"},
+                  "bias or KV cache; a window or FP8 attention with "
+                  "cp_comm_type a2a)"},
+        ErrorCase{"CpA2aFp8AttentionBias", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: DelayedScaling, fp8_dpa: true}
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 4
+    kv_channels: 16
+    core_attention_bias_type: alibi
+    cp_size: 2
+    cp_comm_type: a2a
+)",
+                  8, 31,
+                  "'cp_size' 2 is not supported with "
+                  "'core_attention_bias_type' (context parallelism takes "
+                  "no_mask or causal self-attention without bias or KV cache; "
+                  "a window or FP8 attention with cp_comm_type a2a)"},
         ErrorCase{"CpDecoder", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -2139,7 +2172,8 @@ layers:
                   8, 17,
                   "'cp_size' 2 is not supported with 'layer_type' (context "
                   "parallelism takes no_mask or causal self-attention without "
-                  "window, bias, FP8 attention or KV cache)"},
+                  "bias or KV cache; a window or FP8 attention with "
+                  "cp_comm_type a2a)"},
         ErrorCase{"CpPackedSequences", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -81,6 +81,36 @@ func.func @layer_padding(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>, %m:
 
 // -----
 
+// A window and FP8 attention run with cp_comm_type a2a alone (each rank's
+// attention is an ordinary one there; ops-context-parallel.mlir).
+func.func @layer_window_all_gather(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>) {
+  // expected-error @+1 {{context parallelism (cp_size 2) with cp_comm_type all_gather is not supported with 'window_size'; cp_comm_type a2a runs it}}
+  %o = te.dot_product_attention %q, %k, %k {attn_mask_type = #te.attn_mask_type<no_mask>, window_size = array<i64: 2, 2>, cp_size = 2 : i64, cp_rank = 0 : i64}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x2x8xbf16>, tensor<4x2x2x8xbf16>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
+func.func @layer_fp8_attention_all_gather(%x: tensor<4x2x64xbf16>, %w: tensor<128x64xbf16>, %p: tensor<64x64xbf16>) {
+  // expected-error @+1 {{context parallelism (cp_size 2) with cp_comm_type all_gather is not supported with FP8 attention (fp8_dpa); cp_comm_type a2a runs it}}
+  %y = te.multihead_attention %x qkv_weight(%w) proj_weight(%p) {num_attention_heads = 4 : i64, num_gqa_groups = 2 : i64, attention_dropout = 0.0 : f64, fp8_recipe = #te.delayed_scaling<fp8_dpa = true>, cp_size = 2 : i64, cp_rank = 1 : i64, cp_comm_type = "all_gather"}
+      : (tensor<4x2x64xbf16>, tensor<128x64xbf16>, tensor<64x64xbf16>) -> tensor<4x2x64xbf16>
+  return
+}
+
+// -----
+
+// The refusals a2a keeps: a padding mask.
+func.func @layer_a2a_padding(%q: tensor<4x2x4x8xbf16>, %k: tensor<4x2x2x8xbf16>, %m: tensor<2x1x1x8xi1>) {
+  // expected-error @+1 {{context parallelism (cp_size 2) is not supported with 'attn_mask_type' padding (no_mask and causal are supported)}}
+  %o = te.dot_product_attention %q, %k, %k mask(%m) {attn_mask_type = #te.attn_mask_type<padding>, window_size = array<i64: 2, 0>, cp_size = 2 : i64, cp_rank = 0 : i64, cp_comm_type = "a2a"}
+      : (tensor<4x2x4x8xbf16>, tensor<4x2x2x8xbf16>, tensor<4x2x2x8xbf16>, tensor<2x1x1x8xi1>) -> tensor<4x2x32xbf16>
+  return
+}
+
+// -----
+
 func.func @layer_odd_tokens(%q: tensor<3x2x4x8xbf16>, %k: tensor<3x2x2x8xbf16>) {
   // expected-error @+1 {{with cp_size 2 each rank holds two chunks of every sequence, so the local sequence length must be even, got 3}}
   %o = te.dot_product_attention %q, %k, %k {cp_size = 2 : i64, cp_rank = 0 : i64}
