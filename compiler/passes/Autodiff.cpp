@@ -5,7 +5,8 @@
 // visited last to first, and each adds its operands' gradient contributions.
 // Forward values the backward pass reads are made available through
 // `Differentiator::available`, which decides between forward argument,
-// recomputed view, and saved result.
+// recomputed view, and saved result; context parallelism's whole-sequence k
+// and v are gathered again (`Differentiator::regathered`).
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/passes/Passes.h"
@@ -44,6 +45,13 @@ public:
 private:
   /// The backward-side copy of forward value `value`.
   Value available(Value value);
+  /// Hands `value` from the forward to the backward as a saved result.
+  Value save(Value value);
+  /// Whole-sequence k or v read by te.attention_bwd with cp_ranks > 1: a new
+  /// te.cp_all_gather of the forward gather's input, so that the forward
+  /// saves the rank's tokens only (as Transformer Engine's
+  /// AttnFuncWithCPAndKVAllGather does).
+  Value regathered(CpAllGatherOp gather);
   Value addArgument(Type type, NamedAttribute attr);
   /// The main_grad element type of `value` when it is a forward argument
   /// marked `te.main_grad = <type>` (a GEMM weight under Transformer
@@ -130,13 +138,42 @@ Value Differentiator::available(Value value) {
     if (returned != value)
       copy = create<ReshapeOp>(value.getType(), copy);
   } else {
-    int64_t index = forward.getNumResults() + saved.size();
-    saved.push_back(value);
-    copy = addArgument(value.getType(),
-                       builder.getNamedAttr("te.forward_result",
-                                            builder.getI64IntegerAttr(index)));
+    return save(value);
   }
   mapped[value] = copy;
+  return copy;
+}
+
+Value Differentiator::save(Value value) {
+  int64_t index = forward.getNumResults() + saved.size();
+  saved.push_back(value);
+  Value copy = addArgument(
+      value.getType(), builder.getNamedAttr("te.forward_result",
+                                            builder.getI64IntegerAttr(index)));
+  mapped[value] = copy;
+  return copy;
+}
+
+Value Differentiator::regathered(CpAllGatherOp gather) {
+  if (Value copy = mapped.lookup(gather.getResult()))
+    return copy;
+  // The gather's input as the backward gets it. A view is recomputed only
+  // when what it views is at hand anyway (a forward argument, or a value
+  // already saved, such as the fused QKV output that q, made available
+  // before k and v, is a view of without rotary); otherwise the view itself is
+  // saved: recomputing v's column slice would save the whole fused QKV output.
+  Value input = gather.getInput();
+  Value root = input;
+  while (isa_and_nonnull<ReshapeOp, SliceOp, TransposeOp>(root.getDefiningOp()))
+    root = root.getDefiningOp()->getOperand(0);
+  Value local = mapped.lookup(input);
+  if (!local)
+    local = isa<BlockArgument>(root) || mapped.count(root) ? available(input)
+                                                           : save(input);
+  Value copy =
+      create<CpAllGatherOp>(gather.getType(), local, gather->getAttrs())
+          .getResult();
+  mapped[gather.getResult()] = copy;
   return copy;
 }
 
@@ -266,10 +303,19 @@ void Differentiator::attentionGrads(AttentionOp op, Value grad) {
       optionals.push_back(available(optional));
     segments.push_back(optional ? 1 : 0);
   }
+  // Under context parallelism k and v are the whole sequence, gathered from
+  // the ranks: the backward gathers them again rather than have the forward
+  // save them.
+  auto keyOrValue = [&](Value value) {
+    if (op.getCpRanks() > 1)
+      if (auto gather = value.getDefiningOp<CpAllGatherOp>())
+        return regathered(gather);
+    return available(value);
+  };
   SmallVector<Value> operands = {grad,
                                  available(op.getQuery()),
-                                 available(op.getKey()),
-                                 available(op.getValue()),
+                                 keyOrValue(op.getKey()),
+                                 keyOrValue(op.getValue()),
                                  available(op.getOutput()),
                                  available(op.getSoftmaxLse())};
   operands.append(optionals);
