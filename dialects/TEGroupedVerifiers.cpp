@@ -65,6 +65,19 @@ LogicalResult GroupedLinearOp::verify() {
   if (failed(checker.floatTensor(getInput(), "input", 2)) ||
       failed(checker.floatTensor(getWeight(), "weight", 3)))
     return failure();
+  // Tensor parallelism (docs/grouped-linear.md): operand shapes are one
+  // rank's; a row-parallel op sums its output over the ranks and has no
+  // bias to add after the sum.
+  int64_t tpSize = getTpSize();
+  if (tpSize < 1)
+    return emitOpError() << "'tp_size' must be >= 1, got " << tpSize;
+  bool row = tpSize > 1 && getParallelMode() == ParallelMode::row;
+  if (tpSize > 1 && !getParallelMode())
+    return emitOpError() << "'tp_size' " << tpSize
+                         << " needs a 'parallel_mode' (column or row)";
+  if (row && getBias())
+    return emitOpError() << "a row-parallel te.grouped_linear (tp_size "
+                         << tpSize << ") takes no 'bias'";
   FailureOr<int64_t> groups = numGroups(*this, getMSplits());
   if (failed(groups))
     return failure();
@@ -100,8 +113,9 @@ LogicalResult GroupedLinearOp::verify() {
   return checker.fp8Dims(
       getFp8RecipeAttr(),
       {{"the token count (product of the leading dims of 'input')", tokens, 16},
-       {"in_features", in, 16},
-       {"out_features", out, 16}});
+       {row ? "in_features / tp_size" : "in_features", in, 16},
+       {tpSize > 1 && !row ? "out_features / tp_size" : "out_features", out,
+        16}});
 }
 
 LogicalResult GroupedMatmulOp::verify() {

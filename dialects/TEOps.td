@@ -115,6 +115,14 @@ def TE_GroupedLinearOp : TE_LayerOp<"grouped_linear"> {
     runtime refuses negative splits, a sum over T and, under an FP8
     recipe, splits not divisible by 16 (docs/grouped-linear.md).
 
+    With `tp_size` > 1 the op is one rank's part of a tensor-parallel
+    GroupedLinear (docs/grouped-linear.md): `parallel_mode = column` holds
+    out_features / tp_size rows of every `weight[g]` and `bias[g]`, reads
+    the whole input (its gradient is summed over the ranks) and returns
+    this rank's output features; `row` holds in_features / tp_size columns
+    of every `weight[g]`, reads the same slice of the input features and
+    sums its output over the ranks. A row-parallel op takes no bias.
+
     ```mlir
     %y = te.grouped_linear %x splits(%m) weight(%w) bias(%b)
         {fp8_recipe = #te.delayed_scaling<amax_history_len = 16>}
@@ -124,6 +132,8 @@ def TE_GroupedLinearOp : TE_LayerOp<"grouped_linear"> {
   }];
   let arguments = (ins TE_Tensor:$input, TE_Tensor:$m_splits,
                    TE_Tensor:$weight, Optional<TE_Tensor>:$bias,
+                   DefaultValuedAttr<I64Attr, "1">:$tp_size,
+                   OptionalAttr<TE_ParallelModeAttr>:$parallel_mode,
                    OptionalAttr<TE_FP8RecipeAttr>:$fp8_recipe);
   let results = (outs TE_Tensor:$output);
   let assemblyFormat = [{

@@ -44,9 +44,14 @@ static LogicalResult runOp(te::GroupedLinearOp op, Frame &frame) {
                bool(op.getFp8RecipeAttr()), frame);
   if (failed(offsets))
     return failure();
-  return frame.set(op, op.getOutput(),
-                   groupedLinear(input, frame.get(op.getWeight()),
-                                 frame.getOptional(op.getBias()), *offsets));
+  Tensor output = groupedLinear(input, frame.get(op.getWeight()),
+                                frame.getOptional(op.getBias()), *offsets);
+  // A row-parallel rank's products are summed over the ranks (it has no
+  // bias); a column-parallel one reads the whole input and communicates
+  // nothing forward.
+  if (op.getTpSize() > 1 && op.getParallelMode() == te::ParallelMode::row)
+    output = frame.sumOverRanks(output);
+  return frame.set(op, op.getOutput(), std::move(output));
 }
 
 static LogicalResult runOp(te::GroupedMatmulOp op, Frame &frame) {

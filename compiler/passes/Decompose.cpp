@@ -147,14 +147,25 @@ public:
   /// GroupedLinear on tokens `x` [T, K]: one GEMM per row segment of
   /// `mSplits` (docs/grouped-linear.md), each segment's bias added by the
   /// grouped GEMM itself; under the layer's recipe every group gets its own
-  /// scales (te-place-scaling).
-  Value groupedLinear(Value x, Value mSplits, Value weight, Value bias) {
+  /// scales (te-place-scaling). Tensor parallelism as linear()'s without
+  /// sequence parallelism: a column-parallel GEMM reads `x` through
+  /// te.tp_copy, a row-parallel one (no bias) sums its output over the
+  /// ranks.
+  Value groupedLinear(Value x, Value mSplits, Value weight, Value bias,
+                      Split split = Split::none) {
+    bool parallel = tpSize > 1 && split != Split::none;
+    IntegerAttr ranks = builder.getI64IntegerAttr(tpSize);
+    if (parallel && split == Split::column)
+      x = builder.create<TpCopyOp>(loc, x.getType(), x, ranks);
     auto type = RankedTensorType::get({shapeOf(x)[0], shapeOf(weight)[1]},
                                       elementOf(x));
-    return builder.create<GroupedMatmulOp>(
+    Value y = builder.create<GroupedMatmulOp>(
         loc, type, x, weight, mSplits, bias, /*transpose_a=*/nullptr,
         builder.getUnitAttr(), recipe,
         GemmRoleAttr::get(ctx(), GemmRole::fprop));
+    if (parallel && split == Split::row)
+      y = builder.create<TpAllReduceOp>(loc, type, y, ranks);
+    return y;
   }
 
   /// `value`'s type with dim 0 of `rows`.
@@ -540,8 +551,13 @@ SmallVector<Value> lowerLayer(LinearOp op, LayerLowering &lower) {
 }
 
 SmallVector<Value> lowerLayer(GroupedLinearOp op, LayerLowering &lower) {
+  std::optional<ParallelMode> mode = op.getParallelMode();
+  LayerLowering::Split split = !mode ? LayerLowering::Split::none
+                               : *mode == ParallelMode::column
+                                   ? LayerLowering::Split::column
+                                   : LayerLowering::Split::row;
   Value y = lower.groupedLinear(lower.tokens(op.getInput()), op.getMSplits(),
-                                op.getWeight(), op.getBias());
+                                op.getWeight(), op.getBias(), split);
   return {restoreShape(lower, y, op.getInput())};
 }
 

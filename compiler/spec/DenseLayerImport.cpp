@@ -77,10 +77,33 @@ FailureOr<Value> tejit::spec::importGroupedLinear(LayerContext &ctx) {
   FailureOr<int64_t> in = layer.requirePositive("in_features");
   FailureOr<int64_t> out = layer.requirePositive("out_features");
   FailureOr<bool> bias = layer.getBool("bias", true);
+  FailureOr<TensorParallelOptions> tp =
+      TensorParallelOptions::read(ctx, /*hasMode=*/true);
   if (failed(layer.finish()) || failed(groups) || failed(in) || failed(out) ||
-      failed(bias))
+      failed(bias) || failed(tp))
     return failure();
-  FailureOr<Value> input = ctx.takeInput("in_features", *in);
+  // Tensor parallelism as Linear's, per expert (docs/grouped-linear.md):
+  // column splits every expert's output features, row its input features.
+  // Not built: sequence parallelism, and a row-parallel bias (it would be
+  // added once, after the sum over the ranks; Transformer Engine refuses a
+  // bias with tp_size > 1).
+  if (tp->sequence)
+    return emitError(layer.valueLoc("sequence_parallel"))
+           << "'sequence_parallel' is not supported by GroupedLinear with "
+              "tp_size > 1";
+  bool column = tp->splits(ParallelMode::column);
+  bool row = tp->splits(ParallelMode::row);
+  if (row && *bias)
+    return emitError(layer.valueLoc("parallel_mode"))
+           << "a row-parallel GroupedLinear (tp_size " << tp->size
+           << ") has no bias: set 'bias: false'";
+  FailureOr<int64_t> localIn =
+      row ? tp->split(ctx, "in_features", *in) : FailureOr<int64_t>(*in);
+  FailureOr<int64_t> localOut =
+      column ? tp->split(ctx, "out_features", *out) : FailureOr<int64_t>(*out);
+  if (failed(localIn) || failed(localOut))
+    return failure();
+  FailureOr<Value> input = ctx.takeInput("in_features", *localIn);
   if (failed(input))
     return failure();
   FailureOr<Value> mSplits =
@@ -90,11 +113,12 @@ FailureOr<Value> tejit::spec::importGroupedLinear(LayerContext &ctx) {
   LayerOpParts parts;
   parts.add(*input);
   parts.add(*mSplits);
-  parts.add(ctx.param("weight", {*groups, *out, *in}));
-  parts.addOptional(ctx.param("bias", {*groups, *out}, *bias));
+  parts.add(ctx.param("weight", {*groups, *localOut, *localIn}));
+  parts.addOptional(ctx.param("bias", {*groups, *localOut}, *bias));
+  tp->addAttributes(ctx, parts);
   parts.set("fp8_recipe", ctx.recipe);
   return ctx.build(GroupedLinearOp::getOperationName(), parts,
-                   withWidth(*input, *out), /*segmented=*/false);
+                   withWidth(*input, *localOut), /*segmented=*/false);
 }
 
 /// LayerNorm and RMSNorm share their keys; only LayerNorm has a bias.

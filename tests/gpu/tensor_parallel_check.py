@@ -51,7 +51,10 @@ Cases: Linear column and row, LayerNormLinear column, LayerNormMLP gelu and
 swiglu, MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
 DotProductAttention (local heads, no communication), TransformerLayer
 (hidden_dropout = attention_dropout = 0; also a decoder, whose
-cross-attention's keys and values come from an encoder output); --full
+cross-attention's keys and values come from an encoder output),
+GroupedLinear column (with biases) and row (no bias: tejit refuses a
+row-parallel one), 4 experts with an empty one, in each mode and under
+Float8BlockScaling ("block"); --full
 adds hidden 4096, FFN 16384, 32 heads, 4096 tokens for LayerNormMLP and
 TransformerLayer.
 
@@ -106,9 +109,14 @@ MODES = ("bf16", "delayed", "current")
 # rounding boundary, now in the attention's casts too; bounded at twice
 # FP8 attention's own error against its bf16 path (docs/fp8-attention.md:
 # output rel. RMSE 5%, gradients 9-11%) and the current mode's max.
+# "block" (Float8BlockScaling, GroupedLinear's cases only): each rank's
+# 128-wide blocks are the whole tensor's when its dims are multiples of
+# 128 (as in those cases), so its casts agree as the delayed mode's do;
+# bounded as the current mode, unmeasured.
 TOLERANCES = {"bf16": (1e-2, 1.5e-2, 5e-2),
               "delayed": (8e-2, 0.15, 0.3),
               "current": (0.15, 0.3, 0.5),
+              "block": (0.15, 0.3, 0.5),
               "fp8_dpa": (0.1, 0.2, 0.5)}
 DELAYED_WARMUP_STEPS = 2
 RANK = 0
@@ -132,6 +140,9 @@ def precision(mode):
         return te.fp8_autocast(enabled=True,
                                fp8_recipe=delayed(mode == "fp8_dpa"),
                                fp8_group=dist.group.WORLD)
+    if mode == "block":
+        return te.fp8_autocast(enabled=True,
+                               fp8_recipe=recipe.Float8BlockScaling())
     return te.fp8_autocast(
         enabled=True,
         fp8_recipe=recipe.Float8CurrentScaling(
@@ -395,6 +406,49 @@ def linear_case(mode, parallel_mode, seed):
                            seed, output_split=-1, out_features=512)
     return module_case(make, row_linear_kind, (64, 2, 256), mode, seed,
                        input_split=-1, out_features=512)
+
+
+def grouped_linear_case(mode, parallel_mode, seed, experts=4,
+                        in_features=256, out_features=512):
+    """GroupedLinear (docs/grouped-linear.md, tensor parallelism): every
+    expert split as a Linear ("column": weight{i} / bias{i} rows, output
+    columns; "row": weight{i} columns, input columns, no bias), over
+    splits multiples of 16 with an empty expert, against the tp=1 twin."""
+    splits = [64, 0, 112, 80]
+    tokens = sum(splits)
+    column = parallel_mode == "column"
+
+    def make(**tp):
+        if tp:
+            tp["parallel_mode"] = parallel_mode
+        return te.GroupedLinear(experts, in_features, out_features,
+                                bias=column, params_dtype=BF16, **tp)
+
+    def kind_of(name):
+        if column:
+            return "col"
+        return "row" if name.startswith("weight") else "rep"
+
+    def call(module, x):
+        return module(x, splits)
+
+    report = Report(mode)
+    full, parallel = build_pair(make, kind_of, seed)
+    x = same_randn((tokens, in_features), seed + 1)
+    dy = same_randn((tokens, out_features), seed + 2)
+    input_split = None if column else -1
+    output_split = -1 if column else None
+    if mode == "delayed":
+        for index in range(DELAYED_WARMUP_STEPS):
+            warm_x = same_randn((tokens, in_features), seed + 100 + index)
+            step(full, [warm_x], dy, mode, call)
+            step(parallel, [warm_x if column else mine(warm_x, -1)],
+                 mine(dy, -1) if column else dy, mode, call)
+    compare_step(report, full, parallel, [x], dy, kind_of,
+                 input_split=input_split, output_split=output_split,
+                 call=call)
+    report.check()
+    return report.summary()
 
 
 def refuses_without_group(module, x, setter):
@@ -852,6 +906,14 @@ def cases(full_size, seed):
             (f"TransformerLayer 256/1024/8 heads/4 groups [{mode}]",
              lambda mode=mode: transformer_case(mode, seed)),
         ]
+    for mode in MODES + ("block",):
+        for parallel_mode in ("column", "row"):
+            bias = ", bias" if parallel_mode == "column" else ""
+            result.append(
+                (f"GroupedLinear {parallel_mode}{bias}, 4 experts 256 -> 512 "
+                 f"[{mode}]",
+                 lambda mode=mode, parallel_mode=parallel_mode:
+                 grouped_linear_case(mode, parallel_mode, seed)))
     result += [
         ("TransformerLayer swiglu 256/1024 [bf16]",
          lambda: transformer_case("bf16", seed, activation="swiglu")),

@@ -335,6 +335,62 @@ layers:
                   "'sequence_parallel' cuts dim 0 of the activations "
                   "(seq_length 15) into tp_size (2) slices: it must be "
                   "divisible"},
+        // GroupedLinear's tensor parallelism (docs/grouped-linear.md).
+        ErrorCase{"GroupedLinearSequenceParallel", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: GroupedLinear
+    num_gemms: 4
+    in_features: 64
+    out_features: 64
+    tp_size: 2
+    parallel_mode: column
+    sequence_parallel: true
+)",
+                  10, 24,
+                  "'sequence_parallel' is not supported by GroupedLinear "
+                  "with tp_size > 1"},
+        ErrorCase{"GroupedLinearRowParallelBias", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: GroupedLinear
+    num_gemms: 4
+    in_features: 64
+    out_features: 64
+    tp_size: 2
+    parallel_mode: row
+)",
+                  9, 20,
+                  "a row-parallel GroupedLinear (tp_size 2) has no bias: set "
+                  "'bias: false'"},
+        ErrorCase{"GroupedLinearColumnNotDivisible", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: GroupedLinear
+    num_gemms: 4
+    in_features: 64
+    out_features: 63
+    tp_size: 2
+    parallel_mode: column
+)",
+                  7, 19,
+                  "'out_features' (63) must be divisible by tp_size (2)"},
+        ErrorCase{"GroupedLinearTpSizeNeedsParallelMode", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: GroupedLinear
+    num_gemms: 4
+    in_features: 64
+    out_features: 64
+    tp_size: 2
+)",
+                  8, 14,
+                  "'tp_size' 2 needs 'parallel_mode': column (splits the "
+                  "output features) or row (splits the input features)"},
         ErrorCase{"MisspelledLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

@@ -27,7 +27,14 @@ constexpr int kRanks = 2;
 
 /// How one rank's tensor is cut from the whole layer's.
 struct Shard {
-  enum Kind { whole, rows, columns, gatedRows, qkvRows } kind = whole;
+  enum Kind {
+    whole,
+    rows,
+    columns,
+    gatedRows,
+    qkvRows,
+    groupRows
+  } kind = whole;
   /// qkvRows: query and KV heads of the whole layer, and their width.
   int64_t heads = 0, groups = 0, headDim = 0;
 };
@@ -70,6 +77,16 @@ Tensor cut(const Tensor &whole, const Shard &shard, int rank,
                width, part.data);
     return part;
   }
+  case Shard::groupRows: {
+    // GroupedLinear's stacked [G, out, in] weights: this rank's rows of
+    // every expert.
+    int64_t rows = whole.shape[1], localRows1 = localShape[1],
+            rowWidth = whole.shape[2];
+    for (int64_t g = 0; g < whole.shape[0]; ++g)
+      appendRows(whole, g * rows + rank * localRows1, localRows1, rowWidth,
+                 part.data);
+    return part;
+  }
   case Shard::columns: {
     int64_t last = whole.shape.back(), localLast = localShape.back();
     for (int64_t row = 0; row < int64_t(whole.data.size()) / last; ++row)
@@ -93,6 +110,8 @@ struct TpCase {
   int64_t heads = 0, groups = 0, headDim = 0;
   /// The keys of a second layer, at `{tp2}`.
   const char *tpKeys2 = "";
+  /// The spec's sizes, when not the test's default ones.
+  const char *sizes = nullptr;
 
   /// Sequence parallelism: each rank holds a slice of the activations'
   /// dim 0, and its gradients of replicated parameters are partial sums.
@@ -176,6 +195,22 @@ const TpCase kCases[] = {
      "32, ffn_hidden_size: 48, num_attention_heads: 4, hidden_dropout: 0.0, "
      "attention_dropout: 0.0, self_attn_mask_type: padding{tp}}\n",
      ", tp_size: 2, sequence_parallel: true", false, 4, 4, 8},
+    // GroupedLinear (docs/grouped-linear.md): every expert split as a
+    // Linear, over random m_splits with an empty group and padding rows.
+    {"grouped_linear_column",
+     "layers:\n  - {type: GroupedLinear, num_gemms: 3, in_features: 24, "
+     "out_features: 32{tp}}\n",
+     ", tp_size: 2, parallel_mode: column"},
+    {"grouped_linear_row",
+     "layers:\n  - {type: GroupedLinear, num_gemms: 3, in_features: 32, "
+     "out_features: 24, bias: false{tp}}\n",
+     ", tp_size: 2, parallel_mode: row"},
+    {"grouped_column_then_row",
+     "layers:\n  - {type: GroupedLinear, num_gemms: 3, in_features: 24, "
+     "out_features: 32{tp}}\n  - {type: GroupedLinear, num_gemms: 3, "
+     "in_features: 32, out_features: 24, bias: false{tp2}}\n",
+     ", tp_size: 2, parallel_mode: column", false, 0, 0, 0,
+     ", tp_size: 2, parallel_mode: row"},
     {"decoder_layer_sp",
      "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
      "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
@@ -201,6 +236,17 @@ const TpCase kFp8Cases[] = {
      "64, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
      "attention_dropout: 0.0{tp}}\n",
      ", tp_size: 2", false, 4, 2, 8},
+    // 64 tokens: splits multiples of 16 with an empty group and padding.
+    {"grouped_linear_column_fp8",
+     "layers:\n  - {type: GroupedLinear, num_gemms: 3, in_features: 32, "
+     "out_features: 64{tp}}\n",
+     ", tp_size: 2, parallel_mode: column", false, 0, 0, 0, "",
+     "seq_length: 32\nbatch_size: 2\n"},
+    {"grouped_linear_row_fp8",
+     "layers:\n  - {type: GroupedLinear, num_gemms: 3, in_features: 64, "
+     "out_features: 32, bias: false{tp}}\n",
+     ", tp_size: 2, parallel_mode: row", false, 0, 0, 0, "",
+     "seq_length: 32\nbatch_size: 2\n"},
     {"linear_row_fp8_sp",
      "layers:\n  - {type: Linear, in_features: 64, out_features: 32{tp}}\n",
      ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
@@ -233,10 +279,11 @@ protected:
   OwningOpRef<ModuleOp> import(bool parallel, const std::string &extra = "") {
     // FP8 GEMMs need a token count divisible by 8; sequence parallelism
     // an even sequence (or batch, bshd) to cut in two.
-    std::string spec = !extra.empty() ? "seq_length: 8\nbatch_size: 2\n" + extra
-                       : GetParam().sequenceParallel()
-                           ? "seq_length: 6\nbatch_size: 2\n"
-                           : "seq_length: 5\nbatch_size: 2\n";
+    std::string spec =
+        GetParam().sizes ? std::string(GetParam().sizes) + extra
+        : !extra.empty() ? "seq_length: 8\nbatch_size: 2\n" + extra
+        : GetParam().sequenceParallel() ? "seq_length: 6\nbatch_size: 2\n"
+                                        : "seq_length: 5\nbatch_size: 2\n";
     spec += GetParam().spec;
     for (auto [key, keys] :
          {std::pair<std::string, const char *>("{tp}", GetParam().tpKeys),
@@ -253,6 +300,10 @@ protected:
     Shard shard;
     if (whole == local)
       return shard;
+    if (whole.size() == 3 && whole[0] == local[0] && whole[1] != local[1]) {
+      shard.kind = Shard::groupRows;
+      return shard;
+    }
     if (whole[0] != local[0]) {
       bool qkv = name.contains("qkv");
       shard.kind = qkv ? Shard::qkvRows
@@ -268,6 +319,28 @@ protected:
     }
     shard.kind = Shard::columns;
     return shard;
+  }
+
+  /// Random arguments of `function`; GroupedLinear's `m_splits` cut the
+  /// input's tokens at random, leaving an empty group and padding rows
+  /// (splits multiples of 16 under `fp8`).
+  std::vector<Tensor> layerArgs(func::FuncOp function, bool fp8) {
+    std::vector<Tensor> args = randomLayerArgs(function, rng);
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (argName(function, i) != "m_splits")
+        continue;
+      int64_t groups = args[i].shape[0], unit = fp8 ? 16 : 1;
+      int64_t units =
+          int64_t(args[0].data.size() / args[0].shape.back()) / unit;
+      int64_t empty = int64_t(rng() % uint64_t(groups));
+      std::vector<double> splits(groups, 0.0);
+      for (int64_t u = 0; u + 1 < units; ++u) {
+        int64_t g = int64_t(rng() % uint64_t(groups - 1));
+        splits[g >= empty ? g + 1 : g] += double(unit);
+      }
+      args[i] = Tensor({groups}, splits);
+    }
+    return args;
   }
 
   /// This rank's shard of each of the whole function's arguments `args`.
@@ -304,7 +377,7 @@ protected:
                  splitBwd = backwardOf(*split, splitFn);
     ASSERT_TRUE(wholeBwd && splitBwd);
 
-    std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+    std::vector<Tensor> args = layerArgs(wholeFn, /*fp8=*/!extra.empty());
     std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
     TrainingStep wholeStep(wholeFn, wholeBwd);
     std::map<std::string, Tensor> expected;
@@ -374,7 +447,7 @@ TEST_P(TensorParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
   OwningOpRef<ModuleOp> whole = import(false), split = import(true);
   ASSERT_TRUE(whole && split);
   func::FuncOp wholeFn = firstFunction(*whole), splitFn = firstFunction(*split);
-  std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
+  std::vector<Tensor> args = layerArgs(wholeFn, /*fp8=*/false);
   std::vector<Tensor> expected = interpret(wholeFn, args, nullptr);
   onRanks([&](int rank, tejit::interp::Collectives &collectives) {
     std::vector<Tensor> actual = interpret(

@@ -812,3 +812,30 @@ func.func @block_quantize_no_groups(%w: tensor<0x48x32xbf16>) {
       : (tensor<0x48x32xbf16>) -> (tensor<0x48x32xf8E4M3FN>, tensor<0x1x4xf32>)
   return
 }
+
+// -----
+
+// Tensor parallelism (docs/grouped-linear.md): a split op names its mode,
+// and a row-parallel one takes no bias (it would be added after the sum).
+func.func @linear_tp_without_mode(%x: tensor<32x64xbf16>, %m: tensor<4xi32>,
+                                  %w: tensor<4x48x64xbf16>) {
+  // expected-error @+1 {{'te.grouped_linear' op 'tp_size' 2 needs a 'parallel_mode' (column or row)}}
+  %y = te.grouped_linear %x splits(%m) weight(%w) {tp_size = 2 : i64}
+      : (tensor<32x64xbf16>, tensor<4xi32>, tensor<4x48x64xbf16>)
+        -> tensor<32x48xbf16>
+  return
+}
+
+// -----
+
+func.func @linear_row_parallel_bias(%x: tensor<32x64xbf16>,
+                                    %m: tensor<4xi32>,
+                                    %w: tensor<4x48x64xbf16>,
+                                    %b: tensor<4x48xbf16>) {
+  // expected-error @+1 {{'te.grouped_linear' op a row-parallel te.grouped_linear (tp_size 2) takes no 'bias'}}
+  %y = te.grouped_linear %x splits(%m) weight(%w) bias(%b)
+      {tp_size = 2 : i64, parallel_mode = #te.parallel_mode<row>}
+      : (tensor<32x64xbf16>, tensor<4xi32>, tensor<4x48x64xbf16>,
+         tensor<4x48xbf16>) -> tensor<32x48xbf16>
+  return
+}
