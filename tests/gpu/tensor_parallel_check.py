@@ -52,9 +52,10 @@ swiglu, MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
 DotProductAttention (local heads, no communication), TransformerLayer
 (hidden_dropout = attention_dropout = 0; also a decoder, whose
 cross-attention's keys and values come from an encoder output),
-GroupedLinear column (with biases) and row (no bias: tejit refuses a
-row-parallel one), 4 experts with an empty one, in each mode and under
-Float8BlockScaling ("block"); --full
+GroupedLinear column and row (as TE's, it communicates nothing: the
+check sums over the ranks around it as Megatron-LM's MoE layers do; no
+bias, which TE refuses at tp_size > 1), 4 experts with an empty one, in
+each mode and under Float8BlockScaling ("block"); --full
 adds hidden 4096, FFN 16384, 32 heads, 4096 tokens for LayerNormMLP and
 TransformerLayer.
 
@@ -408,12 +409,44 @@ def linear_case(mode, parallel_mode, seed):
                        input_split=-1, out_features=512)
 
 
+class _CopyToRanks(torch.autograd.Function):
+    """Megatron-LM's copy into the tensor-parallel region: the identity,
+    its gradient summed over the ranks."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """Megatron-LM's reduction out of the tensor-parallel region: the sum
+    over the ranks, its gradient passed through."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
 def grouped_linear_case(mode, parallel_mode, seed, experts=4,
                         in_features=256, out_features=512):
     """GroupedLinear (docs/grouped-linear.md, tensor parallelism): every
-    expert split as a Linear ("column": weight{i} / bias{i} rows, output
-    columns; "row": weight{i} columns, input columns, no bias), over
-    splits multiples of 16 with an empty expert, against the tp=1 twin."""
+    expert split as a Linear ("column": weight{i} rows, output columns;
+    "row": weight{i} columns, input columns), over splits multiples of 16
+    with an empty expert, against the tp=1 twin. As TE's, the layer
+    communicates nothing; the check sums around it as an MoE layer's
+    dispatcher does (the column input's gradient, the row output)."""
     splits = [64, 0, 112, 80]
     tokens = sum(splits)
     column = parallel_mode == "column"
@@ -422,15 +455,17 @@ def grouped_linear_case(mode, parallel_mode, seed, experts=4,
         if tp:
             tp["parallel_mode"] = parallel_mode
         return te.GroupedLinear(experts, in_features, out_features,
-                                bias=column, params_dtype=BF16, **tp)
+                                bias=False, params_dtype=BF16, **tp)
 
     def kind_of(name):
-        if column:
-            return "col"
-        return "row" if name.startswith("weight") else "rep"
+        return "col" if column else "row"
 
     def call(module, x):
-        return module(x, splits)
+        if module.tp_size == 1:
+            return module(x, splits)
+        if column:
+            return module(_CopyToRanks.apply(x), splits)
+        return _SumOverRanks.apply(module(x, splits))
 
     report = Report(mode)
     full, parallel = build_pair(make, kind_of, seed)
@@ -908,9 +943,8 @@ def cases(full_size, seed):
         ]
     for mode in MODES + ("block",):
         for parallel_mode in ("column", "row"):
-            bias = ", bias" if parallel_mode == "column" else ""
             result.append(
-                (f"GroupedLinear {parallel_mode}{bias}, 4 experts 256 -> 512 "
+                (f"GroupedLinear {parallel_mode}, 4 experts 256 -> 512 "
                  f"[{mode}]",
                  lambda mode=mode, parallel_mode=parallel_mode:
                  grouped_linear_case(mode, parallel_mode, seed)))

@@ -125,21 +125,20 @@ class ConstructorTest(unittest.TestCase):
             self.assertIn("False", message)  # says what to leave it at
 
     def test_tensor_parallel_arguments(self):
+        """TE's rules: tp_size and parallel_mode only shape the weights;
+        sequence_parallel changes nothing; a bias at tp_size > 1 is
+        refused."""
         grouped.check_tensor_parallel(1, None, False)
-        # TE's rule: at tp_size 1 these split and communicate nothing.
-        grouped.check_tensor_parallel(1, "column", True)
+        grouped.check_tensor_parallel(1, "column", True, bias=True)
         grouped.check_tensor_parallel(1, "row", False, bias=True)
-        grouped.check_tensor_parallel(2, None, False, bias=True)
-        grouped.check_tensor_parallel(2, "column", False, bias=True)
-        grouped.check_tensor_parallel(4, "row", False, bias=False)
-        self.assertRefused(NotImplementedError,
-                           lambda: grouped.check_tensor_parallel(
-                               4, "column", True),
-                           "tp_size=4", "sequence_parallel=True")
-        self.assertRefused(NotImplementedError,
-                           lambda: grouped.check_tensor_parallel(
-                               2, "row", False, bias=True),
-                           "parallel_mode='row'", "bias=True")
+        grouped.check_tensor_parallel(2, None, True)
+        grouped.check_tensor_parallel(2, "column", True)
+        grouped.check_tensor_parallel(4, "row", False)
+        for mode in (None, "column", "row"):
+            self.assertRefused(ValueError,
+                               lambda mode=mode: grouped.check_tensor_parallel(
+                                   2, mode, False, bias=True),
+                               "tp_size=2, bias=True", "bias=False")
         self.assertRefused(ValueError,
                            lambda: grouped.check_tensor_parallel(
                                1, "diagonal", False), "parallel_mode")
@@ -257,16 +256,6 @@ class ShapesTest(unittest.TestCase):
                           "in_features": 4096, "out_features": 2048,
                           "bias": True})
         self.assertFalse(grouped.layer_spec(2, 64, 32, False)["bias"])
-        # Tensor parallelism: the keys only when the layer is split.
-        for tp, mode in ((1, "column"), (2, None)):
-            self.assertNotIn("tp_size", grouped.layer_spec(
-                2, 64, 32, True, tp_size=tp, parallel_mode=mode))
-        self.assertEqual(
-            grouped.layer_spec(2, 64, 32, False, tp_size=2,
-                               parallel_mode="row"),
-            {"type": "GroupedLinear", "num_gemms": 2, "in_features": 64,
-             "out_features": 32, "bias": False, "tp_size": 2,
-             "parallel_mode": "row"})
 
     def test_layer_spec_with_fuse_wgrad_accumulation(self):
         """The keys module/base.py adds for fuse_wgrad_accumulation:
@@ -308,29 +297,28 @@ class SpecCompilesTest(unittest.TestCase):
             "layers.0.bias": ((3, 320), "bf16"),
             "output": ((rows, 1, 320), "bf16")})
 
-    def test_tensor_parallel_local_shapes(self):
-        """Spec sizes are global; the program takes one rank's (column:
-        out / tp rows of every expert; row: in / tp columns, no bias)."""
-        column = forward_tensors(program_spec(grouped.layer_spec(
-            3, 192, 320, True, tp_size=2, parallel_mode="column")))
+    def test_the_specs_tensor_parallel_keys(self):
+        """tejit.pytorch's GroupedLinear compiles its rank's shard with no
+        tensor-parallel keys (as TE, it communicates nothing); the spec's
+        own tp_size / parallel_mode (te-compile's) split the sizes, which
+        are then global, and sum as Linear's do."""
+        def split(bias, mode):
+            return dict(grouped.layer_spec(3, 192, 320, bias), tp_size=2,
+                        parallel_mode=mode)
+        column = forward_tensors(program_spec(split(True, "column")))
         self.assertEqual(column["input"], ((128, 1, 192), "bf16"))
         self.assertEqual(column["layers.0.weight"], ((3, 160, 192), "bf16"))
         self.assertEqual(column["layers.0.bias"], ((3, 160), "bf16"))
         self.assertEqual(column["output"], ((128, 1, 160), "bf16"))
-        row = forward_tensors(program_spec(grouped.layer_spec(
-            3, 192, 320, False, tp_size=2, parallel_mode="row")))
+        row = forward_tensors(program_spec(split(False, "row")))
         self.assertEqual(row["input"], ((128, 1, 96), "bf16"))
         self.assertEqual(row["layers.0.weight"], ((3, 320, 96), "bf16"))
         self.assertEqual(row["output"], ((128, 1, 320), "bf16"))
         self.assertIn("te.tp_all_reduce",
-                      tejit.compile_ir(program_spec(grouped.layer_spec(
-                          3, 192, 320, False, tp_size=2,
-                          parallel_mode="row")), "primitive"))
-
-    def test_the_compiler_refuses_a_row_parallel_bias(self):
+                      tejit.compile_ir(program_spec(split(False, "row")),
+                                       "primitive"))
         with self.assertRaises(tejit.TejitError) as caught:
-            tejit.compile_ir(program_spec(grouped.layer_spec(
-                3, 192, 320, True, tp_size=2, parallel_mode="row")), "te")
+            tejit.compile_ir(program_spec(split(True, "row")), "te")
         self.assertIn("bias", str(caught.exception))
 
     def test_without_bias(self):

@@ -168,26 +168,25 @@ class ParametersTest(unittest.TestCase):
                 with self.assertRaises(NotImplementedError) as caught:
                     self.make(**{name: True})
                 self.assertIn(name, str(caught.exception))
-        # Tensor parallelism: TE's local shapes; sequence parallelism and a
-        # row-parallel bias are refused.
-        column = self.make(tp_size=2, parallel_mode="column")
+        # Tensor parallelism as TE's: the rank's shapes, a spec of them
+        # with no tensor-parallel keys (the layer communicates nothing), no
+        # bias; sequence_parallel changes nothing.
+        column = self.make(tp_size=2, parallel_mode="column", bias=False,
+                           sequence_parallel=True)
         self.assertEqual((column.in_features, column.out_features), (64, 24))
         self.assertEqual(tuple(column.weight0.shape), (24, 64))
-        self.assertEqual(tuple(column.bias2.shape), (24,))
-        self.assertEqual(column._layer_spec()["out_features"], 48)
-        self.assertEqual(column._layer_spec()["parallel_mode"], "column")
+        self.assertEqual(column._layer_spec()["out_features"], 24)
+        self.assertNotIn("tp_size", column._layer_spec())
+        self.assertFalse(column._tp_communicates())
         row = self.make(tp_size=2, parallel_mode="row", bias=False)
         self.assertEqual(tuple(row.weight1.shape), (48, 32))
-        self.assertEqual(row._layer_spec()["in_features"], 64)
-        with self.assertRaises(NotImplementedError) as caught:
-            self.make(tp_size=2, parallel_mode="row")
-        self.assertIn("bias=True", str(caught.exception))
-        with self.assertRaises(NotImplementedError) as caught:
-            self.make(tp_size=2, parallel_mode="column",
-                      sequence_parallel=True)
-        self.assertIn("sequence_parallel=True", str(caught.exception))
+        self.assertEqual(row._layer_spec()["in_features"], 32)
+        for mode in ("column", "row"):
+            with self.assertRaises(ValueError) as caught:
+                self.make(tp_size=2, parallel_mode=mode)
+            self.assertIn("bias=True", str(caught.exception))
         with self.assertRaises(ValueError) as caught:
-            self.make(tp_size=5, parallel_mode="column")
+            self.make(tp_size=5, parallel_mode="column", bias=False)
         self.assertIn("out_features (48)", str(caught.exception))
         with self.assertRaises(ValueError):
             te.GroupedLinear(0, 64, 48, device=CPU)

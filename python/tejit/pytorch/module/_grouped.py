@@ -68,32 +68,24 @@ def check_unsupported(owner=OWNER, **arguments):
 
 def check_tensor_parallel(tp_size, parallel_mode, sequence_parallel,
                           bias=False, owner=OWNER):
-    """Tensor parallelism of the experts (docs/grouped-linear.md; tp_size:
-    tp_group's size, or the argument, see _args.tp_world_size): every
-    expert split as a Linear with parallel_mode "column" or "row".
-    parallel_mode must be None, "column" or "row" (ValueError); with
-    tp_size > 1, sequence_parallel=True and a row-parallel bias are
-    refused (NotImplementedError naming them). parallel_mode and
-    sequence_parallel split and communicate nothing at tp_size 1
-    (Transformer Engine's rule), so they pass there, as parallel_mode None
-    does at any tp_size."""
+    """Tensor parallelism of the experts, as Transformer Engine's
+    GroupedLinear does it (docs/grouped-linear.md): tp_size and
+    parallel_mode ("column" or "row") only set each rank's weight shapes;
+    the layer communicates nothing (the MoE token dispatcher does, as
+    Megatron-LM's does around TE's), so sequence_parallel changes nothing
+    either. parallel_mode must be None, "column" or "row" (ValueError);
+    with tp_size > 1 a bias is refused (ValueError naming bias=True), as
+    TE refuses it: added on every rank, a row-parallel one would be summed
+    tp_size times by the dispatcher."""
     if parallel_mode not in (None, "column", "row"):
         raise ValueError(f"{owner}: parallel_mode must be None, 'column' or "
                          f"'row', got {parallel_mode!r}")
-    if tp_size <= 1:
-        return
-    if sequence_parallel:
-        raise NotImplementedError(
-            f"{owner}(tp_size={tp_size}, sequence_parallel=True) is not "
-            f"supported by tejit yet: the grouped GEMMs have no sequence "
-            f"parallelism; pass sequence_parallel=False")
-    if parallel_mode == "row" and bias:
-        raise NotImplementedError(
-            f"{owner}(tp_size={tp_size}, parallel_mode='row', bias=True) is "
-            f"not supported by tejit: a row-parallel bias would be added "
-            f"once after the sum over the ranks, which the grouped GEMMs do "
-            f"not do (Transformer Engine refuses a bias with tp_size > 1); "
-            f"pass bias=False")
+    if tp_size > 1 and bias:
+        raise ValueError(
+            f"{owner}(tp_size={tp_size}, bias=True): GroupedLinear takes no "
+            f"bias with tensor parallelism (Transformer Engine's rule: the "
+            f"layer communicates nothing, the MoE dispatcher sums over the "
+            f"ranks); pass bias=False")
 
 
 def local_features(tp_size, parallel_mode, in_features, out_features,
@@ -207,21 +199,17 @@ MAIN_GRAD_DTYPES = ("fp32", "bf16", "fp16")
 
 
 def layer_spec(num_gemms, in_features, out_features, bias,
-               fuse_wgrad_accumulation=False, main_grad_dtype="fp32",
-               tp_size=1, parallel_mode=None):
-    """The spec's layer (docs/spec-format.md, `type: GroupedLinear`; sizes
-    global). `fuse_wgrad_accumulation` (a training program's: the backward
+               fuse_wgrad_accumulation=False, main_grad_dtype="fp32"):
+    """The spec's layer (docs/spec-format.md, `type: GroupedLinear`). `fuse_wgrad_accumulation` (a training program's: the backward
     then takes `main_grad.layers.0.weight` [G, out, in] of
     `main_grad_dtype`, one of MAIN_GRAD_DTYPES, and adds the weights'
     gradients to it) adds the keys module/base.py adds to every module's
-    layer for it. `tp_size` > 1 with a `parallel_mode` adds both keys
-    (tp_size 1 or no parallel_mode: a whole layer, the spec unchanged)."""
+    layer for it. A tensor-parallel module's sizes are its rank's (the
+    layer communicates nothing, as TE's; the spec's own tp_size /
+    parallel_mode keys, which sum as Linear's do, are for te-compile)."""
     layer = {"type": "GroupedLinear", "num_gemms": int(num_gemms),
              "in_features": int(in_features),
              "out_features": int(out_features), "bias": bool(bias)}
-    if tp_size > 1 and parallel_mode is not None:
-        layer["tp_size"] = int(tp_size)
-        layer["parallel_mode"] = parallel_mode
     if main_grad_dtype not in MAIN_GRAD_DTYPES:
         raise ValueError(f"{OWNER}: main_grad_dtype must be one of "
                          f"{', '.join(MAIN_GRAD_DTYPES)}, got "

@@ -70,22 +70,19 @@ class GroupedLinear(TransformerEngineBaseModule):
     or Float8BlockScaling (DeepSeek-V3's: each expert's tokens cast in 1-D
     blocks of 128 as their own tensor, the weights in 128 x 128 tiles or
     1-D blocks; no meta state; x/grad_block_scaling_dim=2 is refused).
-    Tensor parallelism (tp_group, or tp_size and the group given later by
-    set_tensor_parallel_group; docs/grouped-linear.md): parallel_mode
-    "column" gives each rank out_features / tp rows of every expert
-    (weight{i} [out/tp, in], bias{i} [out/tp]; the input whole, its
-    gradient summed over the ranks; output [..., out/tp]); "row" gives it
-    in_features / tp columns (weight{i} [out, in/tp]; input [..., in/tp],
-    output [..., out] summed over the ranks; bias=False: a row-parallel
-    bias is refused). in_features / out_features are then this rank's,
-    as in TE. Note: TE's GroupedLinear itself communicates nothing (its
-    MoE token dispatcher does); this one sums as TE's Linear does.
-    parallel_mode None splits and communicates nothing.
-    sequence_parallel=True with tp_size > 1, fp8_model_init, userbuffers
-    overlap, delay_wgrad_compute and save_original_input are refused
-    (NotImplementedError naming them). sequence_parallel and
-    parallel_mode change nothing at tp_size 1 (TE's rule) and are
-    accepted there; ub_name is accepted and unused.
+    Tensor parallelism as TE's GroupedLinear (docs/grouped-linear.md):
+    tp_size (or tp_group's size) and parallel_mode only set this rank's
+    shapes: "column" gives it out_features / tp rows of every expert
+    (weight{i} [out/tp, in]; output [..., out/tp]), "row" in_features / tp
+    columns (weight{i} [out, in/tp]; input [..., in/tp], output the rank's
+    partial sum [..., out]); in_features / out_features are then this
+    rank's. The layer communicates nothing: the MoE token dispatcher
+    gathers and sums over the TP group (as Megatron-LM's does around TE's
+    GroupedLinear), and sequence_parallel changes nothing. A bias with
+    tp_size > 1 is refused (ValueError), as in TE. fp8_model_init,
+    userbuffers overlap, delay_wgrad_compute and save_original_input are
+    refused (NotImplementedError naming them); ub_name is accepted and
+    unused.
 
     fuse_wgrad_accumulation=True (Megatron-LM's gradient accumulation
     fusion, as TE's): each `weight{i}` needs a `.main_grad` [out_features,
@@ -135,9 +132,8 @@ class GroupedLinear(TransformerEngineBaseModule):
         self.parallel_mode = parallel_mode
         self._init_tensor_parallel(owner, tp_group, tp, sequence_parallel,
                                    get_rng_state_tracker, rng_tracker_name)
-        # The global sizes (the spec's); in_features / out_features are
-        # this rank's, as in TE.
-        self._global_features = (self.in_features, self.out_features)
+        # in_features / out_features are this rank's, as in TE (the
+        # layer communicates nothing: its spec is the rank's shard).
         self.in_features, self.out_features = _grouped.local_features(
             tp, parallel_mode, self.in_features, self.out_features)
         self.use_bias = bool(bias)
@@ -242,10 +238,8 @@ class GroupedLinear(TransformerEngineBaseModule):
         return compiled
 
     def _layer_spec(self):
-        in_features, out_features = self._global_features
-        return _grouped.layer_spec(self.num_gemms, in_features, out_features,
-                                   self.use_bias, tp_size=self.tp_size,
-                                   parallel_mode=self.parallel_mode)
+        return _grouped.layer_spec(self.num_gemms, self.in_features,
+                                   self.out_features, self.use_bias)
 
     def _input_features(self):
         return self.in_features
@@ -288,7 +282,8 @@ class GroupedLinear(TransformerEngineBaseModule):
         return out
 
     def _tp_communicates(self):
-        return self.tp_size > 1 and self.parallel_mode is not None
+        # TE's GroupedLinear leaves the communication to the MoE dispatcher.
+        return False
 
     def extra_repr(self):
         return (f"num_gemms={self.num_gemms}, "
