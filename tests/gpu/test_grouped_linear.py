@@ -915,6 +915,11 @@ def test_constructor_refusals():
         with pytest.raises(NotImplementedError) as caught:
             te.GroupedLinear(2, IN, OUT, **{name: True})
         assert name in str(caught.value)
-    with pytest.raises(NotImplementedError) as caught:
+    # Tensor parallelism as TE's: the rank's shard, no bias at tp_size > 1
+    # (tests/gpu/tensor_parallel_check.py runs it).
+    with pytest.raises(ValueError) as caught:
         te.GroupedLinear(2, IN, OUT, tp_size=2, parallel_mode="column")
-    assert "tp_size=2" in str(caught.value)
+    assert "bias=True" in str(caught.value)
+    shard = te.GroupedLinear(2, IN, OUT, tp_size=2, parallel_mode="column",
+                             bias=False)
+    assert shard.out_features == OUT // 2
