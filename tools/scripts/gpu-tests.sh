@@ -135,6 +135,9 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   # whole sequence.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/context_parallel_check.py --full
+  # The README's context-parallel example, against its twin.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    examples/pytorch/context_parallel.py --comm a2a
 else
   echo "== amax reduction across ranks: skipped (one GPU; it runs on a" \
     "machine with two)"
