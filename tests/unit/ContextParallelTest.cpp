@@ -1,10 +1,11 @@
 //===- ContextParallelTest.cpp - context-parallel layers in the interpreter
 //===//
 //
-// An attention layer with cp_size 2 runs as two ranks, each in its own
-// thread with its own interpreter and its own program (cp_rank is baked in),
-// holding its tokens of every sequence in the load-balanced order
-// (docs/context-parallel.md: rank r holds chunks r and 3 - r of 4). Each
+// An attention layer with cp_size 2 (or 4) runs as two (four) ranks, each in
+// its own thread with its own interpreter and its own program (cp_rank is
+// baked in), holding its tokens of every sequence in the load-balanced order
+// (docs/context-parallel.md: rank r holds chunks r and 2 cp - 1 - r of
+// 2 cp). Each
 // rank must return its chunks of what the whole layer (cp_size 1, the whole
 // sequence) returns for the same parameters: its output and its input
 // gradients, while the ranks' parameter gradients add up to the whole
@@ -17,8 +18,10 @@
 // over the whole sequence of half the heads), which must also give what
 // all_gather gives, and which also runs a sliding window (the sequence in
 // order for no_mask too) and FP8 attention (fp8_dpa, whose amaxes the
-// DelayedScaling reduction gathers over the ranks). Fresh random data
-// every run.
+// DelayedScaling reduction gathers over the ranks). At cp_size 4 (which the
+// two GPUs cannot check) MultiheadAttention and TransformerLayer run with
+// both comm types, both masks and both layouts, forward and one training
+// step. Fresh random data every run.
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8TrainingStep.h"
@@ -31,8 +34,6 @@ using namespace tejit::testing;
 
 namespace {
 
-constexpr int kRanks = 2;
-
 struct CpCase {
   const char *name;
   /// The spec's layers, with `{cp}` where the context-parallel keys go
@@ -41,6 +42,8 @@ struct CpCase {
   const char *layers;
   bool bshd = false;
   const char *commType = "all_gather";
+  /// cp_size: the number of ranks.
+  int ranks = 2;
 };
 
 void PrintTo(const CpCase &cpCase, std::ostream *os) { *os << cpCase.name; }
@@ -216,6 +219,43 @@ const CpCase kA2aFp8AttentionCases[] = {
      true, "a2a"},
 };
 
+/// cp_size 4: MultiheadAttention and TransformerLayer (rotary, 8 query
+/// heads of width 4 in 4 GQA groups: 2 and 1 a rank with a2a), causal and
+/// no_mask, sbhd and bshd, all_gather and a2a. 16 tokens: chunks of 2.
+#define CP4_MHA(mask)                                                          \
+  "  - {type: MultiheadAttention, hidden_size: 32, num_attention_heads: 8,"    \
+  " num_gqa_groups: 4, input_layernorm: true, attention_dropout: 0.0,"         \
+  " rotary_pos_emb: true, attn_mask_type: " mask "{cp}}\n"
+#define CP4_LAYER(mask)                                                        \
+  "  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: 48,"         \
+  " num_attention_heads: 8, num_gqa_groups: 4, hidden_dropout: 0.0,"           \
+  " attention_dropout: 0.0, rotary_pos_emb: true, self_attn_mask_type: " mask  \
+  "{cp}}\n"
+const CpCase kCp4Cases[] = {
+    {"mha_gqa_rotary_causal", CP4_MHA("causal"), false, "all_gather", 4},
+    {"mha_gqa_rotary_causal_bshd", CP4_MHA("causal"), true, "all_gather", 4},
+    {"mha_gqa_rotary_no_mask", CP4_MHA("no_mask"), false, "all_gather", 4},
+    {"mha_gqa_rotary_no_mask_bshd", CP4_MHA("no_mask"), true, "all_gather", 4},
+    {"transformer_layer_causal", CP4_LAYER("causal"), false, "all_gather", 4},
+    {"transformer_layer_causal_bshd", CP4_LAYER("causal"), true, "all_gather",
+     4},
+    {"transformer_layer_no_mask", CP4_LAYER("no_mask"), false, "all_gather", 4},
+    {"transformer_layer_no_mask_bshd", CP4_LAYER("no_mask"), true, "all_gather",
+     4},
+};
+const CpCase kCp4A2aCases[] = {
+    {"mha_gqa_rotary_causal", CP4_MHA("causal"), false, "a2a", 4},
+    {"mha_gqa_rotary_causal_bshd", CP4_MHA("causal"), true, "a2a", 4},
+    {"mha_gqa_rotary_no_mask", CP4_MHA("no_mask"), false, "a2a", 4},
+    {"mha_gqa_rotary_no_mask_bshd", CP4_MHA("no_mask"), true, "a2a", 4},
+    {"transformer_layer_causal", CP4_LAYER("causal"), false, "a2a", 4},
+    {"transformer_layer_causal_bshd", CP4_LAYER("causal"), true, "a2a", 4},
+    {"transformer_layer_no_mask", CP4_LAYER("no_mask"), false, "a2a", 4},
+    {"transformer_layer_no_mask_bshd", CP4_LAYER("no_mask"), true, "a2a", 4},
+};
+#undef CP4_MHA
+#undef CP4_LAYER
+
 /// FP8-aligned (16 tokens a rank, dims multiples of 16).
 const CpCase kFp8Cases[] = {
     {"transformer_layer_fp8",
@@ -229,20 +269,20 @@ const CpCase kFp8Cases[] = {
      false, "a2a"},
 };
 
-/// Rank `rank`'s tokens of `whole` along `seqDim`: chunks rank and
-/// 2 kRanks - 1 - rank of 2 kRanks, written here from the contract rather
+/// Rank `rank` of `ranks`'s tokens of `whole` along `seqDim`: chunks rank
+/// and 2 ranks - 1 - rank of 2 ranks, written here from the contract rather
 /// than taken from the interpreter.
-Tensor chunksOfRank(const Tensor &whole, int64_t seqDim, int rank) {
+Tensor chunksOfRank(const Tensor &whole, int64_t seqDim, int ranks, int rank) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < seqDim; ++d)
     outer *= whole.shape[d];
   for (size_t d = seqDim + 1; d < whole.shape.size(); ++d)
     inner *= whole.shape[d];
-  int64_t seq = whole.shape[seqDim], chunk = seq / (2 * kRanks);
+  int64_t seq = whole.shape[seqDim], chunk = seq / (2 * ranks);
   Tensor part(whole.shape, {});
   part.shape[seqDim] = 2 * chunk;
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t which : {int64_t(rank), int64_t(2 * kRanks - 1 - rank)})
+    for (int64_t which : {int64_t(rank), int64_t(2 * ranks - 1 - rank)})
       for (int64_t s = which * chunk; s < (which + 1) * chunk; ++s) {
         auto begin = whole.data.begin() + (o * seq + s) * inner;
         part.data.insert(part.data.end(), begin, begin + inner);
@@ -265,10 +305,13 @@ protected:
   }
 
   /// The layer on the whole sequence (rank < 0) or rank `rank`'s part,
-  /// with cp_comm_type `commType` (default: the case's).
+  /// with cp_comm_type `commType` (default: the case's). `seqLength` 0:
+  /// two tokens a chunk (8 at cp_size 2, 16 at cp_size 4).
   OwningOpRef<ModuleOp> import(int rank, const std::string &extra = "",
-                               int seqLength = 8,
+                               int seqLength = 0,
                                const char *commType = nullptr) {
+    if (seqLength == 0)
+      seqLength = 4 * ranks();
     std::string spec = "seq_length: " + std::to_string(seqLength) +
                        "\nbatch_size: 2\n" + extra;
     if (GetParam().bshd)
@@ -276,7 +319,8 @@ protected:
     spec += "layers:\n" + std::string(GetParam().layers);
     auto keys = [&](StringRef comm) {
       return rank < 0 ? std::string()
-                      : ", cp_size: 2, cp_rank: " + std::to_string(rank) +
+                      : ", cp_size: " + std::to_string(ranks()) +
+                            ", cp_rank: " + std::to_string(rank) +
                             ", cp_comm_type: " + comm.str();
     };
     for (auto [marker, comm] :
@@ -289,6 +333,17 @@ protected:
   }
 
   int64_t seqDim() const { return GetParam().bshd ? 1 : 0; }
+  int ranks() const { return GetParam().ranks; }
+
+  /// Each rank's program of the layer (see import).
+  std::vector<OwningOpRef<ModuleOp>>
+  importRanks(const std::string &extra = "", int seqLength = 0,
+              const char *commType = nullptr) {
+    std::vector<OwningOpRef<ModuleOp>> modules;
+    for (int rank = 0; rank < ranks(); ++rank)
+      modules.push_back(import(rank, extra, seqLength, commType));
+    return modules;
+  }
 
   /// `whole` as the rank's program with `localShape` takes or returns it:
   /// its tokens when the shapes differ (an activation), else all of it (a
@@ -297,7 +352,7 @@ protected:
                  int rank) const {
     if (ArrayRef<int64_t>(whole.shape) == localShape)
       return whole;
-    Tensor part = chunksOfRank(whole, seqDim(), rank);
+    Tensor part = chunksOfRank(whole, seqDim(), ranks(), rank);
     EXPECT_EQ(ArrayRef<int64_t>(part.shape), localShape);
     return part;
   }
@@ -309,13 +364,12 @@ protected:
   /// layer's, within `tolerance`.
   void checkTrainingSteps(const std::string &extra,
                           const tejit::PipelineOptions &options, int steps,
-                          double tolerance, int seqLength = 8) {
+                          double tolerance, int seqLength = 0) {
     OwningOpRef<ModuleOp> whole = import(-1, extra, seqLength);
-    OwningOpRef<ModuleOp> ranks[kRanks] = {import(0, extra, seqLength),
-                                           import(1, extra, seqLength)};
-    ASSERT_TRUE(whole && ranks[0] && ranks[1]);
-    for (ModuleOp module : {*whole, *ranks[0], *ranks[1]})
-      ASSERT_TRUE(runPipeline(module, options));
+    std::vector<OwningOpRef<ModuleOp>> programs = importRanks(extra, seqLength);
+    ASSERT_TRUE(whole && runPipeline(*whole, options));
+    for (OwningOpRef<ModuleOp> &program : programs)
+      ASSERT_TRUE(program && runPipeline(*program, options));
     func::FuncOp wholeFn = firstFunction(*whole);
     func::FuncOp wholeBwd = backwardOf(*whole, wholeFn);
     ASSERT_TRUE(wholeBwd);
@@ -328,9 +382,9 @@ protected:
       expected = wholeStep.run(args, outputGrads);
     ASSERT_FALSE(expected.empty());
 
-    onRanks(kRanks, [&](int rank, tejit::interp::Collectives &collectives) {
-      func::FuncOp fn = firstFunction(*ranks[rank]);
-      func::FuncOp bwd = backwardOf(*ranks[rank], fn);
+    onRanks(ranks(), [&](int rank, tejit::interp::Collectives &collectives) {
+      func::FuncOp fn = firstFunction(*programs[rank]);
+      func::FuncOp bwd = backwardOf(*programs[rank], fn);
       ASSERT_TRUE(bwd);
       std::vector<Tensor> local, localGrads;
       for (auto [index, type] : llvm::enumerate(fn.getArgumentTypes()))
@@ -370,13 +424,15 @@ protected:
 
 TEST_P(ContextParallel, LayerOpsOfTheRanksGiveTheWholeLayer) {
   OwningOpRef<ModuleOp> whole = import(-1);
-  OwningOpRef<ModuleOp> ranks[kRanks] = {import(0), import(1)};
-  ASSERT_TRUE(whole && ranks[0] && ranks[1]);
+  std::vector<OwningOpRef<ModuleOp>> programs = importRanks();
+  ASSERT_TRUE(whole);
+  for (OwningOpRef<ModuleOp> &program : programs)
+    ASSERT_TRUE(program);
   func::FuncOp wholeFn = firstFunction(*whole);
   std::vector<Tensor> args = randomLayerArgs(wholeFn, rng);
   std::vector<Tensor> expected = interpret(wholeFn, args, nullptr);
-  onRanks(kRanks, [&](int rank, tejit::interp::Collectives &collectives) {
-    func::FuncOp fn = firstFunction(*ranks[rank]);
+  onRanks(ranks(), [&](int rank, tejit::interp::Collectives &collectives) {
+    func::FuncOp fn = firstFunction(*programs[rank]);
     std::vector<Tensor> local;
     for (auto [index, type] : llvm::enumerate(fn.getArgumentTypes()))
       local.push_back(localOf(args[index], shapeOf(type), rank));
@@ -451,15 +507,16 @@ TEST_P(ContextParallelA2a, GivesWhatAllGatherGives) {
   std::vector<Tensor> outputGrads = randomOutputGrads(wholeBwd, rng);
   // [comm type][rank]: the layer ops, and their training step.
   constexpr const char *kCommTypes[] = {"a2a", "all_gather"};
-  OwningOpRef<ModuleOp> layers[2][kRanks], steps[2][kRanks];
-  for (int comm = 0; comm < 2; ++comm)
-    for (int rank = 0; rank < kRanks; ++rank) {
-      layers[comm][rank] = import(rank, "", 8, kCommTypes[comm]);
-      steps[comm][rank] = import(rank, "", 8, kCommTypes[comm]);
+  std::vector<OwningOpRef<ModuleOp>> layers[2], steps[2];
+  for (int comm = 0; comm < 2; ++comm) {
+    layers[comm] = importRanks("", 0, kCommTypes[comm]);
+    steps[comm] = importRanks("", 0, kCommTypes[comm]);
+    for (int rank = 0; rank < ranks(); ++rank) {
       ASSERT_TRUE(layers[comm][rank] && steps[comm][rank]);
       ASSERT_TRUE(runPipeline(*steps[comm][rank], options));
     }
-  onRanks(kRanks, [&](int rank, tejit::interp::Collectives &collectives) {
+  }
+  onRanks(ranks(), [&](int rank, tejit::interp::Collectives &collectives) {
     std::vector<Tensor> results[2];
     std::map<std::string, Tensor> trained[2];
     for (int comm = 0; comm < 2; ++comm) {
@@ -510,6 +567,20 @@ INSTANTIATE_TEST_SUITE_P(A2aWindow, ContextParallel,
                          });
 INSTANTIATE_TEST_SUITE_P(A2a, ContextParallelFp8Attention,
                          ::testing::ValuesIn(kA2aFp8AttentionCases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Cp4, ContextParallel, ::testing::ValuesIn(kCp4Cases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Cp4A2a, ContextParallel,
+                         ::testing::ValuesIn(kCp4A2aCases),
+                         [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Cp4A2a, ContextParallelA2a,
+                         ::testing::ValuesIn(kCp4A2aCases),
                          [](const auto &info) {
                            return std::string(info.param.name);
                          });
