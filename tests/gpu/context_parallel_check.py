@@ -188,12 +188,9 @@ def compare_cp_step(report, full, parallel, inputs, dy, dims, out_dim,
         report.compare(f"{label}input grad {index} (this rank's chunks)",
                        got, mine(want, dim))
     for name, got in grads.items():
-        scale = None
-        if name.endswith("key_bias"):
-            # Zero in exact arithmetic (tensor_parallel_check says why).
-            scale = want_grads[name[:-len("key_bias")] + "value_bias"]
         report.compare(f"{label}grad of {name} (summed over the ranks)",
-                       sum_over_ranks(got), want_grads[name], scale=scale)
+                       sum_over_ranks(got), want_grads[name],
+                       scale=tpc.gradient_scale(name, want_grads))
 
 
 def cp_case(make, shapes, mode, seed, dims, out_shape, out_dim, call=None,
@@ -269,12 +266,9 @@ def twins_case(make, shapes, seed, dims, out_shape, out_dim, call=None):
         report.compare(f"a2a input grad {index} (this rank's chunks)", got,
                        want)
     for name, got in grads.items():
-        scale = None
-        if name.endswith("key_bias"):
-            # Zero in exact arithmetic (tensor_parallel_check says why).
-            scale = want_grads[name[:-len("key_bias")] + "value_bias"]
         report.compare(f"a2a grad of {name} (this rank's part)", got,
-                       want_grads[name], scale=scale)
+                       want_grads[name],
+                       scale=tpc.gradient_scale(name, want_grads))
     report.check()
     return report.summary()
 

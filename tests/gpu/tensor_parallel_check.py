@@ -353,16 +353,22 @@ def compare_step(report, full, parallel, inputs, dy, kind_of, qkv=None,
     for name, got in grads.items():
         kind = kind_of(name)
         want = shard(want_grads[name], kind, qkv)
-        scale = None
-        if name.endswith("key_bias"):
-            # Zero in exact arithmetic (softmax ignores a shift shared by
-            # every key): both are rounding noise, measured against the
-            # value bias's gradient.
-            scale = shard(want_grads[name[:-len("key_bias")] + "value_bias"],
-                          kind, qkv)
+        scale = gradient_scale(name, want_grads)
+        if scale is not None:
+            scale = shard(scale, kind, qkv)
         report.compare(f"{label}grad of {name}", got, want, scale=scale)
         if kind == "rep":
             report.same_on_ranks(f"{label}grad of {name}", got)
+
+
+def gradient_scale(name, want_grads):
+    """What the gradient of parameter `name` is measured against when not
+    itself: the key bias's gradient is zero in exact arithmetic (softmax
+    ignores a shift shared by every key), so both sides are rounding noise,
+    measured against the value bias's gradient; None otherwise."""
+    if not name.endswith("key_bias"):
+        return None
+    return want_grads[name[:-len("key_bias")] + "value_bias"]
 
 
 # --- cases ------------------------------------------------------------------
