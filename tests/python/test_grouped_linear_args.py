@@ -128,20 +128,20 @@ class ConstructorTest(unittest.TestCase):
         """TE's rules: tp_size and parallel_mode only shape the weights;
         sequence_parallel changes nothing; a bias at tp_size > 1 is
         refused."""
-        grouped.check_tensor_parallel(1, None, False)
-        grouped.check_tensor_parallel(1, "column", True, bias=True)
-        grouped.check_tensor_parallel(1, "row", False, bias=True)
-        grouped.check_tensor_parallel(2, None, True)
-        grouped.check_tensor_parallel(2, "column", True)
-        grouped.check_tensor_parallel(4, "row", False)
+        grouped.check_tensor_parallel(1, None)
+        grouped.check_tensor_parallel(1, "column", bias=True)
+        grouped.check_tensor_parallel(1, "row", bias=True)
+        grouped.check_tensor_parallel(2, None)
+        grouped.check_tensor_parallel(2, "column")
+        grouped.check_tensor_parallel(4, "row")
         for mode in (None, "column", "row"):
             self.assertRefused(ValueError,
                                lambda mode=mode: grouped.check_tensor_parallel(
-                                   2, mode, False, bias=True),
+                                   2, mode, bias=True),
                                "tp_size=2, bias=True", "bias=False")
         self.assertRefused(ValueError,
                            lambda: grouped.check_tensor_parallel(
-                               1, "diagonal", False), "parallel_mode")
+                               1, "diagonal"), "parallel_mode")
 
     def test_local_features(self):
         self.assertEqual(grouped.local_features(2, "column", 64, 96),

@@ -66,14 +66,13 @@ def check_unsupported(owner=OWNER, **arguments):
                 f"({why}); leave it at {default!r}")
 
 
-def check_tensor_parallel(tp_size, parallel_mode, sequence_parallel,
-                          bias=False, owner=OWNER):
+def check_tensor_parallel(tp_size, parallel_mode, bias=False, owner=OWNER):
     """Tensor parallelism of the experts, as Transformer Engine's
     GroupedLinear does it (docs/grouped-linear.md): tp_size and
     parallel_mode ("column" or "row") only set each rank's weight shapes;
     the layer communicates nothing (the MoE token dispatcher does, as
     Megatron-LM's does around TE's), so sequence_parallel changes nothing
-    either. parallel_mode must be None, "column" or "row" (ValueError);
+    either and is not checked. parallel_mode must be None, "column" or "row" (ValueError);
     with tp_size > 1 a bias is refused (ValueError naming bias=True), as
     TE refuses it: added on every rank, a row-parallel one would be summed
     tp_size times by the dispatcher."""

@@ -125,8 +125,7 @@ class GroupedLinear(TransformerEngineBaseModule):
             delay_wgrad_compute=delay_wgrad_compute,
             save_original_input=save_original_input)
         tp = _args.tp_world_size(owner, tp_group, tp_size)
-        _grouped.check_tensor_parallel(tp, parallel_mode, sequence_parallel,
-                                       bias)
+        _grouped.check_tensor_parallel(tp, parallel_mode, bias)
         _grouped.check_fp8_model_init(self._fp8_init)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         self.parallel_mode = parallel_mode
