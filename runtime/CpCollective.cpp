@@ -129,15 +129,17 @@ tejit::runtime::cpHeadBlockCopies(const CpCollectiveStep &step,
 size_t tejit::runtime::cpCollectiveScratchBytes(const CpCollectiveStep &step,
                                                 const FunctionPlan &function) {
   SequenceLayout layout(step, function);
-  // An all-to-all sends from one buffer and receives into another.
+  // An all-to-all sends from one buffer and receives into another; in
+  // order, the step's own input or output is one of them.
   if (step.allToAll)
-    return 2 * layout.bytes();
+    return (layout.inOrder(step) ? 1 : 2) * layout.bytes();
   return layout.inOrder(step) ? 0 : layout.bytes();
 }
 
 namespace {
 /// A cp_alltoall: head blocks out, the exchange, the tokens placed (to
-/// heads), or the reverse (to sequence). `scratch` holds two buffers.
+/// heads), or the reverse (to sequence). `scratch` holds two buffers, one
+/// when the tokens need no reordering.
 Error enqueueCpAllToAll(const CpCollectiveStep &step,
                         const FunctionPlan &function, CUdeviceptr in,
                         CUdeviceptr out, CUdeviceptr scratch,
@@ -146,10 +148,13 @@ Error enqueueCpAllToAll(const CpCollectiveStep &step,
   SequenceLayout layout(step, function);
   ElementType element = function.values[step.in].type.element;
   size_t perRank = layout.bytes() / size_t(step.ranks) / elementBytes(element);
-  CUdeviceptr send = scratch, received = scratch + layout.bytes();
   std::vector<CpRowCopy> blocks = cpHeadBlockCopies(step, function);
   std::vector<CpRowCopy> tokens = cpReorderCopies(step, function);
   bool inOrder = tokens.empty();
+  // In order, to heads receives into `out` and to sequence sends from `in`:
+  // the scratch holds the other buffer alone.
+  CUdeviceptr send = scratch,
+              received = inOrder ? scratch : scratch + layout.bytes();
   if (step.gather) {
     if (Error error = enqueueCopies(blocks, send, in, false, driver, stream))
       return error;

@@ -53,7 +53,8 @@ std::vector<CpRowCopy> cpHeadBlockCopies(const CpCollectiveStep &step,
                                          const FunctionPlan &function);
 
 /// The scratch `step` of `function` needs: the whole tensor's bytes, or 0
-/// when it runs in place.
+/// when it runs in place; for an all-to-all twice that (a send and a
+/// receive buffer), once when the tokens need no reordering.
 size_t cpCollectiveScratchBytes(const CpCollectiveStep &step,
                                 const FunctionPlan &function);
 
