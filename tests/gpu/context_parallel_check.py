@@ -60,7 +60,11 @@ sliding windows (bf16; (128, 0) causal, (128, -1) no_mask: a right
 bound other than 0 or -1 is refused, cuDNN's fused attention computes
 none; the a2a modules' shapes above). --full adds the TransformerLayer
 at hidden 4096, FFN 16384, 32 heads, seq 8192, batch 1 (causal, sbhd,
-every precision; all_gather and a2a).
+every precision; all_gather and a2a). TE's default cp_comm_type p2p runs
+as a2a where the groups divide by cp_size (a TransformerLayer under
+fp8_dpa, a MultiheadAttention under DelayedScaling) and as the all-gather
+with one group (MQA: a DotProductAttention, a TransformerLayer under
+Float8CurrentScaling), checked to run as which and against the cp=1 twins.
 
 Prints one PASS/FAIL line per case on rank 0 and a pass count; exits
 non-zero if any rank failed a case. With one process every case runs at
@@ -127,10 +131,22 @@ def cp_arguments(comm_type):
 
 
 def check_cp_module(module, comm_type):
+    """The module's cp_size and cp_comm_type are the group's and
+    `comm_type`; TE's default "p2p" runs as a2a where the module's
+    key/value groups (heads are a multiple of them) divide by cp_size,
+    else as the all-gather."""
     if module.cp_size != tpc.WORLD or module.cp_comm_type != comm_type:
         raise AssertionError(f"cp_size {module.cp_size}, cp_comm_type "
                              f"{module.cp_comm_type!r}, expected "
                              f"{tpc.WORLD}, {comm_type!r}")
+    if comm_type == "p2p":
+        runs = module._context_parallel()[2]
+        expected = ("a2a" if module.num_gqa_groups % tpc.WORLD == 0
+                    else "all_gather")
+        if runs != expected:
+            raise AssertionError(f"p2p runs as {runs!r}, expected "
+                                 f"{expected!r} ({module.num_gqa_groups} "
+                                 f"groups at cp {tpc.WORLD})")
 
 
 def build_pair(make, seed, comm_type="all_gather"):
@@ -533,12 +549,38 @@ def a2a_only_cases(seed):
     return result
 
 
+def p2p_cases(seed):
+    """TE's default cp_comm_type "p2p" against the cp=1 twins: as a2a where
+    the groups divide by cp_size (so FP8 attention runs), as the
+    all-gather with one key/value group (MQA)."""
+    return [
+        (f"CP p2p (a2a) TransformerLayer 1024/2048/8 heads of 128, GQA "
+         f"8/{a2a_groups(2)}, s 512 b 2 sbhd causal [fp8_dpa]",
+         lambda: transformer_case("fp8_dpa", seed, "sbhd", "causal",
+                                  hidden=1024, ffn=2048,
+                                  groups=a2a_groups(2), comm_type="p2p")),
+        (f"CP p2p (a2a) MultiheadAttention GQA 8/{a2a_groups(4)} heads, "
+         f"rotary, s 256 bshd causal [delayed]",
+         lambda: mha_case("delayed", seed, "bshd", "causal",
+                          groups=a2a_groups(4), comm_type="p2p")),
+        ("CP p2p (all_gather) DotProductAttention MQA 8/1 heads, d 64, "
+         "s 256 sbhd causal [bf16]",
+         lambda: dot_product_attention_case(seed, "sbhd", "causal",
+                                            groups=1, comm_type="p2p")),
+        ("CP p2p (all_gather) TransformerLayer 512/2048/8 heads, MQA, s 512 "
+         "b 2 bshd no_mask [current]",
+         lambda: transformer_case("current", seed, "bshd", "no_mask",
+                                  groups=1, comm_type="p2p")),
+    ]
+
+
 def cases(full_size, seed):
     result = []
     for comm_type in COMM_TYPES:
         result += comm_cases(seed, comm_type)
     result += twin_cases(seed)
     result += a2a_only_cases(seed)
+    result += p2p_cases(seed)
     result.append(("CP refuses a padding mask", refusal_case))
     if full_size:
         for comm_type in COMM_TYPES:

@@ -1,12 +1,14 @@
 """Context parallelism in tejit.pytorch (docs/context-parallel.md), without
 PyTorch or a GPU: TE's arguments as the modules take them (cp_group's size
-and this process's rank in it, cp_global_ranks, cp_comm_type: "p2p" and
-"all_gather" run as the all-gather, "a2a" as all-to-alls with heads and
-num_gqa_groups per rank divisible by cp_size, "a2a+p2p" refused) with
+and this process's rank in it, cp_global_ranks, cp_comm_type:
+"all_gather" runs as the all-gather, "a2a" as all-to-alls with heads and
+num_gqa_groups per rank divisible by cp_size, TE's default "p2p" as a2a
+where they divide and the group takes an all-to-all, else as the
+all-gather, "a2a+p2p" refused; each rank's dropout seed) with
 errors naming the argument, what a context-parallel call refuses (packed
 sequences, padding and other masks, attention bias, KV caches,
-cross-attention; sliding windows and FP8 attention unless cp_comm_type is
-"a2a", the message naming a2a), the global sequence length of a
+cross-attention; sliding windows and FP8 attention unless the spec's
+cp_comm_type is "a2a", the message naming a2a), the global sequence length of a
 rank's (even) part, the spec keys (cp_size, cp_rank, cp_comm_type
 "all_gather" or "a2a"; none at cp_size 1, so existing specs and their
 cache keys are unchanged), the programs those specs compile to
@@ -97,12 +99,44 @@ class ArgumentTest(Refusing):
                     "cp_group=[...]", "a2a+p2p")
 
     def test_spec_comm_types(self):
-        self.assertEqual({comm_type: args.spec_comm_type(comm_type)
-                          for comm_type in args.CP_COMM_TYPES},
-                         {"p2p": "all_gather", "all_gather": "all_gather",
-                          "a2a": "a2a"})
-        self.assertEqual(set(args.CP_SPEC_COMM_TYPES.values()),
+        # TE's p2p runs as a2a where a2a runs (the heads divide and the
+        # group takes an all-to-all), else as the all-gather.
+        for a2a_runs, p2p in ((True, "a2a"), (False, "all_gather")):
+            with self.subTest(a2a_runs=a2a_runs):
+                self.assertEqual(
+                    {comm_type: args.spec_comm_type(comm_type, a2a_runs)
+                     for comm_type in args.CP_COMM_TYPES},
+                    {"p2p": p2p, "all_gather": "all_gather", "a2a": "a2a"})
+        self.assertEqual({args.spec_comm_type(comm_type, a2a_runs)
+                          for comm_type in args.CP_COMM_TYPES
+                          for a2a_runs in (True, False)},
                          set(specs.CP_SPEC_COMM_TYPES))
+
+    def test_a2a_divides(self):
+        # (cp_size, heads, groups, tp_size): whether each rank's share of
+        # the heads and of the groups is whole.
+        cases = [((2, 8, 4, 1), True), ((4, 8, 4, 1), True),
+                 ((8, 8, 4, 1), False), ((2, 8, 1, 1), False),
+                 ((2, 6, 2, 1), True), ((4, 6, 2, 1), False),
+                 ((2, 8, 4, 2), True), ((4, 8, 4, 2), False),
+                 ((2, 32, 8, 4), True), ((4, 32, 8, 4), False)]
+        for arguments, divides in cases:
+            with self.subTest(arguments=arguments):
+                cp_size, heads, groups, tp_size = arguments
+                self.assertEqual(args.a2a_divides(cp_size, heads, groups,
+                                                  tp_size), divides)
+
+    def test_context_parallel_seed(self):
+        seed = 0x123456789ABCDEF
+        seeds = [args.context_parallel_seed(seed, rank) for rank in range(64)]
+        self.assertEqual(seeds[0], seed)
+        self.assertEqual(len(set(seeds)), 64)
+        self.assertTrue(all(0 <= value < 2**62 for value in seeds))
+        # Near the top of the range it wraps, still distinct per rank.
+        top = [args.context_parallel_seed(2**62 - 1, rank)
+               for rank in range(8)]
+        self.assertEqual(len(set(top)), 8)
+        self.assertTrue(all(0 <= value < 2**62 for value in top))
 
     def test_a2a_heads_divisible_by_cp_size(self):
         check = args.check_a2a_heads
@@ -234,7 +268,7 @@ class ArgumentTest(Refusing):
                          cp_comm_type="a2a", **arguments)
                     call("TransformerLayer", 4, mask_type=mask_type,
                          cp_comm_type="a2a", **arguments)
-                    # The all-gather (and TE's p2p, which runs as it)
+                    # The all-gather (and TE's p2p where it runs as it)
                     # refuses them, naming a2a as the way to run them.
                     for comm_type in ("p2p", "all_gather"):
                         self.assertRefused(
@@ -246,12 +280,26 @@ class ArgumentTest(Refusing):
                             "TransformerLayer", word, "context parallelism",
                             f"cp_comm_type={comm_type!r}",
                             "cp_comm_type='a2a' runs it")
-        # TE's default comm type is p2p.
+        # TE's default comm type is p2p: refused where it runs as the
+        # all-gather (the message says why), run where it runs as a2a.
         self.assertRefused(NotImplementedError,
                            lambda: call("DotProductAttention", 2,
                                         fp8_dpa=True),
                            "fp8_dpa", "cp_comm_type='p2p'",
+                           "runs as the all-gather here",
                            "cp_comm_type='a2a'")
+        self.assertRefused(NotImplementedError,
+                           lambda: call("DotProductAttention", 2,
+                                        fp8_dpa=True, runs_a2a=False),
+                           "fp8_dpa", "runs as the all-gather here")
+        call("DotProductAttention", 2, fp8_dpa=True, window_limited=True,
+             runs_a2a=True)
+        # The spec's comm type decides, not TE's name.
+        self.assertRefused(NotImplementedError,
+                           lambda: call("DotProductAttention", 2,
+                                        window_limited=True,
+                                        cp_comm_type="a2a", runs_a2a=False),
+                           "window_size")
 
     def test_a2a_keeps_the_other_refusals(self):
         call = args.check_context_parallel_call

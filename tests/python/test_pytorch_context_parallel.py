@@ -1,15 +1,18 @@
 """tejit.pytorch's attention modules with TE's context-parallel arguments
 (docs/context-parallel.md), on the CPU (parameters on the CPU, nothing
 runs): cp_group's size and this process's rank reaching the spec (cp_size,
-cp_rank, cp_comm_type "all_gather" for TE's p2p and all_gather, "a2a" for
-a2a) and the JIT key of DotProductAttention, MultiheadAttention and
+cp_rank, cp_comm_type "all_gather" for TE's all_gather, "a2a" for a2a, and
+for TE's default p2p "a2a" where the heads and groups per rank divide by
+cp_size and the library takes an all-to-all, else "all_gather") and the
+JIT key of DotProductAttention, MultiheadAttention and
 TransformerLayer and their submodules, set_context_parallel_group reaching
 the submodules, a copy's group (deepcopy shares it, pickling drops it: the
 module then refuses to run, naming set_context_parallel_group), the
 refusals naming the argument (constructor, set_context_parallel_group and
 forward; a2a's heads per rank not divisible by cp_size: ValueError; a
-sliding window and fp8_dpa refused with all_gather / p2p, naming a2a, and
-reaching the compiled spec with a2a), the
+sliding window and fp8_dpa refused under the all-gather, naming a2a, and
+reaching the compiled spec with a2a), a2a's and p2p's dropout seeds (one
+per rank), the
 program's CP group (the process group's TensorParallelGroup,
 _distributed.tp_group's, with its all_to_all_single), and
 tejit.pytorch.distributed's split and merge on tensors. Needs PyTorch
@@ -67,15 +70,15 @@ def cp_keys(module):
 
 
 def small(kind, **kwargs):
-    """A small module of `kind` on the CPU."""
+    """A small module of `kind` on the CPU (8 heads, 4 key/value groups
+    unless `kwargs` say otherwise)."""
+    kwargs.setdefault("num_gqa_groups", 4)
     if kind == "DotProductAttention":
-        return te.DotProductAttention(8, 32, num_gqa_groups=4, **kwargs)
+        return te.DotProductAttention(8, 32, **kwargs)
     if kind == "MultiheadAttention":
-        return te.MultiheadAttention(256, 8, num_gqa_groups=4,
-                                     input_layernorm=True, device=CPU,
-                                     **kwargs)
-    return te.TransformerLayer(256, 1024, 8, num_gqa_groups=4, device=CPU,
-                               **kwargs)
+        return te.MultiheadAttention(256, 8, input_layernorm=True,
+                                     device=CPU, **kwargs)
+    return te.TransformerLayer(256, 1024, 8, device=CPU, **kwargs)
 
 
 KINDS = ("DotProductAttention", "MultiheadAttention", "TransformerLayer")
@@ -154,12 +157,49 @@ class SpecTest(unittest.TestCase):
                     self.assertIs(module.cp_group, group)
                     self.assertEqual(module.cp_global_ranks, [0, 1])
                     self.assertEqual(module.cp_comm_type, "all_gather")
-                    # TE's default "p2p" runs as the all-gather too.
+                    # TE's default "p2p" runs as a2a: 8 heads and 4 groups
+                    # divide by 2.
                     module = small(kind, cp_group=group)
-                    self.assertEqual(cp_keys(module),
-                                     (2, rank, "all_gather"))
+                    self.assertEqual(module.cp_comm_type, "p2p")
+                    self.assertEqual(cp_keys(module), (2, rank, "a2a"))
                     self.assertEqual(module._context_parallel(),
-                                     (2, rank, "all_gather"))
+                                     (2, rank, "a2a"))
+
+    def test_p2p_runs_as_a2a_where_the_heads_divide(self):
+        from unittest import mock
+        group = object()
+        # (cp_size, module arguments, the spec's comm type); small(): 8
+        # heads, 4 groups.
+        cases = [
+            (2, {}, "a2a"),
+            (4, {}, "a2a"),
+            (8, {}, "all_gather"),                     # 4 groups over 8
+            (2, {"num_gqa_groups": 1}, "all_gather"),  # MQA
+            (2, {"tp_size": 2, "set_parallel_mode": True}, "a2a"),
+            # 4 groups over tp 2 are 2 per rank, which 4 does not divide.
+            (4, {"tp_size": 2, "set_parallel_mode": True}, "all_gather"),
+        ]
+        for cp_size, arguments, expected in cases:
+            for kind in KINDS:
+                if kind == "DotProductAttention" and (
+                        "set_parallel_mode" in arguments):
+                    continue
+                with self.subTest(kind=kind, cp_size=cp_size,
+                                  arguments=arguments), \
+                        cp_world(cp_size, 1):
+                    module = small(kind, cp_group=group, **arguments)
+                    self.assertEqual(cp_keys(module)[2], expected)
+                    for name, child in module.named_modules():
+                        if getattr(child, "_has_attention", False):
+                            self.assertEqual(cp_keys(child)[2], expected,
+                                             name)
+        # A library whose groups take no all-to-all: the all-gather.
+        with cp_world(2, 0), mock.patch.object(
+                tejit.TensorParallelGroup, "takes_all_to_all",
+                lambda: False):
+            self.assertEqual(cp_keys(small("TransformerLayer",
+                                           cp_group=group))[2],
+                             "all_gather")
 
     def test_a2a(self):
         group = object()
@@ -175,7 +215,8 @@ class SpecTest(unittest.TestCase):
                                      (2, rank, "a2a"))
                     self.assertNotEqual(
                         module._context_parallel(),
-                        small(kind, cp_group=group)._context_parallel())
+                        small(kind, cp_group=group,
+                              cp_comm_type="all_gather")._context_parallel())
                     for name, child in module.named_modules():
                         if getattr(child, "_has_attention", False):
                             self.assertEqual(cp_keys(child),
@@ -217,7 +258,7 @@ class SpecTest(unittest.TestCase):
         layer.set_context_parallel_group(None, None, None)
         self.assertEqual(cp_keys(layer), (None, None, None))
         self.assertEqual(layer.self_attention.core_attention.cp_size, 1)
-        # a2a, and back to TE's default (the all-gather).
+        # a2a, the all-gather, and TE's default (a2a here).
         with cp_world(2, 0):
             layer.set_context_parallel_group(group, None, None, "a2a")
             for module in (layer, layer.self_attention,
@@ -226,9 +267,13 @@ class SpecTest(unittest.TestCase):
                                  type(module).__name__)
             self.assertEqual(layer.layernorm_mlp.cp_comm_type, "a2a")
             self.assertIsNone(layer.layernorm_mlp._context_parallel())
+            layer.set_context_parallel_group(group, None, None,
+                                             "all_gather")
+            self.assertEqual(cp_keys(layer.self_attention.core_attention),
+                             (2, 0, "all_gather"))
             layer.set_context_parallel_group(group, None, None)
         self.assertEqual(cp_keys(layer.self_attention.core_attention),
-                         (2, 0, "all_gather"))
+                         (2, 0, "a2a"))
 
     def run_captured(self, module, *inputs, **kwargs):
         """`module`'s forward on CPU tensors up to its program: the input
@@ -276,7 +321,8 @@ class SpecTest(unittest.TestCase):
                                                    dtype=torch.bfloat16))
         self.assertEqual((got["shape_spec"]["seq_length"],
                           got["shape_spec"]["batch_size"]), (48, 2))
-        self.assertEqual(got["layer"]["cp_comm_type"], "all_gather")
+        # TE's default p2p: a2a, as 8 heads and 4 groups divide by 2.
+        self.assertEqual(got["layer"]["cp_comm_type"], "a2a")
         q = torch.zeros(8, 2, 8, 32, dtype=torch.bfloat16)
         kv = torch.zeros(8, 2, 4, 32, dtype=torch.bfloat16)
         got = self.run_captured(attention, q, kv, kv)
@@ -435,8 +481,6 @@ class RefusalTest(unittest.TestCase):
              "attn_mask_type='padding'"),
             (lambda: attention(q, kv, kv, attn_mask_type="arbitrary"),
              "attn_mask_type='arbitrary'"),
-            (lambda: attention(q, kv, kv, window_size=(16, 0)),
-             "window_size"),
             (lambda: attention(q, kv, kv, core_attention_bias_type="alibi"),
              "core_attention_bias_type"),
             (lambda: attention(q, kv, kv, qkv_format="thd"),
@@ -445,7 +489,6 @@ class RefusalTest(unittest.TestCase):
              "inference_params"),
             (lambda: block(x, attn_mask_type="padding_causal"),
              "attn_mask_type='padding_causal'"),
-            (lambda: block(x, window_size=(16, 0)), "window_size"),
             (lambda: block(x, inference_params=object()),
              "inference_params"),
             (lambda: layer(x, self_attn_mask_type="padding"),
@@ -461,9 +504,11 @@ class RefusalTest(unittest.TestCase):
 
 
     def test_forward_names_a2a(self):
-        """A sliding window and FP8 attention: refused with the all-gather
-        (TE's default p2p, and all_gather), the message naming a2a as the
-        way to run them; before anything compiles."""
+        """A sliding window and FP8 attention: refused under the
+        all-gather (all_gather, and TE's default p2p where a2a does not
+        run: here a library without an all-to-all), the message naming a2a
+        as the way to run them; before anything compiles."""
+        from unittest import mock
         group = object()
         for comm_type in ("p2p", "all_gather"):
             for kind in KINDS:
@@ -471,22 +516,20 @@ class RefusalTest(unittest.TestCase):
                     module = small_bf16(kind, cp_group=group,
                                         cp_comm_type=comm_type)
                 inputs = small_inputs(kind)
-                with self.subTest(kind=kind, comm_type=comm_type,
-                                  what="window_size"):
-                    self.assertRefused(
-                        NotImplementedError,
-                        lambda: compiled_spec(module, *inputs,
-                                              window_size=(8, 0)),
-                        kind, "window_size", "context parallelism",
-                        f"cp_comm_type={comm_type!r}",
-                        "cp_comm_type='a2a' runs it")
-                with self.subTest(kind=kind, comm_type=comm_type,
-                                  what="fp8_dpa"):
-                    with te.fp8_autocast(fp8_recipe=FP8_DPA):
+                refusals = [("window_size", None, {"window_size": (8, 0)}),
+                            ("fp8_dpa", FP8_DPA, {})]
+                for what, fp8_recipe, call in refusals:
+                    with self.subTest(kind=kind, comm_type=comm_type,
+                                      what=what), mock.patch.object(
+                            tejit.TensorParallelGroup, "takes_all_to_all",
+                            lambda: False), te.fp8_autocast(
+                            enabled=fp8_recipe is not None,
+                            fp8_recipe=fp8_recipe):
                         self.assertRefused(
                             NotImplementedError,
-                            lambda: compiled_spec(module, *inputs),
-                            kind, "fp8_dpa", "context parallelism",
+                            lambda: compiled_spec(module, *inputs, **call),
+                            kind, what, "context parallelism",
+                            f"cp_comm_type={comm_type!r}",
                             "cp_comm_type='a2a' runs it")
 
     def test_a2a_keeps_what_it_does_not_run(self):
@@ -575,6 +618,53 @@ class A2aRunsMoreTest(unittest.TestCase):
                 # fp8_dpa), as at cp_size 1.
                 with te.fp8_autocast(fp8_recipe=FP8_DPA):
                     self.assertIs(module._program_recipe(), FP8_DPA)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
+class DropoutSeedTest(unittest.TestCase):
+    """Each context-parallel rank's training program gets its own dropout
+    seed (_args.context_parallel_seed), from one generator state: rank 0
+    the seed drawn, as without context parallelism, the others their own
+    (each rank draws masks by its local positions and heads)."""
+
+    def seed_of(self, cp_size, rank, comm_type="p2p"):
+        """The seed TransformerLayer's training program at cp_size / rank
+        gets after torch.manual_seed(7); the program is a recorder that
+        stops the call at set_seed."""
+        from unittest import mock
+        from tejit.pytorch.module import attention as attention_module
+        seeds = []
+
+        class Program:
+            def set_seed(self, seed):
+                seeds.append(seed)
+                raise CompileReached()
+
+        class Compiled:
+            program = Program()
+        with cp_world(cp_size, rank):
+            layer = small_bf16("TransformerLayer", hidden_dropout=0.1,
+                               cp_group=object() if cp_size > 1 else None,
+                               cp_comm_type=comm_type)
+        layer.train()
+        torch.manual_seed(7)
+        with mock.patch.object(attention_module, "check_input",
+                               lambda *args: None), \
+                mock.patch.object(layer, "_compile",
+                                  lambda key, spec, shape: Compiled()):
+            with self.assertRaises(CompileReached):
+                layer(*small_inputs("TransformerLayer"))
+        return seeds[0]
+
+    def test_one_seed_per_rank(self):
+        alone = self.seed_of(1, 0)
+        for comm_type in ("p2p", "all_gather", "a2a"):
+            with self.subTest(comm_type=comm_type):
+                seeds = [self.seed_of(4, rank, comm_type) for rank in range(4)]
+                self.assertEqual(seeds[0], alone)
+                self.assertEqual(len(set(seeds)), 4)
+                self.assertTrue(all(0 <= seed < 2**62 for seed in seeds))
+                self.assertEqual(self.seed_of(4, 3, comm_type), seeds[3])
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")

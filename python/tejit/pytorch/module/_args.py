@@ -213,21 +213,34 @@ def tensor_parallel_spec(layer, tp_size, parallel_mode=None,
 
 # --- context parallelism (docs/context-parallel.md) ---------------------------
 
-# TE's cp_comm_type values: those tejit runs ("p2p", TE's default ring,
-# runs as the all-gather of the keys and values: the same numbers; "a2a"
-# trades heads for tokens through all-to-alls), and those it refuses.
+# TE's cp_comm_type values: those tejit runs and those it refuses. "p2p"
+# (TE's default, a ring exchanging keys and values) runs as "a2a" (all-to-
+# alls trading heads for tokens: faster, leaner, and it runs FP8 attention
+# and sliding windows) where each rank's heads and key/value groups divide
+# by cp_size and the group has an all-to-all, else as the all-gather of the
+# keys and values; every mode gives the same numbers (the attention over
+# the whole sequence), up to rounding.
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 CP_COMM_TYPES_REFUSED = ("a2a+p2p",)
-# The spec's cp_comm_type of each value tejit runs (the compiler takes
-# "all_gather" and "a2a").
-CP_SPEC_COMM_TYPES = {"p2p": "all_gather", "all_gather": "all_gather",
-                      "a2a": "a2a"}
 
 
-def spec_comm_type(cp_comm_type):
-    """The spec's cp_comm_type for TE's `cp_comm_type` (one tejit runs):
-    "a2a" for "a2a", else "all_gather"."""
-    return CP_SPEC_COMM_TYPES[cp_comm_type]
+def a2a_divides(cp_size, num_attention_heads, num_gqa_groups, tp_size=1):
+    """Whether each context-parallel rank's share of the heads and of the
+    key/value groups is whole under a2a: the counts per tensor-parallel
+    rank (the global ones / tp_size) divisible by cp_size."""
+    tp_size = int(tp_size)
+    return all((int(count) // tp_size) % int(cp_size) == 0
+               for count in (num_attention_heads, num_gqa_groups))
+
+
+def spec_comm_type(cp_comm_type, a2a_runs=False):
+    """The spec's cp_comm_type ("all_gather" or "a2a") for TE's
+    `cp_comm_type` (one tejit runs): "a2a" for "a2a", and for "p2p" when
+    `a2a_runs` (the heads divide, a2a_divides, and the group has an
+    all-to-all); else "all_gather"."""
+    if cp_comm_type == "a2a" or (cp_comm_type == "p2p" and a2a_runs):
+        return "a2a"
+    return "all_gather"
 
 
 def _group_rank(group):
@@ -245,8 +258,9 @@ def context_parallel_of(owner, cp_group, cp_global_ranks=None,
     """(cp_size, cp_rank) of TE's context-parallel arguments: (1, 0)
     without a group, else the group's size and this process's rank in it
     (`group_size` / `group_rank`, functions of the group, default to
-    torch.distributed's). cp_comm_type "p2p" and "all_gather" run (as an
-    all-gather), "a2a" as all-to-alls; "a2a+p2p" raises
+    torch.distributed's). cp_comm_type "all_gather" runs as an
+    all-gather, "a2a" as all-to-alls, "p2p" as either (spec_comm_type);
+    "a2a+p2p" raises
     NotImplementedError with cp_size > 1, other values ValueError; a list
     of groups (a2a+p2p's hierarchy) is NotImplementedError; cp_global_ranks,
     when given, must hold cp_size ranks; a process outside the group is a
@@ -268,8 +282,8 @@ def context_parallel_of(owner, cp_group, cp_global_ranks=None,
             f"{owner}(cp_comm_type={cp_comm_type!r}) is not supported by "
             f"tejit: context parallelism runs as an all-gather of the keys "
             f"and values or as all-to-alls between heads and tokens; use "
-            f"cp_comm_type='all_gather' (or 'p2p', which tejit runs as the "
-            f"all-gather: the same numbers) or 'a2a'")
+            f"cp_comm_type='p2p' (a2a where the heads per rank divide by "
+            f"cp_size, else the all-gather), 'all_gather' or 'a2a'")
     rank = int((group_rank or _group_rank)(cp_group))
     if not 0 <= rank < size:
         raise ValueError(f"{owner}: this process is not in cp_group (rank "
@@ -323,7 +337,8 @@ def check_context_parallel_call(owner, cp_size, format_argument="qkv_format",
                                 "attn_mask_type", mask_type="causal",
                                 window_limited=False, bias_arguments=None,
                                 fp8_dpa=False, kv_cache=False, cross=False,
-                                sequence_arguments=None, cp_comm_type="p2p"):
+                                sequence_arguments=None, cp_comm_type="p2p",
+                                runs_a2a=None):
     """With cp_size > 1, NotImplementedError naming the first argument of
     a call that context parallelism does not run: packed sequences (thd,
     `sequence_arguments`: the forward's cu_seqlens and max_seqlen ones),
@@ -333,16 +348,18 @@ def check_context_parallel_call(owner, cp_size, format_argument="qkv_format",
     core_attention_bias, alibi_slopes), a KV cache (inference_params), and
     cross-attention (`cross`: the argument that brings it, or False). A
     sliding window (`window_limited`) and FP8 attention (the recipe's
-    fp8_dpa) run with the module's `cp_comm_type` (TE's value) "a2a" only:
-    with "p2p" / "all_gather" the message names cp_comm_type='a2a' as the
-    way to run them (each rank's attention is then the ordinary one over
-    the whole sequence for 1/cp_size of the heads; the all-gather's split
-    attention takes neither)."""
+    fp8_dpa) run only where the program trades heads for tokens
+    (`runs_a2a`: the spec's cp_comm_type is "a2a"; None: the module's
+    `cp_comm_type`, TE's value, is "a2a"); under the all-gather the
+    message names cp_comm_type='a2a' as the way to run them (each rank's
+    attention is then the ordinary one over the whole sequence for
+    1/cp_size of the heads; the all-gather's split attention takes
+    neither), and for "p2p" why it did not become a2a."""
     if cp_size <= 1:
         return
     what = None
     a2a_runs_it = False
-    a2a = cp_comm_type == "a2a"
+    a2a = cp_comm_type == "a2a" if runs_a2a is None else runs_a2a
     sequence_arguments = sequence_arguments or {}
     given = [name for name, value in sequence_arguments.items()
              if value is not None and value is not False]
@@ -372,15 +389,31 @@ def check_context_parallel_call(owner, cp_size, format_argument="qkv_format",
     if what is None:
         return
     if a2a_runs_it:
+        why = ("runs as the all-gather here, as the heads or num_gqa_groups "
+               "per rank do not divide by cp_size or the group has no "
+               "all-to-all; " if cp_comm_type == "p2p" else "")
         raise NotImplementedError(
             f"{owner}: {what} with context parallelism (cp_size {cp_size}) "
             f"is not supported by tejit with cp_comm_type="
-            f"{cp_comm_type!r} (the all-gather splits each rank's "
+            f"{cp_comm_type!r} ({why}the all-gather splits each rank's "
             f"attention); cp_comm_type='a2a' runs it (each rank attends "
             f"over the whole sequence for 1/cp_size of the heads)")
     raise NotImplementedError(
         f"{owner}: {what} with context parallelism (cp_size {cp_size}) "
         f"is not supported by tejit")
+
+
+def context_parallel_seed(seed, cp_rank):
+    """The dropout seed of context-parallel rank `cp_rank` from the `seed`
+    every rank drew alike (one generator state): each rank draws its masks
+    by local position (its chunks' rows, or under a2a its block's heads),
+    so with one seed rank r's local row i (head j) would drop as rank 0's
+    does. Rank 0 keeps `seed`; the others move it by multiples of an odd
+    constant (the golden ratio's 64 bits), within the drawn seeds' range
+    [0, 2^62), which gives each rank its own Philox key. Within a rank,
+    tensor-parallel ranks keep what their own seeding gave them (equal or
+    forked)."""
+    return (int(seed) + int(cp_rank) * 0x9E3779B97F4A7C15) % 2**62
 
 
 def context_parallel_seq(owner, argument, local_seq, cp_size):

@@ -228,11 +228,12 @@ def refuse_for_context_parallel(module, owner, qkv_format, mask_type, window,
     what it does not run (_args.check_context_parallel_call): packed
     sequences, a KV cache, masks other than no_mask and causal, an
     attention bias or ALiBi and the sequence arguments among
-    `call_arguments` (the forward's), and with a cp_comm_type other than
-    "a2a" (module.cp_comm_type) a sliding window (`window`: the call's
-    normalized one) and FP8 attention (the autocast recipe's fp8_dpa),
-    which a2a runs (the spec keeps the window and the recipe's fp8_dpa as
-    without context parallelism)."""
+    `call_arguments` (the forward's), and under the all-gather (the
+    spec's cp_comm_type: TE's "all_gather", or "p2p" where a2a does not
+    run) a sliding window (`window`: the call's normalized one) and FP8
+    attention (the autocast recipe's fp8_dpa), which a2a runs (the spec
+    keeps the window and the recipe's fp8_dpa as without context
+    parallelism)."""
     context_parallel = module._context_parallel()
     if context_parallel is None:
         return
@@ -244,7 +245,7 @@ def refuse_for_context_parallel(module, owner, qkv_format, mask_type, window,
         getattr(fp8.get_fp8_recipe(), "fp8_dpa", False),
         inference_params is not None, False,
         {name: call_arguments.get(name) for name in _CP_SEQUENCE_ARGUMENTS},
-        module.cp_comm_type)
+        module.cp_comm_type, context_parallel[2] == "a2a")
 
 
 def context_parallel_seq(module, owner, argument, local_seq):
@@ -319,13 +320,14 @@ class DotProductAttention(TransformerEngineBaseModule):
     docs/context-parallel.md): q, k, v, the output and its gradients are
     this rank's two load-balanced chunks of each sequence
     (tejit.pytorch.distributed.context_parallel_split), the program
-    all-gathers the keys and values over the group; cp_comm_type "p2p"
-    (TE's default) runs as "all_gather"; with "a2a" all-to-alls trade
-    heads for tokens instead (heads and num_gqa_groups per rank divisible
-    by cp_size, else ValueError), "a2a+p2p" is refused;
+    all-gathers the keys and values over the group (cp_comm_type
+    "all_gather"); with "a2a" all-to-alls trade heads for tokens instead
+    (heads and num_gqa_groups per rank divisible by cp_size, else
+    ValueError); "p2p" (TE's default) runs as "a2a" where they divide,
+    else as "all_gather"; "a2a+p2p" is refused;
     no_mask and causal only, no thd, bias, KV cache or cross-attention,
-    and sliding windows and fp8_dpa with cp_comm_type "a2a" only
-    (NotImplementedError naming the argument).
+    and sliding windows and fp8_dpa under a2a only (NotImplementedError
+    naming the argument).
     Refused (NotImplementedError naming the argument): attention bias and
     ALiBi with thd or inference_params,
     ALiBi with an arbitrary mask, thd padding between

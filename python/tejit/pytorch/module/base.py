@@ -56,8 +56,9 @@ constructors, and set_context_parallel_group on every module, which
 reaches its submodules). The modules with an attention core take this
 rank's two load-balanced chunks of each sequence; their spec gets cp_size,
 cp_rank, cp_comm_type and global sequence lengths, and the program gathers
-keys and values over the group (cp_comm_type "p2p" / "all_gather") or
-trades heads for tokens by all-to-alls ("a2a") through torch.distributed
+keys and values over the group (cp_comm_type "all_gather") or trades
+heads for tokens by all-to-alls ("a2a"; TE's default "p2p" where the heads
+per rank divide by cp_size, else the all-gather) through torch.distributed
 (_distributed.py). The per-token modules keep the arguments and use none
 of them (their tokens are independent).
 
@@ -382,11 +383,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
         """TE's: the process group over which this module's attention (and
         its submodules') runs context parallelism, each rank holding its
         two load-balanced chunks of every sequence (docs/context-parallel.md);
-        cp_size becomes the group's size (None: 1). cp_comm_type "p2p"
-        (TE's default) and "all_gather" both run as tejit's all-gather of
-        the keys and values, "a2a" as all-to-alls between heads and tokens
-        (heads and key/value groups per rank divisible by cp_size),
-        "a2a+p2p" is refused; cp_stream is accepted and unused (nothing
+        cp_size becomes the group's size (None: 1). cp_comm_type
+        "all_gather" runs as tejit's all-gather of the keys and values,
+        "a2a" as all-to-alls between heads and tokens (heads and key/value
+        groups per rank divisible by cp_size), "p2p" (TE's default) as a2a
+        where they divide, else as the all-gather (the same numbers, up to
+        rounding); "a2a+p2p" is refused; cp_stream is accepted and unused (nothing
         overlaps the communication yet). The next call compiles programs
         for the new size, rank and comm type (they key the program)."""
         self._init_context_parallel(
@@ -416,8 +418,20 @@ class TransformerEngineBaseModule(torch.nn.Module):
         spec's keys and part of the JIT key."""
         if self._has_attention and self.cp_size > 1:
             return (self.cp_size, self.cp_rank,
-                    _args.spec_comm_type(self.cp_comm_type))
+                    _args.spec_comm_type(self.cp_comm_type,
+                                         self._p2p_runs_a2a()))
         return None
+
+    def _p2p_runs_a2a(self):
+        """Whether TE's default cp_comm_type "p2p" runs as "a2a" for this
+        module (_args.spec_comm_type): its heads and key/value groups per
+        rank divide by cp_size (_args.a2a_divides) and the library's groups
+        take an all-to-all (TensorParallelGroup.takes_all_to_all)."""
+        heads = self._context_parallel_heads()
+        return (heads is not None
+                and _args.a2a_divides(self.cp_size, *heads,
+                                      tp_size=self.tp_size)
+                and tejit.TensorParallelGroup.takes_all_to_all())
 
     def _required_cp_group(self):
         return self._required_group(
@@ -873,6 +887,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
             if training and self._dropout_active():
                 with self._dropout_seed_context():
                     seed = _dropout_seed(first.device)
+                if context_parallel is not None:
+                    seed = _args.context_parallel_seed(seed,
+                                                       context_parallel[1])
                 compiled.program.set_seed(seed)
 
         if fp8_weights and training and torch.is_grad_enabled():
