@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import tejit  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 from test_tensor_parallel_args import parameters  # noqa: E402
-from torch_free import StandInLibrary, load, library_loads  # noqa: E402
+from torch_free import RefusalAssertions, StandInLibrary, library_loads, load  # noqa: E402
 
 args = load("module/_args.py", "tejit_args_cp")
 specs = load("module/_attention_specs.py", "tejit_attention_specs_cp")
@@ -51,15 +51,7 @@ def sizes(size, rank):
     return dict(group_size=lambda group: size, group_rank=lambda group: rank)
 
 
-class Refusing(unittest.TestCase):
-    def assertRefused(self, error, function, *words):
-        with self.assertRaises(error) as caught:
-            function()
-        for word in words:
-            self.assertIn(word, str(caught.exception))
-
-
-class ArgumentTest(Refusing):
+class ArgumentTest(RefusalAssertions, unittest.TestCase):
     def test_no_group_is_cp_size_1(self):
         self.assertEqual(args.context_parallel_of("DotProductAttention",
                                                   None), (1, 0))
@@ -1073,7 +1065,7 @@ def fake_cat(parts, dim):
                  for i in range(parts[0].shape[0])])
 
 
-class LoadBalancedSplitTest(Refusing):
+class LoadBalancedSplitTest(RefusalAssertions, unittest.TestCase):
     def setUp(self):
         self.saved = split._cat
         split._cat = fake_cat

@@ -24,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
-from torch_free import load  # noqa: E402
+from torch_free import RefusalAssertions, load  # noqa: E402
 from tejit.common import recipe  # noqa: E402
 
 
@@ -91,13 +91,7 @@ def compiler_knows_grouped_linear():
         raise
 
 
-class ConstructorTest(unittest.TestCase):
-    def assertRefused(self, error, function, *words):
-        with self.assertRaises(error) as caught:
-            function()
-        for word in words:
-            self.assertIn(word, str(caught.exception))
-        return str(caught.exception)
+class ConstructorTest(RefusalAssertions, unittest.TestCase):
 
     def test_sizes(self):
         self.assertEqual(grouped.check_sizes(8, 4096, 2048), (8, 4096, 2048))

@@ -20,6 +20,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
+from torch_free import RefusalAssertions  # noqa: E402
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
@@ -147,12 +149,7 @@ class ConstructionTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
-class ArgumentTest(unittest.TestCase):
-    def assertRefused(self, error, factory, *words):
-        with self.assertRaises(error) as caught:
-            factory()
-        for word in words:
-            self.assertIn(word, str(caught.exception))
+class ArgumentTest(RefusalAssertions, unittest.TestCase):
 
     def test_unsupported_constructor_arguments(self):
         cases = [

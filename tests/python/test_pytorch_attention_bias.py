@@ -22,6 +22,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
+from torch_free import RefusalAssertions  # noqa: E402
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
@@ -54,7 +56,7 @@ def recorder(module):
     return seen
 
 
-class OnTheCpu(unittest.TestCase):
+class OnTheCpu(RefusalAssertions, unittest.TestCase):
     """check_input takes CPU tensors (no CUDA here) during each test."""
 
     def setUp(self):
@@ -64,12 +66,6 @@ class OnTheCpu(unittest.TestCase):
     def tearDown(self):
         attention.check_input = self._check_input
 
-    def assertRefused(self, error, call, *words):
-        with self.assertRaises(error) as caught:
-            call()
-        for word in words:
-            self.assertIn(word, str(caught.exception))
-        return str(caught.exception)
 
 
 def qkv(dtype=None, seq=SEQ, seq_kv=None, fmt="sbhd"):

@@ -27,6 +27,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 sys.path.insert(0, os.path.join(REPO, "python"))
 
+from torch_free import RefusalAssertions  # noqa: E402
+
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
@@ -216,12 +218,7 @@ class ShapesTest(unittest.TestCase):
 
 
 @unittest.skipUnless(HAVE_TORCH, "needs PyTorch")
-class ArgumentTest(unittest.TestCase):
-    def assertRefused(self, error, factory, *words):
-        with self.assertRaises(error) as caught:
-            factory()
-        for word in words:
-            self.assertIn(word, str(caught.exception))
+class ArgumentTest(RefusalAssertions, unittest.TestCase):
 
     def test_refusals(self):
         cases = [

@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
-from torch_free import load  # noqa: E402
+from torch_free import RefusalAssertions, load  # noqa: E402
 
 
 args = load("module/_args.py", "tejit_args_tp")
@@ -53,12 +53,7 @@ def parameters(layer, seq=16, batch=2, input_format=None):
     return found
 
 
-class ArgumentTest(unittest.TestCase):
-    def assertRefused(self, error, function, *words):
-        with self.assertRaises(error) as caught:
-            function()
-        for word in words:
-            self.assertIn(word, str(caught.exception))
+class ArgumentTest(RefusalAssertions, unittest.TestCase):
 
     def test_tp_size_from_the_group_or_the_argument(self):
         sizes = {"a": 2, "b": 4}

@@ -1,7 +1,8 @@
 """Loads one file of python/tejit/pytorch by its path, without importing
 the package (whose __init__ needs PyTorch): the torch-free tests check what
 such files decide (argument checks, specs) on machines without PyTorch.
-The file must import neither torch nor its package's relatives."""
+The file must import neither torch nor its package's relatives. Also the
+helpers the Python tests share (RefusalAssertions, StandInLibrary)."""
 import ctypes
 import importlib.util
 import os
@@ -19,6 +20,20 @@ def load(relative, module_name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+class RefusalAssertions:
+    """A mixin for unittest.TestCase tests of refusals."""
+
+    def assertRefused(self, error, call, *words):
+        """`call()` raises `error` with every one of `words` in its
+        message; returns the message."""
+        with self.assertRaises(error) as caught:
+            call()
+        message = str(caught.exception)
+        for word in words:
+            self.assertIn(word, message)
+        return message
 
 
 def library_loads():
