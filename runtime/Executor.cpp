@@ -235,15 +235,16 @@ Executor::create(const FunctionPlan &function, ModuleSet &modules,
       return staging.takeError();
     executor->hostStaging = std::move(*staging);
   }
-  llvm::Expected<TpNeeds> tpNeeds = TpNeeds::of(function);
+  llvm::Expected<GroupNeeds> tpNeeds =
+      GroupNeeds::of(function, Parallelism::Tensor);
   if (!tpNeeds)
     return tpNeeds.takeError();
   executor->tpNeeds = *tpNeeds;
-  for (const Step &step : function.steps)
-    if (const auto *cp = std::get_if<CpCollectiveStep>(&step)) {
-      executor->cpRanks = cp->ranks;
-      executor->cpUses[size_t(cp->collective())] = true;
-    }
+  llvm::Expected<GroupNeeds> cpNeeds =
+      GroupNeeds::of(function, Parallelism::Context);
+  if (!cpNeeds)
+    return cpNeeds.takeError();
+  executor->cpNeeds = *cpNeeds;
   executor->addresses.assign(function.values.size(), 0);
   // A view's address is its root's plus an offset, the same on every run:
   // follow each chain once here (the plan parser rejects cycles).
@@ -508,54 +509,19 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
 
 Error Executor::setTensorParallelGroup(
     std::shared_ptr<TensorParallelGroup> group) {
-  // A group of another size would sum the wrong shards (or hang in the
-  // collective); one of unknown size (a caller's function) is trusted.
-  int64_t ranks = tpNeeds.ranks;
-  if (group && ranks && group->ranks() >= 0 && group->ranks() != ranks)
-    return makeError(
-        ErrorCode::InvalidArgument,
-        llvm::formatv("function '{0}' is compiled for tensor parallelism over "
-                      "{1} ranks (tp_size {1}), but the tensor-parallel group "
-                      "({2}) has {3}",
-                      plan.name, ranks, group->describe(), group->ranks()));
+  if (Error error =
+          tpNeeds.checkRanks(plan.name, group.get(), Parallelism::Tensor))
+    return error;
   tpGroup = std::move(group);
   return Error::success();
 }
 
 Error Executor::setContextParallelGroup(
     std::shared_ptr<TensorParallelGroup> group) {
-  if (group && cpRanks && group->ranks() >= 0 && group->ranks() != cpRanks)
-    return makeError(
-        ErrorCode::InvalidArgument,
-        llvm::formatv("function '{0}' is compiled for context parallelism "
-                      "over {1} ranks (cp_size {1}), but the context-parallel "
-                      "group ({2}) has {3}",
-                      plan.name, cpRanks, group->describe(), group->ranks()));
+  if (Error error =
+          cpNeeds.checkRanks(plan.name, group.get(), Parallelism::Context))
+    return error;
   cpGroup = std::move(group);
-  return Error::success();
-}
-
-Error Executor::checkContextParallelGroup() const {
-  if (!cpRanks)
-    return Error::success();
-  if (!cpGroup)
-    return makeError(
-        ErrorCode::State,
-        llvm::formatv("function '{0}': this program is compiled for context "
-                      "parallelism over {1} ranks (cp_size {1}); give it a "
-                      "context-parallel group (tejit_program_set_cp_group)",
-                      plan.name, cpRanks));
-  for (TpCollective collective :
-       {TpCollective::AllGather, TpCollective::ReduceScatter,
-        TpCollective::AllToAll})
-    if (cpUses[size_t(collective)] && !cpGroup->has(collective))
-      return makeError(
-          ErrorCode::State,
-          llvm::formatv("function '{0}': its context-parallel group ({1}) "
-                        "has no {2} function, which context parallelism "
-                        "needs",
-                        plan.name, cpGroup->describe(),
-                        tpFunctionName(collective)));
   return Error::success();
 }
 
@@ -780,9 +746,11 @@ Error Executor::run(llvm::ArrayRef<CUdeviceptr> callerArguments,
   // Before anything is enqueued: a run that stopped at the first
   // tensor-parallel step would leave half a function on the stream (or in a
   // graph being captured).
-  if (Error error = tpNeeds.check(plan.name, tpGroup.get()))
+  if (Error error =
+          tpNeeds.check(plan.name, tpGroup.get(), Parallelism::Tensor))
     return error;
-  if (Error error = checkContextParallelGroup())
+  if (Error error =
+          cpNeeds.check(plan.name, cpGroup.get(), Parallelism::Context))
     return error;
   // Host arguments: read and checked before anything is enqueued, then
   // copied to the device (HostArguments.h), where everything but the

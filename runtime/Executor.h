@@ -130,7 +130,7 @@ public:
   llvm::Error
   setContextParallelGroup(std::shared_ptr<TensorParallelGroup> group);
   /// The ranks of the function's context-parallel steps, 0 when it has none.
-  int64_t contextParallelRanks() const { return cpRanks; }
+  int64_t contextParallelRanks() const { return cpNeeds.ranks; }
   /// Whether the function takes host arguments (m_splits).
   bool hasHostArguments() const { return !hostRules.empty(); }
   /// Whether a run on a capturing stream may read its host arguments
@@ -306,15 +306,11 @@ private:
   std::vector<bool> neededWhenLeavingState;
   /// What the tensor-parallel steps need (their ranks, 0: none, and
   /// collectives), and the group they run over.
-  TpNeeds tpNeeds;
+  GroupNeeds tpNeeds;
   std::shared_ptr<TensorParallelGroup> tpGroup;
-  /// The context-parallel steps' ranks (0: none), the group's collectives
-  /// they use, and the group.
-  int64_t cpRanks = 0;
-  std::array<bool, kNumTpCollectives> cpUses{};
+  /// Likewise for the context-parallel steps.
+  GroupNeeds cpNeeds;
   std::shared_ptr<TensorParallelGroup> cpGroup;
-  /// Whether the CP group can run the function's steps (before a run).
-  llvm::Error checkContextParallelGroup() const;
   /// The collectives' own stream, made by the first run that has one to
   /// start.
   std::unique_ptr<SumOverlap> sumOverlap;

@@ -421,6 +421,20 @@ StringRef tejit::runtime::tpStepKind(TpCollective collective) {
   llvm_unreachable("unknown tensor-parallel collective");
 }
 
+StringRef tejit::runtime::cpStepKind(TpCollective collective) {
+  switch (collective) {
+  case TpCollective::AllGather:
+    return "cp_allgather";
+  case TpCollective::ReduceScatter:
+    return "cp_reducescatter";
+  case TpCollective::AllToAll:
+    return "cp_alltoall";
+  case TpCollective::AllReduce:
+    break;
+  }
+  llvm_unreachable("no context-parallel step sums");
+}
+
 StringRef tejit::runtime::gemmScalingName(GemmScaling scaling) {
   switch (scaling) {
   case GemmScaling::Tensor:

@@ -310,6 +310,9 @@ std::optional<TpStepRef> asTpStep(const Step &step);
 /// The plan's name of a step of `collective`: "tp_allreduce",
 /// "tp_allgather" or "tp_reducescatter".
 llvm::StringRef tpStepKind(TpCollective collective);
+/// The plan's name of a context-parallel step of `collective`:
+/// "cp_allgather", "cp_reducescatter" or "cp_alltoall".
+llvm::StringRef cpStepKind(TpCollective collective);
 
 struct FunctionPlan {
   std::string name;

@@ -195,55 +195,103 @@ llvm::StringRef tejit::runtime::tpFunctionName(TpCollective collective) {
   llvm_unreachable("unknown tensor-parallel collective");
 }
 
-llvm::Expected<TpNeeds> TpNeeds::of(const FunctionPlan &function) {
-  TpNeeds needs;
+namespace {
+std::optional<std::pair<TpCollective, int64_t>>
+tensorParallelStep(const Step &step) {
+  if (std::optional<TpStepRef> collective = asTpStep(step))
+    return std::pair(collective->collective, collective->step.ranks);
+  return std::nullopt;
+}
+
+std::optional<std::pair<TpCollective, int64_t>>
+contextParallelStep(const Step &step) {
+  if (const auto *cp = std::get_if<CpCollectiveStep>(&step))
+    return std::pair(cp->collective(), cp->ranks);
+  return std::nullopt;
+}
+} // namespace
+
+const Parallelism Parallelism::Tensor = {"tensor",
+                                         "tp_size",
+                                         "tejit_program_set_tp_group",
+                                         "sequence parallelism",
+                                         tensorParallelStep,
+                                         tpStepKind};
+const Parallelism Parallelism::Context = {"context",
+                                          "cp_size",
+                                          "tejit_program_set_cp_group",
+                                          "context parallelism",
+                                          contextParallelStep,
+                                          cpStepKind};
+
+llvm::Expected<GroupNeeds> GroupNeeds::of(const FunctionPlan &function,
+                                          const Parallelism &parallelism) {
+  GroupNeeds needs;
   for (auto [index, step] : llvm::enumerate(function.steps)) {
-    std::optional<TpStepRef> collective = asTpStep(step);
+    std::optional<std::pair<TpCollective, int64_t>> collective =
+        parallelism.stepOf(step);
     if (!collective)
       continue;
-    int64_t ranks = collective->step.ranks;
+    auto [kind, ranks] = *collective;
     if (needs.ranks && ranks != needs.ranks)
       return makeError(
           ErrorCode::InvalidArgument,
           llvm::formatv("function '{0}', step {1}: a {2} over {3} ranks "
-                        "after a tensor-parallel step over {4}",
-                        function.name, index,
-                        tpStepKind(collective->collective), ranks,
-                        needs.ranks));
+                        "after a {4}-parallel step over {5}",
+                        function.name, index, parallelism.stepKind(kind), ranks,
+                        parallelism.name, needs.ranks));
     needs.ranks = ranks;
-    needs.uses[size_t(collective->collective)] = true;
+    needs.uses[size_t(kind)] = true;
   }
   return needs;
 }
 
-Error TpNeeds::check(llvm::StringRef name,
-                     const TensorParallelGroup *group) const {
+Error GroupNeeds::checkRanks(llvm::StringRef name,
+                             const TensorParallelGroup *group,
+                             const Parallelism &parallelism) const {
+  if (!group || !ranks || group->ranks() < 0 || group->ranks() == ranks)
+    return Error::success();
+  return makeError(
+      ErrorCode::InvalidArgument,
+      llvm::formatv("function '{0}' is compiled for {1} parallelism over {2} "
+                    "ranks ({3} {2}), but the {1}-parallel group ({4}) has "
+                    "{5}",
+                    name, parallelism.name, ranks, parallelism.sizeKey,
+                    group->describe(), group->ranks()));
+}
+
+Error GroupNeeds::check(llvm::StringRef name, const TensorParallelGroup *group,
+                        const Parallelism &parallelism) const {
   if (!ranks)
     return Error::success();
   if (!group)
     return makeError(
         ErrorCode::State,
-        llvm::formatv("function '{0}': this program is compiled for tensor "
-                      "parallelism over {1} ranks (tp_size {1}); give it a "
-                      "tensor-parallel group (tejit_program_set_tp_group)",
-                      name, ranks));
-  for (TpCollective collective :
-       {TpCollective::AllReduce, TpCollective::AllGather,
-        TpCollective::ReduceScatter}) {
-    if (!uses[size_t(collective)] || group->has(collective))
+        llvm::formatv("function '{0}': this program is compiled for {1} "
+                      "parallelism over {2} ranks ({3} {2}); give it a "
+                      "{1}-parallel group ({4})",
+                      name, parallelism.name, ranks, parallelism.sizeKey,
+                      parallelism.setter));
+  for (size_t index = 0; index < kNumTpCollectives; ++index) {
+    auto collective = TpCollective(index);
+    if (!uses[index] || group->has(collective))
       continue;
     llvm::StringRef function = tpFunctionName(collective);
+    // A group of functions gets its all-to-all after it is made.
+    llvm::StringRef giver = collective == TpCollective::AllToAll
+                                ? "tejit_tp_group_set_all_to_all"
+                                : "tejit_tp_group_from_functions";
+    std::string serves = collective == TpCollective::AllReduce
+                             ? std::string()
+                             : (" (" + parallelism.gathersServe + ")").str();
     return makeError(
         ErrorCode::State,
         llvm::formatv("function '{0}' has {1} steps{2}, but its "
-                      "tensor-parallel group ({3}) has no {4} function: give "
-                      "one to tejit_tp_group_from_functions (in Python, "
-                      "TensorParallelGroup.from_function's {4})",
-                      name, tpStepKind(collective),
-                      collective == TpCollective::AllReduce
-                          ? ""
-                          : " (sequence parallelism)",
-                      group->describe(), function));
+                      "{3}-parallel group ({4}) has no {5} function: give "
+                      "one to {6} (in Python, "
+                      "TensorParallelGroup.from_function's {5})",
+                      name, parallelism.stepKind(collective), serves,
+                      parallelism.name, group->describe(), function, giver));
   }
   return Error::success();
 }

@@ -28,7 +28,9 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace tejit::runtime {
 
@@ -173,20 +175,55 @@ private:
 /// "all_reduce", "all_gather", "reduce_scatter" or "all_to_all".
 llvm::StringRef tpFunctionName(TpCollective collective);
 
-/// What a plan function asks of its tensor-parallel group: the ranks of its
-/// tensor-parallel steps (0: it has none) and which collectives they are.
-struct TpNeeds {
+/// A parallelism whose steps run over a group's collectives: which steps
+/// are its own, and the words its messages use.
+struct Parallelism {
+  /// "tensor" or "context" (as in "tensor-parallel group").
+  llvm::StringRef name;
+  /// The spec's key for the ranks: "tp_size" or "cp_size".
+  llvm::StringRef sizeKey;
+  /// The C API's function that gives a program the group:
+  /// "tejit_program_set_tp_group" or "tejit_program_set_cp_group".
+  llvm::StringRef setter;
+  /// What steps other than sums serve, for messages: "sequence
+  /// parallelism" (tensor parallelism's gathers and scatters) or "context
+  /// parallelism".
+  llvm::StringRef gathersServe;
+  /// The collective and ranks of `step` when it is one of this
+  /// parallelism's steps, else nullopt.
+  std::optional<std::pair<TpCollective, int64_t>> (*stepOf)(const Step &step);
+  /// The plan's name of this parallelism's step of `collective`.
+  llvm::StringRef (*stepKind)(TpCollective collective);
+
+  /// tp_allreduce, tp_allgather and tp_reducescatter (tp_size).
+  static const Parallelism Tensor;
+  /// cp_allgather, cp_reducescatter and cp_alltoall (cp_size).
+  static const Parallelism Context;
+};
+
+/// What a plan function asks of the group of one parallelism: the ranks of
+/// that parallelism's steps (0: it has none) and which collectives they
+/// are.
+struct GroupNeeds {
   int64_t ranks = 0;
   std::array<bool, kNumTpCollectives> uses{};
 
   /// ErrorCode::InvalidArgument when two steps disagree on the ranks
   /// (parsed plans agree; this guards plans built in memory).
-  static llvm::Expected<TpNeeds> of(const FunctionPlan &function);
+  static llvm::Expected<GroupNeeds> of(const FunctionPlan &function,
+                                       const Parallelism &parallelism);
+  /// Whether `group` (null: none) may be set for the steps of function
+  /// `name`: ErrorCode::InvalidArgument when it knows its size and that is
+  /// not their ranks (it would combine the wrong shards, or hang in the
+  /// collective); one of unknown size (a caller's function) is trusted.
+  llvm::Error checkRanks(llvm::StringRef name, const TensorParallelGroup *group,
+                         const Parallelism &parallelism) const;
   /// Whether `group` (null: none) can run the steps of function `name`;
-  /// else an ErrorCode::State error naming what is missing: the group, or
-  /// the function of the caller's that a kind of step needs.
-  llvm::Error check(llvm::StringRef name,
-                    const TensorParallelGroup *group) const;
+  /// else an ErrorCode::State error naming what is missing: the group (and
+  /// parallelism.setter), or the function of the caller's that a kind of
+  /// step needs.
+  llvm::Error check(llvm::StringRef name, const TensorParallelGroup *group,
+                    const Parallelism &parallelism) const;
 };
 
 } // namespace tejit::runtime

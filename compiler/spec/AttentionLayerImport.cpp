@@ -306,6 +306,7 @@ FailureOr<Value> tejit::spec::importDotProductAttention(LayerContext &ctx) {
       failed(checkPaddedQueries(layer, *paddedQueries, *maskType,
                                 "attn_mask_type")))
     return failure();
+  cp->resolve(*heads, *groups);
   if (failed(cp->refuse(ctx, {{"attn_mask_type", isCpRefusedMask(*maskType)},
                               {"window_size", bool(*window), true},
                               {"core_attention_bias_type",
@@ -452,9 +453,11 @@ struct AttentionOptions {
   /// `maskKey`), bias and cross-attention (named by `crossKey`, set when
   /// `cross`), a window and FP8 attention unless cp_comm_type is a2a; with
   /// sequence parallelism in sbhd, tp_size must divide the local tokens;
-  /// with a2a, cp_size this rank's heads (after splitHeads).
+  /// with a2a, cp_size this rank's heads. After splitHeads: p2p first
+  /// becomes a2a or all_gather by this rank's heads.
   LogicalResult checkContextParallel(LayerContext &ctx, StringRef maskKey,
-                                     StringRef crossKey, bool cross) const {
+                                     StringRef crossKey, bool cross) {
+    cp.resolve(heads, groups, tp.size);
     auto delayed = dyn_cast_or_null<DelayedScalingAttr>(ctx.recipe);
     if (failed(
             cp.refuse(ctx, {{maskKey, isCpRefusedMask(maskType)},

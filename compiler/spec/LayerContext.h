@@ -120,18 +120,42 @@ struct TensorParallelOptions {
 
 /// An attention layer's context parallelism (docs/context-parallel.md):
 /// `cp_size` (default 1), `cp_rank` (default 0) and `cp_comm_type`
-/// (all_gather, the default, or a2a). Spec sequence lengths are global; the
-/// layer's activations hold this rank's seq_length / cp_size tokens of
-/// every sequence.
+/// (all_gather, the default, a2a, or p2p: TE's default, which resolve()
+/// runs as a2a where cp_size divides the heads and else as all_gather).
+/// Spec sequence lengths are global; the layer's activations hold this
+/// rank's seq_length / cp_size tokens of every sequence.
 struct ContextParallelOptions {
   int64_t size = 1, rank = 0;
   /// cp_comm_type a2a: all-to-alls between heads and tokens instead of the
-  /// keys' and values' all-gather.
+  /// keys' and values' all-gather (with p2p: after resolve()).
   bool allToAll = false;
+  /// cp_comm_type p2p.
+  bool p2p = false;
+  /// A head count cp_size does not divide: its spec key, one
+  /// tensor-parallel rank's count and tp_size.
+  struct HeadCount {
+    llvm::StringRef key;
+    int64_t count, tpSize;
+  };
+  /// With p2p run as all_gather (after resolve()): the count that keeps it
+  /// from a2a.
+  std::optional<HeadCount> notAllToAll;
 
   /// Reads the keys and checks them against the spec's sequences: ranges,
   /// seq_length divisible by 2 * cp_size, no packed sequences or KV cache.
   static mlir::FailureOr<ContextParallelOptions> read(LayerContext &ctx);
+  /// The first of the query heads and the KV groups (`groups`, when the
+  /// spec gives num_gqa_groups) of one tensor-parallel rank of `tpSize`
+  /// that cp_size does not divide (a2a hands each rank 1/cp_size of them);
+  /// nullopt when it divides both.
+  std::optional<HeadCount> undividedHeads(int64_t heads,
+                                          std::optional<int64_t> groups,
+                                          int64_t tpSize = 1) const;
+  /// With p2p and cp_size > 1: chooses a2a when undividedHeads finds
+  /// nothing, else all_gather (recording why in notAllToAll). Before
+  /// refuse, checkHeads and addAttributes.
+  void resolve(int64_t heads, std::optional<int64_t> groups,
+               int64_t tpSize = 1);
   /// A feature context parallelism may refuse: its spec key, whether the
   /// layer uses it, and whether cp_comm_type a2a runs it (each rank's
   /// attention is an ordinary one there).

@@ -332,7 +332,7 @@ class TensorParallelGroupTest(unittest.TestCase):
 
     def test_functions_may_be_missing(self):
         # A group of no function is made; a program with steps that need
-        # one refuses it at its call (runtime/TensorParallel.h, TpNeeds).
+        # one refuses it at its call (runtime/TensorParallel.h, GroupNeeds).
         for functions in ((None,), (None, None, lambda *a: None),
                           (lambda *a: None,)):
             group = tejit.TensorParallelGroup.from_function(*functions)

@@ -1,8 +1,9 @@
 //===- TensorParallelGroupTest.cpp - the tensor-parallel group's checks ---===//
 //
 // What needs no GPU: the check a run makes before it enqueues anything
-// (TpNeeds: a group is set, and a group of the caller's functions has the
-// one each kind of step needs), and that a group of functions hands the
+// (GroupNeeds: a group of the steps' size is set, and a group of the
+// caller's functions has the one each kind of step needs, for tensor and
+// context parallelism), and that a group of functions hands the
 // steps' buffers, counts and dtypes to the caller's functions as tejit.h
 // says. The collectives themselves run in tests/gpu/tp_group_check.py.
 //
@@ -44,8 +45,20 @@ std::pair<ErrorCode, std::string> describe(llvm::Error error) {
   return {code, message};
 }
 
-TpNeeds needsOf(std::vector<Step> steps) {
-  llvm::Expected<TpNeeds> needs = TpNeeds::of(functionWith(std::move(steps)));
+Step cpStep(TpCollective collective, int64_t ranks = 2) {
+  CpCollectiveStep step;
+  step.in = 0;
+  step.out = 1;
+  step.ranks = ranks;
+  step.gather = collective == TpCollective::AllGather;
+  step.allToAll = collective == TpCollective::AllToAll;
+  return step;
+}
+
+GroupNeeds needsOf(std::vector<Step> steps,
+                   const Parallelism &parallelism = Parallelism::Tensor) {
+  llvm::Expected<GroupNeeds> needs =
+      GroupNeeds::of(functionWith(std::move(steps)), parallelism);
   if (!needs) {
     ADD_FAILURE() << llvm::toString(needs.takeError());
     return {};
@@ -93,16 +106,16 @@ int reduceScatter(void *userData, const void *input, void *output, size_t count,
 }
 
 TEST(TensorParallelGroupTest, NeedsListTheCollectivesOfTheSteps) {
-  TpNeeds none = needsOf({AmaxAllReduceStep{}});
+  GroupNeeds none = needsOf({AmaxAllReduceStep{}});
   EXPECT_EQ(none.ranks, 0);
   EXPECT_EQ(none.uses, (std::array<bool, kNumTpCollectives>{}));
 
-  TpNeeds sums = needsOf({tpStep<TpAllReduceStep>()});
+  GroupNeeds sums = needsOf({tpStep<TpAllReduceStep>()});
   EXPECT_EQ(sums.ranks, 2);
   EXPECT_EQ(sums.uses,
             (std::array<bool, kNumTpCollectives>{true, false, false}));
 
-  TpNeeds sequence =
+  GroupNeeds sequence =
       needsOf({tpStep<TpAllGatherStep>(4), KernelStep{},
                tpStep<TpReduceScatterStep>(4), tpStep<TpAllGatherStep>(4)});
   EXPECT_EQ(sequence.ranks, 4);
@@ -111,8 +124,10 @@ TEST(TensorParallelGroupTest, NeedsListTheCollectivesOfTheSteps) {
 }
 
 TEST(TensorParallelGroupTest, StepsOverOtherRanksAreRefused) {
-  llvm::Expected<TpNeeds> needs = TpNeeds::of(functionWith(
-      {tpStep<TpAllReduceStep>(2), tpStep<TpReduceScatterStep>(4)}));
+  llvm::Expected<GroupNeeds> needs =
+      GroupNeeds::of(functionWith({tpStep<TpAllReduceStep>(2),
+                                   tpStep<TpReduceScatterStep>(4)}),
+                     Parallelism::Tensor);
   ASSERT_FALSE(bool(needs));
   auto [code, message] = describe(needs.takeError());
   EXPECT_EQ(code, ErrorCode::InvalidArgument);
@@ -121,8 +136,9 @@ TEST(TensorParallelGroupTest, StepsOverOtherRanksAreRefused) {
 }
 
 TEST(TensorParallelGroupTest, AFunctionWithoutStepsNeedsNoGroup) {
-  TpNeeds none = needsOf({KernelStep{}});
-  EXPECT_EQ(describe(none.check("layer", nullptr)).first, ErrorCode(0));
+  GroupNeeds none = needsOf({KernelStep{}});
+  EXPECT_EQ(describe(none.check("layer", nullptr, Parallelism::Tensor)).first,
+            ErrorCode(0));
 }
 
 int allToAll(void *userData, const void *input, void *output, size_t count,
@@ -136,7 +152,8 @@ int allToAll(void *userData, const void *input, void *output, size_t count,
 TEST(TensorParallelGroupTest, RunWithoutAGroupNamesTheSetter) {
   for (Step step : {tpStep<TpAllReduceStep>(), tpStep<TpAllGatherStep>(),
                     tpStep<TpReduceScatterStep>()}) {
-    auto [code, message] = describe(needsOf({step}).check("layer", nullptr));
+    auto [code, message] =
+        describe(needsOf({step}).check("layer", nullptr, Parallelism::Tensor));
     EXPECT_EQ(code, ErrorCode::State);
     EXPECT_EQ(message, "function 'layer': this program is compiled for tensor "
                        "parallelism over 2 ranks (tp_size 2); give it a "
@@ -153,33 +170,38 @@ TEST(TensorParallelGroupTest, MissingFunctionIsNamed) {
   CallbackTensorParallelGroup all({allReduce, allGather, reduceScatter},
                                   &recorder);
 
-  TpNeeds sequence =
+  GroupNeeds sequence =
       needsOf({tpStep<TpAllGatherStep>(), tpStep<TpReduceScatterStep>()});
-  auto [code, message] = describe(sequence.check("layer", &sumsOnly));
+  auto [code, message] =
+      describe(sequence.check("layer", &sumsOnly, Parallelism::Tensor));
   EXPECT_EQ(code, ErrorCode::State);
   EXPECT_EQ(message, "function 'layer' has tp_allgather steps (sequence "
                      "parallelism), but its tensor-parallel group (the "
                      "caller's function) has no all_gather function: give "
                      "one to tejit_tp_group_from_functions (in Python, "
                      "TensorParallelGroup.from_function's all_gather)");
-  std::tie(code, message) = describe(sequence.check("layer", &gathersOnly));
+  std::tie(code, message) =
+      describe(sequence.check("layer", &gathersOnly, Parallelism::Tensor));
   EXPECT_EQ(code, ErrorCode::State);
   EXPECT_NE(message.find("has tp_reducescatter steps (sequence "
                          "parallelism), but its tensor-parallel group (the "
                          "caller's function) has no reduce_scatter function"),
             std::string::npos)
       << message;
-  EXPECT_EQ(describe(sequence.check("layer", &all)).first, ErrorCode(0));
+  EXPECT_EQ(describe(sequence.check("layer", &all, Parallelism::Tensor)).first,
+            ErrorCode(0));
 
-  TpNeeds sums = needsOf({tpStep<TpAllReduceStep>()});
-  std::tie(code, message) = describe(sums.check("layer", &gathersOnly));
+  GroupNeeds sums = needsOf({tpStep<TpAllReduceStep>()});
+  std::tie(code, message) =
+      describe(sums.check("layer", &gathersOnly, Parallelism::Tensor));
   EXPECT_EQ(code, ErrorCode::State);
   EXPECT_NE(message.find("function 'layer' has tp_allreduce steps, but its "
                          "tensor-parallel group (the caller's function) has "
                          "no all_reduce function"),
             std::string::npos)
       << message;
-  EXPECT_EQ(describe(sums.check("layer", &sumsOnly)).first, ErrorCode(0));
+  EXPECT_EQ(describe(sums.check("layer", &sumsOnly, Parallelism::Tensor)).first,
+            ErrorCode(0));
   // Nothing was called by the checks.
   EXPECT_TRUE(recorder.calls.empty());
 
@@ -284,6 +306,135 @@ TEST(TensorParallelGroupTest, AllToAllIsSetLater) {
   EXPECT_EQ(message, "the tensor-parallel all_to_all function returned 3 for "
                      "24 f32 elements");
   EXPECT_EQ(tpFunctionName(TpCollective::AllToAll), "all_to_all");
+}
+
+/// A group that knows its size and runs nothing (for the checks).
+class SizedGroup final : public TensorParallelGroup {
+public:
+  explicit SizedGroup(int ranks) : size(ranks) {}
+  llvm::Error allReduceSum(CUdeviceptr, CUdeviceptr, size_t, ElementType,
+                           CUstream) override {
+    return llvm::Error::success();
+  }
+  llvm::Error allGather(CUdeviceptr, CUdeviceptr, size_t, ElementType,
+                        CUstream) override {
+    return llvm::Error::success();
+  }
+  llvm::Error reduceScatter(CUdeviceptr, CUdeviceptr, size_t, ElementType,
+                            CUstream) override {
+    return llvm::Error::success();
+  }
+  llvm::Error allToAll(CUdeviceptr, CUdeviceptr, size_t, ElementType,
+                       CUstream) override {
+    return llvm::Error::success();
+  }
+  int ranks() const override { return size; }
+  std::string describe() const override {
+    return "a group of " + std::to_string(size);
+  }
+
+private:
+  int size;
+};
+
+TEST(TensorParallelGroupTest, GroupOfAnotherSizeIsRefused) {
+  SizedGroup four(4), two(2);
+  Recorder recorder;
+  CallbackTensorParallelGroup unknown({allReduce, nullptr, nullptr}, &recorder);
+  GroupNeeds sums = needsOf({tpStep<TpAllReduceStep>(2)});
+  auto [code, message] =
+      describe(sums.checkRanks("layer", &four, Parallelism::Tensor));
+  EXPECT_EQ(code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(message, "function 'layer' is compiled for tensor parallelism "
+                     "over 2 ranks (tp_size 2), but the tensor-parallel "
+                     "group (a group of 4) has 4");
+  EXPECT_EQ(describe(sums.checkRanks("layer", &two, Parallelism::Tensor)).first,
+            ErrorCode(0));
+  EXPECT_EQ(
+      describe(sums.checkRanks("layer", &unknown, Parallelism::Tensor)).first,
+      ErrorCode(0));
+  EXPECT_EQ(
+      describe(sums.checkRanks("layer", nullptr, Parallelism::Tensor)).first,
+      ErrorCode(0));
+  // A function without steps takes any group.
+  EXPECT_EQ(describe(needsOf({KernelStep{}})
+                         .checkRanks("layer", &four, Parallelism::Tensor))
+                .first,
+            ErrorCode(0));
+
+  GroupNeeds cp =
+      needsOf({cpStep(TpCollective::AllGather, 2)}, Parallelism::Context);
+  std::tie(code, message) =
+      describe(cp.checkRanks("layer", &four, Parallelism::Context));
+  EXPECT_EQ(code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(message, "function 'layer' is compiled for context parallelism "
+                     "over 2 ranks (cp_size 2), but the context-parallel "
+                     "group (a group of 4) has 4");
+}
+
+// Context parallelism's steps need the same of their own group, in its
+// words (cp_size, tejit_program_set_cp_group).
+TEST(TensorParallelGroupTest, ContextParallelNeeds) {
+  // Each parallelism sees only its own steps.
+  std::vector<Step> steps = {tpStep<TpAllReduceStep>(2),
+                             cpStep(TpCollective::AllGather, 4), KernelStep{},
+                             cpStep(TpCollective::ReduceScatter, 4)};
+  GroupNeeds tp = needsOf(steps, Parallelism::Tensor);
+  EXPECT_EQ(tp.ranks, 2);
+  EXPECT_EQ(tp.uses,
+            (std::array<bool, kNumTpCollectives>{true, false, false, false}));
+  GroupNeeds cp = needsOf(steps, Parallelism::Context);
+  EXPECT_EQ(cp.ranks, 4);
+  EXPECT_EQ(cp.uses,
+            (std::array<bool, kNumTpCollectives>{false, true, true, false}));
+  GroupNeeds exchange =
+      needsOf({cpStep(TpCollective::AllToAll)}, Parallelism::Context);
+  EXPECT_EQ(exchange.uses,
+            (std::array<bool, kNumTpCollectives>{false, false, false, true}));
+  EXPECT_EQ(needsOf({tpStep<TpAllReduceStep>()}, Parallelism::Context).ranks,
+            0);
+
+  auto [code, message] =
+      describe(cp.check("layer", nullptr, Parallelism::Context));
+  EXPECT_EQ(code, ErrorCode::State);
+  EXPECT_EQ(message, "function 'layer': this program is compiled for context "
+                     "parallelism over 4 ranks (cp_size 4); give it a "
+                     "context-parallel group (tejit_program_set_cp_group)");
+
+  Recorder recorder;
+  CallbackTensorParallelGroup gathers({nullptr, allGather, reduceScatter},
+                                      &recorder);
+  EXPECT_EQ(describe(cp.check("layer", &gathers, Parallelism::Context)).first,
+            ErrorCode(0));
+  std::tie(code, message) =
+      describe(exchange.check("layer", &gathers, Parallelism::Context));
+  EXPECT_EQ(code, ErrorCode::State);
+  EXPECT_EQ(message, "function 'layer' has cp_alltoall steps (context "
+                     "parallelism), but its context-parallel group (the "
+                     "caller's function) has no all_to_all function: give "
+                     "one to tejit_tp_group_set_all_to_all (in Python, "
+                     "TensorParallelGroup.from_function's all_to_all)");
+  CallbackTensorParallelGroup sumsOnly({allReduce, nullptr, nullptr},
+                                       &recorder);
+  std::tie(code, message) =
+      describe(cp.check("layer", &sumsOnly, Parallelism::Context));
+  EXPECT_EQ(code, ErrorCode::State);
+  EXPECT_NE(message.find("has cp_allgather steps (context parallelism), but "
+                         "its context-parallel group (the caller's function) "
+                         "has no all_gather function"),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(recorder.calls.empty());
+
+  llvm::Expected<GroupNeeds> mixed =
+      GroupNeeds::of(functionWith({cpStep(TpCollective::AllGather, 2),
+                                   cpStep(TpCollective::AllToAll, 4)}),
+                     Parallelism::Context);
+  ASSERT_FALSE(bool(mixed));
+  std::tie(code, message) = describe(mixed.takeError());
+  EXPECT_EQ(code, ErrorCode::InvalidArgument);
+  EXPECT_EQ(message, "function 'layer', step 1: a cp_alltoall over 4 ranks "
+                     "after a context-parallel step over 2");
 }
 
 } // namespace

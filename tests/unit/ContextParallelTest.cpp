@@ -21,7 +21,8 @@
 // DelayedScaling reduction gathers over the ranks). At cp_size 4 (which the
 // two GPUs cannot check) MultiheadAttention and TransformerLayer run with
 // both comm types, both masks and both layouts, forward and one training
-// step. Fresh random data every run.
+// step. cp_comm_type p2p imports as a2a where cp_size divides the heads and
+// KV groups, else as all_gather. Fresh random data every run.
 //
 //===----------------------------------------------------------------------===//
 #include "Fp8TrainingStep.h"
@@ -548,6 +549,53 @@ TEST_P(ContextParallelA2a, GivesWhatAllGatherGives) {
   });
 }
 
+/// cp_comm_type p2p (TE's default): the importer runs it as a2a where
+/// cp_size divides every layer's query heads and KV groups, else as
+/// all_gather; each rank's program is the one of that comm type.
+class ContextParallelP2p : public ContextParallel {};
+
+TEST_P(ContextParallelP2p, ImportsAsA2aWhereHeadsDivide) {
+  auto text = [](ModuleOp module) {
+    std::string out;
+    llvm::raw_string_ostream os(out);
+    module.print(os);
+    return out;
+  };
+  for (int rank = 0; rank < ranks(); ++rank) {
+    OwningOpRef<ModuleOp> p2p = import(rank, "", 0, "p2p");
+    ASSERT_TRUE(p2p);
+    int layers = 0, divided = 0;
+    p2p->walk([&](Operation *op) {
+      if (!op->hasAttr("cp_size"))
+        return;
+      // DotProductAttention's heads are its query's and key's dim 2.
+      int64_t heads, kvHeads;
+      if (isa<te::DotProductAttentionOp>(op)) {
+        heads = cast<ShapedType>(op->getOperand(0).getType()).getDimSize(2);
+        kvHeads = cast<ShapedType>(op->getOperand(1).getType()).getDimSize(2);
+      } else {
+        heads = op->getAttrOfType<IntegerAttr>("num_attention_heads").getInt();
+        auto groups = op->getAttrOfType<IntegerAttr>("num_gqa_groups");
+        kvHeads = groups ? groups.getInt() : heads;
+      }
+      bool divides = heads % ranks() == 0 && kvHeads % ranks() == 0;
+      auto comm = op->getAttrOfType<StringAttr>("cp_comm_type");
+      EXPECT_EQ(comm ? comm.getValue() : StringRef("all_gather"),
+                divides ? "a2a" : "all_gather")
+          << "rank " << rank << ", layer " << layers;
+      ++layers;
+      divided += divides;
+    });
+    ASSERT_GT(layers, 0);
+    // The cases' layers agree, so the program is the one of either type.
+    ASSERT_TRUE(divided == 0 || divided == layers);
+    OwningOpRef<ModuleOp> resolved =
+        import(rank, "", 0, divided ? "a2a" : "all_gather");
+    ASSERT_TRUE(resolved);
+    EXPECT_EQ(text(*p2p), text(*resolved)) << "rank " << rank;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layers, ContextParallel, ::testing::ValuesIn(kCases),
                          [](const auto &info) {
                            return std::string(info.param.name);
@@ -586,6 +634,15 @@ INSTANTIATE_TEST_SUITE_P(Cp4A2a, ContextParallelA2a,
                          });
 INSTANTIATE_TEST_SUITE_P(Layers, ContextParallelFp8,
                          ::testing::ValuesIn(kFp8Cases), [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+
+INSTANTIATE_TEST_SUITE_P(Layers, ContextParallelP2p,
+                         ::testing::ValuesIn(kCases), [](const auto &info) {
+                           return std::string(info.param.name);
+                         });
+INSTANTIATE_TEST_SUITE_P(Cp4, ContextParallelP2p,
+                         ::testing::ValuesIn(kCp4Cases), [](const auto &info) {
                            return std::string(info.param.name);
                          });
 

@@ -2059,7 +2059,9 @@ layers:
     cp_rank: 2
 )",
                   8, 14, "'cp_rank' (2) must be in [0, cp_size) = [0, 2)"},
-        ErrorCase{"CpCommTypeP2p", "spec.yaml", R"(
+        // TE's hierarchical a2a+p2p is not built (p2p is: as a2a or
+        // all_gather).
+        ErrorCase{"CpCommTypeA2aP2p", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 layers:
@@ -2067,11 +2069,11 @@ layers:
     hidden_size: 64
     num_attention_heads: 4
     cp_size: 2
-    cp_comm_type: p2p
+    cp_comm_type: a2a+p2p
 )",
                   8, 19,
-                  "'cp_comm_type' p2p is not supported: the supported values "
-                  "are all_gather and a2a"},
+                  "'cp_comm_type' a2a+p2p is not supported: the supported "
+                  "values are all_gather, a2a and p2p"},
         // cp_comm_type a2a hands each rank 1/cp_size of the heads.
         ErrorCase{"CpA2aHeadsNotDivisible", "spec.yaml", R"(
 seq_length: 16
@@ -2179,6 +2181,60 @@ layers:
                   9, 14,
                   "'cp_size' 2 with cp_comm_type all_gather is not supported "
                   "with 'fp8_dpa': cp_comm_type a2a runs it"},
+        // p2p runs as all_gather where cp_size does not divide one rank's
+        // heads or KV groups, so all_gather's refusals apply, saying why.
+        ErrorCase{"CpP2pFp8AttentionHeadsNotDivisible", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: DelayedScaling, fp8_dpa: true}
+layers:
+  - type: DotProductAttention
+    num_attention_heads: 6
+    kv_channels: 16
+    cp_size: 4
+    cp_comm_type: p2p
+)",
+                  8, 14,
+                  "'cp_size' 4 with cp_comm_type p2p is not supported with "
+                  "'fp8_dpa': cp_comm_type a2a runs it, but "
+                  "'num_attention_heads' (6) is not divisible by cp_size (4), "
+                  "so p2p runs as all_gather"},
+        ErrorCase{"CpP2pWindowGroupsOfATensorParallelRank", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 128
+    num_attention_heads: 8
+    num_gqa_groups: 2
+    window_size: [4, 0]
+    tp_size: 2
+    cp_size: 2
+    cp_comm_type: p2p
+)",
+                  9, 18,
+                  "'cp_size' 2 with cp_comm_type p2p is not supported with "
+                  "'window_size': cp_comm_type a2a runs it, but "
+                  "'num_gqa_groups' (2, 1 a rank with tp_size 2) is not "
+                  "divisible by cp_size (2), so p2p runs as all_gather"},
+        // Refusals a2a does not lift read the same with p2p.
+        ErrorCase{"CpP2pPaddingMask", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: MultiheadAttention
+    hidden_size: 64
+    num_attention_heads: 4
+    attn_mask_type: padding
+    cp_size: 2
+    cp_comm_type: p2p
+)",
+                  7, 21,
+                  "'cp_size' 2 is not supported with 'attn_mask_type' (context "
+                  "parallelism takes no_mask or causal self-attention without "
+                  "bias or KV cache; a window or FP8 attention with "
+                  "cp_comm_type a2a)"},
         // a2a runs a window and FP8 attention, not the other refusals.
         ErrorCase{"CpA2aPaddingMask", "spec.yaml", R"(
 seq_length: 16
