@@ -308,7 +308,8 @@ struct TpStepRef {
 /// `step` as a tensor-parallel step, or nullopt for other kinds.
 std::optional<TpStepRef> asTpStep(const Step &step);
 /// The plan's name of a step of `collective`: "tp_allreduce",
-/// "tp_allgather" or "tp_reducescatter".
+/// "tp_allgather" or "tp_reducescatter"; "cp_alltoall" for AllToAll, which
+/// only context parallelism has (there is no tp all-to-all step).
 llvm::StringRef tpStepKind(TpCollective collective);
 /// The plan's name of a context-parallel step of `collective`:
 /// "cp_allgather", "cp_reducescatter" or "cp_alltoall".

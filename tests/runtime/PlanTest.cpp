@@ -1903,8 +1903,9 @@ TEST_P(RealPlanTest, Parses) {
         const auto *cp = std::get_if<CpCollectiveStep>(&step);
         ASSERT_TRUE(cp) << kind.str();
         EXPECT_EQ(cp->allToAll, kind == "cp_alltoall");
-        if (!cp->allToAll)
+        if (!cp->allToAll) {
           EXPECT_EQ(cp->gather, kind == "cp_allgather");
+        }
       } else if (const auto *attention = std::get_if<AttentionStep>(&step)) {
         EXPECT_EQ(attention->backward,
                   kind == "attention_bwd" || kind == "attention_backward")
