@@ -550,8 +550,10 @@ Error Executor::startCollective(TpStepRef step, CUstream stream) {
     case TpCollective::ReduceScatter:
       return tpGroup->reduceScatter(in, out, size_t(outType.numElements()),
                                     inType.element, on);
+    case TpCollective::AllToAll:
+      break; // context parallelism's alone: asTpStep never gives one
     }
-    llvm_unreachable("unknown tensor-parallel collective");
+    llvm_unreachable("not a tensor-parallel collective");
   };
   if (!overlapSums)
     return enqueue(stream);
