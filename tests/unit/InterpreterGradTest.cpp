@@ -149,6 +149,11 @@ struct ClampedSwigluGradCase {
   const char *attributes;
 };
 
+/// Names the case in gtest's messages.
+void PrintTo(const ClampedSwigluGradCase &c, std::ostream *os) {
+  *os << c.name;
+}
+
 class ClampedSwigluGradTest
     : public InterpreterTest,
       public ::testing::WithParamInterface<ClampedSwigluGradCase> {

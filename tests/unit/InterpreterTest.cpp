@@ -334,6 +334,9 @@ struct ClampedSwigluCase {
   const char *attributes;
 };
 
+/// Names the case in gtest's messages.
+void PrintTo(const ClampedSwigluCase &c, std::ostream *os) { *os << c.name; }
+
 class ClampedSwigluTest
     : public InterpreterTest,
       public ::testing::WithParamInterface<ClampedSwigluCase> {};
