@@ -50,27 +50,65 @@ struct Indexing {
   llvm::StringRef type() const { return narrow ? "int" : "tj_i64"; }
 };
 
-/// The device functions of an activation: value, derivative.
-std::pair<std::string, std::string> activationFunctions(Activation kind) {
-  switch (kind) {
-  case Activation::gelu:
-  case Activation::geglu:
-    return {"tj_gelu", "tj_dgelu"};
-  case Activation::qgelu:
-  case Activation::qgeglu:
-    return {"tj_qgelu", "tj_dqgelu"};
-  case Activation::relu:
-  case Activation::reglu:
-    return {"tj_relu", "tj_drelu"};
-  case Activation::srelu:
-  case Activation::sreglu:
-    return {"tj_srelu", "tj_dsrelu"};
-  case Activation::silu:
-  case Activation::swiglu:
-    return {"tj_silu", "tj_dsilu"};
+/// The device code of an activation, as expressions of the operands' code:
+/// `f` (a gated activation's first half) and its derivative, and for gated
+/// ones what the second half `b` becomes, `g(b)` (b itself, or
+/// clamped_swiglu's clamp + offset), and its derivative (none for b
+/// itself). clamped_swiglu's parameters are float literals in the code.
+struct ActivationCode {
+  std::string fName, dfName, args, gName, dgName, gArgs, dgArgs;
+
+  explicit ActivationCode(Operation *op, Activation kind) {
+    switch (kind) {
+    case Activation::gelu:
+    case Activation::geglu:
+      fName = "tj_gelu";
+      break;
+    case Activation::qgelu:
+    case Activation::qgeglu:
+      fName = "tj_qgelu";
+      break;
+    case Activation::relu:
+    case Activation::reglu:
+      fName = "tj_relu";
+      break;
+    case Activation::srelu:
+    case Activation::sreglu:
+      fName = "tj_srelu";
+      break;
+    case Activation::silu:
+    case Activation::swiglu:
+      fName = "tj_silu";
+      break;
+    case Activation::clamped_swiglu: {
+      ActivationParams params = ActivationParams::of(op);
+      std::string limit = floatLiteral(params.limit);
+      fName = "tj_clamped_silu";
+      args = ", " + limit + ", " + floatLiteral(params.alpha);
+      gName = "tj_clamped_linear";
+      gArgs = ", " + limit + ", " + floatLiteral(params.offset);
+      dgName = "tj_dclamped_linear";
+      dgArgs = ", " + limit;
+      break;
+    }
+    }
+    dfName = "tj_d" + fName.substr(3);
   }
-  llvm_unreachable("unknown activation");
-}
+
+  std::string f(const std::string &x) const {
+    return fName + "(" + x + args + ")";
+  }
+  std::string df(const std::string &x) const {
+    return dfName + "(" + x + args + ")";
+  }
+  std::string g(const std::string &b) const {
+    return gName.empty() ? b : gName + "(" + b + gArgs + ")";
+  }
+  /// " * g'(b)", or nothing where g'(b) is 1.
+  std::string timesDg(const std::string &b) const {
+    return dgName.empty() ? "" : " * " + dgName + "(" + b + dgArgs + ")";
+  }
+};
 
 /// The per-element code of a group for one vector at (row, col).
 class PointwiseBody {
@@ -205,22 +243,24 @@ std::string PointwiseBody::at(Value value, int half, CudaWriter &w) {
   if (auto bias = dyn_cast<BiasAddOp>(op)) {
     expr = at(bias.getInput(), half, w) + " + " + at(bias.getBias(), half, w);
   } else if (auto act = dyn_cast<ActivationOp>(op)) {
-    auto [f, df] = activationFunctions(act.getActivation());
+    ActivationCode code(act, act.getActivation());
     expr = isGatedActivation(act.getActivation())
-               ? f + "(" + at(act.getInput(), 0, w) + ") * " +
-                     at(act.getInput(), 1, w)
-               : f + "(" + at(act.getInput(), half, w) + ")";
+               ? code.f(at(act.getInput(), 0, w)) + " * " +
+                     code.g(at(act.getInput(), 1, w))
+               : code.f(at(act.getInput(), half, w));
   } else if (auto dact = dyn_cast<ActivationGradOp>(op)) {
-    auto [f, df] = activationFunctions(dact.getActivation());
+    ActivationCode code(dact, dact.getActivation());
     if (!isGatedActivation(dact.getActivation()))
-      expr = at(dact.getGrad(), half, w) + " * " + df + "(" +
-             at(dact.getInput(), half, w) + ")";
-    else if (half == 0) // y = f(a) b: da = dy f'(a) b
-      expr = at(dact.getGrad(), 0, w) + " * " + df + "(" +
-             at(dact.getInput(), 0, w) + ") * " + at(dact.getInput(), 1, w);
-    else // db = dy f(a)
-      expr = at(dact.getGrad(), 0, w) + " * " + f + "(" +
-             at(dact.getInput(), 0, w) + ")";
+      expr = at(dact.getGrad(), half, w) + " * " +
+             code.df(at(dact.getInput(), half, w));
+    else if (half == 0) // y = f(a) g(b): da = dy f'(a) g(b)
+      expr = at(dact.getGrad(), 0, w) + " * " +
+             code.df(at(dact.getInput(), 0, w)) + " * " +
+             code.g(at(dact.getInput(), 1, w));
+    else // db = dy f(a) g'(b)
+      expr = at(dact.getGrad(), 0, w) + " * " +
+             code.f(at(dact.getInput(), 0, w)) +
+             code.timesDg(at(dact.getInput(), 1, w));
   } else if (auto add = dyn_cast<AddOp>(op)) {
     expr = at(add.getLhs(), half, w) + " + " + at(add.getRhs(), half, w);
   } else if (auto dropout = dyn_cast<DropoutOp>(op)) {

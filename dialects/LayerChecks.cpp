@@ -381,7 +381,8 @@ FailureOr<int64_t> LayerChecker::mlpParams(Activation activation,
                                            Value fc1Weight, Value fc1Bias,
                                            Value fc2Weight, Value fc2Bias,
                                            int64_t hidden) {
-  if (failed(floatTensor(fc2Weight, "fc2_weight", 2)))
+  if (failed(verifyActivationParams(op, activation)) ||
+      failed(floatTensor(fc2Weight, "fc2_weight", 2)))
     return failure();
   auto fc2Shape = cast<RankedTensorType>(fc2Weight.getType()).getShape();
   int64_t ffn = fc2Shape[1];

@@ -25,6 +25,30 @@ double getFp8MaxFinite(FloatType fp8Type);
 
 /// True for the gated activations, whose FC1 produces two halves.
 bool isGatedActivation(Activation activation);
+
+/// The parameters of the clamped_swiglu activation (GPT-OSS's SwiGLU, as
+/// Transformer Engine's `activation_params`): on the halves [a, b],
+/// a' = min(a, limit), b' = clamp(b, -limit, limit) and
+/// y = a' sigmoid(alpha a') (b' + offset). Ops that carry an activation
+/// (te.layernorm_mlp, te.transformer_layer, te.act, te.dact) hold them as
+/// the optional F64 attributes `activation_limit`, `activation_alpha` and
+/// `glu_linear_offset`; an absent one takes TE's default.
+struct ActivationParams {
+  double limit = 7.0, alpha = 1.702, offset = 1.0;
+
+  /// The parameters `op` carries, defaults where absent.
+  static ActivationParams of(Operation *op);
+};
+
+/// The attribute names of the activation parameters.
+ArrayRef<StringLiteral> activationParamNames();
+
+/// Copies the activation parameter attributes `from` carries to `to`.
+void copyActivationParams(Operation *from, Operation *to);
+
+/// Checks `op`'s activation parameters: only clamped_swiglu takes them;
+/// the limit is finite and > 0, alpha and the offset finite.
+LogicalResult verifyActivationParams(Operation *op, Activation activation);
 } // namespace mlir::te
 
 #include "dialects/TEAttrInterfaces.h.inc"

@@ -43,7 +43,8 @@ def TE_Activation : TE_Enum<"Activation", "MLP activation function", [
   I32EnumAttrCase<"srelu", 6>,
   I32EnumAttrCase<"sreglu", 7>,
   I32EnumAttrCase<"silu", 8>,
-  I32EnumAttrCase<"swiglu", 9>
+  I32EnumAttrCase<"swiglu", 9>,
+  I32EnumAttrCase<"clamped_swiglu", 10>
 ]>;
 def TE_ActivationAttr : TE_EnumAttr<TE_Activation, "activation">;
 

@@ -184,8 +184,14 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
   let summary = "Normalization followed by a two-layer MLP (LayerNormMLP)";
   let description = [{
     `y = act(norm(x) W1^T + b1) W2^T + b2`. For the gated activations
-    (`geglu`, `qgeglu`, `reglu`, `sreglu`, `swiglu`) FC1 produces twice
-    `ffn_hidden_size` features `[a, b]` and the activation is `act(a) * b`.
+    (`geglu`, `qgeglu`, `reglu`, `sreglu`, `swiglu`, `clamped_swiglu`) FC1
+    produces twice `ffn_hidden_size` features `[a, b]` and the activation
+    is `act(a) * b`. `clamped_swiglu` (GPT-OSS's, Transformer Engine's
+    `activation_params`) clamps both halves first: `a' = min(a, limit)`,
+    `b' = clamp(b, -limit, limit)`, `y = a' sigmoid(alpha a') (b' +
+    offset)`, with `activation_limit` (default 7), `activation_alpha`
+    (default 1.702) and `glu_linear_offset` (default 1); only
+    `clamped_swiglu` takes these three attributes.
     `fc1_weight` is `[ffn_hidden_size (x2 if gated), hidden_size]`,
     `fc2_weight` is `[hidden_size, ffn_hidden_size]`; the two biases are
     both present or both absent (Transformer Engine's `bias` flag).
@@ -214,6 +220,9 @@ def TE_LayerNormMLPOp : TE_LayerOp<"layernorm_mlp", [AttrSizedOperandSegments]> 
                      "::mlir::te::Normalization::LayerNorm">:$normalization,
                    DefaultValuedAttr<TE_ActivationAttr,
                      "::mlir::te::Activation::gelu">:$activation,
+                   OptionalAttr<F64Attr>:$activation_limit,
+                   OptionalAttr<F64Attr>:$activation_alpha,
+                   OptionalAttr<F64Attr>:$glu_linear_offset,
                    TE_Eps:$eps, UnitAttr:$zero_centered_gamma,
                    UnitAttr:$return_layernorm_output,
                    DefaultValuedAttr<I64Attr, "1">:$tp_size,
@@ -604,6 +613,9 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
                      "::mlir::te::Normalization::LayerNorm">:$normalization,
                    DefaultValuedAttr<TE_ActivationAttr,
                      "::mlir::te::Activation::gelu">:$activation,
+                   OptionalAttr<F64Attr>:$activation_limit,
+                   OptionalAttr<F64Attr>:$activation_alpha,
+                   OptionalAttr<F64Attr>:$glu_linear_offset,
                    TE_Eps:$layernorm_epsilon, UnitAttr:$zero_centered_gamma,
                    TE_Dropout<"0.1">:$hidden_dropout,
                    TE_Dropout<"0.1">:$attention_dropout,

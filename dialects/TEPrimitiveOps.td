@@ -229,9 +229,16 @@ def TE_ActivationOp : TE_PrimOp<"act"> {
   let description = [{
     GELU is the tanh approximation, qgelu `x * sigmoid(1.702 x)`, srelu
     `relu(x)^2`. Gated activations split the last dim into halves `[a, b]`
-    and return `act(a) * b`, halving the last dim.
+    and return `act(a) * b`, halving the last dim. `clamped_swiglu` returns
+    `a' sigmoid(alpha a') (b' + offset)` with `a' = min(a, limit)` and `b' =
+    clamp(b, -limit, limit)`; its parameters are the optional
+    `activation_limit` (default 7), `activation_alpha` (default 1.702) and
+    `glu_linear_offset` (default 1), which no other activation takes.
   }];
-  let arguments = (ins TE_AnyTensor:$input, TE_ActivationAttr:$activation);
+  let arguments = (ins TE_AnyTensor:$input, TE_ActivationAttr:$activation,
+                   OptionalAttr<F64Attr>:$activation_limit,
+                   OptionalAttr<F64Attr>:$activation_alpha,
+                   OptionalAttr<F64Attr>:$glu_linear_offset);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
     $activation $input attr-dict `:` type($input) `->` type($output)
@@ -240,8 +247,17 @@ def TE_ActivationOp : TE_PrimOp<"act"> {
 
 def TE_ActivationGradOp : TE_PrimOp<"dact"> {
   let summary = "Gradient of te.act with respect to its input";
+  let description = [{
+    Takes te.act's activation and parameters. `clamped_swiglu`'s clamps
+    pass no gradient where they clamp: `da = 0` where `a > limit`, `db = 0`
+    where `|b| > limit` (at `a = limit` and `|b| = limit` the gradient
+    passes, as in Transformer Engine's kernels).
+  }];
   let arguments = (ins TE_AnyTensor:$grad, TE_AnyTensor:$input,
-                   TE_ActivationAttr:$activation);
+                   TE_ActivationAttr:$activation,
+                   OptionalAttr<F64Attr>:$activation_limit,
+                   OptionalAttr<F64Attr>:$activation_alpha,
+                   OptionalAttr<F64Attr>:$glu_linear_offset);
   let results = (outs TE_AnyTensor:$output);
   let assemblyFormat = [{
     $activation $grad `,` $input attr-dict `:` type($grad) `,` type($input)

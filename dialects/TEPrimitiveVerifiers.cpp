@@ -251,6 +251,8 @@ static FailureOr<int64_t> activationWidth(Operation *op, Activation activation,
 }
 
 LogicalResult ActivationOp::verify() {
+  if (failed(verifyActivationParams(*this, getActivation())))
+    return failure();
   FailureOr<int64_t> width =
       activationWidth(*this, getActivation(), shapeOf(getInput()).back());
   if (failed(width))
@@ -260,6 +262,8 @@ LogicalResult ActivationOp::verify() {
 }
 
 LogicalResult ActivationGradOp::verify() {
+  if (failed(verifyActivationParams(*this, getActivation())))
+    return failure();
   FailureOr<int64_t> width =
       activationWidth(*this, getActivation(), shapeOf(getInput()).back());
   if (failed(width) || failed(expectType(*this, getGrad(), "grad",

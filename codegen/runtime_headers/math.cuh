@@ -46,6 +46,24 @@ __device__ __forceinline__ float tj_qgelu(float x) { return tj_xsigmoid(x, 1.702
 __device__ __forceinline__ float tj_dqgelu(float x) { return tj_dxsigmoid(x, 1.702f); }
 __device__ __forceinline__ float tj_silu(float x) { return tj_xsigmoid(x, 1.f); }
 __device__ __forceinline__ float tj_dsilu(float x) { return tj_dxsigmoid(x, 1.f); }
+/// clamped_swiglu (GPT-OSS's SwiGLU) on its halves [a, b]:
+/// a' sigmoid(alpha a') with a' = min(a, limit), times clamp(b, -limit,
+/// limit) + offset. A clamp passes no gradient where it clamps (a > limit,
+/// |b| > limit), and passes it at a = limit and |b| = limit, as Transformer
+/// Engine's kernels do; fminf and fmaxf, as TE's min and max, turn a NaN
+/// into the limit.
+__device__ __forceinline__ float tj_clamped_silu(float a, float limit, float alpha) {
+  return tj_xsigmoid(fminf(a, limit), alpha);
+}
+__device__ __forceinline__ float tj_dclamped_silu(float a, float limit, float alpha) {
+  return a <= limit ? tj_dxsigmoid(a, alpha) : 0.f;
+}
+__device__ __forceinline__ float tj_clamped_linear(float b, float limit, float offset) {
+  return fminf(fmaxf(b, -limit), limit) + offset;
+}
+__device__ __forceinline__ float tj_dclamped_linear(float b, float limit) {
+  return b >= -limit && b <= limit ? 1.f : 0.f;
+}
 __device__ __forceinline__ float tj_relu(float x) { return x > 0.f ? x : 0.f; }
 __device__ __forceinline__ float tj_drelu(float x) { return x > 0.f ? 1.f : 0.f; }
 /// relu(x)^2.

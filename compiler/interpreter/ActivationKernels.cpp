@@ -8,6 +8,7 @@
 
 using namespace tejit::interp;
 using mlir::te::Activation;
+using mlir::te::ActivationParams;
 
 namespace {
 /// An elementwise activation: its value and its derivative at `x`.
@@ -41,9 +42,21 @@ static Scalar squaredRelu(double x) {
   return x > 0.0 ? Scalar{x * x, 2.0 * x} : Scalar{0.0, 0.0};
 }
 
+/// clamped_swiglu's first half: x sigmoid(alpha x) of a' = min(a, limit).
+/// The clamp passes no gradient where it clamps (a > limit); at a = limit
+/// it passes it, as Transformer Engine's kernels take the derivative for
+/// a <= limit. fmin, like the device's fminf, turns a NaN into the limit.
+static Scalar clampedSilu(double a, const ActivationParams &params) {
+  Scalar f = xSigmoid(std::fmin(a, params.limit), params.alpha);
+  if (!(a <= params.limit))
+    f.derivative = 0.0;
+  return f;
+}
+
 /// The elementwise function of `kind` (a gated one's applies to its first
 /// half).
-static Scalar evaluate(Activation kind, double x) {
+static Scalar evaluate(Activation kind, double x,
+                       const ActivationParams &params) {
   switch (kind) {
   case Activation::gelu:
   case Activation::geglu:
@@ -60,8 +73,22 @@ static Scalar evaluate(Activation kind, double x) {
   case Activation::silu:
   case Activation::swiglu:
     return xSigmoid(x, 1.0);
+  case Activation::clamped_swiglu:
+    return clampedSilu(x, params);
   }
   llvm_unreachable("unknown activation");
+}
+
+/// What a gated activation multiplies by, from the second half's `b`: b
+/// itself, or clamped_swiglu's clamp(b, -limit, limit) + offset (no
+/// gradient where it clamps, |b| > limit; at |b| = limit it passes).
+static Scalar linearHalf(Activation kind, double b,
+                         const ActivationParams &params) {
+  if (kind != Activation::clamped_swiglu)
+    return {b, 1.0};
+  bool inside = b >= -params.limit && b <= params.limit;
+  return {std::fmax(-params.limit, std::fmin(b, params.limit)) + params.offset,
+          inside ? 1.0 : 0.0};
 }
 
 /// The output width of `kind` on `width` input channels.
@@ -69,7 +96,8 @@ static int64_t outputWidth(Activation kind, int64_t width) {
   return mlir::te::isGatedActivation(kind) ? width / 2 : width;
 }
 
-Tensor tejit::interp::activation(const Tensor &x, Activation kind) {
+Tensor tejit::interp::activation(const Tensor &x, Activation kind,
+                                 const ActivationParams &params) {
   int64_t width = x.shape.back(), out = outputWidth(kind, width);
   bool gated = mlir::te::isGatedActivation(kind);
   llvm::SmallVector<int64_t> shape(x.shape);
@@ -78,14 +106,15 @@ Tensor tejit::interp::activation(const Tensor &x, Activation kind) {
   for (int64_t row = 0, rows = x.numElements() / width; row < rows; ++row)
     for (int64_t i = 0; i < out; ++i) {
       const double *in = x.data.data() + row * width;
-      double gate = gated ? in[out + i] : 1.0;
-      result.data[row * out + i] = evaluate(kind, in[i]).value * gate;
+      double gate = gated ? linearHalf(kind, in[out + i], params).value : 1.0;
+      result.data[row * out + i] = evaluate(kind, in[i], params).value * gate;
     }
   return result;
 }
 
 Tensor tejit::interp::activationGrad(const Tensor &grad, const Tensor &x,
-                                     Activation kind) {
+                                     Activation kind,
+                                     const ActivationParams &params) {
   int64_t width = x.shape.back(), out = outputWidth(kind, width);
   bool gated = mlir::te::isGatedActivation(kind);
   assert(grad.numElements() * width == x.numElements() * out);
@@ -95,11 +124,15 @@ Tensor tejit::interp::activationGrad(const Tensor &grad, const Tensor &x,
       const double *in = x.data.data() + row * width;
       double *dx = result.data.data() + row * width;
       double dy = grad.data[row * out + i];
-      Scalar f = evaluate(kind, in[i]);
-      // y = f(a) * b: da = dy f'(a) b, db = dy f(a).
-      dx[i] = dy * f.derivative * (gated ? in[out + i] : 1.0);
-      if (gated)
-        dx[out + i] = dy * f.value;
+      Scalar f = evaluate(kind, in[i], params);
+      if (!gated) {
+        dx[i] = dy * f.derivative;
+        continue;
+      }
+      // y = f(a) g(b): da = dy f'(a) g(b), db = dy f(a) g'(b).
+      Scalar g = linearHalf(kind, in[out + i], params);
+      dx[i] = dy * f.derivative * g.value;
+      dx[out + i] = dy * f.value * g.derivative;
     }
   return result;
 }

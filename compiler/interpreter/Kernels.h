@@ -95,11 +95,14 @@ NormGrads rmsNormBwd(const Tensor &grad, const Tensor &x, const Tensor &rsigma,
 // Activations (ActivationKernels.cpp)
 //===----------------------------------------------------------------------===//
 
-/// An MLP activation along the last dim; gated ones halve it.
-Tensor activation(const Tensor &x, mlir::te::Activation kind);
+/// An MLP activation along the last dim; gated ones halve it. `params`
+/// are clamped_swiglu's (the other activations ignore them).
+Tensor activation(const Tensor &x, mlir::te::Activation kind,
+                  const mlir::te::ActivationParams &params = {});
 /// The gradient of activation() with respect to `x`, given the output's.
 Tensor activationGrad(const Tensor &grad, const Tensor &x,
-                      mlir::te::Activation kind);
+                      mlir::te::Activation kind,
+                      const mlir::te::ActivationParams &params = {});
 
 //===----------------------------------------------------------------------===//
 // Attention (AttentionKernels.cpp)

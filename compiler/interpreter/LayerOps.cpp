@@ -116,7 +116,7 @@ static LogicalResult runOp(te::LayerNormLinearOp op, Frame &frame) {
 }
 
 /// FC2(act(FC1(x))) of an MLP; FC1 column-parallel and FC2 row-parallel in
-/// a tensor-parallel layer `op`.
+/// a tensor-parallel layer `op`, whose activation parameters act takes.
 static FailureOr<Tensor> mlp(Operation *op, const Tensor &x,
                              te::Activation kind, Frame &frame, Value fc1Weight,
                              Value fc1Bias, Value fc2Weight, Value fc2Bias,
@@ -126,8 +126,9 @@ static FailureOr<Tensor> mlp(Operation *op, const Tensor &x,
     return failure();
   Tensor hidden =
       linear(*input, frame.get(fc1Weight), frame.getOptional(fc1Bias));
-  return linearOfRank(op, activation(hidden, kind), frame.get(fc2Weight),
-                      frame.getOptional(fc2Bias), tpSize > 1, frame);
+  return linearOfRank(
+      op, activation(hidden, kind, te::ActivationParams::of(op)),
+      frame.get(fc2Weight), frame.getOptional(fc2Bias), tpSize > 1, frame);
 }
 
 static LogicalResult runOp(te::LayerNormMLPOp op, Frame &frame) {

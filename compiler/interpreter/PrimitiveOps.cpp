@@ -114,14 +114,15 @@ static LogicalResult runOp(te::BiasGradOp op, Frame &frame) {
 
 static LogicalResult runOp(te::ActivationOp op, Frame &frame) {
   return frame.set(op, op.getOutput(),
-                   activation(frame.get(op.getInput()), op.getActivation()));
+                   activation(frame.get(op.getInput()), op.getActivation(),
+                              te::ActivationParams::of(op)));
 }
 
 static LogicalResult runOp(te::ActivationGradOp op, Frame &frame) {
   return frame.set(op, op.getOutput(),
                    activationGrad(frame.get(op.getGrad()),
-                                  frame.get(op.getInput()),
-                                  op.getActivation()));
+                                  frame.get(op.getInput()), op.getActivation(),
+                                  te::ActivationParams::of(op)));
 }
 
 static LogicalResult runOp(te::DropoutOp op, Frame &frame) {

@@ -424,10 +424,12 @@ LogicalResult Differentiator::differentiate(Operation *op) {
         return success();
       })
       .Case([&](ActivationOp op) {
-        addGrad(op.getInput(),
-                create<ActivationGradOp>(op.getInput().getType(), grad,
-                                         available(op.getInput()),
-                                         op.getActivationAttr()));
+        // The activation and its parameters: te.dact's attributes are
+        // te.act's.
+        addGrad(op.getInput(), create<ActivationGradOp>(
+                                   TypeRange{op.getInput().getType()},
+                                   ValueRange{grad, available(op.getInput())},
+                                   op->getAttrs()));
         return success();
       })
       .Case([&](DropoutOp op) {

@@ -202,14 +202,17 @@ public:
         .getOutput();
   }
 
-  /// FC1, activation, FC2 on tokens.
-  Value mlp(Value x, Activation activation, Value fc1Weight, Value fc1Bias,
-            Value fc2Weight, Value fc2Bias) {
+  /// FC1, activation, FC2 on tokens; the activation takes the parameters
+  /// (clamped_swiglu's) that `layer` carries.
+  Value mlp(Value x, Operation *layer, Activation activation, Value fc1Weight,
+            Value fc1Bias, Value fc2Weight, Value fc2Bias) {
     Value hidden = linear(x, fc1Weight, fc1Bias, Split::column);
     auto actType = RankedTensorType::get(
         {shapeOf(hidden)[0], shapeOf(fc2Weight)[1]}, elementOf(x));
-    Value activated = builder.create<ActivationOp>(
-        loc, actType, hidden, ActivationAttr::get(ctx(), activation));
+    auto activated = builder.create<ActivationOp>(
+        loc, actType, hidden, ActivationAttr::get(ctx(), activation),
+        FloatAttr(), FloatAttr(), FloatAttr());
+    copyActivationParams(layer, activated);
     return linear(activated, fc2Weight, fc2Bias, Split::row);
   }
 
@@ -591,7 +594,7 @@ SmallVector<Value> lowerLayer(LayerNormMLPOp op, LayerLowering &lower) {
   Value normed = lower.norm(op.getNormalization(), lower.tokens(op.getInput()),
                             op.getLnWeight(), op.getLnBias(), op.getEps(),
                             op.getZeroCenteredGamma());
-  Value y = lower.mlp(normed, op.getActivation(), op.getFc1Weight(),
+  Value y = lower.mlp(normed, op, op.getActivation(), op.getFc1Weight(),
                       op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
   SmallVector<Value> results = {restoreShape(lower, y, op.getInput())};
   if (op.getLnOutput())
@@ -730,7 +733,7 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
     // out decoders, post-LN residuals and output_layernorm).
     Value mlpIn = lower.norm(op.getNormalization(), x, op.getMlpLnWeight(),
                              op.getMlpLnBias(), eps, zeroCentered);
-    Value mlp = lower.mlp(mlpIn, op.getActivation(), op.getFc1Weight(),
+    Value mlp = lower.mlp(mlpIn, op, op.getActivation(), op.getFc1Weight(),
                           op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
     Value y = lower.add(
         x, residualBranch(lower.add(attn, mlp), kAfterMlp, kDropPathAfterMlp));
@@ -753,7 +756,7 @@ SmallVector<Value> lowerLayer(TransformerLayerOp op, LayerLowering &lower) {
 
   Value mlpIn = lower.norm(op.getNormalization(), hidden, op.getMlpLnWeight(),
                            op.getMlpLnBias(), eps, zeroCentered);
-  Value mlp = lower.mlp(mlpIn, op.getActivation(), op.getFc1Weight(),
+  Value mlp = lower.mlp(mlpIn, op, op.getActivation(), op.getFc1Weight(),
                         op.getFc1Bias(), op.getFc2Weight(), op.getFc2Bias());
   Value y = lower.add(postLn ? mlpIn : hidden,
                       residualBranch(mlp, kAfterMlp, kDropPathAfterMlp));

@@ -826,6 +826,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
   // TE's DropPath (stochastic depth).
   FailureOr<double> dropPath = layer.getFloat("drop_path_rate", 0.0);
   FailureOr<Activation> activation = ctx.readActivation();
+  FailureOr<SmallVector<NamedAttribute>> activationParams =
+      ctx.readActivationParams(activation);
   FailureOr<bool> postLnResidual =
       layer.getBool("apply_residual_connection_post_layernorm", false);
   // TE's output_layernorm: the self-attention's norm moves to the output.
@@ -844,8 +846,9 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
       /*ownMaskKey=*/true, "layer_type 'decoder'");
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) ||
       failed(hiddenDropout) || failed(dropPath) || failed(activation) ||
-      failed(postLnResidual) || failed(outputNorm) || failed(layerType) ||
-      failed(norm) || failed(attention) || failed(cross) || failed(parallel) ||
+      failed(activationParams) || failed(postLnResidual) ||
+      failed(outputNorm) || failed(layerType) || failed(norm) ||
+      failed(attention) || failed(cross) || failed(parallel) ||
       failed(attention->splitHeads(ctx, *hidden)))
     return failure();
   FailureOr<int64_t> localFfn =
@@ -949,6 +952,8 @@ FailureOr<Value> tejit::spec::importTransformerLayer(LayerContext &ctx) {
     parts.set("enc_dec_attn_mask_type", maskAttr(ctx, (*cross)->maskType));
   norm->addAttributes(ctx, parts);
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
+  for (NamedAttribute param : *activationParams)
+    parts.set(param.getName(), param.getValue());
   parts.set("hidden_dropout", ctx.f64(*hiddenDropout));
   if (*dropPath != 0.0)
     parts.set("drop_path_rate", ctx.f64(*dropPath));

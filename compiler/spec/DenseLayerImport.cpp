@@ -211,12 +211,15 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   FailureOr<int64_t> ffn = layer.requirePositive("ffn_hidden_size");
   FailureOr<bool> bias = layer.getBool("bias", true);
   FailureOr<Activation> activation = ctx.readActivation();
+  FailureOr<SmallVector<NamedAttribute>> activationParams =
+      ctx.readActivationParams(activation);
   bool returnOutput = false;
   FailureOr<NormOptions> norm = readFusedNorm(ctx, returnOutput);
   FailureOr<TensorParallelOptions> tp =
       TensorParallelOptions::read(ctx, /*hasMode=*/false);
   if (failed(layer.finish()) || failed(hidden) || failed(ffn) || failed(bias) ||
-      failed(activation) || failed(norm) || failed(tp))
+      failed(activation) || failed(activationParams) || failed(norm) ||
+      failed(tp))
     return failure();
   FailureOr<int64_t> localFfn = tp->split(ctx, "ffn_hidden_size", *ffn);
   if (failed(localFfn))
@@ -231,6 +234,8 @@ FailureOr<Value> tejit::spec::importLayerNormMLP(LayerContext &ctx) {
   norm->addParams(ctx, parts, "", *hidden);
   ctx.addMlpParams(parts, "", *activation, *hidden, *localFfn, *bias);
   parts.set("activation", ActivationAttr::get(ctx.context(), *activation));
+  for (NamedAttribute param : *activationParams)
+    parts.set(param.getName(), param.getValue());
   norm->addAttributes(ctx, parts);
   parts.set("return_layernorm_output", ctx.flag(returnOutput));
   tp->addAttributes(ctx, parts);

@@ -37,6 +37,12 @@ struct LayerContext {
 
   mlir::FailureOr<mlir::te::Normalization> readNormalization();
   mlir::FailureOr<mlir::te::Activation> readActivation();
+  /// `activation_params` (Transformer Engine's, for clamped_swiglu: the
+  /// mapping of `limit`, `alpha` and `glu_linear_offset`, each optional) as
+  /// the op attributes of the parameters it gives; an error when it comes
+  /// with another `activation` (when that read failed, none is checked).
+  mlir::FailureOr<llvm::SmallVector<mlir::NamedAttribute>>
+  readActivationParams(mlir::FailureOr<mlir::te::Activation> activation);
   mlir::FailureOr<mlir::te::AttnMaskType>
   readMaskType(llvm::StringRef key, mlir::te::AttnMaskType fallback);
   /// A layout key; it may only repeat the spec's input_format.

@@ -7,6 +7,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/StringExtras.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace mlir::te;
 using namespace tejit::spec;
@@ -211,6 +213,55 @@ FailureOr<Activation> LayerContext::readActivation() {
   if (failed(text))
     return failure();
   return symbolizeActivation(text->value_or("gelu")).value();
+}
+
+FailureOr<SmallVector<NamedAttribute>>
+LayerContext::readActivationParams(FailureOr<Activation> activation) {
+  SmallVector<NamedAttribute> attributes;
+  const SpecNode *node = layer.getNode("activation_params");
+  if (!node || node->isNull())
+    return attributes;
+  if (succeeded(activation) && *activation != Activation::clamped_swiglu)
+    return emitError(layer.keyLoc("activation_params"))
+           << "'activation_params' in " << layer.getWhat()
+           << " is for activation clamped_swiglu only, got activation "
+           << stringifyActivation(*activation);
+  FailureOr<SpecMap> map =
+      SpecMap::get(*node, layer.getLocations(),
+                   ("'activation_params' in " + layer.getWhat()).str());
+  if (failed(map))
+    return failure();
+  map->setWhat("activation_params");
+  // Spec key, op attribute, whether it must be > 0.
+  struct Param {
+    StringRef key, attribute;
+    bool positive;
+  };
+  const Param params[] = {{"limit", "activation_limit", true},
+                          {"alpha", "activation_alpha", false},
+                          {"glu_linear_offset", "glu_linear_offset", false}};
+  bool ok = true;
+  for (const Param &param : params) {
+    FailureOr<std::optional<double>> value = map->getFloat(param.key);
+    if (failed(value) || !*value) {
+      ok &= succeeded(value);
+      continue;
+    }
+    if (!std::isfinite(**value) || (param.positive && !(**value > 0.0))) {
+      // The number as the spec spells it ("1e400" reads as infinity).
+      emitError(map->valueLoc(param.key))
+          << "'" << param.key << "' in activation_params must be finite"
+          << (param.positive ? " and > 0" : "") << ", got "
+          << map->getNode(param.key)->text;
+      ok = false;
+      continue;
+    }
+    attributes.emplace_back(StringAttr::get(context(), param.attribute),
+                            f64(**value));
+  }
+  if (failed(map->finish()) || !ok)
+    return failure();
+  return attributes;
 }
 
 FailureOr<AttnMaskType> LayerContext::readMaskType(StringRef key,

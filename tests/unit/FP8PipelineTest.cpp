@@ -77,6 +77,34 @@ layers:
      attention_dropout: 0.0, rotary_pos_emb: true}
 )",
      0.1, 0.3},
+    // GPT-OSS's clamped SwiGLU, with a limit that the FC1 outputs cross
+    // (FC1 outputs of about N(0, 0.7^2) with biases, N(0, 0.5^2) without).
+    // Gradient bounds: twice the worst of 60 runs; higher than swiglu's, as
+    // an FP8-rounded FC1 output on the other side of a clamp than the
+    // reference's passes all or none of its element's gradient.
+    {"mlp_clamped_swiglu_delayed_hybrid", R"(
+seq_length: 8
+batch_size: 4
+recipe: {type: DelayedScaling, fp8_format: HYBRID}
+layers:
+  - {type: LayerNormMLP, hidden_size: 32, ffn_hidden_size: 64,
+     normalization: RMSNorm, activation: clamped_swiglu,
+     activation_params: {limit: 1.0}}
+)",
+     0.1, 0.55},
+    {"gpt_oss_current", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: Float8CurrentScaling}
+layers:
+  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 96,
+     num_attention_heads: 4, num_gqa_groups: 2, normalization: RMSNorm,
+     activation: clamped_swiglu,
+     activation_params: {limit: 1.0, alpha: 1.702, glu_linear_offset: 1.0},
+     bias: false, hidden_dropout: 0.0, attention_dropout: 0.0,
+     rotary_pos_emb: true}
+)",
+     0.1, 0.45},
     // GPT-J's block: parallel attention and MLP, rotary on half of each
     // head with interleaved pairs, drop path after the hidden dropout.
     {"gptj_delayed_hybrid", R"(
@@ -152,6 +180,19 @@ layers:
      attention_dropout: 0.0, rotary_pos_emb: true}
 )",
      0.08, 0.2},
+    {"gpt_oss_block", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: Float8BlockScaling}
+layers:
+  - {type: TransformerLayer, hidden_size: 64, ffn_hidden_size: 96,
+     num_attention_heads: 4, num_gqa_groups: 2, normalization: RMSNorm,
+     activation: clamped_swiglu,
+     activation_params: {limit: 1.0, glu_linear_offset: 0.0},
+     bias: false, hidden_dropout: 0.0, attention_dropout: 0.0,
+     rotary_pos_emb: true}
+)",
+     0.08, 0.4},
     {"decoder_block_x2d_w1d", R"(
 seq_length: 16
 batch_size: 2

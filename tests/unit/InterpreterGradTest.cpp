@@ -141,6 +141,135 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 namespace {
+
+/// clamped_swiglu with its parameters, as in InterpreterTest.
+struct ClampedSwigluGradCase {
+  const char *name;
+  double limit, alpha, offset;
+  const char *attributes;
+};
+
+/// Names the case in gtest's messages.
+void PrintTo(const ClampedSwigluGradCase &c, std::ostream *os) {
+  *os << c.name;
+}
+
+class ClampedSwigluGradTest
+    : public InterpreterTest,
+      public ::testing::WithParamInterface<ClampedSwigluGradCase> {
+protected:
+  /// @fwd (te.act) and @bwd (te.dact) on [4, 16] (halves of 8).
+  mlir::func::FuncOp parseFwdBwd() {
+    return parse(substitute(R"mlir(
+func.func @fwd(%x: tensor<4x16xf32>) -> tensor<4x8xf32> {
+  %0 = te.act <clamped_swiglu> %x $ATTRS : tensor<4x16xf32> -> tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+func.func @bwd(%dy: tensor<4x8xf32>, %x: tensor<4x16xf32>)
+    -> tensor<4x16xf32> {
+  %0 = te.dact <clamped_swiglu> %dy, %x $ATTRS
+      : tensor<4x8xf32>, tensor<4x16xf32> -> tensor<4x16xf32>
+  return %0 : tensor<4x16xf32>
+}
+)mlir",
+                            {{"ATTRS", GetParam().attributes}}),
+                 "fwd");
+  }
+
+  mlir::func::FuncOp bwd() {
+    return modules.back()->lookupSymbol<mlir::func::FuncOp>("bwd");
+  }
+};
+
+/// Halves in units of the limit: every side of each clamp, each value at
+/// least 0.05 limit from a kink (finite differences step 1e-5).
+const double kGradA[] = {-3.0, -1.2, -0.4, 0.1, 0.6, 0.95, 1.3, 4.0};
+const double kGradB[] = {-4.0, -1.1, -0.7, 0.2, 0.9, 0.95, 1.5, 3.0};
+
+} // namespace
+
+TEST_P(ClampedSwigluGradTest, DactMatchesFiniteDifferences) {
+  double limit = GetParam().limit;
+  mlir::func::FuncOp fwd = parseFwdBwd();
+  // Rows pair the a and b in four orders, so that each a meets b on both
+  // sides of the clamps.
+  Tensor x = Tensor::zeros({4, 16});
+  for (int row = 0; row < 4; ++row)
+    for (int i = 0; i < 8; ++i) {
+      x.data[row * 16 + i] = kGradA[(i + row) % 8] * limit;
+      x.data[row * 16 + 8 + i] = kGradB[(8 + row * 3 - i) % 8] * limit;
+    }
+  Tensor dy = randomLike({4, 8});
+  std::vector<Tensor> grads = run(bwd(), {dy, x});
+  ASSERT_EQ(grads.size(), 1u);
+  Tensor numeric = numericGradient(fwd, {x}, 0, {dy});
+  EXPECT_TRUE(gradientClose(grads[0], numeric));
+  // The clamps pass nothing where they clamp.
+  for (int row = 0; row < 4; ++row)
+    for (int i = 0; i < 8; ++i) {
+      double a = x.data[row * 16 + i], b = x.data[row * 16 + 8 + i];
+      if (a > limit)
+        EXPECT_EQ(grads[0].data[row * 16 + i], 0.0);
+      if (std::fabs(b) > limit)
+        EXPECT_EQ(grads[0].data[row * 16 + 8 + i], 0.0);
+    }
+}
+
+TEST_P(ClampedSwigluGradTest, DactMatchesItsFormulaAtTheLimits) {
+  // At a = limit and |b| = limit, where finite differences straddle the
+  // kink, the gradient passes (Transformer Engine's kernels take the
+  // derivative for a <= limit and -limit <= b <= limit).
+  const ClampedSwigluGradCase &c = GetParam();
+  parseFwdBwd();
+  const double as[] = {-1.0, 0.5, 1.0, 1.0, 1.0, 1.0 + 1e-9, 2.0, 0.25};
+  const double bs[] = {1.0, -1.0, 0.3, -1.0, 1.0, 0.3, -2.0, 1.0 + 1e-9};
+  Tensor x = Tensor::zeros({4, 16});
+  for (int row = 0; row < 4; ++row)
+    for (int i = 0; i < 8; ++i) {
+      x.data[row * 16 + i] = as[(i + row) % 8] * c.limit;
+      x.data[row * 16 + 8 + i] = bs[(i + 2 * row) % 8] * c.limit;
+    }
+  Tensor dy = randomLike({4, 8});
+  std::vector<Tensor> grads = run(bwd(), {dy, x});
+  ASSERT_EQ(grads.size(), 1u);
+  Tensor expected = Tensor::zeros({4, 16});
+  for (int row = 0; row < 4; ++row)
+    for (int i = 0; i < 8; ++i) {
+      double a = x.data[row * 16 + i], b = x.data[row * 16 + 8 + i];
+      double g = dy.data[row * 8 + i];
+      double ac = std::min(a, c.limit);
+      double bc = std::max(-c.limit, std::min(b, c.limit));
+      double s = 1 / (1 + std::exp(-c.alpha * ac));
+      double f = ac * s, df = s + c.alpha * ac * s * (1 - s);
+      expected.data[row * 16 + i] =
+          a <= c.limit ? g * df * (bc + c.offset) : 0.0;
+      expected.data[row * 16 + 8 + i] =
+          b >= -c.limit && b <= c.limit ? g * f : 0.0;
+    }
+  EXPECT_TRUE(allClose(grads[0], expected, 1e-13, 1e-15));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Params, ClampedSwigluGradTest,
+    ::testing::Values(ClampedSwigluGradCase{"Defaults", 7.0, 1.702, 1.0, ""},
+                      ClampedSwigluGradCase{"Limit075", 0.75, 1.702, 1.0,
+                                            "{activation_limit = 0.75 : f64, "
+                                            "activation_alpha = 1.702 : f64, "
+                                            "glu_linear_offset = 1.0 : f64}"},
+                      ClampedSwigluGradCase{"Limit075NoOffset", 0.75, 1.702,
+                                            0.0,
+                                            "{activation_limit = 0.75 : f64, "
+                                            "glu_linear_offset = 0.0 : f64}"},
+                      ClampedSwigluGradCase{"Limit2Alpha1Offset05", 2.0, 1.0,
+                                            0.5,
+                                            "{activation_limit = 2.0 : f64, "
+                                            "activation_alpha = 1.0 : f64, "
+                                            "glu_linear_offset = 0.5 : f64}"}),
+    [](const ::testing::TestParamInfo<ClampedSwigluGradCase> &info) {
+      return std::string(info.param.name);
+    });
+
+namespace {
 class AttentionGradTest : public InterpreterTest,
                           public ::testing::WithParamInterface<AttentionCase> {
 };

@@ -119,7 +119,7 @@ func.func @layer(%x: tensor<3x2x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>,
     -> tensor<3x2x8xf32> {
   %0 = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
       fc1_bias(%b1) fc2_weight(%w2) fc2_bias(%b2)
-      {activation = #te.activation<$ACT>, eps = 0.001 : f64}
+      {activation = #te.activation<$ACT>$LAYERPARAMS, eps = 0.001 : f64}
       : (tensor<3x2x8xf32>, tensor<8xf32>, tensor<8xf32>, $W1, $B1,
          tensor<8x5xf32>, tensor<8xf32>) -> tensor<3x2x8xf32>
   return %0 : tensor<3x2x8xf32>
@@ -134,7 +134,7 @@ func.func @composed(%x: tensor<3x2x8xf32>, %g: tensor<8xf32>, %b: tensor<8xf32>,
   %nf = te.reshape %n : tensor<3x2x8xf32> -> tensor<6x8xf32>
   %h0 = te.matmul %nf, %w1 {transpose_b} : tensor<6x8xf32>, $W1 -> $H
   %h = te.bias_add %h0, %b1 : $H, $B1 -> $H
-  %a = te.act <$ACT> %h : $H -> tensor<6x5xf32>
+  %a = te.act <$ACT> %h $PRIMPARAMS : $H -> tensor<6x5xf32>
   %o0 = te.matmul %a, %w2 {transpose_b}
       : tensor<6x5xf32>, tensor<8x5xf32> -> tensor<6x8xf32>
   %o = te.bias_add %o0, %b2 : tensor<6x8xf32>, tensor<8xf32> -> tensor<6x8xf32>
@@ -150,7 +150,7 @@ func.func @layer(%x: tensor<3x2x8xf32>, %g: tensor<8xf32>, %w1: $W1,
                  %w2: tensor<8x5xf32>)
     -> (tensor<3x2x8xf32>, tensor<3x2x8xf32>) {
   %0:2 = te.layernorm_mlp %x ln_weight(%g) fc1_weight(%w1) fc2_weight(%w2)
-      {activation = #te.activation<$ACT>,
+      {activation = #te.activation<$ACT>$LAYERPARAMS,
        normalization = #te.normalization<RMSNorm>, zero_centered_gamma,
        return_layernorm_output}
       : (tensor<3x2x8xf32>, tensor<8xf32>, $W1, tensor<8x5xf32>)
@@ -165,7 +165,7 @@ func.func @composed(%x: tensor<3x2x8xf32>, %g: tensor<8xf32>, %w1: $W1,
         -> (tensor<3x2x8xf32>, tensor<3x2xf32>)
   %nf = te.reshape %n : tensor<3x2x8xf32> -> tensor<6x8xf32>
   %h = te.matmul %nf, %w1 {transpose_b} : tensor<6x8xf32>, $W1 -> $H
-  %a = te.act <$ACT> %h : $H -> tensor<6x5xf32>
+  %a = te.act <$ACT> %h $PRIMPARAMS : $H -> tensor<6x5xf32>
   %o = te.matmul %a, %w2 {transpose_b}
       : tensor<6x5xf32>, tensor<8x5xf32> -> tensor<6x8xf32>
   %y = te.reshape %o : tensor<6x8xf32> -> tensor<3x2x8xf32>
@@ -178,11 +178,20 @@ class LayerNormMlpTest : public LayerTest,
 protected:
   std::string instantiate(const char *source) {
     int64_t rows = mlir::te::isGatedActivation(GetParam()) ? 10 : 5;
+    // clamped_swiglu with a limit that FC1's outputs (std about 3) cross
+    // on both sides: the layer must hand its parameters to the activation.
+    std::string params =
+        GetParam() == Activation::clamped_swiglu
+            ? "activation_limit = 0.75 : f64, activation_alpha = 1.5 : f64, "
+              "glu_linear_offset = 0.25 : f64"
+            : "";
     return substitute(
         source, {{"W1", tensorType({rows, 8})},
                  {"B1", tensorType({rows})},
                  {"H", tensorType({6, rows})},
-                 {"ACT", mlir::te::stringifyActivation(GetParam()).str()}});
+                 {"ACT", mlir::te::stringifyActivation(GetParam()).str()},
+                 {"LAYERPARAMS", params.empty() ? "" : ", " + params},
+                 {"PRIMPARAMS", params.empty() ? "" : "{" + params + "}"}});
   }
 };
 
@@ -201,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Activation::gelu, Activation::geglu, Activation::qgelu,
                       Activation::qgeglu, Activation::relu, Activation::reglu,
                       Activation::srelu, Activation::sreglu, Activation::silu,
-                      Activation::swiglu),
+                      Activation::swiglu, Activation::clamped_swiglu),
     [](const ::testing::TestParamInfo<Activation> &info) {
       return mlir::te::stringifyActivation(info.param).str();
     });
@@ -371,7 +380,9 @@ namespace {
 /// dropout streams are 16, 17 and 18): sbhd, s 4, b 2, hidden 8, 2 heads of 4
 /// sharing 1 key/value head, swiglu MLP of width 6, padding_causal mask,
 /// rotary, zero-centered gamma. $HD / $AD are the hidden / attention dropout
-/// rates, $POSTLN the post-LN flag and $R1 / $R2 the composed residuals.
+/// rates, $POSTLN the post-LN flag and $R1 / $R2 the composed residuals;
+/// $ACT the gated activation, with $LAYERPARAMS / $PRIMPARAMS the layer's
+/// and te.act's clamped_swiglu parameters.
 const char *kTransformerLayer = R"mlir(
 func.func @layer(%x: tensor<4x2x8xf32>, %g0: tensor<8xf32>, %b0: tensor<8xf32>,
                  %g1: tensor<8xf32>, %b1: tensor<8xf32>,
@@ -389,7 +400,8 @@ func.func @layer(%x: tensor<4x2x8xf32>, %g0: tensor<8xf32>, %b0: tensor<8xf32>,
       mlp_ln_weight(%g2) mlp_ln_bias(%b2) fc1_weight(%w1) fc1_bias(%bf1)
       fc2_weight(%w2) fc2_bias(%bf2) mask(%mask) rotary_pos_emb(%rope)
       {num_attention_heads = 2 : i64, num_gqa_groups = 1 : i64,
-       activation = #te.activation<swiglu>, layernorm_epsilon = 0.001 : f64,
+       activation = #te.activation<$ACT>$LAYERPARAMS,
+       layernorm_epsilon = 0.001 : f64,
        zero_centered_gamma, hidden_dropout = $HD : f64,
        attention_dropout = $AD : f64,
        self_attn_mask_type = #te.attn_mask_type<padding_causal> $POSTLN}
@@ -455,7 +467,7 @@ func.func @composed(%x: tensor<4x2x8xf32>, %g0: tensor<8xf32>,
       : tensor<8x8xf32>, tensor<12x8xf32> -> tensor<8x12xf32>
   %f1b = te.bias_add %f1, %bf1
       : tensor<8x12xf32>, tensor<12xf32> -> tensor<8x12xf32>
-  %a = te.act <swiglu> %f1b : tensor<8x12xf32> -> tensor<8x6xf32>
+  %a = te.act <$ACT> %f1b $PRIMPARAMS : tensor<8x12xf32> -> tensor<8x6xf32>
   %f2 = te.matmul %a, %w2 {transpose_b}
       : tensor<8x6xf32>, tensor<8x6xf32> -> tensor<8x8xf32>
   %f2b = te.bias_add %f2, %bf2
@@ -468,11 +480,13 @@ func.func @composed(%x: tensor<4x2x8xf32>, %g0: tensor<8xf32>,
 }
 )mlir";
 
-/// A TransformerLayer variant: dropout rates and the post-LN flag.
+/// A TransformerLayer variant: dropout rates, the post-LN flag, and the
+/// attributes of clamped_swiglu's parameters (empty: swiglu).
 struct TransformerCase {
   std::string name;
   std::string hiddenDropout, attentionDropout;
   bool postLn;
+  std::string activationParams = "";
 };
 
 class TransformerLayerTest
@@ -491,7 +505,12 @@ TEST_P(TransformerLayerTest, IsItsPrimitiveComposition) {
            {"POSTLN",
             c.postLn ? ", apply_residual_connection_post_layernorm" : ""},
            {"R1", c.postLn ? "%ln1" : "%n0"},
-           {"R2", c.postLn ? "%ln2" : "%h"}}),
+           {"R2", c.postLn ? "%ln2" : "%h"},
+           {"ACT", c.activationParams.empty() ? "swiglu" : "clamped_swiglu"},
+           {"LAYERPARAMS",
+            c.activationParams.empty() ? "" : ", " + c.activationParams},
+           {"PRIMPARAMS",
+            c.activationParams.empty() ? "" : "{" + c.activationParams + "}"}}),
       /*withRng=*/true);
 }
 
@@ -500,7 +519,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(TransformerCase{"NoDropout", "0.0", "0.0", false},
                       TransformerCase{"Dropout", "0.3", "0.2", false},
                       TransformerCase{"PostLnNoDropout", "0.0", "0.0", true},
-                      TransformerCase{"PostLnDropout", "0.25", "0.5", true}),
+                      TransformerCase{"PostLnDropout", "0.25", "0.5", true},
+                      TransformerCase{"ClampedSwiglu", "0.3", "0.2", false,
+                                      "activation_limit = 0.5 : f64, "
+                                      "glu_linear_offset = 0.0 : f64"},
+                      TransformerCase{"ClampedSwigluDefaults", "0.0", "0.0",
+                                      true, "activation_alpha = 1.702 : f64"}),
     [](const ::testing::TestParamInfo<TransformerCase> &info) {
       return info.param.name;
     });

@@ -324,6 +324,82 @@ INSTANTIATE_TEST_SUITE_P(
       return mlir::te::stringifyActivation(info.param).str();
     });
 
+namespace {
+
+/// clamped_swiglu's parameters and the attributes that give them (empty:
+/// Transformer Engine's defaults, limit 7, alpha 1.702, offset 1).
+struct ClampedSwigluCase {
+  const char *name;
+  double limit, alpha, offset;
+  const char *attributes;
+};
+
+/// Names the case in gtest's messages.
+void PrintTo(const ClampedSwigluCase &c, std::ostream *os) { *os << c.name; }
+
+class ClampedSwigluTest
+    : public InterpreterTest,
+      public ::testing::WithParamInterface<ClampedSwigluCase> {};
+
+/// First halves a and second halves b, in units of the limit: each side of
+/// each clamp (a above the limit, b below -limit and above limit), the
+/// limits themselves and values inside.
+const double kClampA[] = {-3.0, -1.2, -0.4, 0.0, 0.6, 1.0, 1.3, 4.0};
+const double kClampB[] = {-4.0, -1.0, -0.7, 0.2, 0.9, 1.0, 1.5, 3.0};
+
+} // namespace
+
+TEST_P(ClampedSwigluTest, ClampsThenGates) {
+  const ClampedSwigluCase &c = GetParam();
+  mlir::func::FuncOp f = parse(substitute(R"mlir(
+func.func @f(%x: tensor<2x16xf32>) -> tensor<2x8xf32> {
+  %0 = te.act <clamped_swiglu> %x $ATTRS : tensor<2x16xf32> -> tensor<2x8xf32>
+  return %0 : tensor<2x8xf32>
+}
+)mlir",
+                                          {{"ATTRS", c.attributes}}));
+  // Row 0: the a and b above, chunked [a | b]; row 1: b reversed.
+  Tensor x = Tensor::zeros({2, 16});
+  for (int i = 0; i < 8; ++i) {
+    x.data[i] = x.data[16 + i] = kClampA[i] * c.limit;
+    x.data[8 + i] = kClampB[i] * c.limit;
+    x.data[24 + i] = kClampB[7 - i] * c.limit;
+  }
+  std::vector<Tensor> results = run(f, {x});
+  ASSERT_EQ(results.size(), 1u);
+  Tensor expected = Tensor::zeros({2, 8});
+  for (int row = 0; row < 2; ++row)
+    for (int i = 0; i < 8; ++i) {
+      double a = x.data[row * 16 + i], b = x.data[row * 16 + 8 + i];
+      double ac = a > c.limit ? c.limit : a;
+      double bc = b > c.limit ? c.limit : b < -c.limit ? -c.limit : b;
+      expected.data[row * 8 + i] =
+          ac / (1 + std::exp(-c.alpha * ac)) * (bc + c.offset);
+    }
+  EXPECT_TRUE(allClose(results[0], expected, 1e-13, 1e-15));
+  // Above the limit, a counts as the limit: row 0's a = 1.3 limit and 4
+  // limit give what a = limit gives, scaled by their b.
+  double atLimit = c.limit / (1 + std::exp(-c.alpha * c.limit));
+  EXPECT_NEAR(results[0].data[7], atLimit * (c.limit + c.offset), 1e-12);
+  EXPECT_NEAR(results[0].data[6], atLimit * (c.limit + c.offset), 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Params, ClampedSwigluTest,
+    ::testing::Values(
+        ClampedSwigluCase{"Defaults", 7.0, 1.702, 1.0, ""},
+        ClampedSwigluCase{"Limit075", 0.75, 1.702, 1.0,
+                          "{activation_limit = 0.75 : f64}"},
+        ClampedSwigluCase{"Limit075NoOffset", 0.75, 1.702, 0.0,
+                          "{activation_limit = 0.75 : f64, activation_alpha = "
+                          "1.702 : f64, glu_linear_offset = 0.0 : f64}"},
+        ClampedSwigluCase{"Limit2Alpha1Offset05", 2.0, 1.0, 0.5,
+                          "{activation_limit = 2.0 : f64, activation_alpha = "
+                          "1.0 : f64, glu_linear_offset = 0.5 : f64}"}),
+    [](const ::testing::TestParamInfo<ClampedSwigluCase> &info) {
+      return std::string(info.param.name);
+    });
+
 //===----------------------------------------------------------------------===//
 // Dropout
 //===----------------------------------------------------------------------===//

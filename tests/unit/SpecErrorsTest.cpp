@@ -510,8 +510,182 @@ layers:
 )",
                   7, 17,
                   "'activation' in LayerNormMLP must be one of gelu, geglu, "
-                  "qgelu, qgeglu, relu, reglu, srelu, sreglu, silu, swiglu; "
-                  "got 'swigelu' (did you mean 'swiglu'?)"},
+                  "qgelu, qgeglu, relu, reglu, srelu, sreglu, silu, swiglu, "
+                  "clamped_swiglu; got 'swigelu' (did you mean 'swiglu'?)"},
+        // clamped_swiglu's activation_params (TE's): a mapping of limit,
+        // alpha and glu_linear_offset, only with that activation.
+        ErrorCase{"ActivationParamsWithAnotherActivation", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: swiglu
+    activation_params: {limit: 7.0}
+)",
+                  8, 5,
+                  "'activation_params' in LayerNormMLP is for activation "
+                  "clamped_swiglu only, got activation swiglu"},
+        ErrorCase{"ActivationParamsWithTheDefaultActivation", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    activation_params:
+      limit: 7.0
+)",
+                  8, 5,
+                  "'activation_params' in TransformerLayer is for activation "
+                  "clamped_swiglu only, got activation gelu"},
+        ErrorCase{"ActivationParamsOnLayerNormLinear", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormLinear
+    in_features: 64
+    out_features: 64
+    activation_params: {limit: 1.0}
+)",
+                  7, 5,
+                  "unknown key 'activation_params' in LayerNormLinear (valid "
+                  "keys: type, name, recipe, fuse_wgrad_accumulation, "
+                  "main_grad_dtype, fp8_weights, in_features, out_features, "
+                  "bias, return_layernorm_output, normalization, eps, "
+                  "zero_centered_gamma, tp_size, sequence_parallel, "
+                  "parallel_mode)"},
+        ErrorCase{"ActivationParamsNotAMapping", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: 7.0
+)",
+                  8, 24,
+                  "'activation_params' in LayerNormMLP must be a mapping of "
+                  "keys to values, got a scalar"},
+        ErrorCase{"ActivationParamsUnknownKey", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: {limit: 7.0, beta: 1.0}
+)",
+                  8, 37,
+                  "unknown key 'beta' in activation_params (valid keys: "
+                  "limit, alpha, glu_linear_offset)"},
+        ErrorCase{"ActivationParamsMisspelledKey", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    activation: clamped_swiglu
+    activation_params:
+      alpha: 1.702
+      limt: 7.0
+)",
+                  11, 7,
+                  "unknown key 'limt' in activation_params; did you mean "
+                  "'limit'?"},
+        ErrorCase{"ActivationParamsNotANumber", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: {alpha: fast}
+)",
+                  8, 32,
+                  "'alpha' in activation_params must be a number, got 'fast'"},
+        ErrorCase{"ActivationParamsQuotedNumber", "spec.json", R"({
+  "seq_length": 16,
+  "batch_size": 2,
+  "layers": [{"type": "LayerNormMLP", "hidden_size": 64,
+              "ffn_hidden_size": 64, "activation": "clamped_swiglu",
+              "activation_params": {"limit": "7.0"}}]
+})",
+                  6, 46,
+                  "'limit' in activation_params must be a number, got the "
+                  "string '7.0'"},
+        ErrorCase{"ActivationParamsZeroLimit", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: {limit: 0}
+)",
+                  8, 32,
+                  "'limit' in activation_params must be finite and > 0, got "
+                  "0"},
+        ErrorCase{"ActivationParamsNegativeLimit", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: TransformerLayer
+    hidden_size: 64
+    ffn_hidden_size: 64
+    num_attention_heads: 4
+    activation: clamped_swiglu
+    activation_params: {limit: -1.5, alpha: 1.702}
+)",
+                  9, 32,
+                  "'limit' in activation_params must be finite and > 0, got "
+                  "-1.5"},
+        ErrorCase{"ActivationParamsLimitOverflows", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: {limit: 1e400}
+)",
+                  8, 32,
+                  "'limit' in activation_params must be finite and > 0, got "
+                  "1e400"},
+        ErrorCase{"ActivationParamsInfiniteAlpha", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: {alpha: -inf}
+)",
+                  8, 32,
+                  "'alpha' in activation_params must be finite, got -inf"},
+        ErrorCase{"ActivationParamsNanOffset", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 64
+    ffn_hidden_size: 64
+    activation: clamped_swiglu
+    activation_params: {glu_linear_offset: nan}
+)",
+                  8, 44,
+                  "'glu_linear_offset' in activation_params must be finite, "
+                  "got nan"},
         ErrorCase{"MisspelledNormalization", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2

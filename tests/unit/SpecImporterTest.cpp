@@ -16,6 +16,8 @@
 
 #include "gmock/gmock.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::te;
 using namespace tejit::testing;
@@ -435,6 +437,9 @@ TEST_P(MLPActivation, GatedActivationsDoubleFC1) {
   EXPECT_EQ(argType(function, "layers.0.fc1_bias"),
             "tensor<" + rows + "xbf16>");
   EXPECT_EQ(argType(function, "layers.0.fc2_weight"), "tensor<32x48xbf16>");
+  // No activation_params: no parameter attributes, whatever the activation.
+  for (StringRef name : activationParamNames())
+    EXPECT_FALSE(op->hasAttr(name)) << name.str();
   EXPECT_TRUE(succeeded(verify(function)));
 }
 
@@ -445,10 +450,79 @@ INSTANTIATE_TEST_SUITE_P(
         ActivationCase{"qgelu", false}, ActivationCase{"qgeglu", true},
         ActivationCase{"relu", false}, ActivationCase{"reglu", true},
         ActivationCase{"srelu", false}, ActivationCase{"sreglu", true},
-        ActivationCase{"silu", false}, ActivationCase{"swiglu", true}),
+        ActivationCase{"silu", false}, ActivationCase{"swiglu", true},
+        ActivationCase{"clamped_swiglu", true}),
     [](const ::testing::TestParamInfo<ActivationCase> &info) {
       return std::string(info.param.name);
     });
+
+/// The parameter attributes `op` carries, by name (absent ones left out).
+static std::map<std::string, double> activationParamAttrs(Operation *op) {
+  std::map<std::string, double> params;
+  for (StringRef name : activationParamNames())
+    if (auto attr = op->getAttrOfType<FloatAttr>(name))
+      params[name.str()] = attr.getValueAsDouble();
+  return params;
+}
+
+TEST_F(SpecImporter, ClampedSwigluTakesActivationParams) {
+  // GPT-OSS's MLP (TE's activation="clamped_swiglu", activation_params=
+  // {"limit": 7.0, "alpha": 1.702}); the parameters a spec gives, and only
+  // those, become attributes; integers are numbers too.
+  func::FuncOp function = importOk(R"yaml(
+seq_length: 8
+batch_size: 2
+layers:
+  - type: LayerNormMLP
+    hidden_size: 32
+    ffn_hidden_size: 48
+    activation: clamped_swiglu
+    activation_params: {limit: 0.75, alpha: 1.5, glu_linear_offset: 0}
+  - type: TransformerLayer
+    hidden_size: 32
+    ffn_hidden_size: 16
+    num_attention_heads: 2
+    activation: clamped_swiglu
+    activation_params:
+      limit: 10
+  - type: TransformerLayer
+    hidden_size: 32
+    ffn_hidden_size: 16
+    num_attention_heads: 2
+    activation: clamped_swiglu
+  - type: LayerNormMLP
+    hidden_size: 32
+    ffn_hidden_size: 48
+    activation: clamped_swiglu
+    activation_params: {}
+)yaml");
+  ASSERT_TRUE(function);
+  std::vector<LayerNormMLPOp> mlps = opsOf<LayerNormMLPOp>(function);
+  std::vector<TransformerLayerOp> layers = opsOf<TransformerLayerOp>(function);
+  ASSERT_EQ(mlps.size(), 2u);
+  ASSERT_EQ(layers.size(), 2u);
+  EXPECT_EQ(mlps[0].getActivation(), Activation::clamped_swiglu);
+  EXPECT_EQ(layers[0].getActivation(), Activation::clamped_swiglu);
+  using Params = std::map<std::string, double>;
+  EXPECT_EQ(activationParamAttrs(mlps[0]),
+            (Params{{"activation_limit", 0.75},
+                    {"activation_alpha", 1.5},
+                    {"glu_linear_offset", 0.0}}));
+  EXPECT_EQ(activationParamAttrs(layers[0]),
+            (Params{{"activation_limit", 10.0}}));
+  EXPECT_EQ(activationParamAttrs(layers[1]), Params{});
+  EXPECT_EQ(activationParamAttrs(mlps[1]), Params{});
+  // Absent parameters are TE's defaults.
+  ActivationParams params = ActivationParams::of(layers[0]);
+  EXPECT_EQ(params.limit, 10.0);
+  EXPECT_EQ(params.alpha, 1.702);
+  EXPECT_EQ(params.offset, 1.0);
+  // Gated: FC1 makes 2 * ffn features.
+  EXPECT_EQ(argType(function, "layers.0.fc1_weight"), "tensor<96x32xbf16>");
+  EXPECT_EQ(argType(function, "layers.1.layernorm_mlp.fc1_weight"),
+            "tensor<32x32xbf16>");
+  EXPECT_TRUE(succeeded(verify(function)));
+}
 
 //===----------------------------------------------------------------------===//
 // Attention layers

@@ -141,6 +141,11 @@ const TpCase kCases[] = {
      "layers:\n  - {type: LayerNormMLP, hidden_size: 24, ffn_hidden_size: 40,"
      " activation: swiglu, normalization: RMSNorm{tp}}\n",
      ", tp_size: 2", /*gated=*/true},
+    {"mlp_clamped_swiglu",
+     "layers:\n  - {type: LayerNormMLP, hidden_size: 24, ffn_hidden_size: 40,"
+     " activation: clamped_swiglu, activation_params: {limit: 0.5, "
+     "glu_linear_offset: 0.0}{tp}}\n",
+     ", tp_size: 2", /*gated=*/true},
     {"mha_gqa_rotary",
      "layers:\n  - {type: MultiheadAttention, hidden_size: 32, "
      "num_attention_heads: 4, num_gqa_groups: 2, input_layernorm: true, "

@@ -1654,6 +1654,47 @@ func.func @tl_fc1_weight_gated(%x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>,
 
 // -----
 
+// clamped_swiglu's parameters on the default activation (gelu).
+func.func @tl_activation_params_not_clamped(
+    %x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>, %b1: tensor<64xbf16>,
+    %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>, %g2: tensor<64xbf16>,
+    %b2: tensor<64xbf16>, %w1: tensor<256x64xbf16>,
+    %w2: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'te.transformer_layer' op 'glu_linear_offset' is a parameter of activation clamped_swiglu only, not of gelu}}
+  %r = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
+      qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g2) mlp_ln_bias(%b2)
+      fc1_weight(%w1) fc2_weight(%w2)
+      {num_attention_heads = 4 : i64, glu_linear_offset = 0.0 : f64}
+      : (tensor<16x2x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<192x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<256x64xbf16>, tensor<64x256xbf16>)
+         -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
+func.func @tl_activation_limit_infinite(
+    %x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>, %b1: tensor<64xbf16>,
+    %wqkv: tensor<192x64xbf16>, %wo: tensor<64x64xbf16>, %g2: tensor<64xbf16>,
+    %b2: tensor<64xbf16>, %w1: tensor<512x64xbf16>,
+    %w2: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'te.transformer_layer' op 'activation_limit' must be finite and > 0, got INF}}
+  %r = te.transformer_layer %x attn_ln_weight(%g1) attn_ln_bias(%b1)
+      qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g2) mlp_ln_bias(%b2)
+      fc1_weight(%w1) fc2_weight(%w2)
+      {num_attention_heads = 4 : i64,
+       activation = #te.activation<clamped_swiglu>,
+       activation_limit = 0x7FF0000000000000 : f64}
+      : (tensor<16x2x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<192x64xbf16>, tensor<64x64xbf16>, tensor<64xbf16>,
+         tensor<64xbf16>, tensor<512x64xbf16>, tensor<64x256xbf16>)
+         -> tensor<16x2x64xbf16>
+  return
+}
+
+// -----
+
 func.func @tl_fc1_bias_only(%x: tensor<16x2x64xbf16>, %g1: tensor<64xbf16>,
                             %b1: tensor<64xbf16>, %wqkv: tensor<192x64xbf16>,
                             %wo: tensor<64x64xbf16>, %g2: tensor<64xbf16>,

@@ -471,6 +471,90 @@ func.func @layernorm_mlp_fc1_weight_gated(
 
 // -----
 
+// clamped_swiglu's parameters (activation_limit, activation_alpha,
+// glu_linear_offset) on another activation.
+func.func @layernorm_mlp_activation_params_not_clamped(
+    %x: tensor<16x64xbf16>, %gamma: tensor<64xbf16>, %beta: tensor<64xbf16>,
+    %w1: tensor<512x64xbf16>, %w2: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'te.layernorm_mlp' op 'activation_limit' is a parameter of activation clamped_swiglu only, not of swiglu}}
+  %r = te.layernorm_mlp %x ln_weight(%gamma) ln_bias(%beta) fc1_weight(%w1)
+      fc2_weight(%w2)
+      {activation = #te.activation<swiglu>, activation_limit = 7.0 : f64}
+      : (tensor<16x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<512x64xbf16>, tensor<64x256xbf16>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @layernorm_mlp_activation_limit_not_positive(
+    %x: tensor<16x64xbf16>, %gamma: tensor<64xbf16>, %beta: tensor<64xbf16>,
+    %w1: tensor<512x64xbf16>, %w2: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'activation_limit' must be finite and > 0, got -1.000000e+00}}
+  %r = te.layernorm_mlp %x ln_weight(%gamma) ln_bias(%beta) fc1_weight(%w1)
+      fc2_weight(%w2)
+      {activation = #te.activation<clamped_swiglu>,
+       activation_limit = -1.0 : f64}
+      : (tensor<16x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<512x64xbf16>, tensor<64x256xbf16>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @layernorm_mlp_glu_linear_offset_nan(
+    %x: tensor<16x64xbf16>, %gamma: tensor<64xbf16>, %beta: tensor<64xbf16>,
+    %w1: tensor<512x64xbf16>, %w2: tensor<64x256xbf16>) {
+  // expected-error @+1 {{'glu_linear_offset' must be finite, got nan}}
+  %r = te.layernorm_mlp %x ln_weight(%gamma) ln_bias(%beta) fc1_weight(%w1)
+      fc2_weight(%w2)
+      {activation = #te.activation<clamped_swiglu>,
+       glu_linear_offset = 0x7FF8000000000000 : f64}
+      : (tensor<16x64xbf16>, tensor<64xbf16>, tensor<64xbf16>,
+         tensor<512x64xbf16>, tensor<64x256xbf16>) -> tensor<16x64xbf16>
+  return
+}
+
+// -----
+
+func.func @act_activation_params_not_clamped(%h: tensor<16x512xf32>) {
+  // expected-error @+1 {{'te.act' op 'activation_alpha' is a parameter of activation clamped_swiglu only, not of gelu}}
+  %0 = te.act <gelu> %h {activation_alpha = 1.702 : f64}
+      : tensor<16x512xf32> -> tensor<16x512xf32>
+  return
+}
+
+// -----
+
+func.func @dact_activation_limit_zero(%dy: tensor<16x256xf32>,
+                                      %h: tensor<16x512xf32>) {
+  // expected-error @+1 {{'te.dact' op 'activation_limit' must be finite and > 0, got 0.000000e+00}}
+  %0 = te.dact <clamped_swiglu> %dy, %h {activation_limit = 0.0 : f64}
+      : tensor<16x256xf32>, tensor<16x512xf32> -> tensor<16x512xf32>
+  return
+}
+
+// -----
+
+func.func @act_activation_alpha_infinite(%h: tensor<16x512xf32>) {
+  // expected-error @+1 {{'te.act' op 'activation_alpha' must be finite, got INF}}
+  %0 = te.act <clamped_swiglu> %h
+      {activation_alpha = 0x7FF0000000000000 : f64}
+      : tensor<16x512xf32> -> tensor<16x256xf32>
+  return
+}
+
+// -----
+
+func.func @act_activation_limit_not_f64(%h: tensor<16x512xf32>) {
+  // expected-error @+1 {{attribute 'activation_limit' failed to satisfy constraint: 64-bit float attribute}}
+  %0 = te.act <clamped_swiglu> %h {activation_limit = 7 : i64}
+      : tensor<16x512xf32> -> tensor<16x256xf32>
+  return
+}
+
+// -----
+
 func.func @layernorm_mlp_fc1_bias_only(
     %x: tensor<16x64xbf16>, %gamma: tensor<64xbf16>, %beta: tensor<64xbf16>,
     %w1: tensor<256x64xbf16>, %b1: tensor<256xbf16>, %w2: tensor<64x256xbf16>) {

@@ -217,7 +217,8 @@ func.func @layernorm_mlp_rmsnorm_swiglu(
 }
 
 // Every activation. FC1 has ffn = 256 rows, or 2 * ffn = 512 for the gated
-// ones (geglu, qgeglu, reglu, sreglu, swiglu). gelu is the default.
+// ones (geglu, qgeglu, reglu, sreglu, swiglu; clamped_swiglu below). gelu is
+// the default.
 // CHECK-LABEL: func.func @layernorm_mlp_activations
 // CHECK: te.layernorm_mlp {{.*}} fc2_weight(%{{.*}}) : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<256x64xf32>
 // CHECK: te.layernorm_mlp {{.*}} {activation = #te.activation<geglu>} : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<512x64xf32>
@@ -274,6 +275,54 @@ func.func @layernorm_mlp_activations(
       : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>,
          tensor<512x64xf32>, tensor<64x256xf32>) -> tensor<16x64xf32>
   return
+}
+
+// clamped_swiglu (GPT-OSS's SwiGLU) is gated; its parameters are optional
+// F64 attributes (absent: Transformer Engine's limit 7, alpha 1.702, offset
+// 1), which print in full and only where given.
+// CHECK-LABEL: func.func @layernorm_mlp_clamped_swiglu
+// CHECK: te.layernorm_mlp {{.*}} {activation = #te.activation<clamped_swiglu>, activation_alpha = 1.702000e+00 : f64, activation_limit = 7.500000e-01 : f64, glu_linear_offset = 0.000000e+00 : f64} : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<512x64xf32>
+// CHECK: te.layernorm_mlp {{.*}} {activation = #te.activation<clamped_swiglu>, activation_limit = 1.000000e+01 : f64} : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<512x64xf32>
+// CHECK: te.layernorm_mlp {{.*}} {activation = #te.activation<clamped_swiglu>} : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<512x64xf32>
+func.func @layernorm_mlp_clamped_swiglu(
+    %x: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>,
+    %w1: tensor<512x64xf32>, %w2: tensor<64x256xf32>) {
+  %0 = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
+      fc2_weight(%w2)
+      {activation = #te.activation<clamped_swiglu>,
+       activation_limit = 0.75 : f64, activation_alpha = 1.702 : f64,
+       glu_linear_offset = 0.0 : f64}
+      : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>,
+         tensor<512x64xf32>, tensor<64x256xf32>) -> tensor<16x64xf32>
+  %1 = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
+      fc2_weight(%w2)
+      {activation = #te.activation<clamped_swiglu>,
+       activation_limit = 10.0 : f64}
+      : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>,
+         tensor<512x64xf32>, tensor<64x256xf32>) -> tensor<16x64xf32>
+  %2 = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1)
+      fc2_weight(%w2) {activation = #te.activation<clamped_swiglu>}
+      : (tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32>,
+         tensor<512x64xf32>, tensor<64x256xf32>) -> tensor<16x64xf32>
+  return
+}
+
+// te.act and te.dact carry the same parameters.
+// CHECK-LABEL: func.func @act_clamped_swiglu
+// CHECK: te.act <clamped_swiglu> %{{.*}} {activation_limit = 7.500000e-01 : f64, glu_linear_offset = 0.000000e+00 : f64} : tensor<16x512xf32> -> tensor<16x256xf32>
+// CHECK: te.dact <clamped_swiglu> %{{.*}}, %{{.*}} {activation_alpha = 1.500000e+00 : f64, activation_limit = 7.500000e-01 : f64} : tensor<16x256xf32>, tensor<16x512xf32> -> tensor<16x512xf32>
+// CHECK: te.act <swiglu> %{{.*}} : tensor<16x512xf32> -> tensor<16x256xf32>
+func.func @act_clamped_swiglu(%h: tensor<16x512xf32>, %dy: tensor<16x256xf32>)
+    -> (tensor<16x256xf32>, tensor<16x512xf32>, tensor<16x256xf32>) {
+  %0 = te.act <clamped_swiglu> %h
+      {activation_limit = 0.75 : f64, glu_linear_offset = 0.0 : f64}
+      : tensor<16x512xf32> -> tensor<16x256xf32>
+  %1 = te.dact <clamped_swiglu> %dy, %h
+      {activation_limit = 0.75 : f64, activation_alpha = 1.5 : f64}
+      : tensor<16x256xf32>, tensor<16x512xf32> -> tensor<16x512xf32>
+  %2 = te.act <swiglu> %h : tensor<16x512xf32> -> tensor<16x256xf32>
+  return %0, %1, %2
+      : tensor<16x256xf32>, tensor<16x512xf32>, tensor<16x256xf32>
 }
 
 // Gated activations with biases: fc1_bias is [2 * ffn].

@@ -38,6 +38,15 @@ func.func @saved_activation(%x: tensor<8x32xf32> {te.name = "x"}, %w: tensor<64x
   return %2 : tensor<8x32xf32>
 }
 
+// te.dact takes te.act's activation and clamped_swiglu parameters.
+// CHECK-LABEL: func.func @clamped_swiglu_backward(
+// CHECK:      te.dact <clamped_swiglu> %{{.*}}, %{{.*}} {activation_limit = 7.500000e-01 : f64, glu_linear_offset = 0.000000e+00 : f64} : tensor<8x32xf32>, tensor<8x64xf32> -> tensor<8x64xf32>
+func.func @clamped_swiglu(%x: tensor<8x32xf32> {te.name = "x"}, %w: tensor<64x32xf32> {te.name = "w"}) -> (tensor<8x32xf32> {te.name = "y"}) {
+  %0 = te.matmul %x, %w {transpose_b} : tensor<8x32xf32>, tensor<64x32xf32> -> tensor<8x64xf32>
+  %1 = te.act <clamped_swiglu> %0 {activation_limit = 0.75 : f64, glu_linear_offset = 0.0 : f64} : tensor<8x64xf32> -> tensor<8x32xf32>
+  return %1 : tensor<8x32xf32>
+}
+
 // Gradients of the slices of a fused projection are concatenated; views of
 // available values (the slices of argument %x) are recomputed in the
 // backward function, while the product %0 is saved.

@@ -61,6 +61,19 @@ func.func @layernorm_mlp_swiglu(%x: tensor<8x32xbf16>, %g: tensor<32xbf16>, %b: 
   return %y : tensor<8x32xbf16>
 }
 
+// clamped_swiglu's parameters go from the layer to te.act; a TransformerLayer's
+// too.
+// CHECK-LABEL: func.func @layernorm_mlp_clamped_swiglu
+// CHECK:      te.act <clamped_swiglu> %{{.*}} {activation_alpha = 1.500000e+00 : f64, activation_limit = 7.500000e-01 : f64, glu_linear_offset = 0.000000e+00 : f64} : tensor<8x128xbf16> -> tensor<8x64xbf16>
+// CHECK:      te.act <clamped_swiglu> %{{.*}} : tensor<8x128xbf16> -> tensor<8x64xbf16>
+// CHECK:      te.act <clamped_swiglu> %{{.*}} {activation_limit = 2.000000e+00 : f64} : tensor<16x128xbf16> -> tensor<16x64xbf16>
+func.func @layernorm_mlp_clamped_swiglu(%x: tensor<8x32xbf16>, %g: tensor<32xbf16>, %b: tensor<32xbf16>, %w1: tensor<128x32xbf16>, %w2: tensor<32x64xbf16>, %t: tensor<8x2x32xbf16>, %wqkv: tensor<96x32xbf16>, %wo: tensor<32x32xbf16>) -> (tensor<8x32xbf16>, tensor<8x32xbf16>, tensor<8x2x32xbf16>) {
+  %y = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {activation = #te.activation<clamped_swiglu>, activation_limit = 0.75 : f64, activation_alpha = 1.5 : f64, glu_linear_offset = 0.0 : f64} : (tensor<8x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<128x32xbf16>, tensor<32x64xbf16>) -> tensor<8x32xbf16>
+  %z = te.layernorm_mlp %x ln_weight(%g) ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {activation = #te.activation<clamped_swiglu>} : (tensor<8x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<128x32xbf16>, tensor<32x64xbf16>) -> tensor<8x32xbf16>
+  %u = te.transformer_layer %t attn_ln_weight(%g) attn_ln_bias(%b) qkv_weight(%wqkv) proj_weight(%wo) mlp_ln_weight(%g) mlp_ln_bias(%b) fc1_weight(%w1) fc2_weight(%w2) {num_attention_heads = 2 : i64, activation = #te.activation<clamped_swiglu>, activation_limit = 2.0 : f64, hidden_dropout = 0.0 : f64, attention_dropout = 0.0 : f64} : (tensor<8x2x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<96x32xbf16>, tensor<32x32xbf16>, tensor<32xbf16>, tensor<32xbf16>, tensor<128x32xbf16>, tensor<32x64xbf16>) -> tensor<8x2x32xbf16>
+  return %y, %z, %u : tensor<8x32xbf16>, tensor<8x32xbf16>, tensor<8x2x32xbf16>
+}
+
 // CHECK-LABEL: func.func @dot_product_attention
 // CHECK:      %[[O:.*]], %[[LSE:.*]] = te.attention %arg0, %arg1, %arg2 mask(%arg3) {attn_mask_type = #te.attn_mask_type<padding>, qkv_format = #te.qkv_format<bshd>, softmax_scale = 1.250000e-01 : f64}
 // CHECK-SAME: -> (tensor<2x16x8x16xbf16>, tensor<2x8x16xf32>)
