@@ -554,10 +554,34 @@ ACTIVATIONS = {
     "geglu": (gelu, dgelu, True),
     "reglu": (relu, drelu, True),
     "swiglu": (silu, dsilu, True),
+    # GPT-OSS's SwiGLU: clamped_swiglu_parts below, with the layer's
+    # activation_params.
+    "clamped_swiglu": (None, None, True),
 }
+# TE's defaults for clamped_swiglu's activation_params.
+CLAMPED_SWIGLU = {"limit": 7.0, "alpha": 1.702, "glu_linear_offset": 1.0}
 
 
-def act_forward(z, name):
+def clamped_swiglu_parts(z, params):
+    """(f(a_c), f'(a_c) where a is not clamped else 0, b_c + offset, 1 where
+    b is not clamped else 0) of TE's clamped_swiglu on fc1's output z:
+    a_c = min(a, limit), b_c = clamp(b, -limit, limit), f(t) = t
+    sigmoid(alpha t), output f(a_c) (b_c + offset)."""
+    p = dict(CLAMPED_SWIGLU, **(params or {}))
+    limit, alpha = p["limit"], p["alpha"]
+    a, b = z.chunk(2, dim=-1)
+    ac = a.clamp(max=limit)
+    s = torch.sigmoid(alpha * ac)
+    df = (s + alpha * ac * s * (1.0 - s)) * (a <= limit).to(z.dtype)
+    passes_b = ((b >= -limit) & (b <= limit)).to(z.dtype)
+    return ac * s, df, b.clamp(-limit, limit) + p["glu_linear_offset"], \
+        passes_b
+
+
+def act_forward(z, name, params=None):
+    if name == "clamped_swiglu":
+        f, _, b, _ = clamped_swiglu_parts(z, params)
+        return f * b
     f, _, gated = ACTIVATIONS[name]
     if not gated:
         return f(z)
@@ -565,7 +589,10 @@ def act_forward(z, name):
     return f(a) * b
 
 
-def act_backward(g, z, name):
+def act_backward(g, z, name, params=None):
+    if name == "clamped_swiglu":
+        f, df, b, passes_b = clamped_swiglu_parts(z, params)
+        return torch.cat([g * b * df, g * f * passes_b], dim=-1)
     f, df, gated = ACTIVATIONS[name]
     if not gated:
         return g * df(z)
@@ -680,7 +707,7 @@ def mlp_forward(ref, p, cfg):
         # (fc1's output, stored), the activation reads the stored value.
         h = ref.rnd(ref.gemm_bias(x @ w1.T, layer_bias(p, cfg, "fc1_bias")))
         z = h
-    act = act_forward(z, activation)
+    act = act_forward(z, activation, cfg.get("activation_params"))
     a = ref.fused_operand("fc2.input", act, "fwd",
                           amax_of_stored=activation == "gelu")
     w2 = ref.gemm_operand("fc2.weight", p["fc2_weight"], "fwd")
@@ -704,13 +731,15 @@ def mlp_backward(ref, p, cfg, s, dy):
     if activation == "gelu" and ref.epilogues:
         # DGELU(+BGRAD) epilogue of the dgrad GEMM: float32 accumulator times
         # gelu'(aux), written in the params dtype, then a separate cast.
-        dh_exact = act_backward(g, s["h"], activation)
+        dh_exact = act_backward(g, s["h"], activation,
+                                cfg.get("activation_params"))
         dh = ref.gemm_operand("fc1.grad_output", ref.rnd(dh_exact), "bwd")
     else:
         # The dgrad GEMM writes the params dtype; the dact kernel computes
         # in float32 and casts to FP8 (or stores, without a recipe).
         # (Block scaling: GELU's too, as its GEMMs have no epilogue.)
-        dh_exact = act_backward(ref.rnd(g), s["h"], activation)
+        dh_exact = act_backward(ref.rnd(g), s["h"], activation,
+                                cfg.get("activation_params"))
         dh = ref.fused_operand("fc1.grad_output", dh_exact, "bwd")
     if bias:
         grads["fc1_bias"] = dh_exact.sum(0)
@@ -1121,6 +1150,12 @@ SMALL_LAYERS = {
                     "ffn_hidden_size": 256, "activation": "swiglu"}, 32, 4),
     "mlp_geglu": ({"type": "LayerNormMLP", "hidden_size": 64,
                    "ffn_hidden_size": 256, "activation": "geglu"}, 32, 1),
+    # GPT-OSS's SwiGLU with TE's test limit (fc1's outputs are about
+    # N(0, 1) here: a good part of both halves is clamped).
+    "mlp_clamped_swiglu": ({"type": "LayerNormMLP", "hidden_size": 128,
+                            "ffn_hidden_size": 256,
+                            "activation": "clamped_swiglu",
+                            "activation_params": {"limit": 0.75}}, 32, 2),
 }
 NORM_ONLY = ("layernorm", "rmsnorm")  # no GEMMs: no recipe applies
 FP16_SUBSET = [("linear_bias", None), ("linear_bias", DELAYED_1024),
@@ -1155,6 +1190,9 @@ REAL_LAYERS = [
      "activation": "gelu"},
     {"type": "LayerNormMLP", "hidden_size": 4096, "ffn_hidden_size": 16384,
      "activation": "swiglu"},
+    {"type": "LayerNormMLP", "hidden_size": 4096, "ffn_hidden_size": 16384,
+     "activation": "clamped_swiglu",
+     "activation_params": {"limit": 1.0, "glu_linear_offset": 0.5}},
     {"type": "Linear", "in_features": 4096, "out_features": 4096},
 ]
 REAL_RECIPES = [DELAYED_1024, CURRENT, BLOCK_DEFAULT, None]

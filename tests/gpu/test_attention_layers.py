@@ -185,7 +185,13 @@ def norm_ref(x, weight, bias, normalization, eps, zero_centered_gamma):
     return F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
 
 
-def activation_ref(h, activation):
+def activation_ref(h, activation, params=None):
+    if activation == "clamped_swiglu":  # GPT-OSS's, as TE's
+        a, b = h.chunk(2, dim=-1)
+        a = a.clamp(max=params["limit"])
+        return (a * torch.sigmoid(params["alpha"] * a)
+                * (b.clamp(-params["limit"], params["limit"])
+                   + params["glu_linear_offset"]))
     if activation in ("geglu", "qgeglu", "reglu", "sreglu", "swiglu"):
         a, b = h.chunk(2, dim=-1)
         return activation_ref(a, activation[:-3] + "lu" if activation !=
@@ -280,7 +286,8 @@ def mlp_ref(layer, x, p, with_norm=False):
                   layer.zero_centered_gamma)
     fc1 = F.linear(ln, p["layernorm_mlp.fc1_weight"],
                    p.get("layernorm_mlp.fc1_bias"))
-    out = F.linear(activation_ref(fc1, layer.activation),
+    out = F.linear(activation_ref(fc1, layer.activation,
+                                  layer.activation_params),
                    p["layernorm_mlp.fc2_weight"],
                    p.get("layernorm_mlp.fc2_bias"))
     return (out, ln) if with_norm else out
@@ -831,6 +838,14 @@ TL_CASES = {
         hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4,
         apply_residual_connection_post_layernorm=True,
         zero_centered_gamma=True, activation="relu"), "no_mask", False),
+    # GPT-OSS-like: clamped_swiglu (a limit low enough to clamp part of
+    # fc1's outputs at these sizes), GQA, RMSNorm, rotary, biases.
+    "gpt-oss-like-clamped-swiglu-bshd": (dict(
+        hidden_size=256, ffn_hidden_size=512, num_attention_heads=8,
+        num_gqa_groups=2, normalization="RMSNorm",
+        activation="clamped_swiglu",
+        activation_params={"limit": 0.3, "alpha": 1.702},
+        attn_input_format="bshd"), "causal", True),
     "fused-qkv-padding": (dict(hidden_size=256, ffn_hidden_size=1024,
                                num_attention_heads=8, num_gqa_groups=4,
                                fuse_qkv_params=True), "padding", False),

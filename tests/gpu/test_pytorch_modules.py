@@ -78,13 +78,24 @@ def norm_ref(x, weight, bias, normalization, eps=1e-5,
     return F.layer_norm(x, (x.shape[-1],), gamma, bias, eps)
 
 
-def activation_ref(h, activation):
+def activation_ref(h, activation, params=None):
     if activation == "gelu":
         return F.gelu(h, approximate="tanh")  # TE's GELU
     if activation == "swiglu":  # act(first half) * second half, as TE
         a, b = h.chunk(2, dim=-1)
         return F.silu(a) * b
+    if activation == "clamped_swiglu":
+        return clamped_swiglu_ref(h, **params)
     raise ValueError(activation)
+
+
+def clamped_swiglu_ref(h, limit, alpha, glu_linear_offset):
+    """GPT-OSS's SwiGLU as TE's clamped_swiglu: the first half clamped
+    above, the second both ways and offset."""
+    a, b = h.chunk(2, dim=-1)
+    a = a.clamp(max=limit)
+    return a * torch.sigmoid(alpha * a) * (b.clamp(-limit, limit)
+                                           + glu_linear_offset)
 
 
 def linear_ref(m, x, p):
@@ -110,7 +121,7 @@ def mlp_ref(m, x, p):
     ln = norm_ref(x, p["layer_norm_weight"], p.get("layer_norm_bias"),
                   m.normalization, m.eps, m.zero_centered_gamma)
     h = activation_ref(F.linear(ln, p["fc1_weight"], p.get("fc1_bias")),
-                       m.activation)
+                       m.activation, m.activation_params)
     return (F.linear(h, p["fc2_weight"], p.get("fc2_bias")),)
 
 
@@ -144,6 +155,20 @@ CASES = [
     ("LayerNormMLP swiglu RMSNorm",
      lambda: te.LayerNormMLP(256, 512, activation="swiglu",
                              normalization="RMSNorm", params_dtype=BF16),
+     mlp_ref, (64, 2, 256)),
+    # fc1's outputs have a standard deviation near 0.4 here: a limit of
+    # 0.3 clamps a good part of both halves (and their gradients).
+    ("LayerNormMLP clamped_swiglu (GPT-OSS) limit 0.3",
+     lambda: te.LayerNormMLP(256, 512, activation="clamped_swiglu",
+                             activation_params={"limit": 0.3,
+                                                "alpha": 1.702},
+                             normalization="RMSNorm", params_dtype=BF16),
+     mlp_ref, (64, 2, 256)),
+    ("LayerNormMLP clamped_swiglu limit 0.5, no offset",
+     lambda: te.LayerNormMLP(256, 512, activation="clamped_swiglu",
+                             activation_params={"limit": 0.5, "alpha": 1.0,
+                                                "glu_linear_offset": 0.0},
+                             params_dtype=BF16),
      mlp_ref, (64, 2, 256)),
 ]
 
@@ -505,6 +530,41 @@ class _RngTracker:
             torch.cuda.set_rng_state(outer)
 
 
+def check_clamps_matter():
+    """The clamped_swiglu cases can fail: at their sizes and limits
+    dropping the clamps, alpha or the offset moves the reference's output
+    or input gradient by more than 3x the bf16 bound (so the bf16 cases
+    would fail a kernel that ignored one), and tejit's LayerNormMLP in bf16
+    follows the clamped reference."""
+    gaps = []
+    for name, factory, reference, shape in CASES:
+        if "clamped_swiglu" not in name:
+            continue
+        module = factory()
+        perturb(module)
+        x = torch.randn(shape, device="cuda", dtype=BF16, requires_grad=True)
+        outputs, dys = train_step(module, x, None)
+        want, want_dx, _ = reference_step(module, reference, x, dys)
+        params = module.activation_params
+        variants = {"no clamp": dict(params, limit=1e30),
+                    "alpha 1": dict(params, alpha=1.0),
+                    "offset +1": dict(params, glu_linear_offset=params[
+                        "glu_linear_offset"] + 1.0)}
+        for label, changed in variants.items():
+            module.activation_params = changed
+            other, other_dx, _ = reference_step(module, reference, x, dys)
+            module.activation_params = params
+            gap = max(rel_l2(other[0], want[0]), rel_l2(other_dx, want_dx))
+            if not gap > 3 * L2_NONE:
+                raise AssertionError(f"{name}: {label} moves the reference "
+                                     f"by only {gap:.4f}")
+            gaps.append(f"{label} {gap:.3f}")
+        error = rel_l2(outputs[0], want[0])
+        if not error < L2_NONE:
+            raise AssertionError(f"{name}: output rel L2 {error:.4f}")
+    return "reference moves by " + ", ".join(gaps)
+
+
 def check_norms_ignore_fp8():
     module = te.LayerNorm(256, params_dtype=BF16)
     x = torch.randn(128, 256, device="cuda", dtype=BF16, requires_grad=True)
@@ -665,6 +725,7 @@ def all_checks():
         ("no_grad leaves the FP8 state", check_no_grad_leaves_fp8_state),
         ("activation checkpointing", check_activation_checkpointing),
         ("norm modules ignore FP8", check_norms_ignore_fp8),
+        ("clamped_swiglu's clamps matter", check_clamps_matter),
         ("interleaved forwards", check_interleaved_forwards),
         ("unused ln_output", check_unused_output),
         ("side stream", check_side_stream),

@@ -10,6 +10,7 @@ context_parallel_of for a process group: tests/python checks the argument
 checks on machines without PyTorch (loading this file by path).
 """
 import functools
+import math
 import operator
 import warnings
 
@@ -28,12 +29,51 @@ _DEFAULTS_ONLY = {
     "symmetric_ar_type": (None,),
     "save_original_input": (False,),
     "return_layernorm_output_gathered": (False,),
-    "activation_params": (None,),
     # The attention modules'.
     "ub_tp_comm_overlap": (False,),
 }
 
 NORMALIZATIONS = ("LayerNorm", "RMSNorm")
+
+# TE's activation_params: only clamped_swiglu (GPT-OSS's SwiGLU) takes
+# them, with TE's defaults.
+CLAMPED_SWIGLU_DEFAULTS = {"limit": 7.0, "alpha": 1.702,
+                           "glu_linear_offset": 1.0}
+
+
+def activation_params_of(owner, activation, activation_params):
+    """The spec's `activation_params` for TE's arguments: for
+    "clamped_swiglu" every parameter (TE's defaults where not given:
+    limit 7.0, alpha 1.702, glu_linear_offset 1.0), as floats; else None.
+    ValueError naming activation_params for parameters with another
+    activation, an unknown key, a value that is not a finite number, or a
+    limit not above 0."""
+    if activation != "clamped_swiglu":
+        if activation_params:
+            raise ValueError(
+                f"{owner}: activation_params is only used by "
+                f"activation='clamped_swiglu', got {activation_params!r} "
+                f"with activation={activation!r}")
+        return None
+    given = dict(activation_params or {})
+    unknown = sorted(set(given) - set(CLAMPED_SWIGLU_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"{owner}: activation_params has unknown key(s) "
+            f"{', '.join(map(repr, unknown))}; clamped_swiglu takes "
+            f"{', '.join(CLAMPED_SWIGLU_DEFAULTS)}")
+    params = {}
+    for name, default in CLAMPED_SWIGLU_DEFAULTS.items():
+        value = given.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ValueError(f"{owner}: activation_params[{name!r}] must be "
+                             f"a finite number, got {value!r}")
+        params[name] = float(value)
+    if params["limit"] <= 0:
+        raise ValueError(f"{owner}: activation_params['limit'] must be "
+                         f"greater than 0, got {params['limit']!r}")
+    return params
 
 
 def check_defaults(owner, **arguments):

@@ -7,10 +7,19 @@ from .. import _checkpointing
 from .base import TransformerEngineBaseModule
 
 # docs/spec-format.md's activations; the gated ones split fc1's doubled
-# output into act(first half) * second half.
+# output into act(first half) * second half (clamped_swiglu: GPT-OSS's
+# SwiGLU, with TE's activation_params: _args.activation_params_of).
 ACTIVATIONS = ("gelu", "geglu", "qgelu", "qgeglu", "relu", "reglu", "srelu",
-               "sreglu", "silu", "swiglu")
-GATED = ("geglu", "qgeglu", "reglu", "sreglu", "swiglu")
+               "sreglu", "silu", "swiglu", "clamped_swiglu")
+GATED = ("geglu", "qgeglu", "reglu", "sreglu", "swiglu", "clamped_swiglu")
+
+
+def with_activation_params(layer, activation_params):
+    """`layer` (a spec) with `activation_params` (activation_params_of's)
+    when there are any."""
+    if activation_params is not None:
+        layer["activation_params"] = dict(activation_params)
+    return layer
 
 
 class LayerNormMLP(TransformerEngineBaseModule):
@@ -41,12 +50,21 @@ class LayerNormMLP(TransformerEngineBaseModule):
     seq_length, micro_batch_size (userbuffers sizing) and name are
     accepted and unused.
 
+    `activation` as TE's (gelu, geglu, qgelu, qgeglu, relu, reglu, srelu,
+    sreglu, silu, swiglu, clamped_swiglu); `activation_params` (TE's)
+    only with clamped_swiglu, GPT-OSS's SwiGLU: with a the first half of
+    fc1's output and b the second, min(a, limit) * sigmoid(alpha *
+    min(a, limit)) * (clamp(b, -limit, limit) + glu_linear_offset), keys
+    limit, alpha, glu_linear_offset (TE's defaults 7.0, 1.702, 1.0).
+
     `checkpoint=True` (TE's): the block keeps only its input for the
     backward and recomputes its forward there (tejit.pytorch.checkpoint:
     the same FP8 scales, bit for bit the results of checkpoint=False).
     TE's own recomputation skips fc2, which this one reruns: one more GEMM
     of the six a step runs, for the memory of fc1's output and the
     activation."""
+
+    activation_params = None  # (pickles from before clamped_swiglu)
 
     def __init__(self, hidden_size, ffn_hidden_size, eps=1e-5,
                  sequence_parallel=False, return_bias=False,
@@ -66,7 +84,7 @@ class LayerNormMLP(TransformerEngineBaseModule):
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "LayerNormMLP"
         _args.check_defaults(
-            owner, activation_params=activation_params,
+            owner,
             return_layernorm_output_gathered=return_layernorm_output_gathered,
             ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
@@ -84,6 +102,8 @@ class LayerNormMLP(TransformerEngineBaseModule):
             raise ValueError(f"{owner}: activation {activation!r} is not "
                              f"supported by tejit; choose one of "
                              f"{', '.join(ACTIVATIONS)}")
+        self.activation_params = _args.activation_params_of(
+            owner, activation, activation_params)
         self.hidden_size = int(hidden_size)
         self.ffn_hidden_size = int(ffn_hidden_size)
         self.eps = float(eps)
@@ -115,6 +135,7 @@ class LayerNormMLP(TransformerEngineBaseModule):
                  "normalization": self.normalization, "eps": self.eps,
                  "zero_centered_gamma": self.zero_centered_gamma,
                  "return_layernorm_output": self.return_layernorm_output}
+        with_activation_params(layer, self.activation_params)
         return _args.tensor_parallel_spec(layer, self.tp_size, None,
                                           self.sequence_parallel)
 

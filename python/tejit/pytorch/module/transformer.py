@@ -10,7 +10,7 @@ from .attention import (check_cross_mask_type, mask_type_of_call,
 from ._kv_cache import run_kv_cache_block
 from .base import TransformerEngineBaseModule, rng_fork
 from .layernorm import LayerNorm
-from .layernorm_mlp import ACTIVATIONS, LayerNormMLP
+from .layernorm_mlp import ACTIVATIONS, LayerNormMLP, with_activation_params
 from .multi_head_attention import MultiheadAttention
 from .rmsnorm import RMSNorm
 
@@ -29,7 +29,9 @@ class TransformerLayer(TransformerEngineBaseModule):
     initializes QKV and fc1,
     output_layer_init_method proj and fc2 (both default N(0, 0.023^2), as
     TE's). The submodules also run on their own (each compiles its own
-    program).
+    program). activation and activation_params as LayerNormMLP's
+    (activation="clamped_swiglu" with activation_params {limit, alpha,
+    glu_linear_offset}: GPT-OSS's MLP).
 
     forward(hidden_states [s, b, hidden] (attn_input_format sbhd) / [b, s,
     hidden] (bshd)) returns the same shape. attention_mask,
@@ -100,6 +102,7 @@ class TransformerLayer(TransformerEngineBaseModule):
     `is_first_microbatch` is TE's FP8 weight caching (Linear.forward)."""
 
     _has_attention = True  # fp8_dpa reaches its spec
+    activation_params = None  # (pickles from before clamped_swiglu)
 
     def __init__(self, hidden_size, ffn_hidden_size, num_attention_heads,
                  num_gqa_groups=None, layernorm_epsilon=1e-5,
@@ -127,9 +130,7 @@ class TransformerLayer(TransformerEngineBaseModule):
         super().__init__(params_dtype)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "TransformerLayer"
-        _args.check_defaults(
-            owner, ub_tp_comm_overlap=ub_tp_comm_overlap,
-            activation_params=activation_params)
+        _args.check_defaults(owner, ub_tp_comm_overlap=ub_tp_comm_overlap)
         tp = self._init_tensor_parallel(owner, tp_group, tp_size,
                                         sequence_parallel,
                                         get_rng_state_tracker)
@@ -184,6 +185,8 @@ class TransformerLayer(TransformerEngineBaseModule):
             raise ValueError(f"{owner}: activation {activation!r} is not "
                              f"supported by tejit; choose one of "
                              f"{', '.join(ACTIVATIONS)}")
+        self.activation_params = _args.activation_params_of(
+            owner, activation, activation_params)
         self.hidden_size = int(hidden_size)
         self.ffn_hidden_size = int(ffn_hidden_size)
         self.num_attention_heads = int(num_attention_heads)
@@ -251,7 +254,7 @@ class TransformerLayer(TransformerEngineBaseModule):
         self.layernorm_mlp = LayerNormMLP(
             self.hidden_size, self.ffn_hidden_size, eps=layernorm_epsilon,
             init_method=init_method, bias=bias, normalization=normalization,
-            activation=activation,
+            activation=activation, activation_params=activation_params,
             output_layer_init_method=output_layer_init_method,
             params_dtype=self.params_dtype,
             zero_centered_gamma=zero_centered_gamma, device=device,
@@ -312,7 +315,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             window_size = window_of_call("TransformerLayer", self.window_size,
                                          None, mask_type)
         active = self._dropout_active()
-        return _attention_specs.transformer_layer_spec(
+        layer = _attention_specs.transformer_layer_spec(
             self.hidden_size, self.ffn_hidden_size, self.num_attention_heads,
             self.kv_channels, self.num_gqa_groups, self.layernorm_epsilon,
             self.normalization, self.zero_centered_gamma, self.activation,
@@ -329,6 +332,7 @@ class TransformerLayer(TransformerEngineBaseModule):
             self.drop_path_rate if active else 0.0, self.tp_size,
             self.sequence_parallel, attention_bias=bias,
             context_parallel=self._context_parallel())
+        return with_activation_params(layer, self.activation_params)
 
     def forward(self, hidden_states, attention_mask=None,
                 self_attn_mask_type=None, window_size=None,
