@@ -50,6 +50,13 @@ BF16 = torch.bfloat16
 L2_NONE = 1.6e-2
 L2_FP8_OUTPUT = 0.1
 L2_FP8_GRAD = 0.2
+# clamped_swiglu's derivative steps at +-limit: fc1's gradients in bf16
+# get test_attention_layers' ReLU bound (elements whose bf16 and float32
+# inputs straddle a limit flip whole), and every gradient under FP8 a
+# looser one (an input rounded to FP8 across a limit flips its element;
+# tests/unit's FP8 bounds for it are 0.4-0.55).
+L2_CLAMPED_FC1 = 0.1
+L2_FP8_CLAMPED_GRAD = 0.5
 FP8_WARMUP_STEPS = 2
 
 
@@ -222,6 +229,9 @@ def check_layer(factory, reference, shape, fp8_recipe):
     ref_outputs, ref_dx, ref_grads = reference_step(module, reference, x, dys)
     out_limit = L2_FP8_OUTPUT if uses_fp8 else L2_NONE
     grad_limit = L2_FP8_GRAD if uses_fp8 else L2_NONE
+    clamped = getattr(module, "activation", "") == "clamped_swiglu"
+    if clamped and uses_fp8:
+        grad_limit = L2_FP8_CLAMPED_GRAD
     errors = {}
     for index, (got, want) in enumerate(zip(outputs, ref_outputs)):
         if tuple(got.shape) != tuple(want.shape):
@@ -235,7 +245,9 @@ def check_layer(factory, reference, shape, fp8_recipe):
         if p.grad.dtype != p.dtype or p.grad.shape != p.shape:
             raise AssertionError(f"{pname}.grad is {p.grad.dtype} "
                                  f"{tuple(p.grad.shape)}")
-        errors[f"d_{pname}"] = (rel_l2(p.grad, ref_grads[pname]), grad_limit)
+        errors[f"d_{pname}"] = (rel_l2(p.grad, ref_grads[pname]),
+                                L2_CLAMPED_FC1 if clamped and not uses_fp8
+                                and pname.startswith("fc1_") else grad_limit)
     worst = max(errors, key=lambda k: errors[k][0] / errors[k][1]
                 if math.isfinite(errors[k][0]) else math.inf)
     detail = ", ".join(f"{k} {e:.4f}" for k, (e, _) in errors.items())

@@ -19,7 +19,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 sys.path.insert(0, os.path.join(REPO, "python"))
 
 import tejit  # noqa: E402
-from torch_free import load  # noqa: E402
+from torch_free import library_loads, load  # noqa: E402
 
 args = load("module/_args.py", "tejit_args_activation")
 
@@ -77,6 +77,7 @@ def mlp_spec(activation_params=None, activation="clamped_swiglu"):
             "batch_size": 2, "layers": [layer]}
 
 
+@unittest.skipUnless(library_loads(), "needs libtejit.so")
 class CompilerTest(unittest.TestCase):
     """The compiler's spec key, through the library (tejit.compile_ir)."""
 
