@@ -206,7 +206,9 @@ tejit_status tejit_meta_device_pointer(tejit_program *program, size_t index,
 
 /* Restarts the dropout random stream at `seed` (offset 0; each forward then
    moves the offset on, on the device, so CUDA-graph replays draw fresh
-   masks). Waits for the upload. */
+   masks). Waits for the upload. Under context parallelism each rank draws
+   its masks by local position, so give each rank its own seed (as
+   tejit.pytorch does: docs/context-parallel.md). */
 tejit_status tejit_set_seed(tejit_program *program, uint64_t seed);
 /* The device address of the dropout stream's state (two uint64: seed, then
    offset), NULL when the program draws no dropout masks. Copying the 16
