@@ -1101,8 +1101,9 @@ func.func @f(%a: $A, %b: $B, %sa: $SA, %sb: $SB, %m: $M) -> $Y {
                       1e-13 * magnitude)
               << "group " << group << " [" << i << ", " << j << "]";
         }
-    if (c.used() > 0)
+    if (c.used() > 0) {
       EXPECT_GT(maxAbs(out[0]), 0.0);
+    }
   }
 }
 
