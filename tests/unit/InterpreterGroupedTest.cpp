@@ -368,8 +368,9 @@ func.func @f(%x: $X, %m: $M, %w: $W) -> $Y {
             }
         expected.shape.assign(yShape.begin(), yShape.end());
         EXPECT_TRUE(allClose(out[0], expected));
-        if (c.used() > 0)
+        if (c.used() > 0) {
           EXPECT_GT(maxAbs(expected), 0.5) << "a weak case";
+        }
       }
 }
 
@@ -1031,8 +1032,9 @@ func.func @f(%a: $A, %b: $B, %sa: $SA, %sb: $SB, %m: $M$OPTARG) -> $Y {
                 << "row " << row << " col " << j;
           }
       EXPECT_TRUE(rowsAreZero(out[0], c.used(), t));
-      if (c.used() > 0)
+      if (c.used() > 0) {
         EXPECT_GT(maxAbs(out[0]), 0.0);
+      }
     }
 }
 
