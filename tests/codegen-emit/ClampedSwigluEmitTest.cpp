@@ -33,9 +33,19 @@ struct Case {
   bool training;
 };
 
+std::string nameOf(const Case &c) {
+  return (c.recipe.empty() ? std::string("spec") : c.recipe) +
+         (c.training ? "_training" : "_inference");
+}
+
 std::string caseName(const ::testing::TestParamInfo<Case> &info) {
-  return (info.param.recipe.empty() ? std::string("spec") : info.param.recipe) +
-         (info.param.training ? "_training" : "_inference");
+  return nameOf(info.param);
+}
+
+/// gtest prints a parameter without one as its bytes, which ctest's test
+/// names then carry (pointer values: other names each build).
+[[maybe_unused]] void PrintTo(const Case &c, std::ostream *os) {
+  *os << nameOf(c);
 }
 
 class ClampedSwigluEmit : public tejit::testing::TeIrTest,
