@@ -70,15 +70,25 @@ float fromBf16(uint16_t value) {
   return result;
 }
 
-/// Normal data with standard deviation `sigma`; bf16 tensors only (the
-/// example's spec is bf16).
+/// Normal data with standard deviation `sigma`; bf16 tensors (the params
+/// dtype of the example specs) and float32 ones (rotary tables: any angles
+/// do for this example).
 void fillRandom(const Tensor &tensor, float sigma, std::mt19937 &rng) {
+  std::normal_distribution<float> normal(0.f, sigma);
+  if (tensor.info.dtype == TEJIT_F32) {
+    std::vector<float> host(tensor.info.bytes / 4);
+    for (float &value : host)
+      value = normal(rng);
+    CHECK_CUDA(cudaMemcpy(tensor.data, host.data(), tensor.info.bytes,
+                          cudaMemcpyHostToDevice));
+    return;
+  }
   if (tensor.info.dtype != TEJIT_BF16) {
-    std::fprintf(stderr, "this example fills bf16 tensors only ('%s')\n",
+    std::fprintf(stderr,
+                 "this example fills bf16 and float32 tensors only ('%s')\n",
                  tensor.info.name);
     std::exit(1);
   }
-  std::normal_distribution<float> normal(0.f, sigma);
   std::vector<uint16_t> host(tensor.info.bytes / 2);
   for (uint16_t &value : host)
     value = toBf16(normal(rng));
