@@ -42,6 +42,8 @@ step tejit-fp8-attention-check
 step tejit-cp-attention-check
 step tejit-train-step examples/fp8_attention_small.yaml
 step tejit-train-step examples/quickstart_small.yaml
+# GPT-OSS's clamped SwiGLU with rotary tables (float32 inputs).
+step tejit-train-step examples/gpt_oss_small.yaml
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step compute-sanitizer --tool "$tool" --error-exitcode 1 \
