@@ -264,13 +264,25 @@ CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 CP_COMM_TYPES_REFUSED = ("a2a+p2p",)
 
 
-def a2a_divides(cp_size, num_attention_heads, num_gqa_groups, tp_size=1):
-    """Whether each context-parallel rank's share of the heads and of the
-    key/value groups is whole under a2a: the counts per tensor-parallel
-    rank (the global ones / tp_size) divisible by cp_size."""
+def a2a_undivided(cp_size, num_attention_heads, num_gqa_groups, tp_size=1):
+    """(argument name, global count, count per tensor-parallel rank) of the
+    first of the heads and the key/value groups whose count per
+    tensor-parallel rank (the global one / tp_size) cp_size does not
+    divide, so that a2a cannot give each context-parallel rank a whole
+    share; None when both divide."""
     tp_size = int(tp_size)
-    return all((int(count) // tp_size) % int(cp_size) == 0
-               for count in (num_attention_heads, num_gqa_groups))
+    for name, count in (("num_attention_heads", int(num_attention_heads)),
+                        ("num_gqa_groups", int(num_gqa_groups))):
+        if (count // tp_size) % int(cp_size):
+            return name, count, count // tp_size
+    return None
+
+
+def a2a_divides(cp_size, num_attention_heads, num_gqa_groups, tp_size=1):
+    """Whether a2a gives each context-parallel rank a whole share of the
+    heads and key/value groups (a2a_undivided finds none)."""
+    return a2a_undivided(cp_size, num_attention_heads, num_gqa_groups,
+                         tp_size) is None
 
 
 def spec_comm_type(cp_comm_type, a2a_runs=False):
@@ -343,19 +355,18 @@ def check_a2a_heads(owner, cp_size, cp_comm_type, num_attention_heads,
     its key/value groups over the whole sequence."""
     if cp_size <= 1 or cp_comm_type != "a2a":
         return
-    tp_size = int(tp_size)
-    for name, count in (("num_attention_heads", int(num_attention_heads)),
-                        ("num_gqa_groups", int(num_gqa_groups))):
-        per_rank = count // tp_size
-        if per_rank % cp_size:
-            where = (f" ({per_rank} per tensor-parallel rank with tp_size "
-                     f"{tp_size})" if tp_size > 1 else "")
-            raise ValueError(
-                f"{owner}: with cp_comm_type='a2a' each context-parallel "
-                f"rank attends over 1/cp_size of the heads, so {name} "
-                f"({count}){where} must be divisible by cp_size "
-                f"({cp_size}); use cp_comm_type='all_gather' or another "
-                f"cp_size")
+    undivided = a2a_undivided(cp_size, num_attention_heads, num_gqa_groups,
+                              tp_size)
+    if undivided is None:
+        return
+    name, count, per_rank = undivided
+    where = (f" ({per_rank} per tensor-parallel rank with tp_size "
+             f"{tp_size})" if int(tp_size) > 1 else "")
+    raise ValueError(
+        f"{owner}: with cp_comm_type='a2a' each context-parallel rank "
+        f"attends over 1/cp_size of the heads, so {name} ({count}){where} "
+        f"must be divisible by cp_size ({cp_size}); use "
+        f"cp_comm_type='all_gather' or another cp_size")
 
 
 def check_context_parallel_module(owner, cp_size, refusals):
