@@ -239,8 +239,8 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
     flag that the graphed forward sets before each replay.
 
     Not supported (NotImplementedError): `fp8_calibrating` (as in
-    fp8_autocast), and keyword arguments or fp8_weight_caching for
-    callables that are not modules."""
+    fp8_autocast), keyword arguments or fp8_weight_caching for callables
+    that are not modules, and modules with delay_wgrad_compute."""
     single = not isinstance(modules, tuple)
     callables = (modules,) if single else modules
     args_list = (sample_args,) if single else sample_args
@@ -249,6 +249,14 @@ def make_graphed_callables(modules, sample_args, num_warmup_iters=3,
                                 calibrating=fp8_calibrating,
                                 fp8_recipe=fp8_recipe, fp8_group=fp8_group)
     tejit_modules = _tejit_modules(callables)
+    delaying = [type(m).__name__ for m in tejit_modules
+                if m.delay_wgrad_compute]
+    if delaying:
+        raise NotImplementedError(
+            f"make_graphed_callables: {', '.join(delaying)} built with "
+            f"delay_wgrad_compute=True; backward_dw() runs outside the "
+            f"captured graphs, which tejit does not support: build the "
+            f"modules without it")
     before = [module._fp8_meta_state.tensors() for module in tejit_modules]
 
     def capture(first_microbatch):

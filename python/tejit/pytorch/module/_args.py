@@ -14,9 +14,8 @@ import math
 import operator
 import warnings
 
-# TE's arguments for communication overlap (userbuffers), delayed wgrad
-# computation and a few rarer options: tejit runs none of these yet, so
-# only their defaults. (Tensor, sequence and context parallelism are
+# TE's arguments for communication overlap (userbuffers) and a few rarer
+# options: tejit runs none of these yet, so only their defaults. (Tensor, sequence and context parallelism are
 # supported: tp_world_size, context_parallel_of and below.)
 _DEFAULTS_ONLY = {
     "parameters_split": (None,),
@@ -25,7 +24,6 @@ _DEFAULTS_ONLY = {
     "ub_overlap_rs_dgrad": (False,),
     "ub_bulk_dgrad": (False,),
     "ub_bulk_wgrad": (False,),
-    "delay_wgrad_compute": (False,),
     "symmetric_ar_type": (None,),
     "save_original_input": (False,),
     "return_layernorm_output_gathered": (False,),

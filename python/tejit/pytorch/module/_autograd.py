@@ -9,7 +9,7 @@ device; autograd runs a backward on the stream of its forward.
 """
 import torch
 
-from . import _main_grad
+from . import _delayed_wgrad, _main_grad
 
 
 def _kept(tensors, keep):
@@ -21,7 +21,8 @@ def _kept(tensors, keep):
 
 
 class ProgramFunction(torch.autograd.Function):
-    """ProgramFunction.apply(compiled, slots, *inputs): the program's
+    """ProgramFunction.apply(compiled, slots, wgrad_queue, *inputs): the
+    program's
     outputs (one tensor, or a tuple when it has several), differentiable
     with respect to every input the program has a gradient for (activations
     such as `input`/`query` and the parameters; not masks or rotary
@@ -31,10 +32,14 @@ class ProgramFunction(torch.autograd.Function):
     accepted them (an FP8 weight, fp8_model_init's, is its Float8Tensor:
     the program reads its FP8 data, and autograd takes the gradient for it
     in high precision); `slots` (fuse_wgrad_accumulation) a _main_grad.Slot per
-    compiled.main_grad_inputs entry, where those inputs' gradients go."""
+    compiled.main_grad_inputs entry, where those inputs' gradients go;
+    `wgrad_queue` (delay_wgrad_compute: a _delayed_wgrad.WgradQueue, else
+    None) where a program that delays its weight gradients queues them:
+    its backward runs the dgrad half only and autograd gets no gradient for
+    those weights."""
 
     @staticmethod
-    def forward(ctx, compiled, slots, *inputs):
+    def forward(ctx, compiled, slots, wgrad_queue, *inputs):
         device = inputs[0].device
         outputs = compiled.new_outputs(device)
         saved = compiled.new_saved(device)
@@ -48,6 +53,7 @@ class ProgramFunction(torch.autograd.Function):
         # fuse_wgrad_accumulation: the main_grads are read in the backward,
         # as TE reads them.
         ctx.slots = slots
+        ctx.wgrad_queue = wgrad_queue if compiled.delays_wgrad else None
         ctx.counts = (len(inputs), len(outputs))
         ctx.save_for_backward(*_kept(inputs, compiled.keep_inputs),
                               *_kept(outputs, compiled.keep_outputs), saved)
@@ -69,35 +75,70 @@ class ProgramFunction(torch.autograd.Function):
             else:  # e.g. the expanded ones of a .sum(): materialize
                 dy = dy.to(compiled.output_dtype(index)).contiguous()
             dys.append(dy)
-        main_grads = {}  # gradient index -> the buffer the backward adds to
-        stacked = {}  # the same, None for per-group main_grads (NULL)
-        group_pointers = {}  # main_grad output index -> per-group addresses
-        for slot, input_index, output_index in zip(
-                ctx.slots, compiled.main_grad_inputs,
-                compiled.main_grad_outputs):
-            index = compiled.grad_index[input_index]
-            main_grads[index] = slot.buffer(compiled.grad_input_shape(index),
-                                            compiled.grad_input_dtype(index),
-                                            device)
-            stacked[index] = main_grads[index]
-            if isinstance(main_grads[index], _main_grad.GroupBuffers):
-                group_pointers[output_index] = main_grads[index].pointers()
-                stacked[index] = None
-        if compiled.main_grad_outputs:
-            compiled.use_group_pointers(group_pointers)
+        if ctx.wgrad_queue is not None:
+            return _dgrad_only(ctx, inputs, outputs, tensors[-1], dys)
+        # fuse_wgrad_accumulation: gradient index -> the main_grad it adds
+        # to, and the same with None for per-group ones.
+        main_grads, stacked = _main_grad.program_buffers(compiled, ctx.slots,
+                                                         device)
         grads = compiled.new_grad_inputs(device, stacked)
         compiled.program.backward_ex(torch.cuda.current_stream(device),
                                      inputs, outputs, saved,
                                      dys + list(stacked.values()), grads)
-        # needs_input_grad[:2] are `compiled` and `slots`, not tensors.
         returned = [grads[index] if index is not None and needed else None
                     for index, needed in zip(compiled.grad_index,
-                                             ctx.needs_input_grad[2:])]
+                                             _input_needs(ctx))]
         for slot, input_index in zip(ctx.slots, compiled.main_grad_inputs):
             slot.finish(main_grads[compiled.grad_index[input_index]])
             # (An FP8 weight's gradient is of the activations' dtype.)
             shape, dtype = compiled.gradient_spec(input_index)
             returned[input_index] = (
                 slot.gradient(shape, dtype, device)
-                if ctx.needs_input_grad[2 + input_index] else None)
-        return (None, None, *returned)
+                if _input_needs(ctx)[input_index] else None)
+        return (None, None, None, *returned)
+
+
+def _input_needs(ctx):
+    """needs_input_grad of the program's inputs (the first three of apply's
+    arguments are `compiled`, `slots` and `wgrad_queue`)."""
+    return ctx.needs_input_grad[3:]
+
+
+def _dgrad_only(ctx, inputs, outputs, saved_buffer, dys):
+    """The backward of a program that delays its weight gradients: the
+    dgrad half now, the wgrad half queued (with what it reads) for
+    backward_dw. Returns autograd's gradients: none for the weights the
+    wgrad half computes."""
+    compiled, device = ctx.compiled, ctx.device
+    stream = torch.cuda.current_stream(device)
+    deferred_buffer = compiled.new_deferred(device)
+    deferred = compiled.deferred_pointers(deferred_buffer)
+    # main_grads are read by the wgrad half only (NULL here).
+    grad_outputs = dys + [None] * len(compiled.main_grad_outputs)
+    grads = compiled.new_dgrad_inputs(device)
+    compiled.program.backward_dgrad_ex(stream, inputs, outputs,
+                                       ctx.saved_pointers, grad_outputs,
+                                       grads, deferred)
+    ready = torch.cuda.Event()
+    ready.record(stream)
+    reads = compiled.wgrad_reads
+    keep = [deferred_buffer, saved_buffer]
+    # What the wgrad half reads (tensors, or the saved addresses), None
+    # elsewhere.
+    pointers = {"saved": [p if used else None for p, used in
+                          zip(ctx.saved_pointers, reads["saved"])],
+                "deferred": deferred}
+    for kind, tensors in (("inputs", inputs), ("outputs", outputs),
+                          ("grad_outputs", grad_outputs)):
+        kept = [t if used and t is not None else None
+                for t, used in zip(tensors, reads[kind])]
+        keep += [t for t in kept if t is not None]
+        pointers[kind] = kept
+    ctx.wgrad_queue.put(_delayed_wgrad.PendingWgrad(
+        compiled, device, pointers, keep, ctx.slots, list(_input_needs(ctx)),
+        ready))
+    return (None, None, None,
+            *[grads[index] if index is not None and needed
+              and index not in compiled.wgrad_writes else None
+              for index, needed in zip(compiled.grad_index,
+                                       _input_needs(ctx))])

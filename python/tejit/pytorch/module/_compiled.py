@@ -71,6 +71,16 @@ def _backward_reads(program):
     return inputs, read & everything[1]
 
 
+def _packed_offsets(infos):
+    """(The offset of each tensor in one byte buffer, at 256-byte aligned
+    offsets (FP8 GEMM operands need 16); the buffer's size)."""
+    offsets, offset = [], 0
+    for info in infos:
+        offsets.append(offset)
+        offset += -(-info.nbytes // SAVED_ALIGNMENT) * SAVED_ALIGNMENT
+    return offsets, offset
+
+
 class CompiledProgram:
     """A compiled program with what the modules need to call it."""
 
@@ -172,11 +182,24 @@ class CompiledProgram:
         # The saved tensors live in one byte buffer per forward (one
         # allocation instead of one per tensor), each at a 256-byte aligned
         # offset (FP8 GEMM operands need 16).
-        self._saved_offsets, offset = [], 0
-        for info in program.saved:
-            self._saved_offsets.append(offset)
-            offset += -(-info.nbytes // SAVED_ALIGNMENT) * SAVED_ALIGNMENT
-        self._saved_bytes = offset
+        self._saved_offsets, self._saved_bytes = _packed_offsets(
+            program.saved)
+        # delay_wgrad_compute (_delayed_wgrad.py): the tensors the dgrad
+        # half writes for the wgrad half (one byte buffer per backward, as
+        # the saved ones), what the wgrad half reads per kind, and the
+        # gradient indices it writes (the dgrad half writes the others).
+        self.delays_wgrad = bool(getattr(program, "delays_wgrad", False))
+        self._deferred_offsets, self._deferred_bytes = _packed_offsets(
+            getattr(program, "deferred", []) if self.delays_wgrad else [])
+        self.wgrad_reads, self.wgrad_writes = {}, frozenset()
+        if self.delays_wgrad:
+            self.wgrad_reads = {
+                kind: [program.used_by_wgrad(kind, index)
+                       for index in range(len(getattr(program, kind)))]
+                for kind in ("inputs", "outputs", "saved", "grad_outputs")}
+            self.wgrad_writes = frozenset(
+                index for index in range(len(program.grad_inputs))
+                if program.used_by_wgrad("grad_inputs", index))
         if self.training:
             read_inputs, read_outputs = _backward_reads(program)
             # A host input (a few bytes) is always kept: the backward reads
@@ -217,6 +240,17 @@ class CompiledProgram:
                         zip(self._saved_in_cache, pointers)]
         return pointers
 
+    def new_deferred(self, device):
+        """One byte buffer for the tensors a delayed-wgrad backward's dgrad
+        half writes for its wgrad half; deferred_pointers gives their
+        addresses."""
+        return torch.empty(self._deferred_bytes, dtype=torch.uint8,
+                           device=device)
+
+    def deferred_pointers(self, buffer):
+        base = buffer.data_ptr()
+        return [base + offset for offset in self._deferred_offsets]
+
     def use_group_pointers(self, pointers):
         """Gives the program, for each main_grad output index in
         `pointers`, its per-group main_grad addresses (a grouped weight's
@@ -235,6 +269,21 @@ class CompiledProgram:
         given = given or {}  # None: no buffer (NULL)
         return [given[index] if index in given else
                 torch.empty(shape, dtype=dtype, device=device)
+                for index, (shape, dtype) in enumerate(self._grad_inputs)]
+
+    def new_dgrad_inputs(self, device):
+        """The dgrad half's gradient buffers: None (NULL) for those the
+        wgrad half writes."""
+        return [None if index in self.wgrad_writes else
+                torch.empty(shape, dtype=dtype, device=device)
+                for index, (shape, dtype) in enumerate(self._grad_inputs)]
+
+    def new_wgrad_inputs(self, device, given):
+        """The wgrad half's gradient buffers (`given`: gradient index ->
+        main_grad buffer), None (NULL) for the dgrad half's."""
+        return [given.get(index) if index in given else
+                torch.empty(shape, dtype=dtype, device=device)
+                if index in self.wgrad_writes else None
                 for index, (shape, dtype) in enumerate(self._grad_inputs)]
 
     def grad_input_shape(self, index):

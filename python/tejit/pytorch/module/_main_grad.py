@@ -57,6 +57,26 @@ def checked_main_grad(parameter, name, dtype=torch.float32):
     return main_grad
 
 
+def program_buffers(compiled, slots, device):
+    """The main_grads a backward of `compiled` (a _compiled.CompiledProgram)
+    adds to, one per `slots` entry (compiled.main_grad_inputs'): (gradient
+    index -> buffer or GroupBuffers, the same with None for GroupBuffers,
+    whose addresses the program is given here)."""
+    main_grads, stacked, group_pointers = {}, {}, {}
+    for slot, input_index, output_index in zip(
+            slots, compiled.main_grad_inputs, compiled.main_grad_outputs):
+        index = compiled.grad_index[input_index]
+        buffer = slot.buffer(compiled.grad_input_shape(index),
+                             compiled.grad_input_dtype(index), device)
+        main_grads[index] = stacked[index] = buffer
+        if isinstance(buffer, GroupBuffers):
+            group_pointers[output_index] = buffer.pointers()
+            stacked[index] = None
+    if compiled.main_grad_outputs:
+        compiled.use_group_pointers(group_pointers)
+    return main_grads, stacked
+
+
 class Slot:
     """One program input whose gradient goes to main_grad: the parameters
     it is made of, and how their main_grads become the program's buffer
@@ -91,17 +111,24 @@ class Slot:
         if self._split is not None and self._trained():
             self._split(buffer, [p.main_grad for p in self.parameters])
 
+    def mark_added_to_main_grad(self):
+        """Sets Megatron-LM's `grad_added_to_main_grad` on the trained
+        parameters when they all have it; whether they did."""
+        if not self._trained() or not all(
+                hasattr(p, "grad_added_to_main_grad")
+                for p in self.parameters):
+            return False
+        for p in self.parameters:
+            p.grad_added_to_main_grad = True
+        return True
+
     def gradient(self, shape, dtype, device):
         """What autograd gets for the input (of `shape`, `dtype`), as in
         TE: with Megatron-LM's `grad_added_to_main_grad` on the weights, a
         placeholder (zeros with `zero_out_wgrad`) that autograd carries to
         them, and the attribute set; else None."""
-        if not self._trained() or not all(
-                hasattr(p, "grad_added_to_main_grad")
-                for p in self.parameters):
+        if not self.mark_added_to_main_grad():
             return None
-        for p in self.parameters:
-            p.grad_added_to_main_grad = True
         zero = any(getattr(p, "zero_out_wgrad", False)
                    for p in self.parameters)
         return (torch.zeros if zero else torch.empty)(shape, dtype=dtype,
@@ -199,6 +226,16 @@ class StackedSlot(Slot):
             g if g is not None else torch.zeros(p.shape, dtype=dtype,
                                                 device=device)
             for g, p in zip(grads, self.parameters)])
+
+    def mark_added_to_main_grad(self):
+        """Per parameter: sets `grad_added_to_main_grad` on the trained
+        ones that have it; whether any had."""
+        marked = False
+        for parameter in self.parameters:
+            if parameter.requires_grad and hasattr(parameter,
+                                                   "grad_added_to_main_grad"):
+                parameter.grad_added_to_main_grad = marked = True
+        return marked
 
     def gradient(self, shape, dtype, device):
         """TE's rule per parameter (GroupedLinear's backward): a trained

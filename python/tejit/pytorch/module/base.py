@@ -82,7 +82,8 @@ import tejit
 
 from .. import _checkpointing, _distributed, fp8
 from ..float8_tensor import Float8Tensor
-from . import _args, _autograd, _compiled, _fp8_weights, _main_grad, _meta
+from . import (_args, _autograd, _compiled, _delayed_wgrad, _fp8_weights,
+               _main_grad, _meta)
 from ._args import default_init_method, gamma_init
 
 SPEC_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16",
@@ -268,6 +269,8 @@ class TransformerEngineBaseModule(torch.nn.Module):
     _fp8_init = None
     _fp8_weight_names = frozenset()
     primary_weights_in_fp8 = False
+    # delay_wgrad_compute's default (_init_delay_wgrad sets it).
+    delay_wgrad_compute = False
 
     def __init__(self, params_dtype):
         super().__init__()
@@ -305,6 +308,48 @@ class TransformerEngineBaseModule(torch.nn.Module):
         self._fp8_init = fp8.get_fp8_model_init()
         self._fp8_weight_names = set()
         self.primary_weights_in_fp8 = self._fp8_init is not None
+        # TE's delay_wgrad_compute: the weight gradients backward_dw()
+        # computes, and the hooks it runs after (_delayed_wgrad.py).
+        self._wgrad_queue = _delayed_wgrad.WgradQueue()
+
+    # --- delayed weight gradients (TE's delay_wgrad_compute) -----------------
+
+    def _init_delay_wgrad(self, delay_wgrad_compute):
+        """TE's delay_wgrad_compute: the training programs split their
+        backward (the spec's delay_wgrad_compute), autograd's backward
+        computes no weight gradient, backward_dw() does."""
+        self.delay_wgrad_compute = bool(delay_wgrad_compute)
+
+    def need_backward_dw(self):
+        """Whether backward_dw() must run to finish the weight gradients
+        (TE's)."""
+        return self.delay_wgrad_compute
+
+    def backward_dw(self):
+        """Computes the weight gradients of the oldest backward that
+        delayed them (TE's): added to each weight's `.grad` (set when
+        None), or to its `.main_grad` under fuse_wgrad_accumulation; then
+        runs the hooks given to register_wgrad_accumulation_and_reduce_hooks.
+        Does nothing without delay_wgrad_compute or a pending backward."""
+        if not self.delay_wgrad_compute:
+            return
+        pending = self._queue().pop()
+        if pending is None:
+            return
+        pending.run(lambda name, gradient: _delayed_wgrad.accumulate(
+            self._parameter(name), gradient))
+        for hook in self._queue().hooks:
+            hook()
+
+    def register_wgrad_accumulation_and_reduce_hooks(self, hook):
+        """TE's: `hook()` runs after each backward_dw (e.g. Megatron-LM's
+        gradient reduction of the weights backward_dw finished)."""
+        self._queue().hooks.append(hook)
+
+    def _queue(self):
+        if "_wgrad_queue" not in self.__dict__:  # unpickled from before
+            self._wgrad_queue = _delayed_wgrad.WgradQueue()
+        return self._wgrad_queue
 
     # --- tensor parallelism ------------------------------------------------
 
@@ -871,6 +916,9 @@ class TransformerEngineBaseModule(torch.nn.Module):
                 # The GEMM weights arrive in FP8, with their scale_inv (and
                 # transpose, for training) as inputs.
                 layer["fp8_weights"] = True
+            if training and self.delay_wgrad_compute:
+                # The backward's weight gradients wait for backward_dw.
+                layer["delay_wgrad_compute"] = True
             if fuse_wgrad:
                 # The backward adds each GEMM weight's gradient to its
                 # .main_grad (_autograd.py), of the main_grads' dtype.
@@ -938,8 +986,10 @@ class TransformerEngineBaseModule(torch.nn.Module):
         if recorded:
             slots = [self._main_grad_slot(compiled.input_names[index])
                      for index in compiled.main_grad_inputs]
-            outputs = _autograd.ProgramFunction.apply(compiled, slots,
-                                                      *arguments)
+            outputs = _autograd.ProgramFunction.apply(
+                compiled, slots,
+                self._queue() if self.delay_wgrad_compute else None,
+                *arguments)
             if not isinstance(outputs, tuple):
                 outputs = (outputs,)
         elif compiled.training:

@@ -51,8 +51,8 @@ class LayerNormLinear(TransformerEngineBaseModule):
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_wgrad=ub_bulk_wgrad, ub_bulk_dgrad=ub_bulk_dgrad,
-            delay_wgrad_compute=delay_wgrad_compute,
             symmetric_ar_type=symmetric_ar_type)
+        self._init_delay_wgrad(delay_wgrad_compute)
         self.parallel_mode = _args.check_parallel_mode(owner, parallel_mode)
         tp = self._init_tensor_parallel(owner, tp_group, tp_size,
                                         sequence_parallel,

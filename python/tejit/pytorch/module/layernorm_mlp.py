@@ -89,8 +89,8 @@ class LayerNormMLP(TransformerEngineBaseModule):
             ub_overlap_ag=ub_overlap_ag, ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad,
-            delay_wgrad_compute=delay_wgrad_compute,
             symmetric_ar_type=symmetric_ar_type)
+        self._init_delay_wgrad(delay_wgrad_compute)
         tp = self._init_tensor_parallel(owner, tp_group, tp_size,
                                         sequence_parallel,
                                         get_rng_state_tracker)
