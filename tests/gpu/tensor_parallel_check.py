@@ -47,8 +47,8 @@ TransformerLayer whose outputs and scales keep matching; FP8 weights
 (fp8_model_init: every rank's shard scale the same, a step after SGD
 against the tp=1 module); a module without
 a group refuses to run; set_tensor_parallel_group after construction.
-Cases: Linear column and row, LayerNormLinear column, LayerNormMLP gelu and
-swiglu, MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
+Cases: Linear column and row, LayerNormLinear column, LayerNormMLP gelu,
+swiglu and clamped_swiglu (GPT-OSS's, limit 1), MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
 DotProductAttention (local heads, no communication), TransformerLayer
 (hidden_dropout = attention_dropout = 0; also a decoder, whose
 cross-attention's keys and values come from an encoder output),
@@ -537,11 +537,13 @@ def layernorm_linear_case(mode, seed):
                        output_split=-1, out_features=512)
 
 
-def mlp_case(mode, activation, seed, hidden=256, ffn=1024, tokens=128):
+def mlp_case(mode, activation, seed, hidden=256, ffn=1024, tokens=128,
+             activation_params=None):
     def make(**tp):
         if tp:
             tp["set_parallel_mode"] = True
         return te.LayerNormMLP(hidden, ffn, activation=activation,
+                               activation_params=activation_params,
                                params_dtype=BF16, **tp)
     gated = activation.endswith("glu")
     return module_case(make, lambda name: block_kind(name, gated=gated),
@@ -936,6 +938,12 @@ def cases(full_size, seed):
              lambda mode=mode: mlp_case(mode, "gelu", seed)),
             (f"LayerNormMLP swiglu 256/1024 [{mode}]",
              lambda mode=mode: mlp_case(mode, "swiglu", seed)),
+            # GPT-OSS's clamped SwiGLU; a limit that clamps part of fc1's
+            # output, so the shards' clamps are checked.
+            (f"LayerNormMLP clamped_swiglu 256/1024, limit 1 [{mode}]",
+             lambda mode=mode: mlp_case(
+                 mode, "clamped_swiglu", seed,
+                 activation_params={"limit": 1.0})),
             (f"MultiheadAttention GQA 8/4 heads, split QKV [{mode}]",
              lambda mode=mode: mha_case(mode, seed)),
             (f"MultiheadAttention GQA 8/4 heads, fused interleaved QKV "
