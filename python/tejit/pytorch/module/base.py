@@ -336,10 +336,14 @@ class TransformerEngineBaseModule(torch.nn.Module):
         pending = self._queue().pop()
         if pending is None:
             return
-        pending.run(lambda name, gradient: _delayed_wgrad.accumulate(
-            self._parameter(name), gradient))
+        pending.run(self._deliver_wgrad)
         for hook in self._queue().hooks:
             hook()
+
+    def _deliver_wgrad(self, name, gradient):
+        """backward_dw: the gradient of the program's input `name` (a
+        module attribute path) to its parameter."""
+        _delayed_wgrad.accumulate(self._parameter(name), gradient)
 
     def register_wgrad_accumulation_and_reduce_hooks(self, hook):
         """TE's: `hook()` runs after each backward_dw (e.g. Megatron-LM's
