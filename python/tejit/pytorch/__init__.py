@@ -54,6 +54,7 @@ from ._checkpointing import checkpoint  # noqa: E402
 from . import attention  # noqa: E402  (TE's RotaryPositionEmbedding)
 from . import distributed  # noqa: E402  (context parallelism's split)
 from .attention.inference import InferenceParams  # noqa: E402
+from . import optimizers  # noqa: E402  (TE's FusedAdam, FusedSGD)
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -62,4 +63,4 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "quantized_model_init", "Float8Tensor", "float8_tensor",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
-           "distributed", "InferenceParams"]
+           "distributed", "InferenceParams", "optimizers"]
