@@ -84,9 +84,11 @@ class FusedAdamTest(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(SEED + zlib.crc32(self.id().encode()))
 
-    def run_adam(self, dtype=torch.float32, steps=4, **options):
-        """Two parameter groups (the second with its own lr); returns
-        (parameters after, float64 references, optimizer)."""
+    def run_adam(self, dtype=None, steps=4, **options):
+        """Two parameter groups (the second with its own lr), parameters
+        of `dtype` (float32); returns (parameters after, float64
+        references, optimizer)."""
+        dtype = dtype or torch.float32
         shapes = [(37, 5), (64,)]
         params = [torch.nn.Parameter(torch.randn(s).to(dtype))
                   for s in shapes]
