@@ -12,8 +12,8 @@ fp8_autocast with FusedAdam(master_weights=True):
   gradients the module produced (relative L2 < 1e-6), and the FP8
   parameter is the master quantized with the parameter's own scale
   (dequantized within half an E4M3 step of it), its transpose refreshed;
-- without master weights the FP8 parameter is updated through its
-  dequantized value; FusedSGD likewise;
+- without master weights (FusedAdam, FusedSGD) the FP8 parameter after a
+  step is its dequantized value's step, quantized;
 - the loss falls over the steps.
 The CPU tests (tests/python/test_pytorch_optimizers.py) check the update
 rules against float64 for plain parameters.
@@ -106,16 +106,23 @@ def test_fused_adam_master_weights_over_fp8_parameters():
 
 @pytest.mark.parametrize("make", ["adam", "sgd"])
 def test_without_master_weights(make):
+    """One step updates each FP8 parameter through its dequantized value:
+    the parameter is then that value's step quantized (Adam's first
+    bias-corrected step moves by lr sign(g); SGD's by lr g). Small updates
+    are lost to the requantization here, which is what master weights are
+    for (the loss need not fall)."""
     module = fp8_mlp(preserve=False)
-    opt = (FusedAdam(module.parameters(), lr=1e-3) if make == "adam" else
-           FusedSGD(module.parameters(), lr=0.05, momentum=0.9))
+    lr = 1e-3 if make == "adam" else 0.05
+    opt = (FusedAdam(module.parameters(), lr=lr, eps=1e-30)
+           if make == "adam" else
+           FusedSGD(module.parameters(), lr=lr, momentum=0.9))
     x = torch.randn(512, 256, device="cuda", dtype=BF16)
     target = torch.randn(512, 256, device="cuda")
     before = {p: p.dequantize(torch.float32) for p in fp8_params(module)}
-    losses = [train_step(module, opt, x, target)[0] for _ in range(5)]
+    _, grads = train_step(module, opt, x, target)
     for p in fp8_params(module):
         assert isinstance(p, te.Float8Tensor)
-        assert not torch.equal(p.dequantize(torch.float32), before[p]), \
-            "the FP8 parameter did not change"
+        g = grads[p].float()
+        step = g.sign() if make == "adam" else g
+        check_quantized_from(p, before[p] - lr * step)
         assert math.isfinite(float(p._scale_inv))
-    assert losses[-1] < losses[0], f"loss did not fall: {losses}"
