@@ -55,6 +55,7 @@ from . import attention  # noqa: E402  (TE's RotaryPositionEmbedding)
 from . import distributed  # noqa: E402  (context parallelism's split)
 from .attention.inference import InferenceParams  # noqa: E402
 from . import optimizers  # noqa: E402  (TE's FusedAdam, FusedSGD)
+from .cpu_offload import get_cpu_offload_context  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -63,4 +64,5 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "quantized_model_init", "Float8Tensor", "float8_tensor",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
-           "distributed", "InferenceParams", "optimizers"]
+           "distributed", "InferenceParams", "optimizers",
+           "get_cpu_offload_context"]

@@ -44,10 +44,11 @@ class ProgramFunction(torch.autograd.Function):
         outputs = compiled.new_outputs(device)
         saved = compiled.new_saved(device)
         # Some may point at the program's kept weight casts: the backward
-        # takes the same list.
-        ctx.saved_pointers = compiled.saved_pointers(saved)
-        compiled.program.forward_ex(torch.cuda.current_stream(device),
-                                    inputs, outputs, ctx.saved_pointers)
+        # takes the same ones.
+        ctx.saved_in_cache = compiled.saved_in_cache()
+        compiled.program.forward_ex(
+            torch.cuda.current_stream(device), inputs, outputs,
+            compiled.saved_pointers(saved, ctx.saved_in_cache))
         ctx.compiled = compiled
         ctx.device = device
         # fuse_wgrad_accumulation: the main_grads are read in the backward,
@@ -67,7 +68,10 @@ class ProgramFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         inputs = tensors[:num_inputs]
         outputs = tensors[num_inputs:num_inputs + num_outputs]
-        saved = ctx.saved_pointers  # tensors[-1], the buffer, kept alive
+        # The addresses in the buffer as autograd hands it back: saved
+        # tensor hooks (torch.autograd.graph.save_on_cpu, CPU offloading)
+        # may have moved it since the forward.
+        saved = compiled.saved_pointers(tensors[-1], ctx.saved_in_cache)
         dys = []
         for index, dy in enumerate(grad_outputs):
             if dy is None:  # an output nothing downstream used
@@ -76,7 +80,8 @@ class ProgramFunction(torch.autograd.Function):
                 dy = dy.to(compiled.output_dtype(index)).contiguous()
             dys.append(dy)
         if ctx.wgrad_queue is not None:
-            return _dgrad_only(ctx, inputs, outputs, tensors[-1], dys)
+            return _dgrad_only(ctx, inputs, outputs, tensors[-1], saved,
+                               dys)
         # fuse_wgrad_accumulation: gradient index -> the main_grad it adds
         # to, and the same with None for per-group ones.
         main_grads, stacked = _main_grad.program_buffers(compiled, ctx.slots,
@@ -104,7 +109,7 @@ def _input_needs(ctx):
     return ctx.needs_input_grad[3:]
 
 
-def _dgrad_only(ctx, inputs, outputs, saved_buffer, dys):
+def _dgrad_only(ctx, inputs, outputs, saved_buffer, saved, dys):
     """The backward of a program that delays its weight gradients: the
     dgrad half now, the wgrad half queued (with what it reads) for
     backward_dw. Returns autograd's gradients: none for the weights the
@@ -116,9 +121,8 @@ def _dgrad_only(ctx, inputs, outputs, saved_buffer, dys):
     # main_grads are read by the wgrad half only (NULL here).
     grad_outputs = dys + [None] * len(compiled.main_grad_outputs)
     grads = compiled.new_dgrad_inputs(device)
-    compiled.program.backward_dgrad_ex(stream, inputs, outputs,
-                                       ctx.saved_pointers, grad_outputs,
-                                       grads, deferred)
+    compiled.program.backward_dgrad_ex(stream, inputs, outputs, saved,
+                                       grad_outputs, grads, deferred)
     ready = torch.cuda.Event()
     ready.record(stream)
     reads = compiled.wgrad_reads
@@ -126,7 +130,7 @@ def _dgrad_only(ctx, inputs, outputs, saved_buffer, dys):
     # What the wgrad half reads (tensors, or the saved addresses), None
     # elsewhere.
     pointers = {"saved": [p if used else None for p, used in
-                          zip(ctx.saved_pointers, reads["saved"])],
+                          zip(saved, reads["saved"])],
                 "deferred": deferred}
     for kind, tensors in (("inputs", inputs), ("outputs", outputs),
                           ("grad_outputs", grad_outputs)):

@@ -229,16 +229,25 @@ class CompiledProgram:
         return torch.empty(self._saved_bytes, dtype=torch.uint8,
                            device=device)
 
-    def saved_pointers(self, buffer):
+    def saved_pointers(self, buffer, in_cache=False):
         """The address of each saved tensor in `buffer` (new_saved's), or,
         for the weight casts a training forward keeps or reuses
-        (use_training_weight_casts), in the program's kept casts."""
+        (use_training_weight_casts), in the program's kept casts: those of
+        now, or `in_cache` (saved_in_cache() of the forward, for its
+        backward)."""
+        if in_cache is False:
+            in_cache = self._saved_in_cache
         base = buffer.data_ptr()
         pointers = [base + offset for offset in self._saved_offsets]
-        if self._saved_in_cache:
+        if in_cache:
             pointers = [kept or pointer for kept, pointer in
-                        zip(self._saved_in_cache, pointers)]
+                        zip(in_cache, pointers)]
         return pointers
+
+    def saved_in_cache(self):
+        """Per saved tensor, its address in the kept weight casts (else
+        None), as a forward now uses them; None when none is kept."""
+        return self._saved_in_cache
 
     def new_deferred(self, device):
         """One byte buffer for the tensors a delayed-wgrad backward's dgrad
