@@ -70,10 +70,11 @@ class StackedFloat8(torch.autograd.Function):
         ctx.parameters = main_grad_parameters
         pack(weights)
         first, count = weights[0], len(weights)
+        # Each scale_inv is [1]: their stack [G, 1] is the program's [G].
+        scale_invs = _main_grad._stacked_view(first._scale_inv, count)
         result = Float8Tensor(_main_grad._stacked_view(first._data, count),
-                              _main_grad._stacked_view(first._scale_inv,
-                                                       count),
-                              first._scaling, first.dtype)
+                              scale_invs.view(count), first._scaling,
+                              first.dtype)
         result._store.transpose_from = lambda: stacked_transposes(weights)
         return result
 
