@@ -287,24 +287,37 @@ Fp8Value FunctionScaler::transpose(Fp8Value value) {
 
 Fp8Value FunctionScaler::fp8Argument(BlockArgument weight, StringRef name,
                                      FloatType fp8Type, bool withTranspose) {
-  auto key = std::make_pair(Value(weight), Type(fp8Type));
-  if (auto it = casts.find(key); it != casts.end())
-    return it->second;
+  // A matrix [R, C], or GroupedLinear's stacked matrices [G, R, C], each
+  // with a scale of its own (scale_inv [G]) and transposed per matrix.
   auto type = cast<RankedTensorType>(weight.getType());
+  bool stacked = type.getRank() == 3;
+  auto castKey = std::make_pair(Value(weight), Type(fp8Type));
+  auto groupedKey = std::make_tuple(Value(weight), Type(fp8Type), Value());
+  if (auto it = casts.find(castKey); it != casts.end())
+    return it->second;
+  if (auto it = groupedCasts.find(groupedKey); it != groupedCasts.end())
+    return it->second;
   weight.setType(RankedTensorType::get(type.getShape(), fp8Type));
-  Fp8Value result{weight, addArgument(slotType(function.getContext()),
+  MLIRContext *context = function.getContext();
+  int64_t scales = stacked ? type.getDimSize(0) : 1;
+  Fp8Value result{weight, addArgument(RankedTensorType::get(
+                                          {scales}, Float32Type::get(context)),
                                       (name + ".scale_inv").str())};
+  result.grouped = stacked;
   if (withTranspose) {
-    Value data =
-        addArgument(RankedTensorType::get(
-                        {type.getDimSize(1), type.getDimSize(0)}, fp8Type),
-                    (name + ".transpose").str());
-    transposed[weight] = {data, result.scaleInv};
+    SmallVector<int64_t> shape(type.getShape());
+    std::swap(shape[shape.size() - 2], shape[shape.size() - 1]);
+    Value data = addArgument(RankedTensorType::get(shape, fp8Type),
+                             (name + ".transpose").str());
+    Fp8Value transpose = result;
+    transpose.data = data;
+    transposed[weight] = transpose;
   }
-  function.setType(FunctionType::get(function.getContext(),
-                                     function.front().getArgumentTypes(),
-                                     function.getResultTypes()));
-  return casts[key] = result;
+  function.setType(FunctionType::get(
+      context, function.front().getArgumentTypes(), function.getResultTypes()));
+  if (stacked)
+    return groupedCasts[groupedKey] = result;
+  return casts[castKey] = result;
 }
 
 void FunctionScaler::addResult(Value value, StringRef name,

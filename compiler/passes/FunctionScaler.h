@@ -92,7 +92,10 @@ public:
   /// arguments `<name>.scale_inv` and, with `withTranspose`,
   /// `<name>.transpose` (its K-major copy for the backward's dgrad, kept by
   /// the caller as Transformer Engine's Float8Tensor keeps it), and makes
-  /// quantize() and transpose() of the weight return them.
+  /// quantize() and transpose() of the weight return them. GroupedLinear's
+  /// stacked weights [G, R, C] are G FP8 matrices, each with its own scale
+  /// (scale_inv f32 [G], transpose [G, C, R]); quantizeGrouped() of the
+  /// weight (without m_splits) returns them.
   Fp8Value fp8Argument(mlir::BlockArgument weight, llvm::StringRef name,
                        mlir::FloatType fp8Type, bool withTranspose);
 

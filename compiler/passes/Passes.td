@@ -93,8 +93,10 @@ def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
     than 1 is refused). The K-major copies the backward reads (W^T
     [G, K, N] for dgrad, x^T [K, T] and dY^T [N, T] for wgrad) are cast
     again from the high-precision tensor, transposed, with the same scales
-    or blocks of their own (docs/grouped-linear.md). fp8_weights is refused
-    for grouped GEMMs; without a recipe they stay high precision.
+    or blocks of their own (docs/grouped-linear.md). FP8 stacked weights
+    (fp8_weights) are read as they are, with their `<weight>.scale_inv`
+    [G] and `<weight>.transpose` [G, K, N] arguments; without a recipe
+    grouped GEMMs stay high precision.
 
     `recipe` overrides the GEMMs' own recipes: an attribute such as
     `#te.delayed_scaling<amax_history_len = 16>`, or `none` to run every

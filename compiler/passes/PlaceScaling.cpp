@@ -625,7 +625,7 @@ LogicalResult checkFp8WeightUses(func::FuncOp function) {
     if (!function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
       continue;
     for (OpOperand &use : arg.getUses())
-      if (!isa<ScaledMatmulOp>(use.getOwner()))
+      if (!isa<ScaledMatmulOp, GroupedScaledMatmulOp>(use.getOwner()))
         return use.getOwner()->emitOpError()
                << "reads FP8 weight '"
                << argumentName(function, arg.getArgNumber())
@@ -656,18 +656,28 @@ LogicalResult checkHighPrecisionReads(func::FuncOp backward,
   return success();
 }
 
+/// Refuses an FP8 weight (fp8_weights) `weight` that GEMM `matmul` reads
+/// under Float8BlockScaling, whose GEMMs take block-scaled weights.
+LogicalResult checkBlockScaledFp8Weight(func::FuncOp function,
+                                        Operation *matmul, Value weight,
+                                        FP8RecipeAttrInterface recipe) {
+  auto arg = dyn_cast<BlockArgument>(weight);
+  if (!isa<BlockScalingAttr>(recipe) || !arg ||
+      !function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
+    return success();
+  return matmul->emitOpError()
+         << "reads FP8 weight '" << argumentName(function, arg.getArgNumber())
+         << "' (fp8_weights), which Float8BlockScaling does not "
+            "support yet; use DelayedScaling or Float8CurrentScaling";
+}
+
 LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
                                              MatmulOp matmul,
                                              FP8RecipeAttrInterface recipe) {
   FloatType fp8 = recipe.getForwardType();
-  if (isa<BlockScalingAttr>(recipe))
-    if (auto arg = dyn_cast<BlockArgument>(matmul.getB());
-        arg && state.function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
-      return matmul.emitOpError()
-             << "reads FP8 weight '"
-             << argumentName(state.function, arg.getArgNumber())
-             << "' (fp8_weights), which Float8BlockScaling does not "
-                "support yet; use DelayedScaling or Float8CurrentScaling";
+  if (failed(checkBlockScaledFp8Weight(state.function, matmul, matmul.getB(),
+                                       recipe)))
+    return failure();
   // fprop: `a` is the layer's input, `b` its weight.
   Fp8Value a = state.scaler.quantize(matmul.getA(), recipe, fp8, matmul,
                                      OperandRole::input);
@@ -683,7 +693,9 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
 LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
                                              GroupedMatmulOp matmul,
                                              FP8RecipeAttrInterface recipe) {
-  if (failed(checkGroupedRecipe(matmul, recipe)))
+  if (failed(checkGroupedRecipe(matmul, recipe)) ||
+      failed(checkBlockScaledFp8Weight(state.function, matmul, matmul.getB(),
+                                       recipe)))
     return failure();
   if (!matmul.isRowsForm())
     return matmul.emitOpError()
@@ -691,7 +703,8 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
               "backward function";
   // fprop: `a` [T, K] is the layer's input, cast per row segment (the G
   // input slots; 1-D blocks along K), `b` [G, ., .] its stacked weights,
-  // cast per matrix (the G weight slots; w_block_scaling_dim blocks).
+  // cast per matrix (the G weight slots; w_block_scaling_dim blocks), or,
+  // FP8 weights (fp8_weights), the argument itself with its G scales.
   FloatType fp8 = recipe.getForwardType();
   Value mSplits = matmul.getMSplits();
   Fp8Value a = state.scaler.quantizeGrouped(matmul.getA(), mSplits, recipe, fp8,
@@ -756,26 +769,7 @@ LogicalResult PlaceScalingPass::scaleForward(ForwardState &state,
   return success();
 }
 
-/// Refuses FP8 weights (fp8_weights) that grouped GEMMs read: GroupedLinear
-/// has no FP8-weight form yet.
-LogicalResult checkGroupedFp8Weights(func::FuncOp function) {
-  for (BlockArgument arg : function.getArguments()) {
-    if (!function.getArgAttr(arg.getArgNumber(), "te.fp8_weight"))
-      continue;
-    for (Operation *user : arg.getUsers())
-      if (isa<GroupedMatmulOp>(user))
-        return user->emitOpError()
-               << "reads FP8 weight '"
-               << argumentName(function, arg.getArgNumber())
-               << "' (fp8_weights), which GroupedLinear does not support "
-                  "yet; drop fp8_weights for this layer";
-  }
-  return success();
-}
-
 LogicalResult PlaceScalingPass::scaleForward(ForwardState &state) {
-  if (failed(checkGroupedFp8Weights(state.function)))
-    return failure();
   addFp8Weights(state);
   // In program order, so that meta slots follow the GEMMs (and attention).
   SmallVector<Operation *> matmuls;

@@ -106,10 +106,6 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
       return failure();
     fuseWgrad = *value;
     fp8Weights = *fp8;
-    // GroupedLinear's stacked weights have no FP8 form yet.
-    if (kind->className == "GroupedLinear" && fp8Weights)
-      return emitError(layer->valueLoc("fp8_weights"))
-             << "'fp8_weights' is not supported by GroupedLinear yet";
     if (fp8Weights && !recipe)
       return emitError(layer->valueLoc("fp8_weights"))
              << "'fp8_weights' needs an FP8 recipe for the layer (FP8 "

@@ -44,8 +44,9 @@ module's scales, so the FP8 casts match: close to bf16), and
 Float8CurrentScaling (per-shard weight scales differ from the full
 weight's: FP8 tolerances). Also: 3 DelayedScaling steps of a
 TransformerLayer whose outputs and scales keep matching; FP8 weights
-(fp8_model_init: every rank's shard scale the same, a step after SGD
-against the tp=1 module); a module without
+(fp8_model_init, LayerNormMLP, TransformerLayer and GroupedLinear
+column: every rank's shard scale the same, a step after SGD against the
+tp=1 module); a module without
 a group refuses to run; set_tensor_parallel_group after construction.
 Cases: Linear column and row, LayerNormLinear column, LayerNormMLP gelu,
 swiglu and clamped_swiglu (GPT-OSS's, limit 1), MultiheadAttention (GQA: 8 heads, 4 groups; split and fused QKV),
@@ -607,12 +608,33 @@ def fp8_weights_case(seed, which):
     matches the tp=1 module's."""
     mode = "delayed"
     hidden, ffn, heads, groups = 256, 1024, 8, 4
+    kind_of, call, output_split = block_kind, None, None
     if which == "LayerNormMLP":
         def make(**tp):
             if tp:
                 tp["set_parallel_mode"] = True
             return te.LayerNormMLP(hidden, ffn, params_dtype=BF16, **tp)
         shape, qkv = (128, hidden), None
+    elif which == "GroupedLinear":
+        # Column-parallel experts (each Float8Tensor expert a row shard),
+        # an empty one among them; the check copies the input to the
+        # ranks as an MoE dispatcher does (grouped_linear_case).
+        splits = [64, 0, 112, 80]
+
+        def make(**tp):
+            if tp:
+                tp["parallel_mode"] = "column"
+            return te.GroupedLinear(len(splits), hidden, ffn, bias=False,
+                                    params_dtype=BF16, **tp)
+
+        def kind_of(name):
+            return "col"
+
+        def call(module, x):
+            if module.tp_size == 1:
+                return module(x, splits)
+            return module(_CopyToRanks.apply(x), splits)
+        shape, qkv, output_split = (sum(splits), hidden), None, -1
     else:  # TE's default TransformerLayer: split QKV weights
         make = transformer_maker(hidden, ffn, heads, groups)
         shape, qkv = (64, 2, hidden), None
@@ -621,7 +643,7 @@ def fp8_weights_case(seed, which):
         with te.fp8_model_init(enabled=True, recipe=delayed()):
             return make(**tp)
     report = Report(mode)
-    full, parallel = build_pair(make_fp8, block_kind, seed, qkv)
+    full, parallel = build_pair(make_fp8, kind_of, seed, qkv)
     # Each shard's pending amax also holds its own initialization's (the
     # shards were built, then overwritten): start both modules' histories
     # again from the values they hold, so that the reduced amaxes, and
@@ -635,12 +657,14 @@ def fp8_weights_case(seed, which):
         for p in weights.values():
             p._scaling.amax_history.zero_()
         for name, p in weights.items():
-            p.quantize_(shard(values[name], block_kind(name), qkv)
+            p.quantize_(shard(values[name], kind_of(name), qkv)
                         if split else values[name])
     x = same_randn(shape, seed + 1)
-    dy = same_randn(shape, seed + 2)
-    for module in (full, parallel):
-        step(module, [x], dy, mode)
+    out_features = ffn if which == "GroupedLinear" else shape[-1]
+    dy = same_randn(shape[:-1] + (out_features,), seed + 2)
+    step(full, [x], dy, mode, call)
+    step(parallel, [x],
+         dy if output_split is None else mine(dy, output_split), mode, call)
     full_weights = dict(full.named_parameters())
     for name, p in parallel.named_parameters():
         if isinstance(p, te.Float8Tensor):
@@ -659,18 +683,18 @@ def fp8_weights_case(seed, which):
     # weight's FP8 values exactly.
     for name, p in parallel.named_parameters():
         if isinstance(p, te.Float8Tensor):
-            p.grad = shard(full_weights[name].grad, block_kind(name), qkv)
+            p.grad = shard(full_weights[name].grad, kind_of(name), qkv)
     for module in (full, parallel):
         torch.optim.SGD([p for p in module.parameters()
                          if isinstance(p, te.Float8Tensor)], lr=1e-3).step()
     for name, p in parallel.named_parameters():
         if isinstance(p, te.Float8Tensor) and not torch.equal(
                 p.dequantize(), shard(full_weights[name].dequantize(),
-                                      block_kind(name), qkv)):
+                                      kind_of(name), qkv)):
             report.failures.append(
                 f"{name}: after SGD, not the whole weight's FP8 values")
     compare_step(report, full, parallel, [same_randn(shape, seed + 3)], dy,
-                 block_kind, qkv)
+                 kind_of, qkv, output_split=output_split, call=call)
     for name, p in parallel.named_parameters():
         if isinstance(p, te.Float8Tensor):
             report.same_on_ranks(f"scale of {name} after SGD",
@@ -991,6 +1015,8 @@ def cases(full_size, seed):
          lambda: fp8_weights_case(seed, "LayerNormMLP")),
         ("TransformerLayer with FP8 weights (fp8_model_init), split QKV "
          "[delayed]", lambda: fp8_weights_case(seed, "TransformerLayer")),
+        ("GroupedLinear column, 4 FP8 experts (fp8_model_init) [delayed]",
+         lambda: fp8_weights_case(seed, "GroupedLinear")),
     ]
     if full_size:
         for mode in MODES:

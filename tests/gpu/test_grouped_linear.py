@@ -57,7 +57,26 @@ weight{i}.grad TE's placeholder with grad_added_to_main_grad set (zeros
 with zero_out_wgrad), None without the attribute; a frozen expert (no
 main_grad needed); one program per main_grad dtype; the errors naming the
 weight.
+
+fp8_model_init (`-k fp8_model_init`; FP8 primary weights, each expert a
+Float8Tensor with its own scale, their FP8 data, scale_invs and
+transposes packed in one buffer each): steps under DelayedScaling and
+Float8CurrentScaling against the float64 reference on the dequantized
+FP8 weights (which the program reads without a cast; the meta state has
+the G input slots only), small (empty expert, unequal splits) and 8 x
+2048 -> 4096 over 8192 tokens with an empty expert; against a twin built
+without fp8_model_init holding the dequantized weights (relative L2);
+without fp8_autocast bit for bit the twin's bf16 step, inference without
+transposes; SGD and AdamW steps updating the experts in place (still
+packed; SGD's values within E4M3's precision) with steps against the
+reference between them; fuse_wgrad_accumulation (main_grads in expert
+order and reversed); state_dict into a fresh module, torch.save /
+torch.load(weights_only=True) and deepcopy continuing bit for bit, a
+bf16 state_dict quantized into the experts,
+preserve_high_precision_init_val; Float8BlockScaling refused.
 """
+import copy
+import io
 import math
 import os
 import sys
@@ -161,9 +180,18 @@ def spread_input(splits, features, dtype, spread=True, lead=None):
     return x.to(dtype).reshape(*(lead or (sum(splits),)), features)
 
 
+def weight_value(weight):
+    """A weight in float64: an FP8 one (fp8_model_init, a Float8Tensor)
+    as its raw fields give it, `_data` times `_scale_inv`, exactly (what
+    the FP8 GEMMs multiply)."""
+    if isinstance(weight, te.Float8Tensor):
+        return weight._data.to(F64) * weight._scale_inv.to(F64)
+    return weight.detach().to(F64)
+
+
 def parameters(module):
     """(weights, biases or Nones) of `module` in float64."""
-    weights = [getattr(module, f"weight{g}").detach().to(F64)
+    weights = [weight_value(getattr(module, f"weight{g}"))
                for g in range(module.num_gemms)]
     biases = [None if b is None else b.detach().to(F64)
               for b in module._biases()]
@@ -178,6 +206,8 @@ class Reference:
     def __init__(self, fp8_recipe):
         self.emulator = (layers.Fp8Emulator(fp8_recipe.to_spec())
                          if fp8_recipe is not None else None)
+        # FP8 weights (fp8_model_init): the GEMMs read them as they are.
+        self.fp8_weights = False
 
     def cast(self, name, value, direction, transpose=False):
         """What an FP8 GEMM multiplies of `value`, dequantized. Under
@@ -196,8 +226,10 @@ class Reference:
         weights, biases = parameters(module)
         x = x.detach().reshape(-1, weights[0].shape[1]).to(F64)
         dy = dy.detach().reshape(-1, weights[0].shape[0]).to(F64)
-        wq = [self.cast(f"gemm{g}.weight", w, "fwd")
-              for g, w in enumerate(weights)]
+        self.fp8_weights = module.primary_weights_in_fp8
+        wq = (weights if self.fp8_weights else
+              [self.cast(f"gemm{g}.weight", w, "fwd")
+               for g, w in enumerate(weights)])
         bounds = [0]
         for m in splits:
             bounds.append(bounds[-1] + m)
@@ -236,15 +268,17 @@ class Reference:
     def expected_scales(self, num_gemms):
         """DelayedScaling: the scales the module's meta state should hold,
         {"fwd": [inputs..., weights...], "bwd": [grads...]}; 1 for slots
-        never recorded."""
+        never recorded. FP8 weights (fp8_model_init) have no slots."""
         states = self.emulator.states
 
         def scale(direction, name):
             state = states[direction].get(name)
             return 1.0 if state is None else state.scale
         groups = range(num_gemms)
+        weights = ([] if self.fp8_weights else
+                   [scale("fwd", f"gemm{g}.weight") for g in groups])
         return {"fwd": ([scale("fwd", f"gemm{g}.input") for g in groups] +
-                        [scale("fwd", f"gemm{g}.weight") for g in groups]),
+                        weights),
                 "bwd": [scale("bwd", f"gemm{g}.grad_output")
                         for g in groups]}
 
@@ -923,3 +957,322 @@ def test_constructor_refusals():
     shard = te.GroupedLinear(2, IN, OUT, tp_size=2, parallel_mode="column",
                              bias=False)
     assert shard.out_features == OUT // 2
+
+
+# --- fp8_model_init (FP8 primary weights, docs/fp8-weights.md) ----------------
+
+# name -> (the autocast's recipe factory, fp8_model_init's recipe factory).
+FP8_WEIGHT_RECIPES = {
+    "delayed-hybrid": (hybrid, recipe.DelayedScaling),
+    "current": (current, recipe.Float8CurrentScaling),
+}
+
+
+def fp8_weights_build(splits, weight_recipe, in_features=IN,
+                      out_features=OUT, bias=True, spread=True, **kwargs):
+    """A GroupedLinear built inside fp8_model_init(recipe=weight_recipe)
+    whose experts hold N(0, 0.05^2) values (times W_MAGNITUDES with
+    `spread`: each expert's own scale differs), quantized by copy_; under
+    DelayedScaling once more after an update, so that the scales come
+    from the amaxes (the first quantization uses scale 1)."""
+    with te.fp8_model_init(enabled=True, recipe=weight_recipe):
+        module = te.GroupedLinear(len(splits), in_features, out_features,
+                                  bias=bias, params_dtype=BF16, **kwargs)
+    values = [0.05 * torch.randn(out_features, in_features, device="cuda")
+              * (W_MAGNITUDES[g % len(W_MAGNITUDES)] if spread else 1.0)
+              for g in range(len(splits))]
+    with torch.no_grad():
+        for weight, value in zip(module._weights(), values):
+            weight.copy_(value)
+        if isinstance(weight_recipe, recipe.DelayedScaling):
+            for weight, value in zip(module._weights(), values):
+                weight._scaling.update()
+                weight.copy_(value)
+        if bias:
+            for b in module._biases():
+                b.copy_(0.1 * torch.randn_like(b))
+    return module
+
+
+def check_packed(module, what):
+    """The experts' FP8 data, scale_invs (and transposes, once made) lie
+    back to back in one buffer each, in expert order."""
+    weights = module._weights()
+    for field in ("_data", "_scale_inv", "_transpose"):
+        values = [getattr(w, field) for w in weights]
+        if field == "_transpose" and values[0] is None:
+            assert all(v is None for v in values), f"{what}: {field}"
+            continue
+        size = values[0].numel() * values[0].element_size()
+        assert all(b.data_ptr() - a.data_ptr() == size
+                   for a, b in zip(values, values[1:])), (
+            f"{what}: the experts' {field} are not one buffer")
+
+
+def plain_twin(module, dtype=BF16):
+    """A GroupedLinear built normally (bf16 weights) holding the FP8
+    module's dequantized weights (TE's dequantize: `_data` times
+    `_scale_inv` in float32, rounded to bf16) and its biases."""
+    twin = te.GroupedLinear(module.num_gemms, module.in_features,
+                            module.out_features, bias=module.use_bias,
+                            params_dtype=dtype)
+    with torch.no_grad():
+        for g, weight in enumerate(module._weights()):
+            twin.get_parameter(f"weight{g}").copy_(
+                (weight._data.float() * weight._scale_inv).to(dtype))
+        for mine, theirs in zip(twin._biases(), module._biases()):
+            if mine is not None:
+                mine.copy_(theirs)
+    return twin
+
+
+def bits(tensor):
+    return tensor.view(torch.uint8)
+
+
+def relative_l2(got, want):
+    got, want = got.double(), want.double()
+    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+@pytest.mark.parametrize("splits_name", ["empty-expert", "unequal"])
+@pytest.mark.parametrize("recipe_name", list(FP8_WEIGHT_RECIPES))
+def test_fp8_model_init_steps_match_reference(recipe_name, splits_name):
+    """Float8Tensor experts (nominal bf16, E4M3 [out, in], scale_inv [1],
+    packed), forward and backward under fp8_autocast against the float64
+    reference on the dequantized FP8 weights (which the program reads
+    without a cast), the meta state holding the G input slots only."""
+    autocast_recipe, weight_recipe = FP8_WEIGHT_RECIPES[recipe_name]
+    splits = SPLITS[splits_name]
+    module = fp8_weights_build(splits, weight_recipe())
+    what = f"fp8_model_init {recipe_name} {splits_name}"
+    assert module.primary_weights_in_fp8
+    for g, weight in enumerate(module._weights()):
+        assert isinstance(weight, te.Float8Tensor), f"{what}: weight{g}"
+        assert module.get_parameter(f"weight{g}") is weight
+        assert weight.dtype == BF16 and tuple(weight.shape) == (OUT, IN)
+        assert weight._data.dtype == torch.float8_e4m3fn
+        assert tuple(weight._scale_inv.shape) == (1,)
+        assert weight._transpose is None  # until a training forward
+    scales = {w._scale_inv.item() for w in module._weights()}
+    assert len(scales) > 1, f"{what}: every expert has the same scale"
+    check_packed(module, what)
+    run_steps(module, splits, BF16, autocast_recipe(), 2, what)
+    for weight in module._weights():
+        assert torch.equal(bits(weight._transpose),
+                           bits(weight._data).t().contiguous())
+    check_packed(module, what)
+
+
+@pytest.mark.parametrize("recipe_name", list(FP8_WEIGHT_RECIPES))
+def test_fp8_model_init_full_size(recipe_name):
+    """8 experts, 2048 -> 4096 each, 8192 routed tokens in unequal splits
+    with an empty expert, against the float64 reference (two steps)."""
+    autocast_recipe, weight_recipe = FP8_WEIGHT_RECIPES[recipe_name]
+    generator = torch.Generator().manual_seed(SEED)
+    shares = torch.rand(8, generator=generator) + 0.25
+    shares[3] = 0.0
+    splits = [int(16 * round(w.item() / shares.sum().item() * 512))
+              for w in shares]
+    splits[-1] += 8192 - sum(splits)
+    assert sum(splits) == 8192 and splits[3] == 0 and min(splits) >= 0
+    module = fp8_weights_build(splits, weight_recipe(), 2048, 4096,
+                               spread=False)
+    run_steps(module, splits, BF16, autocast_recipe(), 2,
+              f"fp8_model_init full size {recipe_name} {splits}",
+              spread=False)
+
+
+@pytest.mark.parametrize("recipe_name", list(FP8_WEIGHT_RECIPES))
+def test_fp8_model_init_against_bf16_weights(recipe_name):
+    """The same steps of a GroupedLinear built without fp8_model_init
+    whose bf16 weights are the dequantized FP8 ones, under the same
+    fp8_autocast: the second step equal within FP8 tolerances (the twin's
+    program casts those weights itself: under DelayedScaling with scale 1
+    at the first step, then with the scale of their amaxes, close to the
+    FP8 weights' own)."""
+    autocast_recipe, weight_recipe = FP8_WEIGHT_RECIPES[recipe_name]
+    splits = SPLITS["empty-expert"]
+    module = fp8_weights_build(splits, weight_recipe())
+    twin = plain_twin(module)
+    fp8_recipe = autocast_recipe()
+    for _ in range(2):
+        x = spread_input(splits, IN, BF16)
+        dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+        got = module_step(module, x, dy, splits, fp8_recipe)
+        want = module_step(twin, x, dy, splits, fp8_recipe)
+    bounds = (0.05, 0.1)  # test_fp8_model_init.py's twin bounds
+    for name, a, b, bound in (("output", got[0], want[0], bounds[0]),
+                              ("grad.input", got[1], want[1], bounds[1])):
+        assert relative_l2(a, b) < bound, (recipe_name, name)
+    for g, (a, b) in enumerate(zip(got[2], want[2])):
+        if splits[g]:
+            assert relative_l2(a, b) < bounds[1], (recipe_name, g)
+        else:
+            assert torch.count_nonzero(a) == 0 and torch.count_nonzero(b) == 0
+        assert a.dtype == BF16  # high-precision gradients
+
+
+def test_fp8_model_init_without_autocast():
+    """Without an FP8 recipe the program runs on the dequantized weights:
+    the twin's bf16 step bit for bit, the gradient in each weight's .grad;
+    inference under no_grad makes no transpose."""
+    splits = SPLITS["unequal"]
+    module = fp8_weights_build(splits, recipe.DelayedScaling())
+    twin = plain_twin(module)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    got = module_step(module, x, dy, splits, None)
+    want = module_step(twin, x, dy, splits, None)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert all(torch.equal(a, b) for a, b in zip(got[2], want[2]))
+    assert all(w._transpose is None for w in module._weights())
+    with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=hybrid()):
+        out = module(x, splits)
+    assert all(w._transpose is None for w in module._weights())
+    ref = Reference(hybrid()).step(module, x, torch.zeros_like(out),
+                                   splits)[0]
+    check = layers.compare("output", out, ref, layers.TOL_E4M3)
+    assert check.ok, check.describe()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+@pytest.mark.parametrize("recipe_name", list(FP8_WEIGHT_RECIPES))
+def test_fp8_model_init_optimizer_steps(recipe_name, optimizer):
+    """An optimizer updates the Float8Tensor experts in place (their
+    memory stays packed; SGD's new value is the old dequantized one minus
+    lr * grad, requantized within E4M3's precision and saturated at the
+    new scale's range) and the next forward reads the new weights: steps
+    against the reference in between."""
+    autocast_recipe, weight_recipe = FP8_WEIGHT_RECIPES[recipe_name]
+    splits = SPLITS["empty-expert"]
+    module = fp8_weights_build(splits, weight_recipe())
+    lr = 1e-4
+    opt = (torch.optim.SGD(module.parameters(), lr=lr)
+           if optimizer == "sgd" else
+           torch.optim.AdamW(module.parameters(), lr=1e-2))
+    addresses = [w._data.data_ptr() for w in module._weights()]
+    # One reference for the steps: the autocast's state carries over.
+    reference = Reference(autocast_recipe())
+    for step in range(3):
+        what = f"{optimizer} {recipe_name} step {step}"
+        x = spread_input(splits, IN, BF16)
+        dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+        got = module_step(module, x, dy, splits, autocast_recipe())
+        check_step(got, reference.step(module, x, dy, splits), BF16,
+                   autocast_recipe(), what)
+        before = [w.dequantize().float() for w in module._weights()]
+        grads = [w.grad.float() for w in module._weights()]
+        data = [bits(w._data).clone() for w in module._weights()]
+        opt.step()
+        assert [w._data.data_ptr() for w in module._weights()] == addresses
+        check_packed(module, what)
+        changed = 0
+        for g, (w, old, grad, raw) in enumerate(zip(
+                module._weights(), before, grads, data)):
+            if optimizer == "sgd":
+                # Saturated at the range of the scale it was cast with.
+                limit = 448.0 * w._scale_inv.item()
+                want = (old - lr * grad).clamp(-limit, limit)
+                err = (w.dequantize().float() - want).abs()
+                # E4M3 keeps 3 mantissa bits (half a step: 1/16 of the
+                # value), bf16 rounds on the way; subnormals' floor.
+                bound = 0.07 * want.abs() + w._scale_inv.item() / 256
+                assert bool((err <= bound).all()), (
+                    what, g, (err - bound).max().item())
+            changed += not torch.equal(bits(w._data), raw)
+            # The kept transpose is refreshed with the data.
+            if w._transpose is not None:
+                assert torch.equal(bits(w._transpose),
+                                   bits(w._data).t().contiguous()), (what, g)
+        assert changed, f"{what}: no expert's FP8 data changed"
+
+
+def test_fp8_model_init_fuse_wgrad_accumulation():
+    """Float32 main_grads (one buffer in expert order, and reversed as
+    Megatron-LM's buffer): the experts' FP8 wgrads added in place, the
+    empty expert's main_grad unchanged, TE's placeholder .grad."""
+    splits = SPLITS["empty-expert"]
+    for layout in ("one-buffer", "reversed"):
+        module = fp8_weights_build(splits, recipe.DelayedScaling(),
+                                   fuse_wgrad_accumulation=True)
+        start = give_main_grads(module, layout)
+        what = f"fp8_model_init fuse_wgrad {layout}"
+        totals = run_fused_steps(module, splits, BF16, hybrid(), 2, what)
+        check_main_grads(module, start, totals, layers.TOL_E5M2, what)
+        empty = splits.index(0)
+        assert torch.equal(module._weights()[empty].main_grad,
+                           start[empty]), what
+
+
+def test_fp8_model_init_state_dict_and_copies():
+    """state_dict round trip (a fresh fp8_model_init module loads the FP8
+    data and scale_inv bit for bit and continues bit for bit),
+    torch.save/torch.load(weights_only=True), deepcopy (packed again), a
+    bf16 state_dict loaded into FP8 experts (quantized), and
+    preserve_high_precision_init_val."""
+    splits = SPLITS["unequal"]
+    fp8_recipe = hybrid()
+    module = fp8_weights_build(splits, recipe.DelayedScaling())
+    run_steps(module, splits, BF16, fp8_recipe, 1, "before state_dict")
+    state = module.state_dict()
+    assert all(isinstance(state[f"weight{g}"], te.Float8Tensor)
+               for g in range(4))
+    with te.fp8_model_init(enabled=True, recipe=recipe.DelayedScaling()):
+        loaded = te.GroupedLinear(4, IN, OUT, params_dtype=BF16)
+    loaded.load_state_dict(state)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    with te.fp8_model_init(enabled=True, recipe=recipe.DelayedScaling()):
+        reloaded = te.GroupedLinear(4, IN, OUT, params_dtype=BF16)
+    reloaded.load_state_dict(torch.load(buffer, weights_only=True))
+    copied = copy.deepcopy(module)
+    x = spread_input(splits, IN, BF16)
+    dy = torch.randn(x.shape[0], OUT, device="cuda").to(BF16)
+    first = module_step(module, x, dy, splits, fp8_recipe)
+    for name, other in (("load_state_dict", loaded),
+                        ("torch.load", reloaded), ("deepcopy", copied)):
+        check_packed(other, name)
+        for g in range(4):
+            mine, theirs = module._weights()[g], other._weights()[g]
+            assert torch.equal(bits(mine._data), bits(theirs._data)), name
+            assert torch.equal(mine._scale_inv, theirs._scale_inv), name
+        second = module_step(other, x, dy, splits, fp8_recipe)
+        assert torch.equal(first[0], second[0]), name
+        assert torch.equal(first[1], second[1]), name
+        assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
+    # A bf16 state_dict quantizes into the FP8 experts (current scaling:
+    # each with 448 / its amax).
+    plain = build(4, BF16)
+    fresh = fp8_weights_build(splits, recipe.Float8CurrentScaling())
+    fresh.load_state_dict(plain.state_dict(), strict=False)
+    for g in range(4):
+        value = plain.get_parameter(f"weight{g}").float()
+        got = fresh._weights()[g].dequantize().float()
+        assert relative_l2(got, value) < 0.05, g
+    check_packed(fresh, "bf16 state_dict")
+    # preserve_high_precision_init_val: each expert's initial bf16 value.
+    with te.fp8_model_init(enabled=True, recipe=recipe.DelayedScaling(),
+                           preserve_high_precision_init_val=True):
+        kept = te.GroupedLinear(4, IN, OUT, params_dtype=BF16)
+    for g, weight in enumerate(kept._weights()):
+        value = weight.get_high_precision_init_val()
+        assert value is not None and value.device.type == "cpu", g
+        assert value.dtype == BF16 and tuple(value.shape) == (OUT, IN)
+    check_packed(kept, "preserve_high_precision_init_val")
+
+
+def test_fp8_model_init_refusals():
+    """Float8BlockScaling: an fp8_model_init recipe, and an autocast over
+    FP8 experts, are refused (NotImplementedError), as for Linear."""
+    with pytest.raises(NotImplementedError):
+        with te.fp8_model_init(enabled=True, recipe=block()):
+            te.GroupedLinear(2, IN, OUT, params_dtype=BF16)
+    splits = [32, 16]
+    module = fp8_weights_build(splits, recipe.DelayedScaling())
+    x = spread_input(splits, IN, BF16)
+    with pytest.raises(NotImplementedError) as caught:
+        with te.fp8_autocast(enabled=True, fp8_recipe=block()):
+            module(x, splits)
+    assert "Float8BlockScaling" in str(caught.value)

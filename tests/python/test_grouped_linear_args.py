@@ -151,12 +151,6 @@ class ConstructorTest(RefusalAssertions, unittest.TestCase):
                            lambda: grouped.local_features(3, "row", 64, 96),
                            "in_features (64)", "tp_size (3)")
 
-    def test_fp8_model_init_is_refused(self):
-        grouped.check_fp8_model_init(None)
-        self.assertRefused(NotImplementedError,
-                           lambda: grouped.check_fp8_model_init(object()),
-                           "fp8_model_init")
-
     def test_recipes(self):
         grouped.check_recipe(None)
         grouped.check_recipe(recipe.DelayedScaling())

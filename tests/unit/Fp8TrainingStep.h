@@ -73,6 +73,12 @@ public:
     return named;
   }
 
+  /// Sets FP8 meta state `name` (an fp8_meta.* argument) before a step;
+  /// otherwise scales start at 1 and histories at 0.
+  void setMeta(const std::string &name, Tensor value) {
+    state[name] = std::move(value);
+  }
+
   std::vector<Tensor> lastForward;
   /// The backward's `main_grad.<weight>` arguments (fuse_wgrad_accumulation),
   /// by name.

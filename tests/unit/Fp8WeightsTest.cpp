@@ -12,7 +12,7 @@
 // breaks that.
 //
 //===----------------------------------------------------------------------===//
-#include "Fp8TrainingStep.h"
+#include "Fp8WeightsFixture.h"
 
 #include "compiler/interpreter/Fp8.h"
 #include "compiler/interpreter/Kernels.h"
@@ -76,24 +76,8 @@ layers:
      false, 7},
 };
 
-class Fp8Weights : public ::testing::TestWithParam<Fp8WeightsCase> {
+class Fp8Weights : public Fp8WeightsFixture<Fp8WeightsCase> {
 protected:
-  Fp8Weights() { context.loadDialect<te::TEDialect, func::FuncDialect>(); }
-
-  OwningOpRef<ModuleOp> import(bool fp8Weights) {
-    std::string text = std::string(GetParam().spec) +
-                       (fp8Weights ? ", fp8_weights: true}\n" : "}\n");
-    return importSpecText(context, text,
-                          std::string(GetParam().name) + ".yaml");
-  }
-
-  OwningOpRef<ModuleOp> compile(bool fp8Weights, bool training,
-                                Stage stage = Stage::Planned) {
-    OwningOpRef<ModuleOp> module = import(fp8Weights);
-    EXPECT_TRUE(module && runPipeline(*module, {stage, training}));
-    return module;
-  }
-
   /// Quantizes `weight` in place to the values its FP8 copy dequantizes to
   /// and returns that copy (the FP8 values) and its scale_inv. Current
   /// scaling: the power-of-two scale the plain program's cast computes
@@ -109,22 +93,16 @@ protected:
       weight.data[i] = fp8.data[i] * double(scale.scaleInv);
     return {fp8, scale.scaleInv};
   }
-
-  MLIRContext context;
-  std::mt19937_64 rng{std::random_device{}()};
 };
 
 TEST_P(Fp8Weights, TrainingStepEqualsDequantizedWeights) {
-  OwningOpRef<ModuleOp> layers = import(false);
-  ASSERT_TRUE(layers);
-  func::FuncOp layerFunction = firstFunction(*layers);
-  std::vector<Tensor> plainArgs = randomLayerArgs(layerFunction, rng);
-  std::vector<Tensor> grads = randomResultGrads(layerFunction, rng);
-
-  OwningOpRef<ModuleOp> plain = compile(false, true);
-  OwningOpRef<ModuleOp> fp8 = compile(true, true);
-  ASSERT_TRUE(plain && fp8);
-  func::FuncOp forward = firstFunction(*fp8);
+  Programs programs;
+  ASSERT_TRUE(compileBoth(programs));
+  func::FuncOp layerFunction = programs.layerFunction;
+  func::FuncOp forward = programs.forward;
+  std::vector<Tensor> &plainArgs = programs.plainArgs;
+  const std::vector<Tensor> &grads = programs.grads;
+  ModuleOp plain = *programs.plain, fp8 = *programs.fp8;
 
   // The FP8 program's arguments: the layer's, its weights in FP8, then
   // each weight's scale_inv and transpose (placeholders where the meta
@@ -164,16 +142,12 @@ TEST_P(Fp8Weights, TrainingStepEqualsDequantizedWeights) {
   }
   EXPECT_EQ(extra, 2 * GetParam().weights);
 
-  func::FuncOp plainForward = firstFunction(*plain);
-  TrainingStep plainStep(plainForward, backwardOf(*plain, plainForward));
-  TrainingStep fp8Step(forward, backwardOf(*fp8, forward));
+  func::FuncOp plainForward = firstFunction(plain);
+  TrainingStep plainStep(plainForward, backwardOf(plain, plainForward));
+  TrainingStep fp8Step(forward, backwardOf(fp8, forward));
   std::map<std::string, Tensor> expected = plainStep.run(plainArgs, grads);
   std::map<std::string, Tensor> actual = fp8Step.run(fp8Args, grads);
-  ASSERT_EQ(actual.size(), expected.size());
-  for (auto &[name, tensor] : expected) {
-    ASSERT_TRUE(actual.count(name)) << name;
-    EXPECT_EQ(actual[name].data, tensor.data) << name;
-  }
+  expectSameResults(expected, actual);
 }
 
 TEST_P(Fp8Weights, InferenceTakesNoTranspose) {

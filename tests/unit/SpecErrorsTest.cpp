@@ -335,6 +335,34 @@ layers:
                   "'sequence_parallel' cuts dim 0 of the activations "
                   "(seq_length 15) into tp_size (2) slices: it must be "
                   "divisible"},
+        // GroupedLinear's FP8 weights (fp8_model_init) feed FP8 GEMMs only.
+        ErrorCase{"GroupedLinearFp8WeightsWithoutRecipe", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+layers:
+  - type: GroupedLinear
+    num_gemms: 4
+    in_features: 64
+    out_features: 64
+    fp8_weights: true
+)",
+                  8, 18,
+                  "'fp8_weights' needs an FP8 recipe for the layer (FP8 "
+                  "weights feed FP8 GEMMs only)"},
+        ErrorCase{"GroupedLinearFp8WeightsNotABool", "spec.yaml", R"(
+seq_length: 16
+batch_size: 2
+recipe: {type: DelayedScaling}
+layers:
+  - type: GroupedLinear
+    num_gemms: 4
+    in_features: 64
+    out_features: 64
+    fp8_weights: 4
+)",
+                  9, 18,
+                  "'fp8_weights' in GroupedLinear must be true or false, got "
+                  "'4'"},
         // GroupedLinear's tensor parallelism (docs/grouped-linear.md).
         ErrorCase{"GroupedLinearSequenceParallel", "spec.yaml", R"(
 seq_length: 16

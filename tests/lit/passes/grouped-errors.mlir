@@ -26,12 +26,22 @@ func.func @block_scaling_grad_2d(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: 
 
 // -----
 
-#cs = #te.current_scaling<>
+#bs = #te.block_scaling<>
 
-// fp8_weights (fp8_model_init) has no grouped form yet.
-func.func @fp8_weights(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16> {te.fp8_weight, te.name = "experts.weight"}) -> tensor<32x48xbf16> {
-  // expected-error @+1 {{'te.grouped_matmul' op reads FP8 weight 'experts.weight' (fp8_weights), which GroupedLinear does not support yet; drop fp8_weights for this layer}}
-  %y = te.grouped_matmul %x, %w, %m {fp8_recipe = #cs, role = #te.gemm_role<fprop>, transpose_b} : (tensor<32x64xbf16>, tensor<4x48x64xbf16>, tensor<4xi32>) -> tensor<32x48xbf16>
+// FP8 weights (fp8_weights, fp8_model_init) have one scale per expert,
+// which Float8BlockScaling's grouped GEMMs cannot read.
+func.func @fp8_weights_block(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16> {te.fp8_weight, te.name = "experts.weight"}) -> tensor<32x48xbf16> {
+  // expected-error @+1 {{'te.grouped_matmul' op reads FP8 weight 'experts.weight' (fp8_weights), which Float8BlockScaling does not support yet; use DelayedScaling or Float8CurrentScaling}}
+  %y = te.grouped_matmul %x, %w, %m {fp8_recipe = #bs, role = #te.gemm_role<fprop>, transpose_b} : (tensor<32x64xbf16>, tensor<4x48x64xbf16>, tensor<4xi32>) -> tensor<32x48xbf16>
+  return %y : tensor<32x48xbf16>
+}
+
+// -----
+
+// Only FP8 grouped GEMMs read FP8 weights.
+func.func @fp8_weights_no_recipe(%x: tensor<32x64xbf16>, %m: tensor<4xi32>, %w: tensor<4x48x64xbf16> {te.fp8_weight, te.name = "experts.weight"}) -> tensor<32x48xbf16> {
+  // expected-error @+1 {{'te.grouped_matmul' op reads FP8 weight 'experts.weight' (fp8_weights), but only FP8 GEMMs can read it; give the layer an FP8 recipe or drop fp8_weights}}
+  %y = te.grouped_matmul %x, %w, %m {role = #te.gemm_role<fprop>, transpose_b} : (tensor<32x64xbf16>, tensor<4x48x64xbf16>, tensor<4xi32>) -> tensor<32x48xbf16>
   return %y : tensor<32x48xbf16>
 }
 

@@ -105,17 +105,6 @@ def local_features(tp_size, parallel_mode, in_features, out_features,
     return in_features, out_features
 
 
-def check_fp8_model_init(fp8_init, owner=OWNER):
-    """FP8 primary weights (fp8_model_init): not for the stacked weights
-    (the compiler has no FP8-weight form of the grouped GEMMs)."""
-    if fp8_init is not None:
-        raise NotImplementedError(
-            f"{owner} was built inside fp8_model_init (FP8 primary "
-            f"weights), which tejit's GroupedLinear does not support yet: "
-            f"build it outside fp8_model_init (its weights stay in "
-            f"params_dtype and are cast per forward under fp8_autocast)")
-
-
 def check_recipe(recipe, owner=OWNER):
     """The recipes the grouped GEMMs run: DelayedScaling,
     Float8CurrentScaling and Float8BlockScaling with 1-D blocks for the

@@ -281,8 +281,17 @@ class StackedParameters(torch.autograd.Function):
     def backward(ctx, grad):
         if grad is None:
             return (None, None) + (None,) * len(ctx.parameters)
-        return (None, None, *(
-            part if needed and hasattr(parameter, "grad_added_to_main_grad")
-            else None
-            for part, parameter, needed in zip(
-                grad.unbind(0), ctx.parameters, ctx.needs_input_grad[2:])))
+        return (None, None, *placeholder_grads(
+            grad.unbind(0), ctx.parameters, ctx.needs_input_grad[2:]))
+
+
+def placeholder_grads(parts, parameters, needed):
+    """The gradients `parts` (one per parameter) where autograd takes them
+    under fuse_wgrad_accumulation: part g reaches parameter g only when it
+    is `needed` and the parameter has Megatron-LM's
+    `grad_added_to_main_grad` (TE's rule: its placeholder .grad; the
+    others get none, not zeros)."""
+    return tuple(
+        part if need and hasattr(parameter, "grad_added_to_main_grad")
+        else None
+        for part, parameter, need in zip(parts, parameters, needed))

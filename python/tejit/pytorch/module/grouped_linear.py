@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import fp8
-from . import _args, _grouped, _main_grad
+from ..float8_tensor import Float8Tensor
+from . import _args, _grouped, _grouped_fp8, _main_grad
 from ._groups import adjacent, joined_rows, pack_rows
 from .base import TransformerEngineBaseModule
 
@@ -79,10 +80,18 @@ class GroupedLinear(TransformerEngineBaseModule):
     rank's. The layer communicates nothing: the MoE token dispatcher
     gathers and sums over the TP group (as Megatron-LM's does around TE's
     GroupedLinear), and sequence_parallel changes nothing. A bias with
-    tp_size > 1 is refused (ValueError), as in TE. fp8_model_init,
-    userbuffers overlap, delay_wgrad_compute and save_original_input are
-    refused (NotImplementedError naming them); ub_name is accepted and
-    unused.
+    tp_size > 1 is refused (ValueError), as in TE. Userbuffers overlap,
+    delay_wgrad_compute and save_original_input are refused
+    (NotImplementedError naming them); ub_name is accepted and unused.
+
+    Built inside fp8_model_init (FP8 primary weights, docs/fp8-weights.md)
+    each `weight{i}` is a Float8Tensor of its own (nominal dtype
+    params_dtype), with its own scale_inv and scaling state, as in TE; the
+    experts' FP8 data, scale_invs and transposes lie back to back in one
+    buffer each (_grouped_fp8.py), which an FP8 program reads without a
+    copy (spec `fp8_weights`). Without an FP8 autocast the program runs on
+    the dequantized weights. Under Float8BlockScaling such a module is
+    refused (NotImplementedError), as the other modules' FP8 weights are.
 
     fuse_wgrad_accumulation=True (Megatron-LM's gradient accumulation
     fusion, as TE's): each `weight{i}` needs a `.main_grad` [out_features,
@@ -126,7 +135,6 @@ class GroupedLinear(TransformerEngineBaseModule):
             save_original_input=save_original_input)
         tp = _args.tp_world_size(owner, tp_group, tp_size)
         _grouped.check_tensor_parallel(tp, parallel_mode, bias)
-        _grouped.check_fp8_model_init(self._fp8_init)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         self.parallel_mode = parallel_mode
         self._init_tensor_parallel(owner, tp_group, tp, sequence_parallel,
@@ -145,7 +153,7 @@ class GroupedLinear(TransformerEngineBaseModule):
         init = init_method or _args.default_init_method()
         for index in range(groups):
             self._add_parameter(f"weight{index}", (out, features), init,
-                                device, tracked=True,
+                                device, tracked=True, gemm_weight=True,
                                 tensor=weights[index])
         if self.use_bias:
             biases = torch.zeros((groups, out), dtype=self.params_dtype,
@@ -178,6 +186,11 @@ class GroupedLinear(TransformerEngineBaseModule):
         groups, out = self.num_gemms, self.out_features
         if name == "weight":
             weights = self._weights()
+            if fp8 or self.primary_weights_in_fp8:
+                # fp8_model_init: the Float8Tensor experts (_grouped_fp8).
+                return _grouped_fp8.stacked(
+                    weights, [f"weight{i}" for i in range(groups)], dtype,
+                    fp8, self.fuse_wgrad_accumulation)
             if self.fuse_wgrad_accumulation:
                 return _main_grad.StackedParameters.apply(
                     tuple(weights), adjacent,
@@ -211,10 +224,24 @@ class GroupedLinear(TransformerEngineBaseModule):
 
     def _pack(self):
         """The weights (biases) back in one buffer when something gave
-        them memory of their own (see pack_rows)."""
-        for parts in (self._weights(), self._biases()):
-            if parts[0] is not None:
+        them memory of their own (see pack_rows); Float8Tensor weights
+        (fp8_model_init) their FP8 data, scale_invs and transposes
+        (_grouped_fp8.pack)."""
+        weights = self._weights()
+        fp8_weights = [isinstance(weight, Float8Tensor) for weight in weights]
+        if all(fp8_weights):
+            _grouped_fp8.pack(weights)
+        if any(fp8_weights):
+            weights = None
+        for parts in (weights, self._biases()):
+            if parts is not None and parts[0] is not None:
                 pack_rows(parts)
+
+    def reset_parameters(self):
+        # Under fp8_model_init each weight is quantized into memory of its
+        # own: packed afterwards.
+        super().reset_parameters()
+        self._pack()
 
     def _apply(self, *args, **kwargs):
         # .to()/.cuda()/.half() give every parameter its own tensor.
