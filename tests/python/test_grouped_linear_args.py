@@ -106,12 +106,12 @@ class ConstructorTest(RefusalAssertions, unittest.TestCase):
 
     def test_unsupported_arguments_name_themselves(self):
         grouped.check_unsupported(ub_overlap_rs=False, ub_overlap_ag=False,
-                                  delay_wgrad_compute=False,
                                   save_original_input=False)
-        # Supported now (the stacked main_grad).
+        # Supported now (the stacked main_grad; backward_dw).
         self.assertNotIn("fuse_wgrad_accumulation", grouped._UNSUPPORTED)
+        self.assertNotIn("delay_wgrad_compute", grouped._UNSUPPORTED)
         for name in ("ub_overlap_rs", "ub_overlap_ag",
-                     "delay_wgrad_compute", "save_original_input"):
+                     "save_original_input"):
             message = self.assertRefused(
                 NotImplementedError,
                 lambda n=name: grouped.check_unsupported(**{n: True}),

@@ -162,8 +162,10 @@ class ParametersTest(unittest.TestCase):
         self.assertFalse(self.make().fuse_wgrad_accumulation)
         self.assertTrue(self.make(
             fuse_wgrad_accumulation=True).fuse_wgrad_accumulation)
+        self.assertTrue(self.make(
+            delay_wgrad_compute=True).need_backward_dw())
         for name in ("ub_overlap_rs", "ub_overlap_ag",
-                     "delay_wgrad_compute", "save_original_input"):
+                     "save_original_input"):
             with self.subTest(name=name):
                 with self.assertRaises(NotImplementedError) as caught:
                     self.make(**{name: True})

@@ -26,8 +26,6 @@ FP8_SPLIT_ALIGNMENT = 16
 _UNSUPPORTED = {
     "ub_overlap_rs": (False, "no userbuffers communication overlap"),
     "ub_overlap_ag": (False, "no userbuffers communication overlap"),
-    "delay_wgrad_compute": (
-        False, "the weight gradients are computed in the backward"),
     "save_original_input": (
         False, "the backward keeps the FP8 copies of the input"),
 }

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from .. import fp8
 from ..float8_tensor import Float8Tensor
-from . import _args, _grouped, _grouped_fp8, _main_grad
+from . import _args, _delayed_wgrad, _grouped, _grouped_fp8, _main_grad
 from ._groups import adjacent, joined_rows, pack_rows
 from .base import TransformerEngineBaseModule
 
@@ -80,9 +80,11 @@ class GroupedLinear(TransformerEngineBaseModule):
     rank's. The layer communicates nothing: the MoE token dispatcher
     gathers and sums over the TP group (as Megatron-LM's does around TE's
     GroupedLinear), and sequence_parallel changes nothing. A bias with
-    tp_size > 1 is refused (ValueError), as in TE. Userbuffers overlap,
-    delay_wgrad_compute and save_original_input are refused
-    (NotImplementedError naming them); ub_name is accepted and unused.
+    tp_size > 1 is refused (ValueError), as in TE. Userbuffers overlap
+    and save_original_input are refused (NotImplementedError naming
+    them); ub_name is accepted and unused. delay_wgrad_compute=True (TE's)
+    leaves the experts' weight gradients to backward_dw(), as Linear's
+    (docs/delay-wgrad.md); the biases' come with autograd's backward.
 
     Built inside fp8_model_init (FP8 primary weights, docs/fp8-weights.md)
     each `weight{i}` is a Float8Tensor of its own (nominal dtype
@@ -131,8 +133,8 @@ class GroupedLinear(TransformerEngineBaseModule):
             _grouped.check_sizes(num_gemms, in_features, out_features))
         _grouped.check_unsupported(
             ub_overlap_rs=ub_overlap_rs, ub_overlap_ag=ub_overlap_ag,
-            delay_wgrad_compute=delay_wgrad_compute,
             save_original_input=save_original_input)
+        self._init_delay_wgrad(delay_wgrad_compute)
         tp = _args.tp_world_size(owner, tp_group, tp_size)
         _grouped.check_tensor_parallel(tp, parallel_mode, bias)
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
@@ -214,6 +216,15 @@ class GroupedLinear(TransformerEngineBaseModule):
         return _main_grad.StackedSlot(
             self._weights(), [f"weight{i}" for i in range(self.num_gemms)],
             adjacent)
+
+    def _deliver_wgrad(self, name, gradient):
+        """backward_dw: the stacked weight's gradient [G, out, in], each
+        expert's slice to its weight{i}."""
+        if name != "weight":
+            super()._deliver_wgrad(name, gradient)
+            return
+        for weight, part in zip(self._weights(), gradient.unbind(0)):
+            _delayed_wgrad.accumulate(weight, part)
 
     def _requires_grad(self, inp):
         if not self.return_bias:
