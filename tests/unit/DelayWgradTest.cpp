@@ -72,6 +72,10 @@ const Recipe kRecipes[] = {
 
 using Param = std::tuple<DelayCase, Recipe>;
 
+// Cases print as their names (ctest's test names carry them).
+void PrintTo(const DelayCase &layers, std::ostream *os) { *os << layers.name; }
+void PrintTo(const Recipe &recipe, std::ostream *os) { *os << recipe.name; }
+
 /// Runs a program's functions as a caller does, keeping the FP8 meta state
 /// and the main_grads (by argument name) between calls.
 class Runner {
