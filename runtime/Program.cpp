@@ -249,20 +249,14 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
                     llvm::StringRef(entry.name).starts_with("deferred.");
     bool user =
         isBackward ? entry.gradOf.has_value() : !entry.updatesArg && !saved;
-    if (saved) {
+    if (saved || deferred) {
       // The program keeps one set for tejit_forward; tejit_forward_ex takes
       // the caller's (several forwards may then await their backward).
       auto index = own(plan.values[entry.value], entry.name);
       if (!index)
         return index.takeError();
-      auto &list = descs[size_t(TensorKind::Saved)];
-      binding = {Binding::Saved, list.size(), *index};
-      list.push_back(desc(entry));
-    } else if (deferred) {
-      auto index = own(plan.values[entry.value], entry.name);
-      if (!index)
-        return index.takeError();
-      auto &list = descs[size_t(TensorKind::Deferred)];
+      auto &list =
+          descs[size_t(saved ? TensorKind::Saved : TensorKind::Deferred)];
       binding = {Binding::Saved, list.size(), *index};
       list.push_back(desc(entry));
     } else if (user && isBackward) {

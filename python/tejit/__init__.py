@@ -284,14 +284,17 @@ class Program:
     # --- running -----------------------------------------------------------
 
     @staticmethod
-    def _pointers(what, infos, tensors):
+    def _pointers(what, infos, tensors, allow_none=False):
+        """A C array of one address per entry of `infos`; with
+        `allow_none`, None passes NULL (entries a call does not touch)."""
         tensors = list(tensors)
         if len(tensors) != len(infos):
             raise ValueError(f"{what}: expected {len(infos)} pointers "
                              f"({', '.join(i.name for i in infos)}), got "
                              f"{len(tensors)}")
         return _capi.pointer_array(
-            [_address(t, info) for t, info in zip(tensors, infos)])
+            [None if allow_none and t is None else _address(t, info)
+             for t, info in zip(tensors, infos)])
 
     def forward(self, stream, input_ptrs, output_ptrs):
         """Runs the forward on `stream`, asynchronously. One device address
@@ -378,23 +381,11 @@ class Program:
         lists = (("inputs", self.inputs), ("outputs", self.outputs),
                  ("saved", self.saved), ("grad_outputs", self.grad_outputs),
                  ("grad_inputs", self.grad_inputs))
-        arrays = [self._pointers_or_none(what, infos, tensors)
+        arrays = [self._pointers(what, infos, tensors, allow_none=True)
                   for (what, infos), tensors in zip(lists, ptrs)]
         deferred = self._pointers("deferred", self.deferred, deferred_ptrs)
         self._check(getattr(_capi.lib(), function)(
             self.handle, _stream_handle(stream), *arrays, deferred))
-
-    @staticmethod
-    def _pointers_or_none(what, infos, tensors):
-        """As _pointers, with None for entries a half does not touch."""
-        tensors = list(tensors)
-        if len(tensors) != len(infos):
-            raise ValueError(f"{what}: expected {len(infos)} pointers "
-                             f"({', '.join(i.name for i in infos)}), got "
-                             f"{len(tensors)}")
-        return _capi.pointer_array(
-            [None if t is None else _address(t, info)
-             for t, info in zip(tensors, infos)])
 
     def backward_dgrad_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs,
                           grad_output_ptrs, grad_input_ptrs, deferred_ptrs):
