@@ -193,16 +193,20 @@ int tejit_delays_wgrad(const tejit_program *program);
  * and unchanged until it has run). The halves run on the program's scratch
  * arena: order them on one stream with the program's other calls.
  * TEJIT_ERROR_STATE for a program without delay_wgrad_compute. */
-tejit_status tejit_backward_dgrad_ex(
-    tejit_program *program, void *stream, const void *const *inputs,
-    const void *const *outputs, const void *const *saved,
-    const void *const *grad_outputs, void *const *grad_inputs,
-    void *const *deferred);
-tejit_status tejit_backward_wgrad_ex(
-    tejit_program *program, void *stream, const void *const *inputs,
-    const void *const *outputs, const void *const *saved,
-    const void *const *grad_outputs, void *const *grad_inputs,
-    void *const *deferred);
+tejit_status tejit_backward_dgrad_ex(tejit_program *program, void *stream,
+                                     const void *const *inputs,
+                                     const void *const *outputs,
+                                     const void *const *saved,
+                                     const void *const *grad_outputs,
+                                     void *const *grad_inputs,
+                                     void *const *deferred);
+tejit_status tejit_backward_wgrad_ex(tejit_program *program, void *stream,
+                                     const void *const *inputs,
+                                     const void *const *outputs,
+                                     const void *const *saved,
+                                     const void *const *grad_outputs,
+                                     void *const *grad_inputs,
+                                     void *const *deferred);
 /* 1 when the weight-gradient half reads tensor `index` of `kind`
  * (TEJIT_INPUT, TEJIT_OUTPUT, TEJIT_SAVED, TEJIT_GRAD_OUTPUT,
  * TEJIT_DEFERRED: every deferred tensor) or writes it (TEJIT_GRAD_INPUT: the

@@ -45,6 +45,22 @@ class IrTest(unittest.TestCase):
                       str(caught.exception))
 
 
+@unittest.skipUnless(library_loads(), "libtejit.so is not built")
+class CApiMisuseTest(unittest.TestCase):
+    """The C API's answers to misuse, which need no program."""
+
+    def test_null_program(self):
+        library = tejit._capi.lib()
+        self.assertEqual(library.tejit_delays_wgrad(None), 0)
+        self.assertEqual(library.tejit_tensor_used_by_wgrad(
+            None, tejit._capi.TEJIT_DEFERRED, 0), 0)
+        for name in ("tejit_backward_dgrad_ex", "tejit_backward_wgrad_ex"):
+            status = getattr(library, name)(None, None, *[None] * 6)
+            self.assertEqual(status, tejit._capi.TEJIT_ERROR_INVALID_ARGUMENT)
+            self.assertEqual(tejit._capi.last_error(),
+                             f"{name}: program is null")
+
+
 def info(name, nbytes=4):
     return TensorInfo(name=name, dtype="f32", shape=(nbytes // 4,),
                       nbytes=nbytes, is_parameter=False, is_host=False)
