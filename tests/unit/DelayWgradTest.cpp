@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "PipelineTestUtils.h"
+#include "ThreadCollectives.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -80,8 +81,10 @@ void PrintTo(const Recipe &recipe, std::ostream *os) { *os << recipe.name; }
 /// and the main_grads (by argument name) between calls.
 class Runner {
 public:
-  Runner(ModuleOp module, std::map<std::string, Tensor> mainGrads)
-      : state(std::move(mainGrads)) {
+  /// `options`: one rank's collectives (tensor parallelism).
+  Runner(ModuleOp module, std::map<std::string, Tensor> mainGrads,
+         interp::Options options = {})
+      : state(std::move(mainGrads)), options(options) {
     forward = firstFunction(module);
     backward = backwardOf(module, forward);
     wgrad = module.lookupSymbol<func::FuncOp>(
@@ -152,13 +155,16 @@ public:
   std::map<std::string, Tensor> state;
 
 private:
+  interp::Options options;
+
   static bool isMeta(func::FuncOp function, unsigned index) {
     return argName(function, index).starts_with("fp8_meta.");
   }
 
-  static std::vector<Tensor> call(func::FuncOp function,
-                                  const std::vector<Tensor> &args) {
-    FailureOr<std::vector<Tensor>> results = interp::run(function, args);
+  std::vector<Tensor> call(func::FuncOp function,
+                           const std::vector<Tensor> &args) const {
+    FailureOr<std::vector<Tensor>> results =
+        interp::run(function, args, options);
     EXPECT_TRUE(succeeded(results)) << function.getName().str();
     if (failed(results))
       return std::vector<Tensor>(function.getNumResults());
@@ -361,6 +367,63 @@ std::vector<Param> allParams() {
     for (const Recipe &recipe : kRecipes)
       params.push_back({layers, recipe});
   return params;
+}
+
+// Tensor and sequence parallelism: each of two ranks runs its shard of a
+// column- and a row-parallel Linear; its split steps give the whole
+// backward's bits (the amax reduction and the gathers span both ranks).
+TEST(DelayWgradParallel, RanksMatchTheWholeBackward) {
+  for (const char *recipe : {"none", "{type: DelayedScaling}"}) {
+    MLIRContext context;
+    context.loadDialect<te::TEDialect, func::FuncDialect>();
+    auto spec = [&](bool delay) {
+      std::string key = delay ? ", delay_wgrad_compute: true" : "";
+      std::string parallel = "tp_size: 2, sequence_parallel: true" + key;
+      return "seq_length: 32\nbatch_size: 2\nrecipe: " + std::string(recipe) +
+             "\nlayers:\n"
+             "  - {type: Linear, in_features: 64, out_features: 128, "
+             "parallel_mode: column, " +
+             parallel +
+             "}\n"
+             "  - {type: Linear, in_features: 128, out_features: 64, "
+             "parallel_mode: row, " +
+             parallel + "}\n";
+    };
+    auto compile = [&](bool delay) {
+      OwningOpRef<ModuleOp> module =
+          importSpecText(context, spec(delay), "parallel.yaml");
+      EXPECT_TRUE(module && runPipeline(*module, {Stage::Planned, true}));
+      return module;
+    };
+    OwningOpRef<ModuleOp> whole = compile(false), split = compile(true);
+    ASSERT_TRUE(whole && split);
+    OwningOpRef<ModuleOp> layers =
+        importSpecText(context, spec(false), "parallel.yaml");
+    // Each rank's arguments and output gradients, drawn before the threads.
+    std::mt19937_64 rng{std::random_device{}()};
+    std::vector<Tensor> args[2][2], grads[2][2];
+    for (int rank = 0; rank < 2; ++rank)
+      for (int step = 0; step < 2; ++step) {
+        args[rank][step] = randomLayerArgs(firstFunction(*layers), rng);
+        grads[rank][step] = randomResultGrads(firstFunction(*layers), rng);
+      }
+    onRanks(2, [&](int rank, interp::Collectives &collectives) {
+      interp::Options options;
+      options.collectives = &collectives;
+      options.rank = rank;
+      Runner wholeRunner(*whole, {}, options), splitRunner(*split, {}, options);
+      for (int step = 0; step < 2; ++step) {
+        Grads expected, actual;
+        wholeRunner.forwardBackward(args[rank][step], grads[rank][step],
+                                    expected);
+        splitRunner.runWgrad(splitRunner.forwardBackward(
+                                 args[rank][step], grads[rank][step], actual),
+                             actual);
+        expectSame(actual, expected,
+                   std::string(recipe) + ", rank " + std::to_string(rank));
+      }
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, DelayWgrad, ::testing::ValuesIn(allParams()),
