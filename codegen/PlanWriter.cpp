@@ -515,6 +515,8 @@ llvm::Expected<json::Object> FunctionPlan::write() {
     plan["arena_bytes"] = arena.getInt();
   if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("te.backward_of"))
     plan["backward_of"] = of.getValue();
+  if (auto of = function->getAttrOfType<FlatSymbolRefAttr>("te.wgrad_of"))
+    plan["wgrad_of"] = of.getValue();
   return plan;
 }
 } // namespace
@@ -523,7 +525,9 @@ llvm::Expected<json::Value>
 tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
                           StringRef arch) {
   json::Array functions;
+  bool hasWgrad = false;
   for (auto function : module.getOps<func::FuncOp>()) {
+    hasWgrad |= function->hasAttr("te.wgrad_of");
     llvm::Expected<json::Object> plan = FunctionPlan(function, kernels).write();
     if (!plan)
       return plan.takeError();
@@ -532,8 +536,10 @@ tejit::codegen::writePlan(ModuleOp module, ArrayRef<BuiltKernel> kernels,
   return json::Object{{"format", "tejit-plan"},
                       // 3: update kernels may write the state in place.
                       // 4: kernels take a skip flag. 5: host arguments
-                      // (m_splits) and grouped_gemm steps.
-                      {"version", 5},
+                      // (m_splits) and grouped_gemm steps. 6: wgrad
+                      // functions (delay_wgrad_compute; only plans that
+                      // have one say 6, which older runtimes refuse).
+                      {"version", hasWgrad ? 6 : 5},
                       {"arch", arch},
                       {"build_id", tejit::buildId()},
                       {"functions", std::move(functions)}};

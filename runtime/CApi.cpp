@@ -57,7 +57,8 @@ static_assert(int(TensorKind::Input) == TEJIT_INPUT &&
                   int(TensorKind::GradOutput) == TEJIT_GRAD_OUTPUT &&
                   int(TensorKind::GradInput) == TEJIT_GRAD_INPUT &&
                   int(TensorKind::Meta) == TEJIT_META &&
-                  int(TensorKind::Saved) == TEJIT_SAVED,
+                  int(TensorKind::Saved) == TEJIT_SAVED &&
+                  int(TensorKind::Deferred) == TEJIT_DEFERRED,
               "TensorKind and tejit_tensor_kind disagree");
 
 namespace {
@@ -250,7 +251,7 @@ tejit_status tejit_program_plan(const tejit_program *program, char **text) {
 }
 
 size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind) {
-  if (!program || kind < TEJIT_INPUT || kind > TEJIT_SAVED)
+  if (!program || kind < TEJIT_INPUT || kind > TEJIT_DEFERRED)
     return 0;
   return program->program->tensors(static_cast<TensorKind>(kind)).size();
 }
@@ -258,7 +259,7 @@ size_t tejit_num_tensors(const tejit_program *program, tejit_tensor_kind kind) {
 tejit_status tejit_tensor_info_get(const tejit_program *program,
                                    tejit_tensor_kind kind, size_t index,
                                    tejit_tensor_info *info) {
-  if (!program || !info || kind < TEJIT_INPUT || kind > TEJIT_SAVED)
+  if (!program || !info || kind < TEJIT_INPUT || kind > TEJIT_DEFERRED)
     return invalid("tejit_tensor_info_get: null program/info or bad kind");
   const auto &list = program->program->tensors(static_cast<TensorKind>(kind));
   if (index >= list.size())
@@ -281,7 +282,7 @@ tejit_status tejit_tensor_info_get(const tejit_program *program,
 
 int tejit_tensor_is_host(const tejit_program *program, tejit_tensor_kind kind,
                          size_t index) {
-  if (!program || kind < TEJIT_INPUT || kind > TEJIT_SAVED)
+  if (!program || kind < TEJIT_INPUT || kind > TEJIT_DEFERRED)
     return 0;
   const auto &list = program->program->tensors(static_cast<TensorKind>(kind));
   return index < list.size() && list[index].host;
@@ -344,14 +345,18 @@ tejit_status tejit_forward_ex(tejit_program *program, void *stream,
   return ok();
 }
 
-tejit_status tejit_backward_ex(tejit_program *program, void *stream,
-                               const void *const *inputs,
-                               const void *const *outputs,
-                               const void *const *saved,
-                               const void *const *grad_outputs,
-                               void *const *grad_inputs) {
+/// What tejit_backward_ex, tejit_backward_dgrad_ex and
+/// tejit_backward_wgrad_ex share: the arrays checked (`deferred` only for a
+/// part) and the part run.
+static tejit_status backwardPart(const char *what, tejit_program *program,
+                                 void *stream, const void *const *inputs,
+                                 const void *const *outputs,
+                                 const void *const *saved,
+                                 const void *const *grad_outputs,
+                                 void *const *grad_inputs,
+                                 void *const *deferred, BackwardPart part) {
   if (!program)
-    return invalid("tejit_backward_ex: program is null");
+    return invalid(std::string(what) + ": program is null");
   auto count = [&](tejit_tensor_kind kind) {
     return tejit_num_tensors(program, kind);
   };
@@ -362,17 +367,71 @@ tejit_status tejit_backward_ex(tejit_program *program, void *stream,
         std::pair{(const void *)grad_outputs, TEJIT_GRAD_OUTPUT},
         std::pair{(const void *)grad_inputs, TEJIT_GRAD_INPUT}})
     if (count(kind) && !array)
-      return invalid("tejit_backward_ex: a pointer array is null");
+      return invalid(std::string(what) + ": a pointer array is null");
+  if (part != BackwardPart::Both && count(TEJIT_DEFERRED) && !deferred)
+    return invalid(std::string(what) +
+                   ": deferred must not be null (one pointer per "
+                   "TEJIT_DEFERRED tensor)");
   std::vector<CUdeviceptr> in = pointers(inputs, count(TEJIT_INPUT)),
                            out = pointers(outputs, count(TEJIT_OUTPUT)),
                            kept = pointers(saved, count(TEJIT_SAVED));
   ForwardTensors forward{in, out, kept};
+  std::vector<CUdeviceptr> handed =
+      part == BackwardPart::Both ? std::vector<CUdeviceptr>()
+                                 : pointers(deferred, count(TEJIT_DEFERRED));
   if (llvm::Error error = program->program->backward(
           static_cast<CUstream>(stream),
           pointers(grad_outputs, count(TEJIT_GRAD_OUTPUT)),
-          pointers(grad_inputs, count(TEJIT_GRAD_INPUT)), &forward))
+          pointers(grad_inputs, count(TEJIT_GRAD_INPUT)), &forward, part,
+          handed))
     return fail(std::move(error));
   return ok();
+}
+
+tejit_status tejit_backward_ex(tejit_program *program, void *stream,
+                               const void *const *inputs,
+                               const void *const *outputs,
+                               const void *const *saved,
+                               const void *const *grad_outputs,
+                               void *const *grad_inputs) {
+  return backwardPart("tejit_backward_ex", program, stream, inputs, outputs,
+                      saved, grad_outputs, grad_inputs, nullptr,
+                      BackwardPart::Both);
+}
+
+int tejit_delays_wgrad(const tejit_program *program) {
+  return program && program->program->delaysWgrad();
+}
+
+int tejit_tensor_used_by_wgrad(const tejit_program *program,
+                               tejit_tensor_kind kind, size_t index) {
+  if (!program || kind < TEJIT_INPUT || kind > TEJIT_DEFERRED)
+    return 0;
+  return program->program->usedByWgrad(static_cast<TensorKind>(kind), index);
+}
+
+tejit_status tejit_backward_dgrad_ex(tejit_program *program, void *stream,
+                                     const void *const *inputs,
+                                     const void *const *outputs,
+                                     const void *const *saved,
+                                     const void *const *grad_outputs,
+                                     void *const *grad_inputs,
+                                     void *const *deferred) {
+  return backwardPart("tejit_backward_dgrad_ex", program, stream, inputs,
+                      outputs, saved, grad_outputs, grad_inputs, deferred,
+                      BackwardPart::Dgrad);
+}
+
+tejit_status tejit_backward_wgrad_ex(tejit_program *program, void *stream,
+                                     const void *const *inputs,
+                                     const void *const *outputs,
+                                     const void *const *saved,
+                                     const void *const *grad_outputs,
+                                     void *const *grad_inputs,
+                                     void *const *deferred) {
+  return backwardPart("tejit_backward_wgrad_ex", program, stream, inputs,
+                      outputs, saved, grad_outputs, grad_inputs, deferred,
+                      BackwardPart::Wgrad);
 }
 
 tejit_status tejit_meta_get(tejit_program *program, size_t index, void *host,

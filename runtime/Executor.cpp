@@ -492,7 +492,7 @@ Error Executor::bind(llvm::ArrayRef<CUdeviceptr> arguments,
   };
   for (auto [index, entry] : llvm::enumerate(plan.arguments))
     if (!arguments[index] && plan.values[entry.value].bytes &&
-        !perGroup(entry.value))
+        !perGroup(entry.value) && !plan.isUnused(entry.value))
       return makeError(ErrorCode::InvalidArgument,
                        llvm::formatv("function '{0}': argument {1} ('{2}') is "
                                      "a null pointer",

@@ -109,6 +109,18 @@ bool FunctionPlan::isViewed(int64_t id) const {
   });
 }
 
+bool FunctionPlan::isUnused(int64_t id) const {
+  if (isViewed(id) || llvm::any_of(results, [&](const InterfaceEntry &result) {
+        return result.value == id;
+      }))
+    return false;
+  bool touched = false;
+  for (const Step &step : steps)
+    forEachStepValue(step,
+                     [&](int64_t value, bool) { touched |= value == id; });
+  return !touched;
+}
+
 std::vector<size_t> FunctionPlan::hostArguments() const {
   std::vector<size_t> indices;
   for (auto [index, entry] : llvm::enumerate(arguments))
@@ -531,7 +543,14 @@ const FunctionPlan *Plan::find(StringRef name) const {
 
 const FunctionPlan *Plan::forward() const {
   for (const FunctionPlan &function : functions)
-    if (function.backwardOf.empty())
+    if (function.backwardOf.empty() && function.wgradOf.empty())
+      return &function;
+  return nullptr;
+}
+
+const FunctionPlan *Plan::wgradOf(const FunctionPlan &backward) const {
+  for (const FunctionPlan &function : functions)
+    if (!function.wgradOf.empty() && function.wgradOf == backward.name)
       return &function;
   return nullptr;
 }
@@ -878,6 +897,13 @@ Error FunctionParser::parse() {
                                      Scope::describe(*of));
     function.backwardOf = text->str();
   }
+  if (const json::Value *of = source.get("wgrad_of")) {
+    std::optional<StringRef> text = of->getAsString();
+    if (!text || text->empty())
+      return functionScope.error("wgrad_of", "must be a function name, got " +
+                                                 Scope::describe(*of));
+    function.wgradOf = text->str();
+  }
   // Without arena_bytes (a function te-plan-memory did not plan), no value
   // may live in the arena.
   if (source.get("arena_bytes")) {
@@ -1164,7 +1190,9 @@ Error FunctionParser::parseInterface(const json::Array &entries, bool results) {
          {std::pair{"te.forward_arg", &entry.forwardArg},
           std::pair{"te.forward_result", &entry.forwardResult},
           std::pair{"te.grad_of", &entry.gradOf},
-          std::pair{"te.updates_arg", &entry.updatesArg}}) {
+          std::pair{"te.updates_arg", &entry.updatesArg},
+          std::pair{"te.backward_arg", &entry.backwardArg},
+          std::pair{"te.backward_result", &entry.backwardResult}}) {
       if (!(*object)->get(key))
         continue;
       Expected<int64_t> number = scope.count(**object, key);
@@ -2338,6 +2366,36 @@ Error checkTensorParallelRanks(const Plan &plan) {
   return Error::success();
 }
 
+/// Checks te.backward_arg / te.backward_result of a wgrad function's entry
+/// (`backward`: the backward it is the wgrad function of, else null)
+/// against the backward's entry.
+Error checkBackwardEntry(const Scope &here, const InterfaceEntry &entry,
+                         const TensorType &type, const FunctionPlan *backward) {
+  for (auto [key, slot, ofResults] :
+       {std::tuple{"te.backward_arg", &entry.backwardArg, false},
+        std::tuple{"te.backward_result", &entry.backwardResult, true}}) {
+    if (!*slot)
+      continue;
+    if (!backward)
+      return here.error(key, "is given in a function that is not a wgrad "
+                             "function ('wgrad_of' is missing)");
+    const std::vector<InterfaceEntry> &entries =
+        ofResults ? backward->results : backward->arguments;
+    int64_t at = **slot;
+    if (at >= int64_t(entries.size()))
+      return here.error(key, "is " + Twine(at) + " but '" + backward->name +
+                                 "' has " + Twine(entries.size()) +
+                                 (ofResults ? " results" : " arguments"));
+    const TensorType &backwardType = backward->values[entries[at].value].type;
+    if (!sameType(type, backwardType))
+      return here.error(key, "is " + Twine(at) + ", of type " +
+                                 printType(backwardType) + " in '" +
+                                 backward->name + "', but the argument is " +
+                                 printType(type));
+  }
+  return Error::success();
+}
+
 /// Checks what refers to other functions: backward_of, and the training
 /// interface of each backward (te.forward_arg, te.forward_result,
 /// te.grad_of), whose entries must match the forward's types.
@@ -2349,7 +2407,7 @@ Error checkFunctions(const Plan &plan) {
           .error("name", "is used by functions " + Twine(names[function.name]) +
                              " and " + Twine(index));
 
-  llvm::StringMap<const FunctionPlan *> backwards;
+  llvm::StringMap<const FunctionPlan *> backwards, wgrads;
   for (const FunctionPlan &function : plan.functions) {
     Scope scope("function '" + function.name + "'");
     const FunctionPlan *forward = nullptr;
@@ -2369,6 +2427,27 @@ Error checkFunctions(const Plan &plan) {
         return scope.error("backward_of", "names '" + forward->name +
                                               "', whose backward is '" +
                                               it->second->name + "' already");
+    }
+    // A wgrad function reads the forward's tensors as its backward does.
+    const FunctionPlan *backward = nullptr;
+    if (!function.wgradOf.empty()) {
+      backward = plan.find(function.wgradOf);
+      if (!function.backwardOf.empty())
+        return scope.error("wgrad_of", "is given with 'backward_of'; a "
+                                       "function is one or the other");
+      if (!backward || backward->backwardOf.empty())
+        return scope.error("wgrad_of", "names '" + function.wgradOf +
+                                           "', which is not a backward "
+                                           "function of the plan");
+      auto [it, inserted] = wgrads.try_emplace(backward->name, &function);
+      if (!inserted)
+        return scope.error("wgrad_of", "names '" + backward->name +
+                                           "', whose wgrad function is '" +
+                                           it->second->name + "' already");
+      forward = plan.find(backward->backwardOf);
+      if (!forward)
+        return scope.error("wgrad_of", "names '" + backward->name +
+                                           "', whose forward is missing");
     }
 
     for (bool results : {false, true}) {
@@ -2399,6 +2478,8 @@ Error checkFunctions(const Plan &plan) {
                                    "argument of the backward's own (not a "
                                    "forward argument or result)");
         }
+        if (Error error = checkBackwardEntry(here, entry, type, backward))
+          return error;
         for (auto [key, slot, ofResults] :
              {std::tuple{"te.forward_arg", &entry.forwardArg, false},
               std::tuple{"te.forward_result", &entry.forwardResult, true},
@@ -2474,9 +2555,11 @@ Expected<Plan> tejit::runtime::parsePlan(const json::Value &document) {
   // Version 4 kernels may take a skip flag last ("skip_flag"): a reader of
   // version 3 would launch them one argument short.
   // Version 5 adds host arguments ("host": true) and grouped_gemm steps.
-  if (*version < 1 || *version > 5)
+  // Version 6 adds wgrad functions ("wgrad_of", delay_wgrad_compute): a
+  // reader of version 5 would run the backward without the weight gradients.
+  if (*version < 1 || *version > 6)
     return scope.error("version",
-                       "is " + Twine(*version) + "; versions 1 to 5 are read");
+                       "is " + Twine(*version) + "; versions 1 to 6 are read");
 
   Plan plan;
   plan.version = *version;

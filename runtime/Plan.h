@@ -67,6 +67,10 @@ struct InterfaceEntry {
   std::string name; // te.name, may be empty
   bool parameter = false;
   std::optional<int64_t> forwardArg, forwardResult, gradOf, updatesArg;
+  /// Arguments of a wgrad function (delay_wgrad_compute): the backward's
+  /// argument it reads again (te.backward_arg), or the backward's result it
+  /// is (te.backward_result, a deferred tensor).
+  std::optional<int64_t> backwardArg, backwardResult;
   /// te.accumulates (backward results): this result is the argument it names
   /// plus a gradient (fuse_wgrad_accumulation's main_grad), and the caller
   /// may pass that argument's buffer as the result's (in place).
@@ -318,6 +322,9 @@ llvm::StringRef cpStepKind(TpCollective collective);
 struct FunctionPlan {
   std::string name;
   std::string backwardOf; // empty for forward functions
+  /// The backward whose weight gradients this function computes
+  /// (delay_wgrad_compute, docs/delay-wgrad.md); empty for others.
+  std::string wgradOf;
   int64_t arenaBytes = 0;
   std::vector<InterfaceEntry> arguments, results;
   /// Indexed by value id (ids are dense from 0).
@@ -330,6 +337,10 @@ struct FunctionPlan {
   std::pair<int64_t, int64_t> viewBase(int64_t id) const;
   /// Whether some value is a view of value `id`.
   bool isViewed(int64_t id) const;
+  /// Whether no step touches value `id`, no value views it and no result
+  /// is it (an argument the caller may pass as null: a backward's main_grad
+  /// once delay_wgrad_compute moved its accumulation away).
+  bool isUnused(int64_t id) const;
   /// The indices of the arguments with "host" (grouped ops' m_splits).
   std::vector<size_t> hostArguments() const;
   /// Whether result `index` is a view of an argument no step writes (a
@@ -389,10 +400,14 @@ struct Plan {
   std::vector<FunctionPlan> functions;
   /// The function named `name`, or null.
   const FunctionPlan *find(llvm::StringRef name) const;
-  /// The first function that is not a backward, or null.
+  /// The first function that is neither a backward nor a wgrad function,
+  /// or null.
   const FunctionPlan *forward() const;
   /// The backward of `forward`, or null.
   const FunctionPlan *backwardOf(const FunctionPlan &forward) const;
+  /// The wgrad function of `backward` (its delayed weight gradients), or
+  /// null.
+  const FunctionPlan *wgradOf(const FunctionPlan &backward) const;
   /// The tensor-parallel size the plan was compiled for: the ranks of its
   /// tensor-parallel steps (tp_allreduce, tp_allgather, tp_reducescatter;
   /// parsing checks they agree), 1 when it has none.

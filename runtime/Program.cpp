@@ -31,6 +31,8 @@ llvm::StringRef kindName(TensorKind kind) {
     return "meta tensors";
   case TensorKind::Saved:
     return "saved tensors";
+  case TensorKind::Deferred:
+    return "deferred tensors";
   }
   return "tensors";
 }
@@ -50,6 +52,7 @@ Program::~Program() {
   // Executors and modules go before the memory they were bound to.
   forwardFn.executor.reset();
   backwardFn.executor.reset();
+  wgradFn.executor.reset();
   gemms.reset();
   modules.reset();
 }
@@ -73,6 +76,17 @@ Error Program::setUp(int ordinal) {
     return makeError(ErrorCode::InvalidArgument,
                      "the plan has no forward function");
   const FunctionPlan *backward = plan.backwardOf(*forward);
+  const FunctionPlan *wgrad = backward ? plan.wgradOf(*backward) : nullptr;
+  if (wgrad) {
+    // GradInput keeps the order a backward alone gives: the forward's
+    // arguments'.
+    for (const FunctionPlan *function : {backward, wgrad})
+      for (const InterfaceEntry &entry : function->results)
+        if (entry.gradOf)
+          gradInputOrder.push_back(*entry.gradOf);
+    llvm::sort(gradInputOrder);
+    descs[size_t(TensorKind::GradInput)].resize(gradInputOrder.size());
+  }
 
   auto workspaceBuffer =
       DeviceBuffer::allocate(kGemmWorkspaceBytes, "the cuBLASLt workspace");
@@ -87,8 +101,9 @@ Error Program::setUp(int ordinal) {
   modules = std::make_unique<ModuleSet>(bundle);
 
   int64_t arenaBytes = forward->arenaBytes;
-  if (backward)
-    arenaBytes = std::max(arenaBytes, backward->arenaBytes);
+  for (const FunctionPlan *function : {backward, wgrad})
+    if (function)
+      arenaBytes = std::max(arenaBytes, function->arenaBytes);
   auto arenaBuffer = DeviceBuffer::allocate(arenaBytes, "the scratch arena");
   if (!arenaBuffer)
     return arenaBuffer.takeError();
@@ -100,14 +115,14 @@ Error Program::setUp(int ordinal) {
   bool cacheWeightCasts =
       !(cacheSetting && llvm::StringRef(cacheSetting) == "0");
   auto prepare = [&](Function &function, const FunctionPlan &functionPlan,
-                     bool isBackward) -> Error {
-    auto executor =
-        Executor::create(functionPlan, *modules, *gemms,
-                         /*findStatic=*/!isBackward && cacheWeightCasts);
+                     Role role) -> Error {
+    auto executor = Executor::create(functionPlan, *modules, *gemms,
+                                     /*findStatic=*/role == Role::Forward &&
+                                         cacheWeightCasts);
     if (!executor)
       return executor.takeError();
     function.executor = std::move(*executor);
-    if (Error error = classify(function, functionPlan, isBackward))
+    if (Error error = classify(function, functionPlan, role))
       return error;
     llvm::SmallVector<size_t> updates;
     for (const CopyBack &update : function.updates)
@@ -115,7 +130,7 @@ Error Program::setUp(int ordinal) {
     function.executor->setResultsDroppedWhenLeavingState(updates);
     return Error::success();
   };
-  if (Error error = prepare(forwardFn, *forward, /*isBackward=*/false))
+  if (Error error = prepare(forwardFn, *forward, Role::Forward))
     return error;
   if (!backward)
     if (Error error = forwardFn.executor->allocateStaticCache())
@@ -127,11 +142,15 @@ Error Program::setUp(int ordinal) {
     rngAdvance = *advance;
   }
   if (backward)
-    if (Error error = prepare(backwardFn, *backward, /*isBackward=*/true))
+    if (Error error = prepare(backwardFn, *backward, Role::Backward))
+      return error;
+  if (wgrad)
+    if (Error error = prepare(wgradFn, *wgrad, Role::Wgrad))
       return error;
   size_t scratchBytes = forwardFn.executor->scratchBytes();
-  if (backwardFn.executor)
-    scratchBytes = std::max(scratchBytes, backwardFn.executor->scratchBytes());
+  for (const Function *function : {&backwardFn, &wgradFn})
+    if (function->executor)
+      scratchBytes = std::max(scratchBytes, function->executor->scratchBytes());
   auto scratchBuffer = DeviceBuffer::allocate(
       scratchBytes, "step scratch (cross-block sums, attention workspace)");
   if (!scratchBuffer)
@@ -149,8 +168,39 @@ llvm::Expected<size_t> Program::own(const ValueInfo &value,
   return owned.size() - 1;
 }
 
+size_t Program::gradInputIndex(int64_t gradOf) {
+  auto &list = descs[size_t(TensorKind::GradInput)];
+  if (gradInputOrder.empty()) {
+    list.emplace_back();
+    return list.size() - 1;
+  }
+  return llvm::lower_bound(gradInputOrder, gradOf) - gradInputOrder.begin();
+}
+
+llvm::Expected<Program::Binding>
+Program::wgradArgument(const InterfaceEntry &entry, const FunctionPlan &plan) {
+  // The backward's own bindings: the caller's GradOutput pointer, or the
+  // deferred tensor's slot.
+  if (entry.backwardArg &&
+      *entry.backwardArg < int64_t(backwardFn.arguments.size()))
+    return backwardFn.arguments[*entry.backwardArg];
+  if (entry.backwardResult &&
+      *entry.backwardResult < int64_t(backwardFn.results.size()) &&
+      backwardFn.results[*entry.backwardResult].kind == Binding::Saved)
+    return backwardFn.results[*entry.backwardResult];
+  if (entry.forwardArg)
+    return Binding{Binding::ForwardArg, size_t(*entry.forwardArg)};
+  if (entry.forwardResult)
+    return Binding{Binding::ForwardResult, size_t(*entry.forwardResult)};
+  return makeError(ErrorCode::Internal,
+                   "function '" + plan.name + "': argument '" + entry.name +
+                       "' is none of the forward's or the backward's "
+                       "tensors (a wgrad function reads only those)");
+}
+
 Error Program::classify(Function &function, const FunctionPlan &plan,
-                        bool isBackward) {
+                        Role role) {
+  bool isBackward = role != Role::Forward;
   auto desc = [&](const InterfaceEntry &entry) {
     return TensorDesc{entry.name, plan.values[entry.value].type,
                       entry.parameter, entry.host};
@@ -158,7 +208,12 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
   for (const InterfaceEntry &entry : plan.arguments) {
     Binding binding;
     const ValueInfo &value = plan.values[entry.value];
-    if (isBackward && entry.forwardArg) {
+    if (role == Role::Wgrad) {
+      auto read = wgradArgument(entry, plan);
+      if (!read)
+        return read.takeError();
+      binding = *read;
+    } else if (isBackward && entry.forwardArg) {
       binding = {Binding::ForwardArg, size_t(*entry.forwardArg)};
     } else if (isBackward && entry.forwardResult) {
       binding = {Binding::ForwardResult, size_t(*entry.forwardResult)};
@@ -186,20 +241,30 @@ Error Program::classify(Function &function, const FunctionPlan &plan,
     Binding binding;
     bool saved = !isBackward && !entry.updatesArg &&
                  llvm::StringRef(entry.name).starts_with("saved.");
+    // What the backward hands its wgrad function: the program keeps one
+    // set for a backward that runs both, the caller passes its own for one
+    // that runs half (several backwards may await their wgrad).
+    bool deferred = role == Role::Backward && !entry.updatesArg &&
+                    !entry.gradOf &&
+                    llvm::StringRef(entry.name).starts_with("deferred.");
     bool user =
         isBackward ? entry.gradOf.has_value() : !entry.updatesArg && !saved;
-    if (saved) {
+    if (saved || deferred) {
       // The program keeps one set for tejit_forward; tejit_forward_ex takes
       // the caller's (several forwards may then await their backward).
       auto index = own(plan.values[entry.value], entry.name);
       if (!index)
         return index.takeError();
-      auto &list = descs[size_t(TensorKind::Saved)];
+      auto &list =
+          descs[size_t(saved ? TensorKind::Saved : TensorKind::Deferred)];
       binding = {Binding::Saved, list.size(), *index};
       list.push_back(desc(entry));
+    } else if (user && isBackward) {
+      size_t index = gradInputIndex(*entry.gradOf);
+      binding = {Binding::User, index};
+      descs[size_t(TensorKind::GradInput)][index] = desc(entry);
     } else if (user) {
-      auto &list = descs[size_t(isBackward ? TensorKind::GradInput
-                                           : TensorKind::Output)];
+      auto &list = descs[size_t(TensorKind::Output)];
       binding = {Binding::User, list.size()};
       list.push_back(desc(entry));
     } else {
@@ -306,7 +371,7 @@ Error Program::setGroup(const std::shared_ptr<TensorParallelGroup> &group,
             what, ranks, sizeName, group->describe(), group->ranks()));
   // The executors hold it (and keep it alive): every call, also one whose
   // forward leaves the FP8 state, runs its collectives over it.
-  for (Function *function : {&forwardFn, &backwardFn})
+  for (Function *function : {&forwardFn, &backwardFn, &wgradFn})
     if (function->executor)
       if (Error error = give(*function->executor))
         return error;
@@ -483,25 +548,12 @@ Error Program::forward(CUstream stream, llvm::ArrayRef<CUdeviceptr> inputs,
   return Error::success();
 }
 
-Error Program::backward(CUstream stream,
-                        llvm::ArrayRef<CUdeviceptr> gradOutputs,
-                        llvm::ArrayRef<CUdeviceptr> gradInputs,
-                        const ForwardTensors *forward) {
-  if (!training())
-    return makeError(ErrorCode::State,
-                     "backward: the program was compiled for inference");
-  if (!forward && !forwardDone)
-    return makeError(ErrorCode::State,
-                     "backward: no forward has run with the program's own "
-                     "saved tensors (the backward reads what the forward "
-                     "saved; after tejit_forward_ex use tejit_backward_ex)");
-  if (Error error =
-          beginCall("backward", gradOutputs.size(), TensorKind::GradOutput,
-                    gradInputs.size(), TensorKind::GradInput))
-    return error;
-  for (const Accumulation &accumulation : backwardFn.accumulations)
+Error Program::checkAccumulations(
+    const Function &function, llvm::ArrayRef<CUdeviceptr> gradOutputs,
+    llvm::ArrayRef<CUdeviceptr> gradInputs) const {
+  for (const Accumulation &accumulation : function.accumulations)
     if (accumulation.groupedStep &&
-        backwardFn.executor->hasGroupedOutputs(*accumulation.groupedStep) &&
+        function.executor->hasGroupedOutputs(*accumulation.groupedStep) &&
         (gradOutputs[accumulation.gradOutput] ||
          gradInputs[accumulation.gradInput]))
       return makeError(ErrorCode::InvalidArgument,
@@ -516,26 +568,129 @@ Error Program::backward(CUstream stream,
                            "' is given its main_grad's buffer, but this "
                            "plan cannot accumulate it in place; pass a "
                            "buffer of its own");
-  if (!forward)
-    return run(backwardFn, stream, gradOutputs, gradInputs, {},
-               &forwardFn.pointers);
-  for (auto [what, given, kind] :
-       {std::tuple{"inputs", forward->inputs.size(), TensorKind::Input},
-        std::tuple{"outputs", forward->outputs.size(), TensorKind::Output},
-        std::tuple{"saved tensors", forward->saved.size(), TensorKind::Saved}})
-    if (given != tensors(kind).size())
+  return Error::success();
+}
+
+Error Program::backward(CUstream stream,
+                        llvm::ArrayRef<CUdeviceptr> gradOutputs,
+                        llvm::ArrayRef<CUdeviceptr> gradInputs,
+                        const ForwardTensors *forward, BackwardPart part,
+                        llvm::ArrayRef<CUdeviceptr> deferred) {
+  llvm::StringRef what = part == BackwardPart::Both    ? "backward"
+                         : part == BackwardPart::Dgrad ? "backward_dgrad"
+                                                       : "backward_wgrad";
+  if (!training())
+    return makeError(ErrorCode::State,
+                     what + ": the program was compiled for inference");
+  if (part != BackwardPart::Both) {
+    if (!delaysWgrad())
+      return makeError(ErrorCode::State,
+                       what + ": the program does not delay its weight "
+                              "gradients (compile it with "
+                              "delay_wgrad_compute: true; its backward "
+                              "computes them)");
+    size_t expected = tensors(TensorKind::Deferred).size();
+    if (deferred.size() != expected)
       return makeError(ErrorCode::InvalidArgument,
-                       llvm::formatv("backward: expected {0} pointers for the "
-                                     "forward's {1}, given {2}",
-                                     tensors(kind).size(), what, given));
-  ForwardPointers pointers{
-      pointersOf(forwardFn.arguments, forward->inputs, forward->saved, nullptr),
-      pointersOf(forwardFn.results, forward->outputs, forward->saved, nullptr)};
-  return run(backwardFn, stream, gradOutputs, gradInputs, {}, &pointers);
+                       llvm::formatv("{0}: expected {1} pointers for deferred "
+                                     "tensors, given {2}",
+                                     what, expected, deferred.size()));
+    for (auto [index, pointer] : llvm::enumerate(deferred))
+      if (!pointer)
+        return makeError(
+            ErrorCode::InvalidArgument,
+            llvm::formatv("{0}: deferred tensor {1} ('{2}') is "
+                          "null",
+                          what, index,
+                          tensors(TensorKind::Deferred)[index].name));
+  }
+  if (!forward && !forwardDone)
+    return makeError(ErrorCode::State,
+                     what + ": no forward has run with the program's own "
+                            "saved tensors (the backward reads what the "
+                            "forward saved; after tejit_forward_ex use "
+                            "tejit_backward_ex)");
+  if (Error error = beginCall(what, gradOutputs.size(), TensorKind::GradOutput,
+                              gradInputs.size(), TensorKind::GradInput))
+    return error;
+  bool runsBackward = part != BackwardPart::Wgrad;
+  bool runsWgrad = delaysWgrad() && part != BackwardPart::Dgrad;
+  for (auto [function, runs] :
+       {std::pair{&backwardFn, runsBackward}, std::pair{&wgradFn, runsWgrad}})
+    if (runs)
+      if (Error error = checkAccumulations(*function, gradOutputs, gradInputs))
+        return error;
+  ForwardPointers pointers;
+  if (forward) {
+    for (auto [name, given, kind] :
+         {std::tuple{"inputs", forward->inputs.size(), TensorKind::Input},
+          std::tuple{"outputs", forward->outputs.size(), TensorKind::Output},
+          std::tuple{"saved tensors", forward->saved.size(),
+                     TensorKind::Saved}})
+      if (given != tensors(kind).size())
+        return makeError(ErrorCode::InvalidArgument,
+                         llvm::formatv("{0}: expected {1} pointers for the "
+                                       "forward's {2}, given {3}",
+                                       what, tensors(kind).size(), name,
+                                       given));
+    pointers = {pointersOf(forwardFn.arguments, forward->inputs, forward->saved,
+                           nullptr),
+                pointersOf(forwardFn.results, forward->outputs, forward->saved,
+                           nullptr)};
+  }
+  const ForwardPointers *seen = forward ? &pointers : &forwardFn.pointers;
+  // Deferred tensors: the caller's for one part, the program's for both.
+  if (runsBackward)
+    if (Error error =
+            run(backwardFn, stream, gradOutputs, gradInputs, deferred, seen))
+      return error;
+  if (runsWgrad)
+    return run(wgradFn, stream, gradOutputs, gradInputs, deferred, seen);
+  return Error::success();
+}
+
+bool Program::usedByWgrad(TensorKind kind, size_t index) const {
+  if (!delaysWgrad())
+    return false;
+  auto is = [&](const Binding &binding, Binding::Kind bindingKind,
+                TensorKind tensorKind) {
+    return binding.kind == bindingKind && kind == tensorKind &&
+           binding.index == index;
+  };
+  for (const Binding &result : wgradFn.results)
+    if (is(result, Binding::User, TensorKind::GradInput))
+      return true;
+  for (const Binding &argument : wgradFn.arguments) {
+    if (is(argument, Binding::User, TensorKind::GradOutput) ||
+        is(argument, Binding::Saved, TensorKind::Deferred))
+      return true;
+    // The forward's tensors, as the caller passed them to the forward.
+    const Binding *read = nullptr;
+    if (argument.kind == Binding::ForwardArg)
+      read = &forwardFn.arguments[argument.index];
+    if (argument.kind == Binding::ForwardResult)
+      read = &forwardFn.results[argument.index];
+    if (read &&
+        (is(*read, Binding::User,
+            argument.kind == Binding::ForwardArg ? TensorKind::Input
+                                                 : TensorKind::Output) ||
+         is(*read, Binding::Saved, TensorKind::Saved)))
+      return true;
+  }
+  return false;
+}
+
+std::pair<Program::Function *, Program::Accumulation *>
+Program::accumulationOf(size_t gradOutput) {
+  for (Function *function : {&backwardFn, &wgradFn})
+    for (Accumulation &entry : function->accumulations)
+      if (entry.gradOutput == gradOutput)
+        return {function, &entry};
+  return {nullptr, nullptr};
 }
 
 void Program::setHostArgumentsCapturable(bool capturable) {
-  for (Function *function : {&forwardFn, &backwardFn})
+  for (Function *function : {&forwardFn, &backwardFn, &wgradFn})
     if (function->executor)
       function->executor->setHostArgumentsCapturable(capturable);
 }
@@ -543,11 +698,8 @@ void Program::setHostArgumentsCapturable(bool capturable) {
 Error Program::setGroupPointers(size_t gradOutput,
                                 llvm::ArrayRef<CUdeviceptr> pointers) {
   const auto &gradOutputs = tensors(TensorKind::GradOutput);
-  auto accumulation =
-      llvm::find_if(backwardFn.accumulations, [&](const Accumulation &entry) {
-        return entry.gradOutput == gradOutput;
-      });
-  if (accumulation == backwardFn.accumulations.end())
+  auto [function, accumulation] = accumulationOf(gradOutput);
+  if (!accumulation)
     return makeError(
         ErrorCode::InvalidArgument,
         llvm::formatv("set_group_pointers: grad output {0}{1} is not a "
@@ -563,7 +715,7 @@ Error Program::setGroupPointers(size_t gradOutput,
                          "' is not added in place by a grouped GEMM that "
                          "alone reads its main_grad, so its main_grad must "
                          "be one stacked buffer");
-  if (Error error = backwardFn.executor->setGroupedOutputs(
+  if (Error error = function->executor->setGroupedOutputs(
           *accumulation->groupedStep, pointers))
     return annotate(std::move(error),
                     "set_group_pointers('" + accumulation->name + "')",

@@ -29,7 +29,22 @@ struct TensorDesc {
   bool host = false;
 };
 
-enum class TensorKind { Input, Output, GradOutput, GradInput, Meta, Saved };
+enum class TensorKind {
+  Input,
+  Output,
+  GradOutput,
+  GradInput,
+  Meta,
+  Saved,
+  /// What a backward hands its wgrad function (delay_wgrad_compute).
+  Deferred,
+};
+
+/// Which part of a backward a call runs (delay_wgrad_compute,
+/// docs/delay-wgrad.md): the backward function alone (data and bias
+/// gradients, and the deferred tensors), the wgrad function alone (the
+/// delayed weight gradients), or both, one after the other.
+enum class BackwardPart { Both, Dgrad, Wgrad };
 
 /// What a forward saw, for a backward given the caller's saved tensors.
 struct ForwardTensors {
@@ -47,6 +62,12 @@ public:
 
   const std::vector<TensorDesc> &tensors(TensorKind kind) const;
   bool training() const { return backwardFn.executor != nullptr; }
+  /// Whether the backward's weight gradients are a function of their own
+  /// (delay_wgrad_compute).
+  bool delaysWgrad() const { return wgradFn.executor != nullptr; }
+  /// Whether the wgrad function reads tensor `index` of `kind` (Input,
+  /// Output, Saved, GradOutput, Deferred) or writes it (GradInput).
+  bool usedByWgrad(TensorKind kind, size_t index) const;
   const DeviceInfo &device() const { return deviceInfo; }
   const Plan &plan() const { return bundle.plan; }
   const std::string &planText() const { return bundle.planText; }
@@ -60,10 +81,15 @@ public:
           std::optional<llvm::ArrayRef<CUdeviceptr>> saved = std::nullopt);
   /// Enqueues a backward: one pointer per GradOutput and GradInput. Without
   /// `forward`, of the last forward that used the program's saved tensors;
-  /// with it, of the forward that saw those tensors.
+  /// with it, of the forward that saw those tensors. `part` Dgrad or Wgrad
+  /// (programs that delay their weight gradients) runs one function, with
+  /// one pointer per Deferred tensor in `deferred`, the caller's memory;
+  /// Both runs both through the program's own.
   llvm::Error backward(CUstream stream, llvm::ArrayRef<CUdeviceptr> gradOutputs,
                        llvm::ArrayRef<CUdeviceptr> gradInputs,
-                       const ForwardTensors *forward = nullptr);
+                       const ForwardTensors *forward = nullptr,
+                       BackwardPart part = BackwardPart::Both,
+                       llvm::ArrayRef<CUdeviceptr> deferred = {});
 
   /// Meta tensor `index`'s device memory.
   llvm::Expected<CUdeviceptr> metaPointer(size_t index) const;
@@ -239,10 +265,26 @@ private:
     ForwardPointers pointers;
   };
 
+  /// What a function is to the program.
+  enum class Role { Forward, Backward, Wgrad };
+
   Program(Bundle bundle) : bundle(std::move(bundle)) {}
   llvm::Error setUp(int ordinal);
-  llvm::Error classify(Function &function, const FunctionPlan &plan,
-                       bool isBackward);
+  llvm::Error classify(Function &function, const FunctionPlan &plan, Role role);
+  /// A wgrad function's argument binding: the forward's or the backward's
+  /// tensor it reads.
+  llvm::Expected<Binding> wgradArgument(const InterfaceEntry &entry,
+                                        const FunctionPlan &plan);
+  /// Where a backward or wgrad result with te.grad_of goes in GradInput.
+  size_t gradInputIndex(int64_t gradOf);
+  /// The accumulation of backward or wgrad function whose main_grad is
+  /// GradOutput `gradOutput`, with its function; null when none.
+  std::pair<Function *, Accumulation *> accumulationOf(size_t gradOutput);
+  /// Refuses the main_grad pointers of a backward part that its
+  /// accumulations cannot take.
+  llvm::Error checkAccumulations(const Function &function,
+                                 llvm::ArrayRef<CUdeviceptr> gradOutputs,
+                                 llvm::ArrayRef<CUdeviceptr> gradInputs) const;
   llvm::Expected<size_t> own(const ValueInfo &value, const std::string &name);
   llvm::Error resetState();
   llvm::Error copyMeta(size_t index, void *host, size_t bytes, CUstream stream,
@@ -267,7 +309,10 @@ private:
   std::unique_ptr<ModuleSet> modules;
   DeviceBuffer workspace, arena, scratch;
   std::unique_ptr<GemmRunner> gemms;
-  Function forwardFn, backwardFn;
+  Function forwardFn, backwardFn, wgradFn;
+  /// With a wgrad function: the te.grad_of of every GradInput, in order
+  /// (the forward's argument order, as a backward alone returns them).
+  std::vector<int64_t> gradInputOrder;
   std::shared_ptr<AmaxReducer> amaxReducer;
   std::vector<DeviceBuffer> owned;
   /// Owned buffers holding FP8 meta state (Meta tensors, in order) and the
@@ -277,7 +322,7 @@ private:
   /// Moves the device RNG state on after each forward.
   CUfunction rngAdvance = nullptr;
   uint64_t rngHost[2] = {0x2545f4914f6cdd1dull, 0};
-  std::vector<TensorDesc> descs[6];
+  std::vector<TensorDesc> descs[7];
   bool forwardDone = false;
   bool forwardUpdatesState = true;
   WeightCasts weightCasts = WeightCasts::Run;

@@ -109,6 +109,32 @@ def TEPlaceScaling : Pass<"te-place-scaling", "mlir::ModuleOp"> {
   let dependentDialects = ["::mlir::te::TEDialect"];
 }
 
+def TESplitWgrad : Pass<"te-split-wgrad", "mlir::ModuleOp"> {
+  let summary = "Move delayed weight gradients into a function of their own";
+  let description = [{
+    Transformer Engine's `delay_wgrad_compute` (docs/delay-wgrad.md): for
+    every `@f_backward` whose forward has arguments marked `te.delay_wgrad`
+    (the spec key marks a layer's GEMM weights), the GEMMs that serve only
+    those weights' gradients, and every op after them that serves only
+    those gradients (main_grad's add, casts), move into a new function
+    `@f_backward_wgrad` (`te.wgrad_of = @f_backward`), which returns the
+    gradients (with their `te.grad_of`, `te.accumulates`) in place of the
+    backward. What stays includes the casts that make the GEMMs' FP8
+    operands and the bias gradients.
+
+    A value the moved ops read becomes an argument of the wgrad function:
+    forward arguments and saved results keep their `te.forward_arg` /
+    `te.forward_result`, the backward's output gradients and main_grads
+    are read again (`te.backward_arg = i`), views of those are recomputed,
+    and anything else, in particular a meta slot that the backward's scale
+    update overwrites and the FP8 state a later forward overwrites, is
+    returned by the backward as `deferred.<k>` after its other results and
+    read as `te.backward_result = j`. Nothing changes without marked
+    arguments.
+  }];
+  let dependentDialects = ["::mlir::te::TEDialect"];
+}
+
 def TEFuse : Pass<"te-fuse", "mlir::func::FuncOp"> {
   let summary = "Group primitive ops into te.fused kernel regions";
   let description = [{

@@ -20,6 +20,8 @@ void tejit::buildPipeline(OpPassManager &pm, const PipelineOptions &options) {
   TEPlaceScalingOptions scaling;
   scaling.recipe = options.recipeOverride;
   pm.addPass(createTEPlaceScaling(scaling));
+  if (options.training)
+    pm.addPass(createTESplitWgrad());
   if (options.stopAfter == Stage::Scaled)
     return;
   pm.addNestedPass<func::FuncOp>(createTEFuse());

@@ -44,6 +44,7 @@ Value ImportState::addInput(StringRef name, Type type, Location loc) {
   argIsParam.push_back(false);
   argMainGradType.push_back(Type());
   argIsFp8Weight.push_back(false);
+  argDelaysWgrad.push_back(false);
   inputsByName[name] = arg;
   return arg;
 }
@@ -80,6 +81,7 @@ Value ImportState::addParam(StringRef name, ArrayRef<int64_t> shape,
   argIsParam.push_back(true);
   argMainGradType.push_back(Type());
   argIsFp8Weight.push_back(false);
+  argDelaysWgrad.push_back(false);
   return arg;
 }
 
@@ -107,6 +109,13 @@ size_t ImportState::markFp8Weights(size_t firstArgument, unsigned rank) {
   SmallVector<size_t> indices = gemmWeightArguments(firstArgument, rank);
   for (size_t index : indices)
     argIsFp8Weight[index] = true;
+  return indices.size();
+}
+
+size_t ImportState::markDelayedWgrads(size_t firstArgument, unsigned rank) {
+  SmallVector<size_t> indices = gemmWeightArguments(firstArgument, rank);
+  for (size_t index : indices)
+    argDelaysWgrad[index] = true;
   return indices.size();
 }
 
@@ -205,6 +214,8 @@ OwningOpRef<ModuleOp> ImportState::finish(Location loc) {
                           TypeAttr::get(argMainGradType[index]));
     if (argIsFp8Weight[index])
       function.setArgAttr(index, "te.fp8_weight", builder.getUnitAttr());
+    if (argDelaysWgrad[index])
+      function.setArgAttr(index, "te.delay_wgrad", builder.getUnitAttr());
   }
   for (auto [index, result] : llvm::enumerate(results))
     function.setResultAttr(index, "te.name",

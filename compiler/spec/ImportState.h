@@ -109,6 +109,10 @@ public:
   /// fp8_model_init): te-place-scaling makes them FP8 arguments. Returns how
   /// many it marked.
   size_t markFp8Weights(size_t firstArgument, unsigned rank);
+  /// Marks the same parameters with `te.delay_wgrad` (Transformer Engine's
+  /// delay_wgrad_compute): te-split-wgrad moves their weight gradients into
+  /// a function of their own. Returns how many it marked.
+  size_t markDelayedWgrads(size_t firstArgument, unsigned rank);
 
   /// Adds a named function result after those added so far, or before them
   /// with `first` (the spec's `output` leads, as a layer's output leads the
@@ -135,6 +139,7 @@ private:
   /// The main_grad element type of each argument; null for none.
   llvm::SmallVector<mlir::Type> argMainGradType;
   llvm::SmallVector<bool> argIsFp8Weight;
+  llvm::SmallVector<bool> argDelaysWgrad;
   llvm::StringMap<mlir::Value> inputsByName;
   llvm::SmallVector<std::pair<std::string, mlir::Location>> layerNames;
   /// Where the first GroupedLinear gave its `num_gemms`.

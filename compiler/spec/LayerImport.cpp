@@ -94,7 +94,7 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
   // Transformer Engine's fuse_wgrad_accumulation: the layer's GEMM weights
   // accumulate their gradients into a main_grad (Megatron-LM's), float32
   // unless main_grad_dtype says otherwise.
-  bool fuseWgrad = false, fp8Weights = false;
+  bool fuseWgrad = false, fp8Weights = false, delayWgrad = false;
   Type mainGradType = Float32Type::get(state.getContext());
   if (kind->gemmWeightRank != 0) {
     FailureOr<bool> value = layer->getBool("fuse_wgrad_accumulation", false);
@@ -106,6 +106,19 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
       return failure();
     fuseWgrad = *value;
     fp8Weights = *fp8;
+    // Transformer Engine's delay_wgrad_compute: the weight gradients wait
+    // for backward_dw (a function of their own, docs/delay-wgrad.md).
+    FailureOr<bool> delay = layer->getBool("delay_wgrad_compute", false);
+    if (failed(delay))
+      return failure();
+    delayWgrad = *delay;
+    if (delayWgrad && kind->className != "Linear" &&
+        kind->className != "LayerNormLinear" &&
+        kind->className != "LayerNormMLP" && kind->className != "GroupedLinear")
+      return emitError(layer->valueLoc("delay_wgrad_compute"))
+             << "'delay_wgrad_compute' is supported by Linear, "
+                "LayerNormLinear, LayerNormMLP and GroupedLinear, not by "
+             << kind->className;
     if (fp8Weights && !recipe)
       return emitError(layer->valueLoc("fp8_weights"))
              << "'fp8_weights' needs an FP8 recipe for the layer (FP8 "
@@ -125,6 +138,8 @@ FailureOr<Value> tejit::spec::importLayer(ImportState &state,
     return output;
   if (fp8Weights)
     state.markFp8Weights(firstArgument, kind->gemmWeightRank);
+  if (delayWgrad)
+    state.markDelayedWgrads(firstArgument, kind->gemmWeightRank);
   if (!fuseWgrad)
     return output;
   if (state.markMainGrads(firstArgument, kind->gemmWeightRank, mainGradType) ==

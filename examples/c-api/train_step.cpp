@@ -7,7 +7,8 @@
 // weight caching across micro-batches: a step that keeps its weight casts
 // gives the direct step's bits, and the next one, which reuses them, skips
 // the cast kernels and stays within FP8 noise of a step that casts; and
-// the same decided by a device flag in one captured step.
+// the same decided by a device flag in one captured step. A spec with
+// delay_wgrad_compute also runs the backward in its two halves.
 //
 //   tejit-train-step [SPEC]   (default: examples/layernorm_mlp_small.yaml)
 //
@@ -364,6 +365,38 @@ int main(int argc, char **argv) {
     CHECK_CUDA(cudaFree(castFlag));
   }
 
+  // delay_wgrad_compute (docs/delay-wgrad.md): the backward's two halves,
+  // with the saved and deferred tensors in this program's memory, give the
+  // bits of a backward that runs both.
+  bool halvesOk = true;
+  if (tejit_delays_wgrad(program)) {
+    std::vector<Tensor> saved = allocate(program, TEJIT_SAVED);
+    std::vector<Tensor> deferred = allocate(program, TEJIT_DEFERRED);
+    std::vector<void *> kept = pointers(saved), handed = pointers(deferred);
+    restoreState();
+    step();
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<std::vector<uint16_t>> whole = results();
+    restoreState();
+    CHECK_TEJIT(
+        tejit_forward_ex(program, stream, in.data(), out.data(), kept.data()));
+    CHECK_TEJIT(tejit_backward_dgrad_ex(program, stream, in.data(), out.data(),
+                                        kept.data(), dOut.data(), dIn.data(),
+                                        handed.data()));
+    CHECK_TEJIT(tejit_backward_wgrad_ex(program, stream, in.data(), out.data(),
+                                        kept.data(), dOut.data(), dIn.data(),
+                                        handed.data()));
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    halvesOk = results() == whole;
+    std::printf("delayed weight gradients: %zu deferred tensors; dgrad then "
+                "wgrad %s the whole backward (%s)\n",
+                deferred.size(), halvesOk ? "matches" : "DIFFERS from",
+                halvesOk ? "ok" : "NOT OK");
+    for (std::vector<Tensor> *list : {&saved, &deferred})
+      for (const Tensor &tensor : *list)
+        CHECK_CUDA(cudaFree(tensor.data));
+  }
+
   std::vector<uint16_t> output = download(outputs[0]);
   double sum = 0;
   bool finite = true;
@@ -378,5 +411,5 @@ int main(int argc, char **argv) {
               mismatches ? "DIFFERS from" : "matches");
   CHECK_CUDA(cudaGraphExecDestroy(graphExec));
   tejit_program_destroy(program);
-  return finite && !mismatches && cacheOk && flagOk ? 0 : 1;
+  return finite && !mismatches && cacheOk && flagOk && halvesOk ? 0 : 1;
 }

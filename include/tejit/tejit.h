@@ -105,10 +105,16 @@ typedef enum tejit_tensor_kind {
                             "main_grad.<weight>" per GEMM weight */
   TEJIT_GRAD_INPUT = 3,  /* backward outputs: one per forward input */
   TEJIT_META = 4,        /* FP8 meta state: scale, scale_inv, amax_history */
-  TEJIT_SAVED = 5        /* what the forward saves for the backward (FP8
+  TEJIT_SAVED = 5,       /* what the forward saves for the backward (FP8
                             copies, norm statistics, pre-activations): kept by
                             the program for tejit_forward, by the caller for
                             tejit_forward_ex */
+  TEJIT_DEFERRED = 6     /* delay_wgrad_compute: what the backward's data-
+                            gradient half hands its weight-gradient half (dY's
+                            FP8 transpose, its scale_inv as the cast used it):
+                            kept by the program for tejit_backward(_ex), by
+                            the caller for tejit_backward_dgrad_ex and
+                            tejit_backward_wgrad_ex */
 } tejit_tensor_kind;
 
 typedef struct tejit_tensor_info {
@@ -167,6 +173,48 @@ tejit_status tejit_backward_ex(tejit_program *program, void *stream,
                                const void *const *grad_outputs,
                                void *const *grad_inputs);
 
+/* delay_wgrad_compute (docs/delay-wgrad.md): 1 when the program's weight
+ * gradients are computed apart from the rest of its backward (Transformer
+ * Engine's backward_dw), 0 otherwise or on bad input. tejit_backward and
+ * tejit_backward_ex still run both halves, one after the other. */
+int tejit_delays_wgrad(const tejit_program *program);
+/* The backward in two halves, each given what tejit_backward_ex is, and
+ * `deferred`, one device pointer per TEJIT_DEFERRED tensor in the caller's
+ * memory (several backwards may then await their wgrad half; run each
+ * wgrad half with the tensors its dgrad half was given, unchanged).
+ * tejit_backward_dgrad_ex writes the data and bias gradients (and the
+ * deferred tensors) and updates the backward FP8 state;
+ * tejit_backward_wgrad_ex writes the weight gradients (adding main_grad
+ * where the program accumulates) and updates no state. Each reads and
+ * writes only its half's entries of grad_inputs and grad_outputs (the
+ * others may be NULL; tejit_tensor_used_by_wgrad tells them apart), and
+ * the wgrad half reads only the inputs, outputs and saved tensors
+ * tejit_tensor_used_by_wgrad names (others may be NULL; keep those alive
+ * and unchanged until it has run). The halves run on the program's scratch
+ * arena: order them on one stream with the program's other calls.
+ * TEJIT_ERROR_STATE for a program without delay_wgrad_compute. */
+tejit_status tejit_backward_dgrad_ex(tejit_program *program, void *stream,
+                                     const void *const *inputs,
+                                     const void *const *outputs,
+                                     const void *const *saved,
+                                     const void *const *grad_outputs,
+                                     void *const *grad_inputs,
+                                     void *const *deferred);
+tejit_status tejit_backward_wgrad_ex(tejit_program *program, void *stream,
+                                     const void *const *inputs,
+                                     const void *const *outputs,
+                                     const void *const *saved,
+                                     const void *const *grad_outputs,
+                                     void *const *grad_inputs,
+                                     void *const *deferred);
+/* 1 when the weight-gradient half reads tensor `index` of `kind`
+ * (TEJIT_INPUT, TEJIT_OUTPUT, TEJIT_SAVED, TEJIT_GRAD_OUTPUT,
+ * TEJIT_DEFERRED: every deferred tensor) or writes it (TEJIT_GRAD_INPUT: the
+ * delayed weight gradients); 0 otherwise, for a program without
+ * delay_wgrad_compute, or on bad input. A TEJIT_GRAD_INPUT with 0 is
+ * written by the data-gradient half. */
+int tejit_tensor_used_by_wgrad(const tejit_program *program,
+                               tejit_tensor_kind kind, size_t index);
 /* Whether forwards and backwards on a capturing stream (CUDA graph capture)
  * may read the program's host arguments (tejit_tensor_is_host: a grouped
  * op's m_splits): 0, the default, refuses such a capture

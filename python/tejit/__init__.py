@@ -183,6 +183,9 @@ class Program:
         self.grad_inputs = self._infos(_capi.TEJIT_GRAD_INPUT)
         self.meta = self._infos(_capi.TEJIT_META)
         self.saved = self._infos(_capi.TEJIT_SAVED)
+        # delay_wgrad_compute's hand-over (none in a library before it,
+        # which lists no tensors of an unknown kind).
+        self.deferred = self._infos(_capi.TEJIT_DEFERRED)
 
     # --- construction ------------------------------------------------------
 
@@ -281,14 +284,17 @@ class Program:
     # --- running -----------------------------------------------------------
 
     @staticmethod
-    def _pointers(what, infos, tensors):
+    def _pointers(what, infos, tensors, allow_none=False):
+        """A C array of one address per entry of `infos`; with
+        `allow_none`, None passes NULL (entries a call does not touch)."""
         tensors = list(tensors)
         if len(tensors) != len(infos):
             raise ValueError(f"{what}: expected {len(infos)} pointers "
                              f"({', '.join(i.name for i in infos)}), got "
                              f"{len(tensors)}")
         return _capi.pointer_array(
-            [_address(t, info) for t, info in zip(tensors, infos)])
+            [None if allow_none and t is None else _address(t, info)
+             for t, info in zip(tensors, infos)])
 
     def forward(self, stream, input_ptrs, output_ptrs):
         """Runs the forward on `stream`, asynchronously. One device address
@@ -334,6 +340,75 @@ class Program:
             ("grad_inputs", self.grad_inputs, grad_input_ptrs))]
         self._check(_capi.lib().tejit_backward_ex(
             self.handle, _stream_handle(stream), *arrays))
+
+    # --- delay_wgrad_compute (docs/delay-wgrad.md) ---------------------------
+
+    @property
+    def delays_wgrad(self):
+        """Whether the weight gradients are a half of the backward of their
+        own (the spec's delay_wgrad_compute; False with a library before
+        it)."""
+        return (_capi.has("tejit_delays_wgrad")
+                and bool(_capi.lib().tejit_delays_wgrad(self.handle)))
+
+    _KINDS = {"inputs": _capi.TEJIT_INPUT, "outputs": _capi.TEJIT_OUTPUT,
+              "grad_outputs": _capi.TEJIT_GRAD_OUTPUT,
+              "grad_inputs": _capi.TEJIT_GRAD_INPUT,
+              "saved": _capi.TEJIT_SAVED, "deferred": _capi.TEJIT_DEFERRED}
+
+    def used_by_wgrad(self, kind, index):
+        """Whether the weight-gradient half reads entry `index` of `kind`
+        ("inputs", "outputs", "saved", "grad_outputs", "deferred") or writes
+        it ("grad_inputs": the delayed weight gradients, which the
+        data-gradient half does not write). The others may be freed once the
+        data-gradient half has run, and passed as None to the wgrad half."""
+        if kind not in self._KINDS:
+            raise ValueError(f"used_by_wgrad: kind must be one of "
+                             f"{', '.join(self._KINDS)}, got {kind!r}")
+        if not self.delays_wgrad:
+            return False
+        return bool(_capi.lib().tejit_tensor_used_by_wgrad(
+            self.handle, self._KINDS[kind], int(index)))
+
+    def _backward_part(self, function, stream, ptrs, deferred_ptrs):
+        """Runs `function` (a half of the backward) on the five pointer
+        lists of backward_ex (`ptrs`) and the deferred tensors."""
+        if not _capi.has(function):
+            raise TejitError(_capi.TEJIT_ERROR_UNSUPPORTED,
+                             f"{function}: the loaded library ("
+                             f"{_capi.library_path()}) predates "
+                             f"delay_wgrad_compute")
+        lists = (("inputs", self.inputs), ("outputs", self.outputs),
+                 ("saved", self.saved), ("grad_outputs", self.grad_outputs),
+                 ("grad_inputs", self.grad_inputs))
+        arrays = [self._pointers(what, infos, tensors, allow_none=True)
+                  for (what, infos), tensors in zip(lists, ptrs)]
+        deferred = self._pointers("deferred", self.deferred, deferred_ptrs)
+        self._check(getattr(_capi.lib(), function)(
+            self.handle, _stream_handle(stream), *arrays, deferred))
+
+    def backward_dgrad_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs,
+                          grad_output_ptrs, grad_input_ptrs, deferred_ptrs):
+        """The data-gradient half of backward_ex (a program with
+        delays_wgrad): writes the .grad_inputs entries used_by_wgrad says
+        it does not (data and bias gradients; the weights' may be None) and
+        one tensor per .deferred entry (the caller's memory: several
+        backwards may await their wgrad half), and updates the backward FP8
+        state."""
+        self._backward_part("tejit_backward_dgrad_ex", stream, (
+            input_ptrs, output_ptrs, saved_ptrs, grad_output_ptrs,
+            grad_input_ptrs), deferred_ptrs)
+
+    def backward_wgrad_ex(self, stream, input_ptrs, output_ptrs, saved_ptrs,
+                          grad_output_ptrs, grad_input_ptrs, deferred_ptrs):
+        """The weight-gradient half (TE's backward_dw): reads the
+        .deferred tensors its backward_dgrad_ex wrote and the entries
+        used_by_wgrad names (others may be None), writes the weight
+        gradients (adding main_grad under fuse_wgrad_accumulation). Run the
+        halves in order, on one stream with the program's other calls."""
+        self._backward_part("tejit_backward_wgrad_ex", stream, (
+            input_ptrs, output_ptrs, saved_ptrs, grad_output_ptrs,
+            grad_input_ptrs), deferred_ptrs)
 
     # --- FP8 meta state ----------------------------------------------------
 

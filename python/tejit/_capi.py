@@ -67,6 +67,7 @@ TEJIT_GRAD_OUTPUT = 2
 TEJIT_GRAD_INPUT = 3
 TEJIT_META = 4
 TEJIT_SAVED = 5
+TEJIT_DEFERRED = 6
 
 # --- structs -----------------------------------------------------------------
 
@@ -255,6 +256,13 @@ def _declare(lib):
                                                      [program, c_int]),
         "tejit_program_set_group_pointers": (status, [program, c_size_t,
                                                       P(c_void_p), c_size_t]),
+        # delay_wgrad_compute: the backward in two halves.
+        "tejit_delays_wgrad": (c_int, [program]),
+        "tejit_tensor_used_by_wgrad": (c_int, [program, c_int, c_size_t]),
+        "tejit_backward_dgrad_ex": (status, [program, c_void_p] +
+                                    [P(c_void_p)] * 6),
+        "tejit_backward_wgrad_ex": (status, [program, c_void_p] +
+                                    [P(c_void_p)] * 6),
     }
     for name, (restype, argtypes) in signatures.items():
         if name in OPTIONAL and not hasattr(lib, name):
@@ -265,10 +273,12 @@ def _declare(lib):
 
 
 # Functions a library built before them lacks (context parallelism, its
-# a2a's all-to-all): left undeclared there; has() says whether the loaded
-# library has one.
+# a2a's all-to-all, delay_wgrad_compute's halves): left undeclared there;
+# has() says whether the loaded library has one.
 OPTIONAL = frozenset({"tejit_program_set_cp_group", "tejit_program_cp_size",
-                      "tejit_tp_group_set_all_to_all"})
+                      "tejit_tp_group_set_all_to_all", "tejit_delays_wgrad",
+                      "tejit_tensor_used_by_wgrad", "tejit_backward_dgrad_ex",
+                      "tejit_backward_wgrad_ex"})
 
 
 def has(name):

@@ -1066,8 +1066,8 @@ std::vector<ErrorCase> errorCases() {
        [](V p) { root(p)["format"] = "tejit-plans"; },
        {"plan: 'format'", "tejit-plans"}},
       {"Version",
-       [](V p) { root(p)["version"] = 6; },
-       {"plan: 'version' is 6; versions 1 to 5 are read"}},
+       [](V p) { root(p)["version"] = 7; },
+       {"plan: 'version' is 7; versions 1 to 6 are read"}},
       {"VersionNotANumber",
        [](V p) { root(p)["version"] = "1"; },
        {"plan: 'version' must be an integer"}},
@@ -1917,13 +1917,70 @@ TEST_P(RealPlanTest, Parses) {
     }
   }
 
-  // A forward, and a backward exactly when training.
+  // A forward, a backward exactly when training, and a wgrad function
+  // exactly with delay_wgrad_compute.
   const FunctionPlan *forward = plan->forward();
   ASSERT_NE(forward, nullptr);
   const FunctionPlan *backward = plan->backwardOf(*forward);
   bool inference = llvm::StringRef(GetParam()).contains("inference");
+  bool delays = llvm::StringRef(GetParam()).starts_with("delay_wgrad");
   EXPECT_EQ(backward == nullptr, inference);
-  EXPECT_EQ(plan->functions.size(), inference ? 1u : 2u);
+  EXPECT_EQ(backward && plan->wgradOf(*backward), delays);
+  EXPECT_EQ(plan->functions.size(), inference ? 1u : delays ? 3u : 2u);
+}
+
+// delay_wgrad_compute: the wgrad function reads the deferred results of the
+// backward and the forward's saved tensors, and writes every weight's
+// gradient; a main_grad it accumulates into is a backward argument no step
+// of the backward touches (the caller may pass null there).
+class WgradPlanTest : public RealPlanTest {};
+
+TEST_P(WgradPlanTest, WgradFunctionReadsTheBackwardsResults) {
+  std::optional<Plan> plan = loadPlan();
+  ASSERT_TRUE(plan);
+  const FunctionPlan &backward = *plan->backwardOf(*plan->forward());
+  const FunctionPlan &wgrad = *plan->wgradOf(backward);
+  EXPECT_EQ(wgrad.wgradOf, backward.name);
+  size_t deferred = 0;
+  for (const InterfaceEntry &entry : wgrad.arguments) {
+    EXPECT_TRUE(entry.forwardArg || entry.forwardResult || entry.backwardArg ||
+                entry.backwardResult)
+        << entry.name;
+    if (entry.backwardResult) {
+      ++deferred;
+      EXPECT_EQ(backward.results[*entry.backwardResult].name, entry.name);
+    }
+    if (entry.backwardArg) {
+      const InterfaceEntry &read = backward.arguments[*entry.backwardArg];
+      EXPECT_EQ(read.name, entry.name);
+      EXPECT_EQ(backward.isUnused(read.value),
+                llvm::StringRef(read.name).starts_with("main_grad."));
+    }
+  }
+  EXPECT_GT(deferred, 0u);
+  for (const InterfaceEntry &entry : wgrad.results) {
+    EXPECT_TRUE(entry.gradOf) << entry.name;
+    EXPECT_TRUE(llvm::StringRef(entry.name).ends_with("weight")) << entry.name;
+  }
+  // Norm weights are no GEMM weights: their gradients stay.
+  for (const InterfaceEntry &entry : backward.results)
+    EXPECT_FALSE(llvm::StringRef(entry.name).ends_with("weight") &&
+                 !llvm::StringRef(entry.name).ends_with("layer_norm_weight"))
+        << entry.name;
+}
+
+TEST(PlanTest, WgradOfMustNameABackward) {
+  const char *text = R"({"format": "tejit-plan", "version": 6,
+    "arch": "sm_90a", "functions": [
+      {"name": "f", "arguments": [], "results": [], "values": [],
+       "steps": []},
+      {"name": "f_backward_wgrad", "wgrad_of": "f", "arguments": [],
+       "results": [], "values": [], "steps": []}]})";
+  llvm::Expected<Plan> plan = parsePlan(llvm::StringRef(text));
+  ASSERT_FALSE(bool(plan));
+  EXPECT_THAT(llvm::toString(plan.takeError()),
+              ::testing::HasSubstr("'wgrad_of' names 'f', which is not a "
+                                   "backward function of the plan"));
 }
 
 // Every attention step te-compile writes is one the runtime reads (without
@@ -1966,7 +2023,8 @@ TEST_P(RealPlanTest, AttentionStepsParse) {
 TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
   std::optional<Plan> plan = loadPlan();
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->version, 5);
+  EXPECT_EQ(plan->version,
+            llvm::StringRef(GetParam()).starts_with("delay_wgrad") ? 6 : 5);
   size_t updates = 0;
   for (FunctionPlan &function : plan->functions) {
     for (auto [index, entry] : llvm::enumerate(function.results)) {
@@ -2046,7 +2104,8 @@ TEST_P(RealPlanTest, StateUpdatesRunInPlace) {
 TEST_P(RealPlanTest, MainGradsAccumulateInPlace) {
   std::optional<Plan> plan = loadPlan();
   ASSERT_TRUE(plan);
-  bool grouped = llvm::StringRef(GetParam()).starts_with("grouped_main_grad");
+  bool grouped = llvm::StringRef(GetParam()).starts_with("grouped_main_grad") ||
+                 GetParam() == "delay_wgrad_grouped";
   size_t accumulations = 0;
   for (FunctionPlan &function : plan->functions) {
     for (auto [index, entry] : llvm::enumerate(function.results)) {
@@ -2195,6 +2254,10 @@ INSTANTIATE_TEST_SUITE_P(TeCompile, RealPlanTest,
                            return name;
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(RealPlanTest);
+// The plans with a wgrad function (tests/runtime/CMakeLists.txt).
+INSTANTIATE_TEST_SUITE_P(TeCompile, WgradPlanTest,
+                         ::testing::Values("delay_wgrad_mlp",
+                                           "delay_wgrad_grouped"));
 #endif // TEJIT_TEST_PLAN_DIR
 
 } // namespace

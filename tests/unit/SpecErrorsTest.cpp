@@ -293,7 +293,7 @@ layers:
             7, 5,
             "unknown key 'activation' in Linear (valid keys: type, "
             "name, recipe, fuse_wgrad_accumulation, main_grad_dtype, "
-            "fp8_weights, "
+            "fp8_weights, delay_wgrad_compute, "
             "in_features, out_features, bias, tp_size, sequence_parallel, "
             "parallel_mode)"},
         ErrorCase{"MainGradOnALayerWithoutGemms", "spec.yaml", R"(
@@ -581,7 +581,8 @@ layers:
                   7, 5,
                   "unknown key 'activation_params' in LayerNormLinear (valid "
                   "keys: type, name, recipe, fuse_wgrad_accumulation, "
-                  "main_grad_dtype, fp8_weights, in_features, out_features, "
+                  "main_grad_dtype, fp8_weights, delay_wgrad_compute, "
+                  "in_features, out_features, "
                   "bias, return_layernorm_output, normalization, eps, "
                   "zero_centered_gamma, tp_size, sequence_parallel, "
                   "parallel_mode)"},
