@@ -945,7 +945,7 @@ def test_block_scaling_holds_no_meta_state():
 
 
 def test_constructor_refusals():
-    for name in ("ub_overlap_rs", "ub_overlap_ag", "delay_wgrad_compute"):
+    for name in ("ub_overlap_rs", "ub_overlap_ag", "save_original_input"):
         with pytest.raises(NotImplementedError) as caught:
             te.GroupedLinear(2, IN, OUT, **{name: True})
         assert name in str(caught.value)

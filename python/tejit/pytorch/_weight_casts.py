@@ -103,6 +103,11 @@ def _compiled(key, ir, device):
 
 
 def _program(shape, dtype, device, transpose, current, power_2_scale):
+    if device.type != "cuda":
+        raise ValueError(
+            f"tejit: FP8 weights are quantized by tejit's cast kernel on a "
+            f"CUDA device; got a tensor on {device} (build modules inside "
+            f"fp8_model_init with device='cuda')")
     element = _ELEMENT_TYPES.get(dtype)
     if element is None or len(shape) != 2:
         raise TypeError(f"tejit: FP8 weights are 2-D bf16, fp16 or fp32 "

@@ -55,8 +55,9 @@ class PendingWgrad:
         stream.wait_event(self.ready)
         for tensor in self.keep:
             # Freed after this call: not reused before the wgrad half ran
-            # (parameters, kept by their module, need no record).
-            if type(tensor) is torch.Tensor:
+            # (parameters, kept by their module, and host tensors such as
+            # GroupedLinear's m_splits need no record).
+            if type(tensor) is torch.Tensor and tensor.is_cuda:
                 tensor.record_stream(stream)
         main_grads, stacked = _main_grad.program_buffers(
             compiled, self.slots, device)
