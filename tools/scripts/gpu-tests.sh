@@ -44,6 +44,9 @@ step tejit-train-step examples/fp8_attention_small.yaml
 step tejit-train-step examples/quickstart_small.yaml
 # GPT-OSS's clamped SwiGLU with rotary tables (float32 inputs).
 step tejit-train-step examples/gpt_oss_small.yaml
+# delay_wgrad_compute through the C API: dgrad then wgrad against the whole
+# backward.
+step tejit-train-step tests/lit/te-compile/Inputs/delay-wgrad-mlp.yaml
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck; do
     step compute-sanitizer --tool "$tool" --error-exitcode 1 \
@@ -99,6 +102,12 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_microbatch_weight_c
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_main_grad.py
 # fp8_model_init: FP8 primary weights against twins, optimizers, memory.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_model_init.py
+# TE's FusedAdam / FusedSGD over FP8 parameters (master weights).
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_optimizers.py
+# delay_wgrad_compute: backward_dw's gradients against undelayed twins.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_delay_wgrad.py
+# Activation offloading (get_cpu_offload_context, torch's save_on_cpu).
+step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_cpu_offload.py
 # LayerNormMLP(checkpoint=True): recomputed forward, bit-equal results.
 step python3 -m pytest -q -s -p no:cacheprovider tests/gpu/test_layernorm_mlp_checkpoint.py
 # CUDA graphs through make_graphed_callables: replays equal eager steps.
