@@ -21,6 +21,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
@@ -78,26 +79,21 @@ def main():
     fp8_recipe = recipe.DelayedScaling(fp8_format=recipe.Format.HYBRID,
                                        amax_history_len=1024,
                                        amax_compute_algo="max")
-    rows = {"inline": make_step(args.block, False, fp8_recipe),
-            "delayed": make_step(args.block, True, fp8_recipe)}
-    names = list(rows)
-    peaks = {name: peak_mib(rows[name]) for name in names}
-    times = {name: [] for name in names}
-    for r in range(args.rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            bench_sustained.hold(rows[name], args.hold)
-            per_step, _, _ = bench_sustained.timed(rows[name], args.iters)
-            times[name].append(statistics.median(per_step))
+    rows = [SimpleNamespace(name=name, times=[],
+                            step=make_step(args.block, delay, fp8_recipe))
+            for name, delay in (("inline", False), ("delayed", True))]
+    peaks = {row.name: peak_mib(row.step) for row in rows}
+    bench_sustained.interleaved_medians(rows, args.rounds, args.hold,
+                                        args.iters, lambda row: row.name)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"block {args.block}, FP8 DelayedScaling HYBRID")
-    for name in names:
-        print(f"{name:8s} {statistics.median(times[name]):.3f} ms "
-              f"(rounds {', '.join(f'{t:.3f}' for t in times[name])}), "
-              f"peak +{peaks[name]:.0f} MiB over a step")
-    ratio = statistics.median(times["delayed"]) / statistics.median(
-        times["inline"])
-    print(f"delayed takes {ratio:.3f}x the inline step's time")
+    medians = {row.name: statistics.median(row.times) for row in rows}
+    for row in rows:
+        print(f"{row.name:8s} {medians[row.name]:.3f} ms (rounds "
+              f"{', '.join(f'{t:.3f}' for t in row.times)}), peak "
+              f"+{peaks[row.name]:.0f} MiB over a step")
+    print(f"delayed takes {medians['delayed'] / medians['inline']:.3f}x the "
+          f"inline step's time")
 
 
 if __name__ == "__main__":

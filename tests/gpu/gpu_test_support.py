@@ -53,3 +53,16 @@ def perturb(module):
                 p.copy_(0.1 * torch.randn_like(p))
             elif p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
+
+
+def input_gradient(module, x, dy, fp8_recipe):
+    """One forward (under fp8_autocast(fp8_recipe) unless None) and
+    backward of `module` on a fresh leaf copy of `x` with output gradient
+    `dy`; returns the input's gradient (parameters accumulate theirs)."""
+    import tejit.pytorch as te
+    x = x.detach().requires_grad_()
+    with te.fp8_autocast(enabled=fp8_recipe is not None,
+                         fp8_recipe=fp8_recipe):
+        out = module(x)
+    out.backward(dy)
+    return x.grad

@@ -29,7 +29,8 @@ import copy
 
 import pytest
 
-from gpu_test_support import hybrid, perturb, run_seed, seed_per_test, torch
+from gpu_test_support import (hybrid, input_gradient, perturb,
+                              run_seed, seed_per_test, torch)
 
 import tejit.pytorch as te  # noqa: E402
 from tejit.common import recipe  # noqa: E402
@@ -76,15 +77,6 @@ def out_features(module, x):
         return module(x).shape[-1]
 
 
-def backward(module, x, dy, fp8_recipe):
-    x = x.detach().requires_grad_()
-    with te.fp8_autocast(enabled=fp8_recipe is not None,
-                         fp8_recipe=fp8_recipe):
-        out = module(x)
-    out.backward(dy)
-    return x.grad
-
-
 def check_dgrad_half(delayed, plain, got, want):
     assert torch.equal(got, want), "input gradient differs from the twin"
     plain_params = dict(plain.named_parameters())
@@ -100,10 +92,10 @@ def check_weights_equal(delayed, plain):
     plain_params = dict(plain.named_parameters())
     for name, p in gemm_weights(delayed).items():
         assert p.grad is not None, f"backward_dw gave {name} no gradient"
-        assert torch.equal(p.grad, plain_params[name].grad), (
+        want = plain_params[name].grad
+        assert torch.equal(p.grad, want), (
             f"{name}: backward_dw's gradient differs from the twin's "
-            f"(max |diff| "
-            f"{(p.grad.float() - plain_params[name].grad.float()).abs().max()})")
+            f"(max |diff| {(p.grad.float() - want.float()).abs().max()})")
 
 
 @pytest.mark.parametrize("recipe_name", list(RECIPES))
@@ -122,8 +114,8 @@ def test_twin_interleaved_and_queued(layer, recipe_name):
     for x, dy in batches[:2]:
         plain.zero_grad(set_to_none=True)
         delayed.zero_grad(set_to_none=True)
-        want = backward(plain, x, dy, fp8_recipe)
-        got = backward(delayed, x, dy, fp8_recipe)
+        want = input_gradient(plain, x, dy, fp8_recipe)
+        got = input_gradient(delayed, x, dy, fp8_recipe)
         check_dgrad_half(delayed, plain, got, want)
         assert delayed.need_backward_dw()
         delayed.backward_dw()
@@ -133,8 +125,8 @@ def test_twin_interleaved_and_queued(layer, recipe_name):
     plain.zero_grad(set_to_none=True)
     delayed.zero_grad(set_to_none=True)
     for x, dy in batches[2:]:
-        want = backward(plain, x, dy, fp8_recipe)
-        got = backward(delayed, x, dy, fp8_recipe)
+        want = input_gradient(plain, x, dy, fp8_recipe)
+        got = input_gradient(delayed, x, dy, fp8_recipe)
         assert torch.equal(got, want), "input gradient differs (queued)"
     delayed.backward_dw()
     side = torch.cuda.Stream()
@@ -202,7 +194,7 @@ def test_no_recipe_against_float64():
                        delay_wgrad_compute=True)
     x = torch.randn(2048, 1024, device="cuda", dtype=BF16)
     dy = torch.randn(2048, 512, device="cuda", dtype=BF16)
-    backward(module, x, dy, None)
+    input_gradient(module, x, dy, None)
     assert module.weight.grad is None
     module.backward_dw()
     want = dy.double().t() @ x.double()
@@ -228,8 +220,8 @@ def test_main_grad_and_hooks(recipe_name):
         lambda: calls.append(len(calls)))
     x = torch.randn(512, 256, device="cuda", dtype=BF16)
     dy = torch.randn(512, 256, device="cuda", dtype=BF16)
-    want = backward(plain, x, dy, fp8_recipe)
-    got = backward(delayed, x, dy, fp8_recipe)
+    want = input_gradient(plain, x, dy, fp8_recipe)
+    got = input_gradient(delayed, x, dy, fp8_recipe)
     assert torch.equal(got, want)
     for name, p in gemm_weights(delayed).items():
         assert torch.equal(p.main_grad, starts[name]), \
@@ -255,8 +247,8 @@ def test_quickstart_layernorm_mlp(recipe_name):
         dy = torch.randn_like(x)
         plain.zero_grad(set_to_none=True)
         delayed.zero_grad(set_to_none=True)
-        want = backward(plain, x, dy, fp8_recipe)
-        got = backward(delayed, x, dy, fp8_recipe)
+        want = input_gradient(plain, x, dy, fp8_recipe)
+        got = input_gradient(delayed, x, dy, fp8_recipe)
         check_dgrad_half(delayed, plain, got, want)
         delayed.backward_dw()
         check_weights_equal(delayed, plain)

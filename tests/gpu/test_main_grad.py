@@ -32,7 +32,8 @@ import copy
 
 import pytest
 
-from gpu_test_support import hybrid, perturb, run_seed, torch
+from gpu_test_support import (hybrid, input_gradient, perturb,
+                              run_seed, torch)
 
 import tejit.pytorch as te  # noqa: E402
 from tejit.common import recipe  # noqa: E402
@@ -76,15 +77,6 @@ def twins(make, placeholder=True, one_buffer=False, dtype=torch.float32):
     return fused, plain
 
 
-def step(module, x, dy, fp8_recipe):
-    x = x.detach().requires_grad_()
-    with te.fp8_autocast(enabled=fp8_recipe is not None,
-                         fp8_recipe=fp8_recipe):
-        out = module(x)
-    out.backward(dy)
-    return x.grad
-
-
 def run_twins(make, shape, fp8_recipe, steps=2, one_buffer=False,
               dtype=torch.float32, io_dtype=BF16):
     """Both modules through the same micro-batches (`io_dtype` inputs);
@@ -98,8 +90,8 @@ def run_twins(make, shape, fp8_recipe, steps=2, one_buffer=False,
         dy = torch.randn(*shape[:-1], fused_out_features(fused, shape),
                          device="cuda", dtype=io_dtype)
         batches.append((x, dy))
-        got, want = step(fused, x, dy, fp8_recipe), step(plain, x, dy,
-                                                         fp8_recipe)
+        got = input_gradient(fused, x, dy, fp8_recipe)
+        want = input_gradient(plain, x, dy, fp8_recipe)
         assert torch.equal(got, want), "input gradient differs from the twin"
     plain_params = dict(plain.named_parameters())
     for name, p in fused.named_parameters():
@@ -261,7 +253,7 @@ def test_grad_conventions():
     fused.fc2_weight.zero_out_wgrad = True
     before = fused.fc1_weight.main_grad.clone()
     x = torch.randn(*shape, device="cuda", dtype=BF16)
-    step(fused, x, torch.randn_like(x), hybrid())
+    input_gradient(fused, x, torch.randn_like(x), hybrid())
     assert fused.fc1_weight.grad is None
     assert not torch.equal(fused.fc1_weight.main_grad, before)
     assert fused.fc2_weight.grad_added_to_main_grad
@@ -269,7 +261,7 @@ def test_grad_conventions():
 
     fused.fc1_weight.requires_grad_(False)
     del fused.fc1_weight.main_grad
-    step(fused, x, torch.randn_like(x), hybrid())
+    input_gradient(fused, x, torch.randn_like(x), hybrid())
     assert fused.fc1_weight.grad is None
 
 
@@ -279,17 +271,17 @@ def test_errors():
     module, _ = twins(make)
     del module.weight.main_grad
     with pytest.raises(RuntimeError, match="no .main_grad"):
-        step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
-             None)
+        input_gradient(module, x,
+                       torch.randn(64, 128, device="cuda", dtype=BF16), None)
     module.weight.main_grad = torch.zeros(128, 256, device="cuda",
                                           dtype=torch.float64)
     with pytest.raises(RuntimeError, match="share one dtype"):
-        step(module, x, torch.randn(64, 128, device="cuda", dtype=BF16),
-             None)
+        input_gradient(module, x,
+                       torch.randn(64, 128, device="cuda", dtype=BF16), None)
     mlp, _ = twins(LAYERS["LayerNormMLP"][0])
     mlp.fc2_weight.main_grad = mlp.fc2_weight.main_grad.to(BF16)
     with pytest.raises(RuntimeError, match="share one dtype"):
-        step(mlp, x, torch.randn_like(x), None)
+        input_gradient(mlp, x, torch.randn_like(x), None)
 
 
 def test_layernorm_mlp_full_size():
@@ -336,7 +328,7 @@ def test_graphed_steps_accumulate_like_eager(fp8):
         dy = torch.randn_like(x)
         for module in (eager, graphed):
             module.zero_grad(set_to_none=True)
-            step(module, x, dy, fp8_recipe)
+            input_gradient(module, x, dy, fp8_recipe)
     eager_weights = gemm_weights(eager)
     for name, p in gemm_weights(graphed).items():
         assert torch.count_nonzero(p.main_grad) > 0, name
