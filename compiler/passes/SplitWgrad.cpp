@@ -1,5 +1,4 @@
-//===- SplitWgrad.cpp - te-split-wgrad: weight gradients of their own
-//------===//
+//===- SplitWgrad.cpp - te-split-wgrad: wgrad GEMMs of their own ------===//
 //
 // Transformer Engine's delay_wgrad_compute: the backward of a layer computes
 // its data and bias gradients, and the weight-gradient GEMMs wait until the
