@@ -1089,6 +1089,36 @@ def test_tensor_ops_see_the_dequantized_value():
     assert str(p)
 
 
+def test_batched_scale_update_equals_one_at_a_time():
+    """float8_tensor.update_all runs the DelayedScaling update of all the
+    states of one margin / length / algorithm in one kernel: bit for bit
+    the update of each alone, for random histories with zero and nonzero
+    new amaxes, over mixed margins and algorithms."""
+    from tejit.pytorch.float8_tensor import DelayedScalingState, update_all
+    settings = [(0, "max"), (1, "max"), (0, "most_recent")] * 3
+
+    def states():
+        torch.manual_seed(SEED + 7)
+        made = []
+        for index, (margin, algo) in enumerate(settings):
+            state = DelayedScalingState(margin, 16, algo, device="cuda")
+            state.amax_history.copy_(torch.rand(16, device="cuda") * 100)
+            if index % 4 == 0:
+                state.amax_history[0] = 0.0  # nothing quantized: no change
+            state.scale.fill_(float(index + 1))
+            made.append(state)
+        return made
+
+    batched, single = states(), states()
+    update_all(batched)
+    for state in single:
+        update_all([state])
+    for index, (a, b) in enumerate(zip(batched, single)):
+        assert torch.equal(a.amax_history, b.amax_history), index
+        assert torch.equal(a.scale, b.scale), index
+    assert not torch.equal(batched[1].scale, states()[1].scale)
+
+
 def test_context_and_refusals():
     """fp8_model_init(enabled=False) inside turns it off, modules outside
     are plain; tensor-parallel shards get FP8 weights too; split QKV

@@ -70,25 +70,26 @@ def cast_ir(shape, element, transpose, current, power_2_scale):
     return "\n".join(lines) + "\n"
 
 
-def update_ir(length, margin, most_recent):
-    """The te IR of one weight's DelayedScaling update: arguments
-    `amax_history` [length, 1] (row 0: the amax since the last update),
-    `scale` and `amax` (that row 0); results the new history, scale and
-    scale_inv."""
-    history = _tensor_type((length, 1), "f32")
+def update_ir(length, margin, most_recent, count=1):
+    """The te IR of `count` weights' DelayedScaling update (one kernel for
+    all): arguments `amax_history` [length, count] (row 0: the amaxes
+    since the last update), `scale` [count] and `amax` (that row 0);
+    results the new history, scales and scale_invs."""
+    history = _tensor_type((length, count), "f32")
+    slots = _tensor_type((count,), "f32")
     algo = "most_recent" if most_recent else "max"
     recipe = (f"#te.delayed_scaling<margin = {margin}, amax_history_len = "
               f"{length}, amax_compute_algo = {algo}, reduce_amax = false>")
     return (
         f'func.func @fp8_weight_update(%history: {history} {{te.name = '
-        f'"amax_history"}}, %scale: {_SLOT} {{te.name = "scale"}}, %amax: '
-        f'{_SLOT} {{te.name = "amax"}}) -> ({history} {{te.name = '
-        f'"new_amax_history"}}, {_SLOT} {{te.name = "new_scale"}}, {_SLOT} '
+        f'"amax_history"}}, %scale: {slots} {{te.name = "scale"}}, %amax: '
+        f'{slots} {{te.name = "amax"}}) -> ({history} {{te.name = '
+        f'"new_amax_history"}}, {slots} {{te.name = "new_scale"}}, {slots} '
         f'{{te.name = "new_scale_inv"}}) {{\n'
         f"  %h, %s, %si = te.delayed_scaling_update %history, %scale, %amax "
-        f"{{fp8_type = f8E4M3FN, recipe = {recipe}}} : ({history}, {_SLOT}, "
-        f"{_SLOT}) -> ({history}, {_SLOT}, {_SLOT})\n"
-        f"  return %h, %s, %si : {history}, {_SLOT}, {_SLOT}\n}}\n")
+        f"{{fp8_type = f8E4M3FN, recipe = {recipe}}} : ({history}, {slots}, "
+        f"{slots}) -> ({history}, {slots}, {slots})\n"
+        f"  return %h, %s, %si : {history}, {slots}, {slots}\n}}\n")
 
 
 def _compiled(key, ir, device):
@@ -141,20 +142,25 @@ def cast_current(weight, power_2_scale, data, transpose, scale, scale_inv):
                     outputs)
 
 
-def update_delayed(amax_history, scale, margin, most_recent):
-    """TE's DelayedScaling update of one weight's state, in place:
-    `amax_history` [length] (element 0 the amax since the last update),
-    `scale` [1]."""
-    length = amax_history.shape[0]
-    device = amax_history.device
-    program = _compiled(("update", length, margin, most_recent, device.index),
-                        lambda: update_ir(length, margin, most_recent),
-                        device)
-    new_history = torch.empty_like(amax_history)
+def update_delayed(histories, scales, margin, most_recent):
+    """TE's DelayedScaling update of several weights' states with one
+    margin, history length and algorithm, in place and in one kernel:
+    `histories` their amax_history tensors [length] (element 0 the amax
+    since the last update), `scales` their scale tensors [1], all on one
+    device. The states are gathered into one [length, count] history and
+    scattered back (two copies each way for any count)."""
+    count, length = len(histories), histories[0].shape[0]
+    device = histories[0].device
+    program = _compiled(
+        ("update", length, margin, most_recent, count, device.index),
+        lambda: update_ir(length, margin, most_recent, count), device)
+    history = torch.stack(histories, dim=1).contiguous()
+    scale = torch.cat(scales)
+    new_history = torch.empty_like(history)
     new_scale = torch.empty_like(scale)
     new_scale_inv = torch.empty_like(scale)
     program.forward(torch.cuda.current_stream(device),
-                    [amax_history, scale, amax_history[:1]],
+                    [history, scale, history[0]],
                     [new_history, new_scale, new_scale_inv])
-    amax_history.copy_(new_history)
-    scale.copy_(new_scale)
+    torch._foreach_copy_(list(histories), list(new_history.unbind(1)))
+    torch._foreach_copy_(list(scales), list(new_scale.split(1)))

@@ -58,6 +58,20 @@ def _reciprocal(scale):
     return torch.ones_like(scale) / scale
 
 
+def update_all(states):
+    """DelayedScalingState.update of every state in `states`, states of
+    one margin, history length, algorithm and device in one kernel."""
+    batches = {}
+    for state in states:
+        key = (state.margin, state.amax_history_len,
+               state.amax_compute_algo, state.scale.device)
+        batches.setdefault(key, []).append(state)
+    for (margin, _, algo, _), batch in batches.items():
+        _weight_casts.update_delayed([s.amax_history for s in batch],
+                                     [s.scale for s in batch], margin,
+                                     algo == "most_recent")
+
+
 class DelayedScalingState:
     """DelayedScaling of one weight (shared/FP8.md): `scale` [1] (starts
     1.0) and `amax_history` [amax_history_len] (zeros; element 0 holds the
@@ -110,9 +124,7 @@ class DelayedScalingState:
         history[0] = 0), and scale = 448 * 2^-margin / amax when amax is
         finite and > 0 (FLT_MAX when that overflows), else the old scale.
         On the device, no synchronization."""
-        _weight_casts.update_delayed(self.amax_history, self.scale,
-                                     self.margin,
-                                     self.amax_compute_algo == "most_recent")
+        update_all([self])
 
     def state(self):
         """The state as plain values and tensors (what a pickle holds)."""

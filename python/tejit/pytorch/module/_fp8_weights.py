@@ -34,7 +34,7 @@ only); a call joins their FP8 rows (JoinedRows).
 import torch
 
 from ...common import recipe as _recipe
-from ..float8_tensor import DelayedScalingState, Float8Tensor
+from ..float8_tensor import DelayedScalingState, Float8Tensor, update_all
 
 
 def refuse_split_qkv(owner, settings, fuse_qkv_params):
@@ -121,8 +121,8 @@ def update_scaling(weights, group=None):
             amaxes, op=torch.distributed.ReduceOp.MAX, group=group)
         for state, amax in zip(delayed, amaxes.split(1)):
             state.amax_history[:1].copy_(amax)
-    for state in states:
-        state.update()
+    # One update kernel for all of them (current scaling has none).
+    update_all(delayed)
 
 
 class Dequantized(torch.autograd.Function):
