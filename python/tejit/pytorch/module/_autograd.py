@@ -22,11 +22,10 @@ def _kept(tensors, keep):
 
 class ProgramFunction(torch.autograd.Function):
     """ProgramFunction.apply(compiled, slots, wgrad_queue, *inputs): the
-    program's
-    outputs (one tensor, or a tuple when it has several), differentiable
-    with respect to every input the program has a gradient for (activations
-    such as `input`/`query` and the parameters; not masks or rotary
-    tables).
+    program's outputs (one tensor, or a tuple when it has several),
+    differentiable with respect to every input the program has a gradient
+    for (activations such as `input`/`query` and the parameters; not masks
+    or rotary tables).
     `compiled` is a module/_compiled.CompiledProgram compiled for training;
     the inputs are in the program's order, as CompiledProgram.check_inputs
     accepted them (an FP8 weight, fp8_model_init's, is its Float8Tensor:
