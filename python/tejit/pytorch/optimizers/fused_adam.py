@@ -18,7 +18,10 @@ class FusedAdam(torch.optim.Optimizer):
 
     c1 = 1 - b1^t, c2 = 1 - b2^t (1 without bias_correction); without
     adam_w_mode (Adam with L2) g + wd p replaces g and the update has no
-    wd p term. Computed in float32 whatever the dtypes.
+    wd p term. Computed in float32 whatever the dtypes: on CUDA, AdamW
+    with bias correction runs PyTorch's one-pass fused kernel
+    (torch._fused_adamw_, on the float32 masters, parameters or copies);
+    otherwise PyTorch's foreach ops.
 
     `master_weights=True` keeps a `master_weight_dtype` copy of every
     parameter in the optimizer state (`master_param`; float32 or float16),
@@ -143,6 +146,39 @@ class FusedAdam(torch.optim.Optimizer):
             for p in params]
         ms = [_working.float32_of(s["exp_avg"]) for s in states]
         vs = [_working.float32_of(s["exp_avg_sq"]) for s in states]
+        if self._fused_kernel_applies(group, weights):
+            # PyTorch's one-pass multi-tensor AdamW kernel: the same update
+            # (the weight decay as p (1 - lr wd), the same value), reading
+            # the gradients only.
+            step = torch.full((1,), float(t), device=weights[0].device)
+            torch._fused_adamw_(weights, grads, ms, vs, [],
+                                [step] * len(weights), lr=lr, beta1=b1,
+                                beta2=b2, weight_decay=wd, eps=eps,
+                                amsgrad=False, maximize=False)
+        else:
+            self._foreach_update(weights, grads, ms, vs, lr, b1, b2, eps, wd,
+                                 c1, c2)
+        for s, m, v in zip(states, ms, vs):
+            _working.store(s["exp_avg"], m)
+            _working.store(s["exp_avg_sq"], v)
+        for target, weight in zip(targets, weights):
+            _working.store(target, weight)
+        if self.master_weights:
+            for p, weight in zip(params, weights):
+                _working.store(p, weight)
+
+    def _fused_kernel_applies(self, group, weights):
+        """PyTorch's fused kernel: AdamW on float32 CUDA tensors of one
+        device, always with bias correction (Adam with L2 takes the
+        foreach ops)."""
+        device = weights[0].device
+        return (self.adam_w_mode and group["bias_correction"]
+                and device.type == "cuda" and hasattr(torch, "_fused_adamw_")
+                and all(w.device == device for w in weights))
+
+    def _foreach_update(self, weights, grads, ms, vs, lr, b1, b2, eps, wd,
+                        c1, c2):
+        """The update in PyTorch's foreach ops (float32 lists)."""
         if not self.adam_w_mode and wd != 0:
             grads = torch._foreach_add(grads, weights, alpha=wd)  # L2
         torch._foreach_mul_(ms, b1)
@@ -157,11 +193,3 @@ class FusedAdam(torch.optim.Optimizer):
         if self.adam_w_mode and wd != 0:
             torch._foreach_add_(updates, weights, alpha=wd)
         torch._foreach_add_(weights, updates, alpha=-lr)
-        for s, m, v in zip(states, ms, vs):
-            _working.store(s["exp_avg"], m)
-            _working.store(s["exp_avg_sq"], v)
-        for target, weight in zip(targets, weights):
-            _working.store(target, weight)
-        if self.master_weights:
-            for p, weight in zip(params, weights):
-                _working.store(p, weight)
