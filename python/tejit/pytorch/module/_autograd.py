@@ -119,13 +119,15 @@ def _dgrad_only(ctx, inputs, outputs, saved_buffer, saved, dys):
     deferred = compiled.deferred_pointers(deferred_buffer)
     # main_grads are read by the wgrad half only (NULL here).
     grad_outputs = dys + [None] * len(compiled.main_grad_outputs)
-    grads = compiled.new_dgrad_inputs(device)
+    grads = compiled.new_grad_inputs(device, half="dgrad")
     compiled.program.backward_dgrad_ex(stream, inputs, outputs, saved,
                                        grad_outputs, grads, deferred)
     ready = torch.cuda.Event()
     ready.record(stream)
     reads = compiled.wgrad_reads
-    keep = [deferred_buffer, saved_buffer]
+    keep = [deferred_buffer]
+    if any(reads["saved"]):  # else freed with autograd's graph, as usual
+        keep.append(saved_buffer)
     # What the wgrad half reads (tensors, or the saved addresses), None
     # elsewhere.
     pointers = {"saved": [p if used else None for p, used in

@@ -272,27 +272,20 @@ class CompiledProgram:
                 self.program.set_group_pointers(index, wanted)
                 self._group_pointers[index] = wanted
 
-    def new_grad_inputs(self, device, given=None):
+    def new_grad_inputs(self, device, given=None, half=None):
         """Buffers for the backward's gradients; `given` maps gradient
-        indices to tensors to use instead (main_grads)."""
-        given = given or {}  # None: no buffer (NULL)
+        indices to tensors to use instead (main_grads; None: no buffer,
+        NULL). `half` ("dgrad" or "wgrad", delay_wgrad_compute) allocates
+        only the gradients that half of the backward writes (the wgrad
+        half: wgrad_writes), None (NULL) for the others."""
+        given = given or {}
+
+        def written(index):
+            return half is None or (index in self.wgrad_writes) == (
+                half == "wgrad")
         return [given[index] if index in given else
                 torch.empty(shape, dtype=dtype, device=device)
-                for index, (shape, dtype) in enumerate(self._grad_inputs)]
-
-    def new_dgrad_inputs(self, device):
-        """The dgrad half's gradient buffers: None (NULL) for those the
-        wgrad half writes."""
-        return [None if index in self.wgrad_writes else
-                torch.empty(shape, dtype=dtype, device=device)
-                for index, (shape, dtype) in enumerate(self._grad_inputs)]
-
-    def new_wgrad_inputs(self, device, given):
-        """The wgrad half's gradient buffers (`given`: gradient index ->
-        main_grad buffer), None (NULL) for the dgrad half's."""
-        return [given.get(index) if index in given else
-                torch.empty(shape, dtype=dtype, device=device)
-                if index in self.wgrad_writes else None
+                if written(index) else None
                 for index, (shape, dtype) in enumerate(self._grad_inputs)]
 
     def grad_input_shape(self, index):

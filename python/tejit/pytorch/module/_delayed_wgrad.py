@@ -64,7 +64,8 @@ class PendingWgrad:
         grad_outputs = list(self.pointers["grad_outputs"])
         for output_index, index in zip(compiled.main_grad_outputs, stacked):
             grad_outputs[output_index] = stacked[index]
-        grads = compiled.new_wgrad_inputs(device, stacked)
+        grads = compiled.new_grad_inputs(device, stacked,
+                                         half="wgrad")
         compiled.program.backward_wgrad_ex(
             stream, self.pointers["inputs"], self.pointers["outputs"],
             self.pointers["saved"], grad_outputs, grads,

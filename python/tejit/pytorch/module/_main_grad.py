@@ -227,15 +227,20 @@ class StackedSlot(Slot):
                                                 device=device)
             for g, p in zip(grads, self.parameters)])
 
+    def _takers(self):
+        """Per parameter: trained and with Megatron-LM's
+        `grad_added_to_main_grad`."""
+        return [p.requires_grad and hasattr(p, "grad_added_to_main_grad")
+                for p in self.parameters]
+
     def mark_added_to_main_grad(self):
-        """Per parameter: sets `grad_added_to_main_grad` on the trained
-        ones that have it; whether any had."""
-        marked = False
-        for parameter in self.parameters:
-            if parameter.requires_grad and hasattr(parameter,
-                                                   "grad_added_to_main_grad"):
-                parameter.grad_added_to_main_grad = marked = True
-        return marked
+        """Per parameter: sets `grad_added_to_main_grad` on the takers;
+        whether there was one."""
+        takers = self._takers()
+        for parameter, taker in zip(self.parameters, takers):
+            if taker:
+                parameter.grad_added_to_main_grad = True
+        return any(takers)
 
     def gradient(self, shape, dtype, device):
         """TE's rule per parameter (GroupedLinear's backward): a trained
@@ -244,17 +249,13 @@ class StackedSlot(Slot):
         uninitialized), one without it no .grad. Returns the stacked
         placeholder (None when no parameter takes one); StackedParameters
         passes each slice on only to parameters with the attribute."""
-        takers = [p.requires_grad and hasattr(p, "grad_added_to_main_grad")
-                  for p in self.parameters]
-        if not any(takers):
+        takers = self._takers()
+        if not self.mark_added_to_main_grad():
             return None
         placeholder = torch.empty(shape, dtype=dtype, device=device)
         for parameter, part, taker in zip(self.parameters,
                                           placeholder.unbind(0), takers):
-            if not taker:
-                continue
-            parameter.grad_added_to_main_grad = True
-            if getattr(parameter, "zero_out_wgrad", False):
+            if taker and getattr(parameter, "zero_out_wgrad", False):
                 part.zero_()
         return placeholder
 
