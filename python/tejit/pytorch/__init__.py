@@ -14,7 +14,9 @@ DotProductAttention, MultiheadAttention, TransformerLayer, GroupedLinear
 (mixture-of-experts GEMMs, with Fp8Padding / Fp8Unpadding), with TE's
 constructor arguments and state_dict names; each compiles a program on its
 first call per shape/dtype/recipe/mode (module/base.py says how).
-FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py; FP8 primary
+FP8: autocast (TE 2.x) and fp8_autocast (TE 1.x) in fp8.py (also
+importable as quantization, TE 2.x's name), with TE's availability checks
+and FP8GlobalStateManager (_state_manager.py); FP8 primary
 weights: fp8_model_init (TE 2.x also quantized_model_init), which makes
 the GEMM weights Float8Tensors (float8_tensor.py). CUDA graphs:
 make_graphed_callables (graph.py), TE's signature. Activation
@@ -40,8 +42,11 @@ except ImportError as error:
         "tejit.common.recipe work without it.") from error
 
 from .fp8 import (autocast, fp8_autocast, fp8_model_init,  # noqa: E402
-                  get_default_fp8_recipe, is_fp8_available,
+                  get_default_fp8_recipe, get_default_recipe,
+                  is_fp8_available, is_fp8_block_scaling_available,
+                  is_mxfp8_available, is_nvfp4_available,
                   quantized_model_init)
+from . import quantization  # noqa: E402  (TE 2.x's name for fp8)
 from . import float8_tensor  # noqa: E402  (TE's module of that name)
 from .float8_tensor import Float8Tensor  # noqa: E402
 from .module import (DotProductAttention, Fp8Padding,  # noqa: E402
@@ -62,7 +67,10 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "TransformerLayer", "GroupedLinear", "Fp8Padding",
            "Fp8Unpadding", "fp8_autocast", "autocast", "fp8_model_init",
            "quantized_model_init", "Float8Tensor", "float8_tensor",
-           "get_default_fp8_recipe", "is_fp8_available", "compile_count",
+           "get_default_fp8_recipe", "get_default_recipe",
+           "is_fp8_available", "is_fp8_block_scaling_available",
+           "is_mxfp8_available", "is_nvfp4_available", "quantization",
+           "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
            "distributed", "InferenceParams", "optimizers",
            "get_cpu_offload_context"]

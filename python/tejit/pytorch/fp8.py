@@ -28,7 +28,11 @@ from ..common import recipe as _recipe
 __all__ = ["autocast", "fp8_autocast", "fp8_model_init",
            "quantized_model_init", "get_fp8_model_init",
            "get_default_fp8_recipe", "is_fp8_enabled", "get_fp8_recipe",
-           "get_fp8_group", "is_fp8_available"]
+           "get_fp8_group", "is_fp8_available", "is_fp8_block_scaling_available",
+           "is_mxfp8_available", "is_nvfp4_available", "check_fp8_support",
+           "check_fp8_block_scaling_support", "check_mxfp8_support",
+           "check_nvfp4_support", "get_default_recipe",
+           "FP8GlobalStateManager"]
 
 # (enabled, recipe, amax reduction group) of the innermost active autocast;
 # recipe and group are None when disabled.
@@ -55,6 +59,21 @@ def get_fp8_group():
     """The amax reduction group the innermost enabled autocast was given
     (None: the default group, when torch.distributed is initialized)."""
     return _STATE.get()[2]
+
+
+def autocast_state(default=False):
+    """An opaque snapshot of the autocast state (the default one, no
+    autocast, with default=True), for set_autocast_state."""
+    return _STATE.get() if not default else (False, None, None)
+
+
+def set_autocast_state(state):
+    """Makes `state` (from autocast_state) current in this context, until
+    an enclosing autocast's exit restores its own."""
+    if not (isinstance(state, tuple) and len(state) == 3):
+        raise TypeError(f"set_autocast_state takes a state from "
+                        f"autocast_state(), not {state!r}")
+    _STATE.set(state)
 
 
 class autocast(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
@@ -189,17 +208,86 @@ class fp8_model_init(contextlib.ContextDecorator):  # noqa: N801 (TE's name)
 quantized_model_init = fp8_model_init
 
 
-def is_fp8_available(return_reason=False):
-    """Whether the current CUDA device runs FP8 (sm_89 or newer) and the
-    tejit library loads: a bool, or (bool, reason) with return_reason."""
+def reset_model_init():
+    """No fp8_model_init in this context, until an enclosing one's exit."""
+    _MODEL_INIT.set(None)
+
+
+def _current_device_info():
+    """(tejit.DeviceInfo of the current CUDA device, "") when it runs FP8
+    (sm_89 or newer) and the tejit library loads; else (None, reason)."""
     import torch  # noqa: PLC0415 (tejit.pytorch checked it is installed)
 
     import tejit  # noqa: PLC0415
 
     try:
-        tejit.device_info(torch.cuda.current_device())
-        available, reason = True, ""
+        return tejit.device_info(torch.cuda.current_device()), ""
     except (tejit.TejitError, tejit.LibraryNotFoundError, RuntimeError,
             AssertionError) as e:  # AssertionError: torch without CUDA
-        available, reason = False, str(e)
-    return (available, reason) if return_reason else available
+        return None, str(e)
+
+
+def _answer(available, reason, return_reason):
+    return (available, "" if available else reason) if return_reason \
+        else available
+
+
+def is_fp8_available(return_reason=False):
+    """Whether the current CUDA device runs FP8 (sm_89 or newer) and the
+    tejit library loads: a bool, or (bool, reason) with return_reason.
+    This is what DelayedScaling and Float8CurrentScaling need."""
+    info, reason = _current_device_info()
+    return _answer(info is not None, reason, return_reason)
+
+
+def is_fp8_block_scaling_available(return_reason=False):
+    """Whether Float8BlockScaling runs here: its block-scaled GEMMs need a
+    Hopper GPU (sm_90); TE's answer for the same device."""
+    info, reason = _current_device_info()
+    if info is not None and (info.major, info.minor) < (9, 0):
+        reason = (f"Float8BlockScaling needs compute capability 9.0 (Hopper) "
+                  f"or newer; device {info.ordinal} ({info.name}) is "
+                  f"sm_{info.major}{info.minor}")
+        info = None
+    return _answer(info is not None, reason, return_reason)
+
+
+def is_mxfp8_available(return_reason=False):
+    """False: tejit does not implement MXFP8 (Blackwell's recipe)."""
+    return _answer(False, "tejit does not implement MXFP8BlockScaling "
+                   "(a Blackwell recipe); use DelayedScaling, "
+                   "Float8CurrentScaling or Float8BlockScaling", return_reason)
+
+
+def is_nvfp4_available(return_reason=False):
+    """False: tejit does not implement NVFP4 (Blackwell's recipe)."""
+    return _answer(False, "tejit does not implement NVFP4BlockScaling "
+                   "(a Blackwell recipe); use DelayedScaling, "
+                   "Float8CurrentScaling or Float8BlockScaling", return_reason)
+
+
+def check_fp8_support():
+    """TE's (available, reason) spelling of is_fp8_available."""
+    return is_fp8_available(return_reason=True)
+
+
+def check_fp8_block_scaling_support():
+    return is_fp8_block_scaling_available(return_reason=True)
+
+
+def check_mxfp8_support():
+    return is_mxfp8_available(return_reason=True)
+
+
+def check_nvfp4_support():
+    return is_nvfp4_available(return_reason=True)
+
+
+def get_default_recipe():
+    """TE 2.x's name for get_default_fp8_recipe (on Hopper, DelayedScaling)."""
+    return get_default_fp8_recipe()
+
+
+# TE's class-level view of the same state (Megatron-LM reads it); defined
+# after the functions it maps onto.
+from ._state_manager import FP8GlobalStateManager  # noqa: E402
