@@ -310,7 +310,7 @@ def dropout_case(seed, hidden=256, ffn=1024, heads=8, seq=64, batch=2):
     seeded in the tracker's fork(), so the ranks' streams differ; the
     step runs and its results are finite."""
     report = tpc.Report("bf16")
-    tracker = tpc.RankTracker(seed + 1000 + tpc.RANK)
+    tracker = tpc.rank_tracker(seed + 1000 + tpc.RANK)
     torch.manual_seed(seed)  # the same default generator on every rank
     layer = te.TransformerLayer(
         hidden, ffn, heads, hidden_dropout=0.1, attention_dropout=0.1,

@@ -872,24 +872,12 @@ def scale_history_case(seed, steps=3):
     return report.summary() + f", {len(scales)} scale tensors"
 
 
-class RankTracker:
-    """Megatron's CUDA RNG tracker as TE uses it (fork()), seeded
-    differently on each rank (Megatron's model-parallel seed)."""
-
-    def __init__(self, seed):
-        with torch.random.fork_rng(devices=[torch.cuda.current_device()]):
-            torch.cuda.manual_seed(seed)
-            self.state = torch.cuda.get_rng_state()
-
-    @contextlib.contextmanager
-    def fork(self, name="model-parallel-rng"):
-        saved = torch.cuda.get_rng_state()
-        torch.cuda.set_rng_state(self.state)
-        try:
-            yield
-        finally:
-            self.state = torch.cuda.get_rng_state()
-            torch.cuda.set_rng_state(saved)
+def rank_tracker(seed):
+    """TE's CUDA RNG tracker (Megatron's, as TE uses it: fork()), its
+    model-parallel stream seeded differently on each rank."""
+    tracker = te.distributed.CudaRNGStatesTracker()
+    tracker.add("model-parallel-rng", seed)
+    return tracker
 
 
 def dropout_streams(module):
@@ -916,7 +904,7 @@ def dropout_case(seed):
     differ."""
     report = Report("bf16")
     hidden, ffn, heads, seq, batch = 256, 1024, 8, 64, 2
-    tracker = RankTracker(seed + 1000 + RANK)
+    tracker = rank_tracker(seed + 1000 + RANK)
     torch.manual_seed(seed)  # the same default generator on every rank
     layer = te.TransformerLayer(
         hidden, ffn, heads, hidden_dropout=0.1, attention_dropout=0.1,

@@ -25,7 +25,6 @@ checks the PyTorch plumbing: names, shapes, gradients reaching the right
 parameters, and state.
 """
 import argparse
-import contextlib
 import copy
 import io
 import math
@@ -482,7 +481,7 @@ def check_activation_checkpointing():
     for checkpointed in (False, True):
         torch.manual_seed(7)
         module = te.Linear(64, 64, params_dtype=BF16)
-        tracker = _RngTracker(seed=11)
+        tracker = _rng_tracker(seed=11)
 
         def function(x):
             with tracker.fork():
@@ -529,30 +528,11 @@ def check_activation_checkpointing():
             f"bit-identical to plain steps")
 
 
-class _RngTracker:
-    """A CUDA RNG state of its own, forked into as Megatron's tracker does."""
-
-    def __init__(self, seed):
-        outer = torch.cuda.get_rng_state()
-        torch.cuda.manual_seed(seed)
-        self.state = torch.cuda.get_rng_state()
-        torch.cuda.set_rng_state(outer)
-
-    def get_states(self):
-        return {"model-parallel": self.state.clone()}
-
-    def set_states(self, states):
-        self.state = states["model-parallel"].clone()
-
-    @contextlib.contextmanager
-    def fork(self):
-        outer = torch.cuda.get_rng_state()
-        torch.cuda.set_rng_state(self.state)
-        try:
-            yield
-        finally:
-            self.state = torch.cuda.get_rng_state()
-            torch.cuda.set_rng_state(outer)
+def _rng_tracker(seed):
+    """TE's CUDA RNG tracker with Megatron's model-parallel stream."""
+    tracker = te.distributed.CudaRNGStatesTracker()
+    tracker.add("model-parallel-rng", seed)
+    return tracker
 
 
 def check_clamps_matter():

@@ -14,9 +14,21 @@ hold on each rank under context parallelism, along dim 0 (sbhd) or dim 1
     whole = context_parallel_merge([local_0, local_1, ...], seq_dim=0)
     whole = context_parallel_gather(local, cp_group, seq_dim=0)
 
-torch is imported only when tensors are joined (tests/python checks the
-split and the merge without PyTorch, loading this file by path).
+Also TE's CudaRNGStatesTracker (_rng_tracker.py: named CUDA RNG streams,
+for the modules' and checkpoint's get_rng_state_tracker).
+
+torch is imported only when tensors are joined or the tracker is asked
+for (tests/python checks the split and the merge without PyTorch, loading
+this file by path).
 """
+
+
+def __getattr__(name):
+    # The tracker needs torch: imported on first use (PEP 562).
+    if name == "CudaRNGStatesTracker":
+        from ._rng_tracker import CudaRNGStatesTracker
+        return CudaRNGStatesTracker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _check_split(cp_size, cp_rank=0):
