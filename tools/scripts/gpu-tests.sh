@@ -104,6 +104,8 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_main_grad.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_model_init.py
 # TE's FusedAdam / FusedSGD over FP8 parameters (master weights).
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_optimizers.py
+# tejit modules inside torch.compile'd models, against eager twins.
+step python3 -m pytest -q -p no:cacheprovider -p no:logging tests/gpu/test_torch_compile.py
 # TE's CUDA RNG tracker and FP8 state queries (FP8GlobalStateManager).
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_rng_tracker.py tests/python/test_pytorch_fp8_state.py
 # delay_wgrad_compute: backward_dw's gradients against undelayed twins.

@@ -72,6 +72,7 @@ module/_fp8_weights.py says how.
 """
 import contextlib
 import contextvars
+import functools
 import json
 import math
 import warnings
@@ -236,6 +237,17 @@ def skip_te_extra_state(state_dict, prefix):
     return {k: v for k, v in state_dict.items() if k != key}
 
 
+def _outside_torch_compile(forward):
+    """`forward` run as it is when a torch.compile'd model calls it (as TE
+    marks its modules' forwards): TorchDynamo does not trace into it (it
+    could not: the programs take raw device addresses), the compiled graph
+    breaks around the call, and the program runs as in eager mode."""
+    disable = getattr(getattr(torch, "_dynamo", None), "disable", None)
+    if disable is None:
+        return forward
+    return functools.wraps(forward)(disable(forward, recursive=True))
+
+
 class TransformerEngineBaseModule(torch.nn.Module):
     """What the modules share. A subclass registers its parameters with
     _add_parameter (TE's names and initialization), describes its layer
@@ -271,6 +283,12 @@ class TransformerEngineBaseModule(torch.nn.Module):
     primary_weights_in_fp8 = False
     # delay_wgrad_compute's default (_init_delay_wgrad sets it).
     delay_wgrad_compute = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        forward = cls.__dict__.get("forward")
+        if forward is not None:
+            cls.forward = _outside_torch_compile(forward)
 
     def __init__(self, params_dtype):
         super().__init__()
