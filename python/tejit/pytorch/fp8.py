@@ -31,8 +31,7 @@ __all__ = ["autocast", "fp8_autocast", "fp8_model_init",
            "get_fp8_group", "is_fp8_available", "is_fp8_block_scaling_available",
            "is_mxfp8_available", "is_nvfp4_available", "check_fp8_support",
            "check_fp8_block_scaling_support", "check_mxfp8_support",
-           "check_nvfp4_support", "get_default_recipe",
-           "FP8GlobalStateManager"]
+           "check_nvfp4_support", "get_default_recipe"]
 
 # (enabled, recipe, amax reduction group) of the innermost active autocast;
 # recipe and group are None when disabled.
@@ -288,6 +287,11 @@ def get_default_recipe():
     return get_default_fp8_recipe()
 
 
-# TE's class-level view of the same state (Megatron-LM reads it); defined
-# after the functions it maps onto.
-from ._state_manager import FP8GlobalStateManager  # noqa: E402
+def __getattr__(name):
+    # TE's class-level view of this state (Megatron-LM reads it), loaded on
+    # first use: it needs torch, and this file loads without it (the
+    # recipe tests read it by path).
+    if name == "FP8GlobalStateManager":
+        from ._state_manager import FP8GlobalStateManager
+        return FP8GlobalStateManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,6 @@ import warnings
 # options: tejit runs none of these yet, so only their defaults. (Tensor, sequence and context parallelism are
 # supported: tp_world_size, context_parallel_of and below.)
 _DEFAULTS_ONLY = {
-    "parameters_split": (None,),
     "ub_overlap_ag": (False,),
     "ub_overlap_rs": (False,),
     "ub_overlap_rs_dgrad": (False,),

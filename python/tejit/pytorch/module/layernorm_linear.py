@@ -2,10 +2,11 @@
 program (the norm kernel writes the FP8 GEMM operand directly)."""
 
 from . import _args
+from ._split_params import SplitParameters
 from .base import TransformerEngineBaseModule
 
 
-class LayerNormLinear(TransformerEngineBaseModule):
+class LayerNormLinear(SplitParameters, TransformerEngineBaseModule):
     """Transformer Engine's LayerNormLinear, compiled by tejit. Parameters
     `layer_norm_weight` and `layer_norm_bias` [in_features] (no bias with
     normalization="RMSNorm"), `weight` [out_features, in_features], `bias`
@@ -27,7 +28,9 @@ class LayerNormLinear(TransformerEngineBaseModule):
     b, in]); the norm's gradients are then this rank's partial sums, and
     its parameters carry TE's `sequence_parallel` attribute. Other
     distributed arguments only at their defaults; ub_name and name are
-    unused."""
+    unused. parameters_split (TE's): the GEMM's weight and bias registered
+    as several parameters, row blocks named `<name>_weight` /
+    `<name>_bias` (_split_params.py)."""
 
     def __init__(self, in_features, out_features, eps=1e-5,
                  sequence_parallel=False, fuse_wgrad_accumulation=False,
@@ -47,7 +50,7 @@ class LayerNormLinear(TransformerEngineBaseModule):
         _args.check_defaults(
             owner,
             return_layernorm_output_gathered=return_layernorm_output_gathered,
-            parameters_split=parameters_split, ub_overlap_ag=ub_overlap_ag,
+            ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_wgrad=ub_bulk_wgrad, ub_bulk_dgrad=ub_bulk_dgrad,
@@ -75,9 +78,8 @@ class LayerNormLinear(TransformerEngineBaseModule):
         self._add_norm_parameters("layer_norm_weight", "layer_norm_bias",
                                   self.in_features, self.normalization,
                                   self.zero_centered_gamma, device)
-        self._add_linear_parameters("weight", "bias", self.out_features,
-                                    self.in_features, init_method, device,
-                                    returned=True)
+        self._init_split(owner, parameters_split, self._global_out_features,
+                         init_method, device)
         self.reset_parameters()
 
     def _tp_communicates(self):

@@ -1,10 +1,11 @@
 """te.Linear: y = x W^T + b, W [out_features, in_features]."""
 
 from . import _args
+from ._split_params import SplitParameters
 from .base import TransformerEngineBaseModule
 
 
-class Linear(TransformerEngineBaseModule):
+class Linear(SplitParameters, TransformerEngineBaseModule):
     """Transformer Engine's Linear, compiled by tejit. Parameters `weight`
     [out_features, in_features] and `bias` [out_features] (absent with
     bias=False), initialized as TE's (init_method, default N(0, 0.023^2);
@@ -28,6 +29,10 @@ class Linear(TransformerEngineBaseModule):
     the bias's gradient is this rank's partial sum: the row bias carries
     TE's `sequence_parallel` attribute. Other distributed arguments only at
     their defaults; ub_name and name are accepted and unused.
+
+    parameters_split (TE's): the weight and bias registered as several
+    parameters, row blocks named `<name>_weight` / `<name>_bias`
+    (_split_params.py).
     """
 
     def __init__(self, in_features, out_features, sequence_parallel=False,
@@ -44,8 +49,7 @@ class Linear(TransformerEngineBaseModule):
         self.fuse_wgrad_accumulation = bool(fuse_wgrad_accumulation)
         owner = "Linear"
         _args.check_defaults(
-            owner, parameters_split=parameters_split,
-            ub_overlap_ag=ub_overlap_ag,
+            owner, ub_overlap_ag=ub_overlap_ag,
             ub_overlap_rs=ub_overlap_rs,
             ub_overlap_rs_dgrad=ub_overlap_rs_dgrad,
             ub_bulk_dgrad=ub_bulk_dgrad, ub_bulk_wgrad=ub_bulk_wgrad,
@@ -68,9 +72,8 @@ class Linear(TransformerEngineBaseModule):
             self.in_features //= tp
         self.use_bias = bool(bias)
         self.return_bias = bool(return_bias)
-        self._add_linear_parameters("weight", "bias", self.out_features,
-                                    self.in_features, init_method, device,
-                                    returned=True)
+        self._init_split(owner, parameters_split, self._global_features[1],
+                         init_method, device)
         self.reset_parameters()
 
     def _tp_communicates(self):
