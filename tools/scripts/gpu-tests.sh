@@ -106,6 +106,8 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_model_init.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_optimizers.py
 # tejit modules inside torch.compile'd models, against eager twins.
 step python3 -m pytest -q -p no:cacheprovider -p no:logging tests/gpu/test_torch_compile.py
+# parameters_split (Linear, LayerNormLinear) against unsplit twins.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_parameters_split.py
 # TE's CUDA RNG tracker and FP8 state queries (FP8GlobalStateManager).
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_rng_tracker.py tests/python/test_pytorch_fp8_state.py
 # delay_wgrad_compute: backward_dw's gradients against undelayed twins.

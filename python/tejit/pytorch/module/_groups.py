@@ -46,6 +46,9 @@ class _AdjacentRows(torch.autograd.Function):
     @staticmethod
     def forward(ctx, *parts):
         ctx.rows = [part.shape[0] for part in parts]
+        # No gradient stays None for every part (a delayed wgrad's, which
+        # backward_dw delivers later), not zeros.
+        ctx.set_materialize_grads(False)
         first = parts[0]
         shape = (sum(ctx.rows), *first.shape[1:])
         return first.detach().as_strided(shape, first.stride(),
@@ -53,6 +56,8 @@ class _AdjacentRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
+        if grad is None:
+            return (None,) * len(ctx.rows)
         return tuple(grad.split(ctx.rows, dim=0))
 
 
