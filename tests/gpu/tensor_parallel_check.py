@@ -166,6 +166,12 @@ def mine(tensor, dim):
     return tensor.chunk(WORLD, dim)[RANK]
 
 
+def local(tensor, split):
+    """This rank's part of a whole output (gradient): its chunk along dim
+    `split`, or `split(tensor)` for a callable."""
+    return split(tensor) if callable(split) else mine(tensor, split)
+
+
 def shard(full, kind, qkv=None):
     """This rank's shard of a full parameter (or gradient) of `kind`:
     "rep" whole, "col" rows, "row" columns, "gated" rows of each half,
@@ -338,11 +344,11 @@ def compare_step(report, full, parallel, inputs, dy, kind_of, qkv=None,
     want_out, want_dx, want_grads = step(full, inputs, dy, mode, call)
     local_inputs = [x if input_split is None else mine(x, input_split)
                     for x in inputs]
-    local_dy = dy if output_split is None else mine(dy, output_split)
+    local_dy = dy if output_split is None else local(dy, output_split)
     out, dx, grads = step(parallel, local_inputs, local_dy, mode, call)
     report.compare(f"{label}output", out,
                    want_out if output_split is None
-                   else mine(want_out, output_split), gradient=False)
+                   else local(want_out, output_split), gradient=False)
     if output_split is None:
         report.same_on_ranks(f"{label}output", out)
     for index, (got, want) in enumerate(zip(dx, want_dx)):
@@ -394,7 +400,7 @@ def module_case(make, kind_of, input_shape, mode, seed, qkv=None,
             step(full, [warm_x], dy, mode)
             step(parallel, [warm_x if input_split is None
                             else mine(warm_x, input_split)],
-                 dy if output_split is None else mine(dy, output_split),
+                 dy if output_split is None else local(dy, output_split),
                  mode)
     compare_step(report, full, parallel, [x], dy, kind_of, qkv,
                  input_split, output_split)
@@ -414,6 +420,26 @@ def linear_case(mode, parallel_mode, seed):
                            seed, output_split=-1, out_features=512)
     return module_case(make, row_linear_kind, (64, 2, 256), mode, seed,
                        input_split=-1, out_features=512)
+
+
+def split_linear_case(mode, seed):
+    """Linear column with parameters_split (q | k | v parts of 256, 128,
+    128 rows): each rank holds its rows of every part, and its output
+    columns are [q_r | k_r | v_r] (TE's layout)."""
+    sizes = [256, 128, 128]
+
+    def make(**tp):
+        if tp:
+            tp["parallel_mode"] = "column"
+        return te.Linear(256, 512, params_dtype=BF16,
+                         parameters_split={"query_": 256, "key_": 128,
+                                           "value_": 128}, **tp)
+
+    def output_local(tensor):
+        return torch.cat([mine(part, -1)
+                          for part in tensor.split(sizes, dim=-1)], dim=-1)
+    return module_case(make, lambda name: "col", (64, 2, 256), mode, seed,
+                       output_split=output_local, out_features=512)
 
 
 class _CopyToRanks(torch.autograd.Function):
@@ -944,6 +970,8 @@ def cases(full_size, seed):
              lambda mode=mode: linear_case(mode, "column", seed)),
             (f"Linear row 256 -> 512 [{mode}]",
              lambda mode=mode: linear_case(mode, "row", seed)),
+            (f"Linear column 256 -> 512, parameters_split q|k|v [{mode}]",
+             lambda mode=mode: split_linear_case(mode, seed)),
             (f"LayerNormLinear column 256 -> 512 [{mode}]",
              lambda mode=mode: layernorm_linear_case(mode, seed)),
             (f"LayerNormMLP gelu 256/1024 [{mode}]",
