@@ -141,6 +141,10 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   # sums and their capture in a CUDA graph.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/tp_group_check.py
+  # FP8 weights under a distributed optimizer (cast_master_weights_to_fp8
+  # on master shards, the FP8 bytes all-gathered), against whole casts.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/fp8_master_weights_check.py
   # tejit.pytorch's modules with tp_group, each against its tp=1 twin.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/tensor_parallel_check.py --full

@@ -249,7 +249,8 @@ class _Store:
     from the other's kept one (None: from the data)."""
 
     __slots__ = ("data", "scale_inv", "scaling", "transpose",
-                 "high_precision_init_val", "transpose_from")
+                 "high_precision_init_val", "transpose_from",
+                 "transpose_stale")
 
     def __init__(self, data, scale_inv, scaling, transpose=None,
                  high_precision_init_val=None):
@@ -259,6 +260,10 @@ class _Store:
         self.transpose = transpose
         self.high_precision_init_val = high_precision_init_val
         self.transpose_from = None
+        # The data changed outside quantize_ (a distributed optimizer wrote
+        # shards of it: tensor/utils.py): the kept transpose is remade, in
+        # place, on its next use.
+        self.transpose_stale = False
 
     def clone(self, memo=None):
         """An independent copy (deepcopy). With deepcopy's `memo`, a
@@ -425,6 +430,7 @@ class Float8Tensor(torch.Tensor):
             store = self._store
             store.scaling.quantize(src.contiguous(), store.data,
                                    store.scale_inv, store.transpose)
+            store.transpose_stale = False
         return self
 
     def transpose_data(self):
@@ -436,7 +442,19 @@ class Float8Tensor(torch.Tensor):
             store.transpose = (_transposed(store.data)
                                if store.transpose_from is None
                                else store.transpose_from())
+        elif store.transpose_stale:
+            self._refresh_transpose()
         return store.transpose
+
+    def _refresh_transpose(self):
+        """The kept transpose made again from the data, in place (its
+        memory stays: CUDA graphs may read it)."""
+        store = self._store
+        if store.transpose is not None:
+            with torch.no_grad():
+                store.transpose.view(torch.uint8).copy_(
+                    store.data.view(torch.uint8).t())
+        store.transpose_stale = False
 
     def _copy_from(self, src):
         """copy_: a Float8Tensor source is taken as it is (data, scale_inv,
@@ -451,9 +469,7 @@ class Float8Tensor(torch.Tensor):
             store.data.copy_(other.data)
             store.scale_inv.copy_(other.scale_inv)
             store.scaling.copy_(other.scaling)
-            if store.transpose is not None:
-                store.transpose.view(torch.uint8).copy_(
-                    store.data.view(torch.uint8).t())
+        self._refresh_transpose()
 
     # --- the initial high-precision value ------------------------------------
 
