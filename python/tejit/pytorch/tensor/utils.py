@@ -77,7 +77,9 @@ def _scale_from_amax(amax, state):
     """Float8CurrentScaling's scale from an amax (tejit's te.compute_scale:
     448 / amax, 1 for an amax of 0, inf or NaN, FLT_MAX on overflow, with
     power_2_scale rounded down to a power of 2)."""
-    scale = E4M3_MAX / amax
+    # A tensor divided by a tensor: torch computes `448.0 / amax` as
+    # amax.reciprocal() * 448, one rounding more than the kernel's division.
+    scale = torch.full_like(amax, E4M3_MAX) / amax
     scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX),
                         scale)
     valid = (amax > 0) & torch.isfinite(amax)
