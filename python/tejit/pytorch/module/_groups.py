@@ -103,6 +103,22 @@ def pack_rows(parts):
         part.data = view
 
 
+class RepacksParts:
+    """Mixin (before torch.nn.Module in the bases) of a module whose
+    parameters are views of one buffer: `_repack()` runs after .to() /
+    .cuda() / .half() (which give every parameter its own tensor) and
+    after copy.deepcopy or unpickling, which do too."""
+
+    def _apply(self, *args, **kwargs):
+        result = super()._apply(*args, **kwargs)
+        self._repack()
+        return result
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self._repack()
+
+
 def joined_rows(parts, dtype):
     """The rows of `parts` as one tensor in `dtype`: the storage they share
     when adjacent, else a concatenation (both differentiable)."""
@@ -190,7 +206,7 @@ class ParameterGroup(torch.nn.Module):
             skip_te_extra_state(state_dict, prefix), prefix, *args, **kwargs)
 
 
-class QkvGroup(ParameterGroup):
+class QkvGroup(RepacksParts, ParameterGroup):
     """TE's `layernorm_qkv` (with the input norm's `layer_norm_weight`,
     `layer_norm_bias`) or `qkv`: the Q, K and V projections, registered as
     the module docstring says. `_argument("weight")` / `("bias")` give the
@@ -323,18 +339,7 @@ class QkvGroup(ParameterGroup):
             parts.insert(0, grouped[:, :per_group].reshape(-1, *trailing))
         return torch.cat(parts)
 
-    def _apply(self, *args, **kwargs):
-        # .to()/.cuda()/.half() give every parameter its own tensor.
-        result = super()._apply(*args, **kwargs)
-        self._pack_split()
-        return result
-
-    def __setstate__(self, state):
-        # So do copy.deepcopy and unpickling.
-        super().__setstate__(state)
-        self._pack_split()
-
-    def _pack_split(self):
+    def _repack(self):
         """Packs the split parameters into one buffer again when they are
         not adjacent, keeping the Parameter objects (an optimizer may hold
         them): the program then takes the buffer itself, the same tensor on

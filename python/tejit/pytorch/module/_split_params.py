@@ -24,7 +24,7 @@ import torch
 
 from . import _delayed_wgrad, _main_grad
 from ._args import default_init_method
-from ._groups import adjacent, joined_rows, pack_rows
+from ._groups import RepacksParts, adjacent, joined_rows, pack_rows
 
 # The parameters the program takes, which split modules hold in parts.
 _SPLIT = ("weight", "bias")
@@ -72,7 +72,7 @@ def split_sizes(owner, parameters_split, out_features, tp_size, column):
     return list(zip(prefixes, sizes))
 
 
-class SplitParameters:
+class SplitParameters(RepacksParts):
     """Mixin (before TransformerEngineBaseModule) of a module whose GEMM
     parameters `weight` / `bias` may be split (_init_split)."""
 
@@ -163,21 +163,10 @@ class SplitParameters:
                     if part is not None:
                         part.sequence_parallel = bool(self.sequence_parallel)
 
-    def _pack_split(self):
+    def _repack(self):
         if self._split_rows is None:
             return
         for kind in _SPLIT:
             parts = self._parts(kind)
             if parts[0] is not None:
                 pack_rows(parts)
-
-    def _apply(self, *args, **kwargs):
-        # .to()/.cuda()/.half() give every parameter its own tensor.
-        result = super()._apply(*args, **kwargs)
-        self._pack_split()
-        return result
-
-    def __setstate__(self, state):
-        # So do copy.deepcopy and unpickling.
-        super().__setstate__(state)
-        self._pack_split()

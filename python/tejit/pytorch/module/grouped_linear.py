@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from .. import fp8
 from ..float8_tensor import Float8Tensor
 from . import _args, _delayed_wgrad, _grouped, _grouped_fp8, _main_grad
-from ._groups import adjacent, joined_rows, pack_rows
+from ._groups import RepacksParts, adjacent, joined_rows, pack_rows
 from .base import TransformerEngineBaseModule
 
 
@@ -38,7 +38,7 @@ def _split_values(m_splits, num_gemms, owner="GroupedLinear"):
     return m_splits.tolist()
 
 
-class GroupedLinear(TransformerEngineBaseModule):
+class GroupedLinear(RepacksParts, TransformerEngineBaseModule):
     """Transformer Engine's GroupedLinear, compiled by tejit:
     `forward(inp, m_splits)` applies GEMM i (y = x W_i^T + b_i) to rows
     [o_i, o_i + m_splits[i]) of `inp` [..., in_features] (its leading dims
@@ -233,7 +233,7 @@ class GroupedLinear(TransformerEngineBaseModule):
         return inp.requires_grad or any(w.requires_grad
                                         for w in self._weights())
 
-    def _pack(self):
+    def _repack(self):
         """The weights (biases) back in one buffer when something gave
         them memory of their own (see pack_rows); Float8Tensor weights
         (fp8_model_init) their FP8 data, scale_invs and transposes
@@ -252,18 +252,7 @@ class GroupedLinear(TransformerEngineBaseModule):
         # Under fp8_model_init each weight is quantized into memory of its
         # own: packed afterwards.
         super().reset_parameters()
-        self._pack()
-
-    def _apply(self, *args, **kwargs):
-        # .to()/.cuda()/.half() give every parameter its own tensor.
-        result = super()._apply(*args, **kwargs)
-        self._pack()
-        return result
-
-    def __setstate__(self, state):
-        # So do copy.deepcopy and unpickling.
-        super().__setstate__(state)
-        self._pack()
+        self._repack()
 
     # --- what the base class runs ------------------------------------------
 
