@@ -39,7 +39,8 @@ int64_t rowThreads(int64_t vectors) {
 }
 
 /// The constants and the row of a block-per-row kernel, and its target
-/// class `y` (as a tj_i64).
+/// class `ce_y` (as a tj_i64). Locals are prefixed `ce_`: parameters are
+/// named after the IR's values (`x`, `count`, ...), which must not clash.
 void writeRowKernelPrologue(CudaWriter &w, const KernelBuilder &builder,
                             Value logits, Value target, int64_t threads,
                             int64_t vec) {
@@ -48,26 +49,27 @@ void writeRowKernelPrologue(CudaWriter &w, const KernelBuilder &builder,
              .str());
   w.line(formatv("constexpr tj_i64 kCols = {0};", colsOf(logits)).str());
   w.line("constexpr tj_i64 kStride = static_cast<tj_i64>(kThreads) * kVec;");
-  w.line("const tj_i64 row = blockIdx.x;");
-  w.line("const tj_i64 y = static_cast<tj_i64>(" + builder.param(target).str() +
-         "[row]);");
+  w.line("const tj_i64 ce_row = blockIdx.x;");
+  w.line("const tj_i64 ce_y = static_cast<tj_i64>(" +
+         builder.param(target).str() + "[ce_row]);");
 }
 
 /// The loop over a row's vectors, kUnroll loads issued before any is used:
-/// `body` sees `v[u][kVec]` (floats) at column `col` when `col < kCols`.
+/// `body` sees `ce_v[ce_u][kVec]` (floats) at column `ce_col` < kCols.
 void writeRowLoop(CudaWriter &w, StringRef rowPointer,
                   llvm::function_ref<void()> body) {
-  w.open("for (tj_i64 base = static_cast<tj_i64>(threadIdx.x) * kVec; "
-         "base < kCols; base += kStride * kUnroll)");
-  w.line("float v[kUnroll][kVec];");
+  w.open("for (tj_i64 ce_base = static_cast<tj_i64>(threadIdx.x) * kVec; "
+         "ce_base < kCols; ce_base += kStride * kUnroll)");
+  w.line("float ce_v[kUnroll][kVec];");
   w.line("#pragma unroll");
-  w.line("for (int u = 0; u < kUnroll; ++u) if (base + u * kStride < kCols) "
-         "tj_load(v[u], " +
-         rowPointer.str() + " + base + u * kStride);");
+  w.line("for (int ce_u = 0; ce_u < kUnroll; ++ce_u) if (ce_base + ce_u * "
+         "kStride < kCols) "
+         "tj_load(ce_v[ce_u], " +
+         rowPointer.str() + " + ce_base + ce_u * kStride);");
   w.line("#pragma unroll");
-  w.open("for (int u = 0; u < kUnroll; ++u)");
-  w.line("const tj_i64 col = base + u * kStride;");
-  w.line("if (col >= kCols) break;");
+  w.open("for (int ce_u = 0; ce_u < kUnroll; ++ce_u)");
+  w.line("const tj_i64 ce_col = ce_base + ce_u * kStride;");
+  w.line("if (ce_col >= kCols) break;");
   body();
   w.close();
   w.close();
@@ -87,35 +89,41 @@ llvm::Error emitStats(KernelBuilder &builder, CrossEntropyStatsOp op,
   builder.writeSignature(w, threads);
   writeRowKernelPrologue(w, builder, logits, op.getTarget(), threads, vec);
   std::string x = builder.param(logits).str();
-  std::string out = builder.param(op.getStats()).str() + " + row * 4";
-  w.open(formatv("if (y == {0}ll)", static_cast<int64_t>(op.getIgnoreIndex()))
-             .str());
+  std::string out = builder.param(op.getStats()).str() + " + ce_row * 4";
+  w.open(
+      formatv("if (ce_y == {0}ll)", static_cast<int64_t>(op.getIgnoreIndex()))
+          .str());
   w.line("// An ignored row is not read: it has no loss and no gradient.");
-  w.line(formatv("if (threadIdx.x == 0) {{ float *s = {0}; s[0] = {1}; s[1] = "
-                 "0.f; s[2] = {1}; s[3] = 0.f; }",
+  w.line(formatv("if (threadIdx.x == 0) {{ float *ce_s = {0}; ce_s[0] = {1}; "
+                 "ce_s[1] = "
+                 "0.f; ce_s[2] = {1}; ce_s[3] = 0.f; }",
                  out, kNegInf)
              .str());
   w.line("return;");
   w.close();
-  w.line("const auto *x = " + x + " + row * kCols;");
-  w.line(std::string("float m = ") + kNegInf + ", d = 0.f, s = 0.f;");
-  writeRowLoop(w, "x", [&] {
-    w.line("float vmax = v[u][0];");
+  w.line("const auto *ce_x = " + x + " + ce_row * kCols;");
+  w.line(std::string("float ce_m = ") + kNegInf + ", ce_d = 0.f, ce_s = 0.f;");
+  writeRowLoop(w, "ce_x", [&] {
+    w.line("float ce_vmax = ce_v[ce_u][0];");
     w.line("#pragma unroll");
-    w.line("for (int i = 1; i < kVec; ++i) vmax = fmaxf(vmax, v[u][i]);");
-    w.line("if (vmax > m) { d *= __expf(m - vmax); m = vmax; }");
+    w.line("for (int ce_i = 1; ce_i < kVec; ++ce_i) ce_vmax = fmaxf(ce_vmax, "
+           "ce_v[ce_u][ce_i]);");
+    w.line("if (ce_vmax > ce_m) { ce_d *= __expf(ce_m - ce_vmax); ce_m = "
+           "ce_vmax; }");
     w.line("#pragma unroll");
-    w.line("for (int i = 0; i < kVec; ++i) { d += __expf(v[u][i] - m); s += "
-           "v[u][i]; }");
+    w.line("for (int ce_i = 0; ce_i < kVec; ++ce_i) { ce_d += "
+           "__expf(ce_v[ce_u][ce_i] - ce_m); ce_s += "
+           "ce_v[ce_u][ce_i]; }");
   });
-  w.line("tj_block_softmax_stats(m, d, s);");
+  w.line("tj_block_softmax_stats(ce_m, ce_d, ce_s);");
   w.open("if (threadIdx.x == 0)");
-  w.line(formatv("const tj_i64 c = y - {0}ll;",
+  w.line(formatv("const tj_i64 ce_c = ce_y - {0}ll;",
                  static_cast<int64_t>(op.getVocabStart()))
              .str());
-  w.line("float *out = " + out + ";");
-  w.line("out[0] = m; out[1] = d; out[3] = s;");
-  w.line(std::string("out[2] = c >= 0 && c < kCols ? tj_to_float(x[c]) : ") +
+  w.line("float *ce_out = " + out + ";");
+  w.line("ce_out[0] = ce_m; ce_out[1] = ce_d; ce_out[3] = ce_s;");
+  w.line(std::string("ce_out[2] = ce_c >= 0 && ce_c < kCols ? "
+                     "tj_to_float(ce_x[ce_c]) : ") +
          kNegInf + ";");
   w.close();
   kernels.push_back(builder.finish(w, {rowsOf(logits), 1, 1}, {threads, 1, 1}));
@@ -132,44 +140,44 @@ llvm::Error emitLoss(KernelBuilder &builder, CrossEntropyLossOp op,
   w.line(formatv("constexpr tj_i64 kRows = {0}; constexpr int kRanks = {1};",
                  rows, static_cast<int64_t>(op.getRanks()))
              .str());
-  w.line("const tj_i64 row = static_cast<tj_i64>(blockIdx.x) * " +
+  w.line("const tj_i64 ce_row = static_cast<tj_i64>(blockIdx.x) * " +
          std::to_string(threads) + " + threadIdx.x;");
-  w.line("if (row >= kRows) return;");
+  w.line("if (ce_row >= kRows) return;");
   std::string loss = builder.param(op.getLoss()).str();
   std::string lse = builder.param(op.getLse()).str();
   std::string stats = builder.param(op.getStats()).str();
-  w.open(formatv("if (static_cast<tj_i64>({0}[row]) == {1}ll)",
+  w.open(formatv("if (static_cast<tj_i64>({0}[ce_row]) == {1}ll)",
                  builder.param(op.getTarget()),
                  static_cast<int64_t>(op.getIgnoreIndex()))
              .str());
-  w.line(loss + "[row] = 0.f; " + lse + "[row] = 0.f;");
+  w.line(loss + "[ce_row] = 0.f; " + lse + "[ce_row] = 0.f;");
   w.line("return;");
   w.close();
-  w.line(std::string("float m = ") + kNegInf + ", d = 0.f, t = " + kNegInf +
-         ", s = 0.f;");
+  w.line(std::string("float ce_m = ") + kNegInf +
+         ", ce_d = 0.f, ce_t = " + kNegInf + ", ce_s = 0.f;");
   w.line("#pragma unroll");
-  w.line("for (int r = 0; r < kRanks; ++r) m = fmaxf(m, " + stats +
-         "[(r * kRows + row) * 4]);");
+  w.line("for (int ce_r = 0; ce_r < kRanks; ++ce_r) ce_m = fmaxf(ce_m, " +
+         stats + "[(ce_r * kRows + ce_row) * 4]);");
   w.line("#pragma unroll");
-  w.open("for (int r = 0; r < kRanks; ++r)");
-  w.line("const float *st = " + stats + " + (r * kRows + row) * 4;");
-  w.line("if (st[1] != 0.f) d += st[1] * expf(st[0] - m);");
-  w.line("t = fmaxf(t, st[2]);");
-  w.line("s += st[3];");
+  w.open("for (int ce_r = 0; ce_r < kRanks; ++ce_r)");
+  w.line("const float *ce_st = " + stats + " + (ce_r * kRows + ce_row) * 4;");
+  w.line("if (ce_st[1] != 0.f) ce_d += ce_st[1] * expf(ce_st[0] - ce_m);");
+  w.line("ce_t = fmaxf(ce_t, ce_st[2]);");
+  w.line("ce_s += ce_st[3];");
   w.close();
-  w.line("const float l = m + logf(d);");
-  w.line(lse + "[row] = l;");
+  w.line("const float ce_l = ce_m + logf(ce_d);");
+  w.line(lse + "[ce_row] = ce_l;");
   // With ε = 1 the target logit has no weight (and may be -inf).
   std::string targetTerm =
-      smoothing < 1.0 ? " - " + floatLiteral(1.0 - smoothing) + " * t" : "";
+      smoothing < 1.0 ? " - " + floatLiteral(1.0 - smoothing) + " * ce_t" : "";
   std::string smoothTerm =
       smoothing > 0.0
           ? " - " +
                 floatLiteral(smoothing /
                              static_cast<int64_t>(op.getVocabSize())) +
-                " * s"
+                " * ce_s"
           : "";
-  w.line(loss + "[row] = l" + targetTerm + smoothTerm + ";");
+  w.line(loss + "[ce_row] = ce_l" + targetTerm + smoothTerm + ";");
   kernels.push_back(builder.finish(w, {llvm::divideCeil(rows, threads), 1, 1},
                                    {threads, 1, 1}));
   return llvm::Error::success();
@@ -183,20 +191,21 @@ llvm::Error emitMean(KernelBuilder &builder, CrossEntropyMeanOp op,
   w.line(formatv("constexpr tj_i64 kRows = {0};",
                  tensorType(op.getTarget()).getDimSize(0))
              .str());
-  w.line("float sum = 0.f, count = 0.f;");
-  w.open("for (tj_i64 row = threadIdx.x; row < kRows; row += " +
+  w.line("float ce_sum = 0.f, ce_count = 0.f;");
+  w.open("for (tj_i64 ce_row = threadIdx.x; ce_row < kRows; ce_row += " +
          std::to_string(threads) + ")");
-  w.line(formatv("if (static_cast<tj_i64>({0}[row]) == {1}ll) continue;",
+  w.line(formatv("if (static_cast<tj_i64>({0}[ce_row]) == {1}ll) continue;",
                  builder.param(op.getTarget()),
                  static_cast<int64_t>(op.getIgnoreIndex()))
              .str());
-  w.line("sum += " + builder.param(op.getLoss()).str() + "[row];");
-  w.line("count += 1.f;");
+  w.line("ce_sum += " + builder.param(op.getLoss()).str() + "[ce_row];");
+  w.line("ce_count += 1.f;");
   w.close();
-  w.line("tj_block_sum2(sum, count);");
+  w.line("tj_block_sum2(ce_sum, ce_count);");
   w.open("if (threadIdx.x == 0)");
-  w.line(builder.param(op.getMean()).str() + "[0] = sum / fmaxf(count, 1.f);");
-  w.line(builder.param(op.getCount()).str() + "[0] = count;");
+  w.line(builder.param(op.getMean()).str() +
+         "[0] = ce_sum / fmaxf(ce_count, 1.f);");
+  w.line(builder.param(op.getCount()).str() + "[0] = ce_count;");
   w.close();
   kernels.push_back(builder.finish(w, {1, 1, 1}, {threads, 1, 1}));
   return llvm::Error::success();
@@ -213,34 +222,39 @@ llvm::Error emitBackward(KernelBuilder &builder, CrossEntropyBwdOp op,
   builder.writeSignature(w, threads, 0, /*restrictPointers=*/false);
   writeRowKernelPrologue(w, builder, logits, op.getTarget(), threads, vec);
   std::string x = builder.param(logits).str();
-  w.line("auto *dx = " + builder.param(op.getGrad()).str() + " + row * kCols;");
-  w.line("const auto *x = " + x + " + row * kCols;");
-  w.open(formatv("if (y == {0}ll)", static_cast<int64_t>(op.getIgnoreIndex()))
-             .str());
-  w.line("float zero[kVec] = {};");
-  w.line("for (tj_i64 col = static_cast<tj_i64>(threadIdx.x) * kVec; col < "
-         "kCols; col += kStride) tj_store(dx + col, zero);");
+  w.line("auto *ce_dx = " + builder.param(op.getGrad()).str() +
+         " + ce_row * kCols;");
+  w.line("const auto *ce_x = " + x + " + ce_row * kCols;");
+  w.open(
+      formatv("if (ce_y == {0}ll)", static_cast<int64_t>(op.getIgnoreIndex()))
+          .str());
+  w.line("float ce_zero[kVec] = {};");
+  w.line(
+      "for (tj_i64 ce_col = static_cast<tj_i64>(threadIdx.x) * kVec; ce_col < "
+      "kCols; ce_col += kStride) tj_store(ce_dx + ce_col, ce_zero);");
   w.line("return;");
   w.close();
-  w.line("const float l = " + builder.param(op.getLse()).str() + "[row];");
+  w.line("const float ce_l = " + builder.param(op.getLse()).str() +
+         "[ce_row];");
   std::string gradLoss = builder.param(op.getGradLoss()).str();
   if (Value count = op.getCount())
-    w.line("const float g = " + gradLoss + "[0] / fmaxf(" +
+    w.line("const float ce_g = " + gradLoss + "[0] / fmaxf(" +
            builder.param(count).str() + "[0], 1.f);");
   else
-    w.line("const float g = " + gradLoss + "[row];");
-  w.line(formatv("const tj_i64 c = y - {0}ll;",
+    w.line("const float ce_g = " + gradLoss + "[ce_row];");
+  w.line(formatv("const tj_i64 ce_c = ce_y - {0}ll;",
                  static_cast<int64_t>(op.getVocabStart()))
              .str());
-  w.line("const float uniform = " +
+  w.line("const float ce_uniform = " +
          floatLiteral(smoothing / static_cast<int64_t>(op.getVocabSize())) +
-         ", hit = " + floatLiteral(1.0 - smoothing) + ";");
-  writeRowLoop(w, "x", [&] {
-    w.line("float out[kVec];");
+         ", ce_hit = " + floatLiteral(1.0 - smoothing) + ";");
+  writeRowLoop(w, "ce_x", [&] {
+    w.line("float ce_out[kVec];");
     w.line("#pragma unroll");
-    w.line("for (int i = 0; i < kVec; ++i) out[i] = (__expf(v[u][i] - l) - "
-           "uniform - (col + i == c ? hit : 0.f)) * g;");
-    w.line("tj_store(dx + col, out);");
+    w.line("for (int ce_i = 0; ce_i < kVec; ++ce_i) ce_out[ce_i] = "
+           "(__expf(ce_v[ce_u][ce_i] - ce_l) - "
+           "ce_uniform - (ce_col + ce_i == ce_c ? ce_hit : 0.f)) * ce_g;");
+    w.line("tj_store(ce_dx + ce_col, ce_out);");
   });
   kernels.push_back(builder.finish(w, {rowsOf(logits), 1, 1}, {threads, 1, 1}));
   return llvm::Error::success();
