@@ -18,13 +18,9 @@ __device__ __forceinline__ void tj_softmax_merge(float &m, float &d, float m2,
   m = mn;
 }
 
-/// Merges every thread's (m, d) and sums its `s` over the block; valid in
-/// thread 0. Every thread of the block must call it (blockDim.x a multiple
-/// of 32, at most 1024).
-__device__ __forceinline__ void tj_block_softmax_stats(float &m, float &d,
-                                                       float &s) {
-  __shared__ float part_m[32], part_d[32], part_s[32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+/// Merges the (m, d) of a warp's lanes and sums their `s`, in every lane.
+__device__ __forceinline__ void tj_warp_softmax_stats(float &m, float &d,
+                                                      float &s) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
@@ -32,6 +28,16 @@ __device__ __forceinline__ void tj_block_softmax_stats(float &m, float &d,
     s += __shfl_xor_sync(0xffffffffu, s, offset);
     tj_softmax_merge(m, d, m2, d2);
   }
+}
+
+/// Merges every thread's (m, d) and sums its `s` over the block; valid in
+/// thread 0. Every thread of the block must call it (blockDim.x a multiple
+/// of 32, at most 1024).
+__device__ __forceinline__ void tj_block_softmax_stats(float &m, float &d,
+                                                       float &s) {
+  __shared__ float part_m[32], part_d[32], part_s[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  tj_warp_softmax_stats(m, d, s);
   if (lane == 0) {
     part_m[warp] = m;
     part_d[warp] = d;
@@ -44,13 +50,7 @@ __device__ __forceinline__ void tj_block_softmax_stats(float &m, float &d,
   m = has ? part_m[lane] : __int_as_float(0xff800000);
   d = has ? part_d[lane] : 0.f;
   s = has ? part_s[lane] : 0.f;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
-    const float d2 = __shfl_xor_sync(0xffffffffu, d, offset);
-    s += __shfl_xor_sync(0xffffffffu, s, offset);
-    tj_softmax_merge(m, d, m2, d2);
-  }
+  tj_warp_softmax_stats(m, d, s);
 }
 
 /// The sums of `a` and `b` over the block, valid in thread 0 (every thread

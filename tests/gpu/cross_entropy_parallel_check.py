@@ -11,8 +11,8 @@ on every rank; rows ignored at random, targets spread over every rank's
 columns) and runs tejit.pytorch.parallel_cross_entropy on its columns
 [r V/tp, (r + 1) V/tp) with dist_process_group=WORLD: its forward gathers
 four floats per row over the group (te.tp_all_gather), never logits.
-Compared against a float64 reference of the whole vocab (the formulas of
-tests/gpu/test_cross_entropy.py):
+Compared against a float64 reference of the whole vocab
+(cross_entropy_reference.py, as tests/gpu/test_cross_entropy.py):
   * the loss (per row, or the mean over rows not ignored), which must also
     be bit for bit the same on every rank;
   * this rank's gradient columns against the same columns of the whole
@@ -33,35 +33,13 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tensor_parallel_check as tpc  # noqa: E402 - beside this script
+from cross_entropy_reference import reference  # noqa: E402
 
 from tejit.pytorch.cross_entropy import parallel_cross_entropy  # noqa: E402
 
 IGNORE = -100
 LOSS_RTOL = 2e-5
 GRAD_RTOL = {torch.float32: 1e-5, torch.bfloat16: 8e-3}
-
-
-def reference(logits, target, smoothing, grad_rows, chunk=512):
-    """float64 (loss [rows], grad [rows, V]) over the whole vocab."""
-    rows, vocab = logits.shape
-    loss = torch.zeros(rows, dtype=torch.float64, device="cuda")
-    grad = torch.empty(rows, vocab, dtype=torch.float64, device="cuda")
-    for begin in range(0, rows, chunk):
-        x = logits[begin:begin + chunk].double()
-        y = target[begin:begin + chunk]
-        keep = y != IGNORE
-        safe_y = torch.where(keep, y, torch.zeros_like(y))
-        lse = torch.logsumexp(x, dim=1)
-        x_y = x.gather(1, safe_y[:, None])[:, 0]
-        part = lse - (1 - smoothing) * x_y - smoothing / vocab * x.sum(1)
-        loss[begin:begin + chunk] = torch.where(keep, part,
-                                                torch.zeros_like(part))
-        g = torch.softmax(x, dim=1) - smoothing / vocab
-        g.scatter_add_(1, safe_y[:, None],
-                       torch.full_like(x_y, -(1 - smoothing))[:, None])
-        grad[begin:begin + chunk] = g * (grad_rows[begin:begin + chunk]
-                                         .double() * keep)[:, None]
-    return loss, grad
 
 
 def max_error(got, want):
@@ -108,7 +86,8 @@ def check_case(shape, vocab, dtype, smoothing, reduce_loss, seed):
     whole_loss, whole_grad = run(logits, target, smoothing, reduce_loss,
                                  grad_rows, None)
     want_loss, want_grad = reference(logits.reshape(rows, vocab),
-                                     flat_target, smoothing, grad_rows)
+                                     flat_target, smoothing, grad_rows,
+                                     IGNORE)
     if reduce_loss:
         want_loss = want_loss.sum().reshape(1) / count
     loss, whole_loss = loss.reshape(-1), whole_loss.reshape(-1)

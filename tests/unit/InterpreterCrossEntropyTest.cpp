@@ -132,8 +132,25 @@ Tensor columns(const Tensor &x, int64_t begin, int64_t count) {
   return part;
 }
 
+/// The backward's arguments: the logits, targets, the forward's lse (its
+/// last result), the loss's gradient and, for the mean, its count.
+std::vector<Tensor> backwardArgs(const Config &c, const Tensor &x,
+                                 const Tensor &y,
+                                 const std::vector<Tensor> &forward,
+                                 const Tensor &gradLoss) {
+  std::vector<Tensor> args = {x, y, forward.back(), gradLoss};
+  if (c.reduce)
+    args.push_back(forward[1]);
+  return args;
+}
+
 class InterpreterCrossEntropyTest : public InterpreterTest {
 protected:
+  /// A random gradient of the loss: one per row, or the mean's one.
+  Tensor randomGradLoss(const Config &c) {
+    return c.reduce ? randomLike({1}) : randomLike({c.rows});
+  }
+
   /// Targets in [0, vocab), rows 1 and 4 ignored when `ignoreSome`.
   Tensor targets(const Config &c, bool ignoreSome) {
     std::uniform_int_distribution<int64_t> pick(0, c.vocab - 1);
@@ -204,12 +221,8 @@ TEST_F(InterpreterCrossEntropyTest, GradientMatchesFiniteDifferences) {
       Tensor x = randomLike({c.rows, c.vocab}, 2.0), y = targets(c, true);
       std::vector<Tensor> out = run(f, {x, y});
       ASSERT_FALSE(out.empty());
-      Tensor gradLoss = randomLike(reduce ? llvm::ArrayRef<int64_t>{1}
-                                          : llvm::ArrayRef<int64_t>{c.rows});
-      std::vector<Tensor> args = {x, y, out.back(), gradLoss};
-      if (reduce)
-        args.push_back(out[1]);
-      std::vector<Tensor> grad = run(b, args);
+      Tensor gradLoss = randomGradLoss(c);
+      std::vector<Tensor> grad = run(b, backwardArgs(c, x, y, out, gradLoss));
       ASSERT_EQ(grad.size(), 1u);
       Tensor numeric = numericGradient(f, {x, y}, 0, {gradLoss});
       EXPECT_TRUE(gradientClose(grad[0], numeric, 1e-7));
@@ -231,12 +244,9 @@ TEST_F(InterpreterCrossEntropyTest, VocabSplitOverRanksMatchesOneRank) {
       Tensor x = randomLike({one.rows, one.vocab}, 2.0), y = targets(one, true);
       std::vector<Tensor> expected = run(f, {x, y});
       ASSERT_FALSE(expected.empty());
-      Tensor gradLoss = randomLike(reduce ? llvm::ArrayRef<int64_t>{1}
-                                          : llvm::ArrayRef<int64_t>{one.rows});
-      std::vector<Tensor> bwdArgs = {x, y, expected.back(), gradLoss};
-      if (reduce)
-        bwdArgs.push_back(expected[1]);
-      std::vector<Tensor> expectedGrad = run(b, bwdArgs);
+      Tensor gradLoss = randomGradLoss(one);
+      std::vector<Tensor> expectedGrad =
+          run(b, backwardArgs(one, x, y, expected, gradLoss));
       ASSERT_EQ(expectedGrad.size(), 1u);
 
       int64_t local = one.vocab / ranks;
@@ -252,10 +262,10 @@ TEST_F(InterpreterCrossEntropyTest, VocabSplitOverRanksMatchesOneRank) {
             interpret(forwards[rank], {shard, y}, &collectives, rank);
         if (results[rank].empty())
           return;
-        std::vector<Tensor> args = {shard, y, results[rank].back(), gradLoss};
-        if (reduce)
-          args.push_back(results[rank][1]);
-        grads[rank] = interpret(backwards[rank], args, nullptr, rank);
+        grads[rank] =
+            interpret(backwards[rank],
+                      backwardArgs(split, shard, y, results[rank], gradLoss),
+                      nullptr, rank);
       });
       for (int64_t rank = 0; rank < ranks; ++rank) {
         ASSERT_EQ(results[rank].size(), expected.size());
