@@ -128,6 +128,9 @@ llvm::Error emitGroupedBlockQuantize(KernelBuilder &builder,
 /// te.grouped_bias_grad: per-segment column sums.
 llvm::Error emitGroupedBiasGrad(KernelBuilder &builder,
                                 std::vector<EmittedKernel> &kernels);
+/// The cross entropy ops (te.cross_entropy_*), a kernel each.
+llvm::Error emitCrossEntropy(KernelBuilder &builder,
+                             std::vector<EmittedKernel> &kernels);
 
 } // namespace tejit::codegen
 

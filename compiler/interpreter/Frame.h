@@ -158,6 +158,11 @@ mlir::LogicalResult runQuantizedOp(mlir::Operation *op, Frame &frame);
 /// run-time checks of `m_splits` (GroupedOps.cpp); fails on other ops.
 mlir::LogicalResult runGroupedOp(mlir::Operation *op, Frame &frame);
 
+/// Whether `op` is a cross entropy op (te.cross_entropy_*; LossOps.cpp).
+bool isLossOp(mlir::Operation *op);
+/// Runs a cross entropy op (LossOps.cpp).
+mlir::LogicalResult runLossOp(mlir::Operation *op, Frame &frame);
+
 } // namespace tejit::interp
 
 #endif // TEJIT_COMPILER_INTERPRETER_FRAME_H

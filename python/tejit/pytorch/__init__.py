@@ -27,7 +27,8 @@ InferenceParams (attention/inference.py), TE's, passed to the attention
 modules' forward as inference_params. Context parallelism (cp_group on
 the attention modules): distributed.context_parallel_split / _merge /
 _gather cut a whole sequence into a rank's load-balanced chunks and join
-them (distributed.py).
+them (distributed.py). Loss: parallel_cross_entropy (cross_entropy.py),
+TE's vocab-parallel cross entropy.
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -61,6 +62,8 @@ from . import distributed  # noqa: E402  (context parallelism's split)
 from .attention.inference import InferenceParams  # noqa: E402
 from . import optimizers  # noqa: E402  (TE's FusedAdam, FusedSGD)
 from .cpu_offload import get_cpu_offload_context  # noqa: E402
+from . import cross_entropy  # noqa: E402  (TE's module of that name)
+from .cross_entropy import parallel_cross_entropy  # noqa: E402
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -73,4 +76,5 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
            "distributed", "InferenceParams", "optimizers",
-           "get_cpu_offload_context"]
+           "get_cpu_offload_context", "cross_entropy",
+           "parallel_cross_entropy"]
