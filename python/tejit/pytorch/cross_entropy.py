@@ -31,6 +31,7 @@ import torch
 from . import _distributed
 from ._cross_entropy_ir import (backward_ir, check_options, check_shapes,
                                 forward_ir)
+from ._dynamo import outside_torch_compile
 from ._weight_casts import _compiled
 
 __all__ = ["parallel_cross_entropy"]
@@ -147,6 +148,7 @@ class _CrossEntropyFunction(torch.autograd.Function):
                 None)
 
 
+@outside_torch_compile
 def parallel_cross_entropy(inp, target, label_smoothing=0.0,
                            reduce_loss=False, dist_process_group=None,
                            ignore_idx=-100, is_cg_capturable=False, *,

@@ -72,7 +72,6 @@ module/_fp8_weights.py says how.
 """
 import contextlib
 import contextvars
-import functools
 import json
 import math
 import warnings
@@ -82,6 +81,7 @@ import torch
 import tejit
 
 from .. import _checkpointing, _distributed, fp8
+from .._dynamo import outside_torch_compile
 from ..float8_tensor import Float8Tensor
 from . import (_args, _autograd, _compiled, _delayed_wgrad, _fp8_weights,
                _main_grad, _meta)
@@ -237,17 +237,6 @@ def skip_te_extra_state(state_dict, prefix):
     return {k: v for k, v in state_dict.items() if k != key}
 
 
-def _outside_torch_compile(forward):
-    """`forward` run as it is when a torch.compile'd model calls it (as TE
-    marks its modules' forwards): TorchDynamo does not trace into it (it
-    could not: the programs take raw device addresses), the compiled graph
-    breaks around the call, and the program runs as in eager mode."""
-    disable = getattr(getattr(torch, "_dynamo", None), "disable", None)
-    if disable is None:
-        return forward
-    return functools.wraps(forward)(disable(forward, recursive=True))
-
-
 class TransformerEngineBaseModule(torch.nn.Module):
     """What the modules share. A subclass registers its parameters with
     _add_parameter (TE's names and initialization), describes its layer
@@ -288,7 +277,7 @@ class TransformerEngineBaseModule(torch.nn.Module):
         super().__init_subclass__(**kwargs)
         forward = cls.__dict__.get("forward")
         if forward is not None:
-            cls.forward = _outside_torch_compile(forward)
+            cls.forward = outside_torch_compile(forward)
 
     def __init__(self, params_dtype):
         super().__init__()
