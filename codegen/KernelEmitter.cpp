@@ -340,6 +340,9 @@ static llvm::Error emitGroup(KernelBuilder &builder,
     return emitGroupedBlockQuantize(builder, kernels);
   if (isa<GroupedBiasGradOp>(first))
     return emitGroupedBiasGrad(builder, kernels);
+  if (isa<MoeRowMapOp, MoeChunkRowMapOp, MoePermuteOp, MoeUnpermuteOp,
+          MoeUnpermuteGradOp, MoeGatherProbsOp>(first))
+    return emitMoe(builder, kernels);
   if (isa<RotaryOp>(first) && group.ops.size() == 1)
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {

@@ -683,6 +683,7 @@ def TE_TransformerLayerOp : TE_LayerOp<"transformer_layer",
 include "TEPrimitiveOps.td"
 include "TEQuantizedOps.td"
 include "TEGroupedOps.td"
+include "TEMoeOps.td"
 include "TEKernelOps.td"
 
 #endif // TEJIT_DIALECT_TE_OPS_TD

@@ -158,6 +158,11 @@ mlir::LogicalResult runQuantizedOp(mlir::Operation *op, Frame &frame);
 /// run-time checks of `m_splits` (GroupedOps.cpp); fails on other ops.
 mlir::LogicalResult runGroupedOp(mlir::Operation *op, Frame &frame);
 
+/// Whether `op` is one of the MoE token permutation ops, which runMoeOp
+/// runs (MoeOps.cpp, docs/moe-permutation.md).
+bool isMoeOp(mlir::Operation *op);
+mlir::LogicalResult runMoeOp(mlir::Operation *op, Frame &frame);
+
 } // namespace tejit::interp
 
 #endif // TEJIT_COMPILER_INTERPRETER_FRAME_H

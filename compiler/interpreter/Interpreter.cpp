@@ -138,6 +138,8 @@ static LogicalResult runOp(Operation &op, Frame &frame) {
     ++frame.layerIndex;
     return status;
   }
+  if (isMoeOp(&op))
+    return runMoeOp(&op, frame);
   if (isa<te::TEDialect>(op.getDialect()))
     return runPrimitiveOp(&op, frame);
   return op.emitOpError() << "is not supported by the te interpreter";

@@ -56,6 +56,10 @@ from . import distributed  # noqa: E402  (context parallelism's split)
 from .attention.inference import InferenceParams  # noqa: E402
 from . import optimizers  # noqa: E402  (TE's FusedAdam, FusedSGD)
 from .cpu_offload import get_cpu_offload_context  # noqa: E402
+from . import permutation  # noqa: E402  (TE's MoE token permutation)
+from .permutation import (moe_permute, moe_permute_with_probs,  # noqa: E402
+                          moe_sort_chunks_by_index,
+                          moe_sort_chunks_by_index_with_probs, moe_unpermute)
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -65,4 +69,6 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "get_default_fp8_recipe", "is_fp8_available", "compile_count",
            "make_graphed_callables", "checkpoint", "attention",
            "distributed", "InferenceParams", "optimizers",
-           "get_cpu_offload_context"]
+           "get_cpu_offload_context", "permutation", "moe_permute",
+           "moe_permute_with_probs", "moe_unpermute",
+           "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs"]
