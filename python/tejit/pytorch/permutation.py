@@ -59,10 +59,13 @@ def _pointer(tensor):
 
 
 def _rows(rows, cols, dtype, device):
-    """A [rows, cols] tensor; never an empty allocation (kernels get a
-    valid address even when nothing is written)."""
-    return torch.empty((max(rows, 1), cols), dtype=dtype,
-                       device=device)[:rows]
+    """A new [rows, cols] tensor (a [rows] one when `cols` is None); an
+    empty one is a view of one element, so that kernels get a valid
+    address even when they write nothing."""
+    shape = (rows,) if cols is None else (rows, cols)
+    if rows > 0:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return torch.empty((1,) + shape[1:], dtype=dtype, device=device)[:0]
 
 
 def _run(key, ir, device, inputs, outputs):
@@ -132,9 +135,8 @@ class _Permute(torch.autograd.Function):
         if probs is not None:
             probs = probs.contiguous()
             inputs.append(probs)
-            permuted_probs = torch.empty(max(num_out_tokens, 1),
-                                         dtype=probs.dtype,
-                                         device=data.device)[:num_out_tokens]
+            permuted_probs = _rows(num_out_tokens, None, probs.dtype,
+                                   data.device)
             outputs.append(permuted_probs)
         key = ("permute", cap_t, cap_o, hidden, columns, experts, element,
                map_element, map_type == "index", probs_element)
@@ -249,8 +251,7 @@ class _SortChunks(torch.autograd.Function):
         if probs is not None:
             probs = probs.contiguous()
             inputs.append(probs)
-            permuted_probs = torch.empty(max(tokens, 1), dtype=probs.dtype,
-                                         device=data.device)[:tokens]
+            permuted_probs = _rows(tokens, None, probs.dtype, data.device)
             outputs.append(permuted_probs)
         key = ("sort_chunks", cap, hidden, chunks, element, probs_element)
         _run(key, lambda: _moe_ir.sort_chunks_ir(
@@ -277,8 +278,7 @@ class _SortChunks(torch.autograd.Function):
         dp = None
         if probs_element:
             inputs.append(grad_probs)
-            dp = torch.empty(max(tokens, 1), dtype=grad_probs.dtype,
-                             device=grad.device)[:tokens]
+            dp = _rows(tokens, None, grad_probs.dtype, grad.device)
             outputs.append(dp)
         key = ("sort_chunks_bwd", cap, hidden, element, probs_element)
         _run(key, lambda: _moe_ir.sort_chunks_backward_ir(
