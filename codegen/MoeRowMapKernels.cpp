@@ -5,15 +5,17 @@
 // is first(e) + #{t' < t routed to e}: a per-expert prefix count over the
 // tokens. Three kernels over chunks of 256 tokens (the block size) share
 // the step scratch, [chunks][E] ints then [E] ints:
-// - "count": each chunk's routed tokens per expert, one __syncthreads_count
-//   an expert;
-// - "scan" (one block): per expert, the chunks' counts become exclusive
-//   prefix counts in place, and the experts' totals become each expert's
-//   first row (an exclusive scan over the experts);
-// - "rank": each token's rank among its chunk's tokens of the same expert
-//   (a ballot within the warp, the warps' counts in shared memory) gives
-//   first(e) + chunk prefix + rank; -1 at and past counts[1] (dropped) and
-//   where the token is not routed.
+// - "count": each chunk's routed tokens per expert: every warp ballots its
+//   32 tokens expert by expert into shared counts [8 warps][E] (no
+//   barrier in the loop), then one barrier and a sum over the warps;
+// - "scan" (one block): a warp per expert scans the chunks' counts into
+//   exclusive prefix counts in place (32 chunks a step, by shuffles), and
+//   thread 0 scans the experts' totals (in shared memory) into each
+//   expert's first row;
+// - "rank": the warps' counts again, then each routed (token, expert)
+//   goes to first(e) + chunk prefix + the earlier warps' tokens of e + the
+//   earlier lanes' (a ballot); -1 at and past counts[1] (dropped) and
+//   where the token is not routed. E <= 1024 (the shared counts).
 // An index map's token row (topK expert ids) is loaded into registers once;
 // it routes the token to e when any id equals e, and the row goes to the
 // first column naming e (the others keep -1).
@@ -43,6 +45,7 @@ namespace {
 
 constexpr int64_t kChunk = 256;
 constexpr int64_t kScanThreads = 1024;
+constexpr int64_t kMaxExperts = 1024;
 
 /// What the row map kernels share: the constants, the chunk's token and
 /// whether it is real (the whole block leaves when its chunk is past the
@@ -84,16 +87,30 @@ std::string routed(MoeRowMapOp op, KernelBuilder &builder) {
   return "(real && " + map + "[t * kC + e] != 0)";
 }
 
+/// Each warp's routed tokens per expert, by ballot (no barrier), into
+/// warp_counts[warp][e]; then one barrier.
+void writeWarpCounts(CudaWriter &w, MoeRowMapOp op, KernelBuilder &builder) {
+  w.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
+  w.line("__shared__ int warp_counts[kChunk / 32][kE];");
+  w.open("for (int e = 0; e < kE; ++e)");
+  w.line("const unsigned ballot = __ballot_sync(0xffffffffu, " +
+         routed(op, builder) + ");");
+  w.line("if (lane == 0) warp_counts[warp][e] = __popc(ballot);");
+  w.close();
+  w.line("__syncthreads();");
+}
+
 EmittedKernel writeCount(KernelBuilder &builder, MoeRowMapOp op, int64_t chunks,
                          int64_t scratch) {
   CudaWriter w;
   builder.requestScratch(scratch, 0, 0);
   builder.writeSignature(w, kChunk);
   writeChunkPrologue(w, op, builder);
-  w.open("for (int e = 0; e < kE; ++e)");
-  w.line("const int n = __syncthreads_count(" + routed(op, builder) + ");");
-  w.line("if (threadIdx.x == 0) counts_of_chunks[tj_i64(blockIdx.x) * kE + e] "
-         "= n;");
+  writeWarpCounts(w, op, builder);
+  w.open("for (int e = threadIdx.x; e < kE; e += kChunk)");
+  w.line("int n = 0;");
+  w.line("for (int k = 0; k < kChunk / 32; ++k) n += warp_counts[k][e];");
+  w.line("counts_of_chunks[tj_i64(blockIdx.x) * kE + e] = n;");
   w.close();
   return builder.finish(w, {chunks, 1, 1}, {kChunk, 1, 1});
 }
@@ -112,24 +129,40 @@ EmittedKernel writeScan(KernelBuilder &builder, MoeRowMapOp op, int64_t chunks,
   w.line("const tj_i64 real_chunks = (tokens + kChunk - 1) / kChunk;");
   w.line("int *counts_of_chunks = reinterpret_cast<int *>(tj_scratch);");
   w.line("int *first_rows = counts_of_chunks + kChunks * kE;");
-  w.open("for (int e = threadIdx.x; e < kE; e += blockDim.x)");
-  w.line("int run = 0;");
-  w.open("for (tj_i64 c = 0; c < real_chunks; ++c)");
-  w.line("const int n = counts_of_chunks[c * kE + e];");
-  w.line("counts_of_chunks[c * kE + e] = run;");
-  w.line("run += n;");
+  w.line("__shared__ int totals[kE];");
+  w.line("const int lane = threadIdx.x & 31;");
+  w.line("// A warp per expert: an exclusive scan over the chunks, 32 at a "
+         "time.");
+  w.open("for (int e = threadIdx.x >> 5; e < kE; e += blockDim.x >> 5)");
+  w.line("int carry = 0;");
+  w.open("for (tj_i64 c0 = 0; c0 < real_chunks; c0 += 32)");
+  w.line("const tj_i64 c = c0 + lane;");
+  w.line("const int n = c < real_chunks ? counts_of_chunks[c * kE + e] : 0;");
+  w.line("int sum = n;");
+  w.line("#pragma unroll");
+  w.open("for (int o = 1; o < 32; o *= 2)");
+  w.line("const int up = __shfl_up_sync(0xffffffffu, sum, o);");
+  w.line("if (lane >= o) sum += up;");
   w.close();
-  w.line("first_rows[e] = run;");
+  w.line("if (c < real_chunks) counts_of_chunks[c * kE + e] = carry + sum - "
+         "n;");
+  w.line("carry += __shfl_sync(0xffffffffu, sum, 31);");
+  w.close();
+  w.line("if (lane == 0) totals[e] = carry;");
   w.close();
   w.line("__syncthreads();");
+  w.line("// The experts' first rows: an exclusive scan of their totals.");
   w.open("if (threadIdx.x == 0)");
   w.line("int run = 0;");
   w.open("for (int e = 0; e < kE; ++e)");
-  w.line("const int n = first_rows[e];");
-  w.line("first_rows[e] = run;");
+  w.line("const int n = totals[e];");
+  w.line("totals[e] = run;");
   w.line("run += n;");
   w.close();
   w.close();
+  w.line("__syncthreads();");
+  w.line("for (int e = threadIdx.x; e < kE; e += blockDim.x) first_rows[e] = "
+         "totals[e];");
   return builder.finish(w, {1, 1, 1}, {kScanThreads, 1, 1});
 }
 
@@ -142,25 +175,32 @@ EmittedKernel writeRank(KernelBuilder &builder, MoeRowMapOp op, int64_t chunks,
   std::string rowMap = builder.param(op.getRowMap()).str();
   w.line(("const tj_i64 out_rows = " + builder.param(op.getCounts()) + "[1];")
              .str());
-  w.line("const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
-  w.line("__shared__ int warp_counts[kChunk / 32];");
+  writeWarpCounts(w, op, builder);
   if (op.getIndexMap()) {
     w.line("#pragma unroll");
     w.line("for (int k = 0; k < kC; ++k) if (real) " + rowMap +
            "[t * kC + k] = -1;");
   }
+  w.line("const tj_i64 chunk = blockIdx.x;");
   w.open("for (int e = 0; e < kE; ++e)");
   w.line("const bool routed = " + routed(op, builder) + ";");
   w.line("const unsigned ballot = __ballot_sync(0xffffffffu, routed);");
-  w.line("if (lane == 0) warp_counts[warp] = __popc(ballot);");
-  w.line("__syncthreads();");
-  w.line("int rank = __popc(ballot & ((1u << lane) - 1u));");
-  w.line("for (int k = 0; k < warp; ++k) rank += warp_counts[k];");
-  w.line("const tj_i64 row = tj_i64(first_rows[e]) + "
-         "counts_of_chunks[tj_i64(blockIdx.x) * kE + e] + rank;");
-  w.line("const int value = routed && row < out_rows ? int(row) : -1;");
+  if (op.getIndexMap())
+    w.line("if (!routed) continue;");
+  else
+    w.open("if (!routed)");
+  if (!op.getIndexMap()) {
+    w.line("if (real) " + rowMap + "[t * kC + e] = -1;");
+    w.line("continue;");
+    w.close();
+  }
+  w.line("// Earlier experts' rows, earlier chunks' and warps' tokens of e, "
+         "earlier lanes'.");
+  w.line("tj_i64 row = tj_i64(first_rows[e]) + counts_of_chunks[chunk * kE + "
+         "e] + __popc(ballot & ((1u << lane) - 1u));");
+  w.line("for (int k = 0; k < warp; ++k) row += warp_counts[k][e];");
+  w.line("const int value = row < out_rows ? int(row) : -1;");
   if (op.getIndexMap()) {
-    w.open("if (routed)");
     w.line("#pragma unroll");
     w.open("for (int k = 0; k < kC; ++k)");
     w.open("if (ids[k] == e)");
@@ -168,11 +208,9 @@ EmittedKernel writeRank(KernelBuilder &builder, MoeRowMapOp op, int64_t chunks,
     w.line("break;");
     w.close();
     w.close();
-    w.close();
   } else {
-    w.line("if (real) " + rowMap + "[t * kC + e] = value;");
+    w.line(rowMap + "[t * kC + e] = value;");
   }
-  w.line("__syncthreads();  // warp_counts is rewritten for the next expert");
   w.close();
   return builder.finish(w, {chunks, 1, 1}, {kChunk, 1, 1});
 }
@@ -241,6 +279,10 @@ llvm::Error tejit::codegen::emitMoeRowMap(KernelBuilder &builder,
   if (rowMap.getIndexMap() &&
       tensorType(rowMap.getRoutingMap()).getDimSize(1) > 64)
     return noEmitter(builder.group.op, "an index map of more than 64 columns");
+  // warp_counts [8][E] ints in shared memory.
+  if (experts > kMaxExperts)
+    return noEmitter(builder.group.op, "a routing map of more than 1024 "
+                                       "experts");
   int64_t chunks = llvm::divideCeilSigned(tokens, kChunk);
   int64_t scratch = (chunks + 1) * experts * 4;
   KernelBuilder scan(builder.group, builder.name + "_scan", builder.state());

@@ -121,6 +121,13 @@ class ChecksTest(RefusalAssertions, unittest.TestCase):
                            lambda: moe.check_row_id_map((12,)),
                            "row_id_map", "moe_permute returned", "(12,)")
 
+    def test_experts(self):
+        moe.check_experts(1024, "mask")
+        self.assertRefused(ValueError,
+                           lambda: moe.check_experts(2048, "index"),
+                           "routing_map", "at most 1024 experts", "2048",
+                           "expert ids")
+
     def test_chunks(self):
         moe.check_chunks((3, [1, 0, 2]), (3, [2, 0, 1]), 3)
         moe.check_chunks((3, None), (3, None), 7)

@@ -216,6 +216,21 @@ def check_routing_map(shape, tokens, map_type):
                          f"shape {tuple(shape)}")
 
 
+MAX_EXPERTS = 1024
+
+
+def check_experts(experts, map_type):
+    """The row map kernels keep per-warp counts of every expert in shared
+    memory: at most MAX_EXPERTS (an index map: its largest id + 1, rounded
+    up to a power of two)."""
+    if experts > MAX_EXPERTS:
+        what = ("num_experts (its columns)" if map_type == "mask"
+                else "expert ids (the largest + 1, rounded up to a power of "
+                "two)")
+        raise ValueError(f"routing_map: tejit's permutation takes at most "
+                         f"{MAX_EXPERTS} experts; got {experts} {what}")
+
+
 def check_num_out_tokens(num_out_tokens, most):
     """-1 (every routed token) or 0..`most` (the routed pairs)."""
     if not isinstance(num_out_tokens, int) or isinstance(num_out_tokens,

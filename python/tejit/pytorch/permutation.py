@@ -69,7 +69,7 @@ def _rows(rows, cols, dtype, device):
 
 
 def _run(key, ir, device, inputs, outputs):
-    program = _compiled(("moe",) + key, ir, device)
+    program = _compiled(("moe", device.index) + key, ir, device)
     program.forward(torch.cuda.current_stream(device),
                     [_pointer(t) for t in inputs],
                     [_pointer(t) for t in outputs])
@@ -121,6 +121,7 @@ class _Permute(torch.autograd.Function):
                                        else 1)
             if num_out_tokens < 0:
                 num_out_tokens = tokens * columns
+        _moe_ir.check_experts(experts, map_type)
         element = _element(data, "inp")
         probs_element = None if probs is None else _element(probs, "probs",
                                                             _PROBS)
@@ -365,10 +366,9 @@ def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None,
     tokens = row_id_map.shape[0]
     if restore_shape is not None:
         restore_shape = tuple(restore_shape)
-        if (len(restore_shape) < 1 or restore_shape[0] != tokens or
-                torch.Size(restore_shape).numel() != tokens * inp.shape[1]):
-            raise ValueError(f"restore_shape must be [num_tokens, hidden] = "
-                             f"[{tokens}, {inp.shape[1]}], got "
+        if torch.Size(restore_shape).numel() != tokens * inp.shape[1]:
+            raise ValueError(f"restore_shape must hold num_tokens x hidden "
+                             f"= {tokens} x {inp.shape[1]} elements, got "
                              f"{restore_shape}")
     if tokens == 0:
         return torch.empty(restore_shape or (0, inp.shape[1]),

@@ -1,8 +1,9 @@
 // The MoE permutation kernels (codegen/MoeKernels.cpp, MoeRowMapKernels.cpp;
 // docs/moe-permutation.md) on IR as tejit.pytorch.permutation builds it:
 // the row map of a mask is three kernels sharing the step scratch (count,
-// scan, rank); the row moves take a block per token in a grid-stride loop
-// over the real tokens (counts[0]); `counts` is a host argument.
+// scan, rank: per-warp ballots, one barrier a chunk); the row moves take a
+// block per token in a grid-stride loop over the real tokens (counts[0]);
+// `counts` is a host argument.
 // RUN: te-compile %s --inference --emit=cuda | FileCheck %s
 // RUN: rm -rf %t && te-compile %s --inference -o %t > /dev/null 2>&1
 // RUN: FileCheck %s --check-prefix=PLAN < %t/plan.json
@@ -11,11 +12,15 @@
 // CHECK: // params: in routing_map; in counts; out v0;
 // CHECK: constexpr int kE = 16, kC = 16, kChunk = 256;
 // CHECK: if (tj_i64(blockIdx.x) * kChunk >= tokens) return;
-// CHECK: const int n = __syncthreads_count((real && routing_map[t * kC + e].bits != 0));
+// CHECK: __shared__ int warp_counts[kChunk / 32][kE];
+// CHECK: const unsigned ballot = __ballot_sync(0xffffffffu, (real && routing_map[t * kC + e].bits != 0));
+// CHECK: for (int k = 0; k < kChunk / 32; ++k) n += warp_counts[k][e];
 // CHECK-LABEL: ===== kernel moe_permute_moe_row_map_0_scan: grid (1, 1, 1), block (1024, 1, 1), shared 0 bytes, scratch 320 bytes as the previous kernel left them
 // CHECK: const tj_i64 real_chunks = (tokens + kChunk - 1) / kChunk;
+// CHECK: const int up = __shfl_up_sync(0xffffffffu, sum, o);
 // CHECK-LABEL: ===== kernel moe_permute_moe_row_map_0_rank: grid (4, 1, 1), block (256, 1, 1), shared 0 bytes, scratch 320 bytes as the previous kernel left them
-// CHECK: const int value = routed && row < out_rows ? int(row) : -1;
+// CHECK: for (int k = 0; k < warp; ++k) row += warp_counts[k][e];
+// CHECK-NEXT: const int value = row < out_rows ? int(row) : -1;
 // CHECK-LABEL: ===== kernel moe_permute_moe_permute_0: grid (1024, 1, 1), block (128, 1, 1)
 // CHECK: // params: in input; in v0; in counts; in probs; out output; out permuted_probs;
 // CHECK: constexpr int kVec = 8, kThreads = 128, kPer = 4, kC = 16;
