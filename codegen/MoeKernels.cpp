@@ -40,8 +40,6 @@ namespace {
 constexpr int64_t kMaxPer = 8;
 /// Row map columns a block compacts in shared memory (two int arrays).
 constexpr int64_t kMaxColumns = 4096;
-/// Tokens per chunk of the row map kernels (their block size).
-constexpr int64_t kChunk = 256;
 /// Blocks of a grid-stride launch: two waves of an H200 at 2048 threads an
 /// SM; blocks past the real rows leave at once.
 constexpr int64_t kResidentThreads = 132 * 2048 * 2;
@@ -87,6 +85,15 @@ void writeRowPrologue(CudaWriter &w, const RowGeometry &g, int64_t columns,
   w.line("__shared__ int kept;");
 }
 
+/// Ends the per-token loop and the kernel: one block per token of
+/// `tokens` (the capacity), in a grid-stride loop.
+EmittedKernel finishTokenLoop(KernelBuilder &builder, CudaWriter &w,
+                              int64_t tokens, const RowGeometry &g) {
+  w.line("__syncthreads();  // before the next token's compaction");
+  w.close();
+  return builder.finish(w, tokenGrid(tokens, g.threads), {g.threads, 1, 1});
+}
+
 /// The first warp compacts row `t` of the row map into kept_rows (and
 /// kept_weights: `weight(c)`, a float expression, or 1); `onKept` and
 /// `onDropped` are statements run by the lane that sees column `c` kept
@@ -123,27 +130,42 @@ std::string vecType(Value value, const RowGeometry &g) {
       .str();
 }
 
+/// Declares `local`, the vectors of kernel parameter `param` (read-only
+/// unless `output`).
+void writeVectors(CudaWriter &w, StringRef local, StringRef vec,
+                  StringRef param, bool output) {
+  std::string type = ((output ? "" : "const ") + vec + " *").str();
+  w.line(type + local + " = reinterpret_cast<" + type + ">(" + param + ");");
+}
+
 llvm::Error checkColumns(const KernelGroup &group, int64_t columns) {
   if (columns > kMaxColumns)
     return noEmitter(group.op, "a row map of more than 4096 columns");
   return llvm::Error::success();
 }
 
-EmittedKernel writePermute(KernelBuilder &builder, MoePermuteOp op) {
+/// The opening of a row move (te.moe_permute, te.moe_unpermute) of input
+/// rows into output rows: the signature, the constants, the vectors tj_src
+/// and tj_dst, and the per-token loop.
+template <typename MoveOp>
+RowGeometry openRowMove(KernelBuilder &builder, CudaWriter &w, MoveOp op) {
   auto inType = tensorType(op.getInput());
-  int64_t columns = tensorType(op.getRowMap()).getDimSize(1);
   RowGeometry g(inType.getDimSize(1), elementBytes(inType.getElementType()));
   std::string vec = vecType(op.getInput(), g);
-  CudaWriter w;
   builder.writeSignature(w, g.threads);
-  writeRowPrologue(w, g, columns, builder.param(op.getCounts()));
-  w.line(("const " + vec + " *tj_src = reinterpret_cast<const " + vec + " *>(" +
-          builder.param(op.getInput()) + ");")
-             .str());
-  w.line((vec + " *tj_dst = reinterpret_cast<" + vec + " *>(" +
-          builder.param(op.getOutput()) + ");")
-             .str());
+  writeRowPrologue(w, g, tensorType(op.getRowMap()).getDimSize(1),
+                   builder.param(op.getCounts()));
+  writeVectors(w, "tj_src", vec, builder.param(op.getInput()), false);
+  writeVectors(w, "tj_dst", vec, builder.param(op.getOutput()), true);
   w.open("for (tj_i64 t = blockIdx.x; t < tokens; t += gridDim.x)");
+  return g;
+}
+
+EmittedKernel writePermute(KernelBuilder &builder, MoePermuteOp op) {
+  auto inType = tensorType(op.getInput());
+  CudaWriter w;
+  RowGeometry g = openRowMove(builder, w, op);
+  std::string vec = vecType(op.getInput(), g);
   std::string onKept;
   if (op.getProbs())
     onKept = (builder.param(op.getPermutedProbs()) +
@@ -167,28 +189,15 @@ EmittedKernel writePermute(KernelBuilder &builder, MoePermuteOp op) {
   w.close();
   w.close();
   w.close();
-  w.line("__syncthreads();  // before the next token's compaction");
-  w.close();
-  return builder.finish(w, tokenGrid(inType.getDimSize(0), g.threads),
-                        {g.threads, 1, 1});
+  return finishTokenLoop(builder, w, inType.getDimSize(0), g);
 }
 
 EmittedKernel writeUnpermute(KernelBuilder &builder, MoeUnpermuteOp op) {
-  auto inType = tensorType(op.getInput());
-  int64_t columns = tensorType(op.getRowMap()).getDimSize(1);
-  RowGeometry g(inType.getDimSize(1), elementBytes(inType.getElementType()));
-  std::string vec = vecType(op.getInput(), g);
-  std::string type = elementTypeName(inType.getElementType());
+  std::string type =
+      elementTypeName(tensorType(op.getInput()).getElementType());
   CudaWriter w;
-  builder.writeSignature(w, g.threads);
-  writeRowPrologue(w, g, columns, builder.param(op.getCounts()));
-  w.line(("const " + vec + " *tj_src = reinterpret_cast<const " + vec + " *>(" +
-          builder.param(op.getInput()) + ");")
-             .str());
-  w.line((vec + " *tj_dst = reinterpret_cast<" + vec + " *>(" +
-          builder.param(op.getOutput()) + ");")
-             .str());
-  w.open("for (tj_i64 t = blockIdx.x; t < tokens; t += gridDim.x)");
+  RowGeometry g = openRowMove(builder, w, op);
+  std::string vec = vecType(op.getInput(), g);
   std::string weight;
   if (op.getProbs())
     weight =
@@ -221,11 +230,8 @@ EmittedKernel writeUnpermute(KernelBuilder &builder, MoeUnpermuteOp op) {
   w.line("tj_dst[t * kVectors + col] = out;");
   w.close();
   w.close();
-  w.line("__syncthreads();  // before the next token's compaction");
-  w.close();
-  return builder.finish(
-      w, tokenGrid(tensorType(op.getOutput()).getDimSize(0), g.threads),
-      {g.threads, 1, 1});
+  return finishTokenLoop(builder, w, tensorType(op.getOutput()).getDimSize(0),
+                         g);
 }
 
 EmittedKernel writeUnpermuteGrad(KernelBuilder &builder,
@@ -244,15 +250,9 @@ EmittedKernel writeUnpermuteGrad(KernelBuilder &builder,
   writeRowPrologue(w, g, columns, builder.param(op.getCounts()));
   w.line("__shared__ int kept_cols[kC];");
   w.line("__shared__ float warp_sums[kThreads / 32];");
-  w.line(("const " + vec + " *tj_grad = reinterpret_cast<const " + vec +
-          " *>(" + builder.param(op.getGrad()) + ");")
-             .str());
-  w.line(("const " + vec + " *tj_x = reinterpret_cast<const " + vec + " *>(" +
-          builder.param(op.getInput()) + ");")
-             .str());
-  w.line((vec + " *tj_dx = reinterpret_cast<" + vec + " *>(" +
-          builder.param(op.getInputGrad()) + ");")
-             .str());
+  writeVectors(w, "tj_grad", vec, builder.param(op.getGrad()), false);
+  writeVectors(w, "tj_x", vec, builder.param(op.getInput()), false);
+  writeVectors(w, "tj_dx", vec, builder.param(op.getInputGrad()), true);
   w.open("for (tj_i64 t = blockIdx.x; t < tokens; t += gridDim.x)");
   writeCompaction(
       w, builder.param(op.getRowMap()),
@@ -295,10 +295,7 @@ EmittedKernel writeUnpermuteGrad(KernelBuilder &builder,
   w.close();
   w.line("__syncthreads();");
   w.close();
-  w.line("__syncthreads();  // before the next token's compaction");
-  w.close();
-  return builder.finish(w, tokenGrid(mapType.getDimSize(0), g.threads),
-                        {g.threads, 1, 1});
+  return finishTokenLoop(builder, w, mapType.getDimSize(0), g);
 }
 
 EmittedKernel writeGatherProbs(KernelBuilder &builder, MoeGatherProbsOp op) {

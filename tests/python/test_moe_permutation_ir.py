@@ -41,8 +41,8 @@ def variants():
         128, 256, 64, 8, "bf16", "f32")
     yield "sort", moe.sort_chunks_ir(128, 64, 6, "bf16")
     yield "sort-probs-fp8", moe.sort_chunks_ir(128, 64, 6, "f8E5M2", "f32")
-    yield "sort-bwd-probs", moe.sort_chunks_backward_ir(128, 64, "f32",
-                                                        "f32")
+    yield "sort-bwd-probs", moe.permute_backward_ir(128, 128, 64, 1, "f32",
+                                                    "f32")
 
 
 class CapacityTest(unittest.TestCase):

@@ -52,26 +52,17 @@ def _op(results, name, operands, types, result_types, attributes=""):
     return f"{text} : ({', '.join(types)}) -> {rtypes}"
 
 
-def permute_ir(tokens, out_rows, hidden, columns, experts, element,
-               map_element, index_map, probs_element=None):
-    """@moe_permute(input [T, H], routing_map [T, C], counts[, probs
-    [T, C]]) -> (output [O, H], row_id_map i32 [T, C][, permuted_probs
-    [O]]): the row map of the routing map, then the rows (and probs)
-    moved."""
+def _with_permute(name, arguments, body, row_map, tokens, out_rows,
+                  hidden, columns, element, probs_element):
+    """The function `name` whose `body` made %map (type `row_map`), ending
+    with te.moe_permute of %input (and %probs [T, C] into permuted_probs
+    [O] when `probs_element`): results output, row_id_map[,
+    permuted_probs]."""
     x = tensor((tokens, hidden), element)
-    routing = tensor((tokens, columns), map_element)
-    row_map = tensor((tokens, columns), "i32")
     out = tensor((out_rows, hidden), element)
-    arguments = [("input", x, "input"), ("routing_map", routing,
-                                         "routing_map"),
-                 ("counts", COUNTS, "counts")]
-    attributes = f"num_experts = {experts} : i64" + (
-        ", index_map" if index_map else "")
-    body = [_op(["map"], "moe_row_map", ["routing_map", "counts"],
-                [routing, COUNTS], [row_map], attributes)]
     operands, types = ["input", "map", "counts"], [x, row_map, COUNTS]
-    results = [("output", out, "output"), ("map", row_map, "row_id_map")]
     outs, out_types = ["output"], [out]
+    results = [("output", out, "output"), ("map", row_map, "row_id_map")]
     if probs_element:
         probs = tensor((tokens, columns), probs_element)
         permuted = tensor((out_rows,), probs_element)
@@ -82,7 +73,26 @@ def permute_ir(tokens, out_rows, hidden, columns, experts, element,
         out_types.append(permuted)
         results.append(("permuted_probs", permuted, "permuted_probs"))
     body.append(_op(outs, "moe_permute", operands, types, out_types))
-    return _function("moe_permute", arguments, body, results)
+    return _function(name, [("input", x, "input")] + arguments, body,
+                     results)
+
+
+def permute_ir(tokens, out_rows, hidden, columns, experts, element,
+               map_element, index_map, probs_element=None):
+    """@moe_permute(input [T, H], routing_map [T, C], counts[, probs
+    [T, C]]) -> (output [O, H], row_id_map i32 [T, C][, permuted_probs
+    [O]]): the row map of the routing map, then the rows (and probs)
+    moved."""
+    routing = tensor((tokens, columns), map_element)
+    row_map = tensor((tokens, columns), "i32")
+    attributes = f"num_experts = {experts} : i64" + (
+        ", index_map" if index_map else "")
+    body = [_op(["map"], "moe_row_map", ["routing_map", "counts"],
+                [routing, COUNTS], [row_map], attributes)]
+    arguments = [("routing_map", routing, "routing_map"),
+                 ("counts", COUNTS, "counts")]
+    return _with_permute("moe_permute", arguments, body, row_map, tokens,
+                         out_rows, hidden, columns, element, probs_element)
 
 
 def unpermute_ir(tokens, out_rows, hidden, columns, element,
@@ -159,36 +169,17 @@ def unpermute_backward_ir(tokens, out_rows, hidden, columns, element,
 def sort_chunks_ir(tokens, hidden, chunks, element, probs_element=None):
     """@moe_sort_chunks(input [T, H], split_sizes i32 [n], sorted_index
     i32 [n], counts[, probs [T, 1]]) -> (output [T, H], row_id_map i32
-    [T, 1][, permuted_probs [T]])."""
-    x = tensor((tokens, hidden), element)
+    [T, 1][, permuted_probs [T]]). Its backward is permute_backward_ir
+    with one column and as many permuted rows as tokens."""
     index = tensor((chunks,), "i32")
     row_map = tensor((tokens, 1), "i32")
-    arguments = [("input", x, "input"), ("splits", index, "split_sizes"),
+    arguments = [("splits", index, "split_sizes"),
                  ("sorted", index, "sorted_index"),
                  ("counts", COUNTS, "counts")]
     body = [_op(["map"], "moe_chunk_row_map", ["splits", "sorted", "counts"],
                 [index, index, COUNTS], [row_map])]
-    operands, types = ["input", "map", "counts"], [x, row_map, COUNTS]
-    outs, out_types = ["output"], [x]
-    results = [("output", x, "output"), ("map", row_map, "row_id_map")]
-    if probs_element:
-        probs = tensor((tokens, 1), probs_element)
-        permuted = tensor((tokens,), probs_element)
-        arguments.append(("probs", probs, "probs"))
-        operands.append(("probs", "probs"))
-        types.append(probs)
-        outs.append("permuted_probs")
-        out_types.append(permuted)
-        results.append(("permuted_probs", permuted, "permuted_probs"))
-    body.append(_op(outs, "moe_permute", operands, types, out_types))
-    return _function("moe_sort_chunks", arguments, body, results)
-
-
-def sort_chunks_backward_ir(tokens, hidden, element, probs_element=None):
-    """@moe_sort_chunks_backward(grad [T, H], row_id_map [T, 1], counts[,
-    grad_probs [T]]) -> (input_grad [T, H][, probs_grad [T, 1]])."""
-    return permute_backward_ir(tokens, tokens, hidden, 1, element,
-                               probs_element)
+    return _with_permute("moe_sort_chunks", arguments, body, row_map, tokens,
+                         tokens, hidden, 1, element, probs_element)
 
 
 #

@@ -101,6 +101,52 @@ def _routing(routing_map, map_type):
     return routing_map.contiguous(), element
 
 
+def _move_forward(key, ir, data, arguments, tokens, out_rows, columns,
+                  probs):
+    """Runs a forward program (permute_ir, sort_chunks_ir): `data` [T, H],
+    the map `arguments`, counts[, probs] -> (rows [out_rows, H], row map
+    [T, columns][, moved probs [out_rows]])."""
+    output = _rows(out_rows, data.shape[1], data.dtype, data.device)
+    row_map = _rows(tokens, columns, torch.int32, data.device)
+    inputs = [data.contiguous()] + arguments + [_counts(tokens, out_rows)]
+    outputs = [output, row_map]
+    moved_probs = None
+    if probs is not None:
+        inputs.append(probs.contiguous())
+        moved_probs = _rows(out_rows, None, probs.dtype, data.device)
+        outputs.append(moved_probs)
+    _run(key, ir, data.device, inputs, outputs)
+    return output, row_map, moved_probs
+
+
+def _move_backward(ctx, grad, grad_probs, row_map, tokens, out_rows):
+    """The backward of a forward program (permute_backward_ir): the
+    gradient rows moved back to their tokens (summed), and the probs'
+    gradient [T, C] when the probs (input 3) need one."""
+    hidden, columns = grad.shape[1], row_map.shape[1]
+    grad = grad.contiguous()
+    element = _element(grad, "the gradient of the moved rows")
+    probs_element = None
+    if grad_probs is not None and ctx.needs_input_grad[3]:
+        grad_probs = grad_probs.contiguous()
+        probs_element = _element(grad_probs, "probs' gradient", _PROBS)
+    cap_t, cap_o = _moe_ir.capacity(tokens), _moe_ir.capacity(out_rows)
+    dx = _rows(tokens, hidden, grad.dtype, grad.device)
+    inputs = [grad, row_map, _counts(tokens, out_rows)]
+    outputs = [dx]
+    dp = None
+    if probs_element:
+        inputs.append(grad_probs)
+        dp = _rows(tokens, columns, grad_probs.dtype, grad.device)
+        outputs.append(dp)
+    key = ("permute_bwd", cap_t, cap_o, hidden, columns, element,
+           probs_element)
+    _run(key, lambda: _moe_ir.permute_backward_ir(
+        cap_t, cap_o, hidden, columns, element, probs_element), grad.device,
+        inputs, outputs)
+    return dx, dp
+
+
 class _Permute(torch.autograd.Function):
     """moe_permute / moe_permute_with_probs."""
 
@@ -127,52 +173,22 @@ class _Permute(torch.autograd.Function):
                                                             _PROBS)
         cap_t, cap_o = (_moe_ir.capacity(tokens),
                         _moe_ir.capacity(num_out_tokens))
-        output = _rows(num_out_tokens, hidden, data.dtype, data.device)
-        row_map = _rows(tokens, columns, torch.int32, data.device)
-        inputs = [data.contiguous(), routing,
-                  _counts(tokens, num_out_tokens)]
-        outputs = [output, row_map]
-        permuted_probs = None
-        if probs is not None:
-            probs = probs.contiguous()
-            inputs.append(probs)
-            permuted_probs = _rows(num_out_tokens, None, probs.dtype,
-                                   data.device)
-            outputs.append(permuted_probs)
         key = ("permute", cap_t, cap_o, hidden, columns, experts, element,
                map_element, map_type == "index", probs_element)
-        _run(key, lambda: _moe_ir.permute_ir(
-            cap_t, cap_o, hidden, columns, experts, element, map_element,
-            map_type == "index", probs_element), data.device, inputs, outputs)
+        output, row_map, permuted_probs = _move_forward(
+            key, lambda: _moe_ir.permute_ir(
+                cap_t, cap_o, hidden, columns, experts, element, map_element,
+                map_type == "index", probs_element),
+            data, [routing], tokens, num_out_tokens, columns, probs)
         ctx.save_for_backward(row_map)
-        ctx.shape = (tokens, hidden, num_out_tokens, columns)
+        ctx.shape = (tokens, num_out_tokens)
         ctx.mark_non_differentiable(row_map)
         return wrap(output), row_map, permuted_probs
 
     @staticmethod
     def backward(ctx, grad, _row_map_grad, grad_probs):
         (row_map,) = ctx.saved_tensors
-        tokens, hidden, out_rows, columns = ctx.shape
-        grad = grad.contiguous()
-        element = _element(grad, "the gradient of the permuted tokens")
-        probs_element = None
-        if grad_probs is not None and ctx.needs_input_grad[3]:
-            grad_probs = grad_probs.contiguous()
-            probs_element = _element(grad_probs, "probs' gradient", _PROBS)
-        cap_t, cap_o = _moe_ir.capacity(tokens), _moe_ir.capacity(out_rows)
-        dx = _rows(tokens, hidden, grad.dtype, grad.device)
-        inputs = [grad, row_map, _counts(tokens, out_rows)]
-        outputs = [dx]
-        dp = None
-        if probs_element:
-            inputs.append(grad_probs)
-            dp = _rows(tokens, columns, grad_probs.dtype, grad.device)
-            outputs.append(dp)
-        key = ("permute_bwd", cap_t, cap_o, hidden, columns, element,
-               probs_element)
-        _run(key, lambda: _moe_ir.permute_backward_ir(
-            cap_t, cap_o, hidden, columns, element, probs_element),
-            grad.device, inputs, outputs)
+        dx, dp = _move_backward(ctx, grad, grad_probs, row_map, *ctx.shape)
         return dx, None, None, dp, None
 
 
@@ -243,49 +259,21 @@ class _SortChunks(torch.autograd.Function):
         probs_element = None if probs is None else _element(probs, "probs",
                                                             _PROBS)
         cap = _moe_ir.capacity(tokens)
-        output = _rows(tokens, hidden, data.dtype, data.device)
-        row_map = _rows(tokens, 1, torch.int32, data.device)
-        inputs = [data.contiguous(), split_sizes, sorted_index,
-                  _counts(tokens, tokens)]
-        outputs = [output, row_map]
-        permuted_probs = None
-        if probs is not None:
-            probs = probs.contiguous()
-            inputs.append(probs)
-            permuted_probs = _rows(tokens, None, probs.dtype, data.device)
-            outputs.append(permuted_probs)
         key = ("sort_chunks", cap, hidden, chunks, element, probs_element)
-        _run(key, lambda: _moe_ir.sort_chunks_ir(
-            cap, hidden, chunks, element, probs_element), data.device,
-            inputs, outputs)
+        output, row_map, permuted_probs = _move_forward(
+            key, lambda: _moe_ir.sort_chunks_ir(cap, hidden, chunks, element,
+                                                probs_element),
+            data, [split_sizes, sorted_index], tokens, tokens, 1, probs)
         ctx.save_for_backward(row_map)
-        ctx.shape = (tokens, hidden)
         return wrap(output), permuted_probs
 
     @staticmethod
     def backward(ctx, grad, grad_probs):
         (row_map,) = ctx.saved_tensors
-        tokens, hidden = ctx.shape
-        grad = grad.contiguous()
-        element = _element(grad, "the gradient of the sorted tokens")
-        probs_element = None
-        if grad_probs is not None and ctx.needs_input_grad[3]:
-            grad_probs = grad_probs.contiguous()
-            probs_element = _element(grad_probs, "probs' gradient", _PROBS)
-        cap = _moe_ir.capacity(tokens)
-        dx = _rows(tokens, hidden, grad.dtype, grad.device)
-        inputs = [grad, row_map, _counts(tokens, tokens)]
-        outputs = [dx]
-        dp = None
-        if probs_element:
-            inputs.append(grad_probs)
-            dp = _rows(tokens, None, grad_probs.dtype, grad.device)
-            outputs.append(dp)
-        key = ("sort_chunks_bwd", cap, hidden, element, probs_element)
-        _run(key, lambda: _moe_ir.sort_chunks_backward_ir(
-            cap, hidden, element, probs_element), grad.device, inputs,
-            outputs)
-        return dx, None, None, dp
+        tokens = row_map.shape[0]
+        dx, dp = _move_backward(ctx, grad, grad_probs, row_map, tokens,
+                                tokens)
+        return dx, None, None, None if dp is None else dp.view(tokens)
 
 
 def _checked_permute_args(inp, routing_map, num_out_tokens, map_type,
