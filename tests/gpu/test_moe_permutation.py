@@ -127,6 +127,17 @@ def test_permute_with_probs(tokens, hidden, experts, topk, dtype, drop):
     assert torch.equal(pl.grad, expected_dp.T)
 
 
+def test_num_out_tokens_as_a_tensor():
+    """Megatron-LM's token-dropping dispatcher passes a one-element tensor
+    (moved to the host at its synchronization point)."""
+    mask, _ = routing(96, 8, 2)
+    x = torch.randn(96, 64, dtype=BF16, device=CUDA)
+    count = mask.sum()
+    for value in (count, count.cpu(), count - 10):
+        out, _ = te.moe_permute(x, mask, num_out_tokens=value)
+        assert torch.equal(out, x[ref_order(mask, int(value))])
+
+
 @pytest.mark.parametrize("map_dtype", [torch.bool, torch.int32],
                          ids=["bool", "int32"])
 def test_mask_dtypes_and_default_num_out_tokens(map_dtype):

@@ -276,8 +276,22 @@ class _SortChunks(torch.autograd.Function):
         return dx, None, None, None if dp is None else dp.view(tokens)
 
 
+def _count_value(num_out_tokens):
+    """num_out_tokens as an int: Megatron-LM passes a one-element tensor
+    when its router drops tokens (read here; on the host already after its
+    synchronization point)."""
+    if isinstance(num_out_tokens, torch.Tensor) and \
+            num_out_tokens.numel() == 1 and \
+            not num_out_tokens.is_floating_point():
+        return int(num_out_tokens.item())
+    return num_out_tokens
+
+
 def _checked_permute_args(inp, routing_map, num_out_tokens, map_type,
                           probs=None):
+    """The checks of moe_permute's arguments (in TE's order of importance:
+    shapes first, then devices); returns num_out_tokens as an int."""
+    num_out_tokens = _count_value(num_out_tokens)
     _moe_ir.check_map_type(map_type)
     _moe_ir.check_input(inp.shape)
     _moe_ir.check_routing_map(routing_map.shape, inp.shape[0], map_type)
@@ -288,6 +302,7 @@ def _checked_permute_args(inp, routing_map, num_out_tokens, map_type,
         _cuda(probs, "probs")
     _cuda(inp, "inp")
     _cuda(routing_map, "routing_map")
+    return num_out_tokens
 
 
 def _empty_permute(inp, routing_map, probs):
@@ -306,7 +321,8 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1,
     ordered by expert, then token; num_out_tokens below the routed count
     drops the last ones (-1: none dropped). max_token_num is accepted for
     TE's signature (tejit needs no workspace)."""
-    _checked_permute_args(inp, routing_map, num_out_tokens, map_type)
+    num_out_tokens = _checked_permute_args(inp, routing_map, num_out_tokens,
+                                           map_type)
     if inp.shape[0] == 0:
         output, row_map, _ = _empty_permute(inp, routing_map, None)
         return output, row_map
@@ -319,7 +335,8 @@ def moe_permute_with_probs(inp, probs, routing_map, num_out_tokens=-1):
     """moe_permute with a mask map that also moves `probs` [num_tokens,
     num_experts]: (permuted, permuted_probs [num_out_tokens],
     row_id_map)."""
-    _checked_permute_args(inp, routing_map, num_out_tokens, "mask", probs)
+    num_out_tokens = _checked_permute_args(inp, routing_map, num_out_tokens,
+                                           "mask", probs)
     if inp.shape[0] == 0:
         output, row_map, permuted = _empty_permute(inp, routing_map, probs)
         return output, permuted, row_map
