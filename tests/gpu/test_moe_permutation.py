@@ -3,7 +3,7 @@ moe_permute_with_probs, moe_unpermute, moe_sort_chunks_by_index(_with_probs);
 docs/moe-permutation.md).
 
     PYTHONPATH=python python3 -m pytest tests/gpu/test_moe_permutation.py
-    (-k "not full" leaves out the 8192 x 4096 cases)
+    (-k "not full_size" leaves out the 8192 x 4096 cases)
 
 Every case draws a fresh routing (topK distinct experts a token, from
 random scores, as a router's top-k) and compares forward and backward with
@@ -97,7 +97,7 @@ def size_cases():
     for case in SMALL:
         yield pytest.param(*case, id="x".join(map(str, case)))
     for case in FULL:
-        yield pytest.param(*case, id="full-" + "x".join(map(str, case)))
+        yield pytest.param(*case, id="full_size-" + "x".join(map(str, case)))
 
 
 @pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "fp32"])
@@ -219,7 +219,7 @@ def test_unpermute_without_probs_and_restore_shape():
 
 @pytest.mark.parametrize("tokens,hidden,experts,topk",
                          [(300, 96, 8, 2),
-                          pytest.param(8192, 4096, 64, 8, id="full")])
+                          pytest.param(8192, 4096, 64, 8, id="full_size")])
 def test_fp8_input(tokens, hidden, experts, topk):
     mask, index = routing(tokens, experts, topk)
     x = torch.randn(tokens, hidden, dtype=BF16, device=CUDA)
@@ -247,7 +247,7 @@ def test_fp8_input(tokens, hidden, experts, topk):
 
 
 @pytest.mark.parametrize("on_device", [False, True], ids=["host", "device"])
-@pytest.mark.parametrize("hidden", [96, pytest.param(4096, id="full")])
+@pytest.mark.parametrize("hidden", [96, pytest.param(4096, id="full_size")])
 def test_sort_chunks_with_probs(on_device, hidden):
     # 8 ranks x 4 local experts, sorted by local expert then rank (Megatron-
     # LM's sort_input_by_local_experts), with empty chunks.
