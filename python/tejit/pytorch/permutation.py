@@ -199,12 +199,12 @@ class _Unpermute(torch.autograd.Function):
     def forward(ctx, inp, row_id_map, merging_probs, restore_shape):
         if isinstance(inp, Float8Tensor):
             inp = inp.dequantize()
-        inp = inp.contiguous()
+        inp, row_id_map = inp.contiguous(), row_id_map.contiguous()
         out_rows, hidden = inp.shape
         tokens, columns = row_id_map.shape
         element = _element(inp, "inp", _PROBS)
         probs_element = None
-        inputs = [inp, row_id_map.contiguous(), _counts(tokens, out_rows)]
+        inputs = [inp, row_id_map, _counts(tokens, out_rows)]
         if merging_probs is not None:
             merging_probs = merging_probs.contiguous()
             probs_element = _element(merging_probs, "merging_probs", _PROBS)
