@@ -87,7 +87,7 @@ def _fp8_parts(inp):
 
 
 def _routing(routing_map, map_type):
-    """The map as the program reads it: (tensor, IR element, columns)."""
+    """The map as the program reads it: (contiguous tensor, IR element)."""
     if routing_map.is_floating_point() or routing_map.is_complex():
         raise TypeError(f"routing_map must be a bool or integer tensor, got "
                         f"{routing_map.dtype}")
