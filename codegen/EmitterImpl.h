@@ -132,6 +132,14 @@ llvm::Error emitGroupedBiasGrad(KernelBuilder &builder,
 llvm::Error emitCrossEntropy(KernelBuilder &builder,
                              std::vector<EmittedKernel> &kernels);
 
+/// The MoE token permutation ops (docs/moe-permutation.md): row moves
+/// (MoeKernels.cpp), handing the row maps to emitMoeRowMap.
+llvm::Error emitMoe(KernelBuilder &builder,
+                    std::vector<EmittedKernel> &kernels);
+/// te.moe_row_map and te.moe_chunk_row_map (MoeRowMapKernels.cpp).
+llvm::Error emitMoeRowMap(KernelBuilder &builder,
+                          std::vector<EmittedKernel> &kernels);
+
 } // namespace tejit::codegen
 
 #endif // TEJIT_CODEGEN_EMITTERIMPL_H

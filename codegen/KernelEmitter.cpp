@@ -343,6 +343,9 @@ static llvm::Error emitGroup(KernelBuilder &builder,
   if (isa<CrossEntropyStatsOp, CrossEntropyLossOp, CrossEntropyMeanOp,
           CrossEntropyBwdOp>(first))
     return emitCrossEntropy(builder, kernels);
+  if (isa<MoeRowMapOp, MoeChunkRowMapOp, MoePermuteOp, MoeUnpermuteOp,
+          MoeUnpermuteGradOp, MoeGatherProbsOp>(first))
+    return emitMoe(builder, kernels);
   if (isa<RotaryOp>(first) && group.ops.size() == 1)
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {

@@ -76,6 +76,11 @@ bool readAsMSplits(Value value) {
             .Case<GroupedMatmulOp, GroupedScaledMatmulOp, GroupedBiasGradOp,
                   GroupedQuantizeOp, GroupedAmaxOp, GroupedBlockQuantizeOp>(
                 [](auto op) -> Value { return op.getMSplits(); })
+            // The MoE permutation ops' real row counts
+            // (docs/moe-permutation.md).
+            .Case<MoeRowMapOp, MoeChunkRowMapOp, MoePermuteOp, MoeUnpermuteOp,
+                  MoeUnpermuteGradOp, MoeGatherProbsOp>(
+                [](auto op) -> Value { return op.getCounts(); })
             .Default([](Operation *) { return Value(); });
     if (mSplits == value)
       return true;

@@ -684,6 +684,7 @@ include "TEPrimitiveOps.td"
 include "TEQuantizedOps.td"
 include "TEGroupedOps.td"
 include "TELossOps.td"
+include "TEMoeOps.td"
 include "TEKernelOps.td"
 
 #endif // TEJIT_DIALECT_TE_OPS_TD

@@ -162,6 +162,10 @@ mlir::LogicalResult runGroupedOp(mlir::Operation *op, Frame &frame);
 bool isLossOp(mlir::Operation *op);
 /// Runs a cross entropy op (LossOps.cpp).
 mlir::LogicalResult runLossOp(mlir::Operation *op, Frame &frame);
+/// Whether `op` is one of the MoE token permutation ops, which runMoeOp
+/// runs (MoeOps.cpp, docs/moe-permutation.md).
+bool isMoeOp(mlir::Operation *op);
+mlir::LogicalResult runMoeOp(mlir::Operation *op, Frame &frame);
 
 } // namespace tejit::interp
 

@@ -8,7 +8,7 @@
 # tejit.pytorch (tests/gpu/test_attention_layers.py,
 # test_cross_attention_layers.py, test_thd_attention.py and
 # test_thd_blocks.py, test_kv_cache.py, test_block_scaling.py,
-# test_grouped_linear.py, pytest;
+# test_grouped_linear.py, test_moe_permutation.py, pytest;
 # SIZES=small leaves out the full-size steps)
 # and TE's quickstart with te.TransformerLayer
 # (tests/gpu/quickstart_te_layer.py; --full unless SIZES=small) run, where
@@ -32,7 +32,8 @@ if python3 -c "import torch, pytest" 2>/dev/null; then
     tests/gpu/test_thd_blocks.py \
     tests/gpu/test_kv_cache.py \
     tests/gpu/test_block_scaling.py \
-    tests/gpu/test_grouped_linear.py || status=1
+    tests/gpu/test_grouped_linear.py \
+    tests/gpu/test_moe_permutation.py || status=1
   quickstart_size=(--full)
   [[ "${SIZES:-all}" == small ]] && quickstart_size=()
   PYTHONPATH=python${PYTHONPATH:+:$PYTHONPATH} python3 \

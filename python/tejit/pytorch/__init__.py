@@ -64,6 +64,10 @@ from . import optimizers  # noqa: E402  (TE's FusedAdam, FusedSGD)
 from .cpu_offload import get_cpu_offload_context  # noqa: E402
 from . import cross_entropy  # noqa: E402  (TE's module of that name)
 from .cross_entropy import parallel_cross_entropy  # noqa: E402
+from . import permutation  # noqa: E402  (TE's MoE token permutation)
+from .permutation import (moe_permute, moe_permute_with_probs,  # noqa: E402
+                          moe_sort_chunks_by_index,
+                          moe_sort_chunks_by_index_with_probs, moe_unpermute)
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -77,4 +81,6 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "make_graphed_callables", "checkpoint", "attention",
            "distributed", "InferenceParams", "optimizers",
            "get_cpu_offload_context", "cross_entropy",
-           "parallel_cross_entropy"]
+           "parallel_cross_entropy", "permutation", "moe_permute",
+           "moe_permute_with_probs", "moe_unpermute",
+           "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs"]
