@@ -10,7 +10,8 @@ steps beside an eager twin with the same parameters: outputs, input
 gradients and parameter gradients agree (relative L2 within bf16's
 rounding of the torch layers Inductor fuses differently), without a
 recipe and under DelayedScaling, with the autocast outside or inside the
-compiled function; the FP8 scaling state advances as in eager.
+compiled function; the FP8 scaling state advances as in eager. Also
+parallel_cross_entropy and the MoE permutation inside a compiled function.
 """
 import copy
 
@@ -111,3 +112,39 @@ def test_compiled_model_matches_eager(block, fp8):
             assert rows >= 3, f"{key}: {rows} amaxes after 3 steps"
             scale = key.replace("amax_history", "scale")
             assert rel_l2(state[scale], twin_state[scale]) < TOLERANCE, scale
+
+
+def test_functional_ops_in_a_compiled_function():
+    """parallel_cross_entropy and the MoE permutation inside a
+    torch.compile'd function run as themselves: the loss and the
+    gradients agree with eager calls' (Inductor compiles the GELU and the
+    head around them)."""
+    torch._dynamo.reset()
+    tokens, hidden, vocab, experts = 256, 128, 1024, 8
+    head = torch.nn.Linear(hidden, vocab, dtype=BF16, device="cuda")
+    target = torch.randint(0, vocab, (tokens, 1), device="cuda")
+    routing_map = torch.zeros(tokens, experts, dtype=torch.bool,
+                              device="cuda")
+    chosen = torch.rand(tokens, experts, device="cuda").topk(2).indices
+    routing_map.scatter_(1, chosen, True)
+    probs = torch.rand(tokens, experts, device="cuda") * routing_map
+
+    def step(x):
+        permuted, row_map = te.moe_permute(x, routing_map,
+                                           num_out_tokens=2 * tokens)
+        moved = te.moe_unpermute(torch.nn.functional.gelu(permuted),
+                                 row_map, merging_probs=probs,
+                                 restore_shape=x.shape)
+        logits = head(moved).view(tokens, 1, vocab)
+        return te.parallel_cross_entropy(logits, target, reduce_loss=True)
+
+    x = torch.randn(tokens, hidden, device="cuda", dtype=BF16)
+    results = []
+    for function in (step, torch.compile(step)):
+        leaf = x.clone().requires_grad_()
+        loss = function(leaf)
+        loss.backward()
+        results.append((loss.detach(), leaf.grad, head.weight.grad.clone()))
+        head.zero_grad(set_to_none=True)
+    for got, want in zip(results[1], results[0]):
+        assert rel_l2(got, want) < TOLERANCE

@@ -104,6 +104,10 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_main_grad.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_fp8_model_init.py
 # TE's FusedAdam / FusedSGD over FP8 parameters (master weights).
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_optimizers.py
+# TE's parallel_cross_entropy and MoE token permutation, against float64
+# and PyTorch references.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cross_entropy.py tests/python/test_pytorch_cross_entropy.py
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_permutation.py tests/python/test_pytorch_permutation.py
 # tejit modules inside torch.compile'd models, against eager twins.
 step python3 -m pytest -q -p no:cacheprovider -p no:logging tests/gpu/test_torch_compile.py
 # parameters_split (Linear, LayerNormLinear) against unsplit twins.
@@ -145,6 +149,9 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   # on master shards, the FP8 bytes all-gathered), against whole casts.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/fp8_master_weights_check.py
+  # parallel_cross_entropy with the vocab split over the ranks.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/cross_entropy_parallel_check.py
   # tejit.pytorch's modules with tp_group, each against its tp=1 twin.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/tensor_parallel_check.py --full

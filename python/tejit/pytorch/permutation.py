@@ -19,6 +19,7 @@ dequantizes an FP8 input first (its output is high precision)."""
 import torch
 
 from . import _moe_ir
+from ._dynamo import outside_torch_compile
 from ._weight_casts import _compiled
 from .float8_tensor import Float8Tensor
 
@@ -312,6 +313,7 @@ def _empty_permute(inp, routing_map, probs):
     return inp, row_map, (None if probs is None else probs.reshape(0))
 
 
+@outside_torch_compile
 def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1,
                 map_type="mask"):
     """Groups the tokens (rows of `inp` [num_tokens, hidden]) by expert:
@@ -331,6 +333,7 @@ def moe_permute(inp, routing_map, num_out_tokens=-1, max_token_num=-1,
     return output, row_map
 
 
+@outside_torch_compile
 def moe_permute_with_probs(inp, probs, routing_map, num_out_tokens=-1):
     """moe_permute with a mask map that also moves `probs` [num_tokens,
     num_experts]: (permuted, permuted_probs [num_out_tokens],
@@ -345,6 +348,7 @@ def moe_permute_with_probs(inp, probs, routing_map, num_out_tokens=-1):
     return output, permuted, row_map
 
 
+@outside_torch_compile
 def moe_unpermute(inp, row_id_map, merging_probs=None, restore_shape=None,
                   map_type="mask", probs=None):
     """The inverse of moe_permute: token t's output row is the sum of its
@@ -411,6 +415,7 @@ def _sort_chunks(inp, probs, split_sizes, sorted_index):
     return _SortChunks.apply(inp, splits, index, probs)
 
 
+@outside_torch_compile
 def moe_sort_chunks_by_index(inp, split_sizes, sorted_index):
     """Cuts the rows of `inp` into chunks of `split_sizes` rows and lays
     them out in the order `sorted_index` names (output chunk j = input
@@ -418,6 +423,7 @@ def moe_sort_chunks_by_index(inp, split_sizes, sorted_index):
     return _sort_chunks(inp, None, split_sizes, sorted_index)[0]
 
 
+@outside_torch_compile
 def moe_sort_chunks_by_index_with_probs(inp, probs, split_sizes,
                                         sorted_index):
     """moe_sort_chunks_by_index that also moves `probs` [num_tokens]:
