@@ -56,17 +56,30 @@ def _pointer(tensor):
     """What the program takes for `tensor`: a device tensor of the real
     size by address (the program's shape is a capacity, so the byte check
     of a tensor object would not hold); `counts` (on the host) as it is."""
-    return tensor.data_ptr() if tensor.is_cuda else tensor
+    if not tensor.is_cuda:
+        return tensor
+    if tensor.numel() == 0:
+        # torch answers 0 for an empty tensor's data_ptr(); the program
+        # wants a valid address, which it will not touch.
+        return _scratch(tensor.device).data_ptr()
+    return tensor.data_ptr()
+
+
+_SCRATCH = {}
+
+
+def _scratch(device):
+    """16 bytes on `device`: the address given for empty tensors."""
+    if device not in _SCRATCH:
+        _SCRATCH[device] = torch.empty(16, dtype=torch.uint8, device=device)
+    return _SCRATCH[device]
 
 
 def _rows(rows, cols, dtype, device):
     """A new [rows, cols] tensor (a [rows] one when `cols` is None); an
-    empty one is a view of one element, so that kernels get a valid
-    address even when they write nothing."""
+    empty one's address is _pointer's scratch."""
     shape = (rows,) if cols is None else (rows, cols)
-    if rows > 0:
-        return torch.empty(shape, dtype=dtype, device=device)
-    return torch.empty((1,) + shape[1:], dtype=dtype, device=device)[:0]
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _run(key, ir, device, inputs, outputs):
