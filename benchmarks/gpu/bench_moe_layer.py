@@ -127,6 +127,9 @@ class TorchExperts(torch.nn.Module):
 
     def __init__(self, size, linear=torch.nn.Linear):
         super().__init__()
+        # torch._scaled_mm needs every dimension a multiple of 16: each
+        # expert's rows padded with zeros (Megatron-LM's Fp8Padding).
+        self.pad = linear is not torch.nn.Linear
         e, hidden, ffn = size["experts"], size["hidden"], size["ffn"]
         self.fc1 = torch.nn.ModuleList(
             linear(hidden, 2 * ffn, bias=False, device="cuda", dtype=BF16)
@@ -144,7 +147,10 @@ class TorchExperts(torch.nn.Module):
         outputs = []
         for part, fc1, fc2 in zip(permuted.split(splits), self.fc1,
                                   self.fc2):
-            outputs.append(fc2(swiglu(fc1(part))))
+            rows = part.shape[0]
+            if self.pad:
+                part = F.pad(part, (0, 0, 0, -rows % 16))
+            outputs.append(fc2(swiglu(fc1(part)))[:rows])
         y = torch.cat(outputs)
         weights = probs.t().masked_select(by_expert).to(y.dtype)
         y = y * weights.unsqueeze(-1)
