@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A mixture-of-experts MLP on tejit.pytorch, written as Transformer
-Engine users write it: a top-k router, the tokens permuted by expert,
-Fp8Padding, GroupedLinear (fc1), GELU, GroupedLinear (fc2), Fp8Unpadding,
-then the experts' outputs weighted and summed back per token.
+Engine users write it: a top-k router, the tokens permuted by expert
+(te.moe_permute), Fp8Padding, GroupedLinear (fc1), GELU, GroupedLinear
+(fc2), Fp8Unpadding, then the experts' outputs weighted by their routing
+probabilities and summed back per token (te.moe_unpermute).
 
     python3 examples/pytorch/moe_experts.py [--hidden 1024] [--ffn 4096]
         [--experts 8] [--top-k 2] [--tokens 4096] [--steps 5]
@@ -10,10 +11,11 @@ then the experts' outputs weighted and summed back per token.
 
 Trains a few steps under fp8_autocast and, at each one, compares the
 layer's output and input gradient with the same model run in bf16 by
-PyTorch (one nn.functional.linear per expert over the same weights),
-printing their relative L2 distances; exits 1 when they pass FP8's usual
-bounds (0.1). With --main-grads the experts' weights accumulate their
-gradients into float32 `main_grad`s (Megatron-LM's
+PyTorch (one nn.functional.linear per expert over the same weights, the
+routed tokens moved by PyTorch's own indexing), printing their relative
+L2 distances; exits 1 when they exceed FP8's usual bounds (0.1). With
+--main-grads the experts' weights accumulate their gradients into
+float32 `main_grad`s (Megatron-LM's
 gradient-accumulation fusion, fuse_wgrad_accumulation=True). Needs a GPU
 with FP8 (sm_89 or newer) and PyTorch; the library path as for the other
 scripts (source tools/scripts/gpu-env.sh).
@@ -61,17 +63,32 @@ class MoeExperts(torch.nn.Module):
         counts = torch.bincount(expert, minlength=self.experts)
         return token, weights.flatten()[order], counts.tolist()
 
+    def routing(self, x):
+        """TE's routing tensors: (routing_map bool [tokens, experts],
+        probs [tokens, experts] float32, zero where not routed, tokens
+        per expert)."""
+        probs = F.softmax(self.router(x).float(), dim=-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        dense = torch.zeros_like(probs).scatter(1, chosen, weights)
+        routing_map = torch.zeros_like(probs, dtype=torch.bool).scatter(
+            1, chosen, True)
+        return routing_map, dense, routing_map.sum(0).tolist()
+
     def forward(self, x, experts_fn=None):
-        token, weight, splits = self.route(x)
-        rows = x[token]
-        if experts_fn is None:
-            padded, padded_splits = self.pad(rows, splits)
-            h = F.gelu(self.fc1(padded, padded_splits), approximate="tanh")
-            y = self.unpad(self.fc2(h, padded_splits), splits)
-        else:
-            y = experts_fn(rows, splits)
-        out = torch.zeros_like(x)
-        return out.index_add(0, token, y * weight[:, None])
+        if experts_fn is not None:
+            # The PyTorch twin: its own permutation, by indexing.
+            token, weight, splits = self.route(x)
+            y = experts_fn(x[token], splits)
+            return torch.zeros_like(x).index_add(0, token, y * weight[:, None])
+        routing_map, probs, splits = self.routing(x)
+        permuted, row_map = te.moe_permute(x, routing_map,
+                                           num_out_tokens=sum(splits))
+        padded, padded_splits = self.pad(permuted, splits)
+        h = F.gelu(self.fc1(padded, padded_splits), approximate="tanh")
+        y = self.unpad(self.fc2(h, padded_splits), splits)
+        return te.moe_unpermute(y, row_map, merging_probs=probs,
+                                restore_shape=x.shape)
 
     def reference_experts(self, rows, splits):
         """The experts in plain PyTorch bf16, over the same parameters."""
