@@ -368,3 +368,53 @@ def test_refusals():
                                     torch.tensor([1, 1]))
     with pytest.raises(ValueError, match="CUDA"):
         te.moe_permute(x.cpu(), mask.cpu())
+
+
+def test_cuda_graph_replays_new_routings():
+    """A mask map with num_out_tokens fixes the host counts (they follow
+    the shapes): permute with probs and unpermute with merging_probs
+    captured once replay new inputs and new routings bit for bit as eager
+    calls; the calls that must read the device on the host are refused
+    inside the capture."""
+    tokens, hidden, experts, topk = 512, 256, 8, 2
+
+    def layer(x, mask, probs):
+        permuted, moved, row_map = te.moe_permute_with_probs(
+            x, probs, mask, num_out_tokens=tokens * topk)
+        return te.moe_unpermute(permuted * moved[:, None].to(x.dtype),
+                                row_map, merging_probs=probs,
+                                restore_shape=x.shape)
+
+    def fresh():
+        mask, _ = routing(tokens, experts, topk)
+        return (torch.randn(tokens, hidden, device=CUDA, dtype=BF16), mask,
+                torch.rand(tokens, experts, device=CUDA) * mask)
+
+    static = fresh()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        for _ in range(2):  # compiles the programs before the capture
+            layer(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = layer(*static)
+    for _ in range(3):
+        inputs = fresh()
+        for target, value in zip(static, inputs):
+            target.copy_(value)
+        graph.replay()
+        with torch.no_grad():
+            want = layer(*inputs)
+        torch.cuda.synchronize()
+        assert torch.equal(static_out, want)
+    x, mask, _ = static
+    index = mask.int().topk(topk, dim=1).indices.to(torch.int32)
+    for call, words in ((lambda: te.moe_permute(x, mask), "num_out_tokens"),
+                        (lambda: te.moe_permute(x, index, map_type="index"),
+                         "index")):
+        graph_refused = torch.cuda.CUDAGraph()
+        with pytest.raises(RuntimeError, match=words):
+            with torch.no_grad(), torch.cuda.graph(graph_refused):
+                call()

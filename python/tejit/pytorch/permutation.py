@@ -84,6 +84,11 @@ def _rows(rows, cols, dtype, device):
 
 def _run(key, ir, device, inputs, outputs):
     program = _compiled(("moe", device.index) + key, ir, device)
+    if not getattr(program, "_tejit_capturable", False):
+        # The host `counts` follow the tensors' shapes, which a CUDA graph
+        # fixes: replaying the captured counts is always right.
+        program.set_capture_host_arguments(True)
+        program._tejit_capturable = True
     program.forward(torch.cuda.current_stream(device),
                     [_pointer(t) for t in inputs],
                     [_pointer(t) for t in outputs])
@@ -173,8 +178,14 @@ class _Permute(torch.autograd.Function):
         if map_type == "mask":
             experts = columns
             if num_out_tokens < 0:
+                _refuse_in_capture("moe_permute(num_out_tokens=-1) counts "
+                                   "the routed tokens on the host; pass "
+                                   "num_out_tokens")
                 num_out_tokens = int(routing.count_nonzero())
         else:
+            _refuse_in_capture("moe_permute(map_type='index') reads the "
+                               "largest expert id on the host; use a mask "
+                               "map with num_out_tokens")
             # Expert ids must be counted per expert: their range is read on
             # the host (a synchronization), rounded up to share programs.
             experts = _moe_ir.capacity(int(routing.max()) + 1 if tokens
@@ -290,6 +301,14 @@ class _SortChunks(torch.autograd.Function):
         return dx, None, None, None if dp is None else dp.view(tokens)
 
 
+def _refuse_in_capture(what):
+    """A RuntimeError, inside CUDA-graph capture, for a call that must read
+    a device value on the host."""
+    if torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(f"tejit: {what}, which CUDA-graph capture does "
+                           f"not allow")
+
+
 def _count_value(num_out_tokens):
     """num_out_tokens as an int: Megatron-LM passes a one-element tensor
     when its router drops tokens (read here; on the host already after its
@@ -297,6 +316,9 @@ def _count_value(num_out_tokens):
     if isinstance(num_out_tokens, torch.Tensor) and \
             num_out_tokens.numel() == 1 and \
             not num_out_tokens.is_floating_point():
+        if num_out_tokens.is_cuda:
+            _refuse_in_capture("moe_permute reads a CUDA num_out_tokens on "
+                               "the host; pass an int")
         return int(num_out_tokens.item())
     return num_out_tokens
 
