@@ -9,20 +9,12 @@ to the module's tensors), the JIT key of a call and the sliding window
 (window_size) each call compiles. Needs PyTorch (skipped without it;
 test_attention_specs.py checks the specs without it).
 Run: python3 -m pytest tests/python"""
-import importlib.util
-import os
 import re
-import sys
 import unittest
 import warnings
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH, RefusalAssertions
 
-from torch_free import RefusalAssertions  # noqa: E402
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 

@@ -11,20 +11,12 @@ and every refusal, each naming its argument. CompiledSpecTest compiles the
 recorded specs (tejit's compiler with the bias spec keys). Needs PyTorch
 (skipped without it; test_attention_bias_specs.py checks the spec
 builders without it). Run: python3 -m pytest tests/python"""
-import importlib.util
 import math
-import os
 import re
-import sys
 import unittest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH, RefusalAssertions
 
-from torch_free import RefusalAssertions  # noqa: E402
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 
@@ -65,7 +57,6 @@ class OnTheCpu(RefusalAssertions, unittest.TestCase):
 
     def tearDown(self):
         attention.check_input = self._check_input
-
 
 
 def qkv(dtype=None, seq=SEQ, seq_kv=None, fmt="sbhd"):

@@ -7,19 +7,11 @@ tensors, dtypes, shapes, label_smoothing, a process group without
 torch.distributed. tests/gpu/test_cross_entropy.py runs it.
 Run: python3 -m pytest tests/python
 """
-import importlib.util
 import inspect
-import os
-import sys
 import unittest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH, RefusalAssertions
 
-from torch_free import RefusalAssertions  # noqa: E402
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 

@@ -11,17 +11,11 @@ program writes them in place), per-token rotary angles from the cached
 lengths, the kv_cache spec keys, outputs back in the input's layout.
 Needs PyTorch (skipped without it). Run: python3 -m pytest tests/python
 """
-import importlib.util
-import os
-import sys
 import unittest
 from collections import OrderedDict
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH
 
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 

@@ -10,19 +10,13 @@ momentum. Needs PyTorch (skipped without it). FP8 parameters
 (fp8_model_init's Float8Tensors) need a GPU: tests/gpu/test_optimizers.py.
 Run: python3 -m pytest tests/python
 """
-import importlib.util
 import math
-import os
 import random
-import sys
 import unittest
 import zlib
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH
 
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 

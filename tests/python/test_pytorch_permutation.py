@@ -8,16 +8,10 @@ need a CUDA GPU (skipped without one). tests/gpu/test_moe_permutation.py
 runs the full sizes and FP8.
 Run: python3 -m pytest tests/python
 """
-import importlib.util
-import os
-import sys
 import unittest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH
 
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 

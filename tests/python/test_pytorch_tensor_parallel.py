@@ -16,20 +16,12 @@ Run: python3 -m pytest tests/python
 """
 import contextlib
 import copy
-import importlib.util
-import os
 import pickle
 import re
-import sys
 import unittest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
-sys.path.insert(0, os.path.join(REPO, "python"))
+from torch_free import HAVE_TORCH, RefusalAssertions
 
-from torch_free import RefusalAssertions  # noqa: E402
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
 if HAVE_TORCH:
     import torch
 

@@ -2,13 +2,20 @@
 the package (whose __init__ needs PyTorch): the torch-free tests check what
 such files decide (argument checks, specs) on machines without PyTorch.
 The file must import neither torch nor its package's relatives. Also the
-helpers the Python tests share (RefusalAssertions, StandInLibrary)."""
+helpers the Python tests share (RefusalAssertions, StandInLibrary), and
+what the tests of tejit.pytorch start with: the checkout's python/ on
+sys.path and HAVE_TORCH (they skip without PyTorch)."""
 import ctypes
 import importlib.util
 import os
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
+PYTHON_DIR = os.path.join(REPO, "python")
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def load(relative, module_name):
