@@ -113,7 +113,7 @@ class FP8GlobalStateManager:
     @classmethod
     def reset(cls):
         """Back to no autocast and no fp8_model_init in this context."""
-        fp8.set_autocast_state(fp8.autocast_state(default=True))
+        fp8.set_autocast_state(fp8.NO_AUTOCAST)
         fp8.reset_model_init()
 
     @classmethod

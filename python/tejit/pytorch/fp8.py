@@ -35,8 +35,9 @@ __all__ = ["autocast", "fp8_autocast", "fp8_model_init",
 
 # (enabled, recipe, amax reduction group) of the innermost active autocast;
 # recipe and group are None when disabled.
+NO_AUTOCAST = (False, None, None)
 _STATE = contextvars.ContextVar("tejit_pytorch_autocast",
-                                default=(False, None, None))
+                                default=NO_AUTOCAST)
 
 
 def get_default_fp8_recipe():
@@ -60,10 +61,10 @@ def get_fp8_group():
     return _STATE.get()[2]
 
 
-def autocast_state(default=False):
-    """An opaque snapshot of the autocast state (the default one, no
-    autocast, with default=True), for set_autocast_state."""
-    return _STATE.get() if not default else (False, None, None)
+def autocast_state():
+    """An opaque snapshot of the autocast state, for set_autocast_state
+    (NO_AUTOCAST: the state outside any autocast)."""
+    return _STATE.get()
 
 
 def set_autocast_state(state):
