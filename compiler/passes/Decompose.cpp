@@ -792,15 +792,89 @@ bool usesKvCache(Operation *layer) {
       .Default([](Operation *) { return false; });
 }
 
+/// The token-wise primitive ops a spec's fusible-op layers (Activation,
+/// Bias, AddExtraInput) import as, on [..., features] activations.
+bool isTokenwiseOp(Operation *op) {
+  return isa<ActivationOp, BiasAddOp, AddOp>(op) &&
+         cast<RankedTensorType>(op->getResult(0).getType()).getRank() > 2;
+}
+
+/// [tokens, features] for an activation of type `type` ([..., features]).
+RankedTensorType flatType(Type type) {
+  auto tensor = cast<RankedTensorType>(type);
+  int64_t features = tensor.getShape().back();
+  return RankedTensorType::get({tensor.getNumElements() / features, features},
+                               tensor.getElementType());
+}
+
+/// `value` reshaped to [tokens, features]: the value a reshape made it from
+/// when that one already has this shape (a lowered layer's 2-D result),
+/// else a new reshape in front of `user`.
+Value flatValue(OpBuilder &builder, Operation *user, Value value) {
+  RankedTensorType flat = flatType(value.getType());
+  if (auto reshape = value.getDefiningOp<ReshapeOp>())
+    if (reshape.getInput().getType() == flat)
+      return reshape.getInput();
+  builder.setInsertionPoint(user);
+  return builder.create<ReshapeOp>(user->getLoc(), flat, value);
+}
+
+/// Rewrites the token-wise ops among `ops` (in program order) to act on
+/// [tokens, features] as the lowered layers do, so that te-fuse sees them
+/// next to the GEMMs and norms around them (a bias add in a GEMM's
+/// epilogue, an activation in the next GEMM's cast) instead of behind
+/// reshapes.
+void flattenTokenwiseOps(func::FuncOp function, ArrayRef<Operation *> ops) {
+  OpBuilder builder(function.getContext());
+  for (Operation *op : ops) {
+    if (!isTokenwiseOp(op))
+      continue;
+    for (OpOperand &operand : op->getOpOperands()) {
+      auto type = cast<RankedTensorType>(operand.get().getType());
+      if (type.getRank() > 2)
+        operand.set(flatValue(builder, op, operand.get()));
+    }
+    Value result = op->getResult(0);
+    auto type = cast<RankedTensorType>(result.getType());
+    result.setType(flatType(type));
+    builder.setInsertionPointAfter(op);
+    auto restored = builder.create<ReshapeOp>(op->getLoc(), type, result);
+    result.replaceAllUsesExcept(restored, restored);
+  }
+}
+
+/// Folds each reshape of a reshape (one layer's 3-D output flattened again
+/// by the next) into one reshape of the first one's input, or into that
+/// input when the shapes agree, so that te-fuse sees a norm or activation
+/// next to the cast of the GEMM after it; then erases the reshapes nothing
+/// reads any more (users first).
+void foldReshapeChains(func::FuncOp function) {
+  SmallVector<ReshapeOp> reshapes;
+  function.walk([&](ReshapeOp reshape) { reshapes.push_back(reshape); });
+  for (ReshapeOp reshape : reshapes) {
+    auto inner = reshape.getInput().getDefiningOp<ReshapeOp>();
+    if (!inner)
+      continue;
+    reshape.getInputMutable().assign(inner.getInput());
+    if (reshape.getInput().getType() == reshape.getType())
+      reshape.getResult().replaceAllUsesWith(reshape.getInput());
+  }
+  for (ReshapeOp reshape : llvm::reverse(reshapes))
+    if (reshape->use_empty())
+      reshape->erase();
+}
+
 struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
   using TEDecomposeBase::TEDecomposeBase;
 
   void runOnOperation() override {
     func::FuncOp function = getOperation();
-    SmallVector<Operation *> layers;
+    SmallVector<Operation *> layers, tokenwise;
     function.walk([&](Operation *op) {
       if (isLayerOp(op))
         layers.push_back(op);
+      else if (isTokenwiseOp(op))
+        tokenwise.push_back(op);
     });
     Value rngState;
     if (!inference && llvm::any_of(layers, usesDropout))
@@ -824,6 +898,8 @@ struct DecomposePass : public tejit::impl::TEDecomposeBase<DecomposePass> {
       layer->replaceAllUsesWith(results);
       layer->erase();
     }
+    flattenTokenwiseOps(function, tokenwise);
+    foldReshapeChains(function);
   }
 
   /// Appends the `rng_state` ([seed, offset]) argument dropout draws from.

@@ -198,6 +198,10 @@ mlir::FailureOr<mlir::Value> importLayerNormMLP(LayerContext &ctx);
 mlir::FailureOr<mlir::Value> importDotProductAttention(LayerContext &ctx);
 mlir::FailureOr<mlir::Value> importMultiheadAttention(LayerContext &ctx);
 mlir::FailureOr<mlir::Value> importTransformerLayer(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importActivation(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importBias(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importAddExtraInput(LayerContext &ctx);
+mlir::FailureOr<mlir::Value> importMakeExtraOutput(LayerContext &ctx);
 
 } // namespace tejit::spec
 

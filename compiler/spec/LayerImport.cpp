@@ -37,6 +37,11 @@ static const LayerKind kLayerKinds[] = {
     {"MultiheadAttention", "multihead_attention", importMultiheadAttention, 2},
     {"TransformerLayer", "transformer_layer", importTransformerLayer, 2},
     {"GroupedLinear", "grouped_linear", importGroupedLinear, 3},
+    // Transformer Engine's fusible ops (FusibleOpImport.cpp).
+    {"Activation", "act", importActivation, 0},
+    {"Bias", "bias_add", importBias, 0},
+    {"AddExtraInput", "add_extra_input", importAddExtraInput, 0},
+    {"MakeExtraOutput", "make_extra_output", importMakeExtraOutput, 0},
 };
 
 ArrayRef<StringRef> tejit::spec::getLayerTypeNames() {

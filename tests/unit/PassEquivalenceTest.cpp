@@ -252,6 +252,23 @@ layers:
      attn_mask_type: padding_causal, core_attention_bias_type: alibi,
      alibi_slopes: batch_heads}
 )"},
+    // Transformer Engine's fusible ops as layers (tejit.pytorch.ops): an
+    // extra output, a bias and activations outside any layer, a residual
+    // from an extra input; te-decompose flattens them to [tokens, features].
+    {"fusible_ops", R"(
+seq_length: 5
+batch_size: 2
+layers:
+  - {type: RMSNorm, name: norm, hidden_size: 12}
+  - {type: MakeExtraOutput, name: branch}
+  - {type: Linear, name: fc1, in_features: 12, out_features: 20, bias: false}
+  - {type: Bias, name: fc1_bias}
+  - {type: Activation, name: act, activation: swiglu}
+  - {type: Linear, name: fc2, in_features: 10, out_features: 12}
+  - {type: AddExtraInput, name: residual}
+  - {type: Activation, name: act2, activation: clamped_swiglu,
+     activation_params: {limit: 0.5}}
+)"},
 };
 
 class PassEquivalence : public ::testing::TestWithParam<std::string> {
@@ -442,7 +459,7 @@ INSTANTIATE_TEST_SUITE_P(
         "mha_layernorm_output", "drop_path", "parallel_attention_mlp",
         "decoder_cross", "output_layernorm", "packed_small.yaml",
         "packed_attention", "packed_cross_attention", "attention_bias",
-        "attention_bias_grad", "alibi_slopes"),
+        "attention_bias_grad", "alibi_slopes", "fusible_ops"),
     [](const auto &info) {
       std::string name = info.param;
       for (char &c : name)

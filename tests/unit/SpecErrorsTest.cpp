@@ -17,6 +17,17 @@ using ::testing::ElementsAre;
 
 namespace {
 
+// The layer types a spec takes, in the order the errors list them:
+// Transformer Engine's class names, then the te op names.
+#define LAYER_CLASS_NAMES                                                      \
+  "Linear, LayerNorm, RMSNorm, LayerNormLinear, LayerNormMLP, "                \
+  "DotProductAttention, MultiheadAttention, TransformerLayer, GroupedLinear, " \
+  "Activation, Bias, AddExtraInput, MakeExtraOutput"
+#define LAYER_OP_NAMES                                                         \
+  "linear, layernorm, rmsnorm, layernorm_linear, layernorm_mlp, "              \
+  "dot_product_attention, multihead_attention, transformer_layer, "            \
+  "grouped_linear, act, bias_add, add_extra_input, make_extra_output"
+
 struct ErrorCase {
   const char *name;
   const char *file;
@@ -426,14 +437,9 @@ layers:
   - type: TransformerLayr
 )",
                   4, 11,
-                  "'type' in a layer must be one of Linear, LayerNorm, "
-                  "RMSNorm, LayerNormLinear, LayerNormMLP, "
-                  "DotProductAttention, MultiheadAttention, "
-                  "TransformerLayer, GroupedLinear, linear, layernorm, "
-                  "rmsnorm, layernorm_linear, layernorm_mlp, "
-                  "dot_product_attention, multihead_attention, "
-                  "transformer_layer, grouped_linear; got "
-                  "'TransformerLayr' (did you mean 'TransformerLayer'?)"},
+                  "'type' in a layer must be one of " LAYER_CLASS_NAMES
+                  ", " LAYER_OP_NAMES "; got 'TransformerLayr' (did you "
+                  "mean 'TransformerLayer'?)"},
         ErrorCase{"UnknownLayerType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
@@ -441,23 +447,15 @@ layers:
   - type: Conv2d
 )",
                   4, 11,
-                  "'type' in a layer must be one of Linear, LayerNorm, "
-                  "RMSNorm, LayerNormLinear, LayerNormMLP, "
-                  "DotProductAttention, MultiheadAttention, "
-                  "TransformerLayer, GroupedLinear, linear, layernorm, "
-                  "rmsnorm, layernorm_linear, layernorm_mlp, "
-                  "dot_product_attention, multihead_attention, "
-                  "transformer_layer, grouped_linear; got 'Conv2d'"},
+                  "'type' in a layer must be one of " LAYER_CLASS_NAMES
+                  ", " LAYER_OP_NAMES "; got 'Conv2d'"},
         ErrorCase{"LayerWithoutType", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
 layers:
   - hidden_size: 64
 )",
-                  4, 5,
-                  "a layer needs 'type' (one of Linear, LayerNorm, RMSNorm, "
-                  "LayerNormLinear, LayerNormMLP, DotProductAttention, "
-                  "MultiheadAttention, TransformerLayer, GroupedLinear)"},
+                  4, 5, "a layer needs 'type' (one of " LAYER_CLASS_NAMES ")"},
         ErrorCase{"LayerWithMisspelledTypeKey", "spec.yaml", R"(
 seq_length: 16
 batch_size: 2
