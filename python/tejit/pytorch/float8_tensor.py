@@ -1,6 +1,9 @@
 """Float8Tensor: an FP8 weight held as a torch.Tensor (Transformer Engine's
 `transformer_engine.pytorch.float8_tensor.Float8Tensor`), what
-`fp8_model_init` (fp8.py) makes the modules' GEMM weights.
+`fp8_model_init` (fp8.py) makes the modules' GEMM weights, and what TE
+2.x's quantizers make (tensor/float8_tensor.py: any shape, E4M3 or E5M2,
+the scaling state a QuantizerScaling over the quantizer, possibly
+columnwise-only: `_data` None, `_transpose` TE's [last, *leading]).
 
 The tensor is a wrapper: to PyTorch it is a tensor of the weight's shape
 and nominal dtype (the module's params_dtype) on its device, so autograd,
@@ -518,7 +521,7 @@ class Float8Tensor(QuantizedTensor):
         tensor that requires grad, the gradient of the result goes to the
         tensor as it is (TE's)."""
         if torch.is_grad_enabled() and self.requires_grad:
-            return _Dequantize.apply(self, dtype)
+            return Dequantized.apply(self, dtype)
         return self._dequantized(dtype)
 
     def _dequantized(self, dtype=None):
@@ -759,9 +762,11 @@ class Float8Tensor(QuantizedTensor):
         return result
 
 
-class _Dequantize(torch.autograd.Function):
-    """Float8Tensor.dequantize under autograd: the gradient passes to the
-    tensor unchanged (in its nominal dtype)."""
+class Dequantized(torch.autograd.Function):
+    """Dequantized.apply(tensor, dtype): the Float8Tensor's value in
+    `dtype` (None: its nominal one), a plain tensor, whose gradient goes
+    to the tensor as it is, in its nominal dtype (dequantize under
+    autograd; the modules' dequantized weights)."""
 
     @staticmethod
     def forward(ctx, tensor, dtype):
