@@ -28,7 +28,10 @@ modules' forward as inference_params. Context parallelism (cp_group on
 the attention modules): distributed.context_parallel_split / _merge /
 _gather cut a whole sequence into a rank's load-balanced chunks and join
 them (distributed.py). Loss: parallel_cross_entropy (cross_entropy.py),
-TE's vocab-parallel cross entropy.
+TE's vocab-parallel cross entropy. Direct quantization: TE 2.x's
+quantizers in tensor/ (tensor.float8_tensor.Float8Quantizer,
+Float8CurrentScalingQuantizer; tensor.quantized_tensor.Quantizer) with
+TE's DType enum in constants.py (docs/quantizers.md).
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -49,6 +52,7 @@ from .fp8 import (autocast, fp8_autocast, fp8_model_init,  # noqa: E402
                   quantized_model_init)
 from . import quantization  # noqa: E402  (TE 2.x's name for fp8)
 from . import float8_tensor  # noqa: E402  (TE's module of that name)
+from . import constants, tensor  # noqa: E402  (TE's DType; quantizers)
 from .float8_tensor import Float8Tensor  # noqa: E402
 from .module import (DotProductAttention, Fp8Padding,  # noqa: E402
                      Fp8Unpadding, GroupedLinear, LayerNorm,
@@ -74,6 +78,7 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "TransformerLayer", "GroupedLinear", "Fp8Padding",
            "Fp8Unpadding", "fp8_autocast", "autocast", "fp8_model_init",
            "quantized_model_init", "Float8Tensor", "float8_tensor",
+           "constants", "tensor",
            "get_default_fp8_recipe", "get_default_recipe",
            "is_fp8_available", "is_fp8_block_scaling_available",
            "is_mxfp8_available", "is_nvfp4_available", "quantization",

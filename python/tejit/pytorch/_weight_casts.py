@@ -1,6 +1,8 @@
 """The casts that (re)quantize FP8 weights (float8_tensor.py), and their
-DelayedScaling update, as small tejit programs: one generated kernel reads the high-precision weight once
-and writes its E4M3 data and, when asked, the transpose (the program's
+DelayedScaling update, and the quantizers' casts (tensor/float8_tensor.py),
+as small tejit programs (te IR in _cast_ir.py): one generated kernel reads
+the high-precision matrix once and writes its E4M3 or E5M2 data and, when
+asked, the transpose (the program's
 cast_transpose kernel, the one the layer programs cast with), with the
 amax of what it cast. Under Float8CurrentScaling an amax pass and the
 scale computation (te.compute_scale: TE's rules, power_2_scale included)
@@ -9,8 +11,8 @@ read of the weight, as in a layer program, and runs on the current stream
 (CUDA graphs capture it). The update is the layer programs' own
 te.delayed_scaling_update kernel (shared/FP8.md's rules, as TE's).
 
-A program is compiled per (shape, dtype, device, recipe kind, transpose or
-not) on first use and kept for the process; its kernels come from tejit's
+A program is compiled per (shape, dtype, device, mode, transpose or not,
+FP8 type) on first use and kept for the process; its kernels come from tejit's
 kernel cache after the first time."""
 import threading
 
@@ -18,78 +20,14 @@ import torch
 
 import tejit
 
+from ._cast_ir import amax_ir, cast_ir, kernel_transposes, update_ir
+
 _ELEMENT_TYPES = {torch.bfloat16: "bf16", torch.float16: "f16",
                   torch.float32: "f32"}
-_FP8 = "f8E4M3FN"
-_SLOT = "tensor<1xf32>"
+FP8_ELEMENTS = {torch.float8_e4m3fn: "f8E4M3FN", torch.float8_e5m2: "f8E5M2"}
 
 _programs = {}
 _lock = threading.Lock()
-
-
-def _tensor_type(shape, element):
-    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
-
-
-def cast_ir(shape, element, transpose, current, power_2_scale):
-    """The te IR of one weight cast: arguments `weight` (and `scale` under
-    DelayedScaling), results `data`, `transpose` (when asked), then
-    `amax` (DelayedScaling) or `scale` and `scale_inv` (current scaling)."""
-    weight = _tensor_type(shape, element)
-    data = _tensor_type(shape, _FP8)
-    arguments = [f'%weight: {weight} {{te.name = "weight"}}']
-    body = []
-    if current:
-        options = "fp8_type = f8E4M3FN" + (", power_2_scale"
-                                           if power_2_scale else "")
-        body += [f"%amax_now = te.amax %weight : {weight} -> {_SLOT}",
-                 f"%scale, %scale_inv = te.compute_scale %amax_now "
-                 f"{{{options}}} : {_SLOT} -> {_SLOT}, {_SLOT}"]
-    else:
-        arguments.append(f'%scale: {_SLOT} {{te.name = "scale"}}')
-    body.append(f"%data, %amax = te.quantize %weight, %scale : {weight}, "
-                f"{_SLOT} -> {data}, {_SLOT}")
-    results = [("%data", data, "data")]
-    if transpose:
-        transposed = _tensor_type(tuple(reversed(shape)), _FP8)
-        body.append(f"%transpose = te.transpose %data : {data} -> "
-                    f"{transposed}")
-        results.append(("%transpose", transposed, "transpose"))
-    if current:
-        results += [("%scale", _SLOT, "scale"),
-                    ("%scale_inv", _SLOT, "scale_inv")]
-    else:
-        results.append(("%amax", _SLOT, "amax"))
-    signature = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
-    values = ", ".join(v for v, _, _ in results)
-    types = ", ".join(t for _, t, _ in results)
-    lines = [f"func.func @fp8_weight_cast({', '.join(arguments)}) -> "
-             f"({signature}) {{"]
-    lines += [f"  {line}" for line in body]
-    lines += [f"  return {values} : {types}", "}"]
-    return "\n".join(lines) + "\n"
-
-
-def update_ir(length, margin, most_recent, count=1):
-    """The te IR of `count` weights' DelayedScaling update (one kernel for
-    all): arguments `amax_history` [length, count] (row 0: the amaxes
-    since the last update), `scale` [count] and `amax` (that row 0);
-    results the new history, scales and scale_invs."""
-    history = _tensor_type((length, count), "f32")
-    slots = _tensor_type((count,), "f32")
-    algo = "most_recent" if most_recent else "max"
-    recipe = (f"#te.delayed_scaling<margin = {margin}, amax_history_len = "
-              f"{length}, amax_compute_algo = {algo}, reduce_amax = false>")
-    return (
-        f'func.func @fp8_weight_update(%history: {history} {{te.name = '
-        f'"amax_history"}}, %scale: {slots} {{te.name = "scale"}}, %amax: '
-        f'{slots} {{te.name = "amax"}}) -> ({history} {{te.name = '
-        f'"new_amax_history"}}, {slots} {{te.name = "new_scale"}}, {slots} '
-        f'{{te.name = "new_scale_inv"}}) {{\n'
-        f"  %h, %s, %si = te.delayed_scaling_update %history, %scale, %amax "
-        f"{{fp8_type = f8E4M3FN, recipe = {recipe}}} : ({history}, {slots}, "
-        f"{slots}) -> ({history}, {slots}, {slots})\n"
-        f"  return %h, %s, %si : {history}, {slots}, {slots}\n}}\n")
 
 
 def _compiled(key, ir, device):
@@ -103,43 +41,81 @@ def _compiled(key, ir, device):
     return program
 
 
-def _program(shape, dtype, device, transpose, current, power_2_scale):
+def _program(source, data, transpose, mode, power_2_scale=False):
+    """The cast program of `source` (a CUDA matrix) into `data`'s FP8
+    type, writing the transpose when asked and the kernel can."""
+    device = source.device
     if device.type != "cuda":
         raise ValueError(
-            f"tejit: FP8 weights are quantized by tejit's cast kernel on a "
-            f"CUDA device; got a tensor on {device} (build modules inside "
+            f"tejit: FP8 casts run tejit's cast kernel on a CUDA device; "
+            f"got a tensor on {device} (build modules inside "
             f"fp8_model_init with device='cuda')")
-    element = _ELEMENT_TYPES.get(dtype)
+    element = _ELEMENT_TYPES.get(source.dtype)
+    shape = tuple(source.shape)
     if element is None or len(shape) != 2:
-        raise TypeError(f"tejit: FP8 weights are 2-D bf16, fp16 or fp32 "
-                        f"tensors; got {tuple(shape)} {dtype}")
-    key = ("cast", tuple(shape), dtype, device.index, transpose, current,
-           power_2_scale)
-    return _compiled(key, lambda: cast_ir(shape, element, transpose, current,
-                                          power_2_scale), device)
+        raise TypeError(f"tejit: FP8 casts take 2-D bf16, fp16 or fp32 "
+                        f"tensors; got {shape} {source.dtype}")
+    fp8 = FP8_ELEMENTS.get(data.dtype)
+    if fp8 is None:
+        raise TypeError(f"tejit: FP8 casts write torch.float8_e4m3fn or "
+                        f"torch.float8_e5m2, not {data.dtype}")
+    key = ("cast", shape, source.dtype, device.index, transpose, mode,
+           power_2_scale, fp8)
+    return _compiled(key, lambda: cast_ir(shape, element, transpose, mode,
+                                          power_2_scale, fp8), device)
+
+
+def _run(source, inputs, data, transpose, tail, mode, power_2_scale=False):
+    """Runs the cast of `source` (arguments `inputs` after it) into `data`
+    and `transpose` (unless None), then the results `tail`. A transpose
+    the kernel cannot write (kernel_transposes) is copied from the data's
+    bytes after the cast: the same bits."""
+    in_kernel = transpose is not None and kernel_transposes(*source.shape)
+    program = _program(source, data, in_kernel, mode, power_2_scale)
+    outputs = [data] + ([transpose] if in_kernel else []) + list(tail)
+    program.forward(torch.cuda.current_stream(source.device),
+                    [source] + list(inputs), outputs)
+    if transpose is not None and not in_kernel:
+        transpose.view(torch.uint8).copy_(data.view(torch.uint8).t())
 
 
 def cast_delayed(weight, scale, data, transpose, amax):
-    """data (and transpose, unless None) = e4m3(weight * scale), saturated;
-    amax = max |weight|. All CUDA tensors of one device; `weight`
-    contiguous."""
-    program = _program(weight.shape, weight.dtype, weight.device,
-                       transpose is not None, False, False)
-    outputs = [data] + ([transpose] if transpose is not None else []) + [amax]
-    program.forward(torch.cuda.current_stream(weight.device),
-                    [weight, scale], outputs)
+    """data (and transpose, unless None) = fp8(weight * scale), saturated,
+    in data's FP8 type; amax = max |weight|. All CUDA tensors of one
+    device; `weight` a contiguous matrix."""
+    _run(weight, [scale], data, transpose, [amax], "delayed")
 
 
-def cast_current(weight, power_2_scale, data, transpose, scale, scale_inv):
-    """Float8CurrentScaling: scale = 448 / max |weight| (TE's rules), then
-    data (and transpose, unless None) = e4m3(weight * scale); writes scale
-    and scale_inv."""
-    program = _program(weight.shape, weight.dtype, weight.device,
-                       transpose is not None, True, power_2_scale)
-    outputs = ([data] + ([transpose] if transpose is not None else [])
-               + [scale, scale_inv])
-    program.forward(torch.cuda.current_stream(weight.device), [weight],
-                    outputs)
+def cast_current(weight, power_2_scale, data, transpose, scale, scale_inv,
+                 amax=None):
+    """Float8CurrentScaling: scale = fp8_max / max |weight| (TE's rules),
+    then data (and transpose, unless None) = fp8(weight * scale); writes
+    scale, scale_inv and, unless None, amax."""
+    amax = torch.empty_like(scale) if amax is None else amax
+    _run(weight, [], data, transpose, [scale, scale_inv, amax], "current",
+         power_2_scale)
+
+
+def cast_from_amax(weight, amax, power_2_scale, data, transpose, scale,
+                   scale_inv):
+    """cast_current with the amax given (reduced over ranks, or clamped
+    by an epsilon, by the caller): the scale from `amax` by TE's rules."""
+    _run(weight, [amax], data, transpose, [scale, scale_inv], "from_amax",
+         power_2_scale)
+
+
+def amax_of(weight, amax):
+    """amax = max |weight| (NaN propagates), by te.amax."""
+    device = weight.device
+    element = _ELEMENT_TYPES.get(weight.dtype)
+    shape = tuple(weight.shape)
+    if device.type != "cuda" or element is None or len(shape) != 2:
+        raise TypeError(f"tejit: amax_of takes a 2-D bf16, fp16 or fp32 "
+                        f"CUDA tensor; got {shape} {weight.dtype} on "
+                        f"{device}")
+    program = _compiled(("amax", shape, weight.dtype, device.index),
+                        lambda: amax_ir(shape, element), device)
+    program.forward(torch.cuda.current_stream(device), [weight], [amax])
 
 
 def update_delayed(histories, scales, margin, most_recent):

@@ -1,6 +1,9 @@
 """Float8Tensor: an FP8 weight held as a torch.Tensor (Transformer Engine's
 `transformer_engine.pytorch.float8_tensor.Float8Tensor`), what
-`fp8_model_init` (fp8.py) makes the modules' GEMM weights.
+`fp8_model_init` (fp8.py) makes the modules' GEMM weights, and what TE
+2.x's quantizers make (tensor/float8_tensor.py: any shape, E4M3 or E5M2,
+the scaling state a QuantizerScaling over the quantizer, possibly
+columnwise-only: `_data` None, `_transpose` TE's [last, *leading]).
 
 The tensor is a wrapper: to PyTorch it is a tensor of the weight's shape
 and nominal dtype (the module's params_dtype) on its device, so autograd,
@@ -44,8 +47,10 @@ from torch.utils._pytree import tree_map
 
 from ..common import recipe as _recipe
 from . import _weight_casts
+from .constants import to_dtype
 
-__all__ = ["Float8Tensor", "DelayedScalingState", "CurrentScalingState"]
+__all__ = ["Float8Tensor", "QuantizedTensor", "DelayedScalingState",
+           "CurrentScalingState"]
 
 aten = torch.ops.aten
 
@@ -199,6 +204,38 @@ class CurrentScalingState:
         return f"CurrentScalingState(power_2_scale={self.power_2_scale})"
 
 
+class QuantizerScaling:
+    """The scaling state of a Float8Tensor made by a quantizer
+    (tensor/float8_tensor.py): quantizations go through the quantizer,
+    which owns the scale and amax (TE's Float8Tensor._quantizer)."""
+
+    kind = "Quantizer"
+
+    def __init__(self, quantizer):
+        self.quantizer = quantizer
+
+    def quantize(self, src, data, scale_inv, transpose=None):
+        self.quantizer._quantize_into(src, data, scale_inv, transpose)
+
+    def update(self):
+        pass
+
+    def state(self):
+        return (self.kind, self.quantizer)
+
+    def copy_(self, other):
+        pass  # the quantizer's scale and amax are the caller's
+
+    def to(self, device):
+        return QuantizerScaling(self.quantizer._to(device))
+
+    def clone(self):
+        return self  # copies share the quantizer, as TE's clone does
+
+    def __repr__(self):
+        return f"QuantizerScaling({self.quantizer!r})"
+
+
 def scaling_for(recipe, device=None):
     """A fresh scaling state for a weight quantized under `recipe`
     (DelayedScaling or Float8CurrentScaling; None: DelayedScaling();
@@ -232,12 +269,34 @@ def _scaling_from_state(state):
                                    amax_history=history)
     if state[0] == CurrentScalingState.kind and len(state) == 3:
         return CurrentScalingState(state[1], scale=state[2])
+    if state[0] == QuantizerScaling.kind and len(state) == 2:
+        return QuantizerScaling(state[1])
     raise ValueError(f"not a Float8Tensor scaling state: {state[0]!r}")
 
 
+def matrix_shape(shape):
+    """TE's 2-D view of a tensor of `shape`: [prod(leading dims), last]
+    (a 0-d tensor is [1, 1])."""
+    if len(shape) == 0:
+        return 1, 1
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= dim
+    return rows, shape[-1]
+
+
+def transpose_shape(shape):
+    """TE's shape of the transpose (columnwise data) of a tensor of
+    `shape`: [last, *leading] (the 2-D view transposed)."""
+    return tuple(shape[-1:]) + tuple(shape[:-1])
+
+
 def _transposed(data):
-    """data.t() made contiguous (as bytes: copies of any FP8 dtype)."""
-    return data.view(torch.uint8).t().contiguous().view(data.dtype)
+    """The 2-D view of `data` transposed, contiguous, in TE's transpose
+    shape (as bytes: copies of any FP8 dtype)."""
+    matrix = data.view(torch.uint8).reshape(matrix_shape(data.shape))
+    return (matrix.t().contiguous().view(data.dtype)
+            .reshape(transpose_shape(data.shape)))
 
 
 class _Store:
@@ -265,6 +324,18 @@ class _Store:
         # place, on its next use.
         self.transpose_stale = False
 
+    def shape(self):
+        """The tensor's shape: the data's, else the transpose's undone
+        (a columnwise-only tensor, update_usage(rowwise_usage=False))."""
+        if self.data is not None:
+            return self.data.shape
+        shape = self.transpose.shape
+        return torch.Size(tuple(shape[1:]) + tuple(shape[:1]))
+
+    def fp8(self):
+        """The FP8 data (or, columnwise-only, the transpose)."""
+        return self.data if self.data is not None else self.transpose
+
     def clone(self, memo=None):
         """An independent copy (deepcopy). With deepcopy's `memo`, a
         scale_inv and scaling state that several tensors share (split QKV
@@ -276,7 +347,8 @@ class _Store:
                 memo[id(value)] = value.clone()
             return memo[id(value)]
 
-        return _Store(self.data.clone(), once(self.scale_inv),
+        return _Store(None if self.data is None else self.data.clone(),
+                      once(self.scale_inv),
                       once(self.scaling),
                       None if self.transpose is None
                       else self.transpose.clone(),
@@ -286,7 +358,7 @@ class _Store:
     def fresh(self, shape, device):
         """New FP8 memory of `shape` on `device` to quantize into, with a
         copy of the scaling state there (`w.data = tensor`)."""
-        return _Store(torch.empty(shape, dtype=self.data.dtype,
+        return _Store(torch.empty(shape, dtype=self.fp8().dtype,
                                   device=device),
                       torch.ones(1, dtype=torch.float32, device=device),
                       self.scaling.to(device), None,
@@ -317,7 +389,16 @@ def _float8_leaves(value):
     return []
 
 
-class Float8Tensor(torch.Tensor):
+class QuantizedTensor(torch.Tensor):
+    """TE's base class of tensors holding quantized data
+    (`transformer_engine.pytorch.tensor.quantized_tensor.QuantizedTensor`,
+    also importable from tejit.pytorch.tensor.quantized_tensor): here for
+    isinstance checks; Float8Tensor is tejit's one kind."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+
+class Float8Tensor(QuantizedTensor):
     """A weight in FP8 (E4M3) with its scale, standing for a tensor of the
     nominal dtype (see the module docstring). Made by the modules under
     fp8_model_init, or by Float8Tensor.from_tensor(tensor, recipe).
@@ -329,8 +410,6 @@ class Float8Tensor(torch.Tensor):
     # Results are plain tensors unless __torch_dispatch__ says otherwise
     # (torch.Tensor's default would make every result a Float8Tensor).
     __torch_function__ = torch._C._disabled_torch_function_impl
-
-    _fp8_dtype = FP8_DTYPE
 
     def __new__(cls, data, scale_inv, scaling, dtype, requires_grad=False,
                 transpose=None, high_precision_init_val=None,
@@ -348,9 +427,8 @@ class Float8Tensor(torch.Tensor):
 
     @classmethod
     def _from_store(cls, store, dtype, requires_grad=False, is_param=False):
-        data = store.data
         self = torch.Tensor._make_wrapper_subclass(
-            cls, data.shape, dtype=dtype, device=data.device,
+            cls, store.shape(), dtype=dtype, device=store.fp8().device,
             requires_grad=requires_grad)
         self._store = store
         if is_param:
@@ -402,29 +480,77 @@ class Float8Tensor(torch.Tensor):
     def _transpose(self):
         return self._store.transpose
 
+    @property
+    def _transpose_invalid(self):
+        """TE's flag: no transpose kept, or one to be made again."""
+        store = self._store
+        return store.transpose is None or store.transpose_stale
+
+    @property
+    def _fp8_dtype(self):
+        """The FP8 format as TE's DType (kFloat8E4M3 or kFloat8E5M2)."""
+        return to_dtype(self._store.fp8().dtype)
+
+    @property
+    def _quantizer(self):
+        """The quantizer that quantize_ uses (TE's): the one that made the
+        tensor, or for an fp8_model_init weight a quantizer over its
+        scaling state's own tensors (its scale; under DelayedScaling its
+        amax is the history's pending slot), made per access."""
+        scaling = self._store.scaling
+        if isinstance(scaling, QuantizerScaling):
+            return scaling.quantizer
+        from .tensor.float8_tensor import quantizer_of_scaling
+        return quantizer_of_scaling(scaling)
+
+    @_quantizer.setter
+    def _quantizer(self, quantizer):
+        if quantizer is None or not hasattr(quantizer, "_quantize_into"):
+            raise TypeError(f"Float8Tensor._quantizer must be a tejit "
+                            f"quantizer, got {quantizer!r}")
+        self._store.scaling = QuantizerScaling(quantizer)
+
+    def _get_quantizer(self):
+        return self._quantizer
+
     # --- values ------------------------------------------------------------
 
     def dequantize(self, dtype=None):
         """The value, data * scale_inv (in float32), as a plain tensor of
-        `dtype` (default: the nominal dtype)."""
+        `dtype` (default: the nominal dtype). With autograd on and a
+        tensor that requires grad, the gradient of the result goes to the
+        tensor as it is (TE's)."""
+        if torch.is_grad_enabled() and self.requires_grad:
+            return Dequantized.apply(self, dtype)
+        return self._dequantized(dtype)
+
+    def _dequantized(self, dtype=None):
         dtype = self.dtype if dtype is None else dtype
+        store = self._store
+        data = store.data
+        if data is None:  # columnwise only: the transpose's 2-D view, back
+            rows, cols = matrix_shape(self.shape)
+            data = store.transpose.reshape(cols, rows).t().reshape(self.shape)
         # In float32, rounded once to `dtype` (a bf16 tensor times a float32
         # tensor would round scale_inv to bf16 first).
-        return (self._data.float() * self._scale_inv).to(dtype)
+        return (data.float() * store.scale_inv).to(dtype)
 
-    def quantize_(self, src):
+    def quantize_(self, src, *, noop_flag=None):
         """Quantizes `src` (a tensor of this shape, or broadcastable to it;
         a Float8Tensor is dequantized first) into this tensor, in place,
         with its scaling state; refreshes the transpose when it has one.
-        Returns self."""
+        `noop_flag` (TE's: a float32 [1] tensor, 1 = skip) is read on the
+        host. Returns self."""
+        if noop_flag is not None and bool(noop_flag.item() == 1.0):
+            return self
         if isinstance(src, Float8Tensor):
-            src = src.dequantize()
+            src = src._dequantized()
         with torch.no_grad():
             # The casts read bf16, fp16 or fp32.
             dtype = (src.dtype if src.dtype in (torch.bfloat16, torch.float16,
                                                 torch.float32)
                      else self.dtype)
-            src = src.detach().to(self._data.device, dtype)
+            src = src.detach().to(self.device, dtype)
             if src.shape != self.shape:
                 src = src.expand(self.shape)
             store = self._store
@@ -433,11 +559,49 @@ class Float8Tensor(torch.Tensor):
             store.transpose_stale = False
         return self
 
-    def transpose_data(self):
-        """The FP8 data transposed ([in, out], contiguous), which a
-        training program's backward reads: made on first use and kept
-        (every quantize_ refreshes it)."""
+    def update_usage(self, rowwise_usage=None, columnwise_usage=None):
+        """TE's: keeps or drops the data (rowwise) and the transpose
+        (columnwise); what is asked for and missing is made from the other
+        (bytes moved, values unchanged). None leaves a usage as it is;
+        dropping both is an error."""
         store = self._store
+        rowwise = (store.data is not None if rowwise_usage is None
+                   else bool(rowwise_usage))
+        columnwise = (store.transpose is not None if columnwise_usage is None
+                      else bool(columnwise_usage))
+        if not rowwise and not columnwise:
+            raise ValueError("Float8Tensor.update_usage: a tensor needs "
+                             "rowwise or columnwise data (or both)")
+        if rowwise and store.data is None:
+            rows, cols = matrix_shape(self.shape)
+            fp8 = store.transpose
+            store.data = (fp8.view(torch.uint8).reshape(cols, rows).t()
+                          .contiguous().view(fp8.dtype).reshape(self.shape))
+        if columnwise:
+            self.transpose_data()
+        else:
+            store.transpose = None
+        if not rowwise:
+            store.data = None
+
+    def clone(self, *, memory_format=None):
+        """A Float8Tensor with copies of the data, transpose and scale_inv,
+        sharing the scaling state (quantizer), as TE's clone."""
+        store = self._store
+        copy_ = _Store(None if store.data is None else store.data.clone(),
+                       store.scale_inv.clone(), store.scaling,
+                       None if store.transpose is None
+                       else store.transpose.clone())
+        copy_.transpose_stale = store.transpose_stale
+        return Float8Tensor._from_store(copy_, self.dtype)
+
+    def transpose_data(self):
+        """The FP8 data transposed (TE's transpose shape: [in, out] for a
+        weight; contiguous), which a training program's backward reads:
+        made on first use and kept (every quantize_ refreshes it)."""
+        store = self._store
+        if store.data is None:
+            return store.transpose
         if store.transpose is None:
             store.transpose = (_transposed(store.data)
                                if store.transpose_from is None
@@ -450,10 +614,11 @@ class Float8Tensor(torch.Tensor):
         """The kept transpose made again from the data, in place (its
         memory stays: CUDA graphs may read it)."""
         store = self._store
-        if store.transpose is not None:
+        if store.transpose is not None and store.data is not None:
+            rows, cols = matrix_shape(store.data.shape)
             with torch.no_grad():
-                store.transpose.view(torch.uint8).copy_(
-                    store.data.view(torch.uint8).t())
+                store.transpose.view(torch.uint8).view(cols, rows).copy_(
+                    store.data.view(torch.uint8).view(rows, cols).t())
         store.transpose_stale = False
 
     def _copy_from(self, src):
@@ -464,6 +629,9 @@ class Float8Tensor(torch.Tensor):
             return
         store, other = self._store, src._store
         if store is other:
+            return
+        if store.data is None or other.data is None:
+            self.quantize_(src)
             return
         with torch.no_grad():
             store.data.copy_(other.data)
@@ -494,7 +662,7 @@ class Float8Tensor(torch.Tensor):
         return self._store.data
 
     def data_ptr(self):
-        return self._store.data.data_ptr()
+        return self._store.fp8().data_ptr()
 
     # --- torch ---------------------------------------------------------------
 
@@ -546,7 +714,7 @@ class Float8Tensor(torch.Tensor):
             if not isinstance(value, Float8Tensor):
                 return value
             if id(value) not in plain:
-                plain[id(value)] = (value, value.dequantize())
+                plain[id(value)] = (value, value._dequantized())
             return plain[id(value)][1]
 
         args, kwargs = tree_map(unwrap, (args, kwargs))
@@ -563,18 +731,21 @@ class Float8Tensor(torch.Tensor):
                         result)
 
     def __repr__(self, *, tensor_contents=None):
-        return (f"Float8Tensor(fp8_dtype={self._data.dtype}, "
+        return (f"Float8Tensor(fp8_dtype={self._fp8_dtype.name}, "
                 f"scale_inv={self._scale_inv.item()}, "
-                f"data={self.dequantize()!r}"
+                f"data={self._dequantized()!r}"
                 f"{', requires_grad=True' if self.requires_grad else ''})")
 
     def __reduce_ex__(self, protocol):
         # Through the class itself (torch.serialization's weights_only
         # unpickler then needs only Float8Tensor allowed); the transpose
         # is made again on first use, the initial value is not saved.
+        columnwise_only = self._data is None
         return (Float8Tensor, (self._data, self._scale_inv,
                                self._scaling.state(), self.dtype,
-                               self.requires_grad, None, None,
+                               self.requires_grad,
+                               self._transpose if columnwise_only else None,
+                               None,
                                bool(getattr(self, "_is_param", False))))
 
     def __deepcopy__(self, memo):
@@ -589,6 +760,22 @@ class Float8Tensor(torch.Tensor):
             if key != "_store":
                 result.__dict__[key] = copy.deepcopy(value, memo)
         return result
+
+
+class Dequantized(torch.autograd.Function):
+    """Dequantized.apply(tensor, dtype): the Float8Tensor's value in
+    `dtype` (None: its nominal one), a plain tensor, whose gradient goes
+    to the tensor as it is, in its nominal dtype (dequantize under
+    autograd; the modules' dequantized weights)."""
+
+    @staticmethod
+    def forward(ctx, tensor, dtype):
+        ctx.dtype = tensor.dtype
+        return tensor._dequantized(dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.to(ctx.dtype), None
 
 
 # torch.load(weights_only=True) (torch's default since 2.6) rebuilds a

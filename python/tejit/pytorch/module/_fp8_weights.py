@@ -35,6 +35,7 @@ import torch
 
 from ...common import recipe as _recipe
 from ..float8_tensor import DelayedScalingState, Float8Tensor, update_all
+from ..float8_tensor import Dequantized  # the weight's value, grad through
 
 
 def refuse_split_qkv(owner, settings, fuse_qkv_params):
@@ -123,21 +124,6 @@ def update_scaling(weights, group=None):
             state.amax_history[:1].copy_(amax)
     # One update kernel for all of them (current scaling has none).
     update_all(delayed)
-
-
-class Dequantized(torch.autograd.Function):
-    """Dequantized.apply(weight, dtype): the Float8Tensor's value in
-    `dtype`, a plain tensor; its gradient goes to the weight as it is (in
-    the weight's nominal dtype)."""
-
-    @staticmethod
-    def forward(ctx, weight, dtype):
-        ctx.dtype = weight.dtype
-        return weight.dequantize(dtype)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad.to(ctx.dtype), None
 
 
 def _reordered_rows(data, to_rows):

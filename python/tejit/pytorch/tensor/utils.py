@@ -28,12 +28,12 @@ import torch
 
 from ..float8_tensor import (FP8_DTYPE, CurrentScalingState,
                              DelayedScalingState, Float8Tensor, _reciprocal)
+from .float8_tensor import scale_from_amax
 
 __all__ = ["cast_master_weights_to_fp8", "post_all_gather_processing",
            "replace_raw_data"]
 
 E4M3_MAX = 448.0
-FLT_MAX = torch.finfo(torch.float32).max
 
 
 def _check_weights(model_weights):
@@ -77,17 +77,7 @@ def _scale_from_amax(amax, state):
     """Float8CurrentScaling's scale from an amax (tejit's te.compute_scale:
     448 / amax, 1 for an amax of 0, inf or NaN, FLT_MAX on overflow, with
     power_2_scale rounded down to a power of 2)."""
-    # A tensor divided by a tensor: torch computes `448.0 / amax` as
-    # amax.reciprocal() * 448, one rounding more than the kernel's division.
-    scale = torch.full_like(amax, E4M3_MAX) / amax
-    scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX),
-                        scale)
-    valid = (amax > 0) & torch.isfinite(amax)
-    scale = torch.where(valid, scale, torch.ones_like(scale))
-    if state.power_2_scale:
-        bits = scale.view(torch.int32) & 0x7F800000  # the exponent only
-        scale = bits.view(torch.float32)
-    return scale
+    return scale_from_amax(amax, E4M3_MAX, state.power_2_scale)
 
 
 def cast_master_weights_to_fp8(model_weights, master_weights, start_offsets,

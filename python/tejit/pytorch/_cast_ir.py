@@ -1,0 +1,129 @@
+"""The te IR of the per-tensor FP8 casts (FP8 weights, float8_tensor.py,
+and the quantizers of tensor/float8_tensor.py) and of the weights'
+DelayedScaling update, without PyTorch: tests/python compiles it on
+machines without a GPU; _weight_casts.py runs it.
+
+A cast is one generated kernel that reads the high-precision matrix once
+and writes its FP8 data and, when asked, the transpose (the layer
+programs' cast_transpose kernel), with the amax of what it cast. Modes:
+- "delayed": arguments `weight`, `scale`; results data, [transpose], amax.
+- "current": argument `weight`; an amax pass and te.compute_scale first;
+  results data, [transpose], scale, scale_inv, amax.
+- "from_amax": arguments `weight`, `amax` (an amax the caller reduced or
+  clamped); te.compute_scale from it; results data, [transpose], scale,
+  scale_inv.
+`amax_ir` is the amax pass alone (te.amax), for "from_amax"."""
+
+FP8_ELEMENTS = ("f8E4M3FN", "f8E5M2")
+SOURCE_ELEMENTS = ("bf16", "f16", "f32")
+MODES = ("delayed", "current", "from_amax")
+SLOT = "tensor<1xf32>"
+
+
+def tensor_type(shape, element):
+    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
+
+
+def kernel_transposes(rows, cols):
+    """Whether the cast kernel can write the transpose of a [rows, cols]
+    matrix (codegen/PointwiseKernels.cpp: the tiled transpose needs rows %
+    8 == 0 and a last dim % 4 == 0); callers transpose the FP8 bytes
+    themselves otherwise."""
+    return rows % 8 == 0 and cols % 4 == 0 and rows > 0 and cols > 0
+
+
+def _check(shape, element, fp8):
+    if len(shape) != 2 or any(d <= 0 for d in shape):
+        raise ValueError(f"a cast takes a non-empty matrix, got shape "
+                         f"{tuple(shape)}")
+    if element not in SOURCE_ELEMENTS:
+        raise ValueError(f"a cast reads {', '.join(SOURCE_ELEMENTS)}, not "
+                         f"{element}")
+    if fp8 not in FP8_ELEMENTS:
+        raise ValueError(f"a cast writes {' or '.join(FP8_ELEMENTS)}, not "
+                         f"{fp8}")
+
+
+def _function(name, arguments, body, results):
+    """A func.func: `arguments` and `results` are (ssa, type, te.name)."""
+    args = ", ".join(f'{v}: {t} {{te.name = "{n}"}}' for v, t, n in arguments)
+    signature = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
+    values = ", ".join(v for v, _, _ in results)
+    types = ", ".join(t for _, t, _ in results)
+    lines = [f"func.func @{name}({args}) -> ({signature}) {{"]
+    lines += [f"  {line}" for line in body]
+    lines += [f"  return {values} : {types}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def cast_ir(shape, element, transpose, mode, power_2_scale=False,
+            fp8="f8E4M3FN"):
+    """The te IR of one cast of a [rows, cols] `element` matrix to `fp8`
+    (the module docstring's modes; `power_2_scale` for the scale
+    computations)."""
+    _check(shape, element, fp8)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got "
+                         f"{mode!r}")
+    weight = tensor_type(shape, element)
+    data = tensor_type(shape, fp8)
+    arguments = [("%weight", weight, "weight")]
+    body = []
+    options = f"fp8_type = {fp8}" + (", power_2_scale" if power_2_scale
+                                      else "")
+    if mode == "delayed":
+        arguments.append(("%scale", SLOT, "scale"))
+    else:
+        if mode == "current":
+            body.append(f"%amax_now = te.amax %weight : {weight} -> {SLOT}")
+        else:
+            arguments.append(("%amax_now", SLOT, "amax"))
+        body.append(f"%scale, %scale_inv = te.compute_scale %amax_now "
+                    f"{{{options}}} : {SLOT} -> {SLOT}, {SLOT}")
+    body.append(f"%data, %amax = te.quantize %weight, %scale : {weight}, "
+                f"{SLOT} -> {data}, {SLOT}")
+    results = [("%data", data, "data")]
+    if transpose:
+        transposed = tensor_type(tuple(reversed(shape)), fp8)
+        body.append(f"%transpose = te.transpose %data : {data} -> "
+                    f"{transposed}")
+        results.append(("%transpose", transposed, "transpose"))
+    if mode == "delayed":
+        results.append(("%amax", SLOT, "amax"))
+    else:
+        results += [("%scale", SLOT, "scale"),
+                    ("%scale_inv", SLOT, "scale_inv")]
+        if mode == "current":
+            results.append(("%amax_now", SLOT, "amax"))
+    return _function("fp8_weight_cast", arguments, body, results)
+
+
+def amax_ir(shape, element):
+    """The te IR of max |weight| of a [rows, cols] `element` matrix."""
+    _check(shape, element, FP8_ELEMENTS[0])
+    weight = tensor_type(shape, element)
+    return _function("fp8_amax", [("%weight", weight, "weight")],
+                     [f"%amax = te.amax %weight : {weight} -> {SLOT}"],
+                     [("%amax", SLOT, "amax")])
+
+
+def update_ir(length, margin, most_recent, count=1):
+    """The te IR of `count` weights' DelayedScaling update (one kernel for
+    all): arguments `amax_history` [length, count] (row 0: the amaxes
+    since the last update), `scale` [count] and `amax` (that row 0);
+    results the new history, scales and scale_invs."""
+    history = tensor_type((length, count), "f32")
+    slots = tensor_type((count,), "f32")
+    algo = "most_recent" if most_recent else "max"
+    recipe = (f"#te.delayed_scaling<margin = {margin}, amax_history_len = "
+              f"{length}, amax_compute_algo = {algo}, reduce_amax = false>")
+    return (
+        f'func.func @fp8_weight_update(%history: {history} {{te.name = '
+        f'"amax_history"}}, %scale: {slots} {{te.name = "scale"}}, %amax: '
+        f'{slots} {{te.name = "amax"}}) -> ({history} {{te.name = '
+        f'"new_amax_history"}}, {slots} {{te.name = "new_scale"}}, {slots} '
+        f'{{te.name = "new_scale_inv"}}) {{\n'
+        f"  %h, %s, %si = te.delayed_scaling_update %history, %scale, %amax "
+        f"{{fp8_type = f8E4M3FN, recipe = {recipe}}} : ({history}, {slots}, "
+        f"{slots}) -> ({history}, {slots}, {slots})\n"
+        f"  return %h, %s, %si : {history}, {slots}, {slots}\n}}\n")
