@@ -155,12 +155,18 @@ json::Object FunctionPlan::storage(Value value, unsigned resultIndex) {
   }
   auto returned = cast<func::ReturnOp>(function.front().getTerminator());
   // A reshape of an argument or of a value returned as it is (the forward
-  // returns the norm output both as ln_output and as a saved tensor) stays a
-  // view; when returned too, the runtime copies it into its result buffer.
+  // returns the norm output both as ln_output and as a saved tensor), also
+  // through further reshapes (a backward returning an output gradient
+  // reshaped twice: an extra input's gradient in a chain of
+  // tejit.pytorch.ops), stays a view; when returned too, the runtime
+  // copies it into its result buffer.
   if (auto reshape = dyn_cast<ReshapeOp>(op)) {
     Value source = reshape->getOperand(0);
-    if (isa<BlockArgument>(source) ||
-        llvm::is_contained(returned.getOperands(), source))
+    Value root = source;
+    while (auto inner = root.getDefiningOp<ReshapeOp>())
+      root = inner.getInput();
+    if (isa<BlockArgument>(root) ||
+        llvm::is_contained(returned.getOperands(), root))
       return json::Object{{"view_of", id(source)}, {"byte_offset", 0}};
   }
   for (auto [index, operand] : llvm::enumerate(returned.getOperands()))

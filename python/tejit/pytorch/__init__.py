@@ -28,7 +28,8 @@ modules' forward as inference_params. Context parallelism (cp_group on
 the attention modules): distributed.context_parallel_split / _merge /
 _gather cut a whole sequence into a rank's load-balanced chunks and join
 them (distributed.py). Loss: parallel_cross_entropy (cross_entropy.py),
-TE's vocab-parallel cross entropy. Direct quantization: TE 2.x's
+TE's vocab-parallel cross entropy. Operation fuser: ops.Sequential
+and TE's fusible ops (ops/), each run of ops compiled as one program. Direct quantization: TE 2.x's
 quantizers in tensor/ (tensor.float8_tensor.Float8Quantizer,
 Float8CurrentScalingQuantizer; tensor.quantized_tensor.Quantizer) with
 TE's DType enum in constants.py (docs/quantizers.md).
@@ -68,6 +69,7 @@ from . import optimizers  # noqa: E402  (TE's FusedAdam, FusedSGD)
 from .cpu_offload import get_cpu_offload_context  # noqa: E402
 from . import cross_entropy  # noqa: E402  (TE's module of that name)
 from .cross_entropy import parallel_cross_entropy  # noqa: E402
+from . import ops  # noqa: E402  (TE's operation fuser, compiled)
 from . import permutation  # noqa: E402  (TE's MoE token permutation)
 from .permutation import (moe_permute, moe_permute_with_probs,  # noqa: E402
                           moe_sort_chunks_by_index,
@@ -88,4 +90,5 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "get_cpu_offload_context", "cross_entropy",
            "parallel_cross_entropy", "permutation", "moe_permute",
            "moe_permute_with_probs", "moe_unpermute",
-           "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs"]
+           "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs",
+           "ops"]

@@ -237,6 +237,33 @@ def skip_te_extra_state(state_dict, prefix):
     return {k: v for k, v in state_dict.items() if k != key}
 
 
+# The spec layer types with GEMM weights, which take the options below.
+_GEMM_LAYERS = {"Linear", "LayerNormLinear", "LayerNormMLP",
+                "MultiheadAttention", "TransformerLayer", "GroupedLinear"}
+
+
+def _gemm_layer_options(layer, fp8_weights, delay_wgrad, fuse_wgrad,
+                        main_grad_dtype):
+    """Sets a GEMM layer's per-call spec options: FP8 weights
+    (fp8_model_init), delay_wgrad_compute, fuse_wgrad_accumulation (unless
+    the layer already says false) with the main_grads' dtype."""
+    if layer.get("type") not in _GEMM_LAYERS:
+        return
+    if fp8_weights:
+        # The GEMM weights arrive in FP8, with their scale_inv (and
+        # transpose, for training) as inputs.
+        layer["fp8_weights"] = True
+    if delay_wgrad:
+        # The backward's weight gradients wait for backward_dw.
+        layer["delay_wgrad_compute"] = True
+    if fuse_wgrad and layer.get("fuse_wgrad_accumulation", True):
+        # The backward adds each GEMM weight's gradient to its .main_grad
+        # (_autograd.py), of the main_grads' dtype.
+        layer["fuse_wgrad_accumulation"] = True
+        if main_grad_dtype != torch.float32:
+            layer["main_grad_dtype"] = _main_grad.DTYPES[main_grad_dtype]
+
+
 class TransformerEngineBaseModule(torch.nn.Module):
     """What the modules share. A subclass registers its parameters with
     _add_parameter (TE's names and initialization), describes its layer
@@ -922,24 +949,17 @@ class TransformerEngineBaseModule(torch.nn.Module):
         if compiled is None and context_parallel is not None:
             self._required_cp_group()  # likewise
         if compiled is None:
-            layer = (layer_spec or self._layer_spec)()
-            if fp8_weights:
-                # The GEMM weights arrive in FP8, with their scale_inv (and
-                # transpose, for training) as inputs.
-                layer["fp8_weights"] = True
-            if training and self.delay_wgrad_compute:
-                # The backward's weight gradients wait for backward_dw.
-                layer["delay_wgrad_compute"] = True
-            if fuse_wgrad:
-                # The backward adds each GEMM weight's gradient to its
-                # .main_grad (_autograd.py), of the main_grads' dtype.
-                layer["fuse_wgrad_accumulation"] = True
-                if main_grad_dtype != torch.float32:
-                    layer["main_grad_dtype"] = (
-                        _main_grad.DTYPES[main_grad_dtype])
+            # One layer, or a list of them (tejit.pytorch.ops' chains,
+            # whose layers say which GEMMs fuse_wgrad_accumulation takes).
+            layers = (layer_spec or self._layer_spec)()
+            layers = layers if isinstance(layers, list) else [layers]
+            for layer in layers:
+                _gemm_layer_options(layer, fp8_weights,
+                                    training and self.delay_wgrad_compute,
+                                    fuse_wgrad, main_grad_dtype)
             spec = {"name": type(self).__name__,
                     "params_dtype": SPEC_DTYPES[dtype], **shape_spec,
-                    "layers": [layer]}
+                    "layers": layers}
             if recipe_spec is not None:
                 spec["recipe"] = recipe_spec
             compiled = self._compile(key, spec, shape)
