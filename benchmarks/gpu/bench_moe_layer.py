@@ -39,11 +39,7 @@ dgrad and wgrad of fc1 (2 x FFN wide) and fc2, 18 x routed tokens x
 hidden x FFN per step.
 """
 import argparse
-import datetime
-import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -53,7 +49,7 @@ sys.path.insert(0, str(HERE.parents[1] / "python"))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import bench_sustained  # noqa: E402
+import peer_rows  # noqa: E402
 import tejit.pytorch as te  # noqa: E402
 import torch_peers  # noqa: E402
 from tejit.common import recipe  # noqa: E402
@@ -75,7 +71,6 @@ ROWS = {
     "compile-fp8": "torch.compile FP8 (_scaled_mm tensorwise per expert)",
 }
 FP8_BOUND = 0.1
-WARMUP_STEPS = 2
 
 
 def routing(size, seed=1234):
@@ -199,20 +194,9 @@ def training_step(run, x, dy, routing_map, probs, splits):
     return out, x.grad
 
 
-def rel_l2(got, want):
-    got, want = got.double(), want.double()
-    return ((got - want).norm() / want.norm()).item()
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true")
-    parser.add_argument("--rows", nargs="+", default=list(ROWS),
-                        choices=list(ROWS))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--hold", type=float, default=0.5)
-    parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--json")
+    peer_rows.add_arguments(parser, ROWS)
     args = parser.parse_args()
     size = SIZES["small" if args.small else "full"]
     torch.manual_seed(0)
@@ -226,57 +210,19 @@ def main():
     for parameter in reference.parameters():
         torch.nn.init.normal_(parameter, std=0.02)
     torch_run, torch_module = build("torch-bf16", size, reference)
-    want_out, want_dx = training_step(torch_run, x, dy, routing_map, probs,
-                                      splits)
+    want = training_step(torch_run, x, dy, routing_map, probs, splits)
     rows = []
     for key in args.rows:
         run, keep = build(key, size, reference)
-        start = time.perf_counter()
-        out, dx = training_step(run, x, dy, routing_map, probs, splits)
-        torch.cuda.synchronize()
-        first = time.perf_counter() - start
-        for _ in range(WARMUP_STEPS):
-            # DelayedScaling's first step casts with scale 1 (TE's too):
-            # compared once the scales come from real amaxes.
-            out, dx = training_step(run, x, dy, routing_map, probs, splits)
-        errors = (rel_l2(out, want_out), rel_l2(dx, want_dx))
-        bound = FP8_BOUND if "fp8" in key else 2e-2
-        if max(errors) > bound:
-            raise SystemExit(f"{key}: output / input-gradient rel L2 "
-                             f"{errors} against torch-bf16 (bound {bound})")
-        row = bench_sustained.Row(
+        rows.append(peer_rows.checked_row(
             key, ROWS[key],
             lambda run=run: training_step(run, x, dy, routing_map, probs,
                                           splits),
-            keep, first)
-        row.times, row.errors = [], errors
-        rows.append(row)
-        print(f"built {key}: first step {first:.1f} s, rel L2 out "
-              f"{errors[0]:.2e} dx {errors[1]:.2e}", flush=True)
-    bench_sustained.interleaved_medians(rows, args.rounds, args.hold,
-                                        args.iters, lambda row: row.key)
+            keep, want, FP8_BOUND if "fp8" in key else 2e-2))
     routed = size["tokens"] * size["top_k"]
-    flops = 6 * routed * size["hidden"] * size["ffn"] * 3
-    print("\n| row | ms | TFLOP/s | speed-up of the first row |")
-    print("|---|---|---|---|")
-    summary = []
-    for row in rows:
-        ms = statistics.median(row.times)
-        ratios = [b / a for a, b in zip(rows[0].times, row.times)]
-        summary.append({"key": row.key, "label": row.label, "ms": ms,
-                        "rounds_ms": row.times,
-                        "speedup": statistics.median(ratios),
-                        "tflops": flops / ms / 1e9,
-                        "rel_l2_out_dx": row.errors,
-                        "first_step_s": row.first_step_s})
-        print(f"| {row.label} | {ms:.3f} | {flops / ms / 1e9:.0f} | "
-              f"{statistics.median(ratios):.2f}x |")
-    if args.json:
-        Path(args.json).write_text(json.dumps({
-            "date": datetime.datetime.now().isoformat(),
-            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "command": " ".join(sys.argv), "size": size, "splits": splits,
-            "rows": summary}, indent=1))
+    peer_rows.time_and_report(
+        rows, 6 * routed * size["hidden"] * size["ffn"] * 3, args,
+        {"size": size, "splits": splits})
 
 
 if __name__ == "__main__":

@@ -213,13 +213,15 @@ def test_extra_input_and_output(kind):
 
 def test_pytorch_ops_between_programs():
     """Ops that run as PyTorch code and a torch module split the chain into
-    programs; the whole still trains as its float64 model."""
+    programs; the whole still trains as its float64 model. (Smooth
+    activations only: ReLU's step derivative flips whole gradient elements
+    where bf16 and float64 disagree on a sign, 4% relative L2 here.)"""
     hidden = 64
     module = te.ops.Sequential(
         te.ops.Linear(hidden, hidden, dtype=BF16), te.ops.ConstantScale(0.5),
         te.ops.Reshape((-1, hidden)), torch.nn.Tanh(), te.ops.Identity(),
         te.ops.Quantize(), te.ops.BasicLinear(hidden, hidden, dtype=BF16),
-        te.ops.Dropout(0.0), te.ops.ReLU())
+        te.ops.Dropout(0.0), te.ops.SiLU())
     perturb(module)
     x = torch.randn(8, 16, hidden, device="cuda", dtype=BF16)
     dy = torch.randn(128, hidden, device="cuda", dtype=BF16)
@@ -227,7 +229,7 @@ def test_pytorch_ops_between_programs():
     def ref(x, p):
         h = F.linear(x, p["0.weight"], p["0.bias"]) * 0.5
         h = torch.tanh(h.reshape(-1, hidden))
-        return torch.relu(F.linear(h, p["6.weight"]))
+        return F.silu(F.linear(h, p["6.weight"]))
     params = dict(module.named_parameters())
     assert set(params) == {"0.weight", "0.bias", "6.weight"}
     check_against_reference(module, ref, [x], [dy], None)
