@@ -28,7 +28,9 @@ modules' forward as inference_params. Context parallelism (cp_group on
 the attention modules): distributed.context_parallel_split / _merge /
 _gather cut a whole sequence into a rank's load-balanced chunks and join
 them (distributed.py). Loss: parallel_cross_entropy (cross_entropy.py),
-TE's vocab-parallel cross entropy.
+TE's vocab-parallel cross entropy. MoE router fusions (router.py, TE's
+module of that name): fused_topk_with_score_function,
+fused_compute_score_for_moe_aux_loss and fused_moe_aux_loss.
 
 Only this subpackage needs PyTorch; tejit (programs) and tejit.common do
 not.
@@ -68,6 +70,9 @@ from . import permutation  # noqa: E402  (TE's MoE token permutation)
 from .permutation import (moe_permute, moe_permute_with_probs,  # noqa: E402
                           moe_sort_chunks_by_index,
                           moe_sort_chunks_by_index_with_probs, moe_unpermute)
+from . import router  # noqa: E402  (TE's MoE router fusions)
+from .router import (fused_compute_score_for_moe_aux_loss,  # noqa: E402
+                     fused_moe_aux_loss, fused_topk_with_score_function)
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -83,4 +88,6 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "get_cpu_offload_context", "cross_entropy",
            "parallel_cross_entropy", "permutation", "moe_permute",
            "moe_permute_with_probs", "moe_unpermute",
-           "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs"]
+           "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs",
+           "router", "fused_topk_with_score_function",
+           "fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss"]
