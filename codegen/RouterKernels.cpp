@@ -207,26 +207,31 @@ llvm::Error emitForward(KernelBuilder &builder, const ForwardRow &r,
                  r.topk, warps)
              .str());
   w.line(formatv("constexpr tj_i64 kRows = {0};", rows).str());
-  int64_t groups = std::max<int64_t>(r.groups, 1);
-  w.line(formatv("constexpr int kGroups = {0}, kGroupTopk = {1}, kGroupSize "
-                 "= {2}, kPerGroup = {3};",
-                 groups, r.groupTopk, experts / groups,
-                 r.groupTopk > 0 ? r.topk / r.groupTopk : 1)
-             .str());
-  w.line("__shared__ float rt_s_all[kWarps][kE], rt_v_all[kWarps][kE], "
-         "rt_pk_all[kWarps][kK], rt_gs_all[kWarps][kGroups];");
-  w.line("__shared__ int rt_idx_all[kWarps][kK];");
-  w.line("__shared__ bool rt_keep_all[kWarps][kGroups];");
   w.line("const int rt_lane = threadIdx.x % 32, rt_warp = threadIdx.x / 32;");
   w.line("const tj_i64 rt_row = static_cast<tj_i64>(blockIdx.x) * kWarps + "
          "rt_warp;");
   w.line("// A warp leaves as a whole: the kernel synchronizes warps only.");
   w.line("if (rt_row >= kRows) return;");
-  w.line("float *rt_s = rt_s_all[rt_warp], *rt_v = rt_v_all[rt_warp], *rt_pk "
-         "= rt_pk_all[rt_warp], *rt_gs = rt_gs_all[rt_warp];");
-  w.line("int *rt_idx = rt_idx_all[rt_warp];");
-  w.line("bool *rt_keep = rt_keep_all[rt_warp];");
-  w.line("(void)rt_gs; (void)rt_keep; (void)rt_pk;");
+  // Each warp's slice of the block's shared arrays.
+  auto shared = [&](StringRef type, StringRef name, StringRef size) {
+    w.line(formatv("__shared__ {0} {1}_all[kWarps][{2}];", type, name, size)
+               .str());
+    w.line(formatv("{0} *{1} = {1}_all[rt_warp];", type, name).str());
+  };
+  shared("float", "rt_s", "kE");
+  shared("float", "rt_v", "kE");
+  shared("int", "rt_idx", "kK");
+  if (!r.auxScores)
+    shared("float", "rt_pk", "kK");
+  if (r.groupTopk > 0) {
+    w.line(formatv("constexpr int kGroups = {0}, kGroupTopk = {1}, "
+                   "kGroupSize = {2}, kPerGroup = {3};",
+                   r.groups, r.groupTopk, experts / r.groups,
+                   r.topk / r.groupTopk)
+               .str());
+    shared("float", "rt_gs", "kGroups");
+    shared("bool", "rt_keep", "kGroups");
+  }
   writeScores(w, builder, r);
   if (r.groupTopk > 0)
     writeGroupMask(w);
@@ -367,8 +372,8 @@ llvm::Error emitAuxLossBwd(KernelBuilder &builder, RouterAuxLossBwdOp op,
                            builder.param(op.getTokensPerExpert()).str() +
                            "[rt_i % kC])") +
          ";");
-  kernels.push_back(builder.finish(
-      w, {llvm::divideCeil(count, threads), 1, 1}, {threads, 1, 1}));
+  kernels.push_back(builder.finish(w, {llvm::divideCeil(count, threads), 1, 1},
+                                   {threads, 1, 1}));
   return llvm::Error::success();
 }
 

@@ -27,8 +27,8 @@ static LogicalResult verifyMatrix(Operation *op, Value value, StringRef name) {
                                 "[tokens, experts], got "
                              << type;
   if (type.getDimSize(1) < 1)
-    return op->emitOpError() << "'" << name
-                             << "' must have at least one expert, got " << type;
+    return op->emitOpError()
+           << "'" << name << "' must have at least one expert, got " << type;
   return success();
 }
 
@@ -75,9 +75,9 @@ static LogicalResult verifyGroups(RouterTopkOp op, int64_t experts) {
     return op.emitOpError() << "group_topk must be <= num_groups (" << groups
                             << "), got " << groupTopk;
   if (topk % groupTopk != 0)
-    return op.emitOpError() << "topk (" << topk
-                            << ") must be divisible by group_topk ("
-                            << groupTopk << ")";
+    return op.emitOpError()
+           << "topk (" << topk << ") must be divisible by group_topk ("
+           << groupTopk << ")";
   if (topk / groupTopk > experts / groups)
     return op.emitOpError() << "topk / group_topk (" << topk / groupTopk
                             << ") must be <= the experts of a group ("
@@ -104,8 +104,8 @@ LogicalResult RouterTopkOp::verify() {
     if (type.getShape() != ArrayRef<int64_t>{experts} ||
         !(element.isF32() || element == logits.getElementType()))
       return emitOpError() << "'expert_bias' must be an f32 or "
-                           << logits.getElementType() << " vector ["
-                           << experts << "], got " << type;
+                           << logits.getElementType() << " vector [" << experts
+                           << "], got " << type;
   }
   MLIRContext *context = getContext();
   if (failed(expectLike(*this, getProbs(), "probs", shape,

@@ -31,9 +31,8 @@ __device__ __forceinline__ void tj_router_warp_best(float &v, int &i) {
 /// The first of values[begin + k step] (k >= 0, below `end`) that comes
 /// after (after_v, after_i); (-inf, INT_MAX) when none does.
 __device__ __forceinline__ void tj_router_next(const float *values, int begin,
-                                               int end, int step,
-                                               float after_v, int after_i,
-                                               float &v, int &i) {
+                                               int end, int step, float after_v,
+                                               int after_i, float &v, int &i) {
   v = __int_as_float(0xff800000);
   i = 0x7fffffff;
   for (int e = begin; e < end; e += step) {

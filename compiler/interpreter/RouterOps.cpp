@@ -29,9 +29,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 std::vector<int64_t> topIndices(ArrayRef<double> values, int64_t k) {
   std::vector<int64_t> order(values.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return values[a] > values[b];
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return values[a] > values[b]; });
   order.resize(k);
   return order;
 }
@@ -128,8 +127,8 @@ static LogicalResult runOp(te::RouterTopkOp op, Frame &frame) {
 
 /// The gradient through s -> s / (sum over `mask` of s + ε), in place on
 /// `g` (entries outside the mask become 0).
-static void normalizationBackward(MutableArrayRef<double> g,
-                                  ArrayRef<double> s, ArrayRef<double> mask) {
+static void normalizationBackward(MutableArrayRef<double> g, ArrayRef<double> s,
+                                  ArrayRef<double> mask) {
   double sum = 0, dot = 0;
   for (size_t e = 0; e < g.size(); ++e)
     if (mask[e] != 0) {
@@ -138,9 +137,8 @@ static void normalizationBackward(MutableArrayRef<double> g,
     }
   double denominator = sum + kEpsilon;
   for (size_t e = 0; e < g.size(); ++e)
-    g[e] = mask[e] != 0
-               ? g[e] / denominator - dot / (denominator * denominator)
-               : 0.0;
+    g[e] = mask[e] != 0 ? g[e] / denominator - dot / (denominator * denominator)
+                        : 0.0;
 }
 
 /// The gradient through a softmax whose outputs are `s`, in place on `g`,
@@ -234,7 +232,8 @@ static LogicalResult runOp(te::RouterAuxScoresBwdOp op, Frame &frame) {
 
 /// num_experts coeff / (topk total_num_tokens^2).
 template <typename Op> static double auxLossConstant(Op op) {
-  auto tokens = static_cast<double>(static_cast<int64_t>(op.getTotalNumTokens()));
+  auto tokens =
+      static_cast<double>(static_cast<int64_t>(op.getTotalNumTokens()));
   return static_cast<double>(static_cast<int64_t>(op.getNumExperts())) *
          op.getCoeff().convertToDouble() /
          static_cast<double>(static_cast<int64_t>(op.getTopk())) / tokens /

@@ -121,7 +121,7 @@ std::vector<double> referenceRow(const Config &c, const double *x,
       probs[i] = c.sigmoid || c.pre ? score[i] : std::exp(score[i]);
       sum += probs[i];
     }
-  double divide = !c.sigmoid && !c.pre ? sum
+  double divide = !c.sigmoid && !c.pre      ? sum
                   : c.sigmoid && c.topk > 1 ? sum + 1e-20
                                             : 1.0;
   for (double &p : probs)
@@ -166,8 +166,8 @@ TEST_F(InterpreterRouterTest, TopkMatchesReference) {
     std::vector<Tensor> out = run(f, args);
     ASSERT_EQ(out.size(), 3u);
     for (int64_t t = 0; t < c.tokens; ++t) {
-      std::vector<double> row = referenceRow(
-          c, &x.data[t * c.experts], c.bias ? b.data.data() : nullptr);
+      std::vector<double> row = referenceRow(c, &x.data[t * c.experts],
+                                             c.bias ? b.data.data() : nullptr);
       int64_t chosen = 0;
       for (int64_t i = 0; i < c.experts; ++i) {
         EXPECT_NEAR(out[0].data[t * c.experts + i], row[i], 1e-12);
@@ -202,8 +202,8 @@ TEST_F(InterpreterRouterTest, TopkGradientMatchesFiniteDifferences) {
     Tensor weights = randomLike({c.tokens, c.experts});
     std::vector<Tensor> grad = run(b, {out[1], out[2], weights});
     ASSERT_EQ(grad.size(), 1u);
-    EXPECT_TRUE(gradientClose(grad[0], numericGradient(f, args, 0, {weights}),
-                              1e-7));
+    EXPECT_TRUE(
+        gradientClose(grad[0], numericGradient(f, args, 0, {weights}), 1e-7));
   }
 }
 
