@@ -226,30 +226,37 @@ def _loss_attributes(total_num_tokens, num_experts, topk, coeff):
             f"{num_experts}, topk = {topk}, coeff = {_float(coeff)}")
 
 
+def _loss_function(name, op, operands, arguments, results, attributes):
+    """A function of one loss op: `arguments` [(name, type)], `results`
+    [(ssa, type, te.name)]; the op's operands are `operands`."""
+    types = ", ".join(t for n, t in arguments if n in operands)
+    values = ", ".join(f"%{n}" for n in operands)
+    ssa, result_type, _ = results[0]
+    body = [f"{ssa} = te.{op} {values} {{{attributes}}} : ({types}) -> "
+            f"{result_type}"]
+    return _function(name, arguments, body, results)
+
+
 def aux_loss_ir(rows, columns, element, count_element, total_num_tokens,
                 num_experts, topk, coeff):
     """@router_aux_loss(probs, tokens_per_expert) -> aux_loss [1]."""
-    probs = _tensor((rows, columns), element)
-    counts = _tensor((columns,), count_element)
-    one = _tensor((1,), element)
-    body = [f"%loss = te.router_aux_loss %probs, %tokens_per_expert "
-            f"{{{_loss_attributes(total_num_tokens, num_experts, topk, coeff)}"
-            f"}} : ({probs}, {counts}) -> {one}"]
-    return _function("router_aux_loss", [("probs", probs),
-                                         ("tokens_per_expert", counts)],
-                     body, [("%loss", one, "aux_loss")])
+    counts = ("tokens_per_expert", _tensor((columns,), count_element))
+    return _loss_function(
+        "router_aux_loss", "router_aux_loss",
+        ["probs", "tokens_per_expert"],
+        [("probs", _tensor((rows, columns), element)), counts],
+        [("%loss", _tensor((1,), element), "aux_loss")],
+        _loss_attributes(total_num_tokens, num_experts, topk, coeff))
 
 
 def aux_loss_backward_ir(rows, columns, element, count_element,
                          total_num_tokens, num_experts, topk, coeff):
     """@router_aux_loss_backward(tokens_per_expert, grad_loss) ->
     grad_probs."""
-    probs = _tensor((rows, columns), element)
-    counts = _tensor((columns,), count_element)
-    one = _tensor((1,), element)
-    body = [f"%grad = te.router_aux_loss_bwd %tokens_per_expert, %grad_loss "
-            f"{{{_loss_attributes(total_num_tokens, num_experts, topk, coeff)}"
-            f"}} : ({counts}, {one}) -> {probs}"]
-    return _function("router_aux_loss_backward",
-                     [("tokens_per_expert", counts), ("grad_loss", one)],
-                     body, [("%grad", probs, "grad_probs")])
+    counts = ("tokens_per_expert", _tensor((columns,), count_element))
+    return _loss_function(
+        "router_aux_loss_backward", "router_aux_loss_bwd",
+        ["tokens_per_expert", "grad_loss"],
+        [counts, ("grad_loss", _tensor((1,), element))],
+        [("%grad", _tensor((rows, columns), element), "grad_probs")],
+        _loss_attributes(total_num_tokens, num_experts, topk, coeff))

@@ -51,6 +51,15 @@ def _run(key, ir, device, inputs, outputs):
     program.forward(torch.cuda.current_stream(device), inputs, outputs)
 
 
+def _backward(kind, ir, key, inputs, output):
+    """Runs the backward program `kind` (from `ir(*key)`) into `output`
+    unless there are no tokens (key[0])."""
+    if key[0]:
+        _run((kind,) + key, lambda: ir(*key), output.device, inputs,
+             [output])
+    return output
+
+
 def _empty(shape, dtype, device):
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -96,10 +105,9 @@ class _TopkFunction(torch.autograd.Function):
                  "f32": torch.float32}[key[2]]
         grad = grad.to(dtype).contiguous()
         grad_logits = _empty((tokens, experts), dtype, saved.device)
-        if tokens:
-            _run(("topk_backward",) + key, lambda: topk_backward_ir(*key),
-                 saved.device, [routing_map, saved, grad], [grad_logits])
-        return grad_logits, None, None
+        return (_backward("topk_backward", topk_backward_ir, key,
+                          [routing_map, saved, grad], grad_logits), None,
+                None)
 
 
 @outside_torch_compile
@@ -153,11 +161,8 @@ class _AuxScoresFunction(torch.autograd.Function):
         key = ctx.key
         grad = grad_scores.detach().to(torch.float32).contiguous()
         grad_logits = _empty(saved.shape, ctx.dtype, saved.device)
-        if key[0]:
-            _run(("aux_scores_backward",) + key,
-                 lambda: aux_scores_backward_ir(*key), saved.device,
-                 [saved, grad], [grad_logits])
-        return grad_logits, None, None
+        return (_backward("aux_scores_backward", aux_scores_backward_ir, key,
+                          [saved, grad], grad_logits), None, None)
 
 
 @outside_torch_compile
@@ -205,11 +210,8 @@ class _AuxLossFunction(torch.autograd.Function):
         key = ctx.key
         grad = grad_loss.detach().to(ctx.dtype).reshape(1).contiguous()
         grad_probs = _empty((key[0], key[1]), ctx.dtype, counts.device)
-        if key[0]:
-            _run(("aux_loss_backward",) + key,
-                 lambda: aux_loss_backward_ir(*key), counts.device,
-                 [counts, grad], [grad_probs])
-        return grad_probs, None, None
+        return (_backward("aux_loss_backward", aux_loss_backward_ir, key,
+                          [counts, grad], grad_probs), None, None)
 
 
 @outside_torch_compile
