@@ -132,6 +132,10 @@ llvm::Error emitGroupedBiasGrad(KernelBuilder &builder,
 llvm::Error emitCrossEntropy(KernelBuilder &builder,
                              std::vector<EmittedKernel> &kernels);
 
+/// The MoE router ops (te.router_*; RouterKernels.cpp), a kernel each.
+llvm::Error emitRouter(KernelBuilder &builder,
+                       std::vector<EmittedKernel> &kernels);
+
 /// The MoE token permutation ops (docs/moe-permutation.md): row moves
 /// (MoeKernels.cpp), handing the row maps to emitMoeRowMap.
 llvm::Error emitMoe(KernelBuilder &builder,

@@ -346,6 +346,9 @@ static llvm::Error emitGroup(KernelBuilder &builder,
   if (isa<MoeRowMapOp, MoeChunkRowMapOp, MoePermuteOp, MoeUnpermuteOp,
           MoeUnpermuteGradOp, MoeGatherProbsOp>(first))
     return emitMoe(builder, kernels);
+  if (isa<RouterTopkOp, RouterTopkBwdOp, RouterAuxScoresOp,
+          RouterAuxScoresBwdOp, RouterAuxLossOp, RouterAuxLossBwdOp>(first))
+    return emitRouter(builder, kernels);
   if (isa<RotaryOp>(first) && group.ops.size() == 1)
     return emitRotary(builder, kernels);
   bool pointwise = llvm::all_of(group.ops, [](Operation *op) {

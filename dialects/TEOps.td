@@ -685,6 +685,7 @@ include "TEQuantizedOps.td"
 include "TEGroupedOps.td"
 include "TELossOps.td"
 include "TEMoeOps.td"
+include "TERouterOps.td"
 include "TEKernelOps.td"
 
 #endif // TEJIT_DIALECT_TE_OPS_TD

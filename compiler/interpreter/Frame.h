@@ -166,6 +166,9 @@ mlir::LogicalResult runLossOp(mlir::Operation *op, Frame &frame);
 /// runs (MoeOps.cpp, docs/moe-permutation.md).
 bool isMoeOp(mlir::Operation *op);
 mlir::LogicalResult runMoeOp(mlir::Operation *op, Frame &frame);
+/// Whether `op` is a MoE router op (te.router_*; RouterOps.cpp).
+bool isRouterOp(mlir::Operation *op);
+mlir::LogicalResult runRouterOp(mlir::Operation *op, Frame &frame);
 
 } // namespace tejit::interp
 

@@ -142,6 +142,8 @@ static LogicalResult runOp(Operation &op, Frame &frame) {
     return runLossOp(&op, frame);
   if (isMoeOp(&op))
     return runMoeOp(&op, frame);
+  if (isRouterOp(&op))
+    return runRouterOp(&op, frame);
   if (isa<te::TEDialect>(op.getDialect()))
     return runPrimitiveOp(&op, frame);
   return op.emitOpError() << "is not supported by the te interpreter";

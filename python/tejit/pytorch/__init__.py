@@ -28,9 +28,12 @@ modules' forward as inference_params. Context parallelism (cp_group on
 the attention modules): distributed.context_parallel_split / _merge /
 _gather cut a whole sequence into a rank's load-balanced chunks and join
 them (distributed.py). Loss: parallel_cross_entropy (cross_entropy.py),
-TE's vocab-parallel cross entropy. Operation fuser: ops.Sequential
-and TE's fusible ops (ops/), each run of ops compiled as one program. Direct quantization: TE 2.x's
-quantizers in tensor/ (tensor.float8_tensor.Float8Quantizer,
+TE's vocab-parallel cross entropy. MoE router fusions (router.py, TE's
+module of that name): fused_topk_with_score_function,
+fused_compute_score_for_moe_aux_loss and fused_moe_aux_loss. Operation
+fuser: ops.Sequential and TE's fusible ops (ops/), each run of ops
+compiled as one program (docs/fusible-ops.md). Direct quantization: TE
+2.x's quantizers in tensor/ (tensor.float8_tensor.Float8Quantizer,
 Float8CurrentScalingQuantizer; tensor.quantized_tensor.Quantizer) with
 TE's DType enum in constants.py (docs/quantizers.md).
 
@@ -74,6 +77,9 @@ from . import permutation  # noqa: E402  (TE's MoE token permutation)
 from .permutation import (moe_permute, moe_permute_with_probs,  # noqa: E402
                           moe_sort_chunks_by_index,
                           moe_sort_chunks_by_index_with_probs, moe_unpermute)
+from . import router  # noqa: E402  (TE's MoE router fusions)
+from .router import (fused_compute_score_for_moe_aux_loss,  # noqa: E402
+                     fused_moe_aux_loss, fused_topk_with_score_function)
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "LayerNormMLP", "DotProductAttention", "MultiheadAttention",
@@ -91,4 +97,6 @@ __all__ = ["Linear", "LayerNorm", "RMSNorm", "LayerNormLinear",
            "parallel_cross_entropy", "permutation", "moe_permute",
            "moe_permute_with_probs", "moe_unpermute",
            "moe_sort_chunks_by_index", "moe_sort_chunks_by_index_with_probs",
+           "router", "fused_topk_with_score_function",
+           "fused_compute_score_for_moe_aux_loss", "fused_moe_aux_loss",
            "ops"]
