@@ -12,7 +12,8 @@ softmax post and pre, sigmoid with and without expert_bias, group-limited
 scaling 2.5), Mixtral-like (4096 x 8 top-2, 4096 x 64 top-2), 512 experts,
 bf16 / fp16 / fp32 logits; the aux-loss scores and the load-balancing loss.
 Routing maps must match except on rows whose k-th and (k+1)-th values are
-a near tie (f32 vs f64 order; at most 1% of the rows), which the
+a near tie (f32 vs f64 order, or an exact tie in bf16; at most 1% of
+the rows, 10% in bf16), which the
 probability checks leave out. Bad input raises naming the argument.
 TEJIT_TEST_SEED=N repeats a run.
 """
@@ -30,6 +31,11 @@ fresh_seed = seed_per_test(SEED)
 # Relative to the largest value; the outputs are rounded to logits' dtype.
 RTOL = {torch.float32: 2e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 TIE_GAP = {torch.float32: 1e-6, torch.bfloat16: 1e-6, torch.float16: 1e-6}
+# The share of rows allowed a near tie at the k-th place. bf16 logits have
+# 8-bit mantissas: exact ties between stored values are common (1.7-4.6%
+# of the rows in these cases on an H200 run), where tejit takes the lower
+# expert and torch.topk either.
+TIE_SHARE = {torch.float32: 0.01, torch.bfloat16: 0.1, torch.float16: 0.01}
 
 CASES = [
     # name, tokens, experts, topk, pre, groups, group_topk, scale, function,
@@ -47,12 +53,19 @@ CASES = [
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
+# fp16 stores values below 2^-14 as subnormals, 2^-24 apart: rounding
+# there costs up to half that spacing whatever the scale (aux-loss
+# gradients of ~1e-6 lie there).
+ATOL = {torch.float32: 0.0, torch.bfloat16: 0.0, torch.float16: 2.0**-25}
+
+
 def close(actual, expected, dtype, rows=None):
     actual, expected = actual.double(), expected.double()
     if rows is not None:
         actual, expected = actual[rows], expected[rows]
     scale = expected.abs().max().clamp(min=1e-12)
-    error = (actual - expected).abs().max() / scale
+    excess = ((actual - expected).abs() - ATOL[dtype]).clamp(min=0.0)
+    error = excess.max() / scale
     assert error <= RTOL[dtype], f"relative error {error:.3g}"
 
 
@@ -73,7 +86,7 @@ def test_topk_forward_backward(case, dtype):
     p64, map64, selection = ref.topk_with_score_function(
         x64, k, pre, groups, group_topk, scale, function, bias)
     ties = ref.near_tie_rows(selection, k, TIE_GAP[dtype])
-    assert ties.float().mean() <= 0.01
+    assert ties.float().mean() <= TIE_SHARE[dtype]
     rows = ~ties
     assert torch.equal(routing_map[rows], map64[rows])
     close(probs, p64, dtype, rows)
