@@ -4,7 +4,7 @@ router fusions, against Megatron-LM's unfused PyTorch path and
 torch.compile of it, in the same process on the same GPU.
 
     python3 benchmarks/gpu/bench_router.py [--dtype bf16|fp32]
-        [--rounds 3] [--hold 1] [--iters 50]
+        [--rounds 3] [--hold 1] [--iters 50] [--profile-steps 20]
 
 Configurations (tokens x experts, top-k):
   deepseek_v3  8192 x 256, top-8, sigmoid, 8 groups / top-4, expert bias,
@@ -19,6 +19,11 @@ Rows: tejit (te.fused_*), torch (the unfused functions, float32 math as
 Megatron), torch-compile (torch.compile of the same). Each row is held
 --hold seconds before every timed round (bench_sustained.py); medians in
 ms, and tejit's speedup over each peer, are printed with the device name.
+These steps are small: a loop of them waits on the host (Python,
+autograd, launches) as much as on the GPU, so a second table gives each
+row's GPU kernel time per step (torch.profiler over --profile-steps
+steps: the sum of its kernels' durations), what the step costs inside a
+training step whose host runs ahead.
 """
 import argparse
 import statistics
@@ -171,29 +176,52 @@ class _Row:
         torch.cuda.synchronize()
 
 
+def kernel_ms(step, steps):
+    """The summed duration of the GPU kernels of one step (ms), averaged
+    over `steps` profiled steps."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    total_us = sum(event.device_time for event in prof.events()
+                   if event.device_type.name == "CUDA")
+    return total_us / steps / 1e3
+
+
+def print_table(title, rows, ms_of):
+    print(f"\n{title}")
+    print(f"{'case':<12} {'tejit':>9} {'torch':>9} {'compile':>9} "
+          f"{'vs torch':>9} {'vs compile':>10}")
+    for case in dict.fromkeys(row.case for row in rows):
+        ms = {row.kind: ms_of(row) for row in rows if row.case == case}
+        print(f"{case:<12} {ms['tejit']:9.3f} {ms['torch']:9.3f} "
+              f"{ms['torch-compile']:9.3f} "
+              f"{ms['torch'] / ms['tejit']:8.2f}x "
+              f"{ms['torch-compile'] / ms['tejit']:9.2f}x")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dtype", choices=DTYPES, default="bf16")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hold", type=float, default=1.0)
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--profile-steps", type=int, default=20)
     args = parser.parse_args()
     rows = rows_of(args)
     bench_sustained.interleaved_medians(
         rows, args.rounds, args.hold, args.iters,
         lambda row: f"{row.case} {row.kind}")
-    print(f"\n{torch.cuda.get_device_name()}, {args.dtype}, forward + "
-          f"backward, median ms")
-    print(f"{'case':<12} {'tejit':>9} {'torch':>9} {'compile':>9} "
-          f"{'vs torch':>9} {'vs compile':>10}")
-    cases = dict.fromkeys(row.case for row in rows)
-    for case in cases:
-        ms = {row.kind: statistics.median(row.times) for row in rows
-              if row.case == case}
-        print(f"{case:<12} {ms['tejit']:9.3f} {ms['torch']:9.3f} "
-              f"{ms['torch-compile']:9.3f} "
-              f"{ms['torch'] / ms['tejit']:8.2f}x "
-              f"{ms['torch-compile'] / ms['tejit']:9.2f}x")
+    kernels = {id(row): kernel_ms(row.step, args.profile_steps)
+               for row in rows}
+    device = torch.cuda.get_device_name()
+    print_table(f"{device}, {args.dtype}, forward + backward, median ms "
+                f"per step (wall: host and GPU)", rows,
+                lambda row: statistics.median(row.times))
+    print_table(f"{device}, {args.dtype}, forward + backward, GPU kernel "
+                f"ms per step", rows, lambda row: kernels[id(row)])
 
 
 if __name__ == "__main__":
