@@ -7,8 +7,9 @@
 //   __syncwarp is needed), pick the groups and the top k one pick a pass
 //   (router.cuh) and write whole rows, then the chosen entries;
 // - the backward ops keep a row in registers, E / 32 values a lane;
-// - te.router_aux_loss is one block summing probs x tokens_per_expert in
-//   a fixed order (deterministic), its backward a thread per element.
+// - te.router_aux_loss sums probs x tokens_per_expert over blocks of rows,
+//   the blocks' sums added in a fixed order by the last block
+//   (deterministic); its backward is a thread per element.
 // Everything is computed in f32.
 //
 //===----------------------------------------------------------------------===//
@@ -18,6 +19,9 @@
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MathExtras.h"
+
+#include <algorithm>
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::te;
@@ -333,23 +337,51 @@ template <typename Op> std::string auxLossConstant(Op op) {
 
 llvm::Error emitAuxLoss(KernelBuilder &builder, RouterAuxLossOp op,
                         std::vector<EmittedKernel> &kernels) {
-  constexpr int64_t threads = 1024;
+  // Rows split over about four blocks per SM of 132 (one block took 82 us
+  // for 8192 x 256 bf16 on an H200, PyTorch's sum 28 us): each block sums
+  // probs x tokens_per_expert over its rows, stores the sum in scratch, and
+  // the last block to finish adds the blocks' sums in block order, so the
+  // loss does not depend on which block came last.
+  constexpr int64_t threads = 256, kTargetBlocks = 4 * 132;
   Value probs = op.getProbs();
+  int64_t rows = rowsOf(probs), cols = colsOf(probs);
+  int64_t rowsPerSplit = llvm::divideCeil(rows, std::min(rows, kTargetBlocks));
+  int64_t splits = llvm::divideCeil(rows, rowsPerSplit);
+  if (rowsPerSplit * cols > std::numeric_limits<int32_t>::max())
+    return noEmitter(op, "a block's share of probs exceeds 2^31 elements");
+  if (splits > 1)
+    builder.requestScratch(splits * 4 + 4, splits * 4, 4);
   CudaWriter w;
   builder.writeSignature(w, threads);
-  w.line(formatv("constexpr tj_i64 kN = {0}, kC = {1};",
-                 rowsOf(probs) * colsOf(probs), colsOf(probs))
+  w.line(formatv("constexpr tj_i64 kR = {0}, kRowsPerSplit = {1};", rows,
+                 rowsPerSplit)
              .str());
+  w.line(formatv("constexpr int kC = {0}, kSplits = {1};", cols, splits).str());
+  w.line("const tj_i64 rt_first = static_cast<tj_i64>(blockIdx.y) * "
+         "kRowsPerSplit;");
+  w.line("const int rt_count = static_cast<int>(((kR - rt_first < "
+         "kRowsPerSplit) ? kR - rt_first : kRowsPerSplit) * kC);");
   w.line("float rt_sum = 0.f, rt_unused = 0.f;");
-  w.line("for (tj_i64 rt_i = threadIdx.x; rt_i < kN; rt_i += " +
+  w.line("for (int rt_i = threadIdx.x; rt_i < rt_count; rt_i += " +
          std::to_string(threads) + ") rt_sum += tj_to_float(" +
-         builder.param(probs).str() + "[rt_i]) * tj_router_count(" +
-         builder.param(op.getTokensPerExpert()).str() + "[rt_i % kC]);");
+         builder.param(probs).str() + "[rt_first * kC + rt_i]) * " +
+         "tj_router_count(" + builder.param(op.getTokensPerExpert()).str() +
+         "[rt_i % kC]);");
   w.line("tj_block_sum2(rt_sum, rt_unused);");
+  if (splits > 1) {
+    w.line("if (threadIdx.x == 0) tj_scratch[blockIdx.y] = rt_sum;");
+    w.line("unsigned *rt_counter = reinterpret_cast<unsigned *>(tj_scratch + "
+           "kSplits);");
+    writeLastBlockOfStrip(w, "rt_counter");
+    w.line("rt_sum = 0.f;");
+    w.line("for (int rt_s = threadIdx.x; rt_s < kSplits; rt_s += " +
+           std::to_string(threads) + ") rt_sum += tj_scratch[rt_s];");
+    w.line("tj_block_sum2(rt_sum, rt_unused);");
+  }
   w.line("if (threadIdx.x == 0) " + builder.param(op.getLoss()).str() +
          "[0] = " + storeAs(op.getLoss(), auxLossConstant(op) + " * rt_sum") +
          ";");
-  kernels.push_back(builder.finish(w, {1, 1, 1}, {threads, 1, 1}));
+  kernels.push_back(builder.finish(w, {1, splits, 1}, {threads, 1, 1}));
   return llvm::Error::success();
 }
 

@@ -72,7 +72,13 @@ TEST_F(RouterEmit, AKernelAnOpAWarpAToken) {
   EXPECT_EQ(wide->block.x, 160); // 1000 experts: 5 warps fit the budget
   const EmittedKernel *loss = named(kernels, "aux_loss_bf16_i64_router");
   ASSERT_NE(loss, nullptr);
-  EXPECT_EQ(loss->grid.x, 1); // one block: a fixed summation order
+  // 300 rows over up to 528 blocks: a row a block, whose sums the last
+  // block adds in block order (a fixed order: deterministic).
+  EXPECT_EQ(loss->grid.x, 1);
+  EXPECT_EQ(loss->grid.y, 300);
+  EXPECT_TRUE(StringRef(loss->source).contains("tj_last_block"));
+  EXPECT_TRUE(StringRef(loss->source)
+                  .contains("for (int rt_s = threadIdx.x; rt_s < kSplits;"));
 }
 
 TEST_F(RouterEmit, KernelsCompile) {
