@@ -28,7 +28,6 @@ input gradient are compared with torch-bf16's on the same parameters
 (relative L2; FP8 rows within 0.1, after two warm-up steps), so the rows
 compute the same block.
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -113,11 +112,7 @@ def training_step(run, x, dy):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    peer_rows.add_arguments(parser, ROWS)
-    args = parser.parse_args()
-    size = SIZES["small" if args.small else "full"]
-    torch.manual_seed(0)
+    args, size = peer_rows.parse(__doc__, ROWS, SIZES)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"size {size}", flush=True)
     x = torch.randn(size["seq"], size["batch"], size["hidden"], device="cuda",

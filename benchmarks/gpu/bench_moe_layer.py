@@ -38,7 +38,6 @@ rows compute the same layer. TFLOP/s count the expert GEMMs: forward,
 dgrad and wgrad of fc1 (2 x FFN wide) and fc2, 18 x routed tokens x
 hidden x FFN per step.
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -195,11 +194,7 @@ def training_step(run, x, dy, routing_map, probs, splits):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    peer_rows.add_arguments(parser, ROWS)
-    args = parser.parse_args()
-    size = SIZES["small" if args.small else "full"]
-    torch.manual_seed(0)
+    args, size = peer_rows.parse(__doc__, ROWS, SIZES)
     routing_map, probs, splits = routing(size)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"size {size}, tokens per expert {splits}", flush=True)

@@ -1,7 +1,8 @@
 """What the one-block peer benchmarks (bench_moe_layer.py,
-bench_fusible_ops.py) share: their command-line options, a row built and
+bench_fusible_ops.py) share: their command line, a row built and
 checked against the reference row before it is timed, and the table of
 interleaved medians (bench_sustained.interleaved_medians) with its JSON."""
+import argparse
 import datetime
 import json
 import statistics
@@ -16,7 +17,10 @@ import bench_sustained
 WARMUP_STEPS = 2
 
 
-def add_arguments(parser, rows):
+def parse(doc, rows, sizes):
+    """(the command line's options, the size they pick from `sizes`, "full"
+    or "small"), with torch seeded; `doc` is the benchmark's docstring."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--rows", nargs="+", default=list(rows),
                         choices=list(rows))
@@ -24,6 +28,9 @@ def add_arguments(parser, rows):
     parser.add_argument("--hold", type=float, default=0.5)
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--json")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    return args, sizes["small" if args.small else "full"]
 
 
 def rel_l2(got, want):

@@ -20,7 +20,7 @@ import math
 
 import pytest
 
-from gpu_test_support import hybrid, run_seed, seed_per_test, torch
+from gpu_test_support import hybrid, perturb, run_seed, seed_per_test, torch
 
 import tejit.pytorch as te  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -41,16 +41,6 @@ def rel_l2(got, want):
         return math.inf
     want = want.double()
     return ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
-
-
-def perturb(module):
-    """Non-trivial biases and norm weights (they start at 0 and 1)."""
-    with torch.no_grad():
-        for name, p in module.named_parameters():
-            if name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            elif p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
 
 
 def rms_ref(x, w, eps=1e-5):
