@@ -297,7 +297,7 @@ class Float8BlockwiseQTensor(QuantizedTensor):
 
     # --- values ------------------------------------------------------------
 
-    def dequantize(self, *, dtype=None):
+    def dequantize(self, dtype=None):
         """The value as a plain tensor of `dtype` (default: the nominal
         one): each FP8 element times its block's scale_inv in float32,
         rounded once to `dtype`; from the rowwise data when held, else
