@@ -166,18 +166,10 @@ class Float8BlockQuantizer(Quantizer):
         block dim (kept where they fit, else made); dst keeps its own
         quantizer. `noop_flag` (float32 [1], 1 = skip) is read on the
         host."""
-        if not isinstance(dst, Float8BlockwiseQTensor):
-            raise ValueError(f"Float8BlockQuantizer.update_quantized "
-                             f"updates a Float8BlockwiseQTensor, not "
-                             f"{type(dst).__name__}")
-        if noop_flag is not None and bool(noop_flag.item() == 1.0):
+        src = self._update_source(src, dst, Float8BlockwiseQTensor,
+                                  noop_flag)
+        if src is None:
             return dst
-        self._check_usages()
-        src = source_of(src, dst.device)
-        if src.shape != dst.shape:
-            raise ValueError(f"update_quantized: source of shape "
-                             f"{tuple(src.shape)} for a tensor of shape "
-                             f"{tuple(dst.shape)}")
         dst._set_buffers(self._allocate(tuple(dst.shape), dst.device, dst))
         dst._fp8_dtype = self.dtype
         dst._is_2D_scaled = self.block_scaling_dim == 2

@@ -105,6 +105,25 @@ class Quantizer:
         """Records the quantizer state a quantization of `tensor` would,
         without one (nothing by default)."""
 
+    def _update_source(self, src, dst, kind, noop_flag):
+        """update_quantized's checks: `dst` must be a `kind` (its tensor
+        class); `src` as the cast reads it (source_of, on dst's device, of
+        dst's shape), or None when `noop_flag` (float32 [1], read on the
+        host) is 1: nothing to do."""
+        if not isinstance(dst, kind):
+            raise ValueError(f"{type(self).__name__}.update_quantized "
+                             f"updates a tejit {kind.__name__}, not "
+                             f"{type(dst).__name__}")
+        if noop_flag is not None and bool(noop_flag.item() == 1.0):
+            return None
+        self._check_usages()
+        src = source_of(src, dst.device)
+        if src.shape != dst.shape:
+            raise ValueError(f"update_quantized: source of shape "
+                             f"{tuple(src.shape)} for a tensor of shape "
+                             f"{tuple(dst.shape)}")
+        return src
+
     def update_quantized(self, src, dst, *, noop_flag=None):
         raise NotImplementedError(
             f"{type(self).__name__} does not implement update_quantized")
