@@ -269,7 +269,7 @@ def test_torch_ops_run_on_the_value():
     value = q.dequantize()
     assert torch.equal(q.float(), value.float())
     assert torch.equal(q + 1, value + 1)
-    assert torch.equal(q.view(-1), value.view(-1))
+    assert torch.equal(q.sum(dim=0), value.sum(dim=0))
     # In place: the result is quantized back through the tensor's
     # quantizer.
     q.mul_(2)

@@ -3,8 +3,12 @@ GPU: TE's DType enum (constants.py: values, the FP8 formats accepted and
 refused), the te IR of the casts (_cast_ir.py: every mode, E4M3 and E5M2,
 compiled through the whole pipeline to CUDA C++, skipped without
 libtejit; kernel_transposes agrees with the code generator on which
-shapes the cast kernel transposes), and, with PyTorch, the quantizers'
-checks that need no GPU. tests/gpu/test_quantizers.py runs them on a GPU.
+shapes the cast kernel transposes), Float8BlockQuantizer's block cast
+program (block_cast_ir: every variant one kernel, the scale shapes TE's
+GEMM-ready ones, the 65535-tile row limit the code generator's), and,
+with PyTorch, the quantizers' checks that need no GPU (the block tensor's
+dequantize and update_usage on CPU buffers). tests/gpu/test_quantizers.py
+and tests/gpu/test_block_quantizer.py run them on a GPU.
 Run: python3 -m pytest tests/python
 """
 import unittest

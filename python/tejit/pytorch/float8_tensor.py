@@ -571,7 +571,7 @@ class Float8Tensor(QuantizedTensor):
 
     def quantize_(self, src, *, noop_flag=None):
         """Quantizes `src` (a tensor of this shape, or broadcastable to it;
-        a Float8Tensor is dequantized first) into this tensor, in place,
+        a quantized tensor is dequantized first) into this tensor, in place,
         with its scaling state; refreshes the transpose when it has one.
         `noop_flag` (TE's: a float32 [1] tensor, 1 = skip) is read on the
         host. Returns self."""
