@@ -12,7 +12,14 @@ programs' cast_transpose kernel), with the amax of what it cast. Modes:
 - "from_amax": arguments `weight`, `amax` (an amax the caller reduced or
   clamped); te.compute_scale from it; results data, [transpose], scale,
   scale_inv.
-`amax_ir` is the amax pass alone (te.amax), for "from_amax"."""
+`amax_ir` is the amax pass alone (te.amax), for "from_amax".
+
+`block_cast_ir` is Float8BlockScaling's cast (tensor/
+float8_blockwise_tensor.py's Float8BlockQuantizer): te.block_quantize of
+the matrix (rowwise) and of its transpose (columnwise), both in one
+kernel that reads the input once; `block_scale_shape` is where their
+scale_inv go (dialects/BlockScaleLayout.h, which is TE's GEMM-ready
+layout)."""
 
 FP8_ELEMENTS = ("f8E4M3FN", "f8E5M2")
 SOURCE_ELEMENTS = ("bf16", "f16", "f32")
@@ -127,3 +134,62 @@ def update_ir(length, margin, most_recent, count=1):
         f"{{fp8_type = f8E4M3FN, recipe = {recipe}}} : ({history}, {slots}, "
         f"{slots}) -> ({history}, {slots}, {slots})\n"
         f"  return %h, %s, %si : {history}, {slots}, {slots}\n}}\n")
+
+
+BLOCK = 128
+# The block cast kernel's grid has one row of CTAs per 128 input rows, and
+# CUDA grids at most 65535 rows (codegen/BlockScalingKernels.cpp).
+MAX_BLOCK_ROWS = 65535 * BLOCK
+
+
+def block_scale_shape(rows, cols, block_dim):
+    """The scale_inv shape of te.block_quantize's FP8 [rows, cols] matrix
+    (dialects/BlockScaleLayout.h): 1-D blocks [ceil(cols/128),
+    pad4(rows)], 2-D [ceil(rows/128), pad4(ceil(cols/128))]."""
+    def pad4(n):
+        return (n + 3) // 4 * 4
+
+    def blocks(n):
+        return (n + BLOCK - 1) // BLOCK
+
+    if block_dim == 1:
+        return blocks(cols), pad4(rows)
+    return blocks(rows), pad4(blocks(cols))
+
+
+def block_cast_ir(shape, element, block_dim, rowwise, columnwise,
+                  power_2_scale, fp8="f8E4M3FN"):
+    """The te IR of Float8BlockScaling's cast of a [rows, cols] `element`
+    matrix in `block_dim`-D blocks (1 or 2): argument `input`; results
+    `rowwise_data` [rows, cols] and `rowwise_scale_inv` with `rowwise`,
+    then `columnwise_data` [cols, rows] (the transpose, cast from the
+    high-precision values) and `columnwise_scale_inv` with `columnwise`."""
+    _check(shape, element, fp8)
+    if shape[0] > MAX_BLOCK_ROWS:
+        raise ValueError(
+            f"a block cast takes at most {MAX_BLOCK_ROWS} rows (65535 tiles "
+            f"of 128; rows = the product of the leading dims), got "
+            f"{shape[0]}")
+    if block_dim not in (1, 2):
+        raise ValueError(f"block_dim must be 1 or 2, got {block_dim!r}")
+    if not (rowwise or columnwise):
+        raise ValueError("a block cast writes rowwise or columnwise data "
+                         "(or both)")
+    source = tensor_type(shape, element)
+    body, results = [], []
+    for name, transpose in (("rowwise", False), ("columnwise", True)):
+        if not (rowwise if name == "rowwise" else columnwise):
+            continue
+        cast = tuple(reversed(shape)) if transpose else tuple(shape)
+        data = tensor_type(cast, fp8)
+        scale = tensor_type(block_scale_shape(*cast, block_dim), "f32")
+        options = [f"block_dim = {block_dim} : i64"]
+        options += ["transpose"] if transpose else []
+        options += ["power_2_scale"] if power_2_scale else []
+        body.append(f"%{name}, %{name}_scale_inv = te.block_quantize %input "
+                    f"{{{', '.join(options)}}} : {source} -> {data}, "
+                    f"{scale}")
+        results += [(f"%{name}", data, f"{name}_data"),
+                    (f"%{name}_scale_inv", scale, f"{name}_scale_inv")]
+    return _function("fp8_block_cast", [("%input", source, "input")], body,
+                     results)

@@ -13,14 +13,18 @@ te.delayed_scaling_update kernel (shared/FP8.md's rules, as TE's).
 
 A program is compiled per (shape, dtype, device, mode, transpose or not,
 FP8 type) on first use and kept for the process; its kernels come from tejit's
-kernel cache after the first time."""
+kernel cache after the first time. Float8BlockQuantizer's block casts
+(cast_blocks: te.block_quantize, rowwise and transposed, one kernel) are
+such programs too, one per (shape, dtype, device, block dim, pow2,
+usages, FP8 type)."""
 import threading
 
 import torch
 
 import tejit
 
-from ._cast_ir import amax_ir, cast_ir, kernel_transposes, update_ir
+from ._cast_ir import (amax_ir, block_cast_ir, cast_ir, kernel_transposes,
+                       update_ir)
 
 _ELEMENT_TYPES = {torch.bfloat16: "bf16", torch.float16: "f16",
                   torch.float32: "f32"}
@@ -41,9 +45,9 @@ def _compiled(key, ir, device):
     return program
 
 
-def _program(source, data, transpose, mode, power_2_scale=False):
-    """The cast program of `source` (a CUDA matrix) into `data`'s FP8
-    type, writing the transpose when asked and the kernel can."""
+def _formats(source, data):
+    """The te IR element types of `source` (a CUDA matrix) and of `data`
+    (FP8), with clear errors for anything else."""
     device = source.device
     if device.type != "cuda":
         raise ValueError(
@@ -51,14 +55,22 @@ def _program(source, data, transpose, mode, power_2_scale=False):
             f"got a tensor on {device} (build modules inside "
             f"fp8_model_init with device='cuda')")
     element = _ELEMENT_TYPES.get(source.dtype)
-    shape = tuple(source.shape)
-    if element is None or len(shape) != 2:
+    if element is None or source.dim() != 2:
         raise TypeError(f"tejit: FP8 casts take 2-D bf16, fp16 or fp32 "
-                        f"tensors; got {shape} {source.dtype}")
+                        f"tensors; got {tuple(source.shape)} {source.dtype}")
     fp8 = FP8_ELEMENTS.get(data.dtype)
     if fp8 is None:
         raise TypeError(f"tejit: FP8 casts write torch.float8_e4m3fn or "
                         f"torch.float8_e5m2, not {data.dtype}")
+    return element, fp8
+
+
+def _program(source, data, transpose, mode, power_2_scale=False):
+    """The cast program of `source` (a CUDA matrix) into `data`'s FP8
+    type, writing the transpose when asked and the kernel can."""
+    device = source.device
+    element, fp8 = _formats(source, data)
+    shape = tuple(source.shape)
     key = ("cast", shape, source.dtype, device.index, transpose, mode,
            power_2_scale, fp8)
     return _compiled(key, lambda: cast_ir(shape, element, transpose, mode,
@@ -102,6 +114,24 @@ def cast_from_amax(weight, amax, power_2_scale, data, transpose, scale,
     by an epsilon, by the caller): the scale from `amax` by TE's rules."""
     _run(weight, [amax], data, transpose, [scale, scale_inv], "from_amax",
          power_2_scale)
+
+
+def cast_blocks(source, block_dim, power_2_scale, rowwise, columnwise):
+    """Float8BlockScaling's cast of `source` (a contiguous CUDA matrix
+    [rows, cols]) in `block_dim`-D blocks (_cast_ir.block_cast_ir):
+    `rowwise` and `columnwise` are None or (data, scale_inv), the FP8 data
+    [rows, cols] (or [cols, rows], the transpose) and the float32 scale
+    inverses in te.block_quantize's layout, all contiguous, written."""
+    pairs = [pair for pair in (rowwise, columnwise) if pair is not None]
+    element, fp8 = _formats(source, pairs[0][0])
+    shape, device = tuple(source.shape), source.device
+    key = ("block", shape, source.dtype, device.index, block_dim,
+           power_2_scale, rowwise is not None, columnwise is not None, fp8)
+    program = _compiled(key, lambda: block_cast_ir(
+        shape, element, block_dim, rowwise is not None,
+        columnwise is not None, power_2_scale, fp8), device)
+    program.forward(torch.cuda.current_stream(device), [source],
+                    [tensor for pair in pairs for tensor in pair])
 
 
 def amax_of(weight, amax):

@@ -380,20 +380,54 @@ def _written_arguments(func):
     return written
 
 
-def _float8_leaves(value):
-    """The Float8Tensors in `value` (a tensor or a list of them)."""
-    if isinstance(value, Float8Tensor):
+def _quantized_leaves(value):
+    """The quantized tensors in `value` (a tensor or a list of them)."""
+    if isinstance(value, QuantizedTensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [item for item in value if isinstance(item, Float8Tensor)]
+        return [item for item in value if isinstance(item, QuantizedTensor)]
     return []
+
+
+def run_dequantized(func, args, kwargs):
+    """Runs aten op `func` with every quantized tensor argument (a
+    Float8Tensor, a Float8BlockwiseQTensor: `_dequantized()`, `quantize_`)
+    as its dequantized value; those the op writes are quantized back from
+    it afterwards (and stand for it in the result)."""
+    written = []
+    for index, name in _written_arguments(func):
+        value = args[index] if index < len(args) else kwargs.get(name)
+        written += _quantized_leaves(value)
+    plain = {}
+
+    def unwrap(value):
+        if not isinstance(value, QuantizedTensor):
+            return value
+        if id(value) not in plain:
+            plain[id(value)] = (value, value._dequantized())
+        return plain[id(value)][1]
+
+    args, kwargs = tree_map(unwrap, (args, kwargs))
+    result = func(*args, **kwargs)
+    if not written:
+        return result
+    back = {}
+    for tensor in written:
+        value = plain[id(tensor)][1]
+        tensor.quantize_(value)
+        back[id(value)] = tensor
+    return tree_map(lambda value: back.get(id(value), value)
+                    if isinstance(value, torch.Tensor) else value,
+                    result)
 
 
 class QuantizedTensor(torch.Tensor):
     """TE's base class of tensors holding quantized data
     (`transformer_engine.pytorch.tensor.quantized_tensor.QuantizedTensor`,
     also importable from tejit.pytorch.tensor.quantized_tensor): here for
-    isinstance checks; Float8Tensor is tejit's one kind."""
+    isinstance checks; tejit's kinds are Float8Tensor and
+    Float8BlockwiseQTensor (tensor/float8_blockwise_tensor.py), each with
+    `_dequantized(dtype=None)` and `quantize_(src)` (run_dequantized)."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -537,13 +571,13 @@ class Float8Tensor(QuantizedTensor):
 
     def quantize_(self, src, *, noop_flag=None):
         """Quantizes `src` (a tensor of this shape, or broadcastable to it;
-        a Float8Tensor is dequantized first) into this tensor, in place,
+        a quantized tensor is dequantized first) into this tensor, in place,
         with its scaling state; refreshes the transpose when it has one.
         `noop_flag` (TE's: a float32 [1] tensor, 1 = skip) is read on the
         host. Returns self."""
         if noop_flag is not None and bool(noop_flag.item() == 1.0):
             return self
-        if isinstance(src, Float8Tensor):
+        if isinstance(src, QuantizedTensor):
             src = src._dequantized()
         with torch.no_grad():
             # The casts read bf16, fp16 or fp32.
@@ -702,33 +736,7 @@ class Float8Tensor(QuantizedTensor):
         if func is aten.copy_.default and isinstance(args[0], Float8Tensor):
             args[0]._copy_from(args[1])
             return args[0]
-        # Every Float8Tensor argument runs as its dequantized value; those
-        # the op writes are quantized back from it afterwards.
-        written = []
-        for index, name in _written_arguments(func):
-            value = args[index] if index < len(args) else kwargs.get(name)
-            written += _float8_leaves(value)
-        plain = {}
-
-        def unwrap(value):
-            if not isinstance(value, Float8Tensor):
-                return value
-            if id(value) not in plain:
-                plain[id(value)] = (value, value._dequantized())
-            return plain[id(value)][1]
-
-        args, kwargs = tree_map(unwrap, (args, kwargs))
-        result = func(*args, **kwargs)
-        if not written:
-            return result
-        back = {}
-        for tensor in written:
-            value = plain[id(tensor)][1]
-            tensor.quantize_(value)
-            back[id(value)] = tensor
-        return tree_map(lambda value: back.get(id(value), value)
-                        if isinstance(value, torch.Tensor) else value,
-                        result)
+        return run_dequantized(func, args, kwargs)
 
     def __repr__(self, *, tensor_contents=None):
         return (f"Float8Tensor(fp8_dtype={self._fp8_dtype.name}, "

@@ -115,18 +115,9 @@ class _PerTensorQuantizer(Quantizer):
         quantizer, in place: dst's buffers follow this quantizer's usages
         and FP8 format; dst keeps its own quantizer (TE's). `noop_flag`
         (float32 [1], 1 = skip) is read on the host."""
-        if not isinstance(dst, Float8Tensor):
-            raise ValueError(f"{type(self).__name__}.update_quantized "
-                             f"updates a tejit Float8Tensor, not "
-                             f"{type(dst).__name__}")
-        if noop_flag is not None and bool(noop_flag.item() == 1.0):
+        src = self._update_source(src, dst, Float8Tensor, noop_flag)
+        if src is None:
             return dst
-        self._check_usages()
-        src = source_of(src, dst.device)
-        if src.shape != dst.shape:
-            raise ValueError(f"update_quantized: source of shape "
-                             f"{tuple(src.shape)} for a tensor of shape "
-                             f"{tuple(dst.shape)}")
         store, fp8 = dst._store, self._torch_fp8()
         shape = tuple(dst.shape)
         if store.data is not None:

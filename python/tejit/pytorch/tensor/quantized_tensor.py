@@ -6,7 +6,7 @@ a high-precision tensor into a quantized one (`quantizer(x)`,
 which copies the result holds (rowwise: the data as it is, for a GEMM's
 row-major operand; columnwise: the transpose of its 2-D view, for the
 backward's). QuantizedTensor is the base of the quantized tensor types
-(tejit's Float8Tensor).
+(tejit's Float8Tensor and Float8BlockwiseQTensor).
 
 Under autograd (grad enabled, an input that requires grad, a quantizer
 not `internal`), `quantize` is straight-through, as TE's: the result's
@@ -17,7 +17,7 @@ import copy
 
 import torch
 
-from ..float8_tensor import Float8Tensor, QuantizedTensor
+from ..float8_tensor import QuantizedTensor
 
 __all__ = ["Quantizer", "QuantizedTensor"]
 
@@ -27,9 +27,9 @@ SOURCE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def source_of(tensor, device=None):
     """`tensor` as a quantizer reads it: a contiguous float32, bf16 or fp16
-    CUDA tensor (a Float8Tensor is dequantized; moved to `device` when
+    CUDA tensor (a quantized tensor is dequantized; moved to `device` when
     given). Clear errors for anything else."""
-    if isinstance(tensor, Float8Tensor):
+    if isinstance(tensor, QuantizedTensor):
         tensor = tensor._dequantized()
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"a quantizer takes a torch.Tensor, not "
@@ -104,6 +104,25 @@ class Quantizer:
     def calibrate(self, tensor):
         """Records the quantizer state a quantization of `tensor` would,
         without one (nothing by default)."""
+
+    def _update_source(self, src, dst, kind, noop_flag):
+        """update_quantized's checks: `dst` must be a `kind` (its tensor
+        class); `src` as the cast reads it (source_of, on dst's device, of
+        dst's shape), or None when `noop_flag` (float32 [1], read on the
+        host) is 1: nothing to do."""
+        if not isinstance(dst, kind):
+            raise ValueError(f"{type(self).__name__}.update_quantized "
+                             f"updates a tejit {kind.__name__}, not "
+                             f"{type(dst).__name__}")
+        if noop_flag is not None and bool(noop_flag.item() == 1.0):
+            return None
+        self._check_usages()
+        src = source_of(src, dst.device)
+        if src.shape != dst.shape:
+            raise ValueError(f"update_quantized: source of shape "
+                             f"{tuple(src.shape)} for a tensor of shape "
+                             f"{tuple(dst.shape)}")
+        return src
 
     def update_quantized(self, src, dst, *, noop_flag=None):
         raise NotImplementedError(
