@@ -42,6 +42,12 @@ class FusibleOperation(torch.nn.Module):
     def _layers(self, name, features):
         raise NotImplementedError
 
+    def _tensor_parallel_groups(self):
+        """[(process group, its size)] over which the op's layers
+        communicate (BasicLinear's tensor_parallel_mode): the chain's
+        program takes that group (_fuser.py); none by default."""
+        return []
+
     def _eager(self, x):
         raise NotImplementedError
 
@@ -95,6 +101,10 @@ class FusedOperation(FusibleOperation):
     @property
     def input_features(self):
         return self.basic_ops[0].input_features
+
+    def _tensor_parallel_groups(self):
+        return [found for op in self.basic_ops
+                for found in op._tensor_parallel_groups()]
 
     def _layers(self, name, features):
         layers = []
