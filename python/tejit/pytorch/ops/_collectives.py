@@ -10,7 +10,7 @@ reduce_scatter_tensor)."""
 import torch
 
 from .. import _distributed
-from .op import BasicOperation
+from .op import BasicOperation, group_attribute
 
 
 def _group(group):
@@ -101,6 +101,7 @@ class _Collective(BasicOperation):
     compiled ops); a group of one rank passes the input through."""
 
     compiled = False
+    process_group = group_attribute("process_group")
 
     def __init__(self, process_group=None):
         super().__init__()

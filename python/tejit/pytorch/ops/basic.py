@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from .. import _distributed, fp8
 from ..module.base import rng_fork
 from . import _parallel
-from .op import BasicOperation
+from .op import BasicOperation, group_attribute
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -72,6 +72,7 @@ class BasicLinear(BasicOperation):
     the communication inside the chain's program (docs/fusible-ops.md)."""
 
     has_gemm = True
+    tensor_parallel_group = group_attribute("tensor_parallel_group")
 
     def __init__(self, in_features, out_features, *, device=None, dtype=None,
                  tensor_parallel_mode=None, tensor_parallel_group=None,
@@ -143,6 +144,8 @@ class Bias(BasicOperation):
     (TE's): the input holds this rank's size/tp features of a column-
     parallel output, and `bias` is this rank's [size/tp] (off for a group
     of one); nothing is communicated."""
+
+    tensor_parallel_group = group_attribute("tensor_parallel_group")
 
     def __init__(self, size, *, device=None, dtype=None,
                  tensor_parallel=False, tensor_parallel_group=None):

@@ -6,7 +6,7 @@ import torch
 from . import _parallel
 from ._collectives import AllReduce, ReduceScatter, sum_over_ranks
 from .basic import Bias, BasicLinear, _group_size, _positive
-from .op import FusedOperation
+from .op import FusedOperation, group_attribute
 
 
 class Linear(FusedOperation):
@@ -28,6 +28,8 @@ class Linear(FusedOperation):
     the ranks' biases summed (a small all-reduce before the program; its
     gradient summed back under sequence parallelism, where the program's
     is this rank's part)."""
+
+    tensor_parallel_group = group_attribute("tensor_parallel_group")
 
     def __init__(self, in_features, out_features, *, bias=True, device=None,
                  dtype=None, tensor_parallel_mode=None,

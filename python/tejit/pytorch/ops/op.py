@@ -10,6 +10,22 @@ PyTorch code between programs. Called alone, an op runs as a chain of one.
 import torch
 
 from .._dynamo import outside_torch_compile
+from ..module.base import GroupRef
+
+
+def group_attribute(name):
+    """A property `name` holding a process group in a GroupRef (kept in
+    `_<name>_ref`), so that deepcopy shares the group and pickling drops
+    it, as the modules' tp_group."""
+    slot = f"_{name}_ref"
+
+    def get(self):
+        ref = self.__dict__.get(slot)
+        return None if ref is None else ref.group
+
+    def set_(self, group):
+        self.__dict__[slot] = GroupRef(group)
+    return property(get, set_)
 
 
 class FusibleOperation(torch.nn.Module):
