@@ -293,6 +293,24 @@ const TpCase kFp8Cases[] = {
      "in_features: 64, out_features: 32{tp2}}\n",
      ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
      0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
+    // The extra output's gradient joins the column-parallel GEMM's input
+    // gradient after the sum over the ranks, not inside it.
+    {"ops_residual_fp8",
+     "layers:\n  - {type: RMSNorm, hidden_size: 32}\n  - {type: "
+     "MakeExtraOutput}\n  - {type: Linear, in_features: 32, out_features: 64,"
+     " bias: false{tp}}\n  - {type: Activation, activation: relu}\n  - "
+     "{type: Linear, in_features: 64, out_features: 32, bias: false{tp2}}\n"
+     "  - {type: Bias}\n  - {type: AddExtraInput}\n",
+     ", tp_size: 2, parallel_mode: column", false, 0, 0, 0,
+     ", tp_size: 2, parallel_mode: row"},
+    {"ops_residual_fp8_sp",
+     "layers:\n  - {type: RMSNorm, hidden_size: 32}\n  - {type: "
+     "MakeExtraOutput}\n  - {type: Linear, in_features: 32, out_features: 64,"
+     " bias: false{tp}}\n  - {type: Activation, activation: relu}\n  - "
+     "{type: Linear, in_features: 64, out_features: 32, bias: false{tp2}}\n"
+     "  - {type: Bias}\n  - {type: AddExtraInput}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
+     0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
     {"transformer_layer_fp8_sp",
      "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
      "64, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
