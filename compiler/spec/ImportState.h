@@ -39,6 +39,10 @@ public:
   /// batchSize sequences of at most seqLength tokens, packed in `tokens`.
   int64_t seqLength = 0, batchSize = 0, tokens = 0;
   mlir::te::QkvFormat inputFormat = mlir::te::QkvFormat::sbhd;
+  /// Sequence parallelism: the slices of dim 0 the input holds when the
+  /// first layer reads either (a per-token layer); the importer sets it
+  /// from the first sequence-parallel layer.
+  int64_t firstInputSlices = 1;
   /// `kv_cache: {max_sequence_length: S}` (inference with a KV cache): S,
   /// the cache rows per sequence.
   std::optional<int64_t> kvCacheRows;

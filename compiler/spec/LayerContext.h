@@ -25,7 +25,8 @@ struct LayerContext {
   /// previous layer's output, whose width must match, or a new `input`
   /// argument for the first layer. With `slice`, its dim 0 must be 1 /
   /// `*slice` of the spec's activations' (1: all of it; a sequence-parallel
-  /// layer reads one rank's slice); without, a per-token layer takes any.
+  /// layer reads one rank's slice); without, a per-token layer takes any
+  /// (as the first layer: ImportState::firstInputSlices).
   /// `cpSize` > 1 (context parallelism) holds seq_length / cpSize tokens
   /// of each sequence, which the input must too.
   mlir::FailureOr<mlir::Value>

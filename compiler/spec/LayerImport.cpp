@@ -167,7 +167,7 @@ FailureOr<Value> LayerContext::takeInput(StringRef widthKey, int64_t width,
     local[seqDim] /= cpSize;
   if (!input) {
     SmallVector<int64_t> shape(local);
-    shape.front() /= slice.value_or(1);
+    shape.front() /= slice.value_or(state.firstInputSlices);
     return state.addInput(
         "input", RankedTensorType::get(shape, whole.getElementType()), loc());
   }

@@ -149,6 +149,41 @@ readTopLevel(SpecMap &spec, ImportState &state,
   return layers;
 }
 
+/// Sequence parallelism (docs/tensor-parallel.md): the slices dim 0 of the
+/// spec's input is cut into when its first layer reads either (a per-token
+/// layer: a norm, or one of Transformer Engine's fusible ops, as in a chain
+/// of tejit.pytorch.ops). The first sequence-parallel layer decides: a
+/// row-parallel Linear reads all rows (1), any other a rank's slice
+/// (tp_size); 1 without one, or when a tensor-parallel layer without
+/// sequence parallelism comes first. This only looks: each layer's reader
+/// checks its keys.
+static int64_t firstInputSlices(const SpecNode &layers) {
+  for (const std::unique_ptr<SpecNode> &layer : layers.items) {
+    if (layer->kind != SpecNode::Kind::Mapping)
+      return 1;
+    StringRef type, mode;
+    int64_t tpSize = 1;
+    bool sequence = false;
+    for (const SpecEntry &entry : layer->entries) {
+      StringRef text = entry.value->text;
+      if (entry.key == "type")
+        type = text;
+      else if (entry.key == "parallel_mode")
+        mode = text;
+      else if (entry.key == "tp_size" && text.getAsInteger(10, tpSize))
+        return 1;
+      else if (entry.key == "sequence_parallel")
+        sequence = text.equals_insensitive("true");
+    }
+    if (tpSize > 1 && !sequence)
+      return 1; // a tensor-parallel layer without it comes first
+    if (tpSize > 1)
+      return (type == "Linear" || type == "linear") && mode == "row" ? 1
+                                                                     : tpSize;
+  }
+  return 1;
+}
+
 OwningOpRef<ModuleOp> tejit::importLayerSpec(llvm::SourceMgr &sourceMgr,
                                              MLIRContext *context) {
   context->loadDialect<TEDialect, func::FuncDialect>();
@@ -180,6 +215,7 @@ OwningOpRef<ModuleOp> tejit::importLayerSpec(llvm::SourceMgr &sourceMgr,
   if (failed(layers))
     return nullptr;
 
+  state.firstInputSlices = firstInputSlices(**layers);
   Value current;
   for (auto [index, layer] : llvm::enumerate((*layers)->items)) {
     FailureOr<Value> output =

@@ -221,6 +221,33 @@ const TpCase kCases[] = {
      "48, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "
      "attention_dropout: 0.0, layer_type: decoder{tp}}\n",
      ", tp_size: 2, sequence_parallel: true", false, 4, 2, 8},
+    // Transformer Engine's fusible ops as tejit.pytorch.ops chains them
+    // (docs/fusible-ops.md): a per-token first layer, a column-parallel
+    // Linear, its bias and activation on this rank's features, a
+    // row-parallel Linear; with sequence parallelism the norm (first
+    // layer) reads this rank's slice, and so do the extra input and output.
+    {"ops_chain",
+     "layers:\n  - {type: LayerNorm, hidden_size: 24}\n  - {type: Linear, "
+     "in_features: 24, out_features: 32, bias: false{tp}}\n  - {type: "
+     "Bias}\n  - {type: Activation, activation: gelu}\n  - {type: Linear, "
+     "in_features: 32, out_features: 24{tp2}}\n",
+     ", tp_size: 2, parallel_mode: column", false, 0, 0, 0,
+     ", tp_size: 2, parallel_mode: row"},
+    {"ops_chain_sp",
+     "layers:\n  - {type: LayerNorm, hidden_size: 24}\n  - {type: Linear, "
+     "in_features: 24, out_features: 32, bias: false{tp}}\n  - {type: "
+     "Bias}\n  - {type: Activation, activation: gelu}\n  - {type: Linear, "
+     "in_features: 32, out_features: 24{tp2}}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
+     0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
+    {"ops_residual_sp",
+     "layers:\n  - {type: RMSNorm, hidden_size: 24}\n  - {type: "
+     "MakeExtraOutput}\n  - {type: Linear, in_features: 24, out_features: 32,"
+     " bias: false{tp}}\n  - {type: Activation, activation: relu}\n  - "
+     "{type: Linear, in_features: 32, out_features: 24, bias: false{tp2}}\n"
+     "  - {type: Bias}\n  - {type: AddExtraInput}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
+     0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
 };
 
 /// FP8-aligned at tp_size 2: one rank's dims are multiples of 16.
@@ -259,6 +286,31 @@ const TpCase kFp8Cases[] = {
      "layers:\n  - {type: LayerNormMLP, hidden_size: 32, ffn_hidden_size: 64,"
      " activation: swiglu{tp}}\n",
      ", tp_size: 2, sequence_parallel: true", /*gated=*/true},
+    {"ops_chain_fp8_sp",
+     "layers:\n  - {type: LayerNorm, hidden_size: 32}\n  - {type: Linear, "
+     "in_features: 32, out_features: 64, bias: false{tp}}\n  - {type: "
+     "Bias}\n  - {type: Activation, activation: gelu}\n  - {type: Linear, "
+     "in_features: 64, out_features: 32{tp2}}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
+     0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
+    // The extra output's gradient joins the column-parallel GEMM's input
+    // gradient after the sum over the ranks, not inside it.
+    {"ops_residual_fp8",
+     "layers:\n  - {type: RMSNorm, hidden_size: 32}\n  - {type: "
+     "MakeExtraOutput}\n  - {type: Linear, in_features: 32, out_features: 64,"
+     " bias: false{tp}}\n  - {type: Activation, activation: relu}\n  - "
+     "{type: Linear, in_features: 64, out_features: 32, bias: false{tp2}}\n"
+     "  - {type: Bias}\n  - {type: AddExtraInput}\n",
+     ", tp_size: 2, parallel_mode: column", false, 0, 0, 0,
+     ", tp_size: 2, parallel_mode: row"},
+    {"ops_residual_fp8_sp",
+     "layers:\n  - {type: RMSNorm, hidden_size: 32}\n  - {type: "
+     "MakeExtraOutput}\n  - {type: Linear, in_features: 32, out_features: 64,"
+     " bias: false{tp}}\n  - {type: Activation, activation: relu}\n  - "
+     "{type: Linear, in_features: 64, out_features: 32, bias: false{tp2}}\n"
+     "  - {type: Bias}\n  - {type: AddExtraInput}\n",
+     ", tp_size: 2, parallel_mode: column, sequence_parallel: true", false, 0,
+     0, 0, ", tp_size: 2, parallel_mode: row, sequence_parallel: true"},
     {"transformer_layer_fp8_sp",
      "layers:\n  - {type: TransformerLayer, hidden_size: 32, ffn_hidden_size: "
      "64, num_attention_heads: 4, num_gqa_groups: 2, hidden_dropout: 0.0, "

@@ -13,12 +13,15 @@ consecutive ops to its compiler as one program (docs/fusible-ops.md): the
 chain above compiles to the kernels of te.LayerNormMLP. Ops: BasicLinear,
 Linear, Bias, LayerNorm, RMSNorm, GELU, QGELU, ReLU, SReLU, SiLU, GEGLU,
 QGEGLU, ReGLU, SReGLU, SwiGLU, ClampedSwiGLU, AddExtraInput,
-MakeExtraOutput (compiled); Identity, Reshape, ConstantScale, Dropout,
-Quantize (run as PyTorch code between programs)."""
+MakeExtraOutput (compiled; BasicLinear and Linear with TE's tensor
+parallelism, communicating inside the chain's program); Identity, Reshape,
+ConstantScale, Dropout, Quantize, AllReduce, AllGather, ReduceScatter (run
+as PyTorch code between programs)."""
 from .basic import (GEGLU, GELU, QGEGLU, QGELU, AddExtraInput,  # noqa: F401
                     BasicLinear, Bias, ClampedSwiGLU, ConstantScale, Dropout,
                     Identity, LayerNorm, MakeExtraOutput, Quantize, ReGLU,
                     ReLU, Reshape, RMSNorm, SiLU, SReGLU, SReLU, SwiGLU)
+from ._collectives import AllGather, AllReduce, ReduceScatter  # noqa: F401
 from .linear import Linear  # noqa: F401
 from .op import BasicOperation, FusedOperation, FusibleOperation  # noqa: F401
 from .sequential import Sequential  # noqa: F401
@@ -28,4 +31,5 @@ __all__ = ["Sequential", "FusibleOperation", "BasicOperation",
            "RMSNorm", "GELU", "QGELU", "ReLU", "SReLU", "SiLU", "GEGLU",
            "QGEGLU", "ReGLU", "SReGLU", "SwiGLU", "ClampedSwiGLU",
            "AddExtraInput", "MakeExtraOutput", "Identity", "Reshape",
-           "ConstantScale", "Dropout", "Quantize"]
+           "ConstantScale", "Dropout", "Quantize", "AllReduce", "AllGather",
+           "ReduceScatter"]

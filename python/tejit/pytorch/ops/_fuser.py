@@ -10,12 +10,23 @@ compiles to the kernels of te.LayerNormMLP. Everything a module does
 around its program (the JIT cache per shape, dtype, recipe and mode, FP8
 state, autograd, main_grad accumulation, CUDA graphs) comes from
 TransformerEngineBaseModule.
+
+Tensor parallelism (TE's BasicLinear tensor_parallel_mode, ops.Linear's):
+the ops' Linear layers carry tp_size, parallel_mode and sequence_parallel
+(_parallel.py), so the chain stays one program, which communicates over
+the one process group its ops share (a chain of ops with different groups
+is refused). With sequence parallelism the chain's input, output and
+extra tensors hold this rank's slice of dim 0 where the chain's layers
+say so (_parallel.row_states) and the spec's token count is global.
 """
 import math
 
 import torch
 
-from ..module.base import TransformerEngineBaseModule
+from ..module import _args
+from ..module.base import GroupRef, TransformerEngineBaseModule
+from . import _parallel
+from ._collectives import _group
 
 
 class OperationFuser(TransformerEngineBaseModule):
@@ -42,34 +53,43 @@ class OperationFuser(TransformerEngineBaseModule):
                                     for op in ops.values())
         self.num_extra_outputs = sum(op.num_extra_outputs
                                      for op in ops.values())
+        # Tensor parallelism: the group of the ops' communicating layers.
+        group, self.tp_size = _parallel.chain_group(
+            [(f"op '{key}' ({type(op).__name__})", _group(group), size)
+             for key, op in ops.items()
+             for group, size in op._tensor_parallel_groups()],
+            lambda first, second: first is second)
+        self._tp_group = GroupRef(group)
         # (input features, layers, extra inputs, extra outputs, output
-        # features): _chain_plan's, for the latest input width.
+        # features, the input's sequence-parallel state): _chain_plan's,
+        # for the latest input width.
         self._plan = None
 
     def _chain_plan(self, features):
-        """(spec layers, [(extra input name, features)], [extra output
-        names], output features) for an input of `features` features."""
+        """(spec layers, [(extra input name, features, dim-0 state)],
+        [extra output names], output features, the input's dim-0 state)
+        for an input of `features` features; a dim-0 state is
+        _parallel.row_states' (None without sequence parallelism)."""
         if self._plan is None or self._plan[0] != features:
-            layers, extra_inputs, extra_outputs = [], [], []
-            width = features
+            layers, width = [], features
             for key, op in self._modules.items():
                 if op.input_features not in (None, width):
                     raise ValueError(
                         f"tejit.pytorch.ops: op '{key}' "
                         f"({type(op).__name__}) takes {op.input_features} "
                         f"features, but its input has {width}")
-                own, out = op._layers(key, width)
-                for layer in own:
-                    if layer["type"] == "AddExtraInput":
-                        extra_inputs.append((f"{layer['name']}.extra_input",
-                                             width))
-                    elif layer["type"] == "MakeExtraOutput":
-                        extra_outputs.append(
-                            f"{layer['name']}.extra_output")
+                own, width = op._layers(key, width)
                 layers += own
-                width = out
+            input_state, reads, _ = _parallel.row_states(layers)
+            extra_inputs, extra_outputs = [], []
+            for layer, state in zip(layers, reads):
+                if layer["type"] == "AddExtraInput":
+                    extra_inputs.append((f"{layer['name']}.extra_input",
+                                         layer["features"], state))
+                elif layer["type"] == "MakeExtraOutput":
+                    extra_outputs.append(f"{layer['name']}.extra_output")
             self._plan = (features, layers, extra_inputs, extra_outputs,
-                          width)
+                          width, input_state)
         return self._plan[1:]
 
     def _input_features(self):
@@ -96,7 +116,8 @@ class OperationFuser(TransformerEngineBaseModule):
             raise ValueError(f"{name}: the input must be a CUDA tensor, got "
                              f"one on {inp.device}")
         self._features = features
-        _, extra_specs, extra_outputs, _ = self._chain_plan(features)
+        _, extra_specs, extra_outputs, _, input_state = self._chain_plan(
+            features)
         if len(extra_inputs) != len(extra_specs):
             raise ValueError(f"{name}: the ops take {len(extra_specs)} extra "
                              f"input(s) (AddExtraInput), got "
@@ -107,28 +128,39 @@ class OperationFuser(TransformerEngineBaseModule):
         if tokens == 0:
             raise ValueError(f"{name}: the input {tuple(inp.shape)} has no "
                              f"tokens")
+        # With sequence parallelism the spec's token count is global (the
+        # input holds 1/tp of dim 0 when the chain gathers it first).
+        spec_tokens = tokens if input_state is None else \
+            _args.sequence_parallel_tokens(name, lead, self.tp_size,
+                                           input_state)
         activations = {"input": inp.to(dtype).contiguous().view(
             tokens, 1, features)}
-        for (input_name, width), extra in zip(extra_specs, extra_inputs):
+        for (input_name, width, state), extra in zip(extra_specs,
+                                                     extra_inputs):
+            shape = lead and (_parallel.rows(lead[0], input_state, state,
+                                             self.tp_size),) + lead[1:]
             if not isinstance(extra, torch.Tensor) or \
-                    tuple(extra.shape) != lead + (width,):
-                shape = (tuple(extra.shape) if isinstance(extra, torch.Tensor)
-                         else type(extra).__name__)
+                    tuple(extra.shape) != shape + (width,):
+                got = (tuple(extra.shape) if isinstance(extra, torch.Tensor)
+                       else type(extra).__name__)
                 raise ValueError(
                     f"{name}: extra input '{input_name}' must have the shape "
-                    f"of the tensor it is added to, {lead + (width,)}; got "
-                    f"{shape}")
+                    f"of the tensor it is added to, {shape + (width,)}; got "
+                    f"{got}")
             activations[input_name] = extra.to(dtype).contiguous().view(
-                tokens, 1, width)
+                -1, 1, width)
         # A chain that starts with an op of any width (an activation)
         # compiles per width too.
         outputs = self._run_program(
             activations, dtype, (tokens, features),
-            {"seq_length": tokens, "batch_size": 1}, inp.shape)
+            {"seq_length": spec_tokens, "batch_size": 1}, inp.shape)
+        # Under sequence parallelism outputs hold tp times, 1/tp of, or as
+        # many rows as the input's dim 0.
+        rows = lead if input_state is None else (-1,) + lead[1:]
         out = outputs["output"]
         extras = [outputs[key] for key in extra_outputs]
-        return (out.view(*lead, out.shape[-1]),
-                [extra.view(*lead, extra.shape[-1]) for extra in extras])
+        return (out.view(*rows, out.shape[-1]),
+                [extra.view(*rows, extra.shape[-1]) for extra in extras])
 
     def __call__(self, inp, *extra_inputs):
         out, extras = super().__call__(inp, *extra_inputs)

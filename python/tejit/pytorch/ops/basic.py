@@ -11,9 +11,10 @@ import numbers
 import torch
 import torch.nn.functional as F
 
-from .. import fp8
+from .. import _distributed, fp8
 from ..module.base import rng_fork
-from .op import BasicOperation
+from . import _parallel
+from .op import BasicOperation, group_attribute
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -44,21 +45,10 @@ def _positive(owner, **sizes):
                              f"int, got {value!r}")
 
 
-def _no_tensor_parallelism(owner, mode, group):
-    """TE turns tensor parallelism off for a group of one; tejit's ops do
-    not build it for more (the modules do: te.Linear(parallel_mode=...))."""
-    if mode is None:
-        return
-    if mode not in ("column", "row"):
-        raise ValueError(f"tejit: ops.{owner}: tensor_parallel_mode must be "
-                         f"None, 'column' or 'row', got {mode!r}")
-    size = torch.distributed.get_world_size(group)
-    if size > 1:
-        raise NotImplementedError(
-            f"tejit: ops.{owner}: tensor_parallel_mode={mode!r} over "
-            f"{size} ranks is not built in tejit.pytorch.ops; use "
-            f"tejit.pytorch.Linear / LayerNormMLP with tp_group and "
-            f"parallel_mode (docs/tensor-parallel.md)")
+def _group_size(group):
+    """The size of a tensor-parallel group (None: the world group; 1 when
+    torch.distributed is not initialized)."""
+    return _distributed.group_size(group)
 
 
 class BasicLinear(BasicOperation):
@@ -68,9 +58,21 @@ class BasicLinear(BasicOperation):
     its GEMMs run in FP8 with the recipe's scaling, as te.Linear's.
     accumulate_into_main_grad: the weight's gradient is added to its
     `main_grad` in the backward's GEMM (Megatron-LM's), as te.Linear's
-    fuse_wgrad_accumulation."""
+    fuse_wgrad_accumulation.
+
+    Tensor parallelism (TE's, over tensor_parallel_group, the world group
+    when None; off for a group of one): tensor_parallel_mode "column"
+    holds weight [out/tp, in] and returns this rank's out/tp features (the
+    input gradient summed over the ranks; with sequence_parallel the input
+    is this rank's slice of dim 0, gathered first); "row" holds [out,
+    in/tp], takes this rank's in/tp input features and sums the output
+    over the ranks (sequence_parallel: reduce-scatters it along dim 0).
+    in_features / out_features stay global, local_in_features /
+    local_out_features are this rank's. The compiler's Linear layer does
+    the communication inside the chain's program (docs/fusible-ops.md)."""
 
     has_gemm = True
+    tensor_parallel_group = group_attribute("tensor_parallel_group")
 
     def __init__(self, in_features, out_features, *, device=None, dtype=None,
                  tensor_parallel_mode=None, tensor_parallel_group=None,
@@ -79,8 +81,13 @@ class BasicLinear(BasicOperation):
         super().__init__()
         _positive("BasicLinear", in_features=in_features,
                   out_features=out_features)
-        _no_tensor_parallelism("BasicLinear", tensor_parallel_mode,
-                               tensor_parallel_group)
+        (self.tensor_parallel_mode, self.tensor_parallel_group,
+         self.tensor_parallel_size, self.sequence_parallel,
+         self.local_in_features, self.local_out_features) = \
+            _parallel.canonical("BasicLinear", tensor_parallel_mode,
+                                tensor_parallel_group, _group_size,
+                                sequence_parallel, int(in_features),
+                                int(out_features))
         if userbuffers_options is not None:
             raise NotImplementedError(
                 "tejit: ops.BasicLinear: userbuffers_options (communication "
@@ -91,15 +98,9 @@ class BasicLinear(BasicOperation):
                 "weights) is not built; the modules take it (te.Linear)")
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        self.tensor_parallel_mode = None
-        self.tensor_parallel_group = None
-        self.tensor_parallel_size = 1
-        self.sequence_parallel = False
-        self.local_in_features = self.in_features
-        self.local_out_features = self.out_features
         self._rng_state_tracker_function = rng_state_tracker_function
         self._accumulate_into_main_grad = bool(accumulate_into_main_grad)
-        weight = torch.empty(self.out_features, self.in_features,
+        weight = torch.empty(self.local_out_features, self.local_in_features,
                              device=_device(device),
                              dtype=_dtype("BasicLinear", dtype))
         self.weight = torch.nn.Parameter(weight)
@@ -113,32 +114,54 @@ class BasicLinear(BasicOperation):
 
     @property
     def input_features(self):
-        return self.in_features
+        return self.local_in_features
+
+    def _tensor_parallel_groups(self):
+        """[(group, size)] of the op's tensor parallelism (none when off):
+        the chain's program communicates over it (_fuser.py)."""
+        if self.tensor_parallel_size == 1:
+            return []
+        return [(self.tensor_parallel_group, self.tensor_parallel_size)]
 
     def _layers(self, name, features):
-        return [{"type": "Linear", "name": name,
-                 "in_features": self.in_features,
-                 "out_features": self.out_features, "bias": False,
-                 "fuse_wgrad_accumulation": self._accumulate_into_main_grad}
-                ], self.out_features
+        return [_parallel.linear_layer(
+            name, self.in_features, self.out_features, False,
+            self.tensor_parallel_size, self.tensor_parallel_mode,
+            self.sequence_parallel, self._accumulate_into_main_grad)
+        ], self.local_out_features
 
     def extra_repr(self):
-        return f"in_features={self.in_features}, " \
+        text = f"in_features={self.in_features}, " \
                f"out_features={self.out_features}"
+        if self.tensor_parallel_mode is not None:
+            text += f", tensor_parallel_mode={self.tensor_parallel_mode!r}" \
+                    f", tensor_parallel_size={self.tensor_parallel_size}"
+        return text
 
 
 class Bias(BasicOperation):
-    """y = x + b, b [size] (TE's Bias; starts at zeros)."""
+    """y = x + b, b [size] (TE's Bias; starts at zeros). tensor_parallel
+    (TE's): the input holds this rank's size/tp features of a column-
+    parallel output, and `bias` is this rank's [size/tp] (off for a group
+    of one); nothing is communicated."""
+
+    tensor_parallel_group = group_attribute("tensor_parallel_group")
 
     def __init__(self, size, *, device=None, dtype=None,
                  tensor_parallel=False, tensor_parallel_group=None):
         super().__init__()
         _positive("Bias", size=size)
-        if tensor_parallel:
-            _no_tensor_parallelism("Bias", "column", tensor_parallel_group)
-        self.local_size = self.size = int(size)
+        self.size = int(size)
+        mode = "column" if tensor_parallel else None
+        _, group, tp, _, _, self.local_size = _parallel.canonical(
+            "Bias", mode, tensor_parallel_group, _group_size, False, 1,
+            self.size, names=("", "size"))
+        self.tensor_parallel = tp > 1
+        self.tensor_parallel_group = group
+        self.tensor_parallel_size = tp
         self.bias = torch.nn.Parameter(torch.zeros(
-            self.size, device=_device(device), dtype=_dtype("Bias", dtype)))
+            self.local_size, device=_device(device),
+            dtype=_dtype("Bias", dtype)))
 
     def reset_parameters(self):
         with torch.no_grad():
@@ -146,10 +169,11 @@ class Bias(BasicOperation):
 
     @property
     def input_features(self):
-        return self.size
+        return self.local_size
 
     def _layers(self, name, features):
-        return [{"type": "Bias", "name": name, "size": self.size}], self.size
+        return [{"type": "Bias", "name": name, "size": self.local_size}], \
+            self.local_size
 
 
 class _Norm(BasicOperation):

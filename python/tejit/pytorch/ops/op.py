@@ -10,6 +10,22 @@ PyTorch code between programs. Called alone, an op runs as a chain of one.
 import torch
 
 from .._dynamo import outside_torch_compile
+from ..module.base import GroupRef
+
+
+def group_attribute(name):
+    """A property `name` holding a process group in a GroupRef (kept in
+    `_<name>_ref`), so that deepcopy shares the group and pickling drops
+    it, as the modules' tp_group."""
+    slot = f"_{name}_ref"
+
+    def get(self):
+        ref = self.__dict__.get(slot)
+        return None if ref is None else ref.group
+
+    def set_(self, group):
+        self.__dict__[slot] = GroupRef(group)
+    return property(get, set_)
 
 
 class FusibleOperation(torch.nn.Module):
@@ -41,6 +57,12 @@ class FusibleOperation(torch.nn.Module):
 
     def _layers(self, name, features):
         raise NotImplementedError
+
+    def _tensor_parallel_groups(self):
+        """[(process group, its size)] over which the op's layers
+        communicate (BasicLinear's tensor_parallel_mode): the chain's
+        program takes that group (_fuser.py); none by default."""
+        return []
 
     def _eager(self, x):
         raise NotImplementedError
@@ -95,6 +117,10 @@ class FusedOperation(FusibleOperation):
     @property
     def input_features(self):
         return self.basic_ops[0].input_features
+
+    def _tensor_parallel_groups(self):
+        return [found for op in self.basic_ops
+                for found in op._tensor_parallel_groups()]
 
     def _layers(self, name, features):
         layers = []
