@@ -108,6 +108,13 @@ step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_optimizers.py
 # and PyTorch references.
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cross_entropy.py tests/python/test_pytorch_cross_entropy.py
 step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_moe_permutation.py tests/python/test_pytorch_permutation.py
+# TE's router fusions against a float64 model of Megatron-LM's unfused
+# router; TE 2.x's quantizers (per-tensor and block) against float64 casts.
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_router.py tests/python/test_pytorch_router.py
+step python3 -m pytest -q -p no:cacheprovider tests/gpu/test_quantizers.py tests/gpu/test_block_quantizer.py tests/python/test_pytorch_quantizers.py
+# TE's operation fuser (tejit.pytorch.ops): chains against float64 models
+# and bit-equal to te.LayerNormMLP.
+step python3 -m pytest -q -p no:cacheprovider -p no:logging tests/gpu/test_fusible_ops.py
 # tejit modules inside torch.compile'd models, against eager twins.
 step python3 -m pytest -q -p no:cacheprovider -p no:logging tests/gpu/test_torch_compile.py
 # parameters_split (Linear, LayerNormLinear) against unsplit twins.
@@ -158,6 +165,9 @@ if (( $(nvidia-smi -L | wc -l) >= 2 )); then
   # The same with sequence_parallel=True: each rank its slice of dim 0.
   step python3 -m torch.distributed.run --nproc_per_node=2 \
     tests/gpu/sequence_parallel_check.py --full
+  # tejit.pytorch.ops chains with tensor (and sequence) parallelism.
+  step python3 -m torch.distributed.run --nproc_per_node=2 \
+    tests/gpu/fusible_ops_parallel_check.py
   # Context parallelism (cp_group; all_gather and a2a): each rank its
   # load-balanced chunks of the sequence, against the cp=1 twin on the
   # whole sequence.
