@@ -20,15 +20,14 @@ the matrix (rowwise) and of its transpose (columnwise), both in one
 kernel that reads the input once; `block_scale_shape` is where their
 scale_inv go (dialects/BlockScaleLayout.h, which is TE's GEMM-ready
 layout)."""
+from tejit._ir_text import function as _function
+from tejit._ir_text import tensor_type
+
 
 FP8_ELEMENTS = ("f8E4M3FN", "f8E5M2")
 SOURCE_ELEMENTS = ("bf16", "f16", "f32")
 MODES = ("delayed", "current", "from_amax")
 SLOT = "tensor<1xf32>"
-
-
-def tensor_type(shape, element):
-    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
 
 
 def kernel_transposes(rows, cols):
@@ -49,18 +48,6 @@ def _check(shape, element, fp8):
     if fp8 not in FP8_ELEMENTS:
         raise ValueError(f"a cast writes {' or '.join(FP8_ELEMENTS)}, not "
                          f"{fp8}")
-
-
-def _function(name, arguments, body, results):
-    """A func.func: `arguments` and `results` are (ssa, type, te.name)."""
-    args = ", ".join(f'{v}: {t} {{te.name = "{n}"}}' for v, t, n in arguments)
-    signature = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
-    values = ", ".join(v for v, _, _ in results)
-    types = ", ".join(t for _, t, _ in results)
-    lines = [f"func.func @{name}({args}) -> ({signature}) {{"]
-    lines += [f"  {line}" for line in body]
-    lines += [f"  return {values} : {types}", "}"]
-    return "\n".join(lines) + "\n"
 
 
 def cast_ir(shape, element, transpose, mode, power_2_scale=False,

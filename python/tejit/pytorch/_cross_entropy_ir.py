@@ -11,18 +11,13 @@ kernels (te.tp_all_gather: the program's tensor-parallel group). The
 backward program takes the logits, targets, log-sum-exps, the loss's
 gradient (and the count) and returns the logits' gradient: the caller
 binds it to the logits' own memory."""
+from tejit._ir_text import f64 as _float
+from tejit._ir_text import function as _function
+from tejit._ir_text import tensor_type as _tensor
+
 
 ELEMENT_TYPES = ("bf16", "f16", "f32")
 TARGET_TYPES = ("i32", "i64")
-
-
-def _tensor(shape, element):
-    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
-
-
-def _float(value):
-    """An f64 literal MLIR reads back exactly (it needs a point)."""
-    return f"{float(value):.17e}"
 
 
 def check_options(label_smoothing, ignore_idx):
@@ -115,15 +110,3 @@ def backward_ir(rows, vocab_local, element, target_element, ranks, rank,
             f"({types}) -> {logits}"]
     return _function("cross_entropy_backward", arguments, body,
                      [("%grad", logits, "grad")])
-
-
-def _function(name, arguments, body, results):
-    signature = ", ".join(f'%{n}: {t} {{te.name = "{n}"}}'
-                          for n, t in arguments)
-    outputs = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
-    values = ", ".join(v for v, _, _ in results)
-    types = ", ".join(t for _, t, _ in results)
-    lines = [f"func.func @{name}({signature}) -> ({outputs}) {{"]
-    lines += [f"  {line}" for line in body]
-    lines += [f"  return {values} : {types}", "}"]
-    return "\n".join(lines) + "\n"

@@ -9,6 +9,8 @@ only, and the caller passes buffers of the real size (device addresses),
 so one program serves every token count up to its capacity and a training
 run compiles a program per op, hidden size, dtype, expert count and
 power-of-two size class it meets."""
+from tejit._ir_text import function as _function
+
 
 ELEMENT_NAMES = ("bf16", "f16", "f32", "f8E4M3FN", "f8E5M2")
 PROBS_NAMES = ("bf16", "f16", "f32")
@@ -22,18 +24,6 @@ def capacity(rows):
 
 def tensor(shape, element):
     return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
-
-
-def _function(name, arguments, body, results):
-    """A func.func: `arguments` and `results` are (ssa, type, te.name)."""
-    args = ", ".join(f'%{v}: {t} {{te.name = "{n}"}}' for v, t, n in arguments)
-    signature = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
-    lines = [f"func.func @{name}({args}) -> ({signature}) {{"]
-    lines += [f"  {line}" for line in body]
-    lines.append(f"  return {', '.join('%' + v for v, _, _ in results)} : "
-                 f"{', '.join(t for _, t, _ in results)}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
 
 
 def _op(results, name, operands, types, result_types, attributes=""):

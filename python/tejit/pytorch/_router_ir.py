@@ -11,19 +11,14 @@ Every program is compiled per shape, dtype and option set:
     @router_aux_loss_backward(tokens_per_expert, grad_loss) -> grad_probs.
 `saved` (f32, the logits' shape) is what the backward reads instead of
 the logits."""
+from tejit._ir_text import f64 as _float
+from tejit._ir_text import function as _function
+from tejit._ir_text import tensor_type as _tensor
+
 
 ELEMENT_TYPES = ("bf16", "f16", "f32")
 COUNT_TYPES = ("i32", "i64", "f32", "bf16")
 SCORE_FUNCTIONS = ("softmax", "sigmoid")
-
-
-def _tensor(shape, element):
-    return f"tensor<{'x'.join(str(d) for d in shape)}x{element}>"
-
-
-def _float(value):
-    """An f64 literal MLIR reads back exactly (it needs a point)."""
-    return f"{float(value):.17e}"
 
 
 def _int(value, function, name, minimum=None):
@@ -129,20 +124,6 @@ def check_aux_loss_options(probs_shape, counts_shape, total_num_tokens,
         raise TypeError(f"tejit: {function}'s coeff must be a float, got "
                         f"{type(coeff).__name__}")
     return rows, columns, total_num_tokens, num_experts, topk, float(coeff)
-
-
-def _function(name, arguments, body, results):
-    """A func.func: `arguments` are (name, type), `results` (ssa, type,
-    te.name)."""
-    signature = ", ".join(f'%{n}: {t} {{te.name = "{n}"}}'
-                          for n, t in arguments)
-    outputs = ", ".join(f'{t} {{te.name = "{n}"}}' for _, t, n in results)
-    lines = [f"func.func @{name}({signature}) -> ({outputs}) {{"]
-    lines += [f"  {line}" for line in body]
-    lines.append(f"  return {', '.join(v for v, _, _ in results)} : "
-                 f"{', '.join(t for _, t, _ in results)}")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
 
 
 def _score_attributes(score_function):
