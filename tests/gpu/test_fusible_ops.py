@@ -281,6 +281,51 @@ def test_main_grad_accumulation():
         assert rel_l2(weight.main_grad, count * want) < L2_NONE
 
 
+@pytest.mark.parametrize("kind", ["none", "delayed"])
+def test_cuda_graphs(kind):
+    """make_graphed_callables of a chain: replays equal an eager twin, bit
+    for bit, step after step (FP8 state included: the warm-up's is undone
+    for the chain's program too)."""
+    eager = mlp_chain(64, 128)
+    perturb(eager)
+    graphed = copy.deepcopy(eager)
+    sample = torch.randn(32, 64, device="cuda", dtype=BF16,
+                         requires_grad=True)
+    fp8_recipe = RECIPES[kind]()
+    graphed = te.make_graphed_callables(
+        graphed, (sample,), fp8_enabled=fp8_recipe is not None,
+        fp8_recipe=fp8_recipe)
+    for index in range(3):
+        x = torch.randn(32, 64, device="cuda", dtype=BF16)
+        dy = torch.randn_like(x)
+        eager.zero_grad(set_to_none=True)
+        graphed.zero_grad(set_to_none=True)
+        (want,), (want_dx,) = step(eager, [x], [dy], fp8_recipe)
+        (got,), (got_dx,) = step(graphed, [x], [dy], fp8_recipe)
+        assert torch.equal(got, want), f"output, step {index}"
+        assert torch.equal(got_dx, want_dx), f"input gradient, step {index}"
+        for (name, p), q in zip(eager.named_parameters(),
+                                graphed.parameters()):
+            assert torch.equal(q.grad, p.grad), f"{name}, step {index}"
+
+
+def test_checkpoint_recomputes_the_chain():
+    """te.checkpoint around a chain: the same step as without it (twins
+    from one chain, so both start from the same FP8 state)."""
+    chain = mlp_chain(64, 128)
+    perturb(chain)
+    plain, checkpointed = copy.deepcopy(chain), copy.deepcopy(chain)
+    x = torch.randn(32, 64, device="cuda", dtype=BF16)
+    dy = torch.randn_like(x)
+    (want,), (want_dx,) = step(plain, [x], [dy], hybrid())
+    (got,), (got_dx,) = step(lambda t: te.checkpoint(checkpointed, t), [x],
+                             [dy], hybrid())
+    assert torch.equal(got, want)
+    assert torch.equal(got_dx, want_dx)
+    for p, q in zip(plain.parameters(), checkpointed.parameters()):
+        assert torch.equal(q.grad, p.grad)
+
+
 def test_torch_compile():
     chain = mlp_chain(64, 128)
     x = torch.randn(16, 64, device="cuda", dtype=BF16)

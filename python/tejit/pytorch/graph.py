@@ -21,13 +21,18 @@ from .module.base import TransformerEngineBaseModule
 
 
 def _tejit_modules(callables):
-    """Every tejit module in (or under) the callables, each once."""
+    """Every tejit module in (or under) the callables, each once, with the
+    programs' owners of tejit.pytorch.ops' chains (made now if need be, so
+    that their FP8 state is snapshotted before the warm-up: they are not
+    submodules)."""
     found = {}
     for item in callables:
         if isinstance(item, torch.nn.Module):
             for module in item.modules():
                 if isinstance(module, TransformerEngineBaseModule):
                     found[id(module)] = module
+                for fuser in getattr(module, "_graph_fusers", list)():
+                    found[id(fuser)] = fuser
     return list(found.values())
 
 

@@ -77,6 +77,11 @@ class FusibleOperation(torch.nn.Module):
             self.__dict__["_own_fuser"] = fuser
         return fuser
 
+    def _graph_fusers(self):
+        """The fuser that runs this op alone (make_graphed_callables
+        snapshots its FP8 state); none for ops run as PyTorch code."""
+        return [self._chain()] if self.compiled else []
+
     @outside_torch_compile
     def forward(self, input, *extra_inputs):  # noqa: A002 (TE's name)
         """The op applied to `input` (and its extra inputs); with extra

@@ -118,6 +118,12 @@ class Sequential(torch.nn.Module):
         self.__dict__["_module_groups"] = groups
         return groups
 
+    def _graph_fusers(self):
+        """The fusers that own this container's programs
+        (make_graphed_callables snapshots their FP8 state)."""
+        return [group for group in self._groups()
+                if isinstance(group, OperationFuser)]
+
     @outside_torch_compile
     def forward(self, input, *extra_inputs):  # noqa: A002 (TE's name)
         groups = self._groups()
