@@ -819,16 +819,14 @@ Value flatValue(OpBuilder &builder, Operation *user, Value value) {
   return builder.create<ReshapeOp>(user->getLoc(), flat, value);
 }
 
-/// Rewrites the token-wise ops among `ops` (in program order) to act on
-/// [tokens, features] as the lowered layers do, so that te-fuse sees them
+/// Rewrites the token-wise ops `ops` (isTokenwiseOp, in program order) to act
+/// on [tokens, features] as the lowered layers do, so that te-fuse sees them
 /// next to the GEMMs and norms around them (a bias add in a GEMM's
 /// epilogue, an activation in the next GEMM's cast) instead of behind
 /// reshapes.
 void flattenTokenwiseOps(func::FuncOp function, ArrayRef<Operation *> ops) {
   OpBuilder builder(function.getContext());
   for (Operation *op : ops) {
-    if (!isTokenwiseOp(op))
-      continue;
     for (OpOperand &operand : op->getOpOperands()) {
       auto type = cast<RankedTensorType>(operand.get().getType());
       if (type.getRank() > 2)

@@ -17,6 +17,7 @@ the host is what a loop of them waits on):
   torch fwd+bwd  softmax + topk + gather + backward (a small eager chain)
 """
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -101,17 +102,9 @@ def main():
           f"us per call (median of 5 x {args.calls})")
     for name, function in rows.items():
         with torch.no_grad() if name in ("router", "program",
-                                         "c_api") else _nullcontext():
+                                         "c_api") else contextlib.nullcontext():
             print(f"{name:>14} {per_call_us(function, args.calls):8.1f}",
                   flush=True)
-
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

@@ -96,8 +96,9 @@ class OperationFuser(TransformerEngineBaseModule):
         return next(iter(self._modules.values())).input_features
 
     def _layer_spec(self):
-        return [dict(layer) for layer in self._chain_plan(
-            self._features)[0]]
+        # _run_program asks for it only to compile, after forward has made
+        # the plan for this call's input width.
+        return [dict(layer) for layer in self._plan[1]]
 
     def forward(self, inp, *extra_inputs):
         """(output, [extra outputs]) of the chain on `inp` [..., features]
@@ -115,7 +116,6 @@ class OperationFuser(TransformerEngineBaseModule):
         if not inp.is_cuda:
             raise ValueError(f"{name}: the input must be a CUDA tensor, got "
                              f"one on {inp.device}")
-        self._features = features
         _, extra_specs, extra_outputs, _, input_state = self._chain_plan(
             features)
         if len(extra_inputs) != len(extra_specs):
